@@ -1,0 +1,3 @@
+from gpudra.cli import main
+
+main()

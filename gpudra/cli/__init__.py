@@ -1,0 +1,61 @@
+"""The `gpudra` command line.
+
+Each sub-command lives in its own module under `gpudra.cli` and exposes a click
+command (or group) named `command`. Modules are imported lazily so that
+`gpudra --help` stays fast and one broken optional dependency (say, NVML) does
+not take the whole tool down.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+# sub-command name -> module under gpudra.cli
+COMMANDS: dict[str, str] = {
+    "validate": "validate",
+    "allocate": "allocate",
+    "demo": "demo",
+    "schedule": "schedule",
+    "explain": "explain",
+    "discover": "discover",
+    "driver": "driver",
+    "cdi": "cdi",
+    "mig": "mig",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in COMMANDS if self._load(name) is not None)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return self._load(name)
+
+    @staticmethod
+    def _load(name: str) -> click.Command | None:
+        module_name = COMMANDS.get(name)
+        if module_name is None:
+            return None
+        try:
+            module = importlib.import_module(f"gpudra.cli.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"gpudra.cli.{module_name}":
+                return None  # command not built yet
+            raise
+        return getattr(module, "command", None)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gpudra")
+def cli() -> None:
+    """Kubernetes DRA for GPUs: validate, allocate, schedule, explain, run a node driver, plan MIG."""
+
+
+def main() -> None:
+    try:
+        cli.main(prog_name="gpudra")
+    except KeyboardInterrupt:
+        sys.exit(130)
