@@ -1,0 +1,60 @@
+"""A problem found in a manifest, located the way users read it: file, document, object, field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    source: str
+    index: int
+    kind: str
+    name: str
+    path: str
+    message: str
+    severity: Severity = "error"
+    # An optional corrected fragment ("write this instead"), shown under the message.
+    fix: str | None = field(default=None, compare=False)
+
+    def location(self) -> str:
+        where = f"{self.source}:doc {self.index}"
+        what = f"{self.kind or '?'}/{self.name}" if self.name else (self.kind or "?")
+        return f"{where} ({what})"
+
+    def __str__(self) -> str:
+        head = self.location()
+        if self.path:
+            head += f": {self.path}"
+        text = f"{head}: {self.message}"
+        if self.severity == "warning":
+            text = f"{head}: warning: {self.message}"
+        return text
+
+    def render(self) -> str:
+        """The one-line form plus the suggested fragment, indented, when there is one."""
+        text = str(self)
+        if self.fix:
+            text += "\n" + "\n".join("    " + line for line in self.fix.rstrip("\n").splitlines())
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "source": self.source,
+            "doc": self.index,
+            "kind": self.kind,
+            "name": self.name,
+            "path": self.path,
+            "severity": self.severity,
+            "message": self.message,
+        }
+        if self.fix:
+            data["fix"] = self.fix
+        return data
+
+
+def errors(problems: list[Problem]) -> list[Problem]:
+    return [p for p in problems if p.severity == "error"]
