@@ -1,0 +1,205 @@
+"""Fetch cluster objects as plain dicts, read-only.
+
+Raw JSON (`_preload_content=False`) is used instead of the client's generated models: the
+models lag behind the API (alpha fields are dropped on deserialisation) and converting them
+back with `sanitize_for_serialization` changes nothing we need. Only `list` calls are made.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+PAGE_SIZE = 500
+
+
+class ClusterReadError(RuntimeError):
+    """The cluster could not be reached or read; `str()` is a message fit for users."""
+
+
+@dataclass(frozen=True)
+class ResourceKind:
+    kind: str
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    namespaced: bool
+    # Optional kinds (alpha APIs) are skipped when the server does not serve them.
+    optional: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self) -> str:
+        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        return f"{prefix}/{self.plural}"
+
+
+CLUSTER_KINDS: tuple[ResourceKind, ...] = (
+    ResourceKind("Node", "", "v1", "nodes", namespaced=False),
+    ResourceKind("DeviceClass", "resource.k8s.io", "v1", "deviceclasses", namespaced=False),
+    ResourceKind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", namespaced=False),
+    ResourceKind("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", namespaced=True),
+    ResourceKind("ResourceClaimTemplate", "resource.k8s.io", "v1", "resourceclaimtemplates", namespaced=True),
+    # DeviceTaintRule moved from alpha to beta to v1; the first version the server serves is used.
+    ResourceKind("DeviceTaintRule", "resource.k8s.io", "v1", "devicetaintrules", namespaced=False, optional=True),
+    ResourceKind("DeviceTaintRule", "resource.k8s.io", "v1beta2", "devicetaintrules", namespaced=False,
+                 optional=True),
+    ResourceKind("DeviceTaintRule", "resource.k8s.io", "v1alpha3", "devicetaintrules", namespaced=False,
+                 optional=True),
+    ResourceKind("Pod", "", "v1", "pods", namespaced=True),
+)
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """An `ApiClient` for the kubeconfig (default locations when None) or, failing that, in-cluster."""
+    from kubernetes import client, config
+
+    try:
+        if kubeconfig is None and context is None:
+            try:
+                return config.new_client_from_config()
+            except config.ConfigException:
+                configuration = client.Configuration()
+                try:
+                    config.load_incluster_config(client_configuration=configuration)
+                except config.ConfigException:
+                    raise ClusterReadError(
+                        "no kubeconfig found (set KUBECONFIG or pass --kubeconfig) and not running in a cluster"
+                    ) from None
+                return client.ApiClient(configuration)
+        return config.new_client_from_config(config_file=kubeconfig, context=context)
+    except ClusterReadError:
+        raise
+    except config.ConfigException as exc:
+        raise ClusterReadError(f"cannot load kubeconfig: {exc}") from None
+    except (OSError, ValueError, TypeError) as exc:
+        where = kubeconfig or "default kubeconfig"
+        raise ClusterReadError(f"cannot load kubeconfig {where}: {exc}") from None
+
+
+def _get_json(api_client: Any, path: str, query: list[tuple[str, Any]]) -> dict[str, Any]:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        response = api_client.call_api(
+            path,
+            "GET",
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+        ) if _legacy_call_api(api_client) else _call_api_v2(api_client, path, query)
+    except ApiException as exc:
+        raise _api_error(path, exc.status, exc.reason, getattr(exc, "body", None)) from None
+    except Exception as exc:  # urllib3 connection errors and friends
+        if type(exc).__module__.startswith(("urllib3", "socket", "ssl")) or isinstance(exc, OSError):
+            raise ClusterReadError(f"cannot reach the API server ({path}): {exc}") from None
+        raise
+    data = response.data if hasattr(response, "data") else response
+    if isinstance(data, (bytes, bytearray)):
+        data = data.decode("utf-8")
+    try:
+        parsed = json.loads(data)
+    except (TypeError, json.JSONDecodeError):
+        raise ClusterReadError(f"{path}: the API server did not return JSON") from None
+    if not isinstance(parsed, dict):
+        raise ClusterReadError(f"{path}: unexpected response (not a JSON object)")
+    return parsed
+
+
+def _legacy_call_api(api_client: Any) -> bool:
+    # Clients up to v33 expose call_api(resource_path, method, ...); newer (OpenAPI generator 7)
+    # ones split it into param_serialize + call_api(method, url, ...).
+    return not hasattr(api_client, "param_serialize")
+
+
+def _call_api_v2(api_client: Any, path: str, query: list[tuple[str, Any]]) -> Any:
+    method, url, headers, body, post_params = api_client.param_serialize(
+        method="GET",
+        resource_path=path,
+        query_params=query,
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    response = api_client.call_api(method, url, header_params=headers, body=body, post_params=post_params,
+                                   _request_timeout=None)
+    response.read()
+    if not 200 <= response.status <= 299:
+        body_text = response.data.decode("utf-8", "replace") if response.data else ""
+        raise _api_error(path, response.status, response.reason, body_text)
+    return response
+
+
+def _api_error(path: str, status: int | None, reason: str | None, body: Any) -> ClusterReadError:
+    message = reason or "error"
+    if isinstance(body, (bytes, bytearray)):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str):
+        try:
+            message = json.loads(body).get("message") or message
+        except (json.JSONDecodeError, AttributeError):
+            pass
+    error = ClusterReadError(f"GET {path}: {status} {message}")
+    error.status = status  # type: ignore[attr-defined]
+    return error
+
+
+def read_kind(api_client: Any, kind: ResourceKind) -> list[dict[str, Any]]:
+    """Every object of one kind, all namespaces, following `continue` tokens."""
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        query: list[tuple[str, Any]] = [("limit", PAGE_SIZE)]
+        if token:
+            query.append(("continue", token))
+        page = _get_json(api_client, kind.path(), query)
+        for item in page.get("items") or []:
+            if isinstance(item, dict):
+                # List items from the API carry neither apiVersion nor kind.
+                items.append({"apiVersion": kind.api_version, "kind": kind.kind, **item})
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+
+
+def read_cluster(
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    *,
+    api_client: Any = None,
+    kinds: Iterable[ResourceKind] = CLUSTER_KINDS,
+    on_skip: Callable[[ResourceKind, str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """All objects gpudra reasons about, in `kinds` order. Nothing is written to the cluster.
+
+    Optional kinds the server does not serve (404) or that we may not list (403) are skipped and
+    reported through `on_skip`; any other failure raises ClusterReadError.
+    """
+    owns_client = api_client is None
+    if owns_client:
+        api_client = connect(kubeconfig, context)
+    try:
+        objects: list[dict[str, Any]] = []
+        done: set[str] = set()
+        for kind in kinds:
+            if kind.kind in done:
+                continue
+            try:
+                objects.extend(read_kind(api_client, kind))
+                done.add(kind.kind)
+            except ClusterReadError as exc:
+                if kind.optional and getattr(exc, "status", None) in (403, 404):
+                    if on_skip is not None:
+                        on_skip(kind, str(exc))
+                    continue
+                raise
+        return objects
+    finally:
+        if owns_client:
+            close = getattr(api_client, "close", None)
+            if close is not None:
+                close()
