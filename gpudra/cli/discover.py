@@ -1,0 +1,54 @@
+"""`gpudra discover`: print the GPUs a discovery backend finds."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+import yaml
+
+from gpudra.discovery import BACKENDS, PROFILES, DiscoveryError, open_backend
+
+
+def _table(inventory) -> str:
+    rows = [("NAME", "PRODUCT", "ARCH", "CC", "MEMORY", "PCI", "NUMA", "MIG", "UUID")]
+    for gpu in inventory.gpus:
+        mig = "on" if gpu.mig_enabled else ("off" if gpu.mig_capable else "-")
+        memory = f"{gpu.memory_bytes // 2**20}MiB" if gpu.memory_bytes else "-"
+        rows.append((gpu.name, gpu.product_name, gpu.architecture, gpu.cuda_compute_capability, memory,
+                     gpu.pci_bus_id, "-" if gpu.numa_node is None else str(gpu.numa_node), mig, gpu.uuid))
+        for m in gpu.mig_devices:
+            rows.append(("  " + m.name, m.profile, "", "", f"{m.memory_bytes // 2**20}MiB",
+                         f"placement {m.placement_start}:{m.placement_size}", "", f"gi{m.gi_id}/ci{m.ci_id}", m.uuid))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    header = f"driver {inventory.driver_version}, CUDA {inventory.cuda_driver_version}, backend {inventory.backend}"
+    if inventory.profile:
+        header += f", profile {inventory.profile}"
+    return header + "\n" + "\n".join(lines)
+
+
+@click.command(name="discover")
+@click.option("--backend", type=click.Choice(BACKENDS), default="simulated", show_default=True)
+@click.option("--profile", default="dgx-h100", show_default=True,
+              help=f"simulated node profile ({', '.join(PROFILES)}) or a YAML profile file")
+@click.option("--node-name", default="node", show_default=True, help="seeds the simulated UUIDs")
+@click.option("-o", "--output", type=click.Choice(["table", "yaml", "json"]), default="table", show_default=True)
+def command(backend: str, profile: str, node_name: str, output: str) -> None:
+    """Print the GPUs (and MIG devices) found on this node."""
+    try:
+        gpus = open_backend(backend, profile=profile, node_name=node_name)
+        try:
+            inventory = gpus.inventory()
+        finally:
+            gpus.close()
+    except DiscoveryError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    if output == "json":
+        click.echo(json.dumps(inventory.to_dict(), indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(inventory.to_dict(), sort_keys=False), nl=False)
+    else:
+        click.echo(_table(inventory))

@@ -1,0 +1,206 @@
+"""ResourceSlices and DeviceClasses the way the NVIDIA GPU DRA driver publishes them.
+
+One pool per node (pool name = node name). Full GPUs are `gpu-<minor>`, MIG devices
+`gpu-<parentMinor>-mig-<profile>-<GI profile id>-<start>`. A pool that exceeds the API
+limits is split into several slices that all carry the same generation and count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from gpudra.discovery.model import Gpu, Inventory, MigDevice
+
+DEFAULT_DRIVER_NAME = "gpu.nvidia.com"
+MAX_DEVICES_PER_SLICE = 128
+MAX_DEVICES_PER_SLICE_WITH_COUNTERS = 64  # when any device has taints or consumesCounters
+MAX_COUNTER_SETS_PER_SLICE = 8
+PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
+PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
+
+
+def semver(version: str) -> str:
+    """NVIDIA-style semver normalisation: `580.95.05` -> `580.95.5`, `13.0` -> `13.0.0`, `9` -> `9.0.0`."""
+    parts = [p for p in re.split(r"[.\-+]", version.strip()) if p != ""][:3]
+    numbers = []
+    for part in parts:
+        digits = re.match(r"\d+", part)
+        numbers.append(str(int(digits.group(0))) if digits else "0")
+    while len(numbers) < 3:
+        numbers.append("0")
+    return ".".join(numbers)
+
+
+def binary_quantity(num_bytes: int) -> str:
+    for exponent, suffix in ((5, "Pi"), (4, "Ti"), (3, "Gi"), (2, "Mi"), (1, "Ki")):
+        unit = 1024**exponent
+        if num_bytes >= unit and num_bytes % unit == 0:
+            return f"{num_bytes // unit}{suffix}"
+    return str(num_bytes)
+
+
+def _s(value: str) -> dict[str, str]:
+    return {"string": value}
+
+
+def gpu_common_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, dict[str, Any]]:
+    """Attributes a full GPU shares with the MIG devices carved out of it."""
+    attrs: dict[str, dict[str, Any]] = {
+        "productName": _s(gpu.product_name),
+        "brand": _s(gpu.brand),
+        "architecture": _s(gpu.architecture),
+        "cudaComputeCapability": {"version": semver(gpu.cuda_compute_capability)},
+        "driverVersion": {"version": semver(inventory.driver_version)},
+        "cudaDriverVersion": {"version": semver(inventory.cuda_driver_version)},
+        PCI_BUS_ID_ATTRIBUTE: _s(gpu.pci_bus_id),
+    }
+    if gpu.pcie_root:
+        attrs[PCIE_ROOT_ATTRIBUTE] = _s(gpu.pcie_root)
+    if gpu.numa_node is not None:
+        attrs["numa"] = {"int": gpu.numa_node}
+    return attrs
+
+
+def gpu_device(gpu: Gpu, inventory: Inventory) -> dict[str, Any]:
+    attributes = {"type": _s("gpu"), "uuid": _s(gpu.uuid), **gpu_common_attributes(gpu, inventory)}
+    device: dict[str, Any] = {"name": gpu.name, "attributes": attributes}
+    if gpu.memory_bytes is not None:  # NVML says NOT_SUPPORTED on unified-memory parts
+        device["capacity"] = {"memory": {"value": binary_quantity(gpu.memory_bytes)}}
+    return device
+
+
+def mig_device(mig: MigDevice, parent: Gpu, inventory: Inventory) -> dict[str, Any]:
+    attributes = {
+        "type": _s("mig"),
+        "uuid": _s(mig.uuid),
+        "parentUUID": _s(parent.uuid),
+        "profile": _s(mig.profile),
+        **gpu_common_attributes(parent, inventory),
+    }
+    capacity: dict[str, dict[str, str]] = {
+        "multiprocessors": {"value": str(mig.multiprocessors)},
+        "copyEngines": {"value": str(mig.copy_engines)},
+        "decoders": {"value": str(mig.decoders)},
+        "encoders": {"value": str(mig.encoders)},
+        "jpegEngines": {"value": str(mig.jpeg_engines)},
+        "ofaEngines": {"value": str(mig.ofa_engines)},
+        "memory": {"value": binary_quantity(mig.memory_bytes)},
+    }
+    for index in range(mig.placement_start, mig.placement_start + mig.placement_size):
+        capacity[f"memorySlice{index}"] = {"value": "1"}
+    return {"name": mig.name, "attributes": attributes, "capacity": capacity}
+
+
+def node_devices(inventory: Inventory) -> list[dict[str, Any]]:
+    """Static devices: a full GPU, or its MIG devices when MIG mode is on (ordered by PCI bus id)."""
+    devices: list[dict[str, Any]] = []
+    for gpu in sorted(inventory.gpus, key=lambda g: (g.pci_bus_id, g.minor)):
+        if gpu.mig_enabled:
+            devices.extend(mig_device(m, gpu, inventory) for m in sorted(gpu.mig_devices, key=lambda m: m.name))
+        else:
+            devices.append(gpu_device(gpu, inventory))
+    return devices
+
+
+def slice_name(node_name: str, driver_name: str, index: int) -> str:
+    """Deterministic, so a restarted driver finds (and updates) its own slices instead of adding more."""
+    base = re.sub(r"[^a-z0-9.-]", "-", f"{node_name}-{driver_name}".lower()).strip("-.")
+    if len(base) > 230:
+        base = base[:200] + "-" + hashlib.sha256(base.encode()).hexdigest()[:16]
+    return f"{base}-{index}"
+
+
+def _limit_for(devices: list[dict[str, Any]]) -> int:
+    if any(d.get("consumesCounters") or d.get("taints") for d in devices):
+        return MAX_DEVICES_PER_SLICE_WITH_COUNTERS
+    return MAX_DEVICES_PER_SLICE
+
+
+def _chunks(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i:i + size] for i in range(0, len(items), size)] or [[]]
+
+
+def _dynamic_bodies(inventory: Inventory) -> list[dict[str, Any]]:
+    """Dynamic MIG (KEP-4815 partitionable devices): counter-set slices, then devices."""
+    from gpudra.mig import dynamic
+    from gpudra.mig.catalog import find_gpu_model
+
+    partitionable, plain = [], []
+    for gpu in sorted(inventory.gpus, key=lambda g: (g.pci_bus_id, g.minor)):
+        model = find_gpu_model(gpu.model or gpu.product_name) if gpu.mig_capable else None
+        # Ampere can only leave MIG mode with a reset: partition it only when MIG is already on.
+        if model is not None and (model.dynamic_mig_capable or gpu.mig_enabled):
+            attrs = {k: v for k, v in gpu_common_attributes(gpu, inventory).items()}
+            partitionable.append(dynamic.DynamicMigGpu(minor=gpu.minor, model=model, uuid=gpu.uuid, attributes=attrs,
+                                                       include_full_gpu=model.dynamic_mig_capable))
+        else:
+            plain.append(gpu)
+    bodies: list[dict[str, Any]] = []
+    counter_sets = [dynamic.counter_set(g.model, g.minor) for g in partitionable]
+    for chunk in _chunks(counter_sets, MAX_COUNTER_SETS_PER_SLICE) if counter_sets else []:
+        bodies.append({"sharedCounters": chunk})
+    for g in partitionable:
+        devices = dynamic.gpu_devices(g)
+        bodies.extend({"devices": c} for c in _chunks(devices, _limit_for(devices)))
+    plain_devices = [gpu_device(g, inventory) for g in plain]
+    if plain_devices:
+        bodies.extend({"devices": c} for c in _chunks(plain_devices, _limit_for(plain_devices)))
+    return bodies
+
+
+def build_resource_slices(inventory: Inventory, node_name: str, *, driver_name: str = DEFAULT_DRIVER_NAME,
+                          generation: int = 1, node_uid: str | None = None, dynamic_mig: bool = False,
+                          max_devices_per_slice: int | None = None) -> list[dict[str, Any]]:
+    """The node's pool as ResourceSlice objects (resource.k8s.io/v1)."""
+    if dynamic_mig:
+        bodies = _dynamic_bodies(inventory)
+    else:
+        devices = node_devices(inventory)
+        limit = min(max_devices_per_slice or MAX_DEVICES_PER_SLICE, _limit_for(devices))
+        bodies = [{"devices": chunk} for chunk in _chunks(devices, limit)]
+    if max_devices_per_slice and dynamic_mig:
+        split: list[dict[str, Any]] = []
+        for body in bodies:
+            if "devices" in body:
+                split.extend({"devices": c} for c in _chunks(body["devices"], max_devices_per_slice))
+            else:
+                split.append(body)
+        bodies = split
+    pool = {"name": node_name, "generation": generation, "resourceSliceCount": len(bodies)}
+    slices = []
+    for index, body in enumerate(bodies):
+        metadata: dict[str, Any] = {"name": slice_name(node_name, driver_name, index)}
+        if node_uid:
+            metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid,
+                                            "controller": True}]
+        spec = {"driver": driver_name, "nodeName": node_name, "pool": dict(pool), **body}
+        slices.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": metadata,
+                       "spec": spec})
+    return slices
+
+
+def device_classes(driver_name: str = DEFAULT_DRIVER_NAME, *, extended_resource_name: str | None = "nvidia.com/gpu"
+                   ) -> list[dict[str, Any]]:
+    """DeviceClasses `gpu.nvidia.com` (full GPUs) and `mig.nvidia.com` (MIG devices)."""
+    prefix = driver_name.split(".", 1)[1] if "." in driver_name else driver_name
+
+    def device_class(name: str, device_type: str, extra: dict[str, Any]) -> dict[str, Any]:
+        selector = f"device.driver == '{driver_name}' && device.attributes['{driver_name}'].type == '{device_type}'"
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": selector}}], **extra},
+        }
+
+    gpu_extra = {"extendedResourceName": extended_resource_name} if extended_resource_name else {}
+    return [
+        device_class(driver_name, "gpu", gpu_extra),
+        device_class(f"mig.{prefix}", "mig", {}),
+    ]
+
+
+def pool_devices(slices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for s in slices for d in s["spec"].get("devices", [])]
