@@ -471,3 +471,8 @@ def profile_name_for_memory(memory_mib: int, compute_slices: int, total_memory_m
     value = eighths / 8 * total_gib
     gb = int(math.floor(value + 0.5))  # Go math.Round: half away from zero
     return f"{compute_slices}g.{gb}gb{suffix}"
+
+
+def profiles_for(name_or_alias: str) -> tuple[MigProfile, ...]:
+    """The GPU instance profiles of a model (raises UnknownGpuModel for GPUs without MIG)."""
+    return gpu_model(name_or_alias).profiles
