@@ -1,0 +1,308 @@
+"""`gpudra allocate`: where would these ResourceClaims land, and would they fit at all?
+
+Reads DeviceClasses, ResourceSlices, ResourceClaims and Nodes, runs the structured
+allocator the way kube-scheduler 1.36 does, and prints either the brief report (the
+shape of the conformance `expected.yaml` files) or the pending claims with
+`status.allocation` filled in.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+from typing import Any
+
+import click
+import yaml
+
+MODES = ("together", "each", "sequential")
+INPUT_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "Node")
+# Kinds that commonly sit next to claims in a manifest directory; skipped without a warning.
+QUIETLY_IGNORED_KINDS = ("Pod", "ResourceClaimTemplate", "Namespace", "DeviceTaintRule", "ConfigMap")
+
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class InputError(Exception):
+    """Input that cannot be allocated at all; the message is shown as is (exit 2)."""
+
+
+def _split_list(values: tuple[str, ...]) -> list[str]:
+    items: list[str] = []
+    for value in values:
+        items.extend(part.strip() for part in value.split(",") if part.strip())
+    return items
+
+
+def _load_documents(paths: list[str]) -> list[Any]:
+    """Documents with `.obj`, `.source`, `.index` (gpudra.api.load when present)."""
+    try:
+        from gpudra.api.load import LoadError, load_paths
+    except ImportError:  # pragma: no cover - the api package ships the loader
+        return _fallback_load(paths)
+    try:
+        return load_paths(paths)
+    except LoadError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _fallback_load(paths: list[str]) -> list[Any]:
+    from types import SimpleNamespace
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    documents = []
+    for path in paths:
+        source = "<stdin>" if path == "-" else path
+        try:
+            text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+            values = list(yaml.load_all(text, Loader=loader))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise InputError(f"{source}: {exc}") from None
+        for index, value in enumerate(values, start=1):
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise InputError(f"{source}: document {index} is not a mapping")
+            items = value.get("items") if str(value.get("kind", "")).endswith("List") else None
+            for obj in items if isinstance(items, list) else [value]:
+                documents.append(SimpleNamespace(obj=obj, source=source, index=index))
+    return documents
+
+
+def _validation_warnings(documents: list[Any]) -> list[str]:
+    """Single-object validation problems, reported but not fatal (upstream allocates anyway)."""
+    try:
+        from gpudra.api import validate
+    except ImportError:
+        return []
+    check = getattr(validate, "validate_document", None)
+    if check is None:
+        return []
+    messages: list[str] = []
+    for document in documents:
+        try:
+            problems = check(document)
+        except Exception as exc:  # a validator bug must not block allocation
+            messages.append(f"{_label(document)}: could not validate: {exc}")
+            continue
+        for problem in problems or ():
+            render = getattr(problem, "render", None)
+            text = str(problem) if render is None else str(problem)
+            messages.append(text)
+    return messages
+
+
+def _label(document: Any) -> str:
+    obj = document.obj if isinstance(document.obj, dict) else {}
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    return f"{document.source}:doc {document.index} ({obj.get('kind', '?')}/{meta.get('name', '')})"
+
+
+def _select_objects(documents: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    objects: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for document in documents:
+        obj = document.obj
+        if not isinstance(obj, dict):
+            raise InputError(f"{_label(document)}: not a Kubernetes object (a mapping)")
+        kind = obj.get("kind")
+        if kind in INPUT_KINDS:
+            if not isinstance(obj.get("metadata"), dict) or not obj["metadata"].get("name"):
+                raise InputError(f"{_label(document)}: metadata.name is required")
+            objects.append(obj)
+        elif kind not in QUIETLY_IGNORED_KINDS:
+            notes.append(f"{_label(document)}: ignoring kind {kind!r} (allocate reads {', '.join(INPUT_KINDS)})")
+    return objects, notes
+
+
+def claim_key(claim: dict[str, Any]) -> str:
+    meta = claim.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+
+
+def _is_allocated(claim: dict[str, Any]) -> bool:
+    status = claim.get("status")
+    return isinstance(status, dict) and bool(status.get("allocation"))
+
+
+def _normalise_claim_names(names: list[str]) -> list[str]:
+    return [name if "/" in name else f"default/{name}" for name in names]
+
+
+def chosen_allocations(report: dict[str, Any], mode: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """claim key -> (node, status.allocation) the way a scheduler would commit it.
+
+    sequential: the final allocations; together and each: the first node (in report order)
+    where the claim was allocated.
+    """
+    chosen: dict[str, tuple[str, dict[str, Any]]] = {}
+    if mode == "sequential":
+        nodes_by_claim: dict[str, str] = {}
+        for result in report.get("results") or []:
+            if result.get("outcome") == "allocated":
+                for key in (result.get("allocations") or {}):
+                    nodes_by_claim.setdefault(key, result.get("node", ""))
+        for key, allocation in (report.get("finalAllocations") or {}).items():
+            chosen[key] = (nodes_by_claim.get(key, ""), allocation)
+        return chosen
+    for result in report.get("results") or []:
+        if result.get("outcome") != "allocated":
+            continue
+        for key, allocation in (result.get("allocations") or {}).items():
+            chosen.setdefault(key, (result.get("node", ""), allocation))
+    return chosen
+
+
+def allocated_claims_view(
+    claims: list[dict[str, Any]], report: dict[str, Any], mode: str
+) -> tuple[dict[str, Any], list[str]]:
+    """A `kind: List` of the given pending claims with `status.allocation` set where one was found."""
+    chosen = chosen_allocations(report, mode)
+    fits: dict[str, list[str]] = {}
+    errors: dict[str, str] = {}
+    for result in report.get("results") or []:
+        for key in result.get("claims") or []:
+            if result.get("outcome") == "allocated":
+                fits.setdefault(key, []).append(result.get("node", ""))
+            elif result.get("outcome") == "error":
+                errors.setdefault(key, f"{result.get('node', '')}: {result.get('error', 'error')}")
+    items: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for claim in claims:
+        key = claim_key(claim)
+        item = copy.deepcopy(claim)
+        if key in chosen:
+            node, allocation = chosen[key]
+            item.setdefault("status", {})
+            if not isinstance(item["status"], dict):
+                item["status"] = {}
+            item["status"]["allocation"] = allocation
+            where = f"node {node}" if node else "a node"
+            others = len(fits.get(key, [])) - 1
+            extra = f" (first of {others + 1} nodes that fit)" if mode != "sequential" and others > 0 else ""
+            notes.append(f"{key}: allocated on {where}{extra}")
+        elif key in errors:
+            notes.append(f"{key}: error: {errors[key]}")
+        else:
+            notes.append(f"{key}: unallocatable on every node")
+        items.append(item)
+    return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}, notes
+
+
+def render(data: Any, output: str) -> str:
+    if output == "json":
+        return json.dumps(data, indent=2, sort_keys=False) + "\n"
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=True, default_flow_style=False, allow_unicode=True)
+
+
+def run_allocate(
+    paths: list[str],
+    mode: str,
+    nodes: list[str] | None,
+    claim_names: list[str] | None,
+    feature_text: str,
+    brief: bool,
+) -> tuple[Any, list[str]]:
+    """Load, check, allocate. Returns (what to print, messages for stderr). Raises InputError."""
+    from gpudra.allocator import Features, build_report
+
+    try:
+        features = Features.parse(feature_text)
+    except ValueError as exc:
+        raise InputError(f"--features {feature_text!r}: {exc}") from None
+
+    documents = _load_documents(paths)
+    messages = [f"warning: {text}" for text in _validation_warnings(documents)]
+    objects, notes = _select_objects(documents)
+    messages.extend(f"note: {text}" for text in notes)
+
+    claims = [obj for obj in objects if obj.get("kind") == "ResourceClaim"]
+    pending = [claim for claim in claims if not _is_allocated(claim)]
+    if claim_names is not None:
+        known = {claim_key(claim) for claim in claims}
+        missing = [name for name in claim_names if name not in known]
+        if missing:
+            raise InputError(f"--claims: no ResourceClaim {', '.join(missing)} in the input")
+        allocated_already = [name for name in claim_names if name not in {claim_key(c) for c in pending}]
+        if allocated_already:
+            raise InputError(f"--claims: {', '.join(allocated_already)} already has status.allocation")
+        wanted = set(claim_names)
+        pending = [claim for claim in pending if claim_key(claim) in wanted]
+
+    try:
+        report = build_report(objects, mode, nodes, claim_names, features)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+    if brief:
+        return report, messages
+    view, claim_notes = allocated_claims_view(pending, report, mode)
+    messages.extend(claim_notes)
+    return view, messages
+
+
+@click.command(
+    "allocate",
+    short_help="Where would these ResourceClaims land? (kube-scheduler's allocator, offline)",
+)
+@click.option(
+    "-f",
+    "--filename",
+    "files",
+    multiple=True,
+    required=True,
+    metavar="FILE",
+    help="Manifest file or directory (repeatable; '-' reads stdin): DeviceClasses, ResourceSlices, "
+    "ResourceClaims, Nodes.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default="together",
+    show_default=True,
+    help="together: all pending claims jointly per node; each: every claim alone on every node; "
+    "sequential: first fit, claim after claim, committing each allocation.",
+)
+@click.option("--node", "node_values", multiple=True, metavar="A,B", help="Nodes to try (default: Node objects, else nodes named by slices).")
+@click.option("--claims", "claim_values", multiple=True, metavar="NS/NAME,…", help="Only these pending claims (namespace defaults to 'default').")
+@click.option(
+    "--features",
+    default="default",
+    show_default=True,
+    help="Feature gates: default, all, none, Name/+Name, -Name (comma-separated; e.g. none,PrioritizedList).",
+)
+@click.option("--allocator", "allocator_name", default=None, metavar="NAME", help="Upstream allocator variant; accepted and ignored (gpudra behaves like the sorted variant).")
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@click.option("--brief", is_flag=True, help="Print the per-node report (results[], outcome, allocations) instead of the claims.")
+def command(
+    files: tuple[str, ...],
+    mode: str,
+    node_values: tuple[str, ...],
+    claim_values: tuple[str, ...],
+    features: str,
+    allocator_name: str | None,
+    output: str,
+    brief: bool,
+) -> None:
+    """Allocate devices for ResourceClaims the way kube-scheduler 1.36 would.
+
+    A claim with status.allocation is already allocated (its devices are in use); every
+    other claim is pending.
+    """
+    nodes = _split_list(node_values) or None
+    claim_names = _normalise_claim_names(_split_list(claim_values)) or None
+    try:
+        data, messages = run_allocate(list(files), mode, nodes, claim_names, features, brief)
+    except InputError as exc:
+        click.echo(f"gpudra allocate: {exc}", err=True)
+        sys.exit(2)
+    except Exception as exc:  # malformed input that slipped past the checks: no traceback for users
+        if os.environ.get("GPUDRA_DEBUG"):
+            raise
+        click.echo(f"gpudra allocate: cannot process the input: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(2)
+    for message in messages:
+        click.echo(message, err=True)
+    click.echo(render(data, output), nl=False)

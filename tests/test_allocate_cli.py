@@ -1,0 +1,238 @@
+"""`gpudra allocate`: the brief report against conformance cases, the claims view, input handling."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+pytest.importorskip("gpudra.allocator")
+from gpudra.cli.allocate import command  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFORMANCE = ROOT / "tests" / "data" / "conformance"
+DATA = ROOT / "tests" / "data" / "allocate"
+
+# A spread of modes, feature sets and outcomes (allocated, unallocatable, errors, sequential).
+CASES = [
+    "random/each-0003",
+    "random/each-0007",
+    "random/sequential-0001",
+    "random/together-0003",
+    "upstream/admin-access-enabled",
+    "upstream/admin-access-disabled",
+    "upstream/all-devices-many-plus-another",
+]
+
+
+def normalise(report: dict[str, Any]) -> dict[str, Any]:
+    """Drop what the conformance contract does not compare: the oracle header, shareIDs, error wording."""
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                key: ("<error>" if key == "error" else walk(item))
+                for key, item in value.items()
+                if key not in ("shareID", "oracle")
+            }
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        return value
+
+    return walk(report)
+
+
+def invoke(args: list[str], stdin: str | None = None):
+    runner = CliRunner()
+    return runner.invoke(command, args, input=stdin, catch_exceptions=False)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_brief_report_reproduces_conformance_expected_yaml(case):
+    folder = CONFORMANCE / case
+    args = shlex.split((folder / "args").read_text())
+    result = invoke(["--brief", "-o", "yaml", *args, "-f", str(folder / "input.yaml")])
+    assert result.exit_code == 0, result.output
+    expected = yaml.safe_load((folder / "expected.yaml").read_text())
+    assert normalise(yaml.safe_load(result.stdout)) == normalise(expected)
+
+
+def test_case_runner_command_line_works_as_a_subprocess():
+    folder = CONFORMANCE / "random/each-0003"
+    args = shlex.split((folder / "args").read_text())
+    completed = subprocess.run(
+        [sys.executable, "-m", "gpudra", "allocate", "--brief", "-o", "yaml", *args, "-f", str(folder / "input.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    expected = yaml.safe_load((folder / "expected.yaml").read_text())
+    assert normalise(yaml.safe_load(completed.stdout)) == normalise(expected)
+
+
+def test_input_from_stdin_and_json_output_match_the_file_form():
+    folder = CONFORMANCE / "random/together-0003"
+    args = shlex.split((folder / "args").read_text())
+    text = (folder / "input.yaml").read_text()
+    from_stdin = invoke(["--brief", "-o", "json", *args, "-f", "-"], stdin=text)
+    from_file = invoke(["--brief", "-o", "yaml", *args, "-f", str(folder / "input.yaml")])
+    assert from_stdin.exit_code == 0 and from_file.exit_code == 0
+    assert normalise(json.loads(from_stdin.stdout)) == normalise(yaml.safe_load(from_file.stdout))
+
+
+def test_allocator_flag_is_accepted_and_ignored():
+    folder = CONFORMANCE / "upstream/admin-access-enabled"
+    base = ["--brief", "--mode", "together", "--node", "node-1", "--features", "none,AdminAccess"]
+    plain = invoke([*base, "-f", str(folder / "input.yaml")])
+    named = invoke([*base, "--allocator", "stable", "-f", str(folder / "input.yaml")])
+    assert plain.exit_code == named.exit_code == 0
+    assert normalise(yaml.safe_load(plain.stdout)) == normalise(yaml.safe_load(named.stdout))
+
+
+def test_claims_view_fills_status_allocation_from_the_report():
+    folder = CONFORMANCE / "random/sequential-0001"
+    args = shlex.split((folder / "args").read_text())
+    brief = yaml.safe_load(invoke(["--brief", *args, "-f", str(folder / "input.yaml")]).stdout)
+    result = invoke([*args, "-f", str(folder / "input.yaml")])
+    assert result.exit_code == 0
+    view = yaml.safe_load(result.stdout)
+    assert view["kind"] == "List"
+    items = {f"{c['metadata'].get('namespace', 'default')}/{c['metadata']['name']}": c for c in view["items"]}
+    # every pending claim is listed; allocated ones carry exactly the final allocation
+    assert set(brief["finalAllocations"]) | set(brief["unallocatedClaims"]) == set(items)
+    for key, allocation in brief["finalAllocations"].items():
+        assert normalise(items[key]["status"]["allocation"]) == normalise(allocation)
+    for key in brief["unallocatedClaims"]:
+        assert "allocation" not in (items[key].get("status") or {})
+        assert f"{key}: unallocatable" in result.stderr
+
+
+def test_claims_view_in_each_mode_uses_the_first_node_that_fits():
+    folder = CONFORMANCE / "random/each-0003"
+    brief = yaml.safe_load(invoke(["--brief", "--mode", "each", "-f", str(folder / "input.yaml")]).stdout)
+    view = yaml.safe_load(invoke(["--mode", "each", "-o", "json", "-f", str(folder / "input.yaml")]).stdout)
+    first: dict[str, Any] = {}
+    for entry in brief["results"]:
+        if entry["outcome"] == "allocated":
+            for key, allocation in entry["allocations"].items():
+                first.setdefault(key, allocation)
+    got = {
+        f"{c['metadata'].get('namespace', 'default')}/{c['metadata']['name']}": c.get("status", {}).get("allocation")
+        for c in view["items"]
+    }
+    assert {k: normalise(v) for k, v in got.items() if v} == {k: normalise(v) for k, v in first.items()}
+
+
+def test_claims_option_restricts_the_pending_claims():
+    folder = CONFORMANCE / "random/each-0003"
+    full = yaml.safe_load(invoke(["--brief", "--mode", "each", "-f", str(folder / "input.yaml")]).stdout)
+    some = sorted({key for entry in full["results"] for key in entry["claims"]})[:1]
+    result = invoke(["--brief", "--mode", "each", "--claims", some[0], "-f", str(folder / "input.yaml")])
+    assert result.exit_code == 0
+    report = yaml.safe_load(result.stdout)
+    assert {key for entry in report["results"] for key in entry["claims"]} == set(some)
+
+
+# --- unusable input: clean message, exit 2, no traceback ------------------------------------------
+
+MALFORMED = {
+    "not-yaml.yaml": "apiVersion: v1\nkind: [unclosed\n",
+    "scalar.yaml": "just a string\n",
+    "list.yaml": "- 1\n- 2\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_malformed_files_give_a_clean_error(tmp_path, name):
+    path = tmp_path / name
+    path.write_text(MALFORMED[name])
+    result = CliRunner().invoke(command, ["-f", str(path)])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    assert str(path) in result.stderr
+
+
+def test_missing_file_gives_a_clean_error(tmp_path):
+    result = CliRunner().invoke(command, ["-f", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2
+    assert "nope.yaml" in result.stderr and "Traceback" not in result.output
+
+
+def test_unknown_feature_token_is_rejected():
+    folder = CONFORMANCE / "upstream/admin-access-enabled"
+    result = CliRunner().invoke(command, ["--features", "none,NoSuchGate", "-f", str(folder / "input.yaml")])
+    assert result.exit_code == 2
+    assert "NoSuchGate" in result.stderr
+
+
+def test_unknown_claim_name_is_rejected():
+    folder = CONFORMANCE / "upstream/admin-access-enabled"
+    result = CliRunner().invoke(command, ["--claims", "nowhere/nothing", "-f", str(folder / "input.yaml")])
+    assert result.exit_code == 2
+    assert "nowhere/nothing" in result.stderr
+
+
+def test_bad_mode_is_a_usage_error():
+    result = CliRunner().invoke(command, ["--mode", "sideways", "-f", "-"], input="")
+    assert result.exit_code == 2
+
+
+def test_structurally_broken_objects_do_not_crash(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text((DATA / "broken-objects.yaml").read_text())
+    result = CliRunner().invoke(command, ["--brief", "--node", "node-1", "-f", str(path)])
+    assert "Traceback" not in result.output
+    assert result.exit_code in (0, 2)
+    if result.exit_code == 2:
+        assert result.stderr.startswith("gpudra allocate:")
+
+
+def test_single_object_validation_problems_warn_and_proceed():
+    path = DATA / "invalid-but-allocatable.yaml"
+    result = invoke(["--brief", "--node", "node-1", "-f", str(path)])
+    assert result.exit_code == 0, result.stderr
+    report = yaml.safe_load(result.stdout)
+    assert [entry["outcome"] for entry in report["results"]] == ["allocated"]
+    pytest.importorskip("gpudra.api.validate")
+    assert "warning" in result.stderr.lower()
+
+
+# --- scale --------------------------------------------------------------------------------------------
+
+
+def load_generator():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gen_cluster
+    finally:
+        sys.path.pop(0)
+    return gen_cluster
+
+
+def test_two_thousand_node_cluster_is_feasible(tmp_path):
+    gen = load_generator()
+    objects = gen.generate_cluster(2000, nvlink_domains=2)
+    objects.append(gen.gpu_claim("train", 4, match_nvlink=True))
+    path = tmp_path / "cluster.yaml"
+    with open(path, "w") as stream:
+        gen.dump_yaml(objects, stream)
+    result = invoke(["--brief", "--mode", "each", "-o", "json", "-f", str(path)])
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert len(report["results"]) == 2000
+    assert {entry["outcome"] for entry in report["results"]} == {"allocated"}
+    # first-fit on each node: the first NVLink domain's four GPUs
+    last = report["results"][-1]
+    devices = [r["device"] for r in last["allocations"]["default/train"]["devices"]["results"]]
+    assert last["node"] == gen.node_name(1999)
+    assert devices == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
