@@ -1,0 +1,119 @@
+"""Convert resource.k8s.io v1beta1 / v1beta2 (and v1alpha3) objects to v1, as the API server does.
+
+v1beta2 and v1 share one layout. v1beta1 (and v1alpha3) differ in three places:
+- a request's fields sit directly on the request; v1 wraps them in `exactly` (or uses `firstAvailable`);
+- a device's fields sit under `basic`; v1 puts them on the device itself;
+- v1alpha3 capacities are bare quantities; later versions write `{value: …}`.
+The same helpers repair v1 documents written in an older layout (`gpudra validate --fix`).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+GROUP = "resource.k8s.io"
+V1 = f"{GROUP}/v1"
+OLD_VERSIONS = (f"{GROUP}/v1beta1", f"{GROUP}/v1beta2", f"{GROUP}/v1alpha3")
+DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
+
+# Fields of a v1beta1 DeviceRequest that v1 moved into ExactDeviceRequest.
+EXACT_REQUEST_FIELDS = (
+    "deviceClassName", "selectors", "allocationMode", "count", "adminAccess", "tolerations", "capacity",
+)
+
+
+def needs_conversion(obj: Any) -> bool:
+    return isinstance(obj, dict) and obj.get("apiVersion") in OLD_VERSIONS and obj.get("kind") in DRA_KINDS
+
+
+def to_v1(obj: dict[str, Any]) -> dict[str, Any]:
+    """A v1 copy of a DRA object in any served version; other objects are returned as a copy unchanged."""
+    result = copy.deepcopy(obj)
+    if not needs_conversion(obj):
+        return result
+    result["apiVersion"] = V1
+    upgrade_layout(result)
+    return result
+
+
+def upgrade_layout(obj: dict[str, Any]) -> list[str]:
+    """Rewrite old-layout fragments of a DRA object in place; returns the paths that changed."""
+    changed: list[str] = []
+    kind = obj.get("kind")
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return changed
+    if kind == "ResourceSlice":
+        for position, device in enumerate(_list(spec.get("devices"))):
+            if isinstance(device, dict) and flatten_device(device):
+                changed.append(f"spec.devices[{position}]")
+    elif kind == "ResourceClaim":
+        changed += _upgrade_claim_spec(spec, "spec")
+    elif kind == "ResourceClaimTemplate":
+        inner = spec.get("spec")
+        if isinstance(inner, dict):
+            changed += _upgrade_claim_spec(inner, "spec.spec")
+    return changed
+
+
+def _upgrade_claim_spec(spec: dict[str, Any], path: str) -> list[str]:
+    changed = []
+    devices = spec.get("devices")
+    if not isinstance(devices, dict):
+        return changed
+    for position, request in enumerate(_list(devices.get("requests"))):
+        if isinstance(request, dict) and wrap_request(request):
+            changed.append(f"{path}.devices.requests[{position}]")
+    return changed
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def wrap_request(request: dict[str, Any]) -> bool:
+    """Move v1beta1 flat request fields under `exactly`, in place, keeping key order. True if changed."""
+    flat = [name for name in EXACT_REQUEST_FIELDS if name in request]
+    if not flat or request.get("firstAvailable"):
+        # v1beta1 forbids the flat fields next to firstAvailable; leave them for validation to report.
+        return False
+    moved = {name: request[name] for name in request if name in EXACT_REQUEST_FIELDS}
+    rebuilt: dict[str, Any] = {}
+    for name, value in request.items():
+        if name in EXACT_REQUEST_FIELDS:
+            if "exactly" not in rebuilt:
+                existing = request.get("exactly") if isinstance(request.get("exactly"), dict) else {}
+                rebuilt["exactly"] = {**moved, **existing}
+            continue
+        if name == "exactly" and "exactly" in rebuilt:
+            continue
+        rebuilt[name] = value
+    request.clear()
+    request.update(rebuilt)
+    return True
+
+
+def flatten_device(device: dict[str, Any]) -> bool:
+    """Lift a v1beta1 `basic` device's fields onto the device, in place; also fix bare capacities."""
+    changed = False
+    basic = device.get("basic")
+    if "basic" in device:
+        rebuilt: dict[str, Any] = {}
+        for name, value in device.items():
+            if name == "basic":
+                if isinstance(basic, dict):
+                    for inner_name, inner_value in basic.items():
+                        rebuilt.setdefault(inner_name, inner_value)
+                continue
+            rebuilt[name] = value
+        device.clear()
+        device.update(rebuilt)
+        changed = True
+    capacity = device.get("capacity")
+    if isinstance(capacity, dict):
+        for name, value in list(capacity.items()):
+            if isinstance(value, (str, int)) and not isinstance(value, bool):
+                capacity[name] = {"value": value}
+                changed = True
+    return changed

@@ -1,0 +1,43 @@
+"""Write objects back as YAML or JSON, keeping the key order they were loaded with."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+import yaml
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if "\n" in value:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
+
+
+class _PureDumper(yaml.SafeDumper):
+    """Block-style YAML with list items indented under their key, as kubectl prints them.
+
+    The pure-Python dumper is used because the C dumper ignores the indentation override.
+    """
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False):  # noqa: D401
+        return super().increase_indent(flow, False)
+
+
+_PureDumper.add_representer(str, _str_representer)
+
+
+def dump_yaml_one(obj: Any) -> str:
+    return yaml.dump(obj, Dumper=_PureDumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=1_000_000)
+
+
+def dump_yaml(objs: Iterable[Any]) -> str:
+    """Documents separated by `---`, each in the key order it has."""
+    return "---\n".join(dump_yaml_one(obj) for obj in objs)
+
+
+def dump_json(objs: Iterable[Any]) -> str:
+    """One object as is; several as a v1 List (what `kubectl get -o json` prints)."""
+    items = list(objs)
+    if len(items) == 1:
+        return json.dumps(items[0], indent=2, ensure_ascii=False) + "\n"
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,21 @@
+"""Declarative schemas of the kinds gpudra reads, keyed by (apiVersion, kind)."""
+
+from __future__ import annotations
+
+from gpudra.api.schema import core, resource
+from gpudra.api.schema.types import Context, Struct
+
+RESOURCE_V1 = "resource.k8s.io/v1"
+
+SCHEMAS: dict[tuple[str, str], Struct] = {
+    **{(RESOURCE_V1, kind): schema for kind, schema in resource.KINDS.items()},
+    **core.KINDS,
+}
+CLUSTER_SCOPED: set[str] = resource.CLUSTER_SCOPED | core.CLUSTER_SCOPED
+
+
+def schema_for(api_version: str, kind: str) -> Struct | None:
+    return SCHEMAS.get((api_version, kind))
+
+
+__all__ = ["SCHEMAS", "CLUSTER_SCOPED", "Context", "schema_for", "RESOURCE_V1"]

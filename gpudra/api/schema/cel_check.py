@@ -1,0 +1,102 @@
+"""Selector expressions at validation time: compile with gpudra.cel when it is available, and explain the
+classic mistakes (attributes looked up by attribute name instead of by domain, amounts read from attributes)."""
+
+from __future__ import annotations
+
+import re
+
+from gpudra.api.schema import names
+from gpudra.api.schema.types import Context
+
+_LOOKUP = re.compile(r"device\.(attributes|capacity)\[\s*(['\"])([^'\"]*)\2\s*\]")
+_QUANTITY_USE = re.compile(r"^\s*\.\s*(isGreaterThan|isLessThan|compareTo|add|sub|asInteger|asApproximateFloat)\b")
+_AMOUNT_NAMES = {"memory", "mem", "gpumemory", "vram", "framebuffer", "cores", "multiprocessors"}
+DEFAULT_DOMAIN = "gpu.nvidia.com"
+
+
+def compiler():
+    """gpudra.cel.compile_selector and its error class, or None while the CEL package is not there."""
+    try:
+        from gpudra.cel import CELCompileError, compile_selector  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return compile_selector, CELCompileError
+
+
+def check_selector_expression(expression: str, path: str, ctx: Context) -> None:
+    explain_lookups(expression, path, ctx)
+    found = compiler()
+    if found is None:
+        return
+    compile_selector, compile_error = found
+    try:
+        compile_selector(expression)
+    except compile_error as exc:
+        message = getattr(exc, "message", None) or str(exc)
+        column = getattr(exc, "column", None)
+        where = f" at column {column}" if isinstance(column, int) and column > 0 else ""
+        caret = None
+        if where and "\n" not in expression:
+            caret = f"{expression}\n{' ' * (column - 1)}^"
+        ctx.error(path, f"CEL compile error{where}: {message} (expression: {expression})", caret)
+    except Exception as exc:  # noqa: BLE001 - a bug in the CEL adapter must not crash validation
+        ctx.warning(path, f"could not check the CEL expression: {type(exc).__name__}: {exc}")
+
+
+def rewrite_lookup(expression: str, domain: str = DEFAULT_DOMAIN) -> tuple[str, list[str]]:
+    """Rewrite mechanical lookup mistakes; returns (new expression, what was changed)."""
+    changes: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        table, lookup_key = match.group(1), match.group(3)
+        rest = expression[match.end():]
+        if "/" in lookup_key:
+            lookup_domain, _, attribute = lookup_key.partition("/")
+            identifier = attribute if not names.c_identifier(attribute) else names.camel_identifier(attribute)
+            if not identifier or names.c_identifier(identifier):
+                return match.group(0)
+            new = f'device.{table}["{lookup_domain}"].{identifier}'
+        elif "." not in lookup_key and lookup_key and not names.c_identifier(lookup_key):
+            is_amount = lookup_key.lower() in _AMOUNT_NAMES or bool(_QUANTITY_USE.match(rest))
+            new_table = "capacity" if is_amount else table
+            new = f'device.{new_table}["{domain}"].{lookup_key}'
+        else:
+            return match.group(0)
+        changes.append(f"{match.group(0)} -> {new}")
+        return new
+
+    return _LOOKUP.sub(replace, expression), changes
+
+
+def explain_lookups(expression: str, path: str, ctx: Context) -> None:
+    for match in _LOOKUP.finditer(expression):
+        table, lookup_key = match.group(1), match.group(3)
+        rest = expression[match.end():]
+        if "/" in lookup_key:
+            lookup_domain, _, attribute = lookup_key.partition("/")
+            identifier = attribute if not names.c_identifier(attribute) else names.camel_identifier(attribute)
+            note = ""
+            if identifier != attribute:
+                note = f" ({attribute!r} is not a valid attribute name: names are C identifiers)"
+            ctx.error(
+                path,
+                f"{match.group(0)} looks up a domain named {lookup_key!r}, which cannot exist, so the map is always "
+                f"empty: device.{table} is keyed by domain, then by name; write "
+                f'device.{table}["{lookup_domain}"].{identifier or "<name>"}{note}',
+            )
+        elif "." not in lookup_key and lookup_key:
+            is_amount = lookup_key.lower() in _AMOUNT_NAMES or bool(_QUANTITY_USE.match(rest))
+            if is_amount and table == "attributes":
+                ctx.error(
+                    path,
+                    f"{match.group(0)} is the (empty) map of attributes in a domain named {lookup_key!r}, not an "
+                    f"attribute. Amounts such as memory are capacities keyed by the driver's domain: write "
+                    f'device.capacity["{DEFAULT_DOMAIN}"].{lookup_key} (for the NVIDIA driver), e.g. '
+                    f'device.capacity["{DEFAULT_DOMAIN}"].{lookup_key}.compareTo(quantity("16Gi")) >= 0',
+                )
+            else:
+                ctx.error(
+                    path,
+                    f"{match.group(0)} looks up a domain named {lookup_key!r}; device.{table} is keyed by domain "
+                    f'(e.g. "{DEFAULT_DOMAIN}"), then by name: write device.{table}["<domain>"].{lookup_key}',
+                )

@@ -1,0 +1,156 @@
+"""Pieces shared by every kind: ObjectMeta, node selectors, conditions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudra.api.schema import names
+from gpudra.api.schema.types import (
+    AnyValue, Bool, Context, F, Int, ListOf, MapOf, Str, Struct, child, index,
+)
+
+
+def _labels_check(value: Any, path: str, ctx: Context) -> None:
+    return None
+
+
+OWNER_REFERENCE = Struct(
+    "OwnerReference",
+    {
+        "apiVersion": F(Str(), required=True),
+        "kind": F(Str(), required=True),
+        "name": F(Str(), required=True),
+        "uid": F(Str(), required=True),
+        "controller": F(Bool()),
+        "blockOwnerDeletion": F(Bool()),
+    },
+)
+
+LABELS = MapOf(Str(validators=(names.label_value,)), key_check=names.qualified_name)
+ANNOTATIONS = MapOf(Str(), key_check=names.qualified_name)
+
+
+def object_meta(name_check=names.dns_subdomain, name_required: bool = True) -> Struct:
+    def require_name(value: dict, path: str, ctx: Context) -> None:
+        if name_required and not value.get("name") and not value.get("generateName"):
+            ctx.error(child(path, "name"), "required field is missing (set name or generateName)")
+
+    return Struct(
+        "ObjectMeta",
+        {
+            "name": F(Str(validators=(name_check,))),
+            "generateName": F(Str()),
+            "namespace": F(Str(validators=(names.dns_label,))),
+            "labels": F(LABELS),
+            "annotations": F(ANNOTATIONS),
+            "uid": F(Str()),
+            "resourceVersion": F(Str()),
+            "generation": F(Int()),
+            "creationTimestamp": F(Str()),
+            "deletionTimestamp": F(Str()),
+            "deletionGracePeriodSeconds": F(Int()),
+            "ownerReferences": F(ListOf(OWNER_REFERENCE)),
+            "finalizers": F(ListOf(Str(validators=(names.qualified_name,)))),
+            "managedFields": F(ListOf(AnyValue())),
+            "selfLink": F(Str()),
+        },
+        checks=(require_name,),
+    )
+
+
+TEMPLATE_META = Struct(
+    "ObjectMeta",
+    {
+        "labels": F(LABELS),
+        "annotations": F(ANNOTATIONS),
+        # The API accepts the other ObjectMeta fields in a template but ignores them; see the check below.
+        "name": F(Str()),
+        "generateName": F(Str()),
+        "namespace": F(Str()),
+        "finalizers": F(ListOf(Str())),
+        "ownerReferences": F(ListOf(AnyValue())),
+    },
+)
+
+_NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+def _requirement_check(value: Any, path: str, ctx: Context) -> None:
+    operator, values = value.get("operator"), value.get("values") or []
+    if not isinstance(values, list):
+        return
+    if operator in ("In", "NotIn") and not values:
+        ctx.error(child(path, "values"), f"must be specified when operator is {operator!r}")
+    elif operator in ("Exists", "DoesNotExist") and values:
+        ctx.error(child(path, "values"), f"may not be specified when operator is {operator!r}")
+    elif operator in ("Gt", "Lt"):
+        if len(values) != 1:
+            ctx.error(child(path, "values"), f"must have exactly one value when operator is {operator!r}")
+        elif not (isinstance(values[0], str) and values[0].lstrip("-").isdigit()):
+            ctx.error(index(child(path, "values"), 0), "must be an integer written as a string")
+
+
+NODE_SELECTOR_REQUIREMENT = Struct(
+    "NodeSelectorRequirement",
+    {
+        "key": F(Str(validators=(names.qualified_name,)), required=True),
+        "operator": F(Str(enum=_NODE_SELECTOR_OPERATORS), required=True),
+        "values": F(ListOf(Str())),
+    },
+    checks=(_requirement_check,),
+)
+
+
+def _field_requirement_check(value: Any, path: str, ctx: Context) -> None:
+    field_key = value.get("key")
+    if isinstance(field_key, str) and field_key != "metadata.name":
+        ctx.error(child(path, "key"), f"unsupported field {field_key!r}; node matchFields only support 'metadata.name'")
+    if value.get("operator") not in (None, "In", "NotIn"):
+        ctx.error(child(path, "operator"), "matchFields on metadata.name support only 'In' and 'NotIn'")
+
+
+NODE_SELECTOR_FIELD_REQUIREMENT = Struct(
+    "NodeSelectorRequirement",
+    NODE_SELECTOR_REQUIREMENT.fields,
+    checks=(_requirement_check, _field_requirement_check),
+)
+
+NODE_SELECTOR_TERM = Struct(
+    "NodeSelectorTerm",
+    {
+        "matchExpressions": F(ListOf(NODE_SELECTOR_REQUIREMENT)),
+        "matchFields": F(ListOf(NODE_SELECTOR_FIELD_REQUIREMENT)),
+    },
+)
+
+NODE_SELECTOR = Struct(
+    "NodeSelector",
+    {"nodeSelectorTerms": F(ListOf(NODE_SELECTOR_TERM), required=True)},
+)
+
+CONDITION = Struct(
+    "Condition",
+    {
+        "type": F(Str(validators=(names.qualified_name,)), required=True),
+        "status": F(Str(enum=("True", "False", "Unknown")), required=True),
+        "observedGeneration": F(Int(minimum=0)),
+        "lastTransitionTime": F(Str()),
+        "reason": F(Str(max_len=1024)),
+        "message": F(Str(max_len=32768)),
+    },
+)
+
+
+def top_level(kind_name: str, meta: Struct, spec: Struct | None, status: Struct | None,
+              spec_required: bool = True, extra: dict[str, F] | None = None, checks=()) -> Struct:
+    fields = {
+        "apiVersion": F(Str(), required=True),
+        "kind": F(Str(), required=True),
+        "metadata": F(meta, required=True),
+    }
+    if spec is not None:
+        fields["spec"] = F(spec, required=spec_required)
+    if status is not None:
+        fields["status"] = F(status)
+    fields.update(extra or {})
+    return Struct(kind_name, fields, checks=tuple(checks))

@@ -1,0 +1,563 @@
+"""resource.k8s.io/v1 (Kubernetes 1.36): DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.api.schema import hints, names
+from gpudra.api.schema.cel_check import check_selector_expression
+from gpudra.api.schema.meta import CONDITION, NODE_SELECTOR, TEMPLATE_META, object_meta, top_level
+from gpudra.api.schema.types import (
+    AnyValue, Bool, Context, F, Int, ListOf, MapOf, QuantityType, Str, Struct, Type, child, index, key, type_name,
+)
+
+# Limits (resource/v1/types.go, Kubernetes 1.36)
+REQUESTS_MAX = 32
+SUBREQUESTS_MAX = 8
+SELECTORS_MAX = 32
+CONSTRAINTS_MAX = 32
+CONFIGS_MAX = 32
+ALLOCATION_CONFIGS_MAX = 64
+RESULTS_MAX = 32
+TOLERATIONS_MAX = 16
+TAINTS_MAX = 16
+DEVICES_MAX = 128
+DEVICES_MAX_WITH_TAINTS_OR_COUNTERS = 64
+ATTRIBUTES_AND_CAPACITY_MAX = 32
+ATTRIBUTE_VALUE_MAX = 64
+LIST_ATTRIBUTE_MAX = 64  # items in a list-typed attribute (1.36)
+COUNTER_SETS_MAX = 8
+COUNTERS_PER_SET_MAX = 32
+CONSUMES_COUNTERS_MAX = 2
+BINDING_CONDITIONS_MAX = 4
+VALID_VALUES_MAX = 10
+RESERVED_FOR_MAX = 256
+DEVICE_CONDITIONS_MAX = 8
+OPAQUE_PARAMETERS_MAX = 10 * 1024
+CEL_EXPRESSION_MAX = 10 * 1024
+DRIVER_NAME_MAX = 63
+
+
+def _semver(value: str) -> list[str]:
+    from gpudra.api.semver import SemverError, parse_semver
+
+    try:
+        parse_semver(value)
+    except SemverError as exc:
+        return [f"{value!r} is not a semantic version (semver 2.0.0, e.g. 1.2.3): {exc}"]
+    return []
+
+
+DRIVER = Str(validators=(names.dns_subdomain_63,), allow_empty=False)
+CLASS_NAME = Str(validators=(names.device_class_name,), allow_empty=False)
+
+
+class SelectorExpression(Str):
+    def check(self, value: Any, path: str, ctx: Context) -> None:
+        super().check(value, path, ctx)
+        if isinstance(value, str) and len(value) <= CEL_EXPRESSION_MAX:
+            check_selector_expression(value, path, ctx)
+
+
+DEVICE_SELECTOR = Struct(
+    "DeviceSelector",
+    {"cel": F(Struct("CELDeviceSelector", {
+        "expression": F(SelectorExpression(max_len=CEL_EXPRESSION_MAX, allow_empty=False), required=True),
+    }))},
+    one_of=((("cel",), True),),
+)
+
+OPAQUE = Struct(
+    "OpaqueDeviceConfiguration",
+    {
+        "driver": F(DRIVER, required=True),
+        "parameters": F(AnyValue(max_bytes=OPAQUE_PARAMETERS_MAX, must_be_object=True), required=True),
+    },
+)
+
+# ----- DeviceClass -----------------------------------------------------------------------------------
+DEVICE_CLASS_SPEC = Struct(
+    "DeviceClassSpec",
+    {
+        "selectors": F(ListOf(DEVICE_SELECTOR, max_items=SELECTORS_MAX)),
+        "config": F(ListOf(Struct("DeviceClassConfiguration", {"opaque": F(OPAQUE)}, one_of=((("opaque",), True),)),
+                           max_items=CONFIGS_MAX)),
+        "extendedResourceName": F(Str(validators=(names.extended_resource_name,))),
+    },
+)
+
+# ----- ResourceSlice ---------------------------------------------------------------------------------
+ATTRIBUTE_KINDS = ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
+
+
+def _string_attribute(value: str) -> list[str]:
+    return [] if len(value) <= ATTRIBUTE_VALUE_MAX else [
+        f"must have at most {ATTRIBUTE_VALUE_MAX} characters (has {len(value)})"]
+
+
+ATTRIBUTE_STRUCT = Struct(
+    "DeviceAttribute",
+    {
+        "int": F(Int()),
+        "bool": F(Bool()),
+        "string": F(Str(validators=(_string_attribute,))),
+        "version": F(Str(validators=(_string_attribute, _semver))),
+        "ints": F(ListOf(Int(), max_items=LIST_ATTRIBUTE_MAX, min_items=1)),
+        "bools": F(ListOf(Bool(), max_items=LIST_ATTRIBUTE_MAX, min_items=1)),
+        "strings": F(ListOf(Str(validators=(_string_attribute,)), max_items=LIST_ATTRIBUTE_MAX, min_items=1)),
+        "versions": F(ListOf(Str(validators=(_string_attribute, _semver)), max_items=LIST_ATTRIBUTE_MAX, min_items=1)),
+    },
+    one_of=((ATTRIBUTE_KINDS, True),),
+    unknown_hints=(hints.attribute_quantity,),
+)
+
+
+class AttributeType(Type):
+    """A DeviceAttribute; bare scalars (`model: H100`) get the typed form suggested."""
+
+    def check(self, value: Any, path: str, ctx: Context) -> None:
+        if isinstance(value, dict):
+            present = [k for k in ATTRIBUTE_KINDS if value.get(k) is not None]
+            if not present and not any(k not in ATTRIBUTE_KINDS for k in value):
+                ctx.error(path, "exactly one of " + ", ".join(ATTRIBUTE_KINDS) + " must be set")
+                return
+            ATTRIBUTE_STRUCT.check(value, path, ctx)
+            name = path.rsplit("[", 1)[-1].rstrip("]")
+            hints.quantity_string_attribute(name, value, path, ctx)
+            return
+        name = path.rsplit("[", 1)[-1].rstrip("]")
+        if hints.looks_like_quantity(value):
+            ctx.error(path, f"an attribute must be an object such as {{string: ...}}; {value!r} is an amount, "
+                      f"which belongs in capacity", hints.fragment({"capacity": {name: {"value": value}}}))
+            return
+        typed = {bool: "bool", int: "int", str: "string"}.get(type(value))
+        if typed is None:
+            ctx.error(path, f"must be an object with one of {', '.join(ATTRIBUTE_KINDS)}, not {type_name(value)}")
+            return
+        ctx.error(path, f"an attribute must say its type; write {{{typed}: {value!r}}}",
+                  hints.fragment({name: {typed: value}}))
+
+
+COUNTER = Struct("Counter", {"value": F(QuantityType(), required=True)})
+COUNTERS = MapOf(COUNTER, key_check=names.dns_label, max_items=COUNTERS_PER_SET_MAX)
+
+
+def _policy_check(value: dict, path: str, ctx: Context) -> None:
+    default = _quantity(value.get("default"))
+    valid_values = value.get("validValues")
+    if isinstance(valid_values, list) and valid_values:
+        parsed = [_quantity(v) for v in valid_values]
+        if all(q is not None for q in parsed):
+            if any(a >= b for a, b in zip(parsed, parsed[1:])):
+                ctx.error(child(path, "validValues"), "must be sorted in ascending order without duplicates")
+            if default is not None and default not in parsed:
+                ctx.error(child(path, "validValues"), f"must include the default value {value.get('default')!r}")
+    valid_range = value.get("validRange")
+    if isinstance(valid_range, dict):
+        low, high, step = (_quantity(valid_range.get(n)) for n in ("min", "max", "step"))
+        range_path = child(path, "validRange")
+        if low is not None and high is not None and high < low:
+            ctx.error(child(range_path, "max"), "must be greater than or equal to min")
+        if step is not None and step.sign() <= 0:
+            ctx.error(child(range_path, "step"), "must be greater than 0")
+        if default is not None and low is not None:
+            if default < low or (high is not None and default > high):
+                ctx.error(child(path, "default"), "must be within validRange")
+            elif step is not None and step.sign() > 0 and (default.nanos - low.nanos) % step.nanos:
+                ctx.error(child(path, "default"), "must be min plus a multiple of step")
+    if value.get("default") is None and (valid_values or valid_range):
+        ctx.error(child(path, "default"), "required when validValues or validRange is set")
+
+
+def _quantity(value: Any) -> Quantity | None:
+    try:
+        return Quantity.parse(value) if value is not None else None
+    except QuantityError:
+        return None
+
+
+REQUEST_POLICY = Struct(
+    "CapacityRequestPolicy",
+    {
+        "default": F(QuantityType(non_negative=True)),
+        "validValues": F(ListOf(QuantityType(non_negative=True), max_items=VALID_VALUES_MAX)),
+        "validRange": F(Struct("CapacityRequestPolicyRange", {
+            "min": F(QuantityType(non_negative=True), required=True),
+            "max": F(QuantityType(non_negative=True)),
+            "step": F(QuantityType()),
+        })),
+    },
+    one_of=((("validValues", "validRange"), False),),
+    checks=(_policy_check,),
+)
+
+CAPACITY_STRUCT = Struct("DeviceCapacity", {"value": F(QuantityType(non_negative=True), required=True),
+                                            "requestPolicy": F(REQUEST_POLICY)})
+
+
+class CapacityType(Type):
+    def check(self, value: Any, path: str, ctx: Context) -> None:
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            name = path.rsplit("[", 1)[-1].rstrip("]")
+            ctx.error(path, f"a capacity is an object: write {{value: {value!r}}} (bare quantities are the "
+                      "v1alpha3 layout)", hints.fragment({name: {"value": value}}))
+            return
+        CAPACITY_STRUCT.check(value, path, ctx)
+
+
+DEVICE_TAINT = Struct(
+    "DeviceTaint",
+    {
+        "key": F(Str(validators=(names.qualified_name,)), required=True),
+        "value": F(Str(validators=(names.label_value,))),
+        "effect": F(Str(enum=("NoSchedule", "NoExecute", "None")), required=True),
+        "timeAdded": F(Str()),
+    },
+)
+
+CONDITION_NAMES = ListOf(Str(validators=(names.qualified_name,)), max_items=BINDING_CONDITIONS_MAX, unique_items=True)
+
+
+def _device_check(device: dict, path: str, ctx: Context) -> None:
+    attributes = device.get("attributes") if isinstance(device.get("attributes"), dict) else {}
+    capacity = device.get("capacity") if isinstance(device.get("capacity"), dict) else {}
+    if len(attributes) + len(capacity) > ATTRIBUTES_AND_CAPACITY_MAX:
+        ctx.error(path, f"attributes and capacity together must have at most {ATTRIBUTES_AND_CAPACITY_MAX} "
+                  f"entries (has {len(attributes) + len(capacity)})")
+    if device.get("allowMultipleAllocations") is not True:
+        for name, item in capacity.items():
+            if isinstance(item, dict) and item.get("requestPolicy") is not None:
+                ctx.error(child(key(child(path, "capacity"), name), "requestPolicy"),
+                          "allowMultipleAllocations must be true to use a request policy")
+    conditions, failures = device.get("bindingConditions"), device.get("bindingFailureConditions")
+    if conditions and not failures:
+        ctx.error(child(path, "bindingFailureConditions"), "required when bindingConditions is set")
+    if failures and not conditions:
+        ctx.error(child(path, "bindingConditions"), "required when bindingFailureConditions is set")
+    driver = ctx.facts.get("driver")
+    if isinstance(driver, str):
+        for name in attributes:
+            if isinstance(name, str) and name.startswith(driver + "/") and name[len(driver) + 1:] in attributes:
+                ctx.error(key(child(path, "attributes"), name),
+                          f"duplicates attribute {name[len(driver) + 1:]!r}: names without a domain belong to the "
+                          f"driver's domain {driver!r}")
+
+
+DEVICE = Struct(
+    "Device",
+    {
+        "name": F(Str(validators=(names.dns_label,), allow_empty=False), required=True),
+        "attributes": F(MapOf(AttributeType(), key_check=names.dra_qualified_name)),
+        "capacity": F(MapOf(CapacityType(), key_check=names.dra_qualified_name)),
+        "consumesCounters": F(ListOf(Struct("DeviceCounterConsumption", {
+            "counterSet": F(Str(validators=(names.dns_label,), allow_empty=False), required=True),
+            "counters": F(COUNTERS, required=True),
+        }), max_items=CONSUMES_COUNTERS_MAX, unique_by="counterSet")),
+        "nodeName": F(Str(validators=(names.dns_subdomain,))),
+        "nodeSelector": F(NODE_SELECTOR),
+        "allNodes": F(Bool()),
+        "taints": F(ListOf(DEVICE_TAINT, max_items=TAINTS_MAX)),
+        "bindsToNode": F(Bool()),
+        "bindingConditions": F(CONDITION_NAMES),
+        "bindingFailureConditions": F(CONDITION_NAMES),
+        "allowMultipleAllocations": F(Bool()),
+    },
+    checks=(_device_check,),
+    unknown_hints=(hints.device_basic,),
+)
+
+
+def _slice_check(spec: dict, path: str, ctx: Context) -> None:
+    devices = spec.get("devices") if isinstance(spec.get("devices"), list) else []
+    dicts = [d for d in devices if isinstance(d, dict)]
+    if any(d.get("taints") or d.get("consumesCounters") for d in dicts) and len(devices) > DEVICES_MAX_WITH_TAINTS_OR_COUNTERS:
+        ctx.error(child(path, "devices"), f"must have at most {DEVICES_MAX_WITH_TAINTS_OR_COUNTERS} devices when "
+                  f"any device has taints or consumesCounters (has {len(devices)})")
+    if devices and spec.get("sharedCounters"):
+        ctx.error(path, "only one of devices and sharedCounters may be set: counter sets go in their own "
+                  "ResourceSlice of the same pool")
+    per_device = spec.get("perDeviceNodeSelection") is True
+    for position, device in enumerate(dicts):
+        device_path = index(child(path, "devices"), position)
+        chosen = [n for n in ("nodeName", "nodeSelector", "allNodes") if device.get(n) not in (None, False, "")]
+        if per_device and len(chosen) != 1:
+            ctx.error(device_path, "with perDeviceNodeSelection, exactly one of nodeName, nodeSelector, allNodes "
+                      f"must be set on each device (found {len(chosen)})")
+        if not per_device:
+            for name in chosen:
+                ctx.error(child(device_path, name), "only allowed when spec.perDeviceNodeSelection is true")
+        if isinstance(device.get("nodeSelector"), dict):
+            _one_term(device["nodeSelector"], child(device_path, "nodeSelector"), ctx)
+    if isinstance(spec.get("nodeSelector"), dict):
+        _one_term(spec["nodeSelector"], child(path, "nodeSelector"), ctx)
+    if spec.get("nodeName") == "":
+        ctx.error(child(path, "nodeName"), "must not be empty")
+
+
+def _one_term(selector: dict, path: str, ctx: Context) -> None:
+    terms = selector.get("nodeSelectorTerms")
+    if isinstance(terms, list) and len(terms) != 1:
+        ctx.error(child(path, "nodeSelectorTerms"), "must have exactly one node selector term")
+
+
+RESOURCE_SLICE_SPEC = Struct(
+    "ResourceSliceSpec",
+    {
+        "driver": F(DRIVER, required=True),
+        "pool": F(Struct("ResourcePool", {
+            "name": F(Str(validators=(names.pool_name,)), required=True),
+            "generation": F(Int(minimum=0)),
+            "resourceSliceCount": F(Int(minimum=1), required=True),
+        }), required=True),
+        "nodeName": F(Str(validators=(names.dns_subdomain,))),
+        "nodeSelector": F(NODE_SELECTOR),
+        "allNodes": F(Bool()),
+        "perDeviceNodeSelection": F(Bool()),
+        "devices": F(ListOf(DEVICE, max_items=DEVICES_MAX, unique_by="name")),
+        "sharedCounters": F(ListOf(Struct("CounterSet", {
+            "name": F(Str(validators=(names.dns_label,), allow_empty=False), required=True),
+            "counters": F(COUNTERS, required=True),
+        }), max_items=COUNTER_SETS_MAX, unique_by="name")),
+    },
+    one_of=((("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection"), True),),
+    checks=(_slice_check,),
+)
+
+# ----- ResourceClaim ---------------------------------------------------------------------------------
+def _toleration_check(value: dict, path: str, ctx: Context) -> None:
+    operator = value.get("operator") or "Equal"
+    if operator == "Exists" and value.get("value"):
+        ctx.error(child(path, "value"), "must be empty when operator is 'Exists'")
+    if not value.get("key") and operator != "Exists":
+        ctx.error(child(path, "operator"), "must be 'Exists' when key is empty")
+
+
+DEVICE_TOLERATION = Struct(
+    "DeviceToleration",
+    {
+        "key": F(Str(validators=(names.qualified_name,))),
+        "operator": F(Str(enum=("Exists", "Equal"))),
+        "value": F(Str(validators=(names.label_value,))),
+        "effect": F(Str(enum=("NoSchedule", "NoExecute", "None"))),
+        "tolerationSeconds": F(Int()),
+    },
+    checks=(_toleration_check,),
+)
+
+CAPACITY_REQUIREMENTS = Struct("CapacityRequirements", {
+    "requests": F(MapOf(QuantityType(non_negative=True), key_check=names.dra_qualified_name)),
+})
+
+
+def _count_check(value: dict, path: str, ctx: Context) -> None:
+    mode, count = value.get("allocationMode"), value.get("count")
+    if not isinstance(count, int) or isinstance(count, bool):
+        return
+    if mode == "All" and count != 0:
+        ctx.error(child(path, "count"), "must not be specified when allocationMode is 'All'")
+    elif mode in (None, "", "ExactCount") and count < 0:
+        ctx.error(child(path, "count"), f"must be greater than zero (is {count})")
+
+
+def _request_fields(admin: bool) -> dict[str, F]:
+    fields = {
+        "deviceClassName": F(CLASS_NAME, required=True),
+        "selectors": F(ListOf(DEVICE_SELECTOR, max_items=SELECTORS_MAX)),
+        "allocationMode": F(Str(enum=("ExactCount", "All"))),
+        "count": F(Int()),
+        "tolerations": F(ListOf(DEVICE_TOLERATION, max_items=TOLERATIONS_MAX)),
+        "capacity": F(CAPACITY_REQUIREMENTS),
+    }
+    if admin:
+        fields["adminAccess"] = F(Bool())
+    return fields
+
+
+EXACT_REQUEST = Struct("ExactDeviceRequest", _request_fields(admin=True), checks=(_count_check,))
+SUBREQUEST = Struct(
+    "DeviceSubRequest",
+    {"name": F(Str(validators=(names.dns_label,), allow_empty=False), required=True), **_request_fields(admin=False)},
+    checks=(_count_check,),
+    unknown_hints=(hints.subrequest_admin_access,),
+)
+
+DEVICE_REQUEST = Struct(
+    "DeviceRequest",
+    {
+        "name": F(Str(validators=(names.dns_label,), allow_empty=False), required=True),
+        "exactly": F(EXACT_REQUEST),
+        "firstAvailable": F(ListOf(SUBREQUEST, max_items=SUBREQUESTS_MAX, min_items=1, unique_by="name")),
+    },
+    one_of=((("exactly", "firstAvailable"), False),),
+    checks=(lambda v, p, c: _request_form_check(v, p, c),),
+    unknown_hints=(lambda n, v, p, c: _request_flat_field(n, v, p, c), hints.request_constraints),
+)
+
+
+def _request_form_check(request: dict, path: str, ctx: Context) -> None:
+    """Exactly one of exactly / firstAvailable, unless the v1beta1 hint already explained the layout."""
+    if not request.get("exactly") and not request.get("firstAvailable"):
+        if not any(name in request for name in EXACT_REQUEST.fields):
+            ctx.error(path, "exactly one of exactly, firstAvailable must be set")
+
+
+def _request_flat_field(name: str, request: dict, path: str, ctx: Context) -> bool:
+    if not hints.request_flat_field(name, request, path, ctx):
+        return False
+    # Still check the value where it belongs, so a misplaced selector gets its expression checked too.
+    spec = EXACT_REQUEST.fields.get(name)
+    if spec is not None and request.get(name) is not None:
+        spec.type.check(request[name], child(path, name), ctx)
+    return True
+
+
+def _fully_qualified(value: str) -> list[str]:
+    return names.dra_fully_qualified_name(value)
+
+
+DEVICE_CONSTRAINT = Struct(
+    "DeviceConstraint",
+    {
+        "requests": F(ListOf(Str(allow_empty=False), unique_items=True)),
+        "matchAttribute": F(Str(validators=(_fully_qualified,))),
+        "distinctAttribute": F(Str(validators=(_fully_qualified,))),
+    },
+    one_of=((("matchAttribute", "distinctAttribute"), True),),
+    unknown_hints=(hints.constraint_cel,),
+)
+
+CLAIM_CONFIG = Struct(
+    "DeviceClaimConfiguration",
+    {"requests": F(ListOf(Str(allow_empty=False), unique_items=True)), "opaque": F(OPAQUE)},
+    one_of=((("opaque",), True),),
+)
+
+
+def _references_check(claim: dict, path: str, ctx: Context) -> None:
+    requests = claim.get("requests") if isinstance(claim.get("requests"), list) else []
+    known: set[str] = set()
+    for request in requests:
+        if not isinstance(request, dict) or not isinstance(request.get("name"), str):
+            continue
+        known.add(request["name"])
+        for sub in request.get("firstAvailable") or []:
+            if isinstance(sub, dict) and isinstance(sub.get("name"), str):
+                known.add(f"{request['name']}/{sub['name']}")
+    for section in ("constraints", "config"):
+        entries = claim.get(section)
+        if not isinstance(entries, list):
+            continue
+        for position, entry in enumerate(entries):
+            refs = entry.get("requests") if isinstance(entry, dict) else None
+            if not isinstance(refs, list):
+                continue
+            for ref_position, ref in enumerate(refs):
+                if isinstance(ref, str) and ref and ref not in known:
+                    ctx.error(index(child(index(child(path, section), position), "requests"), ref_position),
+                              f"{ref!r} is not a request of this claim (requests: "
+                              + (", ".join(sorted(known)) or "none") + ")")
+
+
+DEVICE_CLAIM = Struct(
+    "DeviceClaim",
+    {
+        "requests": F(ListOf(DEVICE_REQUEST, max_items=REQUESTS_MAX, unique_by="name")),
+        "constraints": F(ListOf(DEVICE_CONSTRAINT, max_items=CONSTRAINTS_MAX)),
+        "config": F(ListOf(CLAIM_CONFIG, max_items=CONFIGS_MAX)),
+    },
+    checks=(_references_check,),
+)
+
+RESOURCE_CLAIM_SPEC = Struct("ResourceClaimSpec", {"devices": F(DEVICE_CLAIM)},
+                             unknown_hints=(hints.claim_spec_alpha,))
+
+RESULT = Struct(
+    "DeviceRequestAllocationResult",
+    {
+        "request": F(Str(allow_empty=False), required=True),
+        "driver": F(DRIVER, required=True),
+        "pool": F(Str(validators=(names.pool_name,)), required=True),
+        "device": F(Str(validators=(names.dns_label,)), required=True),
+        "adminAccess": F(Bool()),
+        "tolerations": F(ListOf(DEVICE_TOLERATION, max_items=TOLERATIONS_MAX)),
+        "bindingConditions": F(CONDITION_NAMES),
+        "bindingFailureConditions": F(CONDITION_NAMES),
+        "shareID": F(Str(allow_empty=False)),
+        "consumedCapacity": F(MapOf(QuantityType(non_negative=True), key_check=names.dra_qualified_name)),
+    },
+)
+
+
+def _claim_status_check(status: dict, path: str, ctx: Context) -> None:
+    if status.get("reservedFor") and not status.get("allocation"):
+        ctx.error(child(path, "reservedFor"), "may only be set while the claim is allocated (status.allocation)")
+
+
+RESOURCE_CLAIM_STATUS = Struct(
+    "ResourceClaimStatus",
+    {
+        "allocation": F(Struct("AllocationResult", {
+            "devices": F(Struct("DeviceAllocationResult", {
+                "results": F(ListOf(RESULT, max_items=RESULTS_MAX)),
+                "config": F(ListOf(Struct("DeviceAllocationConfiguration", {
+                    "source": F(Str(enum=("FromClass", "FromClaim")), required=True),
+                    "requests": F(ListOf(Str())),
+                    "opaque": F(OPAQUE),
+                }, one_of=((("opaque",), True),)), max_items=ALLOCATION_CONFIGS_MAX)),
+            })),
+            "nodeSelector": F(NODE_SELECTOR),
+            "allocationTimestamp": F(Str()),
+        })),
+        "reservedFor": F(ListOf(Struct("ResourceClaimConsumerReference", {
+            "apiGroup": F(Str()),
+            "resource": F(Str(allow_empty=False), required=True),
+            "name": F(Str(allow_empty=False), required=True),
+            "uid": F(Str(allow_empty=False), required=True),
+        }), max_items=RESERVED_FOR_MAX, unique_by="uid")),
+        "devices": F(ListOf(Struct("AllocatedDeviceStatus", {
+            "driver": F(DRIVER, required=True),
+            "pool": F(Str(validators=(names.pool_name,)), required=True),
+            "device": F(Str(validators=(names.dns_label,)), required=True),
+            "shareID": F(Str()),
+            "conditions": F(ListOf(CONDITION, max_items=DEVICE_CONDITIONS_MAX, unique_by="type")),
+            "data": F(AnyValue(max_bytes=OPAQUE_PARAMETERS_MAX)),
+            "networkData": F(Struct("NetworkDeviceData", {
+                "interfaceName": F(Str(max_len=256)),
+                "ips": F(ListOf(Str(), max_items=16, unique_items=True)),
+                "hardwareAddress": F(Str(max_len=128)),
+            })),
+        }))),
+    },
+    checks=(_claim_status_check,),
+)
+
+DEVICE_CLASS = top_level("DeviceClass", object_meta(names.device_class_name), DEVICE_CLASS_SPEC, None)
+RESOURCE_SLICE = top_level("ResourceSlice", object_meta(), RESOURCE_SLICE_SPEC, None)
+RESOURCE_CLAIM = top_level("ResourceClaim", object_meta(), RESOURCE_CLAIM_SPEC, RESOURCE_CLAIM_STATUS)
+RESOURCE_CLAIM_TEMPLATE = top_level(
+    "ResourceClaimTemplate",
+    object_meta(),
+    Struct("ResourceClaimTemplateSpec", {
+        "metadata": F(TEMPLATE_META),
+        "spec": F(RESOURCE_CLAIM_SPEC, required=True),
+    }, unknown_hints=(lambda n, v, p, c: _template_devices_hint(n, v, p, c),)),
+    None,
+)
+
+
+def _template_devices_hint(name: str, value: dict, path: str, ctx: Context) -> bool:
+    if name != "devices":
+        return False
+    ctx.error(child(path, name), "a template wraps a claim spec: write spec.spec.devices, not spec.devices",
+              hints.fragment({"spec": {"spec": {"devices": value.get("devices")}}}))
+    return True
+
+
+KINDS: dict[str, Struct] = {
+    "DeviceClass": DEVICE_CLASS,
+    "ResourceSlice": RESOURCE_SLICE,
+    "ResourceClaim": RESOURCE_CLAIM,
+    "ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATE,
+}
+CLUSTER_SCOPED = {"DeviceClass", "ResourceSlice"}

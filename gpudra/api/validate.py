@@ -1,0 +1,235 @@
+"""Validate loaded documents as the API server would, plus the cross-object checks it cannot do per object.
+
+Every problem in a document is reported, each located by file, document, object and field path.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Iterable
+
+from gpudra.api.convert import DRA_KINDS, OLD_VERSIONS, V1, to_v1
+from gpudra.api.load import Document
+from gpudra.api.problems import Problem
+from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, schema_for
+from gpudra.api.schema.names import suggest_dns_name
+from gpudra.api.schema.types import Context
+
+_EXPECTED_VERSION = {kind: V1 for kind in DRA_KINDS}
+_EXPECTED_VERSION.update({"Pod": "v1", "Node": "v1", "Deployment": "apps/v1", "ReplicaSet": "apps/v1",
+                          "StatefulSet": "apps/v1", "DaemonSet": "apps/v1", "Job": "batch/v1"})
+
+
+def _problem(doc: Document, path: str, message: str, severity: str = "error", fix: str | None = None) -> Problem:
+    return Problem(doc.source, doc.index, doc.kind, doc.name, path, message, severity, fix)  # type: ignore[arg-type]
+
+
+def validate_document(doc: Document) -> list[Problem]:
+    obj = doc.obj
+    if not isinstance(obj, dict):
+        return [_problem(doc, "", "a Kubernetes object must be a mapping")]
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    problems: list[Problem] = []
+    if not isinstance(kind, str) or not kind:
+        problems.append(_problem(doc, "kind", "required field is missing"))
+        return problems
+    if not isinstance(api_version, str) or not api_version:
+        expected = _EXPECTED_VERSION.get(kind)
+        problems.append(_problem(doc, "apiVersion", "required field is missing"
+                                 + (f"; {kind} is served as {expected}" if expected else "")))
+        return problems
+    note = ""
+    if api_version in OLD_VERSIONS and kind in DRA_KINDS:
+        obj = to_v1(obj)
+        api_version = V1
+        note = " (checked after conversion to resource.k8s.io/v1)"
+    schema = schema_for(api_version, kind)
+    if schema is None:
+        expected = _EXPECTED_VERSION.get(kind)
+        if expected is not None:
+            message = f"{kind} is served as apiVersion {expected}, not {api_version}"
+            if api_version.startswith("resource.k8s.io/"):
+                message += " (gpudra also reads resource.k8s.io/v1beta1 and v1beta2)"
+            problems.append(_problem(doc, "apiVersion", message))
+        else:
+            known = sorted({k for _, k in SCHEMAS})
+            close = difflib.get_close_matches(kind, known, n=1, cutoff=0.8)
+            if close:
+                problems.append(_problem(doc, "kind", f"unknown kind {kind!r}; did you mean {close[0]!r}?"))
+            else:
+                problems.append(_problem(doc, "", f"{api_version} {kind} is not a kind gpudra checks; skipped",
+                                         "warning"))
+        return problems
+    facts: dict[str, Any] = {}
+    spec = obj.get("spec")
+    if kind == "ResourceSlice" and isinstance(spec, dict) and isinstance(spec.get("driver"), str):
+        facts["driver"] = spec["driver"]
+    ctx = Context(api_version, kind, **facts)
+    schema.check(obj, "", ctx)
+    _object_level_checks(obj, kind, ctx)
+    for severity, path, message, fix in ctx.found:
+        problems.append(_problem(doc, path, message + note, severity, fix))
+    return problems
+
+
+def _object_level_checks(obj: dict[str, Any], kind: str, ctx: Context) -> None:
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    if kind in CLUSTER_SCOPED and metadata.get("namespace"):
+        ctx.warning("metadata.namespace", f"{kind} is cluster-scoped; the namespace is ignored")
+
+
+def _class_references(obj: dict[str, Any], kind: str) -> Iterable[tuple[str, str]]:
+    spec = obj.get("spec")
+    if kind == "ResourceClaimTemplate" and isinstance(spec, dict):
+        spec, base = spec.get("spec"), "spec.spec"
+    elif kind == "ResourceClaim":
+        base = "spec"
+    else:
+        return
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    requests = devices.get("requests") if isinstance(devices, dict) else None
+    for position, request in enumerate(requests if isinstance(requests, list) else []):
+        if not isinstance(request, dict):
+            continue
+        path = f"{base}.devices.requests[{position}]"
+        exactly = request.get("exactly")
+        if isinstance(exactly, dict) and isinstance(exactly.get("deviceClassName"), str):
+            yield f"{path}.exactly.deviceClassName", exactly["deviceClassName"]
+        elif isinstance(request.get("deviceClassName"), str):
+            yield f"{path}.deviceClassName", request["deviceClassName"]
+        for sub_position, sub in enumerate(request.get("firstAvailable") or []):
+            if isinstance(sub, dict) and isinstance(sub.get("deviceClassName"), str):
+                yield f"{path}.firstAvailable[{sub_position}].deviceClassName", sub["deviceClassName"]
+
+
+def class_references(obj: dict[str, Any]) -> list[tuple[str, str]]:
+    """(path, class name) of every deviceClassName in a claim or template, in either layout."""
+    return list(_class_references(obj, obj.get("kind", "")))
+
+
+# ----- across documents ------------------------------------------------------------------------------
+def validate_documents(docs: list[Document]) -> list[Problem]:
+    problems: list[Problem] = []
+    for doc in docs:
+        problems.extend(validate_document(doc))
+    problems.extend(_cross_checks(docs))
+    return problems
+
+
+def _v1(doc: Document) -> dict[str, Any]:
+    return to_v1(doc.obj) if isinstance(doc.obj, dict) else {}
+
+
+def _cross_checks(docs: list[Document]) -> list[Problem]:
+    problems: list[Problem] = []
+    seen: dict[tuple[str, str, str], Document] = {}
+    for doc in docs:
+        if not doc.kind or not doc.name:
+            continue
+        identity = (doc.kind, "" if doc.kind in CLUSTER_SCOPED else (doc.namespace or "default"), doc.name)
+        if identity in seen and not doc.name.endswith("*"):
+            first = seen[identity]
+            problems.append(_problem(doc, "metadata.name", f"{doc.kind} {doc.name!r} is defined twice (first in "
+                                     f"{first.source}:doc {first.index}); the later one replaces the earlier"))
+        else:
+            seen[identity] = doc
+    classes = [d for d in docs if d.kind == "DeviceClass" and d.name]
+    class_names = {d.name for d in classes}
+    if classes:
+        for doc in docs:
+            if doc.kind not in ("ResourceClaim", "ResourceClaimTemplate"):
+                continue
+            for path, class_name in class_references(doc.obj):
+                if class_name in class_names or "/" in class_name:
+                    continue
+                close = difflib.get_close_matches(class_name, sorted(class_names), n=1, cutoff=0.6)
+                hint = f"; did you mean {close[0]!r}?" if close else f" (classes given: {', '.join(sorted(class_names))})"
+                problems.append(_problem(doc, path, f"no DeviceClass {class_name!r} among the given manifests{hint}",
+                                         "warning"))
+    problems += _pod_references(docs)
+    problems += _pool_checks(docs)
+    return problems
+
+
+def _pod_references(docs: list[Document]) -> list[Problem]:
+    problems: list[Problem] = []
+    claims = {(d.namespace or "default", d.name): d for d in docs if d.kind == "ResourceClaim"}
+    templates = {(d.namespace or "default", d.name): d for d in docs if d.kind == "ResourceClaimTemplate"}
+    for doc in docs:
+        if doc.kind != "Pod":
+            continue
+        spec = doc.obj.get("spec") if isinstance(doc.obj.get("spec"), dict) else {}
+        namespace = doc.namespace or "default"
+        for position, entry in enumerate(spec.get("resourceClaims") or []):
+            if not isinstance(entry, dict):
+                continue
+            path = f"spec.resourceClaims[{position}]"
+            claim_name, template_name = entry.get("resourceClaimName"), entry.get("resourceClaimTemplateName")
+            if isinstance(claim_name, str) and claims and (namespace, claim_name) not in claims:
+                elsewhere = [ns for ns, n in claims if n == claim_name]
+                hint = f" (a claim of that name is in namespace {elsewhere[0]!r}; claims are namespaced)" if elsewhere else ""
+                problems.append(_problem(doc, f"{path}.resourceClaimName", f"no ResourceClaim {claim_name!r} in "
+                                         f"namespace {namespace!r} among the given manifests{hint}", "warning"))
+            if isinstance(template_name, str) and templates and (namespace, template_name) not in templates:
+                problems.append(_problem(doc, f"{path}.resourceClaimTemplateName", "no ResourceClaimTemplate "
+                                         f"{template_name!r} in namespace {namespace!r} among the given manifests",
+                                         "warning"))
+    return problems
+
+
+def _pool_checks(docs: list[Document]) -> list[Problem]:
+    problems: list[Problem] = []
+    pools: dict[tuple[str, str], list[Document]] = {}
+    for doc in docs:
+        if doc.kind != "ResourceSlice":
+            continue
+        spec = _v1(doc).get("spec")
+        pool = spec.get("pool") if isinstance(spec, dict) else None
+        if isinstance(pool, dict) and isinstance(spec.get("driver"), str) and isinstance(pool.get("name"), str):
+            pools.setdefault((spec["driver"], pool["name"]), []).append(doc)
+    for (driver, pool_name), slices in pools.items():
+        generation = max((_pool(d).get("generation") or 0 for d in slices if isinstance(_pool(d).get("generation") or 0, int)), default=0)
+        current = [d for d in slices if (_pool(d).get("generation") or 0) == generation]
+        counts = {_pool(d).get("resourceSliceCount") for d in current}
+        if len(counts) > 1:
+            problems.append(_problem(current[-1], "spec.pool.resourceSliceCount", f"slices of pool {pool_name!r} "
+                                     f"(driver {driver}) disagree on resourceSliceCount: {sorted(map(str, counts))}"))
+        devices: dict[str, Document] = {}
+        counter_sets: dict[str, Document] = {}
+        consumers: list[tuple[Document, int, str]] = []
+        for doc in current:
+            spec = _v1(doc)["spec"]
+            for counter_set in spec.get("sharedCounters") or []:
+                if isinstance(counter_set, dict) and isinstance(counter_set.get("name"), str):
+                    if counter_set["name"] in counter_sets and counter_sets[counter_set["name"]] is not doc:
+                        problems.append(_problem(doc, "spec.sharedCounters", f"counter set {counter_set['name']!r} "
+                                                 f"is defined twice in pool {pool_name!r}"))
+                    counter_sets[counter_set["name"]] = doc
+            for position, device in enumerate(spec.get("devices") or []):
+                if not isinstance(device, dict) or not isinstance(device.get("name"), str):
+                    continue
+                if device["name"] in devices and devices[device["name"]] is not doc:
+                    problems.append(_problem(doc, f"spec.devices[{position}].name", f"device {device['name']!r} is "
+                                             f"published twice in pool {pool_name!r}; the allocator treats the pool "
+                                             "as invalid", "warning"))
+                devices[device["name"]] = doc
+                for consumption in device.get("consumesCounters") or []:
+                    if isinstance(consumption, dict) and isinstance(consumption.get("counterSet"), str):
+                        consumers.append((doc, position, consumption["counterSet"]))
+        complete = len(counts) == 1 and len(current) == next(iter(counts), None)
+        if complete:
+            for doc, position, counter_set in consumers:
+                if counter_set not in counter_sets:
+                    problems.append(_problem(doc, f"spec.devices[{position}].consumesCounters", f"counter set "
+                                             f"{counter_set!r} is not defined in pool {pool_name!r}", "warning"))
+    return problems
+
+
+def _pool(doc: Document) -> dict[str, Any]:
+    spec = doc.obj.get("spec")
+    pool = spec.get("pool") if isinstance(spec, dict) else None
+    return pool if isinstance(pool, dict) else {}
+
+
+def has_errors(problems: Iterable[Problem]) -> bool:
+    return any(p.severity == "error" for p in problems)
