@@ -1,0 +1,111 @@
+"""The per-claim transient CDI spec (`k8s.gpu.nvidia.com/claim`), as the NVIDIA driver writes it.
+
+Device nodes carry type/major/minor so a runtime (and our resolver) need not stat the
+host. Majors: `nvidia` is fixed at 195; `nvidia-uvm` and `nvidia-caps` are dynamic and read
+from /proc/devices when present (simulation uses typical values).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudra.cdi import ContainerEdits, Device, DeviceNode, Mount, Spec
+
+NVIDIA_MAJOR = 195
+NVIDIACTL_MINOR = 255
+SIMULATED_MAJORS = {"nvidia-uvm": 510, "nvidia-caps": 511}
+CAPS_FILE_MODE = 0o444
+MPS_PIPE_IN_CONTAINER = "/tmp/nvidia-mps"
+
+
+def read_char_majors(proc_devices: str = "/proc/devices") -> dict[str, int]:
+    majors: dict[str, int] = {}
+    try:
+        with open(proc_devices, encoding="ascii") as fh:
+            section = ""
+            for line in fh:
+                line = line.strip()
+                if line.endswith(":"):
+                    section = line
+                    continue
+                parts = line.split()
+                if section.startswith("Character") and len(parts) == 2 and parts[0].isdigit():
+                    majors[parts[1]] = int(parts[0])
+    except OSError:
+        pass
+    return majors
+
+
+def mig_cap_minors(parent_minor: int, gi_id: int, ci_id: int) -> tuple[int, int]:
+    """Minors of `gpu<P>/gi<G>/access` and `gpu<P>/gi<G>/ci<C>/access` in the nvidia-caps
+    numbering (/proc/driver/nvidia-caps/mig-minors: config=1, monitor=2, then 9 per GI)."""
+    gi_minor = 3 + parent_minor * 135 + gi_id * 9
+    return gi_minor, gi_minor + 1 + ci_id
+
+
+def vendor_and_class(driver_name: str) -> tuple[str, str]:
+    return f"k8s.{driver_name}", "claim"
+
+
+def cdi_device_name(claim_uid: str, device_name: str) -> str:
+    return f"{claim_uid}-{device_name}"
+
+
+def cdi_device_id(driver_name: str, claim_uid: str, device_name: str) -> str:
+    vendor, cls = vendor_and_class(driver_name)
+    return f"{vendor}/{cls}={cdi_device_name(claim_uid, device_name)}"
+
+
+def _char(path: str, major: int, minor: int, *, host: bool = True, mode: int | None = None) -> DeviceNode:
+    return DeviceNode(path=path, host_path=path if host else "", type="c", major=major, minor=minor, file_mode=mode)
+
+
+def device_edits(prepared: dict[str, Any], majors: dict[str, int], mps_dir: str | None) -> ContainerEdits:
+    """Edits for one prepared device record (see `state.py` for its shape)."""
+    gpu_minor = prepared["gpuMinor"]
+    edits = ContainerEdits(device_nodes=[_char(f"/dev/nvidia{gpu_minor}", NVIDIA_MAJOR, gpu_minor)])
+    mig = prepared.get("mig")
+    if mig:
+        caps_major = majors.get("nvidia-caps", SIMULATED_MAJORS["nvidia-caps"])
+        gi_minor, ci_minor = mig_cap_minors(gpu_minor, mig["giId"], mig["ciId"])
+        for minor in (gi_minor, ci_minor):
+            edits.device_nodes.append(_char(f"/dev/nvidia-caps/nvidia-cap{minor}", caps_major, minor, host=False,
+                                            mode=CAPS_FILE_MODE))
+    sharing = prepared.get("sharing") or {}
+    if sharing.get("strategy") == "MPS" and mps_dir:
+        edits.env.append(f"CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE_IN_CONTAINER}")
+        if sharing.get("mpsActiveThreadPercentage") is not None:
+            edits.env.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={sharing['mpsActiveThreadPercentage']}")
+        if sharing.get("mpsPinnedMemoryLimitMiB") is not None:
+            edits.env.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={sharing['mpsPinnedMemoryLimitMiB']}M")
+        edits.mounts.append(Mount(host_path=f"{mps_dir}/pipe", container_path=MPS_PIPE_IN_CONTAINER,
+                                  options=["rw", "nosuid", "nodev", "bind"]))
+        edits.mounts.append(Mount(host_path=f"{mps_dir}/shm", container_path="/dev/shm",
+                                  options=["rw", "nosuid", "nodev", "bind"]))
+    return edits
+
+
+def common_edits(majors: dict[str, int]) -> ContainerEdits:
+    uvm = majors.get("nvidia-uvm", SIMULATED_MAJORS["nvidia-uvm"])
+    return ContainerEdits(
+        env=["NVIDIA_VISIBLE_DEVICES=void"],
+        device_nodes=[
+            _char("/dev/nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR),
+            _char("/dev/nvidia-uvm", uvm, 0),
+            _char("/dev/nvidia-uvm-tools", uvm, 1),
+        ],
+    )
+
+
+def claim_spec(driver_name: str, claim_uid: str, prepared_devices: list[dict[str, Any]], *,
+               majors: dict[str, int] | None = None, mps_dir: str | None = None) -> Spec:
+    majors = majors or {}
+    vendor, cls = vendor_and_class(driver_name)
+    devices = [Device(name=cdi_device_name(claim_uid, p["device"]), container_edits=device_edits(p, majors, mps_dir))
+               for p in prepared_devices]
+    return Spec(kind=f"{vendor}/{cls}", devices=devices, container_edits=common_edits(majors))
+
+
+def claim_spec_file_name(driver_name: str, claim_uid: str) -> str:
+    vendor, cls = vendor_and_class(driver_name)
+    return f"{vendor}-{cls}_{claim_uid}"

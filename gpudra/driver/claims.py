@@ -1,0 +1,132 @@
+"""Where prepare reads ResourceClaims from: a local directory (simulation) or the API server."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any, Protocol
+
+import yaml
+
+try:
+    _Loader = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover
+    _Loader = yaml.SafeLoader  # type: ignore[misc]
+
+
+class ClaimSourceError(Exception):
+    """The claim could not be read (not a "not found": that is None)."""
+
+
+class ClaimSource(Protocol):
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ResourceClaim as a dict, or None when it does not exist."""
+
+
+def _claims_in(obj: Any) -> list[dict[str, Any]]:
+    if not isinstance(obj, dict):
+        return []
+    if obj.get("kind") == "ResourceClaim":
+        return [obj]
+    if obj.get("kind", "").endswith("List") and isinstance(obj.get("items"), list):
+        return [i for i in obj["items"] if isinstance(i, dict) and i.get("kind", "ResourceClaim") == "ResourceClaim"]
+    return []
+
+
+class LocalClaimStore:
+    """A directory of YAML/JSON files holding allocated ResourceClaims, read on every call.
+
+    Files are re-parsed only when their mtime/size changed; `<namespace>_<name>.yaml` (or
+    `<name>.yaml`) is looked at first so big stores stay fast.
+    """
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self._cache: dict[str, tuple[tuple[int, int], list[dict[str, Any]]]] = {}
+        self._lock = threading.Lock()
+
+    def _parse(self, path: str) -> list[dict[str, Any]]:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return []
+        key = (st.st_mtime_ns, st.st_size)
+        with self._lock:
+            cached = self._cache.get(path)
+        if cached and cached[0] == key:
+            return cached[1]
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+            docs = [json.loads(text)] if path.endswith(".json") else list(yaml.load_all(text, Loader=_Loader))
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            raise ClaimSourceError(f"claim store file {path}: {exc}") from None
+        claims = [c for doc in docs for c in _claims_in(doc)]
+        with self._lock:
+            self._cache[path] = (key, claims)
+        return claims
+
+    @staticmethod
+    def _matches(claim: dict[str, Any], namespace: str, name: str) -> bool:
+        meta = claim.get("metadata") or {}
+        return meta.get("name") == name and (meta.get("namespace") or "default") == namespace
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        for candidate in (f"{namespace}_{name}.yaml", f"{name}.yaml", f"{namespace}_{name}.json"):
+            for claim in self._parse(os.path.join(self.directory, candidate)):
+                if self._matches(claim, namespace, name):
+                    return claim
+        try:
+            names = sorted(os.listdir(self.directory))
+        except FileNotFoundError:
+            raise ClaimSourceError(f"claim store directory {self.directory} does not exist") from None
+        for entry in names:
+            if entry.startswith(".") or not entry.endswith((".yaml", ".yml", ".json")):
+                continue
+            for claim in self._parse(os.path.join(self.directory, entry)):
+                if self._matches(claim, namespace, name):
+                    return claim
+        return None
+
+
+class KubeClaimSource:
+    """Reads claims through the official client's `ResourceV1Api` (retrying transient errors)."""
+
+    def __init__(self, resource_api: Any, *, attempts: int = 4, backoff_s: float = 0.2):
+        self.api = resource_api
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        delay = self.backoff_s
+        for attempt in range(self.attempts):
+            try:
+                obj = self.api.read_namespaced_resource_claim(name, namespace)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                if exc.status in (429, 500, 502, 503, 504) and attempt + 1 < self.attempts:
+                    time.sleep(delay)
+                    delay *= 2
+                    continue
+                raise ClaimSourceError(f"reading ResourceClaim {namespace}/{name}: {exc.status} {exc.reason}") from None
+            return to_plain_dict(self.api, obj)
+        return None  # pragma: no cover
+
+
+def to_plain_dict(api: Any, obj: Any) -> dict[str, Any]:
+    """Client model -> the JSON-shaped dict the rest of gpudra uses."""
+    if isinstance(obj, dict):
+        return obj
+    client = getattr(api, "api_client", None)
+    if client is not None:
+        return client.sanitize_for_serialization(obj)
+    from kubernetes.client import ApiClient
+
+    return ApiClient().sanitize_for_serialization(obj)

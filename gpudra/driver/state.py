@@ -1,0 +1,368 @@
+"""Prepare / unprepare: the node driver's core, crash-safe and idempotent.
+
+Protocol for one claim (serialized per claim; different claims run concurrently):
+
+prepare:   checkpoint `PrepareStarted` (reserves the devices) -> create dynamic MIG devices
+           -> write the claim's CDI spec -> checkpoint `PrepareCompleted` -> answer.
+unprepare: [checkpoint `UnprepareStarted` when hardware must be undone] -> destroy dynamic MIG
+           devices -> remove the CDI spec -> drop the checkpoint entry.
+
+`reconcile()` (run at start) rolls back `PrepareStarted` entries (the kubelet never got an
+answer and will retry), finishes `UnprepareStarted` ones, rewrites missing CDI specs of
+completed claims (/var/run/cdi is a tmpfs), deletes CDI specs nobody owns and, in dynamic
+MIG mode, destroys MIG devices that no completed claim owns. So a crash at any point loses
+nothing the kubelet was told and leaks nothing it was not.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from gpudra.cdi import remove_spec, write_spec
+from gpudra.discovery import GpuBackend, Inventory, MigError, parse_mig_canonical_name
+from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
+
+from . import cdispec
+from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, current_boot_id, empty_checkpoint,
+                         load_checkpoint, save_checkpoint)
+from .claims import ClaimSource, ClaimSourceError
+from .config import ConfigError, claim_configs, config_for
+from .paths import DriverPaths
+
+log = logging.getLogger("gpudra.driver")
+_LOCK_STRIPES = 256
+
+
+class PrepareError(Exception):
+    """A per-claim failure reported back to the kubelet in the claim's `error`."""
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name} ({self.uid})"
+
+
+def _conflicts(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two device records that cannot be handed to two different claims at once."""
+    if a.get("adminAccess") or b.get("adminAccess"):
+        return False
+    if a["device"] == b["device"]:
+        return True
+    if a["gpuMinor"] != b["gpuMinor"]:
+        return False
+    if a["slices"] is None or b["slices"] is None:  # a full GPU excludes every MIG device on it
+        return True
+    return a["slices"][0] < b["slices"][1] and b["slices"][0] < a["slices"][1]
+
+
+class DeviceState:
+    def __init__(self, *, driver_name: str, node_name: str, backend: GpuBackend, paths: DriverPaths,
+                 claims: ClaimSource, dynamic_mig: bool = False, fsync: bool = True, boot_id: str | None = None):
+        self.driver_name = driver_name
+        self.node_name = node_name
+        self.backend = backend
+        self.paths = paths
+        self.claims = claims
+        self.dynamic_mig = dynamic_mig
+        self.fsync = fsync
+        self.boot_id = current_boot_id() if boot_id is None else boot_id
+        self.majors = cdispec.read_char_majors() if backend.name == "nvml" else {}
+        self._stripes = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+        self._cp_lock = threading.RLock()
+        self._cp: dict[str, Any] = empty_checkpoint(self.boot_id)
+        self._mig_lock = threading.Lock()  # MIG create/destroy on one node is not concurrent in NVML either
+
+    # -- checkpoint helpers --------------------------------------------------------------------
+    def _save(self) -> None:
+        save_checkpoint(self.paths.checkpoint, self._cp, fsync=self.fsync)
+
+    def _claim_lock(self, uid: str) -> threading.Lock:
+        return self._stripes[zlib.crc32(uid.encode()) % _LOCK_STRIPES]
+
+    def checkpoint_snapshot(self) -> dict[str, Any]:
+        import copy
+
+        with self._cp_lock:
+            return copy.deepcopy(self._cp)
+
+    def _spec_name(self, uid: str) -> str:
+        return cdispec.claim_spec_file_name(self.driver_name, uid)
+
+    def _mps_dir(self, uid: str) -> str:
+        return os.path.join(self.paths.plugin_dir, "mps", uid)
+
+    # -- start-up --------------------------------------------------------------------------------
+    def reconcile(self) -> dict[str, list[str]]:
+        """Bring checkpoint, CDI specs and MIG devices into agreement; returns what was done."""
+        report: dict[str, list[str]] = {"rolledBack": [], "unprepared": [], "cdiRewritten": [], "cdiRemoved": [],
+                                        "migDestroyed": []}
+        self.paths.make_dirs()
+        with self._cp_lock:
+            loaded = load_checkpoint(self.paths.checkpoint)
+            if loaded is not None and loaded.get("nodeBootID") and self.boot_id and loaded["nodeBootID"] != self.boot_id:
+                log.warning("node rebooted since the checkpoint was written: forgetting %d claims", len(loaded["claims"]))
+                loaded = None
+            self._cp = loaded or empty_checkpoint(self.boot_id)
+            self._cp["nodeBootID"] = self.boot_id
+            for uid, entry in list(self._cp["claims"].items()):
+                if entry["state"] == PREPARE_STARTED:
+                    self._undo(uid, entry)
+                    del self._cp["claims"][uid]
+                    report["rolledBack"].append(uid)
+                elif entry["state"] == UNPREPARE_STARTED:
+                    self._undo(uid, entry)
+                    del self._cp["claims"][uid]
+                    report["unprepared"].append(uid)
+            self._save()
+            completed = dict(self._cp["claims"])
+        for uid, entry in completed.items():
+            if not self._spec_exists(uid):
+                self._write_cdi(uid, entry["devices"])
+                report["cdiRewritten"].append(uid)
+        prefix = self._spec_name("")
+        try:
+            names = os.listdir(self.paths.cdi_spec_dir)
+        except FileNotFoundError:
+            names = []
+        for name in names:
+            if name.startswith(prefix) and name.endswith(".tmp"):
+                os.unlink(os.path.join(self.paths.cdi_spec_dir, name))
+            elif name.startswith(prefix) and name.endswith((".yaml", ".json")):
+                uid = name[len(prefix):].rsplit(".", 1)[0]
+                if uid not in completed:
+                    remove_spec(self.paths.cdi_spec_dir, self._spec_name(uid))
+                    report["cdiRemoved"].append(uid)
+        if self.dynamic_mig:
+            owned = {(d["gpuMinor"], d["mig"]["giProfileId"], d["mig"]["start"])
+                     for e in completed.values() for d in e["devices"] if d.get("mig")}
+            for gpu in self.backend.inventory().gpus:
+                for mig in gpu.mig_devices:
+                    if (gpu.minor, mig.gi_profile_id, mig.placement_start) not in owned:
+                        with self._mig_lock:
+                            self.backend.destroy_mig_device(gpu.minor, mig.gi_id)
+                        report["migDestroyed"].append(mig.name)
+        mps_root = os.path.join(self.paths.plugin_dir, "mps")
+        if os.path.isdir(mps_root):
+            for uid in os.listdir(mps_root):
+                if uid not in completed:
+                    shutil.rmtree(os.path.join(mps_root, uid), ignore_errors=True)
+        return report
+
+    def _spec_exists(self, uid: str) -> bool:
+        base = os.path.join(self.paths.cdi_spec_dir, self._spec_name(uid))
+        return os.path.exists(base + ".yaml") or os.path.exists(base + ".json")
+
+    def _undo(self, uid: str, entry: dict[str, Any]) -> None:
+        """Release whatever a (possibly half-done) prepare of `uid` created. Idempotent."""
+        for device in entry.get("devices", []):
+            mig = device.get("mig")
+            if mig and mig.get("dynamic"):
+                with self._mig_lock:
+                    existing = self.backend.find_mig_device(device["gpuMinor"], mig["giProfileId"], mig["start"])
+                    if existing is not None:
+                        self.backend.destroy_mig_device(device["gpuMinor"], existing.gi_id)
+        remove_spec(self.paths.cdi_spec_dir, self._spec_name(uid))
+        shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
+
+    # -- prepare ---------------------------------------------------------------------------------
+    def prepare(self, ref: ClaimRef) -> list[dict[str, Any]]:
+        with self._claim_lock(ref.uid):
+            with self._cp_lock:
+                entry = self._cp["claims"].get(ref.uid)
+                if entry is not None and entry["state"] == PREPARE_COMPLETED:
+                    devices = entry["devices"]
+                    done = True
+                else:
+                    done = False
+            if done:
+                if not self._spec_exists(ref.uid):  # e.g. /var/run/cdi lost on reboot without a kubelet re-prepare
+                    self._write_cdi(ref.uid, devices)
+                return self._response(devices)
+            if entry is not None:  # a failed earlier attempt in this process: start over cleanly
+                self._undo(ref.uid, entry)
+                with self._cp_lock:
+                    self._cp["claims"].pop(ref.uid, None)
+            return self._prepare_new(ref)
+
+    def _read_claim(self, ref: ClaimRef) -> dict[str, Any]:
+        try:
+            claim = self.claims.get(ref.namespace, ref.name)
+        except ClaimSourceError as exc:
+            raise PrepareError(str(exc)) from None
+        if claim is None:
+            raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name} not found")
+        uid = (claim.get("metadata") or {}).get("uid")
+        if uid != ref.uid:
+            raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name} has UID {uid}, not {ref.uid}: it was replaced")
+        if not (claim.get("status") or {}).get("allocation"):
+            raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name} is not allocated")
+        return claim
+
+    def _plan(self, ref: ClaimRef, claim: dict[str, Any], inventory: Inventory) -> list[dict[str, Any]]:
+        allocation = claim["status"]["allocation"]
+        try:
+            configs = claim_configs(allocation, self.driver_name)
+        except ConfigError as exc:
+            raise PrepareError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
+        planned: list[dict[str, Any]] = []
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            if result.get("driver") != self.driver_name:
+                continue
+            pool, device = result.get("pool"), result.get("device")
+            if pool != self.node_name:
+                raise PrepareError(f"claim {ref.namespace}/{ref.name}: device {pool}/{device} belongs to pool "
+                                   f"{pool!r}, not to this node ({self.node_name})")
+            record = self._resolve_device(device, inventory)
+            request = str(result.get("request", ""))
+            try:
+                config = config_for(configs, request, record["type"], device)
+            except ConfigError as exc:
+                raise PrepareError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
+            record.update({
+                "request": request,
+                "requestNames": [request.split("/", 1)[0]] if request else [],
+                "pool": pool,
+                "device": device,
+                "adminAccess": bool(result.get("adminAccess")),
+                "sharing": config.sharing.to_dict() if config and config.sharing else None,
+                "cdiDeviceIDs": [cdispec.cdi_device_id(self.driver_name, ref.uid, device)],
+            })
+            if result.get("shareID"):
+                record["shareID"] = result["shareID"]
+            planned.append(record)
+        return planned
+
+    def _resolve_device(self, name: str, inventory: Inventory) -> dict[str, Any]:
+        for gpu in inventory.gpus:
+            if gpu.name == name:
+                if gpu.mig_enabled and gpu.mig_devices and not self.dynamic_mig:
+                    raise PrepareError(f"device {name} is in MIG mode; only its MIG devices can be allocated")
+                return {"type": "gpu", "gpuMinor": gpu.minor, "gpuUUID": gpu.uuid, "slices": None, "mig": None}
+            if not self.dynamic_mig:
+                for mig in gpu.mig_devices:
+                    if mig.name == name:
+                        return {"type": "mig", "gpuMinor": gpu.minor, "gpuUUID": gpu.uuid,
+                                "slices": [mig.placement_start, mig.placement_start + mig.placement_size],
+                                "mig": {"giId": mig.gi_id, "ciId": mig.ci_id, "uuid": mig.uuid,
+                                        "giProfileId": mig.gi_profile_id, "start": mig.placement_start,
+                                        "size": mig.placement_size, "dynamic": False}}
+        parsed = parse_mig_canonical_name(name)
+        if self.dynamic_mig and parsed is not None:
+            minor, token, profile_id, start = parsed
+            gpu = inventory.gpu_by_minor(minor)
+            if gpu is not None:
+                for profile in self.backend.mig_profiles(minor):
+                    if (profile.gi_profile_id == profile_id and start in profile.placement_starts
+                            and rfc1123_compliant(profile.name.replace(".", "")) == token):
+                        return {"type": "mig", "gpuMinor": minor, "gpuUUID": gpu.uuid,
+                                "slices": [start, start + profile.memory_slices],
+                                "mig": {"giId": None, "ciId": None, "uuid": None, "giProfileId": profile_id,
+                                        "start": start, "size": profile.memory_slices, "dynamic": True}}
+        raise PrepareError(f"device {name} does not exist on node {self.node_name}")
+
+    def _prepare_new(self, ref: ClaimRef) -> list[dict[str, Any]]:
+        claim = self._read_claim(ref)
+        try:
+            inventory = self.backend.inventory()
+        except DiscoveryError as exc:
+            raise PrepareError(f"GPU discovery failed: {exc}") from None
+        planned = self._plan(ref, claim, inventory)
+        with self._cp_lock:
+            for other_uid, other in self._cp["claims"].items():
+                for mine in planned:
+                    for theirs in other["devices"]:
+                        if _conflicts(mine, theirs):
+                            raise PrepareError(f"device {mine['device']} is already allocated to a different claim "
+                                               f"({other.get('namespace')}/{other.get('name')}, {other_uid})"
+                                               + (f" holding {theirs['device']}" if theirs['device'] != mine['device'] else ""))
+            entry = {"state": PREPARE_STARTED, "namespace": ref.namespace, "name": ref.name, "devices": planned}
+            self._cp["claims"][ref.uid] = entry
+            self._save()
+        try:
+            self._create_hardware(ref, planned)
+            if planned:
+                self._write_cdi(ref.uid, planned)
+        except (PrepareError, MigError, DiscoveryError, OSError) as exc:
+            self._undo(ref.uid, entry)
+            with self._cp_lock:
+                self._cp["claims"].pop(ref.uid, None)
+                self._save()
+            raise PrepareError(f"preparing claim {ref.namespace}/{ref.name}: {exc}") from None
+        with self._cp_lock:
+            entry["state"] = PREPARE_COMPLETED
+            self._save()
+        return self._response(planned)
+
+    def _create_hardware(self, ref: ClaimRef, planned: list[dict[str, Any]]) -> None:
+        for record in planned:
+            mig = record.get("mig")
+            if mig and mig.get("dynamic"):
+                with self._mig_lock:
+                    device = self.backend.find_mig_device(record["gpuMinor"], mig["giProfileId"], mig["start"])
+                    if device is None:
+                        device = self.backend.create_mig_device(record["gpuMinor"], mig["giProfileId"], mig["start"])
+                mig.update({"giId": device.gi_id, "ciId": device.ci_id, "uuid": device.uuid})
+            elif record["type"] == "gpu" and self.dynamic_mig:
+                gpu = self.backend.inventory().gpu_by_minor(record["gpuMinor"])
+                if gpu is not None and gpu.mig_enabled and not gpu.mig_devices:
+                    with self._mig_lock:
+                        self.backend.set_mig_mode(gpu.minor, False)
+            if (record.get("sharing") or {}).get("strategy") == "MPS":
+                for sub in ("pipe", "shm", "log"):
+                    os.makedirs(os.path.join(self._mps_dir(ref.uid), sub), exist_ok=True)
+
+    def _write_cdi(self, uid: str, devices: list[dict[str, Any]]) -> None:
+        unique: dict[str, dict[str, Any]] = {}
+        for device in devices:
+            unique.setdefault(device["device"], device)
+        if not unique:
+            return
+        spec = cdispec.claim_spec(self.driver_name, uid, list(unique.values()), majors=self.majors,
+                                  mps_dir=self._mps_dir(uid))
+        write_spec(spec, self.paths.cdi_spec_dir, self._spec_name(uid), fsync=self.fsync)
+
+    @staticmethod
+    def _response(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for d in devices:
+            item = {"requestNames": list(d["requestNames"]), "poolName": d["pool"], "deviceName": d["device"],
+                    "cdiDeviceIDs": list(d["cdiDeviceIDs"])}
+            if d.get("shareID"):
+                item["shareID"] = d["shareID"]
+            out.append(item)
+        return out
+
+    # -- unprepare -------------------------------------------------------------------------------
+    def unprepare(self, ref: ClaimRef) -> None:
+        with self._claim_lock(ref.uid):
+            with self._cp_lock:
+                entry = self._cp["claims"].get(ref.uid)
+                if entry is None:
+                    done = True
+                else:
+                    done = False
+                    has_hardware = any((d.get("mig") or {}).get("dynamic") for d in entry["devices"])
+                    if has_hardware and entry["state"] != UNPREPARE_STARTED:
+                        entry["state"] = UNPREPARE_STARTED
+                        self._save()
+            if done:
+                remove_spec(self.paths.cdi_spec_dir, self._spec_name(ref.uid))  # stray file from an old crash
+                return
+            try:
+                self._undo(ref.uid, entry)
+            except (MigError, DiscoveryError, OSError) as exc:
+                raise PrepareError(f"unpreparing claim {ref}: {exc}") from None
+            with self._cp_lock:
+                self._cp["claims"].pop(ref.uid, None)
+                self._save()
