@@ -1,0 +1,486 @@
+"""Layout planner: a static MIG layout for a mix of claims, compared with dynamic MIG.
+
+Input: ResourceClaims / ResourceClaimTemplates (dicts) whose requests select MIG devices —
+by profile, by memory, or by anything else the device attributes/capacities express — and
+DeviceClasses (the NVIDIA driver's `gpu.nvidia.com` and `mig.nvidia.com` are built in).
+
+Static plan: each request gets the smallest acceptable profile (its earliest
+`firstAvailable` alternative first); instances are packed best-fit-decreasing onto the
+GPUs, each GPU's set of instances checked for a non-overlapping placement. A larger
+profile is used only when the smaller ones no longer fit anywhere. This is a heuristic
+(bin packing is NP-hard), not a proof of optimality.
+
+Dynamic mode: what the scheduler does with dynamic-MIG devices when the claims arrive in
+file order — per claim the first device, in slice/name order, that matches and whose
+counters are still available. That first-fit by name can take a larger profile than
+needed (on an A100-40GB `1g.10gb` sorts before `1g.5gb`), and it leaves placements where
+the earliest name put them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from gpudra.api.quantity import Quantity
+from gpudra.mig.catalog import MigGpuModel, MigProfile
+from gpudra.mig.dynamic import DynamicMigGpu, counter_set, gpu_devices, resolve_mig_device
+from gpudra.mig.placement import PlacedInstance, find_placement
+from gpudra.mig.selectors import UnsupportedSelector, compile_selector, selector_matches
+
+DRIVER = "gpu.nvidia.com"
+BUILTIN_DEVICE_CLASSES: dict[str, str] = {
+    "gpu.nvidia.com": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'",
+    "mig.nvidia.com": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'",
+}
+FULL_GPU = "full GPU"
+
+
+class PlanError(ValueError):
+    """Claims the planner cannot work with (unknown class, unsupported selector, …)."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One acceptable alternative of a request: MIG profiles (smallest first) and/or the full GPU."""
+
+    request: str
+    profiles: tuple[MigProfile, ...]
+    full_gpu: bool
+
+
+@dataclass(frozen=True)
+class Demand:
+    """One device a claim needs (a request with count 3 is three demands)."""
+
+    claim: str
+    request: str
+    options: tuple[Option, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.claim}/{self.request}"
+
+    @property
+    def choices(self) -> list[MigProfile | None]:
+        """Preference order for the static plan; None stands for the full GPU."""
+        out: list[MigProfile | None] = []
+        for option in self.options:
+            out.extend(option.profiles)
+            if option.full_gpu:
+                out.append(None)
+        return out
+
+
+# --- reading claims --------------------------------------------------------------------------------
+
+
+def _synthetic_gpu(model: MigGpuModel) -> DynamicMigGpu:
+    return DynamicMigGpu(minor=0, model=model, uuid="GPU-00000000-0000-0000-0000-000000000000", attributes={
+        "productName": {"string": model.product_names[0]},
+        "architecture": {"string": model.architecture},
+        "brand": {"string": "Nvidia"},
+    }, include_full_gpu=True)
+
+
+def _compile(expression: str, where: str) -> tuple:
+    try:
+        return compile_selector(expression)
+    except UnsupportedSelector as exc:
+        raise PlanError(f"{where}: selector {expression!r} is outside what the planner understands: {exc}") from None
+
+
+def _selectors(spec: dict[str, Any], where: str) -> list[tuple]:
+    compiled = []
+    for selector in spec.get("selectors") or []:
+        cel = (selector or {}).get("cel") or {}
+        if "expression" not in cel:
+            raise PlanError(f"{where}: only CEL selectors are supported")
+        compiled.append(_compile(cel["expression"], where))
+    return compiled
+
+
+def _class_selectors(classes: dict[str, dict[str, Any]], name: str, where: str) -> list[tuple]:
+    if name in classes:
+        return _selectors(classes[name].get("spec") or {}, f"DeviceClass {name}")
+    if name in BUILTIN_DEVICE_CLASSES:
+        return [_compile(BUILTIN_DEVICE_CLASSES[name], f"DeviceClass {name}")]
+    raise PlanError(f"{where}: unknown DeviceClass {name!r} (add it to the input; built in: "
+                    f"{', '.join(BUILTIN_DEVICE_CLASSES)})")
+
+
+def _option(model: MigGpuModel, devices: list[dict[str, Any]], selectors: list[tuple], name: str) -> Option:
+    matched_profiles: dict[str, MigProfile] = {}
+    full = False
+    for device in devices:
+        if not all(selector_matches(s, device, DRIVER) for s in selectors):
+            continue
+        ref = resolve_mig_device(device["name"], {0: model})
+        if ref is None:
+            full = True
+        else:
+            matched_profiles[ref.profile.name] = ref.profile
+    ordered = sorted(matched_profiles.values(), key=lambda p: (p.memory_slices, p.compute_slices, p.memory_mib))
+    return Option(name, tuple(ordered), full)
+
+
+def demands_from_objects(objects: Iterable[dict[str, Any]], model: MigGpuModel) -> list[Demand]:
+    """Demands of every ResourceClaim and ResourceClaimTemplate, in input order."""
+    objects = list(objects)
+    classes = {o.get("metadata", {}).get("name"): o for o in objects if o.get("kind") == "DeviceClass"}
+    devices = gpu_devices(_synthetic_gpu(model))
+    demands: list[Demand] = []
+    for obj in objects:
+        kind = obj.get("kind")
+        if kind == "ResourceClaim":
+            spec = obj.get("spec") or {}
+        elif kind == "ResourceClaimTemplate":
+            spec = (obj.get("spec") or {}).get("spec") or {}
+        else:
+            continue
+        meta = obj.get("metadata") or {}
+        claim = f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+        for request in (spec.get("devices") or {}).get("requests") or []:
+            demands.extend(_request_demands(model, devices, classes, claim, request))
+    if not demands:
+        raise PlanError("no ResourceClaim or ResourceClaimTemplate requests in the input")
+    return demands
+
+
+def _request_demands(model, devices, classes, claim: str, request: dict[str, Any]) -> list[Demand]:
+    name = request.get("name", "?")
+    where = f"{claim} request {name}"
+    if "exactly" in request:
+        subrequests = [(name, request["exactly"])]
+    elif "firstAvailable" in request:
+        subrequests = [(f"{name}/{sub.get('name', '?')}", sub) for sub in request["firstAvailable"]]
+    else:
+        subrequests = [(name, request)]  # pre-v1 shape: fields directly on the request
+    counts = set()
+    options = []
+    for sub_name, sub in subrequests:
+        if sub.get("allocationMode", "ExactCount") != "ExactCount":
+            raise PlanError(f"{where}: allocationMode {sub['allocationMode']} cannot be planned as a MIG mix")
+        counts.add(int(sub.get("count", 1)))
+        selectors = _class_selectors(classes, sub.get("deviceClassName", ""), where) + _selectors(sub, where)
+        options.append(_option(model, devices, selectors, sub_name))
+    if len(counts) > 1:
+        raise PlanError(f"{where}: firstAvailable alternatives with different counts are not supported")
+    count = counts.pop() if counts else 1
+    return [Demand(claim, name, tuple(options)) for _ in range(count)]
+
+
+# --- static plan ----------------------------------------------------------------------------------
+
+
+@dataclass
+class GpuPlan:
+    index: int
+    full_gpu_for: str | None = None
+    assigned: list[tuple[Demand, MigProfile]] = field(default_factory=list)
+    instances: tuple[PlacedInstance, ...] = ()
+
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(profile.name for _, profile in self.assigned))
+
+
+@dataclass
+class Usage:
+    served: int
+    unserved: list[str]
+    gpus_used: int
+    memory_slices_used: int
+    compute_slices_used: int
+    memory_slices_stranded: int  # free but no further instance fits there
+    compute_slices_stranded: int
+    memory_mib_allocated: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"served": self.served, "unserved": self.unserved, "gpusUsed": self.gpus_used,
+                "memorySlicesUsed": self.memory_slices_used, "computeSlicesUsed": self.compute_slices_used,
+                "memorySlicesStranded": self.memory_slices_stranded,
+                "computeSlicesStranded": self.compute_slices_stranded,
+                "memoryMiBAllocated": self.memory_mib_allocated}
+
+
+@dataclass
+class PlanResult:
+    model: MigGpuModel
+    gpu_count: int
+    demands: list[Demand]
+    static: list[GpuPlan]
+    static_usage: Usage
+    dynamic: list[list[tuple[str, str]]]  # per GPU: (demand label, device name)
+    dynamic_profiles: dict[int, str]  # demand index -> profile name (or FULL_GPU)
+    static_profiles: dict[int, str]
+    dynamic_usage: Usage
+
+    def mig_parted_config(self) -> dict[str, Any]:
+        entries = []
+        for gpu in self.static:
+            if gpu.full_gpu_for is not None or not gpu.assigned:
+                entries.append({"devices": [gpu.index], "mig-enabled": False})
+            else:
+                entries.append({"devices": [gpu.index], "mig-enabled": True, "mig-devices": gpu.counts()})
+        return {"version": "v1", "mig-configs": {"planned": entries}}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu": self.model.display_name,
+            "gpuCount": self.gpu_count,
+            "static": {
+                "gpus": [{"index": g.index, "fullGpuFor": g.full_gpu_for,
+                          "instances": [{"profile": i.profile.name, "placement": str(i.placement)}
+                                        for i in g.instances]} for g in self.static],
+                "usage": self.static_usage.to_dict(),
+                "migPartedConfig": self.mig_parted_config(),
+            },
+            "dynamic": {
+                "gpus": [[{"demand": label, "device": device} for label, device in gpu] for gpu in self.dynamic],
+                "usage": self.dynamic_usage.to_dict(),
+            },
+            "differences": differences(self),
+        }
+
+
+def _size_key(profile: MigProfile | None, model: MigGpuModel) -> tuple[int, int]:
+    if profile is None:
+        return (model.memory_slices + 1, model.compute_slices + 1)
+    return (profile.memory_slices, profile.compute_slices)
+
+
+def plan_static(model: MigGpuModel, gpu_count: int, demands: list[Demand]) -> tuple[list[GpuPlan], dict[int, str]]:
+    gpus = [GpuPlan(i) for i in range(gpu_count)]
+    chosen: dict[int, str] = {}
+    order = sorted(range(len(demands)), key=lambda i: tuple(-x for x in _size_key(
+        demands[i].choices[0] if demands[i].choices else None, model)) + (i,))
+    for index in order:
+        demand = demands[index]
+        for choice in demand.choices:
+            target = _best_gpu(model, gpus, choice)
+            if target is None:
+                continue
+            if choice is None:
+                target.full_gpu_for = demand.label
+                chosen[index] = FULL_GPU
+            else:
+                target.assigned.append((demand, choice))
+                target.instances = find_placement(model, target.counts()).instances
+                chosen[index] = choice.name
+            break
+    return gpus, chosen
+
+
+def _best_gpu(model: MigGpuModel, gpus: list[GpuPlan], choice: MigProfile | None) -> GpuPlan | None:
+    """Best fit: the fullest GPU that still takes the instance."""
+    best = None
+    best_used = -1
+    for gpu in gpus:
+        if gpu.full_gpu_for is not None:
+            continue
+        if choice is None:
+            if not gpu.assigned:
+                return gpu
+            continue
+        counts = gpu.counts()
+        counts[choice.name] = counts.get(choice.name, 0) + 1
+        if not find_placement(model, counts).feasible:
+            continue
+        used = sum(p.memory_slices for _, p in gpu.assigned)
+        if used > best_used:
+            best, best_used = gpu, used
+    return best
+
+
+def _stranded(model: MigGpuModel, counts: dict[str, int]) -> bool:
+    """True when nothing else fits next to these instances."""
+    for profile in model.profiles:
+        extra = dict(counts)
+        extra[profile.name] = extra.get(profile.name, 0) + 1
+        if find_placement(model, extra).feasible:
+            return False
+    return True
+
+
+def _usage(model: MigGpuModel, per_gpu: list[tuple[bool, list[MigProfile]]], unserved: list[str]) -> Usage:
+    mem_used = compute_used = mem_stranded = compute_stranded = memory_mib = gpus_used = served = 0
+    for full, profiles in per_gpu:
+        if full:
+            gpus_used += 1
+            served += 1
+            mem_used += model.memory_slices
+            compute_used += model.compute_slices
+            memory_mib += max(p.memory_mib for p in model.profiles)
+            continue
+        if not profiles:
+            continue
+        gpus_used += 1
+        served += len(profiles)
+        mem = sum(p.memory_slices for p in profiles)
+        compute = sum(p.compute_slices for p in profiles)
+        mem_used += mem
+        compute_used += compute
+        memory_mib += sum(p.memory_mib for p in profiles)
+        if _stranded(model, dict(Counter(p.name for p in profiles))):
+            mem_stranded += model.memory_slices - mem
+            compute_stranded += model.compute_slices - compute
+    return Usage(served, unserved, gpus_used, mem_used, compute_used, mem_stranded, compute_stranded, memory_mib)
+
+
+# --- dynamic mode ----------------------------------------------------------------------------------
+
+
+def _counter_values(counters: dict[str, dict[str, str]]) -> dict[str, int]:
+    return {name: Quantity.parse(value["value"]).as_int() or 0 for name, value in counters.items()}
+
+
+def _candidates(model: MigGpuModel, devices: list[list[dict[str, Any]]], demand: Demand
+                ) -> list[tuple[int, dict[str, Any], dict[str, int], str]]:
+    """(gpu, device, counters it consumes, profile) in the order the allocator tries them."""
+    out = []
+    for option in demand.options:
+        names = {p.name for p in option.profiles}
+        for gpu_index, gpu_list in enumerate(devices):
+            for device in gpu_list:
+                ref = resolve_mig_device(device["name"], {gpu_index: model})
+                if (ref is None and option.full_gpu) or (ref is not None and ref.profile.name in names):
+                    need = _counter_values(device["consumesCounters"][0]["counters"])
+                    out.append((gpu_index, device, need, FULL_GPU if ref is None else ref.profile.name))
+    return out
+
+
+SEARCH_STEP_LIMIT = 200_000
+
+
+def simulate_dynamic(model: MigGpuModel, gpu_count: int, demands: list[Demand]
+                     ) -> tuple[list[list[tuple[str, str]]], dict[int, str]]:
+    """Claims in input order; within a claim, a backtracking search over devices in slice/name
+    order (as the allocator does), the counters of dynamic MIG deciding what still fits."""
+    gpus = [DynamicMigGpu(minor=i, model=model, uuid=f"GPU-{i}", attributes=_synthetic_gpu(model).attributes)
+            for i in range(gpu_count)]
+    devices = [gpu_devices(gpu) for gpu in gpus]
+    remaining = [_counter_values(counter_set(model, gpu.minor)["counters"]) for gpu in gpus]
+    placed: list[list[tuple[str, str]]] = [[] for _ in range(gpu_count)]
+    chosen: dict[int, str] = {}
+    claims: dict[str, list[int]] = {}
+    for index, demand in enumerate(demands):
+        claims.setdefault(demand.claim, []).append(index)
+    for indices in claims.values():
+        candidates = [_candidates(model, devices, demands[i]) for i in indices]
+        picks = _search_claim(candidates, remaining)
+        if picks is None:
+            continue  # the claim stays pending: all or nothing
+        for index, (gpu_index, device, need, profile) in zip(indices, picks):
+            for key, value in need.items():
+                remaining[gpu_index][key] -= value
+            placed[gpu_index].append((demands[index].label, device["name"]))
+            chosen[index] = profile
+    return placed, chosen
+
+
+def _search_claim(candidates, remaining):
+    steps = 0
+    taken: list = []
+    used_names: set[tuple[int, str]] = set()
+    have = [dict(r) for r in remaining]
+
+    def fits(gpu_index: int, need: dict[str, int]) -> bool:
+        return all(have[gpu_index].get(k, 0) >= v for k, v in need.items())
+
+    def walk(position: int) -> bool:
+        nonlocal steps
+        if position == len(candidates):
+            return True
+        for candidate in candidates[position]:
+            steps += 1
+            if steps > SEARCH_STEP_LIMIT:
+                return False
+            gpu_index, device, need, _ = candidate
+            key = (gpu_index, device["name"])
+            if key in used_names or not fits(gpu_index, need):
+                continue
+            used_names.add(key)
+            for k, v in need.items():
+                have[gpu_index][k] -= v
+            taken.append(candidate)
+            if walk(position + 1):
+                return True
+            taken.pop()
+            for k, v in need.items():
+                have[gpu_index][k] += v
+            used_names.discard(key)
+        return False
+
+    return list(taken) if walk(0) else None
+
+
+# --- both ------------------------------------------------------------------------------------------
+
+
+def plan(model: MigGpuModel, gpu_count: int, demands: list[Demand]) -> PlanResult:
+    static, static_profiles = plan_static(model, gpu_count, demands)
+    unserved_static = [d.label for i, d in enumerate(demands) if i not in static_profiles]
+    static_usage = _usage(model, [(g.full_gpu_for is not None, [p for _, p in g.assigned]) for g in static],
+                          unserved_static)
+    dynamic, dynamic_profiles = simulate_dynamic(model, gpu_count, demands)
+    per_gpu = []
+    for gpu in dynamic:
+        refs = [resolve_mig_device(name, {int(name.split("-")[1]): model}) for _, name in gpu]
+        full = any(r is None for r in refs)
+        per_gpu.append((full, [r.profile for r in refs if r is not None]))
+    unserved_dynamic = [d.label for i, d in enumerate(demands) if i not in dynamic_profiles]
+    dynamic_usage = _usage(model, per_gpu, unserved_dynamic)
+    return PlanResult(model, gpu_count, demands, static, static_usage, dynamic, dynamic_profiles, static_profiles,
+                      dynamic_usage)
+
+
+def differences(result: PlanResult) -> list[str]:
+    out = []
+    for index, demand in enumerate(result.demands):
+        static = result.static_profiles.get(index, "unserved")
+        dynamic = result.dynamic_profiles.get(index, "unserved")
+        if static != dynamic:
+            out.append(f"{demand.label}: static {static}, dynamic {dynamic}")
+    return out
+
+
+def render_plan(result: PlanResult) -> str:
+    model = result.model
+    lines = [f"{len(result.demands)} MIG requests on {result.gpu_count} × {model.display_name} "
+             f"({model.compute_slices} compute / {model.memory_slices} memory slices each)", "", "Static layout:"]
+    for gpu in result.static:
+        if gpu.full_gpu_for is not None:
+            lines.append(f"  GPU {gpu.index}: MIG disabled, whole GPU for {gpu.full_gpu_for}")
+        elif not gpu.instances:
+            lines.append(f"  GPU {gpu.index}: unused")
+        else:
+            layout = ", ".join(f"{i.profile.name}@{i.placement}" for i in gpu.instances)
+            lines.append(f"  GPU {gpu.index}: {layout}")
+    lines += _usage_lines(model, result.gpu_count, result.static_usage)
+    lines += ["", "Dynamic MIG (claims in input order; per claim the first devices in slice/name order that fit the counters):"]
+    for index, gpu in enumerate(result.dynamic):
+        lines.append(f"  GPU {index}: " + (", ".join(name for _, name in gpu) if gpu else "unused"))
+    lines += _usage_lines(model, result.gpu_count, result.dynamic_usage)
+    diff = differences(result)
+    lines += ["", "Differences:" if diff else "Both modes give every request the same profile."]
+    lines += [f"  {line}" for line in diff]
+    lines += ["", "mig-parted config for the static layout:"]
+    import yaml
+
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    lines += ["  " + line for line in
+              yaml.dump(result.mig_parted_config(), Dumper=dumper, sort_keys=False).rstrip().splitlines()]
+    return "\n".join(lines)
+
+
+def _usage_lines(model: MigGpuModel, gpu_count: int, usage: Usage) -> list[str]:
+    total_mem = gpu_count * model.memory_slices
+    total_compute = gpu_count * model.compute_slices
+    lines = [f"  served {usage.served}/{usage.served + len(usage.unserved)} on {usage.gpus_used} GPU(s); "
+             f"memory slices {usage.memory_slices_used}/{total_mem}, compute slices "
+             f"{usage.compute_slices_used}/{total_compute}; stranded: {usage.memory_slices_stranded} memory, "
+             f"{usage.compute_slices_stranded} compute slices"]
+    if usage.unserved:
+        lines.append(f"  unserved: {', '.join(usage.unserved)}")
+    return lines

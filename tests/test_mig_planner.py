@@ -1,0 +1,162 @@
+"""Layout planner and the selector interpreter it uses."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gpudra.cli.mig import command as mig_command
+from gpudra.mig.catalog import gpu_model
+from gpudra.mig.config import validate_config
+from gpudra.mig.dynamic import DynamicMigGpu, mig_device, resolve_mig_device
+from gpudra.mig.placement import find_placement
+from gpudra.mig.planner import FULL_GPU, PlanError, demands_from_objects, plan
+from gpudra.mig.selectors import UnsupportedSelector, compile_selector, selector_matches
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "mig")
+
+
+def _claim(name, expression, count=1, device_class="mig.nvidia.com"):
+    exactly = {"deviceClassName": device_class, "count": count}
+    if expression:
+        exactly["selectors"] = [{"cel": {"expression": expression}}]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"devices": {"requests": [{"name": "r", "exactly": exactly}]}}}
+
+
+def _load(name):
+    with open(os.path.join(DATA, name)) as fh:
+        return [d for d in yaml.safe_load_all(fh) if d]
+
+
+H100 = gpu_model("h100")
+
+
+def _device(profile_name, start=0):
+    gpu = DynamicMigGpu(0, H100, "GPU-x", attributes={"productName": {"string": "NVIDIA H100 80GB HBM3"},
+                                                      "driverVersion": {"version": "580.95.5"}})
+    profile = H100.profile(profile_name)
+    return mig_device(gpu, profile, profile.placement_at(start))
+
+
+@pytest.mark.parametrize("expression, profile, expected", [
+    ("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'", "1g.10gb", True),
+    ("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'", "1g.10gb+me", False),
+    ("device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('20Gi')) >= 0", "1g.20gb", False),  # 19.625Gi
+    ("device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('19Gi')) >= 0", "1g.20gb", True),
+    ("device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('39Gi'))", "3g.40gb", True),
+    ("device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('580.0.0')) >= 0", "1g.10gb", True),
+    ("device.attributes['gpu.nvidia.com'].missing == 'x' || device.driver == 'gpu.nvidia.com'", "1g.10gb", True),
+    ("device.attributes['gpu.nvidia.com'].missing == 'x' && device.driver == 'gpu.nvidia.com'", "1g.10gb", False),
+    ("device.attributes['gpu.nvidia.com'].missing == 'x' && false", "1g.10gb", False),
+    ("'profile' in device.attributes['gpu.nvidia.com'] && !(device.attributes['gpu.nvidia.com'].profile"
+     ".startsWith('7g'))", "2g.20gb", True),
+    ("device.capacity['gpu.nvidia.com'].memory == 5", "1g.10gb", False),  # type mismatch: no match
+    ("has(device.attributes['gpu.nvidia.com'].profile) && size(device.attributes['gpu.nvidia.com'].profile) == 7",
+     "1g.10gb", True),
+    ("has(device.attributes['gpu.nvidia.com'].uuid)", "1g.10gb", False),  # dynamic MIG devices have no uuid
+])
+def test_selector_interpreter(expression, profile, expected):
+    assert selector_matches(compile_selector(expression), _device(profile), "gpu.nvidia.com") is expected
+
+
+@pytest.mark.parametrize("expression", ["device.attributes[", "duration('1s') == duration('1s')",
+                                        "device.capacity['gpu.nvidia.com'].memory.frobnicate()"])
+def test_selector_interpreter_refuses_what_it_does_not_know(expression):
+    with pytest.raises(UnsupportedSelector):
+        selector_matches(compile_selector(expression), _device("1g.10gb"), "gpu.nvidia.com")
+
+
+def test_demands_pick_profiles_from_selectors():
+    demands = demands_from_objects(_load("claims-mix.yaml"), H100)
+    assert len(demands) == 7
+    by_label = {d.label: d for d in demands}
+    assert [p.name for p in by_label["ml/embeddings/mig"].options[0].profiles][:2] == ["1g.20gb", "2g.20gb"]
+    finetune = by_label["ml/finetune/mig"].options[0].profiles
+    assert [p.name for p in finetune] == ["3g.40gb", "4g.40gb", "7g.80gb"]
+    video = by_label["ml/video/mig"]
+    assert [o.request for o in video.options] == ["mig/with-media", "mig/any-small"]
+    assert [p.name for p in video.options[0].profiles] == ["1g.10gb+me"]
+
+
+def test_static_plan_is_feasible_and_serves_the_mix():
+    demands = demands_from_objects(_load("claims-mix.yaml"), H100)
+    result = plan(H100, 2, demands)
+    assert result.static_usage.served == 7 and not result.static_usage.unserved
+    for gpu in result.static:
+        assert find_placement(H100, gpu.counts()).feasible
+    assert Counter(result.static_profiles.values()) == Counter(
+        {"1g.10gb": 3, "1g.20gb": 1, "3g.40gb": 2, "1g.10gb+me": 1})
+    assert validate_config(result.mig_parted_config(), [H100]).valid
+    # the dynamic simulation never puts overlapping instances on a GPU
+    for gpu_index, gpu in enumerate(result.dynamic):
+        refs = [resolve_mig_device(name, {gpu_index: H100}) for _, name in gpu]
+        for i, a in enumerate(refs):
+            for b in refs[i + 1:]:
+                assert not a.placement.overlaps(b.placement), (a, b)
+
+
+def test_plan_reports_what_cannot_be_served():
+    demands = demands_from_objects([_claim("big", "device.attributes['gpu.nvidia.com'].profile == '4g.40gb'",
+                                           count=3)], H100)
+    result = plan(H100, 2, demands)
+    assert result.static_usage.served == 2
+    assert result.static_usage.unserved == ["ns/big/r"]
+    # dynamic allocation is all-or-nothing per claim: three 4g on two GPUs cannot be allocated
+    assert result.dynamic_usage.served == 0
+
+
+def test_plan_counts_stranded_slices():
+    # two 3g.40gb use all 8 memory slices but only 6 of 7 compute slices: one compute slice is stranded
+    demands = demands_from_objects([_claim("half", "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'",
+                                           count=2)], H100)
+    usage = plan(H100, 1, demands).static_usage
+    assert (usage.memory_slices_stranded, usage.compute_slices_stranded) == (0, 1)
+
+
+def test_first_fit_by_name_can_pick_a_larger_profile_than_the_plan():
+    # on an A100-40GB "1g.10gb" sorts before "1g.5gb": one 1g request gets the double-memory profile
+    a100 = gpu_model("a100-40gb")
+    demands = demands_from_objects([_claim("one", "device.capacity['gpu.nvidia.com'].multiprocessors"
+                                                  ".compareTo(quantity('14')) == 0")], a100)
+    result = plan(a100, 1, demands)
+    assert result.static_profiles == {0: "1g.5gb"}
+    assert result.dynamic_profiles == {0: "1g.10gb"}
+
+
+def test_full_gpu_requests_take_a_whole_gpu():
+    demands = demands_from_objects([_claim("whole", "", device_class="gpu.nvidia.com"),
+                                    _claim("small", "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'")], H100)
+    result = plan(H100, 2, demands)
+    assert result.static_profiles == {0: FULL_GPU, 1: "1g.10gb"}
+    assert result.dynamic_profiles == {0: FULL_GPU, 1: "1g.10gb"}
+    assert [name for _, name in result.dynamic[0]] == ["gpu-0"]
+
+
+def test_plan_errors_are_clean():
+    with pytest.raises(PlanError, match="unknown DeviceClass"):
+        demands_from_objects([_claim("x", "", device_class="nope")], H100)
+    with pytest.raises(PlanError, match="outside what the planner understands"):
+        demands_from_objects([_claim("x", "device.attributes['a'].b.exists(x, x)")], H100)
+    with pytest.raises(PlanError, match="no ResourceClaim"):
+        demands_from_objects([], H100)
+
+
+def test_cli_plan(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(mig_command, ["plan", "-f", os.path.join(DATA, "claims-mix.yaml"), "--gpu",
+                                         "NVIDIA H100 80GB HBM3", "--count", "2"])
+    assert result.exit_code == 0, result.output
+    assert "Static layout:" in result.output and "Dynamic MIG" in result.output
+    as_yaml = runner.invoke(mig_command, ["plan", "-f", os.path.join(DATA, "claims-mix.yaml"), "--gpu", "h100",
+                                          "-o", "yaml", "--count", "2"])
+    data = yaml.safe_load(as_yaml.output)
+    assert data["static"]["usage"]["served"] == 7
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(_claim("x", "", device_class="nope")))
+    failed = runner.invoke(mig_command, ["plan", "-f", str(bad), "--gpu", "h100"])
+    assert failed.exit_code == 2 and "unknown DeviceClass" in failed.output
