@@ -1,0 +1,107 @@
+"""The `device` variable of a selector, prepared once per device and reused by every evaluation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.api.semver import SemverError, parse_semver
+from gpudra.cel import values as V
+
+_SCALAR_KINDS = ("int", "bool", "string", "version")
+_LIST_KINDS = ("ints", "bools", "strings", "versions")
+
+
+class DeviceInput:
+    """A device converted for CEL: attributes and capacity split into domains, versions and quantities
+    turned into their CEL types. `error` is set when the device cannot be presented to CEL at all
+    (Kubernetes then fails every selector on it with that message)."""
+
+    __slots__ = ("driver", "name", "data", "error", "_activation")
+
+    def __init__(self, driver: str, name: str, data: dict[str, Any], error: str | None):
+        self.driver = driver
+        self.name = name
+        self.data = data
+        self.error = error
+        self._activation = None
+
+    @property
+    def device(self) -> dict[str, Any]:
+        return self.data["device"]
+
+    def activation(self, env):
+        # A pre-built Activation is about twice as fast to evaluate as a fresh dict.
+        if self._activation is None:
+            self._activation = env.Activation(self.data)
+        return self._activation
+
+    def __repr__(self) -> str:
+        return f"DeviceInput(driver={self.driver!r}, name={self.name!r}, error={self.error!r})"
+
+
+def split_qualified_name(driver: str, name: str) -> tuple[str, str]:
+    """`d/x` is (d, x); a bare name belongs to the driver's own domain."""
+    domain, slash, identifier = name.partition("/")
+    if not slash:
+        return driver, name
+    return domain, identifier
+
+
+def _version(name: str, text: Any):
+    try:
+        return V.semver_message(parse_semver(text))
+    except SemverError as error:
+        raise ValueError(f"attribute {name}: parse semantic version: {error}") from None
+
+
+def _attribute_value(name: str, attribute: Any):
+    if isinstance(attribute, dict):
+        for kind in _SCALAR_KINDS:
+            value = attribute.get(kind)
+            if value is not None:
+                return _version(name, value) if kind == "version" else value
+        for kind in _LIST_KINDS:
+            values = attribute.get(kind)
+            if values is not None:
+                if kind == "versions":
+                    return [_version(name, value) for value in values]
+                return list(values)
+    raise ValueError(f"attribute {name}: unsupported attribute value")
+
+
+def _capacity_value(name: str, capacity: Any):
+    value = capacity.get("value") if isinstance(capacity, dict) else capacity
+    try:
+        return V.quantity_message(Quantity.parse(value))
+    except QuantityError as error:
+        raise ValueError(f"capacity {name}: {error}") from None
+
+
+def device_input(driver: str, device: dict[str, Any]) -> DeviceInput:
+    """Convert one entry of a ResourceSlice's `spec.devices` (v1 layout). Never raises."""
+    attributes: dict[str, dict[str, Any]] = {}
+    capacity: dict[str, dict[str, Any]] = {}
+    error: str | None = None
+    device = device if isinstance(device, dict) else {}
+    for name, attribute in (device.get("attributes") or {}).items():
+        domain, identifier = split_qualified_name(driver, str(name))
+        try:
+            attributes.setdefault(domain, {})[identifier] = _attribute_value(str(name), attribute)
+        except ValueError as problem:
+            error = error or str(problem)
+    for name, entry in (device.get("capacity") or {}).items():
+        domain, identifier = split_qualified_name(driver, str(name))
+        try:
+            capacity.setdefault(domain, {})[identifier] = _capacity_value(str(name), entry)
+        except ValueError as problem:
+            error = error or str(problem)
+    data = {
+        "device": {
+            "driver": driver,
+            "attributes": attributes,
+            "capacity": capacity,
+            "allowMultipleAllocations": bool(device.get("allowMultipleAllocations") or False),
+        }
+    }
+    return DeviceInput(driver, str(device.get("name", "")), data, error)

@@ -1,0 +1,73 @@
+"""The DRA CEL environments on cel-expr-python (cel-cpp).
+
+Two environments share every library:
+- the *checking* environment declares `device` as the message `kubernetes.DRADevice` (or the variant
+  without `allowMultipleAllocations` when DRAConsumableCapacity is off), so the type checker rejects
+  unknown fields, wrong result types and misuse of quantities the way Kubernetes does;
+- the *runtime* environment declares `device` as `map(string, dyn)` so an evaluation binds a plain
+  Python dict prepared once per device (cel-cpp checks a message-typed variable's runtime value).
+
+Libraries (Kubernetes 1.36 StoredExpressions set): standard CEL with cross-type numeric ordering,
+optional types, cel.bind, ext strings, ext lists, ext sets, two-variable comprehensions — all from
+cel-cpp itself, enabled through its environment config — plus Quantity, Semver, Kubernetes lists,
+regex find/findAll, `includes`, URL, IP, CIDR and format in Python (library_k8s.py, library_net.py).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from cel_expr_python import cel
+from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
+
+from gpudra.cel import library_k8s, library_net
+from gpudra.cel import values as V
+
+_CONFIG_YAML = """
+extensions:
+  - name: two-var-comprehensions
+  - name: lists
+  - name: sets
+stdlib:
+  exclude_functions:
+    - name: _<_
+    - name: _<=_
+    - name: _>_
+    - name: _>=_
+"""
+
+
+def _extensions() -> list:
+    return [
+        ext_strings.ExtStrings(),
+        ext_optional.ExtOptional(),
+        ext_bindings.ExtBindings(),
+        # A CelExtension merges overloads into functions that already exist (a plain FunctionDecl
+        # for indexOf would collide with the strings extension's indexOf).
+        # Python implementations with `dyn` parameters only dispatch correctly when registered
+        # through an extension.
+        cel.CelExtension(
+            "kubernetes",
+            library_k8s.list_index_declarations() + library_k8s.declarations() + library_net.declarations(),
+        ),
+    ]
+
+
+def _new_env(device_type: cel.Type) -> cel.Env:
+    return cel.NewEnv(
+        descriptor_pool=V.POOL,
+        config=cel.NewEnvConfigFromYaml(_CONFIG_YAML),
+        variables={"device": device_type},
+        extensions=_extensions(),
+        functions=library_k8s.comparison_declarations() + library_k8s.ordering_declarations(),
+    )
+
+
+@lru_cache(maxsize=2)
+def checking_env(consumable_capacity: bool = True) -> cel.Env:
+    return _new_env(cel.Type(V.DEVICE_TYPE if consumable_capacity else V.DEVICE_TYPE_NO_MULTI))
+
+
+@lru_cache(maxsize=1)
+def runtime_env() -> cel.Env:
+    return _new_env(cel.Type.Map(cel.Type.STRING, cel.Type.DYN))

@@ -1,0 +1,422 @@
+"""Kubernetes CEL libraries implemented in Python on top of cel-expr-python: Quantity, Semver, the
+Kubernetes `lists` functions, `includes`, regex `find`/`findAll` and cross-type numeric comparisons.
+
+Runtime dispatch in cel-cpp is keyed on argument *kinds* and every message type has the same kind,
+so a member function shared by Quantity and Semver (compareTo, isGreaterThan, isLessThan) has ONE
+implementation that looks at the message type; the second overload is a declaration for the checker.
+An exception raised here becomes a CEL error value (its message is what users see).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from cel_expr_python import cel
+
+from gpudra.api.quantity import NANO, Quantity, QuantityError
+from gpudra.api.semver import SemverError, is_semver, parse_semver
+from gpudra.cel import values as V
+
+T = cel.Type
+QUANTITY = T(V.QUANTITY_TYPE)
+SEMVER = T(V.SEMVER_TYPE)
+LIST_DYN = T.List(T.DYN)
+
+_QUANTITY_FORMAT_ERROR = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+
+
+def _overload(overload_id, result, params, impl=None, member=True):
+    return cel.Overload(overload_id, result, params, is_member=member, impl=impl)
+
+
+# ----- quantity ---------------------------------------------------------------------------------------
+def _quantity(text: str):
+    try:
+        return V.parse_quantity_message(text)
+    except QuantityError:
+        raise ValueError(_QUANTITY_FORMAT_ERROR) from None
+
+
+def _is_quantity(text: str) -> bool:
+    try:
+        V.parse_quantity_message(text)
+    except QuantityError:
+        return False
+    return True
+
+
+def _as_integer(message) -> int:
+    value = V.quantity_of(message).as_int()
+    if value is None:
+        raise ValueError("cannot convert value to integer")
+    return value
+
+
+def _add(message, other):
+    quantity = V.quantity_of(message)
+    result = quantity.add(other) if isinstance(other, int) else quantity.add(V.quantity_of(other))
+    return V.quantity_message(_check_quantity_range(result))
+
+
+def _sub(message, other):
+    quantity = V.quantity_of(message)
+    result = quantity.sub(other) if isinstance(other, int) else quantity.sub(V.quantity_of(other))
+    return V.quantity_message(_check_quantity_range(result))
+
+
+def _check_quantity_range(quantity: Quantity) -> Quantity:
+    # Bounded like resource.Quantity's int64 mantissa so arithmetic cannot grow values without limit.
+    if abs(quantity.nanos) > (2**63 - 1) * NANO:
+        raise ValueError("quantity overflow")
+    return quantity
+
+
+# ----- semver -----------------------------------------------------------------------------------------
+@lru_cache(maxsize=1024)
+def _semver_message(text: str, normalize: bool):
+    try:
+        return V.semver_message(parse_semver(text, normalize))
+    except SemverError as error:
+        raise ValueError(f"error converting string to semver: {error}") from None
+
+
+def _semver(text: str):
+    return _semver_message(text, False)
+
+
+def _semver_normalized(text: str, normalize: bool):
+    return _semver_message(text, bool(normalize))
+
+
+# ----- shared ordering of Quantity and Semver -----------------------------------------------------------
+def _compare(left, right) -> int:
+    left_type, right_type = left.DESCRIPTOR.full_name, right.DESCRIPTOR.full_name
+    if left_type != right_type:
+        raise ValueError(f"no such overload: compareTo({left_type}, {right_type})")
+    if left_type == V.QUANTITY_TYPE:
+        return V.quantity_of(left).cmp(V.quantity_of(right))
+    if left_type == V.SEMVER_TYPE:
+        return V.semver_of(left).compare(V.semver_of(right))
+    raise ValueError(f"no such overload: compareTo({left_type}, {right_type})")
+
+
+# ----- Kubernetes lists library ------------------------------------------------------------------------
+def cel_equal(left, right) -> bool:
+    """CEL equality on converted Python values (bool is not a number; numbers compare across types)."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left == right
+    if isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+        return len(left) == len(right) and all(cel_equal(a, b) for a, b in zip(left, right))
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(cel_equal(left[k], right[k]) for k in left)
+    if isinstance(left, (int, float)) and isinstance(right, (int, float)):
+        return left == right
+    if isinstance(left, (bytes, bytearray)) and isinstance(right, (bytes, bytearray)):
+        return bytes(left) == bytes(right)
+    if type(left) is not type(right):
+        return False
+    return left == right
+
+
+def _sort_key(value):
+    if hasattr(value, "DESCRIPTOR"):
+        name = value.DESCRIPTOR.full_name
+        if name == V.QUANTITY_TYPE:
+            return V.quantity_of(value)
+        if name == V.SEMVER_TYPE:
+            return V.semver_of(value)
+    if isinstance(value, (bytearray, bytes)):
+        return bytes(value)
+    if isinstance(value, (list, dict)) or value is None:
+        raise ValueError(f"no such overload: {type(value).__name__} is not comparable")
+    return value
+
+
+def _comparable(values):
+    keys = [_sort_key(value) for value in values]
+    kinds = {("number" if isinstance(k, (int, float)) and not isinstance(k, bool) else type(k)) for k in keys}
+    if len(kinds) > 1:
+        raise ValueError("no such overload: list elements are not mutually comparable")
+    return keys
+
+
+def _is_sorted(values) -> bool:
+    keys = _comparable(values)
+    return all(not keys[i + 1] < keys[i] for i in range(len(keys) - 1))
+
+
+def _sum(values):
+    if not values:
+        return 0
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+        if all(hasattr(v, "DESCRIPTOR") and v.DESCRIPTOR.full_name == V.QUANTITY_TYPE for v in values):
+            total = V.quantity_of(values[0])
+            for value in values[1:]:
+                total = total.add(V.quantity_of(value))
+            return V.quantity_message(_check_quantity_range(total))
+        raise ValueError("no such overload: sum() needs a list of numbers")
+    if all(isinstance(v, int) for v in values):
+        total = sum(values)
+        if not -(2**63) <= total < 2**63:
+            raise ValueError("integer overflow")
+        return total
+    return float(sum(values))
+
+
+def _extreme(values, pick_max: bool):
+    if not values:
+        raise ValueError(f"{'max' if pick_max else 'min'} called on empty list")
+    keys = _comparable(values)
+    best = 0
+    for index in range(1, len(values)):
+        if (keys[index] > keys[best]) if pick_max else (keys[index] < keys[best]):
+            best = index
+    return values[best]
+
+
+def _index_of(values, item) -> int:
+    for index, value in enumerate(values):
+        if cel_equal(value, item):
+            return index
+    return -1
+
+
+def _last_index_of(values, item) -> int:
+    for index in range(len(values) - 1, -1, -1):
+        if cel_equal(values[index], item):
+            return index
+    return -1
+
+
+def _includes_list(values, item) -> bool:
+    return _index_of(values, item) >= 0
+
+
+def _includes_scalar(value, item) -> bool:
+    return cel_equal(value, item)
+
+
+# ----- regex find / findAll on RE2 (cel-cpp's own regex extension, so no backtracking blow-up) --------
+_regex_env = None
+_regex_program = None
+
+
+def _regex_all(text: str, pattern: str) -> list[str]:
+    global _regex_env, _regex_program
+    if _regex_program is None:
+        config = cel.NewEnvConfigFromYaml("extensions:\n  - name: optional\n  - name: regex\n")
+        _regex_env = cel.NewEnv(config=config, variables={"s": T.STRING, "p": T.STRING})
+        _regex_program = _regex_env.compile("regex.extractAll(s, p)")
+    result = _regex_program.eval(data={"s": text, "p": whole_match_pattern(pattern)})
+    if result.type() == T.ERROR:
+        raise ValueError(_clean_regex_error(str(result.value())))
+    return list(result.plain_value())
+
+
+def _clean_regex_error(message: str) -> str:
+    for prefix in ("INVALID_ARGUMENT: ", "UNKNOWN: "):
+        if message.startswith(prefix):
+            message = message[len(prefix):]
+    return message
+
+
+@lru_cache(maxsize=512)
+def whole_match_pattern(pattern: str) -> str:
+    """Turn every capturing group into a non-capturing one and capture the whole pattern.
+
+    regex.extractAll returns the single capture group when there is one; Kubernetes' find/findAll
+    return the whole match, so the whole pattern becomes the only group.
+    """
+    out: list[str] = []
+    index, in_class = 0, False
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\" and index + 1 < len(pattern):
+            out.append(pattern[index : index + 2])
+            index += 2
+            continue
+        if in_class:
+            if char == "]":
+                in_class = False
+        elif char == "[":
+            in_class = True
+            # a ']' right after '[' or '[^' is a literal
+            out.append(char)
+            index += 1
+            if index < len(pattern) and pattern[index] == "^":
+                out.append("^")
+                index += 1
+            if index < len(pattern) and pattern[index] == "]":
+                out.append("]")
+                index += 1
+            continue
+        elif char == "(":
+            if pattern.startswith("(?P<", index) or pattern.startswith("(?<", index):
+                end = pattern.find(">", index)
+                if end > 0:
+                    out.append("(?:")
+                    index = end + 1
+                    continue
+            elif not pattern.startswith("(?", index):
+                out.append("(?:")
+                index += 1
+                continue
+        out.append(char)
+        index += 1
+    return "(" + "".join(out) + ")"
+
+
+def _find(text: str, pattern: str) -> str:
+    matches = _regex_all(text, pattern)
+    return matches[0] if matches else ""
+
+
+def _find_all(text: str, pattern: str) -> list[str]:
+    return _regex_all(text, pattern)
+
+
+def _find_all_limit(text: str, pattern: str, limit: int) -> list[str]:
+    if limit == 0:
+        return []
+    matches = _regex_all(text, pattern)
+    return matches if limit < 0 else matches[:limit]
+
+
+def validate_regex(pattern: str) -> str | None:
+    """The RE2 error for a pattern, or None when it compiles."""
+    try:
+        _regex_all("", pattern)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+# ----- declarations -------------------------------------------------------------------------------------
+def comparison_declarations() -> list[cel.FunctionDecl]:
+    # The standard library's ordering operators are excluded in the environment config and
+    # re-declared here with Kubernetes' CrossTypeNumericComparisons overloads. They are
+    # declarations only: cel-cpp's runtime already compares int/uint/double across types.
+    same_type = [T.INT, T.UINT, T.DOUBLE, T.STRING, T.BYTES, T.BOOL, T.TIMESTAMP, T.DURATION]
+    cross = [(T.INT, T.DOUBLE), (T.DOUBLE, T.INT), (T.INT, T.UINT), (T.UINT, T.INT), (T.UINT, T.DOUBLE), (T.DOUBLE, T.UINT)]
+    declarations = []
+    for operator, name in (("_<_", "less"), ("_<=_", "less_equals"), ("_>_", "greater"), ("_>=_", "greater_equals")):
+        overloads = [
+            _overload(f"{name}_{t.name().lower()}", T.BOOL, [t, t], member=False) for t in same_type
+        ] + [
+            _overload(f"{name}_{a.name().lower()}_{b.name().lower()}", T.BOOL, [a, b], member=False) for a, b in cross
+        ]
+        declarations.append(cel.FunctionDecl(operator, overloads))
+    return declarations
+
+
+def declarations() -> list[cel.FunctionDecl]:
+    bool_, int_, double, string = T.BOOL, T.INT, T.DOUBLE, T.STRING
+    return [
+        # quantity
+        cel.FunctionDecl("quantity", [_overload("string_to_quantity", QUANTITY, [string], _quantity, member=False)]),
+        cel.FunctionDecl("isQuantity", [_overload("is_quantity_string", bool_, [string], _is_quantity, member=False)]),
+        cel.FunctionDecl("sign", [_overload("quantity_sign", int_, [QUANTITY], lambda q: V.quantity_of(q).sign())]),
+        cel.FunctionDecl("isInteger", [_overload("quantity_is_integer", bool_, [QUANTITY], lambda q: V.quantity_of(q).is_integer())]),
+        cel.FunctionDecl("asInteger", [_overload("quantity_get_integer", int_, [QUANTITY], _as_integer)]),
+        cel.FunctionDecl(
+            "asApproximateFloat",
+            [_overload("quantity_get_float", double, [QUANTITY], lambda q: V.quantity_of(q).as_float())],
+        ),
+        cel.FunctionDecl(
+            "add",
+            [
+                _overload("quantity_add", QUANTITY, [QUANTITY, QUANTITY], _add),
+                _overload("quantity_add_int", QUANTITY, [QUANTITY, int_], _add),
+            ],
+        ),
+        cel.FunctionDecl(
+            "sub",
+            [
+                _overload("quantity_sub", QUANTITY, [QUANTITY, QUANTITY], _sub),
+                _overload("quantity_sub_int", QUANTITY, [QUANTITY, int_], _sub),
+            ],
+        ),
+        # semver
+        cel.FunctionDecl(
+            "semver",
+            [
+                _overload("string_to_semver", SEMVER, [string], _semver, member=False),
+                _overload("string_bool_to_semver", SEMVER, [string, bool_], _semver_normalized, member=False),
+            ],
+        ),
+        cel.FunctionDecl(
+            "isSemver",
+            [
+                _overload("is_semver_string", bool_, [string], is_semver, member=False),
+                _overload("is_semver_string_bool", bool_, [string, bool_], lambda s, n: is_semver(s, bool(n)), member=False),
+            ],
+        ),
+        cel.FunctionDecl("major", [_overload("semver_major", int_, [SEMVER], lambda v: V.semver_of(v).major)]),
+        cel.FunctionDecl("minor", [_overload("semver_minor", int_, [SEMVER], lambda v: V.semver_of(v).minor)]),
+        cel.FunctionDecl("patch", [_overload("semver_patch", int_, [SEMVER], lambda v: V.semver_of(v).patch)]),
+        # Kubernetes lists library (element types are checked at runtime: the engine's checker
+        # cannot bind type parameters to Python implementations)
+        cel.FunctionDecl("isSorted", [_overload("list_is_sorted", bool_, [LIST_DYN], _is_sorted)]),
+        cel.FunctionDecl("sum", [_overload("list_sum", T.DYN, [LIST_DYN], _sum)]),
+        cel.FunctionDecl("min", [_overload("list_min", T.DYN, [LIST_DYN], lambda values: _extreme(values, False))]),
+        cel.FunctionDecl("max", [_overload("list_max", T.DYN, [LIST_DYN], lambda values: _extreme(values, True))]),
+        # includes: membership for list attributes, equality for scalar ones (so a selector works
+        # whether a driver publishes `strings` or `string`)
+        cel.FunctionDecl(
+            "includes",
+            [
+                _overload("list_includes", bool_, [LIST_DYN, T.DYN], _includes_list),
+                _overload("string_includes", bool_, [string, string], _includes_scalar),
+                _overload("int_includes", bool_, [int_, int_], _includes_scalar),
+                _overload("bool_includes", bool_, [bool_, bool_], _includes_scalar),
+                _overload("semver_includes", bool_, [SEMVER, SEMVER], _includes_scalar),
+            ],
+        ),
+        # regex
+        cel.FunctionDecl("find", [_overload("string_find_string", string, [string, string], _find)]),
+        cel.FunctionDecl(
+            "findAll",
+            [
+                _overload("string_find_all_string", T.List(string), [string, string], _find_all),
+                _overload("string_find_all_string_int", T.List(string), [string, string, int_], _find_all_limit),
+            ],
+        ),
+    ]
+
+
+def ordering_declarations() -> list[cel.FunctionDecl]:
+    """Ordering shared by Quantity and Semver: one implementation, the Semver overload is a
+    declaration only. These must be plain environment functions: an extension would register the
+    declaration-only overload a second time and clash."""
+    bool_, int_ = T.BOOL, T.INT
+    return [
+        cel.FunctionDecl(
+            "isGreaterThan",
+            [
+                _overload("quantity_is_greater_than", bool_, [QUANTITY, QUANTITY], lambda a, b: _compare(a, b) > 0),
+                _overload("semver_is_greater_than", bool_, [SEMVER, SEMVER]),
+            ],
+        ),
+        cel.FunctionDecl(
+            "isLessThan",
+            [
+                _overload("quantity_is_less_than", bool_, [QUANTITY, QUANTITY], lambda a, b: _compare(a, b) < 0),
+                _overload("semver_is_less_than", bool_, [SEMVER, SEMVER]),
+            ],
+        ),
+        cel.FunctionDecl(
+            "compareTo",
+            [
+                _overload("quantity_compare_to", int_, [QUANTITY, QUANTITY], _compare),
+                _overload("semver_compare_to", int_, [SEMVER, SEMVER]),
+            ],
+        ),
+    ]
+
+
+def list_index_declarations() -> list[cel.FunctionDecl]:
+    """indexOf/lastIndexOf on lists; merged into the strings extension's functions of the same name."""
+    return [
+        cel.FunctionDecl("indexOf", [_overload("list_index_of", T.INT, [LIST_DYN, T.DYN], _index_of)]),
+        cel.FunctionDecl("lastIndexOf", [_overload("list_last_index_of", T.INT, [LIST_DYN, T.DYN], _last_index_of)]),
+    ]

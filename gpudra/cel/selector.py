@@ -1,0 +1,139 @@
+"""Compile a device selector once, evaluate it on many devices."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from cel_expr_python import cel
+
+from gpudra.cel import cost as cost_model
+from gpudra.cel.device import DeviceInput
+from gpudra.cel.environment import checking_env, runtime_env
+from gpudra.cel.errors import CELCompileError, CELRuntimeError
+from gpudra.cel.source import caret_report, offset_of, rewrite_domain_lookups
+
+MAX_EXPRESSION_BYTES = 10 * 1024  # CELSelectorExpressionMaxLength
+MAX_COST = 1_000_000  # CELSelectorExpressionMaxCost, also the runtime CostLimit
+
+_ISSUE = re.compile(r"ERROR: <input>:(\d+):(\d+): ([^\n]*)")
+_STATUS_PREFIX = re.compile(r"^[A-Z_]+: ")
+_STATUS_SUFFIX = re.compile(r"\s*\[[A-Z_]+\]\s*$")
+_TYPE_WORDS = {
+    "INT": "int", "UINT": "uint", "DOUBLE": "double", "STRING": "string", "BYTES": "bytes", "BOOL": "bool",
+    "NULL": "null_type", "DYN": "dyn", "TIMESTAMP": "google.protobuf.Timestamp",
+    "DURATION": "google.protobuf.Duration", "ERROR": "*error*", "UNKNOWN": "*unknown*",
+}
+
+
+def cel_type_name(cel_type: cel.Type) -> str:
+    """cel-go's spelling of a type: list(int), map(string, dyn), optional_type(int)."""
+    text = str(cel_type)
+    text = re.sub(r"\b(LIST|MAP|TYPE)<", lambda m: m.group(1).lower() + "(", text)
+    text = text.replace("optional_type<", "optional_type(").replace(">", ")")
+    return re.sub(r"\b[A-Z]+\b", lambda m: _TYPE_WORDS.get(m.group(), m.group()), text)
+
+
+def _clean_compile_message(message: str) -> str:
+    message = _STATUS_SUFFIX.sub("", message)
+    # cel-go does not name the struct in this message
+    return re.sub(r"(undefined field '[^']*') not found in struct '[^']*'", r"\1", message)
+
+
+def clean_runtime_message(message: str) -> str:
+    message = _STATUS_SUFFIX.sub("", _STATUS_PREFIX.sub("", str(message).strip()))
+    match = re.match(r'Key not found in map ?: ?"?(.*?)"?$', message)
+    if match:
+        return f"no such key: {match.group(1)}"
+    if message.startswith("No matching overloads found"):
+        return "no such overload" + message[len("No matching overloads found"):].replace(" :", ":", 1)
+    if message == "divide by zero":
+        return "division by zero"
+    return message
+
+
+class Selector:
+    """A compiled selector. `evaluate(device_input)` returns a bool or raises CELRuntimeError."""
+
+    __slots__ = ("expression", "consumable_capacity", "estimated_cost", "_program", "_env")
+
+    def __init__(self, expression: str, consumable_capacity: bool, program, estimated_cost: int):
+        self.expression = expression
+        self.consumable_capacity = consumable_capacity
+        self.estimated_cost = estimated_cost
+        self._program = program
+        self._env = runtime_env()
+
+    def evaluate(self, device: DeviceInput) -> bool:
+        if device.error is not None:
+            raise CELRuntimeError(device.error, self.expression)
+        result = self._program.eval(device.activation(self._env))
+        try:
+            value = result.value()
+        except Exception:  # noqa: BLE001 - a value cel-expr-python cannot hand to Python
+            value = None
+        if value is True or value is False:
+            return value
+        result_type = result.type()
+        if result_type == cel.Type.ERROR or result_type == cel.Type.UNKNOWN:
+            raise CELRuntimeError(clean_runtime_message(value), self.expression)
+        raise CELRuntimeError(
+            f"CEL result of type {cel_type_name(result_type)} could not be converted to bool", self.expression
+        )
+
+    def __repr__(self) -> str:
+        return f"Selector({self.expression!r})"
+
+
+def _compile_error(expression: str, rewritten, raw: str) -> CELCompileError:
+    issues = list(_ISSUE.finditer(raw))
+    if not issues:
+        message = _clean_compile_message(_STATUS_PREFIX.sub("", raw.strip()))
+        return CELCompileError(expression, message, None, report=f"ERROR: <input>: {message}")
+    reports = []
+    first_message, first_offset = None, None
+    for issue in issues:
+        line, column, message = int(issue.group(1)), int(issue.group(2)), _clean_compile_message(issue.group(3))
+        offset = rewritten.original_offset(offset_of(rewritten.text, line, column))
+        if first_message is None:
+            first_message, first_offset = message, offset
+        reports.append(caret_report(expression, message, offset))
+    from gpudra.cel.source import line_column
+
+    line, column = line_column(expression, first_offset)
+    return CELCompileError(expression, first_message, column, line, report="\n".join(reports))
+
+
+def _compile(expression: str, consumable_capacity: bool) -> Selector:
+    if not isinstance(expression, str):
+        raise CELCompileError(str(expression), "expression must be a string")
+    size = len(expression.encode("utf-8"))
+    if size > MAX_EXPRESSION_BYTES:
+        raise CELCompileError(expression, f"Too long: may not be more than {MAX_EXPRESSION_BYTES} bytes")
+    rewritten = rewrite_domain_lookups(expression)
+    try:
+        checked = checking_env(consumable_capacity).compile(rewritten.text)
+    except Exception as error:  # noqa: BLE001 - cel-expr-python raises RuntimeError/ValueError with the issues
+        raise _compile_error(expression, rewritten, str(error)) from None
+    result_type = checked.return_type()
+    if result_type != cel.Type.BOOL and result_type != cel.Type.DYN:
+        message = f"must evaluate to bool or the unknown type, not {cel_type_name(result_type)}"
+        raise CELCompileError(expression, message, report=message)
+    estimate = cost_model.check(expression, checked)
+    try:
+        program = runtime_env().compile(rewritten.text)
+    except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly
+        raise _compile_error(expression, rewritten, str(error)) from None
+    return Selector(expression, consumable_capacity, program, estimate)
+
+
+@lru_cache(maxsize=4096)
+def _cached(expression: str, consumable_capacity: bool) -> Selector:
+    return _compile(expression, consumable_capacity)
+
+
+def compile_selector(expression: str, *, consumable_capacity: bool = True) -> Selector:
+    """Compile a DRA device selector (cached per expression and options); raises CELCompileError."""
+    if not isinstance(expression, str):
+        raise CELCompileError(str(expression), "expression must be a string")
+    return _cached(expression, bool(consumable_capacity))

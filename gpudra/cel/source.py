@@ -1,0 +1,170 @@
+"""Source-level adaptation of a selector before cel-expr-python sees it.
+
+Kubernetes' `device.attributes` and `device.capacity` maps answer an unknown domain with an empty map
+(a custom `Find` in cel-go), so `device.attributes["other.vendor"].model` is "no such key: model"
+and `has(device.attributes["other.vendor"].model)` is false, while `"other.vendor" in
+device.attributes` stays false. cel-cpp maps have no such hook, so the domain lookup is rewritten:
+
+    device.attributes[D]        ->  device.attributes[?D].orValue(dyn({}))
+    device.attributes[?D]       ->  optional.of(device.attributes[?D].orValue(dyn({})))
+    device.attributes.d         ->  device.attributes[?"d"].orValue(dyn({}))      (outside has())
+
+The rewrite only extends a postfix chain, so precedence never changes. `Rewritten.original_offset`
+maps a position in the rewritten text back to the user's text for error columns.
+Not covered (documented): the maps reached through another name, e.g. `cel.bind(a, device.attributes, a["x"])`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_TOKEN = re.compile(
+    r"""
+    (?P<space>\s+|//[^\n]*)
+  | (?P<string>(?:[rR][bB]?|[bB][rR]?)?(?:\"\"\"(?:\\.|[^\\])*?\"\"\"|'''(?:\\.|[^\\])*?'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'))
+  | (?P<number>0[xX][0-9a-fA-F]+[uU]?|(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?[uU]?)
+  | (?P<ident>[_a-zA-Z][_a-zA-Z0-9]*)
+  | (?P<punct>==|!=|<=|>=|&&|\|\||\.\?|\[\?|[-+*/%!<>?:.,\[\](){}])
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+DOMAIN_MAPS = ("attributes", "capacity")
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str
+    text: str
+    start: int
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.text)
+
+
+def tokenize(source: str) -> list[Token]:
+    """CEL tokens without whitespace/comments. Unknown characters become 'error' tokens (the engine
+    reports them properly)."""
+    tokens: list[Token] = []
+    position = 0
+    while position < len(source):
+        match = _TOKEN.match(source, position)
+        if match is None:
+            tokens.append(Token("error", source[position], position))
+            position += 1
+            continue
+        kind = match.lastgroup or "error"
+        if kind != "space":
+            tokens.append(Token(kind, match.group(), position))
+        position = match.end()
+    return tokens
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    text: str
+    origin: tuple[int, ...]  # for every character of `text`, its offset in the original source
+
+    def original_offset(self, offset: int) -> int:
+        if not self.origin:
+            return 0
+        return self.origin[max(0, min(offset, len(self.origin) - 1))]
+
+
+def _matching_bracket(tokens: list[Token], open_index: int) -> int | None:
+    depth = 0
+    for index in range(open_index, len(tokens)):
+        text = tokens[index].text
+        if text in ("[", "[?", "(", "{"):
+            depth += 1
+        elif text in ("]", ")", "}"):
+            depth -= 1
+            if depth == 0:
+                return index if text == "]" else None
+    return None
+
+
+def _inside_has(tokens: list[Token], device_index: int, last_index: int) -> bool:
+    return (
+        device_index >= 2
+        and tokens[device_index - 1].text == "("
+        and tokens[device_index - 2].text == "has"
+        and last_index + 1 < len(tokens)
+        and tokens[last_index + 1].text == ")"
+    )
+
+
+def rewrite_domain_lookups(source: str) -> Rewritten:
+    tokens = tokenize(source)
+    # (start, end, replacement-before, replacement-after, insert-inside-after-bracket)
+    edits: list[tuple[int, str]] = []  # (offset in source, text to insert there)
+    replacements: list[tuple[int, int, str]] = []  # (start, end, new text) for `.d` selections
+    for index, token in enumerate(tokens):
+        if token.kind != "ident" or token.text != "device":
+            continue
+        if index > 0 and tokens[index - 1].text in (".", ".?"):
+            continue
+        if index + 3 >= len(tokens):
+            continue
+        dot, name, opener = tokens[index + 1], tokens[index + 2], tokens[index + 3]
+        if dot.text != "." or name.kind != "ident" or name.text not in DOMAIN_MAPS:
+            continue
+        if opener.text == "[":
+            close = _matching_bracket(tokens, index + 3)
+            if close is None:
+                continue
+            edits.append((opener.end, "?"))
+            edits.append((tokens[close].end, ".orValue(dyn({}))"))
+        elif opener.text == "[?":
+            close = _matching_bracket(tokens, index + 3)
+            if close is None:
+                continue
+            edits.append((token.start, "optional.of("))
+            edits.append((tokens[close].end, ".orValue(dyn({})))"))
+        elif opener.text == "." and index + 4 < len(tokens) and tokens[index + 4].kind == "ident":
+            domain = tokens[index + 4]
+            if _inside_has(tokens, index, index + 4):
+                continue
+            replacements.append((opener.start, domain.end, f'[?"{domain.text}"].orValue(dyn({{}}))'))
+    if not edits and not replacements:
+        return Rewritten(source, tuple(range(len(source))))
+    operations = [(offset, offset, text) for offset, text in edits] + replacements
+    operations.sort(key=lambda op: (op[0], op[1]))
+    pieces: list[str] = []
+    origin: list[int] = []
+    cursor = 0
+    for start, end, text in operations:
+        pieces.append(source[cursor:start])
+        origin.extend(range(cursor, start))
+        pieces.append(text)
+        origin.extend([start] * len(text))
+        cursor = max(cursor, end)
+    pieces.append(source[cursor:])
+    origin.extend(range(cursor, len(source)))
+    return Rewritten("".join(pieces), tuple(origin))
+
+
+def offset_of(source: str, line: int, column: int) -> int:
+    """Offset of a 1-based (line, column) position."""
+    lines = source.split("\n")
+    offset = sum(len(text) + 1 for text in lines[: max(0, line - 1)])
+    return offset + max(0, column - 1)
+
+
+def line_column(source: str, offset: int) -> tuple[int, int]:
+    """1-based (line, column) of an offset."""
+    before = source[:offset]
+    line = before.count("\n") + 1
+    column = offset - (before.rfind("\n") + 1) + 1
+    return line, column
+
+
+def caret_report(source: str, message: str, offset: int | None) -> str:
+    """cel-go's issue format: `ERROR: <input>:L:C: message` plus the source line and a caret."""
+    if offset is None:
+        return f"ERROR: <input>: {message}"
+    line, column = line_column(source, offset)
+    source_line = source.split("\n")[line - 1] if source else ""
+    return f"ERROR: <input>:{line}:{column}: {message}\n | {source_line}\n | {'.' * (column - 1)}^"

@@ -1,0 +1,146 @@
+"""CEL value types that cel-expr-python cannot carry natively, built as protobuf messages at runtime.
+
+cel-expr-python (cel-cpp) has no opaque Python values: a runtime value is a primitive, a list, a map
+or a protobuf message. Kubernetes' Quantity, Semver, URL, IP and CIDR are therefore one-field
+messages whose single field holds a *canonical* text, so that message equality (which compares
+fields) is the semantic equality Kubernetes defines (`quantity("1Gi") == quantity("1024Mi")`).
+
+The device variable is described twice: `kubernetes.DRADevice` (a message, so the type checker knows
+`device.driver` is a string and rejects `device.nosuchfield`) is used only for checking; evaluation
+binds `device` to a plain map with the same keys (see environment.py).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, struct_pb2  # noqa: F401
+
+from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.api.semver import Semver, SemverError, parse_semver
+
+_Field = descriptor_pb2.FieldDescriptorProto
+
+QUANTITY_TYPE = "kubernetes.Quantity"
+SEMVER_TYPE = "kubernetes.Semver"
+URL_TYPE = "kubernetes.URL"
+IP_TYPE = "net.IP"
+CIDR_TYPE = "net.CIDR"
+DEVICE_TYPE = "kubernetes.DRADevice"
+DEVICE_TYPE_NO_MULTI = "kubernetes.DRADeviceWithoutMultipleAllocations"
+
+
+def _add_text_message(file: descriptor_pb2.FileDescriptorProto, name: str) -> None:
+    file.message_type.add(name=name).field.add(name="s", number=1, type=_Field.TYPE_STRING, label=_Field.LABEL_OPTIONAL)
+
+
+def _add_device_message(file: descriptor_pb2.FileDescriptorProto, name: str, with_multiple_allocations: bool) -> None:
+    device = file.message_type.add(name=name)
+    device.field.add(name="driver", number=1, type=_Field.TYPE_STRING, label=_Field.LABEL_OPTIONAL)
+    for number, field_name in ((2, "attributes"), (3, "capacity")):
+        entry_name = field_name.capitalize() + "Entry"
+        entry = device.nested_type.add(name=entry_name)
+        entry.options.map_entry = True
+        entry.field.add(name="key", number=1, type=_Field.TYPE_STRING, label=_Field.LABEL_OPTIONAL)
+        # google.protobuf.Struct is CEL's map(string, dyn): the checker then types
+        # device.attributes["d"] as map(string, dyn), as Kubernetes does.
+        entry.field.add(
+            name="value", number=2, type=_Field.TYPE_MESSAGE, type_name=".google.protobuf.Struct", label=_Field.LABEL_OPTIONAL
+        )
+        device.field.add(
+            name=field_name,
+            number=number,
+            type=_Field.TYPE_MESSAGE,
+            type_name=f".kubernetes.{name}.{entry_name}",
+            label=_Field.LABEL_REPEATED,
+        )
+    if with_multiple_allocations:
+        device.field.add(name="allowMultipleAllocations", number=4, type=_Field.TYPE_BOOL, label=_Field.LABEL_OPTIONAL)
+
+
+def _build_pool() -> descriptor_pool.DescriptorPool:
+    pool = descriptor_pool.Default()
+    try:
+        pool.FindMessageTypeByName(DEVICE_TYPE)
+        return pool  # already registered (module reloaded in tests)
+    except KeyError:
+        pass
+    kubernetes = descriptor_pb2.FileDescriptorProto(
+        name="gpudra/cel/kubernetes.proto", package="kubernetes", syntax="proto3", dependency=["google/protobuf/struct.proto"]
+    )
+    for name in ("Quantity", "Semver", "URL"):
+        _add_text_message(kubernetes, name)
+    _add_device_message(kubernetes, "DRADevice", True)
+    _add_device_message(kubernetes, "DRADeviceWithoutMultipleAllocations", False)
+    net = descriptor_pb2.FileDescriptorProto(name="gpudra/cel/net.proto", package="net", syntax="proto3")
+    for name in ("IP", "CIDR"):
+        _add_text_message(net, name)
+    pool.Add(kubernetes)
+    pool.Add(net)
+    return pool
+
+
+POOL = _build_pool()
+
+
+def _message_class(full_name: str):
+    return message_factory.GetMessageClass(POOL.FindMessageTypeByName(full_name))
+
+
+QuantityMessage = _message_class(QUANTITY_TYPE)
+SemverMessage = _message_class(SEMVER_TYPE)
+URLMessage = _message_class(URL_TYPE)
+IPMessage = _message_class(IP_TYPE)
+CIDRMessage = _message_class(CIDR_TYPE)
+
+
+# ----- Quantity: the canonical text is the exact value in nano-units --------------------------------
+def quantity_message(quantity: Quantity):
+    return QuantityMessage(s=str(quantity.nanos))
+
+
+@lru_cache(maxsize=4096)
+def _quantity_from_nanos(text: str) -> Quantity:
+    return Quantity(int(text))
+
+
+def quantity_of(message) -> Quantity:
+    return _quantity_from_nanos(message.s)
+
+
+@lru_cache(maxsize=4096)
+def parse_quantity_message(text: str):
+    """quantity(text) as a message; raises QuantityError."""
+    return quantity_message(Quantity.parse(text))
+
+
+# ----- Semver: canonical text without build metadata (which never takes part in comparisons) ------
+def semver_message(version: Semver):
+    canonical = Semver(version.major, version.minor, version.patch, version.prerelease)
+    return SemverMessage(s=str(canonical))
+
+
+@lru_cache(maxsize=4096)
+def semver_of_text(text: str) -> Semver:
+    return parse_semver(text)
+
+
+def semver_of(message) -> Semver:
+    return semver_of_text(message.s)
+
+
+__all__ = [
+    "CIDRMessage",
+    "IPMessage",
+    "POOL",
+    "QuantityError",
+    "QuantityMessage",
+    "SemverError",
+    "SemverMessage",
+    "URLMessage",
+    "parse_quantity_message",
+    "quantity_message",
+    "quantity_of",
+    "semver_message",
+    "semver_of",
+]
