@@ -1,0 +1,40 @@
+"""The bridge to `gpudra.allocator`: build the one allocator a run keeps, and call it for a node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_FEATURES = "default"
+
+
+@dataclass
+class AllocationOutcome:
+    outcome: str  # "allocated" | "unallocatable" | "error"
+    allocations: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    error_node_local: bool = False
+
+
+def make_allocator(
+    device_classes: dict[str, dict[str, Any]],
+    slices: list[dict[str, Any]],
+    allocated_claims: list[dict[str, Any]],
+    features: str = DEFAULT_FEATURES,
+) -> Any:
+    from gpudra.allocator.allocator import Allocator
+    from gpudra.allocator.features import Features
+
+    return Allocator(list(device_classes.values()), list(slices), list(allocated_claims), Features.parse(features))
+
+
+def allocate(allocator: Any, node: dict[str, Any], claims: list[dict[str, Any]]) -> AllocationOutcome:
+    result = allocator.allocate(node, claims)
+    outcome = getattr(result, "outcome", None)
+    if outcome == "allocated":
+        return AllocationOutcome("allocated", list(result.allocations or []))
+    if outcome == "error":
+        return AllocationOutcome(
+            "error", error=str(result.error or "allocation failed"), error_node_local=bool(result.error_node_local)
+        )
+    return AllocationOutcome("unallocatable")

@@ -1,0 +1,494 @@
+"""The cluster as the scheduler sees it: nodes, pods, claims, templates, classes and slices, with the bookkeeping
+that the API server, the resourceclaim controller and the kubelet would do around a scheduling decision.
+
+`Cluster.apply(objects)` loads manifests (expanding workloads and creating template claims as the resourceclaim
+controller does); `bind`, `end_pod` and `delete_pod` are the state transitions. Per-node `epoch` counters change
+whenever anything that could change a filter verdict for that node changes (pods bound to it, devices allocated in
+a pool it can see), which lets the scheduler cache per-node results safely.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from . import resources as res
+from .meta import key_of, metadata, name_of, namespace_of
+from .nodematch import node_selector_matches
+from .workloads import (
+    POD_CLAIM_NAME_ANNOTATION,
+    WORKLOAD_KINDS,
+    WorkloadError,
+    claim_from_template,
+    ensure_uid,
+    expand_workload,
+    owned_by,
+)
+
+DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
+MAX_RESERVED_FOR = 256
+TERMINAL_PHASES = ("Succeeded", "Failed")
+DEFAULT_MAX_PODS = 110  # the kubelet's default when a node does not report `pods`
+
+PoolId = tuple[str, str]  # (driver, pool)
+DeviceId = tuple[str, str, str]  # (driver, pool, device)
+
+
+class ClusterError(ValueError):
+    pass
+
+
+@dataclass
+class NodeUsage:
+    requested: dict[str, int] = field(default_factory=dict)
+    non_zero_cpu: int = 0
+    non_zero_memory: int = 0
+    pods: list[str] = field(default_factory=list)
+
+
+def claim_allocation(claim: dict[str, Any]) -> dict[str, Any] | None:
+    return (claim.get("status") or {}).get("allocation")
+
+
+def reserved_for(claim: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((claim.get("status") or {}).get("reservedFor") or [])
+
+
+def allocated_device_ids(claim: dict[str, Any]) -> list[DeviceId]:
+    allocation = claim_allocation(claim) or {}
+    return [
+        (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
+        for result in (allocation.get("devices") or {}).get("results") or []
+        if not result.get("adminAccess")
+    ]
+
+
+def _device_visible(device: dict[str, Any], node: dict[str, Any]) -> bool:
+    if device.get("nodeName"):
+        return device["nodeName"] == name_of(node)
+    if device.get("allNodes"):
+        return True
+    if device.get("nodeSelector") is not None:
+        return node_selector_matches(device["nodeSelector"], node)
+    return False
+
+
+class Cluster:
+    def __init__(self, objects: Iterable[dict[str, Any]] = ()):
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}  # insertion order = creation order
+        self.claims: dict[str, dict[str, Any]] = {}
+        self.templates: dict[str, dict[str, Any]] = {}
+        self.device_classes: dict[str, dict[str, Any]] = {}
+        self.slices: list[dict[str, Any]] = []
+        self.priority_classes: dict[str, dict[str, Any]] = {}
+        self.workloads: list[dict[str, Any]] = []
+        self.other_objects: list[dict[str, Any]] = []
+        self.problems: list[str] = []
+        self.usage: dict[str, NodeUsage] = {}
+        self.epoch: dict[str, int] = {}
+        self.allocated_devices: Counter[DeviceId] = Counter()
+        # bumped when nodes, slices or classes change: every cached verdict is void
+        self.generation = 0
+        self._allocator: Any = None
+        self._pool_nodes: dict[PoolId, list[str]] | None = None
+        self._node_devices: dict[str, list[DeviceId]] | None = None
+        self._allocatable: dict[str, dict[str, int] | None] = {}
+        if objects:
+            self.apply(objects)
+
+    # ----- loading ------------------------------------------------------------------------------
+    def apply(self, objects: Iterable[dict[str, Any]]) -> None:
+        """Add objects (later ones replace earlier ones with the same key), then run the controllers."""
+        pending_workloads: list[dict[str, Any]] = []
+        for obj in objects:
+            if not isinstance(obj, dict):
+                continue
+            kind = obj.get("kind")
+            if kind == "Pod":
+                self._add_pod(obj)
+            elif kind == "Node":
+                self.nodes[name_of(obj)] = obj
+                self._topology_changed()
+            elif kind == "ResourceClaim":
+                metadata(obj).setdefault("namespace", "default")
+                ensure_uid(obj)
+                self.claims[key_of(obj)] = obj
+            elif kind == "ResourceClaimTemplate":
+                metadata(obj).setdefault("namespace", "default")
+                self.templates[key_of(obj)] = obj
+            elif kind == "DeviceClass":
+                self.device_classes[name_of(obj)] = obj
+                self._topology_changed()
+            elif kind == "ResourceSlice":
+                self.slices.append(obj)
+                self._topology_changed()
+            elif kind == "PriorityClass":
+                self.priority_classes[name_of(obj)] = obj
+            elif kind in WORKLOAD_KINDS:
+                metadata(obj).setdefault("namespace", "default")
+                self.workloads.append(obj)
+                pending_workloads.append(obj)
+            else:
+                self.other_objects.append(obj)
+        for workload in pending_workloads:
+            try:
+                pods = expand_workload(workload, lambda key: key in self.pods)
+            except WorkloadError as exc:
+                self.problems.append(str(exc))
+                continue
+            for pod in pods:
+                self._add_pod(pod)
+        self._sync()
+
+    def _add_pod(self, pod: dict[str, Any]) -> None:
+        metadata(pod).setdefault("namespace", "default")
+        ensure_uid(pod)
+        pod.setdefault("spec", {})
+        self.pods[key_of(pod)] = pod
+
+    def _topology_changed(self) -> None:
+        self.generation += 1
+        self._pool_nodes = None
+        self._node_devices = None
+        self._allocatable.clear()
+        self._allocator = None
+
+    def _sync(self) -> None:
+        """What the controllers do when objects appear: template claims, reservations of bound pods, usage."""
+        self.allocated_devices = Counter()
+        for claim in self.claims.values():
+            self.allocated_devices.update(allocated_device_ids(claim))
+        self.usage = {name: NodeUsage() for name in self.nodes}
+        for name in self.nodes:
+            self.epoch.setdefault(name, 0)
+        for key, pod in self.pods.items():
+            if is_terminal(pod):
+                continue
+            self._create_template_claims(pod)
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                self._account(key, pod, node)
+                for claim_key in self.pod_claim_keys(pod):
+                    claim = self.claims.get(claim_key)
+                    if claim is None:
+                        continue
+                    if claim_allocation(claim) is None:
+                        self.problems.append(f"pod {key} is bound to {node} but claim {claim_key} is not allocated")
+                    else:
+                        self._reserve(claim, pod)
+        self._allocator = None
+        for name in self.nodes:
+            self.epoch[name] += 1
+
+    def _create_template_claims(self, pod: dict[str, Any]) -> None:
+        spec = pod.get("spec") or {}
+        status = pod.setdefault("status", {})
+        statuses = {entry.get("name"): entry for entry in status.get("resourceClaimStatuses") or []}
+        namespace = namespace_of(pod)
+        changed = False
+        for pod_claim in spec.get("resourceClaims") or []:
+            template_name = pod_claim.get("resourceClaimTemplateName")
+            if not template_name or pod_claim.get("name") in statuses:
+                continue
+            existing = self._orphan_claim(pod, pod_claim.get("name", ""))
+            if existing is None:
+                template = self.templates.get(f"{namespace}/{template_name}")
+                if template is None:
+                    continue  # reported by the scheduler: the claim cannot be created
+                existing = claim_from_template(pod, pod_claim.get("name", ""), template, lambda k: k in self.claims)
+                self.claims[key_of(existing)] = existing
+            statuses[pod_claim.get("name")] = {"name": pod_claim.get("name"), "resourceClaimName": name_of(existing)}
+            changed = True
+        if changed:
+            order = [c.get("name") for c in spec.get("resourceClaims") or []]
+            status["resourceClaimStatuses"] = sorted(
+                statuses.values(), key=lambda e: order.index(e["name"]) if e["name"] in order else len(order)
+            )
+
+    def _orphan_claim(self, pod: dict[str, Any], pod_claim_name: str) -> dict[str, Any] | None:
+        for claim in self.claims.values():
+            annotations = (claim.get("metadata") or {}).get("annotations") or {}
+            if annotations.get(POD_CLAIM_NAME_ANNOTATION) == pod_claim_name and owned_by(claim, pod):
+                return claim
+        return None
+
+    # ----- queries ------------------------------------------------------------------------------
+    def node_names(self) -> list[str]:
+        return sorted(self.nodes)
+
+    def pod_priority(self, pod: dict[str, Any]) -> int:
+        spec = pod.get("spec") or {}
+        if isinstance(spec.get("priority"), int):
+            return spec["priority"]
+        class_name = spec.get("priorityClassName")
+        if class_name and class_name in self.priority_classes:
+            return int(self.priority_classes[class_name].get("value") or 0)
+        for priority_class in self.priority_classes.values():
+            if priority_class.get("globalDefault"):
+                return int(priority_class.get("value") or 0)
+        return 0
+
+    def pending_pods(self) -> list[str]:
+        """Unbound, non-terminal pods in queue order: higher priority first, then creation (input) order."""
+        order = {key: index for index, key in enumerate(self.pods)}
+        pending = [
+            key
+            for key, pod in self.pods.items()
+            if not (pod.get("spec") or {}).get("nodeName") and not is_terminal(pod)
+        ]
+        return sorted(pending, key=lambda key: (-self.pod_priority(self.pods[key]), order[key]))
+
+    def pod_claim_refs(self, pod: dict[str, Any]) -> list[tuple[str, str | None, str | None]]:
+        """(pod claim name, claim key or None, problem) for every `spec.resourceClaims` entry. A None key with
+        no problem means "no claim needed" (a template claim status without a name)."""
+        namespace = namespace_of(pod)
+        statuses = {
+            entry.get("name"): entry for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        }
+        refs: list[tuple[str, str | None, str | None]] = []
+        for pod_claim in (pod.get("spec") or {}).get("resourceClaims") or []:
+            name = pod_claim.get("name", "")
+            if pod_claim.get("resourceClaimName"):
+                refs.append((name, f"{namespace}/{pod_claim['resourceClaimName']}", None))
+            elif pod_claim.get("resourceClaimTemplateName"):
+                if name in statuses:
+                    claim_name = statuses[name].get("resourceClaimName")
+                    refs.append((name, f"{namespace}/{claim_name}" if claim_name else None, None))
+                elif f"{namespace}/{pod_claim['resourceClaimTemplateName']}" not in self.templates:
+                    refs.append(
+                        (
+                            name,
+                            None,
+                            f'resourceclaimtemplate "{pod_claim["resourceClaimTemplateName"]}" not found '
+                            f"(claim {name!r} of pod {key_of(pod)} cannot be created)",
+                        )
+                    )
+                else:
+                    refs.append((name, None, f'pod "{key_of(pod)}": ResourceClaim not created yet'))
+            else:
+                refs.append((name, None, f"pod claim {name!r} names neither a claim nor a template"))
+        return refs
+
+    def pod_claim_keys(self, pod: dict[str, Any]) -> list[str]:
+        keys = [key for _, key, _ in self.pod_claim_refs(pod) if key]
+        extended = ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+        if extended:
+            keys.append(f"{namespace_of(pod)}/{extended}")
+        return keys
+
+    def allocatable(self, node_name: str) -> dict[str, int] | None:
+        """Node allocatable; None when the node reports neither allocatable nor capacity (treated as
+        unlimited, so that hand-written Node objects with only labels still take pods)."""
+        if node_name not in self._allocatable:
+            node = self.nodes[node_name]
+            status = node.get("status") or {}
+            if not status.get("allocatable") and not status.get("capacity"):
+                self._allocatable[node_name] = None
+            else:
+                values = res.node_allocatable(node)
+                values.setdefault(res.PODS, DEFAULT_MAX_PODS)
+                self._allocatable[node_name] = values
+        return self._allocatable[node_name]
+
+    def pool_nodes(self) -> dict[PoolId, list[str]]:
+        """For every pool, the nodes that can see at least one of its devices."""
+        if self._pool_nodes is None:
+            self._compute_topology()
+        assert self._pool_nodes is not None
+        return self._pool_nodes
+
+    def node_devices(self, node_name: str) -> list[DeviceId]:
+        """Devices local to the node (slice or device `nodeName`), used by the device-aware policies."""
+        if self._node_devices is None:
+            self._compute_topology()
+        assert self._node_devices is not None
+        return self._node_devices.get(node_name, [])
+
+    def free_node_devices(self, node_name: str) -> int:
+        return sum(1 for device in self.node_devices(node_name) if device not in self.allocated_devices)
+
+    def _compute_topology(self) -> None:
+        pool_nodes: dict[PoolId, set[str]] = {}
+        node_devices: dict[str, list[DeviceId]] = {}
+        for slice_obj in self.slices:
+            spec = slice_obj.get("spec") or {}
+            driver = spec.get("driver", "")
+            pool: PoolId = (driver, (spec.get("pool") or {}).get("name", ""))
+            seen = pool_nodes.setdefault(pool, set())
+            devices = spec.get("devices") or []
+            if spec.get("nodeName"):
+                if spec["nodeName"] in self.nodes:
+                    seen.add(spec["nodeName"])
+                for device in devices:
+                    node_devices.setdefault(spec["nodeName"], []).append((driver, pool[1], device.get("name", "")))
+            elif spec.get("allNodes"):
+                seen.update(self.nodes)
+            elif spec.get("nodeSelector") is not None:
+                seen.update(n for n, node in self.nodes.items() if node_selector_matches(spec["nodeSelector"], node))
+            elif spec.get("perDeviceNodeSelection"):
+                for device in devices:
+                    for name, node in self.nodes.items():
+                        if _device_visible(device, node):
+                            seen.add(name)
+                    if device.get("nodeName"):
+                        node_devices.setdefault(device["nodeName"], []).append(
+                            (driver, pool[1], device.get("name", ""))
+                        )
+        self._pool_nodes = {pool: sorted(nodes) for pool, nodes in pool_nodes.items()}
+        self._node_devices = node_devices
+
+    def allocator(self) -> Any:
+        """One allocator for the whole run, kept up to date as claims are allocated and deallocated."""
+        if self._allocator is None:
+            from .allocation import make_allocator
+
+            allocated = [claim for claim in self.claims.values() if claim_allocation(claim) is not None]
+            self._allocator = make_allocator(self.device_classes, self.slices, allocated)
+        return self._allocator
+
+    # ----- transitions --------------------------------------------------------------------------
+    def _account(self, key: str, pod: dict[str, Any], node: str, sign: int = 1) -> None:
+        usage = self.usage.setdefault(node, NodeUsage())
+        requests = pod_requests_cached(pod)
+        non_zero = pod_requests_cached(pod, non_zero=True)
+        for name, value in requests.items():
+            usage.requested[name] = usage.requested.get(name, 0) + sign * value
+        usage.non_zero_cpu += sign * non_zero.get(res.CPU, 0)
+        usage.non_zero_memory += sign * non_zero.get(res.MEMORY, 0)
+        if sign > 0:
+            usage.pods.append(key)
+        elif key in usage.pods:
+            usage.pods.remove(key)
+        if node in self.epoch:
+            self.epoch[node] += 1
+
+    def _reserve(self, claim: dict[str, Any], pod: dict[str, Any]) -> None:
+        status = claim.setdefault("status", {})
+        entries = status.setdefault("reservedFor", [])
+        uid = ensure_uid(pod)
+        if not any(entry.get("uid") == uid for entry in entries):
+            entries.append({"resource": "pods", "name": name_of(pod), "uid": uid})
+
+    def _touch_pools(self, device_ids: Iterable[DeviceId]) -> None:
+        pool_nodes = self.pool_nodes()
+        for pool in {(driver, pool) for driver, pool, _ in device_ids}:
+            for node in pool_nodes.get(pool, ()):
+                self.epoch[node] += 1
+
+    def allocate_claim(self, claim: dict[str, Any], allocation: dict[str, Any]) -> None:
+        if claim_allocation(claim) is not None:
+            raise ClusterError(f"claim {key_of(claim)} is already allocated")
+        finalizers = metadata(claim).setdefault("finalizers", [])
+        if DELETE_PROTECTION_FINALIZER not in finalizers:
+            finalizers.append(DELETE_PROTECTION_FINALIZER)
+        claim.setdefault("status", {})["allocation"] = copy.deepcopy(allocation)
+        devices = allocated_device_ids(claim)
+        self.allocated_devices.update(devices)
+        if self._allocator is not None:
+            self._allocator.add_allocated_claim(claim)
+        self._touch_pools(devices)
+
+    def deallocate_claim(self, claim: dict[str, Any]) -> None:
+        if claim_allocation(claim) is None:
+            return
+        devices = allocated_device_ids(claim)
+        if self._allocator is not None:
+            self._allocator.remove_allocated_claim(copy.deepcopy(claim))
+        self.allocated_devices.subtract(devices)
+        self.allocated_devices = +self.allocated_devices
+        status = claim["status"]
+        status.pop("allocation", None)
+        status.pop("reservedFor", None)
+        status.pop("devices", None)
+        if not status:
+            claim.pop("status")
+        finalizers = (claim.get("metadata") or {}).get("finalizers") or []
+        if DELETE_PROTECTION_FINALIZER in finalizers:
+            finalizers.remove(DELETE_PROTECTION_FINALIZER)
+            if not finalizers:
+                claim["metadata"].pop("finalizers")
+        self._touch_pools(devices)
+
+    def bind(
+        self,
+        pod_key: str,
+        node: str,
+        allocations: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+        extended_claim: dict[str, Any] | None = None,
+    ) -> None:
+        """Write the scheduler's decision: allocate claims, reserve every claim of the pod, set nodeName."""
+        pod = self.pods[pod_key]
+        if extended_claim is not None:
+            self.claims[key_of(extended_claim)] = extended_claim
+        for claim_key, allocation in allocations:
+            self.allocate_claim(self.claims[claim_key], allocation)
+        for claim_key in self.pod_claim_keys(pod):
+            claim = self.claims.get(claim_key)
+            if claim is not None:
+                self._reserve(claim, pod)
+        pod["spec"]["nodeName"] = node
+        status = pod.setdefault("status", {})
+        status.setdefault("phase", "Pending")
+        status["conditions"] = [
+            c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"
+        ] + [{"type": "PodScheduled", "status": "True"}]
+        self._account(pod_key, pod, node)
+
+    def mark_unschedulable(self, pod_key: str, message: str) -> None:
+        status = self.pods[pod_key].setdefault("status", {})
+        status.setdefault("phase", "Pending")
+        status["conditions"] = [
+            c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"
+        ] + [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]
+
+    def end_pod(self, pod_key: str, phase: str = "Succeeded") -> None:
+        """The pod finished: release its node resources and claims (the resourceclaim controller's cleanup)."""
+        pod = self.pods[pod_key]
+        if is_terminal(pod):
+            return
+        self._release(pod_key, pod)
+        pod.setdefault("status", {})["phase"] = phase
+
+    def delete_pod(self, pod_key: str) -> None:
+        pod = self.pods[pod_key]
+        if not is_terminal(pod):
+            self._release(pod_key, pod)
+        del self.pods[pod_key]
+
+    def _release(self, pod_key: str, pod: dict[str, Any]) -> None:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and pod_key in self.usage.get(node, NodeUsage()).pods:
+            self._account(pod_key, pod, node, sign=-1)
+        uid = ensure_uid(pod)
+        for claim_key in self.pod_claim_keys(pod):
+            claim = self.claims.get(claim_key)
+            if claim is None:
+                continue
+            entries = reserved_for(claim)
+            remaining = [entry for entry in entries if entry.get("uid") != uid]
+            if len(remaining) != len(entries):
+                if remaining:
+                    claim["status"]["reservedFor"] = remaining
+                else:
+                    claim["status"].pop("reservedFor", None)
+                    finalizers = (claim.get("metadata") or {}).get("finalizers") or []
+                    if DELETE_PROTECTION_FINALIZER in finalizers:
+                        self.deallocate_claim(claim)
+            if not remaining and owned_by(claim, pod):
+                if claim_allocation(claim) is not None:
+                    self.deallocate_claim(claim)
+                del self.claims[claim_key]
+
+
+_REQUESTS_CACHE_KEY = "__gpudra_requests__"
+
+
+def pod_requests_cached(pod: dict[str, Any], non_zero: bool = False) -> dict[str, int]:
+    return res.pod_requests(pod, non_zero=non_zero)
+
+
+def is_terminal(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES

@@ -1,0 +1,112 @@
+"""Device choice inside the chosen node for the device-aware policies.
+
+The allocator answers with upstream's first fit. To steer it without changing it, gpudra hides devices: a
+probe claim "allocates" every free device of the groups the policy wants to avoid, the allocator runs again,
+and the probe is withdrawn. A group is one physical device: the devices that draw on the same counter set
+(MIG partitions of one GPU), or a device on its own. binpack hides the untouched groups (so partitions land on
+GPUs already in use); spread hides the touched ones. When the steered run fails the first fit stands.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .allocation import allocate
+from .cluster import DeviceId
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .scheduler import NodeEval, PodInfo, Scheduler
+
+PROBE_CLAIM_NAMESPACE = "gpudra-probe"
+
+
+def device_groups(scheduler: "Scheduler", node: str) -> dict[DeviceId, tuple[str, ...]]:
+    """Node-local device -> its group (counter set it consumes, else the device itself)."""
+    cluster = scheduler.cluster
+    local = set(cluster.node_devices(node))
+    groups: dict[DeviceId, tuple[str, ...]] = {}
+    for slice_obj in cluster.slices:
+        spec = slice_obj.get("spec") or {}
+        driver, pool = spec.get("driver", ""), (spec.get("pool") or {}).get("name", "")
+        for device in spec.get("devices") or []:
+            device_id = (driver, pool, device.get("name", ""))
+            if device_id not in local:
+                continue
+            consumes = device.get("consumesCounters") or []
+            if consumes:
+                groups[device_id] = (driver, pool, "counters", consumes[0].get("counterSet", ""))
+            else:
+                groups[device_id] = device_id
+    return groups
+
+
+def probe_claim(name: str, devices: list[DeviceId]) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": PROBE_CLAIM_NAMESPACE, "uid": f"gpudra-probe-{name}"},
+        "spec": {"devices": {"requests": [{"name": "probe"}]}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "probe", "driver": driver, "pool": pool, "device": device}
+                        for driver, pool, device in devices
+                    ]
+                }
+            }
+        },
+    }
+
+
+def allocate_hiding(
+    scheduler: "Scheduler", node: str, claims: list[dict[str, Any]], hidden: list[DeviceId]
+) -> list[dict[str, Any]] | None:
+    """Allocate `claims` on `node` as if `hidden` devices were taken; None when that does not fit."""
+    cluster = scheduler.cluster
+    allocator = cluster.allocator()
+    probe = probe_claim("hide", hidden) if hidden else None
+    if probe is not None:
+        allocator.add_allocated_claim(probe)
+    try:
+        outcome = allocate(allocator, cluster.nodes[node], claims)
+    finally:
+        if probe is not None:
+            allocator.remove_allocated_claim(probe)
+    return outcome.allocations if outcome.outcome == "allocated" else None
+
+
+def claims_to_allocate(scheduler: "Scheduler", info: "PodInfo", chosen: "NodeEval") -> list[dict[str, Any]]:
+    claims = [scheduler.cluster.claims[key] for key in info.dra.to_allocate]
+    if chosen.extended_claim is not None:
+        claims.append(chosen.extended_claim)
+    return claims
+
+
+def steered_alternative(
+    scheduler: "Scheduler", info: "PodInfo", chosen: "NodeEval", prefer_used_groups: bool
+) -> list[dict[str, Any]] | None:
+    node = chosen.result.node
+    claims = claims_to_allocate(scheduler, info, chosen)
+    if not claims or not chosen.result.allocations:
+        return None
+    groups = device_groups(scheduler, node)
+    if not groups:
+        return None
+    allocated = scheduler.cluster.allocated_devices
+    used_groups = {group for device, group in groups.items() if device in allocated}
+    hidden = [
+        device
+        for device, group in groups.items()
+        if device not in allocated and ((group in used_groups) != prefer_used_groups)
+    ]
+    if not hidden:
+        return None
+    return allocate_hiding(scheduler, node, claims, hidden)
+
+
+def choose_device_alternative(
+    scheduler: "Scheduler", info: "PodInfo", chosen: "NodeEval", prefer_used_groups: bool
+) -> list[dict[str, Any]]:
+    alternative = steered_alternative(scheduler, info, chosen, prefer_used_groups)
+    return alternative if alternative is not None else list(chosen.result.allocations or [])

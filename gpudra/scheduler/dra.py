@@ -1,0 +1,289 @@
+"""The DynamicResources plugin: which claims a pod needs, which must still be allocated, the special claim for
+extended resources served by DRA, and the per-node verdict through the allocator."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import framework as fw
+from .allocation import AllocationOutcome, allocate
+from .cluster import MAX_RESERVED_FOR, Cluster, claim_allocation, reserved_for
+from .meta import ensure_uid_of, name_of, namespace_of, random_suffix, stable_uid, truncate_generate_name
+from .nodematch import node_selector_matches
+from .resources import container_requests, is_extended
+from .workloads import EXTENDED_RESOURCE_CLAIM_ANNOTATION, owned_by, owner_reference
+
+IMPLICIT_EXTENDED_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+FIRST_AVAILABLE_MAX = 8  # FirstAvailableDeviceRequestMaxSize
+
+
+@dataclass(frozen=True)
+class ExtendedRequest:
+    container_index: int  # index in init containers followed by containers
+    container_name: str
+    resource: str
+    request_name: str  # container-<i>-request-<j>
+    count: int
+    device_class: str
+
+
+@dataclass
+class DraPodState:
+    claims: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)  # (pod claim, key, claim)
+    to_allocate: list[str] = field(default_factory=list)  # claim keys, pod.spec.resourceClaims order
+    allocated: list[str] = field(default_factory=list)
+    reasons: list[fw.Reason] = field(default_factory=list)  # pod-level (PreFilter) rejections
+    extended: list[ExtendedRequest] = field(default_factory=list)
+    extended_claim_name: str = ""
+    signature: str = ""
+
+    @property
+    def relevant(self) -> bool:
+        return bool(self.claims or self.extended)
+
+
+def extended_resource_classes(cluster: Cluster) -> dict[str, str]:
+    """extended resource name -> DeviceClass. An explicit `extendedResourceName` claimed by several classes goes
+    to the newest one (creationTimestamp), ties to the lexicographically first name; every class also answers
+    to its implicit `deviceclass.resource.kubernetes.io/<class>` name."""
+    mapping: dict[str, str] = {}
+    explicit: dict[str, list[tuple[str, str]]] = {}
+    for name, device_class in cluster.device_classes.items():
+        mapping[IMPLICIT_EXTENDED_RESOURCE_PREFIX + name] = name
+        resource = (device_class.get("spec") or {}).get("extendedResourceName")
+        if resource:
+            created = str((device_class.get("metadata") or {}).get("creationTimestamp") or "")
+            explicit.setdefault(resource, []).append((created, name))
+    for resource, candidates in explicit.items():
+        newest = max(created for created, _ in candidates)
+        mapping[resource] = min(name for created, name in candidates if created == newest)
+    return mapping
+
+
+def _request_classes(claim: dict[str, Any]) -> list[tuple[str, str]]:
+    """(request name as reported, class name) for every request and subrequest of the claim."""
+    found: list[tuple[str, str]] = []
+    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+        if request.get("exactly") is not None:
+            found.append((request.get("name", ""), (request["exactly"] or {}).get("deviceClassName", "")))
+        for sub in request.get("firstAvailable") or []:
+            found.append((f"{request.get('name', '')}/{sub.get('name', '')}", sub.get("deviceClassName", "")))
+    return found
+
+
+def prefilter(cluster: Cluster, pod: dict[str, Any], extended_classes: dict[str, str]) -> DraPodState:
+    state = DraPodState()
+    pod_uid = ensure_uid_of(pod)
+    pod_key = f"{namespace_of(pod)}/{name_of(pod)}"
+    signature: list[Any] = []
+    for pod_claim, claim_key, problem in cluster.pod_claim_refs(pod):
+        if problem:
+            state.reasons.append(fw.Reason(fw.DYNAMIC_RESOURCES, problem, {"podClaim": pod_claim}, resolvable=False))
+            continue
+        if claim_key is None:
+            continue  # no claim needed
+        claim = cluster.claims.get(claim_key)
+        if claim is None:
+            claim_name = claim_key.split("/", 1)[1]
+            state.reasons.append(
+                fw.Reason(
+                    fw.DYNAMIC_RESOURCES,
+                    f'resourceclaim.resource.k8s.io "{claim_name}" not found',
+                    {"podClaim": pod_claim, "claim": claim_key},
+                    resolvable=False,
+                )
+            )
+            continue
+        if (claim.get("metadata") or {}).get("deletionTimestamp"):
+            state.reasons.append(
+                fw.Reason(
+                    fw.DYNAMIC_RESOURCES,
+                    f'resourceclaim "{name_of(claim)}" is being deleted',
+                    {"podClaim": pod_claim, "claim": claim_key},
+                    resolvable=False,
+                )
+            )
+            continue
+        refs = [c for c in pod.get("spec", {}).get("resourceClaims") or [] if c.get("name") == pod_claim]
+        if refs and refs[0].get("resourceClaimTemplateName") and not owned_by(claim, pod):
+            state.reasons.append(
+                fw.Reason(
+                    fw.DYNAMIC_RESOURCES,
+                    f"ResourceClaim {claim_key} was not created for pod {pod_key} (pod is not owner)",
+                    {"podClaim": pod_claim, "claim": claim_key},
+                    resolvable=False,
+                )
+            )
+            continue
+        state.claims.append((pod_claim, claim_key, claim))
+        allocation = claim_allocation(claim)
+        if allocation is not None:
+            entries = reserved_for(claim)
+            if not any(entry.get("uid") == pod_uid for entry in entries) and len(entries) >= MAX_RESERVED_FOR:
+                state.reasons.append(
+                    fw.Reason(
+                        fw.DYNAMIC_RESOURCES,
+                        f"resourceclaim {claim_key} is already reserved for {len(entries)} pods, "
+                        f"the maximum of {MAX_RESERVED_FOR}",
+                        {"podClaim": pod_claim, "claim": claim_key, "reservedFor": len(entries)},
+                        resolvable=False,
+                    )
+                )
+                continue
+            state.allocated.append(claim_key)
+            signature.append(["allocated", allocation.get("nodeSelector")])
+            continue
+        for request_name, class_name in _request_classes(claim):
+            if not class_name:
+                continue  # the allocator reports the unsupported request type
+            if class_name not in cluster.device_classes:
+                state.reasons.append(
+                    fw.Reason(
+                        fw.DYNAMIC_RESOURCES,
+                        f"request {request_name}: device class {class_name} does not exist",
+                        {"podClaim": pod_claim, "claim": claim_key, "request": request_name, "class": class_name},
+                        resolvable=False,
+                    )
+                )
+        state.to_allocate.append(claim_key)
+        signature.append(["allocate", claim.get("spec")])
+    state.extended = _extended_requests(pod, extended_classes)
+    if state.extended:
+        generate_name = truncate_generate_name(f"{name_of(pod)}-extended-resources-")
+        state.extended_claim_name = generate_name + random_suffix(generate_name, namespace_of(pod), pod_uid)
+        signature.append(["extended", [(r.request_name, r.resource, r.count, r.device_class) for r in state.extended]])
+    state.signature = json.dumps(signature, sort_keys=True, separators=(",", ":"), default=str)
+    return state
+
+
+def _extended_requests(pod: dict[str, Any], extended_classes: dict[str, str]) -> list[ExtendedRequest]:
+    spec = pod.get("spec") or {}
+    containers = list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+    found: list[ExtendedRequest] = []
+    for index, container in enumerate(containers):
+        requests = container_requests(container)
+        for key_index, resource in enumerate(sorted(requests)):
+            if is_extended(resource) and resource in extended_classes and requests[resource] > 0:
+                found.append(
+                    ExtendedRequest(
+                        index,
+                        container.get("name", ""),
+                        resource,
+                        f"container-{index}-request-{key_index}",
+                        requests[resource],
+                        extended_classes[resource],
+                    )
+                )
+    return found
+
+
+def dra_served_extended(state: DraPodState, allocatable: dict[str, int] | None) -> list[ExtendedRequest]:
+    """The extended-resource requests this node's device plugins do not cover, so DRA must serve them."""
+    return [r for r in state.extended if not (allocatable or {}).get(r.resource)]
+
+
+def extended_claim(pod: dict[str, Any], state: DraPodState, served: list[ExtendedRequest]) -> dict[str, Any]:
+    namespace = namespace_of(pod)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": state.extended_claim_name,
+            "generateName": truncate_generate_name(f"{name_of(pod)}-extended-resources-"),
+            "namespace": namespace,
+            "uid": stable_uid("ResourceClaim", namespace, state.extended_claim_name),
+            "annotations": {EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
+            "ownerReferences": [owner_reference(pod, "v1", "Pod")],
+        },
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": r.request_name,
+                        "exactly": {"deviceClassName": r.device_class, "allocationMode": "ExactCount", "count": r.count},
+                    }
+                    for r in served
+                ]
+            }
+        },
+    }
+
+
+def extended_claim_status(state: DraPodState, served: list[ExtendedRequest]) -> dict[str, Any]:
+    return {
+        "requestMappings": [
+            {"containerName": r.container_name, "resourceName": r.resource, "requestName": r.request_name}
+            for r in served
+        ],
+        "resourceClaimName": state.extended_claim_name,
+    }
+
+
+@dataclass
+class DraVerdict:
+    reasons: list[fw.Reason]
+    allocations: list[dict[str, Any]] | None = None  # per claim in to_allocate (+ extended claim last)
+    extended_claim: dict[str, Any] | None = None
+    fatal: str | None = None
+
+
+def filter_node(
+    cluster: Cluster, pod: dict[str, Any], state: DraPodState, node: dict[str, Any], served: list[ExtendedRequest]
+) -> DraVerdict:
+    for claim_key in state.allocated:
+        claim = cluster.claims[claim_key]
+        selector = (claim_allocation(claim) or {}).get("nodeSelector")
+        if not node_selector_matches(selector, node):
+            return DraVerdict(
+                [
+                    fw.Reason(
+                        fw.DYNAMIC_RESOURCES,
+                        "resourceclaim not available on the node",
+                        {"claim": claim_key, "nodeSelector": selector},
+                        resolvable=False,
+                    )
+                ]
+            )
+    claims = [cluster.claims[key] for key in state.to_allocate]
+    special = extended_claim(pod, state, served) if served else None
+    if special is not None:
+        claims.append(special)
+    if not claims:
+        return DraVerdict([], [])
+    outcome: AllocationOutcome = allocate(cluster.allocator(), node, claims)
+    if outcome.outcome == "allocated":
+        return DraVerdict([], outcome.allocations, special)
+    if outcome.outcome == "error":
+        details = {"error": outcome.error, "claims": list(state.to_allocate)}
+        if outcome.error_node_local:
+            return DraVerdict([fw.Reason(fw.DYNAMIC_RESOURCES, outcome.error or "", details)])
+        return DraVerdict([fw.Reason(fw.DYNAMIC_RESOURCES, outcome.error or "", details, fatal=True)], fatal=outcome.error)
+    return DraVerdict(
+        [
+            fw.Reason(
+                fw.DYNAMIC_RESOURCES,
+                "cannot allocate all claims",
+                {"claims": list(state.to_allocate) + ([name_of(special)] if special else [])},
+                resolvable=False,
+            )
+        ]
+    )
+
+
+def first_available_score(claims: list[dict[str, Any]], allocations: list[dict[str, Any]]) -> int:
+    """1.35+ DynamicResources Score: 8 - index of the chosen subrequest, summed over firstAvailable requests."""
+    score = 0
+    for claim, allocation in zip(claims, allocations):
+        results = ((allocation or {}).get("devices") or {}).get("results") or []
+        chosen = {}
+        for result in results:
+            parent, _, sub = (result.get("request") or "").partition("/")
+            if sub and parent not in chosen:
+                chosen[parent] = sub
+        for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+            subs = [s.get("name") for s in request.get("firstAvailable") or []]
+            if subs and request.get("name") in chosen and chosen[request["name"]] in subs:
+                score += FIRST_AVAILABLE_MAX - subs.index(chosen[request["name"]])
+    return score

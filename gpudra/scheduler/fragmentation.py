@@ -1,0 +1,192 @@
+"""`--policy fragmentation`: Fragmentation Gradient Descent (Weng et al., USENIX ATC'23) adapted to DRA.
+
+Target workload: the distribution of device demands among the pods of the input itself. Every non-terminal pod
+that uses devices (claims or DRA-served extended resources) contributes one sample; samples with the same shape
+(claim specs plus cpu/memory requests) form one workload class m with weight p_m = its share of the samples.
+Pods without devices are left out: they cannot use a free GPU whatever we do, so they would add the same
+amount to every choice.
+
+Fragmentation of node n for class m: F_n(m) = the node's free devices when m cannot be placed on n (cpu or
+memory short, or the allocator finds no devices for m's claims), else 0: free devices that the typical
+workload cannot use are fragments. F_n = Σ_m p_m·F_n(m).
+
+Score of a feasible node: F_n(before) − F_n(after placing the pod), i.e. the node whose fragmentation grows least
+wins (a decrease is best); ties go to the node left with fewer free devices (best fit), then to the name.
+Inside the chosen node, the first-fit devices and the binpack-steered alternative (devicechoice) are compared
+the same way. Placing a pod on node n changes only F_n, so comparing the per-node deltas compares the
+cluster-wide fragmentation after each choice, which is the FGD rule.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import resources as res
+from .allocation import allocate
+from .devicechoice import claims_to_allocate, probe_claim, steered_alternative
+from .dra import dra_served_extended, extended_claim, extended_resource_classes, prefilter
+from .scoring import MAX_NODE_SCORE, Policy, devices_taken_on_node
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .scheduler import NodeEval, PodInfo, Scheduler
+
+
+@dataclass
+class WorkloadClass:
+    pod: dict[str, Any]
+    claims: list[dict[str, Any]]
+    requests: dict[str, int]
+    weight: float
+    pods: int
+
+
+def _probe_claims(scheduler: "Scheduler", pod: dict[str, Any]) -> list[dict[str, Any]] | None:
+    cluster = scheduler.cluster
+    state = prefilter(cluster, pod, extended_resource_classes(cluster))
+    if state.reasons:
+        return None
+    claims = []
+    for index, (_, _, claim) in enumerate(state.claims):
+        claims.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": f"probe-{index}", "namespace": "gpudra-probe", "uid": f"probe-{index}"},
+                "spec": claim.get("spec") or {},
+            }
+        )
+    served = dra_served_extended(state, None)
+    if served:
+        claims.append(extended_claim(pod, state, served))
+    return claims
+
+
+def workload_classes(scheduler: "Scheduler") -> list[WorkloadClass]:
+    cached = getattr(scheduler, "_fgd_workload", None)
+    if cached is not None:
+        return cached
+    groups: dict[str, WorkloadClass] = {}
+    samples = 0
+    for pod in scheduler.cluster.pods.values():
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        claims = _probe_claims(scheduler, pod)
+        if not claims:
+            continue
+        try:
+            requests = res.pod_requests(pod)
+        except res.ResourceError:
+            continue
+        shape = json.dumps([[c.get("spec") for c in claims], sorted(requests.items())], sort_keys=True, default=str)
+        samples += 1
+        if shape in groups:
+            groups[shape].pods += 1
+        else:
+            groups[shape] = WorkloadClass(pod, claims, requests, 0.0, 1)
+    for group in groups.values():
+        group.weight = group.pods / samples
+    classes = [groups[shape] for shape in sorted(groups)]
+    scheduler._fgd_workload = classes  # type: ignore[attr-defined]
+    return classes
+
+
+def _fits_resources(scheduler: "Scheduler", node: str, requests: dict[str, int], extra: dict[str, int]) -> bool:
+    allocatable = scheduler.cluster.allocatable(node)
+    if allocatable is None:
+        return True
+    usage = scheduler.cluster.usage[node]
+    for resource in (res.CPU, res.MEMORY):
+        wanted = requests.get(resource, 0)
+        if wanted and wanted > allocatable.get(resource, 0) - usage.requested.get(resource, 0) - extra.get(resource, 0):
+            return False
+    return True
+
+
+def node_fragmentation(
+    scheduler: "Scheduler", node: str, free_devices: int, extra_requests: dict[str, int] | None = None
+) -> float:
+    """F_n under the allocator's current state (plus `extra_requests` of cpu/memory already committed)."""
+    if free_devices <= 0:
+        return 0.0
+    allocator = scheduler.cluster.allocator()
+    node_obj = scheduler.cluster.nodes[node]
+    total = 0.0
+    for workload in workload_classes(scheduler):
+        fits = _fits_resources(scheduler, node, workload.requests, extra_requests or {})
+        if fits:
+            fits = allocate(allocator, node_obj, workload.claims).outcome == "allocated"
+        if not fits:
+            total += workload.weight * free_devices
+    return total
+
+
+def fragmentation_after(
+    scheduler: "Scheduler", info: "PodInfo", node: str, allocations: list[dict[str, Any]] | None
+) -> float:
+    cluster = scheduler.cluster
+    taken = devices_taken_on_node(scheduler, node, allocations)
+    free_after = cluster.free_node_devices(node) - taken
+    devices = [
+        (r.get("driver", ""), r.get("pool", ""), r.get("device", ""))
+        for allocation in allocations or []
+        for r in ((allocation or {}).get("devices") or {}).get("results") or []
+        if not r.get("adminAccess")
+    ]
+    allocator = cluster.allocator()
+    probe = probe_claim("candidate", devices) if devices else None
+    if probe is not None:
+        allocator.add_allocated_claim(probe)
+    try:
+        return node_fragmentation(scheduler, node, free_after, info.requests)
+    finally:
+        if probe is not None:
+            allocator.remove_allocated_claim(probe)
+
+
+class FragmentationPolicy(Policy):
+    name = "fragmentation"
+
+    def __init__(self) -> None:
+        self._before: dict[str, tuple[int, int, float]] = {}  # node -> (generation, epoch, F_n)
+
+    def fragmentation_before(self, scheduler: "Scheduler", node: str) -> float:
+        key = (scheduler.cluster.generation, scheduler.cluster.epoch.get(node, 0))
+        cached = self._before.get(node)
+        if cached is not None and cached[:2] == key:
+            return cached[2]
+        value = node_fragmentation(scheduler, node, scheduler.cluster.free_node_devices(node))
+        self._before[node] = (*key, value)
+        return value
+
+    def score(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
+        cluster = scheduler.cluster
+        free_before = {e.result.node: cluster.free_node_devices(e.result.node) for e in feasible}
+        most_free = max(free_before.values(), default=0)
+        scores: dict[str, float] = {}
+        for evaluation in feasible:
+            node = evaluation.result.node
+            allocations = evaluation.result.allocations
+            delta = fragmentation_after(scheduler, info, node, allocations) - self.fragmentation_before(
+                scheduler, node
+            )
+            free_after = free_before[node] - devices_taken_on_node(scheduler, node, allocations)
+            best_fit = (MAX_NODE_SCORE - MAX_NODE_SCORE * free_after / most_free) if most_free else 0.0
+            scores[node] = round(-delta, 9) + best_fit * 1e-12
+        return scores
+
+    def choose_allocations(self, scheduler: "Scheduler", info: "PodInfo", chosen: "NodeEval") -> list[dict[str, Any]]:
+        first_fit = list(chosen.result.allocations or [])
+        if not claims_to_allocate(scheduler, info, chosen):
+            return first_fit
+        alternative = steered_alternative(scheduler, info, chosen, prefer_used_groups=True)
+        if alternative is None or alternative == first_fit:
+            return first_fit
+        node = chosen.result.node
+        if fragmentation_after(scheduler, info, node, alternative) < fragmentation_after(
+            scheduler, info, node, first_fit
+        ):
+            return alternative
+        return first_fit
+

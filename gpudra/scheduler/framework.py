@@ -1,0 +1,89 @@
+"""Result types of the scheduling cycle, shared by `gpudra schedule` and `gpudra explain`.
+
+A `Reason` is one plugin's verdict on one node (or on the pod as a whole, `node=None`), with the message the
+kube-scheduler would print and structured details for explanations. `FilterResult` collects them per node;
+`PodResult` is the outcome of one scheduling attempt.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+# Plugin names as kube-scheduler reports them.
+NODE_UNSCHEDULABLE = "NodeUnschedulable"
+NODE_NAME = "NodeName"
+TAINT_TOLERATION = "TaintToleration"
+NODE_AFFINITY = "NodeAffinity"
+NODE_RESOURCES_FIT = "NodeResourcesFit"
+DYNAMIC_RESOURCES = "DynamicResources"
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a node was rejected (or why the whole pod was, when raised at PreFilter).
+
+    `message` is kube-scheduler's wording for the summary line; `details` carries the data behind it
+    (resource names and amounts, the taint, the claim, the allocator's error) for explanations.
+    `resolvable` is False for UnschedulableAndUnresolvable statuses (preemption would not help).
+    `fatal` marks an allocator error that aborts the whole scheduling attempt.
+    """
+
+    plugin: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    resolvable: bool = True
+    fatal: bool = False
+
+
+@dataclass
+class FilterResult:
+    node: str
+    reasons: list[Reason] = field(default_factory=list)
+    # DynamicResources' allocation for this node when it fits: one status.allocation per claim to allocate.
+    allocations: list[dict[str, Any]] | None = None
+
+    @property
+    def fits(self) -> bool:
+        return not self.reasons
+
+
+@dataclass
+class PodResult:
+    pod: str  # namespace/name
+    node: str | None = None
+    scores: dict[str, float] = field(default_factory=dict)  # node -> total score (feasible nodes scored)
+    filtered: dict[str, FilterResult] = field(default_factory=dict)  # node -> result, for evaluated nodes
+    prefilter: list[Reason] = field(default_factory=list)  # pod-level rejections (no node evaluated)
+    error: str | None = None  # fatal error (e.g. a CEL error) that aborted the attempt
+    num_nodes: int = 0
+    claims: list[str] = field(default_factory=list)  # namespace/name of claims allocated or reserved
+
+    @property
+    def scheduled(self) -> bool:
+        return self.node is not None
+
+    def message(self) -> str:
+        """The one-line kube-scheduler style summary for an unschedulable pod."""
+        if self.scheduled:
+            return ""
+        if self.error:
+            return f"running DynamicResources filter plugin: {self.error}"
+        if self.prefilter:
+            reasons = sorted({reason.message for reason in self.prefilter})
+            return f"0/{self.num_nodes} nodes are available: {'; '.join(reasons)}."
+        return fit_error_message(self.num_nodes, self.filtered.values())
+
+
+def fit_error_message(num_nodes: int, results: Any) -> str:
+    """`0/N nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint {k: v}.` (upstream's
+    FitError: one count per distinct reason, entries sorted as strings)."""
+    histogram: Counter[str] = Counter()
+    for result in results:
+        for message in {reason.message for reason in result.reasons}:
+            histogram[message] += 1
+    entries = sorted(f"{count} {message}" for message, count in histogram.items())
+    if not entries:
+        return f"0/{num_nodes} nodes are available."
+    return f"0/{num_nodes} nodes are available: {', '.join(entries)}."

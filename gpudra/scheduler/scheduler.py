@@ -1,0 +1,348 @@
+"""The scheduling cycle: queue order, filters, scoring, binding — kube-scheduler's default profile for the
+plugins that matter on GPU nodes.
+
+Per pod: PreFilter (claims exist, classes exist, shared-claim limit) → Filter on each node in the order
+NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodeResourcesFit, DynamicResources → Score with the
+chosen policy → bind (allocate claims, reserve them, set spec.nodeName).
+
+Like kube-scheduler, with many nodes only the first `num_feasible_nodes_to_find` feasible nodes (searching
+round-robin from where the previous pod stopped) are scored (`percentageOfNodesToScore`, adaptive by default:
+50% − nodes/125, at least 5% and at least 100 nodes). `percentage_of_nodes_to_score=100` scores every node.
+
+Per-node verdicts are cached per "pod shape" (everything that decides a verdict: node name, selectors,
+affinity, tolerations, requests, claim specs) and node epoch (see `Cluster.epoch`). Pods created from one
+template share a shape, so a verdict is recomputed only for nodes whose state changed since the last pod — this
+is what makes thousands of pods per second possible without changing a single answer.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import framework as fw
+from . import nodematch
+from . import resources as res
+from .cluster import Cluster, claim_allocation, reserved_for
+from .dra import (
+    DraPodState,
+    DraVerdict,
+    ExtendedRequest,
+    dra_served_extended,
+    extended_claim_status,
+    extended_resource_classes,
+    first_available_score,
+    prefilter,
+)
+from .dra import filter_node as dra_filter_node
+from .meta import key_of
+
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE = 0  # 0 = adaptive, as kube-scheduler's default
+
+
+def num_feasible_nodes_to_find(num_all_nodes: int, percentage: int = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE) -> int:
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND or percentage >= 100:
+        return num_all_nodes
+    adaptive = percentage
+    if adaptive <= 0:
+        adaptive = max(50 - num_all_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    count = num_all_nodes * adaptive // 100
+    return max(count, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+@dataclass
+class PodInfo:
+    """What the cycle precomputes once per pod attempt (PreFilter)."""
+
+    key: str
+    pod: dict[str, Any]
+    requests: dict[str, int]
+    non_zero_cpu: int
+    non_zero_memory: int
+    tolerations: list[dict[str, Any]]
+    dra: DraPodState
+    reasons: list[fw.Reason]  # PreFilter rejections for the whole pod
+    shape: str  # cache key: pods with equal shapes get equal verdicts on equal node states
+
+
+@dataclass
+class NodeEval:
+    """One node's Filter verdict for a pod shape, plus the raw inputs of the scoring plugins."""
+
+    result: fw.FilterResult
+    epoch: int = 0
+    served: list[ExtendedRequest] = field(default_factory=list)
+    extended_claim: dict[str, Any] | None = None
+    first_available: int = 0
+    fatal: str | None = None
+
+
+class Scheduler:
+    def __init__(
+        self,
+        cluster: Cluster,
+        policy: str = "kube",
+        percentage_of_nodes_to_score: int | None = None,
+    ):
+        from .scoring import get_policy
+
+        self.cluster = cluster
+        self.policy = get_policy(policy)
+        if percentage_of_nodes_to_score is None:
+            percentage_of_nodes_to_score = self.policy.default_percentage_of_nodes_to_score
+        self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
+        self.results: dict[str, fw.PodResult] = {}
+        self._next_start_node_index = 0
+        self._cache: dict[str, dict[str, NodeEval]] = {}
+        self._cache_generation = -1
+        self._extended_classes: dict[str, str] | None = None
+        self._extended_generation = -1
+
+    # ----- PreFilter ----------------------------------------------------------------------------
+    def extended_classes(self) -> dict[str, str]:
+        if self._extended_classes is None or self._extended_generation != self.cluster.generation:
+            self._extended_classes = extended_resource_classes(self.cluster)
+            self._extended_generation = self.cluster.generation
+        return self._extended_classes
+
+    def pod_info(self, pod_key: str) -> PodInfo:
+        pod = self.cluster.pods[pod_key]
+        spec = pod.get("spec") or {}
+        reasons: list[fw.Reason] = []
+        try:
+            requests = res.pod_requests(pod)
+            non_zero = res.pod_requests(pod, non_zero=True)
+        except res.ResourceError as exc:
+            requests, non_zero = {}, {}
+            reasons.append(fw.Reason(fw.NODE_RESOURCES_FIT, str(exc), resolvable=False))
+        dra = prefilter(self.cluster, pod, self.extended_classes())
+        reasons.extend(dra.reasons)
+        tolerations = list(spec.get("tolerations") or [])
+        shape = json.dumps(
+            [
+                spec.get("nodeName"),
+                spec.get("nodeSelector"),
+                (spec.get("affinity") or {}).get("nodeAffinity"),
+                tolerations,
+                sorted(requests.items()),
+                non_zero.get(res.CPU, 0),
+                non_zero.get(res.MEMORY, 0),
+                dra.signature,
+            ],
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        return PodInfo(
+            pod_key,
+            pod,
+            requests,
+            non_zero.get(res.CPU, 0),
+            non_zero.get(res.MEMORY, 0),
+            tolerations,
+            dra,
+            reasons,
+            shape,
+        )
+
+    # ----- Filter -------------------------------------------------------------------------------
+    def filter_node(self, info: PodInfo, node_name: str, all_reasons: bool = False) -> NodeEval:
+        """Run every filter for one node. Like kube-scheduler, the first failing plugin ends the evaluation
+        unless `all_reasons` is set (then every plugin reports, for explanations)."""
+        cluster = self.cluster
+        node = cluster.nodes[node_name]
+        pod = info.pod
+        reasons: list[fw.Reason] = []
+        evaluation = NodeEval(fw.FilterResult(node_name, reasons), epoch=cluster.epoch.get(node_name, 0))
+
+        def failed() -> bool:
+            return bool(reasons) and not all_reasons
+
+        if nodematch.node_is_unschedulable_for(node, pod):
+            reasons.append(fw.Reason(fw.NODE_UNSCHEDULABLE, "node(s) were unschedulable", resolvable=False))
+        if failed():
+            return evaluation
+        wanted = (pod.get("spec") or {}).get("nodeName")
+        if wanted and wanted != node_name:
+            reasons.append(
+                fw.Reason(fw.NODE_NAME, "node(s) didn't match the requested node name", {"nodeName": wanted}, False)
+            )
+        if failed():
+            return evaluation
+        taint = nodematch.first_untolerated_taint(nodematch.node_taints(node), info.tolerations)
+        if taint is not None:
+            reasons.append(
+                fw.Reason(
+                    fw.TAINT_TOLERATION,
+                    f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}",
+                    {"taint": taint},
+                    resolvable=False,
+                )
+            )
+        if failed():
+            return evaluation
+        if not nodematch.pod_matches_node_selector_and_affinity(pod, node):
+            reasons.append(
+                fw.Reason(fw.NODE_AFFINITY, "node(s) didn't match Pod's node affinity/selector", resolvable=False)
+            )
+        if failed():
+            return evaluation
+        allocatable = cluster.allocatable(node_name)
+        served = dra_served_extended(info.dra, allocatable)
+        evaluation.served = served
+        reasons.extend(self._fit_reasons(info, node_name, allocatable, {r.resource for r in served}))
+        if failed():
+            return evaluation
+        if info.dra.relevant:
+            verdict: DraVerdict = dra_filter_node(cluster, pod, info.dra, node, served)
+            reasons.extend(verdict.reasons)
+            if verdict.fatal:
+                evaluation.fatal = verdict.fatal
+            elif not verdict.reasons:
+                evaluation.result.allocations = verdict.allocations
+                evaluation.extended_claim = verdict.extended_claim
+                claims = [cluster.claims[k] for k in info.dra.to_allocate]
+                evaluation.first_available = first_available_score(claims, verdict.allocations or [])
+        return evaluation
+
+    def _fit_reasons(
+        self, info: PodInfo, node_name: str, allocatable: dict[str, int] | None, dra_served: set[str]
+    ) -> list[fw.Reason]:
+        usage = self.cluster.usage[node_name]
+        reasons: list[fw.Reason] = []
+        if allocatable is not None and len(usage.pods) + 1 > allocatable.get(res.PODS, 0):
+            reasons.append(
+                fw.Reason(
+                    fw.NODE_RESOURCES_FIT,
+                    "Too many pods",
+                    {"resource": res.PODS, "requested": 1, "used": len(usage.pods), "capacity": allocatable[res.PODS]},
+                )
+            )
+        ordered = [r for r in (res.CPU, res.MEMORY, res.EPHEMERAL_STORAGE) if r in info.requests]
+        ordered += sorted(r for r in info.requests if r not in (res.CPU, res.MEMORY, res.EPHEMERAL_STORAGE))
+        for resource in ordered:
+            wanted = info.requests[resource]
+            if wanted <= 0 or resource in dra_served or resource == res.PODS:
+                continue
+            extended = res.is_extended(resource)
+            if allocatable is None and not extended:
+                continue
+            capacity = (allocatable or {}).get(resource, 0)
+            used = usage.requested.get(resource, 0)
+            if wanted > capacity - used:
+                reasons.append(
+                    fw.Reason(
+                        fw.NODE_RESOURCES_FIT,
+                        f"Insufficient {resource}",
+                        {"resource": resource, "requested": wanted, "used": used, "capacity": capacity},
+                    )
+                )
+        return reasons
+
+    def _evaluate(self, info: PodInfo, node_name: str) -> NodeEval:
+        if self._cache_generation != self.cluster.generation:
+            self._cache.clear()
+            self._cache_generation = self.cluster.generation
+        per_node = self._cache.setdefault(info.shape, {})
+        cached = per_node.get(node_name)
+        if cached is not None and cached.epoch == self.cluster.epoch.get(node_name, 0):
+            return cached
+        evaluation = self.filter_node(info, node_name)
+        if evaluation.fatal is None:
+            per_node[node_name] = evaluation
+        return evaluation
+
+    # ----- one pod ------------------------------------------------------------------------------
+    def schedule_pod(self, pod_key: str) -> fw.PodResult:
+        result = self._attempt(pod_key)
+        if not result.scheduled and self._post_filter(pod_key, result):
+            result = self._attempt(pod_key)
+        self.results[pod_key] = result
+        if not result.scheduled:
+            self.cluster.mark_unschedulable(pod_key, result.message())
+        return result
+
+    def _attempt(self, pod_key: str) -> fw.PodResult:
+        cluster = self.cluster
+        info = self.pod_info(pod_key)
+        nodes = cluster.node_names()
+        result = fw.PodResult(pod_key, num_nodes=len(nodes))
+        if info.reasons:
+            result.prefilter = info.reasons
+            return result
+        if not nodes:
+            return result
+        to_find = num_feasible_nodes_to_find(len(nodes), self.percentage_of_nodes_to_score)
+        start = self._next_start_node_index % len(nodes)
+        feasible: list[NodeEval] = []
+        processed = 0
+        for offset in range(len(nodes)):
+            node_name = nodes[(start + offset) % len(nodes)]
+            evaluation = self._evaluate(info, node_name)
+            processed += 1
+            if evaluation.fatal is not None:
+                result.error = evaluation.fatal
+                result.filtered[node_name] = evaluation.result
+                return result
+            result.filtered[node_name] = evaluation.result
+            if evaluation.result.fits:
+                feasible.append(evaluation)
+                if len(feasible) >= to_find:
+                    break
+        self._next_start_node_index = (start + processed) % len(nodes)
+        if not feasible:
+            return result
+        scores = self.policy.score(self, info, feasible)
+        result.scores = scores
+        best = min(feasible, key=lambda e: (-scores[e.result.node], e.result.node))
+        allocations = self.policy.choose_allocations(self, info, best)
+        self._bind(info, best, allocations)
+        result.node = best.result.node
+        result.claims = cluster.pod_claim_keys(info.pod)
+        return result
+
+    def _bind(self, info: PodInfo, chosen: NodeEval, allocations: list[dict[str, Any]] | None) -> None:
+        allocations = list(allocations or [])
+        pairs = [(key, copy.deepcopy(allocations[i])) for i, key in enumerate(info.dra.to_allocate)]
+        special = None
+        if chosen.extended_claim is not None:
+            special = copy.deepcopy(chosen.extended_claim)
+            pairs.append((key_of(special), copy.deepcopy(allocations[len(info.dra.to_allocate)])))
+            info.pod.setdefault("status", {})["extendedResourceClaimStatus"] = extended_claim_status(
+                info.dra, chosen.served
+            )
+        self.cluster.bind(info.key, chosen.result.node, pairs, special)
+
+    def _post_filter(self, pod_key: str, result: fw.PodResult) -> bool:
+        """DynamicResources PostFilter: an allocated claim that is usable on no node and reserved for nobody
+        else is deallocated so the next attempt can allocate it afresh."""
+        if result.scheduled or result.prefilter or result.error or not result.filtered:
+            return False
+        pod = self.cluster.pods[pod_key]
+        uid = (pod.get("metadata") or {}).get("uid")
+        for filter_result in result.filtered.values():
+            for reason in filter_result.reasons:
+                if reason.message != "resourceclaim not available on the node":
+                    continue
+                claim = self.cluster.claims.get(reason.details.get("claim", ""))
+                if claim is None or claim_allocation(claim) is None:
+                    continue
+                others = [e for e in reserved_for(claim) if e.get("uid") != uid]
+                if not others:
+                    self.cluster.deallocate_claim(claim)
+                    return True
+        return False
+
+    # ----- the whole queue ----------------------------------------------------------------------
+    def run(self, on_result: Callable[[fw.PodResult], None] | None = None) -> list[fw.PodResult]:
+        """Schedule every pending pod once, in queue order."""
+        results = []
+        for pod_key in self.cluster.pending_pods():
+            result = self.schedule_pod(pod_key)
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+        return results

@@ -1,0 +1,192 @@
+"""Scoring policies (`--policy`). Every policy returns one number per feasible node, higher is better; the
+cycle picks the highest and breaks ties by node name, so results never depend on chance.
+
+- `kube`: kube-scheduler's default scores for the plugins gpudra models — NodeResourcesFit (LeastAllocated on
+  cpu and memory, weight 1), NodeResourcesBalancedAllocation (weight 1), DynamicResources' firstAvailable
+  preference (8 − subrequest index, normalised to 0..100, weight 1), TaintToleration (PreferNoSchedule taints,
+  weight 3) and NodeAffinity (preferred terms, weight 2). Devices are chosen by the allocator's first fit,
+  exactly as upstream. Like upstream it scores only the first feasible nodes on large clusters.
+- `binpack`: fill nodes and devices before opening new ones — prefer the node left with the fewest free
+  devices, then the most allocated cpu/memory; inside the node prefer devices on GPUs already in use.
+- `spread`: the opposite — the node left with the most free devices, then the least allocated.
+- `fragmentation`: in the spirit of Fragmentation Gradient Descent (Weng et al., USENIX ATC'23) — prefer the
+  node (and devices) whose allocation least increases the node's expected fragmentation. See `fragmentation.py`.
+
+binpack, spread and fragmentation look at every node (percentageOfNodesToScore = 100): they are about placement
+quality, not speed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import nodematch
+from . import resources as res
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .scheduler import NodeEval, PodInfo, Scheduler
+
+MAX_NODE_SCORE = 100
+POLICIES = ("kube", "binpack", "spread", "fragmentation")
+
+
+def default_normalize(scores: dict[str, int], reverse: bool = False) -> dict[str, int]:
+    """helper.DefaultNormalizeScore: scale to 0..100 by the maximum; `reverse` flips (lower raw is better)."""
+    highest = max(scores.values(), default=0)
+    if highest == 0:
+        return {node: (MAX_NODE_SCORE if reverse else 0) for node in scores}
+    normalized = {node: MAX_NODE_SCORE * value // highest for node, value in scores.items()}
+    if reverse:
+        normalized = {node: MAX_NODE_SCORE - value for node, value in normalized.items()}
+    return normalized
+
+
+def least_allocated(requested: int, capacity: int) -> int:
+    if capacity <= 0 or requested > capacity:
+        return 0
+    return (capacity - requested) * MAX_NODE_SCORE // capacity
+
+
+def most_allocated(requested: int, capacity: int) -> int:
+    if capacity <= 0:
+        return 0
+    return min(requested, capacity) * MAX_NODE_SCORE // capacity
+
+
+def _cpu_memory(scheduler: "Scheduler", info: "PodInfo", node: str) -> tuple[int, int, int, int]:
+    """(cpu requested incl. the pod, cpu allocatable, memory requested, memory allocatable), non-zero requests."""
+    usage = scheduler.cluster.usage[node]
+    allocatable = scheduler.cluster.allocatable(node) or {}
+    return (
+        usage.non_zero_cpu + info.non_zero_cpu,
+        allocatable.get(res.CPU, 0),
+        usage.non_zero_memory + info.non_zero_memory,
+        allocatable.get(res.MEMORY, 0),
+    )
+
+
+def resource_score(scheduler: "Scheduler", info: "PodInfo", node: str, strategy: Any) -> int:
+    cpu, cpu_cap, memory, memory_cap = _cpu_memory(scheduler, info, node)
+    return (strategy(cpu, cpu_cap) + strategy(memory, memory_cap)) // 2
+
+
+def balanced_allocation(scheduler: "Scheduler", info: "PodInfo", node: str) -> int:
+    usage = scheduler.cluster.usage[node]
+    allocatable = scheduler.cluster.allocatable(node) or {}
+    fractions = []
+    for resource in (res.CPU, res.MEMORY):
+        capacity = allocatable.get(resource, 0)
+        if capacity <= 0:
+            continue
+        requested = usage.requested.get(resource, 0) + info.requests.get(resource, 0)
+        fractions.append(min(requested / capacity, 1.0))
+    if len(fractions) < 2:
+        return MAX_NODE_SCORE
+    deviation = abs(fractions[0] - fractions[1]) / 2
+    return int((1 - deviation) * MAX_NODE_SCORE)
+
+
+def devices_taken_on_node(scheduler: "Scheduler", node: str, allocations: list[dict[str, Any]] | None) -> int:
+    local = set(scheduler.cluster.node_devices(node))
+    taken = 0
+    for allocation in allocations or []:
+        for result in ((allocation or {}).get("devices") or {}).get("results") or []:
+            if (result.get("driver"), result.get("pool"), result.get("device")) in local and not result.get(
+                "adminAccess"
+            ):
+                taken += 1
+    return taken
+
+
+class Policy:
+    name = ""
+    default_percentage_of_nodes_to_score = 100
+
+    def score(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
+        raise NotImplementedError
+
+    def choose_allocations(self, scheduler: "Scheduler", info: "PodInfo", chosen: "NodeEval") -> list[dict[str, Any]]:
+        return list(chosen.result.allocations or [])
+
+
+class KubePolicy(Policy):
+    name = "kube"
+    default_percentage_of_nodes_to_score = 0  # adaptive, as kube-scheduler
+
+    def score(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
+        cluster = scheduler.cluster
+        nodes = [e.result.node for e in feasible]
+        first_available = default_normalize({e.result.node: e.first_available for e in feasible})
+        taints = default_normalize(
+            {
+                n: nodematch.count_untolerated_prefer_no_schedule(nodematch.node_taints(cluster.nodes[n]), info.tolerations)
+                for n in nodes
+            },
+            reverse=True,
+        )
+        affinity = default_normalize({n: nodematch.preferred_affinity_score(info.pod, cluster.nodes[n]) for n in nodes})
+        scores: dict[str, float] = {}
+        for node in nodes:
+            scores[node] = (
+                resource_score(scheduler, info, node, least_allocated)
+                + balanced_allocation(scheduler, info, node)
+                + first_available[node]
+                + 3 * taints[node]
+                + 2 * affinity[node]
+            )
+        return scores
+
+
+class _DevicePolicy(Policy):
+    """binpack and spread: free devices left on the node first, cpu/memory allocation second."""
+
+    fill = True
+
+    def score(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
+        cluster = scheduler.cluster
+        free_before = {e.result.node: cluster.free_node_devices(e.result.node) for e in feasible}
+        most_free = max(free_before.values(), default=0)
+        scores: dict[str, float] = {}
+        for evaluation in feasible:
+            node = evaluation.result.node
+            free_after = free_before[node] - devices_taken_on_node(scheduler, node, evaluation.result.allocations)
+            if most_free > 0:
+                device_score = MAX_NODE_SCORE * free_after / most_free
+            else:
+                device_score = 0.0
+            if self.fill:
+                device_score = MAX_NODE_SCORE - device_score if most_free > 0 else 0.0
+                resources = resource_score(scheduler, info, node, most_allocated)
+            else:
+                resources = resource_score(scheduler, info, node, least_allocated)
+            scores[node] = 2 * device_score + resources
+        return scores
+
+    def choose_allocations(self, scheduler: "Scheduler", info: "PodInfo", chosen: "NodeEval") -> list[dict[str, Any]]:
+        from .devicechoice import choose_device_alternative
+
+        return choose_device_alternative(scheduler, info, chosen, prefer_used_groups=self.fill)
+
+
+class BinpackPolicy(_DevicePolicy):
+    name = "binpack"
+    fill = True
+
+
+class SpreadPolicy(_DevicePolicy):
+    name = "spread"
+    fill = False
+
+
+def get_policy(name: str) -> Policy:
+    if name == "kube":
+        return KubePolicy()
+    if name == "binpack":
+        return BinpackPolicy()
+    if name == "spread":
+        return SpreadPolicy()
+    if name == "fragmentation":
+        from .fragmentation import FragmentationPolicy
+
+        return FragmentationPolicy()
+    raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")

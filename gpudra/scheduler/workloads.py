@@ -1,0 +1,215 @@
+"""Workload controllers expanded into pods, and ResourceClaims created from templates.
+
+Names that the API server would randomise are derived from a hash of the input (`meta.random_suffix`), so the
+same manifests always give the same pods and claims. Shapes follow the upstream controllers:
+
+- ReplicaSet: `<rs>-<5 chars>`; Deployment: a ReplicaSet `<deploy>-<pod-template-hash>`, hence pods
+  `<deploy>-<hash>-<5 chars>` labelled `pod-template-hash`.
+- StatefulSet: `<sts>-<ordinal>` for ordinals 0..replicas-1 (`statefulset.kubernetes.io/pod-name`).
+- Job: `<job>-<5 chars>` (Indexed: `<job>-<index>-<5 chars>`), min(parallelism, completions) pods at once.
+- Template claims (resourceclaim controller): generateName `<pod>-<podClaim>-` shortened proportionally to 57
+  characters, owned by the pod (controller, blockOwnerDeletion), annotated `resource.kubernetes.io/pod-claim-name`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+from .meta import (
+    ensure_uid_of,
+    key_of,
+    name_of,
+    namespace_of,
+    random_suffix,
+    stable_uid,
+    template_hash,
+    truncate_generate_name,
+)
+
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+CLAIM_GENERATE_NAME_LIMIT = 57  # resourceclaim controller: keeps room for the 5-character suffix and more
+
+WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "Job")
+
+
+class WorkloadError(ValueError):
+    pass
+
+
+def ensure_uid(obj: dict[str, Any]) -> str:
+    return ensure_uid_of(obj)
+
+
+def owner_reference(owner: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name_of(owner),
+        "uid": ensure_uid(owner),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _int_field(spec: dict[str, Any], field: str, default: int, owner: dict[str, Any]) -> int:
+    value = spec.get(field, default)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise WorkloadError(f"{owner.get('kind')} {key_of(owner)}: spec.{field} must be a non-negative integer")
+    return value
+
+
+def _pod_from_template(
+    owner: dict[str, Any], name: str, extra_labels: dict[str, str], owner_ref: dict[str, Any]
+) -> dict[str, Any]:
+    template = (owner.get("spec") or {}).get("template") or {}
+    template_meta = template.get("metadata") or {}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace_of(owner)}
+    labels = dict(template_meta.get("labels") or {})
+    labels.update(extra_labels)
+    if labels:
+        meta["labels"] = labels
+    if template_meta.get("annotations"):
+        meta["annotations"] = dict(template_meta["annotations"])
+    meta["ownerReferences"] = [owner_ref]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(template.get("spec") or {})}
+    meta["uid"] = stable_uid("Pod", meta["namespace"], name, owner_ref["uid"])
+    return pod
+
+
+def _unique_generated_name(prefix: str, taken: Callable[[str], bool], *seed: Any) -> str:
+    base = truncate_generate_name(prefix)
+    attempt = 0
+    while True:
+        name = base + random_suffix(base, attempt, *seed)
+        if not taken(name):
+            return name
+        attempt += 1
+
+
+def expand_workload(obj: dict[str, Any], taken: Callable[[str], bool]) -> list[dict[str, Any]]:
+    """The pods a controller object would create. `taken(key)` says whether `namespace/name` is in use."""
+    kind = obj.get("kind")
+    spec = obj.get("spec") or {}
+    namespace = namespace_of(obj)
+    controller_uid = ensure_uid(obj)
+    if not isinstance(spec.get("template"), dict):
+        raise WorkloadError(f"{kind} {key_of(obj)}: spec.template is missing")
+    pods: list[dict[str, Any]] = []
+
+    def name_taken(name: str) -> bool:
+        return taken(f"{namespace}/{name}") or any(name_of(p) == name for p in pods)
+
+    if kind in ("Deployment", "ReplicaSet"):
+        replicas = _int_field(spec, "replicas", 1, obj)
+        if kind == "Deployment":
+            hash_label = template_hash(spec.get("template"))
+            rs_name = f"{name_of(obj)}-{hash_label}"
+            rs = {"kind": "ReplicaSet", "metadata": {"name": rs_name, "namespace": namespace}}
+            ensure_uid(rs)
+            ref = owner_reference(rs, "apps/v1", "ReplicaSet")
+            extra = {"pod-template-hash": hash_label}
+        else:
+            rs_name = name_of(obj)
+            ref = owner_reference(obj, "apps/v1", "ReplicaSet")
+            extra = {}
+        for index in range(replicas):
+            name = _unique_generated_name(f"{rs_name}-", name_taken, namespace, controller_uid, index)
+            pods.append(_pod_from_template(obj, name, extra, ref))
+    elif kind == "StatefulSet":
+        replicas = _int_field(spec, "replicas", 1, obj)
+        ref = owner_reference(obj, "apps/v1", "StatefulSet")
+        revision = f"{name_of(obj)}-{template_hash(spec.get('template'))}"
+        for ordinal in range(replicas):
+            name = f"{name_of(obj)}-{ordinal}"
+            extra = {
+                "statefulset.kubernetes.io/pod-name": name,
+                "apps.kubernetes.io/pod-index": str(ordinal),
+                "controller-revision-hash": revision,
+            }
+            pod = _pod_from_template(obj, name, extra, ref)
+            pod["spec"].setdefault("hostname", name)
+            if spec.get("serviceName"):
+                pod["spec"].setdefault("subdomain", spec["serviceName"])
+            pods.append(pod)
+    elif kind == "Job":
+        parallelism = _int_field(spec, "parallelism", 1, obj)
+        completions = spec.get("completions")
+        if completions is not None:
+            parallelism = min(parallelism, _int_field(spec, "completions", 1, obj))
+        indexed = spec.get("completionMode") == "Indexed"
+        ref = owner_reference(obj, "batch/v1", "Job")
+        extra = {
+            "batch.kubernetes.io/controller-uid": controller_uid,
+            "batch.kubernetes.io/job-name": name_of(obj),
+            "controller-uid": controller_uid,
+            "job-name": name_of(obj),
+        }
+        for index in range(parallelism):
+            prefix = f"{name_of(obj)}-{index}-" if indexed else f"{name_of(obj)}-"
+            name = _unique_generated_name(prefix, name_taken, namespace, controller_uid, index)
+            labels = dict(extra)
+            if indexed:
+                labels["batch.kubernetes.io/job-completion-index"] = str(index)
+            pod = _pod_from_template(obj, name, labels, ref)
+            if indexed:
+                pod["metadata"].setdefault("annotations", {})["batch.kubernetes.io/job-completion-index"] = str(index)
+            pod["spec"].setdefault("restartPolicy", "Never")
+            pods.append(pod)
+    else:
+        raise WorkloadError(f"{kind} is not a workload kind gpudra expands")
+    return pods
+
+
+def claim_generate_name(pod_name: str, pod_claim_name: str) -> str:
+    """The resourceclaim controller's generateName, shortened proportionally when too long."""
+    generate_name = f"{pod_name}-{pod_claim_name}-"
+    if len(generate_name) > CLAIM_GENERATE_NAME_LIMIT:
+        total = len(generate_name)
+        pod_part = pod_name[: len(pod_name) * CLAIM_GENERATE_NAME_LIMIT // total]
+        claim_part = pod_claim_name[: len(pod_claim_name) * CLAIM_GENERATE_NAME_LIMIT // total]
+        generate_name = f"{pod_part}-{claim_part}"  # upstream drops the trailing dash here
+    return generate_name
+
+
+def claim_from_template(
+    pod: dict[str, Any], pod_claim_name: str, template: dict[str, Any], taken: Callable[[str], bool]
+) -> dict[str, Any]:
+    """A ResourceClaim as the resourceclaim controller creates it for `pod.spec.resourceClaims[pod_claim_name]`."""
+    namespace = namespace_of(pod)
+    generate_name = claim_generate_name(name_of(pod), pod_claim_name)
+    name = _unique_generated_name(
+        generate_name, lambda n: taken(f"{namespace}/{n}"), namespace, ensure_uid(pod), pod_claim_name
+    )
+    template_spec = template.get("spec") or {}
+    template_meta = template_spec.get("metadata") or {}
+    annotations = dict(template_meta.get("annotations") or {})
+    annotations[POD_CLAIM_NAME_ANNOTATION] = pod_claim_name
+    meta: dict[str, Any] = {
+        "name": name,
+        "generateName": generate_name,
+        "namespace": namespace,
+        "uid": stable_uid("ResourceClaim", namespace, name),
+        "annotations": annotations,
+        "ownerReferences": [owner_reference(pod, "v1", "Pod")],
+    }
+    if template_meta.get("labels"):
+        meta["labels"] = dict(template_meta["labels"])
+    return {
+        "apiVersion": template.get("apiVersion") or "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": meta,
+        "spec": copy.deepcopy(template_spec.get("spec") or {}),
+    }
+
+
+def owned_by(obj: dict[str, Any], owner: dict[str, Any]) -> bool:
+    uid = (owner.get("metadata") or {}).get("uid")
+    return any(
+        ref.get("uid") == uid and ref.get("controller")
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
+    )
+
