@@ -1,0 +1,65 @@
+"""Loading manifests: files, directories, stdin, multi-document YAML, JSON, List kinds, clean errors."""
+
+import os
+
+import pytest
+
+from gpudra.api.load import LoadError, load_paths, load_text
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "api")
+
+
+def test_multi_document_yaml_skips_empty_documents_and_expands_lists():
+    docs = load_paths([os.path.join(DATA, "mixed.yaml")])
+    assert [(d.kind, d.name, d.index) for d in docs] == [("DeviceClass", "example.com", 1), ("Node", "n1", 3),
+                                                         ("Node", "n2", 3)]
+    assert docs[0].source.endswith("mixed.yaml")
+
+
+def test_json_document_and_properties():
+    (doc,) = load_paths([os.path.join(DATA, "claim.json")])
+    assert (doc.kind, doc.name, doc.namespace, doc.index) == ("ResourceClaim", "c", "default", 1)
+
+
+def test_directories_are_walked_recursively_in_sorted_order():
+    docs = load_paths([os.path.join(DATA, "dir")])
+    assert [os.path.relpath(d.source, DATA) for d in docs] == [
+        os.path.join("dir", "b.json")] + [os.path.join("dir", "sub", "a.yaml")] * 3
+
+
+def test_stdin(monkeypatch):
+    import io
+    monkeypatch.setattr("sys.stdin", io.StringIO("kind: Node\napiVersion: v1\nmetadata: {name: x}\n"))
+    (doc,) = load_paths(["-"])
+    assert doc.source == "<stdin>" and doc.name == "x"
+
+
+def test_typed_list_items_inherit_kind():
+    docs = load_text("apiVersion: v1\nkind: NodeList\nitems:\n- metadata: {name: a}\n", "l.yaml")
+    assert docs[0].kind == "Node" and docs[0].obj["apiVersion"] == "v1"
+
+
+def test_timestamps_stay_strings():
+    (doc,) = load_text("kind: X\nmetadata:\n  creationTimestamp: 2025-01-01T00:00:00Z\n", "t.yaml")
+    assert doc.obj["metadata"]["creationTimestamp"] == "2025-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("a: 1\na: 2\n", "already defined"),
+    ("a: [1\n", "invalid YAML"),
+    ("- 1\n- 2\n", "must be a mapping"),
+    ("[1, 2", "invalid JSON"),
+    ("just a string\n", "must be a mapping"),
+    ("a: b: c\n", "invalid YAML"),
+])
+def test_unparseable_input_gives_located_load_errors(text, fragment):
+    with pytest.raises(LoadError) as info:
+        load_text(text, "bad.yaml")
+    message = str(info.value)
+    assert message.startswith("bad.yaml:") and fragment in message
+    assert "Traceback" not in message
+
+
+def test_missing_file_is_a_load_error():
+    with pytest.raises(LoadError, match="no such file"):
+        load_paths([os.path.join(DATA, "does-not-exist.yaml")])
