@@ -1,0 +1,110 @@
+"""`gpudra driver`: ResourceSlices, DeviceClasses and the node agent (kubelet plugin)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+
+import click
+import yaml
+
+from gpudra.discovery import BACKENDS, DiscoveryError, open_backend
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)
+
+
+def _dump(objs: list, output: str) -> None:
+    if output == "json":
+        click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}, indent=2))
+    else:
+        click.echo(yaml.safe_dump_all(objs, sort_keys=False), nl=False)
+
+
+@click.group(name="driver")
+def command() -> None:
+    """The node-side GPU DRA driver."""
+
+
+@command.command("slices")
+@click.option("--backend", type=click.Choice(BACKENDS), default="simulated", show_default=True)
+@click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile or YAML file")
+@click.option("--node-name", required=True)
+@click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
+@click.option("--dynamic-mig", is_flag=True, help="announce MIG partitions as partitionable devices (KEP-4815)")
+@click.option("--generation", type=int, default=1, show_default=True)
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dynamic_mig: bool, generation: int,
+               output: str) -> None:
+    """Print the ResourceSlices this node would publish."""
+    from gpudra.driver.slices import build_resource_slices
+
+    try:
+        gpus = open_backend(backend, profile=profile, node_name=node_name)
+        try:
+            inventory = gpus.inventory()
+        finally:
+            gpus.close()
+    except DiscoveryError as exc:
+        _fail(str(exc))
+    _dump(build_resource_slices(inventory, node_name, driver_name=driver_name, generation=generation,
+                                dynamic_mig=dynamic_mig), output)
+
+
+@command.command("deviceclasses")
+@click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+def deviceclasses_cmd(driver_name: str, output: str) -> None:
+    """Print the DeviceClasses for full GPUs and MIG devices."""
+    from gpudra.driver.slices import device_classes
+
+    _dump(device_classes(driver_name), output)
+
+
+@command.command("run")
+@click.option("--backend", type=click.Choice(BACKENDS), default="simulated", show_default=True)
+@click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile or YAML file")
+@click.option("--node-name", required=True, envvar="NODE_NAME")
+@click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
+@click.option("--root", default="/", show_default=True,
+              help="place every absolute path (sockets, checkpoint, CDI dirs) under this directory")
+@click.option("--claims", "claims_dir", type=click.Path(file_okay=False),
+              help="directory of allocated ResourceClaim YAML files (used without a kubeconfig)")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), envvar="KUBECONFIG",
+              help="read claims from and publish ResourceSlices to this cluster")
+@click.option("--in-cluster", is_flag=True, help="use the pod's service account")
+@click.option("--dynamic-mig", is_flag=True, help="create MIG devices on demand at prepare time")
+@click.option("--healthcheck-port", type=int, default=None, help="also serve gRPC health on 127.0.0.1:PORT")
+@click.option("--kubelet-registrar-directory-path", "registry_dir", default="/var/lib/kubelet/plugins_registry",
+              show_default=True)
+@click.option("--kubelet-plugins-directory-path", "plugins_dir", default="/var/lib/kubelet/plugins", show_default=True)
+@click.option("--cdi-root", "cdi_dir", default="/var/run/cdi", show_default=True)
+@click.option("--no-fsync", is_flag=True, hidden=True, help="skip fsync (benchmarks on slow disks only)")
+@click.option("-v", "--verbose", is_flag=True)
+def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: str, claims_dir: str | None,
+            kubeconfig: str | None, in_cluster: bool, dynamic_mig: bool, healthcheck_port: int | None,
+            registry_dir: str, plugins_dir: str, cdi_dir: str, no_fsync: bool, verbose: bool) -> None:
+    """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
+    from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
+    from gpudra.driver.checkpoint import CheckpointError
+    from gpudra.driver.publisher import PublishError
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options = AgentOptions(node_name=node_name, backend=backend, profile=profile, driver_name=driver_name, root=root,
+                           claims_dir=claims_dir, kubeconfig=kubeconfig, in_cluster=in_cluster,
+                           dynamic_mig=dynamic_mig, healthcheck_port=healthcheck_port, fsync=not no_fsync,
+                           registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir)
+    try:
+        agent = DriverAgent(options)
+        agent.start()
+    except (AgentError, DiscoveryError, CheckpointError, PublishError, ValueError, OSError) as exc:
+        _fail(str(exc))
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop())
+    signal.signal(signal.SIGINT, lambda *_: agent.stop())
+    click.echo(f"ready: {agent.paths.dra_socket}", err=True)
+    agent.wait()

@@ -1,0 +1,107 @@
+"""The node agent: discovery + reconcile + ResourceSlices + kubelet plugin, wired together."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from gpudra.discovery import GpuBackend, open_backend
+
+from .claims import ClaimSource, KubeClaimSource, LocalClaimStore
+from .paths import DriverPaths
+from .plugin import KubeletPlugin
+from .publisher import KubeSliceClient, SlicePublisher
+from .slices import DEFAULT_DRIVER_NAME, build_resource_slices
+from .state import DeviceState
+
+log = logging.getLogger("gpudra.driver")
+
+
+class AgentError(Exception):
+    """Bad configuration the user can fix (printed without a traceback)."""
+
+
+@dataclass
+class AgentOptions:
+    node_name: str
+    backend: str = "simulated"
+    profile: str = "dgx-h100"
+    driver_name: str = DEFAULT_DRIVER_NAME
+    root: str = "/"
+    claims_dir: str | None = None
+    kubeconfig: str | None = None
+    in_cluster: bool = False
+    dynamic_mig: bool = False
+    healthcheck_port: int | None = None
+    publish: bool = True
+    fsync: bool = True
+    registry_dir: str = "/var/lib/kubelet/plugins_registry"
+    plugins_dir: str = "/var/lib/kubelet/plugins"
+    cdi_dir: str = "/var/run/cdi"
+
+
+class DriverAgent:
+    def __init__(self, options: AgentOptions, *, backend: GpuBackend | None = None,
+                 claims: ClaimSource | None = None, slice_client: KubeSliceClient | None = None):
+        self.options = options
+        self.paths = DriverPaths(driver_name=options.driver_name, root=options.root, registry_dir=options.registry_dir,
+                                 plugins_dir=options.plugins_dir, cdi_dir=options.cdi_dir)
+        self.backend = backend or open_backend(options.backend, profile=options.profile, node_name=options.node_name,
+                                               state_path=self.paths.simulated_state)
+        self.slice_client = slice_client
+        if self.slice_client is None and (options.kubeconfig or options.in_cluster):
+            self.slice_client = KubeSliceClient.from_kubeconfig(options.kubeconfig)
+        if claims is None:
+            if options.claims_dir:
+                claims = LocalClaimStore(options.claims_dir)
+            elif self.slice_client is not None:
+                claims = KubeClaimSource(self.slice_client.resource)
+            else:
+                raise AgentError("no claim source: pass --claims DIR (simulation) or --kubeconfig / --in-cluster")
+        self.state = DeviceState(driver_name=options.driver_name, node_name=options.node_name, backend=self.backend,
+                                 paths=self.paths, claims=claims, dynamic_mig=options.dynamic_mig, fsync=options.fsync)
+        self.plugin: KubeletPlugin | None = None
+        self.stopped = threading.Event()
+        self.reconcile_report: dict[str, list[str]] = {}
+        self.publish_summary: dict[str, Any] | None = None
+
+    def build_slices(self, generation: int = 1, node_uid: str | None = None) -> list[dict[str, Any]]:
+        return build_resource_slices(self.backend.inventory(), self.options.node_name,
+                                     driver_name=self.options.driver_name, generation=generation, node_uid=node_uid,
+                                     dynamic_mig=self.options.dynamic_mig)
+
+    def start(self) -> None:
+        self.paths.make_dirs()
+        self.reconcile_report = self.state.reconcile()
+        if any(self.reconcile_report.values()):
+            log.info("reconciled at start: %s", {k: v for k, v in self.reconcile_report.items() if v})
+        slices = self.build_slices()
+        with open(os.path.join(self.paths.plugin_dir, "resourceslices.yaml"), "w", encoding="utf-8") as fh:
+            yaml.safe_dump_all(slices, fh, sort_keys=False)
+        if self.slice_client is not None and self.options.publish:
+            publisher = SlicePublisher(self.slice_client, node_name=self.options.node_name,
+                                       driver_name=self.options.driver_name)
+            self.publish_summary = publisher.publish(self.build_slices)
+            log.info("published ResourceSlices: %s", self.publish_summary)
+        self.plugin = KubeletPlugin(self.state, driver_name=self.options.driver_name,
+                                    dra_socket=self.paths.dra_socket,
+                                    registration_socket=self.paths.registration_socket,
+                                    healthcheck_port=self.options.healthcheck_port)
+        self.plugin.start()
+        log.info("kubelet plugin %s serving on %s (registration %s)", self.options.driver_name,
+                 self.paths.dra_socket, self.paths.registration_socket)
+
+    def stop(self) -> None:
+        if self.plugin is not None:
+            self.plugin.stop()
+            self.plugin = None
+        self.backend.close()
+        self.stopped.set()
+
+    def wait(self) -> None:
+        self.stopped.wait()

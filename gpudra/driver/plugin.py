@@ -1,0 +1,158 @@
+"""The kubelet plugin: DRAPlugin (v1 + v1beta1), plugin registration and gRPC health, on unix sockets."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from concurrent import futures
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from .protos import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc, pluginregistration_pb2,
+                     pluginregistration_pb2_grpc)
+from .state import ClaimRef, DeviceState, PrepareError
+
+log = logging.getLogger("gpudra.driver.plugin")
+
+PLUGIN_TYPE = "DRAPlugin"
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+HEALTH_SERVICES = ("", "liveness")
+
+
+def _claim_ref(claim: Any) -> ClaimRef:
+    return ClaimRef(namespace=claim.namespace, name=claim.name, uid=claim.uid)
+
+
+class _DraServicer:
+    """Implements both API versions; `pb2` selects the message module."""
+
+    def __init__(self, state: DeviceState, pb2: Any, with_share_id: bool):
+        self.state = state
+        self.pb2 = pb2
+        self.with_share_id = with_share_id
+
+    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        response = self.pb2.NodePrepareResourcesResponse()
+        for claim in request.claims:
+            answer = response.claims[claim.uid]  # every claim gets an entry, even on error
+            try:
+                if not claim.uid or not claim.name or not claim.namespace:
+                    raise PrepareError("claim needs namespace, name and uid")
+                for device in self.state.prepare(_claim_ref(claim)):
+                    item = answer.devices.add(request_names=device["requestNames"], pool_name=device["poolName"],
+                                              device_name=device["deviceName"], cdi_device_ids=device["cdiDeviceIDs"])
+                    if self.with_share_id and device.get("shareID"):
+                        item.share_id = device["shareID"]
+            except PrepareError as exc:
+                answer.error = str(exc)
+            except Exception as exc:  # noqa: BLE001 - one bad claim must not fail the others
+                log.exception("prepare %s/%s", claim.namespace, claim.name)
+                answer.error = f"internal error preparing claim: {exc}"
+            if answer.error:
+                del answer.devices[:]
+        return response
+
+    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        response = self.pb2.NodeUnprepareResourcesResponse()
+        for claim in request.claims:
+            answer = response.claims[claim.uid]
+            try:
+                self.state.unprepare(_claim_ref(claim))
+            except PrepareError as exc:
+                answer.error = str(exc)
+            except Exception as exc:  # noqa: BLE001
+                log.exception("unprepare %s/%s", claim.namespace, claim.name)
+                answer.error = f"internal error unpreparing claim: {exc}"
+        return response
+
+
+class _V1(_DraServicer, dra_v1_pb2_grpc.DRAPluginServicer):
+    def __init__(self, state: DeviceState):
+        super().__init__(state, dra_v1_pb2, True)
+
+
+class _V1beta1(_DraServicer, dra_v1beta1_pb2_grpc.DRAPluginServicer):
+    def __init__(self, state: DeviceState):
+        super().__init__(state, dra_v1beta1_pb2, False)
+
+
+class RegistrationServicer(pluginregistration_pb2_grpc.RegistrationServicer):
+    def __init__(self, driver_name: str, endpoint: str):
+        self.driver_name = driver_name
+        self.endpoint = endpoint
+        self.registered = threading.Event()
+        self.last_status: tuple[bool, str] | None = None
+
+    def GetInfo(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return pluginregistration_pb2.PluginInfo(type=PLUGIN_TYPE, name=self.driver_name, endpoint=self.endpoint,
+                                                 supported_versions=list(SUPPORTED_VERSIONS))
+
+    def NotifyRegistrationStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self.last_status = (request.plugin_registered, request.error)
+        if request.plugin_registered:
+            log.info("registered with the kubelet")
+            self.registered.set()
+        else:
+            log.error("kubelet rejected the plugin registration: %s", request.error)
+            self.registered.clear()
+        return pluginregistration_pb2.RegistrationStatusResponse()
+
+
+def _remove_socket(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class KubeletPlugin:
+    """Owns the two gRPC servers (DRA socket with health, registration socket)."""
+
+    def __init__(self, state: DeviceState, *, driver_name: str, dra_socket: str, registration_socket: str,
+                 healthcheck_port: int | None = None, max_workers: int = 32):
+        if len(dra_socket) > 107 or len(registration_socket) > 107:
+            raise ValueError("unix socket paths must be shorter than 108 bytes: use a shorter --root")
+        self.state = state
+        self.dra_socket = dra_socket
+        self.registration_socket = registration_socket
+        self.health = health.HealthServicer()
+        self.registration = RegistrationServicer(driver_name, dra_socket)
+        self._dra_server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dra"))
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_V1(state), self._dra_server)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_V1beta1(state), self._dra_server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._dra_server)
+        self._reg_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="reg"))
+        pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(self.registration, self._reg_server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._reg_server)
+        self.healthcheck_port = healthcheck_port
+        self._health_server: grpc.Server | None = None
+
+    def start(self) -> None:
+        for path in (self.dra_socket, self.registration_socket):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            _remove_socket(path)  # stale socket from a previous (crashed) run
+        self._dra_server.add_insecure_port(f"unix://{self.dra_socket}")
+        self._dra_server.start()
+        if self.healthcheck_port is not None:
+            self._health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
+            self.healthcheck_port = self._health_server.add_insecure_port(f"127.0.0.1:{self.healthcheck_port}")
+            self._health_server.start()
+        for service in HEALTH_SERVICES:
+            self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        # The registration socket goes last: once it appears the kubelet may call us.
+        self._reg_server.add_insecure_port(f"unix://{self.registration_socket}")
+        self._reg_server.start()
+
+    def stop(self, grace: float = 2.0) -> None:
+        for service in HEALTH_SERVICES:
+            self.health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self._reg_server.stop(grace).wait()
+        _remove_socket(self.registration_socket)
+        self._dra_server.stop(grace).wait()
+        _remove_socket(self.dra_socket)
+        if self._health_server is not None:
+            self._health_server.stop(grace).wait()
