@@ -1,0 +1,338 @@
+"""Build an Explanation for a pod or a claim from the scheduler's verdicts plus the device funnels.
+
+The scheduler (`gpudra.scheduler`) decides; this module asks it what it decided for the target pod on
+every node, and for nodes the DynamicResources filter rejected (or would reject) it adds the funnel
+per request, the failing constraints, pool problems and CEL errors. `fixes.py` then tries small changes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from typing import Any
+
+from gpudra.explain import model, simulate
+from gpudra.explain.devices import SelectorSet, short_expression
+from gpudra.explain.dra import AllocatedDevices, analyze_node, claim_key, devices_message
+from gpudra.explain.model import CelErrorReport, Explanation, NodeExplanation, Reason
+
+# scheduler plugin -> reason code
+_PLUGIN_CODES = {
+    "NodeUnschedulable": model.UNSCHEDULABLE,
+    "NodeName": model.NODE_NAME,
+    "TaintToleration": model.NODE_TAINT,
+    "NodeAffinity": model.NODE_AFFINITY,
+    "NodeResourcesFit": model.INSUFFICIENT,
+}
+
+
+class TargetError(ValueError):
+    """The thing to explain does not exist or cannot be named; the message is for users."""
+
+
+def parse_target(text: str) -> tuple[str, str]:
+    """`pod/NAME`, `pods/NAME`, `po/NAME`, `claim/NAME`, `resourceclaim(s)/NAME` → (kind, name)."""
+    kind, sep, name = text.partition("/")
+    if not sep or not name or "/" in name:
+        raise TargetError(f"cannot parse {text!r}: expected pod/NAME or claim/NAME")
+    normal = kind.lower().split(".", 1)[0]
+    if normal in ("pod", "pods", "po"):
+        return "Pod", name
+    if normal in ("claim", "claims", "resourceclaim", "resourceclaims"):
+        return "ResourceClaim", name
+    raise TargetError(f"cannot explain {kind!r}: only pods and ResourceClaims can be explained")
+
+
+def explain(objects: list[dict[str, Any]], target: str, namespace: str = "default", policy: str = "kube",
+            fixes: bool = True) -> Explanation:
+    kind, name = parse_target(target)
+    if kind == "Pod":
+        explanation = explain_pod(objects, namespace, name, policy)
+    else:
+        explanation = explain_claim(objects, namespace, name)
+    if fixes and not explanation.fits:
+        from gpudra.explain.fixes import find_fixes
+
+        explanation.fixes = find_fixes(objects, explanation, policy)
+    return explanation
+
+
+# ------------------------------------------------------------------------------------------- pods
+
+
+def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy: str = "kube") -> Explanation:
+    run = simulate.run_until(copy.deepcopy(objects), f"{namespace}/{name}", policy)
+    if run.pod is None:
+        raise TargetError(_not_found("pod", namespace, name, run.cluster.pods))
+    cluster, result = run.cluster, run.result
+    num_nodes = len(cluster.nodes)
+    if run.bound_node is not None:
+        explanation = Explanation("Pod", namespace, name, True, "")
+        devices = _claim_results(cluster, cluster.pod_claim_keys(run.pod))
+        explanation.placement = {"node": run.bound_node, "devices": devices}
+        explanation.summary = (f"already bound to node {run.bound_node}" if run.was_bound
+                               else f"would be scheduled to node {run.bound_node}")
+        if not run.was_bound and result is not None:
+            feasible = sum(1 for r in result.filtered.values() if r.fits)
+            explanation.summary += f" ({feasible}/{num_nodes} nodes fit)"
+        if (run.pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            explanation.notes.append(f"the pod has finished (phase {run.pod['status']['phase']})")
+        return explanation
+
+    explanation = Explanation("Pod", namespace, name, False, "")
+    if result is None:
+        explanation.summary = "the pod was not attempted"
+        return explanation
+    claims_to_allocate, _ = _pod_claims(cluster, run.pod)
+    selectors = SelectorSet()
+    explanation.problems.extend(_prefilter_problems(result, cluster, claims_to_allocate, selectors, explanation))
+    if result.prefilter:
+        explanation.summary = _summary_for_pod_level(result, num_nodes, explanation)
+        return explanation
+    explanation.context = run
+    explanation.nodes = _node_explanations(run, selectors)
+    if _fatal(result):
+        explanation.summary = _summary_for_pod_level(result, num_nodes, explanation)
+    else:
+        explanation.summary = summary_line(num_nodes, explanation.nodes)
+    return explanation
+
+
+def _fatal(result: Any) -> bool:
+    return bool(getattr(result, "error", None))
+
+
+def _summary_for_pod_level(result: Any, num_nodes: int, explanation: Explanation) -> str:
+    if result.prefilter:
+        messages = sorted({reason.message for reason in result.prefilter})
+        return f"0/{num_nodes} nodes are available: {'; '.join(messages)}."
+    return f"0/{num_nodes} nodes are available: {result.error}"
+
+
+def _pod_claims(cluster: Any, pod: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    pending, allocated = [], []
+    for key in cluster.pod_claim_keys(pod):
+        claim = cluster.claims.get(key)
+        if claim is None:
+            continue
+        if (claim.get("status") or {}).get("allocation"):
+            allocated.append(claim)
+        else:
+            pending.append(claim)
+    return pending, allocated
+
+
+def _prefilter_problems(result: Any, cluster: Any, claims: list[dict[str, Any]], selectors: SelectorSet,
+                        explanation: Explanation) -> list[str]:
+    """Pod-wide problems: missing classes (with the closest existing names), CEL compile errors."""
+    problems: list[str] = []
+    for claim in claims:
+        key = claim_key(claim)
+        for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+            subrequests = request.get("firstAvailable") or [dict(request.get("exactly") or {}, name="")]
+            for sub in subrequests:
+                rname = request.get("name", "") + (f"/{sub['name']}" if sub.get("name") else "")
+                class_name = sub.get("deviceClassName", "")
+                if class_name and class_name not in cluster.device_classes:
+                    problems.append(f"claim {key}, request {rname}: DeviceClass {class_name!r} does not exist"
+                                    + _did_you_mean(class_name, cluster.device_classes))
+                for index, selector in enumerate(sub.get("selectors") or []):
+                    expression = ((selector or {}).get("cel") or {}).get("expression", "")
+                    error = selectors.compile_error(expression)
+                    if error:
+                        explanation.cel_errors.append(CelErrorReport(
+                            f"claim {key} request {rname} selector #{index}", expression, "", error))
+    for class_name, device_class in sorted(cluster.device_classes.items()):
+        for index, selector in enumerate((device_class.get("spec") or {}).get("selectors") or []):
+            expression = ((selector or {}).get("cel") or {}).get("expression", "")
+            if any(_uses_class(c, class_name) for c in claims):
+                error = selectors.compile_error(expression)
+                if error:
+                    explanation.cel_errors.append(
+                        CelErrorReport(f"class {class_name} selector #{index}", expression, "", error))
+    return problems
+
+
+def _uses_class(claim: dict[str, Any], class_name: str) -> bool:
+    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+        if (request.get("exactly") or {}).get("deviceClassName") == class_name:
+            return True
+        if any(sub.get("deviceClassName") == class_name for sub in request.get("firstAvailable") or []):
+            return True
+    return False
+
+
+def _did_you_mean(name: str, existing: dict[str, Any]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(existing), n=2, cutoff=0.5)
+    if close:
+        return f" (did you mean {' or '.join(repr(c) for c in close)}?)"
+    if existing:
+        return f" (existing classes: {', '.join(sorted(existing)[:5])})"
+    return " (there are no DeviceClasses)"
+
+
+def _node_explanations(run: Any, selectors: SelectorSet) -> list[NodeExplanation]:
+    cluster = run.cluster
+    allocated = AllocatedDevices.from_claims(cluster.claims.values(), _claim_pods(cluster))
+    explanations = []
+    for node_name in cluster.node_names():
+        node = cluster.nodes[node_name]
+        filtered = (run.evaluations or {}).get(node_name)
+        claims = (run.claims_by_node or {}).get(node_name, [])
+        entry = NodeExplanation(node_name, fits=bool(filtered is not None and filtered.fits))
+        for reason in (filtered.reasons if filtered is not None else []):
+            if reason.plugin != "DynamicResources":
+                entry.reasons.append(Reason(_PLUGIN_CODES.get(reason.plugin, model.OTHER), reason.message))
+            elif reason.message == "resourceclaim not available on the node":
+                claim = reason.details.get("claim", "")
+                entry.reasons.append(Reason(model.DRA_CLAIM_NODE, f"claim '{claim.split('/', 1)[-1]}' is allocated"
+                                            f" for {_selector_text(reason.details.get('nodeSelector')) or 'other nodes'}"))
+            else:
+                error = None if reason.message == "cannot allocate all claims" else reason.message
+                analysis = analyze_node(node, claims, cluster.slices, cluster.device_classes, allocated,
+                                        selectors, allocator_error=error)
+                entry.requests = analysis.requests
+                entry.constraints = analysis.constraints
+                entry.pool_problems = analysis.pool_problems
+                entry.cel_errors = analysis.cel_errors
+                entry.reasons.extend(analysis.reasons or [Reason(model.OTHER, reason.message)])
+        if filtered is None:
+            entry.reasons.append(Reason(model.OTHER, "not evaluated"))
+        explanations.append(entry)
+    return explanations
+
+
+def _claim_pods(cluster: Any) -> dict[str, list[str]]:
+    """claim key -> pods using it, for claims the simulation allocated (reservedFor may lag)."""
+    pods: dict[str, list[str]] = {}
+    for key, pod in cluster.pods.items():
+        for claim in cluster.pod_claim_keys(pod):
+            pods.setdefault(claim, []).append(key)
+    return pods
+
+
+def _claim_results(cluster: Any, keys: list[str]) -> dict[str, list[dict[str, Any]]]:
+    devices = {}
+    for key in keys:
+        claim = cluster.claims.get(key) or {}
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        devices[key] = [
+            {k: r[k] for k in ("request", "driver", "pool", "device") if k in r}
+            for r in (allocation.get("devices") or {}).get("results") or []
+        ]
+    return devices
+
+
+# ------------------------------------------------------------------------------------------ summary
+
+
+def summary_line(num_nodes: int, nodes: list[NodeExplanation]) -> str:
+    """`0/12 nodes are available: 8 nodes: <reason>; 4 nodes: <reason>.` — each node counted once, under
+    its first reason (the first filter that rejected it, as kube-scheduler reports)."""
+    available = sum(1 for n in nodes if n.fits)
+    histogram: Counter = Counter()
+    shortages: dict[tuple[str, str, int], list[int]] = {}  # (claim, request, need) -> free per node
+    for entry in nodes:
+        if entry.fits or not entry.reasons:
+            continue
+        first = entry.reasons[0]
+        if first.code == model.DRA_DEVICES and "free" in first.data:
+            key = (first.data["claim"], first.data["request"], first.data["need"])
+            shortages.setdefault(key, []).append(first.data["free"])
+            continue
+        histogram[first.message] += 1
+    # Nodes short of devices for the same request are one group, with the best node's count.
+    for (claim, request, need), frees in shortages.items():
+        subject = f"request '{request}' of claim '{claim.split('/', 1)[-1]}'"
+        histogram[devices_message(subject, need, min(frees), max(frees))] += len(frees)
+    parts = [f"{n} node{'s' if n != 1 else ''}: {message}"
+             for message, n in sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0]))]
+    head = f"{available}/{num_nodes} nodes are available"
+    return f"{head}: {'; '.join(parts)}." if parts else f"{head}."
+
+
+# ------------------------------------------------------------------------------------------- claims
+
+
+def explain_claim(objects: list[dict[str, Any]], namespace: str, name: str) -> Explanation:
+    """Why a claim cannot be allocated on any node, against the cluster as given (nothing is scheduled)."""
+    cluster = simulate.build_cluster(copy.deepcopy(objects))
+    key = f"{namespace}/{name}"
+    claim = cluster.claims.get(key)
+    if claim is None:
+        raise TargetError(_not_found("claim", namespace, name, cluster.claims))
+    explanation = Explanation("ResourceClaim", namespace, name, False, "")
+    allocation = (claim.get("status") or {}).get("allocation")
+    if allocation:
+        explanation.fits = True
+        explanation.placement = {"node": _selector_text(allocation.get("nodeSelector")),
+                                 "devices": _claim_results(cluster, [key])}
+        explanation.summary = "already allocated" + (
+            f", usable on {explanation.placement['node']}" if explanation.placement["node"] else "")
+        return explanation
+    selectors = SelectorSet()
+    fake = type("PreFilter", (), {"prefilter": [], "error": None})()
+    explanation.problems.extend(_prefilter_problems(fake, cluster, [claim], selectors, explanation))
+    allocated = AllocatedDevices.from_claims(cluster.claims.values(), _claim_pods(cluster))
+    first_fit = None
+    for node_name in cluster.node_names():
+        node = cluster.nodes[node_name]
+        outcome = simulate.allocate(cluster, node, [claim])
+        entry = NodeExplanation(node_name, fits=outcome.outcome == "allocated")
+        if entry.fits:
+            if first_fit is None:
+                first_fit = (node_name, outcome.allocations)
+        else:
+            analysis = analyze_node(node, [claim], cluster.slices, cluster.device_classes, allocated, selectors,
+                                    allocator_error=outcome.error if outcome.outcome == "error" else None)
+            entry.requests, entry.constraints = analysis.requests, analysis.constraints
+            entry.pool_problems, entry.cel_errors = analysis.pool_problems, analysis.cel_errors
+            entry.reasons = analysis.reasons or [Reason(model.OTHER, "cannot allocate the claim")]
+        explanation.nodes.append(entry)
+    if first_fit is not None:
+        node_name, allocations = first_fit
+        explanation.fits = True
+        results = ((allocations[0] if allocations else {}).get("devices") or {}).get("results") or []
+        explanation.placement = {"node": node_name, "devices": {key: [
+            {k: r[k] for k in ("request", "driver", "pool", "device") if k in r} for r in results]}}
+        fitting = sum(1 for n in explanation.nodes if n.fits)
+        explanation.summary = (f"can be allocated on {fitting}/{len(explanation.nodes)} nodes; "
+                               f"the first is {node_name}")
+        return explanation
+    explanation.summary = summary_line(len(cluster.nodes), explanation.nodes)
+    return explanation
+
+
+def _selector_text(selector: Any) -> str:
+    if not selector:
+        return ""
+    terms = []
+    for term in selector.get("nodeSelectorTerms") or []:
+        parts = []
+        for req in (term.get("matchFields") or []) + (term.get("matchExpressions") or []):
+            values = ",".join(req.get("values") or [])
+            key = "node" if req.get("key") == "metadata.name" else req.get("key")
+            parts.append(f"{key} {req.get('operator')} [{values}]" if req.get("operator") != "In" or
+                         len(req.get("values") or []) != 1 else f"{key}={values}")
+        terms.append(" and ".join(parts))
+    return " or ".join(terms)
+
+
+def _not_found(kind: str, namespace: str, name: str, existing: dict[str, Any]) -> str:
+    import difflib
+
+    in_namespace = sorted(k.split("/", 1)[1] for k in existing if k.startswith(f"{namespace}/"))
+    elsewhere = sorted(k for k in existing if k.endswith(f"/{name}") and not k.startswith(f"{namespace}/"))
+    message = f"{kind} {namespace}/{name} not found"
+    if elsewhere:
+        return message + f" (it exists as {', '.join(elsewhere)}; use -n)"
+    close = difflib.get_close_matches(name, in_namespace, n=3, cutoff=0.6)
+    if close:
+        return message + f" (did you mean {', '.join(close)}?)"
+    return message
+
+
+__all__ = ["TargetError", "explain", "explain_claim", "explain_pod", "parse_target", "summary_line",
+           "short_expression"]

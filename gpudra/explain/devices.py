@@ -1,0 +1,536 @@
+"""The device funnel: for one node and one request, how many devices survive each condition.
+
+The allocator decides whether a pod fits; this module says *why not* in numbers a person can check
+against `kubectl get resourceslices`: devices in node-visible pools → matching the DeviceClass →
+matching each selector → not in use → taints tolerated → counters available.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.explain.model import CelErrorReport, FunnelStep, RequestFunnel
+
+MAX_DETAILS = 5
+MAX_CEL_ERRORS_PER_SELECTOR = 3
+EVICTING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass
+class DeviceRef:
+    driver: str
+    pool: str
+    slice_name: str
+    device: dict[str, Any]
+    per_device_node_selection: bool = False
+
+    @property
+    def name(self) -> str:
+        return str(self.device.get("name", ""))
+
+    @property
+    def id(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.name}"
+
+
+@dataclass
+class PoolView:
+    driver: str
+    name: str
+    generation: int
+    devices: list[DeviceRef] = field(default_factory=list)  # devices of slices that target the node
+    all_devices: list[DeviceRef] = field(default_factory=list)  # for counter accounting
+    counter_sets: dict[str, dict[str, int]] = field(default_factory=dict)  # set -> counter -> nanos
+    problem: str = ""  # "incomplete: ..." / "invalid: ..."
+
+    @property
+    def id(self) -> str:
+        return f"{self.driver}/{self.name}"
+
+
+# ------------------------------------------------------------------------------------------ pools
+
+
+def _node_matches(node: dict[str, Any], node_name: Any, all_nodes: Any, selector: Any) -> bool:
+    from gpudra.scheduler.nodematch import node_selector_matches
+
+    if node_name:
+        return (node.get("metadata") or {}).get("name") == node_name
+    if all_nodes:
+        return True
+    if isinstance(selector, dict):
+        return node_selector_matches(selector, node)
+    return False
+
+
+def _counter_values(counters: Any) -> dict[str, int]:
+    values: dict[str, int] = {}
+    for name, counter in (counters or {}).items():
+        try:
+            values[name] = Quantity.parse((counter or {}).get("value", 0)).nanos
+        except (QuantityError, AttributeError):
+            values[name] = 0
+    return values
+
+
+def visible_pools(node: dict[str, Any], slices: Iterable[dict[str, Any]]) -> list[PoolView]:
+    """Pools the allocator considers for `node` (1.35 rules), sorted by driver and name.
+
+    Only the latest generation of a pool counts. A pool whose slices are not all there is
+    "incomplete" and one with duplicate device names or unknown counter sets is "invalid"; the
+    allocator skips both, so their devices are not counted as visible.
+    """
+    all_slices = [s for s in slices if isinstance(s, dict)]
+    relevant: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    by_pool_all: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for slice_obj in all_slices:
+        spec = slice_obj.get("spec") or {}
+        pool = spec.get("pool") or {}
+        key = (str(spec.get("driver", "")), str(pool.get("name", "")))
+        by_pool_all[key].append(slice_obj)
+        if spec.get("sharedCounters"):
+            relevant[key].append(slice_obj)
+        elif spec.get("perDeviceNodeSelection"):
+            if any(_node_matches(node, d.get("nodeName"), d.get("allNodes"), d.get("nodeSelector"))
+                   for d in spec.get("devices") or []):
+                relevant[key].append(slice_obj)
+        elif _node_matches(node, spec.get("nodeName"), spec.get("allNodes"), spec.get("nodeSelector")):
+            relevant[key].append(slice_obj)
+
+    pools: list[PoolView] = []
+    for key in sorted(relevant):
+        generation = max(int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0) for s in relevant[key])
+        mine = [s for s in relevant[key] if int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0) == generation]
+        same_generation = [
+            s for s in by_pool_all[key]
+            if int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0) == generation
+        ]
+        if any(int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0) > generation
+               for s in by_pool_all[key]):
+            continue  # obsolete: a newer generation exists elsewhere; the allocator drops it silently
+        view = PoolView(driver=key[0], name=key[1], generation=generation)
+        expected = int(((mine[0].get("spec") or {}).get("pool") or {}).get("resourceSliceCount") or 0)
+        if len(same_generation) < expected:
+            view.problem = f"incomplete: {len(same_generation)} of {expected} ResourceSlices published"
+        node_targeting = {id(s) for s in mine}
+        seen_names: set[str] = set()
+        for slice_obj in same_generation:
+            spec = slice_obj.get("spec") or {}
+            for counter_set in spec.get("sharedCounters") or []:
+                set_name = str(counter_set.get("name", ""))
+                if set_name in view.counter_sets and not view.problem:
+                    view.problem = f"invalid: duplicate counter set name {set_name}"
+                view.counter_sets[set_name] = _counter_values(counter_set.get("counters"))
+            per_device = bool(spec.get("perDeviceNodeSelection"))
+            for device in spec.get("devices") or []:
+                ref = DeviceRef(key[0], key[1], (slice_obj.get("metadata") or {}).get("name", ""), device, per_device)
+                view.all_devices.append(ref)
+                if id(slice_obj) not in node_targeting:
+                    continue
+                if ref.name in seen_names and not view.problem:
+                    view.problem = f"invalid: duplicate device name {ref.name}"
+                seen_names.add(ref.name)
+                if per_device and not _node_matches(node, device.get("nodeName"), device.get("allNodes"),
+                                                    device.get("nodeSelector")):
+                    continue
+                view.devices.append(ref)
+        if not view.problem:
+            for ref in view.all_devices:
+                for use in ref.device.get("consumesCounters") or []:
+                    set_name = use.get("counterSet")
+                    if set_name not in view.counter_sets:
+                        view.problem = f"invalid: counter set {set_name} not found"
+                        break
+                    missing = set((use.get("counters") or {})) - set(view.counter_sets[set_name])
+                    if missing:
+                        view.problem = f"invalid: counter {sorted(missing)[0]} not found in counter set {set_name}"
+                        break
+                if view.problem:
+                    break
+        pools.append(view)
+    return pools
+
+
+def available_counters(pool: PoolView, allocated: set[str]) -> dict[str, dict[str, int]]:
+    """The pool's counters minus what allocated devices consume (may go negative, as upstream)."""
+    left = {name: dict(counters) for name, counters in pool.counter_sets.items()}
+    for ref in pool.all_devices:
+        if ref.id not in allocated:
+            continue
+        for use in ref.device.get("consumesCounters") or []:
+            counters = left.get(use.get("counterSet"), {})
+            for name, value in _counter_values(use.get("counters")).items():
+                if name in counters:
+                    counters[name] -= value
+    return left
+
+
+# ------------------------------------------------------------------------------------- selectors
+
+
+class SelectorSet:
+    """Compiled CEL selectors, cached by expression; evaluation errors are reported, never raised."""
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, Any] = {}
+        self._compile_errors: dict[str, str] = {}
+        self._inputs: dict[int, Any] = {}
+
+    def compile_error(self, expression: str) -> str | None:
+        self._compile(expression)
+        return self._compile_errors.get(expression)
+
+    def _compile(self, expression: str) -> Any:
+        if expression in self._compiled:
+            return self._compiled[expression]
+        if expression in self._compile_errors:
+            return None
+        from gpudra import cel
+
+        try:
+            compiled = cel.compile_selector(expression)
+        except cel.CELCompileError as exc:
+            self._compile_errors[expression] = str(exc)
+            return None
+        self._compiled[expression] = compiled
+        return compiled
+
+    def evaluate(self, expression: str, ref: DeviceRef) -> tuple[bool, str | None]:
+        """(matches, runtime error). A compile error counts as "does not match" here."""
+        from gpudra import cel
+
+        compiled = self._compile(expression)
+        if compiled is None:
+            return False, None
+        key = id(ref.device)
+        inp = self._inputs.get(key)
+        if inp is None:
+            try:
+                inp = cel.device_input(ref.driver, ref.device)
+            except cel.CELRuntimeError as exc:
+                return False, str(exc)
+            self._inputs[key] = inp
+        try:
+            return bool(compiled.evaluate(inp)), None
+        except cel.CELRuntimeError as exc:
+            return False, str(exc)
+
+
+def selector_expressions(obj_selectors: Any) -> list[str]:
+    return [str(((s or {}).get("cel") or {}).get("expression", "")) for s in obj_selectors or []]
+
+
+# ----------------------------------------------------------------------------------------- taints
+
+
+def _device_toleration_tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    if toleration.get("key") and toleration.get("key") != taint.get("key"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    if operator == "Equal":
+        return (toleration.get("value") or "") == (taint.get("value") or "")
+    return False
+
+
+def untolerated_taints(device: dict[str, Any], tolerations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        taint for taint in device.get("taints") or []
+        if taint.get("effect") in EVICTING_EFFECTS
+        and not any(_device_toleration_tolerates(t, taint) for t in tolerations)
+    ]
+
+
+def taint_text(taint: dict[str, Any]) -> str:
+    value = taint.get("value")
+    return f"{taint.get('key', '')}{'=' + str(value) if value else ''}:{taint.get('effect', '')}"
+
+
+# ----------------------------------------------------------------------------------------- funnel
+
+
+@dataclass
+class RequestSpec:
+    """One (sub)request as the allocator sees it."""
+
+    claim: str
+    name: str  # "gpu" or "gpu/large"
+    device_class: str
+    selectors: list[str]
+    mode: str
+    count: int
+    tolerations: list[dict[str, Any]]
+    admin_access: bool = False
+    capacity: dict[str, Any] = field(default_factory=dict)
+
+
+def request_specs(claim_key: str, request: dict[str, Any]) -> list[RequestSpec]:
+    """The request itself, or each firstAvailable subrequest in order."""
+    name = str(request.get("name", ""))
+    if request.get("firstAvailable"):
+        return [_spec(claim_key, f"{name}/{sub.get('name', '')}", sub) for sub in request["firstAvailable"]]
+    return [_spec(claim_key, name, request.get("exactly") or {}, admin=True)]
+
+
+def _spec(claim_key: str, name: str, exact: dict[str, Any], admin: bool = False) -> RequestSpec:
+    mode = exact.get("allocationMode") or "ExactCount"
+    count = exact.get("count")
+    return RequestSpec(
+        claim=claim_key,
+        name=name,
+        device_class=str(exact.get("deviceClassName", "")),
+        selectors=selector_expressions(exact.get("selectors")),
+        mode=mode,
+        count=int(count) if isinstance(count, int) and count > 0 else 1,
+        tolerations=list(exact.get("tolerations") or []),
+        admin_access=bool(exact.get("adminAccess")) if admin else False,
+        capacity=dict((exact.get("capacity") or {}).get("requests") or {}),
+    )
+
+
+@dataclass
+class FunnelContext:
+    pools: list[PoolView]
+    classes: dict[str, dict[str, Any]]
+    allocated: set[str]  # device ids held by allocated claims
+    holders: dict[str, list[str]]  # device id -> claim keys
+    claim_pods: Callable[[str], list[str]]
+    selectors: SelectorSet
+    counters_left: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # pool id -> ...
+
+    def counters_for(self, pool: PoolView) -> dict[str, dict[str, int]]:
+        if pool.id not in self.counters_left:
+            self.counters_left[pool.id] = available_counters(pool, self.allocated)
+        return self.counters_left[pool.id]
+
+
+def _details(counter: Counter, fmt: Callable[[str, int], str]) -> list[str]:
+    items = sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))
+    out = [fmt(key, n) for key, n in items[:MAX_DETAILS]]
+    if len(items) > MAX_DETAILS:
+        out.append(f"… and {len(items) - MAX_DETAILS} more")
+    return out
+
+
+def short_expression(expression: str, limit: int = 80) -> str:
+    text = " ".join(expression.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def funnel(spec: RequestSpec, ctx: FunnelContext, cel_errors: list[CelErrorReport]) -> tuple[RequestFunnel, list[DeviceRef]]:
+    """The funnel of one (sub)request on one node, and the devices that survive it."""
+    result = RequestFunnel(spec.claim, spec.name, spec.device_class, spec.mode,
+                           spec.count if spec.mode == "ExactCount" else None)
+    devices = [ref for pool in ctx.pools if not pool.problem for ref in pool.devices]
+    problems = [p for p in ctx.pools if p.problem]
+    details = [f"pool {p.id} is {p.problem} ({len(p.devices)} devices not usable)" for p in problems]
+    result.steps.append(FunnelStep("visible", "devices in node-visible pools", len(devices), details))
+
+    if not devices:
+        return result, []
+    device_class = ctx.classes.get(spec.device_class)
+    if device_class is None:
+        result.steps.append(FunnelStep("class", f"DeviceClass {spec.device_class}", 0,
+                                       [f"DeviceClass {spec.device_class!r} does not exist"]))
+        return result, []
+    class_selectors = selector_expressions((device_class.get("spec") or {}).get("selectors"))
+    before = devices
+    devices = _apply_selectors(devices, class_selectors, ctx, cel_errors, f"class {spec.device_class}")
+    class_details = []
+    if len(devices) < len(before):
+        drivers = Counter(ref.driver for ref in before)
+        class_details = ["drivers seen: " + ", ".join(f"{d} ×{n}" for d, n in sorted(drivers.items()))]
+        for expression in class_selectors:
+            class_details.extend(_attribute_values(expression, before))
+    result.steps.append(FunnelStep("class", f"matching DeviceClass {spec.device_class}", len(devices),
+                                   class_details))
+    for index, expression in enumerate(spec.selectors):
+        before = devices
+        devices = _apply_selectors(devices, [expression], ctx, cel_errors,
+                                   f"claim {spec.claim} request {spec.name} selector #{index}", index)
+        details = _attribute_values(expression, before) if len(devices) < len(before) else []
+        result.steps.append(FunnelStep("selector", f"selector #{index}: {short_expression(expression)}",
+                                       len(devices), details, index=index))
+
+    if not spec.admin_access:
+        held = Counter()
+        free = []
+        for ref in devices:
+            if ref.id in ctx.allocated:
+                for holder in ctx.holders.get(ref.id, ["(unknown claim)"]):
+                    held[holder] += 1
+            else:
+                free.append(ref)
+        for holder, n in sorted(held.items()):
+            result.holders[holder] = n
+            result.holder_pods[holder] = ctx.claim_pods(holder)
+        result.steps.append(FunnelStep("free", "not in use", len(free), _details(
+            held, lambda key, n: f"{n} held by claim {key}" + _pods_suffix(ctx.claim_pods(key)))))
+        devices = free
+
+    tainted = Counter()
+    tolerated = []
+    for ref in devices:
+        bad = untolerated_taints(ref.device, spec.tolerations)
+        if bad:
+            tainted[taint_text(bad[0])] += 1
+            result.taints.setdefault(taint_text(bad[0]), {k: bad[0][k] for k in ("key", "value", "effect")
+                                                           if bad[0].get(k)})
+        else:
+            tolerated.append(ref)
+    if tainted or any(ref.device.get("taints") for ref in devices):
+        result.steps.append(FunnelStep("tolerated", "taints tolerated", len(tolerated),
+                                       _details(tainted, lambda key, n: f"{n} with untolerated taint {key}")))
+    devices = tolerated
+
+    if any(ref.device.get("consumesCounters") for ref in devices):
+        short = Counter()
+        fitting = []
+        pools = {p.id: p for p in ctx.pools}
+        for ref in devices:
+            pool = pools[f"{ref.driver}/{ref.pool}"]
+            lacking = _lacking_counter(ref, ctx.counters_for(pool))
+            if lacking:
+                short[lacking] += 1
+            else:
+                fitting.append(ref)
+        result.steps.append(FunnelStep("counters", "shared counters available", len(fitting),
+                                       _details(short, lambda key, n: f"{n} short of {key}")))
+        devices = fitting
+
+    if spec.capacity:
+        enough = []
+        short = Counter()
+        for ref in devices:
+            lacking = _lacking_capacity(ref, spec.capacity)
+            if lacking:
+                short[lacking] += 1
+            else:
+                enough.append(ref)
+        result.steps.append(FunnelStep("capacity", "capacity available", len(enough),
+                                       _details(short, lambda key, n: f"{n} {key}")))
+        devices = enough
+    _trim_after_zero(result)
+    return result, devices
+
+
+def _trim_after_zero(result: RequestFunnel) -> None:
+    """Steps after the funnel is empty say nothing; drop them."""
+    for position, step in enumerate(result.steps):
+        if step.count == 0:
+            del result.steps[position + 1:]
+            return
+
+
+def _pods_suffix(pods: list[str]) -> str:
+    if not pods:
+        return ""
+    shown = ", ".join(pods[:3]) + (f", … ({len(pods)} pods)" if len(pods) > 3 else "")
+    return f" (pod {shown})" if len(pods) == 1 else f" (pods {shown})"
+
+
+def _apply_selectors(devices: list[DeviceRef], expressions: list[str], ctx: FunnelContext,
+                     cel_errors: list[CelErrorReport], where: str, index: int | None = None) -> list[DeviceRef]:
+    kept = []
+    for ref in devices:
+        ok = True
+        for position, expression in enumerate(expressions):
+            matches, error = ctx.selectors.evaluate(expression, ref)
+            if error:
+                label = where if index is not None else f"{where} selector #{position}"
+                reported = sum(1 for e in cel_errors if e.where == label)
+                if reported < MAX_CEL_ERRORS_PER_SELECTOR:
+                    cel_errors.append(CelErrorReport(label, expression, ref.id, error))
+            if not matches:
+                ok = False
+                break
+        if ok:
+            kept.append(ref)
+    return kept
+
+
+def _lacking_counter(ref: DeviceRef, left: dict[str, dict[str, int]]) -> str:
+    for use in ref.device.get("consumesCounters") or []:
+        set_name = use.get("counterSet")
+        for name, need in _counter_values(use.get("counters")).items():
+            have = left.get(set_name, {}).get(name, 0)
+            if need > have:
+                return f"counter {set_name}/{name} (needs {_fmt_nanos(need)}, {_fmt_nanos(max(have, 0))} left)"
+    return ""
+
+
+def _lacking_capacity(ref: DeviceRef, requests: dict[str, Any]) -> str:
+    capacity = ref.device.get("capacity") or {}
+    for name, amount in requests.items():
+        if name not in capacity:
+            return f"without capacity {name}"
+        try:
+            if Quantity.parse(amount) > Quantity.parse((capacity[name] or {}).get("value", 0)):
+                return f"with less {name} than {amount}"
+        except QuantityError:
+            return f"with unreadable capacity {name}"
+    return ""
+
+
+def _fmt_nanos(value: int) -> str:
+    if value % 1_000_000_000 == 0:
+        return str(Quantity.parse(value // 1_000_000_000))
+    return str(Quantity.parse(f"{value}n"))
+
+
+# ------------------------------------------------------------------------------ attribute values
+
+_ATTRIBUTE_PATTERNS = None
+
+
+def referenced_names(expression: str) -> list[tuple[str, str, str]]:
+    """(map, domain, id) triples a selector reads: device.attributes["d"].id / ["d"]["id"] / capacity."""
+    import re
+
+    global _ATTRIBUTE_PATTERNS
+    if _ATTRIBUTE_PATTERNS is None:
+        _ATTRIBUTE_PATTERNS = [
+            re.compile(r'device\.(attributes|capacity)\[\s*["\']([^"\']+)["\']\s*\]\s*\.\s*\??([A-Za-z_][A-Za-z0-9_]*)'),
+            re.compile(r'device\.(attributes|capacity)\[\s*["\']([^"\']+)["\']\s*\]\s*\[\s*\??["\']([^"\']+)["\']\s*\]'),
+        ]
+    found: list[tuple[str, str, str]] = []
+    for pattern in _ATTRIBUTE_PATTERNS:
+        for match in pattern.finditer(expression):
+            triple = (match.group(1), match.group(2), match.group(3))
+            if triple not in found:
+                found.append(triple)
+    return found
+
+
+def device_value(ref: DeviceRef, kind: str, domain: str, ident: str) -> str | None:
+    """The attribute or capacity a selector would see as `device.<kind>[domain].ident`, as text."""
+    values = ref.device.get(kind) or {}
+    candidates = [f"{domain}/{ident}"] + ([ident] if domain == ref.driver else [])
+    for key in candidates:
+        if key in values:
+            value = values[key] or {}
+            if kind == "capacity":
+                return str(value.get("value"))
+            for typ in ("string", "int", "bool", "version"):
+                if typ in value:
+                    raw = value[typ]
+                    return str(raw).lower() if typ == "bool" else str(raw)
+            return None
+    return None
+
+
+def _attribute_values(expression: str, devices: list[DeviceRef]) -> list[str]:
+    details = []
+    for kind, domain, ident in referenced_names(expression):
+        seen = Counter(device_value(ref, kind, domain, ident) or "(not set)" for ref in devices)
+        if seen:
+            shown = ", ".join(f"{value} ×{n}" for value, n in sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_DETAILS])
+            details.append(f"{ident} seen: {shown}")
+    return details
+

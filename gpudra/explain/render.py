@@ -1,0 +1,125 @@
+"""Explanations as text for people, or YAML/JSON for tools."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from gpudra.explain.model import Explanation, NodeExplanation, RequestFunnel
+
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+# Nodes whose explanations read the same are shown once; this many names head the group.
+NAMES_PER_GROUP = 6
+
+
+def to_yaml(explanation: Explanation) -> str:
+    return yaml.dump(explanation.to_dict(), Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+                     allow_unicode=True, width=120)
+
+
+def to_json(explanation: Explanation) -> str:
+    return json.dumps(explanation.to_dict(), indent=2, ensure_ascii=False) + "\n"
+
+
+def render(explanation: Explanation, fmt: str = "text", node: str | None = None) -> str:
+    if fmt == "yaml":
+        return to_yaml(explanation)
+    if fmt == "json":
+        return to_json(explanation)
+    return to_text(explanation, node=node)
+
+
+def to_text(explanation: Explanation, node: str | None = None) -> str:
+    lines: list[str] = []
+    if explanation.fits and explanation.placement:
+        placement = explanation.placement
+        lines.append(f"{explanation.target} fits: {explanation.summary}")
+        for claim, results in (placement.get("devices") or {}).items():
+            devices = ", ".join(_result_text(r) for r in results) or "(no devices)"
+            lines.append(f"  claim {claim}: {devices}")
+        for note in explanation.notes:
+            lines.append(f"note: {note}")
+        return "\n".join(lines) + "\n"
+
+    lines.append(f"{explanation.target} does not fit.")
+    lines.append(explanation.summary)
+    for problem in explanation.problems:
+        lines.append(f"problem: {problem}")
+    for error in explanation.cel_errors:
+        lines.append("CEL error: " + _cel_text(error))
+    nodes = [n for n in explanation.nodes if node is None or n.node == node]
+    for names, body in _group_nodes(nodes):
+        lines.append("")
+        lines.append(_names_header(names) + (":" if body else ""))
+        lines.extend(body)
+    if explanation.fixes:
+        lines.append("")
+        lines.append("What would make it fit:" if len(explanation.fixes) > 1 else "What would make it fit:")
+        for fix in explanation.fixes:
+            lines.append(f"  - {fix.message}")
+    elif not explanation.fits:
+        lines.append("")
+        lines.append("No single change that was tried (releasing one claim, tolerating a taint, lowering a count,"
+                     " dropping a selector) makes it fit.")
+    for note in explanation.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines) + "\n"
+
+
+def _result_text(result: dict[str, Any]) -> str:
+    return f"{result.get('request')}={result.get('driver')}/{result.get('pool')}/{result.get('device')}"
+
+
+def _cel_text(error: Any) -> str:
+    where = f"{error.where}: " if error.where else ""
+    device = f" (device {error.device})" if error.device else ""
+    return f"{where}{error.message}{device}"
+
+
+def _names_header(names: list[str]) -> str:
+    if len(names) == 1:
+        return f"node {names[0]}"
+    shown = ", ".join(names[:NAMES_PER_GROUP])
+    more = f" and {len(names) - NAMES_PER_GROUP} more" if len(names) > NAMES_PER_GROUP else ""
+    return f"nodes {shown}{more} ({len(names)})"
+
+
+def _group_nodes(nodes: list[NodeExplanation]) -> list[tuple[list[str], list[str]]]:
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for entry in nodes:
+        body = tuple(_node_body(entry))
+        groups.setdefault(body, []).append(entry.node)
+    return [(names, list(body)) for body, names in groups.items()]
+
+
+def _node_body(entry: NodeExplanation) -> list[str]:
+    lines: list[str] = []
+    if entry.fits:
+        lines.append("  fits")
+    for reason in entry.reasons:
+        lines.append(f"  ✗ {reason.message}")
+    for request in entry.requests:
+        lines.extend(_funnel_lines(request))
+    for constraint in entry.constraints:
+        lines.append(f"  constraint #{constraint.index} of claim {constraint.claim} (matchAttribute "
+                     f"{constraint.attribute}): {constraint.message}")
+    for problem in entry.pool_problems:
+        lines.append(f"  {problem}")
+    for error in entry.cel_errors:
+        lines.append("  CEL error: " + _cel_text(error))
+    return lines
+
+
+def _funnel_lines(request: RequestFunnel) -> list[str]:
+    want = "all matching devices" if request.mode == "All" else f"{request.count} device" + (
+        "" if request.count == 1 else "s")
+    lines = [f"  claim {request.claim}, request {request.request} ({want} of class {request.device_class}):"]
+    width = max((len(str(step.count)) for step in request.steps), default=1)
+    for step in request.steps:
+        lines.append(f"    {step.count:>{width}}  {step.label}")
+        for detail in step.details:
+            lines.append(f"    {'':>{width}}    {detail}")
+    return lines

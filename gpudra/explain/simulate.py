@@ -1,0 +1,83 @@
+"""The only place explain talks to the scheduler: build the cluster, replay the queue up to the target
+pod, attempt it, and run the allocator on a node. Keeping this narrow lets the scheduler evolve."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Run:
+    cluster: Any  # gpudra.scheduler.cluster.Cluster after the replay
+    pod: dict[str, Any] | None  # the target pod, None when it does not exist
+    result: Any = None  # gpudra.scheduler.framework.PodResult of the target's attempt
+    bound_node: str | None = None  # where the pod is (was_bound) or would be scheduled
+    was_bound: bool = False
+    # For a pod that does not fit: every filter's verdict per node (not only the first failing one),
+    # and the claims the DynamicResources filter allocates there (pending claims + extended-resource claim).
+    evaluations: dict[str, Any] | None = None
+    claims_by_node: dict[str, list[dict[str, Any]]] | None = None
+
+
+def build_cluster(objects: list[dict[str, Any]]) -> Any:
+    from gpudra.scheduler.cluster import Cluster
+
+    return Cluster(objects)
+
+
+def _scheduler(cluster: Any, policy: str) -> Any:
+    from gpudra.scheduler.scheduler import Scheduler
+
+    return Scheduler(cluster, policy=policy)
+
+
+def run_until(objects: list[dict[str, Any]], pod_key: str, policy: str = "kube") -> Run:
+    """Schedule pending pods in queue order until the target's turn, then attempt the target.
+
+    A pod that is already bound is reported where it is; one that comes out scheduled is reported
+    where it would go. The attempt's per-node verdicts are kept for the explanation.
+    """
+    cluster = build_cluster(objects)
+    pod = cluster.pods.get(pod_key)
+    if pod is None:
+        return Run(cluster, None)
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node:
+        return Run(cluster, pod, bound_node=node, was_bound=True)
+    scheduler = _scheduler(cluster, policy)
+    for key in cluster.pending_pods():
+        if key == pod_key:
+            break
+        scheduler.schedule_pod(key)
+    result = scheduler.schedule_pod(pod_key)
+    pod = cluster.pods.get(pod_key, pod)
+    run = Run(cluster, pod, result, bound_node=result.node if result.scheduled else None)
+    if not result.scheduled and not result.prefilter:
+        run.evaluations, run.claims_by_node = _evaluate_all(scheduler, pod_key)
+    return run
+
+
+def _evaluate_all(scheduler: Any, pod_key: str) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    from gpudra.scheduler.dra import extended_claim
+
+    cluster = scheduler.cluster
+    info = scheduler.pod_info(pod_key)
+    evaluations: dict[str, Any] = {}
+    claims_by_node: dict[str, list[dict[str, Any]]] = {}
+    pending = [cluster.claims[key] for key in info.dra.to_allocate if key in cluster.claims]
+    for node_name in cluster.node_names():
+        evaluation = scheduler.filter_node(info, node_name, all_reasons=True)
+        evaluations[node_name] = evaluation.result
+        claims = list(pending)
+        if evaluation.served:
+            claims.append(extended_claim(info.pod, info.dra, evaluation.served))
+        claims_by_node[node_name] = claims
+    return evaluations, claims_by_node
+
+
+def allocate(cluster: Any, node: dict[str, Any], claims: list[dict[str, Any]]) -> Any:
+    """The allocator's verdict for `claims` on `node` against the cluster's current allocations."""
+    from gpudra.scheduler.allocation import allocate as run
+
+    return run(cluster.allocator(), node, claims)
