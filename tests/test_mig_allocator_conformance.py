@@ -173,3 +173,48 @@ def test_random_claim_sequences_never_overlap(sequence):
             if count == 1:
                 assert ok == fits_before, (profile, node.devices)
         node.check_invariants()
+
+
+def _claims_from_file(path: str) -> list[dict]:
+    import yaml
+
+    claims = []
+    with open(path) as fh:
+        for obj in yaml.safe_load_all(fh):
+            if not obj:
+                continue
+            if obj["kind"] == "ResourceClaimTemplate":
+                obj = {"apiVersion": obj["apiVersion"], "kind": "ResourceClaim",
+                       "metadata": dict(obj["metadata"]), "spec": obj["spec"]["spec"]}
+            obj["metadata"]["uid"] = "uid-" + obj["metadata"]["name"]
+            claims.append(obj)
+    return claims
+
+
+@pytest.mark.parametrize("model_key, count", [("h100", 2), ("h100", 1), ("a100-40gb", 1)])
+def test_planner_dynamic_simulation_matches_the_allocator(model_key, count):
+    """`gpudra mig plan` predicts dynamic MIG by simulating the allocator: check it against the real one."""
+    import os
+
+    from gpudra.mig.planner import demands_from_objects, simulate_dynamic
+
+    model = gpu_model(model_key)
+    path = os.path.join(os.path.dirname(__file__), "data", "mig", "claims-mix.yaml")
+    claims = _claims_from_file(path)
+    gpus = [DynamicMigGpu(i, model, f"GPU-{i}", attributes={"productName": {"string": model.product_names[0]}})
+            for i in range(count)]
+    slices = resource_slices("node-a", gpus)
+    allocated: list[dict] = []
+    real: list[str] = []
+    for claim in claims:
+        outcome = Allocator(DEVICE_CLASSES, slices, allocated, features=Features.parse("default")).allocate(
+            NODE, [claim])
+        if outcome.outcome == "allocated":
+            (allocation,) = outcome.allocations
+            done = copy.deepcopy(claim)
+            done["status"] = {"allocation": allocation}
+            allocated.append(done)
+            real.extend(r["device"] for r in allocation["devices"]["results"])
+    placed, _ = simulate_dynamic(model, count, demands_from_objects(claims, model))
+    simulated = [name for gpu in placed for _, name in gpu]
+    assert sorted(simulated) == sorted(real)

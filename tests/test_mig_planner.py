@@ -140,8 +140,8 @@ def test_full_gpu_requests_take_a_whole_gpu():
 def test_plan_errors_are_clean():
     with pytest.raises(PlanError, match="unknown DeviceClass"):
         demands_from_objects([_claim("x", "", device_class="nope")], H100)
-    with pytest.raises(PlanError, match="outside what the planner understands"):
-        demands_from_objects([_claim("x", "device.attributes['a'].b.exists(x, x)")], H100)
+    with pytest.raises(PlanError, match="does not compile|outside what the planner understands"):
+        demands_from_objects([_claim("x", "device.attributes['a'].b ==")], H100)
     with pytest.raises(PlanError, match="no ResourceClaim"):
         demands_from_objects([], H100)
 
@@ -160,3 +160,34 @@ def test_cli_plan(tmp_path):
     bad.write_text(yaml.safe_dump(_claim("x", "", device_class="nope")))
     failed = runner.invoke(mig_command, ["plan", "-f", str(bad), "--gpu", "h100"])
     assert failed.exit_code == 2 and "unknown DeviceClass" in failed.output
+
+
+AGREEMENT_EXPRESSIONS = [
+    "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",
+    "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('19Gi')) >= 0",
+    "device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('39Gi')) && "
+    "device.capacity['gpu.nvidia.com'].multiprocessors.compareTo(quantity('64')) <= 0",
+    "device.attributes['gpu.nvidia.com'].profile.endsWith('+me') || device.attributes['gpu.nvidia.com'].type == 'gpu'",
+    "has(device.attributes['gpu.nvidia.com'].uuid)",
+    "device.attributes['gpu.nvidia.com'].uuid == 'GPU-x' || device.attributes['gpu.nvidia.com'].type == 'mig'",
+    "device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('580.0.0')) >= 0",
+    "'profile' in device.attributes['gpu.nvidia.com'] && device.driver == 'gpu.nvidia.com'",
+]
+
+
+@pytest.mark.parametrize("expression", AGREEMENT_EXPRESSIONS)
+def test_interpreter_agrees_with_the_dra_cel_environment(expression):
+    cel = pytest.importorskip("gpudra.cel")
+    if not hasattr(cel, "compile_selector"):
+        pytest.skip("gpudra.cel has no compile_selector")
+    gpu = DynamicMigGpu(0, H100, "GPU-x", attributes={"driverVersion": {"version": "580.95.5"}})
+    from gpudra.mig.dynamic import gpu_devices
+
+    real = cel.compile_selector(expression)
+    ours = compile_selector(expression)
+    for device in gpu_devices(gpu):
+        try:
+            expected = real.evaluate(cel.device_input("gpu.nvidia.com", device)) is True
+        except cel.CELRuntimeError:
+            expected = False
+        assert selector_matches(ours, device, "gpu.nvidia.com") is expected, device["name"]

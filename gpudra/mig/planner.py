@@ -84,14 +84,44 @@ def _synthetic_gpu(model: MigGpuModel) -> DynamicMigGpu:
     }, include_full_gpu=True)
 
 
-def _compile(expression: str, where: str) -> tuple:
-    try:
-        return compile_selector(expression)
-    except UnsupportedSelector as exc:
-        raise PlanError(f"{where}: selector {expression!r} is outside what the planner understands: {exc}") from None
+class _Selector:
+    """A compiled selector: the DRA CEL environment when `gpudra.cel` is available, else the
+    planner's own interpreter of the common subset."""
+
+    def __init__(self, expression: str, where: str):
+        self.expression = expression
+        try:
+            from gpudra.cel import CELCompileError, CELRuntimeError, compile_selector as cel_compile, device_input
+        except ImportError:
+            self._cel = None
+        else:
+            self._cel = (device_input, CELRuntimeError)
+            try:
+                self._compiled: Any = cel_compile(expression)
+            except CELCompileError as exc:
+                raise PlanError(f"{where}: selector {expression!r} does not compile: {exc}") from None
+            return
+        try:
+            self._compiled = compile_selector(expression)
+        except UnsupportedSelector as exc:
+            raise PlanError(f"{where}: selector {expression!r} is outside what the planner understands: {exc}") \
+                from None
+
+    def matches(self, device: dict[str, Any]) -> bool:
+        if self._cel is None:
+            return selector_matches(self._compiled, device, DRIVER)
+        device_input, runtime_error = self._cel
+        try:
+            return self._compiled.evaluate(device_input(DRIVER, device)) is True
+        except runtime_error:
+            return False
 
 
-def _selectors(spec: dict[str, Any], where: str) -> list[tuple]:
+def _compile(expression: str, where: str) -> _Selector:
+    return _Selector(expression, where)
+
+
+def _selectors(spec: dict[str, Any], where: str) -> list[_Selector]:
     compiled = []
     for selector in spec.get("selectors") or []:
         cel = (selector or {}).get("cel") or {}
@@ -101,7 +131,7 @@ def _selectors(spec: dict[str, Any], where: str) -> list[tuple]:
     return compiled
 
 
-def _class_selectors(classes: dict[str, dict[str, Any]], name: str, where: str) -> list[tuple]:
+def _class_selectors(classes: dict[str, dict[str, Any]], name: str, where: str) -> list[_Selector]:
     if name in classes:
         return _selectors(classes[name].get("spec") or {}, f"DeviceClass {name}")
     if name in BUILTIN_DEVICE_CLASSES:
@@ -110,11 +140,11 @@ def _class_selectors(classes: dict[str, dict[str, Any]], name: str, where: str) 
                     f"{', '.join(BUILTIN_DEVICE_CLASSES)})")
 
 
-def _option(model: MigGpuModel, devices: list[dict[str, Any]], selectors: list[tuple], name: str) -> Option:
+def _option(model: MigGpuModel, devices: list[dict[str, Any]], selectors: list[_Selector], name: str) -> Option:
     matched_profiles: dict[str, MigProfile] = {}
     full = False
     for device in devices:
-        if not all(selector_matches(s, device, DRIVER) for s in selectors):
+        if not all(s.matches(device) for s in selectors):
             continue
         ref = resolve_mig_device(device["name"], {0: model})
         if ref is None:
