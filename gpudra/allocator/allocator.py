@@ -1,0 +1,180 @@
+"""The Allocator: cluster-wide precomputation plus one allocate() per (node, claims).
+
+Construction indexes slices and allocated claims; per node, the visible pools and the devices that
+pass each (class, request selectors) combination are computed once and reused by later calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .claims import claim_label, defaulted_requests
+from .features import Features
+from .model import DeviceInfo, quantity_nanos
+from .nodematch import NodeInfo, node_matches
+from .pools import Pool, SliceIndex
+from .selection import SelectorEvaluator, SelectorFailure
+from .state import AllocatedState
+
+MAX_RESULTS_PER_CLAIM = 32
+
+
+class AllocationError(Exception):
+    """Fatal for the whole allocate() call (upstream returns an error)."""
+
+    def __init__(self, message: str, node_local: bool = False):
+        super().__init__(message)
+        self.node_local = node_local
+
+
+@dataclass
+class AllocationOutcome:
+    outcome: str  # "allocated" | "unallocatable" | "error"
+    allocations: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    error_node_local: bool = False
+
+    @property
+    def allocated(self) -> bool:
+        return self.outcome == "allocated"
+
+
+class ClassInfo:
+    __slots__ = ("name", "raw", "selector_exprs", "empty_selector", "configs")
+
+    def __init__(self, raw: dict[str, Any]):
+        self.raw = raw
+        self.name = str((raw.get("metadata") or {}).get("name") or "")
+        spec = raw.get("spec") or {}
+        exprs = []
+        self.empty_selector = None
+        for i, selector in enumerate(spec.get("selectors") or []):
+            expression = ((selector or {}).get("cel") or {}).get("expression")
+            if expression is None:
+                self.empty_selector = i if self.empty_selector is None else self.empty_selector
+                continue
+            exprs.append(expression)
+        self.selector_exprs = tuple(exprs)
+        self.configs = list(spec.get("config") or [])
+
+
+class NodeView:
+    """The pools one node sees, and per request shape the devices worth examining, in visiting order."""
+
+    __slots__ = ("node", "pools", "devices", "any_invalid", "candidates")
+
+    def __init__(self, node: NodeInfo, pools: list[Pool]):
+        self.node = node
+        self.pools = pools
+        self.devices: list[DeviceInfo] = [d for p in pools if p.usable for d in p.devices]
+        self.any_invalid = any(p.invalid_reason is not None for p in pools)
+        self.candidates: dict[tuple, list[tuple[DeviceInfo, SelectorFailure | None]]] = {}
+
+
+class Allocator:
+    def __init__(
+        self,
+        device_classes: list[dict[str, Any]],
+        slices: list[dict[str, Any]],
+        allocated_claims: list[dict[str, Any]] | None = None,
+        features: "Features | str | None" = None,
+    ):
+        self.features = Features.parse(features)
+        self.classes: dict[str, ClassInfo] = {}
+        for raw in device_classes or []:
+            info = ClassInfo(raw or {})
+            self.classes[info.name] = info
+        self.index = SliceIndex(slices or [], self.features)
+        self.state = AllocatedState(self.features)
+        for claim in allocated_claims or []:
+            self.state.add(claim)
+        self.evaluator = SelectorEvaluator(self.features.consumable_capacity, self.features.list_type_attributes)
+        self._views: dict[tuple, NodeView] = {}
+        self._pool_counters: dict[int, tuple[int, dict[str, dict[str, int]]]] = {}
+
+    # allocated state -------------------------------------------------------------------------
+    def add_allocated_claim(self, claim: dict[str, Any]) -> None:
+        self.state.add(claim)
+
+    def remove_allocated_claim(self, claim: dict[str, Any]) -> None:
+        self.state.remove(claim)
+
+    # per-node caches ----------------------------------------------------------------------------
+    def node_view(self, node: "dict | str | NodeInfo") -> NodeView:
+        info = NodeInfo.of(node)
+        view = self._views.get(info.key)
+        if view is None:
+            view = NodeView(info, self.index.gather(info))
+            self._views[info.key] = view
+        return view
+
+    def candidates(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple) -> list:
+        key = (class_info.name, request_exprs)
+        found = view.candidates.get(key)
+        if found is not None:
+            return found
+        found = []
+        binding = self.features.device_binding_and_status
+        status = self.evaluator.status
+        node = view.node
+        for device in view.devices:
+            if device.binding_conditions and not binding:
+                continue
+            result = status(device, class_info.name, class_info.selector_exprs, request_exprs)
+            if result is False:
+                continue
+            if result is True:
+                if device.slice.per_device_node_selection and not node_matches(
+                    node, device.node_name, device.all_nodes, device.node_selector
+                ):
+                    continue
+                found.append((device, None))
+            else:
+                found.append((device, result))
+        view.candidates[key] = found
+        return found
+
+    def available_counters(self, pool: Pool) -> dict[str, dict[str, int]]:
+        """The pool's counter sets minus what allocated devices consume (cached per state version)."""
+        cached = self._pool_counters.get(id(pool))
+        if cached is not None and cached[0] == self.state.version:
+            return cached[1]
+        available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
+        counts = self.state.counts_for_counters
+        for info in pool.all_device_slices:
+            for device in info.devices:
+                if device.consumes_counters and counts(device.key):
+                    for set_name, counters in device.consumes_counters:
+                        target = available.get(set_name)
+                        if target is None:
+                            continue
+                        for counter, amount in counters.items():
+                            if counter in target:
+                                target[counter] -= amount
+        self._pool_counters[id(pool)] = (self.state.version, available)
+        return available
+
+    # allocation ---------------------------------------------------------------------------------
+    def allocate(self, node: "dict | str | NodeInfo", claims: list[dict[str, Any]]) -> AllocationOutcome:
+        from .search import Search  # search.py imports this module
+
+        view = self.node_view(node)
+        try:
+            search = Search(self, view, claims)
+            allocations = search.run()
+        except AllocationError as err:
+            return AllocationOutcome("error", error=str(err), error_node_local=err.node_local)
+        if allocations is None:
+            if view.any_invalid:
+                return AllocationOutcome("error", error="invalid resource pools were encountered", error_node_local=True)
+            return AllocationOutcome("unallocatable")
+        return AllocationOutcome("allocated", allocations=allocations)
+
+
+def capacity_requests(request: dict[str, Any]) -> dict[str, int]:
+    raw = ((request.get("capacity") or {}).get("requests")) or {}
+    return {name: quantity_nanos(value) or 0 for name, value in raw.items()}
+
+
+__all__ = ["Allocator", "AllocationOutcome", "AllocationError", "claim_label", "defaulted_requests"]

@@ -1,0 +1,89 @@
+"""Node matching as kube-scheduler's nodeaffinity does it (terms ORed, requirements ANDed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class NodeInfo:
+    """The parts of a Node the allocator looks at: its name and labels."""
+
+    __slots__ = ("name", "labels", "key")
+
+    def __init__(self, name: str, labels: dict[str, str] | None = None):
+        self.name = name
+        self.labels = dict(labels or {})
+        # Pool gathering depends only on name and labels, so that is the cache key.
+        self.key = (name, tuple(sorted(self.labels.items())))
+
+    @classmethod
+    def of(cls, node: "dict[str, Any] | str | NodeInfo") -> "NodeInfo":
+        if isinstance(node, NodeInfo):
+            return node
+        if isinstance(node, str):
+            return cls(node)
+        metadata = (node or {}).get("metadata") or {}
+        return cls(str(metadata.get("name") or ""), metadata.get("labels") or {})
+
+
+def _parse_int(text: Any) -> int | None:
+    try:
+        return int(str(text), 10)
+    except (TypeError, ValueError):
+        return None
+
+
+def _requirement_matches(requirement: dict[str, Any], values_by_key: dict[str, str]) -> bool:
+    key = requirement.get("key")
+    operator = requirement.get("operator")
+    values = requirement.get("values") or []
+    present = key in values_by_key
+    value = values_by_key.get(key)
+    if operator == "In":
+        return present and value in values
+    if operator == "NotIn":
+        return not present or value not in values
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt"):
+        if not present or len(values) != 1:
+            return False
+        have, want = _parse_int(value), _parse_int(values[0])
+        if have is None or want is None:
+            return False
+        return have > want if operator == "Gt" else have < want
+    return False
+
+
+def _term_matches(term: dict[str, Any], node: NodeInfo) -> bool:
+    expressions = term.get("matchExpressions") or []
+    field_requirements = term.get("matchFields") or []
+    if not expressions and not field_requirements:
+        return False  # an empty term matches no node
+    for requirement in expressions:
+        if not _requirement_matches(requirement, node.labels):
+            return False
+    for requirement in field_requirements:
+        if requirement.get("key") != "metadata.name":
+            return False
+        if not _requirement_matches(requirement, {"metadata.name": node.name}):
+            return False
+    return True
+
+
+def selector_matches(selector: dict[str, Any] | None, node: NodeInfo) -> bool:
+    if not selector:
+        return False
+    return any(_term_matches(term or {}, node) for term in selector.get("nodeSelectorTerms") or [])
+
+
+def node_matches(node: NodeInfo, node_name: str | None, all_nodes: bool, selector: dict[str, Any] | None) -> bool:
+    if node_name:
+        return node.name == node_name
+    if all_nodes:
+        return True
+    if selector is not None:
+        return selector_matches(selector, node)
+    return False

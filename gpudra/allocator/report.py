@@ -1,0 +1,113 @@
+"""The brief what-if report (the structure of the conformance `expected.yaml` files).
+
+Modes: `together` (all pending claims jointly, one result per node), `each` (every pending claim
+alone on every node), `sequential` (first fit, claim after claim, committing each allocation).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .allocator import AllocationOutcome, Allocator
+from .claims import claim_label, is_allocated
+from .features import Features
+
+MODES = ("together", "each", "sequential")
+
+
+def split_objects(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    kinds: dict[str, list[dict[str, Any]]] = {"DeviceClass": [], "ResourceSlice": [], "ResourceClaim": [], "Node": []}
+    for obj in objects:
+        if isinstance(obj, dict) and obj.get("kind") in kinds:
+            kinds[obj["kind"]].append(obj)
+    return kinds
+
+
+def default_node_names(kinds: dict[str, list[dict[str, Any]]]) -> list[str]:
+    names = [str((n.get("metadata") or {}).get("name") or "") for n in kinds["Node"]]
+    if names:
+        return names
+    seen: list[str] = []
+    for slice_obj in kinds["ResourceSlice"]:
+        spec = slice_obj.get("spec") or {}
+        candidates = [spec.get("nodeName")] + [(d or {}).get("nodeName") for d in spec.get("devices") or []]
+        for name in candidates:
+            if name and name not in seen:
+                seen.append(name)
+    return seen
+
+
+def normalize_claim_name(name: str) -> str:
+    return name if "/" in name else f"default/{name}"
+
+
+def _entry(node: str, labels: list[str], outcome: AllocationOutcome) -> dict[str, Any]:
+    entry: dict[str, Any] = {"node": node, "claims": list(labels), "outcome": outcome.outcome}
+    if outcome.outcome == "error":
+        entry["error"] = outcome.error
+        entry["errorNodeLocal"] = outcome.error_node_local
+    elif outcome.outcome == "allocated":
+        entry["allocations"] = {label: alloc for label, alloc in zip(labels, outcome.allocations)}
+    return entry
+
+
+def build_report(
+    objects: list[dict[str, Any]],
+    mode: str = "together",
+    nodes: list[str] | None = None,
+    claims: list[str] | None = None,
+    features: "Features | str | None" = None,
+) -> dict[str, Any]:
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+    features = Features.parse(features)
+    kinds = split_objects(objects)
+    allocated = [c for c in kinds["ResourceClaim"] if is_allocated(c)]
+    pending = [c for c in kinds["ResourceClaim"] if not is_allocated(c)]
+    if claims:
+        wanted = [normalize_claim_name(c) for c in claims]
+        by_label = {claim_label(c): c for c in pending}
+        missing = [w for w in wanted if w not in by_label]
+        if missing:
+            raise ValueError(f"no pending ResourceClaim named {', '.join(missing)}")
+        pending = [by_label[w] for w in wanted]
+    node_names = list(nodes) if nodes else default_node_names(kinds)
+    node_objects = {str((n.get("metadata") or {}).get("name") or ""): n for n in kinds["Node"]}
+    node_refs = [node_objects.get(name, name) for name in node_names]
+
+    allocator = Allocator(kinds["DeviceClass"], kinds["ResourceSlice"], allocated, features)
+    results: list[dict[str, Any]] = []
+    report: dict[str, Any] = {}
+    if mode == "together":
+        if pending:
+            labels = [claim_label(c) for c in pending]
+            for name, ref in zip(node_names, node_refs):
+                results.append(_entry(name, labels, allocator.allocate(ref, pending)))
+    elif mode == "each":
+        for claim in pending:
+            for name, ref in zip(node_names, node_refs):
+                results.append(_entry(name, [claim_label(claim)], allocator.allocate(ref, [claim])))
+    else:
+        final = {claim_label(c): copy.deepcopy(c["status"]["allocation"]) for c in allocated}
+        unallocated = []
+        for claim in pending:
+            label = claim_label(claim)
+            for name, ref in zip(node_names, node_refs):
+                outcome = allocator.allocate(ref, [claim])
+                results.append(_entry(name, [label], outcome))
+                if outcome.outcome == "allocated":
+                    allocation = outcome.allocations[0]
+                    final[label] = allocation
+                    committed = dict(claim, status=dict(claim.get("status") or {}, allocation=allocation))
+                    allocator.add_allocated_claim(committed)
+                    break
+            else:
+                unallocated.append(label)
+        if final:
+            report["finalAllocations"] = final
+        if unallocated:
+            report["unallocatedClaims"] = unallocated
+    if results:
+        report = {"results": results, **report}
+    return report

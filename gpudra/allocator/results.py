@@ -1,0 +1,154 @@
+"""Turning a found solution into v1 `status.allocation` dicts (results, configs, nodeSelector)."""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+from gpudra.api.quantity import Quantity
+
+from .allocator import AllocationError
+
+if TYPE_CHECKING:
+    from .search import ClaimData, Search
+
+
+def format_quantity(nanos: int) -> str:
+    if nanos % 1_000_000_000 == 0:
+        return str(Quantity.parse(str(nanos // 1_000_000_000)))
+    return str(Quantity.parse(f"{nanos}n"))
+
+
+def _quantity_text(device, name: str, nanos: int, request: dict) -> str:
+    """Keep the spelling of the quantity the amount came from (request, default or capacity)."""
+    requested = ((request.get("capacity") or {}).get("requests") or {}).get(name)
+    capacity = (device.raw.get("capacity") or {}).get(name) or {}
+    policy = capacity.get("requestPolicy") or {}
+    for candidate in (requested, policy.get("default"), capacity.get("value"), *(policy.get("validValues") or [])):
+        if candidate is None:
+            continue
+        try:
+            parsed = Quantity.parse(candidate)
+        except Exception:
+            continue
+        if parsed.nanos == nanos:
+            return str(parsed)
+    return format_quantity(nanos)
+
+
+def _device_result(search: "Search", rd, device, consumed, share_id) -> dict[str, Any]:
+    features = search.features
+    result: dict[str, Any] = {
+        "request": rd.full_name,
+        "driver": device.driver,
+        "pool": device.pool,
+        "device": device.name,
+    }
+    if rd.admin:
+        result["adminAccess"] = True
+    if features.device_taints and rd.tolerations:
+        result["tolerations"] = copy.deepcopy(rd.tolerations)
+    if features.device_binding_and_status:
+        if device.binding_conditions:
+            result["bindingConditions"] = list(device.binding_conditions)
+        if device.binding_failure_conditions:
+            result["bindingFailureConditions"] = list(device.binding_failure_conditions)
+    if share_id is not None:
+        result["shareID"] = share_id
+        if consumed:
+            result["consumedCapacity"] = {
+                name: _quantity_text(device, name, amount, rd.raw) for name, amount in consumed.items()
+            }
+    return result
+
+
+def _configs(claim: "ClaimData") -> list[dict[str, Any]]:
+    configs: list[dict[str, Any]] = []
+    by_class: dict[str, list[str]] = {}
+    class_order = []
+    for slot in claim.requests:
+        rd = slot.subrequests[slot.selected] if slot.subrequests is not None else slot.data
+        name = rd.class_info.name
+        if name not in by_class:
+            by_class[name] = []
+            class_order.append(rd.class_info)
+        by_class[name].append(rd.full_name)
+    for class_info in class_order:
+        for config in class_info.configs:
+            entry = {"source": "FromClass", "requests": list(by_class[class_info.name])}
+            entry.update({k: copy.deepcopy(v) for k, v in (config or {}).items() if k != "requests"})
+            configs.append(entry)
+    spec_configs = ((((claim.claim.get("spec") or {}).get("devices")) or {}).get("config")) or []
+    for config in spec_configs:
+        config = config or {}
+        wanted = config.get("requests") or []
+        entry = {"source": "FromClaim"}
+        entry.update({k: copy.deepcopy(v) for k, v in config.items()})
+        if not wanted:
+            configs.append(entry)
+            continue
+        for slot in claim.requests:
+            if slot.name in wanted:
+                configs.append(copy.deepcopy(entry))
+            elif slot.subrequests is not None:
+                selected = slot.subrequests[slot.selected]
+                if selected.full_name in wanted:
+                    configs.append(copy.deepcopy(entry))
+    return configs
+
+
+def _node_selector(search: "Search", claim: "ClaimData") -> dict[str, Any] | None:
+    node_name = search.view.node.name
+    binding = search.features.device_binding_and_status
+    expressions: list[dict] = []
+    fields: list[dict] = []
+    seen: set = set()
+    for _, device, _, _ in claim.results:
+        source = device if device.slice.per_device_node_selection else device.slice
+        if source.node_name or (binding and device.binds_to_node):
+            return {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+                ]
+            }
+        selector = source.node_selector
+        if not selector:
+            continue
+        terms = selector.get("nodeSelectorTerms") or []
+        if len(terms) != 1:
+            raise AllocationError(f"unsupported ResourceSlice.NodeSelector with {len(terms)} terms")
+        term = terms[0] or {}
+        for kind, target in (("matchExpressions", expressions), ("matchFields", fields)):
+            for requirement in term.get(kind) or []:
+                identity = (
+                    kind,
+                    requirement.get("key"),
+                    requirement.get("operator"),
+                    tuple(sorted(requirement.get("values") or [])),
+                )
+                if identity in seen:
+                    continue
+                seen.add(identity)
+                target.append(copy.deepcopy(requirement))
+    if not expressions and not fields:
+        return None
+    term: dict[str, Any] = {}
+    if expressions:
+        term["matchExpressions"] = expressions
+    if fields:
+        term["matchFields"] = fields
+    return {"nodeSelectorTerms": [term]}
+
+
+def build_allocation(search: "Search", claim: "ClaimData") -> dict[str, Any]:
+    devices: dict[str, Any] = {
+        "results": [_device_result(search, rd, device, consumed, share) for rd, device, consumed, share in claim.results]
+    }
+    configs = _configs(claim)
+    if configs:
+        devices["config"] = configs
+    allocation: dict[str, Any] = {"devices": devices}
+    selector = _node_selector(search, claim)
+    if selector is not None:
+        allocation["nodeSelector"] = selector
+    return allocation

@@ -1,0 +1,379 @@
+"""One allocate() call: validation pre-pass, then depth-first search with backtracking.
+
+Mirrors upstream's incubating/experimental allocator: the first complete solution wins; claims →
+requests → (subrequests) → devices; the 32-results-per-claim limit turns into a MAXSIZE signal that
+makes the search move on to the next subrequest instead of trying other devices.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from .allocator import MAX_RESULTS_PER_CLAIM, AllocationError, Allocator, NodeView, capacity_requests
+from .capacity import consumption, fits
+from .claims import claim_label, defaulted_requests, taint_prevents_allocation
+from .constraints import DistinctAttribute, MatchAttribute
+from .model import DeviceInfo
+from .results import build_allocation
+
+MAXSIZE = object()  # "this branch needs more than 32 results": try the next subrequest
+
+
+class RequestData:
+    __slots__ = (
+        "full_name", "base_name", "class_info", "request_exprs", "all_mode", "num_devices", "admin",
+        "tolerations", "capacity", "candidates", "all_devices", "raw",
+    )
+
+
+class RequestSlot:
+    """A claim request: either one RequestData, or firstAvailable alternatives."""
+
+    __slots__ = ("name", "data", "subrequests", "selected")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.data: RequestData | None = None
+        self.subrequests: list[RequestData] | None = None
+        self.selected = 0
+
+
+class ClaimData:
+    __slots__ = ("claim", "label", "requests", "constraints", "results")
+
+    def __init__(self, claim: dict[str, Any]):
+        self.claim = claim
+        self.label = claim_label(claim)
+        self.requests: list[RequestSlot] = []
+        self.constraints: list = []
+        self.results: list = []  # (RequestData, DeviceInfo, consumed | None, share_id | None)
+
+
+class Search:
+    def __init__(self, allocator: Allocator, view: NodeView, claims: list[dict[str, Any]]):
+        self.allocator = allocator
+        self.features = allocator.features
+        self.state = allocator.state
+        self.view = view
+        self.allocating: dict[tuple, set[int]] = {}
+        self.allocating_capacity: dict[tuple, dict[str, int]] = {}
+        self.consumed_counters: dict[int, dict[str, dict[str, int]]] = {}
+        self.claims = [self._prepare(claim or {}) for claim in claims]
+
+    # pre-pass --------------------------------------------------------------------------------------
+    def _prepare(self, claim: dict[str, Any]) -> ClaimData:
+        data = ClaimData(claim)
+        label = data.label
+        features = self.features
+        min_devices = 0
+        for request in defaulted_requests(claim):
+            name = str(request.get("name") or "")
+            slot = RequestSlot(name)
+            if request.get("firstAvailable"):
+                if not features.prioritized_list:
+                    raise AllocationError(
+                        f"claim {label}, request {name}: has subrequests, but the DRAPrioritizedList feature is disabled"
+                    )
+                subs = []
+                for sub in request["firstAvailable"]:
+                    sub_name = str(sub.get("name") or "")
+                    if not features.consumable_capacity and ((sub.get("capacity") or {}).get("requests")):
+                        raise AllocationError(
+                            f"claim {label}, subrequest {sub_name}: has capacity requests, but the DRAConsumableCapacity feature is disabled"
+                        )
+                    subs.append(self._request_data(data, sub, name, f"{name}/{sub_name}", allow_admin=False))
+                slot.subrequests = subs
+                min_devices += min(s.num_devices for s in subs)
+            else:
+                exactly = request.get("exactly")
+                if not isinstance(exactly, dict):
+                    raise AllocationError(f"claim {label}, request {name}: missing device class name (unsupported request type?)")
+                if not features.consumable_capacity and ((exactly.get("capacity") or {}).get("requests")):
+                    raise AllocationError(
+                        f"claim {label}, request {name}: has capacity requests, but the DRAConsumableCapacity feature is disabled"
+                    )
+                slot.data = self._request_data(data, exactly, name, name, allow_admin=True)
+                min_devices += slot.data.num_devices
+            data.requests.append(slot)
+        if min_devices > MAX_RESULTS_PER_CLAIM:
+            raise AllocationError(
+                f"claim {label}: number of requested devices {min_devices} exceeds the claim limit of {MAX_RESULTS_PER_CLAIM}"
+            )
+        spec_devices = ((claim.get("spec") or {}).get("devices")) or {}
+        for i, constraint in enumerate(spec_devices.get("constraints") or []):
+            constraint = constraint or {}
+            requests = list(constraint.get("requests") or [])
+            if constraint.get("matchAttribute"):
+                data.constraints.append(
+                    MatchAttribute(requests, constraint["matchAttribute"], features.list_type_attributes)
+                )
+            elif constraint.get("distinctAttribute") and features.consumable_capacity:
+                data.constraints.append(
+                    DistinctAttribute(requests, constraint["distinctAttribute"], features.list_type_attributes)
+                )
+            else:
+                raise AllocationError(f"claim {label}, constraint #{i}: empty constraint (unsupported constraint type?)")
+        return data
+
+    def _request_data(self, claim: ClaimData, request: dict, base: str, full: str, allow_admin: bool) -> RequestData:
+        label = claim.label
+        features = self.features
+        exprs = []
+        for i, selector in enumerate(request.get("selectors") or []):
+            expression = ((selector or {}).get("cel") or {}).get("expression")
+            if not expression:
+                raise AllocationError(
+                    f"claim {label}, request {full}, selector #{i}: CEL expression empty (unsupported selector type?)"
+                )
+            exprs.append(expression)
+        if not features.admin_access and request.get("adminAccess") is not None:
+            raise AllocationError(f"claim {label}, request {full}: admin access is requested, but the feature is disabled")
+        class_name = request.get("deviceClassName")
+        if not class_name:
+            raise AllocationError(f"claim {label}, request {full}: missing device class name (unsupported request type?)")
+        class_info = self.allocator.classes.get(class_name)
+        if class_info is None:
+            raise AllocationError(
+                f'claim {label}, request {full}: could not retrieve device class {class_name}: '
+                f'deviceclasses.resource.k8s.io "{class_name}" not found'
+            )
+        if class_info.empty_selector is not None:
+            raise AllocationError(
+                f"class {class_name}: selector #{class_info.empty_selector}: CEL expression empty (unsupported selector type?)"
+            )
+        rd = RequestData()
+        rd.raw = request
+        rd.full_name = full
+        rd.base_name = base
+        rd.class_info = class_info
+        rd.request_exprs = tuple(exprs)
+        rd.admin = bool(request.get("adminAccess")) and allow_admin and features.admin_access
+        rd.tolerations = list(request.get("tolerations") or [])
+        rd.capacity = capacity_requests(request) if features.consumable_capacity else {}
+        rd.candidates = self.allocator.candidates(self.view, class_info, rd.request_exprs)
+        rd.all_devices = None
+        mode = request.get("allocationMode")
+        if mode == "ExactCount":
+            rd.all_mode = False
+            rd.num_devices = int(request.get("count") or 0)
+        elif mode == "All":
+            rd.all_mode = True
+            for pool in self.view.pools:
+                if pool.incomplete:
+                    raise AllocationError(
+                        f"claim {label}, request {full}: asks for all devices, but resource pool "
+                        f"{pool.driver}/{pool.name} is currently being updated"
+                    )
+                if pool.invalid_reason is not None:
+                    raise AllocationError(
+                        f"claim {label}, request {full}: asks for all devices, but resource pool "
+                        f"{pool.driver}/{pool.name} is currently invalid"
+                    )
+            devices = []
+            for device, failure in rd.candidates:
+                if failure is not None:
+                    raise AllocationError(failure.text(label))
+                if features.consumable_capacity and self._capacity_ok(device, rd) is None:
+                    continue
+                devices.append(device)
+            rd.all_devices = devices
+            rd.num_devices = len(devices)
+        else:
+            raise AllocationError(f"claim {label}, request {full}: unsupported count mode {mode}")
+        return rd
+
+    # search ------------------------------------------------------------------------------------------
+    def run(self) -> list[dict[str, Any]] | None:
+        result = self._allocate_one(0, 0, 0, 0, False)
+        if result is not True:
+            return None
+        return [build_allocation(self, claim) for claim in self.claims]
+
+    def _capacity_ok(self, device: DeviceInfo, rd: RequestData) -> dict[str, int] | None:
+        consumed = consumption(device, rd.capacity)
+        if consumed is None:
+            return None
+        if device.allow_multiple:
+            if not fits(device, consumed, self.state.capacity.get(device.key), self.allocating_capacity.get(device.key)):
+                return None
+        elif not fits(device, consumed):
+            return None
+        return consumed
+
+    def _in_use(self, ci: int, rd: RequestData, device: DeviceInfo) -> bool:
+        key = device.key
+        holders = self.allocating.get(key)
+        if rd.admin:
+            return bool(holders) and ci in holders
+        if holders:
+            return True
+        if key in self.state.allocated:
+            return True
+        if not (device.allow_multiple and self.features.consumable_capacity) and key in self.state.shared_devices:
+            return True
+        return False
+
+    def _allocate_one(self, ci: int, ri: int, si: int, di: int, in_sub: bool):
+        if ci == len(self.claims):
+            return True
+        claim = self.claims[ci]
+        if ri == len(claim.requests):
+            result = self._allocate_one(ci + 1, 0, 0, 0, False)
+            return False if result is MAXSIZE else result
+        slot = claim.requests[ri]
+        if not in_sub and slot.subrequests is not None:
+            all_exceeded = True
+            for s in range(len(slot.subrequests)):
+                result = self._allocate_one(ci, ri, s, di, True)
+                if result is MAXSIZE:
+                    continue
+                all_exceeded = False
+                if result is True:
+                    slot.selected = s
+                    return True
+            return MAXSIZE if all_exceeded else False
+        rd = slot.subrequests[si] if in_sub else slot.data
+        if rd.all_mode and not rd.all_devices:
+            return False
+        if di >= rd.num_devices:
+            return self._allocate_one(ci, ri + 1, 0, 0, False)
+        if len(claim.results) + rd.num_devices - di > MAX_RESULTS_PER_CLAIM:
+            return MAXSIZE
+        if rd.all_mode:
+            undo = self._allocate_device(ci, rd, rd.all_devices[di], must=True)
+            if undo is None:
+                return False
+            result = self._allocate_one(ci, ri, si, di + 1, in_sub)
+            if result is not True:
+                undo()
+                return result
+            return True
+        consumable = self.features.consumable_capacity
+        for device, failure in rd.candidates:
+            if self._in_use(ci, rd, device):
+                continue
+            if failure is not None:
+                raise AllocationError(failure.text(claim.label))
+            if consumable and self._capacity_ok(device, rd) is None:
+                continue
+            undo = self._allocate_device(ci, rd, device, must=False)
+            if undo is None:
+                continue
+            result = self._allocate_one(ci, ri, si, di + 1, in_sub)
+            if result is True:
+                return True
+            undo()
+            if result is MAXSIZE:
+                return MAXSIZE
+        return False
+
+    def _take_counters(self, device: DeviceInfo) -> bool:
+        pool = self._pool_of(device)
+        if pool is None:
+            return False
+        available = self.allocator.available_counters(pool)
+        consumed = self.consumed_counters.setdefault(id(pool), {})
+        for set_name, counters in device.consumes_counters:
+            target = consumed.setdefault(set_name, {})
+            for counter, amount in counters.items():
+                target[counter] = target.get(counter, 0) + amount
+        for set_name, counters in available.items():
+            used = consumed.get(set_name)
+            if not used:
+                continue
+            for counter, amount in counters.items():
+                if amount < used.get(counter, 0):
+                    self._give_counters(device)
+                    return False
+        return True
+
+    def _give_counters(self, device: DeviceInfo) -> None:
+        pool = self._pool_of(device)
+        consumed = self.consumed_counters.get(id(pool), {})
+        for set_name, counters in device.consumes_counters:
+            target = consumed.get(set_name, {})
+            for counter, amount in counters.items():
+                target[counter] = target.get(counter, 0) - amount
+
+    def _pool_of(self, device: DeviceInfo):
+        pool_id = device.slice.pool_id
+        for pool in self.view.pools:
+            if pool.id == pool_id:
+                return pool
+        return None
+
+    def _allocate_device(self, ci: int, rd: RequestData, device: DeviceInfo, must: bool):
+        """Add one device to claim ci, or return None. Returns the undo function."""
+        features = self.features
+        claim = self.claims[ci]
+        if self._in_use(ci, rd, device):
+            return None
+        key = device.key
+        multi = device.allow_multiple and features.consumable_capacity
+        took_counters = False
+        if device.consumes_counters:
+            if not features.partitionable_devices:
+                return None
+            shared_already = multi and (key in self.state.shared_devices or key in self.allocating_capacity)
+            if not shared_already:
+                if not self._take_counters(device):
+                    return None
+                took_counters = True
+        # Upstream quirk kept on purpose: a device rejected below keeps its counter consumption
+        # for the rest of this allocate() call.
+        if features.device_taints and device.taints and taint_prevents_allocation(device.taints, rd.tolerations):
+            return None
+        added = []
+        for constraint in claim.constraints:
+            if not constraint.add(rd.base_name, rd.full_name, device):
+                for done in reversed(added):
+                    done.remove(rd.base_name, rd.full_name, device)
+                if must:
+                    raise AllocationError(
+                        f"claim {claim.label}, request {rd.full_name}: cannot add device "
+                        f"{device.driver}/{device.pool}/{device.name} because a claim constraint would not be satisfied"
+                    )
+                return None
+            added.append(constraint)
+        consumed = None
+        share_id = None
+        if features.consumable_capacity:
+            consumed = self._capacity_ok(device, rd)
+            if consumed is None:
+                for done in reversed(added):
+                    done.remove(rd.base_name, rd.full_name, device)
+                return None
+        if multi:
+            used = self.allocating_capacity.setdefault(key, {})
+            for name, amount in consumed.items():
+                used[name] = used.get(name, 0) + amount
+            share_id = str(uuid.uuid4())
+        else:
+            self.allocating.setdefault(key, set()).add(ci)
+            consumed = None
+        claim.results.append((rd, device, consumed, share_id))
+
+        def undo() -> None:
+            claim.results.pop()
+            if multi:
+                used = self.allocating_capacity[key]
+                for name, amount in consumed.items():
+                    used[name] -= amount
+                if not any(used.values()) and not _still_sharing(self, key):
+                    del self.allocating_capacity[key]
+            else:
+                holders = self.allocating[key]
+                holders.discard(ci)
+                if not holders:
+                    del self.allocating[key]
+            for done in reversed(added):
+                done.remove(rd.base_name, rd.full_name, device)
+            if took_counters:
+                self._give_counters(device)
+
+        return undo
+
+
+def _still_sharing(search: Search, key: tuple) -> bool:
+    return any(entry[1].key == key for claim in search.claims for entry in claim.results)

@@ -1,0 +1,111 @@
+"""Device selection: CEL selectors of classes and requests, evaluated lazily and cached.
+
+Upstream evaluates class selectors then request selectors, stopping at the first false one, and a
+compile or runtime error is fatal for the whole allocation — but only when a device that reaches the
+selector check is examined. Selector outcomes are pure functions of (expression, device), so they are
+cached for the allocator's lifetime and shared by every node and every allocate() call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .model import DeviceInfo
+
+_COMPILED: dict[tuple[str, bool], Any] = {}
+
+
+class SelectorFailure:
+    """A CEL error that becomes fatal once a device that hits it is examined."""
+
+    __slots__ = ("owner", "index", "kind", "message")
+
+    def __init__(self, owner: str | None, index: int, kind: str, message: str):
+        self.owner = owner  # "class <name>" or None for the claim's own request selectors
+        self.index = index
+        self.kind = kind  # "compile" | "runtime"
+        self.message = message
+
+    def text(self, claim_label: str) -> str:
+        owner = self.owner or f"claim {claim_label}"
+        return f"{owner}: selector #{self.index}: CEL {self.kind} error: {self.message}"
+
+
+def _cel():
+    from gpudra import cel  # imported lazily: the CEL engine is only needed once a selector runs
+
+    return cel
+
+
+def compile_expression(expression: str, consumable_capacity: bool) -> Any:
+    """The compiled selector, or the CELCompileError (cached either way)."""
+    key = (expression, consumable_capacity)
+    found = _COMPILED.get(key)
+    if found is None:
+        cel = _cel()
+        try:
+            found = cel.compile_selector(expression, consumable_capacity=consumable_capacity)
+        except cel.CELCompileError as err:
+            found = err
+        _COMPILED[key] = found
+    return found
+
+
+class SelectorEvaluator:
+    """Per-allocator cache of (expression, device) → True | False | (kind, message)."""
+
+    def __init__(self, consumable_capacity: bool, list_type_attributes: bool):
+        self.consumable_capacity = consumable_capacity
+        self.list_type_attributes = list_type_attributes
+        self._inputs: dict[DeviceInfo, Any] = {}
+        self._results: dict[tuple[str, DeviceInfo], Any] = {}
+
+    def _input(self, device: DeviceInfo) -> Any:
+        found = self._inputs.get(device)
+        if found is None:
+            raw = device.raw
+            if device.has_list_attributes and not self.list_type_attributes:
+                # Without DRAListTypeAttributes a list value is an attribute with no known value.
+                attributes = {
+                    name: ({} if isinstance(value, dict) and any(k in value for k in ("ints", "bools", "strings", "versions")) else value)
+                    for name, value in (raw.get("attributes") or {}).items()
+                }
+                raw = dict(raw, attributes=attributes)
+            found = _cel().device_input(device.driver, raw)
+            self._inputs[device] = found
+        return found
+
+    def evaluate(self, expression: str, device: DeviceInfo) -> Any:
+        key = (expression, device)
+        found = self._results.get(key)
+        if found is not None:
+            return found
+        compiled = compile_expression(expression, self.consumable_capacity)
+        cel = _cel()
+        if isinstance(compiled, Exception):
+            found = ("compile", str(compiled))
+        else:
+            try:
+                found = bool(compiled.evaluate(self._input(device)))
+            except cel.CELRuntimeError as err:
+                found = ("runtime", str(err))
+        self._results[key] = found
+        return found
+
+    def status(self, device: DeviceInfo, class_name: str, class_exprs: tuple, request_exprs: tuple):
+        """True, False or a SelectorFailure for one device against class then request selectors."""
+        for index, expression in enumerate(class_exprs):
+            outcome = self.evaluate(expression, device)
+            if outcome is True:
+                continue
+            if outcome is False:
+                return False
+            return SelectorFailure(f"class {class_name}", index, outcome[0], outcome[1])
+        for index, expression in enumerate(request_exprs):
+            outcome = self.evaluate(expression, device)
+            if outcome is True:
+                continue
+            if outcome is False:
+                return False
+            return SelectorFailure(None, index, outcome[0], outcome[1])
+        return True

@@ -1,0 +1,64 @@
+"""Devices, shares, capacity and counters already in use by allocated claims."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from .features import Features
+from .model import quantity_nanos
+
+DeviceKey = tuple[str, str, str]
+
+
+class AllocatedState:
+    """What allocated claims hold. Reference-counted so that claims can be removed again.
+
+    Results with adminAccess never count. With consumable capacity on, a result with a shareID is a
+    share of a multi-allocatable device: it consumes capacity but does not make the device "allocated".
+    """
+
+    def __init__(self, features: Features):
+        self.features = features
+        self.allocated: Counter[DeviceKey] = Counter()  # dedicated use
+        self.shares: Counter[tuple[DeviceKey, str]] = Counter()
+        self.shared_devices: Counter[DeviceKey] = Counter()
+        self.capacity: dict[DeviceKey, dict[str, int]] = {}
+        self.version = 0
+
+    @staticmethod
+    def _results(claim: dict[str, Any]) -> list[dict[str, Any]]:
+        allocation = ((claim or {}).get("status") or {}).get("allocation") or {}
+        return list((allocation.get("devices") or {}).get("results") or [])
+
+    def _apply(self, claim: dict[str, Any], sign: int) -> None:
+        for result in self._results(claim):
+            if not isinstance(result, dict) or result.get("adminAccess"):
+                continue
+            key = (str(result.get("driver") or ""), str(result.get("pool") or ""), str(result.get("device") or ""))
+            share = result.get("shareID")
+            if share and self.features.consumable_capacity:
+                self.shares[(key, str(share))] += sign
+                self.shared_devices[key] += sign
+                if self.shared_devices[key] <= 0:
+                    del self.shared_devices[key]
+                used = self.capacity.setdefault(key, {})
+                for name, value in (result.get("consumedCapacity") or {}).items():
+                    used[name] = used.get(name, 0) + sign * (quantity_nanos(value) or 0)
+                if not self.shared_devices.get(key):
+                    self.capacity.pop(key, None)
+            else:
+                self.allocated[key] += sign
+                if self.allocated[key] <= 0:
+                    del self.allocated[key]
+        self.version += 1
+
+    def add(self, claim: dict[str, Any]) -> None:
+        self._apply(claim, 1)
+
+    def remove(self, claim: dict[str, Any]) -> None:
+        self._apply(claim, -1)
+
+    def counts_for_counters(self, key: DeviceKey) -> bool:
+        """Whether an allocated device's counter consumption is already taken from its pool."""
+        return key in self.allocated or key in self.shared_devices
