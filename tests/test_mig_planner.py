@@ -104,10 +104,24 @@ def test_plan_reports_what_cannot_be_served():
     demands = demands_from_objects([_claim("big", "device.attributes['gpu.nvidia.com'].profile == '4g.40gb'",
                                            count=3)], H100)
     result = plan(H100, 2, demands)
-    assert result.static_usage.served == 2
-    assert result.static_usage.unserved == ["ns/big/r"]
-    # dynamic allocation is all-or-nothing per claim: three 4g on two GPUs cannot be allocated
+    # a claim is allocated all or nothing: three 4g.40gb on two GPUs serve nobody, in both modes
+    assert (result.static_usage.claims_served, result.static_usage.claims_total) == (0, 1)
+    assert result.static_usage.served == 0 and result.static_usage.unserved == ["ns/big/r"] * 3
     assert result.dynamic_usage.served == 0
+    assert all(not gpu.assigned for gpu in result.static)
+
+
+def test_plan_prefers_serving_more_claims_over_packing_big_ones_first():
+    # one claim wants two whole-GPU-sized instances, another three small ones: on one A100-40GB only the
+    # small one can be served, and the plan must not waste the GPU on half of the big claim
+    a100 = gpu_model("a100-40gb")
+    demands = demands_from_objects([
+        _claim("big", "device.attributes['gpu.nvidia.com'].profile == '7g.40gb'", count=2),
+        _claim("small", "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'", count=3),
+    ], a100)
+    result = plan(a100, 1, demands)
+    assert result.static_profiles == {2: "1g.5gb", 3: "1g.5gb", 4: "1g.5gb"}
+    assert result.static_usage.claims_served == 1
 
 
 def test_plan_counts_stranded_slices():
@@ -191,3 +205,37 @@ def test_interpreter_agrees_with_the_dra_cel_environment(expression):
         except cel.CELRuntimeError:
             expected = False
         assert selector_matches(ours, device, "gpu.nvidia.com") is expected, device["name"]
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@st.composite
+def _mixes(draw):
+    model = draw(st.sampled_from([gpu_model("h100"), gpu_model("a30"), gpu_model("a100-40gb")]))
+    names = [p.name for p in model.profiles]
+    claims = []
+    for i in range(draw(st.integers(1, 5))):
+        profile = draw(st.sampled_from(names))
+        claims.append(_claim(f"c{i}", f"device.attributes['gpu.nvidia.com'].profile == '{profile}'",
+                             count=draw(st.integers(1, 3))))
+    return model, draw(st.integers(1, 2)), claims
+
+
+@settings(max_examples=40, deadline=None)
+@given(_mixes())
+def test_static_plan_is_feasible_and_never_worse_than_dynamic(case):
+    model, count, claims = case
+    demands = demands_from_objects(claims, model)
+    result = plan(model, count, demands)
+    for gpu in result.static:
+        counts = gpu.counts()
+        assert find_placement(model, counts).feasible
+        assert Counter(i.profile.name for i in gpu.instances) == Counter(counts)
+    assert result.static_usage.claims_served >= result.dynamic_usage.claims_served
+    served = set(result.static_profiles)
+    for group in {d.claim for d in demands}:
+        members = {i for i, d in enumerate(demands) if d.claim == group}
+        assert members <= served or not (members & served)  # all or nothing per claim
+    assert validate_config(result.mig_parted_config(), [model]).valid

@@ -19,6 +19,7 @@ the earliest name put them.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -225,9 +226,11 @@ class Usage:
     memory_slices_stranded: int  # free but no further instance fits there
     compute_slices_stranded: int
     memory_mib_allocated: int
+    claims_served: int = 0
+    claims_total: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"served": self.served, "unserved": self.unserved, "gpusUsed": self.gpus_used,
+        return {"claimsServed": self.claims_served, "claimsTotal": self.claims_total, "served": self.served, "unserved": self.unserved, "gpusUsed": self.gpus_used,
                 "memorySlicesUsed": self.memory_slices_used, "computeSlicesUsed": self.compute_slices_used,
                 "memorySlicesStranded": self.memory_slices_stranded,
                 "computeSlicesStranded": self.compute_slices_stranded,
@@ -280,26 +283,89 @@ def _size_key(profile: MigProfile | None, model: MigGpuModel) -> tuple[int, int]
     return (profile.memory_slices, profile.compute_slices)
 
 
-def plan_static(model: MigGpuModel, gpu_count: int, demands: list[Demand]) -> tuple[list[GpuPlan], dict[int, str]]:
+PERMUTATION_LIMIT = 6  # try every claim order up to this many claims, heuristic orders beyond
+
+
+def _claim_groups(demands: list[Demand]) -> list[list[int]]:
+    groups: dict[str, list[int]] = {}
+    for index, demand in enumerate(demands):
+        groups.setdefault(demand.claim, []).append(index)
+    return list(groups.values())
+
+
+def _pack(model: MigGpuModel, gpu_count: int, demands: list[Demand], claim_order: list[list[int]]
+          ) -> tuple[list[GpuPlan], dict[int, str]]:
+    """Place claim by claim; a claim whose devices do not all fit is left out entirely (a
+    claim is allocated all or nothing)."""
     gpus = [GpuPlan(i) for i in range(gpu_count)]
     chosen: dict[int, str] = {}
-    order = sorted(range(len(demands)), key=lambda i: tuple(-x for x in _size_key(
-        demands[i].choices[0] if demands[i].choices else None, model)) + (i,))
-    for index in order:
-        demand = demands[index]
-        for choice in demand.choices:
-            target = _best_gpu(model, gpus, choice)
-            if target is None:
-                continue
-            if choice is None:
-                target.full_gpu_for = demand.label
-                chosen[index] = FULL_GPU
-            else:
-                target.assigned.append((demand, choice))
-                target.instances = find_placement(model, target.counts()).instances
-                chosen[index] = choice.name
-            break
+    for indices in claim_order:
+        saved = [(g.full_gpu_for, list(g.assigned), g.instances) for g in gpus]
+        placed: dict[int, str] = {}
+        largest_first = sorted(indices, key=lambda i: tuple(-x for x in _size_key(
+            demands[i].choices[0] if demands[i].choices else None, model)) + (i,))
+        for index in largest_first:
+            demand = demands[index]
+            for choice in demand.choices:
+                target = _best_gpu(model, gpus, choice)
+                if target is None:
+                    continue
+                if choice is None:
+                    target.full_gpu_for = demand.label
+                    placed[index] = FULL_GPU
+                else:
+                    target.assigned.append((demand, choice))
+                    target.instances = find_placement(model, target.counts()).instances
+                    placed[index] = choice.name
+                break
+            if index not in placed:
+                break
+        if len(placed) == len(indices):
+            chosen.update(placed)
+        else:
+            for gpu, (full, assigned, instances) in zip(gpus, saved):
+                gpu.full_gpu_for, gpu.assigned, gpu.instances = full, assigned, instances
     return gpus, chosen
+
+
+def _claim_orders(model: MigGpuModel, demands: list[Demand], groups: list[list[int]]) -> list[list[list[int]]]:
+    if len(groups) <= PERMUTATION_LIMIT:
+        return [list(order) for order in itertools.permutations(groups)]
+
+    def size(group: list[int]) -> int:
+        return sum(_size_key(demands[i].choices[0] if demands[i].choices else None, model)[0] for i in group)
+
+    return [groups, sorted(groups, key=size, reverse=True), sorted(groups, key=size)]
+
+
+def plan_static(model: MigGpuModel, gpu_count: int, demands: list[Demand]) -> tuple[list[GpuPlan], dict[int, str]]:
+    """Best of several claim orders by: claims served, requests served, stranded slices, slices
+    used, GPUs used."""
+    groups = _claim_groups(demands)
+    best: tuple | None = None
+    for order in _claim_orders(model, demands, groups):
+        gpus, chosen = _pack(model, gpu_count, demands, order)
+        score = _score(_static_usage(model, demands, gpus, chosen))
+        if best is None or score > best[0]:
+            best = (score, gpus, chosen)
+    assert best is not None
+    return best[1], best[2]
+
+
+def _score(usage: Usage) -> tuple:
+    return (usage.claims_served, usage.served, -usage.memory_slices_stranded, -usage.compute_slices_stranded,
+            -usage.memory_slices_used, -usage.gpus_used)
+
+
+def _static_usage(model: MigGpuModel, demands: list[Demand], gpus: list[GpuPlan], chosen: dict[int, str]) -> Usage:
+    unserved = [d.label for i, d in enumerate(demands) if i not in chosen]
+    return _usage(model, [(g.full_gpu_for is not None, [p for _, p in g.assigned]) for g in gpus], unserved,
+                  _claims_served(demands, chosen))
+
+
+def _claims_served(demands: list[Demand], chosen: dict[int, str]) -> tuple[int, int]:
+    groups = _claim_groups(demands)
+    return sum(1 for g in groups if all(i in chosen for i in g)), len(groups)
 
 
 def _best_gpu(model: MigGpuModel, gpus: list[GpuPlan], choice: MigProfile | None) -> GpuPlan | None:
@@ -333,7 +399,8 @@ def _stranded(model: MigGpuModel, counts: dict[str, int]) -> bool:
     return True
 
 
-def _usage(model: MigGpuModel, per_gpu: list[tuple[bool, list[MigProfile]]], unserved: list[str]) -> Usage:
+def _usage(model: MigGpuModel, per_gpu: list[tuple[bool, list[MigProfile]]], unserved: list[str],
+           claims: tuple[int, int] = (0, 0)) -> Usage:
     mem_used = compute_used = mem_stranded = compute_stranded = memory_mib = gpus_used = served = 0
     for full, profiles in per_gpu:
         if full:
@@ -355,7 +422,8 @@ def _usage(model: MigGpuModel, per_gpu: list[tuple[bool, list[MigProfile]]], uns
         if _stranded(model, dict(Counter(p.name for p in profiles))):
             mem_stranded += model.memory_slices - mem
             compute_stranded += model.compute_slices - compute
-    return Usage(served, unserved, gpus_used, mem_used, compute_used, mem_stranded, compute_stranded, memory_mib)
+    return Usage(served, unserved, gpus_used, mem_used, compute_used, mem_stranded, compute_stranded, memory_mib,
+                 claims[0], claims[1])
 
 
 # --- dynamic mode ----------------------------------------------------------------------------------
@@ -448,19 +516,39 @@ def _search_claim(candidates, remaining):
 # --- both ------------------------------------------------------------------------------------------
 
 
+def _layout_of_dynamic(model: MigGpuModel, demands: list[Demand], placed: list[list[tuple[str, str]]]
+                       ) -> list[GpuPlan]:
+    by_label: dict[str, list[Demand]] = {}
+    for demand in demands:
+        by_label.setdefault(demand.label, []).append(demand)
+    gpus = []
+    for index, gpu in enumerate(placed):
+        plan_ = GpuPlan(index)
+        instances = []
+        for label, name in gpu:
+            ref = resolve_mig_device(name, {index: model})
+            if ref is None:
+                plan_.full_gpu_for = label
+                continue
+            plan_.assigned.append((by_label[label][0], ref.profile))
+            instances.append(PlacedInstance(ref.profile, ref.placement))
+        plan_.instances = tuple(sorted(instances, key=lambda i: i.placement))
+        gpus.append(plan_)
+    return gpus
+
+
 def plan(model: MigGpuModel, gpu_count: int, demands: list[Demand]) -> PlanResult:
+    """Static plan vs dynamic mode. The layout dynamic MIG ends up with is itself a valid static
+    layout, so the static plan is never worse than it: whichever scores better is proposed."""
     static, static_profiles = plan_static(model, gpu_count, demands)
-    unserved_static = [d.label for i, d in enumerate(demands) if i not in static_profiles]
-    static_usage = _usage(model, [(g.full_gpu_for is not None, [p for _, p in g.assigned]) for g in static],
-                          unserved_static)
+    static_usage = _static_usage(model, demands, static, static_profiles)
     dynamic, dynamic_profiles = simulate_dynamic(model, gpu_count, demands)
-    per_gpu = []
-    for gpu in dynamic:
-        refs = [resolve_mig_device(name, {int(name.split("-")[1]): model}) for _, name in gpu]
-        full = any(r is None for r in refs)
-        per_gpu.append((full, [r.profile for r in refs if r is not None]))
+    dynamic_layout = _layout_of_dynamic(model, demands, dynamic)
+    per_gpu = [(g.full_gpu_for is not None, [p for _, p in g.assigned]) for g in dynamic_layout]
     unserved_dynamic = [d.label for i, d in enumerate(demands) if i not in dynamic_profiles]
-    dynamic_usage = _usage(model, per_gpu, unserved_dynamic)
+    dynamic_usage = _usage(model, per_gpu, unserved_dynamic, _claims_served(demands, dynamic_profiles))
+    if _score(dynamic_usage) > _score(static_usage):
+        static, static_profiles, static_usage = dynamic_layout, dict(dynamic_profiles), dynamic_usage
     return PlanResult(model, gpu_count, demands, static, static_usage, dynamic, dynamic_profiles, static_profiles,
                       dynamic_usage)
 
@@ -507,7 +595,8 @@ def render_plan(result: PlanResult) -> str:
 def _usage_lines(model: MigGpuModel, gpu_count: int, usage: Usage) -> list[str]:
     total_mem = gpu_count * model.memory_slices
     total_compute = gpu_count * model.compute_slices
-    lines = [f"  served {usage.served}/{usage.served + len(usage.unserved)} on {usage.gpus_used} GPU(s); "
+    lines = [f"  served {usage.claims_served}/{usage.claims_total} claims, {usage.served}/"
+             f"{usage.served + len(usage.unserved)} devices on {usage.gpus_used} GPU(s); "
              f"memory slices {usage.memory_slices_used}/{total_mem}, compute slices "
              f"{usage.compute_slices_used}/{total_compute}; stranded: {usage.memory_slices_stranded} memory, "
              f"{usage.compute_slices_stranded} compute slices"]
