@@ -196,6 +196,37 @@ def _includes_scalar(value, item) -> bool:
     return cel_equal(value, item)
 
 
+# ----- map builders behind transformMap / transformMapEntry (see source.rewrite_map_transforms) -----
+def _map_key(key):
+    # Python would merge 1, 1.0 and True into one dict key; CEL keeps bool apart from numbers.
+    return ("bool", key) if isinstance(key, bool) else key
+
+
+def _map_from_entries(entries):
+    result = {}
+    seen = set()
+    for key, value in entries:
+        marker = _map_key(key)
+        if marker in seen:
+            raise ValueError(f"insert failed: key {key} already exists")
+        seen.add(marker)
+        result[key] = value
+    return result
+
+
+def _merge_maps(maps):
+    result = {}
+    seen = set()
+    for entry in maps:
+        for key, value in entry.items():
+            marker = _map_key(key)
+            if marker in seen:
+                raise ValueError(f"insert failed: key {key} already exists")
+            seen.add(marker)
+            result[key] = value
+    return result
+
+
 # ----- regex find / findAll on RE2 (cel-cpp's own regex extension, so no backtracking blow-up) --------
 _regex_env = None
 _regex_program = None
@@ -282,12 +313,17 @@ def _find_all_limit(text: str, pattern: str, limit: int) -> list[str]:
     return matches if limit < 0 else matches[:limit]
 
 
+_match_program = None
+
+
 def validate_regex(pattern: str) -> str | None:
     """The RE2 error for a pattern, or None when it compiles."""
-    try:
-        _regex_all("", pattern)
-    except ValueError as error:
-        return str(error)
+    global _match_program
+    if _match_program is None:
+        _match_program = cel.NewEnv(variables={"p": T.STRING}).compile('"".matches(p)')
+    result = _match_program.eval(data={"p": pattern})
+    if result.type() == T.ERROR:
+        return _clean_regex_error(str(result.value()))
     return None
 
 
@@ -371,6 +407,13 @@ def declarations() -> list[cel.FunctionDecl]:
                 _overload("bool_includes", bool_, [bool_, bool_], _includes_scalar),
                 _overload("semver_includes", bool_, [SEMVER, SEMVER], _includes_scalar),
             ],
+        ),
+        cel.FunctionDecl(
+            "__gpudra_map_from_entries",
+            [_overload("gpudra_map_from_entries", T.Map(T.DYN, T.DYN), [LIST_DYN], _map_from_entries)],
+        ),
+        cel.FunctionDecl(
+            "__gpudra_merge_maps", [_overload("gpudra_merge_maps", T.Map(T.DYN, T.DYN), [LIST_DYN], _merge_maps)]
         ),
         # regex
         cel.FunctionDecl("find", [_overload("string_find_string", string, [string, string], _find)]),

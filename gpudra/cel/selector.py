@@ -11,7 +11,7 @@ from gpudra.cel import cost as cost_model
 from gpudra.cel.device import DeviceInput
 from gpudra.cel.environment import checking_env, runtime_env
 from gpudra.cel.errors import CELCompileError, CELRuntimeError
-from gpudra.cel.source import caret_report, offset_of, rewrite_domain_lookups
+from gpudra.cel.source import adapt, caret_report, line_column, offset_of
 
 MAX_EXPRESSION_BYTES = 10 * 1024  # CELSelectorExpressionMaxLength
 MAX_COST = 1_000_000  # CELSelectorExpressionMaxCost, also the runtime CostLimit
@@ -98,8 +98,6 @@ def _compile_error(expression: str, rewritten, raw: str) -> CELCompileError:
         if first_message is None:
             first_message, first_offset = message, offset
         reports.append(caret_report(expression, message, offset))
-    from gpudra.cel.source import line_column
-
     line, column = line_column(expression, first_offset)
     return CELCompileError(expression, first_message, column, line, report="\n".join(reports))
 
@@ -110,7 +108,7 @@ def _compile(expression: str, consumable_capacity: bool) -> Selector:
     size = len(expression.encode("utf-8"))
     if size > MAX_EXPRESSION_BYTES:
         raise CELCompileError(expression, f"Too long: may not be more than {MAX_EXPRESSION_BYTES} bytes")
-    rewritten = rewrite_domain_lookups(expression)
+    rewritten = adapt(expression)
     try:
         checked = checking_env(consumable_capacity).compile(rewritten.text)
     except Exception as error:  # noqa: BLE001 - cel-expr-python raises RuntimeError/ValueError with the issues

@@ -98,7 +98,6 @@ def _inside_has(tokens: list[Token], device_index: int, last_index: int) -> bool
 
 def rewrite_domain_lookups(source: str) -> Rewritten:
     tokens = tokenize(source)
-    # (start, end, replacement-before, replacement-after, insert-inside-after-bracket)
     edits: list[tuple[int, str]] = []  # (offset in source, text to insert there)
     replacements: list[tuple[int, int, str]] = []  # (start, end, new text) for `.d` selections
     for index, token in enumerate(tokens):
@@ -127,11 +126,17 @@ def rewrite_domain_lookups(source: str) -> Rewritten:
             domain = tokens[index + 4]
             if _inside_has(tokens, index, index + 4):
                 continue
+            if index + 5 < len(tokens) and tokens[index + 5].text == "(":
+                continue  # a method call on the map itself, e.g. device.attributes.exists(d, …)
             replacements.append((opener.start, domain.end, f'[?"{domain.text}"].orValue(dyn({{}}))'))
-    if not edits and not replacements:
-        return Rewritten(source, tuple(range(len(source))))
     operations = [(offset, offset, text) for offset, text in edits] + replacements
-    operations.sort(key=lambda op: (op[0], op[1]))
+    return _apply(source, operations)
+
+
+def _apply(source: str, operations: list[tuple[int, int, str]]) -> Rewritten:
+    if not operations:
+        return Rewritten(source, tuple(range(len(source))))
+    operations = sorted(operations, key=lambda op: (op[0], op[1]))
     pieces: list[str] = []
     origin: list[int] = []
     cursor = 0
@@ -144,6 +149,73 @@ def rewrite_domain_lookups(source: str) -> Rewritten:
     pieces.append(source[cursor:])
     origin.extend(range(cursor, len(source)))
     return Rewritten("".join(pieces), tuple(origin))
+
+
+def _top_level_arguments(tokens: list[Token], open_index: int) -> tuple[list[tuple[int, int]], int] | None:
+    """Token index ranges [first, last] of the arguments of the call opened at `open_index`, and the
+    index of the closing parenthesis."""
+    depth = 0
+    arguments: list[tuple[int, int]] = []
+    start = open_index + 1
+    for index in range(open_index, len(tokens)):
+        text = tokens[index].text
+        if text in ("[", "[?", "(", "{"):
+            depth += 1
+        elif text in ("]", ")", "}"):
+            depth -= 1
+            if depth == 0:
+                if index > start:
+                    arguments.append((start, index - 1))
+                return arguments, index
+        elif text == "," and depth == 1:
+            arguments.append((start, index - 1))
+            start = index + 1
+    return None
+
+
+MAP_FROM_ENTRIES = "__gpudra_map_from_entries"
+MERGE_MAPS = "__gpudra_merge_maps"
+
+
+def rewrite_map_transforms(source: str) -> Rewritten:
+    """transformMap/transformMapEntry through transformList plus a Python map builder.
+
+    cel-expr-python parses and checks the two-variable map transforms but has no runtime for their
+    `cel.@mapInsert` helper, so (postfix only, precedence unchanged):
+        R.transformMap(k, v, [f,] e)       ->  R.transformList(k, v, [f,] [k, e]).__gpudra_map_from_entries()
+        R.transformMapEntry(k, v, [f,] e)  ->  R.transformList(k, v, [f,] e).__gpudra_merge_maps()
+    """
+    tokens = tokenize(source)
+    operations: list[tuple[int, int, str]] = []
+    for index, token in enumerate(tokens):
+        if token.text not in ("transformMap", "transformMapEntry") or index == 0 or tokens[index - 1].text != ".":
+            continue
+        if index + 1 >= len(tokens) or tokens[index + 1].text != "(":
+            continue
+        parsed = _top_level_arguments(tokens, index + 1)
+        if parsed is None or len(parsed[0]) not in (3, 4):
+            continue
+        arguments, close = parsed
+        operations.append((token.start, token.end, "transformList"))
+        last_first, last_end = arguments[-1]
+        if token.text == "transformMap":
+            key = source[tokens[arguments[0][0]].start : tokens[arguments[0][1]].end]
+            operations.append((tokens[last_first].start, tokens[last_first].start, f"[{key}, "))
+            operations.append((tokens[last_end].end, tokens[last_end].end, "]"))
+            helper = MAP_FROM_ENTRIES
+        else:
+            helper = MERGE_MAPS
+        operations.append((tokens[close].end, tokens[close].end, f".{helper}()"))
+    return _apply(source, operations)
+
+
+def adapt(source: str) -> Rewritten:
+    """Every source-level adaptation, with positions mapped back to `source`."""
+    first = rewrite_domain_lookups(source)
+    second = rewrite_map_transforms(first.text)
+    if second.text == first.text:
+        return first
+    return Rewritten(second.text, tuple(first.original_offset(offset) for offset in second.origin))
 
 
 def offset_of(source: str, line: int, column: int) -> int:
