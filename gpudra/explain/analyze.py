@@ -79,7 +79,7 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
             explanation.notes.append(f"the pod has finished (phase {run.pod['status']['phase']})")
         return explanation
 
-    explanation = Explanation("Pod", namespace, name, False, "")
+    explanation = Explanation("Pod", namespace, name, False, "", context=run)
     if result is None:
         explanation.summary = "the pod was not attempted"
         return explanation
@@ -89,7 +89,6 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
     if result.prefilter:
         explanation.summary = _summary_for_pod_level(result, num_nodes, explanation)
         return explanation
-    explanation.context = run
     explanation.nodes = _node_explanations(run, selectors)
     if _fatal(result):
         explanation.summary = _summary_for_pod_level(result, num_nodes, explanation)
@@ -184,7 +183,8 @@ def _node_explanations(run: Any, selectors: SelectorSet) -> list[NodeExplanation
         entry = NodeExplanation(node_name, fits=bool(filtered is not None and filtered.fits))
         for reason in (filtered.reasons if filtered is not None else []):
             if reason.plugin != "DynamicResources":
-                entry.reasons.append(Reason(_PLUGIN_CODES.get(reason.plugin, model.OTHER), reason.message))
+                entry.reasons.append(Reason(_PLUGIN_CODES.get(reason.plugin, model.OTHER), reason.message,
+                                            _plain(reason.details)))
             elif reason.message == "resourceclaim not available on the node":
                 claim = reason.details.get("claim", "")
                 entry.reasons.append(Reason(model.DRA_CLAIM_NODE, f"claim '{claim.split('/', 1)[-1]}' is allocated"
@@ -202,6 +202,13 @@ def _node_explanations(run: Any, selectors: SelectorSet) -> list[NodeExplanation
             entry.reasons.append(Reason(model.OTHER, "not evaluated"))
         explanations.append(entry)
     return explanations
+
+
+def _plain(details: Any) -> dict[str, Any]:
+    """Scheduler reason details that are plain data (for -o json/yaml)."""
+    if not isinstance(details, dict):
+        return {}
+    return {k: v for k, v in details.items() if isinstance(v, (str, int, float, bool, dict, list))}
 
 
 def _claim_pods(cluster: Any) -> dict[str, list[str]]:

@@ -393,15 +393,28 @@ def funnel(spec: RequestSpec, ctx: FunnelContext, cel_errors: list[CelErrorRepor
         short = Counter()
         fitting = []
         pools = {p.id: p for p in ctx.pools}
+        users: dict[str, list[str]] = {}
         for ref in devices:
             pool = pools[f"{ref.driver}/{ref.pool}"]
             lacking = _lacking_counter(ref, ctx.counters_for(pool))
             if lacking:
                 short[lacking] += 1
+                for holder in _counter_users(ref, pool, ctx):
+                    users.setdefault(lacking, [])
+                    if holder not in users[lacking]:
+                        users[lacking].append(holder)
+                    result.holders.setdefault(holder, 0)
+                    result.holder_pods.setdefault(holder, ctx.claim_pods(holder))
             else:
                 fitting.append(ref)
+
+        def counter_detail(key: str, n: int) -> str:
+            holders = users.get(key, [])
+            used = f"; consumed by claim {', '.join(holders[:3])}" if holders else ""
+            return f"{n} short of {key}{used}"
+
         result.steps.append(FunnelStep("counters", "shared counters available", len(fitting),
-                                       _details(short, lambda key, n: f"{n} short of {key}")))
+                                       _details(short, counter_detail)))
         devices = fitting
 
     if spec.capacity:
@@ -455,6 +468,20 @@ def _apply_selectors(devices: list[DeviceRef], expressions: list[str], ctx: Funn
     return kept
 
 
+def _counter_users(ref: DeviceRef, pool: PoolView, ctx: FunnelContext) -> list[str]:
+    """Claims holding other devices of the pool that draw on the same counter sets as `ref`."""
+    sets = {use.get("counterSet") for use in ref.device.get("consumesCounters") or []}
+    holders: list[str] = []
+    for other in pool.all_devices:
+        if other.id not in ctx.allocated:
+            continue
+        if sets & {use.get("counterSet") for use in other.device.get("consumesCounters") or []}:
+            for holder in ctx.holders.get(other.id, []):
+                if holder not in holders:
+                    holders.append(holder)
+    return holders
+
+
 def _lacking_counter(ref: DeviceRef, left: dict[str, dict[str, int]]) -> str:
     for use in ref.device.get("consumesCounters") or []:
         set_name = use.get("counterSet")
@@ -479,8 +506,13 @@ def _lacking_capacity(ref: DeviceRef, requests: dict[str, Any]) -> str:
 
 
 def _fmt_nanos(value: int) -> str:
+    """Counter amounts as people write them: 80Gi rather than 85899345920."""
     if value % 1_000_000_000 == 0:
-        return str(Quantity.parse(value // 1_000_000_000))
+        whole = value // 1_000_000_000
+        for unit, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+            if whole and whole % size == 0:
+                return f"{whole // size}{unit}"
+        return str(whole)
     return str(Quantity.parse(f"{value}n"))
 
 

@@ -45,8 +45,8 @@ class AllocatedDevices:
             key = claim_key(claim)
             namespace = key.split("/", 1)[0]
             for result in (allocation.get("devices") or {}).get("results") or []:
-                if result.get("adminAccess"):
-                    continue
+                if result.get("adminAccess") or result.get("shareID"):
+                    continue  # neither holds the device exclusively
                 device_id = f"{result.get('driver')}/{result.get('pool')}/{result.get('device')}"
                 state.holders.setdefault(device_id, []).append(key)
             pods = [f"{namespace}/{ref.get('name')}" for ref in (claim.get("status") or {}).get("reservedFor") or []

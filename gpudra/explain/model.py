@@ -66,7 +66,8 @@ class RequestFunnel:
     mode: str  # ExactCount | All
     count: int | None  # None for All
     steps: list[FunnelStep] = field(default_factory=list)
-    holders: dict[str, int] = field(default_factory=dict)  # claim key -> matching devices it holds
+    # claim key -> matching devices it holds (0: it holds devices drawing on the same shared counters)
+    holders: dict[str, int] = field(default_factory=dict)
     holder_pods: dict[str, list[str]] = field(default_factory=dict)  # claim key -> pods reserving it
     taints: dict[str, dict[str, Any]] = field(default_factory=dict)  # text -> untolerated device taint
 
@@ -83,11 +84,11 @@ class RequestFunnel:
             "request": self.request,
             "deviceClassName": self.device_class,
             "allocationMode": self.mode,
-            "available": self.available,
-            "funnel": [s.to_dict() for s in self.steps],
         }
         if self.count is not None:
             data["count"] = self.count
+        data["available"] = self.available
+        data["funnel"] = [s.to_dict() for s in self.steps]
         if self.taints:
             data["untoleratedTaints"] = [dict(t) for t in self.taints.values()]
         if self.holders:

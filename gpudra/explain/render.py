@@ -100,7 +100,7 @@ def _node_body(entry: NodeExplanation) -> list[str]:
     if entry.fits:
         lines.append("  fits")
     for reason in entry.reasons:
-        lines.append(f"  ✗ {reason.message}")
+        lines.append(f"  ✗ {reason.message}{_reason_facts(reason)}")
     for request in entry.requests:
         lines.extend(_funnel_lines(request))
     for constraint in entry.constraints:
@@ -111,6 +111,29 @@ def _node_body(entry: NodeExplanation) -> list[str]:
     for error in entry.cel_errors:
         lines.append("  CEL error: " + _cel_text(error))
     return lines
+
+
+def format_amount(resource: str, value: int) -> str:
+    """Scheduler integers back to quantities: cpu is in millicores, memory in bytes."""
+    if resource == "cpu":
+        return f"{value // 1000}" if value % 1000 == 0 else f"{value}m"
+    if resource == "memory" or resource.startswith("hugepages-") or resource == "ephemeral-storage":
+        for unit, size in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+            if value and value % size == 0:
+                return f"{value // size}{unit}"
+    return str(value)
+
+
+def _reason_facts(reason: Any) -> str:
+    data = reason.data or {}
+    if {"resource", "requested", "used", "capacity"} <= set(data):
+        resource = data["resource"]
+        free = max(int(data["capacity"]) - int(data["used"]), 0)
+        return (f" (the pod requests {format_amount(resource, data['requested'])}, "
+                f"{format_amount(resource, free)} of {format_amount(resource, data['capacity'])} free)")
+    if "taint" in data and isinstance(data["taint"], dict):
+        return ""
+    return ""
 
 
 def _funnel_lines(request: RequestFunnel) -> list[str]:

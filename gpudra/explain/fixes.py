@@ -1,0 +1,415 @@
+"""The smallest change that makes a pod (or claim) fit: candidates are taken from the explanation,
+each one is applied to a copy of the input and checked by running the scheduler again.
+
+Candidates, smallest first: tolerate a device taint or a node taint; release one claim that holds
+matching devices (deleting the pods that use it); lower a request's count; use an existing DeviceClass
+instead of a missing one; drop a selector. Only changes that were verified are reported.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from gpudra.explain import model, simulate
+from gpudra.explain.devices import short_expression
+from gpudra.explain.model import Explanation, Fix
+
+MAX_CANDIDATES = 16  # each one is a full re-simulation
+MAX_FIXES = 3
+MAX_RELEASE_CANDIDATES = 5
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+
+
+@dataclass
+class Candidate:
+    kind: str
+    describe: Callable[[str], str]  # node -> message
+    mutate: Callable[[list[dict[str, Any]]], bool]  # False when it does not apply to this input
+    change: dict[str, Any]
+
+
+def _key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+
+
+def _find(objects: list[dict[str, Any]], kind: str, key: str) -> dict[str, Any] | None:
+    for obj in objects:
+        if isinstance(obj, dict) and obj.get("kind") == kind and _key(obj) == key:
+            return obj
+    return None
+
+
+# --------------------------------------------------------------------------------- claim sources
+
+
+def claim_source(explanation: Explanation, claim_key: str) -> tuple[str, str] | None:
+    """Where the spec of `claim_key` comes from in the input: ("ResourceClaim", key) for a claim
+    written by the user, ("ResourceClaimTemplate", key) for one the controller generated."""
+    run = explanation.context
+    cluster = getattr(run, "cluster", None)
+    claim = cluster.claims.get(claim_key) if cluster is not None else None
+    if claim is None:
+        return ("ResourceClaim", claim_key)
+    meta = claim.get("metadata") or {}
+    pod_claim = (meta.get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION)
+    owners = [ref for ref in meta.get("ownerReferences") or [] if ref.get("kind") == "Pod"]
+    if pod_claim and owners:
+        namespace = claim_key.split("/", 1)[0]
+        pod = cluster.pods.get(f"{namespace}/{owners[0].get('name')}")
+        for entry in ((pod or {}).get("spec") or {}).get("resourceClaims") or []:
+            if entry.get("name") == pod_claim and entry.get("resourceClaimTemplateName"):
+                return ("ResourceClaimTemplate", f"{namespace}/{entry['resourceClaimTemplateName']}")
+        return None
+    return ("ResourceClaim", claim_key)
+
+
+def _spec_of(objects: list[dict[str, Any]], source: tuple[str, str]) -> dict[str, Any] | None:
+    obj = _find(objects, *source)
+    if obj is None:
+        return None
+    if source[0] == "ResourceClaimTemplate":
+        return ((obj.get("spec") or {}).get("spec") or {}).get("devices")
+    return (obj.get("spec") or {}).get("devices")
+
+
+def _request_body(devices: dict[str, Any] | None, request: str) -> dict[str, Any] | None:
+    """The `exactly` body (or the firstAvailable subrequest) for `gpu` or `gpu/sub`."""
+    if not devices:
+        return None
+    base, _, sub = request.partition("/")
+    for entry in devices.get("requests") or []:
+        if entry.get("name") != base:
+            continue
+        if sub:
+            return next((s for s in entry.get("firstAvailable") or [] if s.get("name") == sub), None)
+        return entry.get("exactly")
+    return None
+
+
+def _where(source: tuple[str, str]) -> str:
+    kind, key = source
+    return f"claim {key}" if kind == "ResourceClaim" else f"ResourceClaimTemplate {key}"
+
+
+# ------------------------------------------------------------------------------------ candidates
+
+
+def _request_edit(explanation: Explanation, claim_key: str, request: str,
+                  edit: Callable[[dict[str, Any]], bool]) -> tuple[Callable[[list[dict[str, Any]]], bool], str] | None:
+    source = claim_source(explanation, claim_key)
+    if source is None:
+        return None
+
+    def mutate(objects: list[dict[str, Any]]) -> bool:
+        body = _request_body(_spec_of(objects, source), request)
+        return body is not None and edit(body)
+
+    return mutate, _where(source)
+
+
+def _tolerate_device_taint(explanation: Explanation) -> list[Candidate]:
+    found: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for node in explanation.nodes:
+        for funnel in node.requests:
+            for text, taint in funnel.taints.items():
+                found.setdefault((funnel.claim, funnel.request, text), taint)
+    candidates = []
+    for (claim, request, text), taint in found.items():
+        toleration = {"key": taint.get("key", ""), "operator": "Equal", "value": taint.get("value", ""),
+                      "effect": taint.get("effect", "")}
+        if not toleration["value"]:
+            toleration = {"key": taint.get("key", ""), "operator": "Exists", "effect": taint.get("effect", "")}
+
+        def edit(body: dict[str, Any], toleration: dict[str, Any] = toleration) -> bool:
+            body.setdefault("tolerations", []).append(dict(toleration))
+            return True
+
+        made = _request_edit(explanation, claim, request, edit)
+        if made is None:
+            continue
+        mutate, where = made
+        candidates.append(Candidate(
+            "tolerate-device-taint",
+            lambda node, text=text, request=request, where=where:
+                f"node {node} fits if request '{request}' in {where} tolerates device taint {text}",
+            mutate, {"claim": claim, "request": request, "toleration": toleration}))
+    return candidates
+
+
+def _tolerate_node_taint(explanation: Explanation) -> list[Candidate]:
+    if explanation.kind != "Pod":
+        return []
+    run = explanation.context
+    pod_key = f"{explanation.namespace}/{explanation.name}"
+    taints: dict[str, dict[str, Any]] = {}
+    for node in explanation.nodes:
+        if any(r.code == model.NODE_TAINT for r in node.reasons):
+            cluster_node = run.cluster.nodes.get(node.node) if run is not None else None
+            for taint in ((cluster_node or {}).get("spec") or {}).get("taints") or []:
+                if taint.get("effect") in ("NoSchedule", "NoExecute"):
+                    taints.setdefault(f"{taint.get('key')}={taint.get('value', '')}:{taint.get('effect')}", taint)
+    candidates = []
+    for text, taint in taints.items():
+        toleration = {"key": taint.get("key", ""), "operator": "Equal", "value": taint.get("value", ""),
+                      "effect": taint.get("effect", "")}
+
+        def mutate(objects: list[dict[str, Any]], toleration: dict[str, Any] = toleration) -> bool:
+            pod = _find(objects, "Pod", pod_key)
+            if pod is None:
+                return False
+            pod.setdefault("spec", {}).setdefault("tolerations", []).append(dict(toleration))
+            return True
+
+        candidates.append(Candidate(
+            "tolerate-node-taint",
+            lambda node, text=text: f"node {node} fits if the pod tolerates node taint {text}",
+            mutate, {"toleration": toleration}))
+    return candidates
+
+
+def _release_claims(explanation: Explanation) -> list[Candidate]:
+    counts: dict[str, int] = {}
+    pods: dict[str, list[str]] = {}
+    for node in explanation.nodes:
+        if node.fits:
+            continue
+        for funnel in node.requests:
+            for holder, n in funnel.holders.items():
+                counts[holder] = counts.get(holder, 0) + n
+                pods[holder] = funnel.holder_pods.get(holder, [])
+    order = sorted(counts, key=lambda key: (len(pods.get(key, [])), -counts[key], key))
+    candidates = []
+    for holder in order[:MAX_RELEASE_CANDIDATES]:
+        holder_pods = list(pods.get(holder, []))
+
+        def mutate(objects: list[dict[str, Any]], holder: str = holder, holder_pods: list[str] = holder_pods) -> bool:
+            changed = False
+            for pod_key in holder_pods:
+                pod = _find(objects, "Pod", pod_key)
+                if pod is not None:
+                    objects.remove(pod)
+                    changed = True
+            claim = _find(objects, "ResourceClaim", holder)
+            if claim is not None:
+                owners = {f"{holder.split('/', 1)[0]}/{ref.get('name')}"
+                          for ref in (claim.get("metadata") or {}).get("ownerReferences") or []
+                          if ref.get("kind") == "Pod"}
+                if owners & set(holder_pods):
+                    objects.remove(claim)
+                else:
+                    status = claim.get("status") or {}
+                    status.pop("allocation", None)
+                    status.pop("reservedFor", None)
+                changed = True
+            return changed
+
+        pods_text = ""
+        if holder_pods:
+            pods_text = f" (deleting pod{'s' if len(holder_pods) > 1 else ''} {', '.join(holder_pods)})"
+        candidates.append(Candidate(
+            "release-claim",
+            lambda node, holder=holder, pods_text=pods_text: f"node {node} fits if claim {holder} is released{pods_text}",
+            mutate, {"claim": holder, "pods": holder_pods}))
+    return candidates
+
+
+def _lower_counts(explanation: Explanation) -> list[Candidate]:
+    best: dict[tuple[str, str], tuple[int, int]] = {}  # (claim, request) -> (need, most free on a node)
+    for node in explanation.nodes:
+        for reason in node.reasons:
+            if reason.code == model.DRA_DEVICES and "free" in reason.data:
+                key = (reason.data["claim"], reason.data["request"])
+                need, free = reason.data["need"], reason.data["free"]
+                if free > best.get(key, (need, 0))[1]:
+                    best[key] = (need, free)
+        for constraint in node.constraints:
+            if len(constraint.requests) == 1 and constraint.groups:
+                key = (constraint.claim, constraint.requests[0])
+                free = max(constraint.groups.values())
+                if free > best.get(key, (constraint.need, 0))[1]:
+                    best[key] = (constraint.need, free)
+    candidates = []
+    for (claim, request), (need, free) in sorted(best.items()):
+        if not 0 < free < need:
+            continue
+
+        def edit(body: dict[str, Any], free: int = free) -> bool:
+            if (body.get("allocationMode") or "ExactCount") != "ExactCount":
+                return False
+            body["count"] = free
+            return True
+
+        made = _request_edit(explanation, claim, request, edit)
+        if made is None:
+            continue
+        mutate, where = made
+        candidates.append(Candidate(
+            "lower-count",
+            lambda node, request=request, where=where, need=need, free=free:
+                f"node {node} fits if request '{request}' in {where} asks for {free} instead of {need} devices",
+            mutate, {"claim": claim, "request": request, "count": free}))
+    return candidates
+
+
+def _use_existing_class(explanation: Explanation) -> list[Candidate]:
+    import difflib
+
+    run = explanation.context
+    if run is None:
+        return []
+    classes = sorted(run.cluster.device_classes)
+    candidates = []
+    for claim_key, claim in sorted(run.cluster.claims.items()):
+        for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+            bodies = [(request.get("name", ""), request.get("exactly") or {})] + [
+                (f"{request.get('name', '')}/{sub.get('name', '')}", sub) for sub in request.get("firstAvailable") or []]
+            for name, body in bodies:
+                missing = body.get("deviceClassName")
+                if not missing or missing in run.cluster.device_classes:
+                    continue
+                if not _claim_of_target(explanation, claim_key):
+                    continue
+                for replacement in difflib.get_close_matches(missing, classes, n=2, cutoff=0.5):
+                    def edit(b: dict[str, Any], replacement: str = replacement) -> bool:
+                        b["deviceClassName"] = replacement
+                        return True
+
+                    made = _request_edit(explanation, claim_key, name, edit)
+                    if made is None:
+                        continue
+                    mutate, where = made
+                    candidates.append(Candidate(
+                        "use-existing-class",
+                        lambda node, name=name, where=where, missing=missing, replacement=replacement:
+                            f"node {node} fits if request '{name}' in {where} uses DeviceClass {replacement!r} "
+                            f"instead of the missing {missing!r}",
+                        mutate, {"claim": claim_key, "request": name, "deviceClassName": replacement}))
+    return candidates
+
+
+def _claim_of_target(explanation: Explanation, claim_key: str) -> bool:
+    run = explanation.context
+    if explanation.kind == "ResourceClaim":
+        return claim_key == f"{explanation.namespace}/{explanation.name}"
+    return run is not None and run.pod is not None and claim_key in run.cluster.pod_claim_keys(run.pod)
+
+
+def _drop_selectors(explanation: Explanation) -> list[Candidate]:
+    found: dict[tuple[str, str, int], str] = {}
+    for node in explanation.nodes:
+        for funnel in node.requests:
+            previous = None
+            for step in funnel.steps:
+                if step.step == "selector" and previous is not None and step.count < previous:
+                    found.setdefault((funnel.claim, funnel.request, step.index or 0), step.label)
+                previous = step.count
+    candidates = []
+    for (claim, request, index), label in sorted(found.items()):
+        def edit(body: dict[str, Any], index: int = index) -> bool:
+            selectors = body.get("selectors") or []
+            if index >= len(selectors):
+                return False
+            del selectors[index]
+            return True
+
+        made = _request_edit(explanation, claim, request, edit)
+        if made is None:
+            continue
+        mutate, where = made
+        expression = label.split(": ", 1)[-1]
+        candidates.append(Candidate(
+            "drop-selector",
+            lambda node, request=request, where=where, index=index, expression=expression:
+                f"node {node} fits without selector #{index} ({short_expression(expression, 60)}) of request "
+                f"'{request}' in {where}",
+            mutate, {"claim": claim, "request": request, "removeSelector": index}))
+    return candidates
+
+
+def _lower_resources(explanation: Explanation) -> list[Candidate]:
+    if explanation.kind != "Pod":
+        return []
+    from gpudra.explain.render import format_amount
+
+    best: dict[str, tuple[int, int]] = {}  # resource -> (requested, most free on a node)
+    for node in explanation.nodes:
+        for reason in node.reasons:
+            data = reason.data or {}
+            if reason.code != model.INSUFFICIENT or not {"resource", "requested", "used", "capacity"} <= set(data):
+                continue
+            free = int(data["capacity"]) - int(data["used"])
+            if free > best.get(data["resource"], (0, 0))[1]:
+                best[data["resource"]] = (int(data["requested"]), free)
+    pod_key = f"{explanation.namespace}/{explanation.name}"
+    candidates = []
+    for resource, (requested, free) in sorted(best.items()):
+        if not 0 < free < requested or resource == "pods":
+            continue
+        amount = format_amount(resource, free)
+
+        def mutate(objects: list[dict[str, Any]], resource: str = resource, amount: str = amount) -> bool:
+            pod = _find(objects, "Pod", pod_key)
+            spec = (pod or {}).get("spec") or {}
+            users = [c for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
+                     if resource in ((c.get("resources") or {}).get("requests") or {})
+                     or resource in ((c.get("resources") or {}).get("limits") or {})]
+            if pod is None or len(users) != 1 or spec.get("overhead"):
+                return False
+            resources = users[0].setdefault("resources", {})
+            resources.setdefault("requests", {})[resource] = amount
+            if resource in (resources.get("limits") or {}):
+                resources["limits"][resource] = amount
+            return True
+
+        candidates.append(Candidate(
+            "lower-resource",
+            lambda node, resource=resource, amount=amount, requested=requested:
+                f"node {node} fits if the pod requests {amount} {resource} instead of "
+                f"{format_amount(resource, requested)}",
+            mutate, {"resource": resource, "request": amount}))
+    return candidates
+
+
+# ------------------------------------------------------------------------------------- verifying
+
+
+def _fits(objects: list[dict[str, Any]], explanation: Explanation, policy: str) -> str | None:
+    if explanation.kind == "Pod":
+        try:
+            run = simulate.run_until(objects, f"{explanation.namespace}/{explanation.name}", policy)
+        except Exception:  # a candidate can produce input the scheduler rejects; it is simply not a fix
+            return None
+        return run.bound_node if run.pod is not None and not run.was_bound else None
+    cluster = simulate.build_cluster(objects)
+    claim = cluster.claims.get(f"{explanation.namespace}/{explanation.name}")
+    if claim is None:
+        return None
+    for node_name in cluster.node_names():
+        if simulate.allocate(cluster, cluster.nodes[node_name], [claim]).outcome == "allocated":
+            return node_name
+    return None
+
+
+def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: str = "kube",
+               limit: int = MAX_FIXES) -> list[Fix]:
+    if explanation.context is None and explanation.kind == "ResourceClaim":
+        explanation.context = simulate.Run(simulate.build_cluster(copy.deepcopy(objects)), None)
+    candidates = (_tolerate_device_taint(explanation) + _tolerate_node_taint(explanation)
+                  + _release_claims(explanation) + _lower_counts(explanation)
+                  + _use_existing_class(explanation) + _lower_resources(explanation)
+                  + _drop_selectors(explanation))
+    fixes: list[Fix] = []
+    for candidate in candidates[:MAX_CANDIDATES]:
+        trial = copy.deepcopy(objects)
+        if not candidate.mutate(trial):
+            continue
+        node = _fits(trial, explanation, policy)
+        if node is None:
+            continue
+        fixes.append(Fix(candidate.kind, candidate.describe(node), [node], candidate.change))
+        if len(fixes) >= limit:
+            break
+    return fixes
