@@ -167,13 +167,21 @@ class DeviceState:
         """Release whatever a (possibly half-done) prepare of `uid` created. Idempotent."""
         for device in entry.get("devices", []):
             mig = device.get("mig")
-            if mig and mig.get("dynamic"):
+            if mig and mig.get("dynamic") and not self._mig_shared(uid, device):
                 with self._mig_lock:
                     existing = self.backend.find_mig_device(device["gpuMinor"], mig["giProfileId"], mig["start"])
                     if existing is not None:
                         self.backend.destroy_mig_device(device["gpuMinor"], existing.gi_id)
         remove_spec(self.paths.cdi_spec_dir, self._spec_name(uid))
         shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
+
+    def _mig_shared(self, uid: str, device: dict[str, Any]) -> bool:
+        """Another claim (admin access) still uses this dynamic MIG device: keep it."""
+        key = (device["gpuMinor"], device["mig"]["giProfileId"], device["mig"]["start"])
+        with self._cp_lock:
+            return any((d["gpuMinor"], d["mig"]["giProfileId"], d["mig"]["start"]) == key
+                       for other_uid, e in self._cp["claims"].items() if other_uid != uid
+                       for d in e["devices"] if d.get("mig"))
 
     # -- prepare ---------------------------------------------------------------------------------
     def prepare(self, ref: ClaimRef) -> list[dict[str, Any]]:
