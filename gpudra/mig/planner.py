@@ -20,6 +20,7 @@ the earliest name put them.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -284,6 +285,7 @@ def _size_key(profile: MigProfile | None, model: MigGpuModel) -> tuple[int, int]
 
 
 PERMUTATION_LIMIT = 6  # try every claim order up to this many claims, heuristic orders beyond
+PERMUTATION_WORK = 20_000  # … and as long as (orders × devices) stays small
 
 
 def _claim_groups(demands: list[Demand]) -> list[list[int]]:
@@ -329,7 +331,7 @@ def _pack(model: MigGpuModel, gpu_count: int, demands: list[Demand], claim_order
 
 
 def _claim_orders(model: MigGpuModel, demands: list[Demand], groups: list[list[int]]) -> list[list[list[int]]]:
-    if len(groups) <= PERMUTATION_LIMIT:
+    if len(groups) <= PERMUTATION_LIMIT and math.factorial(len(groups)) * len(demands) <= PERMUTATION_WORK:
         return [list(order) for order in itertools.permutations(groups)]
 
     def size(group: list[int]) -> int:
@@ -372,6 +374,7 @@ def _best_gpu(model: MigGpuModel, gpus: list[GpuPlan], choice: MigProfile | None
     """Best fit: the fullest GPU that still takes the instance."""
     best = None
     best_used = -1
+    tried_empty = False
     for gpu in gpus:
         if gpu.full_gpu_for is not None:
             continue
@@ -379,6 +382,10 @@ def _best_gpu(model: MigGpuModel, gpus: list[GpuPlan], choice: MigProfile | None
             if not gpu.assigned:
                 return gpu
             continue
+        if not gpu.assigned:
+            if tried_empty:  # empty GPUs are interchangeable: the first one answers for all
+                continue
+            tried_empty = True
         counts = gpu.counts()
         counts[choice.name] = counts.get(choice.name, 0) + 1
         if not find_placement(model, counts).feasible:
