@@ -1,0 +1,162 @@
+"""CDI spec model, minimum versions, naming rules, writer and the OCI resolver."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpudra.cdi import (CdiError, ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Registry,
+                        Spec, apply_devices, apply_edits, default_oci_spec, load_spec_file, minimum_required_version,
+                        parse_qualified_name, render_spec, transient_spec_name, validate_spec, write_spec)
+
+
+def _spec(**kw) -> Spec:
+    devices = kw.pop("devices", [Device("gpu0", ContainerEdits(env=["A=1"]))])
+    return Spec(kind=kw.pop("kind", "vendor.com/gpu"), devices=devices, **kw)
+
+
+def test_round_trip_and_strict_parsing():
+    spec = _spec(container_edits=ContainerEdits(
+        env=["X=1"], device_nodes=[DeviceNode("/dev/x", host_path="/dev/y", type="c", major=1, minor=3, file_mode=0o666)],
+        mounts=[Mount("/h", "/c", ["ro"], type="bind")], hooks=[Hook("createContainer", "/bin/h", ["h", "a"], timeout=5)],
+        additional_gids=[44]))
+    spec.cdi_version = minimum_required_version(spec)
+    again = Spec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert again == spec
+    data = spec.to_dict()
+    data["devices"][0]["containerEdits"]["surprise"] = 1
+    with pytest.raises(CdiError, match="unknown field"):
+        Spec.from_dict(data)
+    with pytest.raises(CdiError, match="missing required field 'kind'"):
+        Spec.from_dict({"cdiVersion": "0.3.0", "devices": []})
+
+
+@pytest.mark.parametrize("change, version", [
+    (lambda s: None, "0.3.0"),
+    (lambda s: s.devices[0].container_edits.mounts.append(Mount("/a", "/b", type="tmpfs")), "0.4.0"),
+    (lambda s: s.devices[0].container_edits.device_nodes.append(DeviceNode("/dev/a", host_path="/dev/b")), "0.5.0"),
+    (lambda s: setattr(s.devices[0], "name", "0gpu"), "0.5.0"),
+    (lambda s: s.annotations.update({"a": "b"}), "0.6.0"),
+    (lambda s: setattr(s, "kind", "vendor.com/gpu.v2"), "0.6.0"),
+    (lambda s: s.container_edits.additional_gids.append(5), "0.7.0"),
+    (lambda s: setattr(s.container_edits, "intel_rdt", IntelRdt(clos_id="c")), "0.7.0"),
+    (lambda s: s.container_edits.net_devices.append(NetDevice("eth0", "net0")), "1.1.0"),
+    (lambda s: setattr(s.container_edits, "intel_rdt", IntelRdt(schemata=["L3:0=f"])), "1.1.0"),
+])
+def test_minimum_required_version(change, version):
+    spec = _spec()
+    change(spec)
+    assert minimum_required_version(spec) == version
+    spec.cdi_version = version
+    assert validate_spec(spec) == []
+    if version != "0.3.0":
+        spec.cdi_version = "0.3.0"
+        assert any("too old" in p for p in validate_spec(spec))
+
+
+def test_validation_problems():
+    spec = _spec(devices=[Device("-bad", ContainerEdits(env=["=x"])), Device("ok", ContainerEdits()),
+                          Device("ok", ContainerEdits(hooks=[Hook("weird", "/x")]))], kind="1vendor/cls")
+    spec.cdi_version = "0.9.9"
+    problems = "\n".join(validate_spec(spec))
+    for fragment in ("unsupported cdiVersion", "invalid vendor", "invalid device name '-bad'", "empty device edits",
+                     "duplicate device name 'ok'", "invalid hook name", "invalid environment variable '=x'"):
+        assert fragment in problems
+    assert "spec has no devices" in "\n".join(validate_spec(Spec(kind="a.com/b", devices=[], cdi_version="0.3.0")))
+
+
+_names = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9_.:-]{0,20}[A-Za-z0-9])?", fullmatch=True)
+
+
+@given(vendor=st.from_regex(r"[a-z]([a-z0-9.-]{0,10}[a-z0-9])?", fullmatch=True),
+       cls=st.from_regex(r"[a-z]([a-z0-9_-]{0,10}[a-z0-9])?", fullmatch=True), name=_names)
+def test_qualified_name_round_trip(vendor, cls, name):
+    assert parse_qualified_name(f"{vendor}/{cls}={name}") == (vendor, cls, name)
+
+
+@given(st.text(max_size=30))
+def test_qualified_name_parser_never_crashes(text):
+    try:
+        vendor, cls, name = parse_qualified_name(text)
+    except CdiError:
+        return
+    assert f"{vendor}/{cls}={name}" == text
+
+
+def test_writer_is_atomic_and_picks_minimum_version(tmp_path):
+    spec = _spec(devices=[Device("0abc-gpu-0", ContainerEdits(device_nodes=[DeviceNode("/dev/nvidia0", "/dev/nvidia0")]))],
+                 kind="k8s.gpu.nvidia.com/claim")
+    name = transient_spec_name("k8s.gpu.nvidia.com", "claim", "ns/uid")
+    assert name == "k8s.gpu.nvidia.com-claim_ns_uid"
+    path = write_spec(spec, str(tmp_path), name)
+    assert os.listdir(tmp_path) == [os.path.basename(path)]
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+    text = open(path).read()
+    assert text.startswith("---\ncdiVersion: 0.5.0\n")
+    assert load_spec_file(path) == spec
+    with pytest.raises(CdiError, match="empty device edits"):
+        write_spec(_spec(devices=[Device("x", ContainerEdits())]), str(tmp_path), "bad")
+    assert not os.path.exists(tmp_path / "bad.yaml") and not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+    assert json.loads(render_spec(spec, "json"))["cdiVersion"] == "0.5.0"
+
+
+def _write(directory, kind, devices, edits=None, name="spec"):
+    spec = Spec(kind=kind, devices=devices, container_edits=edits or ContainerEdits())
+    return write_spec(spec, str(directory), name)
+
+
+def test_resolver_applies_edits_like_a_runtime(tmp_path):
+    static, dynamic = tmp_path / "etc", tmp_path / "run"
+    _write(dynamic, "v.com/gpu", [
+        Device("a", ContainerEdits(env=["WHO=a", "PATH=/opt/bin"],
+                                   device_nodes=[DeviceNode("/dev/a", type="c", major=10, minor=1, permissions="rw")],
+                                   mounts=[Mount("/h/deep", "/x/y/z", ["ro"]), Mount("/h/top", "/x", ["ro"])],
+                                   hooks=[Hook("createContainer", "/bin/hook", ["hook", "a"])], additional_gids=[0, 44])),
+        Device("b", ContainerEdits(env=["WHO=b"], device_nodes=[DeviceNode("/dev/b", type="c", major=10, minor=2)],
+                                   additional_gids=[44, 45]))],
+        ContainerEdits(env=["COMMON=1"], device_nodes=[DeviceNode("/dev/ctl", type="c", major=10, minor=0)]))
+    oci = apply_devices(default_oci_spec(), ["v.com/gpu=a", "v.com/gpu=b"], [str(static), str(dynamic)])
+    env = oci["process"]["env"]
+    assert env.count("COMMON=1") == 1 and "WHO=b" in env and "WHO=a" not in env  # later value replaces
+    assert "PATH=/opt/bin" in env and len([e for e in env if e.startswith("PATH=")]) == 1
+    assert [d["path"] for d in oci["linux"]["devices"]] == ["/dev/ctl", "/dev/a", "/dev/b"]
+    rules = oci["linux"]["resources"]["devices"]
+    assert rules[0] == {"allow": False, "access": "rwm"}
+    assert {"allow": True, "type": "c", "major": 10, "minor": 1, "access": "rw"} in rules
+    depth = [len([p for p in m["destination"].split("/") if p]) for m in oci["mounts"]]
+    assert depth == sorted(depth)
+    assert oci["hooks"]["createContainer"] == [{"path": "/bin/hook", "args": ["hook", "a"]}]
+    assert oci["process"]["user"]["additionalGids"] == [44, 45]
+    with pytest.raises(CdiError, match="unresolvable CDI devices v.com/gpu=zzz"):
+        apply_devices(default_oci_spec(), ["v.com/gpu=zzz"], [str(static), str(dynamic)])
+
+
+def test_priority_and_conflicts(tmp_path):
+    static, dynamic = tmp_path / "etc", tmp_path / "run"
+    _write(static, "v.com/gpu", [Device("a", ContainerEdits(env=["FROM=static"]))])
+    _write(dynamic, "v.com/gpu", [Device("a", ContainerEdits(env=["FROM=dynamic"]))])
+    registry = Registry.load([str(static), str(dynamic)])
+    assert "FROM=dynamic" in apply_edits(default_oci_spec(), registry.resolve(["v.com/gpu=a"]))["process"]["env"]
+    _write(dynamic, "v.com/gpu", [Device("a", ContainerEdits(env=["FROM=again"]))], name="second")
+    registry = Registry.load([str(static), str(dynamic)])
+    assert any("conflicting device v.com/gpu=a" in e for e in registry.errors)
+    assert "v.com/gpu=a" not in registry.devices
+
+
+def test_device_node_filled_from_host(tmp_path):
+    node = DeviceNode("/dev/null-in-container", host_path="/dev/null")
+    oci = apply_edits(default_oci_spec(), ContainerEdits(device_nodes=[node]))
+    [dev] = oci["linux"]["devices"]
+    st_ = os.stat("/dev/null")
+    assert (dev["type"], dev["major"], dev["minor"]) == ("c", os.major(st_.st_rdev), os.minor(st_.st_rdev))
+    with pytest.raises(CdiError, match="failed to stat"):
+        apply_edits(default_oci_spec(), ContainerEdits(device_nodes=[DeviceNode("/dev/does-not-exist-here")]))
+    regular = tmp_path / "file"
+    regular.write_text("x")
+    with pytest.raises(CdiError, match="not a device node"):
+        apply_edits(default_oci_spec(), ContainerEdits(device_nodes=[DeviceNode("/dev/x", host_path=str(regular))]))
