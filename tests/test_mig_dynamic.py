@@ -124,3 +124,21 @@ def test_slices_pass_api_validation():
     docs = [load.Document(obj, "generated", i + 1) for i, obj in enumerate(slices)]
     problems = [p for p in validate.validate_documents(docs) if p.severity == "error"]
     assert problems == []
+
+
+def test_cli_slices_and_profiles():
+    import yaml
+    from click.testing import CliRunner
+
+    from gpudra.cli.mig import command
+
+    runner = CliRunner()
+    result = runner.invoke(command, ["slices", "--gpu", "NVIDIA H200", "--count", "2", "--node", "n1"])
+    assert result.exit_code == 0, result.output
+    slices = list(yaml.safe_load_all(result.output))
+    assert [len(s["spec"].get("devices", [])) for s in slices] == [0, 26, 26]
+    assert slices[0]["spec"]["sharedCounters"][1]["name"] == "gpu-1-counter-set"
+    listing = runner.invoke(command, ["profiles", "--gpu", "b200"])
+    assert listing.exit_code == 0
+    assert "3g.90gb" in listing.output and "0:4 4:4" in listing.output
+    assert runner.invoke(command, ["profiles", "--gpu", "nope"]).exit_code == 2
