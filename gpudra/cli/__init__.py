@@ -9,6 +9,7 @@ not take the whole tool down.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -54,8 +55,13 @@ def cli() -> None:
     """Kubernetes DRA for GPUs: validate, allocate, schedule, explain, run a node driver, plan MIG."""
 
 
+def _prog_name() -> str:
+    # Run as a kubectl plugin (`kubectl gpudra …` executes kubectl-gpudra), say so in usage messages.
+    return "kubectl gpudra" if os.path.basename(sys.argv[0] or "").startswith("kubectl-gpudra") else "gpudra"
+
+
 def main() -> None:
     try:
-        cli.main(prog_name="gpudra")
+        cli.main(prog_name=_prog_name())
     except KeyboardInterrupt:
         sys.exit(130)

@@ -90,11 +90,37 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
         explanation.summary = _summary_for_pod_level(result, num_nodes, explanation)
         return explanation
     explanation.nodes = _node_explanations(run, selectors)
+    explanation.notes.extend(cel_hints(explanation))
+    if run.scheduled_before:
+        explanation.notes.append(f"{len(run.scheduled_before)} pending pod(s) ahead in the queue were placed first: "
+                                 + ", ".join(run.scheduled_before[:5])
+                                 + (" …" if len(run.scheduled_before) > 5 else ""))
     if _fatal(result):
         explanation.summary = _summary_for_pod_level(result, num_nodes, explanation)
     else:
         explanation.summary = summary_line(num_nodes, explanation.nodes)
     return explanation
+
+
+def cel_hints(explanation: Explanation) -> list[str]:
+    """For `no such key` runtime errors: which key, and how to guard the lookup."""
+    import re
+
+    hints: list[str] = []
+    for entry in explanation.nodes:
+        for error in entry.cel_errors:
+            match = re.search(r"no such key: ([A-Za-z0-9_./-]+)", error.message)
+            if not match:
+                continue
+            key = match.group(1)
+            domain = re.search(r"""device\.(?:attributes|capacity)\[\s*['"]([^'"]+)['"]\s*\]\s*(?:\.\s*|\[\s*['"])"""
+                               + re.escape(key), error.expression)
+            where = f"device.attributes['{domain.group(1)}']" if domain else "the map"
+            hint = (f"{error.where} reads {key!r}, which device {error.device} does not have; check the name or "
+                    f"guard it: '{key}' in {where} && …")
+            if hint.split(" which device")[0] not in " ".join(hints):
+                hints.append(hint)
+    return hints
 
 
 def _fatal(result: Any) -> bool:

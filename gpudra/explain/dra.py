@@ -49,8 +49,11 @@ class AllocatedDevices:
                     continue  # neither holds the device exclusively
                 device_id = f"{result.get('driver')}/{result.get('pool')}/{result.get('device')}"
                 state.holders.setdefault(device_id, []).append(key)
-            pods = [f"{namespace}/{ref.get('name')}" for ref in (claim.get("status") or {}).get("reservedFor") or []
-                    if ref.get("resource", "pods") == "pods" and ref.get("name")]
+            pods: list[str] = []
+            for ref in (claim.get("status") or {}).get("reservedFor") or []:
+                pod = f"{namespace}/{ref.get('name')}"
+                if ref.get("resource", "pods") == "pods" and ref.get("name") and pod not in pods:
+                    pods.append(pod)
             if not pods and extra_pods:
                 pods = list(extra_pods.get(key, []))
             state.pods[key] = pods
@@ -132,7 +135,9 @@ def analyze_node(
     if not analysis.reasons:
         analysis.reasons.extend(_combination_reasons(survivors_by_request, need_by_request))
     if allocator_error:
-        analysis.reasons.insert(0, Reason(model.DRA_ERROR, allocator_error))
+        # The allocator stopped on an error: that is the reason, the shortages are its side effect.
+        analysis.reasons = [Reason(model.DRA_ERROR, allocator_error)]
+        analysis.constraints = []
     if analysis.pool_problems and not shortages and not analysis.constraints:
         analysis.reasons.append(Reason(model.DRA_POOL, "; ".join(analysis.pool_problems)))
     return analysis

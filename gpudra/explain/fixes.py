@@ -380,7 +380,7 @@ def _fits(objects: list[dict[str, Any]], explanation: Explanation, policy: str) 
     if explanation.kind == "Pod":
         try:
             run = simulate.run_until(objects, f"{explanation.namespace}/{explanation.name}", policy)
-        except Exception:  # a candidate can produce input the scheduler rejects; it is simply not a fix
+        except (ValueError, KeyError):  # a candidate can produce input the scheduler rejects: not a fix
             return None
         return run.bound_node if run.pod is not None and not run.was_bound else None
     cluster = simulate.build_cluster(objects)

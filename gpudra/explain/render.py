@@ -57,7 +57,7 @@ def to_text(explanation: Explanation, node: str | None = None) -> str:
         lines.extend(body)
     if explanation.fixes:
         lines.append("")
-        lines.append("What would make it fit:" if len(explanation.fixes) > 1 else "What would make it fit:")
+        lines.append("What would make it fit:")
         for fix in explanation.fixes:
             lines.append(f"  - {fix.message}")
     elif not explanation.fits:

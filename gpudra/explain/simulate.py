@@ -3,7 +3,7 @@ pod, attempt it, and run the allocator on a node. Keeping this narrow lets the s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -18,6 +18,7 @@ class Run:
     # and the claims the DynamicResources filter allocates there (pending claims + extended-resource claim).
     evaluations: dict[str, Any] | None = None
     claims_by_node: dict[str, list[dict[str, Any]]] | None = None
+    scheduled_before: list[str] = field(default_factory=list)  # pods placed ahead of the target
 
 
 def build_cluster(objects: list[dict[str, Any]]) -> Any:
@@ -46,13 +47,15 @@ def run_until(objects: list[dict[str, Any]], pod_key: str, policy: str = "kube")
     if node:
         return Run(cluster, pod, bound_node=node, was_bound=True)
     scheduler = _scheduler(cluster, policy)
+    ahead: list[str] = []
     for key in cluster.pending_pods():
         if key == pod_key:
             break
-        scheduler.schedule_pod(key)
+        if scheduler.schedule_pod(key).scheduled:
+            ahead.append(key)
     result = scheduler.schedule_pod(pod_key)
     pod = cluster.pods.get(pod_key, pod)
-    run = Run(cluster, pod, result, bound_node=result.node if result.scheduled else None)
+    run = Run(cluster, pod, result, bound_node=result.node if result.scheduled else None, scheduled_before=ahead)
     if not result.scheduled and not result.prefilter:
         run.evaluations, run.claims_by_node = _evaluate_all(scheduler, pod_key)
     return run

@@ -1,0 +1,108 @@
+"""`gpudra explain` and `kubectl gpudra explain` on manifests and `kubectl get -o yaml` dumps."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import yaml
+from click.testing import CliRunner
+
+from gpudra.cli import cli
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "explain")
+SCENARIO = os.path.join(DATA, "held-and-cpu.yaml")
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["explain", *args])
+
+
+def test_text_output_summary_funnel_and_fix():
+    result = run("-f", SCENARIO, "-n", "ml", "pod/train")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "pod ml/train does not fit."
+    assert lines[1].startswith("0/3 nodes are available: 2 nodes: request 'gpu' of claim 'train-gpu-")
+    assert lines[1].endswith("needs 2 devices, at most 1 free matches; 1 node: Insufficient cpu.")
+    assert "         1 held by claim ml/old-job (pod ml/old-trainer)" in lines
+    assert "  - node gpu-1 fits if claim ml/old-job is released (deleting pod ml/old-trainer)" in lines
+
+
+def test_kubectl_style_target_and_node_filter():
+    result = run("-f", SCENARIO, "-n", "ml", "pod", "train", "--node", "gpu-2")
+    assert result.exit_code == 0, result.output
+    assert "node gpu-2:" in result.output
+    assert "node gpu-1:" not in result.output and "node cpu-1:" not in result.output
+
+
+def test_json_and_yaml_are_the_same_data():
+    as_json = run("-f", SCENARIO, "-n", "ml", "pod/train", "-o", "json")
+    as_yaml = run("-f", SCENARIO, "-n", "ml", "pod/train", "-o", "yaml")
+    assert as_json.exit_code == 0 and as_yaml.exit_code == 0
+    data = json.loads(as_json.output)
+    assert data == yaml.safe_load(as_yaml.output)
+    assert data["target"] == {"kind": "Pod", "namespace": "ml", "name": "train"}
+    assert data["fits"] is False
+    gpu1 = next(n for n in data["nodes"] if n["node"] == "gpu-1")
+    funnel = gpu1["requests"][0]["funnel"]
+    assert [(s["step"], s["count"]) for s in funnel] == [("visible", 2), ("class", 2), ("selector", 2), ("free", 1)]
+    assert gpu1["requests"][0]["heldBy"] == [{"claim": "ml/old-job", "devices": 1, "pods": ["ml/old-trainer"]}]
+    assert data["fixes"][0]["kind"] == "release-claim"
+    assert data["fixes"][0]["nodes"] == ["gpu-1"]
+
+
+def test_kubectl_get_dump_reads_like_the_manifests(tmp_path):
+    with open(SCENARIO, encoding="utf-8") as handle:
+        objects = [o for o in yaml.safe_load_all(handle) if o]
+    # What `kubectl get … -A -o yaml` prints: one List, server-populated metadata on every item.
+    for index, obj in enumerate(objects):
+        obj["metadata"].update({"resourceVersion": str(100 + index), "creationTimestamp": "2026-11-29T10:00:00Z",
+                                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]})
+    dump = tmp_path / "dump.yaml"
+    dump.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
+                                    "items": objects}))
+    from_dump = run("-f", str(dump), "-n", "ml", "pod/train", "-o", "json")
+    from_files = run("-f", SCENARIO, "-n", "ml", "pod/train", "-o", "json")
+    assert from_dump.exit_code == 0, from_dump.output
+    assert json.loads(from_dump.output) == json.loads(from_files.output)
+
+
+def test_claim_target():
+    result = run("-f", SCENARIO, "-n", "ml", "claim/old-job")
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("claim ml/old-job fits: already allocated")
+    assert "gpu=gpu.example.com/gpu-2/gpu-1" in result.output
+
+
+def test_user_errors_exit_2_without_traceback(tmp_path):
+    missing = run("-f", SCENARIO, "pod/train")  # wrong namespace
+    assert missing.exit_code == 2
+    assert "pod default/train not found (it exists as ml/train; use -n)" in missing.output
+    bad_kind = run("-f", SCENARIO, "deployment/x")
+    assert bad_kind.exit_code == 2 and "only pods and ResourceClaims" in bad_kind.output
+    no_file = run("-f", str(tmp_path / "absent.yaml"), "pod/x")
+    assert no_file.exit_code == 2 and "no such file" in no_file.output
+    both = run("-f", SCENARIO, "--kubeconfig", "kc", "pod/x")
+    assert both.exit_code == 2 and "not both" in both.output
+    for result in (missing, bad_kind, no_file, both):
+        assert "Traceback" not in result.output
+
+
+def test_kubectl_plugin_entry_point():
+    """kubectl runs `kubectl-gpudra explain pod/x …` for `kubectl gpudra explain pod/x …`."""
+    from importlib.metadata import entry_points
+
+    declared = {e.name: e.value for e in entry_points(group="console_scripts")}
+    assert declared.get("kubectl-gpudra") == "gpudra.cli:main"
+    code = "import sys; sys.argv[0] = 'kubectl-gpudra'; from gpudra.cli import main; main()"
+    result = subprocess.run([sys.executable, "-c", code, "explain", "-f", SCENARIO, "-n", "ml", "pod/train",
+                             "-o", "json", "--no-fixes"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["target"]["name"] == "train" and data["fixes"] == []
+    usage = subprocess.run([sys.executable, "-c", code, "explain"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2
+    assert "kubectl gpudra explain" in usage.stderr
