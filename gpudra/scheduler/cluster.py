@@ -9,13 +9,12 @@ a pool it can see), which lets the scheduler cache per-node results safely.
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from . import resources as res
-from .meta import key_of, metadata, name_of, namespace_of
+from .meta import clone, key_of, metadata, name_of, namespace_of
 from .nodematch import node_selector_matches
 from .workloads import (
     POD_CLAIM_NAME_ANNOTATION,
@@ -96,6 +95,8 @@ class Cluster:
         self._pool_nodes: dict[PoolId, list[str]] | None = None
         self._node_devices: dict[str, list[DeviceId]] | None = None
         self._allocatable: dict[str, dict[str, int] | None] = {}
+        self._claims_by_owner: dict[str, list[dict[str, Any]]] = {}
+        self._node_names: list[str] | None = None
         if objects:
             self.apply(objects)
 
@@ -153,6 +154,7 @@ class Cluster:
         self.generation += 1
         self._pool_nodes = None
         self._node_devices = None
+        self._node_names = None
         self._allocatable.clear()
         self._allocator = None
 
@@ -162,6 +164,11 @@ class Cluster:
         for claim in self.claims.values():
             self.allocated_devices.update(allocated_device_ids(claim))
         self.usage = {name: NodeUsage() for name in self.nodes}
+        self._claims_by_owner = {}
+        for claim in self.claims.values():
+            for ref in (claim.get("metadata") or {}).get("ownerReferences") or []:
+                if ref.get("controller") and ref.get("uid"):
+                    self._claims_by_owner.setdefault(ref["uid"], []).append(claim)
         for name in self.nodes:
             self.epoch.setdefault(name, 0)
         for key, pod in self.pods.items():
@@ -200,6 +207,7 @@ class Cluster:
                     continue  # reported by the scheduler: the claim cannot be created
                 existing = claim_from_template(pod, pod_claim.get("name", ""), template, lambda k: k in self.claims)
                 self.claims[key_of(existing)] = existing
+                self._claims_by_owner.setdefault(ensure_uid(pod), []).append(existing)
             statuses[pod_claim.get("name")] = {"name": pod_claim.get("name"), "resourceClaimName": name_of(existing)}
             changed = True
         if changed:
@@ -209,7 +217,8 @@ class Cluster:
             )
 
     def _orphan_claim(self, pod: dict[str, Any], pod_claim_name: str) -> dict[str, Any] | None:
-        for claim in self.claims.values():
+        uid = (pod.get("metadata") or {}).get("uid")
+        for claim in self._claims_by_owner.get(uid, ()):
             annotations = (claim.get("metadata") or {}).get("annotations") or {}
             if annotations.get(POD_CLAIM_NAME_ANNOTATION) == pod_claim_name and owned_by(claim, pod):
                 return claim
@@ -217,7 +226,10 @@ class Cluster:
 
     # ----- queries ------------------------------------------------------------------------------
     def node_names(self) -> list[str]:
-        return sorted(self.nodes)
+        """Node names in the order the scheduler walks them (sorted; do not modify the list)."""
+        if self._node_names is None:
+            self._node_names = sorted(self.nodes)
+        return self._node_names
 
     def pod_priority(self, pod: dict[str, Any]) -> int:
         spec = pod.get("spec") or {}
@@ -384,7 +396,7 @@ class Cluster:
         finalizers = metadata(claim).setdefault("finalizers", [])
         if DELETE_PROTECTION_FINALIZER not in finalizers:
             finalizers.append(DELETE_PROTECTION_FINALIZER)
-        claim.setdefault("status", {})["allocation"] = copy.deepcopy(allocation)
+        claim.setdefault("status", {})["allocation"] = clone(allocation)
         devices = allocated_device_ids(claim)
         self.allocated_devices.update(devices)
         if self._allocator is not None:
@@ -396,7 +408,7 @@ class Cluster:
             return
         devices = allocated_device_ids(claim)
         if self._allocator is not None:
-            self._allocator.remove_allocated_claim(copy.deepcopy(claim))
+            self._allocator.remove_allocated_claim(clone(claim))
         self.allocated_devices.subtract(devices)
         self.allocated_devices = +self.allocated_devices
         status = claim["status"]

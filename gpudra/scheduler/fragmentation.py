@@ -160,20 +160,20 @@ class FragmentationPolicy(Policy):
         self._before[node] = (*key, value)
         return value
 
-    def score(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
-        cluster = scheduler.cluster
-        free_before = {e.result.node: cluster.free_node_devices(e.result.node) for e in feasible}
-        most_free = max(free_before.values(), default=0)
+    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
+        node = evaluation.result.node
+        allocations = evaluation.result.allocations
+        delta = fragmentation_after(scheduler, info, node, allocations) - self.fragmentation_before(scheduler, node)
+        free_before = scheduler.cluster.free_node_devices(node)
+        return delta, free_before, free_before - devices_taken_on_node(scheduler, node, allocations)
+
+    def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
+        most_free = max((e.parts[1] for e in feasible), default=0)
         scores: dict[str, float] = {}
         for evaluation in feasible:
-            node = evaluation.result.node
-            allocations = evaluation.result.allocations
-            delta = fragmentation_after(scheduler, info, node, allocations) - self.fragmentation_before(
-                scheduler, node
-            )
-            free_after = free_before[node] - devices_taken_on_node(scheduler, node, allocations)
+            delta, _, free_after = evaluation.parts
             best_fit = (MAX_NODE_SCORE - MAX_NODE_SCORE * free_after / most_free) if most_free else 0.0
-            scores[node] = round(-delta, 9) + best_fit * 1e-12
+            scores[evaluation.result.node] = round(-delta, 9) + best_fit * 1e-12
         return scores
 
     def choose_allocations(self, scheduler: "Scheduler", info: "PodInfo", chosen: "NodeEval") -> list[dict[str, Any]]:

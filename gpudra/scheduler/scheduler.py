@@ -17,7 +17,6 @@ is what makes thousands of pods per second possible without changing a single an
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -37,7 +36,7 @@ from .dra import (
     prefilter,
 )
 from .dra import filter_node as dra_filter_node
-from .meta import key_of
+from .meta import clone, key_of
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
@@ -79,6 +78,7 @@ class NodeEval:
     extended_claim: dict[str, Any] | None = None
     first_available: int = 0
     fatal: str | None = None
+    parts: Any = None  # the policy's per-node scoring inputs, cached with the verdict
 
 
 class Scheduler:
@@ -279,16 +279,26 @@ class Scheduler:
         start = self._next_start_node_index % len(nodes)
         feasible: list[NodeEval] = []
         processed = 0
-        for offset in range(len(nodes)):
-            node_name = nodes[(start + offset) % len(nodes)]
-            evaluation = self._evaluate(info, node_name)
+        if self._cache_generation != cluster.generation:
+            self._cache.clear()
+            self._cache_generation = cluster.generation
+        cache = self._cache.setdefault(info.shape, {})
+        epochs = cluster.epoch
+        filtered = result.filtered
+        for node_name in nodes[start:] + nodes[:start] if start else nodes:
+            # the hot loop: a cached verdict is valid while the node's epoch is unchanged
+            evaluation = cache.get(node_name)
+            if evaluation is None or evaluation.epoch != epochs[node_name]:
+                evaluation = self.filter_node(info, node_name)
+                if evaluation.fatal is not None:
+                    result.error = evaluation.fatal
+                    filtered[node_name] = evaluation.result
+                    return result
+                cache[node_name] = evaluation
             processed += 1
-            if evaluation.fatal is not None:
-                result.error = evaluation.fatal
-                result.filtered[node_name] = evaluation.result
-                return result
-            result.filtered[node_name] = evaluation.result
-            if evaluation.result.fits:
+            if evaluation.result.reasons:
+                filtered[node_name] = evaluation.result
+            else:
                 feasible.append(evaluation)
                 if len(feasible) >= to_find:
                     break
@@ -297,7 +307,9 @@ class Scheduler:
             return result
         scores = self.policy.score(self, info, feasible)
         result.scores = scores
-        best = min(feasible, key=lambda e: (-scores[e.result.node], e.result.node))
+        top = max(scores.values())
+        best_node = min(node for node, score in scores.items() if score == top)  # ties: node name
+        best = next(e for e in feasible if e.result.node == best_node)
         allocations = self.policy.choose_allocations(self, info, best)
         self._bind(info, best, allocations)
         result.node = best.result.node
@@ -306,11 +318,11 @@ class Scheduler:
 
     def _bind(self, info: PodInfo, chosen: NodeEval, allocations: list[dict[str, Any]] | None) -> None:
         allocations = list(allocations or [])
-        pairs = [(key, copy.deepcopy(allocations[i])) for i, key in enumerate(info.dra.to_allocate)]
+        pairs = [(key, allocations[i]) for i, key in enumerate(info.dra.to_allocate)]  # bind copies
         special = None
         if chosen.extended_claim is not None:
-            special = copy.deepcopy(chosen.extended_claim)
-            pairs.append((key_of(special), copy.deepcopy(allocations[len(info.dra.to_allocate)])))
+            special = clone(chosen.extended_claim)
+            pairs.append((key_of(special), allocations[len(info.dra.to_allocate)]))
             info.pod.setdefault("status", {})["extendedResourceClaimStatus"] = extended_claim_status(
                 info.dra, chosen.served
             )

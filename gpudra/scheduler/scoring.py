@@ -99,11 +99,24 @@ def devices_taken_on_node(scheduler: "Scheduler", node: str, allocations: list[d
 
 
 class Policy:
+    """A scoring policy. `node_parts` computes what depends only on the node's state and the pod's shape; the
+    scheduler caches it with the node's verdict. `combine` turns the parts of all feasible nodes into scores
+    (normalisations across nodes happen there)."""
+
     name = ""
     default_percentage_of_nodes_to_score = 100
 
-    def score(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
+    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
+        return None
+
+    def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
         raise NotImplementedError
+
+    def score(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
+        for evaluation in feasible:
+            if evaluation.parts is None:
+                evaluation.parts = self.node_parts(scheduler, info, evaluation)
+        return self.combine(scheduler, info, feasible)
 
     def choose_allocations(self, scheduler: "Scheduler", info: "PodInfo", chosen: "NodeEval") -> list[dict[str, Any]]:
         return list(chosen.result.allocations or [])
@@ -113,27 +126,32 @@ class KubePolicy(Policy):
     name = "kube"
     default_percentage_of_nodes_to_score = 0  # adaptive, as kube-scheduler
 
-    def score(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
-        cluster = scheduler.cluster
-        nodes = [e.result.node for e in feasible]
-        first_available = default_normalize({e.result.node: e.first_available for e in feasible})
-        taints = default_normalize(
-            {
-                n: nodematch.count_untolerated_prefer_no_schedule(nodematch.node_taints(cluster.nodes[n]), info.tolerations)
-                for n in nodes
-            },
-            reverse=True,
+    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
+        node = evaluation.result.node
+        node_obj = scheduler.cluster.nodes[node]
+        return (
+            resource_score(scheduler, info, node, least_allocated) + balanced_allocation(scheduler, info, node),
+            nodematch.count_untolerated_prefer_no_schedule(nodematch.node_taints(node_obj), info.tolerations),
+            nodematch.preferred_affinity_score(info.pod, node_obj),
+            evaluation.first_available,
         )
-        affinity = default_normalize({n: nodematch.preferred_affinity_score(info.pod, cluster.nodes[n]) for n in nodes})
-        scores: dict[str, float] = {}
-        for node in nodes:
-            scores[node] = (
-                resource_score(scheduler, info, node, least_allocated)
-                + balanced_allocation(scheduler, info, node)
-                + first_available[node]
-                + 3 * taints[node]
-                + 2 * affinity[node]
-            )
+
+    def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
+        parts = [(e.result.node, e.parts) for e in feasible]
+        columns = list(zip(*(p for _, p in parts)))
+        constant = 0
+        normalized: list[tuple[int, int, int, bool]] = []  # (index, weight, highest, reverse)
+        for index, weight, reverse in ((1, 3, True), (2, 2, False), (3, 1, False)):
+            highest = max(columns[index])
+            if highest == 0:  # DefaultNormalizeScore of all zeros: 0 each, or 100 each when reversed
+                constant += weight * MAX_NODE_SCORE if reverse else 0
+            else:
+                normalized.append((index, weight, highest, reverse))
+        scores: dict[str, float] = {node: p[0] + constant for node, p in parts}
+        for index, weight, highest, reverse in normalized:
+            for node, p in parts:
+                value = MAX_NODE_SCORE * p[index] // highest
+                scores[node] += weight * (MAX_NODE_SCORE - value if reverse else value)
         return scores
 
 
@@ -142,24 +160,22 @@ class _DevicePolicy(Policy):
 
     fill = True
 
-    def score(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
-        cluster = scheduler.cluster
-        free_before = {e.result.node: cluster.free_node_devices(e.result.node) for e in feasible}
-        most_free = max(free_before.values(), default=0)
+    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
+        node = evaluation.result.node
+        free_before = scheduler.cluster.free_node_devices(node)
+        taken = devices_taken_on_node(scheduler, node, evaluation.result.allocations)
+        strategy = most_allocated if self.fill else least_allocated
+        return free_before, free_before - taken, resource_score(scheduler, info, node, strategy)
+
+    def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
+        most_free = max((e.parts[0] for e in feasible), default=0)
         scores: dict[str, float] = {}
         for evaluation in feasible:
-            node = evaluation.result.node
-            free_after = free_before[node] - devices_taken_on_node(scheduler, node, evaluation.result.allocations)
-            if most_free > 0:
-                device_score = MAX_NODE_SCORE * free_after / most_free
-            else:
-                device_score = 0.0
-            if self.fill:
-                device_score = MAX_NODE_SCORE - device_score if most_free > 0 else 0.0
-                resources = resource_score(scheduler, info, node, most_allocated)
-            else:
-                resources = resource_score(scheduler, info, node, least_allocated)
-            scores[node] = 2 * device_score + resources
+            _, free_after, resources = evaluation.parts
+            device_score = MAX_NODE_SCORE * free_after / most_free if most_free > 0 else 0.0
+            if self.fill and most_free > 0:
+                device_score = MAX_NODE_SCORE - device_score
+            scores[evaluation.result.node] = 2 * device_score + resources
         return scores
 
     def choose_allocations(self, scheduler: "Scheduler", info: "PodInfo", chosen: "NodeEval") -> list[dict[str, Any]]:

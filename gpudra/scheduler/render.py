@@ -1,0 +1,79 @@
+"""Presentation of a scheduling run: every object (YAML stream or JSON List) or a summary table."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from .cluster import Cluster, claim_allocation
+from .framework import PodResult
+from .meta import key_of
+
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def all_objects(cluster: Cluster) -> list[dict[str, Any]]:
+    """Every object after the run, grouped by kind in a fixed order (inputs keep their order within a kind)."""
+    objects: list[dict[str, Any]] = []
+    objects.extend(cluster.other_objects)
+    objects.extend(cluster.priority_classes.values())
+    objects.extend(cluster.device_classes.values())
+    objects.extend(cluster.slices)
+    objects.extend(cluster.nodes[name] for name in cluster.node_names())
+    objects.extend(cluster.templates.values())
+    objects.extend(cluster.workloads)
+    objects.extend(cluster.claims.values())
+    objects.extend(cluster.pods.values())
+    return objects
+
+
+def to_yaml(cluster: Cluster) -> str:
+    return yaml.dump_all(all_objects(cluster), Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+
+
+def to_json(cluster: Cluster) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": all_objects(cluster)}, indent=2) + "\n"
+
+
+def _devices(claim: dict[str, Any]) -> str:
+    allocation = claim_allocation(claim) or {}
+    results = (allocation.get("devices") or {}).get("results") or []
+    return ",".join(f"{r.get('pool')}/{r.get('device')}" for r in results) or "-"
+
+
+def table_rows(cluster: Cluster, results: list[PodResult]) -> list[list[str]]:
+    rows: list[list[str]] = []
+    for result in sorted((r for r in results if r.scheduled), key=lambda r: (r.node or "", r.pod)):
+        pod = cluster.pods.get(result.pod)
+        claim_keys = cluster.pod_claim_keys(pod) if pod is not None else []
+        if not claim_keys:
+            rows.append([result.node or "", result.pod, "-", "-"])
+        for claim_key in claim_keys:
+            claim = cluster.claims.get(claim_key)
+            devices = _devices(claim) if claim is not None else "-"
+            rows.append([result.node or "", result.pod, claim_key.split("/", 1)[1], devices])
+    return rows
+
+
+def to_table(cluster: Cluster, results: list[PodResult]) -> str:
+    header = ["NODE", "POD", "CLAIM", "DEVICES"]
+    rows = table_rows(cluster, results)
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in [header, *rows]]
+    unschedulable = [r for r in results if not r.scheduled]
+    if unschedulable:
+        lines.append("")
+        lines.append(f"UNSCHEDULABLE ({len(unschedulable)}):")
+        for result in unschedulable:
+            lines.append(f"  {result.pod}: {result.message()}")
+    return "\n".join(lines) + "\n"
+
+
+def summary(results: list[PodResult]) -> str:
+    scheduled = sum(1 for r in results if r.scheduled)
+    return f"scheduled {scheduled}/{len(results)} pods"
+
+
+__all__ = ["all_objects", "key_of", "summary", "table_rows", "to_json", "to_table", "to_yaml"]
