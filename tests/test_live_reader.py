@@ -45,13 +45,14 @@ class FakeApiServer:
         self._server.shutdown()
         self._server.server_close()
 
-    def kubeconfig(self, path: str, context: str = "fake") -> str:
+    def kubeconfig(self, path: str, context: str = "fake", namespace: str | None = None) -> str:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
             "users": [{"name": "fake", "user": {"token": self.token}}],
-            "contexts": [{"name": context, "context": {"cluster": "fake", "user": "fake"}}],
+            "contexts": [{"name": context, "context": {"cluster": "fake", "user": "fake",
+                                                       **({"namespace": namespace} if namespace else {})}}],
             "current-context": context,
         }
         with open(path, "w", encoding="utf-8") as handle:

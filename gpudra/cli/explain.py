@@ -60,14 +60,9 @@ def _target(args: tuple[str, ...]) -> str:
 def _default_namespace(paths: tuple[str, ...], kubeconfig: str | None, context: str | None) -> str:
     if paths:
         return "default"
-    try:
-        from kubernetes import config
+    from gpudra.kube import context_namespace
 
-        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
-        chosen = next((c for c in contexts if c.get("name") == context), active) if context else active
-        return ((chosen or {}).get("context") or {}).get("namespace") or "default"
-    except Exception:  # no kubeconfig: the read reports it properly
-        return "default"
+    return context_namespace(kubeconfig, context) or "default"
 
 
 @click.command(

@@ -11,8 +11,11 @@ from gpudra.kube.reader import (
     ClusterReadError,
     ResourceKind,
     connect,
+    context_namespace,
+    kubeconfig_path,
     read_cluster,
     read_kind,
 )
 
-__all__ = ["CLUSTER_KINDS", "ClusterReadError", "ResourceKind", "connect", "read_cluster", "read_kind"]
+__all__ = ["CLUSTER_KINDS", "ClusterReadError", "ResourceKind", "connect", "context_namespace", "kubeconfig_path",
+           "read_cluster", "read_kind"]

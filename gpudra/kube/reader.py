@@ -8,6 +8,7 @@ back with `sanitize_for_serialization` changes nothing we need. Only `list` call
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -53,23 +54,42 @@ CLUSTER_KINDS: tuple[ResourceKind, ...] = (
 )
 
 
+def kubeconfig_path(kubeconfig: str | None = None) -> str:
+    """The kubeconfig kubectl would use: the flag, else $KUBECONFIG (read now, not at import), else
+    ~/.kube/config. Several paths separated by ':' are merged by the client, as kubectl does."""
+    if kubeconfig:
+        return kubeconfig
+    return os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+
+
+def context_namespace(kubeconfig: str | None = None, context: str | None = None) -> str | None:
+    """The namespace set on the (current or named) context, None when unset or unreadable."""
+    from kubernetes import config
+
+    try:
+        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig_path(kubeconfig))
+    except Exception:  # no or broken kubeconfig: reading the cluster reports it properly
+        return None
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
+    return ((chosen or {}).get("context") or {}).get("namespace") or None
+
+
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
     """An `ApiClient` for the kubeconfig (default locations when None) or, failing that, in-cluster."""
     from kubernetes import client, config
 
+    explicit = kubeconfig is not None
+    kubeconfig = kubeconfig_path(kubeconfig)
     try:
-        if kubeconfig is None and context is None:
+        if not explicit and context is None and not any(os.path.exists(p) for p in kubeconfig.split(os.pathsep)):
+            configuration = client.Configuration()
             try:
-                return config.new_client_from_config()
+                config.load_incluster_config(client_configuration=configuration)
             except config.ConfigException:
-                configuration = client.Configuration()
-                try:
-                    config.load_incluster_config(client_configuration=configuration)
-                except config.ConfigException:
-                    raise ClusterReadError(
-                        "no kubeconfig found (set KUBECONFIG or pass --kubeconfig) and not running in a cluster"
-                    ) from None
-                return client.ApiClient(configuration)
+                raise ClusterReadError(
+                    "no kubeconfig found (set KUBECONFIG or pass --kubeconfig) and not running in a cluster"
+                ) from None
+            return client.ApiClient(configuration)
         return config.new_client_from_config(config_file=kubeconfig, context=context)
     except ClusterReadError:
         raise
