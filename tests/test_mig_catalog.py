@@ -36,6 +36,7 @@ def test_catalog_covers_every_required_gpu():
     ("NVIDIA H100 NVL", "h100-nvl"),
     ("NVIDIA GH200 144G HBM3e", "gh200"),
     ("h100-80gb", "h100-80gb"),
+    ("a100", "a100-80gb"),  # as in discovery: the bare name means the 80GB part
     ("H100-80GB", "h100-80gb"),
     ("0x233010DE", "h100-80gb"),
     ("0x2901", "b200"),

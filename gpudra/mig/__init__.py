@@ -1,5 +1,6 @@
 """MIG: profile catalog (`catalog`), dynamic MIG partitionable devices (`dynamic`), mig-parted configs
-(`config`), placement feasibility (`placement`) and the layout planner (`planner`)."""
+(`config`), placement feasibility (`placement`), and the layout planner (`planner`, reading claims
+through `demands` and `selectors`)."""
 
 from gpudra.mig.catalog import (
     MODELS,
