@@ -76,11 +76,7 @@ def model_for_product_name(product_name: str, memory_mib: int | None = None) -> 
     if exact:
         return exact[0]
     lowered = product_name.lower()
-    squashed = lowered.replace(" ", "").replace("-", "")
-    candidates = []
-    for model in GPU_MODELS.values():
-        family = model.key.split("-")[0].lower()
-        if re.search(rf"{family}(?![0-9])", squashed):
-            candidates.append(model)
+    tokens = set(re.split(r"[\s_-]+", lowered))
+    candidates = [m for m in GPU_MODELS.values() if m.key.split("-")[0].lower() in tokens]
     candidates.sort(key=lambda m: abs(m.memory_mib - memory_mib) if memory_mib else 0)
     return candidates[0] if candidates else None

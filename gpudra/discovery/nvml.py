@@ -6,6 +6,7 @@ Every NVML failure a user can hit (no library, no kernel driver, no permission) 
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import threading
@@ -61,7 +62,7 @@ def mig_profile_name(gi_index: int, memory_mib: int, total_memory_bytes: int) ->
     """go-nvlib naming: `<G>g.<GB>gb` + suffix, GB rounded to eighths of the GPU's memory."""
     g, suffix = _GI_INDEX.get(gi_index, (1, ""))
     eighths = math.ceil(memory_mib * 1024 * 1024 / total_memory_bytes * 8)
-    gb = round(eighths / 8 * math.ceil(total_memory_bytes / 1024**3))
+    gb = math.floor(eighths / 8 * math.ceil(total_memory_bytes / 1024**3) + 0.5)  # Go math.Round, not banker's
     return f"{g}g.{gb}gb{suffix}"
 
 
@@ -156,7 +157,7 @@ class NvmlBackend(GpuBackend):
             info = self._call("nvmlDeviceGetGpuInstanceProfileInfo", h, index, default=None)
             if info is None:
                 continue
-            placements = self._call("nvmlDeviceGetGpuInstancePossiblePlacements", h, info.id, default=[]) or []
+            placements = self._possible_placements(h, int(info.id))
             starts = tuple(int(p.start) for p in placements)
             size = int(placements[0].size) if placements else int(info.sliceCount)
             memory_mib = int(info.memorySizeMB)
@@ -171,6 +172,15 @@ class NvmlBackend(GpuBackend):
             self._profile_index[(minor, int(info.id))] = index
         self._profiles[minor] = tuple(profiles)
         return self._profiles[minor]
+
+    def _possible_placements(self, h: Any, profile_id: int) -> list[Any]:
+        buffer = (self.nvml.c_nvmlGpuInstancePlacement_t * 32)()
+        count = ctypes.c_uint(32)
+        try:
+            self.nvml.nvmlDeviceGetGpuInstancePossiblePlacements(h, profile_id, buffer, ctypes.byref(count))
+        except self.nvml.NVMLError:
+            return []
+        return [buffer[i] for i in range(count.value)]
 
     def _mig_devices(self, h: Any, gpu: Gpu) -> list[MigDevice]:
         profiles = {p.gi_profile_id: p for p in self._gi_profiles(h, gpu.minor, gpu.memory_bytes)}
@@ -229,7 +239,7 @@ class NvmlBackend(GpuBackend):
             placement = self.nvml.c_nvmlGpuInstancePlacement_t()
             placement.start, placement.size = placement_start, profile.memory_slices
             try:
-                gi = self.nvml.nvmlDeviceCreateGpuInstanceWithPlacement(h, gi_profile_id, placement)
+                gi = self.nvml.nvmlDeviceCreateGpuInstanceWithPlacement(h, gi_profile_id, ctypes.byref(placement))
                 ci_index = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}.get(profile.compute_slices, 0)
                 ci_info = self.nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, ci_index, 0)
                 self.nvml.nvmlGpuInstanceCreateComputeInstance(gi, ci_info.id)
@@ -251,8 +261,10 @@ class NvmlBackend(GpuBackend):
                     return False
                 raise MigError(self._explain(exc, f"looking up GPU instance {gi_id} on GPU {minor}")) from None
             try:
-                for ci in self._call("nvmlGpuInstanceGetComputeInstances", gi, 0, default=[]) or []:
-                    self.nvml.nvmlComputeInstanceDestroy(ci)
+                for ci_id in range(8):  # compute instance ids are small; NOT_FOUND means none there
+                    ci = self._call("nvmlGpuInstanceGetComputeInstanceById", gi, ci_id, default=None)
+                    if ci is not None:
+                        self.nvml.nvmlComputeInstanceDestroy(ci)
                 self.nvml.nvmlGpuInstanceDestroy(gi)
             except self.nvml.NVMLError as exc:
                 raise MigError(self._explain(exc, f"destroying GPU instance {gi_id} on GPU {minor}")) from None
