@@ -7,7 +7,13 @@ from typing import Any, Iterable
 
 import yaml
 
+_LINE_BREAKS = ("\x85", "\u2028", "\u2029")
+
+
 def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if any(mark in value for mark in _LINE_BREAKS):
+        # YAML 1.1 reads these as line breaks in plain and block scalars; only the escaped form survives.
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"')
     if "\n" in value:
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
     return dumper.represent_scalar("tag:yaml.org,2002:str", value)

@@ -19,6 +19,7 @@ from gpudra.api.load import Document
 from gpudra.api.schema.cel_check import DEFAULT_DOMAIN, rewrite_lookup
 from gpudra.api.schema.hints import looks_like_quantity
 from gpudra.api.schema.names import suggest_dns_name
+from gpudra.api.schema.types import as_list
 
 _DRIVER_TEST = re.compile(r"device\.driver\s*==\s*['\"]([^'\"]+)['\"]")
 
@@ -35,28 +36,38 @@ def fix_documents(docs: list[Document]) -> FixResult:
     result = FixResult(fixed)
     renames = _rename_classes(fixed, result)
     class_drivers = _class_drivers(fixed)
-    for doc in fixed:
-        obj = doc.obj
-        if not isinstance(obj, dict) or obj.get("apiVersion") != V1:
-            continue
-        kind = obj.get("kind")
-        spec = obj.get("spec")
-        if not isinstance(spec, dict):
-            continue
-        if kind == "ResourceSlice":
-            _fix_slice(doc, spec, result)
-        elif kind == "ResourceClaim":
-            _fix_claim_spec(doc, spec, "spec", renames, class_drivers, result)
-        elif kind == "ResourceClaimTemplate":
-            if "spec" not in spec and isinstance(spec.get("devices"), dict):
-                obj["spec"] = spec = {**{k: v for k, v in spec.items() if k != "devices"},
-                                      "spec": {"devices": spec["devices"]}}
-                _note(result, doc, "spec", "wrapped spec.devices as spec.spec.devices")
-            if isinstance(spec.get("spec"), dict):
-                _fix_claim_spec(doc, spec["spec"], "spec.spec", renames, class_drivers, result)
-        elif kind == "DeviceClass":
-            _fix_selectors(doc, spec.get("selectors"), "spec.selectors", DEFAULT_DOMAIN, result)
+    for position, doc in enumerate(fixed):
+        try:
+            _fix_document(doc, renames, class_drivers, result)
+        except (TypeError, AttributeError, KeyError, ValueError):
+            # Malformed beyond the repairs' assumptions: keep the document as written and say so.
+            fixed[position] = Document(copy.deepcopy(docs[position].obj), doc.source, doc.index)
+            result.cautions.append(f"{doc.source}:doc {doc.index} ({doc.kind}/{doc.name}): left unchanged; its "
+                                   "structure is too far off for automatic repair")
     return result
+
+
+def _fix_document(doc: Document, renames: dict[str, str], class_drivers: dict[str, str], result: FixResult) -> None:
+    obj = doc.obj
+    if not isinstance(obj, dict) or obj.get("apiVersion") != V1:
+        return
+    kind = obj.get("kind")
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    if kind == "ResourceSlice":
+        _fix_slice(doc, spec, result)
+    elif kind == "ResourceClaim":
+        _fix_claim_spec(doc, spec, "spec", renames, class_drivers, result)
+    elif kind == "ResourceClaimTemplate":
+        if "spec" not in spec and isinstance(spec.get("devices"), dict):
+            obj["spec"] = spec = {**{k: v for k, v in spec.items() if k != "devices"},
+                                  "spec": {"devices": spec["devices"]}}
+            _note(result, doc, "spec", "wrapped spec.devices as spec.spec.devices")
+        if isinstance(spec.get("spec"), dict):
+            _fix_claim_spec(doc, spec["spec"], "spec.spec", renames, class_drivers, result)
+    elif kind == "DeviceClass":
+        _fix_selectors(doc, spec.get("selectors"), "spec.selectors", DEFAULT_DOMAIN, result)
 
 
 def _note(result: FixResult, doc: Document, path: str, text: str) -> None:
@@ -88,7 +99,7 @@ def _class_drivers(docs: list[Document]) -> dict[str, str]:
     drivers: dict[str, str] = {}
     for doc in docs:
         spec = doc.obj.get("spec") if doc.kind == "DeviceClass" else None
-        for selector in (spec.get("selectors") or []) if isinstance(spec, dict) else []:
+        for selector in as_list(spec.get("selectors")) if isinstance(spec, dict) else []:
             expression = selector.get("cel", {}).get("expression") if isinstance(selector, dict) and isinstance(selector.get("cel"), dict) else None
             match = _DRIVER_TEST.search(expression) if isinstance(expression, str) else None
             if match and doc.name:
@@ -161,7 +172,7 @@ def _request_forms(request: dict, path: str) -> list[tuple[str, dict]]:
     forms = []
     if isinstance(request.get("exactly"), dict):
         forms.append((f"{path}.exactly", request["exactly"]))
-    for position, sub in enumerate(request.get("firstAvailable") or []):
+    for position, sub in enumerate(as_list(request.get("firstAvailable"))):
         if isinstance(sub, dict):
             forms.append((f"{path}.firstAvailable[{position}]", sub))
     return forms
@@ -222,7 +233,7 @@ def _caution_guessed_names(doc: Document, path: str, changes: list[str], result:
 
 # ----- slices ----------------------------------------------------------------------------------------
 def _fix_slice(doc: Document, spec: dict, result: FixResult) -> None:
-    for position, device in enumerate(spec.get("devices") or []):
+    for position, device in enumerate(as_list(spec.get("devices"))):
         if not isinstance(device, dict):
             continue
         path = f"spec.devices[{position}]"

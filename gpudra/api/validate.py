@@ -13,7 +13,7 @@ from gpudra.api.load import Document
 from gpudra.api.problems import Problem
 from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, schema_for
 from gpudra.api.schema.names import suggest_dns_name
-from gpudra.api.schema.types import Context
+from gpudra.api.schema.types import as_list, Context
 
 _EXPECTED_VERSION = {kind: V1 for kind in DRA_KINDS}
 _EXPECTED_VERSION.update({"Pod": "v1", "Node": "v1", "Deployment": "apps/v1", "ReplicaSet": "apps/v1",
@@ -97,7 +97,7 @@ def _class_references(obj: dict[str, Any], kind: str) -> Iterable[tuple[str, str
             yield f"{path}.exactly.deviceClassName", exactly["deviceClassName"]
         elif isinstance(request.get("deviceClassName"), str):
             yield f"{path}.deviceClassName", request["deviceClassName"]
-        for sub_position, sub in enumerate(request.get("firstAvailable") or []):
+        for sub_position, sub in enumerate(as_list(request.get("firstAvailable"))):
             if isinstance(sub, dict) and isinstance(sub.get("deviceClassName"), str):
                 yield f"{path}.firstAvailable[{sub_position}].deviceClassName", sub["deviceClassName"]
 
@@ -160,7 +160,7 @@ def _pod_references(docs: list[Document]) -> list[Problem]:
             continue
         spec = doc.obj.get("spec") if isinstance(doc.obj.get("spec"), dict) else {}
         namespace = doc.namespace or "default"
-        for position, entry in enumerate(spec.get("resourceClaims") or []):
+        for position, entry in enumerate(as_list(spec.get("resourceClaims"))):
             if not isinstance(entry, dict):
                 continue
             path = f"spec.resourceClaims[{position}]"
@@ -188,9 +188,9 @@ def _pool_checks(docs: list[Document]) -> list[Problem]:
         if isinstance(pool, dict) and isinstance(spec.get("driver"), str) and isinstance(pool.get("name"), str):
             pools.setdefault((spec["driver"], pool["name"]), []).append(doc)
     for (driver, pool_name), slices in pools.items():
-        generation = max((_pool(d).get("generation") or 0 for d in slices if isinstance(_pool(d).get("generation") or 0, int)), default=0)
-        current = [d for d in slices if (_pool(d).get("generation") or 0) == generation]
-        counts = {_pool(d).get("resourceSliceCount") for d in current}
+        generation = max((_int(_pool(d).get("generation")) for d in slices), default=0)
+        current = [d for d in slices if _int(_pool(d).get("generation")) == generation]
+        counts = {_int(_pool(d).get("resourceSliceCount")) for d in current}
         if len(counts) > 1:
             problems.append(_problem(current[-1], "spec.pool.resourceSliceCount", f"slices of pool {pool_name!r} "
                                      f"(driver {driver}) disagree on resourceSliceCount: {sorted(map(str, counts))}"))
@@ -199,13 +199,13 @@ def _pool_checks(docs: list[Document]) -> list[Problem]:
         consumers: list[tuple[Document, int, str]] = []
         for doc in current:
             spec = _v1(doc)["spec"]
-            for counter_set in spec.get("sharedCounters") or []:
+            for counter_set in as_list(spec.get("sharedCounters")):
                 if isinstance(counter_set, dict) and isinstance(counter_set.get("name"), str):
                     if counter_set["name"] in counter_sets and counter_sets[counter_set["name"]] is not doc:
                         problems.append(_problem(doc, "spec.sharedCounters", f"counter set {counter_set['name']!r} "
                                                  f"is defined twice in pool {pool_name!r}"))
                     counter_sets[counter_set["name"]] = doc
-            for position, device in enumerate(spec.get("devices") or []):
+            for position, device in enumerate(as_list(spec.get("devices"))):
                 if not isinstance(device, dict) or not isinstance(device.get("name"), str):
                     continue
                 if device["name"] in devices and devices[device["name"]] is not doc:
@@ -213,7 +213,7 @@ def _pool_checks(docs: list[Document]) -> list[Problem]:
                                              f"published twice in pool {pool_name!r}; the allocator treats the pool "
                                              "as invalid", "warning"))
                 devices[device["name"]] = doc
-                for consumption in device.get("consumesCounters") or []:
+                for consumption in as_list(device.get("consumesCounters")):
                     if isinstance(consumption, dict) and isinstance(consumption.get("counterSet"), str):
                         consumers.append((doc, position, consumption["counterSet"]))
         complete = len(counts) == 1 and len(current) == next(iter(counts), None)
@@ -223,6 +223,10 @@ def _pool_checks(docs: list[Document]) -> list[Problem]:
                     problems.append(_problem(doc, f"spec.devices[{position}].consumesCounters", f"counter set "
                                              f"{counter_set!r} is not defined in pool {pool_name!r}", "warning"))
     return problems
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _pool(doc: Document) -> dict[str, Any]:

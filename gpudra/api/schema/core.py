@@ -11,6 +11,7 @@ from typing import Any
 from gpudra.api.schema import names
 from gpudra.api.schema.meta import NODE_SELECTOR, object_meta, top_level
 from gpudra.api.schema.types import (
+    as_list,
     Bool, Context, F, Int, ListOf, MapOf, QuantityType, Str, Struct, child, index,
 )
 
@@ -70,7 +71,7 @@ CONTAINER = Struct(
 
 
 def _container_claim_refs(spec: dict, path: str, ctx: Context) -> None:
-    declared = {c.get("name") for c in spec.get("resourceClaims") or [] if isinstance(c, dict)}
+    declared = {c.get("name") for c in as_list(spec.get("resourceClaims")) if isinstance(c, dict) and isinstance(c.get("name"), str)}
     for section in ("initContainers", "containers"):
         containers = spec.get(section)
         if not isinstance(containers, list):
@@ -91,7 +92,7 @@ def _container_claim_refs(spec: dict, path: str, ctx: Context) -> None:
                     listed = ", ".join(sorted(n for n in declared if isinstance(n, str))) or "none declared"
                     ctx.error(child(claim_path, "name"),
                               f"{name!r} must be one of the names in spec.resourceClaims ({listed})")
-                marker = (name, claim.get("request") or "")
+                marker = (str(name), str(claim.get("request") or ""))
                 if marker in seen:
                     ctx.error(claim_path, "duplicate entry")
                 seen.add(marker)

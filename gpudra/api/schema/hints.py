@@ -13,7 +13,7 @@ from typing import Any
 from gpudra.api.convert import EXACT_REQUEST_FIELDS, flatten_device, wrap_request
 from gpudra.api.dump import dump_yaml_one
 from gpudra.api.quantity import Quantity, QuantityError
-from gpudra.api.schema.types import Context, child
+from gpudra.api.schema.types import as_list, Context, child
 
 _QUANTITY_WITH_UNIT = re.compile(r"^[+-]?[0-9.]+(?:[eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)$")
 
@@ -64,7 +64,7 @@ def request_constraints(name: str, value: dict, path: str, ctx: Context) -> bool
         return False
     from gpudra.api.schema.cel_check import check_selector_expression
 
-    for position, constraint in enumerate(value.get("constraints") or []):
+    for position, constraint in enumerate(as_list(value.get("constraints"))):
         if isinstance(constraint, dict) and isinstance(constraint.get("cel"), str):
             check_selector_expression(constraint["cel"], f"{path}.constraints[{position}].cel", ctx)
     ctx.error(
@@ -78,14 +78,16 @@ def request_constraints(name: str, value: dict, path: str, ctx: Context) -> bool
 
 
 def _constraint_cel_fix(constraints: Any, request: dict) -> str | None:
-    expressions = [c.get("cel") for c in constraints or [] if isinstance(c, dict) and isinstance(c.get("cel"), str)]
+    expressions = [c.get("cel") for c in as_list(constraints) if isinstance(c, dict) and isinstance(c.get("cel"), str)]
     if not expressions:
         return None
     corrected = copy.deepcopy(request)
     corrected.pop("constraints", None)
     wrap_request(corrected)
-    if "exactly" in corrected:
+    if isinstance(corrected.get("exactly"), dict):
         selectors = corrected["exactly"].setdefault("selectors", [])
+        if not isinstance(selectors, list):
+            return None
         selectors.extend({"cel": {"expression": e}} for e in expressions)
     return "as a selector (resource.k8s.io/v1):\n" + fragment(corrected)
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from gpudra.api.schema import names
 from gpudra.api.schema.types import (
+    as_list,
     AnyValue, Bool, Context, F, Int, ListOf, MapOf, Str, Struct, child, index,
 )
 
@@ -76,7 +77,7 @@ _NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 
 
 def _requirement_check(value: Any, path: str, ctx: Context) -> None:
-    operator, values = value.get("operator"), value.get("values") or []
+    operator, values = value.get("operator"), as_list(value.get("values"))
     if not isinstance(values, list):
         return
     if operator in ("In", "NotIn") and not values:

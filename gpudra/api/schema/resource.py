@@ -9,6 +9,7 @@ from gpudra.api.schema import hints, names
 from gpudra.api.schema.cel_check import check_selector_expression
 from gpudra.api.schema.meta import CONDITION, NODE_SELECTOR, TEMPLATE_META, object_meta, top_level
 from gpudra.api.schema.types import (
+    as_list,
     AnyValue, Bool, Context, F, Int, ListOf, MapOf, QuantityType, Str, Struct, Type, child, index, key, type_name,
 )
 
@@ -441,7 +442,7 @@ def _references_check(claim: dict, path: str, ctx: Context) -> None:
         if not isinstance(request, dict) or not isinstance(request.get("name"), str):
             continue
         known.add(request["name"])
-        for sub in request.get("firstAvailable") or []:
+        for sub in as_list(request.get("firstAvailable")):
             if isinstance(sub, dict) and isinstance(sub.get("name"), str):
                 known.add(f"{request['name']}/{sub['name']}")
     for section in ("constraints", "config"):

@@ -49,6 +49,11 @@ Check = Callable[[Any, str, Context], None]
 UnknownHint = Callable[[str, dict, str, Context], bool]
 
 
+def as_list(value: Any) -> list[Any]:
+    """The value if it is a list, else an empty list: checks must survive any shape of input."""
+    return value if isinstance(value, list) else []
+
+
 def type_name(value: Any) -> str:
     if value is None:
         return "null"
@@ -278,12 +283,20 @@ class Struct(Type):
             elif required and not present:
                 ctx.error(path, f"exactly one of {listing} must be set")
         for check in self.checks:
-            check(value, path, ctx)
+            try:
+                check(value, path, ctx)
+            except (TypeError, AttributeError, KeyError, ValueError):
+                # Extra checks assume the shapes the schema walk has just reported on; malformed input
+                # already has its problems listed, so a check that cannot run is skipped.
+                continue
 
     def unknown(self, name: str, value: dict, path: str, ctx: Context) -> None:
         for hint in self.unknown_hints:
-            if hint(name, value, path, ctx):
-                return
+            try:
+                if hint(name, value, path, ctx):
+                    return
+            except (TypeError, AttributeError, KeyError, ValueError):
+                continue  # a hint that cannot make sense of malformed input falls back to the plain message
         suggestion = _suggest(name, list(self.fields))
         ctx.error(child(path, name), f"unknown field in {self.name}{suggestion}")
 
