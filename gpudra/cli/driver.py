@@ -78,7 +78,7 @@ def deviceclasses_cmd(driver_name: str, output: str) -> None:
               help="read claims from and publish ResourceSlices to this cluster")
 @click.option("--in-cluster", is_flag=True, help="use the pod's service account")
 @click.option("--dynamic-mig", is_flag=True, help="create MIG devices on demand at prepare time")
-@click.option("--healthcheck-port", type=int, default=None, help="also serve gRPC health on 127.0.0.1:PORT")
+@click.option("--healthcheck-port", type=int, default=None, help="also serve gRPC health on TCP PORT (all addresses) for kubelet probes")
 @click.option("--kubelet-registrar-directory-path", "registry_dir", default="/var/lib/kubelet/plugins_registry",
               show_default=True)
 @click.option("--kubelet-plugins-directory-path", "plugins_dir", default="/var/lib/kubelet/plugins", show_default=True)

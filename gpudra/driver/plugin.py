@@ -139,7 +139,8 @@ class KubeletPlugin:
         if self.healthcheck_port is not None:
             self._health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
-            self.healthcheck_port = self._health_server.add_insecure_port(f"127.0.0.1:{self.healthcheck_port}")
+            # kubelet gRPC probes connect to the pod IP, so listen on all addresses (health only)
+            self.healthcheck_port = self._health_server.add_insecure_port(f"0.0.0.0:{self.healthcheck_port}")
             self._health_server.start()
         for service in HEALTH_SERVICES:
             self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
