@@ -103,7 +103,6 @@ class Cluster:
     # ----- loading ------------------------------------------------------------------------------
     def apply(self, objects: Iterable[dict[str, Any]]) -> None:
         """Add objects (later ones replace earlier ones with the same key), then run the controllers."""
-        pending_workloads: list[dict[str, Any]] = []
         for obj in objects:
             if not isinstance(obj, dict):
                 continue
@@ -129,19 +128,18 @@ class Cluster:
             elif kind == "PriorityClass":
                 self.priority_classes[name_of(obj)] = obj
             elif kind in WORKLOAD_KINDS:
+                # expanded in place: its pods queue where the workload stands in the input
                 metadata(obj).setdefault("namespace", "default")
                 self.workloads.append(obj)
-                pending_workloads.append(obj)
+                try:
+                    pods = expand_workload(obj, lambda key: key in self.pods)
+                except WorkloadError as exc:
+                    self.problems.append(str(exc))
+                    continue
+                for pod in pods:
+                    self._add_pod(pod)
             else:
                 self.other_objects.append(obj)
-        for workload in pending_workloads:
-            try:
-                pods = expand_workload(workload, lambda key: key in self.pods)
-            except WorkloadError as exc:
-                self.problems.append(str(exc))
-                continue
-            for pod in pods:
-                self._add_pod(pod)
         self._sync()
 
     def _add_pod(self, pod: dict[str, Any]) -> None:

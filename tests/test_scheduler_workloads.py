@@ -1,0 +1,151 @@
+"""Workload expansion and claims created from templates (the resourceclaim controller's shapes)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpudra.scheduler import Cluster
+from gpudra.scheduler.meta import SUFFIX_ALPHABET
+from gpudra.scheduler.workloads import POD_CLAIM_NAME_ANNOTATION, claim_generate_name
+from test_scheduler_support import claim, gpu_cluster, pod, pod_spec, template
+
+SUFFIX = f"[{SUFFIX_ALPHABET}]{{5}}"
+
+
+def workload(kind: str, name: str, replicas: int | None = None, **spec: object) -> dict:
+    api = "batch/v1" if kind == "Job" else "apps/v1"
+    body: dict = {"template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec(templates={"gpu": "one-gpu"})}}
+    if replicas is not None:
+        body["replicas"] = replicas
+    body.update(spec)
+    return {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": "ml"}, "spec": body}
+
+
+def cluster_with(*objects: dict) -> Cluster:
+    return Cluster([*gpu_cluster({"n1": 8}), template("one-gpu", namespace="ml"), *objects])
+
+
+def test_statefulset_pods_have_ordinal_names_and_labels():
+    cluster = cluster_with(workload("StatefulSet", "train", 3, serviceName="train"))
+    assert list(cluster.pods) == ["ml/train-0", "ml/train-1", "ml/train-2"]
+    pod1 = cluster.pods["ml/train-1"]
+    assert pod1["metadata"]["labels"]["statefulset.kubernetes.io/pod-name"] == "train-1"
+    assert pod1["metadata"]["labels"]["app"] == "train"
+    assert pod1["spec"]["hostname"] == "train-1" and pod1["spec"]["subdomain"] == "train"
+    owner = pod1["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("StatefulSet", "train", True)
+
+
+def test_deployment_pods_carry_template_hash_and_random_suffix():
+    cluster = cluster_with(workload("Deployment", "web", 4))
+    names = [key.split("/")[1] for key in cluster.pods]
+    assert len(names) == 4 and len(set(names)) == 4
+    hashes = {cluster.pods[f"ml/{n}"]["metadata"]["labels"]["pod-template-hash"] for n in names}
+    assert len(hashes) == 1
+    (hash_label,) = hashes
+    for name in names:
+        assert re.fullmatch(rf"web-{hash_label}-{SUFFIX}", name), name
+    owner = cluster.pods[f"ml/{names[0]}"]["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"]) == ("ReplicaSet", f"web-{hash_label}")
+
+
+def test_deployment_hash_follows_the_template():
+    first = cluster_with(workload("Deployment", "web", 1))
+    changed = workload("Deployment", "web", 1)
+    changed["spec"]["template"]["metadata"]["labels"]["tier"] = "x"
+    second = cluster_with(changed)
+    label = lambda c: next(iter(c.pods.values()))["metadata"]["labels"]["pod-template-hash"]  # noqa: E731
+    assert label(first) != label(second)
+
+
+def test_replicaset_and_default_replicas():
+    cluster = cluster_with(workload("ReplicaSet", "rs"))
+    (name,) = [key.split("/")[1] for key in cluster.pods]
+    assert re.fullmatch(rf"rs-{SUFFIX}", name)
+
+
+def test_job_parallelism_is_capped_by_completions():
+    cluster = cluster_with(workload("Job", "batch", parallelism=3, completions=2))
+    assert len(cluster.pods) == 2
+    for key, job_pod in cluster.pods.items():
+        assert re.fullmatch(rf"ml/batch-{SUFFIX}", key)
+        assert job_pod["metadata"]["labels"]["job-name"] == "batch"
+        assert job_pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_indexed_job_names_carry_the_index():
+    cluster = cluster_with(workload("Job", "idx", parallelism=2, completionMode="Indexed"))
+    keys = list(cluster.pods)
+    assert re.fullmatch(rf"ml/idx-0-{SUFFIX}", keys[0]) and re.fullmatch(rf"ml/idx-1-{SUFFIX}", keys[1])
+    annotations = cluster.pods[keys[1]]["metadata"]["annotations"]
+    assert annotations["batch.kubernetes.io/job-completion-index"] == "1"
+
+
+def test_generated_names_are_deterministic():
+    make = lambda: cluster_with(workload("Deployment", "web", 3), workload("Job", "j", parallelism=2))  # noqa: E731
+    first, second = make(), make()
+    assert list(first.pods) == list(second.pods)
+    assert list(first.claims) == list(second.claims)
+    assert [p["metadata"]["uid"] for p in first.pods.values()] == [p["metadata"]["uid"] for p in second.pods.values()]
+
+
+def test_template_claim_shape():
+    tmpl = template("one-gpu", namespace="ml", labels={"team": "a"}, annotations={"note": "x"})
+    cluster = Cluster([*gpu_cluster({"n1": 2}), tmpl, pod("p", namespace="ml", templates={"gpu": "one-gpu"})])
+    (key,) = list(cluster.claims)
+    generated = cluster.claims[key]
+    meta = generated["metadata"]
+    assert re.fullmatch(rf"ml/p-gpu-{SUFFIX}", key)
+    assert meta["generateName"] == "p-gpu-"
+    assert meta["annotations"] == {"note": "x", POD_CLAIM_NAME_ANNOTATION: "gpu"}
+    assert meta["labels"] == {"team": "a"}
+    the_pod = cluster.pods["ml/p"]
+    assert meta["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": the_pod["metadata"]["uid"], "controller": True,
+         "blockOwnerDeletion": True}
+    ]
+    assert generated["spec"] == tmpl["spec"]["spec"]
+    assert the_pod["status"]["resourceClaimStatuses"] == [{"name": "gpu", "resourceClaimName": meta["name"]}]
+
+
+def test_long_generate_name_is_cut_proportionally():
+    pod_name = "p" * 40
+    claim_name = "c" * 30
+    # len("<40>-<30>-") = 72 > 57: pod part 40*57//72 = 31, claim part 30*57//72 = 23, no trailing dash
+    assert claim_generate_name(pod_name, claim_name) == "p" * 31 + "-" + "c" * 23
+    assert claim_generate_name("short", "gpu") == "short-gpu-"
+    cluster = Cluster([*gpu_cluster({"n1": 1}), template("t"), pod(pod_name, templates={claim_name: "t"})])
+    (key,) = list(cluster.claims)
+    name = key.split("/")[1]
+    assert name.startswith("p" * 31 + "-" + "c" * 23) and len(name) == 55 + 5
+
+
+def test_existing_orphan_claim_is_reused():
+    owner = pod("p", templates={"gpu": "t"})
+    owner["metadata"]["uid"] = "uid-p"
+    orphan = claim("p-gpu-abcde")
+    orphan["metadata"]["annotations"] = {POD_CLAIM_NAME_ANNOTATION: "gpu"}
+    orphan["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "uid-p",
+                                              "controller": True}]
+    cluster = Cluster([*gpu_cluster({"n1": 1}), template("t"), orphan, owner])
+    assert list(cluster.claims) == ["default/p-gpu-abcde"]
+    assert cluster.pods["default/p"]["status"]["resourceClaimStatuses"][0]["resourceClaimName"] == "p-gpu-abcde"
+
+
+def test_missing_template_makes_the_pod_unschedulable_with_a_reason():
+    from gpudra.scheduler import Scheduler
+
+    cluster = Cluster([*gpu_cluster({"n1": 1}), pod("p", templates={"gpu": "nope"})])
+    (result,) = Scheduler(cluster).run()
+    assert not result.scheduled
+    assert 'resourceclaimtemplate "nope" not found' in result.message()
+
+
+@pytest.mark.parametrize("replicas", [-1, "two"])
+def test_bad_replicas_is_reported_not_raised(replicas):
+    bad = workload("StatefulSet", "s")
+    bad["spec"]["replicas"] = replicas
+    cluster = cluster_with(bad)
+    assert not cluster.pods and any("replicas" in problem for problem in cluster.problems)
