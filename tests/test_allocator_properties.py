@@ -254,8 +254,8 @@ def request_of(result: dict[str, Any]) -> str:
 
 
 @st.composite
-def node_devices(draw, pool: str, max_devices: int = 6) -> list[Dev]:
-    count = draw(st.integers(1, max_devices))
+def node_devices(draw, pool: str, min_devices: int = 2, max_devices: int = 8) -> list[Dev]:
+    count = draw(st.integers(min_devices, max_devices))
     devices = []
     for i in range(count):
         devices.append(
@@ -275,7 +275,7 @@ def node_devices(draw, pool: str, max_devices: int = 6) -> list[Dev]:
 
 @st.composite
 def claim_st(draw, name: str, allow_admin: bool, allow_all: bool) -> Claim:
-    n_requests = draw(st.integers(1, 3))
+    n_requests = draw(st.integers(1, 2))
     requests = []
     for i in range(n_requests):
         all_mode = allow_all and draw(st.integers(0, 9)) == 0
@@ -283,7 +283,7 @@ def claim_st(draw, name: str, allow_admin: bool, allow_all: bool) -> Claim:
             Req(
                 name=f"req-{i}",
                 device_class=draw(st.sampled_from(sorted(CLASSES))),
-                count=None if all_mode else draw(st.integers(1, 3)),
+                count=None if all_mode else draw(st.integers(1, 2)),
                 selectors=draw(st.lists(selectors_st, max_size=2)),
                 admin=allow_admin and draw(st.integers(0, 4)) == 0,
             )
@@ -302,7 +302,7 @@ def claim_st(draw, name: str, allow_admin: bool, allow_all: bool) -> Claim:
 def scenario_st(draw, allow_admin: bool = True, allow_all: bool = True):
     devices = draw(node_devices(NODE))
     # a second node's pool: its devices must never be picked for node-1
-    other = draw(node_devices(OTHER_NODE, max_devices=2))
+    other = draw(node_devices(OTHER_NODE, min_devices=1, max_devices=2))
     in_use = draw(st.lists(st.sampled_from(devices), unique_by=lambda d: d.name, max_size=2))
     allocated = []
     if in_use:
@@ -312,7 +312,7 @@ def scenario_st(draw, allow_admin: bool = True, allow_all: bool = True):
                 [{"request": "r", "driver": DRIVER, "pool": d.pool, "device": d.name} for d in in_use],
             )
         )
-    claims = [draw(claim_st(f"claim-{i}", allow_admin, allow_all)) for i in range(draw(st.integers(1, 3)))]
+    claims = [draw(claim_st(f"claim-{i}", allow_admin, allow_all)) for i in range(draw(st.integers(1, 2)))]
     slices = [device_slice("s-node-1", NODE, NODE, devices), device_slice("s-node-2", OTHER_NODE, OTHER_NODE, other)]
     return devices, in_use, allocated, claims, slices
 
@@ -603,3 +603,23 @@ def test_consumable_capacity_never_exceeds_device_capacity(scenario):
         consumed[result["device"]] = consumed[result["device"]].add(amount)
     for name, total in consumed.items():
         assert total.cmp(Quantity.parse("80Gi")) <= 0, f"{name}: {total} consumed of 80Gi"
+
+
+def test_the_invariant_checker_catches_a_broken_allocation():
+    """The checks above must be able to fail: feed them a wrong answer on purpose."""
+    devices = [Dev(f"gpu-{i}", NODE, i, PRODUCTS[i % 2], f"{NODE}-nvl-{i % 2}", 0, 80) for i in range(3)]
+    claim = Claim("c", [Req("req-0", "gpu", 2, [])], match=("nvlinkDomain", None))
+    wrong_domain = {claim.key: {"devices": {"results": [
+        {"request": "req-0", "driver": DRIVER, "pool": NODE, "device": "gpu-0"},
+        {"request": "req-0", "driver": DRIVER, "pool": NODE, "device": "gpu-1"},
+    ]}}}
+    with pytest.raises(AssertionError, match="matchAttribute"):
+        check_basic_invariants(devices, [], [claim], wrong_domain)
+    in_use = {claim.key: {"devices": {"results": [
+        {"request": "req-0", "driver": DRIVER, "pool": NODE, "device": "gpu-0"},
+        {"request": "req-0", "driver": DRIVER, "pool": NODE, "device": "gpu-2"},
+    ]}}}
+    with pytest.raises(AssertionError, match="already in use"):
+        check_basic_invariants(devices, [devices[2]], [claim], in_use)
+    assert brute_force_feasible(devices, [], [claim])
+    assert not brute_force_feasible(devices, [devices[2]], [claim])

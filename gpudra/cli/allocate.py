@@ -12,7 +12,7 @@ import copy
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import click
 import yaml
@@ -88,9 +88,10 @@ def _validation_warnings(documents: list[Any]) -> list[str]:
             messages.append(f"{_label(document)}: could not validate: {exc}")
             continue
         for problem in problems or ():
-            render = getattr(problem, "render", None)
-            text = str(problem) if render is None else str(problem)
-            messages.append(text)
+            location = problem.location() if hasattr(problem, "location") else _label(document)
+            path = getattr(problem, "path", "")
+            message = getattr(problem, "message", str(problem))
+            messages.append(f"{location}: {path + ': ' if path else ''}{message}")
     return messages
 
 
@@ -111,10 +112,27 @@ def _select_objects(documents: list[Any]) -> tuple[list[dict[str, Any]], list[st
         if kind in INPUT_KINDS:
             if not isinstance(obj.get("metadata"), dict) or not obj["metadata"].get("name"):
                 raise InputError(f"{_label(document)}: metadata.name is required")
+            if _needs_conversion(obj):
+                notes.append(f"{_label(document)}: converted from {obj.get('apiVersion')} to resource.k8s.io/v1")
+                obj = _to_v1(obj)
             objects.append(obj)
         elif kind not in QUIETLY_IGNORED_KINDS:
             notes.append(f"{_label(document)}: ignoring kind {kind!r} (allocate reads {', '.join(INPUT_KINDS)})")
     return objects, notes
+
+
+def _needs_conversion(obj: dict[str, Any]) -> bool:
+    try:
+        from gpudra.api.convert import needs_conversion
+    except ImportError:
+        return False
+    return needs_conversion(obj)
+
+
+def _to_v1(obj: dict[str, Any]) -> dict[str, Any]:
+    from gpudra.api.convert import to_v1
+
+    return to_v1(obj)
 
 
 def claim_key(claim: dict[str, Any]) -> str:
@@ -204,19 +222,26 @@ def run_allocate(
     claim_names: list[str] | None,
     feature_text: str,
     brief: bool,
+    warn: Callable[[str], None] = lambda message: None,
 ) -> tuple[Any, list[str]]:
-    """Load, check, allocate. Returns (what to print, messages for stderr). Raises InputError."""
+    """Load, check, allocate. Returns (what to print, notes about the claims for stderr).
+
+    Validation warnings go to `warn` as soon as they are known, so that they are shown even
+    when the allocator then fails on the same malformed input. Raises InputError."""
     from gpudra.allocator import Features, build_report
 
     try:
         features = Features.parse(feature_text)
     except ValueError as exc:
-        raise InputError(f"--features {feature_text!r}: {exc}") from None
+        raise InputError(str(exc)) from None
 
     documents = _load_documents(paths)
-    messages = [f"warning: {text}" for text in _validation_warnings(documents)]
+    for text in _validation_warnings(documents):
+        warn(f"warning: {text}")
     objects, notes = _select_objects(documents)
-    messages.extend(f"note: {text}" for text in notes)
+    for text in notes:
+        warn(f"note: {text}")
+    messages: list[str] = []
 
     claims = [obj for obj in objects if obj.get("kind") == "ResourceClaim"]
     pending = [claim for claim in claims if not _is_allocated(claim)]
@@ -293,15 +318,26 @@ def command(
     """
     nodes = _split_list(node_values) or None
     claim_names = _normalise_claim_names(_split_list(claim_values)) or None
+    warned: list[str] = []
+
+    def warn(message: str) -> None:
+        warned.append(message)
+        click.echo(message, err=True)
+
     try:
-        data, messages = run_allocate(list(files), mode, nodes, claim_names, features, brief)
+        data, messages = run_allocate(list(files), mode, nodes, claim_names, features, brief, warn)
     except InputError as exc:
         click.echo(f"gpudra allocate: {exc}", err=True)
         sys.exit(2)
     except Exception as exc:  # malformed input that slipped past the checks: no traceback for users
         if os.environ.get("GPUDRA_DEBUG"):
             raise
-        click.echo(f"gpudra allocate: cannot process the input: {type(exc).__name__}: {exc}", err=True)
+        hint = " (see the warnings above)" if any(m.startswith("warning:") for m in warned) else ""
+        click.echo(
+            f"gpudra allocate: the input is malformed{hint}; the allocator stopped with "
+            f"{type(exc).__name__}: {exc}",
+            err=True,
+        )
         sys.exit(2)
     for message in messages:
         click.echo(message, err=True)
