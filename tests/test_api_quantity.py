@@ -31,14 +31,16 @@ def quantity_text(draw):
         factor = Fraction(10) ** exponent
     text = f"{sign}{whole}" + (f".{fraction}" if fraction else "") + suffix
     value = (Fraction(whole) + (Fraction(int(fraction), 10 ** len(fraction)) if fraction else 0)) * factor
-    return text, -value if sign == "-" else value
+    return text, (-value if sign == "-" else value, kind == "binary")
 
 
-def expected_nanos(value: Fraction) -> int:
-    """Round away from zero to nano precision and cap at the int64 maximum, like the API machinery."""
+def expected_nanos(exact) -> int:
+    """Round away from zero to nano precision; binary amounts are capped at the int64 maximum (ParseQuantity)."""
+    value, binary = exact
     magnitude = abs(value) * NANO
     nanos = -((-magnitude.numerator) // magnitude.denominator)
-    nanos = min(nanos, MAX_VALUE * NANO)
+    if binary:
+        nanos = min(nanos, MAX_VALUE * NANO)
     return -nanos if value < 0 else nanos
 
 
@@ -85,6 +87,12 @@ def test_invalid_quantities_are_rejected_cleanly(text):
     with pytest.raises(QuantityError) as info:
         Quantity.parse(text)
     assert repr(text) in str(info.value) or text == ""
+
+
+def test_binary_amounts_are_capped_and_decimal_ones_are_not():
+    assert Quantity.parse("100Ei").as_int() == MAX_VALUE
+    assert Quantity.parse("100E").nanos == 100 * 10**18 * NANO
+    assert Quantity.parse("100E").as_int() is None
 
 
 def test_arithmetic_and_accessors():

@@ -169,11 +169,10 @@ def test_devices_held_by_another_pod():
     assert funnel_counts(e, "node-a") == {"visible": 2, "class": 2, "free": 0}
     assert step(e, "node-a", "free").details == ["2 held by claim default/old-job (pod default/old)"]
     assert e.node("node-a").requests[0].holders == {"default/old-job": 2}
-    kinds = fix_kinds(e)
-    assert kinds[0] == "release-claim"
-    messages = [f.message for f in e.fixes if f.kind == "release-claim"]
-    assert "node node-b fits if claim default/other is released (deleting pod default/other)" in messages
-    assert "node node-a fits if claim default/old-job is released (deleting pod default/old)" in messages
+    # Releasing `other` frees one device, releasing `old-job` two: the smaller change is offered.
+    assert e.fixes[0].kind == "release-claim"
+    assert e.fixes[0].message == "node node-b fits if claim default/other is released (deleting pod default/other)"
+    assert e.fixes[0].change == {"claim": "default/other", "pods": ["default/other"]}
 
 
 def test_pending_pods_ahead_in_the_queue_take_devices_first():
@@ -405,3 +404,39 @@ def test_unknown_targets():
         parse_target("deployment/x")
     assert parse_target("pods/x") == ("Pod", "x")
     assert parse_target("resourceclaim/x") == ("ResourceClaim", "x")
+
+
+def test_extended_resource_served_by_dra():
+    gpu_class = device_class()
+    gpu_class["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    p = pod("p")
+    p["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "3"}
+    objects = [gpu_class, node("node-a"), gpu_slice("node-a", [gpu("gpu-0"), gpu("gpu-1")]), p]
+    e = explain(objects, "pod/p")
+    assert e.summary == ("0/1 nodes are available: 1 node: extended resource 'nvidia.com/gpu' of container 'main' "
+                         "needs 3 devices, 2 free match.")
+    funnel = e.node("node-a").requests[0]
+    assert funnel.device_class == DRIVER and funnel.count == 3 and funnel.available == 2
+
+
+def test_cel_hint_says_how_to_guard_the_lookup():
+    objects = [device_class(), node("node-a"), gpu_slice("node-a", [gpu("gpu-0")]),
+               claim("bad", [request(selectors=(f"device.attributes['{DRIVER}'].memoryGiB > 40",))]),
+               pod("p", {"gpu": "bad"})]
+    e = explain(objects, "pod/p")
+    assert any(f"guard it: 'memoryGiB' in device.attributes['{DRIVER}']" in note for note in e.notes)
+
+
+def test_text_shows_nodes_closest_to_fitting_first_and_caps_sections():
+    objects = [device_class()]
+    for i in range(12):
+        objects += [node(f"n{i:02d}"), gpu_slice(f"n{i:02d}", [gpu(f"gpu-{j}") for j in range(i + 1)])]
+    objects += [claim("many", [request(count=20)]), pod("p", {"gpu": "many"})]
+    e = explain(objects, "pod/p", fixes=False)
+    assert e.summary == ("0/12 nodes are available: 12 nodes: request 'gpu' of claim 'many' needs 20 devices, "
+                         "at most 12 free match.")
+    text = to_text(e)
+    headers = [line for line in text.splitlines() if line.startswith("node ")]
+    assert headers[:2] == ["node n11:", "node n10:"]
+    assert len(headers) == 10
+    assert "… and 2 more nodes (--node NAME shows one, -o yaml shows all)" in text

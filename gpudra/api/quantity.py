@@ -1,8 +1,8 @@
 """Kubernetes `resource.Quantity` with the API machinery's exact semantics.
 
 A quantity is stored as an exact integer number of nano-units: the API server
-rounds every parsed value up (away from zero) to nano precision and caps its
-magnitude at 2^63-1, so nothing finer or larger can ever be observed.
+rounds every parsed value up (away from zero) to nano precision, so nothing
+finer can ever be observed, and caps binary-suffixed amounts at 2^63-1.
 The canonical string form follows `Quantity.String()`: the suffix family of the
 original (binary, decimal or exponent) is kept where it can represent the value
 exactly, mantissas are integers, and decimal exponents are multiples of three.
@@ -92,7 +92,8 @@ class Quantity:
                 nanos = _ceil_div(digits, 10 ** (-power))
         else:
             nanos = _ceil_div(digits * (2**exponent) * NANO, 10**scale)
-        nanos = min(nanos, MAX_VALUE * NANO)
+        if fmt == "BinarySI":
+            nanos = min(nanos, MAX_VALUE * NANO)  # ParseQuantity caps only binary amounts
         if sign == "-":
             nanos = -nanos
         return cls(nanos, fmt)

@@ -130,7 +130,7 @@ def _cross_checks(docs: list[Document]) -> list[Problem]:
         if identity in seen and not doc.name.endswith("*"):
             first = seen[identity]
             problems.append(_problem(doc, "metadata.name", f"{doc.kind} {doc.name!r} is defined twice (first in "
-                                     f"{first.source}:doc {first.index}); the later one replaces the earlier"))
+                                     f"{first.source}:doc {first.index}); the later one replaces the earlier", "warning"))
         else:
             seen[identity] = doc
     classes = [d for d in docs if d.kind == "DeviceClass" and d.name]

@@ -3,6 +3,7 @@ classic mistakes (attributes looked up by attribute name instead of by domain, a
 
 from __future__ import annotations
 
+import functools
 import re
 
 from gpudra.api.schema import names
@@ -25,9 +26,25 @@ def compiler():
 
 def check_selector_expression(expression: str, path: str, ctx: Context) -> None:
     explain_lookups(expression, path, ctx)
+    outcome = compile_outcome(expression)
+    if outcome is None:
+        return
+    severity, message, detail = outcome
+    if severity == "error":
+        ctx.error(path, message, detail)
+    else:
+        ctx.warning(path, message, detail)
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_outcome(expression: str) -> tuple[str, str, str | None] | None:
+    """None when the expression compiles (or no CEL engine is there); else (severity, message, caret report).
+
+    Cached: manifests repeat the same few selectors many times.
+    """
     found = compiler()
     if found is None:
-        return
+        return None
     compile_selector, compile_error = found
     try:
         compile_selector(expression)
@@ -38,9 +55,10 @@ def check_selector_expression(expression: str, path: str, ctx: Context) -> None:
         caret = None
         if where and "\n" not in expression:
             caret = f"{expression}\n{' ' * (column - 1)}^"
-        ctx.error(path, f"CEL compile error{where}: {message} (expression: {expression})", caret)
+        return "error", f"CEL compile error{where}: {message} (expression: {expression})", caret
     except Exception as exc:  # noqa: BLE001 - a bug in the CEL adapter must not crash validation
-        ctx.warning(path, f"could not check the CEL expression: {type(exc).__name__}: {exc}")
+        return "warning", f"could not check the CEL expression: {type(exc).__name__}: {exc}", None
+    return None
 
 
 def rewrite_lookup(expression: str, domain: str = DEFAULT_DOMAIN) -> tuple[str, list[str]]:
