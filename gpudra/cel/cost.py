@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 from gpudra.cel.ast import Node, checked_syntax_tree, fields, walk
+from gpudra.cel import source
 from gpudra.cel.errors import CELCompileError
 
 MAX_COST = 1_000_000
@@ -58,6 +59,12 @@ _DEVICE_FIELDS = {
     "allowMultipleAllocations": SCALAR,
 }
 _DEVICE = Size(len(_DEVICE_FIELDS), _ATTRIBUTE_VALUE)
+_VARIABLES = {
+    source.ATTRIBUTES_VARIABLE: _DEVICE_FIELDS["attributes"],
+    source.CAPACITY_VARIABLE: _DEVICE_FIELDS["capacity"],
+    source.NO_ATTRIBUTES_VARIABLE: Size(0, _ATTRIBUTE_VALUE, _NAME),
+    source.NO_CAPACITY_VARIABLE: Size(0, SCALAR, _NAME),
+}
 
 
 def _larger(a: Size | None, b: Size | None) -> Size | None:
@@ -122,6 +129,8 @@ class _Estimator:
         if kind == "ident":
             if node.value == "device":
                 return 1.0, _DEVICE
+            if node.value in _VARIABLES:
+                return 1.0, _VARIABLES[node.value]
             return 1.0, scope.get(node.value, Size(_INFINITE, Size(_INFINITE)))
         if kind == "select":
             cost, target = self.estimate(node.target, scope)
@@ -163,13 +172,14 @@ class _Estimator:
         else:
             inner[node.iter_var] = key if is_map else element
         inner[node.accu_var] = accu
-        _, first_step = self.estimate(node.loop_step, inner)
+        # Macro accumulators (@result) are appended in place by the runtime, so a step costs what it
+        # costs on the initial accumulator; the accumulator's size still grows with the iterations.
+        step_cost, first_step = self.estimate(node.loop_step, inner)
         if first_step.size > accu.size or first_step.weight() > accu.weight():
             growth = max(first_step.size - accu.size, 1.0)
             accu = Size(_cap(accu.size + iterations * growth), _larger(accu.item, first_step.item))
             inner[node.accu_var] = accu
         condition_cost, _ = self.estimate(node.loop_condition, inner)
-        step_cost, _ = self.estimate(node.loop_step, inner)
         result_cost, result = self.estimate(node.result, inner)
         cost = range_cost + init_cost + iterations * (condition_cost + step_cost + 1) + result_cost
         return _cap(cost), result
@@ -212,7 +222,7 @@ def _function_cost(node: Node, sizes: list[Size]) -> tuple[float, Size]:
     if name == "_+_" and len(sizes) == 2:
         a, b = sizes
         result = Size(_cap(a.size + b.size), _larger(a.item, b.item))
-        return _tenth(result.weight()), result
+        return _tenth(result.size), result  # copies elements (or bytes), not what they reference
     if name in ("matches", "find", "findAll"):
         pattern = sizes[1].weight() if len(sizes) > 1 else 1
         text = first.weight()

@@ -7,6 +7,7 @@ from typing import Any
 from gpudra.api.quantity import Quantity, QuantityError
 from gpudra.api.semver import SemverError, parse_semver
 from gpudra.cel import values as V
+from gpudra.cel.source import ATTRIBUTES_VARIABLE, CAPACITY_VARIABLE, NO_ATTRIBUTES_VARIABLE, NO_CAPACITY_VARIABLE
 
 _SCALAR_KINDS = ("int", "bool", "string", "version")
 _LIST_KINDS = ("ints", "bools", "strings", "versions")
@@ -55,13 +56,13 @@ def _version(name: str, text: Any):
         raise ValueError(f"attribute {name}: parse semantic version: {error}") from None
 
 
-def _attribute_value(name: str, attribute: Any):
+def _attribute_value(name: str, attribute: Any, list_type_attributes: bool):
     if isinstance(attribute, dict):
         for kind in _SCALAR_KINDS:
             value = attribute.get(kind)
             if value is not None:
                 return _version(name, value) if kind == "version" else value
-        for kind in _LIST_KINDS:
+        for kind in _LIST_KINDS if list_type_attributes else ():
             values = attribute.get(kind)
             if values is not None:
                 if kind == "versions":
@@ -78,8 +79,13 @@ def _capacity_value(name: str, capacity: Any):
         raise ValueError(f"capacity {name}: {error}") from None
 
 
-def device_input(driver: str, device: dict[str, Any]) -> DeviceInput:
-    """Convert one entry of a ResourceSlice's `spec.devices` (v1 layout). Never raises."""
+def device_input(driver: str, device: dict[str, Any], *, list_type_attributes: bool = False) -> DeviceInput:
+    """Convert one entry of a ResourceSlice's `spec.devices` (v1 layout). Never raises.
+
+    `list_type_attributes` is the DRAListTypeAttributes feature gate (alpha in 1.36, off by default):
+    without it an attribute holding `ints`/`bools`/`strings`/`versions` has no value CEL can see,
+    so every selector on the device fails with "attribute X: unsupported attribute value".
+    """
     attributes: dict[str, dict[str, Any]] = {}
     capacity: dict[str, dict[str, Any]] = {}
     error: str | None = None
@@ -87,7 +93,7 @@ def device_input(driver: str, device: dict[str, Any]) -> DeviceInput:
     for name, attribute in (device.get("attributes") or {}).items():
         domain, identifier = split_qualified_name(driver, str(name))
         try:
-            attributes.setdefault(domain, {})[identifier] = _attribute_value(str(name), attribute)
+            attributes.setdefault(domain, {})[identifier] = _attribute_value(str(name), attribute, list_type_attributes)
         except ValueError as problem:
             error = error or str(problem)
     for name, entry in (device.get("capacity") or {}).items():
@@ -102,6 +108,11 @@ def device_input(driver: str, device: dict[str, Any]) -> DeviceInput:
             "attributes": attributes,
             "capacity": capacity,
             "allowMultipleAllocations": bool(device.get("allowMultipleAllocations") or False),
-        }
+        },
+        # the variables that source.rewrite_domain_lookups puts in place of device.attributes/capacity
+        ATTRIBUTES_VARIABLE: attributes,
+        CAPACITY_VARIABLE: capacity,
+        NO_ATTRIBUTES_VARIABLE: {},
+        NO_CAPACITY_VARIABLE: {},
     }
     return DeviceInput(driver, str(device.get("name", "")), data, error)

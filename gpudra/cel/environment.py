@@ -3,7 +3,8 @@
 Two environments share every library:
 - the *checking* environment declares `device` as the message `kubernetes.DRADevice` (or the variant
   without `allowMultipleAllocations` when DRAConsumableCapacity is off), so the type checker rejects
-  unknown fields, wrong result types and misuse of quantities the way Kubernetes does;
+  unknown fields, wrong result types and misuse of quantities the way Kubernetes does
+  (`device.attributes`/`device.capacity` are rewritten to typed variables, see source.py);
 - the *runtime* environment declares `device` as `map(string, dyn)` so an evaluation binds a plain
   Python dict prepared once per device (cel-cpp checks a message-typed variable's runtime value).
 
@@ -20,7 +21,7 @@ from functools import lru_cache
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
-from gpudra.cel import library_k8s, library_net
+from gpudra.cel import library_k8s, library_net, source
 from gpudra.cel import values as V
 
 _CONFIG_YAML = """
@@ -53,11 +54,21 @@ def _extensions() -> list:
     ]
 
 
+_ATTRIBUTE_DOMAIN = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
+_CAPACITY_DOMAIN = cel.Type.Map(cel.Type.STRING, cel.Type(V.QUANTITY_TYPE))
+
+
 def _new_env(device_type: cel.Type) -> cel.Env:
     return cel.NewEnv(
         descriptor_pool=V.POOL,
         config=cel.NewEnvConfigFromYaml(_CONFIG_YAML),
-        variables={"device": device_type},
+        variables={
+            "device": device_type,
+            source.ATTRIBUTES_VARIABLE: cel.Type.Map(cel.Type.STRING, _ATTRIBUTE_DOMAIN),
+            source.CAPACITY_VARIABLE: cel.Type.Map(cel.Type.STRING, _CAPACITY_DOMAIN),
+            source.NO_ATTRIBUTES_VARIABLE: _ATTRIBUTE_DOMAIN,
+            source.NO_CAPACITY_VARIABLE: _CAPACITY_DOMAIN,
+        },
         extensions=_extensions(),
         functions=library_k8s.comparison_declarations() + library_k8s.ordering_declarations(),
     )

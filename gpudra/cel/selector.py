@@ -85,6 +85,19 @@ class Selector:
         return f"Selector({self.expression!r})"
 
 
+def _first_segment_of_qualified_name(expression: str, message: str, offset: int) -> tuple[str, int]:
+    """cel-cpp reports `undeclared reference to 'a.b.c'` at the last dot; cel-go reports 'a' where it starts."""
+    match = re.fullmatch(r"undeclared reference to '([^']+)' (\(in container '[^']*'\))", message)
+    if not match or "." not in match.group(1):
+        return message, offset
+    name = match.group(1)
+    start = offset - len(name.rsplit(".", 1)[0])
+    if start >= 0 and expression[start : start + len(name)] == name:
+        first = name.split(".", 1)[0]
+        return f"undeclared reference to '{first}' {match.group(2)}", start
+    return message, offset
+
+
 def _compile_error(expression: str, rewritten, raw: str) -> CELCompileError:
     issues = list(_ISSUE.finditer(raw))
     if not issues:
@@ -95,6 +108,7 @@ def _compile_error(expression: str, rewritten, raw: str) -> CELCompileError:
     for issue in issues:
         line, column, message = int(issue.group(1)), int(issue.group(2)), _clean_compile_message(issue.group(3))
         offset = rewritten.original_offset(offset_of(rewritten.text, line, column))
+        message, offset = _first_segment_of_qualified_name(expression, message, offset)
         if first_message is None:
             first_message, first_offset = message, offset
         reports.append(caret_report(expression, message, offset))

@@ -3,11 +3,16 @@
 Kubernetes' `device.attributes` and `device.capacity` maps answer an unknown domain with an empty map
 (a custom `Find` in cel-go), so `device.attributes["other.vendor"].model` is "no such key: model"
 and `has(device.attributes["other.vendor"].model)` is false, while `"other.vendor" in
-device.attributes` stays false. cel-cpp maps have no such hook, so the domain lookup is rewritten:
+device.attributes` stays false. cel-cpp maps have no such hook, so the two maps become variables of their own (typed
+map(string, map(string, dyn)) and map(string, map(string, kubernetes.Quantity)), as in Kubernetes)
+and the domain lookup is rewritten:
 
-    device.attributes[D]        ->  device.attributes[?D].orValue(dyn({}))
-    device.attributes[?D]       ->  optional.of(device.attributes[?D].orValue(dyn({})))
-    device.attributes.d         ->  device.attributes[?"d"].orValue(dyn({}))      (outside has())
+    device.attributes[D]   ->  __gpudra_attributes[?D].orValue(__gpudra_no_attributes)
+    device.attributes[?D]  ->  optional.of(__gpudra_attributes[?D].orValue(__gpudra_no_attributes))
+    device.attributes.d    ->  __gpudra_attributes[?"d"].orValue(__gpudra_no_attributes)  (outside has())
+    device.attributes      ->  __gpudra_attributes                                         (elsewhere)
+
+and the same for device.capacity. `__gpudra_no_*` are empty maps of the right type.
 
 The rewrite only extends a postfix chain, so precedence never changes. `Rewritten.original_offset`
 maps a position in the rewritten text back to the user's text for error columns.
@@ -96,40 +101,48 @@ def _inside_has(tokens: list[Token], device_index: int, last_index: int) -> bool
     )
 
 
+ATTRIBUTES_VARIABLE = "__gpudra_attributes"
+CAPACITY_VARIABLE = "__gpudra_capacity"
+NO_ATTRIBUTES_VARIABLE = "__gpudra_no_attributes"
+NO_CAPACITY_VARIABLE = "__gpudra_no_capacity"
+_VARIABLES = {"attributes": (ATTRIBUTES_VARIABLE, NO_ATTRIBUTES_VARIABLE), "capacity": (CAPACITY_VARIABLE, NO_CAPACITY_VARIABLE)}
+
+
 def rewrite_domain_lookups(source: str) -> Rewritten:
     tokens = tokenize(source)
-    edits: list[tuple[int, str]] = []  # (offset in source, text to insert there)
-    replacements: list[tuple[int, int, str]] = []  # (start, end, new text) for `.d` selections
+    operations: list[tuple[int, int, str]] = []
     for index, token in enumerate(tokens):
         if token.kind != "ident" or token.text != "device":
             continue
         if index > 0 and tokens[index - 1].text in (".", ".?"):
             continue
-        if index + 3 >= len(tokens):
+        if index + 2 >= len(tokens):
             continue
-        dot, name, opener = tokens[index + 1], tokens[index + 2], tokens[index + 3]
+        dot, name = tokens[index + 1], tokens[index + 2]
         if dot.text != "." or name.kind != "ident" or name.text not in DOMAIN_MAPS:
+            continue
+        variable, empty = _VARIABLES[name.text]
+        operations.append((token.start, name.end, variable))
+        opener = tokens[index + 3] if index + 3 < len(tokens) else None
+        if opener is None:
             continue
         if opener.text == "[":
             close = _matching_bracket(tokens, index + 3)
-            if close is None:
-                continue
-            edits.append((opener.end, "?"))
-            edits.append((tokens[close].end, ".orValue(dyn({}))"))
+            if close is not None:
+                operations.append((opener.end, opener.end, "?"))
+                operations.append((tokens[close].end, tokens[close].end, f".orValue({empty})"))
         elif opener.text == "[?":
             close = _matching_bracket(tokens, index + 3)
-            if close is None:
-                continue
-            edits.append((token.start, "optional.of("))
-            edits.append((tokens[close].end, ".orValue(dyn({})))"))
+            if close is not None:
+                operations.append((token.start, token.start, "optional.of("))
+                operations.append((tokens[close].end, tokens[close].end, f".orValue({empty}))"))
         elif opener.text == "." and index + 4 < len(tokens) and tokens[index + 4].kind == "ident":
             domain = tokens[index + 4]
             if _inside_has(tokens, index, index + 4):
                 continue
             if index + 5 < len(tokens) and tokens[index + 5].text == "(":
                 continue  # a method call on the map itself, e.g. device.attributes.exists(d, …)
-            replacements.append((opener.start, domain.end, f'[?"{domain.text}"].orValue(dyn({{}}))'))
-    operations = [(offset, offset, text) for offset, text in edits] + replacements
+            operations.append((opener.start, domain.end, f'[?"{domain.text}"].orValue({empty})'))
     return _apply(source, operations)
 
 
