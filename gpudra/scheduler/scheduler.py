@@ -285,6 +285,7 @@ class Scheduler:
         cache = self._cache.setdefault(info.shape, {})
         epochs = cluster.epoch
         filtered = result.filtered
+        policy = self.policy
         for node_name in nodes[start:] + nodes[:start] if start else nodes:
             # the hot loop: a cached verdict is valid while the node's epoch is unchanged
             evaluation = cache.get(node_name)
@@ -294,6 +295,8 @@ class Scheduler:
                     result.error = evaluation.fatal
                     filtered[node_name] = evaluation.result
                     return result
+                if not evaluation.result.reasons:
+                    evaluation.parts = policy.node_parts(self, info, evaluation)
                 cache[node_name] = evaluation
             processed += 1
             if evaluation.result.reasons:
@@ -305,11 +308,14 @@ class Scheduler:
         self._next_start_node_index = (start + processed) % len(nodes)
         if not feasible:
             return result
-        scores = self.policy.score(self, info, feasible)
+        scores = policy.combine(self, info, feasible)  # parts were computed with each verdict
         result.scores = scores
-        top = max(scores.values())
-        best_node = min(node for node, score in scores.items() if score == top)  # ties: node name
-        best = next(e for e in feasible if e.result.node == best_node)
+        best = feasible[0]
+        best_score = scores[best.result.node]
+        for evaluation in feasible:  # highest score; ties go to the first node name
+            score = scores[evaluation.result.node]
+            if score > best_score or (score == best_score and evaluation.result.node < best.result.node):
+                best, best_score = evaluation, score
         allocations = self.policy.choose_allocations(self, info, best)
         self._bind(info, best, allocations)
         result.node = best.result.node
