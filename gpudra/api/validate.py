@@ -25,6 +25,8 @@ def _problem(doc: Document, path: str, message: str, severity: str = "error", fi
 
 
 def validate_document(doc: Document) -> list[Problem]:
+    if not isinstance(doc, Document):  # any object with .obj / .source / .index will do
+        doc = Document(doc.obj, getattr(doc, "source", "<input>"), getattr(doc, "index", 1))
     obj = doc.obj
     if not isinstance(obj, dict):
         return [_problem(doc, "", "a Kubernetes object must be a mapping")]
@@ -109,6 +111,8 @@ def class_references(obj: dict[str, Any]) -> list[tuple[str, str]]:
 
 # ----- across documents ------------------------------------------------------------------------------
 def validate_documents(docs: list[Document]) -> list[Problem]:
+    docs = [d if isinstance(d, Document) else Document(d.obj, getattr(d, "source", "<input>"), getattr(d, "index", 1))
+            for d in docs]
     problems: list[Problem] = []
     for doc in docs:
         problems.extend(validate_document(doc))

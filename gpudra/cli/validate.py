@@ -39,6 +39,16 @@ def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool) -> None
     except LoadError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    try:
+        _run(documents, fix, output, quiet)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a validator bug must still end in a clean message
+        click.echo(f"error: internal error while validating ({type(exc).__name__}: {exc}); please report it", err=True)
+        sys.exit(2)
+
+
+def _run(documents, fix: bool, output: str, quiet: bool) -> None:
     if fix:
         _fix(documents, output, quiet)
         return
