@@ -75,3 +75,27 @@ def test_missing_file_is_a_clean_error():
 def test_unknown_policy_is_rejected():
     result = CliRunner().invoke(cli, ["schedule", "-f", str(DATA / "training.yaml"), "--policy", "random"])
     assert result.exit_code == 2
+
+
+def test_invalid_input_is_refused_unless_asked(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {name: t}\n"
+        "spec: {spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: gpu, count: -1}}]}}}\n"
+    )
+    refused = CliRunner().invoke(cli, ["schedule", "-f", str(bad)])
+    assert refused.exit_code == 2 and "greater than zero" in refused.output
+    assert CliRunner().invoke(cli, ["schedule", "-f", str(bad), "--no-validate"]).exit_code == 0
+
+
+def test_scheduling_gates_keep_a_pod_pending(tmp_path):
+    manifest = tmp_path / "gated.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Node\nmetadata: {name: a}\n---\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+        "spec: {schedulingGates: [{name: example.com/quota}], containers: [{name: c, image: x}]}\n"
+    )
+    result = run("-f", str(manifest), "-o", "yaml")
+    the_pod = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Pod"][0]
+    condition = the_pod["status"]["conditions"][0]
+    assert condition["reason"] == "SchedulingGated" and "example.com/quota" in condition["message"]

@@ -13,7 +13,7 @@ class UsageError(click.ClickException):
     exit_code = 2
 
 
-def _load(paths: list[str]) -> list[dict]:
+def _load(paths: list[str], validate: bool) -> list[dict]:
     from gpudra.api.load import LoadError, load_paths
 
     try:
@@ -22,6 +22,14 @@ def _load(paths: list[str]) -> list[dict]:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+    if validate:
+        from gpudra.api.problems import errors
+        from gpudra.api.validate import validate_documents
+
+        problems = errors(validate_documents(documents))
+        if problems:
+            lines = [str(problem) for problem in problems]
+            raise UsageError("invalid input (use --no-validate to schedule anyway):\n" + "\n".join(lines))
     try:
         from gpudra.api.convert import to_v1
     except ImportError:  # pragma: no cover - the api package ships the converter
@@ -42,20 +50,24 @@ def _load(paths: list[str]) -> list[dict]:
 @click.option("--percentage-of-nodes-to-score", "percentage", type=click.IntRange(0, 100), default=None,
               help="Stop searching after this share of nodes were found feasible (0 = kube-scheduler's adaptive "
                    "default; the policy decides when unset: kube adaptive, others 100).")
-def command(paths: tuple[str, ...], policy: str, output: str, percentage: int | None) -> None:
+@click.option("--validate/--no-validate", default=True, show_default=True,
+              help="Refuse input that fails gpudra's API validation.")
+def command(paths: tuple[str, ...], policy: str, output: str, percentage: int | None, validate: bool) -> None:
     """Apply the manifests (Pods, Deployments, ReplicaSets, StatefulSets, Jobs, ResourceClaims, templates,
     DeviceClasses, ResourceSlices, Nodes), schedule every pending pod in queue order and print the result.
     Same input, same output: generated names and uids derive from the input."""
     from gpudra.scheduler import Cluster, Scheduler
     from gpudra.scheduler.render import summary, to_json, to_table, to_yaml
 
-    objects = _load(list(paths))
-    cluster = Cluster(objects)
-    scheduler = Scheduler(cluster, policy=policy, percentage_of_nodes_to_score=percentage)
+    objects = _load(list(paths), validate)
     try:
+        cluster = Cluster(objects)
+        scheduler = Scheduler(cluster, policy=policy, percentage_of_nodes_to_score=percentage)
         results = scheduler.run()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    except (AttributeError, TypeError, KeyError) as exc:  # a field of the wrong shape that validation let through
+        raise UsageError(f"malformed input: {type(exc).__name__}: {exc}") from None
     if output == "yaml":
         click.echo(to_yaml(cluster), nl=False)
     elif output == "json":

@@ -362,8 +362,13 @@ class Cluster:
     # ----- transitions --------------------------------------------------------------------------
     def _account(self, key: str, pod: dict[str, Any], node: str, sign: int = 1) -> None:
         usage = self.usage.setdefault(node, NodeUsage())
-        requests = pod_requests_cached(pod)
-        non_zero = pod_requests_cached(pod, non_zero=True)
+        try:
+            requests = res.pod_requests(pod)
+            non_zero = res.pod_requests(pod, non_zero=True)
+        except res.ResourceError as exc:
+            if sign > 0:
+                self.problems.append(f"pod {key}: {exc}; its requests are not counted")
+            requests, non_zero = {}, {}
         for name, value in requests.items():
             usage.requested[name] = usage.requested.get(name, 0) + sign * value
         usage.non_zero_cpu += sign * non_zero.get(res.CPU, 0)
@@ -447,12 +452,12 @@ class Cluster:
         ] + [{"type": "PodScheduled", "status": "True"}]
         self._account(pod_key, pod, node)
 
-    def mark_unschedulable(self, pod_key: str, message: str) -> None:
+    def mark_unschedulable(self, pod_key: str, message: str, reason: str = "Unschedulable") -> None:
         status = self.pods[pod_key].setdefault("status", {})
         status.setdefault("phase", "Pending")
         status["conditions"] = [
             c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"
-        ] + [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]
+        ] + [{"type": "PodScheduled", "status": "False", "reason": reason, "message": message}]
 
     def end_pod(self, pod_key: str, phase: str = "Succeeded") -> None:
         """The pod finished: release its node resources and claims (the resourceclaim controller's cleanup)."""
@@ -491,13 +496,6 @@ class Cluster:
                 if claim_allocation(claim) is not None:
                     self.deallocate_claim(claim)
                 del self.claims[claim_key]
-
-
-_REQUESTS_CACHE_KEY = "__gpudra_requests__"
-
-
-def pod_requests_cached(pod: dict[str, Any], non_zero: bool = False) -> dict[str, int]:
-    return res.pod_requests(pod, non_zero=non_zero)
 
 
 def is_terminal(pod: dict[str, Any]) -> bool:

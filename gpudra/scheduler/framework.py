@@ -18,6 +18,7 @@ TAINT_TOLERATION = "TaintToleration"
 NODE_AFFINITY = "NodeAffinity"
 NODE_RESOURCES_FIT = "NodeResourcesFit"
 DYNAMIC_RESOURCES = "DynamicResources"
+SCHEDULING_GATES = "SchedulingGates"
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ class PodResult:
             return ""
         if self.error:
             return f"running DynamicResources filter plugin: {self.error}"
+        if self.prefilter and self.prefilter[0].plugin == SCHEDULING_GATES:
+            return self.prefilter[0].message
         if self.prefilter:
             reasons = sorted({reason.message for reason in self.prefilter})
             return f"0/{self.num_nodes} nodes are available: {'; '.join(reasons)}."

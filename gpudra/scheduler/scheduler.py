@@ -262,7 +262,8 @@ class Scheduler:
             result = self._attempt(pod_key)
         self.results[pod_key] = result
         if not result.scheduled:
-            self.cluster.mark_unschedulable(pod_key, result.message())
+            gated = bool(result.prefilter) and result.prefilter[0].plugin == fw.SCHEDULING_GATES
+            self.cluster.mark_unschedulable(pod_key, result.message(), "SchedulingGated" if gated else "Unschedulable")
         return result
 
     def _attempt(self, pod_key: str) -> fw.PodResult:
@@ -270,6 +271,14 @@ class Scheduler:
         info = self.pod_info(pod_key)
         nodes = cluster.node_names()
         result = fw.PodResult(pod_key, num_nodes=len(nodes))
+        gates = (info.pod.get("spec") or {}).get("schedulingGates")
+        if gates:
+            names = ", ".join(str((gate or {}).get("name", "")) for gate in gates)
+            result.prefilter = [
+                fw.Reason(fw.SCHEDULING_GATES, f"Scheduling is blocked due to non-empty scheduling gates: {names}",
+                          {"gates": gates}, resolvable=False)
+            ]
+            return result
         if info.reasons:
             result.prefilter = info.reasons
             return result

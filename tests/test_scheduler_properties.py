@@ -1,0 +1,81 @@
+"""Invariants of the scheduling cycle on random small clusters, for every policy."""
+
+from __future__ import annotations
+
+import copy
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpudra.scheduler import Cluster, Scheduler
+from gpudra.scheduler.nodematch import node_selector_matches
+from gpudra.scheduler.resources import pod_requests
+from test_scheduler_support import claim, device_class, devices, node, pod, resource_slice, template
+
+POLICIES = ("kube", "binpack", "spread", "fragmentation")
+
+
+@st.composite
+def clusters(draw):
+    objects = [device_class(), template("one"), template("two", count=2), claim("shared")]
+    for index in range(draw(st.integers(1, 4))):
+        name = f"n{index}"
+        objects.append(node(name, cpu=str(draw(st.integers(1, 8)))))
+        count = draw(st.integers(0, 4))
+        if count:
+            objects.append(resource_slice(name, devices(count)))
+    for index in range(draw(st.integers(1, 8))):
+        kind = draw(st.sampled_from(["none", "one", "two", "shared", "both"]))
+        templates = {"gpu": kind} if kind in ("one", "two") else ({"gpu": "one"} if kind == "both" else None)
+        claims = {"s": "shared"} if kind in ("shared", "both") else None
+        cpu = draw(st.sampled_from([None, "500m", "1", "3"]))
+        objects.append(pod(f"p{index}", templates=templates, claims=claims, cpu=cpu))
+    return objects, draw(st.sampled_from(POLICIES))
+
+
+def placement(objects, policy):
+    cluster = Cluster(copy.deepcopy(objects))
+    results = Scheduler(cluster, policy=policy).run()
+    return cluster, results
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_scheduling_invariants(case):
+    objects, policy = case
+    cluster, results = placement(objects, policy)
+    holders: dict = {}
+    for key, current in cluster.claims.items():
+        allocation = (current.get("status") or {}).get("allocation")
+        if not allocation:
+            assert not (current.get("status") or {}).get("reservedFor")
+            continue
+        for result in allocation["devices"]["results"]:
+            device = (result["pool"], result["device"])
+            assert device not in holders, f"{device} allocated to {holders.get(device)} and {key}"
+            holders[device] = key
+    used_cpu: dict = {}
+    for result in results:
+        the_pod = cluster.pods[result.pod]
+        if not result.scheduled:
+            assert "nodeName" not in the_pod["spec"]
+            continue
+        node_name = the_pod["spec"]["nodeName"]
+        assert node_name == result.node
+        used_cpu[node_name] = used_cpu.get(node_name, 0) + pod_requests(the_pod).get("cpu", 0)
+        for claim_key in cluster.pod_claim_keys(the_pod):
+            status = cluster.claims[claim_key]["status"]
+            assert the_pod["metadata"]["uid"] in {entry["uid"] for entry in status["reservedFor"]}
+            assert node_selector_matches(status["allocation"].get("nodeSelector"), cluster.nodes[node_name])
+            assert all(r["pool"] == node_name for r in status["allocation"]["devices"]["results"])
+    for node_name, cpu in used_cpu.items():
+        assert cpu <= cluster.allocatable(node_name)["cpu"]
+
+    again, again_results = placement(objects, policy)
+    assert [(r.pod, r.node) for r in again_results] == [(r.pod, r.node) for r in results]
+
+    for key in list(cluster.pods):
+        cluster.end_pod(key)
+    assert not cluster.allocated_devices
+    assert all(not (c.get("status") or {}).get("allocation") for c in cluster.claims.values())
+    assert all(not usage.pods for usage in cluster.usage.values())
