@@ -97,6 +97,7 @@ class Cluster:
         self._allocatable: dict[str, dict[str, int] | None] = {}
         self._claims_by_owner: dict[str, list[dict[str, Any]]] = {}
         self._node_names: list[str] | None = None
+        self._slice_positions: dict[str, int] = {}
         if objects:
             self.apply(objects)
 
@@ -123,7 +124,12 @@ class Cluster:
                 self.device_classes[name_of(obj)] = obj
                 self._topology_changed()
             elif kind == "ResourceSlice":
-                self.slices.append(obj)
+                position = self._slice_positions.get(name_of(obj))
+                if position is not None:
+                    self.slices[position] = obj
+                else:
+                    self._slice_positions[name_of(obj)] = len(self.slices)
+                    self.slices.append(obj)
                 self._topology_changed()
             elif kind == "PriorityClass":
                 self.priority_classes[name_of(obj)] = obj

@@ -84,6 +84,8 @@ def prefilter(cluster: Cluster, pod: dict[str, Any], extended_classes: dict[str,
             continue
         if claim_key is None:
             continue  # no claim needed
+        if any(key == claim_key for _, key, _ in state.claims):
+            continue  # the same claim under two pod claim names is still one claim
         claim = cluster.claims.get(claim_key)
         if claim is None:
             claim_name = claim_key.split("/", 1)[1]
