@@ -1,13 +1,31 @@
-"""Pods, claim templates and the scheduling cycle.
+"""Pods, claim templates and the scheduling cycle (kube-scheduler 1.36 semantics for GPU nodes).
 
-Public API:
+Public API (objects are plain dicts, as loaded from YAML)::
 
     from gpudra.scheduler import Cluster, Scheduler
-    cluster = Cluster(objects)                 # dicts as loaded from YAML; workloads expanded, template claims created
-    scheduler = Scheduler(cluster, policy="kube")
-    results = scheduler.run()                  # list[PodResult], queue order; cluster objects updated in place
-    info = scheduler.pod_info("ns/pod")        # PreFilter: claims, requests, pod-level reasons
-    evaluation = scheduler.filter_node(info, "node-1", all_reasons=True)   # NodeEval; .result is a FilterResult
+
+    cluster = Cluster(objects)        # workloads expanded into pods, template claims created (resourceclaim
+                                      # controller), bound pods (spec.nodeName) counted and their claims reserved
+    scheduler = Scheduler(cluster, policy="kube")   # kube | binpack | spread | fragmentation
+    results = scheduler.run()         # list[PodResult] in queue order; cluster objects are updated in place
+
+    cluster.pending_pods()            # queue order: priority desc, then input order
+    info = scheduler.pod_info("ns/p") # PodInfo: PreFilter (claims resolved, requests, pod-level `reasons`)
+    ev = scheduler.filter_node(info, "node-1", all_reasons=True)  # NodeEval; ev.result is a FilterResult
+    scheduler.schedule_pod("ns/p")    # one attempt (binds on success)
+    cluster.end_pod("ns/p"); cluster.delete_pod("ns/p")           # unreserve, deallocate, delete template claims
+
+Result types (`framework.py`):
+
+- `Reason(plugin, message, details, resolvable, fatal)`: `message` is kube-scheduler's wording;
+  `details` carries the data: NodeResourcesFit {resource, requested, used, capacity}; TaintToleration {taint};
+  NodeName {nodeName}; DynamicResources {claim | claims, podClaim, request, class, nodeSelector, error,
+  reservedFor}.
+- `FilterResult(node, reasons, allocations)`: `fits` when no reasons; `allocations` = one status.allocation
+  per claim to allocate (the DRA-served extended-resource claim last).
+- `PodResult(pod, node, scores, filtered, prefilter, error, num_nodes, claims)`: `filtered` holds the
+  FilterResult of every node that failed (all evaluated nodes when the pod is unschedulable); `scores` the
+  feasible nodes that were scored; `message()` is the one-line "0/N nodes are available: …" summary.
 """
 
 from .cluster import Cluster, ClusterError
