@@ -166,9 +166,24 @@ class SimulatedBackend(GpuBackend):
         )
 
     # -- GpuBackend ---------------------------------------------------------------------------------
+    def _file_key(self) -> Any:
+        if self.state_path is None:
+            return None
+        try:
+            st = os.stat(self.state_path)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
     def inventory(self) -> Inventory:
+        """Current state; the returned object is shared between calls until the state changes (read-only)."""
+        key = self._file_key()
+        cached = self._cached
+        if cached is not None and key is not None and cached[0] == key:
+            return cached[1]
         with self._state(write=False) as state:
             snapshot = copy.deepcopy(state["gpus"])
+        key = self._file_key()
         gpus = []
         for static in self._static:
             gpu = copy.copy(static)
@@ -176,8 +191,11 @@ class SimulatedBackend(GpuBackend):
             gpu.mig_enabled = bool(gpu_state["migEnabled"])
             gpu.mig_devices = [self._mig_device(static, inst) for inst in gpu_state["instances"]]
             gpus.append(gpu)
-        return Inventory(backend=self.name, driver_version=self.profile.driver_version,
-                         cuda_driver_version=self.profile.cuda_driver_version, gpus=gpus, profile=self.profile.name)
+        inventory = Inventory(backend=self.name, driver_version=self.profile.driver_version,
+                              cuda_driver_version=self.profile.cuda_driver_version, gpus=gpus,
+                              profile=self.profile.name)
+        self._cached = (key, inventory) if key is not None else None
+        return inventory
 
     def mig_profiles(self, minor: int) -> tuple[MigProfileInfo, ...]:
         gpu = self._gpu(minor)

@@ -69,12 +69,16 @@ def load_checkpoint(path: str) -> dict[str, Any] | None:
     return data
 
 
-def save_checkpoint(path: str, data: dict[str, Any], *, fsync: bool = True) -> None:
+def encode_checkpoint(data: dict[str, Any]) -> bytes:
     doc = {"apiVersion": API_VERSION, "kind": KIND, "checksum": checksum(data), "data": data}
+    return json.dumps(doc, sort_keys=True, indent=1).encode()
+
+
+def write_checkpoint_bytes(path: str, raw: bytes, *, fsync: bool = True) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp")
     with open(tmp, "wb") as fh:
-        fh.write(json.dumps(doc, sort_keys=True, indent=1).encode())
+        fh.write(raw)
         if fsync:
             fh.flush()
             os.fsync(fh.fileno())
@@ -85,3 +89,7 @@ def save_checkpoint(path: str, data: dict[str, Any], *, fsync: bool = True) -> N
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def save_checkpoint(path: str, data: dict[str, Any], *, fsync: bool = True) -> None:
+    write_checkpoint_bytes(path, encode_checkpoint(data), fsync=fsync)

@@ -30,7 +30,7 @@ from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 
 from . import cdispec
 from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, current_boot_id, empty_checkpoint,
-                         load_checkpoint, save_checkpoint)
+                         encode_checkpoint, load_checkpoint, save_checkpoint, write_checkpoint_bytes)
 from .claims import ClaimSource, ClaimSourceError
 from .config import ConfigError, claim_configs, config_for
 from .paths import DriverPaths
@@ -82,10 +82,46 @@ class DeviceState:
         self._cp_lock = threading.RLock()
         self._cp: dict[str, Any] = empty_checkpoint(self.boot_id)
         self._mig_lock = threading.Lock()  # MIG create/destroy on one node is not concurrent in NVML either
+        # group commit: concurrent claims share checkpoint writes (each write is fsync + rename)
+        self._version = 0
+        self._saved_version = 0
+        self._saving = False
+        self._save_cond = threading.Condition()
 
     # -- checkpoint helpers --------------------------------------------------------------------
     def _save(self) -> None:
+        """Write now (start-up only, when nothing runs concurrently)."""
         save_checkpoint(self.paths.checkpoint, self._cp, fsync=self.fsync)
+
+    def _changed(self) -> int:
+        """Call with `_cp_lock` held after changing the checkpoint; returns the version to persist."""
+        self._version += 1
+        return self._version
+
+    def _persist(self, version: int) -> None:
+        """Return once a checkpoint containing `version` is on disk. While one thread writes, the
+        others wait and the next writer covers all their changes at once."""
+        with self._save_cond:
+            while self._saved_version < version:
+                if not self._saving:
+                    self._saving = True
+                    break
+                self._save_cond.wait()
+            else:
+                return
+        written = None
+        try:
+            with self._cp_lock:
+                raw = encode_checkpoint(self._cp)
+                target = self._version
+            write_checkpoint_bytes(self.paths.checkpoint, raw, fsync=self.fsync)
+            written = target
+        finally:
+            with self._save_cond:
+                self._saving = False
+                if written is not None:
+                    self._saved_version = max(self._saved_version, written)
+                self._save_cond.notify_all()
 
     def _claim_lock(self, uid: str) -> threading.Lock:
         return self._stripes[zlib.crc32(uid.encode()) % _LOCK_STRIPES]
@@ -296,7 +332,11 @@ class DeviceState:
                                                + (f" holding {theirs['device']}" if theirs['device'] != mine['device'] else ""))
             entry = {"state": PREPARE_STARTED, "namespace": ref.namespace, "name": ref.name, "devices": planned}
             self._cp["claims"][ref.uid] = entry
-            self._save()
+            version = self._changed()
+        # The in-memory entry already reserves the devices. It must reach the disk before hardware
+        # changes; without them a crash leaves at most a CDI spec, which reconcile removes.
+        if any((d.get("mig") or {}).get("dynamic") for d in planned):
+            self._persist(version)
         try:
             self._create_hardware(ref, planned)
             if planned:
@@ -305,11 +345,13 @@ class DeviceState:
             self._undo(ref.uid, entry)
             with self._cp_lock:
                 self._cp["claims"].pop(ref.uid, None)
-                self._save()
+                version = self._changed()
+            self._persist(version)
             raise PrepareError(f"preparing claim {ref.namespace}/{ref.name}: {exc}") from None
         with self._cp_lock:
             entry["state"] = PREPARE_COMPLETED
-            self._save()
+            version = self._changed()
+        self._persist(version)
         return self._response(planned)
 
     def _create_hardware(self, ref: ClaimRef, planned: list[dict[str, Any]]) -> None:
@@ -338,7 +380,8 @@ class DeviceState:
             return
         spec = cdispec.claim_spec(self.driver_name, uid, list(unique.values()), majors=self.majors,
                                   mps_dir=self._mps_dir(uid))
-        write_spec(spec, self.paths.cdi_spec_dir, self._spec_name(uid), fsync=self.fsync)
+        # /var/run/cdi is a tmpfs and reconcile rewrites lost specs from the checkpoint: atomic, no fsync
+        write_spec(spec, self.paths.cdi_spec_dir, self._spec_name(uid), fsync=False)
 
     @staticmethod
     def _response(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -361,9 +404,12 @@ class DeviceState:
                 else:
                     done = False
                     has_hardware = any((d.get("mig") or {}).get("dynamic") for d in entry["devices"])
+                    version = 0
                     if has_hardware and entry["state"] != UNPREPARE_STARTED:
                         entry["state"] = UNPREPARE_STARTED
-                        self._save()
+                        version = self._changed()
+            if not done and version:
+                self._persist(version)
             if done:
                 remove_spec(self.paths.cdi_spec_dir, self._spec_name(ref.uid))  # stray file from an old crash
                 return
@@ -373,4 +419,5 @@ class DeviceState:
                 raise PrepareError(f"unpreparing claim {ref}: {exc}") from None
             with self._cp_lock:
                 self._cp["claims"].pop(ref.uid, None)
-                self._save()
+                version = self._changed()
+            self._persist(version)
