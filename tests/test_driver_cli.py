@@ -1,0 +1,83 @@
+"""`gpudra driver run` error handling, the TCP health endpoint and `gpudra cdi` on a running node."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+import grpc
+import yaml
+from click.testing import CliRunner
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from gpudra.cli import cli
+from gpudra.driver.agent import AgentOptions, DriverAgent
+from gpudra.driver.kubelet_client import KubeletClient, allocated_claim
+
+
+def test_run_without_a_claim_source_is_a_clean_error(tmp_path):
+    result = CliRunner(env={"KUBECONFIG": None}).invoke(
+        cli, ["driver", "run", "--node-name", "n", "--root", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "no claim source" in result.output and "Traceback" not in result.output
+
+
+def test_run_with_a_root_too_deep_for_unix_sockets(tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    result = CliRunner(env={"KUBECONFIG": None}).invoke(
+        cli, ["driver", "run", "--node-name", "n", "--root", str(deep), "--claims", str(tmp_path)])
+    assert result.exit_code == 2 and "shorter" in result.output
+
+
+def test_run_with_a_corrupt_checkpoint_refuses_to_start(tmp_path):
+    plugin_dir = tmp_path / "var/lib/kubelet/plugins/gpu.nvidia.com"
+    plugin_dir.mkdir(parents=True)
+    (plugin_dir / "checkpoint.json").write_text("{oops")
+    result = CliRunner(env={"KUBECONFIG": None}).invoke(
+        cli, ["driver", "run", "--node-name", "n", "--root", str(tmp_path), "--claims", str(tmp_path)])
+    assert result.exit_code == 2 and "checkpoint" in result.output and "not valid JSON" in result.output
+
+
+def test_tcp_health_endpoint_and_cdi_cli_on_a_running_node():
+    root = tempfile.mkdtemp(prefix="gdh", dir="/tmp")
+    claims = os.path.join(root, "claims")
+    os.makedirs(claims)
+    agent = DriverAgent(AgentOptions(node_name="n", profile="dgx-b200", root=root, claims_dir=claims,
+                                     healthcheck_port=0, fsync=False))
+    agent.start()
+    try:
+        port = agent.plugin.healthcheck_port
+        assert port > 0
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="liveness"),
+                                                              timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        claim = allocated_claim("c", [{"request": "gpu", "device": "gpu-3"}], node_name="n")
+        with open(os.path.join(claims, "default_c.yaml"), "w") as fh:
+            yaml.safe_dump(claim, fh)
+        kubelet = KubeletClient(agent.paths.registration_socket)
+        kubelet.register()
+        uid = claim["metadata"]["uid"]
+        [cdi_id] = kubelet.prepare([("default", "c", uid)]).claims[uid].devices[0].cdi_device_ids
+        kubelet.close()
+        runner = CliRunner()
+        applied = runner.invoke(cli, ["cdi", "apply", "--root", root, cdi_id])
+        assert applied.exit_code == 0, applied.output
+        oci = json.loads(applied.output)
+        assert "/dev/nvidia3" in [d["path"] for d in oci["linux"]["devices"]]
+        listed = runner.invoke(cli, ["cdi", "list", "--root", root])
+        assert listed.output.split() == [cdi_id]
+        spec_file = os.path.join(agent.paths.cdi_spec_dir, f"k8s.gpu.nvidia.com-claim_{uid}.yaml")
+        assert runner.invoke(cli, ["cdi", "validate", spec_file]).exit_code == 0
+        bad = os.path.join(root, "bad.yaml")
+        with open(bad, "w") as fh:
+            fh.write("cdiVersion: 0.3.0\nkind: v.com/x\ndevices: [{name: '-x', containerEdits: {}}]\n")
+        result = runner.invoke(cli, ["cdi", "validate", bad])
+        assert result.exit_code == 1 and "invalid device name" in result.output
+        missing = runner.invoke(cli, ["cdi", "apply", "--root", root, "k8s.gpu.nvidia.com/claim=nope"])
+        assert missing.exit_code == 2 and "unresolvable CDI devices" in missing.output
+    finally:
+        agent.stop()
+        shutil.rmtree(root, ignore_errors=True)
