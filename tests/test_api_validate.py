@@ -233,3 +233,42 @@ def test_old_versions_are_validated_after_conversion():
     broken["spec"]["devices"]["requests"][0]["count"] = -1
     (problem,) = errors_for(broken)
     assert "after conversion to resource.k8s.io/v1" in problem.message
+
+
+def test_admin_access_needs_a_labelled_namespace():
+    claim = copy.deepcopy(CLAIM)
+    claim["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = True
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}
+    docs = [Document(namespace, "a.yaml", 1), Document(claim, "a.yaml", 2)]
+    (problem,) = [p for p in validate_documents(docs) if "adminAccess" in p.path]
+    assert problem.severity == "error" and "not labelled resource.kubernetes.io/admin-access" in problem.message
+    namespace["metadata"]["labels"] = {"resource.kubernetes.io/admin-access": "true"}
+    assert [p for p in validate_documents(docs) if "adminAccess" in p.path] == []
+
+
+def test_status_must_match_the_claim():
+    claim = copy.deepcopy(CLAIM)
+    claim["status"] = {
+        "allocation": {"devices": {"results": [{"request": "other", "driver": "gpu.nvidia.com", "pool": "n1",
+                                                 "device": "gpu-0"}]}},
+        "devices": [{"driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-9"}],
+    }
+    paths = {p.path: p.message for p in errors_for(claim)}
+    assert "not a request of this claim" in paths["status.allocation.devices.results[0].request"]
+    assert "not in status.allocation" in paths["status.devices[0]"]
+
+
+def test_toleration_seconds_need_no_execute():
+    claim = copy.deepcopy(CLAIM)
+    claim["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [
+        {"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}]
+    assert any(p.path.endswith("tolerations[0].effect") for p in errors_for(claim))
+
+
+def test_cronjob_pod_template_is_checked():
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"},
+            "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": {"spec": copy.deepcopy(POD["spec"])}}}}}
+    assert errors_for(cron) == []
+    cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["resources"]["claims"][0]["name"] = "x"
+    (problem,) = errors_for(cron)
+    assert problem.path == "spec.jobTemplate.spec.template.spec.containers[0].resources.claims[0].name"

@@ -12,12 +12,13 @@ from gpudra.api.convert import DRA_KINDS, OLD_VERSIONS, V1, to_v1
 from gpudra.api.load import Document
 from gpudra.api.problems import Problem
 from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, schema_for
-from gpudra.api.schema.names import suggest_dns_name
 from gpudra.api.schema.types import as_list, Context
 
 _EXPECTED_VERSION = {kind: V1 for kind in DRA_KINDS}
 _EXPECTED_VERSION.update({"Pod": "v1", "Node": "v1", "Deployment": "apps/v1", "ReplicaSet": "apps/v1",
-                          "StatefulSet": "apps/v1", "DaemonSet": "apps/v1", "Job": "batch/v1"})
+                          "StatefulSet": "apps/v1", "DaemonSet": "apps/v1", "Job": "batch/v1",
+                          "CronJob": "batch/v1", "Namespace": "v1"})
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
 
 def _problem(doc: Document, path: str, message: str, severity: str = "error", fix: str | None = None) -> Problem:
@@ -150,8 +151,57 @@ def _cross_checks(docs: list[Document]) -> list[Problem]:
                 hint = f"; did you mean {close[0]!r}?" if close else f" (classes given: {', '.join(sorted(class_names))})"
                 problems.append(_problem(doc, path, f"no DeviceClass {class_name!r} among the given manifests{hint}",
                                          "warning"))
+    problems += _extended_resource_names(classes)
+    problems += _admin_access(docs)
     problems += _pod_references(docs)
     problems += _pool_checks(docs)
+    return problems
+
+
+def _extended_resource_names(classes: list[Document]) -> list[Problem]:
+    problems: list[Problem] = []
+    owners: dict[str, Document] = {}
+    for doc in classes:
+        spec = doc.obj.get("spec")
+        name = spec.get("extendedResourceName") if isinstance(spec, dict) else None
+        if not isinstance(name, str):
+            continue
+        if name in owners:
+            problems.append(_problem(doc, "spec.extendedResourceName", f"{name!r} is also claimed by DeviceClass "
+                                     f"{owners[name].name!r}; only one class serves it (the one created last, or on "
+                                     "a tie the first by name)", "warning"))
+        else:
+            owners[name] = doc
+    return problems
+
+
+def _admin_access(docs: list[Document]) -> list[Problem]:
+    """adminAccess is admitted only in namespaces labelled resource.kubernetes.io/admin-access: "true"."""
+    problems: list[Problem] = []
+    namespaces = {d.name: d for d in docs if d.kind == "Namespace"}
+    for doc in docs:
+        if doc.kind not in ("ResourceClaim", "ResourceClaimTemplate"):
+            continue
+        obj = _v1(doc)
+        spec = obj.get("spec")
+        if doc.kind == "ResourceClaimTemplate" and isinstance(spec, dict):
+            spec, base = spec.get("spec"), "spec.spec"
+        else:
+            base = "spec"
+        devices = spec.get("devices") if isinstance(spec, dict) else None
+        for position, request in enumerate(as_list(devices.get("requests") if isinstance(devices, dict) else None)):
+            exactly = request.get("exactly") if isinstance(request, dict) else None
+            if not isinstance(exactly, dict) or exactly.get("adminAccess") is not True:
+                continue
+            path = f"{base}.devices.requests[{position}].exactly.adminAccess"
+            namespace = namespaces.get(doc.namespace or "default")
+            labels = namespace.metadata.get("labels") if namespace else None
+            if namespace is None:
+                problems.append(_problem(doc, path, f"admin access is only admitted in namespaces labelled "
+                                         f"{ADMIN_ACCESS_LABEL}: \"true\"", "warning"))
+            elif not isinstance(labels, dict) or labels.get(ADMIN_ACCESS_LABEL) != "true":
+                problems.append(_problem(doc, path, f"namespace {namespace.name!r} is not labelled "
+                                         f"{ADMIN_ACCESS_LABEL}: \"true\", so the API server rejects admin access"))
     return problems
 
 

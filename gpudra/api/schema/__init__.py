@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from gpudra.api.schema import core, resource
+from gpudra.api.schema import claim, core
 from gpudra.api.schema.types import Context, Struct
 
 RESOURCE_V1 = "resource.k8s.io/v1"
 
 SCHEMAS: dict[tuple[str, str], Struct] = {
-    **{(RESOURCE_V1, kind): schema for kind, schema in resource.KINDS.items()},
+    **{(RESOURCE_V1, kind): schema for kind, schema in claim.KINDS.items()},
     **core.KINDS,
 }
-CLUSTER_SCOPED: set[str] = resource.CLUSTER_SCOPED | core.CLUSTER_SCOPED
+CLUSTER_SCOPED: set[str] = claim.CLUSTER_SCOPED | core.CLUSTER_SCOPED
 
 
 def schema_for(api_version: str, kind: str) -> Struct | None:

@@ -34,6 +34,8 @@ def _toleration_check(value: dict, path: str, ctx: Context) -> None:
         ctx.error(child(path, "value"), "must be empty when operator is 'Exists'")
     if not value.get("key") and operator != "Exists":
         ctx.error(child(path, "operator"), "must be 'Exists' when key is empty")
+    if value.get("tolerationSeconds") is not None and value.get("effect") != "NoExecute":
+        ctx.error(child(path, "effect"), "must be 'NoExecute' when tolerationSeconds is set")
 
 
 TOLERATION = Struct(
@@ -184,7 +186,7 @@ NODE = top_level(
 )
 
 
-def _workload(kind: str, spec_fields: dict[str, F], template_path: tuple[str, ...] = ("template",)) -> Struct:
+def _workload(kind: str, spec_fields: dict[str, F]) -> Struct:
     spec = Struct(f"{kind}Spec", {"replicas": F(Int(minimum=0)), **spec_fields,
                                   "template": F(POD_TEMPLATE, required=True)}, open=True)
     return top_level(kind, object_meta(), spec, Struct(f"{kind}Status", {}, open=True))
@@ -194,7 +196,26 @@ DEPLOYMENT = _workload("Deployment", {})
 REPLICA_SET = _workload("ReplicaSet", {})
 STATEFUL_SET = _workload("StatefulSet", {})
 DAEMON_SET = _workload("DaemonSet", {})
-JOB = _workload("Job", {"parallelism": F(Int(minimum=0)), "completions": F(Int(minimum=0))})
+JOB_SPEC = Struct("JobSpec", {"parallelism": F(Int(minimum=0)), "completions": F(Int(minimum=0)),
+                              "template": F(POD_TEMPLATE, required=True)}, open=True)
+JOB = top_level("Job", object_meta(), JOB_SPEC, Struct("JobStatus", {}, open=True))
+CRON_JOB = top_level(
+    "CronJob", object_meta(),
+    Struct("CronJobSpec", {"schedule": F(Str(allow_empty=False), required=True),
+                           "jobTemplate": F(Struct("JobTemplateSpec", {"metadata": F(Struct("ObjectMeta", {}, open=True)),
+                                                                       "spec": F(JOB_SPEC, required=True)},
+                                                   open=True), required=True)}, open=True),
+    Struct("CronJobStatus", {}, open=True),
+)
+NAMESPACE = top_level("Namespace", object_meta(names.dns_label), Struct("NamespaceSpec", {}, open=True),
+                      Struct("NamespaceStatus", {}, open=True), spec_required=False)
+
+# Where each workload kind keeps its pod template (the scheduler expands workloads into pods).
+POD_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
+    "Deployment": ("spec", "template"), "ReplicaSet": ("spec", "template"), "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"), "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+}
 
 KINDS: dict[tuple[str, str], Struct] = {
     ("v1", "Pod"): POD,
@@ -204,5 +225,7 @@ KINDS: dict[tuple[str, str], Struct] = {
     ("apps/v1", "StatefulSet"): STATEFUL_SET,
     ("apps/v1", "DaemonSet"): DAEMON_SET,
     ("batch/v1", "Job"): JOB,
+    ("batch/v1", "CronJob"): CRON_JOB,
+    ("v1", "Namespace"): NAMESPACE,
 }
-CLUSTER_SCOPED = {"Node"}
+CLUSTER_SCOPED = {"Node", "Namespace"}

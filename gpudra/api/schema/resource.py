@@ -1,4 +1,6 @@
-"""resource.k8s.io/v1 (Kubernetes 1.36): DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate."""
+"""resource.k8s.io/v1 (Kubernetes 1.36): limits, shared pieces, DeviceClass and ResourceSlice.
+
+ResourceClaim and ResourceClaimTemplate are in `claim.py`."""
 
 from __future__ import annotations
 
@@ -7,9 +9,8 @@ from typing import Any
 from gpudra.api.quantity import Quantity, QuantityError
 from gpudra.api.schema import hints, names
 from gpudra.api.schema.cel_check import check_selector_expression
-from gpudra.api.schema.meta import CONDITION, NODE_SELECTOR, TEMPLATE_META, object_meta, top_level
+from gpudra.api.schema.meta import NODE_SELECTOR
 from gpudra.api.schema.types import (
-    as_list,
     AnyValue, Bool, Context, F, Int, ListOf, MapOf, QuantityType, Str, Struct, Type, child, index, key, type_name,
 )
 
@@ -240,7 +241,7 @@ def _device_check(device: dict, path: str, ctx: Context) -> None:
     if isinstance(driver, str):
         for name in attributes:
             if isinstance(name, str) and name.startswith(driver + "/") and name[len(driver) + 1:] in attributes:
-                ctx.error(key(child(path, "attributes"), name),
+                ctx.warning(key(child(path, "attributes"), name),
                           f"duplicates attribute {name[len(driver) + 1:]!r}: names without a domain belong to the "
                           f"driver's domain {driver!r}")
 
@@ -324,241 +325,3 @@ RESOURCE_SLICE_SPEC = Struct(
     one_of=((("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection"), True),),
     checks=(_slice_check,),
 )
-
-# ----- ResourceClaim ---------------------------------------------------------------------------------
-def _toleration_check(value: dict, path: str, ctx: Context) -> None:
-    operator = value.get("operator") or "Equal"
-    if operator == "Exists" and value.get("value"):
-        ctx.error(child(path, "value"), "must be empty when operator is 'Exists'")
-    if not value.get("key") and operator != "Exists":
-        ctx.error(child(path, "operator"), "must be 'Exists' when key is empty")
-
-
-DEVICE_TOLERATION = Struct(
-    "DeviceToleration",
-    {
-        "key": F(Str(validators=(names.qualified_name,))),
-        "operator": F(Str(enum=("Exists", "Equal"))),
-        "value": F(Str(validators=(names.label_value,))),
-        "effect": F(Str(enum=("NoSchedule", "NoExecute", "None"))),
-        "tolerationSeconds": F(Int()),
-    },
-    checks=(_toleration_check,),
-)
-
-CAPACITY_REQUIREMENTS = Struct("CapacityRequirements", {
-    "requests": F(MapOf(QuantityType(non_negative=True), key_check=names.dra_qualified_name)),
-})
-
-
-def _count_check(value: dict, path: str, ctx: Context) -> None:
-    mode, count = value.get("allocationMode"), value.get("count")
-    if not isinstance(count, int) or isinstance(count, bool):
-        return
-    if mode == "All" and count != 0:
-        ctx.error(child(path, "count"), "must not be specified when allocationMode is 'All'")
-    elif mode in (None, "", "ExactCount") and count < 0:
-        ctx.error(child(path, "count"), f"must be greater than zero (is {count})")
-
-
-def _request_fields(admin: bool) -> dict[str, F]:
-    fields = {
-        "deviceClassName": F(CLASS_NAME, required=True),
-        "selectors": F(ListOf(DEVICE_SELECTOR, max_items=SELECTORS_MAX)),
-        "allocationMode": F(Str(enum=("ExactCount", "All"))),
-        "count": F(Int()),
-        "tolerations": F(ListOf(DEVICE_TOLERATION, max_items=TOLERATIONS_MAX)),
-        "capacity": F(CAPACITY_REQUIREMENTS),
-    }
-    if admin:
-        fields["adminAccess"] = F(Bool())
-    return fields
-
-
-EXACT_REQUEST = Struct("ExactDeviceRequest", _request_fields(admin=True), checks=(_count_check,))
-SUBREQUEST = Struct(
-    "DeviceSubRequest",
-    {"name": F(Str(validators=(names.dns_label,), allow_empty=False), required=True), **_request_fields(admin=False)},
-    checks=(_count_check,),
-    unknown_hints=(hints.subrequest_admin_access,),
-)
-
-DEVICE_REQUEST = Struct(
-    "DeviceRequest",
-    {
-        "name": F(Str(validators=(names.dns_label,), allow_empty=False), required=True),
-        "exactly": F(EXACT_REQUEST),
-        "firstAvailable": F(ListOf(SUBREQUEST, max_items=SUBREQUESTS_MAX, min_items=1, unique_by="name")),
-    },
-    one_of=((("exactly", "firstAvailable"), False),),
-    checks=(lambda v, p, c: _request_form_check(v, p, c),),
-    unknown_hints=(lambda n, v, p, c: _request_flat_field(n, v, p, c), hints.request_constraints),
-)
-
-
-def _request_form_check(request: dict, path: str, ctx: Context) -> None:
-    """Exactly one of exactly / firstAvailable, unless the v1beta1 hint already explained the layout."""
-    if not request.get("exactly") and not request.get("firstAvailable"):
-        if not any(name in request for name in EXACT_REQUEST.fields):
-            ctx.error(path, "exactly one of exactly, firstAvailable must be set")
-
-
-def _request_flat_field(name: str, request: dict, path: str, ctx: Context) -> bool:
-    if not hints.request_flat_field(name, request, path, ctx):
-        return False
-    # Still check the value where it belongs, so a misplaced selector gets its expression checked too.
-    spec = EXACT_REQUEST.fields.get(name)
-    if spec is not None and request.get(name) is not None:
-        spec.type.check(request[name], child(path, name), ctx)
-    return True
-
-
-def _fully_qualified(value: str) -> list[str]:
-    return names.dra_fully_qualified_name(value)
-
-
-DEVICE_CONSTRAINT = Struct(
-    "DeviceConstraint",
-    {
-        "requests": F(ListOf(Str(allow_empty=False), unique_items=True)),
-        "matchAttribute": F(Str(validators=(_fully_qualified,))),
-        "distinctAttribute": F(Str(validators=(_fully_qualified,))),
-    },
-    one_of=((("matchAttribute", "distinctAttribute"), True),),
-    unknown_hints=(hints.constraint_cel,),
-)
-
-CLAIM_CONFIG = Struct(
-    "DeviceClaimConfiguration",
-    {"requests": F(ListOf(Str(allow_empty=False), unique_items=True)), "opaque": F(OPAQUE)},
-    one_of=((("opaque",), True),),
-)
-
-
-def _references_check(claim: dict, path: str, ctx: Context) -> None:
-    requests = claim.get("requests") if isinstance(claim.get("requests"), list) else []
-    known: set[str] = set()
-    for request in requests:
-        if not isinstance(request, dict) or not isinstance(request.get("name"), str):
-            continue
-        known.add(request["name"])
-        for sub in as_list(request.get("firstAvailable")):
-            if isinstance(sub, dict) and isinstance(sub.get("name"), str):
-                known.add(f"{request['name']}/{sub['name']}")
-    for section in ("constraints", "config"):
-        entries = claim.get(section)
-        if not isinstance(entries, list):
-            continue
-        for position, entry in enumerate(entries):
-            refs = entry.get("requests") if isinstance(entry, dict) else None
-            if not isinstance(refs, list):
-                continue
-            for ref_position, ref in enumerate(refs):
-                if isinstance(ref, str) and ref and ref not in known:
-                    ctx.error(index(child(index(child(path, section), position), "requests"), ref_position),
-                              f"{ref!r} is not a request of this claim (requests: "
-                              + (", ".join(sorted(known)) or "none") + ")")
-
-
-DEVICE_CLAIM = Struct(
-    "DeviceClaim",
-    {
-        "requests": F(ListOf(DEVICE_REQUEST, max_items=REQUESTS_MAX, unique_by="name")),
-        "constraints": F(ListOf(DEVICE_CONSTRAINT, max_items=CONSTRAINTS_MAX)),
-        "config": F(ListOf(CLAIM_CONFIG, max_items=CONFIGS_MAX)),
-    },
-    checks=(_references_check,),
-)
-
-RESOURCE_CLAIM_SPEC = Struct("ResourceClaimSpec", {"devices": F(DEVICE_CLAIM)},
-                             unknown_hints=(hints.claim_spec_alpha,))
-
-RESULT = Struct(
-    "DeviceRequestAllocationResult",
-    {
-        "request": F(Str(allow_empty=False), required=True),
-        "driver": F(DRIVER, required=True),
-        "pool": F(Str(validators=(names.pool_name,)), required=True),
-        "device": F(Str(validators=(names.dns_label,)), required=True),
-        "adminAccess": F(Bool()),
-        "tolerations": F(ListOf(DEVICE_TOLERATION, max_items=TOLERATIONS_MAX)),
-        "bindingConditions": F(CONDITION_NAMES),
-        "bindingFailureConditions": F(CONDITION_NAMES),
-        "shareID": F(Str(allow_empty=False)),
-        "consumedCapacity": F(MapOf(QuantityType(non_negative=True), key_check=names.dra_qualified_name)),
-    },
-)
-
-
-def _claim_status_check(status: dict, path: str, ctx: Context) -> None:
-    if status.get("reservedFor") and not status.get("allocation"):
-        ctx.error(child(path, "reservedFor"), "may only be set while the claim is allocated (status.allocation)")
-
-
-RESOURCE_CLAIM_STATUS = Struct(
-    "ResourceClaimStatus",
-    {
-        "allocation": F(Struct("AllocationResult", {
-            "devices": F(Struct("DeviceAllocationResult", {
-                "results": F(ListOf(RESULT, max_items=RESULTS_MAX)),
-                "config": F(ListOf(Struct("DeviceAllocationConfiguration", {
-                    "source": F(Str(enum=("FromClass", "FromClaim")), required=True),
-                    "requests": F(ListOf(Str())),
-                    "opaque": F(OPAQUE),
-                }, one_of=((("opaque",), True),)), max_items=ALLOCATION_CONFIGS_MAX)),
-            })),
-            "nodeSelector": F(NODE_SELECTOR),
-            "allocationTimestamp": F(Str()),
-        })),
-        "reservedFor": F(ListOf(Struct("ResourceClaimConsumerReference", {
-            "apiGroup": F(Str()),
-            "resource": F(Str(allow_empty=False), required=True),
-            "name": F(Str(allow_empty=False), required=True),
-            "uid": F(Str(allow_empty=False), required=True),
-        }), max_items=RESERVED_FOR_MAX, unique_by="uid")),
-        "devices": F(ListOf(Struct("AllocatedDeviceStatus", {
-            "driver": F(DRIVER, required=True),
-            "pool": F(Str(validators=(names.pool_name,)), required=True),
-            "device": F(Str(validators=(names.dns_label,)), required=True),
-            "shareID": F(Str()),
-            "conditions": F(ListOf(CONDITION, max_items=DEVICE_CONDITIONS_MAX, unique_by="type")),
-            "data": F(AnyValue(max_bytes=OPAQUE_PARAMETERS_MAX)),
-            "networkData": F(Struct("NetworkDeviceData", {
-                "interfaceName": F(Str(max_len=256)),
-                "ips": F(ListOf(Str(), max_items=16, unique_items=True)),
-                "hardwareAddress": F(Str(max_len=128)),
-            })),
-        }))),
-    },
-    checks=(_claim_status_check,),
-)
-
-DEVICE_CLASS = top_level("DeviceClass", object_meta(names.device_class_name), DEVICE_CLASS_SPEC, None)
-RESOURCE_SLICE = top_level("ResourceSlice", object_meta(), RESOURCE_SLICE_SPEC, None)
-RESOURCE_CLAIM = top_level("ResourceClaim", object_meta(), RESOURCE_CLAIM_SPEC, RESOURCE_CLAIM_STATUS)
-RESOURCE_CLAIM_TEMPLATE = top_level(
-    "ResourceClaimTemplate",
-    object_meta(),
-    Struct("ResourceClaimTemplateSpec", {
-        "metadata": F(TEMPLATE_META),
-        "spec": F(RESOURCE_CLAIM_SPEC, required=True),
-    }, unknown_hints=(lambda n, v, p, c: _template_devices_hint(n, v, p, c),)),
-    None,
-)
-
-
-def _template_devices_hint(name: str, value: dict, path: str, ctx: Context) -> bool:
-    if name != "devices":
-        return False
-    ctx.error(child(path, name), "a template wraps a claim spec: write spec.spec.devices, not spec.devices",
-              hints.fragment({"spec": {"spec": {"devices": value.get("devices")}}}))
-    return True
-
-
-KINDS: dict[str, Struct] = {
-    "DeviceClass": DEVICE_CLASS,
-    "ResourceSlice": RESOURCE_SLICE,
-    "ResourceClaim": RESOURCE_CLAIM,
-    "ResourceClaimTemplate": RESOURCE_CLAIM_TEMPLATE,
-}
-CLUSTER_SCOPED = {"DeviceClass", "ResourceSlice"}
