@@ -52,6 +52,14 @@ def clean_runtime_message(message: str) -> str:
     return message
 
 
+def _aborted_message(message: str) -> str:
+    if "Iteration budget exceeded" in message:
+        # cel-cpp stops after 10,000 comprehension iterations per evaluation; Kubernetes' limit is
+        # a cost of 1,000,000. Both are the runtime limit, reported the way cel-go reports its own.
+        return "operation cancelled: actual cost limit exceeded (more than 10000 comprehension iterations)"
+    return clean_runtime_message(message)
+
+
 class Selector:
     """A compiled selector. `evaluate(device_input)` returns a bool or raises CELRuntimeError."""
 
@@ -67,7 +75,10 @@ class Selector:
     def evaluate(self, device: DeviceInput) -> bool:
         if device.error is not None:
             raise CELRuntimeError(device.error, self.expression)
-        result = self._program.eval(device.activation(self._env))
+        try:
+            result = self._program.eval(device.activation(self._env))
+        except Exception as error:  # noqa: BLE001 - cel-cpp aborts (iteration budget) raise instead of returning
+            raise CELRuntimeError(_aborted_message(str(error)), self.expression) from None
         try:
             value = result.value()
         except Exception:  # noqa: BLE001 - a value cel-expr-python cannot hand to Python

@@ -1,0 +1,72 @@
+"""API limits: a hostile selector can neither hang an evaluation nor exhaust memory."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gpudra.cel import MAX_COST, MAX_EXPRESSION_BYTES, CELCompileError, CELRuntimeError, compile_selector, device_input
+
+DEVICE = device_input(
+    "gpu.nvidia.com",
+    {"name": "gpu-0", "attributes": {"productName": {"string": "NVIDIA H100"}}, "capacity": {"memory": {"value": "80Gi"}}},
+)
+
+
+def test_expression_length_limit_is_10_kib_in_bytes():
+    padding = " " * (MAX_EXPRESSION_BYTES - len("true"))
+    assert compile_selector("true" + padding).evaluate(DEVICE) is True
+    with pytest.raises(CELCompileError, match="may not be more than 10240 bytes"):
+        compile_selector("true " + padding)
+    # multi-byte characters count as bytes, as in the API server
+    with pytest.raises(CELCompileError, match="Too long"):
+        compile_selector('"' + "é" * (MAX_EXPRESSION_BYTES // 2) + '" != ""')
+
+
+HOSTILE = {
+    "nested ranges": "lists.range(1000).all(i, lists.range(1000).all(j, lists.range(1000).all(k, i + j + k >= 0)))",
+    "large literal loops": "[" + ",".join(["0"] * 1200) + "].all(x, [" + ",".join(["0"] * 1200) + "].all(y, x == y))",
+    "string doubling": 'cel.bind(a, "xxxxxxxxxxxxxxxx", '
+    + "cel.bind(a, a + a, " * 28
+    + "size(a) > 0"
+    + ")" * 29,
+    "list doubling": "cel.bind(a, lists.range(64), " + "cel.bind(a, a + a, " * 28 + "size(a) > 0" + ")" * 29,
+    "unbounded range": 'lists.range(int(device.attributes["gpu.nvidia.com"].productName.size()) * 100000000).size() > 0',
+    "replace blow-up": 'cel.bind(a, device.attributes["gpu.nvidia.com"].productName, '
+    + 'cel.bind(a, a.replace("", a), ' * 6
+    + "size(a) > 0"
+    + ")" * 7,
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_expressions_are_refused_at_compile_time(name):
+    start = time.perf_counter()
+    with pytest.raises(CELCompileError) as caught:
+        compile_selector(HOSTILE[name])
+    assert time.perf_counter() - start < 5
+    assert "exceeds cost limit" in str(caught.value) or "recursion" in str(caught.value)
+
+
+def test_ordinary_selectors_stay_far_below_the_limit():
+    for expression in (
+        'device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100"',
+        'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0',
+        'device.attributes["gpu.nvidia.com"].all(k, v, k != "")',
+        'device.attributes.exists(d, device.attributes[d].exists(k, k == "x"))',
+        "lists.range(100).map(x, x * 2).filter(y, y > 10).size() > 0",
+    ):
+        assert compile_selector(expression).estimated_cost < MAX_COST / 10
+
+
+def test_costly_accepted_expressions_evaluate_quickly_or_hit_the_runtime_limit():
+    selector = compile_selector("lists.range(90).all(i, lists.range(90).all(j, i + j >= 0))")
+    assert selector.estimated_cost <= MAX_COST
+    start = time.perf_counter()
+    assert selector.evaluate(DEVICE) is True
+    assert time.perf_counter() - start < 5
+    # cel-cpp's own runtime bound: at most 10,000 comprehension iterations per evaluation
+    selector = compile_selector("lists.range(200).all(i, lists.range(200).all(j, i + j >= 0))")
+    with pytest.raises(CELRuntimeError, match="actual cost limit exceeded"):
+        selector.evaluate(DEVICE)

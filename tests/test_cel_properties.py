@@ -1,0 +1,145 @@
+"""Property tests: the CEL libraries agree with gpudra's Quantity and Semver, and the source
+adaptations do not change what an expression means."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpudra.api.quantity import Quantity
+from gpudra.api.semver import Semver, parse_semver
+from gpudra.cel import CELRuntimeError, compile_selector, device_input
+from gpudra.cel.source import adapt
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+NO_DEVICE = device_input("example.com", {"name": "d"})
+
+suffixes = st.sampled_from(["", "m", "k", "M", "G", "T", "Ki", "Mi", "Gi", "Ti", "e3", "E-2", "n", "u"])
+quantities = st.builds(
+    lambda sign, whole, fraction, suffix: f"{sign}{whole}{'.' + fraction if fraction else ''}{suffix}",
+    st.sampled_from(["", "-", "+"]),
+    st.integers(min_value=0, max_value=10**6).map(str),
+    st.one_of(st.just(""), st.integers(min_value=0, max_value=999).map(str)),
+    suffixes,
+)
+
+
+def _evaluate(expression: str):
+    return compile_selector(expression).evaluate(NO_DEVICE)
+
+
+@SETTINGS
+@given(quantities, quantities)
+def test_quantity_ordering_matches_gpudra_api_quantity(left, right):
+    expected = Quantity.parse(left).cmp(Quantity.parse(right))
+    a, b = json.dumps(left), json.dumps(right)
+    assert _evaluate(f"quantity({a}).compareTo(quantity({b})) == {expected}")
+    assert _evaluate(f"quantity({a}).isGreaterThan(quantity({b}))") is (expected > 0)
+    assert _evaluate(f"quantity({a}).isLessThan(quantity({b}))") is (expected < 0)
+    assert _evaluate(f"quantity({a}) == quantity({b})") is (expected == 0)
+
+
+@SETTINGS
+@given(quantities, quantities)
+def test_quantity_arithmetic_matches_gpudra_api_quantity(left, right):
+    total = Quantity.parse(left).add(Quantity.parse(right))
+    difference = Quantity.parse(left).sub(Quantity.parse(right))
+    a, b = json.dumps(left), json.dumps(right)
+    assert _evaluate(f"quantity({a}).add(quantity({b})) == quantity({json.dumps(str(total))})")
+    assert _evaluate(f"quantity({a}).sub(quantity({b})) == quantity({json.dumps(str(difference))})")
+    assert _evaluate(f"quantity({a}).sign() == {Quantity.parse(left).sign()}")
+    assert _evaluate(f"quantity({a}).isInteger() == {str(Quantity.parse(left).is_integer()).lower()}")
+
+
+identifiers = st.one_of(
+    st.integers(min_value=0, max_value=30),
+    st.text(alphabet="abcxyz-", min_size=1, max_size=4).filter(lambda s: not s.isdigit()),
+)
+versions = st.builds(
+    Semver,
+    st.integers(0, 20),
+    st.integers(0, 20),
+    st.integers(0, 20),
+    st.lists(identifiers, max_size=3).map(tuple),
+    st.lists(st.sampled_from(["b1", "sha", "7"]), max_size=2).map(tuple),
+)
+
+
+def _reference_precedence(a: Semver, b: Semver) -> int:
+    """semver.org 2.0.0 §11, written out rule by rule."""
+    for x, y in ((a.major, b.major), (a.minor, b.minor), (a.patch, b.patch)):
+        if x != y:
+            return -1 if x < y else 1
+    if not a.prerelease or not b.prerelease:
+        return (not a.prerelease) - (not b.prerelease)
+    for x, y in zip(a.prerelease, b.prerelease):
+        if x == y:
+            continue
+        if isinstance(x, int) and isinstance(y, int):
+            return -1 if x < y else 1
+        if isinstance(x, int) != isinstance(y, int):
+            return -1 if isinstance(x, int) else 1
+        return -1 if x < y else 1
+    return (len(a.prerelease) > len(b.prerelease)) - (len(a.prerelease) < len(b.prerelease))
+
+
+@SETTINGS
+@given(versions, versions)
+def test_semver_ordering_follows_semver_org_in_python_and_cel(left, right):
+    expected = _reference_precedence(left, right)
+    assert parse_semver(str(left)) == left
+    assert left.compare(right) == expected
+    a, b = json.dumps(str(left)), json.dumps(str(right))
+    assert _evaluate(f"semver({a}).compareTo(semver({b})) == {expected}")
+    assert _evaluate(f"semver({a}) == semver({b})") is (expected == 0)
+    assert _evaluate(f"semver({a}).isLessThan(semver({b}))") is (expected < 0)
+
+
+@SETTINGS
+@given(st.dictionaries(st.text(alphabet="abc", min_size=1, max_size=3), st.integers(-5, 5), max_size=5))
+def test_transform_map_agrees_with_a_python_dict_comprehension(entries):
+    literal = json.dumps(entries)
+    expected = json.dumps({k: v * 2 + 1 for k, v in entries.items()})
+    filtered = json.dumps({k: v for k, v in entries.items() if v > 0})
+    assert _evaluate(f"{literal}.transformMap(k, v, v * 2 + 1) == {expected}")
+    assert _evaluate(f"{literal}.transformMap(k, v, v > 0, v) == {filtered}")
+    assert _evaluate(f"{literal}.transformMapEntry(k, v, {{k + \"!\": v}}).size() == {len(entries)}")
+
+
+@SETTINGS
+@given(
+    st.dictionaries(
+        st.sampled_from(["a", "b", "other.com/c", "example.com/d"]),
+        st.integers(-3, 3).map(lambda i: {"int": i}),
+        max_size=4,
+    ),
+    st.sampled_from(["example.com", "other.com", "missing.io"]),
+    st.sampled_from(["a", "b", "c", "d"]),
+)
+def test_unknown_domains_behave_as_empty_maps(attributes, domain, name):
+    device = device_input("example.com", {"name": "d", "attributes": attributes})
+    present = device.device["attributes"].get(domain, {})
+    has = compile_selector(f'has(device.attributes["{domain}"].{name})').evaluate(device)
+    assert has is (name in present)
+    assert compile_selector(f'"{domain}" in device.attributes').evaluate(device) is (domain in device.device["attributes"])
+    assert compile_selector(f'size(device.attributes["{domain}"]) == {len(present)}').evaluate(device)
+    selector = compile_selector(f'device.attributes["{domain}"].{name} == 0')
+    if name in present:
+        assert selector.evaluate(device) is (present[name] == 0)
+    else:
+        try:
+            selector.evaluate(device)
+        except CELRuntimeError as error:
+            assert str(error) == f"no such key: {name}"
+        else:
+            raise AssertionError("a missing attribute must be a runtime error")
+
+
+@SETTINGS
+@given(st.text(alphabet='device.attributes[]"x?() capacity,.transformMap', max_size=40))
+def test_adaptation_maps_every_position_back_into_the_source(text):
+    rewritten = adapt(text)
+    assert len(rewritten.origin) == len(rewritten.text)
+    assert all(0 <= offset <= max(0, len(text)) for offset in rewritten.origin)
