@@ -189,3 +189,13 @@ def test_kube_stops_after_enough_feasible_nodes_and_rotates():
     everything = Scheduler(Cluster([node(f"n{i:03d}") for i in range(200)] + [pod("p")]),
                            percentage_of_nodes_to_score=100)
     assert len(everything.run()[0].scores) == 200
+
+
+def test_best_effort_pods_skip_balanced_allocation():
+    # no requests: LeastAllocated sees 100m cpu and 200Mi -> cpu 7900*100//8000 = 98, memory
+    # (32768-200)*100//32768 = 99 -> 98; BalancedAllocation skipped; TaintToleration 3 x 100
+    results = schedule([node("a"), pod("p")])[2]
+    assert results["default/p"].scores == {"a": 98 + 300}
+    results = schedule([node("a"), pod("p", cpu="1")])[2]
+    # cpu 1: least (87 + 99)//2 = 93; balanced: fractions 1/8 and 0 -> 100*(1-0.0625) = 93
+    assert results["default/p"].scores == {"a": 93 + 93 + 300}

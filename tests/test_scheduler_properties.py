@@ -79,3 +79,24 @@ def test_scheduling_invariants(case):
     assert not cluster.allocated_devices
     assert all(not (c.get("status") or {}).get("allocation") for c in cluster.claims.values())
     assert all(not usage.pods for usage in cluster.usage.values())
+
+
+def test_shape_index_gives_the_linear_scan_answers():
+    # 150 nodes: kube scores the first 100 feasible nodes from a rotating start, so both the rotation and the
+    # stop point matter; some nodes carry PreferNoSchedule taints (scores then depend on the whole set)
+    objects = [device_class(), template("one"), template("two", count=2)]
+    for index in range(150):
+        taints = [{"key": "spot", "value": "1", "effect": "PreferNoSchedule"}] if index % 37 == 5 else None
+        objects.append(node(f"n{index:03d}", cpu=str(2 + index % 3), taints=taints))
+        objects.append(resource_slice(f"n{index:03d}", devices(1 + index % 3)))
+    shapes = [{"templates": {"gpu": "one"}}, {"templates": {"gpu": "two"}}, {"cpu": "1"},
+              {"templates": {"gpu": "one"}, "cpu": "500m"}]
+    objects += [pod(f"p{i:03d}", **shapes[(i * 7) % 11 % 4]) for i in range(420)]
+
+    def run(indexed: bool):
+        cluster = Cluster(copy.deepcopy(objects))
+        return [(r.pod, r.node, r.scores, r.message()) for r in Scheduler(cluster, indexed=indexed).run()]
+
+    linear, indexed = run(False), run(True)
+    assert indexed == linear
+    assert any(node_name is None for _, node_name, _, _ in linear)  # the cluster fills up

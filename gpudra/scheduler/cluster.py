@@ -88,6 +88,7 @@ class Cluster:
         self.problems: list[str] = []
         self.usage: dict[str, NodeUsage] = {}
         self.epoch: dict[str, int] = {}
+        self.changes: list[str] = []  # every epoch bump, in order: lets per-shape caches catch up cheaply
         self.allocated_devices: Counter[DeviceId] = Counter()
         # bumped when nodes, slices or classes change: every cached verdict is void
         self.generation = 0
@@ -192,7 +193,7 @@ class Cluster:
                         self._reserve(claim, pod)
         self._allocator = None
         for name in self.nodes:
-            self.epoch[name] += 1
+            self._bump(name)
 
     def _create_template_claims(self, pod: dict[str, Any]) -> None:
         spec = pod.get("spec") or {}
@@ -384,7 +385,7 @@ class Cluster:
         elif key in usage.pods:
             usage.pods.remove(key)
         if node in self.epoch:
-            self.epoch[node] += 1
+            self._bump(node)
 
     def _reserve(self, claim: dict[str, Any], pod: dict[str, Any]) -> None:
         status = claim.setdefault("status", {})
@@ -397,7 +398,11 @@ class Cluster:
         pool_nodes = self.pool_nodes()
         for pool in {(driver, pool) for driver, pool, _ in device_ids}:
             for node in pool_nodes.get(pool, ()):
-                self.epoch[node] += 1
+                self._bump(node)
+
+    def _bump(self, node: str) -> None:
+        self.epoch[node] += 1
+        self.changes.append(node)
 
     def allocate_claim(self, claim: dict[str, Any], allocation: dict[str, Any]) -> None:
         if claim_allocation(claim) is not None:

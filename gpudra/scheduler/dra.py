@@ -10,10 +10,10 @@ from typing import Any
 from . import framework as fw
 from .allocation import AllocationOutcome, allocate
 from .cluster import MAX_RESERVED_FOR, Cluster, claim_allocation, reserved_for
-from .meta import ensure_uid_of, name_of, namespace_of, random_suffix, stable_uid, truncate_generate_name
+from .meta import ensure_uid_of, name_of, namespace_of, stable_uid, truncate_generate_name
 from .nodematch import node_selector_matches
 from .resources import container_requests, is_extended
-from .workloads import EXTENDED_RESOURCE_CLAIM_ANNOTATION, owned_by, owner_reference
+from .workloads import EXTENDED_RESOURCE_CLAIM_ANNOTATION, owned_by, owner_reference, unique_generated_name
 
 IMPLICIT_EXTENDED_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 FIRST_AVAILABLE_MAX = 8  # FirstAvailableDeviceRequestMaxSize
@@ -153,8 +153,10 @@ def prefilter(cluster: Cluster, pod: dict[str, Any], extended_classes: dict[str,
         signature.append(["allocate", claim.get("spec")])
     state.extended = _extended_requests(pod, extended_classes)
     if state.extended:
-        generate_name = truncate_generate_name(f"{name_of(pod)}-extended-resources-")
-        state.extended_claim_name = generate_name + random_suffix(generate_name, namespace_of(pod), pod_uid)
+        namespace = namespace_of(pod)
+        state.extended_claim_name = unique_generated_name(
+            f"{name_of(pod)}-extended-resources-", lambda n: f"{namespace}/{n}" in cluster.claims, namespace, pod_uid
+        )
         signature.append(["extended", [(r.request_name, r.resource, r.count, r.device_class) for r in state.extended]])
     state.signature = json.dumps(signature, sort_keys=True, separators=(",", ":"), default=str)
     return state

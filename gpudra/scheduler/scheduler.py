@@ -37,6 +37,7 @@ from .dra import (
 )
 from .dra import filter_node as dra_filter_node
 from .meta import clone, key_of
+from .shapeindex import ShapeIndex
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
@@ -87,6 +88,7 @@ class Scheduler:
         cluster: Cluster,
         policy: str = "kube",
         percentage_of_nodes_to_score: int | None = None,
+        indexed: bool = True,
     ):
         from .scoring import get_policy
 
@@ -98,6 +100,9 @@ class Scheduler:
         self.results: dict[str, fw.PodResult] = {}
         self._next_start_node_index = 0
         self._cache: dict[str, dict[str, NodeEval]] = {}
+        self.indexed = indexed  # False: always the plain linear scan (same answers; for tests)
+        self._indexes: dict[str, ShapeIndex] = {}
+        self._shape_uses: dict[str, int] = {}
         self._cache_generation = -1
         self._extended_classes: dict[str, str] | None = None
         self._extended_generation = -1
@@ -242,19 +247,6 @@ class Scheduler:
                 )
         return reasons
 
-    def _evaluate(self, info: PodInfo, node_name: str) -> NodeEval:
-        if self._cache_generation != self.cluster.generation:
-            self._cache.clear()
-            self._cache_generation = self.cluster.generation
-        per_node = self._cache.setdefault(info.shape, {})
-        cached = per_node.get(node_name)
-        if cached is not None and cached.epoch == self.cluster.epoch.get(node_name, 0):
-            return cached
-        evaluation = self.filter_node(info, node_name)
-        if evaluation.fatal is None:
-            per_node[node_name] = evaluation
-        return evaluation
-
     # ----- one pod ------------------------------------------------------------------------------
     def schedule_pod(self, pod_key: str) -> fw.PodResult:
         result = self._attempt(pod_key)
@@ -286,26 +278,31 @@ class Scheduler:
             return result
         to_find = num_feasible_nodes_to_find(len(nodes), self.percentage_of_nodes_to_score)
         start = self._next_start_node_index % len(nodes)
-        feasible: list[NodeEval] = []
-        processed = 0
         if self._cache_generation != cluster.generation:
             self._cache.clear()
+            self._indexes.clear()
+            self._shape_uses.clear()
             self._cache_generation = cluster.generation
+        policy = self.policy
+        if self.indexed and policy.indexable:
+            uses = self._shape_uses.get(info.shape, 0) + 1
+            self._shape_uses[info.shape] = uses
+            if uses >= 2:  # a shape seen before: worth indexing every node's verdict
+                return self._attempt_indexed(info, result, start, to_find)
+        feasible: list[NodeEval] = []
+        processed = 0
         cache = self._cache.setdefault(info.shape, {})
         epochs = cluster.epoch
         filtered = result.filtered
-        policy = self.policy
         for node_name in nodes[start:] + nodes[:start] if start else nodes:
             # the hot loop: a cached verdict is valid while the node's epoch is unchanged
             evaluation = cache.get(node_name)
             if evaluation is None or evaluation.epoch != epochs[node_name]:
-                evaluation = self.filter_node(info, node_name)
+                evaluation = self.evaluate_fresh(info, node_name)
                 if evaluation.fatal is not None:
                     result.error = evaluation.fatal
                     filtered[node_name] = evaluation.result
                     return result
-                if not evaluation.result.reasons:
-                    evaluation.parts = policy.node_parts(self, info, evaluation)
                 cache[node_name] = evaluation
             processed += 1
             if evaluation.result.reasons:
@@ -318,18 +315,64 @@ class Scheduler:
         if not feasible:
             return result
         scores = policy.combine(self, info, feasible)  # parts were computed with each verdict
-        result.scores = scores
+        best = self._best(feasible, scores)
+        return self._finish(info, result, best, scores)
+
+    def evaluate_fresh(self, info: PodInfo, node_name: str) -> NodeEval:
+        """filter_node plus the policy's scoring inputs for a feasible node (what the caches hold)."""
+        evaluation = self.filter_node(info, node_name)
+        if evaluation.fatal is None and not evaluation.result.reasons:
+            evaluation.parts = self.policy.node_parts(self, info, evaluation)
+        return evaluation
+
+    @staticmethod
+    def _best(feasible: list[NodeEval], scores: dict[str, float]) -> NodeEval:
         best = feasible[0]
         best_score = scores[best.result.node]
         for evaluation in feasible:  # highest score; ties go to the first node name
             score = scores[evaluation.result.node]
             if score > best_score or (score == best_score and evaluation.result.node < best.result.node):
                 best, best_score = evaluation, score
+        return best
+
+    def _finish(self, info: PodInfo, result: fw.PodResult, best: NodeEval, scores: dict[str, float]) -> fw.PodResult:
+        result.scores = scores
         allocations = self.policy.choose_allocations(self, info, best)
         self._bind(info, best, allocations)
         result.node = best.result.node
-        result.claims = cluster.pod_claim_keys(info.pod)
+        result.claims = self.cluster.pod_claim_keys(info.pod)
         return result
+
+    def _attempt_indexed(self, info: PodInfo, result: fw.PodResult, start: int, to_find: int) -> fw.PodResult:
+        index = self._indexes.get(info.shape)
+        if index is None:
+            index = ShapeIndex(self, info, self._cache.pop(info.shape, {}))
+            self._indexes[info.shape] = index
+        else:
+            index.refresh(self, info)
+        chosen, processed, fatal = index.select(start, to_find)
+        if fatal is not None:  # re-run for this pod's own error message (it names the pod's claims)
+            node_name = index.nodes[fatal]
+            evaluation = self.filter_node(info, node_name)
+            result.error = evaluation.fatal or "; ".join(r.message for r in evaluation.result.reasons)
+            result.filtered[node_name] = evaluation.result
+            return result
+        self._next_start_node_index = (start + processed) % len(index.nodes)
+        if not chosen:
+            result.filtered = {
+                e.result.node: e.result for e in index.evals if e is not None and e.result.reasons
+            }
+            return result
+        if index.nonplain == 0:
+            plain = index.plain
+            best = index.evals[max(chosen, key=plain.__getitem__)]  # (score, -position): ties to the first name
+            scores = {index.nodes[i]: plain[i][0] for i in chosen}  # type: ignore[index]
+        else:
+            feasible = [index.evals[i] for i in chosen]
+            scores = self.policy.combine(self, info, feasible)  # type: ignore[arg-type]
+            best = self._best(feasible, scores)  # type: ignore[arg-type]
+        assert best is not None
+        return self._finish(info, result, best, scores)
 
     def _bind(self, info: PodInfo, chosen: NodeEval, allocations: list[dict[str, Any]] | None) -> None:
         allocations = list(allocations or [])

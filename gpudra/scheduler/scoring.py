@@ -2,10 +2,14 @@
 cycle picks the highest and breaks ties by node name, so results never depend on chance.
 
 - `kube`: kube-scheduler's default scores for the plugins gpudra models — NodeResourcesFit (LeastAllocated on
-  cpu and memory, weight 1), NodeResourcesBalancedAllocation (weight 1), DynamicResources' firstAvailable
+  cpu and memory with the non-zero defaults, weight 1), NodeResourcesBalancedAllocation (actual requests;
+  skipped for best-effort pods, weight 1), DynamicResources' firstAvailable
   preference (8 − subrequest index, normalised to 0..100, weight 1), TaintToleration (PreferNoSchedule taints,
   weight 3) and NodeAffinity (preferred terms, weight 2). Devices are chosen by the allocator's first fit,
   exactly as upstream. Like upstream it scores only the first feasible nodes on large clusters.
+  Not modelled: ImageLocality, InterPodAffinity and PodTopologySpread (including its system default
+  ScheduleAnyway constraints for pods owned by ReplicaSets/StatefulSets), so workload pods may be spread
+  differently from a real cluster where those break ties.
 - `binpack`: fill nodes and devices before opening new ones — prefer the node left with the fewest free
   devices, then the most allocated cpu/memory; inside the node prefer devices on GPUs already in use.
 - `spread`: the opposite — the node left with the most free devices, then the least allocated.
@@ -71,6 +75,8 @@ def resource_score(scheduler: "Scheduler", info: "PodInfo", node: str, strategy:
 
 
 def balanced_allocation(scheduler: "Scheduler", info: "PodInfo", node: str) -> int:
+    if not info.requests.get(res.CPU) and not info.requests.get(res.MEMORY):
+        return 0  # best-effort pods skip BalancedAllocation (kubernetes#129138)
     usage = scheduler.cluster.usage[node]
     allocatable = scheduler.cluster.allocatable(node) or {}
     fractions = []
@@ -105,6 +111,11 @@ class Policy:
 
     name = ""
     default_percentage_of_nodes_to_score = 100
+    indexable = False  # whether the scheduler may use a ShapeIndex (needs `plain_score`)
+
+    def plain_score(self, parts: Any) -> float | None:
+        """The node's final score when it does not depend on the other scored nodes, else None."""
+        return None
 
     def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
         return None
@@ -125,6 +136,14 @@ class Policy:
 class KubePolicy(Policy):
     name = "kube"
     default_percentage_of_nodes_to_score = 0  # adaptive, as kube-scheduler
+    indexable = True
+
+    def plain_score(self, parts: Any) -> float | None:
+        # with no PreferNoSchedule taint, preferred affinity or firstAvailable rank anywhere, the normalised
+        # plugins add the same constant to every node: TaintToleration's all-zero reverse normalisation (3 x 100)
+        if parts[1] or parts[2] or parts[3]:
+            return None
+        return parts[0] + 3 * MAX_NODE_SCORE
 
     def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
         node = evaluation.result.node

@@ -80,7 +80,7 @@ def _pod_from_template(
     return pod
 
 
-def _unique_generated_name(prefix: str, taken: Callable[[str], bool], *seed: Any) -> str:
+def unique_generated_name(prefix: str, taken: Callable[[str], bool], *seed: Any) -> str:
     base = truncate_generate_name(prefix)
     attempt = 0
     while True:
@@ -117,7 +117,7 @@ def expand_workload(obj: dict[str, Any], taken: Callable[[str], bool]) -> list[d
             ref = owner_reference(obj, "apps/v1", "ReplicaSet")
             extra = {}
         for index in range(replicas):
-            name = _unique_generated_name(f"{rs_name}-", name_taken, namespace, controller_uid, index)
+            name = unique_generated_name(f"{rs_name}-", name_taken, namespace, controller_uid, index)
             pods.append(_pod_from_template(obj, name, extra, ref))
     elif kind == "StatefulSet":
         replicas = _int_field(spec, "replicas", 1, obj)
@@ -150,7 +150,7 @@ def expand_workload(obj: dict[str, Any], taken: Callable[[str], bool]) -> list[d
         }
         for index in range(parallelism):
             prefix = f"{name_of(obj)}-{index}-" if indexed else f"{name_of(obj)}-"
-            name = _unique_generated_name(prefix, name_taken, namespace, controller_uid, index)
+            name = unique_generated_name(prefix, name_taken, namespace, controller_uid, index)
             labels = dict(extra)
             if indexed:
                 labels["batch.kubernetes.io/job-completion-index"] = str(index)
@@ -181,7 +181,7 @@ def claim_from_template(
     """A ResourceClaim as the resourceclaim controller creates it for `pod.spec.resourceClaims[pod_claim_name]`."""
     namespace = namespace_of(pod)
     generate_name = claim_generate_name(name_of(pod), pod_claim_name)
-    name = _unique_generated_name(
+    name = unique_generated_name(
         generate_name, lambda n: taken(f"{namespace}/{n}"), namespace, ensure_uid(pod), pod_claim_name
     )
     template_spec = template.get("spec") or {}

@@ -1,0 +1,96 @@
+"""Every node's verdict for one pod shape, kept current from the cluster's change log.
+
+The linear scan of kube-scheduler (walk the nodes round-robin from where the last pod stopped, stop after
+`num_feasible_nodes_to_find` feasible ones) touches hundreds of nodes per pod. When many pods share a shape
+(pods of one template), this index answers the same question with a binary search: the feasible nodes are a
+sorted list of node positions, so "the first K feasible nodes from position `start`" and "how many nodes the
+scan would have processed" follow directly. Only nodes whose epoch changed since the shape's last pod are
+re-evaluated (normally one: where the previous pod went). The answers are exactly the linear scan's.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .scheduler import NodeEval, PodInfo, Scheduler
+
+
+class ShapeIndex:
+    def __init__(self, scheduler: "Scheduler", info: "PodInfo", cached: dict[str, "NodeEval"]):
+        cluster = scheduler.cluster
+        self.nodes = cluster.node_names()
+        self.generation = cluster.generation
+        self.position = {name: i for i, name in enumerate(self.nodes)}
+        count = len(self.nodes)
+        self.evals: list[NodeEval | None] = [None] * count
+        self.feasible: list[int] = []  # sorted node positions
+        self.fatal: list[int] = []  # sorted node positions whose evaluation raised a fatal allocator error
+        self.plain: list[tuple[float, int] | None] = [None] * count  # (score, -position) when independent
+        self.nonplain = 0  # feasible nodes whose score depends on the other scored nodes
+        self.log_position = len(cluster.changes)
+        for i, name in enumerate(self.nodes):
+            evaluation = cached.get(name)
+            if evaluation is None or evaluation.epoch != cluster.epoch[name]:
+                evaluation = scheduler.evaluate_fresh(info, name)
+            self._set(scheduler, i, evaluation)
+
+    def _set(self, scheduler: "Scheduler", i: int, evaluation: "NodeEval") -> None:
+        old = self.evals[i]
+        if old is not None:
+            if old.fatal is not None:
+                self.fatal.remove(i)
+            elif not old.result.reasons:
+                self.feasible.remove(i)
+                if self.plain[i] is None:
+                    self.nonplain -= 1
+        self.evals[i] = evaluation
+        self.plain[i] = None
+        if evaluation.fatal is not None:
+            insort(self.fatal, i)
+        elif not evaluation.result.reasons:
+            insort(self.feasible, i)
+            score = scheduler.policy.plain_score(evaluation.parts)
+            if score is None:
+                self.nonplain += 1
+            else:
+                self.plain[i] = (score, -i)
+
+    def refresh(self, scheduler: "Scheduler", info: "PodInfo") -> None:
+        cluster = scheduler.cluster
+        changes = cluster.changes
+        if self.log_position == len(changes):
+            return
+        changed = set(changes[self.log_position:])
+        self.log_position = len(changes)
+        for name in changed:
+            i = self.position.get(name)
+            if i is None:
+                continue
+            current = self.evals[i]
+            if current is not None and current.epoch == cluster.epoch[name]:
+                continue
+            self._set(scheduler, i, scheduler.evaluate_fresh(info, name))
+
+    def select(self, start: int, to_find: int) -> tuple[list[int], int, int | None]:
+        """(feasible positions in scan order, nodes processed, fatal position hit first or None)."""
+        feasible = self.feasible
+        count = len(self.nodes)
+        split = bisect_left(feasible, start)
+        if len(feasible) >= to_find:
+            chosen = feasible[split : split + to_find]
+            if len(chosen) < to_find:
+                chosen = chosen + feasible[: to_find - len(chosen)]
+            processed = (chosen[-1] - start) % count + 1
+        else:
+            chosen = feasible[split:] + feasible[:split]
+            processed = count
+        fatal_hit = None
+        if self.fatal:
+            at = bisect_left(self.fatal, start)
+            first = self.fatal[at] if at < len(self.fatal) else self.fatal[0]
+            if (first - start) % count < processed:
+                fatal_hit = first
+                chosen = [i for i in chosen if (i - start) % count < (first - start) % count]
+        return chosen, processed, fatal_hit
