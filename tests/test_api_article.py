@@ -28,7 +28,7 @@ def test_article_manifests_are_rejected_with_explanations():
             "not a field in resource.k8s.io/v1; move it under spec.devices.requests[0].exactly") in out
     assert "    exactly:\n      deviceClassName: nvidia.com/gpu" in out
     # memory read from attributes, by attribute name
-    assert 'device.attributes["memory"] is the (empty) map' in out and 'device.capacity["gpu.nvidia.com"].memory' in out
+    assert 'device.attributes["memory"] is the map of attributes in a domain named \'memory\', not an amount' in out and 'device.capacity["gpu.nvidia.com"].memory' in out
     # invented constraints[].cel inside a request, and attribute lookups that include the name in the domain
     assert "spec.devices.requests[0].constraints: constraints are not part of a request" in out
     assert "matchAttribute" in out

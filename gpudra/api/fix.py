@@ -145,7 +145,8 @@ def _fix_claim_spec(doc: Document, spec: dict, base: str, renames: dict[str, str
             domain = class_drivers.get(class_name, DEFAULT_DOMAIN) if isinstance(class_name, str) else DEFAULT_DOMAIN
             _fix_selectors(doc, form.get("selectors"), f"{form_path}.selectors", domain, result)
         if isinstance(moved_constraints, list):
-            _move_request_constraints(doc, devices, request, moved_constraints, path, result)
+            _move_request_constraints(doc, devices, request, moved_constraints, path, result,
+                                      _domain_of(request, class_drivers))
     constraints = devices.get("constraints")
     if isinstance(constraints, list):
         kept = []
@@ -153,10 +154,13 @@ def _fix_claim_spec(doc: Document, spec: dict, base: str, renames: dict[str, str
             if isinstance(constraint, dict) and isinstance(constraint.get("cel"), str) and not (
                     constraint.get("matchAttribute") or constraint.get("distinctAttribute")):
                 targets = constraint.get("requests") or [r.get("name") for r in requests if isinstance(r, dict)]
-                for request in requests:
-                    if isinstance(request, dict) and request.get("name") in targets and isinstance(request.get("exactly"), dict):
+                for request_position, request in enumerate(requests):
+                    if not isinstance(request, dict) or not isinstance(request.get("exactly"), dict):
+                        continue
+                    if request.get("name") in targets:
                         _add_selector(request["exactly"], constraint["cel"], doc, result,
-                                      f"{base}.devices.requests[{requests.index(request)}].exactly.selectors")
+                                      _domain_of(request, class_drivers),
+                                      f"{base}.devices.requests[{request_position}].exactly.selectors")
                 _note(result, doc, f"{base}.devices.constraints[{position}]",
                       "moved the cel expression into the selectors of the requests it names (constraints only "
                       "support matchAttribute / distinctAttribute)")
@@ -178,13 +182,20 @@ def _request_forms(request: dict, path: str) -> list[tuple[str, dict]]:
     return forms
 
 
+def _domain_of(request: dict, class_drivers: dict[str, str]) -> str:
+    """The driver domain a request's devices come from, when its class names one; else the NVIDIA driver's."""
+    exactly = request.get("exactly")
+    class_name = exactly.get("deviceClassName") if isinstance(exactly, dict) else None
+    return class_drivers.get(class_name, DEFAULT_DOMAIN) if isinstance(class_name, str) else DEFAULT_DOMAIN
+
+
 def _move_request_constraints(doc: Document, devices: dict, request: dict, constraints: list, path: str,
-                              result: FixResult) -> None:
+                              result: FixResult, domain: str) -> None:
     for constraint in constraints:
         if not isinstance(constraint, dict):
             continue
         if isinstance(constraint.get("cel"), str) and isinstance(request.get("exactly"), dict):
-            _add_selector(request["exactly"], constraint["cel"], doc, result, f"{path}.exactly.selectors")
+            _add_selector(request["exactly"], constraint["cel"], doc, result, domain, f"{path}.exactly.selectors")
             _note(result, doc, f"{path}.constraints", "moved the cel expression to exactly.selectors (a per-device "
                   "condition is a selector; constraints only support matchAttribute / distinctAttribute)")
         rest = {k: v for k, v in constraint.items() if k != "cel"}
@@ -194,8 +205,7 @@ def _move_request_constraints(doc: Document, devices: dict, request: dict, const
             _note(result, doc, f"{path}.constraints", "moved the constraint to spec.devices.constraints")
 
 
-def _add_selector(form: dict, expression: str, doc: Document, result: FixResult, path: str) -> None:
-    domain = DEFAULT_DOMAIN
+def _add_selector(form: dict, expression: str, doc: Document, result: FixResult, domain: str, path: str) -> None:
     new, changes = rewrite_lookup(expression, domain)
     for change in changes:
         _note(result, doc, path, f"rewrote {change}")

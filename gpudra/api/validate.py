@@ -145,7 +145,7 @@ def _cross_checks(docs: list[Document]) -> list[Problem]:
             if doc.kind not in ("ResourceClaim", "ResourceClaimTemplate"):
                 continue
             for path, class_name in class_references(doc.obj):
-                if class_name in class_names or "/" in class_name:
+                if not class_name or class_name in class_names or "/" in class_name:
                     continue
                 close = difflib.get_close_matches(class_name, sorted(class_names), n=1, cutoff=0.6)
                 hint = f"; did you mean {close[0]!r}?" if close else f" (classes given: {', '.join(sorted(class_names))})"
@@ -197,9 +197,8 @@ def _admin_access(docs: list[Document]) -> list[Problem]:
             namespace = namespaces.get(doc.namespace or "default")
             labels = namespace.metadata.get("labels") if namespace else None
             if namespace is None:
-                problems.append(_problem(doc, path, f"admin access is only admitted in namespaces labelled "
-                                         f"{ADMIN_ACCESS_LABEL}: \"true\"", "warning"))
-            elif not isinstance(labels, dict) or labels.get(ADMIN_ACCESS_LABEL) != "true":
+                continue  # the namespace is not among the manifests: nothing to check against
+            if not isinstance(labels, dict) or labels.get(ADMIN_ACCESS_LABEL) != "true":
                 problems.append(_problem(doc, path, f"namespace {namespace.name!r} is not labelled "
                                          f"{ADMIN_ACCESS_LABEL}: \"true\", so the API server rejects admin access"))
     return problems

@@ -61,23 +61,47 @@ def compile_outcome(expression: str) -> tuple[str, str, str | None] | None:
     return None
 
 
+_USED_AS_MAP = re.compile(r"^\s*[.\[]")
+
+
+def classify_lookup(table: str, lookup_key: str, rest: str) -> str | None:
+    """Why `device.<table>["<lookup_key>"]` (followed by `rest`) cannot be what the author meant, or None.
+
+    "qualified": the key is a full attribute name ("domain/name"), but the outer map is keyed by domain;
+    "amount": an amount (memory, …) used as a value, which is a capacity of the driver's domain;
+    "name": a key that cannot be a domain (camelCase, underscores) used as a value, i.e. an attribute name.
+    """
+    if not lookup_key:
+        return None
+    if "/" in lookup_key:
+        return "qualified"
+    quantity_use = bool(_QUANTITY_USE.match(rest))
+    if _USED_AS_MAP.match(rest) and not quantity_use:
+        return None  # indexed further: the key is used as a domain, as it should be
+    if lookup_key.lower() in _AMOUNT_NAMES or quantity_use:
+        return "amount" if not names.c_identifier(lookup_key) else None
+    if names.dns_subdomain(lookup_key, 63) and not names.c_identifier(lookup_key):
+        return "name"
+    return None
+
+
 def rewrite_lookup(expression: str, domain: str = DEFAULT_DOMAIN) -> tuple[str, list[str]]:
     """Rewrite mechanical lookup mistakes; returns (new expression, what was changed)."""
     changes: list[str] = []
 
     def replace(match: re.Match[str]) -> str:
         table, lookup_key = match.group(1), match.group(3)
-        rest = expression[match.end():]
-        if "/" in lookup_key:
+        reason = classify_lookup(table, lookup_key, expression[match.end():])
+        if reason == "qualified":
             lookup_domain, _, attribute = lookup_key.partition("/")
             identifier = attribute if not names.c_identifier(attribute) else names.camel_identifier(attribute)
-            if not identifier or names.c_identifier(identifier):
+            if not identifier or names.c_identifier(identifier) or not lookup_domain:
                 return match.group(0)
             new = f'device.{table}["{lookup_domain}"].{identifier}'
-        elif "." not in lookup_key and lookup_key and not names.c_identifier(lookup_key):
-            is_amount = lookup_key.lower() in _AMOUNT_NAMES or bool(_QUANTITY_USE.match(rest))
-            new_table = "capacity" if is_amount else table
-            new = f'device.{new_table}["{domain}"].{lookup_key}'
+        elif reason == "amount":
+            new = f'device.capacity["{domain}"].{lookup_key}'
+        elif reason == "name":
+            new = f'device.{table}["{domain}"].{lookup_key}'
         else:
             return match.group(0)
         changes.append(f"{match.group(0)} -> {new}")
@@ -89,8 +113,8 @@ def rewrite_lookup(expression: str, domain: str = DEFAULT_DOMAIN) -> tuple[str, 
 def explain_lookups(expression: str, path: str, ctx: Context) -> None:
     for match in _LOOKUP.finditer(expression):
         table, lookup_key = match.group(1), match.group(3)
-        rest = expression[match.end():]
-        if "/" in lookup_key:
+        reason = classify_lookup(table, lookup_key, expression[match.end():])
+        if reason == "qualified":
             lookup_domain, _, attribute = lookup_key.partition("/")
             identifier = attribute if not names.c_identifier(attribute) else names.camel_identifier(attribute)
             note = ""
@@ -102,19 +126,18 @@ def explain_lookups(expression: str, path: str, ctx: Context) -> None:
                 f"empty: device.{table} is keyed by domain, then by name; write "
                 f'device.{table}["{lookup_domain}"].{identifier or "<name>"}{note}',
             )
-        elif "." not in lookup_key and lookup_key:
-            is_amount = lookup_key.lower() in _AMOUNT_NAMES or bool(_QUANTITY_USE.match(rest))
-            if is_amount and table == "attributes":
-                ctx.error(
-                    path,
-                    f"{match.group(0)} is the (empty) map of attributes in a domain named {lookup_key!r}, not an "
-                    f"attribute. Amounts such as memory are capacities keyed by the driver's domain: write "
-                    f'device.capacity["{DEFAULT_DOMAIN}"].{lookup_key} (for the NVIDIA driver), e.g. '
-                    f'device.capacity["{DEFAULT_DOMAIN}"].{lookup_key}.compareTo(quantity("16Gi")) >= 0',
-                )
-            else:
-                ctx.error(
-                    path,
-                    f"{match.group(0)} looks up a domain named {lookup_key!r}; device.{table} is keyed by domain "
-                    f'(e.g. "{DEFAULT_DOMAIN}"), then by name: write device.{table}["<domain>"].{lookup_key}',
-                )
+        elif reason == "amount":
+            ctx.error(
+                path,
+                f"{match.group(0)} is the map of {table} in a domain named {lookup_key!r}, not an amount. Amounts "
+                f"such as memory are capacities keyed by the driver's domain: write "
+                f'device.capacity["{DEFAULT_DOMAIN}"].{lookup_key} (for the NVIDIA driver), e.g. '
+                f'device.capacity["{DEFAULT_DOMAIN}"].{lookup_key}.compareTo(quantity("16Gi")) >= 0',
+            )
+        elif reason == "name":
+            ctx.error(
+                path,
+                f"{match.group(0)} looks up a domain named {lookup_key!r}, which cannot be a domain; device.{table} "
+                f'is keyed by domain, then by name: write device.{table}["<driver domain>"].{lookup_key} '
+                f'(e.g. device.{table}["{DEFAULT_DOMAIN}"].{lookup_key})',
+            )

@@ -281,7 +281,10 @@ class Struct(Type):
             if len(present) > 1:
                 ctx.error(path, f"only one of {listing} may be set (found {', '.join(present)})")
             elif required and not present:
-                ctx.error(path, f"exactly one of {listing} must be set")
+                if len(group) == 1:
+                    ctx.error(child(path, group[0]), "required field is missing")
+                else:
+                    ctx.error(path, f"exactly one of {listing} must be set")
         for check in self.checks:
             try:
                 check(value, path, ctx)
