@@ -7,7 +7,7 @@ import os
 import stat
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudra.cdi import (CdiError, ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Registry,
@@ -97,7 +97,7 @@ def test_writer_is_atomic_and_picks_minimum_version(tmp_path):
     assert os.listdir(tmp_path) == [os.path.basename(path)]
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
     text = open(path).read()
-    assert text.startswith("---\ncdiVersion: 0.5.0\n")
+    assert text.startswith('---\ncdiVersion: "0.5.0"\n')
     assert load_spec_file(path) == spec
     with pytest.raises(CdiError, match="empty device edits"):
         write_spec(_spec(devices=[Device("x", ContainerEdits())]), str(tmp_path), "bad")
@@ -160,3 +160,29 @@ def test_device_node_filled_from_host(tmp_path):
     regular.write_text("x")
     with pytest.raises(CdiError, match="not a device node"):
         apply_edits(default_oci_spec(), ContainerEdits(device_nodes=[DeviceNode("/dev/x", host_path=str(regular))]))
+
+
+_text = st.text(max_size=12)
+_edits = st.builds(
+    ContainerEdits,
+    env=st.lists(_text.map(lambda t: "K=" + t), max_size=3),
+    device_nodes=st.lists(st.builds(DeviceNode, path=_text, host_path=_text, type=st.sampled_from(["", "c", "b"]),
+                                    major=st.none() | st.integers(0, 4095), minor=st.none() | st.integers(0, 2**20),
+                                    permissions=st.sampled_from(["", "rw", "rwm"])), max_size=3),
+    mounts=st.lists(st.builds(Mount, host_path=_text, container_path=_text, options=st.lists(_text, max_size=3)),
+                    max_size=2),
+    hooks=st.lists(st.builds(Hook, hook_name=st.sampled_from(["createContainer", "poststop"]), path=_text,
+                             args=st.lists(_text, max_size=3), timeout=st.none() | st.integers(1, 99)), max_size=2),
+    additional_gids=st.lists(st.integers(1, 2**31), max_size=3),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(kind=_text, names=st.lists(_text, min_size=1, max_size=3), edits=st.lists(_edits, min_size=1, max_size=3),
+       annotations=st.dictionaries(_text, _text, max_size=3), common=_edits)
+def test_rendered_yaml_parses_back_to_the_same_spec(kind, names, edits, annotations, common):
+    import yaml
+
+    spec = Spec(kind=kind, cdi_version="1.1.0", annotations=annotations, container_edits=common,
+                devices=[Device(n, e) for n, e in zip(names, edits)])
+    assert yaml.safe_load(render_spec(spec)) == spec.to_dict()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 
 import yaml
@@ -32,11 +33,75 @@ def transient_spec_name(vendor: str, cls: str, transient_id: str) -> str:
     return f"{vendor}-{cls}_{transient_id.replace('/', '_')}"
 
 
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def _scalar(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return str(value)
+    return _quote(str(value))
+
+
+def _quote(text: str) -> str:
+    """A YAML double-quoted scalar; everything outside printable ASCII is escaped."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    out = ['"']
+    for ch in text:
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0x20 <= code <= 0x7E:
+            out.append(ch)
+        elif code <= 0xFF:
+            out.append(f"\\x{code:02x}")
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
+_YAML11_WORDS = frozenset({"true", "false", "null", "y", "n", "yes", "no", "on", "off"})
+
+
+def _key(key: str) -> str:
+    return key if _PLAIN_KEY.match(key) and key.lower() not in _YAML11_WORDS else _quote(key)
+
+
+def _block(value: object, pad: str, out: list[str]) -> None:
+    """Block-style YAML for the JSON-shaped data of a spec (dicts, lists, str/int/bool)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, (dict, list)) and v:
+                out.append(f"{pad}{_key(k)}:")
+                _block(v, pad + "  " if isinstance(v, dict) else pad, out)
+            else:
+                out.append(f"{pad}{_key(k)}: {'{}' if v == {} else '[]' if v == [] else _scalar(v)}")
+    else:
+        for item in value:  # type: ignore[union-attr]
+            if isinstance(item, (dict, list)) and item:
+                start = len(out)
+                _block(item, pad + "  ", out)
+                out[start] = pad + "- " + out[start][len(pad) + 2:]
+            else:
+                out.append(f"{pad}- {'{}' if item == {} else '[]' if item == [] else _scalar(item)}")
+
+
 def render_spec(spec: Spec, fmt: str = "yaml") -> str:
     data = spec.to_dict()
     if fmt == "json":
         return json.dumps(data, indent=2) + "\n"
-    return "---\n" + yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+    # A small emitter instead of yaml.dump: specs are written on every prepare and PyYAML's
+    # representer costs most of a millisecond; the tests check round trips through a YAML parser.
+    lines = ["---"]
+    _block(data, "", lines)
+    return "\n".join(lines) + "\n"
 
 
 def write_spec(spec: Spec, directory: str, name: str, *, fmt: str = "yaml", fsync: bool = True) -> str:
