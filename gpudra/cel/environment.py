@@ -21,7 +21,7 @@ from functools import lru_cache
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
-from gpudra.cel import library_k8s, library_net, source
+from gpudra.cel import library_format, library_k8s, library_net, source
 from gpudra.cel import values as V
 
 _CONFIG_YAML = """
@@ -49,7 +49,10 @@ def _extensions() -> list:
         # through an extension.
         cel.CelExtension(
             "kubernetes",
-            library_k8s.list_index_declarations() + library_k8s.declarations() + library_net.declarations(),
+            library_k8s.list_index_declarations()
+            + library_k8s.declarations()
+            + library_net.declarations()
+            + library_format.declarations(),
         ),
     ]
 

@@ -222,13 +222,47 @@ def rewrite_map_transforms(source: str) -> Rewritten:
     return _apply(source, operations)
 
 
-def adapt(source: str) -> Rewritten:
-    """Every source-level adaptation, with positions mapped back to `source`."""
-    first = rewrite_domain_lookups(source)
-    second = rewrite_map_transforms(first.text)
+FORMAT_ERRORS = "__gpudra_format_errors"
+FORMAT_NAMED = "__gpudra_format_named"
+
+
+def rewrite_format_calls(source: str) -> Rewritten:
+    """The format library's optional results, built from a map with zero or one entry:
+        X.validate(s)     ->  X.__gpudra_format_errors(s)[?"errors"]
+        format.named(n)   ->  __gpudra_format_named(n)[?"format"]
+    """
+    tokens = tokenize(source)
+    operations: list[tuple[int, int, str]] = []
+    for index, token in enumerate(tokens):
+        if index + 1 >= len(tokens) or tokens[index + 1].text != "(":
+            continue
+        if token.text == "validate" and index > 0 and tokens[index - 1].text == ".":
+            replacement, key, start = FORMAT_ERRORS, "errors", token.start
+        elif (token.text == "named" and index >= 2 and tokens[index - 1].text == "."
+              and tokens[index - 2].text == "format" and (index < 3 or tokens[index - 3].text not in (".", ".?"))):
+            replacement, key, start = FORMAT_NAMED, "format", tokens[index - 2].start
+        else:
+            continue
+        parsed = _top_level_arguments(tokens, index + 1)
+        if parsed is None:
+            continue
+        close = parsed[1]
+        operations.append((start, token.end, replacement))
+        operations.append((tokens[close].end, tokens[close].end, f'[?"{key}"]'))
+    return _apply(source, operations)
+
+
+def _compose(first: Rewritten, second: Rewritten) -> Rewritten:
     if second.text == first.text:
         return first
     return Rewritten(second.text, tuple(first.original_offset(offset) for offset in second.origin))
+
+
+def adapt(source: str) -> Rewritten:
+    """Every source-level adaptation, with positions mapped back to `source`."""
+    rewritten = rewrite_domain_lookups(source)
+    rewritten = _compose(rewritten, rewrite_map_transforms(rewritten.text))
+    return _compose(rewritten, rewrite_format_calls(rewritten.text))
 
 
 def offset_of(source: str, line: int, column: int) -> int:

@@ -26,6 +26,7 @@ SEMVER_TYPE = "kubernetes.Semver"
 URL_TYPE = "kubernetes.URL"
 IP_TYPE = "net.IP"
 CIDR_TYPE = "net.CIDR"
+FORMAT_TYPE = "kubernetes.NamedFormat"
 DEVICE_TYPE = "kubernetes.DRADevice"
 DEVICE_TYPE_NO_MULTI = "kubernetes.DRADeviceWithoutMultipleAllocations"
 
@@ -68,7 +69,7 @@ def _build_pool() -> descriptor_pool.DescriptorPool:
     kubernetes = descriptor_pb2.FileDescriptorProto(
         name="gpudra/cel/kubernetes.proto", package="kubernetes", syntax="proto3", dependency=["google/protobuf/struct.proto"]
     )
-    for name in ("Quantity", "Semver", "URL"):
+    for name in ("Quantity", "Semver", "URL", "NamedFormat"):
         _add_text_message(kubernetes, name)
     _add_device_message(kubernetes, "DRADevice", True)
     _add_device_message(kubernetes, "DRADeviceWithoutMultipleAllocations", False)
@@ -92,6 +93,7 @@ SemverMessage = _message_class(SEMVER_TYPE)
 URLMessage = _message_class(URL_TYPE)
 IPMessage = _message_class(IP_TYPE)
 CIDRMessage = _message_class(CIDR_TYPE)
+FormatMessage = _message_class(FORMAT_TYPE)
 
 
 # ----- Quantity: the canonical text is the exact value in nano-units --------------------------------
