@@ -63,3 +63,15 @@ def test_unparseable_input_gives_located_load_errors(text, fragment):
 def test_missing_file_is_a_load_error():
     with pytest.raises(LoadError, match="no such file"):
         load_paths([os.path.join(DATA, "does-not-exist.yaml")])
+
+
+def test_alias_bombs_are_rejected_quickly():
+    levels = ["a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9]"]
+    for position, name in enumerate("bcdefg"):
+        previous = "abcdefg"[position]
+        levels.append(f"{name}: &{name} [" + ", ".join([f"*{previous}"] * 9) + "]")
+    levels.append("h: [" + ", ".join(["*g"] * 9) + "]")
+    with pytest.raises(LoadError, match="through YAML aliases"):
+        load_text("\n".join(levels) + "\n", "bomb.yaml")
+    (doc,) = load_text("base: &b {x: 1}\nother: *b\n", "ok.yaml")
+    assert doc.obj["other"] == {"x": 1}

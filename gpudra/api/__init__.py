@@ -1,1 +1,14 @@
+"""The resource.k8s.io/v1 object model: objects stay plain dicts in their YAML/JSON shape.
 
+- `gpudra.api.load`: `load_paths(paths) -> list[Document]` (files, directories, "-" for stdin; multi-document
+  YAML, JSON, `List` kinds), `load_text(text, source)`, `LoadError`.
+- `gpudra.api.validate`: `validate_document(doc)`, `validate_documents(docs) -> list[Problem]`, `has_errors`.
+- `gpudra.api.problems.Problem`: `FILE:doc N (Kind/name): field.path: message`.
+- `gpudra.api.defaults.apply_defaults(obj)`, `gpudra.api.convert.to_v1(obj)` (v1beta1/v1beta2 -> v1).
+- `gpudra.api.fix.fix_documents(docs)`: the mechanical repairs behind `gpudra validate --fix`.
+- `gpudra.api.dump`: `dump_yaml(objs)`, `dump_json(objs)` in the loaded key order.
+- `gpudra.api.quantity.Quantity`, `gpudra.api.semver.parse_semver`.
+- `gpudra.api.schema`: the declarative schema (`SCHEMAS[(apiVersion, kind)]`, `core.POD_TEMPLATE_PATHS`).
+
+Submodules are imported on demand so that `from gpudra.api.quantity import Quantity` stays light.
+"""

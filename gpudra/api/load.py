@@ -180,7 +180,38 @@ def _construct(node: yaml.Node) -> Any:
         loader.dispose()
 
 
+MAX_ALIAS_EXPANSION = 1_000_000  # extra values that YAML aliases may add to a document when expanded
+
+
+def _check_shape(value: Any, source: str, position: int, line: int | None) -> None:
+    """Reject alias bombs: a few aliased nodes that expand to millions of values would make every walk explode.
+
+    The expanded size is computed once per distinct node (memoized by identity), so this is linear in the input.
+    """
+    sizes: dict[int, int] = {}
+    unique = 0
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    while stack:
+        item, children_done = stack.pop()
+        if id(item) in sizes:
+            continue
+        children = list(item.values()) if isinstance(item, dict) else item
+        containers = [c for c in children if isinstance(c, (dict, list))]
+        if not children_done:
+            stack.append((item, True))
+            stack.extend((c, False) for c in containers if id(c) not in sizes)
+            continue
+        unique += 1
+        sizes[id(item)] = 1 + len(children) + sum(sizes.get(id(c), 0) for c in containers)
+    expanded = sizes.get(id(value), 0)
+    if expanded - unique > MAX_ALIAS_EXPANSION:
+        raise LoadError(source, f"document {position} expands to {expanded} values through YAML aliases "
+                        f"(limit {MAX_ALIAS_EXPANSION} extra)", line)
+
+
 def _check_document(value: Any, source: str, position: int, line: int | None) -> None:
+    if isinstance(value, (dict, list)):
+        _check_shape(value, source, position, line)
     if not isinstance(value, dict):
         kind = type(value).__name__
         raise LoadError(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Iterable
 
-from gpudra.api.convert import DRA_KINDS, OLD_VERSIONS, V1, to_v1
+from gpudra.api.convert import DRA_KINDS, OLD_VERSIONS, V1, needs_conversion, to_v1
 from gpudra.api.load import Document
 from gpudra.api.problems import Problem
 from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, schema_for
@@ -122,7 +122,10 @@ def validate_documents(docs: list[Document]) -> list[Problem]:
 
 
 def _v1(doc: Document) -> dict[str, Any]:
-    return to_v1(doc.obj) if isinstance(doc.obj, dict) else {}
+    """The object in v1 layout; v1 objects are used as they are (read-only), older ones are converted."""
+    if not isinstance(doc.obj, dict):
+        return {}
+    return to_v1(doc.obj) if needs_conversion(doc.obj) else doc.obj
 
 
 def _cross_checks(docs: list[Document]) -> list[Problem]:

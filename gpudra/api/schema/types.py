@@ -259,6 +259,10 @@ class Struct(Type):
     unknown_hints: tuple[UnknownHint, ...] = ()
     description: str = "object"
 
+    def __post_init__(self) -> None:
+        self._required = tuple(name for name, spec in self.fields.items() if spec.required)
+        self._groups = tuple((group, frozenset(group), required) for group, required in self.one_of)
+
     def check(self, value: Any, path: str, ctx: Context) -> None:
         if not isinstance(value, dict):
             ctx.error(path, f"must be an object ({self.name}), not {type_name(value)} {_short(value)}")
@@ -272,11 +276,11 @@ class Struct(Type):
             if item is None and spec.nullable:
                 continue
             spec.type.check(item, child(path, name), ctx)
-        for name, spec in self.fields.items():
-            if spec.required and value.get(name) is None:
+        for name in self._required:
+            if value.get(name) is None:
                 ctx.error(child(path, name), "required field is missing")
-        for group, required in self.one_of:
-            present = [n for n in group if _is_set(value.get(n))]
+        for group, members, required in self._groups:
+            present = [n for n in value if n in members and _is_set(value[n])]
             listing = ", ".join(group)
             if len(present) > 1:
                 ctx.error(path, f"only one of {listing} may be set (found {', '.join(present)})")
