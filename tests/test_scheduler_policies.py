@@ -199,3 +199,22 @@ def test_best_effort_pods_skip_balanced_allocation():
     results = schedule([node("a"), pod("p", cpu="1")])[2]
     # cpu 1: least (87 + 99)//2 = 93; balanced: fractions 1/8 and 0 -> 100*(1-0.0625) = 93
     assert results["default/p"].scores == {"a": 93 + 93 + 300}
+
+
+def test_physical_devices_and_free_capacity():
+    # static MIG: four 1g devices of one parent GPU form one physical device; plus one plain GPU
+    from test_scheduler_support import resource_slice
+
+    migs = [{"name": f"mig-{i}", "attributes": {"parentUUID": {"string": "GPU-1"}}} for i in range(4)]
+    objects = [device_class(), node("a"), resource_slice("a", migs + [{"name": "gpu-0"}])]
+    cluster = Cluster(objects)
+    assert len(cluster.node_groups("a")) == 2
+    assert cluster.free_node_groups("a") == 2 and cluster.free_capacity("a") == 2
+    taken = [(DRIVER, "a", "mig-0")]
+    assert cluster.free_capacity("a", taken) == 1.75  # 3 of the 4 partitions left + the plain GPU
+    # counters: half of GPU 1 is held, so its counter set is half free; GPU 0 untouched
+    counters = Cluster(partitioned_gpus())
+    assert counters.free_capacity("a") == 1.5
+    assert counters.free_node_groups("a") == 1
+    assert counters.groups_opened("a", [{"devices": {"results": [
+        {"driver": DRIVER, "pool": "a", "device": "gpu-0-half-1"}, {"driver": DRIVER, "pool": "a", "device": "gpu-1-half-1"}]}}]) == 1

@@ -20,24 +20,10 @@ if TYPE_CHECKING:  # pragma: no cover
 PROBE_CLAIM_NAMESPACE = "gpudra-probe"
 
 
-def device_groups(scheduler: "Scheduler", node: str) -> dict[DeviceId, tuple[str, ...]]:
-    """Node-local device -> its group (counter set it consumes, else the device itself)."""
+def device_groups(scheduler: "Scheduler", node: str) -> dict[DeviceId, Any]:
+    """Node-local device -> its physical device (`Cluster.device_group`)."""
     cluster = scheduler.cluster
-    local = set(cluster.node_devices(node))
-    groups: dict[DeviceId, tuple[str, ...]] = {}
-    for slice_obj in cluster.slices:
-        spec = slice_obj.get("spec") or {}
-        driver, pool = spec.get("driver", ""), (spec.get("pool") or {}).get("name", "")
-        for device in spec.get("devices") or []:
-            device_id = (driver, pool, device.get("name", ""))
-            if device_id not in local:
-                continue
-            consumes = device.get("consumesCounters") or []
-            if consumes:
-                groups[device_id] = (driver, pool, "counters", consumes[0].get("counterSet", ""))
-            else:
-                groups[device_id] = device_id
-    return groups
+    return {device: cluster.device_group(device) for device in cluster.node_devices(node)}
 
 
 def probe_claim(name: str, devices: list[DeviceId]) -> dict[str, Any]:
@@ -94,7 +80,7 @@ def steered_alternative(
     if not groups:
         return None
     allocated = scheduler.cluster.allocated_devices
-    used_groups = {group for device, group in groups.items() if device in allocated}
+    used_groups = {group for group in groups.values() if scheduler.cluster.group_use.get(group)}
     hidden = [
         device
         for device, group in groups.items()

@@ -6,9 +6,12 @@ that uses devices (claims or DRA-served extended resources) contributes one samp
 Pods without devices are left out: they cannot use a free GPU whatever we do, so they would add the same
 amount to every choice.
 
-Fragmentation of node n for class m: F_n(m) = the node's free devices when m cannot be placed on n (cpu or
-memory short, or the allocator finds no devices for m's claims), else 0: free devices that the typical
-workload cannot use are fragments. F_n = Σ_m p_m·F_n(m).
+Fragmentation of node n for class m: F_n(m) = the node's free device capacity when m cannot be placed on n
+(cpu or memory short, or the allocator finds no devices for m's claims), else 0: free capacity the typical
+workload cannot use is fragmented. F_n = Σ_m p_m·F_n(m). Capacity is counted in physical devices
+(`Cluster.free_capacity`): 1 per untouched device, and for a GPU split through counters (MIG) the free share of
+its counter set, as FGD counts free GPU milli. (FGD also counts, for a class that fits, the partial GPUs too
+small for it; that per-GPU test is left out: the allocator answers for the node as a whole.)
 
 Score of a feasible node: F_n(before) − F_n(after placing the pod), i.e. the node whose fragmentation grows least
 wins (a decrease is best); ties go to the node left with fewer free devices (best fit), then to the name.
@@ -27,7 +30,7 @@ from . import resources as res
 from .allocation import allocate
 from .devicechoice import claims_to_allocate, probe_claim, steered_alternative
 from .dra import dra_served_extended, extended_claim, extended_resource_classes, prefilter
-from .scoring import MAX_NODE_SCORE, Policy, devices_taken_on_node
+from .scoring import MAX_NODE_SCORE, Policy
 
 if TYPE_CHECKING:  # pragma: no cover
     from .scheduler import NodeEval, PodInfo, Scheduler
@@ -105,10 +108,10 @@ def _fits_resources(scheduler: "Scheduler", node: str, requests: dict[str, int],
 
 
 def node_fragmentation(
-    scheduler: "Scheduler", node: str, free_devices: int, extra_requests: dict[str, int] | None = None
+    scheduler: "Scheduler", node: str, free_capacity: float, extra_requests: dict[str, int] | None = None
 ) -> float:
     """F_n under the allocator's current state (plus `extra_requests` of cpu/memory already committed)."""
-    if free_devices <= 0:
+    if free_capacity <= 0:
         return 0.0
     allocator = scheduler.cluster.allocator()
     node_obj = scheduler.cluster.nodes[node]
@@ -118,7 +121,7 @@ def node_fragmentation(
         if fits:
             fits = allocate(allocator, node_obj, workload.claims).outcome == "allocated"
         if not fits:
-            total += workload.weight * free_devices
+            total += workload.weight * free_capacity
     return total
 
 
@@ -126,8 +129,6 @@ def fragmentation_after(
     scheduler: "Scheduler", info: "PodInfo", node: str, allocations: list[dict[str, Any]] | None
 ) -> float:
     cluster = scheduler.cluster
-    taken = devices_taken_on_node(scheduler, node, allocations)
-    free_after = cluster.free_node_devices(node) - taken
     devices = [
         (r.get("driver", ""), r.get("pool", ""), r.get("device", ""))
         for allocation in allocations or []
@@ -139,7 +140,7 @@ def fragmentation_after(
     if probe is not None:
         allocator.add_allocated_claim(probe)
     try:
-        return node_fragmentation(scheduler, node, free_after, info.requests)
+        return node_fragmentation(scheduler, node, cluster.free_capacity(node, devices), info.requests)
     finally:
         if probe is not None:
             allocator.remove_allocated_claim(probe)
@@ -156,7 +157,7 @@ class FragmentationPolicy(Policy):
         cached = self._before.get(node)
         if cached is not None and cached[:2] == key:
             return cached[2]
-        value = node_fragmentation(scheduler, node, scheduler.cluster.free_node_devices(node))
+        value = node_fragmentation(scheduler, node, scheduler.cluster.free_capacity(node))
         self._before[node] = (*key, value)
         return value
 
@@ -164,8 +165,8 @@ class FragmentationPolicy(Policy):
         node = evaluation.result.node
         allocations = evaluation.result.allocations
         delta = fragmentation_after(scheduler, info, node, allocations) - self.fragmentation_before(scheduler, node)
-        free_before = scheduler.cluster.free_node_devices(node)
-        return delta, free_before, free_before - devices_taken_on_node(scheduler, node, allocations)
+        free_before = scheduler.cluster.free_node_groups(node)
+        return delta, free_before, free_before - scheduler.cluster.groups_opened(node, allocations)
 
     def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
         most_free = max((e.parts[1] for e in feasible), default=0)

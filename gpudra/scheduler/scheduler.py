@@ -42,6 +42,8 @@ from .shapeindex import ShapeIndex
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE = 0  # 0 = adaptive, as kube-scheduler's default
+MAX_CACHED_SHAPES = 256  # per-node verdict caches kept (oldest dropped first)
+MAX_INDEXED_SHAPES = 32
 
 
 def num_feasible_nodes_to_find(num_all_nodes: int, percentage: int = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE) -> int:
@@ -291,7 +293,11 @@ class Scheduler:
                 return self._attempt_indexed(info, result, start, to_find)
         feasible: list[NodeEval] = []
         processed = 0
-        cache = self._cache.setdefault(info.shape, {})
+        cache = self._cache.get(info.shape)
+        if cache is None:
+            if len(self._cache) >= MAX_CACHED_SHAPES:  # bounded memory when every pod has its own shape
+                del self._cache[next(iter(self._cache))]
+            cache = self._cache[info.shape] = {}
         epochs = cluster.epoch
         filtered = result.filtered
         for node_name in nodes[start:] + nodes[:start] if start else nodes:
@@ -346,6 +352,8 @@ class Scheduler:
     def _attempt_indexed(self, info: PodInfo, result: fw.PodResult, start: int, to_find: int) -> fw.PodResult:
         index = self._indexes.get(info.shape)
         if index is None:
+            if len(self._indexes) >= MAX_INDEXED_SHAPES:
+                del self._indexes[next(iter(self._indexes))]
             index = ShapeIndex(self, info, self._cache.pop(info.shape, {}))
             self._indexes[info.shape] = index
         else:

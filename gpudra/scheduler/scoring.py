@@ -10,9 +10,12 @@ cycle picks the highest and breaks ties by node name, so results never depend on
   Not modelled: ImageLocality, InterPodAffinity and PodTopologySpread (including its system default
   ScheduleAnyway constraints for pods owned by ReplicaSets/StatefulSets), so workload pods may be spread
   differently from a real cluster where those break ties.
-- `binpack`: fill nodes and devices before opening new ones — prefer the node left with the fewest free
-  devices, then the most allocated cpu/memory; inside the node prefer devices on GPUs already in use.
-- `spread`: the opposite — the node left with the most free devices, then the least allocated.
+- `binpack`: fill nodes and devices before opening new ones — prefer the node left with the fewest untouched
+  physical devices, then the most allocated cpu/memory; inside the node prefer devices on GPUs already in use.
+- `spread`: the opposite — the node left with the most untouched physical devices, then the least allocated.
+
+A physical device is a group of node-local devices drawing on one counter set (a GPU and its MIG
+partitions), or a device on its own (`Cluster.device_group`); it is "free" while nothing is allocated from it.
 - `fragmentation`: in the spirit of Fragmentation Gradient Descent (Weng et al., USENIX ATC'23) — prefer the
   node (and devices) whose allocation least increases the node's expected fragmentation. See `fragmentation.py`.
 
@@ -92,18 +95,6 @@ def balanced_allocation(scheduler: "Scheduler", info: "PodInfo", node: str) -> i
     return int((1 - deviation) * MAX_NODE_SCORE)
 
 
-def devices_taken_on_node(scheduler: "Scheduler", node: str, allocations: list[dict[str, Any]] | None) -> int:
-    local = set(scheduler.cluster.node_devices(node))
-    taken = 0
-    for allocation in allocations or []:
-        for result in ((allocation or {}).get("devices") or {}).get("results") or []:
-            if (result.get("driver"), result.get("pool"), result.get("device")) in local and not result.get(
-                "adminAccess"
-            ):
-                taken += 1
-    return taken
-
-
 class Policy:
     """A scoring policy. `node_parts` computes what depends only on the node's state and the pod's shape; the
     scheduler caches it with the node's verdict. `combine` turns the parts of all feasible nodes into scores
@@ -181,8 +172,8 @@ class _DevicePolicy(Policy):
 
     def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
         node = evaluation.result.node
-        free_before = scheduler.cluster.free_node_devices(node)
-        taken = devices_taken_on_node(scheduler, node, evaluation.result.allocations)
+        free_before = scheduler.cluster.free_node_groups(node)
+        taken = scheduler.cluster.groups_opened(node, evaluation.result.allocations)
         strategy = most_allocated if self.fill else least_allocated
         return free_before, free_before - taken, resource_score(scheduler, info, node, strategy)
 
