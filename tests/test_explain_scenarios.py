@@ -430,13 +430,15 @@ def test_cel_hint_says_how_to_guard_the_lookup():
 def test_text_shows_nodes_closest_to_fitting_first_and_caps_sections():
     objects = [device_class()]
     for i in range(12):
-        objects += [node(f"n{i:02d}"), gpu_slice(f"n{i:02d}", [gpu(f"gpu-{j}") for j in range(i + 1)])]
-    objects += [claim("many", [request(count=20)]), pod("p", {"gpu": "many"})]
+        # n07 has two matching GPUs (one short); every other node one GPU of its own product (none match).
+        devices = [gpu("gpu-0", "X"), gpu("gpu-1", "X")] if i == 7 else [gpu("gpu-0", f"P{i}")]
+        objects += [node(f"n{i:02d}"), gpu_slice(f"n{i:02d}", devices)]
+    objects += [claim("x", [request(count=3, selectors=(f"{PRODUCT} == 'X'",))]), pod("p", {"gpu": "x"})]
     e = explain(objects, "pod/p", fixes=False)
-    assert e.summary == ("0/12 nodes are available: 12 nodes: request 'gpu' of claim 'many' needs 20 devices, "
-                         "at most 12 free match.")
+    assert e.summary == ("0/12 nodes are available: 12 nodes: request 'gpu' of claim 'x' needs 3 devices, "
+                         "at most 2 free match.")
     text = to_text(e)
     headers = [line for line in text.splitlines() if line.startswith("node ")]
-    assert headers[:2] == ["node n11:", "node n10:"]
+    assert headers[:2] == ["node n07:", "node n00:"]
     assert len(headers) == 10
     assert "… and 2 more nodes (--node NAME shows one, -o yaml shows all)" in text

@@ -218,7 +218,7 @@ def _node_explanations(run: Any, selectors: SelectorSet) -> list[NodeExplanation
             else:
                 error = None if reason.message == "cannot allocate all claims" else reason.message
                 analysis = analyze_node(node, claims, cluster.slices, cluster.device_classes, allocated,
-                                        selectors, allocator_error=error)
+                                        selectors, allocator_error=error, labels=run.request_labels)
                 entry.requests = analysis.requests
                 entry.constraints = analysis.constraints
                 entry.pool_problems = analysis.pool_problems
@@ -272,13 +272,13 @@ def summary_line(num_nodes: int, nodes: list[NodeExplanation]) -> str:
             continue
         first = entry.reasons[0]
         if first.code == model.DRA_DEVICES and "free" in first.data:
-            key = (first.data["claim"], first.data["request"], first.data["need"])
+            key = (first.data["claim"], first.data["request"], first.data["need"], first.data.get("label", ""))
             shortages.setdefault(key, []).append(first.data["free"])
             continue
         histogram[first.message] += 1
     # Nodes short of devices for the same request are one group, with the best node's count.
-    for (claim, request, need), frees in shortages.items():
-        subject = f"request '{request}' of claim '{claim.split('/', 1)[-1]}'"
+    for (claim, request, need, label), frees in shortages.items():
+        subject = label or f"request '{request}' of claim '{claim.split('/', 1)[-1]}'"
         histogram[devices_message(subject, need, min(frees), max(frees))] += len(frees)
     parts = [f"{n} node{'s' if n != 1 else ''}: {message}"
              for message, n in sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0]))]

@@ -100,6 +100,7 @@ def analyze_node(
     allocated: AllocatedDevices,
     selectors: SelectorSet | None = None,
     allocator_error: str | None = None,
+    labels: dict[tuple[str, str], str] | None = None,
 ) -> DraNodeAnalysis:
     """Funnels for every request of `claims` on `node`, and the reasons they do not fit together."""
     analysis = DraNodeAnalysis()
@@ -128,7 +129,7 @@ def analyze_node(
                 survivors_by_request[(key, base)] = survivors
                 need_by_request[(key, base)] = _need(spec, result)
             else:
-                shortages.append(_shortage(key, base, results))
+                shortages.append(_shortage(key, base, results, (labels or {}).get((key, base))))
     analysis.reasons.extend(shortages)
     if not shortages:
         analysis.reasons.extend(_constraint_reasons(claims, survivors_by_request, need_by_request, analysis))
@@ -164,13 +165,16 @@ def _need(spec: Any, result: RequestFunnel) -> int:
     return _matching(result) if spec.mode == "All" else spec.count
 
 
-def _shortage(key: str, request: str, results: list[tuple[Any, RequestFunnel, list[DeviceRef]]]) -> Reason:
-    subject = f"request '{request}' of claim '{claim_name(key)}'"
+def _shortage(key: str, request: str, results: list[tuple[Any, RequestFunnel, list[DeviceRef]]],
+              label: str | None = None) -> Reason:
+    subject = label or f"request '{request}' of claim '{claim_name(key)}'"
     if len(results) == 1:
         spec, result, _ = results[0]
         if spec.mode == "All":
             return Reason(model.DRA_ALL, f"{subject} {_shortage_text(spec, result)}")
         data = {"claim": key, "request": request, "need": spec.count, "free": result.available}
+        if label:
+            data["label"] = label
         return Reason(model.DRA_DEVICES, devices_message(subject, spec.count, result.available, result.available),
                       data)
     parts = [f"{spec.name.split('/', 1)[1]}: {_shortage_text(spec, result)}" for spec, result, _ in results]

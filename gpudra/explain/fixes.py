@@ -180,7 +180,8 @@ def _release_claims(explanation: Explanation) -> list[Candidate]:
             for holder, n in funnel.holders.items():
                 counts[holder] = counts.get(holder, 0) + n
                 pods[holder] = funnel.holder_pods.get(holder, [])
-    order = sorted(counts, key=lambda key: (len(pods.get(key, [])), -counts[key], key))
+    # Smallest first: fewest pods to delete, then fewest devices freed (every candidate is verified).
+    order = sorted(counts, key=lambda key: (len(pods.get(key, [])), counts[key], key))
     candidates = []
     for holder in order[:MAX_RELEASE_CANDIDATES]:
         holder_pods = list(pods.get(holder, []))
@@ -402,14 +403,18 @@ def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: 
                   + _use_existing_class(explanation) + _lower_resources(explanation)
                   + _drop_selectors(explanation))
     fixes: list[Fix] = []
-    for candidate in candidates[:MAX_CANDIDATES]:
+    tried = 0
+    for candidate in candidates:
+        if tried >= MAX_CANDIDATES or len(fixes) >= limit:
+            break
+        if any(f.kind == candidate.kind for f in fixes):
+            continue  # one fix of each kind: different options rather than variations of one
         trial = copy.deepcopy(objects)
         if not candidate.mutate(trial):
             continue
+        tried += 1
         node = _fits(trial, explanation, policy)
         if node is None:
             continue
         fixes.append(Fix(candidate.kind, candidate.describe(node), [node], candidate.change))
-        if len(fixes) >= limit:
-            break
     return fixes

@@ -13,6 +13,8 @@ _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 # Nodes whose explanations read the same are shown once; this many names head the group.
 NAMES_PER_GROUP = 6
+# Text output shows the nodes closest to fitting first, and at most this many sections.
+MAX_NODE_SECTIONS = 10
 
 
 def to_yaml(explanation: Explanation) -> str:
@@ -51,10 +53,16 @@ def to_text(explanation: Explanation, node: str | None = None) -> str:
     for error in explanation.cel_errors:
         lines.append("CEL error: " + _cel_text(error))
     nodes = [n for n in explanation.nodes if node is None or n.node == node]
-    for names, body in _group_nodes(nodes):
+    groups = sorted(_group_nodes(nodes), key=lambda group: (_distance(group[2]), group[0][0]))
+    for names, body, _ in groups[:MAX_NODE_SECTIONS]:
         lines.append("")
         lines.append(_names_header(names) + (":" if body else ""))
         lines.extend(body)
+    hidden = sum(len(names) for names, _, _ in groups[MAX_NODE_SECTIONS:])
+    if hidden:
+        lines.append("")
+        lines.append(f"… and {hidden} more node{'s' if hidden != 1 else ''} (--node NAME shows one, "
+                     "-o yaml shows all)")
     if explanation.fixes:
         lines.append("")
         lines.append("What would make it fit:")
@@ -87,12 +95,22 @@ def _names_header(names: list[str]) -> str:
     return f"nodes {shown}{more} ({len(names)})"
 
 
-def _group_nodes(nodes: list[NodeExplanation]) -> list[tuple[list[str], list[str]]]:
-    groups: dict[tuple[str, ...], list[str]] = {}
+def _group_nodes(nodes: list[NodeExplanation]) -> list[tuple[list[str], list[str], NodeExplanation]]:
+    groups: dict[tuple[str, ...], tuple[list[str], NodeExplanation]] = {}
     for entry in nodes:
         body = tuple(_node_body(entry))
-        groups.setdefault(body, []).append(entry.node)
-    return [(names, list(body)) for body, names in groups.items()]
+        groups.setdefault(body, ([], entry))[0].append(entry.node)
+    return [(names, list(body), first) for body, (names, first) in groups.items()]
+
+
+def _distance(entry: NodeExplanation) -> tuple[int, int]:
+    """How far a node is from fitting: failed filters first, then devices missing."""
+    missing = 0
+    for reason in entry.reasons:
+        data = reason.data or {}
+        if "need" in data and "free" in data:
+            missing += max(int(data["need"]) - int(data["free"]), 0)
+    return (0 if entry.fits else len(entry.reasons), missing)
 
 
 def _node_body(entry: NodeExplanation) -> list[str]:

@@ -19,6 +19,8 @@ class Run:
     evaluations: dict[str, Any] | None = None
     claims_by_node: dict[str, list[dict[str, Any]]] | None = None
     scheduled_before: list[str] = field(default_factory=list)  # pods placed ahead of the target
+    # (claim key, request) -> how users know it, for the claim the scheduler makes for extended resources
+    request_labels: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 def build_cluster(objects: list[dict[str, Any]]) -> Any:
@@ -58,7 +60,17 @@ def run_until(objects: list[dict[str, Any]], pod_key: str, policy: str = "kube")
     run = Run(cluster, pod, result, bound_node=result.node if result.scheduled else None, scheduled_before=ahead)
     if not result.scheduled and not result.prefilter:
         run.evaluations, run.claims_by_node = _evaluate_all(scheduler, pod_key)
+        run.request_labels = _extended_labels(scheduler, pod_key)
     return run
+
+
+def _extended_labels(scheduler: Any, pod_key: str) -> dict[tuple[str, str], str]:
+    info = scheduler.pod_info(pod_key)
+    if not info.dra.extended_claim_name:
+        return {}
+    claim = f"{pod_key.split('/', 1)[0]}/{info.dra.extended_claim_name}"
+    return {(claim, r.request_name): f"extended resource '{r.resource}' of container '{r.container_name}'"
+            for r in info.dra.extended}
 
 
 def _evaluate_all(scheduler: Any, pod_key: str) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
