@@ -102,7 +102,7 @@ class Policy:
 
     name = ""
     default_percentage_of_nodes_to_score = 100
-    indexable = False  # whether the scheduler may use a ShapeIndex (needs `plain_score`)
+    indexable = True  # whether the scheduler may use a ShapeIndex (fast with `plain_score`, exact without)
 
     def plain_score(self, parts: Any) -> float | None:
         """The node's final score when it does not depend on the other scored nodes, else None."""
@@ -127,7 +127,6 @@ class Policy:
 class KubePolicy(Policy):
     name = "kube"
     default_percentage_of_nodes_to_score = 0  # adaptive, as kube-scheduler
-    indexable = True
 
     def plain_score(self, parts: Any) -> float | None:
         # with no PreferNoSchedule taint, preferred affinity or firstAvailable rank anywhere, the normalised
