@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -161,7 +162,10 @@ def main() -> None:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
         shutil.rmtree(root, ignore_errors=True)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    driver_cpu_s = children.ru_utime + children.ru_stime  # includes start-up (imports, reconcile)
 
     result = {
         "claims": args.claims,
@@ -178,6 +182,8 @@ def main() -> None:
         "wall_s": round(wall, 2),
         "claims_per_s": round(args.claims / wall, 1),
         "calls_per_s": round(2 * args.claims / wall, 1),
+        "driver_cpu_ms_per_claim": round(driver_cpu_s * 1000 / args.claims, 2),
+        "cpus": os.cpu_count(),
     }
     rows = [("operation", "p50 ms", "p99 ms"),
             ("NodePrepareResources", f"{result['prepare_p50_ms']:.2f}", f"{result['prepare_p99_ms']:.2f}"),
@@ -188,6 +194,8 @@ def main() -> None:
         print(f"  {row[0]:<24}{row[1]:>10}{row[2]:>10}")
     print(f"  throughput: {result['claims_per_s']} claims/s (prepare+unprepare), {result['calls_per_s']} calls/s;"
           f" wall {result['wall_s']} s; errors {result['errors']}")
+    print(f"  driver process CPU: {result['driver_cpu_ms_per_claim']} ms per claim incl. start-up"
+          f" ({result['cpus']} CPUs on this machine)")
     if errors:
         print(f"  first error: {errors[0]}")
     if args.json:

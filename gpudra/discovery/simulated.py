@@ -115,10 +115,9 @@ class SimulatedBackend(GpuBackend):
 
     def _write_state(self, state: dict[str, Any]) -> None:
         tmp = f"{self.state_path}.tmp.{os.getpid()}.{threading.get_ident()}"
+        # Atomic but not fsynced: like GPU state, it must survive a driver crash, not a power cut.
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(state, fh, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
         os.replace(tmp, self.state_path)  # type: ignore[arg-type]
 
     # -- MIG mechanics on a state dict -------------------------------------------------------------
