@@ -272,3 +272,25 @@ def test_cronjob_pod_template_is_checked():
     cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["resources"]["claims"][0]["name"] = "x"
     (problem,) = errors_for(cron)
     assert problem.path == "spec.jobTemplate.spec.template.spec.containers[0].resources.claims[0].name"
+
+
+def test_request_policy_rules():
+    slice_ = copy.deepcopy(SLICE)
+    device = slice_["spec"]["devices"][0]
+    device["allowMultipleAllocations"] = True
+    device["capacity"]["memory"]["requestPolicy"] = {"default": "8Gi", "validValues": ["8Gi", "4Gi", "100Gi"]}
+    paths = {p.path: p.message for p in errors_for(slice_)}
+    assert "ascending" in paths["spec.devices[0].capacity[memory].requestPolicy.validValues"]
+    assert "must not exceed" in paths["spec.devices[0].capacity[memory].requestPolicy.validValues[2]"]
+    device["capacity"]["memory"]["requestPolicy"] = {"default": "3Gi", "validRange": {"min": "2Gi", "step": "2Gi"}}
+    paths = {p.path: p.message for p in errors_for(slice_)}
+    assert "multiple of step" in paths["spec.devices[0].capacity[memory].requestPolicy.default"]
+    device["capacity"]["memory"]["requestPolicy"] = {"default": "4Gi", "validRange": {"min": "2Gi", "step": "2Gi"}}
+    assert errors_for(slice_) == []
+
+
+def test_specs_of_classes_and_claims_may_be_empty():
+    assert errors_for({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"}}) == []
+    assert errors_for({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "c"}}) == []
+    (problem,) = errors_for({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "s"}})
+    assert problem.path == "spec"

@@ -261,16 +261,19 @@ RESOURCE_CLAIM_STATUS = Struct(
     checks=(_claim_status_check,),
 )
 
-DEVICE_CLASS = top_level("DeviceClass", object_meta(names.device_class_name), DEVICE_CLASS_SPEC, None)
+# DeviceClass, ResourceClaim and template specs are values, not pointers, in the Go types: an object without
+# one is an empty (valid) spec. A ResourceSlice without spec misses its required driver and pool.
+DEVICE_CLASS = top_level("DeviceClass", object_meta(names.device_class_name), DEVICE_CLASS_SPEC, None,
+                         spec_required=False)
 RESOURCE_SLICE = top_level("ResourceSlice", object_meta(), RESOURCE_SLICE_SPEC, None)
 RESOURCE_CLAIM = top_level("ResourceClaim", object_meta(), RESOURCE_CLAIM_SPEC, RESOURCE_CLAIM_STATUS,
-                           checks=(_claim_check,))
+                           spec_required=False, checks=(_claim_check,))
 RESOURCE_CLAIM_TEMPLATE = top_level(
     "ResourceClaimTemplate",
     object_meta(),
     Struct("ResourceClaimTemplateSpec", {
         "metadata": F(TEMPLATE_META),
-        "spec": F(RESOURCE_CLAIM_SPEC, required=True),
+        "spec": F(RESOURCE_CLAIM_SPEC),
     }, unknown_hints=(lambda n, v, p, c: _template_devices_hint(n, v, p, c),)),
     None,
 )

@@ -206,6 +206,31 @@ class CapacityType(Type):
                       "v1alpha3 layout)", hints.fragment({name: {"value": value}}))
             return
         CAPACITY_STRUCT.check(value, path, ctx)
+        if isinstance(value, dict) and isinstance(value.get("requestPolicy"), dict):
+            _policy_within_value(value, path, ctx)
+
+
+def _policy_within_value(capacity: dict, path: str, ctx: Context) -> None:
+    """No request may be granted more than the device has."""
+    total = _quantity(capacity.get("value"))
+    policy = capacity["requestPolicy"]
+    if total is None:
+        return
+    policy_path = child(path, "requestPolicy")
+    default = _quantity(policy.get("default"))
+    if default is not None and default > total:
+        ctx.error(child(policy_path, "default"), f"must not exceed the capacity value {capacity.get('value')}")
+    for position, item in enumerate(policy.get("validValues") if isinstance(policy.get("validValues"), list) else []):
+        amount = _quantity(item)
+        if amount is not None and amount > total:
+            ctx.error(index(child(policy_path, "validValues"), position),
+                      f"must not exceed the capacity value {capacity.get('value')}")
+    valid_range = policy.get("validRange")
+    if isinstance(valid_range, dict):
+        low = _quantity(valid_range.get("min"))
+        if low is not None and low > total:
+            ctx.error(child(child(policy_path, "validRange"), "min"),
+                      f"must not exceed the capacity value {capacity.get('value')}")
 
 
 DEVICE_TAINT = Struct(
