@@ -67,9 +67,10 @@ def _probe_claims(scheduler: "Scheduler", pod: dict[str, Any]) -> list[dict[str,
 
 
 def workload_classes(scheduler: "Scheduler") -> list[WorkloadClass]:
+    key = (scheduler.cluster.generation, len(scheduler.cluster.pods))  # new pods change the target workload
     cached = getattr(scheduler, "_fgd_workload", None)
-    if cached is not None:
-        return cached
+    if cached is not None and cached[0] == key:
+        return cached[1]
     groups: dict[str, WorkloadClass] = {}
     samples = 0
     for pod in scheduler.cluster.pods.values():
@@ -91,7 +92,7 @@ def workload_classes(scheduler: "Scheduler") -> list[WorkloadClass]:
     for group in groups.values():
         group.weight = group.pods / samples
     classes = [groups[shape] for shape in sorted(groups)]
-    scheduler._fgd_workload = classes  # type: ignore[attr-defined]
+    scheduler._fgd_workload = (key, classes)  # type: ignore[attr-defined]
     return classes
 
 

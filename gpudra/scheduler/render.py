@@ -11,7 +11,9 @@ from .cluster import Cluster, claim_allocation
 from .framework import PodResult
 from .meta import key_of
 
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    def ignore_aliases(self, data: Any) -> bool:  # shared sub-objects are written out, never as &id anchors
+        return True
 
 
 def all_objects(cluster: Cluster) -> list[dict[str, Any]]:
