@@ -218,7 +218,8 @@ def _node_explanations(run: Any, selectors: SelectorSet) -> list[NodeExplanation
             else:
                 error = None if reason.message == "cannot allocate all claims" else reason.message
                 analysis = analyze_node(node, claims, cluster.slices, cluster.device_classes, allocated,
-                                        selectors, allocator_error=error, labels=run.request_labels)
+                                        selectors, allocator_error=error, labels=run.request_labels,
+                                        index=_slice_index(cluster))
                 entry.requests = analysis.requests
                 entry.constraints = analysis.constraints
                 entry.pool_problems = analysis.pool_problems
@@ -228,6 +229,17 @@ def _node_explanations(run: Any, selectors: SelectorSet) -> list[NodeExplanation
             entry.reasons.append(Reason(model.OTHER, "not evaluated"))
         explanations.append(entry)
     return explanations
+
+
+def _slice_index(cluster: Any) -> Any:
+    """The allocator's own index of the cluster's slices, so pools are gathered exactly as it does."""
+    allocator = cluster.allocator()
+    index = getattr(allocator, "index", None)
+    if index is None:
+        from gpudra.explain.devices import slice_index
+
+        index = slice_index(cluster.slices)
+    return index
 
 
 def _plain(details: Any) -> dict[str, Any]:
@@ -319,7 +331,8 @@ def explain_claim(objects: list[dict[str, Any]], namespace: str, name: str) -> E
                 first_fit = (node_name, outcome.allocations)
         else:
             analysis = analyze_node(node, [claim], cluster.slices, cluster.device_classes, allocated, selectors,
-                                    allocator_error=outcome.error if outcome.outcome == "error" else None)
+                                    allocator_error=outcome.error if outcome.outcome == "error" else None,
+                                    index=_slice_index(cluster))
             entry.requests, entry.constraints = analysis.requests, analysis.constraints
             entry.pool_problems, entry.cel_errors = analysis.pool_problems, analysis.cel_errors
             entry.reasons = analysis.reasons or [Reason(model.OTHER, "cannot allocate the claim")]

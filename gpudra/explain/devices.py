@@ -7,10 +7,11 @@ matching each selector → not in use → taints tolerated → counters availabl
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from gpudra.allocator.claims import tolerates
 from gpudra.api.quantity import Quantity, QuantityError
 from gpudra.explain.model import CelErrorReport, FunnelStep, RequestFunnel
 
@@ -55,15 +56,9 @@ class PoolView:
 
 
 def _node_matches(node: dict[str, Any], node_name: Any, all_nodes: Any, selector: Any) -> bool:
-    from gpudra.scheduler.nodematch import node_selector_matches
+    from gpudra.allocator.nodematch import NodeInfo, node_matches
 
-    if node_name:
-        return (node.get("metadata") or {}).get("name") == node_name
-    if all_nodes:
-        return True
-    if isinstance(selector, dict):
-        return node_selector_matches(selector, node)
-    return False
+    return node_matches(NodeInfo.of(node), node_name or None, bool(all_nodes), selector)
 
 
 def _counter_values(counters: Any) -> dict[str, int]:
@@ -76,82 +71,52 @@ def _counter_values(counters: Any) -> dict[str, int]:
     return values
 
 
-def visible_pools(node: dict[str, Any], slices: Iterable[dict[str, Any]]) -> list[PoolView]:
-    """Pools the allocator considers for `node` (1.35 rules), sorted by driver and name.
+def slice_index(slices: Iterable[dict[str, Any]], features: str = "default") -> Any:
+    from gpudra.allocator.features import Features
+    from gpudra.allocator.pools import SliceIndex
 
-    Only the latest generation of a pool counts. A pool whose slices are not all there is
-    "incomplete" and one with duplicate device names or unknown counter sets is "invalid"; the
-    allocator skips both, so their devices are not counted as visible.
+    return SliceIndex(list(slices), Features.parse(features))
+
+
+def visible_pools(node: dict[str, Any], slices: Iterable[dict[str, Any]] | None = None,
+                  index: Any = None) -> list[PoolView]:
+    """Pools the allocator considers for `node`, in its visiting order (the allocator's own gathering).
+
+    A pool whose slices are not all published is "incomplete" and one with duplicate device names or
+    unknown counter sets is "invalid"; the allocator skips both, so their devices do not count as visible.
     """
-    all_slices = [s for s in slices if isinstance(s, dict)]
-    relevant: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    by_pool_all: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for slice_obj in all_slices:
-        spec = slice_obj.get("spec") or {}
-        pool = spec.get("pool") or {}
-        key = (str(spec.get("driver", "")), str(pool.get("name", "")))
-        by_pool_all[key].append(slice_obj)
-        if spec.get("sharedCounters"):
-            relevant[key].append(slice_obj)
-        elif spec.get("perDeviceNodeSelection"):
-            if any(_node_matches(node, d.get("nodeName"), d.get("allNodes"), d.get("nodeSelector"))
-                   for d in spec.get("devices") or []):
-                relevant[key].append(slice_obj)
-        elif _node_matches(node, spec.get("nodeName"), spec.get("allNodes"), spec.get("nodeSelector")):
-            relevant[key].append(slice_obj)
+    from gpudra.allocator.nodematch import NodeInfo
 
-    pools: list[PoolView] = []
-    for key in sorted(relevant):
-        generation = max(int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0) for s in relevant[key])
-        mine = [s for s in relevant[key] if int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0) == generation]
-        same_generation = [
-            s for s in by_pool_all[key]
-            if int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0) == generation
-        ]
-        if any(int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0) > generation
-               for s in by_pool_all[key]):
-            continue  # obsolete: a newer generation exists elsewhere; the allocator drops it silently
-        view = PoolView(driver=key[0], name=key[1], generation=generation)
-        expected = int(((mine[0].get("spec") or {}).get("pool") or {}).get("resourceSliceCount") or 0)
-        if len(same_generation) < expected:
-            view.problem = f"incomplete: {len(same_generation)} of {expected} ResourceSlices published"
-        node_targeting = {id(s) for s in mine}
-        seen_names: set[str] = set()
-        for slice_obj in same_generation:
-            spec = slice_obj.get("spec") or {}
-            for counter_set in spec.get("sharedCounters") or []:
-                set_name = str(counter_set.get("name", ""))
-                if set_name in view.counter_sets and not view.problem:
-                    view.problem = f"invalid: duplicate counter set name {set_name}"
-                view.counter_sets[set_name] = _counter_values(counter_set.get("counters"))
-            per_device = bool(spec.get("perDeviceNodeSelection"))
-            for device in spec.get("devices") or []:
-                ref = DeviceRef(key[0], key[1], (slice_obj.get("metadata") or {}).get("name", ""), device, per_device)
-                view.all_devices.append(ref)
-                if id(slice_obj) not in node_targeting:
-                    continue
-                if ref.name in seen_names and not view.problem:
-                    view.problem = f"invalid: duplicate device name {ref.name}"
-                seen_names.add(ref.name)
-                if per_device and not _node_matches(node, device.get("nodeName"), device.get("allNodes"),
-                                                    device.get("nodeSelector")):
-                    continue
-                view.devices.append(ref)
-        if not view.problem:
-            for ref in view.all_devices:
-                for use in ref.device.get("consumesCounters") or []:
-                    set_name = use.get("counterSet")
-                    if set_name not in view.counter_sets:
-                        view.problem = f"invalid: counter set {set_name} not found"
-                        break
-                    missing = set((use.get("counters") or {})) - set(view.counter_sets[set_name])
-                    if missing:
-                        view.problem = f"invalid: counter {sorted(missing)[0]} not found in counter set {set_name}"
-                        break
-                if view.problem:
-                    break
-        pools.append(view)
-    return pools
+    if index is None:
+        index = slice_index(slices or [])
+    views: list[PoolView] = []
+    for pool in index.gather(NodeInfo.of(node)):
+        same = index.by_pool.get(pool.id, [])
+        generation = max((s.generation for s in same), default=0)
+        view = PoolView(driver=pool.driver, name=pool.name, generation=generation)
+        if pool.incomplete:
+            published = sum(1 for s in same if s.generation == generation)
+            expected = max((s.slice_count for s in same if s.generation == generation), default=0)
+            view.problem = f"incomplete: {published} of {expected} ResourceSlices published"
+            view.devices = [_ref(d) for s in same if s.generation == generation and index.targets(s, NodeInfo.of(node))
+                            for d in s.devices]
+            views.append(view)
+            continue
+        if pool.invalid_reason:
+            view.problem = f"invalid: {pool.invalid_reason}"
+        view.counter_sets = {name: dict(counters) for name, counters in pool.counter_sets.items()}
+        view.all_devices = [_ref(d) for s in pool.all_device_slices for d in s.devices]
+        for device in pool.devices:
+            if device.slice.per_device_node_selection and not _node_matches(
+                    node, device.node_name, device.all_nodes, device.node_selector):
+                continue
+            view.devices.append(_ref(device))
+        views.append(view)
+    return views
+
+
+def _ref(device: Any) -> DeviceRef:
+    return DeviceRef(device.driver, device.pool, device.slice.name, device.raw, device.slice.per_device_node_selection)
 
 
 def available_counters(pool: PoolView, allocated: set[str]) -> dict[str, dict[str, int]]:
@@ -188,12 +153,12 @@ class SelectorSet:
             return self._compiled[expression]
         if expression in self._compile_errors:
             return None
-        from gpudra import cel
+        # The allocator's compile cache, in the environment of the default feature set.
+        from gpudra.allocator.selection import compile_expression
 
-        try:
-            compiled = cel.compile_selector(expression)
-        except cel.CELCompileError as exc:
-            self._compile_errors[expression] = str(exc)
+        compiled = compile_expression(expression, True)
+        if isinstance(compiled, Exception):
+            self._compile_errors[expression] = str(compiled)
             return None
         self._compiled[expression] = compiled
         return compiled
@@ -226,24 +191,11 @@ def selector_expressions(obj_selectors: Any) -> list[str]:
 # ----------------------------------------------------------------------------------------- taints
 
 
-def _device_toleration_tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
-    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
-        return False
-    if toleration.get("key") and toleration.get("key") != taint.get("key"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    if operator == "Exists":
-        return True
-    if operator == "Equal":
-        return (toleration.get("value") or "") == (taint.get("value") or "")
-    return False
-
-
 def untolerated_taints(device: dict[str, Any], tolerations: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         taint for taint in device.get("taints") or []
         if taint.get("effect") in EVICTING_EFFECTS
-        and not any(_device_toleration_tolerates(t, taint) for t in tolerations)
+        and not any(tolerates(t, taint) for t in tolerations)
     ]
 
 

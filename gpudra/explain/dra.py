@@ -101,10 +101,13 @@ def analyze_node(
     selectors: SelectorSet | None = None,
     allocator_error: str | None = None,
     labels: dict[tuple[str, str], str] | None = None,
+    index: Any = None,
 ) -> DraNodeAnalysis:
-    """Funnels for every request of `claims` on `node`, and the reasons they do not fit together."""
+    """Funnels for every request of `claims` on `node`, and the reasons they do not fit together.
+
+    `index` is the allocator's SliceIndex when one exists (saves re-reading every slice per node)."""
     analysis = DraNodeAnalysis()
-    pools = visible_pools(node, slices)
+    pools = visible_pools(node, slices, index=index)
     analysis.pool_problems = [f"pool {p.id} is {p.problem}" for p in pools if p.problem]
     ctx = FunnelContext(pools=pools, classes=classes, allocated=allocated.allocated, holders=allocated.holders,
                         claim_pods=lambda key: allocated.pods.get(key, []), selectors=selectors or SelectorSet())
