@@ -15,6 +15,7 @@ import yaml
 from click.testing import CliRunner
 
 pytest.importorskip("gpudra.allocator")
+from gpudra.api.quantity import Quantity  # noqa: E402
 from gpudra.cli.allocate import command  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,12 +35,19 @@ CASES = [
 
 
 def normalise(report: dict[str, Any]) -> dict[str, Any]:
-    """Drop what the conformance contract does not compare: the oracle header, shareIDs, error wording."""
+    """Drop what the conformance contract does not compare: the oracle header, shareIDs, error
+    wording; consumed capacities are compared by value (upstream may print 15G as 15000000000)."""
 
     def walk(value: Any) -> Any:
         if isinstance(value, dict):
             return {
-                key: ("<error>" if key == "error" else walk(item))
+                key: (
+                    "<error>"
+                    if key == "error"
+                    else {k: Quantity.parse(v).nanos for k, v in item.items()}
+                    if key == "consumedCapacity"
+                    else walk(item)
+                )
                 for key, item in value.items()
                 if key not in ("shareID", "oracle")
             }
