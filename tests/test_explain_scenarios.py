@@ -442,3 +442,37 @@ def test_text_shows_nodes_closest_to_fitting_first_and_caps_sections():
     assert headers[:2] == ["node n07:", "node n00:"]
     assert len(headers) == 10
     assert "… and 2 more nodes (--node NAME shows one, -o yaml shows all)" in text
+
+
+def test_requests_that_fit_alone_but_not_together():
+    objects = [device_class(), node("node-a"), gpu_slice("node-a", [gpu("gpu-0"), gpu("gpu-1"), gpu("gpu-2")]),
+               claim("c", [request("a", count=2), request("b", count=2)]), pod("p", {"gpu": "c"})]
+    e = explain(objects, "pod/p")
+    assert e.summary == ("0/1 nodes are available: 1 node: claim 'c' needs 4 devices for all requests together, "
+                         "only 3 distinct free devices match.")
+    assert [r.available for r in e.node("node-a").requests] == [3, 3]
+
+
+def test_own_claim_allocated_where_the_pod_cannot_go():
+    objects = [device_class(), node("node-a"), node("node-b"),
+               gpu_slice("node-a", [gpu("gpu-0")]), gpu_slice("node-b", [gpu("gpu-0")]),
+               claim("shared", [request()], allocated=("node-a", ["gpu-0"]), reserved_for="other"),
+               pod("other", {"gpu": "shared"}, node_name="node-a"),
+               pod("p", {"gpu": "shared"}, nodeSelector={"kubernetes.io/hostname": "node-b"})]
+    e = explain(objects, "pod/p")
+    assert e.summary == ("0/2 nodes are available: 1 node: claim 'shared' is allocated for node=node-a; "
+                         "1 node: node(s) didn't match Pod's node affinity/selector.")
+    assert e.fixes[0].kind == "reallocate-claim"
+    assert e.fixes[0].message == ("node node-b fits if claim default/shared is deallocated and allocated again "
+                                  "(deleting pod default/other)")
+
+
+def test_invalid_pool():
+    objects = [device_class(), node("node-a"),
+               gpu_slice("node-a", [gpu("gpu-0")], slice_count=2, name="s1"),
+               gpu_slice("node-a", [gpu("gpu-0")], slice_count=2, name="s2"),
+               claim("c", [request()]), pod("p", {"gpu": "c"})]
+    e = explain(objects, "pod/p")
+    assert e.summary == "0/1 nodes are available: 1 node: invalid resource pools were encountered."
+    assert e.node("node-a").pool_problems == [f"pool {DRIVER}/node-a is invalid: duplicate device name gpu-0"]
+    assert funnel_counts(e, "node-a") == {"visible": 0}

@@ -214,7 +214,8 @@ def _node_explanations(run: Any, selectors: SelectorSet) -> list[NodeExplanation
             elif reason.message == "resourceclaim not available on the node":
                 claim = reason.details.get("claim", "")
                 entry.reasons.append(Reason(model.DRA_CLAIM_NODE, f"claim '{claim.split('/', 1)[-1]}' is allocated"
-                                            f" for {_selector_text(reason.details.get('nodeSelector')) or 'other nodes'}"))
+                                            f" for {_selector_text(reason.details.get('nodeSelector')) or 'other nodes'}",
+                                            {"claim": claim}))
             else:
                 error = None if reason.message == "cannot allocate all claims" else reason.message
                 analysis = analyze_node(node, claims, cluster.slices, cluster.device_classes, allocated,

@@ -253,9 +253,10 @@ def _combination_reasons(survivors: dict[tuple[str, str], list[DeviceRef]],
     claims = sorted({key for key, _ in survivors})
     names = ", ".join(f"'{claim_name(k)}'" for k in claims)
     if len(distinct) < total:
+        subject = f"claims {names} need" if len(claims) > 1 else f"claim {names} needs"
         return [Reason(model.DRA_COMBINATION,
-                       f"claim{'s' if len(claims) > 1 else ''} {names} need {total} devices together, "
-                       f"{len(distinct)} distinct free devices match")]
+                       f"{subject} {total} devices for all requests together, only {len(distinct)} distinct free "
+                       f"devices match", {"need": total, "free": len(distinct)})]
     uses_counters = any(ref.device.get("consumesCounters") for refs in survivors.values() for ref in refs)
     if uses_counters:
         return [Reason(model.DRA_COMBINATION,

@@ -217,6 +217,43 @@ def _release_claims(explanation: Explanation) -> list[Candidate]:
     return candidates
 
 
+def _reallocate_claims(explanation: Explanation) -> list[Candidate]:
+    """The pod's own claim is allocated where the pod cannot go: free it from its other users so the
+    scheduler can deallocate it and allocate it again elsewhere."""
+    run = explanation.context
+    if explanation.kind != "Pod" or run is None:
+        return []
+    target = f"{explanation.namespace}/{explanation.name}"
+    claims = sorted({r.data["claim"] for n in explanation.nodes for r in n.reasons
+                     if r.code == model.DRA_CLAIM_NODE and r.data.get("claim")})
+    candidates = []
+    for key in claims:
+        claim = run.cluster.claims.get(key) or {}
+        namespace = key.split("/", 1)[0]
+        users = [f"{namespace}/{ref.get('name')}" for ref in (claim.get("status") or {}).get("reservedFor") or []]
+        users = [u for u in dict.fromkeys(users) if u != target]
+
+        def mutate(objects: list[dict[str, Any]], key: str = key, users: list[str] = users) -> bool:
+            for pod_key in users:
+                pod = _find(objects, "Pod", pod_key)
+                if pod is not None:
+                    objects.remove(pod)
+            claim_obj = _find(objects, "ResourceClaim", key)
+            if claim_obj is not None:
+                status = claim_obj.get("status") or {}
+                status.pop("allocation", None)
+                status.pop("reservedFor", None)
+            return claim_obj is not None or bool(users)
+
+        users_text = f" (deleting pod{'s' if len(users) > 1 else ''} {', '.join(users)})" if users else ""
+        candidates.append(Candidate(
+            "reallocate-claim",
+            lambda node, key=key, users_text=users_text:
+                f"node {node} fits if claim {key} is deallocated and allocated again{users_text}",
+            mutate, {"claim": key, "pods": users}))
+    return candidates
+
+
 def _lower_counts(explanation: Explanation) -> list[Candidate]:
     best: dict[tuple[str, str], tuple[int, int]] = {}  # (claim, request) -> (need, most free on a node)
     for node in explanation.nodes:
@@ -399,7 +436,7 @@ def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: 
     if explanation.context is None and explanation.kind == "ResourceClaim":
         explanation.context = simulate.Run(simulate.build_cluster(copy.deepcopy(objects)), None)
     candidates = (_tolerate_device_taint(explanation) + _tolerate_node_taint(explanation)
-                  + _release_claims(explanation) + _lower_counts(explanation)
+                  + _release_claims(explanation) + _reallocate_claims(explanation) + _lower_counts(explanation)
                   + _use_existing_class(explanation) + _lower_resources(explanation)
                   + _drop_selectors(explanation))
     fixes: list[Fix] = []
