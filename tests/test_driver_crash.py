@@ -119,9 +119,11 @@ def test_sigkill_during_prepare_and_unprepare_loses_and_leaks_nothing():
     calls = {"prepare": 0, "unprepare": 0, "killed_in_flight": 0, "rounds": 0}
     lock = threading.Lock()
     started = time.monotonic()
+    running: list[subprocess.Popen] = []
     try:
         while time.monotonic() - started < TIME_BUDGET_S or calls["rounds"] < 3:
             proc, kubelet = _start(root, claims_dir)
+            running[:] = [proc]
             _check_agreement(root, claims, believed)
             stop = threading.Event()
 
@@ -155,6 +157,7 @@ def test_sigkill_during_prepare_and_unprepare_loses_and_leaks_nothing():
             kubelet.close()
             calls["rounds"] += 1
         proc, kubelet = _start(root, claims_dir)
+        running[:] = [proc]
         try:
             _check_agreement(root, claims, believed)
             # the kubelet retries what was cut off; afterwards it can release everything cleanly
@@ -168,5 +171,9 @@ def test_sigkill_during_prepare_and_unprepare_loses_and_leaks_nothing():
         assert calls["prepare"] + calls["unprepare"] >= 200, calls
         assert calls["rounds"] >= 3
     finally:
+        for proc in running:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         shutil.rmtree(root, ignore_errors=True)
     print(f"crash test: {calls}")
