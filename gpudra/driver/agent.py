@@ -95,6 +95,8 @@ class DriverAgent:
         self.plugin.start()
         log.info("kubelet plugin %s serving on %s (registration %s)", self.options.driver_name,
                  self.paths.dra_socket, self.paths.registration_socket)
+        if self.plugin.healthcheck_port is not None:
+            log.info("gRPC health (services '' and 'liveness') on port %d", self.plugin.healthcheck_port)
 
     def stop(self) -> None:
         if self.plugin is not None:
