@@ -30,7 +30,15 @@ def parse_args(text: str) -> argparse.Namespace:
     parser.add_argument("--claims", default=None)
     parser.add_argument("--features", default="default")
     parser.add_argument("--allocator", default=None)  # upstream variant name: gpudra is always the sorted one
-    return parser.parse_args(shlex.split(text))
+    tokens = shlex.split(text)
+    # "--features -PrioritizedList" must not be mistaken for an option.
+    joined = []
+    for token in tokens:
+        if joined and joined[-1] in ("--features", "--node", "--claims"):
+            joined[-1] = f"{joined[-1]}={token}"
+        else:
+            joined.append(token)
+    return parser.parse_args(joined)
 
 
 def _split(value: str | None) -> list[str] | None:

@@ -23,6 +23,9 @@ FEATURE_NAMES = (
 # Kubernetes 1.36: everything is on by default except the alpha ListTypeAttributes.
 _DEFAULT_ON = frozenset(FEATURE_NAMES) - {"ListTypeAttributes"}
 
+# Gates the upstream 1.36 "stable" variant supports (it is chosen when nothing else is enabled).
+_STABLE_SUPPORTED = frozenset({"AdminAccess", "PrioritizedList", "PartitionableDevices", "DeviceTaints"})
+
 _ALIASES = {name.lower(): name for name in FEATURE_NAMES}
 _ALIASES.update({("dra" + name).lower(): name for name in FEATURE_NAMES})
 _ALIASES["dradevicebindingconditions"] = "DeviceBindingAndStatus"
@@ -91,6 +94,15 @@ class Features:
                 )
             features = replace(features, **{_attr(canonical): enable})
         return features
+
+    @property
+    def stable_variant(self) -> bool:
+        """Whether upstream would pick its "stable" allocator variant for this gate set.
+
+        It differs from the sorted variants in one visible way: without DRAConsumableCapacity it
+        silently ignores capacity requests instead of rejecting the claim.
+        """
+        return set(self.enabled()) <= _STABLE_SUPPORTED
 
     def enabled(self) -> list[str]:
         """Enabled feature names in canonical spelling, sorted."""

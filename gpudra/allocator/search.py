@@ -58,7 +58,10 @@ class Search:
         self.view = view
         self.allocating: dict[tuple, set[int]] = {}
         self.allocating_capacity: dict[tuple, dict[str, int]] = {}
+        # A multi-allocatable device serves any number of requests, but each request only once.
+        self.sharing: dict[tuple, list[tuple[int, str]]] = {}
         self.consumed_counters: dict[int, dict[str, dict[str, int]]] = {}
+        self.reject_capacity = not self.features.consumable_capacity and not self.features.stable_variant
         self.claims = [self._prepare(claim or {}) for claim in claims]
 
     # pre-pass --------------------------------------------------------------------------------------
@@ -78,7 +81,7 @@ class Search:
                 subs = []
                 for sub in request["firstAvailable"]:
                     sub_name = str(sub.get("name") or "")
-                    if not features.consumable_capacity and ((sub.get("capacity") or {}).get("requests")):
+                    if self.reject_capacity and ((sub.get("capacity") or {}).get("requests")):
                         raise AllocationError(
                             f"claim {label}, subrequest {sub_name}: has capacity requests, but the DRAConsumableCapacity feature is disabled"
                         )
@@ -89,7 +92,7 @@ class Search:
                 exactly = request.get("exactly")
                 if not isinstance(exactly, dict):
                     raise AllocationError(f"claim {label}, request {name}: missing device class name (unsupported request type?)")
-                if not features.consumable_capacity and ((exactly.get("capacity") or {}).get("requests")):
+                if self.reject_capacity and ((exactly.get("capacity") or {}).get("requests")):
                     raise AllocationError(
                         f"claim {label}, request {name}: has capacity requests, but the DRAConsumableCapacity feature is disabled"
                     )
@@ -203,16 +206,15 @@ class Search:
 
     def _in_use(self, ci: int, rd: RequestData, device: DeviceInfo) -> bool:
         key = device.key
+        if device.allow_multiple and self.features.consumable_capacity:
+            users = self.sharing.get(key)
+            if users and (ci, rd.base_name) in users:
+                return True
+            return not rd.admin and key in self.state.allocated
         holders = self.allocating.get(key)
         if rd.admin:
             return bool(holders) and ci in holders
-        if holders:
-            return True
-        if key in self.state.allocated:
-            return True
-        if not (device.allow_multiple and self.features.consumable_capacity) and key in self.state.shared_devices:
-            return True
-        return False
+        return bool(holders) or key in self.state.allocated or key in self.state.shared_devices
 
     def _allocate_one(self, ci: int, ri: int, si: int, di: int, in_sub: bool):
         if ci == len(self.claims):
@@ -315,7 +317,7 @@ class Search:
         if device.consumes_counters:
             if not features.partitionable_devices:
                 return None
-            shared_already = multi and (key in self.state.shared_devices or key in self.allocating_capacity)
+            shared_already = multi and (key in self.state.shared_devices or bool(self.sharing.get(key)))
             if not shared_already:
                 if not self._take_counters(device):
                     return None
@@ -348,6 +350,7 @@ class Search:
             used = self.allocating_capacity.setdefault(key, {})
             for name, amount in consumed.items():
                 used[name] = used.get(name, 0) + amount
+            self.sharing.setdefault(key, []).append((ci, rd.base_name))
             share_id = str(uuid.uuid4())
         else:
             self.allocating.setdefault(key, set()).add(ci)
@@ -360,8 +363,7 @@ class Search:
                 used = self.allocating_capacity[key]
                 for name, amount in consumed.items():
                     used[name] -= amount
-                if not any(used.values()) and not _still_sharing(self, key):
-                    del self.allocating_capacity[key]
+                self.sharing[key].remove((ci, rd.base_name))
             else:
                 holders = self.allocating[key]
                 holders.discard(ci)
@@ -374,6 +376,3 @@ class Search:
 
         return undo
 
-
-def _still_sharing(search: Search, key: tuple) -> bool:
-    return any(entry[1].key == key for claim in search.claims for entry in claim.results)

@@ -64,14 +64,10 @@ class SelectorEvaluator:
         found = self._inputs.get(device)
         if found is None:
             raw = device.raw
-            if device.has_list_attributes and not self.list_type_attributes:
-                # Without DRAListTypeAttributes a list value is an attribute with no known value.
-                attributes = {
-                    name: ({} if isinstance(value, dict) and any(k in value for k in ("ints", "bools", "strings", "versions")) else value)
-                    for name, value in (raw.get("attributes") or {}).items()
-                }
-                raw = dict(raw, attributes=attributes)
-            found = _cel().device_input(device.driver, raw)
+            if not self.consumable_capacity and raw.get("allowMultipleAllocations"):
+                # Without the gate the field is not copied into the CEL object: it reads as false.
+                raw = {k: v for k, v in raw.items() if k != "allowMultipleAllocations"}
+            found = _cel().device_input(device.driver, raw, list_type_attributes=self.list_type_attributes)
             self._inputs[device] = found
         return found
 
@@ -80,7 +76,9 @@ class SelectorEvaluator:
         found = self._results.get(key)
         if found is not None:
             return found
-        compiled = compile_expression(expression, self.consumable_capacity)
+        # 1.36 compiles with `device.allowMultipleAllocations` declared whatever the gate says
+        # (a selector using it is no compile error with DRAConsumableCapacity off).
+        compiled = compile_expression(expression, True)
         cel = _cel()
         if isinstance(compiled, Exception):
             found = ("compile", str(compiled))
