@@ -8,6 +8,7 @@ kube-scheduler would print and structured details for explanations. `FilterResul
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +55,7 @@ class FilterResult:
 class PodResult:
     pod: str  # namespace/name
     node: str | None = None
-    scores: dict[str, float] = field(default_factory=dict)  # node -> total score (feasible nodes scored)
+    scores: Mapping[str, float] = field(default_factory=dict)  # node -> total score (feasible nodes scored)
     filtered: dict[str, FilterResult] = field(default_factory=dict)  # node -> result, for evaluated nodes
     prefilter: list[Reason] = field(default_factory=list)  # pod-level rejections (no node evaluated)
     error: str | None = None  # fatal error (e.g. a CEL error) that aborted the attempt

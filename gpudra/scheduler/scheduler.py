@@ -37,7 +37,7 @@ from .dra import (
 )
 from .dra import filter_node as dra_filter_node
 from .meta import clone, key_of
-from .shapeindex import ShapeIndex
+from .shapeindex import PlainScores, ShapeIndex
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
@@ -374,7 +374,7 @@ class Scheduler:
         if index.nonplain == 0:
             plain = index.plain
             best = index.evals[max(chosen, key=plain.__getitem__)]  # (score, -position): ties to the first name
-            scores = {index.nodes[i]: plain[i][0] for i in chosen}  # type: ignore[index]
+            scores = PlainScores(index.nodes, plain, chosen)  # type: ignore[assignment]
         else:
             feasible = [index.evals[i] for i in chosen]
             scores = self.policy.combine(self, info, feasible)  # type: ignore[arg-type]

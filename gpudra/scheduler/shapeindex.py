@@ -11,6 +11,7 @@ re-evaluated (normally one: where the previous pod went). The answers are exactl
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -94,3 +95,29 @@ class ShapeIndex:
                 fatal_hit = first
                 chosen = [i for i in chosen if (i - start) % count < (first - start) % count]
         return chosen, processed, fatal_hit
+
+
+class PlainScores(Mapping):
+    """node -> score for the scored nodes, built on first use (most callers only need the winner)."""
+
+    def __init__(self, nodes: list[str], plain: list, chosen: list[int]):
+        self._source = (nodes, plain, chosen)
+        self._scores: dict[str, float] | None = None
+
+    def _materialize(self) -> dict[str, float]:
+        if self._scores is None:
+            nodes, plain, chosen = self._source
+            self._scores = {nodes[i]: plain[i][0] for i in chosen}
+        return self._scores
+
+    def __getitem__(self, node: str) -> float:
+        return self._materialize()[node]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._materialize())
+
+    def __len__(self) -> int:
+        return len(self._source[2])
+
+    def __repr__(self) -> str:
+        return repr(self._materialize())
