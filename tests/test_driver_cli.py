@@ -81,3 +81,41 @@ def test_tcp_health_endpoint_and_cdi_cli_on_a_running_node():
     finally:
         agent.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_prepare_and_status_commands_against_a_running_driver():
+    root = tempfile.mkdtemp(prefix="gdp", dir="/tmp")
+    claims = os.path.join(root, "claims")
+    os.makedirs(claims)
+    agent = DriverAgent(AgentOptions(node_name="n", profile="hgx-a100-mig", root=root, claims_dir=claims,
+                                     fsync=False))
+    agent.start()
+    try:
+        claim = allocated_claim("c", [{"request": "gpu", "device": "gpu-1-mig-1g10gb-19-4"}], node_name="n")
+        path = os.path.join(claims, "default_c.yaml")
+        with open(path, "w") as fh:
+            yaml.safe_dump(claim, fh)
+        runner = CliRunner()
+        result = runner.invoke(cli, ["driver", "prepare", "--root", root, "--show-container", path])
+        assert result.exit_code == 0, result.output
+        [entry] = yaml.safe_load(result.output)
+        assert entry["devices"][0]["device"] == "gpu-1-mig-1g10gb-19-4"
+        assert "/dev/nvidia1" in entry["container"]["devices"]
+        assert sum(p.startswith("/dev/nvidia-caps/") for p in entry["container"]["devices"]) == 2
+        status = yaml.safe_load(runner.invoke(cli, ["driver", "status", "--root", root]).output)
+        assert [c["devices"] for c in status["claims"]] == [["gpu-1-mig-1g10gb-19-4"]]
+        assert status["claims"][0]["state"] == "PrepareCompleted" and status["claims"][0]["cdiSpec"]
+        done = runner.invoke(cli, ["driver", "prepare", "--unprepare", "--root", root, path])
+        assert done.exit_code == 0
+        assert yaml.safe_load(runner.invoke(cli, ["driver", "status", "--root", root]).output)["claims"] == []
+        other = allocated_claim("o", [{"request": "gpu", "device": "gpu-9"}], node_name="n")
+        bad = os.path.join(root, "o.yaml")
+        with open(bad, "w") as fh:
+            yaml.safe_dump(other, fh)
+        failed = runner.invoke(cli, ["driver", "prepare", "--root", root, bad])
+        assert failed.exit_code == 1 and "error" in yaml.safe_load(failed.output)[0]
+    finally:
+        agent.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    missing = CliRunner().invoke(cli, ["driver", "prepare", "--root", root, __file__])
+    assert missing.exit_code == 2

@@ -108,3 +108,110 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
     signal.signal(signal.SIGINT, lambda *_: agent.stop())
     click.echo(f"ready: {agent.paths.dra_socket}", err=True)
     agent.wait()
+
+
+def _claim_refs(claim_files: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    refs = []
+    for path in claim_files:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                docs = [d for d in yaml.safe_load_all(fh) if isinstance(d, dict)]
+        except (OSError, yaml.YAMLError) as exc:
+            _fail(f"cannot read {path}: {exc}")
+        for doc in docs:
+            if doc.get("kind") == "ResourceClaim":
+                meta = doc.get("metadata") or {}
+                refs.append((meta.get("namespace") or "default", meta.get("name", ""), meta.get("uid", "")))
+    if not refs:
+        _fail("no ResourceClaim in the given files")
+    return refs
+
+
+def _kubelet(root: str, driver_name: str, registry_dir: str):
+    import grpc
+
+    from gpudra.driver.kubelet_client import KubeletClient
+    from gpudra.driver.paths import DriverPaths
+
+    paths = DriverPaths(driver_name=driver_name, root=root, registry_dir=registry_dir)
+    client = KubeletClient(paths.registration_socket)
+    try:
+        client.register()
+    except (grpc.RpcError, RuntimeError) as exc:
+        _fail(f"cannot register with the plugin at {paths.registration_socket}: "
+              f"{exc.details() if isinstance(exc, grpc.RpcError) else exc}")
+    return client, paths
+
+
+@command.command("prepare")
+@click.argument("claim_files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
+@click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
+@click.option("--kubelet-registrar-directory-path", "registry_dir", default="/var/lib/kubelet/plugins_registry",
+              show_default=True)
+@click.option("--unprepare", is_flag=True, help="call NodeUnprepareResources instead")
+@click.option("--show-container", is_flag=True, help="also print the OCI spec a container would get")
+def prepare_cmd(claim_files: tuple[str, ...], root: str, driver_name: str, registry_dir: str, unprepare: bool,
+                show_container: bool) -> None:
+    """Act as the kubelet: register with a running driver and (un)prepare the claims in CLAIM_FILES."""
+    refs = _claim_refs(claim_files)
+    client, paths = _kubelet(root, driver_name, registry_dir)
+    try:
+        reply = client.unprepare(refs) if unprepare else client.prepare(refs)
+    finally:
+        client.close()
+    failed = False
+    out = []
+    for ns, name, uid in refs:
+        answer = reply.claims[uid]
+        entry: dict = {"claim": f"{ns}/{name}", "uid": uid}
+        if answer.error:
+            entry["error"] = answer.error
+            failed = True
+        elif not unprepare:
+            entry["devices"] = [{"requestNames": list(d.request_names), "pool": d.pool_name, "device": d.device_name,
+                                 "cdiDeviceIDs": list(d.cdi_device_ids)} for d in answer.devices]
+            if show_container:
+                from gpudra.cdi import CdiError, apply_devices, default_oci_spec
+
+                ids = [i for d in answer.devices for i in d.cdi_device_ids]
+                try:
+                    oci = apply_devices(default_oci_spec(), ids, paths.cdi_spec_dirs)
+                    entry["container"] = {"env": oci["process"]["env"],
+                                          "devices": [d["path"] for d in oci["linux"].get("devices", [])],
+                                          "mounts": [m["destination"] for m in oci.get("mounts", [])]}
+                except CdiError as exc:
+                    entry["container"] = {"error": str(exc)}
+        out.append(entry)
+    click.echo(yaml.safe_dump(out, sort_keys=False), nl=False)
+    if failed:
+        sys.exit(1)
+
+
+@command.command("status")
+@click.option("--root", default="/", show_default=True)
+@click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+def status_cmd(root: str, driver_name: str, output: str) -> None:
+    """Show the prepared claims recorded in the driver's checkpoint and their CDI specs."""
+    import os
+
+    from gpudra.driver.checkpoint import CheckpointError, load_checkpoint
+    from gpudra.driver.paths import DriverPaths
+
+    paths = DriverPaths(driver_name=driver_name, root=root)
+    try:
+        data = load_checkpoint(paths.checkpoint)
+    except CheckpointError as exc:
+        _fail(str(exc))
+    claims = []
+    for uid, entry in sorted(((data or {}).get("claims") or {}).items()):
+        spec = os.path.join(paths.cdi_spec_dir, f"k8s.{driver_name}-claim_{uid}.yaml")
+        claims.append({"uid": uid, "claim": f"{entry.get('namespace')}/{entry.get('name')}", "state": entry["state"],
+                       "devices": [d["device"] for d in entry.get("devices", [])],
+                       "cdiSpec": spec if os.path.exists(spec) else None})
+    result = {"checkpoint": paths.checkpoint, "exists": data is not None, "claims": claims}
+    if output == "json":
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(yaml.safe_dump(result, sort_keys=False), nl=False)
