@@ -14,6 +14,7 @@ Usable as a script (`gen_cluster.py --nodes 1000 -o cluster.yaml`) and as a modu
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import uuid
 from typing import Any
@@ -158,6 +159,11 @@ def dump_yaml(objects: list[dict[str, Any]], stream) -> None:
     yaml.dump_all(objects, stream, Dumper=dumper, sort_keys=False, default_flow_style=False)
 
 
+def dump_json(objects: list[dict[str, Any]], stream) -> None:
+    """One `kind: List`: much faster to write and to read back than YAML for large clusters."""
+    json.dump({"apiVersion": "v1", "kind": "List", "items": objects}, stream)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1, help="number of GPU nodes (default 1)")
@@ -173,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also emit a pending claim, e.g. one=1 or eight=8,nvlink (repeatable)",
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("-o", "--output", default="-", help="output file (default stdout)")
+    parser.add_argument("-o", "--output", default="-", help="output file, YAML or (*.json) a JSON List (default: YAML on stdout)")
     args = parser.parse_args(argv)
     if args.nodes < 0 or args.gpus < 1 or args.nvlink_domains < 1:
         parser.error("--nodes must be >= 0, --gpus and --nvlink-domains >= 1")
@@ -188,11 +194,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--claim {text!r}: expected NAME=COUNT or NAME=COUNT,nvlink")
         objects.append(gpu_claim(name, int(count_text), match_nvlink=flag == "nvlink"))
 
+    dump = dump_json if args.output.endswith(".json") else dump_yaml
     if args.output == "-":
-        dump_yaml(objects, sys.stdout)
+        dump(objects, sys.stdout)
     else:
         with open(args.output, "w", encoding="utf-8") as stream:
-            dump_yaml(objects, stream)
+            dump(objects, stream)
     return 0
 
 

@@ -19,8 +19,6 @@ import yaml
 
 MODES = ("together", "each", "sequential")
 INPUT_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "Node")
-# Kinds that commonly sit next to claims in a manifest directory; skipped without a warning.
-QUIETLY_IGNORED_KINDS = ("Pod", "ResourceClaimTemplate", "Namespace", "DeviceTaintRule", "ConfigMap")
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
@@ -116,7 +114,10 @@ def _select_objects(documents: list[Any]) -> tuple[list[dict[str, Any]], list[st
                 notes.append(f"{_label(document)}: converted from {obj.get('apiVersion')} to resource.k8s.io/v1")
                 obj = _to_v1(obj)
             objects.append(obj)
-        elif kind not in QUIETLY_IGNORED_KINDS:
+        elif kind == "ResourceClaimTemplate":
+            notes.append(f"{_label(document)}: not allocated: a template becomes a claim only for a pod "
+                         "(try `gpudra schedule`)")
+        elif str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
             notes.append(f"{_label(document)}: ignoring kind {kind!r} (allocate reads {', '.join(INPUT_KINDS)})")
     return objects, notes
 
@@ -206,13 +207,13 @@ def allocated_claims_view(
         else:
             notes.append(f"{key}: unallocatable on every node")
         items.append(item)
-    return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}, notes
+    return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}, notes
 
 
-def render(data: Any, output: str) -> str:
+def render(data: Any, output: str, sort_keys: bool) -> str:
     if output == "json":
-        return json.dumps(data, indent=2, sort_keys=False) + "\n"
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=True, default_flow_style=False, allow_unicode=True)
+        return json.dumps(data, indent=2, sort_keys=sort_keys) + "\n"
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=sort_keys, default_flow_style=False, allow_unicode=True)
 
 
 def run_allocate(
@@ -341,4 +342,5 @@ def command(
         sys.exit(2)
     for message in messages:
         click.echo(message, err=True)
-    click.echo(render(data, output), nl=False)
+    # The brief report sorts keys like the conformance files; claims keep their own field order.
+    click.echo(render(data, output, sort_keys=brief), nl=False)
