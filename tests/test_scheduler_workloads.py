@@ -149,3 +149,29 @@ def test_bad_replicas_is_reported_not_raised(replicas):
     bad["spec"]["replicas"] = replicas
     cluster = cluster_with(bad)
     assert not cluster.pods and any("replicas" in problem for problem in cluster.problems)
+
+
+def test_pods_of_a_dump_count_as_replicas():
+    deployment = workload("Deployment", "web", 3)
+    deployment["spec"]["selector"] = {"matchLabels": {"app": "web"}}
+    running = []
+    for name in ("web-abc-11111", "web-abc-22222"):
+        live = pod(name, namespace="ml", nodeName="n1")
+        live["metadata"]["labels"] = {"app": "web"}
+        live["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "web-abc", "uid": "rs", "controller": True}]
+        running.append(live)
+    other = pod("unrelated", namespace="ml")
+    other["metadata"]["labels"] = {"app": "web"}
+    other["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "j", "uid": "j", "controller": True}]
+    cluster = cluster_with(deployment, *running, other)
+    created = [key for key in cluster.pods if key.startswith("ml/web-") and key not in
+               ("ml/web-abc-11111", "ml/web-abc-22222")]
+    assert len(created) == 1  # 3 replicas wanted, 2 already run; the Job's pod does not count
+
+
+def test_statefulset_creates_only_missing_ordinals():
+    live = pod("train-0", namespace="ml", nodeName="n1")
+    live["metadata"]["labels"] = {"app": "train"}
+    cluster = cluster_with(workload("StatefulSet", "train", 3), live)
+    assert sorted(cluster.pods) == ["ml/train-0", "ml/train-1", "ml/train-2"]
+    assert cluster.pods["ml/train-0"]["spec"]["nodeName"] == "n1"

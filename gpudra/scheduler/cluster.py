@@ -130,10 +130,20 @@ class Cluster:
 
     # ----- loading ------------------------------------------------------------------------------
     def apply(self, objects: Iterable[dict[str, Any]]) -> None:
-        """Add objects (later ones replace earlier ones with the same key), then run the controllers."""
+        """Add objects (later ones replace earlier ones with the same key), then run the controllers.
+
+        Workloads are expanded where they stand in the input, so their pods queue there; pods that already
+        belong to a workload (anywhere in the cluster or the input, e.g. a dump of a live cluster) count as
+        its replicas instead of being created again."""
+        objects = [obj for obj in objects if isinstance(obj, dict)]
+        existing = list(self.pods.values())
+        incoming = set()
         for obj in objects:
-            if not isinstance(obj, dict):
-                continue
+            if obj.get("kind") == "Pod":
+                metadata(obj).setdefault("namespace", "default")
+                existing.append(obj)
+                incoming.add(key_of(obj))
+        for obj in objects:
             kind = obj.get("kind")
             if kind == "Pod":
                 self._add_pod(obj)
@@ -165,7 +175,7 @@ class Cluster:
                 metadata(obj).setdefault("namespace", "default")
                 self.workloads.append(obj)
                 try:
-                    pods = expand_workload(obj, lambda key: key in self.pods)
+                    pods = expand_workload(obj, lambda key: key in self.pods or key in incoming, existing)
                 except WorkloadError as exc:
                     self.problems.append(str(exc))
                     continue

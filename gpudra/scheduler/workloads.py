@@ -90,8 +90,49 @@ def unique_generated_name(prefix: str, taken: Callable[[str], bool], *seed: Any)
         attempt += 1
 
 
-def expand_workload(obj: dict[str, Any], taken: Callable[[str], bool]) -> list[dict[str, Any]]:
-    """The pods a controller object would create. `taken(key)` says whether `namespace/name` is in use."""
+def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    """A metav1.LabelSelector (matchLabels and matchExpressions); an empty selector matches everything."""
+    from .nodematch import requirement_matches
+
+    selector = selector or {}
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    return all(requirement_matches(r, labels) for r in selector.get("matchExpressions") or [])
+
+
+_OWNER_KIND = {"Deployment": "ReplicaSet", "ReplicaSet": "ReplicaSet", "StatefulSet": "StatefulSet", "Job": "Job"}
+
+
+def existing_replicas(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Live (non-terminal) pods that already belong to the workload — from a `kubectl get -o yaml` dump, say:
+    same namespace, matching its selector (the template's labels when it has none), not controlled by a
+    different kind of owner."""
+    spec = obj.get("spec") or {}
+    selector = spec.get("selector") or {
+        "matchLabels": ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    }
+    if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+        return []
+    namespace = namespace_of(obj)
+    found = []
+    for pod in pods:
+        if namespace_of(pod) != namespace or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        meta = pod.get("metadata") or {}
+        owners = [ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")]
+        if owners and owners[0].get("kind") != _OWNER_KIND.get(str(obj.get("kind"))):
+            continue
+        if selector_matches(selector, meta.get("labels") or {}):
+            found.append(pod)
+    return found
+
+
+def expand_workload(
+    obj: dict[str, Any], taken: Callable[[str], bool], existing: list[dict[str, Any]] = ()  # type: ignore[assignment]
+) -> list[dict[str, Any]]:
+    """The pods a controller object would create. `taken(key)` says whether `namespace/name` is in use;
+    `existing` are pods already present, of which those belonging to the workload count as its replicas."""
     kind = obj.get("kind")
     spec = obj.get("spec") or {}
     namespace = namespace_of(obj)
@@ -99,12 +140,14 @@ def expand_workload(obj: dict[str, Any], taken: Callable[[str], bool]) -> list[d
     if not isinstance(spec.get("template"), dict):
         raise WorkloadError(f"{kind} {key_of(obj)}: spec.template is missing")
     pods: list[dict[str, Any]] = []
+    # StatefulSets instead skip the ordinals whose pod exists
+    already = len(existing_replicas(obj, list(existing))) if existing and kind != "StatefulSet" else 0
 
     def name_taken(name: str) -> bool:
         return taken(f"{namespace}/{name}") or any(name_of(p) == name for p in pods)
 
     if kind in ("Deployment", "ReplicaSet"):
-        replicas = _int_field(spec, "replicas", 1, obj)
+        replicas = max(0, _int_field(spec, "replicas", 1, obj) - already)
         if kind == "Deployment":
             hash_label = template_hash(spec.get("template"))
             rs_name = f"{name_of(obj)}-{hash_label}"
@@ -125,6 +168,8 @@ def expand_workload(obj: dict[str, Any], taken: Callable[[str], bool]) -> list[d
         revision = f"{name_of(obj)}-{template_hash(spec.get('template'))}"
         for ordinal in range(replicas):
             name = f"{name_of(obj)}-{ordinal}"
+            if taken(f"{namespace}/{name}"):
+                continue  # this ordinal already runs
             extra = {
                 "statefulset.kubernetes.io/pod-name": name,
                 "apps.kubernetes.io/pod-index": str(ordinal),
@@ -140,6 +185,7 @@ def expand_workload(obj: dict[str, Any], taken: Callable[[str], bool]) -> list[d
         completions = spec.get("completions")
         if completions is not None:
             parallelism = min(parallelism, _int_field(spec, "completions", 1, obj))
+        parallelism = max(0, parallelism - already)
         indexed = spec.get("completionMode") == "Indexed"
         ref = owner_reference(obj, "batch/v1", "Job")
         extra = {
