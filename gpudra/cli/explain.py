@@ -8,45 +8,22 @@ from typing import Any
 
 import click
 
+from gpudra.scheduler.scoring import POLICIES
+
 
 class UsageError(click.ClickException):
     exit_code = 2
 
 
-def load_manifests(paths: list[str]) -> list[dict[str, Any]]:
-    """Objects from files (`kubectl get … -o yaml` dumps included), converted to resource.k8s.io/v1."""
-    from gpudra.api.load import LoadError, load_paths
-
-    try:
-        documents = load_paths(paths)
-    except LoadError as exc:
-        raise UsageError(str(exc)) from None
-    except OSError as exc:
-        raise UsageError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
-    try:
-        from gpudra.api.convert import to_v1
-    except ImportError:  # pragma: no cover
-        return [doc.obj for doc in documents]
-    return [to_v1(doc.obj) for doc in documents]
-
-
-def load_cluster(kubeconfig: str | None, context: str | None) -> list[dict[str, Any]]:
-    """Objects read from a live cluster (read-only); errors become clean usage errors."""
-    from gpudra.kube import ClusterReadError, read_cluster
-
-    try:
-        return read_cluster(kubeconfig=kubeconfig, context=context)
-    except ClusterReadError as exc:
-        raise UsageError(str(exc)) from None
-
-
 def load_inputs(paths: tuple[str, ...], kubeconfig: str | None, context: str | None) -> list[dict[str, Any]]:
     """Files when `-f` is given, otherwise the cluster of the kubeconfig (as kubectl would)."""
-    if paths and (kubeconfig or context):
-        raise UsageError("use either -f (manifests) or --kubeconfig/--context (a live cluster), not both")
-    if paths:
-        return load_manifests(list(paths))
-    return load_cluster(kubeconfig, context)
+    from gpudra.kube import InputError
+    from gpudra.kube import load_inputs as load
+
+    try:
+        return load(paths, kubeconfig, context)
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _target(args: tuple[str, ...]) -> str:
@@ -58,11 +35,9 @@ def _target(args: tuple[str, ...]) -> str:
 
 
 def _default_namespace(paths: tuple[str, ...], kubeconfig: str | None, context: str | None) -> str:
-    if paths:
-        return "default"
-    from gpudra.kube import context_namespace
+    from gpudra.kube import default_namespace
 
-    return context_namespace(kubeconfig, context) or "default"
+    return default_namespace(paths, kubeconfig, context)
 
 
 @click.command(
@@ -77,7 +52,8 @@ def _default_namespace(paths: tuple[str, ...], kubeconfig: str | None, context: 
               "kubeconfig context's namespace for a live cluster).")
 @click.option("--kubeconfig", default=None, metavar="PATH", help="Read a live cluster with this kubeconfig.")
 @click.option("--context", default=None, help="The kubeconfig context to use.")
-@click.option("--policy", default="kube", show_default=True, help="Scoring policy of the replayed schedule.")
+@click.option("--policy", type=click.Choice(POLICIES), default="kube", show_default=True,
+              help="Scoring policy of the replayed schedule (as `gpudra schedule --policy`).")
 @click.option("--node", "node", default=None, help="Show only this node's details (text output).")
 @click.option("--no-fixes", is_flag=True, help="Do not search for changes that make it fit.")
 @click.option("-o", "--output", type=click.Choice(["text", "yaml", "json"]), default="text", show_default=True)

@@ -318,6 +318,11 @@ def explain_claim(objects: list[dict[str, Any]], namespace: str, name: str) -> E
         explanation.summary = "already allocated" + (
             f", usable on {explanation.placement['node']}" if explanation.placement["node"] else "")
         return explanation
+    users = sorted(k for k, p in cluster.pods.items() if key in cluster.pod_claim_keys(p))
+    if users:
+        explanation.notes.append(f"used by pod {', '.join(users[:3])}{' …' if len(users) > 3 else ''}; "
+                                 f"`explain pod/NAME` also checks cpu, memory, taints and node selectors, and "
+                                 f"places pending pods ahead in the queue first")
     selectors = SelectorSet()
     fake = type("PreFilter", (), {"prefilter": [], "error": None})()
     explanation.problems.extend(_prefilter_problems(fake, cluster, [claim], selectors, explanation))

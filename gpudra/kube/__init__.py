@@ -3,9 +3,11 @@
 `read_cluster(kubeconfig=..., context=...)` returns the objects gpudra needs (DeviceClasses,
 ResourceSlices, ResourceClaims, ResourceClaimTemplates, DeviceTaintRules, Pods, Nodes) as plain
 dicts in their API shape, the same shape the file loader produces, so every command can work on
-a cluster exactly as on manifests.
+a cluster exactly as on manifests. `load_inputs(paths, kubeconfig, context)` is the one call a
+command needs: manifests when paths are given, else the cluster.
 """
 
+from gpudra.kube.inputs import InputError, default_namespace, load_inputs, load_manifests
 from gpudra.kube.reader import (
     CLUSTER_KINDS,
     ClusterReadError,
@@ -17,5 +19,5 @@ from gpudra.kube.reader import (
     read_kind,
 )
 
-__all__ = ["CLUSTER_KINDS", "ClusterReadError", "ResourceKind", "connect", "context_namespace", "kubeconfig_path",
-           "read_cluster", "read_kind"]
+__all__ = ["CLUSTER_KINDS", "ClusterReadError", "InputError", "ResourceKind", "connect", "context_namespace",
+           "default_namespace", "kubeconfig_path", "load_inputs", "load_manifests", "read_cluster", "read_kind"]

@@ -1,0 +1,51 @@
+"""One entry point for commands that take either manifests (`-f`) or a live cluster (`--kubeconfig`,
+`--context`, or the kubeconfig kubectl would use), so `schedule`, `allocate` and `explain` read alike."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from gpudra.kube.reader import ClusterReadError, context_namespace, read_cluster
+
+
+class InputError(ValueError):
+    """Input that cannot be read; `str()` is a message for users (exit 2)."""
+
+
+def load_manifests(paths: Iterable[str]) -> list[dict[str, Any]]:
+    """Objects from files, directories or stdin ('-'), `kubectl get … -o yaml` Lists included,
+    converted to resource.k8s.io/v1 when the api package knows how."""
+    from gpudra.api.load import LoadError, load_paths
+
+    try:
+        documents = load_paths(list(paths))
+    except LoadError as exc:
+        raise InputError(str(exc)) from None
+    except OSError as exc:
+        raise InputError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+    try:
+        from gpudra.api.convert import to_v1
+    except ImportError:  # pragma: no cover - the api package ships the converter
+        return [doc.obj for doc in documents]
+    return [to_v1(doc.obj) for doc in documents]
+
+
+def load_inputs(paths: Iterable[str] = (), kubeconfig: str | None = None,
+                context: str | None = None) -> list[dict[str, Any]]:
+    """Manifests when `paths` is non-empty, otherwise the cluster (read-only)."""
+    paths = list(paths)
+    if paths and (kubeconfig or context):
+        raise InputError("use either -f (manifests) or --kubeconfig/--context (a live cluster), not both")
+    if paths:
+        return load_manifests(paths)
+    try:
+        return read_cluster(kubeconfig=kubeconfig, context=context)
+    except ClusterReadError as exc:
+        raise InputError(str(exc)) from None
+
+
+def default_namespace(paths: Iterable[str] = (), kubeconfig: str | None = None, context: str | None = None) -> str:
+    """`default` for manifests; the context's namespace (as kubectl) for a live cluster."""
+    if list(paths):
+        return "default"
+    return context_namespace(kubeconfig, context) or "default"
