@@ -223,6 +223,21 @@ def test_same_claim_is_serialized(env):
     assert not errors and env.mig_names() == ["gpu-7-mig-1g20gb-15-0"]
 
 
+def test_share_ids_let_claims_share_a_device(env):
+    a = env.claim("sa", ["gpu-6"])
+    b = env.claim("sb", ["gpu-6"])
+    for ref, share in ((a, "s-1"), (b, "s-2")):
+        path = os.path.join(env.claims_dir, f"default_{ref.name}.yaml")
+        obj = yaml.safe_load(open(path))
+        obj["status"]["allocation"]["devices"]["results"][0]["shareID"] = share
+        yaml.safe_dump(obj, open(path, "w"))
+    assert env.state.prepare(a)[0]["shareID"] == "s-1"
+    assert env.state.prepare(b)[0]["shareID"] == "s-2"
+    c = env.claim("sc", ["gpu-6"])  # no share ID: exclusive, so it conflicts
+    with pytest.raises(PrepareError, match="already allocated"):
+        env.state.prepare(c)
+
+
 # -- configs ---------------------------------------------------------------------------------------------
 
 

@@ -57,6 +57,8 @@ def _conflicts(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Two device records that cannot be handed to two different claims at once."""
     if a.get("adminAccess") or b.get("adminAccess"):
         return False
+    if a.get("shareID") and b.get("shareID") and a["shareID"] != b["shareID"]:
+        return False  # consumable capacity: one device, several allocations told apart by share ID
     if a["device"] == b["device"]:
         return True
     if a["gpuMinor"] != b["gpuMinor"]:
