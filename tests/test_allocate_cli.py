@@ -248,3 +248,22 @@ def test_two_thousand_node_cluster_is_feasible(tmp_path):
     devices = [r["device"] for r in last["allocations"]["default/train"]["devices"]["results"]]
     assert last["node"] == gen.node_name(1999)
     assert devices == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+
+
+def test_benchmark_script_prints_its_json_summary_last(tmp_path):
+    gen = load_generator()
+    path = tmp_path / "one-node.json"
+    with open(path, "w") as stream:
+        gen.dump_json(gen.generate_cluster(1), stream)
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "allocate.py"), str(path), "--node", gen.node_name(0),
+         "--seconds", "0.01", "--json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    summary = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert summary["allocate_per_s"] > 0 and summary["per_pod_per_s"] > 0
+    assert [(s["scenario"], s["outcome"], s["devices_allocated"]) for s in summary["scenarios"]] == [
+        ("1 GPU", "allocated", 1),
+        ("8 GPUs matchAttribute", "allocated", 8),
+    ]
