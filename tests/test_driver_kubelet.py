@@ -256,3 +256,11 @@ def test_dynamic_mig_creates_and_destroys_devices():
         assert n.prepare_one(whole).error == ""
     finally:
         n.close()
+
+
+def test_share_id_is_returned_on_v1(node):
+    ref = node.claim("shared", [{"request": "gpu", "device": "gpu-7", "shareID": "8c5a7f0e-share"}])
+    [device] = node.prepare_one(ref).devices
+    assert device.HasField("share_id") and device.share_id == "8c5a7f0e-share"
+    plain = node.claim("plain", [{"request": "gpu", "device": "gpu-6"}])
+    assert not node.prepare_one(plain).devices[0].HasField("share_id")
