@@ -195,3 +195,19 @@ def test_scheduler_object_reuse_keeps_state():
     cluster.apply([pod("q", templates={"gpu": "t"})])
     (result,) = scheduler.run()
     assert result.pod == "default/q" and result.node is None
+
+
+def test_extended_resource_claims_of_same_shape_pods_are_their_own():
+    objects = [device_class(extended="nvidia.com/gpu"), node("a"), resource_slice("a", devices(4)),
+               pod("p", extended={"nvidia.com/gpu": "1"}), pod("q", extended={"nvidia.com/gpu": "1"})]
+    cluster, _, results = schedule(objects)
+    assert placed(results) == {"default/p": "a", "default/q": "a"}
+    for name in ("p", "q"):
+        the_pod = cluster.pods[f"default/{name}"]
+        claim_name = the_pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+        special = cluster.claims[f"default/{claim_name}"]
+        assert claim_name.startswith(f"{name}-extended-resources-")
+        assert special["metadata"]["ownerReferences"][0]["uid"] == the_pod["metadata"]["uid"]
+        assert special["status"]["reservedFor"][0]["name"] == name
+    devices_p, devices_q = (devices_of(cluster, k) for k in cluster.claims)
+    assert set(devices_p).isdisjoint(devices_q)

@@ -30,13 +30,14 @@ from .dra import (
     DraVerdict,
     ExtendedRequest,
     dra_served_extended,
+    extended_claim,
     extended_claim_status,
     extended_resource_classes,
     first_available_score,
     prefilter,
 )
 from .dra import filter_node as dra_filter_node
-from .meta import clone, key_of
+from .meta import key_of
 from .shapeindex import PlainScores, ShapeIndex
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
@@ -387,7 +388,8 @@ class Scheduler:
         pairs = [(key, allocations[i]) for i, key in enumerate(info.dra.to_allocate)]  # bind copies
         special = None
         if chosen.extended_claim is not None:
-            special = clone(chosen.extended_claim)
+            # the cached verdict may come from another pod of the same shape: name and owner are this pod's
+            special = extended_claim(info.pod, info.dra, chosen.served)
             pairs.append((key_of(special), allocations[len(info.dra.to_allocate)]))
             info.pod.setdefault("status", {})["extendedResourceClaimStatus"] = extended_claim_status(
                 info.dra, chosen.served
