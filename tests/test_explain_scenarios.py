@@ -476,3 +476,20 @@ def test_invalid_pool():
     assert e.summary == "0/1 nodes are available: 1 node: invalid resource pools were encountered."
     assert e.node("node-a").pool_problems == [f"pool {DRIVER}/node-a is invalid: duplicate device name gpu-0"]
     assert funnel_counts(e, "node-a") == {"visible": 0}
+
+
+def test_consumable_capacity_exhausted_by_a_share():
+    shared = gpu("gpu-0", allowMultipleAllocations=True)
+    holder = claim("share", [request(capacity={"requests": {"memory": "60Gi"}})],
+                   allocated=("node-a", ["gpu-0"]), reserved_for="small")
+    holder["status"]["allocation"]["devices"]["results"][0].update(
+        {"shareID": "7c4a0e55-0b8e-4f0e-9a55-3a1d3b4f0001", "consumedCapacity": {"memory": "60Gi"}})
+    objects = [device_class(), node("node-a"), gpu_slice("node-a", [shared]), holder,
+               pod("small", {"gpu": "share"}, node_name="node-a"),
+               claim("slice", [request(capacity={"requests": {"memory": "40Gi"}})]), pod("p", {"gpu": "slice"})]
+    e = explain(objects, "pod/p")
+    assert e.summary.endswith("request 'gpu' of claim 'slice' needs 1 device, no free device matches.")
+    counts = funnel_counts(e, "node-a")
+    assert counts["free"] == 1 and counts["capacity"] == 0  # a shared device is not "in use"
+    assert step(e, "node-a", "capacity").details == ["1 with too little memory left"]
+    assert e.fixes[0].kind == "release-claim" and e.fixes[0].change["claim"] == "default/share"

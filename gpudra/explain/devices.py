@@ -7,6 +7,7 @@ matching each selector → not in use → taints tolerated → counters availabl
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -27,6 +28,7 @@ class DeviceRef:
     slice_name: str
     device: dict[str, Any]
     per_device_node_selection: bool = False
+    info: Any = None  # the allocator's DeviceInfo (precomputed capacities, counters)
 
     @property
     def name(self) -> str:
@@ -116,7 +118,8 @@ def visible_pools(node: dict[str, Any], slices: Iterable[dict[str, Any]] | None 
 
 
 def _ref(device: Any) -> DeviceRef:
-    return DeviceRef(device.driver, device.pool, device.slice.name, device.raw, device.slice.per_device_node_selection)
+    return DeviceRef(device.driver, device.pool, device.slice.name, device.raw, device.slice.per_device_node_selection,
+                     device)
 
 
 def available_counters(pool: PoolView, allocated: set[str]) -> dict[str, dict[str, int]]:
@@ -254,6 +257,8 @@ class FunnelContext:
     holders: dict[str, list[str]]  # device id -> claim keys
     claim_pods: Callable[[str], list[str]]
     selectors: SelectorSet
+    capacity_used: dict[str, dict[str, int]] = field(default_factory=dict)  # device id -> shared capacity used
+    share_holders: dict[str, list[str]] = field(default_factory=dict)  # device id -> claims holding shares
     counters_left: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # pool id -> ...
 
     def counters_for(self, pool: PoolView) -> dict[str, dict[str, int]]:
@@ -369,18 +374,22 @@ def funnel(spec: RequestSpec, ctx: FunnelContext, cel_errors: list[CelErrorRepor
                                        _details(short, counter_detail)))
         devices = fitting
 
-    if spec.capacity:
-        enough = []
-        short = Counter()
-        for ref in devices:
-            lacking = _lacking_capacity(ref, spec.capacity)
-            if lacking:
-                short[lacking] += 1
-            else:
-                enough.append(ref)
+    enough = []
+    short = Counter()
+    requested = _capacity_nanos(spec.capacity)
+    for ref in devices:
+        lacking = _lacking_capacity(ref, requested, ctx.capacity_used.get(ref.id))
+        if lacking:
+            short[lacking] += 1
+            for holder in ctx.share_holders.get(ref.id, []):
+                result.holders.setdefault(holder, 0)
+                result.holder_pods.setdefault(holder, ctx.claim_pods(holder))
+        else:
+            enough.append(ref)
+    if spec.capacity or short:
         result.steps.append(FunnelStep("capacity", "capacity available", len(enough),
                                        _details(short, lambda key, n: f"{n} {key}")))
-        devices = enough
+    devices = enough
     _trim_after_zero(result)
     return result, devices
 
@@ -444,16 +453,32 @@ def _lacking_counter(ref: DeviceRef, left: dict[str, dict[str, int]]) -> str:
     return ""
 
 
-def _lacking_capacity(ref: DeviceRef, requests: dict[str, Any]) -> str:
-    capacity = ref.device.get("capacity") or {}
+def _capacity_nanos(requests: dict[str, Any]) -> dict[str, int]:
+    values = {}
     for name, amount in requests.items():
-        if name not in capacity:
-            return f"without capacity {name}"
         try:
-            if Quantity.parse(amount) > Quantity.parse((capacity[name] or {}).get("value", 0)):
-                return f"with less {name} than {amount}"
+            values[name] = Quantity.parse(amount).nanos
         except QuantityError:
-            return f"with unreadable capacity {name}"
+            values[name] = 0
+    return values
+
+
+def _lacking_capacity(ref: DeviceRef, requested: dict[str, int], used: dict[str, int] | None) -> str:
+    """The allocator's consumable-capacity check (policies, rounding, shares already in use)."""
+    from gpudra.allocator.capacity import consumption, fits
+
+    if ref.info is None:
+        return ""
+    missing = [name for name in requested if name not in ref.info.capacity]
+    if missing:
+        return f"without capacity {missing[0]}"
+    consumed = consumption(ref.info, requested)
+    if consumed is None:
+        return "whose request policy does not allow the requested amount"
+    if not fits(ref.info, consumed, used):
+        name = next((n for n, amount in consumed.items()
+                     if amount + (used or {}).get(n, 0) > ref.info.capacity[n].value), "")
+        return f"with too little {name} left" if name else "with too little capacity left"
     return ""
 
 
@@ -470,19 +495,14 @@ def _fmt_nanos(value: int) -> str:
 
 # ------------------------------------------------------------------------------ attribute values
 
-_ATTRIBUTE_PATTERNS = None
+_ATTRIBUTE_PATTERNS = [
+    re.compile(r'device\.(attributes|capacity)\[\s*["\']([^"\']+)["\']\s*\]\s*\.\s*\??([A-Za-z_][A-Za-z0-9_]*)'),
+    re.compile(r'device\.(attributes|capacity)\[\s*["\']([^"\']+)["\']\s*\]\s*\[\s*\??["\']([^"\']+)["\']\s*\]'),
+]
 
 
 def referenced_names(expression: str) -> list[tuple[str, str, str]]:
     """(map, domain, id) triples a selector reads: device.attributes["d"].id / ["d"]["id"] / capacity."""
-    import re
-
-    global _ATTRIBUTE_PATTERNS
-    if _ATTRIBUTE_PATTERNS is None:
-        _ATTRIBUTE_PATTERNS = [
-            re.compile(r'device\.(attributes|capacity)\[\s*["\']([^"\']+)["\']\s*\]\s*\.\s*\??([A-Za-z_][A-Za-z0-9_]*)'),
-            re.compile(r'device\.(attributes|capacity)\[\s*["\']([^"\']+)["\']\s*\]\s*\[\s*\??["\']([^"\']+)["\']\s*\]'),
-        ]
     found: list[tuple[str, str, str]] = []
     for pattern in _ATTRIBUTE_PATTERNS:
         for match in pattern.finditer(expression):

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from gpudra.allocator.model import quantity_nanos
 from gpudra.explain import model
 from gpudra.explain.devices import (
     DeviceRef,
@@ -34,6 +35,8 @@ class AllocatedDevices:
 
     holders: dict[str, list[str]] = field(default_factory=dict)  # device id -> claim keys
     pods: dict[str, list[str]] = field(default_factory=dict)  # claim key -> pods reserving it
+    capacity_used: dict[str, dict[str, int]] = field(default_factory=dict)  # device id -> shares' consumption
+    share_holders: dict[str, list[str]] = field(default_factory=dict)  # device id -> claims holding shares
 
     @classmethod
     def from_claims(cls, claims: Iterable[dict[str, Any]], extra_pods: dict[str, list[str]] | None = None) -> "AllocatedDevices":
@@ -45,9 +48,16 @@ class AllocatedDevices:
             key = claim_key(claim)
             namespace = key.split("/", 1)[0]
             for result in (allocation.get("devices") or {}).get("results") or []:
+                device_id = f"{result.get('driver')}/{result.get('pool')}/{result.get('device')}"
+                if result.get("shareID") and not result.get("adminAccess"):
+                    sharers = state.share_holders.setdefault(device_id, [])
+                    if key not in sharers:
+                        sharers.append(key)
+                    used = state.capacity_used.setdefault(device_id, {})
+                    for name, amount in (result.get("consumedCapacity") or {}).items():
+                        used[name] = used.get(name, 0) + (quantity_nanos(amount) or 0)
                 if result.get("adminAccess") or result.get("shareID"):
                     continue  # neither holds the device exclusively
-                device_id = f"{result.get('driver')}/{result.get('pool')}/{result.get('device')}"
                 state.holders.setdefault(device_id, []).append(key)
             pods: list[str] = []
             for ref in (claim.get("status") or {}).get("reservedFor") or []:
@@ -110,7 +120,8 @@ def analyze_node(
     pools = visible_pools(node, slices, index=index)
     analysis.pool_problems = [f"pool {p.id} is {p.problem}" for p in pools if p.problem]
     ctx = FunnelContext(pools=pools, classes=classes, allocated=allocated.allocated, holders=allocated.holders,
-                        claim_pods=lambda key: allocated.pods.get(key, []), selectors=selectors or SelectorSet())
+                        claim_pods=lambda key: allocated.pods.get(key, []), selectors=selectors or SelectorSet(),
+                        capacity_used=allocated.capacity_used, share_holders=allocated.share_holders)
 
     survivors_by_request: dict[tuple[str, str], list[DeviceRef]] = {}
     need_by_request: dict[tuple[str, str], int] = {}
