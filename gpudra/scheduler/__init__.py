@@ -19,8 +19,9 @@ Result types (`framework.py`):
 
 - `Reason(plugin, message, details, resolvable, fatal)`: `message` is kube-scheduler's wording;
   `details` carries the data: NodeResourcesFit {resource, requested, used, capacity}; TaintToleration {taint};
-  NodeName {nodeName}; DynamicResources {claim | claims, podClaim, request, class, nodeSelector, error,
-  reservedFor}.
+  NodeName {nodeName}; DynamicResources {claim, podClaim | podClaims, request, class, nodeSelector, error,
+  reservedFor, extendedResources}. Node verdicts are shared by pods of one shape, so per-node DRA reasons
+  name claims by their pod claim names (plus `claim` for already-allocated claims, which are part of the shape).
 - `FilterResult(node, reasons, allocations)`: `fits` when no reasons; `allocations` = one status.allocation
   per claim to allocate (the DRA-served extended-resource claim last).
 - `PodResult(pod, node, scores, filtered, prefilter, error, num_nodes, claims)`: `filtered` holds the

@@ -135,7 +135,8 @@ def prefilter(cluster: Cluster, pod: dict[str, Any], extended_classes: dict[str,
                 )
                 continue
             state.allocated.append(claim_key)
-            signature.append(["allocated", allocation.get("nodeSelector")])
+            # the claim's identity is part of the shape: verdicts name it and PostFilter may deallocate it
+            signature.append(["allocated", claim_key, allocation.get("nodeSelector")])
             continue
         for request_name, class_name in _request_classes(claim):
             if not class_name:
@@ -150,7 +151,7 @@ def prefilter(cluster: Cluster, pod: dict[str, Any], extended_classes: dict[str,
                     )
                 )
         state.to_allocate.append(claim_key)
-        signature.append(["allocate", claim.get("spec")])
+        signature.append(["allocate", pod_claim, claim.get("spec")])
     state.extended = _extended_requests(pod, extended_classes)
     if state.extended:
         namespace = namespace_of(pod)
@@ -260,16 +261,18 @@ def filter_node(
     if outcome.outcome == "allocated":
         return DraVerdict([], outcome.allocations, special)
     if outcome.outcome == "error":
-        details = {"error": outcome.error, "claims": list(state.to_allocate)}
+        details = {"error": outcome.error, "podClaims": [c for c, key, _ in state.claims if key in state.to_allocate]}
         if outcome.error_node_local:
             return DraVerdict([fw.Reason(fw.DYNAMIC_RESOURCES, outcome.error or "", details)])
         return DraVerdict([fw.Reason(fw.DYNAMIC_RESOURCES, outcome.error or "", details, fatal=True)], fatal=outcome.error)
+    # verdicts are shared by pods of one shape: name the pod's claims by their pod claim names
+    pod_claims = [pod_claim for pod_claim, key, _ in state.claims if key in state.to_allocate]
     return DraVerdict(
         [
             fw.Reason(
                 fw.DYNAMIC_RESOURCES,
                 "cannot allocate all claims",
-                {"claims": list(state.to_allocate) + ([name_of(special)] if special else [])},
+                {"podClaims": pod_claims, "extendedResources": bool(special)},
                 resolvable=False,
             )
         ]
