@@ -47,11 +47,15 @@ def _claim_devices(rng: random.Random) -> list[dict]:
     return results
 
 
-def _start(root: str, claims_dir: str) -> tuple[subprocess.Popen, KubeletClient]:
+def _spawn(root: str, claims_dir: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen([sys.executable, "-m", "gpudra", "driver", "run", "--backend", "simulated", "--profile",
+    return subprocess.Popen([sys.executable, "-m", "gpudra", "driver", "run", "--backend", "simulated", "--profile",
                              PROFILE, "--node-name", NODE, "--root", root, "--claims", claims_dir, "--dynamic-mig"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+
+
+def _start(root: str, claims_dir: str) -> tuple[subprocess.Popen, KubeletClient]:
+    proc = _spawn(root, claims_dir)
     paths = DriverPaths(root=root)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -122,6 +126,13 @@ def test_sigkill_during_prepare_and_unprepare_loses_and_leaks_nothing():
     running: list[subprocess.Popen] = []
     try:
         while time.monotonic() - started < TIME_BUDGET_S or calls["rounds"] < 3:
+            if calls["rounds"] % 4 == 3:  # sometimes die during start-up (imports or reconcile) too
+                early = _spawn(root, claims_dir)
+                running[:] = [early]
+                time.sleep(rng.uniform(0.3, 1.2))
+                early.send_signal(signal.SIGKILL)
+                early.wait()
+                calls["killed_at_start"] = calls.get("killed_at_start", 0) + 1
             proc, kubelet = _start(root, claims_dir)
             running[:] = [proc]
             _check_agreement(root, claims, believed)
