@@ -267,3 +267,13 @@ def test_benchmark_script_prints_its_json_summary_last(tmp_path):
         ("1 GPU", "allocated", 1),
         ("8 GPUs matchAttribute", "allocated", 8),
     ]
+
+
+def test_older_api_versions_are_converted_to_v1():
+    result = invoke(["--brief", "-f", str(DATA / "v1beta1-claim.yaml")])
+    assert result.exit_code == 0, result.stderr
+    (entry,) = yaml.safe_load(result.stdout)["results"]
+    assert entry["outcome"] == "allocated"
+    devices = [r["device"] for r in entry["allocations"]["default/two-gpus"]["devices"]["results"]]
+    assert devices == ["gpu-0", "gpu-1"]
+    assert "converted from resource.k8s.io/v1beta1" in result.stderr

@@ -17,6 +17,10 @@ from typing import Any, Callable
 import click
 import yaml
 
+from gpudra.api.convert import needs_conversion, to_v1
+from gpudra.api.load import Document, LoadError, load_paths
+from gpudra.api.validate import validate_document
+
 MODES = ("together", "each", "sequential")
 INPUT_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "Node")
 
@@ -34,72 +38,35 @@ def _split_list(values: tuple[str, ...]) -> list[str]:
     return items
 
 
-def _load_documents(paths: list[str]) -> list[Any]:
-    """Documents with `.obj`, `.source`, `.index` (gpudra.api.load when present)."""
-    try:
-        from gpudra.api.load import LoadError, load_paths
-    except ImportError:  # pragma: no cover - the api package ships the loader
-        return _fallback_load(paths)
+def _load_documents(paths: list[str]) -> list[Document]:
     try:
         return load_paths(paths)
     except LoadError as exc:
         raise InputError(str(exc)) from None
 
 
-def _fallback_load(paths: list[str]) -> list[Any]:
-    from types import SimpleNamespace
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    documents = []
-    for path in paths:
-        source = "<stdin>" if path == "-" else path
-        try:
-            text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-            values = list(yaml.load_all(text, Loader=loader))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise InputError(f"{source}: {exc}") from None
-        for index, value in enumerate(values, start=1):
-            if value is None:
-                continue
-            if not isinstance(value, dict):
-                raise InputError(f"{source}: document {index} is not a mapping")
-            items = value.get("items") if str(value.get("kind", "")).endswith("List") else None
-            for obj in items if isinstance(items, list) else [value]:
-                documents.append(SimpleNamespace(obj=obj, source=source, index=index))
-    return documents
-
-
-def _validation_warnings(documents: list[Any]) -> list[str]:
+def _validation_warnings(documents: list[Document]) -> list[str]:
     """Single-object validation problems, reported but not fatal (upstream allocates anyway)."""
-    try:
-        from gpudra.api import validate
-    except ImportError:
-        return []
-    check = getattr(validate, "validate_document", None)
-    if check is None:
-        return []
     messages: list[str] = []
     for document in documents:
         try:
-            problems = check(document)
+            problems = validate_document(document)
         except Exception as exc:  # a validator bug must not block allocation
             messages.append(f"{_label(document)}: could not validate: {exc}")
             continue
-        for problem in problems or ():
-            location = problem.location() if hasattr(problem, "location") else _label(document)
-            path = getattr(problem, "path", "")
-            message = getattr(problem, "message", str(problem))
-            messages.append(f"{location}: {path + ': ' if path else ''}{message}")
+        for problem in problems:
+            path = f"{problem.path}: " if problem.path else ""
+            messages.append(f"{problem.location()}: {path}{problem.message}")
     return messages
 
 
-def _label(document: Any) -> str:
+def _label(document: Document) -> str:
     obj = document.obj if isinstance(document.obj, dict) else {}
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     return f"{document.source}:doc {document.index} ({obj.get('kind', '?')}/{meta.get('name', '')})"
 
 
-def _select_objects(documents: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
+def _select_objects(documents: list[Document]) -> tuple[list[dict[str, Any]], list[str]]:
     objects: list[dict[str, Any]] = []
     notes: list[str] = []
     for document in documents:
@@ -110,9 +77,9 @@ def _select_objects(documents: list[Any]) -> tuple[list[dict[str, Any]], list[st
         if kind in INPUT_KINDS:
             if not isinstance(obj.get("metadata"), dict) or not obj["metadata"].get("name"):
                 raise InputError(f"{_label(document)}: metadata.name is required")
-            if _needs_conversion(obj):
+            if needs_conversion(obj):
                 notes.append(f"{_label(document)}: converted from {obj.get('apiVersion')} to resource.k8s.io/v1")
-                obj = _to_v1(obj)
+                obj = to_v1(obj)
             objects.append(obj)
         elif kind == "ResourceClaimTemplate":
             notes.append(f"{_label(document)}: not allocated: a template becomes a claim only for a pod "
@@ -120,20 +87,6 @@ def _select_objects(documents: list[Any]) -> tuple[list[dict[str, Any]], list[st
         elif str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
             notes.append(f"{_label(document)}: ignoring kind {kind!r} (allocate reads {', '.join(INPUT_KINDS)})")
     return objects, notes
-
-
-def _needs_conversion(obj: dict[str, Any]) -> bool:
-    try:
-        from gpudra.api.convert import needs_conversion
-    except ImportError:
-        return False
-    return needs_conversion(obj)
-
-
-def _to_v1(obj: dict[str, Any]) -> dict[str, Any]:
-    from gpudra.api.convert import to_v1
-
-    return to_v1(obj)
 
 
 def claim_key(claim: dict[str, Any]) -> str:
