@@ -7,6 +7,7 @@ from functools import lru_cache
 
 from cel_expr_python import cel
 
+from gpudra.cel import checks
 from gpudra.cel import cost as cost_model
 from gpudra.cel.device import DeviceInput
 from gpudra.cel.environment import checking_env, runtime_env
@@ -142,6 +143,12 @@ def _compile(expression: str, consumable_capacity: bool) -> Selector:
     if result_type != cel.Type.BOOL and result_type != cel.Type.DYN:
         message = f"must evaluate to bool or the unknown type, not {cel_type_name(result_type)}"
         raise CELCompileError(expression, message, report=message)
+    mixed = checks.heterogeneous_literal(checked.serialize())
+    if mixed is not None:
+        message, offset = mixed
+        offset = rewritten.original_offset(offset)
+        line, column = line_column(expression, offset)
+        raise CELCompileError(expression, message, column, line, report=caret_report(expression, message, offset))
     estimate = cost_model.check(expression, checked)
     try:
         program = runtime_env().compile(rewritten.text)

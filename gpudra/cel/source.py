@@ -195,7 +195,7 @@ def rewrite_map_transforms(source: str) -> Rewritten:
 
     cel-expr-python parses and checks the two-variable map transforms but has no runtime for their
     `cel.@mapInsert` helper, so (postfix only, precedence unchanged):
-        R.transformMap(k, v, [f,] e)       ->  R.transformList(k, v, [f,] [k, e]).__gpudra_map_from_entries()
+        R.transformMap(k, v, [f,] e)       ->  R.transformList(k, v, [f,] [dyn(k), dyn(e)]).__gpudra_map_from_entries()
         R.transformMapEntry(k, v, [f,] e)  ->  R.transformList(k, v, [f,] e).__gpudra_merge_maps()
     """
     tokens = tokenize(source)
@@ -213,8 +213,9 @@ def rewrite_map_transforms(source: str) -> Rewritten:
         last_first, last_end = arguments[-1]
         if token.text == "transformMap":
             key = source[tokens[arguments[0][0]].start : tokens[arguments[0][1]].end]
-            operations.append((tokens[last_first].start, tokens[last_first].start, f"[{key}, "))
-            operations.append((tokens[last_end].end, tokens[last_end].end, "]"))
+            # dyn(): a [key, value] pair may mix types, which HomogeneousAggregateLiterals refuses
+            operations.append((tokens[last_first].start, tokens[last_first].start, f"[dyn({key}), dyn("))
+            operations.append((tokens[last_end].end, tokens[last_end].end, ")]"))
             helper = MAP_FROM_ENTRIES
         else:
             helper = MERGE_MAPS
