@@ -175,3 +175,23 @@ def test_statefulset_creates_only_missing_ordinals():
     cluster = cluster_with(workload("StatefulSet", "train", 3), live)
     assert sorted(cluster.pods) == ["ml/train-0", "ml/train-1", "ml/train-2"]
     assert cluster.pods["ml/train-0"]["spec"]["nodeName"] == "n1"
+
+
+def test_daemonset_runs_one_pinned_pod_per_eligible_node():
+    from test_scheduler_support import node, placed, schedule
+
+    taint = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
+    nodes = [node("g1", labels={"gpu": "true"}), node("g2", labels={"gpu": "true"}, unschedulable=True),
+             node("g3", labels={"gpu": "true"}, taints=[taint]), node("cpu")]
+    daemon = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "dcgm", "namespace": "ml"},
+              "spec": {"template": {"metadata": {"labels": {"app": "dcgm"}},
+                                    "spec": pod_spec(cpu="100m", nodeSelector={"gpu": "true"})}}}
+    cluster, _, results = schedule([*nodes, daemon])
+    assert sorted(placed(results).values()) == ["g1", "g2"]  # g3's taint is not tolerated; cpu lacks the label
+    for key, node_name in placed(results).items():
+        assert re.fullmatch(rf"ml/dcgm-{SUFFIX}", key)
+        terms = cluster.pods[key]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]
+    again = Cluster([*nodes, daemon, *[cluster.pods[k] for k in placed(results)]])
+    assert len(again.pods) == 2  # a dump with the daemon pods running creates no more

@@ -22,6 +22,7 @@ from .workloads import (
     WorkloadError,
     claim_from_template,
     ensure_uid,
+    expand_daemonset,
     expand_workload,
     owned_by,
 )
@@ -99,6 +100,7 @@ class Cluster(Topology):
         objects = [obj for obj in objects if isinstance(obj, dict)]
         existing = list(self.pods.values())
         incoming = set()
+        daemonsets: list[dict[str, Any]] = []
         for obj in objects:
             if obj.get("kind") == "Pod":
                 metadata(obj).setdefault("namespace", "default")
@@ -131,6 +133,10 @@ class Cluster(Topology):
                 self._topology_changed()
             elif kind == "PriorityClass":
                 self.priority_classes[name_of(obj)] = obj
+            elif kind == "DaemonSet":
+                metadata(obj).setdefault("namespace", "default")
+                self.workloads.append(obj)
+                daemonsets.append(obj)  # after the loop: they need every node of the input
             elif kind in WORKLOAD_KINDS:
                 # expanded in place: its pods queue where the workload stands in the input
                 metadata(obj).setdefault("namespace", "default")
@@ -144,6 +150,15 @@ class Cluster(Topology):
                     self._add_pod(pod)
             else:
                 self.other_objects.append(obj)
+        nodes = [self.nodes[name] for name in self.node_names()]
+        for daemonset in daemonsets:
+            try:
+                pods = expand_daemonset(daemonset, nodes, lambda key: key in self.pods or key in incoming, existing)
+            except WorkloadError as exc:
+                self.problems.append(str(exc))
+                continue
+            for pod in pods:
+                self._add_pod(pod)
         self._sync()
 
     def _add_pod(self, pod: dict[str, Any]) -> None:

@@ -7,6 +7,9 @@ same manifests always give the same pods and claims. Shapes follow the upstream 
   `<deploy>-<hash>-<5 chars>` labelled `pod-template-hash`.
 - StatefulSet: `<sts>-<ordinal>` for ordinals 0..replicas-1 (`statefulset.kubernetes.io/pod-name`).
 - Job: `<job>-<5 chars>` (Indexed: `<job>-<index>-<5 chars>`), min(parallelism, completions) pods at once.
+- DaemonSet: `<ds>-<5 chars>` on every node that matches its template and whose NoSchedule/NoExecute taints it
+  tolerates (with the controller's own tolerations), pinned by a `metadata.name` node affinity.
+- Pods that already belong to a workload (a dump of a live cluster) count as its replicas.
 - Template claims (resourceclaim controller): generateName `<pod>-<podClaim>-` shortened proportionally to 57
   characters, owned by the pod (controller, blockOwnerDeletion), annotated `resource.kubernetes.io/pod-claim-name`.
 """
@@ -31,7 +34,16 @@ POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 CLAIM_GENERATE_NAME_LIMIT = 57  # resourceclaim controller: keeps room for the 5-character suffix and more
 
-WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "Job")
+WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet")
+# Tolerations the DaemonSet controller adds to every daemon pod (daemon pods survive node conditions).
+DAEMON_TOLERATIONS = [
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+]
 
 
 class WorkloadError(ValueError):
@@ -101,7 +113,10 @@ def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) ->
     return all(requirement_matches(r, labels) for r in selector.get("matchExpressions") or [])
 
 
-_OWNER_KIND = {"Deployment": "ReplicaSet", "ReplicaSet": "ReplicaSet", "StatefulSet": "StatefulSet", "Job": "Job"}
+_OWNER_KIND = {
+    "Deployment": "ReplicaSet", "ReplicaSet": "ReplicaSet", "StatefulSet": "StatefulSet", "Job": "Job",
+    "DaemonSet": "DaemonSet",
+}
 
 
 def existing_replicas(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -205,9 +220,69 @@ def expand_workload(
                 pod["metadata"].setdefault("annotations", {})["batch.kubernetes.io/job-completion-index"] = str(index)
             pod["spec"].setdefault("restartPolicy", "Never")
             pods.append(pod)
+    elif kind == "DaemonSet":
+        raise WorkloadError("DaemonSets are expanded with expand_daemonset (they need the nodes)")
     else:
         raise WorkloadError(f"{kind} is not a workload kind gpudra expands")
     return pods
+
+
+def expand_daemonset(
+    obj: dict[str, Any], nodes: list[dict[str, Any]], taken: Callable[[str], bool], existing: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """One pod per node the daemon should run on (template selector/affinity match, NoSchedule/NoExecute taints
+    tolerated with the controller's extra tolerations), pinned by a `metadata.name` node affinity as the
+    DaemonSet controller does. Nodes that already run one of its pods are skipped."""
+    from .nodematch import first_untolerated_taint, node_taints, pod_matches_node_selector_and_affinity
+
+    spec = obj.get("spec") or {}
+    if not isinstance(spec.get("template"), dict):
+        raise WorkloadError(f"DaemonSet {key_of(obj)}: spec.template is missing")
+    namespace = namespace_of(obj)
+    controller_uid = ensure_uid(obj)
+    ref = owner_reference(obj, "apps/v1", "DaemonSet")
+    template_pod = {"spec": (spec.get("template") or {}).get("spec") or {}}
+    tolerations = list(template_pod["spec"].get("tolerations") or []) + DAEMON_TOLERATIONS
+    running = set()
+    for pod in existing_replicas(obj, existing):
+        pod_spec = pod.get("spec") or {}
+        if pod_spec.get("nodeName"):
+            running.add(pod_spec["nodeName"])
+        for term in _required_terms(pod_spec):
+            for field in term.get("matchFields") or []:
+                if field.get("key") == "metadata.name" and field.get("operator") == "In":
+                    running.update(field.get("values") or [])
+    pods: list[dict[str, Any]] = []
+    for node in nodes:
+        node_name = name_of(node)
+        if node_name in running or not pod_matches_node_selector_and_affinity(template_pod, node):
+            continue
+        if first_untolerated_taint(node_taints(node), tolerations) is not None:
+            continue
+        name = unique_generated_name(
+            f"{name_of(obj)}-", lambda n: taken(f"{namespace}/{n}") or any(name_of(p) == n for p in pods),
+            namespace, controller_uid, node_name,
+        )
+        pod = _pod_from_template(obj, name, {}, ref)
+        pod_spec = pod["spec"]
+        pod_spec["tolerations"] = list(pod_spec.get("tolerations") or []) + [
+            t for t in DAEMON_TOLERATIONS if t not in (pod_spec.get("tolerations") or [])
+        ]
+        pin = {"key": "metadata.name", "operator": "In", "values": [node_name]}
+        affinity = pod_spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+        required = affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+        terms = required.get("nodeSelectorTerms") or [{}]
+        # the controller replaces any metadata.name field requirement in every term with the pin
+        required["nodeSelectorTerms"] = [
+            {**term, "matchFields": [pin]} for term in terms
+        ]
+        pods.append(pod)
+    return pods
+
+
+def _required_terms(pod_spec: dict[str, Any]) -> list[dict[str, Any]]:
+    affinity = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+    return list((affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
 
 
 def claim_generate_name(pod_name: str, pod_claim_name: str) -> str:
