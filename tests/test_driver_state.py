@@ -334,3 +334,27 @@ def test_kube_claim_source(monkeypatch):
     api.read_namespaced_resource_claim.side_effect = [_ApiException(403)]
     with pytest.raises(ClaimSourceError, match="403"):
         source.get("ns", "c")
+
+
+def test_device_numbers_from_proc_files(tmp_path):
+    from gpudra.driver import cdispec
+
+    devices = tmp_path / "devices"
+    devices.write_text("Character devices:\n  1 mem\n195 nvidia\n236 nvidia-caps\n508 nvidia-uvm\n\n"
+                       "Block devices:\n  8 sd\n236 not-a-char\n")
+    assert cdispec.read_char_majors(str(devices)) == {"mem": 1, "nvidia": 195, "nvidia-caps": 236, "nvidia-uvm": 508}
+    minors = tmp_path / "mig-minors"
+    minors.write_text("config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\ngpu1/gi2/access 156\n"
+                      "gpu1/gi2/ci0/access 157\n")
+    table = cdispec.read_mig_minors(str(minors))
+    assert cdispec.mig_cap_minors(1, 2, 0, table) == (156, 157)
+    assert cdispec.mig_cap_minors(0, 0, 0) == (3, 4)  # the driver's numbering without a table
+    assert cdispec.mig_cap_minors(1, 2, 0) == (156, 157)
+    spec = cdispec.claim_spec("gpu.nvidia.com", "u", [{"device": "gpu-1-mig-1g10gb-19-0", "gpuMinor": 1,
+                                                       "mig": {"giId": 2, "ciId": 0}}],
+                              majors=cdispec.read_char_majors(str(devices)), mig_minors=table)
+    nodes = spec.devices[0].container_edits.device_nodes
+    assert [(n.path, n.major, n.minor) for n in nodes] == [
+        ("/dev/nvidia1", 195, 1), ("/dev/nvidia-caps/nvidia-cap156", 236, 156),
+        ("/dev/nvidia-caps/nvidia-cap157", 236, 157)]
+    assert [n.major for n in spec.container_edits.device_nodes] == [195, 508, 508]

@@ -36,9 +36,30 @@ def read_char_majors(proc_devices: str = "/proc/devices") -> dict[str, int]:
     return majors
 
 
-def mig_cap_minors(parent_minor: int, gi_id: int, ci_id: int) -> tuple[int, int]:
-    """Minors of `gpu<P>/gi<G>/access` and `gpu<P>/gi<G>/ci<C>/access` in the nvidia-caps
-    numbering (/proc/driver/nvidia-caps/mig-minors: config=1, monitor=2, then 9 per GI)."""
+MIG_MINORS_FILE = "/proc/driver/nvidia-caps/mig-minors"
+
+
+def read_mig_minors(path: str = MIG_MINORS_FILE) -> dict[str, int]:
+    """The driver's table of nvidia-caps minors: `gpu0/gi1/access 12`, `gpu0/gi1/ci0/access 13`, …"""
+    minors: dict[str, int] = {}
+    try:
+        with open(path, encoding="ascii") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) == 2 and parts[1].isdigit():
+                    minors[parts[0]] = int(parts[1])
+    except OSError:
+        pass
+    return minors
+
+
+def mig_cap_minors(parent_minor: int, gi_id: int, ci_id: int,
+                   table: dict[str, int] | None = None) -> tuple[int, int]:
+    """Minors of `gpu<P>/gi<G>/access` and `gpu<P>/gi<G>/ci<C>/access`: from the driver's table when
+    given, else the numbering the driver uses (config=1, monitor=2, then 9 per GI, 15 GIs per GPU)."""
+    gi_key, ci_key = f"gpu{parent_minor}/gi{gi_id}/access", f"gpu{parent_minor}/gi{gi_id}/ci{ci_id}/access"
+    if table and gi_key in table and ci_key in table:
+        return table[gi_key], table[ci_key]
     gi_minor = 3 + parent_minor * 135 + gi_id * 9
     return gi_minor, gi_minor + 1 + ci_id
 
@@ -60,14 +81,15 @@ def _char(path: str, major: int, minor: int, *, host: bool = True, mode: int | N
     return DeviceNode(path=path, host_path=path if host else "", type="c", major=major, minor=minor, file_mode=mode)
 
 
-def device_edits(prepared: dict[str, Any], majors: dict[str, int], mps_dir: str | None) -> ContainerEdits:
+def device_edits(prepared: dict[str, Any], majors: dict[str, int], mps_dir: str | None,
+                 mig_minors: dict[str, int] | None = None) -> ContainerEdits:
     """Edits for one prepared device record (see `state.py` for its shape)."""
     gpu_minor = prepared["gpuMinor"]
     edits = ContainerEdits(device_nodes=[_char(f"/dev/nvidia{gpu_minor}", NVIDIA_MAJOR, gpu_minor)])
     mig = prepared.get("mig")
     if mig:
         caps_major = majors.get("nvidia-caps", SIMULATED_MAJORS["nvidia-caps"])
-        gi_minor, ci_minor = mig_cap_minors(gpu_minor, mig["giId"], mig["ciId"])
+        gi_minor, ci_minor = mig_cap_minors(gpu_minor, mig["giId"], mig["ciId"], mig_minors)
         for minor in (gi_minor, ci_minor):
             edits.device_nodes.append(_char(f"/dev/nvidia-caps/nvidia-cap{minor}", caps_major, minor, host=False,
                                             mode=CAPS_FILE_MODE))
@@ -98,10 +120,12 @@ def common_edits(majors: dict[str, int]) -> ContainerEdits:
 
 
 def claim_spec(driver_name: str, claim_uid: str, prepared_devices: list[dict[str, Any]], *,
-               majors: dict[str, int] | None = None, mps_dir: str | None = None) -> Spec:
+               majors: dict[str, int] | None = None, mps_dir: str | None = None,
+               mig_minors: dict[str, int] | None = None) -> Spec:
     majors = majors or {}
     vendor, cls = vendor_and_class(driver_name)
-    devices = [Device(name=cdi_device_name(claim_uid, p["device"]), container_edits=device_edits(p, majors, mps_dir))
+    devices = [Device(name=cdi_device_name(claim_uid, p["device"]),
+                      container_edits=device_edits(p, majors, mps_dir, mig_minors))
                for p in prepared_devices]
     return Spec(kind=f"{vendor}/{cls}", devices=devices, container_edits=common_edits(majors))
 

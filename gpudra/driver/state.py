@@ -380,8 +380,9 @@ class DeviceState:
             unique.setdefault(device["device"], device)
         if not unique:
             return
+        mig_minors = cdispec.read_mig_minors() if self.backend.name == "nvml" else None
         spec = cdispec.claim_spec(self.driver_name, uid, list(unique.values()), majors=self.majors,
-                                  mps_dir=self._mps_dir(uid))
+                                  mps_dir=self._mps_dir(uid), mig_minors=mig_minors)
         # /var/run/cdi is a tmpfs and reconcile rewrites lost specs from the checkpoint: atomic, no fsync
         write_spec(spec, self.paths.cdi_spec_dir, self._spec_name(uid), fsync=False)
 
