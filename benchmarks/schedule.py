@@ -7,8 +7,10 @@ Upstream's kube-scheduler reaches about 50–80 pods/s in CI and 250–320 pods/
 
     python benchmarks/schedule.py [--nodes 500] [--devices 10] [--pods 5000] [--policy kube] [--json]
 
-Measures `Scheduler.run()` (every pod: PreFilter, Filter, Score, bind). Setup (loading objects, creating the
-template claims as the resourceclaim controller would) is reported separately.
+Like upstream, the first 2,500 pods are scheduled untimed and the next 2,500 (cluster 50% -> 100% full) are
+measured: each pod's PreFilter, Filter, Score and bind (`Scheduler.schedule_pod`). Setup (loading objects,
+creating the template claims as the resourceclaim controller would) is reported separately. Wall-clock and
+process-CPU rates are both printed; on a busy machine the CPU rate is the one that says how fast gpudra is.
 """
 
 from __future__ import annotations
@@ -98,6 +100,8 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--devices", type=int, default=10)
     parser.add_argument("--pods", type=int, default=5000)
+    parser.add_argument("--init-pods", type=int, default=2500,
+                        help="pods scheduled before measuring (upstream: 2500 init pods, then 2500 measured)")
     parser.add_argument("--policy", default="kube")
     parser.add_argument("--percentage-of-nodes-to-score", type=int, default=None)
     parser.add_argument("--json", action="store_true", help='print {"pods_per_s": ...} as the last line')
@@ -107,18 +111,20 @@ def main() -> int:
     cluster = Cluster(build_objects(args.nodes, args.devices, args.pods))
     scheduler = Scheduler(cluster, policy=args.policy, percentage_of_nodes_to_score=args.percentage_of_nodes_to_score)
     setup_s = time.perf_counter() - started
+    queue = cluster.pending_pods()
+    warmup = [scheduler.schedule_pod(key) for key in queue[: args.init_pods]]
     started, cpu_started = time.perf_counter(), time.process_time()
-    results = scheduler.run()
+    results = [scheduler.schedule_pod(key) for key in queue[args.init_pods :]]
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-    scheduled = sum(1 for r in results if r.scheduled)
+    scheduled = sum(1 for r in warmup + results if r.scheduled)
     pods_per_s = len(results) / elapsed if elapsed > 0 else float("inf")
     rows = [
         ("nodes x devices", f"{args.nodes} x {args.devices}"),
-        ("pods", str(len(results))),
+        ("pods (init + measured)", f"{len(warmup)} + {len(results)}"),
         ("scheduled", str(scheduled)),
         ("policy", args.policy),
         ("setup (objects, template claims)", f"{setup_s:.2f} s"),
-        ("scheduling", f"{elapsed:.2f} s"),
+        ("scheduling the measured pods", f"{elapsed:.2f} s wall, {cpu:.2f} s CPU"),
         ("throughput (wall clock)", f"{pods_per_s:.0f} pods/s"),
         ("throughput (process CPU time)", f"{len(results) / cpu:.0f} pods/CPU-s" if cpu > 0 else "-"),
     ]
@@ -128,8 +134,8 @@ def main() -> int:
     if args.json:
         per_cpu_s = round(len(results) / cpu, 1) if cpu > 0 else None
         print(json.dumps({"pods_per_s": round(pods_per_s, 1), "pods_per_cpu_s": per_cpu_s, "scheduled": scheduled,
-                          "pods": len(results)}))
-    return 0 if scheduled == min(args.pods, args.nodes * args.devices) else 1
+                          "measured_pods": len(results)}))
+    return 0 if scheduled == min(args.pods, args.nodes * args.devices) else 1  # the cluster fills exactly
 
 
 if __name__ == "__main__":
