@@ -24,9 +24,16 @@ Result types (`framework.py`):
   name claims by their pod claim names (plus `claim` for already-allocated claims, which are part of the shape).
 - `FilterResult(node, reasons, allocations)`: `fits` when no reasons; `allocations` = one status.allocation
   per claim to allocate (the DRA-served extended-resource claim last).
-- `PodResult(pod, node, scores, filtered, prefilter, error, num_nodes, claims)`: `filtered` holds the
-  FilterResult of every node that failed (all evaluated nodes when the pod is unschedulable); `scores` the
-  feasible nodes that were scored; `message()` is the one-line "0/N nodes are available: …" summary.
+- `PodResult(pod, node, scores, filtered, prefilter, error, num_nodes, claims)`: for an unschedulable pod
+  `filtered` holds every node's FilterResult (for a scheduled pod it may be partial or empty); `scores` maps
+  the feasible nodes that were scored to their total; `message()` is the one-line "0/N nodes are available: …"
+  summary (`prefilter` reasons and `error` — a fatal allocator error such as a CEL error — come first).
+- Every Reason's `message` is kube-scheduler's wording, so `fit_error_message(n, results)` reproduces the
+  summary for any subset of nodes.
+
+Placement rules worth knowing: queue order is priority (spec.priority, else PriorityClass), then input order;
+pods with spec.nodeName are bound already (counted, their claims reserved); pods with schedulingGates wait;
+nodes without status.allocatable/capacity are unlimited for cpu/memory/pods; ties go to the first node name.
 """
 
 from .cluster import Cluster, ClusterError
