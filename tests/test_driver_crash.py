@@ -18,7 +18,6 @@ import threading
 import time
 
 import grpc
-import pytest
 import yaml
 
 from gpudra.cdi import load_spec_file

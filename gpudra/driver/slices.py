@@ -132,7 +132,7 @@ def _dynamic_bodies(inventory: Inventory) -> list[dict[str, Any]]:
         model = find_gpu_model(gpu.model or gpu.product_name) if gpu.mig_capable else None
         # Ampere can only leave MIG mode with a reset: partition it only when MIG is already on.
         if model is not None and (model.dynamic_mig_capable or gpu.mig_enabled):
-            attrs = {k: v for k, v in gpu_common_attributes(gpu, inventory).items()}
+            attrs = gpu_common_attributes(gpu, inventory)
             partitionable.append(dynamic.DynamicMigGpu(minor=gpu.minor, model=model, uuid=gpu.uuid, attributes=attrs,
                                                        include_full_gpu=model.dynamic_mig_capable))
         else:

@@ -16,6 +16,7 @@ nothing the kubelet was told and leaks nothing it was not.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import shutil
@@ -129,8 +130,6 @@ class DeviceState:
         return self._stripes[zlib.crc32(uid.encode()) % _LOCK_STRIPES]
 
     def checkpoint_snapshot(self) -> dict[str, Any]:
-        import copy
-
         with self._cp_lock:
             return copy.deepcopy(self._cp)
 
