@@ -23,7 +23,7 @@ MAXSIZE = object()  # "this branch needs more than 32 results": try the next sub
 class RequestData:
     __slots__ = (
         "full_name", "base_name", "class_info", "request_exprs", "all_mode", "num_devices", "admin",
-        "tolerations", "capacity", "candidates", "all_devices", "raw",
+        "tolerations", "capacity", "candidates", "all_devices", "raw", "ordered", "picks",
     )
 
 
@@ -63,6 +63,7 @@ class Search:
         self.consumed_counters: dict[int, dict[str, dict[str, int]]] = {}
         self.reject_capacity = not self.features.consumable_capacity and not self.features.stable_variant
         self.claims = [self._prepare(claim or {}) for claim in claims]
+        self._mark_order_independent_requests()
 
     # pre-pass --------------------------------------------------------------------------------------
     def _prepare(self, claim: dict[str, Any]) -> ClaimData:
@@ -119,6 +120,34 @@ class Search:
                 raise AllocationError(f"claim {label}, constraint #{i}: empty constraint (unsupported constraint type?)")
         return data
 
+    def _mark_order_independent_requests(self) -> None:
+        """Find requests whose picked devices matter only as a set, not in their order.
+
+        For those, trying devices in candidate order only (combinations instead of permutations)
+        finds the same first solution as upstream's search, exponentially faster when there is
+        none. Two upstream quirks make order matter: distinctAttribute remembers only a request's
+        latest device, and a device rejected by taints or constraints leaks its counter consumption
+        for the rest of the call (so any such risk anywhere disables the shortcut everywhere).
+        """
+        taints = self.features.device_taints
+        for claim in self.claims:
+            for rd in self._all_request_data(claim):
+                for device, _ in rd.candidates:
+                    if device.consumes_counters and (claim.constraints or (taints and device.taints)):
+                        return
+        for claim in self.claims:
+            if any(isinstance(c, DistinctAttribute) for c in claim.constraints):
+                continue
+            for rd in self._all_request_data(claim):
+                rd.ordered = True
+
+    @staticmethod
+    def _all_request_data(claim: ClaimData) -> list[RequestData]:
+        found = []
+        for slot in claim.requests:
+            found.extend(slot.subrequests if slot.subrequests is not None else [slot.data])
+        return found
+
     def _request_data(self, claim: ClaimData, request: dict, base: str, full: str, allow_admin: bool) -> RequestData:
         label = claim.label
         features = self.features
@@ -156,6 +185,8 @@ class Search:
         rd.capacity = capacity_requests(request) if features.consumable_capacity else {}
         rd.candidates = self.allocator.candidates(self.view, class_info, rd.request_exprs)
         rd.all_devices = None
+        rd.ordered = False
+        rd.picks = []
         mode = request.get("allocationMode")
         if mode == "ExactCount":
             rd.all_mode = False
@@ -252,7 +283,10 @@ class Search:
                 return result
             return True
         consumable = self.features.consumable_capacity
-        for device, failure in rd.candidates:
+        candidates = rd.candidates
+        start = rd.picks[-1] + 1 if rd.ordered and di else 0
+        for position in range(start, len(candidates)):
+            device, failure = candidates[position]
             if self._in_use(ci, rd, device):
                 continue
             if failure is not None:
@@ -262,7 +296,9 @@ class Search:
             undo = self._allocate_device(ci, rd, device, must=False)
             if undo is None:
                 continue
+            rd.picks.append(position)
             result = self._allocate_one(ci, ri, si, di + 1, in_sub)
+            rd.picks.pop()
             if result is True:
                 return True
             undo()
