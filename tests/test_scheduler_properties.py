@@ -106,3 +106,12 @@ def test_shape_index_gives_the_linear_scan_answers(policy):
     linear, indexed = run(False), run(True)
     assert indexed == linear
     assert any(node_name is None for _, node_name, _, _ in linear)  # the cluster fills up
+
+
+def test_scores_are_those_of_the_moment_the_pod_was_placed():
+    objects = [node(f"n{i:03d}") for i in range(120)] + [pod(f"p{i}") for i in range(3)]
+    cluster = Cluster(copy.deepcopy(objects))
+    results = Scheduler(cluster).run()  # the second and third pods use the shape index
+    # scores are read only now, after later pods changed the nodes (each pod adds 100m/200Mi for scoring)
+    linear = Scheduler(Cluster(copy.deepcopy(objects)), indexed=False).run()
+    assert [dict(r.scores) for r in results] == [dict(r.scores) for r in linear]

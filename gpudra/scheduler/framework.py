@@ -51,12 +51,38 @@ class FilterResult:
         return not self.reasons
 
 
+class FilterResults(Mapping):
+    """node -> FilterResult over a list (a list of references is far smaller than a dict when thousands of
+    unschedulable pods each keep hundreds of node verdicts)."""
+
+    def __init__(self, results: list[FilterResult]):
+        self._results = results
+        self._by_node: dict[str, FilterResult] | None = None
+
+    def _index(self) -> dict[str, FilterResult]:
+        if self._by_node is None:
+            self._by_node = {result.node: result for result in self._results}
+        return self._by_node
+
+    def __getitem__(self, node: str) -> FilterResult:
+        return self._index()[node]
+
+    def __iter__(self) -> Any:
+        return iter(result.node for result in self._results)
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def values(self) -> Any:  # the summary line only needs the verdicts
+        return list(self._results)
+
+
 @dataclass
 class PodResult:
     pod: str  # namespace/name
     node: str | None = None
     scores: Mapping[str, float] = field(default_factory=dict)  # node -> total score (feasible nodes scored)
-    filtered: dict[str, FilterResult] = field(default_factory=dict)  # node -> result, for evaluated nodes
+    filtered: Mapping[str, FilterResult] = field(default_factory=dict)  # node -> result, see the package doc
     prefilter: list[Reason] = field(default_factory=list)  # pod-level rejections (no node evaluated)
     error: str | None = None  # fatal error (e.g. a CEL error) that aborted the attempt
     num_nodes: int = 0

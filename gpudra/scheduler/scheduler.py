@@ -368,9 +368,7 @@ class Scheduler:
             return result
         self._next_start_node_index = (start + processed) % len(index.nodes)
         if not chosen:
-            result.filtered = {
-                e.result.node: e.result for e in index.evals if e is not None and e.result.reasons
-            }
+            result.filtered = fw.FilterResults([e.result for e in index.evals if e is not None and e.result.reasons])
             return result
         if index.nonplain == 0:
             plain = index.plain

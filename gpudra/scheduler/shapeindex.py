@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Iterator, Mapping
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -101,13 +102,15 @@ class PlainScores(Mapping):
     """node -> score for the scored nodes, built on first use (most callers only need the winner)."""
 
     def __init__(self, nodes: list[str], plain: list, chosen: list[int]):
-        self._source = (nodes, plain, chosen)
+        # a snapshot (the index's lists change as later pods land), taken at C speed
+        entries = itemgetter(*chosen)(plain) if len(chosen) > 1 else tuple(plain[i] for i in chosen)
+        self._source = (nodes, entries, chosen)
         self._scores: dict[str, float] | None = None
 
     def _materialize(self) -> dict[str, float]:
         if self._scores is None:
-            nodes, plain, chosen = self._source
-            self._scores = {nodes[i]: plain[i][0] for i in chosen}
+            nodes, entries, chosen = self._source
+            self._scores = {nodes[i]: entry[0] for i, entry in zip(chosen, entries)}
         return self._scores
 
     def __getitem__(self, node: str) -> float:
