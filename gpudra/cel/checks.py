@@ -97,3 +97,34 @@ def heterogeneous_literal(serialized: bytes) -> tuple[str, int] | None:
                 if _mismatch(expected, found):
                     return f"expected type '{expected}' but found '{found}'", positions.get(element.id, 0)
     return None
+
+
+def invalid_time_literals(serialized: bytes) -> tuple[str, int] | None:
+    """(message, offset) of the first constant duration()/timestamp() argument that does not parse
+    (cel-go's ValidateDurationLiterals/ValidateTimestampLiterals, enabled by Kubernetes)."""
+    from cel_expr_python import cel
+
+    payload = _payload(serialized)
+    positions = _positions(payload)
+    for node in walk(checked_syntax_tree(serialized)):
+        if node.kind != "call" or node.value not in ("duration", "timestamp") or node.target is not None:
+            continue
+        if len(node.args) != 1 or node.args[0].kind != "const" or not isinstance(node.args[0].value, str):
+            continue
+        result = _literal_program(node.value).eval(data={"s": node.args[0].value})
+        if result.type() == cel.Type.ERROR:
+            detail = str(result.value()).split(": ", 1)[-1]
+            return f"invalid {node.value} argument: {detail}", positions.get(node.args[0].id, 0)
+    return None
+
+
+_LITERAL_PROGRAMS: dict = {}
+
+
+def _literal_program(function: str):
+    from cel_expr_python import cel
+
+    if function not in _LITERAL_PROGRAMS:
+        env = cel.NewEnv(variables={"s": cel.Type.STRING})
+        _LITERAL_PROGRAMS[function] = env.compile(f"{function}(s)")
+    return _LITERAL_PROGRAMS[function]

@@ -143,9 +143,10 @@ def _compile(expression: str, consumable_capacity: bool) -> Selector:
     if result_type != cel.Type.BOOL and result_type != cel.Type.DYN:
         message = f"must evaluate to bool or the unknown type, not {cel_type_name(result_type)}"
         raise CELCompileError(expression, message, report=message)
-    mixed = checks.heterogeneous_literal(checked.serialize())
-    if mixed is not None:
-        message, offset = mixed
+    serialized = checked.serialize()
+    problem = checks.heterogeneous_literal(serialized) or checks.invalid_time_literals(serialized)
+    if problem is not None:
+        message, offset = problem
         offset = rewritten.original_offset(offset)
         line, column = line_column(expression, offset)
         raise CELCompileError(expression, message, column, line, report=caret_report(expression, message, offset))
