@@ -211,3 +211,14 @@ def test_extended_resource_claims_of_same_shape_pods_are_their_own():
         assert special["status"]["reservedFor"][0]["name"] == name
     devices_p, devices_q = (devices_of(cluster, k) for k in cluster.claims)
     assert set(devices_p).isdisjoint(devices_q)
+
+
+def test_invalidate_after_editing_objects_in_place():
+    objects = [*gpu_cluster({"a": 1}), template("t"), pod("p1", templates={"gpu": "t"}), pod("p2", templates={"gpu": "t"})]
+    cluster, scheduler, results = schedule(objects)
+    assert placed(results) == {"default/p1": "a", "default/p2": None}
+    held = cluster.pod_claim_keys(cluster.pods["default/p1"])[0]
+    del cluster.claims[held]["status"]  # someone released the device behind the scheduler's back
+    cluster.pods["default/p1"]["status"]["phase"] = "Succeeded"
+    cluster.invalidate()
+    assert scheduler.schedule_pod("default/p2").node == "a"

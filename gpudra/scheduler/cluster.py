@@ -210,6 +210,12 @@ class Cluster(Topology):
         for name in self.nodes:
             self._bump(name)
 
+    def invalidate(self) -> None:
+        """Call after editing objects in place (not through `apply`/`bind`/`end_pod`): recounts usage and
+        allocations and voids every cached verdict."""
+        self._topology_changed()
+        self._sync()
+
     def _create_template_claims(self, pod: dict[str, Any]) -> None:
         spec = pod.get("spec") or {}
         status = pod.setdefault("status", {})
