@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from gpudra.scheduler.scoring import POLICIES
@@ -53,9 +51,9 @@ def _load(paths: list[str], validate: bool) -> list[dict]:
 @click.option("--validate/--no-validate", default=True, show_default=True,
               help="Refuse input that fails gpudra's API validation.")
 def command(paths: tuple[str, ...], policy: str, output: str, percentage: int | None, validate: bool) -> None:
-    """Apply the manifests (Pods, Deployments, ReplicaSets, StatefulSets, Jobs, ResourceClaims, templates,
-    DeviceClasses, ResourceSlices, Nodes), schedule every pending pod in queue order and print the result.
-    Same input, same output: generated names and uids derive from the input."""
+    """Apply the manifests (Pods, Deployments, ReplicaSets, StatefulSets, Jobs, DaemonSets, ResourceClaims,
+    templates, DeviceClasses, ResourceSlices, Nodes), schedule every pending pod in queue order and print the
+    result. Same input, same output: generated names and uids derive from the input."""
     from gpudra.scheduler import Cluster, Scheduler
     from gpudra.scheduler.render import summary, to_json, to_table, to_yaml
 
@@ -82,10 +80,3 @@ def command(paths: tuple[str, ...], policy: str, output: str, percentage: int | 
             if not result.scheduled:
                 click.echo(f"  {result.pod}: {result.message()}", err=True)
 
-
-def _main() -> None:  # pragma: no cover
-    command(standalone_mode=True)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(_main())
