@@ -9,12 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .claims import claim_label, defaulted_requests
 from .features import Features
 from .model import DeviceInfo, quantity_nanos
 from .nodematch import NodeInfo, node_matches
 from .pools import Pool, SliceIndex
-from .selection import SelectorEvaluator, SelectorFailure
+from .selection import SelectorFailure
 from .state import AllocatedState
 
 MAX_RESULTS_PER_CLAIM = 32
@@ -85,12 +84,12 @@ class Allocator:
         for raw in device_classes or []:
             info = ClassInfo(raw or {})
             self.classes[info.name] = info
-        self.index = SliceIndex(slices or [], self.features)
+        self.index = SliceIndex.shared(list(slices or []), self.features)
         self.state = AllocatedState(self.features)
         for claim in allocated_claims or []:
             self.state.add(claim)
-        self.evaluator = SelectorEvaluator(self.features.consumable_capacity, self.features.list_type_attributes)
-        self._views: dict[tuple, NodeView] = {}
+        self.evaluator = self.index.evaluator
+        self._views: dict[tuple, NodeView] = self.index.views
         self._pool_counters: dict[int, tuple[int, dict[str, dict[str, int]]]] = {}
 
     # allocated state -------------------------------------------------------------------------
@@ -110,7 +109,7 @@ class Allocator:
         return view
 
     def candidates(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple) -> list:
-        key = (class_info.name, request_exprs)
+        key = (class_info.name, class_info.selector_exprs, request_exprs)
         found = view.candidates.get(key)
         if found is not None:
             return found
@@ -177,4 +176,4 @@ def capacity_requests(request: dict[str, Any]) -> dict[str, int]:
     return {name: quantity_nanos(value) or 0 for name, value in raw.items()}
 
 
-__all__ = ["Allocator", "AllocationOutcome", "AllocationError", "claim_label", "defaulted_requests"]
+__all__ = ["Allocator", "AllocationOutcome", "AllocationError"]

@@ -6,7 +6,7 @@ last when that feature is on — and a pool's slices by slice name.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from typing import Iterable
 
 from .features import Features
@@ -37,10 +37,37 @@ class Pool:
 
 
 class SliceIndex:
-    """All slices of the cluster, indexed for cheap per-node gathering."""
+    """All slices of the cluster, indexed for cheap per-node gathering.
+
+    An index, its per-node pool views and its selector results depend only on the slice objects
+    and the feature gates, so `shared()` hands out the same index for the same slice objects: a
+    scheduler building one Allocator per pod (as upstream does) pays for parsing, pool gathering
+    and CEL once, like upstream's informer cache. Objects are treated as immutable, as in
+    Kubernetes: pass new dicts for changed slices.
+    """
+
+    _shared: "OrderedDict[tuple, SliceIndex]" = OrderedDict()
+    _shared_limit = 8
+
+    @classmethod
+    def shared(cls, slices: list[dict], features: Features) -> "SliceIndex":
+        key = (features, tuple(map(id, slices)))
+        found = cls._shared.get(key)
+        if found is not None:
+            cls._shared.move_to_end(key)
+            return found
+        found = cls(slices, features)
+        cls._shared[key] = found  # the index keeps the dicts alive, so their ids stay unique
+        while len(cls._shared) > cls._shared_limit:
+            cls._shared.popitem(last=False)
+        return found
 
     def __init__(self, slices: Iterable[dict], features: Features):
+        from .selection import SelectorEvaluator
+
         self.features = features
+        self.evaluator = SelectorEvaluator(features.consumable_capacity, features.list_type_attributes)
+        self.views: dict = {}
         self.slices = [SliceInfo(raw or {}, i) for i, raw in enumerate(slices)]
         self.by_pool: dict[tuple[str, str], list[SliceInfo]] = defaultdict(list)
         self.by_node_name: dict[str, list[SliceInfo]] = defaultdict(list)

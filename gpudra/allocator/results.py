@@ -47,7 +47,7 @@ def _device_result(search: "Search", rd, device, consumed, share_id) -> dict[str
     if rd.admin:
         result["adminAccess"] = True
     if features.device_taints and rd.tolerations:
-        result["tolerations"] = copy.deepcopy(rd.tolerations)
+        result["tolerations"] = [dict(t, operator=t.get("operator") or "Equal") for t in rd.tolerations]
     if features.device_binding_and_status:
         if device.binding_conditions:
             result["bindingConditions"] = list(device.binding_conditions)

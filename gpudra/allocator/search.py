@@ -12,7 +12,7 @@ from typing import Any
 
 from .allocator import MAX_RESULTS_PER_CLAIM, AllocationError, Allocator, NodeView, capacity_requests
 from .capacity import consumption, fits
-from .claims import claim_label, defaulted_requests, taint_prevents_allocation
+from .claims import claim_label, taint_prevents_allocation
 from .constraints import DistinctAttribute, MatchAttribute
 from .model import DeviceInfo
 from .results import build_allocation
@@ -71,7 +71,9 @@ class Search:
         label = data.label
         features = self.features
         min_devices = 0
-        for request in defaulted_requests(claim):
+        requests = (((claim.get("spec") or {}).get("devices")) or {}).get("requests") or []
+        for request in requests:
+            request = request if isinstance(request, dict) else {}
             name = str(request.get("name") or "")
             slot = RequestSlot(name)
             if request.get("firstAvailable"):
@@ -187,10 +189,11 @@ class Search:
         rd.all_devices = None
         rd.ordered = False
         rd.picks = []
-        mode = request.get("allocationMode")
+        # API defaulting, applied on the fly: empty mode → ExactCount, count 0/absent → 1.
+        mode = request.get("allocationMode") or "ExactCount"
         if mode == "ExactCount":
             rd.all_mode = False
-            rd.num_devices = int(request.get("count") or 0)
+            rd.num_devices = int(request.get("count") or 1)
         elif mode == "All":
             rd.all_mode = True
             for pool in self.view.pools:
