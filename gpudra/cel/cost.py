@@ -188,12 +188,9 @@ class _Estimator:
         arguments = ([node.target] if node.target is not None else []) + node.args
         cost = 1.0
         sizes: list[Size] = []
-        for argument in arguments:
+        for argument in arguments:  # both branches of &&, || and ?: count: an upper bound
             argument_cost, argument_size = self.estimate(argument, scope)
-            if node.value in ("_&&_", "_||_", "_?_:_"):
-                cost += argument_cost  # both branches: an upper bound
-            else:
-                cost += argument_cost
+            cost += argument_cost
             sizes.append(argument_size)
         extra, result = _function_cost(node, sizes)
         return _cap(cost + extra), result

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, struct_pb2  # noqa: F401
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import struct_pb2  # noqa: F401 - registers google.protobuf.Struct in the default pool
 
-from gpudra.api.quantity import Quantity, QuantityError
-from gpudra.api.semver import Semver, SemverError, parse_semver
+from gpudra.api.quantity import Quantity
+from gpudra.api.semver import Semver, parse_semver
 
 _Field = descriptor_pb2.FieldDescriptorProto
 
@@ -129,20 +130,3 @@ def semver_of_text(text: str) -> Semver:
 
 def semver_of(message) -> Semver:
     return semver_of_text(message.s)
-
-
-__all__ = [
-    "CIDRMessage",
-    "IPMessage",
-    "POOL",
-    "QuantityError",
-    "QuantityMessage",
-    "SemverError",
-    "SemverMessage",
-    "URLMessage",
-    "parse_quantity_message",
-    "quantity_message",
-    "quantity_of",
-    "semver_message",
-    "semver_of",
-]
