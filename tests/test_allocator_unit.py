@@ -1,0 +1,279 @@
+"""Focused tests of allocator building blocks and of behaviour the conformance cases only touch."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpudra.allocator import Allocator, Features, build_report
+from gpudra.allocator.capacity import consumption
+from gpudra.allocator.constraints import DistinctAttribute, MatchAttribute
+from gpudra.allocator.model import SliceInfo
+from gpudra.allocator.nodematch import NodeInfo, selector_matches
+from gpudra.allocator.search import Search
+
+GI = 1024**3 * 10**9  # 1Gi in nanos
+
+
+def slice_obj(name, node, devices, pool=None, driver="gpu.example.com", count=1, generation=1, **spec):
+    body = {
+        "driver": driver,
+        "pool": {"name": pool or node, "generation": generation, "resourceSliceCount": count},
+        "devices": devices,
+    }
+    if node:
+        body["nodeName"] = node
+    body.update(spec)
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name}, "spec": body}
+
+
+def device(name, **fields):
+    return {"name": name, **fields}
+
+
+def gpu_class(name="gpu", driver="gpu.example.com", config=None):
+    spec = {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}
+    if config:
+        spec["config"] = config
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
+
+
+def claim(name, requests, constraints=None, namespace="default", config=None):
+    devices = {"requests": requests}
+    if constraints:
+        devices["constraints"] = constraints
+    if config:
+        devices["config"] = config
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": devices},
+    }
+
+
+def exact(name, count=None, cls="gpu", **fields):
+    body = {"deviceClassName": cls, **fields}
+    if count is not None:
+        body["count"] = count
+    return {"name": name, "exactly": body}
+
+
+def picked(outcome, index=0):
+    return [r["device"] for r in outcome.allocations[index]["devices"]["results"]]
+
+
+# features -----------------------------------------------------------------------------------------
+def test_features_default_is_136_defaults():
+    features = Features.parse("default")
+    assert features.enabled() == [
+        "AdminAccess", "ConsumableCapacity", "DeviceBindingAndStatus", "DeviceTaints",
+        "PartitionableDevices", "PrioritizedList",
+    ]
+
+
+def test_features_tokens_apply_left_to_right():
+    assert Features.parse("none,PrioritizedList,+DRAAdminAccess").enabled() == ["AdminAccess", "PrioritizedList"]
+    assert "DeviceTaints" not in Features.parse("-DeviceTaints").enabled()
+    assert Features.parse("all,-ListTypeAttributes") == Features.parse("default")
+    assert Features.parse("none,DRADeviceBindingConditions").device_binding_and_status
+
+
+def test_features_unknown_token_is_a_clean_error():
+    with pytest.raises(ValueError, match="unknown feature 'Bogus'"):
+        Features.parse("none,Bogus")
+
+
+# node matching ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "requirement, labels, expected",
+    [
+        ({"key": "zone", "operator": "In", "values": ["a", "b"]}, {"zone": "b"}, True),
+        ({"key": "zone", "operator": "NotIn", "values": ["a"]}, {}, True),
+        ({"key": "zone", "operator": "Exists"}, {"zone": ""}, True),
+        ({"key": "zone", "operator": "DoesNotExist"}, {"zone": "a"}, False),
+        ({"key": "gpus", "operator": "Gt", "values": ["4"]}, {"gpus": "8"}, True),
+        ({"key": "gpus", "operator": "Lt", "values": ["4"]}, {"gpus": "x"}, False),
+    ],
+)
+def test_node_selector_requirements(requirement, labels, expected):
+    selector = {"nodeSelectorTerms": [{"matchExpressions": [requirement]}]}
+    assert selector_matches(selector, NodeInfo("n1", labels)) is expected
+
+
+def test_empty_node_selector_term_matches_nothing_and_fields_use_the_name():
+    assert not selector_matches({"nodeSelectorTerms": [{}]}, NodeInfo("n1"))
+    by_name = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}
+    assert selector_matches(by_name, NodeInfo("n1")) and not selector_matches(by_name, NodeInfo("n2"))
+
+
+# capacity policies -------------------------------------------------------------------------------------
+def _device_info(raw):
+    return SliceInfo(slice_obj("s", "n", [raw]), 0).devices[0]
+
+
+def test_capacity_range_policy_rounds_up_to_step_and_rejects_above_max():
+    raw = device(
+        "d",
+        allowMultipleAllocations=True,
+        capacity={"mem": {"value": "10Gi", "requestPolicy": {"default": "1Gi", "validRange": {"min": "1Gi", "max": "8Gi", "step": "2Gi"}}}},
+    )
+    info = _device_info(raw)
+    assert consumption(info, {"mem": 2 * GI}) == {"mem": 3 * GI}
+    assert consumption(info, {}) == {"mem": GI}
+    assert consumption(info, {"mem": 9 * GI}) is None
+    assert consumption(info, {"other": GI}) is None
+
+
+def test_capacity_valid_values_round_up_to_next_value():
+    raw = device(
+        "d",
+        allowMultipleAllocations=True,
+        capacity={"mem": {"value": "10Gi", "requestPolicy": {"default": "2Gi", "validValues": ["2Gi", "4Gi"]}}},
+    )
+    info = _device_info(raw)
+    assert consumption(info, {"mem": 3 * GI}) == {"mem": 4 * GI}
+    assert consumption(info, {"mem": 5 * GI}) is None
+
+
+# constraints ---------------------------------------------------------------------------------------------
+def test_match_attribute_with_lists_needs_a_common_element_and_undoes():
+    devices = [
+        _device_info(device("a", attributes={"links": {"strings": ["x", "y"]}})),
+        _device_info(device("b", attributes={"links": {"strings": ["y", "z"]}})),
+        _device_info(device("c", attributes={"links": {"string": "x"}})),
+    ]
+    constraint = MatchAttribute([], "gpu.example.com/links", list_types=True)
+    assert constraint.add("r", "r", devices[0]) and constraint.add("r", "r", devices[1])
+    assert not constraint.add("r", "r", devices[2])  # {x,y} ∩ {y,z} ∩ {x} is empty
+    constraint.remove("r", "r", devices[1])
+    assert constraint.add("r", "r", devices[2])
+
+
+def test_distinct_attribute_keeps_one_value_per_request():
+    a = _device_info(device("a", attributes={"numa": {"int": 0}}))
+    b = _device_info(device("b", attributes={"numa": {"int": 1}}))
+    c = _device_info(device("c", attributes={"numa": {"int": 0}}))
+    constraint = DistinctAttribute([], "gpu.example.com/numa", list_types=False)
+    assert constraint.add("r1", "r1", a)
+    assert not constraint.add("r2", "r2", c)
+    assert constraint.add("r1", "r1", b)  # overwrites r1's value (upstream quirk) ...
+    assert constraint.add("r2", "r2", c)  # ... so numa 0 is free again
+
+
+# allocator behaviour ----------------------------------------------------------------------------------------
+def eight_gpus(node="n1"):
+    return slice_obj(
+        f"{node}-gpus",
+        node,
+        [device(f"gpu-{i}", attributes={"numa": {"int": i // 4}}) for i in range(8)],
+    )
+
+
+def test_allocated_claims_can_be_added_and_removed():
+    allocator = Allocator([gpu_class()], [eight_gpus()], [], Features.parse("default"))
+    want_all = [claim("c", [exact("gpu", allocationMode="All")])]
+    first = allocator.allocate("n1", want_all)
+    assert first.outcome == "allocated" and len(picked(first)) == 8
+    held = dict(want_all[0], status={"allocation": first.allocations[0]})
+    allocator.add_allocated_claim(held)
+    assert allocator.allocate("n1", [claim("d", [exact("gpu")])]).outcome == "unallocatable"
+    allocator.remove_allocated_claim(held)
+    assert picked(allocator.allocate("n1", [claim("d", [exact("gpu")])])) == ["gpu-0"]
+
+
+def test_match_attribute_backtracks_to_a_consistent_set():
+    allocator = Allocator([gpu_class()], [eight_gpus()], [], Features.parse("default"))
+    busy = claim("busy", [exact("gpu")])
+    busy["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": "gpu.example.com", "pool": "n1", "device": "gpu-1"}]}}}
+    allocator.add_allocated_claim(busy)
+    outcome = allocator.allocate(
+        "n1", [claim("c", [exact("gpu", count=4)], constraints=[{"matchAttribute": "gpu.example.com/numa"}])]
+    )
+    assert picked(outcome) == ["gpu-4", "gpu-5", "gpu-6", "gpu-7"]
+
+
+def test_missing_class_is_an_error_and_unknown_node_is_unallocatable():
+    allocator = Allocator([gpu_class()], [eight_gpus()], [], "default")
+    error = allocator.allocate("n1", [claim("c", [exact("gpu", cls="nope")])])
+    assert error.outcome == "error" and "nope" in error.error and not error.error_node_local
+    assert allocator.allocate("elsewhere", [claim("c", [exact("gpu")])]).outcome == "unallocatable"
+
+
+def test_too_many_devices_is_an_error():
+    allocator = Allocator([gpu_class()], [eight_gpus()], [], "default")
+    outcome = allocator.allocate("n1", [claim("c", [exact("gpu", count=33)])])
+    assert outcome.outcome == "error" and "exceeds the claim limit of 32" in outcome.error
+
+
+def test_configs_and_first_available_names():
+    config = [{"opaque": {"driver": "gpu.example.com", "parameters": {"a": 1}}}]
+    allocator = Allocator([gpu_class(config=config)], [eight_gpus()], [], "default")
+    request = {"name": "gpu", "firstAvailable": [
+        {"name": "many", "deviceClassName": "gpu", "count": 9},
+        {"name": "few", "deviceClassName": "gpu", "count": 2},
+    ]}
+    claim_config = [{"requests": ["gpu/few"], "opaque": {"driver": "gpu.example.com", "parameters": {"b": 2}}}]
+    outcome = allocator.allocate("n1", [claim("c", [request], config=claim_config)])
+    allocation = outcome.allocations[0]
+    assert [r["request"] for r in allocation["devices"]["results"]] == ["gpu/few", "gpu/few"]
+    assert allocation["devices"]["config"] == [
+        {"source": "FromClass", "requests": ["gpu/few"], "opaque": config[0]["opaque"]},
+        {"source": "FromClaim", "requests": ["gpu/few"], "opaque": claim_config[0]["opaque"]},
+    ]
+    assert allocation["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["n1"]
+
+
+def test_report_modes_shape():
+    objects = [gpu_class(), eight_gpus("n1"), eight_gpus("n2"),
+               claim("a", [exact("gpu", count=8)]), claim("b", [exact("gpu", count=8)])]
+    together = build_report(objects, "together", features="default")
+    assert [(r["node"], r["outcome"]) for r in together["results"]] == [("n1", "unallocatable"), ("n2", "unallocatable")]
+    each = build_report(objects, "each", features="default")
+    assert [(r["node"], r["claims"], r["outcome"]) for r in each["results"]] == [
+        ("n1", ["default/a"], "allocated"), ("n2", ["default/a"], "allocated"),
+        ("n1", ["default/b"], "allocated"), ("n2", ["default/b"], "allocated"),
+    ]
+    sequential = build_report(objects + [claim("c", [exact("gpu")])], "sequential", features="default")
+    assert sorted(sequential["finalAllocations"]) == ["default/a", "default/b"]
+    assert sequential["unallocatedClaims"] == ["default/c"]
+    only_b = build_report(objects, "each", nodes=["n2"], claims=["b"], features="default")
+    assert [(r["node"], r["claims"]) for r in only_b["results"]] == [("n2", ["default/b"])]
+
+
+# the combinations shortcut must not change any answer ------------------------------------------------------
+CONFORMANCE = Path(__file__).parent / "data" / "conformance"
+
+
+def _strip_share_ids(value):
+    if isinstance(value, dict):
+        return {k: _strip_share_ids(v) for k, v in value.items() if k != "shareID"}
+    if isinstance(value, list):
+        return [_strip_share_ids(v) for v in value]
+    return value
+
+
+def _case_report(case: Path) -> dict:
+    from test_allocator_conformance import _split, parse_args
+
+    args = parse_args((case / "args").read_text())
+    objects = [d for d in yaml.safe_load_all((case / "input.yaml").read_text()) if d]
+    return _strip_share_ids(
+        build_report(objects, args.mode, _split(args.node), _split(args.claims), Features.parse(args.features))
+    )
+
+
+@pytest.mark.parametrize(
+    "case",
+    [c for c in sorted(CONFORMANCE.glob("*/*")) if (c / "args").exists() and "scale" not in c.name][::7],
+    ids=lambda c: f"{c.parent.name}/{c.name}",
+)
+def test_combination_search_equals_permutation_search(case, monkeypatch):
+    fast = _case_report(case)
+    monkeypatch.setattr(Search, "_mark_order_independent_requests", lambda self: None)
+    slow = _case_report(case)
+    assert fast == slow
