@@ -106,3 +106,29 @@ def test_kubectl_plugin_entry_point():
     usage = subprocess.run([sys.executable, "-c", code, "explain"], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2
     assert "kubectl gpudra explain" in usage.stderr
+
+
+def test_the_issue_example_statefulset_on_twelve_nodes(tmp_path):
+    """8 GPU nodes with one of their two GPUs taken, 4 small CPU nodes; a StatefulSet pod needs 2 GPUs."""
+    from test_explain_scenarios import claim, device_class, gpu, gpu_slice, node, pod, request, template
+
+    objects = [device_class(), template("two-gpus", [request(count=2)])]
+    for i in range(8):
+        objects += [node(f"gpu-{i}"), gpu_slice(f"gpu-{i}", [gpu("gpu-0"), gpu("gpu-1")]),
+                    claim(f"infer-{i}", [request()], allocated=(f"gpu-{i}", ["gpu-0"]), reserved_for=f"infer-{i}"),
+                    pod(f"infer-{i}", {"gpu": f"infer-{i}"}, node_name=f"gpu-{i}")]
+    objects += [node(f"cpu-{i}", cpu="2") for i in range(4)]
+    pod_template = pod("ignored", templates={"gpu": "two-gpus"}, cpu="8")
+    objects.append({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "train", "namespace": "default"},
+                    "spec": {"replicas": 1, "serviceName": "train", "selector": {"matchLabels": {"app": "train"}},
+                             "template": {"metadata": {"labels": {"app": "train"}}, "spec": pod_template["spec"]}}})
+    manifest = tmp_path / "cluster.yaml"
+    manifest.write_text(yaml.safe_dump_all(objects))
+
+    result = run("-f", str(manifest), "pod/train-0")
+    assert result.exit_code == 0, result.output
+    summary = result.output.splitlines()[1]
+    assert summary.startswith("0/12 nodes are available: 8 nodes: request 'gpu' of claim 'train-0-gpu-")
+    assert summary.endswith("needs 2 devices, 1 free matches; 4 nodes: Insufficient cpu.")
+    assert "nodes gpu-0" not in result.output  # each GPU node's holder differs, so each gets its section
+    assert "  - node gpu-0 fits if claim default/infer-0 is released (deleting pod default/infer-0)" in result.output
