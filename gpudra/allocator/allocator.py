@@ -61,7 +61,7 @@ class ClassInfo:
 class NodeView:
     """The pools one node sees, and per request shape the devices worth examining, in visiting order."""
 
-    __slots__ = ("node", "pools", "devices", "any_invalid", "candidates")
+    __slots__ = ("node", "pools", "devices", "any_invalid", "candidates", "counter_flags")
 
     def __init__(self, node: NodeInfo, pools: list[Pool]):
         self.node = node
@@ -69,6 +69,8 @@ class NodeView:
         self.devices: list[DeviceInfo] = [d for p in pools if p.usable for d in p.devices]
         self.any_invalid = any(p.invalid_reason is not None for p in pools)
         self.candidates: dict[tuple, list[tuple[DeviceInfo, SelectorFailure | None]]] = {}
+        # per candidates key: (some candidate consumes counters, one of those also has taints)
+        self.counter_flags: dict[tuple, tuple[bool, bool]] = {}
 
 
 class Allocator:
@@ -132,7 +134,12 @@ class Allocator:
             else:
                 found.append((device, result))
         view.candidates[key] = found
+        counting = [d for d, _ in found if d.consumes_counters]
+        view.counter_flags[key] = (bool(counting), any(d.taints for d in counting))
         return found
+
+    def counter_flags(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple) -> tuple[bool, bool]:
+        return view.counter_flags[(class_info.name, class_info.selector_exprs, request_exprs)]
 
     def available_counters(self, pool: Pool) -> dict[str, dict[str, int]]:
         """The pool's counter sets minus what allocated devices consume (cached per state version)."""

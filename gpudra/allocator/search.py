@@ -23,7 +23,7 @@ MAXSIZE = object()  # "this branch needs more than 32 results": try the next sub
 class RequestData:
     __slots__ = (
         "full_name", "base_name", "class_info", "request_exprs", "all_mode", "num_devices", "admin",
-        "tolerations", "capacity", "candidates", "all_devices", "raw", "ordered", "picks",
+        "tolerations", "capacity", "candidates", "all_devices", "raw", "ordered", "picks", "counter_flags",
     )
 
 
@@ -134,9 +134,9 @@ class Search:
         taints = self.features.device_taints
         for claim in self.claims:
             for rd in self._all_request_data(claim):
-                for device, _ in rd.candidates:
-                    if device.consumes_counters and (claim.constraints or (taints and device.taints)):
-                        return
+                any_counters, tainted_counters = rd.counter_flags
+                if any_counters and (claim.constraints or (taints and tainted_counters)):
+                    return
         for claim in self.claims:
             if any(isinstance(c, DistinctAttribute) for c in claim.constraints):
                 continue
@@ -186,6 +186,7 @@ class Search:
         rd.tolerations = list(request.get("tolerations") or [])
         rd.capacity = capacity_requests(request) if features.consumable_capacity else {}
         rd.candidates = self.allocator.candidates(self.view, class_info, rd.request_exprs)
+        rd.counter_flags = self.allocator.counter_flags(self.view, class_info, rd.request_exprs)
         rd.all_devices = None
         rd.ordered = False
         rd.picks = []
