@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 from gpudra.explain import model, simulate
-from gpudra.explain.devices import SelectorSet, short_expression
+from gpudra.explain.devices import SelectorSet
 from gpudra.explain.dra import AllocatedDevices, analyze_node, claim_key, devices_message
 from gpudra.explain.model import CelErrorReport, Explanation, NodeExplanation, Reason
 
@@ -74,7 +74,9 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
                                else f"would be scheduled to node {run.bound_node}")
         if not run.was_bound and result is not None:
             feasible = sum(1 for r in result.filtered.values() if r.fits)
-            explanation.summary += f" ({feasible}/{num_nodes} nodes fit)"
+            checked = len(result.filtered)
+            explanation.summary += (f" ({feasible}/{num_nodes} nodes fit)" if checked == num_nodes
+                                    else f" ({feasible} of the {checked} nodes checked fit)")
         if (run.pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             explanation.notes.append(f"the pod has finished (phase {run.pod['status']['phase']})")
         return explanation
@@ -83,11 +85,11 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
     if result is None:
         explanation.summary = "the pod was not attempted"
         return explanation
-    claims_to_allocate, _ = _pod_claims(cluster, run.pod)
+    claims_to_allocate = _pending_claims(cluster, run.pod)
     selectors = SelectorSet()
     explanation.problems.extend(_prefilter_problems(result, cluster, claims_to_allocate, selectors, explanation))
     if result.prefilter:
-        explanation.summary = _summary_for_pod_level(result, num_nodes, explanation)
+        explanation.summary = _summary_for_pod_level(result, num_nodes)
         return explanation
     explanation.nodes = _node_explanations(run, selectors)
     explanation.notes.extend(cel_hints(explanation))
@@ -96,7 +98,7 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
                                  + ", ".join(run.scheduled_before[:5])
                                  + (" …" if len(run.scheduled_before) > 5 else ""))
     if _fatal(result):
-        explanation.summary = _summary_for_pod_level(result, num_nodes, explanation)
+        explanation.summary = _summary_for_pod_level(result, num_nodes)
     else:
         explanation.summary = summary_line(num_nodes, explanation.nodes)
     return explanation
@@ -127,24 +129,17 @@ def _fatal(result: Any) -> bool:
     return bool(getattr(result, "error", None))
 
 
-def _summary_for_pod_level(result: Any, num_nodes: int, explanation: Explanation) -> str:
+def _summary_for_pod_level(result: Any, num_nodes: int) -> str:
     if result.prefilter:
         messages = sorted({reason.message for reason in result.prefilter})
         return f"0/{num_nodes} nodes are available: {'; '.join(messages)}."
     return f"0/{num_nodes} nodes are available: {result.error}"
 
 
-def _pod_claims(cluster: Any, pod: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    pending, allocated = [], []
-    for key in cluster.pod_claim_keys(pod):
-        claim = cluster.claims.get(key)
-        if claim is None:
-            continue
-        if (claim.get("status") or {}).get("allocation"):
-            allocated.append(claim)
-        else:
-            pending.append(claim)
-    return pending, allocated
+def _pending_claims(cluster: Any, pod: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod's claims that still need an allocation."""
+    claims = [cluster.claims.get(key) for key in cluster.pod_claim_keys(pod)]
+    return [c for c in claims if c is not None and not (c.get("status") or {}).get("allocation")]
 
 
 def _prefilter_problems(result: Any, cluster: Any, claims: list[dict[str, Any]], selectors: SelectorSet,
@@ -386,5 +381,4 @@ def _not_found(kind: str, namespace: str, name: str, existing: dict[str, Any]) -
     return message
 
 
-__all__ = ["TargetError", "explain", "explain_claim", "explain_pod", "parse_target", "summary_line",
-           "short_expression"]
+__all__ = ["TargetError", "explain", "explain_claim", "explain_pod", "parse_target", "summary_line"]
