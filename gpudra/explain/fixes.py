@@ -3,7 +3,8 @@ each one is applied to a copy of the input and checked by running the scheduler 
 
 Candidates, smallest first: tolerate a device taint or a node taint; release one claim that holds
 matching devices (deleting the pods that use it); lower a request's count; use an existing DeviceClass
-instead of a missing one; drop a selector. Only changes that were verified are reported.
+instead of a missing one; lower a cpu/memory request; drop a selector. Each is applied to a snapshot of
+the cluster as the target met it and the target is scheduled again; only changes that work are reported.
 """
 
 from __future__ import annotations
@@ -66,15 +67,6 @@ def claim_source(explanation: Explanation, claim_key: str) -> tuple[str, str] | 
     return ("ResourceClaim", claim_key)
 
 
-def _spec_of(objects: list[dict[str, Any]], source: tuple[str, str]) -> dict[str, Any] | None:
-    obj = _find(objects, *source)
-    if obj is None:
-        return None
-    if source[0] == "ResourceClaimTemplate":
-        return ((obj.get("spec") or {}).get("spec") or {}).get("devices")
-    return (obj.get("spec") or {}).get("devices")
-
-
 def _request_body(devices: dict[str, Any] | None, request: str) -> dict[str, Any] | None:
     """The `exactly` body (or the firstAvailable subrequest) for `gpu` or `gpu/sub`."""
     if not devices:
@@ -99,12 +91,16 @@ def _where(source: tuple[str, str]) -> str:
 
 def _request_edit(explanation: Explanation, claim_key: str, request: str,
                   edit: Callable[[dict[str, Any]], bool]) -> tuple[Callable[[list[dict[str, Any]]], bool], str] | None:
+    """A mutation of one request of `claim_key` in the snapshot, and where users make that change (the
+    claim itself, or the template it was generated from)."""
     source = claim_source(explanation, claim_key)
     if source is None:
         return None
 
     def mutate(objects: list[dict[str, Any]]) -> bool:
-        body = _request_body(_spec_of(objects, source), request)
+        claim = _find(objects, "ResourceClaim", claim_key)
+        devices = ((claim or {}).get("spec") or {}).get("devices")
+        body = _request_body(devices, request)
         return body is not None and edit(body)
 
     return mutate, _where(source)
@@ -433,8 +429,11 @@ def _fits(objects: list[dict[str, Any]], explanation: Explanation, policy: str) 
 
 def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: str = "kube",
                limit: int = MAX_FIXES) -> list[Fix]:
-    if explanation.context is None and explanation.kind == "ResourceClaim":
+    """Changes that make the target fit, tried on the cluster as the target met it: pods ahead in the
+    queue keep their places, so "release claim X" frees exactly the devices X holds now."""
+    if explanation.context is None:
         explanation.context = simulate.Run(simulate.build_cluster(copy.deepcopy(objects)), None)
+    base = simulate.snapshot(explanation.context.cluster)
     candidates = (_tolerate_device_taint(explanation) + _tolerate_node_taint(explanation)
                   + _release_claims(explanation) + _reallocate_claims(explanation) + _lower_counts(explanation)
                   + _use_existing_class(explanation) + _lower_resources(explanation)
@@ -446,7 +445,7 @@ def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: 
             break
         if any(f.kind == candidate.kind for f in fixes):
             continue  # one fix of each kind: different options rather than variations of one
-        trial = copy.deepcopy(objects)
+        trial = copy.deepcopy(base)
         if not candidate.mutate(trial):
             continue
         tried += 1

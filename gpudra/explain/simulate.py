@@ -3,6 +3,7 @@ pod, attempt it, and run the allocator on a node. Keeping this narrow lets the s
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,3 +97,18 @@ def allocate(cluster: Any, node: dict[str, Any], claims: list[dict[str, Any]]) -
     from gpudra.scheduler.allocation import allocate as run
 
     return run(cluster.allocator(), node, claims)
+
+
+def snapshot(cluster: Any) -> list[dict[str, Any]]:
+    """The cluster as objects at this moment (pods bound, claims allocated and reserved, template claims
+    created), so a what-if starts from the state the target pod met rather than replaying the queue."""
+    objects: list[dict[str, Any]] = []
+    objects.extend(cluster.device_classes.values())
+    objects.extend(cluster.slices)
+    objects.extend(cluster.nodes.values())
+    objects.extend(getattr(cluster, "priority_classes", {}).values())
+    objects.extend(cluster.templates.values())
+    objects.extend(cluster.claims.values())
+    objects.extend(cluster.pods.values())  # workloads are already expanded into these pods
+    objects.extend(getattr(cluster, "other_objects", []))
+    return copy.deepcopy(objects)
