@@ -159,12 +159,19 @@ def _compile(expression: str, consumable_capacity: bool) -> Selector:
 
 
 @lru_cache(maxsize=4096)
-def _cached(expression: str, consumable_capacity: bool) -> Selector:
-    return _compile(expression, consumable_capacity)
+def _cached(expression: str, consumable_capacity: bool) -> Selector | CELCompileError:
+    # Failures are cached too: an allocator asks for the same broken selector on every node.
+    try:
+        return _compile(expression, consumable_capacity)
+    except CELCompileError as error:
+        return error
 
 
 def compile_selector(expression: str, *, consumable_capacity: bool = True) -> Selector:
     """Compile a DRA device selector (cached per expression and options); raises CELCompileError."""
     if not isinstance(expression, str):
         raise CELCompileError(str(expression), "expression must be a string")
-    return _cached(expression, bool(consumable_capacity))
+    result = _cached(expression, bool(consumable_capacity))
+    if isinstance(result, CELCompileError):
+        raise CELCompileError(result.expression, result.message, result.column, result.line, result.report)
+    return result
