@@ -451,6 +451,8 @@ def test_requests_that_fit_alone_but_not_together():
     assert e.summary == ("0/1 nodes are available: 1 node: claim 'c' needs 4 devices for all requests together, "
                          "only 3 distinct free devices match.")
     assert [r.available for r in e.node("node-a").requests] == [3, 3]
+    assert e.fixes[0].kind == "lower-count"
+    assert e.fixes[0].message == "node node-a fits if request 'a' in claim default/c asks for 1 instead of 2 devices"
 
 
 def test_own_claim_allocated_where_the_pod_cannot_go():

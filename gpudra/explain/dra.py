@@ -265,9 +265,10 @@ def _combination_reasons(survivors: dict[tuple[str, str], list[DeviceRef]],
     names = ", ".join(f"'{claim_name(k)}'" for k in claims)
     if len(distinct) < total:
         subject = f"claims {names} need" if len(claims) > 1 else f"claim {names} needs"
+        requests = [{"claim": key, "request": request, "count": n} for (key, request), n in needs.items()]
         return [Reason(model.DRA_COMBINATION,
                        f"{subject} {total} devices for all requests together, only {len(distinct)} distinct free "
-                       f"devices match", {"need": total, "free": len(distinct)})]
+                       f"devices match", {"need": total, "free": len(distinct), "requests": requests})]
     uses_counters = any(ref.device.get("consumesCounters") for refs in survivors.values() for ref in refs)
     if uses_counters:
         return [Reason(model.DRA_COMBINATION,

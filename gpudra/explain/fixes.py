@@ -259,6 +259,13 @@ def _lower_counts(explanation: Explanation) -> list[Candidate]:
                 need, free = reason.data["need"], reason.data["free"]
                 if free > best.get(key, (need, 0))[1]:
                     best[key] = (need, free)
+            if reason.code == model.DRA_COMBINATION and reason.data.get("requests"):
+                short = int(reason.data["need"]) - int(reason.data["free"])
+                for entry in reason.data["requests"]:
+                    key = (entry["claim"], entry["request"])
+                    need, free = int(entry["count"]), int(entry["count"]) - short
+                    if free > best.get(key, (need, 0))[1]:
+                        best[key] = (need, free)
         for constraint in node.constraints:
             if len(constraint.requests) == 1 and constraint.groups:
                 key = (constraint.claim, constraint.requests[0])
