@@ -31,6 +31,8 @@ NODE = "crash-node"
 PROFILE = "dgx-h100"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIME_BUDGET_S = 20.0
+MIN_CALLS = 200
+HARD_LIMIT_S = 150.0  # a loaded CI runner is slow: keep going until enough calls were made, within reason
 CALLERS = 4
 
 
@@ -56,7 +58,7 @@ def _spawn(root: str, claims_dir: str) -> subprocess.Popen:
 def _start(root: str, claims_dir: str) -> tuple[subprocess.Popen, KubeletClient]:
     proc = _spawn(root, claims_dir)
     paths = DriverPaths(root=root)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # start-up imports are slow on a loaded machine
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"driver exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
@@ -124,7 +126,8 @@ def test_sigkill_during_prepare_and_unprepare_loses_and_leaks_nothing():
     started = time.monotonic()
     running: list[subprocess.Popen] = []
     try:
-        while time.monotonic() - started < TIME_BUDGET_S or calls["rounds"] < 3:
+        while (time.monotonic() - started < TIME_BUDGET_S or calls["rounds"] < 3
+               or (calls["prepare"] + calls["unprepare"] < MIN_CALLS and time.monotonic() - started < HARD_LIMIT_S)):
             if calls["rounds"] % 4 == 3:  # sometimes die during start-up (imports or reconcile) too
                 early = _spawn(root, claims_dir)
                 running[:] = [early]
@@ -178,7 +181,7 @@ def test_sigkill_during_prepare_and_unprepare_loses_and_leaks_nothing():
             kubelet.close()
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=10)
-        assert calls["prepare"] + calls["unprepare"] >= 200, calls
+        assert calls["prepare"] + calls["unprepare"] >= MIN_CALLS, calls
         assert calls["rounds"] >= 3
     finally:
         for proc in running:
