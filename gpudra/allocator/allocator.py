@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .features import Features
-from .model import DeviceInfo, quantity_nanos
+from .model import DeviceInfo, as_dict, as_list, as_str, quantity_nanos
 from .nodematch import NodeInfo, node_matches
 from .pools import Pool, SliceIndex
 from .selection import SelectorFailure
@@ -44,18 +44,18 @@ class ClassInfo:
 
     def __init__(self, raw: dict[str, Any]):
         self.raw = raw
-        self.name = str((raw.get("metadata") or {}).get("name") or "")
-        spec = raw.get("spec") or {}
+        self.name = as_str(as_dict(raw.get("metadata")).get("name"))
+        spec = as_dict(raw.get("spec"))
         exprs = []
         self.empty_selector = None
-        for i, selector in enumerate(spec.get("selectors") or []):
-            expression = ((selector or {}).get("cel") or {}).get("expression")
-            if expression is None:
+        for i, selector in enumerate(as_list(spec.get("selectors"))):
+            expression = as_dict(as_dict(selector).get("cel")).get("expression")
+            if not isinstance(expression, str) or not expression:
                 self.empty_selector = i if self.empty_selector is None else self.empty_selector
                 continue
             exprs.append(expression)
         self.selector_exprs = tuple(exprs)
-        self.configs = list(spec.get("config") or [])
+        self.configs = [c for c in as_list(spec.get("config")) if isinstance(c, dict)]
 
 
 class NodeView:
@@ -84,7 +84,7 @@ class Allocator:
         self.features = Features.parse(features)
         self.classes: dict[str, ClassInfo] = {}
         for raw in device_classes or []:
-            info = ClassInfo(raw or {})
+            info = ClassInfo(as_dict(raw))
             self.classes[info.name] = info
         self.index = SliceIndex.shared(list(slices or []), self.features)
         self.state = AllocatedState(self.features)
@@ -165,12 +165,16 @@ class Allocator:
     def allocate(self, node: "dict | str | NodeInfo", claims: list[dict[str, Any]]) -> AllocationOutcome:
         from .search import Search  # search.py imports this module
 
-        view = self.node_view(node)
         try:
+            view = self.node_view(node)
             search = Search(self, view, claims)
             allocations = search.run()
         except AllocationError as err:
             return AllocationOutcome("error", error=str(err), error_node_local=err.node_local)
+        except (TypeError, AttributeError, KeyError, ValueError) as err:
+            # Objects that break the API schema (wrong JSON types) end up here rather than in a
+            # traceback; validation reports the details.
+            return AllocationOutcome("error", error=f"malformed input: {type(err).__name__}: {err}")
         if allocations is None:
             if view.any_invalid:
                 return AllocationOutcome("error", error="invalid resource pools were encountered", error_node_local=True)
@@ -179,7 +183,7 @@ class Allocator:
 
 
 def capacity_requests(request: dict[str, Any]) -> dict[str, int]:
-    raw = ((request.get("capacity") or {}).get("requests")) or {}
+    raw = as_dict(as_dict(request.get("capacity")).get("requests"))
     return {name: quantity_nanos(value) or 0 for name, value in raw.items()}
 
 

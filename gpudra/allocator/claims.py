@@ -6,17 +6,24 @@ import copy
 from typing import Any
 
 
+def _metadata(claim: Any) -> dict:
+    metadata = claim.get("metadata") if isinstance(claim, dict) else None
+    return metadata if isinstance(metadata, dict) else {}
+
+
 def claim_namespace(claim: dict[str, Any]) -> str:
-    return str(((claim or {}).get("metadata") or {}).get("namespace") or "default")
+    namespace = _metadata(claim).get("namespace")
+    return namespace if isinstance(namespace, str) and namespace else "default"
 
 
 def claim_label(claim: dict[str, Any]) -> str:
-    metadata = (claim or {}).get("metadata") or {}
-    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or ''}"
+    name = _metadata(claim).get("name")
+    return f"{claim_namespace(claim)}/{name if isinstance(name, str) else ''}"
 
 
 def is_allocated(claim: dict[str, Any]) -> bool:
-    return bool(((claim or {}).get("status") or {}).get("allocation"))
+    status = claim.get("status") if isinstance(claim, dict) else None
+    return isinstance(status, dict) and bool(status.get("allocation"))
 
 
 def _default_exact(request: dict[str, Any]) -> None:
@@ -47,6 +54,8 @@ def defaulted_requests(claim: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
+    if not isinstance(toleration, dict):
+        return False
     effect = toleration.get("effect")
     if effect and effect != taint.get("effect"):
         return False

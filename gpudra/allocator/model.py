@@ -11,6 +11,41 @@ from typing import Any
 from gpudra.api.quantity import Quantity, QuantityError
 
 SCALAR_ATTRIBUTE_TYPES = ("int", "bool", "string", "version")
+_SCALAR_PYTHON = {"int": int, "bool": bool, "string": str, "version": str}
+
+
+# Tolerant accessors: malformed objects (wrong JSON types) must not crash the allocator; a field
+# of the wrong type reads as absent, which is how the search then treats it.
+def as_dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def as_str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def as_int(value: Any, default: int = 0) -> int:
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value, 10)
+        except ValueError:
+            return default
+    return default
+
+
+def _typed(kind: str, value: Any) -> bool:
+    expected = _SCALAR_PYTHON[kind]
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, expected)
 LIST_ATTRIBUTE_TYPES = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
 
 
@@ -30,10 +65,13 @@ def parse_attribute(raw: Any) -> tuple[str, Any] | None:
         return None
     for kind in SCALAR_ATTRIBUTE_TYPES:
         if kind in raw and raw[kind] is not None:
-            return kind, raw[kind]
+            return (kind, raw[kind]) if _typed(kind, raw[kind]) else None
     for kind, element in LIST_ATTRIBUTE_TYPES.items():
         if kind in raw and raw[kind] is not None:
-            return "list:" + element, tuple(raw[kind])
+            values = raw[kind]
+            if not isinstance(values, list) or not all(_typed(element, v) for v in values):
+                return None
+            return "list:" + element, tuple(values)
     return None
 
 
@@ -44,9 +82,9 @@ class CapacityInfo:
         self.value = quantity_nanos(raw.get("value")) or 0
         policy = raw.get("requestPolicy")
         self.has_policy = isinstance(policy, dict)
-        policy = policy or {}
+        policy = as_dict(policy)
         self.default = quantity_nanos(policy.get("default"))
-        values = policy.get("validValues")
+        values = as_list(policy.get("validValues"))
         self.valid_values = [v for v in (quantity_nanos(x) for x in values) if v is not None] if values else None
         valid_range = policy.get("validRange")
         if isinstance(valid_range, dict):
@@ -73,33 +111,34 @@ class DeviceInfo:
         self.index = index
         self.driver = slice_info.driver
         self.pool = slice_info.pool_name
-        self.name = str(raw.get("name") or "")
+        self.name = as_str(raw.get("name"))
         self.key = (self.driver, self.pool, self.name)
         self.attributes: dict[str, tuple[str, Any] | None] = {}
         self.has_list_attributes = False
-        for name, value in (raw.get("attributes") or {}).items():
+        for name, value in as_dict(raw.get("attributes")).items():
             parsed = parse_attribute(value)
             self.attributes[name] = parsed
             if parsed is not None and parsed[0].startswith("list:"):
                 self.has_list_attributes = True
         self.capacity = {
-            name: CapacityInfo(value if isinstance(value, dict) else {})
-            for name, value in (raw.get("capacity") or {}).items()
+            name: CapacityInfo(as_dict(value))
+            for name, value in as_dict(raw.get("capacity")).items()
         }
         self.consumes_counters: list[tuple[str, dict[str, int]]] = []
-        for entry in raw.get("consumesCounters") or []:
+        for entry in as_list(raw.get("consumesCounters")):
+            entry = as_dict(entry)
             counters = {
-                name: quantity_nanos((value or {}).get("value")) or 0
-                for name, value in ((entry or {}).get("counters") or {}).items()
+                name: quantity_nanos(as_dict(value).get("value")) or 0
+                for name, value in as_dict(entry.get("counters")).items()
             }
-            self.consumes_counters.append((str((entry or {}).get("counterSet") or ""), counters))
-        self.taints = list(raw.get("taints") or [])
-        self.binding_conditions = list(raw.get("bindingConditions") or [])
-        self.binding_failure_conditions = list(raw.get("bindingFailureConditions") or [])
-        self.binds_to_node = bool(raw.get("bindsToNode"))
-        self.allow_multiple = bool(raw.get("allowMultipleAllocations"))
-        self.node_name = raw.get("nodeName") or None
-        self.node_selector = raw.get("nodeSelector")
+            self.consumes_counters.append((as_str(entry.get("counterSet")), counters))
+        self.taints = [t for t in as_list(raw.get("taints")) if isinstance(t, dict)]
+        self.binding_conditions = as_list(raw.get("bindingConditions"))
+        self.binding_failure_conditions = as_list(raw.get("bindingFailureConditions"))
+        self.binds_to_node = raw.get("bindsToNode") is True
+        self.allow_multiple = raw.get("allowMultipleAllocations") is True
+        self.node_name = as_str(raw.get("nodeName")) or None
+        self.node_selector = raw.get("nodeSelector") if isinstance(raw.get("nodeSelector"), dict) else None
         self.all_nodes = bool(raw.get("allNodes"))
 
     def lookup_attribute(self, qualified: str) -> tuple[str, Any] | None:
@@ -125,28 +164,26 @@ class SliceInfo:
     def __init__(self, raw: dict[str, Any], order: int):
         self.raw = raw
         self.order = order
-        spec = raw.get("spec") or {}
-        self.name = str((raw.get("metadata") or {}).get("name") or "")
-        self.driver = str(spec.get("driver") or "")
-        pool = spec.get("pool") or {}
-        self.pool_name = str(pool.get("name") or "")
+        spec = as_dict(raw.get("spec"))
+        self.name = as_str(as_dict(raw.get("metadata")).get("name"))
+        self.driver = as_str(spec.get("driver"))
+        pool = as_dict(spec.get("pool"))
+        self.pool_name = as_str(pool.get("name"))
         self.pool_id = (self.driver, self.pool_name)
-        self.generation = int(pool.get("generation") or 0)
-        self.slice_count = int(pool.get("resourceSliceCount") or 0)
-        self.node_name = spec.get("nodeName") or None
-        self.node_selector = spec.get("nodeSelector")
-        self.all_nodes = bool(spec.get("allNodes"))
-        self.per_device_node_selection = bool(spec.get("perDeviceNodeSelection"))
+        self.generation = as_int(pool.get("generation"))
+        self.slice_count = as_int(pool.get("resourceSliceCount"))
+        self.node_name = as_str(spec.get("nodeName")) or None
+        self.node_selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else None
+        self.all_nodes = spec.get("allNodes") is True
+        self.per_device_node_selection = spec.get("perDeviceNodeSelection") is True
         self.shared_counters: list[tuple[str, dict[str, int]]] = []
-        for counter_set in spec.get("sharedCounters") or []:
+        for counter_set in as_list(spec.get("sharedCounters")):
+            counter_set = as_dict(counter_set)
             counters = {
-                name: quantity_nanos((value or {}).get("value")) or 0
-                for name, value in ((counter_set or {}).get("counters") or {}).items()
+                name: quantity_nanos(as_dict(value).get("value")) or 0
+                for name, value in as_dict(counter_set.get("counters")).items()
             }
-            self.shared_counters.append((str((counter_set or {}).get("name") or ""), counters))
-        self.devices = [DeviceInfo(self, device or {}, i) for i, device in enumerate(spec.get("devices") or [])]
+            self.shared_counters.append((as_str(counter_set.get("name")), counters))
+        self.devices = [DeviceInfo(self, as_dict(device), i) for i, device in enumerate(as_list(spec.get("devices")))]
         self.has_binding_conditions = any(d.binding_conditions for d in self.devices)
 
-    @property
-    def has_counters(self) -> bool:
-        return bool(self.raw.get("spec", {}).get("sharedCounters"))

@@ -11,8 +11,9 @@ class NodeInfo:
     __slots__ = ("name", "labels", "key")
 
     def __init__(self, name: str, labels: dict[str, str] | None = None):
-        self.name = name
-        self.labels = dict(labels or {})
+        self.name = name if isinstance(name, str) else ""
+        labels = labels if isinstance(labels, dict) else {}
+        self.labels = {str(k): v if isinstance(v, str) else str(v) for k, v in labels.items()}
         # Pool gathering depends only on name and labels, so that is the cache key.
         self.key = (name, tuple(sorted(self.labels.items())))
 
@@ -22,8 +23,9 @@ class NodeInfo:
             return node
         if isinstance(node, str):
             return cls(node)
-        metadata = (node or {}).get("metadata") or {}
-        return cls(str(metadata.get("name") or ""), metadata.get("labels") or {})
+        metadata = (node if isinstance(node, dict) else {}).get("metadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
+        return cls(metadata.get("name") or "", metadata.get("labels"))
 
 
 def _parse_int(text: Any) -> int | None:
@@ -33,10 +35,15 @@ def _parse_int(text: Any) -> int | None:
         return None
 
 
-def _requirement_matches(requirement: dict[str, Any], values_by_key: dict[str, str]) -> bool:
+def _requirement_matches(requirement: Any, values_by_key: dict[str, str]) -> bool:
+    if not isinstance(requirement, dict):
+        return False
     key = requirement.get("key")
     operator = requirement.get("operator")
-    values = requirement.get("values") or []
+    values = requirement.get("values")
+    if not isinstance(key, str) or not isinstance(values if values is not None else [], list):
+        return False
+    values = values or []
     present = key in values_by_key
     value = values_by_key.get(key)
     if operator == "In":
@@ -57,16 +64,20 @@ def _requirement_matches(requirement: dict[str, Any], values_by_key: dict[str, s
     return False
 
 
-def _term_matches(term: dict[str, Any], node: NodeInfo) -> bool:
+def _term_matches(term: Any, node: NodeInfo) -> bool:
+    if not isinstance(term, dict):
+        return False
     expressions = term.get("matchExpressions") or []
     field_requirements = term.get("matchFields") or []
+    if not isinstance(expressions, list) or not isinstance(field_requirements, list):
+        return False
     if not expressions and not field_requirements:
         return False  # an empty term matches no node
     for requirement in expressions:
         if not _requirement_matches(requirement, node.labels):
             return False
     for requirement in field_requirements:
-        if requirement.get("key") != "metadata.name":
+        if not isinstance(requirement, dict) or requirement.get("key") != "metadata.name":
             return False
         if not _requirement_matches(requirement, {"metadata.name": node.name}):
             return False
@@ -74,9 +85,10 @@ def _term_matches(term: dict[str, Any], node: NodeInfo) -> bool:
 
 
 def selector_matches(selector: dict[str, Any] | None, node: NodeInfo) -> bool:
-    if not selector:
+    if not isinstance(selector, dict):
         return False
-    return any(_term_matches(term or {}, node) for term in selector.get("nodeSelectorTerms") or [])
+    terms = selector.get("nodeSelectorTerms")
+    return isinstance(terms, list) and any(_term_matches(term, node) for term in terms)
 
 
 def node_matches(node: NodeInfo, node_name: str | None, all_nodes: bool, selector: dict[str, Any] | None) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 from .allocator import AllocationOutcome, Allocator
 from .claims import claim_label, is_allocated
 from .features import Features
+from .model import as_dict, as_list, as_str
 
 MODES = ("together", "each", "sequential")
 
@@ -24,16 +25,20 @@ def split_objects(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any
     return kinds
 
 
+def _object_name(obj: dict[str, Any]) -> str:
+    return as_str(as_dict(obj.get("metadata")).get("name"))
+
+
 def default_node_names(kinds: dict[str, list[dict[str, Any]]]) -> list[str]:
-    names = [str((n.get("metadata") or {}).get("name") or "") for n in kinds["Node"]]
+    names = [_object_name(n) for n in kinds["Node"]]
     if names:
         return names
     seen: list[str] = []
     for slice_obj in kinds["ResourceSlice"]:
-        spec = slice_obj.get("spec") or {}
-        candidates = [spec.get("nodeName")] + [(d or {}).get("nodeName") for d in spec.get("devices") or []]
+        spec = as_dict(slice_obj.get("spec"))
+        candidates = [spec.get("nodeName")] + [as_dict(d).get("nodeName") for d in as_list(spec.get("devices"))]
         for name in candidates:
-            if name and name not in seen:
+            if name and isinstance(name, str) and name not in seen:
                 seen.append(name)
     return seen
 
@@ -73,7 +78,7 @@ def build_report(
             raise ValueError(f"no pending ResourceClaim named {', '.join(missing)}")
         pending = [by_label[w] for w in wanted]
     node_names = list(nodes) if nodes else default_node_names(kinds)
-    node_objects = {str((n.get("metadata") or {}).get("name") or ""): n for n in kinds["Node"]}
+    node_objects = {_object_name(n): n for n in kinds["Node"]}
     node_refs = [node_objects.get(name, name) for name in node_names]
 
     allocator = Allocator(kinds["DeviceClass"], kinds["ResourceSlice"], allocated, features)
@@ -99,7 +104,7 @@ def build_report(
                 if outcome.outcome == "allocated":
                     allocation = outcome.allocations[0]
                     final[label] = allocation
-                    committed = dict(claim, status=dict(claim.get("status") or {}, allocation=allocation))
+                    committed = dict(claim, status=dict(as_dict(claim.get("status")), allocation=allocation))
                     allocator.add_allocated_claim(committed)
                     break
             else:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from gpudra.api.quantity import Quantity
 
 from .allocator import AllocationError
+from .model import as_dict, as_list
 
 if TYPE_CHECKING:
     from .search import ClaimData, Search
@@ -21,10 +22,10 @@ def format_quantity(nanos: int) -> str:
 
 def _quantity_text(device, name: str, nanos: int, request: dict) -> str:
     """Keep the spelling of the quantity the amount came from (request, default or capacity)."""
-    requested = ((request.get("capacity") or {}).get("requests") or {}).get(name)
-    capacity = (device.raw.get("capacity") or {}).get(name) or {}
-    policy = capacity.get("requestPolicy") or {}
-    for candidate in (requested, policy.get("default"), capacity.get("value"), *(policy.get("validValues") or [])):
+    requested = as_dict(as_dict(request.get("capacity")).get("requests")).get(name)
+    capacity = as_dict(as_dict(device.raw.get("capacity")).get(name))
+    policy = as_dict(capacity.get("requestPolicy"))
+    for candidate in (requested, policy.get("default"), capacity.get("value"), *as_list(policy.get("validValues"))):
         if candidate is None:
             continue
         try:
@@ -78,10 +79,10 @@ def _configs(claim: "ClaimData") -> list[dict[str, Any]]:
             entry = {"source": "FromClass", "requests": list(by_class[class_info.name])}
             entry.update({k: copy.deepcopy(v) for k, v in (config or {}).items() if k != "requests"})
             configs.append(entry)
-    spec_configs = ((((claim.claim.get("spec") or {}).get("devices")) or {}).get("config")) or []
+    spec_configs = as_list(as_dict(as_dict(claim.claim.get("spec")).get("devices")).get("config"))
     for config in spec_configs:
-        config = config or {}
-        wanted = config.get("requests") or []
+        config = as_dict(config)
+        wanted = as_list(config.get("requests"))
         entry = {"source": "FromClaim"}
         entry.update({k: copy.deepcopy(v) for k, v in config.items()})
         if not wanted:
@@ -114,17 +115,18 @@ def _node_selector(search: "Search", claim: "ClaimData") -> dict[str, Any] | Non
         selector = source.node_selector
         if not selector:
             continue
-        terms = selector.get("nodeSelectorTerms") or []
+        terms = as_list(selector.get("nodeSelectorTerms"))
         if len(terms) != 1:
             raise AllocationError(f"unsupported ResourceSlice.NodeSelector with {len(terms)} terms")
-        term = terms[0] or {}
+        term = as_dict(terms[0])
         for kind, target in (("matchExpressions", expressions), ("matchFields", fields)):
-            for requirement in term.get(kind) or []:
+            for requirement in as_list(term.get(kind)):
+                requirement = as_dict(requirement)
                 identity = (
                     kind,
                     requirement.get("key"),
                     requirement.get("operator"),
-                    tuple(sorted(requirement.get("values") or [])),
+                    tuple(sorted(str(v) for v in as_list(requirement.get("values")))),
                 )
                 if identity in seen:
                     continue

@@ -14,7 +14,7 @@ from .allocator import MAX_RESULTS_PER_CLAIM, AllocationError, Allocator, NodeVi
 from .capacity import consumption, fits
 from .claims import claim_label, taint_prevents_allocation
 from .constraints import DistinctAttribute, MatchAttribute
-from .model import DeviceInfo
+from .model import DeviceInfo, as_dict, as_int, as_list, as_str
 from .results import build_allocation
 
 MAXSIZE = object()  # "this branch needs more than 32 results": try the next subrequest
@@ -71,10 +71,10 @@ class Search:
         label = data.label
         features = self.features
         min_devices = 0
-        requests = (((claim.get("spec") or {}).get("devices")) or {}).get("requests") or []
-        for request in requests:
-            request = request if isinstance(request, dict) else {}
-            name = str(request.get("name") or "")
+        spec_devices = as_dict(as_dict(claim.get("spec")).get("devices"))
+        for request in as_list(spec_devices.get("requests")):
+            request = as_dict(request)
+            name = as_str(request.get("name"))
             slot = RequestSlot(name)
             if request.get("firstAvailable"):
                 if not features.prioritized_list:
@@ -82,20 +82,21 @@ class Search:
                         f"claim {label}, request {name}: has subrequests, but the DRAPrioritizedList feature is disabled"
                     )
                 subs = []
-                for sub in request["firstAvailable"]:
-                    sub_name = str(sub.get("name") or "")
-                    if self.reject_capacity and ((sub.get("capacity") or {}).get("requests")):
+                for sub in as_list(request["firstAvailable"]):
+                    sub = as_dict(sub)
+                    sub_name = as_str(sub.get("name"))
+                    if self.reject_capacity and as_dict(sub.get("capacity")).get("requests"):
                         raise AllocationError(
                             f"claim {label}, subrequest {sub_name}: has capacity requests, but the DRAConsumableCapacity feature is disabled"
                         )
                     subs.append(self._request_data(data, sub, name, f"{name}/{sub_name}", allow_admin=False))
                 slot.subrequests = subs
-                min_devices += min(s.num_devices for s in subs)
+                min_devices += min((s.num_devices for s in subs), default=0)
             else:
                 exactly = request.get("exactly")
                 if not isinstance(exactly, dict):
                     raise AllocationError(f"claim {label}, request {name}: missing device class name (unsupported request type?)")
-                if self.reject_capacity and ((exactly.get("capacity") or {}).get("requests")):
+                if self.reject_capacity and as_dict(exactly.get("capacity")).get("requests"):
                     raise AllocationError(
                         f"claim {label}, request {name}: has capacity requests, but the DRAConsumableCapacity feature is disabled"
                     )
@@ -106,15 +107,14 @@ class Search:
             raise AllocationError(
                 f"claim {label}: number of requested devices {min_devices} exceeds the claim limit of {MAX_RESULTS_PER_CLAIM}"
             )
-        spec_devices = ((claim.get("spec") or {}).get("devices")) or {}
-        for i, constraint in enumerate(spec_devices.get("constraints") or []):
-            constraint = constraint or {}
-            requests = list(constraint.get("requests") or [])
-            if constraint.get("matchAttribute"):
+        for i, constraint in enumerate(as_list(spec_devices.get("constraints"))):
+            constraint = as_dict(constraint)
+            requests = [r for r in as_list(constraint.get("requests")) if isinstance(r, str)]
+            if as_str(constraint.get("matchAttribute")):
                 data.constraints.append(
                     MatchAttribute(requests, constraint["matchAttribute"], features.list_type_attributes)
                 )
-            elif constraint.get("distinctAttribute") and features.consumable_capacity:
+            elif as_str(constraint.get("distinctAttribute")) and features.consumable_capacity:
                 data.constraints.append(
                     DistinctAttribute(requests, constraint["distinctAttribute"], features.list_type_attributes)
                 )
@@ -154,16 +154,16 @@ class Search:
         label = claim.label
         features = self.features
         exprs = []
-        for i, selector in enumerate(request.get("selectors") or []):
-            expression = ((selector or {}).get("cel") or {}).get("expression")
-            if not expression:
+        for i, selector in enumerate(as_list(request.get("selectors"))):
+            expression = as_dict(as_dict(selector).get("cel")).get("expression")
+            if not expression or not isinstance(expression, str):
                 raise AllocationError(
                     f"claim {label}, request {full}, selector #{i}: CEL expression empty (unsupported selector type?)"
                 )
             exprs.append(expression)
         if not features.admin_access and request.get("adminAccess") is not None:
             raise AllocationError(f"claim {label}, request {full}: admin access is requested, but the feature is disabled")
-        class_name = request.get("deviceClassName")
+        class_name = as_str(request.get("deviceClassName"))
         if not class_name:
             raise AllocationError(f"claim {label}, request {full}: missing device class name (unsupported request type?)")
         class_info = self.allocator.classes.get(class_name)
@@ -183,7 +183,7 @@ class Search:
         rd.class_info = class_info
         rd.request_exprs = tuple(exprs)
         rd.admin = bool(request.get("adminAccess")) and allow_admin and features.admin_access
-        rd.tolerations = list(request.get("tolerations") or [])
+        rd.tolerations = [t for t in as_list(request.get("tolerations")) if isinstance(t, dict)]
         rd.capacity = capacity_requests(request) if features.consumable_capacity else {}
         rd.candidates = self.allocator.candidates(self.view, class_info, rd.request_exprs)
         rd.counter_flags = self.allocator.counter_flags(self.view, class_info, rd.request_exprs)
@@ -194,7 +194,7 @@ class Search:
         mode = request.get("allocationMode") or "ExactCount"
         if mode == "ExactCount":
             rd.all_mode = False
-            rd.num_devices = int(request.get("count") or 1)
+            rd.num_devices = as_int(request.get("count")) or 1
         elif mode == "All":
             rd.all_mode = True
             for pool in self.view.pools:

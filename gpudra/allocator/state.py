@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any
 
 from .features import Features
-from .model import quantity_nanos
+from .model import as_dict, as_list, as_str, quantity_nanos
 
 DeviceKey = tuple[str, str, str]
 
@@ -28,14 +28,14 @@ class AllocatedState:
 
     @staticmethod
     def _results(claim: dict[str, Any]) -> list[dict[str, Any]]:
-        allocation = ((claim or {}).get("status") or {}).get("allocation") or {}
-        return list((allocation.get("devices") or {}).get("results") or [])
+        allocation = as_dict(as_dict(as_dict(claim).get("status")).get("allocation"))
+        return list(as_list(as_dict(allocation.get("devices")).get("results")))
 
     def _apply(self, claim: dict[str, Any], sign: int) -> None:
         for result in self._results(claim):
             if not isinstance(result, dict) or result.get("adminAccess"):
                 continue
-            key = (str(result.get("driver") or ""), str(result.get("pool") or ""), str(result.get("device") or ""))
+            key = (as_str(result.get("driver")), as_str(result.get("pool")), as_str(result.get("device")))
             share = result.get("shareID")
             if share and self.features.consumable_capacity:
                 self.shares[(key, str(share))] += sign
@@ -43,7 +43,7 @@ class AllocatedState:
                 if self.shared_devices[key] <= 0:
                     del self.shared_devices[key]
                 used = self.capacity.setdefault(key, {})
-                for name, value in (result.get("consumedCapacity") or {}).items():
+                for name, value in as_dict(result.get("consumedCapacity")).items():
                     used[name] = used.get(name, 0) + sign * (quantity_nanos(value) or 0)
                 if not self.shared_devices.get(key):
                     self.capacity.pop(key, None)
