@@ -11,7 +11,16 @@ import yaml
 from gpudra.cel import CELCompileError, CELRuntimeError, compile_selector, device_input
 
 DATA = Path(__file__).parent / "data"
-TABLE = yaml.safe_load((DATA / "cel" / "expressions.yaml").read_text())
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _load_all(text: str) -> list:
+    return list(yaml.load_all(text, Loader=LOADER))
+
+
+def _load(text: str):
+    return yaml.load(text, Loader=LOADER)
+TABLE = _load((DATA / "cel" / "expressions.yaml").read_text())
 CASES = TABLE["cases"]
 
 
@@ -92,14 +101,16 @@ def _upstream_compile_errors(expected) -> set[str]:
 def _conformance_cases():
     cases = []
     for path in sorted((DATA / "conformance").glob("*/*/input.yaml")):
-        selectors = [e for document in yaml.safe_load_all(path.read_text()) for e in _selectors_in(document)]
+        selectors = [e for document in _load_all(path.read_text()) for e in _selectors_in(document)]
         expected_path = path.parent / "expected.yaml"
-        expected = yaml.safe_load(expected_path.read_text()) if expected_path.exists() else {}
+        expected = _load(expected_path.read_text()) if expected_path.exists() else {}
         cases.append((path.parent.name, selectors, _upstream_compile_errors(expected)))
     return cases
 
 
-CONFORMANCE = _conformance_cases()
+@lru_cache(maxsize=1)
+def _conformance() -> list:
+    return _conformance_cases()
 
 
 def _first_line(expression: str) -> str | None:
@@ -111,9 +122,9 @@ def _first_line(expression: str) -> str | None:
 
 
 def test_every_conformance_selector_compiles_unless_upstream_refuses_it():
-    selectors = {e for _, found, _ in CONFORMANCE for e in found}
+    selectors = {e for _, found, _ in _conformance() for e in found}
     assert len(selectors) > 100
-    reported = {line for _, _, errors in CONFORMANCE for line in errors}
+    reported = {line for _, _, errors in _conformance() for line in errors}
     unexpected = []
     for expression in sorted(selectors):
         line = _first_line(expression)
@@ -123,8 +134,56 @@ def test_every_conformance_selector_compiles_unless_upstream_refuses_it():
 
 
 def test_conformance_compile_errors_match_upstream_word_for_word():
-    with_errors = [(name, found, errors) for name, found, errors in CONFORMANCE if errors]
+    with_errors = [(name, found, errors) for name, found, errors in _conformance() if errors]
     assert with_errors
     for name, found, errors in with_errors:
         ours = {_first_line(expression) for expression in found} - {None}
         assert errors <= ours, f"{name}: upstream {errors}, ours {ours}"
+
+
+RUNTIME_ERROR_PREFIX = "CEL runtime error: "
+
+
+def _conformance_runtime_error_cases():
+    cases = []
+    for expected_path in sorted((DATA / "conformance").glob("*/*/expected.yaml")):
+        text = expected_path.read_text()
+        if RUNTIME_ERROR_PREFIX not in text:
+            continue
+        errors = set()
+        for result in (_load(text) or {}).get("results") or []:
+            message = result.get("error") or ""
+            if RUNTIME_ERROR_PREFIX in message:
+                errors.add(message.split(RUNTIME_ERROR_PREFIX, 1)[1])
+        if errors:
+            cases.append(pytest.param(expected_path.parent, errors, id=expected_path.parent.name))
+    return cases
+
+
+@pytest.mark.parametrize("case, errors", _conformance_runtime_error_cases())
+def test_conformance_runtime_errors_are_reproduced(case, errors):
+    """Every CEL runtime error upstream reports in a case comes out of evaluating the case's
+    selectors on the case's devices."""
+    arguments = (case / "args").read_text()
+    list_type_attributes = "ListTypeAttributes" in arguments
+    documents = _load_all((case / "input.yaml").read_text())
+    selectors = {e for document in documents if document and document.get("kind") in ("DeviceClass", "ResourceClaim")
+                 for e in _selectors_in(document)}
+    devices = [
+        device_input(document["spec"]["driver"], device, list_type_attributes=list_type_attributes)
+        for document in documents
+        if document and document.get("kind") == "ResourceSlice"
+        for device in document["spec"].get("devices") or []
+    ]
+    ours = set()
+    for expression in selectors:
+        try:
+            selector = compile_selector(expression)
+        except CELCompileError:
+            continue
+        for device in devices:
+            try:
+                selector.evaluate(device)
+            except CELRuntimeError as error:
+                ours.add(str(error))
+    assert errors <= ours

@@ -9,6 +9,7 @@ An exception raised here becomes a CEL error value (its message is what users se
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from cel_expr_python import cel
@@ -30,11 +31,19 @@ def _overload(overload_id, result, params, impl=None, member=True):
 
 
 # ----- quantity ---------------------------------------------------------------------------------------
+_QUANTITY_SHAPE = re.compile(r"[+-]?[0-9.]+[eEinumkKMGTP]*[-+]?[0-9]*")
+
+
 def _quantity(text: str):
     try:
         return V.parse_quantity_message(text)
-    except QuantityError:
-        raise ValueError(_QUANTITY_FORMAT_ERROR) from None
+    except QuantityError as error:
+        # resource.ParseQuantity's three errors
+        if not _QUANTITY_SHAPE.fullmatch(text):
+            raise ValueError(_QUANTITY_FORMAT_ERROR) from None
+        if "suffix" in str(error):
+            raise ValueError("unable to parse quantity's suffix") from None
+        raise ValueError("unable to parse numeric part of quantity") from None
 
 
 def _is_quantity(text: str) -> bool:
@@ -77,7 +86,7 @@ def _semver_message(text: str, normalize: bool):
     try:
         return V.semver_message(parse_semver(text, normalize))
     except SemverError as error:
-        raise ValueError(f"error converting string to semver: {error}") from None
+        raise ValueError(str(error)) from None
 
 
 def _semver(text: str):
