@@ -320,10 +320,10 @@ class Search:
             target = consumed.setdefault(set_name, {})
             for counter, amount in counters.items():
                 target[counter] = target.get(counter, 0) + amount
+        # Every counter of the pool is checked, so an already over-allocated pool (negative
+        # availability) rejects every device that consumes counters, as upstream does.
         for set_name, counters in available.items():
-            used = consumed.get(set_name)
-            if not used:
-                continue
+            used = consumed.get(set_name) or {}
             for counter, amount in counters.items():
                 if amount < used.get(counter, 0):
                     self._give_counters(device)
