@@ -277,3 +277,23 @@ def test_older_api_versions_are_converted_to_v1():
     devices = [r["device"] for r in entry["allocations"]["default/two-gpus"]["devices"]["results"]]
     assert devices == ["gpu-0", "gpu-1"]
     assert "converted from resource.k8s.io/v1beta1" in result.stderr
+
+
+CLAIM_ONLY = """apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: lonely}
+spec: {devices: {requests: [{name: r, exactly: {deviceClassName: gpu.example.com}}]}}
+"""
+
+
+def test_no_nodes_and_no_claims_are_explained_on_stderr():
+    no_nodes = invoke(["--brief", "-f", "-"], stdin=CLAIM_ONLY)
+    assert no_nodes.exit_code == 0
+    assert "no nodes to try" in no_nodes.stderr and "--node" in no_nodes.stderr
+    empty = invoke(["--brief", "-f", "-"], stdin="")
+    assert empty.exit_code == 0
+    assert "no pending ResourceClaims" in empty.stderr
+    # with a node named, the missing class is the allocator's error for that node
+    named = invoke(["--brief", "--node", "node-9", "-f", "-"], stdin=CLAIM_ONLY)
+    (entry,) = yaml.safe_load(named.stdout)["results"]
+    assert (entry["node"], entry["outcome"], entry["errorNodeLocal"]) == ("node-9", "error", False)

@@ -214,6 +214,11 @@ def run_allocate(
         report = build_report(objects, mode, nodes, claim_names, features)
     except ValueError as exc:
         raise InputError(str(exc)) from None
+    if not pending:
+        warn("note: no pending ResourceClaims in the input: nothing to allocate")
+    elif not report.get("results"):
+        warn("note: no nodes to try: the input has no Node objects and no ResourceSlice names a node; "
+             "pass --node NAME")
 
     if brief:
         return report, messages
