@@ -157,6 +157,8 @@ def allocated_claims_view(
             notes.append(f"{key}: allocated on {where}{extra}")
         elif key in errors:
             notes.append(f"{key}: error: {errors[key]}")
+        elif mode == "together" and len(claims) > 1:
+            notes.append(f"{key}: unallocatable: the claims do not fit together on any node (try --mode each)")
         else:
             notes.append(f"{key}: unallocatable on every node")
         items.append(item)
