@@ -86,7 +86,11 @@ class SliceIndex:
             if not partitionable:
                 return False, False
         if info.shared_counters:
-            return True, False
+            # Counter sets are needed on every node. (Devices next to them are a pre-1.35 layout
+            # that validation rejects; they still only count for the nodes they target.)
+            if not info.devices:
+                return True, False
+            return True, node_matches(node, info.node_name, info.all_nodes, info.node_selector)
         if info.node_name or info.all_nodes or info.node_selector is not None:
             matched = node_matches(node, info.node_name, info.all_nodes, info.node_selector)
             return matched, matched

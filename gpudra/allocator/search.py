@@ -7,6 +7,7 @@ makes the search move on to the next subrequest instead of trying other devices.
 
 from __future__ import annotations
 
+import sys
 import uuid
 from typing import Any
 
@@ -223,6 +224,10 @@ class Search:
 
     # search ------------------------------------------------------------------------------------------
     def run(self) -> list[dict[str, Any]] | None:
+        # One stack frame per claim, request and device: make room for big "together" runs.
+        depth = sum(1 + len(c.requests) + MAX_RESULTS_PER_CLAIM for c in self.claims) + 200
+        if sys.getrecursionlimit() < depth + 500:
+            sys.setrecursionlimit(depth + 500)
         result = self._allocate_one(0, 0, 0, 0, False)
         if result is not True:
             return None
