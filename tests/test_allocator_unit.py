@@ -277,3 +277,11 @@ def test_combination_search_equals_permutation_search(case, monkeypatch):
     monkeypatch.setattr(Search, "_mark_order_independent_requests", lambda self: None)
     slow = _case_report(case)
     assert fast == slow
+
+
+def test_excluded_devices_are_skipped_for_one_call_only():
+    allocator = Allocator([gpu_class()], [eight_gpus()], [], "default")
+    request = [claim("c", [exact("gpu", count=2)])]
+    hidden = {("gpu.example.com", "n1", "gpu-0"), ("gpu.example.com", "n1", "gpu-2")}
+    assert picked(allocator.allocate("n1", request, exclude_devices=hidden)) == ["gpu-1", "gpu-3"]
+    assert picked(allocator.allocate("n1", request)) == ["gpu-0", "gpu-1"]

@@ -162,12 +162,22 @@ class Allocator:
         return available
 
     # allocation ---------------------------------------------------------------------------------
-    def allocate(self, node: "dict | str | NodeInfo", claims: list[dict[str, Any]]) -> AllocationOutcome:
+    def allocate(
+        self,
+        node: "dict | str | NodeInfo",
+        claims: list[dict[str, Any]],
+        exclude_devices: "set[tuple[str, str, str]] | frozenset | None" = None,
+    ) -> AllocationOutcome:
+        """Allocate `claims` jointly on `node`.
+
+        `exclude_devices` — (driver, pool, device) IDs to treat as unavailable for this call only,
+        without consuming their counters or capacity (what-if steering; not an upstream concept).
+        """
         from .search import Search  # search.py imports this module
 
         try:
             view = self.node_view(node)
-            search = Search(self, view, claims)
+            search = Search(self, view, claims, exclude_devices)
             allocations = search.run()
         except AllocationError as err:
             return AllocationOutcome("error", error=str(err), error_node_local=err.node_local)

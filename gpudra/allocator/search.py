@@ -52,11 +52,12 @@ class ClaimData:
 
 
 class Search:
-    def __init__(self, allocator: Allocator, view: NodeView, claims: list[dict[str, Any]]):
+    def __init__(self, allocator: Allocator, view: NodeView, claims: list[dict[str, Any]], excluded=None):
         self.allocator = allocator
         self.features = allocator.features
         self.state = allocator.state
         self.view = view
+        self.excluded = frozenset(excluded or ())
         self.allocating: dict[tuple, set[int]] = {}
         self.allocating_capacity: dict[tuple, dict[str, int]] = {}
         # A multi-allocatable device serves any number of requests, but each request only once.
@@ -246,6 +247,8 @@ class Search:
 
     def _in_use(self, ci: int, rd: RequestData, device: DeviceInfo) -> bool:
         key = device.key
+        if self.excluded and key in self.excluded:
+            return True
         if device.allow_multiple and self.features.consumable_capacity:
             users = self.sharing.get(key)
             if users and (ci, rd.base_name) in users:
