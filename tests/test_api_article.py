@@ -97,3 +97,12 @@ def test_load_errors_exit_2_without_traceback():
     assert result.exit_code == 2 and "invalid YAML" in result.stderr and "Traceback" not in result.output
     missing = run("-f", "/no/such/file.yaml")
     assert missing.exit_code == 2 and "no such file" in missing.stderr
+
+
+def test_fix_prints_json_when_asked():
+    import json
+
+    result = run("-f", os.path.join(ARTICLE, "02-resourceclaim-gpu.yaml"), "--fix", "-o", "json")
+    assert result.exit_code == 0
+    fixed = json.loads(result.stdout)
+    assert fixed["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == "gpu.nvidia.com"

@@ -294,3 +294,13 @@ def test_specs_of_classes_and_claims_may_be_empty():
     assert errors_for({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "c"}}) == []
     (problem,) = errors_for({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "s"}})
     assert problem.path == "spec"
+
+
+def test_v1_layout_inside_an_old_version_is_reported():
+    claim = copy.deepcopy(CLAIM)
+    claim["apiVersion"] = "resource.k8s.io/v1beta1"
+    (problem,) = errors_for(claim)
+    assert problem.path == "spec.devices.requests[0].exactly"
+    assert "not a field in resource.k8s.io/v1beta1" in problem.message
+    claim["apiVersion"] = "resource.k8s.io/v1beta2"  # shares the v1 layout
+    assert errors_for(claim) == []

@@ -117,3 +117,26 @@ def flatten_device(device: dict[str, Any]) -> bool:
                 capacity[name] = {"value": value}
                 changed = True
     return changed
+
+
+def newer_layout_paths(obj: dict[str, Any]) -> list[tuple[str, str]]:
+    """(path, field) of v1-only fields in a v1beta1 / v1alpha3 object, which those versions do not know."""
+    if obj.get("apiVersion") not in (f"{GROUP}/v1beta1", f"{GROUP}/v1alpha3"):
+        return []
+    found: list[tuple[str, str]] = []
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return found
+    kind = obj.get("kind")
+    if kind == "ResourceSlice":
+        for position, device in enumerate(_list(spec.get("devices"))):
+            if isinstance(device, dict):
+                found += [(f"spec.devices[{position}].{name}", name) for name in device if name not in ("name", "basic")]
+    elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
+        inner = spec.get("spec") if kind == "ResourceClaimTemplate" else spec
+        base = "spec.spec" if kind == "ResourceClaimTemplate" else "spec"
+        devices = inner.get("devices") if isinstance(inner, dict) else None
+        for position, request in enumerate(_list(devices.get("requests") if isinstance(devices, dict) else None)):
+            if isinstance(request, dict) and "exactly" in request:
+                found.append((f"{base}.devices.requests[{position}].exactly", "exactly"))
+    return found

@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Iterable
 
-from gpudra.api.convert import DRA_KINDS, OLD_VERSIONS, V1, needs_conversion, to_v1
+from gpudra.api.convert import DRA_KINDS, OLD_VERSIONS, V1, needs_conversion, newer_layout_paths, to_v1
 from gpudra.api.load import Document
 from gpudra.api.problems import Problem
 from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, schema_for
@@ -43,6 +43,10 @@ def validate_document(doc: Document) -> list[Problem]:
         return problems
     note = ""
     if api_version in OLD_VERSIONS and kind in DRA_KINDS:
+        for path, name in newer_layout_paths(obj):
+            problems.append(_problem(doc, path, f"{name!r} is not a field in {api_version}; it is the "
+                                     "resource.k8s.io/v1 layout: change apiVersion to resource.k8s.io/v1 (and use "
+                                     "that layout throughout) or write the fields the old way"))
         obj = to_v1(obj)
         api_version = V1
         note = " (checked after conversion to resource.k8s.io/v1)"

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from gpudra.api.dump import dump_yaml
+from gpudra.api.dump import dump_json, dump_yaml
 from gpudra.api.fix import fix_documents
 from gpudra.api.load import LoadError, load_paths
 from gpudra.api.validate import has_errors, validate_documents
@@ -27,7 +27,7 @@ def _emit_problems(problems, output: str, stream) -> None:
               help="Manifest file or directory (recursive *.yaml, *.yml, *.json); '-' reads stdin. Repeatable.")
 @click.option("--fix", is_flag=True, help="Print the manifests with the mechanical problems repaired.")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="Format of the problem list.")
+              help="Format of the problem list (and, with --fix, of the repaired manifests).")
 @click.option("-q", "--quiet", is_flag=True, help="Print errors only, no warnings or summary.")
 def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool) -> None:
     """Validate Kubernetes DRA manifests; exit 0 when valid, 2 when there are errors.
@@ -68,7 +68,8 @@ def _run(documents, fix: bool, output: str, quiet: bool) -> None:
 
 def _fix(documents, output: str, quiet: bool) -> None:
     result = fix_documents(documents)
-    sys.stdout.write(dump_yaml([d.obj for d in result.documents]))
+    objects = [d.obj for d in result.documents]
+    sys.stdout.write(dump_json(objects) if output == "json" else dump_yaml(objects))
     remaining = validate_documents(result.documents)
     errors = [p for p in remaining if p.severity == "error"]
     if not quiet:
