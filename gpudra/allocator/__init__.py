@@ -1,8 +1,20 @@
 """Structured DRA allocator with kube-scheduler 1.36 semantics (upstream's sorted variant).
 
     from gpudra.allocator import Allocator, Features, AllocationOutcome, build_report
-    alloc = Allocator(device_classes, slices, allocated_claims, Features.parse("default"))
-    outcome = alloc.allocate(node, claims)   # outcome.outcome: allocated | unallocatable | error
+
+    features = Features.parse("default")          # or "none,PrioritizedList", "-DeviceTaints", "all", …
+    alloc = Allocator(device_classes, slices, allocated_claims, features)
+    outcome = alloc.allocate(node, claims)         # node: Node dict or name
+    outcome.outcome                                # "allocated" | "unallocatable" | "error"
+    outcome.allocations                            # one v1 status.allocation dict per claim, in order
+    outcome.error, outcome.error_node_local
+    alloc.add_allocated_claim(claim) / alloc.remove_allocated_claim(claim)
+
+    report = build_report(objects, mode="together"|"each"|"sequential", nodes=None, claims=None,
+                          features=features)      # the conformance expected.yaml structure
+
+Objects are plain dicts and are treated as immutable: parsed slices, per-node pool views and CEL
+selector results are shared by every Allocator built from the same slice objects.
 """
 
 from .allocator import AllocationError, AllocationOutcome, Allocator
