@@ -116,13 +116,17 @@ def class_references(obj: dict[str, Any]) -> list[tuple[str, str]]:
 
 # ----- across documents ------------------------------------------------------------------------------
 def validate_documents(docs: list[Document]) -> list[Problem]:
+    """Problems of every document and across documents, grouped by document in input order."""
     docs = [d if isinstance(d, Document) else Document(d.obj, getattr(d, "source", "<input>"), getattr(d, "index", 1))
             for d in docs]
     problems: list[Problem] = []
     for doc in docs:
         problems.extend(validate_document(doc))
     problems.extend(_cross_checks(docs))
-    return problems
+    order: dict[tuple[str, int], int] = {}
+    for doc in docs:
+        order.setdefault((doc.source, doc.index), len(order))
+    return sorted(problems, key=lambda p: order.get((p.source, p.index), len(order)))
 
 
 def _v1(doc: Document) -> dict[str, Any]:
