@@ -158,7 +158,7 @@ class SliceInfo:
     __slots__ = (
         "raw", "name", "driver", "pool_name", "pool_id", "generation", "slice_count",
         "node_name", "node_selector", "all_nodes", "per_device_node_selection",
-        "shared_counters", "devices", "has_binding_conditions", "order",
+        "shared_counters", "_raw_devices", "_devices", "order",
     )
 
     def __init__(self, raw: dict[str, Any], order: int):
@@ -184,6 +184,21 @@ class SliceInfo:
                 for name, value in as_dict(counter_set.get("counters")).items()
             }
             self.shared_counters.append((as_str(counter_set.get("name")), counters))
-        self.devices = [DeviceInfo(self, as_dict(device), i) for i, device in enumerate(as_list(spec.get("devices")))]
-        self.has_binding_conditions = any(d.binding_conditions for d in self.devices)
+        self._raw_devices = as_list(spec.get("devices"))
+        self._devices: list[DeviceInfo] | None = None
+
+    @property
+    def devices(self) -> list[DeviceInfo]:
+        """Parsed on first use: most slices of a big cluster are never looked at for one node."""
+        if self._devices is None:
+            self._devices = [DeviceInfo(self, as_dict(device), i) for i, device in enumerate(self._raw_devices)]
+        return self._devices
+
+    @property
+    def has_devices(self) -> bool:
+        return bool(self._raw_devices)
+
+    @property
+    def has_binding_conditions(self) -> bool:
+        return any(as_dict(d).get("bindingConditions") for d in self._raw_devices)
 

@@ -88,7 +88,7 @@ class SliceIndex:
         if info.shared_counters:
             # Counter sets are needed on every node. (Devices next to them are a pre-1.35 layout
             # that validation rejects; they still only count for the nodes they target.)
-            if not info.devices:
+            if not info.has_devices:
                 return True, False
             return True, node_matches(node, info.node_name, info.all_nodes, info.node_selector)
         if info.node_name or info.all_nodes or info.node_selector is not None:
@@ -142,7 +142,7 @@ class SliceIndex:
                 if set_name in pool.counter_sets:
                     problems.append(f"duplicate counter set name {set_name}")
                 pool.counter_sets[set_name] = counters
-            if info.devices or not info.shared_counters:
+            if info.has_devices or not info.shared_counters:
                 pool.all_device_slices.append(info)
                 if self.targets(info, node):
                     pool.node_slices.append(info)

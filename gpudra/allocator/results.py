@@ -126,7 +126,7 @@ def _node_selector(search: "Search", claim: "ClaimData") -> dict[str, Any] | Non
                     kind,
                     requirement.get("key"),
                     requirement.get("operator"),
-                    tuple(sorted(str(v) for v in as_list(requirement.get("values")))),
+                    frozenset(str(v) for v in as_list(requirement.get("values"))),  # compared as sets
                 )
                 if identity in seen:
                     continue
