@@ -18,13 +18,17 @@ class DeviceInput:
     turned into their CEL types. `error` is set when the device cannot be presented to CEL at all
     (Kubernetes then fails every selector on it with that message)."""
 
-    __slots__ = ("driver", "name", "data", "error", "_activation")
+    __slots__ = ("driver", "name", "data", "error", "results", "_activation")
 
     def __init__(self, driver: str, name: str, data: dict[str, Any], error: str | None):
         self.driver = driver
         self.name = name
         self.data = data
         self.error = error
+        # Selector.evaluate remembers its outcome per device: a selector's result on a device never
+        # changes, schedulers ask the same question many times, and every evaluation that calls into
+        # Python costs cel-expr-python about 1 KiB it never frees.
+        self.results: dict = {}
         self._activation = None
 
     @property

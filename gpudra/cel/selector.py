@@ -64,7 +64,7 @@ def _aborted_message(message: str) -> str:
 class Selector:
     """A compiled selector. `evaluate(device_input)` returns a bool or raises CELRuntimeError."""
 
-    __slots__ = ("expression", "consumable_capacity", "estimated_cost", "_program", "_env")
+    __slots__ = ("expression", "consumable_capacity", "estimated_cost", "_program", "_env", "_key")
 
     def __init__(self, expression: str, consumable_capacity: bool, program, estimated_cost: int):
         self.expression = expression
@@ -72,8 +72,24 @@ class Selector:
         self.estimated_cost = estimated_cost
         self._program = program
         self._env = runtime_env()
+        self._key = (expression, consumable_capacity)
 
     def evaluate(self, device: DeviceInput) -> bool:
+        outcome = device.results.get(self._key)
+        if outcome is None:
+            outcome = device.results[self._key] = self._evaluate(device)
+        if outcome is True or outcome is False:
+            return outcome
+        raise CELRuntimeError(outcome, self.expression)
+
+    def _evaluate(self, device: DeviceInput) -> bool | str:
+        """The result, or the runtime error message."""
+        try:
+            return self._evaluate_or_raise(device)
+        except CELRuntimeError as error:
+            return error.message
+
+    def _evaluate_or_raise(self, device: DeviceInput) -> bool:
         if device.error is not None:
             raise CELRuntimeError(device.error, self.expression)
         try:

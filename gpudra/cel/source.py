@@ -253,6 +253,56 @@ def rewrite_format_calls(source: str) -> Rewritten:
     return _apply(source, operations)
 
 
+_SIMPLE_STRING = re.compile(r"""^(?:"([^"\\\n]*)"|'([^'\\\n]*)')$""")
+
+
+def _literal_text(token: Token) -> str | None:
+    match = _SIMPLE_STRING.match(token.text) if token.kind == "string" else None
+    if match is None:
+        return None
+    return match.group(1) if match.group(1) is not None else match.group(2)
+
+
+def fold_constant_values(source: str) -> Rewritten:
+    """`quantity("40Gi")` and `semver("8.0.0"[, true])` with a valid literal become message literals.
+
+    Same value, but no call into Python per evaluation (cel-expr-python's Python calls are the slow
+    part of an evaluation and leak about 1 KiB each). An invalid literal is left alone, so the
+    evaluation still reports the error as Kubernetes does.
+    """
+    from gpudra.api.quantity import Quantity, QuantityError
+    from gpudra.api.semver import SemverError, parse_semver
+    from gpudra.cel import values as V
+
+    tokens = tokenize(source)
+    operations: list[tuple[int, int, str]] = []
+    for index, token in enumerate(tokens):
+        if token.text not in ("quantity", "semver") or (index > 0 and tokens[index - 1].text in (".", ".?")):
+            continue
+        if index + 3 >= len(tokens) or tokens[index + 1].text != "(":
+            continue
+        text = _literal_text(tokens[index + 2])
+        if text is None:
+            continue
+        normalize, close = False, index + 3
+        if token.text == "semver" and tokens[index + 3].text == "," and index + 5 < len(tokens):
+            if tokens[index + 4].text not in ("true", "false"):
+                continue
+            normalize, close = tokens[index + 4].text == "true", index + 5
+        if tokens[close].text != ")":
+            continue
+        try:
+            if token.text == "quantity":
+                message = V.quantity_message(Quantity.parse(text))
+            else:
+                message = V.semver_message(parse_semver(text, normalize))
+        except (QuantityError, SemverError):
+            continue
+        type_name = V.QUANTITY_TYPE if token.text == "quantity" else V.SEMVER_TYPE
+        operations.append((token.start, tokens[close].end, f'{type_name}{{s: "{message.s}"}}'))
+    return _apply(source, operations)
+
+
 def _compose(first: Rewritten, second: Rewritten) -> Rewritten:
     if second.text == first.text:
         return first
@@ -263,7 +313,8 @@ def adapt(source: str) -> Rewritten:
     """Every source-level adaptation, with positions mapped back to `source`."""
     rewritten = rewrite_domain_lookups(source)
     rewritten = _compose(rewritten, rewrite_map_transforms(rewritten.text))
-    return _compose(rewritten, rewrite_format_calls(rewritten.text))
+    rewritten = _compose(rewritten, rewrite_format_calls(rewritten.text))
+    return _compose(rewritten, fold_constant_values(rewritten.text))
 
 
 def offset_of(source: str, line: int, column: int) -> int:
