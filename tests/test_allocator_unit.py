@@ -285,3 +285,46 @@ def test_excluded_devices_are_skipped_for_one_call_only():
     hidden = {("gpu.example.com", "n1", "gpu-0"), ("gpu.example.com", "n1", "gpu-2")}
     assert picked(allocator.allocate("n1", request, exclude_devices=hidden)) == ["gpu-1", "gpu-3"]
     assert picked(allocator.allocate("n1", request)) == ["gpu-0", "gpu-1"]
+
+
+# random small clusters: combination search vs upstream-style permutation search ---------------------------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@st.composite
+def small_scenarios(draw):
+    devices = []
+    for i in range(draw(st.integers(1, 7))):
+        fields = {"attributes": {"numa": {"int": draw(st.integers(0, 2))}, "model": {"string": draw(st.sampled_from("ab"))}}}
+        if draw(st.booleans()):
+            fields["capacity"] = {"mem": {"value": f"{draw(st.integers(1, 4))}Gi"}}
+        devices.append(device(f"gpu-{i}", **fields))
+    claims = []
+    for c in range(draw(st.integers(1, 3))):
+        requests = []
+        for r in range(draw(st.integers(1, 2))):
+            body = {}
+            if draw(st.booleans()):
+                body["selectors"] = [{"cel": {"expression": 'device.attributes["gpu.example.com"].model == "a"'}}]
+            requests.append(exact(f"r{r}", count=draw(st.integers(1, 3)), **body))
+        constraints = []
+        if draw(st.booleans()):
+            constraints.append({"matchAttribute": "gpu.example.com/numa"})
+        claims.append(claim(f"c{c}", requests, constraints=constraints))
+    return [gpu_class(), slice_obj("n1-gpus", "n1", devices)], claims
+
+
+@settings(max_examples=60, deadline=None)
+@given(small_scenarios())
+def test_combination_search_equals_permutation_search_on_random_clusters(scenario):
+    objects, claims = scenario
+    allocator = Allocator([objects[0]], [objects[1]], [], "default")
+    fast = allocator.allocate("n1", claims)
+    original = Search._mark_order_independent_requests
+    Search._mark_order_independent_requests = lambda self: None
+    try:
+        slow = allocator.allocate("n1", claims)
+    finally:
+        Search._mark_order_independent_requests = original
+    assert fast.outcome == slow.outcome
+    assert _strip_share_ids(fast.allocations) == _strip_share_ids(slow.allocations)
