@@ -61,11 +61,12 @@ class ClassInfo:
 class NodeView:
     """The pools one node sees, and per request shape the devices worth examining, in visiting order."""
 
-    __slots__ = ("node", "pools", "devices", "any_invalid", "candidates", "counter_flags")
+    __slots__ = ("node", "pools", "pool_by_id", "devices", "any_invalid", "candidates", "counter_flags")
 
     def __init__(self, node: NodeInfo, pools: list[Pool]):
         self.node = node
         self.pools = pools
+        self.pool_by_id = {p.id: p for p in pools}
         self.devices: list[DeviceInfo] = [d for p in pools if p.usable for d in p.devices]
         self.any_invalid = any(p.invalid_reason is not None for p in pools)
         self.candidates: dict[tuple, list[tuple[DeviceInfo, SelectorFailure | None]]] = {}

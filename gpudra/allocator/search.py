@@ -347,11 +347,7 @@ class Search:
                 target[counter] = target.get(counter, 0) - amount
 
     def _pool_of(self, device: DeviceInfo):
-        pool_id = device.slice.pool_id
-        for pool in self.view.pools:
-            if pool.id == pool_id:
-                return pool
-        return None
+        return self.view.pool_by_id.get(device.slice.pool_id)
 
     def _allocate_device(self, ci: int, rd: RequestData, device: DeviceInfo, must: bool):
         """Add one device to claim ci, or return None. Returns the undo function."""
