@@ -143,3 +143,30 @@ def test_adaptation_maps_every_position_back_into_the_source(text):
     rewritten = adapt(text)
     assert len(rewritten.origin) == len(rewritten.text)
     assert all(0 <= offset <= max(0, len(text)) for offset in rewritten.origin)
+
+
+FRAGMENTS = [
+    "device", ".", "attributes", "capacity", "driver", "allowMultipleAllocations", '["gpu.nvidia.com"]', "[?", "]",
+    "(", ")", "[", "{", "}", ",", ":", "?", "!", "&&", "||", "==", "<", ">=", "+", "-", "*", "/", "%", " in ",
+    "1", "2.5", "3u", '"x"', "'y'", "true", "null", "quantity", "semver", "compareTo", "isGreaterThan", "all",
+    "exists", "map", "filter", "transformMap", "cel.bind", "has", "size", "x", "k", "v", "lists.range", "sets.contains",
+    "find", "matches", "format.dns1123Label()", ".validate", "optional.of", ".?", "orValue", "includes", "ip", "cidr",
+]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=14))
+def test_any_text_gives_a_selector_or_a_clean_compile_error(fragments):
+    from gpudra.cel import CELCompileError
+
+    expression = "".join(fragments)
+    device = device_input("gpu.nvidia.com", {"name": "d", "attributes": {"x": {"int": 1}}, "capacity": {"memory": {"value": "1Gi"}}})
+    try:
+        selector = compile_selector(expression)
+    except CELCompileError as error:
+        assert str(error) and error.expression == expression
+        return
+    try:
+        assert selector.evaluate(device) in (True, False)
+    except CELRuntimeError as error:
+        assert str(error)
