@@ -83,6 +83,10 @@ def _capacity_value(name: str, capacity: Any):
         raise ValueError(f"capacity {name}: {error}") from None
 
 
+def _mapping(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
 def device_input(driver: str, device: dict[str, Any], *, list_type_attributes: bool = False) -> DeviceInput:
     """Convert one entry of a ResourceSlice's `spec.devices` (v1 layout). Never raises.
 
@@ -94,13 +98,13 @@ def device_input(driver: str, device: dict[str, Any], *, list_type_attributes: b
     capacity: dict[str, dict[str, Any]] = {}
     error: str | None = None
     device = device if isinstance(device, dict) else {}
-    for name, attribute in (device.get("attributes") or {}).items():
+    for name, attribute in _mapping(device.get("attributes")).items():
         domain, identifier = split_qualified_name(driver, str(name))
         try:
             attributes.setdefault(domain, {})[identifier] = _attribute_value(str(name), attribute, list_type_attributes)
         except ValueError as problem:
             error = error or str(problem)
-    for name, entry in (device.get("capacity") or {}).items():
+    for name, entry in _mapping(device.get("capacity")).items():
         domain, identifier = split_qualified_name(driver, str(name))
         try:
             capacity.setdefault(domain, {})[identifier] = _capacity_value(str(name), entry)
