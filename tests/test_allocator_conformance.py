@@ -29,7 +29,7 @@ def parse_args(text: str) -> argparse.Namespace:
     parser.add_argument("--node", default=None)
     parser.add_argument("--claims", default=None)
     parser.add_argument("--features", default="default")
-    parser.add_argument("--allocator", default=None)  # upstream variant name: gpudra is always the sorted one
+    parser.add_argument("--allocator", default=None)  # upstream variant; only "stable" changes anything
     tokens = shlex.split(text)
     # "--features -PrioritizedList" must not be mistaken for an option.
     joined = []
@@ -111,7 +111,7 @@ def run_case(case: Path) -> tuple[dict, dict]:
         mode=args.mode,
         nodes=_split(args.node),
         claims=_split(args.claims),
-        features=Features.parse(args.features),
+        features=Features.parse(args.features).with_variant(args.allocator),
     )
     return report, expected
 

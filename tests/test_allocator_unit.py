@@ -328,3 +328,17 @@ def test_combination_search_equals_permutation_search_on_random_clusters(scenari
         Search._mark_order_independent_requests = original
     assert fast.outcome == slow.outcome
     assert _strip_share_ids(fast.allocations) == _strip_share_ids(slow.allocations)
+
+
+def test_capacity_requests_without_the_gate_depend_on_the_upstream_variant():
+    objects = [gpu_class(), eight_gpus()]
+    wants_memory = [claim("c", [exact("gpu", capacity={"requests": {"memory": "1Gi"}})])]
+    stable = Features.parse("none,PrioritizedList")  # kube-scheduler would pick its stable variant
+    assert stable.stable_variant
+    assert Allocator(objects[:1], objects[1:], [], stable).allocate("n1", wants_memory).outcome == "allocated"
+    incubating = stable.with_variant("incubating")
+    outcome = Allocator(objects[:1], objects[1:], [], incubating).allocate("n1", wants_memory)
+    assert outcome.outcome == "error" and "DRAConsumableCapacity feature is disabled" in outcome.error
+    assert not Features.parse("none,DeviceBindingAndStatus").stable_variant
+    with pytest.raises(ValueError):
+        stable.with_variant("bogus")

@@ -20,6 +20,8 @@ FEATURE_NAMES = (
     "PrioritizedList",
 )
 
+VARIANTS = ("stable", "incubating", "experimental")
+
 # Kubernetes 1.36: everything is on by default except the alpha ListTypeAttributes.
 _DEFAULT_ON = frozenset(FEATURE_NAMES) - {"ListTypeAttributes"}
 
@@ -46,6 +48,9 @@ class Features:
     list_type_attributes: bool = False
     partitionable_devices: bool = True
     prioritized_list: bool = True
+    # Upstream implementation variant forced by `--allocator NAME` (stable | incubating |
+    # experimental); None = the one kube-scheduler would pick for these gates.
+    variant: str | None = None
 
     @classmethod
     def default(cls) -> "Features":
@@ -102,7 +107,15 @@ class Features:
         It differs from the sorted variants in one visible way: without DRAConsumableCapacity it
         silently ignores capacity requests instead of rejecting the claim.
         """
+        if self.variant:
+            return self.variant == "stable"
         return set(self.enabled()) <= _STABLE_SUPPORTED
+
+    def with_variant(self, name: str | None) -> "Features":
+        """These gates with upstream's `--allocator NAME` choice (only matters for `stable`)."""
+        if name and name not in VARIANTS:
+            raise ValueError(f"unknown allocator {name!r}; known: {', '.join(VARIANTS)}")
+        return replace(self, variant=name or None)
 
     def enabled(self) -> list[str]:
         """Enabled feature names in canonical spelling, sorted."""
@@ -113,4 +126,4 @@ class Features:
         return "none," + ",".join(names) if names else "none"
 
 
-assert [f.name for f in fields(Features)] == [_attr(n) for n in FEATURE_NAMES]
+assert [f.name for f in fields(Features)][: len(FEATURE_NAMES)] == [_attr(n) for n in FEATURE_NAMES]
