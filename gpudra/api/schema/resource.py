@@ -348,5 +348,6 @@ RESOURCE_SLICE_SPEC = Struct(
         }), max_items=COUNTER_SETS_MAX, unique_by="name")),
     },
     one_of=((("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection"), True),),
+    false_is_unset=True,
     checks=(_slice_check,),
 )

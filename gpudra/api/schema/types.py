@@ -256,6 +256,9 @@ class Struct(Type):
     one_of: tuple[tuple[tuple[str, ...], bool], ...] = ()
     checks: tuple[Check, ...] = ()
     open: bool = False  # tolerate fields we do not model (core/apps kinds)
+    # In one_of groups, does `false` mean "not set"? True for the node-selection flags of a slice
+    # (allNodes: false selects nothing); False where false is a value (a bool attribute).
+    false_is_unset: bool = False
     unknown_hints: tuple[UnknownHint, ...] = ()
     description: str = "object"
 
@@ -280,7 +283,7 @@ class Struct(Type):
             if value.get(name) is None:
                 ctx.error(child(path, name), "required field is missing")
         for group, members, required in self._groups:
-            present = [n for n in value if n in members and _is_set(value[n])]
+            present = [n for n in value if n in members and _is_set(value[n], self.false_is_unset)]
             listing = ", ".join(group)
             if len(present) > 1:
                 ctx.error(path, f"only one of {listing} may be set (found {', '.join(present)})")
@@ -308,8 +311,8 @@ class Struct(Type):
         ctx.error(child(path, name), f"unknown field in {self.name}{suggestion}")
 
 
-def _is_set(value: Any) -> bool:
-    if value is None or value is False:
+def _is_set(value: Any, false_is_unset: bool = True) -> bool:
+    if value is None or (value is False and false_is_unset):
         return False
     if isinstance(value, (list, dict)) and not value:
         return False
