@@ -279,9 +279,9 @@ def test_request_policy_rules():
     device = slice_["spec"]["devices"][0]
     device["allowMultipleAllocations"] = True
     device["capacity"]["memory"]["requestPolicy"] = {"default": "8Gi", "validValues": ["8Gi", "4Gi", "100Gi"]}
-    paths = {p.path: p.message for p in errors_for(slice_)}
+    paths = {p.path: p.message for p in problems_for(slice_)}
     assert "ascending" in paths["spec.devices[0].capacity[memory].requestPolicy.validValues"]
-    assert "must not exceed" in paths["spec.devices[0].capacity[memory].requestPolicy.validValues[2]"]
+    assert "exceeds the capacity value" in paths["spec.devices[0].capacity[memory].requestPolicy.validValues[2]"]
     device["capacity"]["memory"]["requestPolicy"] = {"default": "3Gi", "validRange": {"min": "2Gi", "step": "2Gi"}}
     paths = {p.path: p.message for p in errors_for(slice_)}
     assert "multiple of step" in paths["spec.devices[0].capacity[memory].requestPolicy.default"]

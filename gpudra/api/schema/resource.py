@@ -211,7 +211,7 @@ class CapacityType(Type):
 
 
 def _policy_within_value(capacity: dict, path: str, ctx: Context) -> None:
-    """No request may be granted more than the device has."""
+    """Amounts above the capacity value can never be granted: worth a warning, though the API accepts them."""
     total = _quantity(capacity.get("value"))
     policy = capacity["requestPolicy"]
     if total is None:
@@ -219,18 +219,18 @@ def _policy_within_value(capacity: dict, path: str, ctx: Context) -> None:
     policy_path = child(path, "requestPolicy")
     default = _quantity(policy.get("default"))
     if default is not None and default > total:
-        ctx.error(child(policy_path, "default"), f"must not exceed the capacity value {capacity.get('value')}")
+        ctx.warning(child(policy_path, "default"), f"exceeds the capacity value {capacity.get('value')}; no request can get it")
     for position, item in enumerate(policy.get("validValues") if isinstance(policy.get("validValues"), list) else []):
         amount = _quantity(item)
         if amount is not None and amount > total:
-            ctx.error(index(child(policy_path, "validValues"), position),
-                      f"must not exceed the capacity value {capacity.get('value')}")
+            ctx.warning(index(child(policy_path, "validValues"), position),
+                      f"exceeds the capacity value {capacity.get('value')}; no request can get it")
     valid_range = policy.get("validRange")
     if isinstance(valid_range, dict):
         low = _quantity(valid_range.get("min"))
         if low is not None and low > total:
-            ctx.error(child(child(policy_path, "validRange"), "min"),
-                      f"must not exceed the capacity value {capacity.get('value')}")
+            ctx.warning(child(child(policy_path, "validRange"), "min"),
+                      f"exceeds the capacity value {capacity.get('value')}; no request can get it")
 
 
 DEVICE_TAINT = Struct(
