@@ -342,3 +342,14 @@ def test_capacity_requests_without_the_gate_depend_on_the_upstream_variant():
     assert not Features.parse("none,DeviceBindingAndStatus").stable_variant
     with pytest.raises(ValueError):
         stable.with_variant("bogus")
+
+
+def test_timeout_ends_a_hopeless_search_as_a_node_local_error():
+    # Ten devices, one on another NUMA node, a claim for all ten on one NUMA node: with a
+    # distinctAttribute constraint the search must try every order of the other nine (9! paths).
+    devices = [device(f"gpu-{i}", attributes={"numa": {"int": int(i == 9)}, "slot": {"int": i}}) for i in range(10)]
+    allocator = Allocator([gpu_class()], [slice_obj("s", "n1", devices)], [], "default")
+    hopeless = [claim("c", [exact("gpus", count=10)],
+                      constraints=[{"matchAttribute": "gpu.example.com/numa"}, {"distinctAttribute": "gpu.example.com/slot"}])]
+    outcome = allocator.allocate("n1", hopeless, timeout=0.2)
+    assert outcome.outcome == "error" and outcome.error_node_local and "timed out" in outcome.error

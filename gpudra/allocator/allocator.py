@@ -168,17 +168,20 @@ class Allocator:
         node: "dict | str | NodeInfo",
         claims: list[dict[str, Any]],
         exclude_devices: "set[tuple[str, str, str]] | frozenset | None" = None,
+        timeout: float | None = None,
     ) -> AllocationOutcome:
         """Allocate `claims` jointly on `node`.
 
         `exclude_devices` — (driver, pool, device) IDs to treat as unavailable for this call only,
         without consuming their counters or capacity (what-if steering; not an upstream concept).
+        `timeout` — seconds; like kube-scheduler's Filter timeout (10 s by default there), a search
+        that takes longer ends as a node-local error "timed out trying to allocate devices".
         """
         from .search import Search  # search.py imports this module
 
         try:
             view = self.node_view(node)
-            search = Search(self, view, claims, exclude_devices)
+            search = Search(self, view, claims, exclude_devices, timeout)
             allocations = search.run()
         except AllocationError as err:
             return AllocationOutcome("error", error=str(err), error_node_local=err.node_local)

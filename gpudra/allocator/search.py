@@ -8,6 +8,7 @@ makes the search move on to the next subrequest instead of trying other devices.
 from __future__ import annotations
 
 import sys
+import time
 import uuid
 from typing import Any
 
@@ -52,12 +53,14 @@ class ClaimData:
 
 
 class Search:
-    def __init__(self, allocator: Allocator, view: NodeView, claims: list[dict[str, Any]], excluded=None):
+    def __init__(self, allocator: Allocator, view: NodeView, claims: list[dict[str, Any]], excluded=None, timeout=None):
         self.allocator = allocator
         self.features = allocator.features
         self.state = allocator.state
         self.view = view
         self.excluded = frozenset(excluded or ())
+        self.deadline = time.monotonic() + timeout if timeout is not None else None
+        self.steps = 0
         self.allocating: dict[tuple, set[int]] = {}
         self.allocating_capacity: dict[tuple, dict[str, int]] = {}
         # A multi-allocatable device serves any number of requests, but each request only once.
@@ -260,6 +263,10 @@ class Search:
         return bool(holders) or key in self.state.allocated or key in self.state.shared_devices
 
     def _allocate_one(self, ci: int, ri: int, si: int, di: int, in_sub: bool):
+        if self.deadline is not None:
+            self.steps += 1
+            if not self.steps & 1023 and time.monotonic() > self.deadline:
+                raise AllocationError("timed out trying to allocate devices", node_local=True)
         if ci == len(self.claims):
             return True
         claim = self.claims[ci]
