@@ -100,7 +100,8 @@ def _class_drivers(docs: list[Document]) -> dict[str, str]:
     for doc in docs:
         spec = doc.obj.get("spec") if doc.kind == "DeviceClass" else None
         for selector in as_list(spec.get("selectors")) if isinstance(spec, dict) else []:
-            expression = selector.get("cel", {}).get("expression") if isinstance(selector, dict) and isinstance(selector.get("cel"), dict) else None
+            cel = selector.get("cel") if isinstance(selector, dict) else None
+            expression = cel.get("expression") if isinstance(cel, dict) else None
             match = _DRIVER_TEST.search(expression) if isinstance(expression, str) else None
             if match and doc.name:
                 drivers[doc.name] = match.group(1)

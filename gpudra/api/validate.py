@@ -231,7 +231,9 @@ def _pod_references(docs: list[Document]) -> list[Problem]:
             claim_name, template_name = entry.get("resourceClaimName"), entry.get("resourceClaimTemplateName")
             if isinstance(claim_name, str) and claims and (namespace, claim_name) not in claims:
                 elsewhere = [ns for ns, n in claims if n == claim_name]
-                hint = f" (a claim of that name is in namespace {elsewhere[0]!r}; claims are namespaced)" if elsewhere else ""
+                hint = ""
+                if elsewhere:
+                    hint = f" (a claim of that name is in namespace {elsewhere[0]!r}; claims are namespaced)"
                 problems.append(_problem(doc, f"{path}.resourceClaimName", f"no ResourceClaim {claim_name!r} in "
                                          f"namespace {namespace!r} among the given manifests{hint}", "warning"))
             if isinstance(template_name, str) and templates and (namespace, template_name) not in templates:

@@ -73,7 +73,8 @@ CONTAINER = Struct(
 
 
 def _container_claim_refs(spec: dict, path: str, ctx: Context) -> None:
-    declared = {c.get("name") for c in as_list(spec.get("resourceClaims")) if isinstance(c, dict) and isinstance(c.get("name"), str)}
+    declared = {c["name"] for c in as_list(spec.get("resourceClaims"))
+                if isinstance(c, dict) and isinstance(c.get("name"), str)}
     for section in ("initContainers", "containers"):
         containers = spec.get(section)
         if not isinstance(containers, list):

@@ -219,7 +219,8 @@ def _policy_within_value(capacity: dict, path: str, ctx: Context) -> None:
     policy_path = child(path, "requestPolicy")
     default = _quantity(policy.get("default"))
     if default is not None and default > total:
-        ctx.warning(child(policy_path, "default"), f"exceeds the capacity value {capacity.get('value')}; no request can get it")
+        ctx.warning(child(policy_path, "default"),
+                    f"exceeds the capacity value {capacity.get('value')}; no request can get it")
     for position, item in enumerate(policy.get("validValues") if isinstance(policy.get("validValues"), list) else []):
         amount = _quantity(item)
         if amount is not None and amount > total:
@@ -298,7 +299,8 @@ DEVICE = Struct(
 def _slice_check(spec: dict, path: str, ctx: Context) -> None:
     devices = spec.get("devices") if isinstance(spec.get("devices"), list) else []
     dicts = [d for d in devices if isinstance(d, dict)]
-    if any(d.get("taints") or d.get("consumesCounters") for d in dicts) and len(devices) > DEVICES_MAX_WITH_TAINTS_OR_COUNTERS:
+    uses_taints_or_counters = any(d.get("taints") or d.get("consumesCounters") for d in dicts)
+    if uses_taints_or_counters and len(devices) > DEVICES_MAX_WITH_TAINTS_OR_COUNTERS:
         ctx.error(child(path, "devices"), f"must have at most {DEVICES_MAX_WITH_TAINTS_OR_COUNTERS} devices when "
                   f"any device has taints or consumesCounters (has {len(devices)})")
     if devices and spec.get("sharedCounters"):
