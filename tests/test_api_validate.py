@@ -304,3 +304,13 @@ def test_v1_layout_inside_an_old_version_is_reported():
     assert "not a field in resource.k8s.io/v1beta1" in problem.message
     claim["apiVersion"] = "resource.k8s.io/v1beta2"  # shares the v1 layout
     assert errors_for(claim) == []
+
+
+def test_device_taint_rules():
+    rule = {"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", "metadata": {"name": "drain-gpu-0"},
+            "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"},
+                     "taint": {"key": "example.com/maintenance", "value": "true", "effect": "NoExecute"}}}
+    assert problems_for(rule) == []
+    rule["spec"]["taint"]["effect"] = "Evict"
+    rule["spec"]["deviceSelector"]["device"] = "GPU 0"
+    assert {p.path for p in errors_for(rule)} == {"spec.taint.effect", "spec.deviceSelector.device"}
