@@ -1,8 +1,8 @@
-"""ResourceClaim helpers: identity, API defaulting of requests, tolerations."""
+"""ResourceClaim helpers: identity and toleration matching. (API defaulting of requests —
+ExactCount, count 1 — is applied on the fly by the search.)"""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 
@@ -24,33 +24,6 @@ def claim_label(claim: dict[str, Any]) -> str:
 def is_allocated(claim: dict[str, Any]) -> bool:
     status = claim.get("status") if isinstance(claim, dict) else None
     return isinstance(status, dict) and bool(status.get("allocation"))
-
-
-def _default_exact(request: dict[str, Any]) -> None:
-    if not request.get("allocationMode"):
-        request["allocationMode"] = "ExactCount"
-    if request["allocationMode"] == "ExactCount" and not request.get("count"):
-        request["count"] = 1
-    for toleration in request.get("tolerations") or []:
-        if isinstance(toleration, dict) and not toleration.get("operator"):
-            toleration["operator"] = "Equal"
-
-
-def defaulted_requests(claim: dict[str, Any]) -> list[dict[str, Any]]:
-    """The claim's requests with API defaulting applied (copies; the claim is not modified).
-
-    An unknown allocationMode is kept as is so that the allocator can report it as upstream does.
-    """
-    requests = copy.deepcopy((((claim or {}).get("spec") or {}).get("devices") or {}).get("requests") or [])
-    for request in requests:
-        if not isinstance(request, dict):
-            continue
-        if isinstance(request.get("exactly"), dict):
-            _default_exact(request["exactly"])
-        for sub in request.get("firstAvailable") or []:
-            if isinstance(sub, dict):
-                _default_exact(sub)
-    return requests
 
 
 def tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:

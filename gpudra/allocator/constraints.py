@@ -60,14 +60,13 @@ class MatchAttribute:
 class DistinctAttribute:
     """Upstream keeps one value per request name (the latest device of that request)."""
 
-    __slots__ = ("requests", "attribute", "list_types", "_by_request", "_saved")
+    __slots__ = ("requests", "attribute", "list_types", "_by_request")
 
     def __init__(self, requests: list[str], attribute: str, list_types: bool):
         self.requests = frozenset(requests)
         self.attribute = attribute
         self.list_types = list_types
         self._by_request: dict[str, tuple[str, frozenset]] = {}
-        self._saved: list = []
 
     def applies(self, base_name: str, full_name: str) -> bool:
         return not self.requests or base_name in self.requests or full_name in self.requests
