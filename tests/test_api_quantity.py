@@ -105,3 +105,10 @@ def test_arithmetic_and_accessors():
         Quantity.parse(1.5)
     with pytest.raises(QuantityError):
         Quantity.parse(True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=-(10**25), max_value=10**25))
+def test_integers_parse_like_their_decimal_strings(value):
+    assert Quantity.parse(value) == Quantity.parse(str(value))
+    assert str(Quantity.parse(value)) == str(Quantity.parse(str(value)))

@@ -100,8 +100,10 @@ class Quantity:
 
     @classmethod
     def from_int(cls, value: int, fmt: Format = "DecimalSI") -> "Quantity":
-        clamped = max(-MAX_VALUE, min(MAX_VALUE, value))
-        return cls(clamped * NANO, fmt)
+        """An integer amount; like parsing its decimal string (only binary amounts are capped)."""
+        if fmt == "BinarySI":
+            value = max(-MAX_VALUE, min(MAX_VALUE, value))
+        return cls(value * NANO, fmt)
 
     # ----- comparisons ---------------------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
