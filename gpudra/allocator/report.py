@@ -63,7 +63,10 @@ def build_report(
     nodes: list[str] | None = None,
     claims: list[str] | None = None,
     features: "Features | str | None" = None,
+    timeout: float | None = None,
 ) -> dict[str, Any]:
+    """The brief report; `timeout` (seconds) bounds each allocate() call like the scheduler's
+    Filter timeout (upstream default 10 s): a longer search is a node-local error."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     features = Features.parse(features)
@@ -88,18 +91,18 @@ def build_report(
         if pending:
             labels = [claim_label(c) for c in pending]
             for name, ref in zip(node_names, node_refs):
-                results.append(_entry(name, labels, allocator.allocate(ref, pending)))
+                results.append(_entry(name, labels, allocator.allocate(ref, pending, timeout=timeout)))
     elif mode == "each":
         for claim in pending:
             for name, ref in zip(node_names, node_refs):
-                results.append(_entry(name, [claim_label(claim)], allocator.allocate(ref, [claim])))
+                results.append(_entry(name, [claim_label(claim)], allocator.allocate(ref, [claim], timeout=timeout)))
     else:
         final = {claim_label(c): copy.deepcopy(c["status"]["allocation"]) for c in allocated}
         unallocated = []
         for claim in pending:
             label = claim_label(claim)
             for name, ref in zip(node_names, node_refs):
-                outcome = allocator.allocate(ref, [claim])
+                outcome = allocator.allocate(ref, [claim], timeout=timeout)
                 results.append(_entry(name, [label], outcome))
                 if outcome.outcome == "allocated":
                     allocation = outcome.allocations[0]
