@@ -352,3 +352,15 @@ def test_timeout_ends_a_hopeless_search_as_a_node_local_error():
                       constraints=[{"matchAttribute": "gpu.example.com/numa"}, {"distinctAttribute": "gpu.example.com/slot"}])]
     outcome = allocator.allocate("n1", hopeless, timeout=0.2)
     assert outcome.outcome == "error" and outcome.error_node_local and "timed out" in outcome.error
+
+
+def test_node_labels_edited_in_place_are_noticed():
+    zone_slice = slice_obj("net", None, [device("nic-0")], pool="net",
+                           nodeSelector={"nodeSelectorTerms": [{"matchExpressions": [
+                               {"key": "zone", "operator": "In", "values": ["a"]}]}]})
+    allocator = Allocator([gpu_class()], [zone_slice], [], "default")
+    node = {"metadata": {"name": "n1", "labels": {"zone": "a"}}}
+    want = [claim("c", [exact("gpu")])]
+    assert allocator.allocate(node, want).outcome == "allocated"
+    node["metadata"]["labels"]["zone"] = "b"
+    assert allocator.allocate(node, want).outcome == "unallocatable"

@@ -93,6 +93,7 @@ class Allocator:
             self.state.add(claim)
         self.evaluator = self.index.evaluator
         self._views: dict[tuple, NodeView] = self.index.views
+        self._views_by_node: dict[int, tuple[dict, NodeView]] = {}
         self._pool_counters: dict[int, tuple[int, dict[str, dict[str, int]]]] = {}
 
     # allocated state -------------------------------------------------------------------------
@@ -104,7 +105,24 @@ class Allocator:
 
     # per-node caches ----------------------------------------------------------------------------
     def node_view(self, node: "dict | str | NodeInfo") -> NodeView:
-        info = NodeInfo.of(node)
+        if isinstance(node, dict):
+            # The scheduler asks about the same Node dicts over and over: remember their views,
+            # re-checking name and labels so that an edited dict is not served a stale view.
+            cached = self._views_by_node.get(id(node))
+            if cached is not None and cached[0] is node:
+                metadata = node.get("metadata")
+                if isinstance(metadata, dict) and metadata.get("name") == cached[1].node.name and (
+                    (metadata.get("labels") or {}) == cached[1].node.labels
+                ):
+                    return cached[1]
+            view = self._view_for(NodeInfo.of(node))
+            if len(self._views_by_node) > 100_000:
+                self._views_by_node.clear()
+            self._views_by_node[id(node)] = (node, view)
+            return view
+        return self._view_for(NodeInfo.of(node))
+
+    def _view_for(self, info: NodeInfo) -> NodeView:
         view = self._views.get(info.key)
         if view is None:
             view = NodeView(info, self.index.gather(info))
