@@ -106,3 +106,16 @@ def test_fix_prints_json_when_asked():
     assert result.exit_code == 0
     fixed = json.loads(result.stdout)
     assert fixed["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == "gpu.nvidia.com"
+
+
+def test_documents_are_numbered_per_file(tmp_path):
+    manifest = tmp_path / "claims.yaml"
+    manifest.write_text(
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.nvidia.com}\n---\n"
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: gpu-claim}\n"
+        "spec:\n  devices:\n    requests:\n      - name: gpu\n        deviceClassName: gpu.nvidia.com\n")
+    result = run("-f", str(manifest))
+    assert result.exit_code == 2
+    assert (f"{manifest}:doc 2 (ResourceClaim/gpu-claim): spec.devices.requests[0].deviceClassName: not a field in "
+            "resource.k8s.io/v1; move it under spec.devices.requests[0].exactly") in result.stdout
+    assert ":doc 1" not in result.stdout
