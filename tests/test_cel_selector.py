@@ -71,3 +71,23 @@ def test_bad_device_fails_every_evaluation():
     device = device_input(DRIVER, dict(H100, attributes={"v": {"version": "1.2"}}))
     with pytest.raises(CELRuntimeError, match="attribute v: parse semantic version: "):
         compile_selector("true").evaluate(device)
+
+
+def test_outcomes_are_remembered_per_device_including_errors():
+    device = device_input(DRIVER, H100)
+    selector = compile_selector('device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("40Gi"))')
+    assert selector.evaluate(device) is True
+    assert device.results[(selector.expression, True)] is True
+    failing = compile_selector('device.attributes["gpu.nvidia.com"].nope == 1')
+    for _ in range(2):
+        with pytest.raises(CELRuntimeError, match="no such key: nope"):
+            failing.evaluate(device)
+    assert device.results[(failing.expression, True)] == "no such key: nope"
+
+
+def test_compile_failures_are_cached_but_raised_every_time():
+    for _ in range(2):
+        with pytest.raises(CELCompileError) as caught:
+            compile_selector("device.driver == gpu.nvidia.com")
+        assert caught.value.column == 18
+        assert caught.value.message == "undeclared reference to 'gpu' (in container '')"
