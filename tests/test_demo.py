@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import filecmp
 import os
 import subprocess
 import sys
@@ -11,31 +10,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-pytest.importorskip("gpudra.allocator")
 from gpudra.api.quantity import Quantity  # noqa: E402
 from gpudra.cli.demo import command  # noqa: E402
 from gpudra.demo import run_demo  # noqa: E402
 from gpudra.demo.scenario import CLUSTER_DIR, _load, index_devices  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-BUNDLED = ROOT / "gpudra" / "demo" / "data"
-
-# bundled folder -> the examples/ folder it is a copy of
-COPIES = {"cluster": "cluster", "article-fixed": "article-fixed", "article-original": "article"}
-
-
-@pytest.mark.parametrize("bundled", sorted(COPIES))
-def test_bundled_data_is_a_copy_of_the_examples(bundled):
-    source = ROOT / "examples" / COPIES[bundled]
-    if not source.is_dir():
-        pytest.skip(f"examples/{COPIES[bundled]} is not in this checkout")
-    names = sorted(p.name for p in source.glob("*.yaml"))
-    assert names == sorted(p.name for p in (BUNDLED / bundled).glob("*.yaml"))
-    for name in names:
-        assert filecmp.cmp(source / name, BUNDLED / bundled / name, shallow=False), (
-            f"gpudra/demo/data/{bundled}/{name} differs from examples/{COPIES[bundled]}/{name}: copy it over"
-        )
-
 
 @pytest.fixture(scope="module")
 def demo():
