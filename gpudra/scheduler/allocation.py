@@ -28,8 +28,10 @@ def make_allocator(
     return Allocator(list(device_classes.values()), list(slices), list(allocated_claims), Features.parse(features))
 
 
-def allocate(allocator: Any, node: dict[str, Any], claims: list[dict[str, Any]]) -> AllocationOutcome:
-    result = allocator.allocate(node, claims)
+def allocate(
+    allocator: Any, node: dict[str, Any], claims: list[dict[str, Any]], exclude_devices: Any = None
+) -> AllocationOutcome:
+    result = allocator.allocate(node, claims, exclude_devices=exclude_devices) if exclude_devices else allocator.allocate(node, claims)
     outcome = getattr(result, "outcome", None)
     if outcome == "allocated":
         return AllocationOutcome("allocated", list(result.allocations or []))

@@ -51,14 +51,9 @@ def allocate_hiding(
     """Allocate `claims` on `node` as if `hidden` devices were taken; None when that does not fit."""
     cluster = scheduler.cluster
     allocator = cluster.allocator()
-    probe = probe_claim("hide", hidden) if hidden else None
-    if probe is not None:
-        allocator.add_allocated_claim(probe)
-    try:
-        outcome = allocate(allocator, cluster.nodes[node], claims)
-    finally:
-        if probe is not None:
-            allocator.remove_allocated_claim(probe)
+    # Hidden devices are excluded for this call only: a probe claim would also consume their
+    # counters, and an over-drawn counter set makes the allocator reject its whole pool.
+    outcome = allocate(allocator, cluster.nodes[node], claims, exclude_devices=set(hidden))
     return outcome.allocations if outcome.outcome == "allocated" else None
 
 
