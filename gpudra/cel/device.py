@@ -55,7 +55,7 @@ def split_qualified_name(driver: str, name: str) -> tuple[str, str]:
 
 def _version(name: str, text: Any):
     try:
-        return V.semver_message(parse_semver(text))
+        return V.runtime_semver(parse_semver(text))
     except SemverError as error:
         raise ValueError(f"attribute {name}: parse semantic version: {error}") from None
 
@@ -78,7 +78,7 @@ def _attribute_value(name: str, attribute: Any, list_type_attributes: bool):
 def _capacity_value(name: str, capacity: Any):
     value = capacity.get("value") if isinstance(capacity, dict) else capacity
     try:
-        return V.quantity_message(Quantity.parse(value))
+        return V.runtime_quantity(Quantity.parse(value))
     except QuantityError as error:
         raise ValueError(f"capacity {name}: {error}") from None
 

@@ -38,19 +38,18 @@ stdlib:
 """
 
 
-def _extensions() -> list:
+def _extensions(runtime: bool) -> list:
     return [
         ext_strings.ExtStrings(),
         ext_optional.ExtOptional(),
         ext_bindings.ExtBindings(),
         # A CelExtension merges overloads into functions that already exist (a plain FunctionDecl
-        # for indexOf would collide with the strings extension's indexOf).
-        # Python implementations with `dyn` parameters only dispatch correctly when registered
-        # through an extension.
+        # for indexOf would collide with the strings extension's indexOf), and Python functions
+        # with `dyn` parameters only dispatch correctly when registered through an extension.
         cel.CelExtension(
             "kubernetes",
             library_k8s.list_index_declarations()
-            + library_k8s.declarations()
+            + library_k8s.declarations(runtime)
             + library_net.declarations()
             + library_format.declarations(),
         ),
@@ -58,30 +57,31 @@ def _extensions() -> list:
 
 
 _ATTRIBUTE_DOMAIN = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
-_CAPACITY_DOMAIN = cel.Type.Map(cel.Type.STRING, cel.Type(V.QUANTITY_TYPE))
 
 
-def _new_env(device_type: cel.Type) -> cel.Env:
+def _new_env(device_type: cel.Type, runtime: bool) -> cel.Env:
+    # At runtime quantities are tagged strings (values.py), for the checker they are messages.
+    capacity_domain = cel.Type.Map(cel.Type.STRING, cel.Type.STRING if runtime else cel.Type(V.QUANTITY_TYPE))
     return cel.NewEnv(
         descriptor_pool=V.POOL,
         config=cel.NewEnvConfigFromYaml(_CONFIG_YAML),
         variables={
             "device": device_type,
             source.ATTRIBUTES_VARIABLE: cel.Type.Map(cel.Type.STRING, _ATTRIBUTE_DOMAIN),
-            source.CAPACITY_VARIABLE: cel.Type.Map(cel.Type.STRING, _CAPACITY_DOMAIN),
+            source.CAPACITY_VARIABLE: cel.Type.Map(cel.Type.STRING, capacity_domain),
             source.NO_ATTRIBUTES_VARIABLE: _ATTRIBUTE_DOMAIN,
-            source.NO_CAPACITY_VARIABLE: _CAPACITY_DOMAIN,
+            source.NO_CAPACITY_VARIABLE: capacity_domain,
         },
-        extensions=_extensions(),
-        functions=library_k8s.comparison_declarations() + library_k8s.ordering_declarations(),
+        extensions=_extensions(runtime),
+        functions=library_k8s.comparison_declarations() + library_k8s.ordering_declarations(runtime),
     )
 
 
 @lru_cache(maxsize=2)
 def checking_env(consumable_capacity: bool = True) -> cel.Env:
-    return _new_env(cel.Type(V.DEVICE_TYPE if consumable_capacity else V.DEVICE_TYPE_NO_MULTI))
+    return _new_env(cel.Type(V.DEVICE_TYPE if consumable_capacity else V.DEVICE_TYPE_NO_MULTI), runtime=False)
 
 
 @lru_cache(maxsize=1)
 def runtime_env() -> cel.Env:
-    return _new_env(cel.Type.Map(cel.Type.STRING, cel.Type.DYN))
+    return _new_env(cel.Type.Map(cel.Type.STRING, cel.Type.DYN), runtime=True)

@@ -36,7 +36,7 @@ _QUANTITY_SHAPE = re.compile(r"[+-]?[0-9.]+[eEinumkKMGTP]*[-+]?[0-9]*")
 
 def _quantity(text: str):
     try:
-        return V.parse_quantity_message(text)
+        return V.parse_runtime_quantity(text)
     except QuantityError as error:
         # resource.ParseQuantity's three errors
         if not _QUANTITY_SHAPE.fullmatch(text):
@@ -48,7 +48,7 @@ def _quantity(text: str):
 
 def _is_quantity(text: str) -> bool:
     try:
-        V.parse_quantity_message(text)
+        V.parse_runtime_quantity(text)
     except QuantityError:
         return False
     return True
@@ -64,13 +64,13 @@ def _as_integer(message) -> int:
 def _add(message, other):
     quantity = V.quantity_of(message)
     result = quantity.add(other) if isinstance(other, int) else quantity.add(V.quantity_of(other))
-    return V.quantity_message(_check_quantity_range(result))
+    return V.runtime_quantity(_check_quantity_range(result))
 
 
 def _sub(message, other):
     quantity = V.quantity_of(message)
     result = quantity.sub(other) if isinstance(other, int) else quantity.sub(V.quantity_of(other))
-    return V.quantity_message(_check_quantity_range(result))
+    return V.runtime_quantity(_check_quantity_range(result))
 
 
 def _check_quantity_range(quantity: Quantity) -> Quantity:
@@ -84,7 +84,7 @@ def _check_quantity_range(quantity: Quantity) -> Quantity:
 @lru_cache(maxsize=1024)
 def _semver_message(text: str, normalize: bool):
     try:
-        return V.semver_message(parse_semver(text, normalize))
+        return V.runtime_semver(parse_semver(text, normalize))
     except SemverError as error:
         raise ValueError(str(error)) from None
 
@@ -99,14 +99,11 @@ def _semver_normalized(text: str, normalize: bool):
 
 # ----- shared ordering of Quantity and Semver -----------------------------------------------------------
 def _compare(left, right) -> int:
-    left_type, right_type = left.DESCRIPTOR.full_name, right.DESCRIPTOR.full_name
-    if left_type != right_type:
-        raise ValueError(f"no such overload: compareTo({left_type}, {right_type})")
-    if left_type == V.QUANTITY_TYPE:
+    if V.is_runtime_quantity(left) and V.is_runtime_quantity(right):
         return V.quantity_of(left).cmp(V.quantity_of(right))
-    if left_type == V.SEMVER_TYPE:
+    if V.is_runtime_semver(left) and V.is_runtime_semver(right):
         return V.semver_of(left).compare(V.semver_of(right))
-    raise ValueError(f"no such overload: compareTo({left_type}, {right_type})")
+    raise ValueError("no such overload: compareTo")
 
 
 # ----- Kubernetes lists library ------------------------------------------------------------------------
@@ -128,12 +125,12 @@ def cel_equal(left, right) -> bool:
 
 
 def _sort_key(value):
+    if V.is_runtime_quantity(value):
+        return V.quantity_of(value)
+    if V.is_runtime_semver(value):
+        return V.semver_of(value)
     if hasattr(value, "DESCRIPTOR"):
-        name = value.DESCRIPTOR.full_name
-        if name == V.QUANTITY_TYPE:
-            return V.quantity_of(value)
-        if name == V.SEMVER_TYPE:
-            return V.semver_of(value)
+        raise ValueError(f"no such overload: {value.DESCRIPTOR.full_name} is not comparable")
     if isinstance(value, (bytearray, bytes)):
         return bytes(value)
     if isinstance(value, (list, dict)) or value is None:
@@ -158,11 +155,11 @@ def _sum(values):
     if not values:
         return 0
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
-        if all(hasattr(v, "DESCRIPTOR") and v.DESCRIPTOR.full_name == V.QUANTITY_TYPE for v in values):
+        if all(V.is_runtime_quantity(v) for v in values):
             total = V.quantity_of(values[0])
             for value in values[1:]:
                 total = total.add(V.quantity_of(value))
-            return V.quantity_message(_check_quantity_range(total))
+            return V.runtime_quantity(_check_quantity_range(total))
         raise ValueError("no such overload: sum() needs a list of numbers")
     if all(isinstance(v, int) for v in values):
         total = sum(values)
@@ -354,39 +351,41 @@ def comparison_declarations() -> list[cel.FunctionDecl]:
     return declarations
 
 
-def declarations() -> list[cel.FunctionDecl]:
+def declarations(runtime: bool = False) -> list[cel.FunctionDecl]:
+    """`runtime`: the evaluation environment, where quantities and versions are tagged strings."""
     bool_, int_, double, string = T.BOOL, T.INT, T.DOUBLE, T.STRING
+    quantity, semver = (T.STRING, T.STRING) if runtime else (QUANTITY, SEMVER)
     return [
         # quantity
-        cel.FunctionDecl("quantity", [_overload("string_to_quantity", QUANTITY, [string], _quantity, member=False)]),
+        cel.FunctionDecl("quantity", [_overload("string_to_quantity", quantity, [string], _quantity, member=False)]),
         cel.FunctionDecl("isQuantity", [_overload("is_quantity_string", bool_, [string], _is_quantity, member=False)]),
-        cel.FunctionDecl("sign", [_overload("quantity_sign", int_, [QUANTITY], lambda q: V.quantity_of(q).sign())]),
-        cel.FunctionDecl("isInteger", [_overload("quantity_is_integer", bool_, [QUANTITY], lambda q: V.quantity_of(q).is_integer())]),
-        cel.FunctionDecl("asInteger", [_overload("quantity_get_integer", int_, [QUANTITY], _as_integer)]),
+        cel.FunctionDecl("sign", [_overload("quantity_sign", int_, [quantity], lambda q: V.quantity_of(q).sign())]),
+        cel.FunctionDecl("isInteger", [_overload("quantity_is_integer", bool_, [quantity], lambda q: V.quantity_of(q).is_integer())]),
+        cel.FunctionDecl("asInteger", [_overload("quantity_get_integer", int_, [quantity], _as_integer)]),
         cel.FunctionDecl(
             "asApproximateFloat",
-            [_overload("quantity_get_float", double, [QUANTITY], lambda q: V.quantity_of(q).as_float())],
+            [_overload("quantity_get_float", double, [quantity], lambda q: V.quantity_of(q).as_float())],
         ),
         cel.FunctionDecl(
             "add",
             [
-                _overload("quantity_add", QUANTITY, [QUANTITY, QUANTITY], _add),
-                _overload("quantity_add_int", QUANTITY, [QUANTITY, int_], _add),
+                _overload("quantity_add", quantity, [quantity, quantity], _add),
+                _overload("quantity_add_int", quantity, [quantity, int_], _add),
             ],
         ),
         cel.FunctionDecl(
             "sub",
             [
-                _overload("quantity_sub", QUANTITY, [QUANTITY, QUANTITY], _sub),
-                _overload("quantity_sub_int", QUANTITY, [QUANTITY, int_], _sub),
+                _overload("quantity_sub", quantity, [quantity, quantity], _sub),
+                _overload("quantity_sub_int", quantity, [quantity, int_], _sub),
             ],
         ),
         # semver
         cel.FunctionDecl(
             "semver",
             [
-                _overload("string_to_semver", SEMVER, [string], _semver, member=False),
-                _overload("string_bool_to_semver", SEMVER, [string, bool_], _semver_normalized, member=False),
+                _overload("string_to_semver", semver, [string], _semver, member=False),
+                _overload("string_bool_to_semver", semver, [string, bool_], _semver_normalized, member=False),
             ],
         ),
         cel.FunctionDecl(
@@ -396,9 +395,9 @@ def declarations() -> list[cel.FunctionDecl]:
                 _overload("is_semver_string_bool", bool_, [string, bool_], lambda s, n: is_semver(s, bool(n)), member=False),
             ],
         ),
-        cel.FunctionDecl("major", [_overload("semver_major", int_, [SEMVER], lambda v: V.semver_of(v).major)]),
-        cel.FunctionDecl("minor", [_overload("semver_minor", int_, [SEMVER], lambda v: V.semver_of(v).minor)]),
-        cel.FunctionDecl("patch", [_overload("semver_patch", int_, [SEMVER], lambda v: V.semver_of(v).patch)]),
+        cel.FunctionDecl("major", [_overload("semver_major", int_, [semver], lambda v: V.semver_of(v).major)]),
+        cel.FunctionDecl("minor", [_overload("semver_minor", int_, [semver], lambda v: V.semver_of(v).minor)]),
+        cel.FunctionDecl("patch", [_overload("semver_patch", int_, [semver], lambda v: V.semver_of(v).patch)]),
         # Kubernetes lists library (element types are checked at runtime: the engine's checker
         # cannot bind type parameters to Python implementations)
         cel.FunctionDecl("isSorted", [_overload("list_is_sorted", bool_, [LIST_DYN], _is_sorted)]),
@@ -414,8 +413,8 @@ def declarations() -> list[cel.FunctionDecl]:
                 _overload("string_includes", bool_, [string, string], _includes_scalar),
                 _overload("int_includes", bool_, [int_, int_], _includes_scalar),
                 _overload("bool_includes", bool_, [bool_, bool_], _includes_scalar),
-                _overload("semver_includes", bool_, [SEMVER, SEMVER], _includes_scalar),
-            ],
+            ]
+            + ([] if runtime else [_overload("semver_includes", bool_, [semver, semver], _includes_scalar)]),
         ),
         cel.FunctionDecl(
             "__gpudra_map_from_entries",
@@ -436,32 +435,36 @@ def declarations() -> list[cel.FunctionDecl]:
     ]
 
 
-def ordering_declarations() -> list[cel.FunctionDecl]:
+def ordering_declarations(runtime: bool = False) -> list[cel.FunctionDecl]:
     """Ordering shared by Quantity and Semver: one implementation, the Semver overload is a
     declaration only. These must be plain environment functions: an extension would register the
     declaration-only overload a second time and clash."""
     bool_, int_ = T.BOOL, T.INT
+    quantity = T.STRING if runtime else QUANTITY
+
+    def semver(overload_id, result):  # declaration only; at runtime both are strings, one overload
+        return [] if runtime else [_overload(overload_id, result, [SEMVER, SEMVER])]
     return [
         cel.FunctionDecl(
             "isGreaterThan",
             [
-                _overload("quantity_is_greater_than", bool_, [QUANTITY, QUANTITY], lambda a, b: _compare(a, b) > 0),
-                _overload("semver_is_greater_than", bool_, [SEMVER, SEMVER]),
-            ],
+                _overload("quantity_is_greater_than", bool_, [quantity, quantity], lambda a, b: _compare(a, b) > 0),
+            ]
+            + semver("semver_is_greater_than", bool_),
         ),
         cel.FunctionDecl(
             "isLessThan",
             [
-                _overload("quantity_is_less_than", bool_, [QUANTITY, QUANTITY], lambda a, b: _compare(a, b) < 0),
-                _overload("semver_is_less_than", bool_, [SEMVER, SEMVER]),
-            ],
+                _overload("quantity_is_less_than", bool_, [quantity, quantity], lambda a, b: _compare(a, b) < 0),
+            ]
+            + semver("semver_is_less_than", bool_),
         ),
         cel.FunctionDecl(
             "compareTo",
             [
-                _overload("quantity_compare_to", int_, [QUANTITY, QUANTITY], _compare),
-                _overload("semver_compare_to", int_, [SEMVER, SEMVER]),
-            ],
+                _overload("quantity_compare_to", int_, [quantity, quantity], _compare),
+            ]
+            + semver("semver_compare_to", int_),
         ),
     ]
 

@@ -168,7 +168,7 @@ def _compile(expression: str, consumable_capacity: bool) -> Selector:
         raise CELCompileError(expression, message, column, line, report=caret_report(expression, message, offset))
     estimate = cost_model.check(expression, checked)
     try:
-        program = runtime_env().compile(rewritten.text)
+        program = runtime_env().compile(adapt(expression, runtime=True).text)
     except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly
         raise _compile_error(expression, rewritten, str(error)) from None
     return Selector(expression, consumable_capacity, program, estimate)

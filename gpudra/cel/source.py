@@ -263,7 +263,7 @@ def _literal_text(token: Token) -> str | None:
     return match.group(1) if match.group(1) is not None else match.group(2)
 
 
-def fold_constant_values(source: str) -> Rewritten:
+def fold_constant_values(source: str, runtime: bool = False) -> Rewritten:
     """`quantity("40Gi")` and `semver("8.0.0"[, true])` with a valid literal become message literals.
 
     Same value, but no call into Python per evaluation (cel-expr-python's Python calls are the slow
@@ -298,8 +298,13 @@ def fold_constant_values(source: str) -> Rewritten:
                 message = V.semver_message(parse_semver(text, normalize))
         except (QuantityError, SemverError):
             continue
-        type_name = V.QUANTITY_TYPE if token.text == "quantity" else V.SEMVER_TYPE
-        operations.append((token.start, tokens[close].end, f'{type_name}{{s: "{message.s}"}}'))
+        if runtime:  # the tagged-string form of values.py
+            tag = V.QUANTITY_TAG if token.text == "quantity" else V.SEMVER_TAG
+            literal = '"' + tag.replace("\x1f", "\\x1f") + message.s + '"'
+        else:
+            type_name = V.QUANTITY_TYPE if token.text == "quantity" else V.SEMVER_TYPE
+            literal = f'{type_name}{{s: "{message.s}"}}'
+        operations.append((token.start, tokens[close].end, literal))
     return _apply(source, operations)
 
 
@@ -309,12 +314,13 @@ def _compose(first: Rewritten, second: Rewritten) -> Rewritten:
     return Rewritten(second.text, tuple(first.original_offset(offset) for offset in second.origin))
 
 
-def adapt(source: str) -> Rewritten:
-    """Every source-level adaptation, with positions mapped back to `source`."""
+def adapt(source: str, runtime: bool = False) -> Rewritten:
+    """Every source-level adaptation, with positions mapped back to `source`; `runtime` gives the text
+    for the evaluation environment (constant values folded to their tagged-string form)."""
     rewritten = rewrite_domain_lookups(source)
     rewritten = _compose(rewritten, rewrite_map_transforms(rewritten.text))
     rewritten = _compose(rewritten, rewrite_format_calls(rewritten.text))
-    return _compose(rewritten, fold_constant_values(rewritten.text))
+    return _compose(rewritten, fold_constant_values(rewritten.text, runtime))
 
 
 def offset_of(source: str, line: int, column: int) -> int:

@@ -4,6 +4,8 @@ cel-expr-python (cel-cpp) has no opaque Python values: a runtime value is a prim
 or a protobuf message. Kubernetes' Quantity, Semver, URL, IP and CIDR are therefore one-field
 messages whose single field holds a *canonical* text, so that message equality (which compares
 fields) is the semantic equality Kubernetes defines (`quantity("1Gi") == quantity("1024Mi")`).
+Quantity and Semver are messages only for the type checker: while evaluating they are tagged
+strings (see "runtime form" below), which are cheaper to pass to Python.
 
 The device variable is described twice: `kubernetes.DRADevice` (a message, so the type checker knows
 `device.driver` is a string and rejects `device.nosuchfield`) is used only for checking; evaluation
@@ -107,8 +109,13 @@ def _quantity_from_nanos(text: str) -> Quantity:
     return Quantity(int(text))
 
 
-def quantity_of(message) -> Quantity:
-    return _quantity_from_nanos(message.s)
+def quantity_of(value) -> Quantity:
+    """The Quantity of a runtime value (tagged string) or of a message."""
+    if isinstance(value, str):
+        if not value.startswith(QUANTITY_TAG):
+            raise ValueError("no such overload")
+        return _quantity_from_nanos(value[len(QUANTITY_TAG):])
+    return _quantity_from_nanos(value.s)
 
 
 @lru_cache(maxsize=4096)
@@ -128,5 +135,43 @@ def semver_of_text(text: str) -> Semver:
     return parse_semver(text)
 
 
-def semver_of(message) -> Semver:
-    return semver_of_text(message.s)
+def semver_of(value) -> Semver:
+    """The Semver of a runtime value (tagged string) or of a message."""
+    if isinstance(value, str):
+        if not value.startswith(SEMVER_TAG):
+            raise ValueError("no such overload")
+        return semver_of_text(value[len(SEMVER_TAG):])
+    return semver_of_text(value.s)
+
+
+# ----- runtime form -----------------------------------------------------------------------------------
+# At evaluation time quantities and versions are strings: a tag led by the unit-separator control
+# character (NUL would be cut off by the binding) plus the canonical text.
+# cel-expr-python converts a message argument of a Python function into a new protobuf object on
+# every call (about 10 µs) and never frees it (about 1 KiB); a string costs a fraction of both.
+# Only the checking environment sees the message types, so typing is unaffected; equality of the
+# canonical strings is semantic equality, and the tag keeps them apart from ordinary strings.
+QUANTITY_TAG = "\x1fquantity:"
+SEMVER_TAG = "\x1fsemver:"
+
+
+def runtime_quantity(quantity: Quantity) -> str:
+    return QUANTITY_TAG + str(quantity.nanos)
+
+
+def runtime_semver(version: Semver) -> str:
+    return SEMVER_TAG + semver_message(version).s
+
+
+@lru_cache(maxsize=4096)
+def parse_runtime_quantity(text: str) -> str:
+    """quantity(text) in runtime form; raises QuantityError."""
+    return runtime_quantity(Quantity.parse(text))
+
+
+def is_runtime_quantity(value) -> bool:
+    return isinstance(value, str) and value.startswith(QUANTITY_TAG)
+
+
+def is_runtime_semver(value) -> bool:
+    return isinstance(value, str) and value.startswith(SEMVER_TAG)
