@@ -67,7 +67,7 @@ class Search:
         self.sharing: dict[tuple, list[tuple[int, str]]] = {}
         self.consumed_counters: dict[int, dict[str, dict[str, int]]] = {}
         self.reject_capacity = not self.features.consumable_capacity and not self.features.stable_variant
-        self.claims = [self._prepare(claim or {}) for claim in claims]
+        self.claims = [self._prepare(as_dict(claim)) for claim in claims]
         self._mark_order_independent_requests()
 
     # pre-pass --------------------------------------------------------------------------------------
