@@ -82,7 +82,7 @@ def _check_quantity_range(quantity: Quantity) -> Quantity:
 
 # ----- semver -----------------------------------------------------------------------------------------
 @lru_cache(maxsize=1024)
-def _semver_message(text: str, normalize: bool):
+def _semver_value(text: str, normalize: bool):
     try:
         return V.runtime_semver(parse_semver(text, normalize))
     except SemverError as error:
@@ -90,11 +90,11 @@ def _semver_message(text: str, normalize: bool):
 
 
 def _semver(text: str):
-    return _semver_message(text, False)
+    return _semver_value(text, False)
 
 
 def _semver_normalized(text: str, normalize: bool):
-    return _semver_message(text, bool(normalize))
+    return _semver_value(text, bool(normalize))
 
 
 # ----- shared ordering of Quantity and Semver -----------------------------------------------------------

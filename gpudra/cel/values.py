@@ -118,12 +118,6 @@ def quantity_of(value) -> Quantity:
     return _quantity_from_nanos(value.s)
 
 
-@lru_cache(maxsize=4096)
-def parse_quantity_message(text: str):
-    """quantity(text) as a message; raises QuantityError."""
-    return quantity_message(Quantity.parse(text))
-
-
 # ----- Semver: canonical text without build metadata (which never takes part in comparisons) ------
 def semver_message(version: Semver):
     canonical = Semver(version.major, version.minor, version.patch, version.prerelease)
