@@ -364,3 +364,14 @@ def test_node_labels_edited_in_place_are_noticed():
     assert allocator.allocate(node, want).outcome == "allocated"
     node["metadata"]["labels"]["zone"] = "b"
     assert allocator.allocate(node, want).outcome == "unallocatable"
+
+
+def test_in_place_slice_edits_need_forget_cached_objects():
+    from gpudra.allocator import forget_cached_objects
+
+    slices = [eight_gpus()]
+    want = [claim("c", [exact("gpu", count=8)])]
+    assert Allocator([gpu_class()], slices, [], "default").allocate("n1", want).outcome == "allocated"
+    del slices[0]["spec"]["devices"][7]
+    forget_cached_objects()
+    assert Allocator([gpu_class()], slices, [], "default").allocate("n1", want).outcome == "unallocatable"

@@ -14,12 +14,20 @@
                           features=features)      # the conformance expected.yaml structure
 
 Objects are plain dicts and are treated as immutable: parsed slices, per-node pool views and CEL
-selector results are shared by every Allocator built from the same slice objects.
+selector results are shared by every Allocator built from the same slice objects. After editing
+slice dicts in place, call `forget_cached_objects()`.
 """
 
 from .allocator import AllocationError, AllocationOutcome, Allocator
 from .features import FEATURE_NAMES, Features
+from .pools import SliceIndex
 from .report import MODES, build_report
+
+
+def forget_cached_objects() -> None:
+    """Forget what was parsed from slice dicts (call after editing them in place)."""
+    SliceIndex.forget_shared()
+
 
 __all__ = [
     "Allocator",
@@ -29,4 +37,5 @@ __all__ = [
     "FEATURE_NAMES",
     "MODES",
     "build_report",
+    "forget_cached_objects",
 ]

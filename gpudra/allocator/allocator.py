@@ -94,6 +94,7 @@ class Allocator:
         self.evaluator = self.index.evaluator
         self._views: dict[tuple, NodeView] = self.index.views
         self._views_by_node: dict[int, tuple[dict, NodeView]] = {}
+        self.static_requests: dict[tuple, tuple[dict, Any]] = {}  # see search.StaticRequest
         self._pool_counters: dict[int, tuple[int, dict[str, dict[str, int]]]] = {}
 
     # allocated state -------------------------------------------------------------------------

@@ -62,6 +62,11 @@ class SliceIndex:
             cls._shared.popitem(last=False)
         return found
 
+    @classmethod
+    def forget_shared(cls) -> None:
+        """Drop every shared index (after slice dicts were edited in place)."""
+        cls._shared.clear()
+
     def __init__(self, slices: Iterable[dict], features: Features):
         from .selection import SelectorEvaluator
 

@@ -29,6 +29,59 @@ class RequestData:
     )
 
 
+class StaticRequest:
+    """What one request asks for, independent of the node; `error` is its first validation error
+    (in upstream's order: selectors, admin access, class, allocation mode)."""
+
+    __slots__ = ("error", "exprs", "class_info", "admin", "tolerations", "capacity", "all_mode", "count")
+
+    def __init__(self, allocator: Allocator, label: str, request: dict, full: str, allow_admin: bool):
+        self.error = None
+        self.class_info = None
+        self.all_mode = False
+        self.count = 0
+        features = allocator.features
+        exprs = []
+        for i, selector in enumerate(as_list(request.get("selectors"))):
+            expression = as_dict(as_dict(selector).get("cel")).get("expression")
+            if not expression or not isinstance(expression, str):
+                self.error = f"claim {label}, request {full}, selector #{i}: CEL expression empty (unsupported selector type?)"
+                return
+            exprs.append(expression)
+        self.exprs = tuple(exprs)
+        self.admin = bool(request.get("adminAccess")) and allow_admin and features.admin_access
+        self.tolerations = [t for t in as_list(request.get("tolerations")) if isinstance(t, dict)]
+        self.capacity = capacity_requests(request) if features.consumable_capacity else {}
+        if not features.admin_access and request.get("adminAccess") is not None:
+            self.error = f"claim {label}, request {full}: admin access is requested, but the feature is disabled"
+            return
+        class_name = as_str(request.get("deviceClassName"))
+        if not class_name:
+            self.error = f"claim {label}, request {full}: missing device class name (unsupported request type?)"
+            return
+        self.class_info = allocator.classes.get(class_name)
+        if self.class_info is None:
+            self.error = (
+                f"claim {label}, request {full}: could not retrieve device class {class_name}: "
+                f'deviceclasses.resource.k8s.io "{class_name}" not found'
+            )
+            return
+        if self.class_info.empty_selector is not None:
+            self.error = (
+                f"class {class_name}: selector #{self.class_info.empty_selector}: "
+                "CEL expression empty (unsupported selector type?)"
+            )
+            return
+        # API defaulting, applied on the fly: empty mode → ExactCount, count 0/absent → 1.
+        mode = request.get("allocationMode") or "ExactCount"
+        if mode == "ExactCount":
+            self.count = as_int(request.get("count")) or 1
+        elif mode == "All":
+            self.all_mode = True
+        else:
+            self.error = f"claim {label}, request {full}: unsupported count mode {mode}"
+
+
 class RequestSlot:
     """A claim request: either one RequestData, or firstAvailable alternatives."""
 
@@ -156,75 +209,64 @@ class Search:
         return found
 
     def _request_data(self, claim: ClaimData, request: dict, base: str, full: str, allow_admin: bool) -> RequestData:
+        static = self._static_request(claim.label, request, full, allow_admin)
+        if static.error is not None:
+            raise AllocationError(static.error)
         label = claim.label
-        features = self.features
-        exprs = []
-        for i, selector in enumerate(as_list(request.get("selectors"))):
-            expression = as_dict(as_dict(selector).get("cel")).get("expression")
-            if not expression or not isinstance(expression, str):
-                raise AllocationError(
-                    f"claim {label}, request {full}, selector #{i}: CEL expression empty (unsupported selector type?)"
-                )
-            exprs.append(expression)
-        if not features.admin_access and request.get("adminAccess") is not None:
-            raise AllocationError(f"claim {label}, request {full}: admin access is requested, but the feature is disabled")
-        class_name = as_str(request.get("deviceClassName"))
-        if not class_name:
-            raise AllocationError(f"claim {label}, request {full}: missing device class name (unsupported request type?)")
-        class_info = self.allocator.classes.get(class_name)
-        if class_info is None:
-            raise AllocationError(
-                f'claim {label}, request {full}: could not retrieve device class {class_name}: '
-                f'deviceclasses.resource.k8s.io "{class_name}" not found'
-            )
-        if class_info.empty_selector is not None:
-            raise AllocationError(
-                f"class {class_name}: selector #{class_info.empty_selector}: CEL expression empty (unsupported selector type?)"
-            )
+        class_info = static.class_info
         rd = RequestData()
         rd.raw = request
         rd.full_name = full
         rd.base_name = base
         rd.class_info = class_info
-        rd.request_exprs = tuple(exprs)
-        rd.admin = bool(request.get("adminAccess")) and allow_admin and features.admin_access
-        rd.tolerations = [t for t in as_list(request.get("tolerations")) if isinstance(t, dict)]
-        rd.capacity = capacity_requests(request) if features.consumable_capacity else {}
-        rd.candidates = self.allocator.candidates(self.view, class_info, rd.request_exprs)
-        rd.counter_flags = self.allocator.counter_flags(self.view, class_info, rd.request_exprs)
+        rd.request_exprs = static.exprs
+        rd.admin = static.admin
+        rd.tolerations = static.tolerations
+        rd.capacity = static.capacity
+        rd.candidates = self.allocator.candidates(self.view, class_info, static.exprs)
+        rd.counter_flags = self.allocator.counter_flags(self.view, class_info, static.exprs)
         rd.all_devices = None
         rd.ordered = False
         rd.picks = []
-        # API defaulting, applied on the fly: empty mode → ExactCount, count 0/absent → 1.
-        mode = request.get("allocationMode") or "ExactCount"
-        if mode == "ExactCount":
-            rd.all_mode = False
-            rd.num_devices = as_int(request.get("count")) or 1
-        elif mode == "All":
-            rd.all_mode = True
-            for pool in self.view.pools:
-                if pool.incomplete:
-                    raise AllocationError(
-                        f"claim {label}, request {full}: asks for all devices, but resource pool "
-                        f"{pool.driver}/{pool.name} is currently being updated"
-                    )
-                if pool.invalid_reason is not None:
-                    raise AllocationError(
-                        f"claim {label}, request {full}: asks for all devices, but resource pool "
-                        f"{pool.driver}/{pool.name} is currently invalid"
-                    )
-            devices = []
-            for device, failure in rd.candidates:
-                if failure is not None:
-                    raise AllocationError(failure.text(label))
-                if features.consumable_capacity and self._capacity_ok(device, rd) is None:
-                    continue
-                devices.append(device)
-            rd.all_devices = devices
-            rd.num_devices = len(devices)
-        else:
-            raise AllocationError(f"claim {label}, request {full}: unsupported count mode {mode}")
+        rd.all_mode = static.all_mode
+        if not static.all_mode:
+            rd.num_devices = static.count
+            return rd
+        for pool in self.view.pools:
+            if pool.incomplete:
+                raise AllocationError(
+                    f"claim {label}, request {full}: asks for all devices, but resource pool "
+                    f"{pool.driver}/{pool.name} is currently being updated"
+                )
+            if pool.invalid_reason is not None:
+                raise AllocationError(
+                    f"claim {label}, request {full}: asks for all devices, but resource pool "
+                    f"{pool.driver}/{pool.name} is currently invalid"
+                )
+        devices = []
+        consumable = self.features.consumable_capacity
+        for device, failure in rd.candidates:
+            if failure is not None:
+                raise AllocationError(failure.text(label))
+            if consumable and self._capacity_ok(device, rd) is None:
+                continue
+            devices.append(device)
+        rd.all_devices = devices
+        rd.num_devices = len(devices)
         return rd
+
+    def _static_request(self, label: str, request: dict, full: str, allow_admin: bool) -> "StaticRequest":
+        """The node-independent part of a request, cached per request dict (specs are immutable)."""
+        cache = self.allocator.static_requests
+        key = (id(request), label, full, allow_admin)
+        found = cache.get(key)
+        if found is not None and found[0] is request:
+            return found[1]
+        static = StaticRequest(self.allocator, label, request, full, allow_admin)
+        if len(cache) > 100_000:
+            cache.clear()
+        cache[key] = (request, static)
+        return static
 
     # search ------------------------------------------------------------------------------------------
     def run(self) -> list[dict[str, Any]] | None:
