@@ -213,6 +213,9 @@ class Cluster(Topology):
     def invalidate(self) -> None:
         """Call after editing objects in place (not through `apply`/`bind`/`end_pod`): recounts usage and
         allocations and voids every cached verdict."""
+        from gpudra.allocator import forget_cached_objects  # the allocator shares parsed slices by identity
+
+        forget_cached_objects()
         self._topology_changed()
         self._sync()
 
