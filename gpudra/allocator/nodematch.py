@@ -35,7 +35,7 @@ def _parse_int(text: Any) -> int | None:
         return None
 
 
-def _requirement_matches(requirement: Any, values_by_key: dict[str, str]) -> bool:
+def requirement_matches(requirement: Any, values_by_key: dict[str, str]) -> bool:
     if not isinstance(requirement, dict):
         return False
     key = requirement.get("key")
@@ -64,7 +64,7 @@ def _requirement_matches(requirement: Any, values_by_key: dict[str, str]) -> boo
     return False
 
 
-def _term_matches(term: Any, node: NodeInfo) -> bool:
+def term_matches(term: Any, node: NodeInfo) -> bool:
     if not isinstance(term, dict):
         return False
     expressions = term.get("matchExpressions") or []
@@ -74,12 +74,12 @@ def _term_matches(term: Any, node: NodeInfo) -> bool:
     if not expressions and not field_requirements:
         return False  # an empty term matches no node
     for requirement in expressions:
-        if not _requirement_matches(requirement, node.labels):
+        if not requirement_matches(requirement, node.labels):
             return False
     for requirement in field_requirements:
         if not isinstance(requirement, dict) or requirement.get("key") != "metadata.name":
             return False
-        if not _requirement_matches(requirement, {"metadata.name": node.name}):
+        if not requirement_matches(requirement, {"metadata.name": node.name}):
             return False
     return True
 
@@ -88,7 +88,7 @@ def selector_matches(selector: dict[str, Any] | None, node: NodeInfo) -> bool:
     if not isinstance(selector, dict):
         return False
     terms = selector.get("nodeSelectorTerms")
-    return isinstance(terms, list) and any(_term_matches(term, node) for term in terms)
+    return isinstance(terms, list) and any(term_matches(term, node) for term in terms)
 
 
 def node_matches(node: NodeInfo, node_name: str | None, all_nodes: bool, selector: dict[str, Any] | None) -> bool:

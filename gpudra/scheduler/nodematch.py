@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudra.allocator import nodematch as allocator_nodematch
+from gpudra.allocator.nodematch import NodeInfo, requirement_matches  # noqa: F401 (label selectors use it too)
+
 NO_SCHEDULE = "NoSchedule"
 NO_EXECUTE = "NoExecute"
 PREFER_NO_SCHEDULE = "PreferNoSchedule"
@@ -18,48 +21,9 @@ def _parse_int(text: str) -> int | None:
         return None
 
 
-def requirement_matches(requirement: dict[str, Any], values_by_key: dict[str, str]) -> bool:
-    key = requirement.get("key", "")
-    operator = requirement.get("operator", "")
-    values = requirement.get("values") or []
-    present = key in values_by_key
-    value = values_by_key.get(key)
-    if operator == "In":
-        return present and value in values
-    if operator == "NotIn":
-        return not present or value not in values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt"):
-        if not present or len(values) != 1:
-            return False
-        have, want = _parse_int(value), _parse_int(values[0])
-        if have is None or want is None:
-            return False
-        return have > want if operator == "Gt" else have < want
-    return False
-
-
 def term_matches(term: dict[str, Any], node: dict[str, Any]) -> bool:
     """A NodeSelectorTerm: all of its requirements hold. An empty term matches nothing (as upstream)."""
-    expressions = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not expressions and not fields:
-        return False
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    for requirement in expressions:
-        if not requirement_matches(requirement, labels):
-            return False
-    if fields:
-        node_fields = {"metadata.name": (node.get("metadata") or {}).get("name", "")}
-        for requirement in fields:
-            if requirement.get("key") != "metadata.name":
-                return False
-            if not requirement_matches(requirement, node_fields):
-                return False
-    return True
+    return allocator_nodematch.term_matches(term, NodeInfo.of(node))
 
 
 def node_selector_matches(selector: dict[str, Any] | None, node: dict[str, Any]) -> bool:
