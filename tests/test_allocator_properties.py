@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-allocator = pytest.importorskip("gpudra.allocator")
+from gpudra import allocator  # noqa: E402
 from gpudra.api.quantity import Quantity  # noqa: E402
 
 DRIVER = "gpu.nvidia.com"

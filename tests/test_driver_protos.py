@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import os
 
-import pytest
 
 from gpudra.driver.protos import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_pb2
 from gpudra.driver.protos.generate import HERE, PROTOS, REL_DIR
 
 
 def test_generated_code_is_up_to_date(tmp_path):
-    pytest.importorskip("grpc_tools")
     from gpudra.driver.protos.generate import generate
 
     written = generate(str(tmp_path))

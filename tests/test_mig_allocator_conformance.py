@@ -14,10 +14,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-allocator = pytest.importorskip("gpudra.allocator", reason="gpudra.allocator is not available")
-if not hasattr(allocator, "Allocator"):
-    pytest.skip("gpudra.allocator does not export Allocator yet", allow_module_level=True)
-
 from gpudra.allocator import Allocator, Features  # noqa: E402
 from gpudra.api.quantity import Quantity  # noqa: E402
 from gpudra.mig.catalog import gpu_model  # noqa: E402

@@ -170,7 +170,6 @@ def test_cli_configs_and_validate_round_trip(tmp_path):
 
 
 def test_cli_configs_from_a_simulated_node_profile():
-    pytest.importorskip("gpudra.discovery.backend")
     result = CliRunner().invoke(mig_command, ["configs", "--backend", "simulated", "--profile", "dgx-h100"])
     assert result.exit_code == 0, result.output
     config = yaml.safe_load(result.output)

@@ -118,8 +118,7 @@ def test_split_layout_for_a_node():
 
 
 def test_slices_pass_api_validation():
-    load = pytest.importorskip("gpudra.api.load")
-    validate = pytest.importorskip("gpudra.api.validate")
+    from gpudra.api import load, validate
     slices = resource_slices("node-a", [_gpu(minor=0), _gpu("h200", minor=1)])
     docs = [load.Document(obj, "generated", i + 1) for i, obj in enumerate(slices)]
     problems = [p for p in validate.validate_documents(docs) if p.severity == "error"]
