@@ -1,28 +1,45 @@
 """Consumable capacity (DRAConsumableCapacity): what a request consumes of a device.
 
-All amounts are exact integers (Quantity ×1e9).
+The rules follow upstream's `calculateConsumedCapacity` and `violatesPolicy` exactly, including the
+spelling of the result: an amount rounded up to a range step is a new BinarySI quantity (so 15G shows
+as "15000000000" and 2147483648 as "2Gi"), every other amount keeps the spelling it came from.
 """
 
 from __future__ import annotations
 
+from gpudra.api.quantity import NANO, Quantity
+
 from .model import CapacityInfo, DeviceInfo
 
 
-def _round_up(amount: int, capacity: CapacityInfo) -> int:
-    if capacity.valid_values is not None:
-        for value in capacity.valid_values:
-            if value >= amount:
+def _units(quantity: Quantity) -> int:
+    """Quantity.Value(): the value rounded up to a whole number."""
+    return -(-quantity.nanos // NANO)
+
+
+def consumed_quantity(requested: Quantity | None, capacity: CapacityInfo) -> Quantity:
+    """What one allocation consumes of one capacity (upstream's calculateConsumedCapacity)."""
+    if requested is None:
+        return capacity.default_q if capacity.default_q is not None else capacity.value_q
+    if not capacity.has_policy:
+        return requested
+    if capacity.valid_values_q is not None:
+        for value in capacity.valid_values_q:
+            if requested <= value:
                 return value
-        return amount
-    if capacity.range_min is not None:
-        minimum = capacity.range_min
-        if amount <= minimum:
-            return minimum
-        step = capacity.range_step
-        if step:
-            steps = -(-(amount - minimum) // step)
-            return minimum + steps * step
-    return amount
+        return requested
+    if capacity.range_min_q is not None:
+        if requested < capacity.range_min_q:
+            return capacity.range_min_q
+        if capacity.range_step_q is None:
+            return requested
+        minimum, step = _units(capacity.range_min_q), _units(capacity.range_step_q)
+        if step <= 0:
+            return requested
+        added = _units(requested) - minimum
+        steps = added // step + (1 if added % step else 0)
+        return Quantity.from_int(minimum + step * steps, "BinarySI")
+    return requested
 
 
 def _violates_policy(amount: int, capacity: CapacityInfo) -> bool:
@@ -48,16 +65,10 @@ def consumption(device: DeviceInfo, requests: dict[str, int]) -> dict[str, int] 
             return None
     consumed: dict[str, int] = {}
     for name, capacity in capacities.items():
-        if name in requests:
-            amount = requests[name]
-        elif capacity.default is not None:
-            amount = capacity.default
-        else:
-            amount = capacity.value
-        if capacity.has_policy:
-            amount = _round_up(amount, capacity)
-            if _violates_policy(amount, capacity):
-                return None
+        requested = requests.get(name)
+        amount = consumed_quantity(None if requested is None else Quantity(requested), capacity).nanos
+        if capacity.has_policy and _violates_policy(amount, capacity):
+            return None
         consumed[name] = amount
     return consumed
 

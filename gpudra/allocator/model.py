@@ -76,23 +76,43 @@ def parse_attribute(raw: Any) -> tuple[str, Any] | None:
 
 
 class CapacityInfo:
-    __slots__ = ("value", "default", "valid_values", "range_min", "range_max", "range_step", "has_policy")
+    """One device capacity with its request policy, as Quantities (for upstream's result spelling) and as
+    exact nano-unit integers (for the search's arithmetic)."""
+
+    __slots__ = ("value_q", "default_q", "valid_values_q", "range_min_q", "range_max_q", "range_step_q",
+                 "value", "default", "valid_values", "range_min", "range_max", "range_step", "has_policy")
 
     def __init__(self, raw: dict[str, Any]):
-        self.value = quantity_nanos(raw.get("value")) or 0
+        self.value_q = _quantity(raw.get("value")) or Quantity(0)
         policy = raw.get("requestPolicy")
         self.has_policy = isinstance(policy, dict)
         policy = as_dict(policy)
-        self.default = quantity_nanos(policy.get("default"))
+        self.default_q = _quantity(policy.get("default"))
         values = as_list(policy.get("validValues"))
-        self.valid_values = [v for v in (quantity_nanos(x) for x in values) if v is not None] if values else None
-        valid_range = policy.get("validRange")
-        if isinstance(valid_range, dict):
-            self.range_min = quantity_nanos(valid_range.get("min"))
-            self.range_max = quantity_nanos(valid_range.get("max"))
-            self.range_step = quantity_nanos(valid_range.get("step"))
-        else:
-            self.range_min = self.range_max = self.range_step = None
+        self.valid_values_q = [v for v in (_quantity(x) for x in values) if v is not None] if values else None
+        valid_range = as_dict(policy.get("validRange")) if isinstance(policy.get("validRange"), dict) else None
+        self.range_min_q = _quantity(valid_range.get("min")) if valid_range is not None else None
+        self.range_max_q = _quantity(valid_range.get("max")) if valid_range is not None else None
+        self.range_step_q = _quantity(valid_range.get("step")) if valid_range is not None else None
+        self.value = self.value_q.nanos
+        self.default = _nanos(self.default_q)
+        self.valid_values = [v.nanos for v in self.valid_values_q] if self.valid_values_q is not None else None
+        self.range_min = _nanos(self.range_min_q)
+        self.range_max = _nanos(self.range_max_q)
+        self.range_step = _nanos(self.range_step_q)
+
+
+def _quantity(value: Any) -> Quantity | None:
+    if value is None:
+        return None
+    try:
+        return Quantity.parse(value)
+    except (QuantityError, TypeError, ValueError):
+        return None
+
+
+def _nanos(quantity: Quantity | None) -> int | None:
+    return None if quantity is None else quantity.nanos
 
 
 class DeviceInfo:

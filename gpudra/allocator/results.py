@@ -5,9 +5,10 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from gpudra.api.quantity import Quantity
+from gpudra.api.quantity import Quantity, QuantityError
 
 from .allocator import AllocationError
+from .capacity import consumed_quantity
 from .model import as_dict, as_list
 
 if TYPE_CHECKING:
@@ -21,20 +22,14 @@ def format_quantity(nanos: int) -> str:
 
 
 def _quantity_text(device, name: str, nanos: int, request: dict) -> str:
-    """Keep the spelling of the quantity the amount came from (request, default or capacity)."""
+    """The consumed amount spelled as upstream computes it (see capacity.consumed_quantity)."""
     requested = as_dict(as_dict(request.get("capacity")).get("requests")).get(name)
-    capacity = as_dict(as_dict(device.raw.get("capacity")).get(name))
-    policy = as_dict(capacity.get("requestPolicy"))
-    for candidate in (requested, policy.get("default"), capacity.get("value"), *as_list(policy.get("validValues"))):
-        if candidate is None:
-            continue
-        try:
-            parsed = Quantity.parse(candidate)
-        except Exception:
-            continue
-        if parsed.nanos == nanos:
-            return str(parsed)
-    return format_quantity(nanos)
+    try:
+        requested_quantity = None if requested is None else Quantity.parse(requested)
+    except (QuantityError, TypeError, ValueError):
+        requested_quantity = None
+    quantity = consumed_quantity(requested_quantity, device.capacity[name])
+    return str(quantity) if quantity.nanos == nanos else format_quantity(nanos)
 
 
 def _device_result(search: "Search", rd, device, consumed, share_id) -> dict[str, Any]:

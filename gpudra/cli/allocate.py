@@ -179,6 +179,7 @@ def run_allocate(
     feature_text: str,
     brief: bool,
     warn: Callable[[str], None] = lambda message: None,
+    allocator_name: str | None = None,
 ) -> tuple[Any, list[str]]:
     """Load, check, allocate. Returns (what to print, notes about the claims for stderr).
 
@@ -187,7 +188,7 @@ def run_allocate(
     from gpudra.allocator import Features, build_report
 
     try:
-        features = Features.parse(feature_text)
+        features = Features.parse(feature_text).with_variant(allocator_name)
     except ValueError as exc:
         raise InputError(str(exc)) from None
 
@@ -259,7 +260,7 @@ def run_allocate(
     show_default=True,
     help="Feature gates: default, all, none, Name/+Name, -Name (comma-separated; e.g. none,PrioritizedList).",
 )
-@click.option("--allocator", "allocator_name", default=None, metavar="NAME", help="Upstream allocator variant; accepted and ignored (gpudra behaves like the sorted variant).")
+@click.option("--allocator", "allocator_name", default=None, metavar="NAME", help="Upstream allocator variant (stable, incubating, experimental); by default chosen from the features as kube-scheduler does. Only `stable` behaves differently (it ignores capacity requests while ConsumableCapacity is off).")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @click.option("--brief", is_flag=True, help="Print the per-node report (results[], outcome, allocations) instead of the claims.")
 def command(
@@ -286,7 +287,7 @@ def command(
         click.echo(message, err=True)
 
     try:
-        data, messages = run_allocate(list(files), mode, nodes, claim_names, features, brief, warn)
+        data, messages = run_allocate(list(files), mode, nodes, claim_names, features, brief, warn, allocator_name)
     except InputError as exc:
         click.echo(f"gpudra allocate: {exc}", err=True)
         sys.exit(2)
