@@ -38,7 +38,17 @@ def _split_list(values: tuple[str, ...]) -> list[str]:
     return items
 
 
-def _load_documents(paths: list[str]) -> list[Document]:
+def _load_documents(paths: list[str], kubeconfig: str | None = None, context: str | None = None) -> list[Document]:
+    if paths and (kubeconfig or context):
+        raise InputError("use either -f (manifests) or --kubeconfig/--context (a live cluster), not both")
+    if not paths:
+        from gpudra.kube.inputs import InputError as ClusterInputError, load_inputs
+
+        try:
+            objects = load_inputs(kubeconfig=kubeconfig, context=context)
+        except ClusterInputError as exc:
+            raise InputError(str(exc)) from None
+        return [Document(obj, "<cluster>", index) for index, obj in enumerate(objects, start=1)]
     try:
         return load_paths(paths)
     except LoadError as exc:
@@ -180,6 +190,8 @@ def run_allocate(
     brief: bool,
     warn: Callable[[str], None] = lambda message: None,
     allocator_name: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
 ) -> tuple[Any, list[str]]:
     """Load, check, allocate. Returns (what to print, notes about the claims for stderr).
 
@@ -192,7 +204,7 @@ def run_allocate(
     except ValueError as exc:
         raise InputError(str(exc)) from None
 
-    documents = _load_documents(paths)
+    documents = _load_documents(paths, kubeconfig, context)
     for text in _validation_warnings(documents):
         warn(f"warning: {text}")
     objects, notes = _select_objects(documents)
@@ -239,11 +251,13 @@ def run_allocate(
     "--filename",
     "files",
     multiple=True,
-    required=True,
     metavar="FILE",
     help="Manifest file or directory (repeatable; '-' reads stdin): DeviceClasses, ResourceSlices, "
-    "ResourceClaims, Nodes.",
+    "ResourceClaims, Nodes. Without -f the cluster of the kubeconfig is read (nothing is changed there).",
 )
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
+              help="Read a live cluster with this kubeconfig (what-if: the cluster is not changed).")
+@click.option("--context", default=None, help="The kubeconfig context to use.")
 @click.option(
     "--mode",
     type=click.Choice(MODES),
@@ -265,6 +279,8 @@ def run_allocate(
 @click.option("--brief", is_flag=True, help="Print the per-node report (results[], outcome, allocations) instead of the claims.")
 def command(
     files: tuple[str, ...],
+    kubeconfig: str | None,
+    context: str | None,
     mode: str,
     node_values: tuple[str, ...],
     claim_values: tuple[str, ...],
@@ -287,7 +303,7 @@ def command(
         click.echo(message, err=True)
 
     try:
-        data, messages = run_allocate(list(files), mode, nodes, claim_names, features, brief, warn, allocator_name)
+        data, messages = run_allocate(list(files), mode, nodes, claim_names, features, brief, warn, allocator_name, kubeconfig, context)
     except InputError as exc:
         click.echo(f"gpudra allocate: {exc}", err=True)
         sys.exit(2)

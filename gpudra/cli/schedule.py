@@ -39,8 +39,12 @@ def _load(paths: list[str], validate: bool) -> list[dict]:
     "schedule",
     short_help="Place pods on nodes as kube-scheduler would (claims, templates, DRA, cpu/memory).",
 )
-@click.option("-f", "--filename", "paths", multiple=True, required=True, metavar="PATH",
-              help="Manifest file or directory ('-' for stdin); repeatable.")
+@click.option("-f", "--filename", "paths", multiple=True, metavar="PATH",
+              help="Manifest file or directory ('-' for stdin); repeatable. Without -f the cluster of the "
+                   "kubeconfig is read (read-only: nothing is changed there).")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
+              help="Read a live cluster with this kubeconfig (what-if: the cluster is not changed).")
+@click.option("--context", default=None, help="The kubeconfig context to use.")
 @click.option("--policy", type=click.Choice(POLICIES), default="kube", show_default=True,
               help="Node and device scoring: kube-scheduler's, binpack, spread, or fragmentation-aware (FGD).")
 @click.option("-o", "--output", "output", type=click.Choice(["yaml", "json", "table"]), default="table",
@@ -50,14 +54,25 @@ def _load(paths: list[str], validate: bool) -> list[dict]:
                    "default; the policy decides when unset: kube adaptive, others 100).")
 @click.option("--validate/--no-validate", default=True, show_default=True,
               help="Refuse input that fails gpudra's API validation.")
-def command(paths: tuple[str, ...], policy: str, output: str, percentage: int | None, validate: bool) -> None:
+def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None, policy: str, output: str,
+            percentage: int | None, validate: bool) -> None:
     """Apply the manifests (Pods, Deployments, ReplicaSets, StatefulSets, Jobs, DaemonSets, ResourceClaims,
     templates, DeviceClasses, ResourceSlices, Nodes), schedule every pending pod in queue order and print the
     result. Same input, same output: generated names and uids derive from the input."""
     from gpudra.scheduler import Cluster, Scheduler
     from gpudra.scheduler.render import summary, to_json, to_table, to_yaml
 
-    objects = _load(list(paths), validate)
+    if paths and (kubeconfig or context):
+        raise UsageError("use either -f (manifests) or --kubeconfig/--context (a live cluster), not both")
+    if paths:
+        objects = _load(list(paths), validate)
+    else:
+        from gpudra.kube.inputs import InputError, load_inputs
+
+        try:  # objects the API server already validated
+            objects = load_inputs(kubeconfig=kubeconfig, context=context)
+        except InputError as exc:
+            raise UsageError(str(exc)) from None
     try:
         cluster = Cluster(objects)
         scheduler = Scheduler(cluster, policy=policy, percentage_of_nodes_to_score=percentage)
