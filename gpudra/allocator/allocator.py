@@ -15,6 +15,7 @@ from .nodematch import NodeInfo, node_matches
 from .pools import Pool, SliceIndex
 from .selection import SelectorFailure
 from .state import AllocatedState
+from .taintrules import apply_device_taint_rules
 
 MAX_RESULTS_PER_CLAIM = 32
 
@@ -81,8 +82,11 @@ class Allocator:
         slices: list[dict[str, Any]],
         allocated_claims: list[dict[str, Any]] | None = None,
         features: "Features | str | None" = None,
+        device_taint_rules: list[dict[str, Any]] | None = None,
     ):
         self.features = Features.parse(features)
+        if device_taint_rules and self.features.device_taints:
+            slices = apply_device_taint_rules(list(slices or []), device_taint_rules, device_classes or [])
         self.classes: dict[str, ClassInfo] = {}
         for raw in device_classes or []:
             info = ClassInfo(as_dict(raw))

@@ -18,7 +18,8 @@ MODES = ("together", "each", "sequential")
 
 
 def split_objects(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    kinds: dict[str, list[dict[str, Any]]] = {"DeviceClass": [], "ResourceSlice": [], "ResourceClaim": [], "Node": []}
+    kinds: dict[str, list[dict[str, Any]]] = {
+        "DeviceClass": [], "ResourceSlice": [], "ResourceClaim": [], "Node": [], "DeviceTaintRule": []}
     for obj in objects:
         if isinstance(obj, dict) and obj.get("kind") in kinds:
             kinds[obj["kind"]].append(obj)
@@ -84,7 +85,8 @@ def build_report(
     node_objects = {_object_name(n): n for n in kinds["Node"]}
     node_refs = [node_objects.get(name, name) for name in node_names]
 
-    allocator = Allocator(kinds["DeviceClass"], kinds["ResourceSlice"], allocated, features)
+    allocator = Allocator(kinds["DeviceClass"], kinds["ResourceSlice"], allocated, features,
+                          device_taint_rules=kinds["DeviceTaintRule"])
     results: list[dict[str, Any]] = []
     report: dict[str, Any] = {}
     if mode == "together":

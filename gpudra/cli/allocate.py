@@ -22,7 +22,7 @@ from gpudra.api.load import Document, LoadError, load_paths
 from gpudra.api.validate import validate_document
 
 MODES = ("together", "each", "sequential")
-INPUT_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "Node")
+INPUT_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "Node", "DeviceTaintRule")
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 

@@ -21,11 +21,13 @@ def make_allocator(
     slices: list[dict[str, Any]],
     allocated_claims: list[dict[str, Any]],
     features: str = DEFAULT_FEATURES,
+    device_taint_rules: list[dict[str, Any]] | None = None,
 ) -> Any:
     from gpudra.allocator.allocator import Allocator
     from gpudra.allocator.features import Features
 
-    return Allocator(list(device_classes.values()), list(slices), list(allocated_claims), Features.parse(features))
+    return Allocator(list(device_classes.values()), list(slices), list(allocated_claims), Features.parse(features),
+                     device_taint_rules=device_taint_rules)
 
 
 def allocate(

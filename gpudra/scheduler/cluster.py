@@ -72,6 +72,7 @@ class Cluster(Topology):
         self.device_classes: dict[str, dict[str, Any]] = {}
         self.slices: list[dict[str, Any]] = []
         self.priority_classes: dict[str, dict[str, Any]] = {}
+        self.device_taint_rules: dict[str, dict[str, Any]] = {}
         self.workloads: list[dict[str, Any]] = []
         self.other_objects: list[dict[str, Any]] = []
         self.problems: list[str] = []
@@ -133,6 +134,9 @@ class Cluster(Topology):
                 self._topology_changed()
             elif kind == "PriorityClass":
                 self.priority_classes[name_of(obj)] = obj
+            elif kind == "DeviceTaintRule":
+                self.device_taint_rules[name_of(obj)] = obj
+                self._topology_changed()
             elif kind == "DaemonSet":
                 metadata(obj).setdefault("namespace", "default")
                 self.workloads.append(obj)
@@ -340,7 +344,8 @@ class Cluster(Topology):
             from .allocation import make_allocator
 
             allocated = [claim for claim in self.claims.values() if claim_allocation(claim) is not None]
-            self._allocator = make_allocator(self.device_classes, self.slices, allocated)
+            self._allocator = make_allocator(self.device_classes, self.slices, allocated,
+                                             device_taint_rules=list(self.device_taint_rules.values()))
         return self._allocator
 
     # ----- transitions --------------------------------------------------------------------------
