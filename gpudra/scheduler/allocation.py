@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_FEATURES = "default"
+# kube-scheduler's DRASchedulerFilterTimeout: a search that takes longer fails on that node with
+# "timed out trying to allocate devices" instead of hanging the scheduling cycle.
+FILTER_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -33,7 +36,7 @@ def make_allocator(
 def allocate(
     allocator: Any, node: dict[str, Any], claims: list[dict[str, Any]], exclude_devices: Any = None
 ) -> AllocationOutcome:
-    result = allocator.allocate(node, claims, exclude_devices=exclude_devices) if exclude_devices else allocator.allocate(node, claims)
+    result = allocator.allocate(node, claims, exclude_devices=exclude_devices or None, timeout=FILTER_TIMEOUT_S)
     outcome = getattr(result, "outcome", None)
     if outcome == "allocated":
         return AllocationOutcome("allocated", list(result.allocations or []))
