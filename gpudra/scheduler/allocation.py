@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+from gpudra.allocator import AllocationOutcome
 
 DEFAULT_FEATURES = "default"
 # kube-scheduler's DRASchedulerFilterTimeout: a search that takes longer fails on that node with
 # "timed out trying to allocate devices" instead of hanging the scheduling cycle.
 FILTER_TIMEOUT_S = 10.0
-
-
-@dataclass
-class AllocationOutcome:
-    outcome: str  # "allocated" | "unallocatable" | "error"
-    allocations: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
-    error_node_local: bool = False
 
 
 def make_allocator(
@@ -36,12 +29,4 @@ def make_allocator(
 def allocate(
     allocator: Any, node: dict[str, Any], claims: list[dict[str, Any]], exclude_devices: Any = None
 ) -> AllocationOutcome:
-    result = allocator.allocate(node, claims, exclude_devices=exclude_devices or None, timeout=FILTER_TIMEOUT_S)
-    outcome = getattr(result, "outcome", None)
-    if outcome == "allocated":
-        return AllocationOutcome("allocated", list(result.allocations or []))
-    if outcome == "error":
-        return AllocationOutcome(
-            "error", error=str(result.error or "allocation failed"), error_node_local=bool(result.error_node_local)
-        )
-    return AllocationOutcome("unallocatable")
+    return allocator.allocate(node, claims, exclude_devices=exclude_devices or None, timeout=FILTER_TIMEOUT_S)
