@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudra.discovery import open_backend
-from gpudra.driver.checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, CheckpointError,
-                                      load_checkpoint, save_checkpoint)
+from gpudra.driver.checkpoint import (API_VERSION, KIND, PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED,
+                                      CheckpointError, checksum, encode_checkpoint, load_checkpoint, save_checkpoint)
 from gpudra.driver.claims import ClaimSourceError, KubeClaimSource, LocalClaimStore
 from gpudra.driver.config import ConfigError, claim_configs, config_for, decode_opaque
 from gpudra.driver.kubelet_client import allocated_claim
@@ -91,6 +91,31 @@ def test_checkpoint_round_trips_any_claim_map(tmp_path_factory, claims):
     data = {"nodeBootID": "b", "claims": {uid: {"state": s, "devices": []} for uid, s in claims.items()}}
     save_checkpoint(path, data, fsync=False)
     assert load_checkpoint(path) == data
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                    max_leaves=10))
+def test_checkpoint_encoding_is_the_canonical_json_of_the_whole_document(value):
+    data = {"nodeBootID": "b", "claims": {"u": {"state": PREPARE_COMPLETED, "extra": value}}}
+    doc = {"apiVersion": API_VERSION, "kind": KIND, "checksum": checksum(data), "data": data}
+    assert encode_checkpoint(data) == json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def test_checkpoint_rewrites_reuse_the_temp_file_without_exposing_it(tmp_path):
+    path = str(tmp_path / "checkpoint.json")
+    tmp = str(tmp_path / ".checkpoint.json.tmp")
+    versions = [{"nodeBootID": "b", "claims": {f"u{j}": {"state": PREPARE_COMPLETED, "devices": []} for j in range(n)}}
+                for n in (3, 1, 5, 0, 2)]
+    with open(tmp, "w") as fh:  # a longer leftover from a crash: must not leak into the next checkpoint
+        fh.write("x" * 10000)
+    for i, data in enumerate(versions):
+        save_checkpoint(path, data)
+        assert load_checkpoint(path) == data
+        assert sorted(os.listdir(tmp_path)) in (["checkpoint.json"], [".checkpoint.json.tmp", "checkpoint.json"])
+        if i and os.path.exists(tmp):  # the temp file is the previous checkpoint (or a leftover), never the new one
+            assert open(tmp, "rb").read() != open(path, "rb").read()
 
 
 # -- prepare / unprepare / reconcile ----------------------------------------------------------------------

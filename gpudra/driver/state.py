@@ -210,7 +210,9 @@ class DeviceState:
                     if existing is not None:
                         self.backend.destroy_mig_device(device["gpuMinor"], existing.gi_id)
         remove_spec(self.paths.cdi_spec_dir, self._spec_name(uid))
-        shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
+        # only MPS records create the directory (start-up removes any that no claim owns)
+        if any((d.get("sharing") or {}).get("strategy") == "MPS" for d in entry.get("devices", [])):
+            shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
 
     def _mig_shared(self, uid: str, device: dict[str, Any]) -> bool:
         """Another claim (admin access) still uses this dynamic MIG device: keep it."""
