@@ -16,6 +16,42 @@ except AttributeError:  # pragma: no cover
     _Loader = yaml.SafeLoader  # type: ignore[misc]
 
 
+_STR, _SEQ, _MAP = "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
+
+
+def _plain(node: yaml.Node, loader: Any) -> Any:
+    """What the safe constructor builds from `node`, without its per-node bookkeeping for the
+    common case (string-keyed maps, lists, strings); anything else goes to the constructor."""
+    tag = node.tag
+    if tag == _STR and isinstance(node, yaml.ScalarNode):
+        return node.value
+    if tag == _MAP and isinstance(node, yaml.MappingNode):
+        out = {}
+        for key, value in node.value:
+            if key.tag != _STR or not isinstance(key, yaml.ScalarNode):  # merge keys, non-string keys
+                return loader.construct_object(node, deep=True)
+            out[key.value] = _plain(value, loader)
+        return out
+    if tag == _SEQ and isinstance(node, yaml.SequenceNode):
+        return [_plain(item, loader) for item in node.value]
+    return loader.construct_object(node, deep=True)
+
+
+def load_yaml_documents(text: str) -> list[Any]:
+    """`list(yaml.load_all(text, SafeLoader))`, about twice as fast on claim-sized documents
+    (prepare reads every claim it has not seen before)."""
+    loader = _Loader(text)
+    try:
+        docs = []
+        while loader.check_node():
+            docs.append(_plain(loader.get_node(), loader))
+        return docs
+    except RecursionError:  # a self-referencing alias: let the constructor deal with it
+        return list(yaml.load_all(text, Loader=_Loader))
+    finally:
+        loader.dispose()
+
+
 class ClaimSourceError(Exception):
     """The claim could not be read (not a "not found": that is None)."""
 
@@ -60,7 +96,7 @@ class LocalClaimStore:
         try:
             with open(path, encoding="utf-8") as fh:
                 text = fh.read()
-            docs = [json.loads(text)] if path.endswith(".json") else list(yaml.load_all(text, Loader=_Loader))
+            docs = [json.loads(text)] if path.endswith(".json") else load_yaml_documents(text)
         except FileNotFoundError:
             return []
         except (OSError, ValueError, yaml.YAMLError) as exc:
