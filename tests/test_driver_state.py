@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from gpudra.discovery import open_backend
 from gpudra.driver.checkpoint import (API_VERSION, KIND, PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED,
-                                      CheckpointError, checksum, encode_checkpoint, load_checkpoint, save_checkpoint)
+                                      CheckpointError, CompletedEntryCache, checksum, encode_checkpoint, load_checkpoint,
+                                      save_checkpoint)
 from gpudra.driver.claims import ClaimSourceError, KubeClaimSource, LocalClaimStore, load_yaml_documents
 from gpudra.driver.config import ConfigError, claim_configs, config_for, decode_opaque
 from gpudra.driver.kubelet_client import allocated_claim
@@ -101,6 +102,26 @@ def test_checkpoint_encoding_is_the_canonical_json_of_the_whole_document(value):
     data = {"nodeBootID": "b", "claims": {"u": {"state": PREPARE_COMPLETED, "extra": value}}}
     doc = {"apiVersion": API_VERSION, "kind": KIND, "checksum": checksum(data), "data": data}
     assert encode_checkpoint(data) == json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d"]),
+                          st.sampled_from(["add", "complete", "unprepare", "drop"])), max_size=25))
+def test_checkpoint_encoding_with_cached_entries_tracks_every_change(steps):
+    cache = CompletedEntryCache()
+    data = {"nodeBootID": "b", "claims": {}}
+    for n, (uid, action) in enumerate(steps):
+        entry = data["claims"].get(uid)
+        if action == "add":
+            data["claims"][uid] = {"state": PREPARE_STARTED, "devices": [{"device": f"gpu-{n}"}]}
+        elif action == "complete" and entry is not None:
+            entry["state"] = PREPARE_COMPLETED
+        elif action == "unprepare" and entry is not None:
+            entry["state"] = UNPREPARE_STARTED
+        elif action == "drop":
+            data["claims"].pop(uid, None)
+        doc = {"apiVersion": API_VERSION, "kind": KIND, "checksum": checksum(data), "data": data}
+        assert encode_checkpoint(data, cache) == json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
 def test_checkpoint_rewrites_reuse_the_temp_file_without_exposing_it(tmp_path):

@@ -94,8 +94,8 @@ class LocalClaimStore:
         if cached and cached[0] == key:
             return cached[1]
         try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
+            with open(path, "rb") as fh:  # binary: a text-mode file object costs more than the read
+                text = fh.read().decode("utf-8")
             docs = [json.loads(text)] if path.endswith(".json") else load_yaml_documents(text)
         except FileNotFoundError:
             return []

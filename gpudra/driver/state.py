@@ -30,8 +30,9 @@ from gpudra.discovery import GpuBackend, Inventory, MigError, parse_mig_canonica
 from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 
 from . import cdispec
-from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, current_boot_id, empty_checkpoint,
-                         encode_checkpoint, load_checkpoint, save_checkpoint, write_checkpoint_bytes)
+from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, CompletedEntryCache, current_boot_id,
+                         empty_checkpoint, encode_checkpoint, load_checkpoint, save_checkpoint,
+                         write_checkpoint_bytes)
 from .claims import ClaimSource, ClaimSourceError
 from .config import ConfigError, claim_configs, config_for
 from .paths import DriverPaths
@@ -90,6 +91,7 @@ class DeviceState:
         self._saved_version = 0
         self._saving = False
         self._save_cond = threading.Condition()
+        self._entry_json = CompletedEntryCache()  # used under _cp_lock
 
     # -- checkpoint helpers --------------------------------------------------------------------
     def _save(self) -> None:
@@ -115,7 +117,7 @@ class DeviceState:
         written = None
         try:
             with self._cp_lock:
-                raw = encode_checkpoint(self._cp)
+                raw = encode_checkpoint(self._cp, self._entry_json)
                 target = self._version
             write_checkpoint_bytes(self.paths.checkpoint, raw, fsync=self.fsync)
             written = target
