@@ -139,6 +139,18 @@ def test_checkpoint_rewrites_reuse_the_temp_file_without_exposing_it(tmp_path):
             assert open(tmp, "rb").read() != open(path, "rb").read()
 
 
+def test_checkpoint_writes_fall_back_to_a_plain_rename_without_renameat2(tmp_path):
+    from gpudra.driver import checkpoint
+
+    path = str(tmp_path / "checkpoint.json")
+    with mock.patch.object(checkpoint, "_renameat2", None):
+        for n in (2, 0, 1):
+            data = {"nodeBootID": "b", "claims": {f"u{j}": {"state": PREPARE_STARTED, "devices": []} for j in range(n)}}
+            save_checkpoint(path, data)
+            assert load_checkpoint(path) == data
+            assert os.listdir(tmp_path) == ["checkpoint.json"]
+
+
 # -- prepare / unprepare / reconcile ----------------------------------------------------------------------
 
 
