@@ -294,3 +294,26 @@ def test_no_nodes_and_no_claims_are_explained_on_stderr():
     named = invoke(["--brief", "--node", "node-9", "-f", "-"], stdin=CLAIM_ONLY)
     (entry,) = yaml.safe_load(named.stdout)["results"]
     assert (entry["node"], entry["outcome"], entry["errorNodeLocal"]) == ("node-9", "error", False)
+
+
+def test_timeout_turns_a_runaway_search_into_a_node_local_error(tmp_path):
+    # 13 one-device claims for 12 devices, jointly: the depth-first search would try every assignment
+    devices = [{"name": f"gpu-{i}"} for i in range(12)]
+    objects = [
+        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu"},
+         "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]}},
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "n1"},
+         "spec": {"driver": "gpu.example.com", "nodeName": "n1",
+                  "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1}, "devices": devices}},
+    ] + [
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": f"c{i}", "namespace": "default"},
+         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}}}
+        for i in range(13)
+    ]
+    path = tmp_path / "input.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    result = CliRunner().invoke(command, ["--brief", "--timeout", "0.2", "-f", str(path)])
+    assert result.exit_code == 0, result.output
+    [entry] = yaml.safe_load(result.stdout)["results"]
+    assert entry["outcome"] == "error" and entry["errorNodeLocal"] is True
+    assert "timed out" in entry["error"]

@@ -192,6 +192,7 @@ def run_allocate(
     allocator_name: str | None = None,
     kubeconfig: str | None = None,
     context: str | None = None,
+    timeout: float | None = None,
 ) -> tuple[Any, list[str]]:
     """Load, check, allocate. Returns (what to print, notes about the claims for stderr).
 
@@ -226,7 +227,7 @@ def run_allocate(
         pending = [claim for claim in pending if claim_key(claim) in wanted]
 
     try:
-        report = build_report(objects, mode, nodes, claim_names, features)
+        report = build_report(objects, mode, nodes, claim_names, features, timeout=timeout)
     except ValueError as exc:
         raise InputError(str(exc)) from None
     if not pending:
@@ -275,6 +276,9 @@ def run_allocate(
     help="Feature gates: default, all, none, Name/+Name, -Name (comma-separated; e.g. none,PrioritizedList).",
 )
 @click.option("--allocator", "allocator_name", default=None, metavar="NAME", help="Upstream allocator variant (stable, incubating, experimental); by default chosen from the features as kube-scheduler does. Only `stable` behaves differently (it ignores capacity requests while ConsumableCapacity is off).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Give up on one node's search after this long, reporting \"timed out trying to allocate devices\" "
+                   "for that node as kube-scheduler's Filter timeout does (10 s there). Default: no limit.")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @click.option("--brief", is_flag=True, help="Print the per-node report (results[], outcome, allocations) instead of the claims.")
 def command(
@@ -286,6 +290,7 @@ def command(
     claim_values: tuple[str, ...],
     features: str,
     allocator_name: str | None,
+    timeout: float | None,
     output: str,
     brief: bool,
 ) -> None:
@@ -303,7 +308,7 @@ def command(
         click.echo(message, err=True)
 
     try:
-        data, messages = run_allocate(list(files), mode, nodes, claim_names, features, brief, warn, allocator_name, kubeconfig, context)
+        data, messages = run_allocate(list(files), mode, nodes, claim_names, features, brief, warn, allocator_name, kubeconfig, context, timeout)
     except InputError as exc:
         click.echo(f"gpudra allocate: {exc}", err=True)
         sys.exit(2)
