@@ -72,11 +72,12 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
         explanation.placement = {"node": run.bound_node, "devices": devices}
         explanation.summary = (f"already bound to node {run.bound_node}" if run.was_bound
                                else f"would be scheduled to node {run.bound_node}")
-        if not run.was_bound and result is not None:
-            feasible = sum(1 for r in result.filtered.values() if r.fits)
-            checked = len(result.filtered)
-            explanation.summary += (f" ({feasible}/{num_nodes} nodes fit)" if checked == num_nodes
-                                    else f" ({feasible} of the {checked} nodes checked fit)")
+        if not run.was_bound and result is not None and result.scores:
+            # only feasible nodes are scored; the scheduler stops looking once it has enough of them
+            # (percentageOfNodesToScore), so this is a lower bound unless every node was scored
+            scored = len(result.scores)
+            explanation.summary += (f" ({scored}/{num_nodes} nodes fit)" if scored == num_nodes
+                                    else f" (best of {scored} feasible node{'s' if scored != 1 else ''} scored)")
         if (run.pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             explanation.notes.append(f"the pod has finished (phase {run.pod['status']['phase']})")
         return explanation
