@@ -132,3 +132,15 @@ def test_the_issue_example_statefulset_on_twelve_nodes(tmp_path):
     assert summary.endswith("needs 2 devices, 1 free matches; 4 nodes: Insufficient cpu.")
     assert "nodes gpu-0" not in result.output  # each GPU node's holder differs, so each gets its section
     assert "  - node gpu-0 fits if claim default/infer-0 is released (deleting pod default/infer-0)" in result.output
+
+
+def test_a_pod_that_fits_names_its_node_and_the_feasible_nodes():
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    result = CliRunner().invoke(cli, ["explain", "-f", str(examples / "cluster"), "-f", str(examples / "workloads"),
+                                      "pod/trainer"])
+    assert result.exit_code == 0, result.output
+    first = result.output.splitlines()[0]
+    # four H100s on one NVLink mesh: only the two H100 nodes can serve the claim
+    assert first == "pod default/trainer fits: would be scheduled to node h100-node-1 (best of 2 feasible nodes scored)"
