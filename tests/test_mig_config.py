@@ -229,3 +229,26 @@ def test_enumerated_layouts_are_exactly_the_feasible_ones(key):
         layout = {n: c for n, c in zip(names, counts) if c}
         key_ = tuple(sorted(layout.items()))
         assert (key_ in feasible) == find_placement(model, layout).feasible, layout
+
+
+def test_validate_reads_the_gpu_operators_configmap(tmp_path):
+    config = {"version": "v1", "mig-configs": {
+        "ok": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
+        "too-big": [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2, "1g.10gb": 1}}]}}
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
+                 "data": {"config.yaml": yaml.safe_dump(config), "README": "not a config"}}
+    path = tmp_path / "cm.yaml"
+    path.write_text(yaml.safe_dump(configmap))
+    result = CliRunner().invoke(mig_command, ["validate", "-f", str(path), "--gpu", "a100-80gb"])
+    assert result.exit_code == 1, result.output
+    assert "ConfigMap gpu-operator/default-mig-parted-config data['config.yaml']" in result.output
+    assert "needs 9 memory slices" in result.output
+    config["mig-configs"].pop("too-big")
+    configmap["data"]["config.yaml"] = yaml.safe_dump(config)
+    path.write_text(yaml.safe_dump(configmap))
+    assert CliRunner().invoke(mig_command, ["validate", "-f", str(path), "--gpu", "a100-80gb"]).exit_code == 0
+    configmap["data"] = {"README": "nothing here"}
+    path.write_text(yaml.safe_dump(configmap))
+    empty = CliRunner().invoke(mig_command, ["validate", "-f", str(path)])
+    assert empty.exit_code == 1 and "holds no mig-parted config" in empty.output

@@ -133,7 +133,7 @@ def configs_command(gpus: tuple[str, ...], backend: str | None, profile: str | N
 @click.option("-v", "--verbose", is_flag=True, help="also print the placement found for every entry")
 def validate_command(path: str, gpus: tuple[str, ...], verbose: bool) -> None:
     """Check a mig-parted config: format, profiles, counts and a non-overlapping placement."""
-    from gpudra.mig.config import validate_config
+    from gpudra.mig.config import configs_in_document, validate_config
 
     try:
         text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
@@ -142,17 +142,27 @@ def validate_command(path: str, gpus: tuple[str, ...], verbose: bool) -> None:
         _fail(f"cannot read {path}: {exc.strerror or exc}")
     except yaml.YAMLError as exc:
         _fail(f"{path}: not valid YAML: {exc}")
-    report = validate_config(document, _models(gpus) if gpus else None)
-    for finding in report.findings:
-        click.echo(str(finding), err=finding.severity == "error")
-    if verbose:
-        for line in report.checked:
-            click.echo(f"ok: {line}")
-    if not report.valid:
-        errors = sum(1 for f in report.findings if f.severity == "error")
-        click.echo(f"{path}: invalid ({errors} error{'s' if errors != 1 else ''})", err=True)
+    try:
+        configs = configs_in_document(document)
+    except ValueError as exc:
+        _fail(f"{path}: {exc}", code=1)
+    invalid = False
+    for label, config in configs:
+        where = f"{path}: {label}" if label else path
+        report = validate_config(config, _models(gpus) if gpus else None)
+        for finding in report.findings:
+            click.echo(f"{label}: {finding}" if label else str(finding), err=finding.severity == "error")
+        if verbose:
+            for line in report.checked:
+                click.echo(f"ok: {line}")
+        if not report.valid:
+            errors = sum(1 for f in report.findings if f.severity == "error")
+            click.echo(f"{where}: invalid ({errors} error{'s' if errors != 1 else ''})", err=True)
+            invalid = True
+        else:
+            click.echo(f"{where}: valid")
+    if invalid:
         sys.exit(1)
-    click.echo(f"{path}: valid")
 
 
 @command.command(name="slices")

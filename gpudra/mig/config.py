@@ -3,6 +3,8 @@ manager does for a node's GPUs, and validate hand-written ones against the catal
 
 from __future__ import annotations
 
+import yaml
+
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -179,6 +181,26 @@ def _check_on_model(model: MigGpuModel, counts: Mapping[str, int], where: str, r
     layout = ", ".join(f"{i.profile.name}@{i.placement}" for i in result.instances) or "no instances"
     report.checked.append(f"{where} on {model.display_name}: {layout}")
     return True
+
+
+def configs_in_document(document: Any) -> list[tuple[str, Any]]:
+    """The mig-parted configs a file holds: itself, or, for the GPU Operator's ConfigMap, every `data` entry
+    that is a mig-parted config (label, config). A ConfigMap without one gives a ValueError."""
+    if not (isinstance(document, dict) and document.get("kind") == "ConfigMap"):
+        return [("", document)]
+    metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
+    where = f"ConfigMap {metadata.get('namespace', 'default')}/{metadata.get('name', '')}"
+    found = []
+    for key, text in (document.get("data") or {}).items():
+        try:
+            config = yaml.safe_load(text) if isinstance(text, str) else None
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{where} data[{key!r}]: not valid YAML: {exc}") from None
+        if isinstance(config, dict) and ("mig-configs" in config or "version" in config):
+            found.append((f"{where} data[{key!r}]", config))
+    if not found:
+        raise ValueError(f"{where} holds no mig-parted config (a data entry with version and mig-configs)")
+    return found
 
 
 def validate_config(document: Any, models: Iterable[MigGpuModel] | None = None) -> ValidationReport:
