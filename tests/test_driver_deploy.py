@@ -71,6 +71,10 @@ def test_daemonset_mounts_the_kubelet_directories_and_runs_the_driver():
     ctx = run_cmd.make_context("run", args + ["--node-name", "n"])
     assert ctx.params["backend"] == "nvml" and ctx.params["in_cluster"]
     assert ctx.params["healthcheck_port"] == container["livenessProbe"]["grpc"]["port"]
+    # the host's driver files: its / mounted read-only, spec paths mapped back to host paths
+    driver_root = mounts[ctx.params["driver_root"]]
+    assert volumes[driver_root["name"]] == "/" and driver_root["readOnly"] is True
+    assert ctx.params["host_driver_root"] == "/"
 
 
 def test_rbac_allows_what_the_driver_does():

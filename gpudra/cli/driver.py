@@ -65,6 +65,26 @@ def deviceclasses_cmd(driver_name: str, output: str) -> None:
     _dump(device_classes(driver_name), output)
 
 
+@command.command("host-driver")
+@click.option("--driver-root", default="/", show_default=True, help="where the NVIDIA driver's files are visible")
+@click.option("--host-driver-root", default=None, help="the path of --driver-root on the host (default: the same)")
+@click.option("--driver-version", default=None, help="the running driver's version (default: from libcuda.so.<version>)")
+@click.option("--nvidia-cdi-hook-path", "cdi_hook_path", default=None, help="host path of nvidia-cdi-hook")
+def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_version: str | None,
+                    cdi_hook_path: str | None) -> None:
+    """Show the driver files found under the driver root and the CDI edits every claim spec gets (nvml backend)."""
+    from gpudra.driver.hostdriver import discover_host_driver, host_driver_edits
+
+    files = discover_host_driver(driver_root, version=driver_version)
+    for warning in files.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    edits = host_driver_edits(files, host_driver_root=host_driver_root, hook_path=cdi_hook_path)
+    out = {"driverRoot": driver_root, "version": files.version, "libcudaDir": files.libcuda_dir,
+           "libraries": files.libraries, "binaries": files.binaries, "firmware": files.firmware,
+           "ipcSockets": files.ipc_sockets, "hook": files.hook, "containerEdits": edits.to_dict()}
+    click.echo(yaml.safe_dump(out, sort_keys=False), nl=False)
+
+
 @command.command("run")
 @click.option("--backend", type=click.Choice(BACKENDS), default="simulated", show_default=True)
 @click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile or YAML file")
@@ -83,11 +103,20 @@ def deviceclasses_cmd(driver_name: str, output: str) -> None:
               show_default=True)
 @click.option("--kubelet-plugins-directory-path", "plugins_dir", default="/var/lib/kubelet/plugins", show_default=True)
 @click.option("--cdi-root", "cdi_dir", default="/var/run/cdi", show_default=True)
+@click.option("--driver-root", default="/", show_default=True,
+              help="where the NVIDIA driver's libraries and binaries are visible to this process (nvml backend); "
+                   "they are bind-mounted read-only into GPU containers")
+@click.option("--host-driver-root", default=None,
+              help="the path of --driver-root on the host (default: --driver-root), e.g. / when the host's root is "
+                   "mounted at /driver-root")
+@click.option("--nvidia-cdi-hook-path", "cdi_hook_path", default=None,
+              help="host path of nvidia-cdi-hook (default: looked up under the driver root; without it no hooks)")
 @click.option("--no-fsync", is_flag=True, hidden=True, help="skip fsync (benchmarks on slow disks only)")
 @click.option("-v", "--verbose", is_flag=True)
 def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: str, claims_dir: str | None,
             kubeconfig: str | None, in_cluster: bool, dynamic_mig: bool, healthcheck_port: int | None,
-            registry_dir: str, plugins_dir: str, cdi_dir: str, no_fsync: bool, verbose: bool) -> None:
+            registry_dir: str, plugins_dir: str, cdi_dir: str, driver_root: str, host_driver_root: str | None,
+            cdi_hook_path: str | None, no_fsync: bool, verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
     from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
     from gpudra.driver.checkpoint import CheckpointError
@@ -98,7 +127,8 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
     options = AgentOptions(node_name=node_name, backend=backend, profile=profile, driver_name=driver_name, root=root,
                            claims_dir=claims_dir, kubeconfig=kubeconfig, in_cluster=in_cluster,
                            dynamic_mig=dynamic_mig, healthcheck_port=healthcheck_port, fsync=not no_fsync,
-                           registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir)
+                           registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir,
+                           driver_root=driver_root, host_driver_root=host_driver_root, cdi_hook_path=cdi_hook_path)
     try:
         agent = DriverAgent(options)
         agent.start()

@@ -10,9 +10,11 @@ from typing import Any
 
 import yaml
 
+from gpudra.cdi import ContainerEdits
 from gpudra.discovery import GpuBackend, open_backend
 
 from .claims import ClaimSource, KubeClaimSource, LocalClaimStore
+from .hostdriver import HostDriverFiles, discover_host_driver, host_driver_edits
 from .paths import DriverPaths
 from .plugin import KubeletPlugin
 from .publisher import KubeSliceClient, SlicePublisher
@@ -43,6 +45,9 @@ class AgentOptions:
     registry_dir: str = "/var/lib/kubelet/plugins_registry"
     plugins_dir: str = "/var/lib/kubelet/plugins"
     cdi_dir: str = "/var/run/cdi"
+    driver_root: str = "/"  # where this process sees the NVIDIA driver's files (nvml backend only)
+    host_driver_root: str | None = None  # that directory's path on the host; default driver_root
+    cdi_hook_path: str | None = None  # host path of nvidia-cdi-hook, if not under the driver root
 
 
 class DriverAgent:
@@ -63,12 +68,30 @@ class DriverAgent:
                 claims = KubeClaimSource(self.slice_client.resource)
             else:
                 raise AgentError("no claim source: pass --claims DIR (simulation) or --kubeconfig / --in-cluster")
+        self.host_driver: HostDriverFiles | None = None
+        host_edits = None
+        if self.backend.name == "nvml":
+            host_edits = self._host_driver_edits()
         self.state = DeviceState(driver_name=options.driver_name, node_name=options.node_name, backend=self.backend,
-                                 paths=self.paths, claims=claims, dynamic_mig=options.dynamic_mig, fsync=options.fsync)
+                                 paths=self.paths, claims=claims, dynamic_mig=options.dynamic_mig, fsync=options.fsync,
+                                 host_edits=host_edits)
         self.plugin: KubeletPlugin | None = None
         self.stopped = threading.Event()
         self.reconcile_report: dict[str, list[str]] = {}
         self.publish_summary: dict[str, Any] | None = None
+
+    def _host_driver_edits(self) -> ContainerEdits:
+        """Found once at start: the driver's files only change with a driver upgrade, which
+        restarts the node's GPU workloads (and this plugin) anyway."""
+        options = self.options
+        self.host_driver = discover_host_driver(options.driver_root, version=self.backend.inventory().driver_version)
+        for warning in self.host_driver.warnings:
+            log.warning("host driver: %s", warning)
+        edits = host_driver_edits(self.host_driver, host_driver_root=options.host_driver_root,
+                                  hook_path=options.cdi_hook_path)
+        log.info("host driver %s under %s: %d mounts, %d hooks in every claim's CDI spec",
+                 self.host_driver.version or "?", options.driver_root, len(edits.mounts), len(edits.hooks))
+        return edits
 
     def build_slices(self, generation: int = 1, node_uid: str | None = None) -> list[dict[str, Any]]:
         return build_resource_slices(self.backend.inventory(), self.options.node_name,

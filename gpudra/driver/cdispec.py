@@ -121,13 +121,18 @@ def common_edits(majors: dict[str, int]) -> ContainerEdits:
 
 def claim_spec(driver_name: str, claim_uid: str, prepared_devices: list[dict[str, Any]], *,
                majors: dict[str, int] | None = None, mps_dir: str | None = None,
-               mig_minors: dict[str, int] | None = None) -> Spec:
+               mig_minors: dict[str, int] | None = None, host_edits: ContainerEdits | None = None) -> Spec:
+    """`host_edits` (driver libraries, binaries, hooks: see `hostdriver.py`) join the spec-level
+    edits, as in the NVIDIA driver's per-claim specs: each claim spec stays self-contained."""
     majors = majors or {}
     vendor, cls = vendor_and_class(driver_name)
     devices = [Device(name=cdi_device_name(claim_uid, p["device"]),
                       container_edits=device_edits(p, majors, mps_dir, mig_minors))
                for p in prepared_devices]
-    return Spec(kind=f"{vendor}/{cls}", devices=devices, container_edits=common_edits(majors))
+    common = common_edits(majors)
+    if host_edits is not None:
+        common.append(host_edits)  # shares the (never mutated) entries: a prepare writes this often
+    return Spec(kind=f"{vendor}/{cls}", devices=devices, container_edits=common)
 
 
 def claim_spec_file_name(driver_name: str, claim_uid: str) -> str:

@@ -25,7 +25,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from gpudra.cdi import remove_spec, write_spec
+from gpudra.cdi import ContainerEdits, remove_spec, write_spec
 from gpudra.discovery import GpuBackend, Inventory, MigError, parse_mig_canonical_name
 from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 
@@ -72,7 +72,8 @@ def _conflicts(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 class DeviceState:
     def __init__(self, *, driver_name: str, node_name: str, backend: GpuBackend, paths: DriverPaths,
-                 claims: ClaimSource, dynamic_mig: bool = False, fsync: bool = True, boot_id: str | None = None):
+                 claims: ClaimSource, dynamic_mig: bool = False, fsync: bool = True, boot_id: str | None = None,
+                 host_edits: ContainerEdits | None = None):
         self.driver_name = driver_name
         self.node_name = node_name
         self.backend = backend
@@ -82,6 +83,7 @@ class DeviceState:
         self.fsync = fsync
         self.boot_id = current_boot_id() if boot_id is None else boot_id
         self.majors = cdispec.read_char_majors() if backend.name == "nvml" else {}
+        self.host_edits = host_edits  # the host driver's libraries/binaries/hooks, in every claim spec
         self._stripes = [threading.Lock() for _ in range(_LOCK_STRIPES)]
         self._cp_lock = threading.RLock()
         self._cp: dict[str, Any] = empty_checkpoint(self.boot_id)
@@ -385,7 +387,7 @@ class DeviceState:
             return
         mig_minors = cdispec.read_mig_minors() if self.backend.name == "nvml" else None
         spec = cdispec.claim_spec(self.driver_name, uid, list(unique.values()), majors=self.majors,
-                                  mps_dir=self._mps_dir(uid), mig_minors=mig_minors)
+                                  mps_dir=self._mps_dir(uid), mig_minors=mig_minors, host_edits=self.host_edits)
         # /var/run/cdi is a tmpfs and reconcile rewrites lost specs from the checkpoint: atomic, no fsync
         write_spec(spec, self.paths.cdi_spec_dir, self._spec_name(uid), fsync=False)
 
