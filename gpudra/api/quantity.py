@@ -10,6 +10,7 @@ exactly, mantissas are integers, and decimal exponents are multiples of three.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -66,9 +67,11 @@ class Quantity:
         if isinstance(value, int):
             return cls.from_int(value)
         if isinstance(value, float):
-            raise QuantityError(
-                f"quantity {value!r}: write quantities as strings (for example \"{value}\"), not floats"
-            )
+            # The API server parses a JSON number's text (resource.Quantity.UnmarshalJSON); repr gives the
+            # same shortest round-trip digits as Go's encoder. NaN/Inf cannot be JSON at all.
+            if not math.isfinite(value):
+                raise QuantityError(f"quantity {value!r}: not a finite number")
+            value = repr(value)
         if not isinstance(value, str):
             raise QuantityError(f"quantity {value!r}: expected a string such as \"16Gi\"")
         text = value

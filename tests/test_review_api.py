@@ -1,0 +1,37 @@
+"""Review findings for gpudra validate: manifests the API server accepts must not be rejected."""
+
+import copy
+import math
+
+import pytest
+
+from gpudra.api.load import Document
+from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.api.validate import validate_document
+
+SLICE = {
+    "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "s"},
+    "spec": {"driver": "gpu.nvidia.com", "nodeName": "n1",
+             "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+             "devices": [{"name": "gpu-0", "capacity": {"memory": {"value": "80Gi"}}}]},
+}
+
+
+def errors_for(obj):
+    return [p for p in validate_document(Document(obj, "t.yaml", 1)) if p.severity == "error"]
+
+
+# resource.Quantity.UnmarshalJSON parses a JSON number's text, so `value: 1.5` in YAML (a float after
+# YAML -> JSON) is accepted by the API server.
+@pytest.mark.parametrize("number, text", [(1.5, "1.5"), (0.5, "500m"), (8.0, "8"), (1e-07, "100n")])
+def test_float_quantity_is_the_json_number(number, text):
+    assert Quantity.parse(number) == Quantity.parse(text)
+    obj = copy.deepcopy(SLICE)
+    obj["spec"]["devices"][0]["capacity"]["memory"]["value"] = number
+    assert errors_for(obj) == []
+
+
+@pytest.mark.parametrize("number", [math.inf, -math.inf, math.nan])
+def test_non_finite_float_quantity_is_refused(number):
+    with pytest.raises(QuantityError):
+        Quantity.parse(number)
