@@ -197,6 +197,7 @@ class Cluster(Topology):
             self.epoch.setdefault(name, 0)
         for key, pod in self.pods.items():
             if is_terminal(pod):
+                self._release(key, pod)  # the resourceclaim controller unreserves claims of finished pods
                 continue
             self._create_template_claims(pod)
             node = (pod.get("spec") or {}).get("nodeName")
