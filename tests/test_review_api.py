@@ -35,3 +35,19 @@ def test_float_quantity_is_the_json_number(number, text):
 def test_non_finite_float_quantity_is_refused(number):
     with pytest.raises(QuantityError):
         Quantity.parse(number)
+
+
+# kubectl's YAMLOrJSONDecoder reads a stream of JSON objects (e.g. `jq -c '.items[]'` output).
+def test_concatenated_json_objects_are_a_stream():
+    from gpudra.api.load import LoadError, load_text
+
+    slice2 = copy.deepcopy(SLICE)
+    slice2["metadata"]["name"] = "s2"
+    import json
+
+    text = json.dumps(SLICE) + "\n" + json.dumps(slice2, indent=2) + "\n"
+    docs = load_text(text, "stream.json")
+    assert [d.obj["metadata"]["name"] for d in docs] == ["s", "s2"]
+    assert [d.index for d in docs] == [1, 2]
+    with pytest.raises(LoadError):
+        load_text(json.dumps(SLICE) + "\n{\"kind\": ", "broken.json")

@@ -141,12 +141,18 @@ def load_text(text: str, source: str = "<stdin>") -> list[Document]:
     if stripped.startswith(("{", "[")):
         try:
             value = json.loads(text)
+            values = value if isinstance(value, list) else [value]
         except json.JSONDecodeError as exc:
             if stripped.startswith("["):
                 raise LoadError(source, f"invalid JSON: {exc.msg}", exc.lineno, exc.colno) from None
             value = _NOT_JSON
+            if exc.msg == "Extra data":  # a stream of objects, as kubectl reads it
+                try:
+                    values = _json_stream(text)
+                    value = values
+                except json.JSONDecodeError:
+                    pass  # e.g. JSON followed by YAML documents: let the YAML parser read it
         if value is not _NOT_JSON:
-            values = value if isinstance(value, list) else [value]
             docs: list[Document] = []
             for position, item in enumerate(values, start=1):
                 _check_document(item, source, position, None)
@@ -170,6 +176,19 @@ def load_text(text: str, source: str = "<stdin>") -> list[Document]:
 
 
 _NOT_JSON = object()
+
+
+def _json_stream(text: str) -> list[Any]:
+    decoder = json.JSONDecoder()
+    values: list[Any] = []
+    position = 0
+    while True:
+        while position < len(text) and text[position].isspace():
+            position += 1
+        if position == len(text):
+            return values
+        value, position = decoder.raw_decode(text, position)
+        values.append(value)
 
 
 def _construct(node: yaml.Node) -> Any:
