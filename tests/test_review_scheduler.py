@@ -35,3 +35,34 @@ def test_a_finished_pod_in_the_input_releases_its_claims_as_the_resourceclaim_co
     assert placed(results) == {"default/next": "a"}
     assert devices_of(cluster, "default/new") == ["a/gpu-0"]
     assert "allocation" not in (cluster.claims["default/old"].get("status") or {})
+
+
+def _shared_device_cluster() -> list[dict]:
+    device = {"name": "gpu-0", "allowMultipleAllocations": True,
+              "capacity": {"memory": {"value": "80Gi", "requestPolicy": {"default": "10Gi"}}}}
+    objects = [*gpu_cluster({"a": 1})]
+    for obj in objects:
+        if obj["kind"] == "ResourceSlice":
+            obj["spec"]["devices"] = [device]
+    return objects
+
+
+def test_schedule_output_with_shared_devices_is_the_same_on_every_run():
+    # `gpudra schedule` promises "same input, same output"; shareIDs must not be random
+    import copy
+
+    from gpudra.scheduler import Cluster, Scheduler
+    from gpudra.scheduler.render import to_yaml
+
+    objects = [*_shared_device_cluster(), claim("one"), claim("two"),
+               pod("p1", claims={"gpu": "one"}), pod("p2", claims={"gpu": "two"})]
+    outputs = []
+    for _ in range(2):
+        cluster = Cluster(copy.deepcopy(objects))
+        Scheduler(cluster).run()
+        outputs.append(to_yaml(cluster))
+    assert "shareID" in outputs[0]
+    assert outputs[0] == outputs[1]
+    share_ids = [r["shareID"] for key in ("default/one", "default/two")
+                 for r in cluster.claims[key]["status"]["allocation"]["devices"]["results"]]
+    assert len(set(share_ids)) == 2

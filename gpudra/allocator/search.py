@@ -444,7 +444,10 @@ class Search:
             for name, amount in consumed.items():
                 used[name] = used.get(name, 0) + amount
             self.sharing.setdefault(key, []).append((ci, rd.base_name))
-            share_id = str(uuid.uuid4())
+            # Upstream draws a random UUID; deriving it from what is being allocated keeps it unique per
+            # result and makes the same input give the same output.
+            share_id = str(uuid.uuid5(uuid.NAMESPACE_OID, f"{claim.label}/{rd.full_name}/{device.driver}/"
+                                                          f"{device.pool}/{device.name}/{len(claim.results)}"))
         else:
             self.allocating.setdefault(key, set()).add(ci)
             consumed = None
