@@ -51,3 +51,19 @@ def test_concatenated_json_objects_are_a_stream():
     assert [d.index for d in docs] == [1, 2]
     with pytest.raises(LoadError):
         load_text(json.dumps(SLICE) + "\n{\"kind\": ", "broken.json")
+
+
+# DeviceTaintRule is a known kind served at other versions: the message must say which, not "did you mean
+# 'DeviceTaintRule'?".
+def test_device_taint_rule_at_an_unserved_version_names_the_served_versions():
+    rule = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule", "metadata": {"name": "r"},
+            "spec": {"deviceSelector": {"driver": "gpu.nvidia.com"},
+                     "taint": {"key": "k", "effect": "NoSchedule"}}}
+    (problem,) = errors_for(rule)
+    assert problem.path == "apiVersion"
+    assert "did you mean" not in problem.message
+    assert "resource.k8s.io/v1beta2" in problem.message and "resource.k8s.io/v1alpha3" in problem.message
+    assert "v1beta1" not in problem.message
+    del rule["apiVersion"]
+    (missing,) = errors_for(rule)
+    assert "resource.k8s.io/v1beta2" in missing.message

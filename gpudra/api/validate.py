@@ -12,12 +12,14 @@ from gpudra.api.convert import DRA_KINDS, OLD_VERSIONS, V1, needs_conversion, ne
 from gpudra.api.load import Document
 from gpudra.api.problems import Problem
 from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, schema_for
+from gpudra.api.schema.taint_rule import VERSIONS as TAINT_RULE_VERSIONS
 from gpudra.api.schema.types import as_list, Context
 
 _EXPECTED_VERSION = {kind: V1 for kind in DRA_KINDS}
 _EXPECTED_VERSION.update({"Pod": "v1", "Node": "v1", "Deployment": "apps/v1", "ReplicaSet": "apps/v1",
                           "StatefulSet": "apps/v1", "DaemonSet": "apps/v1", "Job": "batch/v1",
                           "CronJob": "batch/v1", "Namespace": "v1"})
+_EXPECTED_VERSION["DeviceTaintRule"] = " or ".join(reversed(TAINT_RULE_VERSIONS))
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
 
@@ -55,7 +57,7 @@ def validate_document(doc: Document) -> list[Problem]:
         expected = _EXPECTED_VERSION.get(kind)
         if expected is not None:
             message = f"{kind} is served as apiVersion {expected}, not {api_version}"
-            if api_version.startswith("resource.k8s.io/"):
+            if api_version.startswith("resource.k8s.io/") and kind in DRA_KINDS:
                 message += " (gpudra also reads resource.k8s.io/v1beta1 and v1beta2)"
             problems.append(_problem(doc, "apiVersion", message))
         else:
