@@ -66,3 +66,31 @@ def test_schedule_output_with_shared_devices_is_the_same_on_every_run():
     share_ids = [r["shareID"] for key in ("default/one", "default/two")
                  for r in cluster.claims[key]["status"]["allocation"]["devices"]["results"]]
     assert len(set(share_ids)) == 2
+
+
+def test_a_dump_with_a_deployment_and_its_replicaset_creates_the_missing_replica_once():
+    # `kubectl get deploy,rs,pods -o yaml`: the Deployment owns the ReplicaSet that owns the pods; only
+    # spec.replicas - running pods are missing, not that many per controller object
+    template = {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "web", "namespace": "default", "uid": "d-1"},
+                  "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}, "template": template}}
+    rs_labels = {"app": "web", "pod-template-hash": "6d4b75cb6d"}
+    replicaset = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                  "metadata": {"name": "web-6d4b75cb6d", "namespace": "default", "uid": "rs-1",
+                               "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                                    "uid": "d-1", "controller": True}]},
+                  "spec": {"replicas": 3, "selector": {"matchLabels": rs_labels},
+                           "template": {**template, "metadata": {"labels": rs_labels}}}}
+    running = []
+    for name, node_name in (("web-6d4b75cb6d-aaaaa", "a"), ("web-6d4b75cb6d-bbbbb", "b")):
+        running.append({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": name, "namespace": "default", "uid": name, "labels": rs_labels,
+                                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                                          "name": "web-6d4b75cb6d", "uid": "rs-1",
+                                                          "controller": True}]},
+                        "spec": {"nodeName": node_name, **template["spec"]}, "status": {"phase": "Running"}})
+    cluster, _, results = schedule([*gpu_cluster({"a": 1, "b": 1}), deployment, replicaset, *running])
+    assert len(cluster.pods) == 3
+    assert len(results) == 1

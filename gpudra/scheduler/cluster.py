@@ -102,11 +102,17 @@ class Cluster(Topology):
         existing = list(self.pods.values())
         incoming = set()
         daemonsets: list[dict[str, Any]] = []
+        controllers = set()  # workloads of the input; one they control (a Deployment's ReplicaSet) is theirs
         for obj in objects:
             if obj.get("kind") == "Pod":
                 metadata(obj).setdefault("namespace", "default")
                 existing.append(obj)
                 incoming.add(key_of(obj))
+            elif obj.get("kind") in WORKLOAD_KINDS:
+                meta = obj.get("metadata") or {}
+                controllers.add((meta.get("namespace") or "default", obj.get("kind"), meta.get("name")))
+                if meta.get("uid"):
+                    controllers.add(meta["uid"])
         for obj in objects:
             kind = obj.get("kind")
             if kind == "Pod":
@@ -145,6 +151,8 @@ class Cluster(Topology):
                 # expanded in place: its pods queue where the workload stands in the input
                 metadata(obj).setdefault("namespace", "default")
                 self.workloads.append(obj)
+                if _controlled_by_one_of(obj, controllers):
+                    continue  # its controller, also in the input, creates the pods
                 try:
                     pods = expand_workload(obj, lambda key: key in self.pods or key in incoming, existing)
                 except WorkloadError as exc:
@@ -492,6 +500,17 @@ class Cluster(Topology):
                 if claim_allocation(claim) is not None:
                     self.deallocate_claim(claim)
                 del self.claims[claim_key]
+
+
+def _controlled_by_one_of(obj: dict[str, Any], controllers: set) -> bool:
+    meta = obj.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller") and (
+            ref.get("uid") in controllers
+            or (meta.get("namespace") or "default", ref.get("kind"), ref.get("name")) in controllers
+        ):
+            return True
+    return False
 
 
 def is_terminal(pod: dict[str, Any]) -> bool:
