@@ -94,3 +94,21 @@ def test_a_dump_with_a_deployment_and_its_replicaset_creates_the_missing_replica
     cluster, _, results = schedule([*gpu_cluster({"a": 1, "b": 1}), deployment, replicaset, *running])
     assert len(cluster.pods) == 3
     assert len(results) == 1
+
+
+def test_a_job_with_finished_pods_only_creates_the_completions_still_missing():
+    # job controller: active pods wanted = min(parallelism, completions - succeeded)
+    labels = {"batch.kubernetes.io/controller-uid": "j-1", "job-name": "j"}
+    container = {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "default", "uid": "j-1"},
+           "spec": {"completions": 3, "parallelism": 3, "selector": {"matchLabels": labels},
+                    "template": {"metadata": {"labels": labels},
+                                 "spec": {"restartPolicy": "Never", "containers": [container]}}}}
+    finished = [{"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": name, "namespace": "default", "uid": name, "labels": labels,
+                              "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j",
+                                                   "uid": "j-1", "controller": True}]},
+                 "spec": {"nodeName": "a", "restartPolicy": "Never", "containers": [container]},
+                 "status": {"phase": "Succeeded"}} for name in ("j-aaaaa", "j-bbbbb")]
+    _, _, results = schedule([*gpu_cluster({"a": 1}), job, *finished])
+    assert len(results) == 1

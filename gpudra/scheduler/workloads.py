@@ -119,10 +119,12 @@ _OWNER_KIND = {
 }
 
 
-def existing_replicas(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def existing_replicas(
+    obj: dict[str, Any], pods: list[dict[str, Any]], succeeded: bool = False
+) -> list[dict[str, Any]]:
     """Live (non-terminal) pods that already belong to the workload — from a `kubectl get -o yaml` dump, say:
     same namespace, matching its selector (the template's labels when it has none), not controlled by a
-    different kind of owner."""
+    different kind of owner. With `succeeded`, its pods that completed instead."""
     spec = obj.get("spec") or {}
     selector = spec.get("selector") or {
         "matchLabels": ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
@@ -132,7 +134,10 @@ def existing_replicas(obj: dict[str, Any], pods: list[dict[str, Any]]) -> list[d
     namespace = namespace_of(obj)
     found = []
     for pod in pods:
-        if namespace_of(pod) != namespace or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if namespace_of(pod) != namespace:
+            continue
+        phase = (pod.get("status") or {}).get("phase")
+        if (phase != "Succeeded") if succeeded else (phase in ("Succeeded", "Failed")):
             continue
         meta = pod.get("metadata") or {}
         owners = [ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")]
@@ -199,7 +204,10 @@ def expand_workload(
         parallelism = _int_field(spec, "parallelism", 1, obj)
         completions = spec.get("completions")
         if completions is not None:
-            parallelism = min(parallelism, _int_field(spec, "completions", 1, obj))
+            # the job controller runs min(parallelism, completions - succeeded) pods
+            done = max(_int_field(obj.get("status") or {}, "succeeded", 0, obj),
+                       len(existing_replicas(obj, list(existing), succeeded=True)) if existing else 0)
+            parallelism = min(parallelism, max(0, _int_field(spec, "completions", 1, obj) - done))
         parallelism = max(0, parallelism - already)
         indexed = spec.get("completionMode") == "Indexed"
         ref = owner_reference(obj, "batch/v1", "Job")
