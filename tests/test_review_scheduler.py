@@ -112,3 +112,16 @@ def test_a_job_with_finished_pods_only_creates_the_completions_still_missing():
                  "status": {"phase": "Succeeded"}} for name in ("j-aaaaa", "j-bbbbb")]
     _, _, results = schedule([*gpu_cluster({"a": 1}), job, *finished])
     assert len(results) == 1
+
+
+def test_queue_order_of_a_dump_follows_creation_time_not_the_alphabetical_listing():
+    # `kubectl get pods -o yaml` lists pods by name; kube-scheduler's queue orders equal priorities by the
+    # time they were added, i.e. creation. The older pod gets the only GPU.
+    newer = pod("a-newer", claims={"gpu": "c-newer"})
+    newer["metadata"]["creationTimestamp"] = "2026-11-29T10:05:00Z"
+    older = pod("b-older", claims={"gpu": "c-older"})
+    older["metadata"]["creationTimestamp"] = "2026-11-29T10:00:00Z"
+    fresh = pod("c-not-created-yet", claims={"gpu": "c-fresh"})  # the what-if pod comes last
+    objects = [*gpu_cluster({"a": 1}), claim("c-newer"), claim("c-older"), claim("c-fresh"), fresh, newer, older]
+    _, _, results = schedule(objects)
+    assert placed(results) == {"default/b-older": "a", "default/a-newer": None, "default/c-not-created-yet": None}

@@ -286,14 +286,20 @@ class Cluster(Topology):
         return 0
 
     def pending_pods(self) -> list[str]:
-        """Unbound, non-terminal pods in queue order: higher priority first, then creation (input) order."""
+        """Unbound, non-terminal pods in queue order: higher priority first, then creationTimestamp, then input order."""
         order = {key: index for index, key in enumerate(self.pods)}
         pending = [
             key
             for key, pod in self.pods.items()
             if not (pod.get("spec") or {}).get("nodeName") and not is_terminal(pod)
         ]
-        return sorted(pending, key=lambda key: (-self.pod_priority(self.pods[key]), order[key]))
+        # equal priorities queue by creation (a dump lists pods by name); pods without a creationTimestamp are
+        # the what-if's own, created last
+        def created(key: str) -> tuple[int, str]:
+            timestamp = (self.pods[key].get("metadata") or {}).get("creationTimestamp")
+            return (0, str(timestamp)) if timestamp else (1, "")
+
+        return sorted(pending, key=lambda key: (-self.pod_priority(self.pods[key]), created(key), order[key]))
 
     def pod_claim_refs(self, pod: dict[str, Any]) -> list[tuple[str, str | None, str | None]]:
         """(pod claim name, claim key or None, problem) for every `spec.resourceClaims` entry. A None key with
