@@ -9,7 +9,7 @@ Public API (objects are plain dicts, as loaded from YAML)::
     scheduler = Scheduler(cluster, policy="kube")   # kube | binpack | spread | fragmentation
     results = scheduler.run()         # list[PodResult] in queue order; cluster objects are updated in place
 
-    cluster.pending_pods()            # queue order: priority desc, then input order
+    cluster.pending_pods()            # queue order: priority desc, then creationTimestamp, then input order
     info = scheduler.pod_info("ns/p") # PodInfo: PreFilter (claims resolved, requests, pod-level `reasons`)
     ev = scheduler.filter_node(info, "node-1", all_reasons=True)  # NodeEval; ev.result is a FilterResult
     scheduler.schedule_pod("ns/p")    # one attempt (binds on success)
@@ -31,7 +31,7 @@ Result types (`framework.py`):
 - Every Reason's `message` is kube-scheduler's wording, so `fit_error_message(n, results)` reproduces the
   summary for any subset of nodes.
 
-Placement rules worth knowing: queue order is priority (spec.priority, else PriorityClass), then input order;
+Placement rules worth knowing: queue order is priority (spec.priority, else PriorityClass), then creationTimestamp (pods without one last), then input order;
 pods with spec.nodeName are bound already (counted, their claims reserved); pods with schedulingGates wait;
 nodes without status.allocatable/capacity are unlimited for cpu/memory/pods; ties go to the first node name.
 """
