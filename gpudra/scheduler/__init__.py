@@ -31,8 +31,8 @@ Result types (`framework.py`):
 - Every Reason's `message` is kube-scheduler's wording, so `fit_error_message(n, results)` reproduces the
   summary for any subset of nodes.
 
-Placement rules worth knowing: queue order is priority (spec.priority, else PriorityClass), then creationTimestamp (pods without one last), then input order;
-pods with spec.nodeName are bound already (counted, their claims reserved); pods with schedulingGates wait;
+Placement rules worth knowing: queue order is priority (spec.priority, else PriorityClass), then
+creationTimestamp (pods without one last), then input order; pods with spec.nodeName are bound already (counted, their claims reserved); pods with schedulingGates wait;
 nodes without status.allocatable/capacity are unlimited for cpu/memory/pods; ties go to the first node name.
 """
 
