@@ -32,7 +32,8 @@ Result types (`framework.py`):
   summary for any subset of nodes.
 
 Placement rules worth knowing: queue order is priority (spec.priority, else PriorityClass), then
-creationTimestamp (pods without one last), then input order; pods with spec.nodeName are bound already (counted, their claims reserved); pods with schedulingGates wait;
+creationTimestamp (pods without one last), then input order; pods with spec.nodeName are bound already
+(counted, their claims reserved); pods with schedulingGates wait;
 nodes without status.allocatable/capacity are unlimited for cpu/memory/pods; ties go to the first node name.
 """
 
