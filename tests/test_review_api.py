@@ -67,3 +67,28 @@ def test_device_taint_rule_at_an_unserved_version_names_the_served_versions():
     del rule["apiVersion"]
     (missing,) = errors_for(rule)
     assert "resource.k8s.io/v1beta2" in missing.message
+
+
+# Kubernetes measures string limits with Go's len(): UTF-8 bytes, not characters.
+def test_string_limits_count_utf8_bytes():
+    obj = copy.deepcopy(SLICE)
+    device = obj["spec"]["devices"][0]
+    device["attributes"] = {"model": {"string": "é" * 33}}  # 33 characters, 66 bytes
+    (problem,) = errors_for(obj)
+    assert problem.path == "spec.devices[0].attributes[model].string" and "66" in problem.message
+    device["attributes"] = {"model": {"string": "é" * 32}}  # 64 bytes
+    assert errors_for(obj) == []
+
+
+def test_selector_expression_limit_counts_utf8_bytes():
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "c", "namespace": "default"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}
+    prefix = "device.driver == '"
+    fits = prefix + "é" * ((10240 - len(prefix) - 1) // 2) + "'"
+    claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": fits}}]
+    assert len(fits.encode()) <= 10240 and errors_for(claim) == []
+    too_long = fits[:-1] + "éé'"
+    claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": too_long}}]
+    (problem,) = errors_for(claim)
+    assert problem.path.endswith("cel.expression") and "10240" in problem.message

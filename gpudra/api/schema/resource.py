@@ -58,7 +58,7 @@ CLASS_NAME = Str(validators=(names.device_class_name,), allow_empty=False)
 class SelectorExpression(Str):
     def check(self, value: Any, path: str, ctx: Context) -> None:
         super().check(value, path, ctx)
-        if isinstance(value, str) and len(value) <= CEL_EXPRESSION_MAX:
+        if isinstance(value, str) and len(value.encode()) <= CEL_EXPRESSION_MAX:
             check_selector_expression(value, path, ctx)
 
 
@@ -94,8 +94,9 @@ ATTRIBUTE_KINDS = ("int", "bool", "string", "version", "ints", "bools", "strings
 
 
 def _string_attribute(value: str) -> list[str]:
-    return [] if len(value) <= ATTRIBUTE_VALUE_MAX else [
-        f"must have at most {ATTRIBUTE_VALUE_MAX} characters (has {len(value)})"]
+    # Go len(): UTF-8 bytes.
+    size, unit = (len(value), "characters") if value.isascii() else (len(value.encode()), "bytes (UTF-8)")
+    return [] if size <= ATTRIBUTE_VALUE_MAX else [f"must have at most {ATTRIBUTE_VALUE_MAX} {unit} (has {size})"]
 
 
 ATTRIBUTE_STRUCT = Struct(

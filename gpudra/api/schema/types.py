@@ -100,8 +100,11 @@ class Str(Type):
         if not value and not self.allow_empty:
             ctx.error(path, "must not be empty")
             return
-        if self.max_len is not None and len(value) > self.max_len:
-            ctx.error(path, f"must have at most {self.max_len} characters (has {len(value)})")
+        if self.max_len is not None:
+            # The API server's limits are Go len(): UTF-8 bytes.
+            size, unit = (len(value), "characters") if value.isascii() else (len(value.encode()), "bytes (UTF-8)")
+            if size > self.max_len:
+                ctx.error(path, f"must have at most {self.max_len} {unit} (has {size})")
         for validator in self.validators:
             for message in validator(value):
                 ctx.error(path, message)
