@@ -70,7 +70,8 @@ def claims(draw):
 attribute_values = st.one_of(
     st.builds(lambda v: {"int": v}, st.integers(-(2**63), 2**63 - 1)),
     st.builds(lambda v: {"bool": v}, st.booleans()),
-    st.builds(lambda v: {"string": v}, st.text(max_size=64)),
+    # the limit is 64 UTF-8 bytes (Go len()), not 64 characters
+    st.builds(lambda v: {"string": v.encode()[:64].decode(errors="ignore")}, st.text(max_size=64)),
     st.builds(lambda a, b, c: {"version": f"{a}.{b}.{c}"}, st.integers(0, 999), st.integers(0, 999), st.integers(0, 999)),
     st.builds(lambda v: {"strings": v}, st.lists(st.text(max_size=10), min_size=1, max_size=4)),
 )
