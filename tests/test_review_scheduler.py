@@ -125,3 +125,29 @@ def test_queue_order_of_a_dump_follows_creation_time_not_the_alphabetical_listin
     objects = [*gpu_cluster({"a": 1}), claim("c-newer"), claim("c-older"), claim("c-fresh"), fresh, newer, older]
     _, _, results = schedule(objects)
     assert placed(results) == {"default/b-older": "a", "default/a-newer": None, "default/c-not-created-yet": None}
+
+
+def test_pods_for_another_scheduler_are_left_alone():
+    # kube-scheduler only takes pods whose spec.schedulerName is empty or default-scheduler
+    volcano = pod("batch", claims={"gpu": "c-batch"})
+    volcano["spec"]["schedulerName"] = "volcano"
+    default = pod("web", claims={"gpu": "c-web"})
+    default["spec"]["schedulerName"] = "default-scheduler"
+    cluster, _, results = schedule([*gpu_cluster({"a": 1}), claim("c-batch"), claim("c-web"), volcano, default])
+    assert placed(results) == {"default/web": "a"}
+    assert "nodeName" not in cluster.pods["default/batch"]["spec"]
+
+
+def test_schedule_cli_warns_about_pods_left_to_another_scheduler(tmp_path):
+    import yaml
+    from click.testing import CliRunner
+
+    from gpudra.cli.schedule import command
+
+    volcano = pod("batch", claims={"gpu": "c-batch"})
+    volcano["spec"]["schedulerName"] = "volcano"
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump_all([*gpu_cluster({"a": 1}), claim("c-batch"), volcano]))
+    result = CliRunner().invoke(command, ["-f", str(path), "--no-validate"], catch_exceptions=False)
+    assert result.exit_code == 0
+    assert "pod default/batch is for scheduler 'volcano'; not scheduled" in result.stderr

@@ -89,6 +89,10 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
         click.echo(to_table(cluster, results), nl=False)
     for problem in cluster.problems:
         click.echo(f"warning: {problem}", err=True)
+    for key, pod in cluster.pods.items():
+        spec = pod.get("spec") or {}
+        if not spec.get("nodeName") and spec.get("schedulerName") not in (None, "", "default-scheduler"):
+            click.echo(f"warning: pod {key} is for scheduler {spec['schedulerName']!r}; not scheduled", err=True)
     if output != "table":
         click.echo(summary(results), err=True)
         for result in results:

@@ -80,6 +80,10 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
                                     else f" (best of {scored} feasible node{'s' if scored != 1 else ''} scored)")
         if (run.pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             explanation.notes.append(f"the pod has finished (phase {run.pod['status']['phase']})")
+        scheduler_name = (run.pod.get("spec") or {}).get("schedulerName")
+        if scheduler_name not in (None, "", "default-scheduler") and not run.was_bound:
+            explanation.notes.append(f"the pod is for scheduler {scheduler_name!r}: kube-scheduler leaves it "
+                                     "alone; this is where kube-scheduler would put it")
         return explanation
 
     explanation = Explanation("Pod", namespace, name, False, "", context=run)

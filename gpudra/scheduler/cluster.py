@@ -30,6 +30,7 @@ from .workloads import (
 DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
 MAX_RESERVED_FOR = 256
 TERMINAL_PHASES = ("Succeeded", "Failed")
+DEFAULT_SCHEDULER_NAME = "default-scheduler"  # pods naming another scheduler are not kube-scheduler's
 DEFAULT_MAX_PODS = 110  # the kubelet's default when a node does not report `pods`
 
 
@@ -292,6 +293,7 @@ class Cluster(Topology):
             key
             for key, pod in self.pods.items()
             if not (pod.get("spec") or {}).get("nodeName") and not is_terminal(pod)
+            and (pod.get("spec") or {}).get("schedulerName") in (None, "", DEFAULT_SCHEDULER_NAME)
         ]
         # equal priorities queue by creation (a dump lists pods by name); pods without a creationTimestamp are
         # the what-if's own, created last
