@@ -151,3 +151,12 @@ def test_schedule_cli_warns_about_pods_left_to_another_scheduler(tmp_path):
     result = CliRunner().invoke(command, ["-f", str(path), "--no-validate"], catch_exceptions=False)
     assert result.exit_code == 0
     assert "pod default/batch is for scheduler 'volcano'; not scheduled" in result.stderr
+
+
+def test_a_pod_being_deleted_is_not_scheduled():
+    # kube-scheduler skips pods with a deletionTimestamp (skipPodSchedule)
+    deleting = pod("going", claims={"gpu": "c-going"})
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-29T10:00:00Z"
+    _, _, results = schedule([*gpu_cluster({"a": 1}), claim("c-going"), claim("c-next"), deleting,
+                              pod("next", claims={"gpu": "c-next"})])
+    assert placed(results) == {"default/next": "a"}

@@ -294,6 +294,7 @@ class Cluster(Topology):
             for key, pod in self.pods.items()
             if not (pod.get("spec") or {}).get("nodeName") and not is_terminal(pod)
             and (pod.get("spec") or {}).get("schedulerName") in (None, "", DEFAULT_SCHEDULER_NAME)
+            and not (pod.get("metadata") or {}).get("deletionTimestamp")  # skipPodSchedule: being deleted
         ]
         # equal priorities queue by creation (a dump lists pods by name); pods without a creationTimestamp are
         # the what-if's own, created last
