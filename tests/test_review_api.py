@@ -92,3 +92,15 @@ def test_selector_expression_limit_counts_utf8_bytes():
     claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": too_long}}]
     (problem,) = errors_for(claim)
     assert problem.path.endswith("cel.expression") and "10240" in problem.message
+
+
+# `-f dir -f dir/file.yaml` (or the same file twice) must not make every object a duplicate of itself.
+def test_a_file_named_twice_is_read_once(tmp_path):
+    import json
+
+    from gpudra.api.load import load_paths
+
+    manifest = tmp_path / "slice.json"
+    manifest.write_text(json.dumps(SLICE))
+    docs = load_paths([str(tmp_path), str(manifest), str(tmp_path / "." / "slice.json")])
+    assert len(docs) == 1

@@ -281,7 +281,15 @@ def expand_paths(paths: Iterable[str]) -> list[str]:
             files.extend(sorted(found))
         else:
             files.append(path)
-    return files
+    # A file reached twice (`-f dir -f dir/x.yaml`) would make each object a duplicate of itself.
+    seen: set[str] = set()
+    unique: list[str] = []
+    for path in files:
+        identity = path if path == "-" else os.path.realpath(path)
+        if identity == "-" or identity not in seen:
+            seen.add(identity)
+            unique.append(path)
+    return unique
 
 
 def load_paths(paths: list[str]) -> list[Document]:
