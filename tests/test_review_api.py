@@ -104,3 +104,10 @@ def test_a_file_named_twice_is_read_once(tmp_path):
     manifest.write_text(json.dumps(SLICE))
     docs = load_paths([str(tmp_path), str(manifest), str(tmp_path / "." / "slice.json")])
     assert len(docs) == 1
+
+
+def test_empty_selector_expression_is_one_clear_error():
+    device_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "x"},
+                    "spec": {"selectors": [{"cel": {"expression": ""}}]}}
+    (problem,) = errors_for(device_class)
+    assert problem.path == "spec.selectors[0].cel.expression" and "empty" in problem.message

@@ -58,7 +58,7 @@ CLASS_NAME = Str(validators=(names.device_class_name,), allow_empty=False)
 class SelectorExpression(Str):
     def check(self, value: Any, path: str, ctx: Context) -> None:
         super().check(value, path, ctx)
-        if isinstance(value, str) and len(value.encode()) <= CEL_EXPRESSION_MAX:
+        if isinstance(value, str) and value and len(value.encode()) <= CEL_EXPRESSION_MAX:
             check_selector_expression(value, path, ctx)
 
 
