@@ -160,3 +160,23 @@ def test_a_pod_being_deleted_is_not_scheduled():
     _, _, results = schedule([*gpu_cluster({"a": 1}), claim("c-going"), claim("c-next"), deleting,
                               pod("next", claims={"gpu": "c-next"})])
     assert placed(results) == {"default/next": "a"}
+
+
+def test_scheduling_the_output_again_creates_no_second_set_of_job_pods():
+    # a Job as users write it: no selector, no template labels (the API server would add both); the pods
+    # gpudra created carry its uid in their controller reference and must count as its replicas next time
+    import copy
+
+    import yaml
+
+    from gpudra.scheduler import Cluster, Scheduler
+    from gpudra.scheduler.render import to_yaml
+
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "default"},
+           "spec": {"parallelism": 2, "template": {"spec": {
+               "restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}
+    cluster = Cluster(copy.deepcopy([*gpu_cluster({"a": 1}), job]))
+    Scheduler(cluster).run()
+    assert len(cluster.pods) == 2
+    again = Cluster([obj for obj in yaml.safe_load_all(to_yaml(cluster)) if obj])
+    assert sorted(again.pods) == sorted(cluster.pods)

@@ -129,7 +129,9 @@ def existing_replicas(
     selector = spec.get("selector") or {
         "matchLabels": ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
     }
-    if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+    has_selector = bool(selector.get("matchLabels") or selector.get("matchExpressions"))
+    uid = (obj.get("metadata") or {}).get("uid")
+    if not has_selector and not uid:
         return []
     namespace = namespace_of(obj)
     found = []
@@ -141,9 +143,12 @@ def existing_replicas(
             continue
         meta = pod.get("metadata") or {}
         owners = [ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")]
+        if owners and uid and owners[0].get("uid") == uid:
+            found.append(pod)  # controlled by this very object (a selector the API server would add may be absent)
+            continue
         if owners and owners[0].get("kind") != _OWNER_KIND.get(str(obj.get("kind"))):
             continue
-        if selector_matches(selector, meta.get("labels") or {}):
+        if has_selector and selector_matches(selector, meta.get("labels") or {}):
             found.append(pod)
     return found
 
