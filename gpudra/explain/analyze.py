@@ -15,6 +15,7 @@ from gpudra.explain import model, simulate
 from gpudra.explain.devices import SelectorSet
 from gpudra.explain.dra import AllocatedDevices, analyze_node, claim_key, devices_message
 from gpudra.explain.model import CelErrorReport, Explanation, NodeExplanation, Reason
+from gpudra.scheduler.framework import SCHEDULING_GATES
 
 # scheduler plugin -> reason code
 _PLUGIN_CODES = {
@@ -135,6 +136,8 @@ def _fatal(result: Any) -> bool:
 
 
 def _summary_for_pod_level(result: Any, num_nodes: int) -> str:
+    if result.prefilter and result.prefilter[0].plugin == SCHEDULING_GATES:
+        return result.message()  # no node was looked at
     if result.prefilter:
         messages = sorted({reason.message for reason in result.prefilter})
         return f"0/{num_nodes} nodes are available: {'; '.join(messages)}."

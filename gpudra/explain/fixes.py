@@ -1,8 +1,8 @@
 """The smallest change that makes a pod (or claim) fit: candidates are taken from the explanation,
 each one is applied to a copy of the input and checked by running the scheduler again.
 
-Candidates, smallest first: tolerate a device taint or a node taint; release one claim that holds
-matching devices (deleting the pods that use it); lower a request's count; use an existing DeviceClass
+Candidates, smallest first: remove the pod's scheduling gates; tolerate a device taint or a node taint;
+release one claim that holds matching devices (deleting the pods that use it); lower a request's count; use an existing DeviceClass
 instead of a missing one; lower a cpu/memory request; drop a selector. Each is applied to a snapshot of
 the cluster as the target met it and the target is scheduled again; only changes that work are reported.
 """
@@ -133,6 +133,25 @@ def _tolerate_device_taint(explanation: Explanation) -> list[Candidate]:
                 f"node {node} fits if request '{request}' in {where} tolerates device taint {text}",
             mutate, {"claim": claim, "request": request, "toleration": toleration}))
     return candidates
+
+
+def _remove_scheduling_gates(explanation: Explanation) -> list[Candidate]:
+    run = explanation.context
+    pod = run.pod if run is not None else None
+    if explanation.kind != "Pod" or pod is None or not (pod.get("spec") or {}).get("schedulingGates"):
+        return []
+    pod_key = f"{explanation.namespace}/{explanation.name}"
+
+    def mutate(objects: list[dict[str, Any]]) -> bool:
+        target = _find(objects, "Pod", pod_key)
+        if target is None:
+            return False
+        (target.get("spec") or {}).pop("schedulingGates", None)
+        return True
+
+    return [Candidate("remove-scheduling-gates",
+                      lambda node: f"node {node} fits once the pod's scheduling gates are removed",
+                      mutate, {"schedulingGates": []})]
 
 
 def _tolerate_node_taint(explanation: Explanation) -> list[Candidate]:
@@ -441,7 +460,7 @@ def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: 
     if explanation.context is None:
         explanation.context = simulate.Run(simulate.build_cluster(copy.deepcopy(objects)), None)
     base = simulate.snapshot(explanation.context.cluster)
-    candidates = (_tolerate_device_taint(explanation) + _tolerate_node_taint(explanation)
+    candidates = (_remove_scheduling_gates(explanation) + _tolerate_device_taint(explanation) + _tolerate_node_taint(explanation)
                   + _release_claims(explanation) + _reallocate_claims(explanation) + _lower_counts(explanation)
                   + _use_existing_class(explanation) + _lower_resources(explanation)
                   + _drop_selectors(explanation))

@@ -1,0 +1,18 @@
+"""Review findings in `gpudra explain`."""
+
+from __future__ import annotations
+
+from test_scheduler_support import claim, gpu_cluster, pod
+
+from gpudra.explain.analyze import explain
+
+
+def test_a_gated_pod_says_so_and_names_removing_the_gates_as_the_fix():
+    gated = pod("p", claims={"gpu": "c"})
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    explanation = explain([*gpu_cluster({"a": 1}), claim("c"), gated], "pod/p")
+    assert not explanation.fits
+    # kube-scheduler's own wording: no "0/N nodes are available" (no node was looked at)
+    assert explanation.summary == "Scheduling is blocked due to non-empty scheduling gates: kueue.x-k8s.io/admission"
+    assert [fix.nodes for fix in explanation.fixes] == [["a"]]
+    assert "scheduling gates" in explanation.fixes[0].message
