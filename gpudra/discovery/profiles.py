@@ -85,12 +85,19 @@ def _profile_from_file(path: str) -> NodeProfile:
             raise DiscoveryError(f"node profile {path}: every gpus[] entry needs a 'model'")
         gpu_model(str(entry["model"]))
         mig = entry.get("mig")
+        if mig and (not isinstance(mig, list) or not all(
+                isinstance(m, dict) and "profile" in m and _is_int(m.get("start")) for m in mig)):
+            raise DiscoveryError(f"node profile {path}: gpus[].mig must be a list of {{profile, start}} "
+                                 f"with an integer start, e.g. [{{profile: 1g.10gb, start: 0}}]")
         mig_layout = tuple((str(m["profile"]), int(m["start"])) for m in mig) if mig else None
-        for _ in range(int(entry.get("count", 1))):
+        count, numa_node = entry.get("count", 1), entry.get("numaNode")
+        if not _is_int(count) or (numa_node is not None and not _is_int(numa_node)):
+            raise DiscoveryError(f"node profile {path}: gpus[].count and gpus[].numaNode must be integers")
+        for _ in range(count):
             bus = 0x10 + 0x10 * len(slots)
             if bus > 0xFF:
                 raise DiscoveryError(f"node profile {path}: too many GPUs")
-            slots.append(GpuSlot(str(entry["model"]), bus, entry.get("numaNode"), mig_layout))
+            slots.append(GpuSlot(str(entry["model"]), bus, numa_node, mig_layout))
     return NodeProfile(
         name=str(data.get("name") or os.path.splitext(os.path.basename(path))[0]),
         description=str(data.get("description", "custom profile")),
@@ -99,6 +106,10 @@ def _profile_from_file(path: str) -> NodeProfile:
         cuda_driver_version=str(data.get("cudaDriverVersion", "13.0")),
         nvlink_domain=bool(data.get("nvlinkDomain", False)),
     )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def node_profile(name: str) -> NodeProfile:
