@@ -180,3 +180,27 @@ def test_scheduling_the_output_again_creates_no_second_set_of_job_pods():
     assert len(cluster.pods) == 2
     again = Cluster([obj for obj in yaml.safe_load_all(to_yaml(cluster)) if obj])
     assert sorted(again.pods) == sorted(cluster.pods)
+
+
+def test_an_indexed_job_in_a_dump_creates_the_indexes_that_are_neither_running_nor_done():
+    labels = {"batch.kubernetes.io/controller-uid": "j-1", "job-name": "j"}
+    container = {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "default", "uid": "j-1"},
+           "spec": {"completions": 4, "parallelism": 2, "completionMode": "Indexed",
+                    "selector": {"matchLabels": labels},
+                    "template": {"metadata": {"labels": labels},
+                                 "spec": {"restartPolicy": "Never", "containers": [container]}}}}
+
+    def job_pod(index: int, phase: str) -> dict:
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"j-{index}-abcde", "namespace": "default", "uid": f"p-{index}",
+                             "labels": {**labels, "batch.kubernetes.io/job-completion-index": str(index)},
+                             "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
+                             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j",
+                                                  "uid": "j-1", "controller": True}]},
+                "spec": {"nodeName": "a", "restartPolicy": "Never", "containers": [container]},
+                "status": {"phase": phase}}
+
+    cluster, _, results = schedule([*gpu_cluster({"a": 1}), job, job_pod(0, "Succeeded"), job_pod(1, "Running")])
+    new = [cluster.pods[key] for key in results]
+    assert [p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] for p in new] == ["2"]

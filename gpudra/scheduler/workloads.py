@@ -222,7 +222,18 @@ def expand_workload(
             "controller-uid": controller_uid,
             "job-name": name_of(obj),
         }
-        for index in range(parallelism):
+        indexes: list[int] = list(range(parallelism))
+        if indexed and completions is not None and existing:
+            # the indexes whose pod runs or succeeded are taken; the controller creates the lowest others
+            taken_indexes = set()
+            for owned in existing_replicas(obj, list(existing)) + existing_replicas(obj, list(existing), True):
+                index_text = ((owned.get("metadata") or {}).get("labels") or {}).get(
+                    "batch.kubernetes.io/job-completion-index")
+                if str(index_text).isdigit():
+                    taken_indexes.add(int(index_text))
+            indexes = [i for i in range(_int_field(spec, "completions", 1, obj)) if i not in taken_indexes]
+            indexes = indexes[:parallelism]
+        for index in indexes:
             prefix = f"{name_of(obj)}-{index}-" if indexed else f"{name_of(obj)}-"
             name = unique_generated_name(prefix, name_taken, namespace, controller_uid, index)
             labels = dict(extra)
