@@ -111,3 +111,31 @@ def test_empty_selector_expression_is_one_clear_error():
                     "spec": {"selectors": [{"cel": {"expression": ""}}]}}
     (problem,) = errors_for(device_class)
     assert problem.path == "spec.selectors[0].cel.expression" and "empty" in problem.message
+
+
+# v1beta2 has v1's layout: the v1beta1 flat request and `basic` device are unknown fields there.
+def test_v1beta1_layout_in_a_v1beta2_object_is_reported():
+    claim = {"apiVersion": "resource.k8s.io/v1beta2", "kind": "ResourceClaim",
+             "metadata": {"name": "c", "namespace": "default"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": "gpu.nvidia.com"}]}}}
+    assert "spec.devices.requests[0].deviceClassName" in [p.path for p in errors_for(claim)]
+    device_slice = copy.deepcopy(SLICE)
+    device_slice["apiVersion"] = "resource.k8s.io/v1beta2"
+    device_slice["spec"]["devices"] = [{"name": "gpu-0", "basic": {"capacity": {"memory": {"value": "1Gi"}}}}]
+    assert "spec.devices[0].basic" in [p.path for p in errors_for(device_slice)]
+    good = copy.deepcopy(claim)
+    good["spec"]["devices"]["requests"][0] = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    assert errors_for(good) == []
+
+
+def test_fix_repairs_the_v1beta1_layout_in_a_v1beta2_object():
+    from gpudra.api.fix import fix_documents
+
+    claim = {"apiVersion": "resource.k8s.io/v1beta2", "kind": "ResourceClaim",
+             "metadata": {"name": "c", "namespace": "default"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": "gpu.nvidia.com"}]}}}
+    (doc,) = fix_documents([Document(copy.deepcopy(claim), "f.yaml", 1)]).documents
+    assert doc.obj["apiVersion"] == "resource.k8s.io/v1beta2"
+    assert doc.obj["spec"]["devices"]["requests"][0] == {"name": "gpu",
+                                                         "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    assert errors_for(doc.obj) == []

@@ -49,7 +49,7 @@ def fix_documents(docs: list[Document]) -> FixResult:
 
 def _fix_document(doc: Document, renames: dict[str, str], class_drivers: dict[str, str], result: FixResult) -> None:
     obj = doc.obj
-    if not isinstance(obj, dict) or obj.get("apiVersion") != V1:
+    if not isinstance(obj, dict) or obj.get("apiVersion") not in (V1, "resource.k8s.io/v1beta2"):  # one layout
         return
     kind = obj.get("kind")
     spec = obj.get("spec")

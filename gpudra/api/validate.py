@@ -20,6 +20,7 @@ _EXPECTED_VERSION.update({"Pod": "v1", "Node": "v1", "Deployment": "apps/v1", "R
                           "StatefulSet": "apps/v1", "DaemonSet": "apps/v1", "Job": "batch/v1",
                           "CronJob": "batch/v1", "Namespace": "v1"})
 _EXPECTED_VERSION["DeviceTaintRule"] = " or ".join(reversed(TAINT_RULE_VERSIONS))
+V1BETA2 = "resource.k8s.io/v1beta2"
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
 
@@ -49,7 +50,9 @@ def validate_document(doc: Document) -> list[Problem]:
             problems.append(_problem(doc, path, f"{name!r} is not a field in {api_version}; it is the "
                                      "resource.k8s.io/v1 layout: change apiVersion to resource.k8s.io/v1 (and use "
                                      "that layout throughout) or write the fields the old way"))
-        obj = to_v1(obj)
+        # v1beta2 already has v1's layout: only the older versions are rearranged, so that the v1beta1
+        # layout in a v1beta2 object is reported like the unknown fields the API server rejects.
+        obj = to_v1(obj) if api_version != V1BETA2 else {**obj, "apiVersion": V1}
         api_version = V1
         note = " (checked after conversion to resource.k8s.io/v1)"
     schema = schema_for(api_version, kind)
