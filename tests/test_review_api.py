@@ -139,3 +139,12 @@ def test_fix_repairs_the_v1beta1_layout_in_a_v1beta2_object():
     assert doc.obj["spec"]["devices"]["requests"][0] == {"name": "gpu",
                                                          "exactly": {"deviceClassName": "gpu.nvidia.com"}}
     assert errors_for(doc.obj) == []
+
+
+def test_byte_order_mark_before_a_json_stream():
+    import json
+
+    from gpudra.api.load import load_text
+
+    text = "\ufeff" + json.dumps(SLICE) + "\n" + json.dumps(SLICE) + "\n"
+    assert len(load_text(text, "bom.json")) == 2

@@ -137,6 +137,7 @@ def _yaml_message(exc: yaml.YAMLError) -> str:
 
 def load_text(text: str, source: str = "<stdin>") -> list[Document]:
     """Parse one file's content. JSON (a single value, possibly a List) or multi-document YAML."""
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark (Windows editors)
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
