@@ -319,11 +319,11 @@ def _a30_profiles() -> tuple[MigProfile, ...]:
         _profile("1g.6gb+me", 21, 7, 1, 1, _gib(5.8125), 1, _placements(range(4), 1),
                  _Engines(sm=14, ce=1, dec=1, enc=0, jpeg=1, ofa=1), src),
         _profile("2g.12gb", 5, 1, 2, 2, _gib(11.6875), 2, _placements([0, 2], 2),
-                 _Engines(sm=28, ce=2, dec=1, enc=0, jpeg=0, ofa=0), src),
+                 _Engines(sm=28, ce=2, dec=2, enc=0, jpeg=0, ofa=0), src),
         _profile("2g.12gb+me", 6, 8, 2, 2, _gib(11.6875), 1, _placements([0, 2], 2),
-                 _Engines(sm=28, ce=2, dec=1, enc=0, jpeg=1, ofa=1), src),
+                 _Engines(sm=28, ce=2, dec=2, enc=0, jpeg=1, ofa=1), src),
         _profile("4g.24gb", 0, 3, 4, 4, _gib(23.4375), 1, _placements([0], 4),
-                 _Engines(sm=56, ce=4, dec=2, enc=0, jpeg=1, ofa=1), src),
+                 _Engines(sm=56, ce=4, dec=4, enc=0, jpeg=1, ofa=1), src),
     )
 
 
