@@ -4,7 +4,7 @@ DRA kinds."""
 from __future__ import annotations
 
 from gpudra.api.schema import hints, names
-from gpudra.api.schema.meta import CONDITION, NODE_SELECTOR, TEMPLATE_META, object_meta, top_level
+from gpudra.api.schema.meta import CONDITION, NODE_SELECTOR, TEMPLATE_META, object_meta, toleration_check, top_level
 from gpudra.api.schema.resource import (
     ALLOCATION_CONFIGS_MAX, CLASS_NAME, CONDITION_NAMES, CONFIGS_MAX, CONSTRAINTS_MAX, DEVICE_CLASS_SPEC,
     DEVICE_CONDITIONS_MAX, DEVICE_SELECTOR, DRIVER, OPAQUE, OPAQUE_PARAMETERS_MAX, REQUESTS_MAX, RESERVED_FOR_MAX,
@@ -16,16 +16,6 @@ from gpudra.api.schema.types import (
 
 
 # ----- ResourceClaim ---------------------------------------------------------------------------------
-def _toleration_check(value: dict, path: str, ctx: Context) -> None:
-    operator = value.get("operator") or "Equal"
-    if operator == "Exists" and value.get("value"):
-        ctx.error(child(path, "value"), "must be empty when operator is 'Exists'")
-    if not value.get("key") and operator != "Exists":
-        ctx.error(child(path, "operator"), "must be 'Exists' when key is empty")
-    if value.get("tolerationSeconds") is not None and value.get("effect") != "NoExecute":
-        ctx.error(child(path, "effect"), "must be 'NoExecute' when tolerationSeconds is set")
-
-
 DEVICE_TOLERATION = Struct(
     "DeviceToleration",
     {
@@ -35,7 +25,7 @@ DEVICE_TOLERATION = Struct(
         "effect": F(Str(enum=("NoSchedule", "NoExecute", "None"))),
         "tolerationSeconds": F(Int()),
     },
-    checks=(_toleration_check,),
+    checks=(toleration_check,),
 )
 
 CAPACITY_REQUIREMENTS = Struct("CapacityRequirements", {

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra.api.schema import names
-from gpudra.api.schema.meta import NODE_SELECTOR, object_meta, top_level
+from gpudra.api.schema.meta import NODE_SELECTOR, object_meta, toleration_check, top_level
 from gpudra.api.schema.types import (
     as_list,
     Bool, Context, F, Int, ListOf, MapOf, QuantityType, Str, Struct, child, index,
@@ -28,16 +28,6 @@ TAINT = Struct(
 )
 
 
-def _toleration_check(value: dict, path: str, ctx: Context) -> None:
-    operator = value.get("operator") or "Equal"
-    if operator == "Exists" and value.get("value"):
-        ctx.error(child(path, "value"), "must be empty when operator is 'Exists'")
-    if not value.get("key") and operator != "Exists":
-        ctx.error(child(path, "operator"), "must be 'Exists' when key is empty")
-    if value.get("tolerationSeconds") is not None and value.get("effect") != "NoExecute":
-        ctx.error(child(path, "effect"), "must be 'NoExecute' when tolerationSeconds is set")
-
-
 TOLERATION = Struct(
     "Toleration",
     {
@@ -47,7 +37,7 @@ TOLERATION = Struct(
         "effect": F(Str(enum=("NoSchedule", "PreferNoSchedule", "NoExecute"))),
         "tolerationSeconds": F(Int()),
     },
-    checks=(_toleration_check,),
+    checks=(toleration_check,),
 )
 
 CONTAINER_CLAIM = Struct(

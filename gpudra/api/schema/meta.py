@@ -155,3 +155,14 @@ def top_level(kind_name: str, meta: Struct, spec: Struct | None, status: Struct 
         fields["status"] = F(status)
     fields.update(extra or {})
     return Struct(kind_name, fields, checks=tuple(checks))
+
+
+def toleration_check(value: dict, path: str, ctx: Context) -> None:
+    """The rules pod tolerations and device tolerations share."""
+    operator = value.get("operator") or "Equal"
+    if operator == "Exists" and value.get("value"):
+        ctx.error(child(path, "value"), "must be empty when operator is 'Exists'")
+    if not value.get("key") and operator != "Exists":
+        ctx.error(child(path, "operator"), "must be 'Exists' when key is empty")
+    if value.get("tolerationSeconds") is not None and value.get("effect") != "NoExecute":
+        ctx.error(child(path, "effect"), "must be 'NoExecute' when tolerationSeconds is set")
