@@ -8,7 +8,7 @@ import sys
 import click
 import yaml
 
-from gpudra.discovery import BACKENDS, PROFILES, DiscoveryError, open_backend
+from gpudra.discovery import BACKENDS, PROFILES, DiscoveryError, read_inventory
 
 
 def _table(inventory) -> str:
@@ -38,11 +38,7 @@ def _table(inventory) -> str:
 def command(backend: str, profile: str, node_name: str, output: str) -> None:
     """Print the GPUs (and MIG devices) found on this node."""
     try:
-        gpus = open_backend(backend, profile=profile, node_name=node_name)
-        try:
-            inventory = gpus.inventory()
-        finally:
-            gpus.close()
+        inventory = read_inventory(backend, profile=profile, node_name=node_name)
     except DiscoveryError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -10,7 +10,7 @@ import sys
 import click
 import yaml
 
-from gpudra.discovery import BACKENDS, DiscoveryError, open_backend
+from gpudra.discovery import BACKENDS, DiscoveryError, read_inventory
 
 
 def _fail(message: str) -> None:
@@ -44,11 +44,7 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
     from gpudra.driver.slices import build_resource_slices
 
     try:
-        gpus = open_backend(backend, profile=profile, node_name=node_name)
-        try:
-            inventory = gpus.inventory()
-        finally:
-            gpus.close()
+        inventory = read_inventory(backend, profile=profile, node_name=node_name)
     except DiscoveryError as exc:
         _fail(str(exc))
     _dump(build_resource_slices(inventory, node_name, driver_name=driver_name, generation=generation,

@@ -72,3 +72,12 @@ def open_backend(name: str, *, profile: str | None = None, node_name: str | None
 
         return NvmlBackend()
     raise DiscoveryError(f"unknown discovery backend {name!r}; choose one of: {', '.join(BACKENDS)}")
+
+
+def read_inventory(name: str, *, profile: str | None = None, node_name: str | None = None) -> Inventory:
+    """Open a backend, take one inventory, release the backend (what one-shot commands need)."""
+    backend = open_backend(name, profile=profile, node_name=node_name)
+    try:
+        return backend.inventory()
+    finally:
+        backend.close()
