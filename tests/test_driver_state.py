@@ -140,10 +140,10 @@ def test_checkpoint_rewrites_reuse_the_temp_file_without_exposing_it(tmp_path):
 
 
 def test_checkpoint_writes_fall_back_to_a_plain_rename_without_renameat2(tmp_path):
-    from gpudra.driver import checkpoint
+    from gpudra import atomicfile
 
     path = str(tmp_path / "checkpoint.json")
-    with mock.patch.object(checkpoint, "_renameat2", None):
+    with mock.patch.object(atomicfile, "_renameat2", None):
         for n in (2, 0, 1):
             data = {"nodeBootID": "b", "claims": {f"u{j}": {"state": PREPARE_STARTED, "devices": []} for j in range(n)}}
             save_checkpoint(path, data)

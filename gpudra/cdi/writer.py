@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 
 import yaml
+
+from gpudra.atomicfile import write_atomic
 
 from .spec import CdiError, Spec
 from .validate import check_spec, minimum_required_version
@@ -22,6 +23,9 @@ except AttributeError:  # pragma: no cover - PyYAML without libyaml
 STATIC_DIR = "/etc/cdi"
 DYNAMIC_DIR = "/var/run/cdi"
 DEFAULT_SPEC_DIRS = (STATIC_DIR, DYNAMIC_DIR)  # later = higher priority
+# Container runtimes (often not root: rootless podman, CRI-O's conmon) read the specs; only root writes them.
+SPEC_FILE_MODE = 0o644
+SPEC_DIR_MODE = 0o755
 
 
 def spec_file_name(vendor: str, cls: str) -> str:
@@ -105,7 +109,8 @@ def render_spec(spec: Spec, fmt: str = "yaml") -> str:
 
 
 def write_spec(spec: Spec, directory: str, name: str, *, fmt: str = "yaml", fsync: bool = True) -> str:
-    """Validate and write `spec` as `<directory>/<name>.<yaml|json>` atomically (temp file + rename).
+    """Validate and write `spec` as `<directory>/<name>.<yaml|json>` atomically (`gpudra.atomicfile`),
+    mode 0644 whatever the umask.
 
     An empty `cdi_version` is set to the minimum version the content requires."""
     if not spec.cdi_version:
@@ -113,32 +118,7 @@ def write_spec(spec: Spec, directory: str, name: str, *, fmt: str = "yaml", fsyn
     check_spec(spec)
     data = render_spec(spec, fmt).encode()
     path = os.path.join(directory, f"{name}.{fmt}")
-    # A temp name no other writer uses at the same time (tempfile.mkstemp's random names cost
-    # more than the rest of a small write); it keeps the `<name>.` prefix and `.tmp` suffix.
-    tmp = os.path.join(directory, f"{name}.{os.getpid()}-{threading.get_ident()}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
-    try:
-        fd = os.open(tmp, flags, 0o644)
-    except FileNotFoundError:
-        os.makedirs(directory, exist_ok=True)
-        fd = os.open(tmp, flags, 0o644)
-    try:
-        try:
-            os.fchmod(fd, 0o644)  # whatever the umask
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, data, mode=SPEC_FILE_MODE, label="cdi", fsync=fsync, make_dirs=SPEC_DIR_MODE)
     return path
 
 

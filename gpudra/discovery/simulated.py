@@ -17,6 +17,8 @@ import uuid
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from gpudra.atomicfile import ensure_dir, write_atomic
+
 from .backend import GpuBackend, MigError
 from .catalog import gpu_model
 from .migprofiles import mig_profile, mig_profiles
@@ -24,6 +26,8 @@ from .model import Gpu, Inventory, MigDevice, MigProfileInfo
 from .profiles import NodeProfile, node_profile
 
 _HOPPER_OR_LATER = ("Hopper", "Blackwell", "Rubin")
+STATE_FILE_MODE = 0o644  # "hardware" state: tests and tools on the node read it
+STATE_DIR_MODE = 0o700
 
 
 class SimulatedBackend(GpuBackend):
@@ -86,7 +90,7 @@ class SimulatedBackend(GpuBackend):
                 yield self._memory_state
                 self._cached = None
                 return
-            os.makedirs(os.path.dirname(os.path.abspath(self.state_path)), exist_ok=True)
+            ensure_dir(os.path.dirname(os.path.abspath(self.state_path)), STATE_DIR_MODE)
             with open(self.state_path + ".lock", "a+") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
                 try:
@@ -114,11 +118,9 @@ class SimulatedBackend(GpuBackend):
         return state
 
     def _write_state(self, state: dict[str, Any]) -> None:
-        tmp = f"{self.state_path}.tmp.{os.getpid()}.{threading.get_ident()}"
         # Atomic but not fsynced: like GPU state, it must survive a driver crash, not a power cut.
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(state, fh, sort_keys=True)
-        os.replace(tmp, self.state_path)  # type: ignore[arg-type]
+        write_atomic(self.state_path, json.dumps(state, sort_keys=True).encode(),  # type: ignore[arg-type]
+                     mode=STATE_FILE_MODE, label="simulated-gpus", fsync=False)
 
     # -- MIG mechanics on a state dict -------------------------------------------------------------
     def _create_in_state(self, state: dict[str, Any], gpu: Gpu, profile: MigProfileInfo, start: int) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import grp
 import logging
 import os
 import threading
@@ -48,6 +49,18 @@ class AgentOptions:
     driver_root: str = "/"  # where this process sees the NVIDIA driver's files (nvml backend only)
     host_driver_root: str | None = None  # that directory's path on the host; default driver_root
     cdi_hook_path: str | None = None  # host path of nvidia-cdi-hook, if not under the driver root
+    socket_group: str | None = None  # group (name or GID) allowed on the sockets besides root: mode 0660
+
+
+def _group_id(group: str | None) -> int | None:
+    if group is None:
+        return None
+    if group.isdigit():
+        return int(group)
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise AgentError(f"--socket-group: no group named {group!r}") from None
 
 
 class DriverAgent:
@@ -114,7 +127,8 @@ class DriverAgent:
         self.plugin = KubeletPlugin(self.state, driver_name=self.options.driver_name,
                                     dra_socket=self.paths.dra_socket,
                                     registration_socket=self.paths.registration_socket,
-                                    healthcheck_port=self.options.healthcheck_port)
+                                    healthcheck_port=self.options.healthcheck_port,
+                                    socket_group=_group_id(self.options.socket_group))
         self.plugin.start()
         log.info("kubelet plugin %s serving on %s (registration %s)", self.options.driver_name,
                  self.paths.dra_socket, self.paths.registration_socket)

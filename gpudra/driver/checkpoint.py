@@ -1,23 +1,17 @@
 """The driver's checkpoint: which claims are (being) prepared, with what.
 
-Written atomically (temp file in the same directory, fsync, rename, fsync of the
-directory) and protected by a SHA-256 checksum of its canonical JSON, so a reader sees
+Written atomically (`gpudra.atomicfile`: temp file in the same directory, fsync, rename,
+fsync of the directory) and protected by a SHA-256 checksum of its canonical JSON, so a reader sees
 either the old or the new state, and silent damage is detected instead of trusted.
-
-The rename is an exchange where the kernel offers one (`renameat2(RENAME_EXCHANGE)`):
-the previous checkpoint becomes the next temp file, overwritten in place next time. Creating
-and freeing an inode per write costs more than the rest of the write on some filesystems;
-what a reader of the checkpoint can observe is the same as with a plain rename.
 """
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import hashlib
 import json
-import os
 from typing import Any
+
+from gpudra.atomicfile import write_atomic
 
 API_VERSION = "gpudra.io/v1"
 KIND = "DriverCheckpoint"
@@ -121,52 +115,12 @@ def encode_checkpoint(data: dict[str, Any], cache: CompletedEntryCache | None = 
                      b',"data":', canonical, b',"kind":', json.dumps(KIND).encode(), b"}"))
 
 
-_AT_FDCWD = -100
-_RENAME_EXCHANGE = 2
-try:
-    _renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    _renameat2.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
-    _renameat2.restype = ctypes.c_int
-except (OSError, AttributeError):  # pragma: no cover - not glibc/Linux
-    _renameat2 = None
-
-
-def _exchange(a: str, b: str) -> bool:
-    """Atomically swap the two names; False when the kernel, filesystem or libc cannot (or one is missing)."""
-    if _renameat2 is None:
-        return False
-    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.ENOENT, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV, errno.EPERM):
-        return False
-    raise OSError(code, os.strerror(code), a, None, b)
+CHECKPOINT_MODE = 0o600  # it names the node's claims: root's business only
 
 
 def write_checkpoint_bytes(path: str, raw: bytes, *, fsync: bool = True) -> None:
     """Callers serialize writes to one `path` (the temp name is fixed)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp")
-    # No O_TRUNC: overwriting the old temp file's blocks in place is cheaper than freeing and
-    # reallocating them; ftruncate drops a longer tail. The temp file is never read.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
-    try:
-        view = memoryview(raw)
-        while view:
-            view = view[os.write(fd, view):]
-        os.ftruncate(fd, len(raw))
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    if not _exchange(tmp, path):
-        os.replace(tmp, path)
-    if fsync:
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    write_atomic(path, raw, mode=CHECKPOINT_MODE, label="checkpoint", fsync=fsync, reuse_temp=True)
 
 
 def save_checkpoint(path: str, data: dict[str, Any], *, fsync: bool = True) -> None:

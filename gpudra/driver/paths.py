@@ -9,6 +9,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from gpudra.atomicfile import ensure_dir, remove_stale_temps
+from gpudra.cdi.writer import SPEC_DIR_MODE
+
+from .cdispec import claim_spec_file_name
+
+PRIVATE_DIR_MODE = 0o700  # the plugin's own directory (checkpoint, DRA socket) and state directories
+
 
 @dataclass(frozen=True)
 class DriverPaths:
@@ -55,5 +62,15 @@ class DriverPaths:
         return os.path.join(self._under_root(self.sim_state_dir), "gpus.json")
 
     def make_dirs(self) -> None:
-        for directory in (os.path.dirname(self.registration_socket), self.plugin_dir, self.cdi_spec_dir):
-            os.makedirs(directory, exist_ok=True)
+        """Create what is missing with explicit modes, whatever the umask. The kubelet's registry
+        directory keeps the mode it has (the kubelet owns it)."""
+        os.makedirs(os.path.dirname(self.registration_socket), mode=PRIVATE_DIR_MODE, exist_ok=True)
+        ensure_dir(self.plugin_dir, PRIVATE_DIR_MODE)
+        ensure_dir(self.cdi_spec_dir, SPEC_DIR_MODE)
+
+    def remove_stale_temps(self) -> list[str]:
+        """Temp files that interrupted writes of this driver's files left behind (start-up only)."""
+        removed = remove_stale_temps(self.plugin_dir, "checkpoint.json")
+        removed += remove_stale_temps(self.cdi_spec_dir, claim_spec_file_name(self.driver_name, ""))
+        removed += remove_stale_temps(os.path.dirname(self.simulated_state), os.path.basename(self.simulated_state))
+        return removed

@@ -20,6 +20,33 @@ log = logging.getLogger("gpudra.driver.plugin")
 PLUGIN_TYPE = "DRAPlugin"
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 HEALTH_SERVICES = ("", "liveness")
+# sun_path holds 108 bytes with the terminating NUL, but gRPC (1.6x, add_port) refuses paths of
+# more than 105 bytes; tests/test_durability.py binds one of exactly this length.
+SOCKET_PATH_MAX = 105
+SOCKET_MODE = 0o600  # the kubelet (root) is the only client
+GROUP_SOCKET_MODE = 0o660  # with --socket-group: that group's members may connect too
+
+
+def check_socket_path(path: str) -> None:
+    size = len(os.fsencode(path))
+    if size > SOCKET_PATH_MAX:
+        raise ValueError(f"unix socket path {path} is {size} bytes; gRPC allows at most {SOCKET_PATH_MAX}: "
+                         "use a shorter --root or directory")
+
+
+def _bind_private(server: grpc.Server, path: str, group: int | None) -> None:
+    """gRPC binds and listens in `add_insecure_port`: create the socket with mode 0600 (a umask
+    for that moment; the kubelet cannot know this plugin yet, so no other thread of ours is
+    creating files), then widen it for the group if one is given."""
+    old = os.umask(0o177)
+    try:
+        server.add_insecure_port(f"unix://{path}")
+    finally:
+        os.umask(old)
+    os.chmod(path, SOCKET_MODE)
+    if group is not None:
+        os.chown(path, -1, group)
+        os.chmod(path, GROUP_SOCKET_MODE)
 
 
 def _claim_ref(claim: Any) -> ClaimRef:
@@ -112,9 +139,10 @@ class KubeletPlugin:
     """Owns the two gRPC servers (DRA socket with health, registration socket)."""
 
     def __init__(self, state: DeviceState, *, driver_name: str, dra_socket: str, registration_socket: str,
-                 healthcheck_port: int | None = None, max_workers: int = 32):
-        if len(dra_socket) > 107 or len(registration_socket) > 107:
-            raise ValueError("unix socket paths must be shorter than 108 bytes: use a shorter --root")
+                 healthcheck_port: int | None = None, max_workers: int = 32, socket_group: int | None = None):
+        check_socket_path(dra_socket)
+        check_socket_path(registration_socket)
+        self.socket_group = socket_group
         self.state = state
         self.dra_socket = dra_socket
         self.registration_socket = registration_socket
@@ -132,9 +160,9 @@ class KubeletPlugin:
 
     def start(self) -> None:
         for path in (self.dra_socket, self.registration_socket):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             _remove_socket(path)  # stale socket from a previous (crashed) run
-        self._dra_server.add_insecure_port(f"unix://{self.dra_socket}")
+        _bind_private(self._dra_server, self.dra_socket, self.socket_group)
         self._dra_server.start()
         if self.healthcheck_port is not None:
             self._health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
@@ -145,7 +173,7 @@ class KubeletPlugin:
         for service in HEALTH_SERVICES:
             self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         # The registration socket goes last: once it appears the kubelet may call us.
-        self._reg_server.add_insecure_port(f"unix://{self.registration_socket}")
+        _bind_private(self._reg_server, self.registration_socket, self.socket_group)
         self._reg_server.start()
 
     def stop(self, grace: float = 2.0) -> None:

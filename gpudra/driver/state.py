@@ -149,6 +149,7 @@ class DeviceState:
         report: dict[str, list[str]] = {"rolledBack": [], "unprepared": [], "cdiRewritten": [], "cdiRemoved": [],
                                         "migDestroyed": []}
         self.paths.make_dirs()
+        self.paths.remove_stale_temps()
         with self._cp_lock:
             loaded = load_checkpoint(self.paths.checkpoint)
             if loaded is not None and loaded.get("nodeBootID") and self.boot_id and loaded["nodeBootID"] != self.boot_id:
@@ -177,9 +178,7 @@ class DeviceState:
         except FileNotFoundError:
             names = []
         for name in names:
-            if name.startswith(prefix) and name.endswith(".tmp"):
-                os.unlink(os.path.join(self.paths.cdi_spec_dir, name))
-            elif name.startswith(prefix) and name.endswith((".yaml", ".json")):
+            if name.startswith(prefix) and name.endswith((".yaml", ".json")):
                 uid = name[len(prefix):].rsplit(".", 1)[0]
                 if uid not in completed:
                     remove_spec(self.paths.cdi_spec_dir, self._spec_name(uid))
