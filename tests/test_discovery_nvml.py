@@ -1,163 +1,30 @@
-"""The NVML backend against a fake `pynvml` module backed by simulated GPUs, plus a real-GPU check.
+"""The NVML backend running the real `pynvml` wrappers on a fake of the NVML C library.
 
-The fake answers NVML calls from a `SimulatedBackend`, so the NVML backend must report the
-very same inventory the simulation has (names, UUIDs, memory, PCI ids, MIG devices) and its
-MIG create/destroy calls must land on the simulated hardware.
+`fake_libnvml` replaces only libnvidia-ml.so's functions, so each call goes through
+nvidia-ml-py 13's own argument handling and error classes. The fake behaves like the driver
+where the old fake did not: privilege errors, MIG mode switches that stay pending, stale handles
+after a switch, profiles only while MIG is on, index != minor, and failures at any call.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
-import sys
-import types
 
 import pynvml
 import pytest
 from click.testing import CliRunner
+from fake_libnvml import FakeGpu, FakeLibNvml, from_simulated, install
 
 from gpudra.cli import cli
 from gpudra.discovery import DiscoveryError, MigError, open_backend
-from gpudra.discovery.nvml import ARCHITECTURES, NvmlBackend, mig_profile_name, normalize_pci_bus_id
-from gpudra.mig import catalog as mig_catalog
+from gpudra.discovery.nvml import ARCHITECTURES, NvmlBackend, fabric_clique, mig_profile_name, normalize_pci_bus_id
+from gpudra.driver.slices import build_resource_slices
 
 
-class FakeNvmlError(Exception):
-    def __init__(self, value: int):
-        super().__init__(f"NVML error {value}")
-        self.value = value
-
-
-class _Gi:
-    def __init__(self, minor: int, gi_id: int):
-        self.minor, self.gi_id = minor, gi_id
-
-
-class _Mig:
-    def __init__(self, minor: int, gi_id: int, ci_id: int, uuid: str):
-        self.minor, self.gi_id, self.ci_id, self.uuid = minor, gi_id, ci_id, uuid
-
-
-def fake_pynvml(sim, *, init_error: int | None = None) -> types.ModuleType:
-    m = types.ModuleType("pynvml")
-    m.NVMLError = FakeNvmlError
-    m.NVML_GPU_INSTANCE_PROFILE_COUNT = 18
-    m.c_nvmlGpuInstancePlacement_t = pynvml.c_nvmlGpuInstancePlacement_t
-    m.calls = []
-    arch_codes = {v: k for k, v in ARCHITECTURES.items()}
-
-    def gpu(h):
-        return sim.inventory().gpus[h]
-
-    def mig_model(h):
-        return mig_catalog.find_gpu_model(gpu(h).product_name)
-
-    def init():
-        if init_error is not None:
-            raise FakeNvmlError(init_error)
-
-    def not_supported(*_):
-        raise FakeNvmlError(3)
-
-    def mig_mode(h):
-        if not gpu(h).mig_capable:
-            raise FakeNvmlError(3)
-        on = int(gpu(h).mig_enabled)
-        return [on, on]
-
-    def profile_info(h, index):
-        model = mig_model(h)
-        for p in model.profiles if model else ():
-            if p.nvml_index == index:
-                return types.SimpleNamespace(id=p.profile_id, sliceCount=p.compute_slices, memorySizeMB=p.memory_mib,
-                                             multiprocessorCount=p.multiprocessors or 0,
-                                             copyEngineCount=p.copy_engines or 0, decoderCount=p.decoders or 0,
-                                             encoderCount=p.encoders or 0, jpegCount=p.jpeg_engines or 0,
-                                             ofaCount=p.ofa_engines or 0)
-        raise FakeNvmlError(3)
-
-    def placements(h, profile_id, buffer, count_ref):
-        profile = mig_model(h).profile_by_id(profile_id)
-        for i, pl in enumerate(profile.placements):
-            buffer[i].start, buffer[i].size = pl.start, pl.size
-        count_ref._obj.value = len(profile.placements)
-
-    def mig_handle(h, index):
-        migs = gpu(h).mig_devices
-        if index >= len(migs):
-            raise FakeNvmlError(6)
-        d = migs[index]
-        return _Mig(h, d.gi_id, d.ci_id, d.uuid)
-
-    def gi_by_id(h, gi_id):
-        if not any(d.gi_id == gi_id for d in gpu(h).mig_devices):
-            raise FakeNvmlError(6)
-        return _Gi(h, gi_id)
-
-    def gi_info(gi):
-        d = next(d for d in gpu(gi.minor).mig_devices if d.gi_id == gi.gi_id)
-        return types.SimpleNamespace(profileId=d.gi_profile_id,
-                                     placement=types.SimpleNamespace(start=d.placement_start, size=d.placement_size))
-
-    def set_mig_mode(h, mode):
-        m.calls.append(("set_mig_mode", h, mode))
-        sim.set_mig_mode(h, bool(mode))
-        return 0
-
-    def create_gi(h, profile_id, placement_ref):
-        placement = placement_ref._obj
-        m.calls.append(("create_gi", h, profile_id, placement.start, placement.size))
-        try:
-            created = sim.create_mig_device(h, profile_id, placement.start)
-        except MigError:
-            raise FakeNvmlError(23) from None  # INSUFFICIENT_RESOURCES
-        return _Gi(h, created.gi_id)
-
-    def ci_by_id(gi, ci_id):
-        if ci_id != 0 or not any(d.gi_id == gi.gi_id for d in gpu(gi.minor).mig_devices):
-            raise FakeNvmlError(6)
-        return ("ci", gi.minor, gi.gi_id, ci_id)
-
-    def destroy_gi(gi):
-        m.calls.append(("destroy_gi", gi.minor, gi.gi_id))
-        sim.destroy_mig_device(gi.minor, gi.gi_id)
-
-    inv = sim.inventory()
-    m.__dict__.update(
-        nvmlInit=init, nvmlShutdown=lambda: None,
-        nvmlSystemGetDriverVersion=lambda: inv.driver_version,
-        nvmlSystemGetCudaDriverVersion=lambda: int(inv.cuda_driver_version.split(".")[0]) * 1000
-        + int(inv.cuda_driver_version.split(".")[1]) * 10,
-        nvmlDeviceGetCount=lambda: len(inv.gpus),
-        nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetName=lambda h: gpu(h).product_name,
-        nvmlDeviceGetUUID=lambda h: h.uuid if isinstance(h, _Mig) else gpu(h).uuid,
-        nvmlDeviceGetMinorNumber=lambda h: gpu(h).minor,
-        nvmlDeviceGetBrand=lambda h: 14,
-        nvmlDeviceGetArchitecture=lambda h: arch_codes[gpu(h).architecture],
-        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=gpu(h).memory_bytes),
-        nvmlDeviceGetCudaComputeCapability=lambda h: tuple(int(x) for x in gpu(h).cuda_compute_capability.split(".")),
-        nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(
-            busId=("0000" + gpu(h).pci_bus_id).upper().encode()),
-        nvmlDeviceGetNumaNodeId=lambda h: gpu(h).numa_node,
-        nvmlDeviceGetMigMode=mig_mode,
-        nvmlDeviceGetGpuInstanceProfileInfo=profile_info,
-        nvmlDeviceGetGpuInstancePossiblePlacements=placements,
-        nvmlDeviceGetMaxMigDeviceCount=lambda h: 7 if gpu(h).mig_capable else not_supported(),
-        nvmlDeviceGetMigDeviceHandleByIndex=mig_handle,
-        nvmlDeviceGetGpuInstanceId=lambda mig: mig.gi_id,
-        nvmlDeviceGetComputeInstanceId=lambda mig: mig.ci_id,
-        nvmlDeviceGetGpuInstanceById=gi_by_id,
-        nvmlGpuInstanceGetInfo=gi_info,
-        nvmlDeviceSetMigMode=set_mig_mode,
-        nvmlDeviceCreateGpuInstanceWithPlacement=create_gi,
-        nvmlGpuInstanceGetComputeInstanceProfileInfo=lambda gi, idx, eng: types.SimpleNamespace(id=idx),
-        nvmlGpuInstanceCreateComputeInstance=lambda gi, pid: m.calls.append(("create_ci", gi.minor, gi.gi_id, pid)),
-        nvmlGpuInstanceGetComputeInstanceById=ci_by_id,
-        nvmlComputeInstanceDestroy=lambda ci: m.calls.append(("destroy_ci",) + ci[1:]),
-        nvmlGpuInstanceDestroy=destroy_gi,
-    )
-    return m
+def _backend(monkeypatch, profile: str = "dgx-h100", **kw) -> tuple[FakeLibNvml, NvmlBackend]:
+    lib = install(monkeypatch, from_simulated(profile, **kw))
+    return lib, NvmlBackend(node_name="n")
 
 
 def _comparable(inventory):
@@ -171,37 +38,228 @@ def _comparable(inventory):
 
 
 @pytest.mark.parametrize("profile", ["dgx-h100", "hgx-a100-mig", "a30-mig", "l4-node", "dgx-b200", "t4-node"])
-def test_nvml_backend_reports_what_the_hardware_has(profile):
+def test_nvml_backend_reports_what_the_hardware_has(monkeypatch, profile):
+    _, nvml = _backend(monkeypatch, profile)
     sim = open_backend("simulated", profile=profile, node_name="n")
-    nvml = NvmlBackend(module=fake_pynvml(sim))
-    assert _comparable(nvml.inventory()) == _comparable(sim.inventory())
-    # MIG profile names derived from NVML memory sizes (go-nvlib rule) match the catalog names
+    inventory = nvml.inventory()
+    assert inventory.problems == []
+    assert _comparable(inventory) == _comparable(sim.inventory())
+    # NVML's profiles (MIG on) and the catalog's (MIG off) give the same names, ids, placements and sizes
     for gpu in sim.inventory().gpus:
-        assert sorted((p.name, p.gi_profile_id, p.placement_starts) for p in nvml.mig_profiles(gpu.minor)) == sorted(
-            (p.name, p.gi_profile_id, p.placement_starts) for p in sim.mig_profiles(gpu.minor))
+        assert sorted((p.name, p.gi_profile_id, p.placement_starts, p.memory_slices)
+                      for p in nvml.mig_profiles(gpu.minor)) == sorted(
+            (p.name, p.gi_profile_id, p.placement_starts, p.memory_slices) for p in sim.mig_profiles(gpu.minor))
 
 
-def test_nvml_mig_create_and_destroy_reach_the_hardware():
-    sim = open_backend("simulated", profile="dgx-h100", node_name="n")
-    module = fake_pynvml(sim)
-    nvml = NvmlBackend(module=module)
+def test_index_and_minor_differ(monkeypatch):
+    lib, nvml = _backend(monkeypatch, "hgx-a100-mig", minors=[7, 6, 5, 4, 3, 2, 1, 0])
+    inventory = nvml.inventory()
+    assert [(g.index, g.minor) for g in inventory.gpus] == [(i, 7 - i) for i in range(8)]
+    # index 0 (all-1g.10gb) is minor 7: its MIG devices carry the parent's minor, not its index
+    assert {m.name.split("-mig-")[0] for m in inventory.gpus[0].mig_devices} == {"gpu-7"}
+    # minor 5 is index 2 (all-balanced): free its 1g at slice 2, then create one there again
+    one_g = next(m for m in inventory.gpus[2].mig_devices if m.placement_start == 2)
+    assert one_g.parent_minor == 5 and lib.gpu(5).index == 2
+    assert nvml.destroy_mig_device(5, one_g.gi_id) is True
+    assert [gi.start for gi in lib.gpu(5).gis.values()] == [0, 3, 4]
+    created = nvml.create_mig_device(5, 19, 2)
+    assert created.name == "gpu-5-mig-1g10gb-19-2"
+    assert ("createGpuInstance", 5, 19, 2, 1, created.gi_id) in lib.calls
+
+
+def test_mig_create_on_a_hopper_gpu_with_mig_off_switches_it_on_and_reads_profiles_afterwards(monkeypatch):
+    # Old defects: profiles read while MIG was off (none) were cached, and the pre-switch handle was reused.
+    lib, nvml = _backend(monkeypatch)
+    assert nvml.inventory().gpus[5].mig_enabled is False
     created = nvml.create_mig_device(5, 15, 2)
-    assert created.name == "gpu-5-mig-1g20gb-15-2"
-    assert ("set_mig_mode", 5, 1) in module.calls and ("create_gi", 5, 15, 2, 2) in module.calls
-    assert [m.uuid for m in sim.inventory().gpus[5].mig_devices] == [created.uuid]
-    with pytest.raises(MigError, match="creating 2g.20gb at 2 on GPU 5"):
+    assert created.name == "gpu-5-mig-1g20gb-15-2" and created.placement_size == 2
+    assert ("nvmlDeviceSetMigMode", 5, 1) in lib.calls and ("createGpuInstance", 5, 15, 2, 2, created.gi_id) in lib.calls
+    assert [m.uuid for m in nvml.inventory().gpus[5].mig_devices] == [created.uuid]
+    with pytest.raises(MigError, match="creating 2g.20gb at 2 on GPU 5.*Insufficient resources"):
         nvml.create_mig_device(5, 14, 2)
     assert nvml.destroy_mig_device(5, created.gi_id) is True
-    assert ("destroy_ci", 5, created.gi_id, 0) in module.calls
+    assert ("destroyComputeInstance", 5, created.gi_id, 0) in lib.calls
     assert nvml.destroy_mig_device(5, created.gi_id) is False  # already gone is fine
-    assert sim.inventory().gpus[5].mig_devices == []
+    assert lib.gpu(5).gis == {}
+
+
+@pytest.mark.parametrize("failing", ["nvmlGpuInstanceCreateComputeInstance",
+                                     "nvmlGpuInstanceGetComputeInstanceProfileInfoV"])
+def test_a_failed_compute_instance_does_not_leak_its_gpu_instance(monkeypatch, failing):
+    lib, nvml = _backend(monkeypatch)
+    nvml.set_mig_mode(3, True)
+    lib.fail(failing, pynvml.NVML_ERROR_UNKNOWN, gpu=3, times=1)
+    with pytest.raises(MigError, match="creating 3g.40gb at 4 on GPU 3"):
+        nvml.create_mig_device(3, 9, 4)
+    assert lib.gpu(3).gis == {}  # rolled back: the memory slices are free again
+    assert nvml.create_mig_device(3, 9, 4).placement_size == 4
+
+
+def test_rollback_failure_is_reported_too(monkeypatch):
+    lib, nvml = _backend(monkeypatch)
+    nvml.set_mig_mode(3, True)
+    lib.fail("nvmlGpuInstanceCreateComputeInstance", pynvml.NVML_ERROR_UNKNOWN, gpu=3)
+    lib.fail("nvmlGpuInstanceDestroy", pynvml.NVML_ERROR_GPU_IS_LOST, gpu=3)
+    with pytest.raises(MigError, match="could not be destroyed either"):
+        nvml.create_mig_device(3, 19, 0)
+
+
+def test_no_permission_on_one_gpu_instance_leaves_out_that_device_only(monkeypatch):
+    lib, nvml = _backend(monkeypatch, "hgx-a100-mig")
+    lib.fail("nvmlDeviceGetGpuInstanceById", pynvml.NVML_ERROR_NO_PERMISSION, gpu=0)
+    inventory = nvml.inventory()
+    assert len(inventory.gpus) == 8
+    assert inventory.gpus[0].mig_devices == [] and len(inventory.gpus[1].mig_devices) == 7
+    assert len(inventory.problems) == 7 and all(p.startswith("GPU 0: MIG device") and "no permission" in p
+                                                for p in inventory.problems)
+
+
+def test_unprivileged_process_still_sees_every_gpu(monkeypatch):
+    lib, nvml = _backend(monkeypatch, "hgx-a100-mig")
+    lib.privileged = False
+    inventory = nvml.inventory()
+    assert [g.name for g in inventory.gpus] == [f"gpu-{i}" for i in range(8)]
+    assert inventory.problems and all("no permission" in p for p in inventory.problems)
+    with pytest.raises(MigError, match="no permission"):
+        nvml.destroy_mig_device(0, inventory.gpus[0].mig_devices[0].gi_id if inventory.gpus[0].mig_devices else 1)
+
+
+def test_placement_errors_are_reported_not_swallowed(monkeypatch):
+    lib, nvml = _backend(monkeypatch, "hgx-a100-mig")
+    lib.fail("nvmlDeviceGetGpuInstancePossiblePlacements_v2", pynvml.NVML_ERROR_UNKNOWN, gpu=2, times=1)
+    inventory = nvml.inventory()
+    assert inventory.gpus[2].mig_devices == [] and len(inventory.gpus[3].mig_devices) == 4
+    assert [p for p in inventory.problems if p.startswith("GPU 2:") and "placements" in p]
+    assert len(nvml.inventory().gpus[2].mig_devices) == 4  # nothing wrong was remembered
+
+
+def test_without_placements_memory_slices_come_from_the_catalog_not_the_compute_slices(monkeypatch):
+    lib, nvml = _backend(monkeypatch)
+    nvml.set_mig_mode(0, True)
+    lib.fail("nvmlDeviceGetGpuInstancePossiblePlacements_v2", pynvml.NVML_ERROR_NOT_SUPPORTED)
+    sizes = {p.name: p.memory_slices for p in nvml.mig_profiles(0)}
+    assert sizes["3g.40gb"] == 4 and sizes["7g.80gb"] == 8 and sizes["1g.10gb"] == 1
+
+
+def test_profile_info_errors_are_reported_and_not_cached(monkeypatch):
+    lib, nvml = _backend(monkeypatch, "hgx-a100-mig")
+    lib.fail("nvmlDeviceGetGpuInstanceProfileInfoV", pynvml.NVML_ERROR_UNKNOWN, gpu=1, times=1)
+    inventory = nvml.inventory()
+    assert inventory.gpus[1].mig_devices == [] and len(inventory.gpus[0].mig_devices) == 7
+    assert any(p.startswith("GPU 1: MIG devices not listed") and "Unknown Error" in p for p in inventory.problems)
+    assert len(nvml.inventory().gpus[1].mig_devices) == 7
+
+
+def test_mig_mode_activation_status(monkeypatch):
+    lib, nvml = _backend(monkeypatch, "hgx-a100")
+    with pytest.raises(MigError, match="pending a GPU reset"):  # Ampere needs a reset
+        nvml.set_mig_mode(1, True)
+    assert pynvml.nvmlDeviceGetMigMode(pynvml.nvmlDeviceGetHandleByIndex(1)) == [0, 1]
+    with pytest.raises(MigError, match="pending a GPU reset"):
+        nvml.create_mig_device(1, 19, 0)
+    lib.reset(1)
+    assert nvml.create_mig_device(1, 19, 0).name == "gpu-1-mig-1g10gb-19-0"
+
+    lib, nvml = _backend(monkeypatch, "dgx-h100")
+    lib.gpu(2).in_use = True
+    with pytest.raises(MigError, match="in use"):
+        nvml.set_mig_mode(2, True)
+    lib.gpu(2).in_use = False
+    nvml.set_mig_mode(2, True)
+    assert nvml.inventory().gpus[2].mig_enabled
+
+
+def test_mig_mode_switch_drops_the_old_profiles(monkeypatch):
+    lib, nvml = _backend(monkeypatch)
+    nvml.set_mig_mode(4, True)
+    assert nvml.mig_profiles(4)
+    nvml.set_mig_mode(4, False)
+    lib.fail("nvmlDeviceGetGpuInstanceProfileInfoV", pynvml.NVML_ERROR_UNKNOWN, gpu=4)
+    nvml.set_mig_mode(4, True)
+    with pytest.raises(DiscoveryError, match="Unknown Error"):  # read again, not served from before the switch
+        nvml.mig_profiles(4)
+
+
+def test_architecture_codes(monkeypatch):
+    assert ARCHITECTURES[13] == "Rubin" and 11 not in ARCHITECTURES and ARCHITECTURES[10] == "Blackwell"
+    lib = from_simulated("t4-node")
+    lib.gpus.append(FakeGpu(index=1, minor=1, uuid="GPU-r", name="NVIDIA Rubin", memory_bytes=2**36,
+                            architecture=13, compute_capability=(11, 0), bus_id="00000000:05:00.0", numa_node=0,
+                            model=None))
+    lib.gpus.append(FakeGpu(index=2, minor=2, uuid="GPU-d", name="DLA", memory_bytes=2**30,
+                            architecture=11, compute_capability=(8, 7), bus_id="00000000:06:00.0", numa_node=0,
+                            model=None))
+    install(monkeypatch, lib)
+    assert [g.architecture for g in NvmlBackend().inventory().gpus] == ["Turing", "Rubin", "Unknown"]
+
+
+@pytest.mark.parametrize("fn", ["nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetName", "nvmlDeviceGetUUID",
+                                "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount",
+                                "nvmlDeviceGetMigDeviceHandleByIndex", "nvmlGpuInstanceGetInfo"])
+def test_one_gpu_failing_never_hides_the_others(monkeypatch, fn):
+    lib, nvml = _backend(monkeypatch, "hgx-a100-mig")
+    lib.fail(fn, pynvml.NVML_ERROR_GPU_IS_LOST, gpu=1)
+    inventory = nvml.inventory()
+    others = [g for g in inventory.gpus if g.minor != 1]
+    assert [g.minor for g in others] == [0, 2, 3, 4, 5, 6, 7]
+    assert len(others[0].mig_devices) == 7 and len(others[1].mig_devices) == 4
+    assert inventory.problems and all(p.startswith(("GPU 1:", "GPU index 1:")) and "fallen off the bus" in p
+                                      for p in inventory.problems)
+
+
+def _hgx_nvswitch_links(lib: FakeLibNvml, switches: int = 4) -> None:
+    for gpu in lib.gpus:  # HGX H100: 18 links per GPU spread over four NVSwitches
+        gpu.nvlinks = [f"00000000:{0x70 + link % switches:02X}:00.0" for link in range(18)]
+
+
+def test_nvlink_topology_and_fabric_cliques(monkeypatch):
+    lib = from_simulated("dgx-h100")
+    _hgx_nvswitch_links(lib)
+    lib.gpus[7].nvlinks = [None] * 18  # links down: not in the domain
+    install(monkeypatch, lib)
+    inventory = NvmlBackend(node_name="node-a").inventory()
+    assert [g.nvlink_domain for g in inventory.gpus] == ["node-a-nvlink-0"] * 7 + [None]
+
+    lib = from_simulated("l4-node")  # two bridged pairs: 0-1 and 2-3
+    buses = [g.bus_id for g in lib.gpus]
+    for a, b in ((0, 1), (2, 3)):
+        lib.gpus[a].nvlinks, lib.gpus[b].nvlinks = [buses[b]] * 4, [buses[a]] * 4
+    install(monkeypatch, lib)
+    assert [g.nvlink_domain for g in NvmlBackend(node_name="x").inventory().gpus] == [
+        "x-nvlink-0", "x-nvlink-0", "x-nvlink-1", "x-nvlink-1"]
+
+    lib = from_simulated("dgx-b200")  # a multi-node NVLink fabric: the clique is the domain
+    _hgx_nvswitch_links(lib)
+    cluster = bytes(range(16))
+    for gpu in lib.gpus:
+        gpu.fabric = (cluster, 7, pynvml.NVML_GPU_FABRIC_STATE_COMPLETED)
+    lib.gpus[0].fabric = (cluster, 7, pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS)
+    install(monkeypatch, lib)
+    inventory = NvmlBackend(node_name="x").inventory()
+    clique = "00010203-0405-0607-0809-0a0b0c0d0e0f.7"
+    assert fabric_clique(cluster, 7) == clique
+    assert [g.nvlink_clique for g in inventory.gpus] == [None] + [clique] * 7
+    assert [g.nvlink_domain for g in inventory.gpus] == ["x-nvlink-0"] + [clique] * 7
+    attrs = build_resource_slices(inventory, "x")[0]["spec"]["devices"][1]["attributes"]
+    assert attrs["nvlinkDomain"] == {"string": clique} and attrs["cliqueID"] == {"string": clique}
+
+
+def test_topology_errors_degrade_to_no_domain(monkeypatch):
+    lib = from_simulated("dgx-h100")
+    _hgx_nvswitch_links(lib)
+    lib.fail("nvmlDeviceGetNvLinkState", pynvml.NVML_ERROR_UNKNOWN, gpu=3)
+    install(monkeypatch, lib)
+    inventory = NvmlBackend(node_name="n").inventory()
+    assert len(inventory.gpus) == 8 and inventory.gpus[3].nvlink_domain is None
+    assert inventory.gpus[2].nvlink_domain == "n-nvlink-0"
+    assert [p for p in inventory.problems if p.startswith("GPU 3: topology")]
 
 
 @pytest.mark.parametrize("code, fragment", [(12, "libnvidia-ml.so.1"), (9, "kernel driver is not loaded"),
                                             (4, "no permission")])
 def test_missing_library_or_driver_is_a_clear_error(monkeypatch, code, fragment):
-    sim = open_backend("simulated", profile="t4-node", node_name="n")
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(sim, init_error=code))
+    lib = install(monkeypatch, from_simulated("t4-node"))
+    lib.init_error = code
     with pytest.raises(DiscoveryError, match=fragment):
         open_backend("nvml")
     result = CliRunner().invoke(cli, ["discover", "--backend", "nvml"])
@@ -211,14 +269,16 @@ def test_missing_library_or_driver_is_a_clear_error(monkeypatch, code, fragment)
 
 
 def test_cli_with_fake_nvml(monkeypatch):
-    sim = open_backend("simulated", profile="hgx-a100-mig", node_name="n")
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(sim))
+    lib = install(monkeypatch, from_simulated("hgx-a100-mig"))
+    lib.fail("nvmlDeviceGetName", pynvml.NVML_ERROR_GPU_IS_LOST, gpu=6)
     result = CliRunner().invoke(cli, ["discover", "--backend", "nvml", "-o", "json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["backend"] == "nvml"
+    data = json.loads(result.stdout)
+    assert data["backend"] == "nvml" and len(data["gpus"]) == 7 and "GPU index 6" in data["problems"][0]
+    assert "warning: GPU index 6: left out" in result.stderr
     slices = CliRunner().invoke(cli, ["driver", "slices", "--backend", "nvml", "--node-name", "n", "-o", "json"])
-    names = [d["name"] for s in json.loads(slices.output)["items"] for d in s["spec"]["devices"]]
-    assert "gpu-0-mig-1g10gb-19-6" in names and "gpu-7" in names and "gpu-0" not in names
+    names = [d["name"] for s in json.loads(slices.stdout)["items"] for d in s["spec"]["devices"]]
+    assert "gpu-0-mig-1g10gb-19-6" in names and "gpu-7" in names and "gpu-0" not in names and "gpu-6" not in names
 
 
 def test_helpers():
@@ -227,6 +287,7 @@ def test_helpers():
     assert mig_profile_name(0, 9984, 81559 * 2**20) == "1g.10gb"
     assert mig_profile_name(7, 9984, 81559 * 2**20) == "1g.10gb+me"
     assert mig_profile_name(4, 80896, 81559 * 2**20) == "7g.80gb"
+    assert fabric_clique(bytes(16), 3) is None
 
 
 def _real_nvml_or_skip() -> None:

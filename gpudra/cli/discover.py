@@ -42,6 +42,8 @@ def command(backend: str, profile: str, node_name: str, output: str) -> None:
     except DiscoveryError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    for problem in inventory.problems:
+        click.echo(f"warning: {problem}", err=True)
     if output == "json":
         click.echo(json.dumps(inventory.to_dict(), indent=2))
     elif output == "yaml":

@@ -47,6 +47,8 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
         inventory = read_inventory(backend, profile=profile, node_name=node_name)
     except DiscoveryError as exc:
         _fail(str(exc))
+    for problem in inventory.problems:
+        click.echo(f"warning: {problem}", err=True)
     _dump(build_resource_slices(inventory, node_name, driver_name=driver_name, generation=generation,
                                 dynamic_mig=dynamic_mig), output)
 

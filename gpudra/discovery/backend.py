@@ -70,7 +70,7 @@ def open_backend(name: str, *, profile: str | None = None, node_name: str | None
     if name == "nvml":
         from .nvml import NvmlBackend
 
-        return NvmlBackend()
+        return NvmlBackend(node_name=node_name or "node")
     raise DiscoveryError(f"unknown discovery backend {name!r}; choose one of: {', '.join(BACKENDS)}")
 
 

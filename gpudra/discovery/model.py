@@ -120,6 +120,7 @@ class Gpu:
     mig_devices: list[MigDevice] = field(default_factory=list)
     model: str | None = None  # catalog key when known ("H100-80GB")
     nvlink_domain: str | None = None
+    nvlink_clique: str | None = None  # NVLink fabric "<clusterUuid>.<cliqueId>" (multi-node NVLink, GB200 NVL)
 
     @property
     def name(self) -> str:
@@ -146,6 +147,8 @@ class Gpu:
             out["model"] = self.model
         if self.nvlink_domain:
             out["nvlinkDomain"] = self.nvlink_domain
+        if self.nvlink_clique:
+            out["cliqueID"] = self.nvlink_clique
         if self.mig_devices:
             out["migDevices"] = [m.to_dict() for m in self.mig_devices]
         return out
@@ -160,6 +163,8 @@ class Inventory:
     cuda_driver_version: str  # "13.0"
     gpus: list[Gpu]
     profile: str | None = None
+    # What could not be read, one line each ("GPU 3: ..."); the rest of the inventory is still valid.
+    problems: list[str] = field(default_factory=list)
 
     def gpu_by_minor(self, minor: int) -> Gpu | None:
         for gpu in self.gpus:
@@ -176,4 +181,6 @@ class Inventory:
         }
         if self.profile:
             out["profile"] = self.profile
+        if self.problems:
+            out["problems"] = list(self.problems)
         return out

@@ -107,7 +107,10 @@ class DriverAgent:
         return edits
 
     def build_slices(self, generation: int = 1, node_uid: str | None = None) -> list[dict[str, Any]]:
-        return build_resource_slices(self.backend.inventory(), self.options.node_name,
+        inventory = self.backend.inventory()
+        for problem in inventory.problems:
+            log.warning("discovery: %s", problem)
+        return build_resource_slices(inventory, self.options.node_name,
                                      driver_name=self.options.driver_name, generation=generation, node_uid=node_uid,
                                      dynamic_mig=self.options.dynamic_mig)
 

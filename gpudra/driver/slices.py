@@ -60,6 +60,10 @@ def gpu_common_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, dict[str,
         attrs[PCIE_ROOT_ATTRIBUTE] = _s(gpu.pcie_root)
     if gpu.numa_node is not None:
         attrs["numa"] = {"int": gpu.numa_node}
+    if gpu.nvlink_domain:  # GPUs that reach each other over NVLink (matchAttribute: gpu.nvidia.com/nvlinkDomain)
+        attrs["nvlinkDomain"] = _s(gpu.nvlink_domain)
+    if gpu.nvlink_clique:  # NVLink fabric clique "<clusterUuid>.<cliqueId>" (NVIDIA's cliqueID)
+        attrs["cliqueID"] = _s(gpu.nvlink_clique)
     return attrs
 
 
