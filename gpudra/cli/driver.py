@@ -226,6 +226,7 @@ def status_cmd(root: str, driver_name: str, output: str) -> None:
     import os
 
     from gpudra.driver.checkpoint import CheckpointError, load_checkpoint
+    from gpudra.driver.claimpaths import ClaimPathError, cdi_spec_path
     from gpudra.driver.paths import DriverPaths
 
     paths = DriverPaths(driver_name=driver_name, root=root)
@@ -235,10 +236,13 @@ def status_cmd(root: str, driver_name: str, output: str) -> None:
         _fail(str(exc))
     claims = []
     for uid, entry in sorted(((data or {}).get("claims") or {}).items()):
-        spec = os.path.join(paths.cdi_spec_dir, f"k8s.{driver_name}-claim_{uid}.yaml")
+        try:
+            spec: str | None = cdi_spec_path(paths.cdi_spec_dir, driver_name, uid)
+        except ClaimPathError:  # not a UID the driver would write a file for
+            spec = None
         claims.append({"uid": uid, "claim": f"{entry.get('namespace')}/{entry.get('name')}", "state": entry["state"],
                        "devices": [d["device"] for d in entry.get("devices", [])],
-                       "cdiSpec": spec if os.path.exists(spec) else None})
+                       "cdiSpec": spec if spec and os.path.exists(spec) else None})
     result = {"checkpoint": paths.checkpoint, "exists": data is not None, "claims": claims}
     if output == "json":
         click.echo(json.dumps(result, indent=2))

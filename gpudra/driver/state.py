@@ -29,7 +29,7 @@ from gpudra.cdi import ContainerEdits, remove_spec, write_spec
 from gpudra.discovery import GpuBackend, Inventory, MigError, parse_mig_canonical_name
 from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 
-from . import cdispec
+from . import cdispec, claimpaths
 from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, CompletedEntryCache, current_boot_id,
                          empty_checkpoint, encode_checkpoint, load_checkpoint, save_checkpoint,
                          write_checkpoint_bytes)
@@ -138,10 +138,23 @@ class DeviceState:
             return copy.deepcopy(self._cp)
 
     def _spec_name(self, uid: str) -> str:
+        """The claim's CDI spec file name (without extension); ClaimPathError for an unusable UID."""
+        claimpaths.cdi_spec_path(self.paths.cdi_spec_dir, self.driver_name, uid)
         return cdispec.claim_spec_file_name(self.driver_name, uid)
 
+    def _spec_name_prefix(self) -> str:
+        return cdispec.claim_spec_file_name(self.driver_name, "")
+
     def _mps_dir(self, uid: str) -> str:
-        return os.path.join(self.paths.plugin_dir, "mps", uid)
+        """ClaimPathError for an unusable UID."""
+        return claimpaths.uid_path(os.path.join(self.paths.plugin_dir, "mps"), uid)
+
+    @staticmethod
+    def _check_ref(ref: ClaimRef) -> None:
+        try:
+            claimpaths.check_claim_identity(ref.namespace, ref.name, ref.uid)
+        except claimpaths.ClaimPathError as exc:
+            raise PrepareError(f"invalid claim reference: {exc}") from None
 
     # -- start-up --------------------------------------------------------------------------------
     def reconcile(self) -> dict[str, list[str]]:
@@ -172,17 +185,22 @@ class DeviceState:
             if not self._spec_exists(uid):
                 self._write_cdi(uid, entry["devices"])
                 report["cdiRewritten"].append(uid)
-        prefix = self._spec_name("")
+        prefix = self._spec_name_prefix()
         try:
             names = os.listdir(self.paths.cdi_spec_dir)
         except FileNotFoundError:
             names = []
         for name in names:
+            # directory entries: one path component each, whatever the (possibly foreign) UID in them
             if name.startswith(prefix) and name.endswith((".yaml", ".json")):
                 uid = name[len(prefix):].rsplit(".", 1)[0]
                 if uid not in completed:
-                    remove_spec(self.paths.cdi_spec_dir, self._spec_name(uid))
-                    report["cdiRemoved"].append(uid)
+                    try:
+                        os.unlink(os.path.join(self.paths.cdi_spec_dir, name))
+                    except FileNotFoundError:
+                        pass
+                    if uid not in report["cdiRemoved"]:
+                        report["cdiRemoved"].append(uid)
         if self.dynamic_mig:
             owned = {(d["gpuMinor"], d["mig"]["giProfileId"], d["mig"]["start"])
                      for e in completed.values() for d in e["devices"] if d.get("mig")}
@@ -212,7 +230,11 @@ class DeviceState:
                     existing = self.backend.find_mig_device(device["gpuMinor"], mig["giProfileId"], mig["start"])
                     if existing is not None:
                         self.backend.destroy_mig_device(device["gpuMinor"], existing.gi_id)
-        remove_spec(self.paths.cdi_spec_dir, self._spec_name(uid))
+        try:
+            spec_name = self._spec_name(uid)
+        except claimpaths.ClaimPathError:
+            return  # no file of ours can carry this UID: prepare refuses such UIDs before writing any
+        remove_spec(self.paths.cdi_spec_dir, spec_name)
         # only MPS records create the directory (start-up removes any that no claim owns)
         if any((d.get("sharing") or {}).get("strategy") == "MPS" for d in entry.get("devices", [])):
             shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
@@ -227,6 +249,7 @@ class DeviceState:
 
     # -- prepare ---------------------------------------------------------------------------------
     def prepare(self, ref: ClaimRef) -> list[dict[str, Any]]:
+        self._check_ref(ref)
         with self._claim_lock(ref.uid):
             with self._cp_lock:
                 entry = self._cp["claims"].get(ref.uid)
@@ -347,12 +370,14 @@ class DeviceState:
             self._create_hardware(ref, planned)
             if planned:
                 self._write_cdi(ref.uid, planned)
-        except (PrepareError, MigError, DiscoveryError, OSError) as exc:
+        except Exception as exc:  # whatever failed, a failed prepare keeps no reservation
             self._undo(ref.uid, entry)
             with self._cp_lock:
                 self._cp["claims"].pop(ref.uid, None)
                 version = self._changed()
             self._persist(version)
+            if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError)):
+                raise
             raise PrepareError(f"preparing claim {ref.namespace}/{ref.name}: {exc}") from None
         with self._cp_lock:
             entry["state"] = PREPARE_COMPLETED
@@ -403,6 +428,7 @@ class DeviceState:
 
     # -- unprepare -------------------------------------------------------------------------------
     def unprepare(self, ref: ClaimRef) -> None:
+        self._check_ref(ref)
         with self._claim_lock(ref.uid):
             with self._cp_lock:
                 entry = self._cp["claims"].get(ref.uid)
