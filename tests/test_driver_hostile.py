@@ -105,7 +105,7 @@ def test_uid_with_dot_dot_creates_and_removes_nothing_outside_the_root(node):
     "a" * 300,  # longer than a file name may be
     "0123\x00abcd",  # NUL
     "ünï-cødé", "with space", "a/b", ".", "..", "-", "UID_" + "x" * 40,
-    str(uuid.uuid4()) + "\n",
+    "0b6c5d8e-7f1a-4c2b-9d3e-5f6a7b8c9d0e\n",
 ])
 def test_unusable_uids_are_clear_per_claim_errors_that_reserve_nothing(node, uid):
     """Defect 3: a long UID or one with a NUL left gpu-0 reserved in `PrepareStarted`, unprepare failed
