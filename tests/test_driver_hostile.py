@@ -181,3 +181,196 @@ def test_paths_are_proven_to_stay_inside_their_root(tmp_path):
     (root / "link").symlink_to(tmp_path)  # a component that resolves outside
     with pytest.raises(ClaimPathError, match="outside"):
         path_inside(str(root), "link", "x")
+
+
+# -- opaque configs: size and value limits before any work ------------------------------------------------
+
+
+def _mps(**mps_config) -> dict:
+    return {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+            "sharing": {"strategy": "MPS", "mpsConfig": mps_config}}
+
+
+@pytest.mark.parametrize("value,message", [
+    ("1e100000000", "exponent"),  # defect 2: froze the whole driver
+    ("1e-100000000", "exponent"),
+    ("1" * 100, "at most 64 characters"),
+    ("1e30", "at most"),  # parses, but no GPU has that much memory
+    (10**40, "at most"),
+    (1e300, "at most"),
+    (True, "string"),
+    (["1Gi"], "string"),
+])
+def test_absurd_mps_memory_limits_are_rejected_before_parsing(value, message):
+    from gpudra.driver.config import ConfigError, decode_opaque
+
+    with pytest.raises(ConfigError, match=message):
+        decode_opaque(_mps(defaultPinnedDeviceMemoryLimit=value), "config[0]")
+    with pytest.raises(ConfigError, match=message):
+        decode_opaque(_mps(defaultPerDevicePinnedMemoryLimit={"0": value}), "config[0]")
+
+
+def test_opaque_config_size_limits():
+    import json
+
+    from gpudra.driver.config import ConfigError, claim_configs, decode_opaque
+
+    assert decode_opaque(_mps(defaultPinnedDeviceMemoryLimit="80Gi"), "c")[1].mps_pinned_memory_limit_mib == 80 * 1024
+    huge = _mps(defaultPerDevicePinnedMemoryLimit={str(i): "1Gi" for i in range(2000)})
+    with pytest.raises(ConfigError, match="10240 bytes"):
+        decode_opaque(huge, "c")
+    with pytest.raises(ConfigError, match="10240 bytes"):
+        decode_opaque(json.dumps(huge), "c")
+    many = _mps(defaultPerDevicePinnedMemoryLimit={str(i): "1Gi" for i in range(100)})
+    with pytest.raises(ConfigError, match="at most 64 devices"):
+        decode_opaque(many, "c")
+    deep: dict = {}
+    for _ in range(100_000):
+        deep = {"a": deep}
+    with pytest.raises(ConfigError):
+        decode_opaque({**_mps(), "sharing": deep}, "c")
+    entry = {"opaque": {"driver": "gpu.nvidia.com", "parameters": _mps()}}
+    with pytest.raises(ConfigError, match="at most 64"):
+        claim_configs({"devices": {"config": [entry] * 65}}, "gpu.nvidia.com")
+    assert len(claim_configs({"devices": {"config": [entry] * 64}}, "gpu.nvidia.com")) == 64
+
+
+# -- one hostile claim blocks neither the others nor health ------------------------------------------------
+
+
+class GrpcNode:
+    """The whole agent behind its unix sockets, with a kubelet client and a health probe."""
+
+    def __init__(self, profile: str = "dgx-h100"):
+        import tempfile
+
+        from gpudra.driver.agent import AgentOptions, DriverAgent
+        from gpudra.driver.kubelet_client import KubeletClient
+
+        self.root = tempfile.mkdtemp(prefix="gdh", dir="/tmp")  # unix socket paths stay short
+        self.claims_dir = os.path.join(self.root, "claims")
+        os.makedirs(self.claims_dir)
+        self.agent = DriverAgent(AgentOptions(node_name=NODE, profile=profile, root=self.root,
+                                              claims_dir=self.claims_dir, fsync=False))
+        self.agent.start()
+        self.kubelet = KubeletClient(self.agent.paths.registration_socket)
+        self.kubelet.register()
+
+    def claim(self, name: str, device: str, *, uid: str | None = None, config=None) -> tuple[str, str, str]:
+        obj = allocated_claim(name, [{"request": "gpu", "device": device}], node_name=NODE, uid=uid, config=config)
+        with open(os.path.join(self.claims_dir, f"default_{name}.yaml"), "w") as fh:
+            yaml.safe_dump(obj, fh)
+        return "default", name, obj["metadata"]["uid"]
+
+    def health(self) -> int:
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        with grpc.insecure_channel(f"unix://{self.agent.paths.dra_socket}") as channel:
+            return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),
+                                                             timeout=30).status
+
+    def close(self) -> None:
+        import shutil
+
+        self.kubelet.close()
+        self.agent.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture
+def grpc_node():
+    n = GrpcNode()
+    yield n
+    n.close()
+
+
+def _mps_limit(value) -> list[dict]:
+    return [{"source": "FromClaim", "requests": [],
+             "opaque": {"driver": "gpu.nvidia.com", "parameters": _mps(defaultPinnedDeviceMemoryLimit=value)}}]
+
+
+def test_hostile_mps_config_is_refused_while_health_and_other_claims_are_served(grpc_node):
+    """Defect 2: `defaultPinnedDeviceMemoryLimit: "1e100000000"` froze the whole driver (health too)."""
+    import threading
+
+    from grpc_health.v1 import health_pb2
+
+    hostile = grpc_node.claim("hostile", "gpu-0", config=_mps_limit("1e100000000"))
+    good = grpc_node.claim("good", "gpu-1")
+    probes: list[int] = []
+    stop = threading.Event()
+
+    def probe():
+        while not stop.is_set():
+            probes.append(grpc_node.health())
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        reply = grpc_node.kubelet.prepare([hostile, good], timeout=30)
+    finally:
+        stop.set()
+        prober.join()
+    assert "exponent" in reply.claims[hostile[2]].error and not reply.claims[hostile[2]].devices
+    assert reply.claims[good[2]].error == "" and reply.claims[good[2]].devices[0].device_name == "gpu-1"
+    assert probes and set(probes) == {health_pb2.HealthCheckResponse.SERVING}
+    assert set(grpc_node.agent.state.checkpoint_snapshot()["claims"]) == {good[2]}
+
+
+def _same_lock_stripe_uid(uid: str) -> str:
+    import zlib
+
+    from gpudra.driver.state import _LOCK_STRIPES
+
+    stripe = zlib.crc32(uid.encode()) % _LOCK_STRIPES
+    while True:
+        other = str(uuid.uuid4())
+        if other != uid and zlib.crc32(other.encode()) % _LOCK_STRIPES == stripe:
+            return other
+
+
+def test_a_slow_config_parse_is_abandoned_at_the_deadline_and_keeps_nothing(grpc_node, monkeypatch):
+    """Even if parsing a claim's config never returned, the deadline answers that claim, other claims
+    (one sharing its lock stripe included) and health are served meanwhile, a retry does not start a
+    second call, and the abandoned prepare reserves nothing when it finally returns."""
+    import threading
+
+    from grpc_health.v1 import health_pb2
+
+    from gpudra.driver import config
+
+    release = threading.Event()
+    real_quantity = config.Quantity
+
+    class SlowQuantity:
+        @staticmethod
+        def parse(value):
+            if value == "7Gi":  # the hostile claim's value: parsing "hangs" until the test lets go
+                release.wait(60)
+            return real_quantity.parse(value)
+
+    monkeypatch.setattr(config, "Quantity", SlowQuantity)
+    grpc_node.agent.plugin.calls.deadline_s = 4.0
+    hostile = grpc_node.claim("hostile", "gpu-0", config=_mps_limit("7Gi"))
+    neighbour = grpc_node.claim("neighbour", "gpu-1", uid=_same_lock_stripe_uid(hostile[2]))
+    try:
+        reply = grpc_node.kubelet.prepare([hostile, neighbour], timeout=30)
+        assert "did not finish within 4 s" in reply.claims[hostile[2]].error
+        assert reply.claims[neighbour[2]].error == ""
+        assert grpc_node.health() == health_pb2.HealthCheckResponse.SERVING  # while the parse still hangs
+        retry = grpc_node.kubelet.prepare([hostile], timeout=30).claims[hostile[2]]
+        assert "still running" in retry.error
+        later = grpc_node.claim("later", "gpu-2")
+        assert grpc_node.kubelet.prepare([later], timeout=30).claims[later[2]].error == ""
+        assert grpc_node.agent.plugin.calls.running() == 1
+    finally:
+        release.set()
+    assert grpc_node.agent.plugin.calls.wait_idle(60)
+    claims = grpc_node.agent.state.checkpoint_snapshot()["claims"]
+    assert hostile[2] not in claims and set(claims) == {neighbour[2], later[2]}
+    assert load_checkpoint(grpc_node.agent.paths.checkpoint)["claims"].keys() == claims.keys()
+    taker = grpc_node.claim("taker", "gpu-0")  # the abandoned prepare reserved nothing
+    assert grpc_node.kubelet.prepare([taker], timeout=30).claims[taker[2]].error == ""
+    retried = grpc_node.kubelet.prepare([hostile], timeout=30).claims[hostile[2]]  # a clean retry
+    assert "already allocated" in retried.error

@@ -27,6 +27,7 @@ from typing import Any
 
 from gpudra.cdi import ContainerEdits, remove_spec, write_spec
 from gpudra.discovery import GpuBackend, Inventory, MigError, parse_mig_canonical_name
+from gpudra.api.schema.resource import RESULTS_MAX
 from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 
 from . import cdispec, claimpaths
@@ -34,7 +35,8 @@ from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, 
                          empty_checkpoint, encode_checkpoint, load_checkpoint, save_checkpoint,
                          write_checkpoint_bytes)
 from .claims import ClaimSource, ClaimSourceError
-from .config import ConfigError, claim_configs, config_for
+from .calls import CallToken
+from .config import ConfigError, DeviceConfig, claim_configs, config_for
 from .paths import DriverPaths
 
 log = logging.getLogger("gpudra.driver")
@@ -248,8 +250,16 @@ class DeviceState:
                        for d in e["devices"] if d.get("mig"))
 
     # -- prepare ---------------------------------------------------------------------------------
-    def prepare(self, ref: ClaimRef) -> list[dict[str, Any]]:
+    def prepare(self, ref: ClaimRef, token: CallToken | None = None) -> list[dict[str, Any]]:
+        """`token` (from `calls.ClaimCalls`) tells a prepare that outlived its deadline to reserve
+        nothing and roll back instead of completing."""
         self._check_ref(ref)
+        # The claim's content is hostile input: it is read and decoded before the claim's lock is
+        # taken, so however long that takes it holds up no other claim sharing the lock stripe.
+        with self._cp_lock:
+            entry = self._cp["claims"].get(ref.uid)
+            completed = entry is not None and entry["state"] == PREPARE_COMPLETED
+        read = None if completed else self._read_claim(ref)
         with self._claim_lock(ref.uid):
             with self._cp_lock:
                 entry = self._cp["claims"].get(ref.uid)
@@ -266,9 +276,10 @@ class DeviceState:
                 self._undo(ref.uid, entry)
                 with self._cp_lock:
                     self._cp["claims"].pop(ref.uid, None)
-            return self._prepare_new(ref)
+            return self._prepare_new(ref, read or self._read_claim(ref), token)
 
-    def _read_claim(self, ref: ClaimRef) -> dict[str, Any]:
+    def _read_claim(self, ref: ClaimRef) -> tuple[dict[str, Any], list[DeviceConfig]]:
+        """The allocated claim and this driver's decoded configs, within the API's size limits."""
         try:
             claim = self.claims.get(ref.namespace, ref.name)
         except ClaimSourceError as exc:
@@ -278,16 +289,27 @@ class DeviceState:
         uid = (claim.get("metadata") or {}).get("uid")
         if uid != ref.uid:
             raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name} has UID {uid}, not {ref.uid}: it was replaced")
-        if not (claim.get("status") or {}).get("allocation"):
+        status = claim.get("status")
+        allocation = status.get("allocation") if isinstance(status, dict) else None
+        if not allocation:
             raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name} is not allocated")
-        return claim
-
-    def _plan(self, ref: ClaimRef, claim: dict[str, Any], inventory: Inventory) -> list[dict[str, Any]]:
-        allocation = claim["status"]["allocation"]
+        devices = allocation.get("devices") or {} if isinstance(allocation, dict) else None
+        results = devices.get("results") or [] if isinstance(devices, dict) else None
+        if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
+            raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name}: status.allocation.devices.results "
+                               "must be a list of objects")
+        if len(results) > RESULTS_MAX:
+            raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name}: at most {RESULTS_MAX} allocation "
+                               f"results (has {len(results)})")
         try:
             configs = claim_configs(allocation, self.driver_name)
         except ConfigError as exc:
             raise PrepareError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
+        return claim, configs
+
+    def _plan(self, ref: ClaimRef, claim: dict[str, Any], configs: list[DeviceConfig],
+              inventory: Inventory) -> list[dict[str, Any]]:
+        allocation = claim["status"]["allocation"]
         planned: list[dict[str, Any]] = []
         for result in (allocation.get("devices") or {}).get("results") or []:
             if result.get("driver") != self.driver_name:
@@ -344,14 +366,17 @@ class DeviceState:
                                         "start": start, "size": profile.memory_slices, "dynamic": True}}
         raise PrepareError(f"device {name} does not exist on node {self.node_name}")
 
-    def _prepare_new(self, ref: ClaimRef) -> list[dict[str, Any]]:
-        claim = self._read_claim(ref)
+    def _prepare_new(self, ref: ClaimRef, read: tuple[dict[str, Any], list[DeviceConfig]],
+                     token: CallToken | None) -> list[dict[str, Any]]:
+        claim, configs = read
         try:
             inventory = self.backend.inventory()
         except DiscoveryError as exc:
             raise PrepareError(f"GPU discovery failed: {exc}") from None
-        planned = self._plan(ref, claim, inventory)
+        planned = self._plan(ref, claim, configs, inventory)
         with self._cp_lock:
+            if token is not None and token.abandoned:
+                raise PrepareError(f"prepare of claim {ref.namespace}/{ref.name} was abandoned after its deadline")
             for other_uid, other in self._cp["claims"].items():
                 for mine in planned:
                     for theirs in other["devices"]:
@@ -371,19 +396,25 @@ class DeviceState:
             if planned:
                 self._write_cdi(ref.uid, planned)
         except Exception as exc:  # whatever failed, a failed prepare keeps no reservation
-            self._undo(ref.uid, entry)
-            with self._cp_lock:
-                self._cp["claims"].pop(ref.uid, None)
-                version = self._changed()
-            self._persist(version)
+            self._roll_back(ref.uid, entry)
             if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError)):
                 raise
             raise PrepareError(f"preparing claim {ref.namespace}/{ref.name}: {exc}") from None
+        if token is not None and not token.commit():
+            self._roll_back(ref.uid, entry)
+            raise PrepareError(f"prepare of claim {ref.namespace}/{ref.name} was abandoned after its deadline")
         with self._cp_lock:
             entry["state"] = PREPARE_COMPLETED
             version = self._changed()
         self._persist(version)
         return self._response(planned)
+
+    def _roll_back(self, uid: str, entry: dict[str, Any]) -> None:
+        self._undo(uid, entry)
+        with self._cp_lock:
+            self._cp["claims"].pop(uid, None)
+            version = self._changed()
+        self._persist(version)
 
     def _create_hardware(self, ref: ClaimRef, planned: list[dict[str, Any]]) -> None:
         for record in planned:
