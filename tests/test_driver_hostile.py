@@ -3,11 +3,14 @@ must give a clear per-claim error, touch nothing outside the driver's root and r
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpudra.discovery import open_backend
 from gpudra.driver.checkpoint import load_checkpoint
@@ -374,3 +377,139 @@ def test_a_slow_config_parse_is_abandoned_at_the_deadline_and_keeps_nothing(grpc
     assert grpc_node.kubelet.prepare([taker], timeout=30).claims[taker[2]].error == ""
     retried = grpc_node.kubelet.prepare([hostile], timeout=30).claims[hostile[2]]  # a clean retry
     assert "already allocated" in retried.error
+
+
+# -- fuzz: the kubelet's requests and claim files with random identities and configs ------------------------
+
+_UUID = "7e57c1a1-0b0e-4c1d-9e1f-2a3b4c5d6e7f"
+_HOSTILE_TEXT = ["../o/victim", "../../../../../../o/victim", "../../o/evil", "/tmp", "a" * 300, "x\x00y", "a/b",
+                 ".", "..", "", " ", "ünï", _UUID + "\n", _UUID.upper(), "default\n", "Default", "a" * 64]
+_QUANTITIES = st.one_of(st.sampled_from(["1e100000000", "1e-100000000", "1e30", "2Gi", "-1Gi", "0.5Mi", "1Ei", "9" * 70,
+                                         "1e", "Gi", "", "80Gi", "1.5e3Mi"]),
+                        st.text(max_size=20), st.integers(), st.floats(allow_nan=True), st.booleans(), st.none())
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                     max_leaves=8)
+
+
+@st.composite
+def _opaque_parameters(draw):
+    kind = draw(st.sampled_from(["GpuConfig", "MigDeviceConfig", "Other"]))
+    mps = draw(st.dictionaries(st.sampled_from(["defaultActiveThreadPercentage", "defaultPinnedDeviceMemoryLimit",
+                                                "defaultPerDevicePinnedMemoryLimit", "surprise"]),
+                               st.one_of(_QUANTITIES, st.dictionaries(st.text(max_size=5), _QUANTITIES, max_size=3)),
+                               max_size=3))
+    sharing = draw(st.one_of(
+        st.fixed_dictionaries({"strategy": st.sampled_from(["MPS", "TimeSlicing", "Nope"]), "mpsConfig": st.just(mps)}),
+        st.fixed_dictionaries({"strategy": st.just("TimeSlicing"),
+                               "timeSlicingConfig": st.fixed_dictionaries({"interval": st.text(max_size=8)})}),
+        _JSON))
+    params = {"apiVersion": draw(st.sampled_from(["resource.nvidia.com/v1beta1", "x/v1"])), "kind": kind,
+              "sharing": sharing}
+    return draw(st.one_of(st.just(params), _JSON))
+
+
+_IDENTITY = st.one_of(st.sampled_from(_HOSTILE_TEXT), st.text(max_size=40))
+_CLAIM = st.fixed_dictionaries({
+    "uid": st.one_of(st.uuids().map(str), _IDENTITY),
+    "namespace": st.one_of(st.just("default"), _IDENTITY),
+    "name": st.one_of(st.from_regex(r"[a-z][a-z0-9]{0,8}", fullmatch=True), _IDENTITY),
+    "device": st.sampled_from(["gpu-0", "gpu-1", "gpu-7", "gpu-99", "gpu-1-mig-1g10gb-19-0"]),
+    "configs": st.lists(st.fixed_dictionaries({"requests": st.lists(st.sampled_from(["gpu", "x"]), max_size=2),
+                                               "parameters": _opaque_parameters()}), max_size=2),
+    "in_request": st.booleans(),  # the kubelet asks for what the file says, or for a hostile variant
+    "asked_uid": _IDENTITY,
+})
+
+
+class _Fuzzed:
+    def __init__(self):
+        import tempfile
+
+        from gpudra.driver.agent import AgentOptions, DriverAgent
+        from gpudra.driver.kubelet_client import KubeletClient
+
+        self.base = tempfile.mkdtemp(prefix="gdf", dir="/tmp")
+        self.root = os.path.join(self.base, "r")
+        self.outside = os.path.join(self.base, "o")
+        os.makedirs(os.path.join(self.outside, "victim"))
+        with open(os.path.join(self.outside, "victim", "precious"), "w") as fh:
+            fh.write("keep me")
+        self.claims_dir = os.path.join(self.root, "claims")
+        os.makedirs(self.claims_dir)
+        self.agent = DriverAgent(AgentOptions(node_name=NODE, profile="dgx-h100", root=self.root,
+                                              claims_dir=self.claims_dir, fsync=False))
+        self.agent.start()
+        self.kubelet = KubeletClient(self.agent.paths.registration_socket)
+        self.kubelet.register()
+        self.errors: list = []  # every ERROR logged by the driver (a traceback is logged as one)
+        self._handler = logging.Handler(logging.ERROR)
+        self._handler.emit = self.errors.append
+        logging.getLogger("gpudra").addHandler(self._handler)
+
+    def outside_tree(self) -> list[tuple[str, int, int]]:
+        found = []
+        for directory, dirs, files in os.walk(self.base):
+            dirs[:] = [d for d in dirs if os.path.join(directory, d) != self.root]
+            for entry in dirs + files:
+                st_ = os.lstat(os.path.join(directory, entry))
+                found.append((os.path.join(directory, entry), st_.st_mode, st_.st_size))
+        return sorted(found)
+
+    def close(self):
+        import shutil
+
+        logging.getLogger("gpudra").removeHandler(self._handler)
+        self.kubelet.close()
+        self.agent.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def fuzzed():
+    node = _Fuzzed()
+    yield node
+    node.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(claims=st.lists(_CLAIM, min_size=1, max_size=3))
+def test_fuzzed_requests_get_clear_answers_and_touch_nothing_outside_the_root(fuzzed, claims):
+    before = fuzzed.outside_tree()
+    files, refs = [], []
+    for i, c in enumerate(claims):
+        config = [{"source": "FromClaim", "requests": k["requests"],
+                   "opaque": {"driver": "gpu.nvidia.com", "parameters": k["parameters"]}} for k in c["configs"]]
+        obj = allocated_claim("placeholder", [{"request": "gpu", "device": c["device"]}], node_name=NODE,
+                              uid=c["uid"] or _UUID, config=config)
+        obj["metadata"].update(name=c["name"], namespace=c["namespace"])
+        path = os.path.join(fuzzed.claims_dir, f"fuzz-{i}.yaml")
+        with open(path, "w") as fh:
+            yaml.safe_dump(obj, fh)
+        files.append(path)
+        refs.append((c["namespace"], c["name"], obj["metadata"]["uid"] if c["in_request"] else c["asked_uid"]))
+    try:
+        fuzzed.errors.clear()
+        reply = fuzzed.kubelet.prepare(refs, timeout=30)
+        assert set(reply.claims) == {uid for _, _, uid in refs}
+        state = fuzzed.agent.state.checkpoint_snapshot()["claims"]
+        for _, _, uid in refs:
+            answer = reply.claims[uid]
+            assert not answer.error.startswith("internal error"), answer.error
+            if answer.error:  # a failed prepare reserves nothing and leaves no entry
+                assert not answer.devices and uid not in state
+            else:
+                assert state[uid]["state"] == "PrepareCompleted"
+        unprepared = fuzzed.kubelet.unprepare(refs, timeout=30)
+        for _, _, uid in refs:
+            assert not unprepared.claims[uid].error.startswith("internal error"), unprepared.claims[uid].error
+            if not reply.claims[uid].error:
+                assert unprepared.claims[uid].error == ""
+        assert [r.getMessage() for r in fuzzed.errors] == []
+        assert fuzzed.agent.state.checkpoint_snapshot()["claims"] == {}
+        assert load_checkpoint(fuzzed.agent.paths.checkpoint)["claims"] == {}
+        assert os.listdir(fuzzed.agent.paths.cdi_spec_dir) == []
+        assert fuzzed.outside_tree() == before
+    finally:
+        for path in files:
+            os.unlink(path)

@@ -14,6 +14,8 @@ second thread: hostile content can tie up at most one thread per distinct claim,
 
 from __future__ import annotations
 
+import functools
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from typing import Any
 DEFAULT_DEADLINE_S = 40.0  # under the kubelet's 45 s per call, so the answer arrives before it gives up
 KUBELET_MARGIN_S = 1.0  # answer this long before the caller's own deadline
 MAX_RUNNING = 256
+WORKER_IDLE_EXIT_S = 60.0
 
 
 class CallAbandoned(Exception):
@@ -58,6 +61,45 @@ class CallToken:
             return True
 
 
+class _Workers:
+    """Reusable daemon threads; a new one starts only when none is idle, so a stuck call keeps its
+    own thread and never delays others. Handing a call to an idle thread costs a tenth of starting one."""
+
+    def __init__(self, idle_exit_s: float = WORKER_IDLE_EXIT_S):
+        self.idle_exit_s = idle_exit_s
+        self._queue: queue.SimpleQueue[Callable[[], Callable[[], None]]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0  # threads waiting on the queue, less the calls already handed to them
+
+    def submit(self, work: Callable[[], Callable[[], None]]) -> None:
+        """Run `work` on an idle thread or a new one; what it returns is called once the thread is
+        idle again, so whoever that wakes finds the thread free for the next call."""
+        with self._lock:
+            reuse = self._idle > 0
+            if reuse:
+                self._idle -= 1
+        if reuse:
+            self._queue.put(work)
+        else:
+            threading.Thread(target=self._serve, args=(work,), name="claim-call", daemon=True).start()
+
+    def _serve(self, work: Callable[[], Callable[[], None]]) -> None:
+        while True:
+            publish = work()
+            with self._lock:
+                self._idle += 1
+            publish()
+            while True:
+                try:
+                    work = self._queue.get(timeout=self.idle_exit_s)
+                    break
+                except queue.Empty:
+                    with self._lock:
+                        if self._idle > 0:  # more idle threads than calls on their way: one may go
+                            self._idle -= 1
+                            return
+
+
 class ClaimCalls:
     """Runs keyed calls (`("prepare", uid)`, …) on their own threads, each answered by a deadline."""
 
@@ -66,6 +108,7 @@ class ClaimCalls:
         self.max_running = max_running
         self._running: dict[tuple[str, str], Future] = {}
         self._lock = threading.Lock()
+        self._workers = _Workers()
 
     def running(self) -> int:
         with self._lock:
@@ -96,18 +139,16 @@ class ClaimCalls:
             self._running[key] = future
         token = CallToken()
 
-        def run() -> None:
+        def run() -> Callable[[], None]:
             try:
-                result = call(token)
+                publish = functools.partial(future.set_result, call(token))
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting gRPC worker
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
-            finally:
-                with self._lock:
-                    self._running.pop(key, None)
+                publish = functools.partial(future.set_exception, exc)
+            with self._lock:  # before the answer: a retry right after it must not find the call running
+                self._running.pop(key, None)
+            return publish
 
-        threading.Thread(target=run, name=f"claim-{key[0]}", daemon=True).start()
+        self._workers.submit(run)
         return future, token
 
     def run(self, calls: list[tuple[tuple[str, str], Callable[[CallToken], Any]]],
