@@ -11,9 +11,9 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from .calls import DEFAULT_DEADLINE_S, CallAbandoned, ClaimCalls
 from .protos import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc, pluginregistration_pb2,
                      pluginregistration_pb2_grpc)
-from .calls import DEFAULT_DEADLINE_S, CallAbandoned, ClaimCalls
 from .state import ClaimRef, DeviceState, PrepareError
 
 log = logging.getLogger("gpudra.driver.plugin")
