@@ -25,17 +25,17 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from gpudra.api.schema.resource import RESULTS_MAX
 from gpudra.cdi import ContainerEdits, remove_spec, write_spec
 from gpudra.discovery import GpuBackend, Inventory, MigError, parse_mig_canonical_name
-from gpudra.api.schema.resource import RESULTS_MAX
 from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 
 from . import cdispec, claimpaths
+from .calls import CallToken
 from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, CompletedEntryCache, current_boot_id,
                          empty_checkpoint, encode_checkpoint, load_checkpoint, save_checkpoint,
                          write_checkpoint_bytes)
 from .claims import ClaimSource, ClaimSourceError
-from .calls import CallToken
 from .config import ConfigError, DeviceConfig, claim_configs, config_for
 from .paths import DriverPaths
 
