@@ -176,7 +176,8 @@ def test_agent_publishes_slices_and_prepares_claims_from_the_api_server(cluster)
         ref = ("team", "from-api", claim["metadata"]["uid"])
         answer = kubelet.prepare([ref]).claims[ref[2]]
         assert answer.error == "" and answer.devices[0].device_name == "gpu-0-mig-1g10gb-19-0"
-        assert "not found" in kubelet.prepare([("team", "gone", "u")]).claims["u"].error
+        gone_uid = "5d0c1f7e-2a3b-4c5d-8e9f-0a1b2c3d4e5f"
+        assert "not found" in kubelet.prepare([("team", "gone", gone_uid)]).claims[gone_uid].error
         kubelet.close()
         agent.stop()
 

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 
 import grpc
 import pytest
@@ -163,17 +164,20 @@ def test_admin_access_device_is_shared_but_exclusive_devices_are_not(node):
 
 def test_every_claim_is_answered_with_per_claim_errors(node):
     good = node.claim("good", [{"request": "gpu", "device": "gpu-5"}])
-    unknown = ("default", "ghost", "uid-ghost")
+    ghost_uid, replacement_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    unknown = ("default", "ghost", ghost_uid)
     elsewhere = node.claim("elsewhere", [{"request": "gpu", "device": "gpu-1", "pool": "node-b"}], node_name="node-b")
     missing_device = node.claim("nodev", [{"request": "gpu", "device": "gpu-42"}])
-    replaced = ("default", "good", "not-the-uid")
-    reply = node.kubelet.prepare([good, unknown, elsewhere, missing_device, replaced])
-    assert set(reply.claims) == {good[2], "uid-ghost", elsewhere[2], missing_device[2], "not-the-uid"}
+    replaced = ("default", "good", replacement_uid)
+    not_a_uid = ("default", "good", "not-a-uid")
+    reply = node.kubelet.prepare([good, unknown, elsewhere, missing_device, replaced, not_a_uid])
+    assert set(reply.claims) == {good[2], ghost_uid, elsewhere[2], missing_device[2], replacement_uid, "not-a-uid"}
     assert reply.claims[good[2]].error == ""
-    assert "not found" in reply.claims["uid-ghost"].error
+    assert "not found" in reply.claims[ghost_uid].error
     assert "node-b" in reply.claims[elsewhere[2]].error and not reply.claims[elsewhere[2]].devices
     assert "gpu-42" in reply.claims[missing_device[2]].error
-    assert "replaced" in reply.claims["not-the-uid"].error
+    assert "replaced" in reply.claims[replacement_uid].error
+    assert "not a Kubernetes UID" in reply.claims["not-a-uid"].error
     checkpoint = load_checkpoint(node.agent.paths.checkpoint)
     assert set(checkpoint["claims"]) == {good[2]}
 

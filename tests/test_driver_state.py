@@ -227,7 +227,7 @@ def test_reboot_forgets_prepared_claims(env):
 
 def test_errors(env):
     with pytest.raises(PrepareError, match="not found"):
-        env.state.prepare(ClaimRef("default", "nope", "u"))
+        env.state.prepare(ClaimRef("default", "nope", "0b6c5d8e-7f1a-4c2b-9d3e-5f6a7b8c9d0e"))
     ref = env.claim("x", ["gpu-1-mig-1g10gb-19-9"])  # no placement 9
     with pytest.raises(PrepareError, match="does not exist"):
         env.state.prepare(ref)

@@ -111,12 +111,17 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
               help="host path of nvidia-cdi-hook (default: looked up under the driver root; without it no hooks)")
 @click.option("--socket-group", default=None,
               help="group (name or GID) whose members may also use the plugin sockets (mode 0660; default 0600, root only)")
+@click.option("--claim-timeout", "call_deadline_s", type=click.FloatRange(min=0.1), default=40.0, show_default=True,
+              metavar="SECONDS",
+              help="answer each claim of a prepare/unprepare call within SECONDS (an error after it; the kubelet "
+                   "gives up at 45)")
 @click.option("--no-fsync", is_flag=True, hidden=True, help="skip fsync (benchmarks on slow disks only)")
 @click.option("-v", "--verbose", is_flag=True)
 def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: str, claims_dir: str | None,
             kubeconfig: str | None, in_cluster: bool, dynamic_mig: bool, healthcheck_port: int | None,
             registry_dir: str, plugins_dir: str, cdi_dir: str, driver_root: str, host_driver_root: str | None,
-            cdi_hook_path: str | None, socket_group: str | None, no_fsync: bool, verbose: bool) -> None:
+            cdi_hook_path: str | None, socket_group: str | None, call_deadline_s: float, no_fsync: bool,
+            verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
     from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
     from gpudra.driver.checkpoint import CheckpointError
@@ -129,7 +134,7 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
                            dynamic_mig=dynamic_mig, healthcheck_port=healthcheck_port, fsync=not no_fsync,
                            registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir,
                            driver_root=driver_root, host_driver_root=host_driver_root, cdi_hook_path=cdi_hook_path,
-                           socket_group=socket_group)
+                           socket_group=socket_group, call_deadline_s=call_deadline_s)
     try:
         agent = DriverAgent(options)
         agent.start()
@@ -228,6 +233,7 @@ def status_cmd(root: str, driver_name: str, output: str) -> None:
     import os
 
     from gpudra.driver.checkpoint import CheckpointError, load_checkpoint
+    from gpudra.driver.claimpaths import ClaimPathError, cdi_spec_path
     from gpudra.driver.paths import DriverPaths
 
     paths = DriverPaths(driver_name=driver_name, root=root)
@@ -237,10 +243,13 @@ def status_cmd(root: str, driver_name: str, output: str) -> None:
         _fail(str(exc))
     claims = []
     for uid, entry in sorted(((data or {}).get("claims") or {}).items()):
-        spec = os.path.join(paths.cdi_spec_dir, f"k8s.{driver_name}-claim_{uid}.yaml")
+        try:
+            spec: str | None = cdi_spec_path(paths.cdi_spec_dir, driver_name, uid)
+        except ClaimPathError:  # not a UID the driver would write a file for
+            spec = None
         claims.append({"uid": uid, "claim": f"{entry.get('namespace')}/{entry.get('name')}", "state": entry["state"],
                        "devices": [d["device"] for d in entry.get("devices", [])],
-                       "cdiSpec": spec if os.path.exists(spec) else None})
+                       "cdiSpec": spec if spec and os.path.exists(spec) else None})
     result = {"checkpoint": paths.checkpoint, "exists": data is not None, "claims": claims}
     if output == "json":
         click.echo(json.dumps(result, indent=2))

@@ -14,6 +14,7 @@ import yaml
 from gpudra.cdi import ContainerEdits
 from gpudra.discovery import GpuBackend, open_backend
 
+from .calls import DEFAULT_DEADLINE_S
 from .claims import ClaimSource, KubeClaimSource, LocalClaimStore
 from .hostdriver import HostDriverFiles, discover_host_driver, host_driver_edits
 from .paths import DriverPaths
@@ -50,6 +51,7 @@ class AgentOptions:
     host_driver_root: str | None = None  # that directory's path on the host; default driver_root
     cdi_hook_path: str | None = None  # host path of nvidia-cdi-hook, if not under the driver root
     socket_group: str | None = None  # group (name or GID) allowed on the sockets besides root: mode 0660
+    call_deadline_s: float = DEFAULT_DEADLINE_S  # each claim of a prepare/unprepare call is answered by then
 
 
 def _group_id(group: str | None) -> int | None:
@@ -131,7 +133,8 @@ class DriverAgent:
                                     dra_socket=self.paths.dra_socket,
                                     registration_socket=self.paths.registration_socket,
                                     healthcheck_port=self.options.healthcheck_port,
-                                    socket_group=_group_id(self.options.socket_group))
+                                    socket_group=_group_id(self.options.socket_group),
+                                    call_deadline_s=self.options.call_deadline_s)
         self.plugin.start()
         log.info("kubelet plugin %s serving on %s (registration %s)", self.options.driver_name,
                  self.paths.dra_socket, self.paths.registration_socket)

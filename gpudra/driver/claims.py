@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 import time
 from typing import Any, Protocol
 
 import yaml
+
+from .claimpaths import ClaimPathError, claim_file_candidates, is_inside
 
 try:
     _Loader = yaml.CSafeLoader
@@ -93,6 +96,8 @@ class LocalClaimStore:
             cached = self._cache.get(path)
         if cached and cached[0] == key:
             return cached[1]
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device node would block or never end
+            return []
         try:
             with open(path, "rb") as fh:  # binary: a text-mode file object costs more than the read
                 text = fh.read().decode("utf-8")
@@ -112,8 +117,13 @@ class LocalClaimStore:
         return meta.get("name") == name and (meta.get("namespace") or "default") == namespace
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        for candidate in (f"{namespace}_{name}.yaml", f"{name}.yaml", f"{namespace}_{name}.json"):
-            for claim in self._parse(os.path.join(self.directory, candidate)):
+        """Only a valid namespace/name is looked up, and only in files that resolve inside the directory."""
+        try:
+            candidates = claim_file_candidates(self.directory, namespace, name)
+        except ClaimPathError as exc:
+            raise ClaimSourceError(f"claim {exc}") from None
+        for candidate in candidates:
+            for claim in self._parse(candidate):
                 if self._matches(claim, namespace, name):
                     return claim
         try:
@@ -122,6 +132,8 @@ class LocalClaimStore:
             raise ClaimSourceError(f"claim store directory {self.directory} does not exist") from None
         for entry in names:
             if entry.startswith(".") or not entry.endswith((".yaml", ".yml", ".json")):
+                continue
+            if not is_inside(self.directory, entry):
                 continue
             for claim in self._parse(os.path.join(self.directory, entry)):
                 if self._matches(claim, namespace, name):

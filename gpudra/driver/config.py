@@ -2,15 +2,23 @@
 
 Decoding is strict: unknown apiVersion, kind or field is an error, as in the NVIDIA driver.
 Class configs come before claim configs; the last matching config wins.
+
+A claim's configs are hostile input to a root process, so size and value limits are checked
+before anything is built from them: the API server's limits on opaque parameters (10 KiB
+serialized, 64 configs per allocation), and this driver's own on what a config may say
+(a memory limit is a short quantity text of at most 1 PiB, at most 64 per-device entries).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.api.schema.resource import ALLOCATION_CONFIGS_MAX, OPAQUE_PARAMETERS_MAX
 
 API_VERSION = "resource.nvidia.com/v1beta1"
 GPU_CONFIG = "GpuConfig"
@@ -18,6 +26,13 @@ MIG_CONFIG = "MigDeviceConfig"
 KIND_FOR_TYPE = {"gpu": GPU_CONFIG, "mig": MIG_CONFIG}
 TIME_SLICE_INTERVALS = {"Default": 0, "Short": 1, "Medium": 2, "Long": 3}
 MIB = 1024 * 1024
+# Limits of this driver on what a config may say, checked before any number is built.
+QUANTITY_TEXT_MAX = 64
+QUANTITY_EXPONENT_MAX = 30  # 1e30 bytes is far beyond any memory; 1e-30 far below a byte
+PINNED_MEMORY_MAX_MIB = 1024**3  # 1 PiB
+PER_DEVICE_ENTRIES_MAX = 64  # more than the GPUs of any node
+DEVICE_KEY_MAX = 64  # an index or a GPU UUID
+_EXPONENT_TAIL = re.compile(r"[eE]([+-]?[0-9]+)\Z")
 
 
 class ConfigError(Exception):
@@ -62,15 +77,36 @@ def _strict(obj: Any, allowed: set[str], what: str) -> dict[str, Any]:
     return obj
 
 
+def _bounded_quantity_text(value: Any, what: str) -> str:
+    """The quantity's text, refused when it is too long or its exponent too large to be a memory size
+    (so parsing never has to build a huge number)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ConfigError(f"{what}: must be a quantity string such as \"16Gi\"")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{what}: must be a finite quantity")
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) > QUANTITY_TEXT_MAX:
+        raise ConfigError(f"{what}: must be at most {QUANTITY_TEXT_MAX} characters (has {len(text)})")
+    exponent = _EXPONENT_TAIL.search(text)
+    if exponent and abs(int(exponent.group(1))) > QUANTITY_EXPONENT_MAX:
+        raise ConfigError(f"{what}: exponent {exponent.group(1)} of {text!r} is out of range "
+                          f"(at most {QUANTITY_EXPONENT_MAX} either way)")
+    return text
+
+
 def _mib(value: Any, what: str) -> int:
+    text = _bounded_quantity_text(value, what)
     try:
-        quantity = Quantity.parse(value)
+        quantity = Quantity.parse(value if isinstance(value, (int, float)) else text)
     except QuantityError as exc:
         raise ConfigError(f"{what}: invalid quantity {value!r}: {exc}") from None
     nanos = quantity.nanos
     if nanos < MIB * 10**9:
         raise ConfigError(f"{what}: must be at least 1Mi, got {value}")
-    return nanos // (MIB * 10**9)
+    mib = nanos // (MIB * 10**9)
+    if mib > PINNED_MEMORY_MAX_MIB:
+        raise ConfigError(f"{what}: must be at most 1Pi, got {text}")
+    return mib
 
 
 def _sharing(obj: Any, kind: str, what: str) -> Sharing | None:
@@ -109,17 +145,39 @@ def _sharing(obj: Any, kind: str, what: str) -> Sharing | None:
         per_device = mps.get("defaultPerDevicePinnedMemoryLimit") or {}
         if not isinstance(per_device, dict):
             raise ConfigError(f"{what}.mpsConfig.defaultPerDevicePinnedMemoryLimit: expected a map")
+        if len(per_device) > PER_DEVICE_ENTRIES_MAX:
+            raise ConfigError(f"{what}.mpsConfig.defaultPerDevicePinnedMemoryLimit: at most "
+                              f"{PER_DEVICE_ENTRIES_MAX} devices (has {len(per_device)})")
         for key, value in per_device.items():
+            if len(str(key)) > DEVICE_KEY_MAX:
+                raise ConfigError(f"{what}.mpsConfig.defaultPerDevicePinnedMemoryLimit: device keys must be at "
+                                  f"most {DEVICE_KEY_MAX} characters")
             sharing.mps_per_device_pinned_memory_mib[str(key)] = _mib(
                 value, f"{what}.mpsConfig.defaultPerDevicePinnedMemoryLimit[{key}]")
     return sharing
 
 
+def _check_size(parameters: Any, what: str) -> None:
+    """The API server's limit on opaque parameters (OpaqueParametersMaxLength), checked on the
+    serialized form; a nesting too deep to serialize is refused as well."""
+    if isinstance(parameters, (str, bytes)):
+        size = len(parameters)
+    else:
+        try:
+            size = len(json.dumps(parameters, separators=(",", ":"), default=str))
+        except (RecursionError, ValueError, TypeError) as exc:
+            raise ConfigError(f"{what}: parameters cannot be serialized: {type(exc).__name__}") from None
+    if size > OPAQUE_PARAMETERS_MAX:
+        raise ConfigError(f"{what}: parameters must be at most {OPAQUE_PARAMETERS_MAX} bytes when serialized "
+                          f"(are {size})")
+
+
 def decode_opaque(parameters: Any, what: str) -> tuple[str, Sharing | None]:
+    _check_size(parameters, what)
     if isinstance(parameters, (str, bytes)):
         try:
             parameters = json.loads(parameters)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ConfigError(f"{what}: parameters are not valid JSON: {exc}") from None
     obj = _strict(parameters, {"apiVersion", "kind", "sharing"}, what)
     if obj.get("apiVersion") != API_VERSION:
@@ -133,10 +191,15 @@ def decode_opaque(parameters: Any, what: str) -> tuple[str, Sharing | None]:
 def claim_configs(allocation: dict[str, Any], driver_name: str) -> list[DeviceConfig]:
     """This driver's opaque configs from `status.allocation.devices.config`, class configs first."""
     entries = (allocation.get("devices") or {}).get("config") or []
+    if not isinstance(entries, list):
+        raise ConfigError("status.allocation.devices.config: expected a list")
+    if len(entries) > ALLOCATION_CONFIGS_MAX:
+        raise ConfigError(f"status.allocation.devices.config: at most {ALLOCATION_CONFIGS_MAX} entries "
+                          f"(has {len(entries)})")
     decoded: list[DeviceConfig] = []
     for index, entry in enumerate(entries):
-        opaque = (entry or {}).get("opaque")
-        if not opaque or opaque.get("driver") != driver_name:
+        opaque = (entry or {}).get("opaque") if isinstance(entry, dict) else None
+        if not isinstance(opaque, dict) or opaque.get("driver") != driver_name:
             continue
         kind, sharing = decode_opaque(opaque.get("parameters"), f"config[{index}]")
         decoded.append(DeviceConfig(kind, sharing, list(entry.get("requests") or []), entry.get("source", "FromClaim")))

@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from .calls import DEFAULT_DEADLINE_S, CallAbandoned, ClaimCalls
 from .protos import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc, pluginregistration_pb2,
                      pluginregistration_pb2_grpc)
 from .state import ClaimRef, DeviceState, PrepareError
@@ -53,57 +54,69 @@ def _claim_ref(claim: Any) -> ClaimRef:
     return ClaimRef(namespace=claim.namespace, name=claim.name, uid=claim.uid)
 
 
-class _DraServicer:
-    """Implements both API versions; `pb2` selects the message module."""
+def _error_text(claim: Any, verb: str, outcome: BaseException) -> str:
+    if isinstance(outcome, (PrepareError, CallAbandoned)):
+        return str(outcome)
+    log.error("%s %s/%s", verb, claim.namespace, claim.name, exc_info=outcome)
+    return f"internal error {verb} claim: {outcome}"
 
-    def __init__(self, state: DeviceState, pb2: Any, with_share_id: bool):
+
+def _time_remaining(context: grpc.ServicerContext) -> float | None:
+    remaining = context.time_remaining() if context is not None else None
+    return remaining if remaining is not None and remaining < 1e9 else None  # no deadline: a huge number
+
+
+class _DraServicer:
+    """Implements both API versions; `pb2` selects the message module. Each claim runs on its own
+    thread and is answered by the deadline (`calls.py`): one slow or hostile claim holds up neither
+    the others nor this server's health service."""
+
+    def __init__(self, state: DeviceState, pb2: Any, with_share_id: bool, calls: ClaimCalls):
         self.state = state
         self.pb2 = pb2
         self.with_share_id = with_share_id
+        self.calls = calls
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         response = self.pb2.NodePrepareResourcesResponse()
-        for claim in request.claims:
+        claims = list(request.claims)
+        outcomes = self.calls.run(
+            [(("prepare", claim.uid), lambda token, ref=_claim_ref(claim): self.state.prepare(ref, token))
+             for claim in claims], _time_remaining(context))
+        for claim, outcome in zip(claims, outcomes):
             answer = response.claims[claim.uid]  # every claim gets an entry, even on error
-            try:
-                if not claim.uid or not claim.name or not claim.namespace:
-                    raise PrepareError("claim needs namespace, name and uid")
-                for device in self.state.prepare(_claim_ref(claim)):
-                    item = answer.devices.add(request_names=device["requestNames"], pool_name=device["poolName"],
-                                              device_name=device["deviceName"], cdi_device_ids=device["cdiDeviceIDs"])
-                    if self.with_share_id and device.get("shareID"):
-                        item.share_id = device["shareID"]
-            except PrepareError as exc:
-                answer.error = str(exc)
-            except Exception as exc:  # noqa: BLE001 - one bad claim must not fail the others
-                log.exception("prepare %s/%s", claim.namespace, claim.name)
-                answer.error = f"internal error preparing claim: {exc}"
-            if answer.error:
+            if isinstance(outcome, BaseException):
+                answer.error = _error_text(claim, "preparing", outcome)
                 del answer.devices[:]
+                continue
+            for device in outcome:
+                item = answer.devices.add(request_names=device["requestNames"], pool_name=device["poolName"],
+                                          device_name=device["deviceName"], cdi_device_ids=device["cdiDeviceIDs"])
+                if self.with_share_id and device.get("shareID"):
+                    item.share_id = device["shareID"]
         return response
 
     def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         response = self.pb2.NodeUnprepareResourcesResponse()
-        for claim in request.claims:
+        claims = list(request.claims)
+        outcomes = self.calls.run(
+            [(("unprepare", claim.uid), lambda token, ref=_claim_ref(claim): self.state.unprepare(ref))
+             for claim in claims], _time_remaining(context))
+        for claim, outcome in zip(claims, outcomes):
             answer = response.claims[claim.uid]
-            try:
-                self.state.unprepare(_claim_ref(claim))
-            except PrepareError as exc:
-                answer.error = str(exc)
-            except Exception as exc:  # noqa: BLE001
-                log.exception("unprepare %s/%s", claim.namespace, claim.name)
-                answer.error = f"internal error unpreparing claim: {exc}"
+            if isinstance(outcome, BaseException):
+                answer.error = _error_text(claim, "unpreparing", outcome)
         return response
 
 
 class _V1(_DraServicer, dra_v1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, state: DeviceState):
-        super().__init__(state, dra_v1_pb2, True)
+    def __init__(self, state: DeviceState, calls: ClaimCalls):
+        super().__init__(state, dra_v1_pb2, True, calls)
 
 
 class _V1beta1(_DraServicer, dra_v1beta1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, state: DeviceState):
-        super().__init__(state, dra_v1beta1_pb2, False)
+    def __init__(self, state: DeviceState, calls: ClaimCalls):
+        super().__init__(state, dra_v1beta1_pb2, False, calls)
 
 
 class RegistrationServicer(pluginregistration_pb2_grpc.RegistrationServicer):
@@ -139,7 +152,8 @@ class KubeletPlugin:
     """Owns the two gRPC servers (DRA socket with health, registration socket)."""
 
     def __init__(self, state: DeviceState, *, driver_name: str, dra_socket: str, registration_socket: str,
-                 healthcheck_port: int | None = None, max_workers: int = 32, socket_group: int | None = None):
+                 healthcheck_port: int | None = None, max_workers: int = 32, socket_group: int | None = None,
+                 call_deadline_s: float = DEFAULT_DEADLINE_S):
         check_socket_path(dra_socket)
         check_socket_path(registration_socket)
         self.socket_group = socket_group
@@ -148,9 +162,10 @@ class KubeletPlugin:
         self.registration_socket = registration_socket
         self.health = health.HealthServicer()
         self.registration = RegistrationServicer(driver_name, dra_socket)
+        self.calls = ClaimCalls(call_deadline_s)
         self._dra_server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dra"))
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_V1(state), self._dra_server)
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_V1beta1(state), self._dra_server)
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_V1(state, self.calls), self._dra_server)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_V1beta1(state, self.calls), self._dra_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._dra_server)
         self._reg_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="reg"))
         pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(self.registration, self._reg_server)

@@ -25,16 +25,18 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from gpudra.api.schema.resource import RESULTS_MAX
 from gpudra.cdi import ContainerEdits, remove_spec, write_spec
 from gpudra.discovery import GpuBackend, Inventory, MigError, parse_mig_canonical_name
 from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 
-from . import cdispec
+from . import cdispec, claimpaths
+from .calls import CallToken
 from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, CompletedEntryCache, current_boot_id,
                          empty_checkpoint, encode_checkpoint, load_checkpoint, save_checkpoint,
                          write_checkpoint_bytes)
 from .claims import ClaimSource, ClaimSourceError
-from .config import ConfigError, claim_configs, config_for
+from .config import ConfigError, DeviceConfig, claim_configs, config_for
 from .paths import DriverPaths
 
 log = logging.getLogger("gpudra.driver")
@@ -138,10 +140,23 @@ class DeviceState:
             return copy.deepcopy(self._cp)
 
     def _spec_name(self, uid: str) -> str:
+        """The claim's CDI spec file name (without extension); ClaimPathError for an unusable UID."""
+        claimpaths.cdi_spec_path(self.paths.cdi_spec_dir, self.driver_name, uid)
         return cdispec.claim_spec_file_name(self.driver_name, uid)
 
+    def _spec_name_prefix(self) -> str:
+        return cdispec.claim_spec_file_name(self.driver_name, "")
+
     def _mps_dir(self, uid: str) -> str:
-        return os.path.join(self.paths.plugin_dir, "mps", uid)
+        """ClaimPathError for an unusable UID."""
+        return claimpaths.uid_path(os.path.join(self.paths.plugin_dir, "mps"), uid)
+
+    @staticmethod
+    def _check_ref(ref: ClaimRef) -> None:
+        try:
+            claimpaths.check_claim_identity(ref.namespace, ref.name, ref.uid)
+        except claimpaths.ClaimPathError as exc:
+            raise PrepareError(f"invalid claim reference: {exc}") from None
 
     # -- start-up --------------------------------------------------------------------------------
     def reconcile(self) -> dict[str, list[str]]:
@@ -172,17 +187,22 @@ class DeviceState:
             if not self._spec_exists(uid):
                 self._write_cdi(uid, entry["devices"])
                 report["cdiRewritten"].append(uid)
-        prefix = self._spec_name("")
+        prefix = self._spec_name_prefix()
         try:
             names = os.listdir(self.paths.cdi_spec_dir)
         except FileNotFoundError:
             names = []
         for name in names:
+            # directory entries: one path component each, whatever the (possibly foreign) UID in them
             if name.startswith(prefix) and name.endswith((".yaml", ".json")):
                 uid = name[len(prefix):].rsplit(".", 1)[0]
                 if uid not in completed:
-                    remove_spec(self.paths.cdi_spec_dir, self._spec_name(uid))
-                    report["cdiRemoved"].append(uid)
+                    try:
+                        os.unlink(os.path.join(self.paths.cdi_spec_dir, name))
+                    except FileNotFoundError:
+                        pass
+                    if uid not in report["cdiRemoved"]:
+                        report["cdiRemoved"].append(uid)
         if self.dynamic_mig:
             owned = {(d["gpuMinor"], d["mig"]["giProfileId"], d["mig"]["start"])
                      for e in completed.values() for d in e["devices"] if d.get("mig")}
@@ -212,7 +232,11 @@ class DeviceState:
                     existing = self.backend.find_mig_device(device["gpuMinor"], mig["giProfileId"], mig["start"])
                     if existing is not None:
                         self.backend.destroy_mig_device(device["gpuMinor"], existing.gi_id)
-        remove_spec(self.paths.cdi_spec_dir, self._spec_name(uid))
+        try:
+            spec_name = self._spec_name(uid)
+        except claimpaths.ClaimPathError:
+            return  # no file of ours can carry this UID: prepare refuses such UIDs before writing any
+        remove_spec(self.paths.cdi_spec_dir, spec_name)
         # only MPS records create the directory (start-up removes any that no claim owns)
         if any((d.get("sharing") or {}).get("strategy") == "MPS" for d in entry.get("devices", [])):
             shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
@@ -226,7 +250,16 @@ class DeviceState:
                        for d in e["devices"] if d.get("mig"))
 
     # -- prepare ---------------------------------------------------------------------------------
-    def prepare(self, ref: ClaimRef) -> list[dict[str, Any]]:
+    def prepare(self, ref: ClaimRef, token: CallToken | None = None) -> list[dict[str, Any]]:
+        """`token` (from `calls.ClaimCalls`) tells a prepare that outlived its deadline to reserve
+        nothing and roll back instead of completing."""
+        self._check_ref(ref)
+        # The claim's content is hostile input: it is read and decoded before the claim's lock is
+        # taken, so however long that takes it holds up no other claim sharing the lock stripe.
+        with self._cp_lock:
+            entry = self._cp["claims"].get(ref.uid)
+            completed = entry is not None and entry["state"] == PREPARE_COMPLETED
+        read = None if completed else self._read_claim(ref)
         with self._claim_lock(ref.uid):
             with self._cp_lock:
                 entry = self._cp["claims"].get(ref.uid)
@@ -243,9 +276,10 @@ class DeviceState:
                 self._undo(ref.uid, entry)
                 with self._cp_lock:
                     self._cp["claims"].pop(ref.uid, None)
-            return self._prepare_new(ref)
+            return self._prepare_new(ref, read or self._read_claim(ref), token)
 
-    def _read_claim(self, ref: ClaimRef) -> dict[str, Any]:
+    def _read_claim(self, ref: ClaimRef) -> tuple[dict[str, Any], list[DeviceConfig]]:
+        """The allocated claim and this driver's decoded configs, within the API's size limits."""
         try:
             claim = self.claims.get(ref.namespace, ref.name)
         except ClaimSourceError as exc:
@@ -255,16 +289,27 @@ class DeviceState:
         uid = (claim.get("metadata") or {}).get("uid")
         if uid != ref.uid:
             raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name} has UID {uid}, not {ref.uid}: it was replaced")
-        if not (claim.get("status") or {}).get("allocation"):
+        status = claim.get("status")
+        allocation = status.get("allocation") if isinstance(status, dict) else None
+        if not allocation:
             raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name} is not allocated")
-        return claim
-
-    def _plan(self, ref: ClaimRef, claim: dict[str, Any], inventory: Inventory) -> list[dict[str, Any]]:
-        allocation = claim["status"]["allocation"]
+        devices = allocation.get("devices") or {} if isinstance(allocation, dict) else None
+        results = devices.get("results") or [] if isinstance(devices, dict) else None
+        if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
+            raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name}: status.allocation.devices.results "
+                               "must be a list of objects")
+        if len(results) > RESULTS_MAX:
+            raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name}: at most {RESULTS_MAX} allocation "
+                               f"results (has {len(results)})")
         try:
             configs = claim_configs(allocation, self.driver_name)
         except ConfigError as exc:
             raise PrepareError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
+        return claim, configs
+
+    def _plan(self, ref: ClaimRef, claim: dict[str, Any], configs: list[DeviceConfig],
+              inventory: Inventory) -> list[dict[str, Any]]:
+        allocation = claim["status"]["allocation"]
         planned: list[dict[str, Any]] = []
         for result in (allocation.get("devices") or {}).get("results") or []:
             if result.get("driver") != self.driver_name:
@@ -321,14 +366,17 @@ class DeviceState:
                                         "start": start, "size": profile.memory_slices, "dynamic": True}}
         raise PrepareError(f"device {name} does not exist on node {self.node_name}")
 
-    def _prepare_new(self, ref: ClaimRef) -> list[dict[str, Any]]:
-        claim = self._read_claim(ref)
+    def _prepare_new(self, ref: ClaimRef, read: tuple[dict[str, Any], list[DeviceConfig]],
+                     token: CallToken | None) -> list[dict[str, Any]]:
+        claim, configs = read
         try:
             inventory = self.backend.inventory()
         except DiscoveryError as exc:
             raise PrepareError(f"GPU discovery failed: {exc}") from None
-        planned = self._plan(ref, claim, inventory)
+        planned = self._plan(ref, claim, configs, inventory)
         with self._cp_lock:
+            if token is not None and token.abandoned:
+                raise PrepareError(f"prepare of claim {ref.namespace}/{ref.name} was abandoned after its deadline")
             for other_uid, other in self._cp["claims"].items():
                 for mine in planned:
                     for theirs in other["devices"]:
@@ -347,18 +395,26 @@ class DeviceState:
             self._create_hardware(ref, planned)
             if planned:
                 self._write_cdi(ref.uid, planned)
-        except (PrepareError, MigError, DiscoveryError, OSError) as exc:
-            self._undo(ref.uid, entry)
-            with self._cp_lock:
-                self._cp["claims"].pop(ref.uid, None)
-                version = self._changed()
-            self._persist(version)
+        except Exception as exc:  # whatever failed, a failed prepare keeps no reservation
+            self._roll_back(ref.uid, entry)
+            if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError)):
+                raise
             raise PrepareError(f"preparing claim {ref.namespace}/{ref.name}: {exc}") from None
+        if token is not None and not token.commit():
+            self._roll_back(ref.uid, entry)
+            raise PrepareError(f"prepare of claim {ref.namespace}/{ref.name} was abandoned after its deadline")
         with self._cp_lock:
             entry["state"] = PREPARE_COMPLETED
             version = self._changed()
         self._persist(version)
         return self._response(planned)
+
+    def _roll_back(self, uid: str, entry: dict[str, Any]) -> None:
+        self._undo(uid, entry)
+        with self._cp_lock:
+            self._cp["claims"].pop(uid, None)
+            version = self._changed()
+        self._persist(version)
 
     def _create_hardware(self, ref: ClaimRef, planned: list[dict[str, Any]]) -> None:
         for record in planned:
@@ -403,6 +459,7 @@ class DeviceState:
 
     # -- unprepare -------------------------------------------------------------------------------
     def unprepare(self, ref: ClaimRef) -> None:
+        self._check_ref(ref)
         with self._claim_lock(ref.uid):
             with self._cp_lock:
                 entry = self._cp["claims"].get(ref.uid)

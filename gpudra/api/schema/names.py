@@ -10,6 +10,10 @@ _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
+# What the API server assigns as metadata.uid (a UUID in its canonical text form): clients cannot
+# choose it, so anything else did not come from a real object.
+_UID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
 DRA_C_IDENTIFIER_MAX = 32  # resource.DeviceMaxIDLength
 DRA_DOMAIN_MAX = 63  # resource.DeviceMaxDomainLength
 
@@ -18,7 +22,7 @@ def dns_label(value: str) -> list[str]:
     problems = []
     if len(value) > 63:
         problems.append(f"must be no more than 63 characters (has {len(value)})")
-    if not _DNS_LABEL.match(value):
+    if not _DNS_LABEL.fullmatch(value):
         problems.append(
             f"{value!r} is not a DNS label: lower-case letters, digits and '-', starting and ending with a letter "
             "or digit" + _dns_hint(value, label=True)
@@ -26,11 +30,20 @@ def dns_label(value: str) -> list[str]:
     return problems
 
 
+def kubernetes_uid(value: str) -> list[str]:
+    """An object's metadata.uid as the API server generates it (k8s.io/apiserver FillObjectMetaSystemFields:
+    uuid.NewUUID())."""
+    if _UID.fullmatch(value):
+        return []
+    shown = value if len(value) <= 64 else value[:64] + "…"
+    return [f"{shown!r} is not a Kubernetes UID: a UUID such as '1c3b9a3e-1b9f-4d6e-9a57-4c1d0e2f3a4b'"]
+
+
 def dns_subdomain(value: str, max_length: int = 253) -> list[str]:
     problems = []
     if len(value) > max_length:
         problems.append(f"must be no more than {max_length} characters (has {len(value)})")
-    if not _DNS_SUBDOMAIN.match(value):
+    if not _DNS_SUBDOMAIN.fullmatch(value):
         problems.append(
             f"{value!r} is not a DNS subdomain: lower-case letters, digits, '-' and '.', each part starting and "
             "ending with a letter or digit" + _dns_hint(value, label=False)
@@ -67,9 +80,9 @@ def c_identifier(value: str, max_length: int = DRA_C_IDENTIFIER_MAX) -> list[str
     problems = []
     if len(value) > max_length:
         problems.append(f"must be no more than {max_length} characters (has {len(value)})")
-    if not _C_IDENTIFIER.match(value):
+    if not _C_IDENTIFIER.fullmatch(value):
         camel = _camel(value)
-        hint = f"; for example {camel!r}" if camel and _C_IDENTIFIER.match(camel) else ""
+        hint = f"; for example {camel!r}" if camel and _C_IDENTIFIER.fullmatch(camel) else ""
         problems.append(
             f"{value!r} is not a C identifier: letters, digits and '_', not starting with a digit{hint}"
         )
@@ -129,7 +142,7 @@ def qualified_name(value: str) -> list[str]:
             problems += [f"prefix part {m}" for m in dns_subdomain(prefix)]
     if len(name) > 63:
         problems.append(f"name part must be no more than 63 characters (has {len(name)})")
-    if not _QUALIFIED_NAME_PART.match(name or "-"):
+    if not _QUALIFIED_NAME_PART.fullmatch(name or "-"):
         problems.append(
             f"name part {name!r} must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
             "with an alphanumeric character"
@@ -143,7 +156,7 @@ def label_value(value: str) -> list[str]:
     problems = []
     if len(value) > 63:
         problems.append(f"must be no more than 63 characters (has {len(value)})")
-    if not _LABEL_VALUE.match(value):
+    if not _LABEL_VALUE.fullmatch(value):
         problems.append(
             f"{value!r} must be empty or consist of alphanumeric characters, '-', '_' or '.', starting and ending "
             "with an alphanumeric character"
@@ -162,7 +175,7 @@ def pool_name(value: str) -> list[str]:
         if not part:
             problems.append("must not contain empty parts between '/'")
             break
-        if not _DNS_SUBDOMAIN.match(part):
+        if not _DNS_SUBDOMAIN.fullmatch(part):
             problems.append(f"part {part!r} is not a DNS subdomain")
     return problems
 
