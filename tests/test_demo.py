@@ -66,7 +66,7 @@ def test_allocations_satisfy_what_the_claims_ask_for(demo, cluster_devices):
     pair = chosen(rows["ai-training/nvlink-h100-claim"], cluster_devices)
     assert len(pair) == 2
     assert {attribute(d, "productName") for _, d in pair} == {"NVIDIA H100 80GB HBM3"}
-    assert {attribute(d, "nvlinkDomain") for _, d in pair} == {"mesh-0"}
+    assert len({attribute(d, "nvlinkDomain") for _, d in pair}) == 1  # one NVLink mesh
 
     (_, single), = chosen(rows["ai-serving/prod-gpu-template-claim"], cluster_devices)
     assert attribute(single, "type") == "gpu"
