@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html.parser
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -51,6 +52,7 @@ def test_demo_shows_the_timeline_from_any_directory_and_leaves_nothing(sandbox):
     text = done.stdout
     assert "nvlink-h100-claim prepared on h100-" in text and "/dev/nvidia0" in text
     assert "deallocated and deleted with its pod" in text
+    assert re.search(r"small-inference → node a100-0, devices a100-0/gpu-\d-mig-1g10gb-", text)  # a MIG slice
     assert "created from template for pod ai-serving/inference-" in text
     assert os.listdir(os.path.join(base, "tmp")) == [] and os.listdir(os.path.join(base, "cwd")) == []
 
@@ -87,7 +89,7 @@ def test_kept_demo_cluster_is_served_by_get_and_drawn_by_the_view_in_headless_ch
     done = run_gpudra("demo", "--keep", kept, cwd=base, env=env)
     assert done.returncode == 0, done.stderr
     pods = json.loads(run_gpudra("get", "pods", "-A", "-o", "json", "--dir", kept, cwd=base, env=env).stdout)
-    assert len(pods["items"]) == 4 and {p["status"]["phase"] for p in pods["items"]} == {"Running"}
+    assert len(pods["items"]) == 5 and {p["status"]["phase"] for p in pods["items"]} == {"Running"}
     claims = json.loads(run_gpudra("get", "resourceclaims", "-A", "-o", "json", cwd=base, env=env).stdout)  # last up
     allocated = {f"{r['pool']}/{r['device']}" for c in claims["items"]
                  for r in c["status"]["allocation"]["devices"]["results"]}
@@ -104,8 +106,8 @@ def test_kept_demo_cluster_is_served_by_get_and_drawn_by_the_view_in_headless_ch
     dom.feed(browser.stdout)  # the DOM as Chromium parsed and built it
     assert sorted(dom.nodes) == ["a100-0", "h100-0", "h100-1", "l4-0"]
     assert set(dom.held) == allocated
-    assert dom.containers == 4
-    assert json.loads(dom.summary) == {"nodes": 4, "pods": 4, "pending": 0, "allocatedDevices": len(allocated)}
+    assert dom.containers == 5
+    assert json.loads(dom.summary) == {"nodes": 4, "pods": 5, "pending": 0, "allocatedDevices": len(allocated)}
 
     down = run_gpudra("cluster", "down", "--dir", kept, cwd=base, env=env)
     assert down.returncode == 0 and not os.path.exists(kept)

@@ -13,7 +13,8 @@ from collections import Counter
 from importlib import resources
 from typing import Callable
 
-from gpudra.api.load import load_text
+from gpudra.api.load import Document, load_text
+from gpudra.driver.slices import device_classes
 
 from .apply import apply_document
 from .controller import reconcile
@@ -21,17 +22,24 @@ from .layout import DEFAULT_NODES, ClusterConfig, ClusterDir, parse_nodes
 from .nodes import down, up
 
 ARTICLE_DIR = "data/article-fixed"
+MIG_DIR = "data/local-cluster"
 STEP_LABELS = {"claim": "claim", "pod": "pod", "scheduled": "schedule", "unschedulable": "pending",
                "prepared": "prepare", "container": "container", "unprepared": "unprepare",
                "deallocated": "dealloc", "deleted": "delete"}
 
 
-def article_documents() -> list:
-    root = resources.files("gpudra.demo").joinpath(ARTICLE_DIR)
+def bundled_documents(folder: str = ARTICLE_DIR) -> list[Document]:
+    root = resources.files("gpudra.demo").joinpath(folder)
     docs = []
     for entry in sorted((e for e in root.iterdir() if e.name.endswith(".yaml")), key=lambda e: e.name):
-        docs.extend(load_text(entry.read_text(encoding="utf-8"), f"article-fixed/{entry.name}"))
+        docs.extend(load_text(entry.read_text(encoding="utf-8"), f"{folder.rsplit('/', 1)[-1]}/{entry.name}"))
     return docs
+
+
+def mig_documents(driver_name: str) -> list[Document]:
+    """The driver's MIG DeviceClass and a pod on one MIG slice."""
+    classes = [c for c in device_classes(driver_name) if c["metadata"]["name"].startswith("mig.")]
+    return [Document(c, "gpudra driver deviceclasses", i + 1) for i, c in enumerate(classes)] + bundled_documents(MIG_DIR)
 
 
 class Timeline:
@@ -55,11 +63,15 @@ def run_flow(directory: str | None, out: Callable[[str], None], keep: bool = Fal
                           for _ in s["spec"].get("devices") or [])
         for node, count in sorted(devices.items()):
             timeline("slices", f"node {node}: {count} devices published in ResourceSlices by its driver")
-        for doc in article_documents():
+        for doc in bundled_documents():
+            timeline("apply", apply_document(cluster.store, doc))
+        reconcile(cluster, timeline)
+        for doc in mig_documents(cluster.load_config().driver_name):
             timeline("apply", apply_document(cluster.store, doc))
         reconcile(cluster, timeline)
         victim = next((p for p in cluster.store.list("Pod", "ai-serving")
-                       if (p.get("spec") or {}).get("nodeName")), None)
+                       if (p.get("spec") or {}).get("nodeName") and p["metadata"]["name"].startswith("inference-")),
+                      None)
         if victim is not None:
             name = victim["metadata"]["name"]
             timeline("delete", f"pod ai-serving/{name} (its Deployment creates a replacement)")
