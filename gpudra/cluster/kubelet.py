@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import grpc
 
+from gpudra.atomicfile import write_atomic
 from gpudra.cdi import CdiError, apply_devices, default_oci_spec
 from gpudra.driver.kubelet_client import KubeletClient
 
@@ -53,12 +54,9 @@ class Kubelet:
         return out
 
     def _write_record(self, node: str, pod: dict[str, Any], record: dict[str, Any]) -> None:
-        path = self.record_path(node, pod)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(record, fh, indent=1)
-        os.replace(tmp, path)
+        # atomic: the record is what says "started", so it is there whole or not at all
+        write_atomic(self.record_path(node, pod), json.dumps(record, indent=1).encode(), mode=0o644,
+                     label="kubelet-pod", fsync=False, make_dirs=0o755)
 
     # ----- the plugin connection ----------------------------------------------------------------
     def _client(self, node: str) -> KubeletClient:

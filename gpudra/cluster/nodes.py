@@ -10,6 +10,8 @@ import sys
 import time
 from typing import Callable
 
+from gpudra.driver.plugin import check_socket_path
+
 from .layout import ClusterConfig, ClusterDir, ClusterSetupError, NodeSpec, forget, remember
 from .store import StoreError
 
@@ -17,7 +19,6 @@ AGENT_MODULE = "gpudra.cluster.nodeagent"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 POLL_S = 0.02
-MAX_SOCKET_PATH = 107
 
 
 def node_object(node: NodeSpec, kubernetes_version: str) -> dict:
@@ -132,10 +133,13 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
                                     f"({', '.join(n.name for n in existing.nodes)}); `gpudra cluster down` it first")
         config = existing
     for node in config.nodes:
-        longest = cluster.driver_paths(node.name, config.driver_name).registration_socket
-        if len(longest) > MAX_SOCKET_PATH or len(cluster.driver_paths(node.name, config.driver_name).dra_socket) > MAX_SOCKET_PATH:
+        paths = cluster.driver_paths(node.name, config.driver_name)
+        try:
+            for socket_path in (paths.registration_socket, paths.dra_socket):
+                check_socket_path(socket_path)  # the driver's own limit, checked before anything starts
+        except ValueError:
             raise ClusterSetupError(f"state directory {cluster.path} is too long for the nodes' unix sockets "
-                                    f"({len(longest)} > {MAX_SOCKET_PATH} bytes): use a shorter --dir")
+                                    f"({socket_path}): use a shorter --dir") from None
     cluster.save_config(config)
     for node in config.nodes:
         if cluster.store.get("Node", None, node.name) is None:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
+from gpudra.atomicfile import write_atomic
+
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet (no vowels)
 
 
@@ -119,11 +121,8 @@ class Store:
 
     @staticmethod
     def _write(path: str, text: str) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        # atomic (readers in other processes see the old or the new object); no fsync: a scratch cluster
+        write_atomic(path, text.encode(), mode=0o644, label="store", fsync=False, make_dirs=0o755)
 
     @staticmethod
     def _read(path: str) -> dict[str, Any] | None:
