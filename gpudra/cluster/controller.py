@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.scheduler.cluster import claim_allocation, is_terminal, reserved_for
 from gpudra.scheduler.meta import key_of
-from gpudra.scheduler.workloads import POD_CLAIM_NAME_ANNOTATION, owned_by
+from gpudra.scheduler.workloads import POD_CLAIM_NAME_ANNOTATION
 
 from .kubelet import Kubelet, running_status, waiting_status
 from .layout import ClusterDir
@@ -289,6 +289,3 @@ class ControlLoop:
 def reconcile(cluster: ClusterDir, step: Step | None = None) -> int:
     return ControlLoop(cluster, step).run()
 
-
-def owned_claims(claims: list[dict[str, Any]], pod: dict[str, Any]) -> list[dict[str, Any]]:
-    return [c for c in claims if owned_by(c, pod)]

@@ -159,13 +159,6 @@ class Store:
                         out.append(obj)
         return out
 
-    def kinds_present(self) -> list[str]:
-        try:
-            plurals = set(os.listdir(self.root))
-        except FileNotFoundError:
-            return []
-        return [k.kind for k in KINDS if k.plural in plurals]
-
     # ----- writes -------------------------------------------------------------------------------
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         obj = json.loads(json.dumps(obj))
