@@ -66,7 +66,7 @@ def test_allocations_satisfy_what_the_claims_ask_for(demo, cluster_devices):
     pair = chosen(rows["ai-training/nvlink-h100-claim"], cluster_devices)
     assert len(pair) == 2
     assert {attribute(d, "productName") for _, d in pair} == {"NVIDIA H100 80GB HBM3"}
-    assert {attribute(d, "nvlinkDomain") for _, d in pair} == {"mesh-0"}
+    assert len({attribute(d, "nvlinkDomain") for _, d in pair}) == 1  # one NVLink mesh
 
     (_, single), = chosen(rows["ai-serving/prod-gpu-template-claim"], cluster_devices)
     assert attribute(single, "type") == "gpu"
@@ -95,16 +95,16 @@ def test_the_article_originals_are_rejected_with_reasons(demo):
 
 
 def test_cli_prints_the_table_and_exits_zero():
-    result = CliRunner().invoke(command, [])
+    result = CliRunner().invoke(command, ["--allocate-only"])
     assert result.exit_code == 0, result.output
     for text in ("h100-node-1", "a100-node-1", "l4-node-1", "ai-training/nvlink-h100-claim", "3 of 3 claims allocated",
                  "DeviceClass nvidia.com/gpu: rejected"):
         assert text in result.output
 
 
-def test_cli_runs_from_any_directory(tmp_path):
+def test_cli_allocate_only_runs_from_any_directory(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    completed = subprocess.run([sys.executable, "-m", "gpudra", "demo"], cwd=tmp_path, env=env,
+    completed = subprocess.run([sys.executable, "-m", "gpudra", "demo", "--allocate-only"], cwd=tmp_path, env=env,
                                capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr
     assert "claims allocated" in completed.stdout

@@ -14,7 +14,7 @@ import sys
 
 import click
 
-# sub-command name -> module under gpudra.cli
+# sub-command name -> module under gpudra.cli (`module:attribute` when the command is not `command`)
 COMMANDS: dict[str, str] = {
     "validate": "validate",
     "allocate": "allocate",
@@ -25,6 +25,11 @@ COMMANDS: dict[str, str] = {
     "driver": "driver",
     "cdi": "cdi",
     "mig": "mig",
+    "cluster": "cluster",
+    "apply": "objects:apply_command",
+    "get": "objects:get_command",
+    "delete": "objects:delete_command",
+    "describe": "objects:describe_command",
 }
 
 
@@ -37,8 +42,8 @@ class LazyGroup(click.Group):
 
     @staticmethod
     def _load(name: str) -> click.Command | None:
-        module_name = COMMANDS.get(name)
-        if module_name is None:
+        module_name, _, attribute = (COMMANDS.get(name) or "").partition(":")
+        if not module_name:
             return None
         try:
             module = importlib.import_module(f"gpudra.cli.{module_name}")
@@ -46,7 +51,7 @@ class LazyGroup(click.Group):
             if exc.name == f"gpudra.cli.{module_name}":
                 return None  # command not built yet
             raise
-        return getattr(module, "command", None)
+        return getattr(module, attribute or "command", None)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,4 +1,4 @@
-"""`gpudra demo`: allocate the article's corrected claims on a bundled GPU cluster."""
+"""`gpudra demo`: the article's whole flow on a local cluster (or, with --allocate-only, the allocator report)."""
 
 from __future__ import annotations
 
@@ -8,26 +8,49 @@ import sys
 import click
 
 
-@click.command("demo", short_help="Allocate the article's claims on a bundled GPU cluster and explain the rejects.")
-@click.option("--features", default="default", show_default=True, help="Feature gates (as for `gpudra allocate`).")
-@click.option("--cluster", "cluster", multiple=True, metavar="PATH", help="Use this cluster (DeviceClasses, ResourceSlices, Nodes) instead of the bundled one.")
-@click.option("--claims", "claims", multiple=True, metavar="PATH", help="Use these claims/templates instead of the article's corrected ones.")
-@click.option("--originals", "originals", multiple=True, metavar="PATH", help="Validate these manifests instead of the article's originals.")
-def command(features: str, cluster: tuple[str, ...], claims: tuple[str, ...], originals: tuple[str, ...]) -> None:
-    """Run kube-scheduler's DRA allocator on a bundled cluster (8×H100 on two NVLink meshes,
-    8×A100 with MIG partitions, an L4 node) against the corrected claims from the article in
-    examples/, print which devices each claim gets, and why the article's original manifests
-    are rejected. Works offline; the data ships inside the package."""
+@click.command("demo", short_help="Run the article's DRA flow on a local cluster of simulated GPU nodes.")
+@click.option("--keep", "keep_dir", default=None, metavar="DIR",
+              help="Bring the cluster up in DIR and leave it running (then `gpudra get pods -A`, "
+                   "`gpudra cluster view`, `gpudra cluster down`).")
+@click.option("--allocate-only", is_flag=True,
+              help="Only run the allocator on a bundled cluster (no processes) and explain the rejected originals.")
+@click.option("--features", default="default", show_default=True, help="Feature gates (--allocate-only).")
+@click.option("--cluster", "cluster", multiple=True, metavar="PATH",
+              help="--allocate-only: use this cluster (DeviceClasses, ResourceSlices, Nodes) instead of the bundled one.")
+@click.option("--claims", "claims", multiple=True, metavar="PATH",
+              help="--allocate-only: use these claims/templates instead of the article's corrected ones.")
+@click.option("--originals", "originals", multiple=True, metavar="PATH",
+              help="--allocate-only: validate these manifests instead of the article's originals.")
+def command(keep_dir: str | None, allocate_only: bool, features: str, cluster: tuple[str, ...],
+            claims: tuple[str, ...], originals: tuple[str, ...]) -> None:
+    """Bring up a local cluster (a GPU driver process per simulated node: 2×DGX H100, an HGX A100 with dynamic
+    MIG, an L4 node), apply the article's corrected DeviceClass, claims, template, pods and a Deployment, and show
+    each step as it happens: slices published, claims created from the template, pods scheduled to nodes and
+    devices, prepare → CDI devices, what each container sees; then delete a pod (unprepare, deallocation) and tear
+    everything down. Works offline from any directory; the manifests ship inside the package."""
+    if allocate_only or cluster or claims or originals or features != "default":
+        _allocate_only(features, cluster, claims, originals)
+        return
+    from gpudra.cluster.demo import run_flow
+    from gpudra.cluster.layout import ClusterSetupError
+
+    try:
+        path = run_flow(keep_dir, click.echo, keep=keep_dir is not None)
+    except ClusterSetupError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    if keep_dir:
+        click.echo(f"\nThe cluster runs on in {path}: gpudra get pods -A --dir {path}; "
+                   f"gpudra cluster view --dir {path}; gpudra cluster down --dir {path}")
+
+
+def _allocate_only(features: str, cluster: tuple[str, ...], claims: tuple[str, ...], originals: tuple[str, ...]) -> None:
     from gpudra.api.load import LoadError
     from gpudra.demo import render_demo, run_demo
 
     try:
-        report = run_demo(
-            features,
-            cluster=list(cluster) or None,
-            claims=list(claims) or None,
-            originals=list(originals) or None,
-        )
+        report = run_demo(features, cluster=list(cluster) or None, claims=list(claims) or None,
+                          originals=list(originals) or None)
     except (LoadError, ValueError) as exc:
         click.echo(f"gpudra demo: {exc}", err=True)
         sys.exit(2)

@@ -19,6 +19,10 @@ MAX_DEVICES_PER_SLICE_WITH_COUNTERS = 64  # when any device has taints or consum
 MAX_COUNTER_SETS_PER_SLICE = 8
 PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
+# NVIDIA's GPU driver publishes no NVLink attribute for single-node NVLink (HGX/DGX baseboards, NVLink bridges);
+# gpudra names the set of GPUs joined by NVLink with this one, so `matchAttribute: gpu.nvidia.com/nvlinkDomain`
+# keeps a claim's GPUs on one NVLink domain (an HGX board: all 8 GPUs; a bridged PCIe pair: the pair).
+NVLINK_DOMAIN_ATTRIBUTE = "nvlinkDomain"
 
 
 def semver(version: str) -> str:
@@ -61,7 +65,7 @@ def gpu_common_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, dict[str,
     if gpu.numa_node is not None:
         attrs["numa"] = {"int": gpu.numa_node}
     if gpu.nvlink_domain:  # GPUs that reach each other over NVLink (matchAttribute: gpu.nvidia.com/nvlinkDomain)
-        attrs["nvlinkDomain"] = _s(gpu.nvlink_domain)
+        attrs[NVLINK_DOMAIN_ATTRIBUTE] = _s(gpu.nvlink_domain)
     if gpu.nvlink_clique:  # NVLink fabric clique "<clusterUuid>.<cliqueId>" (NVIDIA's cliqueID)
         attrs["cliqueID"] = _s(gpu.nvlink_clique)
     return attrs

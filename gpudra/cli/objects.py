@@ -1,0 +1,200 @@
+"""`gpudra apply/get/delete/describe`: kubectl's verbs on a local cluster's store (`gpudra cluster up`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+import yaml
+
+DIR_OPTION = click.option("--dir", "directory", default=None, metavar="DIR",
+                          help="The local cluster's state directory (default: the cluster brought up last).")
+NAMESPACE_OPTION = click.option("-n", "--namespace", default=None, help="Namespace (default: default).")
+
+
+def _fail(message: str, code: int = 2) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def _cluster(directory: str | None):
+    from gpudra.cluster.layout import ClusterSetupError, resolve_dir
+
+    try:
+        return resolve_dir(directory)
+    except ClusterSetupError as exc:
+        _fail(str(exc))
+
+
+def _reconcile(cluster, verbose: bool) -> None:
+    from gpudra.cluster.controller import reconcile
+
+    reconcile(cluster, (lambda kind, text: click.echo(f"  {text}", err=True)) if verbose else None)
+
+
+def _kind(word: str):
+    from gpudra.cluster.store import resolve_kind
+
+    info = resolve_kind(word)
+    if info is None:
+        _fail(f'the server doesn\'t have a resource type "{word}"')
+    return info
+
+
+@click.command("apply")
+@click.option("-f", "--filename", "paths", multiple=True, required=True, metavar="PATH",
+              help="Manifest file or directory (recursive); '-' reads stdin. Repeatable.")
+@DIR_OPTION
+@NAMESPACE_OPTION
+@click.option("-v", "--verbose", is_flag=True, help="Print what the controllers, scheduler and kubelet did.")
+def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str | None, verbose: bool) -> None:
+    """Create or update objects in the local cluster, then let the control loop act on them."""
+    from gpudra.api.load import LoadError, load_paths
+    from gpudra.api.validate import validate_document
+    from gpudra.cluster.apply import apply_document
+    from gpudra.cluster.store import StoreError
+
+    cluster = _cluster(directory)
+    try:
+        documents = load_paths(list(paths))
+    except LoadError as exc:
+        _fail(str(exc))
+    problems = [p for doc in documents for p in validate_document(doc) if p.severity == "error"]
+    if problems:
+        for problem in problems:
+            click.echo(problem.render(), err=True)
+        sys.exit(2)
+    for doc in documents:
+        try:
+            click.echo(apply_document(cluster.store, doc, namespace))
+        except StoreError as exc:
+            _fail(f"{doc.label()}: {exc}")
+    _reconcile(cluster, verbose)
+
+
+@click.command("get")
+@click.argument("kind")
+@click.argument("names", nargs=-1)
+@DIR_OPTION
+@NAMESPACE_OPTION
+@click.option("-A", "--all-namespaces", is_flag=True)
+@click.option("-o", "--output", type=click.Choice(["table", "wide", "yaml", "json", "name"]), default="table",
+              show_default=True)
+def get_command(kind: str, names: tuple[str, ...], directory: str | None, namespace: str | None,
+                all_namespaces: bool, output: str) -> None:
+    """List or show objects of KIND (pods, resourceclaims, resourceslices, nodes, deviceclasses, events, …)."""
+    from gpudra.cluster.printers import table
+    from gpudra.cluster.store import public_view
+
+    cluster = _cluster(directory)
+    info = _kind(kind)
+    ns = None if all_namespaces or not info.namespaced else (namespace or "default")
+    if names:
+        objects = []
+        for name in names:
+            obj = cluster.store.get(info.kind, ns or namespace or "default", name)
+            if obj is None:
+                _fail(f'{info.plural} "{name}" not found', 1)
+            objects.append(obj)
+    else:
+        objects = cluster.store.list(info.kind, ns)
+    objects = [public_view(o) for o in objects]
+    if output == "json":
+        body = objects[0] if len(names) == 1 else {"apiVersion": "v1", "kind": "List", "items": objects,
+                                                    "metadata": {"resourceVersion": ""}}
+        click.echo(json.dumps(body, indent=4))
+    elif output == "yaml":
+        body = objects[0] if len(names) == 1 else {"apiVersion": "v1", "kind": "List", "items": objects,
+                                                    "metadata": {"resourceVersion": ""}}
+        click.echo(yaml.safe_dump(body, sort_keys=False), nl=False)
+    elif output == "name":
+        for obj in objects:
+            click.echo(f"{info.kind.lower()}/{obj['metadata']['name']}")
+    elif not objects:
+        where = "" if not info.namespaced or ns is None else f" in {ns} namespace"
+        click.echo(f"No resources found{where}.", err=True)
+    else:
+        click.echo(table(info.kind, objects, wide=output == "wide", with_namespace=all_namespaces and info.namespaced),
+                   nl=False)
+
+
+@click.command("delete")
+@click.argument("kind", required=False)
+@click.argument("names", nargs=-1)
+@click.option("-f", "--filename", "paths", multiple=True, metavar="PATH", help="Delete the objects in these files.")
+@DIR_OPTION
+@NAMESPACE_OPTION
+@click.option("-v", "--verbose", is_flag=True, help="Print what the kubelet and controllers did.")
+def delete_command(kind: str | None, names: tuple[str, ...], paths: tuple[str, ...], directory: str | None,
+                   namespace: str | None, verbose: bool) -> None:
+    """Delete objects; a running pod's claims are unprepared and deallocated before it goes."""
+    from gpudra.api.load import LoadError, load_paths
+    from gpudra.cluster.store import StoreError, kind_info
+
+    cluster = _cluster(directory)
+    targets: list[tuple[Any, str | None, str]] = []
+    if paths:
+        try:
+            documents = load_paths(list(paths))
+        except LoadError as exc:
+            _fail(str(exc))
+        for doc in documents:
+            info = kind_info(doc.kind)
+            targets.append((info, (doc.namespace or namespace or "default") if info.namespaced else None, doc.name))
+    elif kind and names:
+        info = _kind(kind)
+        targets = [(info, (namespace or "default") if info.namespaced else None, name) for name in names]
+    else:
+        _fail("give KIND NAME… or -f FILE")
+    missing = False
+    for info, ns, name in targets:
+        try:
+            cluster.store.delete(info.kind, ns, name)
+            click.echo(f'{info.kind.lower()} "{name}" deleted')
+        except StoreError as exc:
+            click.echo(f"Error from server (NotFound): {exc}", err=True)
+            missing = True
+    _cascade(cluster, targets)
+    _reconcile(cluster, verbose)
+    if missing:
+        sys.exit(1)
+
+
+def _cascade(cluster, targets) -> None:
+    """The garbage collector for workloads: their pods go with them (ReplicaSets of a Deployment included)."""
+    from gpudra.cluster.store import StoreError
+
+    workloads = {(ns, info.kind, name) for info, ns, name in targets
+                 if info.kind in ("Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet")}
+    if not workloads:
+        return
+    for pod in cluster.store.list("Pod"):
+        meta = pod["metadata"]
+        for ref in meta.get("ownerReferences") or []:
+            owner = (meta.get("namespace"), ref.get("kind"), ref.get("name"))
+            deployment = (meta.get("namespace"), "Deployment", ref.get("name", "").rsplit("-", 1)[0])
+            if owner in workloads or (ref.get("kind") == "ReplicaSet" and deployment in workloads):
+                try:
+                    cluster.store.delete("Pod", meta.get("namespace"), meta["name"])
+                except StoreError:
+                    pass
+
+
+@click.command("describe")
+@click.argument("kind")
+@click.argument("names", nargs=-1)
+@DIR_OPTION
+@NAMESPACE_OPTION
+def describe_command(kind: str, names: tuple[str, ...], directory: str | None, namespace: str | None) -> None:
+    """Show objects in detail with their events."""
+    from gpudra.cluster.printers import describe
+
+    cluster = _cluster(directory)
+    info = _kind(kind)
+    ns = (namespace or "default") if info.namespaced else None
+    objects = [cluster.store.get(info.kind, ns, n) for n in names] if names else cluster.store.list(info.kind, ns)
+    if any(o is None for o in objects):
+        _fail(f'{info.plural} "{names[objects.index(None)]}" not found', 1)
+    click.echo("\n".join(describe(o, cluster.store.events_for(o)) for o in objects), nl=False)

@@ -1,0 +1,41 @@
+"""`kubectl apply`'s create-or-update on the local store, for `gpudra apply` and the demo."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gpudra.api.load import Document
+
+from .store import Store, kind_info
+
+
+def _same_content(current: dict[str, Any], new: dict[str, Any]) -> bool:
+    fields = [f for f in set(current) | set(new) if f not in ("metadata", "status", "apiVersion")]
+
+    def labels(obj: dict[str, Any]) -> dict[str, Any]:
+        return (obj.get("metadata") or {}).get("labels") or {}
+
+    return all(current.get(f) == new.get(f) for f in fields) and labels(current) == labels(new)
+
+
+def apply_document(store: Store, doc: Document, namespace: str | None = None) -> str:
+    """Create or update one object; returns kubectl's line (`pod/x created|configured|unchanged`).
+    Raises StoreError."""
+    obj = json.loads(json.dumps(doc.obj))
+    info = kind_info(doc.kind)
+    meta = obj.setdefault("metadata", {})
+    if info.namespaced:
+        meta["namespace"] = meta.get("namespace") or namespace or "default"
+    group = info.api_version.split("/")[0] if "/" in info.api_version else ""
+    label = f"{info.kind.lower()}.{group}" if group else info.kind.lower()
+    current = store.get(info.kind, meta.get("namespace"), meta["name"]) if meta.get("name") else None
+    if current is None:
+        created = store.create(obj)
+        return f"{label}/{created['metadata']['name']} created"
+    if _same_content(current, obj):
+        return f"{label}/{meta['name']} unchanged"
+    merged = {**current, **{k: v for k, v in obj.items() if k not in ("metadata", "status")}}
+    merged["metadata"] = {**current["metadata"], **{k: v for k, v in meta.items() if k in ("labels", "annotations")}}
+    store.replace(merged)
+    return f"{label}/{meta['name']} configured"

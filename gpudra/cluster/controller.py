@@ -1,0 +1,291 @@
+"""The control loop of a local cluster: what kube-controller-manager, kube-scheduler and the kubelet do with the
+objects in the store, run until nothing changes.
+
+One round: the kubelet stand-in finishes deleted pods (unprepare), the workload and resourceclaim controllers
+create pods and claims (gpudra's scheduler `Cluster` holds those rules), the garbage collector releases claims of
+pods that are gone, the scheduler places pending pods (allocation, reservedFor, binding, FailedScheduling
+events with kube-scheduler's messages), then the kubelet stand-in prepares and starts newly bound pods. Every
+`gpudra` command that changes the store runs it (under a lock, so two commands never run it at once); there is
+no controller daemon, only the drivers run in the background.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from gpudra.scheduler import Cluster, Scheduler
+from gpudra.scheduler.cluster import claim_allocation, is_terminal, reserved_for
+from gpudra.scheduler.meta import key_of
+from gpudra.scheduler.workloads import POD_CLAIM_NAME_ANNOTATION
+
+from .kubelet import Kubelet, running_status, waiting_status
+from .layout import ClusterDir
+from .store import StoreError, created_serial
+
+MODEL_KINDS = ("Node", "DeviceClass", "ResourceSlice", "DeviceTaintRule", "PriorityClass", "ResourceClaimTemplate",
+               "ResourceClaim", "Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet", "Pod")
+MAX_ROUNDS = 8
+SCHEDULER = "default-scheduler"
+CLAIM_CONTROLLER = "resource-claim-controller"
+
+# (step, text): what happened, for the demo's timeline and `-v` output
+Step = Callable[[str, str], None]
+
+
+@contextmanager
+def _controller_lock(cluster: ClusterDir) -> Iterator[None]:
+    with open(cluster.controller_lock(), "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _snapshot(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, sort_keys=True)
+
+
+class ControlLoop:
+    def __init__(self, cluster: ClusterDir, step: Step | None = None):
+        self.cluster = cluster
+        self.store = cluster.store
+        self.config = cluster.load_config()
+        self.step = step or (lambda kind, text: None)
+        self.kubelet = Kubelet(cluster, self.config.driver_name, self.event)
+
+    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str, component: str) -> None:
+        self.store.record_event(obj, type_, reason, message, component)
+
+    def run(self) -> int:
+        """Rounds until nothing changes; returns how many rounds changed something."""
+        with _controller_lock(self.cluster):
+            try:
+                changed_rounds = 0
+                for _ in range(MAX_ROUNDS):
+                    if not self.round():
+                        break
+                    changed_rounds += 1
+                return changed_rounds
+            finally:
+                self.kubelet.close()
+
+    # ----- one round ----------------------------------------------------------------------------
+    def round(self) -> bool:
+        # creation order, as the informers' caches hand objects to the controllers and the scheduling queue
+        objects = [obj for kind in MODEL_KINDS for obj in sorted(self.store.list(kind), key=created_serial)]
+        pods = [o for o in objects if o.get("kind") == "Pod"]
+        claims_before = {key_of(o): _snapshot(o) for o in objects if o.get("kind") == "ResourceClaim"}
+        pods_before = {key_of(o): _snapshot(o) for o in pods}
+        changed = False
+
+        finished = self._finish_deleted_pods(pods)
+        cluster = Cluster(objects)
+        for key in finished:
+            if key in cluster.pods:
+                cluster.delete_pod(key)  # the resourceclaim controller: unreserve, deallocate, delete owned claims
+        changed |= bool(finished)
+        self._collect_garbage(cluster)
+        new_pods = [key for key in cluster.pods if key not in pods_before]
+        if new_pods:
+            # the workload controllers' pods go to the store first, named by the API server (random suffix, new
+            # uid); the next round creates their claims and schedules them
+            new_uids = {cluster.pods[key]["metadata"].get("uid") for key in new_pods}
+            self._persist_claims(cluster, claims_before, skip_owners=new_uids)
+            for key in new_pods:
+                self._create_pod(cluster.pods[key])
+            return True
+        scheduler = Scheduler(cluster, policy=self.config.policy)
+        results = scheduler.run()
+
+        changed |= self._persist_claims(cluster, claims_before)
+        changed |= self._persist_pods(cluster, pods_before)
+        for result in results:
+            pod = cluster.pods[result.pod]
+            if result.scheduled:
+                self.event(pod, "Normal", "Scheduled", f"Successfully assigned {result.pod} to {result.node}",
+                           SCHEDULER)
+                devices = [f"{r['pool']}/{r['device']}" for key in cluster.pod_claim_keys(pod)
+                           for r in ((claim_allocation(cluster.claims.get(key) or {}) or {}).get("devices") or {})
+                           .get("results") or []]
+                self.step("scheduled", f"pod {result.pod} → node {result.node}"
+                          + (f", devices {', '.join(devices)}" if devices else ""))
+            else:
+                message = result.message()
+                previous = json.loads(pods_before[result.pod]) if result.pod in pods_before else {}
+                old = [c.get("message") for c in (previous.get("status") or {}).get("conditions") or []
+                       if c.get("type") == "PodScheduled"]
+                if old != [message]:
+                    self.event(pod, "Warning", "FailedScheduling", message, SCHEDULER)
+                    self.step("unschedulable", f"pod {result.pod}: {message}")
+        changed |= self._start_pods()
+        return changed
+
+    def _finish_deleted_pods(self, pods: list[dict[str, Any]]) -> list[str]:
+        """Deleted pods: stop containers and unprepare claims (kubelet), then remove them. Returns their keys."""
+        finished = []
+        started_claims: dict[str, set[str]] = {}
+        for pod in pods:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and not pod["metadata"].get("deletionTimestamp"):
+                record = self.kubelet.record(node, pod)
+                for claim in (record or {}).get("claims", []):
+                    started_claims.setdefault(node, set()).add(claim["uid"])
+        for pod in pods:
+            if not pod["metadata"].get("deletionTimestamp"):
+                continue
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                record = self.kubelet.record(node, pod)
+                if not self.kubelet.stop_pod(pod, started_claims.get(node, set())):
+                    continue  # the driver did not answer: stays Terminating, retried next time
+                if record is not None:
+                    claims = ", ".join(c["name"] for c in record["claims"]) or "none"
+                    self.step("unprepared", f"pod {key_of(pod)} stopped on {node}: claims unprepared ({claims})")
+            try:
+                self.store.delete("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"], graceful=False)
+            except StoreError:
+                pass
+            finished.append(key_of(pod))
+        return finished
+
+    def _collect_garbage(self, cluster: Cluster) -> None:
+        """Reservations for pods that no longer exist are removed (then the claim is deallocated), and claims
+        owned by such pods are deleted: the resourceclaim controller's and garbage collector's cleanup."""
+        live = {pod["metadata"].get("uid") for pod in cluster.pods.values() if not is_terminal(pod)}
+        for key, claim in list(cluster.claims.items()):
+            entries = reserved_for(claim)
+            remaining = [e for e in entries if e.get("uid") in live]
+            if len(remaining) != len(entries):
+                if remaining:
+                    claim["status"]["reservedFor"] = remaining
+                else:
+                    claim["status"].pop("reservedFor", None)
+                    cluster.deallocate_claim(claim)
+            owners = [r for r in (claim.get("metadata") or {}).get("ownerReferences") or []
+                      if r.get("kind") == "Pod" and r.get("controller")]
+            if owners and not any(r.get("uid") in live for r in owners) and not reserved_for(claim):
+                cluster.deallocate_claim(claim)
+                del cluster.claims[key]
+
+    def _persist_claims(self, cluster: Cluster, before: dict[str, str], skip_owners: set | None = None) -> bool:
+        changed = False
+        for key, claim in cluster.claims.items():
+            owners = {r.get("uid") for r in (claim.get("metadata") or {}).get("ownerReferences") or []}
+            if key not in before and skip_owners and owners & skip_owners:
+                continue
+            if key not in before:
+                annotations = (claim.get("metadata") or {}).get("annotations") or {}
+                owner = next((r["name"] for r in claim["metadata"].get("ownerReferences") or []), "?")
+                self.store.create(claim)
+                self.event(claim, "Normal", "Created", f"created from template for pod {owner} "
+                           f"(pod claim {annotations.get(POD_CLAIM_NAME_ANNOTATION)})", CLAIM_CONTROLLER)
+                self.step("claim", f"claim {key} created from template for pod {claim['metadata']['namespace']}/{owner}")
+                changed = True
+            elif _snapshot(claim) != before[key]:
+                self._replace(claim)
+                if claim_allocation(claim) is None and claim_allocation(json.loads(before[key])) is not None:
+                    self.step("deallocated", f"claim {key} deallocated")
+                changed = True
+        for key in before:
+            if key not in cluster.claims:
+                namespace, name = key.split("/", 1)
+                try:
+                    self.store.delete("ResourceClaim", namespace, name, graceful=False)
+                except StoreError:
+                    pass
+                self.step("deleted", f"claim {key} deallocated and deleted with its pod")
+                changed = True
+        return changed
+
+    def _create_pod(self, pod: dict[str, Any]) -> None:
+        pod = json.loads(json.dumps(pod))
+        meta = pod["metadata"]
+        owner = next(iter(meta.get("ownerReferences") or []), {})
+        if owner.get("kind") != "StatefulSet":  # StatefulSet pods keep their ordinal names
+            meta["generateName"] = meta.pop("name")[:-5]
+        meta.pop("uid", None)
+        pod.pop("status", None)
+        created = self.store.create(pod)
+        self.step("pod", f"pod {key_of(created)} created by {owner.get('kind', '?')} {owner.get('name', '?')}")
+
+    def _persist_pods(self, cluster: Cluster, before: dict[str, str]) -> bool:
+        changed = False
+        for key, pod in cluster.pods.items():
+            if key in before and _snapshot(pod) != before[key]:
+                self._replace(pod)
+                changed = True
+        return changed
+
+    def _replace(self, obj: dict[str, Any]) -> None:
+        try:
+            self.store.replace(obj)
+        except StoreError as exc:
+            if exc.status not in (404, 409):
+                raise
+            # changed or deleted meanwhile: the next round works from the new version
+
+    # ----- kubelet --------------------------------------------------------------------------------
+    def _start_pods(self) -> bool:
+        changed = False
+        claims = {key_of(c): c for c in self.store.list("ResourceClaim")}
+        for pod in self.store.list("Pod"):
+            node = (pod.get("spec") or {}).get("nodeName")
+            if not node or pod["metadata"].get("deletionTimestamp") or is_terminal(pod):
+                continue
+            record = self.kubelet.record(node, pod)
+            if record is None:
+                pod_claims, names = self._pod_claims(pod, claims)
+                if pod_claims is None:
+                    continue
+                if self.kubelet.start_pod(pod, pod_claims, names):
+                    record = self.kubelet.record(node, pod)
+                    self._prepared_steps(record)
+                else:
+                    if (pod.get("status") or {}).get("containerStatuses") is None:
+                        pod["status"] = waiting_status(pod)
+                        self._replace(pod)
+                    continue
+            if (pod.get("status") or {}).get("phase") != "Running":
+                pod["status"] = running_status(pod, record)
+                self._replace(pod)
+                changed = True
+        return changed
+
+    def _pod_claims(self, pod: dict[str, Any], claims: dict[str, dict[str, Any]]
+                    ) -> tuple[list[dict[str, Any]] | None, dict[str, str]]:
+        """The pod's claims (allocated and reserved for it) and pod claim name → claim name; None if not ready."""
+        namespace = pod["metadata"]["namespace"]
+        statuses = {s.get("name"): s.get("resourceClaimName")
+                    for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
+        out, names = [], {}
+        for pod_claim in (pod.get("spec") or {}).get("resourceClaims") or []:
+            name = pod_claim.get("resourceClaimName") or statuses.get(pod_claim.get("name"))
+            if name is None:
+                continue
+            claim = claims.get(f"{namespace}/{name}")
+            if claim is None or claim_allocation(claim) is None or not any(
+                    e.get("uid") == pod["metadata"]["uid"] for e in reserved_for(claim)):
+                return None, {}
+            names[pod_claim["name"]] = name
+            if claim not in out:
+                out.append(claim)
+        return out, names
+
+    def _prepared_steps(self, record: dict[str, Any]) -> None:
+        for claim in record["claims"]:
+            ids = [i for d in claim["devices"] for i in d["cdiDeviceIDs"]]
+            self.step("prepared", f"claim {claim['namespace']}/{claim['name']} prepared on {record['node']}: "
+                                  f"CDI {', '.join(ids) or 'none'}")
+        for view in record["containers"]:
+            env = [e for e in view["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
+            self.step("container", f"pod {record['pod']} container {view['name']} sees "
+                                   f"{', '.join(view['deviceNodes']) or 'no device'}" + (f" ({env[0]})" if env else ""))
+
+
+def reconcile(cluster: ClusterDir, step: Step | None = None) -> int:
+    return ControlLoop(cluster, step).run()
+

@@ -1,0 +1,181 @@
+"""The kubelet stand-in: prepares a bound pod's claims through its node's driver, starts its containers on paper.
+
+For each pod bound to a node it calls `NodePrepareResources` on the node's driver over the kubelet-plugin unix
+socket (the real gRPC API), applies the returned CDI device IDs to each container's OCI spec with the CDI
+resolver (as containerd/CRI-O do), and records what the container would see. On pod deletion it calls
+`NodeUnprepareResources` for the claims no other pod on the node still uses. A pod counts as started once its
+record is written, so a pod is started (prepared) once, even across crashes and restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable
+
+import grpc
+
+from gpudra.atomicfile import write_atomic
+from gpudra.cdi import CdiError, apply_devices, default_oci_spec
+from gpudra.driver.kubelet_client import KubeletClient
+
+from .layout import ClusterDir
+from .store import now_rfc3339
+
+COMPONENT = "kubelet"
+Emit = Callable[[dict[str, Any], str, str, str, str], None]  # (object, type, reason, message, component)
+
+
+class Kubelet:
+    def __init__(self, cluster: ClusterDir, driver_name: str, emit: Emit):
+        self.cluster = cluster
+        self.driver_name = driver_name
+        self.emit = emit
+        self._clients: dict[str, KubeletClient] = {}
+
+    # ----- records ------------------------------------------------------------------------------
+    def record_path(self, node: str, pod: dict[str, Any]) -> str:
+        return os.path.join(self.cluster.kubelet_dir(node), f"{pod['metadata']['uid']}.json")
+
+    def record(self, node: str, pod: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            with open(self.record_path(node, pod), encoding="utf-8") as fh:
+                return json.load(fh)
+        except FileNotFoundError:
+            return None
+
+    def records(self, node: str) -> list[dict[str, Any]]:
+        directory = self.cluster.kubelet_dir(node)
+        out = []
+        for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+            if name.endswith(".json"):
+                with open(os.path.join(directory, name), encoding="utf-8") as fh:
+                    out.append(json.load(fh))
+        return out
+
+    def _write_record(self, node: str, pod: dict[str, Any], record: dict[str, Any]) -> None:
+        # atomic: the record is what says "started", so it is there whole or not at all
+        write_atomic(self.record_path(node, pod), json.dumps(record, indent=1).encode(), mode=0o644,
+                     label="kubelet-pod", fsync=False, make_dirs=0o755)
+
+    # ----- the plugin connection ----------------------------------------------------------------
+    def _client(self, node: str) -> KubeletClient:
+        client = self._clients.get(node)
+        if client is None:
+            client = KubeletClient(self.cluster.driver_paths(node, self.driver_name).registration_socket)
+            client.register()
+            self._clients[node] = client
+        return client
+
+    def _call(self, node: str, method: str, refs: list[tuple[str, str, str]]) -> tuple[Any, str | None]:
+        try:
+            client = self._client(node)
+            return getattr(client, method)(refs, timeout=10.0), None
+        except grpc.RpcError as exc:
+            self._clients.pop(node, None)
+            return None, f"rpc error: code = {exc.code().name.title().replace('_', '')} desc = {exc.details()}"
+        except RuntimeError as exc:
+            return None, str(exc)
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    # ----- pod lifecycle ------------------------------------------------------------------------
+    def start_pod(self, pod: dict[str, Any], claims: list[dict[str, Any]], pod_claim_names: dict[str, str]) -> bool:
+        """Prepare the pod's claims and start its containers; False when preparing failed (retried later)."""
+        node = pod["spec"]["nodeName"]
+        refs = [(c["metadata"]["namespace"], c["metadata"]["name"], c["metadata"]["uid"]) for c in claims]
+        prepared: dict[str, list[dict[str, Any]]] = {}
+        if refs:
+            reply, error = self._call(node, "prepare", refs)
+            failures = []
+            for namespace, name, uid in refs:
+                answer = reply.claims[uid] if reply is not None else None
+                if answer is None or answer.error:
+                    failures.append(f"NodePrepareResources failed for ResourceClaim {name}: "
+                                    f"{answer.error if answer is not None else error}")
+                    continue
+                prepared[name] = [{"requestNames": list(d.request_names), "pool": d.pool_name,
+                                   "device": d.device_name, "cdiDeviceIDs": list(d.cdi_device_ids)}
+                                  for d in answer.devices]
+            if failures:
+                self.emit(pod, "Warning", "FailedPrepareDynamicResources",
+                          "Failed to prepare dynamic resources: " + "; ".join(failures), COMPONENT)
+                return False
+        containers = []
+        paths = self.cluster.driver_paths(node, self.driver_name)
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            ids: list[str] = []
+            for use in (container.get("resources") or {}).get("claims") or []:
+                for device in prepared.get(pod_claim_names.get(use.get("name", ""), ""), []):
+                    if use.get("request") and use["request"] not in device["requestNames"]:
+                        continue
+                    ids.extend(i for i in device["cdiDeviceIDs"] if i not in ids)
+            view: dict[str, Any] = {"name": container.get("name"), "cdiDevices": ids}
+            try:
+                oci = apply_devices(default_oci_spec(), ids, paths.cdi_spec_dirs)
+            except CdiError as exc:
+                self.emit(pod, "Warning", "Failed", f"Error: failed to inject CDI devices: {exc}", COMPONENT)
+                return False
+            view["deviceNodes"] = [d["path"] for d in (oci.get("linux") or {}).get("devices", [])]
+            view["env"] = [e for e in oci["process"]["env"] if not e.startswith("PATH=")]
+            view["mounts"] = [m["destination"] for m in oci.get("mounts", []) if m["destination"] not in ("/proc", "/dev")]
+            view["oci"] = oci
+            containers.append(view)
+        record = {"pod": f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", "uid": pod["metadata"]["uid"],
+                  "node": node, "startedAt": now_rfc3339(),
+                  "claims": [{"namespace": ns, "name": name, "uid": uid, "devices": prepared.get(name, [])}
+                             for ns, name, uid in refs],
+                  "containers": containers}
+        self._write_record(node, pod, record)
+        for view in containers:
+            self.emit(pod, "Normal", "Started", f"Started container {view['name']}", COMPONENT)
+        return True
+
+    def stop_pod(self, pod: dict[str, Any], still_used: set[str]) -> bool:
+        """Unprepare the pod's claims that no other started pod on the node uses; False when that failed."""
+        node = pod["spec"]["nodeName"]
+        record = self.record(node, pod)
+        if record is None:
+            return True
+        refs = [(c["namespace"], c["name"], c["uid"]) for c in record["claims"] if c["uid"] not in still_used]
+        if refs:
+            reply, error = self._call(node, "unprepare", refs)
+            failures = [f"NodeUnprepareResources failed for ResourceClaim {name}: "
+                        f"{reply.claims[uid].error if reply is not None else error}"
+                        for _, name, uid in refs if reply is None or reply.claims[uid].error]
+            if failures:
+                self.emit(pod, "Warning", "FailedUnprepareDynamicResources", "; ".join(failures), COMPONENT)
+                return False
+        for view in record["containers"]:
+            self.emit(pod, "Normal", "Killing", f"Stopping container {view['name']}", COMPONENT)
+        os.unlink(self.record_path(node, pod))
+        return True
+
+
+def running_status(pod: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """The pod status the kubelet reports once the containers run."""
+    status = dict(pod.get("status") or {})
+    started = record["startedAt"]
+    status["phase"] = "Running"
+    status["startTime"] = status.get("startTime") or started
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
+    for kind in ("Initialized", "ContainersReady", "Ready", "PodReadyToStartContainers"):
+        conditions.append({"type": kind, "status": "True", "lastTransitionTime": started})
+    status["conditions"] = conditions
+    status["containerStatuses"] = [
+        {"name": c.get("name"), "image": c.get("image", ""), "ready": True, "started": True, "restartCount": 0,
+         "state": {"running": {"startedAt": started}}}
+        for c in (pod.get("spec") or {}).get("containers") or []]
+    return status
+
+
+def waiting_status(pod: dict[str, Any]) -> dict[str, Any]:
+    status = dict(pod.get("status") or {})
+    status["containerStatuses"] = [
+        {"name": c.get("name"), "image": c.get("image", ""), "ready": False, "started": False, "restartCount": 0,
+         "state": {"waiting": {"reason": "ContainerCreating"}}}
+        for c in (pod.get("spec") or {}).get("containers") or []]
+    return status

@@ -1,0 +1,77 @@
+"""One node's GPU driver process in a local cluster: `python -m gpudra.cluster.nodeagent DIR NODE`.
+
+It is gpudra's node driver (`gpudra.driver.agent.DriverAgent`) with two things pointed at the local store instead of
+an API server: where it publishes its ResourceSlices and where it reads the ResourceClaims it prepares. Everything
+else (simulated GPUs, checkpoint, CDI specs, the kubelet plugin's registration and DRA sockets) is the real driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from typing import Any
+
+from .layout import CDI_DIR, PLUGINS_DIR, REGISTRY_DIR, ClusterDir
+from .store import Store, StoreError
+
+
+class StoreSliceClient:
+    """`gpudra.driver.publisher.KubeSliceClient`'s calls, answered by the local store."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def list(self, node_name: str, driver_name: str) -> list[dict[str, Any]]:
+        return [s for s in self.store.list("ResourceSlice")
+                if (s.get("spec") or {}).get("nodeName") == node_name and s["spec"].get("driver") == driver_name]
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.store.create(body)
+
+    def replace(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.store.replace(body)
+
+    def delete(self, name: str) -> None:
+        self.store.delete("ResourceSlice", None, name, graceful=False)
+
+    def node_uid(self, node_name: str) -> str | None:
+        node = self.store.get("Node", None, node_name)
+        if node is None:
+            raise StoreError(f'nodes "{node_name}" not found', 404)
+        return node["metadata"].get("uid")
+
+
+class StoreClaimSource:
+    """`gpudra.driver.claims.ClaimSource` on the local store."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.store.get("ResourceClaim", namespace, name)
+
+
+def main(argv: list[str]) -> int:
+    from gpudra.driver.agent import AgentOptions, DriverAgent
+
+    directory, node_name = argv
+    cluster = ClusterDir(directory)
+    config = cluster.load_config()
+    node = next(n for n in config.nodes if n.name == node_name)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options = AgentOptions(node_name=node.name, backend="simulated", profile=node.profile,
+                           driver_name=config.driver_name, root=cluster.node_dir(node.name),
+                           dynamic_mig=node.dynamic_mig, registry_dir=REGISTRY_DIR, plugins_dir=PLUGINS_DIR,
+                           cdi_dir=CDI_DIR)
+    agent = DriverAgent(options, claims=StoreClaimSource(cluster.store), slice_client=StoreSliceClient(cluster.store))
+    agent.start()
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop())
+    signal.signal(signal.SIGINT, lambda *_: agent.stop())
+    print(f"ready: {agent.paths.registration_socket}", file=sys.stderr, flush=True)
+    agent.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

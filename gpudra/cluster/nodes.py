@@ -1,0 +1,202 @@
+"""Bringing a local cluster up and down: Node objects, one driver process per node, kubelet plugin registration."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable
+
+from gpudra.driver.plugin import check_socket_path
+
+from .layout import ClusterConfig, ClusterDir, ClusterSetupError, NodeSpec, forget, remember
+from .store import StoreError
+
+AGENT_MODULE = "gpudra.cluster.nodeagent"
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+POLL_S = 0.02
+
+
+def node_object(node: NodeSpec, kubernetes_version: str) -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node.name, "labels": {
+            "kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+            "gpudra.local/profile": os.path.basename(node.profile)}},
+        "status": {
+            "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "kubelet is posting ready status"}],
+            "nodeInfo": {"kubeletVersion": f"v{kubernetes_version}.0", "operatingSystem": "linux",
+                         "architecture": "amd64"},
+        },
+    }
+
+
+def read_pid(cluster: ClusterDir, node: str) -> int | None:
+    try:
+        with open(cluster.pid_file(node), encoding="utf-8") as fh:
+            return int(fh.read().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def driver_alive(cluster: ClusterDir, node: str) -> int | None:
+    """The pid of this node's driver if it runs (checked by its command line, not just the pid)."""
+    pid = read_pid(cluster, node)
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            args = fh.read().split(b"\0")
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            zombie = fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return None
+    if zombie:
+        _reap(pid)  # a driver this process started and that died (killed): collect it
+        return None
+    if AGENT_MODULE.encode() not in args or node.encode() not in args:
+        return None
+    return pid
+
+
+def _spawn(cluster: ClusterDir, node: NodeSpec) -> subprocess.Popen:
+    os.makedirs(cluster.node_dir(node.name), exist_ok=True)
+    log = open(cluster.log_file(node.name), "ab")  # noqa: SIM115 - handed to the child
+    try:
+        process = subprocess.Popen([sys.executable, "-m", AGENT_MODULE, cluster.path, node.name],
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                   cwd=cluster.path)
+    finally:
+        log.close()
+    with open(cluster.pid_file(node.name), "w", encoding="utf-8") as fh:
+        fh.write(f"{process.pid}\n")
+    return process
+
+
+def _tail(path: str, lines: int = 5) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return "".join(fh.readlines()[-lines:]).strip()
+    except OSError:
+        return ""
+
+
+def _wait_ready(cluster: ClusterDir, nodes: list[NodeSpec], processes: dict[str, subprocess.Popen],
+                driver_name: str) -> None:
+    waiting = {n.name for n in nodes if n.name in processes}
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while waiting:
+        for name in sorted(waiting):
+            process = processes[name]
+            if process.poll() is not None:
+                raise ClusterSetupError(f"the driver of node {name} exited ({process.returncode}): "
+                                        f"{_tail(cluster.log_file(name))}")
+            if os.path.exists(cluster.driver_paths(name, driver_name).registration_socket):
+                waiting.discard(name)
+        if waiting and time.monotonic() > deadline:
+            raise ClusterSetupError(f"drivers not ready after {START_TIMEOUT_S:.0f}s: {', '.join(sorted(waiting))}")
+        if waiting:
+            time.sleep(POLL_S)
+
+
+def register_plugin(cluster: ClusterDir, node: str, driver_name: str) -> str:
+    """What the kubelet's plugin watcher does with a new registration socket; returns the DRA endpoint."""
+    import grpc
+
+    from gpudra.driver.kubelet_client import KubeletClient
+
+    client = KubeletClient(cluster.driver_paths(node, driver_name).registration_socket)
+    try:
+        info = client.register()
+    except (grpc.RpcError, RuntimeError) as exc:
+        raise ClusterSetupError(f"node {node}: the kubelet could not register the driver: {exc}") from None
+    finally:
+        client.close()
+    return info.endpoint
+
+
+def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], None] = lambda _: None) -> list[str]:
+    """Start (or restart after a crash) the cluster's drivers; returns the nodes whose driver was started."""
+    if config is None:
+        config = cluster.load_config()
+    elif cluster.exists():
+        existing = cluster.load_config()
+        if [n.to_dict() for n in existing.nodes] != [n.to_dict() for n in config.nodes]:
+            raise ClusterSetupError(f"{cluster.path} already holds a cluster with other nodes "
+                                    f"({', '.join(n.name for n in existing.nodes)}); `gpudra cluster down` it first")
+        config = existing
+    for node in config.nodes:
+        paths = cluster.driver_paths(node.name, config.driver_name)
+        try:
+            for socket_path in (paths.registration_socket, paths.dra_socket):
+                check_socket_path(socket_path)  # the driver's own limit, checked before anything starts
+        except ValueError:
+            raise ClusterSetupError(f"state directory {cluster.path} is too long for the nodes' unix sockets "
+                                    f"({socket_path}): use a shorter --dir") from None
+    cluster.save_config(config)
+    for node in config.nodes:
+        if cluster.store.get("Node", None, node.name) is None:
+            try:
+                cluster.store.create(node_object(node, config.kubernetes_version))
+            except StoreError:
+                pass  # created by a concurrent `up`
+    processes: dict[str, subprocess.Popen] = {}
+    for node in config.nodes:
+        if driver_alive(cluster, node.name) is None:
+            paths = cluster.driver_paths(node.name, config.driver_name)
+            for stale in (paths.registration_socket, paths.dra_socket):  # left by a driver that was killed
+                if os.path.exists(stale):
+                    os.unlink(stale)
+            processes[node.name] = _spawn(cluster, node)
+    _wait_ready(cluster, config.nodes, processes, config.driver_name)
+    for node in config.nodes:
+        register_plugin(cluster, node.name, config.driver_name)
+        say(f"node {node.name} ({node.profile}{', dynamic MIG' if node.dynamic_mig else ''}): driver "
+            f"{'started' if node.name in processes else 'running'}, registered with the kubelet")
+    remember(cluster.path)
+    return sorted(processes)
+
+
+def stop_driver(cluster: ClusterDir, node: str, sig: int = signal.SIGTERM) -> bool:
+    pid = driver_alive(cluster, node)
+    if pid is None:
+        return False
+    os.kill(pid, sig)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while driver_alive(cluster, node) is not None:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+        time.sleep(POLL_S)
+    _reap(pid)
+    return True
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)  # our own child (started by this process): do not leave a zombie
+    except ChildProcessError:
+        pass
+
+
+def down(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> None:
+    """Stop every driver and remove the state directory: nothing running, no socket, no file left."""
+    try:
+        config = cluster.load_config()
+        nodes = [n.name for n in config.nodes]
+    except ClusterSetupError:
+        nodes = sorted(os.listdir(os.path.join(cluster.path, "nodes"))) if os.path.isdir(
+            os.path.join(cluster.path, "nodes")) else []
+    for node in nodes:
+        if stop_driver(cluster, node):
+            say(f"node {node}: driver stopped")
+    forget(cluster.path)
+    if cluster.exists() or os.path.isdir(os.path.join(cluster.path, "store")):
+        shutil.rmtree(cluster.path, ignore_errors=True)

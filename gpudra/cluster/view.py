@@ -1,0 +1,146 @@
+"""`gpudra cluster view`: one self-contained HTML page of a local cluster (no scripts, no external files).
+
+Nodes are boxes holding one box per GPU; a MIG-partitioned GPU holds its MIG devices. Each device box says which
+claim holds it and which pods use that claim; pending pods are listed with the scheduler's reason; each started
+container shows what the CDI edits gave it (device nodes, environment, mounts).
+"""
+
+from __future__ import annotations
+
+import html
+import http.server
+import json
+from typing import Any, Callable
+
+from .layout import ClusterDir
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1d2430;background:#f6f7f9}
+h1{font-size:1.4rem} h2{font-size:1.1rem;margin-top:1.6rem}
+.nodes{display:flex;flex-wrap:wrap;gap:1rem}
+.node{background:#fff;border:1px solid #c9ced6;border-radius:8px;padding:.7rem;min-width:16rem}
+.node h3{margin:.1rem 0 .5rem;font-size:1rem}
+.gpus{display:flex;flex-wrap:wrap;gap:.4rem}
+.gpu{border:1px solid #9aa4b2;border-radius:6px;padding:.35rem;font-size:.75rem;width:8.5rem;background:#eef1f5}
+.gpu.partitioned{width:100%;background:#f3eefa}
+.device{border:1px dashed #9aa4b2;border-radius:4px;padding:.25rem;margin:.15rem 0;font-size:.72rem;background:#fff}
+.held{background:#dff3e4;border-style:solid;border-color:#3c9a5f}
+.name{font-weight:600} .muted{color:#687385}
+table{border-collapse:collapse;background:#fff;font-size:.85rem} td,th{border:1px solid #c9ced6;padding:.3rem .5rem;text-align:left;vertical-align:top}
+code{font-size:.78rem}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _collect(cluster: ClusterDir) -> dict[str, Any]:
+    from gpudra.scheduler.cluster import claim_allocation, reserved_for
+
+    from .kubelet import Kubelet
+
+    store = cluster.store
+    holders: dict[tuple[str, str], dict[str, Any]] = {}
+    for claim in store.list("ResourceClaim"):
+        for result in ((claim_allocation(claim) or {}).get("devices") or {}).get("results") or []:
+            holders[(result.get("pool", ""), result.get("device", ""))] = {
+                "claim": f"{claim['metadata']['namespace']}/{claim['metadata']['name']}",
+                "pods": [e.get("name", "") for e in reserved_for(claim)]}
+    config = cluster.load_config()
+    kubelet = Kubelet(cluster, config.driver_name, lambda *_: None)
+    records = [r for node in config.nodes for r in kubelet.records(node.name)]
+    return {"holders": holders, "records": records, "nodes": store.list("Node"),
+            "slices": store.list("ResourceSlice"), "pods": store.list("Pod")}
+
+
+def _device_box(device: dict[str, Any], pool: str, holders: dict) -> str:
+    holder = holders.get((pool, device.get("name", "")))
+    attributes = device.get("attributes") or {}
+    label = (attributes.get("profile") or attributes.get("productName") or {}).get("string", "")
+    memory = ((device.get("capacity") or {}).get("memory") or {}).get("value", "")
+    held = (f'<div>claim <b>{_e(holder["claim"])}</b></div><div>pod {_e(", ".join(holder["pods"]) or "—")}</div>'
+            if holder else '<div class="muted">free</div>')
+    return (f'<div class="device{" held" if holder else ""}" data-device="{_e(pool)}/{_e(device.get("name"))}">'
+            f'<div class="name">{_e(device.get("name"))}</div><div class="muted">{_e(label)} {_e(memory)}</div>'
+            f"{held}</div>")
+
+
+def _node_box(node: dict[str, Any], slices: list[dict[str, Any]], holders: dict) -> str:
+    name = node["metadata"]["name"]
+    pool = [s for s in slices if (s.get("spec") or {}).get("nodeName") == name]
+    by_gpu: dict[str, list[dict[str, Any]]] = {}
+    for item in pool:
+        for device in item["spec"].get("devices") or []:
+            attributes = device.get("attributes") or {}
+            parent = (attributes.get("parentUUID") or attributes.get("uuid") or {}).get("string", device["name"])
+            by_gpu.setdefault(parent, []).append(device)
+    gpus = []
+    for devices in by_gpu.values():
+        first = devices[0]
+        partitioned = any((d.get("attributes") or {}).get("type", {}).get("string") == "mig" for d in devices)
+        title = (first.get("attributes") or {}).get("productName", {}).get("string", "")
+        inner = "".join(_device_box(d, name, holders) for d in devices[:40])
+        more = f'<div class="muted">… {len(devices) - 40} more partitions</div>' if len(devices) > 40 else ""
+        gpus.append(f'<div class="gpu{" partitioned" if partitioned else ""}">'
+                    f'{f"<div class=name>{_e(title)} (MIG)</div>" if partitioned else ""}{inner}{more}</div>')
+    profile = (node["metadata"].get("labels") or {}).get("gpudra.local/profile", "")
+    return (f'<section class="node" data-node="{_e(name)}"><h3>{_e(name)} <span class="muted">{_e(profile)}</span></h3>'
+            f'<div class="gpus">{"".join(gpus) or "<span class=muted>no devices published</span>"}</div></section>')
+
+
+def render_page(cluster: ClusterDir) -> str:
+    data = _collect(cluster)
+    nodes = "".join(_node_box(n, data["slices"], data["holders"]) for n in data["nodes"])
+    pending = []
+    for pod in data["pods"]:
+        if (pod.get("spec") or {}).get("nodeName"):
+            continue
+        reason = next((c.get("message", "") for c in (pod.get("status") or {}).get("conditions") or []
+                       if c.get("type") == "PodScheduled"), "")
+        pending.append(f'<tr class="pending"><td>{_e(pod["metadata"]["namespace"])}/{_e(pod["metadata"]["name"])}</td>'
+                       f"<td>{_e(reason) or 'waiting for the scheduler'}</td></tr>")
+    containers = []
+    for record in data["records"]:
+        for view in record["containers"]:
+            containers.append(
+                f'<tr class="container"><td>{_e(record["pod"])}<br><span class="muted">{_e(view["name"])} on '
+                f'{_e(record["node"])}</span></td><td><code>{"<br>".join(_e(i) for i in view["cdiDevices"]) or "—"}</code></td>'
+                f'<td><code>{"<br>".join(_e(d) for d in view["deviceNodes"]) or "—"}</code></td>'
+                f'<td><code>{"<br>".join(_e(e) for e in view["env"]) or "—"}</code></td>'
+                f'<td><code>{"<br>".join(_e(m) for m in view["mounts"]) or "—"}</code></td></tr>')
+    summary = {"nodes": len(data["nodes"]), "pods": len(data["pods"]), "pending": len(pending),
+               "allocatedDevices": len(data["holders"])}
+    summary_json = json.dumps(summary).replace("</", "<\\/")  # JSON inside <script> is not entity-decoded
+    return (
+        "<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>gpudra local cluster</title>"
+        f"<style>{STYLE}</style></head><body>"
+        f'<h1>gpudra local cluster <span class="muted">{_e(cluster.path)}</span></h1>'
+        f'<script type="application/json" id="summary">{summary_json}</script>'
+        f'<h2>Nodes and devices</h2><div class="nodes">{nodes}</div>'
+        f'<h2>Pending pods</h2><table id="pending"><tr><th>pod</th><th>reason</th></tr>'
+        f'{"".join(pending) or "<tr><td colspan=2 class=muted>none</td></tr>"}</table>'
+        f'<h2>Containers and their CDI edits</h2><table id="containers"><tr><th>pod / container</th><th>CDI devices</th>'
+        f'<th>device nodes</th><th>environment</th><th>mounts</th></tr>'
+        f'{"".join(containers) or "<tr><td colspan=5 class=muted>none</td></tr>"}</table>'
+        "</body></html>\n")
+
+
+def serve_page(cluster: ClusterDir, port: int, on_ready: Callable[[str], None]) -> None:
+    """Serve the page on localhost, rendered afresh on every request (reload to follow the cluster)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = render_page(cluster).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler) as server:
+        on_ready(f"http://127.0.0.1:{server.server_address[1]}/")
+        server.serve_forever()
