@@ -267,3 +267,27 @@ def test_get_yaml_and_json_are_lists_with_items(state):
     assert "gpudra.local/created-revision" not in json.dumps(listed)
     table = gpudra("get", "resourceslices", "-o", "wide", "--dir", state).splitlines()
     assert table[0].split()[:5] == ["NAME", "NODE", "DRIVER", "POOL", "AGE"] and "l4-0" in table[1]
+
+
+def test_view_serve_answers_with_the_current_page(state):
+    import threading
+    import urllib.request
+
+    from gpudra.cluster.view import make_server
+
+    cluster = ClusterDir(state)
+    up(cluster, ClusterConfig(nodes=parse_nodes("l4-node")))
+    server = make_server(cluster, 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        page = urllib.request.urlopen(url, timeout=30).read().decode()
+        assert 'data-node="l4-0"' in page and page.count('class="device"') == 4  # four free L4s
+        gpudra("apply", "-f", str(ARTICLE / "01-deviceclass.yaml"), "-f", str(ARTICLE / "05-pod.yaml"),
+               "-f", str(ARTICLE / "02-resourceclaim-gpu.yaml"), "--dir", state)
+        page = urllib.request.urlopen(url, timeout=30).read().decode()  # rendered afresh: gpu-claim holds one
+        assert page.count('class="device held"') == 1 and "default/gpu-claim" in page
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -126,8 +126,9 @@ def render_page(cluster: ClusterDir) -> str:
         "</body></html>\n")
 
 
-def serve_page(cluster: ClusterDir, port: int, on_ready: Callable[[str], None]) -> None:
-    """Serve the page on localhost, rendered afresh on every request (reload to follow the cluster)."""
+def make_server(cluster: ClusterDir, port: int) -> http.server.ThreadingHTTPServer:
+    """An HTTP server on localhost (port 0: any free port) answering every GET with the page, rendered afresh
+    (reload the page to follow the cluster)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -141,6 +142,10 @@ def serve_page(cluster: ClusterDir, port: int, on_ready: Callable[[str], None]) 
         def log_message(self, *args: Any) -> None:
             pass
 
-    with http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler) as server:
+    return http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+
+
+def serve_page(cluster: ClusterDir, port: int, on_ready: Callable[[str], None]) -> None:
+    with make_server(cluster, port) as server:
         on_ready(f"http://127.0.0.1:{server.server_address[1]}/")
         server.serve_forever()
