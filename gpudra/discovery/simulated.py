@@ -40,7 +40,8 @@ class SimulatedBackend(GpuBackend):
         self._mutex = threading.Lock()
         self._memory_state: dict[str, Any] | None = None
         self._static = [self._static_gpu(i, slot) for i, slot in enumerate(self.profile.gpus)]
-        self._cached: tuple[Any, Inventory] | None = None
+        self._cached: tuple[bytes, Inventory] | None = None
+        self._raw: bytes | None = None  # see `_state`
 
     # -- static description -------------------------------------------------------------------
     def _static_gpu(self, index: int, slot) -> Gpu:
@@ -83,6 +84,8 @@ class SimulatedBackend(GpuBackend):
 
     @contextmanager
     def _state(self, write: bool) -> Iterator[dict[str, Any]]:
+        """The state, under the lock that guards it (a file lock across processes). While it is held,
+        `_raw` has the bytes the state was read from (None when it was not read from a file)."""
         with self._mutex:
             if self.state_path is None:
                 if self._memory_state is None:
@@ -102,19 +105,24 @@ class SimulatedBackend(GpuBackend):
                     if write or fresh:
                         self._write_state(state)
                 finally:
+                    self._raw = None
                     fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _read_state(self) -> dict[str, Any] | None:
+        self._raw = None
         try:
-            with open(self.state_path, encoding="utf-8") as fh:  # type: ignore[arg-type]
-                state = json.load(fh)
+            with open(self.state_path, "rb") as fh:  # type: ignore[arg-type]
+                raw = fh.read()
+            state = json.loads(raw)
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
             raise MigError(f"simulated GPU state {self.state_path} is unreadable: {exc}") from None
-        if state.get("profile") != self.profile.name:
-            raise MigError(f"simulated GPU state {self.state_path} belongs to profile {state.get('profile')!r}, "
+        profile = state.get("profile") if isinstance(state, dict) else None
+        if profile != self.profile.name:
+            raise MigError(f"simulated GPU state {self.state_path} belongs to profile {profile!r}, "
                            f"not {self.profile.name!r}")
+        self._raw = raw
         return state
 
     def _write_state(self, state: dict[str, Any]) -> None:
@@ -167,36 +175,28 @@ class SimulatedBackend(GpuBackend):
         )
 
     # -- GpuBackend ---------------------------------------------------------------------------------
-    def _file_key(self) -> Any:
-        if self.state_path is None:
-            return None
-        try:
-            st = os.stat(self.state_path)
-        except FileNotFoundError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
-
     def inventory(self) -> Inventory:
-        """Current state; the returned object is shared between calls until the state changes (read-only)."""
-        key = self._file_key()
-        cached = self._cached
-        if cached is not None and key is not None and cached[0] == key:
-            return cached[1]
+        """Current state; the returned object is shared between calls until the state changes (read-only).
+
+        The cache is checked and filled under the state lock, keyed by the very bytes of the state:
+        a snapshot taken outside the lock, or a key that a rewrite can repeat (inode numbers are
+        reused, mtimes are coarse), lets the driver destroy a MIG device by a stale GPU instance ID."""
         with self._state(write=False) as state:
-            snapshot = copy.deepcopy(state["gpus"])
-        key = self._file_key()
-        gpus = []
-        for static in self._static:
-            gpu = copy.copy(static)
-            gpu_state = snapshot[str(gpu.minor)]
-            gpu.mig_enabled = bool(gpu_state["migEnabled"])
-            gpu.mig_devices = [self._mig_device(static, inst) for inst in gpu_state["instances"]]
-            gpus.append(gpu)
-        inventory = Inventory(backend=self.name, driver_version=self.profile.driver_version,
-                              cuda_driver_version=self.profile.cuda_driver_version, gpus=gpus,
-                              profile=self.profile.name)
-        self._cached = (key, inventory) if key is not None else None
-        return inventory
+            raw, cached = self._raw, self._cached
+            if raw is not None and cached is not None and cached[0] == raw:
+                return cached[1]
+            gpus = []
+            for static in self._static:
+                gpu = copy.copy(static)
+                gpu_state = state["gpus"][str(gpu.minor)]
+                gpu.mig_enabled = bool(gpu_state["migEnabled"])
+                gpu.mig_devices = [self._mig_device(static, inst) for inst in gpu_state["instances"]]
+                gpus.append(gpu)
+            inventory = Inventory(backend=self.name, driver_version=self.profile.driver_version,
+                                  cuda_driver_version=self.profile.cuda_driver_version, gpus=gpus,
+                                  profile=self.profile.name)
+            self._cached = (raw, inventory) if raw is not None else None
+            return inventory
 
     def mig_profiles(self, minor: int) -> tuple[MigProfileInfo, ...]:
         gpu = self._gpu(minor)
