@@ -173,3 +173,19 @@ def test_an_envelope_without_a_claims_map_is_still_refused(tmp_path):
         json.dump({"apiVersion": API_VERSION, "kind": KIND, "checksum": checksum(data), "data": data}, fh)
     with pytest.raises(CheckpointError, match="no claims map"):
         load_checkpoint(path)
+
+
+def test_after_a_reboot_quarantined_entries_reserve_nothing(tmp_path):
+    env = Env(tmp_path)
+    env.state.reconcile()
+    good = {"state": "PrepareCompleted", "namespace": "default", "name": "gone", "devices": [_good_device(env)]}
+    _rewrite(env.paths.checkpoint, lambda claims: claims.__setitem__("../x", good))
+    same_boot = env.new_state()
+    same_boot.reconcile()
+    other = env.claim("other", ["gpu-3"])
+    with pytest.raises(PrepareError, match="reserved by a quarantined"):
+        same_boot.prepare(other)
+    rebooted = env.new_state(boot_id="boot-2")
+    rebooted.reconcile()
+    rebooted.prepare(other)  # the file stays for the record, but nothing of an earlier boot is in use
+    assert load_quarantine(env.paths.quarantine)[0]["uid"] == "../x"

@@ -5,7 +5,8 @@ is neither trusted nor dropped: start-up moves it to `quarantine.json` next to t
 logs why, and keeps every device it names reserved, so no other claim is handed a device that a
 running container may still use. The operator inspects the file (`gpudra driver status` lists
 it) and deletes it, or entries of it, once those devices are known to be free; the driver reads
-it at start.
+it at start. After a reboot nothing an entry held is in use any more: the file stays for the
+record, but only entries of the current boot reserve devices.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ MAX_QUARANTINE_BYTES = 16 << 20
 
 
 def load_quarantine(path: str) -> list[dict[str, Any]]:
-    """The quarantined entries ({uid, reason, entry, reserved}); [] without a file."""
+    """The quarantined entries ({uid, reason, entry, reserved, nodeBootID}); [] without a file."""
     raw = read_regular_file(path, MAX_QUARANTINE_BYTES, what="quarantine file")
     if raw is None:
         return []
@@ -47,12 +48,12 @@ def save_quarantine(path: str, entries: list[dict[str, Any]], *, fsync: bool = T
                  label="quarantine", fsync=fsync)
 
 
-def quarantine_entry(entries: list[dict[str, Any]], uid: str, entry: Any, reason: str) -> None:
+def quarantine_entry(entries: list[dict[str, Any]], uid: str, entry: Any, reason: str, boot_id: str) -> None:
     """Add one bad entry (once: start-up may be interrupted between writing this file and the checkpoint)."""
     if any(item.get("uid") == uid and item.get("entry") == entry for item in entries):
         return
     reserved = reserved_records(entry)
-    entries.append({"uid": uid, "reason": reason, "entry": entry, "reserved": reserved})
+    entries.append({"uid": uid, "reason": reason, "entry": entry, "reserved": reserved, "nodeBootID": boot_id})
     log.error("checkpoint entry %r quarantined: %s; %s", uid[:100], reason,
               f"{len(reserved)} devices stay reserved until the operator releases them"
               if reserved else "it names no device that can be reserved")

@@ -234,13 +234,14 @@ class DeviceState:
         for uid, entry in list(self._cp["claims"].items()):
             problem = entry_problem(uid, entry)
             if problem is not None:
-                quarantine_entry(entries, uid, entry, problem)
+                quarantine_entry(entries, uid, entry, problem, self.boot_id)
                 del self._cp["claims"][uid]
                 report["quarantined"].append(uid)
         if len(entries) != known:
             save_quarantine(path, entries, fsync=self.fsync)
-        self._reserved = [record for item in entries for record in item["reserved"]]
-        self._quarantined_uids = {item["uid"] for item in entries if isinstance(item.get("uid"), str)}
+        current = [item for item in entries if item.get("nodeBootID") in (None, "", self.boot_id)]
+        self._reserved = [record for item in current for record in item["reserved"]]
+        self._quarantined_uids = {item["uid"] for item in current if isinstance(item.get("uid"), str)}
 
     def _spec_exists(self, uid: str) -> bool:
         base = os.path.join(self.paths.cdi_spec_dir, self._spec_name(uid))
