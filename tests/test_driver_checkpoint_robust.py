@@ -111,7 +111,7 @@ def test_status_lists_invalid_and_quarantined_entries(tmp_path):
     _rewrite(env.paths.checkpoint, lambda claims: claims.__setitem__(BAD_UID, {"state": "PrepareCompleted"}))
     runner = CliRunner()
     before = yaml.safe_load(runner.invoke(cli, ["driver", "status", "--root", env.root]).output)
-    assert before["invalid"] == [{"uid": BAD_UID, "reason": "namespace is not a string"}]
+    assert before["invalid"] == [{"uid": BAD_UID, "reason": "namespace: must be a string"}]
     env.new_state().reconcile()
     after = runner.invoke(cli, ["driver", "status", "--root", env.root])
     assert after.exit_code == 0, after.output

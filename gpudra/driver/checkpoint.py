@@ -14,8 +14,9 @@ import os
 import stat
 from typing import Any
 
-from gpudra.api.schema.names import dns_subdomain
 from gpudra.atomicfile import write_atomic
+
+from .claimpaths import identity_problems
 
 API_VERSION = "gpudra.io/v1"
 KIND = "DriverCheckpoint"
@@ -152,25 +153,16 @@ def _record_problem(record: Any, completed: bool) -> str | None:
     return None
 
 
-def uid_problems(uid: str) -> list[str]:
-    """A checkpoint key must be a UID the API server could have assigned (a UUID: a DNS label's
-    characters and length), since file names are derived from it."""
-    return dns_subdomain(uid, max_length=63)
-
-
 def entry_problem(uid: str, entry: Any) -> str | None:
     """Why the checkpoint entry of `uid` cannot be used (None when it can). The checksum only says
     the file is what some writer wrote; this says the entry is one the driver can act on."""
-    problems = uid_problems(uid)
-    if problems:
-        return f"claim UID: {problems[0]}"
     if not isinstance(entry, dict):
         return "the entry is not an object"
+    problems = identity_problems(entry.get("namespace"), entry.get("name"), uid)  # file names derive from them
+    if problems:
+        return problems[0]
     if entry.get("state") not in STATES:
         return f"state {entry.get('state')!r} is not one of {', '.join(STATES)}"
-    for key in ("namespace", "name"):
-        if not isinstance(entry.get(key), str):
-            return f"{key} is not a string"
     devices = entry.get("devices")
     if not isinstance(devices, list):
         return "devices is not a list"
