@@ -1,13 +1,23 @@
-"""Crash test: SIGKILL the driver at random points while the kubelet prepares and unprepares claims.
+"""Crash test: SIGKILL the driver at named places while concurrent kubelet callers prepare and
+unprepare claims (dynamic MIG included).
+
+Each round the driver kills itself just before step S of its Nth write of kind K
+(`GPUDRA_TEST_KILL_AT=K:S:N`, see gpudra/atomicfile.py): checkpoint, CDI spec or simulated GPU
+state, and write, fsync, rename or directory fsync; K, S and N come from a seeded generator, so
+the places are the same on every run (which call is in flight when it fires depends on the
+callers' interleaving). N = 1 kills start-up itself. A round whose kill point is not reached
+within a number of calls ends with a SIGKILL from the test. No step waits for wall-clock time.
 
 After every restart the driver's start-up reconcile must leave checkpoint, CDI specs and
 (dynamic) MIG devices in agreement, never hand one device to two claims, and never lose a
-claim the kubelet was told is prepared.
+claim the kubelet was told is prepared. `GPUDRA_CRASH_KILLS` (default 200) sets the number of
+kills, `GPUDRA_CRASH_SEED` the seed.
 """
 
 from __future__ import annotations
 
 import os
+import json
 import random
 import shutil
 import signal
@@ -21,6 +31,7 @@ import grpc
 import yaml
 
 from gpudra.cdi import load_spec_file
+from gpudra.atomicfile import KILL_ENV
 from gpudra.discovery import open_backend
 from gpudra.driver.checkpoint import PREPARE_COMPLETED, load_checkpoint
 from gpudra.driver.kubelet_client import KubeletClient, allocated_claim
@@ -30,10 +41,13 @@ from gpudra.driver.state import _conflicts
 NODE = "crash-node"
 PROFILE = "dgx-h100"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIME_BUDGET_S = 20.0
-MIN_CALLS = 200
-HARD_LIMIT_S = 150.0  # a loaded CI runner is slow: keep going until enough calls were made, within reason
+KILLS = int(os.environ.get("GPUDRA_CRASH_KILLS", "200"))
+MIN_CALLS = 400
 CALLERS = 4
+CALLS_PER_ROUND = 40  # a kill point not reached by then: the test kills the driver itself
+# (kind, steps its writes have, the largest N): CDI specs and simulated GPU state are not fsynced
+KILL_KINDS = [("checkpoint", ("write", "fsync", "rename", "dirsync"), 12),
+              ("cdi", ("write", "rename"), 6), ("simulated-gpus", ("write", "rename"), 6)]
 
 
 def _claim_devices(rng: random.Random) -> list[dict]:
@@ -48,30 +62,68 @@ def _claim_devices(rng: random.Random) -> list[dict]:
     return results
 
 
-def _spawn(root: str, claims_dir: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.Popen([sys.executable, "-m", "gpudra", "driver", "run", "--backend", "simulated", "--profile",
-                             PROFILE, "--node-name", NODE, "--root", root, "--claims", claims_dir, "--dynamic-mig"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+class Zygote:
+    """tests/driver_zygote.py: forks drivers from an interpreter that has imported them once."""
+
+    def __init__(self, stderr: str):
+        env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        env.pop(KILL_ENV, None)
+        self.stderr = stderr
+        with open(stderr, "a") as log:
+            self.proc = subprocess.Popen([sys.executable, os.path.join(REPO, "tests", "driver_zygote.py")], env=env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO)
+
+    def _ask(self, request: dict) -> dict:
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"driver zygote died: {self.log_tail()}")
+        return json.loads(line)
+
+    def spawn(self, root: str, claims_dir: str, kill_at: str | None) -> int:
+        args = ["driver", "run", "--backend", "simulated", "--profile", PROFILE, "--node-name", NODE,
+                "--root", root, "--claims", claims_dir, "--dynamic-mig"]
+        return self._ask({"spawn": args, "env": {KILL_ENV: kill_at} if kill_at else {}, "stderr": self.stderr})["pid"]
+
+    def poll(self, pid: int) -> int | None:
+        return self._ask({"poll": pid})["status"]
+
+    def wait(self, pid: int) -> int:
+        return self._ask({"wait": pid})["status"]
+
+    def log_tail(self) -> str:
+        try:
+            with open(self.stderr, errors="replace") as fh:
+                return fh.read()[-3000:]
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
 
 
-def _start(root: str, claims_dir: str) -> tuple[subprocess.Popen, KubeletClient]:
-    proc = _spawn(root, claims_dir)
+def _start(zygote: Zygote, root: str, claims_dir: str, kill_at: str | None) -> tuple[int, KubeletClient | None]:
+    """Fork a driver; its client once it has registered, or None when it died first (a start-up kill)."""
+    pid = zygote.spawn(root, claims_dir, kill_at)
     paths = DriverPaths(root=root)
-    deadline = time.monotonic() + 60  # start-up imports are slow on a loaded machine
+    deadline = time.monotonic() + 120  # only a guard against a hang, never reached when things work
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"driver exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+        status = zygote.poll(pid)
+        if status is not None:
+            assert status == -signal.SIGKILL, f"driver exited with {status}: {zygote.log_tail()}"
+            return pid, None
         if os.path.exists(paths.registration_socket):
             client = KubeletClient(paths.registration_socket)
             try:
                 client.register()
-                return proc, client
+                return pid, client
             except grpc.RpcError:
                 client.close()
-        time.sleep(0.02)
-    proc.kill()
-    raise AssertionError("driver did not come up")
+        time.sleep(0.005)  # waiting for the socket to appear, not for time to pass
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError(f"driver did not come up: {zygote.log_tail()}")
 
 
 def _check_agreement(root: str, claims: dict, believed: dict) -> None:
@@ -108,7 +160,15 @@ def _check_agreement(root: str, claims: dict, believed: dict) -> None:
             assert uid not in entries, f"claim {claims[uid][1]} was acknowledged as unprepared but is still held"
 
 
-def test_sigkill_during_prepare_and_unprepare_loses_and_leaks_nothing():
+def _kill_points(rng: random.Random, n: int) -> list[str]:
+    points = []
+    for _ in range(n):
+        kind, steps, largest = rng.choice(KILL_KINDS)
+        points.append(f"{kind}:{rng.choice(steps)}:{rng.randint(1, largest)}")
+    return points
+
+
+def test_sigkill_at_named_places_loses_and_leaks_nothing():
     rng = random.Random(int(os.environ.get("GPUDRA_CRASH_SEED", "5")))
     root = tempfile.mkdtemp(prefix="gdc", dir="/tmp")
     claims_dir = os.path.join(root, "claims")
@@ -121,36 +181,38 @@ def test_sigkill_during_prepare_and_unprepare_loses_and_leaks_nothing():
         claims[obj["metadata"]["uid"]] = ("default", f"c{i}", obj["metadata"]["uid"])
     uids = sorted(claims)
     believed: dict[str, str] = {}  # uid -> "prepared" | "unprepared" | "unknown" (call cut by the kill)
-    calls = {"prepare": 0, "unprepare": 0, "killed_in_flight": 0, "rounds": 0}
+    calls = {"prepare": 0, "unprepare": 0, "killed_in_flight": 0, "kills": 0, "killed_at_start": 0,
+             "killed_by_test": 0}
     lock = threading.Lock()
-    started = time.monotonic()
-    running: list[subprocess.Popen] = []
+    zygote = Zygote(os.path.join(root, "driver.log"))
+    pid = None
     try:
-        while (time.monotonic() - started < TIME_BUDGET_S or calls["rounds"] < 3
-               or (calls["prepare"] + calls["unprepare"] < MIN_CALLS and time.monotonic() - started < HARD_LIMIT_S)):
-            if calls["rounds"] % 4 == 3:  # sometimes die during start-up (imports or reconcile) too
-                early = _spawn(root, claims_dir)
-                running[:] = [early]
-                time.sleep(rng.uniform(0.3, 1.2))
-                early.send_signal(signal.SIGKILL)
-                early.wait()
-                calls["killed_at_start"] = calls.get("killed_at_start", 0) + 1
-            proc, kubelet = _start(root, claims_dir)
-            running[:] = [proc]
+        for kill_at in _kill_points(rng, KILLS):
+            pid, kubelet = _start(zygote, root, claims_dir, kill_at)
+            if kubelet is None:
+                calls["kills"] += 1
+                calls["killed_at_start"] += 1
+                pid = None
+                continue
             _check_agreement(root, claims, believed)
-            stop = threading.Event()
+            round_calls = [0]
 
             def caller(mine: list[str], seed: int) -> None:
                 local = random.Random(seed)
-                while not stop.is_set():
+                while True:
+                    with lock:
+                        if round_calls[0] >= CALLS_PER_ROUND:
+                            return
+                        round_calls[0] += 1
                     uid = local.choice(mine)
                     op = "unprepare" if believed.get(uid) == "prepared" and local.random() < 0.7 else "prepare"
                     try:
-                        reply = (kubelet.prepare if op == "prepare" else kubelet.unprepare)([claims[uid]], timeout=5)
+                        reply = (kubelet.prepare if op == "prepare" else kubelet.unprepare)([claims[uid]], timeout=30)
                     except grpc.RpcError:
                         with lock:
                             believed[uid] = "unknown"
                             calls["killed_in_flight"] += 1
+                            round_calls[0] = CALLS_PER_ROUND  # the driver is gone: the others stop too
                         return
                     with lock:
                         calls[op] += 1
@@ -161,16 +223,18 @@ def test_sigkill_during_prepare_and_unprepare_loses_and_leaks_nothing():
                        for i in range(CALLERS)]
             for t in threads:
                 t.start()
-            time.sleep(rng.uniform(0.02, 0.4))
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            stop.set()
             for t in threads:
-                t.join(timeout=10)
+                t.join()
+            if zygote.poll(pid) is None:  # the kill point was not reached in this round's calls
+                os.kill(pid, signal.SIGKILL)
+                calls["killed_by_test"] += 1
+            status = zygote.wait(pid)
+            pid = None
+            assert status == -signal.SIGKILL, f"driver exited with {status}: {zygote.log_tail()}"
+            calls["kills"] += 1
             kubelet.close()
-            calls["rounds"] += 1
-        proc, kubelet = _start(root, claims_dir)
-        running[:] = [proc]
+        pid, kubelet = _start(zygote, root, claims_dir, None)
+        assert kubelet is not None
         try:
             _check_agreement(root, claims, believed)
             # the kubelet retries what was cut off; afterwards it can release everything cleanly
@@ -179,14 +243,16 @@ def test_sigkill_during_prepare_and_unprepare_loses_and_leaks_nothing():
             _check_agreement(root, claims, {u: "unprepared" for u in uids})
         finally:
             kubelet.close()
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=10)
-        assert calls["prepare"] + calls["unprepare"] >= MIN_CALLS, calls
-        assert calls["rounds"] >= 3
+            os.kill(pid, signal.SIGTERM)
+            assert zygote.wait(pid) == 0, zygote.log_tail()
+            pid = None
+        assert calls["kills"] >= KILLS and calls["prepare"] + calls["unprepare"] >= min(MIN_CALLS, 2 * KILLS), calls
+        # the kill points fire inside the driver, not from outside: most rounds end at one
+        assert calls["killed_by_test"] < KILLS // 2, calls
     finally:
-        for proc in running:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            zygote.wait(pid)
+        zygote.close()
         shutil.rmtree(root, ignore_errors=True)
     print(f"crash test: {calls}")

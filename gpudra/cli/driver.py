@@ -232,17 +232,23 @@ def status_cmd(root: str, driver_name: str, output: str) -> None:
     """Show the prepared claims recorded in the driver's checkpoint and their CDI specs."""
     import os
 
-    from gpudra.driver.checkpoint import CheckpointError, load_checkpoint
+    from gpudra.driver.checkpoint import CheckpointError, entry_problem, load_checkpoint
     from gpudra.driver.claimpaths import ClaimPathError, cdi_spec_path
     from gpudra.driver.paths import DriverPaths
+    from gpudra.driver.quarantine import load_quarantine
 
     paths = DriverPaths(driver_name=driver_name, root=root)
     try:
         data = load_checkpoint(paths.checkpoint)
+        quarantined = load_quarantine(paths.quarantine)
     except CheckpointError as exc:
         _fail(str(exc))
-    claims = []
+    claims, invalid = [], []
     for uid, entry in sorted(((data or {}).get("claims") or {}).items()):
+        problem = entry_problem(uid, entry)
+        if problem is not None:  # the driver quarantines it at its next start
+            invalid.append({"uid": uid, "reason": problem})
+            continue
         try:
             spec: str | None = cdi_spec_path(paths.cdi_spec_dir, driver_name, uid)
         except ClaimPathError:  # not a UID the driver would write a file for
@@ -250,7 +256,14 @@ def status_cmd(root: str, driver_name: str, output: str) -> None:
         claims.append({"uid": uid, "claim": f"{entry.get('namespace')}/{entry.get('name')}", "state": entry["state"],
                        "devices": [d["device"] for d in entry.get("devices", [])],
                        "cdiSpec": spec if spec and os.path.exists(spec) else None})
-    result = {"checkpoint": paths.checkpoint, "exists": data is not None, "claims": claims}
+    result: dict = {"checkpoint": paths.checkpoint, "exists": data is not None, "claims": claims}
+    if invalid:
+        result["invalid"] = invalid
+    if quarantined:
+        result["quarantine"] = paths.quarantine
+        result["quarantined"] = [{"uid": q.get("uid"), "reason": q.get("reason"),
+                                  "reservedDevices": [r["device"] or f"gpu minor {r['gpuMinor']}" for r in q["reserved"]]}
+                                 for q in quarantined]
     if output == "json":
         click.echo(json.dumps(result, indent=2))
     else:

@@ -40,7 +40,7 @@ class SimulatedBackend(GpuBackend):
         self._mutex = threading.Lock()
         self._memory_state: dict[str, Any] | None = None
         self._static = [self._static_gpu(i, slot) for i, slot in enumerate(self.profile.gpus)]
-        self._cached: tuple[Any, Inventory] | None = None
+        self._cached: tuple[bytes, Inventory] | None = None
 
     # -- static description -------------------------------------------------------------------
     def _static_gpu(self, index: int, slot) -> Gpu:
@@ -82,38 +82,52 @@ class SimulatedBackend(GpuBackend):
         return state
 
     @contextmanager
-    def _state(self, write: bool) -> Iterator[dict[str, Any]]:
+    def _locked(self, write: bool) -> Iterator[None]:
+        """The lock that guards the state file: this object's mutex and a file lock across processes."""
         with self._mutex:
-            if self.state_path is None:
+            ensure_dir(os.path.dirname(os.path.abspath(self.state_path)), STATE_DIR_MODE)  # type: ignore[arg-type]
+            with open(f"{self.state_path}.lock", "a+") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+
+    @contextmanager
+    def _state(self, write: bool) -> Iterator[dict[str, Any]]:
+        """The state, under its lock; written back on exit when `write` (or when it was just created)."""
+        if self.state_path is None:
+            with self._mutex:
                 if self._memory_state is None:
                     self._memory_state = self._initial_state()
                 yield self._memory_state
                 self._cached = None
-                return
-            ensure_dir(os.path.dirname(os.path.abspath(self.state_path)), STATE_DIR_MODE)
-            with open(self.state_path + ".lock", "a+") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
-                try:
-                    state = self._read_state()
-                    fresh = state is None
-                    if fresh:
-                        state = self._initial_state()
-                    yield state
-                    if write or fresh:
-                        self._write_state(state)
-                finally:
-                    fcntl.flock(lock, fcntl.LOCK_UN)
+            return
+        with self._locked(write):
+            raw = self._read_raw()
+            fresh = raw is None
+            state = self._initial_state() if fresh else self._parse(raw)
+            yield state
+            if write or fresh:
+                self._write_state(state)
 
-    def _read_state(self) -> dict[str, Any] | None:
+    def _read_raw(self) -> bytes | None:
         try:
-            with open(self.state_path, encoding="utf-8") as fh:  # type: ignore[arg-type]
-                state = json.load(fh)
+            with open(self.state_path, "rb") as fh:  # type: ignore[arg-type]
+                return fh.read()
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             raise MigError(f"simulated GPU state {self.state_path} is unreadable: {exc}") from None
-        if state.get("profile") != self.profile.name:
-            raise MigError(f"simulated GPU state {self.state_path} belongs to profile {state.get('profile')!r}, "
+
+    def _parse(self, raw: bytes) -> dict[str, Any]:
+        try:
+            state = json.loads(raw)
+        except ValueError as exc:
+            raise MigError(f"simulated GPU state {self.state_path} is unreadable: {exc}") from None
+        profile = state.get("profile") if isinstance(state, dict) else None
+        if profile != self.profile.name:
+            raise MigError(f"simulated GPU state {self.state_path} belongs to profile {profile!r}, "
                            f"not {self.profile.name!r}")
         return state
 
@@ -167,36 +181,33 @@ class SimulatedBackend(GpuBackend):
         )
 
     # -- GpuBackend ---------------------------------------------------------------------------------
-    def _file_key(self) -> Any:
-        if self.state_path is None:
-            return None
-        try:
-            st = os.stat(self.state_path)
-        except FileNotFoundError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
-
     def inventory(self) -> Inventory:
-        """Current state; the returned object is shared between calls until the state changes (read-only)."""
-        key = self._file_key()
-        cached = self._cached
-        if cached is not None and key is not None and cached[0] == key:
-            return cached[1]
-        with self._state(write=False) as state:
-            snapshot = copy.deepcopy(state["gpus"])
-        key = self._file_key()
+        """Current state; the returned object is shared between calls until the state changes (read-only).
+
+        The cache is checked and filled under the state lock, keyed by the very bytes of the state:
+        a snapshot taken outside the lock, or a key that a rewrite can repeat (inode numbers are
+        reused, mtimes are coarse), lets the driver destroy a MIG device by a stale GPU instance ID."""
+        if self.state_path is not None:
+            with self._locked(write=False):
+                raw = self._read_raw()
+                if raw is not None:
+                    cached = self._cached
+                    if cached is None or cached[0] != raw:
+                        cached = self._cached = (raw, self._build_inventory(self._parse(raw)["gpus"]))
+                    return cached[1]
+        with self._state(write=False) as state:  # in memory, or no state file yet (this creates it)
+            return self._build_inventory(state["gpus"])
+
+    def _build_inventory(self, gpu_states: dict[str, Any]) -> Inventory:
         gpus = []
         for static in self._static:
             gpu = copy.copy(static)
-            gpu_state = snapshot[str(gpu.minor)]
+            gpu_state = gpu_states[str(gpu.minor)]
             gpu.mig_enabled = bool(gpu_state["migEnabled"])
             gpu.mig_devices = [self._mig_device(static, inst) for inst in gpu_state["instances"]]
             gpus.append(gpu)
-        inventory = Inventory(backend=self.name, driver_version=self.profile.driver_version,
-                              cuda_driver_version=self.profile.cuda_driver_version, gpus=gpus,
-                              profile=self.profile.name)
-        self._cached = (key, inventory) if key is not None else None
-        return inventory
+        return Inventory(backend=self.name, driver_version=self.profile.driver_version,
+                         cuda_driver_version=self.profile.cuda_driver_version, gpus=gpus, profile=self.profile.name)
 
     def mig_profiles(self, minor: int) -> tuple[MigProfileInfo, ...]:
         gpu = self._gpu(minor)

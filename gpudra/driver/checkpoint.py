@@ -7,11 +7,16 @@ either the old or the new state, and silent damage is detected instead of truste
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
+import stat
 from typing import Any
 
 from gpudra.atomicfile import write_atomic
+
+from .claimpaths import identity_problems
 
 API_VERSION = "gpudra.io/v1"
 KIND = "DriverCheckpoint"
@@ -46,28 +51,148 @@ def empty_checkpoint(boot_id: str | None = None) -> dict[str, Any]:
     return {"nodeBootID": current_boot_id() if boot_id is None else boot_id, "claims": {}}
 
 
-def load_checkpoint(path: str) -> dict[str, Any] | None:
-    """The checkpoint data, or None when there is no checkpoint yet."""
+MAX_CHECKPOINT_BYTES = 64 << 20  # ~100,000 claims; anything bigger is not ours
+
+
+def read_regular_file(path: str, limit: int, what: str = "checkpoint") -> bytes | None:
+    """The file's bytes; None when it does not exist. Refuses what is not a regular file (a symlink
+    to /dev/zero, a FIFO that would block start-up) and what is larger than `limit`."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CheckpointError(f"{what} {path} is a symbolic link, not a regular file") from None
+        raise CheckpointError(f"{what} {path} cannot be opened: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"{what} {path} is not a regular file")
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, 1 << 20)):
+            size += len(chunk)
+            chunks.append(chunk)
+        if size > limit:
+            raise CheckpointError(f"{what} {path} is larger than the {limit} bytes it can be")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def load_checkpoint(path: str) -> dict[str, Any] | None:
+    """The checkpoint data, or None when there is no checkpoint yet. Only the envelope is checked
+    here (format, checksum, a claims map): `entry_problem` judges each entry."""
+    raw = read_regular_file(path, MAX_CHECKPOINT_BYTES)
+    if raw is None:
         return None
     try:
         doc = json.loads(raw)
+        data = doc.get("data") if isinstance(doc, dict) else None
+        digest = checksum(data)
     except ValueError as exc:
         raise CheckpointError(f"checkpoint {path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise CheckpointError(f"checkpoint {path} is nested too deeply to be a checkpoint") from None
     if not isinstance(doc, dict) or doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
         raise CheckpointError(f"checkpoint {path} has an unknown format (want {API_VERSION} {KIND})")
-    data = doc.get("data")
-    if doc.get("checksum") != checksum(data):
+    if doc.get("checksum") != digest:
         raise CheckpointError(f"checkpoint {path} is corrupted: checksum mismatch")
     if not isinstance(data, dict) or not isinstance(data.get("claims"), dict):
         raise CheckpointError(f"checkpoint {path} has no claims map")
-    for uid, entry in data["claims"].items():
-        if not isinstance(entry, dict) or entry.get("state") not in STATES:
-            raise CheckpointError(f"checkpoint {path}: claim {uid} has an invalid state")
     return data
+
+
+# -- entries ---------------------------------------------------------------------------------------------
+# An entry's shape (written by state.py): {"state", "namespace", "name", "devices": [record]}, a record
+# {"type", "gpuMinor", "gpuUUID", "slices": [start, end] | None, "mig": {...} | None, "request",
+#  "requestNames", "pool", "device", "adminAccess", "sharing": {...} | None, "cdiDeviceIDs", ["shareID"]}.
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _record_problem(record: Any, completed: bool) -> str | None:
+    if not isinstance(record, dict):
+        return "a device record is not an object"
+    if not isinstance(record.get("device"), str) or not record["device"]:
+        return "a device record has no device name"
+    name = record["device"]
+    if not _is_int(record.get("gpuMinor")):
+        return f"device {name}: gpuMinor is not a small non-negative integer"
+    slices = record.get("slices")
+    if slices is not None and not (isinstance(slices, list) and len(slices) == 2 and all(map(_is_int, slices))
+                                   and slices[0] < slices[1]):
+        return f"device {name}: slices is not [start, end]"
+    mig = record.get("mig")
+    if mig is not None:
+        if not isinstance(mig, dict) or not _is_int(mig.get("giProfileId")) or not _is_int(mig.get("start")):
+            return f"device {name}: mig has no giProfileId/start"
+        ids_known = _is_int(mig.get("giId")) and _is_int(mig.get("ciId"))
+        if not isinstance(mig.get("dynamic"), bool) or (completed or not mig["dynamic"]) and not ids_known:
+            return f"device {name}: mig has no GPU/compute instance IDs"
+    for key in ("pool", "request"):
+        if not isinstance(record.get(key), str):
+            return f"device {name}: {key} is not a string"
+    for key in ("requestNames", "cdiDeviceIDs"):
+        if not _is_str_list(record.get(key)):
+            return f"device {name}: {key} is not a list of strings"
+    if not isinstance(record.get("adminAccess"), bool):
+        return f"device {name}: adminAccess is not a boolean"
+    sharing = record.get("sharing")
+    if sharing is not None and not (isinstance(sharing, dict) and all(
+            isinstance(v, (str, int, float, bool, type(None))) for v in sharing.values())):
+        return f"device {name}: sharing is not a flat object"
+    if "shareID" in record and not isinstance(record["shareID"], str):
+        return f"device {name}: shareID is not a string"
+    return None
+
+
+def entry_problem(uid: str, entry: Any) -> str | None:
+    """Why the checkpoint entry of `uid` cannot be used (None when it can). The checksum only says
+    the file is what some writer wrote; this says the entry is one the driver can act on."""
+    if not isinstance(entry, dict):
+        return "the entry is not an object"
+    problems = identity_problems(entry.get("namespace"), entry.get("name"), uid)  # file names derive from them
+    if problems:
+        return problems[0]
+    if entry.get("state") not in STATES:
+        return f"state {entry.get('state')!r} is not one of {', '.join(STATES)}"
+    devices = entry.get("devices")
+    if not isinstance(devices, list):
+        return "devices is not a list"
+    for record in devices:
+        problem = _record_problem(record, entry["state"] == PREPARE_COMPLETED)
+        if problem:
+            return problem
+    return None
+
+
+def reserved_records(entry: Any) -> list[dict[str, Any]]:
+    """What a bad entry may still hold, as conservative device records: every device it names
+    (and, where its GPU is known, its slices or the whole GPU) stays unavailable to other claims."""
+    devices = entry.get("devices") if isinstance(entry, dict) else None
+    reserved = []
+    for record in devices if isinstance(devices, list) else ():
+        if not isinstance(record, dict):
+            continue
+        device = record.get("device") if isinstance(record.get("device"), str) else None
+        minor = record.get("gpuMinor") if _is_int(record.get("gpuMinor")) else None
+        slices = record.get("slices")
+        if not (isinstance(slices, list) and len(slices) == 2 and all(map(_is_int, slices)) and slices[0] < slices[1]):
+            slices = None  # unknown: the whole GPU
+        mig = record.get("mig")
+        mig = ({"giProfileId": mig["giProfileId"], "start": mig["start"]}
+               if isinstance(mig, dict) and _is_int(mig.get("giProfileId")) and _is_int(mig.get("start")) else None)
+        if device is None and minor is None:
+            continue
+        reserved.append({"device": device, "gpuMinor": minor, "slices": slices, "mig": mig, "adminAccess": False})
+    return reserved
 
 
 class CompletedEntryCache:

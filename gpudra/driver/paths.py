@@ -49,6 +49,11 @@ class DriverPaths:
         return os.path.join(self.plugin_dir, "checkpoint.json")
 
     @property
+    def quarantine(self) -> str:
+        """Checkpoint entries set aside for the operator (see quarantine.py)."""
+        return os.path.join(self.plugin_dir, "quarantine.json")
+
+    @property
     def cdi_spec_dir(self) -> str:
         return self._under_root(self.cdi_dir)
 

@@ -33,11 +33,12 @@ from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 from . import cdispec, claimpaths
 from .calls import CallToken
 from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, CompletedEntryCache, current_boot_id,
-                         empty_checkpoint, encode_checkpoint, load_checkpoint, save_checkpoint,
+                         empty_checkpoint, encode_checkpoint, entry_problem, load_checkpoint, save_checkpoint,
                          write_checkpoint_bytes)
 from .claims import ClaimSource, ClaimSourceError
 from .config import ConfigError, DeviceConfig, claim_configs, config_for
 from .paths import DriverPaths
+from .quarantine import load_quarantine, quarantine_entry, save_quarantine
 
 log = logging.getLogger("gpudra.driver")
 _LOCK_STRIPES = 256
@@ -96,6 +97,8 @@ class DeviceState:
         self._saving = False
         self._save_cond = threading.Condition()
         self._entry_json = CompletedEntryCache()  # used under _cp_lock
+        self._reserved: list[dict[str, Any]] = []  # devices of quarantined checkpoint entries
+        self._quarantined_uids: set[str] = set()
 
     # -- checkpoint helpers --------------------------------------------------------------------
     def _save(self) -> None:
@@ -162,7 +165,7 @@ class DeviceState:
     def reconcile(self) -> dict[str, list[str]]:
         """Bring checkpoint, CDI specs and MIG devices into agreement; returns what was done."""
         report: dict[str, list[str]] = {"rolledBack": [], "unprepared": [], "cdiRewritten": [], "cdiRemoved": [],
-                                        "migDestroyed": []}
+                                        "migDestroyed": [], "quarantined": []}
         self.paths.make_dirs()
         self.paths.remove_stale_temps()
         with self._cp_lock:
@@ -172,6 +175,7 @@ class DeviceState:
                 loaded = None
             self._cp = loaded or empty_checkpoint(self.boot_id)
             self._cp["nodeBootID"] = self.boot_id
+            self._quarantine_bad_entries(report)
             for uid, entry in list(self._cp["claims"].items()):
                 if entry["state"] == PREPARE_STARTED:
                     self._undo(uid, entry)
@@ -196,7 +200,7 @@ class DeviceState:
             # directory entries: one path component each, whatever the (possibly foreign) UID in them
             if name.startswith(prefix) and name.endswith((".yaml", ".json")):
                 uid = name[len(prefix):].rsplit(".", 1)[0]
-                if uid not in completed:
+                if uid not in completed and uid not in self._quarantined_uids:
                     try:
                         os.unlink(os.path.join(self.paths.cdi_spec_dir, name))
                     except FileNotFoundError:
@@ -206,6 +210,8 @@ class DeviceState:
         if self.dynamic_mig:
             owned = {(d["gpuMinor"], d["mig"]["giProfileId"], d["mig"]["start"])
                      for e in completed.values() for d in e["devices"] if d.get("mig")}
+            owned |= {(r["gpuMinor"], r["mig"]["giProfileId"], r["mig"]["start"])
+                      for r in self._reserved if r["mig"] and r["gpuMinor"] is not None}
             for gpu in self.backend.inventory().gpus:
                 for mig in gpu.mig_devices:
                     if (gpu.minor, mig.gi_profile_id, mig.placement_start) not in owned:
@@ -215,9 +221,27 @@ class DeviceState:
         mps_root = os.path.join(self.paths.plugin_dir, "mps")
         if os.path.isdir(mps_root):
             for uid in os.listdir(mps_root):
-                if uid not in completed:
+                if uid not in completed and uid not in self._quarantined_uids:
                     shutil.rmtree(os.path.join(mps_root, uid), ignore_errors=True)
         return report
+
+    def _quarantine_bad_entries(self, report: dict[str, list[str]]) -> None:
+        """Move entries that cannot be acted on to the quarantine file (written before the checkpoint
+        drops them), and reserve what they and earlier quarantined entries hold. `_cp_lock` held."""
+        path = self.paths.quarantine
+        entries = load_quarantine(path)
+        known = len(entries)
+        for uid, entry in list(self._cp["claims"].items()):
+            problem = entry_problem(uid, entry)
+            if problem is not None:
+                quarantine_entry(entries, uid, entry, problem, self.boot_id)
+                del self._cp["claims"][uid]
+                report["quarantined"].append(uid)
+        if len(entries) != known:
+            save_quarantine(path, entries, fsync=self.fsync)
+        current = [item for item in entries if item.get("nodeBootID") in (None, "", self.boot_id)]
+        self._reserved = [record for item in current for record in item["reserved"]]
+        self._quarantined_uids = {item["uid"] for item in current if isinstance(item.get("uid"), str)}
 
     def _spec_exists(self, uid: str) -> bool:
         base = os.path.join(self.paths.cdi_spec_dir, self._spec_name(uid))
@@ -227,8 +251,13 @@ class DeviceState:
         """Release whatever a (possibly half-done) prepare of `uid` created. Idempotent."""
         for device in entry.get("devices", []):
             mig = device.get("mig")
-            if mig and mig.get("dynamic") and not self._mig_shared(uid, device):
+            if mig and mig.get("dynamic"):
+                # Decide under the MIG lock: a claim that starts sharing the device registers in the
+                # checkpoint first and then takes this lock to find it, so it either is seen here or
+                # finds the device gone and creates a new one.
                 with self._mig_lock:
+                    if self._mig_shared(uid, device):
+                        continue
                     existing = self.backend.find_mig_device(device["gpuMinor"], mig["giProfileId"], mig["start"])
                     if existing is not None:
                         self.backend.destroy_mig_device(device["gpuMinor"], existing.gi_id)
@@ -384,6 +413,11 @@ class DeviceState:
                             raise PrepareError(f"device {mine['device']} is already allocated to a different claim "
                                                f"({other.get('namespace')}/{other.get('name')}, {other_uid})"
                                                + (f" holding {theirs['device']}" if theirs['device'] != mine['device'] else ""))
+            for mine in planned:
+                for reserved in self._reserved:
+                    if _conflicts(mine, reserved):
+                        raise PrepareError(f"device {mine['device']} is reserved by a quarantined checkpoint entry "
+                                           f"(see {self.paths.quarantine})")
             entry = {"state": PREPARE_STARTED, "namespace": ref.namespace, "name": ref.name, "devices": planned}
             self._cp["claims"][ref.uid] = entry
             version = self._changed()
