@@ -513,3 +513,39 @@ def test_fuzzed_requests_get_clear_answers_and_touch_nothing_outside_the_root(fu
     finally:
         for path in files:
             os.unlink(path)
+
+
+def test_concurrent_unprepares_of_a_shared_mig_device_destroy_it(node):
+    """Two adminAccess claims share a dynamic MIG device. Claims of one request now run concurrently:
+    each unprepare saw the other still holding the device and kept it, so it leaked. The check is
+    interleaved here on purpose (both answer before either entry is gone, when the code allows it)."""
+    import threading
+
+    refs = []
+    for name in ("admin-a", "admin-b"):
+        obj = allocated_claim(name, [{"request": "mig", "device": "gpu-1-mig-1g10gb-19-0", "adminAccess": True}],
+                              node_name=NODE)
+        with open(os.path.join(node.claims_dir, f"default_{name}.yaml"), "w") as fh:
+            yaml.safe_dump(obj, fh)
+        refs.append(ClaimRef("default", name, obj["metadata"]["uid"]))
+        node.state.prepare(refs[-1])
+    assert [m.name for g in node.backend.inventory().gpus for m in g.mig_devices] == ["gpu-1-mig-1g10gb-19-0"]
+    barrier = threading.Barrier(2)
+    real = node.state._mig_shared
+
+    def interleaved(uid, device):
+        answer = real(uid, device)
+        try:
+            barrier.wait(timeout=2)
+        except threading.BrokenBarrierError:  # the other unprepare cannot get here meanwhile: fine
+            pass
+        return answer
+
+    node.state._mig_shared = interleaved
+    threads = [threading.Thread(target=node.state.unprepare, args=(ref,)) for ref in refs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert node.entries() == {}
+    assert [m.name for g in node.backend.inventory().gpus for m in g.mig_devices] == []

@@ -91,6 +91,7 @@ class DeviceState:
         self._cp_lock = threading.RLock()
         self._cp: dict[str, Any] = empty_checkpoint(self.boot_id)
         self._mig_lock = threading.Lock()  # MIG create/destroy on one node is not concurrent in NVML either
+        self._releasing: set[str] = set()  # claims whose undo runs now (under _cp_lock)
         # group commit: concurrent claims share checkpoint writes (each write is fsync + rename)
         self._version = 0
         self._saved_version = 0
@@ -271,11 +272,13 @@ class DeviceState:
             shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
 
     def _mig_shared(self, uid: str, device: dict[str, Any]) -> bool:
-        """Another claim (admin access) still uses this dynamic MIG device: keep it."""
+        """Another claim (admin access) still uses this dynamic MIG device: keep it. Claims being
+        released at the same time do not count, or two concurrent unprepares would each keep it."""
         key = (device["gpuMinor"], device["mig"]["giProfileId"], device["mig"]["start"])
         with self._cp_lock:
             return any((d["gpuMinor"], d["mig"]["giProfileId"], d["mig"]["start"]) == key
-                       for other_uid, e in self._cp["claims"].items() if other_uid != uid
+                       for other_uid, e in self._cp["claims"].items()
+                       if other_uid != uid and other_uid not in self._releasing
                        for d in e["devices"] if d.get("mig"))
 
     # -- prepare ---------------------------------------------------------------------------------
@@ -302,9 +305,7 @@ class DeviceState:
                     self._write_cdi(ref.uid, devices)
                 return self._response(devices)
             if entry is not None:  # a failed earlier attempt in this process: start over cleanly
-                self._undo(ref.uid, entry)
-                with self._cp_lock:
-                    self._cp["claims"].pop(ref.uid, None)
+                self._release(ref.uid, entry)
             return self._prepare_new(ref, read or self._read_claim(ref), token)
 
     def _read_claim(self, ref: ClaimRef) -> tuple[dict[str, Any], list[DeviceConfig]]:
@@ -444,11 +445,22 @@ class DeviceState:
         return self._response(planned)
 
     def _roll_back(self, uid: str, entry: dict[str, Any]) -> None:
-        self._undo(uid, entry)
+        self._release(uid, entry)
         with self._cp_lock:
-            self._cp["claims"].pop(uid, None)
             version = self._changed()
         self._persist(version)
+
+    def _release(self, uid: str, entry: dict[str, Any]) -> None:
+        """Undo `uid` and drop its entry; while that runs, other releases do not count it as a holder."""
+        with self._cp_lock:
+            self._releasing.add(uid)
+        try:
+            self._undo(uid, entry)
+            with self._cp_lock:
+                self._cp["claims"].pop(uid, None)
+        finally:
+            with self._cp_lock:
+                self._releasing.discard(uid)
 
     def _create_hardware(self, ref: ClaimRef, planned: list[dict[str, Any]]) -> None:
         for record in planned:
@@ -512,10 +524,9 @@ class DeviceState:
                 remove_spec(self.paths.cdi_spec_dir, self._spec_name(ref.uid))  # stray file from an old crash
                 return
             try:
-                self._undo(ref.uid, entry)
+                self._release(ref.uid, entry)
             except (MigError, DiscoveryError, OSError) as exc:
                 raise PrepareError(f"unpreparing claim {ref}: {exc}") from None
             with self._cp_lock:
-                self._cp["claims"].pop(ref.uid, None)
                 version = self._changed()
             self._persist(version)
