@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 import click
 import yaml
 
-from gpudra.mig.catalog import MODELS, MigGpuModel, UnknownGpuModel, find_gpu_model, gpu_model
+from gpudra.catalog import GpuModel, UnknownGpuModel, find_gpu_model, gpu_model, mig_models
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -23,8 +23,8 @@ def _dump(obj: Any) -> str:
     return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
 
 
-def _models(names: tuple[str, ...]) -> list[MigGpuModel]:
-    models: list[MigGpuModel] = []
+def _models(names: tuple[str, ...]) -> list[GpuModel]:
+    models: list[GpuModel] = []
     for name in names:
         try:
             model = gpu_model(name)
@@ -39,10 +39,8 @@ def _node_groups(backend: str, profile: str | None):
     """GPU groups of a discovered node: one per MIG-capable model, with the PCI IDs seen."""
     from gpudra.mig.config import NodeGpuGroup
 
-    try:
-        from gpudra.discovery import DiscoveryError, open_backend
-    except ImportError as exc:  # discovery not installed in this build
-        _fail(f"node discovery is unavailable ({exc}); use --gpu MODEL")
+    from gpudra.discovery import DiscoveryError, open_backend
+
     try:
         opened = open_backend(backend, profile=profile)
         try:
@@ -52,7 +50,7 @@ def _node_groups(backend: str, profile: str | None):
     except DiscoveryError as exc:
         _fail(str(exc))
     ids: dict[str, list[int]] = {}
-    models: dict[str, MigGpuModel] = {}
+    models: dict[str, GpuModel] = {}
     for gpu in inventory.gpus:
         if not gpu.mig_capable:
             continue
@@ -62,22 +60,13 @@ def _node_groups(backend: str, profile: str | None):
                        err=True)
             continue
         models[model.key] = model
-        device_id = _discovered_pci_id(gpu)
-        if device_id is not None and device_id not in ids.setdefault(model.key, []):
+        # the simulated GPU's PCI device ID is its catalog row's first one
+        device_id = model.pci_device_ids[0]
+        if device_id not in ids.setdefault(model.key, []):
             ids[model.key].append(device_id)
-        ids.setdefault(model.key, [])
     if not models:
         _fail("the node has no MIG-capable GPUs")
     return [NodeGpuGroup(model, tuple(ids[key])) for key, model in models.items()]
-
-
-def _discovered_pci_id(gpu: Any) -> int | None:
-    try:
-        from gpudra.discovery.catalog import gpu_model as discovery_model
-
-        return discovery_model(gpu.model).pci_device_id if gpu.model else None
-    except Exception:  # the discovery catalog does not know it: fall back to the MIG catalog's IDs
-        return None
 
 
 @click.group(name="mig")
@@ -89,7 +78,7 @@ def command() -> None:
 @click.option("--gpu", "gpus", multiple=True, help="GPU model (NVML name or alias); default: every catalog GPU")
 def profiles_command(gpus: tuple[str, ...]) -> None:
     """List the MIG profiles and placements of GPU models."""
-    models = _models(gpus) if gpus else list(MODELS)
+    models = _models(gpus) if gpus else list(mig_models())
     for model in models:
         click.echo(f"{model.display_name} ({model.key}; {', '.join(model.product_names)}): "
                    f"{model.compute_slices} compute / {model.memory_slices} memory slices")
@@ -205,20 +194,9 @@ def plan_command(paths: tuple[str, ...], gpu: str, count: int, output: str) -> N
 
 
 def _load_objects(paths: tuple[str, ...]) -> list[dict[str, Any]]:
+    from gpudra.api.load import LoadError, load_paths
+
     try:
-        from gpudra.api.load import LoadError, load_paths
-    except ImportError:
-        load_paths = None  # type: ignore[assignment]
-    if load_paths is not None:
-        try:
-            return [doc.obj for doc in load_paths(list(paths)) if isinstance(doc.obj, dict)]
-        except LoadError as exc:
-            _fail(str(exc))
-    objects: list[dict[str, Any]] = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                objects.extend(o for o in yaml.load_all(handle, Loader=_Loader) if isinstance(o, dict))
-        except (OSError, yaml.YAMLError) as exc:
-            _fail(f"cannot read {path}: {exc}")
-    return objects
+        return [doc.obj for doc in load_paths(list(paths)) if isinstance(doc.obj, dict)]
+    except LoadError as exc:
+        _fail(str(exc))

@@ -15,8 +15,9 @@ import os
 import threading
 from typing import Any
 
+from gpudra.catalog import model_for_product_name
+
 from .backend import GpuBackend, MigError
-from .catalog import model_for_product_name
 from .migprofiles import mig_profiles as catalog_mig_profiles
 from .model import DiscoveryError, Gpu, Inventory, MigDevice, MigProfileInfo
 from .topology import nvlink_domains
@@ -184,7 +185,7 @@ class NvmlBackend(GpuBackend):
             numa_node=int(numa) if numa is not None and int(numa) >= 0 else None,
             mig_capable=mig_mode is not None,
             mig_enabled=bool(mig_mode and int(mig_mode[0]) == 1),
-            model=model.key if model else None,
+            model=model.display_name if model else None,
         )
         if gpu.mig_enabled:
             try:
@@ -338,7 +339,7 @@ class NvmlBackend(GpuBackend):
             model = model_for_product_name(name, int(memory.total) // 2**20 if memory else None)
             if int(mode[0]) != 1:
                 return catalog_mig_profiles(model.key) if model else ()
-            return self._gi_profiles(h, gpu_uuid, int(memory.total) if memory else None, model.key if model else None)
+            return self._gi_profiles(h, gpu_uuid, int(memory.total) if memory else None, model.display_name if model else None)
 
     def set_mig_mode(self, minor: int, enabled: bool) -> None:
         with self._lock:
