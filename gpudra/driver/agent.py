@@ -52,6 +52,7 @@ class AgentOptions:
     cdi_hook_path: str | None = None  # host path of nvidia-cdi-hook, if not under the driver root
     socket_group: str | None = None  # group (name or GID) allowed on the sockets besides root: mode 0660
     call_deadline_s: float = DEFAULT_DEADLINE_S  # each claim of a prepare/unprepare call is answered by then
+    republish_poll_s: float = 1.0  # how often to look for a republish request (MIG repartitioning)
 
 
 def _group_id(group: str | None) -> int | None:
@@ -94,6 +95,9 @@ class DriverAgent:
         self.stopped = threading.Event()
         self.reconcile_report: dict[str, list[str]] = {}
         self.publish_summary: dict[str, Any] | None = None
+        self.publisher: SlicePublisher | None = None
+        self.republished = 0  # republish requests handled (MIG manager repartitioned the GPUs)
+        self._republish_thread: threading.Thread | None = None
 
     def _host_driver_edits(self) -> ContainerEdits:
         """Found once at start: the driver's files only change with a driver upgrade, which
@@ -121,14 +125,10 @@ class DriverAgent:
         self.reconcile_report = self.state.reconcile()
         if any(self.reconcile_report.values()):
             log.info("reconciled at start: %s", {k: v for k, v in self.reconcile_report.items() if v})
-        slices = self.build_slices()
-        with open(os.path.join(self.paths.plugin_dir, "resourceslices.yaml"), "w", encoding="utf-8") as fh:
-            yaml.safe_dump_all(slices, fh, sort_keys=False)
         if self.slice_client is not None and self.options.publish:
-            publisher = SlicePublisher(self.slice_client, node_name=self.options.node_name,
-                                       driver_name=self.options.driver_name)
-            self.publish_summary = publisher.publish(self.build_slices)
-            log.info("published ResourceSlices: %s", self.publish_summary)
+            self.publisher = SlicePublisher(self.slice_client, node_name=self.options.node_name,
+                                            driver_name=self.options.driver_name)
+        self.publish()
         self.plugin = KubeletPlugin(self.state, driver_name=self.options.driver_name,
                                     dra_socket=self.paths.dra_socket,
                                     registration_socket=self.paths.registration_socket,
@@ -140,6 +140,39 @@ class DriverAgent:
                  self.paths.dra_socket, self.paths.registration_socket)
         if self.plugin.healthcheck_port is not None:
             log.info("gRPC health (services '' and 'liveness') on port %d", self.plugin.healthcheck_port)
+        self._republish_thread = threading.Thread(target=self._watch_republish_requests, name="republish",
+                                                  daemon=True)
+        self._republish_thread.start()
+
+    def publish(self) -> None:
+        """Discover the GPUs and publish their ResourceSlices (written to the plugin directory too)."""
+        slices = self.build_slices()
+        with open(os.path.join(self.paths.plugin_dir, "resourceslices.yaml"), "w", encoding="utf-8") as fh:
+            yaml.safe_dump_all(slices, fh, sort_keys=False)
+        if self.publisher is not None:
+            self.publish_summary = self.publisher.publish(self.build_slices)
+            log.info("published ResourceSlices: %s", self.publish_summary)
+
+    def _request_stamp(self) -> str | None:
+        try:
+            with open(self.paths.republish_request, encoding="ascii") as fh:
+                return fh.read()
+        except OSError:
+            return None
+
+    def _watch_republish_requests(self) -> None:
+        seen = self._request_stamp()
+        while not self.stopped.wait(self.options.republish_poll_s):
+            stamp = self._request_stamp()
+            if stamp == seen:
+                continue
+            seen = stamp
+            try:
+                self.publish()
+                self.republished += 1
+                log.info("republished ResourceSlices after a MIG change")
+            except Exception as exc:  # noqa: BLE001 - keep serving; the next request retries
+                log.error("republishing ResourceSlices failed: %s", exc)
 
     def stop(self) -> None:
         if self.plugin is not None:

@@ -7,6 +7,7 @@ is placed under it with its usual layout, so the whole agent runs without privil
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 from gpudra.atomicfile import ensure_dir, remove_stale_temps
@@ -47,6 +48,17 @@ class DriverPaths:
     @property
     def checkpoint(self) -> str:
         return os.path.join(self.plugin_dir, "checkpoint.json")
+
+    @property
+    def republish_request(self) -> str:
+        """Touched by `gpudra mig apply`/`mig manager` after repartitioning: the running driver rediscovers
+        its GPUs and republishes its ResourceSlices when this file's content changes."""
+        return os.path.join(self.plugin_dir, "republish-request")
+
+    def request_republish(self) -> None:
+        os.makedirs(self.plugin_dir, exist_ok=True)
+        with open(self.republish_request, "w", encoding="ascii") as fh:
+            fh.write(f"{time.time_ns()}\n")
 
     @property
     def cdi_spec_dir(self) -> str:

@@ -183,6 +183,14 @@ def _check_on_model(model: GpuModel, counts: Mapping[str, int], where: str, repo
     return True
 
 
+def config_map(config_yaml: str, *, name: str = "default-mig-parted-config", namespace: str = "gpu-operator",
+               key: str = "config.yaml") -> dict[str, Any]:
+    """The GPU Operator's form of a mig-parted config: a ConfigMap holding it under data[key] (the operator's
+    ClusterPolicy `migManager.config.name` names it; `default-mig-parted-config` is the one it ships)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+            "data": {key: config_yaml}}
+
+
 def configs_in_document(document: Any) -> list[tuple[str, Any]]:
     """The mig-parted configs a file holds: itself, or, for the GPU Operator's ConfigMap, every `data` entry
     that is a mig-parted config (label, config). A ConfigMap without one gives a ValueError."""
