@@ -17,6 +17,8 @@ from gpudra.discovery import GpuBackend, open_backend
 from .calls import DEFAULT_DEADLINE_S
 from .claims import ClaimSource, KubeClaimSource, LocalClaimStore
 from .hostdriver import HostDriverFiles, discover_host_driver, host_driver_edits
+from .checkpoint import PREPARE_COMPLETED
+from .metrics import DriverMetrics
 from .paths import DriverPaths
 from .plugin import KubeletPlugin
 from .publisher import KubeSliceClient, SlicePublisher
@@ -53,6 +55,7 @@ class AgentOptions:
     socket_group: str | None = None  # group (name or GID) allowed on the sockets besides root: mode 0660
     call_deadline_s: float = DEFAULT_DEADLINE_S  # each claim of a prepare/unprepare call is answered by then
     republish_poll_s: float = 1.0  # how often to look for a republish request (MIG repartitioning)
+    metrics_port: int | None = None  # serve Prometheus /metrics on this TCP port (0: any free port)
 
 
 def _group_id(group: str | None) -> int | None:
@@ -98,6 +101,9 @@ class DriverAgent:
         self.publisher: SlicePublisher | None = None
         self.republished = 0  # republish requests handled (MIG manager repartitioned the GPUs)
         self._republish_thread: threading.Thread | None = None
+        self._published_devices = 0
+        self.metrics_port: int | None = None
+        self.metrics = DriverMetrics(self._device_counts)
 
     def _host_driver_edits(self) -> ContainerEdits:
         """Found once at start: the driver's files only change with a driver upgrade, which
@@ -134,19 +140,31 @@ class DriverAgent:
                                     registration_socket=self.paths.registration_socket,
                                     healthcheck_port=self.options.healthcheck_port,
                                     socket_group=_group_id(self.options.socket_group),
-                                    call_deadline_s=self.options.call_deadline_s)
+                                    call_deadline_s=self.options.call_deadline_s, metrics=self.metrics)
         self.plugin.start()
         log.info("kubelet plugin %s serving on %s (registration %s)", self.options.driver_name,
                  self.paths.dra_socket, self.paths.registration_socket)
         if self.plugin.healthcheck_port is not None:
             log.info("gRPC health (services '' and 'liveness') on port %d", self.plugin.healthcheck_port)
+        if self.options.metrics_port is not None:
+            self.metrics_port = self.metrics.serve(self.options.metrics_port)
+            log.info("Prometheus metrics on port %d (/metrics)", self.metrics_port)
         self._republish_thread = threading.Thread(target=self._watch_republish_requests, name="republish",
                                                   daemon=True)
         self._republish_thread.start()
 
+    def _device_counts(self) -> dict[str, int]:
+        counts = {"published": self._published_devices, "prepared": 0, "preparing": 0}
+        for entry in self.state.checkpoint_snapshot().get("claims", {}).values():
+            key = "prepared" if entry.get("state") == PREPARE_COMPLETED else "preparing"
+            counts[key] += len(entry.get("devices") or [])
+        return counts
+
     def publish(self) -> None:
         """Discover the GPUs and publish their ResourceSlices (written to the plugin directory too)."""
         slices = self.build_slices()
+        self._published_devices = sum(len(s["spec"].get("devices") or []) for s in slices)
+        self.metrics.publications.inc()
         with open(os.path.join(self.paths.plugin_dir, "resourceslices.yaml"), "w", encoding="utf-8") as fh:
             yaml.safe_dump_all(slices, fh, sort_keys=False)
         if self.publisher is not None:
@@ -175,6 +193,7 @@ class DriverAgent:
                 log.error("republishing ResourceSlices failed: %s", exc)
 
     def stop(self) -> None:
+        self.metrics.stop()
         if self.plugin is not None:
             self.plugin.stop()
             self.plugin = None
