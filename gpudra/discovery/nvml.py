@@ -15,6 +15,8 @@ import os
 import threading
 from typing import Any
 
+import pynvml
+
 from gpudra.catalog import model_for_product_name
 
 from .backend import GpuBackend, MigError
@@ -97,13 +99,8 @@ def fabric_clique(cluster_uuid: bytes, clique_id: int) -> str | None:
 class NvmlBackend(GpuBackend):
     name = "nvml"
 
-    def __init__(self, module: Any | None = None, *, node_name: str = "node"):
-        if module is None:
-            try:
-                import pynvml as module  # noqa: PLC0415 - optional at import time of gpudra
-            except ImportError:
-                raise DiscoveryError("the nvidia-ml-py package (module pynvml) is not installed") from None
-        self.nvml = module
+    def __init__(self, *, node_name: str = "node"):
+        self.nvml = pynvml  # the real binding; tests put a fake C library under it (tests/fake_libnvml.py)
         self.node_name = node_name
         self._lock = threading.RLock()
         try:
@@ -203,7 +200,7 @@ class NvmlBackend(GpuBackend):
             return self._profiles[gpu_uuid]
         catalog = {p.gi_profile_id: p for p in catalog_mig_profiles(model_key or "")}
         profiles = []
-        for index in range(int(getattr(self.nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 18))):
+        for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
             # NOT_SUPPORTED / INVALID_ARGUMENT: this GPU has no such profile; anything else is a real failure
             info = self._call("nvmlDeviceGetGpuInstanceProfileInfo", h, index, default=None,
                               absent=(NOT_SUPPORTED, INVALID_ARGUMENT))
@@ -284,7 +281,7 @@ class NvmlBackend(GpuBackend):
     def _nvlink_remotes(self, h: Any) -> list[str]:
         """PCI bus IDs at the far end of each active NVLink (a peer GPU, or an NVSwitch on HGX boards)."""
         remotes = []
-        for link in range(int(getattr(self.nvml, "NVML_NVLINK_MAX_LINKS", 18))):
+        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
             try:
                 active = self.nvml.nvmlDeviceGetNvLinkState(h, link)
             except self.nvml.NVMLError as exc:
@@ -297,10 +294,7 @@ class NvmlBackend(GpuBackend):
         return remotes
 
     def _fabric_clique(self, h: Any) -> str | None:
-        struct = getattr(self.nvml, "c_nvmlGpuFabricInfo_v2_t", None)
-        if struct is None:
-            return None
-        info = struct()
+        info = pynvml.c_nvmlGpuFabricInfo_v2_t()
         try:
             self.nvml.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(info))
         except self.nvml.NVMLError as exc:
