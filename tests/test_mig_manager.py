@@ -302,10 +302,16 @@ def test_manager_follows_the_label_reports_state_and_the_driver_republishes(node
         agent.stop()
 
 
-def test_manager_cli_needs_a_cluster(node):
+def test_manager_cli_needs_a_cluster(node, tmp_path):
     paths, config = node
     result = CliRunner().invoke(cli, ["mig", "manager", "-f", config, "--backend", "simulated", "--root", paths.root])
     assert result.exit_code == 2 and "--kubeconfig or --in-cluster" in result.output
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\n")
+    result = CliRunner().invoke(cli, ["mig", "manager", "-f", config, "--backend", "simulated", "--root", paths.root,
+                                      "--kubeconfig", str(broken)])
+    assert result.exit_code == 2 and "cannot load the cluster configuration" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_refusal_lists_every_claim():

@@ -222,8 +222,14 @@ def manager_command(path: str, backend: str, profile: str, node_name: str, root:
     if not (kubeconfig or in_cluster):
         _fail("give --kubeconfig or --in-cluster: the manager follows a Node's labels")
     _read_config(path)  # readable now, or a usage error before anything runs
+    from kubernetes.config import ConfigException
+
+    try:
+        nodes = KubeNodeLabels.from_kubeconfig(kubeconfig, in_cluster)
+    except (ConfigException, OSError, ValueError) as exc:
+        _fail(f"cannot load the cluster configuration: {exc}")
     paths, opened = _node_backend(backend, profile, node_name, root)
-    manager = MigManager(KubeNodeLabels.from_kubeconfig(kubeconfig, in_cluster), node_name, opened,
+    manager = MigManager(nodes, node_name, opened,
                          load_config=lambda: read_config_file(path),
                          read_checkpoint=lambda: read_driver_checkpoint(paths.checkpoint),
                          request_republish=paths.request_republish, resync_s=resync_s)
