@@ -28,7 +28,7 @@ from typing import Any
 
 import pynvml
 
-from gpudra.mig import catalog as mig_catalog
+from gpudra import catalog as gpu_catalog
 
 SUCCESS = pynvml.NVML_SUCCESS
 ARCH_CODES = {"Kepler": 2, "Maxwell": 3, "Pascal": 4, "Volta": 5, "Turing": 6, "Ampere": 7, "Ada Lovelace": 8,
@@ -49,7 +49,7 @@ class FakeCi:
 @dataclass
 class FakeGi:
     gi_id: int
-    profile: mig_catalog.MigProfile
+    profile: gpu_catalog.MigProfile
     start: int
     size: int
     cis: dict[int, FakeCi] = field(default_factory=dict)
@@ -66,7 +66,7 @@ class FakeGpu:
     compute_capability: tuple[int, int]
     bus_id: str  # NVML form, "00000000:18:00.0"
     numa_node: int
-    model: mig_catalog.MigGpuModel | None
+    model: gpu_catalog.GpuModel | None
     mig_current: int = 0
     mig_pending: int = 0
     in_use: bool = False  # processes running: a MIG switch stays pending (IN_USE)
@@ -460,11 +460,11 @@ class FakeLibNvml:
         if profile is None:
             return pynvml.NVML_ERROR_INVALID_ARGUMENT
         placement = placement_ref._obj
-        wanted = mig_catalog.Placement(placement.start, placement.size)
+        wanted = gpu_catalog.Placement(placement.start, placement.size)
         if wanted not in profile.placements:
             return pynvml.NVML_ERROR_INVALID_ARGUMENT
         for gi in gpu.gis.values():
-            if wanted.overlaps(mig_catalog.Placement(gi.start, gi.size)):
+            if wanted.overlaps(gpu_catalog.Placement(gi.start, gi.size)):
                 return pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES
         gi_id = min(set(range(1, 64)) - set(gpu.gis))
         gpu.gis[gi_id] = FakeGi(gi_id, profile, wanted.start, wanted.size)
@@ -548,7 +548,7 @@ def from_simulated(profile: str, *, node_name: str = "n", minors: list[int] | No
     inventory = open_backend("simulated", profile=profile, node_name=node_name).inventory()
     gpus = []
     for gpu in inventory.gpus:
-        model = mig_catalog.find_gpu_model(gpu.product_name) if gpu.mig_capable else None
+        model = gpu_catalog.find_gpu_model(gpu.product_name) if gpu.mig_capable else None
         major, minor_cc = (int(x) for x in gpu.cuda_compute_capability.split("."))
         fake = FakeGpu(index=gpu.index, minor=minors[gpu.index] if minors else gpu.minor, uuid=gpu.uuid,
                        name=gpu.product_name, memory_bytes=gpu.memory_bytes, architecture=gpu.architecture,

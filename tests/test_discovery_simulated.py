@@ -9,35 +9,55 @@ import yaml
 from click.testing import CliRunner
 
 from gpudra.cli import cli
-from gpudra.discovery import GPU_MODELS, PROFILES, DiscoveryError, MigError, gpu_model, open_backend
-from gpudra.discovery.catalog import model_for_product_name
+from gpudra.catalog import model_for_product_name
+from gpudra.discovery import PROFILES, DiscoveryError, MigError, gpu_model, open_backend
 from gpudra.discovery.model import mig_canonical_name, parse_mig_canonical_name
-from gpudra.mig import catalog as mig_catalog
+from gpudra import catalog as gpu_catalog
 
 
 def test_catalog_has_the_required_models_with_true_specs():
     required = {"T4", "L4", "A10", "A30", "A100-40GB", "A100-80GB", "H100-80GB", "H100-NVL", "H200", "B200"}
-    assert required <= set(GPU_MODELS)
+    assert required <= {m.display_name for m in gpu_catalog.CATALOG}
     h100 = gpu_model("H100-80GB")
-    assert (h100.product_name, h100.architecture, h100.compute_capability, h100.memory_mib) == (
+    assert (h100.product_name, h100.architecture, h100.compute_capability, h100.total_memory_mib) == (
         "NVIDIA H100 80GB HBM3", "Hopper", "9.0", 81559)
     assert gpu_model("B200").compute_capability == "10.0" and gpu_model("L4").architecture == "Ada Lovelace"
     assert gpu_model("T4").compute_capability == "7.5" and not gpu_model("T4").mig_capable
-    for model in GPU_MODELS.values():
-        # MIG capability agrees with the MIG area's profile catalog, as does total memory
-        mig = mig_catalog.find_gpu_model(model.product_name)
-        assert model.mig_capable == (mig is not None), model.key
-        if mig is not None:
-            assert mig.total_memory_mib == model.memory_mib, model.key
+    assert gpu_model("H100-80GB").mig_capable and gpu_model("H100-80GB").profiles
     with pytest.raises(DiscoveryError, match="unknown GPU model"):
         gpu_model("Z9000")
 
 
 def test_product_name_matching():
-    assert model_for_product_name("NVIDIA A100 80GB PCIe", 81920).key == "A100-80GB"
-    assert model_for_product_name("NVIDIA A10", 23028).key == "A10"
-    assert model_for_product_name("NVIDIA H100 NVL", 95830).key == "H100-NVL"
+    assert model_for_product_name("NVIDIA A100 80GB PCIe", 81920).display_name == "A100-80GB"
+    assert model_for_product_name("NVIDIA A10", 23028).display_name == "A10"
+    assert model_for_product_name("NVIDIA H100 NVL", 95830).display_name == "H100-NVL"
+    assert model_for_product_name("NVIDIA A100-PCIE-80GB-LP", 81920).display_name == "A100-80GB"  # by family
     assert model_for_product_name("Quadro RTX 8000") is None
+
+
+def test_adding_a_gpu_model_is_one_row(monkeypatch, tmp_path):
+    """One new catalog row and every reader knows the GPU: node profiles, simulated discovery, its MIG
+    profiles, mig-parted configs, NVML name matching and the driver's slices."""
+    h100 = gpu_catalog.gpu_model("h100")
+    row = gpu_catalog._model("h100-64gb", "H100-64GB", ("NVIDIA H100 64GB HBM3",), ("h100-64gb",), (0x2337,),
+                             "Hopper", "9.0", 65536, h100.profiles)
+    monkeypatch.setattr(gpu_catalog, "CATALOG", gpu_catalog.CATALOG + (row,))
+    path = tmp_path / "node.yaml"
+    path.write_text(yaml.safe_dump({"name": "h64", "gpus": [{"model": "H100-64GB", "count": 2,
+                                                              "mig": [{"profile": "3g.40gb", "start": 4}]}]}))
+    inventory = open_backend("simulated", profile=str(path), node_name="n").inventory()
+    assert [(g.model, g.product_name, g.memory_bytes) for g in inventory.gpus] == [
+        ("H100-64GB", "NVIDIA H100 64GB HBM3", 65536 * 2**20)] * 2
+    assert [m.name for m in inventory.gpus[0].mig_devices] == ["gpu-0-mig-3g40gb-9-4"]
+    assert model_for_product_name("NVIDIA H100 64GB HBM3").key == "h100-64gb"
+    configs = CliRunner().invoke(cli, ["mig", "configs", "--gpu", "NVIDIA H100 64GB HBM3"])
+    assert configs.exit_code == 0 and "all-3g.40gb" in configs.output  # an unknown GPU exits 2
+    from gpudra.driver.slices import build_resource_slices
+
+    names = [d["name"] for s in build_resource_slices(inventory, "n", dynamic_mig=True)
+             for d in s["spec"].get("devices", [])]
+    assert "gpu-1-mig-1g10gb-19-0" in names
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gpudra.allocator import Allocator, Features  # noqa: E402
 from gpudra.api.quantity import Quantity  # noqa: E402
-from gpudra.mig.catalog import gpu_model  # noqa: E402
+from gpudra.catalog import gpu_model  # noqa: E402
 from gpudra.mig.dynamic import DynamicMigGpu, counter_set, gpu_devices, resolve_mig_device, resource_slices  # noqa: E402
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a", "labels": {"kubernetes.io/hostname": "node-a"}}}

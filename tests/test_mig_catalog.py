@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from gpudra.mig.catalog import (
-    MODELS,
+from gpudra.catalog import (
+    mig_models,
     Placement,
     UnknownGpuModel,
     UnknownMigProfile,
@@ -18,11 +18,11 @@ from gpudra.mig.placement import enumerate_layouts, max_packing
 
 REQUIRED = ["a30", "a100-40gb", "a100-80gb", "h100-80gb", "h100-nvl", "h100-96gb", "h200", "gh200", "b200", "gb200",
             "b300", "gb300"]
-MODEL_IDS = [m.key for m in MODELS]
+MODEL_IDS = [m.key for m in mig_models()]
 
 
 def test_catalog_covers_every_required_gpu():
-    assert sorted(m.key for m in MODELS) == sorted(REQUIRED)
+    assert sorted(m.key for m in mig_models()) == sorted(REQUIRED)
 
 
 @pytest.mark.parametrize("name, key", [

@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudra.cli.mig import command as mig_command
-from gpudra.mig.catalog import MODELS, gpu_model
+from gpudra.catalog import mig_models, gpu_model
 from gpudra.mig.config import balanced_layout, generate_config, validate_config
 from gpudra.mig.placement import feasible_multisets, find_placement
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "mig")
-MODEL_IDS = [m.key for m in MODELS]
+MODEL_IDS = [m.key for m in mig_models()]
 
 
 @pytest.mark.parametrize("key", MODEL_IDS)
@@ -198,7 +198,7 @@ def _brute_force(model, counts) -> bool:
 
 @st.composite
 def _layouts(draw):
-    model = draw(st.sampled_from(MODELS))
+    model = draw(st.sampled_from(mig_models()))
     names = [p.name for p in model.profiles]
     counts = draw(st.dictionaries(st.sampled_from(names), st.integers(min_value=1, max_value=4), max_size=4))
     return model, counts

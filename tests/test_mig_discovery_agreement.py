@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudra.mig.catalog import find_gpu_model
+from gpudra.catalog import find_gpu_model
 
 from gpudra.discovery import backend as backend_module  # noqa: E402
 from gpudra.discovery import profiles as profiles_module  # noqa: E402

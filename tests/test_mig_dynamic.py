@@ -7,7 +7,7 @@ import re
 import pytest
 
 from gpudra.api.quantity import Quantity
-from gpudra.mig.catalog import MODELS, gpu_model
+from gpudra.catalog import mig_models, gpu_model
 from gpudra.mig.dynamic import (
     DynamicMigGpu,
     binary_quantity,
@@ -49,7 +49,7 @@ def test_h100_layout_matches_the_nvidia_driver():
     assert [k for k in consumed["counters"] if k.startswith("memory-slice-")] == ["memory-slice-3"]
 
 
-@pytest.mark.parametrize("key", [m.key for m in MODELS])
+@pytest.mark.parametrize("key", [m.key for m in mig_models()])
 def test_counter_set_and_device_shapes_respect_api_limits(key):
     model = gpu_model(key)
     gpu = _gpu(key, minor=3)

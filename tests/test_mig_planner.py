@@ -1,4 +1,4 @@
-"""Layout planner and the selector interpreter it uses."""
+"""Layout planner."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ import yaml
 from click.testing import CliRunner
 
 from gpudra.cli.mig import command as mig_command
-from gpudra.mig.catalog import gpu_model
+from gpudra.catalog import gpu_model
 from gpudra.mig.config import validate_config
-from gpudra.mig.dynamic import DynamicMigGpu, mig_device, resolve_mig_device
+from gpudra.mig.dynamic import resolve_mig_device
 from gpudra.mig.placement import find_placement
 from gpudra.mig.planner import FULL_GPU, PlanError, demands_from_objects, plan
-from gpudra.mig.selectors import UnsupportedSelector, compile_selector, selector_matches
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "mig")
 
@@ -34,41 +33,6 @@ def _load(name):
 
 
 H100 = gpu_model("h100")
-
-
-def _device(profile_name, start=0):
-    gpu = DynamicMigGpu(0, H100, "GPU-x", attributes={"productName": {"string": "NVIDIA H100 80GB HBM3"},
-                                                      "driverVersion": {"version": "580.95.5"}})
-    profile = H100.profile(profile_name)
-    return mig_device(gpu, profile, profile.placement_at(start))
-
-
-@pytest.mark.parametrize("expression, profile, expected", [
-    ("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'", "1g.10gb", True),
-    ("device.attributes['gpu.nvidia.com'].profile == '1g.10gb'", "1g.10gb+me", False),
-    ("device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('20Gi')) >= 0", "1g.20gb", False),  # 19.625Gi
-    ("device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('19Gi')) >= 0", "1g.20gb", True),
-    ("device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('39Gi'))", "3g.40gb", True),
-    ("device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('580.0.0')) >= 0", "1g.10gb", True),
-    ("device.attributes['gpu.nvidia.com'].missing == 'x' || device.driver == 'gpu.nvidia.com'", "1g.10gb", True),
-    ("device.attributes['gpu.nvidia.com'].missing == 'x' && device.driver == 'gpu.nvidia.com'", "1g.10gb", False),
-    ("device.attributes['gpu.nvidia.com'].missing == 'x' && false", "1g.10gb", False),
-    ("'profile' in device.attributes['gpu.nvidia.com'] && !(device.attributes['gpu.nvidia.com'].profile"
-     ".startsWith('7g'))", "2g.20gb", True),
-    ("device.capacity['gpu.nvidia.com'].memory == 5", "1g.10gb", False),  # type mismatch: no match
-    ("has(device.attributes['gpu.nvidia.com'].profile) && size(device.attributes['gpu.nvidia.com'].profile) == 7",
-     "1g.10gb", True),
-    ("has(device.attributes['gpu.nvidia.com'].uuid)", "1g.10gb", False),  # dynamic MIG devices have no uuid
-])
-def test_selector_interpreter(expression, profile, expected):
-    assert selector_matches(compile_selector(expression), _device(profile), "gpu.nvidia.com") is expected
-
-
-@pytest.mark.parametrize("expression", ["device.attributes[", "duration('1s') == duration('1s')",
-                                        "device.capacity['gpu.nvidia.com'].memory.frobnicate()"])
-def test_selector_interpreter_refuses_what_it_does_not_know(expression):
-    with pytest.raises(UnsupportedSelector):
-        selector_matches(compile_selector(expression), _device("1g.10gb"), "gpu.nvidia.com")
 
 
 def test_demands_pick_profiles_from_selectors():
@@ -174,35 +138,6 @@ def test_cli_plan(tmp_path):
     bad.write_text(yaml.safe_dump(_claim("x", "", device_class="nope")))
     failed = runner.invoke(mig_command, ["plan", "-f", str(bad), "--gpu", "h100"])
     assert failed.exit_code == 2 and "unknown DeviceClass" in failed.output
-
-
-AGREEMENT_EXPRESSIONS = [
-    "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",
-    "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('19Gi')) >= 0",
-    "device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('39Gi')) && "
-    "device.capacity['gpu.nvidia.com'].multiprocessors.compareTo(quantity('64')) <= 0",
-    "device.attributes['gpu.nvidia.com'].profile.endsWith('+me') || device.attributes['gpu.nvidia.com'].type == 'gpu'",
-    "has(device.attributes['gpu.nvidia.com'].uuid)",
-    "device.attributes['gpu.nvidia.com'].uuid == 'GPU-x' || device.attributes['gpu.nvidia.com'].type == 'mig'",
-    "device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('580.0.0')) >= 0",
-    "'profile' in device.attributes['gpu.nvidia.com'] && device.driver == 'gpu.nvidia.com'",
-]
-
-
-@pytest.mark.parametrize("expression", AGREEMENT_EXPRESSIONS)
-def test_interpreter_agrees_with_the_dra_cel_environment(expression):
-    from gpudra import cel
-    gpu = DynamicMigGpu(0, H100, "GPU-x", attributes={"driverVersion": {"version": "580.95.5"}})
-    from gpudra.mig.dynamic import gpu_devices
-
-    real = cel.compile_selector(expression)
-    ours = compile_selector(expression)
-    for device in gpu_devices(gpu):
-        try:
-            expected = real.evaluate(cel.device_input("gpu.nvidia.com", device)) is True
-        except cel.CELRuntimeError:
-            expected = False
-        assert selector_matches(ours, device, "gpu.nvidia.com") is expected, device["name"]
 
 
 from hypothesis import given, settings  # noqa: E402

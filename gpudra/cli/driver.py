@@ -115,13 +115,15 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
               metavar="SECONDS",
               help="answer each claim of a prepare/unprepare call within SECONDS (an error after it; the kubelet "
                    "gives up at 45)")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="serve Prometheus metrics on this TCP port (all addresses, path /metrics)")
 @click.option("--no-fsync", is_flag=True, hidden=True, help="skip fsync (benchmarks on slow disks only)")
 @click.option("-v", "--verbose", is_flag=True)
 def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: str, claims_dir: str | None,
             kubeconfig: str | None, in_cluster: bool, dynamic_mig: bool, healthcheck_port: int | None,
             registry_dir: str, plugins_dir: str, cdi_dir: str, driver_root: str, host_driver_root: str | None,
-            cdi_hook_path: str | None, socket_group: str | None, call_deadline_s: float, no_fsync: bool,
-            verbose: bool) -> None:
+            cdi_hook_path: str | None, socket_group: str | None, call_deadline_s: float, metrics_port: int | None,
+            no_fsync: bool, verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
     from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
     from gpudra.driver.checkpoint import CheckpointError
@@ -134,7 +136,7 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
                            dynamic_mig=dynamic_mig, healthcheck_port=healthcheck_port, fsync=not no_fsync,
                            registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir,
                            driver_root=driver_root, host_driver_root=host_driver_root, cdi_hook_path=cdi_hook_path,
-                           socket_group=socket_group, call_deadline_s=call_deadline_s)
+                           socket_group=socket_group, call_deadline_s=call_deadline_s, metrics_port=metrics_port)
     try:
         agent = DriverAgent(options)
         agent.start()

@@ -8,10 +8,18 @@ from typing import Any, NoReturn
 import click
 import yaml
 
-from gpudra.mig.catalog import MODELS, MigGpuModel, UnknownGpuModel, find_gpu_model, gpu_model
+from gpudra.catalog import GpuModel, UnknownGpuModel, find_gpu_model, gpu_model, mig_models
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings as `|` blocks (a ConfigMap's embedded config stays readable)."""
+
+
+_BlockDumper.add_representer(
+    str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
@@ -23,8 +31,8 @@ def _dump(obj: Any) -> str:
     return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
 
 
-def _models(names: tuple[str, ...]) -> list[MigGpuModel]:
-    models: list[MigGpuModel] = []
+def _models(names: tuple[str, ...]) -> list[GpuModel]:
+    models: list[GpuModel] = []
     for name in names:
         try:
             model = gpu_model(name)
@@ -39,10 +47,8 @@ def _node_groups(backend: str, profile: str | None):
     """GPU groups of a discovered node: one per MIG-capable model, with the PCI IDs seen."""
     from gpudra.mig.config import NodeGpuGroup
 
-    try:
-        from gpudra.discovery import DiscoveryError, open_backend
-    except ImportError as exc:  # discovery not installed in this build
-        _fail(f"node discovery is unavailable ({exc}); use --gpu MODEL")
+    from gpudra.discovery import DiscoveryError, open_backend
+
     try:
         opened = open_backend(backend, profile=profile)
         try:
@@ -52,7 +58,7 @@ def _node_groups(backend: str, profile: str | None):
     except DiscoveryError as exc:
         _fail(str(exc))
     ids: dict[str, list[int]] = {}
-    models: dict[str, MigGpuModel] = {}
+    models: dict[str, GpuModel] = {}
     for gpu in inventory.gpus:
         if not gpu.mig_capable:
             continue
@@ -62,22 +68,13 @@ def _node_groups(backend: str, profile: str | None):
                        err=True)
             continue
         models[model.key] = model
-        device_id = _discovered_pci_id(gpu)
-        if device_id is not None and device_id not in ids.setdefault(model.key, []):
+        # the simulated GPU's PCI device ID is its catalog row's first one
+        device_id = model.pci_device_ids[0]
+        if device_id not in ids.setdefault(model.key, []):
             ids[model.key].append(device_id)
-        ids.setdefault(model.key, [])
     if not models:
         _fail("the node has no MIG-capable GPUs")
     return [NodeGpuGroup(model, tuple(ids[key])) for key, model in models.items()]
-
-
-def _discovered_pci_id(gpu: Any) -> int | None:
-    try:
-        from gpudra.discovery.catalog import gpu_model as discovery_model
-
-        return discovery_model(gpu.model).pci_device_id if gpu.model else None
-    except Exception:  # the discovery catalog does not know it: fall back to the MIG catalog's IDs
-        return None
 
 
 @click.group(name="mig")
@@ -89,7 +86,7 @@ def command() -> None:
 @click.option("--gpu", "gpus", multiple=True, help="GPU model (NVML name or alias); default: every catalog GPU")
 def profiles_command(gpus: tuple[str, ...]) -> None:
     """List the MIG profiles and placements of GPU models."""
-    models = _models(gpus) if gpus else list(MODELS)
+    models = _models(gpus) if gpus else list(mig_models())
     for model in models:
         click.echo(f"{model.display_name} ({model.key}; {', '.join(model.product_names)}): "
                    f"{model.compute_slices} compute / {model.memory_slices} memory slices")
@@ -112,9 +109,15 @@ def profiles_command(gpus: tuple[str, ...]) -> None:
 @click.option("--backend", type=click.Choice(["simulated", "nvml"]), default=None,
               help="discover the node's GPUs with this backend instead of --gpu")
 @click.option("--profile", default=None, help="simulated node profile (with --backend simulated)")
-def configs_command(gpus: tuple[str, ...], backend: str | None, profile: str | None) -> None:
+@click.option("-o", "--output", type=click.Choice(["yaml", "configmap"]), default="yaml", show_default=True,
+              help="configmap: the GPU Operator's ConfigMap holding the config under data['config.yaml']")
+@click.option("--name", "configmap_name", default="default-mig-parted-config", show_default=True,
+              help="ConfigMap name (-o configmap)")
+@click.option("--namespace", default="gpu-operator", show_default=True, help="ConfigMap namespace (-o configmap)")
+def configs_command(gpus: tuple[str, ...], backend: str | None, profile: str | None, output: str,
+                    configmap_name: str, namespace: str) -> None:
     """Print the mig-parted config (version v1) the MIG manager would generate for these GPUs."""
-    from gpudra.mig.config import generate_config
+    from gpudra.mig.config import config_map, generate_config
 
     if gpus and backend:
         _fail("use either --gpu or --backend, not both")
@@ -124,7 +127,119 @@ def configs_command(gpus: tuple[str, ...], backend: str | None, profile: str | N
         groups = _node_groups(backend or "simulated", profile)
     else:
         _fail("give --gpu MODEL (repeatable) or --backend nvml|simulated [--profile NAME]")
-    click.echo(_dump(generate_config(groups)), nl=False)
+    config = generate_config(groups)
+    if output == "configmap":
+        wrapped = config_map(_dump(config), name=configmap_name, namespace=namespace)
+        click.echo(yaml.dump(wrapped, Dumper=_BlockDumper, sort_keys=False), nl=False)
+    else:
+        click.echo(_dump(config), nl=False)
+
+
+def _read_config(path: str) -> Any:
+    from gpudra.mig.apply import ApplyError, read_config_file
+
+    try:
+        return read_config_file(path)
+    except ApplyError as exc:
+        _fail(str(exc))
+
+
+def _node_backend(backend: str, profile: str, node_name: str, root: str):
+    from gpudra.discovery import DiscoveryError, open_backend
+    from gpudra.driver.paths import DriverPaths
+
+    paths = DriverPaths(root=root)
+    try:
+        return paths, open_backend(backend, profile=profile, node_name=node_name, state_path=paths.simulated_state)
+    except DiscoveryError as exc:
+        _fail(str(exc))
+
+
+_NODE_OPTIONS = [
+    click.option("--backend", type=click.Choice(["simulated", "nvml"]), default="nvml", show_default=True),
+    click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile (simulated)"),
+    click.option("--node-name", default="node", envvar="NODE_NAME", show_default=True),
+    click.option("--root", default="/", show_default=True,
+                 help="the node driver's --root (its checkpoint and the simulated GPU state live under it)"),
+]
+
+
+def _node_options(fn):
+    for option in reversed(_NODE_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+@command.command(name="apply")
+@click.option("-f", "--filename", "path", required=True, help="mig-parted config file or ConfigMap ('-' for stdin)")
+@click.option("-c", "--config", "config_name", required=True, help="name of the config under mig-configs")
+@_node_options
+def apply_command(path: str, config_name: str, backend: str, profile: str, node_name: str, root: str) -> None:
+    """Apply a named mig-parted config to this node's GPUs (destroying and creating MIG devices); refuses,
+    listing them, while prepared claims hold devices on a GPU that would change. Exit 1 when refused."""
+    from gpudra.mig.apply import ApplyError, ApplyRefused, apply_config, read_driver_checkpoint
+
+    document = _read_config(path)
+    paths, opened = _node_backend(backend, profile, node_name, root)
+    try:
+        result = apply_config(opened, document, config_name, read_driver_checkpoint(paths.checkpoint))
+    except ApplyRefused as exc:
+        _fail(str(exc), code=1)
+    except ApplyError as exc:
+        _fail(str(exc))
+    finally:
+        opened.close()
+    for line in result.changed:
+        click.echo(f"changed: {line}")
+    for line in result.unchanged:
+        click.echo(f"unchanged: {line}")
+    if result.changed:
+        paths.request_republish()
+        click.echo("asked the node driver to republish its ResourceSlices", err=True)
+
+
+@command.command(name="manager")
+@click.option("-f", "--filename", "path", required=True,
+              help="mig-parted config file or ConfigMap (re-read at every change, e.g. a mounted ConfigMap)")
+@_node_options
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), envvar="KUBECONFIG")
+@click.option("--in-cluster", is_flag=True, help="use the pod's service account")
+@click.option("--resync", "resync_s", type=click.IntRange(1), default=60, show_default=True,
+              help="seconds between full resyncs (a failed config is retried)")
+@click.option("-v", "--verbose", is_flag=True)
+def manager_command(path: str, backend: str, profile: str, node_name: str, root: str, kubeconfig: str | None,
+                    in_cluster: bool, resync_s: int, verbose: bool) -> None:
+    """Follow the node's nvidia.com/mig.config label: apply that config, report nvidia.com/mig.config.state
+    (pending, success, failed) and have the node driver republish, as the GPU Operator's MIG manager does."""
+    import logging
+    import signal
+
+    from gpudra.mig.apply import read_config_file, read_driver_checkpoint
+    from gpudra.mig.manager import KubeNodeLabels, MigManager
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not (kubeconfig or in_cluster):
+        _fail("give --kubeconfig or --in-cluster: the manager follows a Node's labels")
+    _read_config(path)  # readable now, or a usage error before anything runs
+    from kubernetes.config import ConfigException
+
+    try:
+        nodes = KubeNodeLabels.from_kubeconfig(kubeconfig, in_cluster)
+    except (ConfigException, OSError, ValueError) as exc:
+        _fail(f"cannot load the cluster configuration: {exc}")
+    paths, opened = _node_backend(backend, profile, node_name, root)
+    manager = MigManager(nodes, node_name, opened,
+                         load_config=lambda: read_config_file(path),
+                         read_checkpoint=lambda: read_driver_checkpoint(paths.checkpoint),
+                         request_republish=paths.request_republish, resync_s=resync_s)
+    signal.signal(signal.SIGTERM, lambda *_: manager.stop())
+    try:
+        manager.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        opened.close()
 
 
 @command.command(name="validate")
@@ -205,20 +320,9 @@ def plan_command(paths: tuple[str, ...], gpu: str, count: int, output: str) -> N
 
 
 def _load_objects(paths: tuple[str, ...]) -> list[dict[str, Any]]:
+    from gpudra.api.load import LoadError, load_paths
+
     try:
-        from gpudra.api.load import LoadError, load_paths
-    except ImportError:
-        load_paths = None  # type: ignore[assignment]
-    if load_paths is not None:
-        try:
-            return [doc.obj for doc in load_paths(list(paths)) if isinstance(doc.obj, dict)]
-        except LoadError as exc:
-            _fail(str(exc))
-    objects: list[dict[str, Any]] = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                objects.extend(o for o in yaml.load_all(handle, Loader=_Loader) if isinstance(o, dict))
-        except (OSError, yaml.YAMLError) as exc:
-            _fail(f"cannot read {path}: {exc}")
-    return objects
+        return [doc.obj for doc in load_paths(list(paths)) if isinstance(doc.obj, dict)]
+    except LoadError as exc:
+        _fail(str(exc))

@@ -28,10 +28,8 @@ def _load(paths: list[str], validate: bool) -> list[dict]:
         if problems:
             lines = [str(problem) for problem in problems]
             raise UsageError("invalid input (use --no-validate to schedule anyway):\n" + "\n".join(lines))
-    try:
-        from gpudra.api.convert import to_v1
-    except ImportError:  # pragma: no cover - the api package ships the converter
-        return [doc.obj for doc in documents]
+    from gpudra.api.convert import to_v1
+
     return [to_v1(doc.obj) for doc in documents]
 
 

@@ -186,10 +186,8 @@ def summarise_nodes(nodes: list[dict[str, Any]], slices: list[dict[str, Any]]) -
 
 def _problems_of(document: Any) -> list[str] | None:
     """The errors the API server would report for one object; None for kinds gpudra does not check."""
-    try:
-        from gpudra.api.validate import validate_document
-    except ImportError:
-        return []
+    from gpudra.api.validate import validate_document
+
     texts = []
     checked = True
     for problem in validate_document(document) or ():

@@ -1,4 +1,4 @@
-"""MIG GPU-instance profiles per catalog GPU model, adapted from `gpudra.mig.catalog`.
+"""MIG GPU-instance profiles per catalog GPU model, adapted from `gpudra.catalog`.
 
 The MIG area owns the profile table; discovery only needs the C == G profiles in the
 `MigProfileInfo` shape (unknown engine counts become 0 here).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from gpudra.mig import catalog as mig_catalog
+from gpudra import catalog as gpu_catalog
 
 from .model import MigProfileInfo
 
@@ -33,7 +33,7 @@ def _info(profile) -> MigProfileInfo:
 @lru_cache(maxsize=None)
 def mig_profiles(model_key: str) -> tuple[MigProfileInfo, ...]:
     """GPU-instance profiles of a GPU model (catalog key, alias or product name); empty without MIG."""
-    model = mig_catalog.find_gpu_model(model_key) if model_key else None
+    model = gpu_catalog.find_gpu_model(model_key) if model_key else None
     if model is None:
         return ()
     return tuple(_info(p) for p in model.profiles)

@@ -15,8 +15,11 @@ import os
 import threading
 from typing import Any
 
+import pynvml
+
+from gpudra.catalog import model_for_product_name
+
 from .backend import GpuBackend, MigError
-from .catalog import model_for_product_name
 from .migprofiles import mig_profiles as catalog_mig_profiles
 from .model import DiscoveryError, Gpu, Inventory, MigDevice, MigProfileInfo
 from .topology import nvlink_domains
@@ -96,13 +99,8 @@ def fabric_clique(cluster_uuid: bytes, clique_id: int) -> str | None:
 class NvmlBackend(GpuBackend):
     name = "nvml"
 
-    def __init__(self, module: Any | None = None, *, node_name: str = "node"):
-        if module is None:
-            try:
-                import pynvml as module  # noqa: PLC0415 - optional at import time of gpudra
-            except ImportError:
-                raise DiscoveryError("the nvidia-ml-py package (module pynvml) is not installed") from None
-        self.nvml = module
+    def __init__(self, *, node_name: str = "node"):
+        self.nvml = pynvml  # the real binding; tests put a fake C library under it (tests/fake_libnvml.py)
         self.node_name = node_name
         self._lock = threading.RLock()
         try:
@@ -184,7 +182,7 @@ class NvmlBackend(GpuBackend):
             numa_node=int(numa) if numa is not None and int(numa) >= 0 else None,
             mig_capable=mig_mode is not None,
             mig_enabled=bool(mig_mode and int(mig_mode[0]) == 1),
-            model=model.key if model else None,
+            model=model.display_name if model else None,
         )
         if gpu.mig_enabled:
             try:
@@ -202,7 +200,7 @@ class NvmlBackend(GpuBackend):
             return self._profiles[gpu_uuid]
         catalog = {p.gi_profile_id: p for p in catalog_mig_profiles(model_key or "")}
         profiles = []
-        for index in range(int(getattr(self.nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 18))):
+        for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
             # NOT_SUPPORTED / INVALID_ARGUMENT: this GPU has no such profile; anything else is a real failure
             info = self._call("nvmlDeviceGetGpuInstanceProfileInfo", h, index, default=None,
                               absent=(NOT_SUPPORTED, INVALID_ARGUMENT))
@@ -283,7 +281,7 @@ class NvmlBackend(GpuBackend):
     def _nvlink_remotes(self, h: Any) -> list[str]:
         """PCI bus IDs at the far end of each active NVLink (a peer GPU, or an NVSwitch on HGX boards)."""
         remotes = []
-        for link in range(int(getattr(self.nvml, "NVML_NVLINK_MAX_LINKS", 18))):
+        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
             try:
                 active = self.nvml.nvmlDeviceGetNvLinkState(h, link)
             except self.nvml.NVMLError as exc:
@@ -296,10 +294,7 @@ class NvmlBackend(GpuBackend):
         return remotes
 
     def _fabric_clique(self, h: Any) -> str | None:
-        struct = getattr(self.nvml, "c_nvmlGpuFabricInfo_v2_t", None)
-        if struct is None:
-            return None
-        info = struct()
+        info = pynvml.c_nvmlGpuFabricInfo_v2_t()
         try:
             self.nvml.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(info))
         except self.nvml.NVMLError as exc:
@@ -338,7 +333,7 @@ class NvmlBackend(GpuBackend):
             model = model_for_product_name(name, int(memory.total) // 2**20 if memory else None)
             if int(mode[0]) != 1:
                 return catalog_mig_profiles(model.key) if model else ()
-            return self._gi_profiles(h, gpu_uuid, int(memory.total) if memory else None, model.key if model else None)
+            return self._gi_profiles(h, gpu_uuid, int(memory.total) if memory else None, model.display_name if model else None)
 
     def set_mig_mode(self, minor: int, enabled: bool) -> None:
         with self._lock:

@@ -7,11 +7,20 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from .catalog import gpu_model
+from gpudra.catalog import GpuModel, UnknownGpuModel, catalog_model
+
 from .model import DiscoveryError
 
 # PCI buses of the eight GPUs on a DGX/HGX baseboard (NUMA node 0 for the first four).
 _HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+def gpu_model(key: str) -> GpuModel:
+    """The catalog row for a GPU a node profile names (key, alias or product name)."""
+    try:
+        return catalog_model(key)
+    except UnknownGpuModel as exc:
+        raise DiscoveryError(str(exc)) from None
 
 
 @dataclass(frozen=True)

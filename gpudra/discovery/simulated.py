@@ -20,10 +20,9 @@ from typing import Any, Iterator
 from gpudra.atomicfile import ensure_dir, write_atomic
 
 from .backend import GpuBackend, MigError
-from .catalog import gpu_model
 from .migprofiles import mig_profile, mig_profiles
 from .model import Gpu, Inventory, MigDevice, MigProfileInfo
-from .profiles import NodeProfile, node_profile
+from .profiles import NodeProfile, gpu_model, node_profile
 
 _HOPPER_OR_LATER = ("Hopper", "Blackwell", "Rubin")
 STATE_FILE_MODE = 0o644  # "hardware" state: tests and tools on the node read it
@@ -59,7 +58,7 @@ class SimulatedBackend(GpuBackend):
             pcie_root=f"pci0000:{slot.pci_bus & 0xF0:02x}",
             numa_node=slot.numa_node,
             mig_capable=model.mig_capable,
-            model=model.key,
+            model=model.display_name,
             nvlink_domain=f"{self.node_name}-nvlink-0" if self.profile.nvlink_domain else None,
         )
 

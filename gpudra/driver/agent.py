@@ -10,7 +10,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
 
 from gpudra.atomicfile import write_atomic
 from gpudra.cdi import ContainerEdits
@@ -19,6 +18,8 @@ from gpudra.discovery import GpuBackend, open_backend
 from .calls import DEFAULT_DEADLINE_S
 from .claims import ClaimSource, KubeClaimSource, LocalClaimStore
 from .hostdriver import HostDriverFiles, discover_host_driver, host_driver_edits
+from .checkpoint import PREPARE_COMPLETED
+from .metrics import DriverMetrics
 from .paths import DriverPaths
 from .plugin import KubeletPlugin
 from .publisher import KubeSliceClient, SlicePublisher
@@ -54,6 +55,8 @@ class AgentOptions:
     cdi_hook_path: str | None = None  # host path of nvidia-cdi-hook, if not under the driver root
     socket_group: str | None = None  # group (name or GID) allowed on the sockets besides root: mode 0660
     call_deadline_s: float = DEFAULT_DEADLINE_S  # each claim of a prepare/unprepare call is answered by then
+    republish_poll_s: float = 1.0  # how often to look for a republish request (MIG repartitioning)
+    metrics_port: int | None = None  # serve Prometheus /metrics on this TCP port (0: any free port)
 
 
 def _group_id(group: str | None) -> int | None:
@@ -96,6 +99,12 @@ class DriverAgent:
         self.stopped = threading.Event()
         self.reconcile_report: dict[str, list[str]] = {}
         self.publish_summary: dict[str, Any] | None = None
+        self.publisher: SlicePublisher | None = None
+        self.republished = 0  # republish requests handled (MIG manager repartitioned the GPUs)
+        self._republish_thread: threading.Thread | None = None
+        self._published_devices = 0
+        self.metrics_port: int | None = None
+        self.metrics = DriverMetrics(self._device_counts)
 
     def _host_driver_edits(self) -> ContainerEdits:
         """Found once at start: the driver's files only change with a driver upgrade, which
@@ -123,30 +132,72 @@ class DriverAgent:
         self.reconcile_report = self.state.reconcile()
         if any(self.reconcile_report.values()):
             log.info("reconciled at start: %s", {k: v for k, v in self.reconcile_report.items() if v})
-        slices = self.build_slices()
-        # YAML documents in JSON style (JSON is YAML): with dynamic MIG the slices list every
-        # placement, and PyYAML's representer took most of the start-up time (seconds)
-        text = "".join(f"---\n{json.dumps(s)}\n" for s in slices)  # one line: json's C encoder
-        write_atomic(os.path.join(self.paths.plugin_dir, "resourceslices.yaml"), text.encode(), mode=0o644,
-                     label="resourceslices", fsync=False)
         if self.slice_client is not None and self.options.publish:
-            publisher = SlicePublisher(self.slice_client, node_name=self.options.node_name,
-                                       driver_name=self.options.driver_name)
-            self.publish_summary = publisher.publish(self.build_slices)
-            log.info("published ResourceSlices: %s", self.publish_summary)
+            self.publisher = SlicePublisher(self.slice_client, node_name=self.options.node_name,
+                                            driver_name=self.options.driver_name)
+        self.publish()
         self.plugin = KubeletPlugin(self.state, driver_name=self.options.driver_name,
                                     dra_socket=self.paths.dra_socket,
                                     registration_socket=self.paths.registration_socket,
                                     healthcheck_port=self.options.healthcheck_port,
                                     socket_group=_group_id(self.options.socket_group),
-                                    call_deadline_s=self.options.call_deadline_s)
+                                    call_deadline_s=self.options.call_deadline_s, metrics=self.metrics)
         self.plugin.start()
         log.info("kubelet plugin %s serving on %s (registration %s)", self.options.driver_name,
                  self.paths.dra_socket, self.paths.registration_socket)
         if self.plugin.healthcheck_port is not None:
             log.info("gRPC health (services '' and 'liveness') on port %d", self.plugin.healthcheck_port)
+        if self.options.metrics_port is not None:
+            self.metrics_port = self.metrics.serve(self.options.metrics_port)
+            log.info("Prometheus metrics on port %d (/metrics)", self.metrics_port)
+        self._republish_thread = threading.Thread(target=self._watch_republish_requests, name="republish",
+                                                  daemon=True)
+        self._republish_thread.start()
+
+    def _device_counts(self) -> dict[str, int]:
+        counts = {"published": self._published_devices, "prepared": 0, "preparing": 0}
+        for entry in self.state.checkpoint_snapshot().get("claims", {}).values():
+            key = "prepared" if entry.get("state") == PREPARE_COMPLETED else "preparing"
+            counts[key] += len(entry.get("devices") or [])
+        return counts
+
+    def publish(self) -> None:
+        """Discover the GPUs and publish their ResourceSlices (written to the plugin directory too)."""
+        slices = self.build_slices()
+        self._published_devices = sum(len(s["spec"].get("devices") or []) for s in slices)
+        self.metrics.publications.inc()
+        # YAML documents in JSON style (JSON is YAML): with dynamic MIG the slices list every
+        # placement, and PyYAML's representer took most of the start-up time (seconds)
+        text = "".join(f"---\n{json.dumps(s)}\n" for s in slices)  # one line: json's C encoder
+        write_atomic(os.path.join(self.paths.plugin_dir, "resourceslices.yaml"), text.encode(), mode=0o644,
+                     label="resourceslices", fsync=False)
+        if self.publisher is not None:
+            self.publish_summary = self.publisher.publish(self.build_slices)
+            log.info("published ResourceSlices: %s", self.publish_summary)
+
+    def _request_stamp(self) -> str | None:
+        try:
+            with open(self.paths.republish_request, encoding="ascii") as fh:
+                return fh.read()
+        except OSError:
+            return None
+
+    def _watch_republish_requests(self) -> None:
+        seen = self._request_stamp()
+        while not self.stopped.wait(self.options.republish_poll_s):
+            stamp = self._request_stamp()
+            if stamp == seen:
+                continue
+            seen = stamp
+            try:
+                self.publish()
+                self.republished += 1
+                log.info("republished ResourceSlices after a MIG change")
+            except Exception as exc:  # noqa: BLE001 - keep serving; the next request retries
+                log.error("republishing ResourceSlices failed: %s", exc)
 
     def stop(self) -> None:
+        self.metrics.stop()
         if self.plugin is not None:
             self.plugin.stop()
             self.plugin = None

@@ -7,9 +7,10 @@ is placed under it with its usual layout, so the whole agent runs without privil
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
-from gpudra.atomicfile import ensure_dir, remove_stale_temps
+from gpudra.atomicfile import ensure_dir, remove_stale_temps, write_atomic
 from gpudra.cdi.writer import SPEC_DIR_MODE
 
 from .cdispec import claim_spec_file_name
@@ -52,6 +53,17 @@ class DriverPaths:
     def quarantine(self) -> str:
         """Checkpoint entries set aside for the operator (see quarantine.py)."""
         return os.path.join(self.plugin_dir, "quarantine.json")
+
+    @property
+    def republish_request(self) -> str:
+        """Touched by `gpudra mig apply`/`mig manager` after repartitioning: the running driver rediscovers
+        its GPUs and republishes its ResourceSlices when this file's content changes."""
+        return os.path.join(self.plugin_dir, "republish-request")
+
+    def request_republish(self) -> None:
+        ensure_dir(self.plugin_dir, PRIVATE_DIR_MODE)
+        write_atomic(self.republish_request, f"{time.time_ns()}\n".encode(), mode=0o600,
+                     label="republish-request", fsync=False)
 
     @property
     def cdi_spec_dir(self) -> str:

@@ -12,6 +12,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from .calls import DEFAULT_DEADLINE_S, CallAbandoned, ClaimCalls
+from .metrics import DriverMetrics
 from .protos import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc, pluginregistration_pb2,
                      pluginregistration_pb2_grpc)
 from .state import ClaimRef, DeviceState, PrepareError
@@ -71,19 +72,30 @@ class _DraServicer:
     thread and is answered by the deadline (`calls.py`): one slow or hostile claim holds up neither
     the others nor this server's health service."""
 
-    def __init__(self, state: DeviceState, pb2: Any, with_share_id: bool, calls: ClaimCalls):
+    def __init__(self, state: DeviceState, pb2: Any, with_share_id: bool, calls: ClaimCalls,
+                 metrics: DriverMetrics | None = None):
         self.state = state
         self.pb2 = pb2
         self.with_share_id = with_share_id
         self.calls = calls
+        self.metrics = metrics
+
+    def _timed(self, operation: str, fn: Any) -> Any:
+        return self.metrics.timed(operation, fn) if self.metrics is not None else fn
+
+    def _answered(self, operation: str, outcome: Any) -> None:
+        if self.metrics is not None:
+            self.metrics.answered(operation, isinstance(outcome, BaseException))
 
     def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:
         response = self.pb2.NodePrepareResourcesResponse()
         claims = list(request.claims)
         outcomes = self.calls.run(
-            [(("prepare", claim.uid), lambda token, ref=_claim_ref(claim): self.state.prepare(ref, token))
+            [(("prepare", claim.uid),
+              self._timed("prepare", lambda token, ref=_claim_ref(claim): self.state.prepare(ref, token)))
              for claim in claims], _time_remaining(context))
         for claim, outcome in zip(claims, outcomes):
+            self._answered("prepare", outcome)
             answer = response.claims[claim.uid]  # every claim gets an entry, even on error
             if isinstance(outcome, BaseException):
                 answer.error = _error_text(claim, "preparing", outcome)
@@ -100,9 +112,11 @@ class _DraServicer:
         response = self.pb2.NodeUnprepareResourcesResponse()
         claims = list(request.claims)
         outcomes = self.calls.run(
-            [(("unprepare", claim.uid), lambda token, ref=_claim_ref(claim): self.state.unprepare(ref))
+            [(("unprepare", claim.uid),
+              self._timed("unprepare", lambda token, ref=_claim_ref(claim): self.state.unprepare(ref)))
              for claim in claims], _time_remaining(context))
         for claim, outcome in zip(claims, outcomes):
+            self._answered("unprepare", outcome)
             answer = response.claims[claim.uid]
             if isinstance(outcome, BaseException):
                 answer.error = _error_text(claim, "unpreparing", outcome)
@@ -110,13 +124,13 @@ class _DraServicer:
 
 
 class _V1(_DraServicer, dra_v1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, state: DeviceState, calls: ClaimCalls):
-        super().__init__(state, dra_v1_pb2, True, calls)
+    def __init__(self, state: DeviceState, calls: ClaimCalls, metrics: DriverMetrics | None = None):
+        super().__init__(state, dra_v1_pb2, True, calls, metrics)
 
 
 class _V1beta1(_DraServicer, dra_v1beta1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, state: DeviceState, calls: ClaimCalls):
-        super().__init__(state, dra_v1beta1_pb2, False, calls)
+    def __init__(self, state: DeviceState, calls: ClaimCalls, metrics: DriverMetrics | None = None):
+        super().__init__(state, dra_v1beta1_pb2, False, calls, metrics)
 
 
 class RegistrationServicer(pluginregistration_pb2_grpc.RegistrationServicer):
@@ -153,7 +167,7 @@ class KubeletPlugin:
 
     def __init__(self, state: DeviceState, *, driver_name: str, dra_socket: str, registration_socket: str,
                  healthcheck_port: int | None = None, max_workers: int = 32, socket_group: int | None = None,
-                 call_deadline_s: float = DEFAULT_DEADLINE_S):
+                 call_deadline_s: float = DEFAULT_DEADLINE_S, metrics: DriverMetrics | None = None):
         check_socket_path(dra_socket)
         check_socket_path(registration_socket)
         self.socket_group = socket_group
@@ -164,8 +178,8 @@ class KubeletPlugin:
         self.registration = RegistrationServicer(driver_name, dra_socket)
         self.calls = ClaimCalls(call_deadline_s)
         self._dra_server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dra"))
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_V1(state, self.calls), self._dra_server)
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_V1beta1(state, self.calls), self._dra_server)
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_V1(state, self.calls, metrics), self._dra_server)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_V1beta1(state, self.calls, metrics), self._dra_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._dra_server)
         self._reg_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="reg"))
         pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(self.registration, self._reg_server)

@@ -133,7 +133,7 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
 def _dynamic_bodies(inventory: Inventory) -> list[dict[str, Any]]:
     """Dynamic MIG (KEP-4815 partitionable devices): counter-set slices, then devices."""
     from gpudra.mig import dynamic
-    from gpudra.mig.catalog import find_gpu_model
+    from gpudra.catalog import find_gpu_model
 
     partitionable, plain = [], []
     for gpu in sorted(inventory.gpus, key=lambda g: (g.pci_bus_id, g.minor)):

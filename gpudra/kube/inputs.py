@@ -23,10 +23,8 @@ def load_manifests(paths: Iterable[str]) -> list[dict[str, Any]]:
         raise InputError(str(exc)) from None
     except OSError as exc:
         raise InputError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
-    try:
-        from gpudra.api.convert import to_v1
-    except ImportError:  # pragma: no cover - the api package ships the converter
-        return [doc.obj for doc in documents]
+    from gpudra.api.convert import to_v1
+
     return [to_v1(doc.obj) for doc in documents]
 
 

@@ -1,25 +1,25 @@
-"""MIG: profile catalog (`catalog`), dynamic MIG partitionable devices (`dynamic`), mig-parted configs
-(`config`), placement feasibility (`placement`), and the layout planner (`planner`, reading claims
-through `demands` and `selectors`)."""
+"""MIG: dynamic MIG partitionable devices (`dynamic`), mig-parted configs (`config`), placement
+feasibility (`placement`), and the layout planner (`planner`, reading claims through `demands`). The GPU
+models and their MIG profiles are the GPU catalog's (`gpudra.catalog`)."""
 
-from gpudra.mig.catalog import (
-    MODELS,
-    MigGpuModel,
+from gpudra.catalog import (
+    GpuModel,
     MigProfile,
     Placement,
     UnknownGpuModel,
     UnknownMigProfile,
     find_gpu_model,
     gpu_model,
+    mig_models,
 )
 
 __all__ = [
-    "MODELS",
-    "MigGpuModel",
+    "GpuModel",
     "MigProfile",
     "Placement",
     "UnknownGpuModel",
     "UnknownMigProfile",
     "find_gpu_model",
     "gpu_model",
+    "mig_models",
 ]

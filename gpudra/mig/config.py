@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from gpudra.mig.catalog import MODELS, MigGpuModel, UnknownMigProfile, gpu_model_for_pci_id
+from gpudra.catalog import GpuModel, UnknownMigProfile, gpu_model_for_pci_id, mig_models
 from gpudra.mig.placement import describe_layout, find_placement
 
 ENTRY_KEYS = ("device-filter", "devices", "mig-enabled", "mig-devices")
@@ -22,7 +22,7 @@ DEVICE_FILTER_FORMAT = re.compile(r"^0x([0-9a-fA-F]{4})([0-9a-fA-F]{4})(?::0x[0-
 class NodeGpuGroup:
     """GPUs of one model on a node, and the PCI device IDs they report (for device-filter)."""
 
-    model: MigGpuModel
+    model: GpuModel
     pci_device_ids: tuple[int, ...] = ()
 
     @property
@@ -35,7 +35,7 @@ def _filter_value(ids: Sequence[int]) -> str | list[str]:
     return values[0] if len(values) == 1 else values
 
 
-def balanced_layout(model: MigGpuModel) -> dict[str, int]:
+def balanced_layout(model: GpuModel) -> dict[str, int]:
     """mig-parted's all-balanced: {1g: 2, 2g: 1, 3g: 1} on 7-slice GPUs, {1g: 2, 2g: 1} on 4-slice ones."""
     by_g = model.smallest_profiles_by_g
     wanted = {1: 2, 2: 1, 3: 1} if model.compute_slices == 7 else {1: 2, 2: 1}
@@ -44,7 +44,7 @@ def balanced_layout(model: MigGpuModel) -> dict[str, int]:
     return {by_g[g].name: count for g, count in wanted.items()}
 
 
-def generate_config(groups: Sequence[NodeGpuGroup | MigGpuModel]) -> dict[str, Any]:
+def generate_config(groups: Sequence[NodeGpuGroup | GpuModel]) -> dict[str, Any]:
     """The config the MIG manager generates for a node whose GPUs are `groups` (one per model).
 
     `device-filter`s appear only when the node reports more than one PCI device ID.
@@ -107,13 +107,13 @@ class ValidationReport:
         self.findings.append(Finding("warning", where, message))
 
 
-def _models_for_filter(value: Any, where: str, report: ValidationReport) -> list[MigGpuModel] | None:
+def _models_for_filter(value: Any, where: str, report: ValidationReport) -> list[GpuModel] | None:
     """Catalog models a device-filter selects (None when the filter itself is malformed)."""
     values = value if isinstance(value, list) else [value]
     if not values or not all(isinstance(v, str) for v in values):
         report.error(where, "device-filter must be a string or a non-empty list of strings")
         return None
-    models: list[MigGpuModel] = []
+    models: list[GpuModel] = []
     for text in values:
         match = DEVICE_FILTER_FORMAT.match(text)
         if match is None:
@@ -162,7 +162,7 @@ def _check_mig_devices(value: Any, where: str, report: ValidationReport) -> dict
     return counts if ok else None
 
 
-def _check_on_model(model: MigGpuModel, counts: Mapping[str, int], where: str, report: ValidationReport) -> bool:
+def _check_on_model(model: GpuModel, counts: Mapping[str, int], where: str, report: ValidationReport) -> bool:
     unknown = [name for name in counts if not model.has_profile(name)]
     if unknown:
         compute_instance = [n for n in unknown if PROFILE_FORMAT.match(n) and PROFILE_FORMAT.match(n).group(1)]
@@ -181,6 +181,14 @@ def _check_on_model(model: MigGpuModel, counts: Mapping[str, int], where: str, r
     layout = ", ".join(f"{i.profile.name}@{i.placement}" for i in result.instances) or "no instances"
     report.checked.append(f"{where} on {model.display_name}: {layout}")
     return True
+
+
+def config_map(config_yaml: str, *, name: str = "default-mig-parted-config", namespace: str = "gpu-operator",
+               key: str = "config.yaml") -> dict[str, Any]:
+    """The GPU Operator's form of a mig-parted config: a ConfigMap holding it under data[key] (the operator's
+    ClusterPolicy `migManager.config.name` names it; `default-mig-parted-config` is the one it ships)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+            "data": {key: config_yaml}}
 
 
 def configs_in_document(document: Any) -> list[tuple[str, Any]]:
@@ -203,7 +211,7 @@ def configs_in_document(document: Any) -> list[tuple[str, Any]]:
     return found
 
 
-def validate_config(document: Any, models: Iterable[MigGpuModel] | None = None) -> ValidationReport:
+def validate_config(document: Any, models: Iterable[GpuModel] | None = None) -> ValidationReport:
     """Check a parsed mig-parted config. With `models` (the node's GPUs) every entry is checked on
     each model its device-filter selects; without, on the models its filter names or, with no
     filter, on every catalog model offering all of its profiles (it must fit on at least one)."""
@@ -231,7 +239,7 @@ def validate_config(document: Any, models: Iterable[MigGpuModel] | None = None) 
     return report
 
 
-def _validate_entry(entry: Any, where: str, node_models: list[MigGpuModel] | None, report: ValidationReport) -> None:
+def _validate_entry(entry: Any, where: str, node_models: list[GpuModel] | None, report: ValidationReport) -> None:
     if not isinstance(entry, dict):
         report.error(where, "entry must be a mapping")
         return
@@ -273,7 +281,7 @@ def _validate_entry(entry: Any, where: str, node_models: list[MigGpuModel] | Non
         for model in filter_models:
             _check_on_model(model, wanted, where, report)
         return
-    candidates = [m for m in MODELS if all(m.has_profile(name) for name in wanted)]
+    candidates = [m for m in mig_models() if all(m.has_profile(name) for name in wanted)]
     if not candidates:
         report.error(where, f"no catalog GPU offers all of {', '.join(wanted)}")
         return

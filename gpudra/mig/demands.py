@@ -1,8 +1,7 @@
 """Turn ResourceClaims into MIG demands: which profiles (or the full GPU) each requested device accepts.
 
 Selectors are evaluated on synthetic dynamic-MIG devices of the GPU model — one per profile —
-with the DRA CEL environment (`gpudra.cel`) when present, else with the small interpreter in
-`gpudra.mig.selectors`.
+with the DRA CEL environment (`gpudra.cel`).
 """
 
 from __future__ import annotations
@@ -10,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from gpudra.mig.catalog import MigGpuModel, MigProfile
+from gpudra.catalog import GpuModel, MigProfile
+from gpudra.cel import CELCompileError, CELRuntimeError, compile_selector, device_input
 from gpudra.mig.dynamic import DynamicMigGpu, gpu_devices, resolve_mig_device
-from gpudra.mig.selectors import UnsupportedSelector, compile_selector, selector_matches
 
 DRIVER = "gpu.nvidia.com"
 BUILTIN_DEVICE_CLASSES: dict[str, str] = {
@@ -58,7 +57,7 @@ class Demand:
         return out
 
 
-def synthetic_gpu(model: MigGpuModel) -> DynamicMigGpu:
+def synthetic_gpu(model: GpuModel) -> DynamicMigGpu:
     return DynamicMigGpu(minor=0, model=model, uuid="GPU-00000000-0000-0000-0000-000000000000", attributes={
         "productName": {"string": model.product_names[0]},
         "architecture": {"string": model.architecture},
@@ -67,35 +66,19 @@ def synthetic_gpu(model: MigGpuModel) -> DynamicMigGpu:
 
 
 class _Selector:
-    """A compiled selector: the DRA CEL environment when `gpudra.cel` is available, else the
-    planner's own interpreter of the common subset."""
+    """A selector compiled by the DRA CEL environment."""
 
     def __init__(self, expression: str, where: str):
         self.expression = expression
         try:
-            from gpudra.cel import CELCompileError, CELRuntimeError, compile_selector as cel_compile, device_input
-        except ImportError:
-            self._cel = None
-        else:
-            self._cel = (device_input, CELRuntimeError)
-            try:
-                self._compiled: Any = cel_compile(expression)
-            except CELCompileError as exc:
-                raise PlanError(f"{where}: selector {expression!r} does not compile: {exc}") from None
-            return
-        try:
             self._compiled = compile_selector(expression)
-        except UnsupportedSelector as exc:
-            raise PlanError(f"{where}: selector {expression!r} is outside what the planner understands: {exc}") \
-                from None
+        except CELCompileError as exc:
+            raise PlanError(f"{where}: selector {expression!r} does not compile: {exc}") from None
 
     def matches(self, device: dict[str, Any]) -> bool:
-        if self._cel is None:
-            return selector_matches(self._compiled, device, DRIVER)
-        device_input, runtime_error = self._cel
         try:
             return self._compiled.evaluate(device_input(DRIVER, device)) is True
-        except runtime_error:
+        except CELRuntimeError:
             return False
 
 
@@ -122,7 +105,7 @@ def _class_selectors(classes: dict[str, dict[str, Any]], name: str, where: str) 
                     f"{', '.join(BUILTIN_DEVICE_CLASSES)})")
 
 
-def _option(model: MigGpuModel, devices: list[dict[str, Any]], selectors: list[_Selector], name: str) -> Option:
+def _option(model: GpuModel, devices: list[dict[str, Any]], selectors: list[_Selector], name: str) -> Option:
     matched_profiles: dict[str, MigProfile] = {}
     full = False
     for device in devices:
@@ -137,7 +120,7 @@ def _option(model: MigGpuModel, devices: list[dict[str, Any]], selectors: list[_
     return Option(name, tuple(ordered), full)
 
 
-def demands_from_objects(objects: Iterable[dict[str, Any]], model: MigGpuModel) -> list[Demand]:
+def demands_from_objects(objects: Iterable[dict[str, Any]], model: GpuModel) -> list[Demand]:
     """Demands of every ResourceClaim and ResourceClaimTemplate, in input order."""
     objects = list(objects)
     classes = {o.get("metadata", {}).get("name"): o for o in objects if o.get("kind") == "DeviceClass"}

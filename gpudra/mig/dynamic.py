@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from gpudra.mig.catalog import MigGpuModel, MigProfile, Placement, gpu_model
+from gpudra.catalog import GpuModel, MigProfile, Placement, gpu_model
 
 DRIVER_NAME = "gpu.nvidia.com"
 
@@ -90,7 +90,7 @@ def full_gpu_device_name(minor: int) -> str:
     return f"gpu-{minor}"
 
 
-def known_engine_capacities(model: MigGpuModel) -> list[str]:
+def known_engine_capacities(model: GpuModel) -> list[str]:
     """Engine dimensions known for every profile of the model.
 
     A counter only means something if every consumer declares it; a dimension the catalog
@@ -105,7 +105,7 @@ def profile_capacity(profile: MigProfile, engines: Iterable[str]) -> dict[str, d
     return capacity
 
 
-def max_capacity(model: MigGpuModel) -> dict[str, int]:
+def max_capacity(model: GpuModel) -> dict[str, int]:
     """Per-dimension maximum over all profiles (what the full GPU and the counter set carry)."""
     engines = known_engine_capacities(model)
     maxima: dict[str, int] = {cap: max(p.engine_counts[cap] for p in model.profiles) for cap in engines}  # type: ignore[type-var]
@@ -113,12 +113,12 @@ def max_capacity(model: MigGpuModel) -> dict[str, int]:
     return maxima
 
 
-def memory_slice_count(model: MigGpuModel) -> int:
+def memory_slice_count(model: GpuModel) -> int:
     """Largest placement end seen, as the driver sizes `memory-slice-*` counters."""
     return max(placement.end for p in model.profiles for placement in p.placements)
 
 
-def counter_set(model: MigGpuModel, minor: int) -> dict[str, Any]:
+def counter_set(model: GpuModel, minor: int) -> dict[str, Any]:
     counters: dict[str, dict[str, str]] = {}
     for cap, value in max_capacity(model).items():
         name = "memory" if cap == "memory" else ENGINE_COUNTERS[cap]
@@ -145,7 +145,7 @@ class DynamicMigGpu:
     """What the layout needs to know about one physical GPU."""
 
     minor: int
-    model: MigGpuModel
+    model: GpuModel
     uuid: str
     # Extra attributes in DRA shape ({"string": …}, {"version": …}), e.g. productName, brand,
     # architecture, cudaComputeCapability, driverVersion, cudaDriverVersion,
@@ -155,7 +155,7 @@ class DynamicMigGpu:
     include_full_gpu: bool | None = None
 
     @classmethod
-    def of(cls, minor: int, model: MigGpuModel | str, uuid: str, **kwargs: Any) -> "DynamicMigGpu":
+    def of(cls, minor: int, model: GpuModel | str, uuid: str, **kwargs: Any) -> "DynamicMigGpu":
         return cls(minor=minor, model=gpu_model(model) if isinstance(model, str) else model, uuid=uuid, **kwargs)
 
     @property
@@ -209,7 +209,7 @@ class MigDeviceRef:
     placement: Placement
 
 
-def resolve_mig_device(name: str, models_by_minor: Mapping[int, MigGpuModel]) -> MigDeviceRef | None:
+def resolve_mig_device(name: str, models_by_minor: Mapping[int, GpuModel]) -> MigDeviceRef | None:
     """Map a dynamic-MIG device name back to (GPU, profile, placement); None if not a MIG name."""
     parsed = parse_mig_device_name(name)
     if parsed is None or parsed.parent_minor not in models_by_minor:

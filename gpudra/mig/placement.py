@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
-from gpudra.mig.catalog import MigGpuModel, MigProfile, Placement
+from gpudra.catalog import GpuModel, MigProfile, Placement
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def describe_layout(counts: Mapping[str, int]) -> str:
     return " + ".join(parts) if parts else "nothing"
 
 
-def _ordered(model: MigGpuModel, counts: Mapping[str, int]) -> dict[str, int]:
+def _ordered(model: GpuModel, counts: Mapping[str, int]) -> dict[str, int]:
     order = {p.name: i for i, p in enumerate(model.profiles)}
     resolved = {model.profile(name).name: n for name, n in counts.items() if n > 0}
     return dict(sorted(resolved.items(), key=lambda kv: (-model.profile(kv[0]).memory_slices,
@@ -53,7 +53,7 @@ def _article(name: str) -> str:
     return "an" if name[:1].upper() in "AEFHILMNORSX" else "a"
 
 
-def find_placement(model: MigGpuModel, counts: Mapping[str, int]) -> Feasibility:
+def find_placement(model: GpuModel, counts: Mapping[str, int]) -> Feasibility:
     """Check a layout on one GPU of `model`; unknown profile names raise UnknownMigProfile."""
     wanted = _ordered(model, counts)
     text = describe_layout(wanted)
@@ -82,7 +82,7 @@ def find_placement(model: MigGpuModel, counts: Mapping[str, int]) -> Feasibility
     return Feasibility(True, instances=tuple(sorted(instances, key=lambda i: i.placement)))
 
 
-def _search(model: MigGpuModel, wanted: Mapping[str, int]) -> list[PlacedInstance] | None:
+def _search(model: GpuModel, wanted: Mapping[str, int]) -> list[PlacedInstance] | None:
     """Backtracking over placements, largest instances first; same-profile instances take
     increasing starts so permutations of identical instances are not retried."""
     queue: list[MigProfile] = [model.profile(name) for name, n in wanted.items() for _ in range(n)]
@@ -115,11 +115,11 @@ def _search(model: MigGpuModel, wanted: Mapping[str, int]) -> list[PlacedInstanc
     return chosen if place(0, 0) else None
 
 
-def is_feasible(model: MigGpuModel, counts: Mapping[str, int]) -> bool:
+def is_feasible(model: GpuModel, counts: Mapping[str, int]) -> bool:
     return find_placement(model, counts).feasible
 
 
-def max_packing(model: MigGpuModel, profile: MigProfile) -> int:
+def max_packing(model: GpuModel, profile: MigProfile) -> int:
     """Most instances of one profile whose placements do not overlap (ignoring max counts)."""
     best = 0
     placements = sorted(profile.placements, key=lambda p: p.end)
@@ -131,7 +131,7 @@ def max_packing(model: MigGpuModel, profile: MigProfile) -> int:
     return best
 
 
-def enumerate_layouts(model: MigGpuModel) -> Iterator[tuple[PlacedInstance, ...]]:
+def enumerate_layouts(model: GpuModel) -> Iterator[tuple[PlacedInstance, ...]]:
     """Every set of instances that can coexist on one GPU (placements included), the empty one too.
 
     Walks memory slices left to right: at each slice either leave it empty or start an instance
@@ -167,7 +167,7 @@ def enumerate_layouts(model: MigGpuModel) -> Iterator[tuple[PlacedInstance, ...]
     yield from walk(0, [], 0, 0, Counter())
 
 
-def feasible_multisets(model: MigGpuModel) -> set[tuple[tuple[str, int], ...]]:
+def feasible_multisets(model: GpuModel) -> set[tuple[tuple[str, int], ...]]:
     """All layouts that fit, as sorted (profile name, count) tuples."""
     result = set()
     for layout in enumerate_layouts(model):

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.api.quantity import Quantity
-from gpudra.mig.catalog import MigGpuModel, MigProfile
+from gpudra.catalog import GpuModel, MigProfile
 from gpudra.mig.demands import FULL_GPU, Demand, Option, PlanError, demands_from_objects, synthetic_gpu
 from gpudra.mig.dynamic import DynamicMigGpu, counter_set, gpu_devices, resolve_mig_device
 from gpudra.mig.placement import PlacedInstance, find_placement
@@ -72,7 +72,7 @@ class Usage:
 
 @dataclass
 class PlanResult:
-    model: MigGpuModel
+    model: GpuModel
     gpu_count: int
     demands: list[Demand]
     static: list[GpuPlan]
@@ -110,7 +110,7 @@ class PlanResult:
         }
 
 
-def _size_key(profile: MigProfile | None, model: MigGpuModel) -> tuple[int, int]:
+def _size_key(profile: MigProfile | None, model: GpuModel) -> tuple[int, int]:
     if profile is None:
         return (model.memory_slices + 1, model.compute_slices + 1)
     return (profile.memory_slices, profile.compute_slices)
@@ -127,7 +127,7 @@ def _claim_groups(demands: list[Demand]) -> list[list[int]]:
     return list(groups.values())
 
 
-def _pack(model: MigGpuModel, gpu_count: int, demands: list[Demand], claim_order: list[list[int]]
+def _pack(model: GpuModel, gpu_count: int, demands: list[Demand], claim_order: list[list[int]]
           ) -> tuple[list[GpuPlan], dict[int, str]]:
     """Place claim by claim; a claim whose devices do not all fit is left out entirely (a
     claim is allocated all or nothing)."""
@@ -162,7 +162,7 @@ def _pack(model: MigGpuModel, gpu_count: int, demands: list[Demand], claim_order
     return gpus, chosen
 
 
-def _claim_orders(model: MigGpuModel, demands: list[Demand], groups: list[list[int]]) -> list[list[list[int]]]:
+def _claim_orders(model: GpuModel, demands: list[Demand], groups: list[list[int]]) -> list[list[list[int]]]:
     if len(groups) <= PERMUTATION_LIMIT and math.factorial(len(groups)) * len(demands) <= PERMUTATION_WORK:
         return [list(order) for order in itertools.permutations(groups)]
 
@@ -172,7 +172,7 @@ def _claim_orders(model: MigGpuModel, demands: list[Demand], groups: list[list[i
     return [groups, sorted(groups, key=size, reverse=True), sorted(groups, key=size)]
 
 
-def plan_static(model: MigGpuModel, gpu_count: int, demands: list[Demand]) -> tuple[list[GpuPlan], dict[int, str]]:
+def plan_static(model: GpuModel, gpu_count: int, demands: list[Demand]) -> tuple[list[GpuPlan], dict[int, str]]:
     """Best of several claim orders by: claims served, requests served, stranded slices, slices
     used, GPUs used."""
     groups = _claim_groups(demands)
@@ -191,7 +191,7 @@ def _score(usage: Usage) -> tuple:
             -usage.memory_slices_used, -usage.gpus_used)
 
 
-def _static_usage(model: MigGpuModel, demands: list[Demand], gpus: list[GpuPlan], chosen: dict[int, str]) -> Usage:
+def _static_usage(model: GpuModel, demands: list[Demand], gpus: list[GpuPlan], chosen: dict[int, str]) -> Usage:
     unserved = [d.label for i, d in enumerate(demands) if i not in chosen]
     return _usage(model, [(g.full_gpu_for is not None, [p for _, p in g.assigned]) for g in gpus], unserved,
                   _claims_served(demands, chosen))
@@ -202,7 +202,7 @@ def _claims_served(demands: list[Demand], chosen: dict[int, str]) -> tuple[int, 
     return sum(1 for g in groups if all(i in chosen for i in g)), len(groups)
 
 
-def _best_gpu(model: MigGpuModel, gpus: list[GpuPlan], choice: MigProfile | None) -> GpuPlan | None:
+def _best_gpu(model: GpuModel, gpus: list[GpuPlan], choice: MigProfile | None) -> GpuPlan | None:
     """Best fit: the fullest GPU that still takes the instance."""
     best = None
     best_used = -1
@@ -228,7 +228,7 @@ def _best_gpu(model: MigGpuModel, gpus: list[GpuPlan], choice: MigProfile | None
     return best
 
 
-def _stranded(model: MigGpuModel, counts: dict[str, int]) -> bool:
+def _stranded(model: GpuModel, counts: dict[str, int]) -> bool:
     """True when nothing else fits next to these instances."""
     for profile in model.profiles:
         extra = dict(counts)
@@ -238,7 +238,7 @@ def _stranded(model: MigGpuModel, counts: dict[str, int]) -> bool:
     return True
 
 
-def _usage(model: MigGpuModel, per_gpu: list[tuple[bool, list[MigProfile]]], unserved: list[str],
+def _usage(model: GpuModel, per_gpu: list[tuple[bool, list[MigProfile]]], unserved: list[str],
            claims: tuple[int, int] = (0, 0)) -> Usage:
     mem_used = compute_used = mem_stranded = compute_stranded = memory_mib = gpus_used = served = 0
     for full, profiles in per_gpu:
@@ -272,7 +272,7 @@ def _counter_values(counters: dict[str, dict[str, str]]) -> dict[str, int]:
     return {name: Quantity.parse(value["value"]).as_int() or 0 for name, value in counters.items()}
 
 
-def _candidates(model: MigGpuModel, devices: list[list[dict[str, Any]]], demand: Demand
+def _candidates(model: GpuModel, devices: list[list[dict[str, Any]]], demand: Demand
                 ) -> list[tuple[int, dict[str, Any], dict[str, int], str]]:
     """(gpu, device, counters it consumes, profile) in the order the allocator tries them."""
     out = []
@@ -290,7 +290,7 @@ def _candidates(model: MigGpuModel, devices: list[list[dict[str, Any]]], demand:
 SEARCH_STEP_LIMIT = 200_000
 
 
-def simulate_dynamic(model: MigGpuModel, gpu_count: int, demands: list[Demand]
+def simulate_dynamic(model: GpuModel, gpu_count: int, demands: list[Demand]
                      ) -> tuple[list[list[tuple[str, str]]], dict[int, str]]:
     """Claims in input order; within a claim, a backtracking search over devices in slice/name
     order (as the allocator does), the counters of dynamic MIG deciding what still fits."""
@@ -355,7 +355,7 @@ def _search_claim(candidates, remaining):
 # --- both ------------------------------------------------------------------------------------------
 
 
-def _layout_of_dynamic(model: MigGpuModel, demands: list[Demand], placed: list[list[tuple[str, str]]]
+def _layout_of_dynamic(model: GpuModel, demands: list[Demand], placed: list[list[tuple[str, str]]]
                        ) -> list[GpuPlan]:
     by_label: dict[str, list[Demand]] = {}
     for demand in demands:
@@ -376,7 +376,7 @@ def _layout_of_dynamic(model: MigGpuModel, demands: list[Demand], placed: list[l
     return gpus
 
 
-def plan(model: MigGpuModel, gpu_count: int, demands: list[Demand]) -> PlanResult:
+def plan(model: GpuModel, gpu_count: int, demands: list[Demand]) -> PlanResult:
     """Static plan vs dynamic mode. The layout dynamic MIG ends up with is itself a valid static
     layout, so the static plan is never worse than it: whichever scores better is proposed."""
     static, static_profiles = plan_static(model, gpu_count, demands)
@@ -431,7 +431,7 @@ def render_plan(result: PlanResult) -> str:
     return "\n".join(lines)
 
 
-def _usage_lines(model: MigGpuModel, gpu_count: int, usage: Usage) -> list[str]:
+def _usage_lines(model: GpuModel, gpu_count: int, usage: Usage) -> list[str]:
     total_mem = gpu_count * model.memory_slices
     total_compute = gpu_count * model.compute_slices
     lines = [f"  served {usage.claims_served}/{usage.claims_total} claims, {usage.served}/"

@@ -1,4 +1,4 @@
-"""Selector expressions at validation time: compile with gpudra.cel when it is available, and explain the
+"""Selector expressions at validation time: compile with gpudra.cel, and explain the
 classic mistakes (attributes looked up by attribute name instead of by domain, amounts read from attributes)."""
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ DEFAULT_DOMAIN = "gpu.nvidia.com"
 
 
 def compiler():
-    """gpudra.cel.compile_selector and its error class, or None while the CEL package is not there."""
-    try:
-        from gpudra.cel import CELCompileError, compile_selector  # type: ignore[attr-defined]
-    except ImportError:
-        return None
+    """gpudra.cel.compile_selector and its error class (imported late: gpudra.cel uses the api package)."""
+    from gpudra.cel import CELCompileError, compile_selector
+
     return compile_selector, CELCompileError
 
 
@@ -38,14 +36,11 @@ def check_selector_expression(expression: str, path: str, ctx: Context) -> None:
 
 @functools.lru_cache(maxsize=4096)
 def compile_outcome(expression: str) -> tuple[str, str, str | None] | None:
-    """None when the expression compiles (or no CEL engine is there); else (severity, message, caret report).
+    """None when the expression compiles; else (severity, message, caret report).
 
     Cached: manifests repeat the same few selectors many times.
     """
-    found = compiler()
-    if found is None:
-        return None
-    compile_selector, compile_error = found
+    compile_selector, compile_error = compiler()
     try:
         compile_selector(expression)
     except compile_error as exc:

@@ -1,10 +1,17 @@
-"""MIG profile catalog: which GPU instance profiles each MIG-capable GPU offers, and where they can go.
+"""The GPU catalog: one table of NVIDIA datacenter GPU models, read by discovery (simulated GPUs, naming
+real ones), the driver and MIG.
+
+Each `GpuModel` row holds a model's identity (NVML product names, aliases, PCI device IDs), memory,
+architecture, CUDA compute capability and, for MIG-capable parts, its GPU-instance profiles and
+placements. Adding a GPU model is one `_model(...)` row in `_build_catalog()`.
 
 This is data, not discovery. On real hardware NVML (`GetGpuInstanceProfileInfo`,
 `GetGpuInstancePossiblePlacements`) is the authority and wins over this table; the catalog
 serves the simulated backend, config generation without hardware, validation and planning.
 
 Sources (noted per model and, where it differs, per profile):
+* memory sizes are what NVML reports as `nvmlDeviceGetMemoryInfo().total` (MiB); product names are
+  `nvmlDeviceGetName` strings; PCI device IDs are the ones mig-parted uses in its device filters;
 * profile names and max counts: NVIDIA mig-parted `deployments/systemd/config-default.yaml`
   (the table the GPU Operator ships as `default-mig-parted-config`);
 * placements: `nvidia-smi mig -lgipp` geometry (A100, verified), the same geometry in
@@ -35,7 +42,7 @@ INFERRED_ME = "inferred: +me variant present on every Hopper/Blackwell part; not
 
 
 class UnknownGpuModel(LookupError):
-    """No catalog entry for a GPU name, alias or PCI device ID."""
+    """No catalog entry (or, for the MIG lookups, no MIG-capable one) for a GPU name, alias or PCI device ID."""
 
 
 class UnknownMigProfile(LookupError):
@@ -118,21 +125,35 @@ class MigProfile:
 
 
 @dataclass(frozen=True)
-class MigGpuModel:
-    """A MIG-capable GPU model and its profiles."""
+class GpuModel:
+    """A GPU model: identity, memory, architecture and (MIG-capable parts) its MIG profiles."""
 
     key: str  # short alias, e.g. "h100-80gb"
-    display_name: str  # e.g. "H100-80GB"
-    product_names: tuple[str, ...]  # NVML nvmlDeviceGetName values
+    display_name: str  # e.g. "H100-80GB": what discovery reports as the GPU's `model`
+    product_names: tuple[str, ...]  # NVML nvmlDeviceGetName values, the first is the simulated one
     aliases: tuple[str, ...]
     pci_device_ids: tuple[int, ...]  # PCI device IDs (vendor 0x10de)
     architecture: str  # as the DRA driver's `architecture` attribute: Ampere, Hopper, Blackwell
-    compute_slices: int
-    memory_slices: int
+    compute_capability: str  # CUDA "major.minor"
+    compute_slices: int  # 0 without MIG
+    memory_slices: int  # 0 without MIG
     total_memory_mib: int  # nvmlDeviceGetMemoryInfo().total in MiB
-    profiles: tuple[MigProfile, ...]
+    profiles: tuple[MigProfile, ...]  # empty without MIG
     source: str = ""
     notes: tuple[str, ...] = field(default=())
+    brand: str = "Nvidia"  # go-nvlib brand string; datacenter parts report "Nvidia"
+
+    @property
+    def product_name(self) -> str:
+        return self.product_names[0]
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.total_memory_mib * MIB
+
+    @property
+    def mig_capable(self) -> bool:
+        return bool(self.profiles)
 
     @cached_property
     def _by_name(self) -> dict[str, MigProfile]:
@@ -157,7 +178,7 @@ class MigGpuModel:
     @property
     def dynamic_mig_capable(self) -> bool:
         """Hopper and later toggle MIG mode without a GPU reset (what DynamicMIG relies on)."""
-        return self.architecture != "Ampere"
+        return self.mig_capable and self.architecture != "Ampere"
 
     @property
     def device_filters(self) -> tuple[str, ...]:
@@ -252,12 +273,13 @@ def _seven_slice_profiles(row: _SevenSliceRow, source: str) -> tuple[MigProfile,
 
 
 def _model(key: str, display: str, products: tuple[str, ...], aliases: tuple[str, ...], pci: tuple[int, ...],
-           arch: str, total_mib: int, profiles: tuple[MigProfile, ...], source: str,
-           compute_slices: int = 7, memory_slices: int = 8, notes: tuple[str, ...] = ()) -> MigGpuModel:
-    return MigGpuModel(key=key, display_name=display, product_names=products, aliases=aliases,
-                       pci_device_ids=pci, architecture=arch, compute_slices=compute_slices,
-                       memory_slices=memory_slices, total_memory_mib=total_mib, profiles=profiles,
-                       source=source, notes=notes)
+           arch: str, cc: str, total_mib: int, profiles: tuple[MigProfile, ...] = (), source: str = "",
+           compute_slices: int = 7, memory_slices: int = 8, notes: tuple[str, ...] = ()) -> GpuModel:
+    mig = bool(profiles)
+    return GpuModel(key=key, display_name=display, product_names=products, aliases=aliases,
+                    pci_device_ids=pci, architecture=arch, compute_capability=cc,
+                    compute_slices=compute_slices if mig else 0, memory_slices=memory_slices if mig else 0,
+                    total_memory_mib=total_mib, profiles=profiles, source=source, notes=notes)
 
 
 _SRC = f"{SOURCE_CONFIG_DEFAULT}; {SOURCE_LGIPP}"
@@ -327,7 +349,7 @@ def _a30_profiles() -> tuple[MigProfile, ...]:
     )
 
 
-def _build_models() -> tuple[MigGpuModel, ...]:
+def _build_catalog() -> tuple[GpuModel, ...]:
     a100_40 = _SevenSliceRow(
         one=("1g.5gb", 4.75, _A100_1G), one_me=("1g.5gb+me", 4.75, _A100_1G_ME),
         one_double=("1g.10gb", 9.625, _A100_1G_DOUBLE), two=("2g.10gb", 9.625, _A100_2G),
@@ -370,45 +392,53 @@ def _build_models() -> tuple[MigGpuModel, ...]:
         estimated=frozenset({"1g.35gb", "1g.35gb+me", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb"}),
     )
     return (
-        _model("a30", "A30-24GB", ("NVIDIA A30",), ("a30", "a30-24gb"), (0x20B7,), "Ampere", 24576,
+        _model("t4", "T4", ("Tesla T4",), ("t4", "tesla-t4"), (0x1EB8,), "Turing", "7.5", 15360),
+        _model("l4", "L4", ("NVIDIA L4",), ("l4",), (0x27B8,), "Ada Lovelace", "8.9", 23034),
+        _model("a10", "A10", ("NVIDIA A10",), ("a10",), (0x2236,), "Ampere", "8.6", 23028),
+        _model("a30", "A30", ("NVIDIA A30",), ("a30", "a30-24gb"), (0x20B7,), "Ampere", "8.0", 24576,
                _a30_profiles(), f"{SOURCE_CONFIG_DEFAULT}; {SOURCE_MIG_GUIDE}", compute_slices=4, memory_slices=4,
                notes=("mig-parted hard-codes A30 counts because NVML reports wrong ones",)),
         _model("a100-40gb", "A100-40GB", ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A800-SXM4-40GB",
                                           "NVIDIA A800-PCIE-40GB"),
-               ("a100-40gb", "a100-sxm4-40gb", "a800-40gb"), (0x20B0, 0x20B1, 0x20F1, 0x20F6), "Ampere",
+               ("a100-40gb", "a100-sxm4-40gb", "a800-40gb"), (0x20B0, 0x20B1, 0x20F1, 0x20F6), "Ampere", "8.0",
                40960, _seven_slice_profiles(a100_40, f"{_SRC}; {SOURCE_MIG_GUIDE}"), _SRC),
         _model("a100-80gb", "A100-80GB", ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A800-SXM4-80GB",
                                           "NVIDIA A800 80GB PCIe"),
-               ("a100", "a100-80gb", "a100-sxm4-80gb", "a800-80gb"), (0x20B2, 0x20B5, 0x20F3, 0x20F5), "Ampere", 81920,
+               ("a100", "a100-80gb", "a100-sxm4-80gb", "a800-80gb"), (0x20B2, 0x20B5, 0x20F3, 0x20F5), "Ampere", "8.0", 81920,
                _seven_slice_profiles(a100_80, f"{_SRC}; {SOURCE_MIG_GUIDE}; dra-driver-nvidia-gpu#719"), _SRC),
         _model("h100-80gb", "H100-80GB", ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H800",
                                           "NVIDIA H800 PCIe"),
-               ("h100", "h100-80gb", "h100-sxm", "h800"), (0x2330, 0x2331, 0x2322, 0x2324), "Hopper", 81559,
+               ("h100", "h100-80gb", "h100-sxm", "h800"), (0x2330, 0x2331, 0x2322, 0x2324), "Hopper", "9.0", 81559,
                _seven_slice_profiles(h100_80, f"{_SRC}; H100 SXM lgip (PCIe parts have fewer SMs)"), _SRC),
         _model("h100-nvl", "H100-NVL", ("NVIDIA H100 NVL", "NVIDIA H800 NVL"), ("h100-nvl", "h100-94gb", "h800-nvl"),
-               (0x2321, 0x233A), "Hopper", 95830,
+               (0x2321, 0x233A), "Hopper", "9.0", 95830,
                _seven_slice_profiles(h100_nvl, f"{_SRC}; gpu-operator #900/#101 lgip"), _SRC),
         _model("h100-96gb", "H100-96GB", ("NVIDIA H100 96GB HBM3", "NVIDIA GH200 96GB HBM3", "NVIDIA GH200 480GB",
                                           "NVIDIA H20"),
-               ("h100-96gb", "gh200-96gb", "h20"), (0x2342, 0x233D, 0x20B6, 0x2329), "Hopper", 97871,
+               ("h100-96gb", "gh200-96gb", "h20"), (0x2342, 0x233D, 0x20B6, 0x2329), "Hopper", "9.0", 97871,
                _seven_slice_profiles(h100_96, _SRC), _SRC),
-        _model("h200", "H200-141GB", ("NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA H200 141GB HBM3e"),
-               ("h200", "h200-141gb", "h200-nvl"), (0x2335, 0x233B), "Hopper", 143771,
+        _model("h200", "H200", ("NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA H200 141GB HBM3e"),
+               ("h200", "h200-141gb", "h200-nvl"), (0x2335, 0x233B), "Hopper", "9.0", 143771,
                _seven_slice_profiles(h200, f"{_SRC}; mig-parted #120 lgip"), _SRC),
-        _model("gh200", "GH200-144GB", ("NVIDIA GH200 144G HBM3e",), ("gh200", "gh200-144gb"), (0x2348,), "Hopper",
+        _model("gh200", "GH200-144GB", ("NVIDIA GH200 144G HBM3e",), ("gh200", "gh200-144gb"), (0x2348,), "Hopper", "9.0",
                146944, _seven_slice_profiles(gh200, f"{_SRC}; mig-parted #139 lgip"), _SRC),
-        _model("b200", "B200", ("NVIDIA B200",), ("b200", "b200-180gb"), (0x2901,), "Blackwell", 183359,
+        _model("b200", "B200", ("NVIDIA B200",), ("b200", "b200-180gb"), (0x2901,), "Blackwell", "10.0", 183359,
                _seven_slice_profiles(b200, f"{_SRC}; mig-parted #166/#187 lgip"), _SRC),
-        _model("gb200", "GB200", ("NVIDIA GB200",), ("gb200", "gb200-186gb"), (0x2941,), "Blackwell", 189471,
+        _model("gb200", "GB200", ("NVIDIA GB200",), ("gb200", "gb200-186gb"), (0x2941,), "Blackwell", "10.0", 189471,
                _seven_slice_profiles(gb200, f"{_SRC}; gpu-operator #1303, mig-parted #227 lgip"), _SRC),
-        _model("b300", "B300", ("NVIDIA B300 SXM6 AC", "NVIDIA B300"), ("b300", "b300-288gb"), (0x3182,), "Blackwell",
+        _model("b300", "B300", ("NVIDIA B300 SXM6 AC", "NVIDIA B300"), ("b300", "b300-288gb"), (0x3182,), "Blackwell", "10.3",
                275040, _seven_slice_profiles(b300, _SRC), _SRC),
-        _model("gb300", "GB300", ("NVIDIA GB300",), ("gb300", "gb300-288gb"), (0x31C2,), "Blackwell", 284160,
+        _model("gb300", "GB300", ("NVIDIA GB300",), ("gb300", "gb300-288gb"), (0x31C2,), "Blackwell", "10.3", 284160,
                _seven_slice_profiles(gb300, _SRC), _SRC),
     )
 
 
-MODELS: tuple[MigGpuModel, ...] = _build_models()
+CATALOG: tuple[GpuModel, ...] = _build_catalog()
+
+
+def mig_models() -> tuple[GpuModel, ...]:
+    """The MIG-capable rows of the catalog."""
+    return tuple(model for model in CATALOG if model.mig_capable)
 
 
 def _normalise(name: str) -> str:
@@ -425,43 +455,73 @@ def _pci_id(text: str) -> int | None:
     return None
 
 
-def _build_index() -> dict[str, MigGpuModel]:
-    index: dict[str, MigGpuModel] = {}
-    for model in MODELS:
-        for name in (model.key, model.display_name, *model.aliases, *model.product_names):
-            key = _normalise(name)
-            if key in index and index[key] is not model:
-                raise AssertionError(f"catalog name {name!r} is ambiguous")
-            index[key] = model
-    return index
+_indexed: dict[str, object] = {}
 
 
-_INDEX = _build_index()
-_BY_PCI = {device_id: model for model in MODELS for device_id in model.pci_device_ids}
+def _indexes() -> tuple[dict[str, GpuModel], dict[int, GpuModel]]:
+    """Name and PCI-ID indexes of `CATALOG`, rebuilt when the table object changes (a test adding a row)."""
+    if _indexed.get("catalog") is not CATALOG:
+        index: dict[str, GpuModel] = {}
+        for model in CATALOG:
+            for name in (model.key, model.display_name, *model.aliases, *model.product_names):
+                key = _normalise(name)
+                if key in index and index[key] is not model:
+                    raise AssertionError(f"catalog name {name!r} is ambiguous")
+                index[key] = model
+        by_pci = {device_id: model for model in CATALOG for device_id in model.pci_device_ids}
+        _indexed.update(catalog=CATALOG, names=index, pci=by_pci)
+    return _indexed["names"], _indexed["pci"]  # type: ignore[return-value]
 
 
-def gpu_model(name_or_alias: str) -> MigGpuModel:
-    """Look a GPU model up by NVML product name, short alias, display name or PCI device ID."""
-    model = _INDEX.get(_normalise(name_or_alias))
-    if model is not None:
-        return model
-    device_id = _pci_id(name_or_alias)
-    if device_id is not None and device_id in _BY_PCI:
-        return _BY_PCI[device_id]
-    known = ", ".join(m.key for m in MODELS)
-    raise UnknownGpuModel(f"no MIG-capable GPU model named {name_or_alias!r} (known: {known})")
+def find_model(name_or_alias: str) -> GpuModel | None:
+    """Any catalog GPU by NVML product name, short alias, display name or PCI device ID; None if unknown."""
+    names, by_pci = _indexes()
+    model = names.get(_normalise(name_or_alias))
+    if model is None:
+        device_id = _pci_id(name_or_alias)
+        model = by_pci.get(device_id) if device_id is not None else None
+    return model
 
 
-def find_gpu_model(name_or_alias: str) -> MigGpuModel | None:
+def catalog_model(name_or_alias: str) -> GpuModel:
+    """Like `find_model`, raising UnknownGpuModel for names the catalog does not know."""
+    model = find_model(name_or_alias)
+    if model is None:
+        known = ", ".join(m.display_name for m in CATALOG)
+        raise UnknownGpuModel(f"unknown GPU model {name_or_alias!r}; known: {known}")
+    return model
+
+
+def gpu_model(name_or_alias: str) -> GpuModel:
+    """A MIG-capable GPU model by NVML product name, short alias, display name or PCI device ID."""
+    model = find_model(name_or_alias)
+    if model is None or not model.mig_capable:
+        known = ", ".join(m.key for m in mig_models())
+        raise UnknownGpuModel(f"no MIG-capable GPU model named {name_or_alias!r} (known: {known})")
+    return model
+
+
+def find_gpu_model(name_or_alias: str) -> GpuModel | None:
     """Like `gpu_model` but returns None for GPUs without MIG (or unknown to the catalog)."""
-    try:
-        return gpu_model(name_or_alias)
-    except UnknownGpuModel:
-        return None
+    model = find_model(name_or_alias)
+    return model if model is not None and model.mig_capable else None
 
 
-def gpu_model_for_pci_id(device_id: int) -> MigGpuModel | None:
-    return _BY_PCI.get(device_id)
+def gpu_model_for_pci_id(device_id: int) -> GpuModel | None:
+    model = _indexes()[1].get(device_id)
+    return model if model is not None and model.mig_capable else None
+
+
+def model_for_product_name(product_name: str, memory_mib: int | None = None) -> GpuModel | None:
+    """Best catalog match for an NVML product name a real GPU reports: the exact name, else the model whose
+    family (display name before the first `-`) is a word of the name, closest in memory."""
+    exact = find_model(product_name)
+    if exact is not None:
+        return exact
+    tokens = set(re.split(r"[\s_-]+", product_name.lower()))
+    candidates = [m for m in CATALOG if m.display_name.split("-")[0].lower() in tokens]
+    candidates.sort(key=lambda m: abs(m.total_memory_mib - memory_mib) if memory_mib else 0)
+    return candidates[0] if candidates else None
 
 
 def profile_name_for_memory(memory_mib: int, compute_slices: int, total_memory_mib: int, suffix: str = "") -> str:

@@ -1,0 +1,63 @@
+"""The Helm chart under deploy/helm renders to the same objects as the plain manifests in deploy/kubernetes."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+from helm_template import helm_template, render
+
+DEPLOY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "deploy")
+CHART = os.path.join(DEPLOY, "helm", "gpudra")
+
+
+def _plain() -> list[dict]:
+    objects = []
+    for name in ("namespace.yaml", "rbac.yaml", "deviceclasses.yaml", "daemonset.yaml"):
+        with open(os.path.join(DEPLOY, "kubernetes", name), encoding="utf-8") as fh:
+            objects.extend(d for d in yaml.safe_load_all(fh) if d)
+    return objects
+
+
+def _by_identity(objects: list[dict]) -> dict[tuple, dict]:
+    return {(o["apiVersion"], o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in objects}
+
+
+def test_default_values_render_the_plain_manifests():
+    rendered = _by_identity(helm_template(CHART, namespace="gpudra-system"))
+    plain = _by_identity(_plain())
+    assert rendered.keys() == plain.keys()
+    for key, obj in plain.items():
+        assert rendered[key] == obj, key
+
+
+def test_values_change_the_objects():
+    objects = _by_identity(helm_template(CHART, namespace="gpu", values={
+        "metricsPort": 9400, "dynamicMig": True, "createNamespace": False, "extendedResourceName": "",
+        "hostDriverRoot": "/run/nvidia/driver", "image": {"repository": "r/gpudra", "tag": "1.2", "pullPolicy": "Always"}}))
+    assert not any(kind == "Namespace" for _, kind, _, _ in objects)
+    ds = objects[("apps/v1", "DaemonSet", "gpu", "gpudra-kubelet-plugin")]
+    container = ds["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "r/gpudra:1.2" and container["imagePullPolicy"] == "Always"
+    assert {"--metrics-port=9400", "--dynamic-mig", "--host-driver-root=/run/nvidia/driver"} <= set(container["args"])
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9400}]
+    assert "extendedResourceName" not in objects[("resource.k8s.io/v1", "DeviceClass", None, "gpu.nvidia.com")]["spec"]
+
+
+@pytest.mark.parametrize("template, values, expected", [
+    ("a{{ if .Values.x }}X{{ else }}Y{{ end }}b", {"x": 1}, "aXb"),
+    ("a{{ if .Values.x }}X{{ else }}Y{{ end }}b", {"x": 0}, "aYb"),
+    ("{{ if .Values.x }}{{ if .Values.y }}1{{ else }}2{{ end }}{{ else }}3{{ end }}", {"x": 0, "y": 0}, "3"),
+    ("{{ if .Values.x }}{{ if .Values.y }}1{{ else }}2{{ end }}{{ else }}3{{ end }}", {"x": 1, "y": 0}, "2"),
+    ("k:\n  {{- toYaml .Values.m | nindent 2 }}", {"m": {"b": 1, "a": [1]}}, "k:\n  a:\n  - 1\n  b: 1"),
+    ("{{ .Values.t | default \"d\" }}/{{ .Values.u | default \"d\" }}", {"t": "", "u": "v"}, "d/v"),
+    ("x {{- .Values.q | quote -}} y", {"q": 'a"b'}, 'x"a\\"b"y'),
+])
+def test_renderer_follows_go_template_semantics(template, values, expected):
+    assert render(template, {"Values": values}) == expected
+
+
+def test_renderer_refuses_what_it_does_not_know():
+    with pytest.raises(ValueError, match="unsupported"):
+        render("{{ range .Values.x }}{{ end }}", {"Values": {}})
