@@ -20,6 +20,10 @@ class SemverError(ValueError):
     """A string that is not a semantic version; the message matches blang/semver's wording."""
 
 
+def _abbreviated(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:20]}…({len(text)} characters)"
+
+
 def _contains_only(text: str, allowed: frozenset[str]) -> bool:
     return all(char in allowed for char in text)
 
@@ -31,10 +35,11 @@ def _has_leading_zeroes(text: str) -> bool:
 def _parse_uint64(text: str) -> int:
     if not text or not _contains_only(text, _DIGITS):
         raise SemverError(f'strconv.ParseUint: parsing "{text}": invalid syntax')
-    value = int(text)
-    if value > _UINT64_MAX:
-        raise SemverError(f'strconv.ParseUint: parsing "{text}": value out of range')
-    return value
+    # Longer than any uint64 (20 digits) is out of range without converting it: int() of thousands of
+    # digits is refused by Python and quadratic anyway.
+    if len(text.lstrip("0")) > 20 or int(text) > _UINT64_MAX:
+        raise SemverError(f'strconv.ParseUint: parsing "{_abbreviated(text)}": value out of range')
+    return int(text)
 
 
 def _parse_number(text: str, name: str) -> int:

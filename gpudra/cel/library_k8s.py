@@ -41,6 +41,8 @@ def _quantity(text: str):
         # resource.ParseQuantity's three errors
         if not _QUANTITY_SHAPE.fullmatch(text):
             raise ValueError(_QUANTITY_FORMAT_ERROR) from None
+        if "too large" in str(error):
+            raise ValueError(str(error)) from None  # gpudra's bound, not one of ParseQuantity's errors
         if "suffix" in str(error):
             raise ValueError("unable to parse quantity's suffix") from None
         raise ValueError("unable to parse numeric part of quantity") from None
