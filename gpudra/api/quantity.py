@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Literal
 
@@ -130,23 +131,9 @@ class Quantity:
             value = repr(value)
         if not isinstance(value, str):
             raise QuantityError(f"quantity {value!r}: expected a string such as \"16Gi\"")
-        text = value
-        if not text:
-            raise QuantityError("quantity '': empty string; write a number with an optional suffix such as 16Gi")
-        match = _SYNTAX.match(text)
-        if match is None:  # pragma: no cover - the pattern accepts every string
-            raise QuantityError(f"quantity {text!r}: not a number")
-        sign, whole, fraction, suffix = match.groups()
-        fraction = fraction or ""
-        if not whole and not fraction:
-            raise QuantityError(f"quantity {text!r}: must start with a number, for example 16Gi or 500m")
-        base, exponent, fmt = _split_suffix(suffix, text)
-        nanos = _nanos(whole, fraction, base, exponent, fmt, text)
-        if fmt == "BinarySI":
-            nanos = min(nanos, MAX_VALUE * NANO)  # ParseQuantity caps only binary amounts
-        if sign == "-":
-            nanos = -nanos
-        return cls(nanos, fmt)
+        if len(value) <= _CACHED_LENGTH:
+            return _parse_text(value)  # manifests repeat the same few amounts thousands of times
+        return _parse_text.__wrapped__(value)
 
     @classmethod
     def from_int(cls, value: int, fmt: Format = "DecimalSI") -> "Quantity":
@@ -240,6 +227,29 @@ class Quantity:
         if fmt == "DecimalSI" and exponent in _DECIMAL_BY_EXPONENT:
             return f"{mantissa}{_DECIMAL_BY_EXPONENT[exponent]}"
         return f"{mantissa}" if exponent == 0 else f"{mantissa}e{exponent}"
+
+
+_CACHED_LENGTH = 64
+
+
+@lru_cache(maxsize=8192)
+def _parse_text(text: str) -> Quantity:
+    if not text:
+        raise QuantityError("quantity '': empty string; write a number with an optional suffix such as 16Gi")
+    match = _SYNTAX.match(text)
+    if match is None:  # pragma: no cover - the pattern accepts every string
+        raise QuantityError(f"quantity {text!r}: not a number")
+    sign, whole, fraction, suffix = match.groups()
+    fraction = fraction or ""
+    if not whole and not fraction:
+        raise QuantityError(f"quantity {text!r}: must start with a number, for example 16Gi or 500m")
+    base, exponent, fmt = _split_suffix(suffix, text)
+    nanos = _nanos(whole, fraction, base, exponent, fmt, text)
+    if fmt == "BinarySI":
+        nanos = min(nanos, MAX_VALUE * NANO)  # ParseQuantity caps only binary amounts
+    if sign == "-":
+        nanos = -nanos
+    return Quantity(nanos, fmt)
 
 
 def parse_quantity(value: "str | int | Quantity") -> Quantity:

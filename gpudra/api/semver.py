@@ -10,6 +10,7 @@ alphanumeric ones.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 _DIGITS = frozenset("0123456789")
 _ALPHANUMERIC = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-")
@@ -119,6 +120,20 @@ def parse_semver(text: str, normalize: bool = False) -> Semver:
     """Parse `text` strictly (blang `semver.Parse`), or tolerantly like CEL `semver(text, true)`."""
     if not isinstance(text, str):
         raise SemverError(f"expected a string, not {type(text).__name__}")
+    if len(text) <= _CACHED_LENGTH:
+        return _parse_cached(text, normalize)  # a slice repeats the same few versions on every device
+    return _parse(text, normalize)
+
+
+_CACHED_LENGTH = 64  # DeviceAttributeMaxValueLength: every valid version attribute
+
+
+@lru_cache(maxsize=4096)
+def _parse_cached(text: str, normalize: bool) -> Semver:
+    return _parse(text, normalize)
+
+
+def _parse(text: str, normalize: bool) -> Semver:
     if normalize:
         text = _normalize(text)
     if not text:
