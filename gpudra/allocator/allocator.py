@@ -15,7 +15,7 @@ from .features import Features
 from .model import DeviceInfo, as_dict, as_list, as_str, quantity_nanos
 from .nodematch import NodeInfo, node_matches
 from .pools import Pool, SliceIndex
-from .selection import SelectorFailure
+from .selection import SelectorFailure, search_deadline
 from .state import AllocatedState
 from .taintrules import apply_device_taint_rules
 
@@ -218,9 +218,12 @@ class Allocator:
         if deadline is not None and time.monotonic() >= deadline:
             return AllocationOutcome("error", error=TIMED_OUT, error_node_local=True)
         try:
-            view = self.node_view(node)
-            search = Search(self, view, claims, exclude_devices, deadline)
-            allocations = search.run()
+            with search_deadline(deadline):
+                view = self.node_view(node)
+                search = Search(self, view, claims, exclude_devices, deadline)
+                allocations = search.run()
+        except TimeoutError:  # a CEL evaluation that met the deadline
+            return AllocationOutcome("error", error=TIMED_OUT, error_node_local=True)
         except AllocationError as err:
             return AllocationOutcome("error", error=str(err), error_node_local=err.node_local)
         except (TypeError, AttributeError, KeyError, ValueError) as err:
