@@ -15,6 +15,7 @@ from gpudra.allocator import FILTER_TIMEOUT_S, TIMED_OUT, Allocator, Features
 from gpudra.allocator import allocator as allocator_module
 from gpudra.allocator import search as search_module
 from gpudra.scheduler import Cluster, Scheduler
+from gpudra.cel import budget
 from gpudra.scheduler import scheduler as scheduler_module
 from test_scheduler_support import DRIVER, claim, device_class, devices, node, pod, resource_slice
 
@@ -35,7 +36,7 @@ class SteppingClock:
 @pytest.fixture
 def clock(monkeypatch):
     fake = SteppingClock()
-    for module in (allocator_module, search_module, scheduler_module):
+    for module in (allocator_module, search_module, scheduler_module, budget):  # every reader of the deadline
         monkeypatch.setattr(module, "time", fake)
     return fake
 
@@ -63,7 +64,7 @@ def test_allocate_has_the_filter_timeout_by_default(clock):
     assert FILTER_TIMEOUT_S - 1 <= clock.now <= FILTER_TIMEOUT_S + 2  # stopped at the default, not later
 
 
-def test_an_ordinary_claim_is_not_affected(clock):
+def test_an_ordinary_claim_is_not_affected():
     allocator = Allocator([device_class()], [hostile_slice("n1")], [], Features.parse("default"))
     outcome = allocator.allocate("n1", [claim("c", count=8)])
     assert outcome.outcome == "allocated"
