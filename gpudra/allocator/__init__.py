@@ -18,7 +18,7 @@ selector results are shared by every Allocator built from the same slice objects
 slice dicts in place, call `forget_cached_objects()`.
 """
 
-from .allocator import AllocationError, AllocationOutcome, Allocator
+from .allocator import FILTER_TIMEOUT_S, TIMED_OUT, AllocationError, AllocationOutcome, Allocator
 from .features import FEATURE_NAMES, Features
 from .pools import SliceIndex
 from .report import MODES, build_report

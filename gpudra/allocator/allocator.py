@@ -6,6 +6,8 @@ pass each (class, request selectors) combination are computed once and reused by
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,11 +15,16 @@ from .features import Features
 from .model import DeviceInfo, as_dict, as_list, as_str, quantity_nanos
 from .nodematch import NodeInfo, node_matches
 from .pools import Pool, SliceIndex
-from .selection import SelectorFailure
+from .selection import SelectorFailure, search_deadline
 from .state import AllocatedState
 from .taintrules import apply_device_taint_rules
 
 MAX_RESULTS_PER_CLAIM = 32
+
+
+# kube-scheduler's DRASchedulerFilterTimeout default: one node's Filter gives up after 10 s.
+FILTER_TIMEOUT_S = 10.0
+TIMED_OUT = "timed out trying to allocate devices"
 
 
 class AllocationError(Exception):
@@ -191,21 +198,32 @@ class Allocator:
         node: "dict | str | NodeInfo",
         claims: list[dict[str, Any]],
         exclude_devices: "set[tuple[str, str, str]] | frozenset | None" = None,
-        timeout: float | None = None,
+        timeout: float | None = FILTER_TIMEOUT_S,
+        deadline: float | None = None,
     ) -> AllocationOutcome:
         """Allocate `claims` jointly on `node`.
 
         `exclude_devices` — (driver, pool, device) IDs to treat as unavailable for this call only,
         without consuming their counters or capacity (what-if steering; not an upstream concept).
-        `timeout` — seconds; like kube-scheduler's Filter timeout (10 s by default there), a search
-        that takes longer ends as a node-local error "timed out trying to allocate devices".
+        `timeout` — seconds; like kube-scheduler's Filter timeout (10 s by default, as there), a search
+        that takes longer ends as a node-local error "timed out trying to allocate devices"; None: no limit.
+        `deadline` — a time.monotonic() instant shared by several calls (one budget for all the nodes a
+        pod is tried on); the earlier of the two ends the search.
         """
         from .search import Search  # search.py imports this module
 
+        if timeout is not None:
+            own = time.monotonic() + timeout
+            deadline = own if deadline is None else min(deadline, own)
+        if deadline is not None and time.monotonic() >= deadline:
+            return AllocationOutcome("error", error=TIMED_OUT, error_node_local=True)
         try:
-            view = self.node_view(node)
-            search = Search(self, view, claims, exclude_devices, timeout)
-            allocations = search.run()
+            with search_deadline(deadline):
+                view = self.node_view(node)
+                search = Search(self, view, claims, exclude_devices, deadline)
+                allocations = search.run()
+        except TimeoutError:  # a CEL evaluation that met the deadline
+            return AllocationOutcome("error", error=TIMED_OUT, error_node_local=True)
         except AllocationError as err:
             return AllocationOutcome("error", error=str(err), error_node_local=err.node_local)
         except (TypeError, AttributeError, KeyError, ValueError) as err:
@@ -224,4 +242,4 @@ def capacity_requests(request: dict[str, Any]) -> dict[str, int]:
     return {name: quantity_nanos(value) or 0 for name, value in raw.items()}
 
 
-__all__ = ["Allocator", "AllocationOutcome", "AllocationError"]
+__all__ = ["Allocator", "AllocationOutcome", "AllocationError", "FILTER_TIMEOUT_S", "TIMED_OUT"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .allocator import AllocationOutcome, Allocator
+from .allocator import FILTER_TIMEOUT_S, AllocationOutcome, Allocator
 from .claims import claim_label, is_allocated
 from .features import Features
 from .model import as_dict, as_list, as_str
@@ -64,10 +64,10 @@ def build_report(
     nodes: list[str] | None = None,
     claims: list[str] | None = None,
     features: "Features | str | None" = None,
-    timeout: float | None = None,
+    timeout: float | None = FILTER_TIMEOUT_S,
 ) -> dict[str, Any]:
     """The brief report; `timeout` (seconds) bounds each allocate() call like the scheduler's
-    Filter timeout (upstream default 10 s): a longer search is a node-local error."""
+    Filter timeout (10 s by default, as upstream): a longer search is a node-local error; None: no limit."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     features = Features.parse(features)

@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import Any
 
-from .allocator import MAX_RESULTS_PER_CLAIM, AllocationError, Allocator, NodeView, capacity_requests
+from .allocator import MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError, Allocator, NodeView, capacity_requests
 from .capacity import consumption, fits
 from .claims import claim_label, taint_prevents_allocation
 from .constraints import DistinctAttribute, MatchAttribute
@@ -106,13 +106,14 @@ class ClaimData:
 
 
 class Search:
-    def __init__(self, allocator: Allocator, view: NodeView, claims: list[dict[str, Any]], excluded=None, timeout=None):
+    def __init__(self, allocator: Allocator, view: NodeView, claims: list[dict[str, Any]], excluded=None,
+                 deadline: float | None = None):
         self.allocator = allocator
         self.features = allocator.features
         self.state = allocator.state
         self.view = view
         self.excluded = frozenset(excluded or ())
-        self.deadline = time.monotonic() + timeout if timeout is not None else None
+        self.deadline = deadline  # time.monotonic() instant, or None
         self.steps = 0
         self.allocating: dict[tuple, set[int]] = {}
         self.allocating_capacity: dict[tuple, dict[str, int]] = {}
@@ -308,7 +309,7 @@ class Search:
         if self.deadline is not None:
             self.steps += 1
             if not self.steps & 1023 and time.monotonic() > self.deadline:
-                raise AllocationError("timed out trying to allocate devices", node_local=True)
+                raise AllocationError(TIMED_OUT, node_local=True)
         if ci == len(self.claims):
             return True
         claim = self.claims[ci]

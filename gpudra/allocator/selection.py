@@ -8,11 +8,28 @@ cached for the allocator's lifetime and shared by every node and every allocate(
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from .model import DeviceInfo
 
 _COMPILED: dict[tuple[str, bool], Any] = {}
+
+
+_search = threading.local()
+
+
+@contextmanager
+def search_deadline(deadline: float | None) -> Iterator[None]:
+    """Evaluations started inside run under the search's deadline (time.monotonic()); past it they raise
+    TimeoutError, which is never cached as an outcome."""
+    previous = getattr(_search, "deadline", None)
+    _search.deadline = deadline
+    try:
+        yield
+    finally:
+        _search.deadline = previous
 
 
 class SelectorFailure:
@@ -84,7 +101,7 @@ class SelectorEvaluator:
             found = ("compile", str(compiled))
         else:
             try:
-                found = bool(compiled.evaluate(self._input(device)))
+                found = bool(compiled.evaluate(self._input(device), getattr(_search, "deadline", None)))
             except cel.CELRuntimeError as err:
                 found = ("runtime", str(err))
         self._results[key] = found

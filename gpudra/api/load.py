@@ -1,13 +1,20 @@
 """Read Kubernetes manifests: files, directories, stdin; multi-document YAML, JSON, and `List` kinds.
 
 Timestamps stay strings (the API represents them as RFC 3339 strings) and duplicate keys are
-rejected, as kubectl's strict decoding does, rather than silently keeping the last value.
+rejected, in JSON as in YAML, as kubectl's strict decoding does, rather than silently keeping the last value.
+
+Hostile input is bounded before any work depends on its shape: a file may hold at most MAX_INPUT_BYTES,
+a document may nest at most MAX_DEPTH levels (checked without recursion, before anything recursive reads
+it), YAML aliases may add at most MAX_ALIAS_EXPANSION values and characters when expanded, integers too
+long for Python's int conversion become out-of-range stand-ins that validation reports by field, and
+JSON's unpaired UTF-16 surrogates become U+FFFD, as Go's decoder (the API server's) makes them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -61,6 +68,44 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
 
 
 _ManifestLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+MAX_INT_DIGITS = 4000  # below Python's int/str conversion limit (4300 digits), far above int64's 19
+
+
+class OversizedInt(int):
+    """An integer literal too long to convert: an out-of-range stand-in that prints as its (abbreviated) text.
+
+    Every integer field of the API is an int64 (or smaller), so validation reports it as out of range
+    by field; nothing converts thousands of digits (Python refuses, and the conversion is quadratic).
+    """
+
+    text: str
+
+    def __new__(cls, text: str) -> "OversizedInt":
+        value = super().__new__(cls, -(10**MAX_INT_DIGITS) if text.lstrip().startswith("-") else 10**MAX_INT_DIGITS)
+        value.text = f"{text[:20]}…({len(text)} digits)"
+        return value
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return self.text
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    if len(node.value) > MAX_INT_DIGITS:
+        return OversizedInt(node.value)
+    return loader.construct_yaml_int(node)
+
+
+def _json_int(text: str) -> int:
+    return OversizedInt(text) if len(text) > MAX_INT_DIGITS else int(text)
+
+
+_ManifestLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 @dataclass
@@ -137,11 +182,13 @@ def _yaml_message(exc: yaml.YAMLError) -> str:
 
 def load_text(text: str, source: str = "<stdin>") -> list[Document]:
     """Parse one file's content. JSON (a single value, possibly a List) or multi-document YAML."""
+    if len(text) > MAX_INPUT_BYTES:
+        raise LoadError(source, _too_large(len(text)))
     text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark (Windows editors)
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
-            value = json.loads(text)
+            value = _json_loads(text, source)
             values = value if isinstance(value, list) else [value]
         except json.JSONDecodeError as exc:
             if stripped.startswith("["):
@@ -149,22 +196,26 @@ def load_text(text: str, source: str = "<stdin>") -> list[Document]:
             value = _NOT_JSON
             if exc.msg == "Extra data":  # a stream of objects, as kubectl reads it
                 try:
-                    values = _json_stream(text)
+                    values = _json_stream(text, source)
                     value = values
                 except json.JSONDecodeError:
                     pass  # e.g. JSON followed by YAML documents: let the YAML parser read it
         if value is not _NOT_JSON:
+            surrogates = _SURROGATE_ESCAPE.search(text) is not None
             docs: list[Document] = []
             for position, item in enumerate(values, start=1):
+                _check_json_document(item, source, position, surrogates)
                 _check_document(item, source, position, None)
                 docs.extend(_expand(item, source, position))
             return docs
     docs = []
     try:
+        _check_yaml_nesting(text, source)
         for position, node in enumerate(yaml.compose_all(text, Loader=_ManifestLoader), start=1):
             if node is None:
                 continue
             line = node.start_mark.line + 1
+            _check_yaml_shape(node, source, position, line)
             value = _construct(node)
             if value is None:
                 continue
@@ -176,11 +227,58 @@ def load_text(text: str, source: str = "<stdin>") -> list[Document]:
     return docs
 
 
+MAX_INPUT_BYTES = 256 * 2**20  # one file or stdin; a 50 MB List validates in seconds (README)
+MAX_DEPTH = 100  # nesting levels of one document; Kubernetes objects use about 15
+MAX_ALIAS_EXPANSION = 10_000_000  # values plus characters that YAML aliases may add to a document
+
+
+def _too_large(size: int) -> str:
+    return f"larger than {MAX_INPUT_BYTES // 2**20} MiB ({size} bytes); split it into several files"
+
+
+def _too_deep(position: int, depth: int | str) -> str:
+    return (f"document {position} nests {depth} levels deep (limit {MAX_DEPTH}); "
+            "Kubernetes objects nest about 15 levels")
+
+
+class _DuplicateKeys(dict):
+    """A JSON object that repeated a key: kept (last value wins, as json.loads does) and reported by the
+    document check, which knows where it is."""
+
+    duplicate: str = ""
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    marked = _DuplicateKeys(obj)
+    seen: set[str] = set()
+    marked.duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+    return marked
+
+
+def _json_decoder(big_ints: bool) -> json.JSONDecoder:
+    return json.JSONDecoder(object_pairs_hook=_json_object, parse_int=_json_int if big_ints else None)
+
+
+def _json_loads(text: str, source: str) -> Any:
+    try:
+        try:
+            return _json_decoder(False).decode(text)
+        except ValueError as exc:
+            if isinstance(exc, json.JSONDecodeError) or "integer string conversion" not in str(exc):
+                raise
+            return _json_decoder(True).decode(text)  # rare: a literal of thousands of digits
+    except RecursionError:
+        raise LoadError(source, f"invalid JSON: {_too_deep(1, 'more than ' + str(MAX_DEPTH))}") from None
+
+
 _NOT_JSON = object()
 
 
-def _json_stream(text: str) -> list[Any]:
-    decoder = json.JSONDecoder()
+def _json_stream(text: str, source: str) -> list[Any]:
+    decoder = _json_decoder(len(text) > MAX_INT_DIGITS)
     values: list[Any] = []
     position = 0
     while True:
@@ -188,7 +286,10 @@ def _json_stream(text: str) -> list[Any]:
             position += 1
         if position == len(text):
             return values
-        value, position = decoder.raw_decode(text, position)
+        try:
+            value, position = decoder.raw_decode(text, position)
+        except RecursionError:
+            raise LoadError(source, f"invalid JSON: {_too_deep(len(values) + 1, 'more than ' + str(MAX_DEPTH))}") from None
         values.append(value)
 
 
@@ -200,38 +301,132 @@ def _construct(node: yaml.Node) -> Any:
         loader.dispose()
 
 
-MAX_ALIAS_EXPANSION = 1_000_000  # extra values that YAML aliases may add to a document when expanded
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _check_shape(value: Any, source: str, position: int, line: int | None) -> None:
-    """Reject alias bombs: a few aliased nodes that expand to millions of values would make every walk explode.
+def _without_surrogates(text: str) -> str:
+    # json.loads keeps an unpaired \ud800 escape as a lone surrogate, which no UTF-8 consumer (the CEL
+    # engine, a YAML dump) accepts; Go's decoder turns it into U+FFFD, and so does this.
+    return _SURROGATE.sub("\ufffd", text)
 
-    The expanded size is computed once per distinct node (memoized by identity), so this is linear in the input.
-    """
-    sizes: dict[int, int] = {}
-    unique = 0
-    stack: list[tuple[Any, bool]] = [(value, False)]
+
+def _where(chain: tuple | None) -> str:
+    parts: list[str] = []
+    while chain is not None:
+        chain, key = chain
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    return "".join(reversed(parts)).lstrip(".") or "(top level)"
+
+
+def _check_json_document(value: Any, source: str, position: int, surrogates: bool) -> None:
+    """Depth and duplicate keys of one parsed JSON document, without recursion; unpaired surrogates fixed."""
+    stack: list[tuple[Any, int, tuple | None]] = [(value, 1, None)]
     while stack:
-        item, children_done = stack.pop()
-        if id(item) in sizes:
+        item, depth, chain = stack.pop()
+        if depth > MAX_DEPTH:
+            raise LoadError(source, f"{_too_deep(position, 'more than ' + str(MAX_DEPTH))}, at {_where(chain)[:80]}")
+        if isinstance(item, dict):
+            if isinstance(item, _DuplicateKeys):
+                raise LoadError(source, f"document {position}: {_where(chain)}: mapping key {item.duplicate!r} "
+                                "already defined (JSON objects, like YAML mappings, may not repeat a key)")
+            if surrogates:
+                _fix_surrogates_in_mapping(item)
+            for key, child in item.items():
+                if isinstance(child, (dict, list)):
+                    stack.append((child, depth + 1, (chain, key)))
+        elif isinstance(item, list):
+            for index, child in enumerate(item):
+                if isinstance(child, (dict, list)):
+                    stack.append((child, depth + 1, (chain, index)))
+                elif surrogates and isinstance(child, str):
+                    item[index] = _without_surrogates(child)
+
+
+def _fix_surrogates_in_mapping(item: dict[str, Any]) -> None:
+    entries = [(_without_surrogates(key), _without_surrogates(child) if isinstance(child, str) else child)
+               for key, child in item.items()]
+    item.clear()
+    item.update(entries)
+
+
+_C_COMPOSER_SAFE_DEPTH = 1000  # libyaml's composer recurses in C: a deep enough document overflows the stack
+_COLLECTION_START = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+_COLLECTION_END = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+
+
+def _check_yaml_nesting(text: str, source: str) -> None:
+    """Refuse YAML nested deeper than MAX_DEPTH before the (recursive) composer sees it.
+
+    Block collections nest only by indentation (at most two levels per column: a mapping and the
+    sequence that is its value) and flow collections by brackets, so most files are cleared by counting;
+    the rest are checked on the event stream, which libyaml produces without recursion.
+    """
+    longest = max((len(line) for line in text.splitlines()), default=0)
+    if 2 * (longest + 2) + 2 * text.count("[") + text.count("{") <= _C_COMPOSER_SAFE_DEPTH:
+        return
+    depth, document = 0, 0
+    for event in yaml.parse(text, Loader=_ManifestLoader):
+        if isinstance(event, _COLLECTION_START):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise LoadError(source, _too_deep(document, f"more than {MAX_DEPTH}"), event.start_mark.line + 1)
+        elif isinstance(event, _COLLECTION_END):
+            depth -= 1
+        elif isinstance(event, yaml.DocumentStartEvent):
+            document += 1
+
+
+def _node_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return node.value if isinstance(node, yaml.SequenceNode) else []
+
+
+def _check_yaml_shape(root: yaml.Node, source: str, position: int, line: int) -> None:
+    """Depth through aliases, recursive aliases and alias bombs, on the composed graph without recursion.
+
+    An alias is the same node reached twice, so a document's expanded size (one per value plus its
+    characters) is computed once per node; what aliases add is the expanded size minus the size of the
+    distinct nodes: zero for a document without aliases, however large.
+    """
+    weights: dict[int, int] = {}
+    heights: dict[int, int] = {}
+    unique = 0
+    active: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            active.discard(key)
+            children = _node_children(node)
+            weights[key] = 1 + sum(weights[id(child)] for child in children)
+            heights[key] = height = 1 + max((heights[id(child)] for child in children), default=0)
+            if height > MAX_DEPTH:
+                raise LoadError(source, _too_deep(position, f"more than {MAX_DEPTH}"), node.start_mark.line + 1)
+            unique += 1
             continue
-        children = list(item.values()) if isinstance(item, dict) else item
-        containers = [c for c in children if isinstance(c, (dict, list))]
-        if not children_done:
-            stack.append((item, True))
-            stack.extend((c, False) for c in containers if id(c) not in sizes)
+        if key in weights:
             continue
-        unique += 1
-        sizes[id(item)] = 1 + len(children) + sum(sizes.get(id(c), 0) for c in containers)
-    expanded = sizes.get(id(value), 0)
-    if expanded - unique > MAX_ALIAS_EXPANSION:
-        raise LoadError(source, f"document {position} expands to {expanded} values through YAML aliases "
-                        f"(limit {MAX_ALIAS_EXPANSION} extra)", line)
+        if key in active:
+            raise LoadError(source, f"document {position}: an alias refers to a node that contains it",
+                            node.start_mark.line + 1)
+        if isinstance(node, yaml.ScalarNode):
+            weights[key] = 1 + len(node.value)
+            heights[key] = 0
+            unique += weights[key]
+            continue
+        active.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _node_children(node) if id(child) not in weights)
+    extra = weights[id(root)] - unique
+    if extra > MAX_ALIAS_EXPANSION:
+        raise LoadError(source, f"document {position}: YAML aliases add {extra} values and characters when "
+                        f"expanded (limit {MAX_ALIAS_EXPANSION})", line)
 
 
 def _check_document(value: Any, source: str, position: int, line: int | None) -> None:
-    if isinstance(value, (dict, list)):
-        _check_shape(value, source, position, line)
     if not isinstance(value, dict):
         kind = type(value).__name__
         raise LoadError(
@@ -255,13 +450,20 @@ def _json_type(value: Any) -> str:
 
 
 def _read(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
+    source = "<stdin>" if path == "-" else path
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1) if hasattr(sys.stdin, "buffer") else None
+            if data is None:  # a text stream put in place of stdin (tests, embedding)
+                return sys.stdin.read(MAX_INPUT_BYTES + 1)
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_INPUT_BYTES + 1)
+        if len(data) > MAX_INPUT_BYTES:
+            raise LoadError(source, _too_large(len(data)) if path == "-" else _too_large(os.path.getsize(path)))
+        return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise LoadError(path, "not a UTF-8 text file") from None
+        raise LoadError(source, "not a UTF-8 text file") from None
     except FileNotFoundError:
         raise LoadError(path, "no such file or directory") from None
     except IsADirectoryError:

@@ -10,6 +10,7 @@ alphanumeric ones.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 _DIGITS = frozenset("0123456789")
 _ALPHANUMERIC = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-")
@@ -18,6 +19,10 @@ _UINT64_MAX = 2**64 - 1
 
 class SemverError(ValueError):
     """A string that is not a semantic version; the message matches blang/semver's wording."""
+
+
+def _abbreviated(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:20]}…({len(text)} characters)"
 
 
 def _contains_only(text: str, allowed: frozenset[str]) -> bool:
@@ -31,10 +36,11 @@ def _has_leading_zeroes(text: str) -> bool:
 def _parse_uint64(text: str) -> int:
     if not text or not _contains_only(text, _DIGITS):
         raise SemverError(f'strconv.ParseUint: parsing "{text}": invalid syntax')
-    value = int(text)
-    if value > _UINT64_MAX:
-        raise SemverError(f'strconv.ParseUint: parsing "{text}": value out of range')
-    return value
+    # Longer than any uint64 (20 digits) is out of range without converting it: int() of thousands of
+    # digits is refused by Python and quadratic anyway.
+    if len(text.lstrip("0")) > 20 or int(text) > _UINT64_MAX:
+        raise SemverError(f'strconv.ParseUint: parsing "{_abbreviated(text)}": value out of range')
+    return int(text)
 
 
 def _parse_number(text: str, name: str) -> int:
@@ -114,6 +120,20 @@ def parse_semver(text: str, normalize: bool = False) -> Semver:
     """Parse `text` strictly (blang `semver.Parse`), or tolerantly like CEL `semver(text, true)`."""
     if not isinstance(text, str):
         raise SemverError(f"expected a string, not {type(text).__name__}")
+    if len(text) <= _CACHED_LENGTH:
+        return _parse_cached(text, normalize)  # a slice repeats the same few versions on every device
+    return _parse(text, normalize)
+
+
+_CACHED_LENGTH = 64  # DeviceAttributeMaxValueLength: every valid version attribute
+
+
+@lru_cache(maxsize=4096)
+def _parse_cached(text: str, normalize: bool) -> Semver:
+    return _parse(text, normalize)
+
+
+def _parse(text: str, normalize: bool) -> Semver:
     if normalize:
         text = _normalize(text)
     if not text:

@@ -17,6 +17,7 @@ from cel_expr_python import cel
 from gpudra.api.quantity import NANO, Quantity, QuantityError
 from gpudra.api.semver import SemverError, is_semver, parse_semver
 from gpudra.cel import values as V
+from gpudra.cel.budget import metered
 
 T = cel.Type
 QUANTITY = T(V.QUANTITY_TYPE)
@@ -27,7 +28,7 @@ _QUANTITY_FORMAT_ERROR = "quantities must match the regular expression '^([+-]?[
 
 
 def _overload(overload_id, result, params, impl=None, member=True):
-    return cel.Overload(overload_id, result, params, is_member=member, impl=impl)
+    return cel.Overload(overload_id, result, params, is_member=member, impl=None if impl is None else metered(impl))
 
 
 # ----- quantity ---------------------------------------------------------------------------------------
@@ -41,6 +42,8 @@ def _quantity(text: str):
         # resource.ParseQuantity's three errors
         if not _QUANTITY_SHAPE.fullmatch(text):
             raise ValueError(_QUANTITY_FORMAT_ERROR) from None
+        if "too large" in str(error):
+            raise ValueError(str(error)) from None  # gpudra's bound, not one of ParseQuantity's errors
         if "suffix" in str(error):
             raise ValueError("unable to parse quantity's suffix") from None
         raise ValueError("unable to parse numeric part of quantity") from None

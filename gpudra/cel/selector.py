@@ -7,7 +7,7 @@ from functools import lru_cache
 
 from cel_expr_python import cel
 
-from gpudra.cel import checks
+from gpudra.cel import budget, checks
 from gpudra.cel import cost as cost_model
 from gpudra.cel.device import DeviceInput
 from gpudra.cel.environment import checking_env, runtime_env
@@ -15,7 +15,7 @@ from gpudra.cel.errors import CELCompileError, CELRuntimeError
 from gpudra.cel.source import adapt, caret_report, line_column, offset_of
 
 MAX_EXPRESSION_BYTES = 10 * 1024  # CELSelectorExpressionMaxLength
-MAX_COST = 1_000_000  # CELSelectorExpressionMaxCost, also the runtime CostLimit
+MAX_COST = budget.MAX_COST  # CELSelectorExpressionMaxCost, also the runtime CostLimit
 
 _ISSUE = re.compile(r"ERROR: <input>:(\d+):(\d+): ([^\n]*)")
 _STATUS_PREFIX = re.compile(r"^[A-Z_]+: ")
@@ -74,28 +74,34 @@ class Selector:
         self._env = runtime_env()
         self._key = (expression, consumable_capacity)
 
-    def evaluate(self, device: DeviceInput) -> bool:
+    def evaluate(self, device: DeviceInput, deadline: float | None = None) -> bool:
+        """`deadline`: a time.monotonic() instant (the search's); past it, EvaluationDeadlineExceeded."""
         outcome = device.results.get(self._key)
         if outcome is None:
-            outcome = device.results[self._key] = self._evaluate(device)
+            outcome = device.results[self._key] = self._evaluate(device, deadline)
         if outcome is True or outcome is False:
             return outcome
         raise CELRuntimeError(outcome, self.expression)
 
-    def _evaluate(self, device: DeviceInput) -> bool | str:
-        """The result, or the runtime error message."""
+    def _evaluate(self, device: DeviceInput, deadline: float | None) -> bool | str:
+        """The result, or the runtime error message (a passed deadline raises: it is no outcome)."""
         try:
-            return self._evaluate_or_raise(device)
+            return self._evaluate_or_raise(device, deadline)
         except CELRuntimeError as error:
             return error.message
 
-    def _evaluate_or_raise(self, device: DeviceInput) -> bool:
+    def _evaluate_or_raise(self, device: DeviceInput, deadline: float | None) -> bool:
         if device.error is not None:
             raise CELRuntimeError(device.error, self.expression)
-        try:
-            result = self._program.eval(device.activation(self._env))
-        except Exception as error:  # noqa: BLE001 - cel-cpp aborts (iteration budget) raise instead of returning
-            raise CELRuntimeError(_aborted_message(str(error)), self.expression) from None
+        with budget.evaluation(deadline) as meter:
+            try:
+                result = self._program.eval(device.activation(self._env))
+            except Exception as error:  # noqa: BLE001 - cel-cpp aborts (iteration budget) raise instead of returning
+                budget.outcome(meter)
+                raise CELRuntimeError(_aborted_message(str(error)), self.expression) from None
+        limit_error = budget.outcome(meter)  # an error inside `||`/`&&` may have been absorbed
+        if limit_error is not None:
+            raise CELRuntimeError(limit_error, self.expression)
         try:
             value = result.value()
         except Exception:  # noqa: BLE001 - a value cel-expr-python cannot hand to Python

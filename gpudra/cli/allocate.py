@@ -18,6 +18,7 @@ import click
 import yaml
 
 from gpudra.api.convert import needs_conversion, to_v1
+from gpudra.allocator.allocator import FILTER_TIMEOUT_S
 from gpudra.api.load import Document, LoadError, load_paths
 from gpudra.api.validate import validate_document
 
@@ -200,7 +201,7 @@ def run_allocate(
     allocator_name: str | None = None,
     kubeconfig: str | None = None,
     context: str | None = None,
-    timeout: float | None = None,
+    timeout: float | None = FILTER_TIMEOUT_S,
 ) -> tuple[Any, list[str]]:
     """Load, check, allocate. Returns (what to print, notes about the claims for stderr).
 
@@ -284,9 +285,9 @@ def run_allocate(
     help="Feature gates: default, all, none, Name/+Name, -Name (comma-separated; e.g. none,PrioritizedList).",
 )
 @click.option("--allocator", "allocator_name", default=None, metavar="NAME", help="Upstream allocator variant (stable, incubating, experimental); by default chosen from the features as kube-scheduler does. Only `stable` behaves differently (it ignores capacity requests while ConsumableCapacity is off).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+@click.option("--timeout", type=click.FloatRange(min=0), default=FILTER_TIMEOUT_S, show_default=True, metavar="SECONDS",
               help="Give up on one node's search after this long, reporting \"timed out trying to allocate devices\" "
-                   "for that node as kube-scheduler's Filter timeout does (10 s there). Default: no limit.")
+                   "for that node as kube-scheduler's Filter timeout does (10 s there too). 0: no limit.")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @click.option("--brief", is_flag=True, help="Print the per-node report (results[], outcome, allocations) instead of the claims.")
 def command(
@@ -316,7 +317,8 @@ def command(
         click.echo(message, err=True)
 
     try:
-        data, messages = run_allocate(list(files), mode, nodes, claim_names, features, brief, warn, allocator_name, kubeconfig, context, timeout)
+        data, messages = run_allocate(list(files), mode, nodes, claim_names, features, brief, warn, allocator_name,
+                                      kubeconfig, context, timeout or None)  # --timeout 0: no limit
     except InputError as exc:
         click.echo(f"gpudra allocate: {exc}", err=True)
         sys.exit(2)

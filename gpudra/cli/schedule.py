@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from gpudra.allocator.allocator import FILTER_TIMEOUT_S
 from gpudra.scheduler.scoring import POLICIES
 
 
@@ -50,10 +51,14 @@ def _load(paths: list[str], validate: bool) -> list[dict]:
 @click.option("--percentage-of-nodes-to-score", "percentage", type=click.IntRange(0, 100), default=None,
               help="Stop searching after this share of nodes were found feasible (0 = kube-scheduler's adaptive "
                    "default; the policy decides when unset: kube adaptive, others 100).")
+@click.option("--filter-timeout", type=click.FloatRange(min=0), default=FILTER_TIMEOUT_S, show_default=True,
+              metavar="SECONDS", help="Device search budget per pod over all nodes (kube-scheduler's DRA Filter "
+              "timeout; its nodes' Filters run in parallel); a node searched past it reports \"timed out trying "
+              "to allocate devices\". 0: no limit.")
 @click.option("--validate/--no-validate", default=True, show_default=True,
               help="Refuse input that fails gpudra's API validation.")
 def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None, policy: str, output: str,
-            percentage: int | None, validate: bool) -> None:
+            percentage: int | None, filter_timeout: float, validate: bool) -> None:
     """Apply the manifests (Pods, Deployments, ReplicaSets, StatefulSets, Jobs, DaemonSets, ResourceClaims,
     templates, DeviceClasses, ResourceSlices, Nodes), schedule every pending pod in queue order and print the
     result. Same input, same output: generated names and uids derive from the input."""
@@ -73,7 +78,8 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
             raise UsageError(str(exc)) from None
     try:
         cluster = Cluster(objects)
-        scheduler = Scheduler(cluster, policy=policy, percentage_of_nodes_to_score=percentage)
+        scheduler = Scheduler(cluster, policy=policy, percentage_of_nodes_to_score=percentage,
+                              filter_timeout=filter_timeout or None)
         results = scheduler.run()
     except ValueError as exc:
         raise UsageError(str(exc)) from None

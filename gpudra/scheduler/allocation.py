@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra.allocator import AllocationOutcome
+from gpudra.allocator import FILTER_TIMEOUT_S, AllocationOutcome
 
 DEFAULT_FEATURES = "default"
-# kube-scheduler's DRASchedulerFilterTimeout: a search that takes longer fails on that node with
-# "timed out trying to allocate devices" instead of hanging the scheduling cycle.
-FILTER_TIMEOUT_S = 10.0
 
 
 def make_allocator(
@@ -27,6 +24,11 @@ def make_allocator(
 
 
 def allocate(
-    allocator: Any, node: dict[str, Any], claims: list[dict[str, Any]], exclude_devices: Any = None
+    allocator: Any, node: dict[str, Any], claims: list[dict[str, Any]], exclude_devices: Any = None,
+    deadline: float | None = None,
 ) -> AllocationOutcome:
+    """One node's search. `deadline`: the pod's budget (time.monotonic()), shared by all nodes it is
+    tried on; without one, the search gets kube-scheduler's Filter timeout for itself."""
+    if deadline is not None:
+        return allocator.allocate(node, claims, exclude_devices=exclude_devices or None, timeout=None, deadline=deadline)
     return allocator.allocate(node, claims, exclude_devices=exclude_devices or None, timeout=FILTER_TIMEOUT_S)

@@ -38,6 +38,9 @@ class DraPodState:
     extended: list[ExtendedRequest] = field(default_factory=list)
     extended_claim_name: str = ""
     signature: str = ""
+    # One search budget for every node the pod is tried on (time.monotonic()); kube-scheduler runs the
+    # nodes' Filters in parallel, so a pod waits about one Filter timeout, not one per node.
+    deadline: float | None = None
 
     @property
     def relevant(self) -> bool:
@@ -257,7 +260,7 @@ def filter_node(
         claims.append(special)
     if not claims:
         return DraVerdict([], [])
-    outcome: AllocationOutcome = allocate(cluster.allocator(), node, claims)
+    outcome: AllocationOutcome = allocate(cluster.allocator(), node, claims, deadline=state.deadline)
     if outcome.outcome == "allocated":
         return DraVerdict([], outcome.allocations, special)
     if outcome.outcome == "error":

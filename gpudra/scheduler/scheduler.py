@@ -18,8 +18,11 @@ is what makes thousands of pods per second possible without changing a single an
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from gpudra.allocator import FILTER_TIMEOUT_S, TIMED_OUT
 
 from . import framework as fw
 from . import nodematch
@@ -85,6 +88,11 @@ class NodeEval:
     parts: Any = None  # the policy's per-node scoring inputs, cached with the verdict
 
 
+def _timed_out(evaluation: NodeEval) -> bool:
+    return any(reason.plugin == fw.DYNAMIC_RESOURCES and reason.message == TIMED_OUT
+               for reason in evaluation.result.reasons)
+
+
 class Scheduler:
     def __init__(
         self,
@@ -92,7 +100,9 @@ class Scheduler:
         policy: str = "kube",
         percentage_of_nodes_to_score: int | None = None,
         indexed: bool = True,
+        filter_timeout: float | None = FILTER_TIMEOUT_S,
     ):
+        """`filter_timeout`: seconds of device search one pod may spend over all nodes (None: no limit)."""
         from .scoring import get_policy
 
         self.cluster = cluster
@@ -101,6 +111,7 @@ class Scheduler:
             percentage_of_nodes_to_score = self.policy.default_percentage_of_nodes_to_score
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
         self.results: dict[str, fw.PodResult] = {}
+        self.filter_timeout = filter_timeout
         self._next_start_node_index = 0
         self._cache: dict[str, dict[str, NodeEval]] = {}
         self.indexed = indexed  # False: always the plain linear scan (same answers; for tests)
@@ -128,6 +139,8 @@ class Scheduler:
             requests, non_zero = {}, {}
             reasons.append(fw.Reason(fw.NODE_RESOURCES_FIT, str(exc), resolvable=False))
         dra = prefilter(self.cluster, pod, self.extended_classes())
+        if self.filter_timeout is not None:
+            dra.deadline = time.monotonic() + self.filter_timeout
         reasons.extend(dra.reasons)
         tolerations = list(spec.get("tolerations") or [])
         shape = json.dumps(
@@ -310,7 +323,8 @@ class Scheduler:
                     result.error = evaluation.fatal
                     filtered[node_name] = evaluation.result
                     return result
-                cache[node_name] = evaluation
+                if not _timed_out(evaluation):  # another attempt gets a budget of its own
+                    cache[node_name] = evaluation
             processed += 1
             if evaluation.result.reasons:
                 filtered[node_name] = evaluation.result
