@@ -29,7 +29,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_CLASS = DEFAULT_DRIVER_NAME  # the driver's DeviceClass for full GPUs
 POD_CLAIM = "gpu"
-MAX_PODS = "110"  # the kubelet's default
+MAX_PODS = "1001"  # as the artifact's node YAML (openb prepare_input)
 
 
 def gpu_device_id(node: str, index: int) -> tuple[str, str, str]:
