@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "get": "objects:get_command",
     "delete": "objects:delete_command",
     "describe": "objects:describe_command",
+    "simulate": "simulate",
 }
 
 

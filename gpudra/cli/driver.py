@@ -37,9 +37,12 @@ def command() -> None:
 @click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
 @click.option("--dynamic-mig", is_flag=True, help="announce MIG partitions as partitionable devices (KEP-4815)")
 @click.option("--generation", type=int, default=1, show_default=True)
+@click.option("--sharing", type=click.Choice(["none", "consumable"]), default="none", show_default=True,
+              help="consumable: full GPUs allow multiple allocations, sharing a `compute` share and `memory` "
+                   "(consumable capacity, KEP-5075)")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dynamic_mig: bool, generation: int,
-               output: str) -> None:
+               sharing: str, output: str) -> None:
     """Print the ResourceSlices this node would publish."""
     from gpudra.driver.slices import build_resource_slices
 
@@ -50,7 +53,7 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
     for problem in inventory.problems:
         click.echo(f"warning: {problem}", err=True)
     _dump(build_resource_slices(inventory, node_name, driver_name=driver_name, generation=generation,
-                                dynamic_mig=dynamic_mig), output)
+                                dynamic_mig=dynamic_mig, sharing=sharing), output)
 
 
 @command.command("deviceclasses")

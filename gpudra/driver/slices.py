@@ -23,6 +23,13 @@ PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
 # gpudra names the set of GPUs joined by NVLink with this one, so `matchAttribute: gpu.nvidia.com/nvlinkDomain`
 # keeps a claim's GPUs on one NVLink domain (an HGX board: all 8 GPUs; a bridged PCIe pair: the pair).
 NVLINK_DOMAIN_ATTRIBUTE = "nvlinkDomain"
+SHARING_MODES = ("none", "consumable")
+# `--sharing consumable` (KEP-5075 consumable capacity): a full GPU may be allocated to several claims at once.
+# `compute` is the GPU's compute in thousandths (1000 = the whole GPU; whole units, because upstream rounds
+# request policies to whole units); a request that names no share takes the whole GPU, so plain "give me a GPU"
+# claims stay exclusive. `memory` is only consumed when a request asks for it (default 0).
+COMPUTE_CAPACITY = "compute"
+COMPUTE_UNITS = 1000
 
 
 def semver(version: str) -> str:
@@ -71,11 +78,23 @@ def gpu_common_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, dict[str,
     return attrs
 
 
-def gpu_device(gpu: Gpu, inventory: Inventory) -> dict[str, Any]:
+def gpu_device(gpu: Gpu, inventory: Inventory, sharing: str = "none") -> dict[str, Any]:
     attributes = {"type": _s("gpu"), "uuid": _s(gpu.uuid), **gpu_common_attributes(gpu, inventory)}
     device: dict[str, Any] = {"name": gpu.name, "attributes": attributes}
     if gpu.memory_bytes is not None:  # NVML says NOT_SUPPORTED on unified-memory parts
         device["capacity"] = {"memory": {"value": binary_quantity(gpu.memory_bytes)}}
+    if sharing == "consumable":
+        device["allowMultipleAllocations"] = True
+        capacity = device.setdefault("capacity", {})
+        if "memory" in capacity:
+            capacity["memory"]["requestPolicy"] = {"default": "0", "validRange": {"min": "0"}}
+        whole = str(COMPUTE_UNITS)
+        capacity[COMPUTE_CAPACITY] = {
+            "value": whole,
+            "requestPolicy": {"default": whole, "validRange": {"min": "1", "max": whole, "step": "1"}},
+        }
+    elif sharing != "none":
+        raise ValueError(f"unknown sharing mode {sharing!r}; choose one of {', '.join(SHARING_MODES)}")
     return device
 
 
@@ -101,14 +120,15 @@ def mig_device(mig: MigDevice, parent: Gpu, inventory: Inventory) -> dict[str, A
     return {"name": mig.name, "attributes": attributes, "capacity": capacity}
 
 
-def node_devices(inventory: Inventory) -> list[dict[str, Any]]:
-    """Static devices: a full GPU, or its MIG devices when MIG mode is on (ordered by PCI bus id)."""
+def node_devices(inventory: Inventory, sharing: str = "none") -> list[dict[str, Any]]:
+    """Static devices: a full GPU, or its MIG devices when MIG mode is on (ordered by PCI bus id). With
+    `sharing="consumable"` full GPUs are shareable (MIG devices never are)."""
     devices: list[dict[str, Any]] = []
     for gpu in sorted(inventory.gpus, key=lambda g: (g.pci_bus_id, g.minor)):
         if gpu.mig_enabled:
             devices.extend(mig_device(m, gpu, inventory) for m in sorted(gpu.mig_devices, key=lambda m: m.name))
         else:
-            devices.append(gpu_device(gpu, inventory))
+            devices.append(gpu_device(gpu, inventory, sharing))
     return devices
 
 
@@ -130,7 +150,7 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)] or [[]]
 
 
-def _dynamic_bodies(inventory: Inventory) -> list[dict[str, Any]]:
+def _dynamic_bodies(inventory: Inventory, sharing: str = "none") -> list[dict[str, Any]]:
     """Dynamic MIG (KEP-4815 partitionable devices): counter-set slices, then devices."""
     from gpudra.mig import dynamic
     from gpudra.catalog import find_gpu_model
@@ -152,7 +172,7 @@ def _dynamic_bodies(inventory: Inventory) -> list[dict[str, Any]]:
     for g in partitionable:
         devices = dynamic.gpu_devices(g)
         bodies.extend({"devices": c} for c in _chunks(devices, _limit_for(devices)))
-    plain_devices = [gpu_device(g, inventory) for g in plain]
+    plain_devices = [gpu_device(g, inventory, sharing) for g in plain]
     if plain_devices:
         bodies.extend({"devices": c} for c in _chunks(plain_devices, _limit_for(plain_devices)))
     return bodies
@@ -160,12 +180,15 @@ def _dynamic_bodies(inventory: Inventory) -> list[dict[str, Any]]:
 
 def build_resource_slices(inventory: Inventory, node_name: str, *, driver_name: str = DEFAULT_DRIVER_NAME,
                           generation: int = 1, node_uid: str | None = None, dynamic_mig: bool = False,
-                          max_devices_per_slice: int | None = None) -> list[dict[str, Any]]:
-    """The node's pool as ResourceSlice objects (resource.k8s.io/v1)."""
+                          max_devices_per_slice: int | None = None, sharing: str = "none") -> list[dict[str, Any]]:
+    """The node's pool as ResourceSlice objects (resource.k8s.io/v1). `sharing="consumable"` publishes full
+    GPUs with allowMultipleAllocations and shareable `compute`/`memory` capacities (consumable capacity)."""
+    if sharing not in SHARING_MODES:
+        raise ValueError(f"unknown sharing mode {sharing!r}; choose one of {', '.join(SHARING_MODES)}")
     if dynamic_mig:
-        bodies = _dynamic_bodies(inventory)
+        bodies = _dynamic_bodies(inventory, sharing)
     else:
-        devices = node_devices(inventory)
+        devices = node_devices(inventory, sharing)
         limit = min(max_devices_per_slice or MAX_DEVICES_PER_SLICE, _limit_for(devices))
         bodies = [{"devices": chunk} for chunk in _chunks(devices, limit)]
     if max_devices_per_slice and dynamic_mig:

@@ -79,6 +79,9 @@ class Cluster(Topology):
         self.problems: list[str] = []
         self.usage: dict[str, NodeUsage] = {}
         self.epoch: dict[str, int] = {}
+        # bumped only when devices in a pool the node sees are allocated or released (a subset of `epoch`):
+        # DRA verdicts depend on nothing else of the node's state
+        self.device_epoch: dict[str, int] = {}
         self.changes: list[str] = []  # every epoch bump, in order: lets per-shape caches catch up cheaply
         self.allocated_devices: Counter[DeviceId] = Counter()
         # bumped when nodes, slices or classes change: every cached verdict is void
@@ -222,7 +225,7 @@ class Cluster(Topology):
                         self._reserve(claim, pod)
         self._allocator = None
         for name in self.nodes:
-            self._bump(name)
+            self._bump(name, devices=True)
 
     def invalidate(self) -> None:
         """Call after editing objects in place (not through `apply`/`bind`/`end_pod`): recounts usage and
@@ -398,11 +401,13 @@ class Cluster(Topology):
         pool_nodes = self.pool_nodes()
         for pool in {(driver, pool) for driver, pool, _ in device_ids}:
             for node in pool_nodes.get(pool, ()):
-                self._bump(node)
+                self._bump(node, devices=True)
 
-    def _bump(self, node: str) -> None:
+    def _bump(self, node: str, devices: bool = False) -> None:
         self.epoch[node] += 1
         self.changes.append(node)
+        if devices:
+            self.device_epoch[node] = self.device_epoch.get(node, 0) + 1
 
     def allocate_claim(self, claim: dict[str, Any], allocation: dict[str, Any]) -> None:
         if claim_allocation(claim) is not None:

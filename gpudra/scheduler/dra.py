@@ -235,6 +235,7 @@ class DraVerdict:
     allocations: list[dict[str, Any]] | None = None  # per claim in to_allocate (+ extended claim last)
     extended_claim: dict[str, Any] | None = None
     fatal: str | None = None
+    first_available: int | None = None  # the Score of `allocations`, computed once per verdict
 
 
 def filter_node(

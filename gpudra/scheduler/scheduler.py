@@ -118,6 +118,8 @@ class Scheduler:
         self._indexes: dict[str, ShapeIndex] = {}
         self._shape_uses: dict[str, int] = {}
         self._cache_generation = -1
+        self._dra_cache: dict[tuple, dict[str, tuple[int, DraVerdict]]] = {}
+        self._dra_generation = -1
         self._extended_classes: dict[str, str] | None = None
         self._extended_generation = -1
 
@@ -218,16 +220,43 @@ class Scheduler:
         if failed():
             return evaluation
         if info.dra.relevant:
-            verdict: DraVerdict = dra_filter_node(cluster, pod, info.dra, node, served)
+            verdict: DraVerdict = self._dra_verdict(info, node_name, node, served)
             reasons.extend(verdict.reasons)
             if verdict.fatal:
                 evaluation.fatal = verdict.fatal
             elif not verdict.reasons:
                 evaluation.result.allocations = verdict.allocations
                 evaluation.extended_claim = verdict.extended_claim
-                claims = [cluster.claims[k] for k in info.dra.to_allocate]
-                evaluation.first_available = first_available_score(claims, verdict.allocations or [])
+                if verdict.first_available is None:  # depends on claim specs and devices: shared like the verdict
+                    claims = [cluster.claims[k] for k in info.dra.to_allocate]
+                    verdict.first_available = first_available_score(claims, verdict.allocations or [])
+                evaluation.first_available = verdict.first_available
         return evaluation
+
+    def _dra_verdict(self, info: PodInfo, node_name: str, node: dict[str, Any],
+                     served: list[ExtendedRequest]) -> DraVerdict:
+        """The DynamicResources verdict, shared by every pod with the same claims (`dra.signature`) while no
+        device the node can see is allocated or released (`Cluster.device_epoch`): unlike the per-shape cache,
+        pods that differ only in cpu/memory, and binds of pods without claims, do not cause new allocator runs.
+        Errors are not shared: their messages name the pod's own claims."""
+        cluster = self.cluster
+        if self._dra_generation != cluster.generation:
+            self._dra_cache.clear()
+            self._dra_generation = cluster.generation
+        key = (info.dra.signature, tuple(r.resource for r in served))
+        per_node = self._dra_cache.get(key)
+        if per_node is None:
+            if len(self._dra_cache) >= MAX_CACHED_SHAPES:
+                del self._dra_cache[next(iter(self._dra_cache))]
+            per_node = self._dra_cache[key] = {}
+        device_epoch = cluster.device_epoch.get(node_name, 0)
+        cached = per_node.get(node_name)
+        if cached is not None and cached[0] == device_epoch:
+            return cached[1]
+        verdict = dra_filter_node(cluster, info.pod, info.dra, node, served)
+        if verdict.fatal is None and not any(r.details.get("error") for r in verdict.reasons):
+            per_node[node_name] = (device_epoch, verdict)
+        return verdict
 
     def _fit_reasons(
         self, info: PodInfo, node_name: str, allocatable: dict[str, int] | None, dra_served: set[str]
@@ -365,14 +394,20 @@ class Scheduler:
         return result
 
     def _attempt_indexed(self, info: PodInfo, result: fw.PodResult, start: int, to_find: int) -> fw.PodResult:
-        index = self._indexes.get(info.shape)
+        index = self._indexes.pop(info.shape, None)
         if index is None:
             if len(self._indexes) >= MAX_INDEXED_SHAPES:
-                del self._indexes[next(iter(self._indexes))]
+                # least recently used first; its verdicts go back to the plain cache, so indexing the shape
+                # again re-evaluates only the nodes that changed since
+                evicted = next(iter(self._indexes))
+                old = self._indexes.pop(evicted)
+                if len(self._cache) >= MAX_CACHED_SHAPES:
+                    del self._cache[next(iter(self._cache))]
+                self._cache[evicted] = {old.nodes[i]: e for i, e in enumerate(old.evals) if e is not None}
             index = ShapeIndex(self, info, self._cache.pop(info.shape, {}))
-            self._indexes[info.shape] = index
         else:
             index.refresh(self, info)
+        self._indexes[info.shape] = index  # most recently used last
         chosen, processed, fatal = index.select(start, to_find)
         if fatal is not None:  # re-run for this pod's own error message (it names the pod's claims)
             node_name = index.nodes[fatal]

@@ -203,7 +203,9 @@ class SpreadPolicy(_DevicePolicy):
     fill = False
 
 
-def get_policy(name: str) -> Policy:
+def get_policy(name: "str | Policy") -> Policy:
+    if isinstance(name, Policy):  # a policy object from elsewhere (gpudra.simulate's paper policies)
+        return name
     if name == "kube":
         return KubePolicy()
     if name == "binpack":

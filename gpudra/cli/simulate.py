@@ -1,0 +1,155 @@
+"""`gpudra simulate`: replay GPU cluster traces through gpudra's scheduler and allocator."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from gpudra.simulate.engine import ALL_POLICIES, DEFAULT_TUNE, METHODS
+from gpudra.simulate.trace import BUNDLED_TRACES, DEFAULT_TRACE
+
+
+class UsageError(click.ClickException):
+    exit_code = 2
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
+@click.command("simulate", short_help="Replay a GPU cluster trace (openb, bundled) through the scheduler.")
+@click.option("--trace", "traces", multiple=True, metavar="NAME",
+              help=f"Bundled trace(s), comma-separated or repeated: {', '.join(BUNDLED_TRACES)} "
+                   f"[default: {DEFAULT_TRACE}].")
+@click.option("--nodes", "nodes_csv", type=click.Path(dir_okay=False), default=None,
+              help="Node list CSV (sn,cpu_milli,memory_mib,gpu,model) instead of a bundled trace; with --pods.")
+@click.option("--pods", "pods_csv", type=click.Path(dir_okay=False), default=None,
+              help="Task list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,creation_time,"
+                   "deletion_time]); with --nodes.")
+@click.option("--policy", "--policies", "policies", multiple=True, metavar="NAME",
+              help=f"Scoring policies, comma-separated or repeated: {', '.join(ALL_POLICIES)}, or 'all' "
+                   "[default: fgd].")
+@click.option("--seed", type=int, default=42, show_default=True, help="First seed (the paper's are 42..51).")
+@click.option("--seeds", type=click.IntRange(1, None), default=1, show_default=True,
+              help="How many seeds, from --seed on.")
+@click.option("--mode", type=click.Choice(["dra", "device-plugin", "both"]), default="dra", show_default=True,
+              help="dra: claims on shareable GPUs; device-plugin: count-only nvidia.com/gpu, a whole GPU per task.")
+@click.option("--tune", type=float, default=DEFAULT_TUNE, show_default=True,
+              help="Workload tuning: sample tasks until arrived GPU demand reaches this × capacity.")
+@click.option("--method", type=click.Choice(METHODS), default="tune", show_default=True,
+              help="tune: the paper's method; events: creation/deletion times of the trace.")
+@click.option("-j", "--jobs", type=click.IntRange(1, None), default=None,
+              help="Experiments run in parallel [default: the usable CPU cores].")
+@click.option("--out-dir", type=click.Path(file_okay=False), default=None,
+              help="Write results.json, summary.csv, series.csv, PNG plots and report.html here.")
+@click.option("-o", "--output", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
+              help="table: mean over seeds; json: one object per experiment per line; csv: the summary.")
+def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None, policies: tuple[str, ...],
+            seed: int, seeds: int, mode: str, tune: float, method: str, jobs: int | None, out_dir: str | None,
+            output: str) -> None:
+    """Replay a trace of a GPU cluster: every task becomes a Pod (with a ResourceClaim in DRA mode), every node
+    a Node with the ResourceSlices gpudra's driver publishes, and every placement goes through gpudra's scheduler
+    and allocator. Reports the GPU allocation ratio and the unallocated GPUs at 100% arrived GPU demand, the
+    FGD paper's measure. Same seed, same result."""
+    from gpudra.simulate.engine import SimulationError
+    from gpudra.simulate.report import summary_csv, write_outputs
+    from gpudra.simulate.sweep import Experiment, TraceSource, run_sweep, summarize
+    from gpudra.simulate.trace import TraceError
+
+    chosen = _split(policies) or ["fgd"]
+    if "all" in chosen:
+        chosen = list(ALL_POLICIES)
+    unknown = [p for p in chosen if p not in ALL_POLICIES]
+    if unknown:
+        raise UsageError(f"unknown policy {unknown[0]!r}; choose from {', '.join(ALL_POLICIES)} or all")
+    if (nodes_csv is None) != (pods_csv is None):
+        raise UsageError("--nodes and --pods go together")
+    sources: list[TraceSource] = []
+    if nodes_csv and pods_csv:
+        if traces:
+            raise UsageError("use either --trace or --nodes/--pods")
+        from pathlib import Path
+
+        sources.append(TraceSource(Path(pods_csv).stem, nodes_csv, pods_csv))
+    else:
+        names = _split(traces) or [DEFAULT_TRACE]
+        for name in names:
+            if name not in BUNDLED_TRACES:
+                raise UsageError(f"unknown trace {name!r}; bundled: {', '.join(BUNDLED_TRACES)}")
+        sources = [TraceSource(name) for name in names]
+    try:
+        for source in sources:
+            source.load()  # unreadable input is a usage error before any work starts
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+    modes = ["dra", "device-plugin"] if mode == "both" else [mode]
+    experiments = [Experiment(source, policy, s, m, tune, method)
+                   for source in sources for m in modes for policy in chosen for s in range(seed, seed + seeds)]
+    progress = _progress(len(experiments))
+    try:
+        results = run_sweep(experiments, jobs, on_done=progress.experiment_done, progress=progress.task_done)
+    except SimulationError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        progress.close()
+    if out_dir:
+        for path in write_outputs(results, out_dir):
+            click.echo(f"wrote {path}", err=True)
+    if output == "json":
+        for result in results:
+            click.echo(json.dumps(result, separators=(",", ":")))
+    elif output == "csv":
+        click.echo(summary_csv(summarize(results)), nl=False)
+    else:
+        click.echo(_table(summarize(results)))
+
+
+def _table(rows: list[dict]) -> str:
+    columns = [("TRACE", "trace"), ("MODE", "mode"), ("POLICY", "policy"), ("SEEDS", "seeds"), ("GPUS", "gpus"),
+               ("ALLOC%@100", "allocation_ratio"), ("STD", "allocation_ratio_std"),
+               ("UNALLOCATED", "unallocated_gpus"), ("SERVED%", "served_ratio"), ("FRAG-GPUS", "fragmented_gpus"),
+               ("SECONDS", "seconds")]
+    cells = [[h for h, _ in columns]] + [["" if row.get(k) is None else str(row.get(k)) for _, k in columns]
+                                         for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+
+
+class _progress:
+    """A progress bar on stderr, only when stderr is a terminal."""
+
+    def __init__(self, experiments: int):
+        self.bar = None
+        self.experiments = experiments
+        self.enabled = sys.stderr.isatty()
+        self.last = 0
+
+    def _bar(self, length: int, label: str):
+        if self.bar is None and self.enabled:
+            self.bar = click.progressbar(length=length, label=label, file=sys.stderr)
+            self.bar.__enter__()
+        return self.bar
+
+    def task_done(self, done: int, total: int) -> None:  # one experiment in this process: tasks
+        bar = self._bar(total, "tasks")
+        if bar is not None and (done - self.last >= 50 or done == total):
+            bar.update(done - self.last)
+            self.last = done
+
+    def experiment_done(self, done: int, total: int, result: dict) -> None:
+        if total <= 1:
+            return
+        if self.bar is not None and self.bar.length != total:
+            self.close()
+            self.last = 0
+        bar = self._bar(total, "experiments")
+        if bar is not None:
+            bar.update(done - self.last)
+            self.last = done
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None

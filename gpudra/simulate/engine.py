@@ -1,0 +1,261 @@
+"""One experiment: a trace replayed through gpudra's scheduler and allocator with one policy and one seed.
+
+`tune` (the paper's "workload tuning", artifact pkg/simulator/simulator.go): the trace's tasks in random order,
+then tasks sampled with replacement until the arrived GPU demand would pass `tune` × capacity; every task is
+submitted once, in order, and never deleted. After every task the allocation ratio (GPU milli allocated /
+capacity) and the fragmentation (FGD's measure, `fgd.py`) are recorded against the arrived GPU demand; the
+per-percent series is the mean over the tasks whose arrived demand rounds to that percent (the artifact's
+merge_alloc_discrete.py).
+
+`events`: tasks are created at `creation_time` and deleted at `deletion_time`, in time order (a failed task is
+not retried); the series is recorded against time.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from gpudra.scheduler import Cluster, Scheduler
+from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
+
+from .fgd import Fragmentation, NodeRes, typical_tasks
+from .objects import NAMESPACE, cluster_objects, gpu_device_id, pod_objects
+from .policies import PAPER_POLICIES, SimContext, paper_policy
+from .trace import MILLI, Task, Trace
+
+ALL_POLICIES = PAPER_POLICIES + tuple(p for p in GPUDRA_POLICIES if p != "spread")
+DEFAULT_TUNE = 1.3
+METHODS = ("tune", "events")
+Progress = Callable[[int, int], None]
+
+
+class SimulationError(ValueError):
+    pass
+
+
+def tuned_workload(tasks: list[Task], capacity_milli: int, tune: float, rng: random.Random) -> list[tuple[str, Task]]:
+    """(pod name, task) in submission order (SortClusterPods with shuffling, then TunePodsByNodeTotalResource)."""
+    named = sorted(((t.name, t) for t in tasks), key=lambda item: item[0])
+    rng.shuffle(named)
+    if tune <= 0:
+        return named
+    target = tune * capacity_milli
+    total = sum(t.total_gpu_milli for _, t in named)
+    if total > target:  # tune down: drop random tasks
+        while total > target and named:
+            _, dropped = named.pop(rng.randrange(len(named)))
+            total -= dropped.total_gpu_milli
+        return named
+    pool = sorted(tasks, key=lambda t: t.name)
+    index = 0
+    while pool:
+        task = pool[rng.randrange(len(pool))]
+        # the artifact compares the per-GPU milli here (and adds the total): kept, it decides where sampling stops
+        if total + task.gpu_milli > target:
+            break
+        total += task.total_gpu_milli
+        named.append((f"{task.name}-tuned-{index}", task))
+        index += 1
+    return named
+
+
+@dataclass
+class Run:
+    """The live state of one experiment."""
+
+    trace: Trace
+    policy: str
+    seed: int
+    mode: str
+    cluster: Cluster
+    scheduler: Scheduler
+    context: SimContext
+    capacity_milli: int
+    node_used: dict[str, int]
+    node_frag: dict[str, float]
+    used: int = 0
+    frag: float = 0.0
+
+    def refresh(self, node: str) -> NodeRes:
+        res = self.context.node_res(node)
+        used = len(res.gpu_left) * MILLI - res.gpu_left_total
+        frag = self.context.fragmentation.node(res)
+        self.used += used - self.node_used.get(node, 0)
+        self.frag += frag - self.node_frag.get(node, 0.0)
+        self.node_used[node] = used
+        self.node_frag[node] = frag
+        return res
+
+
+def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int, mode: str) -> Run:
+    objects = cluster_objects(trace.nodes, mode)
+    tasks: dict[str, Task] = {}
+    for pod_name, task in workload:
+        objects.extend(pod_objects(task, pod_name, mode))
+        tasks[f"{NAMESPACE}/{pod_name}"] = task
+    cluster = Cluster(objects)
+    node_gpus = {n.name: (n.model, [gpu_device_id(n.name, i) for i in range(n.gpus)]) for n in trace.nodes}
+    fragmentation = Fragmentation(typical_tasks(trace.tasks))
+    context = SimContext(cluster, mode, node_gpus, tasks, fragmentation, seed)
+    if policy in PAPER_POLICIES:
+        scheduler = Scheduler(cluster, policy=paper_policy(policy, context))
+    elif policy in GPUDRA_POLICIES:
+        scheduler = Scheduler(cluster, policy=policy)
+    else:
+        raise SimulationError(f"unknown policy {policy!r}; choose from {', '.join(ALL_POLICIES)}")
+    run = Run(trace, policy, seed, mode, cluster, scheduler, context, trace.gpus * MILLI, {}, {})
+    for node in trace.nodes:
+        run.refresh(node.name)
+    return run
+
+
+def _model_utilisation(run: Run) -> dict[str, float]:
+    used: dict[str, int] = {}
+    capacity: dict[str, int] = {}
+    for node in run.trace.nodes:
+        if not node.gpus:
+            continue
+        used[node.model] = used.get(node.model, 0) + run.node_used[node.name]
+        capacity[node.model] = capacity.get(node.model, 0) + node.gpus * MILLI
+    return {model: round(100 * used[model] / capacity[model], 3) for model in sorted(capacity)}
+
+
+def per_percent(points: list[tuple[float, float]], upto: int) -> dict[int, float]:
+    """Mean of the values whose x rounds to each whole percent (else within ±1 of it), as the artifact does."""
+    buckets: dict[int, list[float]] = {}
+    for x, value in points:
+        buckets.setdefault(round(x), []).append(value)
+    series: dict[int, float] = {}
+    for percent in range(0, upto + 1):
+        values = buckets.get(percent)
+        if not values:
+            values = [v for p in (percent - 1, percent, percent + 1) for v in buckets.get(p, ())]
+        if values:
+            series[percent] = sum(values) / len(values)
+    return series
+
+
+def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra", tune: float = DEFAULT_TUNE,
+                   method: str = "tune", progress: Progress | None = None) -> dict[str, Any]:
+    if mode not in ("dra", "device-plugin"):
+        raise SimulationError(f"unknown mode {mode!r}; choose dra or device-plugin")
+    if method not in METHODS:
+        raise SimulationError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if trace.gpus <= 0:
+        raise SimulationError(f"trace {trace.name}: the cluster has no GPUs")
+    started, cpu_started = time.perf_counter(), time.process_time()
+    rng = random.Random(seed)
+    if method == "events":
+        return _run_events(trace, policy, seed, mode, progress, started, cpu_started)
+    workload = tuned_workload(trace.tasks, trace.gpus * MILLI, tune, rng)
+    run = start(trace, workload, policy, seed, mode)
+    capacity = run.capacity_milli
+    arrived = served = scheduled = 0
+    alloc_points: list[tuple[float, float]] = []
+    frag_points: list[tuple[float, float]] = []
+    served_points: list[tuple[float, float]] = []
+    ratio_points: list[tuple[float, float]] = []
+    at_100: dict[str, Any] | None = None
+    for done, (pod_name, task) in enumerate(workload, start=1):
+        arrived += task.total_gpu_milli
+        result = run.scheduler.schedule_pod(f"{NAMESPACE}/{pod_name}")
+        if result.scheduled:
+            scheduled += 1
+            served += task.total_gpu_milli
+            run.refresh(result.node)
+        x = 100 * arrived / capacity
+        alloc_points.append((x, 100 * run.used / capacity))
+        served_points.append((x, 100 * served / capacity))
+        frag_points.append((x, run.frag / MILLI))
+        idle = capacity - run.used
+        ratio_points.append((x, 100 * run.frag / idle if idle > 0 else 0.0))
+        if at_100 is None and x >= 100:
+            at_100 = {"model_utilisation": _model_utilisation(run)}
+        if progress is not None:
+            progress(done, len(workload))
+    upto = int(100 * arrived / capacity)
+    allocation = per_percent(alloc_points, upto)
+    fragmentation = per_percent(frag_points, upto)
+    ratio = per_percent(ratio_points, upto)
+    served_series = per_percent(served_points, upto)
+    percents = sorted(allocation)
+    at = allocation.get(100)
+    result = {
+        "trace": trace.name,
+        "mode": mode,
+        "policy": policy,
+        "seed": seed,
+        "method": "tune",
+        "tune": tune,
+        "nodes": len(trace.nodes),
+        "gpus": trace.gpus,
+        "tasks": len(workload),
+        "scheduled": scheduled,
+        "unscheduled": len(workload) - scheduled,
+        "allocation_ratio": round(at, 4) if at is not None else None,
+        "unallocated_gpus": round(trace.gpus * (1 - at / 100), 2) if at is not None else None,
+        "served_ratio": round(served_series[100], 4) if 100 in served_series else None,
+        "fragmented_gpus": round(fragmentation[100], 2) if 100 in fragmentation else None,
+        "fragmentation_ratio": round(ratio[100], 4) if 100 in ratio else None,
+        "model_utilisation": (at_100 or {"model_utilisation": _model_utilisation(run)})["model_utilisation"],
+        "series": {
+            "arrived_percent": percents,
+            "allocation_ratio": [round(allocation[p], 4) for p in percents],
+            "served_ratio": [round(served_series.get(p, 0.0), 4) for p in percents],
+            "fragmented_gpus": [round(fragmentation.get(p, 0.0), 3) for p in percents],
+            "fragmentation_ratio": [round(ratio.get(p, 0.0), 4) for p in percents],
+        },
+    }
+    result["seconds"] = round(time.perf_counter() - started, 3)
+    result["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
+    return result
+
+
+def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progress | None, started: float,
+                cpu_started: float) -> dict[str, Any]:
+    timed = [t for t in trace.tasks if t.creation is not None]
+    if not timed:
+        raise SimulationError(f"trace {trace.name}: no creation_time column, the events method needs one")
+    workload = [(t.name, t) for t in sorted(timed, key=lambda t: (t.creation, t.name))]
+    run = start(trace, workload, policy, seed, mode)
+    events: list[tuple[int, int, str, Task]] = []  # (time, order: deletions before creations, pod, task)
+    for pod_name, task in workload:
+        events.append((task.creation or 0, 1, pod_name, task))
+        if task.deletion is not None:
+            events.append((task.deletion, 0, pod_name, task))
+    events.sort(key=lambda e: (e[0], e[1], e[2]))
+    placed: dict[str, str] = {}
+    times: list[int] = []
+    allocation: list[float] = []
+    fragmented: list[float] = []
+    scheduled = 0
+    capacity = run.capacity_milli
+    for done, (when, kind, pod_name, task) in enumerate(events, start=1):
+        key = f"{NAMESPACE}/{pod_name}"
+        if kind == 1:
+            result = run.scheduler.schedule_pod(key)
+            if result.scheduled:
+                scheduled += 1
+                placed[key] = result.node
+                run.refresh(result.node)
+        elif key in placed:
+            node = placed.pop(key)
+            run.cluster.delete_pod(key)
+            run.refresh(node)
+        times.append(when)
+        allocation.append(round(100 * run.used / capacity, 4))
+        fragmented.append(round(run.frag / MILLI, 3))
+        if progress is not None:
+            progress(done, len(events))
+    peak = max(allocation, default=0.0)
+    return {
+        "trace": trace.name, "mode": mode, "policy": policy, "seed": seed, "method": "events", "tune": None,
+        "nodes": len(trace.nodes), "gpus": trace.gpus, "tasks": len(workload), "scheduled": scheduled,
+        "unscheduled": len(workload) - scheduled, "allocation_ratio": None, "unallocated_gpus": None,
+        "peak_allocation_ratio": peak, "model_utilisation": _model_utilisation(run),
+        "series": {"time_s": times, "allocation_ratio": allocation, "fragmented_gpus": fragmented},
+        "seconds": round(time.perf_counter() - started, 3), "cpu_seconds": round(time.process_time() - cpu_started, 3),
+    }

@@ -1,0 +1,182 @@
+"""Fragmentation as the FGD paper measures it (Weng et al., USENIX ATC'23; artifact
+hkust-adsl/kubernetes-scheduler-simulator, pkg/utils/frag.go), on the paper's node model `NodeRes`.
+
+Typical tasks M: the trace's task shapes (cpu, gpu milli, gpu count, allowed models), most popular first, taken
+until they cover 95% of the tasks, weights renormalised (GetTypicalPods with the artifact's settings:
+popularity 95, step 1, CPU-only tasks included).
+
+Fragmentation of a node for task m (NodeGpuShareFragAmount): when m fits (enough CPU and enough GPUs with room
+for its share), the free milli of the GPUs too small for m; otherwise every free GPU milli of the node (CPU-only
+tasks can never use a GPU, so for them all free GPU milli is fragmented). F_n = Σ_m p_m·F_n(m).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable
+
+from .trace import MILLI, Task
+
+POPULARITY_THRESHOLD = 95  # percent of tasks the typical shapes must cover
+MAX_NODE_SCORE = 100
+
+ResourceKey = tuple[int, int, int, tuple[str, ...]]  # cpu milli, gpu milli, gpu count, models
+
+
+@dataclass(frozen=True)
+class NodeRes:
+    """What the paper's policies see of a node: free CPU, the free milli of each GPU (by index), the model."""
+
+    cpu_left: int
+    cpu_capacity: int
+    gpu_left: tuple[int, ...]
+    model: str
+
+    @property
+    def gpu_left_total(self) -> int:
+        return sum(self.gpu_left)
+
+    @property
+    def free_gpus(self) -> int:
+        return sum(1 for left in self.gpu_left if left >= MILLI)
+
+
+def accessible(model: str, wanted: tuple[str, ...]) -> bool:
+    """IsNodeAccessibleToPodByType: no constraint fits any node; a constraint needs a GPU node of one model."""
+    if not wanted:
+        return True
+    return bool(model) and model in wanted
+
+
+def fits_gpus(gpu_left: Iterable[int], milli: int, count: int) -> bool:
+    """CanNodeHostPodOnGpuMemory: `count` GPUs with at least `milli` free each."""
+    needed = count
+    for left in gpu_left:
+        if left >= milli:
+            needed -= 1
+            if needed <= 0:
+                return True
+    return False
+
+
+@dataclass(frozen=True)
+class TypicalTask:
+    cpu: int
+    milli: int
+    count: int
+    models: tuple[str, ...]
+    weight: float
+
+
+def typical_tasks(tasks: Iterable[Task], threshold: int = POPULARITY_THRESHOLD) -> list[TypicalTask]:
+    counts: Counter[ResourceKey] = Counter(t.resource_key for t in tasks)
+    total = sum(counts.values())
+    if not total:
+        return []
+    # decreasing count; equal counts: the "larger" shape first (Go's sort.Reverse of (count, cpu, milli, n, type))
+    ordered = sorted(counts.items(), key=lambda item: (item[1], item[0][0], item[0][1], item[0][2],
+                                                       "|".join(item[0][3])), reverse=True)
+    expected = threshold * total / 100
+    chosen: list[tuple[ResourceKey, int]] = []
+    covered = 0
+    for key, count in ordered:
+        if covered >= expected:
+            break
+        chosen.append((key, count))
+        covered += count
+    return [TypicalTask(k[0], k[1], k[2], k[3], count / covered) for k, count in chosen]
+
+
+class Fragmentation:
+    """F_n for node states, memoised: nodes with equal (model, free cpu, free milli multiset) are equal."""
+
+    def __init__(self, typical: list[TypicalTask]):
+        self.typical = typical
+        self._memo: dict[tuple, float] = {}
+        self.choices: dict[tuple, tuple[int, tuple[int, ...]]] = {}  # fgd_choice's memo
+        self._by_model: dict[str, list[TypicalTask]] = {}
+
+    def _for_model(self, model: str) -> list[TypicalTask]:
+        found = self._by_model.get(model)
+        if found is None:
+            found = self._by_model[model] = [t for t in self.typical if accessible(model, t.models)] if model else []
+        return found
+
+    def amount(self, cpu_left: int, gpu_left: tuple[int, ...], model: str) -> float:
+        """Σ_m p_m·F_n(m) in GPU milli (FragAmountSumExceptQ3)."""
+        if not gpu_left:
+            return 0.0
+        ordered = tuple(sorted(gpu_left))
+        key = (model, cpu_left, ordered)
+        value = self._memo.get(key)
+        if value is not None:
+            return value
+        total_left = sum(ordered)
+        value = 0.0
+        if total_left:
+            fits_model = self._for_model(model)
+            satisfied_weight = 0.0
+            for task in fits_model:
+                # Q3 (fits): only the GPUs too small for the task are fragmented
+                if task.milli and task.cpu <= cpu_left and fits_gpus(ordered, task.milli, task.count):
+                    value += task.weight * sum(left for left in ordered if left < task.milli)
+                    satisfied_weight += task.weight
+            # every other typical task (lacks cpu or gpu, inaccessible, or CPU-only) sees all free milli
+            value += (1.0 - satisfied_weight) * total_left
+        if len(self._memo) > 1_000_000:
+            self._memo.clear()
+        self._memo[key] = value
+        return value
+
+    def node(self, res: NodeRes) -> float:
+        return self.amount(res.cpu_left, res.gpu_left, res.model)
+
+
+def sigmoid(x: float) -> float:
+    if x < -700:
+        return 0.0
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def fgd_choice(frag: Fragmentation, res: NodeRes, cpu: int, milli: int, count: int) -> tuple[int, tuple[int, ...]]:
+    """FGD's node score and GPU choice (calculateGpuShareFragExtendScore): the score is
+    int(sigmoid((F_before − F_after)/1000)·100); a share goes to the GPU with the best score (the first on ties),
+    whole GPUs to the first free ones. Memoised: many nodes are in the same state (idle ones above all)."""
+    key = (res, cpu, milli, count)
+    found = frag.choices.get(key)
+    if found is None:
+        if len(frag.choices) > 1_000_000:
+            frag.choices.clear()
+        found = frag.choices[key] = _fgd_choice(frag, res, cpu, milli, count)
+    return found
+
+
+def _fgd_choice(frag: Fragmentation, res: NodeRes, cpu: int, milli: int, count: int) -> tuple[int, tuple[int, ...]]:
+    before = frag.node(res)
+    if count == 1 and milli < MILLI:
+        best_score, best_gpu = 0, -1
+        for index, left in enumerate(res.gpu_left):
+            if left >= milli:
+                after_left = res.gpu_left[:index] + (left - milli,) + res.gpu_left[index + 1:]
+                after = frag.amount(res.cpu_left - cpu, after_left, res.model)
+                score = int(sigmoid((before - after) / 1000) * MAX_NODE_SCORE)
+                if best_gpu < 0 or score > best_score:
+                    best_score, best_gpu = score, index
+        return best_score, ((best_gpu,) if best_gpu >= 0 else ())
+    gpus = first_free_gpus(res, count)
+    after_left = tuple(0 if i in gpus else left for i, left in enumerate(res.gpu_left))
+    after = frag.amount(res.cpu_left - cpu, after_left, res.model)
+    return int(sigmoid((before - after) / 1000) * MAX_NODE_SCORE), gpus
+
+
+def first_free_gpus(res: NodeRes, count: int) -> tuple[int, ...]:
+    """AllocateExclusiveGpuId: the first `count` fully free GPUs by index."""
+    chosen = []
+    for index, left in enumerate(res.gpu_left):
+        if len(chosen) >= count:
+            break
+        if left >= MILLI:
+            chosen.append(index)
+    return tuple(chosen)

@@ -1,0 +1,244 @@
+"""The FGD paper's scoring policies as gpudra scheduler policies: random, dotprod, gpu-clustering, gpu-packing,
+bestfit and fgd (semantics of hkust-adsl/kubernetes-scheduler-simulator, pkg/simulator/plugin/*_score.go; our
+own code).
+
+They plug into `gpudra.scheduler.Scheduler` like its own policies: the scheduler filters every node (NodeResourcesFit
+and DynamicResources through the real allocator), the policy scores the feasible nodes from the node's state as
+the cluster and the allocator hold it (`SimContext.node_res`), and the policy's GPU choice inside the chosen node
+is handed to the allocator, which allocates exactly those devices (the other GPUs of the node are hidden for
+that one call). The artifact runs kube-scheduler with percentageOfNodesToScore 100 and only the policy's score
+plugin; kube-scheduler breaks score ties at random, so do we (seeded).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+from gpudra.driver.slices import COMPUTE_CAPACITY, COMPUTE_UNITS
+from gpudra.scheduler.devicechoice import allocate_hiding, claims_to_allocate
+from gpudra.scheduler.scoring import Policy
+
+from .fgd import MAX_NODE_SCORE, Fragmentation, NodeRes, fgd_choice, first_free_gpus
+from .trace import MILLI, Task
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpudra.scheduler import Cluster
+    from gpudra.scheduler.scheduler import NodeEval, PodInfo, Scheduler
+
+MAX_SPEC_CPU = 128_000  # the artifact's normalisers (open-gpu-share/utils/const.go)
+MAX_SPEC_GPU = 8_000
+PAPER_POLICIES = ("random", "dotprod", "gpu-clustering", "gpu-packing", "bestfit", "fgd")
+NO_GPU = "no-gpu"
+
+
+def affinity_tag(task: Task) -> str:
+    """GetGpuAffinityFromPodAnnotation: no-gpu, share, or "<n>-gpu"."""
+    if not task.num_gpu:
+        return NO_GPU
+    return "share" if task.shares_gpu else f"{task.num_gpu}-gpu"
+
+
+class SimContext:
+    """What the paper's policies read: each node's GPUs (device IDs by index, model) and each pod's task."""
+
+    def __init__(self, cluster: "Cluster", mode: str, node_gpus: dict[str, tuple[str, list[tuple[str, str, str]]]],
+                 tasks: dict[str, Task], fragmentation: Fragmentation, seed: int):
+        self.cluster = cluster
+        self.mode = mode
+        self.node_gpus = node_gpus  # node -> (model, GPU device IDs; in device-plugin mode just as many IDs)
+        self.tasks = tasks
+        self.fragmentation = fragmentation
+        self.rng = random.Random(seed)
+
+    def node_res(self, node: str) -> NodeRes:
+        cluster = self.cluster
+        allocatable = cluster.allocatable(node) or {}
+        usage = cluster.usage[node]
+        cpu_capacity = allocatable.get("cpu", 0)
+        model, devices = self.node_gpus.get(node, ("", []))
+        if self.mode == "device-plugin":
+            used = usage.requested.get("nvidia.com/gpu", 0)
+            left = tuple(0 if i < used else MILLI for i in range(len(devices)))
+        else:
+            state = cluster.allocator().state
+            left_list = []
+            for device in devices:
+                if device in state.allocated:
+                    left_list.append(0)
+                    continue
+                consumed = state.capacity.get(device)
+                used_nanos = consumed.get(COMPUTE_CAPACITY, 0) if consumed else 0
+                left_list.append(MILLI - used_nanos * MILLI // (COMPUTE_UNITS * 1_000_000_000))
+            left = tuple(left_list)
+        return NodeRes(cpu_capacity - usage.requested.get("cpu", 0), cpu_capacity, left, model)
+
+    def task(self, info: "PodInfo") -> Task:
+        return self.tasks[info.key]
+
+
+def best_fit_gpu(res: NodeRes, task: Task) -> tuple[int, ...]:
+    """allocateGpuIdBasedOnBestFit: a share on the fullest GPU it fits (first on ties), whole GPUs first-free."""
+    if task.shares_gpu:
+        best = -1
+        for index, left in enumerate(res.gpu_left):
+            if left >= task.gpu_milli and (best < 0 or left < res.gpu_left[best]):
+                best = index
+        return (best,) if best >= 0 else ()
+    return first_free_gpus(res, task.num_gpu)
+
+
+class PaperPolicy(Policy):
+    default_percentage_of_nodes_to_score = 100
+
+    def __init__(self, context: SimContext):
+        self.context = context
+
+    def plain_score(self, parts: Any) -> float | None:
+        return None  # ties are broken at random per pod, so scores are never "plain"
+
+    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
+        task = self.context.task(info)
+        res = self.context.node_res(evaluation.result.node)
+        return self.score(res, task, evaluation.result.node)
+
+    def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
+        raise NotImplementedError
+
+    def gpus(self, res: NodeRes, task: Task) -> tuple[int, ...]:
+        return best_fit_gpu(res, task)
+
+    def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
+        scores: dict[str, float] = {e.result.node: e.parts[0] for e in feasible}
+        top = max(scores.values())
+        tied = [node for node, score in scores.items() if score == top]
+        if len(tied) > 1:  # kube-scheduler's selectHost: a uniformly random node among the best
+            scores[tied[self.context.rng.randrange(len(tied))]] += 0.5
+        return scores
+
+    def choose_allocations(self, scheduler: "Scheduler", info: "PodInfo", chosen: "NodeEval") -> list[dict[str, Any]]:
+        first_fit = list(chosen.result.allocations or [])
+        claims = claims_to_allocate(scheduler, info, chosen)
+        if not claims:
+            return first_fit
+        node = chosen.result.node
+        task = self.context.task(info)
+        res = self.context.node_res(node)
+        wanted = self.gpus(res, task)
+        devices = self.context.node_gpus[node][1]
+        hidden = [device for index, device in enumerate(devices) if index not in wanted]
+        if not hidden:
+            return first_fit
+        steered = allocate_hiding(scheduler, node, claims, hidden)
+        return steered if steered is not None else first_fit
+
+
+class RandomPolicy(PaperPolicy):
+    """RandomScore: one feasible node at random (PreScore picks it); a share goes to a random GPU it fits."""
+
+    name = "random"
+
+    def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
+        return 0, ()
+
+    def gpus(self, res: NodeRes, task: Task) -> tuple[int, ...]:
+        if not task.shares_gpu:
+            return first_free_gpus(res, task.num_gpu)
+        fitting = [i for i, left in enumerate(res.gpu_left) if left >= task.gpu_milli]
+        return (fitting[self.context.rng.randrange(len(fitting))],) if fitting else ()
+
+
+class DotProdPolicy(PaperPolicy):
+    """DotProductScore (merged GPU dimension, normalised by the largest node): prefer the node whose free
+    (cpu, gpu) vector is least aligned with the task's."""
+
+    name = "dotprod"
+
+    def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
+        if res.cpu_left < task.cpu_milli:
+            return 0, ()
+        dot = (res.cpu_left / MAX_SPEC_CPU) * (task.cpu_milli / MAX_SPEC_CPU) + \
+            (res.gpu_left_total / MAX_SPEC_GPU) * (task.total_gpu_milli / MAX_SPEC_GPU)
+        return int(MAX_NODE_SCORE * (1 - dot / 2)), ()
+
+
+class GpuClusteringPolicy(PaperPolicy):
+    """GpuClusteringScore: put tasks of one kind (share, 1-, 2-, 4-, 8-GPU) together, fuller nodes first."""
+
+    name = "gpu-clustering"
+
+    def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
+        tag = affinity_tag(task)
+        if tag == NO_GPU:
+            return 0, ()
+        tags = {affinity_tag(self.context.tasks[key]) for key in self.context.cluster.usage[node].pods
+                if key in self.context.tasks}
+        tags.discard(NO_GPU)
+        fill = (MAX_NODE_SCORE // 4) * (MAX_SPEC_GPU - res.gpu_left_total) // MAX_SPEC_GPU
+        if tag in tags:
+            return fill + (MAX_NODE_SCORE * 3 // 4 if len(tags) == 1 else MAX_NODE_SCORE * 2 // 4), ()
+        return fill + (MAX_NODE_SCORE // 4 if not tags else 0), ()
+
+
+class GpuPackingPolicy(PaperPolicy):
+    """GpuPackingScore: prefer partly used GPUs, then partly used nodes, then idle nodes."""
+
+    name = "gpu-packing"
+
+    def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
+        if not task.num_gpu:
+            return 0, ()
+        free = res.free_gpus
+        if free == len(res.gpu_left):
+            return max(MAX_NODE_SCORE // 3 - free, free), ()
+        order = sorted(range(len(res.gpu_left)), key=lambda i: res.gpu_left[i])  # stable: fullest first
+        wanted, free_used, used = task.num_gpu, 0, []
+        for index in order:
+            if not wanted:
+                break
+            left = res.gpu_left[index]
+            if task.gpu_milli <= left:
+                wanted -= 1
+                used.append(index)
+                if left == MILLI:
+                    free_used += 1
+        if wanted:
+            return 0, ()
+        if free_used:
+            return max(MAX_NODE_SCORE // 2 - free_used, MAX_NODE_SCORE // 3), ()
+        ratio = sum(res.gpu_left[i] * 100 // MILLI for i in used)
+        return max(MAX_NODE_SCORE - ratio // 10, MAX_NODE_SCORE // 2), ()
+
+
+class BestFitPolicy(PaperPolicy):
+    """BestFitScore: the node left with the least free (cpu, gpu), each normalised by the largest node."""
+
+    name = "bestfit"
+
+    def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
+        free_cpu = res.cpu_left - task.cpu_milli
+        free_gpu = res.gpu_left_total - task.total_gpu_milli
+        if free_cpu < 0 or free_gpu < 0:
+            return 0, ()
+        waste = free_cpu / MAX_SPEC_CPU * 0.5 + free_gpu / MAX_SPEC_GPU * 0.5
+        return int((1.0 - waste) * MAX_NODE_SCORE), ()
+
+
+class FgdPolicy(PaperPolicy):
+    """FGDScore: the node (and GPU) whose fragmentation grows least for the typical tasks."""
+
+    name = "fgd"
+
+    def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
+        return fgd_choice(self.context.fragmentation, res, task.cpu_milli, task.gpu_milli, task.num_gpu)
+
+    def gpus(self, res: NodeRes, task: Task) -> tuple[int, ...]:
+        return fgd_choice(self.context.fragmentation, res, task.cpu_milli, task.gpu_milli, task.num_gpu)[1]
+
+
+_CLASSES = {cls.name: cls for cls in (RandomPolicy, DotProdPolicy, GpuClusteringPolicy, GpuPackingPolicy,
+                                       BestFitPolicy, FgdPolicy)}
+
+
+def paper_policy(name: str, context: SimContext) -> PaperPolicy:
+    return _CLASSES[name](context)

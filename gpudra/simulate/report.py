@@ -1,0 +1,178 @@
+"""Outputs of a simulation: CSV tables, PNG plots (matplotlib) and one self-contained HTML report.
+
+Plots, one set per trace: allocation ratio against arrived GPU demand per policy (mean over seeds),
+fragmentation against arrived demand per policy, per-GPU-model utilisation at 100% arrived demand, and — when
+both modes ran — device plugin vs DRA (demand served against arrived demand).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from .sweep import summarize
+
+SUMMARY_COLUMNS = ("trace", "mode", "policy", "seeds", "gpus", "allocation_ratio", "allocation_ratio_std",
+                   "unallocated_gpus", "served_ratio", "fragmented_gpus", "seconds", "cpu_seconds")
+SERIES_COLUMNS = ("trace", "mode", "policy", "seed", "arrived_percent", "allocation_ratio", "served_ratio",
+                  "fragmented_gpus", "fragmentation_ratio")
+
+
+def summary_csv(rows: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def series_csv(results: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(SERIES_COLUMNS)
+    for r in results:
+        series = r.get("series") or {}
+        for i, percent in enumerate(series.get("arrived_percent") or []):
+            writer.writerow([r["trace"], r["mode"], r["policy"], r["seed"], percent, series["allocation_ratio"][i],
+                             series["served_ratio"][i], series["fragmented_gpus"][i],
+                             series["fragmentation_ratio"][i]])
+    return out.getvalue()
+
+
+def _mean_series(members: list[dict[str, Any]], field: str) -> tuple[list[int], list[float]]:
+    sums: dict[int, list[float]] = {}
+    for r in members:
+        series = r.get("series") or {}
+        for percent, value in zip(series.get("arrived_percent") or [], series.get(field) or []):
+            sums.setdefault(percent, []).append(value)
+    xs = sorted(sums)
+    return xs, [sum(sums[x]) / len(sums[x]) for x in xs]
+
+
+def _figure_png(draw) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.2), dpi=100)
+    draw(axes)
+    axes.grid(True, alpha=0.3)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def plots(results: list[dict[str, Any]]) -> dict[str, bytes]:
+    """file name -> PNG bytes."""
+    tuned = [r for r in results if r.get("method", "tune") == "tune" and r.get("series", {}).get("arrived_percent")]
+    out: dict[str, bytes] = {}
+    for trace in dict.fromkeys(r["trace"] for r in tuned):
+        of_trace = [r for r in tuned if r["trace"] == trace]
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for r in of_trace:
+            groups.setdefault((r["mode"], r["policy"]), []).append(r)
+        dra = {policy: members for (mode, policy), members in groups.items() if mode == "dra"} or \
+            {f"{policy} ({mode})": members for (mode, policy), members in groups.items()}
+
+        def curves(field: str, ylabel: str, title: str, low: float | None = None):
+            def draw(axes) -> None:
+                for label, members in dra.items():
+                    xs, ys = _mean_series(members, field)
+                    axes.plot(xs, ys, label=label)
+                axes.set_xlabel("arrived GPU demand (% of capacity)")
+                axes.set_ylabel(ylabel)
+                axes.set_title(title)
+                if low is not None:
+                    axes.set_xlim(left=low)
+                axes.legend(fontsize=8)
+            return draw
+
+        out[f"{trace}-allocation.png"] = _figure_png(curves(
+            "allocation_ratio", "GPU allocation ratio (%)", f"{trace}: GPU allocation vs arrived demand", 60))
+        out[f"{trace}-fragmentation.png"] = _figure_png(curves(
+            "fragmented_gpus", "fragmented GPUs (FGD measure)", f"{trace}: fragmentation vs arrived demand"))
+
+        def models(axes) -> None:
+            labels = list(dra)
+            model_names = sorted({m for members in dra.values() for r in members for m in r["model_utilisation"]})
+            width = 0.8 / max(1, len(labels))
+            for i, label in enumerate(labels):
+                values = [sum(r["model_utilisation"].get(m, 0.0) for r in dra[label]) / len(dra[label])
+                          for m in model_names]
+                axes.bar([x + i * width for x in range(len(model_names))], values, width, label=label)
+            axes.set_xticks([x + width * (len(labels) - 1) / 2 for x in range(len(model_names))], model_names)
+            axes.set_ylabel("GPU milli allocated (%)")
+            axes.set_title(f"{trace}: utilisation per GPU model at 100% arrived demand")
+            axes.legend(fontsize=8)
+
+        out[f"{trace}-models.png"] = _figure_png(models)
+        modes = {mode for mode, _ in groups}
+        if {"dra", "device-plugin"} <= modes:
+            def versus(axes) -> None:
+                for (mode, policy), members in groups.items():
+                    xs, ys = _mean_series(members, "served_ratio")
+                    axes.plot(xs, ys, label=f"{mode}: {policy}", linestyle="-" if mode == "dra" else "--")
+                axes.set_xlabel("arrived GPU demand (% of capacity)")
+                axes.set_ylabel("GPU demand served (% of capacity)")
+                axes.set_title(f"{trace}: device plugin vs DRA")
+                axes.set_xlim(left=50)
+                axes.legend(fontsize=8)
+
+            out[f"{trace}-device-plugin-vs-dra.png"] = _figure_png(versus)
+    return out
+
+
+def html_report(results: list[dict[str, Any]], images: dict[str, bytes]) -> str:
+    rows = summarize(results)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in SUMMARY_COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(row.get(c, '')))}</td>" for c in SUMMARY_COLUMNS)
+                   + "</tr>" for row in rows)
+    figures = "".join(
+        f'<figure><img alt="{html.escape(name)}" data-plot="{html.escape(name)}" '
+        f'src="data:image/png;base64,{base64.b64encode(data).decode()}"><figcaption>{html.escape(name)}'
+        f"</figcaption></figure>"
+        for name, data in images.items())
+    return (
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>gpudra simulate</title><style>"
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+        "padding:2px 6px;text-align:right}figure{display:inline-block;margin:1em}</style></head><body>"
+        "<h1>gpudra simulate</h1><p>GPU allocation ratio and unallocated GPUs at 100% arrived GPU demand, mean over "
+        "seeds (the FGD paper's workload-tuning method).</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{figures}"
+        f'<script type="application/json" id="results">{html.escape(json.dumps(rows))}</script>'
+        # after loading, the page states how many plots it shows (rendered, non-empty): checked by the tests
+        "<script>window.addEventListener('load',function(){var i=document.querySelectorAll('img[data-plot]');"
+        "var n=0;i.forEach(function(e){if(e.complete&&e.naturalWidth>0)n++;});"
+        "document.body.setAttribute('data-plots-shown',n+'/'+i.length);});</script></body></html>")
+
+
+def write_outputs(results: list[dict[str, Any]], directory: str) -> list[str]:
+    """results.json, summary.csv, series.csv, the PNG plots and report.html; returns the paths written."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    def write(name: str, data: bytes | str) -> None:
+        path = out / name
+        if isinstance(data, str):
+            path.write_text(data, encoding="utf-8")
+        else:
+            path.write_bytes(data)
+        written.append(str(path))
+
+    write("results.json", json.dumps(results, indent=1))
+    write("summary.csv", summary_csv(summarize(results)))
+    write("series.csv", series_csv(results))
+    images = plots(results)
+    for name, data in images.items():
+        write(name, data)
+    write("report.html", html_report(results, images))
+    return written

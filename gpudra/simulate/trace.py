@@ -1,0 +1,151 @@
+"""GPU cluster traces in the openb CSV shape (Alibaba, "Beware of Fragmentation", USENIX ATC'23).
+
+Nodes: `sn, cpu_milli, memory_mib, gpu, model`. Tasks: `name, cpu_milli, memory_mib, num_gpu, gpu_milli`
+(+ optional `gpu_spec` = allowed models separated by `|`, `creation_time`, `deletion_time` in seconds).
+The openb traces are bundled (`data/openb`, with the upstream README for attribution).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import IO, Iterable
+
+MILLI = 1000
+BUNDLED_NODES = "openb_node_list_gpu_node.csv"  # the paper's cluster: 1,213 GPU nodes, 6,212 GPUs
+BUNDLED_TRACES = ("default", "cpu100", "gpushare40", "gpuspec10", "multigpu30")
+DEFAULT_TRACE = "default"
+
+
+class TraceError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class TraceNode:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+    model: str  # "" for CPU-only nodes
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int  # per GPU; < 1000 only with num_gpu == 1 (a share of one GPU)
+    gpu_spec: tuple[str, ...] = ()  # allowed GPU models, empty = any
+    creation: int | None = None
+    deletion: int | None = None
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return self.num_gpu * self.gpu_milli if self.num_gpu else 0
+
+    @property
+    def shares_gpu(self) -> bool:
+        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI
+
+    @property
+    def resource_key(self) -> tuple[int, int, int, tuple[str, ...]]:
+        """What the paper's policies see of a task (FGD's PodResource: cpu, gpu milli, gpu count, gpu type)."""
+        return (self.cpu_milli, self.gpu_milli if self.num_gpu else 0, self.num_gpu, self.gpu_spec)
+
+
+@dataclass
+class Trace:
+    name: str
+    nodes: list[TraceNode]
+    tasks: list[Task]
+
+    @property
+    def gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+
+def _data_dir() -> Path:
+    return Path(str(resources.files("gpudra.simulate") / "data" / "openb"))
+
+
+def _int(row: dict[str, str], key: str, where: str, default: int | None = None) -> int:
+    text = (row.get(key) or "").strip()
+    if not text:
+        if default is not None:
+            return default
+        raise TraceError(f"{where}: {key}: missing")
+    try:
+        return int(float(text))
+    except ValueError:
+        raise TraceError(f"{where}: {key}: {text!r} is not a number") from None
+
+
+def _optional_int(row: dict[str, str], key: str, where: str) -> int | None:
+    text = (row.get(key) or "").strip()
+    if not text or text.lower() == "nan":
+        return None
+    return _int(row, key, where)
+
+
+def _rows(stream: IO[str], where: str, required: Iterable[str]) -> list[tuple[int, dict[str, str]]]:
+    reader = csv.DictReader(stream)
+    missing = [c for c in required if c not in (reader.fieldnames or [])]
+    if missing:
+        raise TraceError(f"{where}: missing column(s) {', '.join(missing)}")
+    return [(line, row) for line, row in enumerate(reader, start=2)]
+
+
+def read_nodes(stream: IO[str], where: str = "nodes") -> list[TraceNode]:
+    nodes = []
+    for line, row in _rows(stream, where, ("sn", "cpu_milli", "memory_mib", "gpu")):
+        at = f"{where}:{line}"
+        model = (row.get("model") or "").strip()
+        gpus = _int(row, "gpu", at, 0)
+        if gpus < 0:
+            raise TraceError(f"{at}: gpu: must not be negative")
+        nodes.append(TraceNode(row["sn"].strip(), _int(row, "cpu_milli", at), _int(row, "memory_mib", at), gpus,
+                               "" if model.lower() == "nan" else model))
+    if len({n.name for n in nodes}) != len(nodes):
+        raise TraceError(f"{where}: node names are not unique")
+    return nodes
+
+
+def read_tasks(stream: IO[str], where: str = "pods") -> list[Task]:
+    tasks = []
+    for line, row in _rows(stream, where, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")):
+        at = f"{where}:{line}"
+        num_gpu = _int(row, "num_gpu", at, 0)
+        gpu_milli = _int(row, "gpu_milli", at, 0)
+        if num_gpu < 0 or not 0 <= gpu_milli <= MILLI:
+            raise TraceError(f"{at}: num_gpu must be >= 0 and gpu_milli within 0..1000")
+        if num_gpu > 1 and gpu_milli != MILLI:
+            raise TraceError(f"{at}: gpu_milli: a task with {num_gpu} GPUs must use whole GPUs (1000)")
+        if num_gpu and not gpu_milli:
+            raise TraceError(f"{at}: gpu_milli: a task with GPUs needs gpu_milli > 0")
+        spec = (row.get("gpu_spec") or "").strip()
+        models = tuple(m for m in spec.split("|") if m and m.lower() != "nan")
+        tasks.append(Task(row["name"].strip(), _int(row, "cpu_milli", at), _int(row, "memory_mib", at), num_gpu,
+                          gpu_milli if num_gpu else 0, models, _optional_int(row, "creation_time", at),
+                          _optional_int(row, "deletion_time", at)))
+    return tasks
+
+
+def bundled_trace(name: str = DEFAULT_TRACE) -> Trace:
+    if name not in BUNDLED_TRACES:
+        raise TraceError(f"unknown trace {name!r}; bundled: {', '.join(BUNDLED_TRACES)}")
+    base = _data_dir()
+    with open(base / BUNDLED_NODES, encoding="utf-8") as nodes, \
+            open(base / f"openb_pod_list_{name}.csv", encoding="utf-8") as pods:
+        return Trace(name, read_nodes(nodes, BUNDLED_NODES), read_tasks(pods, f"openb_pod_list_{name}.csv"))
+
+
+def load_trace(nodes_path: str, pods_path: str, name: str | None = None) -> Trace:
+    try:
+        with open(nodes_path, encoding="utf-8") as nodes, open(pods_path, encoding="utf-8") as pods:
+            return Trace(name or Path(pods_path).stem, read_nodes(nodes, nodes_path), read_tasks(pods, pods_path))
+    except OSError as exc:
+        raise TraceError(f"{exc.filename}: {exc.strerror}") from None

@@ -1,0 +1,295 @@
+"""`gpudra simulate`: traces, the driver's consumable-capacity sharing mode, FGD's fragmentation, experiments
+through the real scheduler/allocator, outputs and the HTML report."""
+
+from __future__ import annotations
+
+import io
+import math
+import json
+import random
+import shutil
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpudra.driver.slices import build_resource_slices, device_classes
+from gpudra.scheduler import Cluster, Scheduler
+from gpudra.simulate import bundled_trace, run_experiment
+from gpudra.simulate.engine import tuned_workload
+from gpudra.simulate.fgd import Fragmentation, NodeRes, TypicalTask, fgd_choice, typical_tasks
+from gpudra.simulate.objects import node_inventory, pod_objects
+from gpudra.simulate.report import write_outputs
+from gpudra.simulate.trace import Task, Trace, TraceError, TraceNode, read_nodes, read_tasks
+
+NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model
+n-0,32000,131072,2,T4
+n-1,64000,262144,4,G2
+n-2,96000,393216,8,G2
+n-3,16000,65536,0,
+n-4,32000,131072,1,P100
+"""
+PODS_CSV = """name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time
+p-0,4000,8192,1,500,,LS,Running,0,100,0
+p-1,2000,4096,1,250,T4,LS,Running,10,50,10
+p-2,8000,16384,2,1000,,LS,Running,20,200,20
+p-3,1000,2048,0,0,,BE,Running,30,40,30
+p-4,4000,8192,1,1000,G2|P100,LS,Running,40,400,40
+p-5,6000,8192,1,330,,LS,Running,50,60,50
+p-6,16000,32768,4,1000,,LS,Running,60,70,60
+"""
+
+
+def small_trace(copies: int = 6) -> Trace:
+    """The nodes above, `copies` times over (90 GPUs: arrived demand passes every percent near 100)."""
+    nodes = [TraceNode(f"{n.name}-{c}", n.cpu_milli, n.memory_mib, n.gpus, n.model)
+             for c in range(copies) for n in read_nodes(io.StringIO(NODES_CSV))]
+    return Trace("small", nodes, read_tasks(io.StringIO(PODS_CSV)))
+
+
+# ----- traces ---------------------------------------------------------------------------------------------
+def test_bundled_default_trace_is_the_papers_cluster():
+    trace = bundled_trace("default")
+    assert len(trace.nodes) == 1213 and trace.gpus == 6212 and len(trace.tasks) == 8152
+    assert sum(1 for t in trace.tasks if t.shares_gpu) == 3078
+
+
+def test_trace_errors_name_file_and_line():
+    with pytest.raises(TraceError, match=r"pods:3: num_gpu"):
+        read_tasks(io.StringIO("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,1,500\nb,1,1,-1,0\n"), "pods")
+    with pytest.raises(TraceError, match="missing column"):
+        read_nodes(io.StringIO("sn,cpu_milli\nx,1\n"))
+
+
+@settings(max_examples=40)
+@given(st.lists(st.tuples(st.integers(0, 128000), st.integers(0, 10**6), st.sampled_from([0, 1, 2, 4, 8]),
+                          st.integers(1, 1000), st.lists(st.sampled_from(["G1", "T4", "V100M16"]), max_size=2)),
+                min_size=1, max_size=20))
+def test_task_csv_round_trip(rows):
+    lines = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec"]
+    expected = []
+    for i, (cpu, memory, count, milli, models) in enumerate(rows):
+        milli = 1000 if count > 1 else milli
+        lines.append(f"t{i},{cpu},{memory},{count},{milli if count else 0},{'|'.join(models)}")
+        expected.append(Task(f"t{i}", cpu, memory, count, milli if count else 0, tuple(models)))
+    assert read_tasks(io.StringIO("\n".join(lines) + "\n")) == expected
+
+
+# ----- the driver's sharing mode through the scheduler and allocator -----------------------------------------
+def _cluster_with(tasks: list[Task], gpus: int = 1) -> tuple[Cluster, list[str]]:
+    node = TraceNode("node-a", 64000, 262144, gpus, "G2")
+    objects = [c for c in device_classes() if c["metadata"]["name"] == "gpu.nvidia.com"]
+    objects.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"},
+                    "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}})
+    objects += build_resource_slices(node_inventory(node), "node-a", sharing="consumable")
+    keys = []
+    for i, task in enumerate(tasks):
+        objects += pod_objects(task, f"pod-{i}", "dra")
+        keys.append(f"sim/pod-{i}")
+    return Cluster(objects), keys
+
+
+def test_consumable_sharing_slices_publish_shareable_gpus():
+    slices = build_resource_slices(node_inventory(TraceNode("n", 1, 1, 2, "G1")), "n", sharing="consumable")
+    devices = slices[0]["spec"]["devices"]
+    assert [d["allowMultipleAllocations"] for d in devices] == [True, True]
+    assert devices[0]["capacity"]["compute"]["value"] == "1000"
+    plain = build_resource_slices(node_inventory(TraceNode("n", 1, 1, 2, "G1")), "n")
+    assert "allowMultipleAllocations" not in plain[0]["spec"]["devices"][0]
+    with pytest.raises(ValueError, match="sharing"):
+        build_resource_slices(node_inventory(TraceNode("n", 1, 1, 1, "G1")), "n", sharing="timeslice")
+
+
+def test_shares_fill_one_gpu_and_whole_gpus_stay_exclusive():
+    share = Task("s", 1000, 1024, 1, 400)
+    whole = Task("w", 1000, 1024, 1, 1000)
+    cluster, keys = _cluster_with([share, share, share, whole])
+    scheduler = Scheduler(cluster)
+    results = [scheduler.schedule_pod(key) for key in keys]
+    assert [r.scheduled for r in results] == [True, True, False, False]  # 400m + 400m fit, 1200m does not
+    claim = cluster.claims["sim/pod-0-gpu"]
+    result = claim["status"]["allocation"]["devices"]["results"][0]
+    assert result["device"] == "gpu-0" and result["consumedCapacity"]["compute"] == "400"
+    cluster, keys = _cluster_with([whole, share], gpus=1)
+    scheduler = Scheduler(cluster)
+    assert [scheduler.schedule_pod(k).scheduled for k in keys] == [True, False]
+
+
+def test_gpu_spec_selects_the_product_name():
+    cluster, keys = _cluster_with([Task("t", 1000, 1024, 1, 1000, ("T4",)), Task("u", 1000, 1024, 1, 1000, ("G2",))])
+    scheduler = Scheduler(cluster)
+    assert [scheduler.schedule_pod(k).scheduled for k in keys] == [False, True]
+
+
+# ----- FGD's measure -----------------------------------------------------------------------------------------
+def test_fragmentation_counts_gpus_too_small_for_typical_tasks():
+    typical = [TypicalTask(1000, 500, 1, (), 0.5), TypicalTask(1000, 0, 0, (), 0.5)]
+    frag = Fragmentation(typical)
+    # a 500m task fits; the 300m GPU is too small for it; the CPU-only task can use no GPU milli at all
+    assert frag.amount(8000, (1000, 300), "G1") == pytest.approx(0.5 * 300 + 0.5 * 1300)
+    # no CPU left: nothing fits, all free milli is fragmented
+    assert frag.amount(0, (1000, 300), "G1") == pytest.approx(1300)
+    # 500m on the idle GPU leaves (500, 600): both still fit a 500m task (F = 0.5·1100); on the 600m GPU it
+    # leaves (1000, 100): the 100m are lost (F = 0.5·100 + 0.5·1100); F before = 0.5·1600
+    score, gpus = fgd_choice(frag, NodeRes(8000, 8000, (1000, 600), "G1"), 1000, 500, 1)
+    assert gpus == (0,) and score == int(100 / (1 + math.exp(-(800 - 550) / 1000)))
+
+
+def test_typical_tasks_cover_95_percent_and_sum_to_one():
+    trace = bundled_trace("default")
+    typical = typical_tasks(trace.tasks)
+    assert sum(t.weight for t in typical) == pytest.approx(1.0)
+    counts = {}
+    for task in trace.tasks:
+        counts[task.resource_key] = counts.get(task.resource_key, 0) + 1
+    covered = sum(counts[(t.cpu, t.milli, t.count, t.models)] for t in typical)
+    assert covered >= 0.95 * len(trace.tasks) > covered - min(counts.values()) - max(counts.values())
+
+
+def test_tuning_reaches_the_target_demand_and_is_seeded():
+    trace = small_trace()
+    capacity = trace.gpus * 1000
+    first = tuned_workload(trace.tasks, capacity, 1.3, random.Random(7))
+    again = tuned_workload(trace.tasks, capacity, 1.3, random.Random(7))
+    other = tuned_workload(trace.tasks, capacity, 1.3, random.Random(8))
+    assert first == again and first != other
+    demand = sum(t.total_gpu_milli for _, t in first)
+    assert 1.3 * capacity - 8000 <= demand <= 1.3 * capacity + 8000
+    assert {t.name for _, t in first} >= {t.name for t in trace.tasks}  # the originals come first, all of them
+
+
+# ----- experiments through the real scheduler --------------------------------------------------------------
+POLICIES = ("random", "dotprod", "gpu-clustering", "gpu-packing", "bestfit", "fgd", "kube", "binpack",
+            "fragmentation")
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_experiment_is_deterministic_and_consistent(policy):
+    trace = small_trace()
+    first = run_experiment(trace, policy, seed=3, tune=2.0)
+    again = run_experiment(trace, policy, seed=3, tune=2.0)
+    for volatile in ("seconds", "cpu_seconds"):
+        first.pop(volatile), again.pop(volatile)
+    assert first == again
+    assert first["scheduled"] + first["unscheduled"] == first["tasks"]
+    assert 0 < first["allocation_ratio"] <= 100
+    assert first["unallocated_gpus"] == pytest.approx(trace.gpus * (1 - first["allocation_ratio"] / 100), abs=0.01)
+
+
+def test_allocations_match_the_tasks_and_fit_the_gpus():
+    from gpudra.simulate.engine import start
+
+    trace = small_trace()
+    workload = tuned_workload(trace.tasks, trace.gpus * 1000, 2.0, random.Random(1))
+    run = start(trace, workload, "fgd", 1, "dra")
+    demand = 0
+    for name, task in workload:
+        result = run.scheduler.schedule_pod(f"sim/{name}")
+        if result.scheduled:
+            run.refresh(result.node)
+            demand += task.total_gpu_milli
+            if task.num_gpu:
+                devices = run.cluster.claims[f"sim/{name}-gpu"]["status"]["allocation"]["devices"]["results"]
+                assert len(devices) == task.num_gpu and {d["pool"] for d in devices} == {result.node}
+    assert run.used == demand  # what the allocator holds is exactly the demand placed
+    for node in trace.nodes:
+        assert all(0 <= left <= 1000 for left in run.context.node_res(node.name).gpu_left)
+
+
+def test_device_plugin_mode_gives_whole_gpus():
+    trace = small_trace()
+    result = run_experiment(trace, "bestfit", seed=1, mode="device-plugin", tune=1.3)
+    dra = run_experiment(trace, "bestfit", seed=1, mode="dra", tune=1.3)
+    # a share costs a whole GPU: the device plugin serves no more demand than DRA
+    assert result["served_ratio"] <= dra["served_ratio"]
+    assert result["allocation_ratio"] >= result["served_ratio"]
+
+
+def test_events_method_follows_creation_and_deletion():
+    result = run_experiment(small_trace(), "fgd", seed=1, method="events")
+    series = result["series"]
+    assert series["time_s"] == sorted(series["time_s"])
+    assert series["allocation_ratio"][-1] == 0.0  # every task was deleted in the end
+    assert result["peak_allocation_ratio"] > 0
+
+
+# ----- CLI, outputs, report -----------------------------------------------------------------------------------
+def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpudra", "simulate", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def test_cli_json_has_the_fields_and_usage_errors_exit_2(tmp_path):
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    done = _cli("--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"),
+                "--policies", "fgd,bestfit", "--seeds", "2", "-j", "1", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["policy"], r["seed"]) for r in lines] == [("fgd", 42), ("fgd", 43), ("bestfit", 42), ("bestfit", 43)]
+    for r in lines:
+        assert {"trace", "mode", "policy", "seed", "gpus", "allocation_ratio", "unallocated_gpus", "series"} <= set(r)
+        assert r["gpus"] == 15 and "\x1b" not in done.stderr
+    assert _cli("--trace", "nope").returncode == 2
+    (tmp_path / "bad.csv").write_text("name,cpu_milli\n")
+    bad = _cli("--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "bad.csv"))
+    assert bad.returncode == 2 and "missing column" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_html_report_shows_every_plot_in_headless_chromium(tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (CI installs Debian's chromium)")
+    trace = small_trace()
+    results = [run_experiment(trace, policy, seed=1, mode=mode, tune=1.5)
+               for mode in ("dra", "device-plugin") for policy in ("fgd", "bestfit")]
+    written = write_outputs(results, str(tmp_path))
+    pngs = [p for p in written if p.endswith(".png")]
+    assert {p.rsplit("/", 1)[1] for p in pngs} == {"small-allocation.png", "small-fragmentation.png",
+                                                    "small-models.png", "small-device-plugin-vs-dra.png"}
+    done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
+                           "--dump-dom", f"file://{tmp_path}/report.html"], capture_output=True, text=True,
+                          timeout=120)
+    assert f'data-plots-shown="{len(pngs)}/{len(pngs)}"' in done.stdout, done.stderr[-2000:]
+
+
+def test_scheduler_path_equals_a_direct_model_of_the_fgd_policy():
+    """The same FGD decisions computed directly on the paper's node model (no Kubernetes objects, no allocator)
+    give the same allocation series: the real scheduler and allocator neither lose nor invent placements."""
+    from gpudra.simulate.fgd import accessible, fits_gpus
+
+    trace = small_trace()
+    simulated = run_experiment(trace, "fgd", seed=5, tune=1.6)
+    workload = tuned_workload(trace.tasks, trace.gpus * 1000, 1.6, random.Random(5))
+    frag = Fragmentation(typical_tasks(trace.tasks))
+    nodes = sorted(trace.nodes, key=lambda n: n.name)
+    state = {n.name: [n.cpu_milli, n.memory_mib, [1000] * n.gpus] for n in nodes}
+    rng = random.Random(5)  # the policy's tie-breaking stream
+    used, scheduled = 0, 0
+    for _, task in workload:
+        feasible = []
+        for node in nodes:
+            cpu, memory, left = state[node.name]
+            if task.cpu_milli > cpu or task.memory_mib > memory:
+                continue
+            if task.num_gpu and not (accessible(node.model, task.gpu_spec)
+                                     and fits_gpus(left, task.gpu_milli, task.num_gpu)):
+                continue
+            score, gpus = fgd_choice(frag, NodeRes(cpu, node.cpu_milli, tuple(left), node.model),
+                                     task.cpu_milli, task.gpu_milli, task.num_gpu)
+            feasible.append((node.name, score, gpus))
+        if not feasible:
+            continue
+        top = max(score for _, score, _ in feasible)
+        tied = [f for f in feasible if f[1] == top]
+        name, _, gpus = tied[rng.randrange(len(tied))] if len(tied) > 1 else tied[0]
+        state[name][0] -= task.cpu_milli
+        state[name][1] -= task.memory_mib
+        for index in gpus:
+            state[name][2][index] -= task.gpu_milli
+        used += task.total_gpu_milli
+        scheduled += 1
+    assert simulated["scheduled"] == scheduled
+    assert simulated["series"]["allocation_ratio"][-1] == pytest.approx(100 * used / (trace.gpus * 1000), abs=1e-3)
