@@ -7,7 +7,7 @@ import os
 import stat
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpudra.cdi import (CdiError, ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Registry,
@@ -180,9 +180,19 @@ _edits = st.builds(
 @settings(max_examples=150, deadline=None)
 @given(kind=_text, names=st.lists(_text, min_size=1, max_size=3), edits=st.lists(_edits, min_size=1, max_size=3),
        annotations=st.dictionaries(_text, _text, max_size=3), common=_edits)
+# found by this test: a key ending in a newline passed the plain-key check (`$` matches before "\n")
+@example(kind="a/b", names=["x"], edits=[ContainerEdits(env=["K="])], annotations={"A\n": ""}, common=ContainerEdits())
 def test_rendered_yaml_parses_back_to_the_same_spec(kind, names, edits, annotations, common):
     import yaml
 
     spec = Spec(kind=kind, cdi_version="1.1.0", annotations=annotations, container_edits=common,
                 devices=[Device(n, e) for n, e in zip(names, edits)])
     assert yaml.safe_load(render_spec(spec)) == spec.to_dict()
+
+
+@pytest.mark.parametrize("key", ["A\n", "a\nb", "\n", "key\r", "x: y", "- a", "#c", "yes", "A\x85", "A\u2028"])
+def test_written_spec_with_an_awkward_annotation_key_loads_back(tmp_path, key):
+    spec = Spec(kind="example.com/gpu", cdi_version="", annotations={key: "v"},
+                devices=[Device("d0", ContainerEdits(env=["A=1"]))])
+    path = write_spec(spec, str(tmp_path), "example.com-gpu")
+    assert load_spec_file(path).annotations == {key: "v"}

@@ -37,7 +37,8 @@ def transient_spec_name(vendor: str, cls: str, transient_id: str) -> str:
     return f"{vendor}-{cls}_{transient_id.replace('/', '_')}"
 
 
-_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+# fullmatch, not `$`: `$` also matches before a trailing newline, and a key "A\n" written plain breaks the file
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
 def _scalar(value: object) -> str:
@@ -75,7 +76,7 @@ _YAML11_WORDS = frozenset({"true", "false", "null", "y", "n", "yes", "no", "on",
 
 
 def _key(key: str) -> str:
-    return key if _PLAIN_KEY.match(key) and key.lower() not in _YAML11_WORDS else _quote(key)
+    return key if _PLAIN_KEY.fullmatch(key) and key.lower() not in _YAML11_WORDS else _quote(key)
 
 
 def _block(value: object, pad: str, out: list[str]) -> None:
