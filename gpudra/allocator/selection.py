@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any, Iterator
 
 from .model import DeviceInfo
-
-_COMPILED: dict[tuple[str, bool], Any] = {}
 
 
 _search = threading.local()
@@ -54,18 +53,14 @@ def _cel():
     return cel
 
 
+@lru_cache(maxsize=4096)  # bounded: a long-running scheduler sees ever new expressions
 def compile_expression(expression: str, consumable_capacity: bool) -> Any:
     """The compiled selector, or the CELCompileError (cached either way)."""
-    key = (expression, consumable_capacity)
-    found = _COMPILED.get(key)
-    if found is None:
-        cel = _cel()
-        try:
-            found = cel.compile_selector(expression, consumable_capacity=consumable_capacity)
-        except cel.CELCompileError as err:
-            found = err
-        _COMPILED[key] = found
-    return found
+    cel = _cel()
+    try:
+        return cel.compile_selector(expression, consumable_capacity=consumable_capacity)
+    except cel.CELCompileError as err:
+        return err
 
 
 class SelectorEvaluator:

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import OrderedDict
 from typing import Any
 
 from .model import as_dict, as_list, as_str
 
-# id(slice) -> (slice, rules key, slice with the rules applied): rules rarely change, slices are reused
-_applied: dict[int, tuple[dict[str, Any], str, dict[str, Any]]] = {}
+# id(slice) -> (slice, rules key, slice with the rules applied): rules rarely change, slices are reused.
+# Least recently used first. An entry keeps its slice (and a tainted copy) alive, and a long-running
+# scheduler sees ever new slice objects, so only about two calls' worth of slices is kept.
+_applied: OrderedDict[int, tuple[dict[str, Any], str, dict[str, Any]]] = OrderedDict()
+_APPLIED_MIN = 64
 
 
 def _selector_matches(selector: dict[str, Any], driver: str, pool: str, device: dict[str, Any],
@@ -75,9 +79,13 @@ def apply_device_taint_rules(slices: list[dict[str, Any]], rules: list[dict[str,
     for slice_obj in slices:
         cached = _applied.get(id(slice_obj))
         if cached is not None and cached[0] is slice_obj and cached[1] == key:
+            _applied.move_to_end(id(slice_obj))
             out.append(cached[2])
             continue
         applied = _apply(slice_obj, rules, classes)
         _applied[id(slice_obj)] = (slice_obj, key, applied)
+        _applied.move_to_end(id(slice_obj))
         out.append(applied)
+    while len(_applied) > max(_APPLIED_MIN, 2 * len(slices)):
+        _applied.popitem(last=False)
     return out

@@ -26,8 +26,8 @@ class DeviceInput:
         self.data = data
         self.error = error
         # Selector.evaluate remembers its outcome per device: a selector's result on a device never
-        # changes, schedulers ask the same question many times, and every evaluation that calls into
-        # Python costs cel-expr-python about 1 KiB it never frees.
+        # changes, schedulers ask the same question many times, and an evaluation that calls into
+        # Python costs far more than a lookup.
         self.results: dict = {}
         self._activation = None
 

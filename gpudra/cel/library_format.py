@@ -17,6 +17,7 @@ import re
 
 from cel_expr_python import cel
 
+from gpudra.cel import binding
 from gpudra.cel import values as V
 
 T = cel.Type
@@ -186,21 +187,21 @@ def declarations() -> list[cel.FunctionDecl]:
     declared = [
         cel.FunctionDecl(
             f"format.{name}",
-            [cel.Overload(f"format_{name}", FORMAT, [], is_member=False, impl=lambda name=name: V.FormatMessage(s=name))],
+            [binding.overload(f"format_{name}", FORMAT, [], lambda name=name: V.FormatMessage(s=name), member=False)],
         )
         for name in VALIDATORS
     ]
     declared.append(
         cel.FunctionDecl(
             "__gpudra_format_errors",
-            [cel.Overload("gpudra_format_errors", T.Map(T.STRING, T.List(T.STRING)), [FORMAT, T.STRING],
-                          is_member=True, impl=_format_errors)],
+            [binding.overload("gpudra_format_errors", T.Map(T.STRING, T.List(T.STRING)), [FORMAT, T.STRING],
+                              _format_errors)],
         )
     )
     declared.append(
         cel.FunctionDecl(
             "__gpudra_format_named",
-            [cel.Overload("gpudra_format_named", T.Map(T.STRING, FORMAT), [T.STRING], is_member=False, impl=_named)],
+            [binding.overload("gpudra_format_named", T.Map(T.STRING, FORMAT), [T.STRING], _named, member=False)],
         )
     )
     return declared

@@ -16,6 +16,7 @@ from cel_expr_python import cel
 
 from gpudra.api.quantity import NANO, Quantity, QuantityError
 from gpudra.api.semver import SemverError, is_semver, parse_semver
+from gpudra.cel import binding
 from gpudra.cel import values as V
 from gpudra.cel.budget import metered
 
@@ -28,7 +29,7 @@ _QUANTITY_FORMAT_ERROR = "quantities must match the regular expression '^([+-]?[
 
 
 def _overload(overload_id, result, params, impl=None, member=True):
-    return cel.Overload(overload_id, result, params, is_member=member, impl=None if impl is None else metered(impl))
+    return binding.overload(overload_id, result, params, None if impl is None else metered(impl), member)
 
 
 # ----- quantity ---------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from cel_expr_python import cel
 
+from gpudra.cel import binding
 from gpudra.cel import values as V
 from gpudra.cel.budget import metered
 
@@ -25,7 +26,7 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def _overload(overload_id, result, params, impl=None, member=True):
-    return cel.Overload(overload_id, result, params, is_member=member, impl=None if impl is None else metered(impl))
+    return binding.overload(overload_id, result, params, None if impl is None else metered(impl), member)
 
 
 # ----- IP -------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 from cel_expr_python import cel
 
-from gpudra.cel import budget, checks
+from gpudra.cel import binding, budget, checks
 from gpudra.cel import cost as cost_model
 from gpudra.cel.device import DeviceInput
 from gpudra.cel.environment import checking_env, runtime_env
@@ -99,6 +99,8 @@ class Selector:
             except Exception as error:  # noqa: BLE001 - cel-cpp aborts (iteration budget) raise instead of returning
                 budget.outcome(meter)
                 raise CELRuntimeError(_aborted_message(str(error)), self.expression) from None
+            finally:
+                binding.settle()  # the references cel-expr-python kept from this evaluation's Python calls
         limit_error = budget.outcome(meter)  # an error inside `||`/`&&` may have been absorbed
         if limit_error is not None:
             raise CELRuntimeError(limit_error, self.expression)
