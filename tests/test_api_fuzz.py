@@ -2,7 +2,6 @@
 
 import copy
 import random
-import time
 
 from gpudra.api.fix import fix_documents
 from gpudra.api.load import Document, LoadError, load_paths, load_text
@@ -60,9 +59,7 @@ def mutate(obj, rng):
 
 def test_mutated_manifests_give_only_clean_problems():
     rng = random.Random(20260101)
-    deadline = time.monotonic() + 6.0
-    checked = 0
-    while checked < 3000 and time.monotonic() < deadline:
+    for _ in range(300):  # a fixed amount of work, not a time budget
         obj = mutate(rng.choice(SEEDS), rng)
         docs = [Document(obj, "fuzz.yaml", 1)] if isinstance(obj, dict) else []
         problems = validate_documents(docs)
@@ -72,9 +69,6 @@ def test_mutated_manifests_give_only_clean_problems():
             assert text.startswith("fuzz.yaml:doc 1 (") and "Traceback" not in text
         fixed = fix_documents(docs)
         validate_documents(fixed.documents)
-        checked += 1
-    print(f"{checked} mutated manifests")
-    assert checked >= 300
 
 
 def test_mutated_text_gives_documents_or_load_errors():
