@@ -16,8 +16,9 @@ done with them:
   ours (only objects the binding converted for the arguments, such as lists, dicts and protobuf
   messages, can lie between). It is taken only when it holds exactly our arguments, in order, and
   nobody but the binding holds it.
-Both are released at the next call on the same thread or by `settle()` after an evaluation, when
-the binding no longer touches them (it converts the result before it returns to cel-cpp).
+Both are queued when the call returns and released at the next call on the same thread or by
+`settle()` after an evaluation, when the binding no longer touches them (it converts the result
+before it returns to cel-cpp); a function that evaluates CEL itself never sees its own call released.
 
 Whether the installed binding leaks is measured once, with a probe function, not assumed from its
 version: a binding that releases its references gets no correction (it would be a double free), and
@@ -93,15 +94,14 @@ def _binding_tuple(args: tuple) -> tuple | None:
 
 def _corrected(impl: Callable[..., Any]) -> Callable[..., Any]:
     def call(*args):
-        owed = _owed()
-        if owed:
-            settle()
-            owed = _owed()
+        settle()  # earlier calls on this thread are finished; a call that is still running has not queued yet
         leaked_args = _binding_tuple(args)
-        if leaked_args is not None:
-            owed.append(leaked_args)
-        result = impl(*args)  # an exception: the binding gets NULL and keeps no result
-        owed.append(result)
+        try:
+            result = impl(*args)  # an exception: the binding gets NULL and keeps no result
+        finally:
+            if leaked_args is not None:
+                _owed().append(leaked_args)
+        _owed().append(result)
         return result
 
     call.__wrapped__ = impl
