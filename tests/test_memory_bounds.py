@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import subprocess
 import sys
 import tracemalloc
 
@@ -95,7 +96,7 @@ def test_python_function_references_are_balanced():
     assert sys.getrefcount(result) == references
 
 
-def test_allocator_builds_on_fresh_slices_do_not_grow():
+def _allocator_build_growth() -> float:
     device_class = {"metadata": {"name": "gpu"}, "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}
     selector = (f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) > 0 && '
                 f'device.attributes["{DRIVER}"].cudaComputeCapability.compareTo(semver("8.0.0")) >= 0')
@@ -112,7 +113,14 @@ def test_allocator_builds_on_fresh_slices_do_not_grow():
         outcome = Allocator([device_class], slices, [], "default", [taint_rule]).allocate("node-a", [claim])
         assert outcome.outcome == "allocated"
 
-    assert _growth_per_iteration(step, warm_up=100, iterations=200) < MAX_BYTES_PER_ITERATION
+    return _growth_per_iteration(step, warm_up=100, iterations=200)
+
+
+def test_allocator_builds_on_fresh_slices_do_not_grow():
+    # in a fresh interpreter, as a long-running scheduler starts: the suite's other tests leave the
+    # allocator's bounded caches in states that this small measurement would count
+    measured = subprocess.run([sys.executable, __file__, "allocator"], capture_output=True, text=True, check=True)
+    assert float(measured.stdout.split()[-1]) < MAX_BYTES_PER_ITERATION
 
 
 def test_compiles_past_the_cache_do_not_grow(monkeypatch):
@@ -123,3 +131,7 @@ def test_compiles_past_the_cache_do_not_grow(monkeypatch):
         compile_selector(f'device.attributes["{DRIVER}"].index == {index}')
 
     assert _growth_per_iteration(step, warm_up=100, iterations=300) < MAX_BYTES_PER_ITERATION
+
+
+if __name__ == "__main__":
+    print(_allocator_build_growth())
