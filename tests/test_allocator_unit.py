@@ -344,14 +344,25 @@ def test_capacity_requests_without_the_gate_depend_on_the_upstream_variant():
 
 
 def test_timeout_ends_a_hopeless_search_as_a_node_local_error():
-    # Ten devices, one on another NUMA node, a claim for all ten on one NUMA node: with a
-    # distinctAttribute constraint the search must try every order of the other nine (9! paths).
-    devices = [device(f"gpu-{i}", attributes={"numa": {"int": int(i == 9)}, "slot": {"int": i}}) for i in range(10)]
-    allocator = Allocator([gpu_class()], [slice_obj("s", "n1", devices)], [], "default")
-    hopeless = [claim("c", [exact("gpus", count=10)],
-                      constraints=[{"matchAttribute": "gpu.example.com/numa"}, {"distinctAttribute": "gpu.example.com/slot"}])]
+    # Ten devices, one on another NUMA node, a claim for all ten on one NUMA node. The stable
+    # variant tries permutations, and with counters and a constraint (a rejected device leaks its
+    # counters) no shortcut is exact: the search must try every order of the other nine (9! paths).
+    devices = [device(f"gpu-{i}", attributes={"numa": {"int": int(i == 9)}},
+                      consumesCounters=[{"counterSet": "pcie", "counters": {"lanes": {"value": "1"}}}])
+               for i in range(10)]
+    counters = slice_obj("counters", None, [], pool="n1", count=2,
+                         sharedCounters=[{"name": "pcie", "counters": {"lanes": {"value": "1000000000"}}}])
+    slices = [slice_obj("s", "n1", devices, count=2), counters]
+    del counters["spec"]["devices"]
+    stable = Features.parse("none,PartitionableDevices")
+    assert stable.stable_variant
+    allocator = Allocator([gpu_class()], slices, [], stable)
+    hopeless = [claim("c", [exact("gpus", count=10)], constraints=[{"matchAttribute": "gpu.example.com/numa"}])]
     outcome = allocator.allocate("n1", hopeless, timeout=0.2)
     assert outcome.outcome == "error" and outcome.error_node_local and "timed out" in outcome.error
+    # incubating tries combinations only: the same question is answered at once.
+    incubating = Allocator([gpu_class()], slices, [], stable.with_variant("incubating"))
+    assert incubating.allocate("n1", hopeless, timeout=0.2).outcome == "unallocatable"
 
 
 def test_node_labels_edited_in_place_are_noticed():

@@ -1,4 +1,9 @@
-"""Structured DRA allocator with kube-scheduler 1.36 semantics (upstream's sorted variant).
+"""Structured DRA allocator with kube-scheduler 1.36 semantics.
+
+The feature gates choose which of upstream's three allocator variants (stable, incubating,
+experimental) is reproduced, as kube-scheduler chooses it (`Features.variant_name`); where they
+differ (pool and slice order, pool completeness, combinations or permutations, bindsToNode,
+distinctAttribute and capacity fields without their gate) is described in pools.gather and search.
 
     from gpudra.allocator import Allocator, Features, AllocationOutcome, build_report
 

@@ -106,7 +106,7 @@ class Allocator:
         self._views: dict[tuple, NodeView] = self.index.views
         self._views_by_node: dict[int, tuple[dict, NodeView]] = {}
         self.static_requests: dict[tuple, tuple[dict, Any]] = {}  # see search.StaticRequest
-        self._pool_counters: dict[int, tuple[int, dict[str, dict[str, int]]]] = {}
+        self._pool_counters: dict[str, tuple[int, dict[str, dict[str, int]]]] = {}
 
     # allocated state -------------------------------------------------------------------------
     def add_allocated_claim(self, claim: dict[str, Any]) -> None:
@@ -173,8 +173,12 @@ class Allocator:
         return view.counter_flags[(class_info.name, class_info.selector_exprs, request_exprs)]
 
     def available_counters(self, pool: Pool) -> dict[str, dict[str, int]]:
-        """The pool's counter sets minus what allocated devices consume (cached per state version)."""
-        cached = self._pool_counters.get(id(pool))
+        """The pool's counter sets minus what allocated devices consume (cached per state version).
+
+        Upstream caches this per Allocator under the pool's *name* only (not driver/name), so the
+        first pool of that name to be checked answers for same-named pools of other drivers too.
+        """
+        cached = self._pool_counters.get(pool.name)
         if cached is not None and cached[0] == self.state.version:
             return cached[1]
         available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
@@ -189,7 +193,7 @@ class Allocator:
                         for counter, amount in counters.items():
                             if counter in target:
                                 target[counter] -= amount
-        self._pool_counters[id(pool)] = (self.state.version, available)
+        self._pool_counters[pool.name] = (self.state.version, available)
         return available
 
     # allocation ---------------------------------------------------------------------------------

@@ -25,8 +25,18 @@ VARIANTS = ("stable", "incubating", "experimental")
 # Kubernetes 1.36: everything is on by default except the alpha ListTypeAttributes.
 _DEFAULT_ON = frozenset(FEATURE_NAMES) - {"ListTypeAttributes"}
 
-# Gates the upstream 1.36 "stable" variant supports (it is chosen when nothing else is enabled).
-_STABLE_SUPPORTED = frozenset({"AdminAccess", "PrioritizedList", "PartitionableDevices", "DeviceTaints"})
+# The features each upstream allocator variant supports, most stable first. kube-scheduler runs the
+# first variant that supports every enabled feature (k8s.io/dynamic-resource-allocation v0.36.2,
+# structured/allocator.go NewAllocator; SupportedFeatures in structured/internal/<variant>/allocator_*.go).
+VARIANT_SUPPORT = {
+    "stable": frozenset({"AdminAccess", "PrioritizedList", "PartitionableDevices", "DeviceTaints"}),
+    "incubating": frozenset(
+        {"AdminAccess", "PrioritizedList", "PartitionableDevices", "DeviceTaints", "DeviceBindingAndStatus",
+         "ConsumableCapacity"}
+    ),
+    "experimental": frozenset(FEATURE_NAMES),
+}
+assert tuple(VARIANT_SUPPORT) == VARIANTS
 
 _ALIASES = {name.lower(): name for name in FEATURE_NAMES}
 _ALIASES.update({("dra" + name).lower(): name for name in FEATURE_NAMES})
@@ -101,20 +111,30 @@ class Features:
         return features
 
     @property
-    def stable_variant(self) -> bool:
-        """Whether upstream would pick its "stable" allocator variant for this gate set.
-
-        It differs from the sorted variants in one visible way: without DRAConsumableCapacity it
-        silently ignores capacity requests instead of rejecting the claim.
-        """
+    def variant_name(self) -> str:
+        """The upstream allocator variant that runs for these gates: the forced one, or the first
+        (most stable) variant that supports every enabled feature, as kube-scheduler picks it."""
         if self.variant:
-            return self.variant == "stable"
-        return set(self.enabled()) <= _STABLE_SUPPORTED
+            return self.variant
+        enabled = set(self.enabled())
+        return next(name for name, supported in VARIANT_SUPPORT.items() if enabled <= supported)
+
+    @property
+    def stable_variant(self) -> bool:
+        """Whether upstream's `stable` variant runs (what differs: tests/test_allocator_variants.py)."""
+        return self.variant_name == "stable"
 
     def with_variant(self, name: str | None) -> "Features":
-        """These gates with upstream's `--allocator NAME` choice (only matters for `stable`)."""
+        """These gates with upstream's `--allocator NAME` choice (EnableAllocators in upstream)."""
         if name and name not in VARIANTS:
             raise ValueError(f"unknown allocator {name!r}; known: {', '.join(VARIANTS)}")
+        if name:
+            unsupported = sorted(set(self.enabled()) - VARIANT_SUPPORT[name])
+            if unsupported:
+                # Upstream: "internal error: no allocator available for feature set ...".
+                raise ValueError(
+                    f"allocator {name} does not support the enabled feature(s) {', '.join(unsupported)}"
+                )
         return replace(self, variant=name or None)
 
     def enabled(self) -> list[str]:

@@ -177,7 +177,7 @@ class DeviceInfo:
 class SliceInfo:
     __slots__ = (
         "raw", "name", "driver", "pool_name", "pool_id", "generation", "slice_count",
-        "node_name", "node_selector", "all_nodes", "per_device_node_selection",
+        "node_name", "node_selector", "all_nodes", "per_device_node_selection", "per_device_field_set",
         "shared_counters", "_raw_devices", "_devices", "order",
     )
 
@@ -196,6 +196,9 @@ class SliceInfo:
         self.node_selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else None
         self.all_nodes = spec.get("allNodes") is True
         self.per_device_node_selection = spec.get("perDeviceNodeSelection") is True
+        # Upstream skips a slice whose perDeviceNodeSelection is set at all (even false) while
+        # DRAPartitionableDevices is off: it tests the pointer, not the value.
+        self.per_device_field_set = spec.get("perDeviceNodeSelection") is not None
         self.shared_counters: list[tuple[str, dict[str, int]]] = []
         for counter_set in as_list(spec.get("sharedCounters")):
             counter_set = as_dict(counter_set)
@@ -220,5 +223,6 @@ class SliceInfo:
 
     @property
     def has_binding_conditions(self) -> bool:
-        return any(as_dict(d).get("bindingConditions") for d in self._raw_devices)
+        """Some device has a bindingConditions list (even an empty one: upstream tests for nil)."""
+        return any(as_dict(d).get("bindingConditions") is not None for d in self._raw_devices)
 

@@ -1,7 +1,7 @@
-"""Which resource pools a node sees (upstream GatherPools, incubating/experimental variant).
+"""Which resource pools a node sees, and in which order (upstream GatherPools and buildPool).
 
-Pools are visited sorted by (driver, pool name) — pools that contain devices with binding conditions
-last when that feature is on — and a pool's slices by slice name.
+The order is the search's order, so it decides which devices a claim gets; the variants differ
+(see SliceIndex.gather).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from .nodematch import NodeInfo, node_matches
 
 class Pool:
     __slots__ = (
-        "id", "driver", "name", "incomplete", "invalid_reason", "node_slices", "all_device_slices",
-        "counter_sets", "has_binding_conditions", "devices",
+        "id", "driver", "name", "incomplete", "invalid_reason", "node_slices", "other_slices",
+        "all_device_slices", "counter_sets", "has_binding_conditions", "devices",
     )
 
     def __init__(self, pool_id: tuple[str, str]):
@@ -25,8 +25,9 @@ class Pool:
         self.driver, self.name = pool_id
         self.incomplete = False
         self.invalid_reason: str | None = None
-        self.node_slices: list[SliceInfo] = []  # device slices that target the node, by name
-        self.all_device_slices: list[SliceInfo] = []  # also those that do not (for counters)
+        self.node_slices: list[SliceInfo] = []  # device slices that target the node, in visiting order
+        self.other_slices: list[SliceInfo] = []  # device slices of the pool that do not (for counters)
+        self.all_device_slices: list[SliceInfo] = []  # both
         self.counter_sets: dict[str, dict[str, int]] = {}
         self.has_binding_conditions = False
         self.devices: list[DeviceInfo] = []  # devices of node_slices in visiting order
@@ -79,96 +80,140 @@ class SliceIndex:
         self.other: list[SliceInfo] = []  # allNodes, nodeSelector, per-device, counter-set slices
         for info in self.slices:
             self.by_pool[info.pool_id].append(info)
-            if info.node_name and not info.shared_counters and not info.per_device_node_selection:
+            # Upstream (incubating) splits slices the same way: by nodeName unless they hold counter sets.
+            if info.node_name and not info.shared_counters:
                 self.by_node_name[info.node_name].append(info)
             else:
                 self.other.append(info)
 
-    def _included(self, info: SliceInfo, node: NodeInfo) -> tuple[bool, bool]:
-        """(included, targets_node) for one slice."""
-        partitionable = self.features.partitionable_devices
-        if info.per_device_node_selection or info.shared_counters:
-            if not partitionable:
-                return False, False
+    def _relevant(self, info: SliceInfo, node: NodeInfo) -> bool:
+        """Whether GatherPools adds the slice to its pool for this node (any variant)."""
+        if not self.features.partitionable_devices and (info.per_device_field_set or info.shared_counters):
+            return False
         if info.shared_counters:
-            # Counter sets are needed on every node. (Devices next to them are a pre-1.35 layout
-            # that validation rejects; they still only count for the nodes they target.)
-            if not info.has_devices:
-                return True, False
-            return True, node_matches(node, info.node_name, info.all_nodes, info.node_selector)
+            return True  # counter sets are needed on every node
         if info.node_name or info.all_nodes or info.node_selector is not None:
-            matched = node_matches(node, info.node_name, info.all_nodes, info.node_selector)
-            return matched, matched
+            return node_matches(node, info.node_name, info.all_nodes, info.node_selector)
         if info.per_device_node_selection:
-            matched = any(node_matches(node, d.node_name, d.all_nodes, d.node_selector) for d in info.devices)
-            return matched, matched
-        return False, False
+            return any(node_matches(node, d.node_name, d.all_nodes, d.node_selector) for d in info.devices)
+        return False  # an unknown future way of node selection: skipped
 
     def targets(self, info: SliceInfo, node: NodeInfo) -> bool:
-        return self._included(info, node)[1]
+        """Whether the slice's devices can be allocated on the node (counter-set slices: never)."""
+        if info.shared_counters and self.features.partitionable_devices:
+            return False
+        return self._relevant(info, node)
 
     def gather(self, node: NodeInfo) -> list[Pool]:
-        candidates = list(self.by_node_name.get(node.name, ()))
-        candidates.extend(self.other)
+        """Upstream GatherPools for the variant that runs (structured/internal/*/pools_*.go, v0.36.2).
+
+        stable: every slice in input order; pools in the order they are first seen (upstream ranges
+        over a Go map, so its order is random; the first seen is as good a guess as any and is
+        deterministic); a pool's slices in input order.
+        incubating/experimental: the node's own slices, then the others (node-independent ones and
+        counter sets); pools sorted by (driver, pool name) with pools that have devices with binding
+        conditions last whether or not that feature is on; a pool's slices sorted by name.
+        """
+        stable = self.features.stable_variant
+        if stable:
+            candidates: Iterable[SliceInfo] = self.slices
+        else:
+            candidates = [*self.by_node_name.get(node.name, ()), *self.other]
         newest: dict[tuple[str, str], list[SliceInfo]] = {}
         for info in candidates:
-            included, _ = self._included(info, node)
-            if not included:
+            if not self._relevant(info, node):
                 continue
             current = newest.get(info.pool_id)
             if current is None or info.generation > current[0].generation:
                 newest[info.pool_id] = [info]
             elif info.generation == current[0].generation:
                 current.append(info)
-        pools = []
+        pools: list[Pool] = []
+        binding_pools: list[Pool] = []
         for pool_id, pool_slices in newest.items():
             generation = pool_slices[0].generation
-            if len(pool_slices) != pool_slices[0].slice_count:
-                everything = self.by_pool[pool_id]
-                if any(s.generation > generation for s in everything):
+            expected = pool_slices[0].slice_count  # the first slice's count decides, as upstream
+            everything = None
+            if len(pool_slices) != expected:
+                # Some slices of the pool did not target this node: look at the whole cluster.
+                if any(s.generation > generation for s in self.by_pool[pool_id]):
                     continue  # obsolete: a newer generation is being published elsewhere
-                pool_slices = [s for s in everything if s.generation == generation]
-                if len(pool_slices) < pool_slices[0].slice_count:
+                everything = [s for s in self.by_pool[pool_id] if s.generation == generation]
+                if len(everything) != expected:
                     pool = Pool(pool_id)
                     pool.incomplete = True
                     pools.append(pool)
                     continue
-            pools.append(self._build(pool_id, pool_slices, node))
-        binding_last = self.features.device_binding_and_status
-        pools.sort(key=lambda p: ((p.has_binding_conditions if binding_last else False), p.driver, p.name))
-        return pools
+            pool = self._build(pool_id, pool_slices, everything, node, sort_slices=not stable)
+            if not stable and pool.has_binding_conditions:
+                binding_pools.append(pool)
+            else:
+                pools.append(pool)
+        if not stable:
+            pools.sort(key=lambda p: (p.driver, p.name))
+            binding_pools.sort(key=lambda p: (p.driver, p.name))
+        return pools + binding_pools
 
-    def _build(self, pool_id: tuple[str, str], pool_slices: list[SliceInfo], node: NodeInfo) -> Pool:
+    def _build(
+        self,
+        pool_id: tuple[str, str],
+        pool_slices: list[SliceInfo],
+        everything: list[SliceInfo] | None,
+        node: NodeInfo,
+        sort_slices: bool,
+    ) -> Pool:
+        """Upstream buildPool: split counter-set and device slices, then validate the pool."""
         pool = Pool(pool_id)
-        ordered = sorted(pool_slices, key=lambda s: (s.name, s.order))
-        problems: list[str] = []
-        for info in ordered:
-            for set_name, counters in info.shared_counters:
-                if set_name in pool.counter_sets:
-                    problems.append(f"duplicate counter set name {set_name}")
-                pool.counter_sets[set_name] = counters
-            if info.has_devices or not info.shared_counters:
-                pool.all_device_slices.append(info)
-                if self.targets(info, node):
-                    pool.node_slices.append(info)
+        ordered = sorted(pool_slices, key=lambda s: s.name) if sort_slices else list(pool_slices)
+        partitionable = self.features.partitionable_devices
+        counter_slices = [s for s in ordered if partitionable and s.shared_counters]
+        pool.node_slices = [s for s in ordered if not (partitionable and s.shared_counters)]
         seen: set[str] = set()
+        problems: list[str] = []
         for info in pool.node_slices:
             for device in info.devices:
-                if device.name in seen:
+                if device.name in seen and not problems:
                     problems.append(f"duplicate device name {device.name}")
                 seen.add(device.name)
-                pool.devices.append(device)
-        for info in pool.all_device_slices if self.features.partitionable_devices else ():
-            for device in info.devices:
-                for set_name, counters in device.consumes_counters:
-                    available = pool.counter_sets.get(set_name)
-                    if available is None:
-                        problems.append(f"counter set {set_name} not found")
-                        continue
-                    for counter in counters:
-                        if counter not in available:
-                            problems.append(f"counter {counter} not found in counter set {set_name}")
+        for info in counter_slices:
+            for set_name, counters in info.shared_counters:
+                if set_name in pool.counter_sets and not problems:
+                    problems.append(f"duplicate counter set name {set_name}")
+                pool.counter_sets.setdefault(set_name, counters)
+        if partitionable:
+            checked = list(ordered)
+            if everything is not None and len(everything) != len(pool_slices):
+                names = {s.name for s in pool_slices}
+                # Slices of this generation that do not target the node: their devices only
+                # count for counter accounting (upstream DeviceSlicesNotTargetingNode).
+                pool.other_slices = [s for s in everything if s.name not in names]
+                checked += pool.other_slices
+            for info in checked if not problems else ():
+                for device in info.devices:
+                    problem = self._counter_problem(device, pool.counter_sets)
+                    if problem:
+                        problems.append(problem)
+                        break
+                if problems:
+                    break
         if problems:
+            # The search skips an invalid pool (upstream returns it without slices); the slices
+            # stay here for explanations.
             pool.invalid_reason = problems[0]
-        pool.has_binding_conditions = any(s.has_binding_conditions for s in pool.all_device_slices)
+        pool.all_device_slices = pool.node_slices + pool.other_slices
+        pool.devices = [device for info in pool.node_slices for device in info.devices]
+        pool.has_binding_conditions = pool.invalid_reason is None and any(
+            s.has_binding_conditions for s in pool.node_slices
+        )
         return pool
+
+    @staticmethod
+    def _counter_problem(device: DeviceInfo, counter_sets: dict[str, dict[str, int]]) -> str | None:
+        for set_name, counters in device.consumes_counters:
+            available = counter_sets.get(set_name)
+            if available is None:
+                return f"counter set {set_name} not found"
+            for counter in counters:
+                if counter not in available:
+                    return f"counter {counter} not found in counter set {set_name}"
+        return None

@@ -42,7 +42,8 @@ def _device_result(search: "Search", rd, device, consumed, share_id) -> dict[str
     }
     if rd.admin:
         result["adminAccess"] = True
-    if features.device_taints and rd.tolerations:
+    # Upstream copies the request's tolerations into the result whatever DRADeviceTaints says.
+    if rd.tolerations:
         result["tolerations"] = [dict(t, operator=t.get("operator") or "Equal") for t in rd.tolerations]
     if features.device_binding_and_status:
         if device.binding_conditions:
@@ -95,13 +96,15 @@ def _configs(claim: "ClaimData") -> list[dict[str, Any]]:
 
 def _node_selector(search: "Search", claim: "ClaimData") -> dict[str, Any] | None:
     node_name = search.view.node.name
-    binding = search.features.device_binding_and_status
+    # incubating and experimental pin the allocation to the node for a bindsToNode device even
+    # with DRADeviceBindingConditions off; stable does not look at bindsToNode.
+    binds_to_node = not search.features.stable_variant
     expressions: list[dict] = []
     fields: list[dict] = []
     seen: set = set()
     for _, device, _, _ in claim.results:
         source = device if device.slice.per_device_node_selection else device.slice
-        if source.node_name or (binding and device.binds_to_node):
+        if source.node_name or (binds_to_node and device.binds_to_node):
             return {
                 "nodeSelectorTerms": [
                     {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}

@@ -119,7 +119,8 @@ class Search:
         self.allocating_capacity: dict[tuple, dict[str, int]] = {}
         # A multi-allocatable device serves any number of requests, but each request only once.
         self.sharing: dict[tuple, list[tuple[int, str]]] = {}
-        self.consumed_counters: dict[int, dict[str, dict[str, int]]] = {}
+        # Keyed by pool name alone, as upstream does (same-named pools of two drivers share it).
+        self.consumed_counters: dict[str, dict[str, dict[str, int]]] = {}
         self.reject_capacity = not self.features.consumable_capacity and not self.features.stable_variant
         self.claims = [self._prepare(as_dict(claim)) for claim in claims]
         self._mark_order_independent_requests()
@@ -135,30 +136,33 @@ class Search:
             request = as_dict(request)
             name = as_str(request.get("name"))
             slot = RequestSlot(name)
-            if request.get("firstAvailable"):
-                if not features.prioritized_list:
-                    raise AllocationError(
-                        f"claim {label}, request {name}: has subrequests, but the DRAPrioritizedList feature is disabled"
-                    )
-                subs = []
-                for sub in as_list(request["firstAvailable"]):
-                    sub = as_dict(sub)
-                    sub_name = as_str(sub.get("name"))
-                    if self.reject_capacity and as_dict(sub.get("capacity")).get("requests"):
-                        raise AllocationError(
-                            f"claim {label}, subrequest {sub_name}: has capacity requests, but the DRAConsumableCapacity feature is disabled"
-                        )
-                    subs.append(self._request_data(data, sub, name, f"{name}/{sub_name}", allow_admin=False))
-                slot.subrequests = subs
-                min_devices += min((s.num_devices for s in subs), default=0)
-            else:
-                exactly = request.get("exactly")
-                if not isinstance(exactly, dict):
-                    raise AllocationError(f"claim {label}, request {name}: missing device class name (unsupported request type?)")
-                if self.reject_capacity and as_dict(exactly.get("capacity")).get("requests"):
+            subrequests = [as_dict(sub) for sub in as_list(request.get("firstAvailable"))]
+            if subrequests and not features.prioritized_list:
+                raise AllocationError(
+                    f"claim {label}, request {name}: has subrequests, but the DRAPrioritizedList feature is disabled"
+                )
+            exactly = request.get("exactly")
+            if self.reject_capacity:
+                # Upstream tests the capacity field's presence, not its content.
+                if isinstance(exactly, dict) and exactly.get("capacity") is not None:
                     raise AllocationError(
                         f"claim {label}, request {name}: has capacity requests, but the DRAConsumableCapacity feature is disabled"
                     )
+                for sub in subrequests:
+                    if sub.get("capacity") is not None:
+                        raise AllocationError(
+                            f"claim {label}, subrequest {as_str(sub.get('name'))}: has capacity requests, "
+                            "but the DRAConsumableCapacity feature is disabled"
+                        )
+            if subrequests:
+                slot.subrequests = [
+                    self._request_data(data, sub, name, f"{name}/{as_str(sub.get('name'))}", allow_admin=False)
+                    for sub in subrequests
+                ]
+                min_devices += min(s.num_devices for s in slot.subrequests)
+            else:
+                if not isinstance(exactly, dict):
+                    raise AllocationError(f"claim {label}, request {name}: missing device class name (unsupported request type?)")
                 slot.data = self._request_data(data, exactly, name, name, allow_admin=True)
                 min_devices += slot.data.num_devices
             data.requests.append(slot)
@@ -169,11 +173,13 @@ class Search:
         for i, constraint in enumerate(as_list(spec_devices.get("constraints"))):
             constraint = as_dict(constraint)
             requests = [r for r in as_list(constraint.get("requests")) if isinstance(r, str)]
-            if as_str(constraint.get("matchAttribute")):
+            if isinstance(constraint.get("matchAttribute"), str):
                 data.constraints.append(
                     MatchAttribute(requests, constraint["matchAttribute"], features.list_type_attributes)
                 )
-            elif as_str(constraint.get("distinctAttribute")) and features.consumable_capacity:
+            elif isinstance(constraint.get("distinctAttribute"), str) and not features.stable_variant:
+                # incubating and experimental honour distinctAttribute even with DRAConsumableCapacity
+                # off; stable does not know it and reports an empty constraint.
                 data.constraints.append(
                     DistinctAttribute(requests, constraint["distinctAttribute"], features.list_type_attributes)
                 )
@@ -182,23 +188,23 @@ class Search:
         return data
 
     def _mark_order_independent_requests(self) -> None:
-        """Find requests whose picked devices matter only as a set, not in their order.
+        """Decide per request whether its devices are tried as combinations or as permutations.
 
-        For those, trying devices in candidate order only (combinations instead of permutations)
-        finds the same first solution as upstream's search, exponentially faster when there is
-        none. Two upstream quirks make order matter: distinctAttribute remembers only a request's
-        latest device, and a device rejected by taints or constraints leaks its counter consumption
-        for the rest of the call (so any such risk anywhere disables the shortcut everywhere).
+        incubating and experimental try combinations: the next device of the same request is only
+        looked for after the previous one (upstream's startLocation). stable tries permutations,
+        which find the same first solution when the picked devices matter only as a set, so the
+        cheaper combinations are used there too, except where a quirk makes order matter: a device
+        rejected by taints or constraints leaks its counter consumption for the rest of the call
+        (any such risk anywhere disables the shortcut everywhere).
         """
-        taints = self.features.device_taints
+        if self.features.stable_variant:
+            taints = self.features.device_taints
+            for claim in self.claims:
+                for rd in self._all_request_data(claim):
+                    any_counters, tainted_counters = rd.counter_flags
+                    if any_counters and (claim.constraints or (taints and tainted_counters)):
+                        return
         for claim in self.claims:
-            for rd in self._all_request_data(claim):
-                any_counters, tainted_counters = rd.counter_flags
-                if any_counters and (claim.constraints or (taints and tainted_counters)):
-                    return
-        for claim in self.claims:
-            if any(isinstance(c, DistinctAttribute) for c in claim.constraints):
-                continue
             for rd in self._all_request_data(claim):
                 rd.ordered = True
 
@@ -373,7 +379,7 @@ class Search:
         if pool is None:
             return False
         available = self.allocator.available_counters(pool)
-        consumed = self.consumed_counters.setdefault(id(pool), {})
+        consumed = self.consumed_counters.setdefault(pool.name, {})
         for set_name, counters in device.consumes_counters:
             target = consumed.setdefault(set_name, {})
             for counter, amount in counters.items():
@@ -390,7 +396,7 @@ class Search:
 
     def _give_counters(self, device: DeviceInfo) -> None:
         pool = self._pool_of(device)
-        consumed = self.consumed_counters.get(id(pool), {})
+        consumed = self.consumed_counters.get(pool.name, {})
         for set_name, counters in device.consumes_counters:
             target = consumed.get(set_name, {})
             for counter, amount in counters.items():

@@ -284,7 +284,7 @@ def run_allocate(
     show_default=True,
     help="Feature gates: default, all, none, Name/+Name, -Name (comma-separated; e.g. none,PrioritizedList).",
 )
-@click.option("--allocator", "allocator_name", default=None, metavar="NAME", help="Upstream allocator variant (stable, incubating, experimental); by default chosen from the features as kube-scheduler does. Only `stable` behaves differently (it ignores capacity requests while ConsumableCapacity is off).")
+@click.option("--allocator", "allocator_name", default=None, metavar="NAME", help="Upstream allocator variant (stable, incubating, experimental); by default chosen from the features as kube-scheduler does. stable visits pools and slices in input order and tries permutations; it must support every enabled feature.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=FILTER_TIMEOUT_S, show_default=True, metavar="SECONDS",
               help="Give up on one node's search after this long, reporting \"timed out trying to allocate devices\" "
                    "for that node as kube-scheduler's Filter timeout does (10 s there too). 0: no limit.")
