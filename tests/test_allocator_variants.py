@@ -207,3 +207,29 @@ def test_counters_are_kept_per_pool_name_across_drivers():
     for features in (STABLE, INCUBATING):
         assert allocate(features, slices, alone, classes=classes).outcome == "unallocatable"
         assert picked(allocate(features, slices, both, classes=classes)) == ["dev", "dev"]
+
+
+def test_undoing_a_multi_allocatable_device_keeps_its_counters():
+    # Upstream quirk (incubating/experimental with consumable capacity): backtracking over a device
+    # that allows multiple allocations does not return its counters. "big" wants 2 devices, tries
+    # the shareable one alone and gives up; its 3 counters stay taken, so "small" finds none left.
+    devices = [
+        device("dedicated", consumesCounters=[{"counterSet": "cs", "counters": {"mem": {"value": "3"}}}]),
+        device("shared", allowMultipleAllocations=True, capacity={"bw": {"value": "4"}},
+               consumesCounters=[{"counterSet": "cs", "counters": {"mem": {"value": "3"}}}]),
+    ]
+    counters = slice_obj("counters", None, [], pool="n1", count=2,
+                         sharedCounters=[{"name": "cs", "counters": {"mem": {"value": "4"}}}])
+    del counters["spec"]["devices"]
+    slices = [slice_obj("devices", "n1", devices, count=2), counters]
+    wanted = [claim("c", [{"name": "r", "firstAvailable": [
+        {"name": "big", "deviceClassName": "gpu", "count": 2},
+        {"name": "small", "deviceClassName": "gpu", "count": 1,
+         "selectors": [{"cel": {"expression": "!device.allowMultipleAllocations"}}]},
+    ]}])]
+    features = Features.parse("none,ConsumableCapacity,PartitionableDevices,PrioritizedList")
+    assert features.variant_name == "incubating"
+    assert allocate(features, slices, wanted).outcome == "unallocatable"
+    # Without the shareable device's detour the dedicated one fits.
+    assert picked(allocate(features, [slices[0] | {"spec": dict(slices[0]["spec"], devices=devices[:1])}, counters],
+                           wanted)) == ["dedicated"]

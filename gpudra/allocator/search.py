@@ -474,7 +474,9 @@ class Search:
                     del self.allocating[key]
             for done in reversed(added):
                 done.remove(rd.base_name, rd.full_name, device)
-            if took_counters:
+            # Upstream quirk kept on purpose: undoing a multi-allocatable device does not give its
+            # counters back (only dedicated devices release them).
+            if took_counters and not multi:
                 self._give_counters(device)
 
         return undo
