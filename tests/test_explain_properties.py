@@ -81,3 +81,51 @@ def test_match_attribute_explanation_matches_the_allocator(meshes, held_count, c
             report = analysis.constraints[0]
             assert max(report.groups.values(), default=0) == best and report.need == count
             assert report.missing == free.count(None)
+
+
+# explain reads requests, taints and counters through the allocator's own code -----------------------------
+COUNTER_SET = {"name": "mem", "counters": {"size": {"value": "4"}}}
+
+
+@st.composite
+def one_request_cases(draw):
+    devices = []
+    for index in range(draw(st.integers(0, 5))):
+        extra = {}
+        if draw(st.booleans()):
+            extra["taints"] = [dict(TAINT, effect=draw(st.sampled_from(["NoSchedule", "NoExecute", "None"])))]
+        if draw(st.booleans()):
+            extra["consumesCounters"] = [{"counterSet": "mem", "counters": {"size": {"value": str(draw(st.integers(1, 5)))}}}]
+        devices.append(gpu(f"gpu-{index}", "H100", **extra))
+    held = [d["name"] for d in devices if draw(st.integers(0, 3)) == 0]
+    # count as the API allows it and as manifests spell it: absent, a number, a numeric string
+    count = draw(st.sampled_from([None, 1, 2, 3, "1", "2", "3"]))
+    tolerations = [{"key": TAINT["key"], "operator": "Exists"}] if draw(st.booleans()) else []
+    return devices, held, count, tolerations
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(one_request_cases())
+def test_explain_agrees_with_allocate_on_one_request(case):
+    devices, held, count, tolerations = case
+    extra = {"tolerations": tolerations} if tolerations else {}
+    target = claim("c", [request(count=count, **extra)])
+    if count is None:
+        del target["spec"]["devices"]["requests"][0]["exactly"]["count"]
+    holder = claim("holder", [request(count=max(len(held), 1))], allocated=("node-a", held), reserved_for="h")
+    allocated = [holder] if held else []
+    counters = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "node-a-counters"},
+                "spec": {"driver": DRIVER, "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 2},
+                         "sharedCounters": [COUNTER_SET]}}
+    slices = [gpu_slice("node-a", devices, slice_count=2), counters] if devices else []
+    classes = {DRIVER: device_class()}
+    the_node = node("node-a")
+
+    outcome = Allocator(list(classes.values()), slices, allocated, Features.parse("default")).allocate(the_node, [target])
+    analysis = analyze_node(the_node, [target], slices, classes, AllocatedDevices.from_claims(allocated))
+    funnel = analysis.requests[0]
+    wanted = int(count or 1)
+    assert funnel.count == wanted  # the same reading of the request
+    consuming = any(d.get("consumesCounters") for d in devices)
+    if wanted == 1 or not consuming:  # jointly consumed counters are the search's business, not the funnel's
+        assert (outcome.outcome == "allocated") == (funnel.available >= wanted), analysis.reasons

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from .features import Features
 from .model import DeviceInfo, as_dict, as_list, as_str, quantity_nanos
@@ -181,18 +181,8 @@ class Allocator:
         cached = self._pool_counters.get(pool.name)
         if cached is not None and cached[0] == self.state.version:
             return cached[1]
-        available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
-        counts = self.state.counts_for_counters
-        for info in pool.all_device_slices:
-            for device in info.devices:
-                if device.consumes_counters and counts(device.key):
-                    for set_name, counters in device.consumes_counters:
-                        target = available.get(set_name)
-                        if target is None:
-                            continue
-                        for counter, amount in counters.items():
-                            if counter in target:
-                                target[counter] -= amount
+        devices = (device for info in pool.all_device_slices for device in info.devices)
+        available = counters_left(pool.counter_sets, devices, self.state.counts_for_counters)
         self._pool_counters[pool.name] = (self.state.version, available)
         return available
 
@@ -239,6 +229,37 @@ class Allocator:
                 return AllocationOutcome("error", error="invalid resource pools were encountered", error_node_local=True)
             return AllocationOutcome("unallocatable")
         return AllocationOutcome("allocated", allocations=allocations)
+
+
+def counters_left(
+    counter_sets: dict[str, dict[str, int]], devices: Iterable[DeviceInfo], allocated: Callable[[tuple], bool]
+) -> dict[str, dict[str, int]]:
+    """A pool's counter sets minus what its allocated devices consume (may go negative, as upstream)."""
+    available = {name: dict(counters) for name, counters in counter_sets.items()}
+    for device in devices:
+        if device.consumes_counters and allocated(device.key):
+            for set_name, counters in device.consumes_counters:
+                target = available.get(set_name)
+                if target is None:
+                    continue
+                for counter, amount in counters.items():
+                    if counter in target:
+                        target[counter] -= amount
+    return available
+
+
+def first_short_counter(
+    available: dict[str, dict[str, int]], consumed: dict[str, dict[str, int]]
+) -> tuple[str, str] | None:
+    """(counter set, counter) of the first counter of the pool where consumption exceeds what is
+    available, or None. Every counter of the pool is checked, so an already over-allocated pool
+    (negative availability) rejects every device that consumes counters, as upstream does."""
+    for set_name, counters in available.items():
+        used = consumed.get(set_name) or {}
+        for counter, amount in counters.items():
+            if amount < used.get(counter, 0):
+                return set_name, counter
+    return None
 
 
 def capacity_requests(request: dict[str, Any]) -> dict[str, int]:

@@ -1,9 +1,23 @@
-"""ResourceClaim helpers: identity and toleration matching. (API defaulting of requests —
-ExactCount, count 1 — is applied on the fly by the search.)"""
+"""ResourceClaim helpers: identity, how a request is read (API defaulting applied on the fly) and
+toleration matching. The search and `explain` both read requests and taints through here."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from .model import as_int
+
+EXACT_COUNT, ALL = "ExactCount", "All"
+
+
+def request_mode_and_count(request: dict[str, Any]) -> tuple[str, int]:
+    """(allocation mode, devices wanted) with the API server's defaulting: an empty mode is
+    ExactCount and an ExactCount request without a count (or count 0) wants 1; All gives 0 (the
+    count is then what matches). Other modes are returned as they are."""
+    mode = request.get("allocationMode") or EXACT_COUNT
+    if mode != EXACT_COUNT:
+        return mode, 0
+    return mode, as_int(request.get("count")) or 1
 
 
 def _metadata(claim: Any) -> dict:
@@ -43,11 +57,17 @@ def tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
     return False
 
 
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def untolerated_taints(taints: list[dict[str, Any]], tolerations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """1.35+: the NoSchedule/NoExecute taints no toleration tolerates (other effects are informational)."""
+    return [
+        taint for taint in taints
+        if isinstance(taint, dict) and taint.get("effect") in BLOCKING_EFFECTS
+        and not any(tolerates(t, taint) for t in tolerations)
+    ]
+
+
 def taint_prevents_allocation(taints: list[dict[str, Any]], tolerations: list[dict[str, Any]]) -> bool:
-    """1.35+: an untolerated NoSchedule/NoExecute taint blocks; other effects are informational."""
-    for taint in taints:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
-            continue
-        if not any(tolerates(t, taint) for t in tolerations):
-            return True
-    return False
+    return bool(untolerated_taints(taints, tolerations))

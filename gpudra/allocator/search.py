@@ -12,11 +12,13 @@ import time
 import uuid
 from typing import Any
 
-from .allocator import MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError, Allocator, NodeView, capacity_requests
+from .allocator import (
+    MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError, Allocator, NodeView, capacity_requests, first_short_counter,
+)
 from .capacity import consumption, fits
-from .claims import claim_label, taint_prevents_allocation
+from .claims import claim_label, request_mode_and_count, taint_prevents_allocation
 from .constraints import DistinctAttribute, MatchAttribute
-from .model import DeviceInfo, as_dict, as_int, as_list, as_str
+from .model import DeviceInfo, as_dict, as_list, as_str
 from .results import build_allocation
 
 MAXSIZE = object()  # "this branch needs more than 32 results": try the next subrequest
@@ -72,13 +74,10 @@ class StaticRequest:
                 "CEL expression empty (unsupported selector type?)"
             )
             return
-        # API defaulting, applied on the fly: empty mode → ExactCount, count 0/absent → 1.
-        mode = request.get("allocationMode") or "ExactCount"
-        if mode == "ExactCount":
-            self.count = as_int(request.get("count")) or 1
-        elif mode == "All":
+        mode, self.count = request_mode_and_count(request)
+        if mode == "All":
             self.all_mode = True
-        else:
+        elif mode != "ExactCount":
             self.error = f"claim {label}, request {full}: unsupported count mode {mode}"
 
 
@@ -384,14 +383,9 @@ class Search:
             target = consumed.setdefault(set_name, {})
             for counter, amount in counters.items():
                 target[counter] = target.get(counter, 0) + amount
-        # Every counter of the pool is checked, so an already over-allocated pool (negative
-        # availability) rejects every device that consumes counters, as upstream does.
-        for set_name, counters in available.items():
-            used = consumed.get(set_name) or {}
-            for counter, amount in counters.items():
-                if amount < used.get(counter, 0):
-                    self._give_counters(device)
-                    return False
+        if first_short_counter(available, consumed) is not None:
+            self._give_counters(device)
+            return False
         return True
 
     def _give_counters(self, device: DeviceInfo) -> None:

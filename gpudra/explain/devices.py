@@ -12,13 +12,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from gpudra.allocator.claims import tolerates
 from gpudra.api.quantity import Quantity, QuantityError
 from gpudra.explain.model import CelErrorReport, FunnelStep, RequestFunnel
 
 MAX_DETAILS = 5
 MAX_CEL_ERRORS_PER_SELECTOR = 3
-EVICTING_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 @dataclass
@@ -61,16 +59,6 @@ def _node_matches(node: dict[str, Any], node_name: Any, all_nodes: Any, selector
     from gpudra.allocator.nodematch import NodeInfo, node_matches
 
     return node_matches(NodeInfo.of(node), node_name or None, bool(all_nodes), selector)
-
-
-def _counter_values(counters: Any) -> dict[str, int]:
-    values: dict[str, int] = {}
-    for name, counter in (counters or {}).items():
-        try:
-            values[name] = Quantity.parse((counter or {}).get("value", 0)).nanos
-        except (QuantityError, AttributeError):
-            values[name] = 0
-    return values
 
 
 def slice_index(slices: Iterable[dict[str, Any]], features: str = "default") -> Any:
@@ -123,17 +111,11 @@ def _ref(device: Any) -> DeviceRef:
 
 
 def available_counters(pool: PoolView, allocated: set[str]) -> dict[str, dict[str, int]]:
-    """The pool's counters minus what allocated devices consume (may go negative, as upstream)."""
-    left = {name: dict(counters) for name, counters in pool.counter_sets.items()}
-    for ref in pool.all_devices:
-        if ref.id not in allocated:
-            continue
-        for use in ref.device.get("consumesCounters") or []:
-            counters = left.get(use.get("counterSet"), {})
-            for name, value in _counter_values(use.get("counters")).items():
-                if name in counters:
-                    counters[name] -= value
-    return left
+    """The pool's counters minus what allocated devices consume (the allocator's own accounting)."""
+    from gpudra.allocator.allocator import counters_left
+
+    return counters_left(pool.counter_sets, (ref.info for ref in pool.all_devices if ref.info is not None),
+                         lambda key: "/".join(key) in allocated)
 
 
 # ------------------------------------------------------------------------------------- selectors
@@ -195,11 +177,10 @@ def selector_expressions(obj_selectors: Any) -> list[str]:
 
 
 def untolerated_taints(device: dict[str, Any], tolerations: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        taint for taint in device.get("taints") or []
-        if taint.get("effect") in EVICTING_EFFECTS
-        and not any(tolerates(t, taint) for t in tolerations)
-    ]
+    """The device's taints that block the request (the allocator's rule)."""
+    from gpudra.allocator.claims import untolerated_taints as blocking
+
+    return blocking([t for t in device.get("taints") or [] if isinstance(t, dict)], tolerations)
 
 
 def taint_text(taint: dict[str, Any]) -> str:
@@ -234,15 +215,16 @@ def request_specs(claim_key: str, request: dict[str, Any]) -> list[RequestSpec]:
 
 
 def _spec(claim_key: str, name: str, exact: dict[str, Any], admin: bool = False) -> RequestSpec:
-    mode = exact.get("allocationMode") or "ExactCount"
-    count = exact.get("count")
+    from gpudra.allocator.claims import request_mode_and_count
+
+    mode, count = request_mode_and_count(exact)  # the allocator's reading, defaulting included
     return RequestSpec(
         claim=claim_key,
         name=name,
         device_class=str(exact.get("deviceClassName", "")),
         selectors=selector_expressions(exact.get("selectors")),
         mode=mode,
-        count=int(count) if isinstance(count, int) and count > 0 else 1,
+        count=count if mode != "All" else 1,
         tolerations=list(exact.get("tolerations") or []),
         admin_access=bool(exact.get("adminAccess")) if admin else False,
         capacity=dict((exact.get("capacity") or {}).get("requests") or {}),
@@ -444,13 +426,24 @@ def _counter_users(ref: DeviceRef, pool: PoolView, ctx: FunnelContext) -> list[s
 
 
 def _lacking_counter(ref: DeviceRef, left: dict[str, dict[str, int]]) -> str:
-    for use in ref.device.get("consumesCounters") or []:
-        set_name = use.get("counterSet")
-        for name, need in _counter_values(use.get("counters")).items():
-            have = left.get(set_name, {}).get(name, 0)
-            if need > have:
-                return f"counter {set_name}/{name} (needs {_fmt_nanos(need)}, {_fmt_nanos(max(have, 0))} left)"
-    return ""
+    """The counter that stops the device, checked as the allocator checks it (every counter of the
+    pool, so an over-allocated pool stops every device that consumes counters)."""
+    from gpudra.allocator.allocator import first_short_counter
+
+    if ref.info is None or not ref.info.consumes_counters:
+        return ""
+    consumed: dict[str, dict[str, int]] = {}
+    for set_name, counters in ref.info.consumes_counters:
+        target = consumed.setdefault(set_name, {})
+        for name, amount in counters.items():
+            target[name] = target.get(name, 0) + amount
+    short = first_short_counter(left, consumed)
+    if short is None:
+        return ""
+    set_name, name = short
+    need = consumed.get(set_name, {}).get(name, 0)
+    have = left.get(set_name, {}).get(name, 0)
+    return f"counter {set_name}/{name} (needs {_fmt_nanos(need)}, {_fmt_nanos(max(have, 0))} left)"
 
 
 def _capacity_nanos(requests: dict[str, Any]) -> dict[str, int]:
