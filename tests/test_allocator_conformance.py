@@ -104,6 +104,9 @@ def run_case(case: Path) -> tuple[dict, dict]:
         nodes=_split(args.node),
         claims=_split(args.claims),
         features=Features.parse(args.features).with_variant(args.allocator),
+        # upstream's answers come from a search without a deadline; the 10 s Filter timeout is a
+        # product default, and a loaded CI runner must not turn a slow stable-variant case into a miss
+        timeout=None,
     )
     return report, expected
 

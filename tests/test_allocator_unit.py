@@ -262,7 +262,8 @@ def _case_report(case: Path) -> dict:
     args = parse_args((case / "args").read_text())
     objects = [d for d in yaml.safe_load_all((case / "input.yaml").read_text()) if d]
     return _strip_share_ids(
-        build_report(objects, args.mode, _split(args.node), _split(args.claims), Features.parse(args.features))
+        build_report(objects, args.mode, _split(args.node), _split(args.claims), Features.parse(args.features),
+                     timeout=None)
     )
 
 
