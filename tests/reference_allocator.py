@@ -501,7 +501,7 @@ class Reference:
                 compiled = compile_expression(selector["cel"]["expression"], True)
                 if isinstance(compiled, Exception):
                     raise Fatal(f"{owner}: CEL compile error: {compiled}")
-                raw = d if self.features.consumable_capacity else {
+                raw = d if not self.stable else {
                     k: v for k, v in d.items() if k != "allowMultipleAllocations"}
                 device_input = _cel().device_input(driver, raw, list_type_attributes=False)
                 try:

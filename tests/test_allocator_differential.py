@@ -122,6 +122,8 @@ def request_body(rng, allow_admin):
         body["count"] = rng.randint(1, 3)
     if body["deviceClassName"] == "gpu" and rng.randint(0, 2) == 0:
         body["selectors"] = [{"cel": {"expression": f'device.attributes["{GPU}"].model == "{rng.choice("ab")}"'}}]
+    elif rng.randint(0, 5) == 0:
+        body["selectors"] = [{"cel": {"expression": "!device.allowMultipleAllocations"}}]
     if allow_admin and rng.randint(0, 4) == 0:
         body["adminAccess"] = True
     if rng.randint(0, 2) == 0:

@@ -233,3 +233,12 @@ def test_undoing_a_multi_allocatable_device_keeps_its_counters():
     # Without the shareable device's detour the dedicated one fits.
     assert picked(allocate(features, [slices[0] | {"spec": dict(slices[0]["spec"], devices=devices[:1])}, counters],
                            wanted)) == ["dedicated"]
+
+
+def test_allow_multiple_allocations_is_visible_to_cel_except_in_stable():
+    # incubating hands the field to CEL even with DRAConsumableCapacity off; stable never does.
+    slices = [slice_obj("s", "n1", [device("gpu-0", allowMultipleAllocations=True), device("gpu-1")])]
+    shared = [claim("c", [exact("gpu", selectors=[{"cel": {"expression": "device.allowMultipleAllocations"}}])])]
+    assert not INCUBATING.consumable_capacity
+    assert picked(allocate(INCUBATING, slices, shared)) == ["gpu-0"]
+    assert allocate(STABLE, slices, shared).outcome == "unallocatable"

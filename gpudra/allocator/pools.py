@@ -72,7 +72,7 @@ class SliceIndex:
         from .selection import SelectorEvaluator
 
         self.features = features
-        self.evaluator = SelectorEvaluator(features.consumable_capacity, features.list_type_attributes)
+        self.evaluator = SelectorEvaluator(not features.stable_variant, features.list_type_attributes)
         self.views: dict = {}
         self.slices = [SliceInfo(raw or {}, i) for i, raw in enumerate(slices)]
         self.by_pool: dict[tuple[str, str], list[SliceInfo]] = defaultdict(list)

@@ -58,7 +58,8 @@ def compile_expression(expression: str, consumable_capacity: bool) -> Any:
     """The compiled selector, or the CELCompileError (cached either way)."""
     cel = _cel()
     try:
-        return cel.compile_selector(expression, consumable_capacity=consumable_capacity)
+        # kube-scheduler compiles stored expressions: no cost estimate, the runtime limit applies
+        return cel.compile_selector(expression, consumable_capacity=consumable_capacity, stored=True)
     except cel.CELCompileError as err:
         return err
 
@@ -66,8 +67,10 @@ def compile_expression(expression: str, consumable_capacity: bool) -> Any:
 class SelectorEvaluator:
     """Per-allocator cache of (expression, device) → True | False | (kind, message)."""
 
-    def __init__(self, consumable_capacity: bool, list_type_attributes: bool):
-        self.consumable_capacity = consumable_capacity
+    def __init__(self, multiple_allocations_visible: bool, list_type_attributes: bool):
+        # incubating and experimental hand the device's allowMultipleAllocations to CEL whatever
+        # DRAConsumableCapacity says; stable does not (it reads as false there).
+        self.multiple_allocations_visible = multiple_allocations_visible
         self.list_type_attributes = list_type_attributes
         self._inputs: dict[DeviceInfo, Any] = {}
         self._results: dict[tuple[str, DeviceInfo], Any] = {}
@@ -76,8 +79,7 @@ class SelectorEvaluator:
         found = self._inputs.get(device)
         if found is None:
             raw = device.raw
-            if not self.consumable_capacity and raw.get("allowMultipleAllocations"):
-                # Without the gate the field is not copied into the CEL object: it reads as false.
+            if not self.multiple_allocations_visible and raw.get("allowMultipleAllocations"):
                 raw = {k: v for k, v in raw.items() if k != "allowMultipleAllocations"}
             found = _cel().device_input(device.driver, raw, list_type_attributes=self.list_type_attributes)
             self._inputs[device] = found

@@ -1,6 +1,12 @@
 """Checks Kubernetes' CEL environment makes at compile time that cel-cpp's checker does not:
-HomogeneousAggregateLiterals (every element of a list literal, and every key/value of a map literal,
-has the same type unless one of them is dyn)."""
+
+- HomogeneousAggregateLiterals: every element of a list literal, and every key/value of a map
+  literal, has exactly the type of the first (cel-go's validator compares exact types, so
+  `[1, dyn("a")]` is refused), except inside a call of `format`, which cel-go exempts;
+- the type parameters of the Kubernetes list functions, which cel-expr-python's checker cannot bind
+  (they are declared on list(dyn) there): isSorted/min/max need comparable elements, sum summable
+  ones, and a list's indexOf/lastIndexOf an argument of the element type.
+"""
 
 from __future__ import annotations
 
@@ -72,8 +78,20 @@ def _positions(payload: bytes) -> dict[int, int]:
     return positions
 
 
-def _mismatch(expected: str, found: str) -> bool:
-    return expected != found and "dyn" not in (expected, found) and not expected.startswith("dyn") and found != "null_type"
+# cel-go's HomogeneousAggregateLiteralExemptFunctions, set by its strings extension
+_EXEMPT_FROM_HOMOGENEITY = frozenset({"format"})
+
+
+def _outside_exempt_calls(node, inside: bool = False):
+    """The nodes that are not within (an argument or target of) an exempt call."""
+    if node is None:
+        return
+    if not inside:
+        yield node
+    inside = inside or (node.kind == "call" and node.value in _EXEMPT_FROM_HOMOGENEITY)
+    for child in (node.target, *node.args, *[k for k in node.keys if k is not None], node.iter_range,
+                  node.accu_init, node.loop_condition, node.loop_step, node.result):
+        yield from _outside_exempt_calls(child, inside)
 
 
 def heterogeneous_literal(serialized: bytes) -> tuple[str, int] | None:
@@ -81,7 +99,7 @@ def heterogeneous_literal(serialized: bytes) -> tuple[str, int] | None:
     payload = _payload(serialized)
     types = _type_map(payload)
     positions = _positions(payload)
-    for node in walk(checked_syntax_tree(serialized)):
+    for node in _outside_exempt_calls(checked_syntax_tree(serialized)):
         if node.kind == "list":
             groups = [node.args]
         elif node.kind == "struct" and not node.value:  # a map literal
@@ -94,8 +112,44 @@ def heterogeneous_literal(serialized: bytes) -> tuple[str, int] | None:
             expected = types.get(group[0].id, "dyn")
             for element in group[1:]:
                 found = types.get(element.id, "dyn")
-                if _mismatch(expected, found):
+                if expected != found:
                     return f"expected type '{expected}' but found '{found}'", positions.get(element.id, 0)
+    return None
+
+
+# Element types of the Kubernetes lists library's overloads (k8s.io/apiserver pkg/cel/library/lists.go).
+_COMPARABLE = {"int", "uint", "double", "bool", "string", "bytes", "google.protobuf.Duration",
+               "google.protobuf.Timestamp", "dyn"}
+_SUMMABLE = {"int", "uint", "double", "google.protobuf.Duration", "dyn"}
+_ELEMENT_TYPES = {"isSorted": _COMPARABLE, "min": _COMPARABLE, "max": _COMPARABLE, "sum": _SUMMABLE}
+
+
+def _element_type(list_type: str) -> str | None:
+    return list_type[5:-1] if list_type.startswith("list(") and list_type.endswith(")") else None
+
+
+def list_function_overloads(serialized: bytes) -> tuple[str, int] | None:
+    """(message, offset) of the first list-library call no overload of Kubernetes' accepts, or None."""
+    payload = _payload(serialized)
+    types = _type_map(payload)
+    positions = _positions(payload)
+    for node in walk(checked_syntax_tree(serialized)):
+        if node.kind != "call" or node.target is None:
+            continue
+        target = types.get(node.target.id, "dyn")
+        element = _element_type(target)
+        if element is None:
+            continue
+        name = node.value
+        if name in _ELEMENT_TYPES and not node.args:
+            if element not in _ELEMENT_TYPES[name]:
+                return (f"found no matching overload for '{name}' applied to '{target}.()'",
+                        positions.get(node.id, 0))
+        elif name in ("indexOf", "lastIndexOf") and len(node.args) == 1:
+            argument = types.get(node.args[0].id, "dyn")
+            if "dyn" not in (element, argument) and element != argument:
+                return (f"found no matching overload for '{name}' applied to '{target}.({argument})'",
+                        positions.get(node.id, 0))
     return None
 
 

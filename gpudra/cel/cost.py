@@ -282,6 +282,34 @@ def _function_cost(node: Node, sizes: list[Size]) -> tuple[float, Size]:
     return _tenth(total), Size(max(1.0, total)) if total > 1 else SCALAR
 
 
+# Calls for which cel-go's estimator has no size bound and so estimates (nearly) 2^64: the API
+# server refuses them however cheap they are (seen in v0.36.2's answers, tests/data/cel/conformance).
+_UNBOUNDED_FORMATS = frozenset({"format.qualifiedName", "format.labelValue", "value"})
+
+
+def _unbounded_in_cel_go(node: Node, types: dict[int, str]) -> bool:
+    if node.kind != "call":
+        return False
+    if node.value == "join":
+        return True
+    target = node.target
+    if node.value in ("min", "max") and target is not None:
+        return types.get(target.id) in ("list(string)", "list(bytes)")
+    # validate() is rewritten to __gpudra_format_errors by gpudra.cel.source
+    if node.value in ("validate", "__gpudra_format_errors") and target is not None and target.kind == "call":
+        return target.value in _UNBOUNDED_FORMATS
+    return False
+
+
+def unbounded_in_cel_go(serialized: bytes) -> bool:
+    """Whether cel-go's estimator finds no bound (the API server's reading only: at run time
+    such expressions cost what they cost)."""
+    from gpudra.cel.checks import _payload, _type_map
+
+    types = _type_map(_payload(serialized))
+    return any(_unbounded_in_cel_go(node, types) for node in walk(checked_syntax_tree(serialized)))
+
+
 def estimate(serialized: bytes) -> float:
     root = checked_syntax_tree(serialized)
     cost, _ = _Estimator(*_node_types(serialized)).estimate(root, {})
@@ -304,13 +332,16 @@ def literal_regex_problems(serialized: bytes) -> list[tuple[str, str]]:
     return problems
 
 
-def check(expression: str, checked) -> int:
-    """Refuse expressions whose cost bound exceeds the limit or whose literal regex is invalid."""
+def check(expression: str, checked, refuse_costly: bool = True) -> int:
+    """Refuse expressions whose literal regex is invalid or (unless `refuse_costly` is false)
+    whose cost bound exceeds the limit; returns the bound."""
     serialized = checked.serialize()
     for pattern, problem in literal_regex_problems(serialized):
         raise CELCompileError(expression, f"invalid regular expression {pattern!r}: {problem}")
     cost = estimate(serialized)
-    if cost > MAX_COST:
+    if refuse_costly and unbounded_in_cel_go(serialized):
+        cost = _INFINITE
+    if cost > MAX_COST and refuse_costly:
         shown = "more than 1e30" if cost >= _INFINITE else f"{cost:.0f}"
         raise CELCompileError(
             expression, f"too complex, exceeds cost limit (estimated cost {shown}, limit {MAX_COST})"

@@ -363,7 +363,10 @@ def declarations(runtime: bool = False) -> list[cel.FunctionDecl]:
         # quantity
         cel.FunctionDecl("quantity", [_overload("string_to_quantity", quantity, [string], _quantity, member=False)]),
         cel.FunctionDecl("isQuantity", [_overload("is_quantity_string", bool_, [string], _is_quantity, member=False)]),
-        cel.FunctionDecl("sign", [_overload("quantity_sign", int_, [quantity], lambda q: V.quantity_of(q).sign())]),
+        # Kubernetes declares sign as a global function (sign(q)), not as a method of Quantity.
+        cel.FunctionDecl(
+            "sign", [_overload("quantity_sign", int_, [quantity], lambda q: V.quantity_of(q).sign(), member=False)]
+        ),
         cel.FunctionDecl("isInteger", [_overload("quantity_is_integer", bool_, [quantity], lambda q: V.quantity_of(q).as_int() is not None)]),
         cel.FunctionDecl("asInteger", [_overload("quantity_get_integer", int_, [quantity], _as_integer)]),
         cel.FunctionDecl(

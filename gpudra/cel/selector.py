@@ -69,6 +69,8 @@ class Selector:
     def __init__(self, expression: str, consumable_capacity: bool, program, estimated_cost: int):
         self.expression = expression
         self.consumable_capacity = consumable_capacity
+        # Over MAX_COST only for a stored expression (see compile_selector): its evaluation is not
+        # started, it fails as the runtime cost limit would stop it.
         self.estimated_cost = estimated_cost
         self._program = program
         self._env = runtime_env()
@@ -93,6 +95,8 @@ class Selector:
     def _evaluate_or_raise(self, device: DeviceInput, deadline: float | None) -> bool:
         if device.error is not None:
             raise CELRuntimeError(device.error, self.expression)
+        if self.estimated_cost > MAX_COST:
+            raise CELRuntimeError(_aborted_message("Iteration budget exceeded"), self.expression)
         with budget.evaluation(deadline) as meter:
             try:
                 result = self._program.eval(device.activation(self._env))
@@ -152,7 +156,7 @@ def _compile_error(expression: str, rewritten, raw: str) -> CELCompileError:
     return CELCompileError(expression, first_message, column, line, report="\n".join(reports))
 
 
-def _compile(expression: str, consumable_capacity: bool) -> Selector:
+def _compile(expression: str, consumable_capacity: bool, stored: bool = False) -> Selector:
     if not isinstance(expression, str):
         raise CELCompileError(str(expression), "expression must be a string")
     size = len(expression.encode("utf-8"))
@@ -168,13 +172,17 @@ def _compile(expression: str, consumable_capacity: bool) -> Selector:
         message = f"must evaluate to bool or the unknown type, not {cel_type_name(result_type)}"
         raise CELCompileError(expression, message, report=message)
     serialized = checked.serialize()
-    problem = checks.heterogeneous_literal(serialized) or checks.invalid_time_literals(serialized)
+    problem = (
+        checks.heterogeneous_literal(serialized)
+        or checks.list_function_overloads(serialized)
+        or checks.invalid_time_literals(serialized)
+    )
     if problem is not None:
         message, offset = problem
         offset = rewritten.original_offset(offset)
         line, column = line_column(expression, offset)
         raise CELCompileError(expression, message, column, line, report=caret_report(expression, message, offset))
-    estimate = cost_model.check(expression, checked)
+    estimate = cost_model.check(expression, checked, refuse_costly=not stored)
     try:
         program = runtime_env().compile(adapt(expression, runtime=True).text)
     except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly
@@ -183,19 +191,25 @@ def _compile(expression: str, consumable_capacity: bool) -> Selector:
 
 
 @lru_cache(maxsize=4096)
-def _cached(expression: str, consumable_capacity: bool) -> Selector | CELCompileError:
+def _cached(expression: str, consumable_capacity: bool, stored: bool = False) -> Selector | CELCompileError:
     # Failures are cached too: an allocator asks for the same broken selector on every node.
     try:
-        return _compile(expression, consumable_capacity)
+        return _compile(expression, consumable_capacity, stored)
     except CELCompileError as error:
         return error
 
 
-def compile_selector(expression: str, *, consumable_capacity: bool = True) -> Selector:
-    """Compile a DRA device selector (cached per expression and options); raises CELCompileError."""
+def compile_selector(expression: str, *, consumable_capacity: bool = True, stored: bool = False) -> Selector:
+    """Compile a DRA device selector (cached per expression and options); raises CELCompileError.
+
+    The API server's reading (the default) refuses an expression whose estimated cost exceeds the
+    limit. `stored=True` is kube-scheduler's reading of an expression already stored: no estimate
+    at compile time, the runtime cost limit applies instead (an expression whose cost bound exceeds
+    the limit fails its evaluation with "actual cost limit exceeded").
+    """
     if not isinstance(expression, str):
         raise CELCompileError(str(expression), "expression must be a string")
-    result = _cached(expression, bool(consumable_capacity))
+    result = _cached(expression, bool(consumable_capacity), bool(stored))
     if isinstance(result, CELCompileError):
         raise CELCompileError(result.expression, result.message, result.column, result.line, result.report)
     return result

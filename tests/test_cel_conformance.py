@@ -1,0 +1,80 @@
+"""gpudra's DRA CEL environment against cel-go's own answers (tests/data/conformance/cel).
+
+The answers come from k8s.io/dynamic-resource-allocation v0.36.2's `cel` package, unmodified, for the
+198 cases of tests/data/cel/expressions.yaml in two readings: the API server's (a new expression,
+compiled with cost estimation: an estimated cost over the limit is a rejection) and kube-scheduler's
+(a stored expression: no estimate, the runtime cost limit applies). Outcomes are compared (compile
+error, runtime error, true, false), not error wording.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpudra.cel import CELCompileError, CELRuntimeError, compile_selector, device_input
+
+ROOT = Path(__file__).parent / "data" / "conformance" / "cel"
+TABLE = yaml.safe_load((Path(__file__).parent / "data" / "cel" / "expressions.yaml").read_text())["cases"]
+
+
+def _load(reading: str) -> list[tuple[dict, dict]]:
+    cases = json.loads((ROOT / f"cases-{reading}.json").read_text())["cases"]
+    answers = {a["id"]: a for a in map(json.loads, (ROOT / f"expected-{reading}.jsonl").read_text().splitlines())}
+    return [(case, answers[case["id"]]) for case in cases]
+
+
+READINGS = {reading: _load(reading) for reading in ("validation", "scheduler")}
+
+
+def upstream_outcome(answer: dict, reading: str):
+    if answer.get("compileError") or (reading == "validation" and answer.get("exceedsCostLimit")):
+        return "compile error"
+    if "runtimeError" in answer:
+        return "runtime error"
+    return answer["result"]
+
+
+def gpudra_outcome(case: dict, reading: str):
+    stored = reading == "scheduler"
+    features = case["features"]
+    try:
+        # The scheduler compiles stored expressions with every field declared, whatever the gates.
+        selector = compile_selector(case["expression"], consumable_capacity=stored or features["consumableCapacity"],
+                                    stored=stored)
+    except CELCompileError:
+        return "compile error"
+    device = device_input(case["driver"], case["device"], list_type_attributes=features["listTypeAttributes"])
+    try:
+        return selector.evaluate(device)
+    except CELRuntimeError:
+        return "runtime error"
+
+
+def test_both_readings_cover_the_whole_table():
+    for reading, pairs in READINGS.items():
+        assert [case["expression"] for case, _ in pairs] == [case["expression"] for case in TABLE], reading
+        assert [case["id"] for case, _ in pairs] == [f"{i:03d}" for i in range(len(TABLE))]
+
+
+@pytest.mark.parametrize("reading", sorted(READINGS))
+def test_every_case_agrees_with_cel_go(reading):
+    differences = []
+    for case, answer in READINGS[reading]:
+        want, got = upstream_outcome(answer, reading), gpudra_outcome(case, reading)
+        if want != got:
+            differences.append(f"{case['id']} {case['expression']}: cel-go {want}, gpudra {got}")
+    assert not differences, "\n".join(differences)
+
+
+def test_the_table_expectations_are_cel_go_answers():
+    """Each expectation of the table is the API server's answer, and `scheduler:` (or, where absent,
+    the same expectation) kube-scheduler's."""
+    for index, row in enumerate(TABLE):
+        for reading, key in (("validation", "expected"), ("scheduler", "scheduler")):
+            expected = row.get(key, row["expected"])
+            kind = expected if isinstance(expected, bool) else next(iter(expected)).replace("_", " ")
+            assert kind == upstream_outcome(READINGS[reading][index][1], reading), f"{index:03d} {reading}"
