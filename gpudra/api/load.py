@@ -366,15 +366,23 @@ def _check_yaml_nesting(text: str, source: str) -> None:
     if 2 * (longest + 2) + 2 * text.count("[") + text.count("{") <= _C_COMPOSER_SAFE_DEPTH:
         return
     depth, document = 0, 0
-    for event in yaml.parse(text, Loader=_ManifestLoader):
-        if isinstance(event, _COLLECTION_START):
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise LoadError(source, _too_deep(document, f"more than {MAX_DEPTH}"), event.start_mark.line + 1)
-        elif isinstance(event, _COLLECTION_END):
-            depth -= 1
-        elif isinstance(event, yaml.DocumentStartEvent):
-            document += 1
+    try:
+        for event in yaml.parse(text, Loader=_ManifestLoader):
+            if isinstance(event, _COLLECTION_START):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise LoadError(source, _too_deep(document, f"more than {MAX_DEPTH}"), event.start_mark.line + 1)
+            elif isinstance(event, _COLLECTION_END):
+                depth -= 1
+            elif isinstance(event, yaml.DocumentStartEvent):
+                document += 1
+    except yaml.MarkedYAMLError as error:
+        # PyYAML >= 6.0.4's libyaml stops at its own nesting limit (1,000) before our count sees the
+        # events: the same refusal, in the same words
+        if "maximum nesting depth" not in str(error.problem or ""):
+            raise
+        line = error.problem_mark.line + 1 if error.problem_mark else None
+        raise LoadError(source, _too_deep(max(document, 1), f"more than {MAX_DEPTH}"), line) from None
 
 
 def _node_children(node: yaml.Node) -> list[yaml.Node]:
