@@ -116,11 +116,17 @@ def _allocator_build_growth() -> float:
     return _growth_per_iteration(step, warm_up=100, iterations=200)
 
 
+MAX_BYTES_PER_BUILD = 400
+
+
 def test_allocator_builds_on_fresh_slices_do_not_grow():
     # in a fresh interpreter, as a long-running scheduler starts: the suite's other tests leave the
     # allocator's bounded caches in states that this small measurement would count
     measured = subprocess.run([sys.executable, __file__, "allocator"], capture_output=True, text=True, check=True)
-    assert float(measured.stdout.split()[-1]) < MAX_BYTES_PER_ITERATION
+    # a build touches many bounded caches (values, compiled selectors, shape indexes) whose filling shows
+    # as 50-100 B per build over 200 builds; the budget is 5 MB per 10,000 builds (500 B each),
+    # and the leak this guards against kept about 4.9 KiB per build
+    assert float(measured.stdout.split()[-1]) < MAX_BYTES_PER_BUILD
 
 
 def test_compiles_past_the_cache_do_not_grow(monkeypatch):
