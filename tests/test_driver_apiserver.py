@@ -11,11 +11,13 @@ import os
 import shutil
 import tempfile
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+
+from fake_http import JsonHandler, write_kubeconfig
 
 from gpudra.driver.agent import AgentOptions, DriverAgent
 from gpudra.driver.kubelet_client import KubeletClient, allocated_claim
@@ -47,28 +49,12 @@ class ReadWriteApiServer:
         self._server.server_close()
 
     def kubeconfig(self, path: str) -> str:
-        host, port = self._server.server_address[:2]
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump({"apiVersion": "v1", "kind": "Config", "current-context": "fake",
-                       "clusters": [{"name": "fake", "cluster": {"server": f"http://{host}:{port}"}}],
-                       "users": [{"name": "fake", "user": {"token": "t"}}],
-                       "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}, fh)
-        return path
+        return write_kubeconfig(path, self._server.server_address)
 
     def _handler(self):
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+        class Handler(JsonHandler):
 
             def _status(self, code: int, reason: str) -> None:
                 self._send(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,

@@ -8,6 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from fake_http import JsonHandler
+
 _PATHS = {
     "Node": "/api/v1/nodes",
     "Pod": "/api/v1/pods",
@@ -62,9 +64,7 @@ class FakeApiServer:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
+        class Handler(JsonHandler):
 
             def do_GET(self) -> None:  # noqa: N802 (http.server API)
                 parsed = urlparse(self.path)
@@ -82,14 +82,6 @@ class FakeApiServer:
                 if start + size < len(items):
                     metadata["continue"] = str(start + size)
                 self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": metadata, "items": page})
-
-            def _send(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
             def do_POST(self) -> None:  # noqa: N802
                 server.requests.append(("POST", self.path))

@@ -12,13 +12,14 @@ import shutil
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 import yaml
 from click.testing import CliRunner
+
+from fake_http import JsonHandler, write_kubeconfig
 
 from gpudra.cli import cli
 from gpudra.discovery import open_backend
@@ -164,13 +165,7 @@ class NodeApiServer:
         self._server.server_close()
 
     def kubeconfig(self, path: str) -> str:
-        host, port = self._server.server_address[:2]
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump({"apiVersion": "v1", "kind": "Config", "current-context": "fake",
-                       "clusters": [{"name": "fake", "cluster": {"server": f"http://{host}:{port}"}}],
-                       "users": [{"name": "fake", "user": {"token": "t"}}],
-                       "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}, fh)
-        return path
+        return write_kubeconfig(path, self._server.server_address)
 
     def set_labels(self, **labels: str) -> None:
         with self.changed:
@@ -190,17 +185,7 @@ class NodeApiServer:
     def _handler(self):
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+        class Handler(JsonHandler):
 
             def do_GET(self):  # noqa: N802
                 url = urlparse(self.path)
