@@ -23,8 +23,16 @@ def command() -> None:
 @click.option("--policy", type=click.Choice(["kube", "binpack", "spread", "fragmentation"]), default=None,
               help="Scheduler scoring policy (default kube).")
 @click.option("--kubernetes-version", default=None, help="Kubernetes version the nodes report (default 1.36).")
-def up_cmd(directory: str | None, nodes: str | None, policy: str | None, kubernetes_version: str | None) -> None:
-    """Start the cluster's drivers (or restart the ones that died), then let the control loop catch up."""
+@click.option("--event-ttl", "event_ttl", type=click.IntRange(min=1), default=None, metavar="SECONDS",
+              help="How long events are kept after they were last seen (default 3600, the API server's 1h).")
+@click.option("--control-plane/--no-control-plane", default=True, show_default=True,
+              help="Run the control-plane process, which acts on changes no gpudra command follows (drivers "
+                   "republishing slices, other tools' writes) and resyncs pending pods. Without it, only gpudra "
+                   "commands run the control loop.")
+def up_cmd(directory: str | None, nodes: str | None, policy: str | None, kubernetes_version: str | None,
+           event_ttl: int | None, control_plane: bool) -> None:
+    """Start the cluster's drivers (or restart the ones that died) and its control plane, then let the control
+    loop catch up."""
     from gpudra.cluster.controller import reconcile
     from gpudra.cluster.layout import (DEFAULT_NODES, ClusterConfig, ClusterDir, ClusterSetupError,
                                        current_pointer, default_new_dir, parse_nodes)
@@ -39,15 +47,17 @@ def up_cmd(directory: str | None, nodes: str | None, policy: str | None, kuberne
                 pass
         cluster = ClusterDir(directory or default_new_dir())
         config = None
-        if not cluster.exists() or nodes or policy or kubernetes_version:
+        if not cluster.exists() or nodes or policy or kubernetes_version or event_ttl:
             config = ClusterConfig(nodes=parse_nodes(nodes or DEFAULT_NODES))
             if cluster.exists():
                 existing = cluster.load_config()
                 config.nodes = config.nodes if nodes else existing.nodes
                 config.policy, config.kubernetes_version = existing.policy, existing.kubernetes_version
+                config.event_ttl_s = existing.event_ttl_s
             config.policy = policy or config.policy
             config.kubernetes_version = kubernetes_version or config.kubernetes_version
-        up(cluster, config, say=lambda text: click.echo(text, err=True))
+            config.event_ttl_s = event_ttl or config.event_ttl_s
+        up(cluster, config, say=lambda text: click.echo(text, err=True), control_plane=control_plane)
         reconcile(cluster, lambda kind, text: click.echo(f"  {text}", err=True))
     except ClusterSetupError as exc:
         _fail(str(exc))

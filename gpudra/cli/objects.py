@@ -28,6 +28,14 @@ def _cluster(directory: str | None):
         _fail(str(exc))
 
 
+def _hold_control_loop(cluster) -> None:
+    """Hold the control loop's lock from this command's first write to its end, so the control-plane process
+    cannot act on the writes first and the command's own rounds (and `-v` output) show what they caused."""
+    from gpudra.cluster.controller import holding
+
+    click.get_current_context().with_resource(holding(cluster))
+
+
 def _reconcile(cluster, verbose: bool) -> None:
     from gpudra.cluster.controller import reconcile
 
@@ -66,6 +74,7 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
         for problem in problems:
             click.echo(problem.render(), err=True)
         sys.exit(2)
+    _hold_control_loop(cluster)
     for doc in documents:
         try:
             click.echo(apply_document(cluster.store, doc, namespace))
@@ -149,6 +158,7 @@ def delete_command(kind: str | None, names: tuple[str, ...], paths: tuple[str, .
     else:
         _fail("give KIND NAME… or -f FILE")
     missing = False
+    _hold_control_loop(cluster)
     for info, ns, name in targets:
         try:
             cluster.store.delete(info.kind, ns, name)

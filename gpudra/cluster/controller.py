@@ -5,14 +5,18 @@ One round: the kubelet stand-in finishes deleted pods (unprepare), the workload 
 create pods and claims (gpudra's scheduler `Cluster` holds those rules), the garbage collector releases claims of
 pods that are gone, the scheduler places pending pods (allocation, reservedFor, binding, FailedScheduling
 events with kube-scheduler's messages), then the kubelet stand-in prepares and starts newly bound pods. Every
-`gpudra` command that changes the store runs it (under a lock, so two commands never run it at once); there is
-no controller daemon, only the drivers run in the background.
+`gpudra` command that changes the store runs it, and the cluster's control-plane process
+(`gpudra.cluster.controlplane`, started by `gpudra cluster up`) runs it whenever anything else changes the store
+(a driver republishing its slices, an object written by another tool) and every few seconds, as the real
+components' resyncs do. One lock makes sure only one of them runs it at a time; a command holds that lock from its
+first write to the end of its rounds (`holding`), so the steps it prints are the ones its own writes caused.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -35,13 +39,29 @@ CLAIM_CONTROLLER = "resource-claim-controller"
 Step = Callable[[str, str], None]
 
 
+_held = threading.local()  # lock files this thread holds, with their depth: `holding` is re-entrant
+
+
 @contextmanager
-def _controller_lock(cluster: ClusterDir) -> Iterator[None]:
-    with open(cluster.controller_lock(), "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+def holding(cluster: ClusterDir) -> Iterator[None]:
+    """The control loop's lock (re-entrant within a thread). flock is per open file, so a second open of the same
+    lock file inside one process would wait for itself: the depth is counted here instead."""
+    path = cluster.controller_lock()
+    depths: dict[str, int] = _held.__dict__.setdefault("depths", {})
+    if depths.get(path):
+        depths[path] += 1
         try:
             yield
         finally:
+            depths[path] -= 1
+        return
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        depths[path] = 1
+        try:
+            yield
+        finally:
+            depths[path] = 0
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
@@ -62,7 +82,7 @@ class ControlLoop:
 
     def run(self) -> int:
         """Rounds until nothing changes; returns how many rounds changed something."""
-        with _controller_lock(self.cluster):
+        with holding(self.cluster):
             try:
                 changed_rounds = 0
                 for _ in range(MAX_ROUNDS):
@@ -72,6 +92,7 @@ class ControlLoop:
                 return changed_rounds
             finally:
                 self.kubelet.close()
+                self.store.expire_events(self.config.event_ttl_s)
 
     # ----- one round ----------------------------------------------------------------------------
     def round(self) -> bool:

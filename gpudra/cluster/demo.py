@@ -17,7 +17,7 @@ from gpudra.api.load import Document, load_text
 from gpudra.driver.slices import device_classes
 
 from .apply import apply_document
-from .controller import reconcile
+from .controller import holding, reconcile
 from .layout import DEFAULT_NODES, ClusterConfig, ClusterDir, parse_nodes
 from .nodes import down, up
 
@@ -58,25 +58,28 @@ def run_flow(directory: str | None, out: Callable[[str], None], keep: bool = Fal
     cluster = ClusterDir(path)
     try:
         up(cluster, None if cluster.exists() else ClusterConfig(nodes=parse_nodes(DEFAULT_NODES)),
-           say=lambda text: timeline("node", text))
+           say=lambda text: timeline("node", text), control_plane=keep)
         devices = Counter(s["spec"]["nodeName"] for s in cluster.store.list("ResourceSlice")
                           for _ in s["spec"].get("devices") or [])
         for node, count in sorted(devices.items()):
             timeline("slices", f"node {node}: {count} devices published in ResourceSlices by its driver")
-        for doc in bundled_documents():
-            timeline("apply", apply_document(cluster.store, doc))
-        reconcile(cluster, timeline)
-        for doc in mig_documents(cluster.load_config().driver_name):
-            timeline("apply", apply_document(cluster.store, doc))
-        reconcile(cluster, timeline)
+        with holding(cluster):  # a kept cluster's control plane must not take the steps from the timeline
+            for doc in bundled_documents():
+                timeline("apply", apply_document(cluster.store, doc))
+            reconcile(cluster, timeline)
+        with holding(cluster):
+            for doc in mig_documents(cluster.load_config().driver_name):
+                timeline("apply", apply_document(cluster.store, doc))
+            reconcile(cluster, timeline)
         victim = next((p for p in cluster.store.list("Pod", "ai-serving")
                        if (p.get("spec") or {}).get("nodeName") and p["metadata"]["name"].startswith("inference-")),
                       None)
         if victim is not None:
             name = victim["metadata"]["name"]
             timeline("delete", f"pod ai-serving/{name} (its Deployment creates a replacement)")
-            cluster.store.delete("Pod", "ai-serving", name)
-            reconcile(cluster, timeline)
+            with holding(cluster):
+                cluster.store.delete("Pod", "ai-serving", name)
+                reconcile(cluster, timeline)
     finally:
         if not keep:
             down(cluster)

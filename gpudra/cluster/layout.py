@@ -17,6 +17,7 @@ from .store import Store
 CONFIG_FILE = "cluster.yaml"
 DEFAULT_NODES = "dgx-h100:2,hgx-a100-mig+dynamic-mig,l4-node"
 DEFAULT_KUBERNETES_VERSION = "1.36"
+DEFAULT_EVENT_TTL_S = 3600  # kube-apiserver --event-ttl (1h)
 # Kubelet-like layout under each node's root, kept short: unix socket paths must stay under 108 bytes.
 REGISTRY_DIR = "/registry"
 PLUGINS_DIR = "/plugins"
@@ -43,6 +44,7 @@ class ClusterConfig:
     policy: str = "kube"
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     driver_name: str = DEFAULT_DRIVER_NAME
+    event_ttl_s: int = DEFAULT_EVENT_TTL_S
 
 
 def _short_name(profile: str) -> str:
@@ -105,13 +107,14 @@ class ClusterDir:
         nodes = [NodeSpec(n["name"], n["profile"], bool(n.get("dynamicMig"))) for n in data.get("nodes") or []]
         return ClusterConfig(nodes=nodes, policy=data.get("policy", "kube"),
                              kubernetes_version=str(data.get("kubernetesVersion", DEFAULT_KUBERNETES_VERSION)),
-                             driver_name=data.get("driverName", DEFAULT_DRIVER_NAME))
+                             driver_name=data.get("driverName", DEFAULT_DRIVER_NAME),
+                             event_ttl_s=int(data.get("eventTTLSeconds", DEFAULT_EVENT_TTL_S)))
 
     def save_config(self, config: ClusterConfig) -> None:
         os.makedirs(self.path, exist_ok=True)
         data = {"apiVersion": "gpudra.local/v1", "kind": "LocalCluster", "policy": config.policy,
                 "kubernetesVersion": config.kubernetes_version, "driverName": config.driver_name,
-                "nodes": [n.to_dict() for n in config.nodes]}
+                "eventTTLSeconds": config.event_ttl_s, "nodes": [n.to_dict() for n in config.nodes]}
         with open(self.config_path, "w", encoding="utf-8") as fh:
             yaml.safe_dump(data, fh, sort_keys=False)
 
@@ -134,6 +137,12 @@ class ClusterDir:
 
     def controller_lock(self) -> str:
         return os.path.join(self.path, "controller.lock")
+
+    def control_plane_pid_file(self) -> str:
+        return os.path.join(self.path, "control-plane.pid")
+
+    def control_plane_log(self) -> str:
+        return os.path.join(self.path, "control-plane.log")
 
 
 # ----- the cluster brought up last -------------------------------------------------------------------

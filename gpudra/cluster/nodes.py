@@ -38,17 +38,18 @@ def node_object(node: NodeSpec, kubernetes_version: str) -> dict:
     }
 
 
-def read_pid(cluster: ClusterDir, node: str) -> int | None:
+def read_pid(pid_file: str) -> int | None:
     try:
-        with open(cluster.pid_file(node), encoding="utf-8") as fh:
+        with open(pid_file, encoding="utf-8") as fh:
             return int(fh.read().strip())
     except (FileNotFoundError, ValueError):
         return None
 
 
-def driver_alive(cluster: ClusterDir, node: str) -> int | None:
-    """The pid of this node's driver if it runs (checked by its command line, not just the pid)."""
-    pid = read_pid(cluster, node)
+def process_alive(pid_file: str, *markers: str) -> int | None:
+    """The pid in `pid_file` if that process runs and its command line holds every marker (a recycled pid is not
+    ours); a dead child of this process is reaped on the way."""
+    pid = read_pid(pid_file)
     if pid is None:
         return None
     try:
@@ -59,25 +60,35 @@ def driver_alive(cluster: ClusterDir, node: str) -> int | None:
     except OSError:
         return None
     if zombie:
-        _reap(pid)  # a driver this process started and that died (killed): collect it
+        _reap(pid)  # a process this one started and that died (killed): collect it
         return None
-    if AGENT_MODULE.encode() not in args or node.encode() not in args:
+    if not all(marker.encode() in args for marker in markers):
         return None
     return pid
 
 
-def _spawn(cluster: ClusterDir, node: NodeSpec) -> subprocess.Popen:
-    os.makedirs(cluster.node_dir(node.name), exist_ok=True)
-    log = open(cluster.log_file(node.name), "ab")  # noqa: SIM115 - handed to the child
+def driver_alive(cluster: ClusterDir, node: str) -> int | None:
+    """The pid of this node's driver if it runs (checked by its command line, not just the pid)."""
+    return process_alive(cluster.pid_file(node), AGENT_MODULE, node)
+
+
+def spawn(cluster: ClusterDir, args: list[str], pid_file: str, log_file: str) -> subprocess.Popen:
+    """A background process of the cluster: own session (a terminal's Ctrl-C does not reach it), log file, pid file."""
+    os.makedirs(os.path.dirname(pid_file), exist_ok=True)
+    log = open(log_file, "ab")  # noqa: SIM115 - handed to the child
     try:
-        process = subprocess.Popen([sys.executable, "-m", AGENT_MODULE, cluster.path, node.name],
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                   cwd=cluster.path)
+        process = subprocess.Popen([sys.executable, "-m", *args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                   start_new_session=True, cwd=cluster.path)
     finally:
         log.close()
-    with open(cluster.pid_file(node.name), "w", encoding="utf-8") as fh:
+    with open(pid_file, "w", encoding="utf-8") as fh:
         fh.write(f"{process.pid}\n")
     return process
+
+
+def _spawn(cluster: ClusterDir, node: NodeSpec) -> subprocess.Popen:
+    return spawn(cluster, [AGENT_MODULE, cluster.path, node.name], cluster.pid_file(node.name),
+                 cluster.log_file(node.name))
 
 
 def _tail(path: str, lines: int = 5) -> str:
@@ -122,8 +133,10 @@ def register_plugin(cluster: ClusterDir, node: str, driver_name: str) -> str:
     return info.endpoint
 
 
-def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], None] = lambda _: None) -> list[str]:
-    """Start (or restart after a crash) the cluster's drivers; returns the nodes whose driver was started."""
+def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], None] = lambda _: None,
+       control_plane: bool = False) -> list[str]:
+    """Start (or restart after a crash) the cluster's drivers, and with `control_plane` the control-plane process;
+    returns the nodes whose driver was started."""
     if config is None:
         config = cluster.load_config()
     elif cluster.exists():
@@ -131,7 +144,6 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
         if [n.to_dict() for n in existing.nodes] != [n.to_dict() for n in config.nodes]:
             raise ClusterSetupError(f"{cluster.path} already holds a cluster with other nodes "
                                     f"({', '.join(n.name for n in existing.nodes)}); `gpudra cluster down` it first")
-        config = existing
     for node in config.nodes:
         paths = cluster.driver_paths(node.name, config.driver_name)
         try:
@@ -160,23 +172,32 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
         register_plugin(cluster, node.name, config.driver_name)
         say(f"node {node.name} ({node.profile}{', dynamic MIG' if node.dynamic_mig else ''}): driver "
             f"{'started' if node.name in processes else 'running'}, registered with the kubelet")
+    if control_plane:
+        from . import controlplane
+
+        started = controlplane.start(cluster)
+        say(f"control plane (controllers, scheduler, kubelets) {'started' if started else 'running'}")
     remember(cluster.path)
     return sorted(processes)
 
 
-def stop_driver(cluster: ClusterDir, node: str, sig: int = signal.SIGTERM) -> bool:
-    pid = driver_alive(cluster, node)
+def stop_process(pid_file: str, *markers: str, sig: int = signal.SIGTERM) -> bool:
+    pid = process_alive(pid_file, *markers)
     if pid is None:
         return False
     os.kill(pid, sig)
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    while driver_alive(cluster, node) is not None:
+    while process_alive(pid_file, *markers) is not None:
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + STOP_TIMEOUT_S
         time.sleep(POLL_S)
     _reap(pid)
     return True
+
+
+def stop_driver(cluster: ClusterDir, node: str, sig: int = signal.SIGTERM) -> bool:
+    return stop_process(cluster.pid_file(node), AGENT_MODULE, node, sig=sig)
 
 
 def _reap(pid: int) -> None:
@@ -194,6 +215,10 @@ def down(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> No
     except ClusterSetupError:
         nodes = sorted(os.listdir(os.path.join(cluster.path, "nodes"))) if os.path.isdir(
             os.path.join(cluster.path, "nodes")) else []
+    from . import controlplane
+
+    if controlplane.stop(cluster):  # first, so it does not act on drivers going away
+        say("control plane stopped")
     for node in nodes:
         if stop_driver(cluster, node):
             say(f"node {node}: driver stopped")

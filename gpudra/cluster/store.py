@@ -257,6 +257,33 @@ class Store:
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         })
 
+    def expire_events(self, ttl_s: float, now: datetime | None = None) -> int:
+        """Delete events last seen more than `ttl_s` ago, as the API server's event TTL does; returns how many."""
+        now = now or datetime.now(timezone.utc)
+        expired = 0
+        for event in self.list("Event"):
+            stamp = event.get("lastTimestamp") or event.get("firstTimestamp") or ""
+            try:
+                seen = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+            except ValueError:
+                continue  # not written by the store: left alone
+            if (now - seen).total_seconds() > ttl_s:
+                meta = event.get("metadata") or {}
+                try:
+                    self.delete("Event", meta.get("namespace"), meta.get("name", ""), graceful=False)
+                    expired += 1
+                except StoreError:
+                    pass  # deleted meanwhile
+        return expired
+
+    def version(self) -> int:
+        """The store's current resourceVersion: it changes with every write (a cheap 'has anything changed')."""
+        try:
+            with open(os.path.join(self.root, ".resourceVersion"), encoding="utf-8") as fh:
+                return int(fh.read().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
     def events_for(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
         meta = obj.get("metadata") or {}
         return [e for e in self.list("Event", meta.get("namespace") or "default")

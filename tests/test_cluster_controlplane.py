@@ -1,0 +1,186 @@
+"""The local cluster's control-plane process: it acts on store changes that no gpudra command follows, resyncs,
+expires events, never races a command's own rounds, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from datetime import datetime, timedelta, timezone
+
+from click.testing import CliRunner
+
+from gpudra.cli import cli
+from gpudra.cluster import controlplane
+from gpudra.cluster.controller import holding
+from gpudra.cluster.layout import ClusterConfig, ClusterDir, parse_nodes
+from gpudra.cluster.nodes import down, up
+from gpudra.cluster.store import Store
+
+from test_cluster_flow import ARTICLE, assert_nothing_left, get, gpudra, state  # noqa: F401 - fixture
+
+POLLS = 1500  # × 0.02 s: generous on a loaded 2-core CI machine; the test counts polls, it does not time anything
+
+POD = {
+    "apiVersion": "v1", "kind": "Pod",
+    "metadata": {"name": "written-by-another-tool", "namespace": "default"},
+    "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-l4"}],
+             "containers": [{"name": "c", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}]},
+}
+TEMPLATE = {
+    "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "one-l4", "namespace": "default"},
+    "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}},
+}
+
+
+def wait_for(predicate) -> bool:
+    stop = threading.Event()
+    for _ in range(POLLS):
+        if predicate():
+            return True
+        stop.wait(0.02)
+    return False
+
+
+def pod_phase(store: Store, name: str) -> str | None:
+    pod = store.get("Pod", "default", name)
+    return ((pod or {}).get("status") or {}).get("phase")
+
+
+def test_control_plane_schedules_and_starts_a_pod_that_no_gpudra_command_reconciled(state):
+    cluster = ClusterDir(state)
+    up(cluster, ClusterConfig(nodes=parse_nodes("l4-node")), control_plane=True)
+    assert controlplane.alive(cluster) is not None
+    gpudra("apply", "-f", str(ARTICLE / "01-deviceclass.yaml"), "--dir", state)
+    # another tool writes straight into the store: no reconcile follows, only the control plane sees it
+    cluster.store.create(TEMPLATE)
+    cluster.store.create(POD)
+    assert wait_for(lambda: pod_phase(cluster.store, "written-by-another-tool") == "Running")
+    pod = cluster.store.get("Pod", "default", "written-by-another-tool")
+    assert pod["spec"]["nodeName"] == "l4-0"
+    claims = [c for c in cluster.store.list("ResourceClaim", "default")
+              if c["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]]
+    assert len(claims) == 1 and claims[0]["status"]["reservedFor"][0]["uid"] == pod["metadata"]["uid"]
+    down(cluster)
+    assert_nothing_left(state)
+
+
+def test_control_plane_places_a_pending_pod_when_a_driver_publishes_new_devices(state):
+    cluster = ClusterDir(state)
+    up(cluster, ClusterConfig(nodes=parse_nodes("l4-node")), control_plane=True)
+    gpudra("apply", "-f", str(ARTICLE / "01-deviceclass.yaml"), "--dir", state)
+    slices = cluster.store.list("ResourceSlice")
+    saved = [dict(s) for s in slices]
+    for s in slices:  # the node's devices vanish (as if the driver unpublished them) ...
+        cluster.store.delete("ResourceSlice", None, s["metadata"]["name"], graceful=False)
+    cluster.store.create(TEMPLATE)
+    cluster.store.create(POD)
+    assert wait_for(lambda: any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                                for c in ((cluster.store.get("Pod", "default", "written-by-another-tool") or {})
+                                          .get("status") or {}).get("conditions") or []))
+    assert pod_phase(cluster.store, "written-by-another-tool") != "Running"
+    for s in saved:  # ... and come back, as a driver republishes them: the pending pod is placed without any command
+        s["metadata"] = {"name": s["metadata"]["name"], "ownerReferences": s["metadata"].get("ownerReferences")}
+        cluster.store.create(s)
+    assert wait_for(lambda: pod_phase(cluster.store, "written-by-another-tool") == "Running")
+    reasons = [e["reason"] for e in get(state, "events")["items"]
+               if e["involvedObject"]["name"] == "written-by-another-tool"]
+    assert "FailedScheduling" in reasons and "Scheduled" in reasons
+
+
+def test_cluster_up_starts_the_control_plane_and_down_stops_it(state):
+    result = CliRunner().invoke(cli, ["cluster", "up", "--dir", state, "--nodes", "l4-node"])
+    assert result.exit_code == 0, result.output
+    assert "control plane (controllers, scheduler, kubelets) started" in result.stderr
+    cluster = ClusterDir(state)
+    pid = controlplane.alive(cluster)
+    assert pid is not None
+    again = CliRunner().invoke(cli, ["cluster", "up", "--dir", state])
+    assert "control plane (controllers, scheduler, kubelets) running" in again.stderr
+    assert controlplane.alive(cluster) == pid
+    result = CliRunner().invoke(cli, ["cluster", "down", "--dir", state])
+    assert result.exit_code == 0 and "control plane stopped" in result.stderr
+    assert_nothing_left(state)
+
+
+def test_cluster_up_without_control_plane_runs_none(state):
+    result = CliRunner().invoke(cli, ["cluster", "up", "--dir", state, "--nodes", "l4-node", "--no-control-plane"])
+    assert result.exit_code == 0, result.output
+    assert controlplane.alive(ClusterDir(state)) is None
+
+
+def test_serve_runs_a_round_per_outside_change_and_not_for_its_own_writes(state):
+    cluster = ClusterDir(state)
+    up(cluster, ClusterConfig(nodes=parse_nodes("l4-node")))
+    stopping = threading.Event()
+    rounds: list[int] = []
+    thread = threading.Thread(target=lambda: rounds.append(
+        controlplane.serve(cluster, stopping, watch_s=0.01, resync_s=3600)))
+    thread.start()
+    try:
+        assert wait_for(lambda: cluster.store.version() > 0)
+        before = cluster.store.version()
+        stopping.wait(0.3)  # idle: its own first round's writes must not make it spin
+        assert cluster.store.version() == before
+    finally:
+        stopping.set()
+        thread.join()
+    assert rounds == [1]
+
+
+def _try_lock(path: str, queue) -> None:
+    cluster = ClusterDir(path)
+    with holding(cluster):
+        queue.put("got it")
+
+
+def test_holding_is_reentrant_in_one_process_and_exclusive_across_processes(state):
+    cluster = ClusterDir(state)
+    cluster.save_config(ClusterConfig(nodes=parse_nodes("l4-node")))
+    queue = multiprocessing.get_context("spawn").Queue()
+    other = multiprocessing.get_context("spawn").Process(target=_try_lock, args=(state, queue))
+    with holding(cluster):
+        with holding(cluster):  # a command holding it calls reconcile, which takes it again: no self-deadlock
+            pass
+        other.start()
+        assert queue.empty() and not wait_for_queue(queue, polls=25)
+    assert wait_for_queue(queue, polls=POLLS)
+    other.join()
+
+
+def wait_for_queue(queue, polls: int) -> bool:
+    for _ in range(polls):
+        try:
+            queue.get(timeout=0.02)
+            return True
+        except Exception:  # noqa: BLE001 - queue.Empty
+            continue
+    return False
+
+
+def test_events_expire_after_the_ttl_as_the_api_server_drops_them(tmp_path):
+    store = Store(str(tmp_path))
+    pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}})
+    old = store.record_event(pod, "Normal", "Scheduled", "old news", "default-scheduler")
+    store.record_event(pod, "Normal", "Started", "fresh", "kubelet")
+    later = datetime.strptime(old["lastTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    assert store.expire_events(3600, now=later + timedelta(seconds=3599)) == 0
+    assert store.expire_events(3600, now=later + timedelta(seconds=3601)) == 2
+    assert store.list("Event") == []
+    # a repeat refreshes lastTimestamp: the event lives on from its last sighting, not its first
+    first = store.record_event(pod, "Warning", "FailedScheduling", "no GPU", "default-scheduler")
+    first["lastTimestamp"] = (later + timedelta(seconds=3000)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    store.replace(first, check_version=False)
+    assert store.expire_events(3600, now=later + timedelta(seconds=3601)) == 0
+    assert store.expire_events(3600, now=later + timedelta(seconds=6601)) == 1
+
+
+def test_event_ttl_is_kept_in_the_cluster_config(state):
+    result = CliRunner().invoke(cli, ["cluster", "up", "--dir", state, "--nodes", "l4-node", "--event-ttl", "60",
+                                      "--no-control-plane"])
+    assert result.exit_code == 0, result.output
+    assert ClusterDir(state).load_config().event_ttl_s == 60
+    result = CliRunner().invoke(cli, ["cluster", "up", "--dir", state, "--policy", "binpack", "--no-control-plane"])
+    assert result.exit_code == 0, result.output
+    config = ClusterDir(state).load_config()
+    assert (config.event_ttl_s, config.policy) == (60, "binpack")
