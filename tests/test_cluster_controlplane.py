@@ -184,3 +184,26 @@ def test_event_ttl_is_kept_in_the_cluster_config(state):
     assert result.exit_code == 0, result.output
     config = ClusterDir(state).load_config()
     assert (config.event_ttl_s, config.policy) == (60, "binpack")
+
+
+def test_the_store_keeps_objects_as_the_api_server_does_converted_and_defaulted(tmp_path):
+    store = Store(str(tmp_path))
+    claim = store.create({"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaim",
+                          "metadata": {"name": "c", "namespace": "default"},
+                          "spec": {"devices": {"requests": [{"name": "g", "deviceClassName": "gpu.nvidia.com"}]}}})
+    assert claim["apiVersion"] == "resource.k8s.io/v1"
+    assert claim["spec"]["devices"]["requests"] == [
+        {"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1}}]
+    rule = store.create({"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", "metadata": {"name": "r"},
+                         "spec": {"taint": {"key": "gpu.nvidia.com/xid", "effect": "NoSchedule"}}})
+    assert rule["spec"]["taint"]["timeAdded"]
+    pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}})
+    assert pod["spec"] == {"containers": []}
+
+
+def test_reapplying_an_undefaulted_manifest_is_unchanged(state):
+    up(ClusterDir(state), ClusterConfig(nodes=parse_nodes("l4-node")))
+    manifest = str(ARTICLE / "02-resourceclaim-gpu.yaml")
+    first = gpudra("apply", "-f", manifest, "--dir", state)
+    assert "created" in first
+    assert "unchanged" in gpudra("apply", "-f", manifest, "--dir", state)

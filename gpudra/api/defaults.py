@@ -3,7 +3,8 @@
 - ExactDeviceRequest / DeviceSubRequest: empty `allocationMode` becomes `ExactCount`; with ExactCount a zero or
   missing `count` becomes 1.
 - DeviceToleration: empty `operator` becomes `Equal`.
-- DeviceTaint: `timeAdded` becomes the current time (only when `now` is given, so results stay reproducible).
+- DeviceTaint (in a ResourceSlice's devices and a DeviceTaintRule's spec): `timeAdded` becomes the current time
+  (only when `now` is given, so results stay reproducible).
 Objects in v1beta1 / v1beta2 are converted to v1 first. The input is never modified.
 """
 
@@ -30,6 +31,9 @@ def apply_defaults(obj: dict[str, Any], now: str | None = None) -> dict[str, Any
             for taint in _dicts(device.get("taints")):
                 if now is not None and not taint.get("timeAdded"):
                     taint["timeAdded"] = now
+    elif kind == "DeviceTaintRule" and isinstance(spec.get("taint"), dict):
+        if now is not None and not spec["taint"].get("timeAdded"):
+            spec["taint"]["timeAdded"] = now
     return result
 
 

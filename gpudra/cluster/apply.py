@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from gpudra.api.load import Document
 
-from .store import Store, kind_info
+from .store import Store, kind_info, stored_form
 
 
 def _same_content(current: dict[str, Any], new: dict[str, Any]) -> bool:
@@ -22,7 +21,7 @@ def _same_content(current: dict[str, Any], new: dict[str, Any]) -> bool:
 def apply_document(store: Store, doc: Document, namespace: str | None = None) -> str:
     """Create or update one object; returns kubectl's line (`pod/x created|configured|unchanged`).
     Raises StoreError."""
-    obj = json.loads(json.dumps(doc.obj))
+    obj = stored_form(doc.obj)  # defaulted as the store keeps it, so an unchanged manifest compares equal
     info = kind_info(doc.kind)
     meta = obj.setdefault("metadata", {})
     if info.namespaced:

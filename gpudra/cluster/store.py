@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
+from gpudra.api.defaults import apply_defaults
 from gpudra.atomicfile import write_atomic
 
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet (no vowels)
@@ -80,6 +81,14 @@ def resolve_kind(word: str) -> KindInfo | None:
 
 def now_rfc3339() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def stored_form(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the API server stores: resource.k8s.io objects converted to v1 and defaulted (a request's
+    allocationMode/count, tolerations' operator, a taint's timeAdded), everything else as given. A copy."""
+    if str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
+        return apply_defaults(obj, now=now_rfc3339())
+    return json.loads(json.dumps(obj))
 
 
 def _safe(part: str) -> str:
@@ -161,7 +170,7 @@ class Store:
 
     # ----- writes -------------------------------------------------------------------------------
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        obj = json.loads(json.dumps(obj))
+        obj = stored_form(obj)
         meta = obj.setdefault("metadata", {})
         info = kind_info(obj.get("kind", ""))
         obj.setdefault("apiVersion", info.api_version)
@@ -189,7 +198,7 @@ class Store:
         return obj
 
     def replace(self, obj: dict[str, Any], *, check_version: bool = True) -> dict[str, Any]:
-        obj = json.loads(json.dumps(obj))
+        obj = stored_form(obj)
         meta = obj.setdefault("metadata", {})
         kind = obj.get("kind", "")
         with self.locked():
