@@ -25,6 +25,7 @@ from .metrics import DriverMetrics
 from .paths import DriverPaths
 from .plugin import KubeletPlugin
 from .publisher import KubeSliceClient, SlicePublisher
+from .sharing import NvidiaSmiSharing, RecordingSharing, SharingControl
 from .slices import DEFAULT_DRIVER_NAME, build_resource_slices
 from .state import DeviceState
 
@@ -98,9 +99,14 @@ class DriverAgent:
         host_edits = None
         if self.backend.name == "nvml":
             host_edits = self._host_driver_edits()
+        self.sharing: SharingControl
+        if self.backend.name == "nvml":
+            self.sharing = NvidiaSmiSharing(options.driver_root, self.host_driver.libcuda_dir if self.host_driver else None)
+        else:  # simulated GPUs: the same steps, recorded
+            self.sharing = RecordingSharing(self.paths.simulated_sharing_log)
         self.state = DeviceState(driver_name=options.driver_name, node_name=options.node_name, backend=self.backend,
                                  paths=self.paths, claims=claims, dynamic_mig=options.dynamic_mig, fsync=options.fsync,
-                                 host_edits=host_edits)
+                                 host_edits=host_edits, sharing=self.sharing)
         self.plugin: KubeletPlugin | None = None
         self.stopped = threading.Event()
         self.reconcile_report: dict[str, list[str]] = {}

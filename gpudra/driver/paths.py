@@ -78,6 +78,11 @@ class DriverPaths:
     def simulated_state(self) -> str:
         return os.path.join(self._under_root(self.sim_state_dir), "gpus.json")
 
+    @property
+    def simulated_sharing_log(self) -> str:
+        """The simulated GPUs' record of time-slicing and MPS steps (sharing.py), beside their state."""
+        return os.path.join(self._under_root(self.sim_state_dir), "sharing.log")
+
     def make_dirs(self) -> None:
         """Create what is missing with explicit modes, whatever the umask. The kubelet's registry
         directory keeps the mode it has (the kubelet owns it)."""

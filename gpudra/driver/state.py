@@ -39,6 +39,7 @@ from .claims import ClaimSource, ClaimSourceError
 from .config import ConfigError, DeviceConfig, claim_configs, config_for
 from .paths import DriverPaths
 from .quarantine import load_quarantine, quarantine_entry, save_quarantine
+from .sharing import SharingControl, SharingError, interval_number, pinned_limits
 
 log = logging.getLogger("gpudra.driver")
 _LOCK_STRIPES = 256
@@ -76,8 +77,9 @@ def _conflicts(a: dict[str, Any], b: dict[str, Any]) -> bool:
 class DeviceState:
     def __init__(self, *, driver_name: str, node_name: str, backend: GpuBackend, paths: DriverPaths,
                  claims: ClaimSource, dynamic_mig: bool = False, fsync: bool = True, boot_id: str | None = None,
-                 host_edits: ContainerEdits | None = None):
+                 host_edits: ContainerEdits | None = None, sharing: SharingControl | None = None):
         self.driver_name = driver_name
+        self.sharing = sharing  # applies time-slicing and MPS (None: configs are only recorded)
         self.node_name = node_name
         self.backend = backend
         self.paths = paths
@@ -179,11 +181,11 @@ class DeviceState:
             self._quarantine_bad_entries(report)
             for uid, entry in list(self._cp["claims"].items()):
                 if entry["state"] == PREPARE_STARTED:
-                    self._undo(uid, entry)
+                    self._undo(uid, entry, lenient=True)
                     del self._cp["claims"][uid]
                     report["rolledBack"].append(uid)
                 elif entry["state"] == UNPREPARE_STARTED:
-                    self._undo(uid, entry)
+                    self._undo(uid, entry, lenient=True)
                     del self._cp["claims"][uid]
                     report["unprepared"].append(uid)
             self._save()
@@ -248,8 +250,15 @@ class DeviceState:
         base = os.path.join(self.paths.cdi_spec_dir, self._spec_name(uid))
         return os.path.exists(base + ".yaml") or os.path.exists(base + ".json")
 
-    def _undo(self, uid: str, entry: dict[str, Any]) -> None:
-        """Release whatever a (possibly half-done) prepare of `uid` created. Idempotent."""
+    def _undo(self, uid: str, entry: dict[str, Any], lenient: bool = False) -> None:
+        """Release whatever a (possibly half-done) prepare of `uid` created. Idempotent. `lenient` (start-up):
+        a sharing step that fails is logged instead of raised, so one broken GPU tool does not stop the driver."""
+        try:
+            self._undo_sharing(uid, entry)
+        except SharingError as exc:
+            if not lenient:
+                raise
+            log.error("claim %s: undoing its GPU sharing failed: %s", uid, exc)
         for device in entry.get("devices", []):
             mig = device.get("mig")
             if mig and mig.get("dynamic"):
@@ -270,6 +279,65 @@ class DeviceState:
         # only MPS records create the directory (start-up removes any that no claim owns)
         if any((d.get("sharing") or {}).get("strategy") == "MPS" for d in entry.get("devices", [])):
             shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
+
+    # -- sharing (time-slicing, MPS) -----------------------------------------------------------------
+    @staticmethod
+    def _device_uuid(record: dict[str, Any]) -> str:
+        mig = record.get("mig") or {}
+        return mig.get("uuid") or record["gpuUUID"]
+
+    def _mps_daemon(self, uid: str, devices: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The claim's MPS control daemon (one per claim, for all its MPS devices), or None."""
+        mps = [r for r in devices if (r.get("sharing") or {}).get("strategy") == "MPS"]
+        if not mps:
+            return None
+        base = self._mps_dir(uid)
+        return {"id": uid, "pipe": os.path.join(base, "pipe"), "log": os.path.join(base, "log"),
+                "gpus": list(dict.fromkeys(r["gpuUUID"] for r in mps)),
+                "devices": list(dict.fromkeys(self._device_uuid(r) for r in mps)), "config": mps[0]["sharing"]}
+
+    def _apply_sharing(self, uid: str, entry: dict[str, Any]) -> None:
+        """Time-slicing intervals on full GPUs, then the claim's MPS daemon with its limits (sharing.py)."""
+        if self.sharing is None:
+            return
+        for record in entry["devices"]:
+            sharing = record.get("sharing") or {}
+            if sharing.get("strategy") == "TimeSlicing" and record["type"] == "gpu":
+                self.sharing.set_compute_mode(record["gpuUUID"], "DEFAULT")
+                self.sharing.set_time_slice(record["gpuUUID"], interval_number(sharing.get("timeSliceInterval")))
+        daemon = self._mps_daemon(uid, entry["devices"])
+        if daemon is None:
+            return
+        for gpu in daemon["gpus"]:
+            self.sharing.set_compute_mode(gpu, "EXCLUSIVE_PROCESS")
+        with self._cp_lock:
+            entry["mpsDaemon"] = {k: v for k, v in daemon.items() if k != "config"}  # persisted with PrepareCompleted
+        self.sharing.start_mps(uid, daemon["devices"], daemon["pipe"], daemon["log"])
+        config = daemon["config"]
+        if config.get("mpsActiveThreadPercentage") is not None:
+            self.sharing.mps_command(uid, daemon["pipe"],
+                                     f"set_default_active_thread_percentage {config['mpsActiveThreadPercentage']}")
+        for device, mib in pinned_limits(config, daemon["devices"]).items():
+            self.sharing.mps_command(uid, daemon["pipe"], f"set_default_device_pinned_mem_limit {device} {mib}M")
+
+    def _undo_sharing(self, uid: str, entry: dict[str, Any]) -> None:
+        """Stop the claim's MPS daemon (recorded in the checkpoint, or implied by its MPS devices after a crash
+        before it was recorded) and set time slices back to Default on GPUs no other claim holds."""
+        if self.sharing is None:
+            return
+        devices = entry.get("devices", [])
+        daemon = entry.get("mpsDaemon") or self._mps_daemon(uid, devices)
+        if daemon is not None:
+            self.sharing.stop_mps(uid, daemon["pipe"])
+            for gpu in daemon["gpus"]:
+                self.sharing.set_compute_mode(gpu, "DEFAULT")
+        with self._cp_lock:
+            held = {d.get("gpuUUID") for other, e in self._cp["claims"].items() if other != uid
+                    and other not in self._releasing for d in e.get("devices", [])}
+        for record in devices:
+            sharing = record.get("sharing") or {}
+            if sharing.get("strategy") == "TimeSlicing" and record["type"] == "gpu" and record["gpuUUID"] not in held:
+                self.sharing.set_time_slice(record["gpuUUID"], interval_number("Default"))
 
     def _mig_shared(self, uid: str, device: dict[str, Any]) -> bool:
         """Another claim (admin access) still uses this dynamic MIG device: keep it. Claims being
@@ -424,15 +492,16 @@ class DeviceState:
             version = self._changed()
         # The in-memory entry already reserves the devices. It must reach the disk before hardware
         # changes; without them a crash leaves at most a CDI spec, which reconcile removes.
-        if any((d.get("mig") or {}).get("dynamic") for d in planned):
+        if any((d.get("mig") or {}).get("dynamic") or (d.get("sharing") and self.sharing) for d in planned):
             self._persist(version)
         try:
             self._create_hardware(ref, planned)
+            self._apply_sharing(ref.uid, entry)
             if planned:
                 self._write_cdi(ref.uid, planned)
         except Exception as exc:  # whatever failed, a failed prepare keeps no reservation
             self._roll_back(ref.uid, entry)
-            if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError)):
+            if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError, SharingError)):
                 raise
             raise PrepareError(f"preparing claim {ref.namespace}/{ref.name}: {exc}") from None
         if token is not None and not token.commit():
@@ -445,17 +514,17 @@ class DeviceState:
         return self._response(planned)
 
     def _roll_back(self, uid: str, entry: dict[str, Any]) -> None:
-        self._release(uid, entry)
+        self._release(uid, entry, lenient=True)  # the prepare's own error is the one to report
         with self._cp_lock:
             version = self._changed()
         self._persist(version)
 
-    def _release(self, uid: str, entry: dict[str, Any]) -> None:
+    def _release(self, uid: str, entry: dict[str, Any], lenient: bool = False) -> None:
         """Undo `uid` and drop its entry; while that runs, other releases do not count it as a holder."""
         with self._cp_lock:
             self._releasing.add(uid)
         try:
-            self._undo(uid, entry)
+            self._undo(uid, entry, lenient)
             with self._cp_lock:
                 self._cp["claims"].pop(uid, None)
         finally:
@@ -513,7 +582,8 @@ class DeviceState:
                     done = True
                 else:
                     done = False
-                    has_hardware = any((d.get("mig") or {}).get("dynamic") for d in entry["devices"])
+                    has_hardware = any((d.get("mig") or {}).get("dynamic") or (d.get("sharing") and self.sharing)
+                                       for d in entry["devices"])
                     version = 0
                     if has_hardware and entry["state"] != UNPREPARE_STARTED:
                         entry["state"] = UNPREPARE_STARTED
@@ -525,7 +595,7 @@ class DeviceState:
                 return
             try:
                 self._release(ref.uid, entry)
-            except (MigError, DiscoveryError, OSError) as exc:
+            except (MigError, DiscoveryError, OSError, SharingError) as exc:
                 raise PrepareError(f"unpreparing claim {ref}: {exc}") from None
             with self._cp_lock:
                 version = self._changed()
