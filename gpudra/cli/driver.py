@@ -125,13 +125,17 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
                    "devices in the ResourceSlices and stream device health to the kubelet")
 @click.option("--additional-xids-to-ignore", envvar="ADDITIONAL_XIDS_TO_IGNORE", default="", metavar="LIST",
               help="comma-separated XIDs treated like application errors (taint effect None) besides 13,31,43,45,68,109")
+@click.option("--rolling-update-pod-uid", "rolling_update_uid", envvar="POD_UID", default=None, metavar="UID",
+              help="this driver pod's UID (downward API): per-pod socket names so a new driver pod registers while "
+                   "the old one still serves (kubelet >= 1.33); prepares of both are serialized by a file lock")
 @click.option("--no-fsync", is_flag=True, hidden=True, help="skip fsync (benchmarks on slow disks only)")
 @click.option("-v", "--verbose", is_flag=True)
 def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: str, claims_dir: str | None,
             kubeconfig: str | None, in_cluster: bool, dynamic_mig: bool, healthcheck_port: int | None,
             registry_dir: str, plugins_dir: str, cdi_dir: str, driver_root: str, host_driver_root: str | None,
             cdi_hook_path: str | None, socket_group: str | None, call_deadline_s: float, metrics_port: int | None,
-            device_health: bool, additional_xids_to_ignore: str, no_fsync: bool, verbose: bool) -> None:
+            device_health: bool, additional_xids_to_ignore: str, rolling_update_uid: str | None, no_fsync: bool,
+            verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
     from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
     from gpudra.driver.checkpoint import CheckpointError
@@ -147,7 +151,8 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
                            driver_root=driver_root, host_driver_root=host_driver_root, cdi_hook_path=cdi_hook_path,
                            socket_group=socket_group, call_deadline_s=call_deadline_s, metrics_port=metrics_port,
                            health_events=device_health, health_stream=device_health,
-                           ignored_xids=parse_xid_list(additional_xids_to_ignore))
+                           ignored_xids=parse_xid_list(additional_xids_to_ignore),
+                           rolling_update_uid=rolling_update_uid)
     try:
         agent = DriverAgent(options)
         agent.start()
@@ -213,11 +218,12 @@ def _kubelet(root: str, driver_name: str, registry_dir: str):
     from gpudra.driver.paths import DriverPaths
 
     paths = DriverPaths(driver_name=driver_name, root=root, registry_dir=registry_dir)
-    client = KubeletClient(paths.registration_socket)
+    sockets = paths.registration_sockets()  # rolling updates: one per driver pod; the kubelet takes the newest
+    client = KubeletClient(sockets[0] if sockets else paths.registration_socket)
     try:
         client.register()
     except (grpc.RpcError, RuntimeError) as exc:
-        _fail(f"cannot register with the plugin at {paths.registration_socket}: "
+        _fail(f"cannot register with the plugin at {client.registration_socket}: "
               f"{exc.details() if isinstance(exc, grpc.RpcError) else exc}")
     return client, paths
 

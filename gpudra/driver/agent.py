@@ -64,6 +64,7 @@ class AgentOptions:
     ignored_xids: frozenset[int] = frozenset()  # besides the application XIDs (taint effect None)
     health_poll_s: float = 0.5  # longest wait for health events before checking for stop
     health_stream: bool = True  # serve the kubelet's DRA resource-health stream (v1alpha1.DRAResourceHealth)
+    rolling_update_uid: str | None = None  # this driver pod's UID: per-pod sockets, prepares serialized by file lock
 
 
 def _group_id(group: str | None) -> int | None:
@@ -82,7 +83,8 @@ class DriverAgent:
                  claims: ClaimSource | None = None, slice_client: KubeSliceClient | None = None):
         self.options = options
         self.paths = DriverPaths(driver_name=options.driver_name, root=options.root, registry_dir=options.registry_dir,
-                                 plugins_dir=options.plugins_dir, cdi_dir=options.cdi_dir)
+                                 plugins_dir=options.plugins_dir, cdi_dir=options.cdi_dir,
+                                 instance_uid=options.rolling_update_uid or None)
         self.backend = backend or open_backend(options.backend, profile=options.profile, node_name=options.node_name,
                                                state_path=self.paths.simulated_state)
         self.slice_client = slice_client
@@ -106,7 +108,8 @@ class DriverAgent:
             self.sharing = RecordingSharing(self.paths.simulated_sharing_log)
         self.state = DeviceState(driver_name=options.driver_name, node_name=options.node_name, backend=self.backend,
                                  paths=self.paths, claims=claims, dynamic_mig=options.dynamic_mig, fsync=options.fsync,
-                                 host_edits=host_edits, sharing=self.sharing)
+                                 host_edits=host_edits, sharing=self.sharing,
+                                 serialize_lock=self.paths.serialize_lock if options.rolling_update_uid else None)
         self.plugin: KubeletPlugin | None = None
         self.stopped = threading.Event()
         self.reconcile_report: dict[str, list[str]] = {}

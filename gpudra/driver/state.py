@@ -17,13 +17,15 @@ nothing the kubelet was told and leaks nothing it was not.
 from __future__ import annotations
 
 import copy
+import fcntl
 import logging
 import os
 import shutil
 import threading
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from gpudra.api.schema.resource import RESULTS_MAX
 from gpudra.cdi import ContainerEdits, remove_spec, write_spec
@@ -33,7 +35,7 @@ from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 from . import cdispec, claimpaths
 from .calls import CallToken
 from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, CompletedEntryCache, current_boot_id,
-                         empty_checkpoint, encode_checkpoint, entry_problem, load_checkpoint, save_checkpoint,
+                         empty_checkpoint, encode_checkpoint, entry_problem, load_checkpoint,
                          write_checkpoint_bytes)
 from .claims import ClaimSource, ClaimSourceError
 from .config import ConfigError, DeviceConfig, claim_configs, config_for
@@ -77,8 +79,13 @@ def _conflicts(a: dict[str, Any], b: dict[str, Any]) -> bool:
 class DeviceState:
     def __init__(self, *, driver_name: str, node_name: str, backend: GpuBackend, paths: DriverPaths,
                  claims: ClaimSource, dynamic_mig: bool = False, fsync: bool = True, boot_id: str | None = None,
-                 host_edits: ContainerEdits | None = None, sharing: SharingControl | None = None):
+                 host_edits: ContainerEdits | None = None, sharing: SharingControl | None = None,
+                 serialize_lock: str | None = None):
         self.driver_name = driver_name
+        # Rolling updates: two driver pods serve the kubelet at once. Each prepare/unprepare (and start-up) then
+        # runs under this file lock and first rereads the checkpoint the other pod may have written.
+        self.serialize_lock = serialize_lock
+        self._disk_raw: bytes | None = None  # the checkpoint bytes this process last wrote or read
         self.sharing = sharing  # applies time-slicing and MPS (None: configs are only recorded)
         self.node_name = node_name
         self.backend = backend
@@ -106,7 +113,38 @@ class DeviceState:
     # -- checkpoint helpers --------------------------------------------------------------------
     def _save(self) -> None:
         """Write now (start-up only, when nothing runs concurrently)."""
-        save_checkpoint(self.paths.checkpoint, self._cp, fsync=self.fsync)
+        raw = encode_checkpoint(self._cp)
+        write_checkpoint_bytes(self.paths.checkpoint, raw, fsync=self.fsync)
+        self._disk_raw = raw
+
+    @contextmanager
+    def _serialized(self) -> Iterator[None]:
+        """With a serialize lock: hold it (a new open file description per call, so threads of this process
+        exclude each other too) and start from the checkpoint on disk."""
+        if self.serialize_lock is None:
+            yield
+            return
+        fd = os.open(self.serialize_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._reload_if_changed()
+            yield
+        finally:
+            os.close(fd)
+
+    def _reload_if_changed(self) -> None:
+        try:
+            with open(self.paths.checkpoint, "rb") as fh:
+                raw: bytes | None = fh.read()
+        except FileNotFoundError:
+            raw = None
+        if raw == self._disk_raw or raw is None:
+            return
+        loaded = load_checkpoint(self.paths.checkpoint)
+        with self._cp_lock:
+            self._cp = loaded or empty_checkpoint(self.boot_id)
+            self._entry_json = CompletedEntryCache()
+            self._disk_raw = raw
 
     def _changed(self) -> int:
         """Call with `_cp_lock` held after changing the checkpoint; returns the version to persist."""
@@ -130,6 +168,7 @@ class DeviceState:
                 raw = encode_checkpoint(self._cp, self._entry_json)
                 target = self._version
             write_checkpoint_bytes(self.paths.checkpoint, raw, fsync=self.fsync)
+            self._disk_raw = raw
             written = target
         finally:
             with self._save_cond:
@@ -167,6 +206,11 @@ class DeviceState:
     # -- start-up --------------------------------------------------------------------------------
     def reconcile(self) -> dict[str, list[str]]:
         """Bring checkpoint, CDI specs and MIG devices into agreement; returns what was done."""
+        self.paths.make_dirs()
+        with self._serialized():  # an older driver pod may be mid-prepare: wait for it
+            return self._reconcile()
+
+    def _reconcile(self) -> dict[str, list[str]]:
         report: dict[str, list[str]] = {"rolledBack": [], "unprepared": [], "cdiRewritten": [], "cdiRemoved": [],
                                         "migDestroyed": [], "quarantined": []}
         self.paths.make_dirs()
@@ -354,12 +398,24 @@ class DeviceState:
         """`token` (from `calls.ClaimCalls`) tells a prepare that outlived its deadline to reserve
         nothing and roll back instead of completing."""
         self._check_ref(ref)
+        if self.serialize_lock is not None:
+            try:
+                read = self._read_claim(ref)  # slow API reads before serializing, as upstream's helper does
+            except PrepareError:
+                read = None  # fine for a claim prepared already; otherwise read again (and fail) under the lock
+            with self._serialized():
+                return self._prepare(ref, token, read)
+        return self._prepare(ref, token, None)
+
+    def _prepare(self, ref: ClaimRef, token: CallToken | None,
+                 read: tuple[dict[str, Any], list[DeviceConfig]] | None) -> list[dict[str, Any]]:
         # The claim's content is hostile input: it is read and decoded before the claim's lock is
         # taken, so however long that takes it holds up no other claim sharing the lock stripe.
         with self._cp_lock:
             entry = self._cp["claims"].get(ref.uid)
             completed = entry is not None and entry["state"] == PREPARE_COMPLETED
-        read = None if completed else self._read_claim(ref)
+        if read is None and not completed:
+            read = self._read_claim(ref)
         with self._claim_lock(ref.uid):
             with self._cp_lock:
                 entry = self._cp["claims"].get(ref.uid)
@@ -575,6 +631,10 @@ class DeviceState:
     # -- unprepare -------------------------------------------------------------------------------
     def unprepare(self, ref: ClaimRef) -> None:
         self._check_ref(ref)
+        with self._serialized():
+            self._unprepare(ref)
+
+    def _unprepare(self, ref: ClaimRef) -> None:
         with self._claim_lock(ref.uid):
             with self._cp_lock:
                 entry = self._cp["claims"].get(ref.uid)
