@@ -17,11 +17,16 @@ What the fake does the way the driver does (from nvml.h's documentation of each 
 * Privileged calls (`nvmlDeviceGetGpuInstanceById`, creation, destruction) answer NO_PERMISSION
   when `privileged` is False.
 * Index and minor differ (`minors=`), and any call can be made to fail: `fail(fn, code, gpu=minor)`.
+* Events: `nvmlEventSetCreate` / `nvmlDeviceRegisterEvents` (limited to the GPU's supported types:
+  `supported_events`) / `nvmlEventSetWait_v2` deliver what `emit(minor, type, data, gi, ci)` queued, for
+  registered GPUs and types only; `lose_gpu()` makes the next wait answer GPU_IS_LOST; a wait with
+  nothing queued answers TIMEOUT after its timeout.
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 import uuid as uuidlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +79,8 @@ class FakeGpu:
     gis: dict[int, FakeGi] = field(default_factory=dict)
     nvlinks: list[str | None] = field(default_factory=list)  # remote PCI bus id per link, None = inactive
     fabric: tuple[bytes, int, int] | None = None  # (clusterUuid 16 bytes, cliqueId, state)
+    supported_events: int = (pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError
+                             | pynvml.nvmlEventTypeSingleBitEccError)
 
     @property
     def mig_capable(self) -> bool:
@@ -88,7 +95,7 @@ _ERROR_TEXT = {
     pynvml.NVML_ERROR_DRIVER_NOT_LOADED: b"Driver Not Loaded", pynvml.NVML_ERROR_GPU_IS_LOST: b"GPU is lost",
     pynvml.NVML_ERROR_RESET_REQUIRED: b"GPU requires reset", pynvml.NVML_ERROR_IN_USE: b"In use by another client",
     pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES: b"Insufficient resources",
-    pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH: b"Argument version mismatch", pynvml.NVML_ERROR_UNKNOWN: b"Unknown Error",
+    pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH: b"Argument version mismatch", pynvml.NVML_ERROR_TIMEOUT: b"Timeout", pynvml.NVML_ERROR_UNKNOWN: b"Unknown Error",
 }
 
 
@@ -115,11 +122,35 @@ class FakeLibNvml:
         self._handles: dict[int, tuple] = {}
         self._handle_of: dict[tuple, int] = {}
         self.nvmlErrorString = _ErrorString()
+        self._event_sets: dict[int, dict[int, int]] = {}  # event set -> {GPU minor: registered mask}
+        self._events: list[tuple[int, int, int, int, int]] = []  # (minor, type, data, gi, ci)
+        self._gpu_lost = False
+        self._event_cond = threading.Condition()
 
     # -- test controls ------------------------------------------------------------------------
     def fail(self, fn: str, code: int, *, gpu: int | None = None, times: int | None = None) -> None:
         """Make C function `fn` return `code` (for the GPU with minor `gpu`, or any GPU)."""
         self._failures.append((fn, gpu, code, times))
+
+    def emit(self, minor: int, event_type: int, data: int = 0, gi: int = 0xFFFFFFFF, ci: int = 0xFFFFFFFF) -> None:
+        """The driver reports an event on GPU `minor` (e.g. Xid 79: `emit(0, nvmlEventTypeXidCriticalError, 79)`)."""
+        with self._event_cond:
+            self._events.append((minor, event_type, data, gi, ci))
+            self._event_cond.notify_all()
+
+    def lose_gpu(self) -> None:
+        """The next `nvmlEventSetWait_v2` answers GPU_IS_LOST."""
+        with self._event_cond:
+            self._gpu_lost = True
+            self._event_cond.notify_all()
+
+    def registered_events(self) -> dict[int, int]:
+        """GPU minor -> event mask registered, over all event sets."""
+        merged: dict[int, int] = {}
+        for registrations in self._event_sets.values():
+            for minor, mask in registrations.items():
+                merged[minor] = merged.get(minor, 0) | mask
+        return merged
 
     def reset(self, minor: int) -> None:
         """A GPU reset: the pending MIG mode becomes current, MIG instances are gone."""
@@ -539,6 +570,65 @@ class FakeLibNvml:
         del gpu.gis[gi.gi_id]
         self.calls.append(("destroyGpuInstance", gpu.minor, gi.gi_id))
         return SUCCESS
+
+
+    # -- events ----------------------------------------------------------------------------------
+    def nvmlEventSetCreate(self, ref: Any) -> int:
+        code = self._check("nvmlEventSetCreate", None)
+        if code == SUCCESS:
+            value = 0x900000 + 0x10 * (len(self._event_sets) + 1)
+            self._event_sets[value] = {}
+            ctypes.c_void_p.from_buffer(ref._obj).value = value
+        return code
+
+    def _event_set(self, event_set: Any) -> dict[int, int] | None:
+        return self._event_sets.get(ctypes.cast(event_set, ctypes.c_void_p).value or 0)
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: Any, ref: Any) -> int:
+        code, gpu, _ = self._query("nvmlDeviceGetSupportedEventTypes", handle)
+        if code == SUCCESS:
+            self._put(ref, gpu.supported_events)
+        return code
+
+    def nvmlDeviceRegisterEvents(self, handle: Any, event_types: Any, event_set: Any) -> int:
+        code, gpu, _ = self._query("nvmlDeviceRegisterEvents", handle)
+        registrations = self._event_set(event_set)
+        if registrations is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        if code == SUCCESS:
+            mask = event_types.value
+            if mask & ~gpu.supported_events:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED  # nvml.h: a type the device does not support
+            registrations[gpu.minor] = registrations.get(gpu.minor, 0) | mask
+        return code
+
+    def nvmlEventSetWait_v2(self, event_set: Any, ref: Any, timeout_ms: Any) -> int:
+        registrations = self._event_set(event_set)
+        if registrations is None:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        with self._event_cond:
+            def ready() -> bool:
+                return self._gpu_lost or any(registrations.get(e[0], 0) & e[1] for e in self._events)
+
+            if not self._event_cond.wait_for(ready, timeout=timeout_ms.value / 1000):
+                return pynvml.NVML_ERROR_TIMEOUT
+            if self._gpu_lost:
+                self._gpu_lost = False
+                return pynvml.NVML_ERROR_GPU_IS_LOST
+            event = next(e for e in self._events if registrations.get(e[0], 0) & e[1])
+            self._events.remove(event)
+        minor, event_type, data, gi, ci = event
+        gpu = self.gpu(minor)
+        out = ref._obj
+        handle = pynvml.c_nvmlDevice_t()
+        self._out_handle(ctypes.byref(handle), ("gpu", gpu.minor, gpu.epoch))
+        out.device = handle
+        out.eventType, out.eventData, out.gpuInstanceId, out.computeInstanceId = event_type, data, gi, ci
+        return SUCCESS
+
+    def nvmlEventSetFree(self, event_set: Any) -> int:
+        value = ctypes.cast(event_set, ctypes.c_void_p).value or 0
+        return SUCCESS if self._event_sets.pop(value, None) is not None else pynvml.NVML_ERROR_INVALID_ARGUMENT
 
 
 def from_simulated(profile: str, *, node_name: str = "n", minors: list[int] | None = None) -> FakeLibNvml:

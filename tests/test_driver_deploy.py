@@ -19,7 +19,7 @@ DEPLOY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 KINDS = {("v1", "Namespace"): k8s.V1Namespace, ("v1", "ServiceAccount"): k8s.V1ServiceAccount,
          ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.V1ClusterRole,
          ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): k8s.V1ClusterRoleBinding,
-         ("apps/v1", "DaemonSet"): k8s.V1DaemonSet}
+         ("apps/v1", "DaemonSet"): k8s.V1DaemonSet, ("v1", "ConfigMap"): k8s.V1ConfigMap}
 
 
 def _problems(doc: dict) -> list[str]:
@@ -39,7 +39,8 @@ def _docs(name: str) -> list[dict]:
         return [d for d in yaml.safe_load_all(fh) if d]
 
 
-@pytest.mark.parametrize("name", ["namespace.yaml", "rbac.yaml", "daemonset.yaml"])
+@pytest.mark.parametrize("name", ["namespace.yaml", "rbac.yaml", "daemonset.yaml", "mig-manager.yaml",
+                                  "mig-parted-config.yaml"])
 def test_manifests_match_the_kubernetes_schemas(name):
     for doc in _docs(name):
         assert _problems(doc) == []
@@ -104,3 +105,66 @@ def test_container_recipe():
     cmd = yaml.safe_load(re.search(r"^CMD (.*)$", text, re.M).group(1))
     assert cmd[:2] == ["driver", "run"]
     assert shlex.join(cmd)
+
+
+def test_driver_pods_roll_over_with_per_pod_sockets():
+    ds = _docs("daemonset.yaml")[0]
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    container = ds["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+    ctx = run_cmd.make_context("run", container["args"][2:] + ["--node-name", "n"])
+    assert ctx.params["rolling_update_uid"] is None  # comes from POD_UID (click's envvar) in the pod
+    assert [o for o in run_cmd.params if o.name == "rolling_update_uid"][0].envvar == "POD_UID"
+
+
+def test_mig_manager_daemonset_runs_the_manager_on_the_driver_directories():
+    from gpudra.cli.mig import manager_command
+
+    docs = {d["kind"]: d for d in _docs("mig-manager.yaml")}
+    pod = docs["DaemonSet"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"]
+    container = pod["containers"][0]
+    ctx = manager_command.make_context("manager", container["args"][2:])
+    assert ctx.params["backend"] == "nvml" and ctx.params["in_cluster"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    config_mount = mounts[os.path.dirname(ctx.params["path"])]
+    config_map = volumes[config_mount["name"]]["configMap"]["name"]
+    assert config_map == _docs("mig-parted-config.yaml")[0]["metadata"]["name"]
+    driver_plugins = os.path.join(ctx.params["root"], "var/lib/kubelet/plugins")
+    assert volumes[mounts[driver_plugins]["name"]]["hostPath"]["path"] == "/var/lib/kubelet/plugins"
+    rules = {(g, r, v) for rule in docs["ClusterRole"]["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+             for v in rule["verbs"]}
+    assert {("", "nodes", "watch"), ("", "nodes", "patch")} <= rules
+
+
+def test_mig_parted_configmap_is_what_gpudra_generates():
+    from click.testing import CliRunner
+
+    from gpudra import catalog
+    from gpudra.cli import cli
+
+    with open(os.path.join(DEPLOY, "kubernetes", "mig-parted-config.yaml"), encoding="utf-8") as fh:
+        command = fh.readline().removeprefix("# Generated: ").split()
+    gpus = [command[i + 1] for i, word in enumerate(command) if word == "--gpu"]
+    assert gpus == [m.key for m in catalog.mig_models()], "every MIG-capable GPU model of the catalog"
+    result = CliRunner().invoke(cli, command[1:])
+    assert result.exit_code == 0, result.output
+    assert [d for d in yaml.safe_load_all(result.output) if d] == _docs("mig-parted-config.yaml")
+
+
+def test_helm_values_turn_the_mig_manager_off_or_bring_a_configmap():
+    from helm_template import helm_template
+
+    chart = os.path.join(DEPLOY, "helm", "gpudra")
+    kinds = lambda objects: {(o["kind"], o["metadata"]["name"]) for o in objects}  # noqa: E731
+    off = kinds(helm_template(chart, namespace="g", values={"migManager": {"enabled": False}}))
+    assert not any(name.startswith("gpudra-mig") for _, name in off) and ("DaemonSet", "gpudra-kubelet-plugin") in off
+    with open(os.path.join(chart, "values.yaml"), encoding="utf-8") as fh:
+        mig_values = yaml.safe_load(fh)["migManager"]  # the test renderer replaces a values key instead of merging
+    own = helm_template(chart, namespace="g", values={"migManager": {**mig_values, "createConfigMap": False,
+                                                                     "configMapName": "mine"}})
+    assert ("ConfigMap", "mine") not in kinds(own) and ("DaemonSet", "gpudra-mig-manager") in kinds(own)
+    ds = next(o for o in own if o["metadata"]["name"] == "gpudra-mig-manager" and o["kind"] == "DaemonSet")
+    assert ds["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] == "mine"

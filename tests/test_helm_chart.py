@@ -14,7 +14,8 @@ CHART = os.path.join(DEPLOY, "helm", "gpudra")
 
 def _plain() -> list[dict]:
     objects = []
-    for name in ("namespace.yaml", "rbac.yaml", "deviceclasses.yaml", "daemonset.yaml"):
+    for name in ("namespace.yaml", "rbac.yaml", "deviceclasses.yaml", "daemonset.yaml", "mig-manager.yaml",
+                 "mig-parted-config.yaml"):
         with open(os.path.join(DEPLOY, "kubernetes", name), encoding="utf-8") as fh:
             objects.extend(d for d in yaml.safe_load_all(fh) if d)
     return objects

@@ -120,16 +120,26 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
                    "gives up at 45)")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="serve Prometheus metrics on this TCP port (all addresses, path /metrics)")
+@click.option("--device-health/--no-device-health", default=True, show_default=True,
+              help="watch GPU health events (NVML XID/ECC/GPU lost; simulated: `driver inject-event`), taint affected "
+                   "devices in the ResourceSlices and stream device health to the kubelet")
+@click.option("--additional-xids-to-ignore", envvar="ADDITIONAL_XIDS_TO_IGNORE", default="", metavar="LIST",
+              help="comma-separated XIDs treated like application errors (taint effect None) besides 13,31,43,45,68,109")
+@click.option("--rolling-update-pod-uid", "rolling_update_uid", envvar="POD_UID", default=None, metavar="UID",
+              help="this driver pod's UID (downward API): per-pod socket names so a new driver pod registers while "
+                   "the old one still serves (kubelet >= 1.33); prepares of both are serialized by a file lock")
 @click.option("--no-fsync", is_flag=True, hidden=True, help="skip fsync (benchmarks on slow disks only)")
 @click.option("-v", "--verbose", is_flag=True)
 def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: str, claims_dir: str | None,
             kubeconfig: str | None, in_cluster: bool, dynamic_mig: bool, healthcheck_port: int | None,
             registry_dir: str, plugins_dir: str, cdi_dir: str, driver_root: str, host_driver_root: str | None,
             cdi_hook_path: str | None, socket_group: str | None, call_deadline_s: float, metrics_port: int | None,
-            no_fsync: bool, verbose: bool) -> None:
+            device_health: bool, additional_xids_to_ignore: str, rolling_update_uid: str | None, no_fsync: bool,
+            verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
     from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
     from gpudra.driver.checkpoint import CheckpointError
+    from gpudra.driver.health import parse_xid_list
     from gpudra.driver.publisher import PublishError
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
@@ -139,7 +149,10 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
                            dynamic_mig=dynamic_mig, healthcheck_port=healthcheck_port, fsync=not no_fsync,
                            registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir,
                            driver_root=driver_root, host_driver_root=host_driver_root, cdi_hook_path=cdi_hook_path,
-                           socket_group=socket_group, call_deadline_s=call_deadline_s, metrics_port=metrics_port)
+                           socket_group=socket_group, call_deadline_s=call_deadline_s, metrics_port=metrics_port,
+                           health_events=device_health, health_stream=device_health,
+                           ignored_xids=parse_xid_list(additional_xids_to_ignore),
+                           rolling_update_uid=rolling_update_uid)
     try:
         agent = DriverAgent(options)
         agent.start()
@@ -149,6 +162,36 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
     signal.signal(signal.SIGINT, lambda *_: agent.stop())
     click.echo(f"ready: {agent.paths.dra_socket}", err=True)
     agent.wait()
+
+
+@command.command("inject-event")
+@click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
+@click.option("--gpu", "gpu", default=None, help="GPU minor number or UUID (default: every GPU, for --gpu-lost)")
+@click.option("--xid", type=click.IntRange(min=0), default=None, help="an XID critical error with this number")
+@click.option("--ecc", is_flag=True, help="an uncorrectable (double-bit) ECC error")
+@click.option("--gpu-lost", is_flag=True, help="the GPU fell off the bus")
+@click.option("--gi", "gi_id", type=click.IntRange(min=0), default=None, help="GPU instance ID (one MIG device)")
+@click.option("--ci", "ci_id", type=click.IntRange(min=0), default=None, help="compute instance ID (with --gi)")
+def inject_event_cmd(root: str, gpu: str | None, xid: int | None, ecc: bool,
+                     gpu_lost: bool, gi_id: int | None, ci_id: int | None) -> None:
+    """Inject a GPU health event into a driver running with the simulated backend: it taints the device
+    and republishes its ResourceSlices (a GPU it does not have is logged and ignored)."""
+    from gpudra.discovery.health import HealthEvent, HealthEventError, spool_dir_for, write_spooled_event
+    from gpudra.driver.paths import DriverPaths
+
+    kinds = [k for k, on in (("xid", xid is not None), ("ecc", ecc), ("gpu-lost", gpu_lost)) if on]
+    if len(kinds) != 1:
+        _fail("give exactly one of --xid N, --ecc, --gpu-lost")
+    if gpu is None and kinds[0] != "gpu-lost":
+        _fail("--gpu is required for --xid and --ecc")
+    if ci_id is not None and gi_id is None:
+        _fail("--ci needs --gi")
+    try:
+        event = HealthEvent(kinds[0], gpu=gpu, gi_id=gi_id, ci_id=ci_id, xid=xid)
+        path = write_spooled_event(spool_dir_for(DriverPaths(root=root).simulated_state), event)
+    except (HealthEventError, OSError) as exc:
+        _fail(str(exc))
+    click.echo(json.dumps({"event": event.to_dict(), "spooled": path}))
 
 
 def _claim_refs(claim_files: tuple[str, ...]) -> list[tuple[str, str, str]]:
@@ -175,11 +218,12 @@ def _kubelet(root: str, driver_name: str, registry_dir: str):
     from gpudra.driver.paths import DriverPaths
 
     paths = DriverPaths(driver_name=driver_name, root=root, registry_dir=registry_dir)
-    client = KubeletClient(paths.registration_socket)
+    sockets = paths.registration_sockets()  # rolling updates: one per driver pod; the kubelet takes the newest
+    client = KubeletClient(sockets[0] if sockets else paths.registration_socket)
     try:
         client.register()
     except (grpc.RpcError, RuntimeError) as exc:
-        _fail(f"cannot register with the plugin at {paths.registration_socket}: "
+        _fail(f"cannot register with the plugin at {client.registration_socket}: "
               f"{exc.details() if isinstance(exc, grpc.RpcError) else exc}")
     return client, paths
 

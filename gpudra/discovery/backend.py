@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from .health import HealthMonitor
 from .model import DiscoveryError, Inventory, MigDevice, MigProfileInfo
 
 BACKENDS = ("simulated", "nvml")
@@ -53,6 +54,10 @@ class GpuBackend(ABC):
         for mig in gpu.mig_devices:
             if mig.gi_profile_id == gi_profile_id and mig.placement_start == placement_start:
                 return mig
+        return None
+
+    def open_health_monitor(self) -> HealthMonitor | None:
+        """A source of GPU health events (XID, ECC, fallen off the bus); None when the backend has none."""
         return None
 
     def close(self) -> None:

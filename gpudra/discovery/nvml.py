@@ -111,6 +111,14 @@ class NvmlBackend(GpuBackend):
         self._profiles: dict[str, tuple[MigProfileInfo, ...]] = {}
         self._profile_index: dict[tuple[str, int], int] = {}  # (GPU UUID, gi profile id) -> NVML index constant
 
+    def open_health_monitor(self):  # -> NvmlHealthMonitor
+        from .nvml_events import NvmlHealthMonitor
+
+        try:
+            return NvmlHealthMonitor(self.nvml, self._lock)
+        except self.nvml.NVMLError as exc:
+            raise DiscoveryError(self._explain(exc, "creating the NVML event set")) from None
+
     def _explain(self, exc: Exception, doing: str) -> str:
         return f"NVML error while {doing}: " + _NVML_ERRORS.get(_code(exc), str(exc))
 

@@ -20,6 +20,7 @@ from typing import Any, Iterator
 from gpudra.atomicfile import ensure_dir, write_atomic
 
 from .backend import GpuBackend, MigError
+from .health import HealthEventError, SpoolMonitor, spool_dir_for
 from .migprofiles import mig_profile, mig_profiles
 from .model import Gpu, Inventory, MigDevice, MigProfileInfo
 from .profiles import NodeProfile, gpu_model, node_profile
@@ -40,6 +41,20 @@ class SimulatedBackend(GpuBackend):
         self._memory_state: dict[str, Any] | None = None
         self._static = [self._static_gpu(i, slot) for i, slot in enumerate(self.profile.gpus)]
         self._cached: tuple[bytes, Inventory] | None = None
+        self.health_monitor: SpoolMonitor | None = None
+
+    @property
+    def event_spool(self) -> str | None:
+        """Where `gpudra driver inject-event` drops health events for this node (beside the GPU state)."""
+        return spool_dir_for(self.state_path) if self.state_path else None
+
+    def gpu_uuid(self, gpu: object) -> str:
+        """A GPU named by minor number (int or digits) or UUID, as its UUID; HealthEventError if unknown."""
+        text = str(gpu)
+        for static in self._static:
+            if text == static.uuid or (text.isdigit() and int(text) == static.minor):
+                return static.uuid
+        raise HealthEventError(f"no GPU {text!r} on this node (minors 0..{len(self._static) - 1})")
 
     # -- static description -------------------------------------------------------------------
     def _static_gpu(self, index: int, slot) -> Gpu:
@@ -211,6 +226,11 @@ class SimulatedBackend(GpuBackend):
     def mig_profiles(self, minor: int) -> tuple[MigProfileInfo, ...]:
         gpu = self._gpu(minor)
         return mig_profiles(gpu.model or "") if gpu.mig_capable else ()
+
+    def open_health_monitor(self) -> SpoolMonitor:
+        if self.health_monitor is None:
+            self.health_monitor = SpoolMonitor(self.event_spool, self.gpu_uuid)
+        return self.health_monitor
 
     def set_mig_mode(self, minor: int, enabled: bool) -> None:
         gpu = self._gpu(minor)

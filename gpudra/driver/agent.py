@@ -13,16 +13,19 @@ from typing import Any
 
 from gpudra.atomicfile import write_atomic
 from gpudra.cdi import ContainerEdits
-from gpudra.discovery import GpuBackend, open_backend
+from gpudra.discovery import DiscoveryError, GpuBackend, open_backend
+from gpudra.discovery.health import HealthMonitor
 
 from .calls import DEFAULT_DEADLINE_S
 from .claims import ClaimSource, KubeClaimSource, LocalClaimStore
 from .hostdriver import HostDriverFiles, discover_host_driver, host_driver_edits
 from .checkpoint import PREPARE_COMPLETED
+from .health import DeviceHealth, HealthView
 from .metrics import DriverMetrics
 from .paths import DriverPaths
 from .plugin import KubeletPlugin
 from .publisher import KubeSliceClient, SlicePublisher
+from .sharing import NvidiaSmiSharing, RecordingSharing, SharingControl
 from .slices import DEFAULT_DRIVER_NAME, build_resource_slices
 from .state import DeviceState
 
@@ -57,6 +60,11 @@ class AgentOptions:
     call_deadline_s: float = DEFAULT_DEADLINE_S  # each claim of a prepare/unprepare call is answered by then
     republish_poll_s: float = 1.0  # how often to look for a republish request (MIG repartitioning)
     metrics_port: int | None = None  # serve Prometheus /metrics on this TCP port (0: any free port)
+    health_events: bool = True  # watch GPU health events and taint affected devices
+    ignored_xids: frozenset[int] = frozenset()  # besides the application XIDs (taint effect None)
+    health_poll_s: float = 0.5  # longest wait for health events before checking for stop
+    health_stream: bool = True  # serve the kubelet's DRA resource-health stream (v1alpha1.DRAResourceHealth)
+    rolling_update_uid: str | None = None  # this driver pod's UID: per-pod sockets, prepares serialized by file lock
 
 
 def _group_id(group: str | None) -> int | None:
@@ -75,7 +83,8 @@ class DriverAgent:
                  claims: ClaimSource | None = None, slice_client: KubeSliceClient | None = None):
         self.options = options
         self.paths = DriverPaths(driver_name=options.driver_name, root=options.root, registry_dir=options.registry_dir,
-                                 plugins_dir=options.plugins_dir, cdi_dir=options.cdi_dir)
+                                 plugins_dir=options.plugins_dir, cdi_dir=options.cdi_dir,
+                                 instance_uid=options.rolling_update_uid or None)
         self.backend = backend or open_backend(options.backend, profile=options.profile, node_name=options.node_name,
                                                state_path=self.paths.simulated_state)
         self.slice_client = slice_client
@@ -92,9 +101,15 @@ class DriverAgent:
         host_edits = None
         if self.backend.name == "nvml":
             host_edits = self._host_driver_edits()
+        self.sharing: SharingControl
+        if self.backend.name == "nvml":
+            self.sharing = NvidiaSmiSharing(options.driver_root, self.host_driver.libcuda_dir if self.host_driver else None)
+        else:  # simulated GPUs: the same steps, recorded
+            self.sharing = RecordingSharing(self.paths.simulated_sharing_log)
         self.state = DeviceState(driver_name=options.driver_name, node_name=options.node_name, backend=self.backend,
                                  paths=self.paths, claims=claims, dynamic_mig=options.dynamic_mig, fsync=options.fsync,
-                                 host_edits=host_edits)
+                                 host_edits=host_edits, sharing=self.sharing,
+                                 serialize_lock=self.paths.serialize_lock if options.rolling_update_uid else None)
         self.plugin: KubeletPlugin | None = None
         self.stopped = threading.Event()
         self.reconcile_report: dict[str, list[str]] = {}
@@ -104,7 +119,13 @@ class DriverAgent:
         self._republish_thread: threading.Thread | None = None
         self._published_devices = 0
         self.metrics_port: int | None = None
-        self.metrics = DriverMetrics(self._device_counts)
+        self.health = DeviceHealth(options.driver_name, ignored_xids=options.ignored_xids)
+        self.health_republished = 0  # republications after health changes
+        self._health_monitor: HealthMonitor | None = None
+        self._health_thread: threading.Thread | None = None
+        self._publish_lock = threading.Lock()
+        self._published: list[dict[str, Any]] = []  # the devices last published
+        self.metrics = DriverMetrics(self._device_counts, lambda: self.health.counts(self._published))
 
     def _host_driver_edits(self) -> ContainerEdits:
         """Found once at start: the driver's files only change with a driver upgrade, which
@@ -125,7 +146,7 @@ class DriverAgent:
             log.warning("discovery: %s", problem)
         return build_resource_slices(inventory, self.options.node_name,
                                      driver_name=self.options.driver_name, generation=generation, node_uid=node_uid,
-                                     dynamic_mig=self.options.dynamic_mig)
+                                     dynamic_mig=self.options.dynamic_mig, taints_of=self.health.taints_of)
 
     def start(self) -> None:
         self.paths.make_dirs()
@@ -135,13 +156,17 @@ class DriverAgent:
         if self.slice_client is not None and self.options.publish:
             self.publisher = SlicePublisher(self.slice_client, node_name=self.options.node_name,
                                             driver_name=self.options.driver_name)
+        if self.options.health_events:
+            self._open_health_monitor()
         self.publish()
+        health_view = HealthView(self.health, self.options.node_name, lambda: self._published)
         self.plugin = KubeletPlugin(self.state, driver_name=self.options.driver_name,
                                     dra_socket=self.paths.dra_socket,
                                     registration_socket=self.paths.registration_socket,
                                     healthcheck_port=self.options.healthcheck_port,
                                     socket_group=_group_id(self.options.socket_group),
-                                    call_deadline_s=self.options.call_deadline_s, metrics=self.metrics)
+                                    call_deadline_s=self.options.call_deadline_s, metrics=self.metrics,
+                                    health_source=health_view if self.options.health_stream else None)
         self.plugin.start()
         log.info("kubelet plugin %s serving on %s (registration %s)", self.options.driver_name,
                  self.paths.dra_socket, self.paths.registration_socket)
@@ -153,6 +178,52 @@ class DriverAgent:
         self._republish_thread = threading.Thread(target=self._watch_republish_requests, name="republish",
                                                   daemon=True)
         self._republish_thread.start()
+        if self._health_monitor is not None:
+            self._health_thread = threading.Thread(target=self._watch_health, name="health", daemon=True)
+            self._health_thread.start()
+
+    def _open_health_monitor(self) -> None:
+        try:
+            self._health_monitor = self.backend.open_health_monitor()
+        except DiscoveryError as exc:
+            log.warning("GPU health events unavailable, devices stay untainted: %s", exc)
+        if self._health_monitor is not None:
+            self.handle_health_events(self._health_monitor.wait(0))  # e.g. GPUs that cannot be monitored
+
+    def handle_health_events(self, events: list) -> bool:
+        """Taint the devices the events concern; republish when a taint changed. Returns whether it did."""
+        if not events:
+            return False
+        try:
+            inventory = self.backend.inventory()
+        except DiscoveryError as exc:
+            log.error("health events %s: GPU discovery failed: %s", events, exc)
+            return False
+        changed = False
+        for event, event_changed in self.health.record(events, inventory):
+            effect = self.health.taint_for(event)["effect"]
+            self.metrics.health_events.labels(event.kind, effect).inc()
+            log.warning("health event %s%s -> taint %s (effect %s)%s", event.kind,
+                        f" xid {event.xid}" if event.xid is not None else "",
+                        self.health.taint_key(event.kind), effect, "" if event_changed else " (unchanged)")
+            changed |= event_changed
+        if changed and self.plugin is not None:  # at start-up the first publication follows
+            self.publish()
+            self.health_republished += 1
+        return changed
+
+    def _watch_health(self) -> None:
+        monitor = self._health_monitor
+        assert monitor is not None
+        while not self.stopped.is_set():
+            try:
+                self.handle_health_events(monitor.wait(self.options.health_poll_s))
+            except Exception as exc:  # noqa: BLE001 - keep watching; a failed publish is retried by the next change
+                log.error("handling health events failed: %s", exc)
+                self.stopped.wait(1.0)
+            for rejected in getattr(monitor, "rejected", [])[:]:
+                log.error("ignored health event file %s", rejected)
+                monitor.rejected.remove(rejected)
 
     def _device_counts(self) -> dict[str, int]:
         counts = {"published": self._published_devices, "prepared": 0, "preparing": 0}
@@ -163,8 +234,13 @@ class DriverAgent:
 
     def publish(self) -> None:
         """Discover the GPUs and publish their ResourceSlices (written to the plugin directory too)."""
+        with self._publish_lock:  # health events and MIG repartitioning both republish
+            self._publish_locked()
+
+    def _publish_locked(self) -> None:
         slices = self.build_slices()
-        self._published_devices = sum(len(s["spec"].get("devices") or []) for s in slices)
+        self._published = [d for s in slices for d in s["spec"].get("devices") or []]
+        self._published_devices = len(self._published)
         self.metrics.publications.inc()
         # YAML documents in JSON style (JSON is YAML): with dynamic MIG the slices list every
         # placement, and PyYAML's representer took most of the start-up time (seconds)
@@ -197,12 +273,16 @@ class DriverAgent:
                 log.error("republishing ResourceSlices failed: %s", exc)
 
     def stop(self) -> None:
+        self.stopped.set()
         self.metrics.stop()
         if self.plugin is not None:
             self.plugin.stop()
             self.plugin = None
+        if self._health_thread is not None:
+            self._health_thread.join(timeout=5)
+        if self._health_monitor is not None:
+            self._health_monitor.close()
         self.backend.close()
-        self.stopped.set()
 
     def wait(self) -> None:
         self.stopped.wait()

@@ -31,8 +31,24 @@ class _DeviceStates:
         yield family
 
 
+class _DeviceHealthStates:
+    """`gpudra_device_health{state=healthy|unhealthy|unknown}`: published devices by health state."""
+
+    def __init__(self, counts: Callable[[], Mapping[str, int]]):
+        self.counts = counts
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("gpudra_device_health", "Published devices of this node by health state "
+                                   "(unhealthy: a NoSchedule/NoExecute taint; unknown: not monitored)",
+                                   labels=["state"])
+        for state, value in sorted(self.counts().items()):
+            family.add_metric([state], value)
+        yield family
+
+
 class DriverMetrics:
-    def __init__(self, device_counts: Callable[[], Mapping[str, int]] | None = None):
+    def __init__(self, device_counts: Callable[[], Mapping[str, int]] | None = None,
+                 health_counts: Callable[[], Mapping[str, int]] | None = None):
         self.registry = CollectorRegistry()
         self.requests = Counter("gpudra_claim_requests", "NodePrepareResources/NodeUnprepareResources claims handled",
                                 ["operation", "result"], registry=self.registry)
@@ -40,8 +56,13 @@ class DriverMetrics:
                                  ["operation"], buckets=_BUCKETS, registry=self.registry)
         self.publications = Counter("gpudra_slice_publications", "ResourceSlice publications (start and republish)",
                                     registry=self.registry)
+        self.health_events = Counter("gpudra_health_events", "GPU health events received, by kind (xid, ecc, "
+                                     "gpu-lost, unmonitored) and the effect of the taint they set",
+                                     ["kind", "effect"], registry=self.registry)
         if device_counts is not None:
             self.registry.register(_DeviceStates(device_counts))
+        if health_counts is not None:
+            self.registry.register(_DeviceHealthStates(health_counts))
         self._server: Any = None
 
     def timed(self, operation: str, fn: Callable[..., Any]) -> Callable[..., Any]:

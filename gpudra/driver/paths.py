@@ -6,6 +6,9 @@ is placed under it with its usual layout, so the whole agent runs without privil
 
 from __future__ import annotations
 
+import base64
+import glob
+import hashlib
 import os
 import time
 from dataclasses import dataclass
@@ -16,6 +19,34 @@ from gpudra.cdi.writer import SPEC_DIR_MODE
 from .cdispec import claim_spec_file_name
 
 PRIVATE_DIR_MODE = 0o700  # the plugin's own directory (checkpoint, DRA socket) and state directories
+SOCKET_NAME_MAX = 105 - 1 - len("/var/lib/kubelet/plugins_registry")  # what gRPC accepts under the usual dir
+
+
+def _short_uid(uid: str, *parts: str) -> str:
+    digest = hashlib.sha256("\0".join((*parts, uid)).encode()).digest()
+    return base64.urlsafe_b64encode(digest[:8]).decode().rstrip("=")
+
+
+def registration_socket_name(driver_name: str, instance_uid: str | None = None) -> str:
+    """`<driver>-reg.sock`, or with rolling updates (kubeletplugin.RollingUpdate(podUID), dynamic-resource-allocation
+    `draplugin.go`) `<driver>-<pod UID>-reg.sock`, so two driver pods of one node register side by side; a name too
+    long for a unix socket uses a hash of the UID instead (as newer kubeletplugin releases do)."""
+    if not instance_uid:
+        return f"{driver_name}-reg.sock"
+    name = f"{driver_name}-{instance_uid}-reg.sock"
+    if len(name) > SOCKET_NAME_MAX:
+        name = f"{driver_name}-{_short_uid(instance_uid)}-reg.sock"
+    if len(name) > SOCKET_NAME_MAX:
+        name = f"dra-{_short_uid(instance_uid, driver_name)}-reg.sock"
+    return name
+
+
+def dra_socket_name(instance_uid: str | None = None) -> str:
+    """`dra.sock`, with rolling updates `dra-<pod UID>.sock` (the plugin directory is the driver's already)."""
+    if not instance_uid:
+        return "dra.sock"
+    name = f"dra-{instance_uid}.sock"
+    return name if len(name) <= 60 else f"dra-{_short_uid(instance_uid)}.sock"
 
 
 @dataclass(frozen=True)
@@ -27,6 +58,7 @@ class DriverPaths:
     cdi_dir: str = "/var/run/cdi"
     static_cdi_dir: str = "/etc/cdi"
     sim_state_dir: str = "/var/lib/gpudra-sim"
+    instance_uid: str | None = None  # the driver pod's UID with rolling updates (per-pod socket names)
 
     def _under_root(self, path: str) -> str:
         if self.root in ("", "/"):
@@ -35,7 +67,26 @@ class DriverPaths:
 
     @property
     def registration_socket(self) -> str:
-        return os.path.join(self._under_root(self.registry_dir), f"{self.driver_name}-reg.sock")
+        return os.path.join(self._under_root(self.registry_dir),
+                            registration_socket_name(self.driver_name, self.instance_uid))
+
+    def registration_sockets(self) -> list[str]:
+        """Every registration socket of this driver in the registry directory (rolling updates: one per driver
+        pod), the most recently created first: the one the kubelet prefers while it answers."""
+        registry = self._under_root(self.registry_dir)
+        found = set(glob.glob(os.path.join(glob.escape(registry), glob.escape(self.driver_name) + "-*reg.sock")))
+
+        def created(path: str) -> int:
+            try:
+                return os.stat(path).st_mtime_ns
+            except FileNotFoundError:
+                return -1
+        return sorted((p for p in found if created(p) >= 0), key=created, reverse=True)
+
+    @property
+    def serialize_lock(self) -> str:
+        """With rolling updates: held around each prepare/unprepare by whichever driver pod runs it."""
+        return os.path.join(self.plugin_dir, "serialize.lock")
 
     @property
     def plugin_dir(self) -> str:
@@ -43,7 +94,7 @@ class DriverPaths:
 
     @property
     def dra_socket(self) -> str:
-        return os.path.join(self.plugin_dir, "dra.sock")
+        return os.path.join(self.plugin_dir, dra_socket_name(self.instance_uid))
 
     @property
     def checkpoint(self) -> str:
@@ -77,6 +128,11 @@ class DriverPaths:
     @property
     def simulated_state(self) -> str:
         return os.path.join(self._under_root(self.sim_state_dir), "gpus.json")
+
+    @property
+    def simulated_sharing_log(self) -> str:
+        """The simulated GPUs' record of time-slicing and MPS steps (sharing.py), beside their state."""
+        return os.path.join(self._under_root(self.sim_state_dir), "sharing.log")
 
     def make_dirs(self) -> None:
         """Create what is missing with explicit modes, whatever the umask. The kubelet's registry

@@ -13,14 +13,19 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from .calls import DEFAULT_DEADLINE_S, CallAbandoned, ClaimCalls
 from .metrics import DriverMetrics
-from .protos import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc, pluginregistration_pb2,
-                     pluginregistration_pb2_grpc)
+from .protos import (dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc, dra_v1_pb2, dra_v1_pb2_grpc,
+                     dra_v1beta1_pb2, dra_v1beta1_pb2_grpc, pluginregistration_pb2, pluginregistration_pb2_grpc)
 from .state import ClaimRef, DeviceState, PrepareError
 
 log = logging.getLogger("gpudra.driver.plugin")
 
 PLUGIN_TYPE = "DRAPlugin"
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+# Listed after the DRA services: the kubelet picks the first entry it supports as the DRA API version
+# and, with its ResourceHealthStatus feature gate, opens the health stream when this one is listed.
+HEALTH_SERVICE = "v1alpha1.DRAResourceHealth"
+HEALTH_MESSAGE_MAX = 1024
+HEALTH_STREAM_RESEND_S = 30.0  # the full list again even without a change (the kubelet times devices out)
 HEALTH_SERVICES = ("", "liveness")
 # sun_path holds 108 bytes with the terminating NUL, but gRPC (1.6x, add_port) refuses paths of
 # more than 105 bytes; tests/test_durability.py binds one of exactly this length.
@@ -133,16 +138,56 @@ class _V1beta1(_DraServicer, dra_v1beta1_pb2_grpc.DRAPluginServicer):
         super().__init__(state, dra_v1beta1_pb2, False, calls, metrics)
 
 
+_HEALTH_CODES = {"healthy": dra_health_v1alpha1_pb2.HEALTHY, "unhealthy": dra_health_v1alpha1_pb2.UNHEALTHY,
+                 "unknown": dra_health_v1alpha1_pb2.UNKNOWN}
+
+
+class HealthStreamServicer(dra_health_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
+    """`NodeWatchResources`: the complete device list at once, then after every health change (and every
+    HEALTH_STREAM_RESEND_S), until the kubelet hangs up or the plugin stops. `source` has `version`,
+    `wait_for_change(version, timeout)` and `snapshot()` -> [{pool, device, health, message, updated}]."""
+
+    def __init__(self, source: Any, stopping: threading.Event, resend_s: float = HEALTH_STREAM_RESEND_S):
+        self.source = source
+        self.stopping = stopping
+        self.resend_s = resend_s
+
+    def _response(self) -> Any:
+        response = dra_health_v1alpha1_pb2.NodeWatchResourcesResponse()
+        for item in self.source.snapshot():
+            message = item["message"]
+            if len(message) > HEALTH_MESSAGE_MAX:
+                message = message[:HEALTH_MESSAGE_MAX - 3] + "..."
+            response.devices.add(device=dra_health_v1alpha1_pb2.DeviceIdentifier(pool_name=item["pool"],
+                                                                                   device_name=item["device"]),
+                                 health=_HEALTH_CODES[item["health"]], last_updated_time=int(item["updated"]),
+                                 message=message)
+        return response
+
+    def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Any:
+        version = self.source.version
+        yield self._response()
+        waited = 0.0
+        while context.is_active() and not self.stopping.is_set():
+            step = 0.2  # short steps: notice a gone client or a stopping plugin soon
+            new = self.source.wait_for_change(version, step)
+            waited += step
+            if new != version or waited >= self.resend_s:
+                version, waited = new, 0.0
+                yield self._response()
+
+
 class RegistrationServicer(pluginregistration_pb2_grpc.RegistrationServicer):
-    def __init__(self, driver_name: str, endpoint: str):
+    def __init__(self, driver_name: str, endpoint: str, versions: tuple[str, ...] = SUPPORTED_VERSIONS):
         self.driver_name = driver_name
         self.endpoint = endpoint
+        self.versions = versions
         self.registered = threading.Event()
         self.last_status: tuple[bool, str] | None = None
 
     def GetInfo(self, request: Any, context: grpc.ServicerContext) -> Any:
         return pluginregistration_pb2.PluginInfo(type=PLUGIN_TYPE, name=self.driver_name, endpoint=self.endpoint,
-                                                 supported_versions=list(SUPPORTED_VERSIONS))
+                                                 supported_versions=list(self.versions))
 
     def NotifyRegistrationStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
         self.last_status = (request.plugin_registered, request.error)
@@ -167,7 +212,8 @@ class KubeletPlugin:
 
     def __init__(self, state: DeviceState, *, driver_name: str, dra_socket: str, registration_socket: str,
                  healthcheck_port: int | None = None, max_workers: int = 32, socket_group: int | None = None,
-                 call_deadline_s: float = DEFAULT_DEADLINE_S, metrics: DriverMetrics | None = None):
+                 call_deadline_s: float = DEFAULT_DEADLINE_S, metrics: DriverMetrics | None = None,
+                 health_source: Any = None):
         check_socket_path(dra_socket)
         check_socket_path(registration_socket)
         self.socket_group = socket_group
@@ -175,12 +221,17 @@ class KubeletPlugin:
         self.dra_socket = dra_socket
         self.registration_socket = registration_socket
         self.health = health.HealthServicer()
-        self.registration = RegistrationServicer(driver_name, dra_socket)
+        versions = SUPPORTED_VERSIONS + ((HEALTH_SERVICE,) if health_source is not None else ())
+        self.registration = RegistrationServicer(driver_name, dra_socket, versions)
+        self.stopping = threading.Event()
         self.calls = ClaimCalls(call_deadline_s)
         self._dra_server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dra"))
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_V1(state, self.calls, metrics), self._dra_server)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_V1beta1(state, self.calls, metrics), self._dra_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._dra_server)
+        if health_source is not None:
+            dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
+                HealthStreamServicer(health_source, self.stopping), self._dra_server)
         self._reg_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="reg"))
         pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(self.registration, self._reg_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._reg_server)
@@ -206,6 +257,7 @@ class KubeletPlugin:
         self._reg_server.start()
 
     def stop(self, grace: float = 2.0) -> None:
+        self.stopping.set()  # ends open health streams
         for service in HEALTH_SERVICES:
             self.health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
         self._reg_server.stop(grace).wait()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import Any, Callable
 
 from gpudra.discovery.model import Gpu, Inventory, MigDevice
 
@@ -150,7 +150,22 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)] or [[]]
 
 
-def _dynamic_bodies(inventory: Inventory, sharing: str = "none") -> list[dict[str, Any]]:
+TaintsOf = Callable[[dict[str, Any]], list[dict[str, Any]]]
+
+
+def _apply_taints(devices: list[dict[str, Any]], taints_of: TaintsOf | None) -> list[dict[str, Any]]:
+    """Device taints (KEP-5055) from the driver's health monitor, set before the pool is split
+    (a slice holding tainted devices has the lower device limit)."""
+    if taints_of is not None:
+        for device in devices:
+            taints = taints_of(device)
+            if taints:
+                device["taints"] = taints
+    return devices
+
+
+def _dynamic_bodies(inventory: Inventory, sharing: str = "none", taints_of: TaintsOf | None = None
+                    ) -> list[dict[str, Any]]:
     """Dynamic MIG (KEP-4815 partitionable devices): counter-set slices, then devices."""
     from gpudra.mig import dynamic
     from gpudra.catalog import find_gpu_model
@@ -170,9 +185,9 @@ def _dynamic_bodies(inventory: Inventory, sharing: str = "none") -> list[dict[st
     for chunk in _chunks(counter_sets, MAX_COUNTER_SETS_PER_SLICE) if counter_sets else []:
         bodies.append({"sharedCounters": chunk})
     for g in partitionable:
-        devices = dynamic.gpu_devices(g)
+        devices = _apply_taints(dynamic.gpu_devices(g), taints_of)
         bodies.extend({"devices": c} for c in _chunks(devices, _limit_for(devices)))
-    plain_devices = [gpu_device(g, inventory, sharing) for g in plain]
+    plain_devices = _apply_taints([gpu_device(g, inventory, sharing) for g in plain], taints_of)
     if plain_devices:
         bodies.extend({"devices": c} for c in _chunks(plain_devices, _limit_for(plain_devices)))
     return bodies
@@ -180,15 +195,17 @@ def _dynamic_bodies(inventory: Inventory, sharing: str = "none") -> list[dict[st
 
 def build_resource_slices(inventory: Inventory, node_name: str, *, driver_name: str = DEFAULT_DRIVER_NAME,
                           generation: int = 1, node_uid: str | None = None, dynamic_mig: bool = False,
-                          max_devices_per_slice: int | None = None, sharing: str = "none") -> list[dict[str, Any]]:
+                          max_devices_per_slice: int | None = None, sharing: str = "none",
+                          taints_of: TaintsOf | None = None) -> list[dict[str, Any]]:
     """The node's pool as ResourceSlice objects (resource.k8s.io/v1). `sharing="consumable"` publishes full
-    GPUs with allowMultipleAllocations and shareable `compute`/`memory` capacities (consumable capacity)."""
+    GPUs with allowMultipleAllocations and shareable `compute`/`memory` capacities (consumable capacity).
+    `taints_of(device)` gives each device's taints (the health monitor's; see health.py)."""
     if sharing not in SHARING_MODES:
         raise ValueError(f"unknown sharing mode {sharing!r}; choose one of {', '.join(SHARING_MODES)}")
     if dynamic_mig:
-        bodies = _dynamic_bodies(inventory, sharing)
+        bodies = _dynamic_bodies(inventory, sharing, taints_of)
     else:
-        devices = node_devices(inventory, sharing)
+        devices = _apply_taints(node_devices(inventory, sharing), taints_of)
         limit = min(max_devices_per_slice or MAX_DEVICES_PER_SLICE, _limit_for(devices))
         bodies = [{"devices": chunk} for chunk in _chunks(devices, limit)]
     if max_devices_per_slice and dynamic_mig:

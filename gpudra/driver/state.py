@@ -17,13 +17,15 @@ nothing the kubelet was told and leaks nothing it was not.
 from __future__ import annotations
 
 import copy
+import fcntl
 import logging
 import os
 import shutil
 import threading
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from gpudra.api.schema.resource import RESULTS_MAX
 from gpudra.cdi import ContainerEdits, remove_spec, write_spec
@@ -33,12 +35,13 @@ from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 from . import cdispec, claimpaths
 from .calls import CallToken
 from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, CompletedEntryCache, current_boot_id,
-                         empty_checkpoint, encode_checkpoint, entry_problem, load_checkpoint, save_checkpoint,
+                         empty_checkpoint, encode_checkpoint, entry_problem, load_checkpoint,
                          write_checkpoint_bytes)
 from .claims import ClaimSource, ClaimSourceError
 from .config import ConfigError, DeviceConfig, claim_configs, config_for
 from .paths import DriverPaths
 from .quarantine import load_quarantine, quarantine_entry, save_quarantine
+from .sharing import SharingControl, SharingError, interval_number, pinned_limits
 
 log = logging.getLogger("gpudra.driver")
 _LOCK_STRIPES = 256
@@ -76,8 +79,14 @@ def _conflicts(a: dict[str, Any], b: dict[str, Any]) -> bool:
 class DeviceState:
     def __init__(self, *, driver_name: str, node_name: str, backend: GpuBackend, paths: DriverPaths,
                  claims: ClaimSource, dynamic_mig: bool = False, fsync: bool = True, boot_id: str | None = None,
-                 host_edits: ContainerEdits | None = None):
+                 host_edits: ContainerEdits | None = None, sharing: SharingControl | None = None,
+                 serialize_lock: str | None = None):
         self.driver_name = driver_name
+        # Rolling updates: two driver pods serve the kubelet at once. Each prepare/unprepare (and start-up) then
+        # runs under this file lock and first rereads the checkpoint the other pod may have written.
+        self.serialize_lock = serialize_lock
+        self._disk_raw: bytes | None = None  # the checkpoint bytes this process last wrote or read
+        self.sharing = sharing  # applies time-slicing and MPS (None: configs are only recorded)
         self.node_name = node_name
         self.backend = backend
         self.paths = paths
@@ -104,7 +113,38 @@ class DeviceState:
     # -- checkpoint helpers --------------------------------------------------------------------
     def _save(self) -> None:
         """Write now (start-up only, when nothing runs concurrently)."""
-        save_checkpoint(self.paths.checkpoint, self._cp, fsync=self.fsync)
+        raw = encode_checkpoint(self._cp)
+        write_checkpoint_bytes(self.paths.checkpoint, raw, fsync=self.fsync)
+        self._disk_raw = raw
+
+    @contextmanager
+    def _serialized(self) -> Iterator[None]:
+        """With a serialize lock: hold it (a new open file description per call, so threads of this process
+        exclude each other too) and start from the checkpoint on disk."""
+        if self.serialize_lock is None:
+            yield
+            return
+        fd = os.open(self.serialize_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._reload_if_changed()
+            yield
+        finally:
+            os.close(fd)
+
+    def _reload_if_changed(self) -> None:
+        try:
+            with open(self.paths.checkpoint, "rb") as fh:
+                raw: bytes | None = fh.read()
+        except FileNotFoundError:
+            raw = None
+        if raw == self._disk_raw or raw is None:
+            return
+        loaded = load_checkpoint(self.paths.checkpoint)
+        with self._cp_lock:
+            self._cp = loaded or empty_checkpoint(self.boot_id)
+            self._entry_json = CompletedEntryCache()
+            self._disk_raw = raw
 
     def _changed(self) -> int:
         """Call with `_cp_lock` held after changing the checkpoint; returns the version to persist."""
@@ -128,6 +168,7 @@ class DeviceState:
                 raw = encode_checkpoint(self._cp, self._entry_json)
                 target = self._version
             write_checkpoint_bytes(self.paths.checkpoint, raw, fsync=self.fsync)
+            self._disk_raw = raw
             written = target
         finally:
             with self._save_cond:
@@ -165,6 +206,11 @@ class DeviceState:
     # -- start-up --------------------------------------------------------------------------------
     def reconcile(self) -> dict[str, list[str]]:
         """Bring checkpoint, CDI specs and MIG devices into agreement; returns what was done."""
+        self.paths.make_dirs()
+        with self._serialized():  # an older driver pod may be mid-prepare: wait for it
+            return self._reconcile()
+
+    def _reconcile(self) -> dict[str, list[str]]:
         report: dict[str, list[str]] = {"rolledBack": [], "unprepared": [], "cdiRewritten": [], "cdiRemoved": [],
                                         "migDestroyed": [], "quarantined": []}
         self.paths.make_dirs()
@@ -179,11 +225,11 @@ class DeviceState:
             self._quarantine_bad_entries(report)
             for uid, entry in list(self._cp["claims"].items()):
                 if entry["state"] == PREPARE_STARTED:
-                    self._undo(uid, entry)
+                    self._undo(uid, entry, lenient=True)
                     del self._cp["claims"][uid]
                     report["rolledBack"].append(uid)
                 elif entry["state"] == UNPREPARE_STARTED:
-                    self._undo(uid, entry)
+                    self._undo(uid, entry, lenient=True)
                     del self._cp["claims"][uid]
                     report["unprepared"].append(uid)
             self._save()
@@ -248,8 +294,15 @@ class DeviceState:
         base = os.path.join(self.paths.cdi_spec_dir, self._spec_name(uid))
         return os.path.exists(base + ".yaml") or os.path.exists(base + ".json")
 
-    def _undo(self, uid: str, entry: dict[str, Any]) -> None:
-        """Release whatever a (possibly half-done) prepare of `uid` created. Idempotent."""
+    def _undo(self, uid: str, entry: dict[str, Any], lenient: bool = False) -> None:
+        """Release whatever a (possibly half-done) prepare of `uid` created. Idempotent. `lenient` (start-up):
+        a sharing step that fails is logged instead of raised, so one broken GPU tool does not stop the driver."""
+        try:
+            self._undo_sharing(uid, entry)
+        except SharingError as exc:
+            if not lenient:
+                raise
+            log.error("claim %s: undoing its GPU sharing failed: %s", uid, exc)
         for device in entry.get("devices", []):
             mig = device.get("mig")
             if mig and mig.get("dynamic"):
@@ -271,6 +324,65 @@ class DeviceState:
         if any((d.get("sharing") or {}).get("strategy") == "MPS" for d in entry.get("devices", [])):
             shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
 
+    # -- sharing (time-slicing, MPS) -----------------------------------------------------------------
+    @staticmethod
+    def _device_uuid(record: dict[str, Any]) -> str:
+        mig = record.get("mig") or {}
+        return mig.get("uuid") or record["gpuUUID"]
+
+    def _mps_daemon(self, uid: str, devices: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The claim's MPS control daemon (one per claim, for all its MPS devices), or None."""
+        mps = [r for r in devices if (r.get("sharing") or {}).get("strategy") == "MPS"]
+        if not mps:
+            return None
+        base = self._mps_dir(uid)
+        return {"id": uid, "pipe": os.path.join(base, "pipe"), "log": os.path.join(base, "log"),
+                "gpus": list(dict.fromkeys(r["gpuUUID"] for r in mps)),
+                "devices": list(dict.fromkeys(self._device_uuid(r) for r in mps)), "config": mps[0]["sharing"]}
+
+    def _apply_sharing(self, uid: str, entry: dict[str, Any]) -> None:
+        """Time-slicing intervals on full GPUs, then the claim's MPS daemon with its limits (sharing.py)."""
+        if self.sharing is None:
+            return
+        for record in entry["devices"]:
+            sharing = record.get("sharing") or {}
+            if sharing.get("strategy") == "TimeSlicing" and record["type"] == "gpu":
+                self.sharing.set_compute_mode(record["gpuUUID"], "DEFAULT")
+                self.sharing.set_time_slice(record["gpuUUID"], interval_number(sharing.get("timeSliceInterval")))
+        daemon = self._mps_daemon(uid, entry["devices"])
+        if daemon is None:
+            return
+        for gpu in daemon["gpus"]:
+            self.sharing.set_compute_mode(gpu, "EXCLUSIVE_PROCESS")
+        with self._cp_lock:
+            entry["mpsDaemon"] = {k: v for k, v in daemon.items() if k != "config"}  # persisted with PrepareCompleted
+        self.sharing.start_mps(uid, daemon["devices"], daemon["pipe"], daemon["log"])
+        config = daemon["config"]
+        if config.get("mpsActiveThreadPercentage") is not None:
+            self.sharing.mps_command(uid, daemon["pipe"],
+                                     f"set_default_active_thread_percentage {config['mpsActiveThreadPercentage']}")
+        for device, mib in pinned_limits(config, daemon["devices"]).items():
+            self.sharing.mps_command(uid, daemon["pipe"], f"set_default_device_pinned_mem_limit {device} {mib}M")
+
+    def _undo_sharing(self, uid: str, entry: dict[str, Any]) -> None:
+        """Stop the claim's MPS daemon (recorded in the checkpoint, or implied by its MPS devices after a crash
+        before it was recorded) and set time slices back to Default on GPUs no other claim holds."""
+        if self.sharing is None:
+            return
+        devices = entry.get("devices", [])
+        daemon = entry.get("mpsDaemon") or self._mps_daemon(uid, devices)
+        if daemon is not None:
+            self.sharing.stop_mps(uid, daemon["pipe"])
+            for gpu in daemon["gpus"]:
+                self.sharing.set_compute_mode(gpu, "DEFAULT")
+        with self._cp_lock:
+            held = {d.get("gpuUUID") for other, e in self._cp["claims"].items() if other != uid
+                    and other not in self._releasing for d in e.get("devices", [])}
+        for record in devices:
+            sharing = record.get("sharing") or {}
+            if sharing.get("strategy") == "TimeSlicing" and record["type"] == "gpu" and record["gpuUUID"] not in held:
+                self.sharing.set_time_slice(record["gpuUUID"], interval_number("Default"))
+
     def _mig_shared(self, uid: str, device: dict[str, Any]) -> bool:
         """Another claim (admin access) still uses this dynamic MIG device: keep it. Claims being
         released at the same time do not count, or two concurrent unprepares would each keep it."""
@@ -286,12 +398,24 @@ class DeviceState:
         """`token` (from `calls.ClaimCalls`) tells a prepare that outlived its deadline to reserve
         nothing and roll back instead of completing."""
         self._check_ref(ref)
+        if self.serialize_lock is not None:
+            try:
+                read = self._read_claim(ref)  # slow API reads before serializing, as upstream's helper does
+            except PrepareError:
+                read = None  # fine for a claim prepared already; otherwise read again (and fail) under the lock
+            with self._serialized():
+                return self._prepare(ref, token, read)
+        return self._prepare(ref, token, None)
+
+    def _prepare(self, ref: ClaimRef, token: CallToken | None,
+                 read: tuple[dict[str, Any], list[DeviceConfig]] | None) -> list[dict[str, Any]]:
         # The claim's content is hostile input: it is read and decoded before the claim's lock is
         # taken, so however long that takes it holds up no other claim sharing the lock stripe.
         with self._cp_lock:
             entry = self._cp["claims"].get(ref.uid)
             completed = entry is not None and entry["state"] == PREPARE_COMPLETED
-        read = None if completed else self._read_claim(ref)
+        if read is None and not completed:
+            read = self._read_claim(ref)
         with self._claim_lock(ref.uid):
             with self._cp_lock:
                 entry = self._cp["claims"].get(ref.uid)
@@ -424,15 +548,16 @@ class DeviceState:
             version = self._changed()
         # The in-memory entry already reserves the devices. It must reach the disk before hardware
         # changes; without them a crash leaves at most a CDI spec, which reconcile removes.
-        if any((d.get("mig") or {}).get("dynamic") for d in planned):
+        if any((d.get("mig") or {}).get("dynamic") or (d.get("sharing") and self.sharing) for d in planned):
             self._persist(version)
         try:
             self._create_hardware(ref, planned)
+            self._apply_sharing(ref.uid, entry)
             if planned:
                 self._write_cdi(ref.uid, planned)
         except Exception as exc:  # whatever failed, a failed prepare keeps no reservation
             self._roll_back(ref.uid, entry)
-            if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError)):
+            if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError, SharingError)):
                 raise
             raise PrepareError(f"preparing claim {ref.namespace}/{ref.name}: {exc}") from None
         if token is not None and not token.commit():
@@ -445,17 +570,17 @@ class DeviceState:
         return self._response(planned)
 
     def _roll_back(self, uid: str, entry: dict[str, Any]) -> None:
-        self._release(uid, entry)
+        self._release(uid, entry, lenient=True)  # the prepare's own error is the one to report
         with self._cp_lock:
             version = self._changed()
         self._persist(version)
 
-    def _release(self, uid: str, entry: dict[str, Any]) -> None:
+    def _release(self, uid: str, entry: dict[str, Any], lenient: bool = False) -> None:
         """Undo `uid` and drop its entry; while that runs, other releases do not count it as a holder."""
         with self._cp_lock:
             self._releasing.add(uid)
         try:
-            self._undo(uid, entry)
+            self._undo(uid, entry, lenient)
             with self._cp_lock:
                 self._cp["claims"].pop(uid, None)
         finally:
@@ -506,6 +631,10 @@ class DeviceState:
     # -- unprepare -------------------------------------------------------------------------------
     def unprepare(self, ref: ClaimRef) -> None:
         self._check_ref(ref)
+        with self._serialized():
+            self._unprepare(ref)
+
+    def _unprepare(self, ref: ClaimRef) -> None:
         with self._claim_lock(ref.uid):
             with self._cp_lock:
                 entry = self._cp["claims"].get(ref.uid)
@@ -513,7 +642,8 @@ class DeviceState:
                     done = True
                 else:
                     done = False
-                    has_hardware = any((d.get("mig") or {}).get("dynamic") for d in entry["devices"])
+                    has_hardware = any((d.get("mig") or {}).get("dynamic") or (d.get("sharing") and self.sharing)
+                                       for d in entry["devices"])
                     version = 0
                     if has_hardware and entry["state"] != UNPREPARE_STARTED:
                         entry["state"] = UNPREPARE_STARTED
@@ -525,7 +655,7 @@ class DeviceState:
                 return
             try:
                 self._release(ref.uid, entry)
-            except (MigError, DiscoveryError, OSError) as exc:
+            except (MigError, DiscoveryError, OSError, SharingError) as exc:
                 raise PrepareError(f"unpreparing claim {ref}: {exc}") from None
             with self._cp_lock:
                 version = self._changed()

@@ -1,0 +1,181 @@
+"""Sharing that is applied: time-slicing intervals and per-claim MPS control daemons.
+
+What NVIDIA's GPU DRA driver does (`cmd/gpu-kubelet-plugin/sharing.go`, `nvlib.go`, `templates/
+mps-control-daemon.tmpl.yaml`, v0.4.0), and so what `NvidiaSmiSharing` runs:
+* TimeSlicing (full GPUs): `nvidia-smi -i <uuid> -c DEFAULT`, then `nvidia-smi compute-policy -i <uuid>
+  --set-timeslice <0..3>` (Default/Short/Medium/Long). gpudra sets the interval back to Default on unprepare.
+* MPS: compute mode EXCLUSIVE_PROCESS on the GPUs, then `nvidia-cuda-mps-control -d` with
+  CUDA_VISIBLE_DEVICES=<the claim's device UUIDs>, CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY set to the
+  claim's directories, then `set_default_active_thread_percentage N` and `set_default_device_pinned_mem_limit
+  <uuid> <N>M` sent to the control daemon; containers get the pipe directory (CUDA_MPS_PIPE_DIRECTORY) and the
+  shm directory mounted (`cdispec.py`). NVIDIA runs the daemon as a Deployment; gpudra runs it from the plugin
+  itself (the daemon forks and detaches), stops it with `quit` on unprepare and sets the compute mode back to
+  DEFAULT. The checkpoint records each started daemon so an unprepare after a plugin restart still stops it.
+
+On the simulated backend `RecordingSharing` performs the same steps against a log (JSON lines beside the
+simulated GPU state), so tests check the sequence across driver processes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import threading
+from typing import Any
+
+from gpudra.atomicfile import ensure_dir
+
+from .config import TIME_SLICE_INTERVALS
+
+log = logging.getLogger("gpudra.driver.sharing")
+COMMAND_TIMEOUT_S = 30.0
+
+
+class SharingError(Exception):
+    """A sharing step failed (nvidia-smi or the MPS control daemon answered an error)."""
+
+
+class SharingControl:
+    """The steps; each is idempotent (an unprepare after a crash may repeat any of them)."""
+
+    def set_compute_mode(self, gpu_uuid: str, mode: str) -> None:
+        raise NotImplementedError
+
+    def set_time_slice(self, gpu_uuid: str, interval: int) -> None:
+        raise NotImplementedError
+
+    def start_mps(self, daemon_id: str, device_uuids: list[str], pipe_dir: str, log_dir: str) -> None:
+        raise NotImplementedError
+
+    def mps_command(self, daemon_id: str, pipe_dir: str, command: str) -> None:
+        """One command to a running control daemon (`set_default_active_thread_percentage 50`, …)."""
+        raise NotImplementedError
+
+    def stop_mps(self, daemon_id: str, pipe_dir: str) -> None:
+        raise NotImplementedError
+
+
+class RecordingSharing(SharingControl):
+    """The simulated GPUs' side: each step appended to `log_path` (one JSON object a line) and to `calls`."""
+
+    def __init__(self, log_path: str | None = None):
+        self.log_path = log_path
+        self.calls: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self.running: set[str] = set()
+
+    def _record(self, step: dict[str, Any]) -> None:
+        with self._lock:
+            self.calls.append(step)
+            if self.log_path is not None:
+                ensure_dir(os.path.dirname(self.log_path), 0o700)
+                with open(self.log_path, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(step) + "\n")
+
+    def set_compute_mode(self, gpu_uuid: str, mode: str) -> None:
+        self._record({"op": "compute-mode", "gpu": gpu_uuid, "mode": mode})
+
+    def set_time_slice(self, gpu_uuid: str, interval: int) -> None:
+        self._record({"op": "time-slice", "gpu": gpu_uuid, "interval": interval})
+
+    def start_mps(self, daemon_id: str, device_uuids: list[str], pipe_dir: str, log_dir: str) -> None:
+        self.running.add(daemon_id)
+        self._record({"op": "mps-start", "id": daemon_id, "devices": device_uuids, "pipe": pipe_dir, "log": log_dir})
+
+    def mps_command(self, daemon_id: str, pipe_dir: str, command: str) -> None:
+        self._record({"op": "mps-command", "id": daemon_id, "command": command})
+
+    def stop_mps(self, daemon_id: str, pipe_dir: str) -> None:
+        self.running.discard(daemon_id)
+        self._record({"op": "mps-stop", "id": daemon_id})
+
+
+def read_sharing_log(path: str) -> list[dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+class NvidiaSmiSharing(SharingControl):
+    """Runs nvidia-smi and nvidia-cuda-mps-control from the driver root (LD_LIBRARY_PATH set to the driver's
+    library directory so the tools find libnvidia-ml from there, as NVIDIA's LD_PRELOAD does)."""
+
+    def __init__(self, driver_root: str = "/", library_dir: str | None = None):
+        self.driver_root = driver_root
+        self.library_dir = library_dir
+
+    def _binary(self, name: str) -> str:
+        for directory in ("usr/bin", "bin", "usr/local/bin", "usr/sbin"):
+            path = os.path.join(self.driver_root, directory, name)
+            if os.access(path, os.X_OK):
+                return path
+        found = shutil.which(name)
+        if found is None:
+            raise SharingError(f"{name} not found under the driver root {self.driver_root} or on PATH")
+        return found
+
+    def _env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.library_dir:
+            env["LD_LIBRARY_PATH"] = ":".join(p for p in (self.library_dir, env.get("LD_LIBRARY_PATH")) if p)
+        env.update(extra or {})
+        return env
+
+    def _run(self, argv: list[str], *, env: dict[str, str] | None = None, stdin: str | None = None) -> str:
+        try:
+            done = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=self._env(env),
+                                  timeout=COMMAND_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SharingError(f"{' '.join(argv)}: {exc}") from None
+        if done.returncode != 0:
+            raise SharingError(f"{' '.join(argv)} exited with {done.returncode}: "
+                               f"{(done.stderr or done.stdout).strip()[:500]}")
+        return done.stdout
+
+    def set_compute_mode(self, gpu_uuid: str, mode: str) -> None:
+        self._run([self._binary("nvidia-smi"), "-i", gpu_uuid, "-c", mode])
+
+    def set_time_slice(self, gpu_uuid: str, interval: int) -> None:
+        self._run([self._binary("nvidia-smi"), "compute-policy", "-i", gpu_uuid, "--set-timeslice", str(interval)])
+
+    @staticmethod
+    def _mps_env(pipe_dir: str, log_dir: str | None = None, devices: list[str] | None = None) -> dict[str, str]:
+        env = {"CUDA_MPS_PIPE_DIRECTORY": pipe_dir}
+        if log_dir is not None:
+            env["CUDA_MPS_LOG_DIRECTORY"] = log_dir
+        if devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
+        return env
+
+    def start_mps(self, daemon_id: str, device_uuids: list[str], pipe_dir: str, log_dir: str) -> None:
+        self._run([self._binary("nvidia-cuda-mps-control"), "-d"], env=self._mps_env(pipe_dir, log_dir, device_uuids))
+
+    def mps_command(self, daemon_id: str, pipe_dir: str, command: str) -> None:
+        self._run([self._binary("nvidia-cuda-mps-control")], env=self._mps_env(pipe_dir), stdin=command + "\n")
+
+    def stop_mps(self, daemon_id: str, pipe_dir: str) -> None:
+        if not os.path.exists(os.path.join(pipe_dir, "control")):
+            return  # no daemon listens there (never started, or already quit)
+        self._run([self._binary("nvidia-cuda-mps-control")], env=self._mps_env(pipe_dir), stdin="quit\n")
+
+
+def interval_number(name: str | None) -> int:
+    return TIME_SLICE_INTERVALS.get(name or "Default", 0)
+
+
+def pinned_limits(sharing: dict[str, Any], device_uuids: list[str]) -> dict[str, int]:
+    """MiB per device UUID: the per-device entry (keyed by UUID or by the device's index in the claim), else the
+    default limit. As NVIDIA's `DefaultPerDevicePinnedMemoryLimit.Normalize`."""
+    per_device = sharing.get("mpsPerDevicePinnedMemoryMiB") or {}
+    default = sharing.get("mpsPinnedMemoryLimitMiB")
+    limits = {}
+    for index, uuid in enumerate(device_uuids):
+        value = per_device.get(uuid, per_device.get(str(index), default))
+        if value is not None:
+            limits[uuid] = int(value)
+    return limits

@@ -1,0 +1,274 @@
+"""Device health end to end: an injected XID taints the device, the driver republishes its ResourceSlices with a
+new generation (never a moment without the device), the kubelet's health stream reports it, the metrics count it,
+and gpudra's allocator, given the republished slices, keeps a new claim off the device unless it tolerates the taint.
+The same events from NVML go through the real pynvml wrappers over the C-level fake."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import urllib.request
+
+import grpc
+import pynvml
+import pytest
+from click.testing import CliRunner
+from fake_libnvml import from_simulated, install
+from prometheus_client.parser import text_string_to_metric_families
+from test_driver_slices import FakeSliceApi
+
+from gpudra.allocator import Allocator, Features
+from gpudra.cli import cli
+from gpudra.discovery import open_backend
+from gpudra.discovery.health import HealthEvent, HealthEventError
+from gpudra.driver.agent import AgentOptions, DriverAgent
+from gpudra.driver.health import DeviceHealth, parse_xid_list
+from gpudra.driver.protos import dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc
+from gpudra.driver.slices import build_resource_slices, device_classes
+
+NODE = "node-h"
+XID_KEY = "gpu.nvidia.com/xid"
+
+
+class WatchedSliceApi(FakeSliceApi):
+    """Records, after every write, which devices of the pool a reader of the API would see."""
+
+    def __init__(self):
+        super().__init__()
+        self.visible: list[set[str]] = []
+
+    def _store(self, body):
+        obj = super()._store(body)
+        self.visible.append({d["name"] for o in self.objects.values() for d in o["spec"].get("devices") or []})
+        return obj
+
+    def delete(self, name):
+        super().delete(name)
+        self.visible.append({d["name"] for o in self.objects.values() for d in o["spec"].get("devices") or []})
+
+    def slices(self):
+        return [self.objects[name] for name in sorted(self.objects)]
+
+
+def _until(predicate, what: str, attempts: int = 400):
+    for _ in range(attempts):
+        if predicate():
+            return
+        time.sleep(0.025)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def root():
+    path = tempfile.mkdtemp(prefix="gdh", dir="/tmp")  # short: unix socket paths
+    os.makedirs(os.path.join(path, "claims"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _agent(root: str, api=None, **kw) -> DriverAgent:
+    options = AgentOptions(node_name=NODE, profile="dgx-h100", root=root, claims_dir=os.path.join(root, "claims"),
+                           fsync=False, health_poll_s=0.05, **kw)
+    return DriverAgent(options, slice_client=api)
+
+
+def _claim(name: str, count: int, *, tolerate: bool = False) -> dict:
+    exactly = {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": count}
+    if tolerate:
+        exactly["tolerations"] = [{"key": XID_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}
+
+
+def _allocated(slices: list[dict], claim: dict) -> list[str] | None:
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
+    outcome = Allocator(device_classes(), slices, [], Features.parse("default")).allocate(node, [claim])
+    if outcome.outcome != "allocated":
+        return None
+    return [r["device"] for a in outcome.allocations for r in a["devices"]["results"]]
+
+
+def _scrape(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_injected_xid_taints_republishes_and_the_allocator_avoids_the_device(root):
+    api = WatchedSliceApi()
+    agent = _agent(root, api, metrics_port=0)
+    agent.start()
+    try:
+        first = api.slices()
+        assert {s["spec"]["pool"]["generation"] for s in first} == {1}
+        everything = {d["name"] for s in first for d in s["spec"]["devices"]}
+        assert len(everything) == 8 and not any("taints" in d for s in first for d in s["spec"]["devices"])
+        assert _allocated(first, _claim("one", 1)) == ["gpu-0"]  # first fit, before the error
+
+        result = CliRunner().invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0", "--xid", "79"])
+        assert result.exit_code == 0, result.output
+        _until(lambda: agent.health_republished == 1, "the republication after the XID")
+
+        slices = api.slices()
+        assert {s["spec"]["pool"]["generation"] for s in slices} == {2}
+        devices = {d["name"]: d for s in slices for d in s["spec"]["devices"]}
+        assert set(devices) == everything
+        taints = devices["gpu-0"]["taints"]
+        assert [(t["key"], t["value"], t["effect"]) for t in taints] == [(XID_KEY, "79", "NoSchedule")]
+        assert all("taints" not in d for name, d in devices.items() if name != "gpu-0")
+        assert all(seen == everything for seen in api.visible), "a reader saw the pool without some device"
+
+        # a new claim, allocated by gpudra's allocator against the republished slices, avoids gpu-0 ...
+        assert _allocated(slices, _claim("one", 1)) == ["gpu-1"]
+        assert _allocated(slices, _claim("all", 8)) is None
+        # ... unless it tolerates the taint
+        assert _allocated(slices, _claim("all", 8, tolerate=True)) == [f"gpu-{i}" for i in range(8)]
+
+        metrics = _scrape(agent.metrics_port)
+        assert metrics[("gpudra_health_events_total", (("effect", "NoSchedule"), ("kind", "xid")))] == 1
+        assert metrics[("gpudra_device_health", (("state", "unhealthy"),))] == 1
+        assert metrics[("gpudra_device_health", (("state", "healthy"),))] == 7
+
+        # the same XID again changes nothing: no new generation
+        CliRunner().invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0", "--xid", "79"])
+        _until(lambda: _scrape(agent.metrics_port)[
+            ("gpudra_health_events_total", (("effect", "NoSchedule"), ("kind", "xid")))] == 2, "the second event")
+        assert agent.health_republished == 1 and {s["spec"]["pool"]["generation"] for s in api.slices()} == {2}
+    finally:
+        agent.stop()
+
+
+def test_application_xids_get_effect_none_and_block_nothing(root):
+    agent = _agent(root, ignored_xids=parse_xid_list("48, x, 63"))
+    agent.start()
+    try:
+        backend = agent.backend
+        uuid = agent.backend.inventory().gpus[1].uuid
+        backend.health_monitor.inject(HealthEvent("xid", gpu=uuid, xid=13))  # Graphics Engine Exception
+        _until(lambda: agent.health_republished == 1, "the republication")
+        tainted = {d["name"]: d.get("taints") for d in agent._published}
+        assert tainted["gpu-1"][0]["effect"] == "None" and tainted["gpu-1"][0]["value"] == "13"
+        backend.health_monitor.inject(HealthEvent("xid", gpu=uuid, xid=48))  # ignored by the flag
+        _until(lambda: agent.health_republished == 2, "the second republication")
+        taint = next(d for d in agent._published if d["name"] == "gpu-1")["taints"][0]
+        assert (taint["value"], taint["effect"]) == ("48", "None"), "one taint per key, the later value"
+        slices = agent.build_slices()
+        assert _allocated(slices, _claim("all", 8)) == [f"gpu-{i}" for i in range(8)]
+    finally:
+        agent.stop()
+
+
+def test_gpu_lost_and_ecc_taint_and_mig_events_taint_one_instance():
+    backend = open_backend("simulated", profile="hgx-a100-mig", node_name=NODE)
+    inventory = backend.inventory()
+    health = DeviceHealth("gpu.nvidia.com")
+    mig_gpu = next(g for g in inventory.gpus if g.mig_devices)
+    target = mig_gpu.mig_devices[0]
+    health.record([HealthEvent("xid", gpu=mig_gpu.uuid, gi_id=target.gi_id, ci_id=target.ci_id, xid=94)], inventory)
+    devices = {d["name"]: d for s in build_resource_slices(inventory, NODE, taints_of=health.taints_of)
+               for d in s["spec"]["devices"]}
+    assert [n for n, d in devices.items() if d.get("taints")] == [target.name]
+    health.record([HealthEvent("ecc", gpu=mig_gpu.uuid)], inventory)  # whole GPU: every MIG device on it
+    devices = {d["name"]: d for s in build_resource_slices(inventory, NODE, taints_of=health.taints_of)
+               for d in s["spec"]["devices"]}
+    on_gpu = {m.name for m in mig_gpu.mig_devices}
+    assert {n for n, d in devices.items() if any(t["key"] == "gpu.nvidia.com/ecc" for t in d.get("taints", []))} \
+        == on_gpu
+    assert len(devices[target.name]["taints"]) == 2
+    health.record([HealthEvent("gpu-lost")], inventory)
+    assert all(any(t["key"] == "gpu.nvidia.com/gpu-lost" for t in health.taints_of(d)) for d in devices.values())
+    assert health.counts(devices.values()) == {"healthy": 0, "unhealthy": len(devices), "unknown": 0}
+    with pytest.raises(HealthEventError):
+        HealthEvent("xid", gpu=mig_gpu.uuid)  # an XID event needs its number
+
+
+def test_inject_event_usage_errors(root):
+    runner = CliRunner()
+    assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--xid", "79"]).exit_code == 2
+    assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0"]).exit_code == 2
+    both = runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0", "--xid", "1", "--ecc"])
+    assert both.exit_code == 2 and "exactly one" in both.output
+    assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu-lost"]).exit_code == 0
+
+
+def test_the_kubelet_health_stream_reports_every_device_and_then_the_change(root):
+    agent = _agent(root)
+    agent.start()
+    try:
+        from gpudra.driver.kubelet_client import KubeletClient
+
+        kubelet = KubeletClient(agent.paths.registration_socket)
+        info = kubelet.register()
+        kubelet.close()
+        assert "v1alpha1.DRAResourceHealth" in info.supported_versions
+        assert info.supported_versions[0] == "v1.DRAPlugin"
+        with grpc.insecure_channel(f"unix://{info.endpoint}") as channel:
+            stub = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(channel)
+            stream = stub.NodeWatchResources(dra_health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=30)
+            first = next(stream)
+            assert len(first.devices) == 8
+            assert {d.health for d in first.devices} == {dra_health_v1alpha1_pb2.HEALTHY}
+            assert {d.device.pool_name for d in first.devices} == {NODE}
+            uuid = agent.backend.inventory().gpus[3].uuid
+            agent.backend.health_monitor.inject(HealthEvent("gpu-lost", gpu=uuid))
+            second = next(stream)
+            states = {d.device.device_name: (d.health, d.message) for d in second.devices}
+            assert states["gpu-3"] == (dra_health_v1alpha1_pb2.UNHEALTHY, "gpu.nvidia.com/gpu-lost")
+            assert sum(h == dra_health_v1alpha1_pb2.HEALTHY for h, _ in states.values()) == 7
+            stream.cancel()
+    finally:
+        agent.stop()
+
+
+def test_no_health_stream_is_advertised_without_device_health(root):
+    agent = _agent(root, health_events=False, health_stream=False)
+    agent.start()
+    try:
+        from gpudra.driver.kubelet_client import KubeletClient
+
+        kubelet = KubeletClient(agent.paths.registration_socket)
+        assert list(kubelet.register().supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+        kubelet.close()
+        assert agent.backend.health_monitor is None
+    finally:
+        agent.stop()
+
+
+# -- NVML: the real pynvml wrappers over the C-level fake -------------------------------------------------------
+
+
+def test_nvml_events_become_health_events(monkeypatch):
+    lib = install(monkeypatch, from_simulated("hgx-a100-mig", node_name=NODE))
+    lib.gpu(2).supported_events = pynvml.nvmlEventTypeXidCriticalError  # no ECC reporting on this one
+    lib.fail("nvmlDeviceRegisterEvents", pynvml.NVML_ERROR_NOT_SUPPORTED, gpu=5)
+    backend = open_backend("nvml", node_name=NODE)
+    monitor = backend.open_health_monitor()
+    try:
+        registered = lib.registered_events()
+        assert registered[0] == (pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError
+                                 | pynvml.nvmlEventTypeSingleBitEccError)
+        assert registered[2] == pynvml.nvmlEventTypeXidCriticalError, "limited to the supported types"
+        assert 5 not in registered
+        first = monitor.wait(0)
+        assert [(e.kind, e.gpu) for e in first] == [("unmonitored", lib.gpu(5).uuid)]
+        assert monitor.wait(0.01) == [], "nothing queued: a timeout, no event"
+        lib.emit(1, pynvml.nvmlEventTypeXidCriticalError, 79)
+        assert monitor.wait(1) == [HealthEvent("xid", gpu=lib.gpu(1).uuid, xid=79)]
+        lib.emit(0, pynvml.nvmlEventTypeXidCriticalError, 94, gi=3, ci=0)
+        assert monitor.wait(1) == [HealthEvent("xid", gpu=lib.gpu(0).uuid, gi_id=3, ci_id=0, xid=94)]
+        lib.emit(0, pynvml.nvmlEventTypeSingleBitEccError)
+        assert monitor.wait(1) == [], "single-bit ECC is corrected by the hardware"
+        lib.emit(3, pynvml.nvmlEventTypeDoubleBitEccError)
+        assert monitor.wait(1) == [HealthEvent("ecc", gpu=lib.gpu(3).uuid)]
+        lib.emit(2, pynvml.nvmlEventTypeDoubleBitEccError)  # not registered for GPU 2
+        assert monitor.wait(0.01) == []
+        lib.lose_gpu()
+        assert [e.kind for e in monitor.wait(1)] == ["gpu-lost"]
+    finally:
+        monitor.close()
+        backend.close()
+    assert lib.registered_events() == {}, "the event set is freed"
