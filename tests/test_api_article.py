@@ -17,7 +17,7 @@ def run(*args, input=None):
 
 def test_article_manifests_are_rejected_with_explanations():
     result = run("-f", ARTICLE)
-    assert result.exit_code == 2
+    assert result.exit_code == 1  # a negative answer: the manifests are invalid (2 is for unreadable input)
     out = result.output
     assert "Traceback" not in out
     # the DeviceClass named like an extended resource
@@ -75,7 +75,7 @@ spec:
         count: -2
 """
     result = run("-f", "-", "--fix", input=manifest)
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert "cannot fix automatically" in result.stderr
     assert "spec.devices.requests[0].exactly.count: must be greater than zero" in result.stderr
     assert "exactly:" in result.stdout
@@ -85,7 +85,7 @@ def test_fixed_article_examples_are_valid_and_json_output():
     result = run("-f", os.path.join(ROOT, "examples", "article-fixed"), "-o", "json")
     assert result.exit_code == 0 and result.stdout.strip() == "[]"
     bad = run("-f", os.path.join(ARTICLE, "02-resourceclaim-gpu.yaml"), "-o", "json")
-    assert bad.exit_code == 2
+    assert bad.exit_code == 1
     import json
 
     problems = json.loads(bad.stdout)
@@ -115,7 +115,7 @@ def test_documents_are_numbered_per_file(tmp_path):
         "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: gpu-claim}\n"
         "spec:\n  devices:\n    requests:\n      - name: gpu\n        deviceClassName: gpu.nvidia.com\n")
     result = run("-f", str(manifest))
-    assert result.exit_code == 2
-    assert (f"{manifest}:doc 2 (ResourceClaim/gpu-claim): spec.devices.requests[0].deviceClassName: not a field in "
+    assert result.exit_code == 1
+    assert (f"error: {manifest}:doc 2 (ResourceClaim/gpu-claim): spec.devices.requests[0].deviceClassName: not a field in "
             "resource.k8s.io/v1; move it under spec.devices.requests[0].exactly") in result.stdout
     assert ":doc 1" not in result.stdout

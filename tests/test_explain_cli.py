@@ -22,7 +22,7 @@ def run(*args: str):
 
 def test_text_output_summary_funnel_and_fix():
     result = run("-f", SCENARIO, "-n", "ml", "pod/train")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     lines = result.output.splitlines()
     assert lines[0] == "pod ml/train does not fit."
     assert lines[1].startswith("0/3 nodes are available: 2 nodes: request 'gpu' of claim 'train-gpu-")
@@ -33,7 +33,7 @@ def test_text_output_summary_funnel_and_fix():
 
 def test_kubectl_style_target_and_node_filter():
     result = run("-f", SCENARIO, "-n", "ml", "pod", "train", "--node", "gpu-2")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     assert "node gpu-2:" in result.output
     assert "node gpu-1:" not in result.output and "node cpu-1:" not in result.output
 
@@ -41,7 +41,7 @@ def test_kubectl_style_target_and_node_filter():
 def test_json_and_yaml_are_the_same_data():
     as_json = run("-f", SCENARIO, "-n", "ml", "pod/train", "-o", "json")
     as_yaml = run("-f", SCENARIO, "-n", "ml", "pod/train", "-o", "yaml")
-    assert as_json.exit_code == 0 and as_yaml.exit_code == 0
+    assert as_json.exit_code == as_yaml.exit_code == 1  # does not fit: exit 1
     data = json.loads(as_json.output)
     assert data == yaml.safe_load(as_yaml.output)
     assert data["target"] == {"kind": "Pod", "namespace": "ml", "name": "train"}
@@ -66,7 +66,7 @@ def test_kubectl_get_dump_reads_like_the_manifests(tmp_path):
                                     "items": objects}))
     from_dump = run("-f", str(dump), "-n", "ml", "pod/train", "-o", "json")
     from_files = run("-f", SCENARIO, "-n", "ml", "pod/train", "-o", "json")
-    assert from_dump.exit_code == 0, from_dump.output
+    assert from_dump.exit_code == 1, from_dump.output
     assert json.loads(from_dump.output) == json.loads(from_files.output)
 
 
@@ -100,7 +100,7 @@ def test_kubectl_plugin_entry_point():
     code = "import sys; sys.argv[0] = 'kubectl-gpudra'; from gpudra.cli import main; main()"
     result = subprocess.run([sys.executable, "-c", code, "explain", "-f", SCENARIO, "-n", "ml", "pod/train",
                              "-o", "json", "--no-fixes"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr
     data = json.loads(result.stdout)
     assert data["target"]["name"] == "train" and data["fixes"] == []
     usage = subprocess.run([sys.executable, "-c", code, "explain"], capture_output=True, text=True, timeout=60)
@@ -126,7 +126,7 @@ def test_the_issue_example_statefulset_on_twelve_nodes(tmp_path):
     manifest.write_text(yaml.safe_dump_all(objects))
 
     result = run("-f", str(manifest), "pod/train-0")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     summary = result.output.splitlines()[1]
     assert summary.startswith("0/12 nodes are available: 8 nodes: request 'gpu' of claim 'train-0-gpu-")
     assert summary.endswith("needs 2 devices, 1 free matches; 4 nodes: Insufficient cpu.")

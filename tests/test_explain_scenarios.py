@@ -9,7 +9,7 @@ import pytest
 
 from gpudra.explain import model
 from gpudra.explain.analyze import TargetError, explain, parse_target
-from gpudra.explain.render import to_text
+from gpudra.explain.render import render, to_text
 
 DRIVER = "gpu.example.com"
 
@@ -441,7 +441,9 @@ def test_text_shows_nodes_closest_to_fitting_first_and_caps_sections():
     headers = [line for line in text.splitlines() if line.startswith("node ")]
     assert headers[:2] == ["node n07:", "node n00:"]
     assert len(headers) == 10
-    assert "… and 2 more nodes (--node NAME shows one, -o yaml shows all)" in text
+    assert "… and 2 more nodes (--node NAME shows one, -o wide or -o yaml shows all)" in text
+    wide = render(e, "wide")
+    assert len([line for line in wide.splitlines() if line.startswith("node ")]) == 12 and "more nodes" not in wide
 
 
 def test_requests_that_fit_alone_but_not_together():

@@ -26,7 +26,7 @@ def test_live_cluster_explains_like_the_manifests(tmp_path):
         live = CliRunner().invoke(cli, ["explain", "--kubeconfig", kubeconfig, "--context", "lab",
                                         "-n", "ml", "pod/train", "-o", "json"])
         methods = {method for method, _ in server.requests}
-    assert live.exit_code == 0, live.output
+    assert live.exit_code == 1, live.output
     assert json.loads(live.output) == json.loads(from_files.output)
     assert methods == {"GET"}  # read-only
 
@@ -35,7 +35,7 @@ def test_plugin_mode_uses_kubeconfig_env_and_context_namespace(tmp_path, monkeyp
     with FakeApiServer(_objects()) as server:
         monkeypatch.setenv("KUBECONFIG", server.kubeconfig(str(tmp_path / "kc"), namespace="ml"))
         result = CliRunner().invoke(cli, ["explain", "pod/train"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     assert result.output.startswith("pod ml/train does not fit.")
     assert "node gpu-1 fits if claim ml/old-job is released" in result.output
 

@@ -38,6 +38,48 @@ class LoadError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
+class LoadErrors(LoadError):
+    """Every file of a run that could not be read (`errors`), raised after the others were read
+    (`documents`), so that one bad file in a directory does not hide the problems of the rest."""
+
+    def __init__(self, errors: list[LoadError], documents: list[Document]):
+        first = errors[0]
+        super().__init__(first.source, first.message, first.line, first.column)
+        self.errors = errors
+        self.documents = documents
+        self.args = ("\n".join(str(error) for error in errors),)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+NO_OBJECTS = "no Kubernetes objects in it (empty, or only comments)"
+# `{{ .Values.x }}`, `{{- include "x" . }}`, `{{ if … }}`: Go template actions, as Helm charts use them
+_TEMPLATE_ACTION = re.compile(r"\{\{-?\s*(?:[.$(\"]|/\*|[a-z]+\b)[^\n]*?\}\}")
+_KUSTOMIZE_KEYS = frozenset({"resources", "bases", "patches", "patchesStrategicMerge", "patchesJson6902",
+                             "components", "helmCharts", "configMapGenerator", "secretGenerator"})
+
+
+def _template_error(text: str, source: str) -> LoadError | None:
+    """A Helm (Go) template, named as such: its `{{ }}` actions are not YAML."""
+    match = _TEMPLATE_ACTION.search(text)
+    if match is None:
+        return None
+    line = text.count("\n", 0, match.start()) + 1
+    return LoadError(source, "looks like a Helm template ({{ … }}), not a manifest: render it first "
+                     "(`helm template CHART | gpudra … -f -`)", line)
+
+
+def _kustomization_error(value: Any, source: str, line: int | None) -> LoadError | None:
+    if not isinstance(value, dict):
+        return None
+    if value.get("kind") in ("Kustomization", "Component") and "kustomize" in str(value.get("apiVersion", "")) or (
+            "kind" not in value and "apiVersion" not in value and _KUSTOMIZE_KEYS & set(map(str, value))):
+        return LoadError(source, "looks like a Kustomize kustomization, not a manifest: build it first "
+                         "(`kubectl kustomize DIR | gpudra … -f -`)", line)
+    return None
+
+
 class _ManifestLoader(_BaseLoader):  # type: ignore[misc, valid-type]
     """Safe loader without the YAML 1.1 timestamp type and with duplicate-key detection."""
 
@@ -192,7 +234,8 @@ def load_text(text: str, source: str = "<stdin>") -> list[Document]:
             values = value if isinstance(value, list) else [value]
         except json.JSONDecodeError as exc:
             if stripped.startswith("["):
-                raise LoadError(source, f"invalid JSON: {exc.msg}", exc.lineno, exc.colno) from None
+                raise _template_error(text, source) or LoadError(
+                    source, f"invalid JSON: {exc.msg}", exc.lineno, exc.colno) from None
             value = _NOT_JSON
             if exc.msg == "Extra data":  # a stream of objects, as kubectl reads it
                 try:
@@ -220,10 +263,13 @@ def load_text(text: str, source: str = "<stdin>") -> list[Document]:
             if value is None:
                 continue
             _check_document(value, source, position, line)
+            kustomization = _kustomization_error(value, source, line)
+            if kustomization is not None:
+                raise kustomization
             docs.extend(_expand(value, source, position))
     except yaml.YAMLError as exc:
         line, column = _mark(exc)
-        raise LoadError(source, _yaml_message(exc), line, column) from None
+        raise _template_error(text, source) or LoadError(source, _yaml_message(exc), line, column) from None
     return docs
 
 
@@ -481,7 +527,8 @@ def _read(path: str) -> str:
 
 
 def expand_paths(paths: Iterable[str]) -> list[str]:
-    """Files as given; directories walked recursively for *.yaml, *.yml and *.json, in sorted order."""
+    """Files as given; directories walked recursively for *.yaml, *.yml and *.json, in sorted order
+    (a directory with none stays in the list, for the loader to report)."""
     files: list[str] = []
     for path in paths:
         if path != "-" and os.path.isdir(path):
@@ -489,7 +536,7 @@ def expand_paths(paths: Iterable[str]) -> list[str]:
             for root, dirs, names in os.walk(path):
                 dirs.sort()
                 found.extend(os.path.join(root, n) for n in names if n.endswith(MANIFEST_SUFFIXES))
-            files.extend(sorted(found))
+            files.extend(sorted(found) or [path])
         else:
             files.append(path)
     # A file reached twice (`-f dir -f dir/x.yaml`) would make each object a duplicate of itself.
@@ -504,11 +551,41 @@ def expand_paths(paths: Iterable[str]) -> list[str]:
 
 
 def load_paths(paths: list[str]) -> list[Document]:
+    """Every document of every file. A file that cannot be read, or holds no Kubernetes object, is an
+    error; all such files are reported together (LoadErrors) after the rest were read, and input with
+    no objects at all is an error too: "0 documents, valid" would hide a wrong path or an empty pipe."""
     documents: list[Document] = []
+    errors: list[LoadError] = []
     for path in expand_paths(paths):
         source = "<stdin>" if path == "-" else path
-        documents.extend(load_text(_read(path), source))
+        if path != "-" and os.path.isdir(path):  # a directory without a single manifest file
+            errors.append(LoadError(path, f"no {', '.join('*' + s for s in MANIFEST_SUFFIXES)} files in it"))
+            continue
+        try:
+            text = _read(path)
+            found = load_text(text, source)
+            if not found and not _has_documents(text):
+                raise LoadError(source, NO_OBJECTS)
+        except LoadError as error:
+            errors.append(error)
+            continue
+        documents.extend(found)
+    if errors:
+        raise LoadErrors(errors, documents)
+    if not documents and paths:
+        raise LoadError(", ".join(paths), "no Kubernetes objects in the input")
     return documents
+
+
+def _has_documents(text: str) -> bool:
+    """Whether the text held a document (an empty `List` counts: `kubectl get … -o yaml` of nothing)."""
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        return True
+    try:
+        return any(node is not None for node in yaml.compose_all(text, Loader=_ManifestLoader))
+    except yaml.YAMLError:
+        return False
 
 
 def load_file(path: str) -> list[Document]:

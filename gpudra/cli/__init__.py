@@ -10,9 +10,19 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import sys
+from typing import Any, Callable
 
 import click
+
+from gpudra.cli.errors import (
+    USAGE,
+    GpudraError,
+    exit_quietly_on_broken_pipe,
+    paint,
+    report_internal_error,
+)
 
 # sub-command name -> module under gpudra.cli (`module:attribute` when the command is not `command`)
 COMMANDS: dict[str, str] = {
@@ -35,6 +45,20 @@ COMMANDS: dict[str, str] = {
 
 
 class LazyGroup(click.Group):
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        """click's main with gpudra's error contract (gpudra.cli.errors) in place of click's own."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        return run_with_error_contract(
+            lambda: super(LazyGroup, self).main(args, prog_name, complete_var, standalone_mode=False, **extra))
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # before click turns it into exit 1, which here means "the answer is no"
+            exit_quietly_on_broken_pipe()
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(name for name in COMMANDS if self._load(name) is not None)
 
@@ -55,7 +79,9 @@ class LazyGroup(click.Group):
         return getattr(module, attribute or "command", None)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"],
+                                              # help wraps to the terminal, not to 80 columns
+                                              "max_content_width": shutil.get_terminal_size().columns})
 @click.version_option(package_name="gpudra")
 def cli() -> None:
     """Kubernetes DRA for GPUs: validate, allocate, schedule, explain, run a node driver, plan MIG."""
@@ -66,8 +92,59 @@ def _prog_name() -> str:
     return "kubectl gpudra" if os.path.basename(sys.argv[0] or "").startswith("kubectl-gpudra") else "gpudra"
 
 
-def main() -> None:
+def run_with_error_contract(invoke: Callable[[], Any]) -> Any:
+    """Run a command: user errors as `error: …` with their exit code, click's usage errors the same way
+    (exit 2), a closed pipe quietly, and a bug as one line instead of a traceback."""
     try:
-        cli.main(prog_name=_prog_name())
+        result = invoke()
+    except click.exceptions.Exit as exc:
+        _flush_stdout()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted!", err=True)
+        sys.exit(130)
+    except GpudraError as exc:
+        _flush_stdout()
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        _show_usage_error(exc)
+        sys.exit(USAGE)
+    except click.ClickException as exc:  # click.FileError and friends: unreadable input
+        _flush_stdout()
+        click.echo(f"{paint('error:', sys.stderr, fg='red', bold=True)} {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code if exc.exit_code in (1, 2) else USAGE)
+    except BrokenPipeError:
+        exit_quietly_on_broken_pipe()
     except KeyboardInterrupt:
         sys.exit(130)
+    except SystemExit:
+        _flush_stdout()
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug must still end in one clean line
+        report_internal_error(exc)
+    _flush_stdout()
+    sys.exit(result if isinstance(result, int) else 0)
+
+
+def _flush_stdout() -> None:
+    # Output still buffered when the reader has gone away would raise at interpreter exit, with a
+    # traceback; flushing here turns it into the quiet exit.
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        exit_quietly_on_broken_pipe()
+    except (ValueError, OSError):
+        pass
+
+
+def _show_usage_error(exc: click.UsageError) -> None:
+    if exc.ctx is not None:
+        click.echo(exc.ctx.get_usage(), err=True)
+        if exc.ctx.command.get_help_option(exc.ctx) is not None:
+            click.echo(f"Try '{exc.ctx.command_path} {exc.ctx.help_option_names[0]}' for help.", err=True)
+    click.echo(f"{paint('error:', sys.stderr, fg='red', bold=True)} {exc.format_message()}", err=True)
+
+
+def main() -> None:
+    cli.main(prog_name=_prog_name())

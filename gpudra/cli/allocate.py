@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import sys
 from typing import Any, Callable
 
 import click
 import yaml
 
-from gpudra.api.convert import needs_conversion, to_v1
 from gpudra.allocator.allocator import FILTER_TIMEOUT_S
-from gpudra.api.load import Document, LoadError, load_paths
+from gpudra.api.convert import needs_conversion, to_v1
+from gpudra.api.load import Document
 from gpudra.api.validate import validate_document
+from gpudra.cli.errors import NEGATIVE, OK, InputError, UsageError, warn
+from gpudra.cli.inputs import read_inputs
+from gpudra.cli.options import cluster_options, features_option, filename_option, no_validate_option
+from gpudra.cli.output import output_option, render_table
 
 MODES = ("together", "each", "sequential")
 INPUT_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "Node", "DeviceTaintRule")
@@ -36,32 +39,11 @@ class _Dumper(_BaseDumper):  # type: ignore[misc, valid-type]
         return True
 
 
-class InputError(Exception):
-    """Input that cannot be allocated at all; the message is shown as is (exit 2)."""
-
-
 def _split_list(values: tuple[str, ...]) -> list[str]:
     items: list[str] = []
     for value in values:
         items.extend(part.strip() for part in value.split(",") if part.strip())
     return items
-
-
-def _load_documents(paths: list[str], kubeconfig: str | None = None, context: str | None = None) -> list[Document]:
-    if paths and (kubeconfig or context):
-        raise InputError("use either -f (manifests) or --kubeconfig/--context (a live cluster), not both")
-    if not paths:
-        from gpudra.kube.inputs import InputError as ClusterInputError, load_inputs
-
-        try:
-            objects = load_inputs(kubeconfig=kubeconfig, context=context)
-        except ClusterInputError as exc:
-            raise InputError(str(exc)) from None
-        return [Document(obj, "<cluster>", index) for index, obj in enumerate(objects, start=1)]
-    try:
-        return load_paths(paths)
-    except LoadError as exc:
-        raise InputError(str(exc)) from None
 
 
 def _validation_warnings(documents: list[Document]) -> list[str]:
@@ -125,8 +107,8 @@ def _normalise_claim_names(names: list[str]) -> list[str]:
 def chosen_allocations(report: dict[str, Any], mode: str) -> dict[str, tuple[str, dict[str, Any]]]:
     """claim key -> (node, status.allocation) the way a scheduler would commit it.
 
-    sequential: the final allocations; together and each: the first node (in report order)
-    where the claim was allocated.
+    sequential: the final allocations; together and each: the first node where the claim was allocated,
+    nodes in name order: the order in which the scheduler (and so `gpudra explain`) walks them.
     """
     chosen: dict[str, tuple[str, dict[str, Any]]] = {}
     if mode == "sequential":
@@ -138,7 +120,7 @@ def chosen_allocations(report: dict[str, Any], mode: str) -> dict[str, tuple[str
         for key, allocation in (report.get("finalAllocations") or {}).items():
             chosen[key] = (nodes_by_claim.get(key, ""), allocation)
         return chosen
-    for result in report.get("results") or []:
+    for result in sorted(report.get("results") or [], key=lambda entry: str(entry.get("node", ""))):
         if result.get("outcome") != "allocated":
             continue
         for key, allocation in (result.get("allocations") or {}).items():
@@ -190,6 +172,28 @@ def render(data: Any, output: str, sort_keys: bool) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=sort_keys, default_flow_style=False, allow_unicode=True)
 
 
+def known_node_names(objects: list[dict[str, Any]]) -> list[str]:
+    """Nodes the input names: Node objects, and the nodes that ResourceSlices name."""
+    from gpudra.allocator.report import default_node_names
+
+    kinds: dict[str, list[dict[str, Any]]] = {"Node": [], "ResourceSlice": []}
+    for obj in objects:
+        if obj.get("kind") in kinds:
+            kinds[obj["kind"]].append(obj)
+    names = default_node_names({"Node": [], "ResourceSlice": kinds["ResourceSlice"]})
+    return list(dict.fromkeys([*default_node_names({"Node": kinds["Node"], "ResourceSlice": []}), *names]))
+
+
+def _check_nodes(nodes: list[str] | None, objects: list[dict[str, Any]]) -> None:
+    known = known_node_names(objects)
+    if not nodes or not known:  # without any node in the input, --node is how nodes are named
+        return
+    unknown = [name for name in nodes if name not in known]
+    if unknown:
+        shown = ", ".join(known[:8]) + (f", … ({len(known)} in all)" if len(known) > 8 else "")
+        raise UsageError(f"--node {', '.join(unknown)}: no such node in the input (nodes: {shown})")
+
+
 def run_allocate(
     paths: list[str],
     mode: str,
@@ -202,25 +206,32 @@ def run_allocate(
     kubeconfig: str | None = None,
     context: str | None = None,
     timeout: float | None = FILTER_TIMEOUT_S,
-) -> tuple[Any, list[str]]:
-    """Load, check, allocate. Returns (what to print, notes about the claims for stderr).
+    *,
+    validate: bool = True,
+    request_timeout: float | None = None,
+) -> tuple[Any, list[str], bool]:
+    """Load, check, allocate. Returns (what to print, notes about the claims for stderr, whether every
+    pending claim was allocated).
 
-    Validation warnings go to `warn` as soon as they are known, so that they are shown even
-    when the allocator then fails on the same malformed input. Raises InputError."""
+    Invalid manifests stop here (InvalidInput) unless `validate` is False; then their problems go to
+    `warn` as soon as they are known, so that they are shown even when the allocator then fails on the
+    same malformed input. Raises the errors of gpudra.cli.errors."""
     from gpudra.allocator import Features, build_report
 
     try:
         features = Features.parse(feature_text).with_variant(allocator_name)
     except ValueError as exc:
-        raise InputError(str(exc)) from None
+        raise UsageError(f"--features: {exc}") from None
 
-    documents = _load_documents(paths, kubeconfig, context)
-    for text in _validation_warnings(documents):
-        warn(f"warning: {text}")
+    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command="allocate")
+    if not validate:
+        for text in _validation_warnings(documents):
+            warn(f"warning: {text}")
     objects, notes = _select_objects(documents)
     for text in notes:
         warn(f"note: {text}")
     messages: list[str] = []
+    _check_nodes(nodes, objects)
 
     claims = [obj for obj in objects if obj.get("kind") == "ResourceClaim"]
     pending = [claim for claim in claims if not _is_allocated(claim)]
@@ -228,10 +239,10 @@ def run_allocate(
         known = {claim_key(claim) for claim in claims}
         missing = [name for name in claim_names if name not in known]
         if missing:
-            raise InputError(f"--claims: no ResourceClaim {', '.join(missing)} in the input")
+            raise UsageError(f"--claims: no ResourceClaim {', '.join(missing)} in the input")
         allocated_already = [name for name in claim_names if name not in {claim_key(c) for c in pending}]
         if allocated_already:
-            raise InputError(f"--claims: {', '.join(allocated_already)} already has status.allocation")
+            raise UsageError(f"--claims: {', '.join(allocated_already)} already has status.allocation")
         wanted = set(claim_names)
         pending = [claim for claim in pending if claim_key(claim) in wanted]
 
@@ -244,30 +255,53 @@ def run_allocate(
     elif not report.get("results"):
         warn("note: no nodes to try: the input has no Node objects and no ResourceSlice names a node; "
              "pass --node NAME")
-
+    chosen = chosen_allocations(report, mode)
+    all_fit = all(claim_key(claim) in chosen for claim in pending)
     if brief:
-        return report, messages
+        return report, messages, all_fit
     view, claim_notes = allocated_claims_view(pending, report, mode)
     messages.extend(claim_notes)
-    return view, messages
+    return view, messages, all_fit
+
+
+def claims_table(view: dict[str, Any], report_notes: list[str], wide: bool) -> str:
+    """CLAIM, NODE, DEVICES per pending claim (`-` where it did not fit); wide adds the RESULT line."""
+    notes = {note.split(": ", 1)[0]: note.split(": ", 1)[1] for note in report_notes if ": " in note}
+    rows = []
+    for claim in view.get("items") or []:
+        key = claim_key(claim)
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        results = (allocation.get("devices") or {}).get("results") or []
+        devices = ",".join(f"{r.get('pool')}/{r.get('device')}" for r in results) or "-"
+        note = notes.get(key, "")
+        node = note.split("allocated on node ", 1)[1].split(" ", 1)[0] if "allocated on node " in note else "-"
+        rows.append([key, node, devices, note] if wide else [key, node, devices])
+    headers = ["CLAIM", "NODE", "DEVICES", *(["RESULT"] if wide else [])]
+    return render_table(headers, rows)
+
+
+def report_table(report: dict[str, Any], wide: bool) -> str:
+    """--brief as a table: one row per node tried (and per claim in --mode each)."""
+    rows = []
+    for result in report.get("results") or []:
+        allocations = result.get("allocations") or {}
+        devices = ",".join(f"{r.get('pool')}/{r.get('device')}" for allocation in allocations.values()
+                           for r in ((allocation.get("devices") or {}).get("results") or []))
+        detail = result.get("error", "") if result.get("outcome") == "error" else devices or "-"
+        row = [result.get("node", ""), ",".join(result.get("claims") or []), result.get("outcome", "")]
+        rows.append([*row, detail] if wide else row)
+    headers = ["NODE", "CLAIMS", "OUTCOME", *(["DEVICES/ERROR"] if wide else [])]
+    return render_table(headers, rows)
 
 
 @click.command(
     "allocate",
     short_help="Where would these ResourceClaims land? (kube-scheduler's allocator, offline)",
 )
-@click.option(
-    "-f",
-    "--filename",
-    "files",
-    multiple=True,
-    metavar="FILE",
-    help="Manifest file or directory (repeatable; '-' reads stdin): DeviceClasses, ResourceSlices, "
-    "ResourceClaims, Nodes. Without -f the cluster of the kubeconfig is read (nothing is changed there).",
-)
-@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
-              help="Read a live cluster with this kubeconfig (what-if: the cluster is not changed).")
-@click.option("--context", default=None, help="The kubeconfig context to use.")
+@filename_option(dest="files", help="Manifest file or directory (repeatable; '-' reads stdin): DeviceClasses, "
+                 "ResourceSlices, ResourceClaims, Nodes. Without -f the cluster of the kubeconfig is read (nothing "
+                 "is changed there).")
+@cluster_options("Read a live cluster with this kubeconfig (what-if: the cluster is not changed).")
 @click.option(
     "--mode",
     type=click.Choice(MODES),
@@ -276,63 +310,67 @@ def run_allocate(
     help="together: all pending claims jointly per node; each: every claim alone on every node; "
     "sequential: first fit, claim after claim, committing each allocation.",
 )
-@click.option("--node", "node_values", multiple=True, metavar="A,B", help="Nodes to try (default: Node objects, else nodes named by slices).")
+@click.option("--node", "node_values", multiple=True, metavar="A,B",
+              help="Nodes to try (default: Node objects, else nodes named by slices); a node the input does not "
+                   "name is an error.")
 @click.option("--claims", "claim_values", multiple=True, metavar="NS/NAME,…", help="Only these pending claims (namespace defaults to 'default').")
-@click.option(
-    "--features",
-    default="default",
-    show_default=True,
-    help="Feature gates: default, all, none, Name/+Name, -Name (comma-separated; e.g. none,PrioritizedList).",
-)
+@features_option()
 @click.option("--allocator", "allocator_name", default=None, metavar="NAME", help="Upstream allocator variant (stable, incubating, experimental); by default chosen from the features as kube-scheduler does. stable visits pools and slices in input order and tries permutations; it must support every enabled feature.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=FILTER_TIMEOUT_S, show_default=True, metavar="SECONDS",
               help="Give up on one node's search after this long, reporting \"timed out trying to allocate devices\" "
                    "for that node as kube-scheduler's Filter timeout does (10 s there too). 0: no limit.")
-@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@no_validate_option()
+@output_option(pipe_default="yaml", help="table: one row per claim (wide: with the result); yaml/json: the "
+               "claims with status.allocation (a List), or with --brief the per-node report.")
 @click.option("--brief", is_flag=True, help="Print the per-node report (results[], outcome, allocations) instead of the claims.")
 def command(
     files: tuple[str, ...],
     kubeconfig: str | None,
     context: str | None,
+    request_timeout: float | None,
     mode: str,
     node_values: tuple[str, ...],
     claim_values: tuple[str, ...],
     features: str,
     allocator_name: str | None,
     timeout: float | None,
+    validate: bool,
     output: str,
     brief: bool,
 ) -> None:
     """Allocate devices for ResourceClaims the way kube-scheduler 1.36 would.
 
     A claim with status.allocation is already allocated (its devices are in use); every
-    other claim is pending.
+    other claim is pending. Exit 0 when every pending claim was allocated, 1 when some could not be
+    (or the manifests are invalid), 2 when the input cannot be read.
     """
     nodes = _split_list(node_values) or None
     claim_names = _normalise_claim_names(_split_list(claim_values)) or None
     warned: list[str] = []
 
-    def warn(message: str) -> None:
+    def note(message: str) -> None:
         warned.append(message)
-        click.echo(message, err=True)
+        if message.startswith("warning: "):
+            warn(message.removeprefix("warning: "))
+        else:
+            click.echo(message, err=True)
 
     try:
-        data, messages = run_allocate(list(files), mode, nodes, claim_names, features, brief, warn, allocator_name,
-                                      kubeconfig, context, timeout or None)  # --timeout 0: no limit
-    except InputError as exc:
-        click.echo(f"gpudra allocate: {exc}", err=True)
-        sys.exit(2)
-    except Exception as exc:  # malformed input that slipped past the checks: no traceback for users
-        if os.environ.get("GPUDRA_DEBUG"):
-            raise
+        data, messages, all_fit = run_allocate(list(files), mode, nodes, claim_names, features, brief, note,
+                                               allocator_name, kubeconfig, context, timeout or None,  # 0: no limit
+                                               validate=validate, request_timeout=request_timeout)
+    except (click.ClickException, SystemExit, BrokenPipeError):
+        raise
+    except Exception as exc:  # malformed input let through by --no-validate: no traceback for users
         hint = " (see the warnings above)" if any(m.startswith("warning:") for m in warned) else ""
-        click.echo(
-            f"gpudra allocate: the input is malformed{hint}; the allocator stopped with "
-            f"{type(exc).__name__}: {exc}",
-            err=True,
-        )
-        sys.exit(2)
+        raise InputError(f"the input is malformed{hint}; the allocator stopped with "
+                         f"{type(exc).__name__}: {exc}") from exc
     for message in messages:
         click.echo(message, err=True)
-    # The brief report sorts keys like the conformance files; claims keep their own field order.
-    click.echo(render(data, output, sort_keys=brief), nl=False)
+    if output in ("table", "wide"):
+        text = report_table(data, output == "wide") if brief else claims_table(data, messages, output == "wide")
+        click.echo(text, nl=False)
+    else:
+        # The brief report sorts keys like the conformance files; claims keep their own field order.
+        click.echo(render(data, output, sort_keys=brief), nl=False)
+    sys.exit(OK if all_fit else NEGATIVE)

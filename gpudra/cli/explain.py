@@ -4,26 +4,14 @@ per node and per request, and the smallest change that would make it fit."""
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import click
 
+from gpudra.cli.errors import NEGATIVE, OK, InputError, UsageError
+from gpudra.cli.inputs import read_objects
+from gpudra.cli.options import cluster_options, filename_option, namespace_option, no_validate_option
+from gpudra.cli.output import output_option
 from gpudra.scheduler.scoring import POLICIES
-
-
-class UsageError(click.ClickException):
-    exit_code = 2
-
-
-def load_inputs(paths: tuple[str, ...], kubeconfig: str | None, context: str | None) -> list[dict[str, Any]]:
-    """Files when `-f` is given, otherwise the cluster of the kubeconfig (as kubectl would)."""
-    from gpudra.kube import InputError
-    from gpudra.kube import load_inputs as load
-
-    try:
-        return load(paths, kubeconfig, context)
-    except InputError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _target(args: tuple[str, ...]) -> str:
@@ -45,39 +33,42 @@ def _default_namespace(paths: tuple[str, ...], kubeconfig: str | None, context: 
     short_help="Why a pod or claim does not fit: per node, per request, and what would make it fit.",
 )
 @click.argument("target", nargs=-1, required=True)
-@click.option("-f", "--filename", "paths", multiple=True, metavar="PATH",
-              help="Manifest file or directory ('-' for stdin), e.g. a `kubectl get … -o yaml` dump; repeatable. "
-                   "Without -f the cluster of the kubeconfig is read.")
-@click.option("-n", "--namespace", default=None, help="Namespace of the target (default: 'default', or the "
-              "kubeconfig context's namespace for a live cluster).")
-@click.option("--kubeconfig", default=None, metavar="PATH", help="Read a live cluster with this kubeconfig.")
-@click.option("--context", default=None, help="The kubeconfig context to use.")
+@filename_option(help="Manifest file or directory ('-' for stdin), e.g. a `kubectl get … -o yaml` dump; "
+                      "repeatable. Without -f the cluster of the kubeconfig is read.")
+@namespace_option("Namespace of the target (default: 'default', or the kubeconfig context's namespace for a "
+                  "live cluster).")
+@cluster_options("Read a live cluster with this kubeconfig.")
 @click.option("--policy", type=click.Choice(POLICIES), default="kube", show_default=True,
               help="Scoring policy of the replayed schedule (as `gpudra schedule --policy`).")
 @click.option("--node", "node", default=None, help="Show only this node's details (text output).")
 @click.option("--no-fixes", is_flag=True, help="Do not search for changes that make it fit.")
-@click.option("-o", "--output", type=click.Choice(["text", "yaml", "json"]), default="text", show_default=True)
+@no_validate_option()
+@output_option(help="table: the report (wide: every node's section, none left out); yaml/json: all of it as data.")
 def command(target: tuple[str, ...], paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None,
-            context: str | None, policy: str, node: str | None, no_fixes: bool, output: str) -> None:
+            context: str | None, request_timeout: float | None, policy: str, node: str | None, no_fixes: bool,
+            validate: bool, output: str) -> None:
     """Explain TARGET (pod/NAME or claim/NAME): the kube-scheduler style summary, then per node the funnel
     of devices for every request, failed constraints, pool problems and CEL errors, and the smallest
     change that was verified to make it fit.
 
     Pending pods ahead of the target in the scheduling queue are placed first, as the scheduler would.
-    Nothing is written to the cluster.
+    Nothing is written to the cluster. Exit 0 when the target fits, 1 when it does not (or the manifests
+    are invalid), 2 when the input cannot be read or the target does not exist.
     """
     from gpudra.explain.analyze import TargetError, explain
     from gpudra.explain.render import render
 
-    objects = load_inputs(paths, kubeconfig, context)
+    wanted = _target(target)
+    objects = read_objects(paths, kubeconfig, context, request_timeout, validate=validate, command="explain")
     namespace = namespace or _default_namespace(paths, kubeconfig, context)
     try:
-        explanation = explain(objects, _target(target), namespace=namespace, policy=policy, fixes=not no_fixes)
+        explanation = explain(objects, wanted, namespace=namespace, policy=policy, fixes=not no_fixes)
     except TargetError as exc:
         raise UsageError(str(exc)) from None
     except (KeyError, ValueError) as exc:
-        # invalid policy names and malformed objects the scheduler refuses
-        raise UsageError(str(exc).strip("'\"")) from None
+        # malformed objects the scheduler refuses (--no-validate)
+        raise InputError(str(exc).strip("'\"")) from None
     if node is not None and explanation.node(node) is None and explanation.nodes:
         raise UsageError(f"node {node} not found")
     sys.stdout.write(render(explanation, output, node=node))
+    sys.exit(OK if explanation.fits else NEGATIVE)

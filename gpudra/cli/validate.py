@@ -2,60 +2,71 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from gpudra.api.dump import dump_json, dump_yaml
 from gpudra.api.fix import fix_documents
-from gpudra.api.load import LoadError, load_paths
 from gpudra.api.validate import has_errors, validate_documents
+from gpudra.cli.errors import NEGATIVE, OK, USAGE, paint, show_error
+from gpudra.cli.options import filename_option
+from gpudra.cli.output import output_option, render_data
+
+
+def problem_line(problem, stream) -> str:
+    """`error: FILE:doc N (Kind/name): field: message` (or `warning: …`), with the suggested fragment."""
+    colour = "red" if problem.severity == "error" else "yellow"
+    field = f": {problem.path}" if problem.path else ""
+    text = f"{paint(problem.severity + ':', stream, fg=colour, bold=True)} {problem.location()}{field}: " \
+           f"{problem.message}"
+    if problem.fix:
+        text += "\n" + "\n".join("    " + line for line in problem.fix.rstrip("\n").splitlines())
+    return text
 
 
 def _emit_problems(problems, output: str, stream) -> None:
-    if output == "json":
-        json.dump([p.to_dict() for p in problems], stream, indent=2, ensure_ascii=False)
-        stream.write("\n")
+    if output in ("json", "yaml"):
+        stream.write(render_data([p.to_dict() for p in problems], output))
         return
     for problem in problems:
-        stream.write(problem.render() + "\n")
+        stream.write(problem_line(problem, stream) + "\n")
 
 
 @click.command("validate")
-@click.option("-f", "--filename", "paths", multiple=True, required=True, metavar="PATH",
-              help="Manifest file or directory (recursive *.yaml, *.yml, *.json); '-' reads stdin. Repeatable.")
+@filename_option(required=True)
 @click.option("--fix", is_flag=True, help="Print the manifests with the mechanical problems repaired.")
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="Format of the problem list (and, with --fix, of the repaired manifests).")
+@output_option(help="Format of the problem list: table (one `error: FILE:doc N (Kind/name): field: message` "
+                    "line each) or yaml/json records; with --fix, of the repaired manifests (yaml unless json).")
 @click.option("-q", "--quiet", is_flag=True, help="Print errors only, no warnings or summary.")
 def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool) -> None:
-    """Validate Kubernetes DRA manifests; exit 0 when valid, 2 when there are errors.
+    """Validate Kubernetes DRA manifests: exit 0 when valid, 1 when there are errors, 2 when input cannot be read.
 
-    Every problem is reported as FILE:doc N (Kind/name): field.path: message.
+    Every problem is reported as FILE:doc N (Kind/name): field.path: message. Files that cannot be read are
+    reported too (every one of them), and the others are still checked.
     """
+    from gpudra.api.load import LoadError, LoadErrors, load_paths
+
+    unreadable: list[LoadError] = []
     try:
         documents = load_paths(list(paths))
+    except LoadErrors as exc:
+        unreadable, documents = exc.errors, exc.documents
     except LoadError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    try:
-        _run(documents, fix, output, quiet)
-    except (SystemExit, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # noqa: BLE001 - a validator bug must still end in a clean message
-        click.echo(f"error: internal error while validating ({type(exc).__name__}: {exc}); please report it", err=True)
-        sys.exit(2)
+        unreadable, documents = [exc], []
+    for error in unreadable:
+        show_error(str(error))
+    code = _fix(documents, output, quiet) if fix else _check(documents, output, quiet)
+    sys.exit(USAGE if unreadable else code)
 
 
-def _run(documents, fix: bool, output: str, quiet: bool) -> None:
-    if fix:
-        _fix(documents, output, quiet)
-        return
+def _check(documents, output: str, quiet: bool) -> int:
+    if not documents:
+        return OK
     problems = validate_documents(documents)
     shown = [p for p in problems if p.severity == "error"] if quiet else problems
     errors = sum(p.severity == "error" for p in problems)
-    if output == "json":
+    if output in ("json", "yaml"):
         _emit_problems(shown, output, sys.stdout)
     else:
         _emit_problems(shown, output, sys.stdout if errors else sys.stderr)
@@ -63,10 +74,12 @@ def _run(documents, fix: bool, output: str, quiet: bool) -> None:
             warnings = len(problems) - errors
             summary = f"{len(documents)} document(s): {errors} error(s), {warnings} warning(s)"
             click.echo(summary if errors else f"{summary}; valid", err=True)
-    sys.exit(2 if has_errors(problems) else 0)
+    return NEGATIVE if has_errors(problems) else OK
 
 
-def _fix(documents, output: str, quiet: bool) -> None:
+def _fix(documents, output: str, quiet: bool) -> int:
+    if not documents:
+        return OK
     result = fix_documents(documents)
     objects = [d.obj for d in result.documents]
     sys.stdout.write(dump_json(objects) if output == "json" else dump_yaml(objects))
@@ -79,7 +92,7 @@ def _fix(documents, output: str, quiet: bool) -> None:
             click.echo(f"check: {line}", err=True)
     if errors:
         click.echo("cannot fix automatically:", err=True)
-        _emit_problems(errors, output if output == "json" else "text", sys.stderr)
+        _emit_problems(errors, "json" if output == "json" else "table", sys.stderr)
     elif not quiet:
         click.echo(f"{len(result.changes)} repair(s); the printed manifests are valid", err=True)
-    sys.exit(2 if errors else 0)
+    return NEGATIVE if errors else OK

@@ -27,14 +27,15 @@ def to_json(explanation: Explanation) -> str:
 
 
 def render(explanation: Explanation, fmt: str = "text", node: str | None = None) -> str:
+    """yaml, json, or the text report (`table`/`text`; `wide`: every node's section, none left out)."""
     if fmt == "yaml":
         return to_yaml(explanation)
     if fmt == "json":
         return to_json(explanation)
-    return to_text(explanation, node=node)
+    return to_text(explanation, node=node, max_sections=None if fmt == "wide" else MAX_NODE_SECTIONS)
 
 
-def to_text(explanation: Explanation, node: str | None = None) -> str:
+def to_text(explanation: Explanation, node: str | None = None, max_sections: int | None = MAX_NODE_SECTIONS) -> str:
     lines: list[str] = []
     if explanation.fits and explanation.placement:
         placement = explanation.placement
@@ -54,15 +55,16 @@ def to_text(explanation: Explanation, node: str | None = None) -> str:
         lines.append("CEL error: " + _cel_text(error))
     nodes = [n for n in explanation.nodes if node is None or n.node == node]
     groups = sorted(_group_nodes(nodes), key=lambda group: (_distance(group[2]), group[0][0]))
-    for names, body, _ in groups[:MAX_NODE_SECTIONS]:
+    shown = groups if max_sections is None else groups[:max_sections]
+    for names, body, _ in shown:
         lines.append("")
         lines.append(_names_header(names) + (":" if body else ""))
         lines.extend(body)
-    hidden = sum(len(names) for names, _, _ in groups[MAX_NODE_SECTIONS:])
+    hidden = sum(len(names) for names, _, _ in groups[len(shown):])
     if hidden:
         lines.append("")
         lines.append(f"… and {hidden} more node{'s' if hidden != 1 else ''} (--node NAME shows one, "
-                     "-o yaml shows all)")
+                     "-o wide or -o yaml shows all)")
     if explanation.fixes:
         lines.append("")
         lines.append("What would make it fit:")

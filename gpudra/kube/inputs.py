@@ -29,7 +29,7 @@ def load_manifests(paths: Iterable[str]) -> list[dict[str, Any]]:
 
 
 def load_inputs(paths: Iterable[str] = (), kubeconfig: str | None = None,
-                context: str | None = None) -> list[dict[str, Any]]:
+                context: str | None = None, request_timeout: float | None = None) -> list[dict[str, Any]]:
     """Manifests when `paths` is non-empty, otherwise the cluster (read-only)."""
     paths = list(paths)
     if paths and (kubeconfig or context):
@@ -37,7 +37,7 @@ def load_inputs(paths: Iterable[str] = (), kubeconfig: str | None = None,
     if paths:
         return load_manifests(paths)
     try:
-        return read_cluster(kubeconfig=kubeconfig, context=context)
+        return read_cluster(kubeconfig=kubeconfig, context=context, request_timeout=request_timeout)
     except ClusterReadError as exc:
         raise InputError(str(exc)) from None
 

@@ -100,7 +100,8 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
         raise ClusterReadError(f"cannot load kubeconfig {where}: {exc}") from None
 
 
-def _get_json(api_client: Any, path: str, query: list[tuple[str, Any]]) -> dict[str, Any]:
+def _get_json(api_client: Any, path: str, query: list[tuple[str, Any]],
+              request_timeout: float | None = None) -> dict[str, Any]:
     from kubernetes.client.exceptions import ApiException
 
     try:
@@ -112,10 +113,14 @@ def _get_json(api_client: Any, path: str, query: list[tuple[str, Any]]) -> dict[
             auth_settings=["BearerToken"],
             _preload_content=False,
             _return_http_data_only=True,
-        ) if _legacy_call_api(api_client) else _call_api_v2(api_client, path, query)
+            _request_timeout=request_timeout,
+        ) if _legacy_call_api(api_client) else _call_api_v2(api_client, path, query, request_timeout)
     except ApiException as exc:
         raise _api_error(path, exc.status, exc.reason, getattr(exc, "body", None)) from None
     except Exception as exc:  # urllib3 connection errors and friends
+        if request_timeout and ("timeout" in type(exc).__name__.lower() or "timed out" in str(exc)):
+            raise ClusterReadError(f"the API server did not answer GET {path} within {request_timeout:g} s "
+                                   "(--request-timeout)") from None
         if type(exc).__module__.startswith(("urllib3", "socket", "ssl")) or isinstance(exc, OSError):
             raise ClusterReadError(f"cannot reach the API server ({path}): {exc}") from None
         raise
@@ -137,7 +142,8 @@ def _legacy_call_api(api_client: Any) -> bool:
     return not hasattr(api_client, "param_serialize")
 
 
-def _call_api_v2(api_client: Any, path: str, query: list[tuple[str, Any]]) -> Any:
+def _call_api_v2(api_client: Any, path: str, query: list[tuple[str, Any]],
+                 request_timeout: float | None = None) -> Any:
     method, url, headers, body, post_params = api_client.param_serialize(
         method="GET",
         resource_path=path,
@@ -146,7 +152,7 @@ def _call_api_v2(api_client: Any, path: str, query: list[tuple[str, Any]]) -> An
         auth_settings=["BearerToken"],
     )
     response = api_client.call_api(method, url, header_params=headers, body=body, post_params=post_params,
-                                   _request_timeout=None)
+                                   _request_timeout=request_timeout)
     response.read()
     if not 200 <= response.status <= 299:
         body_text = response.data.decode("utf-8", "replace") if response.data else ""
@@ -168,7 +174,7 @@ def _api_error(path: str, status: int | None, reason: str | None, body: Any) -> 
     return error
 
 
-def read_kind(api_client: Any, kind: ResourceKind) -> list[dict[str, Any]]:
+def read_kind(api_client: Any, kind: ResourceKind, request_timeout: float | None = None) -> list[dict[str, Any]]:
     """Every object of one kind, all namespaces, following `continue` tokens."""
     items: list[dict[str, Any]] = []
     token: str | None = None
@@ -176,7 +182,7 @@ def read_kind(api_client: Any, kind: ResourceKind) -> list[dict[str, Any]]:
         query: list[tuple[str, Any]] = [("limit", PAGE_SIZE)]
         if token:
             query.append(("continue", token))
-        page = _get_json(api_client, kind.path(), query)
+        page = _get_json(api_client, kind.path(), query, request_timeout)
         for item in page.get("items") or []:
             if isinstance(item, dict):
                 # List items from the API carry neither apiVersion nor kind.
@@ -193,6 +199,7 @@ def read_cluster(
     api_client: Any = None,
     kinds: Iterable[ResourceKind] = CLUSTER_KINDS,
     on_skip: Callable[[ResourceKind, str], None] | None = None,
+    request_timeout: float | None = None,
 ) -> list[dict[str, Any]]:
     """All objects gpudra reasons about, in `kinds` order. Nothing is written to the cluster.
 
@@ -209,7 +216,7 @@ def read_cluster(
             if kind.kind in done:
                 continue
             try:
-                objects.extend(read_kind(api_client, kind))
+                objects.extend(read_kind(api_client, kind, request_timeout))
                 done.add(kind.kind)
             except ClusterReadError as exc:
                 if kind.optional and getattr(exc, "status", None) in (403, 404):

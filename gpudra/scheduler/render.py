@@ -45,23 +45,31 @@ def _devices(claim: dict[str, Any]) -> str:
     return ",".join(f"{r.get('pool')}/{r.get('device')}" for r in results) or "-"
 
 
-def table_rows(cluster: Cluster, results: list[PodResult]) -> list[list[str]]:
+def table_rows(cluster: Cluster, results: list[PodResult], wide: bool = False) -> list[list[str]]:
+    """NODE, POD, CLAIM, DEVICES per scheduled pod and claim; `wide` adds the node's score and how many
+    nodes were feasible for the pod."""
     rows: list[list[str]] = []
     for result in sorted((r for r in results if r.scheduled), key=lambda r: (r.node or "", r.pod)):
         pod = cluster.pods.get(result.pod)
         claim_keys = cluster.pod_claim_keys(pod) if pod is not None else []
+        extra = [_score(result), f"{len(result.scores)}/{result.num_nodes}"] if wide else []
         if not claim_keys:
-            rows.append([result.node or "", result.pod, "-", "-"])
+            rows.append([result.node or "", result.pod, "-", *extra, "-"])
         for claim_key in claim_keys:
             claim = cluster.claims.get(claim_key)
             devices = _devices(claim) if claim is not None else "-"
-            rows.append([result.node or "", result.pod, claim_key.split("/", 1)[1], devices])
+            rows.append([result.node or "", result.pod, claim_key.split("/", 1)[1], *extra, devices])
     return rows
 
 
-def to_table(cluster: Cluster, results: list[PodResult]) -> str:
-    header = ["NODE", "POD", "CLAIM", "DEVICES"]
-    rows = table_rows(cluster, results)
+def _score(result: PodResult) -> str:
+    score = result.scores.get(result.node or "")
+    return "-" if score is None else f"{score:g}"
+
+
+def to_table(cluster: Cluster, results: list[PodResult], wide: bool = False) -> str:
+    header = ["NODE", "POD", "CLAIM", *(["SCORE", "FEASIBLE"] if wide else []), "DEVICES"]
+    rows = table_rows(cluster, results, wide)
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in [header, *rows]]
     unschedulable = [r for r in results if not r.scheduled]

@@ -1,0 +1,134 @@
+"""One error vocabulary for every `gpudra` command, and the one place that maps it to exit codes.
+
+Exit codes (the README's command table lists them per command):
+
+- 0 (`OK`): success; the manifests are valid, the claims fit, the pods were scheduled.
+- 1 (`NEGATIVE`): the command ran and the answer is "no": invalid manifests, unallocatable claims,
+  unschedulable pods, "does not fit".
+- 2 (`USAGE`): the question could not be asked: a bad option, input that cannot be read or parsed,
+  a cluster that cannot be reached, or an internal error (no answer was given, so not 1).
+
+Every message a user can hit is printed as `error: WHERE: message` on stderr, WHERE being
+`FILE:doc N (Kind/name): field` when it is known; never a traceback (GPUDRA_DEBUG=1 shows it for bugs).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import IO, Any, NoReturn
+
+import click
+
+OK = 0
+NEGATIVE = 1
+USAGE = 2
+# A process that died of SIGPIPE reports 128 + 13 in shells; `gpudra … | head -1` ends with it, quietly.
+BROKEN_PIPE = 128 + 13
+
+
+def use_colour(stream: IO[str] | None = None) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org) or TERM is dumb."""
+    stream = stream if stream is not None else sys.stderr
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (ValueError, OSError):  # a closed stream
+        return False
+
+
+def paint(text: str, stream: IO[str] | None = None, **style: Any) -> str:
+    """`text` styled (click.style keywords) when `stream` is a colour terminal, else unchanged."""
+    return click.style(text, **style) if use_colour(stream) else text
+
+
+def location(source: str | None = None, doc: int | None = None, kind: str | None = None,
+             name: str | None = None, field: str | None = None) -> str:
+    """`FILE:doc N (Kind/name): field`, leaving out the parts that are unknown."""
+    where = source or ""
+    if doc is not None:
+        where = f"{where}:doc {doc}" if where else f"doc {doc}"
+    if kind or name:
+        what = f"{kind or '?'}/{name}" if name else str(kind)
+        where = f"{where} ({what})" if where else what
+    if field:
+        where = f"{where}: {field}" if where else field
+    return where
+
+
+class GpudraError(click.ClickException):
+    """A message for the user (no traceback) with its exit code; the base of every CLI error."""
+
+    exit_code = USAGE
+
+    def __init__(self, message: str, *, source: str | None = None, doc: int | None = None,
+                 kind: str | None = None, name: str | None = None, field: str | None = None,
+                 details: list[str] | None = None):
+        self.where = location(source, doc, kind, name, field)
+        self.details = list(details or [])
+        super().__init__(message)
+
+    def format_message(self) -> str:
+        head = f"{self.where}: {self.message}" if self.where else self.message
+        return "\n".join([head, *self.details])
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        stream = file if file is not None else sys.stderr
+        click.echo(f"{paint('error:', stream, fg='red', bold=True)} {self.format_message()}", file=stream)
+
+
+class UsageError(GpudraError):
+    """A bad option or a combination of options that makes no sense (exit 2)."""
+
+
+class InputError(GpudraError):
+    """Input that cannot be read: a missing or unparseable file, an unreachable cluster (exit 2)."""
+
+
+class NegativeAnswer(GpudraError):
+    """The command ran and the answer is no: invalid manifests, unallocatable, unschedulable (exit 1)."""
+
+    exit_code = NEGATIVE
+
+
+class InvalidInput(NegativeAnswer):
+    """Manifests that fail validation; `details` are the problems, one per line (exit 1)."""
+
+
+def fail(message: str, code: int = USAGE, **where: Any) -> NoReturn:
+    """Raise the error class that carries `code` (for commands that decide the code at run time)."""
+    raise (NegativeAnswer if code == NEGATIVE else UsageError)(message, **where)
+
+
+def warn(message: str) -> None:
+    """`warning: message` on stderr, the prefix coloured on a terminal."""
+    click.echo(f"{paint('warning:', sys.stderr, fg='yellow', bold=True)} {message}", err=True)
+
+
+def show_error(message: str) -> None:
+    """`error: message` on stderr for the rare caller that prints and goes on (most raise instead)."""
+    click.echo(f"{paint('error:', sys.stderr, fg='red', bold=True)} {message}", err=True)
+
+
+def exit_quietly_on_broken_pipe() -> NoReturn:
+    """The reader went away (`gpudra … | head -1`): stop without a word, as Unix tools do.
+
+    stdout is pointed at /dev/null first so that the interpreter's final flush cannot fail again.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (an embedding, a test runner)
+        pass
+    sys.exit(BROKEN_PIPE)
+
+
+def report_internal_error(exc: BaseException) -> NoReturn:
+    """A bug, not a user error: one line that says so (the traceback with GPUDRA_DEBUG=1), exit 2."""
+    if os.environ.get("GPUDRA_DEBUG"):
+        raise exc
+    show_error(f"internal error ({type(exc).__name__}: {exc}); please report it "
+               "(GPUDRA_DEBUG=1 shows the traceback)")
+    sys.exit(USAGE)

@@ -1,0 +1,89 @@
+"""The one input policy of every command that reads manifests or a live cluster.
+
+- `-f` files, directories, stdin ('-'), `List` kinds, JSON and YAML: `gpudra.api.load` reads them;
+  every file that cannot be read is reported (the rest are still read first), and input without a
+  single Kubernetes object is an error, never "0 documents, valid".
+- Without `-f`, the cluster of the kubeconfig (read-only), with kubectl's `--kubeconfig`, `--context`
+  and a finite `--request-timeout`.
+- Manifests that fail `gpudra validate` stop `allocate`, `schedule` and `explain` alike with the same
+  messages (exit 1); `--no-validate` lets them through. Objects read from a cluster were validated by
+  its API server already.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+from gpudra.cli.errors import InputError, InvalidInput, UsageError
+
+if TYPE_CHECKING:
+    from gpudra.api.load import Document
+    from gpudra.api.problems import Problem
+
+CLUSTER_SOURCE = "<cluster>"
+
+
+def read_documents(paths: Iterable[str]) -> list[Document]:
+    """Every document in the files; InputError listing every file that could not be read."""
+    from gpudra.api.load import LoadError, LoadErrors, load_paths
+
+    try:
+        return load_paths(list(paths))
+    except LoadErrors as exc:
+        lines = [str(error) for error in exc.errors]
+        raise InputError(lines[0], details=[f"error: {line}" for line in lines[1:]]) from None
+    except LoadError as exc:
+        raise InputError(str(exc)) from None
+
+
+def validation_errors(documents: list[Document]) -> list[Problem]:
+    from gpudra.api.problems import errors
+    from gpudra.api.validate import validate_documents
+
+    return errors(validate_documents(documents))
+
+
+def require_valid(documents: list[Document], command: str) -> None:
+    """InvalidInput (exit 1) with `gpudra validate`'s messages when any document has an error."""
+    problems = validation_errors(documents)
+    if problems:
+        raise invalid_input(problems, command)
+
+
+def invalid_input(problems: list[Problem], command: str) -> InvalidInput:
+    lines = [problem.render() for problem in problems]
+    trailer = (f"{len(problems)} validation error(s): {command} refuses invalid input "
+               "(`gpudra validate` explains them; --no-validate goes on anyway)")
+    return InvalidInput(lines[0], details=[*(f"error: {line}" for line in lines[1:]), trailer])
+
+
+def read_inputs(paths: Iterable[str], kubeconfig: str | None = None, context: str | None = None,
+                request_timeout: float | None = None, *, validate: bool = True,
+                command: str = "gpudra") -> list[Document]:
+    """Documents from `-f` (validated unless `validate` is False) or, without `-f`, from the cluster."""
+    paths = list(paths)
+    if paths and (kubeconfig or context):
+        raise UsageError("use either -f (manifests) or --kubeconfig/--context (a live cluster), not both")
+    if paths:
+        documents = read_documents(paths)
+        if validate:
+            require_valid(documents, command)
+        return documents
+    from gpudra.api.load import Document
+    from gpudra.kube.reader import ClusterReadError, read_cluster
+
+    try:
+        objects = read_cluster(kubeconfig=kubeconfig, context=context, request_timeout=request_timeout)
+    except ClusterReadError as exc:
+        raise InputError(str(exc)) from None
+    return [Document(obj, CLUSTER_SOURCE, index) for index, obj in enumerate(objects, start=1)]
+
+
+def read_objects(paths: Iterable[str], kubeconfig: str | None = None, context: str | None = None,
+                 request_timeout: float | None = None, *, validate: bool = True,
+                 command: str = "gpudra") -> list[dict[str, Any]]:
+    """As read_inputs, the objects converted to resource.k8s.io/v1 where the api package knows how."""
+    from gpudra.api.convert import to_v1
+
+    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command=command)
+    return [to_v1(document.obj) for document in documents]

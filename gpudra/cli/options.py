@@ -1,0 +1,97 @@
+"""The options that several commands share, defined once so they are spelled, defaulted and explained alike.
+
+Each is a decorator; `cluster_options` bundles what reading a live cluster needs (kubectl's flags).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import click
+
+Decorator = Callable[[Any], Any]
+
+# kubectl waits forever by default (`--request-timeout=0`); an API server that accepts connections and
+# never answers would hang gpudra with it, so gpudra gives up after this long unless told otherwise.
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+
+
+def filename_option(required: bool = False, help: str | None = None, dest: str = "paths") -> Decorator:
+    return click.option(
+        "-f", "--filename", dest, multiple=True, required=required, metavar="PATH",
+        help=help or "Manifest file or directory (recursive *.yaml, *.yml, *.json); '-' reads stdin. Repeatable.")
+
+
+def namespace_option(help: str | None = None) -> Decorator:
+    return click.option("-n", "--namespace", default=None,
+                        help=help or "Namespace (default: 'default', or the kubeconfig context's namespace "
+                                     "for a live cluster).")
+
+
+def kubeconfig_option(help: str | None = None, **extra: Any) -> Decorator:
+    return click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None, metavar="PATH",
+                        help=help or "Read a live cluster with this kubeconfig (nothing is changed there).",
+                        **extra)
+
+
+def context_option() -> Decorator:
+    return click.option("--context", default=None, help="The kubeconfig context to use.")
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float | None:
+    """kubectl's `--request-timeout` values: `30`, `30s`, `1m`, `500ms`; 0 means no limit (None)."""
+    match = _DURATION.match(str(text))
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration (e.g. 30s, 1m, 500ms; 0 for no limit)")
+    seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    return seconds or None
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: Any) -> float | None:
+    if value is None:
+        return DEFAULT_REQUEST_TIMEOUT_S
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def request_timeout_option() -> Decorator:
+    return click.option("--request-timeout", "request_timeout", default=None, metavar="DURATION",
+                        callback=_duration,
+                        help=f"Give up on an API server call after this long (30s, 1m; 0: wait forever).  "
+                             f"[default: {DEFAULT_REQUEST_TIMEOUT_S:g}s]")
+
+
+def cluster_options(kubeconfig_help: str | None = None) -> Decorator:
+    """--kubeconfig, --context and --request-timeout, as kubectl spells them."""
+    decorators = [kubeconfig_option(kubeconfig_help), context_option(), request_timeout_option()]
+
+    def apply(function: Any) -> Any:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
+def kubernetes_version_option(help: str | None = None) -> Decorator:
+    return click.option("--kubernetes-version", "kubernetes_version", default=None, metavar="VERSION",
+                        help=help or "Behave as this Kubernetes version's components do (e.g. 1.34; "
+                                     "default: the newest gpudra knows).")
+
+
+def features_option(default: str = "default") -> Decorator:
+    return click.option("--features", "features", default=default, show_default=True, metavar="GATES",
+                        help="Feature gates: default, all, none, Name/+Name, -Name (comma-separated; "
+                             "e.g. none,PrioritizedList).")
+
+
+def no_validate_option() -> Decorator:
+    return click.option("--validate/--no-validate", "validate", default=True, show_default=True,
+                        help="Refuse input that fails `gpudra validate` (exit 1, with its messages).")

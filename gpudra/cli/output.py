@@ -1,0 +1,117 @@
+"""`-o table|wide|yaml|json` for every command that prints objects or rows, and how each is written.
+
+Like kubectl: a human table by default on a terminal; `wide` adds columns; `yaml` and `json` print the
+objects themselves, several objects in JSON as a `v1 List` with `items` (`kubectl get -o json`). When
+stdout is not a terminal a command may choose another default (`allocate` prints YAML into a pipe, so
+that `gpudra allocate … | kubectl apply -f -` keeps working).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from typing import Any, Callable, Iterable, Sequence
+
+import click
+
+from gpudra.api.dump import dump_yaml, dump_yaml_one
+
+FORMATS = ("table", "wide", "yaml", "json")
+# Earlier spellings still accepted (and not shown in --help): explain's and validate's "text".
+ALIASES = {"text": "table"}
+
+
+class OutputFormat(click.Choice):
+    """click.Choice that also accepts the old aliases and normalises them."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.lower() in ALIASES and ALIASES[value.lower()] in self.choices:
+            value = ALIASES[value.lower()]
+        return super().convert(value, param, ctx)
+
+
+def output_option(formats: Sequence[str] = FORMATS, pipe_default: str | None = None,
+                  help: str | None = None) -> Callable[[Any], Any]:
+    """The `-o/--output` option. The default is `table` on a terminal and `pipe_default` (when given)
+    when stdout is a pipe or a file."""
+    text = help or "Output format."
+    if pipe_default and pipe_default != "table":
+        text += f"  [default: table on a terminal, {pipe_default} otherwise]"
+    else:
+        text += "  [default: table]"
+    return click.option("-o", "--output", "output", type=OutputFormat(list(formats)), default=None,
+                        callback=lambda ctx, param, value: resolve_format(value, pipe_default),
+                        help=text)
+
+
+def stdout_is_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (ValueError, AttributeError):
+        return False
+
+
+def resolve_format(value: str | None, pipe_default: str | None = None) -> str:
+    if value:
+        return value
+    if pipe_default and not stdout_is_terminal():
+        return pipe_default
+    return "table"
+
+
+def as_list(objects: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Several objects as kubectl prints them: a v1 List."""
+    return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": list(objects)}
+
+
+def render_objects(objects: Sequence[dict[str, Any]], output: str, single: bool = False) -> str:
+    """YAML or JSON of the objects: one object as itself when `single`, else a List (JSON) or a
+    `---`-separated stream (YAML, which `kubectl apply -f -` and `gpudra … -f -` read back)."""
+    if output == "json":
+        body: Any = objects[0] if single and len(objects) == 1 else as_list(objects)
+        return json.dumps(body, indent=2, ensure_ascii=False) + "\n"
+    if output == "yaml":
+        if single and len(objects) == 1:
+            return dump_yaml_one(objects[0])
+        return dump_yaml(objects)
+    raise ValueError(f"render_objects: {output!r} is not yaml or json")
+
+
+def render_data(data: Any, output: str) -> str:
+    """Any JSON-shaped value (a report, a problem list) as YAML or JSON."""
+    if output == "json":
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return dump_yaml_one(data)
+
+
+def terminal_width(default: int = 120) -> int:
+    return shutil.get_terminal_size((default, 24)).columns
+
+
+def render_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], wrap_last: bool = True) -> str:
+    """kubectl's plain table: upper-case headers, columns three spaces apart, no borders.
+
+    On a terminal the last column wraps to the terminal's width (messages can be long); into a pipe
+    nothing wraps, so that `grep` and `awk` see one row per line.
+    """
+    cells = [[str(cell) for cell in row] for row in rows]
+    widths = [len(header) for header in headers]
+    for row in cells:
+        for column, cell in enumerate(row[:-1]):
+            widths[column] = max(widths[column], len(cell))
+    indent = sum(widths[:-1]) + 3 * (len(headers) - 1)
+    room = terminal_width() - indent if wrap_last and stdout_is_terminal() else 0
+    lines = []
+    for row in [list(headers), *cells]:
+        head = "".join(cell.ljust(widths[column] + 3) for column, cell in enumerate(row[:-1]))
+        last = row[-1] if row else ""
+        if room >= 20 and len(last) > room:
+            import textwrap
+
+            pieces = textwrap.wrap(last, room) or [""]
+            lines.append((head + pieces[0]).rstrip())
+            lines.extend((" " * indent + piece).rstrip() for piece in pieces[1:])
+        else:
+            lines.append((head + last).rstrip())
+    return "\n".join(lines) + "\n"
