@@ -9,6 +9,7 @@ import click
 
 from gpudra.api.dump import dump_json, dump_yaml
 from gpudra.api.fix import fix_documents
+from gpudra.explain.repairs import check_allocatable
 from gpudra.api.load import LoadError, load_paths
 from gpudra.api.validate import has_errors, validate_documents
 
@@ -32,7 +33,9 @@ def _emit_problems(problems, output: str, stream) -> None:
 def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool) -> None:
     """Validate Kubernetes DRA manifests; exit 0 when valid, 2 when there are errors.
 
-    Every problem is reported as FILE:doc N (Kind/name): field.path: message.
+    Every problem is reported as FILE:doc N (Kind/name): field.path: message. With --fix, the repairs are
+    checked against the ResourceSlices given with the manifests: each pending claim is allocated again and
+    reported as allocatable on a node, or with what is still wrong (exit 1).
     """
     try:
         documents = load_paths(list(paths))
@@ -40,7 +43,7 @@ def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool) -> None
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     try:
-        _run(documents, fix, output, quiet)
+        _run(documents, fix, output, quiet, [])
     except (SystemExit, KeyboardInterrupt):
         raise
     except Exception as exc:  # noqa: BLE001 - a validator bug must still end in a clean message
@@ -48,9 +51,9 @@ def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool) -> None
         sys.exit(2)
 
 
-def _run(documents, fix: bool, output: str, quiet: bool) -> None:
+def _run(documents, fix: bool, output: str, quiet: bool, cluster: list[dict]) -> None:
     if fix:
-        _fix(documents, output, quiet)
+        _fix(documents, output, quiet, cluster)
         return
     problems = validate_documents(documents)
     shown = [p for p in problems if p.severity == "error"] if quiet else problems
@@ -66,8 +69,8 @@ def _run(documents, fix: bool, output: str, quiet: bool) -> None:
     sys.exit(2 if has_errors(problems) else 0)
 
 
-def _fix(documents, output: str, quiet: bool) -> None:
-    result = fix_documents(documents)
+def _fix(documents, output: str, quiet: bool, cluster: list[dict]) -> None:
+    result = fix_documents(documents, [o for o in cluster if o.get("kind") == "ResourceSlice"])
     objects = [d.obj for d in result.documents]
     sys.stdout.write(dump_json(objects) if output == "json" else dump_yaml(objects))
     remaining = validate_documents(result.documents)
@@ -80,6 +83,14 @@ def _fix(documents, output: str, quiet: bool) -> None:
     if errors:
         click.echo("cannot fix automatically:", err=True)
         _emit_problems(errors, output if output == "json" else "text", sys.stderr)
-    elif not quiet:
+        sys.exit(2)
+    if not quiet:
         click.echo(f"{len(result.changes)} repair(s); the printed manifests are valid", err=True)
-    sys.exit(2 if errors else 0)
+    verdicts = check_allocatable(objects, cluster) if result.published else []  # slices to check against
+    for claim, node, what in verdicts:
+        if node:
+            click.echo(f"{claim}: repaired and allocatable on {node}", err=True)
+        else:
+            click.echo(f"{claim}: repaired, but still unallocatable: {what}", err=True)
+    sys.exit(1 if any(not node for _, node, _ in verdicts) else 0)
+
