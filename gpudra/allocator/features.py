@@ -8,6 +8,7 @@ its two gates `DRADeviceBindingConditions` / `DRAResourceClaimDeviceStatus`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields, replace
 
 FEATURE_NAMES = (
@@ -110,7 +111,7 @@ class Features:
             features = replace(features, **{_attr(canonical): enable})
         return features
 
-    @property
+    @functools.cached_property  # asked on every allocate() call; the gates never change (frozen)
     def variant_name(self) -> str:
         """The upstream allocator variant that runs for these gates: the forced one, or the first
         (most stable) variant that supports every enabled feature, as kube-scheduler picks it."""

@@ -7,6 +7,7 @@ alone on every node), `sequential` (first fit, claim after claim, committing eac
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from .allocator import FILTER_TIMEOUT_S, AllocationOutcome, Allocator
@@ -95,9 +96,17 @@ def build_report(
             for name, ref in zip(node_names, node_refs):
                 results.append(_entry(name, labels, allocator.allocate(ref, pending, timeout=timeout)))
     elif mode == "each":
+        # Each claim is tried alone against the same allocated state, and the search reads nothing of a claim
+        # but its spec: claims with one spec get one answer per node, so it is searched once (1,000 pending
+        # claims of a few shapes on 2,000 nodes: a few thousand searches instead of two million).
+        outcomes: dict[tuple[str, str], AllocationOutcome] = {}
         for claim in pending:
+            shape = json.dumps(claim.get("spec"), sort_keys=True, default=str)
             for name, ref in zip(node_names, node_refs):
-                results.append(_entry(name, [claim_label(claim)], allocator.allocate(ref, [claim], timeout=timeout)))
+                outcome = outcomes.get((shape, name))
+                if outcome is None:
+                    outcome = outcomes[(shape, name)] = allocator.allocate(ref, [claim], timeout=timeout)
+                results.append(_entry(name, [claim_label(claim)], outcome))
     else:
         final = {claim_label(c): copy.deepcopy(c["status"]["allocation"]) for c in allocated}
         unallocated = []

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.api.convert import V1, flatten_device, wrap_request
+from gpudra.api.fix_published import PublishedDevices, repair_request
 from gpudra.api.load import Document
 from gpudra.api.schema.cel_check import DEFAULT_DOMAIN, rewrite_lookup
 from gpudra.api.schema.hints import looks_like_quantity
@@ -22,6 +23,7 @@ from gpudra.api.schema.names import suggest_dns_name
 from gpudra.api.schema.types import as_list
 
 _DRIVER_TEST = re.compile(r"device\.driver\s*==\s*['\"]([^'\"]+)['\"]")
+_DRIVER_ONLY = re.compile(r"^\s*device\.driver\s*==\s*['\"]([^'\"]+)['\"]\s*$")
 
 
 @dataclass
@@ -29,11 +31,16 @@ class FixResult:
     documents: list[Document]
     changes: list[str] = field(default_factory=list)  # one line per repair, located like a Problem
     cautions: list[str] = field(default_factory=list)  # repairs that rest on a guess the user should check
+    # What the cluster publishes (the given ResourceSlices, or a live cluster's); empty: nothing to check against.
+    published: PublishedDevices = field(default_factory=PublishedDevices)
 
 
-def fix_documents(docs: list[Document]) -> FixResult:
+def fix_documents(docs: list[Document], cluster_slices: list[dict] | None = None) -> FixResult:
+    """Repair `docs`. Attribute names and values are checked against `cluster_slices` (a live cluster's) plus the
+    ResourceSlices among `docs`."""
     fixed = [Document(copy.deepcopy(d.obj), d.source, d.index) for d in docs]
-    result = FixResult(fixed)
+    slices = list(cluster_slices or []) + [d.obj for d in fixed if d.kind == "ResourceSlice"]
+    result = FixResult(fixed, published=PublishedDevices.from_slices(slices))
     renames = _rename_classes(fixed, result)
     class_drivers = _class_drivers(fixed)
     for position, doc in enumerate(fixed):
@@ -44,7 +51,27 @@ def fix_documents(docs: list[Document]) -> FixResult:
             fixed[position] = Document(copy.deepcopy(docs[position].obj), doc.source, doc.index)
             result.cautions.append(f"{doc.source}:doc {doc.index} ({doc.kind}/{doc.name}): left unchanged; its "
                                    "structure is too far off for automatic repair")
+    _drop_repeated_classes(result, {id(d) for d, original in zip(fixed, docs) if d.obj != original.obj})
     return result
+
+
+def _drop_repeated_classes(result: FixResult, repaired: set[int]) -> None:
+    """A repaired DeviceClass that is now exactly a class given with it (the cluster's) is printed once."""
+    given = {(d.name, repr(d.obj.get("spec"))): d for d in result.documents
+             if d.kind == "DeviceClass" and id(d) not in repaired}
+    kept = []
+    for doc in result.documents:
+        same = given.get((doc.name, repr(doc.obj.get("spec")))) if doc.kind == "DeviceClass" else None
+        if same is not None and id(doc) in repaired and _same_spec(doc, same):
+            _note(result, doc, "metadata.name", f"now the same DeviceClass as {same.source}:doc {same.index}; "
+                  "printed once")
+            continue
+        kept.append(doc)
+    result.documents[:] = kept
+
+
+def _same_spec(one: Document, other: Document) -> bool:
+    return one.obj.get("spec") == other.obj.get("spec")
 
 
 def _fix_document(doc: Document, renames: dict[str, str], class_drivers: dict[str, str], result: FixResult) -> None:
@@ -74,6 +101,10 @@ def _note(result: FixResult, doc: Document, path: str, text: str) -> None:
     result.changes.append(f"{doc.source}:doc {doc.index} ({doc.kind}/{doc.name}): {path}: {text}")
 
 
+def _caution(result: FixResult, doc: Document, path: str, text: str) -> None:
+    result.cautions.append(f"{doc.source}:doc {doc.index} ({doc.kind}/{doc.name}): {path}: {text}")
+
+
 # ----- DeviceClass names -----------------------------------------------------------------------------
 def _rename_classes(docs: list[Document], result: FixResult) -> dict[str, str]:
     renames: dict[str, str] = {}
@@ -86,6 +117,7 @@ def _rename_classes(docs: list[Document], result: FixResult) -> dict[str, str]:
             label = f"{doc.source}:doc {doc.index} ({doc.kind}/{name})"
             doc.obj["metadata"]["name"] = new
             result.changes.append(f"{label}: metadata.name: renamed {name!r} to {new!r}")
+            _adopt_driver_selectors(doc, new, label, result)
             spec = doc.obj.get("spec")
             if isinstance(spec, dict) and "extendedResourceName" not in spec:
                 spec["extendedResourceName"] = name
@@ -93,6 +125,28 @@ def _rename_classes(docs: list[Document], result: FixResult) -> dict[str, str]:
                                       f"for {name} in resources.limits get a device of this class")
             renames[name] = new
     return renames
+
+
+def _adopt_driver_selectors(doc: Document, name: str, label: str, result: FixResult) -> None:
+    """A class renamed to one of the classes gpudra's driver publishes, whose selectors only name the driver,
+    selects what the driver's class does: `gpu.nvidia.com` is full GPUs (type == "gpu"), not MIG devices too."""
+    from gpudra.driver.slices import device_classes
+
+    spec = doc.obj.get("spec")
+    selectors = spec.get("selectors") if isinstance(spec, dict) else None
+    drivers = {match.group(1) for selector in as_list(selectors)
+               for match in [_DRIVER_ONLY.match(((selector or {}).get("cel") or {}).get("expression") or "")
+                             if isinstance(selector, dict) and isinstance(selector.get("cel"), dict) else None]
+               if match}
+    if not selectors or len(drivers) != 1 or len(drivers) != len(selectors):
+        return
+    published = next((c for c in device_classes(drivers.pop()) if c["metadata"]["name"] == name), None)
+    if published is None:
+        return
+    spec["selectors"] = copy.deepcopy(published["spec"]["selectors"])
+    expression = spec["selectors"][0]["cel"]["expression"]
+    result.changes.append(f"{label}: spec.selectors: now {expression!r}, the selector of the driver's own class "
+                          f"{name!r} (without the type test it would match MIG devices too)")
 
 
 def _class_drivers(docs: list[Document]) -> dict[str, str]:
@@ -171,6 +225,13 @@ def _fix_claim_spec(doc: Document, spec: dict, base: str, renames: dict[str, str
             devices["constraints"] = kept
         else:
             devices.pop("constraints")
+    if result.published:
+        for position, request in enumerate(requests):
+            if isinstance(request, dict):
+                path = f"{base}.devices.requests[{position}]"
+                repair_request(request, devices, path, result.published,
+                               lambda where, text: _note(result, doc, where, text),
+                               lambda where, text: _caution(result, doc, where, text))
 
 
 def _request_forms(request: dict, path: str) -> list[tuple[str, dict]]:
@@ -231,6 +292,9 @@ def _caution_guessed_names(doc: Document, path: str, changes: list[str], result:
     for change in changes:
         before, _, after = change.partition(" -> ")
         name = after.rsplit(".", 1)[-1]
+        domain = after.split('["', 1)[-1].split('"]', 1)[0]
+        if result.published.knows(domain, name, "capacity" if after.startswith("device.capacity") else "attributes"):
+            continue  # the devices given with the manifests publish it: nothing to check by hand
         if name not in before:
             result.cautions.append(
                 f"{doc.source}:doc {doc.index} ({doc.kind}/{doc.name}): {path}: the attribute name {name!r} was "

@@ -13,6 +13,7 @@ from gpudra.api.load import Document
 from gpudra.api.problems import Problem
 from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, schema_for
 from gpudra.api.schema.taint_rule import VERSIONS as TAINT_RULE_VERSIONS
+from gpudra.api.schema.names import suggest_dns_name
 from gpudra.api.schema.types import as_list, Context
 
 _EXPECTED_VERSION = {kind: V1 for kind in DRA_KINDS}
@@ -163,8 +164,15 @@ def _cross_checks(docs: list[Document]) -> list[Problem]:
             for path, class_name in class_references(doc.obj):
                 if not class_name or class_name in class_names or "/" in class_name:
                     continue
-                close = difflib.get_close_matches(class_name, sorted(class_names), n=1, cutoff=0.6)
-                hint = f"; did you mean {close[0]!r}?" if close else f" (classes given: {', '.join(sorted(class_names))})"
+                # suggest valid names only: a given class named like `nvidia.com/gpu` is suggested as what
+                # it must be renamed to
+                valid_names = {suggest_dns_name(n) if "/" in n else n: n for n in class_names}
+                close = difflib.get_close_matches(class_name, sorted(valid_names), n=1, cutoff=0.6)
+                hint = f" (classes given: {', '.join(sorted(valid_names))})"
+                if close and valid_names[close[0]] != close[0]:
+                    hint = f"; did you mean {close[0]!r} (what DeviceClass {valid_names[close[0]]!r} must be renamed to)?"
+                elif close:
+                    hint = f"; did you mean {close[0]!r}?"
                 problems.append(_problem(doc, path, f"no DeviceClass {class_name!r} among the given manifests{hint}",
                                          "warning"))
     problems += _extended_resource_names(classes)
@@ -182,7 +190,7 @@ def _extended_resource_names(classes: list[Document]) -> list[Problem]:
         name = spec.get("extendedResourceName") if isinstance(spec, dict) else None
         if not isinstance(name, str):
             continue
-        if name in owners:
+        if name in owners and owners[name].name != doc.name:  # one class given twice is reported as such
             problems.append(_problem(doc, "spec.extendedResourceName", f"{name!r} is also claimed by DeviceClass "
                                      f"{owners[name].name!r}; only one class serves it (the one created last, or on "
                                      "a tie the first by name)", "warning"))

@@ -12,6 +12,7 @@ from gpudra.api.validate import has_errors, validate_documents
 from gpudra.cli.errors import NEGATIVE, OK, USAGE, paint, show_error
 from gpudra.cli.options import filename_option
 from gpudra.cli.output import output_option, render_data
+from gpudra.explain.repairs import check_allocatable
 
 
 def problem_line(problem, stream) -> str:
@@ -43,7 +44,9 @@ def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool) -> None
     """Validate Kubernetes DRA manifests: exit 0 when valid, 1 when there are errors, 2 when input cannot be read.
 
     Every problem is reported as FILE:doc N (Kind/name): field.path: message. Files that cannot be read are
-    reported too (every one of them), and the others are still checked.
+    reported too (every one of them), and the others are still checked. With --fix, the repairs are checked
+    against the ResourceSlices given with the manifests: each pending claim is allocated again and reported as
+    allocatable on a node, or with what is still wrong (exit 1).
     """
     from gpudra.api.load import LoadError, LoadErrors, load_paths
 
@@ -77,10 +80,11 @@ def _check(documents, output: str, quiet: bool) -> int:
     return NEGATIVE if has_errors(problems) else OK
 
 
-def _fix(documents, output: str, quiet: bool) -> int:
+def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None) -> int:
     if not documents:
         return OK
-    result = fix_documents(documents)
+    cluster = cluster or []  # a live cluster's objects, when they are read
+    result = fix_documents(documents, [o for o in cluster if o.get("kind") == "ResourceSlice"])
     objects = [d.obj for d in result.documents]
     sys.stdout.write(dump_json(objects) if output == "json" else dump_yaml(objects))
     remaining = validate_documents(result.documents)
@@ -93,6 +97,13 @@ def _fix(documents, output: str, quiet: bool) -> int:
     if errors:
         click.echo("cannot fix automatically:", err=True)
         _emit_problems(errors, "json" if output == "json" else "table", sys.stderr)
-    elif not quiet:
+        return NEGATIVE
+    if not quiet:
         click.echo(f"{len(result.changes)} repair(s); the printed manifests are valid", err=True)
-    return NEGATIVE if errors else OK
+    verdicts = check_allocatable(objects, cluster) if result.published else []  # slices to check against
+    for claim, node, what in verdicts:
+        if node:
+            click.echo(f"{claim}: repaired and allocatable on {node}", err=True)
+        else:
+            click.echo(f"{claim}: repaired, but still unallocatable: {what}", err=True)
+    return NEGATIVE if any(not node for _, node, _ in verdicts) else OK

@@ -12,17 +12,18 @@ import re
 from typing import Any, Callable
 
 from gpudra.discovery.model import Gpu, Inventory, MigDevice
+from gpudra.driver.vocabulary import (NUMA_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE,
+                                      PCIE_ROOT_ATTRIBUTE)
 
 DEFAULT_DRIVER_NAME = "gpu.nvidia.com"
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_WITH_COUNTERS = 64  # when any device has taints or consumesCounters
 MAX_COUNTER_SETS_PER_SLICE = 8
 PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
-PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
 # NVIDIA's GPU driver publishes no NVLink attribute for single-node NVLink (HGX/DGX baseboards, NVLink bridges);
-# gpudra names the set of GPUs joined by NVLink with this one, so `matchAttribute: gpu.nvidia.com/nvlinkDomain`
-# keeps a claim's GPUs on one NVLink domain (an HGX board: all 8 GPUs; a bridged PCIe pair: the pair).
-NVLINK_DOMAIN_ATTRIBUTE = "nvlinkDomain"
+# gpudra names the set of GPUs joined by NVLink with NVLINK_DOMAIN_ATTRIBUTE, so `matchAttribute:
+# gpu.nvidia.com/nvlinkDomain` keeps a claim's GPUs on one NVLink domain (an HGX board: all 8 GPUs; a bridged
+# PCIe pair: the pair). The names live in gpudra.driver.vocabulary, the one list hints and repairs use too.
 SHARING_MODES = ("none", "consumable")
 # `--sharing consumable` (KEP-5075 consumable capacity): a full GPU may be allocated to several claims at once.
 # `compute` is the GPU's compute in thousandths (1000 = the whole GPU; whole units, because upstream rounds
@@ -70,11 +71,11 @@ def gpu_common_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, dict[str,
     if gpu.pcie_root:
         attrs[PCIE_ROOT_ATTRIBUTE] = _s(gpu.pcie_root)
     if gpu.numa_node is not None:
-        attrs["numa"] = {"int": gpu.numa_node}
+        attrs[NUMA_ATTRIBUTE] = {"int": gpu.numa_node}
     if gpu.nvlink_domain:  # GPUs that reach each other over NVLink (matchAttribute: gpu.nvidia.com/nvlinkDomain)
         attrs[NVLINK_DOMAIN_ATTRIBUTE] = _s(gpu.nvlink_domain)
     if gpu.nvlink_clique:  # NVLink fabric clique "<clusterUuid>.<cliqueId>" (NVIDIA's cliqueID)
-        attrs["cliqueID"] = _s(gpu.nvlink_clique)
+        attrs[NVLINK_CLIQUE_ATTRIBUTE] = _s(gpu.nvlink_clique)
     return attrs
 
 

@@ -80,6 +80,17 @@ def classify_lookup(table: str, lookup_key: str, rest: str) -> str | None:
     return None
 
 
+def driver_attribute_name(domain: str, attribute: str) -> str:
+    """The name to suggest for `attribute` of `domain`: for gpudra's driver domain the name the driver publishes
+    (one vocabulary: `nvlink-mesh-id` is `nvlinkDomain`), otherwise the attribute as a C identifier."""
+    from gpudra.driver.vocabulary import published_name
+
+    identifier = attribute if not names.c_identifier(attribute) else names.camel_identifier(attribute)
+    if domain == DEFAULT_DOMAIN:
+        return published_name(attribute) or identifier
+    return identifier
+
+
 def rewrite_lookup(expression: str, domain: str = DEFAULT_DOMAIN) -> tuple[str, list[str]]:
     """Rewrite mechanical lookup mistakes; returns (new expression, what was changed)."""
     changes: list[str] = []
@@ -89,7 +100,7 @@ def rewrite_lookup(expression: str, domain: str = DEFAULT_DOMAIN) -> tuple[str, 
         reason = classify_lookup(table, lookup_key, expression[match.end():])
         if reason == "qualified":
             lookup_domain, _, attribute = lookup_key.partition("/")
-            identifier = attribute if not names.c_identifier(attribute) else names.camel_identifier(attribute)
+            identifier = driver_attribute_name(lookup_domain, attribute)
             if not identifier or names.c_identifier(identifier) or not lookup_domain:
                 return match.group(0)
             new = f'device.{table}["{lookup_domain}"].{identifier}'
@@ -111,10 +122,12 @@ def explain_lookups(expression: str, path: str, ctx: Context) -> None:
         reason = classify_lookup(table, lookup_key, expression[match.end():])
         if reason == "qualified":
             lookup_domain, _, attribute = lookup_key.partition("/")
-            identifier = attribute if not names.c_identifier(attribute) else names.camel_identifier(attribute)
+            identifier = driver_attribute_name(lookup_domain, attribute)
             note = ""
-            if identifier != attribute:
-                note = f" ({attribute!r} is not a valid attribute name: names are C identifiers)"
+            if names.c_identifier(attribute):
+                published = "" if identifier == names.camel_identifier(attribute) else (
+                    f"; {lookup_domain} publishes it as {identifier!r}")
+                note = f" ({attribute!r} is not a valid attribute name: names are C identifiers{published})"
             ctx.error(
                 path,
                 f"{match.group(0)} looks up a domain named {lookup_key!r}, which cannot exist, so the map is always "

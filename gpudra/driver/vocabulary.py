@@ -1,0 +1,68 @@
+"""The attribute names gpudra's GPU driver publishes, and the names people write for them.
+
+One vocabulary for everything that suggests an attribute (validation hints, `validate --fix`): the names
+`gpudra.driver.slices` publishes under the driver's domain. A name written some other way (the article's
+`nvlink-mesh-id`, a camel-cased guess such as `nvlinkMeshId`) is mapped onto the published one here, and only here.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Topology: attributes whose value names a group of GPUs that work well together. A claim that wants its GPUs in
+# one group says so with `matchAttribute: <domain>/<name>`; comparing it with a literal pins one node's group.
+NVLINK_DOMAIN_ATTRIBUTE = "nvlinkDomain"  # GPUs joined by NVLink on one node (an HGX board, a bridged pair)
+NVLINK_CLIQUE_ATTRIBUTE = "cliqueID"  # NVLink fabric clique across nodes (GB200 NVL)
+PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
+NUMA_ATTRIBUTE = "numa"
+TOPOLOGY_ATTRIBUTES = (NVLINK_DOMAIN_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NUMA_ATTRIBUTE)
+
+# Every name a device of the driver's domain may carry (full GPUs, MIG devices, partitions).
+PUBLISHED_ATTRIBUTES = (
+    "type", "uuid", "parentUUID", "profile", "productName", "brand", "architecture", "cudaComputeCapability",
+    "driverVersion", "cudaDriverVersion", NUMA_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE,
+)
+
+# Words people use for a published attribute, compared without case and punctuation ("nvlink-mesh-id").
+_SYNONYMS = {
+    NVLINK_DOMAIN_ATTRIBUTE: ("nvlinkmeshid", "nvlinkmesh", "meshid", "mesh", "nvlinkid", "nvlinkdomainid",
+                              "nvlinkgroup", "nvswitchdomain", "nvlink"),
+    NVLINK_CLIQUE_ATTRIBUTE: ("clique", "cliqueid", "nvlinkclique", "nvlinkcliqueid", "fabricclique"),
+    "productName": ("product", "productname", "model", "modelname", "gpuproduct", "gpumodel"),
+    "cudaComputeCapability": ("computecapability", "cudacc", "cc"),
+    NUMA_ATTRIBUTE: ("numanode", "numaid"),
+    "driverVersion": ("driver",),
+    "profile": ("migprofile",),
+}
+
+
+def _squash(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+_BY_SQUASHED = {_squash(name): name for name in PUBLISHED_ATTRIBUTES}
+for _published, _words in _SYNONYMS.items():
+    for _word in _words:
+        _BY_SQUASHED.setdefault(_word, _published)
+
+
+def published_name(name: str, published: set[str] | None = None) -> str | None:
+    """The driver's name for an attribute written as `name` ("nvlink-mesh-id" -> "nvlinkDomain"), or None.
+
+    `published`: the names the devices at hand actually carry (from ResourceSlices); a name is only suggested
+    when it is among them, and a near spelling of one of them counts too."""
+    squashed = _squash(name)
+    if published is not None:
+        for candidate in published:
+            if _squash(candidate) == squashed:
+                return candidate
+    candidate = _BY_SQUASHED.get(squashed)
+    if candidate is not None and (published is None or candidate in published):
+        return candidate
+    return None
+
+
+def same_value(written: str, published: str) -> bool:
+    """Whether a hand-written string value means a published one: `NVIDIA-H100-80GB-HBM3` and
+    `NVIDIA H100 80GB HBM3` differ only in case and punctuation (the device plugin's label vs NVML's name)."""
+    return _squash(written) == _squash(published) and bool(_squash(written))
