@@ -255,19 +255,27 @@ def test_html_report_shows_every_plot_in_headless_chromium(tmp_path):
     assert f'data-plots-shown="{len(pngs)}/{len(pngs)}"' in done.stdout, done.stderr[-2000:]
 
 
-def test_scheduler_path_equals_a_direct_model_of_the_fgd_policy():
-    """The same FGD decisions computed directly on the paper's node model (no Kubernetes objects, no allocator)
-    give the same allocation series: the real scheduler and allocator neither lose nor invent placements."""
-    from gpudra.simulate.fgd import accessible, fits_gpus
+def _direct_model(trace: Trace, policy: str, seed: int, tune: float) -> tuple[int, int, dict[str, int]]:
+    """The paper's experiment computed directly on its node model (no Kubernetes objects, no allocator): the
+    policy's own score and GPU choice, the artifact's filter (cpu, memory, GPU model, GPUs with room) and its tie
+    rule (one random node order per seed; RandomScore: a random feasible node). Returns (scheduled pods, GPU
+    milli used, pods per node)."""
+    from types import SimpleNamespace
 
-    trace = small_trace()
-    simulated = run_experiment(trace, "fgd", seed=5, tune=1.6)
-    workload = tuned_workload(trace.tasks, trace.gpus * 1000, 1.6, random.Random(5))
-    frag = Fragmentation(typical_tasks(trace.tasks))
+    from gpudra.simulate.fgd import accessible, fits_gpus
+    from gpudra.simulate.policies import paper_policy
+
+    workload = tuned_workload(trace.tasks, trace.gpus * 1000, tune, random.Random(seed))
+    rng = random.Random(seed)
+    names = sorted(n.name for n in trace.nodes)
+    prefixes = list(range(len(names)))
+    rng.shuffle(prefixes)
+    rank = dict(zip(names, prefixes))
+    context = SimpleNamespace(rng=rng, fragmentation=Fragmentation(typical_tasks(trace.tasks)))
+    scorer = paper_policy(policy, context)
     nodes = sorted(trace.nodes, key=lambda n: n.name)
     state = {n.name: [n.cpu_milli, n.memory_mib, [1000] * n.gpus] for n in nodes}
-    rng = random.Random(5)  # the policy's tie-breaking stream
-    used, scheduled = 0, 0
+    used, scheduled, placed = 0, 0, {n.name: 0 for n in nodes}
     for _, task in workload:
         feasible = []
         for node in nodes:
@@ -277,19 +285,64 @@ def test_scheduler_path_equals_a_direct_model_of_the_fgd_policy():
             if task.num_gpu and not (accessible(node.model, task.gpu_spec)
                                      and fits_gpus(left, task.gpu_milli, task.num_gpu)):
                 continue
-            score, gpus = fgd_choice(frag, NodeRes(cpu, node.cpu_milli, tuple(left), node.model),
-                                     task.cpu_milli, task.gpu_milli, task.num_gpu)
-            feasible.append((node.name, score, gpus))
+            res = NodeRes(cpu, node.cpu_milli, tuple(left), node.model)
+            feasible.append((node.name, scorer.score(res, task, node.name)[0], res))
         if not feasible:
             continue
         top = max(score for _, score, _ in feasible)
         tied = [f for f in feasible if f[1] == top]
-        name, _, gpus = tied[rng.randrange(len(tied))] if len(tied) > 1 else tied[0]
+        if len(tied) == 1:
+            name, _, res = tied[0]
+        elif policy == "random":
+            name, _, res = tied[rng.randrange(len(tied))]
+        else:
+            name, _, res = min(tied, key=lambda f: rank[f[0]])
+        gpus = scorer.gpus(res, task)
         state[name][0] -= task.cpu_milli
         state[name][1] -= task.memory_mib
         for index in gpus:
             state[name][2][index] -= task.gpu_milli
+        assert len(gpus) == task.num_gpu and min(state[name][2], default=0) >= 0
         used += task.total_gpu_milli
         scheduled += 1
-    assert simulated["scheduled"] == scheduled
-    assert simulated["series"]["allocation_ratio"][-1] == pytest.approx(100 * used / (trace.gpus * 1000), abs=1e-3)
+        placed[name] += 1
+    return scheduled, used, placed
+
+
+@pytest.mark.parametrize("policy", ["fgd", "bestfit", "gpu-packing", "dotprod", "random"])
+def test_scheduler_path_equals_a_direct_model_of_the_paper_policy(policy):
+    """The same decisions computed directly on the paper's node model give the same placements: the real
+    scheduler and allocator neither lose nor invent placements, and break ties as the artifact does."""
+    from gpudra.simulate.engine import start
+
+    trace = small_trace()
+    scheduled, used, placed = _direct_model(trace, policy, seed=5, tune=1.6)
+    workload = tuned_workload(trace.tasks, trace.gpus * 1000, 1.6, random.Random(5))
+    run = start(trace, workload, policy, 5, "dra")
+    simulated = {n.name: 0 for n in trace.nodes}
+    for name, _ in workload:
+        result = run.scheduler.schedule_pod(f"sim/{name}")
+        if result.scheduled:
+            run.refresh(result.node)
+            simulated[result.node] += 1
+    assert sum(simulated.values()) == scheduled and run.used == used
+    assert simulated == placed
+
+
+def test_ties_follow_one_random_node_order_per_seed():
+    """The artifact's selectHost takes the smallest of the "%04d-"-prefixed node names: with every node idle
+    and equal, FGD puts every task on the same node until it is full, and which node that is depends on the
+    seed."""
+    nodes = [TraceNode(f"n-{i}", 64000, 262144, 8, "G2") for i in range(12)]
+    trace = Trace("ties", nodes, [Task(f"t-{i}", 1000, 1024, 1, 1000) for i in range(4)])
+    from gpudra.simulate.engine import start
+
+    firsts = set()
+    for seed in range(6):
+        workload = tuned_workload(trace.tasks, trace.gpus * 1000, 0, random.Random(seed))
+        run = start(trace, workload, "fgd", seed, "dra")
+        placed = [run.scheduler.schedule_pod(f"sim/{name}").node for name, _ in workload]
+        assert len(set(placed)) == 1  # packed on one node, not spread by random ties
+        assert _direct_model(trace, "fgd", seed, tune=0)[2][placed[0]] == 4
+        firsts.add(placed[0])
+    assert len(firsts) > 1

@@ -7,7 +7,15 @@ and DynamicResources through the real allocator), the policy scores the feasible
 the cluster and the allocator hold it (`SimContext.node_res`), and the policy's GPU choice inside the chosen node
 is handed to the allocator, which allocates exactly those devices (the other GPUs of the node are hidden for
 that one call). The artifact runs kube-scheduler with percentageOfNodesToScore 100 and only the policy's score
-plugin; kube-scheduler breaks score ties at random, so do we (seeded).
+plugin.
+
+Ties: the artifact's kube-scheduler (a fork, vendor/k8s.io/kubernetes/pkg/scheduler/core/generic_scheduler.go
+selectHost) does not pick a random best node: "for reproducibility" it takes the smallest node name, and the
+simulator names the nodes "%04d-<name>" from one random permutation per seed (pkg/simulator/simulator.go
+syncClusterResourceList). So every pod of an experiment breaks ties by the same random node order: a tie goes to
+the node that already won the earlier ties, which packs. Random ties instead spread the load and cost FGD five
+points of allocation ratio on the default trace (90.2% instead of 95.2% at seed 42). `SimContext.node_rank` is that
+order; RandomScore alone picks a uniformly random feasible node (its PreScore), as the artifact.
 """
 
 from __future__ import annotations
@@ -50,6 +58,11 @@ class SimContext:
         self.tasks = tasks
         self.fragmentation = fragmentation
         self.rng = random.Random(seed)
+        # the artifact's "%04d-" node-name prefixes: a random permutation of the nodes sorted by name
+        names = sorted(node_gpus)
+        prefixes = list(range(len(names)))
+        self.rng.shuffle(prefixes)
+        self.node_rank = dict(zip(names, prefixes))
 
     def node_res(self, node: str) -> NodeRes:
         cluster = self.cluster
@@ -112,9 +125,13 @@ class PaperPolicy(Policy):
         scores: dict[str, float] = {e.result.node: e.parts[0] for e in feasible}
         top = max(scores.values())
         tied = [node for node, score in scores.items() if score == top]
-        if len(tied) > 1:  # kube-scheduler's selectHost: a uniformly random node among the best
-            scores[tied[self.context.rng.randrange(len(tied))]] += 0.5
+        if len(tied) > 1:
+            scores[self.break_tie(tied)] += 0.5
         return scores
+
+    def break_tie(self, tied: list[str]) -> str:
+        """The artifact's selectHost: the smallest (prefixed) node name, i.e. the lowest rank."""
+        return min(tied, key=self.context.node_rank.__getitem__)
 
     def choose_allocations(self, scheduler: "Scheduler", info: "PodInfo", chosen: "NodeEval") -> list[dict[str, Any]]:
         first_fit = list(chosen.result.allocations or [])
@@ -140,6 +157,9 @@ class RandomPolicy(PaperPolicy):
 
     def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
         return 0, ()
+
+    def break_tie(self, tied: list[str]) -> str:
+        return tied[self.context.rng.randrange(len(tied))]
 
     def gpus(self, res: NodeRes, task: Task) -> tuple[int, ...]:
         if not task.shares_gpu:
