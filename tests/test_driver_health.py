@@ -272,3 +272,100 @@ def test_nvml_events_become_health_events(monkeypatch):
         monitor.close()
         backend.close()
     assert lib.registered_events() == {}, "the event set is freed"
+
+
+# -- DeviceTaintRules ---------------------------------------------------------------------------------------------
+
+
+class NotServed(Exception):
+    status = 404
+
+
+class FakeTaintRuleApi:
+    """One API version's *_device_taint_rule calls (as the official client's Resource*Api has them)."""
+
+    def __init__(self, served: bool):
+        self.served = served
+        self.rules: dict[str, dict] = {}
+        self.version = 0
+
+    def _check(self):
+        if not self.served:
+            raise NotServed()
+
+    def list_device_taint_rule(self, limit=None, label_selector=None):
+        self._check()
+        wanted = dict(p.split("=", 1) for p in label_selector.split(",")) if label_selector else {}
+        return {"items": [r for r in self.rules.values()
+                          if all(r["metadata"]["labels"].get(k) == v for k, v in wanted.items())]}
+
+    def create_device_taint_rule(self, body):
+        self._check()
+        assert body["metadata"]["name"] not in self.rules
+        self.version += 1
+        stored = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+        stored["spec"] = {**body["spec"], "taint": {**body["spec"]["taint"], "timeAdded": "2026-01-01T00:00:00Z"}}
+        self.rules[body["metadata"]["name"]] = stored
+
+    def replace_device_taint_rule(self, name, body):
+        assert self.rules[name]["metadata"]["resourceVersion"] == body["metadata"]["resourceVersion"]
+        del self.rules[name]
+        self.create_device_taint_rule(body)
+
+    def delete_device_taint_rule(self, name):
+        del self.rules[name]
+
+
+def test_device_taint_rules_follow_the_taints_in_the_served_version(root):
+    from gpudra.driver.publisher import KubeSliceClient
+    from gpudra.driver.taintrules import TaintRulePublisher
+
+    v1, v1beta2 = FakeTaintRuleApi(served=False), FakeTaintRuleApi(served=True)
+    client = KubeSliceClient(None, None, {"resource.k8s.io/v1": v1, "resource.k8s.io/v1beta2": v1beta2})
+    publisher = TaintRulePublisher(client, node_name=NODE, driver_name="gpu.nvidia.com", backoff_s=0.001)
+    backend = open_backend("simulated", profile="dgx-h100", node_name=NODE)
+    inventory = backend.inventory()
+    health = DeviceHealth("gpu.nvidia.com")
+
+    def devices():
+        return [d for s in build_resource_slices(inventory, NODE, taints_of=health.taints_of) for d in s["spec"]["devices"]]
+
+    assert publisher.sync(devices()) == {"supported": True, "apiVersion": "resource.k8s.io/v1beta2", "created": 0,
+                                         "updated": 0, "deleted": 0}
+    health.record([HealthEvent("xid", gpu=inventory.gpus[2].uuid, xid=79)], inventory)
+    assert publisher.sync(devices())["created"] == 1
+    (rule,) = v1beta2.rules.values()
+    assert rule["apiVersion"] == "resource.k8s.io/v1beta2"
+    assert rule["spec"]["deviceSelector"] == {"driver": "gpu.nvidia.com", "pool": NODE, "device": "gpu-2"}
+    assert (rule["spec"]["taint"]["key"], rule["spec"]["taint"]["value"]) == (XID_KEY, "79")
+    assert publisher.sync(devices())["created"] == 0, "unchanged (the server's timeAdded is not a change)"
+    health.record([HealthEvent("xid", gpu=inventory.gpus[2].uuid, xid=13)], inventory)
+    assert publisher.sync(devices())["updated"] == 1
+    assert next(iter(v1beta2.rules.values()))["spec"]["taint"]["effect"] == "None"
+    health = DeviceHealth("gpu.nvidia.com")  # a restarted driver: no taints any more
+    assert publisher.sync(devices())["deleted"] == 1 and v1beta2.rules == {}
+
+    nowhere = TaintRulePublisher(KubeSliceClient(None, None, {"resource.k8s.io/v1": FakeTaintRuleApi(served=False)}),
+                                 node_name=NODE, driver_name="gpu.nvidia.com")
+    assert nowhere.sync(devices()) == {"supported": False}
+
+
+def test_the_agent_keeps_device_taint_rules_with_its_slices(root):
+    api = WatchedSliceApi()
+    rules = FakeTaintRuleApi(served=True)
+    api.taint_rule_version = lambda: "resource.k8s.io/v1"
+    api.list_taint_rules = lambda selector: rules.list_device_taint_rule(label_selector=selector)["items"]
+    api.create_taint_rule = rules.create_device_taint_rule
+    api.replace_taint_rule = rules.replace_device_taint_rule
+    api.delete_taint_rule = rules.delete_device_taint_rule
+    agent = _agent(root, api, device_taint_rules=True)
+    agent.start()
+    try:
+        assert agent.taint_rule_summary["supported"] and rules.rules == {}
+        agent.backend.health_monitor.inject(HealthEvent("ecc", gpu=agent.backend.inventory().gpus[5].uuid))
+        _until(lambda: agent.health_republished == 1, "the republication")
+        (rule,) = rules.rules.values()
+        assert rule["spec"]["deviceSelector"]["device"] == "gpu-5"
+        assert rule["spec"]["taint"]["key"] == "gpu.nvidia.com/ecc"
+    finally:
+        agent.stop()

@@ -125,6 +125,9 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
                    "devices in the ResourceSlices and stream device health to the kubelet")
 @click.option("--additional-xids-to-ignore", envvar="ADDITIONAL_XIDS_TO_IGNORE", default="", metavar="LIST",
               help="comma-separated XIDs treated like application errors (taint effect None) besides 13,31,43,45,68,109")
+@click.option("--device-taint-rules", is_flag=True,
+              help="also keep one DeviceTaintRule per tainted device (resource.k8s.io v1/v1beta2/v1alpha3, whichever "
+                   "the cluster serves)")
 @click.option("--rolling-update-pod-uid", "rolling_update_uid", envvar="POD_UID", default=None, metavar="UID",
               help="this driver pod's UID (downward API): per-pod socket names so a new driver pod registers while "
                    "the old one still serves (kubelet >= 1.33); prepares of both are serialized by a file lock")
@@ -134,7 +137,8 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
             kubeconfig: str | None, in_cluster: bool, dynamic_mig: bool, healthcheck_port: int | None,
             registry_dir: str, plugins_dir: str, cdi_dir: str, driver_root: str, host_driver_root: str | None,
             cdi_hook_path: str | None, socket_group: str | None, call_deadline_s: float, metrics_port: int | None,
-            device_health: bool, additional_xids_to_ignore: str, rolling_update_uid: str | None, no_fsync: bool,
+            device_health: bool, additional_xids_to_ignore: str, device_taint_rules: bool,
+            rolling_update_uid: str | None, no_fsync: bool,
             verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
     from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
@@ -152,7 +156,7 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
                            socket_group=socket_group, call_deadline_s=call_deadline_s, metrics_port=metrics_port,
                            health_events=device_health, health_stream=device_health,
                            ignored_xids=parse_xid_list(additional_xids_to_ignore),
-                           rolling_update_uid=rolling_update_uid)
+                           rolling_update_uid=rolling_update_uid, device_taint_rules=device_taint_rules)
     try:
         agent = DriverAgent(options)
         agent.start()

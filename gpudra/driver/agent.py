@@ -24,7 +24,8 @@ from .health import DeviceHealth, HealthView
 from .metrics import DriverMetrics
 from .paths import DriverPaths
 from .plugin import KubeletPlugin
-from .publisher import KubeSliceClient, SlicePublisher
+from .publisher import KubeSliceClient, PublishError, SlicePublisher
+from .taintrules import TaintRulePublisher
 from .sharing import NvidiaSmiSharing, RecordingSharing, SharingControl
 from .slices import DEFAULT_DRIVER_NAME, build_resource_slices
 from .state import DeviceState
@@ -64,6 +65,7 @@ class AgentOptions:
     ignored_xids: frozenset[int] = frozenset()  # besides the application XIDs (taint effect None)
     health_poll_s: float = 0.5  # longest wait for health events before checking for stop
     health_stream: bool = True  # serve the kubelet's DRA resource-health stream (v1alpha1.DRAResourceHealth)
+    device_taint_rules: bool = False  # also keep a DeviceTaintRule per tainted device (where the cluster serves them)
     rolling_update_uid: str | None = None  # this driver pod's UID: per-pod sockets, prepares serialized by file lock
 
 
@@ -115,6 +117,8 @@ class DriverAgent:
         self.reconcile_report: dict[str, list[str]] = {}
         self.publish_summary: dict[str, Any] | None = None
         self.publisher: SlicePublisher | None = None
+        self.taint_rules: TaintRulePublisher | None = None
+        self.taint_rule_summary: dict[str, Any] | None = None
         self.republished = 0  # republish requests handled (MIG manager repartitioned the GPUs)
         self._republish_thread: threading.Thread | None = None
         self._published_devices = 0
@@ -156,6 +160,9 @@ class DriverAgent:
         if self.slice_client is not None and self.options.publish:
             self.publisher = SlicePublisher(self.slice_client, node_name=self.options.node_name,
                                             driver_name=self.options.driver_name)
+            if self.options.device_taint_rules:
+                self.taint_rules = TaintRulePublisher(self.slice_client, node_name=self.options.node_name,
+                                                      driver_name=self.options.driver_name)
         if self.options.health_events:
             self._open_health_monitor()
         self.publish()
@@ -250,6 +257,11 @@ class DriverAgent:
         if self.publisher is not None:
             self.publish_summary = self.publisher.publish(self.build_slices)
             log.info("published ResourceSlices: %s", self.publish_summary)
+        if self.taint_rules is not None:
+            try:
+                self.taint_rule_summary = self.taint_rules.sync(self._published)
+            except PublishError as exc:  # the slices carry the taints already; the next change retries
+                log.error("DeviceTaintRules: %s", exc)
 
     def _request_stamp(self) -> str | None:
         try:

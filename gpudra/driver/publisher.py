@@ -28,9 +28,12 @@ class PublishError(Exception):
 class KubeSliceClient:
     """The few calls the publisher needs, on `ResourceV1Api` / `CoreV1Api`, returning plain dicts."""
 
-    def __init__(self, resource_api: Any, core_api: Any | None = None):
+    def __init__(self, resource_api: Any, core_api: Any | None = None, taint_rule_apis: dict[str, Any] | None = None):
         self.resource = resource_api
         self.core = core_api
+        # API version -> client API object with the *_device_taint_rule calls, most preferred first
+        self.taint_rule_apis = taint_rule_apis or {}
+        self._taint_api: Any = None
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None) -> "KubeSliceClient":
@@ -41,7 +44,10 @@ class KubeSliceClient:
         else:
             config.load_incluster_config()
             api_client = client.ApiClient()
-        return cls(client.ResourceV1Api(api_client), client.CoreV1Api(api_client))
+        apis = {"resource.k8s.io/v1": client.ResourceV1Api(api_client),
+                "resource.k8s.io/v1beta2": client.ResourceV1beta2Api(api_client),
+                "resource.k8s.io/v1alpha3": client.ResourceV1alpha3Api(api_client)}
+        return cls(apis["resource.k8s.io/v1"], client.CoreV1Api(api_client), apis)
 
     def list(self, node_name: str, driver_name: str) -> list[dict[str, Any]]:
         result = self.resource.list_resource_slice(field_selector=f"spec.nodeName={node_name},spec.driver={driver_name}")
@@ -56,6 +62,36 @@ class KubeSliceClient:
 
     def delete(self, name: str) -> None:
         self.resource.delete_resource_slice(name)
+
+    def taint_rule_version(self) -> str | None:
+        """The first DeviceTaintRule API version the server serves (None: none; a 404 means not served)."""
+        for version, api in self.taint_rule_apis.items():
+            try:
+                api.list_device_taint_rule(limit=1)
+            except Exception as exc:  # noqa: BLE001 - ApiException
+                if _status(exc) == 404:
+                    continue
+                raise
+            self._taint_api = api
+            return version
+        return None
+
+    def list_taint_rules(self, label_selector: str) -> list[dict[str, Any]]:
+        data = to_plain_dict(self._taint_api, self._taint_api.list_device_taint_rule(label_selector=label_selector))
+        return list(data.get("items") or [])
+
+    def create_taint_rule(self, body: dict[str, Any]) -> None:
+        self._taint_api.create_device_taint_rule(body)
+
+    def replace_taint_rule(self, name: str, body: dict[str, Any]) -> None:
+        self._taint_api.replace_device_taint_rule(name, body)
+
+    def delete_taint_rule(self, name: str) -> None:
+        try:
+            self._taint_api.delete_device_taint_rule(name)
+        except Exception as exc:  # noqa: BLE001
+            if _status(exc) != 404:
+                raise
 
     def node_uid(self, node_name: str) -> str | None:
         if self.core is None:
