@@ -21,7 +21,7 @@ from gpudra.atomicfile import ensure_dir, write_atomic
 
 EVENT_KINDS = ("xid", "ecc", "gpu-lost", "unmonitored")
 SPOOL_DIR_MODE = 0o700
-_POLL_S = 0.05
+_POLL_S = 0.2  # how often a waiting monitor looks at the spool directory
 
 
 class HealthEventError(ValueError):
