@@ -369,3 +369,22 @@ def test_the_agent_keeps_device_taint_rules_with_its_slices(root):
         assert rule["spec"]["taint"]["key"] == "gpu.nvidia.com/ecc"
     finally:
         agent.stop()
+
+
+def test_the_agent_on_nvml_taints_what_nvml_reports(monkeypatch, root):
+    lib = install(monkeypatch, from_simulated("dgx-h100", node_name=NODE))
+    lib.fail("nvmlDeviceRegisterEvents", pynvml.NVML_ERROR_NOT_SUPPORTED, gpu=5)
+    agent = _agent(root, backend="nvml", driver_root=os.path.join(root, "no-driver"), health_stream=False)
+    agent.start()
+    try:
+        taints = {d["name"]: d.get("taints") for d in agent._published}
+        assert taints["gpu-5"] == [{"key": "gpu.nvidia.com/unmonitored", "effect": "None",
+                                    "timeAdded": taints["gpu-5"][0]["timeAdded"]}], "known before the first publication"
+        assert agent.health_republished == 0
+        lib.emit(1, pynvml.nvmlEventTypeXidCriticalError, 48)
+        _until(lambda: agent.health_republished == 1, "the republication after the NVML event")
+        taint = next(d for d in agent._published if d["name"] == "gpu-1")["taints"][0]
+        assert (taint["key"], taint["value"], taint["effect"]) == (XID_KEY, "48", "NoSchedule")
+        assert agent.health.counts(agent._published) == {"healthy": 6, "unhealthy": 1, "unknown": 1}
+    finally:
+        agent.stop()
