@@ -24,7 +24,7 @@ import os
 import shutil
 import subprocess
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from gpudra.atomicfile import ensure_dir
 
@@ -179,3 +179,59 @@ def pinned_limits(sharing: dict[str, Any], device_uuids: list[str]) -> dict[str,
         if value is not None:
             limits[uuid] = int(value)
     return limits
+
+
+def _device_uuid(record: dict[str, Any]) -> str:
+    mig = record.get("mig") or {}
+    return mig.get("uuid") or record["gpuUUID"]
+
+
+def mps_daemon(uid: str, devices: list[dict[str, Any]], mps_dir: str) -> dict[str, Any] | None:
+    """The claim's MPS control daemon (one per claim, for all its MPS devices; the first MPS config's limits), or
+    None. `devices` are the checkpoint's device records (state.py)."""
+    mps = [r for r in devices if (r.get("sharing") or {}).get("strategy") == "MPS"]
+    if not mps:
+        return None
+    return {"id": uid, "pipe": os.path.join(mps_dir, "pipe"), "log": os.path.join(mps_dir, "log"),
+            "gpus": list(dict.fromkeys(r["gpuUUID"] for r in mps)),
+            "devices": list(dict.fromkeys(_device_uuid(r) for r in mps)), "config": mps[0]["sharing"]}
+
+
+def apply_claim_sharing(control: SharingControl, uid: str, devices: list[dict[str, Any]], mps_dir: str,
+                        record: Callable[[dict[str, Any]], None]) -> None:
+    """Time-slicing intervals on full GPUs, then the claim's MPS daemon with its limits. `record(daemon)` is called
+    before the daemon starts, for the checkpoint."""
+    for device in devices:
+        sharing = device.get("sharing") or {}
+        if sharing.get("strategy") == "TimeSlicing" and device["type"] == "gpu":
+            control.set_compute_mode(device["gpuUUID"], "DEFAULT")
+            control.set_time_slice(device["gpuUUID"], interval_number(sharing.get("timeSliceInterval")))
+    daemon = mps_daemon(uid, devices, mps_dir)
+    if daemon is None:
+        return
+    for gpu in daemon["gpus"]:
+        control.set_compute_mode(gpu, "EXCLUSIVE_PROCESS")
+    config = daemon.pop("config")
+    record(daemon)
+    control.start_mps(uid, daemon["devices"], daemon["pipe"], daemon["log"])
+    if config.get("mpsActiveThreadPercentage") is not None:
+        control.mps_command(uid, daemon["pipe"],
+                            f"set_default_active_thread_percentage {config['mpsActiveThreadPercentage']}")
+    for device_uuid, mib in pinned_limits(config, daemon["devices"]).items():
+        control.mps_command(uid, daemon["pipe"], f"set_default_device_pinned_mem_limit {device_uuid} {mib}M")
+
+
+def undo_claim_sharing(control: SharingControl, uid: str, entry: dict[str, Any], mps_dir: str,
+                       held_gpus: set[str]) -> None:
+    """Stop the claim's MPS daemon (recorded in the checkpoint, or implied by its MPS devices after a crash before
+    it was recorded), then compute mode DEFAULT; time slices back to Default on GPUs no other claim holds."""
+    devices = entry.get("devices", [])
+    daemon = entry.get("mpsDaemon") or mps_daemon(uid, devices, mps_dir)
+    if daemon is not None:
+        control.stop_mps(uid, daemon["pipe"])
+        for gpu in daemon["gpus"]:
+            control.set_compute_mode(gpu, "DEFAULT")
+    for device in devices:
+        sharing = device.get("sharing") or {}
+        if sharing.get("strategy") == "TimeSlicing" and device["type"] == "gpu" and device["gpuUUID"] not in held_gpus:
+            control.set_time_slice(device["gpuUUID"], interval_number("Default"))

@@ -41,7 +41,7 @@ from .claims import ClaimSource, ClaimSourceError
 from .config import ConfigError, DeviceConfig, claim_configs, config_for
 from .paths import DriverPaths
 from .quarantine import load_quarantine, quarantine_entry, save_quarantine
-from .sharing import SharingControl, SharingError, interval_number, pinned_limits
+from .sharing import SharingControl, SharingError, apply_claim_sharing, undo_claim_sharing
 
 log = logging.getLogger("gpudra.driver")
 _LOCK_STRIPES = 256
@@ -324,64 +324,23 @@ class DeviceState:
         if any((d.get("sharing") or {}).get("strategy") == "MPS" for d in entry.get("devices", [])):
             shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
 
-    # -- sharing (time-slicing, MPS) -----------------------------------------------------------------
-    @staticmethod
-    def _device_uuid(record: dict[str, Any]) -> str:
-        mig = record.get("mig") or {}
-        return mig.get("uuid") or record["gpuUUID"]
-
-    def _mps_daemon(self, uid: str, devices: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """The claim's MPS control daemon (one per claim, for all its MPS devices), or None."""
-        mps = [r for r in devices if (r.get("sharing") or {}).get("strategy") == "MPS"]
-        if not mps:
-            return None
-        base = self._mps_dir(uid)
-        return {"id": uid, "pipe": os.path.join(base, "pipe"), "log": os.path.join(base, "log"),
-                "gpus": list(dict.fromkeys(r["gpuUUID"] for r in mps)),
-                "devices": list(dict.fromkeys(self._device_uuid(r) for r in mps)), "config": mps[0]["sharing"]}
-
+    # -- sharing (time-slicing, MPS: sharing.py) --------------------------------------------------------
     def _apply_sharing(self, uid: str, entry: dict[str, Any]) -> None:
-        """Time-slicing intervals on full GPUs, then the claim's MPS daemon with its limits (sharing.py)."""
         if self.sharing is None:
             return
-        for record in entry["devices"]:
-            sharing = record.get("sharing") or {}
-            if sharing.get("strategy") == "TimeSlicing" and record["type"] == "gpu":
-                self.sharing.set_compute_mode(record["gpuUUID"], "DEFAULT")
-                self.sharing.set_time_slice(record["gpuUUID"], interval_number(sharing.get("timeSliceInterval")))
-        daemon = self._mps_daemon(uid, entry["devices"])
-        if daemon is None:
-            return
-        for gpu in daemon["gpus"]:
-            self.sharing.set_compute_mode(gpu, "EXCLUSIVE_PROCESS")
-        with self._cp_lock:
-            entry["mpsDaemon"] = {k: v for k, v in daemon.items() if k != "config"}  # persisted with PrepareCompleted
-        self.sharing.start_mps(uid, daemon["devices"], daemon["pipe"], daemon["log"])
-        config = daemon["config"]
-        if config.get("mpsActiveThreadPercentage") is not None:
-            self.sharing.mps_command(uid, daemon["pipe"],
-                                     f"set_default_active_thread_percentage {config['mpsActiveThreadPercentage']}")
-        for device, mib in pinned_limits(config, daemon["devices"]).items():
-            self.sharing.mps_command(uid, daemon["pipe"], f"set_default_device_pinned_mem_limit {device} {mib}M")
+
+        def record(daemon: dict[str, Any]) -> None:  # persisted with PrepareCompleted
+            with self._cp_lock:
+                entry["mpsDaemon"] = daemon
+        apply_claim_sharing(self.sharing, uid, entry["devices"], self._mps_dir(uid), record)
 
     def _undo_sharing(self, uid: str, entry: dict[str, Any]) -> None:
-        """Stop the claim's MPS daemon (recorded in the checkpoint, or implied by its MPS devices after a crash
-        before it was recorded) and set time slices back to Default on GPUs no other claim holds."""
         if self.sharing is None:
             return
-        devices = entry.get("devices", [])
-        daemon = entry.get("mpsDaemon") or self._mps_daemon(uid, devices)
-        if daemon is not None:
-            self.sharing.stop_mps(uid, daemon["pipe"])
-            for gpu in daemon["gpus"]:
-                self.sharing.set_compute_mode(gpu, "DEFAULT")
         with self._cp_lock:
             held = {d.get("gpuUUID") for other, e in self._cp["claims"].items() if other != uid
                     and other not in self._releasing for d in e.get("devices", [])}
-        for record in devices:
-            sharing = record.get("sharing") or {}
-            if sharing.get("strategy") == "TimeSlicing" and record["type"] == "gpu" and record["gpuUUID"] not in held:
-                self.sharing.set_time_slice(record["gpuUUID"], interval_number("Default"))
+        undo_claim_sharing(self.sharing, uid, entry, self._mps_dir(uid), held)
 
     def _mig_shared(self, uid: str, device: dict[str, Any]) -> bool:
         """Another claim (admin access) still uses this dynamic MIG device: keep it. Claims being
