@@ -25,7 +25,8 @@ from gpudra.discovery import open_backend
 from gpudra.discovery.health import HealthEvent, HealthEventError
 from gpudra.driver.agent import AgentOptions, DriverAgent
 from gpudra.driver.health import DeviceHealth, parse_xid_list
-from gpudra.driver.protos import dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc
+from gpudra.driver.protos import (dra_health_v1_pb2, dra_health_v1_pb2_grpc, dra_health_v1alpha1_pb2,
+                                  dra_health_v1alpha1_pb2_grpc)
 from gpudra.driver.slices import build_resource_slices, device_classes
 
 NODE = "node-h"
@@ -195,7 +196,10 @@ def test_inject_event_usage_errors(root):
     assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu-lost"]).exit_code == 0
 
 
-def test_the_kubelet_health_stream_reports_every_device_and_then_the_change(root):
+@pytest.mark.parametrize("pb2, grpc_module, service", [
+    (dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc, "v1alpha1.DRAResourceHealth"),
+    (dra_health_v1_pb2, dra_health_v1_pb2_grpc, "v1.DRAResourceHealth")])
+def test_the_kubelet_health_stream_reports_every_device_and_then_the_change(root, pb2, grpc_module, service):
     agent = _agent(root)
     agent.start()
     try:
@@ -204,21 +208,21 @@ def test_the_kubelet_health_stream_reports_every_device_and_then_the_change(root
         kubelet = KubeletClient(agent.paths.registration_socket)
         info = kubelet.register()
         kubelet.close()
-        assert "v1alpha1.DRAResourceHealth" in info.supported_versions
+        assert service in info.supported_versions
         assert info.supported_versions[0] == "v1.DRAPlugin"
         with grpc.insecure_channel(f"unix://{info.endpoint}") as channel:
-            stub = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(channel)
-            stream = stub.NodeWatchResources(dra_health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=30)
+            stub = grpc_module.DRAResourceHealthStub(channel)
+            stream = stub.NodeWatchResources(pb2.NodeWatchResourcesRequest(), timeout=30)
             first = next(stream)
             assert len(first.devices) == 8
-            assert {d.health for d in first.devices} == {dra_health_v1alpha1_pb2.HEALTHY}
+            assert {d.health for d in first.devices} == {pb2.HEALTHY}
             assert {d.device.pool_name for d in first.devices} == {NODE}
             uuid = agent.backend.inventory().gpus[3].uuid
             agent.backend.health_monitor.inject(HealthEvent("gpu-lost", gpu=uuid))
             second = next(stream)
             states = {d.device.device_name: (d.health, d.message) for d in second.devices}
-            assert states["gpu-3"] == (dra_health_v1alpha1_pb2.UNHEALTHY, "gpu.nvidia.com/gpu-lost")
-            assert sum(h == dra_health_v1alpha1_pb2.HEALTHY for h, _ in states.values()) == 7
+            assert states["gpu-3"] == (pb2.UNHEALTHY, "gpu.nvidia.com/gpu-lost")
+            assert sum(h == pb2.HEALTHY for h, _ in states.values()) == 7
             stream.cancel()
     finally:
         agent.stop()

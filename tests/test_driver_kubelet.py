@@ -73,7 +73,8 @@ def test_registration_info(node):
     assert node.agent.paths.dra_socket == os.path.join(node.root, "var/lib/kubelet/plugins/gpu.nvidia.com/dra.sock")
     assert node.agent.paths.registration_socket == os.path.join(
         node.root, "var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock")
-    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"]
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth",
+                                             "v1alpha1.DRAResourceHealth"]
     assert node.kubelet.version == "v1.DRAPlugin"
     assert node.agent.plugin.registration.registered.is_set()
 

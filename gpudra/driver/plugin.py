@@ -13,7 +13,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from .calls import DEFAULT_DEADLINE_S, CallAbandoned, ClaimCalls
 from .metrics import DriverMetrics
-from .protos import (dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc, dra_v1_pb2, dra_v1_pb2_grpc,
+from .protos import (dra_health_v1_pb2, dra_health_v1_pb2_grpc, dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc,
+                     dra_v1_pb2, dra_v1_pb2_grpc,
                      dra_v1beta1_pb2, dra_v1beta1_pb2_grpc, pluginregistration_pb2, pluginregistration_pb2_grpc)
 from .state import ClaimRef, DeviceState, PrepareError
 
@@ -22,8 +23,9 @@ log = logging.getLogger("gpudra.driver.plugin")
 PLUGIN_TYPE = "DRAPlugin"
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 # Listed after the DRA services: the kubelet picks the first entry it supports as the DRA API version
-# and, with its ResourceHealthStatus feature gate, opens the health stream when this one is listed.
-HEALTH_SERVICE = "v1alpha1.DRAResourceHealth"
+# and, with its ResourceHealthStatus feature gate, opens the health stream when one of these is listed
+# (v1 since 2026-05; v1alpha1 for older kubelets).
+HEALTH_SERVICES_OFFERED = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
 HEALTH_MESSAGE_MAX = 1024
 HEALTH_STREAM_RESEND_S = 30.0  # the full list again even without a change (the kubelet times devices out)
 HEALTH_SERVICES = ("", "liveness")
@@ -138,29 +140,28 @@ class _V1beta1(_DraServicer, dra_v1beta1_pb2_grpc.DRAPluginServicer):
         super().__init__(state, dra_v1beta1_pb2, False, calls, metrics)
 
 
-_HEALTH_CODES = {"healthy": dra_health_v1alpha1_pb2.HEALTHY, "unhealthy": dra_health_v1alpha1_pb2.UNHEALTHY,
-                 "unknown": dra_health_v1alpha1_pb2.UNKNOWN}
-
-
-class HealthStreamServicer(dra_health_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
+class HealthStreamServicer:
     """`NodeWatchResources`: the complete device list at once, then after every health change (and every
     HEALTH_STREAM_RESEND_S), until the kubelet hangs up or the plugin stops. `source` has `version`,
     `wait_for_change(version, timeout)` and `snapshot()` -> [{pool, device, health, message, updated}]."""
 
-    def __init__(self, source: Any, stopping: threading.Event, resend_s: float = HEALTH_STREAM_RESEND_S):
+    def __init__(self, source: Any, stopping: threading.Event, pb2: Any = dra_health_v1alpha1_pb2,
+                 resend_s: float = HEALTH_STREAM_RESEND_S):
+        self.pb2 = pb2  # dra_health_v1_pb2 or dra_health_v1alpha1_pb2: the same messages in two packages
         self.source = source
         self.stopping = stopping
         self.resend_s = resend_s
 
     def _response(self) -> Any:
-        response = dra_health_v1alpha1_pb2.NodeWatchResourcesResponse()
+        pb2 = self.pb2
+        codes = {"healthy": pb2.HEALTHY, "unhealthy": pb2.UNHEALTHY, "unknown": pb2.UNKNOWN}
+        response = pb2.NodeWatchResourcesResponse()
         for item in self.source.snapshot():
             message = item["message"]
             if len(message) > HEALTH_MESSAGE_MAX:
                 message = message[:HEALTH_MESSAGE_MAX - 3] + "..."
-            response.devices.add(device=dra_health_v1alpha1_pb2.DeviceIdentifier(pool_name=item["pool"],
-                                                                                   device_name=item["device"]),
-                                 health=_HEALTH_CODES[item["health"]], last_updated_time=int(item["updated"]),
+            response.devices.add(device=pb2.DeviceIdentifier(pool_name=item["pool"], device_name=item["device"]),
+                                 health=codes[item["health"]], last_updated_time=int(item["updated"]),
                                  message=message)
         return response
 
@@ -221,7 +222,7 @@ class KubeletPlugin:
         self.dra_socket = dra_socket
         self.registration_socket = registration_socket
         self.health = health.HealthServicer()
-        versions = SUPPORTED_VERSIONS + ((HEALTH_SERVICE,) if health_source is not None else ())
+        versions = SUPPORTED_VERSIONS + (HEALTH_SERVICES_OFFERED if health_source is not None else ())
         self.registration = RegistrationServicer(driver_name, dra_socket, versions)
         self.stopping = threading.Event()
         self.calls = ClaimCalls(call_deadline_s)
@@ -230,8 +231,10 @@ class KubeletPlugin:
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_V1beta1(state, self.calls, metrics), self._dra_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._dra_server)
         if health_source is not None:
+            dra_health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
+                HealthStreamServicer(health_source, self.stopping, dra_health_v1_pb2), self._dra_server)
             dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
-                HealthStreamServicer(health_source, self.stopping), self._dra_server)
+                HealthStreamServicer(health_source, self.stopping, dra_health_v1alpha1_pb2), self._dra_server)
         self._reg_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="reg"))
         pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(self.registration, self._reg_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._reg_server)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-PROTOS = ("dra_v1.proto", "dra_v1beta1.proto", "pluginregistration.proto", "dra_health_v1alpha1.proto")
+PROTOS = ("dra_v1.proto", "dra_v1beta1.proto", "pluginregistration.proto", "dra_health_v1alpha1.proto", "dra_health_v1.proto")
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))  # directory holding `gpudra/`
 REL_DIR = os.path.relpath(HERE, PACKAGE_ROOT)
