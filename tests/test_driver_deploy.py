@@ -168,3 +168,14 @@ def test_helm_values_turn_the_mig_manager_off_or_bring_a_configmap():
     assert ("ConfigMap", "mine") not in kinds(own) and ("DaemonSet", "gpudra-mig-manager") in kinds(own)
     ds = next(o for o in own if o["metadata"]["name"] == "gpudra-mig-manager" and o["kind"] == "DaemonSet")
     assert ds["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] == "mine"
+
+
+def test_helm_values_for_device_health_become_driver_arguments():
+    from helm_template import helm_template
+
+    objects = helm_template(os.path.join(DEPLOY, "helm", "gpudra"), namespace="g",
+                            values={"deviceTaintRules": True, "additionalXidsToIgnore": "48,63"})
+    ds = next(o for o in objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "gpudra-kubelet-plugin")
+    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    ctx = run_cmd.make_context("run", args[2:] + ["--node-name", "n"])
+    assert ctx.params["device_taint_rules"] and ctx.params["additional_xids_to_ignore"] == "48,63"
