@@ -90,7 +90,8 @@ def test_time_slicing_and_mps_steps_in_order_and_undone_on_unprepare(root):
             spec = yaml.safe_load(fh)
         edits = spec["devices"][0]["containerEdits"]
         assert "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps" in edits["env"]
-        assert {m["hostPath"] for m in edits["mounts"]} == {f"{mps_dir}/pipe", f"{mps_dir}/shm"}
+        assert {m["hostPath"]: m["containerPath"] for m in edits["mounts"]} == {
+            f"{mps_dir}/pipe": "/tmp/nvidia-mps", f"{mps_dir}/shm": "/dev/shm", f"{mps_dir}/log": "/var/log/nvidia-mps"}
 
         assert not kubelet.unprepare([mps, sliced]).claims[mps[2]].error
         tail = read_sharing_log(agent.paths.simulated_sharing_log)[len(log):]

@@ -16,6 +16,7 @@ NVIDIACTL_MINOR = 255
 SIMULATED_MAJORS = {"nvidia-uvm": 510, "nvidia-caps": 511}
 CAPS_FILE_MODE = 0o444
 MPS_PIPE_IN_CONTAINER = "/tmp/nvidia-mps"
+MPS_LOG_IN_CONTAINER = "/var/log/nvidia-mps"  # the claim's daemon log, read-only: why a client was refused
 
 
 def read_char_majors(proc_devices: str = "/proc/devices") -> dict[str, int]:
@@ -104,6 +105,8 @@ def device_edits(prepared: dict[str, Any], majors: dict[str, int], mps_dir: str 
                                   options=["rw", "nosuid", "nodev", "bind"]))
         edits.mounts.append(Mount(host_path=f"{mps_dir}/shm", container_path="/dev/shm",
                                   options=["rw", "nosuid", "nodev", "bind"]))
+        edits.mounts.append(Mount(host_path=f"{mps_dir}/log", container_path=MPS_LOG_IN_CONTAINER,
+                                  options=["ro", "nosuid", "nodev", "bind"]))
     return edits
 
 
