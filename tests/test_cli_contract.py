@@ -266,3 +266,77 @@ def test_allocate_each_and_explain_name_the_same_first_node() -> None:
         namespace, name = key.split("/")
         explained = gpudra("explain", "-f", CLUSTER, "-f", fixed, "-n", namespace, f"claim/{name}", "-o", "json")
         assert json.loads(explained.stdout)["placement"]["node"] == node, key
+
+
+def _no_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pynvml
+
+    def missing() -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", missing)
+
+
+@pytest.mark.parametrize("command", [["discover"], ["driver", "slices", "--node-name", "n"]])
+def test_without_nvml_the_default_says_loudly_that_the_gpus_are_simulated(monkeypatch, command) -> None:
+    _no_nvml(monkeypatch)
+    result = gpudra(*command)
+    assert result.returncode == 0, result.stderr
+    assert "SIMULATED GPUs" in result.stderr and "--backend simulated" in result.stderr
+    explicit = gpudra(*command, "--backend", "simulated")
+    assert explicit.returncode == 0 and "SIMULATED" not in explicit.stderr
+    profile_named = gpudra(*command, "--profile", "l4-node")  # naming a simulated node asks for one
+    assert profile_named.returncode == 0 and "SIMULATED" not in profile_named.stderr
+    required = gpudra(*command, "--backend", "nvml")
+    assert required.returncode == 2 and required.stderr.startswith("error: ")
+
+
+def test_driver_run_says_so_too(monkeypatch, tmp_path) -> None:
+    _no_nvml(monkeypatch)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    result = gpudra("driver", "run", "--node-name", "n", "--root", str(tmp_path))  # no claim source: stops early
+    assert result.returncode == 2
+    assert "SIMULATED GPUs" in result.stderr
+
+
+def test_with_nvml_the_default_reads_the_real_gpus(monkeypatch) -> None:
+    from tests.fake_libnvml import from_simulated, install
+
+    install(monkeypatch, from_simulated("l4-node"))
+    result = gpudra("discover", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    inventory = json.loads(result.stdout)
+    assert inventory["backend"] == "nvml" and len(inventory["gpus"]) == 4
+    assert "SIMULATED" not in result.stderr
+
+
+GENERATORS = [
+    *(["driver", "slices", "--backend", "simulated", "--node-name", "node-a", "--profile", profile, *extra]
+      for profile in ("dgx-h100", "hgx-a100-mig", "l4-node", "a30-mig")
+      for extra in ([], ["--dynamic-mig"], ["--sharing", "consumable"])),
+    ["driver", "deviceclasses"],
+    ["driver", "deviceclasses", "--driver-name", "gpu.example.com"],
+    ["mig", "slices", "--gpu", "h100-80gb", "--count", "2"],
+    ["mig", "slices", "--gpu", "a100-80gb", "--node", "worker-7"],
+]
+
+
+@pytest.mark.parametrize("command", GENERATORS, ids=lambda command: " ".join(command))
+def test_every_generator_prints_what_gpudra_validate_accepts(command: list[str]) -> None:
+    generated = gpudra(*command, "-o", "yaml")
+    assert generated.returncode == 0, generated.stderr
+    checked = gpudra("validate", "-f", "-", stdin=generated.stdout)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize("command, option", [
+    (["driver", "slices", "--backend", "simulated", "--node-name", "BAD NODE"], "--node-name"),
+    (["driver", "slices", "--backend", "simulated", "--node-name", "n", "--generation", "-1"], "--generation"),
+    (["driver", "deviceclasses", "--driver-name", "Bad Name"], "--driver-name"),
+    (["mig", "slices", "--gpu", "h100-80gb", "--node", "Node_1"], "--node"),
+])
+def test_generator_options_that_would_give_invalid_objects_are_usage_errors(command, option) -> None:
+    result = gpudra(*command)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert f"error: Invalid value for '{option}'" in result.stderr

@@ -87,3 +87,16 @@ def read_objects(paths: Iterable[str], kubeconfig: str | None = None, context: s
 
     documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command=command)
     return [to_v1(document.obj) for document in documents]
+
+
+def require_generated_valid(objects: list[dict[str, Any]], command: str) -> None:
+    """Objects a generator (`driver slices`, `driver deviceclasses`, `mig slices`) is about to print must pass
+    `gpudra validate`: options that would make them invalid are a usage error, not output to apply."""
+    from gpudra.api.load import Document
+
+    documents = [Document(obj, f"<{command}>", index) for index, obj in enumerate(objects, start=1)]
+    problems = validation_errors(documents)
+    if problems:
+        lines = [str(problem) for problem in problems]
+        raise UsageError(f"these options give objects that the API server would refuse: {lines[0]}",
+                         details=[f"error: {line}" for line in lines[1:]])

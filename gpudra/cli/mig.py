@@ -10,7 +10,9 @@ import yaml
 
 from gpudra.catalog import GpuModel, UnknownGpuModel, find_gpu_model, gpu_model, mig_models
 from gpudra.cli.errors import NEGATIVE, USAGE, fail
-from gpudra.cli.output import output_option, render_data
+from gpudra.cli.inputs import require_generated_valid
+from gpudra.cli.options import dns_subdomain_value
+from gpudra.cli.output import output_option, render_data, render_objects
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -285,8 +287,10 @@ def validate_command(path: str, gpus: tuple[str, ...], verbose: bool) -> None:
 @command.command(name="slices")
 @click.option("--gpu", "gpu", required=True, help="GPU model of every GPU on the node")
 @click.option("--count", default=1, show_default=True, type=click.IntRange(1, 8), help="number of GPUs")
-@click.option("--node", "node_name", default="node-1", show_default=True)
-def slices_command(gpu: str, count: int, node_name: str) -> None:
+@click.option("--node", "node_name", default="node-1", show_default=True, callback=dns_subdomain_value())
+@output_option(formats=("table", "wide", "yaml", "json"), pipe_default="yaml",
+               help="table: one row per slice; yaml/json: the ResourceSlices.")
+def slices_command(gpu: str, count: int, node_name: str, output: str) -> None:
     """Print the dynamic-MIG ResourceSlices (k8s >= 1.35 layout) of a node with COUNT such GPUs."""
     from gpudra.mig.dynamic import DynamicMigGpu, resource_slices
 
@@ -295,7 +299,14 @@ def slices_command(gpu: str, count: int, node_name: str) -> None:
                           attributes={"productName": {"string": model.product_names[0]},
                                       "architecture": {"string": model.architecture}})
             for i in range(count)]
-    click.echo(yaml.dump_all(resource_slices(node_name, gpus), Dumper=_Dumper, sort_keys=False), nl=False)
+    slices = resource_slices(node_name, gpus)
+    require_generated_valid(slices, "mig slices")
+    if output in ("table", "wide"):
+        from gpudra.cli.driver import slices_table
+
+        click.echo(slices_table(slices, output == "wide"), nl=False)
+    else:
+        click.echo(render_objects(slices, output), nl=False)
 
 
 @command.command(name="plan")
