@@ -43,17 +43,19 @@ def validation_errors(documents: list[Document]) -> list[Problem]:
     return errors(validate_documents(documents))
 
 
-def require_valid(documents: list[Document], command: str) -> None:
-    """InvalidInput (exit 1) with `gpudra validate`'s messages when any document has an error."""
+def require_valid(documents: list[Document], command: str, no_validate: bool = True) -> None:
+    """InvalidInput (exit 1) with `gpudra validate`'s messages when any document has an error;
+    `no_validate`: the command has the --no-validate escape hatch (and says so)."""
     problems = validation_errors(documents)
     if problems:
-        raise invalid_input(problems, command)
+        raise invalid_input(problems, command, no_validate)
 
 
-def invalid_input(problems: list[Problem], command: str) -> InvalidInput:
+def invalid_input(problems: list[Problem], command: str, no_validate: bool = True) -> InvalidInput:
     lines = [problem.render() for problem in problems]
+    hatch = "; --no-validate goes on anyway" if no_validate else ""
     trailer = (f"{len(problems)} validation error(s): {command} refuses invalid input "
-               "(`gpudra validate` explains them; --no-validate goes on anyway)")
+               f"(`gpudra validate` explains them{hatch})")
     return InvalidInput(lines[0], details=[*(f"error: {line}" for line in lines[1:]), trailer])
 
 
