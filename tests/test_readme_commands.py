@@ -4,11 +4,23 @@
 from __future__ import annotations
 
 import ast
+import contextlib
+import os
 import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 import click
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from gpudra.cli import cli
@@ -154,3 +166,191 @@ def test_every_documented_negative_answer_exits_1(tmp_path: Path) -> None:
         tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
         body = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == function)
         assert "exit_code == 1" in ast.unparse(body), name
+
+
+# --- every command in the README's code blocks is run ------------------------------------------------------------
+
+
+# Run only with GPUDRA_README_FULL=1: full-scale trace replays (minutes to hours); the suite checks their options.
+FULL_SCALE = {
+    "gpudra simulate",
+    "gpudra simulate --policies all --seeds 10 --trace default,gpushare40 --out-dir out",
+    "gpudra simulate --mode both --policies fgd,bestfit --out-dir out",
+}
+# Not run by a test, and why: the environment's own setup and the suite itself (.ci/run runs that line).
+NOT_RUN = {
+    "pip install .": "installing gpudra is the test environment's setup",
+    "pip install '.[test]'": "installing the test extra is the test environment's setup",
+    "python -m pytest -n auto": "the suite itself: .ci/run runs exactly this line (checked below)",
+}
+# Daemons that follow a real cluster: their options are checked here, and they run elsewhere against fakes.
+DAEMONS_ELSEWHERE = {
+    "gpudra mig manager -f /config/config.yaml --in-cluster --backend nvml":
+        "tests/test_mig_manager.py runs the manager against a fake API server",
+}
+
+
+def readme_code_commands() -> list[tuple[str, str, str]]:
+    """(section, command, comment) for every line of every ```sh block, in order."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    found = []
+    section = ""
+    in_block = False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+        if line.startswith("```"):
+            in_block = line.strip() == "```sh" and not in_block
+            continue
+        if in_block and line.strip():
+            command, _, comment = line.partition("  #")
+            found.append((section, command.strip(), comment.strip()))
+    return found
+
+
+def _expected_exit(comment: str) -> int:
+    match = re.search(r"\bexit (\d)\b", comment)
+    return int(match.group(1)) if match else 0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory that looks like the repository's root to the README's relative paths."""
+    for name in ("examples", "benchmarks"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _split(command: str) -> tuple[list[str], str | None]:
+    args = shlex.split(command)
+    if ">" in args:
+        at = args.index(">")
+        return args[:at], args[at + 1]
+    return args, None
+
+
+def _run_in_process(args: list[str], redirect: str | None, monkeypatch: pytest.MonkeyPatch, tmp: Path) -> tuple[int, str]:
+    if args[:2] == ["kubectl", "gpudra"]:
+        args = ["gpudra", *args[2:]]
+    assert args[0] == "gpudra", args
+    args = args[1:]
+    with contextlib.ExitStack() as stack:
+        if "--context" in args:  # a live cluster: a loopback API server with examples/ in it
+            from test_live_reader import FakeApiServer
+
+            from gpudra.kube.reader import CLUSTER_KINDS
+
+            served = {kind.kind for kind in CLUSTER_KINDS}  # what a cluster has (a Deployment's pods, not it)
+            objects = [o for folder in ("cluster", "workloads") for path in sorted((EXAMPLES / folder).glob("*.yaml"))
+                       for o in yaml.safe_load_all(path.read_text()) if o and o["kind"] in served]
+            server = stack.enter_context(FakeApiServer(objects))
+            context = args[args.index("--context") + 1]
+            monkeypatch.setenv("KUBECONFIG", server.kubeconfig(str(tmp / "kubeconfig"), context=context))
+        if "nvml" in args:  # an NVIDIA driver: the real pynvml on a fake libnvidia-ml with simulated GPUs
+            from fake_libnvml import from_simulated, install
+
+            install(monkeypatch, from_simulated("dgx-h100"))
+            if args[:2] == ["mig", "apply"]:
+                args = [*args, "--root", str(tmp / "node")]  # the node driver's state, not this machine's
+        result = CliRunner().invoke(cli, args, prog_name="gpudra")
+    if redirect:
+        Path(redirect).write_text(result.stdout)
+    return result.exit_code, result.output
+
+
+def _run_driver(command: str, tmp: Path) -> tuple[int, str]:
+    """`driver run` serves until SIGTERM: start it, wait until ready, read /metrics, stop it."""
+    port = _free_port()
+    root = Path(tempfile.mkdtemp(prefix="gdr", dir="/tmp"))  # short: unix socket paths end at 107 bytes
+    command = command.replace("/tmp/n1", str(root / "n1")).replace("--metrics-port 9400", f"--metrics-port {port}")
+    args = shlex.split(command)
+    (root / "n1" / "claims").mkdir(parents=True)
+    process = subprocess.Popen([sys.executable, "-m", "gpudra", *args[1:]], stderr=subprocess.PIPE, text=True,
+                               stdout=subprocess.DEVNULL, env={**os.environ, "KUBECONFIG": ""})
+    assert process.stderr is not None
+    try:
+        deadline = time.monotonic() + 120
+        log = []
+        while time.monotonic() < deadline:
+            line = process.stderr.readline()
+            log.append(line)
+            if not line or line.startswith("ready:"):
+                break
+        assert log[-1].startswith("ready:"), "".join(log)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+            metrics = response.read().decode()
+        assert "gpudra" in metrics
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+        shutil.rmtree(root, ignore_errors=True)
+    return process.returncode, metrics
+
+
+def _check_options(command: str) -> None:
+    """The command line parses (names a command; its options and values are accepted), without running it."""
+    args, _ = _split(command)
+    args = args[1:]
+    command_obj: click.Command = cli
+    ctx = click.Context(cli, info_name="gpudra")
+    while isinstance(command_obj, click.Group):
+        sub = command_obj.get_command(ctx, args[0])
+        assert sub is not None, command
+        ctx = click.Context(sub, info_name=args[0], parent=ctx)
+        command_obj, args = sub, args[1:]
+    command_obj.make_context(ctx.info_name, list(args), parent=ctx.parent)
+
+
+def test_every_readme_command_runs(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_readme_local_cluster import readme_commands as local_cluster_commands
+
+    commands = readme_code_commands()
+    assert len(commands) > 30
+    ran = []
+    for section, command, comment in commands:
+        if section == "Local cluster":
+            continue  # run, in order, by tests/test_readme_local_cluster.py
+        parts = [part.strip() for part in command.split("&&")]
+        for part in parts:
+            if part in NOT_RUN:
+                continue
+            if part in DAEMONS_ELSEWHERE or (part in FULL_SCALE and not os.environ.get("GPUDRA_README_FULL")):
+                _check_options(part)
+                continue
+            if part.startswith("python benchmarks/"):
+                done = subprocess.run([sys.executable, *shlex.split(part.replace("/tmp/", f"{workdir}/"))[1:]],
+                                      capture_output=True, text=True, timeout=600, check=False)
+                code, output = done.returncode, done.stdout + done.stderr
+            elif part.startswith("gpudra driver run"):
+                code, output = _run_driver(part, workdir)
+            else:
+                args, redirect = _split(part)
+                code, output = _run_in_process(args, redirect, monkeypatch, workdir)
+            assert code == _expected_exit(comment), (part, output[-3000:])
+            assert "Traceback" not in output, part
+            ran.append(part)
+    local = [command for section, command, _ in commands if section == "Local cluster"]
+    assert local == local_cluster_commands()
+    every = {part.strip() for _, command, _ in commands for part in command.split("&&")}
+    assert set(NOT_RUN) | set(DAEMONS_ELSEWHERE) | FULL_SCALE <= every, "a listed exception left the README"
+    assert len(ran) >= 20
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "grep -m1 -E \"^pip install '\\.\\[test\\]'\" README.md" in script
+    first = next(command for _, command, _ in readme_code_commands() if command.startswith("pip install '.[test]'"))
+    assert first == "pip install '.[test]' && python -m pytest -n auto"
+
+
+def test_mig_manager_runs_against_a_fake_api_server_elsewhere() -> None:
+    for reason in DAEMONS_ELSEWHERE.values():
+        path = ROOT / reason.split()[0]
+        assert path.exists() and '"manager"' in path.read_text(encoding="utf-8")
