@@ -95,7 +95,7 @@ def test_a_closed_pipe_ends_quietly() -> None:
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the first write
     try:
-        result = subprocess.run([sys.executable, "-m", "gpudra", "driver", "slices", "--node-name", "n",
+        result = subprocess.run([sys.executable, "-m", "gpudra", "driver", "slices", "--backend", "simulated", "--node-name", "n",
                                  "--dynamic-mig", "-o", "json"], cwd=ROOT, stdout=write_end,
                                 stderr=subprocess.PIPE, text=True, timeout=120)
     finally:
@@ -105,7 +105,7 @@ def test_a_closed_pipe_ends_quietly() -> None:
 
 
 def test_the_shell_pipeline_to_head_is_quiet() -> None:
-    result = subprocess.run("set -o pipefail; python -m gpudra driver slices --node-name n --dynamic-mig "
+    result = subprocess.run("set -o pipefail; python -m gpudra driver slices --backend simulated --node-name n --dynamic-mig "
                             "-o yaml | head -1", shell=True, executable="/bin/bash", cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.stdout == "apiVersion: v1\n" or result.stdout.startswith(("apiVersion", "---", "items"))

@@ -526,6 +526,11 @@ def _read(path: str) -> str:
         raise LoadError(path, exc.strerror or str(exc)) from None
 
 
+def read_text(path: str) -> str:
+    """One file's (or stdin's, for '-') text, with the loader's limits and error wording (LoadError)."""
+    return _read(path)
+
+
 def expand_paths(paths: Iterable[str]) -> list[str]:
     """Files as given; directories walked recursively for *.yaml, *.yml and *.json, in sorted order
     (a directory with none stays in the list, for the loader to report)."""

@@ -9,6 +9,7 @@ import sys
 import click
 
 from gpudra.cdi import DEFAULT_SPEC_DIRS, CdiError, Registry, apply_edits, default_oci_spec, load_spec_file, validate_spec
+from gpudra.cli.errors import NEGATIVE, OK, USAGE, InputError, show_error, warn
 
 
 def _dirs(root: str | None, spec_dirs: tuple[str, ...]) -> list[str]:
@@ -34,35 +35,39 @@ def apply_cmd(device_ids: tuple[str, ...], spec_dirs: tuple[str, ...], root: str
     try:
         base = json.load(oci_spec) if oci_spec else default_oci_spec()
     except ValueError as exc:
-        click.echo(f"error: --oci-spec is not valid JSON: {exc}", err=True)
-        sys.exit(2)
+        raise InputError(f"--oci-spec is not valid JSON: {exc}") from None
     registry = Registry.load(_dirs(root, spec_dirs))
     for problem in registry.errors:
-        click.echo(f"warning: {problem}", err=True)
+        warn(str(problem))
     try:
         result = apply_edits(base, registry.resolve(list(device_ids)))
     except CdiError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        raise InputError(str(exc)) from None
     click.echo(json.dumps(result, indent=2))
 
 
 @command.command("validate")
-@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("files", nargs=-1, required=True)
 def validate_cmd(files: tuple[str, ...]) -> None:
-    """Check CDI spec files against the spec's rules."""
+    """Check CDI spec files against the spec's rules: exit 0 when all are valid, 1 when one is not, 2 when
+    one cannot be read."""
     failed = False
+    unreadable = [path for path in files if not os.path.isfile(path)]
+    for path in unreadable:
+        show_error(f"{path}: {'is a directory' if os.path.isdir(path) else 'no such file or directory'}")
     for path in files:
+        if path in unreadable:
+            continue
         try:
             problems = validate_spec(load_spec_file(path))
         except CdiError as exc:
             problems = [str(exc)]
         for problem in problems:
-            click.echo(f"{path}: {problem}", err=True)
+            show_error(f"{path}: {problem}")
         failed |= bool(problems)
         if not problems:
             click.echo(f"{path}: ok")
-    sys.exit(1 if failed else 0)
+    sys.exit(USAGE if unreadable else NEGATIVE if failed else OK)
 
 
 @command.command("list")
@@ -72,6 +77,6 @@ def list_cmd(spec_dirs: tuple[str, ...], root: str | None) -> None:
     """List the fully-qualified CDI devices visible to a runtime."""
     registry = Registry.load(_dirs(root, spec_dirs))
     for problem in registry.errors:
-        click.echo(f"warning: {problem}", err=True)
+        warn(str(problem))
     for name in sorted(registry.devices):
         click.echo(name)

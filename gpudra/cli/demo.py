@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import sys
 
 import click
+
+from gpudra.cli.errors import InputError
 
 
 @click.command("demo", short_help="Run the article's DRA flow on a local cluster of simulated GPU nodes.")
@@ -37,26 +37,21 @@ def command(keep_dir: str | None, allocate_only: bool, features: str, cluster: t
     try:
         path = run_flow(keep_dir, click.echo, keep=keep_dir is not None)
     except ClusterSetupError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        raise InputError(str(exc)) from None
     if keep_dir:
         click.echo(f"\nThe cluster runs on in {path}: gpudra get pods -A --dir {path}; "
                    f"gpudra cluster view --dir {path}; gpudra cluster down --dir {path}")
 
 
 def _allocate_only(features: str, cluster: tuple[str, ...], claims: tuple[str, ...], originals: tuple[str, ...]) -> None:
-    from gpudra.api.load import LoadError
+    from gpudra.api.load import LoadError, LoadErrors
     from gpudra.demo import render_demo, run_demo
 
     try:
         report = run_demo(features, cluster=list(cluster) or None, claims=list(claims) or None,
                           originals=list(originals) or None)
+    except LoadErrors as exc:
+        raise InputError(str(exc.errors[0]), details=[f"error: {error}" for error in exc.errors[1:]]) from None
     except (LoadError, ValueError) as exc:
-        click.echo(f"gpudra demo: {exc}", err=True)
-        sys.exit(2)
-    except Exception as exc:
-        if os.environ.get("GPUDRA_DEBUG"):
-            raise
-        click.echo(f"gpudra demo: {type(exc).__name__}: {exc}", err=True)
-        sys.exit(2)
+        raise InputError(str(exc)) from None
     click.echo(render_demo(report), nl=False)

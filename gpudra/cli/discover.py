@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 import yaml
 
-from gpudra.discovery import BACKENDS, PROFILES, DiscoveryError, read_inventory
+from gpudra.cli.driver import BACKEND_HELP, profile_named
+from gpudra.cli.errors import InputError, warn
+from gpudra.cli.output import output_option
+from gpudra.discovery import BACKEND_CHOICES, PROFILES, DiscoveryError, read_inventory, resolve_backend
 
 
 def _table(inventory) -> str:
@@ -30,20 +32,23 @@ def _table(inventory) -> str:
 
 
 @click.command(name="discover")
-@click.option("--backend", type=click.Choice(BACKENDS), default="simulated", show_default=True)
+@click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True,
+              help=BACKEND_HELP)
 @click.option("--profile", default="dgx-h100", show_default=True,
               help=f"simulated node profile ({', '.join(PROFILES)}) or a YAML profile file")
 @click.option("--node-name", default="node", show_default=True, help="seeds the simulated UUIDs")
-@click.option("-o", "--output", type=click.Choice(["table", "yaml", "json"]), default="table", show_default=True)
+@output_option(help="table: one row per GPU and MIG device (wide: the same); yaml/json: the inventory.")
 def command(backend: str, profile: str, node_name: str, output: str) -> None:
     """Print the GPUs (and MIG devices) found on this node."""
+    backend, simulated_warning = resolve_backend(backend, profile, profile_named())
+    if simulated_warning:
+        warn(simulated_warning)
     try:
         inventory = read_inventory(backend, profile=profile, node_name=node_name)
     except DiscoveryError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        raise InputError(str(exc)) from None
     for problem in inventory.problems:
-        click.echo(f"warning: {problem}", err=True)
+        warn(str(problem))
     if output == "json":
         click.echo(json.dumps(inventory.to_dict(), indent=2))
     elif output == "yaml":

@@ -6,23 +6,65 @@ import json
 import logging
 import signal
 import sys
+from typing import NoReturn
 
 import click
 import yaml
 
-from gpudra.discovery import BACKENDS, DiscoveryError, read_inventory
+from gpudra.cli.errors import InputError, warn
+from gpudra.cli.inputs import require_generated_valid
+from gpudra.cli.options import dns_subdomain_value
+from gpudra.cli.output import output_option, render_objects, render_table
+from gpudra.discovery import BACKEND_CHOICES, DiscoveryError, read_inventory, resolve_backend
+
+BACKEND_HELP = ("auto: NVML where an NVIDIA driver is present, else simulated GPUs (with a warning; a --profile "
+                "given asks for simulated GPUs); simulated: the --profile's GPUs; nvml: this machine's GPUs")
 
 
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(2)
+def profile_named() -> bool:
+    """Whether the user typed --profile (as opposed to its default)."""
+    ctx = click.get_current_context(silent=True)
+    source = ctx.get_parameter_source("profile") if ctx is not None else None
+    return source in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+
+
+def _fail(message: str) -> NoReturn:
+    raise InputError(message)
+
+
+def _backend(backend: str, profile: str | None) -> str:
+    chosen, warning = resolve_backend(backend, profile, profile_named())
+    if warning:
+        warn(warning)
+    return chosen
 
 
 def _dump(objs: list, output: str) -> None:
-    if output == "json":
-        click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}, indent=2))
+    if output in ("table", "wide"):
+        click.echo(slices_table(objs, output == "wide"), nl=False)
     else:
-        click.echo(yaml.safe_dump_all(objs, sort_keys=False), nl=False)
+        click.echo(render_objects(objs, output), nl=False)
+
+
+def slices_table(objs: list, wide: bool) -> str:
+    """ResourceSlices: NAME, NODE, POOL, DEVICES (wide: driver and generation); DeviceClasses: NAME and the
+    selectors (wide: every selector in full)."""
+    if objs and objs[0].get("kind") == "DeviceClass":
+        rows = []
+        for obj in objs:
+            selectors = [((s or {}).get("cel") or {}).get("expression", "") for s in
+                         (obj.get("spec") or {}).get("selectors") or []]
+            text = " && ".join(selectors)
+            rows.append([obj["metadata"]["name"], text if wide or len(text) <= 60 else text[:59] + "…"])
+        return render_table(["NAME", "SELECTORS"], rows)
+    rows = []
+    for obj in objs:
+        spec = obj.get("spec") or {}
+        pool = spec.get("pool") or {}
+        row = [obj["metadata"]["name"], spec.get("nodeName", "-"), pool.get("name", ""),
+               str(len(spec.get("devices") or []))]
+        rows.append([*row, spec.get("driver", ""), str(pool.get("generation", ""))] if wide else row)
+    return render_table(["NAME", "NODE", "POOL", "DEVICES", *(["DRIVER", "GENERATION"] if wide else [])], rows)
 
 
 @click.group(name="driver")
@@ -31,39 +73,43 @@ def command() -> None:
 
 
 @command.command("slices")
-@click.option("--backend", type=click.Choice(BACKENDS), default="simulated", show_default=True)
+@click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help=BACKEND_HELP)
 @click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile or YAML file")
-@click.option("--node-name", required=True)
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
+@click.option("--node-name", required=True, callback=dns_subdomain_value())
+@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, callback=dns_subdomain_value(63))
 @click.option("--dynamic-mig", is_flag=True, help="announce MIG partitions as partitionable devices (KEP-4815)")
-@click.option("--generation", type=int, default=1, show_default=True)
+@click.option("--generation", type=click.IntRange(min=0), default=1, show_default=True)
 @click.option("--sharing", type=click.Choice(["none", "consumable"]), default="none", show_default=True,
               help="consumable: full GPUs allow multiple allocations, sharing a `compute` share and `memory` "
                    "(consumable capacity, KEP-5075)")
-@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@output_option(pipe_default="yaml", help="table: one row per slice; yaml/json: the ResourceSlices.")
 def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dynamic_mig: bool, generation: int,
                sharing: str, output: str) -> None:
     """Print the ResourceSlices this node would publish."""
     from gpudra.driver.slices import build_resource_slices
 
     try:
-        inventory = read_inventory(backend, profile=profile, node_name=node_name)
+        inventory = read_inventory(_backend(backend, profile), profile=profile, node_name=node_name)
     except DiscoveryError as exc:
         _fail(str(exc))
     for problem in inventory.problems:
-        click.echo(f"warning: {problem}", err=True)
-    _dump(build_resource_slices(inventory, node_name, driver_name=driver_name, generation=generation,
-                                dynamic_mig=dynamic_mig, sharing=sharing), output)
+        warn(str(problem))
+    slices = build_resource_slices(inventory, node_name, driver_name=driver_name, generation=generation,
+                                   dynamic_mig=dynamic_mig, sharing=sharing)
+    require_generated_valid(slices, "driver slices")
+    _dump(slices, output)
 
 
 @command.command("deviceclasses")
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
-@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, callback=dns_subdomain_value(63))
+@output_option(pipe_default="yaml", help="table: names and selectors; yaml/json: the DeviceClasses.")
 def deviceclasses_cmd(driver_name: str, output: str) -> None:
     """Print the DeviceClasses for full GPUs and MIG devices."""
     from gpudra.driver.slices import device_classes
 
-    _dump(device_classes(driver_name), output)
+    classes = device_classes(driver_name)
+    require_generated_valid(classes, "driver deviceclasses")
+    _dump(classes, output)
 
 
 @command.command("host-driver")
@@ -87,7 +133,7 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
 
 
 @command.command("run")
-@click.option("--backend", type=click.Choice(BACKENDS), default="simulated", show_default=True)
+@click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help=BACKEND_HELP)
 @click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile or YAML file")
 @click.option("--node-name", required=True, envvar="NODE_NAME")
 @click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
@@ -148,7 +194,7 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    options = AgentOptions(node_name=node_name, backend=backend, profile=profile, driver_name=driver_name, root=root,
+    options = AgentOptions(node_name=node_name, backend=_backend(backend, profile), profile=profile, driver_name=driver_name, root=root,
                            claims_dir=claims_dir, kubeconfig=kubeconfig, in_cluster=in_cluster,
                            dynamic_mig=dynamic_mig, healthcheck_port=healthcheck_port, fsync=not no_fsync,
                            registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir,

@@ -43,17 +43,19 @@ def validation_errors(documents: list[Document]) -> list[Problem]:
     return errors(validate_documents(documents))
 
 
-def require_valid(documents: list[Document], command: str) -> None:
-    """InvalidInput (exit 1) with `gpudra validate`'s messages when any document has an error."""
+def require_valid(documents: list[Document], command: str, no_validate: bool = True) -> None:
+    """InvalidInput (exit 1) with `gpudra validate`'s messages when any document has an error;
+    `no_validate`: the command has the --no-validate escape hatch (and says so)."""
     problems = validation_errors(documents)
     if problems:
-        raise invalid_input(problems, command)
+        raise invalid_input(problems, command, no_validate)
 
 
-def invalid_input(problems: list[Problem], command: str) -> InvalidInput:
+def invalid_input(problems: list[Problem], command: str, no_validate: bool = True) -> InvalidInput:
     lines = [problem.render() for problem in problems]
+    hatch = "; --no-validate goes on anyway" if no_validate else ""
     trailer = (f"{len(problems)} validation error(s): {command} refuses invalid input "
-               "(`gpudra validate` explains them; --no-validate goes on anyway)")
+               f"(`gpudra validate` explains them{hatch})")
     return InvalidInput(lines[0], details=[*(f"error: {line}" for line in lines[1:]), trailer])
 
 
@@ -87,3 +89,16 @@ def read_objects(paths: Iterable[str], kubeconfig: str | None = None, context: s
 
     documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command=command)
     return [to_v1(document.obj) for document in documents]
+
+
+def require_generated_valid(objects: list[dict[str, Any]], command: str) -> None:
+    """Objects a generator (`driver slices`, `driver deviceclasses`, `mig slices`) is about to print must pass
+    `gpudra validate`: options that would make them invalid are a usage error, not output to apply."""
+    from gpudra.api.load import Document
+
+    documents = [Document(obj, f"<{command}>", index) for index, obj in enumerate(objects, start=1)]
+    problems = validation_errors(documents)
+    if problems:
+        lines = [str(problem) for problem in problems]
+        raise UsageError(f"these options give objects that the API server would refuse: {lines[0]}",
+                         details=[f"error: {line}" for line in lines[1:]])

@@ -9,6 +9,10 @@ import click
 import yaml
 
 from gpudra.catalog import GpuModel, UnknownGpuModel, find_gpu_model, gpu_model, mig_models
+from gpudra.cli.errors import NEGATIVE, USAGE, fail
+from gpudra.cli.inputs import require_generated_valid
+from gpudra.cli.options import dns_subdomain_value
+from gpudra.cli.output import output_option, render_data, render_objects
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -22,9 +26,8 @@ _BlockDumper.add_representer(
     str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
 
 
-def _fail(message: str, code: int = 2) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
+def _fail(message: str, code: int = USAGE) -> NoReturn:
+    fail(message, code)
 
 
 def _dump(obj: Any) -> str:
@@ -250,17 +253,18 @@ def validate_command(path: str, gpus: tuple[str, ...], verbose: bool) -> None:
     """Check a mig-parted config: format, profiles, counts and a non-overlapping placement."""
     from gpudra.mig.config import configs_in_document, validate_config
 
+    from gpudra.api.load import LoadError, read_text
+
     try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-        document = yaml.load(text, Loader=_Loader)
-    except OSError as exc:
-        _fail(f"cannot read {path}: {exc.strerror or exc}")
+        document = yaml.load(read_text(path), Loader=_Loader)
+    except LoadError as exc:
+        _fail(str(exc))
     except yaml.YAMLError as exc:
         _fail(f"{path}: not valid YAML: {exc}")
     try:
         configs = configs_in_document(document)
     except ValueError as exc:
-        _fail(f"{path}: {exc}", code=1)
+        _fail(f"{path}: {exc}", code=NEGATIVE)
     invalid = False
     for label, config in configs:
         where = f"{path}: {label}" if label else path
@@ -277,14 +281,16 @@ def validate_command(path: str, gpus: tuple[str, ...], verbose: bool) -> None:
         else:
             click.echo(f"{where}: valid")
     if invalid:
-        sys.exit(1)
+        sys.exit(NEGATIVE)
 
 
 @command.command(name="slices")
 @click.option("--gpu", "gpu", required=True, help="GPU model of every GPU on the node")
 @click.option("--count", default=1, show_default=True, type=click.IntRange(1, 8), help="number of GPUs")
-@click.option("--node", "node_name", default="node-1", show_default=True)
-def slices_command(gpu: str, count: int, node_name: str) -> None:
+@click.option("--node", "node_name", default="node-1", show_default=True, callback=dns_subdomain_value())
+@output_option(formats=("table", "wide", "yaml", "json"), pipe_default="yaml",
+               help="table: one row per slice; yaml/json: the ResourceSlices.")
+def slices_command(gpu: str, count: int, node_name: str, output: str) -> None:
     """Print the dynamic-MIG ResourceSlices (k8s >= 1.35 layout) of a node with COUNT such GPUs."""
     from gpudra.mig.dynamic import DynamicMigGpu, resource_slices
 
@@ -293,7 +299,14 @@ def slices_command(gpu: str, count: int, node_name: str) -> None:
                           attributes={"productName": {"string": model.product_names[0]},
                                       "architecture": {"string": model.architecture}})
             for i in range(count)]
-    click.echo(yaml.dump_all(resource_slices(node_name, gpus), Dumper=_Dumper, sort_keys=False), nl=False)
+    slices = resource_slices(node_name, gpus)
+    require_generated_valid(slices, "mig slices")
+    if output in ("table", "wide"):
+        from gpudra.cli.driver import slices_table
+
+        click.echo(slices_table(slices, output == "wide"), nl=False)
+    else:
+        click.echo(render_objects(slices, output), nl=False)
 
 
 @command.command(name="plan")
@@ -301,7 +314,7 @@ def slices_command(gpu: str, count: int, node_name: str) -> None:
               help="ResourceClaim / ResourceClaimTemplate manifests (repeatable)")
 @click.option("--gpu", "gpu", required=True, help="GPU model of the node's GPUs")
 @click.option("--count", default=1, show_default=True, type=click.IntRange(1, 64), help="number of GPUs")
-@click.option("-o", "--output", type=click.Choice(["text", "yaml"]), default="text", show_default=True)
+@output_option(formats=("table", "yaml", "json"), help="table: the plan as text; yaml/json: as data.")
 def plan_command(paths: tuple[str, ...], gpu: str, count: int, output: str) -> None:
     """Propose a static MIG layout for a mix of claims and compare it with dynamic MIG."""
     from gpudra.mig.planner import PlanError, demands_from_objects, plan, render_plan
@@ -313,8 +326,8 @@ def plan_command(paths: tuple[str, ...], gpu: str, count: int, output: str) -> N
         result = plan(model, count, demands)
     except PlanError as exc:
         _fail(str(exc))
-    if output == "yaml":
-        click.echo(_dump(result.to_dict()), nl=False)
+    if output in ("yaml", "json"):
+        click.echo(render_data(result.to_dict(), output), nl=False)
     else:
         click.echo(render_plan(result))
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
+
+from gpudra.cli.errors import USAGE, fail
+from gpudra.cli.inputs import read_documents, require_valid
 import yaml
 
 DIR_OPTION = click.option("--dir", "directory", default=None, metavar="DIR",
@@ -14,9 +17,8 @@ DIR_OPTION = click.option("--dir", "directory", default=None, metavar="DIR",
 NAMESPACE_OPTION = click.option("-n", "--namespace", default=None, help="Namespace (default: default).")
 
 
-def _fail(message: str, code: int = 2) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
+def _fail(message: str, code: int = USAGE) -> NoReturn:
+    fail(message, code)
 
 
 def _cluster(directory: str | None):
@@ -59,21 +61,12 @@ def _kind(word: str):
 @click.option("-v", "--verbose", is_flag=True, help="Print what the controllers, scheduler and kubelet did.")
 def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str | None, verbose: bool) -> None:
     """Create or update objects in the local cluster, then let the control loop act on them."""
-    from gpudra.api.load import LoadError, load_paths
-    from gpudra.api.validate import validate_document
     from gpudra.cluster.apply import apply_document
     from gpudra.cluster.store import StoreError
 
     cluster = _cluster(directory)
-    try:
-        documents = load_paths(list(paths))
-    except LoadError as exc:
-        _fail(str(exc))
-    problems = [p for doc in documents for p in validate_document(doc) if p.severity == "error"]
-    if problems:
-        for problem in problems:
-            click.echo(problem.render(), err=True)
-        sys.exit(2)
+    documents = read_documents(paths)
+    require_valid(documents, "apply", no_validate=False)  # the API server would refuse them: nothing applied
     _hold_control_loop(cluster)
     for doc in documents:
         try:
@@ -139,16 +132,12 @@ def get_command(kind: str, names: tuple[str, ...], directory: str | None, namesp
 def delete_command(kind: str | None, names: tuple[str, ...], paths: tuple[str, ...], directory: str | None,
                    namespace: str | None, verbose: bool) -> None:
     """Delete objects; a running pod's claims are unprepared and deallocated before it goes."""
-    from gpudra.api.load import LoadError, load_paths
     from gpudra.cluster.store import StoreError, kind_info
 
     cluster = _cluster(directory)
     targets: list[tuple[Any, str | None, str]] = []
     if paths:
-        try:
-            documents = load_paths(list(paths))
-        except LoadError as exc:
-            _fail(str(exc))
+        documents = read_documents(paths)
         for doc in documents:
             info = kind_info(doc.kind)
             targets.append((info, (doc.namespace or namespace or "default") if info.namespaced else None, doc.name))

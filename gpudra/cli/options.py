@@ -95,3 +95,20 @@ def features_option(default: str = "default") -> Decorator:
 def no_validate_option() -> Decorator:
     return click.option("--validate/--no-validate", "validate", default=True, show_default=True,
                         help="Refuse input that fails `gpudra validate` (exit 1, with its messages).")
+
+
+def dns_subdomain_value(max_length: int = 253) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback: the value must be a DNS subdomain (node and driver names), checked by the API
+    package's one copy of the rule; a bad value is a usage error (exit 2) before anything is generated."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        from gpudra.api.schema.names import dns_subdomain
+
+        if value is None:
+            return value
+        problems = dns_subdomain(value, max_length)
+        if problems:
+            raise click.BadParameter("; ".join(problems))
+        return value
+
+    return check

@@ -7,12 +7,9 @@ import sys
 
 import click
 
+from gpudra.cli.errors import UsageError
 from gpudra.simulate.engine import ALL_POLICIES, DEFAULT_TUNE, METHODS
 from gpudra.simulate.trace import BUNDLED_TRACES, DEFAULT_TRACE
-
-
-class UsageError(click.ClickException):
-    exit_code = 2
 
 
 def _split(values: tuple[str, ...]) -> list[str]:

@@ -89,8 +89,14 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
                 raise ClusterReadError(
                     "no kubeconfig found (set KUBECONFIG or pass --kubeconfig) and not running in a cluster"
                 ) from None
+            configuration.retries = 0
             return client.ApiClient(configuration)
-        return config.new_client_from_config(config_file=kubeconfig, context=context)
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+        # urllib3 retries a read that timed out three more times: --request-timeout would last four times
+        # as long as asked. kubectl does not retry reads either.
+        configuration.retries = 0
+        return client.ApiClient(configuration)
     except ClusterReadError:
         raise
     except config.ConfigException as exc:
