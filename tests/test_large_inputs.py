@@ -52,3 +52,66 @@ def test_variant_is_chosen_once_per_feature_set(monkeypatch):
     first = features.variant_name
     monkeypatch.setattr(Features, "enabled", lambda self: pytest.fail("variant recomputed"))
     assert features.variant_name == first
+
+
+# ----- progress on stderr ------------------------------------------------------------------------------------------
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_progress_appears_only_after_two_seconds_and_only_on_a_terminal():
+    import io
+
+    from gpudra.cli.progress import SHOW_AFTER_S, Progress
+
+    clock, stream = FakeClock(), io.StringIO()
+    bar = Progress(stream, enabled=True, clock=clock)
+    bar("scheduling pods", 1, 10)
+    assert stream.getvalue() == "" and bar.draws == 0  # quick work shows nothing
+    clock.now = SHOW_AFTER_S + 0.1
+    for done in range(2, 11):
+        bar("scheduling pods", done, 10)
+    bar.close()
+    assert "scheduling pods" in stream.getvalue() and bar.draws == 9
+    quiet, piped = io.StringIO(), Progress(io.StringIO(), clock=clock)  # a StringIO is not a terminal
+    assert not piped.enabled
+    Progress(quiet, enabled=False, clock=clock)("x", 5, 10)
+    assert quiet.getvalue() == ""
+
+
+@pytest.mark.parametrize("command", [["schedule", "-o", "table"], ["allocate", "--mode", "each"],
+                                     ["explain", "pod/pod-3"]])
+def test_long_commands_report_progress(monkeypatch, tmp_path, command):
+    """Each long-running command feeds the bar (shown at once here: a terminal, no two-second wait)."""
+    import yaml
+    from click.testing import CliRunner
+
+    import gpudra.cli.progress as progress_module
+    from gpudra.cli import cli
+
+    objects = _objects(3, [])
+    for index in range(4):
+        objects.append(gpu_claim(f"claim-{index}", 3 if index == 3 else 2))
+        objects.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"pod-{index}", "namespace": "default"},
+                        "spec": {"containers": [{"name": "c", "image": "i", "resources": {"claims": [{"name": "g"}]}}],
+                                 "resourceClaims": [{"name": "g", "resourceClaimName": f"claim-{index}"}]}})
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    monkeypatch.setattr(progress_module, "SHOW_AFTER_S", 0.0)
+    monkeypatch.setattr(progress_module, "_is_terminal", lambda stream: True)
+    drawn = []
+    original = progress_module.Progress.__call__
+
+    def record(self, label, done, total):
+        drawn.append((label, done, total))
+        return original(self, label, done, total)
+
+    monkeypatch.setattr(progress_module.Progress, "__call__", record)
+    result = CliRunner().invoke(cli, [command[0], "-f", str(path), *command[1:]])
+    assert result.exit_code in (0, 1), result.output
+    assert drawn and drawn[-1][1] == drawn[-1][2]  # counted up to the total
+    assert drawn[-1][0] in result.stderr  # the bar, on stderr

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from typing import Any, Callable
 
 from .allocator import FILTER_TIMEOUT_S, AllocationOutcome, Allocator
 from .claims import claim_label, is_allocated
@@ -66,9 +66,12 @@ def build_report(
     claims: list[str] | None = None,
     features: "Features | str | None" = None,
     timeout: float | None = FILTER_TIMEOUT_S,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:
     """The brief report; `timeout` (seconds) bounds each allocate() call like the scheduler's
-    Filter timeout (10 s by default, as upstream): a longer search is a node-local error; None: no limit."""
+    Filter timeout (10 s by default, as upstream): a longer search is a node-local error; None: no limit.
+    `progress(what, done, total)` hears of each claim done (a CLI draws a bar from it)."""
+    report_progress = progress or (lambda what, done, total: None)
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     features = Features.parse(features)
@@ -100,17 +103,18 @@ def build_report(
         # but its spec: claims with one spec get one answer per node, so it is searched once (1,000 pending
         # claims of a few shapes on 2,000 nodes: a few thousand searches instead of two million).
         outcomes: dict[tuple[str, str], AllocationOutcome] = {}
-        for claim in pending:
+        for done, claim in enumerate(pending, start=1):
             shape = json.dumps(claim.get("spec"), sort_keys=True, default=str)
             for name, ref in zip(node_names, node_refs):
                 outcome = outcomes.get((shape, name))
                 if outcome is None:
                     outcome = outcomes[(shape, name)] = allocator.allocate(ref, [claim], timeout=timeout)
                 results.append(_entry(name, [claim_label(claim)], outcome))
+            report_progress("allocating claims", done, len(pending))
     else:
         final = {claim_label(c): copy.deepcopy(c["status"]["allocation"]) for c in allocated}
         unallocated = []
-        for claim in pending:
+        for done, claim in enumerate(pending, start=1):
             label = claim_label(claim)
             for name, ref in zip(node_names, node_refs):
                 outcome = allocator.allocate(ref, [claim], timeout=timeout)
@@ -123,6 +127,7 @@ def build_report(
                     break
             else:
                 unallocated.append(label)
+            report_progress("allocating claims", done, len(pending))
         if final:
             report["finalAllocations"] = final
         if unallocated:

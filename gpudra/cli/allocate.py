@@ -24,6 +24,7 @@ from gpudra.cli.errors import NEGATIVE, OK, InputError, UsageError, warn
 from gpudra.cli.inputs import read_inputs
 from gpudra.cli.options import cluster_options, features_option, filename_option, no_validate_option
 from gpudra.cli.output import output_option, render_table
+from gpudra.cli.progress import progress
 
 MODES = ("together", "each", "sequential")
 INPUT_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "Node", "DeviceTaintRule")
@@ -247,7 +248,8 @@ def run_allocate(
         pending = [claim for claim in pending if claim_key(claim) in wanted]
 
     try:
-        report = build_report(objects, mode, nodes, claim_names, features, timeout=timeout)
+        with progress() as bar:
+            report = build_report(objects, mode, nodes, claim_names, features, timeout=timeout, progress=bar)
     except ValueError as exc:
         raise InputError(str(exc)) from None
     if not pending:

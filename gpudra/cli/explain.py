@@ -11,6 +11,7 @@ from gpudra.cli.errors import NEGATIVE, OK, InputError, UsageError
 from gpudra.cli.inputs import read_objects
 from gpudra.cli.options import cluster_options, filename_option, namespace_option, no_validate_option
 from gpudra.cli.output import output_option
+from gpudra.cli.progress import progress
 from gpudra.scheduler.scoring import POLICIES
 
 
@@ -62,7 +63,9 @@ def command(target: tuple[str, ...], paths: tuple[str, ...], namespace: str | No
     objects = read_objects(paths, kubeconfig, context, request_timeout, validate=validate, command="explain")
     namespace = namespace or _default_namespace(paths, kubeconfig, context)
     try:
-        explanation = explain(objects, wanted, namespace=namespace, policy=policy, fixes=not no_fixes)
+        with progress() as bar:
+            explanation = explain(objects, wanted, namespace=namespace, policy=policy, fixes=not no_fixes,
+                                  progress=bar)
     except TargetError as exc:
         raise UsageError(str(exc)) from None
     except (KeyError, ValueError) as exc:

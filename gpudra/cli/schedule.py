@@ -11,6 +11,7 @@ from gpudra.cli.errors import NEGATIVE, OK, InputError, warn
 from gpudra.cli.inputs import read_objects
 from gpudra.cli.options import cluster_options, filename_option, no_validate_option
 from gpudra.cli.output import output_option
+from gpudra.cli.progress import progress
 from gpudra.scheduler.scoring import POLICIES
 
 
@@ -48,7 +49,10 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
         cluster = Cluster(objects)
         scheduler = Scheduler(cluster, policy=policy, percentage_of_nodes_to_score=percentage,
                               filter_timeout=filter_timeout or None)
-        results = scheduler.run()
+        with progress() as report:
+            total = len(cluster.pending_pods())
+            results = scheduler.run(on_result=lambda _result, done=iter(range(1, total + 1)):
+                                    report("scheduling pods", next(done), total))
     except ValueError as exc:
         raise InputError(str(exc)) from None
     except (AttributeError, TypeError, KeyError) as exc:  # a field of the wrong shape (--no-validate)

@@ -45,24 +45,26 @@ def parse_target(text: str) -> tuple[str, str]:
 
 
 def explain(objects: list[dict[str, Any]], target: str, namespace: str = "default", policy: str = "kube",
-            fixes: bool = True) -> Explanation:
+            fixes: bool = True, progress: simulate.Progress | None = None) -> Explanation:
+    """`progress(what, done, total)` hears how far the replay and the fix search are (a CLI draws a bar)."""
     kind, name = parse_target(target)
     if kind == "Pod":
-        explanation = explain_pod(objects, namespace, name, policy)
+        explanation = explain_pod(objects, namespace, name, policy, progress)
     else:
         explanation = explain_claim(objects, namespace, name)
     if fixes and not explanation.fits:
         from gpudra.explain.fixes import find_fixes
 
-        explanation.fixes = find_fixes(objects, explanation, policy)
+        explanation.fixes = find_fixes(objects, explanation, policy, progress=progress)
     return explanation
 
 
 # ------------------------------------------------------------------------------------------- pods
 
 
-def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy: str = "kube") -> Explanation:
-    run = simulate.run_until(copy.deepcopy(objects), f"{namespace}/{name}", policy)
+def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy: str = "kube",
+                progress: simulate.Progress | None = None) -> Explanation:
+    run = simulate.run_until(copy.deepcopy(objects), f"{namespace}/{name}", policy, progress)
     if run.pod is None:
         raise TargetError(_not_found("pod", namespace, name, run.cluster.pods))
     cluster, result = run.cluster, run.result

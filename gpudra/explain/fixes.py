@@ -454,7 +454,7 @@ def _fits(objects: list[dict[str, Any]], explanation: Explanation, policy: str) 
 
 
 def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: str = "kube",
-               limit: int = MAX_FIXES) -> list[Fix]:
+               limit: int = MAX_FIXES, progress: simulate.Progress | None = None) -> list[Fix]:
     """Changes that make the target fit, tried on the cluster as the target met it: pods ahead in the
     queue keep their places, so "release claim X" frees exactly the devices X holds now."""
     if explanation.context is None:
@@ -475,6 +475,8 @@ def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: 
         if not candidate.mutate(trial):
             continue
         tried += 1
+        if progress is not None:
+            progress("verifying fixes", tried, min(MAX_CANDIDATES, len(candidates)))
         node = _fits(trial, explanation, policy)
         if node is None:
             continue

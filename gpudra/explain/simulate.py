@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclass
@@ -36,7 +36,11 @@ def _scheduler(cluster: Any, policy: str) -> Any:
     return Scheduler(cluster, policy=policy)
 
 
-def run_until(objects: list[dict[str, Any]], pod_key: str, policy: str = "kube") -> Run:
+Progress = Callable[[str, int, int], None]  # (what, done, total)
+
+
+def run_until(objects: list[dict[str, Any]], pod_key: str, policy: str = "kube",
+              progress: Progress | None = None) -> Run:
     """Schedule pending pods in queue order until the target's turn, then attempt the target.
 
     A pod that is already bound is reported where it is; one that comes out scheduled is reported
@@ -51,11 +55,13 @@ def run_until(objects: list[dict[str, Any]], pod_key: str, policy: str = "kube")
         return Run(cluster, pod, bound_node=node, was_bound=True)
     scheduler = _scheduler(cluster, policy)
     ahead: list[str] = []
-    for key in cluster.pending_pods():
-        if key == pod_key:
-            break
+    queue = cluster.pending_pods()
+    total = queue.index(pod_key) if pod_key in queue else len(queue)
+    for done, key in enumerate(queue[:total], start=1):
         if scheduler.schedule_pod(key).scheduled:
             ahead.append(key)
+        if progress is not None:
+            progress("placing the pods ahead in the queue", done, total)
     result = scheduler.schedule_pod(pod_key)
     pod = cluster.pods.get(pod_key, pod)
     run = Run(cluster, pod, result, bound_node=result.node if result.scheduled else None, scheduled_before=ahead)
