@@ -115,3 +115,54 @@ def test_long_commands_report_progress(monkeypatch, tmp_path, command):
     assert result.exit_code in (0, 1), result.output
     assert drawn and drawn[-1][1] == drawn[-1][2]  # counted up to the total
     assert drawn[-1][0] in result.stderr  # the bar, on stderr
+
+
+# ----- YAML: the graph walk is skipped only where it has nothing to find ---------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _depth(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+_values = st.recursive(st.one_of(st.integers(), st.text(max_size=5), st.booleans()),
+                       lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=3), inner,
+                                                                                   max_size=2),
+                       max_leaves=40)
+
+
+def _nest(value, depth: int, wrap_list: bool):
+    for _ in range(depth):
+        value = [value] if wrap_list else {"k": value}
+    return value
+
+
+@settings(max_examples=60, deadline=None)
+@given(_values, st.integers(0, 130), st.booleans(), st.sampled_from([False, None, True]))
+def test_plain_yaml_means_no_alias_and_shallow(value, extra, wrap_list, flow):
+    import yaml
+
+    from gpudra.api.load import MAX_DEPTH, _plain_yaml
+
+    document = {"apiVersion": "v1", "kind": "X", "data": _nest(value, extra, wrap_list)}
+    text = yaml.safe_dump(document, default_flow_style=flow, width=10**6)
+    if _plain_yaml(text):
+        assert _depth(yaml.safe_load(text)) <= MAX_DEPTH
+    shared = [1, 2]
+    assert not _plain_yaml(yaml.safe_dump({"a": shared, "b": shared, "c": document}))  # &id001 / *id001
+
+
+def test_plain_yaml_is_not_walked(monkeypatch):
+    import gpudra.api.load as load
+
+    walked = []
+    monkeypatch.setattr(load, "_check_yaml_shape", lambda *args: walked.append(args))
+    load.load_text("apiVersion: v1\nkind: List\nitems:\n- a: b && c\n")
+    assert walked == []
+    load.load_text("apiVersion: v1\nkind: X\na: &x [1]\nb: *x\n")
+    assert len(walked) == 1

@@ -254,11 +254,13 @@ def load_text(text: str, source: str = "<stdin>") -> list[Document]:
     docs = []
     try:
         _check_yaml_nesting(text, source)
+        plain = _plain_yaml(text)
         for position, node in enumerate(yaml.compose_all(text, Loader=_ManifestLoader), start=1):
             if node is None:
                 continue
             line = node.start_mark.line + 1
-            _check_yaml_shape(node, source, position, line)
+            if not plain:
+                _check_yaml_shape(node, source, position, line)
             value = _construct(node)
             if value is None:
                 continue
@@ -429,6 +431,27 @@ def _check_yaml_nesting(text: str, source: str) -> None:
             raise
         line = error.problem_mark.line + 1 if error.problem_mark else None
         raise LoadError(source, _too_deep(max(document, 1), f"more than {MAX_DEPTH}"), line) from None
+
+
+# An alias (`*name`) starts a node: after indentation, an indicator, a flow bracket or a comma, then a name.
+_ALIAS = re.compile(r"(?:^|[ \t\[{,])\*[^ \t\r\n\[\]{},]", re.MULTILINE)
+# Where a block collection can start on a line: after the indentation (and a `---` marker) and the run of
+# compact indicators (`- - key: v` starts a mapping at column 4).
+_BLOCK_START = re.compile(r"^((?:---[ \t]+)?[ \t]*)((?:[-?:](?:[ \t]+|$))*)", re.MULTILINE)
+
+
+def _plain_yaml(text: str) -> bool:
+    """Whether no document of `text` can hold an alias or nest deeper than MAX_DEPTH, so that the walk over the
+    composed graph (_check_yaml_shape) has nothing to find: a 13 MB cluster dump is then read a quarter faster.
+
+    Nesting: a block collection starts at a greater column than its parent's, except a sequence that is a
+    mapping's value (same column), so a chain of block collections gains at most two levels per column; each
+    flow bracket adds at most one. Counting brackets inside strings and lines of block scalars only overestimates.
+    """
+    if _ALIAS.search(text):
+        return False
+    widest = max((len(m.group(1)) + len(m.group(2)) for m in _BLOCK_START.finditer(text)), default=0)
+    return 2 * (widest + 1) + text.count("[") + text.count("{") <= MAX_DEPTH
 
 
 def _node_children(node: yaml.Node) -> list[yaml.Node]:

@@ -8,6 +8,7 @@ problem it finds with the field path, never stopping at the first one.
 from __future__ import annotations
 
 import difflib
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -218,6 +219,12 @@ class ListOf(Type):
                     seen[marker] = position
 
 
+@functools.lru_cache(maxsize=65536)
+def _key_problems(key_check: Callable[[str], list[str]], name: str) -> tuple[str, ...]:
+    """Key checks are pure and a cluster repeats a few dozen attribute names over thousands of devices."""
+    return tuple(key_check(name))
+
+
 @dataclass
 class MapOf(Type):
     value: Type
@@ -237,7 +244,7 @@ class MapOf(Type):
                 ctx.error(item_path, f"keys must be strings, not {type_name(name)}")
                 continue
             if self.key_check is not None:
-                for message in self.key_check(name):
+                for message in _key_problems(self.key_check, name):
                     ctx.error(item_path, message)
             self.value.check(item, item_path, ctx)
 
