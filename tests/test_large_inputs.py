@@ -166,3 +166,27 @@ def test_plain_yaml_is_not_walked(monkeypatch):
     assert walked == []
     load.load_text("apiVersion: v1\nkind: X\na: &x [1]\nb: *x\n")
     assert len(walked) == 1
+
+
+def test_explain_with_fixes_never_copies_slices_nodes_or_classes(monkeypatch):
+    """Explain copies the cluster for the replay and for each fix it verifies: only what a simulation changes."""
+    import gpudra.explain.simulate as simulate
+    from gpudra.explain.analyze import explain
+
+    copied = []
+    original = simulate.copy.deepcopy
+
+    def deepcopy(value, *args):
+        if isinstance(value, dict):
+            copied.append(value.get("kind"))
+        return original(value, *args)
+
+    monkeypatch.setattr(simulate.copy, "deepcopy", deepcopy)
+    objects = _objects(3, [gpu_claim("big", 5)])
+    objects.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                    "spec": {"containers": [{"name": "c", "image": "i", "resources": {"claims": [{"name": "g"}]}}],
+                             "resourceClaims": [{"name": "g", "resourceClaimName": "big"}]}})
+    explanation = explain(objects, "pod/p")
+    assert not explanation.fits and explanation.fixes  # e.g. ask for 4 GPUs
+    assert "Pod" in copied and "ResourceClaim" in copied
+    assert not {"ResourceSlice", "Node", "DeviceClass"} & set(copied)

@@ -7,7 +7,6 @@ per request, the failing constraints, pool problems and CEL errors. `fixes.py` t
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from typing import Any
 
@@ -64,7 +63,7 @@ def explain(objects: list[dict[str, Any]], target: str, namespace: str = "defaul
 
 def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy: str = "kube",
                 progress: simulate.Progress | None = None) -> Explanation:
-    run = simulate.run_until(copy.deepcopy(objects), f"{namespace}/{name}", policy, progress)
+    run = simulate.run_until(simulate.working_copy(objects), f"{namespace}/{name}", policy, progress)
     if run.pod is None:
         raise TargetError(_not_found("pod", namespace, name, run.cluster.pods))
     cluster, result = run.cluster, run.result
@@ -309,7 +308,7 @@ def summary_line(num_nodes: int, nodes: list[NodeExplanation]) -> str:
 
 def explain_claim(objects: list[dict[str, Any]], namespace: str, name: str) -> Explanation:
     """Why a claim cannot be allocated on any node, against the cluster as given (nothing is scheduled)."""
-    cluster = simulate.build_cluster(copy.deepcopy(objects))
+    cluster = simulate.build_cluster(simulate.working_copy(objects))
     key = f"{namespace}/{name}"
     claim = cluster.claims.get(key)
     if claim is None:

@@ -9,7 +9,6 @@ the cluster as the target met it and the target is scheduled again; only changes
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -458,7 +457,7 @@ def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: 
     """Changes that make the target fit, tried on the cluster as the target met it: pods ahead in the
     queue keep their places, so "release claim X" frees exactly the devices X holds now."""
     if explanation.context is None:
-        explanation.context = simulate.Run(simulate.build_cluster(copy.deepcopy(objects)), None)
+        explanation.context = simulate.Run(simulate.build_cluster(simulate.working_copy(objects)), None)
     base = simulate.snapshot(explanation.context.cluster)
     candidates = (_remove_scheduling_gates(explanation) + _tolerate_device_taint(explanation) + _tolerate_node_taint(explanation)
                   + _release_claims(explanation) + _reallocate_claims(explanation) + _lower_counts(explanation)
@@ -471,7 +470,7 @@ def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: 
             break
         if any(f.kind == candidate.kind for f in fixes):
             continue  # one fix of each kind: different options rather than variations of one
-        trial = copy.deepcopy(base)
+        trial = simulate.working_copy(base)
         if not candidate.mutate(trial):
             continue
         tried += 1
