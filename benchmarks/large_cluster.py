@@ -12,6 +12,9 @@ loading and validation included), like a user's shell:
 - schedule: every pending pod in queue order
 - explain pod/X (fixes included): X is the last pod in the queue and does not fit, so the fix search runs
 
+`--format json` writes one JSON List instead (what `kubectl get … -o json` gives); the table also shows each
+command's CPU seconds, which say more than wall-clock seconds on a shared machine.
+
 Targets (issue 11): load + validate <= 3 s, allocate --mode each <= 5 s, schedule <= 10 s, explain <= 5 s.
 With --json the last line is {"load_validate_s": …, "allocate_each_s": …, "schedule_s": …, "explain_s": …}.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -32,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from gen_cluster import CLASS_NAME, DRIVER, dump_yaml, generate_cluster  # noqa: E402
+from gen_cluster import CLASS_NAME, DRIVER, dump_json, dump_yaml, generate_cluster  # noqa: E402
 
 TARGETS = {"load_validate_s": 3.0, "allocate_each_s": 5.0, "schedule_s": 10.0, "explain_s": 5.0}
 # (GPUs, same NVLink domain) per pending pod, in turn: mostly single GPUs, some pairs and full nodes.
@@ -67,11 +71,16 @@ def build_objects(nodes: int, pods: int) -> list[dict[str, Any]]:
     return objects
 
 
-def timed(command: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+def timed(command: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
+    """Wall-clock seconds, CPU seconds (user + system) of the command's process, and its result."""
     env = dict(os.environ, PYTHONPATH=str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "gpudra", *command], capture_output=True, text=True, env=env)
-    return time.perf_counter() - started, done
+    elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu, done
 
 
 def main() -> int:
@@ -79,14 +88,16 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--keep", metavar="DIR", help="write the cluster here and keep it (default: a temp dir)")
+    parser.add_argument("--format", choices=("yaml", "json"), default="yaml",
+                        help="write the cluster as a YAML stream or as one JSON List (`kubectl get -o json`)")
     parser.add_argument("--json", action="store_true", help="print the seconds as one JSON object, last line")
     args = parser.parse_args()
 
     directory = args.keep or tempfile.mkdtemp(prefix="gpudra-large-")
     os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, "cluster.yaml")
+    path = os.path.join(directory, f"cluster.{args.format}")
     with open(path, "w", encoding="utf-8") as stream:
-        dump_yaml(build_objects(args.nodes, args.pods), stream)
+        (dump_json if args.format == "json" else dump_yaml)(build_objects(args.nodes, args.pods), stream)
     size_mb = os.path.getsize(path) / 1e6
 
     runs = {
@@ -96,20 +107,22 @@ def main() -> int:
         "explain_s": ["explain", "-f", path, f"pod/{UNFIT_POD}"],
     }
     seconds: dict[str, float] = {}
+    cpu_seconds: dict[str, float] = {}
     failed = False
     for key, command in runs.items():
-        elapsed, done = timed(command)
-        seconds[key] = round(elapsed, 2)
+        elapsed, cpu, done = timed(command)
+        seconds[key], cpu_seconds[key] = round(elapsed, 2), round(cpu, 2)
         if done.returncode not in (0, 1) or (not done.stdout and key != "load_validate_s"):
             failed = True
             print(f"{key}: `gpudra {' '.join(command)}` exited {done.returncode}:\n{done.stderr[-2000:]}",
                   file=sys.stderr)
 
-    print(f"cluster: {args.nodes} nodes x 8 GPUs, {args.pods} pending pods, {size_mb:.1f} MB YAML ({path})")
-    print(f"{'measure':<18} {'seconds':>8} {'target':>8}")
+    print(f"cluster: {args.nodes} nodes x 8 GPUs, {args.pods} pending pods, {size_mb:.1f} MB {args.format.upper()} "
+          f"({path})")
+    print(f"{'measure':<18} {'seconds':>8} {'cpu s':>8} {'target':>8}")
     for key, value in seconds.items():
         mark = "" if value <= TARGETS[key] else "  over target"
-        print(f"{key:<18} {value:>8.2f} {TARGETS[key]:>8.1f}{mark}")
+        print(f"{key:<18} {value:>8.2f} {cpu_seconds[key]:>8.2f} {TARGETS[key]:>8.1f}{mark}")
     if not args.keep:
         os.remove(path)
         os.rmdir(directory)

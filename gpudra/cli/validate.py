@@ -7,12 +7,10 @@ import sys
 import click
 
 from gpudra.api.dump import dump_json, dump_yaml
-from gpudra.api.fix import fix_documents
 from gpudra.api.validate import has_errors, validate_documents
 from gpudra.cli.errors import NEGATIVE, OK, USAGE, paint, show_error
 from gpudra.cli.options import filename_option
 from gpudra.cli.output import output_option, render_data
-from gpudra.explain.repairs import check_allocatable
 
 
 def problem_line(problem, stream) -> str:
@@ -84,6 +82,8 @@ def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None)
     if not documents:
         return OK
     cluster = cluster or []  # a live cluster's objects, when they are read
+    from gpudra.api.fix import fix_documents
+
     result = fix_documents(documents, [o for o in cluster if o.get("kind") == "ResourceSlice"])
     objects = [d.obj for d in result.documents]
     sys.stdout.write(dump_json(objects) if output == "json" else dump_yaml(objects))
@@ -100,7 +100,11 @@ def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None)
         return NEGATIVE
     if not quiet:
         click.echo(f"{len(result.changes)} repair(s); the printed manifests are valid", err=True)
-    verdicts = check_allocatable(objects, cluster) if result.published else []  # slices to check against
+    verdicts = []
+    if result.published:  # slices to check against: allocate the result (imported here: it is most of gpudra)
+        from gpudra.explain.repairs import check_allocatable
+
+        verdicts = check_allocatable(objects, cluster)
     for claim, node, what in verdicts:
         if node:
             click.echo(f"{claim}: repaired and allocatable on {node}", err=True)
