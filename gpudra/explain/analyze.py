@@ -45,24 +45,26 @@ def parse_target(text: str) -> tuple[str, str]:
 
 
 def explain(objects: list[dict[str, Any]], target: str, namespace: str = "default", policy: str = "kube",
-            fixes: bool = True) -> Explanation:
+            fixes: bool = True, features: Any = None) -> Explanation:
+    """`features`: the allocator's feature gates (gpudra.allocator.Features or token text; None: 1.36's)."""
     kind, name = parse_target(target)
     if kind == "Pod":
-        explanation = explain_pod(objects, namespace, name, policy)
+        explanation = explain_pod(objects, namespace, name, policy, features)
     else:
-        explanation = explain_claim(objects, namespace, name)
+        explanation = explain_claim(objects, namespace, name, features)
     if fixes and not explanation.fits:
         from gpudra.explain.fixes import find_fixes
 
-        explanation.fixes = find_fixes(objects, explanation, policy)
+        explanation.fixes = find_fixes(objects, explanation, policy, features=features)
     return explanation
 
 
 # ------------------------------------------------------------------------------------------- pods
 
 
-def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy: str = "kube") -> Explanation:
-    run = simulate.run_until(copy.deepcopy(objects), f"{namespace}/{name}", policy)
+def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy: str = "kube",
+                features: Any = None) -> Explanation:
+    run = simulate.run_until(copy.deepcopy(objects), f"{namespace}/{name}", policy, features)
     if run.pod is None:
         raise TargetError(_not_found("pod", namespace, name, run.cluster.pods))
     cluster, result = run.cluster, run.result
@@ -242,7 +244,7 @@ def _slice_index(cluster: Any) -> Any:
     if index is None:
         from gpudra.explain.devices import slice_index
 
-        index = slice_index(cluster.slices)
+        index = slice_index(cluster.slices, cluster.features)
     return index
 
 
@@ -305,9 +307,9 @@ def summary_line(num_nodes: int, nodes: list[NodeExplanation]) -> str:
 # ------------------------------------------------------------------------------------------- claims
 
 
-def explain_claim(objects: list[dict[str, Any]], namespace: str, name: str) -> Explanation:
+def explain_claim(objects: list[dict[str, Any]], namespace: str, name: str, features: Any = None) -> Explanation:
     """Why a claim cannot be allocated on any node, against the cluster as given (nothing is scheduled)."""
-    cluster = simulate.build_cluster(copy.deepcopy(objects))
+    cluster = simulate.build_cluster(copy.deepcopy(objects), features)
     key = f"{namespace}/{name}"
     claim = cluster.claims.get(key)
     if claim is None:

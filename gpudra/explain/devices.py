@@ -61,7 +61,7 @@ def _node_matches(node: dict[str, Any], node_name: Any, all_nodes: Any, selector
     return node_matches(NodeInfo.of(node), node_name or None, bool(all_nodes), selector)
 
 
-def slice_index(slices: Iterable[dict[str, Any]], features: str = "default") -> Any:
+def slice_index(slices: Iterable[dict[str, Any]], features: Any = "default") -> Any:
     from gpudra.allocator.features import Features
     from gpudra.allocator.pools import SliceIndex
 
