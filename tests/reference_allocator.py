@@ -31,6 +31,10 @@ class _MaxSize(Exception):
     pass
 
 
+class TooBig(Exception):
+    """The search took more than `max_steps` steps (a test budget, not an upstream concept)."""
+
+
 def _nanos(value) -> int:
     return Quantity.parse(value).nanos
 
@@ -301,8 +305,10 @@ def violates_policy(amount, policy):
 
 
 class Reference:
-    def __init__(self, features, classes, slices, allocated_claims):
+    def __init__(self, features, classes, slices, allocated_claims, max_steps=None):
         self.features = features
+        self.max_steps = max_steps
+        self.steps = 0
         self.stable = features.stable_variant
         self.classes = {c["metadata"]["name"]: c for c in classes}
         self.slices = slices
@@ -404,6 +410,9 @@ class Reference:
 
     # search -------------------------------------------------------------------------------------
     def _allocate_one(self, ci, ri, si, di, in_sub, start):
+        self.steps += 1
+        if self.max_steps is not None and self.steps > self.max_steps:
+            raise TooBig()
         if ci >= len(self.claims):
             return True
         claim = self.claims[ci]

@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 
 from gpudra.allocator import Allocator, Features
 from gpudra.explain import model
+from gpudra.explain.devices import slice_index
 from gpudra.explain.dra import AllocatedDevices, analyze_node
+from gpudra.versions import KUBERNETES_VERSIONS
 from test_explain_scenarios import DRIVER, PRODUCT, claim, device_class, gpu, gpu_slice, node, request
 
 PRODUCTS = ("A100", "H100")
@@ -101,13 +103,16 @@ def one_request_cases(draw):
     # count as the API allows it and as manifests spell it: absent, a number, a numeric string
     count = draw(st.sampled_from([None, 1, 2, 3, "1", "2", "3"]))
     tolerations = [{"key": TAINT["key"], "operator": "Exists"}] if draw(st.booleans()) else []
-    return devices, held, count, tolerations
+    # every release's default gates: before 1.36 device taints and partitionable devices are off
+    version = draw(st.sampled_from(KUBERNETES_VERSIONS))
+    return devices, held, count, tolerations, version
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(one_request_cases())
 def test_explain_agrees_with_allocate_on_one_request(case):
-    devices, held, count, tolerations = case
+    devices, held, count, tolerations, version = case
+    features = Features.default(version)
     extra = {"tolerations": tolerations} if tolerations else {}
     target = claim("c", [request(count=count, **extra)])
     if count is None:
@@ -121,15 +126,16 @@ def test_explain_agrees_with_allocate_on_one_request(case):
     classes = {DRIVER: device_class()}
     the_node = node("node-a")
 
-    outcome = Allocator(list(classes.values()), slices, allocated, Features.parse("default")).allocate(the_node, [target])
-    analysis = analyze_node(the_node, [target], slices, classes, AllocatedDevices.from_claims(allocated))
+    outcome = Allocator(list(classes.values()), slices, allocated, features).allocate(the_node, [target])
+    analysis = analyze_node(the_node, [target], slices, classes, AllocatedDevices.from_claims(allocated),
+                            index=slice_index(slices, features))
     funnel = analysis.requests[0]
     wanted = int(count or 1)
     assert funnel.count == wanted  # the same reading of the request
     consuming = any(d.get("consumesCounters") for d in devices)
     # Upstream quirk (search.py, _allocate_device): a device refused for its taint keeps the counters it
     # took for the rest of the call, so one request can fail on counters even with a device left over
-    taint_keeps_counters = not tolerations and any(
+    taint_keeps_counters = features.device_taints and not tolerations and any(
         d.get("consumesCounters") and d.get("taints") and d["taints"][0]["effect"] != "None" for d in devices)
     if (wanted == 1 and not taint_keeps_counters) or not consuming:
         # jointly consumed counters are the search's business, not the funnel's

@@ -1,6 +1,7 @@
 """Feature gates that change what the allocator does.
 
-Tokens follow the conformance `args` files: `default` (kube-scheduler 1.36 defaults), `all`, `none`,
+Tokens follow the conformance `args` files: `default` (the Kubernetes release's defaults, 1.36 unless
+`parse(..., version=)` names another; gpudra.versions has the table), `all`, `none`,
 `Name` / `+Name` (enable) and `-Name` (disable), comma-separated and applied left to right. Names may
 carry the `DRA` prefix of the real gate (`DRAAdminAccess`), and `DeviceBindingAndStatus` also answers to
 its two gates `DRADeviceBindingConditions` / `DRAResourceClaimDeviceStatus`.
@@ -23,8 +24,6 @@ FEATURE_NAMES = (
 
 VARIANTS = ("stable", "incubating", "experimental")
 
-# Kubernetes 1.36: everything is on by default except the alpha ListTypeAttributes.
-_DEFAULT_ON = frozenset(FEATURE_NAMES) - {"ListTypeAttributes"}
 
 # The features each upstream allocator variant supports, most stable first. kube-scheduler runs the
 # first variant that supports every enabled feature (k8s.io/dynamic-resource-allocation v0.36.2,
@@ -64,8 +63,13 @@ class Features:
     variant: str | None = None
 
     @classmethod
-    def default(cls) -> "Features":
-        return cls()
+    def default(cls, version: str | None = None) -> "Features":
+        """The release's default gates (gpudra.versions); the field defaults above are 1.36's."""
+        if version is None:
+            return cls()
+        from gpudra.versions import allocator_feature_defaults
+
+        return cls(**{_attr(n): on for n, on in allocator_feature_defaults(version).items()})
 
     @classmethod
     def all(cls) -> "Features":
@@ -76,11 +80,12 @@ class Features:
         return cls(**{_attr(n): False for n in FEATURE_NAMES})
 
     @classmethod
-    def parse(cls, text: "str | Features | None") -> "Features":
-        """Parse a token list such as ``none,PrioritizedList`` or ``default,-DeviceTaints``."""
+    def parse(cls, text: "str | Features | None", version: str | None = None) -> "Features":
+        """Parse a token list such as ``none,PrioritizedList`` or ``default,-DeviceTaints``; `default`
+        (and the starting point) is `version`'s defaults."""
         if isinstance(text, Features):
             return text
-        features = cls.default()
+        features = cls.default(version)
         if text is None:
             return features
         for raw in str(text).split(","):
@@ -89,7 +94,7 @@ class Features:
                 continue
             lowered = token.lower()
             if lowered == "default":
-                features = cls.default()
+                features = cls.default(version)
                 continue
             if lowered == "all":
                 features = cls.all()

@@ -121,18 +121,36 @@ def class_references(obj: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 # ----- across documents ------------------------------------------------------------------------------
-def validate_documents(docs: list[Document]) -> list[Problem]:
-    """Problems of every document and across documents, grouped by document in input order."""
+def validate_documents(docs: list[Document], kubernetes_version: str | None = None) -> list[Problem]:
+    """Problems of every document and across documents, grouped by document in input order.
+    `kubernetes_version`: the release whose default feature gates decide which gated fields are
+    warnings (gpudra.api.gates; default: gpudra.versions.DEFAULT_KUBERNETES_VERSION)."""
     docs = [d if isinstance(d, Document) else Document(d.obj, getattr(d, "source", "<input>"), getattr(d, "index", 1))
             for d in docs]
     problems: list[Problem] = []
     for doc in docs:
         problems.extend(validate_document(doc))
+        problems.extend(gate_problems(doc, kubernetes_version))
     problems.extend(_cross_checks(docs))
     order: dict[tuple[str, int], int] = {}
     for doc in docs:
         order.setdefault((doc.source, doc.index), len(order))
     return sorted(problems, key=lambda p: order.get((p.source, p.index), len(order)))
+
+
+def gate_problems(doc: Document, kubernetes_version: str | None = None) -> list[Problem]:
+    """Warnings for fields behind a feature gate that `kubernetes_version` leaves off (gpudra.api.gates)."""
+    from gpudra.api.gates import gate_warnings
+    from gpudra.versions import parse_version
+
+    if not isinstance(doc.obj, dict) or not str(doc.obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
+        return []
+    try:
+        obj = _v1(doc)
+    except Exception:  # noqa: BLE001 - unconvertible input is reported by validate_document
+        return []
+    return [_problem(doc, path, message, "warning")
+            for path, message in gate_warnings(obj, parse_version(kubernetes_version), doc.obj.get("apiVersion"))]
 
 
 def _v1(doc: Document) -> dict[str, Any]:

@@ -22,7 +22,8 @@ from gpudra.api.load import Document
 from gpudra.api.validate import validate_document
 from gpudra.cli.errors import NEGATIVE, OK, InputError, UsageError, warn
 from gpudra.cli.inputs import read_inputs
-from gpudra.cli.options import cluster_options, features_option, filename_option, no_validate_option
+from gpudra.cli.options import (cluster_options, features_option, filename_option, kubernetes_version_option,
+                                no_validate_option)
 from gpudra.cli.output import output_option, render_table
 from gpudra.cli.progress import progress
 
@@ -210,6 +211,7 @@ def run_allocate(
     *,
     validate: bool = True,
     request_timeout: float | None = None,
+    kubernetes_version: str | None = None,
 ) -> tuple[Any, list[str], bool]:
     """Load, check, allocate. Returns (what to print, notes about the claims for stderr, whether every
     pending claim was allocated).
@@ -217,17 +219,17 @@ def run_allocate(
     Invalid manifests stop here (InvalidInput) unless `validate` is False; then their problems go to
     `warn` as soon as they are known, so that they are shown even when the allocator then fails on the
     same malformed input. Raises the errors of gpudra.cli.errors."""
-    from gpudra.allocator import Features, build_report
+    from gpudra.allocator import build_report
+    from gpudra.cli.inputs import gate_warnings, release_and_features
 
-    try:
-        features = Features.parse(feature_text).with_variant(allocator_name)
-    except ValueError as exc:
-        raise UsageError(f"--features: {exc}") from None
-
+    version, features = release_and_features(kubernetes_version, feature_text, paths, kubeconfig, context,
+                                              request_timeout, allocator_name)
     documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command="allocate")
     if not validate:
         for text in _validation_warnings(documents):
             warn(f"warning: {text}")
+    for problem in gate_warnings(documents, version):
+        warn(f"warning: {problem.location()}: {problem.path}: {problem.message}")
     objects, notes = _select_objects(documents)
     for text in notes:
         warn(f"note: {text}")
@@ -316,6 +318,7 @@ def report_table(report: dict[str, Any], wide: bool) -> str:
               help="Nodes to try (default: Node objects, else nodes named by slices); a node the input does not "
                    "name is an error.")
 @click.option("--claims", "claim_values", multiple=True, metavar="NS/NAME,…", help="Only these pending claims (namespace defaults to 'default').")
+@kubernetes_version_option()
 @features_option()
 @click.option("--allocator", "allocator_name", default=None, metavar="NAME", help="Upstream allocator variant (stable, incubating, experimental); by default chosen from the features as kube-scheduler does. stable visits pools and slices in input order and tries permutations; it must support every enabled feature.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=FILTER_TIMEOUT_S, show_default=True, metavar="SECONDS",
@@ -333,6 +336,7 @@ def command(
     mode: str,
     node_values: tuple[str, ...],
     claim_values: tuple[str, ...],
+    kubernetes_version: str | None,
     features: str,
     allocator_name: str | None,
     timeout: float | None,
@@ -340,7 +344,7 @@ def command(
     output: str,
     brief: bool,
 ) -> None:
-    """Allocate devices for ResourceClaims the way kube-scheduler 1.36 would.
+    """Allocate devices for ResourceClaims the way kube-scheduler would (1.36, or --kubernetes-version).
 
     A claim with status.allocation is already allocated (its devices are in use); every
     other claim is pending. Exit 0 when every pending claim was allocated, 1 when some could not be
@@ -360,7 +364,8 @@ def command(
     try:
         data, messages, all_fit = run_allocate(list(files), mode, nodes, claim_names, features, brief, note,
                                                allocator_name, kubeconfig, context, timeout or None,  # 0: no limit
-                                               validate=validate, request_timeout=request_timeout)
+                                               validate=validate, request_timeout=request_timeout,
+                                               kubernetes_version=kubernetes_version)
     except (click.ClickException, SystemExit, BrokenPipeError):
         raise
     except Exception as exc:  # malformed input let through by --no-validate: no traceback for users

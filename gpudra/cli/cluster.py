@@ -22,7 +22,9 @@ def command() -> None:
                    "Default: dgx-h100:2,hgx-a100-mig+dynamic-mig,l4-node.")
 @click.option("--policy", type=click.Choice(["kube", "binpack", "spread", "fragmentation"]), default=None,
               help="Scheduler scoring policy (default kube).")
-@click.option("--kubernetes-version", default=None, help="Kubernetes version the nodes report (default 1.36).")
+@click.option("--kubernetes-version", default=None, metavar="VERSION",
+              help="Kubernetes release (1.33-1.36, default 1.36): what the nodes report, the scheduler's default "
+                   "feature gates and whether drivers can publish dynamic MIG.")
 @click.option("--event-ttl", "event_ttl", type=click.IntRange(min=1), default=None, metavar="SECONDS",
               help="How long events are kept after they were last seen (default 3600, the API server's 1h).")
 @click.option("--control-plane/--no-control-plane", default=True, show_default=True,
@@ -39,6 +41,13 @@ def up_cmd(directory: str | None, nodes: str | None, policy: str | None, kuberne
     from gpudra.cluster.nodes import up
 
     try:
+        if kubernetes_version is not None:
+            from gpudra.versions import VersionError, parse_version
+
+            try:
+                kubernetes_version = parse_version(kubernetes_version)
+            except VersionError as exc:
+                raise ClusterSetupError(f"--kubernetes-version: {exc}") from None
         if directory is None:
             try:
                 with open(current_pointer(), encoding="utf-8") as fh:

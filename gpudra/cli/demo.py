@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-
 import click
 
-from gpudra.cli.errors import InputError
+from gpudra.cli.errors import InputError, UsageError
 
 
 @click.command("demo", short_help="Run the article's DRA flow on a local cluster of simulated GPU nodes.")
@@ -14,28 +13,38 @@ from gpudra.cli.errors import InputError
                    "`gpudra cluster view`, `gpudra cluster down`).")
 @click.option("--allocate-only", is_flag=True,
               help="Only run the allocator on a bundled cluster (no processes) and explain the rejected originals.")
-@click.option("--features", default="default", show_default=True, help="Feature gates (--allocate-only).")
+@click.option("--features", default="default", show_default=True,
+              help="Feature gates over the release's defaults (--allocate-only).")
+@click.option("--kubernetes-version", default=None, metavar="VERSION",
+              help="Kubernetes release the demo behaves as (1.33-1.36, default 1.36): default feature gates, "
+                   "dynamic MIG only where the release can allocate it.")
 @click.option("--cluster", "cluster", multiple=True, metavar="PATH",
               help="--allocate-only: use this cluster (DeviceClasses, ResourceSlices, Nodes) instead of the bundled one.")
 @click.option("--claims", "claims", multiple=True, metavar="PATH",
               help="--allocate-only: use these claims/templates instead of the article's corrected ones.")
 @click.option("--originals", "originals", multiple=True, metavar="PATH",
               help="--allocate-only: validate these manifests instead of the article's originals.")
-def command(keep_dir: str | None, allocate_only: bool, features: str, cluster: tuple[str, ...],
-            claims: tuple[str, ...], originals: tuple[str, ...]) -> None:
+def command(keep_dir: str | None, allocate_only: bool, features: str, kubernetes_version: str | None,
+            cluster: tuple[str, ...], claims: tuple[str, ...], originals: tuple[str, ...]) -> None:
     """Bring up a local cluster (a GPU driver process per simulated node: 2×DGX H100, an HGX A100 with dynamic
     MIG, an L4 node), apply the article's corrected DeviceClass, claims, template, pods and a Deployment, and show
     each step as it happens: slices published, claims created from the template, pods scheduled to nodes and
     devices, prepare → CDI devices, what each container sees; then delete a pod (unprepare, deallocation) and tear
     everything down. Works offline from any directory; the manifests ship inside the package."""
+    from gpudra.versions import VersionError, parse_version
+
+    try:
+        kubernetes_version = parse_version(kubernetes_version)
+    except VersionError as exc:
+        raise UsageError(f"--kubernetes-version: {exc}") from None
     if allocate_only or cluster or claims or originals or features != "default":
-        _allocate_only(features, cluster, claims, originals)
+        _allocate_only(features, cluster, claims, originals, kubernetes_version)
         return
     from gpudra.cluster.demo import run_flow
     from gpudra.cluster.layout import ClusterSetupError
 
     try:
-        path = run_flow(keep_dir, click.echo, keep=keep_dir is not None)
+        path = run_flow(keep_dir, click.echo, keep=keep_dir is not None, kubernetes_version=kubernetes_version)
     except ClusterSetupError as exc:
         raise InputError(str(exc)) from None
     if keep_dir:
@@ -43,13 +52,14 @@ def command(keep_dir: str | None, allocate_only: bool, features: str, cluster: t
                    f"gpudra cluster view --dir {path}; gpudra cluster down --dir {path}")
 
 
-def _allocate_only(features: str, cluster: tuple[str, ...], claims: tuple[str, ...], originals: tuple[str, ...]) -> None:
+def _allocate_only(features: str, cluster: tuple[str, ...], claims: tuple[str, ...], originals: tuple[str, ...],
+                   kubernetes_version: str | None = None) -> None:
     from gpudra.api.load import LoadError, LoadErrors
     from gpudra.demo import render_demo, run_demo
 
     try:
         report = run_demo(features, cluster=list(cluster) or None, claims=list(claims) or None,
-                          originals=list(originals) or None)
+                          originals=list(originals) or None, kubernetes_version=kubernetes_version)
     except LoadErrors as exc:
         raise InputError(str(exc.errors[0]), details=[f"error: {error}" for error in exc.errors[1:]]) from None
     except (LoadError, ValueError) as exc:

@@ -15,6 +15,7 @@ from gpudra.cli.errors import InputError, warn
 from gpudra.cli.inputs import require_generated_valid
 from gpudra.cli.options import dns_subdomain_value
 from gpudra.cli.output import output_option, render_objects, render_table
+from gpudra.cli.options import features_option, kubernetes_version_option
 from gpudra.discovery import BACKEND_CHOICES, DiscoveryError, read_inventory, resolve_backend
 
 BACKEND_HELP = ("auto: NVML where an NVIDIA driver is present, else simulated GPUs (with a warning; a --profile "
@@ -37,6 +38,29 @@ def _backend(backend: str, profile: str | None) -> str:
     if warning:
         warn(warning)
     return chosen
+
+
+KUBERNETES_VERSION_HELP = ("Kubernetes release of the cluster (1.33-1.36; default: the API server's /version with "
+                           "a kubeconfig, else 1.36): decides whether --dynamic-mig's layout can be allocated there.")
+
+
+def _slice_layout(dynamic_mig: bool, kubernetes_version: str | None, features: str,
+                  kubeconfig: str | None = None, live: bool = False) -> bool:
+    """--dynamic-mig when the release allows it, else False with a warning that says why."""
+    if not dynamic_mig:
+        return False
+    from gpudra.driver.slices import dynamic_mig_layout
+    from gpudra.kube.inputs import InputError, kubernetes_version as cluster_version
+    from gpudra.versions import parse_version
+
+    try:
+        version = cluster_version(kubernetes_version, (), kubeconfig) if live else parse_version(kubernetes_version)
+        dynamic, note = dynamic_mig_layout(version, features)
+    except (InputError, ValueError) as exc:
+        _fail(str(exc))
+    if note:
+        click.echo(f"warning: Kubernetes {version}: {note}", err=True)
+    return dynamic
 
 
 def _dump(objs: list, output: str) -> None:
@@ -82,12 +106,15 @@ def command() -> None:
 @click.option("--sharing", type=click.Choice(["none", "consumable"]), default="none", show_default=True,
               help="consumable: full GPUs allow multiple allocations, sharing a `compute` share and `memory` "
                    "(consumable capacity, KEP-5075)")
+@kubernetes_version_option(KUBERNETES_VERSION_HELP.replace("the API server's /version with a kubeconfig, else ", ""))
+@features_option()
 @output_option(pipe_default="yaml", help="table: one row per slice; yaml/json: the ResourceSlices.")
 def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dynamic_mig: bool, generation: int,
-               sharing: str, output: str) -> None:
+               sharing: str, kubernetes_version: str | None, features: str, output: str) -> None:
     """Print the ResourceSlices this node would publish."""
     from gpudra.driver.slices import build_resource_slices
 
+    dynamic_mig = _slice_layout(dynamic_mig, kubernetes_version, features)
     try:
         inventory = read_inventory(_backend(backend, profile), profile=profile, node_name=node_name)
     except DiscoveryError as exc:
@@ -177,6 +204,8 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
 @click.option("--rolling-update-pod-uid", "rolling_update_uid", envvar="POD_UID", default=None, metavar="UID",
               help="this driver pod's UID (downward API): per-pod socket names so a new driver pod registers while "
                    "the old one still serves (kubelet >= 1.33); prepares of both are serialized by a file lock")
+@kubernetes_version_option(KUBERNETES_VERSION_HELP)
+@features_option()
 @click.option("--no-fsync", is_flag=True, hidden=True, help="skip fsync (benchmarks on slow disks only)")
 @click.option("-v", "--verbose", is_flag=True)
 def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: str, claims_dir: str | None,
@@ -184,9 +213,11 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
             registry_dir: str, plugins_dir: str, cdi_dir: str, driver_root: str, host_driver_root: str | None,
             cdi_hook_path: str | None, socket_group: str | None, call_deadline_s: float, metrics_port: int | None,
             device_health: bool, additional_xids_to_ignore: str, device_taint_rules: bool,
-            rolling_update_uid: str | None, no_fsync: bool,
+            rolling_update_uid: str | None, kubernetes_version: str | None, features: str, no_fsync: bool,
             verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
+    dynamic_mig = _slice_layout(dynamic_mig, kubernetes_version, features, kubeconfig,
+                                live=bool(kubeconfig or in_cluster))
     from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
     from gpudra.driver.checkpoint import CheckpointError
     from gpudra.driver.health import parse_xid_list

@@ -7,9 +7,10 @@ import sys
 
 import click
 
-from gpudra.cli.errors import NEGATIVE, OK, InputError, UsageError
-from gpudra.cli.inputs import read_objects
-from gpudra.cli.options import cluster_options, filename_option, namespace_option, no_validate_option
+from gpudra.cli.errors import NEGATIVE, OK, InputError, UsageError, warn
+from gpudra.cli.inputs import gate_warnings, read_inputs, release_and_features
+from gpudra.cli.options import (cluster_options, features_option, filename_option, kubernetes_version_option,
+                                namespace_option, no_validate_option)
 from gpudra.cli.output import output_option
 from gpudra.cli.progress import progress
 from gpudra.scheduler.scoring import POLICIES
@@ -45,9 +46,11 @@ def _default_namespace(paths: tuple[str, ...], kubeconfig: str | None, context: 
 @click.option("--no-fixes", is_flag=True, help="Do not search for changes that make it fit.")
 @no_validate_option()
 @output_option(help="table: the report (wide: every node's section, none left out); yaml/json: all of it as data.")
+@kubernetes_version_option()
+@features_option()
 def command(target: tuple[str, ...], paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None,
             context: str | None, request_timeout: float | None, policy: str, node: str | None, no_fixes: bool,
-            validate: bool, output: str) -> None:
+            validate: bool, output: str, kubernetes_version: str | None, features: str) -> None:
     """Explain TARGET (pod/NAME or claim/NAME): the kube-scheduler style summary, then per node the funnel
     of devices for every request, failed constraints, pool problems and CEL errors, and the smallest
     change that was verified to make it fit.
@@ -59,13 +62,19 @@ def command(target: tuple[str, ...], paths: tuple[str, ...], namespace: str | No
     from gpudra.explain.analyze import TargetError, explain
     from gpudra.explain.render import render
 
+    from gpudra.api.convert import to_v1
+
     wanted = _target(target)
-    objects = read_objects(paths, kubeconfig, context, request_timeout, validate=validate, command="explain")
+    version, gates = release_and_features(kubernetes_version, features, paths, kubeconfig, context, request_timeout)
+    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command="explain")
+    for problem in gate_warnings(documents, version):
+        warn(f"{problem.location()}: {problem.path}: {problem.message}")
+    objects = [to_v1(document.obj) for document in documents]
     namespace = namespace or _default_namespace(paths, kubeconfig, context)
     try:
         with progress() as bar:
             explanation = explain(objects, wanted, namespace=namespace, policy=policy, fixes=not no_fixes,
-                                  progress=bar)
+                                  features=gates, progress=bar)
     except TargetError as exc:
         raise UsageError(str(exc)) from None
     except (KeyError, ValueError) as exc:

@@ -102,3 +102,30 @@ def require_generated_valid(objects: list[dict[str, Any]], command: str) -> None
         lines = [str(problem) for problem in problems]
         raise UsageError(f"these options give objects that the API server would refuse: {lines[0]}",
                          details=[f"error: {line}" for line in lines[1:]])
+
+
+def release_and_features(kubernetes_version: str | None, features: Any = "default", paths: Iterable[str] = (),
+                         kubeconfig: str | None = None, context: str | None = None,
+                         request_timeout: float | None = None, allocator_name: str | None = None) -> tuple[str, Any]:
+    """(release, allocator Features) of `--kubernetes-version` and `--features`: the flag, else a live
+    cluster's /version, else 1.36 (gpudra.versions); `--features` over that release's defaults."""
+    from gpudra.allocator.features import Features
+    from gpudra.kube.inputs import InputError as VersionUnknown, kubernetes_version as release_of
+
+    try:
+        version = release_of(kubernetes_version, paths, kubeconfig, context, request_timeout)
+    except VersionUnknown as exc:
+        raise (UsageError if kubernetes_version is not None else InputError)(str(exc)) from None
+    try:
+        return version, Features.parse(features, version).with_variant(allocator_name)
+    except ValueError as exc:
+        raise UsageError(f"--features: {exc}") from None
+
+
+def gate_warnings(documents: list[Document], version: str) -> list[Problem]:
+    """Manifest fields behind a feature gate that `version` leaves off (the cluster's own objects
+    already went through its API server)."""
+    from gpudra.api.validate import gate_problems
+
+    return [problem for document in documents if document.source != CLUSTER_SOURCE
+            for problem in gate_problems(document, version)]

@@ -8,8 +8,9 @@ import click
 
 from gpudra.allocator.allocator import FILTER_TIMEOUT_S
 from gpudra.cli.errors import NEGATIVE, OK, InputError, warn
-from gpudra.cli.inputs import read_objects
-from gpudra.cli.options import cluster_options, filename_option, no_validate_option
+from gpudra.cli.inputs import gate_warnings, read_inputs, release_and_features
+from gpudra.cli.options import (cluster_options, features_option, filename_option, kubernetes_version_option,
+                                no_validate_option)
 from gpudra.cli.output import output_option
 from gpudra.cli.progress import progress
 from gpudra.scheduler.scoring import POLICIES
@@ -34,8 +35,11 @@ from gpudra.scheduler.scoring import POLICIES
               "timeout; its nodes' Filters run in parallel); a node searched past it reports \"timed out trying "
               "to allocate devices\". 0: no limit.")
 @no_validate_option()
+@kubernetes_version_option()
+@features_option()
 def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None, request_timeout: float | None,
-            policy: str, output: str, percentage: int | None, filter_timeout: float, validate: bool) -> None:
+            policy: str, output: str, percentage: int | None, filter_timeout: float, validate: bool,
+            kubernetes_version: str | None, features: str) -> None:
     """Apply the manifests (Pods, Deployments, ReplicaSets, StatefulSets, Jobs, DaemonSets, ResourceClaims,
     templates, DeviceClasses, ResourceSlices, Nodes), schedule every pending pod in queue order and print the
     result. Same input, same output: generated names and uids derive from the input.
@@ -44,9 +48,15 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
     from gpudra.scheduler import Cluster, Scheduler
     from gpudra.scheduler.render import summary, to_json, to_table, to_yaml
 
-    objects = read_objects(paths, kubeconfig, context, request_timeout, validate=validate, command="schedule")
+    from gpudra.api.convert import to_v1
+
+    version, gates = release_and_features(kubernetes_version, features, paths, kubeconfig, context, request_timeout)
+    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command="schedule")
+    for problem in gate_warnings(documents, version):
+        warn(f"{problem.location()}: {problem.path}: {problem.message}")
+    objects = [to_v1(document.obj) for document in documents]
     try:
-        cluster = Cluster(objects)
+        cluster = Cluster(objects, gates)
         scheduler = Scheduler(cluster, policy=policy, percentage_of_nodes_to_score=percentage,
                               filter_timeout=filter_timeout or None)
         with progress() as report:

@@ -8,8 +8,8 @@ import click
 
 from gpudra.api.dump import dump_json, dump_yaml
 from gpudra.api.validate import has_errors, validate_documents
-from gpudra.cli.errors import NEGATIVE, OK, USAGE, paint, show_error
-from gpudra.cli.options import filename_option
+from gpudra.cli.errors import NEGATIVE, OK, USAGE, UsageError, paint, show_error
+from gpudra.cli.options import filename_option, kubernetes_version_option
 from gpudra.cli.output import output_option, render_data
 
 
@@ -38,7 +38,9 @@ def _emit_problems(problems, output: str, stream) -> None:
 @output_option(help="Format of the problem list: table (one `error: FILE:doc N (Kind/name): field: message` "
                     "line each) or yaml/json records; with --fix, of the repaired manifests (yaml unless json).")
 @click.option("-q", "--quiet", is_flag=True, help="Print errors only, no warnings or summary.")
-def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool) -> None:
+@kubernetes_version_option("Validate as this release's API server (1.33-1.36; default 1.36): a field behind a "
+                           "feature gate that is off by default there is a warning naming the gate.")
+def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool, kubernetes_version: str | None) -> None:
     """Validate Kubernetes DRA manifests: exit 0 when valid, 1 when there are errors, 2 when input cannot be read.
 
     Every problem is reported as FILE:doc N (Kind/name): field.path: message. Files that cannot be read are
@@ -47,7 +49,12 @@ def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool) -> None
     allocatable on a node, or with what is still wrong (exit 1).
     """
     from gpudra.api.load import LoadError, LoadErrors, load_paths
+    from gpudra.versions import VersionError, parse_version
 
+    try:
+        version = parse_version(kubernetes_version)
+    except VersionError as exc:
+        raise UsageError(f"--kubernetes-version: {exc}") from None
     unreadable: list[LoadError] = []
     try:
         documents = load_paths(list(paths))
@@ -57,14 +64,14 @@ def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool) -> None
         unreadable, documents = [exc], []
     for error in unreadable:
         show_error(str(error))
-    code = _fix(documents, output, quiet) if fix else _check(documents, output, quiet)
+    code = _fix(documents, output, quiet, version=version) if fix else _check(documents, output, quiet, version)
     sys.exit(USAGE if unreadable else code)
 
 
-def _check(documents, output: str, quiet: bool) -> int:
+def _check(documents, output: str, quiet: bool, version: str | None = None) -> int:
     if not documents:
         return OK
-    problems = validate_documents(documents)
+    problems = validate_documents(documents, version)
     shown = [p for p in problems if p.severity == "error"] if quiet else problems
     errors = sum(p.severity == "error" for p in problems)
     if output in ("json", "yaml"):
@@ -78,7 +85,7 @@ def _check(documents, output: str, quiet: bool) -> int:
     return NEGATIVE if has_errors(problems) else OK
 
 
-def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None) -> int:
+def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None, version: str | None = None) -> int:
     if not documents:
         return OK
     cluster = cluster or []  # a live cluster's objects, when they are read
@@ -87,13 +94,17 @@ def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None)
     result = fix_documents(documents, [o for o in cluster if o.get("kind") == "ResourceSlice"])
     objects = [d.obj for d in result.documents]
     sys.stdout.write(dump_json(objects) if output == "json" else dump_yaml(objects))
-    remaining = validate_documents(result.documents)
+    remaining = validate_documents(result.documents, version)
     errors = [p for p in remaining if p.severity == "error"]
     if not quiet:
         for line in result.changes:
             click.echo(f"fixed: {line}", err=True)
         for line in result.cautions:
             click.echo(f"check: {line}", err=True)
+        for problem in remaining:
+            if problem.severity == "warning" and "feature gate" in problem.message:
+                # e.g. the extendedResourceName a repair added, on a release where its gate is off
+                click.echo(f"check: {problem.location()}: {problem.path}: {problem.message}", err=True)
     if errors:
         click.echo("cannot fix automatically:", err=True)
         _emit_problems(errors, "json" if output == "json" else "table", sys.stderr)

@@ -20,10 +20,12 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from gpudra.allocator.features import Features
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.scheduler.cluster import claim_allocation, is_terminal, reserved_for
 from gpudra.scheduler.meta import key_of
 from gpudra.scheduler.workloads import POD_CLAIM_NAME_ANNOTATION
+from gpudra.versions import parse_version
 
 from .kubelet import Kubelet, running_status, waiting_status
 from .layout import ClusterDir
@@ -104,7 +106,7 @@ class ControlLoop:
         changed = False
 
         finished = self._finish_deleted_pods(pods)
-        cluster = Cluster(objects)
+        cluster = Cluster(objects, Features.default(parse_version(self.config.kubernetes_version)))
         for key in finished:
             if key in cluster.pods:
                 cluster.delete_pod(key)  # the resourceclaim controller: unreserve, deallocate, delete owned claims

@@ -51,14 +51,19 @@ class Timeline:
         self.out(f"{time.monotonic() - self.start:5.1f}s  {STEP_LABELS.get(label, label):<9} {text}")
 
 
-def run_flow(directory: str | None, out: Callable[[str], None], keep: bool = False) -> str:
-    """The whole demo; returns the state directory (removed again unless `keep`)."""
+def run_flow(directory: str | None, out: Callable[[str], None], keep: bool = False,
+             kubernetes_version: str | None = None) -> str:
+    """The whole demo; returns the state directory (removed again unless `keep`). `kubernetes_version`:
+    the release the new cluster behaves as (default 1.36)."""
     timeline = Timeline(out)
     path = directory or tempfile.mkdtemp(prefix="gpudra-demo-")
     cluster = ClusterDir(path)
     try:
-        up(cluster, None if cluster.exists() else ClusterConfig(nodes=parse_nodes(DEFAULT_NODES)),
-           say=lambda text: timeline("node", text), control_plane=keep)
+        config = ClusterConfig(nodes=parse_nodes(DEFAULT_NODES))
+        if kubernetes_version:
+            config.kubernetes_version = kubernetes_version
+        up(cluster, None if cluster.exists() else config, say=lambda text: timeline("node", text),
+           control_plane=keep)
         devices = Counter(s["spec"]["nodeName"] for s in cluster.store.list("ResourceSlice")
                           for _ in s["spec"].get("devices") or [])
         for node, count in sorted(devices.items()):

@@ -60,9 +60,16 @@ def main(argv: list[str]) -> int:
     config = cluster.load_config()
     node = next(n for n in config.nodes if n.name == node_name)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    dynamic_mig = node.dynamic_mig
+    if dynamic_mig:
+        from gpudra.driver.slices import dynamic_mig_layout
+
+        dynamic_mig, note = dynamic_mig_layout(config.kubernetes_version)
+        if note:
+            logging.getLogger(__name__).warning("Kubernetes %s: %s", config.kubernetes_version, note)
     options = AgentOptions(node_name=node.name, backend="simulated", profile=node.profile,
                            driver_name=config.driver_name, root=cluster.node_dir(node.name),
-                           dynamic_mig=node.dynamic_mig, registry_dir=REGISTRY_DIR, plugins_dir=PLUGINS_DIR,
+                           dynamic_mig=dynamic_mig, registry_dir=REGISTRY_DIR, plugins_dir=PLUGINS_DIR,
                            cdi_dir=CDI_DIR)
     agent = DriverAgent(options, claims=StoreClaimSource(cluster.store), slice_client=StoreSliceClient(cluster.store))
     agent.start()

@@ -223,12 +223,13 @@ def run_demo(
     cluster: list[str] | None = None,
     claims: list[str] | None = None,
     originals: list[str] | None = None,
+    kubernetes_version: str | None = None,
 ) -> DemoReport:
     """Allocate the corrected claims on the cluster (first fit, committing each claim, node by
     node, like kube-scheduler placing pods one after another) and validate the originals."""
     from gpudra.allocator import Features, build_report
 
-    parsed = Features.parse(features)
+    parsed = Features.parse(features, kubernetes_version)
     cluster_docs = _load(cluster if cluster is not None else CLUSTER_DIR)
     claim_docs = _load(claims if claims is not None else FIXED_DIR)
     # The corrected manifests re-declare the cluster's DeviceClass; one object per (kind, namespace,
@@ -270,7 +271,11 @@ def run_demo(
             elif result.get("outcome") == "error":
                 last_error[key] = result.get("error") or "error"
 
-    demo = DemoReport(features="Kubernetes 1.36 defaults" if features.strip() == "default" else str(parsed))
+    from gpudra.versions import parse_version
+
+    release = parse_version(kubernetes_version)
+    demo = DemoReport(features=f"Kubernetes {release} defaults" if features.strip() == "default"
+                      else f"{parsed} (Kubernetes {release})")
     demo.nodes = summarise_nodes(nodes, slices)
     if claims is not None:
         demo.claims_title = "Claims, placed one after another on the first node that fits"

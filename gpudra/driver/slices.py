@@ -194,6 +194,30 @@ def _dynamic_bodies(inventory: Inventory, sharing: str = "none", taints_of: Tain
     return bodies
 
 
+def dynamic_mig_layout(kubernetes_version: str | None = None, features: Any = None) -> tuple[bool, str | None]:
+    """Whether Kubernetes `kubernetes_version` (with `features`, default: its default gates) can allocate
+    the dynamic-MIG layout, and, when not, why (a note for the user).
+
+    The layout needs partitionable devices (DRAPartitionableDevices) in their 1.35 form: counter sets in
+    slices of their own, which devices in other slices of the pool consume. 1.33 and 1.34 only accept a
+    device's counter set in its own slice, so there gpudra publishes what they can allocate without it:
+    the full GPUs and the MIG devices that exist.
+    """
+    from gpudra.allocator.features import Features
+    from gpudra.versions import gate_state, parse_version
+
+    version = parse_version(kubernetes_version)
+    state = gate_state("DRAPartitionableDevices", version)
+    fallback = "; publishing what it can allocate: the full GPUs and the existing MIG devices"
+    if not Features.parse(features, version).partitionable_devices:
+        return False, (f"dynamic MIG needs the DRAPartitionableDevices feature gate ({state.describe()})"
+                       + fallback)
+    if version in ("1.33", "1.34"):
+        return False, (f"dynamic MIG needs counter sets in ResourceSlices of their own, which Kubernetes "
+                       f"{version} does not accept (from 1.35)" + fallback)
+    return True, None
+
+
 def build_resource_slices(inventory: Inventory, node_name: str, *, driver_name: str = DEFAULT_DRIVER_NAME,
                           generation: int = 1, node_uid: str | None = None, dynamic_mig: bool = False,
                           max_devices_per_slice: int | None = None, sharing: str = "none",

@@ -44,17 +44,18 @@ def parse_target(text: str) -> tuple[str, str]:
 
 
 def explain(objects: list[dict[str, Any]], target: str, namespace: str = "default", policy: str = "kube",
-            fixes: bool = True, progress: simulate.Progress | None = None) -> Explanation:
-    """`progress(what, done, total)` hears how far the replay and the fix search are (a CLI draws a bar)."""
+            fixes: bool = True, progress: simulate.Progress | None = None, features: Any = None) -> Explanation:
+    """`progress(what, done, total)` hears how far the replay and the fix search are (a CLI draws a bar);
+    `features`: the allocator's feature gates (gpudra.allocator.Features or token text; None: 1.36's)."""
     kind, name = parse_target(target)
     if kind == "Pod":
-        explanation = explain_pod(objects, namespace, name, policy, progress)
+        explanation = explain_pod(objects, namespace, name, policy, progress, features)
     else:
-        explanation = explain_claim(objects, namespace, name)
+        explanation = explain_claim(objects, namespace, name, features)
     if fixes and not explanation.fits:
         from gpudra.explain.fixes import find_fixes
 
-        explanation.fixes = find_fixes(objects, explanation, policy, progress=progress)
+        explanation.fixes = find_fixes(objects, explanation, policy, progress=progress, features=features)
     return explanation
 
 
@@ -62,8 +63,8 @@ def explain(objects: list[dict[str, Any]], target: str, namespace: str = "defaul
 
 
 def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy: str = "kube",
-                progress: simulate.Progress | None = None) -> Explanation:
-    run = simulate.run_until(simulate.working_copy(objects), f"{namespace}/{name}", policy, progress)
+                progress: simulate.Progress | None = None, features: Any = None) -> Explanation:
+    run = simulate.run_until(simulate.working_copy(objects), f"{namespace}/{name}", policy, progress, features)
     if run.pod is None:
         raise TargetError(_not_found("pod", namespace, name, run.cluster.pods))
     cluster, result = run.cluster, run.result
@@ -243,7 +244,7 @@ def _slice_index(cluster: Any) -> Any:
     if index is None:
         from gpudra.explain.devices import slice_index
 
-        index = slice_index(cluster.slices)
+        index = slice_index(cluster.slices, cluster.features)
     return index
 
 
@@ -306,9 +307,9 @@ def summary_line(num_nodes: int, nodes: list[NodeExplanation]) -> str:
 # ------------------------------------------------------------------------------------------- claims
 
 
-def explain_claim(objects: list[dict[str, Any]], namespace: str, name: str) -> Explanation:
+def explain_claim(objects: list[dict[str, Any]], namespace: str, name: str, features: Any = None) -> Explanation:
     """Why a claim cannot be allocated on any node, against the cluster as given (nothing is scheduled)."""
-    cluster = simulate.build_cluster(simulate.working_copy(objects))
+    cluster = simulate.build_cluster(simulate.working_copy(objects), features)
     key = f"{namespace}/{name}"
     claim = cluster.claims.get(key)
     if claim is None:

@@ -61,7 +61,7 @@ def _node_matches(node: dict[str, Any], node_name: Any, all_nodes: Any, selector
     return node_matches(NodeInfo.of(node), node_name or None, bool(all_nodes), selector)
 
 
-def slice_index(slices: Iterable[dict[str, Any]], features: str = "default") -> Any:
+def slice_index(slices: Iterable[dict[str, Any]], features: Any = "default") -> Any:
     from gpudra.allocator.features import Features
     from gpudra.allocator.pools import SliceIndex
 
@@ -242,6 +242,9 @@ class FunnelContext:
     capacity_used: dict[str, dict[str, int]] = field(default_factory=dict)  # device id -> shared capacity used
     share_holders: dict[str, list[str]] = field(default_factory=dict)  # device id -> claims holding shares
     counters_left: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # pool id -> ...
+    device_taints: bool = True  # the DRADeviceTaints gate: off, the allocator ignores device taints
+    # the DRAPartitionableDevices gate: off, the allocator never picks a device that consumes counters
+    partitionable_devices: bool = True
 
     def counters_for(self, pool: PoolView) -> dict[str, dict[str, int]]:
         if pool.id not in self.counters_left:
@@ -316,7 +319,7 @@ def funnel(spec: RequestSpec, ctx: FunnelContext, cel_errors: list[CelErrorRepor
     tainted = Counter()
     tolerated = []
     for ref in devices:
-        bad = untolerated_taints(ref.device, spec.tolerations)
+        bad = untolerated_taints(ref.device, spec.tolerations) if ctx.device_taints else []
         if bad:
             tainted[taint_text(bad[0])] += 1
             result.taints.setdefault(taint_text(bad[0]), {k: bad[0][k] for k in ("key", "value", "effect")
@@ -335,7 +338,10 @@ def funnel(spec: RequestSpec, ctx: FunnelContext, cel_errors: list[CelErrorRepor
         users: dict[str, list[str]] = {}
         for ref in devices:
             pool = pools[f"{ref.driver}/{ref.pool}"]
-            lacking = _lacking_counter(ref, ctx.counters_for(pool))
+            if not ctx.partitionable_devices and ref.device.get("consumesCounters"):
+                lacking = "the DRAPartitionableDevices feature gate (off)"
+            else:
+                lacking = _lacking_counter(ref, ctx.counters_for(pool))
             if lacking:
                 short[lacking] += 1
                 for holder in _counter_users(ref, pool, ctx):

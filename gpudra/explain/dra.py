@@ -121,7 +121,9 @@ def analyze_node(
     analysis.pool_problems = [f"pool {p.id} is {p.problem}" for p in pools if p.problem]
     ctx = FunnelContext(pools=pools, classes=classes, allocated=allocated.allocated, holders=allocated.holders,
                         claim_pods=lambda key: allocated.pods.get(key, []), selectors=selectors or SelectorSet(),
-                        capacity_used=allocated.capacity_used, share_holders=allocated.share_holders)
+                        capacity_used=allocated.capacity_used, share_holders=allocated.share_holders,
+                        device_taints=getattr(getattr(index, "features", None), "device_taints", True),
+                        partitionable_devices=getattr(getattr(index, "features", None), "partitionable_devices", True))
 
     survivors_by_request: dict[tuple[str, str], list[DeviceRef]] = {}
     need_by_request: dict[tuple[str, str], int] = {}

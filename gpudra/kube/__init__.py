@@ -7,7 +7,7 @@ a cluster exactly as on manifests. `load_inputs(paths, kubeconfig, context)` is 
 command needs: manifests when paths are given, else the cluster.
 """
 
-from gpudra.kube.inputs import InputError, default_namespace, load_inputs, load_manifests
+from gpudra.kube.inputs import InputError, default_namespace, kubernetes_version, load_inputs, load_manifests
 from gpudra.kube.reader import (
     CLUSTER_KINDS,
     ClusterReadError,
@@ -20,4 +20,4 @@ from gpudra.kube.reader import (
 )
 
 __all__ = ["CLUSTER_KINDS", "ClusterReadError", "InputError", "ResourceKind", "connect", "context_namespace",
-           "default_namespace", "kubeconfig_path", "load_inputs", "load_manifests", "read_cluster", "read_kind"]
+           "default_namespace", "kubeconfig_path", "kubernetes_version", "load_inputs", "load_manifests", "read_cluster", "read_kind"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from gpudra.kube.reader import ClusterReadError, context_namespace, read_cluster
+from gpudra.kube.reader import ClusterReadError, context_namespace, read_cluster, read_server_version
 
 
 class InputError(ValueError):
@@ -47,3 +47,20 @@ def default_namespace(paths: Iterable[str] = (), kubeconfig: str | None = None, 
     if list(paths):
         return "default"
     return context_namespace(kubeconfig, context) or "default"
+
+
+def kubernetes_version(flag: str | None, paths: Iterable[str] = (), kubeconfig: str | None = None,
+                       context: str | None = None, request_timeout: float | None = None) -> str:
+    """The Kubernetes release to behave as: `--kubernetes-version` when given; for a live cluster the
+    API server's /version; for manifests gpudra.versions.DEFAULT_KUBERNETES_VERSION."""
+    from gpudra.versions import VersionError, parse_version, server_version
+
+    try:
+        if flag is not None or list(paths):
+            return parse_version(flag)
+        try:
+            return server_version(read_server_version(kubeconfig, context, request_timeout=request_timeout))
+        except ClusterReadError as exc:
+            raise InputError(f"{exc} (pass --kubernetes-version to skip asking the API server)") from None
+    except VersionError as exc:
+        raise InputError(f"--kubernetes-version: {exc}" if flag is not None else str(exc)) from None

@@ -198,6 +198,21 @@ def read_kind(api_client: Any, kind: ResourceKind, request_timeout: float | None
             return items
 
 
+def read_server_version(kubeconfig: str | None = None, context: str | None = None, *,
+                        api_client: Any = None, request_timeout: float | None = None) -> dict[str, Any]:
+    """The API server's GET /version answer ({"major": "1", "minor": "34", "gitVersion": "v1.34.2", …})."""
+    owns_client = api_client is None
+    if owns_client:
+        api_client = connect(kubeconfig, context)
+    try:
+        return _get_json(api_client, "/version", [], request_timeout)
+    finally:
+        if owns_client:
+            close = getattr(api_client, "close", None)
+            if close is not None:
+                close()
+
+
 def read_cluster(
     kubeconfig: str | None = None,
     context: str | None = None,

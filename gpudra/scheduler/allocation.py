@@ -13,7 +13,7 @@ def make_allocator(
     device_classes: dict[str, dict[str, Any]],
     slices: list[dict[str, Any]],
     allocated_claims: list[dict[str, Any]],
-    features: str = DEFAULT_FEATURES,
+    features: Any = DEFAULT_FEATURES,
     device_taint_rules: list[dict[str, Any]] | None = None,
 ) -> Any:
     from gpudra.allocator.allocator import Allocator

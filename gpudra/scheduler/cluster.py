@@ -65,7 +65,12 @@ def allocated_device_ids(claim: dict[str, Any]) -> list[DeviceId]:
 
 
 class Cluster(Topology):
-    def __init__(self, objects: Iterable[dict[str, Any]] = ()):
+    def __init__(self, objects: Iterable[dict[str, Any]] = (), features: Any = None):
+        """`features`: the allocator's feature gates (gpudra.allocator.Features or its token text;
+        None: Kubernetes 1.36's defaults)."""
+        from gpudra.allocator.features import Features
+
+        self.features = Features.parse(features)
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}  # insertion order = creation order
         self.claims: dict[str, dict[str, Any]] = {}
@@ -365,7 +370,7 @@ class Cluster(Topology):
             from .allocation import make_allocator
 
             allocated = [claim for claim in self.claims.values() if claim_allocation(claim) is not None]
-            self._allocator = make_allocator(self.device_classes, self.slices, allocated,
+            self._allocator = make_allocator(self.device_classes, self.slices, allocated, self.features,
                                              device_taint_rules=list(self.device_taint_rules.values()))
         return self._allocator
 

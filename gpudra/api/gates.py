@@ -1,0 +1,114 @@
+"""Fields behind a DRA feature gate that is off (or absent) in the user's Kubernetes release.
+
+The API server of such a release drops a gated field when the object is written (upstream's
+dropDisabledFields in pkg/registry/resource/*/strategy.go), or does not serve the kind at all, so the
+object the cluster keeps is not the one in the file. Each such field is a warning naming the gate, its
+stage and the release: "needs the DRAExtendedResource feature gate (alpha, off by default in 1.34)".
+Which release turns which gate on comes from gpudra.versions (one table).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from gpudra.versions import SERVED_RESOURCE_API, gate_state
+
+_DEVICE_FIELDS = (
+    ("consumesCounters", "DRAPartitionableDevices"),
+    ("nodeName", "DRAPartitionableDevices"),
+    ("nodeSelector", "DRAPartitionableDevices"),
+    ("allNodes", "DRAPartitionableDevices"),
+    ("taints", "DRADeviceTaints"),
+    ("bindingConditions", "DRADeviceBindingConditions"),
+    ("bindingFailureConditions", "DRADeviceBindingConditions"),
+    ("bindsToNode", "DRADeviceBindingConditions"),
+    ("allowMultipleAllocations", "DRAConsumableCapacity"),
+)
+_REQUEST_FIELDS = (
+    ("adminAccess", "DRAAdminAccess"),
+    ("tolerations", "DRADeviceTaints"),
+    ("capacity", "DRAConsumableCapacity"),
+)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _set(value: Any) -> bool:
+    return value is not None and value is not False and value != [] and value != {}
+
+
+def gated_fields(obj: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(field path, gate) for every gated field the v1 object sets."""
+    kind, spec = obj.get("kind"), _dict(obj.get("spec"))
+    if kind == "DeviceClass":
+        if _set(spec.get("extendedResourceName")):
+            yield "spec.extendedResourceName", "DRAExtendedResource"
+    elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
+        base = "spec.spec.devices" if kind == "ResourceClaimTemplate" else "spec.devices"
+        devices = _dict(_dict(spec.get("spec")).get("devices")) if kind == "ResourceClaimTemplate" else _dict(spec.get("devices"))
+        yield from _claim_fields(devices, base)
+    elif kind == "ResourceSlice":
+        for name in ("sharedCounters", "perDeviceNodeSelection"):
+            if _set(spec.get(name)):
+                yield f"spec.{name}", "DRAPartitionableDevices"
+        for i, device in enumerate(_list(spec.get("devices"))):
+            device = _dict(device)
+            for name, gate in _DEVICE_FIELDS:
+                if _set(device.get(name)):
+                    yield f"spec.devices[{i}].{name}", gate
+            for capacity_name, capacity in _dict(device.get("capacity")).items():
+                if _set(_dict(capacity).get("requestPolicy")):
+                    yield f"spec.devices[{i}].capacity.{capacity_name}.requestPolicy", "DRAConsumableCapacity"
+
+
+def _claim_fields(devices: dict[str, Any], base: str) -> Iterator[tuple[str, str]]:
+    for i, request in enumerate(_list(devices.get("requests"))):
+        request = _dict(request)
+        exactly = _dict(request.get("exactly"))
+        for name, gate in _REQUEST_FIELDS:
+            if _set(exactly.get(name)):
+                yield f"{base}.requests[{i}].exactly.{name}", gate
+        if _set(request.get("firstAvailable")):
+            yield f"{base}.requests[{i}].firstAvailable", "DRAPrioritizedList"
+        for j, sub in enumerate(_list(request.get("firstAvailable"))):
+            for name, gate in _REQUEST_FIELDS[1:]:  # subrequests have no adminAccess
+                if _set(_dict(sub).get(name)):
+                    yield f"{base}.requests[{i}].firstAvailable[{j}].{name}", gate
+    for k, constraint in enumerate(_list(devices.get("constraints"))):
+        if _set(_dict(constraint).get("distinctAttribute")):
+            yield f"{base}.constraints[{k}].distinctAttribute", "DRAConsumableCapacity"
+
+
+def gate_warnings(obj: dict[str, Any], version: str, api_version: str | None = None) -> list[tuple[str, str]]:
+    """(field path, message) for what Kubernetes `version` does not keep with its default gates.
+    `api_version`: the object's apiVersion as written (before any conversion to v1)."""
+    found: list[tuple[str, str]] = []
+    kind = obj.get("kind")
+    written = api_version if api_version is not None else obj.get("apiVersion")
+    served = SERVED_RESOURCE_API[version]
+    if written == "resource.k8s.io/v1" and served != written:
+        found.append(("apiVersion", f"resource.k8s.io/v1 is not served by Kubernetes {version} (it serves "
+                                    f"{served}; the DynamicResourceAllocation feature gate is "
+                                    f"{gate_state('DynamicResourceAllocation', version).describe()})"))
+    if kind == "DeviceTaintRule":
+        gate = "DRADeviceTaintRules" if gate_state("DRADeviceTaintRules", version).stage else "DRADeviceTaints"
+        state = gate_state(gate, version)
+        if not state.default:
+            found.append(("", f"DeviceTaintRule needs the {gate} feature gate ({state.describe()})"))
+    for path, gate in gated_fields(obj):
+        state = gate_state(gate, version)
+        if state.default:
+            continue
+        if state.stage is None:
+            found.append((path, f"needs the {gate} feature gate, which Kubernetes {version} does not have: "
+                                "its API server does not know the field"))
+        else:
+            found.append((path, f"needs the {gate} feature gate ({state.describe()}): the API server drops "
+                                "the field while the gate is off"))
+    return found
