@@ -41,6 +41,9 @@ class AllocationOutcome:
     allocations: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     error_node_local: bool = False
+    # `Allocator.fits` only: "allocated" was answered by another node in the same device state, so no
+    # allocations were computed (`allocate` on this node would find some)
+    deferred: bool = False
 
     @property
     def allocated(self) -> bool:
@@ -69,7 +72,7 @@ class ClassInfo:
 class NodeView:
     """The pools one node sees, and per request shape the devices worth examining, in visiting order."""
 
-    __slots__ = ("node", "pools", "pool_by_id", "devices", "any_invalid", "candidates", "counter_flags")
+    __slots__ = ("node", "pools", "pool_by_id", "devices", "any_invalid", "candidates", "counter_flags", "fit_static")
 
     def __init__(self, node: NodeInfo, pools: list[Pool]):
         self.node = node
@@ -80,6 +83,8 @@ class NodeView:
         self.candidates: dict[tuple, list[tuple[DeviceInfo, SelectorFailure | None]]] = {}
         # per candidates key: (some candidate consumes counters, one of those also has taints)
         self.counter_flags: dict[tuple, tuple[bool, bool]] = {}
+        # per candidates key: what `Allocator.fit_key` needs of each candidate, or None when it cannot say
+        self.fit_static: dict[tuple, tuple | None] = {}
 
 
 class Allocator:
@@ -107,6 +112,7 @@ class Allocator:
         self._views_by_node: dict[int, tuple[dict, NodeView]] = {}
         self.static_requests: dict[tuple, tuple[dict, Any]] = {}  # see search.StaticRequest
         self._pool_counters: dict[str, tuple[int, dict[str, dict[str, int]]]] = {}
+        self._fit_memo: dict[tuple, str] = {}  # fit_key -> "allocated" | "unallocatable"
 
     # allocated state -------------------------------------------------------------------------
     def add_allocated_claim(self, claim: dict[str, Any]) -> None:
@@ -186,6 +192,97 @@ class Allocator:
         self._pool_counters[pool.name] = (self.state.version, available)
         return available
 
+    def static_request(self, label: str, request: dict, full: str, allow_admin: bool) -> Any:
+        """The node-independent part of a request (search.StaticRequest), cached per request dict (specs are
+        immutable)."""
+        from .search import StaticRequest  # search.py imports this module
+
+        cache = self.static_requests
+        key = (id(request), label, full, allow_admin)
+        found = cache.get(key)
+        if found is not None and found[0] is request:
+            return found[1]
+        static = StaticRequest(self, label, request, full, allow_admin)
+        if len(cache) > 100_000:
+            cache.clear()
+        cache[key] = (request, static)
+        return static
+
+    # feasibility shared between nodes -------------------------------------------------------------------
+    def fit_key(self, view: NodeView, claims: list[dict[str, Any]]) -> tuple | None:
+        """A key on which the outcome of `allocate(node, claims)` depends alone, or None.
+
+        Only for the simplest and most common shape: one claim with one ExactCount request, no constraints,
+        no admin access, no firstAvailable; every candidate device valid for it (no CEL failure), without
+        counters or taints. Then the search needs `count` distinct candidates that each fit on their own (a
+        request uses a device at most once, so the devices do not interact) and, being exhaustive, finds them
+        whatever their order: the outcome depends only on the request and on the multiset of (what the
+        search reads of a candidate: multi-allocation, capacities; its allocated state). Nodes in the same
+        device state (idle nodes of one GPU model above all) then share one search."""
+        if len(claims) != 1 or view.any_invalid or not self.features.consumable_capacity:
+            return None
+        claim = claims[0]
+        spec_devices = as_dict(as_dict(claim.get("spec")).get("devices"))
+        requests = as_list(spec_devices.get("requests"))
+        if len(requests) != 1 or spec_devices.get("constraints"):
+            return None
+        request = requests[0]
+        if not isinstance(request, dict) or request.get("firstAvailable") is not None:
+            return None
+        exactly = request.get("exactly")
+        if not isinstance(exactly, dict) or exactly.get("adminAccess") is not None:
+            return None
+        from .claims import claim_label
+
+        name = as_str(request.get("name"))
+        static = self.static_request(claim_label(claim), exactly, name, True)
+        if static.error is not None or static.all_mode or static.admin or not 0 < static.count <= MAX_RESULTS_PER_CLAIM:
+            return None
+        class_info = static.class_info
+        candidates_key = (class_info.name, class_info.selector_exprs, static.exprs)
+        if candidates_key not in view.fit_static:
+            candidates = self.candidates(view, class_info, static.exprs)
+            usable = all(failure is None and not device.consumes_counters and not device.taints
+                         for device, failure in candidates)
+            view.fit_static[candidates_key] = tuple(
+                (device.key, device.allow_multiple, _capacity_signature(device)) for device, _ in candidates
+            ) if usable else None
+        statics = view.fit_static[candidates_key]
+        if statics is None:
+            return None
+        state = self.state
+        allocated, shared, capacity = state.allocated, state.shared_devices, state.capacity
+        tokens = []
+        for key, multiple, signature in statics:
+            used = capacity.get(key)
+            tokens.append((multiple, signature, key in allocated, key in shared,
+                           tuple(sorted(used.items())) if used else ()))
+        tokens.sort()
+        return (candidates_key, tuple(sorted(static.capacity.items())), static.count, tuple(tokens))
+
+    def fits(
+        self,
+        node: "dict | str | NodeInfo",
+        claims: list[dict[str, Any]],
+        timeout: float | None = FILTER_TIMEOUT_S,
+        deadline: float | None = None,
+    ) -> AllocationOutcome:
+        """`allocate` for callers that need to know whether the claims fit, not (yet) the devices: when a
+        node in the same device state (`fit_key`) was searched before, its answer is returned with
+        `deferred` set and no allocations. Errors and time-outs are never shared."""
+        view = self.node_view(node)
+        key = self.fit_key(view, claims)
+        if key is not None:
+            known = self._fit_memo.get(key)
+            if known is not None:
+                return AllocationOutcome(known, deferred=known == "allocated")
+        outcome = self.allocate(node, claims, timeout=timeout, deadline=deadline)
+        if key is not None and outcome.outcome in ("allocated", "unallocatable"):
+            if len(self._fit_memo) > 200_000:
+                self._fit_memo.clear()
+            self._fit_memo[key] = outcome.outcome
+        return outcome
+
     # allocation ---------------------------------------------------------------------------------
     def allocate(
         self,
@@ -229,6 +326,15 @@ class Allocator:
                 return AllocationOutcome("error", error="invalid resource pools were encountered", error_node_local=True)
             return AllocationOutcome("unallocatable")
         return AllocationOutcome("allocated", allocations=allocations)
+
+
+def _capacity_signature(device: DeviceInfo) -> tuple:
+    """Everything the search reads of a device's capacities (their names, values and request policies)."""
+    return tuple(
+        (name, c.value, c.has_policy, c.default, tuple(c.valid_values) if c.valid_values is not None else None,
+         c.range_min, c.range_max, c.range_step)
+        for name, c in sorted(device.capacity.items())
+    )
 
 
 def counters_left(

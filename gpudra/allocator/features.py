@@ -9,6 +9,7 @@ its two gates `DRADeviceBindingConditions` / `DRAResourceClaimDeviceStatus`.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 
 FEATURE_NAMES = (
     "AdminAccess",
@@ -110,7 +111,7 @@ class Features:
             features = replace(features, **{_attr(canonical): enable})
         return features
 
-    @property
+    @cached_property  # read on every allocate() call; the dataclass is frozen, so computing it once is exact
     def variant_name(self) -> str:
         """The upstream allocator variant that runs for these gates: the forced one, or the first
         (most stable) variant that supports every enabled feature, as kube-scheduler picks it."""
@@ -119,7 +120,7 @@ class Features:
         enabled = set(self.enabled())
         return next(name for name, supported in VARIANT_SUPPORT.items() if enabled <= supported)
 
-    @property
+    @cached_property
     def stable_variant(self) -> bool:
         """Whether upstream's `stable` variant runs (what differs: tests/test_allocator_variants.py)."""
         return self.variant_name == "stable"

@@ -262,17 +262,7 @@ class Search:
         return rd
 
     def _static_request(self, label: str, request: dict, full: str, allow_admin: bool) -> "StaticRequest":
-        """The node-independent part of a request, cached per request dict (specs are immutable)."""
-        cache = self.allocator.static_requests
-        key = (id(request), label, full, allow_admin)
-        found = cache.get(key)
-        if found is not None and found[0] is request:
-            return found[1]
-        static = StaticRequest(self.allocator, label, request, full, allow_admin)
-        if len(cache) > 100_000:
-            cache.clear()
-        cache[key] = (request, static)
-        return static
+        return self.allocator.static_request(label, request, full, allow_admin)
 
     # search ------------------------------------------------------------------------------------------
     def run(self) -> list[dict[str, Any]] | None:
