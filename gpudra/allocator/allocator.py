@@ -41,8 +41,8 @@ class AllocationOutcome:
     allocations: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     error_node_local: bool = False
-    # `Allocator.fits` only: "allocated" was answered by another node in the same device state, so no
-    # allocations were computed (`allocate` on this node would find some)
+    # "allocated" without allocations: `allocate(build=False)`, or `fits` (which may answer from another node
+    # in the same device state); `allocate` on this node would find some
     deferred: bool = False
 
     @property
@@ -113,6 +113,7 @@ class Allocator:
         self.static_requests: dict[tuple, tuple[dict, Any]] = {}  # see search.StaticRequest
         self._pool_counters: dict[str, tuple[int, dict[str, dict[str, int]]]] = {}
         self._fit_memo: dict[tuple, str] = {}  # fit_key -> "allocated" | "unallocatable"
+        self._fit_requests: dict[int, tuple[dict, tuple | None]] = {}  # id(claim spec) -> (spec, _fit_request)
 
     # allocated state -------------------------------------------------------------------------
     def add_allocated_claim(self, claim: dict[str, Any]) -> None:
@@ -221,27 +222,12 @@ class Allocator:
         device state (idle nodes of one GPU model above all) then share one search."""
         if len(claims) != 1 or view.any_invalid or not self.features.consumable_capacity:
             return None
-        claim = claims[0]
-        spec_devices = as_dict(as_dict(claim.get("spec")).get("devices"))
-        requests = as_list(spec_devices.get("requests"))
-        if len(requests) != 1 or spec_devices.get("constraints"):
+        request = self._fit_request(claims[0])
+        if request is None:
             return None
-        request = requests[0]
-        if not isinstance(request, dict) or request.get("firstAvailable") is not None:
-            return None
-        exactly = request.get("exactly")
-        if not isinstance(exactly, dict) or exactly.get("adminAccess") is not None:
-            return None
-        from .claims import claim_label
-
-        name = as_str(request.get("name"))
-        static = self.static_request(claim_label(claim), exactly, name, True)
-        if static.error is not None or static.all_mode or static.admin or not 0 < static.count <= MAX_RESULTS_PER_CLAIM:
-            return None
-        class_info = static.class_info
-        candidates_key = (class_info.name, class_info.selector_exprs, static.exprs)
+        candidates_key, class_info, exprs, capacity, count = request
         if candidates_key not in view.fit_static:
-            candidates = self.candidates(view, class_info, static.exprs)
+            candidates = self.candidates(view, class_info, exprs)
             usable = all(failure is None and not device.consumes_counters and not device.taints
                          for device, failure in candidates)
             view.fit_static[candidates_key] = tuple(
@@ -251,14 +237,43 @@ class Allocator:
         if statics is None:
             return None
         state = self.state
-        allocated, shared, capacity = state.allocated, state.shared_devices, state.capacity
+        allocated, shared, consumed = state.allocated, state.shared_devices, state.capacity
         tokens = []
         for key, multiple, signature in statics:
-            used = capacity.get(key)
+            used = consumed.get(key)
             tokens.append((multiple, signature, key in allocated, key in shared,
                            tuple(sorted(used.items())) if used else ()))
         tokens.sort()
-        return (candidates_key, tuple(sorted(static.capacity.items())), static.count, tuple(tokens))
+        return (candidates_key, capacity, count, tuple(tokens))
+
+    def _fit_request(self, claim: dict[str, Any]) -> tuple | None:
+        """The node-independent part of `fit_key` for one claim, or None when the claim is not of its shape;
+        cached per claim spec (specs are immutable)."""
+        spec = claim.get("spec")
+        if not isinstance(spec, dict):
+            return None
+        cached = self._fit_requests.get(id(spec))
+        if cached is not None and cached[0] is spec:
+            return cached[1]
+        found = None
+        spec_devices = as_dict(spec.get("devices"))
+        requests = as_list(spec_devices.get("requests"))
+        request = requests[0] if len(requests) == 1 and not spec_devices.get("constraints") else None
+        exactly = request.get("exactly") if isinstance(request, dict) and request.get("firstAvailable") is None else None
+        if isinstance(exactly, dict) and exactly.get("adminAccess") is None:
+            from .claims import claim_label
+
+            static = self.static_request(claim_label(claim), exactly, as_str(request.get("name")), True)
+            if static.error is None and not static.all_mode and not static.admin and (
+                0 < static.count <= MAX_RESULTS_PER_CLAIM
+            ):
+                class_info = static.class_info
+                found = ((class_info.name, class_info.selector_exprs, static.exprs), class_info, static.exprs,
+                         tuple(sorted(static.capacity.items())), static.count)
+        if len(self._fit_requests) > 100_000:
+            self._fit_requests.clear()
+        self._fit_requests[id(spec)] = (spec, found)
+        return found
 
     def fits(
         self,
@@ -267,17 +282,18 @@ class Allocator:
         timeout: float | None = FILTER_TIMEOUT_S,
         deadline: float | None = None,
     ) -> AllocationOutcome:
-        """`allocate` for callers that need to know whether the claims fit, not (yet) the devices: when a
-        node in the same device state (`fit_key`) was searched before, its answer is returned with
-        `deferred` set and no allocations. Errors and time-outs are never shared."""
+        """`allocate` for callers that need to know whether the claims fit, not (yet) the devices. For claims
+        of `fit_key`'s shape the answer comes `deferred` (no allocations), and a node in the same device state as
+        one searched before gets that node's answer. Errors and time-outs are never shared."""
         view = self.node_view(node)
         key = self.fit_key(view, claims)
-        if key is not None:
-            known = self._fit_memo.get(key)
-            if known is not None:
-                return AllocationOutcome(known, deferred=known == "allocated")
-        outcome = self.allocate(node, claims, timeout=timeout, deadline=deadline)
-        if key is not None and outcome.outcome in ("allocated", "unallocatable"):
+        if key is None:
+            return self.allocate(node, claims, timeout=timeout, deadline=deadline)
+        known = self._fit_memo.get(key)
+        if known is not None:
+            return AllocationOutcome(known, deferred=known == "allocated")
+        outcome = self.allocate(node, claims, timeout=timeout, deadline=deadline, build=False)
+        if outcome.outcome in ("allocated", "unallocatable"):
             if len(self._fit_memo) > 200_000:
                 self._fit_memo.clear()
             self._fit_memo[key] = outcome.outcome
@@ -291,6 +307,7 @@ class Allocator:
         exclude_devices: "set[tuple[str, str, str]] | frozenset | None" = None,
         timeout: float | None = FILTER_TIMEOUT_S,
         deadline: float | None = None,
+        build: bool = True,
     ) -> AllocationOutcome:
         """Allocate `claims` jointly on `node`.
 
@@ -300,6 +317,7 @@ class Allocator:
         that takes longer ends as a node-local error "timed out trying to allocate devices"; None: no limit.
         `deadline` — a time.monotonic() instant shared by several calls (one budget for all the nodes a
         pod is tried on); the earlier of the two ends the search.
+        `build` — False: only search; an "allocated" outcome comes `deferred`, without allocations.
         """
         from .search import Search  # search.py imports this module
 
@@ -312,7 +330,7 @@ class Allocator:
             with search_deadline(deadline):
                 view = self.node_view(node)
                 search = Search(self, view, claims, exclude_devices, deadline)
-                allocations = search.run()
+                allocations = search.run(build)
         except TimeoutError:  # a CEL evaluation that met the deadline
             return AllocationOutcome("error", error=TIMED_OUT, error_node_local=True)
         except AllocationError as err:
@@ -325,7 +343,7 @@ class Allocator:
             if view.any_invalid:
                 return AllocationOutcome("error", error="invalid resource pools were encountered", error_node_local=True)
             return AllocationOutcome("unallocatable")
-        return AllocationOutcome("allocated", allocations=allocations)
+        return AllocationOutcome("allocated", allocations=allocations, deferred=not build)
 
 
 def _capacity_signature(device: DeviceInfo) -> tuple:

@@ -265,7 +265,8 @@ class Search:
         return self.allocator.static_request(label, request, full, allow_admin)
 
     # search ------------------------------------------------------------------------------------------
-    def run(self) -> list[dict[str, Any]] | None:
+    def run(self, build: bool = True) -> list[dict[str, Any]] | None:
+        """The claims' allocations (or [] when not `build`), or None when they do not fit."""
         # One stack frame per claim, request and device: make room for big "together" runs.
         depth = sum(1 + len(c.requests) + MAX_RESULTS_PER_CLAIM for c in self.claims) + 200
         if sys.getrecursionlimit() < depth + 500:
@@ -273,7 +274,7 @@ class Search:
         result = self._allocate_one(0, 0, 0, 0, False)
         if result is not True:
             return None
-        return [build_allocation(self, claim) for claim in self.claims]
+        return [build_allocation(self, claim) for claim in self.claims] if build else []
 
     def _capacity_ok(self, device: DeviceInfo, rd: RequestData) -> dict[str, int] | None:
         consumed = consumption(device, rd.capacity)

@@ -47,7 +47,7 @@ MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE = 0  # 0 = adaptive, as kube-scheduler's default
 MAX_CACHED_SHAPES = 256  # per-node verdict caches kept (oldest dropped first)
-MAX_INDEXED_SHAPES = 32
+MAX_INDEXED_SHAPES = 256  # as many as verdict caches: re-indexing a shape walks every node
 
 
 def num_feasible_nodes_to_find(num_all_nodes: int, percentage: int = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE) -> int:
