@@ -114,6 +114,8 @@ class Allocator:
         self._pool_counters: dict[str, tuple[int, dict[str, dict[str, int]]]] = {}
         self._fit_memo: dict[tuple, str] = {}  # fit_key -> "allocated" | "unallocatable"
         self._fit_requests: dict[int, tuple[dict, tuple | None]] = {}  # id(claim spec) -> (spec, _fit_request)
+        self.fit_hits = 0  # `fits` answers taken from another node's search
+        self.fit_searches = 0  # `fits` searches whose answer was remembered
 
     # allocated state -------------------------------------------------------------------------
     def add_allocated_claim(self, claim: dict[str, Any]) -> None:
@@ -291,9 +293,11 @@ class Allocator:
             return self.allocate(node, claims, timeout=timeout, deadline=deadline)
         known = self._fit_memo.get(key)
         if known is not None:
+            self.fit_hits += 1
             return AllocationOutcome(known, deferred=known == "allocated")
         outcome = self.allocate(node, claims, timeout=timeout, deadline=deadline, build=False)
         if outcome.outcome in ("allocated", "unallocatable"):
+            self.fit_searches += 1
             if len(self._fit_memo) > 200_000:
                 self._fit_memo.clear()
             self._fit_memo[key] = outcome.outcome

@@ -118,6 +118,9 @@ class Scheduler:
         self._next_start_node_index = 0
         self._cache: dict[str, dict[str, NodeEval]] = {}
         self.indexed = indexed  # False: always the plain linear scan (same answers; for tests)
+        # False: every feasible node's allocations are computed when it is filtered, one device search per node
+        # (same answers; for tests). True: as the policy allows (`Policy.node_allocations`).
+        self.defer_allocations = True
         self._indexes: dict[str, ShapeIndex] = {}
         self._shape_uses: dict[str, int] = {}
         self._cache_generation = -1
@@ -402,7 +405,8 @@ class Scheduler:
 
     def evaluate_fresh(self, info: PodInfo, node_name: str) -> NodeEval:
         """filter_node plus the policy's scoring inputs for a feasible node (what the caches hold)."""
-        evaluation = self.filter_node(info, node_name, defer=not self.policy.node_allocations)
+        evaluation = self.filter_node(info, node_name,
+                                      defer=self.defer_allocations and not self.policy.node_allocations)
         if evaluation.fatal is None and not evaluation.result.reasons:
             evaluation.parts = self.policy.node_parts(self, info, evaluation)
         return evaluation
