@@ -41,6 +41,9 @@ class AllocationOutcome:
     allocations: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     error_node_local: bool = False
+    # "allocated" without allocations: `allocate(build=False)`, or `fits` (which may answer from another node
+    # in the same device state); `allocate` on this node would find some
+    deferred: bool = False
 
     @property
     def allocated(self) -> bool:
@@ -69,7 +72,7 @@ class ClassInfo:
 class NodeView:
     """The pools one node sees, and per request shape the devices worth examining, in visiting order."""
 
-    __slots__ = ("node", "pools", "pool_by_id", "devices", "any_invalid", "candidates", "counter_flags")
+    __slots__ = ("node", "pools", "pool_by_id", "devices", "any_invalid", "candidates", "counter_flags", "fit_static")
 
     def __init__(self, node: NodeInfo, pools: list[Pool]):
         self.node = node
@@ -80,6 +83,8 @@ class NodeView:
         self.candidates: dict[tuple, list[tuple[DeviceInfo, SelectorFailure | None]]] = {}
         # per candidates key: (some candidate consumes counters, one of those also has taints)
         self.counter_flags: dict[tuple, tuple[bool, bool]] = {}
+        # per candidates key: what `Allocator.fit_key` needs of each candidate, or None when it cannot say
+        self.fit_static: dict[tuple, tuple | None] = {}
 
 
 class Allocator:
@@ -107,6 +112,10 @@ class Allocator:
         self._views_by_node: dict[int, tuple[dict, NodeView]] = {}
         self.static_requests: dict[tuple, tuple[dict, Any]] = {}  # see search.StaticRequest
         self._pool_counters: dict[str, tuple[int, dict[str, dict[str, int]]]] = {}
+        self._fit_memo: dict[tuple, str] = {}  # fit_key -> "allocated" | "unallocatable"
+        self._fit_requests: dict[int, tuple[dict, tuple | None]] = {}  # id(claim spec) -> (spec, _fit_request)
+        self.fit_hits = 0  # `fits` answers taken from another node's search
+        self.fit_searches = 0  # `fits` searches whose answer was remembered
 
     # allocated state -------------------------------------------------------------------------
     def add_allocated_claim(self, claim: dict[str, Any]) -> None:
@@ -186,6 +195,114 @@ class Allocator:
         self._pool_counters[pool.name] = (self.state.version, available)
         return available
 
+    def static_request(self, label: str, request: dict, full: str, allow_admin: bool) -> Any:
+        """The node-independent part of a request (search.StaticRequest), cached per request dict (specs are
+        immutable)."""
+        from .search import StaticRequest  # search.py imports this module
+
+        cache = self.static_requests
+        key = (id(request), label, full, allow_admin)
+        found = cache.get(key)
+        if found is not None and found[0] is request:
+            return found[1]
+        static = StaticRequest(self, label, request, full, allow_admin)
+        if len(cache) > 100_000:
+            cache.clear()
+        cache[key] = (request, static)
+        return static
+
+    # feasibility shared between nodes -------------------------------------------------------------------
+    def fit_key(self, view: NodeView, claims: list[dict[str, Any]]) -> tuple | None:
+        """A key on which the outcome of `allocate(node, claims)` depends alone, or None.
+
+        Only for the simplest and most common shape: one claim with one ExactCount request, no constraints,
+        no admin access, no firstAvailable; every candidate device valid for it (no CEL failure), without
+        counters or taints. Then the search needs `count` distinct candidates that each fit on their own (a
+        request uses a device at most once, so the devices do not interact) and, being exhaustive, finds them
+        whatever their order: the outcome depends only on the request and on the multiset of (what the
+        search reads of a candidate: multi-allocation, capacities; its allocated state). Nodes in the same
+        device state (idle nodes of one GPU model above all) then share one search."""
+        if len(claims) != 1 or view.any_invalid or not self.features.consumable_capacity:
+            return None
+        request = self._fit_request(claims[0])
+        if request is None:
+            return None
+        candidates_key, class_info, exprs, capacity, count = request
+        if candidates_key not in view.fit_static:
+            candidates = self.candidates(view, class_info, exprs)
+            usable = all(failure is None and not device.consumes_counters and not device.taints
+                         for device, failure in candidates)
+            view.fit_static[candidates_key] = tuple(
+                (device.key, device.allow_multiple, _capacity_signature(device)) for device, _ in candidates
+            ) if usable else None
+        statics = view.fit_static[candidates_key]
+        if statics is None:
+            return None
+        state = self.state
+        allocated, shared, consumed = state.allocated, state.shared_devices, state.capacity
+        tokens = []
+        for key, multiple, signature in statics:
+            used = consumed.get(key)
+            tokens.append((multiple, signature, key in allocated, key in shared,
+                           tuple(sorted(used.items())) if used else ()))
+        tokens.sort()
+        return (candidates_key, capacity, count, tuple(tokens))
+
+    def _fit_request(self, claim: dict[str, Any]) -> tuple | None:
+        """The node-independent part of `fit_key` for one claim, or None when the claim is not of its shape;
+        cached per claim spec (specs are immutable)."""
+        spec = claim.get("spec")
+        if not isinstance(spec, dict):
+            return None
+        cached = self._fit_requests.get(id(spec))
+        if cached is not None and cached[0] is spec:
+            return cached[1]
+        found = None
+        spec_devices = as_dict(spec.get("devices"))
+        requests = as_list(spec_devices.get("requests"))
+        request = requests[0] if len(requests) == 1 and not spec_devices.get("constraints") else None
+        exactly = request.get("exactly") if isinstance(request, dict) and request.get("firstAvailable") is None else None
+        if isinstance(exactly, dict) and exactly.get("adminAccess") is None:
+            from .claims import claim_label
+
+            static = self.static_request(claim_label(claim), exactly, as_str(request.get("name")), True)
+            if static.error is None and not static.all_mode and not static.admin and (
+                0 < static.count <= MAX_RESULTS_PER_CLAIM
+            ):
+                class_info = static.class_info
+                found = ((class_info.name, class_info.selector_exprs, static.exprs), class_info, static.exprs,
+                         tuple(sorted(static.capacity.items())), static.count)
+        if len(self._fit_requests) > 100_000:
+            self._fit_requests.clear()
+        self._fit_requests[id(spec)] = (spec, found)
+        return found
+
+    def fits(
+        self,
+        node: "dict | str | NodeInfo",
+        claims: list[dict[str, Any]],
+        timeout: float | None = FILTER_TIMEOUT_S,
+        deadline: float | None = None,
+    ) -> AllocationOutcome:
+        """`allocate` for callers that need to know whether the claims fit, not (yet) the devices. For claims
+        of `fit_key`'s shape the answer comes `deferred` (no allocations), and a node in the same device state as
+        one searched before gets that node's answer. Errors and time-outs are never shared."""
+        view = self.node_view(node)
+        key = self.fit_key(view, claims)
+        if key is None:
+            return self.allocate(node, claims, timeout=timeout, deadline=deadline)
+        known = self._fit_memo.get(key)
+        if known is not None:
+            self.fit_hits += 1
+            return AllocationOutcome(known, deferred=known == "allocated")
+        outcome = self.allocate(node, claims, timeout=timeout, deadline=deadline, build=False)
+        if outcome.outcome in ("allocated", "unallocatable"):
+            self.fit_searches += 1
+            if len(self._fit_memo) > 200_000:
+                self._fit_memo.clear()
+            self._fit_memo[key] = outcome.outcome
+        return outcome
+
     # allocation ---------------------------------------------------------------------------------
     def allocate(
         self,
@@ -194,6 +311,7 @@ class Allocator:
         exclude_devices: "set[tuple[str, str, str]] | frozenset | None" = None,
         timeout: float | None = FILTER_TIMEOUT_S,
         deadline: float | None = None,
+        build: bool = True,
     ) -> AllocationOutcome:
         """Allocate `claims` jointly on `node`.
 
@@ -203,6 +321,7 @@ class Allocator:
         that takes longer ends as a node-local error "timed out trying to allocate devices"; None: no limit.
         `deadline` — a time.monotonic() instant shared by several calls (one budget for all the nodes a
         pod is tried on); the earlier of the two ends the search.
+        `build` — False: only search; an "allocated" outcome comes `deferred`, without allocations.
         """
         from .search import Search  # search.py imports this module
 
@@ -215,7 +334,7 @@ class Allocator:
             with search_deadline(deadline):
                 view = self.node_view(node)
                 search = Search(self, view, claims, exclude_devices, deadline)
-                allocations = search.run()
+                allocations = search.run(build)
         except TimeoutError:  # a CEL evaluation that met the deadline
             return AllocationOutcome("error", error=TIMED_OUT, error_node_local=True)
         except AllocationError as err:
@@ -228,7 +347,16 @@ class Allocator:
             if view.any_invalid:
                 return AllocationOutcome("error", error="invalid resource pools were encountered", error_node_local=True)
             return AllocationOutcome("unallocatable")
-        return AllocationOutcome("allocated", allocations=allocations)
+        return AllocationOutcome("allocated", allocations=allocations, deferred=not build)
+
+
+def _capacity_signature(device: DeviceInfo) -> tuple:
+    """Everything the search reads of a device's capacities (their names, values and request policies)."""
+    return tuple(
+        (name, c.value, c.has_policy, c.default, tuple(c.valid_values) if c.valid_values is not None else None,
+         c.range_min, c.range_max, c.range_step)
+        for name, c in sorted(device.capacity.items())
+    )
 
 
 def counters_left(

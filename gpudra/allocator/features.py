@@ -9,8 +9,8 @@ its two gates `DRADeviceBindingConditions` / `DRAResourceClaimDeviceStatus`.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 
 FEATURE_NAMES = (
     "AdminAccess",
@@ -116,7 +116,7 @@ class Features:
             features = replace(features, **{_attr(canonical): enable})
         return features
 
-    @functools.cached_property  # asked on every allocate() call; the gates never change (frozen)
+    @cached_property  # read on every allocate() call; the dataclass is frozen, so computing it once is exact
     def variant_name(self) -> str:
         """The upstream allocator variant that runs for these gates: the forced one, or the first
         (most stable) variant that supports every enabled feature, as kube-scheduler picks it."""
@@ -125,7 +125,7 @@ class Features:
         enabled = set(self.enabled())
         return next(name for name, supported in VARIANT_SUPPORT.items() if enabled <= supported)
 
-    @property
+    @cached_property
     def stable_variant(self) -> bool:
         """Whether upstream's `stable` variant runs (what differs: tests/test_allocator_variants.py)."""
         return self.variant_name == "stable"

@@ -262,20 +262,11 @@ class Search:
         return rd
 
     def _static_request(self, label: str, request: dict, full: str, allow_admin: bool) -> "StaticRequest":
-        """The node-independent part of a request, cached per request dict (specs are immutable)."""
-        cache = self.allocator.static_requests
-        key = (id(request), label, full, allow_admin)
-        found = cache.get(key)
-        if found is not None and found[0] is request:
-            return found[1]
-        static = StaticRequest(self.allocator, label, request, full, allow_admin)
-        if len(cache) > 100_000:
-            cache.clear()
-        cache[key] = (request, static)
-        return static
+        return self.allocator.static_request(label, request, full, allow_admin)
 
     # search ------------------------------------------------------------------------------------------
-    def run(self) -> list[dict[str, Any]] | None:
+    def run(self, build: bool = True) -> list[dict[str, Any]] | None:
+        """The claims' allocations (or [] when not `build`), or None when they do not fit."""
         # One stack frame per claim, request and device: make room for big "together" runs.
         depth = sum(1 + len(c.requests) + MAX_RESULTS_PER_CLAIM for c in self.claims) + 200
         if sys.getrecursionlimit() < depth + 500:
@@ -283,7 +274,7 @@ class Search:
         result = self._allocate_one(0, 0, 0, 0, False)
         if result is not True:
             return None
-        return [build_allocation(self, claim) for claim in self.claims]
+        return [build_allocation(self, claim) for claim in self.claims] if build else []
 
     def _capacity_ok(self, device: DeviceInfo, rd: RequestData) -> dict[str, int] | None:
         consumed = consumption(device, rd.capacity)

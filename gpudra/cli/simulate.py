@@ -25,9 +25,13 @@ def _split(values: tuple[str, ...]) -> list[str]:
 @click.option("--pods", "pods_csv", type=click.Path(dir_okay=False), default=None,
               help="Task list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,creation_time,"
                    "deletion_time]); with --nodes.")
+@click.option("-f", "--filename", "manifests", multiple=True, metavar="PATH",
+              help="Manifest file or directory, repeatable: any cluster (Nodes, ResourceSlices, "
+                   "DeviceClasses) and workload (Pods, claims, templates, workloads) replayed in queue order "
+                   "(creationTimestamp where present, else file order) instead of a trace; gpudra's policies only.")
 @click.option("--policy", "--policies", "policies", multiple=True, metavar="NAME",
               help=f"Scoring policies, comma-separated or repeated: {', '.join(ALL_POLICIES)}, or 'all' "
-                   "[default: fgd].")
+                   "[default: fgd; kube with -f].")
 @click.option("--seed", type=int, default=42, show_default=True, help="First seed (the paper's are 42..51).")
 @click.option("--seeds", type=click.IntRange(1, None), default=1, show_default=True,
               help="How many seeds, from --seed on.")
@@ -39,32 +43,54 @@ def _split(values: tuple[str, ...]) -> list[str]:
               help="tune: the paper's method; events: creation/deletion times of the trace.")
 @click.option("-j", "--jobs", type=click.IntRange(1, None), default=None,
               help="Experiments run in parallel [default: the usable CPU cores].")
+@click.option("--dask-scheduler", metavar="ADDRESS", default=None,
+              help="Run the experiments on this Dask distributed cluster (tcp://HOST:8786) instead of the local "
+                   "cores; needs gpudra[distributed].")
 @click.option("--out-dir", type=click.Path(file_okay=False), default=None,
               help="Write results.json, summary.csv, series.csv, PNG plots and report.html here.")
 @click.option("-o", "--output", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
               help="table: mean over seeds; json: one object per experiment per line; csv: the summary.")
-def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None, policies: tuple[str, ...],
-            seed: int, seeds: int, mode: str, tune: float, method: str, jobs: int | None, out_dir: str | None,
-            output: str) -> None:
+def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None, manifests: tuple[str, ...],
+            policies: tuple[str, ...], seed: int, seeds: int, mode: str, tune: float, method: str, jobs: int | None,
+            dask_scheduler: str | None, out_dir: str | None, output: str) -> None:
     """Replay a trace of a GPU cluster: every task becomes a Pod (with a ResourceClaim in DRA mode), every node
     a Node with the ResourceSlices gpudra's driver publishes, and every placement goes through gpudra's scheduler
     and allocator. Reports the GPU allocation ratio and the unallocated GPUs at 100% arrived GPU demand, the
     FGD paper's measure. Same seed, same result."""
+    from gpudra.simulate.distributed import DistributedError
     from gpudra.simulate.engine import SimulationError
     from gpudra.simulate.report import summary_csv, write_outputs
     from gpudra.simulate.sweep import Experiment, TraceSource, run_sweep, summarize
     from gpudra.simulate.trace import TraceError
 
-    chosen = _split(policies) or ["fgd"]
+    from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
+
+    usable = [p for p in GPUDRA_POLICIES] if manifests else list(ALL_POLICIES)
+    chosen = _split(policies) or (["kube"] if manifests else ["fgd"])
     if "all" in chosen:
-        chosen = list(ALL_POLICIES)
-    unknown = [p for p in chosen if p not in ALL_POLICIES]
+        chosen = usable
+    unknown = [p for p in chosen if p not in usable]
     if unknown:
-        raise UsageError(f"unknown policy {unknown[0]!r}; choose from {', '.join(ALL_POLICIES)} or all")
+        with_manifests = " with -f (the paper's policies need a trace)" if manifests else ""
+        raise UsageError(f"unknown policy {unknown[0]!r}{with_manifests}; choose from {', '.join(usable)} or all")
     if (nodes_csv is None) != (pods_csv is None):
         raise UsageError("--nodes and --pods go together")
     sources: list[TraceSource] = []
-    if nodes_csv and pods_csv:
+    if manifests:
+        if traces or nodes_csv:
+            raise UsageError("use either -f (manifests) or --trace / --nodes and --pods")
+        if mode != "dra" or method != "tune":
+            raise UsageError("--mode and --method apply to traces; manifests are replayed as given")
+        from pathlib import Path
+
+        from gpudra.cli.schedule import _load
+
+        if "-" in manifests:  # every experiment (and worker) reads the files itself
+            raise UsageError("-f -: simulate reads manifests from files or directories, not stdin")
+        _load(list(manifests), validate=True)  # invalid manifests: the same usage error as gpudra schedule
+        name = Path(manifests[-1]).stem or Path(manifests[-1]).name
+        sources.append(TraceSource(name, manifests=tuple(manifests)))
+    elif nodes_csv and pods_csv:
         if traces:
             raise UsageError("use either --trace or --nodes/--pods")
         from pathlib import Path
@@ -82,12 +108,15 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
     except TraceError as exc:
         raise UsageError(str(exc)) from None
     modes = ["dra", "device-plugin"] if mode == "both" else [mode]
+    if manifests:
+        modes = ["manifests"]
     experiments = [Experiment(source, policy, s, m, tune, method)
                    for source in sources for m in modes for policy in chosen for s in range(seed, seed + seeds)]
     progress = _progress(len(experiments))
     try:
-        results = run_sweep(experiments, jobs, on_done=progress.experiment_done, progress=progress.task_done)
-    except SimulationError as exc:
+        results = run_sweep(experiments, jobs, on_done=progress.experiment_done, progress=progress.task_done,
+                            dask_scheduler=dask_scheduler)
+    except (SimulationError, DistributedError) as exc:
         raise UsageError(str(exc)) from None
     finally:
         progress.close()

@@ -32,3 +32,11 @@ def allocate(
     if deadline is not None:
         return allocator.allocate(node, claims, exclude_devices=exclude_devices or None, timeout=None, deadline=deadline)
     return allocator.allocate(node, claims, exclude_devices=exclude_devices or None, timeout=FILTER_TIMEOUT_S)
+
+
+def fits(allocator: Any, node: dict[str, Any], claims: list[dict[str, Any]], deadline: float | None = None) -> AllocationOutcome:
+    """`allocate` when only whether the claims fit matters: nodes in the same device state share one search
+    (`Allocator.fits`), and an "allocated" answer may come without allocations (`deferred`)."""
+    if deadline is not None:
+        return allocator.fits(node, claims, timeout=None, deadline=deadline)
+    return allocator.fits(node, claims, timeout=FILTER_TIMEOUT_S)

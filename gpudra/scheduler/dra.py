@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import framework as fw
-from .allocation import AllocationOutcome, allocate
+from .allocation import AllocationOutcome, allocate, fits
 from .cluster import MAX_RESERVED_FOR, Cluster, claim_allocation, reserved_for
 from .meta import ensure_uid_of, name_of, namespace_of, stable_uid, truncate_generate_name
 from .nodematch import node_selector_matches
@@ -236,11 +236,16 @@ class DraVerdict:
     extended_claim: dict[str, Any] | None = None
     fatal: str | None = None
     first_available: int | None = None  # the Score of `allocations`, computed once per verdict
+    deferred: bool = False  # fits, but `allocations` were not computed (see `filter_node`'s `defer`)
 
 
 def filter_node(
-    cluster: Cluster, pod: dict[str, Any], state: DraPodState, node: dict[str, Any], served: list[ExtendedRequest]
+    cluster: Cluster, pod: dict[str, Any], state: DraPodState, node: dict[str, Any], served: list[ExtendedRequest],
+    defer: bool = False,
 ) -> DraVerdict:
+    """The DynamicResources Filter on one node. `defer`: the caller needs the allocations only if it picks this
+    node, so a node in the same device state as one searched before may answer "fits" without them
+    (`deferred`; call again without `defer` to get them)."""
     for claim_key in state.allocated:
         claim = cluster.claims[claim_key]
         selector = (claim_allocation(claim) or {}).get("nodeSelector")
@@ -261,8 +266,13 @@ def filter_node(
         claims.append(special)
     if not claims:
         return DraVerdict([], [])
-    outcome: AllocationOutcome = allocate(cluster.allocator(), node, claims, deadline=state.deadline)
+    if defer:
+        outcome: AllocationOutcome = fits(cluster.allocator(), node, claims, deadline=state.deadline)
+    else:
+        outcome = allocate(cluster.allocator(), node, claims, deadline=state.deadline)
     if outcome.outcome == "allocated":
+        if outcome.deferred:  # one claim without firstAvailable (Allocator.fit_key): its Score is 0
+            return DraVerdict([], None, special, first_available=0, deferred=True)
         return DraVerdict([], outcome.allocations, special)
     if outcome.outcome == "error":
         details = {"error": outcome.error, "podClaims": [c for c, key, _ in state.claims if key in state.to_allocate]}

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import resources as res
-from .allocation import allocate
+from .allocation import fits as fits_claims
 from .devicechoice import claims_to_allocate, probe_claim, steered_alternative
 from .dra import dra_served_extended, extended_claim, extended_resource_classes, prefilter
 from .scoring import MAX_NODE_SCORE, Policy
@@ -120,7 +120,7 @@ def node_fragmentation(
     for workload in workload_classes(scheduler):
         fits = _fits_resources(scheduler, node, workload.requests, extra_requests or {})
         if fits:
-            fits = allocate(allocator, node_obj, workload.claims).outcome == "allocated"
+            fits = fits_claims(allocator, node_obj, workload.claims).outcome == "allocated"
         if not fits:
             total += workload.weight * free_capacity
     return total

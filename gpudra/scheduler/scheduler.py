@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from gpudra.allocator import FILTER_TIMEOUT_S, TIMED_OUT
@@ -47,7 +47,7 @@ MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE = 0  # 0 = adaptive, as kube-scheduler's default
 MAX_CACHED_SHAPES = 256  # per-node verdict caches kept (oldest dropped first)
-MAX_INDEXED_SHAPES = 32
+MAX_INDEXED_SHAPES = 256  # as many as verdict caches: re-indexing a shape walks every node
 
 
 def num_feasible_nodes_to_find(num_all_nodes: int, percentage: int = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE) -> int:
@@ -73,6 +73,8 @@ class PodInfo:
     dra: DraPodState
     reasons: list[fw.Reason]  # PreFilter rejections for the whole pod
     shape: str  # cache key: pods with equal shapes get equal verdicts on equal node states
+    node_shape: str = ""  # the part of `shape` that the Node-object plugins read
+    fit_order: tuple[str, ...] = ()  # requests in NodeResourcesFit's reporting order
 
 
 @dataclass
@@ -86,6 +88,7 @@ class NodeEval:
     first_available: int = 0
     fatal: str | None = None
     parts: Any = None  # the policy's per-node scoring inputs, cached with the verdict
+    deferred: bool = False  # feasible, but `result.allocations` are computed only if the node is chosen
 
 
 def _timed_out(evaluation: NodeEval) -> bool:
@@ -115,6 +118,9 @@ class Scheduler:
         self._next_start_node_index = 0
         self._cache: dict[str, dict[str, NodeEval]] = {}
         self.indexed = indexed  # False: always the plain linear scan (same answers; for tests)
+        # False: every feasible node's allocations are computed when it is filtered, one device search per node
+        # (same answers; for tests). True: as the policy allows (`Policy.node_allocations`).
+        self.defer_allocations = True
         self._indexes: dict[str, ShapeIndex] = {}
         self._shape_uses: dict[str, int] = {}
         self._cache_generation = -1
@@ -122,6 +128,8 @@ class Scheduler:
         self._dra_generation = -1
         self._extended_classes: dict[str, str] | None = None
         self._extended_generation = -1
+        self._node_verdicts: dict[str, dict[str, tuple[fw.Reason, ...]]] = {}  # see filter_node
+        self._node_generation = -1
 
     # ----- PreFilter ----------------------------------------------------------------------------
     def extended_classes(self) -> dict[str, str]:
@@ -145,12 +153,17 @@ class Scheduler:
             dra.deadline = time.monotonic() + self.filter_timeout
         reasons.extend(dra.reasons)
         tolerations = list(spec.get("tolerations") or [])
+        node_shape = json.dumps(
+            [spec.get("nodeName"), spec.get("nodeSelector"), (spec.get("affinity") or {}).get("nodeAffinity"),
+             tolerations],
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        fit_order = [r for r in (res.CPU, res.MEMORY, res.EPHEMERAL_STORAGE) if r in requests]
+        fit_order += sorted(r for r in requests if r not in (res.CPU, res.MEMORY, res.EPHEMERAL_STORAGE))
         shape = json.dumps(
             [
-                spec.get("nodeName"),
-                spec.get("nodeSelector"),
-                (spec.get("affinity") or {}).get("nodeAffinity"),
-                tolerations,
+                node_shape,
                 sorted(requests.items()),
                 non_zero.get(res.CPU, 0),
                 non_zero.get(res.MEMORY, 0),
@@ -169,32 +182,76 @@ class Scheduler:
             dra,
             reasons,
             shape,
+            node_shape,
+            tuple(fit_order),
         )
 
     # ----- Filter -------------------------------------------------------------------------------
-    def filter_node(self, info: PodInfo, node_name: str, all_reasons: bool = False) -> NodeEval:
+    def filter_node(self, info: PodInfo, node_name: str, all_reasons: bool = False, defer: bool = False) -> NodeEval:
         """Run every filter for one node. Like kube-scheduler, the first failing plugin ends the evaluation
-        unless `all_reasons` is set (then every plugin reports, for explanations)."""
+        unless `all_reasons` is set (then every plugin reports, for explanations). `defer`: a feasible node's
+        allocations may be left to `_finish` (`NodeEval.deferred`)."""
         cluster = self.cluster
         node = cluster.nodes[node_name]
         pod = info.pod
         reasons: list[fw.Reason] = []
         evaluation = NodeEval(fw.FilterResult(node_name, reasons), epoch=cluster.epoch.get(node_name, 0))
 
-        def failed() -> bool:
-            return bool(reasons) and not all_reasons
+        if all_reasons:
+            reasons.extend(self._node_reasons(info, node_name, node, True))
+        else:
+            # these plugins read only the Node object and the pod's spec: one verdict per node and generation
+            if self._node_generation != cluster.generation:
+                self._node_verdicts.clear()
+                self._node_generation = cluster.generation
+            per_node = self._node_verdicts.get(info.node_shape)
+            if per_node is None:
+                if len(self._node_verdicts) >= MAX_CACHED_SHAPES:
+                    del self._node_verdicts[next(iter(self._node_verdicts))]
+                per_node = self._node_verdicts[info.node_shape] = {}
+            found = per_node.get(node_name)
+            if found is None:
+                found = per_node[node_name] = tuple(self._node_reasons(info, node_name, node, False))
+            if found:
+                reasons.extend(found)
+                return evaluation
+        allocatable = cluster.allocatable(node_name)
+        served = dra_served_extended(info.dra, allocatable) if info.dra.extended else []
+        evaluation.served = served
+        reasons.extend(self._fit_reasons(info, node_name, allocatable, {r.resource for r in served}))
+        if reasons and not all_reasons:
+            return evaluation
+        if info.dra.relevant:
+            verdict: DraVerdict = self._dra_verdict(info, node_name, node, served, defer)
+            reasons.extend(verdict.reasons)
+            if verdict.fatal:
+                evaluation.fatal = verdict.fatal
+            elif not verdict.reasons:
+                evaluation.deferred = verdict.deferred
+                evaluation.result.allocations = verdict.allocations
+                evaluation.extended_claim = verdict.extended_claim
+                if verdict.first_available is None:  # depends on claim specs and devices: shared like the verdict
+                    claims = [cluster.claims[k] for k in info.dra.to_allocate]
+                    verdict.first_available = first_available_score(claims, verdict.allocations or [])
+                evaluation.first_available = verdict.first_available
+        return evaluation
 
+    def _node_reasons(self, info: PodInfo, node_name: str, node: dict[str, Any], all_reasons: bool) -> list[fw.Reason]:
+        """NodeUnschedulable, NodeName, TaintToleration and NodeAffinity, in that order; the first failing plugin
+        ends the list unless `all_reasons`."""
+        pod = info.pod
+        reasons: list[fw.Reason] = []
         if nodematch.node_is_unschedulable_for(node, pod):
             reasons.append(fw.Reason(fw.NODE_UNSCHEDULABLE, "node(s) were unschedulable", resolvable=False))
-        if failed():
-            return evaluation
+            if not all_reasons:
+                return reasons
         wanted = (pod.get("spec") or {}).get("nodeName")
         if wanted and wanted != node_name:
             reasons.append(
                 fw.Reason(fw.NODE_NAME, "node(s) didn't match the requested node name", {"nodeName": wanted}, False)
             )
-        if failed():
-            return evaluation
+            if not all_reasons:
+                return reasons
         taint = nodematch.first_untolerated_taint(nodematch.node_taints(node), info.tolerations)
         if taint is not None:
             reasons.append(
@@ -205,36 +262,16 @@ class Scheduler:
                     resolvable=False,
                 )
             )
-        if failed():
-            return evaluation
+            if not all_reasons:
+                return reasons
         if not nodematch.pod_matches_node_selector_and_affinity(pod, node):
             reasons.append(
                 fw.Reason(fw.NODE_AFFINITY, "node(s) didn't match Pod's node affinity/selector", resolvable=False)
             )
-        if failed():
-            return evaluation
-        allocatable = cluster.allocatable(node_name)
-        served = dra_served_extended(info.dra, allocatable)
-        evaluation.served = served
-        reasons.extend(self._fit_reasons(info, node_name, allocatable, {r.resource for r in served}))
-        if failed():
-            return evaluation
-        if info.dra.relevant:
-            verdict: DraVerdict = self._dra_verdict(info, node_name, node, served)
-            reasons.extend(verdict.reasons)
-            if verdict.fatal:
-                evaluation.fatal = verdict.fatal
-            elif not verdict.reasons:
-                evaluation.result.allocations = verdict.allocations
-                evaluation.extended_claim = verdict.extended_claim
-                if verdict.first_available is None:  # depends on claim specs and devices: shared like the verdict
-                    claims = [cluster.claims[k] for k in info.dra.to_allocate]
-                    verdict.first_available = first_available_score(claims, verdict.allocations or [])
-                evaluation.first_available = verdict.first_available
-        return evaluation
+        return reasons
 
     def _dra_verdict(self, info: PodInfo, node_name: str, node: dict[str, Any],
-                     served: list[ExtendedRequest]) -> DraVerdict:
+                     served: list[ExtendedRequest], defer: bool = False) -> DraVerdict:
         """The DynamicResources verdict, shared by every pod with the same claims (`dra.signature`) while no
         device the node can see is allocated or released (`Cluster.device_epoch`): unlike the per-shape cache,
         pods that differ only in cpu/memory, and binds of pods without claims, do not cause new allocator runs.
@@ -243,7 +280,7 @@ class Scheduler:
         if self._dra_generation != cluster.generation:
             self._dra_cache.clear()
             self._dra_generation = cluster.generation
-        key = (info.dra.signature, tuple(r.resource for r in served))
+        key = (info.dra.signature, tuple(r.resource for r in served), defer)
         per_node = self._dra_cache.get(key)
         if per_node is None:
             if len(self._dra_cache) >= MAX_CACHED_SHAPES:
@@ -253,7 +290,7 @@ class Scheduler:
         cached = per_node.get(node_name)
         if cached is not None and cached[0] == device_epoch:
             return cached[1]
-        verdict = dra_filter_node(cluster, info.pod, info.dra, node, served)
+        verdict = dra_filter_node(cluster, info.pod, info.dra, node, served, defer)
         if verdict.fatal is None and not any(r.details.get("error") for r in verdict.reasons):
             per_node[node_name] = (device_epoch, verdict)
         return verdict
@@ -271,9 +308,7 @@ class Scheduler:
                     {"resource": res.PODS, "requested": 1, "used": len(usage.pods), "capacity": allocatable[res.PODS]},
                 )
             )
-        ordered = [r for r in (res.CPU, res.MEMORY, res.EPHEMERAL_STORAGE) if r in info.requests]
-        ordered += sorted(r for r in info.requests if r not in (res.CPU, res.MEMORY, res.EPHEMERAL_STORAGE))
-        for resource in ordered:
+        for resource in info.fit_order:
             wanted = info.requests[resource]
             if wanted <= 0 or resource in dra_served or resource == res.PODS:
                 continue
@@ -370,7 +405,8 @@ class Scheduler:
 
     def evaluate_fresh(self, info: PodInfo, node_name: str) -> NodeEval:
         """filter_node plus the policy's scoring inputs for a feasible node (what the caches hold)."""
-        evaluation = self.filter_node(info, node_name)
+        evaluation = self.filter_node(info, node_name,
+                                      defer=self.defer_allocations and not self.policy.node_allocations)
         if evaluation.fatal is None and not evaluation.result.reasons:
             evaluation.parts = self.policy.node_parts(self, info, evaluation)
         return evaluation
@@ -387,11 +423,28 @@ class Scheduler:
 
     def _finish(self, info: PodInfo, result: fw.PodResult, best: NodeEval, scores: dict[str, float]) -> fw.PodResult:
         result.scores = scores
+        if best.deferred:
+            best = self._with_allocations(info, best)
         allocations = self.policy.choose_allocations(self, info, best)
         self._bind(info, best, allocations)
         result.node = best.result.node
         result.claims = self.cluster.pod_claim_keys(info.pod)
         return result
+
+    def _with_allocations(self, info: PodInfo, deferred: NodeEval) -> NodeEval:
+        """The chosen node's evaluation with the allocations its deferred verdict left out: the node's devices
+        are as they were when it was judged (its epoch is current), so the search finds what it would have."""
+        node_name = deferred.result.node
+        # one search on one node: it gets a Filter timeout of its own rather than what is left of the pod's
+        state = replace(info.dra, deadline=None)
+        verdict = dra_filter_node(self.cluster, info.pod, state, self.cluster.nodes[node_name], deferred.served)
+        if verdict.reasons or verdict.fatal or verdict.allocations is None:
+            raise RuntimeError(f"internal error: node {node_name} was judged to fit pod {info.key}, but its search "
+                               f"now says: {verdict.fatal or '; '.join(r.message for r in verdict.reasons)}")
+        evaluation = NodeEval(fw.FilterResult(node_name, deferred.result.reasons, verdict.allocations),
+                              deferred.epoch, deferred.served, verdict.extended_claim, deferred.first_available,
+                              None, deferred.parts)
+        return evaluation
 
     def _attempt_indexed(self, info: PodInfo, result: fw.PodResult, start: int, to_find: int) -> fw.PodResult:
         index = self._indexes.pop(info.shape, None)

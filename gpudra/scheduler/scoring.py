@@ -103,6 +103,9 @@ class Policy:
     name = ""
     default_percentage_of_nodes_to_score = 100
     indexable = True  # whether the scheduler may use a ShapeIndex (fast with `plain_score`, exact without)
+    # whether `node_parts` reads a feasible node's allocations; without, they are computed for the chosen node
+    # only, and nodes in the same device state share one device search (Allocator.fits)
+    node_allocations = True
 
     def plain_score(self, parts: Any) -> float | None:
         """The node's final score when it does not depend on the other scored nodes, else None."""
@@ -127,6 +130,7 @@ class Policy:
 class KubePolicy(Policy):
     name = "kube"
     default_percentage_of_nodes_to_score = 0  # adaptive, as kube-scheduler
+    node_allocations = False  # first_available, its only device input, is known without them
 
     def plain_score(self, parts: Any) -> float | None:
         # with no PreferNoSchedule taint, preferred affinity or firstAvailable rank anywhere, the normalised

@@ -13,6 +13,7 @@ tasks can never use a GPU, so for them all free GPU milli is fragmented). F_n = 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
@@ -97,19 +98,27 @@ class Fragmentation:
         self._memo: dict[tuple, float] = {}
         self.choices: dict[tuple, tuple[int, tuple[int, ...]]] = {}  # fgd_choice's memo
         self._by_model: dict[str, list[TypicalTask]] = {}
+        self._cpu_steps: dict[str, list[int]] = {}
 
     def _for_model(self, model: str) -> list[TypicalTask]:
         found = self._by_model.get(model)
         if found is None:
             found = self._by_model[model] = [t for t in self.typical if accessible(model, t.models)] if model else []
+            self._cpu_steps[model] = sorted({t.cpu for t in found})
         return found
+
+    def cpu_class(self, model: str, cpu_left: int) -> int:
+        """How many of the model's typical tasks' CPU requests fit in `cpu_left`: F_n reads free CPU only through
+        `task.cpu <= cpu_left`, so node states that differ only in free CPU of one class are equal (memo keys)."""
+        self._for_model(model)
+        return bisect_right(self._cpu_steps[model], cpu_left)
 
     def amount(self, cpu_left: int, gpu_left: tuple[int, ...], model: str) -> float:
         """Σ_m p_m·F_n(m) in GPU milli (FragAmountSumExceptQ3)."""
         if not gpu_left:
             return 0.0
         ordered = tuple(sorted(gpu_left))
-        key = (model, cpu_left, ordered)
+        key = (model, self.cpu_class(model, cpu_left), ordered)
         value = self._memo.get(key)
         if value is not None:
             return value
@@ -143,8 +152,10 @@ def sigmoid(x: float) -> float:
 def fgd_choice(frag: Fragmentation, res: NodeRes, cpu: int, milli: int, count: int) -> tuple[int, tuple[int, ...]]:
     """FGD's node score and GPU choice (calculateGpuShareFragExtendScore): the score is
     int(sigmoid((F_before − F_after)/1000)·100); a share goes to the GPU with the best score (the first on ties),
-    whole GPUs to the first free ones. Memoised: many nodes are in the same state (idle ones above all)."""
-    key = (res, cpu, milli, count)
+    whole GPUs to the first free ones. Memoised: many nodes are in the same state (idle ones above all); free CPU
+    counts only through its class before and after the task (`Fragmentation.cpu_class`)."""
+    key = (res.model, res.gpu_left, frag.cpu_class(res.model, res.cpu_left),
+           frag.cpu_class(res.model, res.cpu_left - cpu), milli, count)
     found = frag.choices.get(key)
     if found is None:
         if len(frag.choices) > 1_000_000:

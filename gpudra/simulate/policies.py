@@ -103,6 +103,7 @@ def best_fit_gpu(res: NodeRes, task: Task) -> tuple[int, ...]:
 
 class PaperPolicy(Policy):
     default_percentage_of_nodes_to_score = 100
+    node_allocations = False  # scores read SimContext.node_res; the allocations only matter on the chosen node
 
     def __init__(self, context: SimContext):
         self.context = context

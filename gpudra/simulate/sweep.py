@@ -1,8 +1,9 @@
-"""Many experiments (traces × modes × policies × seeds) in parallel on the local cores, and their summary.
+"""Many experiments (traces × modes × policies × seeds) in parallel on the local cores or on a Dask cluster,
+and their summary.
 
-Each experiment runs in its own worker process (`concurrent.futures.ProcessPoolExecutor`); results are
-returned in the order of the experiment list whatever order they finish in, so a sweep's output does not
-depend on `jobs`.
+Each experiment runs in its own worker process (`concurrent.futures.ProcessPoolExecutor`, or a Dask worker:
+`distributed.py`); results are returned in the order of the experiment list whatever order they finish in, so
+a sweep's output does not depend on `jobs` or on where it ran.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from statistics import mean, pstdev
 from typing import Any, Callable
 
 from .engine import DEFAULT_TUNE, run_experiment
+from .manifests import Manifests, load_manifests, run_manifests
 from .trace import Trace, bundled_trace, load_trace
 
 FIRST_SEED = 42  # the artifact's seeds are 42..51
@@ -24,8 +26,11 @@ class TraceSource:
     name: str
     nodes: str | None = None  # CSV paths; None = bundled
     pods: str | None = None
+    manifests: tuple[str, ...] = ()  # or manifest files and directories (`manifests.py`)
 
-    def load(self) -> Trace:
+    def load(self) -> "Trace | Manifests":
+        if self.manifests:
+            return load_manifests(list(self.manifests), self.name)
         if self.nodes is None or self.pods is None:
             return bundled_trace(self.name)
         return load_trace(self.nodes, self.pods, self.name)
@@ -41,15 +46,20 @@ class Experiment:
     method: str = "tune"
 
 
-_TRACES: dict[TraceSource, Trace] = {}  # per worker process: each trace is parsed once
+_TRACES: dict[TraceSource, "Trace | Manifests"] = {}  # per worker process: each trace is parsed once
+
+
+def run_one(trace: "Trace | Manifests", experiment: Experiment,
+            progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """One experiment on its (already parsed) trace or manifests."""
+    if isinstance(trace, Manifests):
+        return run_manifests(trace, experiment.policy, experiment.seed, progress)
+    return run_experiment(trace, experiment.policy, experiment.seed, experiment.mode, experiment.tune,
+                          experiment.method, progress)
 
 
 def _run(experiment: Experiment) -> dict[str, Any]:
-    trace = _TRACES.get(experiment.source)
-    if trace is None:
-        trace = _TRACES[experiment.source] = experiment.source.load()
-    return run_experiment(trace, experiment.policy, experiment.seed, experiment.mode, experiment.tune,
-                          experiment.method)
+    return run_one(trace_of(experiment.source), experiment)
 
 
 def default_jobs() -> int:
@@ -59,18 +69,31 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def trace_of(source: TraceSource) -> "Trace | Manifests":
+    """The source's trace, parsed once per process."""
+    trace = _TRACES.get(source)
+    if trace is None:
+        trace = _TRACES[source] = source.load()
+    return trace
+
+
 def run_sweep(experiments: list[Experiment], jobs: int | None = None,
               on_done: Callable[[int, int, dict[str, Any]], None] | None = None,
-              progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
-    """Run every experiment; `on_done(finished, total, result)` after each. With one job (or one experiment)
-    everything runs in this process and `progress(done, total)` reports tasks within the experiment."""
+              progress: Callable[[int, int], None] | None = None,
+              dask_scheduler: str | None = None) -> list[dict[str, Any]]:
+    """Run every experiment; `on_done(finished, total, result)` after each. With `dask_scheduler` (an address
+    such as tcp://host:8786) on that Dask cluster; else with one job (or one experiment) everything runs in
+    this process and `progress(done, total)` reports tasks within the experiment."""
+    if dask_scheduler:
+        from .distributed import run_on_dask
+
+        traces = {e.source: trace_of(e.source) for e in experiments}
+        return run_on_dask(experiments, dask_scheduler, traces, on_done)
     jobs = jobs or default_jobs()
     results: list[dict[str, Any] | None] = [None] * len(experiments)
     if jobs <= 1 or len(experiments) <= 1:
         for index, experiment in enumerate(experiments):
-            trace = _TRACES.get(experiment.source) or _TRACES.setdefault(experiment.source, experiment.source.load())
-            results[index] = run_experiment(trace, experiment.policy, experiment.seed, experiment.mode,
-                                            experiment.tune, experiment.method, progress)
+            results[index] = run_one(trace_of(experiment.source), experiment, progress)
             if on_done is not None:
                 on_done(index + 1, len(experiments), results[index])  # type: ignore[arg-type]
         return results  # type: ignore[return-value]
