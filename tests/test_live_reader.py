@@ -71,6 +71,8 @@ class FakeApiServer:
                 server.requests.append(("GET", self.path))
                 if self.headers.get("Authorization") != f"Bearer {server.token}":
                     return self._send(401, {"kind": "Status", "message": "Unauthorized"})
+                if parsed.path == "/version":  # every API server serves it; gpudra reads the release from it
+                    return self._send(200, {"major": "1", "minor": "36", "gitVersion": "v1.36.0"})
                 items = server.by_path.get(parsed.path)
                 if items is None:
                     return self._send(404, {"kind": "Status", "message": "the server could not find the requested resource"})
