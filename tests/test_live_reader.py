@@ -21,9 +21,12 @@ _PATHS = {
 
 
 class FakeApiServer:
-    """Serves `objects` (dicts with kind) as list responses, paged by `page_size`; records requests."""
+    """Serves `objects` (dicts with kind) as list responses, paged by `page_size`, and /version as a
+    `git_version` API server does; records requests."""
 
-    def __init__(self, objects: list[dict[str, Any]], page_size: int | None = None, token: str = "t0ken"):
+    def __init__(self, objects: list[dict[str, Any]], page_size: int | None = None, token: str = "t0ken",
+                 git_version: str = "v1.36.0"):
+        self.git_version = git_version
         self.by_path: dict[str, list[dict[str, Any]]] = {path: [] for path in _PATHS.values()}
         for obj in objects:
             item = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
@@ -71,8 +74,9 @@ class FakeApiServer:
                 server.requests.append(("GET", self.path))
                 if self.headers.get("Authorization") != f"Bearer {server.token}":
                     return self._send(401, {"kind": "Status", "message": "Unauthorized"})
-                if parsed.path == "/version":  # every API server serves it; gpudra reads the release from it
-                    return self._send(200, {"major": "1", "minor": "36", "gitVersion": "v1.36.0"})
+                if parsed.path == "/version":
+                    major, minor = server.git_version.lstrip("v").split(".")[:2]
+                    return self._send(200, {"major": major, "minor": minor, "gitVersion": server.git_version})
                 items = server.by_path.get(parsed.path)
                 if items is None:
                     return self._send(404, {"kind": "Status", "message": "the server could not find the requested resource"})

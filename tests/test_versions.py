@@ -267,3 +267,20 @@ def test_a_live_cluster_reports_its_version_unless_the_flag_overrides_it(tmp_pat
         server.server_close()
     with pytest.raises(InputError, match="--kubernetes-version"):
         kubernetes_version(None, (), kubeconfig)  # the server is gone: say how to do without it
+
+
+@pytest.mark.parametrize("git_version, outcome", [("v1.34.2", "allocated"), ("v1.36.0", "unallocatable")])
+def test_allocate_on_a_live_cluster_follows_its_release(tmp_path, git_version, outcome):
+    from test_live_reader import FakeApiServer
+
+    with FakeApiServer(TAINTED, git_version=git_version) as server:
+        kubeconfig = server.kubeconfig(str(tmp_path / "kubeconfig"))
+        result = CliRunner().invoke(cli, ["allocate", "--kubeconfig", kubeconfig, "--brief", "-o", "yaml"])
+        assert yaml.safe_load(result.stdout)["results"][0]["outcome"] == outcome, result.output
+        assert ("GET", "/version") in server.requests
+        # --kubernetes-version wins over the server's answer (and the server is not asked)
+        server.requests.clear()
+        flagged = CliRunner().invoke(cli, ["allocate", "--kubeconfig", kubeconfig, "--brief", "-o", "yaml",
+                                           "--kubernetes-version", "1.35"])
+        assert yaml.safe_load(flagged.stdout)["results"][0]["outcome"] == "allocated"
+        assert ("GET", "/version") not in server.requests
