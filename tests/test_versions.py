@@ -284,3 +284,62 @@ def test_allocate_on_a_live_cluster_follows_its_release(tmp_path, git_version, o
                                            "--kubernetes-version", "1.35"])
         assert yaml.safe_load(flagged.stdout)["results"][0]["outcome"] == "allocated"
         assert ("GET", "/version") not in server.requests
+
+
+# ----------------------------------------------------------------------------------- the local cluster
+
+MIG_POD = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: one-mig, namespace: default}
+spec:
+  devices:
+    requests: [{name: mig, exactly: {deviceClassName: mig.nvidia.com}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: mig-user, namespace: default}
+spec:
+  resourceClaims: [{name: mig, resourceClaimName: one-mig}]
+  containers: [{name: c, image: busybox, resources: {claims: [{name: mig}]}}]
+"""
+
+
+@pytest.fixture
+def cluster_state(monkeypatch):
+    import os
+    import shutil
+    import tempfile
+
+    from gpudra.cluster.layout import ClusterDir
+    from gpudra.cluster.nodes import down
+
+    base = tempfile.mkdtemp(prefix="gdv", dir="/tmp")  # unix socket paths stay short
+    monkeypatch.setenv("XDG_STATE_HOME", os.path.join(base, "xdg"))
+    yield os.path.join(base, "c")
+    cluster = ClusterDir(os.path.join(base, "c"))
+    if cluster.exists():
+        down(cluster)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_1_34_local_cluster_publishes_and_schedules_what_1_34_can(cluster_state, tmp_path):
+    import json
+
+    from gpudra.cluster.layout import ClusterConfig, ClusterDir, parse_nodes
+    from gpudra.cluster.nodes import up
+
+    cluster = ClusterDir(cluster_state)
+    up(cluster, ClusterConfig(nodes=parse_nodes("hgx-a100-mig+dynamic-mig"), kubernetes_version="1.34"),
+       control_plane=False)
+    slices = cluster.store.list("ResourceSlice")
+    assert slices and not any(s["spec"].get("sharedCounters") for s in slices)  # no dynamic MIG in 1.34
+    manifests = tmp_path / "mig.yaml"
+    manifests.write_text(yaml.safe_dump_all(device_classes()) + "---\n" + MIG_POD)
+    result = CliRunner().invoke(cli, ["apply", "-f", str(manifests), "--dir", cluster_state])
+    assert result.exit_code == 0, result.output
+    pods = json.loads(CliRunner().invoke(cli, ["get", "pods", "-o", "json", "--dir", cluster_state]).stdout)
+    [pod] = pods["items"]
+    assert pod["spec"].get("nodeName")  # an existing MIG device, allocated under 1.34's gates
+    nodes = json.loads(CliRunner().invoke(cli, ["get", "nodes", "-o", "json", "--dir", cluster_state]).stdout)
+    assert nodes["items"][0]["status"]["nodeInfo"]["kubeletVersion"].startswith("v1.34")
