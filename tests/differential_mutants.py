@@ -90,6 +90,12 @@ def _binding_pools_not_last():
                  else sorted(pools, key=lambda p: (p.driver, p.name)))
 
 
+def _stable_binding_pools_last():
+    """stable moves pools with binding conditions to the end (only incubating/experimental do)."""
+    _gather_then(lambda self, pools: sorted(pools, key=lambda p: p.has_binding_conditions)
+                 if self.features.stable_variant else pools)
+
+
 def _subrequests_reversed():
     """firstAvailable subrequests tried last to first."""
     original = search_module.Search._allocate_one
@@ -124,6 +130,7 @@ MUTANTS = {
     "stable-sorts-pools": _stable_sorts_pools,
     "incubating-pools-reversed": _incubating_pools_reversed,
     "binding-pools-not-last": _binding_pools_not_last,
+    "stable-binding-pools-last": _stable_binding_pools_last,
     "subrequests-reversed": _subrequests_reversed,
     "taint-returns-counters": _taint_returns_counters,
 }

@@ -28,6 +28,7 @@ stable first, measured 2026-12-02):
   stable-sorts-pools           stable sorts pools by (driver, name)                stable, example 7
   incubating-pools-reversed    incubating visits pools in reverse order      incubating, example 1013
   binding-pools-not-last       pools with binding conditions not moved last  incubating, example 1054
+  stable-binding-pools-last    stable moves pools with binding conditions last    stable, example 7
   subrequests-reversed         firstAvailable subrequests tried last to first      stable, example 2
   taint-returns-counters       a taint-rejected device gives its counters back    stable, example 11
 Before the partitioned shape and the reference step budget, stable-combinations, permutations-

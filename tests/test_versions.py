@@ -343,3 +343,13 @@ def test_a_1_34_local_cluster_publishes_and_schedules_what_1_34_can(cluster_stat
     assert pod["spec"].get("nodeName")  # an existing MIG device, allocated under 1.34's gates
     nodes = json.loads(CliRunner().invoke(cli, ["get", "nodes", "-o", "json", "--dir", cluster_state]).stdout)
     assert nodes["items"][0]["status"]["nodeInfo"]["kubeletVersion"].startswith("v1.34")
+
+
+def test_validate_fix_says_when_a_repair_needs_a_gate_the_release_leaves_off():
+    article = str(ROOT / "examples" / "article")
+    result = CliRunner().invoke(cli, ["validate", "--fix", "--kubernetes-version", "1.34", "-f", article])
+    checks = [line for line in result.stderr.splitlines() if line.startswith("check:") and "feature gate" in line]
+    assert any("extendedResourceName" in line and "DRAExtendedResource" in line and "1.34" in line
+               for line in checks), result.stderr
+    latest = CliRunner().invoke(cli, ["validate", "--fix", "-f", article])
+    assert not any("feature gate" in line for line in latest.stderr.splitlines())
