@@ -353,3 +353,13 @@ def test_validate_fix_says_when_a_repair_needs_a_gate_the_release_leaves_off():
                for line in checks), result.stderr
     latest = CliRunner().invoke(cli, ["validate", "--fix", "-f", article])
     assert not any("feature gate" in line for line in latest.stderr.splitlines())
+
+
+def test_demo_and_cluster_up_take_the_version():
+    demo = CliRunner().invoke(cli, ["demo", "--allocate-only", "--kubernetes-version", "1.34"])
+    assert demo.exit_code == 0, demo.output
+    assert "features: Kubernetes 1.34 defaults" in demo.stdout
+    refused = CliRunner().invoke(cli, ["demo", "--allocate-only", "--kubernetes-version", "1.30"])
+    assert refused.exit_code == 2 and "--kubernetes-version" in refused.output
+    up = CliRunner().invoke(cli, ["cluster", "up", "--kubernetes-version", "1.30", "--dir", "/nonexistent/x"])
+    assert up.exit_code == 2 and "--kubernetes-version" in up.output
