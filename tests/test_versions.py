@@ -363,3 +363,31 @@ def test_demo_and_cluster_up_take_the_version():
     assert refused.exit_code == 2 and "--kubernetes-version" in refused.output
     up = CliRunner().invoke(cli, ["cluster", "up", "--kubernetes-version", "1.30", "--dir", "/nonexistent/x"])
     assert up.exit_code == 2 and "--kubernetes-version" in up.output
+
+
+EXTENDED = [
+    {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu"},
+     "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}],
+              "extendedResourceName": "example.com/gpu"}},
+    TAINTED[1] | {"spec": TAINTED[1]["spec"] | {"devices": [{"name": "gpu-0"}]}},
+    TAINTED[2],
+    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+     "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"example.com/gpu": "1"}}}]}},
+]
+
+
+def test_extended_resources_go_through_dra_only_where_the_gate_is_on(tmp_path):
+    path = tmp_path / "extended.yaml"
+    path.write_text(yaml.safe_dump_all(EXTENDED))
+
+    def node_of(*args):
+        result = CliRunner().invoke(cli, ["schedule", "-f", str(path), "-o", "json", *args])
+        pods = [o for o in yaml.safe_load(result.stdout)["items"] if o["kind"] == "Pod"]
+        return pods[0]["spec"].get("nodeName")
+
+    assert node_of() == "n1"  # 1.36: DRAExtendedResource beta, on: the class serves example.com/gpu
+    assert node_of("--kubernetes-version", "1.35") is None  # alpha, off: only a device plugin could
+    explained = CliRunner().invoke(cli, ["explain", "pod/p", "-f", str(path), "-o", "json", "--no-fixes",
+                                         "--kubernetes-version", "1.34"])
+    assert yaml.safe_load(explained.stdout)["fits"] is False
+    assert "example.com/gpu" in explained.stdout

@@ -74,7 +74,7 @@ def command(target: tuple[str, ...], paths: tuple[str, ...], namespace: str | No
     try:
         with progress() as bar:
             explanation = explain(objects, wanted, namespace=namespace, policy=policy, fixes=not no_fixes,
-                                  features=gates, progress=bar)
+                                  features=gates, kubernetes_version=version, progress=bar)
     except TargetError as exc:
         raise UsageError(str(exc)) from None
     except (KeyError, ValueError) as exc:

@@ -56,7 +56,7 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
         warn(f"{problem.location()}: {problem.path}: {problem.message}")
     objects = [to_v1(document.obj) for document in documents]
     try:
-        cluster = Cluster(objects, gates)
+        cluster = Cluster(objects, gates, version)
         scheduler = Scheduler(cluster, policy=policy, percentage_of_nodes_to_score=percentage,
                               filter_timeout=filter_timeout or None)
         with progress() as report:

@@ -20,7 +20,6 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from gpudra.allocator.features import Features
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.scheduler.cluster import claim_allocation, is_terminal, reserved_for
 from gpudra.scheduler.meta import key_of
@@ -106,7 +105,7 @@ class ControlLoop:
         changed = False
 
         finished = self._finish_deleted_pods(pods)
-        cluster = Cluster(objects, Features.default(parse_version(self.config.kubernetes_version)))
+        cluster = Cluster(objects, kubernetes_version=parse_version(self.config.kubernetes_version))
         for key in finished:
             if key in cluster.pods:
                 cluster.delete_pod(key)  # the resourceclaim controller: unreserve, deallocate, delete owned claims

@@ -44,18 +44,21 @@ def parse_target(text: str) -> tuple[str, str]:
 
 
 def explain(objects: list[dict[str, Any]], target: str, namespace: str = "default", policy: str = "kube",
-            fixes: bool = True, progress: simulate.Progress | None = None, features: Any = None) -> Explanation:
+            fixes: bool = True, progress: simulate.Progress | None = None, features: Any = None,
+            kubernetes_version: str | None = None) -> Explanation:
     """`progress(what, done, total)` hears how far the replay and the fix search are (a CLI draws a bar);
-    `features`: the allocator's feature gates (gpudra.allocator.Features or token text; None: 1.36's)."""
+    `kubernetes_version`: the release whose default gates apply (None: 1.36); `features`: the allocator's
+    gates over them (gpudra.allocator.Features or token text)."""
     kind, name = parse_target(target)
     if kind == "Pod":
-        explanation = explain_pod(objects, namespace, name, policy, progress, features)
+        explanation = explain_pod(objects, namespace, name, policy, progress, features, kubernetes_version)
     else:
-        explanation = explain_claim(objects, namespace, name, features)
+        explanation = explain_claim(objects, namespace, name, features, kubernetes_version)
     if fixes and not explanation.fits:
         from gpudra.explain.fixes import find_fixes
 
-        explanation.fixes = find_fixes(objects, explanation, policy, progress=progress, features=features)
+        explanation.fixes = find_fixes(objects, explanation, policy, progress=progress, features=features,
+                                       kubernetes_version=kubernetes_version)
     return explanation
 
 
@@ -63,8 +66,10 @@ def explain(objects: list[dict[str, Any]], target: str, namespace: str = "defaul
 
 
 def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy: str = "kube",
-                progress: simulate.Progress | None = None, features: Any = None) -> Explanation:
-    run = simulate.run_until(simulate.working_copy(objects), f"{namespace}/{name}", policy, progress, features)
+                progress: simulate.Progress | None = None, features: Any = None,
+                kubernetes_version: str | None = None) -> Explanation:
+    run = simulate.run_until(simulate.working_copy(objects), f"{namespace}/{name}", policy, progress, features,
+                             kubernetes_version)
     if run.pod is None:
         raise TargetError(_not_found("pod", namespace, name, run.cluster.pods))
     cluster, result = run.cluster, run.result
@@ -307,9 +312,10 @@ def summary_line(num_nodes: int, nodes: list[NodeExplanation]) -> str:
 # ------------------------------------------------------------------------------------------- claims
 
 
-def explain_claim(objects: list[dict[str, Any]], namespace: str, name: str, features: Any = None) -> Explanation:
+def explain_claim(objects: list[dict[str, Any]], namespace: str, name: str, features: Any = None,
+                  kubernetes_version: str | None = None) -> Explanation:
     """Why a claim cannot be allocated on any node, against the cluster as given (nothing is scheduled)."""
-    cluster = simulate.build_cluster(simulate.working_copy(objects), features)
+    cluster = simulate.build_cluster(simulate.working_copy(objects), features, kubernetes_version)
     key = f"{namespace}/{name}"
     claim = cluster.claims.get(key)
     if claim is None:

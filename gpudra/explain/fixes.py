@@ -435,14 +435,16 @@ def _lower_resources(explanation: Explanation) -> list[Candidate]:
 # ------------------------------------------------------------------------------------- verifying
 
 
-def _fits(objects: list[dict[str, Any]], explanation: Explanation, policy: str, features: Any = None) -> str | None:
+def _fits(objects: list[dict[str, Any]], explanation: Explanation, policy: str, features: Any = None,
+          kubernetes_version: str | None = None) -> str | None:
     if explanation.kind == "Pod":
         try:
-            run = simulate.run_until(objects, f"{explanation.namespace}/{explanation.name}", policy, features=features)
+            run = simulate.run_until(objects, f"{explanation.namespace}/{explanation.name}", policy,
+                                     features=features, kubernetes_version=kubernetes_version)
         except (ValueError, KeyError):  # a candidate can produce input the scheduler rejects: not a fix
             return None
         return run.bound_node if run.pod is not None and not run.was_bound else None
-    cluster = simulate.build_cluster(objects, features)
+    cluster = simulate.build_cluster(objects, features, kubernetes_version)
     claim = cluster.claims.get(f"{explanation.namespace}/{explanation.name}")
     if claim is None:
         return None
@@ -454,11 +456,12 @@ def _fits(objects: list[dict[str, Any]], explanation: Explanation, policy: str, 
 
 def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: str = "kube",
                limit: int = MAX_FIXES, progress: simulate.Progress | None = None,
-               features: Any = None) -> list[Fix]:
+               features: Any = None, kubernetes_version: str | None = None) -> list[Fix]:
     """Changes that make the target fit, tried on the cluster as the target met it: pods ahead in the
     queue keep their places, so "release claim X" frees exactly the devices X holds now."""
     if explanation.context is None:
-        explanation.context = simulate.Run(simulate.build_cluster(simulate.working_copy(objects), features), None)
+        explanation.context = simulate.Run(simulate.build_cluster(simulate.working_copy(objects), features,
+                                                                  kubernetes_version), None)
     base = simulate.snapshot(explanation.context.cluster)
     candidates = (_remove_scheduling_gates(explanation) + _tolerate_device_taint(explanation) + _tolerate_node_taint(explanation)
                   + _release_claims(explanation) + _reallocate_claims(explanation) + _lower_counts(explanation)
@@ -477,7 +480,7 @@ def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: 
         tried += 1
         if progress is not None:
             progress("verifying fixes", tried, min(MAX_CANDIDATES, len(candidates)))
-        node = _fits(trial, explanation, policy, features)
+        node = _fits(trial, explanation, policy, features, kubernetes_version)
         if node is None:
             continue
         fixes.append(Fix(candidate.kind, candidate.describe(node), [node], candidate.change))

@@ -24,10 +24,10 @@ class Run:
     request_labels: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
-def build_cluster(objects: list[dict[str, Any]], features: Any = None) -> Any:
+def build_cluster(objects: list[dict[str, Any]], features: Any = None, kubernetes_version: str | None = None) -> Any:
     from gpudra.scheduler.cluster import Cluster
 
-    return Cluster(objects, features)
+    return Cluster(objects, features, kubernetes_version)
 
 
 def _scheduler(cluster: Any, policy: str) -> Any:
@@ -40,13 +40,14 @@ Progress = Callable[[str, int, int], None]  # (what, done, total)
 
 
 def run_until(objects: list[dict[str, Any]], pod_key: str, policy: str = "kube",
-              progress: Progress | None = None, features: Any = None) -> Run:
+              progress: Progress | None = None, features: Any = None,
+              kubernetes_version: str | None = None) -> Run:
     """Schedule pending pods in queue order until the target's turn, then attempt the target.
 
     A pod that is already bound is reported where it is; one that comes out scheduled is reported
     where it would go. The attempt's per-node verdicts are kept for the explanation.
     """
-    cluster = build_cluster(objects, features)
+    cluster = build_cluster(objects, features, kubernetes_version)
     pod = cluster.pods.get(pod_key)
     if pod is None:
         return Run(cluster, None)

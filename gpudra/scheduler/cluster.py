@@ -65,12 +65,17 @@ def allocated_device_ids(claim: dict[str, Any]) -> list[DeviceId]:
 
 
 class Cluster(Topology):
-    def __init__(self, objects: Iterable[dict[str, Any]] = (), features: Any = None):
-        """`features`: the allocator's feature gates (gpudra.allocator.Features or its token text;
-        None: Kubernetes 1.36's defaults)."""
+    def __init__(self, objects: Iterable[dict[str, Any]] = (), features: Any = None,
+                 kubernetes_version: str | None = None):
+        """`kubernetes_version`: the release whose default feature gates apply (gpudra.versions; None: 1.36);
+        `features`: the allocator's gates (gpudra.allocator.Features or token text over those defaults)."""
         from gpudra.allocator.features import Features
+        from gpudra.versions import default_gates, parse_version
 
-        self.features = Features.parse(features)
+        release = parse_version(kubernetes_version)
+        self.features = Features.parse(features, release)
+        # DRAExtendedResource: whether DeviceClasses serve extended resources (pod resources) through DRA
+        self.extended_resources_via_dra = default_gates(release)["DRAExtendedResource"]
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}  # insertion order = creation order
         self.claims: dict[str, dict[str, Any]] = {}

@@ -53,6 +53,8 @@ def extended_resource_classes(cluster: Cluster) -> dict[str, str]:
     to its implicit `deviceclass.resource.kubernetes.io/<class>` name."""
     mapping: dict[str, str] = {}
     explicit: dict[str, list[tuple[str, str]]] = {}
+    if not getattr(cluster, "extended_resources_via_dra", True):
+        return mapping  # DRAExtendedResource off: extended resources are the device plugins' alone
     for name, device_class in cluster.device_classes.items():
         mapping[IMPLICIT_EXTENDED_RESOURCE_PREFIX + name] = name
         resource = (device_class.get("spec") or {}).get("extendedResourceName")
