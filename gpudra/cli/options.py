@@ -82,14 +82,15 @@ def cluster_options(kubeconfig_help: str | None = None) -> Decorator:
 
 def kubernetes_version_option(help: str | None = None) -> Decorator:
     return click.option("--kubernetes-version", "kubernetes_version", default=None, metavar="VERSION",
-                        help=help or "Behave as this Kubernetes version's components do (e.g. 1.34; "
-                                     "default: the newest gpudra knows).")
+                        help=help or "Behave as this Kubernetes release's components do (1.33-1.36: its default "
+                                     "feature gates and API validation; default: a live cluster's /version, "
+                                     "else 1.36, the newest gpudra knows).")
 
 
 def features_option(default: str = "default") -> Decorator:
     return click.option("--features", "features", default=default, show_default=True, metavar="GATES",
-                        help="Feature gates: default, all, none, Name/+Name, -Name (comma-separated; "
-                             "e.g. none,PrioritizedList).")
+                        help="Feature gates: default (the --kubernetes-version's defaults), all, none, "
+                             "Name/+Name, -Name (comma-separated, left to right; e.g. default,+DeviceTaints).")
 
 
 def no_validate_option() -> Decorator:
