@@ -1,8 +1,11 @@
 """Kubernetes releases gpudra models (1.33 to 1.36): the DRA feature gates each one turns on by default.
 
-One table, GATE_HISTORY, copied from upstream's versioned feature-gate specs
-(kubernetes/kubernetes pkg/features/kube_features.go, `defaultVersionedKubernetesFeatureGates`, as of
-the 1.37 development branch, which lists every release's stage and default): each entry is
+One table, GATE_HISTORY, from upstream's versioned feature-gate specs: kubernetes/kubernetes
+`defaultVersionedKubernetesFeatureGates` of the 1.37 development branch (the scheduler's feature-gate
+list, split out of pkg/features/kube_features.go; each gate keeps its whole history there), checked
+against the DRA entries of pkg/features/kube_features.go of the 1.33 release (DRAAdminAccess alpha
+1.32; DRADeviceTaints, DRAPartitionableDevices, DRAPrioritizedList alpha 1.33;
+DRAResourceClaimDeviceStatus beta 1.33) and kubernetes/website's feature-gate pages. Each entry is
 (first release, stage, default) and holds until the next entry. A gate absent in a release does not
 exist there (its API fields are unknown to that API server).
 
