@@ -1,7 +1,10 @@
-"""Suite-wide settings."""
+"""Suite-wide settings and fixtures."""
 
 import os
+import shutil
+import tempfile
 
+import pytest
 from hypothesis import settings
 
 # A loaded 2-core CI runner can take longer than hypothesis' default 200 ms per example; the property
@@ -12,3 +15,19 @@ settings.register_profile("gpudra", deadline=None)
 # (@reproduce_failure); bugs found while exploring locally are pinned with @example.
 settings.register_profile("ci", deadline=None, derandomize=True, max_examples=50, print_blob=True, database=None)
 settings.load_profile("ci" if os.environ.get("CI", "").lower() == "true" else "gpudra")
+
+
+@pytest.fixture
+def cluster_state(monkeypatch):
+    """A local cluster's state directory, short (unix socket paths stay under 108 bytes), with a private 'last
+    cluster' pointer; whatever cluster the test leaves there is brought down."""
+    from gpudra.cluster.layout import ClusterDir
+    from gpudra.cluster.nodes import down
+
+    base = tempfile.mkdtemp(prefix="gdc", dir="/tmp")
+    monkeypatch.setenv("XDG_STATE_HOME", os.path.join(base, "xdg"))
+    yield os.path.join(base, "c")
+    cluster = ClusterDir(os.path.join(base, "c"))
+    if cluster.exists():
+        down(cluster)
+    shutil.rmtree(base, ignore_errors=True)

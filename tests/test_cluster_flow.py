@@ -32,15 +32,8 @@ POLL_S = 0.02
 
 
 @pytest.fixture
-def state(monkeypatch):
-    """A short state directory (unix socket paths stay under 108 bytes) and a private 'last cluster' pointer."""
-    base = tempfile.mkdtemp(prefix="gdc", dir="/tmp")
-    monkeypatch.setenv("XDG_STATE_HOME", os.path.join(base, "xdg"))
-    yield os.path.join(base, "c")
-    cluster = ClusterDir(os.path.join(base, "c"))
-    if cluster.exists():
-        down(cluster)
-    shutil.rmtree(base, ignore_errors=True)
+def state(cluster_state):
+    return cluster_state
 
 
 def gpudra(*args: str) -> str:

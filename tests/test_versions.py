@@ -305,24 +305,6 @@ spec:
 """
 
 
-@pytest.fixture
-def cluster_state(monkeypatch):
-    import os
-    import shutil
-    import tempfile
-
-    from gpudra.cluster.layout import ClusterDir
-    from gpudra.cluster.nodes import down
-
-    base = tempfile.mkdtemp(prefix="gdv", dir="/tmp")  # unix socket paths stay short
-    monkeypatch.setenv("XDG_STATE_HOME", os.path.join(base, "xdg"))
-    yield os.path.join(base, "c")
-    cluster = ClusterDir(os.path.join(base, "c"))
-    if cluster.exists():
-        down(cluster)
-    shutil.rmtree(base, ignore_errors=True)
-
-
 def test_a_1_34_local_cluster_publishes_and_schedules_what_1_34_can(cluster_state, tmp_path):
     import json
 
