@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -83,11 +84,12 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
             raise UsageError("--mode and --method apply to traces; manifests are replayed as given")
         from pathlib import Path
 
-        from gpudra.cli.schedule import _load
+        from gpudra.cli.inputs import read_inputs
 
         if "-" in manifests:  # every experiment (and worker) reads the files itself
             raise UsageError("-f -: simulate reads manifests from files or directories, not stdin")
-        _load(list(manifests), validate=True)  # invalid manifests: the same usage error as gpudra schedule
+        # unreadable or invalid manifests: the same errors (and exit codes) as gpudra schedule
+        read_inputs(list(manifests), validate=True, command="simulate", has_no_validate=False)
         name = Path(manifests[-1]).stem or Path(manifests[-1]).name
         sources.append(TraceSource(name, manifests=tuple(manifests)))
     elif nodes_csv and pods_csv:
@@ -147,7 +149,7 @@ class _progress:
     """A progress bar on stderr, only when stderr is a terminal."""
 
     def __init__(self, experiments: int):
-        self.bar = None
+        self.bar: Any = None  # a click progress bar while one is shown
         self.experiments = experiments
         self.enabled = sys.stderr.isatty()
         self.last = 0
