@@ -190,3 +190,20 @@ def test_explain_with_fixes_never_copies_slices_nodes_or_classes(monkeypatch):
     assert not explanation.fits and explanation.fixes  # e.g. ask for 4 GPUs
     assert "Pod" in copied and "ResourceClaim" in copied
     assert not {"ResourceSlice", "Node", "DeviceClass"} & set(copied)
+
+
+def test_each_summary_gives_the_claims_view_of_the_full_report(counted_searches):
+    """`allocate --mode each` without --brief needs per claim the first node that fits and how many do: the
+    summary has that without an entry per claim and node, and prints the same claims and notes."""
+    from gpudra.cli.allocate import allocated_claims_view
+
+    claims = [gpu_claim(f"one-{i}", 1) for i in range(4)] + [gpu_claim("pair", 2, match_nvlink=True),
+                                                             gpu_claim("too-many", 9)]
+    objects = _objects(4, claims)
+    full = build_report(objects, "each")
+    searches = len(counted_searches)
+    summary = build_report(objects, "each", summary=True)
+    assert len(counted_searches) - searches == 3 * 4  # three shapes, four nodes
+    assert len(summary["results"]) == 5  # one per claim that fits somewhere
+    assert summary["nodesThatFit"]["default/one-0"] == 4 and summary["nodesThatFit"]["default/too-many"] == 0
+    assert allocated_claims_view(claims, summary, "each") == allocated_claims_view(claims, full, "each")
