@@ -207,3 +207,20 @@ def test_each_summary_gives_the_claims_view_of_the_full_report(counted_searches)
     assert len(summary["results"]) == 5  # one per claim that fits somewhere
     assert summary["nodesThatFit"]["default/one-0"] == 4 and summary["nodesThatFit"]["default/too-many"] == 0
     assert allocated_claims_view(claims, summary, "each") == allocated_claims_view(claims, full, "each")
+
+
+def test_verifying_a_fix_does_not_explain_every_node_again(monkeypatch):
+    """Every filter on every node is evaluated once, for the explanation; a fix only needs to know whether the pod
+    fits then (on 2,000 nodes each full evaluation costs as much as a schedule of the pod)."""
+    import gpudra.explain.simulate as simulate
+    from gpudra.explain.analyze import explain
+
+    evaluated = []
+    original = simulate._evaluate_all
+    monkeypatch.setattr(simulate, "_evaluate_all", lambda *args: evaluated.append(1) or original(*args))
+    objects = _objects(3, [gpu_claim("big", 5)])
+    objects.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                    "spec": {"containers": [{"name": "c", "image": "i", "resources": {"claims": [{"name": "g"}]}}],
+                             "resourceClaims": [{"name": "g", "resourceClaimName": "big"}]}})
+    explanation = explain(objects, "pod/p")
+    assert explanation.fixes and len(evaluated) == 1
