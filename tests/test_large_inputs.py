@@ -224,3 +224,22 @@ def test_verifying_a_fix_does_not_explain_every_node_again(monkeypatch):
                              "resourceClaims": [{"name": "g", "resourceClaimName": "big"}]}})
     explanation = explain(objects, "pod/p")
     assert explanation.fixes and len(evaluated) == 1
+
+
+def test_objects_read_for_a_command_are_not_copied(monkeypatch, tmp_path):
+    """What was just read is converted where it is old, never copied: a copy of 2,000 slices costs seconds."""
+    import yaml
+
+    import gpudra.api.convert as convert
+    from gpudra.cli.inputs import read_objects
+
+    copies = []
+    monkeypatch.setattr(convert.copy, "deepcopy", lambda value, *args: copies.append(value) or value)
+    objects = _objects(2, [gpu_claim("c", 1)])
+    old = {"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaim", "metadata": {"name": "old"},
+           "spec": {"devices": {"requests": [{"name": "r", "deviceClassName": "gpu.nvidia.com"}]}}}
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump_all(objects + [old]))
+    read = read_objects([str(path)])
+    assert len(read) == len(objects) + 1 and read[-1]["apiVersion"] == "resource.k8s.io/v1"
+    assert [c.get("kind") for c in copies] == ["ResourceClaim"]  # only the v1beta1 claim, to convert it
