@@ -190,3 +190,56 @@ def test_explain_with_fixes_never_copies_slices_nodes_or_classes(monkeypatch):
     assert not explanation.fits and explanation.fixes  # e.g. ask for 4 GPUs
     assert "Pod" in copied and "ResourceClaim" in copied
     assert not {"ResourceSlice", "Node", "DeviceClass"} & set(copied)
+
+
+def test_each_summary_gives_the_claims_view_of_the_full_report(counted_searches):
+    """`allocate --mode each` without --brief needs per claim the first node that fits and how many do: the
+    summary has that without an entry per claim and node, and prints the same claims and notes."""
+    from gpudra.cli.allocate import allocated_claims_view
+
+    claims = [gpu_claim(f"one-{i}", 1) for i in range(4)] + [gpu_claim("pair", 2, match_nvlink=True),
+                                                             gpu_claim("too-many", 9)]
+    objects = _objects(4, claims)
+    full = build_report(objects, "each")
+    searches = len(counted_searches)
+    summary = build_report(objects, "each", summary=True)
+    assert len(counted_searches) - searches == 3 * 4  # three shapes, four nodes
+    assert len(summary["results"]) == 5  # one per claim that fits somewhere
+    assert summary["nodesThatFit"]["default/one-0"] == 4 and summary["nodesThatFit"]["default/too-many"] == 0
+    assert allocated_claims_view(claims, summary, "each") == allocated_claims_view(claims, full, "each")
+
+
+def test_verifying_a_fix_does_not_explain_every_node_again(monkeypatch):
+    """Every filter on every node is evaluated once, for the explanation; a fix only needs to know whether the pod
+    fits then (on 2,000 nodes each full evaluation costs as much as a schedule of the pod)."""
+    import gpudra.explain.simulate as simulate
+    from gpudra.explain.analyze import explain
+
+    evaluated = []
+    original = simulate._evaluate_all
+    monkeypatch.setattr(simulate, "_evaluate_all", lambda *args: evaluated.append(1) or original(*args))
+    objects = _objects(3, [gpu_claim("big", 5)])
+    objects.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                    "spec": {"containers": [{"name": "c", "image": "i", "resources": {"claims": [{"name": "g"}]}}],
+                             "resourceClaims": [{"name": "g", "resourceClaimName": "big"}]}})
+    explanation = explain(objects, "pod/p")
+    assert explanation.fixes and len(evaluated) == 1
+
+
+def test_objects_read_for_a_command_are_not_copied(monkeypatch, tmp_path):
+    """What was just read is converted where it is old, never copied: a copy of 2,000 slices costs seconds."""
+    import yaml
+
+    import gpudra.api.convert as convert
+    from gpudra.cli.inputs import read_objects
+
+    copies = []
+    monkeypatch.setattr(convert.copy, "deepcopy", lambda value, *args: copies.append(value) or value)
+    objects = _objects(2, [gpu_claim("c", 1)])
+    old = {"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaim", "metadata": {"name": "old"},
+           "spec": {"devices": {"requests": [{"name": "r", "deviceClassName": "gpu.nvidia.com"}]}}}
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump_all(objects + [old]))
+    read = read_objects([str(path)])
+    assert len(read) == len(objects) + 1 and read[-1]["apiVersion"] == "resource.k8s.io/v1"
+    assert [c.get("kind") for c in copies] == ["ResourceClaim"]  # only the v1beta1 claim, to convert it

@@ -155,7 +155,7 @@ def allocated_claims_view(
                 item["status"] = {}
             item["status"]["allocation"] = allocation
             where = f"node {node}" if node else "a node"
-            others = len(fits.get(key, [])) - 1
+            others = report.get("nodesThatFit", {}).get(key, len(fits.get(key, []))) - 1
             extra = f" (first of {others + 1} nodes that fit)" if mode != "sequential" and others > 0 else ""
             notes.append(f"{key}: allocated on {where}{extra}")
         elif key in errors:
@@ -251,12 +251,13 @@ def run_allocate(
 
     try:
         with progress() as bar:
-            report = build_report(objects, mode, nodes, claim_names, features, timeout=timeout, progress=bar)
+            report = build_report(objects, mode, nodes, claim_names, features, timeout=timeout, progress=bar,
+                                  summary=not brief)
     except ValueError as exc:
         raise InputError(str(exc)) from None
     if not pending:
         warn("note: no pending ResourceClaims in the input: nothing to allocate")
-    elif not report.get("results"):
+    elif not report.get("results") and not report.get("nodesTried"):
         warn("note: no nodes to try: the input has no Node objects and no ResourceSlice names a node; "
              "pass --node NAME")
     chosen = chosen_allocations(report, mode)

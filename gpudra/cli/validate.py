@@ -8,8 +8,8 @@ import click
 
 from gpudra.api.dump import dump_json, dump_yaml
 from gpudra.api.validate import has_errors, validate_documents
-from gpudra.cli.errors import NEGATIVE, OK, USAGE, UsageError, paint, show_error
-from gpudra.cli.options import filename_option, kubernetes_version_option
+from gpudra.cli.errors import NEGATIVE, OK, USAGE, InputError, UsageError, paint, show_error
+from gpudra.cli.options import cluster_options, filename_option, kubernetes_version_option
 from gpudra.cli.output import output_option, render_data
 
 
@@ -40,13 +40,15 @@ def _emit_problems(problems, output: str, stream) -> None:
 @click.option("-q", "--quiet", is_flag=True, help="Print errors only, no warnings or summary.")
 @kubernetes_version_option("Validate as this release's API server (1.33-1.36; default 1.36): a field behind a "
                            "feature gate that is off by default there is a warning naming the gate.")
-def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool, kubernetes_version: str | None) -> None:
+@cluster_options("With --fix: check the repairs against this cluster's ResourceSlices (read-only).")
+def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool, kubernetes_version: str | None,
+            kubeconfig: str | None, context: str | None, request_timeout: float | None) -> None:
     """Validate Kubernetes DRA manifests: exit 0 when valid, 1 when there are errors, 2 when input cannot be read.
 
     Every problem is reported as FILE:doc N (Kind/name): field.path: message. Files that cannot be read are
     reported too (every one of them), and the others are still checked. With --fix, the repairs are checked
-    against the ResourceSlices given with the manifests: each pending claim is allocated again and reported as
-    allocatable on a node, or with what is still wrong (exit 1).
+    against the ResourceSlices given with the manifests (and, with --kubeconfig/--context, a live cluster's): each
+    pending claim is allocated again and reported as allocatable on a node, or with what is still wrong (exit 1).
     """
     from gpudra.api.load import LoadError, LoadErrors, load_paths
     from gpudra.versions import VersionError, parse_version
@@ -64,8 +66,21 @@ def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool, kuberne
         unreadable, documents = [exc], []
     for error in unreadable:
         show_error(str(error))
-    code = _fix(documents, output, quiet, version=version) if fix else _check(documents, output, quiet, version)
+    cluster = _read_cluster(kubeconfig, context, request_timeout) if fix and (kubeconfig or context) else []
+    code = _fix(documents, output, quiet, cluster, version=version) if fix else _check(documents, output, quiet,
+                                                                                      version)
     sys.exit(USAGE if unreadable else code)
+
+
+def _read_cluster(kubeconfig: str | None, context: str | None, request_timeout: float | None) -> list[dict]:
+    """What a repair is checked against on a live cluster: its nodes, classes, slices and claims (read-only)."""
+    from gpudra.kube.reader import CLUSTER_KINDS, ClusterReadError, read_cluster
+
+    kinds = [k for k in CLUSTER_KINDS if k.kind in ("Node", "DeviceClass", "ResourceSlice", "ResourceClaim")]
+    try:
+        return read_cluster(kubeconfig=kubeconfig, context=context, kinds=kinds, request_timeout=request_timeout)
+    except ClusterReadError as exc:
+        raise InputError(str(exc)) from None
 
 
 def _check(documents, output: str, quiet: bool, version: str | None = None) -> int:

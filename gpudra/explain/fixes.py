@@ -440,7 +440,7 @@ def _fits(objects: list[dict[str, Any]], explanation: Explanation, policy: str, 
     if explanation.kind == "Pod":
         try:
             run = simulate.run_until(objects, f"{explanation.namespace}/{explanation.name}", policy,
-                                     features=features, kubernetes_version=kubernetes_version)
+                                     features=features, kubernetes_version=kubernetes_version, evaluate=False)
         except (ValueError, KeyError):  # a candidate can produce input the scheduler rejects: not a fix
             return None
         return run.bound_node if run.pod is not None and not run.was_bound else None

@@ -41,11 +41,12 @@ Progress = Callable[[str, int, int], None]  # (what, done, total)
 
 def run_until(objects: list[dict[str, Any]], pod_key: str, policy: str = "kube",
               progress: Progress | None = None, features: Any = None,
-              kubernetes_version: str | None = None) -> Run:
+              kubernetes_version: str | None = None, evaluate: bool = True) -> Run:
     """Schedule pending pods in queue order until the target's turn, then attempt the target.
 
     A pod that is already bound is reported where it is; one that comes out scheduled is reported
-    where it would go. The attempt's per-node verdicts are kept for the explanation.
+    where it would go. The attempt's per-node verdicts are kept for the explanation (`evaluate`; checking
+    whether a fix makes the pod fit needs only the attempt).
     """
     cluster = build_cluster(objects, features, kubernetes_version)
     pod = cluster.pods.get(pod_key)
@@ -66,7 +67,7 @@ def run_until(objects: list[dict[str, Any]], pod_key: str, policy: str = "kube",
     result = scheduler.schedule_pod(pod_key)
     pod = cluster.pods.get(pod_key, pod)
     run = Run(cluster, pod, result, bound_node=result.node if result.scheduled else None, scheduled_before=ahead)
-    if not result.scheduled and not result.prefilter:
+    if evaluate and not result.scheduled and not result.prefilter:  # every filter's verdict on every node
         run.evaluations, run.claims_by_node = _evaluate_all(scheduler, pod_key)
         run.request_labels = _extended_labels(scheduler, pod_key)
     return run
