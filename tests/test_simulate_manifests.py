@@ -85,6 +85,8 @@ def test_manifest_usage_errors_exit_2(tmp_path):
                            (["--mode", "device-plugin"], "manifests are replayed as given")):
         done = _simulate(*args, *extra)
         assert done.exit_code == 2 and message in done.stderr, (extra, done.output)
+    done = _simulate("-f", str(tmp_path / "missing.yaml"))
+    assert done.exit_code == 2 and "missing.yaml" in done.stderr
     (tmp_path / "bad.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: 3}\n")
-    done = _simulate("-f", str(tmp_path / "bad.yaml"))
-    assert done.exit_code == 2 and "bad.yaml" in done.stderr
+    done = _simulate("-f", str(tmp_path / "bad.yaml"))  # invalid: refused as by gpudra schedule
+    assert done.exit_code == 1 and done.stderr.startswith("error: ") and "bad.yaml" in done.stderr
