@@ -3,14 +3,15 @@ workload tuning to 1.3 × capacity (about 10,000 tasks), every placement through
 
     python benchmarks/simulate.py [--policy fgd] [--trace default] [--seed 42] [--mode dra] [--json]
 
-Wall-clock and process-CPU seconds are both printed; on a busy machine the CPU time is the one that says how
-fast gpudra is. The FGD artifact (Go) needs about 10 minutes per experiment on 2 vCPU.
+Wall-clock and process-CPU seconds are both printed (and the load average: on a busy machine the CPU time is the
+one that says how fast gpudra is). The FGD artifact (Go) needs about 10 minutes per experiment on 2 vCPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -44,7 +45,8 @@ def main() -> int:
         worst = max(rows, key=lambda r: r["seconds"])
         print(json.dumps({"seconds_per_experiment": worst["seconds"], "cpu_seconds_per_experiment":
                           max(r["cpu_seconds"] for r in rows), "trace": args.trace, "seed": args.seed,
-                          "mode": args.mode, "experiments": rows}))
+                          "mode": args.mode, "load_average": [round(x, 1) for x in os.getloadavg()],
+                          "experiments": rows}))
     return 0
 
 

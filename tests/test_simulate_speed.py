@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from gpudra.driver.slices import COMPUTE_CAPACITY, DEFAULT_DRIVER_NAME, device_classes
 from gpudra.scheduler.allocation import make_allocator
 from gpudra.simulate.engine import start, tuned_workload
+from gpudra.simulate.fgd import Fragmentation, NodeRes, TypicalTask, fgd_choice
 from gpudra.simulate.objects import NAMESPACE, node_objects
 from gpudra.simulate.trace import MILLI, TraceNode
 
@@ -114,3 +115,23 @@ def test_claims_of_other_shapes_are_searched_per_node():
         outcome = allocator.fits(objects[0], [claim])
         assert outcome.outcome == "allocated" and not outcome.deferred and len(outcome.allocations) == 1
     assert allocator.fit_hits == 0
+
+
+TYPICAL = st.lists(st.builds(TypicalTask, st.sampled_from([0, 2000, 4000, 8000, 16000]),
+                             st.sampled_from([0, 250, 500, 1000]), st.sampled_from([0, 1, 2]),
+                             st.sampled_from([(), ("G2",), ("T4",)]), st.floats(0.01, 1.0)), min_size=1, max_size=6)
+GPUS = st.lists(st.integers(0, 10).map(lambda x: 100 * x), min_size=1, max_size=4).map(tuple)
+
+
+@settings(max_examples=100, deadline=None)
+@given(TYPICAL, st.lists(st.integers(0, 20000), min_size=2, max_size=6), GPUS, st.sampled_from(["G2", "T4"]),
+       st.sampled_from([(1000, 250, 1), (2000, 1000, 1), (4000, 1000, 2), (0, 500, 1)]))
+def test_fragmentation_memo_keys_give_the_fresh_answers(typical, cpus, gpus, model, task):
+    """The memo keys read free CPU through its class: whatever states were asked before, the answer for a node
+    state is what a fresh (empty-memo) measure computes."""
+    shared = Fragmentation(typical)
+    cpu, milli, count = task
+    for cpu_left in cpus:
+        res = NodeRes(cpu_left, 32000, gpus, model)
+        assert shared.amount(cpu_left, gpus, model) == Fragmentation(typical).amount(cpu_left, gpus, model)
+        assert fgd_choice(shared, res, cpu, milli, count) == fgd_choice(Fragmentation(typical), res, cpu, milli, count)

@@ -43,6 +43,7 @@ class WorkloadClass:
     requests: dict[str, int]
     weight: float
     pods: int
+    claim_set: int = 0  # index of its claims among the workload's distinct claim sets (`_claim_sets`)
 
 
 def _probe_claims(scheduler: "Scheduler", pod: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -92,35 +93,57 @@ def workload_classes(scheduler: "Scheduler") -> list[WorkloadClass]:
     for group in groups.values():
         group.weight = group.pods / samples
     classes = [groups[shape] for shape in sorted(groups)]
+    claim_sets: dict[str, int] = {}
+    for workload in classes:  # classes that differ only in cpu/memory ask the allocator one question
+        specs = json.dumps([c.get("spec") for c in workload.claims], sort_keys=True, default=str)
+        workload.claim_set = claim_sets.setdefault(specs, len(claim_sets))
     scheduler._fgd_workload = (key, classes)  # type: ignore[attr-defined]
     return classes
 
 
-def _fits_resources(scheduler: "Scheduler", node: str, requests: dict[str, int], extra: dict[str, int]) -> bool:
-    allocatable = scheduler.cluster.allocatable(node)
-    if allocatable is None:
-        return True
-    usage = scheduler.cluster.usage[node]
-    for resource in (res.CPU, res.MEMORY):
-        wanted = requests.get(resource, 0)
-        if wanted and wanted > allocatable.get(resource, 0) - usage.requested.get(resource, 0) - extra.get(resource, 0):
-            return False
-    return True
+MAX_DEVICE_VERDICTS = 200_000
 
 
 def node_fragmentation(
-    scheduler: "Scheduler", node: str, free_capacity: float, extra_requests: dict[str, int] | None = None
+    scheduler: "Scheduler", node: str, free_capacity: float, extra_requests: dict[str, int] | None = None,
+    extra_devices: tuple = (),
 ) -> float:
-    """F_n under the allocator's current state (plus `extra_requests` of cpu/memory already committed)."""
+    """F_n under the allocator's current state (plus `extra_requests` of cpu/memory already committed and
+    `extra_devices` the caller has added to the allocator's state)."""
     if free_capacity <= 0:
         return 0.0
-    allocator = scheduler.cluster.allocator()
-    node_obj = scheduler.cluster.nodes[node]
+    cluster = scheduler.cluster
+    classes = workload_classes(scheduler)
+    allocatable = cluster.allocatable(node)
+    free_cpu = free_memory = 0
+    if allocatable is not None:
+        usage, extra = cluster.usage[node], extra_requests or {}
+        free_cpu = allocatable.get(res.CPU, 0) - usage.requested.get(res.CPU, 0) - extra.get(res.CPU, 0)
+        free_memory = allocatable.get(res.MEMORY, 0) - usage.requested.get(res.MEMORY, 0) - extra.get(res.MEMORY, 0)
+    # whether a claim set fits depends only on the node's devices: one answer per device state of the node
+    verdicts: dict[tuple, list] = scheduler.__dict__.setdefault("_fgd_device_verdicts", {})
+    state = (cluster.generation, node, cluster.device_epoch.get(node, 0), extra_devices)
+    known = verdicts.get(state)
+    if known is None:
+        if len(verdicts) >= MAX_DEVICE_VERDICTS:
+            verdicts.clear()
+        known = verdicts[state] = [None] * (1 + max(w.claim_set for w in classes)) if classes else []
+    allocator = cluster.allocator()
+    node_obj = cluster.nodes[node]
     total = 0.0
-    for workload in workload_classes(scheduler):
-        fits = _fits_resources(scheduler, node, workload.requests, extra_requests or {})
+    for workload in classes:  # in class order: the same sum, bit for bit
+        requests = workload.requests
+        wanted_cpu, wanted_memory = requests.get(res.CPU, 0), requests.get(res.MEMORY, 0)
+        fits = allocatable is None or (
+            (not wanted_cpu or wanted_cpu <= free_cpu) and (not wanted_memory or wanted_memory <= free_memory)
+        )
         if fits:
-            fits = fits_claims(allocator, node_obj, workload.claims).outcome == "allocated"
+            fits = known[workload.claim_set]
+            if fits is None:
+                outcome = fits_claims(allocator, node_obj, workload.claims).outcome
+                fits = outcome == "allocated"
+                if outcome != "error":  # a time-out may go otherwise next time
+                    known[workload.claim_set] = fits
         if not fits:
             total += workload.weight * free_capacity
     return total
@@ -141,7 +164,8 @@ def fragmentation_after(
     if probe is not None:
         allocator.add_allocated_claim(probe)
     try:
-        return node_fragmentation(scheduler, node, cluster.free_capacity(node, devices), info.requests)
+        return node_fragmentation(scheduler, node, cluster.free_capacity(node, devices), info.requests,
+                                  tuple(sorted(set(devices))))
     finally:
         if probe is not None:
             allocator.remove_allocated_claim(probe)

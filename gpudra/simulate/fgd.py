@@ -108,8 +108,12 @@ class Fragmentation:
         return found
 
     def cpu_class(self, model: str, cpu_left: int) -> int:
-        """How many of the model's typical tasks' CPU requests fit in `cpu_left`: F_n reads free CPU only through
-        `task.cpu <= cpu_left`, so node states that differ only in free CPU of one class are equal (memo keys)."""
+        """Free CPU as the memo keys need it. The paper's F_n reads free CPU only through `task.cpu <= cpu_left`,
+        so the number of the model's typical tasks' CPU requests that fit in `cpu_left` is enough: node states
+        that differ only within one class have equal F_n. A measure that reads more of the free CPU (how many
+        copies of a task it serves: a `cpu_aware` variant) keys on the free CPU itself."""
+        if getattr(self, "cpu_aware", False):
+            return cpu_left
         self._for_model(model)
         return bisect_right(self._cpu_steps[model], cpu_left)
 
