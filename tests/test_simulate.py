@@ -137,6 +137,23 @@ def test_fragmentation_counts_gpus_too_small_for_typical_tasks():
     assert gpus == (0,) and score == int(100 / (1 + math.exp(-(800 - 550) / 1000)))
 
 
+def test_cpu_aware_fragmentation_counts_gpus_the_free_cpu_cannot_serve():
+    """gpudra's measure: 8 free GPUs next to 4 free cores serve one copy of a 4-core, 1-GPU task, so 7 GPUs are
+    fragmented for it (the paper's measure counts none); with the cores for every GPU both agree."""
+    typical = [TypicalTask(4000, 1000, 1, (), 1.0)]
+    paper, aware = Fragmentation(typical), Fragmentation(typical, cpu_aware=True)
+    assert paper.amount(4000, (1000,) * 8, "G2") == 0
+    assert aware.amount(4000, (1000,) * 8, "G2") == pytest.approx(7000)
+    assert aware.amount(32000, (1000,) * 8, "G2") == paper.amount(32000, (1000,) * 8, "G2") == 0
+    # shares: the GPUs with the most free milli are served first; a GPU the task does not fit stays fragmented
+    share = [TypicalTask(2000, 400, 1, (), 1.0)]
+    assert Fragmentation(share, cpu_aware=True).amount(4000, (300, 500, 1000, 1000), "G2") == pytest.approx(800)
+    assert Fragmentation(share).amount(4000, (300, 500, 1000, 1000), "G2") == pytest.approx(300)
+    # multi-GPU tasks: copies of its GPU count
+    pair = [TypicalTask(8000, 1000, 2, (), 1.0)]
+    assert Fragmentation(pair, cpu_aware=True).amount(8000, (1000,) * 4, "G2") == pytest.approx(2000)
+
+
 def test_typical_tasks_cover_95_percent_and_sum_to_one():
     trace = bundled_trace("default")
     typical = typical_tasks(trace.tasks)
@@ -309,7 +326,7 @@ def _direct_model(trace: Trace, policy: str, seed: int, tune: float) -> tuple[in
     return scheduled, used, placed
 
 
-@pytest.mark.parametrize("policy", ["fgd", "bestfit", "gpu-packing", "dotprod", "random"])
+@pytest.mark.parametrize("policy", ["fgd", "bestfit", "gpu-packing", "dotprod", "random", "fragmentation"])
 def test_scheduler_path_equals_a_direct_model_of_the_paper_policy(policy):
     """The same decisions computed directly on the paper's node model give the same placements: the real
     scheduler and allocator neither lose nor invent placements, and break ties as the artifact does."""

@@ -23,7 +23,7 @@ from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
 
 from .fgd import Fragmentation, NodeRes, typical_tasks
 from .objects import NAMESPACE, cluster_objects, gpu_device_id, pod_objects
-from .policies import PAPER_POLICIES, SimContext, paper_policy
+from .policies import PAPER_POLICIES, SIM_POLICIES, SimContext, paper_policy
 from .trace import MILLI, Task, Trace
 
 ALL_POLICIES = PAPER_POLICIES + tuple(p for p in GPUDRA_POLICIES if p != "spread")
@@ -100,7 +100,7 @@ def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int
     node_gpus = {n.name: (n.model, [gpu_device_id(n.name, i) for i in range(n.gpus)]) for n in trace.nodes}
     fragmentation = Fragmentation(typical_tasks(trace.tasks))
     context = SimContext(cluster, mode, node_gpus, tasks, fragmentation, seed)
-    if policy in PAPER_POLICIES:
+    if policy in SIM_POLICIES:
         scheduler = Scheduler(cluster, policy=paper_policy(policy, context))
     elif policy in GPUDRA_POLICIES:
         scheduler = Scheduler(cluster, policy=policy)
