@@ -282,12 +282,13 @@ def _direct_model(trace: Trace, policy: str, seed: int, tune: float) -> tuple[in
     from gpudra.simulate.fgd import accessible, fits_gpus
     from gpudra.simulate.policies import paper_policy
 
-    workload = tuned_workload(trace.tasks, trace.gpus * 1000, tune, random.Random(seed))
-    rng = random.Random(seed)
+    tuning = random.Random(seed)
+    workload = tuned_workload(trace.tasks, trace.gpus * 1000, tune, tuning)
     names = sorted(n.name for n in trace.nodes)
     prefixes = list(range(len(names)))
-    rng.shuffle(prefixes)
+    tuning.shuffle(prefixes)  # right after tuning, from the same stream
     rank = dict(zip(names, prefixes))
+    rng = random.Random(seed)  # RandomScore's picks
     context = SimpleNamespace(rng=rng, fragmentation=Fragmentation(typical_tasks(trace.tasks)))
     scorer = paper_policy(policy, context)
     nodes = sorted(trace.nodes, key=lambda n: n.name)
@@ -334,8 +335,9 @@ def test_scheduler_path_equals_a_direct_model_of_the_paper_policy(policy):
 
     trace = small_trace()
     scheduled, used, placed = _direct_model(trace, policy, seed=5, tune=1.6)
-    workload = tuned_workload(trace.tasks, trace.gpus * 1000, 1.6, random.Random(5))
-    run = start(trace, workload, policy, 5, "dra")
+    tuning = random.Random(5)
+    workload = tuned_workload(trace.tasks, trace.gpus * 1000, 1.6, tuning)
+    run = start(trace, workload, policy, 5, "dra", tuning)
     simulated = {n.name: 0 for n in trace.nodes}
     for name, _ in workload:
         result = run.scheduler.schedule_pod(f"sim/{name}")
@@ -356,8 +358,9 @@ def test_ties_follow_one_random_node_order_per_seed():
 
     firsts = set()
     for seed in range(6):
-        workload = tuned_workload(trace.tasks, trace.gpus * 1000, 0, random.Random(seed))
-        run = start(trace, workload, "fgd", seed, "dra")
+        tuning = random.Random(seed)
+        workload = tuned_workload(trace.tasks, trace.gpus * 1000, 0, tuning)
+        run = start(trace, workload, "fgd", seed, "dra", tuning)
         placed = [run.scheduler.schedule_pod(f"sim/{name}").node for name, _ in workload]
         assert len(set(placed)) == 1  # packed on one node, not spread by random ties
         assert _direct_model(trace, "fgd", seed, tune=0)[2][placed[0]] == 4
