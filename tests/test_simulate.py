@@ -23,6 +23,7 @@ from gpudra.simulate.fgd import Fragmentation, NodeRes, TypicalTask, fgd_choice,
 from gpudra.simulate.objects import node_inventory, pod_objects
 from gpudra.simulate.report import write_outputs
 from gpudra.simulate.trace import Task, Trace, TraceError, TraceNode, read_nodes, read_tasks
+from sim_direct_model import direct_model
 
 NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model
 n-0,32000,131072,2,T4
@@ -135,6 +136,23 @@ def test_fragmentation_counts_gpus_too_small_for_typical_tasks():
     # leaves (1000, 100): the 100m are lost (F = 0.5·100 + 0.5·1100); F before = 0.5·1600
     score, gpus = fgd_choice(frag, NodeRes(8000, 8000, (1000, 600), "G1"), 1000, 500, 1)
     assert gpus == (0,) and score == int(100 / (1 + math.exp(-(800 - 550) / 1000)))
+
+
+def test_cpu_aware_fragmentation_counts_gpus_the_free_cpu_cannot_serve():
+    """gpudra's measure: 8 free GPUs next to 4 free cores serve one copy of a 4-core, 1-GPU task, so 7 GPUs are
+    fragmented for it (the paper's measure counts none); with the cores for every GPU both agree."""
+    typical = [TypicalTask(4000, 1000, 1, (), 1.0)]
+    paper, aware = Fragmentation(typical), Fragmentation(typical, cpu_aware=True)
+    assert paper.amount(4000, (1000,) * 8, "G2") == 0
+    assert aware.amount(4000, (1000,) * 8, "G2") == pytest.approx(7000)
+    assert aware.amount(32000, (1000,) * 8, "G2") == paper.amount(32000, (1000,) * 8, "G2") == 0
+    # shares: the GPUs with the most free milli are served first; a GPU the task does not fit stays fragmented
+    share = [TypicalTask(2000, 400, 1, (), 1.0)]
+    assert Fragmentation(share, cpu_aware=True).amount(4000, (300, 500, 1000, 1000), "G2") == pytest.approx(800)
+    assert Fragmentation(share).amount(4000, (300, 500, 1000, 1000), "G2") == pytest.approx(300)
+    # multi-GPU tasks: copies of its GPU count
+    pair = [TypicalTask(8000, 1000, 2, (), 1.0)]
+    assert Fragmentation(pair, cpu_aware=True).amount(8000, (1000,) * 4, "G2") == pytest.approx(2000)
 
 
 def test_typical_tasks_cover_95_percent_and_sum_to_one():
@@ -255,78 +273,26 @@ def test_html_report_shows_every_plot_in_headless_chromium(tmp_path):
     assert f'data-plots-shown="{len(pngs)}/{len(pngs)}"' in done.stdout, done.stderr[-2000:]
 
 
-def _direct_model(trace: Trace, policy: str, seed: int, tune: float) -> tuple[int, int, dict[str, int]]:
-    """The paper's experiment computed directly on its node model (no Kubernetes objects, no allocator): the
-    policy's own score and GPU choice, the artifact's filter (cpu, memory, GPU model, GPUs with room) and its tie
-    rule (one random node order per seed; RandomScore: a random feasible node). Returns (scheduled pods, GPU
-    milli used, pods per node)."""
-    from types import SimpleNamespace
-
-    from gpudra.simulate.fgd import accessible, fits_gpus
-    from gpudra.simulate.policies import paper_policy
-
-    workload = tuned_workload(trace.tasks, trace.gpus * 1000, tune, random.Random(seed))
-    rng = random.Random(seed)
-    names = sorted(n.name for n in trace.nodes)
-    prefixes = list(range(len(names)))
-    rng.shuffle(prefixes)
-    rank = dict(zip(names, prefixes))
-    context = SimpleNamespace(rng=rng, fragmentation=Fragmentation(typical_tasks(trace.tasks)))
-    scorer = paper_policy(policy, context)
-    nodes = sorted(trace.nodes, key=lambda n: n.name)
-    state = {n.name: [n.cpu_milli, n.memory_mib, [1000] * n.gpus] for n in nodes}
-    used, scheduled, placed = 0, 0, {n.name: 0 for n in nodes}
-    for _, task in workload:
-        feasible = []
-        for node in nodes:
-            cpu, memory, left = state[node.name]
-            if task.cpu_milli > cpu or task.memory_mib > memory:
-                continue
-            if task.num_gpu and not (accessible(node.model, task.gpu_spec)
-                                     and fits_gpus(left, task.gpu_milli, task.num_gpu)):
-                continue
-            res = NodeRes(cpu, node.cpu_milli, tuple(left), node.model)
-            feasible.append((node.name, scorer.score(res, task, node.name)[0], res))
-        if not feasible:
-            continue
-        top = max(score for _, score, _ in feasible)
-        tied = [f for f in feasible if f[1] == top]
-        if len(tied) == 1:
-            name, _, res = tied[0]
-        elif policy == "random":
-            name, _, res = tied[rng.randrange(len(tied))]
-        else:
-            name, _, res = min(tied, key=lambda f: rank[f[0]])
-        gpus = scorer.gpus(res, task)
-        state[name][0] -= task.cpu_milli
-        state[name][1] -= task.memory_mib
-        for index in gpus:
-            state[name][2][index] -= task.gpu_milli
-        assert len(gpus) == task.num_gpu and min(state[name][2], default=0) >= 0
-        used += task.total_gpu_milli
-        scheduled += 1
-        placed[name] += 1
-    return scheduled, used, placed
-
-
-@pytest.mark.parametrize("policy", ["fgd", "bestfit", "gpu-packing", "dotprod", "random"])
+@pytest.mark.parametrize("policy", ["fgd", "bestfit", "gpu-packing", "gpu-clustering", "dotprod", "random",
+                                    "fragmentation"])
 def test_scheduler_path_equals_a_direct_model_of_the_paper_policy(policy):
     """The same decisions computed directly on the paper's node model give the same placements: the real
     scheduler and allocator neither lose nor invent placements, and break ties as the artifact does."""
     from gpudra.simulate.engine import start
 
     trace = small_trace()
-    scheduled, used, placed = _direct_model(trace, policy, seed=5, tune=1.6)
-    workload = tuned_workload(trace.tasks, trace.gpus * 1000, 1.6, random.Random(5))
-    run = start(trace, workload, policy, 5, "dra")
+    model = direct_model(trace, policy, seed=5, tune=1.6)
+    tuning = random.Random(5)
+    workload = tuned_workload(trace.tasks, trace.gpus * 1000, 1.6, tuning)
+    run = start(trace, workload, policy, 5, "dra", tuning)
     simulated = {n.name: 0 for n in trace.nodes}
     for name, _ in workload:
         result = run.scheduler.schedule_pod(f"sim/{name}")
         if result.scheduled:
             run.refresh(result.node)
             simulated[result.node] += 1
-    assert sum(simulated.values()) == scheduled and run.used == used
-    assert simulated == placed
+    assert sum(simulated.values()) == model["scheduled"] and run.used == model["used"]
+    assert simulated == model["placed"]
 
 
 def test_ties_follow_one_random_node_order_per_seed():
@@ -339,10 +305,11 @@ def test_ties_follow_one_random_node_order_per_seed():
 
     firsts = set()
     for seed in range(6):
-        workload = tuned_workload(trace.tasks, trace.gpus * 1000, 0, random.Random(seed))
-        run = start(trace, workload, "fgd", seed, "dra")
+        tuning = random.Random(seed)
+        workload = tuned_workload(trace.tasks, trace.gpus * 1000, 0, tuning)
+        run = start(trace, workload, "fgd", seed, "dra", tuning)
         placed = [run.scheduler.schedule_pod(f"sim/{name}").node for name, _ in workload]
         assert len(set(placed)) == 1  # packed on one node, not spread by random ties
-        assert _direct_model(trace, "fgd", seed, tune=0)[2][placed[0]] == 4
+        assert direct_model(trace, "fgd", seed, tune=0)["placed"][placed[0]] == 4
         firsts.add(placed[0])
     assert len(firsts) > 1

@@ -23,7 +23,7 @@ from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
 
 from .fgd import Fragmentation, NodeRes, typical_tasks
 from .objects import NAMESPACE, cluster_objects, gpu_device_id, pod_objects
-from .policies import PAPER_POLICIES, SimContext, paper_policy
+from .policies import PAPER_POLICIES, SIM_POLICIES, SimContext, node_ranks, paper_policy
 from .trace import MILLI, Task, Trace
 
 ALL_POLICIES = PAPER_POLICIES + tuple(p for p in GPUDRA_POLICIES if p != "spread")
@@ -90,7 +90,9 @@ class Run:
         return res
 
 
-def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int, mode: str) -> Run:
+def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int, mode: str,
+          rng: random.Random | None = None) -> Run:
+    """`rng`: the experiment's stream after tuning; the paper policies' node order for ties is drawn from it."""
     objects = cluster_objects(trace.nodes, mode)
     tasks: dict[str, Task] = {}
     for pod_name, task in workload:
@@ -99,8 +101,9 @@ def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int
     cluster = Cluster(objects)
     node_gpus = {n.name: (n.model, [gpu_device_id(n.name, i) for i in range(n.gpus)]) for n in trace.nodes}
     fragmentation = Fragmentation(typical_tasks(trace.tasks))
-    context = SimContext(cluster, mode, node_gpus, tasks, fragmentation, seed)
-    if policy in PAPER_POLICIES:
+    context = SimContext(cluster, mode, node_gpus, tasks, fragmentation, seed,
+                         node_ranks(node_gpus, rng if rng is not None else random.Random(seed)))
+    if policy in SIM_POLICIES:
         scheduler = Scheduler(cluster, policy=paper_policy(policy, context))
     elif policy in GPUDRA_POLICIES:
         scheduler = Scheduler(cluster, policy=policy)
@@ -151,7 +154,7 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     if method == "events":
         return _run_events(trace, policy, seed, mode, progress, started, cpu_started)
     workload = tuned_workload(trace.tasks, trace.gpus * MILLI, tune, rng)
-    run = start(trace, workload, policy, seed, mode)
+    run = start(trace, workload, policy, seed, mode, rng)
     capacity = run.capacity_milli
     arrived = served = scheduled = 0
     alloc_points: list[tuple[float, float]] = []

@@ -91,10 +91,18 @@ def typical_tasks(tasks: Iterable[Task], threshold: int = POPULARITY_THRESHOLD) 
 
 
 class Fragmentation:
-    """F_n for node states, memoised: nodes with equal (model, free cpu, free milli multiset) are equal."""
+    """F_n for node states, memoised: nodes with equal (model, free cpu, free milli multiset) are equal.
 
-    def __init__(self, typical: list[TypicalTask]):
+    `cpu_aware` (gpudra's `fragmentation` policy, not the paper): a typical task that fits makes usable only
+    the GPUs the node's free CPU can serve copies of it on: with c cores free and a task of k cores, at most
+    c // k copies, so at most that many of the GPUs it fits (those with the most free milli, one copy each;
+    whole-GPU tasks: that many groups of its GPU count). The paper counts every GPU the task fits as usable,
+    even when the CPU left serves one copy: 8 free GPUs next to 4 free cores are "not fragmented" for a
+    4-core, 1-GPU task."""
+
+    def __init__(self, typical: list[TypicalTask], cpu_aware: bool = False):
         self.typical = typical
+        self.cpu_aware = cpu_aware
         self._memo: dict[tuple, float] = {}
         self.choices: dict[tuple, tuple[int, tuple[int, ...]]] = {}  # fgd_choice's memo
         self._by_model: dict[str, list[TypicalTask]] = {}
@@ -134,7 +142,10 @@ class Fragmentation:
             for task in fits_model:
                 # Q3 (fits): only the GPUs too small for the task are fragmented
                 if task.milli and task.cpu <= cpu_left and fits_gpus(ordered, task.milli, task.count):
-                    value += task.weight * sum(left for left in ordered if left < task.milli)
+                    if self.cpu_aware:
+                        value += task.weight * (total_left - _served_milli(ordered, cpu_left, task))
+                    else:
+                        value += task.weight * sum(left for left in ordered if left < task.milli)
                     satisfied_weight += task.weight
             # every other typical task (lacks cpu or gpu, inaccessible, or CPU-only) sees all free milli
             value += (1.0 - satisfied_weight) * total_left
@@ -145,6 +156,15 @@ class Fragmentation:
 
     def node(self, res: NodeRes) -> float:
         return self.amount(res.cpu_left, res.gpu_left, res.model)
+
+
+def _served_milli(ordered: tuple[int, ...], cpu_left: int, task: TypicalTask) -> int:
+    """The free milli of the GPUs copies of `task` can use when the node's CPU bounds the copies (`ordered`
+    ascending: the GPUs with the most free milli are taken first)."""
+    eligible = [left for left in ordered if left >= task.milli]
+    copies = cpu_left // task.cpu if task.cpu else len(eligible)
+    gpus = min(copies * task.count, len(eligible) // task.count * task.count)
+    return sum(eligible[len(eligible) - gpus:]) if gpus > 0 else 0
 
 
 def sigmoid(x: float) -> float:

@@ -15,13 +15,14 @@ simulator names the nodes "%04d-<name>" from one random permutation per seed (pk
 syncClusterResourceList). So every pod of an experiment breaks ties by the same random node order: a tie goes to
 the node that already won the earlier ties, which packs. Random ties instead spread the load and cost FGD five
 points of allocation ratio on the default trace (90.2% instead of 95.2% at seed 42). `SimContext.node_rank` is that
-order; RandomScore alone picks a uniformly random feasible node (its PreScore), as the artifact.
+order (`node_ranks`, drawn after tuning from the tuning stream, where the artifact draws it); RandomScore alone
+picks a uniformly random feasible node (its PreScore), as the artifact.
 """
 
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from gpudra.driver.slices import COMPUTE_CAPACITY, COMPUTE_UNITS
 from gpudra.scheduler.devicechoice import allocate_hiding, claims_to_allocate
@@ -47,22 +48,28 @@ def affinity_tag(task: Task) -> str:
     return "share" if task.shares_gpu else f"{task.num_gpu}-gpu"
 
 
+def node_ranks(node_names: "Iterable[str]", rng: random.Random) -> dict[str, int]:
+    """The artifact's "%04d-" node-name prefixes: a permutation over the nodes sorted by name (rand.Perm, drawn
+    from the experiment's stream right after workload tuning)."""
+    names = sorted(node_names)
+    prefixes = list(range(len(names)))
+    rng.shuffle(prefixes)
+    return dict(zip(names, prefixes))
+
+
 class SimContext:
     """What the paper's policies read: each node's GPUs (device IDs by index, model) and each pod's task."""
 
     def __init__(self, cluster: "Cluster", mode: str, node_gpus: dict[str, tuple[str, list[tuple[str, str, str]]]],
-                 tasks: dict[str, Task], fragmentation: Fragmentation, seed: int):
+                 tasks: dict[str, Task], fragmentation: Fragmentation, seed: int,
+                 node_rank: dict[str, int] | None = None):
         self.cluster = cluster
         self.mode = mode
         self.node_gpus = node_gpus  # node -> (model, GPU device IDs; in device-plugin mode just as many IDs)
         self.tasks = tasks
         self.fragmentation = fragmentation
-        self.rng = random.Random(seed)
-        # the artifact's "%04d-" node-name prefixes: a random permutation of the nodes sorted by name
-        names = sorted(node_gpus)
-        prefixes = list(range(len(names)))
-        self.rng.shuffle(prefixes)
-        self.node_rank = dict(zip(names, prefixes))
+        self.rng = random.Random(seed)  # RandomScore's node and GPU picks
+        self.node_rank = node_rank if node_rank is not None else node_ranks(node_gpus, random.Random(seed))
 
     def node_res(self, node: str) -> NodeRes:
         cluster = self.cluster
@@ -250,15 +257,35 @@ class FgdPolicy(PaperPolicy):
 
     name = "fgd"
 
+    def measure(self) -> Fragmentation:
+        return self.context.fragmentation
+
     def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
-        return fgd_choice(self.context.fragmentation, res, task.cpu_milli, task.gpu_milli, task.num_gpu)
+        return fgd_choice(self.measure(), res, task.cpu_milli, task.gpu_milli, task.num_gpu)
 
     def gpus(self, res: NodeRes, task: Task) -> tuple[int, ...]:
-        return fgd_choice(self.context.fragmentation, res, task.cpu_milli, task.gpu_milli, task.num_gpu)[1]
+        return fgd_choice(self.measure(), res, task.cpu_milli, task.gpu_milli, task.num_gpu)[1]
+
+
+class FragmentationPolicy(FgdPolicy):
+    """gpudra's `fragmentation` in the simulator: FGD's rule (score, GPU choice, ties) on the CPU-aware measure
+    (`Fragmentation(cpu_aware=True)`): GPUs the node's free CPU cannot serve count as fragmented. Node state is
+    read the same way as for FGD (what the cluster and the allocator hold), so it scores 1,213 nodes at FGD's
+    speed instead of one allocator search per workload class and node (gpudra.scheduler.fragmentation, kept
+    for clusters given as manifests)."""
+
+    name = "fragmentation"
+
+    def measure(self) -> Fragmentation:
+        found = getattr(self, "_measure", None)
+        if found is None:
+            found = self._measure = Fragmentation(self.context.fragmentation.typical, cpu_aware=True)
+        return found
 
 
 _CLASSES = {cls.name: cls for cls in (RandomPolicy, DotProdPolicy, GpuClusteringPolicy, GpuPackingPolicy,
-                                       BestFitPolicy, FgdPolicy)}
+                                       BestFitPolicy, FgdPolicy, FragmentationPolicy)}
+SIM_POLICIES = tuple(_CLASSES)  # the paper's six and gpudra's fragmentation on the paper's node model
 
 
 def paper_policy(name: str, context: SimContext) -> PaperPolicy:

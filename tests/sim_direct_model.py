@@ -1,0 +1,132 @@
+"""A direct model of `gpudra simulate`'s tune method on the paper's node model: no Kubernetes objects, no
+scheduler, no allocator; each node is (free cpu, free memory, free milli per GPU, model). It applies the policies'
+own rules (`gpudra.simulate.policies`: score, GPU choice, the artifact's tie order) with the artifact's filter
+(cpu, memory, GPU model, GPUs with room), so `tests/test_simulate.py` can check that the scheduler path places
+exactly the same pods, and so full-scale tables can be computed in seconds per experiment while the scheduler
+path takes minutes. For tests and investigation only: `gpudra simulate` never takes this shortcut.
+
+    python tests/sim_direct_model.py [--trace default] [--policies all] [--seeds 10] [--seed 42] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gpudra.simulate import BUNDLED_TRACES, bundled_trace  # noqa: E402
+from gpudra.simulate.engine import DEFAULT_TUNE, per_percent, tuned_workload  # noqa: E402
+from gpudra.simulate.fgd import Fragmentation, NodeRes, accessible, fits_gpus, typical_tasks  # noqa: E402
+from gpudra.simulate.policies import SIM_POLICIES, affinity_tag, node_ranks, paper_policy  # noqa: E402
+from gpudra.simulate.trace import MILLI, Trace  # noqa: E402
+
+
+def direct_model(trace: Trace, policy: str, seed: int, tune: float = DEFAULT_TUNE) -> dict:
+    """Returns scheduled pods, GPU milli used, pods per node and the allocation-ratio series."""
+    tuning = random.Random(seed)
+    workload = tuned_workload(trace.tasks, trace.gpus * MILLI, tune, tuning)
+    rank = node_ranks((n.name for n in trace.nodes), tuning)  # right after tuning, from the same stream
+    nodes = sorted(trace.nodes, key=lambda n: n.name)
+    usage = {n.name: SimpleNamespace(pods=[]) for n in nodes}
+    tasks: dict[str, object] = {}
+    context = SimpleNamespace(rng=random.Random(seed), fragmentation=Fragmentation(typical_tasks(trace.tasks)),
+                              node_rank=rank, cluster=SimpleNamespace(usage=usage), tasks=tasks)
+    scorer = paper_policy(policy, context)
+    by_rank = sorted(nodes, key=lambda n: rank[n.name])  # first of the best in the tie order wins
+    cpu = {n.name: n.cpu_milli for n in nodes}
+    memory = {n.name: n.memory_mib for n in nodes}
+    res = {n.name: NodeRes(n.cpu_milli, n.cpu_milli, (MILLI,) * n.gpus, n.model) for n in nodes}
+    tags = {n.name: frozenset() for n in nodes}
+    memo: dict[tuple, int] = {}
+    capacity = trace.gpus * MILLI
+    arrived = used = scheduled = 0
+    placed = {n.name: 0 for n in nodes}
+    points = []
+    for pod_name, task in workload:
+        arrived += task.total_gpu_milli
+        best_score, best, feasible = None, None, []
+        for node in by_rank:
+            name = node.name
+            if task.cpu_milli > cpu[name] or task.memory_mib > memory[name]:
+                continue
+            state = res[name]
+            if task.num_gpu and not (accessible(node.model, task.gpu_spec)
+                                     and fits_gpus(state.gpu_left, task.gpu_milli, task.num_gpu)):
+                continue
+            if policy == "random":
+                feasible.append(name)
+                continue
+            key = (state, task.resource_key, tags[name] if policy == "gpu-clustering" else None)
+            score = memo.get(key)
+            if score is None:
+                score = memo[key] = scorer.score(state, task, name)[0]
+            if best_score is None or score > best_score:
+                best_score, best = score, name
+        if policy == "random" and feasible:
+            feasible.sort()  # the scheduler lists feasible nodes by name
+            best = feasible[context.rng.randrange(len(feasible))] if len(feasible) > 1 else feasible[0]
+        if best is not None:
+            state = res[best]
+            gpus = scorer.gpus(state, task)
+            assert len(gpus) == task.num_gpu
+            left = list(state.gpu_left)
+            for index in gpus:
+                left[index] -= task.gpu_milli
+                assert left[index] >= 0
+            cpu[best] -= task.cpu_milli
+            memory[best] -= task.memory_mib
+            res[best] = NodeRes(state.cpu_left - task.cpu_milli, state.cpu_capacity, tuple(left), state.model)
+            key = f"sim/{pod_name}"
+            tasks[key] = task
+            usage[best].pods.append(key)
+            if task.num_gpu:
+                tags[best] = tags[best] | {affinity_tag(task)}
+            used += task.total_gpu_milli
+            scheduled += 1
+            placed[best] += 1
+        points.append((100 * arrived / capacity, 100 * used / capacity))
+        if len(memo) > 2_000_000:
+            memo.clear()
+    series = per_percent(points, int(100 * arrived / capacity))
+    return {"scheduled": scheduled, "used": used, "placed": placed, "series": series}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", default="default", help=f"comma-separated: {', '.join(BUNDLED_TRACES)}")
+    parser.add_argument("--policies", default="all", help=f"comma-separated: {', '.join(SIM_POLICIES)} or all")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--json", action="store_true", help="one JSON object per experiment")
+    args = parser.parse_args()
+    policies = SIM_POLICIES if args.policies == "all" else tuple(args.policies.split(","))
+    for trace_name in args.trace.split(","):
+        trace = bundled_trace(trace_name)
+        for policy in policies:
+            ratios = []
+            for seed in range(args.seed, args.seed + args.seeds):
+                started = time.process_time()
+                result = direct_model(trace, policy, seed)
+                ratio = result["series"][100]
+                ratios.append(ratio)
+                line = {"trace": trace_name, "policy": policy, "seed": seed, "allocation_ratio": round(ratio, 4),
+                        "unallocated_gpus": round(trace.gpus * (1 - ratio / 100), 2),
+                        "cpu_seconds": round(time.process_time() - started, 1)}
+                print(json.dumps(line) if args.json else
+                      f"{trace_name:<12}{policy:<16}{seed:>5}{ratio:>9.2f}%{line['unallocated_gpus']:>9.1f}"
+                      f"{line['cpu_seconds']:>8.1f}s", flush=True)
+            mean = sum(ratios) / len(ratios)
+            if not args.json:
+                print(f"{trace_name:<12}{policy:<16} mean{mean:>9.2f}%{trace.gpus * (1 - mean / 100):>9.1f}"
+                      f"  ({len(ratios)} seeds)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
