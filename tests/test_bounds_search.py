@@ -17,7 +17,7 @@ from gpudra.allocator import search as search_module
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.cel import budget
 from gpudra.scheduler import scheduler as scheduler_module
-from test_scheduler_support import DRIVER, claim, device_class, devices, node, pod, resource_slice
+from tests.support.builders import DRIVER, claim, device_class, devices, node, pod, resource_slice
 
 
 class SteppingClock:

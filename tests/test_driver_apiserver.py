@@ -20,7 +20,8 @@ import pytest
 from fake_http import JsonHandler, write_kubeconfig
 
 from gpudra.driver.agent import AgentOptions, DriverAgent
-from gpudra.driver.kubelet_client import KubeletClient, allocated_claim
+from gpudra.driver.kubelet_client import KubeletClient
+from tests.support.builders import allocated_claim
 
 NODE = "api-node"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"

@@ -14,7 +14,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gpudra.cli import cli
 from gpudra.driver.agent import AgentOptions, DriverAgent
-from gpudra.driver.kubelet_client import KubeletClient, allocated_claim
+from gpudra.driver.kubelet_client import KubeletClient
+from tests.support.builders import allocated_claim
 
 
 def test_run_without_a_claim_source_is_a_clean_error(tmp_path):

@@ -34,7 +34,8 @@ from gpudra.cdi import load_spec_file
 from gpudra.atomicfile import KILL_ENV
 from gpudra.discovery import open_backend
 from gpudra.driver.checkpoint import PREPARE_COMPLETED, load_checkpoint
-from gpudra.driver.kubelet_client import KubeletClient, allocated_claim
+from gpudra.driver.kubelet_client import KubeletClient
+from tests.support.builders import allocated_claim
 from gpudra.driver.paths import DriverPaths
 from gpudra.driver.state import _conflicts
 

@@ -17,7 +17,7 @@ from gpudra.driver.agent import AgentOptions, DriverAgent
 from gpudra.driver.claims import LocalClaimStore
 from gpudra.driver.hostdriver import (MOUNT_OPTIONS, discover_host_driver, host_driver_edits, read_ldcache_dirs,
                                       resolve_in_root)
-from gpudra.driver.kubelet_client import allocated_claim
+from tests.support.builders import allocated_claim
 from gpudra.driver.paths import DriverPaths
 from gpudra.driver.state import ClaimRef, DeviceState
 

@@ -16,7 +16,7 @@ from gpudra.discovery import open_backend
 from gpudra.driver.checkpoint import load_checkpoint
 from gpudra.driver.claimpaths import ClaimPathError, check_claim_identity, path_inside
 from gpudra.driver.claims import ClaimSourceError, LocalClaimStore
-from gpudra.driver.kubelet_client import allocated_claim
+from tests.support.builders import allocated_claim
 from gpudra.driver.paths import DriverPaths
 from gpudra.driver.state import ClaimRef, DeviceState, PrepareError
 

@@ -16,7 +16,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gpudra.cdi import apply_devices, default_oci_spec, load_spec_file
 from gpudra.driver.agent import AgentOptions, DriverAgent
 from gpudra.driver.checkpoint import load_checkpoint
-from gpudra.driver.kubelet_client import KubeletClient, allocated_claim
+from gpudra.driver.kubelet_client import KubeletClient
+from tests.support.builders import allocated_claim
 
 NODE = "node-a"
 

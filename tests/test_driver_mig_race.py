@@ -15,7 +15,7 @@ import threading
 import yaml
 
 from gpudra.discovery import open_backend
-from gpudra.driver.kubelet_client import allocated_claim
+from tests.support.builders import allocated_claim
 from gpudra.driver.state import ClaimRef, PrepareError
 
 from test_driver_state import NODE, Env

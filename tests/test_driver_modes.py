@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from gpudra.cli import cli
 from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
-from gpudra.driver.kubelet_client import KubeletClient, allocated_claim
+from gpudra.driver.kubelet_client import KubeletClient
+from tests.support.builders import allocated_claim
 from gpudra.driver.paths import DriverPaths
 from gpudra.driver.plugin import SOCKET_PATH_MAX
 

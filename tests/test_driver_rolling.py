@@ -16,7 +16,8 @@ import time
 import grpc
 import yaml
 
-from gpudra.driver.kubelet_client import KubeletClient, allocated_claim
+from gpudra.driver.kubelet_client import KubeletClient
+from tests.support.builders import allocated_claim
 from gpudra.driver.paths import DriverPaths, dra_socket_name, registration_socket_name
 
 NODE = "node-r"

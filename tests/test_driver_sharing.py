@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from gpudra.driver.agent import AgentOptions, DriverAgent
-from gpudra.driver.kubelet_client import KubeletClient, allocated_claim
+from gpudra.driver.kubelet_client import KubeletClient
+from tests.support.builders import allocated_claim
 from gpudra.driver.sharing import NvidiaSmiSharing, RecordingSharing, SharingError, read_sharing_log
 
 NODE = "node-s"

@@ -18,7 +18,7 @@ from gpudra.driver.checkpoint import (API_VERSION, KIND, PREPARE_COMPLETED, PREP
                                       save_checkpoint)
 from gpudra.driver.claims import ClaimSourceError, KubeClaimSource, LocalClaimStore, load_yaml_documents
 from gpudra.driver.config import ConfigError, claim_configs, config_for, decode_opaque
-from gpudra.driver.kubelet_client import allocated_claim
+from tests.support.builders import allocated_claim
 from gpudra.driver.paths import DriverPaths
 from gpudra.driver.state import ClaimRef, DeviceState, PrepareError
 

@@ -6,19 +6,8 @@ import re
 
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.scheduler.cluster import DELETE_PROTECTION_FINALIZER
-from test_scheduler_support import (
-    claim,
-    device_class,
-    devices,
-    devices_of,
-    gpu_cluster,
-    node,
-    placed,
-    pod,
-    resource_slice,
-    schedule,
-    template,
-)
+from tests.support.builders import claim, device_class, devices, gpu_cluster, node, pod, resource_slice, template
+from tests.support.scheduling import devices_of, placed, schedule
 
 
 def test_binding_writes_allocation_finalizer_reservation_and_node():

@@ -8,7 +8,8 @@ import pytest
 
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.scheduler.resources import pod_requests
-from test_scheduler_support import gpu_cluster, node, placed, pod, pod_spec, schedule, template
+from tests.support.builders import gpu_cluster, node, pod, pod_spec, template
+from tests.support.scheduling import placed, schedule
 
 
 def reasons_on(objects: list[dict], pod_key: str, node_name: str) -> list[str]:

@@ -6,20 +6,8 @@ import pytest
 
 from gpudra.scheduler import Cluster, Scheduler, num_feasible_nodes_to_find
 from gpudra.scheduler.scoring import default_normalize
-from test_scheduler_support import (
-    claim_spec,
-    DRIVER,
-    claim,
-    device_class,
-    devices,
-    devices_of,
-    gpu_cluster,
-    node,
-    placed,
-    pod,
-    schedule,
-    template,
-)
+from tests.support.builders import claim_spec, DRIVER, claim, device_class, devices, gpu_cluster, node, pod, template
+from tests.support.scheduling import devices_of, placed, schedule
 
 
 def test_kube_least_allocated():
@@ -51,7 +39,7 @@ def test_kube_prefers_nodes_that_satisfy_earlier_first_available_alternatives():
         {"name": "small", "deviceClassName": "gpu", "selectors": [{"cel": {"expression":
             f'device.attributes["{DRIVER}"].model == "small"'}}]},
     ]}]}}
-    from test_scheduler_support import resource_slice
+    from tests.support.builders import resource_slice
 
     objects = [device_class(), node("a"), node("b"),
                resource_slice("a", devices(1, model="small")), resource_slice("b", devices(1, model="big")),
@@ -203,7 +191,7 @@ def test_best_effort_pods_skip_balanced_allocation():
 
 def test_physical_devices_and_free_capacity():
     # static MIG: four 1g devices of one parent GPU form one physical device; plus one plain GPU
-    from test_scheduler_support import resource_slice
+    from tests.support.builders import resource_slice
 
     migs = [{"name": f"mig-{i}", "attributes": {"parentUUID": {"string": "GPU-1"}}} for i in range(4)]
     objects = [device_class(), node("a"), resource_slice("a", migs + [{"name": "gpu-0"}])]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.scheduler.nodematch import node_selector_matches
 from gpudra.scheduler.resources import pod_requests
-from test_scheduler_support import claim, device_class, devices, node, pod, resource_slice, template
+from tests.support.builders import claim, device_class, devices, node, pod, resource_slice, template
 
 POLICIES = ("kube", "binpack", "spread", "fragmentation")
 

@@ -9,7 +9,7 @@ import pytest
 from gpudra.scheduler import Cluster
 from gpudra.scheduler.meta import SUFFIX_ALPHABET
 from gpudra.scheduler.workloads import POD_CLAIM_NAME_ANNOTATION, claim_generate_name
-from test_scheduler_support import claim, gpu_cluster, pod, pod_spec, template
+from tests.support.builders import claim, gpu_cluster, pod, pod_spec, template
 
 SUFFIX = f"[{SUFFIX_ALPHABET}]{{5}}"
 
@@ -178,7 +178,8 @@ def test_statefulset_creates_only_missing_ordinals():
 
 
 def test_daemonset_runs_one_pinned_pod_per_eligible_node():
-    from test_scheduler_support import node, placed, schedule
+    from tests.support.builders import node
+    from tests.support.scheduling import placed, schedule
 
     taint = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
     nodes = [node("g1", labels={"gpu": "true"}), node("g2", labels={"gpu": "true"}, unschedulable=True),

@@ -7,7 +7,6 @@ NodePrepareResources / NodeUnprepareResources on the endpoint it was given.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import grpc
@@ -62,23 +61,3 @@ class KubeletClient:
     def close(self) -> None:
         if self._channel is not None:
             self._channel.close()
-
-
-def allocated_claim(name: str, results: list[dict[str, Any]], *, namespace: str = "default", uid: str | None = None,
-                    node_name: str = "node", driver_name: str = "gpu.nvidia.com",
-                    config: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """An allocated ResourceClaim; each result needs `request` and `device` (pool defaults to the node)."""
-    full_results = [{"driver": driver_name, "pool": node_name, **r} for r in results]
-    requests = sorted({r["request"].split("/", 1)[0] for r in full_results})
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4())},
-        "spec": {"devices": {"requests": [{"name": r, "exactly": {"deviceClassName": "gpu.nvidia.com"}}
-                                          for r in requests]}},
-        "status": {"allocation": {
-            "devices": {"results": full_results, "config": config or []},
-            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                {"key": "metadata.name", "operator": "In", "values": [node_name]}]}]},
-        }},
-    }

@@ -1,4 +1,4 @@
-"""Review findings for gpudra.cel: results that must agree with Kubernetes' CEL libraries (cel-go)."""
+"""gpudra.cel on quantities: results agree with Kubernetes' CEL libraries (cel-go)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Review findings for gpudra discover: a malformed node profile file is a clean error, not a traceback."""
+"""gpudra discover with a node profile file: a malformed one is a clean error, not a traceback."""
 
 import pytest
 from click.testing import CliRunner

@@ -1,8 +1,8 @@
-"""Review findings in `gpudra explain`."""
+"""`gpudra explain` of a pod held back by scheduling gates."""
 
 from __future__ import annotations
 
-from test_scheduler_support import claim, gpu_cluster, pod
+from tests.support.builders import claim, gpu_cluster, pod
 
 from gpudra.explain.analyze import explain
 

@@ -1,9 +1,10 @@
-"""Review findings in the scheduler: inputs that a `kubectl get -o yaml` dump or a hand-written manifest
+"""The scheduler on inputs that a `kubectl get -o yaml` dump or a hand-written manifest
 can plausibly contain."""
 
 from __future__ import annotations
 
-from test_scheduler_support import claim, devices_of, gpu_cluster, placed, pod, schedule
+from tests.support.builders import claim, gpu_cluster, pod
+from tests.support.scheduling import devices_of, placed, schedule
 
 from gpudra.scheduler.cluster import DELETE_PROTECTION_FINALIZER
 

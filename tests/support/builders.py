@@ -1,7 +1,12 @@
-"""Builders for small hand-checked clusters used by the scheduler tests (no tests here)."""
+"""Builders for test objects, one set for every test (like upstream's allocatortesting package): small
+DeviceClasses, ResourceSlices, claims, templates, pods and Nodes whose every field is spelled out once here.
+
+Scheduler tests use the `gpu.example.com` driver (DRIVER); node-driver tests build claims the way the
+allocator would have written them (`allocated_claim`, driver `gpu.nvidia.com`)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 DRIVER = "gpu.example.com"
@@ -132,21 +137,21 @@ def gpu_cluster(node_devices: dict[str, int], **node_kwargs: Any) -> list[dict[s
     return objects
 
 
-def schedule(objects: list[dict[str, Any]], policy: str = "kube"):
-    import copy
-
-    from gpudra.scheduler import Cluster, Scheduler
-
-    cluster = Cluster(copy.deepcopy(objects))
-    scheduler = Scheduler(cluster, policy=policy)
-    results = {r.pod: r for r in scheduler.run()}
-    return cluster, scheduler, results
-
-
-def placed(results: dict[str, Any]) -> dict[str, str | None]:
-    return {key: result.node for key, result in results.items()}
-
-
-def devices_of(cluster: Any, claim_key: str) -> list[str]:
-    allocation = ((cluster.claims[claim_key].get("status") or {}).get("allocation") or {})
-    return [f"{r['pool']}/{r['device']}" for r in (allocation.get("devices") or {}).get("results") or []]
+def allocated_claim(name: str, results: list[dict[str, Any]], *, namespace: str = "default", uid: str | None = None,
+                    node_name: str = "node", driver_name: str = "gpu.nvidia.com",
+                    config: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """An allocated ResourceClaim; each result needs `request` and `device` (pool defaults to the node)."""
+    full_results = [{"driver": driver_name, "pool": node_name, **r} for r in results]
+    requests = sorted({r["request"].split("/", 1)[0] for r in full_results})
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4())},
+        "spec": {"devices": {"requests": [{"name": r, "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+                                          for r in requests]}},
+        "status": {"allocation": {
+            "devices": {"results": full_results, "config": config or []},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [node_name]}]}]},
+        }},
+    }

@@ -1,4 +1,4 @@
-"""Review findings for gpudra validate: manifests the API server accepts must not be rejected."""
+"""gpudra validate accepts the manifests the API server accepts (none may be rejected)."""
 
 import copy
 import math
