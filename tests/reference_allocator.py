@@ -14,7 +14,6 @@ timeouts and error wording.
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from gpudra.allocator.nodematch import NodeInfo, node_matches
 from gpudra.allocator.selection import _cel, compile_expression
@@ -439,7 +438,6 @@ class Reference:
             if all_exceeded:
                 raise _MaxSize()
             return False
-        request = data["request"]
         if data["all"] is not None and not data["all"]:
             return False
         if di >= data["num"]:

@@ -40,7 +40,10 @@ __all__ = [
     "AllocationError",
     "Features",
     "FEATURE_NAMES",
+    "FILTER_TIMEOUT_S",
     "MODES",
+    "SliceIndex",
+    "TIMED_OUT",
     "build_report",
     "forget_cached_objects",
 ]

@@ -419,7 +419,8 @@ def _check_yaml_nesting(text: str, source: str) -> None:
             if isinstance(event, _COLLECTION_START):
                 depth += 1
                 if depth > MAX_DEPTH:
-                    raise LoadError(source, _too_deep(document, f"more than {MAX_DEPTH}"), event.start_mark.line + 1)
+                    line = event.start_mark.line + 1 if event.start_mark is not None else None
+                    raise LoadError(source, _too_deep(document, f"more than {MAX_DEPTH}"), line)
             elif isinstance(event, _COLLECTION_END):
                 depth -= 1
             elif isinstance(event, yaml.DocumentStartEvent):
@@ -560,7 +561,7 @@ def expand_paths(paths: Iterable[str]) -> list[str]:
     files: list[str] = []
     for path in paths:
         if path != "-" and os.path.isdir(path):
-            found = []
+            found: list[str] = []
             for root, dirs, names in os.walk(path):
                 dirs.sort()
                 found.extend(os.path.join(root, n) for n in names if n.endswith(MANIFEST_SUFFIXES))

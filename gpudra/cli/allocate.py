@@ -65,7 +65,7 @@ def _validation_warnings(documents: list[Document]) -> list[str]:
 
 def _label(document: Document) -> str:
     obj = document.obj if isinstance(document.obj, dict) else {}
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
     return f"{document.source}:doc {document.index} ({obj.get('kind', '?')}/{meta.get('name', '')})"
 
 

@@ -22,7 +22,7 @@ FORMATS = ("table", "wide", "yaml", "json")
 ALIASES = {"text": "table"}
 
 
-class OutputFormat(click.Choice):
+class OutputFormat(click.Choice):  # type: ignore[type-arg]  # click.Choice is generic from click 8.2 on
     """click.Choice that also accepts the old aliases and normalises them."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -147,7 +148,7 @@ class _progress:
     """A progress bar on stderr, only when stderr is a terminal."""
 
     def __init__(self, experiments: int):
-        self.bar = None
+        self.bar: Any = None  # a click progress bar while one is shown
         self.experiments = experiments
         self.enabled = sys.stderr.isatty()
         self.last = 0
