@@ -276,17 +276,15 @@ def inject_event_cmd(root: str, gpu: str | None, xid: int | None, ecc: bool,
 
 
 def _claim_refs(claim_files: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    from gpudra.cli.inputs import read_documents
+
     refs = []
-    for path in claim_files:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                docs = [d for d in yaml.safe_load_all(fh) if isinstance(d, dict)]
-        except (OSError, yaml.YAMLError) as exc:
-            _fail(f"cannot read {path}: {exc}")
-        for doc in docs:
-            if doc.get("kind") == "ResourceClaim":
-                meta = doc.get("metadata") or {}
-                refs.append((meta.get("namespace") or "default", meta.get("name", ""), meta.get("uid", "")))
+    # the one loader: files, directories, stdin, `List`s (what `gpudra allocate` prints), JSON and YAML
+    for document in read_documents(claim_files):
+        doc = document.obj
+        if isinstance(doc, dict) and doc.get("kind") == "ResourceClaim":
+            meta = doc.get("metadata") or {}
+            refs.append((meta.get("namespace") or "default", meta.get("name", ""), meta.get("uid", "")))
     if not refs:
         _fail("no ResourceClaim in the given files")
     return refs
