@@ -144,6 +144,7 @@ def _negative_probes(tmp_path: Path) -> dict[str, list[str]]:
         "get": ["get", "pods", "nosuch", "--dir", str(state)],
         "delete": ["delete", "pod", "nosuch", "--dir", str(state)],
         "describe": ["describe", "pod", "nosuch", "--dir", str(state)],
+        "simulate": ["simulate", "-f", str(tmp_path / "invalid.yaml")],
     }
 
 

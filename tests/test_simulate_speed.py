@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudra.driver.slices import COMPUTE_CAPACITY, DEFAULT_DRIVER_NAME, build_resource_slices, device_classes
+from gpudra.driver.slices import COMPUTE_CAPACITY, DEFAULT_DRIVER_NAME, device_classes
 from gpudra.scheduler.allocation import make_allocator
 from gpudra.simulate.engine import start, tuned_workload
-from gpudra.simulate.objects import NAMESPACE, node_inventory, node_objects
+from gpudra.simulate.objects import NAMESPACE, node_objects
 from gpudra.simulate.trace import MILLI, TraceNode
 
 from test_simulate import small_trace

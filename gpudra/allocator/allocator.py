@@ -265,7 +265,7 @@ class Allocator:
         if isinstance(exactly, dict) and exactly.get("adminAccess") is None:
             from .claims import claim_label
 
-            static = self.static_request(claim_label(claim), exactly, as_str(request.get("name")), True)
+            static = self.static_request(claim_label(claim), exactly, as_str((request or {}).get("name")), True)
             if static.error is None and not static.all_mode and not static.admin and (
                 0 < static.count <= MAX_RESULTS_PER_CLAIM
             ):

@@ -61,15 +61,16 @@ def invalid_input(problems: list[Problem], command: str, no_validate: bool = Tru
 
 def read_inputs(paths: Iterable[str], kubeconfig: str | None = None, context: str | None = None,
                 request_timeout: float | None = None, *, validate: bool = True,
-                command: str = "gpudra") -> list[Document]:
-    """Documents from `-f` (validated unless `validate` is False) or, without `-f`, from the cluster."""
+                command: str = "gpudra", has_no_validate: bool = True) -> list[Document]:
+    """Documents from `-f` (validated unless `validate` is False) or, without `-f`, from the cluster;
+    `has_no_validate`: the command offers --no-validate (and its refusal says so)."""
     paths = list(paths)
     if paths and (kubeconfig or context):
         raise UsageError("use either -f (manifests) or --kubeconfig/--context (a live cluster), not both")
     if paths:
         documents = read_documents(paths)
         if validate:
-            require_valid(documents, command)
+            require_valid(documents, command, has_no_validate)
         return documents
     from gpudra.api.load import Document
     from gpudra.kube.reader import ClusterReadError, read_cluster

@@ -61,8 +61,12 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
                               filter_timeout=filter_timeout or None)
         with progress() as report:
             total = len(cluster.pending_pods())
-            results = scheduler.run(on_result=lambda _result, done=iter(range(1, total + 1)):
-                                    report("scheduling pods", next(done), total))
+            done = iter(range(1, total + 1))
+
+            def scheduled_one(_result: object) -> None:
+                report("scheduling pods", next(done), total)
+
+            results = scheduler.run(on_result=scheduled_one)
     except ValueError as exc:
         raise InputError(str(exc)) from None
     except (AttributeError, TypeError, KeyError) as exc:  # a field of the wrong shape (--no-validate)
@@ -73,8 +77,8 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
         click.echo(to_json(cluster), nl=False)
     else:
         click.echo(to_table(cluster, results, wide=output == "wide"), nl=False)
-    for problem in cluster.problems:
-        warn(str(problem))
+    for cluster_problem in cluster.problems:
+        warn(str(cluster_problem))
     for key, pod in cluster.pods.items():
         spec = pod.get("spec") or {}
         if not spec.get("nodeName") and spec.get("schedulerName") not in (None, "", "default-scheduler"):

@@ -84,11 +84,12 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
             raise UsageError("--mode and --method apply to traces; manifests are replayed as given")
         from pathlib import Path
 
-        from gpudra.cli.schedule import _load
+        from gpudra.cli.inputs import read_inputs
 
         if "-" in manifests:  # every experiment (and worker) reads the files itself
             raise UsageError("-f -: simulate reads manifests from files or directories, not stdin")
-        _load(list(manifests), validate=True)  # invalid manifests: the same usage error as gpudra schedule
+        # unreadable or invalid manifests: the same errors (and exit codes) as gpudra schedule
+        read_inputs(list(manifests), validate=True, command="simulate", has_no_validate=False)
         name = Path(manifests[-1]).stem or Path(manifests[-1]).name
         sources.append(TraceSource(name, manifests=tuple(manifests)))
     elif nodes_csv and pods_csv:

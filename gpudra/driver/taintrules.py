@@ -84,7 +84,8 @@ class TaintRulePublisher:
                     for r in self._retry(lambda: self.client.list_taint_rules(selector), "listing DeviceTaintRules")}
         wanted = desired_rules(devices, node_name=self.node_name, driver_name=self.driver_name,
                                api_version=self.api_version)
-        summary = {"supported": True, "apiVersion": self.api_version, "created": 0, "updated": 0, "deleted": 0}
+        summary: dict[str, Any] = {"supported": True, "apiVersion": self.api_version, "created": 0, "updated": 0,
+                                   "deleted": 0}
         for name, body in wanted.items():
             old = existing.get(name)
             if old is None:

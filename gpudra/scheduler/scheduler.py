@@ -193,7 +193,6 @@ class Scheduler:
         allocations may be left to `_finish` (`NodeEval.deferred`)."""
         cluster = self.cluster
         node = cluster.nodes[node_name]
-        pod = info.pod
         reasons: list[fw.Reason] = []
         evaluation = NodeEval(fw.FilterResult(node_name, reasons), epoch=cluster.epoch.get(node_name, 0))
 

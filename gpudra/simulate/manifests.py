@@ -72,7 +72,7 @@ def run_manifests(workload: Manifests, policy: str, seed: int = 42,
     unschedulable: list[dict[str, str]] = []
     for done, pod_key in enumerate(queue, start=1):
         result = scheduler.schedule_pod(pod_key)
-        if result.scheduled:
+        if result.node is not None:  # scheduled
             scheduled += 1
             before = free[result.node]
             free[result.node] = cluster.free_capacity(result.node)
