@@ -319,7 +319,8 @@ def test_every_readme_command_runs(workdir: Path, monkeypatch: pytest.MonkeyPatc
             elif part.startswith("gpudra driver run"):
                 code, output = _run_driver(part, workdir)
             else:
-                args, redirect = _split(part)
+                # the node's --root of the README (/tmp/n1) is the test's own directory
+                args, redirect = _split(part.replace("/tmp/n1", str(workdir / "n1")))
                 code, output = _run_in_process(args, redirect, monkeypatch, workdir)
             assert code == _expected_exit(comment), (part, output[-3000:])
             assert "Traceback" not in output, part
