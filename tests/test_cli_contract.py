@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from gpudra.cli import cli
 
 from tests.fake_http import write_kubeconfig
+from tests.support.builders import claim, pod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -49,32 +50,10 @@ def _write(path, text: str) -> str:
 
 GOOD_CLASS = "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata:\n  name: gpu\nspec: {}\n"
 # A claim the API server refuses (a negative count) that would otherwise fit on the example cluster.
-INVALID_CLAIM = """apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: zero, namespace: default}
-spec:
-  devices:
-    requests:
-    - name: gpu
-      exactly: {deviceClassName: gpu.nvidia.com, count: -1}
-"""
-# One more H100 than any example node has: valid, never allocatable.
-TOO_BIG_CLAIM = """apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: nine, namespace: default}
-spec:
-  devices:
-    requests:
-    - name: gpu
-      exactly: {deviceClassName: gpu.nvidia.com, allocationMode: ExactCount, count: 9}
-"""
-TOO_BIG_POD = """apiVersion: v1
-kind: Pod
-metadata: {name: big, namespace: default}
-spec:
-  containers: [{name: c, image: busybox, resources: {claims: [{name: gpu}]}}]
-  resourceClaims: [{name: gpu, resourceClaimName: nine}]
-"""
+INVALID_CLAIM = yaml.safe_dump(claim("zero", count=-1, device_class_name="gpu.nvidia.com"))
+# One more H100 than any example node has: valid, never allocatable; and a pod that needs it.
+TOO_BIG_CLAIM = yaml.safe_dump(claim("nine", count=9, device_class_name="gpu.nvidia.com"))
+TOO_BIG_POD = yaml.safe_dump(pod("big", claims={"gpu": "nine"}))
 
 
 # --- invalid input: one policy for allocate, schedule and explain ------------------------------------------

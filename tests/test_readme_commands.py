@@ -24,6 +24,7 @@ import yaml
 from click.testing import CliRunner
 
 from gpudra.cli import cli
+from tests.support.builders import claim, pod
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -102,23 +103,9 @@ def test_documented_exit_codes_are_0_1_2_and_usage_errors_give_2(name: str) -> N
     assert CliRunner().invoke(cli, [*name.split(), "--help"]).exit_code == 0
 
 
-INVALID_CLAIM = """apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: zero}
-spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com, count: -1}}]}}
-"""
-TOO_BIG = """apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: nine}
-spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com, count: 9}}]}}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: big}
-spec:
-  containers: [{name: c, image: busybox, resources: {claims: [{name: gpu}]}}]
-  resourceClaims: [{name: gpu, resourceClaimName: nine}]
-"""
+INVALID_CLAIM = yaml.safe_dump(claim("zero", count=-1, device_class_name="gpu.nvidia.com"))
+TOO_BIG = yaml.safe_dump_all([claim("nine", count=9, device_class_name="gpu.nvidia.com"),
+                              pod("big", claims={"gpu": "nine"})])
 MIG_INFEASIBLE = "version: v1\nmig-configs:\n  bad:\n  - devices: all\n    mig-enabled: true\n" \
                  "    mig-devices: {7g.80gb: 2}\n"
 
@@ -332,7 +319,8 @@ def test_every_readme_command_runs(workdir: Path, monkeypatch: pytest.MonkeyPatc
             elif part.startswith("gpudra driver run"):
                 code, output = _run_driver(part, workdir)
             else:
-                args, redirect = _split(part)
+                # the node's --root of the README (/tmp/n1) is the test's own directory
+                args, redirect = _split(part.replace("/tmp/n1", str(workdir / "n1")))
                 code, output = _run_in_process(args, redirect, monkeypatch, workdir)
             assert code == _expected_exit(comment), (part, output[-3000:])
             assert "Traceback" not in output, part

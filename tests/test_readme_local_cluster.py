@@ -34,7 +34,10 @@ def test_readme_local_cluster_section_runs(monkeypatch):
     outputs = {}
     try:
         for command in commands:  # in-process (the drivers are still separate processes)
-            args = shlex.split(command)
+            # a shell expands `~`; the state home is the private one set above (XDG_STATE_HOME)
+            args = [arg.replace("~/.local/state", base, 1) if arg.startswith("~/.local/state") else arg
+                    for arg in shlex.split(command)]
+            assert not any(arg.startswith("~") for arg in args), command
             assert args[0] == "gpudra"
             done = CliRunner().invoke(cli, args[1:])
             assert done.exit_code == 0, (command, done.output)

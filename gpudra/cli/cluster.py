@@ -7,6 +7,7 @@ import sys
 import click
 
 from gpudra.cli.objects import DIR_OPTION, _fail
+from gpudra.cli.options import kubernetes_version_option
 
 
 @click.group(name="cluster")
@@ -22,9 +23,8 @@ def command() -> None:
                    "Default: dgx-h100:2,hgx-a100-mig+dynamic-mig,l4-node.")
 @click.option("--policy", type=click.Choice(["kube", "binpack", "spread", "fragmentation"]), default=None,
               help="Scheduler scoring policy (default kube).")
-@click.option("--kubernetes-version", default=None, metavar="VERSION",
-              help="Kubernetes release (1.33-1.36, default 1.36): what the nodes report, the scheduler's default "
-                   "feature gates and whether drivers can publish dynamic MIG.")
+@kubernetes_version_option("Kubernetes release (1.33-1.36, default 1.36): what the nodes report, the scheduler's "
+                           "default feature gates and whether drivers can publish dynamic MIG.")
 @click.option("--event-ttl", "event_ttl", type=click.IntRange(min=1), default=None, metavar="SECONDS",
               help="How long events are kept after they were last seen (default 3600, the API server's 1h).")
 @click.option("--control-plane/--no-control-plane", default=True, show_default=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from gpudra.cli.errors import InputError, UsageError
+from gpudra.cli.options import kubernetes_version_option
 
 
 @click.command("demo", short_help="Run the article's DRA flow on a local cluster of simulated GPU nodes.")
@@ -15,9 +16,8 @@ from gpudra.cli.errors import InputError, UsageError
               help="Only run the allocator on a bundled cluster (no processes) and explain the rejected originals.")
 @click.option("--features", default="default", show_default=True,
               help="Feature gates over the release's defaults (--allocate-only).")
-@click.option("--kubernetes-version", default=None, metavar="VERSION",
-              help="Kubernetes release the demo behaves as (1.33-1.36, default 1.36): default feature gates, "
-                   "dynamic MIG only where the release can allocate it.")
+@kubernetes_version_option("Kubernetes release the demo behaves as (1.33-1.36, default 1.36): default feature "
+                           "gates, dynamic MIG only where the release can allocate it.")
 @click.option("--cluster", "cluster", multiple=True, metavar="PATH",
               help="--allocate-only: use this cluster (DeviceClasses, ResourceSlices, Nodes) instead of the bundled one.")
 @click.option("--claims", "claims", multiple=True, metavar="PATH",
