@@ -20,6 +20,7 @@ from .state import AllocatedState
 from .taintrules import apply_device_taint_rules
 
 MAX_RESULTS_PER_CLAIM = 32
+MAX_SHARED_ANSWERS = 50_000  # `fits` answers kept (a key holds every candidate's state: about 1 KB each)
 
 
 # kube-scheduler's DRASchedulerFilterTimeout default: one node's Filter gives up after 10 s.
@@ -298,7 +299,7 @@ class Allocator:
         outcome = self.allocate(node, claims, timeout=timeout, deadline=deadline, build=False)
         if outcome.outcome in ("allocated", "unallocatable"):
             self.fit_searches += 1
-            if len(self._fit_memo) > 200_000:
+            if len(self._fit_memo) > MAX_SHARED_ANSWERS:
                 self._fit_memo.clear()
             self._fit_memo[key] = outcome.outcome
         return outcome
