@@ -64,7 +64,7 @@ def test_without_timestamps_the_file_order_decides(tmp_path):
 def test_shares_and_whole_gpus_place_as_gpudra_schedule_does(tmp_path):
     tasks = [Task("share-a", 1000, 1024, 1, 500), Task("share-b", 1000, 1024, 1, 700, ("G2",)),
              Task("pair", 2000, 2048, 2, 1000), Task("cpu-only", 500, 512, 0, 0), Task("share-c", 1000, 1024, 1, 500)]
-    args = _write(tmp_path, tasks, [None] * len(tasks))
+    _write(tmp_path, tasks, [None] * len(tasks))
     objects = [doc for path in (tmp_path / "cluster" / "nodes.yaml", tmp_path / "workload.yaml")
                for doc in yaml.safe_load_all(path.read_text())]
     result = run_manifests(Manifests("w", objects), "binpack")

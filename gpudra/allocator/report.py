@@ -51,9 +51,10 @@ def normalize_claim_name(name: str) -> str:
 
 def _first_fit(allocator: Allocator, claim: dict[str, Any], node_names: list[str], node_refs: list[Any],
                timeout: float | None) -> tuple[int, dict[str, Any] | None, dict[str, Any] | None]:
-    """How many nodes fit the claim alone, the first that does and the first error (node, outcome)."""
+    """How many nodes fit the claim alone, the first that does and the first error (node, outcome); first in
+    name order, the order in which the scheduler (and so `gpudra explain`) walks the nodes."""
     fits, first_allocated, first_error = 0, None, None
-    for name, ref in zip(node_names, node_refs):
+    for name, ref in sorted(zip(node_names, node_refs), key=lambda pair: pair[0]):
         outcome = allocator.allocate(ref, [claim], timeout=timeout)
         if outcome.outcome == "allocated":
             fits += 1
