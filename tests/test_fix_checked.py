@@ -158,3 +158,15 @@ def test_example_cluster_publishes_the_driver_attributes():
             domain = attributes.get("nvlinkDomain", {}).get("string")
             assert domain is None or domain.startswith(obj["spec"]["nodeName"] + "-nvlink-")
     assert [c for c in examples if c["kind"] == "DeviceClass"] == device_classes(DRIVER)
+
+
+def test_same_mesh_becomes_match_attribute_without_a_cluster_too():
+    """The driver's vocabulary alone says nvlinkDomain is topology; the product value stays as written (nothing to
+    match it against) and is flagged for checking."""
+    result = fix_documents(_examples("article"))
+    devices = _by_name(result.documents, "ResourceClaim", "nvlink-h100-claim")["spec"]["devices"]
+    assert devices["constraints"] == [{"requests": ["h100-nvlink-pair"], "matchAttribute": f"{DRIVER}/nvlinkDomain"}]
+    (selector,) = devices["requests"][0]["exactly"]["selectors"]
+    assert "nvlinkDomain" not in selector["cel"]["expression"]
+    assert "NVIDIA-H100-80GB-HBM3" in selector["cel"]["expression"]
+    assert any("productName" in line for line in result.cautions)

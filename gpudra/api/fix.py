@@ -225,11 +225,14 @@ def _fix_claim_spec(doc: Document, spec: dict, base: str, renames: dict[str, str
             devices["constraints"] = kept
         else:
             devices.pop("constraints")
-    if result.published:
+    # Without devices to check against, the names gpudra's driver publishes still say which attributes are
+    # topology ("same NVLink mesh" is matchAttribute either way); values are then left as written.
+    published = result.published or PublishedDevices.driver_vocabulary()
+    if published:
         for position, request in enumerate(requests):
             if isinstance(request, dict):
                 path = f"{base}.devices.requests[{position}]"
-                repair_request(request, devices, path, result.published,
+                repair_request(request, devices, path, published,
                                lambda where, text: _note(result, doc, where, text),
                                lambda where, text: _caution(result, doc, where, text))
 
@@ -299,7 +302,7 @@ def _caution_guessed_names(doc: Document, path: str, changes: list[str], result:
             result.cautions.append(
                 f"{doc.source}:doc {doc.index} ({doc.kind}/{doc.name}): {path}: the attribute name {name!r} was "
                 "derived from an invalid name; check the attributes and values your driver publishes "
-                "(kubectl get resourceslices -o yaml)")
+                "(kubectl get resourceslices -o yaml), or give them to --fix (-f DUMP or --context) to have them checked")
         elif ".capacity[" in after and ".attributes[" in before:
             result.cautions.append(
                 f"{doc.source}:doc {doc.index} ({doc.kind}/{doc.name}): {path}: now reads capacity {name!r} of domain "

@@ -56,6 +56,14 @@ class PublishedDevices:
                                 published.values.setdefault((domain, name), set()).add(str(typed))
         return published
 
+    @classmethod
+    def driver_vocabulary(cls) -> "PublishedDevices":
+        """The attribute names gpudra's driver publishes, without values (no devices at hand)."""
+        from gpudra.api.schema.cel_check import DEFAULT_DOMAIN
+        from gpudra.driver.vocabulary import PUBLISHED_ATTRIBUTES
+
+        return cls(names={DEFAULT_DOMAIN: set(PUBLISHED_ATTRIBUTES)})
+
     def __bool__(self) -> bool:
         return bool(self.names)
 
