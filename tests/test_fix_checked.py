@@ -59,7 +59,8 @@ def test_the_nvlink_claim_uses_the_published_names_and_values():
     claim = _by_name(result.documents, "ResourceClaim", "nvlink-h100-claim")
     devices = claim["spec"]["devices"]
     (selector,) = devices["requests"][0]["exactly"]["selectors"]
-    assert selector["cel"]["expression"] == 'device.attributes["gpu.nvidia.com"].productName == \'NVIDIA H100 80GB HBM3\''
+    expected = 'device.attributes["gpu.nvidia.com"].productName == \'NVIDIA H100 80GB HBM3\''
+    assert selector["cel"]["expression"] == expected
     assert devices["constraints"] == [{"requests": ["h100-nvlink-pair"], "matchAttribute": f"{DRIVER}/nvlinkDomain"}]
     everything = yaml.safe_dump([d.obj for d in result.documents]) + "\n".join(result.changes + result.cautions)
     assert "nvlinkMeshId" not in everything and "mesh-0" not in yaml.safe_dump(claim)
@@ -130,7 +131,8 @@ def test_a_product_name_nobody_publishes_is_named():
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
              "spec": {"devices": {"requests": [{"name": "r", "exactly": {
                  "deviceClassName": "gpu.nvidia.com",
-                 "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].productName == 'B300'"}}]}}]}}}
+                 "selectors": [{"cel": {
+                     "expression": "device.attributes['gpu.nvidia.com'].productName == 'B300'"}}]}}]}}}
     docs = [Document(claim, "c.yaml", 1)] + _examples("cluster")
     result = fix_documents(docs)
     assert _by_name(result.documents, "ResourceClaim", "c") == claim

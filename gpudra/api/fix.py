@@ -302,7 +302,8 @@ def _caution_guessed_names(doc: Document, path: str, changes: list[str], result:
             result.cautions.append(
                 f"{doc.source}:doc {doc.index} ({doc.kind}/{doc.name}): {path}: the attribute name {name!r} was "
                 "derived from an invalid name; check the attributes and values your driver publishes "
-                "(kubectl get resourceslices -o yaml), or give them to --fix (-f DUMP or --context) to have them checked")
+                "(kubectl get resourceslices -o yaml), or give them to --fix (-f DUMP or --context) to have them "
+                "checked")
         elif ".capacity[" in after and ".attributes[" in before:
             result.cautions.append(
                 f"{doc.source}:doc {doc.index} ({doc.kind}/{doc.name}): {path}: now reads capacity {name!r} of domain "

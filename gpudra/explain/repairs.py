@@ -18,7 +18,8 @@ def check_allocatable(objects: list[dict], cluster: list[dict]) -> list[tuple[st
     repaired = [to_v1(o) for o in objects if isinstance(o, dict)]
     given = {identity(o) for o in repaired}
     everything = repaired + [o for o in cluster if identity(o) not in given]
-    pending = [o for o in repaired if o.get("kind") == "ResourceClaim" and not (o.get("status") or {}).get("allocation")]
+    pending = [o for o in repaired
+               if o.get("kind") == "ResourceClaim" and not (o.get("status") or {}).get("allocation")]
     if not pending:
         return []
     report = build_report(everything, "sequential")
