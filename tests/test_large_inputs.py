@@ -84,7 +84,7 @@ def test_progress_appears_only_after_two_seconds_and_only_on_a_terminal():
 
 
 @pytest.mark.parametrize("command", [["schedule", "-o", "table"], ["allocate", "--mode", "each"],
-                                     ["explain", "pod/pod-3"]])
+                                     ["explain", "pod/pod-3"], ["validate"]])
 def test_long_commands_report_progress(monkeypatch, tmp_path, command):
     """Each long-running command feeds the bar (shown at once here: a terminal, no two-second wait)."""
     import yaml

@@ -6,7 +6,7 @@ Every problem in a document is reported, each located by file, document, object 
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from gpudra.api.convert import DRA_KINDS, OLD_VERSIONS, V1, needs_conversion, newer_layout_paths, to_v1
 from gpudra.api.load import Document
@@ -121,16 +121,20 @@ def class_references(obj: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 # ----- across documents ------------------------------------------------------------------------------
-def validate_documents(docs: list[Document], kubernetes_version: str | None = None) -> list[Problem]:
+def validate_documents(docs: list[Document], kubernetes_version: str | None = None,
+                       progress: Callable[[str, int, int], None] | None = None) -> list[Problem]:
     """Problems of every document and across documents, grouped by document in input order.
     `kubernetes_version`: the release whose default feature gates decide which gated fields are
-    warnings (gpudra.api.gates; default: gpudra.versions.DEFAULT_KUBERNETES_VERSION)."""
+    warnings (gpudra.api.gates; default: gpudra.versions.DEFAULT_KUBERNETES_VERSION).
+    `progress(what, done, total)` hears of each document checked (a CLI draws a bar from it)."""
     docs = [d if isinstance(d, Document) else Document(d.obj, getattr(d, "source", "<input>"), getattr(d, "index", 1))
             for d in docs]
     problems: list[Problem] = []
-    for doc in docs:
+    for done, doc in enumerate(docs, start=1):
         problems.extend(validate_document(doc))
         problems.extend(gate_problems(doc, kubernetes_version))
+        if progress is not None:
+            progress("validating", done, len(docs))
     problems.extend(_cross_checks(docs))
     order: dict[tuple[str, int], int] = {}
     for doc in docs:

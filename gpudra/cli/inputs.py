@@ -39,8 +39,10 @@ def read_documents(paths: Iterable[str]) -> list[Document]:
 def validation_errors(documents: list[Document]) -> list[Problem]:
     from gpudra.api.problems import errors
     from gpudra.api.validate import validate_documents
+    from gpudra.cli.progress import progress
 
-    return errors(validate_documents(documents))
+    with progress() as bar:  # thousands of slices take seconds
+        return errors(validate_documents(documents, progress=bar))
 
 
 def require_valid(documents: list[Document], command: str, no_validate: bool = True) -> None:

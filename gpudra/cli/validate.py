@@ -11,6 +11,7 @@ from gpudra.api.validate import has_errors, validate_documents
 from gpudra.cli.errors import NEGATIVE, OK, USAGE, InputError, UsageError, paint, show_error
 from gpudra.cli.options import cluster_options, filename_option, kubernetes_version_option
 from gpudra.cli.output import output_option, render_data
+from gpudra.cli.progress import progress
 
 
 def problem_line(problem, stream) -> str:
@@ -86,7 +87,8 @@ def _read_cluster(kubeconfig: str | None, context: str | None, request_timeout: 
 def _check(documents, output: str, quiet: bool, version: str | None = None) -> int:
     if not documents:
         return OK
-    problems = validate_documents(documents, version)
+    with progress() as bar:
+        problems = validate_documents(documents, version, progress=bar)
     shown = [p for p in problems if p.severity == "error"] if quiet else problems
     errors = sum(p.severity == "error" for p in problems)
     if output in ("json", "yaml"):
