@@ -207,6 +207,10 @@ def test_each_summary_gives_the_claims_view_of_the_full_report(counted_searches)
     assert len(summary["results"]) == 5  # one per claim that fits somewhere
     assert summary["nodesThatFit"]["default/one-0"] == 4 and summary["nodesThatFit"]["default/too-many"] == 0
     assert allocated_claims_view(claims, summary, "each") == allocated_claims_view(claims, full, "each")
+    # nodes given out of name order: the first node is still the first by name, as in the full report
+    shuffled = objects[:1] + list(reversed(objects[1:-len(claims)])) + objects[-len(claims):]
+    assert allocated_claims_view(claims, build_report(shuffled, "each", summary=True), "each") == \
+        allocated_claims_view(claims, build_report(shuffled, "each"), "each")
 
 
 def test_verifying_a_fix_does_not_explain_every_node_again(monkeypatch):

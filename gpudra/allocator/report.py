@@ -51,14 +51,15 @@ def normalize_claim_name(name: str) -> str:
 
 def _first_fit(allocator: Allocator, claim: dict[str, Any], node_names: list[str], node_refs: list[Any],
                timeout: float | None) -> tuple[int, dict[str, Any] | None, dict[str, Any] | None]:
-    """How many nodes fit the claim alone, the first that does and the first error (node, outcome); first in
-    name order, the order in which the scheduler (and so `gpudra explain`) walks the nodes."""
+    """How many nodes fit the claim alone, the first that does in node-name order (the order the scheduler, and so
+    `explain`, walks them) and the first error in input order, each as {node, outcome}."""
     fits, first_allocated, first_error = 0, None, None
-    for name, ref in sorted(zip(node_names, node_refs), key=lambda pair: pair[0]):
+    for name, ref in zip(node_names, node_refs):
         outcome = allocator.allocate(ref, [claim], timeout=timeout)
         if outcome.outcome == "allocated":
             fits += 1
-            first_allocated = first_allocated or {"node": name, "outcome": outcome}
+            if first_allocated is None or name < first_allocated["node"]:
+                first_allocated = {"node": name, "outcome": outcome}
         elif outcome.outcome == "error" and first_error is None:
             first_error = {"node": name, "outcome": outcome}
     return fits, first_allocated, first_error
