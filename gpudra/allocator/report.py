@@ -58,7 +58,7 @@ def _first_fit(allocator: Allocator, claim: dict[str, Any], node_names: list[str
         outcome = allocator.allocate(ref, [claim], timeout=timeout)
         if outcome.outcome == "allocated":
             fits += 1
-            if first_allocated is None or name < first_allocated["node"]:
+            if first_allocated is None or name < str(first_allocated["node"]):
                 first_allocated = {"node": name, "outcome": outcome}
         elif outcome.outcome == "error" and first_error is None:
             first_error = {"node": name, "outcome": outcome}
