@@ -4,6 +4,7 @@ publishes; on a live cluster the release comes from the API server's /version.""
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -183,6 +184,18 @@ def test_driver_slices_for_1_34_publish_what_1_34_can_allocate():
     assert outcome.outcome == "allocated", outcome.error
     devices = [a["devices"]["results"][0]["device"] for a in outcome.allocations]
     assert devices[0].startswith("gpu-") and "mig" in devices[1]
+
+
+@pytest.mark.parametrize("flag", [["--kubernetes-version", "abc"], ["--kubernetes-version", "1.32"],
+                                  ["--features", "bogus"]])
+@pytest.mark.parametrize("command", [["driver", "slices"], ["driver", "run", "--backend", "simulated"]])
+def test_driver_refuses_a_bad_version_or_features_without_dynamic_mig_too(command, flag):
+    # A typo must not pass silently only because --dynamic-mig is absent (the flag then decides nothing).
+    with tempfile.TemporaryDirectory(dir="/tmp") as root:  # short: a socket path under it must fit gRPC's limit
+        where = ["--root", root, "--claims", root] if command[1] == "run" else []
+        result = CliRunner().invoke(cli, [*command, "--node-name", "n1", "--profile", "l4-node", *where, *flag])
+    assert result.exit_code == 2, result.output
+    assert flag[0] in result.output and "Traceback" not in result.output
 
 
 # ----------------------------------------------------------------------------------- allocate, schedule, explain

@@ -47,15 +47,19 @@ KUBERNETES_VERSION_HELP = ("Kubernetes release of the cluster (1.33-1.36; defaul
 def _slice_layout(dynamic_mig: bool, kubernetes_version: str | None, features: str,
                   kubeconfig: str | None = None, live: bool = False) -> bool:
     """--dynamic-mig when the release allows it, else False with a warning that says why."""
-    if not dynamic_mig:
-        return False
+    from gpudra.allocator.features import Features
     from gpudra.driver.slices import dynamic_mig_layout
     from gpudra.kube.inputs import InputError, kubernetes_version as cluster_version
-    from gpudra.versions import parse_version
+    from gpudra.versions import VersionError, parse_version
 
     try:
+        if not dynamic_mig:  # the flags decide nothing then, but a typo in them is still an error
+            Features.parse(features, parse_version(kubernetes_version))
+            return False
         version = cluster_version(kubernetes_version, (), kubeconfig) if live else parse_version(kubernetes_version)
         dynamic, note = dynamic_mig_layout(version, features)
+    except VersionError as exc:
+        _fail(f"--kubernetes-version: {exc}")
     except (InputError, ValueError) as exc:
         _fail(str(exc))
     if note:
