@@ -198,6 +198,17 @@ def test_driver_refuses_a_bad_version_or_features_without_dynamic_mig_too(comman
     assert flag[0] in result.output and "Traceback" not in result.output
 
 
+def test_driver_slices_say_when_the_release_cannot_allocate_consumable_sharing():
+    args = ["driver", "slices", "--node-name", "n1", "--profile", "l4-node", "--sharing", "consumable", "-o", "yaml"]
+    old = CliRunner().invoke(cli, [*args, "--kubernetes-version", "1.34"])
+    assert old.exit_code == 0, old.output
+    assert "consumable sharing needs the DRAConsumableCapacity feature gate (alpha, off by default in 1.34)" in \
+        old.stderr
+    for quiet in ([*args], [*args, "--kubernetes-version", "1.34", "--features", "default,+ConsumableCapacity"]):
+        result = CliRunner().invoke(cli, quiet)
+        assert result.exit_code == 0 and "DRAConsumableCapacity" not in result.stderr, result.output
+
+
 # ----------------------------------------------------------------------------------- allocate, schedule, explain
 
 TAINTED = [

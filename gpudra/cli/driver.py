@@ -67,6 +67,19 @@ def _slice_layout(dynamic_mig: bool, kubernetes_version: str | None, features: s
     return dynamic
 
 
+def _warn_unless_consumable(kubernetes_version: str | None, features: str) -> None:
+    """Consumable sharing's fields (allowMultipleAllocations, requestPolicy) are dropped by an API server whose
+    DRAConsumableCapacity gate is off: the GPUs would then be handed out whole, one claim each."""
+    from gpudra.allocator.features import Features
+    from gpudra.versions import gate_state, parse_version
+
+    version = parse_version(kubernetes_version)  # both flags were checked by _slice_layout
+    if not Features.parse(features, version).consumable_capacity:
+        click.echo(f"warning: Kubernetes {version}: consumable sharing needs the DRAConsumableCapacity feature gate "
+                   f"({gate_state('DRAConsumableCapacity', version).describe()}); without it the API server drops "
+                   f"allowMultipleAllocations and each GPU goes to one claim", err=True)
+
+
 def _dump(objs: list, output: str) -> None:
     if output in ("table", "wide"):
         click.echo(slices_table(objs, output == "wide"), nl=False)
@@ -119,6 +132,8 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
     from gpudra.driver.slices import build_resource_slices
 
     dynamic_mig = _slice_layout(dynamic_mig, kubernetes_version, features)
+    if sharing == "consumable":
+        _warn_unless_consumable(kubernetes_version, features)
     try:
         inventory = read_inventory(_backend(backend, profile), profile=profile, node_name=node_name)
     except DiscoveryError as exc:
