@@ -336,10 +336,14 @@ def test_a_1_34_local_cluster_publishes_and_schedules_what_1_34_can(cluster_stat
     from gpudra.cluster.nodes import up
 
     cluster = ClusterDir(cluster_state)
+    said: list[str] = []
     up(cluster, ClusterConfig(nodes=parse_nodes("hgx-a100-mig+dynamic-mig"), kubernetes_version="1.34"),
-       control_plane=False)
+       say=said.append, control_plane=False)
     slices = cluster.store.list("ResourceSlice")
     assert slices and not any(s["spec"].get("sharedCounters") for s in slices)  # no dynamic MIG in 1.34
+    # ... and `cluster up` says so instead of announcing a dynamic-MIG node
+    [line] = [s for s in said if s.startswith("node a100-0")]
+    assert ", dynamic MIG" not in line and "DRAPartitionableDevices" in line, line
     manifests = tmp_path / "mig.yaml"
     manifests.write_text(yaml.safe_dump_all(device_classes()) + "---\n" + MIG_POD)
     result = CliRunner().invoke(cli, ["apply", "-f", str(manifests), "--dir", cluster_state])
