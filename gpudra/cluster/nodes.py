@@ -235,4 +235,13 @@ def down(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> No
             say(f"node {node}: driver stopped")
     forget(cluster.path)
     if cluster.exists() or os.path.isdir(os.path.join(cluster.path, "store")):
-        shutil.rmtree(cluster.path, ignore_errors=True)
+        for entry in ClusterDir.OWN_ENTRIES:
+            path = os.path.join(cluster.path, entry)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.lexists(path):
+                os.unlink(path)
+        try:
+            os.rmdir(cluster.path)  # only when nothing of the user's is left in it
+        except OSError:
+            say(f"kept {cluster.path}: it holds files the cluster did not create")
