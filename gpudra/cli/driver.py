@@ -302,6 +302,9 @@ def _claim_refs(claim_files: tuple[str, ...]) -> list[tuple[str, str, str]]:
                 docs = [d for d in yaml.safe_load_all(fh) if isinstance(d, dict)]
         except (OSError, yaml.YAMLError) as exc:
             _fail(f"cannot read {path}: {exc}")
+        # A v1 List (what `gpudra allocate -o yaml` prints, or kubectl get -o yaml) holds the claims in items.
+        docs = [item for doc in docs for item in
+                ([i for i in doc.get("items") or [] if isinstance(i, dict)] if doc.get("kind") == "List" else [doc])]
         for doc in docs:
             if doc.get("kind") == "ResourceClaim":
                 meta = doc.get("metadata") or {}
