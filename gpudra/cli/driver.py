@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 from typing import NoReturn
@@ -286,9 +287,13 @@ def inject_event_cmd(root: str, gpu: str | None, xid: int | None, ecc: bool,
         _fail("--gpu is required for --xid and --ecc")
     if ci_id is not None and gi_id is None:
         _fail("--ci needs --gi")
+    state = DriverPaths(root=root).simulated_state
+    if not os.path.exists(state):  # most likely a mistyped --root: nothing would ever read the event
+        warn(f"no simulated GPUs under {root} ({state} does not exist): the event waits for a driver started "
+             f"with --backend simulated --root {root}")
     try:
         event = HealthEvent(kinds[0], gpu=gpu, gi_id=gi_id, ci_id=ci_id, xid=xid)
-        path = write_spooled_event(spool_dir_for(DriverPaths(root=root).simulated_state), event)
+        path = write_spooled_event(spool_dir_for(state), event)
     except (HealthEventError, OSError) as exc:
         _fail(str(exc))
     click.echo(json.dumps({"event": event.to_dict(), "spooled": path}))
