@@ -299,3 +299,11 @@ def test_down_removes_only_what_the_cluster_created(state):
     up(cluster, ClusterConfig(nodes=parse_nodes("t4-node")))
     down(cluster)
     assert_nothing_left(state)  # a directory the cluster made is removed whole
+
+
+def test_not_found_reads_the_same_for_get_describe_and_delete(state):
+    # The CLI contract: every error on stderr reads `error: …` (exit 1 for "not found").
+    up(ClusterDir(state), ClusterConfig(nodes=parse_nodes("t4-node")))
+    for verb in ("get", "describe", "delete"):
+        result = CliRunner().invoke(cli, [verb, "pod", "nope", "--dir", state])
+        assert result.exit_code == 1 and result.stderr == 'error: pods "nope" not found\n', (verb, result.stderr)
