@@ -207,3 +207,19 @@ def test_reapplying_an_undefaulted_manifest_is_unchanged(state):
     first = gpudra("apply", "-f", manifest, "--dir", state)
     assert "created" in first
     assert "unchanged" in gpudra("apply", "-f", manifest, "--dir", state)
+
+
+def test_describe_lists_events_oldest_first_like_kubectl(tmp_path):
+    # Event names end in random hex, so the store lists them in no particular order; kubectl describe sorts them
+    # by time, and within one second the store's creation order is the only order there is.
+    from gpudra.cluster.printers import describe
+
+    store = Store(str(tmp_path))
+    pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                        "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    reasons = ["Scheduled", "Pulled", "Created", "Started", "Killing", "Stopped", "Unprepared", "Deleted"]
+    for reason in reasons:
+        store.record_event(pod, "Normal", reason, reason.lower(), "kubelet")
+    text = describe(pod, store.events_for(pod))
+    shown = [line.split()[1] for line in text.split("Events:", 1)[1].splitlines()[2:]]
+    assert shown == reasons, text

@@ -283,3 +283,27 @@ def test_view_serve_answers_with_the_current_page(state):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_down_removes_only_what_the_cluster_created(state):
+    # `cluster up --dir .` or `demo --keep DIR` in a directory of the user's: `down` must not take their files.
+    os.makedirs(state)
+    Path(state, "notes.txt").write_text("mine")
+    cluster = ClusterDir(state)
+    up(cluster, ClusterConfig(nodes=parse_nodes("t4-node")))
+    gpudra("cluster", "view", "--dir", state)
+    down(cluster)
+    assert sorted(os.listdir(state)) == ["notes.txt"] and Path(state, "notes.txt").read_text() == "mine"
+    assert processes_mentioning(state) == []
+    os.remove(os.path.join(state, "notes.txt"))
+    up(cluster, ClusterConfig(nodes=parse_nodes("t4-node")))
+    down(cluster)
+    assert_nothing_left(state)  # a directory the cluster made is removed whole
+
+
+def test_not_found_reads_the_same_for_get_describe_and_delete(state):
+    # The CLI contract: every error on stderr reads `error: …` (exit 1 for "not found").
+    up(ClusterDir(state), ClusterConfig(nodes=parse_nodes("t4-node")))
+    for verb in ("get", "describe", "delete"):
+        result = CliRunner().invoke(cli, [verb, "pod", "nope", "--dir", state])
+        assert result.exit_code == 1 and result.stderr == 'error: pods "nope" not found\n', (verb, result.stderr)

@@ -120,3 +120,23 @@ def test_prepare_and_status_commands_against_a_running_driver():
         shutil.rmtree(root, ignore_errors=True)
     missing = CliRunner().invoke(cli, ["driver", "prepare", "--root", root, __file__])
     assert missing.exit_code == 2
+
+
+def test_prepare_takes_the_list_that_allocate_prints():
+    # `gpudra allocate -o yaml` prints a v1 List; the walkthrough pipes it to the driver's --claims and `prepare`.
+    root = tempfile.mkdtemp(prefix="gdl", dir="/tmp")
+    claims = os.path.join(root, "claims")
+    os.makedirs(claims)
+    agent = DriverAgent(AgentOptions(node_name="n", profile="l4-node", root=root, claims_dir=claims, fsync=False))
+    agent.start()
+    try:
+        claim = allocated_claim("c", [{"request": "gpu", "device": "gpu-2"}], node_name="n")
+        path = os.path.join(claims, "allocated.yaml")
+        with open(path, "w") as fh:
+            yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [claim]}, fh)
+        result = CliRunner().invoke(cli, ["driver", "prepare", "--root", root, path])
+        assert result.exit_code == 0, result.output
+        assert yaml.safe_load(result.output)[0]["devices"][0]["device"] == "gpu-2"
+    finally:
+        agent.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -196,6 +196,20 @@ def test_inject_event_usage_errors(root):
     assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu-lost"]).exit_code == 0
 
 
+def test_inject_event_warns_when_no_simulated_node_lives_under_root(root):
+    # A mistyped --root would otherwise spool an event no driver ever reads, and say nothing.
+    runner = CliRunner()
+    lonely = runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0", "--xid", "79"])
+    assert lonely.exit_code == 0 and "warning: no simulated GPUs under" in lonely.stderr
+    agent = _agent(root)
+    agent.start()
+    try:
+        served = runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0", "--xid", "79"])
+        assert served.exit_code == 0 and "warning" not in served.stderr, served.output
+    finally:
+        agent.stop()
+
+
 @pytest.mark.parametrize("pb2, grpc_module, service", [
     (dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc, "v1alpha1.DRAResourceHealth"),
     (dra_health_v1_pb2, dra_health_v1_pb2_grpc, "v1.DRAResourceHealth")])

@@ -109,6 +109,28 @@ def test_apply_refuses_while_claims_hold_a_gpu_that_would_change(node):
     assert len(apply_config(_sim(paths), document, "others", json.loads(json.dumps(_checkpoint(paths)))).changed) == 2
 
 
+def test_apply_reads_the_checkpoint_where_the_driver_keeps_it(node):
+    # A driver run with another --kubelet-plugins-directory-path (microk8s, k0s, gpudra's local cluster) keeps its
+    # checkpoint there: mig apply must look there too, or it sees no claims and repartitions GPUs in use.
+    default, config = node
+    paths = DriverPaths(root=default.root, plugins_dir="/plugins")
+    _hold(paths, 2)
+    flag = ["--kubelet-plugins-directory-path", "/plugins"]
+    result = CliRunner().invoke(cli, ["mig", "apply", "-f", config, "-c", "all-1g.10gb", "--backend", "simulated",
+                                      "--profile", "dgx-h100", "--node-name", NODE, "--root", paths.root, *flag])
+    assert result.exit_code == 1, result.output
+    assert "gpu-2: claim ml/train (uid-1) holds gpu-2" in result.output and _layout(paths) == [[]] * 8
+    document = {"version": "v1", "mig-configs": {"gpu0": [
+        {"devices": [0], "mig-enabled": True, "mig-devices": {"7g.80gb": 1}}]}}
+    tmp = os.path.join(paths.root, "gpu0.yaml")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(document, fh)
+    changed = CliRunner().invoke(cli, ["mig", "apply", "-f", tmp, "-c", "gpu0", "--backend", "simulated",
+                                       "--profile", "dgx-h100", "--node-name", NODE, "--root", paths.root, *flag])
+    assert changed.exit_code == 0, changed.output
+    assert os.path.exists(paths.republish_request) and not os.path.exists(default.republish_request)
+
+
 def _checkpoint(paths: DriverPaths) -> dict:
     from gpudra.driver.checkpoint import load_checkpoint
 

@@ -7,6 +7,7 @@ import re
 import shlex
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -25,28 +26,41 @@ def readme_commands() -> list[str]:
     return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
 
 
+def _tainted_soon(cluster: ClusterDir, node: str, device: str) -> bool:
+    """Whether the node's driver republishes `device` with a taint (it polls its event spool)."""
+    for _ in range(400):
+        if any(d.get("name") == device and d.get("taints") for s in cluster.store.list("ResourceSlice")
+               if s["spec"].get("nodeName") == node for d in s["spec"].get("devices") or []):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_readme_local_cluster_section_runs(monkeypatch):
     commands = readme_commands()
     assert commands[0] == "gpudra cluster up" and commands[-1] == "gpudra cluster down"
-    base = tempfile.mkdtemp(prefix="gdr", dir="/tmp")
-    monkeypatch.setenv("XDG_STATE_HOME", base)
+    home = tempfile.mkdtemp(prefix="gdr", dir="/tmp")
+    # A private home with the default state directory, so `~/.local/state/…` in the README means what a shell
+    # makes of it (shlex does not expand `~`: the event went to a directory named "~" in the checkout).
+    monkeypatch.setenv("HOME", home)
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    base = os.path.join(home, ".local", "state")
     monkeypatch.chdir(ROOT)
     outputs = {}
     try:
         for command in commands:  # in-process (the drivers are still separate processes)
-            # a shell expands `~`; the state home is the private one set above (XDG_STATE_HOME)
-            args = [arg.replace("~/.local/state", base, 1) if arg.startswith("~/.local/state") else arg
-                    for arg in shlex.split(command)]
-            assert not any(arg.startswith("~") for arg in args), command
+            args = [os.path.expanduser(arg) for arg in shlex.split(command)]
             assert args[0] == "gpudra"
             done = CliRunner().invoke(cli, args[1:])
-            assert done.exit_code == 0, (command, done.output)
+            assert done.exit_code == 0 and "warning" not in done.stderr, (command, done.output)
             outputs[command] = done.stdout
+            if args[1:3] == ["driver", "inject-event"]:
+                assert _tainted_soon(ClusterDir(os.path.join(base, "gpudra", "cluster")), "l4-0", "gpu-0"), command
     finally:
         if os.path.exists(os.path.join(base, "gpudra", "cluster", "cluster.yaml")):
             down(ClusterDir(os.path.join(base, "gpudra", "cluster")))
         leftover = os.listdir(os.path.join(base, "gpudra")) if os.path.isdir(os.path.join(base, "gpudra")) else []
-        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
     assert leftover == []  # `cluster down` removed the state directory and the "last cluster" pointer
     assert "nvlink-training" in outputs["gpudra get pods -A -o wide"]
     described = next(out for cmd, out in outputs.items() if cmd.startswith("gpudra describe pod nvlink-training"))

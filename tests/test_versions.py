@@ -4,6 +4,7 @@ publishes; on a live cluster the release comes from the API server's /version.""
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -185,6 +186,29 @@ def test_driver_slices_for_1_34_publish_what_1_34_can_allocate():
     assert devices[0].startswith("gpu-") and "mig" in devices[1]
 
 
+@pytest.mark.parametrize("flag", [["--kubernetes-version", "abc"], ["--kubernetes-version", "1.32"],
+                                  ["--features", "bogus"]])
+@pytest.mark.parametrize("command", [["driver", "slices"], ["driver", "run", "--backend", "simulated"]])
+def test_driver_refuses_a_bad_version_or_features_without_dynamic_mig_too(command, flag):
+    # A typo must not pass silently only because --dynamic-mig is absent (the flag then decides nothing).
+    with tempfile.TemporaryDirectory(dir="/tmp") as root:  # short: a socket path under it must fit gRPC's limit
+        where = ["--root", root, "--claims", root] if command[1] == "run" else []
+        result = CliRunner().invoke(cli, [*command, "--node-name", "n1", "--profile", "l4-node", *where, *flag])
+    assert result.exit_code == 2, result.output
+    assert flag[0] in result.output and "Traceback" not in result.output
+
+
+def test_driver_slices_say_when_the_release_cannot_allocate_consumable_sharing():
+    args = ["driver", "slices", "--node-name", "n1", "--profile", "l4-node", "--sharing", "consumable", "-o", "yaml"]
+    old = CliRunner().invoke(cli, [*args, "--kubernetes-version", "1.34"])
+    assert old.exit_code == 0, old.output
+    assert "consumable sharing needs the DRAConsumableCapacity feature gate (alpha, off by default in 1.34)" in \
+        old.stderr
+    for quiet in ([*args], [*args, "--kubernetes-version", "1.34", "--features", "default,+ConsumableCapacity"]):
+        result = CliRunner().invoke(cli, quiet)
+        assert result.exit_code == 0 and "DRAConsumableCapacity" not in result.stderr, result.output
+
+
 # ----------------------------------------------------------------------------------- allocate, schedule, explain
 
 TAINTED = [
@@ -312,10 +336,14 @@ def test_a_1_34_local_cluster_publishes_and_schedules_what_1_34_can(cluster_stat
     from gpudra.cluster.nodes import up
 
     cluster = ClusterDir(cluster_state)
+    said: list[str] = []
     up(cluster, ClusterConfig(nodes=parse_nodes("hgx-a100-mig+dynamic-mig"), kubernetes_version="1.34"),
-       control_plane=False)
+       say=said.append, control_plane=False)
     slices = cluster.store.list("ResourceSlice")
     assert slices and not any(s["spec"].get("sharedCounters") for s in slices)  # no dynamic MIG in 1.34
+    # ... and `cluster up` says so instead of announcing a dynamic-MIG node
+    [line] = [s for s in said if s.startswith("node a100-0")]
+    assert ", dynamic MIG" not in line and "DRAPartitionableDevices" in line, line
     manifests = tmp_path / "mig.yaml"
     manifests.write_text(yaml.safe_dump_all(device_classes()) + "---\n" + MIG_POD)
     result = CliRunner().invoke(cli, ["apply", "-f", str(manifests), "--dir", cluster_state])

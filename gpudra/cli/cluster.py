@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -85,7 +86,8 @@ def down_cmd(directory: str | None) -> None:
     except ClusterSetupError as exc:
         _fail(str(exc))
     down(cluster, say=lambda text: click.echo(text, err=True))
-    click.echo(f"removed {cluster.path}", err=True)
+    if not os.path.exists(cluster.path):
+        click.echo(f"removed {cluster.path}", err=True)
 
 
 @command.command("view")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 from typing import NoReturn
@@ -47,20 +48,37 @@ KUBERNETES_VERSION_HELP = ("Kubernetes release of the cluster (1.33-1.36; defaul
 def _slice_layout(dynamic_mig: bool, kubernetes_version: str | None, features: str,
                   kubeconfig: str | None = None, live: bool = False) -> bool:
     """--dynamic-mig when the release allows it, else False with a warning that says why."""
-    if not dynamic_mig:
-        return False
+    from gpudra.allocator.features import Features
     from gpudra.driver.slices import dynamic_mig_layout
     from gpudra.kube.inputs import InputError, kubernetes_version as cluster_version
-    from gpudra.versions import parse_version
+    from gpudra.versions import VersionError, parse_version
 
     try:
+        if not dynamic_mig:  # the flags decide nothing then, but a typo in them is still an error
+            Features.parse(features, parse_version(kubernetes_version))
+            return False
         version = cluster_version(kubernetes_version, (), kubeconfig) if live else parse_version(kubernetes_version)
         dynamic, note = dynamic_mig_layout(version, features)
+    except VersionError as exc:
+        _fail(f"--kubernetes-version: {exc}")
     except (InputError, ValueError) as exc:
         _fail(str(exc))
     if note:
         click.echo(f"warning: Kubernetes {version}: {note}", err=True)
     return dynamic
+
+
+def _warn_unless_consumable(kubernetes_version: str | None, features: str) -> None:
+    """Consumable sharing's fields (allowMultipleAllocations, requestPolicy) are dropped by an API server whose
+    DRAConsumableCapacity gate is off: the GPUs would then be handed out whole, one claim each."""
+    from gpudra.allocator.features import Features
+    from gpudra.versions import gate_state, parse_version
+
+    version = parse_version(kubernetes_version)  # both flags were checked by _slice_layout
+    if not Features.parse(features, version).consumable_capacity:
+        click.echo(f"warning: Kubernetes {version}: consumable sharing needs the DRAConsumableCapacity feature gate "
+                   f"({gate_state('DRAConsumableCapacity', version).describe()}); without it the API server drops "
+                   f"allowMultipleAllocations and each GPU goes to one claim", err=True)
 
 
 def _dump(objs: list, output: str) -> None:
@@ -115,6 +133,8 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
     from gpudra.driver.slices import build_resource_slices
 
     dynamic_mig = _slice_layout(dynamic_mig, kubernetes_version, features)
+    if sharing == "consumable":
+        _warn_unless_consumable(kubernetes_version, features)
     try:
         inventory = read_inventory(_backend(backend, profile), profile=profile, node_name=node_name)
     except DiscoveryError as exc:
@@ -267,9 +287,13 @@ def inject_event_cmd(root: str, gpu: str | None, xid: int | None, ecc: bool,
         _fail("--gpu is required for --xid and --ecc")
     if ci_id is not None and gi_id is None:
         _fail("--ci needs --gi")
+    state = DriverPaths(root=root).simulated_state
+    if not os.path.exists(state):  # most likely a mistyped --root: nothing would ever read the event
+        warn(f"no simulated GPUs under {root} ({state} does not exist): the event waits for a driver started "
+             f"with --backend simulated --root {root}")
     try:
         event = HealthEvent(kinds[0], gpu=gpu, gi_id=gi_id, ci_id=ci_id, xid=xid)
-        path = write_spooled_event(spool_dir_for(DriverPaths(root=root).simulated_state), event)
+        path = write_spooled_event(spool_dir_for(state), event)
     except (HealthEventError, OSError) as exc:
         _fail(str(exc))
     click.echo(json.dumps({"event": event.to_dict(), "spooled": path}))

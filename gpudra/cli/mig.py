@@ -147,11 +147,11 @@ def _read_config(path: str) -> Any:
         _fail(str(exc))
 
 
-def _node_backend(backend: str, profile: str, node_name: str, root: str):
+def _node_backend(backend: str, profile: str, node_name: str, root: str, plugins_dir: str):
     from gpudra.discovery import DiscoveryError, open_backend
     from gpudra.driver.paths import DriverPaths
 
-    paths = DriverPaths(root=root)
+    paths = DriverPaths(root=root, plugins_dir=plugins_dir)
     try:
         return paths, open_backend(backend, profile=profile, node_name=node_name, state_path=paths.simulated_state)
     except DiscoveryError as exc:
@@ -164,6 +164,10 @@ _NODE_OPTIONS = [
     click.option("--node-name", default="node", envvar="NODE_NAME", show_default=True),
     click.option("--root", default="/", show_default=True,
                  help="the node driver's --root (its checkpoint and the simulated GPU state live under it)"),
+    # The driver's checkpoint (prepared claims) lives in its plugin directory: read it where that driver keeps it,
+    # or claims go unseen and GPUs in use are repartitioned.
+    click.option("--kubelet-plugins-directory-path", "plugins_dir", default="/var/lib/kubelet/plugins",
+                 show_default=True, help="the node driver's --kubelet-plugins-directory-path (under --root)"),
 ]
 
 
@@ -177,13 +181,14 @@ def _node_options(fn):
 @click.option("-f", "--filename", "path", required=True, help="mig-parted config file or ConfigMap ('-' for stdin)")
 @click.option("-c", "--config", "config_name", required=True, help="name of the config under mig-configs")
 @_node_options
-def apply_command(path: str, config_name: str, backend: str, profile: str, node_name: str, root: str) -> None:
+def apply_command(path: str, config_name: str, backend: str, profile: str, node_name: str, root: str,
+                  plugins_dir: str) -> None:
     """Apply a named mig-parted config to this node's GPUs (destroying and creating MIG devices); refuses,
     listing them, while prepared claims hold devices on a GPU that would change. Exit 1 when refused."""
     from gpudra.mig.apply import ApplyError, ApplyRefused, apply_config, read_driver_checkpoint
 
     document = _read_config(path)
-    paths, opened = _node_backend(backend, profile, node_name, root)
+    paths, opened = _node_backend(backend, profile, node_name, root, plugins_dir)
     try:
         result = apply_config(opened, document, config_name, read_driver_checkpoint(paths.checkpoint))
     except ApplyRefused as exc:
@@ -210,8 +215,8 @@ def apply_command(path: str, config_name: str, backend: str, profile: str, node_
 @click.option("--resync", "resync_s", type=click.IntRange(1), default=60, show_default=True,
               help="seconds between full resyncs (a failed config is retried)")
 @click.option("-v", "--verbose", is_flag=True)
-def manager_command(path: str, backend: str, profile: str, node_name: str, root: str, kubeconfig: str | None,
-                    in_cluster: bool, resync_s: int, verbose: bool) -> None:
+def manager_command(path: str, backend: str, profile: str, node_name: str, root: str, plugins_dir: str,
+                    kubeconfig: str | None, in_cluster: bool, resync_s: int, verbose: bool) -> None:
     """Follow the node's nvidia.com/mig.config label: apply that config, report nvidia.com/mig.config.state
     (pending, success, failed) and have the node driver republish, as the GPU Operator's MIG manager does."""
     import logging
@@ -231,7 +236,7 @@ def manager_command(path: str, backend: str, profile: str, node_name: str, root:
         nodes = KubeNodeLabels.from_kubeconfig(kubeconfig, in_cluster)
     except (ConfigException, OSError, ValueError) as exc:
         _fail(f"cannot load the cluster configuration: {exc}")
-    paths, opened = _node_backend(backend, profile, node_name, root)
+    paths, opened = _node_backend(backend, profile, node_name, root, plugins_dir)
     manager = MigManager(nodes, node_name, opened,
                          load_config=lambda: read_config_file(path),
                          read_checkpoint=lambda: read_driver_checkpoint(paths.checkpoint),

@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 
 import click
 
-from gpudra.cli.errors import USAGE, fail
+from gpudra.cli.errors import USAGE, fail, show_error
 from gpudra.cli.inputs import read_documents, require_valid
 import yaml
 
@@ -153,7 +153,7 @@ def delete_command(kind: str | None, names: tuple[str, ...], paths: tuple[str, .
             cluster.store.delete(info.kind, ns, name)
             click.echo(f'{info.kind.lower()} "{name}" deleted')
         except StoreError as exc:
-            click.echo(f"Error from server (NotFound): {exc}", err=True)
+            show_error(str(exc))  # the CLI contract's `error: …`, as get and describe say it
             missing = True
     _cascade(cluster, targets)
     _reconcile(cluster, verbose)

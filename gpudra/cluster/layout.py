@@ -144,6 +144,11 @@ class ClusterDir:
     def control_plane_log(self) -> str:
         return os.path.join(self.path, "control-plane.log")
 
+    # Everything the cluster writes directly in its directory (`cluster down` removes these and no other file,
+    # since the directory may be one of the user's: `cluster up --dir .`, `demo --keep DIR`).
+    OWN_ENTRIES = (CONFIG_FILE, "nodes", "store", "store.lock", "controller.lock", "control-plane.pid",
+                   "control-plane.log", "view.html")
+
 
 # ----- the cluster brought up last -------------------------------------------------------------------
 

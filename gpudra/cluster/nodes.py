@@ -170,7 +170,7 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
     _wait_ready(cluster, config.nodes, processes, config.driver_name)
     for node in config.nodes:
         register_plugin(cluster, node.name, config.driver_name)
-        say(f"node {node.name} ({node.profile}{', dynamic MIG' if node.dynamic_mig else ''}): driver "
+        say(f"node {node.name} ({node.profile}{_mig_layout(node, config.kubernetes_version)}): driver "
             f"{'started' if node.name in processes else 'running'}, registered with the kubelet")
     if control_plane:
         from . import controlplane
@@ -179,6 +179,17 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
         say(f"control plane (controllers, scheduler, kubelets) {'started' if started else 'running'}")
     remember(cluster.path)
     return sorted(processes)
+
+
+def _mig_layout(node: NodeSpec, kubernetes_version: str) -> str:
+    """', dynamic MIG' where the node's driver publishes it; where the release cannot allocate it, the driver
+    falls back to full GPUs and existing MIG devices (nodeagent.py), and this says why."""
+    if not node.dynamic_mig:
+        return ""
+    from gpudra.driver.slices import dynamic_mig_layout
+
+    dynamic, note = dynamic_mig_layout(kubernetes_version)
+    return ", dynamic MIG" if dynamic else f"; no dynamic MIG in Kubernetes {kubernetes_version}: {note}"
 
 
 def stop_process(pid_file: str, *markers: str, sig: int = signal.SIGTERM) -> bool:
@@ -224,4 +235,13 @@ def down(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> No
             say(f"node {node}: driver stopped")
     forget(cluster.path)
     if cluster.exists() or os.path.isdir(os.path.join(cluster.path, "store")):
-        shutil.rmtree(cluster.path, ignore_errors=True)
+        for entry in ClusterDir.OWN_ENTRIES:
+            path = os.path.join(cluster.path, entry)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.lexists(path):
+                os.unlink(path)
+        try:
+            os.rmdir(cluster.path)  # only when nothing of the user's is left in it
+        except OSError:
+            say(f"kept {cluster.path}: it holds files the cluster did not create")

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import yaml
 
-from .store import public_view
+from .store import created_serial, public_view
 
 
 def render_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -166,6 +166,9 @@ def describe(obj: dict[str, Any], events: list[dict[str, Any]]) -> str:
             lines.extend("  " + line for line in body.splitlines())
     lines.append("Events:" if events else "Events:       <none>")
     if events:
+        # oldest first, as kubectl describe sorts them; within a second the store's creation order decides
+        events = sorted(events, key=lambda e: (e.get("lastTimestamp") or e.get("firstTimestamp") or "",
+                                               created_serial(e)))
         rows = [[e.get("type", ""), e.get("reason", ""), age(e.get("lastTimestamp")),
                  (e.get("source") or {}).get("component", ""), e.get("message", "")] for e in events]
         lines.extend("  " + line for line in render_table(["Type", "Reason", "Age", "From", "Message"], rows).splitlines())
