@@ -59,3 +59,32 @@ def test_the_article_nvlink_claim_gets_two_h100s_of_one_domain():
     assert outcome_b.outcome == "allocated"
     results = outcome_b.allocations[0]["devices"]["results"]
     assert len(results) == 2 and {r["pool"] for r in results} == {"h100-b"}
+
+
+def _clique_claim(count: int) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": f"clique-{count}", "namespace": "default", "uid": f"u-clique-{count}"},
+            "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                                                                            "count": count}}],
+                                 "constraints": [{"requests": ["gpus"], "matchAttribute": "gpu.nvidia.com/cliqueID"}]}}}
+
+
+def test_gb200_nvl_trays_share_one_multi_node_nvlink_clique():
+    """GB200 NVL: every compute tray of the rack is in one NVLink fabric clique, published as NVIDIA's cliqueID
+    ("<clusterUuid>.<cliqueId>", what the NVML backend reads from nvmlDeviceGetGpuFabricInfoV) and as the
+    nvlinkDomain; DRA still allocates one claim's devices on one node, so a clique-matched claim fits a tray's four
+    GPUs and not five (NVIDIA's ComputeDomains span the clique with one claim per node)."""
+    from gpudra.driver.vocabulary import NVLINK_CLIQUE_ATTRIBUTE
+
+    slices = _slices("gb200-nvl72", "tray-0") + _slices("gb200-nvl72", "tray-1") + _slices("dgx-h100", "h100")
+    cliques = {d["attributes"].get(NVLINK_CLIQUE_ATTRIBUTE, {}).get("string") for d in pool_devices(slices)
+               if d["attributes"]["productName"]["string"] == "NVIDIA GB200"}
+    assert len(cliques) == 1 and None not in cliques and next(iter(cliques)).endswith(".1")
+    assert set(_domains(_slices("gb200-nvl72", "tray-0"))) == cliques  # the multi-node domain is the clique
+    h100 = {d["attributes"].get(NVLINK_CLIQUE_ATTRIBUTE) for d in pool_devices(_slices("dgx-h100", "h100"))}
+    assert h100 == {None}  # an HGX board has no fabric clique
+    allocator = Allocator(device_classes(), slices, [], Features.parse("default"))
+    four = allocator.allocate("tray-1", [_clique_claim(4)])
+    assert four.outcome == "allocated"
+    assert {r["pool"] for r in four.allocations[0]["devices"]["results"]} == {"tray-1"}
+    assert allocator.allocate("tray-0", [_clique_claim(5)]).outcome == "unallocatable"

@@ -11,6 +11,9 @@ from gpudra.catalog import GpuModel, UnknownGpuModel, catalog_model
 
 from .model import DiscoveryError
 
+# The simulated GB200 rack's fabric clique: a fixed cluster UUID (what the fabric manager assigns) and clique 1.
+GB200_RACK_CLIQUE = "4f1c2d3e-5a6b-4c7d-8e9f-0a1b2c3d4e5f.1"
+
 # PCI buses of the eight GPUs on a DGX/HGX baseboard (NUMA node 0 for the first four).
 _HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
@@ -40,6 +43,9 @@ class NodeProfile:
     driver_version: str = "580.95.05"
     cuda_driver_version: str = "13.0"
     nvlink_domain: bool = False
+    # multi-node NVLink (GB200 NVL): the fabric clique every node of this profile joins, "<clusterUuid>.<cliqueId>"
+    # as NVML's nvmlDeviceGetGpuFabricInfoV reports it once the fabric manager has set the rack up
+    nvlink_clique: str | None = None
     extra: dict = field(default_factory=dict)
 
 
@@ -74,6 +80,11 @@ PROFILES: dict[str, NodeProfile] = {
         NodeProfile("a30-mig", "2x A30; GPU 0 all-1g.6gb, GPU 1 full",
                     (GpuSlot("A30", 0x21, 0, tuple(("1g.6gb", s) for s in range(4))), GpuSlot("A30", 0x81, 1))),
         NodeProfile("a100-40gb-node", "4x A100 40GB SXM4", tuple(GpuSlot("A100-40GB", b, 0) for b in _HGX_BUSES[:4])),
+        # One GB200 NVL72 compute tray: 2 Grace CPUs with 2 Blackwell GPUs each; all 18 trays of the rack share
+        # one NVLink fabric (NVSwitch trays), so every node of this profile is in one clique.
+        NodeProfile("gb200-nvl72", "GB200 NVL72 compute tray: 4x GB200, one NVLink clique across the rack's nodes",
+                    tuple(GpuSlot("GB200", bus, i // 2) for i, bus in enumerate((0x01, 0x02, 0x81, 0x82))),
+                    nvlink_clique=GB200_RACK_CLIQUE),
     ]
 }
 

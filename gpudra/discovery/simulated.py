@@ -74,7 +74,10 @@ class SimulatedBackend(GpuBackend):
             numa_node=slot.numa_node,
             mig_capable=model.mig_capable,
             model=model.display_name,
-            nvlink_domain=f"{self.node_name}-nvlink-0" if self.profile.nvlink_domain else None,
+            # GPUs of one NVLink fabric clique share the multi-node NVLink domain (as the NVML backend reports it)
+            nvlink_domain=self.profile.nvlink_clique
+            or (f"{self.node_name}-nvlink-0" if self.profile.nvlink_domain else None),
+            nvlink_clique=self.profile.nvlink_clique,
         )
 
     def _gpu(self, minor: int) -> Gpu:
