@@ -13,6 +13,7 @@ from importlib import resources
 from typing import Any
 
 from gpudra.demo.table import render_table
+from gpudra.driver.vocabulary import NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE
 
 DATA_PACKAGE = "gpudra.demo"
 CLUSTER_DIR = "data/cluster"
@@ -21,7 +22,7 @@ ORIGINAL_DIR = "data/article-original"
 
 # Attributes worth showing for a chosen device, in this order (NVIDIA DRA driver names and the
 # standard resource.kubernetes.io ones); the first few present are shown.
-KEY_ATTRIBUTES = ("productName", "profile", "nvlinkDomain", "nvlinkClique", "cliqueID", "parentIndex", "index")
+KEY_ATTRIBUTES = ("productName", "profile", NVLINK_DOMAIN_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, "parentIndex", "index")
 MAX_KEY_ATTRIBUTES = 3
 WRAP_WIDTH = 110
 
