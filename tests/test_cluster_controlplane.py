@@ -7,6 +7,7 @@ import multiprocessing
 import threading
 from datetime import datetime, timedelta, timezone
 
+import yaml
 from click.testing import CliRunner
 
 from gpudra.cli import cli
@@ -223,3 +224,31 @@ def test_describe_lists_events_oldest_first_like_kubectl(tmp_path):
     text = describe(pod, store.events_for(pod))
     shown = [line.split()[1] for line in text.split("Events:", 1)[1].splitlines()[2:]]
     assert shown == reasons, text
+
+
+def test_a_1_34_cluster_drops_fields_its_api_server_does_not_know_and_apply_says_so(cluster_state, tmp_path):
+    """kube-apiserver drops the fields of feature gates that are off (dropDisabledFields): a 1.34 cluster keeps no
+    DeviceClass extendedResourceName (DRAExtendedResource alpha), keeps it in a 1.36 one, and keeps a field the
+    stored object already used on update."""
+    cluster = ClusterDir(cluster_state)
+    cluster.save_config(ClusterConfig(nodes=parse_nodes("l4-node"), kubernetes_version="1.34"))
+    manifest = tmp_path / "class.yaml"
+    manifest.write_text("apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpus}\n"
+                        "spec:\n  extendedResourceName: example.com/gpu\n"
+                        "  selectors: [{cel: {expression: 'device.driver == \"gpu.nvidia.com\"'}}]\n")
+    first = CliRunner().invoke(cli, ["apply", "-f", str(manifest), "--dir", cluster_state])
+    assert first.exit_code == 0, first.output
+    assert "spec.extendedResourceName: needs the DRAExtendedResource feature gate (alpha, off by default in 1.34)" \
+        in first.stderr
+    stored = cluster.store.get("DeviceClass", None, "gpus")
+    assert "extendedResourceName" not in stored["spec"] and stored["spec"]["selectors"]
+    again = CliRunner().invoke(cli, ["apply", "-f", str(manifest), "--dir", cluster_state])
+    assert "unchanged" in again.stdout  # compared as the store keeps it
+    # an object that already holds the field keeps it on update (written while the gate was on)
+    cluster.store.delete("DeviceClass", None, "gpus", graceful=False)
+    cluster.save_config(ClusterConfig(nodes=parse_nodes("l4-node"), kubernetes_version="1.36"))
+    kept = cluster.store.create(yaml.safe_load(manifest.read_text()))
+    assert kept["spec"]["extendedResourceName"] == "example.com/gpu"
+    cluster.save_config(ClusterConfig(nodes=parse_nodes("l4-node"), kubernetes_version="1.34"))
+    kept["metadata"].setdefault("labels", {})["touched"] = "yes"
+    assert cluster.store.replace(kept)["spec"]["extendedResourceName"] == "example.com/gpu"

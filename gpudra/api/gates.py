@@ -43,46 +43,87 @@ def _set(value: Any) -> bool:
     return value is not None and value is not False and value != [] and value != {}
 
 
+Path = tuple[str | int, ...]  # keys from the object's root: ("spec", "devices", 0, "taints")
+
+
+def field_path(keys: Path) -> str:
+    """("spec", "devices", 0, "taints") → "spec.devices[0].taints" (the form validation messages use)."""
+    out = ""
+    for key in keys:
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else key)
+    return out
+
+
 def gated_fields(obj: dict[str, Any]) -> Iterator[tuple[str, str]]:
     """(field path, gate) for every gated field the v1 object sets."""
+    for keys, gate in gated_keys(obj):
+        yield field_path(keys), gate
+
+
+def gated_keys(obj: dict[str, Any]) -> Iterator[tuple[Path, str]]:
+    """(keys from the root, gate) for every gated field the v1 object sets."""
     kind, spec = obj.get("kind"), _dict(obj.get("spec"))
     if kind == "DeviceClass":
         if _set(spec.get("extendedResourceName")):
-            yield "spec.extendedResourceName", "DRAExtendedResource"
+            yield ("spec", "extendedResourceName"), "DRAExtendedResource"
     elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
-        base = "spec.spec.devices" if kind == "ResourceClaimTemplate" else "spec.devices"
+        base: Path = ("spec", "spec", "devices") if kind == "ResourceClaimTemplate" else ("spec", "devices")
         devices = _dict(_dict(spec.get("spec")).get("devices")) if kind == "ResourceClaimTemplate" else _dict(spec.get("devices"))
         yield from _claim_fields(devices, base)
     elif kind == "ResourceSlice":
         for name in ("sharedCounters", "perDeviceNodeSelection"):
             if _set(spec.get(name)):
-                yield f"spec.{name}", "DRAPartitionableDevices"
+                yield ("spec", name), "DRAPartitionableDevices"
         for i, device in enumerate(_list(spec.get("devices"))):
             device = _dict(device)
             for name, gate in _DEVICE_FIELDS:
                 if _set(device.get(name)):
-                    yield f"spec.devices[{i}].{name}", gate
+                    yield ("spec", "devices", i, name), gate
             for capacity_name, capacity in _dict(device.get("capacity")).items():
                 if _set(_dict(capacity).get("requestPolicy")):
-                    yield f"spec.devices[{i}].capacity.{capacity_name}.requestPolicy", "DRAConsumableCapacity"
+                    yield ("spec", "devices", i, "capacity", capacity_name, "requestPolicy"), "DRAConsumableCapacity"
 
 
-def _claim_fields(devices: dict[str, Any], base: str) -> Iterator[tuple[str, str]]:
+def _claim_fields(devices: dict[str, Any], base: Path) -> Iterator[tuple[Path, str]]:
     for i, request in enumerate(_list(devices.get("requests"))):
         request = _dict(request)
         exactly = _dict(request.get("exactly"))
         for name, gate in _REQUEST_FIELDS:
             if _set(exactly.get(name)):
-                yield f"{base}.requests[{i}].exactly.{name}", gate
+                yield (*base, "requests", i, "exactly", name), gate
         if _set(request.get("firstAvailable")):
-            yield f"{base}.requests[{i}].firstAvailable", "DRAPrioritizedList"
+            yield (*base, "requests", i, "firstAvailable"), "DRAPrioritizedList"
         for j, sub in enumerate(_list(request.get("firstAvailable"))):
             for name, gate in _REQUEST_FIELDS[1:]:  # subrequests have no adminAccess
                 if _set(_dict(sub).get(name)):
-                    yield f"{base}.requests[{i}].firstAvailable[{j}].{name}", gate
+                    yield (*base, "requests", i, "firstAvailable", j, name), gate
     for k, constraint in enumerate(_list(devices.get("constraints"))):
         if _set(_dict(constraint).get("distinctAttribute")):
-            yield f"{base}.constraints[{k}].distinctAttribute", "DRAConsumableCapacity"
+            yield (*base, "constraints", k, "distinctAttribute"), "DRAConsumableCapacity"
+
+
+def _lookup(obj: Any, keys: Path) -> Any:
+    for key in keys:
+        if isinstance(key, int):
+            obj = obj[key] if isinstance(obj, list) and key < len(obj) else None
+        else:
+            obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+def drop_disabled_fields(obj: dict[str, Any], version: str, old: dict[str, Any] | None = None) -> list[str]:
+    """Remove, in place, the gated fields that `version`'s API server drops with its default gates (upstream's
+    dropDisabledFields: a field the stored `old` object already uses is kept on update). Returns their paths.
+    A field under a parent that goes too (a firstAvailable entry's tolerations) goes with its parent."""
+    dropped: list[str] = []
+    for keys, gate in sorted(gated_keys(obj), key=lambda item: len(item[0])):
+        if gate_state(gate, version).default or (old is not None and _set(_lookup(old, keys))):
+            continue
+        parent = _lookup(obj, keys[:-1])
+        if isinstance(parent, dict) and keys[-1] in parent:
+            del parent[keys[-1]]
+            dropped.append(field_path(keys))
+    return dropped
 
 
 def gate_warnings(obj: dict[str, Any], version: str, api_version: str | None = None) -> list[tuple[str, str]]:

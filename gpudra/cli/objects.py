@@ -8,8 +8,8 @@ from typing import Any, NoReturn
 
 import click
 
-from gpudra.cli.errors import USAGE, fail, show_error
-from gpudra.cli.inputs import read_documents, require_valid
+from gpudra.cli.errors import USAGE, fail, show_error, warn
+from gpudra.cli.inputs import gate_warnings, read_documents, require_valid
 import yaml
 
 DIR_OPTION = click.option("--dir", "directory", default=None, metavar="DIR",
@@ -67,6 +67,9 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
     cluster = _cluster(directory)
     documents = read_documents(paths)
     require_valid(documents, "apply", no_validate=False)  # the API server would refuse them: nothing applied
+    release = cluster.kubernetes_version()
+    for problem in gate_warnings(documents, release) if release else []:  # the store drops those fields
+        warn(f"{problem.location()}: {problem.path}: {problem.message}")
     _hold_control_loop(cluster)
     for doc in documents:
         try:

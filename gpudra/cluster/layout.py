@@ -89,7 +89,18 @@ class ClusterDir:
 
     def __init__(self, path: str):
         self.path = os.path.abspath(path)
-        self.store = Store(self.path)
+        self.store = Store(self.path, release=self.kubernetes_version)
+        self._release_seen: tuple[float, str] | None = None
+
+    def kubernetes_version(self) -> str | None:
+        """The cluster's release from its config (re-read only when the file changes); None before `up`."""
+        try:
+            mtime = os.stat(self.config_path).st_mtime
+        except FileNotFoundError:
+            return None
+        if self._release_seen is None or self._release_seen[0] != mtime:
+            self._release_seen = (mtime, self.load_config().kubernetes_version)
+        return self._release_seen[1]
 
     @property
     def config_path(self) -> str:

@@ -18,9 +18,10 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from gpudra.api.defaults import apply_defaults
+from gpudra.api.gates import drop_disabled_fields
 from gpudra.atomicfile import write_atomic
 
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet (no vowels)
@@ -98,9 +99,19 @@ def _safe(part: str) -> str:
 
 
 class Store:
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, release: Callable[[], str | None] | None = None):
+        """`release()`: the cluster's Kubernetes release, whose API server drops the fields of gates it leaves
+        off (None: keep everything)."""
         self.root = os.path.join(directory, "store")
         self._lock_path = os.path.join(directory, "store.lock")
+        self._release = release or (lambda: None)
+
+    def drop_disabled_fields(self, obj: dict[str, Any], old: dict[str, Any] | None) -> list[str]:
+        """In place, what this release's API server drops (gated fields, unless `old` uses them); their paths."""
+        release = self._release()
+        if release and str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
+            return drop_disabled_fields(obj, release, old)
+        return []
 
     # ----- files --------------------------------------------------------------------------------
     def _path(self, kind: str, namespace: str | None, name: str) -> str:
@@ -171,6 +182,7 @@ class Store:
     # ----- writes -------------------------------------------------------------------------------
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         obj = stored_form(obj)
+        self.drop_disabled_fields(obj, None)
         meta = obj.setdefault("metadata", {})
         info = kind_info(obj.get("kind", ""))
         obj.setdefault("apiVersion", info.api_version)
@@ -206,6 +218,7 @@ class Store:
             current = self._read(path)
             if current is None:
                 raise StoreError(f'{kind_info(kind).plural} "{meta.get("name")}" not found', 404)
+            self.drop_disabled_fields(obj, current)
             cmeta = current.get("metadata", {})
             if check_version and meta.get("resourceVersion") and meta["resourceVersion"] != cmeta.get("resourceVersion"):
                 raise StoreError(f'Operation cannot be fulfilled on {kind_info(kind).plural} "{meta.get("name")}": '
