@@ -307,3 +307,24 @@ def test_not_found_reads_the_same_for_get_describe_and_delete(state):
     for verb in ("get", "describe", "delete"):
         result = CliRunner().invoke(cli, [verb, "pod", "nope", "--dir", state])
         assert result.exit_code == 1 and result.stderr == 'error: pods "nope" not found\n', (verb, result.stderr)
+
+
+def test_describe_pod_reads_like_kubectl_and_shows_what_dra_gave_each_container(state):
+    up(ClusterDir(state), ClusterConfig(nodes=parse_nodes("l4-node")))
+    gpudra("apply", "-f", str(ARTICLE / "01-deviceclass.yaml"), "-f", str(ARTICLE / "02-resourceclaim-gpu.yaml"),
+           "-f", str(ARTICLE / "05-pod.yaml"), "--dir", state)
+    claim = get(state, "resourceclaims", "gpu-claim")
+    device = claim["status"]["allocation"]["devices"]["results"][0]["device"]
+    text = gpudra("describe", "pod", "gpu-training", "--dir", state)
+    labels = [line.split(":", 1)[0] for line in text.splitlines() if line and not line.startswith(" ")]
+    assert labels == ["Name", "Namespace", "Priority", "Service Account", "Node", "Start Time", "Labels",
+                      "Annotations", "Status", "Containers", "Conditions", "Resource Claims", "Events"]
+    assert re.search(r"^Node:\s+l4-0$", text, re.M) and re.search(r"^Status:\s+Running$", text, re.M)
+    conditions = text.split("Conditions:\n", 1)[1].split("Resource Claims:", 1)[0].split()
+    assert conditions[2::2] == ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                                "PodScheduled"]
+    cdi_id = f"k8s.gpu.nvidia.com/claim={claim['metadata']['uid']}-{device}"
+    assert re.search(rf"^    CDI Devices:\n      {re.escape(cdi_id)}$", text, re.M)
+    assert f"/dev/nvidia{device.rsplit('-', 1)[1]}" in text.split("Device Nodes:", 1)[1].split("Injected Env:")[0]
+    assert re.search(rf"^  gpu\s+gpu-claim\s+claim\s+l4-0/{device}$", text, re.M)
+    assert re.search(r"Normal\s+Started\s+\S+\s+kubelet\s+Started container", text)

@@ -199,4 +199,17 @@ def describe_command(kind: str, names: tuple[str, ...], directory: str | None, n
     objects = [cluster.store.get(info.kind, ns, n) for n in names] if names else cluster.store.list(info.kind, ns)
     if any(o is None for o in objects):
         _fail(f'{info.plural} "{names[objects.index(None)]}" not found', 1)
-    click.echo("\n".join(describe(o, cluster.store.events_for(o)) for o in objects), nl=False)
+    click.echo("\n".join(describe(o, cluster.store.events_for(o), **_pod_context(cluster, o)) for o in objects),
+               nl=False)
+
+
+def _pod_context(cluster, obj: dict[str, Any]) -> dict[str, Any]:
+    """For a pod: its namespace's claims by name and the kubelet stand-in's record of it (None: not started)."""
+    if obj.get("kind") != "Pod":
+        return {}
+    from gpudra.cluster.kubelet import read_record
+
+    namespace = obj["metadata"].get("namespace") or "default"
+    claims = {c["metadata"]["name"]: c for c in cluster.store.list("ResourceClaim", namespace)}
+    node = (obj.get("spec") or {}).get("nodeName")
+    return {"claims": claims, "record": read_record(cluster, node, obj) if node else None}

@@ -35,14 +35,10 @@ class Kubelet:
 
     # ----- records ------------------------------------------------------------------------------
     def record_path(self, node: str, pod: dict[str, Any]) -> str:
-        return os.path.join(self.cluster.kubelet_dir(node), f"{pod['metadata']['uid']}.json")
+        return record_path(self.cluster, node, pod)
 
     def record(self, node: str, pod: dict[str, Any]) -> dict[str, Any] | None:
-        try:
-            with open(self.record_path(node, pod), encoding="utf-8") as fh:
-                return json.load(fh)
-        except FileNotFoundError:
-            return None
+        return read_record(self.cluster, node, pod)
 
     def records(self, node: str) -> list[dict[str, Any]]:
         directory = self.cluster.kubelet_dir(node)
@@ -161,10 +157,11 @@ def running_status(pod: dict[str, Any], record: dict[str, Any]) -> dict[str, Any
     started = record["startedAt"]
     status["phase"] = "Running"
     status["startTime"] = status.get("startTime") or started
-    conditions = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
-    for kind in ("Initialized", "ContainersReady", "Ready", "PodReadyToStartContainers"):
-        conditions.append({"type": kind, "status": "True", "lastTransitionTime": started})
-    status["conditions"] = conditions
+    scheduled = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
+    # the kubelet's order (kubectl get pod -o yaml on a running pod): PodScheduled, written by the scheduler, last
+    status["conditions"] = [{"type": kind, "status": "True", "lastTransitionTime": started}
+                            for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
+                            ] + scheduled
     status["containerStatuses"] = [
         {"name": c.get("name"), "image": c.get("image", ""), "ready": True, "started": True, "restartCount": 0,
          "state": {"running": {"startedAt": started}}}
@@ -179,3 +176,16 @@ def waiting_status(pod: dict[str, Any]) -> dict[str, Any]:
          "state": {"waiting": {"reason": "ContainerCreating"}}}
         for c in (pod.get("spec") or {}).get("containers") or []]
     return status
+
+
+def record_path(cluster: ClusterDir, node: str, pod: dict[str, Any]) -> str:
+    """Where the kubelet stand-in keeps what it did for a started pod (claims prepared, each container's view)."""
+    return os.path.join(cluster.kubelet_dir(node), f"{pod['metadata']['uid']}.json")
+
+
+def read_record(cluster: ClusterDir, node: str, pod: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        with open(record_path(cluster, node, pod), encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return None

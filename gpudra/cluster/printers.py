@@ -141,10 +141,17 @@ def table(kind: str, objects: list[dict[str, Any]], *, wide: bool = False, with_
     return render_table(headers, rows)
 
 
-def describe(obj: dict[str, Any], events: list[dict[str, Any]]) -> str:
-    """kubectl describe's shape: identity, the object's content, then its events."""
+def describe(obj: dict[str, Any], events: list[dict[str, Any]], *, claims: dict[str, dict[str, Any]] | None = None,
+             record: dict[str, Any] | None = None) -> str:
+    """kubectl describe's shape: identity, the object's content, then its events. A pod in kubectl describe pod's
+    layout, with its claims' devices (`claims`: the namespace's claims by name) and the kubelet stand-in's
+    `record` of what each container got."""
     view = public_view(obj)
     meta = view.get("metadata") or {}
+    if view.get("kind") == "Pod":
+        from .describe_pod import describe_pod
+
+        return "\n".join(describe_pod(view, claims or {}, record, pod_status(obj)) + _events(events)) + "\n"
     lines = [f"Name:         {meta.get('name', '')}"]
     if meta.get("namespace"):
         lines.append(f"Namespace:    {meta['namespace']}")
@@ -154,9 +161,6 @@ def describe(obj: dict[str, Any], events: list[dict[str, Any]]) -> str:
     lines.append(f"Created:      {meta.get('creationTimestamp', '')}")
     if meta.get("ownerReferences"):
         lines.append("Controlled By:  " + ", ".join(f"{r.get('kind')}/{r.get('name')}" for r in meta["ownerReferences"]))
-    if view.get("kind") == "Pod":
-        lines.append(f"Node:         {(view.get('spec') or {}).get('nodeName') or '<none>'}")
-        lines.append(f"Status:       {pod_status(obj)}")
     if view.get("kind") == "ResourceClaim":
         lines.append(f"State:        {claim_state(obj)}")
     for section in ("spec", "status"):
@@ -164,7 +168,11 @@ def describe(obj: dict[str, Any], events: list[dict[str, Any]]) -> str:
             lines.append(f"{section.capitalize()}:")
             body = yaml.safe_dump(view[section], sort_keys=False, default_flow_style=False).rstrip("\n")
             lines.extend("  " + line for line in body.splitlines())
-    lines.append("Events:" if events else "Events:       <none>")
+    return "\n".join(lines + _events(events)) + "\n"
+
+
+def _events(events: list[dict[str, Any]]) -> list[str]:
+    lines = ["Events:" if events else "Events:       <none>"]
     if events:
         # oldest first, as kubectl describe sorts them; within a second the store's creation order decides
         events = sorted(events, key=lambda e: (e.get("lastTimestamp") or e.get("firstTimestamp") or "",
@@ -172,4 +180,4 @@ def describe(obj: dict[str, Any], events: list[dict[str, Any]]) -> str:
         rows = [[e.get("type", ""), e.get("reason", ""), age(e.get("lastTimestamp")),
                  (e.get("source") or {}).get("component", ""), e.get("message", "")] for e in events]
         lines.extend("  " + line for line in render_table(["Type", "Reason", "Age", "From", "Message"], rows).splitlines())
-    return "\n".join(lines) + "\n"
+    return lines
