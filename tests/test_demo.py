@@ -121,3 +121,12 @@ def test_bad_paths_are_a_clean_error(tmp_path):
     result = CliRunner().invoke(command, ["--claims", str(tmp_path / "missing.yaml")])
     assert result.exit_code == 2
     assert "missing.yaml" in result.stderr and "Traceback" not in result.output
+
+
+def test_allocator_only_options_say_that_they_switch_to_the_allocator_only_demo():
+    result = CliRunner().invoke(command, ["--features", "default,-DRADeviceTaints"])
+    assert result.exit_code == 0, result.output
+    assert "--features: the local-cluster flow runs with the release's default gates" in result.stderr
+    assert "kube-scheduler's DRA allocator, offline" in result.stdout
+    quiet = CliRunner().invoke(command, ["--allocate-only"])
+    assert "warning" not in quiet.stderr

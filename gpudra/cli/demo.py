@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gpudra.cli.errors import InputError, UsageError
+from gpudra.cli.errors import InputError, UsageError, warn
 from gpudra.cli.options import kubernetes_version_option
 
 
@@ -38,6 +38,12 @@ def command(keep_dir: str | None, allocate_only: bool, features: str, kubernetes
     except VersionError as exc:
         raise UsageError(f"--kubernetes-version: {exc}") from None
     if allocate_only or cluster or claims or originals or features != "default":
+        if not allocate_only:  # say why there is no cluster: these options belong to the allocator-only demo
+            given = [name for name, value in (("--cluster", cluster), ("--claims", claims),
+                                              ("--originals", originals), ("--features", features != "default"))
+                     if value]
+            warn(f"{', '.join(given)}: the local-cluster flow runs with the release's default gates and the "
+                 "article's manifests; showing the allocator-only demo (--allocate-only) instead")
         _allocate_only(features, cluster, claims, originals, kubernetes_version)
         return
     from gpudra.cluster.demo import run_flow
