@@ -130,3 +130,14 @@ def test_allocator_only_options_say_that_they_switch_to_the_allocator_only_demo(
     assert "kube-scheduler's DRA allocator, offline" in result.stdout
     quiet = CliRunner().invoke(command, ["--allocate-only"])
     assert "warning" not in quiet.stderr
+
+
+def test_demo_keep_refuses_a_directory_that_holds_a_cluster(cluster_state):
+    from gpudra.cluster.layout import ClusterConfig, ClusterDir, parse_nodes
+
+    cluster = ClusterDir(cluster_state)
+    cluster.save_config(ClusterConfig(nodes=parse_nodes("l4-node")))
+    cluster.store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mine", "namespace": "default"}})
+    result = CliRunner().invoke(command, ["--keep", cluster_state])
+    assert result.exit_code == 2 and "already holds a local cluster" in result.stderr
+    assert cluster.store.get("Pod", "default", "mine") is not None and cluster.exists()

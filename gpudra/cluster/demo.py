@@ -18,7 +18,7 @@ from gpudra.driver.slices import device_classes
 
 from .apply import apply_document
 from .controller import holding, reconcile
-from .layout import DEFAULT_NODES, ClusterConfig, ClusterDir, parse_nodes
+from .layout import DEFAULT_NODES, ClusterConfig, ClusterDir, ClusterSetupError, parse_nodes
 from .nodes import down, up
 
 ARTICLE_DIR = "data/article-fixed"
@@ -58,11 +58,14 @@ def run_flow(directory: str | None, out: Callable[[str], None], keep: bool = Fal
     timeline = Timeline(out)
     path = directory or tempfile.mkdtemp(prefix="gpudra-demo-")
     cluster = ClusterDir(path)
+    if cluster.exists():  # the demo applies, deletes and (without --keep) tears down: never on a cluster in use
+        raise ClusterSetupError(f"{cluster.path} already holds a local cluster; the demo needs a new directory "
+                                f"(or `gpudra cluster down --dir {cluster.path}` first)")
     try:
         config = ClusterConfig(nodes=parse_nodes(DEFAULT_NODES))
         if kubernetes_version:
             config.kubernetes_version = kubernetes_version
-        up(cluster, None if cluster.exists() else config, say=lambda text: timeline("node", text),
+        up(cluster, config, say=lambda text: timeline("node", text),
            control_plane=keep)
         devices = Counter(s["spec"]["nodeName"] for s in cluster.store.list("ResourceSlice")
                           for _ in s["spec"].get("devices") or [])
