@@ -7,6 +7,8 @@ import os
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpudra.allocator import Features, build_report
 from gpudra.allocator import allocator as allocator_module
@@ -174,14 +176,20 @@ def test_explain_with_fixes_never_copies_slices_nodes_or_classes(monkeypatch):
     from gpudra.explain.analyze import explain
 
     copied = []
-    original = simulate.copy.deepcopy
+    original, original_copy_object = simulate.copy.deepcopy, simulate.copy_object
 
     def deepcopy(value, *args):
         if isinstance(value, dict):
             copied.append(value.get("kind"))
         return original(value, *args)
 
+    def copy_object(value):
+        if isinstance(value, dict):
+            copied.append(value.get("kind"))
+        return original_copy_object(value)
+
     monkeypatch.setattr(simulate.copy, "deepcopy", deepcopy)
+    monkeypatch.setattr(simulate, "copy_object", copy_object)
     objects = _objects(3, [gpu_claim("big", 5)])
     objects.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
                     "spec": {"containers": [{"name": "c", "image": "i", "resources": {"claims": [{"name": "g"}]}}],
@@ -203,7 +211,8 @@ def test_each_summary_gives_the_claims_view_of_the_full_report(counted_searches)
     full = build_report(objects, "each")
     searches = len(counted_searches)
     summary = build_report(objects, "each", summary=True)
-    assert len(counted_searches) - searches == 3 * 4  # three shapes, four nodes
+    # the four idle nodes share one search per shape, plus one to build the first node's devices where one fits
+    assert len(counted_searches) - searches == (1 + 1) + (1 + 1) + 1
     assert len(summary["results"]) == 5  # one per claim that fits somewhere
     assert summary["nodesThatFit"]["default/one-0"] == 4 and summary["nodesThatFit"]["default/too-many"] == 0
     assert allocated_claims_view(claims, summary, "each") == allocated_claims_view(claims, full, "each")
@@ -247,3 +256,35 @@ def test_objects_read_for_a_command_are_not_copied(monkeypatch, tmp_path):
     read = read_objects([str(path)])
     assert len(read) == len(objects) + 1 and read[-1]["apiVersion"] == "resource.k8s.io/v1"
     assert [c.get("kind") for c in copies] == ["ResourceClaim"]  # only the v1beta1 claim, to convert it
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sets(st.integers(0, 3), max_size=4), min_size=2, max_size=6), st.integers(1, 4))
+def test_same_domain_claims_share_searches_between_nodes_alike_in_their_domains(held_gpus, count):
+    """A claim for `count` GPUs on one NVLink domain: `fits` searches once per distinct state (free GPUs per
+    domain, whatever the domains' names and the GPUs' order) and answers every node as `allocate` does."""
+    from gpudra.allocator import Allocator
+
+    objects = _objects(len(held_gpus), [])
+    slices = [o for o in objects if o["kind"] == "ResourceSlice"]
+    held = []
+    for node_slice, gpus in zip(slices, held_gpus):
+        pool = node_slice["spec"]["pool"]["name"]
+        for gpu in sorted(gpus):
+            claim = gpu_claim(f"held-{pool}-{gpu}", 1)
+            claim["status"] = {"allocation": {"devices": {"results": [
+                {"request": "gpus", "driver": node_slice["spec"]["driver"], "pool": pool, "device": f"gpu-{gpu}"}]}}}
+            held.append(claim)
+    allocator = Allocator([o for o in objects if o["kind"] == "DeviceClass"], slices, held)
+    states = set()
+    for node_slice, gpus in zip(slices, held_gpus):
+        free: dict[str, int] = {}
+        for position, device in enumerate(node_slice["spec"]["devices"]):
+            domain = device["attributes"]["nvlinkDomain"]["string"]
+            free[domain] = free.get(domain, 0) + (position not in gpus)
+        states.add(tuple(sorted(free.values())))
+    asked = gpu_claim("asked", count, match_nvlink=True)
+    for node in (o for o in objects if o["kind"] == "Node"):
+        assert allocator.fits(node, [asked]).outcome == allocator.allocate(node, [asked]).outcome
+    assert allocator.fit_searches <= len(states)
+    assert allocator.fit_searches + allocator.fit_hits == len(held_gpus)

@@ -79,10 +79,10 @@ GPU_STATE = st.one_of(st.none(), st.lists(st.integers(1, 600), max_size=3).filte
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(GPU_STATE, min_size=4, max_size=4), st.randoms(use_true_random=False), st.integers(1, 4),
-       st.one_of(st.none(), st.integers(1, 1000)))
-def test_nodes_in_the_same_device_state_share_the_search_answer(states, rng, count, milli):
+       st.one_of(st.none(), st.integers(1, 1000)), st.booleans())
+def test_nodes_in_the_same_device_state_share_the_search_answer(states, rng, count, milli, same_product):
     """Node b holds the same GPU states as node a in another order: `fits` on b answers from a's search (no
-    search of its own), and that answer is what `allocate` finds on b."""
+    search of its own), and that answer is what `allocate` finds on b (also with a matchAttribute constraint)."""
     order = list(range(4))
     rng.shuffle(order)
     nodes = {name: node_objects(TraceNode(name, 64000, 262144, 4, "G2"), "dra") for name in ("a", "b")}
@@ -96,6 +96,8 @@ def test_nodes_in_the_same_device_state_share_the_search_answer(states, rng, cou
     classes = {c["metadata"]["name"]: c for c in device_classes()}
     allocator = make_allocator(classes, slices, held)
     claim = _claim("asked", count if milli is None else 1, milli)
+    if same_product:
+        claim["spec"]["devices"]["constraints"] = [{"matchAttribute": f"{DEFAULT_DRIVER_NAME}/productName"}]
     on_a = allocator.fits(nodes["a"][0], [claim])
     searches = allocator.fit_searches
     on_b = allocator.fits(nodes["b"][0], [claim])
@@ -110,7 +112,8 @@ def test_claims_of_other_shapes_are_searched_per_node():
     classes = {c["metadata"]["name"]: c for c in device_classes()}
     allocator = make_allocator(classes, [s for objects in nodes for s in objects[1:]], [])
     claim = _claim("two", 2, None)
-    claim["spec"]["devices"]["constraints"] = [{"matchAttribute": f"{DEFAULT_DRIVER_NAME}/productName"}]
+    same_product = {"matchAttribute": f"{DEFAULT_DRIVER_NAME}/productName"}
+    claim["spec"]["devices"]["constraints"] = [same_product, dict(same_product)]  # one is of fit_key's shape, two not
     for objects in nodes:
         outcome = allocator.fits(objects[0], [claim])
         assert outcome.outcome == "allocated" and not outcome.deferred and len(outcome.allocations) == 1

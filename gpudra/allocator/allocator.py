@@ -222,32 +222,54 @@ class Allocator:
         request uses a device at most once, so the devices do not interact) and, being exhaustive, finds them
         whatever their order: the outcome depends only on the request and on the multiset of (what the
         search reads of a candidate: multi-allocation, capacities; its allocated state). Nodes in the same
-        device state (idle nodes of one GPU model above all) then share one search."""
+        device state (idle nodes of one GPU model above all) then share one search.
+
+        One matchAttribute constraint on that request (the same-NVLink-domain pair) is of the shape too: the
+        search then needs `count` such candidates that share one value of the attribute, so the outcome depends
+        on the same multisets per value (values themselves do not matter, only which candidates share one;
+        a candidate without the attribute never fits). List-typed values (sets that may overlap) are not."""
         if len(claims) != 1 or view.any_invalid or not self.features.consumable_capacity:
             return None
         request = self._fit_request(claims[0])
         if request is None:
             return None
-        candidates_key, class_info, exprs, capacity, count = request
-        if candidates_key not in view.fit_static:
-            candidates = self.candidates(view, class_info, exprs)
-            usable = all(failure is None and not device.consumes_counters and not device.taints
-                         for device, failure in candidates)
-            view.fit_static[candidates_key] = tuple(
-                (device.key, device.allow_multiple, _capacity_signature(device)) for device, _ in candidates
-            ) if usable else None
-        statics = view.fit_static[candidates_key]
+        candidates_key, class_info, exprs, capacity, count, match = request
+        static_key = candidates_key if match is None else (candidates_key, match)
+        if static_key not in view.fit_static:
+            view.fit_static[static_key] = self._fit_static(view, class_info, exprs, match)
+        statics = view.fit_static[static_key]
         if statics is None:
             return None
         state = self.state
         allocated, shared, consumed = state.allocated, state.shared_devices, state.capacity
-        tokens = []
-        for key, multiple, signature in statics:
+        groups: dict[Any, list[tuple]] = {}
+        for key, multiple, signature, group in statics:
             used = consumed.get(key)
-            tokens.append((multiple, signature, key in allocated, key in shared,
-                           tuple(sorted(used.items())) if used else ()))
-        tokens.sort()
-        return (candidates_key, capacity, count, tuple(tokens))
+            groups.setdefault(group, []).append((multiple, signature, key in allocated, key in shared,
+                                                 tuple(sorted(used.items())) if used else ()))
+        shape = sorted(tuple(sorted(tokens)) for tokens in groups.values())
+        return (candidates_key, capacity, count, match is not None, tuple(shape))
+
+    def _fit_static(self, view: NodeView, class_info: ClassInfo, exprs: tuple, match: str | None) -> tuple | None:
+        """Per candidate of the view: (key, multi-allocation, capacities, group), the group being the value of
+        the matchAttribute attribute (None without constraint); candidates that lack the attribute are left out.
+        None when `fit_key` cannot say."""
+        from .constraints import attribute_values
+
+        statics = []
+        for device, failure in self.candidates(view, class_info, exprs):
+            if failure is not None or device.consumes_counters or device.taints:
+                return None
+            group = None
+            if match is not None:
+                found = device.lookup_attribute(match)
+                if found is not None and found[0].startswith("list:"):
+                    return None
+                group = attribute_values(device, match, self.features.list_type_attributes)
+                if group is None:
+                    continue
+            statics.append((device.key, device.allow_multiple, _capacity_signature(device), group))
+        return tuple(statics)
 
     def _fit_request(self, claim: dict[str, Any]) -> tuple | None:
         """The node-independent part of `fit_key` for one claim, or None when the claim is not of its shape;
@@ -261,7 +283,10 @@ class Allocator:
         found = None
         spec_devices = as_dict(spec.get("devices"))
         requests = as_list(spec_devices.get("requests"))
-        request = requests[0] if len(requests) == 1 and not spec_devices.get("constraints") else None
+        request = requests[0] if len(requests) == 1 else None
+        match = _single_match_attribute(spec_devices.get("constraints"), request)
+        if spec_devices.get("constraints") and match is None:
+            request = None
         exactly = request.get("exactly") if isinstance(request, dict) and request.get("firstAvailable") is None else None
         if isinstance(exactly, dict) and exactly.get("adminAccess") is None:
             from .claims import claim_label
@@ -272,7 +297,7 @@ class Allocator:
             ):
                 class_info = static.class_info
                 found = ((class_info.name, class_info.selector_exprs, static.exprs), class_info, static.exprs,
-                         tuple(sorted(static.capacity.items())), static.count)
+                         tuple(sorted(static.capacity.items())), static.count, match)
         if len(self._fit_requests) > 100_000:
             self._fit_requests.clear()
         self._fit_requests[id(spec)] = (spec, found)
@@ -349,6 +374,20 @@ class Allocator:
                 return AllocationOutcome("error", error="invalid resource pools were encountered", error_node_local=True)
             return AllocationOutcome("unallocatable")
         return AllocationOutcome("allocated", allocations=allocations, deferred=not build)
+
+
+def _single_match_attribute(constraints: Any, request: Any) -> str | None:
+    """The attribute of the claim's only constraint when it is a matchAttribute over its only request (named,
+    or all requests), else None."""
+    if not isinstance(constraints, list) or len(constraints) != 1 or not isinstance(request, dict):
+        return None
+    constraint = constraints[0]
+    if not isinstance(constraint, dict) or set(constraint) - {"requests", "matchAttribute"}:
+        return None
+    attribute, names = constraint.get("matchAttribute"), constraint.get("requests")
+    if not isinstance(attribute, str) or not attribute or names not in (None, [], [request.get("name")]):
+        return None
+    return attribute
 
 
 def _capacity_signature(device: DeviceInfo) -> tuple:

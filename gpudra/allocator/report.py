@@ -53,15 +53,21 @@ def _first_fit(allocator: Allocator, claim: dict[str, Any], node_names: list[str
                timeout: float | None) -> tuple[int, dict[str, Any] | None, dict[str, Any] | None]:
     """How many nodes fit the claim alone, the first that does in node-name order (the order the scheduler, and so
     `explain`, walks them) and the first error in input order, each as {node, outcome}."""
+    # `fits` answers nodes in the device state of one searched before from that search, without building
+    # allocations; only the node shown gets its devices, from a search of its own (`allocate` is deterministic).
     fits, first_allocated, first_error = 0, None, None
     for name, ref in zip(node_names, node_refs):
-        outcome = allocator.allocate(ref, [claim], timeout=timeout)
+        outcome = allocator.fits(ref, [claim], timeout=timeout)
         if outcome.outcome == "allocated":
             fits += 1
             if first_allocated is None or name < str(first_allocated["node"]):
-                first_allocated = {"node": name, "outcome": outcome}
+                first_allocated = {"node": name, "ref": ref, "outcome": outcome}
         elif outcome.outcome == "error" and first_error is None:
             first_error = {"node": name, "outcome": outcome}
+    if first_allocated is not None:
+        ref = first_allocated.pop("ref")
+        if first_allocated["outcome"].deferred:
+            first_allocated["outcome"] = allocator.allocate(ref, [claim], timeout=timeout)
     return fits, first_allocated, first_error
 
 

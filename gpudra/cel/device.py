@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from gpudra.api.quantity import Quantity, QuantityError
@@ -55,9 +56,14 @@ def split_qualified_name(driver: str, name: str) -> tuple[str, str]:
 
 def _version(name: str, text: Any):
     try:
-        return V.runtime_semver(parse_semver(text))
+        return _runtime_semver(text) if isinstance(text, str) else V.runtime_semver(parse_semver(text))
     except SemverError as error:
         raise ValueError(f"attribute {name}: parse semantic version: {error}") from None
+
+
+@lru_cache(maxsize=4096)  # a fleet has few driver and CUDA versions, on thousands of devices
+def _runtime_semver(text: str) -> str:
+    return V.runtime_semver(parse_semver(text))
 
 
 def _attribute_value(name: str, attribute: Any, list_type_attributes: bool):
@@ -78,7 +84,7 @@ def _attribute_value(name: str, attribute: Any, list_type_attributes: bool):
 def _capacity_value(name: str, capacity: Any):
     value = capacity.get("value") if isinstance(capacity, dict) else capacity
     try:
-        return V.runtime_quantity(Quantity.parse(value))
+        return V.parse_runtime_quantity(value) if isinstance(value, str) else V.runtime_quantity(Quantity.parse(value))
     except QuantityError as error:
         raise ValueError(f"capacity {name}: {error}") from None
 

@@ -8,7 +8,7 @@ import sys
 import click
 
 from gpudra.cli.errors import NEGATIVE, OK, InputError, UsageError, warn
-from gpudra.cli.inputs import gate_warnings, read_inputs, release_and_features
+from gpudra.cli.inputs import gate_warnings, read_inputs, release_and_features, v1_objects
 from gpudra.cli.options import (cluster_options, features_option, filename_option, kubernetes_version_option,
                                 namespace_option, no_validate_option)
 from gpudra.cli.output import output_option
@@ -62,14 +62,12 @@ def command(target: tuple[str, ...], paths: tuple[str, ...], namespace: str | No
     from gpudra.explain.analyze import TargetError, explain
     from gpudra.explain.render import render
 
-    from gpudra.api.convert import to_v1
-
     wanted = _target(target)
     version, gates = release_and_features(kubernetes_version, features, paths, kubeconfig, context, request_timeout)
     documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command="explain")
     for problem in gate_warnings(documents, version):
         warn(f"{problem.location()}: {problem.path}: {problem.message}")
-    objects = [to_v1(document.obj) for document in documents]
+    objects = v1_objects(documents)
     namespace = namespace or _default_namespace(paths, kubeconfig, context)
     try:
         with progress() as bar:

@@ -87,13 +87,16 @@ def read_inputs(paths: Iterable[str], kubeconfig: str | None = None, context: st
 def read_objects(paths: Iterable[str], kubeconfig: str | None = None, context: str | None = None,
                  request_timeout: float | None = None, *, validate: bool = True,
                  command: str = "gpudra") -> list[dict[str, Any]]:
-    """As read_inputs, the objects converted to resource.k8s.io/v1 where the api package knows how.
+    """As read_inputs, the objects converted to resource.k8s.io/v1 (see v1_objects)."""
+    return v1_objects(read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command=command))
 
-    The objects were just read, so nobody else holds them: objects already in v1 are handed on as they are
-    (copying 2,000 ResourceSlices costs more than validating them)."""
+
+def v1_objects(documents: Iterable[Document]) -> list[dict[str, Any]]:
+    """The documents' objects converted to resource.k8s.io/v1 where the api package knows how; objects already in
+    v1 are handed on as they are (documents just read: nobody else holds them, and copying 2,000 ResourceSlices
+    costs more than validating them)."""
     from gpudra.api.convert import needs_conversion, to_v1
 
-    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command=command)
     return [to_v1(document.obj) if needs_conversion(document.obj) else document.obj for document in documents]
 
 

@@ -8,7 +8,7 @@ import click
 
 from gpudra.allocator.allocator import FILTER_TIMEOUT_S
 from gpudra.cli.errors import NEGATIVE, OK, InputError, warn
-from gpudra.cli.inputs import gate_warnings, read_inputs, release_and_features
+from gpudra.cli.inputs import gate_warnings, read_inputs, release_and_features, v1_objects
 from gpudra.cli.options import (cluster_options, features_option, filename_option, kubernetes_version_option,
                                 no_validate_option)
 from gpudra.cli.output import output_option
@@ -48,13 +48,11 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
     from gpudra.scheduler import Cluster, Scheduler
     from gpudra.scheduler.render import summary, to_json, to_table, to_yaml
 
-    from gpudra.api.convert import to_v1
-
     version, gates = release_and_features(kubernetes_version, features, paths, kubeconfig, context, request_timeout)
     documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command="schedule")
     for problem in gate_warnings(documents, version):
         warn(f"{problem.location()}: {problem.path}: {problem.message}")
-    objects = [to_v1(document.obj) for document in documents]
+    objects = v1_objects(documents)
     try:
         cluster = Cluster(objects, gates, version)
         scheduler = Scheduler(cluster, policy=policy, percentage_of_nodes_to_score=percentage,
