@@ -31,3 +31,12 @@ def cluster_state(monkeypatch):
     if cluster.exists():
         down(cluster)
     shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def driver_root():
+    """A node driver's --root with an empty claims directory; short, because unix socket paths are limited."""
+    path = tempfile.mkdtemp(prefix="gdr", dir="/tmp")
+    os.makedirs(os.path.join(path, "claims"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

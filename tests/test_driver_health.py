@@ -6,8 +6,6 @@ The same events from NVML go through the real pynvml wrappers over the C-level f
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 import urllib.request
 
@@ -62,11 +60,8 @@ def _until(predicate, what: str, attempts: int = 400):
 
 
 @pytest.fixture
-def root():
-    path = tempfile.mkdtemp(prefix="gdh", dir="/tmp")  # short: unix socket paths
-    os.makedirs(os.path.join(path, "claims"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def root(driver_root):
+    return driver_root
 
 
 def _agent(root: str, api=None, **kw) -> DriverAgent:

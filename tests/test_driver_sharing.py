@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
-import tempfile
 
 import pytest
 import yaml
@@ -23,11 +21,8 @@ DRIVER = "gpu.nvidia.com"
 
 
 @pytest.fixture
-def root():
-    path = tempfile.mkdtemp(prefix="gds", dir="/tmp")  # short: unix socket paths
-    os.makedirs(os.path.join(path, "claims"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def root(driver_root):
+    return driver_root
 
 
 def _agent(root: str) -> DriverAgent:
