@@ -99,6 +99,15 @@ def test_validate_article_fixed_warns_about_the_gated_field_in_1_34():
     assert latest.exit_code == 0 and "feature gate" not in latest.output
 
 
+@pytest.mark.parametrize("command", [["validate", "-f", ARTICLE_FIXED], ["allocate", "-f", ARTICLE_FIXED],
+                                     ["schedule", "-f", ARTICLE_FIXED], ["driver", "slices", "--node-name", "n1"]])
+def test_an_empty_version_is_a_usage_error_not_the_newest_release(command):
+    # `--kubernetes-version "$K8S"` with K8S unset used to run as 1.36 without a word.
+    result = CliRunner().invoke(cli, [*command, "--kubernetes-version", ""])
+    assert result.exit_code == 2, result.output
+    assert "--kubernetes-version" in result.output and "empty" in result.output
+
+
 def test_validate_refuses_an_unknown_version():
     result = CliRunner().invoke(cli, ["validate", "--kubernetes-version", "1.20", "-f", ARTICLE_FIXED])
     assert result.exit_code == 2 and "--kubernetes-version" in result.output

@@ -80,8 +80,25 @@ def cluster_options(kubeconfig_help: str | None = None) -> Decorator:
     return apply
 
 
+def _checked_version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An explicit version must name a modelled release: `--kubernetes-version ""` (an unset shell variable) is a
+    usage error, not silently the newest release. The command still receives the user's spelling."""
+    from gpudra.versions import VersionError, parse_version
+
+    if value is None:
+        return None
+    if not value.strip():
+        raise click.BadParameter("must not be empty (omit the option for the default release)")
+    try:
+        parse_version(value)
+    except VersionError as error:
+        raise click.BadParameter(str(error)) from None
+    return value
+
+
 def kubernetes_version_option(help: str | None = None) -> Decorator:
     return click.option("--kubernetes-version", "kubernetes_version", default=None, metavar="VERSION",
+                        callback=_checked_version,
                         help=help or "Behave as this Kubernetes release's components do (1.33-1.36: its default "
                                      "feature gates and API validation; default: a live cluster's /version, "
                                      "else 1.36, the newest gpudra knows).")
