@@ -16,16 +16,13 @@ nothing the kubelet was told and leaks nothing it was not.
 
 from __future__ import annotations
 
-import copy
-import fcntl
 import logging
 import os
 import shutil
 import threading
 import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from gpudra.api.schema.resource import RESULTS_MAX
 from gpudra.cdi import ContainerEdits, remove_spec, write_spec
@@ -34,11 +31,11 @@ from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 
 from . import cdispec, claimpaths
 from .calls import CallToken
-from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, CompletedEntryCache, current_boot_id,
-                         empty_checkpoint, encode_checkpoint, entry_problem, load_checkpoint,
-                         write_checkpoint_bytes)
+from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, current_boot_id,
+                         empty_checkpoint, entry_problem, load_checkpoint)
 from .claims import ClaimSource, ClaimSourceError
 from .config import ConfigError, DeviceConfig, claim_configs, config_for
+from .journal import CheckpointJournal
 from .paths import DriverPaths
 from .quarantine import load_quarantine, quarantine_entry, save_quarantine
 from .sharing import SharingControl, SharingError, apply_claim_sharing, undo_claim_sharing
@@ -82,107 +79,36 @@ class DeviceState:
                  host_edits: ContainerEdits | None = None, sharing: SharingControl | None = None,
                  serialize_lock: str | None = None):
         self.driver_name = driver_name
-        # Rolling updates: two driver pods serve the kubelet at once. Each prepare/unprepare (and start-up) then
-        # runs under this file lock and first rereads the checkpoint the other pod may have written.
-        self.serialize_lock = serialize_lock
-        self._disk_raw: bytes | None = None  # the checkpoint bytes this process last wrote or read
         self.sharing = sharing  # applies time-slicing and MPS (None: configs are only recorded)
         self.node_name = node_name
         self.backend = backend
         self.paths = paths
         self.claims = claims
         self.dynamic_mig = dynamic_mig
-        self.fsync = fsync
         self.boot_id = current_boot_id() if boot_id is None else boot_id
         self.majors = cdispec.read_char_majors() if backend.name == "nvml" else {}
         self.host_edits = host_edits  # the host driver's libraries/binaries/hooks, in every claim spec
         self._stripes = [threading.Lock() for _ in range(_LOCK_STRIPES)]
-        self._cp_lock = threading.RLock()
-        self._cp: dict[str, Any] = empty_checkpoint(self.boot_id)
+        self.journal = CheckpointJournal(paths.checkpoint, self.boot_id, fsync=fsync, serialize_lock=serialize_lock)
         self._mig_lock = threading.Lock()  # MIG create/destroy on one node is not concurrent in NVML either
-        self._releasing: set[str] = set()  # claims whose undo runs now (under _cp_lock)
-        # group commit: concurrent claims share checkpoint writes (each write is fsync + rename)
-        self._version = 0
-        self._saved_version = 0
-        self._saving = False
-        self._save_cond = threading.Condition()
-        self._entry_json = CompletedEntryCache()  # used under _cp_lock
+        self._releasing: set[str] = set()  # claims whose undo runs now (under journal.lock)
         self._reserved: list[dict[str, Any]] = []  # devices of quarantined checkpoint entries
         self._quarantined_uids: set[str] = set()
 
-    # -- checkpoint helpers --------------------------------------------------------------------
-    def _save(self) -> None:
-        """Write now (start-up only, when nothing runs concurrently)."""
-        raw = encode_checkpoint(self._cp)
-        write_checkpoint_bytes(self.paths.checkpoint, raw, fsync=self.fsync)
-        self._disk_raw = raw
+    @property
+    def fsync(self) -> bool:
+        """Whether checkpoint and quarantine writes are fsynced (tests and `--no-fsync` turn it off)."""
+        return self.journal.fsync
 
-    @contextmanager
-    def _serialized(self) -> Iterator[None]:
-        """With a serialize lock: hold it (a new open file description per call, so threads of this process
-        exclude each other too) and start from the checkpoint on disk."""
-        if self.serialize_lock is None:
-            yield
-            return
-        fd = os.open(self.serialize_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._reload_if_changed()
-            yield
-        finally:
-            os.close(fd)
-
-    def _reload_if_changed(self) -> None:
-        try:
-            with open(self.paths.checkpoint, "rb") as fh:
-                raw: bytes | None = fh.read()
-        except FileNotFoundError:
-            raw = None
-        if raw == self._disk_raw or raw is None:
-            return
-        loaded = load_checkpoint(self.paths.checkpoint)
-        with self._cp_lock:
-            self._cp = loaded or empty_checkpoint(self.boot_id)
-            self._entry_json = CompletedEntryCache()
-            self._disk_raw = raw
-
-    def _changed(self) -> int:
-        """Call with `_cp_lock` held after changing the checkpoint; returns the version to persist."""
-        self._version += 1
-        return self._version
-
-    def _persist(self, version: int) -> None:
-        """Return once a checkpoint containing `version` is on disk. While one thread writes, the
-        others wait and the next writer covers all their changes at once."""
-        with self._save_cond:
-            while self._saved_version < version:
-                if not self._saving:
-                    self._saving = True
-                    break
-                self._save_cond.wait()
-            else:
-                return
-        written = None
-        try:
-            with self._cp_lock:
-                raw = encode_checkpoint(self._cp, self._entry_json)
-                target = self._version
-            write_checkpoint_bytes(self.paths.checkpoint, raw, fsync=self.fsync)
-            self._disk_raw = raw
-            written = target
-        finally:
-            with self._save_cond:
-                self._saving = False
-                if written is not None:
-                    self._saved_version = max(self._saved_version, written)
-                self._save_cond.notify_all()
+    @fsync.setter
+    def fsync(self, value: bool) -> None:
+        self.journal.fsync = value
 
     def _claim_lock(self, uid: str) -> threading.Lock:
         return self._stripes[zlib.crc32(uid.encode()) % _LOCK_STRIPES]
 
     def checkpoint_snapshot(self) -> dict[str, Any]:
-        with self._cp_lock:
-            return copy.deepcopy(self._cp)
+        return self.journal.snapshot()
 
     def _spec_name(self, uid: str) -> str:
         """The claim's CDI spec file name (without extension); ClaimPathError for an unusable UID."""
@@ -207,7 +133,7 @@ class DeviceState:
     def reconcile(self) -> dict[str, list[str]]:
         """Bring checkpoint, CDI specs and MIG devices into agreement; returns what was done."""
         self.paths.make_dirs()
-        with self._serialized():  # an older driver pod may be mid-prepare: wait for it
+        with self.journal.serialized():  # an older driver pod may be mid-prepare: wait for it
             return self._reconcile()
 
     def _reconcile(self) -> dict[str, list[str]]:
@@ -215,25 +141,25 @@ class DeviceState:
                                         "migDestroyed": [], "quarantined": []}
         self.paths.make_dirs()
         self.paths.remove_stale_temps()
-        with self._cp_lock:
+        with self.journal.lock:
             loaded = load_checkpoint(self.paths.checkpoint)
             if loaded is not None and loaded.get("nodeBootID") and self.boot_id and loaded["nodeBootID"] != self.boot_id:
                 log.warning("node rebooted since the checkpoint was written: forgetting %d claims", len(loaded["claims"]))
                 loaded = None
-            self._cp = loaded or empty_checkpoint(self.boot_id)
-            self._cp["nodeBootID"] = self.boot_id
+            self.journal.replace(loaded or empty_checkpoint(self.boot_id))
+            self.journal.data["nodeBootID"] = self.boot_id
             self._quarantine_bad_entries(report)
-            for uid, entry in list(self._cp["claims"].items()):
+            for uid, entry in list(self.journal.data["claims"].items()):
                 if entry["state"] == PREPARE_STARTED:
                     self._undo(uid, entry, lenient=True)
-                    del self._cp["claims"][uid]
+                    del self.journal.data["claims"][uid]
                     report["rolledBack"].append(uid)
                 elif entry["state"] == UNPREPARE_STARTED:
                     self._undo(uid, entry, lenient=True)
-                    del self._cp["claims"][uid]
+                    del self.journal.data["claims"][uid]
                     report["unprepared"].append(uid)
-            self._save()
-            completed = dict(self._cp["claims"])
+            self.journal.save_now()
+            completed = dict(self.journal.data["claims"])
         for uid, entry in completed.items():
             if not self._spec_exists(uid):
                 self._write_cdi(uid, entry["devices"])
@@ -274,15 +200,15 @@ class DeviceState:
 
     def _quarantine_bad_entries(self, report: dict[str, list[str]]) -> None:
         """Move entries that cannot be acted on to the quarantine file (written before the checkpoint
-        drops them), and reserve what they and earlier quarantined entries hold. `_cp_lock` held."""
+        drops them), and reserve what they and earlier quarantined entries hold. `journal.lock` held."""
         path = self.paths.quarantine
         entries = load_quarantine(path)
         known = len(entries)
-        for uid, entry in list(self._cp["claims"].items()):
+        for uid, entry in list(self.journal.data["claims"].items()):
             problem = entry_problem(uid, entry)
             if problem is not None:
                 quarantine_entry(entries, uid, entry, problem, self.boot_id)
-                del self._cp["claims"][uid]
+                del self.journal.data["claims"][uid]
                 report["quarantined"].append(uid)
         if len(entries) != known:
             save_quarantine(path, entries, fsync=self.fsync)
@@ -330,15 +256,15 @@ class DeviceState:
             return
 
         def record(daemon: dict[str, Any]) -> None:  # persisted with PrepareCompleted
-            with self._cp_lock:
+            with self.journal.lock:
                 entry["mpsDaemon"] = daemon
         apply_claim_sharing(self.sharing, uid, entry["devices"], self._mps_dir(uid), record)
 
     def _undo_sharing(self, uid: str, entry: dict[str, Any]) -> None:
         if self.sharing is None:
             return
-        with self._cp_lock:
-            held = {d.get("gpuUUID") for other, e in self._cp["claims"].items() if other != uid
+        with self.journal.lock:
+            held = {d.get("gpuUUID") for other, e in self.journal.data["claims"].items() if other != uid
                     and other not in self._releasing for d in e.get("devices", [])}
         undo_claim_sharing(self.sharing, uid, entry, self._mps_dir(uid), held)
 
@@ -346,9 +272,9 @@ class DeviceState:
         """Another claim (admin access) still uses this dynamic MIG device: keep it. Claims being
         released at the same time do not count, or two concurrent unprepares would each keep it."""
         key = (device["gpuMinor"], device["mig"]["giProfileId"], device["mig"]["start"])
-        with self._cp_lock:
+        with self.journal.lock:
             return any((d["gpuMinor"], d["mig"]["giProfileId"], d["mig"]["start"]) == key
-                       for other_uid, e in self._cp["claims"].items()
+                       for other_uid, e in self.journal.data["claims"].items()
                        if other_uid != uid and other_uid not in self._releasing
                        for d in e["devices"] if d.get("mig"))
 
@@ -357,12 +283,12 @@ class DeviceState:
         """`token` (from `calls.ClaimCalls`) tells a prepare that outlived its deadline to reserve
         nothing and roll back instead of completing."""
         self._check_ref(ref)
-        if self.serialize_lock is not None:
+        if self.journal.serialize_lock is not None:
             try:
                 read = self._read_claim(ref)  # slow API reads before serializing, as upstream's helper does
             except PrepareError:
                 read = None  # fine for a claim prepared already; otherwise read again (and fail) under the lock
-            with self._serialized():
+            with self.journal.serialized():
                 return self._prepare(ref, token, read)
         return self._prepare(ref, token, None)
 
@@ -370,14 +296,14 @@ class DeviceState:
                  read: tuple[dict[str, Any], list[DeviceConfig]] | None) -> list[dict[str, Any]]:
         # The claim's content is hostile input: it is read and decoded before the claim's lock is
         # taken, so however long that takes it holds up no other claim sharing the lock stripe.
-        with self._cp_lock:
-            entry = self._cp["claims"].get(ref.uid)
+        with self.journal.lock:
+            entry = self.journal.data["claims"].get(ref.uid)
             completed = entry is not None and entry["state"] == PREPARE_COMPLETED
         if read is None and not completed:
             read = self._read_claim(ref)
         with self._claim_lock(ref.uid):
-            with self._cp_lock:
-                entry = self._cp["claims"].get(ref.uid)
+            with self.journal.lock:
+                entry = self.journal.data["claims"].get(ref.uid)
                 if entry is not None and entry["state"] == PREPARE_COMPLETED:
                     devices = entry["devices"]
                     done = True
@@ -487,10 +413,10 @@ class DeviceState:
         except DiscoveryError as exc:
             raise PrepareError(f"GPU discovery failed: {exc}") from None
         planned = self._plan(ref, claim, configs, inventory)
-        with self._cp_lock:
+        with self.journal.lock:
             if token is not None and token.abandoned:
                 raise PrepareError(f"prepare of claim {ref.namespace}/{ref.name} was abandoned after its deadline")
-            for other_uid, other in self._cp["claims"].items():
+            for other_uid, other in self.journal.data["claims"].items():
                 for mine in planned:
                     for theirs in other["devices"]:
                         if _conflicts(mine, theirs):
@@ -503,12 +429,12 @@ class DeviceState:
                         raise PrepareError(f"device {mine['device']} is reserved by a quarantined checkpoint entry "
                                            f"(see {self.paths.quarantine})")
             entry = {"state": PREPARE_STARTED, "namespace": ref.namespace, "name": ref.name, "devices": planned}
-            self._cp["claims"][ref.uid] = entry
-            version = self._changed()
+            self.journal.data["claims"][ref.uid] = entry
+            version = self.journal.changed()
         # The in-memory entry already reserves the devices. It must reach the disk before hardware
         # changes; without them a crash leaves at most a CDI spec, which reconcile removes.
         if any((d.get("mig") or {}).get("dynamic") or (d.get("sharing") and self.sharing) for d in planned):
-            self._persist(version)
+            self.journal.persist(version)
         try:
             self._create_hardware(ref, planned)
             self._apply_sharing(ref.uid, entry)
@@ -522,28 +448,28 @@ class DeviceState:
         if token is not None and not token.commit():
             self._roll_back(ref.uid, entry)
             raise PrepareError(f"prepare of claim {ref.namespace}/{ref.name} was abandoned after its deadline")
-        with self._cp_lock:
+        with self.journal.lock:
             entry["state"] = PREPARE_COMPLETED
-            version = self._changed()
-        self._persist(version)
+            version = self.journal.changed()
+        self.journal.persist(version)
         return self._response(planned)
 
     def _roll_back(self, uid: str, entry: dict[str, Any]) -> None:
         self._release(uid, entry, lenient=True)  # the prepare's own error is the one to report
-        with self._cp_lock:
-            version = self._changed()
-        self._persist(version)
+        with self.journal.lock:
+            version = self.journal.changed()
+        self.journal.persist(version)
 
     def _release(self, uid: str, entry: dict[str, Any], lenient: bool = False) -> None:
         """Undo `uid` and drop its entry; while that runs, other releases do not count it as a holder."""
-        with self._cp_lock:
+        with self.journal.lock:
             self._releasing.add(uid)
         try:
             self._undo(uid, entry, lenient)
-            with self._cp_lock:
-                self._cp["claims"].pop(uid, None)
+            with self.journal.lock:
+                self.journal.data["claims"].pop(uid, None)
         finally:
-            with self._cp_lock:
+            with self.journal.lock:
                 self._releasing.discard(uid)
 
     def _create_hardware(self, ref: ClaimRef, planned: list[dict[str, Any]]) -> None:
@@ -590,13 +516,13 @@ class DeviceState:
     # -- unprepare -------------------------------------------------------------------------------
     def unprepare(self, ref: ClaimRef) -> None:
         self._check_ref(ref)
-        with self._serialized():
+        with self.journal.serialized():
             self._unprepare(ref)
 
     def _unprepare(self, ref: ClaimRef) -> None:
         with self._claim_lock(ref.uid):
-            with self._cp_lock:
-                entry = self._cp["claims"].get(ref.uid)
+            with self.journal.lock:
+                entry = self.journal.data["claims"].get(ref.uid)
                 if entry is None:
                     done = True
                 else:
@@ -606,9 +532,9 @@ class DeviceState:
                     version = 0
                     if has_hardware and entry["state"] != UNPREPARE_STARTED:
                         entry["state"] = UNPREPARE_STARTED
-                        version = self._changed()
+                        version = self.journal.changed()
             if not done and version:
-                self._persist(version)
+                self.journal.persist(version)
             if done:
                 remove_spec(self.paths.cdi_spec_dir, self._spec_name(ref.uid))  # stray file from an old crash
                 return
@@ -616,6 +542,6 @@ class DeviceState:
                 self._release(ref.uid, entry)
             except (MigError, DiscoveryError, OSError, SharingError) as exc:
                 raise PrepareError(f"unpreparing claim {ref}: {exc}") from None
-            with self._cp_lock:
-                version = self._changed()
-            self._persist(version)
+            with self.journal.lock:
+                version = self.journal.changed()
+            self.journal.persist(version)

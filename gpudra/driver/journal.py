@@ -1,0 +1,110 @@
+"""The driver's checkpoint in memory and on disk: one lock around the data, group commit of writes, and the
+rolling-update lock under which a second driver pod's writes are picked up first.
+
+`DeviceState` (state.py) decides what goes into the checkpoint; this module only keeps it and writes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import fcntl
+import os
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from .checkpoint import (CompletedEntryCache, empty_checkpoint, encode_checkpoint, load_checkpoint,
+                         write_checkpoint_bytes)
+
+
+class CheckpointJournal:
+    def __init__(self, path: str, boot_id: str, *, fsync: bool = True, serialize_lock: str | None = None):
+        self.path = path
+        self.boot_id = boot_id
+        self.fsync = fsync
+        # Rolling updates: two driver pods serve the kubelet at once. Each prepare/unprepare (and start-up) then
+        # runs under this file lock and first rereads the checkpoint the other pod may have written.
+        self.serialize_lock = serialize_lock
+        self.lock = threading.RLock()  # guards `data` and `entry_cache`
+        self.data: dict[str, Any] = empty_checkpoint(boot_id)
+        self.entry_cache = CompletedEntryCache()
+        self._disk_raw: bytes | None = None  # the checkpoint bytes this process last wrote or read
+        # group commit: concurrent claims share checkpoint writes (each write is fsync + rename)
+        self._version = 0
+        self._saved_version = 0
+        self._saving = False
+        self._save_cond = threading.Condition()
+
+    def replace(self, data: dict[str, Any]) -> None:
+        """Start over from `data` (start-up, or what another driver pod wrote). Hold `lock`."""
+        self.data = data
+        self.entry_cache = CompletedEntryCache()
+
+    def save_now(self) -> None:
+        """Write now (start-up only, when nothing runs concurrently)."""
+        raw = encode_checkpoint(self.data)
+        write_checkpoint_bytes(self.path, raw, fsync=self.fsync)
+        self._disk_raw = raw
+
+    @contextmanager
+    def serialized(self) -> Iterator[None]:
+        """With a serialize lock: hold it (a new open file description per call, so threads of this process
+        exclude each other too) and start from the checkpoint on disk."""
+        if self.serialize_lock is None:
+            yield
+            return
+        fd = os.open(self.serialize_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._reload_if_changed()
+            yield
+        finally:
+            os.close(fd)
+
+    def _reload_if_changed(self) -> None:
+        try:
+            with open(self.path, "rb") as fh:
+                raw: bytes | None = fh.read()
+        except FileNotFoundError:
+            raw = None
+        if raw == self._disk_raw or raw is None:
+            return
+        loaded = load_checkpoint(self.path)
+        with self.lock:
+            self.replace(loaded or empty_checkpoint(self.boot_id))
+            self._disk_raw = raw
+
+    def changed(self) -> int:
+        """Call with `lock` held after changing the checkpoint; returns the version to persist."""
+        self._version += 1
+        return self._version
+
+    def persist(self, version: int) -> None:
+        """Return once a checkpoint containing `version` is on disk. While one thread writes, the
+        others wait and the next writer covers all their changes at once."""
+        with self._save_cond:
+            while self._saved_version < version:
+                if not self._saving:
+                    self._saving = True
+                    break
+                self._save_cond.wait()
+            else:
+                return
+        written = None
+        try:
+            with self.lock:
+                raw = encode_checkpoint(self.data, self.entry_cache)
+                target = self._version
+            write_checkpoint_bytes(self.path, raw, fsync=self.fsync)
+            self._disk_raw = raw
+            written = target
+        finally:
+            with self._save_cond:
+                self._saving = False
+                if written is not None:
+                    self._saved_version = max(self._saved_version, written)
+                self._save_cond.notify_all()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return copy.deepcopy(self.data)
