@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from gpudra.driver.slices import build_resource_slices, device_classes
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.simulate import bundled_trace, run_experiment
-from gpudra.simulate.engine import tuned_workload
+from gpudra.simulate.engine import per_percent, tuned_workload
 from gpudra.simulate.fgd import Fragmentation, NodeRes, TypicalTask, fgd_choice, typical_tasks
 from gpudra.simulate.objects import node_inventory, pod_objects
 from gpudra.simulate.report import write_outputs
@@ -176,6 +176,23 @@ def test_tuning_reaches_the_target_demand_and_is_seeded():
     demand = sum(t.total_gpu_milli for _, t in first)
     assert 1.3 * capacity - 8000 <= demand <= 1.3 * capacity + 8000
     assert {t.name for _, t in first} >= {t.name for t in trace.tasks}  # the originals come first, all of them
+
+
+def test_a_percent_no_task_lands_on_keeps_the_state_of_the_last_task_before_it():
+    # a small cluster: one task moves the arrived demand by several percent, so no task lands on 100%
+    series = per_percent([(30.0, 10.0), (60.0, 20.0), (90.0, 30.0), (120.0, 40.0)], 120)
+    assert series[100] == 30.0 and series[75] == 20.0 and series[120] == 40.0
+    assert series[60] == 20.0 and 10 not in series  # nothing arrived yet at 10%
+
+
+def test_a_small_trace_still_reports_its_allocation_at_100_percent():
+    trace = small_trace(copies=1)  # 15 GPUs: the arrived demand jumps from about 96% to 101%
+    result = run_experiment(trace, "fgd", seed=42)
+    assert 0 < result["allocation_ratio"] <= 100
+    index = result["series"]["arrived_percent"].index(100)
+    assert result["allocation_ratio"] == result["series"]["allocation_ratio"][index]
+    assert result["unallocated_gpus"] == pytest.approx(trace.gpus * (1 - result["allocation_ratio"] / 100), abs=0.01)
+    assert result["fragmented_gpus"] is not None and result["served_ratio"] is not None
 
 
 # ----- experiments through the real scheduler --------------------------------------------------------------

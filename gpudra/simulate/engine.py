@@ -127,17 +127,26 @@ def _model_utilisation(run: Run) -> dict[str, float]:
 
 
 def per_percent(points: list[tuple[float, float]], upto: int) -> dict[int, float]:
-    """Mean of the values whose x rounds to each whole percent (else within ±1 of it), as the artifact does."""
+    """Mean of the values whose x rounds to each whole percent (else within ±1 of it), as the artifact does.
+    A percent no task lands near (a small cluster, where one task moves the arrived demand by several percent)
+    keeps the value after the last task before it: nothing changes between two submissions. `points` are in
+    submission order, so x never decreases."""
     buckets: dict[int, list[float]] = {}
     for x, value in points:
         buckets.setdefault(round(x), []).append(value)
     series: dict[int, float] = {}
+    passed, last = 0, None
     for percent in range(0, upto + 1):
+        while passed < len(points) and points[passed][0] <= percent:
+            last = points[passed][1]
+            passed += 1
         values = buckets.get(percent)
         if not values:
             values = [v for p in (percent - 1, percent, percent + 1) for v in buckets.get(p, ())]
         if values:
             series[percent] = sum(values) / len(values)
+        elif last is not None:
+            series[percent] = last
     return series
 
 
