@@ -273,6 +273,18 @@ def test_cli_json_has_the_fields_and_usage_errors_exit_2(tmp_path):
     assert bad.returncode == 2 and "missing column" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.parametrize("tune", ["inf", "nan", "-1"])
+def test_a_tune_that_never_ends_or_is_negative_is_a_usage_error(tmp_path, tune):
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    done = subprocess.run([sys.executable, "-m", "gpudra", "simulate", "--nodes", str(tmp_path / "nodes.csv"),
+                           "--pods", str(tmp_path / "pods.csv"), "--tune", tune], capture_output=True, text=True,
+                          timeout=60)  # before the fix, inf and nan sampled tasks forever
+    assert done.returncode == 2 and done.stderr.startswith("error: --tune: "), done.stderr
+    with pytest.raises(ValueError, match="tune"):
+        run_experiment(small_trace(copies=1), "fgd", tune=float(tune))
+
+
 def test_html_report_shows_every_plot_in_headless_chromium(tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:

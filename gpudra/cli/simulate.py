@@ -39,7 +39,8 @@ def _split(values: tuple[str, ...]) -> list[str]:
 @click.option("--mode", type=click.Choice(["dra", "device-plugin", "both"]), default="dra", show_default=True,
               help="dra: claims on shareable GPUs; device-plugin: count-only nvidia.com/gpu, a whole GPU per task.")
 @click.option("--tune", type=float, default=DEFAULT_TUNE, show_default=True,
-              help="Workload tuning: sample tasks until arrived GPU demand reaches this × capacity.")
+              help="Workload tuning: sample tasks until arrived GPU demand reaches this × capacity "
+                   "(0: every task once).")
 @click.option("--method", type=click.Choice(METHODS), default="tune", show_default=True,
               help="tune: the paper's method; events: creation/deletion times of the trace.")
 @click.option("-j", "--jobs", type=click.IntRange(1, None), default=None,
@@ -74,6 +75,12 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
     if unknown:
         with_manifests = " with -f (the paper's policies need a trace)" if manifests else ""
         raise UsageError(f"unknown policy {unknown[0]!r}{with_manifests}; choose from {', '.join(usable)} or all")
+    from gpudra.simulate.engine import check_tune
+
+    try:
+        check_tune(tune)
+    except SimulationError as exc:
+        raise UsageError(f"--{exc}") from None  # "--tune: must be …"
     if (nodes_csv is None) != (pods_csv is None):
         raise UsageError("--nodes and --pods go together")
     sources: list[TraceSource] = []

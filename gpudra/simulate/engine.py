@@ -13,6 +13,7 @@ not retried); the series is recorded against time.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -34,6 +35,13 @@ Progress = Callable[[int, int], None]
 
 class SimulationError(ValueError):
     pass
+
+
+def check_tune(tune: float) -> None:
+    """SimulationError unless `tune` ends: an infinite (or NaN) target would sample tasks for ever."""
+    if not math.isfinite(tune) or tune < 0:
+        raise SimulationError(f"tune: must be a finite number >= 0 (0: every task of the trace once, in random "
+                              f"order), not {tune:g}")
 
 
 def tuned_workload(tasks: list[Task], capacity_milli: int, tune: float, rng: random.Random) -> list[tuple[str, Task]]:
@@ -158,6 +166,8 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
         raise SimulationError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if trace.gpus <= 0:
         raise SimulationError(f"trace {trace.name}: the cluster has no GPUs")
+    if method == "tune":
+        check_tune(tune)
     started, cpu_started = time.perf_counter(), time.process_time()
     rng = random.Random(seed)
     if method == "events":
