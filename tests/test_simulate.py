@@ -22,7 +22,7 @@ from gpudra.simulate.engine import per_percent, tuned_workload
 from gpudra.simulate.fgd import Fragmentation, NodeRes, TypicalTask, fgd_choice, typical_tasks
 from gpudra.simulate.objects import node_inventory, pod_objects
 from gpudra.simulate.report import write_outputs
-from gpudra.simulate.trace import Task, Trace, TraceError, TraceNode, read_nodes, read_tasks
+from gpudra.simulate.trace import Task, Trace, TraceError, TraceNode, load_trace, read_nodes, read_tasks
 from sim_direct_model import direct_model
 
 NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model
@@ -62,6 +62,44 @@ def test_trace_errors_name_file_and_line():
         read_tasks(io.StringIO("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,1,500\nb,1,1,-1,0\n"), "pods")
     with pytest.raises(TraceError, match="missing column"):
         read_nodes(io.StringIO("sn,cpu_milli\nx,1\n"))
+
+
+NODES_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
+TASKS_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+
+
+@pytest.mark.parametrize("cpu", ["inf", "1e400", "-inf"])
+def test_a_number_too_big_for_an_integer_is_a_trace_error(cpu):
+    with pytest.raises(TraceError, match=r"nodes:2: cpu_milli: .* is not a (whole )?number"):
+        read_nodes(io.StringIO(f"{NODES_HEADER}n-0,{cpu},1024,1,T4\n"), "nodes")
+
+
+def test_fractions_and_negative_amounts_are_trace_errors():
+    with pytest.raises(TraceError, match=r"pods:2: num_gpu: '1.5' is not a whole number"):
+        read_tasks(io.StringIO(f"{TASKS_HEADER}a,1000,1024,1.5,1000\n"), "pods")
+    with pytest.raises(TraceError, match=r"pods:2: cpu_milli: must not be negative"):
+        read_tasks(io.StringIO(f"{TASKS_HEADER}a,-5,1024,1,1000\n"), "pods")
+    with pytest.raises(TraceError, match=r"nodes:2: memory_mib: must not be negative"):
+        read_nodes(io.StringIO(f"{NODES_HEADER}n-0,1000,-1,1,T4\n"), "nodes")
+    assert read_tasks(io.StringIO(f"{TASKS_HEADER}a,1000.0,1024,1,500\n"))[0].cpu_milli == 1000  # "1000.0" is whole
+
+
+def test_a_task_list_without_tasks_or_with_a_name_twice_is_a_trace_error():
+    with pytest.raises(TraceError, match=r"pods: no tasks"):
+        read_tasks(io.StringIO(TASKS_HEADER), "pods")
+    with pytest.raises(TraceError, match=r"pods:3: name: 'a' is already the name of the task on line 2"):
+        read_tasks(io.StringIO(f"{TASKS_HEADER}a,1000,1024,1,500\na,1000,1024,1,500\n"), "pods")
+
+
+def test_unreadable_trace_files_are_trace_errors_in_the_loaders_words(tmp_path):
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(NODES_CSV)
+    binary = tmp_path / "pods.csv"
+    binary.write_bytes(b"\xff\xfe\x00name")
+    with pytest.raises(TraceError, match=r"pods.csv: not a UTF-8 text file"):
+        load_trace(str(nodes), str(binary))
+    with pytest.raises(TraceError, match=r"absent.csv: no such file or directory"):
+        load_trace(str(nodes), str(tmp_path / "absent.csv"))
 
 
 @settings(max_examples=40)
@@ -271,6 +309,11 @@ def test_cli_json_has_the_fields_and_usage_errors_exit_2(tmp_path):
     (tmp_path / "bad.csv").write_text("name,cpu_milli\n")
     bad = _cli("--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "bad.csv"))
     assert bad.returncode == 2 and "missing column" in bad.stderr and "Traceback" not in bad.stderr
+    (tmp_path / "binary.csv").write_bytes(b"\xff\xfe\x00")
+    for pods, message in (("binary.csv", "not a UTF-8 text file"), ("absent.csv", "no such file or directory"),
+                          ("-", "not stdin")):
+        bad = _cli("--nodes", str(tmp_path / "nodes.csv"), "--pods", pods, cwd=tmp_path)
+        assert bad.returncode == 2 and bad.stderr.startswith("error: ") and message in bad.stderr, bad.stderr
 
 
 @pytest.mark.parametrize("tune", ["inf", "nan", "-1"])

@@ -83,6 +83,8 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
         raise UsageError(f"--{exc}") from None  # "--tune: must be …"
     if (nodes_csv is None) != (pods_csv is None):
         raise UsageError("--nodes and --pods go together")
+    if "-" in (nodes_csv, pods_csv):  # every experiment (and worker) reads the files itself
+        raise UsageError("--nodes/--pods -: simulate reads traces from files, not stdin")
     sources: list[TraceSource] = []
     if manifests:
         if traces or nodes_csv:

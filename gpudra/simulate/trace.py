@@ -8,6 +8,8 @@ The openb traces are bundled (`data/openb`, with the upstream README for attribu
 from __future__ import annotations
 
 import csv
+import io
+import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -72,23 +74,31 @@ def _data_dir() -> Path:
     return Path(str(resources.files("gpudra.simulate") / "data" / "openb"))
 
 
-def _int(row: dict[str, str], key: str, where: str, default: int | None = None) -> int:
+def _int(row: dict[str, str], key: str, where: str, default: int | None = None, signed: bool = False) -> int:
+    """A whole number ("1000" or "1000.0", as pandas writes them); negative only when `signed` (times)."""
     text = (row.get(key) or "").strip()
     if not text:
         if default is not None:
             return default
         raise TraceError(f"{where}: {key}: missing")
     try:
-        return int(float(text))
+        number = float(text)
     except ValueError:
         raise TraceError(f"{where}: {key}: {text!r} is not a number") from None
+    if not math.isfinite(number):
+        raise TraceError(f"{where}: {key}: {text!r} is not a number")
+    if not number.is_integer():
+        raise TraceError(f"{where}: {key}: {text!r} is not a whole number")
+    if number < 0 and not signed:
+        raise TraceError(f"{where}: {key}: must not be negative")
+    return int(number)
 
 
 def _optional_int(row: dict[str, str], key: str, where: str) -> int | None:
     text = (row.get(key) or "").strip()
     if not text or text.lower() == "nan":
         return None
-    return _int(row, key, where)
+    return _int(row, key, where, signed=True)
 
 
 def _rows(stream: IO[str], where: str, required: Iterable[str]) -> list[tuple[int, dict[str, str]]]:
@@ -105,8 +115,6 @@ def read_nodes(stream: IO[str], where: str = "nodes") -> list[TraceNode]:
         at = f"{where}:{line}"
         model = (row.get("model") or "").strip()
         gpus = _int(row, "gpu", at, 0)
-        if gpus < 0:
-            raise TraceError(f"{at}: gpu: must not be negative")
         nodes.append(TraceNode(row["sn"].strip(), _int(row, "cpu_milli", at), _int(row, "memory_mib", at), gpus,
                                "" if model.lower() == "nan" else model))
     if len({n.name for n in nodes}) != len(nodes):
@@ -116,8 +124,13 @@ def read_nodes(stream: IO[str], where: str = "nodes") -> list[TraceNode]:
 
 def read_tasks(stream: IO[str], where: str = "pods") -> list[Task]:
     tasks = []
+    lines: dict[str, int] = {}  # task name -> line: each task becomes a Pod of that name
     for line, row in _rows(stream, where, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")):
         at = f"{where}:{line}"
+        name = row["name"].strip()
+        if name in lines:
+            raise TraceError(f"{at}: name: {name!r} is already the name of the task on line {lines[name]}")
+        lines[name] = line
         num_gpu = _int(row, "num_gpu", at, 0)
         gpu_milli = _int(row, "gpu_milli", at, 0)
         if num_gpu < 0 or not 0 <= gpu_milli <= MILLI:
@@ -128,9 +141,11 @@ def read_tasks(stream: IO[str], where: str = "pods") -> list[Task]:
             raise TraceError(f"{at}: gpu_milli: a task with GPUs needs gpu_milli > 0")
         spec = (row.get("gpu_spec") or "").strip()
         models = tuple(m for m in spec.split("|") if m and m.lower() != "nan")
-        tasks.append(Task(row["name"].strip(), _int(row, "cpu_milli", at), _int(row, "memory_mib", at), num_gpu,
+        tasks.append(Task(name, _int(row, "cpu_milli", at), _int(row, "memory_mib", at), num_gpu,
                           gpu_milli if num_gpu else 0, models, _optional_int(row, "creation_time", at),
                           _optional_int(row, "deletion_time", at)))
+    if not tasks:
+        raise TraceError(f"{where}: no tasks (a header and nothing else)")
     return tasks
 
 
@@ -144,8 +159,12 @@ def bundled_trace(name: str = DEFAULT_TRACE) -> Trace:
 
 
 def load_trace(nodes_path: str, pods_path: str, name: str | None = None) -> Trace:
+    """The trace of two CSV files; unreadable files in the manifest loader's words (`gpudra.api.load`)."""
+    from gpudra.api.load import LoadError, read_text
+
     try:
-        with open(nodes_path, encoding="utf-8") as nodes, open(pods_path, encoding="utf-8") as pods:
-            return Trace(name or Path(pods_path).stem, read_nodes(nodes, nodes_path), read_tasks(pods, pods_path))
-    except OSError as exc:
-        raise TraceError(f"{exc.filename}: {exc.strerror}") from None
+        nodes, pods = read_text(nodes_path), read_text(pods_path)
+    except LoadError as exc:
+        raise TraceError(str(exc)) from None
+    return Trace(name or Path(pods_path).stem, read_nodes(io.StringIO(nodes, newline=""), nodes_path),
+                 read_tasks(io.StringIO(pods, newline=""), pods_path))
