@@ -328,6 +328,17 @@ def test_a_tune_that_never_ends_or_is_negative_is_a_usage_error(tmp_path, tune):
         run_experiment(small_trace(copies=1), "fgd", tune=float(tune))
 
 
+def test_an_out_dir_that_cannot_be_written_is_refused_before_the_run(tmp_path):
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    (tmp_path / "file").write_text("")
+    done = _cli("--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"),
+                "--out-dir", str(tmp_path / "file" / "out"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: --out-dir {tmp_path / 'file' / 'out'}: "), done.stderr
+    assert done.stdout == ""  # refused before any experiment ran
+
+
 def test_html_report_shows_every_plot_in_headless_chromium(tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:

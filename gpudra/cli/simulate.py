@@ -118,6 +118,8 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
             source.load()  # unreadable input is a usage error before any work starts
     except TraceError as exc:
         raise UsageError(str(exc)) from None
+    if out_dir:  # before the run, not after minutes of it
+        _writable_directory(out_dir)
     modes = ["dra", "device-plugin"] if mode == "both" else [mode]
     if manifests:
         modes = ["manifests"]
@@ -132,7 +134,11 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
     finally:
         progress.close()
     if out_dir:
-        for path in write_outputs(results, out_dir):
+        try:
+            written = write_outputs(results, out_dir)
+        except OSError as exc:
+            raise UsageError(f"--out-dir {out_dir}: {_reason(exc)}") from None
+        for path in written:
             click.echo(f"wrote {path}", err=True)
     if output == "json":
         for result in results:
@@ -141,6 +147,24 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
         click.echo(summary_csv(summarize(results)), nl=False)
     else:
         click.echo(_table(summarize(results)))
+
+
+def _writable_directory(path: str) -> None:
+    """UsageError unless `path` is (or can be made) a directory this process can write in."""
+    import os
+    import tempfile
+
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--out-dir {path}: {_reason(exc)}") from None
+
+
+def _reason(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    return reason[:1].lower() + reason[1:]  # "not a directory", as the loader words it
 
 
 def _table(rows: list[dict]) -> str:
