@@ -117,7 +117,7 @@ def test_a_missing_file_reads_the_same_in_every_command(command: list[str]) -> N
 def test_a_missing_kubeconfig_reads_the_same_in_every_command(tmp_path, command: list[str]) -> None:
     result = gpudra(*command, "--kubeconfig", str(tmp_path / "nope"))
     assert result.returncode == 2
-    assert result.stderr.startswith("error: cannot load kubeconfig"), result.stderr
+    assert result.stderr == f"error: cannot load kubeconfig {tmp_path / 'nope'}: no such file or directory\n"
 
 
 # --- exit codes: the answer, not the mood ---------------------------------------------------------------------

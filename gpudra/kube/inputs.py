@@ -61,6 +61,10 @@ def kubernetes_version(flag: str | None, paths: Iterable[str] = (), kubeconfig: 
         try:
             return server_version(read_server_version(kubeconfig, context, request_timeout=request_timeout))
         except ClusterReadError as exc:
-            raise InputError(f"{exc} (pass --kubernetes-version to skip asking the API server)") from None
+            # The server answered, but not /version: the flag helps. Unreachable or no kubeconfig: it would not
+            # (the objects come from the same server).
+            answered = getattr(exc, "status", None) is not None
+            hint = " (pass --kubernetes-version to skip asking the API server)" if answered else ""
+            raise InputError(f"{exc}{hint}") from None
     except VersionError as exc:
         raise InputError(f"--kubernetes-version: {exc}" if flag is not None else str(exc)) from None

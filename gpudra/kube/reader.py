@@ -80,6 +80,8 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
 
     explicit = kubeconfig is not None
     kubeconfig = kubeconfig_path(kubeconfig)
+    if explicit and not os.path.exists(kubeconfig):  # the client would say "No configuration found"
+        raise ClusterReadError(f"cannot load kubeconfig {kubeconfig}: no such file or directory")
     try:
         if not explicit and context is None and not any(os.path.exists(p) for p in kubeconfig.split(os.pathsep)):
             configuration = client.Configuration()
@@ -128,7 +130,9 @@ def _get_json(api_client: Any, path: str, query: list[tuple[str, Any]],
             raise ClusterReadError(f"the API server did not answer GET {path} within {request_timeout:g} s "
                                    "(--request-timeout)") from None
         if type(exc).__module__.startswith(("urllib3", "socket", "ssl")) or isinstance(exc, OSError):
-            raise ClusterReadError(f"cannot reach the API server ({path}): {exc}") from None
+            server = getattr(getattr(api_client, "configuration", None), "host", None)
+            where = f"the API server {server}" if server else "the API server"
+            raise ClusterReadError(f"cannot reach {where} (GET {path}): {_root_cause(exc)}") from None
         raise
     data = response.data if hasattr(response, "data") else response
     if isinstance(data, (bytes, bytearray)):
@@ -140,6 +144,21 @@ def _get_json(api_client: Any, path: str, query: list[tuple[str, Any]],
     if not isinstance(parsed, dict):
         raise ClusterReadError(f"{path}: unexpected response (not a JSON object)")
     return parsed
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The operating system's words for a failed connection ("connection refused", "name or service not
+    known"), not urllib3's wrapping of them ("HTTPSConnectionPool(host=…): Max retries exceeded …")."""
+    cause: BaseException | None = exc
+    reason = str(exc)
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.strerror:
+            reason = cause.strerror
+        nested = getattr(cause, "reason", None)  # urllib3's MaxRetryError keeps the real error here
+        cause = nested if isinstance(nested, BaseException) else (cause.__cause__ or cause.__context__)
+    return reason[:1].lower() + reason[1:]
 
 
 def _legacy_call_api(api_client: Any) -> bool:
