@@ -113,6 +113,22 @@ def test_a_missing_file_reads_the_same_in_every_command(command: list[str]) -> N
     assert result.stderr.splitlines()[-1] == f"error: {missing}: no such file or directory"
 
 
+MISSING = "/no/such/file.yaml"
+
+
+@pytest.mark.parametrize("command", [
+    ["mig", "apply", "-f", MISSING, "-c", "all-disabled", "--backend", "simulated"],
+    ["mig", "manager", "-f", MISSING, "--kubeconfig", MISSING],
+    ["discover", "--backend", "simulated", "--profile", MISSING],
+    ["simulate", "--nodes", MISSING, "--pods", MISSING],
+])
+def test_a_missing_file_of_another_option_reads_the_same_too(command: list[str]) -> None:
+    result = gpudra(*command)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[-1].endswith(f"{MISSING}: no such file or directory"), result.stderr
+    assert result.stderr.startswith("error: ") and "Errno" not in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize("command", [["allocate"], ["schedule"], ["explain", "pod/x"]])
 def test_a_missing_kubeconfig_reads_the_same_in_every_command(tmp_path, command: list[str]) -> None:
     result = gpudra(*command, "--kubeconfig", str(tmp_path / "nope"))

@@ -92,10 +92,13 @@ PROFILES: dict[str, NodeProfile] = {
 def _profile_from_file(path: str) -> NodeProfile:
     """A custom profile: `{name, description?, driverVersion?, cudaDriverVersion?, nvlinkDomain?,
     gpus: [{model, count?, numaNode?, mig?: [{profile, start}]}]}`."""
+    from gpudra.api.load import LoadError, read_text  # the manifest loader's limits and wording
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(read_text(path)) or {}
+    except LoadError as exc:
+        raise DiscoveryError(f"node profile {exc}") from None
+    except yaml.YAMLError as exc:
         raise DiscoveryError(f"cannot read node profile {path}: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("gpus"), list) or not data["gpus"]:
         raise DiscoveryError(f"node profile {path}: expected a mapping with a non-empty 'gpus' list")

@@ -10,7 +10,6 @@ the NVML backends and the driver's device names are predictable.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -82,15 +81,12 @@ def config_entries(document: Any, name: str) -> list[dict[str, Any]]:
 
 def read_config_file(path: str) -> Any:
     """A mig-parted config file (or ConfigMap) parsed; '-' reads stdin."""
+    from gpudra.api.load import LoadError, read_text  # the manifest loader's limits and wording
+
     try:
-        if path == "-":
-            text = sys.stdin.read()
-        else:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        return yaml.safe_load(text)
-    except OSError as exc:
-        raise ApplyError(f"cannot read {path}: {exc.strerror or exc}") from None
+        return yaml.safe_load(read_text(path))
+    except LoadError as exc:
+        raise ApplyError(str(exc)) from None
     except yaml.YAMLError as exc:
         raise ApplyError(f"{path}: not valid YAML: {exc}") from None
 
