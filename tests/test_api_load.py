@@ -34,6 +34,26 @@ def test_stdin(monkeypatch):
     assert doc.source == "<stdin>" and doc.name == "x"
 
 
+def test_stdin_with_only_separators_is_named_stdin(monkeypatch):
+    import io
+    monkeypatch.setattr("sys.stdin", io.StringIO("---\n---\n"))
+    with pytest.raises(LoadError) as info:
+        load_paths(["-"])
+    assert str(info.value).startswith("<stdin>: no Kubernetes objects")
+
+
+def test_two_objects_pasted_without_a_separator_are_named_as_such():
+    # an article's blocks copied one after another into one file, without `---` between them
+    text = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\n"
+    with pytest.raises(LoadError) as info:
+        load_text(text, "pasted.yaml")
+    assert str(info.value).startswith("pasted.yaml:4:1: invalid YAML: mapping key 'apiVersion' already defined")
+    assert "`---`" in str(info.value)
+    with pytest.raises(LoadError) as nested:  # a key repeated inside an object is only that
+        load_text("apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  name: b\n", "twice.yaml")
+    assert "`---`" not in str(nested.value)
+
+
 def test_typed_list_items_inherit_kind():
     docs = load_text("apiVersion: v1\nkind: NodeList\nitems:\n- metadata: {name: a}\n", "l.yaml")
     assert docs[0].kind == "Node" and docs[0].obj["apiVersion"] == "v1"

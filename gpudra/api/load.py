@@ -102,8 +102,11 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
                 None, None, "a mapping key must be a scalar", key_node.start_mark
             ) from None
         if key in result:
+            # apiVersion/kind again at the top level: the next object of a copied article, its `---` left out
+            pasted = key in ("apiVersion", "kind") and key_node.start_mark.column == 0
+            hint = " (a second object? put a `---` line between objects)" if pasted else ""
             raise yaml.constructor.ConstructorError(
-                None, None, f"mapping key {key!r} already defined", key_node.start_mark
+                None, None, f"mapping key {key!r} already defined{hint}", key_node.start_mark
             )
         result[key] = loader.construct_object(value_node, deep=True)
     return result
@@ -602,7 +605,7 @@ def load_paths(paths: list[str]) -> list[Document]:
     if errors:
         raise LoadErrors(errors, documents)
     if not documents and paths:
-        raise LoadError(", ".join(paths), "no Kubernetes objects in the input")
+        raise LoadError(", ".join("<stdin>" if p == "-" else p for p in paths), "no Kubernetes objects in the input")
     return documents
 
 
