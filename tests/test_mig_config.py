@@ -242,7 +242,8 @@ def test_validate_reads_the_gpu_operators_configmap(tmp_path):
     path.write_text(yaml.safe_dump(configmap))
     result = CliRunner().invoke(mig_command, ["validate", "-f", str(path), "--gpu", "a100-80gb"])
     assert result.exit_code == 1, result.output
-    assert "ConfigMap gpu-operator/default-mig-parted-config data['config.yaml']" in result.output
+    assert f"error: {path}:doc 1 (ConfigMap/default-mig-parted-config): data['config.yaml'].mig-configs.too-big" \
+        in result.output
     assert "needs 9 memory slices" in result.output
     config["mig-configs"].pop("too-big")
     configmap["data"]["config.yaml"] = yaml.safe_dump(config)

@@ -145,6 +145,6 @@ def load_spec_file(path: str) -> Spec:
     except (ValueError, yaml.YAMLError) as exc:
         raise CdiError(f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'}: {exc}") from None
     try:
-        return Spec.from_dict(data, what=os.path.basename(path))
+        return Spec.from_dict(data)  # "spec.devices[0]: …"; the path is added below
     except CdiError as exc:
         raise CdiError(f"{path}: {exc}") from None

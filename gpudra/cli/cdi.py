@@ -59,11 +59,11 @@ def validate_cmd(files: tuple[str, ...]) -> None:
         if path in unreadable:
             continue
         try:
-            problems = validate_spec(load_spec_file(path))
+            problems = [f"{path}: {problem}" for problem in validate_spec(load_spec_file(path))]
         except CdiError as exc:
-            problems = [str(exc)]
+            problems = [str(exc)]  # names the file already
         for problem in problems:
-            show_error(f"{path}: {problem}")
+            show_error(problem)
         failed |= bool(problems)
         if not problems:
             click.echo(f"{path}: ok")

@@ -270,12 +270,18 @@ def validate_command(path: str, gpus: tuple[str, ...], verbose: bool) -> None:
         configs = configs_in_document(document)
     except ValueError as exc:
         _fail(f"{path}: {exc}", code=NEGATIVE)
+    from gpudra.cli.errors import location
+
+    metadata = document.get("metadata") if isinstance(document, dict) else None
+    name = metadata.get("name") if isinstance(metadata, dict) else None
     invalid = False
-    for label, config in configs:
-        where = f"{path}: {label}" if label else path
+    for label, config, field in configs:
+        # `error: FILE: field: message`, a ConfigMap's as `FILE:doc 1 (ConfigMap/name): data['key'].field`
+        where = location(path, 1, "ConfigMap", name) if field else path
         report = validate_config(config, _models(gpus) if gpus else None)
         for finding in report.findings:
-            click.echo(f"{label}: {finding}" if label else str(finding), err=finding.severity == "error")
+            at = f"{field}.{finding.where}" if field else finding.where
+            click.echo(f"{finding.severity}: {where}: {at}: {finding.message}", err=True)
         if verbose:
             for line in report.checked:
                 click.echo(f"ok: {line}")

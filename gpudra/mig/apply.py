@@ -67,7 +67,7 @@ def config_entries(document: Any, name: str) -> list[dict[str, Any]]:
     except ValueError as exc:
         raise ApplyError(str(exc)) from None
     names: list[str] = []
-    for where, config in configs:
+    for where, config, _ in configs:
         report = validate_config(config)
         if not report.valid:
             raise ApplyError("invalid mig-parted config" + (f" ({where})" if where else "") + ": "

@@ -191,11 +191,12 @@ def config_map(config_yaml: str, *, name: str = "default-mig-parted-config", nam
             "data": {key: config_yaml}}
 
 
-def configs_in_document(document: Any) -> list[tuple[str, Any]]:
+def configs_in_document(document: Any) -> list[tuple[str, Any, str]]:
     """The mig-parted configs a file holds: itself, or, for the GPU Operator's ConfigMap, every `data` entry
-    that is a mig-parted config (label, config). A ConfigMap without one gives a ValueError."""
+    that is a mig-parted config (label, config, field: "data['config.yaml']"). A ConfigMap without one gives a
+    ValueError."""
     if not (isinstance(document, dict) and document.get("kind") == "ConfigMap"):
-        return [("", document)]
+        return [("", document, "")]
     metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
     where = f"ConfigMap {metadata.get('namespace', 'default')}/{metadata.get('name', '')}"
     found = []
@@ -205,7 +206,7 @@ def configs_in_document(document: Any) -> list[tuple[str, Any]]:
         except yaml.YAMLError as exc:
             raise ValueError(f"{where} data[{key!r}]: not valid YAML: {exc}") from None
         if isinstance(config, dict) and ("mig-configs" in config or "version" in config):
-            found.append((f"{where} data[{key!r}]", config))
+            found.append((f"{where} data[{key!r}]", config, f"data[{key!r}]"))
     if not found:
         raise ValueError(f"{where} holds no mig-parted config (a data entry with version and mig-configs)")
     return found
