@@ -339,6 +339,19 @@ def test_an_out_dir_that_cannot_be_written_is_refused_before_the_run(tmp_path):
     assert done.stdout == ""  # refused before any experiment ran
 
 
+def test_a_run_that_never_reaches_100_percent_says_why_its_columns_are_empty(tmp_path):
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    done = _cli("--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"), "--tune", "0.5")
+    assert done.returncode == 0, done.stderr
+    header, row = done.stdout.splitlines()
+    cells = dict(zip(header.split(), row.split()))
+    assert cells["ALLOC%@100"] == "-" and cells["UNALLOCATED"] == "-"
+    assert "note: pods dra fgd: the arrived GPU demand reached " in done.stderr and "--tune 0.5" in done.stderr
+    events = _cli("--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"), "--method", "events")
+    assert events.returncode == 0 and "--method events" in events.stderr and "peak" in events.stderr, events.stderr
+
+
 def test_html_report_shows_every_plot_in_headless_chromium(tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:

@@ -140,6 +140,8 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
             raise UsageError(f"--out-dir {out_dir}: {_reason(exc)}") from None
         for path in written:
             click.echo(f"wrote {path}", err=True)
+    for note in _empty_column_notes(results, tune):
+        click.echo(f"note: {note}", err=True)
     if output == "json":
         for result in results:
             click.echo(json.dumps(result, separators=(",", ":")))
@@ -167,12 +169,29 @@ def _reason(exc: OSError) -> str:
     return reason[:1].lower() + reason[1:]  # "not a directory", as the loader words it
 
 
+def _empty_column_notes(results: list[dict], tune: float) -> list[str]:
+    """Why a row's columns at 100% arrived demand are empty, once per (trace, mode, policy)."""
+    notes: dict[str, str] = {}
+    for r in results:
+        key = f"{r['trace']} {r['mode']} {r['policy']}"
+        if r.get("allocation_ratio") is not None or key in notes:
+            continue
+        if r.get("method") == "events":
+            notes[key] = (f"{key}: --method events has no arrived-demand axis, so nothing is measured at 100%; "
+                          f"peak allocation {r.get('peak_allocation_ratio')}% (-o json has the series over time)")
+        elif r.get("method") == "tune":
+            reached = max((r.get("series") or {}).get("arrived_percent") or [0])
+            notes[key] = (f"{key}: the arrived GPU demand reached {reached}% of capacity (--tune {tune:g}), "
+                          "so nothing is measured at 100%; raise --tune above 1")
+    return list(notes.values())
+
+
 def _table(rows: list[dict]) -> str:
     columns = [("TRACE", "trace"), ("MODE", "mode"), ("POLICY", "policy"), ("SEEDS", "seeds"), ("GPUS", "gpus"),
                ("ALLOC%@100", "allocation_ratio"), ("STD", "allocation_ratio_std"),
                ("UNALLOCATED", "unallocated_gpus"), ("SERVED%", "served_ratio"), ("FRAG-GPUS", "fragmented_gpus"),
                ("SECONDS", "seconds")]
-    cells = [[h for h, _ in columns]] + [["" if row.get(k) is None else str(row.get(k)) for _, k in columns]
+    cells = [[h for h, _ in columns]] + [["-" if row.get(k) is None else str(row.get(k)) for _, k in columns]
                                          for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
