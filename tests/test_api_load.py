@@ -54,6 +54,31 @@ def test_two_objects_pasted_without_a_separator_are_named_as_such():
     assert "`---`" not in str(nested.value)
 
 
+def test_a_helm_chart_directory_is_named_as_a_chart_not_as_kustomize_or_objects_without_kind(tmp_path):
+    from gpudra.api.load import LoadErrors
+
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: gpu\nversion: 0.1.0\n")
+    (chart / "values.yaml").write_text("replicas: 1\nresources:\n  limits: {cpu: 1}\n")  # `resources:` as Helm has it
+    (chart / "values.schema.json").write_text('{"type": "object"}')
+    (chart / "templates" / "pod.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Release.Name }}\n")
+    with pytest.raises(LoadErrors) as info:
+        load_paths([str(chart)])
+    messages = {os.path.relpath(e.source, chart): e.message for e in info.value.errors}
+    assert set(messages) == {"Chart.yaml", "values.yaml", "values.schema.json", os.path.join("templates", "pod.yaml")}
+    for name in ("Chart.yaml", "values.yaml", "values.schema.json"):
+        assert messages[name].startswith("part of a Helm chart, not a manifest: render it first"), messages[name]
+    assert messages[os.path.join("templates", "pod.yaml")].startswith("looks like a Helm template")
+    # outside a chart, a settings file that happens to have `resources:` is not called a kustomization
+    (tmp_path / "settings.yaml").write_text("resources:\n- gpu\n")
+    (settings,) = load_paths([str(tmp_path / "settings.yaml")])
+    assert settings.obj == {"resources": ["gpu"]}
+    (tmp_path / "kustomization.yaml").write_text("resources:\n- a.yaml\n")
+    with pytest.raises(LoadError, match="Kustomize"):
+        load_paths([str(tmp_path / "kustomization.yaml")])
+
+
 def test_typed_list_items_inherit_kind():
     docs = load_text("apiVersion: v1\nkind: NodeList\nitems:\n- metadata: {name: a}\n", "l.yaml")
     assert docs[0].kind == "Node" and docs[0].obj["apiVersion"] == "v1"

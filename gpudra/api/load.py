@@ -70,11 +70,24 @@ def _template_error(text: str, source: str) -> LoadError | None:
                      "(`helm template CHART | gpudra … -f -`)", line)
 
 
+def _helm_chart_error(source: str) -> LoadError | None:
+    """Chart.yaml, and values files beside one: a Helm chart's own files (a values.yaml with `resources:`
+    is no kustomization, and Chart.yaml no object without a kind)."""
+    name = os.path.basename(source)
+    if name == "Chart.yaml" or name.startswith("values") and os.path.isfile(
+            os.path.join(os.path.dirname(source), "Chart.yaml")):
+        return LoadError(source, "part of a Helm chart, not a manifest: render it first "
+                         "(`helm template CHART | gpudra … -f -`)")
+    return None
+
+
 def _kustomization_error(value: Any, source: str, line: int | None) -> LoadError | None:
     if not isinstance(value, dict):
         return None
+    # without apiVersion and kind, the keys decide only in a file named as kustomize wants it (or on stdin)
+    named = "kustomization" in os.path.basename(source).lower() or source == "<stdin>"
     if value.get("kind") in ("Kustomization", "Component") and "kustomize" in str(value.get("apiVersion", "")) or (
-            "kind" not in value and "apiVersion" not in value and _KUSTOMIZE_KEYS & set(map(str, value))):
+            named and "kind" not in value and "apiVersion" not in value and _KUSTOMIZE_KEYS & set(map(str, value))):
         return LoadError(source, "looks like a Kustomize kustomization, not a manifest: build it first "
                          "(`kubectl kustomize DIR | gpudra … -f -`)", line)
     return None
@@ -230,6 +243,9 @@ def load_text(text: str, source: str = "<stdin>") -> list[Document]:
     if len(text) > MAX_INPUT_BYTES:
         raise LoadError(source, _too_large(len(text)))
     text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark (Windows editors)
+    chart_file = _helm_chart_error(source)
+    if chart_file is not None:
+        raise chart_file
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
