@@ -69,7 +69,7 @@ def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool, kuberne
         show_error(str(error))
     cluster = _read_cluster(kubeconfig, context, request_timeout) if fix and (kubeconfig or context) else []
     code = _fix(documents, output, quiet, cluster, version=version) if fix else _check(documents, output, quiet,
-                                                                                      version)
+                                                                                      version, len(unreadable))
     sys.exit(USAGE if unreadable else code)
 
 
@@ -84,7 +84,7 @@ def _read_cluster(kubeconfig: str | None, context: str | None, request_timeout: 
         raise InputError(str(exc)) from None
 
 
-def _check(documents, output: str, quiet: bool, version: str | None = None) -> int:
+def _check(documents, output: str, quiet: bool, version: str | None = None, unreadable: int = 0) -> int:
     if not documents:
         return OK
     with progress() as bar:
@@ -98,7 +98,8 @@ def _check(documents, output: str, quiet: bool, version: str | None = None) -> i
         if not quiet:
             warnings = len(problems) - errors
             summary = f"{len(documents)} document(s): {errors} error(s), {warnings} warning(s)"
-            click.echo(summary if errors else f"{summary}; valid", err=True)
+            verdict = f"; {unreadable} file(s) not read" if unreadable else "" if errors else "; valid"
+            click.echo(f"{summary}{verdict}", err=True)
     return NEGATIVE if has_errors(problems) else OK
 
 
