@@ -90,3 +90,11 @@ def test_manifest_usage_errors_exit_2(tmp_path):
     (tmp_path / "bad.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: 3}\n")
     done = _simulate("-f", str(tmp_path / "bad.yaml"))  # invalid: refused as by gpudra schedule
     assert done.exit_code == 1 and done.stderr.startswith("error: ") and "bad.yaml" in done.stderr
+
+
+def test_manifests_without_gpus_or_without_pending_pods_are_usage_errors(tmp_path):
+    args = _write(tmp_path, WHOLE, [None] * 4)
+    cluster_only = _simulate(args[0], args[1])
+    assert cluster_only.exit_code == 2 and "no pending pods" in cluster_only.output, cluster_only.output
+    workload_only = _simulate(args[2], args[3])
+    assert workload_only.exit_code == 2 and "no GPUs" in workload_only.output, workload_only.output

@@ -67,6 +67,10 @@ def run_manifests(workload: Manifests, policy: str, seed: int = 42,
     free = {node: cluster.free_capacity(node) for node in nodes}
     free_total = sum(free.values())
     queue = cluster.pending_pods()
+    if not capacity:  # as for a trace: nothing to measure the allocation ratio against
+        raise SimulationError(f"{workload.name}: the cluster has no GPUs (Nodes with ResourceSlices)")
+    if not queue:
+        raise SimulationError(f"{workload.name}: no pending pods to replay")
     points: list[tuple[float, float]] = []
     scheduled = 0
     unschedulable: list[dict[str, str]] = []
