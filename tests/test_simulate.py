@@ -352,6 +352,25 @@ def test_a_run_that_never_reaches_100_percent_says_why_its_columns_are_empty(tmp
     assert events.returncode == 0 and "--method events" in events.stderr and "peak" in events.stderr, events.stderr
 
 
+def test_simulate_takes_every_output_format_of_the_cli_contract(tmp_path):
+    import yaml
+
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    args = ("--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"), "--seeds", "2", "-j", "1")
+    as_json = [json.loads(line) for line in _cli(*args, "-o", "json").stdout.splitlines()]
+    as_yaml = list(yaml.safe_load_all(_cli(*args, "-o", "yaml").stdout))
+    for result in as_json + as_yaml:
+        result.pop("seconds"), result.pop("cpu_seconds")
+    assert as_yaml == as_json and len(as_json) == 2
+    table, wide = (_cli(*args, "-o", output).stdout.splitlines() for output in ("table", "wide"))
+    assert set(table[0].split()) < set(wide[0].split())
+    assert {"TASKS", "SCHEDULED", "CPU-SECONDS"} <= set(wide[0].split())
+    cells = dict(zip(wide[0].split(), wide[1].split()))
+    assert float(cells["TASKS"]) == sum(r["tasks"] for r in as_json) / 2
+    assert float(cells["SCHEDULED"]) == sum(r["scheduled"] for r in as_json) / 2
+
+
 def test_html_report_shows_every_plot_in_headless_chromium(tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from gpudra.cli.errors import UsageError
+from gpudra.cli.output import output_option
 from gpudra.simulate.engine import ALL_POLICIES, DEFAULT_TUNE, METHODS
 from gpudra.simulate.trace import BUNDLED_TRACES, DEFAULT_TRACE
 
@@ -50,8 +51,9 @@ def _split(values: tuple[str, ...]) -> list[str]:
                    "cores; needs gpudra[distributed].")
 @click.option("--out-dir", type=click.Path(file_okay=False), default=None,
               help="Write results.json, summary.csv, series.csv, PNG plots and report.html here.")
-@click.option("-o", "--output", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
-              help="table: mean over seeds; json: one object per experiment per line; csv: the summary.")
+@output_option(formats=("table", "wide", "yaml", "json", "csv"),
+               help="table: mean over seeds (wide: with tasks, scheduled and CPU seconds); json: one object per "
+                    "experiment per line; yaml: the same objects as a `---` stream; csv: the summary.")
 def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None, manifests: tuple[str, ...],
             policies: tuple[str, ...], seed: int, seeds: int, mode: str, tune: float, method: str, jobs: int | None,
             dask_scheduler: str | None, out_dir: str | None, output: str) -> None:
@@ -145,10 +147,14 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
     if output == "json":
         for result in results:
             click.echo(json.dumps(result, separators=(",", ":")))
+    elif output == "yaml":
+        from gpudra.api.dump import dump_yaml
+
+        click.echo(dump_yaml(results), nl=False)
     elif output == "csv":
         click.echo(summary_csv(summarize(results)), nl=False)
     else:
-        click.echo(_table(summarize(results)))
+        click.echo(_table(summarize(results), wide=output == "wide"))
 
 
 def _writable_directory(path: str) -> None:
@@ -186,11 +192,14 @@ def _empty_column_notes(results: list[dict], tune: float) -> list[str]:
     return list(notes.values())
 
 
-def _table(rows: list[dict]) -> str:
+def _table(rows: list[dict], wide: bool = False) -> str:
     columns = [("TRACE", "trace"), ("MODE", "mode"), ("POLICY", "policy"), ("SEEDS", "seeds"), ("GPUS", "gpus"),
                ("ALLOC%@100", "allocation_ratio"), ("STD", "allocation_ratio_std"),
                ("UNALLOCATED", "unallocated_gpus"), ("SERVED%", "served_ratio"), ("FRAG-GPUS", "fragmented_gpus"),
                ("SECONDS", "seconds")]
+    if wide:
+        columns[5:5] = [("TASKS", "tasks"), ("SCHEDULED", "scheduled")]
+        columns.append(("CPU-SECONDS", "cpu_seconds"))
     cells = [[h for h, _ in columns]] + [["-" if row.get(k) is None else str(row.get(k)) for _, k in columns]
                                          for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]

@@ -116,7 +116,8 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for (trace, mode, policy), members in groups.items():
         ratios = [r["allocation_ratio"] for r in members if r.get("allocation_ratio") is not None]
         row: dict[str, Any] = {"trace": trace, "mode": mode, "policy": policy, "seeds": len(members),
-                               "gpus": members[0]["gpus"]}
+                               "gpus": members[0]["gpus"], "tasks": round(mean(r["tasks"] for r in members), 1),
+                               "scheduled": round(mean(r["scheduled"] for r in members), 1)}
         if ratios:
             row["allocation_ratio"] = round(mean(ratios), 2)
             row["allocation_ratio_std"] = round(pstdev(ratios), 2)
