@@ -149,3 +149,26 @@ def test_a30_geometry():
 def test_only_ampere_lacks_dynamic_mig_full_gpu():
     assert not gpu_model("a100-80gb").dynamic_mig_capable
     assert gpu_model("h100").dynamic_mig_capable and gpu_model("b200").dynamic_mig_capable
+
+
+def test_mig_profiles_prints_every_output_format_of_the_cli_contract():
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+
+    from gpudra.cli.mig import command
+
+    runner = CliRunner()
+    as_json = json.loads(runner.invoke(command, ["profiles", "--gpu", "h100-80gb", "-o", "json"]).stdout)
+    as_yaml = yaml.safe_load(runner.invoke(command, ["profiles", "--gpu", "h100-80gb", "-o", "yaml"]).stdout)
+    assert as_json == as_yaml
+    (model,) = as_json
+    catalog = gpu_model("h100-80gb")
+    assert model["key"] == "h100-80gb" and model["computeSlices"] == catalog.compute_slices
+    assert [p["name"] for p in model["profiles"]] == [p.name for p in catalog.profiles]
+    first = catalog.profiles[0]
+    assert model["profiles"][0]["placements"] == [{"start": pl.start, "size": pl.size} for pl in first.placements]
+    table = runner.invoke(command, ["profiles", "--gpu", "h100-80gb", "-o", "table"]).stdout
+    wide = runner.invoke(command, ["profiles", "--gpu", "h100-80gb", "-o", "wide"]).stdout
+    assert "PLACEMENTS" in table and " SM " not in table and " SM " in wide

@@ -87,24 +87,45 @@ def command() -> None:
 
 @command.command(name="profiles")
 @click.option("--gpu", "gpus", multiple=True, help="GPU model (NVML name or alias); default: every catalog GPU")
-def profiles_command(gpus: tuple[str, ...]) -> None:
+@output_option(help="table: one section per GPU model (wide: with each profile's engines); yaml/json: the "
+                    "models and their profiles as data.")
+def profiles_command(gpus: tuple[str, ...], output: str) -> None:
     """List the MIG profiles and placements of GPU models."""
     models = _models(gpus) if gpus else list(mig_models())
+    if output in ("yaml", "json"):
+        click.echo(render_data([_model_data(model) for model in models], output), nl=False)
+        return
+    engines = output == "wide"
     for model in models:
         click.echo(f"{model.display_name} ({model.key}; {', '.join(model.product_names)}): "
                    f"{model.compute_slices} compute / {model.memory_slices} memory slices")
-        rows = [("PROFILE", "ID", "G", "MEM-SLICES", "MEMORY", "SM", "CE", "DEC", "ENC", "JPG", "OFA", "MAX",
-                 "PLACEMENTS")]
+        rows = [("PROFILE", "ID", "G", "MEM-SLICES", "MEMORY", *(ENGINES if engines else ()), "MAX", "PLACEMENTS")]
         for p in model.profiles:
             def n(value: int | None) -> str:
                 return "?" if value is None else str(value)
+            counts = (p.multiprocessors, p.copy_engines, p.decoders, p.encoders, p.jpeg_engines, p.ofa_engines)
             rows.append((p.name, str(p.profile_id), str(p.compute_slices), str(p.memory_slices), f"{p.memory_mib}MiB",
-                         n(p.multiprocessors), n(p.copy_engines), n(p.decoders), n(p.encoders), n(p.jpeg_engines),
-                         n(p.ofa_engines), str(p.max_instances), " ".join(str(pl) for pl in p.placements)))
+                         *((n(c) for c in counts) if engines else ()), str(p.max_instances),
+                         " ".join(str(pl) for pl in p.placements)))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for row in rows:
             click.echo("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
         click.echo(f"  source: {model.source}")
+
+
+ENGINES = ("SM", "CE", "DEC", "ENC", "JPG", "OFA")
+
+
+def _model_data(model: GpuModel) -> dict[str, Any]:
+    return {"model": model.display_name, "key": model.key, "productNames": list(model.product_names),
+            "computeSlices": model.compute_slices, "memorySlices": model.memory_slices,
+            "profiles": [{"name": p.name, "id": p.profile_id, "computeSlices": p.compute_slices,
+                          "memorySlices": p.memory_slices, "memoryMiB": p.memory_mib, "maxInstances": p.max_instances,
+                          "placements": [{"start": pl.start, "size": pl.size} for pl in p.placements],
+                          "multiprocessors": p.multiprocessors, "copyEngines": p.copy_engines,
+                          "decoders": p.decoders, "encoders": p.encoders, "jpegEngines": p.jpeg_engines,
+                          "ofaEngines": p.ofa_engines} for p in model.profiles],
+            "source": model.source}
 
 
 @command.command(name="configs")
