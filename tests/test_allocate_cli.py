@@ -350,3 +350,18 @@ def test_sequential_brief_yaml_has_no_anchors_or_aliases():
     assert result.exit_code == expected_exit_code(yaml.safe_load((case / "expected.yaml").read_text()))
     assert "finalAllocations" in result.stdout
     assert "&id0" not in result.stdout and "*id0" not in result.stdout
+
+
+def test_an_unallocatable_claim_points_at_explain_for_the_reason(tmp_path):
+    too_big = tmp_path / "too-big.yaml"
+    too_big.write_text("apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: huge, namespace: team}\n"
+                       "spec:\n  devices:\n    requests:\n    - name: gpus\n      exactly:\n"
+                       "        deviceClassName: gpu.nvidia.com\n        allocationMode: ExactCount\n        count: 20\n")
+    cluster = str(ROOT / "examples" / "cluster")
+    for mode in ("each", "sequential"):
+        result = invoke(["-f", cluster, "-f", str(too_big), "--mode", mode])
+        assert result.exit_code == 1
+        assert "team/huge: unallocatable on every node" in result.stderr
+        assert "`gpudra explain claim/huge -n team` (same -f) says why" in result.stderr, result.stderr
+    fits = invoke(["-f", cluster, "-f", str(ROOT / "examples" / "workloads" / "claims.yaml"), "--mode", "each"])
+    assert fits.exit_code == 0 and "gpudra explain" not in fits.stderr

@@ -269,6 +269,16 @@ def run_allocate(
     return view, messages, all_fit
 
 
+def _explain_hint(view: dict[str, Any], source: str) -> None:
+    """The allocator says only "unallocatable"; `explain` says which request, selector or device is short."""
+    for claim in view.get("items") or []:
+        if not (claim.get("status") or {}).get("allocation"):
+            namespace, _, name = claim_key(claim).rpartition("/")
+            click.echo(f"hint: `gpudra explain claim/{name} -n {namespace or 'default'}` (same {source}) says why",
+                       err=True)
+            return
+
+
 def claims_table(view: dict[str, Any], report_notes: list[str], wide: bool) -> str:
     """CLAIM, NODE, DEVICES per pending claim (`-` where it did not fit); wide adds the RESULT line."""
     notes = {note.split(": ", 1)[0]: note.split(": ", 1)[1] for note in report_notes if ": " in note}
@@ -375,6 +385,8 @@ def command(
                          f"{type(exc).__name__}: {exc}") from exc
     for message in messages:
         click.echo(message, err=True)
+    if not all_fit and not brief:
+        _explain_hint(data, "-f" if files else "cluster")
     if output in ("table", "wide"):
         text = report_table(data, output == "wide") if brief else claims_table(data, messages, output == "wide")
         click.echo(text, nl=False)
