@@ -79,6 +79,12 @@ def test_a_helm_chart_directory_is_named_as_a_chart_not_as_kustomize_or_objects_
         load_paths([str(tmp_path / "kustomization.yaml")])
 
 
+def test_a_closed_stdin_is_a_load_error(monkeypatch):
+    monkeypatch.setattr("sys.stdin", None)  # `gpudra … -f - <&-`: Python sets sys.stdin to None
+    with pytest.raises(LoadError, match="^<stdin>: stdin is closed"):
+        load_paths(["-"])
+
+
 def test_typed_list_items_inherit_kind():
     docs = load_text("apiVersion: v1\nkind: NodeList\nitems:\n- metadata: {name: a}\n", "l.yaml")
     assert docs[0].kind == "Node" and docs[0].obj["apiVersion"] == "v1"

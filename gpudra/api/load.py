@@ -550,6 +550,8 @@ def _read(path: str) -> str:
     source = "<stdin>" if path == "-" else path
     try:
         if path == "-":
+            if sys.stdin is None:  # started with stdin closed (`<&-`)
+                raise LoadError(source, "stdin is closed")
             data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1) if hasattr(sys.stdin, "buffer") else None
             if data is None:  # a text stream put in place of stdin (tests, embedding)
                 return sys.stdin.read(MAX_INPUT_BYTES + 1)
