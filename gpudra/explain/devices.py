@@ -148,13 +148,21 @@ class SelectorSet:
         self._compiled[expression] = compiled
         return compiled
 
-    def evaluate(self, expression: str, ref: DeviceRef) -> tuple[bool, str | None]:
-        """(matches, runtime error). A compile error counts as "does not match" here."""
+    def evaluate(self, expression: str, ref: DeviceRef, shared: Any = None) -> tuple[bool, str | None]:
+        """(matches, runtime error). A compile error counts as "does not match" here.
+
+        `shared`: the allocator's SelectorEvaluator; where it sees the device as this set does (see `_same_input`)
+        its outcome is taken, so a selector the scheduler already ran on a device is not evaluated again."""
         from gpudra import cel
 
         compiled = self._compile(expression)
         if compiled is None:
             return False, None
+        if shared is not None and ref.info is not None and _same_input(shared, ref):
+            outcome = shared.evaluate(expression, ref.info)
+            if outcome is True or outcome is False:
+                return outcome, None
+            return False, outcome[1]  # ("runtime", message); compile errors were answered above
         key = id(ref.device)
         inp = self._inputs.get(key)
         if inp is None:
@@ -167,6 +175,13 @@ class SelectorSet:
             return bool(compiled.evaluate(inp)), None
         except cel.CELRuntimeError as exc:
             return False, str(exc)
+
+
+def _same_input(evaluator: Any, ref: DeviceRef) -> bool:
+    """Whether the allocator's evaluator hands CEL the device as `cel.device_input(driver, device)` does here: list
+    attributes unsupported (DRAListTypeAttributes off) and allowMultipleAllocations visible or absent."""
+    return (not evaluator.list_type_attributes and ref.info.raw is ref.device
+            and (evaluator.multiple_allocations_visible or not ref.device.get("allowMultipleAllocations")))
 
 
 def selector_expressions(obj_selectors: Any) -> list[str]:
@@ -245,6 +260,7 @@ class FunnelContext:
     device_taints: bool = True  # the DRADeviceTaints gate: off, the allocator ignores device taints
     # the DRAPartitionableDevices gate: off, the allocator never picks a device that consumes counters
     partitionable_devices: bool = True
+    evaluator: Any = None  # the allocator's SelectorEvaluator, whose outcomes SelectorSet.evaluate reuses
 
     def counters_for(self, pool: PoolView) -> dict[str, dict[str, int]]:
         if pool.id not in self.counters_left:
@@ -403,7 +419,7 @@ def _apply_selectors(devices: list[DeviceRef], expressions: list[str], ctx: Funn
     for ref in devices:
         ok = True
         for position, expression in enumerate(expressions):
-            matches, error = ctx.selectors.evaluate(expression, ref)
+            matches, error = ctx.selectors.evaluate(expression, ref, ctx.evaluator)
             if error:
                 label = where if index is not None else f"{where} selector #{position}"
                 reported = sum(1 for e in cel_errors if e.where == label)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Iterable
 
 from gpudra.allocator.model import quantity_nanos
@@ -69,8 +70,9 @@ class AllocatedDevices:
             state.pods[key] = pods
         return state
 
-    @property
+    @cached_property
     def allocated(self) -> set[str]:
+        """Device ids held by a claim (built once: every node's analysis asks)."""
         return set(self.holders)
 
 
@@ -123,7 +125,8 @@ def analyze_node(
                         claim_pods=lambda key: allocated.pods.get(key, []), selectors=selectors or SelectorSet(),
                         capacity_used=allocated.capacity_used, share_holders=allocated.share_holders,
                         device_taints=getattr(getattr(index, "features", None), "device_taints", True),
-                        partitionable_devices=getattr(getattr(index, "features", None), "partitionable_devices", True))
+                        partitionable_devices=getattr(getattr(index, "features", None), "partitionable_devices", True),
+                        evaluator=getattr(index, "evaluator", None))
 
     survivors_by_request: dict[tuple[str, str], list[DeviceRef]] = {}
     need_by_request: dict[tuple[str, str], int] = {}

@@ -91,7 +91,9 @@ def _evaluate_all(scheduler: Any, pod_key: str) -> tuple[dict[str, Any], dict[st
     claims_by_node: dict[str, list[dict[str, Any]]] = {}
     pending = [cluster.claims[key] for key in info.dra.to_allocate if key in cluster.claims]
     for node_name in cluster.node_names():
-        evaluation = scheduler.filter_node(info, node_name, all_reasons=True)
+        # `defer`: the DynamicResources verdicts the target's attempt just made are reused (the allocations of a
+        # node where the claims fit are not needed to explain why the pod does not)
+        evaluation = scheduler.filter_node(info, node_name, all_reasons=True, defer=scheduler.defer_allocations and not scheduler.policy.node_allocations)
         evaluations[node_name] = evaluation.result
         claims = list(pending)
         if evaluation.served:
