@@ -36,10 +36,42 @@ def _key(obj: dict[str, Any]) -> str:
 
 
 def _find(objects: list[dict[str, Any]], kind: str, key: str) -> dict[str, Any] | None:
-    for obj in objects:
+    """The object, for a candidate to change: in a `Trial` a shared object is first replaced by a copy of its own."""
+    for position, obj in enumerate(objects):
         if isinstance(obj, dict) and obj.get("kind") == kind and _key(obj) == key:
+            if isinstance(objects, Trial) and id(obj) not in objects.own:
+                obj = objects[position] = simulate.copy_object(obj)
+                objects.own.add(id(obj))
             return obj
     return None
+
+
+class Trial(list):
+    """The snapshot for one candidate, copied only where it can change: the objects a simulation writes (see
+    `_written_by_a_run`) are copies, the rest are the snapshot's own objects, shared by every trial; `_find` copies
+    what a candidate changes. Copying 2,000 pods and claims per candidate would cost more than verifying it."""
+
+    def __init__(self, base: list[dict[str, Any]], written: set[int]):
+        super().__init__(simulate.copy_object(obj) if id(obj) in written else obj for obj in base)
+        self.own = {id(obj) for obj, old in zip(self, base) if obj is not old}
+
+
+def _written_by_a_run(cluster: Any) -> set[int]:
+    """Ids of the objects of `simulate.snapshot(cluster)` that replaying the queue up to the target and attempting
+    it may write: pods that are not bound (the queue: status, nodeName) or have finished (their claims are
+    released), and every claim such a pod uses (allocation, reservedFor, finalizers). Bound pods, their claims and
+    the rest are only read (Cluster.apply finds namespaces, uids, template claims and reservations in place)."""
+    written: set[int] = set()
+    for pod in cluster.pods.values():
+        if (pod.get("spec") or {}).get("nodeName") and (pod.get("status") or {}).get("phase") not in (
+                "Succeeded", "Failed"):
+            continue
+        written.add(id(pod))
+        for claim_key in cluster.pod_claim_keys(pod):
+            claim = cluster.claims.get(claim_key)
+            if claim is not None:
+                written.add(id(claim))
+    return written
 
 
 # --------------------------------------------------------------------------------- claim sources
@@ -456,13 +488,16 @@ def _fits(objects: list[dict[str, Any]], explanation: Explanation, policy: str, 
 
 def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: str = "kube",
                limit: int = MAX_FIXES, progress: simulate.Progress | None = None,
-               features: Any = None, kubernetes_version: str | None = None) -> list[Fix]:
+               features: Any = None, kubernetes_version: str | None = None, share: bool = True) -> list[Fix]:
     """Changes that make the target fit, tried on the cluster as the target met it: pods ahead in the
-    queue keep their places, so "release claim X" frees exactly the devices X holds now."""
+    queue keep their places, so "release claim X" frees exactly the devices X holds now. `share`: trials share
+    the objects no run writes (`Trial`); False copies the whole snapshot per trial (the same answers, slower)."""
     if explanation.context is None:
         explanation.context = simulate.Run(simulate.build_cluster(simulate.working_copy(objects), features,
                                                                   kubernetes_version), None)
-    base = simulate.snapshot(explanation.context.cluster)
+    cluster = explanation.context.cluster
+    base = simulate.snapshot(cluster, copy=False)  # never written: each trial copies what it may change
+    written = _written_by_a_run(cluster)
     candidates = (_remove_scheduling_gates(explanation) + _tolerate_device_taint(explanation) + _tolerate_node_taint(explanation)
                   + _release_claims(explanation) + _reallocate_claims(explanation) + _lower_counts(explanation)
                   + _use_existing_class(explanation) + _lower_resources(explanation)
@@ -474,7 +509,7 @@ def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: 
             break
         if any(f.kind == candidate.kind for f in fixes):
             continue  # one fix of each kind: different options rather than variations of one
-        trial = simulate.working_copy(base)
+        trial = Trial(base, written) if share else simulate.working_copy(base)
         if not candidate.mutate(trial):
             continue
         tried += 1

@@ -109,9 +109,10 @@ def allocate(cluster: Any, node: dict[str, Any], claims: list[dict[str, Any]]) -
     return run(cluster.allocator(), node, claims)
 
 
-def snapshot(cluster: Any) -> list[dict[str, Any]]:
+def snapshot(cluster: Any, copy: bool = True) -> list[dict[str, Any]]:
     """The cluster as objects at this moment (pods bound, claims allocated and reserved, template claims
-    created), so a what-if starts from the state the target pod met rather than replaying the queue."""
+    created), so a what-if starts from the state the target pod met rather than replaying the queue.
+    `copy=False`: the cluster's own objects, for a caller that copies before it changes anything."""
     objects: list[dict[str, Any]] = []
     objects.extend(cluster.device_classes.values())
     objects.extend(cluster.slices)
@@ -121,7 +122,7 @@ def snapshot(cluster: Any) -> list[dict[str, Any]]:
     objects.extend(cluster.claims.values())
     objects.extend(cluster.pods.values())  # workloads are already expanded into these pods
     objects.extend(getattr(cluster, "other_objects", []))
-    return working_copy(objects)
+    return working_copy(objects) if copy else objects
 
 
 # What a simulation reads but never changes: shared between the copies (on 2,000 nodes they are nearly all of

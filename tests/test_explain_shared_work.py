@@ -1,0 +1,132 @@
+"""Work explain shares instead of repeating gives the answers of the plain path it replaces.
+
+- the device funnel takes CEL outcomes from the allocator's SelectorEvaluator (instead of evaluating again);
+- the per-node verdicts of an explanation reuse the target attempt's DynamicResources verdicts (`defer`);
+- fix candidates are verified on trials that share the snapshot's unchanged objects (`fixes.Trial`) instead of
+  a full copy each, and no trial writes the snapshot.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpudra.allocator.features import Features
+from gpudra.explain import simulate
+from gpudra.explain.analyze import explain
+from gpudra.explain.devices import SelectorSet, slice_index, visible_pools
+from gpudra.explain.fixes import find_fixes
+from test_explain_scenarios import DRIVER, PRODUCT, claim, device_class, gpu, gpu_slice, node, pod, request
+
+TAINT = {"key": "example.com/broken", "value": "yes", "effect": "NoSchedule"}
+EXPRESSIONS = (
+    f"{PRODUCT} == 'H100'",
+    f"device.attributes['{DRIVER}'].missing == 1",  # a runtime error on every device
+    f"device.attributes['{DRIVER}'].cores > 2",  # an error on devices without `cores`
+    f"device.capacity['{DRIVER}'].memory.compareTo(quantity('40Gi')) >= 0",
+    "device.allowMultipleAllocations == true",
+    f"'{DRIVER}' in device.attributes && device.attributes['{DRIVER}'].tags.exists(t, t == 'a')",
+    "device.driver ==",  # a compile error
+)
+
+
+@st.composite
+def devices(draw):
+    found = []
+    for index in range(draw(st.integers(1, 4))):
+        attributes = {}
+        if draw(st.booleans()):
+            attributes["cores"] = {"int": draw(st.integers(0, 4))}
+        if draw(st.booleans()):
+            attributes["tags"] = {"strings": draw(st.lists(st.sampled_from(["a", "b"]), max_size=2))}
+        extra = {"allowMultipleAllocations": True} if draw(st.booleans()) else {}
+        found.append(gpu(f"gpu-{index}", draw(st.sampled_from(["A100", "H100"])),
+                         draw(st.sampled_from(["40Gi", "80Gi"])), attributes=attributes, **extra))
+    return found
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(devices(), st.sampled_from(["default", "default,+ListTypeAttributes", "default,-ConsumableCapacity", "all"]),
+       st.sampled_from(["1.34", "1.36"]))
+def test_selector_outcomes_taken_from_the_allocator_are_the_funnels_own(found, gates, release):
+    from gpudra.versions import parse_version
+
+    features = Features.parse(gates, parse_version(release))
+    index = slice_index([gpu_slice("node-a", found)], features)
+    refs = [ref for pool in visible_pools(node("node-a"), index=index) for ref in pool.devices]
+    assert refs and all(ref.info is not None for ref in refs)
+    plain, shared = SelectorSet(), SelectorSet()
+    for expression in EXPRESSIONS:
+        for ref in refs:
+            assert shared.evaluate(expression, ref, index.evaluator) == plain.evaluate(expression, ref)
+
+
+# ------------------------------------------------------------------------------------ whole clusters
+
+
+@st.composite
+def clusters(draw):
+    """A few nodes (some tainted), pods already bound with their claims, pods pending ahead of the target (some
+    cannot fit), and a target that usually does not fit, so fixes of every kind are tried."""
+    objects = [device_class()]
+    names = [f"node-{i}" for i in range(draw(st.integers(1, 3)))]
+    gpus: dict[str, list[str]] = {}
+    for name in names:
+        taints = [dict(TAINT)] if draw(st.integers(0, 3)) == 0 else None
+        objects.append(node(name, cpu=draw(st.sampled_from(["2", "8"])), taints=taints))
+        found = []
+        for index in range(draw(st.integers(1, 4))):
+            extra = {"taints": [dict(TAINT)]} if draw(st.integers(0, 4)) == 0 else {}
+            found.append(gpu(f"gpu-{index}", draw(st.sampled_from(["A100", "H100"])), **extra))
+        gpus[name] = [d["name"] for d in found]
+        objects.append(gpu_slice(name, found))
+    for number, name in enumerate(names):  # bound pods holding devices
+        held = [d for d in gpus[name] if draw(st.integers(0, 2)) == 0]
+        if held:
+            objects.append(claim(f"held-{number}", [request(count=len(held))], allocated=(name, held),
+                                 reserved_for=f"bound-{number}"))
+            objects.append(pod(f"bound-{number}", {"gpu": f"held-{number}"}, node_name=name,
+                               tolerations=[{"operator": "Exists"}]))
+    for number in range(draw(st.integers(0, 3))):  # pending pods ahead of the target
+        objects.append(claim(f"ahead-{number}", [request(count=draw(st.integers(1, 5)))]))
+        objects.append(pod(f"ahead-{number}", {"gpu": f"ahead-{number}"}))
+    selectors = (f"{PRODUCT} == '{draw(st.sampled_from(['A100', 'H100']))}'",) if draw(st.booleans()) else ()
+    objects.append(claim("target", [request(count=draw(st.integers(1, 4)), selectors=selectors)]))
+    extra = {"schedulingGates": [{"name": "wait"}]} if draw(st.integers(0, 5)) == 0 else {}
+    objects.append(pod("target", {"gpu": "target"}, cpu=draw(st.sampled_from(["1", "4"])), **extra))
+    return objects
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_fixes_on_shared_trials_are_those_on_full_copies(objects):
+    explanation = explain(objects, "pod/target", fixes=False)
+    if explanation.fits or explanation.context is None:
+        return
+    cluster = explanation.context.cluster
+    before = copy.deepcopy(simulate.snapshot(cluster))
+    shared = find_fixes(objects, explanation, share=True)
+    assert simulate.snapshot(cluster) == before  # no trial wrote what the next one starts from
+    full = find_fixes(objects, explanation, share=False)
+    assert [f.to_dict() for f in shared] == [f.to_dict() for f in full]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_node_verdicts_reused_from_the_attempt_are_fresh_ones(objects):
+    """Every filter's verdict per node as the explanation keeps it (DynamicResources from the attempt's cache)
+    equals a fresh evaluation with every allocation computed."""
+    from gpudra.scheduler.scheduler import Scheduler
+
+    run = simulate.run_until(simulate.working_copy(objects), "default/target")
+    if run.evaluations is None:
+        return
+    fresh = Scheduler(run.cluster)
+    fresh.defer_allocations = False
+    info = fresh.pod_info("default/target")
+    for node_name, result in run.evaluations.items():
+        evaluation = fresh.filter_node(info, node_name, all_reasons=True)
+        assert [(r.plugin, r.message) for r in result.reasons] == \
+            [(r.plugin, r.message) for r in evaluation.result.reasons]
