@@ -89,6 +89,18 @@ def clusters(draw):
                                  reserved_for=f"bound-{number}"))
             objects.append(pod(f"bound-{number}", {"gpu": f"held-{number}"}, node_name=name,
                                tolerations=[{"operator": "Exists"}]))
+    if draw(st.booleans()):  # a pool every node sees, part of it held by a pod on the first node
+        shared = gpu_slice("unused", [gpu(f"net-{i}") for i in range(draw(st.integers(1, 3)))], pool="net",
+                           name="net-gpus", allNodes=True)
+        del shared["spec"]["nodeName"]
+        objects.append(shared)
+        held_net = [d["name"] for d in shared["spec"]["devices"] if draw(st.booleans())]
+        if held_net:
+            holder = claim("held-net", [request(count=len(held_net))], allocated=("net", held_net),
+                           reserved_for="bound-net")
+            holder["status"]["allocation"].pop("nodeSelector")
+            objects.append(holder)
+            objects.append(pod("bound-net", {"gpu": "held-net"}, node_name=names[0]))
     for number in range(draw(st.integers(0, 3))):  # pending pods ahead of the target
         objects.append(claim(f"ahead-{number}", [request(count=draw(st.integers(1, 5)))]))
         objects.append(pod(f"ahead-{number}", {"gpu": f"ahead-{number}"}))
@@ -99,7 +111,7 @@ def clusters(draw):
     return objects
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters())
 def test_fixes_on_shared_trials_are_those_on_full_copies(objects):
     explanation = explain(objects, "pod/target", fixes=False)

@@ -468,11 +468,16 @@ def _lower_resources(explanation: Explanation) -> list[Candidate]:
 
 
 def _fits(objects: list[dict[str, Any]], explanation: Explanation, policy: str, features: Any = None,
-          kubernetes_version: str | None = None) -> str | None:
+          kubernetes_version: str | None = None, released: dict[str, Any] | None = None) -> str | None:
+    """The node the target would go to with the candidate's change, or None. `released`: the change of a
+    release-claim candidate, for `_release_cannot_help` to answer without attempting the pod on every node."""
     if explanation.kind == "Pod":
+        pod_key = f"{explanation.namespace}/{explanation.name}"
         try:
-            run = simulate.run_until(objects, f"{explanation.namespace}/{explanation.name}", policy,
-                                     features=features, kubernetes_version=kubernetes_version, evaluate=False)
+            cluster = simulate.build_cluster(objects, features, kubernetes_version)
+            if released is not None and _release_cannot_help(cluster, explanation, released, policy):
+                return None
+            run = simulate.run_on(cluster, pod_key, policy, evaluate=False)
         except (ValueError, KeyError):  # a candidate can produce input the scheduler rejects: not a fix
             return None
         return run.bound_node if run.pod is not None and not run.was_bound else None
@@ -486,12 +491,45 @@ def _fits(objects: list[dict[str, Any]], explanation: Explanation, policy: str, 
     return None
 
 
+def _release_cannot_help(cluster: Any, explanation: Explanation, released: dict[str, Any], policy: str) -> bool:
+    """True when releasing a claim (and deleting its pods) provably leaves the target unschedulable, judged on the
+    nodes it changes alone: those that see a pool of the claim's devices and those its pods ran on. Every other
+    node's verdict depends on nothing that changed (the scheduler's per-node epochs rest on the same fact), and in
+    the explanation no node fit. Only when the trial attempts the target next (no pending pod ahead is retried
+    first) and nothing else can change the outcome: no timed-out or failed search, none of the target's claims
+    released or already allocated (PostFilter could deallocate it and try again). False: attempt it in full."""
+    from gpudra.allocator import TIMED_OUT
+    from gpudra.scheduler.scheduler import Scheduler
+
+    run = explanation.context
+    if run is None or run.pod is None or run.evaluations is None or run.result is None or run.result.error:
+        return False
+    if any(result.fits or any(r.message == TIMED_OUT for r in result.reasons) for result in run.evaluations.values()):
+        return False
+    pod_key = f"{explanation.namespace}/{explanation.name}"
+    if released.get("claim") in run.cluster.pod_claim_keys(run.pod) or cluster.pending_pods()[:1] != [pod_key]:
+        return False
+    scheduler = Scheduler(cluster, policy=policy)
+    info = scheduler.pod_info(pod_key)
+    if info.reasons or info.dra.allocated or (info.pod.get("spec") or {}).get("schedulingGates"):
+        return False
+    changed = {((run.cluster.pods.get(key) or {}).get("spec") or {}).get("nodeName") for key in released.get("pods", [])}
+    claim = run.cluster.claims.get(released.get("claim", "")) or {}
+    pool_nodes = run.cluster.pool_nodes()
+    for result in (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []:
+        changed.update(pool_nodes.get((result.get("driver", ""), result.get("pool", "")), ()))
+    return not any(scheduler.filter_node(info, node, defer=True).result.fits
+                   for node in sorted(n for n in changed if n in cluster.nodes))
+
+
 def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: str = "kube",
                limit: int = MAX_FIXES, progress: simulate.Progress | None = None,
                features: Any = None, kubernetes_version: str | None = None, share: bool = True) -> list[Fix]:
     """Changes that make the target fit, tried on the cluster as the target met it: pods ahead in the
     queue keep their places, so "release claim X" frees exactly the devices X holds now. `share`: trials share
-    the objects no run writes (`Trial`); False copies the whole snapshot per trial (the same answers, slower)."""
+    the objects no run writes (`Trial`) and a release is judged on the nodes it changes first
+    (`_release_cannot_help`); False copies the whole snapshot and attempts the pod in full per trial (the same
+    answers, slower)."""
     if explanation.context is None:
         explanation.context = simulate.Run(simulate.build_cluster(simulate.working_copy(objects), features,
                                                                   kubernetes_version), None)
@@ -515,7 +553,8 @@ def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: 
         tried += 1
         if progress is not None:
             progress("verifying fixes", tried, min(MAX_CANDIDATES, len(candidates)))
-        node = _fits(trial, explanation, policy, features, kubernetes_version)
+        released = candidate.change if share and candidate.kind == "release-claim" else None
+        node = _fits(trial, explanation, policy, features, kubernetes_version, released)
         if node is None:
             continue
         fixes.append(Fix(candidate.kind, candidate.describe(node), [node], candidate.change))

@@ -48,7 +48,12 @@ def run_until(objects: list[dict[str, Any]], pod_key: str, policy: str = "kube",
     where it would go. The attempt's per-node verdicts are kept for the explanation (`evaluate`; checking
     whether a fix makes the pod fit needs only the attempt).
     """
-    cluster = build_cluster(objects, features, kubernetes_version)
+    return run_on(build_cluster(objects, features, kubernetes_version), pod_key, policy, progress, evaluate)
+
+
+def run_on(cluster: Any, pod_key: str, policy: str = "kube", progress: Progress | None = None,
+           evaluate: bool = True) -> Run:
+    """`run_until` on a cluster already built (nothing scheduled on it yet)."""
     pod = cluster.pods.get(pod_key)
     if pod is None:
         return Run(cluster, None)
