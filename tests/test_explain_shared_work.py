@@ -142,3 +142,19 @@ def test_node_verdicts_reused_from_the_attempt_are_fresh_ones(objects):
         evaluation = fresh.filter_node(info, node_name, all_reasons=True)
         assert [(r.plugin, r.message) for r in result.reasons] == \
             [(r.plugin, r.message) for r in evaluation.result.reasons]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_claim_explanations_from_shared_searches_are_those_of_one_search_per_node(objects):
+    """`explain claim/X` asks Allocator.fits per node (nodes in one device state share a search) and searches the
+    devices only on the first node that fits: the same explanation, fixes included, as a full search per node."""
+    import pytest
+
+    from gpudra.explain.render import to_json
+
+    shared = to_json(explain(objects, "claim/target"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(simulate, "fits", simulate.allocate)
+        plain = to_json(explain(objects, "claim/target"))
+    assert shared == plain

@@ -341,11 +341,11 @@ def explain_claim(objects: list[dict[str, Any]], namespace: str, name: str, feat
     first_fit = None
     for node_name in cluster.node_names():
         node = cluster.nodes[node_name]
-        outcome = simulate.allocate(cluster, node, [claim])
+        outcome = simulate.fits(cluster, node, [claim])
         entry = NodeExplanation(node_name, fits=outcome.outcome == "allocated")
         if entry.fits:
-            if first_fit is None:
-                first_fit = (node_name, outcome.allocations)
+            if first_fit is None:  # the devices of the first node that fits are shown: search them there
+                first_fit = (node_name, simulate.allocate(cluster, node, [claim]).allocations)
         else:
             analysis = analyze_node(node, [claim], cluster.slices, cluster.device_classes, allocated, selectors,
                                     allocator_error=outcome.error if outcome.outcome == "error" else None,

@@ -486,7 +486,7 @@ def _fits(objects: list[dict[str, Any]], explanation: Explanation, policy: str, 
     if claim is None:
         return None
     for node_name in cluster.node_names():
-        if simulate.allocate(cluster, cluster.nodes[node_name], [claim]).outcome == "allocated":
+        if simulate.fits(cluster, cluster.nodes[node_name], [claim]).outcome == "allocated":
             return node_name
     return None
 

@@ -114,6 +114,14 @@ def allocate(cluster: Any, node: dict[str, Any], claims: list[dict[str, Any]]) -
     return run(cluster.allocator(), node, claims)
 
 
+def fits(cluster: Any, node: dict[str, Any], claims: list[dict[str, Any]]) -> Any:
+    """`allocate`'s verdict where the allocations themselves are not needed: nodes in the same device state share
+    one search, and "allocated" may come without allocations (Allocator.fits)."""
+    from gpudra.scheduler.allocation import fits as run
+
+    return run(cluster.allocator(), node, claims)
+
+
 def snapshot(cluster: Any, copy: bool = True) -> list[dict[str, Any]]:
     """The cluster as objects at this moment (pods bound, claims allocated and reserved, template claims
     created), so a what-if starts from the state the target pod met rather than replaying the queue.
