@@ -225,6 +225,16 @@ def test_a_closed_pipe_after_validate_is_quiet() -> None:
     assert result.stderr == ""
 
 
+def test_a_closed_stdout_is_a_message_not_an_internal_error() -> None:
+    """`gpudra validate … >&-` (cron, a daemon without stdout) printed an AttributeError traceback."""
+    result = subprocess.run(f"{sys.executable} -m gpudra validate -f examples/article-fixed >&-", shell=True,
+                            executable="/bin/bash", cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: standard output is closed"), result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_an_api_server_that_never_answers_ends_in_a_timeout_not_a_hang(tmp_path) -> None:
     """Accepts the connection, reads the request, never answers: --request-timeout ends the wait."""
     listener = socket.socket()

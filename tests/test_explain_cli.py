@@ -144,3 +144,17 @@ def test_a_pod_that_fits_names_its_node_and_the_feasible_nodes():
     first = result.output.splitlines()[0]
     # four H100s on one NVLink mesh: only the two H100 nodes can serve the claim
     assert first == "pod default/trainer fits: would be scheduled to node h100-node-1 (best of 2 feasible nodes scored)"
+
+
+def test_no_nodes_in_the_input_says_so_instead_of_no_single_change(tmp_path):
+    """With only a claim and its class given, explain said "No single change that was tried … makes it fit"."""
+    manifest = tmp_path / "claim.yaml"
+    manifest.write_text(yaml.safe_dump_all([
+        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu"},
+         "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}},
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c", "namespace": "default"},
+         "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu"}}]}}}]))
+    result = run("-f", str(manifest), "claim/c")
+    assert result.exit_code == 1, result.output
+    assert "There are no nodes to place it on" in result.output
+    assert "No single change" not in result.output

@@ -147,4 +147,8 @@ def _show_usage_error(exc: click.UsageError) -> None:
 
 
 def main() -> None:
+    if sys.stdout is None:  # started with stdout closed (`>&-`): Python leaves no stream to print the answer on
+        print("error: standard output is closed: nothing could be printed (redirect it to /dev/null to discard "
+              "the output)", file=sys.stderr)
+        sys.exit(USAGE)
     cli.main(prog_name=_prog_name())

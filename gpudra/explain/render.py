@@ -70,6 +70,10 @@ def to_text(explanation: Explanation, node: str | None = None, max_sections: int
         lines.append("What would make it fit:")
         for fix in explanation.fixes:
             lines.append(f"  - {fix.message}")
+    elif not explanation.fits and not explanation.nodes:
+        lines.append("")
+        lines.append("There are no nodes to place it on: give the cluster's Nodes and ResourceSlices with it "
+                     "(-f CLUSTER_DIR) or ask a live cluster (--kubeconfig/--context).")
     elif not explanation.fits:
         lines.append("")
         lines.append("No single change that was tried (releasing one claim, tolerating a taint, lowering a count,"
