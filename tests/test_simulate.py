@@ -316,7 +316,7 @@ def test_cli_json_has_the_fields_and_usage_errors_exit_2(tmp_path):
         assert bad.returncode == 2 and bad.stderr.startswith("error: ") and message in bad.stderr, bad.stderr
 
 
-@pytest.mark.parametrize("tune", ["inf", "nan", "-1"])
+@pytest.mark.parametrize("tune", ["inf", "nan", "-1", "1e308"])
 def test_a_tune_that_never_ends_or_is_negative_is_a_usage_error(tmp_path, tune):
     (tmp_path / "nodes.csv").write_text(NODES_CSV)
     (tmp_path / "pods.csv").write_text(PODS_CSV)

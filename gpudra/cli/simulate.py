@@ -41,7 +41,7 @@ def _split(values: tuple[str, ...]) -> list[str]:
               help="dra: claims on shareable GPUs; device-plugin: count-only nvidia.com/gpu, a whole GPU per task.")
 @click.option("--tune", type=float, default=DEFAULT_TUNE, show_default=True,
               help="Workload tuning: sample tasks until arrived GPU demand reaches this × capacity "
-                   "(0: every task once).")
+                   "(0: every task once; at most 10).")
 @click.option("--method", type=click.Choice(METHODS), default="tune", show_default=True,
               help="tune: the paper's method; events: creation/deletion times of the trace.")
 @click.option("-j", "--jobs", type=click.IntRange(1, None), default=None,
