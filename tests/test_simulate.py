@@ -91,6 +91,14 @@ def test_a_task_list_without_tasks_or_with_a_name_twice_is_a_trace_error():
         read_tasks(io.StringIO(f"{TASKS_HEADER}a,1000,1024,1,500\na,1000,1024,1,500\n"), "pods")
 
 
+def test_a_spreadsheet_export_with_a_byte_order_mark_and_crlf_reads_like_plain_csv(tmp_path):
+    nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    nodes.write_bytes(b"\xef\xbb\xbf" + NODES_CSV.replace("\n", "\r\n").encode())  # Excel's "CSV UTF-8"
+    pods.write_bytes(b"\xef\xbb\xbf" + PODS_CSV.replace("\n", "\r\n").encode())
+    trace = load_trace(str(nodes), str(pods))
+    assert trace.nodes == read_nodes(io.StringIO(NODES_CSV)) and trace.tasks == read_tasks(io.StringIO(PODS_CSV))
+
+
 def test_unreadable_trace_files_are_trace_errors_in_the_loaders_words(tmp_path):
     nodes = tmp_path / "nodes.csv"
     nodes.write_text(NODES_CSV)
