@@ -365,3 +365,8 @@ def test_an_unallocatable_claim_points_at_explain_for_the_reason(tmp_path):
         assert "`gpudra explain claim/huge -n team` (same -f) says why" in result.stderr, result.stderr
     fits = invoke(["-f", cluster, "-f", str(ROOT / "examples" / "workloads" / "claims.yaml"), "--mode", "each"])
     assert fits.exit_code == 0 and "gpudra explain" not in fits.stderr
+    # no nodes at all: neither "do not fit together on any node" nor a hint at explain, which has none to try
+    alone = invoke(["-f", str(too_big)])
+    assert alone.exit_code == 1 and "no nodes to try" in alone.stderr
+    assert "team/huge: unallocatable: no nodes to try" in alone.stderr, alone.stderr
+    assert "together" not in alone.stderr and "gpudra explain" not in alone.stderr

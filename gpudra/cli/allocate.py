@@ -28,6 +28,7 @@ from gpudra.cli.output import output_option, render_table
 from gpudra.cli.progress import progress
 
 MODES = ("together", "each", "sequential")
+NO_NODES = "no nodes to try"
 INPUT_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "Node", "DeviceTaintRule")
 
 _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -145,6 +146,7 @@ def allocated_claims_view(
                 errors.setdefault(key, f"{result.get('node', '')}: {result.get('error', 'error')}")
     items: list[dict[str, Any]] = []
     notes: list[str] = []
+    no_nodes = not report.get("results") and not report.get("nodesTried")
     for claim in claims:
         key = claim_key(claim)
         item = copy.deepcopy(claim)
@@ -160,6 +162,8 @@ def allocated_claims_view(
             notes.append(f"{key}: allocated on {where}{extra}")
         elif key in errors:
             notes.append(f"{key}: error: {errors[key]}")
+        elif no_nodes:
+            notes.append(f"{key}: unallocatable: {NO_NODES}")
         elif mode == "together" and len(claims) > 1:
             notes.append(f"{key}: unallocatable: the claims do not fit together on any node (try --mode each)")
         else:
@@ -258,8 +262,7 @@ def run_allocate(
     if not pending:
         warn("note: no pending ResourceClaims in the input: nothing to allocate")
     elif not report.get("results") and not report.get("nodesTried"):
-        warn("note: no nodes to try: the input has no Node objects and no ResourceSlice names a node; "
-             "pass --node NAME")
+        warn(f"note: {NO_NODES}: the input has no Node objects and no ResourceSlice names a node; pass --node NAME")
     chosen = chosen_allocations(report, mode)
     all_fit = all(claim_key(claim) in chosen for claim in pending)
     if brief:
@@ -269,8 +272,11 @@ def run_allocate(
     return view, messages, all_fit
 
 
-def _explain_hint(view: dict[str, Any], source: str) -> None:
-    """The allocator says only "unallocatable"; `explain` says which request, selector or device is short."""
+def _explain_hint(view: dict[str, Any], source: str, messages: list[str]) -> None:
+    """The allocator says only "unallocatable"; `explain` says which request, selector or device is short
+    (when there are nodes to explain it on)."""
+    if any(message.endswith(NO_NODES) for message in messages):
+        return
     for claim in view.get("items") or []:
         if not (claim.get("status") or {}).get("allocation"):
             namespace, _, name = claim_key(claim).rpartition("/")
@@ -386,7 +392,7 @@ def command(
     for message in messages:
         click.echo(message, err=True)
     if not all_fit and not brief:
-        _explain_hint(data, "-f" if files else "cluster")
+        _explain_hint(data, "-f" if files else "cluster", messages)
     if output in ("table", "wide"):
         text = report_table(data, output == "wide") if brief else claims_table(data, messages, output == "wide")
         click.echo(text, nl=False)
