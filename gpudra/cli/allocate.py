@@ -29,6 +29,7 @@ from gpudra.cli.progress import progress
 
 MODES = ("together", "each", "sequential")
 NO_NODES = "no nodes to try"
+UNALLOCATABLE = "unallocatable on every node"
 INPUT_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "Node", "DeviceTaintRule")
 
 _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -167,7 +168,7 @@ def allocated_claims_view(
         elif mode == "together" and len(claims) > 1:
             notes.append(f"{key}: unallocatable: the claims do not fit together on any node (try --mode each)")
         else:
-            notes.append(f"{key}: unallocatable on every node")
+            notes.append(f"{key}: {UNALLOCATABLE}")
         items.append(item)
     return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}, notes
 
@@ -273,12 +274,10 @@ def run_allocate(
 
 
 def _explain_hint(view: dict[str, Any], source: str, messages: list[str]) -> None:
-    """The allocator says only "unallocatable"; `explain` says which request, selector or device is short
-    (when there are nodes to explain it on)."""
-    if any(message.endswith(NO_NODES) for message in messages):
-        return
+    """The allocator says only "unallocatable on every node"; `explain` says which request, selector or device
+    is short. (Not for claims that only fail together, or when there is no node: explain would not help.)"""
     for claim in view.get("items") or []:
-        if not (claim.get("status") or {}).get("allocation"):
+        if f"{claim_key(claim)}: {UNALLOCATABLE}" in messages:
             namespace, _, name = claim_key(claim).rpartition("/")
             click.echo(f"hint: `gpudra explain claim/{name} -n {namespace or 'default'}` (same {source}) says why",
                        err=True)
