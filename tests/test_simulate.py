@@ -379,6 +379,21 @@ def test_simulate_takes_every_output_format_of_the_cli_contract(tmp_path):
     assert float(cells["SCHEDULED"]) == sum(r["scheduled"] for r in as_json) / 2
 
 
+def test_the_events_method_writes_its_series_over_time_and_plots_them(tmp_path):
+    import csv as csv_module
+
+    results = [run_experiment(small_trace(), policy, seed=1, method="events") for policy in ("fgd", "bestfit")]
+    written = {path.rsplit("/", 1)[1] for path in write_outputs(results, str(tmp_path))}
+    assert "small-over-time.png" in written and "events.csv" in written
+    rows = list(csv_module.DictReader(open(tmp_path / "events.csv", encoding="utf-8")))
+    assert len(rows) == sum(len(r["series"]["time_s"]) for r in results)
+    first = results[0]["series"]
+    mine = [row for row in rows if row["policy"] == "fgd"]
+    assert [int(row["time_s"]) for row in mine] == first["time_s"]
+    assert [float(row["allocation_ratio"]) for row in mine] == first["allocation_ratio"]
+    assert 'data-plot="small-over-time.png"' in (tmp_path / "report.html").read_text()
+
+
 def test_html_report_shows_every_plot_in_headless_chromium(tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
