@@ -394,6 +394,14 @@ def test_the_events_method_writes_its_series_over_time_and_plots_them(tmp_path):
     assert 'data-plot="small-over-time.png"' in (tmp_path / "report.html").read_text()
 
 
+def test_tune_with_the_events_method_is_a_usage_error(tmp_path):
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    done = _cli("--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"), "--method", "events",
+                "--tune", "2")  # events replay the trace's own times: a tune would be ignored without a word
+    assert done.returncode == 2 and done.stderr.startswith("error: --tune applies to --method tune"), done.stderr
+
+
 def test_html_report_shows_every_plot_in_headless_chromium(tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:

@@ -83,6 +83,9 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
         check_tune(tune)
     except SimulationError as exc:
         raise UsageError(f"--{exc}") from None  # "--tune: must be …"
+    given = click.get_current_context().get_parameter_source("tune") is not click.core.ParameterSource.DEFAULT
+    if method == "events" and given:
+        raise UsageError("--tune applies to --method tune; --method events replays the trace's own times")
     if (nodes_csv is None) != (pods_csv is None):
         raise UsageError("--nodes and --pods go together")
     if "-" in (nodes_csv, pods_csv):  # every experiment (and worker) reads the files itself
