@@ -402,6 +402,16 @@ def test_tune_with_the_events_method_is_a_usage_error(tmp_path):
     assert done.returncode == 2 and done.stderr.startswith("error: --tune applies to --method tune"), done.stderr
 
 
+def test_a_policy_named_twice_runs_once(tmp_path):
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    done = _cli("--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"),
+                "--policies", "fgd,bestfit", "--policy", "fgd", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    # twice would be two identical experiments, summarised as two "seeds" with a standard deviation of 0
+    assert [json.loads(line)["policy"] for line in done.stdout.splitlines()] == ["fgd", "bestfit"]
+
+
 def test_html_report_shows_every_plot_in_headless_chromium(tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:

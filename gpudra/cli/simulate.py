@@ -15,7 +15,8 @@ from gpudra.simulate.trace import BUNDLED_TRACES, DEFAULT_TRACE
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
-    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+    """Comma-separated or repeated values, each once (a policy named twice is not a second seed)."""
+    return list(dict.fromkeys(item.strip() for value in values for item in value.split(",") if item.strip()))
 
 
 @click.command("simulate", short_help="Replay a GPU cluster trace (openb, bundled) through the scheduler.")
