@@ -365,3 +365,11 @@ def test_an_unallocatable_claim_points_at_explain_for_the_reason(tmp_path):
         assert "`gpudra explain claim/huge -n team` (same -f) says why" in result.stderr, result.stderr
     fits = invoke(["-f", cluster, "-f", str(ROOT / "examples" / "workloads" / "claims.yaml"), "--mode", "each"])
     assert fits.exit_code == 0 and "gpudra explain" not in fits.stderr
+    # claims that fit alone but not together: explain (one claim) would say "fits"; the note says --mode each
+    together = invoke(["-f", cluster, "-f", str(ROOT / "examples" / "workloads" / "claims.yaml")])
+    assert together.exit_code == 1 and "try --mode each" in together.stderr and "gpudra explain" not in together.stderr
+    # no nodes at all: neither "do not fit together on any node" nor a hint at explain, which has none to try
+    alone = invoke(["-f", str(too_big)])
+    assert alone.exit_code == 1 and "no nodes to try" in alone.stderr
+    assert "team/huge: unallocatable: no nodes to try" in alone.stderr, alone.stderr
+    assert "together" not in alone.stderr and "gpudra explain" not in alone.stderr

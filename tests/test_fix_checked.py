@@ -172,3 +172,13 @@ def test_same_mesh_becomes_match_attribute_without_a_cluster_too():
     assert "nvlinkDomain" not in selector["cel"]["expression"]
     assert "NVIDIA-H100-80GB-HBM3" in selector["cel"]["expression"]
     assert any("productName" in line for line in result.cautions)
+
+
+def test_a_claim_that_needed_no_repair_is_not_called_repaired(tmp_path):
+    fixed = gpudra("validate", "-f", "examples/article", "-f", "examples/cluster", "--fix")
+    path = tmp_path / "fixed.yaml"
+    path.write_text(fixed.stdout)
+    again = gpudra("validate", "-f", str(path), "--fix")  # already repaired: nothing left to change
+    assert again.returncode == 0, again.stderr
+    assert "0 repair(s)" in again.stderr and "repaired" not in again.stderr.replace("0 repair(s)", "")
+    assert "default/gpu-claim: allocatable on h100-node-1" in again.stderr

@@ -14,7 +14,7 @@ from gpudra.catalog import gpu_model
 from gpudra.mig.config import validate_config
 from gpudra.mig.dynamic import resolve_mig_device
 from gpudra.mig.placement import find_placement
-from gpudra.mig.planner import FULL_GPU, PlanError, demands_from_objects, plan
+from gpudra.mig.planner import FULL_GPU, PlanError, demands_from_objects, plan, render_plan
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "mig")
 
@@ -73,6 +73,8 @@ def test_plan_reports_what_cannot_be_served():
     assert result.static_usage.served == 0 and result.static_usage.unserved == ["ns/big/r"] * 3
     assert result.dynamic_usage.served == 0
     assert all(not gpu.assigned for gpu in result.static)
+    # the report names each unserved request once, with its count
+    assert "  unserved: ns/big/r ×3" in render_plan(result).splitlines()
 
 
 def test_plan_prefers_serving_more_claims_over_packing_big_ones_first():

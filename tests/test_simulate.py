@@ -91,6 +91,14 @@ def test_a_task_list_without_tasks_or_with_a_name_twice_is_a_trace_error():
         read_tasks(io.StringIO(f"{TASKS_HEADER}a,1000,1024,1,500\na,1000,1024,1,500\n"), "pods")
 
 
+def test_a_spreadsheet_export_with_a_byte_order_mark_and_crlf_reads_like_plain_csv(tmp_path):
+    nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    nodes.write_bytes(b"\xef\xbb\xbf" + NODES_CSV.replace("\n", "\r\n").encode())  # Excel's "CSV UTF-8"
+    pods.write_bytes(b"\xef\xbb\xbf" + PODS_CSV.replace("\n", "\r\n").encode())
+    trace = load_trace(str(nodes), str(pods))
+    assert trace.nodes == read_nodes(io.StringIO(NODES_CSV)) and trace.tasks == read_tasks(io.StringIO(PODS_CSV))
+
+
 def test_unreadable_trace_files_are_trace_errors_in_the_loaders_words(tmp_path):
     nodes = tmp_path / "nodes.csv"
     nodes.write_text(NODES_CSV)
@@ -316,7 +324,7 @@ def test_cli_json_has_the_fields_and_usage_errors_exit_2(tmp_path):
         assert bad.returncode == 2 and bad.stderr.startswith("error: ") and message in bad.stderr, bad.stderr
 
 
-@pytest.mark.parametrize("tune", ["inf", "nan", "-1"])
+@pytest.mark.parametrize("tune", ["inf", "nan", "-1", "1e308"])
 def test_a_tune_that_never_ends_or_is_negative_is_a_usage_error(tmp_path, tune):
     (tmp_path / "nodes.csv").write_text(NODES_CSV)
     (tmp_path / "pods.csv").write_text(PODS_CSV)
@@ -369,6 +377,39 @@ def test_simulate_takes_every_output_format_of_the_cli_contract(tmp_path):
     cells = dict(zip(wide[0].split(), wide[1].split()))
     assert float(cells["TASKS"]) == sum(r["tasks"] for r in as_json) / 2
     assert float(cells["SCHEDULED"]) == sum(r["scheduled"] for r in as_json) / 2
+
+
+def test_the_events_method_writes_its_series_over_time_and_plots_them(tmp_path):
+    import csv as csv_module
+
+    results = [run_experiment(small_trace(), policy, seed=1, method="events") for policy in ("fgd", "bestfit")]
+    written = {path.rsplit("/", 1)[1] for path in write_outputs(results, str(tmp_path))}
+    assert "small-over-time.png" in written and "events.csv" in written
+    rows = list(csv_module.DictReader(open(tmp_path / "events.csv", encoding="utf-8")))
+    assert len(rows) == sum(len(r["series"]["time_s"]) for r in results)
+    first = results[0]["series"]
+    mine = [row for row in rows if row["policy"] == "fgd"]
+    assert [int(row["time_s"]) for row in mine] == first["time_s"]
+    assert [float(row["allocation_ratio"]) for row in mine] == first["allocation_ratio"]
+    assert 'data-plot="small-over-time.png"' in (tmp_path / "report.html").read_text()
+
+
+def test_tune_with_the_events_method_is_a_usage_error(tmp_path):
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    done = _cli("--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"), "--method", "events",
+                "--tune", "2")  # events replay the trace's own times: a tune would be ignored without a word
+    assert done.returncode == 2 and done.stderr.startswith("error: --tune applies to --method tune"), done.stderr
+
+
+def test_a_policy_named_twice_runs_once(tmp_path):
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    done = _cli("--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"),
+                "--policies", "fgd,bestfit", "--policy", "fgd", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    # twice would be two identical experiments, summarised as two "seeds" with a standard deviation of 0
+    assert [json.loads(line)["policy"] for line in done.stdout.splitlines()] == ["fgd", "bestfit"]
 
 
 def test_html_report_shows_every_plot_in_headless_chromium(tmp_path):

@@ -28,6 +28,8 @@ from gpudra.cli.output import output_option, render_table
 from gpudra.cli.progress import progress
 
 MODES = ("together", "each", "sequential")
+NO_NODES = "no nodes to try"
+UNALLOCATABLE = "unallocatable on every node"
 INPUT_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "Node", "DeviceTaintRule")
 
 _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -145,6 +147,7 @@ def allocated_claims_view(
                 errors.setdefault(key, f"{result.get('node', '')}: {result.get('error', 'error')}")
     items: list[dict[str, Any]] = []
     notes: list[str] = []
+    no_nodes = not report.get("results") and not report.get("nodesTried")
     for claim in claims:
         key = claim_key(claim)
         item = copy.deepcopy(claim)
@@ -160,10 +163,12 @@ def allocated_claims_view(
             notes.append(f"{key}: allocated on {where}{extra}")
         elif key in errors:
             notes.append(f"{key}: error: {errors[key]}")
+        elif no_nodes:
+            notes.append(f"{key}: unallocatable: {NO_NODES}")
         elif mode == "together" and len(claims) > 1:
             notes.append(f"{key}: unallocatable: the claims do not fit together on any node (try --mode each)")
         else:
-            notes.append(f"{key}: unallocatable on every node")
+            notes.append(f"{key}: {UNALLOCATABLE}")
         items.append(item)
     return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}, notes
 
@@ -258,8 +263,7 @@ def run_allocate(
     if not pending:
         warn("note: no pending ResourceClaims in the input: nothing to allocate")
     elif not report.get("results") and not report.get("nodesTried"):
-        warn("note: no nodes to try: the input has no Node objects and no ResourceSlice names a node; "
-             "pass --node NAME")
+        warn(f"note: {NO_NODES}: the input has no Node objects and no ResourceSlice names a node; pass --node NAME")
     chosen = chosen_allocations(report, mode)
     all_fit = all(claim_key(claim) in chosen for claim in pending)
     if brief:
@@ -269,10 +273,11 @@ def run_allocate(
     return view, messages, all_fit
 
 
-def _explain_hint(view: dict[str, Any], source: str) -> None:
-    """The allocator says only "unallocatable"; `explain` says which request, selector or device is short."""
+def _explain_hint(view: dict[str, Any], source: str, messages: list[str]) -> None:
+    """The allocator says only "unallocatable on every node"; `explain` says which request, selector or device
+    is short. (Not for claims that only fail together, or when there is no node: explain would not help.)"""
     for claim in view.get("items") or []:
-        if not (claim.get("status") or {}).get("allocation"):
+        if f"{claim_key(claim)}: {UNALLOCATABLE}" in messages:
             namespace, _, name = claim_key(claim).rpartition("/")
             click.echo(f"hint: `gpudra explain claim/{name} -n {namespace or 'default'}` (same {source}) says why",
                        err=True)
@@ -386,7 +391,7 @@ def command(
     for message in messages:
         click.echo(message, err=True)
     if not all_fit and not brief:
-        _explain_hint(data, "-f" if files else "cluster")
+        _explain_hint(data, "-f" if files else "cluster", messages)
     if output in ("table", "wide"):
         text = report_table(data, output == "wide") if brief else claims_table(data, messages, output == "wide")
         click.echo(text, nl=False)

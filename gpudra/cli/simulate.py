@@ -15,7 +15,8 @@ from gpudra.simulate.trace import BUNDLED_TRACES, DEFAULT_TRACE
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
-    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+    """Comma-separated or repeated values, each once (a policy named twice is not a second seed)."""
+    return list(dict.fromkeys(item.strip() for value in values for item in value.split(",") if item.strip()))
 
 
 @click.command("simulate", short_help="Replay a GPU cluster trace (openb, bundled) through the scheduler.")
@@ -41,7 +42,7 @@ def _split(values: tuple[str, ...]) -> list[str]:
               help="dra: claims on shareable GPUs; device-plugin: count-only nvidia.com/gpu, a whole GPU per task.")
 @click.option("--tune", type=float, default=DEFAULT_TUNE, show_default=True,
               help="Workload tuning: sample tasks until arrived GPU demand reaches this × capacity "
-                   "(0: every task once).")
+                   "(0: every task once; at most 10).")
 @click.option("--method", type=click.Choice(METHODS), default="tune", show_default=True,
               help="tune: the paper's method; events: creation/deletion times of the trace.")
 @click.option("-j", "--jobs", type=click.IntRange(1, None), default=None,
@@ -83,6 +84,9 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
         check_tune(tune)
     except SimulationError as exc:
         raise UsageError(f"--{exc}") from None  # "--tune: must be …"
+    given = click.get_current_context().get_parameter_source("tune") is not click.core.ParameterSource.DEFAULT
+    if method == "events" and given:
+        raise UsageError("--tune applies to --method tune; --method events replays the trace's own times")
     if (nodes_csv is None) != (pods_csv is None):
         raise UsageError("--nodes and --pods go together")
     if "-" in (nodes_csv, pods_csv):  # every experiment (and worker) reads the files itself

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
@@ -109,6 +110,7 @@ def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None,
     cluster = cluster or []  # a live cluster's objects, when they are read
     from gpudra.api.fix import fix_documents
 
+    before = _claim_specs(d.obj for d in documents)  # fix_documents may change the objects in place
     result = fix_documents(documents, [o for o in cluster if o.get("kind") == "ResourceSlice"])
     objects = [d.obj for d in result.documents]
     sys.stdout.write(dump_json(objects) if output == "json" else dump_yaml(objects))
@@ -134,9 +136,23 @@ def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None,
         from gpudra.explain.repairs import check_allocatable
 
         verdicts = check_allocatable(objects, cluster)
+    after = _claim_specs(objects)
     for claim, node, what in verdicts:
+        repaired = before.get(claim) != after.get(claim)
         if node:
-            click.echo(f"{claim}: repaired and allocatable on {node}", err=True)
+            click.echo(f"{claim}: {'repaired and ' if repaired else ''}allocatable on {node}", err=True)
         else:
-            click.echo(f"{claim}: repaired, but still unallocatable: {what}", err=True)
+            click.echo(f"{claim}: {'repaired, but still ' if repaired else ''}unallocatable: {what}", err=True)
     return NEGATIVE if any(not node for _, node, _ in verdicts) else OK
+
+
+def _claim_specs(objects) -> dict[str, str]:
+    """namespace/name -> the claim's spec as text, to tell the claims a repair changed from the others."""
+    specs: dict[str, str] = {}
+    for obj in objects:
+        if isinstance(obj, dict) and obj.get("kind") == "ResourceClaim":
+            meta = obj.get("metadata")
+            meta = meta if isinstance(meta, dict) else {}
+            key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+            specs[key] = json.dumps(obj.get("spec"), sort_keys=True, default=str)
+    return specs

@@ -439,6 +439,7 @@ def _usage_lines(model: GpuModel, gpu_count: int, usage: Usage) -> list[str]:
              f"memory slices {usage.memory_slices_used}/{total_mem}, compute slices "
              f"{usage.compute_slices_used}/{total_compute}; stranded: {usage.memory_slices_stranded} memory, "
              f"{usage.compute_slices_stranded} compute slices"]
-    if usage.unserved:
-        lines.append(f"  unserved: {', '.join(usage.unserved)}")
+    if usage.unserved:  # one entry per request, with its count: a claim for 20 devices is not 20 names
+        counts = Counter(usage.unserved)
+        lines.append("  unserved: " + ", ".join(name if n == 1 else f"{name} ×{n}" for name, n in counts.items()))
     return lines

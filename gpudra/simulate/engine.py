@@ -13,7 +13,6 @@ not retried); the series is recorded against time.
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import dataclass
@@ -37,10 +36,13 @@ class SimulationError(ValueError):
     pass
 
 
+MAX_TUNE = 10.0  # ten times the capacity: every GPU is long taken; 1e308 would sample tasks until memory runs out
+
+
 def check_tune(tune: float) -> None:
-    """SimulationError unless `tune` ends: an infinite (or NaN) target would sample tasks for ever."""
-    if not math.isfinite(tune) or tune < 0:
-        raise SimulationError(f"tune: must be a finite number >= 0 (0: every task of the trace once, in random "
+    """SimulationError unless `tune` ends: an infinite, NaN or huge target would sample tasks for ever."""
+    if not (0 <= tune <= MAX_TUNE):  # also false for NaN
+        raise SimulationError(f"tune: must be from 0 to {MAX_TUNE:g} (0: every task of the trace once, in random "
                               f"order), not {tune:g}")
 
 

@@ -44,6 +44,39 @@ def series_csv(results: list[dict[str, Any]]) -> str:
     return out.getvalue()
 
 
+EVENTS_COLUMNS = ("trace", "mode", "policy", "seed", "time_s", "allocation_ratio", "fragmented_gpus")
+
+
+def events_csv(results: list[dict[str, Any]]) -> str:
+    """The events method's series (against the trace's time, not arrived demand), one row per event."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(EVENTS_COLUMNS)
+    for r in results:
+        if r.get("method") != "events":
+            continue
+        series = r["series"]
+        for i, when in enumerate(series["time_s"]):
+            writer.writerow([r["trace"], r["mode"], r["policy"], r["seed"], when, series["allocation_ratio"][i],
+                             series["fragmented_gpus"][i]])
+    return out.getvalue()
+
+
+def _events_plot(members: list[dict[str, Any]], trace: str):
+    """Allocation and fragmented GPUs over the trace's time, one line each per experiment."""
+    def draw(axes) -> None:
+        for r in members:
+            label = f"{r['policy']} ({r['mode']}, seed {r['seed']})"
+            line, = axes.step(r["series"]["time_s"], r["series"]["allocation_ratio"], where="post", label=label)
+            axes.step(r["series"]["time_s"], [100 * f / r["gpus"] for f in r["series"]["fragmented_gpus"]],
+                      where="post", linestyle="--", color=line.get_color())
+        axes.set_xlabel("trace time (s)")
+        axes.set_ylabel("% of GPU capacity")
+        axes.set_title(f"{trace}: GPUs allocated (solid) and fragmented (dashed) over time")
+        axes.legend(fontsize=8)
+    return draw
+
+
 def _mean_series(members: list[dict[str, Any]], field: str) -> tuple[list[int], list[float]]:
     sums: dict[int, list[float]] = {}
     for r in members:
@@ -127,6 +160,9 @@ def plots(results: list[dict[str, Any]]) -> dict[str, bytes]:
                 axes.legend(fontsize=8)
 
             out[f"{trace}-device-plugin-vs-dra.png"] = _figure_png(versus)
+    events = [r for r in results if r.get("method") == "events" and r.get("series", {}).get("time_s")]
+    for trace in dict.fromkeys(r["trace"] for r in events):
+        out[f"{trace}-over-time.png"] = _figure_png(_events_plot([r for r in events if r["trace"] == trace], trace))
     return out
 
 
@@ -155,7 +191,8 @@ def html_report(results: list[dict[str, Any]], images: dict[str, bytes]) -> str:
 
 
 def write_outputs(results: list[dict[str, Any]], directory: str) -> list[str]:
-    """results.json, summary.csv, series.csv, the PNG plots and report.html; returns the paths written."""
+    """results.json, summary.csv, series.csv (events.csv for --method events), the PNG plots and report.html;
+    returns the paths written."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -171,6 +208,8 @@ def write_outputs(results: list[dict[str, Any]], directory: str) -> list[str]:
     write("results.json", json.dumps(results, indent=1))
     write("summary.csv", summary_csv(summarize(results)))
     write("series.csv", series_csv(results))
+    if any(r.get("method") == "events" for r in results):
+        write("events.csv", events_csv(results))
     images = plots(results)
     for name, data in images.items():
         write(name, data)

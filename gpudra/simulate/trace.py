@@ -163,7 +163,8 @@ def load_trace(nodes_path: str, pods_path: str, name: str | None = None) -> Trac
     from gpudra.api.load import LoadError, read_text
 
     try:
-        nodes, pods = read_text(nodes_path), read_text(pods_path)
+        # a spreadsheet's "CSV UTF-8" starts with a byte order mark, which would become part of the first column name
+        nodes, pods = (read_text(path).removeprefix("\ufeff") for path in (nodes_path, pods_path))
     except LoadError as exc:
         raise TraceError(str(exc)) from None
     return Trace(name or Path(pods_path).stem, read_nodes(io.StringIO(nodes, newline=""), nodes_path),
