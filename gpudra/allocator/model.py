@@ -102,6 +102,23 @@ class CapacityInfo:
         self.range_step = _nanos(self.range_step_q)
 
 
+_PLAIN_CAPACITIES: dict[Any, CapacityInfo] = {}
+
+
+def _capacity_info(raw: Any) -> CapacityInfo:
+    """CapacityInfo of a capacity; one shared object for every plain `{value: V}` of the same V (a fleet's
+    devices repeat a few sizes; CapacityInfo is read-only)."""
+    if type(raw) is dict and len(raw) == 1 and type(raw.get("value")) is str:
+        value = raw["value"]
+        found = _PLAIN_CAPACITIES.get(value)
+        if found is None:
+            if len(_PLAIN_CAPACITIES) > 4096:
+                _PLAIN_CAPACITIES.clear()
+            found = _PLAIN_CAPACITIES[value] = CapacityInfo(raw)
+        return found
+    return CapacityInfo(as_dict(raw))
+
+
 def _quantity(value: Any) -> Quantity | None:
     if value is None:
         return None
@@ -120,7 +137,7 @@ class DeviceInfo:
 
     __slots__ = (
         "key", "driver", "pool", "name", "raw", "slice", "index",
-        "attributes", "has_list_attributes", "capacity", "consumes_counters",
+        "_attributes", "capacity", "consumes_counters",
         "taints", "binding_conditions", "binding_failure_conditions", "binds_to_node",
         "allow_multiple", "node_name", "node_selector", "all_nodes",
     )
@@ -133,17 +150,8 @@ class DeviceInfo:
         self.pool = slice_info.pool_name
         self.name = as_str(raw.get("name"))
         self.key = (self.driver, self.pool, self.name)
-        self.attributes: dict[str, tuple[str, Any] | None] = {}
-        self.has_list_attributes = False
-        for name, value in as_dict(raw.get("attributes")).items():
-            parsed = parse_attribute(value)
-            self.attributes[name] = parsed
-            if parsed is not None and parsed[0].startswith("list:"):
-                self.has_list_attributes = True
-        self.capacity = {
-            name: CapacityInfo(as_dict(value))
-            for name, value in as_dict(raw.get("capacity")).items()
-        }
+        self._attributes: dict[str, tuple[str, Any] | None] | None = None
+        self.capacity = {name: _capacity_info(value) for name, value in as_dict(raw.get("capacity")).items()}
         self.consumes_counters: list[tuple[str, dict[str, int]]] = []
         for entry in as_list(raw.get("consumesCounters")):
             entry = as_dict(entry)
@@ -160,6 +168,15 @@ class DeviceInfo:
         self.node_name = as_str(raw.get("nodeName")) or None
         self.node_selector = raw.get("nodeSelector") if isinstance(raw.get("nodeSelector"), dict) else None
         self.all_nodes = bool(raw.get("allNodes"))
+
+    @property
+    def attributes(self) -> dict[str, tuple[str, Any] | None]:
+        """name -> parse_attribute of its value; parsed on first use (constraints read a few devices' attributes,
+        most devices of a big cluster are only ever looked at by selectors)."""
+        if self._attributes is None:
+            self._attributes = {name: parse_attribute(value)
+                                for name, value in as_dict(self.raw.get("attributes")).items()}
+        return self._attributes
 
     def lookup_attribute(self, qualified: str) -> tuple[str, Any] | None:
         """matchAttribute/distinctAttribute lookup: the full name, or the bare id in the driver's domain."""

@@ -67,6 +67,8 @@ def compile_expression(expression: str, consumable_capacity: bool) -> Any:
 class SelectorEvaluator:
     """Per-allocator cache of (expression, device) → True | False | (kind, message)."""
 
+    share = True  # False: evaluate on every device (tests compare both)
+
     def __init__(self, multiple_allocations_visible: bool, list_type_attributes: bool):
         # incubating and experimental hand the device's allowMultipleAllocations to CEL whatever
         # DRAConsumableCapacity says; stable does not (it reads as false there).
@@ -74,16 +76,41 @@ class SelectorEvaluator:
         self.list_type_attributes = list_type_attributes
         self._inputs: dict[DeviceInfo, Any] = {}
         self._results: dict[tuple[str, DeviceInfo], Any] = {}
+        # (expression, conversion error, what the expression reads of the device) -> outcome: devices alike in
+        # what a selector reads share one evaluation (gpudra.cel.reads); a big cluster's devices differ in names
+        # and UUIDs, which selectors seldom read.
+        self._shared: dict[tuple, Any] = {}
+        self._errors: dict[DeviceInfo, str | None] = {}
+        self.evaluations = 0  # selector evaluations run (not answered from a cache)
+
+    def _raw(self, device: DeviceInfo) -> dict[str, Any]:
+        raw = device.raw
+        if not self.multiple_allocations_visible and raw.get("allowMultipleAllocations"):
+            raw = {k: v for k, v in raw.items() if k != "allowMultipleAllocations"}
+        return raw
 
     def _input(self, device: DeviceInfo) -> Any:
         found = self._inputs.get(device)
         if found is None:
-            raw = device.raw
-            if not self.multiple_allocations_visible and raw.get("allowMultipleAllocations"):
-                raw = {k: v for k, v in raw.items() if k != "allowMultipleAllocations"}
-            found = _cel().device_input(device.driver, raw, list_type_attributes=self.list_type_attributes)
+            found = _cel().device_input(device.driver, self._raw(device), list_type_attributes=self.list_type_attributes)
             self._inputs[device] = found
         return found
+
+    def _shared_key(self, expression: str, reads: tuple | None, device: DeviceInfo) -> tuple | None:
+        if reads is None:
+            return None
+        from gpudra.cel.device import device_projection, input_error
+
+        raw = self._raw(device)
+        if device in self._errors:
+            error = self._errors[device]
+        else:
+            found = self._inputs.get(device)
+            error = found.error if found is not None else input_error(
+                device.driver, raw, list_type_attributes=self.list_type_attributes)
+            self._errors[device] = error
+        projection = device_projection(device.driver, raw, reads)
+        return None if projection is None else (expression, error, projection)
 
     def evaluate(self, expression: str, device: DeviceInfo) -> Any:
         key = (expression, device)
@@ -97,10 +124,16 @@ class SelectorEvaluator:
         if isinstance(compiled, Exception):
             found = ("compile", str(compiled))
         else:
-            try:
-                found = bool(compiled.evaluate(self._input(device), getattr(_search, "deadline", None)))
-            except cel.CELRuntimeError as err:
-                found = ("runtime", str(err))
+            shared = self._shared_key(expression, compiled.reads, device) if self.share else None
+            found = self._shared.get(shared) if shared is not None else None
+            if found is None:
+                self.evaluations += 1
+                try:
+                    found = bool(compiled.evaluate(self._input(device), getattr(_search, "deadline", None)))
+                except cel.CELRuntimeError as err:
+                    found = ("runtime", str(err))
+                if shared is not None:
+                    self._shared[shared] = found
         self._results[key] = found
         return found
 

@@ -93,6 +93,38 @@ def _mapping(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def _converted(driver: str, device: dict[str, Any], list_type_attributes: bool, keep: bool):
+    """(attributes, capacity, error) as CEL sees them (`keep`: False collects only the error, the maps stay empty)."""
+    attributes: dict[str, dict[str, Any]] = {}
+    capacity: dict[str, dict[str, Any]] = {}
+    error: str | None = None
+    for name, attribute in _mapping(device.get("attributes")).items():
+        if not keep and type(attribute) is dict and (
+            attribute.get("string") is not None or attribute.get("int") is not None
+            or attribute.get("bool") is not None
+        ):
+            continue  # _attribute_value takes one of these as it is: no error (checking every attribute of
+            # thousands of devices for one is the common call)
+        try:
+            value = _attribute_value(str(name), attribute, list_type_attributes)
+        except ValueError as problem:
+            error = error or str(problem)
+            continue
+        if keep:
+            domain, identifier = split_qualified_name(driver, str(name))
+            attributes.setdefault(domain, {})[identifier] = value
+    for name, entry in _mapping(device.get("capacity")).items():
+        try:
+            value = _capacity_value(str(name), entry)
+        except ValueError as problem:
+            error = error or str(problem)
+            continue
+        if keep:
+            domain, identifier = split_qualified_name(driver, str(name))
+            capacity.setdefault(domain, {})[identifier] = value
+    return attributes, capacity, error
+
+
 def device_input(driver: str, device: dict[str, Any], *, list_type_attributes: bool = False) -> DeviceInput:
     """Convert one entry of a ResourceSlice's `spec.devices` (v1 layout). Never raises.
 
@@ -100,22 +132,8 @@ def device_input(driver: str, device: dict[str, Any], *, list_type_attributes: b
     without it an attribute holding `ints`/`bools`/`strings`/`versions` has no value CEL can see,
     so every selector on the device fails with "attribute X: unsupported attribute value".
     """
-    attributes: dict[str, dict[str, Any]] = {}
-    capacity: dict[str, dict[str, Any]] = {}
-    error: str | None = None
     device = device if isinstance(device, dict) else {}
-    for name, attribute in _mapping(device.get("attributes")).items():
-        domain, identifier = split_qualified_name(driver, str(name))
-        try:
-            attributes.setdefault(domain, {})[identifier] = _attribute_value(str(name), attribute, list_type_attributes)
-        except ValueError as problem:
-            error = error or str(problem)
-    for name, entry in _mapping(device.get("capacity")).items():
-        domain, identifier = split_qualified_name(driver, str(name))
-        try:
-            capacity.setdefault(domain, {})[identifier] = _capacity_value(str(name), entry)
-        except ValueError as problem:
-            error = error or str(problem)
+    attributes, capacity, error = _converted(driver, device, list_type_attributes, keep=True)
     data = {
         "device": {
             "driver": driver,
@@ -130,3 +148,41 @@ def device_input(driver: str, device: dict[str, Any], *, list_type_attributes: b
         NO_CAPACITY_VARIABLE: {},
     }
     return DeviceInput(driver, str(device.get("name", "")), data, error)
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable stand-in for a JSON value that tells apart what CEL tells apart (1, 1.0 and true too)."""
+    if isinstance(value, dict):
+        return ("map", tuple((key, _frozen(item)) for key, item in value.items()))
+    if isinstance(value, list):
+        return ("list", tuple(_frozen(item) for item in value))
+    hash(value)  # TypeError for anything a JSON document cannot hold
+    return (type(value), value)
+
+
+def input_error(driver: str, device: Any, *, list_type_attributes: bool = False) -> str | None:
+    """device_input(…).error without building the input."""
+    return _converted(driver, device if isinstance(device, dict) else {}, list_type_attributes, keep=False)[2]
+
+
+def device_projection(driver: str, device: Any, reads: tuple[tuple[str, ...], ...]) -> tuple | None:
+    """What a selector with these reads (gpudra.cel.reads) sees of the device, as a hashable key, or None when
+    the device's data cannot be keyed. Two devices with equal keys and equal `input_error` give the selector the
+    same outcome (a conversion error fails every selector, whatever it reads).
+
+    Per read, the key holds the raw entries that device_input would put in that place, in their order (so that
+    the last of duplicates wins alike)."""
+    device = device if isinstance(device, dict) else {}
+    key: list[Any] = []
+    try:
+        for read in reads:
+            if read[0] == "device":
+                key.append(driver if read[1] == "driver" else bool(device.get("allowMultipleAllocations") or False))
+                continue
+            domain, identifier = read[1], read[2]
+            names = (f"{domain}/{identifier}", identifier if domain == driver and "/" not in identifier else None)
+            key.append(tuple((name, _frozen(entry)) for name, entry in _mapping(device.get(read[0])).items()
+                             if str(name) in names))
+    except TypeError:
+        return None
+    return tuple(key)
