@@ -150,7 +150,7 @@ class DeviceInfo:
         self.pool = slice_info.pool_name
         self.name = as_str(raw.get("name"))
         self.key = (self.driver, self.pool, self.name)
-        self._attributes: dict[str, tuple[str, Any] | None] | None = None
+        self._attributes: dict[str, tuple[str, Any] | None] | None = None  # lookup_attribute's answers
         self.capacity = {name: _capacity_info(value) for name, value in as_dict(raw.get("capacity")).items()}
         self.consumes_counters: list[tuple[str, dict[str, int]]] = []
         for entry in as_list(raw.get("consumesCounters")):
@@ -169,23 +169,25 @@ class DeviceInfo:
         self.node_selector = raw.get("nodeSelector") if isinstance(raw.get("nodeSelector"), dict) else None
         self.all_nodes = bool(raw.get("allNodes"))
 
-    @property
-    def attributes(self) -> dict[str, tuple[str, Any] | None]:
-        """name -> parse_attribute of its value; parsed on first use (constraints read a few devices' attributes,
-        most devices of a big cluster are only ever looked at by selectors)."""
-        if self._attributes is None:
-            self._attributes = {name: parse_attribute(value)
-                                for name, value in as_dict(self.raw.get("attributes")).items()}
-        return self._attributes
-
     def lookup_attribute(self, qualified: str) -> tuple[str, Any] | None:
-        """matchAttribute/distinctAttribute lookup: the full name, or the bare id in the driver's domain."""
-        if qualified in self.attributes:
-            return self.attributes[qualified]
-        domain, sep, ident = qualified.partition("/")
-        if sep and domain == self.driver and ident in self.attributes:
-            return self.attributes[ident]
-        return None
+        """matchAttribute/distinctAttribute lookup: the full name, or the bare id in the driver's domain; parsed
+        (parse_attribute) on first use, one name at a time: constraints read one or two attributes of a device."""
+        looked_up = self._attributes
+        if looked_up is None:
+            looked_up = self._attributes = {}
+        elif qualified in looked_up:
+            return looked_up[qualified]
+        raw = self.raw.get("attributes")
+        raw = raw if isinstance(raw, dict) else {}
+        found = None
+        if qualified in raw:
+            found = parse_attribute(raw[qualified])
+        else:
+            domain, sep, ident = qualified.partition("/")
+            if sep and domain == self.driver and ident in raw:
+                found = parse_attribute(raw[ident])
+        looked_up[qualified] = found
+        return found
 
     def __repr__(self) -> str:
         return "/".join(self.key)

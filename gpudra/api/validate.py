@@ -9,7 +9,7 @@ import difflib
 from typing import Any, Callable, Iterable
 
 from gpudra.api.convert import DRA_KINDS, OLD_VERSIONS, V1, needs_conversion, newer_layout_paths, to_v1
-from gpudra.api.load import Document
+from gpudra.api.load import Document, cycle_collection_paused
 from gpudra.api.problems import Problem
 from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, schema_for
 from gpudra.api.schema.taint_rule import VERSIONS as TAINT_RULE_VERSIONS
@@ -130,12 +130,13 @@ def validate_documents(docs: list[Document], kubernetes_version: str | None = No
     docs = [d if isinstance(d, Document) else Document(d.obj, getattr(d, "source", "<input>"), getattr(d, "index", 1))
             for d in docs]
     problems: list[Problem] = []
-    for done, doc in enumerate(docs, start=1):
-        problems.extend(validate_document(doc))
-        problems.extend(gate_problems(doc, kubernetes_version))
-        if progress is not None:
-            progress("validating", done, len(docs))
-    problems.extend(_cross_checks(docs))
+    with cycle_collection_paused():
+        for done, doc in enumerate(docs, start=1):
+            problems.extend(validate_document(doc))
+            problems.extend(gate_problems(doc, kubernetes_version))
+            if progress is not None:
+                progress("validating", done, len(docs))
+        problems.extend(_cross_checks(docs))
     order: dict[tuple[str, int], int] = {}
     for doc in docs:
         order.setdefault((doc.source, doc.index), len(order))

@@ -8,6 +8,7 @@ not take the whole tool down.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import shutil
@@ -58,6 +59,8 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except BrokenPipeError:  # before click turns it into exit 1, which here means "the answer is no"
             exit_quietly_on_broken_pipe()
+        finally:
+            gc.unfreeze()  # what gpudra.cli.inputs.read_documents froze (a command run in-process, as in tests)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(name for name in COMMANDS if self._load(name) is not None)
