@@ -59,3 +59,63 @@ def test_common_attributes_take_the_shortcut():
     for value in ({"string": "80Gi"}, {"string": "x" * 65}, {"version": "12.8"}, {"int": 2**63}, {"int": True},
                   {"string": "a", "int": 1}, "gpu", {"strings": ["a"]}):
         assert not resource.AttributeType.quick_valid(value), value
+
+
+device_names = st.one_of(st.just("gpu-0"), st.sampled_from(["gpu-1", "", "GPU_0", "x" * 64, 7, None]))
+capacity_entries = st.one_of(
+    st.builds(lambda v: {"value": v}, st.sampled_from(["80Gi", "-1", "1e3", "bad", "", "0", 5, None])),
+    st.sampled_from(["80Gi", {"value": "1Gi", "requestPolicy": {"default": "1Gi"}}, {}, None]),
+)
+drivers = st.sampled_from(["gpu.nvidia.com", "a", "a/b", "example.com"])
+attribute_keys = st.sampled_from(["type", "gpu.nvidia.com/type", "a/type", "a/b/type", "b/type", "Bad Key", ""])
+mostly_valid_attributes = st.one_of(st.sampled_from([{"string": "gpu"}, {"int": 1}, {"version": "1.2.3"}]), attributes)
+
+
+@st.composite
+def devices(draw):
+    device = {}
+    if draw(st.integers(0, 9)):
+        device["name"] = draw(device_names)
+    if draw(st.integers(0, 4)):
+        device["attributes"] = draw(st.dictionaries(attribute_keys, mostly_valid_attributes, max_size=5)
+                                    if draw(st.integers(0, 9)) else st.none())
+    if draw(st.booleans()):
+        device["capacity"] = draw(st.dictionaries(st.sampled_from(["memory", "gpu.nvidia.com/memory", "Bad"]),
+                                                  capacity_entries, max_size=3))
+    if not draw(st.integers(0, 5)):
+        device[draw(st.sampled_from(["allowMultipleAllocations", "taints", "bindingConditions", "nodeName",
+                                     "unknownField"]))] = draw(st.sampled_from([True, [], "n", None]))
+    return device
+
+
+@settings(max_examples=400, deadline=None)
+@given(devices(), drivers)
+def test_a_quick_valid_device_is_one_the_full_walk_finds_nothing_in(device, driver):
+    if resource.DEVICE.quick_valid(device):
+        ctx = Context("resource.k8s.io/v1", "ResourceSlice", driver=driver)
+        resource.DEVICE.check(device, "spec.devices[0]", ctx)
+        assert ctx.found == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(devices(), max_size=5), drivers)
+def test_a_device_list_walk_with_shortcuts_reports_what_the_full_walk_reports(devices_, driver):
+    from gpudra.api.schema.types import ListOf, Struct
+
+    slow_item = Struct("Device", resource.DEVICE.fields, checks=resource.DEVICE.checks,
+                       unknown_hints=resource.DEVICE.unknown_hints)
+    found = []
+    for item in (resource.DEVICE, slow_item):
+        ctx = Context("resource.k8s.io/v1", "ResourceSlice", driver=driver)
+        ListOf(item, unique_by="name").check(devices_, "spec.devices", ctx)
+        found.append(ctx.found)
+    assert found[0] == found[1]
+
+
+def test_plain_devices_take_the_shortcut():
+    plain = {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}, "resource.kubernetes.io/pcieRoot":
+                                             {"string": "pci0000:18"}}, "capacity": {"memory": {"value": "80Gi"}}}
+    assert resource.DEVICE.quick_valid(plain)
+    for changed in ({"name": "GPU_0"}, {"capacity": {"memory": {"value": "-1"}}}, {"allowMultipleAllocations": True},
+                    {"attributes": {"a/type": {"string": "x"}, "type": {"string": "y"}}}):
+        assert not resource.DEVICE.quick_valid({**plain, **changed}), changed

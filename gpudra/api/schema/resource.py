@@ -14,7 +14,7 @@ from gpudra.api.schema.cel_check import check_selector_expression
 from gpudra.api.schema.meta import NODE_SELECTOR
 from gpudra.api.schema.types import (
     INT64_MAX, INT64_MIN, AnyValue, Bool, Context, F, Int, ListOf, MapOf, QuantityType, Str, Struct, Type, child,
-    index, key, type_name,
+    index, key, type_name, _key_problems,
 )
 
 # Limits (resource/v1/types.go, Kubernetes 1.36)
@@ -316,6 +316,49 @@ def _device_check(device: dict, path: str, ctx: Context) -> None:
                           f"driver's domain {driver!r}")
 
 
+@functools.lru_cache(maxsize=4096)  # a fleet's devices repeat a few names (gpu-0…gpu-7) and sizes
+def _plain_device_name(name: str) -> bool:
+    return bool(name) and not names.dns_label(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_capacity_value(value: str) -> bool:
+    quantity = _quantity(value)
+    return quantity is not None and quantity.sign() >= 0
+
+
+_PLAIN_DEVICE_FIELDS = frozenset({"name", "attributes", "capacity"})
+
+
+def _device_quick_valid(device: Any) -> bool:
+    """True only of a device on which the DEVICE walk reports nothing: a name, attributes that each take
+    AttributeType's shortcut, capacities that are plain non-negative `{value: …}` quantities, nothing else (so no
+    request policy, binding conditions or node selection), within the size limit, and no `domain/x` attribute whose
+    bare `x` is there too (_device_check's warning when the domain is the driver's). Anything else takes the walk."""
+    if type(device) is not dict or not _PLAIN_DEVICE_FIELDS.issuperset(device):
+        return False
+    name = device.get("name")
+    attributes, capacity = device.get("attributes", {}), device.get("capacity", {})
+    if type(name) is not str or not _plain_device_name(name) or type(attributes) is not dict or (
+        type(capacity) is not dict or len(attributes) + len(capacity) > ATTRIBUTES_AND_CAPACITY_MAX
+    ):
+        return False
+    for key, attribute in attributes.items():
+        if type(key) is not str or not _attribute_quick_valid(attribute) or _key_problems(names.dra_qualified_name, key):
+            return False
+        if "/" in key and any(key[at + 1:] in attributes for at, char in enumerate(key) if char == "/"):
+            return False  # whatever the driver's name, _device_check might find a duplicate
+    for key, entry in capacity.items():
+        if type(key) is not str or type(entry) is not dict or len(entry) != 1 or _key_problems(
+            names.dra_qualified_name, key
+        ):
+            return False
+        value = entry.get("value")
+        if type(value) is not str or not _plain_capacity_value(value):
+            return False
+    return True
+
+
 DEVICE = Struct(
     "Device",
     {
@@ -338,6 +381,7 @@ DEVICE = Struct(
     checks=(_device_check,),
     unknown_hints=(hints.device_basic,),
 )
+DEVICE.quick_valid = _device_quick_valid
 
 
 def _slice_check(spec: dict, path: str, ctx: Context) -> None:

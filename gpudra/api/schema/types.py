@@ -207,19 +207,23 @@ class ListOf(Type):
         if len(value) < self.min_items:
             ctx.error(path, "must not be empty" if self.min_items == 1 else f"must have at least {self.min_items} items")
         seen: dict[Any, int] = {}
+        quick_valid = self.item.quick_valid
         for position, item in enumerate(value):
-            item_path = index(path, position)
-            self.item.check(item, item_path, ctx)
+            if quick_valid is None or not quick_valid(item):
+                self.item.check(item, index(path, position), ctx)
             marker: Any = None
+            by_field = False
             if self.unique_by and isinstance(item, dict):
-                marker = item.get(self.unique_by)
-                what = f"{self.unique_by} {marker!r}"
-                item_path = child(item_path, self.unique_by)
+                marker, by_field = item.get(self.unique_by), True
             elif self.unique_items and isinstance(item, (str, int)):
-                marker, what = item, repr(item)
+                marker = item
             if marker is not None and isinstance(marker, (str, int)) and not isinstance(marker, bool):
                 if marker in seen:
-                    ctx.error(item_path, f"duplicate {what} (already used by item {seen[marker]})")
+                    if by_field:
+                        where, what = child(index(path, position), self.unique_by), f"{self.unique_by} {marker!r}"
+                    else:
+                        where, what = index(path, position), repr(marker)
+                    ctx.error(where, f"duplicate {what} (already used by item {seen[marker]})")
                 else:
                     seen[marker] = position
 
