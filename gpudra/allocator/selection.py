@@ -80,7 +80,7 @@ class SelectorEvaluator:
         # what a selector reads share one evaluation (gpudra.cel.reads); a big cluster's devices differ in names
         # and UUIDs, which selectors seldom read.
         self._shared: dict[tuple, Any] = {}
-        self._errors: dict[DeviceInfo, str | None] = {}
+        self._facts: dict[DeviceInfo, tuple[str | None, bool]] = {}  # gpudra.cel.device.input_facts
         self.evaluations = 0  # selector evaluations run (not answered from a cache)
 
     def _raw(self, device: DeviceInfo) -> dict[str, Any]:
@@ -99,18 +99,17 @@ class SelectorEvaluator:
     def _shared_key(self, expression: str, reads: tuple | None, device: DeviceInfo) -> tuple | None:
         if reads is None:
             return None
-        from gpudra.cel.device import device_projection, input_error
+        from gpudra.cel.device import device_projection, input_facts
 
         raw = self._raw(device)
-        if device in self._errors:
-            error = self._errors[device]
-        else:
-            found = self._inputs.get(device)
-            error = found.error if found is not None else input_error(
-                device.driver, raw, list_type_attributes=self.list_type_attributes)
-            self._errors[device] = error
-        projection = device_projection(device.driver, raw, reads)
-        return None if projection is None else (expression, error, projection)
+        facts = self._facts.get(device)
+        if facts is None:
+            facts = self._facts[device] = input_facts(device.driver, raw, list_type_attributes=self.list_type_attributes)
+        error, plain_names = facts
+        if error is not None:  # every selector fails on the device with this error, whatever it reads
+            return (expression, error)
+        projection = device_projection(device.driver, raw, reads, plain_names)
+        return None if projection is None else (expression, None, projection)
 
     def evaluate(self, expression: str, device: DeviceInfo) -> Any:
         key = (expression, device)

@@ -93,35 +93,23 @@ def _mapping(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _converted(driver: str, device: dict[str, Any], list_type_attributes: bool, keep: bool):
-    """(attributes, capacity, error) as CEL sees them (`keep`: False collects only the error, the maps stay empty)."""
+def _converted(driver: str, device: dict[str, Any], list_type_attributes: bool):
+    """(attributes, capacity, error) as CEL sees them."""
     attributes: dict[str, dict[str, Any]] = {}
     capacity: dict[str, dict[str, Any]] = {}
     error: str | None = None
     for name, attribute in _mapping(device.get("attributes")).items():
-        if not keep and type(attribute) is dict and (
-            attribute.get("string") is not None or attribute.get("int") is not None
-            or attribute.get("bool") is not None
-        ):
-            continue  # _attribute_value takes one of these as it is: no error (checking every attribute of
-            # thousands of devices for one is the common call)
+        domain, identifier = split_qualified_name(driver, str(name))
         try:
-            value = _attribute_value(str(name), attribute, list_type_attributes)
+            attributes.setdefault(domain, {})[identifier] = _attribute_value(str(name), attribute, list_type_attributes)
         except ValueError as problem:
             error = error or str(problem)
-            continue
-        if keep:
-            domain, identifier = split_qualified_name(driver, str(name))
-            attributes.setdefault(domain, {})[identifier] = value
     for name, entry in _mapping(device.get("capacity")).items():
+        domain, identifier = split_qualified_name(driver, str(name))
         try:
-            value = _capacity_value(str(name), entry)
+            capacity.setdefault(domain, {})[identifier] = _capacity_value(str(name), entry)
         except ValueError as problem:
             error = error or str(problem)
-            continue
-        if keep:
-            domain, identifier = split_qualified_name(driver, str(name))
-            capacity.setdefault(domain, {})[identifier] = value
     return attributes, capacity, error
 
 
@@ -133,7 +121,7 @@ def device_input(driver: str, device: dict[str, Any], *, list_type_attributes: b
     so every selector on the device fails with "attribute X: unsupported attribute value".
     """
     device = device if isinstance(device, dict) else {}
-    attributes, capacity, error = _converted(driver, device, list_type_attributes, keep=True)
+    attributes, capacity, error = _converted(driver, device, list_type_attributes)
     data = {
         "device": {
             "driver": driver,
@@ -160,29 +148,85 @@ def _frozen(value: Any) -> Any:
     return (type(value), value)
 
 
-def input_error(driver: str, device: Any, *, list_type_attributes: bool = False) -> str | None:
-    """device_input(…).error without building the input."""
-    return _converted(driver, device if isinstance(device, dict) else {}, list_type_attributes, keep=False)[2]
+@lru_cache(maxsize=4096)
+def _version_converts(text: str) -> bool:
+    try:
+        _runtime_semver(text)
+    except SemverError:
+        return False
+    return True
 
 
-def device_projection(driver: str, device: Any, reads: tuple[tuple[str, ...], ...]) -> tuple | None:
+def input_facts(driver: str, device: Any, *, list_type_attributes: bool = False) -> tuple[str | None, bool]:
+    """(device_input(…).error, whether every attribute and capacity name is a string), without building the
+    input: a big cluster asks this of each of its thousands of devices, so the shapes that never fail are
+    passed over first."""
+    device = device if isinstance(device, dict) else {}
+    plain_names = True
+    for name, attribute in _mapping(device.get("attributes")).items():
+        if type(name) is not str:
+            plain_names = False
+        if type(attribute) is dict:
+            # _attribute_value takes the first of int, bool, string, version that is set
+            if attribute.get("string") is not None or attribute.get("int") is not None or (
+                attribute.get("bool") is not None
+            ):
+                continue
+            version = attribute.get("version")
+            if type(version) is str and _version_converts(version):
+                continue
+        try:
+            _attribute_value(str(name), attribute, list_type_attributes)
+        except ValueError as problem:
+            return str(problem), plain_names  # the first error is the device's, whatever follows
+    for name, entry in _mapping(device.get("capacity")).items():
+        if type(name) is not str:
+            plain_names = False
+        try:
+            _capacity_value(str(name), entry)
+        except ValueError as problem:
+            return str(problem), plain_names
+    return None, plain_names
+
+
+@lru_cache(maxsize=1024)
+def _read_names(driver: str, reads: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, Any], ...]:
+    """Per read: ("device", field), or (map, the raw names device_input puts in that place)."""
+    found: list[tuple[str, Any]] = []
+    for read in reads:
+        if read[0] == "device":
+            found.append(read)
+            continue
+        domain, identifier = read[1], read[2]
+        bare = (identifier,) if domain == driver and "/" not in identifier else ()
+        found.append((read[0], (f"{domain}/{identifier}", *bare)))
+    return tuple(found)
+
+
+def device_projection(driver: str, device: Any, reads: tuple[tuple[str, ...], ...],
+                      plain_names: bool = False) -> tuple | None:
     """What a selector with these reads (gpudra.cel.reads) sees of the device, as a hashable key, or None when
-    the device's data cannot be keyed. Two devices with equal keys and equal `input_error` give the selector the
-    same outcome (a conversion error fails every selector, whatever it reads).
+    the device's data cannot be keyed. Two devices without conversion error (input_facts) and with equal keys give
+    the selector the same outcome. `plain_names`: input_facts found every name a string (then names are looked up,
+    not searched for).
 
     Per read, the key holds the raw entries that device_input would put in that place, in their order (so that
     the last of duplicates wins alike)."""
     device = device if isinstance(device, dict) else {}
     key: list[Any] = []
     try:
-        for read in reads:
-            if read[0] == "device":
-                key.append(driver if read[1] == "driver" else bool(device.get("allowMultipleAllocations") or False))
+        for place, names in _read_names(driver, reads):
+            if place == "device":
+                key.append(driver if names == "driver" else bool(device.get("allowMultipleAllocations") or False))
                 continue
-            domain, identifier = read[1], read[2]
-            names = (f"{domain}/{identifier}", identifier if domain == driver and "/" not in identifier else None)
-            key.append(tuple((name, _frozen(entry)) for name, entry in _mapping(device.get(read[0])).items()
-                             if str(name) in names))
+            entries = _mapping(device.get(place))
+            if plain_names:
+                found = [name for name in names if name in entries]
+                if len(found) > 1:
+                    found.sort(key=list(entries).index)
+                key.append(tuple((name, _frozen(entries[name])) for name in found))
+            else:
+                key.append(tuple((name, _frozen(entry)) for name, entry in entries.items() if str(name) in names))
     except TypeError:
         return None
     return tuple(key)
