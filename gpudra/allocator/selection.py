@@ -47,10 +47,17 @@ class SelectorFailure:
         return f"{owner}: selector #{self.index}: CEL {self.kind} error: {self.message}"
 
 
-def _cel():
-    from gpudra import cel  # imported lazily: the CEL engine is only needed once a selector runs
+_CEL: Any = None
 
-    return cel
+
+def _cel():
+    global _CEL
+    if _CEL is None:
+        from gpudra import cel  # imported lazily: the CEL engine is only needed once a selector runs
+        import gpudra.cel.device  # noqa: F401 - gpudra.cel.device, as an attribute of the package
+
+        _CEL = cel
+    return _CEL
 
 
 @lru_cache(maxsize=4096)  # bounded: a long-running scheduler sees ever new expressions
@@ -99,16 +106,16 @@ class SelectorEvaluator:
     def _shared_key(self, expression: str, reads: tuple | None, device: DeviceInfo) -> tuple | None:
         if reads is None:
             return None
-        from gpudra.cel.device import device_projection, input_facts
-
+        cel_device = _cel().device
         raw = self._raw(device)
         facts = self._facts.get(device)
         if facts is None:
-            facts = self._facts[device] = input_facts(device.driver, raw, list_type_attributes=self.list_type_attributes)
+            facts = self._facts[device] = cel_device.input_facts(device.driver, raw,
+                                                                 list_type_attributes=self.list_type_attributes)
         error, plain_names = facts
         if error is not None:  # every selector fails on the device with this error, whatever it reads
             return (expression, error)
-        projection = device_projection(device.driver, raw, reads, plain_names)
+        projection = cel_device.device_projection(device.driver, raw, reads, plain_names)
         return None if projection is None else (expression, None, projection)
 
     def evaluate(self, expression: str, device: DeviceInfo) -> Any:
@@ -119,7 +126,6 @@ class SelectorEvaluator:
         # 1.36 compiles with `device.allowMultipleAllocations` declared whatever the gate says
         # (a selector using it is no compile error with DRAConsumableCapacity off).
         compiled = compile_expression(expression, True)
-        cel = _cel()
         if isinstance(compiled, Exception):
             found = ("compile", str(compiled))
         else:
@@ -127,6 +133,7 @@ class SelectorEvaluator:
             found = self._shared.get(shared) if shared is not None else None
             if found is None:
                 self.evaluations += 1
+                cel = _cel()
                 try:
                     found = bool(compiled.evaluate(self._input(device), getattr(_search, "deadline", None)))
                 except cel.CELRuntimeError as err:
