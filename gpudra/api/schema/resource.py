@@ -346,8 +346,11 @@ def _device_quick_valid(device: Any) -> bool:
     for key, attribute in attributes.items():
         if type(key) is not str or not _attribute_quick_valid(attribute) or _key_problems(names.dra_qualified_name, key):
             return False
-        if "/" in key and any(key[at + 1:] in attributes for at, char in enumerate(key) if char == "/"):
-            return False  # whatever the driver's name, _device_check might find a duplicate
+        at = key.find("/")
+        while at != -1:  # whatever the driver's name, _device_check might find a duplicate
+            if key[at + 1:] in attributes:
+                return False
+            at = key.find("/", at + 1)
     for key, entry in capacity.items():
         if type(key) is not str or type(entry) is not dict or len(entry) != 1 or _key_problems(
             names.dra_qualified_name, key
