@@ -343,17 +343,19 @@ def _device_quick_valid(device: Any) -> bool:
         type(capacity) is not dict or len(attributes) + len(capacity) > ATTRIBUTES_AND_CAPACITY_MAX
     ):
         return False
-    for key, attribute in attributes.items():
-        if type(key) is not str or not _attribute_quick_valid(attribute) or _key_problems(names.dra_qualified_name, key):
+    for attribute_name, attribute in attributes.items():
+        if type(attribute_name) is not str or not _attribute_quick_valid(attribute) or _key_problems(
+            names.dra_qualified_name, attribute_name
+        ):
             return False
-        at = key.find("/")
+        at = attribute_name.find("/")
         while at != -1:  # whatever the driver's name, _device_check might find a duplicate
-            if key[at + 1:] in attributes:
+            if attribute_name[at + 1:] in attributes:
                 return False
-            at = key.find("/", at + 1)
-    for key, entry in capacity.items():
-        if type(key) is not str or type(entry) is not dict or len(entry) != 1 or _key_problems(
-            names.dra_qualified_name, key
+            at = attribute_name.find("/", at + 1)
+    for capacity_name, entry in capacity.items():
+        if type(capacity_name) is not str or type(entry) is not dict or len(entry) != 1 or _key_problems(
+            names.dra_qualified_name, capacity_name
         ):
             return False
         value = entry.get("value")

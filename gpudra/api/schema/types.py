@@ -212,15 +212,15 @@ class ListOf(Type):
             if quick_valid is None or not quick_valid(item):
                 self.item.check(item, index(path, position), ctx)
             marker: Any = None
-            by_field = False
+            field_name = None  # the unique_by field the marker was read from
             if self.unique_by and isinstance(item, dict):
-                marker, by_field = item.get(self.unique_by), True
+                marker, field_name = item.get(self.unique_by), self.unique_by
             elif self.unique_items and isinstance(item, (str, int)):
                 marker = item
             if marker is not None and isinstance(marker, (str, int)) and not isinstance(marker, bool):
                 if marker in seen:
-                    if by_field:
-                        where, what = child(index(path, position), self.unique_by), f"{self.unique_by} {marker!r}"
+                    if field_name is not None:
+                        where, what = child(index(path, position), field_name), f"{field_name} {marker!r}"
                     else:
                         where, what = index(path, position), repr(marker)
                     ctx.error(where, f"duplicate {what} (already used by item {seen[marker]})")
