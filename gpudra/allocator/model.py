@@ -102,6 +102,23 @@ class CapacityInfo:
         self.range_step = _nanos(self.range_step_q)
 
 
+_PLAIN_CAPACITIES: dict[Any, CapacityInfo] = {}
+
+
+def _capacity_info(raw: Any) -> CapacityInfo:
+    """CapacityInfo of a capacity; one shared object for every plain `{value: V}` of the same V (a fleet's
+    devices repeat a few sizes; CapacityInfo is read-only)."""
+    if type(raw) is dict and len(raw) == 1 and type(raw.get("value")) is str:
+        value = raw["value"]
+        found = _PLAIN_CAPACITIES.get(value)
+        if found is None:
+            if len(_PLAIN_CAPACITIES) > 4096:
+                _PLAIN_CAPACITIES.clear()
+            found = _PLAIN_CAPACITIES[value] = CapacityInfo(raw)
+        return found
+    return CapacityInfo(as_dict(raw))
+
+
 def _quantity(value: Any) -> Quantity | None:
     if value is None:
         return None
@@ -120,7 +137,7 @@ class DeviceInfo:
 
     __slots__ = (
         "key", "driver", "pool", "name", "raw", "slice", "index",
-        "attributes", "has_list_attributes", "capacity", "consumes_counters",
+        "_attributes", "capacity", "consumes_counters",
         "taints", "binding_conditions", "binding_failure_conditions", "binds_to_node",
         "allow_multiple", "node_name", "node_selector", "all_nodes",
     )
@@ -133,17 +150,8 @@ class DeviceInfo:
         self.pool = slice_info.pool_name
         self.name = as_str(raw.get("name"))
         self.key = (self.driver, self.pool, self.name)
-        self.attributes: dict[str, tuple[str, Any] | None] = {}
-        self.has_list_attributes = False
-        for name, value in as_dict(raw.get("attributes")).items():
-            parsed = parse_attribute(value)
-            self.attributes[name] = parsed
-            if parsed is not None and parsed[0].startswith("list:"):
-                self.has_list_attributes = True
-        self.capacity = {
-            name: CapacityInfo(as_dict(value))
-            for name, value in as_dict(raw.get("capacity")).items()
-        }
+        self._attributes: dict[str, tuple[str, Any] | None] | None = None  # lookup_attribute's answers
+        self.capacity = {name: _capacity_info(value) for name, value in as_dict(raw.get("capacity")).items()}
         self.consumes_counters: list[tuple[str, dict[str, int]]] = []
         for entry in as_list(raw.get("consumesCounters")):
             entry = as_dict(entry)
@@ -162,13 +170,24 @@ class DeviceInfo:
         self.all_nodes = bool(raw.get("allNodes"))
 
     def lookup_attribute(self, qualified: str) -> tuple[str, Any] | None:
-        """matchAttribute/distinctAttribute lookup: the full name, or the bare id in the driver's domain."""
-        if qualified in self.attributes:
-            return self.attributes[qualified]
-        domain, sep, ident = qualified.partition("/")
-        if sep and domain == self.driver and ident in self.attributes:
-            return self.attributes[ident]
-        return None
+        """matchAttribute/distinctAttribute lookup: the full name, or the bare id in the driver's domain; parsed
+        (parse_attribute) on first use, one name at a time: constraints read one or two attributes of a device."""
+        looked_up = self._attributes
+        if looked_up is None:
+            looked_up = self._attributes = {}
+        elif qualified in looked_up:
+            return looked_up[qualified]
+        raw = self.raw.get("attributes")
+        raw = raw if isinstance(raw, dict) else {}
+        found = None
+        if qualified in raw:
+            found = parse_attribute(raw[qualified])
+        else:
+            domain, sep, ident = qualified.partition("/")
+            if sep and domain == self.driver and ident in raw:
+                found = parse_attribute(raw[ident])
+        looked_up[qualified] = found
+        return found
 
     def __repr__(self) -> str:
         return "/".join(self.key)

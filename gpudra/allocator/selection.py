@@ -47,10 +47,17 @@ class SelectorFailure:
         return f"{owner}: selector #{self.index}: CEL {self.kind} error: {self.message}"
 
 
-def _cel():
-    from gpudra import cel  # imported lazily: the CEL engine is only needed once a selector runs
+_CEL: Any = None
 
-    return cel
+
+def _cel():
+    global _CEL
+    if _CEL is None:
+        from gpudra import cel  # imported lazily: the CEL engine is only needed once a selector runs
+        import gpudra.cel.device  # noqa: F401 - gpudra.cel.device, as an attribute of the package
+
+        _CEL = cel
+    return _CEL
 
 
 @lru_cache(maxsize=4096)  # bounded: a long-running scheduler sees ever new expressions
@@ -67,6 +74,8 @@ def compile_expression(expression: str, consumable_capacity: bool) -> Any:
 class SelectorEvaluator:
     """Per-allocator cache of (expression, device) → True | False | (kind, message)."""
 
+    share = True  # False: evaluate on every device (tests compare both)
+
     def __init__(self, multiple_allocations_visible: bool, list_type_attributes: bool):
         # incubating and experimental hand the device's allowMultipleAllocations to CEL whatever
         # DRAConsumableCapacity says; stable does not (it reads as false there).
@@ -74,16 +83,40 @@ class SelectorEvaluator:
         self.list_type_attributes = list_type_attributes
         self._inputs: dict[DeviceInfo, Any] = {}
         self._results: dict[tuple[str, DeviceInfo], Any] = {}
+        # (expression, conversion error, what the expression reads of the device) -> outcome: devices alike in
+        # what a selector reads share one evaluation (gpudra.cel.reads); a big cluster's devices differ in names
+        # and UUIDs, which selectors seldom read.
+        self._shared: dict[tuple, Any] = {}
+        self._facts: dict[DeviceInfo, tuple[str | None, bool]] = {}  # gpudra.cel.device.input_facts
+        self.evaluations = 0  # selector evaluations run (not answered from a cache)
+
+    def _raw(self, device: DeviceInfo) -> dict[str, Any]:
+        raw = device.raw
+        if not self.multiple_allocations_visible and raw.get("allowMultipleAllocations"):
+            raw = {k: v for k, v in raw.items() if k != "allowMultipleAllocations"}
+        return raw
 
     def _input(self, device: DeviceInfo) -> Any:
         found = self._inputs.get(device)
         if found is None:
-            raw = device.raw
-            if not self.multiple_allocations_visible and raw.get("allowMultipleAllocations"):
-                raw = {k: v for k, v in raw.items() if k != "allowMultipleAllocations"}
-            found = _cel().device_input(device.driver, raw, list_type_attributes=self.list_type_attributes)
+            found = _cel().device_input(device.driver, self._raw(device), list_type_attributes=self.list_type_attributes)
             self._inputs[device] = found
         return found
+
+    def _shared_key(self, expression: str, reads: tuple | None, device: DeviceInfo) -> tuple | None:
+        if reads is None:
+            return None
+        cel_device = _cel().device
+        raw = self._raw(device)
+        facts = self._facts.get(device)
+        if facts is None:
+            facts = self._facts[device] = cel_device.input_facts(device.driver, raw,
+                                                                 list_type_attributes=self.list_type_attributes)
+        error, plain_names = facts
+        if error is not None:  # every selector fails on the device with this error, whatever it reads
+            return (expression, error)
+        projection = cel_device.device_projection(device.driver, raw, reads, plain_names)
+        return None if projection is None else (expression, None, projection)
 
     def evaluate(self, expression: str, device: DeviceInfo) -> Any:
         key = (expression, device)
@@ -93,14 +126,20 @@ class SelectorEvaluator:
         # 1.36 compiles with `device.allowMultipleAllocations` declared whatever the gate says
         # (a selector using it is no compile error with DRAConsumableCapacity off).
         compiled = compile_expression(expression, True)
-        cel = _cel()
         if isinstance(compiled, Exception):
             found = ("compile", str(compiled))
         else:
-            try:
-                found = bool(compiled.evaluate(self._input(device), getattr(_search, "deadline", None)))
-            except cel.CELRuntimeError as err:
-                found = ("runtime", str(err))
+            shared = self._shared_key(expression, compiled.reads, device) if self.share else None
+            found = self._shared.get(shared) if shared is not None else None
+            if found is None:
+                self.evaluations += 1
+                cel = _cel()
+                try:
+                    found = bool(compiled.evaluate(self._input(device), getattr(_search, "deadline", None)))
+                except cel.CELRuntimeError as err:
+                    found = ("runtime", str(err))
+                if shared is not None:
+                    self._shared[shared] = found
         self._results[key] = found
         return found
 

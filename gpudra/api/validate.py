@@ -9,7 +9,7 @@ import difflib
 from typing import Any, Callable, Iterable
 
 from gpudra.api.convert import DRA_KINDS, OLD_VERSIONS, V1, needs_conversion, newer_layout_paths, to_v1
-from gpudra.api.load import Document
+from gpudra.api.load import Document, cycle_collection_paused
 from gpudra.api.problems import Problem
 from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, schema_for
 from gpudra.api.schema.taint_rule import VERSIONS as TAINT_RULE_VERSIONS
@@ -122,20 +122,24 @@ def class_references(obj: dict[str, Any]) -> list[tuple[str, str]]:
 
 # ----- across documents ------------------------------------------------------------------------------
 def validate_documents(docs: list[Document], kubernetes_version: str | None = None,
-                       progress: Callable[[str, int, int], None] | None = None) -> list[Problem]:
+                       progress: Callable[[str, int, int], None] | None = None, *,
+                       gates: bool = True) -> list[Problem]:
     """Problems of every document and across documents, grouped by document in input order.
     `kubernetes_version`: the release whose default feature gates decide which gated fields are
-    warnings (gpudra.api.gates; default: gpudra.versions.DEFAULT_KUBERNETES_VERSION).
+    warnings (gpudra.api.gates; default: gpudra.versions.DEFAULT_KUBERNETES_VERSION); `gates=False` leaves
+    those warnings out (a caller that reports them for a release of its own, or wants only errors).
     `progress(what, done, total)` hears of each document checked (a CLI draws a bar from it)."""
     docs = [d if isinstance(d, Document) else Document(d.obj, getattr(d, "source", "<input>"), getattr(d, "index", 1))
             for d in docs]
     problems: list[Problem] = []
-    for done, doc in enumerate(docs, start=1):
-        problems.extend(validate_document(doc))
-        problems.extend(gate_problems(doc, kubernetes_version))
-        if progress is not None:
-            progress("validating", done, len(docs))
-    problems.extend(_cross_checks(docs))
+    with cycle_collection_paused():
+        for done, doc in enumerate(docs, start=1):
+            problems.extend(validate_document(doc))
+            if gates:
+                problems.extend(gate_problems(doc, kubernetes_version))
+            if progress is not None:
+                progress("validating", done, len(docs))
+        problems.extend(_cross_checks(docs))
     order: dict[tuple[str, int], int] = {}
     for doc in docs:
         order.setdefault((doc.source, doc.index), len(order))

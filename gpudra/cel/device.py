@@ -93,17 +93,11 @@ def _mapping(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def device_input(driver: str, device: dict[str, Any], *, list_type_attributes: bool = False) -> DeviceInput:
-    """Convert one entry of a ResourceSlice's `spec.devices` (v1 layout). Never raises.
-
-    `list_type_attributes` is the DRAListTypeAttributes feature gate (alpha in 1.36, off by default):
-    without it an attribute holding `ints`/`bools`/`strings`/`versions` has no value CEL can see,
-    so every selector on the device fails with "attribute X: unsupported attribute value".
-    """
+def _converted(driver: str, device: dict[str, Any], list_type_attributes: bool):
+    """(attributes, capacity, error) as CEL sees them."""
     attributes: dict[str, dict[str, Any]] = {}
     capacity: dict[str, dict[str, Any]] = {}
     error: str | None = None
-    device = device if isinstance(device, dict) else {}
     for name, attribute in _mapping(device.get("attributes")).items():
         domain, identifier = split_qualified_name(driver, str(name))
         try:
@@ -116,6 +110,18 @@ def device_input(driver: str, device: dict[str, Any], *, list_type_attributes: b
             capacity.setdefault(domain, {})[identifier] = _capacity_value(str(name), entry)
         except ValueError as problem:
             error = error or str(problem)
+    return attributes, capacity, error
+
+
+def device_input(driver: str, device: dict[str, Any], *, list_type_attributes: bool = False) -> DeviceInput:
+    """Convert one entry of a ResourceSlice's `spec.devices` (v1 layout). Never raises.
+
+    `list_type_attributes` is the DRAListTypeAttributes feature gate (alpha in 1.36, off by default):
+    without it an attribute holding `ints`/`bools`/`strings`/`versions` has no value CEL can see,
+    so every selector on the device fails with "attribute X: unsupported attribute value".
+    """
+    device = device if isinstance(device, dict) else {}
+    attributes, capacity, error = _converted(driver, device, list_type_attributes)
     data = {
         "device": {
             "driver": driver,
@@ -130,3 +136,97 @@ def device_input(driver: str, device: dict[str, Any], *, list_type_attributes: b
         NO_CAPACITY_VARIABLE: {},
     }
     return DeviceInput(driver, str(device.get("name", "")), data, error)
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable stand-in for a JSON value that tells apart what CEL tells apart (1, 1.0 and true too)."""
+    if isinstance(value, dict):
+        return ("map", tuple((key, _frozen(item)) for key, item in value.items()))
+    if isinstance(value, list):
+        return ("list", tuple(_frozen(item) for item in value))
+    hash(value)  # TypeError for anything a JSON document cannot hold
+    return (type(value), value)
+
+
+@lru_cache(maxsize=4096)
+def _version_converts(text: str) -> bool:
+    try:
+        _runtime_semver(text)
+    except SemverError:
+        return False
+    return True
+
+
+def input_facts(driver: str, device: Any, *, list_type_attributes: bool = False) -> tuple[str | None, bool]:
+    """(device_input(…).error, whether every attribute and capacity name is a string), without building the
+    input: a big cluster asks this of each of its thousands of devices, so the shapes that never fail are
+    passed over first."""
+    device = device if isinstance(device, dict) else {}
+    plain_names = True
+    for name, attribute in _mapping(device.get("attributes")).items():
+        if type(name) is not str:
+            plain_names = False
+        if type(attribute) is dict:
+            # _attribute_value takes the first of int, bool, string, version that is set
+            if attribute.get("string") is not None or attribute.get("int") is not None or (
+                attribute.get("bool") is not None
+            ):
+                continue
+            version = attribute.get("version")
+            if type(version) is str and _version_converts(version):
+                continue
+        try:
+            _attribute_value(str(name), attribute, list_type_attributes)
+        except ValueError as problem:
+            return str(problem), plain_names  # the first error is the device's, whatever follows
+    for name, entry in _mapping(device.get("capacity")).items():
+        if type(name) is not str:
+            plain_names = False
+        try:
+            _capacity_value(str(name), entry)
+        except ValueError as problem:
+            return str(problem), plain_names
+    return None, plain_names
+
+
+@lru_cache(maxsize=1024)
+def _read_names(driver: str, reads: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, Any], ...]:
+    """Per read: ("device", field), or (map, the raw names device_input puts in that place)."""
+    found: list[tuple[str, Any]] = []
+    for read in reads:
+        if read[0] == "device":
+            found.append(read)
+            continue
+        domain, identifier = read[1], read[2]
+        bare = (identifier,) if domain == driver and "/" not in identifier else ()
+        found.append((read[0], (f"{domain}/{identifier}", *bare)))
+    return tuple(found)
+
+
+def device_projection(driver: str, device: Any, reads: tuple[tuple[str, ...], ...],
+                      plain_names: bool = False) -> tuple | None:
+    """What a selector with these reads (gpudra.cel.reads) sees of the device, as a hashable key, or None when
+    the device's data cannot be keyed. Two devices without conversion error (input_facts) and with equal keys give
+    the selector the same outcome. `plain_names`: input_facts found every name a string (then names are looked up,
+    not searched for).
+
+    Per read, the key holds the raw entries that device_input would put in that place, in their order (so that
+    the last of duplicates wins alike)."""
+    device = device if isinstance(device, dict) else {}
+    key: list[Any] = []
+    try:
+        for place, names in _read_names(driver, reads):
+            if place == "device":
+                key.append(driver if names == "driver" else bool(device.get("allowMultipleAllocations") or False))
+                continue
+            entries = _mapping(device.get(place))
+            if plain_names:
+                found = [name for name in names if name in entries]
+                if len(found) > 1:
+                    found.sort(key=list(entries).index)
+                key.append(tuple((name, _frozen(entries[name])) for name in found))
+            else:
+                key.append(tuple((name, _frozen(entry)) for name, entry in entries.items() if str(name) in names))
+    except TypeError:
+        return None
+    return tuple(key)

@@ -12,6 +12,7 @@ from gpudra.cel import cost as cost_model
 from gpudra.cel.device import DeviceInput
 from gpudra.cel.environment import checking_env, runtime_env
 from gpudra.cel.errors import CELCompileError, CELRuntimeError
+from gpudra.cel.reads import device_reads
 from gpudra.cel.source import adapt, caret_report, line_column, offset_of
 
 MAX_EXPRESSION_BYTES = 10 * 1024  # CELSelectorExpressionMaxLength
@@ -64,14 +65,18 @@ def _aborted_message(message: str) -> str:
 class Selector:
     """A compiled selector. `evaluate(device_input)` returns a bool or raises CELRuntimeError."""
 
-    __slots__ = ("expression", "consumable_capacity", "estimated_cost", "_program", "_env", "_key")
+    __slots__ = ("expression", "consumable_capacity", "estimated_cost", "reads", "_program", "_env", "_key")
 
-    def __init__(self, expression: str, consumable_capacity: bool, program, estimated_cost: int):
+    def __init__(self, expression: str, consumable_capacity: bool, program, estimated_cost: int,
+                 reads: tuple[tuple[str, ...], ...] | None = None):
         self.expression = expression
         self.consumable_capacity = consumable_capacity
         # Over MAX_COST only for a stored expression (see compile_selector): its evaluation is not
         # started, it fails as the runtime cost limit would stop it.
         self.estimated_cost = estimated_cost
+        # What of the device the expression reads (gpudra.cel.reads; None: it may read anything): devices alike
+        # in these places (gpudra.cel.device.device_projection) get the same outcome.
+        self.reads = reads
         self._program = program
         self._env = runtime_env()
         self._key = (expression, consumable_capacity)
@@ -187,7 +192,7 @@ def _compile(expression: str, consumable_capacity: bool, stored: bool = False) -
         program = runtime_env().compile(adapt(expression, runtime=True).text)
     except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly
         raise _compile_error(expression, rewritten, str(error)) from None
-    return Selector(expression, consumable_capacity, program, estimate)
+    return Selector(expression, consumable_capacity, program, estimate, device_reads(serialized))
 
 
 @lru_cache(maxsize=4096)

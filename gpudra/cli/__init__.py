@@ -8,6 +8,7 @@ not take the whole tool down.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import shutil
@@ -54,10 +55,14 @@ class LazyGroup(click.Group):
             lambda: super(LazyGroup, self).main(args, prog_name, complete_var, standalone_mode=False, **extra))
 
     def invoke(self, ctx: click.Context) -> Any:
+        threshold = gc.get_threshold()
         try:
             return super().invoke(ctx)
         except BrokenPipeError:  # before click turns it into exit 1, which here means "the answer is no"
             exit_quietly_on_broken_pipe()
+        finally:  # what gpudra.cli.inputs.read_documents changed, for a command run in-process (as in tests)
+            gc.unfreeze()
+            gc.set_threshold(*threshold)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(name for name in COMMANDS if self._load(name) is not None)

@@ -192,8 +192,10 @@ def known_node_names(objects: list[dict[str, Any]]) -> list[str]:
 
 
 def _check_nodes(nodes: list[str] | None, objects: list[dict[str, Any]]) -> None:
+    if not nodes:
+        return
     known = known_node_names(objects)
-    if not nodes or not known:  # without any node in the input, --node is how nodes are named
+    if not known:  # without any node in the input, --node is how nodes are named
         return
     unknown = [name for name in nodes if name not in known]
     if unknown:

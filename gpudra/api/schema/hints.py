@@ -22,9 +22,14 @@ def fragment(value: Any) -> str:
     return dump_yaml_one(value).rstrip("\n")
 
 
+def might_be_quantity(text: str) -> bool:
+    """False for a string that `looks_like_quantity` is certainly false for (the cheap part of its test)."""
+    return _QUANTITY_WITH_UNIT.match(text) is not None
+
+
 def looks_like_quantity(value: Any) -> bool:
     """A string with a unit ("80Gi", "16G"): what a capacity holds, not an attribute."""
-    if not isinstance(value, str) or not _QUANTITY_WITH_UNIT.match(value):
+    if not isinstance(value, str) or not might_be_quantity(value):
         return False
     try:
         Quantity.parse(value)

@@ -13,7 +13,8 @@ from gpudra.api.schema import hints, names
 from gpudra.api.schema.cel_check import check_selector_expression
 from gpudra.api.schema.meta import NODE_SELECTOR
 from gpudra.api.schema.types import (
-    AnyValue, Bool, Context, F, Int, ListOf, MapOf, QuantityType, Str, Struct, Type, child, index, key, type_name,
+    INT64_MAX, INT64_MIN, AnyValue, Bool, Context, F, Int, ListOf, MapOf, QuantityType, Str, Struct, Type, child,
+    index, key, type_name, _key_problems,
 )
 
 # Limits (resource/v1/types.go, Kubernetes 1.36)
@@ -126,8 +127,30 @@ ATTRIBUTE_STRUCT = Struct(
 _SCALAR_KINDS = frozenset({"int", "bool", "string", "version"})
 
 
+def _attribute_quick_valid(value: Any) -> bool:
+    """True only of a one-field scalar attribute on which AttributeType.check reports nothing (the checks of
+    the field's own type in ATTRIBUTE_STRUCT and the amount-as-string hint); anything else takes the full walk.
+    Inlined tests: this runs for each of the hundreds of thousands of attributes of a big cluster."""
+    if type(value) is not dict or len(value) != 1:
+        return False
+    ((kind, item),) = value.items()
+    if kind == "string":
+        return (type(item) is str and len(item) <= ATTRIBUTE_VALUE_MAX and item.isascii()
+                and not hints.might_be_quantity(item))
+    if kind == "int":
+        return type(item) is int and INT64_MIN <= item <= INT64_MAX
+    if kind == "bool":
+        return type(item) is bool
+    if kind == "version":
+        return (type(item) is str and len(item) <= ATTRIBUTE_VALUE_MAX and item.isascii()
+                and not _semver_problems(item))
+    return False
+
+
 class AttributeType(Type):
     """A DeviceAttribute; bare scalars (`model: H100`) get the typed form suggested."""
+
+    quick_valid = staticmethod(_attribute_quick_valid)
 
     def check(self, value: Any, path: str, ctx: Context) -> None:
         if type(value) is dict and len(value) == 1:
@@ -293,6 +316,72 @@ def _device_check(device: dict, path: str, ctx: Context) -> None:
                           f"driver's domain {driver!r}")
 
 
+@functools.lru_cache(maxsize=4096)  # a fleet's devices repeat a few names (gpu-0…gpu-7) and sizes
+def _plain_device_name(name: str) -> bool:
+    return bool(name) and not names.dns_label(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_capacity_value(value: str) -> bool:
+    quantity = _quantity(value)
+    return quantity is not None and quantity.sign() >= 0
+
+
+_PLAIN_DEVICE_FIELDS = frozenset({"name", "attributes", "capacity"})
+# Attribute and capacity names seen to pass dra_qualified_name, and those of them with a '/': thousands of devices
+# repeat a dozen names, so a device's names are checked with one set operation.
+_PLAIN_NAMES: set[str] = set()
+_SLASHED_NAMES: set[str] = set()
+
+
+def _plain_names(names_of: dict) -> bool:
+    """Whether every name passes dra_qualified_name; afterwards they are all in _PLAIN_NAMES, and those with a '/'
+    in _SLASHED_NAMES."""
+    if _PLAIN_NAMES.issuperset(names_of):
+        return True
+    for name in names_of:
+        if type(name) is not str or _key_problems(names.dra_qualified_name, name):
+            return False
+    if len(_PLAIN_NAMES) > 4096:
+        _PLAIN_NAMES.clear()
+        _SLASHED_NAMES.clear()
+    _PLAIN_NAMES.update(names_of)
+    _SLASHED_NAMES.update(name for name in names_of if "/" in name)
+    return True
+
+
+def _device_quick_valid(device: Any) -> bool:
+    """True only of a device on which the DEVICE walk reports nothing: a name, attributes that each take
+    AttributeType's shortcut, capacities that are plain non-negative `{value: …}` quantities, nothing else (so no
+    request policy, binding conditions or node selection), within the size limit, and no `domain/x` attribute whose
+    bare `x` is there too (_device_check's warning when the domain is the driver's). Anything else takes the walk."""
+    if type(device) is not dict or not _PLAIN_DEVICE_FIELDS.issuperset(device):
+        return False
+    name = device.get("name")
+    attributes, capacity = device.get("attributes", {}), device.get("capacity", {})
+    if type(name) is not str or not _plain_device_name(name) or type(attributes) is not dict or (
+        type(capacity) is not dict or len(attributes) + len(capacity) > ATTRIBUTES_AND_CAPACITY_MAX
+    ):
+        return False
+    if not all(map(_attribute_quick_valid, attributes.values())) or not _plain_names(attributes):
+        return False
+    for attribute_name in _SLASHED_NAMES.intersection(attributes):
+        at = attribute_name.find("/")
+        while at != -1:  # whatever the driver's name, _device_check might find a duplicate
+            if attribute_name[at + 1:] in attributes:
+                return False
+            at = attribute_name.find("/", at + 1)
+    for capacity_name, entry in capacity.items():
+        if type(capacity_name) is not str or type(entry) is not dict or len(entry) != 1 or _key_problems(
+            names.dra_qualified_name, capacity_name
+        ):
+            return False
+        value = entry.get("value")
+        if type(value) is not str or not _plain_capacity_value(value):
+            return False
+    return True
+
+
 DEVICE = Struct(
     "Device",
     {
@@ -315,6 +404,7 @@ DEVICE = Struct(
     checks=(_device_check,),
     unknown_hints=(hints.device_basic,),
 )
+DEVICE.quick_valid = _device_quick_valid
 
 
 def _slice_check(spec: dict, path: str, ctx: Context) -> None:
