@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from bisect import insort
 import sys
 import time
 from pathlib import Path
@@ -27,8 +28,10 @@ from gpudra.simulate.policies import SIM_POLICIES, affinity_tag, node_ranks, pap
 from gpudra.simulate.trace import MILLI, Trace  # noqa: E402
 
 
-def direct_model(trace: Trace, policy: str, seed: int, tune: float = DEFAULT_TUNE) -> dict:
-    """Returns scheduled pods, GPU milli used, pods per node and the allocation-ratio series."""
+def direct_model(trace: Trace, policy: str, seed: int, tune: float = DEFAULT_TUNE,
+                 until_percent: int | None = None) -> dict:
+    """Returns scheduled pods, GPU milli used, pods per node and the allocation-ratio series (with
+    `until_percent`, only up to that percent of arrived demand: later pods cannot change it)."""
     tuning = random.Random(seed)
     workload = tuned_workload(trace.tasks, trace.gpus * MILLI, tune, tuning)
     rank = node_ranks((n.name for n in trace.nodes), tuning)  # right after tuning, from the same stream
@@ -39,61 +42,72 @@ def direct_model(trace: Trace, policy: str, seed: int, tune: float = DEFAULT_TUN
                               node_rank=rank, cluster=SimpleNamespace(usage=usage), tasks=tasks)
     scorer = paper_policy(policy, context)
     by_rank = sorted(nodes, key=lambda n: rank[n.name])  # first of the best in the tie order wins
-    cpu = {n.name: n.cpu_milli for n in nodes}
-    memory = {n.name: n.memory_mib for n in nodes}
-    res = {n.name: NodeRes(n.cpu_milli, n.cpu_milli, (MILLI,) * n.gpus, n.model) for n in nodes}
-    tags = {n.name: frozenset() for n in nodes}
-    memo: dict[tuple, int] = {}
+    # Nodes in the same state (free cpu, memory, GPU milli, model; gpu-clustering: the kinds of tasks placed) get
+    # the same verdict and score, and ties go to the lowest rank: one candidate per state, its lowest rank.
+    groups: dict[tuple, list[int]] = {}
+    for position, node in enumerate(by_rank):
+        state = (NodeRes(node.cpu_milli, node.cpu_milli, (MILLI,) * node.gpus, node.model), node.memory_mib,
+                 frozenset())
+        groups.setdefault(state, []).append(position)
+    memo: dict[tuple, object] = {}
     capacity = trace.gpus * MILLI
     arrived = used = scheduled = 0
     placed = {n.name: 0 for n in nodes}
     points = []
     for pod_name, task in workload:
         arrived += task.total_gpu_milli
-        best_score, best, feasible = None, None, []
-        for node in by_rank:
-            name = node.name
-            if task.cpu_milli > cpu[name] or task.memory_mib > memory[name]:
+        best_score, best_position, best_group, feasible = None, -1, None, []
+        for group, positions in groups.items():
+            state, memory, tags = group
+            if task.cpu_milli > state.cpu_left or task.memory_mib > memory:
                 continue
-            state = res[name]
-            if task.num_gpu and not (accessible(node.model, task.gpu_spec)
+            if task.num_gpu and not (accessible(state.model, task.gpu_spec)
                                      and fits_gpus(state.gpu_left, task.gpu_milli, task.num_gpu)):
                 continue
             if policy == "random":
-                feasible.append(name)
+                feasible.extend(by_rank[p].name for p in positions)
                 continue
-            key = (state, task.resource_key, tags[name] if policy == "gpu-clustering" else None)
+            key = (state, task.resource_key, tags if policy == "gpu-clustering" else None)
             score = memo.get(key)
             if score is None:
-                score = memo[key] = scorer.score(state, task, name)[0]
-            if best_score is None or score > best_score:
-                best_score, best = score, name
+                score = memo[key] = scorer.score(state, task, by_rank[positions[0]].name)[0]
+            if best_score is None or score > best_score or (score == best_score and positions[0] < best_position):
+                best_score, best_position, best_group = score, positions[0], group
         if policy == "random" and feasible:
             feasible.sort()  # the scheduler lists feasible nodes by name
             best = feasible[context.rng.randrange(len(feasible))] if len(feasible) > 1 else feasible[0]
-        if best is not None:
-            state = res[best]
+            best_position = next(i for i, n in enumerate(by_rank) if n.name == best)
+            best_group = next(g for g, positions in groups.items() if best_position in positions)
+        if best_group is not None:
+            state, memory, tags = best_group
+            positions = groups[best_group]
+            positions.remove(best_position)
+            if not positions:
+                del groups[best_group]
+            name = by_rank[best_position].name
             gpus = scorer.gpus(state, task)
             assert len(gpus) == task.num_gpu
             left = list(state.gpu_left)
             for index in gpus:
                 left[index] -= task.gpu_milli
                 assert left[index] >= 0
-            cpu[best] -= task.cpu_milli
-            memory[best] -= task.memory_mib
-            res[best] = NodeRes(state.cpu_left - task.cpu_milli, state.cpu_capacity, tuple(left), state.model)
             key = f"sim/{pod_name}"
             tasks[key] = task
-            usage[best].pods.append(key)
-            if task.num_gpu:
-                tags[best] = tags[best] | {affinity_tag(task)}
+            usage[name].pods.append(key)
+            if task.num_gpu and policy == "gpu-clustering":
+                tags = tags | {affinity_tag(task)}
+            after = (NodeRes(state.cpu_left - task.cpu_milli, state.cpu_capacity, tuple(left), state.model),
+                     memory - task.memory_mib, tags)
+            insort(groups.setdefault(after, []), best_position)
             used += task.total_gpu_milli
             scheduled += 1
-            placed[best] += 1
+            placed[name] += 1
         points.append((100 * arrived / capacity, 100 * used / capacity))
         if len(memo) > 2_000_000:
             memo.clear()
-    series = per_percent(points, int(100 * arrived / capacity))
+        if until_percent is not None and points[-1][0] > until_percent + 1.5:  # its bucket (±0.5) is complete
+            break
+    series = per_percent(points, until_percent if until_percent is not None else int(100 * arrived / capacity))
     return {"scheduled": scheduled, "used": used, "placed": placed, "series": series}
 
 
@@ -112,7 +126,7 @@ def main() -> int:
             ratios = []
             for seed in range(args.seed, args.seed + args.seeds):
                 started = time.process_time()
-                result = direct_model(trace, policy, seed)
+                result = direct_model(trace, policy, seed, until_percent=100)
                 ratio = result["series"][100]
                 ratios.append(ratio)
                 line = {"trace": trace_name, "policy": policy, "seed": seed, "allocation_ratio": round(ratio, 4),
