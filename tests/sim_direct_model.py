@@ -50,6 +50,7 @@ def direct_model(trace: Trace, policy: str, seed: int, tune: float = DEFAULT_TUN
                  frozenset())
         groups.setdefault(state, []).append(position)
     memo: dict[tuple, object] = {}
+    tie_key = getattr(scorer, "tie_key", None)
     capacity = trace.gpus * MILLI
     arrived = used = scheduled = 0
     placed = {n.name: 0 for n in nodes}
@@ -68,11 +69,21 @@ def direct_model(trace: Trace, policy: str, seed: int, tune: float = DEFAULT_TUN
                 feasible.extend(by_rank[p].name for p in positions)
                 continue
             key = (state, task.resource_key, tags if policy == "gpu-clustering" else None)
-            score = memo.get(key)
-            if score is None:
-                score = memo[key] = scorer.score(state, task, by_rank[positions[0]].name)[0]
-            if best_score is None or score > best_score or (score == best_score and positions[0] < best_position):
-                best_score, best_position, best_group = score, positions[0], group
+            scored = memo.get(key)  # [score, tie key or None until asked]
+            if scored is None:
+                scored = memo[key] = [scorer.score(state, task, by_rank[positions[0]].name)[0], None]
+            score = scored[0]
+            if best_score is None or score > best_score:
+                best_score, tied = score, [(positions[0], group, scored)]
+            elif score == best_score:
+                tied.append((positions[0], group, scored))
+        if best_score is not None:
+            best_position, best_group, _ = min(tied, key=lambda item: item[0])  # the first in the node order
+            if len(tied) > 1 and tie_key is not None:  # the policy's own rule among the nodes tied at the top
+                for _, group, scored in tied:
+                    if scored[1] is None:
+                        scored[1] = tie_key(group[0], task)
+                best_position, best_group, _ = max(tied, key=lambda item: (item[2][1], -item[0]))
         if policy == "random" and feasible:
             feasible.sort()  # the scheduler lists feasible nodes by name
             best = feasible[context.rng.randrange(len(feasible))] if len(feasible) > 1 else feasible[0]

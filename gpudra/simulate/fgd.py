@@ -13,7 +13,7 @@ tasks can never use a GPU, so for them all free GPU milli is fragmented). F_n = 
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
@@ -134,19 +134,27 @@ class Fragmentation:
         value = self._memo.get(key)
         if value is not None:
             return value
-        total_left = sum(ordered)
+        prefix = [0]  # prefix[i]: the free milli of the i GPUs with the least free milli
+        for left in ordered:
+            prefix.append(prefix[-1] + left)
+        total_left, gpus = prefix[-1], len(ordered)
         value = 0.0
         if total_left:
-            fits_model = self._for_model(model)
             satisfied_weight = 0.0
-            for task in fits_model:
+            for task in self._for_model(model):
+                if not task.milli or task.cpu > cpu_left:
+                    continue
+                too_small = bisect_left(ordered, task.milli)  # GPUs with less free milli than the task's share
+                if gpus - too_small < task.count:
+                    continue
                 # Q3 (fits): only the GPUs too small for the task are fragmented
-                if task.milli and task.cpu <= cpu_left and fits_gpus(ordered, task.milli, task.count):
-                    if self.cpu_aware:
-                        value += task.weight * (total_left - _served_milli(ordered, cpu_left, task))
-                    else:
-                        value += task.weight * sum(left for left in ordered if left < task.milli)
-                    satisfied_weight += task.weight
+                if self.cpu_aware:  # and those beyond the copies the free CPU serves (the fullest GPUs first)
+                    copies = cpu_left // task.cpu if task.cpu else gpus
+                    served = min(copies * task.count, (gpus - too_small) // task.count * task.count)
+                    value += task.weight * prefix[gpus - served]
+                else:
+                    value += task.weight * prefix[too_small]
+                satisfied_weight += task.weight
             # every other typical task (lacks cpu or gpu, inaccessible, or CPU-only) sees all free milli
             value += (1.0 - satisfied_weight) * total_left
         if len(self._memo) > 1_000_000:
@@ -156,15 +164,6 @@ class Fragmentation:
 
     def node(self, res: NodeRes) -> float:
         return self.amount(res.cpu_left, res.gpu_left, res.model)
-
-
-def _served_milli(ordered: tuple[int, ...], cpu_left: int, task: TypicalTask) -> int:
-    """The free milli of the GPUs copies of `task` can use when the node's CPU bounds the copies (`ordered`
-    ascending: the GPUs with the most free milli are taken first)."""
-    eligible = [left for left in ordered if left >= task.milli]
-    copies = cpu_left // task.cpu if task.cpu else len(eligible)
-    gpus = min(copies * task.count, len(eligible) // task.count * task.count)
-    return sum(eligible[len(eligible) - gpus:]) if gpus > 0 else 0
 
 
 def sigmoid(x: float) -> float:
@@ -204,6 +203,12 @@ def _fgd_choice(frag: Fragmentation, res: NodeRes, cpu: int, milli: int, count: 
     after_left = tuple(0 if i in gpus else left for i, left in enumerate(res.gpu_left))
     after = frag.amount(res.cpu_left - cpu, after_left, res.model)
     return int(sigmoid((before - after) / 1000) * MAX_NODE_SCORE), gpus
+
+
+def fragmentation_growth(frag: Fragmentation, res: NodeRes, cpu: int, milli: int, gpus: tuple[int, ...]) -> float:
+    """How much F_n grows (GPU milli) when a task of `cpu` and `milli` per GPU takes the GPUs `gpus` of the node."""
+    after_left = tuple(left - milli if i in gpus else left for i, left in enumerate(res.gpu_left))
+    return frag.amount(res.cpu_left - cpu, after_left, res.model) - frag.node(res)
 
 
 def first_free_gpus(res: NodeRes, count: int) -> tuple[int, ...]:

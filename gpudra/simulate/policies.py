@@ -28,7 +28,7 @@ from gpudra.driver.slices import COMPUTE_CAPACITY, COMPUTE_UNITS
 from gpudra.scheduler.devicechoice import allocate_hiding, claims_to_allocate
 from gpudra.scheduler.scoring import Policy
 
-from .fgd import MAX_NODE_SCORE, Fragmentation, NodeRes, fgd_choice, first_free_gpus
+from .fgd import MAX_NODE_SCORE, Fragmentation, NodeRes, fgd_choice, first_free_gpus, fragmentation_growth
 from .trace import MILLI, Task
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -268,19 +268,57 @@ class FgdPolicy(PaperPolicy):
 
 
 class FragmentationPolicy(FgdPolicy):
-    """gpudra's `fragmentation` in the simulator: FGD's rule (score, GPU choice, ties) on the CPU-aware measure
-    (`Fragmentation(cpu_aware=True)`): GPUs the node's free CPU cannot serve count as fragmented. Node state is
-    read the same way as for FGD (what the cluster and the allocator hold), so it scores 1,213 nodes at FGD's
-    speed instead of one allocator search per workload class and node (gpudra.scheduler.fragmentation, kept
-    for clusters given as manifests)."""
+    """gpudra's `fragmentation` in the simulator: FGD's score and GPU choice first; where FGD's scores tie, the
+    node whose CPU-aware fragmentation (`Fragmentation(cpu_aware=True)`: GPUs the node's free CPU cannot serve
+    count as fragmented) grows least; then FGD's node order.
+
+    FGD's score is an integer (int(sigmoid(ΔF/1000)·100): one point is about 40 milli of fragmentation, and
+    most nodes share a few states), so most placements are ties that FGD gives to the first node in its order.
+    FGD's measure counts a GPU as usable by a typical task whenever the task fits once, even when the free CPU
+    serves one copy: 8 free GPUs next to 4 free cores are "unfragmented" for a 4-core, 1-GPU task. Among the
+    nodes FGD finds equal, the tie rule takes the one where the free CPU strands fewest GPUs. The remaining ties
+    keep FGD's order, which packs: idle nodes stay idle for the multi-GPU tasks no typical task represents.
+    Node state is read as for FGD (what the cluster and the allocator hold); gpudra.scheduler.fragmentation
+    (one allocator search per workload class and node) is kept for clusters given as manifests."""
 
     name = "fragmentation"
 
-    def measure(self) -> Fragmentation:
-        found = getattr(self, "_measure", None)
+    def cpu_aware(self) -> Fragmentation:
+        found = getattr(self, "_cpu_aware", None)
         if found is None:
-            found = self._measure = Fragmentation(self.context.fragmentation.typical, cpu_aware=True)
+            found = self._cpu_aware = Fragmentation(self.context.fragmentation.typical, cpu_aware=True)
         return found
+
+    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
+        """FGD's (score, GPUs) and the node state, which `combine` reads for the tied nodes."""
+        task = self.context.task(info)
+        res = self.context.node_res(evaluation.result.node)
+        return (*self.score(res, task, evaluation.result.node), res)
+
+    def tie_key(self, res: NodeRes, task: Task) -> float:
+        """Among nodes of equal FGD score, larger is better: minus the CPU-aware fragmentation's growth when the
+        task takes FGD's GPUs. Memoised: many tied nodes are in the same state."""
+        key = (res, task.resource_key)
+        memo = self.__dict__.setdefault("_tie_keys", {})
+        found = memo.get(key)
+        if found is None:
+            if len(memo) > 1_000_000:
+                memo.clear()
+            gpus = self.gpus(res, task)
+            found = memo[key] = -fragmentation_growth(self.cpu_aware(), res, task.cpu_milli, task.gpu_milli, gpus)
+        return found
+
+    def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
+        """FGD's score, then `tie_key` among the nodes tied at the top, then the node order: the best node alone
+        scores 1 (the CPU-aware measure is computed only for the tied nodes)."""
+        top = max(e.parts[0] for e in feasible)
+        tied = [e.result.node for e in feasible if e.parts[0] == top]
+        best = tied[0]
+        if len(tied) > 1:
+            task, rank = self.context.task(info), self.context.node_rank
+            state = {e.result.node: e.parts[2] for e in feasible if e.parts[0] == top}
+            best = max(tied, key=lambda node: (self.tie_key(state[node], task), -rank[node]))
+        return {e.result.node: float(e.result.node == best) for e in feasible}
 
 
 _CLASSES = {cls.name: cls for cls in (RandomPolicy, DotProdPolicy, GpuClusteringPolicy, GpuPackingPolicy,
