@@ -469,3 +469,22 @@ def test_ties_follow_one_random_node_order_per_seed():
         assert direct_model(trace, "fgd", seed, tune=0)["placed"][placed[0]] == 4
         firsts.add(placed[0])
     assert len(firsts) > 1
+
+
+def test_fragmentation_breaks_fgds_ties_where_the_free_cpu_strands_gpus():
+    """The typical task wants 8 cores per GPU. A 1-core, 1-GPU task scores the same with FGD on both nodes (it
+    fits both before and after), so FGD's node order decides; `fragmentation` takes the GPU that node n-y's
+    12 cores could not serve (only one 8-core copy fits there), whatever the order."""
+    from gpudra.simulate.engine import start
+
+    nodes = [TraceNode("n-x", 16000, 65536, 2, "G2"), TraceNode("n-y", 12000, 65536, 2, "G2")]
+    typical = [Task(f"t-{i}", 8000, 1024, 1, 1000) for i in range(20)]
+    probe = Task("probe", 1000, 1024, 1, 1000)
+    trace = Trace("cpu-strands", nodes, typical + [probe])
+    chosen = {"fgd": set(), "fragmentation": set()}
+    for seed in range(8):
+        for policy in chosen:
+            run = start(trace, [("probe", probe)], policy, seed, "dra", random.Random(seed))
+            chosen[policy].add(run.scheduler.schedule_pod("sim/probe").node)
+    assert chosen["fgd"] == {"n-x", "n-y"}  # a tie: the seed's node order decides
+    assert chosen["fragmentation"] == {"n-y"}
