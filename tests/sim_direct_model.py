@@ -5,7 +5,8 @@ own rules (`gpudra.simulate.policies`: score, GPU choice, the artifact's tie ord
 exactly the same pods, and so full-scale tables can be computed in seconds per experiment while the scheduler
 path takes minutes. For tests and investigation only: `gpudra simulate` never takes this shortcut.
 
-    python tests/sim_direct_model.py [--trace default] [--policies all] [--seeds 10] [--seed 42] [--json]
+    python tests/sim_direct_model.py [--trace default | --pods FILE,...] [--policies all] [--seeds 10] [--seed 42]
+        [--json]
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import random
 from bisect import insort
 import sys
 import time
+from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpudra.simulate import BUNDLED_TRACES, bundled_trace  # noqa: E402
+from gpudra.simulate.trace import BUNDLED_NODES, load_trace  # noqa: E402
 from gpudra.simulate.engine import DEFAULT_TUNE, per_percent, tuned_workload  # noqa: E402
 from gpudra.simulate.fgd import Fragmentation, NodeRes, accessible, fits_gpus, typical_tasks  # noqa: E402
 from gpudra.simulate.policies import SIM_POLICIES, affinity_tag, node_ranks, paper_policy  # noqa: E402
@@ -126,13 +129,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", default="default", help=f"comma-separated: {', '.join(BUNDLED_TRACES)}")
     parser.add_argument("--policies", default="all", help=f"comma-separated: {', '.join(SIM_POLICIES)} or all")
+    parser.add_argument("--pods", help="comma-separated pod CSVs of the openb shape, on the bundled node list "
+                        "(instead of --trace: e.g. the artifact's other openb_pod_list_*.csv)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--json", action="store_true", help="one JSON object per experiment")
     args = parser.parse_args()
     policies = SIM_POLICIES if args.policies == "all" else tuple(args.policies.split(","))
-    for trace_name in args.trace.split(","):
-        trace = bundled_trace(trace_name)
+    nodes = str(resources.files("gpudra.simulate") / "data" / "openb" / BUNDLED_NODES)
+    if args.pods:
+        traces = [load_trace(nodes, path, Path(path).stem.removeprefix("openb_pod_list_"))
+                  for path in args.pods.split(",")]
+    else:
+        traces = [bundled_trace(name) for name in args.trace.split(",")]
+    for trace in traces:
+        trace_name = trace.name
         for policy in policies:
             ratios = []
             for seed in range(args.seed, args.seed + args.seeds):
