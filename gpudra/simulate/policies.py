@@ -290,10 +290,11 @@ class FragmentationPolicy(FgdPolicy):
         return found
 
     def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
-        """FGD's (score, GPUs) and the node state, which `combine` reads for the tied nodes."""
+        """FGD's (score, GPUs) and the tie key, computed with the node's verdict (cached with it until the node
+        changes), so `combine` only compares."""
         task = self.context.task(info)
         res = self.context.node_res(evaluation.result.node)
-        return (*self.score(res, task, evaluation.result.node), res)
+        return (*self.score(res, task, evaluation.result.node), self.tie_key(res, task))
 
     def tie_key(self, res: NodeRes, task: Task) -> float:
         """Among nodes of equal FGD score, larger is better: minus the CPU-aware fragmentation's growth when the
@@ -309,16 +310,16 @@ class FragmentationPolicy(FgdPolicy):
         return found
 
     def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
-        """FGD's score, then `tie_key` among the nodes tied at the top, then the node order: the best node alone
-        scores 1 (the CPU-aware measure is computed only for the tied nodes)."""
+        """FGD's score, then `tie_key`, then the node order: the best node alone scores 1."""
         top = max(e.parts[0] for e in feasible)
-        tied = [e.result.node for e in feasible if e.parts[0] == top]
+        tied = [e for e in feasible if e.parts[0] == top]
         best = tied[0]
         if len(tied) > 1:
-            task, rank = self.context.task(info), self.context.node_rank
-            state = {e.result.node: e.parts[2] for e in feasible if e.parts[0] == top}
-            best = max(tied, key=lambda node: (self.tie_key(state[node], task), -rank[node]))
-        return {e.result.node: float(e.result.node == best) for e in feasible}
+            rank = self.context.node_rank
+            best = max(tied, key=lambda e: (e.parts[2], -rank[e.result.node]))
+        scores = dict.fromkeys((e.result.node for e in feasible), 0.0)
+        scores[best.result.node] = 1.0
+        return scores
 
 
 _CLASSES = {cls.name: cls for cls in (RandomPolicy, DotProdPolicy, GpuClusteringPolicy, GpuPackingPolicy,
