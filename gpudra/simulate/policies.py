@@ -293,8 +293,11 @@ class FragmentationPolicy(FgdPolicy):
         """FGD's (score, GPUs) and the tie key, computed with the node's verdict (cached with it until the node
         changes), so `combine` only compares."""
         task = self.context.task(info)
-        res = self.context.node_res(evaluation.result.node)
-        return (*self.score(res, task, evaluation.result.node), self.tie_key(res, task))
+        node = evaluation.result.node
+        res = self.context.node_res(node)
+        score, gpus = self.score(res, task, node)
+        tie = self.tie_key(res, task)
+        return score, gpus, tie, (score, tie, -self.context.node_rank[node])  # what combine compares
 
     def tie_key(self, res: NodeRes, task: Task) -> float:
         """Among nodes of equal FGD score, larger is better: minus the CPU-aware fragmentation's growth when the
@@ -311,14 +314,9 @@ class FragmentationPolicy(FgdPolicy):
 
     def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
         """FGD's score, then `tie_key`, then the node order: the best node alone scores 1."""
-        top = max(e.parts[0] for e in feasible)
-        tied = [e for e in feasible if e.parts[0] == top]
-        best = tied[0]
-        if len(tied) > 1:
-            rank = self.context.node_rank
-            best = max(tied, key=lambda e: (e.parts[2], -rank[e.result.node]))
-        scores = dict.fromkeys((e.result.node for e in feasible), 0.0)
-        scores[best.result.node] = 1.0
+        keys = [e.parts[3] for e in feasible]
+        scores = dict.fromkeys([e.result.node for e in feasible], 0.0)
+        scores[feasible[keys.index(max(keys))].result.node] = 1.0
         return scores
 
 
