@@ -31,6 +31,15 @@ from gpudra.simulate.policies import SIM_POLICIES, affinity_tag, node_ranks, pap
 from gpudra.simulate.trace import MILLI, Trace  # noqa: E402
 
 
+def model_gpus(nodes) -> dict[str, int]:
+    """GPU model -> GPUs of that model, as `SimContext.model_gpus` counts them."""
+    counts: dict[str, int] = {}
+    for node in nodes:
+        if node.model and node.gpus:
+            counts[node.model] = counts.get(node.model, 0) + node.gpus
+    return counts
+
+
 def direct_model(trace: Trace, policy: str, seed: int, tune: float = DEFAULT_TUNE,
                  until_percent: int | None = None) -> dict:
     """Returns scheduled pods, GPU milli used, pods per node and the allocation-ratio series (with
@@ -42,7 +51,8 @@ def direct_model(trace: Trace, policy: str, seed: int, tune: float = DEFAULT_TUN
     usage = {n.name: SimpleNamespace(pods=[]) for n in nodes}
     tasks: dict[str, object] = {}
     context = SimpleNamespace(rng=random.Random(seed), fragmentation=Fragmentation(typical_tasks(trace.tasks)),
-                              node_rank=rank, cluster=SimpleNamespace(usage=usage), tasks=tasks)
+                              node_rank=rank, cluster=SimpleNamespace(usage=usage), tasks=tasks,
+                              model_gpus=model_gpus(trace.nodes))
     scorer = paper_policy(policy, context)
     by_rank = sorted(nodes, key=lambda n: rank[n.name])  # first of the best in the tie order wins
     # Nodes in the same state (free cpu, memory, GPU milli, model; gpu-clustering: the kinds of tasks placed) get

@@ -433,7 +433,8 @@ def test_html_report_shows_every_plot_in_headless_chromium(tmp_path):
                                     "fragmentation"])
 def test_scheduler_path_equals_a_direct_model_of_the_paper_policy(policy):
     """The same decisions computed directly on the paper's node model give the same placements: the real
-    scheduler and allocator neither lose nor invent placements, and break ties as the artifact does."""
+    scheduler and allocator neither lose nor invent placements, and break ties as the artifact does. (The small
+    trace pins tasks to T4 and to G2|P100, so `fragmentation`'s pinned-demand tie rule is compared too.)"""
     from gpudra.simulate.engine import start
 
     trace = small_trace()
@@ -488,3 +489,40 @@ def test_fragmentation_breaks_fgds_ties_where_the_free_cpu_strands_gpus():
             chosen[policy].add(run.scheduler.schedule_pod("sim/probe").node)
     assert chosen["fgd"] == {"n-x", "n-y"}  # a tie: the seed's node order decides
     assert chosen["fragmentation"] == {"n-y"}
+
+
+def test_fragmentation_leaves_the_model_pinned_tasks_need_to_them():
+    """openb gpuspec25's pattern: T4 GPUs are scarce for the tasks pinned to them, and the T4 node is short of
+    CPU (its GPUs look stranded), so the CPU-aware growth alone does not keep an unpinned task off it. Among FGD's
+    equals `fragmentation` ranks the G2 node first for an unpinned task; for a task pinned to T4 only the CPU
+    rule counts."""
+    from types import SimpleNamespace
+
+    from gpudra.simulate.fgd import fragmentation_growth
+    from gpudra.simulate.policies import FragmentationPolicy
+
+    typical = ([Task(f"pinned-{i}", 4000, 1024, 1, 1000, ("T4",)) for i in range(2)]
+               + [Task(f"pinned-g2-{i}", 4000, 1024, 1, 1000, ("G2",)) for i in range(2)]
+               + [Task(f"any-{i}", 4000, 1024, 1, 1000) for i in range(16)])
+    fragmentation = Fragmentation(typical_tasks(typical))
+    # as many tasks pinned to each model, but ten times as many G2 GPUs: T4 is the scarce one
+    policy = FragmentationPolicy(SimpleNamespace(fragmentation=fragmentation, model_gpus={"T4": 8, "G2": 80}))
+    t4, g2 = NodeRes(8000, 8000, (1000,) * 8, "T4"), NodeRes(64000, 64000, (1000,) * 8, "G2")
+    unpinned, pinned = Task("probe", 4000, 1024, 1, 1000), Task("pinned-probe", 4000, 1024, 1, 1000, ("T4",))
+    cpu_aware = policy.cpu_aware()
+    growth = {res.model: fragmentation_growth(cpu_aware, res, 4000, 1000, policy.gpus(res, unpinned))
+              for res in (t4, g2)}
+    assert growth["T4"] <= growth["G2"]  # the CPU rule alone does not prefer the G2 node
+    assert policy.tie_key(g2, unpinned) > policy.tie_key(t4, unpinned)  # the pinned tasks' model is left to them
+    assert policy.tie_key(t4, pinned)[0] == policy.tie_key(g2, pinned)[0] == 0.0
+
+
+def test_pinned_demand_spreads_each_pinned_task_over_the_gpus_it_accepts():
+    from gpudra.simulate.fgd import TypicalTask, pinned_demand_per_gpu
+
+    typical = [TypicalTask(1000, 1000, 1, ("T4",), 0.5), TypicalTask(1000, 500, 2, ("T4", "P100"), 0.25),
+               TypicalTask(1000, 1000, 1, (), 0.25)]
+    demand = pinned_demand_per_gpu(typical, {"T4": 4, "P100": 1, "G2": 10})
+    assert demand["G2"] == 0.0  # nobody is pinned to it; the unpinned task counts nowhere
+    assert demand["P100"] == pytest.approx(0.25 * 500 * 2 / 5)
+    assert demand["T4"] == pytest.approx(0.5 * 1000 / 4 + 0.25 * 500 * 2 / 5)

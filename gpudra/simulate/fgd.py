@@ -166,6 +166,22 @@ class Fragmentation:
         return self.amount(res.cpu_left, res.gpu_left, res.model)
 
 
+def pinned_demand_per_gpu(typical: list[TypicalTask], model_gpus: dict[str, int]) -> dict[str, float]:
+    """GPU model -> how much the typical tasks pinned to GPU models (`gpu_spec`) ask of each of its GPUs: every
+    pinned typical task's GPU milli, weighted by its popularity, spread evenly over the GPUs of the models it
+    accepts. 0 for a model no typical task is pinned to; a model that pinned tasks depend on and that has few
+    GPUs scores high (openb gpuspec25: T4 about 0.11, P100 0.06, V100 0.04, G3 0.01, G2 0.007)."""
+    demand = dict.fromkeys(model_gpus, 0.0)
+    for task in typical:
+        if not task.models or not task.milli:
+            continue
+        accepted = [model for model in model_gpus if accessible(model, task.models)]
+        gpus = sum(model_gpus[model] for model in accepted)
+        for model in accepted if gpus else ():
+            demand[model] += task.weight * task.milli * task.count / gpus
+    return demand
+
+
 def sigmoid(x: float) -> float:
     if x < -700:
         return 0.0

@@ -28,7 +28,8 @@ from gpudra.driver.slices import COMPUTE_CAPACITY, COMPUTE_UNITS
 from gpudra.scheduler.devicechoice import allocate_hiding, claims_to_allocate
 from gpudra.scheduler.scoring import Policy
 
-from .fgd import MAX_NODE_SCORE, Fragmentation, NodeRes, fgd_choice, first_free_gpus, fragmentation_growth
+from .fgd import (MAX_NODE_SCORE, Fragmentation, NodeRes, fgd_choice, first_free_gpus, fragmentation_growth,
+                  pinned_demand_per_gpu)
 from .trace import MILLI, Task
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,6 +71,10 @@ class SimContext:
         self.fragmentation = fragmentation
         self.rng = random.Random(seed)  # RandomScore's node and GPU picks
         self.node_rank = node_rank if node_rank is not None else node_ranks(node_gpus, random.Random(seed))
+        self.model_gpus: dict[str, int] = {}  # GPU model -> GPUs of that model in the cluster
+        for model, devices in node_gpus.values():
+            if model:
+                self.model_gpus[model] = self.model_gpus.get(model, 0) + len(devices)
 
     def node_res(self, node: str) -> NodeRes:
         cluster = self.cluster
@@ -270,7 +275,10 @@ class FgdPolicy(PaperPolicy):
 class FragmentationPolicy(FgdPolicy):
     """gpudra's `fragmentation` in the simulator: FGD's score and GPU choice first; where FGD's scores tie, the
     node whose CPU-aware fragmentation (`Fragmentation(cpu_aware=True)`: GPUs the node's free CPU cannot serve
-    count as fragmented) grows least; then FGD's node order.
+    count as fragmented) grows least; then FGD's node order. Before the CPU rule, a GPU task free to run on any
+    model prefers, among FGD's equals, the model that tasks pinned to GPU models (`gpu_spec`) need least
+    (`pinned_demand_per_gpu`): it leaves the scarce models to the tasks that can run nowhere else (without it,
+    CPU-poor P100/V100 nodes, whose GPUs look stranded, drew unpinned tasks and openb gpuspec25 lost 62 GPUs).
 
     FGD's score is an integer (int(sigmoid(ΔF/1000)·100): one point is about 40 milli of fragmentation, and
     most nodes share a few states), so most placements are ties that FGD gives to the first node in its order.
@@ -299,9 +307,10 @@ class FragmentationPolicy(FgdPolicy):
         tie = self.tie_key(res, task)
         return score, gpus, tie, (score, tie, -self.context.node_rank[node])  # what combine compares
 
-    def tie_key(self, res: NodeRes, task: Task) -> float:
-        """Among nodes of equal FGD score, larger is better: minus the CPU-aware fragmentation's growth when the
-        task takes FGD's GPUs. Memoised: many tied nodes are in the same state."""
+    def tie_key(self, res: NodeRes, task: Task) -> tuple[float, float]:
+        """Among nodes of equal FGD score, larger is better: minus the pinned tasks' demand for the node's model
+        (unpinned GPU tasks only), then minus the CPU-aware fragmentation's growth when the task takes FGD's
+        GPUs. Memoised: many tied nodes are in the same state."""
         key = (res, task.resource_key)
         memo = self.__dict__.setdefault("_tie_keys", {})
         found = memo.get(key)
@@ -309,8 +318,20 @@ class FragmentationPolicy(FgdPolicy):
             if len(memo) > 1_000_000:
                 memo.clear()
             gpus = self.gpus(res, task)
-            found = memo[key] = -fragmentation_growth(self.cpu_aware(), res, task.cpu_milli, task.gpu_milli, gpus)
+            growth = fragmentation_growth(self.cpu_aware(), res, task.cpu_milli, task.gpu_milli, gpus)
+            found = memo[key] = (-self.pinned_demand(res.model, task), -growth)
         return found
+
+    def pinned_demand(self, model: str, task: Task) -> float:
+        """For a GPU task free to run on any model: what pinned typical tasks need of one GPU of `model`, to a
+        thousandth of a milli (models equal within that tie). 0 for pinned or CPU-only tasks."""
+        if task.gpu_spec or not task.num_gpu:
+            return 0.0
+        demand = self.__dict__.get("_pinned_demand")
+        if demand is None:
+            demand = self._pinned_demand = pinned_demand_per_gpu(self.context.fragmentation.typical,
+                                                                 self.context.model_gpus)
+        return round(demand.get(model, 0.0), 3)
 
     def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
         """FGD's score, then `tie_key`, then the node order: the best node alone scores 1."""
