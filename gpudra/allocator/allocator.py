@@ -235,20 +235,22 @@ class Allocator:
             return None
         candidates_key, class_info, exprs, capacity, count, match = request
         static_key = candidates_key if match is None else (candidates_key, match)
-        if static_key not in view.fit_static:
-            view.fit_static[static_key] = self._fit_static(view, class_info, exprs, match)
-        statics = view.fit_static[static_key]
-        if statics is None:
+        found = view.fit_static.get(static_key, False)
+        if found is False:
+            statics = self._fit_static(view, class_info, exprs, match)
+            # the candidates' keys and their shape while none of them is in use: most nodes, most of the time
+            found = view.fit_static[static_key] = None if statics is None else (
+                statics, tuple(key for key, _, _, _ in statics), _fit_shape(statics, {}, {}, {}))
+        if found is None:
             return None
+        statics, keys, idle = found
         state = self.state
         allocated, shared, consumed = state.allocated, state.shared_devices, state.capacity
-        groups: dict[Any, list[tuple]] = {}
-        for key, multiple, signature, group in statics:
-            used = consumed.get(key)
-            groups.setdefault(group, []).append((multiple, signature, key in allocated, key in shared,
-                                                 tuple(sorted(used.items())) if used else ()))
-        shape = sorted(tuple(sorted(tokens)) for tokens in groups.values())
-        return (candidates_key, capacity, count, match is not None, tuple(shape))
+        if allocated.keys().isdisjoint(keys) and shared.keys().isdisjoint(keys) and consumed.keys().isdisjoint(keys):
+            shape = idle
+        else:
+            shape = _fit_shape(statics, allocated, shared, consumed)
+        return (candidates_key, capacity, count, match is not None, shape)
 
     def _fit_static(self, view: NodeView, class_info: ClassInfo, exprs: tuple, match: str | None) -> tuple | None:
         """Per candidate of the view: (key, multi-allocation, capacities, group), the group being the value of
@@ -374,6 +376,16 @@ class Allocator:
                 return AllocationOutcome("error", error="invalid resource pools were encountered", error_node_local=True)
             return AllocationOutcome("unallocatable")
         return AllocationOutcome("allocated", allocations=allocations, deferred=not build)
+
+
+def _fit_shape(statics: tuple, allocated: Any, shared: Any, consumed: Any) -> tuple:
+    """`Allocator.fit_key`'s multisets of candidates per matchAttribute group, given what is in use."""
+    groups: dict[Any, list[tuple]] = {}
+    for key, multiple, signature, group in statics:
+        used = consumed.get(key)
+        groups.setdefault(group, []).append((multiple, signature, key in allocated, key in shared,
+                                             tuple(sorted(used.items())) if used else ()))
+    return tuple(sorted(tuple(sorted(tokens)) for tokens in groups.values()))
 
 
 def _single_match_attribute(constraints: Any, request: Any) -> str | None:
