@@ -60,21 +60,24 @@ def run_on(cluster: Any, pod_key: str, policy: str = "kube", progress: Progress 
     node = (pod.get("spec") or {}).get("nodeName")
     if node:
         return Run(cluster, pod, bound_node=node, was_bound=True)
+    from gpudra.scheduler.scheduler import queue_run
+
     scheduler = _scheduler(cluster, policy)
     ahead: list[str] = []
     queue = cluster.pending_pods()
     total = queue.index(pod_key) if pod_key in queue else len(queue)
-    for done, key in enumerate(queue[:total], start=1):
-        if scheduler.schedule_pod(key).scheduled:
-            ahead.append(key)
-        if progress is not None:
-            progress("placing the pods ahead in the queue", done, total)
-    result = scheduler.schedule_pod(pod_key)
-    pod = cluster.pods.get(pod_key, pod)
-    run = Run(cluster, pod, result, bound_node=result.node if result.scheduled else None, scheduled_before=ahead)
-    if evaluate and not result.scheduled and not result.prefilter:  # every filter's verdict on every node
-        run.evaluations, run.claims_by_node = _evaluate_all(scheduler, pod_key)
-        run.request_labels = _extended_labels(scheduler, pod_key)
+    with queue_run():
+        for done, key in enumerate(queue[:total], start=1):
+            if scheduler.schedule_pod(key).scheduled:
+                ahead.append(key)
+            if progress is not None:
+                progress("placing the pods ahead in the queue", done, total)
+        result = scheduler.schedule_pod(pod_key)
+        pod = cluster.pods.get(pod_key, pod)
+        run = Run(cluster, pod, result, bound_node=result.node if result.scheduled else None, scheduled_before=ahead)
+        if evaluate and not result.scheduled and not result.prefilter:  # every filter's verdict on every node
+            run.evaluations, run.claims_by_node = _evaluate_all(scheduler, pod_key)
+            run.request_labels = _extended_labels(scheduler, pod_key)
     return run
 
 
