@@ -1,0 +1,49 @@
+"""A queue run keeps Python's cycle collector out of the way and puts it back as it found it."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+from large_cluster import build_objects  # noqa: E402
+
+from gpudra.scheduler import Cluster, Scheduler  # noqa: E402
+
+
+def _collections() -> list[int]:
+    return [generation["collections"] for generation in gc.get_stats()]
+
+
+def test_a_run_collects_nothing_and_joins_a_frozen_input_to_the_permanent_generation():
+    threshold = gc.get_threshold()
+    cluster = Cluster(build_objects(4, 40))
+    scheduler = Scheduler(cluster)
+    gc.freeze()  # as a CLI command does with what it read
+    gc.set_threshold(50)  # dozens of collections in this run, unless paused
+    try:
+        gc.collect(0)
+        frozen = gc.get_freeze_count()
+        before = _collections()
+        results = scheduler.run()
+        assert _collections() == before
+        assert gc.isenabled()
+        assert gc.get_freeze_count() > frozen  # what the run built: no collection walks it afterwards
+        assert len(results) == 40 and any(result.scheduled for result in results)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+
+
+def test_without_a_frozen_input_nothing_is_frozen_and_a_disabled_collector_stays_disabled():
+    cluster = Cluster(build_objects(4, 10))
+    gc.disable()
+    try:
+        Scheduler(cluster).run()
+        assert not gc.isenabled()
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
