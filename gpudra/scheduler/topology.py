@@ -22,8 +22,10 @@ DeviceId = tuple[str, str, str]  # (driver, pool, device)
 
 def _parent_uuid(device: dict[str, Any]) -> str | None:
     """A statically partitioned device (MIG) names its parent GPU in a `parentUUID` attribute."""
-    for name, value in (device.get("attributes") or {}).items():
-        if name == "parentUUID" or name.endswith("/parentUUID"):
+    attributes = device.get("attributes") or {}
+    for name in attributes:  # one suffix test per name: this runs for every device of the cluster
+        if name.endswith("parentUUID") and (len(name) == 10 or name[-11] == "/"):
+            value = attributes[name]
             text = (value or {}).get("string") if isinstance(value, dict) else None
             if text:
                 return str(text)
