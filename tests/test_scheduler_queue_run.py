@@ -18,7 +18,7 @@ def _collections() -> list[int]:
     return [generation["collections"] for generation in gc.get_stats()]
 
 
-def test_a_run_collects_nothing_and_joins_a_frozen_input_to_the_permanent_generation():
+def test_a_run_collects_nothing_not_even_when_the_collector_comes_back():
     threshold = gc.get_threshold()
     cluster = Cluster(build_objects(4, 40))
     scheduler = Scheduler(cluster)
@@ -26,12 +26,10 @@ def test_a_run_collects_nothing_and_joins_a_frozen_input_to_the_permanent_genera
     gc.set_threshold(50)  # dozens of collections in this run, unless paused
     try:
         gc.collect(0)
-        frozen = gc.get_freeze_count()
         before = _collections()
         results = scheduler.run()
-        assert _collections() == before
+        assert _collections() == before  # none while the run was paused, none when the collector came back
         assert gc.isenabled()
-        assert gc.get_freeze_count() > frozen  # what the run built: no collection walks it afterwards
         assert len(results) == 40 and any(result.scheduled for result in results)
     finally:
         gc.unfreeze()
