@@ -45,3 +45,14 @@ def test_without_a_frozen_input_nothing_is_frozen_and_a_disabled_collector_stays
         assert gc.get_freeze_count() == 0
     finally:
         gc.enable()
+
+
+def test_a_replay_leaves_no_cyclic_garbage_so_pausing_the_collector_keeps_nothing_alive():
+    from gpudra.explain import simulate
+
+    objects = build_objects(6, 30)
+    gc.collect()
+    run = simulate.run_until(simulate.working_copy(objects), "default/too-big")
+    assert run.result is not None and not run.result.scheduled
+    del run
+    assert gc.collect() == 0
