@@ -235,8 +235,9 @@ class Allocator:
             return None
         candidates_key, class_info, exprs, capacity, count, match = request
         static_key = candidates_key if match is None else (candidates_key, match)
-        found = view.fit_static.get(static_key, False)
-        if found is False:
+        if static_key in view.fit_static:
+            found = view.fit_static[static_key]
+        else:
             statics = self._fit_static(view, class_info, exprs, match)
             # the candidates' keys and their shape while none of them is in use: most nodes, most of the time
             found = view.fit_static[static_key] = None if statics is None else (
