@@ -51,6 +51,7 @@ def test_a_replay_leaves_no_cyclic_garbage_so_pausing_the_collector_keeps_nothin
     from gpudra.explain import simulate
 
     objects = build_objects(6, 30)
+    simulate.run_until(simulate.working_copy(objects), "default/too-big")  # first-use imports and caches
     gc.collect()
     run = simulate.run_until(simulate.working_copy(objects), "default/too-big")
     assert run.result is not None and not run.result.scheduled
