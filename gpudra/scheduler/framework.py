@@ -110,9 +110,14 @@ def fit_error_message(num_nodes: int, results: Any) -> str:
     """`0/N nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint {k: v}.` (upstream's
     FitError: one count per distinct reason, entries sorted as strings)."""
     histogram: Counter[str] = Counter()
-    for result in results:
-        for message in {reason.message for reason in result.reasons}:
-            histogram[message] += 1
+    single: list[str] = []  # most nodes fail for one reason: no set per node (a simulation asks this for every
+    for result in results:  # pod that does not fit, over every node)
+        reasons = result.reasons
+        if len(reasons) == 1:
+            single.append(reasons[0].message)
+        else:
+            histogram.update({reason.message for reason in reasons})
+    histogram.update(single)
     entries = sorted(f"{count} {message}" for message, count in histogram.items())
     if not entries:
         return f"0/{num_nodes} nodes are available."

@@ -522,6 +522,8 @@ class Scheduler:
         if result.scheduled or result.prefilter or result.error or not result.filtered:
             return False
         pod = self.cluster.pods[pod_key]
+        if all(claim_allocation(self.cluster.claims.get(key) or {}) is None for key in self.cluster.pod_claim_keys(pod)):
+            return False  # only an allocated claim of the pod's can be "not available on the node"
         uid = (pod.get("metadata") or {}).get("uid")
         for filter_result in result.filtered.values():
             for reason in filter_result.reasons:
