@@ -90,6 +90,23 @@ def test_typed_list_items_inherit_kind():
     assert docs[0].kind == "Node" and docs[0].obj["apiVersion"] == "v1"
 
 
+def test_items_of_a_list_are_located_by_their_position_in_it():
+    """A `kubectl get -o json` dump is one document: every problem in it was located as "doc 1"."""
+    from gpudra.api.validate import validate_documents
+
+    text = ('{"apiVersion": "v1", "kind": "List", "items": ['
+            '{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "ok"}, "spec": {}},'
+            '{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "Bad_Name"}, "spec": {}}'
+            ']}')
+    docs = load_text(text, "dump.json")
+    assert [d.where for d in docs] == ["doc 1 items[0]", "doc 1 items[1]"]
+    (problem,) = [p for p in validate_documents(docs) if p.severity == "error"]
+    assert str(problem).startswith("dump.json:doc 1 items[1] (DeviceClass/Bad_Name): metadata.name: ")
+    assert problem.to_dict()["item"] == 1
+    (plain,) = load_text("apiVersion: v1\nkind: Node\nmetadata: {name: n}\n", "n.yaml")
+    assert plain.where == "doc 1" and plain.label() == "n.yaml:doc 1 (Node/n)"
+
+
 def test_timestamps_stay_strings():
     (doc,) = load_text("kind: X\nmetadata:\n  creationTimestamp: 2025-01-01T00:00:00Z\n", "t.yaml")
     assert doc.obj["metadata"]["creationTimestamp"] == "2025-01-01T00:00:00Z"

@@ -38,7 +38,7 @@ class FixResult:
 def fix_documents(docs: list[Document], cluster_slices: list[dict] | None = None) -> FixResult:
     """Repair `docs`. Attribute names and values are checked against `cluster_slices` (a live cluster's) plus the
     ResourceSlices among `docs`."""
-    fixed = [Document(copy.deepcopy(d.obj), d.source, d.index) for d in docs]
+    fixed = [Document(copy.deepcopy(d.obj), d.source, d.index, d.item) for d in docs]
     slices = list(cluster_slices or []) + [d.obj for d in fixed if d.kind == "ResourceSlice"]
     result = FixResult(fixed, published=PublishedDevices.from_slices(slices))
     renames = _rename_classes(fixed, result)
@@ -48,8 +48,8 @@ def fix_documents(docs: list[Document], cluster_slices: list[dict] | None = None
             _fix_document(doc, renames, class_drivers, result)
         except (TypeError, AttributeError, KeyError, ValueError):
             # Malformed beyond the repairs' assumptions: keep the document as written and say so.
-            fixed[position] = Document(copy.deepcopy(docs[position].obj), doc.source, doc.index)
-            result.cautions.append(f"{doc.source}:doc {doc.index} ({doc.kind}/{doc.name}): left unchanged; its "
+            fixed[position] = Document(copy.deepcopy(docs[position].obj), doc.source, doc.index, doc.item)
+            result.cautions.append(f"{doc.source}:{doc.where} ({doc.kind}/{doc.name}): left unchanged; its "
                                    "structure is too far off for automatic repair")
     _drop_repeated_classes(result, {id(d) for d, original in zip(fixed, docs) if d.obj != original.obj})
     return result
@@ -63,7 +63,7 @@ def _drop_repeated_classes(result: FixResult, repaired: set[int]) -> None:
     for doc in result.documents:
         same = given.get((doc.name, repr(doc.obj.get("spec")))) if doc.kind == "DeviceClass" else None
         if same is not None and id(doc) in repaired and _same_spec(doc, same):
-            _note(result, doc, "metadata.name", f"now the same DeviceClass as {same.source}:doc {same.index}; "
+            _note(result, doc, "metadata.name", f"now the same DeviceClass as {same.source}:{same.where}; "
                   "printed once")
             continue
         kept.append(doc)
@@ -98,11 +98,11 @@ def _fix_document(doc: Document, renames: dict[str, str], class_drivers: dict[st
 
 
 def _note(result: FixResult, doc: Document, path: str, text: str) -> None:
-    result.changes.append(f"{doc.source}:doc {doc.index} ({doc.kind}/{doc.name}): {path}: {text}")
+    result.changes.append(f"{doc.source}:{doc.where} ({doc.kind}/{doc.name}): {path}: {text}")
 
 
 def _caution(result: FixResult, doc: Document, path: str, text: str) -> None:
-    result.cautions.append(f"{doc.source}:doc {doc.index} ({doc.kind}/{doc.name}): {path}: {text}")
+    result.cautions.append(f"{doc.source}:{doc.where} ({doc.kind}/{doc.name}): {path}: {text}")
 
 
 # ----- DeviceClass names -----------------------------------------------------------------------------
@@ -114,7 +114,7 @@ def _rename_classes(docs: list[Document], result: FixResult) -> dict[str, str]:
         name = doc.obj["metadata"].get("name")
         if isinstance(name, str) and "/" in name:
             new = suggest_dns_name(name)
-            label = f"{doc.source}:doc {doc.index} ({doc.kind}/{name})"
+            label = f"{doc.source}:{doc.where} ({doc.kind}/{name})"
             doc.obj["metadata"]["name"] = new
             result.changes.append(f"{label}: metadata.name: renamed {name!r} to {new!r}")
             _adopt_driver_selectors(doc, new, label, result)
@@ -300,13 +300,13 @@ def _caution_guessed_names(doc: Document, path: str, changes: list[str], result:
             continue  # the devices given with the manifests publish it: nothing to check by hand
         if name not in before:
             result.cautions.append(
-                f"{doc.source}:doc {doc.index} ({doc.kind}/{doc.name}): {path}: the attribute name {name!r} was "
+                f"{doc.source}:{doc.where} ({doc.kind}/{doc.name}): {path}: the attribute name {name!r} was "
                 "derived from an invalid name; check the attributes and values your driver publishes "
                 "(kubectl get resourceslices -o yaml), or give them to --fix (-f DUMP or --context) to have them "
                 "checked")
         elif ".capacity[" in after and ".attributes[" in before:
             result.cautions.append(
-                f"{doc.source}:doc {doc.index} ({doc.kind}/{doc.name}): {path}: now reads capacity {name!r} of domain "
+                f"{doc.source}:{doc.where} ({doc.kind}/{doc.name}): {path}: now reads capacity {name!r} of domain "
                 f"{after.split('[', 1)[1].split(']', 1)[0]}; check that your driver publishes it under that domain")
 
 

@@ -173,6 +173,13 @@ class Document:
     obj: dict[str, Any]
     source: str
     index: int  # 1-based position of the document in its file
+    item: int | None = None  # 0-based position in the document's `items` when it came from a List
+
+    @property
+    def where(self) -> str:
+        """`doc 3`, or `doc 1 items[4]` for an object of a `kind: List` (a `kubectl get -o json` dump is one
+        document of thousands of items)."""
+        return f"doc {self.index}" if self.item is None else f"doc {self.index} items[{self.item}]"
 
     @property
     def kind(self) -> str:
@@ -203,7 +210,7 @@ class Document:
         return namespace if isinstance(namespace, str) else ""
 
     def label(self) -> str:
-        return f"{self.source}:doc {self.index} ({self.kind or '?'}/{self.name})"
+        return f"{self.source}:{self.where} ({self.kind or '?'}/{self.name})"
 
 
 def _is_list_kind(obj: dict[str, Any]) -> bool:
@@ -211,18 +218,18 @@ def _is_list_kind(obj: dict[str, Any]) -> bool:
     return isinstance(kind, str) and kind.endswith("List") and isinstance(obj.get("items"), list)
 
 
-def _expand(obj: Any, source: str, index: int) -> Iterable[Document]:
+def _expand(obj: Any, source: str, index: int, position: int | None = None) -> Iterable[Document]:
     if isinstance(obj, dict) and _is_list_kind(obj):
-        for item in obj["items"]:
+        for item_position, item in enumerate(obj["items"]):
             if item is None:
                 continue
             if isinstance(item, dict) and "apiVersion" not in item and isinstance(obj.get("apiVersion"), str):
                 # `kubectl get -o yaml` lists carry apiVersion/kind per item; typed lists may not.
                 if obj["kind"] != "List":
                     item = {"apiVersion": obj["apiVersion"], "kind": obj["kind"][: -len("List")], **item}
-            yield from _expand(item, source, index)
+            yield from _expand(item, source, index, item_position if position is None else position)
         return
-    yield Document(obj if isinstance(obj, dict) else obj, source, index)
+    yield Document(obj if isinstance(obj, dict) else obj, source, index, position)
 
 
 def _mark(exc: Exception) -> tuple[int | None, int | None]:

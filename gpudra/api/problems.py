@@ -19,9 +19,11 @@ class Problem:
     severity: Severity = "error"
     # An optional corrected fragment ("write this instead"), shown under the message.
     fix: str | None = field(default=None, compare=False)
+    item: int | None = None  # the object's position in a List document's `items`
+
 
     def location(self) -> str:
-        where = f"{self.source}:doc {self.index}"
+        where = f"{self.source}:doc {self.index}" + ("" if self.item is None else f" items[{self.item}]")
         what = f"{self.kind or '?'}/{self.name}" if self.name else (self.kind or "?")
         return f"{where} ({what})"
 
@@ -53,6 +55,8 @@ class Problem:
         }
         if self.fix:
             data["fix"] = self.fix
+        if self.item is not None:
+            data["item"] = self.item
         return data
 
 

@@ -26,12 +26,13 @@ ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
 
 def _problem(doc: Document, path: str, message: str, severity: str = "error", fix: str | None = None) -> Problem:
-    return Problem(doc.source, doc.index, doc.kind, doc.name, path, message, severity, fix)  # type: ignore[arg-type]
+    return Problem(doc.source, doc.index, doc.kind, doc.name, path, message, severity, fix,  # type: ignore[arg-type]
+                   getattr(doc, "item", None))
 
 
 def validate_document(doc: Document) -> list[Problem]:
     if not isinstance(doc, Document):  # any object with .obj / .source / .index will do
-        doc = Document(doc.obj, getattr(doc, "source", "<input>"), getattr(doc, "index", 1))
+        doc = Document(doc.obj, getattr(doc, "source", "<input>"), getattr(doc, "index", 1), getattr(doc, "item", None))
     obj = doc.obj
     if not isinstance(obj, dict):
         return [_problem(doc, "", "a Kubernetes object must be a mapping")]
@@ -129,7 +130,8 @@ def validate_documents(docs: list[Document], kubernetes_version: str | None = No
     warnings (gpudra.api.gates; default: gpudra.versions.DEFAULT_KUBERNETES_VERSION); `gates=False` leaves
     those warnings out (a caller that reports them for a release of its own, or wants only errors).
     `progress(what, done, total)` hears of each document checked (a CLI draws a bar from it)."""
-    docs = [d if isinstance(d, Document) else Document(d.obj, getattr(d, "source", "<input>"), getattr(d, "index", 1))
+    docs = [d if isinstance(d, Document) else Document(d.obj, getattr(d, "source", "<input>"), getattr(d, "index", 1),
+                                                       getattr(d, "item", None))
             for d in docs]
     problems: list[Problem] = []
     with cycle_collection_paused():
@@ -178,7 +180,7 @@ def _cross_checks(docs: list[Document]) -> list[Problem]:
         if identity in seen and not doc.name.endswith("*"):
             first = seen[identity]
             problems.append(_problem(doc, "metadata.name", f"{doc.kind} {doc.name!r} is defined twice (first in "
-                                     f"{first.source}:doc {first.index}); the later one replaces the earlier", "warning"))
+                                     f"{first.source}:{first.where}); the later one replaces the earlier", "warning"))
         else:
             seen[identity] = doc
     classes = [d for d in docs if d.kind == "DeviceClass" and d.name]

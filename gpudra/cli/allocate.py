@@ -68,7 +68,7 @@ def _validation_warnings(documents: list[Document]) -> list[str]:
 def _label(document: Document) -> str:
     obj = document.obj if isinstance(document.obj, dict) else {}
     meta = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
-    return f"{document.source}:doc {document.index} ({obj.get('kind', '?')}/{meta.get('name', '')})"
+    return f"{document.source}:{document.where} ({obj.get('kind', '?')}/{meta.get('name', '')})"
 
 
 def _select_objects(documents: list[Document]) -> tuple[list[dict[str, Any]], list[str]]:
