@@ -120,7 +120,7 @@ class Fragmentation:
         so the number of the model's typical tasks' CPU requests that fit in `cpu_left` is enough: node states
         that differ only within one class have equal F_n. A measure that reads more of the free CPU (how many
         copies of a task it serves: a `cpu_aware` variant) keys on the free CPU itself."""
-        if getattr(self, "cpu_aware", False):
+        if self.cpu_aware:
             return cpu_left
         self._for_model(model)
         return bisect_right(self._cpu_steps[model], cpu_left)

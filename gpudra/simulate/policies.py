@@ -291,11 +291,15 @@ class FragmentationPolicy(FgdPolicy):
 
     name = "fragmentation"
 
+    def __init__(self, context: SimContext):
+        super().__init__(context)
+        typical = context.fragmentation.typical
+        self._cpu_aware = Fragmentation(typical, cpu_aware=True)
+        self._pinned_demand = pinned_demand_per_gpu(typical, context.model_gpus)
+        self._tie_keys: dict[tuple, tuple[float, float]] = {}  # (node state, task shape) -> tie key
+
     def cpu_aware(self) -> Fragmentation:
-        found = getattr(self, "_cpu_aware", None)
-        if found is None:
-            found = self._cpu_aware = Fragmentation(self.context.fragmentation.typical, cpu_aware=True)
-        return found
+        return self._cpu_aware
 
     def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
         """FGD's (score, GPUs) and the tie key, computed with the node's verdict (cached with it until the node
@@ -312,13 +316,13 @@ class FragmentationPolicy(FgdPolicy):
         (unpinned GPU tasks only), then minus the CPU-aware fragmentation's growth when the task takes FGD's
         GPUs. Memoised: many tied nodes are in the same state."""
         key = (res, task.resource_key)
-        memo = self.__dict__.setdefault("_tie_keys", {})
+        memo = self._tie_keys
         found = memo.get(key)
         if found is None:
             if len(memo) > 1_000_000:
                 memo.clear()
             gpus = self.gpus(res, task)
-            growth = fragmentation_growth(self.cpu_aware(), res, task.cpu_milli, task.gpu_milli, gpus)
+            growth = fragmentation_growth(self._cpu_aware, res, task.cpu_milli, task.gpu_milli, gpus)
             found = memo[key] = (-self.pinned_demand(res.model, task), -growth)
         return found
 
@@ -327,11 +331,7 @@ class FragmentationPolicy(FgdPolicy):
         thousandth of a milli (models equal within that tie). 0 for pinned or CPU-only tasks."""
         if task.gpu_spec or not task.num_gpu:
             return 0.0
-        demand = self.__dict__.get("_pinned_demand")
-        if demand is None:
-            demand = self._pinned_demand = pinned_demand_per_gpu(self.context.fragmentation.typical,
-                                                                 self.context.model_gpus)
-        return round(demand.get(model, 0.0), 3)
+        return round(self._pinned_demand.get(model, 0.0), 3)
 
     def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
         """FGD's score, then `tie_key`, then the node order: the best node alone scores 1."""
