@@ -207,6 +207,25 @@ def test_nvlink_mesh_split():
     assert e.fixes[0].change["count"] == 3
 
 
+def test_lower_count_respects_the_constraint_where_another_node_has_more_free_devices():
+    """node-b has 5 free devices, more than the 4 of one NVLink domain on node-a; the constraint is not checked on
+    node-b (too few devices stops it first), so 5 is no count that fits: the fix asks for 4."""
+    mesh = lambda i: {"nvlinkDomain": {"string": f"mesh-{i // 4}"}}  # noqa: E731
+    devices = [gpu(f"gpu-{i}", attributes=mesh(i)) for i in range(8)]
+    objects = [device_class(), node("node-a"), node("node-b"), gpu_slice("node-a", devices),
+               gpu_slice("node-b", copy.deepcopy(devices)),
+               claim("held", [request(count=3)], allocated=("node-b", ["gpu-0", "gpu-1", "gpu-2"]), reserved_for="old"),
+               pod("old", {"gpu": "held"}, node_name="node-b"),
+               claim("ring", [request(count=6)], constraints=[{"matchAttribute": f"{DRIVER}/nvlinkDomain"}]),
+               pod("p", {"gpu": "ring"})]
+    e = explain(objects, "pod/p")
+    assert not e.fits
+    assert e.node("node-a").constraints[0].groups == {"mesh-0": 4, "mesh-1": 4}
+    lowered = [fix for fix in e.fixes if fix.kind == "lower-count"]
+    assert [fix.change["count"] for fix in lowered] == [4]
+    assert lowered[0].message == "node node-a fits if request 'gpu' in claim default/ring asks for 4 instead of 6 devices"
+
+
 def test_untolerated_device_taint():
     taint = {"key": "example.com/unhealthy", "value": "ecc", "effect": "NoSchedule"}
     objects = [device_class(), node("node-a"),

@@ -19,6 +19,7 @@ from gpudra.explain.model import Explanation, Fix
 MAX_CANDIDATES = 16  # each one is a full re-simulation
 MAX_FIXES = 3
 MAX_RELEASE_CANDIDATES = 5
+MAX_COUNTS_TRIED = 2  # per request: the best verified-looking count, then the next
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 
 
@@ -300,33 +301,60 @@ def _reallocate_claims(explanation: Explanation) -> list[Candidate]:
     return candidates
 
 
-def _lower_counts(explanation: Explanation) -> list[Candidate]:
-    best: dict[tuple[str, str], tuple[int, int]] = {}  # (claim, request) -> (need, most free on a node)
+def _count_limits(explanation: Explanation) -> dict[tuple[str, str], tuple[int, list[int]]]:
+    """(claim, request) -> (count asked for, the most devices it could get on each failing node, best first).
+
+    On one node every bound applies at once (free matching devices, room left among all requests, the largest
+    group of a matchAttribute constraint), so the node's limit is the smallest. A node where too few devices
+    stopped the funnel before the constraint was checked gives only an upper bound: its limit comes after the
+    limits of nodes where the constraint was checked (`5 free` is no fit when a domain holds 4)."""
+    checked: dict[tuple[str, str], set[int]] = {}  # key -> node limits where the constraint was checked
+    unchecked: dict[tuple[str, str], set[int]] = {}
+    needs: dict[tuple[str, str], int] = {}
+    constrained: set[tuple[str, str]] = set()
     for node in explanation.nodes:
+        if node.fits:
+            continue
+        bounds: dict[tuple[str, str], int] = {}
+        grouped: set[tuple[str, str]] = set()
+
+        def bound(key: tuple[str, str], need: int, limit: int) -> None:
+            needs.setdefault(key, need)
+            bounds[key] = min(limit, bounds.get(key, limit))
+
         for reason in node.reasons:
             if reason.code == model.DRA_DEVICES and "free" in reason.data:
-                key = (reason.data["claim"], reason.data["request"])
-                need, free = reason.data["need"], reason.data["free"]
-                if free > best.get(key, (need, 0))[1]:
-                    best[key] = (need, free)
+                bound((reason.data["claim"], reason.data["request"]), int(reason.data["need"]),
+                      int(reason.data["free"]))
             if reason.code == model.DRA_COMBINATION and reason.data.get("requests"):
                 short = int(reason.data["need"]) - int(reason.data["free"])
                 for entry in reason.data["requests"]:
-                    key = (entry["claim"], entry["request"])
-                    need, free = int(entry["count"]), int(entry["count"]) - short
-                    if free > best.get(key, (need, 0))[1]:
-                        best[key] = (need, free)
+                    bound((entry["claim"], entry["request"]), int(entry["count"]), int(entry["count"]) - short)
         for constraint in node.constraints:
             if len(constraint.requests) == 1 and constraint.groups:
                 key = (constraint.claim, constraint.requests[0])
-                free = max(constraint.groups.values())
-                if free > best.get(key, (constraint.need, 0))[1]:
-                    best[key] = (constraint.need, free)
-    candidates = []
-    for (claim, request), (need, free) in sorted(best.items()):
-        if not 0 < free < need:
-            continue
+                bound(key, constraint.need, max(constraint.groups.values()))
+                grouped.add(key)
+                constrained.add(key)
+        for key, limit in bounds.items():
+            (checked if key in grouped else unchecked).setdefault(key, set()).add(limit)
+    limits: dict[tuple[str, str], tuple[int, list[int]]] = {}
+    for key, need in needs.items():
+        sure, rest = checked.get(key, set()), unchecked.get(key, set())
+        if key not in constrained:
+            sure, rest = sure | rest, set()
+        ordered = sorted(sure, reverse=True) + sorted(rest - sure, reverse=True)
+        limits[key] = (need, [limit for limit in ordered if 0 < limit < need])
+    return limits
 
+
+def _lower_counts(explanation: Explanation) -> list[Candidate]:
+    """The largest count some node could give, then (if that is not verified) the next: at most
+    MAX_COUNTS_TRIED per request; the first that fits is the fix."""
+    tries = [(key, need, free) for key, (need, found) in sorted(_count_limits(explanation).items())
+             for free in found[:MAX_COUNTS_TRIED]]
+    candidates = []
+    for (claim, request), need, free in tries:
         def edit(body: dict[str, Any], free: int = free) -> bool:
             if (body.get("allocationMode") or "ExactCount") != "ExactCount":
                 return False
