@@ -8,7 +8,8 @@ import sys
 import click
 
 from gpudra.cli.errors import NEGATIVE, OK, InputError, UsageError, warn
-from gpudra.cli.inputs import gate_warnings, read_inputs, release_and_features, v1_objects
+from gpudra.cli.inputs import (checked_progress, gate_warnings, read_inputs, release_and_features, v1_objects,
+                               validated_alongside)
 from gpudra.cli.options import (cluster_options, features_option, filename_option, kubernetes_version_option,
                                 namespace_option, no_validate_option)
 from gpudra.cli.output import output_option
@@ -64,20 +65,23 @@ def command(target: tuple[str, ...], paths: tuple[str, ...], namespace: str | No
 
     wanted = _target(target)
     version, gates = release_and_features(kubernetes_version, features, paths, kubeconfig, context, request_timeout)
-    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command="explain")
-    for problem in gate_warnings(documents, version):
-        warn(f"{problem.location()}: {problem.path}: {problem.message}")
-    objects = v1_objects(documents)
+    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=False, command="explain")
     namespace = namespace or _default_namespace(paths, kubeconfig, context)
-    try:
-        with progress() as bar:
-            explanation = explain(objects, wanted, namespace=namespace, policy=policy, fixes=not no_fixes,
-                                  features=gates, kubernetes_version=version, progress=bar)
-    except TargetError as exc:
-        raise UsageError(str(exc)) from None
-    except (KeyError, ValueError) as exc:
-        # malformed objects the scheduler refuses (--no-validate)
-        raise InputError(str(exc).strip("'\"")) from None
+    with validated_alongside(documents, "explain", validate) as check:
+        warnings = gate_warnings(documents, version)  # before the work, which fills in fields of the objects
+        try:
+            objects = v1_objects(documents)
+            with progress() as bar:
+                explanation = explain(objects, wanted, namespace=namespace, policy=policy, fixes=not no_fixes,
+                                      features=gates, kubernetes_version=version,
+                                      progress=checked_progress(bar, check))
+        except TargetError as exc:
+            raise UsageError(str(exc)) from None
+        except (KeyError, ValueError) as exc:
+            # malformed objects the scheduler refuses (--no-validate)
+            raise InputError(str(exc).strip("'\"")) from None
+    for problem in warnings:
+        warn(f"{problem.location()}: {problem.path}: {problem.message}")
     if node is not None and explanation.node(node) is None and explanation.nodes:
         raise UsageError(f"node {node} not found")
     sys.stdout.write(render(explanation, output, node=node))

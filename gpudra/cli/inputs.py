@@ -13,7 +13,8 @@
 from __future__ import annotations
 
 import gc
-from typing import TYPE_CHECKING, Any, Iterable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from gpudra.cli.errors import InputError, InvalidInput, UsageError
 
@@ -45,14 +46,14 @@ def read_documents(paths: Iterable[str]) -> list[Document]:
     return documents
 
 
-def validation_errors(documents: list[Document]) -> list[Problem]:
-    from gpudra.api.problems import errors
-    from gpudra.api.validate import validate_documents
+def validation_errors(documents: list[Document]) -> list[str]:
+    """`gpudra validate`'s errors for the documents, rendered (the gate warnings, for the command's release, are
+    gate_warnings)."""
+    from gpudra.cli.background import error_lines
     from gpudra.cli.progress import progress
 
     with progress() as bar:  # thousands of slices take seconds
-        # only errors count here: the gate warnings (gate_warnings, for the command's release) are left out
-        return errors(validate_documents(documents, progress=bar, gates=False))
+        return error_lines(documents, bar)
 
 
 def require_valid(documents: list[Document], command: str, no_validate: bool = True) -> None:
@@ -63,12 +64,39 @@ def require_valid(documents: list[Document], command: str, no_validate: bool = T
         raise invalid_input(problems, command, no_validate)
 
 
-def invalid_input(problems: list[Problem], command: str, no_validate: bool = True) -> InvalidInput:
-    lines = [problem.render() for problem in problems]
+@contextmanager
+def validated_alongside(documents: list[Document], command: str, validate: bool = True,
+                        no_validate: bool = True) -> Iterator[Callable[[], None]]:
+    """`with validated_alongside(documents, "schedule") as check:` around the command's work, before it prints
+    anything: require_valid's refusal, but validation runs during the work where a second core can take it
+    (gpudra.cli.background). `check()` stops the work early once the input is known to be invalid; call it
+    from the work's progress callback. Read with `read_inputs(…, validate=False)`; documents from a live
+    cluster are not validated again, and `validate` False (--no-validate) validates nothing."""
+    from gpudra.cli.background import Alongside, ValidationFailed
+
+    manifests = [document for document in documents if document.source != CLUSTER_SOURCE] if validate else []
+    try:
+        with Alongside(manifests, validation_errors) as check:
+            yield check
+    except ValidationFailed as failed:
+        raise invalid_input(failed.lines, command, no_validate) from None
+
+
+def checked_progress(report: Callable[[str, int, int], None],
+                     check: Callable[[], None]) -> Callable[[str, int, int], None]:
+    """A progress callback that first lets validated_alongside stop invalid input's work."""
+    def callback(label: str, done: int, total: int) -> None:
+        check()
+        report(label, done, total)
+
+    return callback
+
+
+def invalid_input(problems: list[str], command: str, no_validate: bool = True) -> InvalidInput:
     hatch = "; --no-validate goes on anyway" if no_validate else ""
     trailer = (f"{len(problems)} validation error(s): {command} refuses invalid input "
                f"(`gpudra validate` explains them{hatch})")
-    return InvalidInput(lines[0], details=[*(f"error: {line}" for line in lines[1:]), trailer])
+    return InvalidInput(problems[0], details=[*(f"error: {line}" for line in problems[1:]), trailer])
 
 
 def read_inputs(paths: Iterable[str], kubeconfig: str | None = None, context: str | None = None,
@@ -115,10 +143,11 @@ def require_generated_valid(objects: list[dict[str, Any]], command: str) -> None
     `gpudra validate`: options that would make them invalid are a usage error, not output to apply."""
     from gpudra.api.load import Document
 
+    from gpudra.cli.background import error_lines
+
     documents = [Document(obj, f"<{command}>", index) for index, obj in enumerate(objects, start=1)]
-    problems = validation_errors(documents)
-    if problems:
-        lines = [str(problem) for problem in problems]
+    lines = error_lines(documents, render=False)
+    if lines:
         raise UsageError(f"these options give objects that the API server would refuse: {lines[0]}",
                          details=[f"error: {line}" for line in lines[1:]])
 

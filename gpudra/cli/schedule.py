@@ -8,7 +8,8 @@ import click
 
 from gpudra.allocator.allocator import FILTER_TIMEOUT_S
 from gpudra.cli.errors import NEGATIVE, OK, InputError, warn
-from gpudra.cli.inputs import gate_warnings, read_inputs, release_and_features, v1_objects
+from gpudra.cli.inputs import (checked_progress, gate_warnings, read_inputs, release_and_features, v1_objects,
+                               validated_alongside)
 from gpudra.cli.options import (cluster_options, features_option, filename_option, kubernetes_version_option,
                                 no_validate_option)
 from gpudra.cli.output import output_option
@@ -49,26 +50,28 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
     from gpudra.scheduler.render import summary, to_json, to_table, to_yaml
 
     version, gates = release_and_features(kubernetes_version, features, paths, kubeconfig, context, request_timeout)
-    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command="schedule")
-    for problem in gate_warnings(documents, version):
+    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=False, command="schedule")
+    with validated_alongside(documents, "schedule", validate) as check:
+        warnings = gate_warnings(documents, version)  # before the scheduler fills in fields of the objects
+        try:
+            cluster = Cluster(v1_objects(documents), gates, version)
+            scheduler = Scheduler(cluster, policy=policy, percentage_of_nodes_to_score=percentage,
+                                  filter_timeout=filter_timeout or None)
+            with progress() as bar:
+                report = checked_progress(bar, check)
+                total = len(cluster.pending_pods())
+                done = iter(range(1, total + 1))
+
+                def scheduled_one(_result: object) -> None:
+                    report("scheduling pods", next(done), total)
+
+                results = scheduler.run(on_result=scheduled_one)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        except (AttributeError, TypeError, KeyError) as exc:  # a field of the wrong shape (--no-validate)
+            raise InputError(f"malformed input: {type(exc).__name__}: {exc}") from None
+    for problem in warnings:
         warn(f"{problem.location()}: {problem.path}: {problem.message}")
-    objects = v1_objects(documents)
-    try:
-        cluster = Cluster(objects, gates, version)
-        scheduler = Scheduler(cluster, policy=policy, percentage_of_nodes_to_score=percentage,
-                              filter_timeout=filter_timeout or None)
-        with progress() as report:
-            total = len(cluster.pending_pods())
-            done = iter(range(1, total + 1))
-
-            def scheduled_one(_result: object) -> None:
-                report("scheduling pods", next(done), total)
-
-            results = scheduler.run(on_result=scheduled_one)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
-    except (AttributeError, TypeError, KeyError) as exc:  # a field of the wrong shape (--no-validate)
-        raise InputError(f"malformed input: {type(exc).__name__}: {exc}") from None
     if output == "yaml":
         click.echo(to_yaml(cluster), nl=False)
     elif output == "json":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Iterable
 
 from gpudra.api.quantity import Quantity, QuantityError
@@ -28,12 +29,12 @@ class DeviceRef:
     per_device_node_selection: bool = False
     info: Any = None  # the allocator's DeviceInfo (precomputed capacities, counters)
 
-    @property
+    @cached_property
     def name(self) -> str:
         return str(self.device.get("name", ""))
 
-    @property
-    def id(self) -> str:
+    @cached_property
+    def id(self) -> str:  # asked of each device at every step of the funnel, on every node
         return f"{self.driver}/{self.pool}/{self.name}"
 
 
@@ -335,7 +336,8 @@ def funnel(spec: RequestSpec, ctx: FunnelContext, cel_errors: list[CelErrorRepor
     tainted = Counter()
     tolerated = []
     for ref in devices:
-        bad = untolerated_taints(ref.device, spec.tolerations) if ctx.device_taints else []
+        # a device without taints has none to tolerate (most devices: the rule is not asked)
+        bad = untolerated_taints(ref.device, spec.tolerations) if ctx.device_taints and ref.device.get("taints") else []
         if bad:
             tainted[taint_text(bad[0])] += 1
             result.taints.setdefault(taint_text(bad[0]), {k: bad[0][k] for k in ("key", "value", "effect")
@@ -484,6 +486,8 @@ def _lacking_capacity(ref: DeviceRef, requested: dict[str, int], used: dict[str,
 
     if ref.info is None:
         return ""
+    if not requested and not used and not any(c.has_policy for c in ref.info.capacity.values()):
+        return ""  # the whole of every capacity, none of it in use: always fits (the common case, asked per device)
     missing = [name for name in requested if name not in ref.info.capacity]
     if missing:
         return f"without capacity {missing[0]}"
