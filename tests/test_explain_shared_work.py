@@ -85,10 +85,22 @@ def clusters(draw):
     for number, name in enumerate(names):  # bound pods holding devices
         held = [d for d in gpus[name] if draw(st.integers(0, 2)) == 0]
         if held:
-            objects.append(claim(f"held-{number}", [request(count=len(held))], allocated=(name, held),
-                                 reserved_for=f"bound-{number}"))
-            objects.append(pod(f"bound-{number}", {"gpu": f"held-{number}"}, node_name=name,
-                               tolerations=[{"operator": "Exists"}]))
+            holder = claim(f"held-{number}", [request(count=len(held))], allocated=(name, held),
+                           reserved_for=f"bound-{number}")
+            objects.append(holder)
+            uses = {"gpu": f"held-{number}"}
+            if len(held) > 1 and draw(st.booleans()):  # the pod keeps one device in a claim of its own
+                objects.append(claim(f"own-{number}", [request()], allocated=(name, held[-1:]),
+                                     reserved_for=f"bound-{number}"))
+                holder["spec"]["devices"]["requests"][0]["exactly"]["count"] = len(held) - 1
+                del holder["status"]["allocation"]["devices"]["results"][-1]
+                uses["own"] = f"own-{number}"
+            objects.append(pod(f"bound-{number}", uses, node_name=name, tolerations=[{"operator": "Exists"}]))
+            if draw(st.integers(0, 3)) == 0:  # a second pod shares the claim
+                holder["status"]["reservedFor"].append({"resource": "pods", "name": f"sharer-{number}",
+                                                        "uid": f"uid-sharer-{number}"})
+                objects.append(pod(f"sharer-{number}", {"gpu": f"held-{number}"}, node_name=name,
+                                   tolerations=[{"operator": "Exists"}]))
     if draw(st.booleans()):  # a pool every node sees, part of it held by a pod on the first node
         shared = gpu_slice("unused", [gpu(f"net-{i}") for i in range(draw(st.integers(1, 3)))], pool="net",
                            name="net-gpus", allNodes=True)
@@ -158,3 +170,33 @@ def test_claim_explanations_from_shared_searches_are_those_of_one_search_per_nod
         patch.setattr(simulate, "fits", simulate.allocate)
         plain = to_json(explain(objects, "claim/target"))
     assert shared == plain
+
+
+def test_a_release_is_judged_on_a_fork_of_the_cluster_not_a_rebuilt_one(monkeypatch):
+    """Releasing a claim that one pod holds: the fork (Cluster.fork + delete_pod) answers; no cluster is built
+    again from the objects for it, and the replayed cluster is left as it was."""
+    from gpudra.scheduler import cluster as cluster_module
+
+    objects = [device_class(), node("node-a"), node("node-b"),
+               gpu_slice("node-a", [gpu("gpu-0"), gpu("gpu-1")]), gpu_slice("node-b", [gpu("gpu-0")]),
+               claim("one", [request()], allocated=("node-a", ["gpu-0"]), reserved_for="small"),
+               pod("small", {"gpu": "one"}, node_name="node-a"),
+               claim("two", [request()], allocated=("node-a", ["gpu-1"]), reserved_for="other"),
+               pod("other", {"gpu": "two"}, node_name="node-a"),
+               claim("want", [request(count=3)]), pod("target", {"gpu": "want"})]
+    explanation = explain(objects, "pod/target", fixes=False)
+    before = copy.deepcopy(simulate.snapshot(explanation.context.cluster))
+    built, forks = [], []
+    real_init, real_fork = cluster_module.Cluster.__init__, cluster_module.Cluster.fork
+    monkeypatch.setattr(cluster_module.Cluster, "__init__",
+                        lambda self, *a, **k: (built.append(1), real_init(self, *a, **k))[1])
+    monkeypatch.setattr(cluster_module.Cluster, "fork",
+                        lambda self, *a, **k: (forks.append(1), real_fork(self, *a, **k))[1])
+    fixes = find_fixes(objects, explanation)
+    # node-a has 2 devices and 3 are needed, so neither release helps: judged on forks; only the lower-count trial (1 device,
+    # on node-b) builds a cluster
+    assert len(forks) == 2 and len(built) == 1
+    assert simulate.snapshot(explanation.context.cluster) == before
+    assert [f.kind for f in fixes] == ["lower-count"]
+    monkeypatch.undo()
+    assert [f.to_dict() for f in find_fixes(objects, explanation, share=False)] == [f.to_dict() for f in fixes]

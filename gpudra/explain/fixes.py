@@ -550,6 +550,36 @@ def _release_cannot_help(cluster: Any, explanation: Explanation, released: dict[
                    for node in sorted(n for n in changed if n in cluster.nodes))
 
 
+def _release_on_fork(explanation: Explanation, change: dict[str, Any]) -> Any | None:
+    """The cluster as the target met it, with the claim released and its pods deleted by the cluster's own
+    transitions on a fork (Cluster.fork): what the release candidate's `mutate` does to the objects, without
+    building a cluster of thousands of objects again. None where the two could differ: a deleted pod that uses
+    other claims too, or a claim that pods other than the deleted ones reserve."""
+    from gpudra.scheduler.cluster import reserved_for
+
+    run = explanation.context
+    cluster = getattr(run, "cluster", None)
+    holder, pods = change.get("claim", ""), list(change.get("pods") or [])
+    claim = cluster.claims.get(holder) if cluster is not None else None
+    if claim is None:
+        return None
+    uids = set()
+    for key in pods:
+        pod = cluster.pods.get(key)
+        if pod is None or set(cluster.pod_claim_keys(pod)) != {holder}:
+            return None
+        uids.add((pod.get("metadata") or {}).get("uid"))
+    if not {entry.get("uid") for entry in reserved_for(claim)} <= uids:
+        return None
+    forked = cluster.fork(pods=pods, claims=[holder])
+    for key in pods:
+        forked.delete_pod(key)
+    left = forked.claims.get(holder)
+    if left is not None:
+        forked.deallocate_claim(left)
+    return forked
+
+
 def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: str = "kube",
                limit: int = MAX_FIXES, progress: simulate.Progress | None = None,
                features: Any = None, kubernetes_version: str | None = None, share: bool = True) -> list[Fix]:
@@ -575,13 +605,21 @@ def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: 
             break
         if any(f.kind == candidate.kind for f in fixes):
             continue  # one fix of each kind: different options rather than variations of one
+        released = candidate.change if share and candidate.kind == "release-claim" else None
+        forked = _release_on_fork(explanation, released) if released is not None else None
+        if forked is not None:
+            released = None  # judged on the fork: the trial below, if any, attempts the pod in full
+            if _release_cannot_help(forked, explanation, candidate.change, policy):
+                tried += 1
+                if progress is not None:
+                    progress("verifying fixes", tried, min(MAX_CANDIDATES, len(candidates)))
+                continue
         trial = Trial(base, written) if share else simulate.working_copy(base)
         if not candidate.mutate(trial):
             continue
         tried += 1
         if progress is not None:
             progress("verifying fixes", tried, min(MAX_CANDIDATES, len(candidates)))
-        released = candidate.change if share and candidate.kind == "release-claim" else None
         node = _fits(trial, explanation, policy, features, kubernetes_version, released)
         if node is None:
             continue
