@@ -158,15 +158,14 @@ class Alongside:
             raise ValidationFailed(lines)
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> bool:
+                 trace: TracebackType | None) -> None:
         child = self.child
         if child is None:
-            return False
+            return
         try:
             if isinstance(error, ValidationFailed) or (kind is not None and not issubclass(kind, Exception)):
-                return False  # already the answer, or Ctrl-C / exit: do not wait for the child
-            self._raise_if_any(self._lines())
-            return False
+                return  # already the answer, or Ctrl-C / exit: do not wait for the child
+            self._raise_if_any(self._lines())  # in place of what the block raised, if anything
         finally:
             child.cancel()
 
