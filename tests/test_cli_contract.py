@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -202,7 +203,21 @@ def test_every_bad_file_of_a_directory_is_reported(tmp_path, command: list[str])
     assert "Traceback" not in result.stderr
     assert result.stderr.count("error: ") == 4
     if command == ["validate"]:  # the file that was read is fine, but the run is not "valid"
-        assert result.stderr.splitlines()[-1] == "1 document(s): 0 error(s), 0 warning(s); 4 file(s) not read"
+        assert result.stderr.splitlines()[-1] == "1 object in 1 file: 0 errors, 0 warnings; 4 files not read"
+
+
+def test_validate_counts_the_objects_of_a_list_not_its_documents(tmp_path) -> None:
+    classes = [yaml.safe_load(GOOD_CLASS.replace("name: gpu", f"name: gpu-{i}")) for i in range(6)]
+    listed = _write(tmp_path / "list.json", json.dumps({"apiVersion": "v1", "kind": "List", "items": classes}))
+    single = _write(tmp_path / "one.yaml", GOOD_CLASS)
+    assert gpudra("validate", "-f", listed).stderr.splitlines()[-1] == "6 objects in 1 file are valid"
+    assert gpudra("validate", "-f", listed, "-f", single).stderr.splitlines()[-1] == "7 objects in 2 files are valid"
+    assert gpudra("validate", "-f", single).stderr.splitlines()[-1] == "1 object in 1 file is valid"
+    assert gpudra("validate", "-f", "-", stdin=GOOD_CLASS).stderr.splitlines()[-1] == "1 object on stdin is valid"
+    invalid = _write(tmp_path / "zero.yaml", INVALID_CLAIM)
+    result = gpudra("validate", "-f", listed, "-f", invalid)
+    assert result.returncode == 1
+    assert re.fullmatch(r"7 objects in 2 files: 1 error, \d+ warnings?", result.stderr.splitlines()[-1])
 
 
 @pytest.mark.parametrize("command", [["validate"], ["allocate"], ["schedule"], ["explain", "claim/x"]])

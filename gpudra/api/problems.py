@@ -11,7 +11,7 @@ Severity = Literal["error", "warning"]
 @dataclass(frozen=True)
 class Problem:
     source: str
-    index: int
+    index: int | None  # 1-based document; None: the file is not a Kubernetes manifest (a CDI spec, a mig-parted config)
     kind: str
     name: str
     path: str
@@ -23,6 +23,8 @@ class Problem:
 
 
     def location(self) -> str:
+        if self.index is None:
+            return self.source
         where = f"{self.source}:doc {self.index}" + ("" if self.item is None else f" items[{self.item}]")
         what = f"{self.kind or '?'}/{self.name}" if self.name else (self.kind or "?")
         return f"{where} ({what})"

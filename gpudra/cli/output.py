@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from typing import Any, Callable, Iterable, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import click
 
 from gpudra.api.dump import dump_yaml, dump_yaml_one
+
+if TYPE_CHECKING:
+    from gpudra.api.problems import Problem
 
 FORMATS = ("table", "wide", "yaml", "json")
 # Earlier spellings still accepted (and not shown in --help): explain's and validate's "text".
@@ -115,3 +118,52 @@ def render_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], wrap_las
         else:
             lines.append((head + last).rstrip())
     return "\n".join(lines) + "\n"
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 object`, `2 objects`."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def problem_line(problem: Problem, stream: IO[str]) -> str:
+    """`error: FILE:doc N (Kind/name): field: message` (or `warning: …`), with the suggested fragment."""
+    from gpudra.cli.errors import paint
+
+    colour = "red" if problem.severity == "error" else "yellow"
+    field = f": {problem.path}" if problem.path else ""
+    text = f"{paint(problem.severity + ':', stream, fg=colour, bold=True)} {problem.location()}{field}: " \
+           f"{problem.message}"
+    if problem.fix:
+        text += "\n" + "\n".join("    " + line for line in problem.fix.rstrip("\n").splitlines())
+    return text
+
+
+def render_problems(problems: Sequence[Problem], output: str, stream: IO[str]) -> str:
+    """table/wide: one `error: …` line each (coloured when `stream` is a terminal); yaml/json: the records."""
+    if output in ("json", "yaml"):
+        return render_data([problem.to_dict() for problem in problems], output)
+    return "".join(problem_line(problem, stream) + "\n" for problem in problems)
+
+
+def problem_summary(what: str, count: int, errors: int, warnings: int, unreadable: int = 0) -> str:
+    """`5 objects in 2 files are valid`, or `5 objects in 2 files: 3 errors, 1 warning; 1 file not read`;
+    `what` is the counted phrase and `count` its number (for the verb)."""
+    if not errors and not unreadable:
+        return f"{what} {'is' if count == 1 else 'are'} valid" + \
+            (f" ({plural(warnings, 'warning')})" if warnings else "")
+    text = f"{what}: {plural(errors, 'error')}, {plural(warnings, 'warning')}"
+    return text + (f"; {plural(unreadable, 'file')} not read" if unreadable else "")
+
+
+def report_problems(problems: Sequence[Problem], output: str, what: str, count: int, quiet: bool = False,
+                    unreadable: int = 0) -> bool:
+    """What every validating command (`validate`, `mig validate`, `cdi validate`) prints: the problems (errors
+    only when `quiet`) on stdout when there are errors, else on stderr (yaml/json: on stdout, always), and in a
+    table the summary on stderr. True when a problem is an error."""
+    errors = sum(problem.severity == "error" for problem in problems)
+    shown = [problem for problem in problems if problem.severity == "error"] if quiet else list(problems)
+    stream = sys.stdout if errors or output in ("json", "yaml") else sys.stderr
+    stream.write(render_problems(shown, output, stream))
+    if output not in ("json", "yaml") and not quiet:
+        click.echo(problem_summary(what, count, errors, len(problems) - errors, unreadable), err=True)
+    return bool(errors)

@@ -9,29 +9,10 @@ import click
 
 from gpudra.api.dump import dump_json, dump_yaml
 from gpudra.api.validate import has_errors, validate_documents
-from gpudra.cli.errors import NEGATIVE, OK, USAGE, InputError, UsageError, paint, show_error
+from gpudra.cli.errors import NEGATIVE, OK, USAGE, InputError, UsageError, show_error
 from gpudra.cli.options import cluster_options, filename_option, kubernetes_version_option
-from gpudra.cli.output import output_option, render_data
+from gpudra.cli.output import output_option, plural, render_problems, report_problems
 from gpudra.cli.progress import progress
-
-
-def problem_line(problem, stream) -> str:
-    """`error: FILE:doc N (Kind/name): field: message` (or `warning: …`), with the suggested fragment."""
-    colour = "red" if problem.severity == "error" else "yellow"
-    field = f": {problem.path}" if problem.path else ""
-    text = f"{paint(problem.severity + ':', stream, fg=colour, bold=True)} {problem.location()}{field}: " \
-           f"{problem.message}"
-    if problem.fix:
-        text += "\n" + "\n".join("    " + line for line in problem.fix.rstrip("\n").splitlines())
-    return text
-
-
-def _emit_problems(problems, output: str, stream) -> None:
-    if output in ("json", "yaml"):
-        stream.write(render_data([p.to_dict() for p in problems], output))
-        return
-    for problem in problems:
-        stream.write(problem_line(problem, stream) + "\n")
 
 
 @click.command("validate")
@@ -90,18 +71,15 @@ def _check(documents, output: str, quiet: bool, version: str | None = None, unre
         return OK
     with progress() as bar:
         problems = validate_documents(documents, version, progress=bar)
-    shown = [p for p in problems if p.severity == "error"] if quiet else problems
-    errors = sum(p.severity == "error" for p in problems)
-    if output in ("json", "yaml"):
-        _emit_problems(shown, output, sys.stdout)
-    else:
-        _emit_problems(shown, output, sys.stdout if errors else sys.stderr)
-        if not quiet:
-            warnings = len(problems) - errors
-            summary = f"{len(documents)} document(s): {errors} error(s), {warnings} warning(s)"
-            verdict = f"; {unreadable} file(s) not read" if unreadable else "" if errors else "; valid"
-            click.echo(f"{summary}{verdict}", err=True)
+    report_problems(problems, output, _counted(documents), len(documents), quiet, unreadable)
     return NEGATIVE if has_errors(problems) else OK
+
+
+def _counted(documents) -> str:
+    """`6001 objects in 1 file`: a `kind: List` is one document of many objects, each validated on its own."""
+    sources = {document.source for document in documents}
+    where = "on stdin" if sources == {"<stdin>"} else f"in {plural(len(sources), 'file')}"
+    return f"{plural(len(documents), 'object')} {where}"
 
 
 def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None, version: str | None = None) -> int:
@@ -127,7 +105,7 @@ def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None,
                 click.echo(f"check: {problem.location()}: {problem.path}: {problem.message}", err=True)
     if errors:
         click.echo("cannot fix automatically:", err=True)
-        _emit_problems(errors, "json" if output == "json" else "table", sys.stderr)
+        sys.stderr.write(render_problems(errors, "json" if output == "json" else "table", sys.stderr))
         return NEGATIVE
     if not quiet:
         click.echo(f"{len(result.changes)} repair(s); the printed manifests are valid", err=True)
