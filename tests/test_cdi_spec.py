@@ -196,3 +196,69 @@ def test_written_spec_with_an_awkward_annotation_key_loads_back(tmp_path, key):
                 devices=[Device("d0", ContainerEdits(env=["A=1"]))])
     path = write_spec(spec, str(tmp_path), "example.com-gpu")
     assert load_spec_file(path).annotations == {key: "v"}
+
+
+# --- `gpudra cdi list` and `gpudra cdi validate`: -o table|wide|yaml|json ---------------------------------------
+
+
+def _cdi(*args: str):
+    from click.testing import CliRunner
+
+    from gpudra.cli import cli
+
+    return CliRunner().invoke(cli, ["cdi", *args])
+
+
+def test_cdi_list_prints_rows_and_records(tmp_path):
+    static, dynamic = tmp_path / "etc", tmp_path / "run"
+    first = _write(static, "v.com/gpu", [Device("a", ContainerEdits(device_nodes=[DeviceNode("/dev/a")])),
+                                         Device("b", ContainerEdits(env=["B=1"]))],
+                   ContainerEdits(env=["COMMON=1"], mounts=[Mount("/h", "/c", ["ro"])]))
+    second = _write(dynamic, "v.com/nic", [Device("n0", ContainerEdits(device_nodes=[DeviceNode("/dev/n0"),
+                                                                                    DeviceNode("/dev/n0c")]))])
+    dirs = ["--spec-dir", str(static), "--spec-dir", str(dynamic)]
+    table = _cdi("list", *dirs)
+    assert table.exit_code == 0, table.output
+    header, *rows = table.stdout.splitlines()
+    assert header.split() == ["NAME", "DEVICE-NODES", "SPEC"]
+    assert [row.split() for row in rows] == [["v.com/gpu=a", "/dev/a", first], ["v.com/gpu=b", "-", first],
+                                             ["v.com/nic=n0", "/dev/n0,/dev/n0c", second]]
+    wide = _cdi("list", *dirs, "-o", "wide")
+    header, *rows = wide.stdout.splitlines()
+    assert header.split() == ["NAME", "CDI-VERSION", "DEVICE-NODES", "ENV", "MOUNTS", "HOOKS", "SPEC"]
+    assert rows[1].split() == ["v.com/gpu=b", load_spec_file(first).cdi_version, "-", "2", "1", "0", first]
+    as_json = json.loads(_cdi("list", *dirs, "-o", "json").stdout)
+    import yaml
+
+    assert yaml.safe_load(_cdi("list", *dirs, "-o", "yaml").stdout) == as_json
+    assert [d["name"] for d in as_json] == ["v.com/gpu=a", "v.com/gpu=b", "v.com/nic=n0"]
+    assert as_json[0] == {"name": "v.com/gpu=a", "kind": "v.com/gpu", "device": "a", "specFile": first,
+                          "cdiVersion": load_spec_file(first).cdi_version,
+                          "containerEdits": {"deviceNodes": [{"path": "/dev/a"}]},
+                          "specContainerEdits": {"env": ["COMMON=1"], "mounts": [Mount("/h", "/c", ["ro"]).to_dict()]}}
+    assert "specContainerEdits" not in as_json[2]
+    empty = _cdi("list", "--spec-dir", str(tmp_path / "none"), "-o", "json")
+    assert empty.exit_code == 0 and json.loads(empty.stdout) == []
+
+
+def test_cdi_validate_prints_its_problems_as_gpudra_validate_does(tmp_path):
+    good = _write(tmp_path, "v.com/gpu", [Device("a", ContainerEdits(env=["A=1"]))])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cdiVersion: 0.3.0\nkind: v.com/x\ndevices: [{name: '-x', containerEdits: {}}]\n")
+    ok = _cdi("validate", good)
+    assert ok.exit_code == 0 and ok.stdout == ""
+    assert ok.stderr.splitlines()[-1] == "1 CDI spec is valid"
+    table = _cdi("validate", good, str(bad))
+    assert table.exit_code == 1
+    lines = table.stdout.splitlines()
+    assert lines and all(line.startswith(f"error: {bad}: ") for line in lines), table.stdout
+    assert any("invalid device name" in line for line in lines)
+    assert table.stderr.splitlines()[-1] == f"2 CDI specs: {len(lines)} error{'s' if len(lines) > 1 else ''}, 0 warnings"
+    assert _cdi("validate", good, str(bad), "-o", "wide").stdout == table.stdout
+    records = json.loads(_cdi("validate", good, str(bad), "-o", "json").stdout)
+    import yaml
+
+    assert yaml.safe_load(_cdi("validate", good, str(bad), "-o", "yaml").stdout) == records
+    assert len(records) == len(lines) and {r["source"] for r in records} == {str(bad)}
+    assert all(r["severity"] == "error" and r["doc"] is None for r in records)
+    assert json.loads(_cdi("validate", good, "-o", "json").stdout) == []

@@ -168,19 +168,20 @@ def test_mig_and_cdi_validate_name_the_file_once_in_the_one_error_style(tmp_path
     config = "version: v1\nmig-configs:\n  bad:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {7g.80gb: 2}\n"
     mig = _write(tmp_path / "mig.yaml", config)
     plain = gpudra("mig", "validate", "-f", mig, "--gpu", "h100-80gb")
-    errors = [line for line in plain.stderr.splitlines() if line.startswith("error:")]
-    assert errors and all(line.startswith(f"error: {mig}: mig-configs.bad[0]: ") for line in errors), plain.stderr
+    # the problems on stdout, the summary on stderr, as `gpudra validate` prints them
+    errors = [line for line in plain.stdout.splitlines() if line.startswith("error:")]
+    assert errors and all(line.startswith(f"error: {mig}: mig-configs.bad[0]: ") for line in errors), plain.stdout
     configmap = _write(tmp_path / "cm.yaml", yaml.safe_dump({
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mig-parted", "namespace": "gpu-operator"},
         "data": {"config.yaml": config}}))
     wrapped = gpudra("mig", "validate", "-f", configmap, "--gpu", "h100-80gb")
-    errors = [line for line in wrapped.stderr.splitlines() if line.startswith("error:")]
+    errors = [line for line in wrapped.stdout.splitlines() if line.startswith("error:")]
     assert errors and all(line.startswith(f"error: {configmap}:doc 1 (ConfigMap/mig-parted): "
-                                          "data['config.yaml'].mig-configs.bad[0]: ") for line in errors), wrapped.stderr
+                                          "data['config.yaml'].mig-configs.bad[0]: ") for line in errors), wrapped.stdout
     assert wrapped.returncode == plain.returncode == 1
     not_cdi = gpudra("cdi", "validate", mig)  # a mig-parted file given to cdi validate
     assert not_cdi.returncode == 1
-    assert not_cdi.stderr.startswith(f"error: {mig}: ") and not_cdi.stderr.count("mig.yaml") == 1, not_cdi.stderr
+    assert not_cdi.stdout.startswith(f"error: {mig}: ") and not_cdi.stdout.count("mig.yaml") == 1, not_cdi.stdout
 
 
 # --- input policy ------------------------------------------------------------------------------------------------

@@ -68,8 +68,8 @@ def test_tcp_health_endpoint_and_cdi_cli_on_a_running_node():
         assert applied.exit_code == 0, applied.output
         oci = json.loads(applied.output)
         assert "/dev/nvidia3" in [d["path"] for d in oci["linux"]["devices"]]
-        listed = runner.invoke(cli, ["cdi", "list", "--root", root])
-        assert listed.output.split() == [cdi_id]
+        listed = runner.invoke(cli, ["cdi", "list", "--root", root, "-o", "json"])
+        assert [device["name"] for device in json.loads(listed.stdout)] == [cdi_id]
         spec_file = os.path.join(agent.paths.cdi_spec_dir, f"k8s.gpu.nvidia.com-claim_{uid}.yaml")
         assert runner.invoke(cli, ["cdi", "validate", spec_file]).exit_code == 0
         bad = os.path.join(root, "bad.yaml")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import re
 from collections import Counter
 
 import pytest
@@ -253,3 +255,36 @@ def test_validate_reads_the_gpu_operators_configmap(tmp_path):
     path.write_text(yaml.safe_dump(configmap))
     empty = CliRunner().invoke(mig_command, ["validate", "-f", str(path)])
     assert empty.exit_code == 1 and "holds no mig-parted config" in empty.output
+
+
+def test_validate_prints_its_problems_as_gpudra_validate_does(tmp_path):
+    """`-o table|wide|yaml|json`: the same problem rendering (gpudra.cli.output.report_problems) as `gpudra
+    validate`: error lines on stdout, the summary on stderr; yaml/json the problem records."""
+    infeasible = os.path.join(DATA, "infeasible.yaml")
+    runner = CliRunner()
+    table = runner.invoke(mig_command, ["validate", "-f", infeasible, "--gpu", "a100-80gb", "-o", "table"])
+    assert table.exit_code == 1
+    lines = table.stdout.splitlines()
+    assert lines and all(line.startswith(f"error: {infeasible}: mig-configs.") for line in lines), table.stdout
+    assert re.fullmatch(r"\d+ MIG configs? in .*infeasible\.yaml: \d+ errors?, \d+ warnings?",
+                        table.stderr.splitlines()[-1]), table.stderr
+    assert runner.invoke(mig_command, ["validate", "-f", infeasible, "--gpu", "a100-80gb", "-o", "wide"]).stdout \
+        == table.stdout
+    as_json = runner.invoke(mig_command, ["validate", "-f", infeasible, "--gpu", "a100-80gb", "-o", "json"])
+    as_yaml = runner.invoke(mig_command, ["validate", "-f", infeasible, "--gpu", "a100-80gb", "-o", "yaml"])
+    assert as_json.exit_code == as_yaml.exit_code == 1
+    records = json.loads(as_json.stdout)
+    assert records == yaml.safe_load(as_yaml.stdout)
+    assert len(records) == len(lines)
+    assert {r["source"] for r in records} == {infeasible} and {r["severity"] for r in records} == {"error"}
+    assert any("needs 9 memory slices" in r["message"] for r in records)
+    assert all(r["path"].startswith("mig-configs.") for r in records)
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump({"version": "v1", "mig-configs": {
+        "a": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
+        "b": [{"devices": "all", "mig-enabled": False}]}}))
+    ok = runner.invoke(mig_command, ["validate", "-f", str(good), "--gpu", "a100-80gb"])
+    assert ok.exit_code == 0 and ok.stdout == ""
+    assert ok.stderr.splitlines()[-1] == f"2 MIG configs in {good} are valid"
+    ok_json = runner.invoke(mig_command, ["validate", "-f", str(good), "--gpu", "a100-80gb", "-o", "json", "-v"])
+    assert ok_json.exit_code == 0 and json.loads(ok_json.stdout) == []

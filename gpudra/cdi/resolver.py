@@ -27,6 +27,7 @@ class Registry:
 
     spec_dirs: tuple[str, ...] = DEFAULT_SPEC_DIRS
     devices: dict[str, tuple[Spec, int]] = field(default_factory=dict)  # qualified name -> (spec, device index)
+    spec_files: dict[str, str] = field(default_factory=dict)  # qualified name -> the spec file defining it
     errors: list[str] = field(default_factory=list)
 
     @classmethod
@@ -56,9 +57,11 @@ class Registry:
                     if qualified in at_this_priority:
                         registry.errors.append(f"conflicting device {qualified} in {at_this_priority[qualified]} and {path}")
                         registry.devices.pop(qualified, None)
+                        registry.spec_files.pop(qualified, None)
                         continue
                     at_this_priority[qualified] = path
                     registry.devices[qualified] = (spec, index)  # higher priority dirs overwrite
+                    registry.spec_files[qualified] = path
         return registry
 
     def resolve(self, device_ids: list[str]) -> ContainerEdits:

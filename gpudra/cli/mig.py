@@ -12,7 +12,7 @@ from gpudra.catalog import GpuModel, UnknownGpuModel, find_gpu_model, gpu_model,
 from gpudra.cli.errors import NEGATIVE, USAGE, fail
 from gpudra.cli.inputs import require_generated_valid
 from gpudra.cli.options import dns_subdomain_value
-from gpudra.cli.output import output_option, render_data, render_objects
+from gpudra.cli.output import output_option, plural, render_data, render_objects, report_problems
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -275,11 +275,14 @@ def manager_command(path: str, backend: str, profile: str, node_name: str, root:
 @click.option("-f", "--filename", "path", required=True, help="mig-parted config file ('-' for stdin)")
 @click.option("--gpu", "gpus", multiple=True, help="check against these GPU models (repeatable)")
 @click.option("-v", "--verbose", is_flag=True, help="also print the placement found for every entry")
-def validate_command(path: str, gpus: tuple[str, ...], verbose: bool) -> None:
-    """Check a mig-parted config: format, profiles, counts and a non-overlapping placement."""
-    from gpudra.mig.config import configs_in_document, validate_config
-
+@output_option(help="Format of the problem list, as `gpudra validate` prints it: table (one `error: FILE: field: "
+                    "message` line each) or yaml/json records.")
+def validate_command(path: str, gpus: tuple[str, ...], verbose: bool, output: str) -> None:
+    """Check a mig-parted config: format, profiles, counts and a non-overlapping placement; exit 0 when valid,
+    1 when not, 2 when the file cannot be read."""
     from gpudra.api.load import LoadError, read_text
+    from gpudra.api.problems import Problem
+    from gpudra.mig.config import configs_in_document, validate_config
 
     try:
         document = yaml.load(read_text(path), Loader=_Loader)
@@ -287,32 +290,31 @@ def validate_command(path: str, gpus: tuple[str, ...], verbose: bool) -> None:
         _fail(str(exc))
     except yaml.YAMLError as exc:
         _fail(f"{path}: not valid YAML: {exc}")
+    metadata = document.get("metadata") if isinstance(document, dict) else None
+    name = str(metadata.get("name") or "") if isinstance(metadata, dict) else ""
+
+    def problem(field: str, message: str, severity: str = "error", in_configmap: bool = True) -> Problem:
+        # a ConfigMap's as `FILE:doc 1 (ConfigMap/name): data['key'].field`, a plain file's as `FILE: field`
+        return Problem(path, 1 if in_configmap else None, "ConfigMap" if in_configmap else "",
+                       name if in_configmap else "", field, message, "warning" if severity == "warning" else "error")
+
+    problems: list[Problem] = []
     try:
         configs = configs_in_document(document)
     except ValueError as exc:
-        _fail(f"{path}: {exc}", code=NEGATIVE)
-    from gpudra.cli.errors import location
-
-    metadata = document.get("metadata") if isinstance(document, dict) else None
-    name = metadata.get("name") if isinstance(metadata, dict) else None
-    invalid = False
-    for label, config, field in configs:
-        # `error: FILE: field: message`, a ConfigMap's as `FILE:doc 1 (ConfigMap/name): data['key'].field`
-        where = location(path, 1, "ConfigMap", name) if field else path
-        report = validate_config(config, _models(gpus) if gpus else None)
-        for finding in report.findings:
-            at = f"{field}.{finding.where}" if field else finding.where
-            click.echo(f"{finding.severity}: {where}: {at}: {finding.message}", err=True)
+        configs = []
+        problems.append(problem("", str(exc)))
+    models = _models(gpus) if gpus else None
+    named = 0
+    for _, config, field in configs:
+        report = validate_config(config, models)
+        named += len(config.get("mig-configs") or {}) if isinstance(config, dict) else 0
+        problems.extend(problem(f"{field}.{finding.where}" if field else finding.where, finding.message,
+                                finding.severity, in_configmap=bool(field)) for finding in report.findings)
         if verbose:
             for line in report.checked:
-                click.echo(f"ok: {line}")
-        if not report.valid:
-            errors = sum(1 for f in report.findings if f.severity == "error")
-            click.echo(f"{where}: invalid ({errors} error{'s' if errors != 1 else ''})", err=True)
-            invalid = True
-        else:
-            click.echo(f"{where}: valid")
-    if invalid:
+                click.echo(f"ok: {line}", err=output in ("yaml", "json"))
+    if report_problems(problems, output, f"{plural(named, 'MIG config')} in {path}", named):
         sys.exit(NEGATIVE)
 
 
