@@ -140,3 +140,39 @@ def test_prepare_takes_the_list_that_allocate_prints():
     finally:
         agent.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_status_prints_one_row_per_prepared_claim(tmp_path):
+    """`driver status -o table|wide`: the checkpoint's prepared claims as rows (a bad entry as an Invalid row and a
+    warning); yaml/json: the same report as data, with each claim's CDI device IDs."""
+    from test_driver_checkpoint_robust import BAD_UID, _rewrite
+    from test_driver_state import Env
+
+    env = Env(tmp_path)
+    env.state.reconcile()
+    ref = env.claim("train", ["gpu-0", "gpu-1"])
+    env.state.prepare(ref)
+    runner = CliRunner()
+    status = json.loads(runner.invoke(cli, ["driver", "status", "--root", env.root, "-o", "json"]).stdout)
+    [claim] = status["claims"]
+    assert claim["claim"] == "default/train" and claim["devices"] == ["gpu-0", "gpu-1"]
+    assert len(claim["cdiDeviceIDs"]) >= 2 and all(i.startswith("k8s.gpu.nvidia.com/") for i in claim["cdiDeviceIDs"])
+    assert yaml.safe_load(runner.invoke(cli, ["driver", "status", "--root", env.root, "-o", "yaml"]).stdout) == status
+    table = runner.invoke(cli, ["driver", "status", "--root", env.root, "-o", "table"])
+    assert table.exit_code == 0, table.output
+    header, row = table.stdout.splitlines()
+    assert header.split() == ["CLAIM", "UID", "STATE", "DEVICES"]
+    assert row.split() == ["default/train", ref.uid, "PrepareCompleted", "gpu-0,gpu-1"]
+    wide = runner.invoke(cli, ["driver", "status", "--root", env.root, "-o", "wide"])
+    header, row = wide.stdout.splitlines()
+    assert header.split() == ["CLAIM", "UID", "STATE", "DEVICES", "CDI-DEVICE-IDS", "CDI-SPEC"]
+    assert row.split() == ["default/train", ref.uid, "PrepareCompleted", "gpu-0,gpu-1",
+                           ",".join(claim["cdiDeviceIDs"]), claim["cdiSpec"]]
+    _rewrite(env.paths.checkpoint, lambda claims: claims.__setitem__(BAD_UID, {"state": "PrepareCompleted"}))
+    damaged = runner.invoke(cli, ["driver", "status", "--root", env.root, "-o", "table"])
+    rows = [line.split() for line in damaged.stdout.splitlines()[1:]]
+    assert ["-", BAD_UID, "Invalid", "-"] in rows and len(rows) == 2
+    assert f"warning: checkpoint entry {BAD_UID}: namespace: must be a string" in damaged.stderr
+    empty = runner.invoke(cli, ["driver", "status", "--root", str(tmp_path / "nothing"), "-o", "table"])
+    assert empty.exit_code == 0 and empty.stdout == ""
+    assert "no prepared claims" in empty.stderr

@@ -15,7 +15,7 @@ import yaml
 from gpudra.cli.errors import InputError, warn
 from gpudra.cli.inputs import require_generated_valid
 from gpudra.cli.options import dns_subdomain_value
-from gpudra.cli.output import output_option, render_objects, render_table
+from gpudra.cli.output import output_option, render_data, render_objects, render_table
 from gpudra.cli.options import features_option, kubernetes_version_option
 from gpudra.discovery import BACKEND_CHOICES, DiscoveryError, read_inventory, resolve_backend
 
@@ -379,11 +379,10 @@ def prepare_cmd(claim_files: tuple[str, ...], root: str, driver_name: str, regis
 @command.command("status")
 @click.option("--root", default="/", show_default=True)
 @click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
-@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@output_option(pipe_default="yaml", help="table: one row per prepared claim (wide: with its CDI device IDs and "
+                                         "spec file); yaml/json: the checkpoint's report.")
 def status_cmd(root: str, driver_name: str, output: str) -> None:
     """Show the prepared claims recorded in the driver's checkpoint and their CDI specs."""
-    import os
-
     from gpudra.driver.checkpoint import CheckpointError, entry_problem, load_checkpoint
     from gpudra.driver.claimpaths import ClaimPathError, cdi_spec_path
     from gpudra.driver.paths import DriverPaths
@@ -405,8 +404,10 @@ def status_cmd(root: str, driver_name: str, output: str) -> None:
             spec: str | None = cdi_spec_path(paths.cdi_spec_dir, driver_name, uid)
         except ClaimPathError:  # not a UID the driver would write a file for
             spec = None
+        devices = entry.get("devices", [])
         claims.append({"uid": uid, "claim": f"{entry.get('namespace')}/{entry.get('name')}", "state": entry["state"],
-                       "devices": [d["device"] for d in entry.get("devices", [])],
+                       "devices": [d["device"] for d in devices],
+                       "cdiDeviceIDs": [i for d in devices for i in d.get("cdiDeviceIDs") or []],
                        "cdiSpec": spec if spec and os.path.exists(spec) else None})
     result: dict = {"checkpoint": paths.checkpoint, "exists": data is not None, "claims": claims}
     if invalid:
@@ -416,7 +417,28 @@ def status_cmd(root: str, driver_name: str, output: str) -> None:
         result["quarantined"] = [{"uid": q.get("uid"), "reason": q.get("reason"),
                                   "reservedDevices": [r["device"] or f"gpu minor {r['gpuMinor']}" for r in q["reserved"]]}
                                  for q in quarantined]
-    if output == "json":
-        click.echo(json.dumps(result, indent=2))
+    if output in ("yaml", "json"):
+        click.echo(render_data(result, output), nl=False)
     else:
-        click.echo(yaml.safe_dump(result, sort_keys=False), nl=False)
+        _status_table(result, output == "wide")
+
+
+def _status_table(result: dict, wide: bool) -> None:
+    """The report's rows: prepared claims, then entries the driver cannot use (Invalid: quarantined at its next
+    start; Quarantined: set aside, their devices still reserved), whose reasons are warnings on stderr."""
+    rows = []
+    for claim in result["claims"]:
+        row = [claim["claim"], claim["uid"], claim["state"], ",".join(claim["devices"]) or "-"]
+        rows.append([*row, ",".join(claim["cdiDeviceIDs"]) or "-", claim["cdiSpec"] or "-"] if wide else row)
+    for state, entries in (("Invalid", result.get("invalid", [])), ("Quarantined", result.get("quarantined", []))):
+        for entry in entries:
+            warn(f"checkpoint entry {entry['uid']}: {entry['reason']}"
+                 + (" (quarantined: its devices stay reserved)" if state == "Quarantined" else ""))
+            row = ["-", str(entry["uid"]), state, ",".join(entry.get("reservedDevices") or []) or "-"]
+            rows.append([*row, "-", "-"] if wide else row)
+    if not rows:
+        where = result["checkpoint"] if result["exists"] else f"{result['checkpoint']} (it does not exist)"
+        click.echo(f"no prepared claims in {where}", err=True)
+        return
+    headers = ["CLAIM", "UID", "STATE", "DEVICES", *(["CDI-DEVICE-IDS", "CDI-SPEC"] if wide else [])]
+    click.echo(render_table(headers, rows), nl=False)
