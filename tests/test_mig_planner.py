@@ -142,6 +142,24 @@ def test_cli_plan(tmp_path):
     assert failed.exit_code == 2 and "unknown DeviceClass" in failed.output
 
 
+def test_cli_plan_wide_names_the_request_each_mig_device_serves():
+    path = os.path.join(DATA, "claims-mix.yaml")
+    runner = CliRunner()
+    table = runner.invoke(mig_command, ["plan", "-f", path, "--gpu", "h100", "--count", "2", "-o", "table"])
+    wide = runner.invoke(mig_command, ["plan", "-f", path, "--gpu", "h100", "--count", "2", "-o", "wide"])
+    assert wide.exit_code == 0, wide.output
+    lines = wide.stdout.splitlines()
+    report = lines[:lines.index("mig-parted config for the static layout:")]  # then the config, as in table
+    added = [line for line in report if line.startswith("    ")]
+    assert [line for line in lines if line not in added] == table.stdout.splitlines()
+    result = plan(H100, 2, demands_from_objects(_load("claims-mix.yaml"), H100))
+    static = [line.split() for line in added[:sum(len(g.instances) for g in result.static)]]
+    assert Counter(row[-1] for row in static) == Counter(d.label for g in result.static for d, _ in g.assigned)
+    assert all(row[1:3] == [str(H100.profile(row[0].split("@")[0]).memory_mib), "MiB"] for row in static)
+    dynamic = [line.split() for line in added[len(static):]]
+    assert dynamic == [[name, label] for gpu in result.dynamic for label, name in gpu]
+
+
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 

@@ -348,7 +348,8 @@ def slices_command(gpu: str, count: int, node_name: str, output: str) -> None:
               help="ResourceClaim / ResourceClaimTemplate manifests (repeatable)")
 @click.option("--gpu", "gpu", required=True, help="GPU model of the node's GPUs")
 @click.option("--count", default=1, show_default=True, type=click.IntRange(1, 64), help="number of GPUs")
-@output_option(formats=("table", "yaml", "json"), help="table: the plan as text; yaml/json: as data.")
+@output_option(help="table: the plan as text (wide: with each MIG device's memory and the claim request it "
+                    "serves); yaml/json: as data.")
 def plan_command(paths: tuple[str, ...], gpu: str, count: int, output: str) -> None:
     """Propose a static MIG layout for a mix of claims and compare it with dynamic MIG."""
     from gpudra.mig.planner import PlanError, demands_from_objects, plan, render_plan
@@ -363,7 +364,7 @@ def plan_command(paths: tuple[str, ...], gpu: str, count: int, output: str) -> N
     if output in ("yaml", "json"):
         click.echo(render_data(result.to_dict(), output), nl=False)
     else:
-        click.echo(render_plan(result))
+        click.echo(render_plan(result, wide=output == "wide"))
 
 
 def _load_objects(paths: tuple[str, ...]) -> list[dict[str, Any]]:

@@ -402,7 +402,9 @@ def differences(result: PlanResult) -> list[str]:
     return out
 
 
-def render_plan(result: PlanResult) -> str:
+def render_plan(result: PlanResult, wide: bool = False) -> str:
+    """The plan as text; `wide` adds, under each GPU, one line per MIG device: where it sits, its memory and the
+    claim request it serves."""
     model = result.model
     lines = [f"{len(result.demands)} MIG requests on {result.gpu_count} × {model.display_name} "
              f"({model.compute_slices} compute / {model.memory_slices} memory slices each)", "", "Static layout:"]
@@ -414,10 +416,15 @@ def render_plan(result: PlanResult) -> str:
         else:
             layout = ", ".join(f"{i.profile.name}@{i.placement}" for i in gpu.instances)
             lines.append(f"  GPU {gpu.index}: {layout}")
+            if wide:
+                lines += _instance_lines(gpu)
     lines += _usage_lines(model, result.gpu_count, result.static_usage)
     lines += ["", "Dynamic MIG (claims in input order; per claim the first devices in slice/name order that fit the counters):"]
     for index, gpu in enumerate(result.dynamic):
         lines.append(f"  GPU {index}: " + (", ".join(name for _, name in gpu) if gpu else "unused"))
+        if wide:
+            width = max((len(name) for _, name in gpu), default=0)
+            lines += [f"    {name.ljust(width)}  {label}" for label, name in gpu]
     lines += _usage_lines(model, result.gpu_count, result.dynamic_usage)
     diff = differences(result)
     lines += ["", "Differences:" if diff else "Both modes give every request the same profile."]
@@ -429,6 +436,17 @@ def render_plan(result: PlanResult) -> str:
     lines += ["  " + line for line in
               yaml.dump(result.mig_parted_config(), Dumper=dumper, sort_keys=False).rstrip().splitlines()]
     return "\n".join(lines)
+
+
+def _instance_lines(gpu: GpuPlan) -> list[str]:
+    """`    1g.10gb@0:1   10240 MiB  ns/claim/request` for each instance of a GPU of the static layout."""
+    waiting: dict[str, list[str]] = {}
+    for demand, profile in gpu.assigned:
+        waiting.setdefault(profile.name, []).append(demand.label)
+    rows = [(f"{i.profile.name}@{i.placement}", f"{i.profile.memory_mib} MiB",
+             (waiting.get(i.profile.name) or ["-"]).pop(0)) for i in gpu.instances]
+    widths = [max(len(row[column]) for row in rows) for column in range(2)]
+    return [f"    {where.ljust(widths[0])}  {memory.rjust(widths[1])}  {label}" for where, memory, label in rows]
 
 
 def _usage_lines(model: GpuModel, gpu_count: int, usage: Usage) -> list[str]:
