@@ -288,3 +288,15 @@ def test_validate_prints_its_problems_as_gpudra_validate_does(tmp_path):
     assert ok.stderr.splitlines()[-1] == f"2 MIG configs in {good} are valid"
     ok_json = runner.invoke(mig_command, ["validate", "-f", str(good), "--gpu", "a100-80gb", "-o", "json", "-v"])
     assert ok_json.exit_code == 0 and json.loads(ok_json.stdout) == []
+
+
+def test_cli_configs_prints_json_too():
+    runner = CliRunner()
+    args = ["configs", "--gpu", "NVIDIA H100 80GB HBM3", "--gpu", "a30"]
+    as_yaml = runner.invoke(mig_command, args)
+    as_json = runner.invoke(mig_command, [*args, "-o", "json"])
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout) == yaml.safe_load(as_yaml.stdout)
+    assert validate_config(json.loads(as_json.stdout), [gpu_model("h100"), gpu_model("a30")]).valid
+    configmap = yaml.safe_load(runner.invoke(mig_command, [*args, "-o", "configmap"]).stdout)
+    assert yaml.safe_load(configmap["data"]["config.yaml"]) == json.loads(as_json.stdout)

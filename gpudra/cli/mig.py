@@ -133,8 +133,9 @@ def _model_data(model: GpuModel) -> dict[str, Any]:
 @click.option("--backend", type=click.Choice(["simulated", "nvml"]), default=None,
               help="discover the node's GPUs with this backend instead of --gpu")
 @click.option("--profile", default=None, help="simulated node profile (with --backend simulated)")
-@click.option("-o", "--output", type=click.Choice(["yaml", "configmap"]), default="yaml", show_default=True,
-              help="configmap: the GPU Operator's ConfigMap holding the config under data['config.yaml']")
+@click.option("-o", "--output", type=click.Choice(["yaml", "json", "configmap"]), default="yaml", show_default=True,
+              help="yaml/json: the mig-parted config; configmap: the GPU Operator's ConfigMap holding it (as YAML) "
+                   "under data['config.yaml']")
 @click.option("--name", "configmap_name", default="default-mig-parted-config", show_default=True,
               help="ConfigMap name (-o configmap)")
 @click.option("--namespace", default="gpu-operator", show_default=True, help="ConfigMap namespace (-o configmap)")
@@ -155,6 +156,8 @@ def configs_command(gpus: tuple[str, ...], backend: str | None, profile: str | N
     if output == "configmap":
         wrapped = config_map(_dump(config), name=configmap_name, namespace=namespace)
         click.echo(yaml.dump(wrapped, Dumper=_BlockDumper, sort_keys=False), nl=False)
+    elif output == "json":
+        click.echo(render_data(config, "json"), nl=False)
     else:
         click.echo(_dump(config), nl=False)
 
