@@ -328,3 +328,26 @@ def test_describe_pod_reads_like_kubectl_and_shows_what_dra_gave_each_container(
     assert f"/dev/nvidia{device.rsplit('-', 1)[1]}" in text.split("Device Nodes:", 1)[1].split("Injected Env:")[0]
     assert re.search(rf"^  gpu\s+gpu-claim\s+claim\s+l4-0/{device}$", text, re.M)
     assert re.search(r"Normal\s+Started\s+\S+\s+kubelet\s+Started container", text)
+
+
+def test_apply_and_delete_take_kubectls_output_formats(tmp_path):
+    """`apply -o name|yaml|json` (kubectl apply's) and `delete -o name` (kubectl delete's only one), on a local
+    cluster's store without nodes."""
+    directory = str(tmp_path / "cluster")
+    ClusterDir(directory).save_config(ClusterConfig(nodes=[]))
+    manifests = ["-f", str(ARTICLE / "01-deviceclass.yaml"), "-f", str(ARTICLE / "02-resourceclaim-gpu.yaml")]
+    names = gpudra("apply", *manifests, "--dir", directory, "-o", "name").splitlines()
+    assert names == ["deviceclass.resource.k8s.io/gpu.nvidia.com", "resourceclaim.resource.k8s.io/gpu-claim"]
+    applied = json.loads(gpudra("apply", *manifests, "--dir", directory, "-o", "json"))
+    assert applied["kind"] == "List" and [o["kind"] for o in applied["items"]] == ["DeviceClass", "ResourceClaim"]
+    stored = get(directory, "resourceclaims", "gpu-claim")
+    assert applied["items"][1]["metadata"]["uid"] == stored["metadata"]["uid"]
+    assert applied["items"][1]["spec"] == stored["spec"]
+    one = yaml.safe_load(gpudra("apply", "-f", str(ARTICLE / "01-deviceclass.yaml"), "--dir", directory, "-o", "yaml"))
+    assert one == applied["items"][0]  # one object as itself, as kubectl prints it
+    assert "created" in gpudra("apply", *manifests[:2], "-f", str(ARTICLE / "04-resourceclaimtemplate.yaml"),
+                               "--dir", directory)  # without -o: kubectl's lines
+    deleted = gpudra("delete", "resourceclaim", "gpu-claim", "--dir", directory, "-o", "name")
+    assert deleted.splitlines() == ["resourceclaim.resource.k8s.io/gpu-claim"]
+    assert gpudra("delete", "deviceclass", "gpu.nvidia.com", "--dir", directory) == \
+        'deviceclass "gpu.nvidia.com" deleted\n'

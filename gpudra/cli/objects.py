@@ -10,6 +10,7 @@ import click
 
 from gpudra.cli.errors import USAGE, fail, show_error, warn
 from gpudra.cli.inputs import gate_warnings, read_documents, require_valid
+from gpudra.cli.output import render_objects
 import yaml
 
 DIR_OPTION = click.option("--dir", "directory", default=None, metavar="DIR",
@@ -59,10 +60,14 @@ def _kind(word: str):
 @DIR_OPTION
 @NAMESPACE_OPTION
 @click.option("-v", "--verbose", is_flag=True, help="Print what the controllers, scheduler and kubelet did.")
-def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str | None, verbose: bool) -> None:
+@click.option("-o", "--output", type=click.Choice(["name", "yaml", "json"]), default=None,
+              help="name: KIND.GROUP/NAME of each object; yaml/json: the objects as stored (one as itself, several "
+                   "as a List).  [default: kubectl's `KIND/NAME created|configured|unchanged` lines]")
+def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str | None, verbose: bool,
+                  output: str | None) -> None:
     """Create or update objects in the local cluster, then let the control loop act on them."""
     from gpudra.cluster.apply import apply_document
-    from gpudra.cluster.store import StoreError
+    from gpudra.cluster.store import StoreError, kind_info, public_view
 
     cluster = _cluster(directory)
     documents = read_documents(paths)
@@ -71,11 +76,23 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
     for problem in gate_warnings(documents, release) if release else []:  # the store drops those fields
         warn(f"{problem.location()}: {problem.path}: {problem.message}")
     _hold_control_loop(cluster)
+    applied = []
     for doc in documents:
         try:
-            click.echo(apply_document(cluster.store, doc, namespace))
+            line = apply_document(cluster.store, doc, namespace)
         except StoreError as exc:
             _fail(f"{doc.label()}: {exc}")
+        reference = line.rsplit(" ", 1)[0]  # `kind.group/name created`
+        if output is None:
+            click.echo(line)
+        elif output == "name":
+            click.echo(reference)
+        else:  # as the store answered the write, before the control loop acts on it (kubectl prints the reply)
+            info = kind_info(doc.kind)
+            ns = (doc.namespace or namespace or "default") if info.namespaced else None
+            applied.append(public_view(cluster.store.get(info.kind, ns, reference.split("/", 1)[1])))
+    if applied:
+        click.echo(render_objects(applied, output, single=True), nl=False)
     _reconcile(cluster, verbose)
 
 
@@ -132,8 +149,11 @@ def get_command(kind: str, names: tuple[str, ...], directory: str | None, namesp
 @DIR_OPTION
 @NAMESPACE_OPTION
 @click.option("-v", "--verbose", is_flag=True, help="Print what the kubelet and controllers did.")
+@click.option("-o", "--output", type=click.Choice(["name"]), default=None,
+              help="name: KIND.GROUP/NAME of each deleted object (kubectl delete's one format).  [default: "
+                   "kubectl's `KIND \"NAME\" deleted` lines]")
 def delete_command(kind: str | None, names: tuple[str, ...], paths: tuple[str, ...], directory: str | None,
-                   namespace: str | None, verbose: bool) -> None:
+                   namespace: str | None, verbose: bool, output: str | None) -> None:
     """Delete objects; a running pod's claims are unprepared and deallocated before it goes."""
     from gpudra.cluster.store import StoreError, kind_info
 
@@ -154,7 +174,7 @@ def delete_command(kind: str | None, names: tuple[str, ...], paths: tuple[str, .
     for info, ns, name in targets:
         try:
             cluster.store.delete(info.kind, ns, name)
-            click.echo(f'{info.kind.lower()} "{name}" deleted')
+            click.echo(f"{info.resource}/{name}" if output == "name" else f'{info.kind.lower()} "{name}" deleted')
         except StoreError as exc:
             show_error(str(exc))  # the CLI contract's `error: …`, as get and describe say it
             missing = True

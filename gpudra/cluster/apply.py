@@ -26,8 +26,7 @@ def apply_document(store: Store, doc: Document, namespace: str | None = None) ->
     meta = obj.setdefault("metadata", {})
     if info.namespaced:
         meta["namespace"] = meta.get("namespace") or namespace or "default"
-    group = info.api_version.split("/")[0] if "/" in info.api_version else ""
-    label = f"{info.kind.lower()}.{group}" if group else info.kind.lower()
+    label = info.resource
     current = store.get(info.kind, meta.get("namespace"), meta["name"]) if meta.get("name") else None
     store.drop_disabled_fields(obj, current)  # as the store keeps it, so an unchanged manifest compares equal
     if current is None:

@@ -35,6 +35,13 @@ class KindInfo:
     namespaced: bool
     short: tuple[str, ...] = ()
 
+    @property
+    def resource(self) -> str:
+        """kubectl's `kind.group` (`resourceclaim.resource.k8s.io`; `pod` in the core group), as `apply` and
+        `-o name` print it."""
+        group = self.api_version.split("/")[0] if "/" in self.api_version else ""
+        return f"{self.kind.lower()}.{group}" if group else self.kind.lower()
+
 
 KINDS: tuple[KindInfo, ...] = (
     KindInfo("Pod", "pods", "v1", True, ("po",)),
