@@ -7,6 +7,7 @@ import os
 import struct
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from gpudra.cdi import apply_devices, default_oci_spec, load_spec_file, validate_spec
@@ -320,3 +321,36 @@ def test_host_driver_command_shows_files_and_edits(tmp_path):
             "options": list(MOUNT_OPTIONS)} in shown["containerEdits"]["mounts"]
     empty = CliRunner().invoke(driver_command, ["host-driver", "--driver-root", str(tmp_path / "empty")])
     assert empty.exit_code == 0 and "warning: driver root" in empty.output
+
+
+def test_host_driver_command_prints_rows_or_the_report(tmp_path):
+    from gpudra.cli import cli
+
+    root = fake_driver_root(tmp_path)
+    files = discover_host_driver(root, version=VERSION)
+    edits = host_driver_edits(files)
+    runner = CliRunner()
+
+    def run(*output):
+        result = runner.invoke(cli, ["driver", "host-driver", "--driver-root", root, "--driver-version", VERSION,
+                                     *output])
+        assert result.exit_code == 0, result.output
+        return result
+
+    report = run()  # into a pipe: YAML, as before
+    assert yaml.safe_load(report.stdout) == json.loads(run("-o", "json").stdout) == yaml.safe_load(
+        run("-o", "yaml").stdout)
+    assert yaml.safe_load(report.stdout)["containerEdits"] == edits.to_dict()
+    table = run("-o", "table")
+    header, *rows = [line.split() for line in table.stdout.splitlines()]
+    assert header == ["TYPE", "PATH"]
+    expected = [*(["library", p] for p in files.libraries), *(["binary", p] for p in files.binaries),
+                *(["firmware", p] for p in files.firmware), *(["ipc-socket", p] for p in files.ipc_sockets),
+                ["cdi-hook", files.hook]]
+    assert rows == expected
+    assert f"driver {VERSION}" in table.stderr and f"{len(edits.mounts)} mounts" in table.stderr
+    header, *rows = [line.split() for line in run("-o", "wide").stdout.splitlines()]
+    assert header == ["TYPE", "PATH", "MOUNT-SOURCE"]
+    sources = {m.container_path: m.host_path for m in edits.mounts}
+    assert rows == [[kind, path, sources.get(path, "-")] for kind, path in expected]
+    assert rows[0][2] == root + rows[0][1]

@@ -164,19 +164,33 @@ def deviceclasses_cmd(driver_name: str, output: str) -> None:
 @click.option("--host-driver-root", default=None, help="the path of --driver-root on the host (default: the same)")
 @click.option("--driver-version", default=None, help="the running driver's version (default: from libcuda.so.<version>)")
 @click.option("--nvidia-cdi-hook-path", "cdi_hook_path", default=None, help="host path of nvidia-cdi-hook")
+@output_option(pipe_default="yaml", help="table: one row per driver file found (wide: with the host path it is "
+                                         "mounted from); yaml/json: the files and the CDI edits as data.")
 def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_version: str | None,
-                    cdi_hook_path: str | None) -> None:
+                    cdi_hook_path: str | None, output: str) -> None:
     """Show the driver files found under the driver root and the CDI edits every claim spec gets (nvml backend)."""
     from gpudra.driver.hostdriver import discover_host_driver, host_driver_edits
 
     files = discover_host_driver(driver_root, version=driver_version)
     for warning in files.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        warn(warning)
     edits = host_driver_edits(files, host_driver_root=host_driver_root, hook_path=cdi_hook_path)
-    out = {"driverRoot": driver_root, "version": files.version, "libcudaDir": files.libcuda_dir,
-           "libraries": files.libraries, "binaries": files.binaries, "firmware": files.firmware,
-           "ipcSockets": files.ipc_sockets, "hook": files.hook, "containerEdits": edits.to_dict()}
-    click.echo(yaml.safe_dump(out, sort_keys=False), nl=False)
+    if output in ("yaml", "json"):
+        out = {"driverRoot": driver_root, "version": files.version, "libcudaDir": files.libcuda_dir,
+               "libraries": files.libraries, "binaries": files.binaries, "firmware": files.firmware,
+               "ipcSockets": files.ipc_sockets, "hook": files.hook, "containerEdits": edits.to_dict()}
+        click.echo(render_data(out, output), nl=False)
+        return
+    sources = {mount.container_path: mount.host_path for mount in edits.mounts}
+    found = [("library", files.libraries), ("binary", files.binaries), ("firmware", files.firmware),
+             ("ipc-socket", files.ipc_sockets), ("cdi-hook", [files.hook] if files.hook else [])]
+    rows = [[kind, path, *([sources.get(path, "-")] if output == "wide" else [])]
+            for kind, paths in found for path in paths]
+    if rows:
+        click.echo(render_table(["TYPE", "PATH", *(["MOUNT-SOURCE"] if output == "wide" else [])], rows), nl=False)
+    click.echo(f"driver {files.version or '(version unknown)'} under {driver_root}: every claim spec gets "
+               f"{len(edits.mounts)} mounts, {len(edits.hooks)} hooks, {len(edits.env)} environment variables",
+               err=True)
 
 
 @command.command("run")
