@@ -262,3 +262,15 @@ def test_cdi_validate_prints_its_problems_as_gpudra_validate_does(tmp_path):
     assert len(records) == len(lines) and {r["source"] for r in records} == {str(bad)}
     assert all(r["severity"] == "error" and r["doc"] is None for r in records)
     assert json.loads(_cdi("validate", good, "-o", "json").stdout) == []
+
+
+def test_cdi_apply_prints_the_oci_spec_as_json_or_yaml(tmp_path):
+    _write(tmp_path, "v.com/gpu", [Device("a", ContainerEdits(env=["WHO=a"], device_nodes=[DeviceNode("/dev/null")]))])
+    args = ["apply", "--spec-dir", str(tmp_path), "v.com/gpu=a"]
+    default, as_json, as_yaml = _cdi(*args), _cdi(*args, "-o", "json"), _cdi(*args, "-o", "yaml")
+    assert default.exit_code == as_json.exit_code == as_yaml.exit_code == 0, default.output
+    oci = json.loads(default.stdout)  # config.json's format unless asked otherwise
+    assert json.loads(as_json.stdout) == oci
+    import yaml
+
+    assert yaml.safe_load(as_yaml.stdout) == oci and "WHO=a" in oci["process"]["env"]

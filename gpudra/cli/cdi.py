@@ -33,7 +33,10 @@ def command() -> None:
               help="CDI spec directory, lowest priority first (default: /etc/cdi then /var/run/cdi)")
 @click.option("--root", help="prefix for the spec directories (as used by `gpudra driver run --root`)")
 @click.option("--oci-spec", type=click.File("r"), help="OCI runtime spec (config.json) to start from")
-def apply_cmd(device_ids: tuple[str, ...], spec_dirs: tuple[str, ...], root: str | None, oci_spec) -> None:
+@click.option("-o", "--output", type=click.Choice(["json", "yaml"]), default="json", show_default=True,
+              help="Format of the OCI runtime spec (a runtime reads config.json: JSON).")
+def apply_cmd(device_ids: tuple[str, ...], spec_dirs: tuple[str, ...], root: str | None, oci_spec,
+              output: str) -> None:
     """Resolve DEVICE_IDS (vendor/class=name) and print the OCI runtime spec a container would run with."""
     try:
         base = json.load(oci_spec) if oci_spec else default_oci_spec()
@@ -46,7 +49,7 @@ def apply_cmd(device_ids: tuple[str, ...], spec_dirs: tuple[str, ...], root: str
         result = apply_edits(base, registry.resolve(list(device_ids)))
     except CdiError as exc:
         raise InputError(str(exc)) from None
-    click.echo(json.dumps(result, indent=2))
+    click.echo(render_data(result, output), nl=False)
 
 
 @command.command("validate")
