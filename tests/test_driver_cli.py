@@ -103,6 +103,18 @@ def test_prepare_and_status_commands_against_a_running_driver():
         assert entry["devices"][0]["device"] == "gpu-1-mig-1g10gb-19-4"
         assert "/dev/nvidia1" in entry["container"]["devices"]
         assert sum(p.startswith("/dev/nvidia-caps/") for p in entry["container"]["devices"]) == 2
+        # -o table|wide: one row per claim (a second prepare of a prepared claim answers the same)
+        header, row = runner.invoke(cli, ["driver", "prepare", "--root", root, path, "-o", "table"]).stdout.splitlines()
+        assert header.split() == ["CLAIM", "UID", "DEVICES", "STATUS"]
+        assert row.split() == ["default/c", entry["uid"], "gpu-1-mig-1g10gb-19-4", "Prepared"]
+        wide = runner.invoke(cli, ["driver", "prepare", "--root", root, "--show-container", path, "-o", "wide"])
+        header, row = wide.stdout.splitlines()
+        assert header.split() == ["CLAIM", "UID", "DEVICES", "CDI-DEVICE-IDS", "CONTAINER-DEVICES", "STATUS"]
+        assert row.split() == ["default/c", entry["uid"], "gpu-1-mig-1g10gb-19-4",
+                               ",".join(entry["devices"][0]["cdiDeviceIDs"]), ",".join(entry["container"]["devices"]),
+                               "Prepared"]
+        assert json.loads(runner.invoke(cli, ["driver", "prepare", "--root", root, "--show-container", path,
+                                              "-o", "json"]).stdout) == [entry]
         status = yaml.safe_load(runner.invoke(cli, ["driver", "status", "--root", root]).output)
         assert [c["devices"] for c in status["claims"]] == [["gpu-1-mig-1g10gb-19-4"]]
         assert status["claims"][0]["state"] == "PrepareCompleted" and status["claims"][0]["cdiSpec"]
@@ -115,6 +127,9 @@ def test_prepare_and_status_commands_against_a_running_driver():
             yaml.safe_dump(other, fh)
         failed = runner.invoke(cli, ["driver", "prepare", "--root", root, bad])
         assert failed.exit_code == 1 and "error" in yaml.safe_load(failed.output)[0]
+        failed_row = runner.invoke(cli, ["driver", "prepare", "--root", root, bad, "-o", "table"])
+        assert failed_row.exit_code == 1
+        assert failed_row.stdout.splitlines()[1].split()[:4] == ["default/o", other["metadata"]["uid"], "-", "error:"]
     finally:
         agent.stop()
         shutil.rmtree(root, ignore_errors=True)

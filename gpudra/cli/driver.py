@@ -10,7 +10,6 @@ import sys
 from typing import NoReturn
 
 import click
-import yaml
 
 from gpudra.cli.errors import InputError, warn
 from gpudra.cli.inputs import require_generated_valid
@@ -353,8 +352,10 @@ def _kubelet(root: str, driver_name: str, registry_dir: str):
               show_default=True)
 @click.option("--unprepare", is_flag=True, help="call NodeUnprepareResources instead")
 @click.option("--show-container", is_flag=True, help="also print the OCI spec a container would get")
+@output_option(pipe_default="yaml", help="table: one row per claim (wide: with its CDI device IDs); yaml/json: the "
+                                         "kubelet's answer per claim as data.")
 def prepare_cmd(claim_files: tuple[str, ...], root: str, driver_name: str, registry_dir: str, unprepare: bool,
-                show_container: bool) -> None:
+                show_container: bool, output: str) -> None:
     """Act as the kubelet: register with a running driver and (un)prepare the claims in CLAIM_FILES."""
     refs = _claim_refs(claim_files)
     client, paths = _kubelet(root, driver_name, registry_dir)
@@ -385,9 +386,30 @@ def prepare_cmd(claim_files: tuple[str, ...], root: str, driver_name: str, regis
                 except CdiError as exc:
                     entry["container"] = {"error": str(exc)}
         out.append(entry)
-    click.echo(yaml.safe_dump(out, sort_keys=False), nl=False)
+    if output in ("yaml", "json"):
+        click.echo(render_data(out, output), nl=False)
+    else:
+        _prepare_table(out, output == "wide", show_container, "Unprepared" if unprepare else "Prepared")
     if failed:
         sys.exit(1)
+
+
+def _prepare_table(entries: list[dict], wide: bool, show_container: bool, done: str) -> None:
+    """CLAIM, UID, DEVICES (wide: CDI-DEVICE-IDS; --show-container: CONTAINER-DEVICES), then STATUS last: `Prepared`
+    or the driver's error, which can be long and wraps."""
+    rows = []
+    for entry in entries:
+        devices = entry.get("devices") or []
+        row = [entry["claim"], entry["uid"], ",".join(d["device"] for d in devices) or "-"]
+        if wide:
+            row.append(",".join(i for d in devices for i in d["cdiDeviceIDs"]) or "-")
+        if show_container:
+            container = entry.get("container") or {}
+            row.append(",".join(container.get("devices") or []) or container.get("error", "-"))
+        rows.append([*row, f"error: {entry['error']}" if "error" in entry else done])
+    headers = ["CLAIM", "UID", "DEVICES", *(["CDI-DEVICE-IDS"] if wide else []),
+               *(["CONTAINER-DEVICES"] if show_container else []), "STATUS"]
+    click.echo(render_table(headers, rows), nl=False)
 
 
 @command.command("status")
