@@ -91,7 +91,7 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
             info = kind_info(doc.kind)
             ns = (doc.namespace or namespace or "default") if info.namespaced else None
             applied.append(public_view(cluster.store.get(info.kind, ns, reference.split("/", 1)[1])))
-    if applied:
+    if applied and output:
         click.echo(render_objects(applied, output, single=True), nl=False)
     _reconcile(cluster, verbose)
 
