@@ -338,6 +338,7 @@ def test_apply_and_delete_take_kubectls_output_formats(tmp_path):
     manifests = ["-f", str(ARTICLE / "01-deviceclass.yaml"), "-f", str(ARTICLE / "02-resourceclaim-gpu.yaml")]
     names = gpudra("apply", *manifests, "--dir", directory, "-o", "name").splitlines()
     assert names == ["deviceclass.resource.k8s.io/gpu.nvidia.com", "resourceclaim.resource.k8s.io/gpu-claim"]
+    assert gpudra("get", "resourceclaims", "--dir", directory, "-o", "name").splitlines() == names[1:]
     applied = json.loads(gpudra("apply", *manifests, "--dir", directory, "-o", "json"))
     assert applied["kind"] == "List" and [o["kind"] for o in applied["items"]] == ["DeviceClass", "ResourceClaim"]
     stored = get(directory, "resourceclaims", "gpu-claim")

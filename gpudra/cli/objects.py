@@ -133,7 +133,7 @@ def get_command(kind: str, names: tuple[str, ...], directory: str | None, namesp
         click.echo(yaml.safe_dump(body, sort_keys=False), nl=False)
     elif output == "name":
         for obj in objects:
-            click.echo(f"{info.kind.lower()}/{obj['metadata']['name']}")
+            click.echo(f"{info.resource}/{obj['metadata']['name']}")  # kubectl's kind.group/name, as apply -o name
     elif not objects:
         where = "" if not info.namespaced or ns is None else f" in {ns} namespace"
         click.echo(f"No resources found{where}.", err=True)
