@@ -8,11 +8,13 @@ not take the whole tool down.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib
 import os
 import shutil
 import sys
+import threading
 from typing import Any, Callable
 
 import click
@@ -53,6 +55,12 @@ class LazyGroup(click.Group):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         return run_with_error_contract(
             lambda: super(LazyGroup, self).main(args, prog_name, complete_var, standalone_mode=False, **extra))
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        global _invoked
+        name, command, rest = super().resolve_command(ctx, args)
+        _invoked = name
+        return name, command, rest
 
     def invoke(self, ctx: click.Context) -> Any:
         threshold = gc.get_threshold()
@@ -151,9 +159,36 @@ def _show_usage_error(exc: click.UsageError) -> None:
     click.echo(f"{paint('error:', sys.stderr, fg='red', bold=True)} {exc.format_message()}", err=True)
 
 
+# Commands that read manifests and print an answer, and write no file: when one of them ends, the process can skip
+# the interpreter's teardown, which frees every object one by one (about a second after reading 2,000
+# ResourceSlices, a fifth of `explain`'s time). Exit handlers still run; open files of these commands are none.
+_QUICK_EXIT_COMMANDS = frozenset({"validate", "allocate", "schedule", "explain"})
+_invoked: str | None = None  # the sub-command LazyGroup.invoke ran
+
+
+def _quick_exit(code: Any) -> None:
+    """os._exit(code) after what a normal exit would do that matters (buffers flushed, atexit handlers run), for
+    the commands above, on the main thread alone; otherwise nothing (the caller exits normally)."""
+    if _invoked not in _QUICK_EXIT_COMMANDS or threading.active_count() > 1:
+        return
+    if code is not None and (not isinstance(code, int) or isinstance(code, bool)):
+        return  # sys.exit("message") prints the message: leave that to the interpreter
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return  # a closed or broken stream: the normal exit path reports it
+    atexit._run_exitfuncs()
+    os._exit(code or 0)
+
+
 def main() -> None:
     if sys.stdout is None:  # started with stdout closed (`>&-`): Python leaves no stream to print the answer on
         print("error: standard output is closed: nothing could be printed (redirect it to /dev/null to discard "
               "the output)", file=sys.stderr)
         sys.exit(USAGE)
-    cli.main(prog_name=_prog_name())
+    try:
+        cli.main(prog_name=_prog_name())
+    except SystemExit as done:
+        _quick_exit(done.code)
+        raise
