@@ -1,0 +1,207 @@
+"""A fast reading of plain manifest YAML (yaml-rs, in Rust) that means exactly what PyYAML would read, or declines.
+
+PyYAML's C loader needs about 8 s for a 13 MB, 6,000-document cluster dump; most of that is its Python
+constructor. yaml-rs reads the same text in under a second, but it implements YAML 1.2 where PyYAML (and this
+project's meaning of a manifest) is YAML 1.1: `yes`, `on` and `0777` differ, `1e3` and `.Nan` are numbers,
+`1_000` and `+0X1F` are integers, dates are dates, `<<` is no merge key, flow collections take `a:b`. So the
+fast path is taken only where a document cannot tell the two apart; any doubt returns None and the caller reads
+the text with PyYAML as before (which also gives every error message with its line and column).
+
+Before parsing, the text is refused (None) when it holds anything where the two grammars or their resolvers can
+differ and that a cheap scan can see: a character outside printable, tab-free, LF-only text (YAML 1.1 also
+breaks lines at NEL, LS and PS); a backslash (escapes); a directive, a `...` end marker or content after `---`;
+a tag, anchor or alias at a node's start; a complex key (`? `); a non-empty flow collection (`{a:b}` differ);
+Helm's `{{`; and any plain token that yaml-rs could read as a number, bool or null whose value PyYAML's resolver
+(without timestamps, as the loader sets it up) does not give with the same type (`0777`, `1e3`, `_1`, `.Nan`).
+After parsing, each document must hold only dicts with string keys, lists, str, bool, None, int within 64 bits and
+float; a string that PyYAML would resolve to something else when plain (`yes`, `1:30`, `<<`) must be quoted
+everywhere in the text.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import chain
+from typing import Any
+
+import yaml
+
+yaml_rs: Any
+try:  # optional: a platform without a wheel reads YAML with PyYAML alone
+    import yaml_rs
+except ImportError:  # pragma: no cover - depends on the platform
+    yaml_rs = None
+
+# How often the loader used this module's reading of a YAML text ("fast") and how often PyYAML's ("pyyaml").
+counts = {"fast": 0, "pyyaml": 0}
+
+_UNSAFE_CHARACTER = re.compile("[^\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]")
+# at a line's start: a directive, a document end marker, content after `---`
+_LINE_START_DIFFERS = re.compile(r"\n(?:%|\.\.\.(?:[ \t]|\n|\Z)|---[ \t]*[^\s])")
+_AFTER_INDICATOR = re.compile(r"[-?:][ \t]+\Z")
+_DOCUMENT_MARKER = re.compile(r"^---[ \t]*(?:\n|\Z)", re.MULTILINE)
+_CONTENT_LINE = re.compile(r"^[ \t]*[^\s#]", re.MULTILINE)
+# Characters of the plain scalars that yaml-rs may read as a number, bool or null: `[-+.0-9A-Za-z_~]`, and the
+# first of them one of `[-+._0-9~]` (the words true, false, null read alike in both).
+_NUMBER_START = frozenset("-+._0123456789~")
+_NUMBER_LIKE = re.compile(r"[-+._0-9~][-+.0-9A-Za-z_~]*")
+_QUOTED_ONLY = r"(?<![\"'])"  # an occurrence not right after a quote could be a plain scalar
+
+_loader = None
+
+
+def _pyyaml_loader() -> Any:
+    global _loader
+    if _loader is None:
+        from gpudra.api.load import _ManifestLoader
+
+        _loader = _ManifestLoader("")
+    return _loader
+
+
+def _pyyaml_plain(token: str) -> Any:
+    """The value PyYAML's manifest loader gives `token` as a plain scalar (raises what its constructor raises)."""
+    loader = _pyyaml_loader()
+    tag = loader.resolve(yaml.ScalarNode, token, (True, False))
+    return loader.construct_object(yaml.ScalarNode(tag, token), deep=True)
+
+
+def _non_string_pattern() -> re.Pattern[str]:
+    """One pattern for every implicit resolver of the loader (bool, int, float, null, merge, value) but str."""
+    loader = _pyyaml_loader()
+    patterns = {regexp.pattern for resolvers in loader.yaml_implicit_resolvers.values()
+                for tag, regexp in resolvers if tag != "tag:yaml.org,2002:str"}
+    return re.compile("|".join(f"(?:{pattern})" for pattern in sorted(patterns)), re.X)
+
+
+_non_string: re.Pattern[str] | None = None
+_NO_VALUE = object()
+
+
+def _same(left: Any, right: Any) -> bool:
+    return type(left) is type(right) and (left == right or repr(left) == repr(right))  # NaN
+
+
+def _plain_words(words: set[str]) -> set[str] | None:
+    """Compare how both read, as plain scalars, the words that either could read as other than a string.
+
+    Without flow collections, tabs and CR, a plain scalar starts after a space or a line break; one that PyYAML
+    resolves to other than a string (no resolver takes a space) or that yaml-rs could read as a number (a run of
+    `_NUMBER_LIKE`) ends at white space, or at `:` and white space (a key): it is a white-space-separated word, or
+    one less its final colon. None when some word reads differently in a way that matters, else the words that
+    PyYAML would read as non-strings where yaml-rs reads strings (`yes`, `1:30`): harmless unless some string of
+    the documents is one of them and could have been plain (`_plain_in_text`)."""
+    global _non_string
+    if _non_string is None:
+        _non_string = _non_string_pattern()
+    tokens = sorted({token for word in words for token in ((word, word[:-1]) if word.endswith(":") else (word,))
+                     if token not in ("", "-")  # `-`: an indicator
+                     and (token[0] in _NUMBER_START and _NUMBER_LIKE.fullmatch(token) or _non_string.match(token))})
+    if not tokens:
+        return set()
+    try:
+        fast = yaml_rs.loads("".join(f"- {token}\n" for token in tokens), parse_datetime=False)
+    except Exception:
+        return None
+    if not isinstance(fast, list) or len(fast) != len(tokens):
+        return None
+    suspects: set[str] = set()
+    for token, value in zip(tokens, fast):
+        try:
+            slow = _pyyaml_plain(token)
+        except Exception:  # `<<`, `=`, `0b_`: no value in PyYAML
+            slow = _NO_VALUE
+        if _same(slow, value):
+            continue
+        if value != token:
+            return None
+        suspects.add(token)
+    return suspects
+
+
+def _chunks(text: str) -> list[tuple[int, str]]:
+    """The documents of `text` with their 1-based positions, as PyYAML counts them: what precedes the first `---`
+    is a document only when it holds more than comments; every `---` starts one, even an empty one."""
+    parts = _DOCUMENT_MARKER.split(text)
+    first = parts[0] if _CONTENT_LINE.search(parts[0]) else None
+    chunks = [part for part in ([first] if first is not None else []) + parts[1:]]
+    return list(enumerate(chunks, start=1))
+
+
+_SCALARS = (str, int, bool, float, type(None))
+
+
+def _types_agree(value: Any, suspects: set[str], found: set[str]) -> bool:
+    """Only dicts, lists and scalars of the types PyYAML's safe loader makes here (keys included); strings
+    (and keys) that are `suspects` go to `found`."""
+    stack = [value]
+    mappings = []
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            mappings.append(item)
+            children = item.values()
+        else:
+            children = item
+        for child in children:
+            kind = type(child)
+            if kind is dict or kind is list:
+                stack.append(child)
+            elif kind not in _SCALARS:
+                return False
+            elif suspects and kind is str and child in suspects:
+                found.add(child)
+    keys = set(chain.from_iterable(mappings))
+    if suspects:
+        found.update(suspects & keys)
+    return set(map(type, keys)).issubset(_SCALARS)
+
+
+def _starts_node(text: str, word: str) -> bool:
+    """Whether `word` occurs in `text` where a node could start: after the indentation, or after an indicator
+    (`- `, `: `, `? `); a CEL `!=` or `&&` in the middle of a plain scalar does not."""
+    for match in re.finditer(re.escape(word), text):
+        before = text[text.rfind("\n", 0, match.start()) + 1:match.start()]
+        if not before.strip() or _AFTER_INDICATOR.search(before):
+            return True
+    return False
+
+
+def _plain_in_text(text: str, string: str) -> bool:
+    """Whether `string` occurs in `text` where a plain scalar could start (not right after a quote)."""
+    return any(match.start() == 0 or text[match.start() - 1] not in "'\"" for match in re.finditer(re.escape(string), text))
+
+
+def documents(text: str) -> list[tuple[int, Any]] | None:
+    """`(position, value)` for every document of `text` (None values included), read by yaml-rs; or None when
+    the text might mean something else to PyYAML, or yaml-rs is missing or refuses it.
+
+    The caller must have cleared the text of aliases and of nesting deeper than MAX_DEPTH (`_plain_yaml`)."""
+    if yaml_rs is None or "\\" in text or "{{" in text or "\t" in text or "\r" in text:
+        return None  # escapes, a Helm template (PyYAML's error names it), tabs, CR line breaks
+    if not text.replace("\n", "").isprintable() and _UNSAFE_CHARACTER.search(text):
+        return None  # control characters, NEL, LS, PS, BOM
+    if _LINE_START_DIFFERS.search("\n" + text):
+        return None
+    words = set(text.split())
+    if any(_starts_node(text, word) for word in words if word.startswith(("!", "&", "*", "?", "[", "{"))
+           and word not in ("[]", "{}") and (word[0] != "?" or word == "?")):
+        return None  # a tag, anchor, alias, complex key (`? `) or a non-empty flow collection
+    suspects = _plain_words(words)
+    if suspects is None:
+        return None
+    values: list[tuple[int, Any]] = []
+    found: set[str] = set()
+    try:
+        for position, chunk in _chunks(text):
+            value = yaml_rs.loads(chunk, parse_datetime=False)
+            if type(value) in _SCALARS:
+                pass
+            elif type(value) not in (dict, list) or not _types_agree(value, suspects, found):
+                return None
+            values.append((position, value))
+    except Exception:  # yaml-rs refuses it (duplicate key, bad indentation, ...): PyYAML says where and why
+        return None
+    if any(_plain_in_text(text, string) for string in found):
+        return None
+    return values
