@@ -184,9 +184,9 @@ def documents(text: str) -> list[tuple[int, Any]] | None:
     if _LINE_START_DIFFERS.search("\n" + text):
         return None
     words = set(text.split())
-    if any(_starts_node(text, word) for word in words if word.startswith(("!", "&", "*", "?", "[", "{"))
+    if any(_starts_node(text, word) for word in words if word.startswith(("!", "&", "*", "?", "[", "{", "|", ">"))
            and word not in ("[]", "{}") and (word[0] != "?" or word == "?")):
-        return None  # a tag, anchor, alias, complex key (`? `) or a non-empty flow collection
+        return None  # a tag, anchor, alias, complex key (`? `), non-empty flow collection or block scalar
     suspects = _plain_words(words)
     if suspects is None:
         return None
