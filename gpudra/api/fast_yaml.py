@@ -20,6 +20,7 @@ everywhere in the text.
 
 from __future__ import annotations
 
+import marshal
 import re
 from itertools import chain
 from typing import Any
@@ -122,7 +123,10 @@ def _plain_words(words: set[str]) -> set[str] | None:
 def _chunks(text: str) -> list[tuple[int, str]]:
     """The documents of `text` with their 1-based positions, as PyYAML counts them: what precedes the first `---`
     is a document only when it holds more than comments; every `---` starts one, even an empty one."""
-    parts = _DOCUMENT_MARKER.split(text)
+    if not text.startswith("---") and text.count("\n---") == text.count("\n---\n"):
+        parts = text.split("\n---\n")  # every marker a bare `---` line: 10x faster than the pattern
+    else:
+        parts = _DOCUMENT_MARKER.split(text)
     first = parts[0] if _CONTENT_LINE.search(parts[0]) else None
     chunks = [part for part in ([first] if first is not None else []) + parts[1:]]
     return list(enumerate(chunks, start=1))
@@ -155,6 +159,17 @@ def _types_agree(value: Any, suspects: set[str], found: set[str]) -> bool:
     if suspects:
         found.update(suspects & keys)
     return set(map(type, keys)).issubset(_SCALARS)
+
+
+def _only_plain_types(values: list[tuple[int, Any]]) -> bool:
+    """Whether the values hold only built-in types, checked in C (marshal refuses dates and any other object).
+    Of the built-ins it takes beyond PyYAML's dict, list, str, int, float, bool and None, yaml-rs makes bytes,
+    sets and tuples only for tags and complex keys, which `documents` refused before parsing."""
+    try:
+        marshal.dumps(values)
+    except ValueError:
+        return False
+    return True
 
 
 def _starts_node(text: str, word: str) -> bool:
@@ -195,12 +210,13 @@ def documents(text: str) -> list[tuple[int, Any]] | None:
     try:
         for position, chunk in _chunks(text):
             value = yaml_rs.loads(chunk, parse_datetime=False)
-            if type(value) in _SCALARS:
-                pass
-            elif type(value) not in (dict, list) or not _types_agree(value, suspects, found):
-                return None
             values.append((position, value))
     except Exception:  # yaml-rs refuses it (duplicate key, bad indentation, ...): PyYAML says where and why
+        return None
+    if suspects:
+        if not all(type(value) in _SCALARS or _types_agree(value, suspects, found) for _, value in values):
+            return None
+    elif not _only_plain_types(values):
         return None
     if any(_plain_in_text(text, string) for string in found):
         return None
