@@ -77,6 +77,7 @@ def _non_string_pattern() -> re.Pattern[str]:
 
 _non_string: re.Pattern[str] | None = None
 _NO_VALUE = object()
+_DECIMAL = re.compile(r"[-+]?(?:0|[1-9][0-9]{0,17})")  # a plain int both read alike (no `_`, no leading 0)
 
 
 def _same(left: Any, right: Any) -> bool:
@@ -107,16 +108,21 @@ def _plain_words(words: set[str]) -> set[str] | None:
     if not isinstance(fast, list) or len(fast) != len(tokens):
         return None
     suspects: set[str] = set()
-    for token, value in zip(tokens, fast):
-        try:
-            slow = _pyyaml_plain(token)
-        except Exception:  # `<<`, `=`, `0b_`: no value in PyYAML
-            slow = _NO_VALUE
-        if _same(slow, value):
-            continue
-        if value != token:
-            return None
-        suspects.add(token)
+    try:
+        for token, value in zip(tokens, fast):
+            if type(value) is int and _DECIMAL.fullmatch(token):
+                continue  # PyYAML's int(token), the same
+            try:
+                slow = _pyyaml_plain(token)
+            except Exception:  # `<<`, `=`, `0b_`: no value in PyYAML
+                slow = _NO_VALUE
+            if _same(slow, value):
+                continue
+            if value != token:
+                return None
+            suspects.add(token)
+    finally:
+        _pyyaml_loader().constructed_objects.clear()  # the loader is kept; what it made is not
     return suspects
 
 

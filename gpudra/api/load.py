@@ -8,6 +8,9 @@ a document may nest at most MAX_DEPTH levels (checked without recursion, before 
 it), YAML aliases may add at most MAX_ALIAS_EXPANSION values and characters when expanded, integers too
 long for Python's int conversion become out-of-range stand-ins that validation reports by field, and
 JSON's unpaired UTF-16 surrogates become U+FFFD, as Go's decoder (the API server's) makes them.
+
+YAML is read by yaml-rs where that provably means what PyYAML reads (fast_yaml: 6x faster on a large dump), else
+by PyYAML; errors always come from PyYAML's reading, with its lines and columns.
 """
 
 from __future__ import annotations
