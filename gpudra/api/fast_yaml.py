@@ -7,15 +7,17 @@ project's meaning of a manifest) is YAML 1.1: `yes`, `on` and `0777` differ, `1e
 fast path is taken only where a document cannot tell the two apart; any doubt returns None and the caller reads
 the text with PyYAML as before (which also gives every error message with its line and column).
 
-Before parsing, the text is refused (None) when it holds anything where the two grammars or their resolvers can
-differ and that a cheap scan can see: a character outside printable, tab-free, LF-only text (YAML 1.1 also
-breaks lines at NEL, LS and PS); a backslash (escapes); a directive, a `...` end marker or content after `---`;
-a tag, anchor or alias at a node's start; a complex key (`? `); a non-empty flow collection (`{a:b}` differ);
-Helm's `{{`; and any plain token that yaml-rs could read as a number, bool or null whose value PyYAML's resolver
-(without timestamps, as the loader sets it up) does not give with the same type (`0777`, `1e3`, `_1`, `.Nan`).
-After parsing, each document must hold only dicts with string keys, lists, str, bool, None, int within 64 bits and
-float; a string that PyYAML would resolve to something else when plain (`yes`, `1:30`, `<<`) must be quoted
-everywhere in the text.
+Before parsing, the text is refused (None) where the two grammars or resolvers can differ and a cheap scan sees
+it: a character outside printable, LF-only text (YAML 1.1 also breaks lines at NEL, LS and PS); a tab; a backslash
+(escapes); a directive, a `...` end marker or content after `---`; Helm's `{{`; and, where a node starts, a tag,
+anchor, alias, complex key (`? `), non-empty flow collection (`[a:b]` differ) or block scalar (a whitespace-only
+line differs). Then every white-space-separated word that either could read as other than a string, as a plain
+scalar, is read by both: one that yaml-rs reads as a number, bool or null differently from PyYAML's resolver
+(without timestamps, as the loader sets it up) refuses the text (`0777`, `1e3`, `_1`, `.Nan`); one that PyYAML
+alone reads as a non-string (`yes`, `1:30`, `<<`) refuses it only if the documents hold that string and the text
+has it where a plain scalar could start (not right after a quote). After parsing, the documents must hold only
+built-in types (marshal refuses dates and other objects). Each document is parsed alone, split at its `---`, so
+its position is PyYAML's count.
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ _CONTENT_LINE = re.compile(r"^[ \t]*[^\s#]", re.MULTILINE)
 # first of them one of `[-+._0-9~]` (the words true, false, null read alike in both).
 _NUMBER_START = frozenset("-+._0123456789~")
 _NUMBER_LIKE = re.compile(r"[-+._0-9~][-+.0-9A-Za-z_~]*")
-_QUOTED_ONLY = r"(?<![\"'])"  # an occurrence not right after a quote could be a plain scalar
 
 _loader = None
 
