@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 from large_cluster import build_objects  # noqa: E402
 
+from gpudra.api.load import freeze_input, thaw_input  # noqa: E402
 from gpudra.scheduler import Cluster, Scheduler  # noqa: E402
 
 
@@ -22,7 +23,7 @@ def test_a_run_collects_nothing_not_even_when_the_collector_comes_back():
     threshold = gc.get_threshold()
     cluster = Cluster(build_objects(4, 40))
     scheduler = Scheduler(cluster)
-    gc.freeze()  # as a CLI command does with what it read
+    freeze_input()  # as a CLI command does with what it read
     gc.set_threshold(50)  # dozens of collections in this run, unless paused
     try:
         gc.collect(0)
@@ -32,7 +33,7 @@ def test_a_run_collects_nothing_not_even_when_the_collector_comes_back():
         assert gc.isenabled()
         assert len(results) == 40 and any(result.scheduled for result in results)
     finally:
-        gc.unfreeze()
+        thaw_input()
         gc.set_threshold(*threshold)
 
 

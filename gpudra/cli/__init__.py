@@ -63,13 +63,15 @@ class LazyGroup(click.Group):
         return name, command, rest
 
     def invoke(self, ctx: click.Context) -> Any:
+        from gpudra.api.load import thaw_input
+
         threshold = gc.get_threshold()
         try:
             return super().invoke(ctx)
         except BrokenPipeError:  # before click turns it into exit 1, which here means "the answer is no"
             exit_quietly_on_broken_pipe()
         finally:  # what gpudra.cli.inputs.read_documents changed, for a command run in-process (as in tests)
-            gc.unfreeze()
+            thaw_input()
             gc.set_threshold(*threshold)
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -27,7 +27,7 @@ CLUSTER_SOURCE = "<cluster>"
 
 def read_documents(paths: Iterable[str]) -> list[Document]:
     """Every document in the files; InputError listing every file that could not be read."""
-    from gpudra.api.load import LoadError, LoadErrors, load_paths
+    from gpudra.api.load import LoadError, LoadErrors, freeze_input, load_paths
 
     try:
         documents = load_paths(list(paths))
@@ -40,7 +40,7 @@ def read_documents(paths: Iterable[str]) -> list[Document]:
     # walk it again and again (a fifth of `allocate`'s time on 2,000 nodes), and they may come less often: the
     # allocator and scheduler build a few hundred thousand small containers, none of them garbage until the end.
     # LazyGroup.invoke unfreezes and restores the threshold when the command ends.
-    gc.freeze()
+    freeze_input()
     first, *older = gc.get_threshold()
     gc.set_threshold(max(first, 5000), *older)
     return documents
