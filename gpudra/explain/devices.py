@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Callable, Iterable
 
 from gpudra.api.quantity import Quantity, QuantityError
@@ -28,14 +27,12 @@ class DeviceRef:
     device: dict[str, Any]
     per_device_node_selection: bool = False
     info: Any = None  # the allocator's DeviceInfo (precomputed capacities, counters)
+    name: str = field(init=False)
+    id: str = field(init=False)  # asked of each device at every step of the funnel, on every node
 
-    @cached_property
-    def name(self) -> str:
-        return str(self.device.get("name", ""))
-
-    @cached_property
-    def id(self) -> str:  # asked of each device at every step of the funnel, on every node
-        return f"{self.driver}/{self.pool}/{self.name}"
+    def __post_init__(self) -> None:
+        self.name = str(self.device.get("name", ""))
+        self.id = f"{self.driver}/{self.pool}/{self.name}"
 
 
 @dataclass
@@ -96,7 +93,8 @@ def visible_pools(node: dict[str, Any], slices: Iterable[dict[str, Any]] | None 
         if pool.invalid_reason:
             view.problem = f"invalid: {pool.invalid_reason}"
         view.counter_sets = {name: dict(counters) for name, counters in pool.counter_sets.items()}
-        view.all_devices = [_ref(d) for s in pool.all_device_slices for d in s.devices]
+        if view.counter_sets:  # a pool without counter sets has nothing to account (one using them is invalid)
+            view.all_devices = [_ref(d) for s in pool.all_device_slices for d in s.devices]
         for device in pool.devices:
             if device.slice.per_device_node_selection and not _node_matches(
                     node, device.node_name, device.all_nodes, device.node_selector):
@@ -486,8 +484,12 @@ def _lacking_capacity(ref: DeviceRef, requested: dict[str, int], used: dict[str,
 
     if ref.info is None:
         return ""
-    if not requested and not used and not any(c.has_policy for c in ref.info.capacity.values()):
-        return ""  # the whole of every capacity, none of it in use: always fits (the common case, asked per device)
+    if not requested and not used:
+        for capacity in ref.info.capacity.values():
+            if capacity.has_policy:
+                break
+        else:  # the whole of every capacity, none of it in use: always fits (the common case, asked per device)
+            return ""
     missing = [name for name in requested if name not in ref.info.capacity]
     if missing:
         return f"without capacity {missing[0]}"
