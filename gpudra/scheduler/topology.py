@@ -65,11 +65,33 @@ class Topology:
         self._group_sizes: Counter[GroupId] = Counter()
 
     def pool_nodes(self) -> dict[PoolId, list[str]]:
-        """For every pool, the nodes that can see at least one of its devices."""
+        """For every pool, the nodes that can see at least one of its devices (the first binding asks: computed
+        on its own, without the physical devices of every device, which only the device-aware policies need)."""
         if self._pool_nodes is None:
-            self._compute_topology()
+            self._compute_pool_nodes()
         assert self._pool_nodes is not None
         return self._pool_nodes
+
+    def _compute_pool_nodes(self) -> None:
+        pool_nodes: dict[PoolId, set[str]] = {}
+        for slice_obj in self.slices:
+            spec = slice_obj.get("spec") or {}
+            pool: PoolId = (spec.get("driver", ""), (spec.get("pool") or {}).get("name", ""))
+            pool_nodes.setdefault(pool, set()).update(self._slice_nodes(spec))
+        self._pool_nodes = {pool: sorted(nodes) for pool, nodes in pool_nodes.items()}
+
+    def _slice_nodes(self, spec: dict[str, Any]) -> Iterable[str]:
+        """The nodes that see a device of the slice."""
+        if spec.get("nodeName"):
+            return (spec["nodeName"],) if spec["nodeName"] in self.nodes else ()
+        if spec.get("allNodes"):
+            return self.nodes
+        if spec.get("nodeSelector") is not None:
+            return [n for n, node in self.nodes.items() if node_selector_matches(spec["nodeSelector"], node)]
+        if spec.get("perDeviceNodeSelection"):
+            return {name for device in spec.get("devices") or [] for name, node in self.nodes.items()
+                    if _device_visible(device, node)}
+        return ()
 
     def node_devices(self, node_name: str) -> list[DeviceId]:
         """Devices local to the node (slice or device `nodeName`), used by the device-aware policies."""
@@ -95,8 +117,9 @@ class Topology:
 
     def free_node_groups(self, node_name: str) -> int:
         """Physical devices of the node nothing is allocated from (whole GPUs still free)."""
+        groups = self.node_groups(node_name)  # first: group_use is counted with the groups
         used = self.group_use
-        return sum(1 for group in self.node_groups(node_name) if not used.get(group))
+        return sum(1 for group in groups if not used.get(group))
 
     def groups_opened(self, node_name: str, allocations: list[dict[str, Any]] | None) -> int:
         """How many of the node's free physical devices these allocation results would start using."""
@@ -111,7 +134,6 @@ class Topology:
         return len(opened)
 
     def _compute_topology(self) -> None:
-        pool_nodes: dict[PoolId, set[str]] = {}
         node_devices: dict[str, list[DeviceId]] = {}
         device_groups: dict[DeviceId, GroupId] = {}
 
@@ -145,26 +167,17 @@ class Topology:
         for slice_obj in self.slices:
             spec = slice_obj.get("spec") or {}
             driver = spec.get("driver", "")
-            pool: PoolId = (driver, (spec.get("pool") or {}).get("name", ""))
-            seen = pool_nodes.setdefault(pool, set())
+            pool_name = (spec.get("pool") or {}).get("name", "")
             devices = spec.get("devices") or []
             if spec.get("nodeName"):
-                if spec["nodeName"] in self.nodes:
-                    seen.add(spec["nodeName"])
                 for device in devices:
-                    local(spec["nodeName"], driver, pool[1], device)
-            elif spec.get("allNodes"):
-                seen.update(self.nodes)
-            elif spec.get("nodeSelector") is not None:
-                seen.update(n for n, node in self.nodes.items() if node_selector_matches(spec["nodeSelector"], node))
-            elif spec.get("perDeviceNodeSelection"):
+                    local(spec["nodeName"], driver, pool_name, device)
+            elif not spec.get("allNodes") and spec.get("nodeSelector") is None and spec.get("perDeviceNodeSelection"):
                 for device in devices:
-                    for name, node in self.nodes.items():
-                        if _device_visible(device, node):
-                            seen.add(name)
                     if device.get("nodeName"):
-                        local(device["nodeName"], driver, pool[1], device)
-        self._pool_nodes = {pool: sorted(nodes) for pool, nodes in pool_nodes.items()}
+                        local(device["nodeName"], driver, pool_name, device)
+        if self._pool_nodes is None:
+            self._compute_pool_nodes()
         self._node_devices = node_devices
         self._device_groups = device_groups
         self._node_groups = {
@@ -209,8 +222,7 @@ class Topology:
 
     def _count_groups(self, devices: list[DeviceId], sign: int) -> None:
         if self._device_groups is None:
-            self._compute_topology()  # counts the current allocated devices itself
-            return
+            return  # not computed yet: _compute_topology counts the allocated devices when first asked
         for device in devices:
             group = self._device_groups.get(device)
             if group is not None:
