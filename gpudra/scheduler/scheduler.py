@@ -43,7 +43,7 @@ from .dra import (
 )
 from .dra import filter_node as dra_filter_node
 from .meta import key_of
-from .shapeindex import PlainScores, ShapeIndex
+from .shapeindex import PlainScores, ShapeIndex, plain_entries
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
@@ -481,9 +481,9 @@ class Scheduler:
             result.filtered = fw.FilterResults([e.result for e in index.evals if e is not None and e.result.reasons])
             return result
         if index.nonplain == 0:
-            plain = index.plain
-            best = index.evals[max(chosen, key=plain.__getitem__)]  # (score, -position): ties to the first name
-            scores = PlainScores(index.nodes, plain, chosen)  # type: ignore[assignment]
+            entries = plain_entries(index.plain, chosen)
+            best = index.evals[-max(entries)[1]]  # (score, -position): ties to the first name
+            scores = PlainScores(index.nodes, entries, chosen)  # type: ignore[assignment]
         else:
             feasible = [index.evals[i] for i in chosen]
             scores = self.policy.combine(self, info, feasible)  # type: ignore[arg-type]

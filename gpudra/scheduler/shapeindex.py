@@ -98,12 +98,16 @@ class ShapeIndex:
         return chosen, processed, fatal_hit
 
 
+def plain_entries(plain: list, chosen: list[int]) -> tuple:
+    """The (score, -position) entries of the chosen positions: a snapshot (the index's lists change as later pods
+    land), taken at C speed."""
+    return itemgetter(*chosen)(plain) if len(chosen) > 1 else tuple(plain[i] for i in chosen)
+
+
 class PlainScores(Mapping):
     """node -> score for the scored nodes, built on first use (most callers only need the winner)."""
 
-    def __init__(self, nodes: list[str], plain: list, chosen: list[int]):
-        # a snapshot (the index's lists change as later pods land), taken at C speed
-        entries = itemgetter(*chosen)(plain) if len(chosen) > 1 else tuple(plain[i] for i in chosen)
+    def __init__(self, nodes: list[str], entries: tuple, chosen: list[int]):
         self._source = (nodes, entries, chosen)
         self._scores: dict[str, float] | None = None
 
