@@ -172,9 +172,9 @@ def test_claim_explanations_from_shared_searches_are_those_of_one_search_per_nod
     assert shared == plain
 
 
-def test_a_release_is_judged_on_a_fork_of_the_cluster_not_a_rebuilt_one(monkeypatch):
-    """Releasing a claim that one pod holds: the fork (Cluster.fork + delete_pod) answers; no cluster is built
-    again from the objects for it, and the replayed cluster is left as it was."""
+def test_releases_and_request_edits_are_tried_on_forks_of_the_cluster_not_rebuilt_ones(monkeypatch):
+    """Releasing a claim that one pod holds (Cluster.fork + delete_pod) and lowering a count (a fork's copy of the
+    claim edited) are tried without building a cluster again from the objects, and leave the replayed one as it was."""
     from gpudra.scheduler import cluster as cluster_module
 
     objects = [device_class(), node("node-a"), node("node-b"),
@@ -193,9 +193,9 @@ def test_a_release_is_judged_on_a_fork_of_the_cluster_not_a_rebuilt_one(monkeypa
     monkeypatch.setattr(cluster_module.Cluster, "fork",
                         lambda self, *a, **k: (forks.append(1), real_fork(self, *a, **k))[1])
     fixes = find_fixes(objects, explanation)
-    # node-a has 2 devices and 3 are needed, so neither release helps: judged on forks; only the lower-count trial (1 device,
-    # on node-b) builds a cluster
-    assert len(forks) == 2 and len(built) == 1
+    # node-a has 2 devices and 3 are needed, so neither release helps: judged on forks; the lower-count trial (1
+    # device, on node-b) edits the claim on a fork too: no cluster is built again
+    assert len(forks) == 3 and built == []
     assert simulate.snapshot(explanation.context.cluster) == before
     assert [f.kind for f in fixes] == ["lower-count"]
     monkeypatch.undo()

@@ -59,20 +59,25 @@ class Trial(list):
 
 def _written_by_a_run(cluster: Any) -> set[int]:
     """Ids of the objects of `simulate.snapshot(cluster)` that replaying the queue up to the target and attempting
-    it may write: pods that are not bound (the queue: status, nodeName) or have finished (their claims are
-    released), and every claim such a pod uses (allocation, reservedFor, finalizers). Bound pods, their claims and
-    the rest are only read (Cluster.apply finds namespaces, uids, template claims and reservations in place)."""
-    written: set[int] = set()
-    for pod in cluster.pods.values():
+    it may write (see _written_keys)."""
+    pods, claims = _written_keys(cluster)
+    return {id(cluster.pods[key]) for key in pods} | {id(cluster.claims[key]) for key in claims}
+
+
+def _written_keys(cluster: Any) -> tuple[list[str], list[str]]:
+    """(pod keys, claim keys) a run may write: pods that are not bound (the queue: status, nodeName) or have
+    finished (their claims are released), and every claim such a pod uses (allocation, reservedFor, finalizers).
+    Bound pods, their claims and the rest are only read (Cluster.apply finds namespaces, uids, template claims and
+    reservations in place)."""
+    pods: list[str] = []
+    claims: list[str] = []
+    for key, pod in cluster.pods.items():
         if (pod.get("spec") or {}).get("nodeName") and (pod.get("status") or {}).get("phase") not in (
                 "Succeeded", "Failed"):
             continue
-        written.add(id(pod))
-        for claim_key in cluster.pod_claim_keys(pod):
-            claim = cluster.claims.get(claim_key)
-            if claim is not None:
-                written.add(id(claim))
-    return written
+        pods.append(key)
+        claims.extend(claim_key for claim_key in cluster.pod_claim_keys(pod) if claim_key in cluster.claims)
+    return pods, claims
 
 
 # --------------------------------------------------------------------------------- claim sources
@@ -121,21 +126,40 @@ def _where(source: tuple[str, str]) -> str:
 # ------------------------------------------------------------------------------------ candidates
 
 
+@dataclass
+class _RequestEdit:
+    """A change to one request of one claim, made to a trial's objects (called like any `mutate`) or, where the
+    cluster can be forked (`on_fork`), to the fork's own copy of the claim."""
+
+    claim_key: str
+    request: str
+    edit: Callable[[dict[str, Any]], bool]
+
+    def __call__(self, objects: list[dict[str, Any]]) -> bool:
+        return self._apply(_find(objects, "ResourceClaim", self.claim_key))
+
+    def on_fork(self, cluster: Any) -> Any | None:
+        """A fork of `cluster` with the change made, or None where it does not apply (as the call's False). The
+        fork copies what attempting the target may write (_written_keys) and the edited claim."""
+        if self.claim_key not in cluster.claims:
+            return None
+        pods, claims = _written_keys(cluster)
+        forked = cluster.fork(pods=pods, claims=[*claims, self.claim_key])
+        return forked if self._apply(forked.claims[self.claim_key]) else None
+
+    def _apply(self, claim: dict[str, Any] | None) -> bool:
+        body = _request_body(((claim or {}).get("spec") or {}).get("devices"), self.request)
+        return body is not None and self.edit(body)
+
+
 def _request_edit(explanation: Explanation, claim_key: str, request: str,
-                  edit: Callable[[dict[str, Any]], bool]) -> tuple[Callable[[list[dict[str, Any]]], bool], str] | None:
+                  edit: Callable[[dict[str, Any]], bool]) -> tuple[_RequestEdit, str] | None:
     """A mutation of one request of `claim_key` in the snapshot, and where users make that change (the
     claim itself, or the template it was generated from)."""
     source = claim_source(explanation, claim_key)
     if source is None:
         return None
-
-    def mutate(objects: list[dict[str, Any]]) -> bool:
-        claim = _find(objects, "ResourceClaim", claim_key)
-        devices = ((claim or {}).get("spec") or {}).get("devices")
-        body = _request_body(devices, request)
-        return body is not None and edit(body)
-
-    return mutate, _where(source)
+    return _RequestEdit(claim_key, request, edit), _where(source)
 
 
 def _tolerate_device_taint(explanation: Explanation) -> list[Candidate]:
@@ -500,15 +524,13 @@ def _fits(objects: list[dict[str, Any]], explanation: Explanation, policy: str, 
     """The node the target would go to with the candidate's change, or None. `released`: the change of a
     release-claim candidate, for `_release_cannot_help` to answer without attempting the pod on every node."""
     if explanation.kind == "Pod":
-        pod_key = f"{explanation.namespace}/{explanation.name}"
         try:
             cluster = simulate.build_cluster(objects, features, kubernetes_version)
             if released is not None and _release_cannot_help(cluster, explanation, released, policy):
                 return None
-            run = simulate.run_on(cluster, pod_key, policy, evaluate=False)
         except (ValueError, KeyError):  # a candidate can produce input the scheduler rejects: not a fix
             return None
-        return run.bound_node if run.pod is not None and not run.was_bound else None
+        return _attempt_target(cluster, explanation, policy)
     cluster = simulate.build_cluster(objects, features, kubernetes_version)
     claim = cluster.claims.get(f"{explanation.namespace}/{explanation.name}")
     if claim is None:
@@ -517,6 +539,15 @@ def _fits(objects: list[dict[str, Any]], explanation: Explanation, policy: str, 
         if simulate.fits(cluster, cluster.nodes[node_name], [claim]).outcome == "allocated":
             return node_name
     return None
+
+
+def _attempt_target(cluster: Any, explanation: Explanation, policy: str) -> str | None:
+    """Where the target pod goes on `cluster` (pods ahead of it in the queue first), or None."""
+    try:
+        run = simulate.run_on(cluster, f"{explanation.namespace}/{explanation.name}", policy, evaluate=False)
+    except (ValueError, KeyError):  # a candidate can produce input the scheduler rejects: not a fix
+        return None
+    return run.bound_node if run.pod is not None and not run.was_bound else None
 
 
 def _release_cannot_help(cluster: Any, explanation: Explanation, released: dict[str, Any], policy: str) -> bool:
@@ -614,13 +645,23 @@ def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: 
                 if progress is not None:
                     progress("verifying fixes", tried, min(MAX_CANDIDATES, len(candidates)))
                 continue
-        trial = Trial(base, written) if share else simulate.working_copy(base)
-        if not candidate.mutate(trial):
-            continue
-        tried += 1
-        if progress is not None:
-            progress("verifying fixes", tried, min(MAX_CANDIDATES, len(candidates)))
-        node = _fits(trial, explanation, policy, features, kubernetes_version, released)
+        on_fork = getattr(candidate.mutate, "on_fork", None) if share and explanation.kind == "Pod" else None
+        if on_fork is not None:  # a claim's request edited: attempted on a fork of the cluster, not a rebuilt one
+            forked = on_fork(cluster)
+            if forked is None:
+                continue
+            tried += 1
+            if progress is not None:
+                progress("verifying fixes", tried, min(MAX_CANDIDATES, len(candidates)))
+            node = _attempt_target(forked, explanation, policy)
+        else:
+            trial = Trial(base, written) if share else simulate.working_copy(base)
+            if not candidate.mutate(trial):
+                continue
+            tried += 1
+            if progress is not None:
+                progress("verifying fixes", tried, min(MAX_CANDIDATES, len(candidates)))
+            node = _fits(trial, explanation, policy, features, kubernetes_version, released)
         if node is None:
             continue
         fixes.append(Fix(candidate.kind, candidate.describe(node), [node], candidate.change))
