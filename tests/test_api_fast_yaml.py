@@ -291,3 +291,13 @@ def test_quoted_look_alikes_take_the_fast_path():
     assert loaded[1][0][0] == _typed({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
         "name": "x", "annotations": {"enabled": "yes", "mode": "0777", "bus": "0000:19:00.0"}},
         "data": {"count": 3, "empty": "", "on": "on"}})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0xFF)))
+def test_the_printable_ascii_shortcut_agrees_with_the_str_check(text):
+    """fast_yaml._printable_ascii answers True only where the str check it skips would have passed."""
+    if fast_yaml._printable_ascii(text):
+        assert text.replace("\n", "").isprintable()
+    else:
+        assert not text.isascii() or not text.replace("\n", "").isprintable()

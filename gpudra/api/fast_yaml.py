@@ -194,6 +194,15 @@ def _plain_in_text(text: str, string: str) -> bool:
     return any(match.start() == 0 or text[match.start() - 1] not in "'\"" for match in re.finditer(re.escape(string), text))
 
 
+_PRINTABLE_ASCII = bytes(range(0x20, 0x7F)) + b"\n"
+
+
+def _printable_ascii(text: str) -> bool:
+    """Only printable ASCII and line feeds (most manifests): bytes.translate answers in a few milliseconds where
+    the str checks below take a tenth of a second on a 13 MB dump."""
+    return text.isascii() and not text.encode("ascii").translate(None, _PRINTABLE_ASCII)
+
+
 def documents(text: str) -> list[tuple[int, Any]] | None:
     """`(position, value)` for every document of `text` (None values included), read by yaml-rs; or None when
     the text might mean something else to PyYAML, or yaml-rs is missing or refuses it.
@@ -201,7 +210,7 @@ def documents(text: str) -> list[tuple[int, Any]] | None:
     The caller must have cleared the text of aliases and of nesting deeper than MAX_DEPTH (`_plain_yaml`)."""
     if yaml_rs is None or "\\" in text or "{{" in text or "\t" in text or "\r" in text:
         return None  # escapes, a Helm template (PyYAML's error names it), tabs, CR line breaks
-    if not text.replace("\n", "").isprintable() and _UNSAFE_CHARACTER.search(text):
+    if not _printable_ascii(text) and not text.replace("\n", "").isprintable() and _UNSAFE_CHARACTER.search(text):
         return None  # control characters, NEL, LS, PS, BOM
     if _LINE_START_DIFFERS.search("\n" + text):
         return None
