@@ -143,3 +143,11 @@ def test_alias_bombs_are_rejected_quickly():
         load_text("\n".join(levels) + "\n", "bomb.yaml")
     (doc,) = load_text("base: &b {x: 1}\nother: *b\n", "ok.yaml")
     assert doc.obj["other"] == {"x": 1}
+
+
+@pytest.mark.parametrize("token", ["0x_", "0b_", "+0x_", "-0b__"])
+def test_an_int_look_alike_without_digits_is_a_string_not_a_crash(token):
+    """PyYAML's int pattern takes `0x_`, then its constructor finds no digit; Go's YAML (the API server's) reads
+    a string, and so does the loader (it used to end in an internal error)."""
+    (document,) = load_text(f"kind: ConfigMap\ndata:\n  a: {token}\n  b: 0x1_F\n")
+    assert document.obj["data"] == {"a": token, "b": 31}

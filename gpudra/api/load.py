@@ -160,10 +160,13 @@ class OversizedInt(int):
         return self.text
 
 
-def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | str:
     if len(node.value) > MAX_INT_DIGITS:
         return OversizedInt(node.value)
-    return loader.construct_yaml_int(node)
+    try:
+        return loader.construct_yaml_int(node)
+    except ValueError:  # `0x_`, `0b_`: PyYAML's int pattern matches, no digit follows; a string to Go's YAML too
+        return node.value
 
 
 def _json_int(text: str) -> int:
