@@ -152,8 +152,6 @@ class SelectorSet:
 
         `shared`: the allocator's SelectorEvaluator; where it sees the device as this set does (see `_same_input`)
         its outcome is taken, so a selector the scheduler already ran on a device is not evaluated again."""
-        from gpudra import cel
-
         compiled = self._compile(expression)
         if compiled is None:
             return False, None
@@ -162,6 +160,8 @@ class SelectorSet:
             if outcome is True or outcome is False:
                 return outcome, None
             return False, outcome[1]  # ("runtime", message); compile errors were answered above
+        from gpudra import cel
+
         key = id(ref.device)
         inp = self._inputs.get(key)
         if inp is None:
@@ -480,8 +480,6 @@ def _capacity_nanos(requests: dict[str, Any]) -> dict[str, int]:
 
 def _lacking_capacity(ref: DeviceRef, requested: dict[str, int], used: dict[str, int] | None) -> str:
     """The allocator's consumable-capacity check (policies, rounding, shares already in use)."""
-    from gpudra.allocator.capacity import consumption, fits
-
     if ref.info is None:
         return ""
     if not requested and not used:
@@ -490,6 +488,8 @@ def _lacking_capacity(ref: DeviceRef, requested: dict[str, int], used: dict[str,
                 break
         else:  # the whole of every capacity, none of it in use: always fits (the common case, asked per device)
             return ""
+    from gpudra.allocator.capacity import consumption, fits
+
     missing = [name for name in requested if name not in ref.info.capacity]
     if missing:
         return f"without capacity {missing[0]}"
