@@ -58,7 +58,12 @@ class _Child:
 
     def __init__(self, documents: list[Document]):
         read_end, write_end = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read_end)
+            os.close(write_end)
+            raise
         if pid == 0:  # pragma: no cover - the child's own lines run in the forked process
             status = 1
             try:
