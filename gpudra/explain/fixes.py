@@ -15,6 +15,8 @@ from typing import Any, Callable
 from gpudra.explain import model, simulate
 from gpudra.explain.devices import short_expression
 from gpudra.explain.model import Explanation, Fix
+from gpudra.explain.trials import (Trial, attempt_target, find_object, fits_with_change, release_cannot_help,
+                                   release_on_fork, written_by_a_run, written_keys)
 
 MAX_CANDIDATES = 16  # each one is a full re-simulation
 MAX_FIXES = 3
@@ -29,55 +31,6 @@ class Candidate:
     describe: Callable[[str], str]  # node -> message
     mutate: Callable[[list[dict[str, Any]]], bool]  # False when it does not apply to this input
     change: dict[str, Any]
-
-
-def _key(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
-
-
-def _find(objects: list[dict[str, Any]], kind: str, key: str) -> dict[str, Any] | None:
-    """The object, for a candidate to change: in a `Trial` a shared object is first replaced by a copy of its own."""
-    for position, obj in enumerate(objects):
-        if isinstance(obj, dict) and obj.get("kind") == kind and _key(obj) == key:
-            if isinstance(objects, Trial) and id(obj) not in objects.own:
-                obj = objects[position] = simulate.copy_object(obj)
-                objects.own.add(id(obj))
-            return obj
-    return None
-
-
-class Trial(list):
-    """The snapshot for one candidate, copied only where it can change: the objects a simulation writes (see
-    `_written_by_a_run`) are copies, the rest are the snapshot's own objects, shared by every trial; `_find` copies
-    what a candidate changes. Copying 2,000 pods and claims per candidate would cost more than verifying it."""
-
-    def __init__(self, base: list[dict[str, Any]], written: set[int]):
-        super().__init__(simulate.copy_object(obj) if id(obj) in written else obj for obj in base)
-        self.own = {id(obj) for obj, old in zip(self, base) if obj is not old}
-
-
-def _written_by_a_run(cluster: Any) -> set[int]:
-    """Ids of the objects of `simulate.snapshot(cluster)` that replaying the queue up to the target and attempting
-    it may write (see _written_keys)."""
-    pods, claims = _written_keys(cluster)
-    return {id(cluster.pods[key]) for key in pods} | {id(cluster.claims[key]) for key in claims}
-
-
-def _written_keys(cluster: Any) -> tuple[list[str], list[str]]:
-    """(pod keys, claim keys) a run may write: pods that are not bound (the queue: status, nodeName) or have
-    finished (their claims are released), and every claim such a pod uses (allocation, reservedFor, finalizers).
-    Bound pods, their claims and the rest are only read (Cluster.apply finds namespaces, uids, template claims and
-    reservations in place)."""
-    pods: list[str] = []
-    claims: list[str] = []
-    for key, pod in cluster.pods.items():
-        if (pod.get("spec") or {}).get("nodeName") and (pod.get("status") or {}).get("phase") not in (
-                "Succeeded", "Failed"):
-            continue
-        pods.append(key)
-        claims.extend(claim_key for claim_key in cluster.pod_claim_keys(pod) if claim_key in cluster.claims)
-    return pods, claims
 
 
 # --------------------------------------------------------------------------------- claim sources
@@ -136,14 +89,14 @@ class _RequestEdit:
     edit: Callable[[dict[str, Any]], bool]
 
     def __call__(self, objects: list[dict[str, Any]]) -> bool:
-        return self._apply(_find(objects, "ResourceClaim", self.claim_key))
+        return self._apply(find_object(objects, "ResourceClaim", self.claim_key))
 
     def on_fork(self, cluster: Any) -> Any | None:
         """A fork of `cluster` with the change made, or None where it does not apply (as the call's False). The
-        fork copies what attempting the target may write (_written_keys) and the edited claim."""
+        fork copies what attempting the target may write (written_keys) and the edited claim."""
         if self.claim_key not in cluster.claims:
             return None
-        pods, claims = _written_keys(cluster)
+        pods, claims = written_keys(cluster)
         forked = cluster.fork(pods=pods, claims=[*claims, self.claim_key])
         return forked if self._apply(forked.claims[self.claim_key]) else None
 
@@ -199,7 +152,7 @@ def _remove_scheduling_gates(explanation: Explanation) -> list[Candidate]:
     pod_key = f"{explanation.namespace}/{explanation.name}"
 
     def mutate(objects: list[dict[str, Any]]) -> bool:
-        target = _find(objects, "Pod", pod_key)
+        target = find_object(objects, "Pod", pod_key)
         if target is None:
             return False
         (target.get("spec") or {}).pop("schedulingGates", None)
@@ -228,7 +181,7 @@ def _tolerate_node_taint(explanation: Explanation) -> list[Candidate]:
                       "effect": taint.get("effect", "")}
 
         def mutate(objects: list[dict[str, Any]], toleration: dict[str, Any] = toleration) -> bool:
-            pod = _find(objects, "Pod", pod_key)
+            pod = find_object(objects, "Pod", pod_key)
             if pod is None:
                 return False
             pod.setdefault("spec", {}).setdefault("tolerations", []).append(dict(toleration))
@@ -260,11 +213,11 @@ def _release_claims(explanation: Explanation) -> list[Candidate]:
         def mutate(objects: list[dict[str, Any]], holder: str = holder, holder_pods: list[str] = holder_pods) -> bool:
             changed = False
             for pod_key in holder_pods:
-                pod = _find(objects, "Pod", pod_key)
+                pod = find_object(objects, "Pod", pod_key)
                 if pod is not None:
                     objects.remove(pod)
                     changed = True
-            claim = _find(objects, "ResourceClaim", holder)
+            claim = find_object(objects, "ResourceClaim", holder)
             if claim is not None:
                 owners = {f"{holder.split('/', 1)[0]}/{ref.get('name')}"
                           for ref in (claim.get("metadata") or {}).get("ownerReferences") or []
@@ -306,10 +259,10 @@ def _reallocate_claims(explanation: Explanation) -> list[Candidate]:
 
         def mutate(objects: list[dict[str, Any]], key: str = key, users: list[str] = users) -> bool:
             for pod_key in users:
-                pod = _find(objects, "Pod", pod_key)
+                pod = find_object(objects, "Pod", pod_key)
                 if pod is not None:
                     objects.remove(pod)
-            claim_obj = _find(objects, "ResourceClaim", key)
+            claim_obj = find_object(objects, "ResourceClaim", key)
             if claim_obj is not None:
                 status = claim_obj.get("status") or {}
                 status.pop("allocation", None)
@@ -494,7 +447,7 @@ def _lower_resources(explanation: Explanation) -> list[Candidate]:
         amount = format_amount(resource, free)
 
         def mutate(objects: list[dict[str, Any]], resource: str = resource, amount: str = amount) -> bool:
-            pod = _find(objects, "Pod", pod_key)
+            pod = find_object(objects, "Pod", pod_key)
             spec = (pod or {}).get("spec") or {}
             users = [c for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
                      if resource in ((c.get("resources") or {}).get("requests") or {})
@@ -516,115 +469,20 @@ def _lower_resources(explanation: Explanation) -> list[Candidate]:
     return candidates
 
 
-# ------------------------------------------------------------------------------------- verifying
-
-
-def _fits(objects: list[dict[str, Any]], explanation: Explanation, policy: str, features: Any = None,
-          kubernetes_version: str | None = None, released: dict[str, Any] | None = None) -> str | None:
-    """The node the target would go to with the candidate's change, or None. `released`: the change of a
-    release-claim candidate, for `_release_cannot_help` to answer without attempting the pod on every node."""
-    if explanation.kind == "Pod":
-        try:
-            cluster = simulate.build_cluster(objects, features, kubernetes_version)
-            if released is not None and _release_cannot_help(cluster, explanation, released, policy):
-                return None
-        except (ValueError, KeyError):  # a candidate can produce input the scheduler rejects: not a fix
-            return None
-        return _attempt_target(cluster, explanation, policy)
-    cluster = simulate.build_cluster(objects, features, kubernetes_version)
-    claim = cluster.claims.get(f"{explanation.namespace}/{explanation.name}")
-    if claim is None:
-        return None
-    for node_name in cluster.node_names():
-        if simulate.fits(cluster, cluster.nodes[node_name], [claim]).outcome == "allocated":
-            return node_name
-    return None
-
-
-def _attempt_target(cluster: Any, explanation: Explanation, policy: str) -> str | None:
-    """Where the target pod goes on `cluster` (pods ahead of it in the queue first), or None."""
-    try:
-        run = simulate.run_on(cluster, f"{explanation.namespace}/{explanation.name}", policy, evaluate=False)
-    except (ValueError, KeyError):  # a candidate can produce input the scheduler rejects: not a fix
-        return None
-    return run.bound_node if run.pod is not None and not run.was_bound else None
-
-
-def _release_cannot_help(cluster: Any, explanation: Explanation, released: dict[str, Any], policy: str) -> bool:
-    """True when releasing a claim (and deleting its pods) provably leaves the target unschedulable, judged on the
-    nodes it changes alone: those that see a pool of the claim's devices and those its pods ran on. Every other
-    node's verdict depends on nothing that changed (the scheduler's per-node epochs rest on the same fact), and in
-    the explanation no node fit. Only when the trial attempts the target next (no pending pod ahead is retried
-    first) and nothing else can change the outcome: no timed-out or failed search, none of the target's claims
-    released or already allocated (PostFilter could deallocate it and try again). False: attempt it in full."""
-    from gpudra.allocator import TIMED_OUT
-    from gpudra.scheduler.scheduler import Scheduler
-
-    run = explanation.context
-    if run is None or run.pod is None or run.evaluations is None or run.result is None or run.result.error:
-        return False
-    if any(result.fits or any(r.message == TIMED_OUT for r in result.reasons) for result in run.evaluations.values()):
-        return False
-    pod_key = f"{explanation.namespace}/{explanation.name}"
-    if released.get("claim") in run.cluster.pod_claim_keys(run.pod) or cluster.pending_pods()[:1] != [pod_key]:
-        return False
-    scheduler = Scheduler(cluster, policy=policy)
-    info = scheduler.pod_info(pod_key)
-    if info.reasons or info.dra.allocated or (info.pod.get("spec") or {}).get("schedulingGates"):
-        return False
-    changed = {((run.cluster.pods.get(key) or {}).get("spec") or {}).get("nodeName") for key in released.get("pods", [])}
-    claim = run.cluster.claims.get(released.get("claim", "")) or {}
-    pool_nodes = run.cluster.pool_nodes()
-    for result in (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []:
-        changed.update(pool_nodes.get((result.get("driver", ""), result.get("pool", "")), ()))
-    return not any(scheduler.filter_node(info, node, defer=True).result.fits
-                   for node in sorted(n for n in changed if n in cluster.nodes))
-
-
-def _release_on_fork(explanation: Explanation, change: dict[str, Any]) -> Any | None:
-    """The cluster as the target met it, with the claim released and its pods deleted by the cluster's own
-    transitions on a fork (Cluster.fork): what the release candidate's `mutate` does to the objects, without
-    building a cluster of thousands of objects again. None where the two could differ: a deleted pod that uses
-    other claims too, or a claim that pods other than the deleted ones reserve."""
-    from gpudra.scheduler.cluster import reserved_for
-
-    run = explanation.context
-    cluster = getattr(run, "cluster", None)
-    holder, pods = change.get("claim", ""), list(change.get("pods") or [])
-    claim = cluster.claims.get(holder) if cluster is not None else None
-    if claim is None:
-        return None
-    uids = set()
-    for key in pods:
-        pod = cluster.pods.get(key)
-        if pod is None or set(cluster.pod_claim_keys(pod)) != {holder}:
-            return None
-        uids.add((pod.get("metadata") or {}).get("uid"))
-    if not {entry.get("uid") for entry in reserved_for(claim)} <= uids:
-        return None
-    forked = cluster.fork(pods=pods, claims=[holder])
-    for key in pods:
-        forked.delete_pod(key)
-    left = forked.claims.get(holder)
-    if left is not None:
-        forked.deallocate_claim(left)
-    return forked
-
-
 def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: str = "kube",
                limit: int = MAX_FIXES, progress: simulate.Progress | None = None,
                features: Any = None, kubernetes_version: str | None = None, share: bool = True) -> list[Fix]:
     """Changes that make the target fit, tried on the cluster as the target met it: pods ahead in the
     queue keep their places, so "release claim X" frees exactly the devices X holds now. `share`: trials share
     the objects no run writes (`Trial`) and a release is judged on the nodes it changes first
-    (`_release_cannot_help`); False copies the whole snapshot and attempts the pod in full per trial (the same
+    (`release_cannot_help`); False copies the whole snapshot and attempts the pod in full per trial (the same
     answers, slower)."""
     if explanation.context is None:
         explanation.context = simulate.Run(simulate.build_cluster(simulate.working_copy(objects), features,
                                                                   kubernetes_version), None)
     cluster = explanation.context.cluster
     base = simulate.snapshot(cluster, copy=False)  # never written: each trial copies what it may change
-    written = _written_by_a_run(cluster)
+    written = written_by_a_run(cluster)
     candidates = (_remove_scheduling_gates(explanation) + _tolerate_device_taint(explanation) + _tolerate_node_taint(explanation)
                   + _release_claims(explanation) + _reallocate_claims(explanation) + _lower_counts(explanation)
                   + _use_existing_class(explanation) + _lower_resources(explanation)
@@ -637,10 +495,10 @@ def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: 
         if any(f.kind == candidate.kind for f in fixes):
             continue  # one fix of each kind: different options rather than variations of one
         released = candidate.change if share and candidate.kind == "release-claim" else None
-        forked = _release_on_fork(explanation, released) if released is not None else None
+        forked = release_on_fork(explanation, released) if released is not None else None
         if forked is not None:
             released = None  # judged on the fork: the trial below, if any, attempts the pod in full
-            if _release_cannot_help(forked, explanation, candidate.change, policy):
+            if release_cannot_help(forked, explanation, candidate.change, policy):
                 tried += 1
                 if progress is not None:
                     progress("verifying fixes", tried, min(MAX_CANDIDATES, len(candidates)))
@@ -653,7 +511,7 @@ def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: 
             tried += 1
             if progress is not None:
                 progress("verifying fixes", tried, min(MAX_CANDIDATES, len(candidates)))
-            node = _attempt_target(forked, explanation, policy)
+            node = attempt_target(forked, explanation, policy)
         else:
             trial = Trial(base, written) if share else simulate.working_copy(base)
             if not candidate.mutate(trial):
@@ -661,7 +519,7 @@ def find_fixes(objects: list[dict[str, Any]], explanation: Explanation, policy: 
             tried += 1
             if progress is not None:
                 progress("verifying fixes", tried, min(MAX_CANDIDATES, len(candidates)))
-            node = _fits(trial, explanation, policy, features, kubernetes_version, released)
+            node = fits_with_change(trial, explanation, policy, features, kubernetes_version, released)
         if node is None:
             continue
         fixes.append(Fix(candidate.kind, candidate.describe(node), [node], candidate.change))
