@@ -2,8 +2,9 @@
 
 - the device funnel takes CEL outcomes from the allocator's SelectorEvaluator (instead of evaluating again);
 - the per-node verdicts of an explanation reuse the target attempt's DynamicResources verdicts (`defer`);
-- fix candidates are verified on trials that share the snapshot's unchanged objects (`fixes.Trial`) instead of
-  a full copy each, and no trial writes the snapshot.
+- fix candidates are verified on trials that share the snapshot's unchanged objects (`trials.Trial`) instead of
+  a full copy each, and no trial writes the snapshot; releases and request edits are tried on forks of the
+  replayed cluster (`Cluster.fork`) with the same answers.
 """
 
 from __future__ import annotations
