@@ -516,3 +516,37 @@ def test_consumable_capacity_exhausted_by_a_share():
     assert counts["free"] == 1 and counts["capacity"] == 0  # a shared device is not "in use"
     assert step(e, "node-a", "capacity").details == ["1 with too little memory left"]
     assert e.fixes[0].kind == "release-claim" and e.fixes[0].change["claim"] == "default/share"
+
+
+def test_a_constraint_failing_on_many_nodes_is_one_group_in_the_summary():
+    """Each node names its own NVLink domains; the summary groups the nodes under the constraint with the largest
+    group any node has (a 2,000-node cluster made a 300 KB line of one group per node)."""
+    objects = [device_class()]
+    for index, split in enumerate([(2, 2), (3, 1), (1, 1)]):
+        name = f"node-{index}"
+        devices = [gpu(f"gpu-{i}", attributes={"nvlinkDomain": {"string": f"{name}-nvl-{0 if i < split[0] else 1}"}})
+                   for i in range(sum(split))]
+        objects += [node(name), gpu_slice(name, devices)]
+    objects += [claim("ring", [request(count=4)], constraints=[{"matchAttribute": f"{DRIVER}/nvlinkDomain"}]),
+                pod("p", {"gpu": "ring"})]
+    e = explain(objects, "pod/p")
+    assert e.summary == ("0/3 nodes are available: 2 nodes: claim 'ring' constraint #0 matchAttribute "
+                         f"{DRIVER}/nvlinkDomain: at most 3 free with the same nvlinkDomain on a node; need 4; "
+                         "1 node: request 'gpu' of claim 'ring' needs 4 devices, 2 free match.")
+    assert e.node("node-1").reasons[0].message.endswith("node-1-nvl-0: 3 free, node-1-nvl-1: 1 free; need 4 with "
+                                                        "the same nvlinkDomain")
+
+
+def test_the_summary_names_ten_kinds_of_reason_and_counts_the_rest():
+    from gpudra.explain.analyze import MAX_SUMMARY_REASONS, summary_line
+
+    nodes = []
+    for index in range(MAX_SUMMARY_REASONS + 3):
+        entry = model.NodeExplanation(f"n{index:02d}", fits=False)
+        entry.reasons.append(model.Reason(model.OTHER, f"reason {index:02d}"))
+        nodes.append(entry)
+    nodes[0].reasons[0] = model.Reason(model.OTHER, "reason 01")  # two nodes share one reason
+    line = summary_line(len(nodes) + 1, nodes + [model.NodeExplanation("ok", fits=True)])
+    assert line.startswith("1/14 nodes are available: 2 nodes: reason 01; 1 node: reason 02;")
+    assert line.count("; ") == MAX_SUMMARY_REASONS
+    assert line.endswith("; 2 nodes: 2 other reasons (each node's own in its section, -o wide or -o yaml).")

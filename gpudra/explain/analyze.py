@@ -284,12 +284,17 @@ def _claim_results(cluster: Any, keys: list[str]) -> dict[str, list[dict[str, An
 # ------------------------------------------------------------------------------------------ summary
 
 
+MAX_SUMMARY_REASONS = 10  # kinds of reason the one-line summary names; the rest are counted
+
+
 def summary_line(num_nodes: int, nodes: list[NodeExplanation]) -> str:
     """`0/12 nodes are available: 8 nodes: <reason>; 4 nodes: <reason>.` — each node counted once, under
     its first reason (the first filter that rejected it, as kube-scheduler reports)."""
     available = sum(1 for n in nodes if n.fits)
     histogram: Counter = Counter()
     shortages: dict[tuple[str, str, int], list[int]] = {}  # (claim, request, need) -> free per node
+    # (claim, constraint index, attribute, need) -> the node's message and its largest group, per node
+    splits: dict[tuple[str, int, str, int], list[tuple[str, int]]] = {}
     for entry in nodes:
         if entry.fits or not entry.reasons:
             continue
@@ -298,13 +303,33 @@ def summary_line(num_nodes: int, nodes: list[NodeExplanation]) -> str:
             key = (first.data["claim"], first.data["request"], first.data["need"], first.data.get("label", ""))
             shortages.setdefault(key, []).append(first.data["free"])
             continue
+        if first.code == model.DRA_CONSTRAINT and "best" in first.data:
+            data = first.data
+            splits.setdefault((data["claim"], data["index"], data["attribute"], data["need"]), []).append(
+                (first.message, data["best"]))
+            continue
         histogram[first.message] += 1
     # Nodes short of devices for the same request are one group, with the best node's count.
     for (claim, request, need, label), frees in shortages.items():
         subject = label or f"request '{request}' of claim '{claim.split('/', 1)[-1]}'"
         histogram[devices_message(subject, need, min(frees), max(frees))] += len(frees)
-    parts = [f"{n} node{'s' if n != 1 else ''}: {message}"
-             for message, n in sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0]))]
+    # A constraint that fails alike on many nodes names each node's own attribute values (its NVLink domains):
+    # one group, with the largest group any node has, unless every node said the same.
+    for (claim, index, attribute, need), seen in splits.items():
+        messages = {message for message, _ in seen}
+        if len(messages) == 1:
+            histogram[messages.pop()] += len(seen)
+            continue
+        best = max(best for _, best in seen)
+        histogram[f"claim '{claim.split('/', 1)[-1]}' constraint #{index} matchAttribute {attribute}: at most "
+                  f"{best} free with the same {attribute.rsplit('/', 1)[-1]} on a node; need {need}"] += len(seen)
+    ranked = sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0]))
+    parts = [f"{n} node{'s' if n != 1 else ''}: {message}" for message, n in ranked[:MAX_SUMMARY_REASONS]]
+    if len(ranked) > MAX_SUMMARY_REASONS:
+        rest = ranked[MAX_SUMMARY_REASONS:]
+        count = sum(n for _, n in rest)
+        parts.append(f"{count} node{'s' if count != 1 else ''}: {len(rest)} other reasons (each node's own in its "
+                     "section, -o wide or -o yaml)")
     head = f"{available}/{num_nodes} nodes are available"
     return f"{head}: {'; '.join(parts)}." if parts else f"{head}."
 

@@ -256,7 +256,9 @@ def _constraint_reasons(claims: list[dict[str, Any]], survivors: dict[tuple[str,
             analysis.constraints.append(report)
             reasons.append(Reason(model.DRA_CONSTRAINT,
                                   f"claim '{claim_name(key)}' constraint #{index} matchAttribute {attribute}: "
-                                  f"{report.message}"))
+                                  f"{report.message}",
+                                  {"claim": key, "index": index, "attribute": attribute, "need": need,
+                                   "best": best}))
     return reasons
 
 
