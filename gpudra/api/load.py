@@ -303,13 +303,8 @@ def load_text(text: str, source: str = "<stdin>") -> list[Document]:
             if not plain:
                 _check_yaml_shape(node, source, position, line)
             value = _construct(node)
-            if value is None:
-                continue
-            _check_document(value, source, position, line)
-            kustomization = _kustomization_error(value, source, line)
-            if kustomization is not None:
-                raise kustomization
-            docs.extend(_expand(value, source, position))
+            if value is not None:
+                docs.extend(_document_objects(value, source, position, line))
     except yaml.YAMLError as exc:
         line, column = _mark(exc)
         raise _template_error(text, source) or LoadError(source, _yaml_message(exc), line, column) from None
@@ -325,17 +320,21 @@ def _fast_yaml_documents(text: str, source: str) -> list[Document] | None:
     docs: list[Document] = []
     try:
         for position, value in values:
-            if value is None:
-                continue
-            _check_document(value, source, position, None)
-            kustomization = _kustomization_error(value, source, None)
-            if kustomization is not None:
-                raise kustomization
-            docs.extend(_expand(value, source, position))
+            if value is not None:
+                docs.extend(_document_objects(value, source, position, None))
     except LoadError:
         return None
     fast_yaml.counts["fast"] += 1
     return docs
+
+
+def _document_objects(value: Any, source: str, position: int, line: int | None) -> Iterable[Document]:
+    """One parsed YAML document checked (a Kubernetes object, no kustomization) and expanded (a List's items)."""
+    _check_document(value, source, position, line)
+    kustomization = _kustomization_error(value, source, line)
+    if kustomization is not None:
+        raise kustomization
+    return _expand(value, source, position)
 
 
 MAX_INPUT_BYTES = 256 * 2**20  # one file or stdin; a 50 MB List validates in seconds (README)
