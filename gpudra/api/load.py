@@ -27,37 +27,14 @@ from typing import Any, Iterable, Iterator
 import yaml
 
 from gpudra.api import fast_yaml
+from gpudra.api.limits import (  # noqa: F401 - LoadError and the limits are this module's API too
+    MAX_ALIAS_EXPANSION, MAX_DEPTH, MAX_INPUT_BYTES, MAX_INT_DIGITS, LoadError, LoadErrors, OversizedInt, too_deep,
+    too_large)
+from gpudra.api.load_json import NOT_JSON, SURROGATE_ESCAPE, check_json_document, json_loads, json_stream
 
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-class LoadError(ValueError):
-    """A file that cannot be read or parsed; `str()` is a clean message naming the file and line."""
-
-    def __init__(self, source: str, message: str, line: int | None = None, column: int | None = None):
-        self.source = source
-        self.message = message
-        self.line = line
-        self.column = column
-        where = source if line is None else f"{source}:{line}" + (f":{column}" if column else "")
-        super().__init__(f"{where}: {message}")
-
-
-class LoadErrors(LoadError):
-    """Every file of a run that could not be read (`errors`), raised after the others were read
-    (`documents`), so that one bad file in a directory does not hide the problems of the rest."""
-
-    def __init__(self, errors: list[LoadError], documents: list[Document]):
-        first = errors[0]
-        super().__init__(first.source, first.message, first.line, first.column)
-        self.errors = errors
-        self.documents = documents
-        self.args = ("\n".join(str(error) for error in errors),)
-
-    def __str__(self) -> str:
-        return self.args[0]
 
 
 NO_OBJECTS = "no Kubernetes objects in it (empty, or only comments)"
@@ -134,32 +111,6 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
 
 _ManifestLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
-MAX_INT_DIGITS = 4000  # below Python's int/str conversion limit (4300 digits), far above int64's 19
-
-
-class OversizedInt(int):
-    """An integer literal too long to convert: an out-of-range stand-in that prints as its (abbreviated) text.
-
-    Every integer field of the API is an int64 (or smaller), so validation reports it as out of range
-    by field; nothing converts thousands of digits (Python refuses, and the conversion is quadratic).
-    """
-
-    text: str
-
-    def __new__(cls, text: str) -> "OversizedInt":
-        value = super().__new__(cls, -(10**MAX_INT_DIGITS) if text.lstrip().startswith("-") else 10**MAX_INT_DIGITS)
-        value.text = f"{text[:20]}…({len(text)} digits)"
-        return value
-
-    def __repr__(self) -> str:
-        return self.text
-
-    __str__ = __repr__
-
-    def __format__(self, spec: str) -> str:
-        return self.text
-
-
 def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | str:
     if len(node.value) > MAX_INT_DIGITS:
         return OversizedInt(node.value)
@@ -167,10 +118,6 @@ def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | str:
         return loader.construct_yaml_int(node)
     except ValueError:  # `0x_`, `0b_`: PyYAML's int pattern matches, no digit follows; a string to Go's YAML too
         return node.value
-
-
-def _json_int(text: str) -> int:
-    return OversizedInt(text) if len(text) > MAX_INT_DIGITS else int(text)
 
 
 _ManifestLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
@@ -258,7 +205,7 @@ def _yaml_message(exc: yaml.YAMLError) -> str:
 def load_text(text: str, source: str = "<stdin>") -> list[Document]:
     """Parse one file's content. JSON (a single value, possibly a List) or multi-document YAML."""
     if len(text) > MAX_INPUT_BYTES:
-        raise LoadError(source, _too_large(len(text)))
+        raise LoadError(source, too_large(len(text)))
     text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark (Windows editors)
     chart_file = _helm_chart_error(source)
     if chart_file is not None:
@@ -266,24 +213,24 @@ def load_text(text: str, source: str = "<stdin>") -> list[Document]:
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
-            value = _json_loads(text, source)
+            value = json_loads(text, source)
             values = value if isinstance(value, list) else [value]
         except json.JSONDecodeError as exc:
             if stripped.startswith("["):
                 raise _template_error(text, source) or LoadError(
                     source, f"invalid JSON: {exc.msg}", exc.lineno, exc.colno) from None
-            value = _NOT_JSON
+            value = NOT_JSON
             if exc.msg == "Extra data":  # a stream of objects, as kubectl reads it
                 try:
-                    values = _json_stream(text, source)
+                    values = json_stream(text, source)
                     value = values
                 except json.JSONDecodeError:
                     pass  # e.g. JSON followed by YAML documents: let the YAML parser read it
-        if value is not _NOT_JSON:
-            surrogates = _SURROGATE_ESCAPE.search(text) is not None
+        if value is not NOT_JSON:
+            surrogates = SURROGATE_ESCAPE.search(text) is not None
             docs: list[Document] = []
             for position, item in enumerate(values, start=1):
-                _check_json_document(item, source, position, surrogates)
+                check_json_document(item, source, position, surrogates)
                 _check_document(item, source, position, None)
                 docs.extend(_expand(item, source, position))
             return docs
@@ -337,152 +284,12 @@ def _document_objects(value: Any, source: str, position: int, line: int | None) 
     return _expand(value, source, position)
 
 
-MAX_INPUT_BYTES = 256 * 2**20  # one file or stdin; a 50 MB List validates in seconds (README)
-MAX_DEPTH = 100  # nesting levels of one document; Kubernetes objects use about 15
-MAX_ALIAS_EXPANSION = 10_000_000  # values plus characters that YAML aliases may add to a document
-
-
-def _too_large(size: int) -> str:
-    return f"larger than {MAX_INPUT_BYTES // 2**20} MiB ({size} bytes); split it into several files"
-
-
-def _too_deep(position: int, depth: int | str) -> str:
-    return (f"document {position} nests {depth} levels deep (limit {MAX_DEPTH}); "
-            "Kubernetes objects nest about 15 levels")
-
-
-class _DuplicateKeys(dict):
-    """A JSON object that repeated a key: kept (last value wins, as json.loads does) and reported by the
-    document check, which knows where it is."""
-
-    duplicate: str = ""
-
-
-def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) == len(pairs):
-        return obj
-    marked = _DuplicateKeys(obj)
-    seen: set[str] = set()
-    marked.duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
-    return marked
-
-
-def _json_decoder(big_ints: bool) -> json.JSONDecoder:
-    return json.JSONDecoder(object_pairs_hook=_json_object, parse_int=_json_int if big_ints else None)
-
-
-def _json_loads(text: str, source: str) -> Any:
-    try:
-        try:
-            return _json_decoder(False).decode(text)
-        except ValueError as exc:
-            if isinstance(exc, json.JSONDecodeError) or "integer string conversion" not in str(exc):
-                raise
-            return _json_decoder(True).decode(text)  # rare: a literal of thousands of digits
-    except RecursionError:
-        raise LoadError(source, f"invalid JSON: {_too_deep(1, 'more than ' + str(MAX_DEPTH))}") from None
-
-
-_NOT_JSON = object()
-
-
-def _json_stream(text: str, source: str) -> list[Any]:
-    decoder = _json_decoder(len(text) > MAX_INT_DIGITS)
-    values: list[Any] = []
-    position = 0
-    while True:
-        while position < len(text) and text[position].isspace():
-            position += 1
-        if position == len(text):
-            return values
-        try:
-            value, position = decoder.raw_decode(text, position)
-        except RecursionError:
-            raise LoadError(source, f"invalid JSON: {_too_deep(len(values) + 1, 'more than ' + str(MAX_DEPTH))}") from None
-        values.append(value)
-
-
 def _construct(node: yaml.Node) -> Any:
     loader = _ManifestLoader("")
     try:
         return loader.construct_document(node)
     finally:
         loader.dispose()
-
-
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _without_surrogates(text: str) -> str:
-    # json.loads keeps an unpaired \ud800 escape as a lone surrogate, which no UTF-8 consumer (the CEL
-    # engine, a YAML dump) accepts; Go's decoder turns it into U+FFFD, and so does this.
-    return _SURROGATE.sub("\ufffd", text)
-
-
-def _where(chain: tuple | None) -> str:
-    parts: list[str] = []
-    while chain is not None:
-        chain, key = chain
-        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
-    return "".join(reversed(parts)).lstrip(".") or "(top level)"
-
-
-_CONTAINERS = (dict, list, _DuplicateKeys)  # what the JSON decoder builds (`type(x) in`: cheaper than isinstance)
-
-
-def _plainly_valid(value: Any) -> bool:
-    """True when the document nests at most MAX_DEPTH levels and repeats no key: the common case, checked level by
-    level without the paths that _check_json_document builds to say where a problem is."""
-    level, depth = [value], 1
-    while level:
-        if depth > MAX_DEPTH:
-            return False
-        below: list[Any] = []
-        for item in level:
-            kind = type(item)
-            if kind is dict:
-                below.extend([child for child in item.values() if type(child) in _CONTAINERS])
-            elif kind is list:
-                below.extend([child for child in item if type(child) in _CONTAINERS])
-            else:
-                return False  # _DuplicateKeys
-        level, depth = below, depth + 1
-    return True
-
-
-def _check_json_document(value: Any, source: str, position: int, surrogates: bool) -> None:
-    """Depth and duplicate keys of one parsed JSON document, without recursion; unpaired surrogates fixed."""
-    if not surrogates and _plainly_valid(value):
-        return
-    stack: list[tuple[Any, int, tuple | None]] = [(value, 1, None)]
-    while stack:
-        item, depth, chain = stack.pop()
-        if depth > MAX_DEPTH:
-            raise LoadError(source, f"{_too_deep(position, 'more than ' + str(MAX_DEPTH))}, at {_where(chain)[:80]}")
-        if isinstance(item, dict):
-            if isinstance(item, _DuplicateKeys):
-                raise LoadError(source, f"document {position}: {_where(chain)}: mapping key {item.duplicate!r} "
-                                "already defined (JSON objects, like YAML mappings, may not repeat a key)")
-            if surrogates:
-                _fix_surrogates_in_mapping(item)
-            for key, child in item.items():
-                if isinstance(child, (dict, list)):
-                    stack.append((child, depth + 1, (chain, key)))
-        elif isinstance(item, list):
-            for index, child in enumerate(item):
-                if isinstance(child, (dict, list)):
-                    stack.append((child, depth + 1, (chain, index)))
-                elif surrogates and isinstance(child, str):
-                    item[index] = _without_surrogates(child)
-
-
-def _fix_surrogates_in_mapping(item: dict[str, Any]) -> None:
-    entries = [(_without_surrogates(key), _without_surrogates(child) if isinstance(child, str) else child)
-               for key, child in item.items()]
-    item.clear()
-    item.update(entries)
 
 
 _C_COMPOSER_SAFE_DEPTH = 1000  # libyaml's composer recurses in C: a deep enough document overflows the stack
@@ -507,7 +314,7 @@ def _check_yaml_nesting(text: str, source: str) -> None:
                 depth += 1
                 if depth > MAX_DEPTH:
                     line = event.start_mark.line + 1 if event.start_mark is not None else None
-                    raise LoadError(source, _too_deep(document, f"more than {MAX_DEPTH}"), line)
+                    raise LoadError(source, too_deep(document, f"more than {MAX_DEPTH}"), line)
             elif isinstance(event, _COLLECTION_END):
                 depth -= 1
             elif isinstance(event, yaml.DocumentStartEvent):
@@ -518,7 +325,7 @@ def _check_yaml_nesting(text: str, source: str) -> None:
         if "maximum nesting depth" not in str(error.problem or ""):
             raise
         line = error.problem_mark.line + 1 if error.problem_mark else None
-        raise LoadError(source, _too_deep(max(document, 1), f"more than {MAX_DEPTH}"), line) from None
+        raise LoadError(source, too_deep(max(document, 1), f"more than {MAX_DEPTH}"), line) from None
 
 
 # An alias (`*name`) starts a node: after indentation, an indicator, a flow bracket or a comma, then a name.
@@ -570,7 +377,7 @@ def _check_yaml_shape(root: yaml.Node, source: str, position: int, line: int) ->
             weights[key] = 1 + sum(weights[id(child)] for child in children)
             heights[key] = height = 1 + max((heights[id(child)] for child in children), default=0)
             if height > MAX_DEPTH:
-                raise LoadError(source, _too_deep(position, f"more than {MAX_DEPTH}"), node.start_mark.line + 1)
+                raise LoadError(source, too_deep(position, f"more than {MAX_DEPTH}"), node.start_mark.line + 1)
             unique += 1
             continue
         if key in weights:
@@ -628,7 +435,7 @@ def _read(path: str) -> str:
             with open(path, "rb") as handle:
                 data = handle.read(MAX_INPUT_BYTES + 1)
         if len(data) > MAX_INPUT_BYTES:
-            raise LoadError(source, _too_large(len(data)) if path == "-" else _too_large(os.path.getsize(path)))
+            raise LoadError(source, too_large(len(data)) if path == "-" else too_large(os.path.getsize(path)))
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise LoadError(source, "not a UTF-8 text file") from None
