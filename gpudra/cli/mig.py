@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from typing import Any, NoReturn
 
 import click
@@ -364,7 +365,8 @@ def slices_command(gpu: str, count: int, node_name: str, output: str) -> None:
 @output_option(help="table: the plan as text (wide: with each MIG device's memory and the claim request it "
                     "serves); yaml/json: as data.")
 def plan_command(paths: tuple[str, ...], gpu: str, count: int, output: str) -> None:
-    """Propose a static MIG layout for a mix of claims and compare it with dynamic MIG."""
+    """Propose a static MIG layout for a mix of claims and compare it with dynamic MIG. Exit 0 when the proposed
+    layout serves every claim, 1 when it leaves some unserved, 2 when the input cannot be read."""
     from gpudra.mig.planner import PlanError, demands_from_objects, plan, render_plan
 
     model = _models((gpu,))[0]
@@ -378,6 +380,13 @@ def plan_command(paths: tuple[str, ...], gpu: str, count: int, output: str) -> N
         click.echo(render_data(result.to_dict(), output), nl=False)
     else:
         click.echo(render_plan(result, wide=output == "wide"))
+    unserved = result.static_usage.unserved
+    if unserved:  # the layout proposed does not serve every claim: the answer is no, as allocate's is
+        dynamic = " (dynamic MIG would serve them all)" if not result.dynamic_usage.unserved else ""
+        counted = Counter(unserved)
+        fail(f"the proposed layout of {count} {model.display_name} leaves {plural(len(unserved), 'device')} "
+             f"unserved: {', '.join(f'{label} ×{n}' if n > 1 else label for label, n in counted.items())}"
+             f"{dynamic}", NEGATIVE)
 
 
 def _load_objects(paths: tuple[str, ...]) -> list[dict[str, Any]]:
