@@ -327,10 +327,11 @@ def report_table(report: dict[str, Any], wide: bool) -> str:
 @click.option(
     "--mode",
     type=click.Choice(MODES),
-    default="together",
+    default="sequential",
     show_default=True,
-    help="together: all pending claims jointly per node; each: every claim alone on every node; "
-    "sequential: first fit, claim after claim, committing each allocation.",
+    help="sequential: claim after claim, first fit, committing each allocation (independent claims, as a "
+    "cluster's scheduler meets them); together: all pending claims jointly on one node (one pod's claims); "
+    "each: every claim alone on every node.",
 )
 @click.option("--node", "node_values", multiple=True, metavar="A,B",
               help="Nodes to try (default: Node objects, else nodes named by slices); a node the input does not "
