@@ -336,6 +336,14 @@ def _claim_refs(claim_files: tuple[str, ...]) -> list[tuple[str, str, str]]:
             refs.append((meta.get("namespace") or "default", meta.get("name", ""), meta.get("uid", "")))
     if not refs:
         _fail("no ResourceClaim in the given files")
+    missing = [f"{ns}/{name}" for ns, name, uid in refs if not uid]
+    if missing:  # the driver would refuse each one ("uid: must not be empty"): say how to give them one
+        import uuid
+
+        _fail(f"ResourceClaim {', '.join(missing)} has no metadata.uid: the kubelet names a claim by the UID the "
+              f"API server gave it, and the driver prepares it only when its copy (--claims DIR) has the same UID. "
+              f"A claim printed by `gpudra allocate` has none: add one under metadata in both, e.g. "
+              f"`uid: {uuid.uuid4()}` (any RFC 4122 UUID, as `uuidgen` prints)")
     return refs
 
 
