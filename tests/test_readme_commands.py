@@ -127,6 +127,7 @@ def _negative_probes(tmp_path: Path) -> dict[str, list[str]]:
         "explain": ["explain", "-f", cluster, "-f", big, "pod/big", "--no-fixes"],
         "cdi validate": ["cdi", "validate", str(tmp_path / "cdi.yaml")],
         "mig validate": ["mig", "validate", "-f", str(tmp_path / "mig.yaml"), "--gpu", "h100-80gb"],
+        "mig plan": ["mig", "plan", "-f", big, "--gpu", "h100-80gb", "--count", "1"],
         "apply": ["apply", "--dir", str(state), "-f", str(tmp_path / "invalid.yaml")],
         "get": ["get", "pods", "nosuch", "--dir", str(state)],
         "delete": ["delete", "pod", "nosuch", "--dir", str(state)],

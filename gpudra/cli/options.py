@@ -135,7 +135,8 @@ def dns_subdomain_value(max_length: int = 253) -> Callable[[click.Context, click
 def node_option(help: str, dest: str = "node", **extra: Any) -> Decorator:
     """A node's name, spelled `--node-name` (kubelet's and NVIDIA's driver's flag) or `--node` (kubectl's
     `--selector`-free shorthand) alike by every command that takes one."""
-    return click.option("--node-name", "--node", dest, metavar="NODE", help=help, **extra)
+    extra.setdefault("metavar", "NODE")
+    return click.option("--node-name", "--node", dest, help=help, **extra)
 
 
 BACKEND_HELP = ("auto: NVML where an NVIDIA driver is present, else simulated GPUs (with a warning; a --profile "
