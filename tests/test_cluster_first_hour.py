@@ -56,6 +56,11 @@ def test_first_hour_on_the_default_cluster(cluster_state, monkeypatch, tmp_path)
         run("apply", "-f", str(ARTICLE / "04-resourceclaimtemplate.yaml"), "-f", str(ARTICLE / "06-deployment.yaml"))
         pods = json.loads(run("get", "pods", "-n", "ai-serving", "-o", "json").stdout)["items"]
         assert len(pods) == 2 and {p["status"]["phase"] for p in pods} == {"Running"}
+        node_root = os.path.join(default, "nodes", "l4-0")
+        status = run("driver", "status", "--root", node_root, "--kubelet-plugins-directory-path", "/plugins",
+                     "-o", "json")
+        assert len(json.loads(status.stdout)["claims"]) == 2  # the node's driver prepared both pods' claims
+        assert "no gpu.nvidia.com driver under" in run("driver", "status", "--root", node_root, code=2).stderr
 
         # KIND/NAME as `get -o name` prints it, taken back by get, describe and delete (kubectl's two spellings)
         names = run("get", "pods", "-n", "ai-serving", "-o", "name").stdout.split()

@@ -435,16 +435,24 @@ def _prepare_table(entries: list[dict], wide: bool, show_container: bool, done: 
 @command.command("status")
 @click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
 @click.option("--driver-name", default="gpu.nvidia.com", show_default=True, help=DRIVER_NAME_HELP)
+@click.option("--kubelet-plugins-directory-path", "plugins_dir", default="/var/lib/kubelet/plugins",
+              show_default=True, help="the driver's --kubelet-plugins-directory-path, where its checkpoint is (a "
+                                      "local cluster's nodes: /plugins)")
 @output_option(pipe_default="yaml", help="table: one row per prepared claim (wide: with its CDI device IDs and "
                                          "spec file); yaml/json: the checkpoint's report.")
-def status_cmd(root: str, driver_name: str, output: str) -> None:
-    """Show the prepared claims recorded in the driver's checkpoint and their CDI specs."""
+def status_cmd(root: str, driver_name: str, plugins_dir: str, output: str) -> None:
+    """Show the prepared claims recorded in the driver's checkpoint and their CDI specs. A --root where no driver
+    ever ran (no plugin directory) is an error, exit 2."""
     from gpudra.driver.checkpoint import CheckpointError, entry_problem, load_checkpoint
     from gpudra.driver.claimpaths import ClaimPathError, cdi_spec_path
     from gpudra.driver.paths import DriverPaths
     from gpudra.driver.quarantine import load_quarantine
 
-    paths = DriverPaths(driver_name=driver_name, root=root)
+    paths = DriverPaths(driver_name=driver_name, root=root, plugins_dir=plugins_dir)
+    if not os.path.isdir(paths.plugin_dir):  # a mistyped --root: "no prepared claims" would be a wrong answer
+        _fail(f"no {driver_name} driver under {root} ({paths.plugin_dir} does not exist): give the --root (and "
+              f"--kubelet-plugins-directory-path) the driver runs with; a local cluster's node: --root "
+              f"DIR/nodes/NODE --kubelet-plugins-directory-path /plugins")
     try:
         data = load_checkpoint(paths.checkpoint)
         quarantined = load_quarantine(paths.quarantine)

@@ -60,7 +60,7 @@ def parse_resource_args(args: tuple[str, ...]) -> list[tuple[Any, str | None]]:
     if not args:
         _fail("give KIND [NAME…] or KIND/NAME… (e.g. pods, pod/NAME)")
     if any("/" in arg for arg in args):
-        targets = []
+        targets: list[tuple[Any, str | None]] = []
         for arg in args:
             kind, sep, name = arg.partition("/")
             if not sep or not kind or not name or "/" in name:
@@ -142,8 +142,9 @@ def get_command(resources: tuple[str, ...], directory: str | None, namespace: st
             if obj is None:
                 _fail(f'{info.plural} "{name}" not found', 1)
             found = [obj]
-        if groups and groups[-1][0] == info and name is not None:
-            groups[-1][2].extend(found)
+        same_kind = next((group for group in groups if group[0] == info), None) if name is not None else None
+        if same_kind is not None:  # kubectl prints one table per kind: `get pod/a node/n pod/b`
+            same_kind[2].extend(found)
         else:
             groups.append((info, ns, found))
     objects = [public_view(o) for _, _, found in groups for o in found]
