@@ -15,9 +15,17 @@ from gpudra.cluster.layout import ClusterConfig, ClusterDir, current_pointer, pa
 from gpudra.cluster.nodes import down
 from gpudra.cluster.view import render_page
 from gpudra.discovery import read_inventory
-from gpudra.driver.slices import build_resource_slices, device_classes
+from gpudra.driver.slices import build_resource_slices
 
 from test_cluster_flow import ARTICLE
+
+
+NVIDIA_CHART_CLASSES = [
+    ("gpu.nvidia.com", "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'",
+     "nvidia.com/gpu"),
+    ("mig.nvidia.com", "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'",
+     None),
+]
 
 
 def run(*args: str, code: int = 0):
@@ -41,10 +49,11 @@ def test_first_hour_on_the_default_cluster(cluster_state, monkeypatch, tmp_path)
         assert other.load_config().kubernetes_version == "1.34" and not os.path.exists(other.store.root)
         assert open(current_pointer()).read().strip() == default  # later commands follow the new cluster
 
-        # the drivers' classes, exactly as `gpudra driver deviceclasses` prints them (NVIDIA's chart installs them)
+        # the classes NVIDIA's Helm chart installs with its driver (NVIDIA/k8s-dra-driver-gpu,
+        # deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-gpu.yaml and deviceclass-mig.yaml)
         classes = json.loads(run("get", "deviceclasses", "-o", "json").stdout)["items"]
-        assert [(c["metadata"]["name"], c["spec"]["selectors"]) for c in classes] == \
-            [(c["metadata"]["name"], c["spec"]["selectors"]) for c in device_classes("gpu.nvidia.com")]
+        assert [(c["metadata"]["name"], c["spec"]["selectors"][0]["cel"]["expression"],
+                 c["spec"].get("extendedResourceName")) for c in classes] == NVIDIA_CHART_CLASSES
 
         again = run("cluster", "up", "--no-control-plane")
         assert f"reusing the local cluster in {default}: Kubernetes 1.36, 1 node (l4-0), policy kube" in again.stderr
