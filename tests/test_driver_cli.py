@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gpudra.cli import cli
 from gpudra.driver.agent import AgentOptions, DriverAgent
 from gpudra.driver.kubelet_client import KubeletClient
+from gpudra.driver.paths import DriverPaths
 from tests.support.builders import allocated_claim
 
 
@@ -188,6 +189,10 @@ def test_status_prints_one_row_per_prepared_claim(tmp_path):
     rows = [line.split() for line in damaged.stdout.splitlines()[1:]]
     assert ["-", BAD_UID, "Invalid", "-"] in rows and len(rows) == 2
     assert f"warning: checkpoint entry {BAD_UID}: namespace: must be a string" in damaged.stderr
-    empty = runner.invoke(cli, ["driver", "status", "--root", str(tmp_path / "nothing"), "-o", "table"])
+    nothing = runner.invoke(cli, ["driver", "status", "--root", str(tmp_path / "nothing"), "-o", "table"])
+    assert nothing.exit_code == 2 and nothing.stdout == ""  # no driver there: a wrong --root (issue 21)
+    assert "error: no gpu.nvidia.com driver under" in nothing.stderr and not (tmp_path / "nothing").exists()
+    os.makedirs(DriverPaths(root=str(tmp_path / "idle")).plugin_dir)  # a driver that prepared nothing yet
+    empty = runner.invoke(cli, ["driver", "status", "--root", str(tmp_path / "idle"), "-o", "table"])
     assert empty.exit_code == 0 and empty.stdout == ""
     assert "no prepared claims" in empty.stderr

@@ -184,18 +184,28 @@ def test_gpu_lost_and_ecc_taint_and_mig_events_taint_one_instance():
 
 def test_inject_event_usage_errors(root):
     runner = CliRunner()
-    assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--xid", "79"]).exit_code == 2
-    assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0"]).exit_code == 2
-    both = runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0", "--xid", "1", "--ecc"])
-    assert both.exit_code == 2 and "exactly one" in both.output
-    assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu-lost"]).exit_code == 0
+    agent = _agent(root)
+    agent.start()
+    try:
+        assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--xid", "79"]).exit_code == 2
+        assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0"]).exit_code == 2
+        both = runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0", "--xid", "1", "--ecc"])
+        assert both.exit_code == 2 and "exactly one" in both.output
+        assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu-lost"]).exit_code == 0
+    finally:
+        agent.stop()
 
 
-def test_inject_event_warns_when_no_simulated_node_lives_under_root(root):
-    # A mistyped --root would otherwise spool an event no driver ever reads, and say nothing.
+def test_inject_event_refuses_a_root_without_simulated_gpus_and_writes_nothing(root, tmp_path):
+    # A mistyped --root would otherwise spool an event no driver ever reads (issue 21: it created directories
+    # and exited 0).
     runner = CliRunner()
-    lonely = runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0", "--xid", "79"])
-    assert lonely.exit_code == 0 and "warning: no simulated GPUs under" in lonely.stderr
+    wrong = str(tmp_path / "no-driver")
+    for where in (root, wrong):
+        before = sorted(os.walk(root)) if where == root else None
+        lonely = runner.invoke(cli, ["driver", "inject-event", "--root", where, "--gpu", "0", "--xid", "79"])
+        assert lonely.exit_code == 2 and "error: no simulated GPUs under" in lonely.stderr, lonely.output
+        assert (sorted(os.walk(root)) == before) if where == root else not os.path.exists(wrong)
     agent = _agent(root)
     agent.start()
     try:

@@ -23,7 +23,7 @@ from gpudra.api.validate import validate_document
 from gpudra.cli.errors import NEGATIVE, OK, InputError, UsageError, warn
 from gpudra.cli.inputs import read_inputs
 from gpudra.cli.options import (cluster_options, features_option, filename_option, kubernetes_version_option,
-                                no_validate_option)
+                                no_validate_option, node_option)
 from gpudra.cli.output import output_option, render_table
 from gpudra.cli.progress import progress
 
@@ -327,13 +327,14 @@ def report_table(report: dict[str, Any], wide: bool) -> str:
 @click.option(
     "--mode",
     type=click.Choice(MODES),
-    default="together",
+    default="sequential",
     show_default=True,
-    help="together: all pending claims jointly per node; each: every claim alone on every node; "
-    "sequential: first fit, claim after claim, committing each allocation.",
+    help="sequential: claim after claim, first fit, committing each allocation (independent claims, as a "
+    "cluster's scheduler meets them); together: all pending claims jointly on one node (one pod's claims); "
+    "each: every claim alone on every node.",
 )
-@click.option("--node", "node_values", multiple=True, metavar="A,B",
-              help="Nodes to try (default: Node objects, else nodes named by slices); a node the input does not "
+@node_option(dest="node_values", multiple=True, metavar="A,B",
+             help="Nodes to try (default: Node objects, else nodes named by slices); a node the input does not "
                    "name is an error.")
 @click.option("--claims", "claim_values", multiple=True, metavar="NS/NAME,…", help="Only these pending claims (namespace defaults to 'default').")
 @kubernetes_version_option()

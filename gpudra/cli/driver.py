@@ -13,13 +13,11 @@ import click
 
 from gpudra.cli.errors import InputError, warn
 from gpudra.cli.inputs import require_generated_valid
-from gpudra.cli.options import dns_subdomain_value
+from gpudra.cli.options import BACKEND_HELP, backend_option, dns_subdomain_value, node_option
 from gpudra.cli.output import output_option, render_data, render_objects, render_table
 from gpudra.cli.options import features_option, kubernetes_version_option
 from gpudra.discovery import BACKEND_CHOICES, DiscoveryError, read_inventory, resolve_backend
 
-BACKEND_HELP = ("auto: NVML where an NVIDIA driver is present, else simulated GPUs (with a warning; a --profile "
-                "given asks for simulated GPUs); simulated: the --profile's GPUs; nvml: this machine's GPUs")
 
 
 def profile_named() -> bool:
@@ -27,6 +25,10 @@ def profile_named() -> bool:
     ctx = click.get_current_context(silent=True)
     source = ctx.get_parameter_source("profile") if ctx is not None else None
     return source in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+
+
+DRIVER_NAME_HELP = "The DRA driver's name (ResourceSlices' spec.driver, the DeviceClasses' selectors)."
+REGISTRAR_HELP = "the kubelet's plugin registration directory (the driver's registration socket, under --root)"
 
 
 def _fail(message: str) -> NoReturn:
@@ -114,12 +116,16 @@ def command() -> None:
 
 
 @command.command("slices")
-@click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help=BACKEND_HELP)
+@backend_option()
 @click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile or YAML file")
-@click.option("--node-name", required=True, callback=dns_subdomain_value())
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, callback=dns_subdomain_value(63))
+@node_option("The Node the slices are published for (spec.nodeName, the pool's name).", dest="node_name",
+             required=True, callback=dns_subdomain_value())
+@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, callback=dns_subdomain_value(63),
+              help=DRIVER_NAME_HELP)
 @click.option("--dynamic-mig", is_flag=True, help="announce MIG partitions as partitionable devices (KEP-4815)")
-@click.option("--generation", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--generation", type=click.IntRange(min=0), default=1, show_default=True,
+              help="The pool's generation (spec.pool.generation): a driver raises it with every republication, "
+                   "and the scheduler uses only a pool's newest generation.")
 @click.option("--sharing", type=click.Choice(["none", "consumable"]), default="none", show_default=True,
               help="consumable: full GPUs allow multiple allocations, sharing a `compute` share and `memory` "
                    "(consumable capacity, KEP-5075)")
@@ -147,7 +153,8 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
 
 
 @command.command("deviceclasses")
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, callback=dns_subdomain_value(63))
+@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, callback=dns_subdomain_value(63),
+              help=DRIVER_NAME_HELP)
 @output_option(pipe_default="yaml", help="table: names and selectors; yaml/json: the DeviceClasses.")
 def deviceclasses_cmd(driver_name: str, output: str) -> None:
     """Print the DeviceClasses for full GPUs and MIG devices."""
@@ -195,8 +202,9 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
 @command.command("run")
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help=BACKEND_HELP)
 @click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile or YAML file")
-@click.option("--node-name", required=True, envvar="NODE_NAME")
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
+@node_option("This node's name (the Node object; $NODE_NAME, as the driver's DaemonSet sets it).", dest="node_name",
+             required=True, envvar="NODE_NAME")
+@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, help=DRIVER_NAME_HELP)
 @click.option("--root", default="/", show_default=True,
               help="place every absolute path (sockets, checkpoint, CDI dirs) under this directory")
 @click.option("--claims", "claims_dir", type=click.Path(file_okay=False),
@@ -207,9 +215,11 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
 @click.option("--dynamic-mig", is_flag=True, help="create MIG devices on demand at prepare time")
 @click.option("--healthcheck-port", type=int, default=None, help="also serve gRPC health on TCP PORT (all addresses) for kubelet probes")
 @click.option("--kubelet-registrar-directory-path", "registry_dir", default="/var/lib/kubelet/plugins_registry",
-              show_default=True)
-@click.option("--kubelet-plugins-directory-path", "plugins_dir", default="/var/lib/kubelet/plugins", show_default=True)
-@click.option("--cdi-root", "cdi_dir", default="/var/run/cdi", show_default=True)
+              show_default=True, help=REGISTRAR_HELP)
+@click.option("--kubelet-plugins-directory-path", "plugins_dir", default="/var/lib/kubelet/plugins", show_default=True,
+              help="the kubelet's plugin directory: the driver's DRA socket and checkpoint go in DIR/DRIVER-NAME")
+@click.option("--cdi-root", "cdi_dir", default="/var/run/cdi", show_default=True,
+              help="where the driver writes a CDI spec per prepared claim (the container runtime reads it)")
 @click.option("--driver-root", default="/", show_default=True,
               help="where the NVIDIA driver's libraries and binaries are visible to this process (nvml backend); "
                    "they are bind-mounted read-only into GPU containers")
@@ -240,7 +250,8 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
 @kubernetes_version_option(KUBERNETES_VERSION_HELP)
 @features_option()
 @click.option("--no-fsync", is_flag=True, hidden=True, help="skip fsync (benchmarks on slow disks only)")
-@click.option("-v", "--verbose", is_flag=True)
+@click.option("-v", "--verbose", is_flag=True, help="log at debug level (every gRPC call, publication and health "
+                                                    "event)")
 def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: str, claims_dir: str | None,
             kubeconfig: str | None, in_cluster: bool, dynamic_mig: bool, healthcheck_port: int | None,
             registry_dir: str, plugins_dir: str, cdi_dir: str, driver_root: str, host_driver_root: str | None,
@@ -302,8 +313,9 @@ def inject_event_cmd(root: str, gpu: str | None, xid: int | None, ecc: bool,
         _fail("--ci needs --gi")
     state = DriverPaths(root=root).simulated_state
     if not os.path.exists(state):  # most likely a mistyped --root: nothing would ever read the event
-        warn(f"no simulated GPUs under {root} ({state} does not exist): the event waits for a driver started "
-             f"with --backend simulated --root {root}")
+        _fail(f"no simulated GPUs under {root} ({state} does not exist): give the --root of a driver started "
+              f"with --backend simulated (a local cluster's node: DIR/nodes/NODE, DIR as `gpudra cluster up` "
+              f"printed it); nothing was written")
     try:
         event = HealthEvent(kinds[0], gpu=gpu, gi_id=gi_id, ci_id=ci_id, xid=xid)
         path = write_spooled_event(spool_dir_for(state), event)
@@ -324,6 +336,14 @@ def _claim_refs(claim_files: tuple[str, ...]) -> list[tuple[str, str, str]]:
             refs.append((meta.get("namespace") or "default", meta.get("name", ""), meta.get("uid", "")))
     if not refs:
         _fail("no ResourceClaim in the given files")
+    missing = [f"{ns}/{name}" for ns, name, uid in refs if not uid]
+    if missing:  # the driver would refuse each one ("uid: must not be empty"): say how to give them one
+        import uuid
+
+        _fail(f"ResourceClaim {', '.join(missing)} has no metadata.uid: the kubelet names a claim by the UID the "
+              f"API server gave it, and the driver prepares it only when its copy (--claims DIR) has the same UID. "
+              f"A claim printed by `gpudra allocate` has none: add one under metadata in both, e.g. "
+              f"`uid: {uuid.uuid4()}` (any RFC 4122 UUID, as `uuidgen` prints)")
     return refs
 
 
@@ -347,9 +367,9 @@ def _kubelet(root: str, driver_name: str, registry_dir: str):
 @command.command("prepare")
 @click.argument("claim_files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
+@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, help=DRIVER_NAME_HELP)
 @click.option("--kubelet-registrar-directory-path", "registry_dir", default="/var/lib/kubelet/plugins_registry",
-              show_default=True)
+              show_default=True, help=REGISTRAR_HELP)
 @click.option("--unprepare", is_flag=True, help="call NodeUnprepareResources instead")
 @click.option("--show-container", is_flag=True, help="also print the OCI spec a container would get")
 @output_option(pipe_default="yaml", help="table: one row per claim (wide: with its CDI device IDs); yaml/json: the "
@@ -413,18 +433,26 @@ def _prepare_table(entries: list[dict], wide: bool, show_container: bool, done: 
 
 
 @command.command("status")
-@click.option("--root", default="/", show_default=True)
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
+@click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
+@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, help=DRIVER_NAME_HELP)
+@click.option("--kubelet-plugins-directory-path", "plugins_dir", default="/var/lib/kubelet/plugins",
+              show_default=True, help="the driver's --kubelet-plugins-directory-path, where its checkpoint is (a "
+                                      "local cluster's nodes: /plugins)")
 @output_option(pipe_default="yaml", help="table: one row per prepared claim (wide: with its CDI device IDs and "
                                          "spec file); yaml/json: the checkpoint's report.")
-def status_cmd(root: str, driver_name: str, output: str) -> None:
-    """Show the prepared claims recorded in the driver's checkpoint and their CDI specs."""
+def status_cmd(root: str, driver_name: str, plugins_dir: str, output: str) -> None:
+    """Show the prepared claims recorded in the driver's checkpoint and their CDI specs. A --root where no driver
+    ever ran (no plugin directory) is an error, exit 2."""
     from gpudra.driver.checkpoint import CheckpointError, entry_problem, load_checkpoint
     from gpudra.driver.claimpaths import ClaimPathError, cdi_spec_path
     from gpudra.driver.paths import DriverPaths
     from gpudra.driver.quarantine import load_quarantine
 
-    paths = DriverPaths(driver_name=driver_name, root=root)
+    paths = DriverPaths(driver_name=driver_name, root=root, plugins_dir=plugins_dir)
+    if not os.path.isdir(paths.plugin_dir):  # a mistyped --root: "no prepared claims" would be a wrong answer
+        _fail(f"no {driver_name} driver under {root} ({paths.plugin_dir} does not exist): give the --root (and "
+              f"--kubelet-plugins-directory-path) the driver runs with; a local cluster's node: --root "
+              f"DIR/nodes/NODE --kubelet-plugins-directory-path /plugins")
     try:
         data = load_checkpoint(paths.checkpoint)
         quarantined = load_quarantine(paths.quarantine)

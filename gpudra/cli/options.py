@@ -130,3 +130,22 @@ def dns_subdomain_value(max_length: int = 253) -> Callable[[click.Context, click
         return value
 
     return check
+
+
+def node_option(help: str, dest: str = "node", **extra: Any) -> Decorator:
+    """A node's name, spelled `--node-name` (kubelet's and NVIDIA's driver's flag) or `--node` (kubectl's
+    `--selector`-free shorthand) alike by every command that takes one."""
+    extra.setdefault("metavar", "NODE")
+    return click.option("--node-name", "--node", dest, help=help, **extra)
+
+
+BACKEND_HELP = ("auto: NVML where an NVIDIA driver is present, else simulated GPUs (with a warning; a --profile "
+                "given asks for simulated GPUs); simulated: the --profile's GPUs; nvml: this machine's GPUs")
+
+
+def backend_option(help: str = BACKEND_HELP) -> Decorator:
+    """Where GPUs come from, with one default everywhere (see gpudra.discovery.resolve_backend)."""
+    from gpudra.discovery import BACKEND_CHOICES
+
+    return click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True,
+                        help=help)

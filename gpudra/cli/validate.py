@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 
 import click
 
@@ -91,7 +92,8 @@ def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None,
     before = _claim_specs(d.obj for d in documents)  # fix_documents may change the objects in place
     result = fix_documents(documents, [o for o in cluster if o.get("kind") == "ResourceSlice"])
     objects = [d.obj for d in result.documents]
-    sys.stdout.write(dump_json(objects) if output == "json" else dump_yaml(objects))
+    printed = _to_print(objects, quiet)
+    sys.stdout.write(dump_json(printed) if output == "json" else dump_yaml(printed))
     remaining = validate_documents(result.documents, version)
     errors = [p for p in remaining if p.severity == "error"]
     if not quiet:
@@ -122,6 +124,24 @@ def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None,
         else:
             click.echo(f"{claim}: {'repaired, but still ' if repaired else ''}unallocatable: {what}", err=True)
     return NEGATIVE if any(not node for _, node, _ in verdicts) else OK
+
+
+# What a cluster publishes about itself (the kubelet its Node, drivers their ResourceSlices): given with manifests,
+# they are what the repairs are checked against, not objects to `kubectl apply`.
+CLUSTER_STATE_KINDS = ("Node", "ResourceSlice")
+
+
+def _to_print(objects: list, quiet: bool) -> list:
+    """The repaired manifests to print: without the cluster's own objects, unless nothing else was given."""
+    kept = [o for o in objects if not (isinstance(o, dict) and o.get("kind") in CLUSTER_STATE_KINDS)]
+    if not kept or len(kept) == len(objects):
+        return objects
+    if not quiet:
+        left = Counter(o["kind"] for o in objects if isinstance(o, dict) and o.get("kind") in CLUSTER_STATE_KINDS)
+        names = " and ".join(plural(n, kind) for kind, n in sorted(left.items()))
+        click.echo(f"not printed: {names}, the cluster's own objects the repairs were checked against "
+                   "(the kubelet and the drivers publish them; `kubectl apply` must not create them)", err=True)
+    return kept
 
 
 def _claim_specs(objects) -> dict[str, str]:

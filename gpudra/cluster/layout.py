@@ -194,14 +194,23 @@ def forget(path: str) -> None:
         os.unlink(pointer)
 
 
+def current_dir() -> str | None:
+    """The cluster brought up last, else the default directory when it holds a cluster; None when neither."""
+    try:
+        with open(current_pointer(), encoding="utf-8") as fh:
+            path = fh.read().strip()
+        if path:
+            return path
+    except FileNotFoundError:
+        pass
+    return default_new_dir() if ClusterDir(default_new_dir()).exists() else None
+
+
 def resolve_dir(path: str | None) -> ClusterDir:
     """`--dir DIR`, else the cluster brought up last; it must hold a cluster."""
+    path = path or current_dir()
     if not path:
-        try:
-            with open(current_pointer(), encoding="utf-8") as fh:
-                path = fh.read().strip()
-        except FileNotFoundError:
-            raise ClusterSetupError("no local cluster: run `gpudra cluster up` (or pass --dir DIR)") from None
+        raise ClusterSetupError("no local cluster: run `gpudra cluster up` (or pass --dir DIR)")
     cluster = ClusterDir(path)
     if not cluster.exists():
         raise ClusterSetupError(f"no local cluster in {cluster.path} (run `gpudra cluster up --dir {cluster.path}`)")

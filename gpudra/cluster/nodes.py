@@ -12,7 +12,7 @@ from typing import Callable
 
 from gpudra.driver.plugin import check_socket_path
 
-from .layout import ClusterConfig, ClusterDir, ClusterSetupError, NodeSpec, forget, remember
+from .layout import DEFAULT_NODES, ClusterConfig, ClusterDir, ClusterSetupError, NodeSpec, forget, parse_nodes, remember
 from .store import StoreError
 
 AGENT_MODULE = "gpudra.cluster.nodeagent"
@@ -131,6 +131,66 @@ def register_plugin(cluster: ClusterDir, node: str, driver_name: str) -> str:
     finally:
         client.close()
     return info.endpoint
+
+
+def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, kubernetes_version: str | None,
+                   event_ttl_s: int | None, say: Callable[[str], None] = lambda _: None) -> ClusterConfig:
+    """What `cluster up` runs: a new cluster from the options (defaults where not given), or the cluster already in
+    the directory, which it says it reuses; --policy and --event-ttl change there, its nodes and release cannot."""
+    from gpudra.versions import VersionError, parse_version
+
+    if kubernetes_version is not None:
+        try:
+            kubernetes_version = parse_version(kubernetes_version)
+        except VersionError as exc:
+            raise ClusterSetupError(f"--kubernetes-version: {exc}") from None
+    wanted_nodes = parse_nodes(nodes) if nodes else None
+    if not cluster.exists():
+        config = ClusterConfig(nodes=wanted_nodes or parse_nodes(DEFAULT_NODES))
+        config.policy = policy or config.policy
+        config.kubernetes_version = kubernetes_version or config.kubernetes_version
+        config.event_ttl_s = event_ttl_s or config.event_ttl_s
+        say(f"creating a local cluster in {cluster.path}: Kubernetes {config.kubernetes_version}, "
+            f"{_node_list(config.nodes)}")
+        return config
+    config = cluster.load_config()
+    redo = f"`gpudra cluster down --dir {cluster.path}` it first, or give another --dir"
+    if wanted_nodes is not None and [n.to_dict() for n in wanted_nodes] != [n.to_dict() for n in config.nodes]:
+        raise ClusterSetupError(f"{cluster.path} already holds a cluster with other nodes "
+                                f"({', '.join(n.name for n in config.nodes)}): {redo}")
+    if kubernetes_version is not None and kubernetes_version != config.kubernetes_version:
+        raise ClusterSetupError(f"{cluster.path} already holds a Kubernetes {config.kubernetes_version} cluster; "
+                                f"its release cannot change: {redo}")
+    config.policy = policy or config.policy
+    config.event_ttl_s = event_ttl_s or config.event_ttl_s
+    say(f"reusing the local cluster in {cluster.path}: Kubernetes {config.kubernetes_version}, "
+        f"{_node_list(config.nodes)}, policy {config.policy} (`gpudra cluster down` first for a new one)")
+    return config
+
+
+def _node_list(nodes: list[NodeSpec]) -> str:
+    return f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} ({', '.join(n.name for n in nodes)})"
+
+
+def install_device_classes(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> list[str]:
+    """Create the drivers' DeviceClasses that the store does not hold yet (NVIDIA's Helm chart installs its
+    classes with the driver); returns the names created. Classes that exist, the user's edits included, stay."""
+    from gpudra.driver.slices import device_classes
+
+    created = []
+    for obj in device_classes(cluster.load_config().driver_name):
+        name = obj["metadata"]["name"]
+        if cluster.store.get("DeviceClass", None, name) is not None:
+            continue
+        try:
+            cluster.store.create(obj)  # as the API server keeps it: a 1.34 cluster drops extendedResourceName
+        except StoreError:
+            continue  # created meanwhile by another command
+        created.append(name)
+    if created:
+        say(f"DeviceClasses {', '.join(created)} created, as the driver's Helm chart installs them "
+            "(--no-device-classes leaves them out)")
+    return created
 
 
 def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], None] = lambda _: None,
