@@ -16,7 +16,7 @@ from gpudra.discovery import open_backend
 from gpudra.driver.checkpoint import (API_VERSION, KIND, PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED,
                                       CheckpointError, CompletedEntryCache, checksum, encode_checkpoint, load_checkpoint,
                                       save_checkpoint)
-from gpudra.driver.claims import ClaimSourceError, KubeClaimSource, LocalClaimStore, load_yaml_documents
+from gpudra.driver.claims import ClaimSourceError, KubeClaimSource, LocalClaimStore
 from gpudra.driver.config import ConfigError, claim_configs, config_for, decode_opaque
 from tests.support.builders import allocated_claim
 from gpudra.driver.paths import DriverPaths
@@ -351,40 +351,6 @@ def test_mps_config_values():
 
 
 # -- claim sources --------------------------------------------------------------------------------------
-
-
-_YAML_SCALARS = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
-                 | st.sampled_from(["yes", "0o17", "1_000", "2020-01-01", "~", ".inf", "<<", "=", "0x1F", "1e3"]))
-
-
-@settings(max_examples=80, deadline=None)
-@given(st.lists(st.recursive(_YAML_SCALARS, lambda inner: st.lists(inner, max_size=3)
-                             | st.dictionaries(st.text(max_size=4) | st.integers(), inner, max_size=3),
-                             max_leaves=12), min_size=1, max_size=3),
-       st.booleans())
-def test_fast_yaml_loading_builds_what_the_safe_loader_builds(docs, flow):
-    text = yaml.safe_dump_all(docs, default_flow_style=flow)
-    assert load_yaml_documents(text) == list(yaml.safe_load_all(text))
-
-
-@pytest.mark.parametrize("text", [
-    "base: &b {x: 1}\nd:\n  <<: *b\n  y: 2\n",  # merge key
-    "---\na: &x {k: [1, 2]}\nb: *x\n---\n- !!str 12\n- !!binary aGVsbG8=\n- 2020-01-02T03:04:05Z\n",
-    "a: b\na: c\n",  # duplicate key: the last wins
-    "",
-])
-def test_fast_yaml_loading_handles_tags_aliases_and_merges(text):
-    assert load_yaml_documents(text) == list(yaml.safe_load_all(text))
-
-
-def test_fast_yaml_loading_rejects_what_the_safe_loader_rejects():
-    for text in ("a: !!python/object:os.system x\n", "{? [a] : b}\n", "a: [\n"):
-        with pytest.raises(yaml.YAMLError):
-            list(yaml.safe_load_all(text))
-        with pytest.raises(yaml.YAMLError):
-            load_yaml_documents(text)
-    loop = load_yaml_documents("a: &a [*a]\n")[0]["a"]  # self-referencing alias
-    assert loop[0] is loop
 
 
 def test_local_claim_store_reads_every_call_and_scans(tmp_path):
