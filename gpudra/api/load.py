@@ -242,8 +242,8 @@ def load_text(text: str, source: str = "<stdin>") -> list[Document]:
     fast_yaml.counts["pyyaml"] += 1
     docs = []
     try:
-        for position, line, value in _pyyaml_values(text, source, plain):
-            docs.extend(_document_objects(value, source, position, line))
+        for position, start, value in _pyyaml_values(text, source, plain):
+            docs.extend(_document_objects(value, source, position, start))
     except yaml.YAMLError as exc:
         line, column = _mark(exc)
         raise _template_error(text, source) or LoadError(source, _yaml_message(exc), line, column) from None
