@@ -350,3 +350,24 @@ def test_a_write_that_fails_removes_its_temp_file(tmp_path, hook):
     with pytest.raises(InjectedFailure):
         write_spec(_spec(1), str(tmp_path), "k8s.gpu.nvidia.com-claim_u")
     assert os.listdir(tmp_path) == []
+
+
+def test_the_kill_point_wrapper_kills_a_gpudra_command(tmp_path):
+    """tests/support/kill_at.py runs the CLI with the kill point installed first: `mig apply` on a simulated node
+    dies at its first write, and the node's GPU state is still the previous one."""
+    import yaml
+
+    from gpudra.catalog import gpu_model
+    from gpudra.mig.config import generate_config
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(generate_config([gpu_model("h100")]), sort_keys=False))
+    root = tmp_path / "root"
+    args = ["mig", "apply", "-f", str(config), "-c", "all-balanced", "--backend", "simulated", "--root", str(root)]
+    env = {**os.environ, "PYTHONPATH": REPO}
+    killed = subprocess.run([sys.executable, KILL_AT, "simulated-gpus:write:1", *args], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    done = subprocess.run([sys.executable, KILL_AT, "simulated-gpus:write:1000", *args], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.count("changed: gpu-") == 8, done.stderr
