@@ -42,6 +42,24 @@ def _backend(backend: str, profile: str | None) -> str:
     return chosen
 
 
+def _published_backend(backend: str, profile: str | None, kubeconfig: str | None, in_cluster: bool) -> str:
+    """The backend `driver run` uses. Publishing to an API server (--kubeconfig, KUBECONFIG, --in-cluster), simulated
+    GPUs must be asked for by name (`--backend simulated`): `auto` falling back to them (no NVML, or a --profile)
+    would have the scheduler place pods on GPUs that do not exist (issue 20), so that is refused."""
+    if backend != "auto" or not (kubeconfig or in_cluster):
+        return _backend(backend, profile)
+    chosen, _ = resolve_backend(backend, profile, profile_named())
+    if chosen == "simulated":
+        ctx = click.get_current_context(silent=True)
+        from_env = ctx is not None and ctx.get_parameter_source("kubeconfig") == click.core.ParameterSource.ENVIRONMENT
+        target = "--in-cluster" if in_cluster else "KUBECONFIG" if from_env else "--kubeconfig"
+        why = "--profile names a simulated node" if profile_named() else "no NVIDIA driver (NVML) on this machine"
+        _fail(f"--backend auto would publish SIMULATED GPUs to the cluster of {target} ({why}), and the scheduler "
+              "would place pods on GPUs that do not exist: pass --backend simulated to publish simulated GPUs on "
+              "purpose, or --backend nvml for this node's real GPUs")
+    return chosen
+
+
 KUBERNETES_VERSION_HELP = ("Kubernetes release of the cluster (1.33-1.36; default: the API server's /version with "
                            "a kubeconfig, else 1.36): decides whether --dynamic-mig's layout can be allocated there.")
 
@@ -260,6 +278,7 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
             rolling_update_uid: str | None, kubernetes_version: str | None, features: str, no_fsync: bool,
             verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
+    chosen_backend = _published_backend(backend, profile, kubeconfig, in_cluster)
     dynamic_mig = _slice_layout(dynamic_mig, kubernetes_version, features, kubeconfig,
                                 live=bool(kubeconfig or in_cluster))
     from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
@@ -269,7 +288,7 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    options = AgentOptions(node_name=node_name, backend=_backend(backend, profile), profile=profile, driver_name=driver_name, root=root,
+    options = AgentOptions(node_name=node_name, backend=chosen_backend, profile=profile, driver_name=driver_name, root=root,
                            claims_dir=claims_dir, kubeconfig=kubeconfig, in_cluster=in_cluster,
                            dynamic_mig=dynamic_mig, healthcheck_port=healthcheck_port, fsync=not no_fsync,
                            registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir,

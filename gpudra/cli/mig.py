@@ -16,7 +16,6 @@ from gpudra.cli.options import backend_option, dns_subdomain_value, kubeconfig_o
 from gpudra.cli.output import output_option, plural, render_data, render_objects, report_problems
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _BlockDumper(yaml.SafeDumper):
@@ -293,16 +292,14 @@ def manager_command(path: str, backend: str, profile: str, node_name: str, root:
 def validate_command(path: str, gpus: tuple[str, ...], verbose: bool, output: str) -> None:
     """Check a mig-parted config: format, profiles, counts and a non-overlapping placement; exit 0 when valid,
     1 when not, 2 when the file cannot be read."""
-    from gpudra.api.load import LoadError, read_text
     from gpudra.api.problems import Problem
+    from gpudra.api.yaml_files import LoadError, read_yaml
     from gpudra.mig.config import configs_in_document, validate_config
 
     try:
-        document = yaml.load(read_text(path), Loader=_Loader)
+        document = read_yaml(path)
     except LoadError as exc:
         _fail(str(exc))
-    except yaml.YAMLError as exc:
-        _fail(f"{path}: not valid YAML: {exc}")
     metadata = document.get("metadata") if isinstance(document, dict) else None
     name = str(metadata.get("name") or "") if isinstance(metadata, dict) else ""
 

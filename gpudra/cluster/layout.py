@@ -110,16 +110,28 @@ class ClusterDir:
         return os.path.isfile(self.config_path)
 
     def load_config(self) -> ClusterConfig:
+        from gpudra.api.yaml_files import LoadError, read_yaml  # the manifest loader's limits
+
+        if not os.path.lexists(self.config_path):
+            raise ClusterSetupError(f"no local cluster in {self.path} (run `gpudra cluster up --dir {self.path}`)")
         try:
-            with open(self.config_path, encoding="utf-8") as fh:
-                data = yaml.safe_load(fh) or {}
-        except FileNotFoundError:
-            raise ClusterSetupError(f"no local cluster in {self.path} (run `gpudra cluster up --dir {self.path}`)") from None
-        nodes = [NodeSpec(n["name"], n["profile"], bool(n.get("dynamicMig"))) for n in data.get("nodes") or []]
+            data = read_yaml(self.config_path) or {}
+        except LoadError as exc:
+            raise ClusterSetupError(f"cluster config {exc}") from None
+        entries = data.get("nodes") or [] if isinstance(data, dict) else None
+        if not isinstance(entries, list) or not all(
+                isinstance(n, dict) and isinstance(n.get("name"), str) and isinstance(n.get("profile"), str)
+                for n in entries):
+            raise ClusterSetupError(f"cluster config {self.config_path}: expected a mapping whose `nodes` each "
+                                    "have a name and a profile")
+        nodes = [NodeSpec(n["name"], n["profile"], bool(n.get("dynamicMig"))) for n in entries]
+        try:
+            event_ttl_s = int(data.get("eventTTLSeconds", DEFAULT_EVENT_TTL_S))
+        except (TypeError, ValueError):
+            raise ClusterSetupError(f"cluster config {self.config_path}: eventTTLSeconds is not a number") from None
         return ClusterConfig(nodes=nodes, policy=data.get("policy", "kube"),
                              kubernetes_version=str(data.get("kubernetesVersion", DEFAULT_KUBERNETES_VERSION)),
-                             driver_name=data.get("driverName", DEFAULT_DRIVER_NAME),
-                             event_ttl_s=int(data.get("eventTTLSeconds", DEFAULT_EVENT_TTL_S)))
+                             driver_name=data.get("driverName", DEFAULT_DRIVER_NAME), event_ttl_s=event_ttl_s)
 
     def save_config(self, config: ClusterConfig) -> None:
         os.makedirs(self.path, exist_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudra.api import goint  # (a module: goint imports schema.names, whose package imports this)
 from gpudra.api.schema import names
 from gpudra.api.schema.types import (
     as_list,
@@ -87,8 +88,9 @@ def _requirement_check(value: Any, path: str, ctx: Context) -> None:
     elif operator in ("Gt", "Lt"):
         if len(values) != 1:
             ctx.error(child(path, "values"), f"must have exactly one value when operator is {operator!r}")
-        elif not (isinstance(values[0], str) and values[0].lstrip("-").isdigit()):
-            ctx.error(index(child(path, "values"), 0), "must be an integer written as a string")
+        elif goint.parse_requirement_int(values[0]) is None:
+            ctx.error(index(child(path, "values"), 0), "must be a 64-bit decimal integer written as a string (and a "
+                      "label value: no '+' or '-' sign); kube-scheduler matches no node otherwise")
 
 
 NODE_SELECTOR_REQUIREMENT = Struct(
