@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 
 import click
 
+from gpudra.api.problems import printable
 from gpudra.cli.errors import USAGE, fail, show_error, warn
 from gpudra.cli.inputs import gate_warnings, read_documents, require_valid
 from gpudra.cli.output import render_objects
@@ -54,6 +55,41 @@ def _kind(word: str):
     return info
 
 
+def _namespace(namespace: str | None) -> str | None:
+    """-n as given, checked as the API server checks a namespace (a DNS label): usage error otherwise."""
+    from gpudra.api.schema import names
+
+    problems = names.field_problems("--namespace", namespace, names.dns_label, 63) if namespace is not None else []
+    if problems:
+        _fail("; ".join(problems))
+    return namespace
+
+
+def _targets_of(documents, namespace: str | None) -> list[tuple[Any, str | None, str]]:
+    """(kind, namespace, name) of each document, each checked as the store will (known kind, its apiVersion, the
+    kind's name rule, a DNS-label namespace) before anything is written: one bad document applies nothing."""
+    from gpudra.cluster.store import StoreError, check_api_version, check_identity, kind_info
+
+    targets, problems = [], []
+    for doc in documents:
+        try:
+            info = kind_info(doc.obj.get("kind") if isinstance(doc.obj, dict) else None)
+            check_api_version(info, doc.obj.get("apiVersion") or info.api_version)
+            ns = (doc.namespace or namespace or "default") if info.namespaced else None
+            meta = doc.metadata
+            name = meta.get("name")
+            if name is None and isinstance(meta.get("generateName"), str):
+                name = meta["generateName"].rstrip("-") + "-x"  # what the store will name it; checked alike
+            check_identity(info, ns, name)
+        except StoreError as exc:
+            problems.append(f"{doc.label()}: {exc}")
+            continue
+        targets.append((info, ns, doc.name))
+    if problems:
+        fail(problems[0], 1, details=[f"error: {p}" for p in problems[1:]])
+    return targets
+
+
 @click.command("apply")
 @click.option("-f", "--filename", "paths", multiple=True, required=True, metavar="PATH",
               help="Manifest file or directory (recursive); '-' reads stdin. Repeatable.")
@@ -70,8 +106,10 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
     from gpudra.cluster.store import StoreError, kind_info, public_view
 
     cluster = _cluster(directory)
+    namespace = _namespace(namespace)
     documents = read_documents(paths)
     require_valid(documents, "apply", no_validate=False)  # the API server would refuse them: nothing applied
+    _targets_of(documents, namespace)  # kinds the store serves, names it can keep: else nothing applied
     release = cluster.kubernetes_version()
     for problem in gate_warnings(documents, release) if release else []:  # the store drops those fields
         warn(f"{problem.location()}: {problem.path}: {problem.message}")
@@ -81,7 +119,7 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
         try:
             line = apply_document(cluster.store, doc, namespace)
         except StoreError as exc:
-            _fail(f"{doc.label()}: {exc}")
+            _fail(f"{doc.label()}: {exc}", 1)  # the API server's answer is no (invalid, immutable, conflict)
         reference = line.rsplit(" ", 1)[0]  # `kind.group/name created`
         if output is None:
             click.echo(line)
@@ -110,18 +148,24 @@ def get_command(kind: str, names: tuple[str, ...], directory: str | None, namesp
     from gpudra.cluster.printers import table
     from gpudra.cluster.store import public_view
 
+    from gpudra.cluster.store import StoreError
+
     cluster = _cluster(directory)
     info = _kind(kind)
+    namespace = _namespace(namespace)
     ns = None if all_namespaces or not info.namespaced else (namespace or "default")
-    if names:
-        objects = []
-        for name in names:
-            obj = cluster.store.get(info.kind, ns or namespace or "default", name)
-            if obj is None:
-                _fail(f'{info.plural} "{name}" not found', 1)
-            objects.append(obj)
-    else:
-        objects = cluster.store.list(info.kind, ns)
+    try:
+        if names:
+            objects = []
+            for name in names:
+                obj = cluster.store.get(info.kind, ns or namespace or "default", name)
+                if obj is None:
+                    _fail(f'{info.plural} "{name}" not found', 1)
+                objects.append(obj)
+        else:
+            objects = cluster.store.list(info.kind, ns)
+    except StoreError as exc:
+        _fail(str(exc), 1)
     objects = [public_view(o) for o in objects]
     if output == "json":
         body = objects[0] if len(names) == 1 else {"apiVersion": "v1", "kind": "List", "items": objects,
@@ -138,8 +182,8 @@ def get_command(kind: str, names: tuple[str, ...], directory: str | None, namesp
         where = "" if not info.namespaced or ns is None else f" in {ns} namespace"
         click.echo(f"No resources found{where}.", err=True)
     else:
-        click.echo(table(info.kind, objects, wide=output == "wide", with_namespace=all_namespaces and info.namespaced),
-                   nl=False)
+        click.echo(printable(table(info.kind, objects, wide=output == "wide",
+                                   with_namespace=all_namespaces and info.namespaced), keep="\n"), nl=False)
 
 
 @click.command("delete")
@@ -155,15 +199,14 @@ def get_command(kind: str, names: tuple[str, ...], directory: str | None, namesp
 def delete_command(kind: str | None, names: tuple[str, ...], paths: tuple[str, ...], directory: str | None,
                    namespace: str | None, verbose: bool, output: str | None) -> None:
     """Delete objects; a running pod's claims are unprepared and deallocated before it goes."""
-    from gpudra.cluster.store import StoreError, kind_info
+    from gpudra.cluster.store import StoreError
 
     cluster = _cluster(directory)
+    namespace = _namespace(namespace)
     targets: list[tuple[Any, str | None, str]] = []
     if paths:
-        documents = read_documents(paths)
-        for doc in documents:
-            info = kind_info(doc.kind)
-            targets.append((info, (doc.namespace or namespace or "default") if info.namespaced else None, doc.name))
+        # checked as apply checks them (kind, name, namespace) before anything is deleted
+        targets = _targets_of(read_documents(paths), namespace)
     elif kind and names:
         info = _kind(kind)
         targets = [(info, (namespace or "default") if info.namespaced else None, name) for name in names]
@@ -213,14 +256,19 @@ def describe_command(kind: str, names: tuple[str, ...], directory: str | None, n
     """Show objects in detail with their events."""
     from gpudra.cluster.printers import describe
 
+    from gpudra.cluster.store import StoreError
+
     cluster = _cluster(directory)
     info = _kind(kind)
-    ns = (namespace or "default") if info.namespaced else None
-    objects = [cluster.store.get(info.kind, ns, n) for n in names] if names else cluster.store.list(info.kind, ns)
+    ns = (_namespace(namespace) or "default") if info.namespaced else None
+    try:
+        objects = [cluster.store.get(info.kind, ns, n) for n in names] if names else cluster.store.list(info.kind, ns)
+    except StoreError as exc:
+        _fail(str(exc), 1)
     if any(o is None for o in objects):
         _fail(f'{info.plural} "{names[objects.index(None)]}" not found', 1)
-    click.echo("\n".join(describe(o, cluster.store.events_for(o), **_pod_context(cluster, o)) for o in objects),
-               nl=False)
+    text = "\n".join(describe(o, cluster.store.events_for(o), **_pod_context(cluster, o)) for o in objects)
+    click.echo(printable(text, keep="\n"), nl=False)
 
 
 def _pod_context(cluster, obj: dict[str, Any]) -> dict[str, Any]:

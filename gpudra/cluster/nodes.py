@@ -10,10 +10,11 @@ import sys
 import time
 from typing import Callable
 
+from gpudra.atomicfile import write_atomic
 from gpudra.driver.plugin import check_socket_path
 
 from .layout import ClusterConfig, ClusterDir, ClusterSetupError, NodeSpec, forget, remember
-from .store import StoreError
+from .store import FILE_MODE, StoreError, open_private, private_dirs
 
 AGENT_MODULE = "gpudra.cluster.nodeagent"
 START_TIMEOUT_S = 60.0
@@ -74,15 +75,15 @@ def driver_alive(cluster: ClusterDir, node: str) -> int | None:
 
 def spawn(cluster: ClusterDir, args: list[str], pid_file: str, log_file: str) -> subprocess.Popen:
     """A background process of the cluster: own session (a terminal's Ctrl-C does not reach it), log file, pid file."""
-    os.makedirs(os.path.dirname(pid_file), exist_ok=True)
-    log = open(log_file, "ab")  # noqa: SIM115 - handed to the child
+    private_dirs(os.path.dirname(pid_file))
+    log = open_private(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
+        # umask 077: whatever the driver and the control plane create (sockets included) is theirs alone
         process = subprocess.Popen([sys.executable, "-m", *args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                   start_new_session=True, cwd=cluster.path)
+                                   start_new_session=True, cwd=cluster.path, umask=0o077)
     finally:
-        log.close()
-    with open(pid_file, "w", encoding="utf-8") as fh:
-        fh.write(f"{process.pid}\n")
+        os.close(log)
+    write_atomic(pid_file, f"{process.pid}\n".encode(), mode=FILE_MODE, label="cluster-pid", fsync=False)
     return process
 
 
@@ -153,6 +154,8 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
             raise ClusterSetupError(f"state directory {cluster.path} is too long for the nodes' unix sockets "
                                     f"({socket_path}): use a shorter --dir") from None
     cluster.save_config(config)
+    for path in cluster.remove_crash_leftovers():
+        say(f"removed {path}: a write interrupted by a crash")
     for node in config.nodes:
         if cluster.store.get("Node", None, node.name) is None:
             try:
