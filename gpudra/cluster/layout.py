@@ -146,7 +146,10 @@ class ClusterDir:
         """Temp files of writes a crash interrupted (store, config, kubelet records) that no live process is
         writing: `cluster up` removes them. Returns their paths."""
         removed = [os.path.join(self.path, name) for name in remove_stale_temps(self.path)]
-        for top in (self.store.root, os.path.join(self.path, "nodes")):
+        nodes = os.path.join(self.path, "nodes")
+        # not the drivers' own directories: a running driver's fixed-name temp file is in use (it cleans its own)
+        kubelets = [os.path.join(nodes, n, "kubelet") for n in (os.listdir(nodes) if os.path.isdir(nodes) else [])]
+        for top in (self.store.root, *kubelets):
             for directory, subdirs, _ in os.walk(top):  # os.walk follows no symlinked directory
                 removed += [os.path.join(directory, name) for name in remove_stale_temps(directory)]
         return removed
