@@ -25,7 +25,7 @@ from gpudra.cluster.controller import reconcile
 from gpudra.cluster.kubelet import record_path
 from gpudra.cluster.layout import ClusterConfig, ClusterDir, parse_nodes
 from gpudra.cluster.nodes import node_object
-from gpudra.cluster.store import Store, StoreError
+from gpudra.cluster.store import StoreError
 from gpudra.driver.claimpaths import ClaimPathError
 
 POD = """apiVersion: v1

@@ -233,7 +233,7 @@ class ControlLoop:
     def _create_pod(self, pod: dict[str, Any]) -> None:
         pod = json.loads(json.dumps(pod))
         meta = pod["metadata"]
-        owner = next(iter(meta.get("ownerReferences") or []), {})
+        owner: dict[str, Any] = next(iter(meta.get("ownerReferences") or []), {})
         if owner.get("kind") != "StatefulSet":  # StatefulSet pods keep their ordinal names
             meta["generateName"] = meta.pop("name")[:-5]
         meta.pop("uid", None)
@@ -272,6 +272,8 @@ class ControlLoop:
                     continue
                 if self.kubelet.start_pod(pod, pod_claims, names):
                     record = self.kubelet.record(node, pod)
+                    if record is None:
+                        continue  # its record is unreadable (removed meanwhile): started again next round
                     self._prepared_steps(record)
                 else:
                     if (pod.get("status") or {}).get("containerStatuses") is None:

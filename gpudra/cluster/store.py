@@ -16,6 +16,7 @@ of its folder (written by hand, half a crash, another tool) is reported once and
 
 from __future__ import annotations
 
+import builtins
 import errno
 import fcntl
 import json
@@ -290,9 +291,9 @@ class Store:
         except ValueError as exc:  # JSON or UTF-8
             _report_once(path, f"not a JSON object ({exc})")
             return None
-        problem = _malformed(obj, info, namespace, name)
-        if problem:
-            _report_once(path, problem)
+        malformed = _malformed(obj, info, namespace, name)
+        if malformed:
+            _report_once(path, malformed)
             return None
         return obj
 
@@ -469,7 +470,7 @@ class Store:
         except (OSError, ValueError):
             return 0
 
-    def events_for(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+    def events_for(self, obj: dict[str, Any]) -> builtins.list[dict[str, Any]]:
         meta = obj.get("metadata") or {}
         return [e for e in self.list("Event", meta.get("namespace") or "default")
                 if (e.get("involvedObject") or {}).get("uid") == meta.get("uid")]
