@@ -315,6 +315,11 @@ def test_control_characters_in_names_are_printed_escaped(env):
     result = run("apply", "-f", path, "--dir", cluster.path)
     refused(result, "\\x1b[31mb\\x07")
     assert "\x1b" not in result.output and "\x07" not in result.output
+    labels = manifest(base, 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, labels: {"k\\e]0;t\\a": v}}\n',
+                      "labels.yaml")
+    result = run("validate", "-f", labels)
+    assert result.exit_code == 1 and "\\x1b]0;t\\x07" in result.output, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
     for args in (("get", "pods", "\x1b]0;owned\x07"), ("delete", "pod", "\x1b[2J")):
         result = run(*args, "--dir", cluster.path)
         refused(result)
@@ -351,6 +356,19 @@ def test_reapplying_a_running_pod_is_unchanged_and_its_spec_is_immutable(env):
     assert pod["spec"]["containers"][0]["image"] == "y" and pod["spec"]["nodeName"] == "l4-0"
     shown = run("get", "pod", "p", "-o", "yaml", "--dir", cluster.path).stdout
     assert "gpudra.local/" not in shown  # the store's bookkeeping is not printed
+
+
+def test_a_claims_spec_is_immutable_as_the_api_server_keeps_it(env):
+    cluster, base = env
+    claim = ("apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: c}\nspec:\n  devices:\n"
+             "    requests:\n    - name: g\n      exactly: {deviceClassName: gpu.nvidia.com, count: %d}\n")
+    first = manifest(base, claim % 1, "claim.yaml")
+    assert run("apply", "-f", first, "--dir", cluster.path).stdout == "resourceclaim.resource.k8s.io/c created\n"
+    assert run("apply", "-f", first, "--dir", cluster.path).stdout == "resourceclaim.resource.k8s.io/c unchanged\n"
+    refused(run("apply", "-f", manifest(base, claim % 2, "claim2.yaml"), "--dir", cluster.path),
+            "spec: Invalid value: field is immutable")
+    stored = cluster.store.get("ResourceClaim", "default", "c")
+    assert stored["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
 
 
 # ----- 5. modes, and crash leftovers -------------------------------------------------------------------------------

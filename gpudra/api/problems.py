@@ -45,7 +45,7 @@ class Problem:
         text = f"{head}: {self.message}"
         if self.severity == "warning":
             text = f"{head}: warning: {self.message}"
-        return text
+        return printable(text)  # a key or value from the input may hold ESC, BEL, …: never printed raw
 
     def render(self) -> str:
         """The one-line form plus the suggested fragment, indented, when there is one."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 from gpudra.api.schema import claim, core, names, taint_rule
@@ -30,6 +31,7 @@ SUBDOMAIN_NAMED = frozenset({"ConfigMap", "Event", "PriorityClass", "Secret", "S
 NameRule = Callable[[str], list[str]]
 
 
+@functools.cache
 def name_rule(kind: str) -> NameRule:
     """The syntax the API server requires of a `kind` object's metadata.name: the one its schema here checks."""
     for (_, known), schema in SCHEMAS.items():
