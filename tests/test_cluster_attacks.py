@@ -250,6 +250,10 @@ def test_corrupt_store_files_are_reported_and_skipped_and_the_loop_goes_on(env, 
     open(os.path.join(pods, "default", "liar.json"), "w").write(json.dumps(  # names another pod than its file
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other", "namespace": "default",
                                                          "uid": "not-a-uid"}, "spec": {"containers": []}}))
+    open(os.path.join(pods, "default", "badspec.json"), "w").write(json.dumps(  # its identity fine, its spec not
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "badspec", "namespace": "default",
+                                                         "uid": "0b9a4a4e-1b9f-4d6e-9a57-4c1d0e2f3a4b"},
+         "spec": {"containers": "all of them", "nodeName": 7}}))
     os.makedirs(os.path.join(store.root, "configmaps", "default"), exist_ok=True)
     with caplog.at_level(logging.WARNING, logger="gpudra.store"):
         path = manifest(base, POD.format(name="good", namespace="default", image="x"))
@@ -259,7 +263,7 @@ def test_corrupt_store_files_are_reported_and_skipped_and_the_loop_goes_on(env, 
         reconcile(cluster)  # again: still no exception
     assert store.get("Pod", "default", "good")["status"]["phase"] == "Running"
     skipped = " ".join(r.getMessage() for r in caplog.records)
-    for name in ("garbage.json", "list.json", "cm.json", "liar.json"):
+    for name in ("garbage.json", "list.json", "cm.json", "liar.json", "badspec.json"):
         assert name in skipped
     get = run("get", "pods", "--dir", cluster.path)
     assert get.exit_code == 0 and "good" in get.stdout

@@ -142,6 +142,15 @@ class ClusterDir:
         except ClaimPathError as exc:
             raise ClusterSetupError(f"{self.config_path}: {exc}") from None
 
+    def make_private(self) -> None:
+        """The cluster's own top-level entries 0700/0600 (a cluster brought up by an older gpudra, or under a lax
+        umask, gets them too); what lies below a 0700 directory is out of other users' reach anyway. The directory
+        itself is left alone: it may be the user's own (`--dir .`)."""
+        for entry in self.OWN_ENTRIES:
+            path = os.path.join(self.path, entry)
+            if os.path.exists(path) and not os.path.islink(path):
+                os.chmod(path, 0o700 if os.path.isdir(path) else FILE_MODE)
+
     def remove_crash_leftovers(self) -> list[str]:
         """Temp files of writes a crash interrupted (store, config, kubelet records) that no live process is
         writing: `cluster up` removes them. Returns their paths."""

@@ -154,6 +154,7 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
             raise ClusterSetupError(f"state directory {cluster.path} is too long for the nodes' unix sockets "
                                     f"({socket_path}): use a shorter --dir") from None
     cluster.save_config(config)
+    cluster.make_private()
     for path in cluster.remove_crash_leftovers():
         say(f"removed {path}: a write interrupted by a crash")
     for node in config.nodes:
@@ -234,8 +235,11 @@ def down(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> No
     if controlplane.stop(cluster):  # first, so it does not act on drivers going away
         say("control plane stopped")
     for node in nodes:
-        if stop_driver(cluster, node):
-            say(f"node {node}: driver stopped")
+        try:
+            if stop_driver(cluster, node):
+                say(f"node {node}: driver stopped")
+        except ClusterSetupError:
+            pass  # not a node name (a directory someone else made): no driver of ours runs for it
     forget(cluster.path)
     if cluster.exists() or os.path.isdir(os.path.join(cluster.path, "store")):
         for entry in ClusterDir.OWN_ENTRIES:

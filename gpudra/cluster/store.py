@@ -271,17 +271,20 @@ class Store:
             raise StoreError(f"store: cannot delete {printable(path)}: {exc.strerror}", 500) from None
 
     @staticmethod
-    def _load(path: str) -> Any:
-        """The parsed file (never through a symlink); FileNotFoundError when it is not there."""
+    def _load(path: str) -> tuple[Any, tuple[int, int, int]]:
+        """The parsed file (never through a symlink) and its version stamp; FileNotFoundError when it is not
+        there."""
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         with os.fdopen(fd, encoding="utf-8") as fh:
-            return json.load(fh)
+            info = os.fstat(fd)
+            return json.load(fh), (info.st_ino, info.st_mtime_ns, info.st_size)
 
     def _read(self, path: str, info: KindInfo, namespace: str | None, name: str) -> dict[str, Any] | None:
-        """The object in `path`, or None when there is none or the file is not a well-formed object of that
-        kind, namespace and name (reported once)."""
+        """The object in `path`, or None when there is none or the file is not a valid object of that kind,
+        namespace and name (reported once): what the control loop and the drivers see has passed the checks
+        `apply` makes, whoever wrote the file."""
         try:
-            obj = self._load(path)
+            obj, stamp = self._load(path)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -291,7 +294,7 @@ class Store:
         except ValueError as exc:  # JSON or UTF-8
             _report_once(path, f"not a JSON object ({exc})")
             return None
-        malformed = _malformed(obj, info, namespace, name)
+        malformed = _malformed(obj, info, namespace, name) or _invalid(path, stamp, obj)
         if malformed:
             _report_once(path, malformed)
             return None
@@ -501,6 +504,24 @@ def _malformed(obj: Any, info: KindInfo, namespace: str | None, name: str) -> st
     problems = identity_problems(info, namespace, name) + names.field_problems(
         "metadata.uid", meta.get("uid"), names.kubernetes_uid, 36)
     return "; ".join(problems) or None
+
+
+_validated: dict[str, tuple[tuple[int, int, int], str | None]] = {}  # path -> (file version, first error)
+
+
+def _invalid(path: str, stamp: tuple[int, int, int], obj: dict[str, Any]) -> str | None:
+    """The first error `gpudra validate` finds in the stored object (None: valid), once per version of the file:
+    the content check `apply` makes, for files written any other way."""
+    seen = _validated.get(path)
+    if seen is not None and seen[0] == stamp:
+        return seen[1]
+    from gpudra.api.load import Document
+    from gpudra.api.validate import validate_document
+
+    errors = [p for p in validate_document(Document(obj, path, 1)) if p.severity == "error"]
+    problem = f"{errors[0].path}: {errors[0].message}" if errors else None
+    _validated[path] = (stamp, problem)
+    return problem
 
 
 # The store's own creation order (the API server's etcd revision at creation): lists come out oldest first
