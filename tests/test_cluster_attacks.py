@@ -190,7 +190,8 @@ def test_the_store_assigns_uids_and_ignores_the_clients(env):
     pod = cluster.store.get("Pod", "default", "p")
     assert pod["metadata"]["uid"] != chosen
     assert len(pod["metadata"]["uid"]) == 36
-    twin = cluster.store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q", "uid": pod["metadata"]["uid"]}})
+    twin = cluster.store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q", "uid": pod["metadata"]["uid"]},
+                                 "spec": {"containers": [{"name": "c", "image": "x"}]}})
     assert twin["metadata"]["uid"] != pod["metadata"]["uid"]  # no two objects share one
     assert outside(base, cluster)[str(base / "victim" / "pwned.json")][1] == hashlib.sha256(b"original").hexdigest()
 
@@ -267,6 +268,19 @@ def test_corrupt_store_files_are_reported_and_skipped_and_the_loop_goes_on(env, 
         assert name in skipped
     get = run("get", "pods", "--dir", cluster.path)
     assert get.exit_code == 0 and "good" in get.stdout
+
+
+def test_the_store_writes_no_object_the_api_server_would_refuse(env):
+    cluster, _ = env
+    store = cluster.store
+    with pytest.raises(StoreError, match="is invalid: spec.containers"):
+        store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": "x"}})
+    good = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                         "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    good["spec"]["nodeName"] = 7
+    with pytest.raises(StoreError, match="is invalid: spec.nodeName"):
+        store.replace(good)
+    assert store.get("Pod", "default", "p")["spec"] == {"containers": [{"name": "c", "image": "x"}]}
 
 
 def test_an_unwritable_store_is_an_error_message_not_an_internal_error(env):

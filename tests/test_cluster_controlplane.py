@@ -161,7 +161,8 @@ def wait_for_queue(queue, polls: int) -> bool:
 
 def test_events_expire_after_the_ttl_as_the_api_server_drops_them(tmp_path):
     store = Store(str(tmp_path))
-    pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}})
+    pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                         "spec": {"containers": [{"name": "c", "image": "x"}]}})
     old = store.record_event(pod, "Normal", "Scheduled", "old news", "default-scheduler")
     store.record_event(pod, "Normal", "Started", "fresh", "kubelet")
     later = datetime.strptime(old["lastTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)

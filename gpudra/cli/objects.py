@@ -146,9 +146,7 @@ def get_command(kind: str, names: tuple[str, ...], directory: str | None, namesp
                 all_namespaces: bool, output: str) -> None:
     """List or show objects of KIND (pods, resourceclaims, resourceslices, nodes, deviceclasses, events, …)."""
     from gpudra.cluster.printers import table
-    from gpudra.cluster.store import public_view
-
-    from gpudra.cluster.store import StoreError
+    from gpudra.cluster.store import StoreError, public_view
 
     cluster = _cluster(directory)
     info = _kind(kind)
@@ -255,7 +253,6 @@ def _cascade(cluster, targets) -> None:
 def describe_command(kind: str, names: tuple[str, ...], directory: str | None, namespace: str | None) -> None:
     """Show objects in detail with their events."""
     from gpudra.cluster.printers import describe
-
     from gpudra.cluster.store import StoreError
 
     cluster = _cluster(directory)

@@ -261,6 +261,20 @@ class Store:
         except OSError as exc:
             raise StoreError(f"store: cannot write {printable(path)}: {exc.strerror}", 500) from None
 
+    def _write_object(self, path: str, obj: dict[str, Any]) -> None:
+        """Write a created or replaced object once it passes `gpudra validate`'s checks (StoreError 422, the API
+        server's `is invalid`, otherwise): the store holds nothing the control loop could trip on."""
+        problem = _first_error(obj)
+        if problem:
+            meta = obj.get("metadata") or {}
+            raise StoreError(f'{obj.get("kind")} "{printable(str(meta.get("name")))}" is invalid: {problem}', 422)
+        self._write(path, json.dumps(obj, indent=1))
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return
+        _validated[path] = ((info.st_ino, info.st_mtime_ns, info.st_size), None)  # read back without a re-check
+
     @staticmethod
     def _unlink(path: str) -> None:
         try:
@@ -367,7 +381,7 @@ class Store:
             meta["resourceVersion"] = self._next_version()
             meta.setdefault("annotations", {})
             meta["annotations"][_SERIAL] = meta["resourceVersion"]
-            self._write(path, json.dumps(obj, indent=1))
+            self._write_object(path, obj)
         return obj
 
     def replace(self, obj: dict[str, Any], *, check_version: bool = True) -> dict[str, Any]:
@@ -396,7 +410,7 @@ class Store:
                 self._unlink(path)  # the last finalizer is gone: the object goes away
                 return obj
             meta["resourceVersion"] = self._next_version()
-            self._write(path, json.dumps(obj, indent=1))
+            self._write_object(path, obj)
         return obj
 
     def delete(self, kind: str, namespace: str | None, name: str, *, graceful: bool = True) -> str:
@@ -515,13 +529,17 @@ def _invalid(path: str, stamp: tuple[int, int, int], obj: dict[str, Any]) -> str
     seen = _validated.get(path)
     if seen is not None and seen[0] == stamp:
         return seen[1]
+    problem = _first_error(obj)
+    _validated[path] = (stamp, problem)
+    return problem
+
+
+def _first_error(obj: dict[str, Any]) -> str | None:
     from gpudra.api.load import Document
     from gpudra.api.validate import validate_document
 
-    errors = [p for p in validate_document(Document(obj, path, 1)) if p.severity == "error"]
-    problem = f"{errors[0].path}: {errors[0].message}" if errors else None
-    _validated[path] = (stamp, problem)
-    return problem
+    errors = [p for p in validate_document(Document(obj, "store", 1)) if p.severity == "error"]
+    return f"{errors[0].path}: {errors[0].message}" if errors else None
 
 
 # The store's own creation order (the API server's etcd revision at creation): lists come out oldest first
