@@ -199,8 +199,9 @@ def test_the_store_keeps_objects_as_the_api_server_does_converted_and_defaulted(
     rule = store.create({"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", "metadata": {"name": "r"},
                          "spec": {"taint": {"key": "gpu.nvidia.com/xid", "effect": "NoSchedule"}}})
     assert rule["spec"]["taint"]["timeAdded"]
-    pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}})
-    assert pod["spec"] == {"containers": []}
+    spec = {"containers": [{"name": "c", "image": "x"}]}
+    pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec})
+    assert pod["spec"] == spec
 
 
 def test_reapplying_an_undefaulted_manifest_is_unchanged(state):

@@ -19,6 +19,7 @@ from .store import FILE_MODE, StoreError, open_private, private_dirs
 AGENT_MODULE = "gpudra.cluster.nodeagent"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
+REGISTER_TIMEOUT_S = 10.0
 POLL_S = 0.02
 
 
@@ -125,10 +126,21 @@ def register_plugin(cluster: ClusterDir, node: str, driver_name: str) -> str:
     from gpudra.driver.kubelet_client import KubeletClient
 
     client = KubeletClient(cluster.driver_paths(node, driver_name).registration_socket)
+    deadline = time.monotonic() + REGISTER_TIMEOUT_S
     try:
-        info = client.register()
-    except (grpc.RpcError, RuntimeError) as exc:
-        raise ClusterSetupError(f"node {node}: the kubelet could not register the driver: {exc}") from None
+        while True:
+            try:
+                info = client.register()
+                break
+            except grpc.RpcError as exc:
+                # the socket file appears when the driver binds it, a moment before it listens (the kubelet's
+                # plugin watcher retries too)
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                    raise ClusterSetupError(f"node {node}: the kubelet could not register the driver: "
+                                            f"{exc.details()}") from None
+                time.sleep(POLL_S)
+            except RuntimeError as exc:
+                raise ClusterSetupError(f"node {node}: the kubelet could not register the driver: {exc}") from None
     finally:
         client.close()
     return info.endpoint
