@@ -190,7 +190,8 @@ def test_the_store_assigns_uids_and_ignores_the_clients(env):
     pod = cluster.store.get("Pod", "default", "p")
     assert pod["metadata"]["uid"] != chosen
     assert len(pod["metadata"]["uid"]) == 36
-    twin = cluster.store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q", "uid": pod["metadata"]["uid"]},
+    twin = cluster.store.create({"apiVersion": "v1", "kind": "Pod",
+                                 "metadata": {"name": "q", "uid": pod["metadata"]["uid"]},
                                  "spec": {"containers": [{"name": "c", "image": "x"}]}})
     assert twin["metadata"]["uid"] != pod["metadata"]["uid"]  # no two objects share one
     assert outside(base, cluster)[str(base / "victim" / "pwned.json")][1] == hashlib.sha256(b"original").hexdigest()

@@ -82,7 +82,7 @@ def _targets_of(documents, namespace: str | None) -> list[tuple[Any, str | None,
                 name = meta["generateName"].rstrip("-") + "-x"  # what the store will name it; checked alike
             check_identity(info, ns, name)
         except StoreError as exc:
-            problems.append(f"{doc.label()}: {exc}")
+            problems.append(f"{printable(doc.label())}: {exc}")
             continue
         targets.append((info, ns, doc.name))
     if problems:
@@ -119,7 +119,7 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
         try:
             line = apply_document(cluster.store, doc, namespace)
         except StoreError as exc:
-            _fail(f"{doc.label()}: {exc}", 1)  # the API server's answer is no (invalid, immutable, conflict)
+            _fail(f"{printable(doc.label())}: {exc}", 1)  # the API server says no: invalid, immutable, conflict
         reference = line.rsplit(" ", 1)[0]  # `kind.group/name created`
         if output is None:
             click.echo(line)
