@@ -19,6 +19,8 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpudra.cli import cli
 from gpudra.cluster.controller import reconcile
@@ -175,6 +177,21 @@ def test_a_symlink_planted_in_the_store_leads_nowhere(env):
         store.delete("Pod", "default", "keep", graceful=False)
     assert store.list("Pod") == []  # neither the file link nor the folder link is followed
     assert outside(base, cluster) == before
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(["Pod", "ConfigMap", "Node", "DeviceClass", "../x", "Foo"]),
+       namespace=st.one_of(st.none(), st.text(alphabet="ab./\\0-_%~ \x1b", max_size=12)),
+       name=st.text(alphabet="ab./\\0-_%~ \x1b", max_size=12))
+def test_any_identity_is_refused_or_names_a_file_inside_the_store(env, kind, namespace, name):
+    cluster, _ = env
+    root = os.path.realpath(cluster.store.root)
+    try:
+        path = cluster.store._path(kind, namespace, name)
+    except StoreError:
+        return
+    assert path.startswith(root + os.sep) and path.endswith(".json")
+    assert os.path.dirname(os.path.dirname(os.path.dirname(path))) == root  # store/<kind>/<namespace|_>/<name>.json
 
 
 # ----- 2. client-chosen uids ------------------------------------------------------------------------------------
@@ -411,6 +428,22 @@ def test_cluster_up_removes_temp_files_of_crashed_writes(env):
     removed = cluster.remove_crash_leftovers()
     assert sorted(removed) == sorted(leftovers)
     assert not any(os.path.exists(p) for p in leftovers)
+
+
+def test_temp_files_of_killed_applies_are_removed_at_cluster_up(env):
+    """`gpudra apply` killed between writing an object's temp file and renaming it, three times over: the temp
+    files stay (nothing else could know they are dead), and what `cluster up` runs removes every one of them."""
+    cluster, base = env
+    for index in range(3):
+        path = manifest(base, POD.format(name=f"p{index}", namespace="default", image="x"), f"p{index}.yaml")
+        killed = subprocess.run([sys.executable, "-m", "gpudra", "apply", "-f", path, "--dir", cluster.path],
+                                env={**os.environ, "GPUDRA_TEST_KILL_AT": "store:rename:2"}, capture_output=True,
+                                timeout=120)
+        assert killed.returncode == -9, killed.stderr
+    temps = [os.path.join(d, f) for d, _, files in os.walk(cluster.path) for f in files if f.endswith(".tmp")]
+    assert len(temps) == 3, temps
+    assert sorted(cluster.remove_crash_leftovers()) == sorted(temps)
+    assert not any(os.path.exists(t) for t in temps)
 
 
 def test_every_file_of_a_cluster_is_private_whatever_the_umask(cluster_state, tmp_path):
