@@ -8,6 +8,15 @@ from typing import Any, Literal
 Severity = Literal["error", "warning"]
 
 
+def printable(text: str, keep: str = "") -> str:
+    """`text` with every character a terminal would act on (ESC, BEL, a carriage return, bidi overrides, …)
+    written as Python escapes (`\\x1b`), so that input can never drive the terminal it is reported on; the
+    characters in `keep` (say, newline in a multi-line message) are left as they are."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
+
+
 @dataclass(frozen=True)
 class Problem:
     source: str
@@ -27,7 +36,7 @@ class Problem:
             return self.source
         where = f"{self.source}:doc {self.index}" + ("" if self.item is None else f" items[{self.item}]")
         what = f"{self.kind or '?'}/{self.name}" if self.name else (self.kind or "?")
-        return f"{where} ({what})"
+        return f"{where} ({printable(what)})"
 
     def __str__(self) -> str:
         head = self.location()
@@ -36,7 +45,7 @@ class Problem:
         text = f"{head}: {self.message}"
         if self.severity == "warning":
             text = f"{head}: warning: {self.message}"
-        return text
+        return printable(text)  # a key or value from the input may hold ESC, BEL, …: never printed raw
 
     def render(self) -> str:
         """The one-line form plus the suggested fragment, indented, when there is one."""

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable
 from gpudra.api.convert import DRA_KINDS, OLD_VERSIONS, V1, needs_conversion, newer_layout_paths, to_v1
 from gpudra.api.load import Document, cycle_collection_paused
 from gpudra.api.problems import Problem
-from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, schema_for
+from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, metadata_schema, schema_for
 from gpudra.api.schema.taint_rule import VERSIONS as TAINT_RULE_VERSIONS
 from gpudra.api.schema.names import suggest_dns_name
 from gpudra.api.schema.types import as_list, Context
@@ -71,8 +71,12 @@ def validate_document(doc: Document) -> list[Problem]:
             if close:
                 problems.append(_problem(doc, "kind", f"unknown kind {kind!r}; did you mean {close[0]!r}?"))
             else:
-                problems.append(_problem(doc, "", f"{api_version} {kind} is not a kind gpudra checks; skipped",
-                                         "warning"))
+                # its metadata still follows every object's rules (the local cluster's store names files by it)
+                ctx = Context(api_version, kind)
+                metadata_schema(kind).check(obj, "", ctx)
+                problems.extend(_problem(doc, path, message, severity, fix) for severity, path, message, fix in ctx.found)
+                problems.append(_problem(doc, "", f"{api_version} {kind} is not a kind gpudra checks beyond its "
+                                         "metadata; skipped", "warning"))
         return problems
     facts: dict[str, Any] = {}
     spec = obj.get("spec")

@@ -93,9 +93,11 @@ def view_cmd(directory: str | None, output: str | None, serve: bool, port: int) 
         cluster = resolve_dir(directory)
     except ClusterSetupError as exc:
         _fail(str(exc))
+    from gpudra.atomicfile import write_atomic
+    from gpudra.cluster.store import FILE_MODE
+
     path = output or os.path.join(cluster.path, "view.html")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(render_page(cluster))
+    write_atomic(path, render_page(cluster).encode(), mode=FILE_MODE, label="cluster-view", fsync=False)
     click.echo(path)
     if serve:
         try:

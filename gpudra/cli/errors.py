@@ -10,6 +10,7 @@ Exit codes (the README's command table lists them per command):
 
 Every message a user can hit is printed as `error: WHERE: message` on stderr, WHERE being
 `FILE:doc N (Kind/name): field` when it is known; never a traceback (GPUDRA_DEBUG=1 shows it for bugs).
+Control characters in a message (a name with ESC or BEL in it) are printed escaped, never raw.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import sys
 from typing import IO, Any, NoReturn
 
 import click
+
+from gpudra.api.problems import printable
 
 OK = 0
 NEGATIVE = 1
@@ -76,7 +79,8 @@ class GpudraError(click.ClickException):
 
     def show(self, file: IO[Any] | None = None) -> None:
         stream = file if file is not None else sys.stderr
-        click.echo(f"{paint('error:', stream, fg='red', bold=True)} {self.format_message()}", file=stream)
+        click.echo(f"{paint('error:', stream, fg='red', bold=True)} {printable(self.format_message(), keep=chr(10))}",
+                   file=stream)
 
 
 class UsageError(GpudraError):
@@ -104,12 +108,13 @@ def fail(message: str, code: int = USAGE, **where: Any) -> NoReturn:
 
 def warn(message: str) -> None:
     """`warning: message` on stderr, the prefix coloured on a terminal."""
-    click.echo(f"{paint('warning:', sys.stderr, fg='yellow', bold=True)} {message}", err=True)
+    click.echo(f"{paint('warning:', sys.stderr, fg='yellow', bold=True)} {printable(message, keep=chr(10))}",
+               err=True)
 
 
 def show_error(message: str) -> None:
     """`error: message` on stderr for the rare caller that prints and goes on (most raise instead)."""
-    click.echo(f"{paint('error:', sys.stderr, fg='red', bold=True)} {message}", err=True)
+    click.echo(f"{paint('error:', sys.stderr, fg='red', bold=True)} {printable(message, keep=chr(10))}", err=True)
 
 
 def exit_quietly_on_broken_pipe() -> NoReturn:

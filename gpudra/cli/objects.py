@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 
 import click
 
+from gpudra.api.problems import printable
 from gpudra.cli.errors import USAGE, fail, show_error, warn
 from gpudra.cli.inputs import gate_warnings, read_documents, require_valid
 from gpudra.cli.output import render_objects
@@ -72,6 +73,41 @@ def parse_resource_args(args: tuple[str, ...]) -> list[tuple[Any, str | None]]:
     return [(info, name) for name in args[1:]] or [(info, None)]
 
 
+def _namespace(namespace: str | None) -> str | None:
+    """-n as given, checked as the API server checks a namespace (a DNS label): usage error otherwise."""
+    from gpudra.api.schema import names
+
+    problems = names.field_problems("--namespace", namespace, names.dns_label, 63) if namespace is not None else []
+    if problems:
+        _fail("; ".join(problems))
+    return namespace
+
+
+def _targets_of(documents, namespace: str | None) -> list[tuple[Any, str | None, str]]:
+    """(kind, namespace, name) of each document, each checked as the store will (known kind, its apiVersion, the
+    kind's name rule, a DNS-label namespace) before anything is written: one bad document applies nothing."""
+    from gpudra.cluster.store import StoreError, check_api_version, check_identity, kind_info
+
+    targets, problems = [], []
+    for doc in documents:
+        try:
+            info = kind_info(doc.obj.get("kind") if isinstance(doc.obj, dict) else None)
+            check_api_version(info, doc.obj.get("apiVersion") or info.api_version)
+            ns = (doc.namespace or namespace or "default") if info.namespaced else None
+            meta = doc.metadata
+            name = meta.get("name")
+            if name is None and isinstance(meta.get("generateName"), str):
+                name = meta["generateName"].rstrip("-") + "-x"  # what the store will name it; checked alike
+            check_identity(info, ns, name)
+        except StoreError as exc:
+            problems.append(f"{printable(doc.label())}: {exc}")
+            continue
+        targets.append((info, ns, doc.name))
+    if problems:
+        fail(problems[0], 1, details=[f"error: {p}" for p in problems[1:]])
+    return targets
+
+
 @click.command("apply")
 @click.option("-f", "--filename", "paths", multiple=True, required=True, metavar="PATH",
               help="Manifest file or directory (recursive); '-' reads stdin. Repeatable.")
@@ -88,8 +124,10 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
     from gpudra.cluster.store import StoreError, kind_info, public_view
 
     cluster = _cluster(directory)
+    namespace = _namespace(namespace)
     documents = read_documents(paths)
     require_valid(documents, "apply", no_validate=False)  # the API server would refuse them: nothing applied
+    _targets_of(documents, namespace)  # kinds the store serves, names it can keep: else nothing applied
     release = cluster.kubernetes_version()
     for problem in gate_warnings(documents, release) if release else []:  # the store drops those fields
         warn(f"{problem.location()}: {problem.path}: {problem.message}")
@@ -99,7 +137,7 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
         try:
             line = apply_document(cluster.store, doc, namespace)
         except StoreError as exc:
-            _fail(f"{doc.label()}: {exc}")
+            _fail(f"{printable(doc.label())}: {exc}", 1)  # the API server says no: invalid, immutable, conflict
         reference = line.rsplit(" ", 1)[0]  # `kind.group/name created`
         if output is None:
             click.echo(line)
@@ -127,21 +165,25 @@ def get_command(resources: tuple[str, ...], directory: str | None, namespace: st
     """List or show objects of KIND (pods, resourceclaims, resourceslices, nodes, deviceclasses, events, …), as
     `kubectl get KIND [NAME…]` or `kubectl get KIND/NAME…`."""
     from gpudra.cluster.printers import table
-    from gpudra.cluster.store import public_view
+    from gpudra.cluster.store import StoreError, public_view
 
     cluster = _cluster(directory)
+    namespace = _namespace(namespace)
     targets = parse_resource_args(resources)
     named = [name for _, name in targets if name is not None]
     groups: list[tuple[Any, str | None, list[dict[str, Any]]]] = []  # (kind, namespace listed, objects) in order
     for info, name in targets:
         ns = None if all_namespaces or not info.namespaced else (namespace or "default")
-        if name is None:
-            found = cluster.store.list(info.kind, ns)
-        else:
-            obj = cluster.store.get(info.kind, (ns or namespace or "default") if info.namespaced else None, name)
-            if obj is None:
-                _fail(f'{info.plural} "{name}" not found', 1)
-            found = [obj]
+        try:
+            if name is None:
+                found = cluster.store.list(info.kind, ns)
+            else:
+                obj = cluster.store.get(info.kind, (ns or namespace or "default") if info.namespaced else None, name)
+                if obj is None:
+                    _fail(f'{info.plural} "{name}" not found', 1)
+                found = [obj]
+        except StoreError as exc:
+            _fail(str(exc), 1)
         same_kind = next((group for group in groups if group[0] == info), None) if name is not None else None
         if same_kind is not None:  # kubectl prints one table per kind: `get pod/a node/n pod/b`
             same_kind[2].extend(found)
@@ -164,7 +206,7 @@ def get_command(resources: tuple[str, ...], directory: str | None, namespace: st
             tables.append(table(info.kind, [public_view(o) for o in found], wide=output == "wide",
                                 with_namespace=all_namespaces and info.namespaced))
     if tables:
-        click.echo("\n".join(tables), nl=False)
+        click.echo(printable("\n".join(tables), keep="\n"), nl=False)
     else:
         info, ns = groups[0][0], groups[0][1]
         where = "" if not info.namespaced or ns is None else f" in {ns} namespace"
@@ -190,15 +232,14 @@ def delete_command(resources: tuple[str, ...], paths: tuple[str, ...], directory
                    namespace: str | None, verbose: bool, output: str | None) -> None:
     """Delete objects (`KIND NAME…`, `KIND/NAME…` as `get -o name` prints them, or -f FILE); a running pod's
     claims are unprepared and deallocated before it goes."""
-    from gpudra.cluster.store import StoreError, kind_info
+    from gpudra.cluster.store import StoreError
 
     cluster = _cluster(directory)
+    namespace = _namespace(namespace)
     targets: list[tuple[Any, str | None, str]] = []
     if paths:
-        documents = read_documents(paths)
-        for doc in documents:
-            info = kind_info(doc.kind)
-            targets.append((info, (doc.namespace or namespace or "default") if info.namespaced else None, doc.name))
+        # checked as apply checks them (kind, name, namespace) before anything is deleted
+        targets = _targets_of(read_documents(paths), namespace)
         if resources:
             _fail("give KIND NAME…, KIND/NAME… or -f FILE, not both")
     elif resources:
@@ -250,20 +291,25 @@ def _cascade(cluster, targets) -> None:
 def describe_command(resources: tuple[str, ...], directory: str | None, namespace: str | None) -> None:
     """Show objects in detail with their events (a pending pod: also why, per node, as `gpudra explain` says)."""
     from gpudra.cluster.printers import describe
+    from gpudra.cluster.store import StoreError
 
     cluster = _cluster(directory)
+    namespace = _namespace(namespace)
     objects = []
-    for info, name in parse_resource_args(resources):
-        ns = (namespace or "default") if info.namespaced else None
-        if name is None:
-            objects.extend(cluster.store.list(info.kind, ns))
-            continue
-        obj = cluster.store.get(info.kind, ns, name)
-        if obj is None:
-            _fail(f'{info.plural} "{name}" not found', 1)
-        objects.append(obj)
-    click.echo("\n".join(describe(o, cluster.store.events_for(o), **_pod_context(cluster, o)) for o in objects),
-               nl=False)
+    try:
+        for info, name in parse_resource_args(resources):
+            ns = (namespace or "default") if info.namespaced else None
+            if name is None:
+                objects.extend(cluster.store.list(info.kind, ns))
+                continue
+            obj = cluster.store.get(info.kind, ns, name)
+            if obj is None:
+                _fail(f'{info.plural} "{name}" not found', 1)
+            objects.append(obj)
+    except StoreError as exc:
+        _fail(str(exc), 1)
+    text = "\n".join(describe(o, cluster.store.events_for(o), **_pod_context(cluster, o)) for o in objects)
+    click.echo(printable(text, keep="\n"), nl=False)
 
 
 def _pod_context(cluster, obj: dict[str, Any]) -> dict[str, Any]:

@@ -9,10 +9,13 @@ from typing import Any
 
 import yaml
 
+from gpudra.api.schema import names
+from gpudra.atomicfile import remove_stale_temps, write_atomic
+from gpudra.driver.claimpaths import ClaimPathError, path_inside
 from gpudra.driver.paths import DriverPaths
 from gpudra.driver.slices import DEFAULT_DRIVER_NAME
 
-from .store import Store
+from .store import FILE_MODE, Store, private_dirs
 
 CONFIG_FILE = "cluster.yaml"
 DEFAULT_NODES = "dgx-h100:2,hgx-a100-mig+dynamic-mig,l4-node"
@@ -134,15 +137,43 @@ class ClusterDir:
                              driver_name=data.get("driverName", DEFAULT_DRIVER_NAME), event_ttl_s=event_ttl_s)
 
     def save_config(self, config: ClusterConfig) -> None:
-        os.makedirs(self.path, exist_ok=True)
+        private_dirs(self.path)
         data = {"apiVersion": "gpudra.local/v1", "kind": "LocalCluster", "policy": config.policy,
                 "kubernetesVersion": config.kubernetes_version, "driverName": config.driver_name,
                 "eventTTLSeconds": config.event_ttl_s, "nodes": [n.to_dict() for n in config.nodes]}
-        with open(self.config_path, "w", encoding="utf-8") as fh:
-            yaml.safe_dump(data, fh, sort_keys=False)
+        write_atomic(self.config_path, yaml.safe_dump(data, sort_keys=False).encode(), mode=FILE_MODE,
+                     label="cluster-config", fsync=False)
 
     def node_dir(self, node: str) -> str:
-        return os.path.join(self.path, "nodes", node)
+        """The node's directory: its name a DNS subdomain (a Node's name rule), the path proven inside."""
+        problems = names.field_problems("node name", node, names.dns_subdomain, 253)
+        try:
+            if problems:
+                raise ClaimPathError("; ".join(problems))
+            return path_inside(os.path.join(self.path, "nodes"), node)
+        except ClaimPathError as exc:
+            raise ClusterSetupError(f"{self.config_path}: {exc}") from None
+
+    def make_private(self) -> None:
+        """The cluster's own top-level entries 0700/0600 (a cluster brought up by an older gpudra, or under a lax
+        umask, gets them too); what lies below a 0700 directory is out of other users' reach anyway. The directory
+        itself is left alone: it may be the user's own (`--dir .`)."""
+        for entry in self.OWN_ENTRIES:
+            path = os.path.join(self.path, entry)
+            if os.path.exists(path) and not os.path.islink(path):
+                os.chmod(path, 0o700 if os.path.isdir(path) else FILE_MODE)
+
+    def remove_crash_leftovers(self) -> list[str]:
+        """Temp files of writes a crash interrupted (store, config, kubelet records) that no live process is
+        writing: `cluster up` removes them. Returns their paths."""
+        removed = [os.path.join(self.path, name) for name in remove_stale_temps(self.path)]
+        nodes = os.path.join(self.path, "nodes")
+        # not the drivers' own directories: a running driver's fixed-name temp file is in use (it cleans its own)
+        kubelets = [os.path.join(nodes, n, "kubelet") for n in (os.listdir(nodes) if os.path.isdir(nodes) else [])]
+        for top in (self.store.root, *kubelets):
+            for directory, subdirs, _ in os.walk(top):  # os.walk follows no symlinked directory
+                removed += [os.path.join(directory, name) for name in remove_stale_temps(directory)]
+        return removed
 
     def driver_paths(self, node: str, driver_name: str = DEFAULT_DRIVER_NAME) -> DriverPaths:
         return DriverPaths(driver_name=driver_name, root=self.node_dir(node), registry_dir=REGISTRY_DIR,
@@ -190,9 +221,9 @@ def default_new_dir() -> str:
 
 def remember(path: str) -> None:
     pointer = current_pointer()
-    os.makedirs(os.path.dirname(pointer), exist_ok=True)
-    with open(pointer, "w", encoding="utf-8") as fh:
-        fh.write(os.path.abspath(path) + "\n")
+    private_dirs(os.path.dirname(pointer))  # 0700: no other user may point this user's commands elsewhere
+    write_atomic(pointer, (os.path.abspath(path) + "\n").encode(), mode=FILE_MODE, label="cluster-pointer",
+                 fsync=False)
 
 
 def forget(path: str) -> None:

@@ -49,7 +49,12 @@ class StoreClaimSource:
         self.store = store
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.store.get("ResourceClaim", namespace, name)
+        from gpudra.driver.claims import ClaimSourceError
+
+        try:
+            return self.store.get("ResourceClaim", namespace, name)
+        except StoreError as exc:  # an identity the store refuses: the prepare fails with the reason
+            raise ClaimSourceError(str(exc)) from None
 
 
 def main(argv: list[str]) -> int:

@@ -10,14 +10,16 @@ import sys
 import time
 from typing import Callable
 
+from gpudra.atomicfile import write_atomic
 from gpudra.driver.plugin import check_socket_path
 
 from .layout import DEFAULT_NODES, ClusterConfig, ClusterDir, ClusterSetupError, NodeSpec, forget, parse_nodes, remember
-from .store import StoreError
+from .store import FILE_MODE, StoreError, open_private, private_dirs
 
 AGENT_MODULE = "gpudra.cluster.nodeagent"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
+REGISTER_TIMEOUT_S = 10.0
 POLL_S = 0.02
 
 
@@ -74,15 +76,15 @@ def driver_alive(cluster: ClusterDir, node: str) -> int | None:
 
 def spawn(cluster: ClusterDir, args: list[str], pid_file: str, log_file: str) -> subprocess.Popen:
     """A background process of the cluster: own session (a terminal's Ctrl-C does not reach it), log file, pid file."""
-    os.makedirs(os.path.dirname(pid_file), exist_ok=True)
-    log = open(log_file, "ab")  # noqa: SIM115 - handed to the child
+    private_dirs(os.path.dirname(pid_file))
+    log = open_private(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
+        # umask 077: whatever the driver and the control plane create (sockets included) is theirs alone
         process = subprocess.Popen([sys.executable, "-m", *args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                   start_new_session=True, cwd=cluster.path)
+                                   start_new_session=True, cwd=cluster.path, umask=0o077)
     finally:
-        log.close()
-    with open(pid_file, "w", encoding="utf-8") as fh:
-        fh.write(f"{process.pid}\n")
+        os.close(log)
+    write_atomic(pid_file, f"{process.pid}\n".encode(), mode=FILE_MODE, label="cluster-pid", fsync=False)
     return process
 
 
@@ -124,10 +126,21 @@ def register_plugin(cluster: ClusterDir, node: str, driver_name: str) -> str:
     from gpudra.driver.kubelet_client import KubeletClient
 
     client = KubeletClient(cluster.driver_paths(node, driver_name).registration_socket)
+    deadline = time.monotonic() + REGISTER_TIMEOUT_S
     try:
-        info = client.register()
-    except (grpc.RpcError, RuntimeError) as exc:
-        raise ClusterSetupError(f"node {node}: the kubelet could not register the driver: {exc}") from None
+        while True:
+            try:
+                info = client.register()
+                break
+            except grpc.RpcError as exc:
+                # the socket file appears when the driver binds it, a moment before it listens (the kubelet's
+                # plugin watcher retries too)
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                    raise ClusterSetupError(f"node {node}: the kubelet could not register the driver: "
+                                            f"{exc.details()}") from None
+                time.sleep(POLL_S)
+            except RuntimeError as exc:
+                raise ClusterSetupError(f"node {node}: the kubelet could not register the driver: {exc}") from None
     finally:
         client.close()
     return info.endpoint
@@ -213,6 +226,9 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
             raise ClusterSetupError(f"state directory {cluster.path} is too long for the nodes' unix sockets "
                                     f"({socket_path}): use a shorter --dir") from None
     cluster.save_config(config)
+    cluster.make_private()
+    for path in cluster.remove_crash_leftovers():
+        say(f"removed {path}: a write interrupted by a crash")
     for node in config.nodes:
         if cluster.store.get("Node", None, node.name) is None:
             try:
@@ -291,8 +307,11 @@ def down(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> No
     if controlplane.stop(cluster):  # first, so it does not act on drivers going away
         say("control plane stopped")
     for node in nodes:
-        if stop_driver(cluster, node):
-            say(f"node {node}: driver stopped")
+        try:
+            if stop_driver(cluster, node):
+                say(f"node {node}: driver stopped")
+        except ClusterSetupError:
+            pass  # not a node name (a directory someone else made): no driver of ours runs for it
     forget(cluster.path)
     if cluster.exists() or os.path.isdir(os.path.join(cluster.path, "store")):
         for entry in ClusterDir.OWN_ENTRIES:

@@ -32,16 +32,33 @@ LABELS = MapOf(Str(validators=(names.label_value,)), key_check=names.qualified_n
 ANNOTATIONS = MapOf(Str(), key_check=names.qualified_name)
 
 
+def _annotations_size_check(value: dict, path: str, ctx: Context) -> None:
+    annotations = value.get("annotations")
+    if isinstance(annotations, dict):
+        size = names.annotations_size(annotations)
+        if size > names.TOTAL_ANNOTATION_SIZE_LIMIT_B:
+            ctx.error(child(path, "annotations"), f"Too long: must have at most {names.TOTAL_ANNOTATION_SIZE_LIMIT_B} "
+                      f"bytes (has {size}; the API server's limit on all annotations together)")
+
+
 def object_meta(name_check=names.dns_subdomain, name_required: bool = True) -> Struct:
+    """ObjectMeta as apimachinery's ValidateObjectMeta checks it (objectmeta.go): `name_check` is the kind's name
+    rule, also applied to generateName as a prefix (a trailing '-' allowed), namespace a DNS label, labels and
+    annotations by key and value syntax, annotations 256 KiB in all."""
     def require_name(value: dict, path: str, ctx: Context) -> None:
         if name_required and not value.get("name") and not value.get("generateName"):
             ctx.error(child(path, "name"), "required field is missing (set name or generateName)")
+
+    def generate_name_check(value: str) -> list[str]:
+        # objectmeta.go: nameFn(generateName, prefix=true), which masks one trailing '-' as a letter
+        masked = value[:-1] + "a" if value.endswith("-") else value
+        return name_check(masked)
 
     return Struct(
         "ObjectMeta",
         {
             "name": F(Str(validators=(name_check,))),
-            "generateName": F(Str()),
+            "generateName": F(Str(validators=(generate_name_check,))),
             "namespace": F(Str(validators=(names.dns_label,))),
             "labels": F(LABELS),
             "annotations": F(ANNOTATIONS),
@@ -56,8 +73,14 @@ def object_meta(name_check=names.dns_subdomain, name_required: bool = True) -> S
             "managedFields": F(ListOf(AnyValue())),
             "selfLink": F(Str()),
         },
-        checks=(require_name,),
+        checks=(require_name, _annotations_size_check),
     )
+
+
+def metadata_only(kind_name: str, name_check=names.dns_subdomain) -> Struct:
+    """A kind whose content gpudra does not model: its metadata checked as every object's is, the rest open."""
+    return Struct(kind_name, {"apiVersion": F(Str(), required=True), "kind": F(Str(), required=True),
+                              "metadata": F(object_meta(name_check), required=True)}, open=True)
 
 
 TEMPLATE_META = Struct(
