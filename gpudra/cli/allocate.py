@@ -231,7 +231,8 @@ def run_allocate(
 
     version, features = release_and_features(kubernetes_version, feature_text, paths, kubeconfig, context,
                                               request_timeout, allocator_name)
-    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command="allocate")
+    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command="allocate",
+                            release=version)
     if not validate:
         for text in _validation_warnings(documents):
             warn(f"warning: {text}")

@@ -45,17 +45,18 @@ KUBERNETES_VERSION_HELP = ("Kubernetes release of the cluster (1.33-1.36; defaul
 
 
 def _slice_layout(dynamic_mig: bool, kubernetes_version: str | None, features: str,
-                  kubeconfig: str | None = None, live: bool = False) -> bool:
-    """--dynamic-mig when the release allows it, else False with a warning that says why."""
+                  kubeconfig: str | None = None, live: bool = False) -> tuple[bool, str]:
+    """(--dynamic-mig when the release allows it, else False with a warning that says why; where the release
+    wants counter sets: gpudra.versions.partitionable_layout)."""
     from gpudra.allocator.features import Features
     from gpudra.driver.slices import dynamic_mig_layout
     from gpudra.kube.inputs import InputError, kubernetes_version as cluster_version
-    from gpudra.versions import VersionError, parse_version
+    from gpudra.versions import VersionError, parse_version, partitionable_layout
 
     try:
         if not dynamic_mig:  # the flags decide nothing then, but a typo in them is still an error
             Features.parse(features, parse_version(kubernetes_version))
-            return False
+            return False, partitionable_layout(kubernetes_version)
         version = cluster_version(kubernetes_version, (), kubeconfig) if live else parse_version(kubernetes_version)
         dynamic, note = dynamic_mig_layout(version, features)
     except VersionError as exc:
@@ -64,7 +65,7 @@ def _slice_layout(dynamic_mig: bool, kubernetes_version: str | None, features: s
         _fail(str(exc))
     if note:
         click.echo(f"warning: Kubernetes {version}: {note}", err=True)
-    return dynamic
+    return dynamic, partitionable_layout(version)
 
 
 def _warn_unless_consumable(kubernetes_version: str | None, features: str) -> None:
@@ -130,8 +131,9 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
                sharing: str, kubernetes_version: str | None, features: str, output: str) -> None:
     """Print the ResourceSlices this node would publish."""
     from gpudra.driver.slices import build_resource_slices
+    from gpudra.versions import parse_version
 
-    dynamic_mig = _slice_layout(dynamic_mig, kubernetes_version, features)
+    dynamic_mig, layout = _slice_layout(dynamic_mig, kubernetes_version, features)
     if sharing == "consumable":
         _warn_unless_consumable(kubernetes_version, features)
     try:
@@ -140,9 +142,12 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
         _fail(str(exc))
     for problem in inventory.problems:
         warn(str(problem))
-    slices = build_resource_slices(inventory, node_name, driver_name=driver_name, generation=generation,
-                                   dynamic_mig=dynamic_mig, sharing=sharing)
-    require_generated_valid(slices, "driver slices")
+    try:
+        slices = build_resource_slices(inventory, node_name, driver_name=driver_name, generation=generation,
+                                       dynamic_mig=dynamic_mig, sharing=sharing, slice_layout=layout)
+    except ValueError as exc:
+        _fail(str(exc))
+    require_generated_valid(slices, "driver slices", parse_version(kubernetes_version))
     _dump(slices, output)
 
 
@@ -249,8 +254,8 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
             rolling_update_uid: str | None, kubernetes_version: str | None, features: str, no_fsync: bool,
             verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
-    dynamic_mig = _slice_layout(dynamic_mig, kubernetes_version, features, kubeconfig,
-                                live=bool(kubeconfig or in_cluster))
+    dynamic_mig, layout = _slice_layout(dynamic_mig, kubernetes_version, features, kubeconfig,
+                                        live=bool(kubeconfig or in_cluster))
     from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
     from gpudra.driver.checkpoint import CheckpointError
     from gpudra.driver.health import parse_xid_list
@@ -260,7 +265,8 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     options = AgentOptions(node_name=node_name, backend=_backend(backend, profile), profile=profile, driver_name=driver_name, root=root,
                            claims_dir=claims_dir, kubeconfig=kubeconfig, in_cluster=in_cluster,
-                           dynamic_mig=dynamic_mig, healthcheck_port=healthcheck_port, fsync=not no_fsync,
+                           dynamic_mig=dynamic_mig, slice_layout=layout, healthcheck_port=healthcheck_port,
+                           fsync=not no_fsync,
                            registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir,
                            driver_root=driver_root, host_driver_root=host_driver_root, cdi_hook_path=cdi_hook_path,
                            socket_group=socket_group, call_deadline_s=call_deadline_s, metrics_port=metrics_port,

@@ -67,7 +67,7 @@ def command(target: tuple[str, ...], paths: tuple[str, ...], namespace: str | No
     version, gates = release_and_features(kubernetes_version, features, paths, kubeconfig, context, request_timeout)
     documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=False, command="explain")
     namespace = namespace or _default_namespace(paths, kubeconfig, context)
-    with validated_alongside(documents, "explain", validate) as check:
+    with validated_alongside(documents, "explain", validate, release=version) as check:
         warnings = gate_warnings(documents, version)  # before the work, which fills in fields of the objects
         try:
             objects = v1_objects(documents)
