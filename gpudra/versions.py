@@ -248,8 +248,8 @@ KNOWN_PATCH_ISSUES: tuple[PatchIssue, ...] = (
     PatchIssue("1.34", 2, "the kubelet's connection to a DRA driver deadlocks after 30 minutes idle, so later "
                           "pods with claims stay in ContainerCreating",
                "kubernetes/kubernetes#133934, CHANGELOG-1.34 v1.34.2"),
-    PatchIssue("1.34", 2, "the kubelet does not apply a DeviceClass's config to the requests it names "
-                          "(FromClass configs in ResourceClaim status lose their requests)",
+    PatchIssue("1.34", 2, "a DeviceClass's config in a ResourceClaim's status (source FromClass) does not name "
+                          "the requests it applies to",
                "kubernetes/kubernetes#135098, CHANGELOG-1.34 v1.34.2"),
 )
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from gpudra.versions import SERVED_RESOURCE_API, dra_api_problem, gate_state
+from gpudra.versions import DRA_API_REMOVED, DRA_API_VERSIONS, SERVED_RESOURCE_API, dra_api_problem, gate_state
 
 DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
+KNOWN_DRA_API_VERSIONS = frozenset(v for served in DRA_API_VERSIONS.values() for v in served) | set(DRA_API_REMOVED)
 
 _DEVICE_FIELDS = (
     ("consumesCounters", "DRAPartitionableDevices"),
@@ -138,6 +139,8 @@ def served_version_problems(kind: Any, api_version: Any, version: str,
     gate_warnings' business (a warning on 1.33)."""
     if kind not in DRA_KINDS or not isinstance(api_version, str) or api_version == "resource.k8s.io/v1":
         return []
+    if api_version.partition("/")[2] not in KNOWN_DRA_API_VERSIONS:
+        return []  # resource.k8s.io/v2: no release has it; validate_document names what is served
     found = dra_api_problem(api_version, version, runtime_config)
     return [found] if found else []
 

@@ -153,13 +153,21 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
 
 @command.command("deviceclasses")
 @click.option("--driver-name", default="gpu.nvidia.com", show_default=True, callback=dns_subdomain_value(63))
+@kubernetes_version_option("The release to publish for (1.33-1.36; default 1.36): the GPU class names the "
+                           "extended resource nvidia.com/gpu only where DRAExtendedResource is on by default.")
 @output_option(pipe_default="yaml", help="table: names and selectors; yaml/json: the DeviceClasses.")
-def deviceclasses_cmd(driver_name: str, output: str) -> None:
+def deviceclasses_cmd(driver_name: str, kubernetes_version: str | None, output: str) -> None:
     """Print the DeviceClasses for full GPUs and MIG devices."""
     from gpudra.driver.slices import device_classes
+    from gpudra.versions import gate_state, parse_version
 
-    classes = device_classes(driver_name)
-    require_generated_valid(classes, "driver deviceclasses")
+    version = parse_version(kubernetes_version)
+    extended = gate_state("DRAExtendedResource", version)
+    if not extended.default:  # the API server would drop the field: do not print what the cluster will not keep
+        click.echo(f"warning: Kubernetes {version}: no extendedResourceName on the GPU class: it needs the "
+                   f"DRAExtendedResource feature gate ({extended.describe()})", err=True)
+    classes = device_classes(driver_name, extended_resource_name="nvidia.com/gpu" if extended.default else None)
+    require_generated_valid(classes, "driver deviceclasses", version)
     _dump(classes, output)
 
 
