@@ -85,6 +85,7 @@ def validate_document(doc: Document, kubernetes_version: str | None = None) -> l
     ctx = Context(api_version, kind, **facts)
     schema.check(obj, "", ctx)
     _object_level_checks(obj, kind, ctx)
+    _driver_config_checks(obj, kind, ctx)
     for severity, path, message, fix in ctx.found:
         problems.append(_problem(doc, path, message + note, severity, fix))
     return problems
@@ -94,6 +95,18 @@ def _object_level_checks(obj: dict[str, Any], kind: str, ctx: Context) -> None:
     metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     if kind in CLUSTER_SCOPED and metadata.get("namespace"):
         ctx.warning("metadata.namespace", f"{kind} is cluster-scoped; the namespace is ignored")
+
+
+def _driver_config_checks(obj: dict[str, Any], kind: str, ctx: Context) -> None:
+    """Opaque configs of the drivers gpudra knows (its GPU driver: GpuConfig, MigDeviceConfig and their sharing
+    settings) as that driver's admission webhook checks them (gpudra.driver.admission, the one copy the webhook
+    serves): the API server stores any JSON there, and the pod would wait in ContainerCreating."""
+    if kind not in ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass"):
+        return
+    from gpudra.driver.admission import opaque_config_problems
+
+    for path, message in opaque_config_problems(obj):
+        ctx.error(path, message)
 
 
 def _class_references(obj: dict[str, Any], kind: str) -> Iterable[tuple[str, str]]:

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from typing import NoReturn
 
 import click
@@ -290,6 +291,42 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
     signal.signal(signal.SIGINT, lambda *_: agent.stop())
     click.echo(f"ready: {agent.paths.dra_socket}", err=True)
     agent.wait()
+
+
+@command.command("webhook")
+@click.option("--tls-cert-file", required=True, type=click.Path(dir_okay=False), metavar="PATH",
+              help="x509 certificate for HTTPS (PEM; a CA certificate, if any, concatenated after it)")
+@click.option("--tls-private-key-file", required=True, type=click.Path(dir_okay=False), metavar="PATH",
+              help="the private key matching --tls-cert-file (PEM)")
+@click.option("--port", type=click.IntRange(0, 65535), default=443, show_default=True,
+              help="HTTPS port (0: any free port, printed on stderr)")
+@click.option("--bind-address", default="", metavar="ADDRESS", help="address to listen on (default: all)")
+@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, callback=dns_subdomain_value(63),
+              help="check the opaque configs of this driver; other drivers' configs are let through")
+@click.option("-v", "--verbose", is_flag=True)
+def webhook_cmd(tls_cert_file: str, tls_private_key_file: str, port: int, bind_address: str, driver_name: str,
+                verbose: bool) -> None:
+    """Serve the validating admission webhook: refuse ResourceClaims, ResourceClaimTemplates and DeviceClasses whose
+    GpuConfig / MigDeviceConfig the driver would refuse at prepare time (the checks of `gpudra validate`).
+
+    POST /validate-resource-claim-parameters takes an admission.k8s.io/v1 AdmissionReview; GET /readyz answers
+    ok. deploy/kubernetes/webhook.yaml registers it (the chart: --set webhook.enabled=true)."""
+    from gpudra.driver.webhook import WebhookError, WebhookServer
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        server = WebhookServer((bind_address, port), tls_cert_file, tls_private_key_file, driver_name)
+    except WebhookError as exc:
+        _fail(str(exc))
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
+    click.echo(f"ready: https://{bind_address or '0.0.0.0'}:{server.port}", err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
 
 
 @command.command("inject-event")
