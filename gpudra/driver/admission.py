@@ -82,7 +82,8 @@ def review_response(review: Any, driver_name: str = DEFAULT_DRIVER_NAME) -> dict
         raise ReviewError("the AdmissionReview has no request with a uid")
     response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
     answer = {"apiVersion": ADMISSION_API, "kind": "AdmissionReview", "response": response}
-    target = request.get("resource") if isinstance(request.get("resource"), dict) else {}
+    found = request.get("resource")
+    target: dict[str, Any] = found if isinstance(found, dict) else {}
     resource, version = target.get("resource"), target.get("version")
     if target.get("group") != RESOURCE_GROUP or resource not in CONFIG_PATHS or version not in SERVED_VERSIONS:
         response.update(allowed=False, status=_status(
