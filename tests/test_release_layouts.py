@@ -396,3 +396,15 @@ def test_simulated_release_reaches_the_scheduler():
     run = start(trace, workload, "fgd", 1, "dra", release=("1.34", "default,+DRAConsumableCapacity"))
     assert run.scheduler.cluster.features == Features.parse("default,+DRAConsumableCapacity", "1.34")
     assert start(trace, workload, "fgd", 1, "dra").scheduler.cluster.features == Features()
+
+
+def test_live_cluster_patch_release_is_warned_about(monkeypatch, capsys):
+    import gpudra.kube.inputs as inputs
+
+    monkeypatch.setattr(inputs, "read_server_version", lambda *a, **k: {"major": "1", "minor": "34",
+                                                                         "gitVersion": "v1.34.0-eks-1234"})
+    assert inputs.kubernetes_version(None) == "1.34"
+    assert "the API server's 1.34.0 has a known DRA issue" in capsys.readouterr().err
+    monkeypatch.setattr(inputs, "read_server_version", lambda *a, **k: {"gitVersion": "v1.34.3"})
+    assert inputs.kubernetes_version(None) == "1.34"
+    assert capsys.readouterr().err == ""
