@@ -91,8 +91,8 @@ def test_validate_refuses_what_the_webhook_refuses(parameters, refused, rule):
     problems = [p for p in validate_documents([Document(claim, "c.yaml", 1)]) if p.severity == "error"]
     assert bool(problems) == refused, problems
     if refused:
-        assert [p.path for p in problems] == ["spec.devices.config[0].opaque"]
-        assert "gpu.nvidia.com refuses this config" in problems[0].message
+        assert [p.path for p in problems] == ["spec.devices.config[0].opaque.parameters"]
+        assert "the gpu.nvidia.com driver refuses this config" in problems[0].message
 
 
 def test_validate_cli_exits_1_on_a_config_the_driver_refuses(tmp_path):
@@ -102,7 +102,8 @@ def test_validate_cli_exits_1_on_a_config_the_driver_refuses(tmp_path):
     path.write_text(yaml.safe_dump(_claim(_config(bad), kind="ResourceClaimTemplate")))
     result = CliRunner().invoke(cli, ["validate", "-f", str(path)])
     assert result.exit_code == 1
-    assert "spec.spec.devices.config[0].opaque" in result.output and "defaultActiveThreadPercentage" in result.output
+    assert "spec.spec.devices.config[0].opaque.parameters" in result.output
+    assert "sharing.mpsConfig.defaultActiveThreadPercentage: must be an integer 0..100" in result.output
 
 
 def _review(obj: Any, resource: str = "resourceclaims", version: str = "v1", uid: str = "u-1",
@@ -127,14 +128,15 @@ def test_webhook_answer_and_validate_agree(case, resource, version, extra):
     assert answer["allowed"] == (not problems)
     for problem in problems:  # validate notes a conversion to v1 after its message
         message = problem.message.removesuffix(" (checked after conversion to resource.k8s.io/v1)")
-        assert f"{problem.path}: {message}" in answer["status"]["message"]
+        message = message.removeprefix("the gpu.nvidia.com driver refuses this config: ")
+        assert f"object at {problem.path} is invalid: {message}" in answer["status"]["message"]
 
 
 def test_device_class_configs_are_checked_too():
     cls = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "x"},
            "spec": {"config": [{"opaque": {"driver": "gpu.nvidia.com", "parameters": {"apiVersion": NV,
                                                                                        "kind": "Gpu"}}}]}}
-    assert [path for path, _ in opaque_config_problems(cls)] == ["spec.config[0].opaque"]
+    assert [path for path, _ in opaque_config_problems(cls)] == ["spec.config[0].opaque.parameters"]
 
 
 # ----- over HTTPS -----------------------------------------------------------------------------------------
@@ -195,7 +197,7 @@ def test_webhook_over_https(server, certificate, parameters, refused, rule):
     assert response["allowed"] == (not refused)
     if refused:
         assert response["status"]["reason"] == "Invalid" and response["status"]["code"] == 422
-        assert "spec.devices.config[0].opaque" in response["status"]["message"]
+        assert "object at spec.devices.config[0].opaque.parameters is invalid: " in response["status"]["message"]
 
 
 def test_webhook_reads_older_versions_and_templates(server, certificate):
@@ -203,7 +205,7 @@ def test_webhook_reads_older_versions_and_templates(server, certificate):
     beta = _admit(server, certificate, _review(_claim(bad, api_version="resource.k8s.io/v1beta1"), version="v1beta1"))
     assert not beta["allowed"] and "must be TimeSlicing or MPS" in beta["status"]["message"]
     template = _admit(server, certificate, _review(_claim(bad, kind="ResourceClaimTemplate"), "resourceclaimtemplates"))
-    assert not template["allowed"] and "spec.spec.devices.config[0].opaque" in template["status"]["message"]
+    assert not template["allowed"] and "spec.spec.devices.config[0].opaque.parameters" in template["status"]["message"]
     deleted = _admit(server, certificate, _review(None, operation="DELETE"))
     assert deleted["allowed"]
     other = _admit(server, certificate, {**_review({}), "request": {
@@ -284,3 +286,44 @@ def test_webhook_manifest_matches_the_kubernetes_schemas_and_the_chart():
     rendered = helm_template(chart, namespace="gpudra-system", values={"webhook": {"enabled": True, "replicas": 2}})
     assert [o for o in rendered if o["metadata"]["name"] == "gpudra-webhook"] == plain
     assert not [o for o in helm_template(chart, namespace="gpudra-system") if o["metadata"]["name"] == "gpudra-webhook"]
+
+
+# NVIDIA's own webhook test table (k8s-dra-driver-gpu cmd/webhook/main_test.go, TestResourceClaimValidatingWebhook),
+# the cases with both sharing gates on (gpudra's driver always offers TimeSlicing and MPS): resource version, kind,
+# the GpuConfig sharings, and the config paths upstream's message names as invalid.
+_TS_DEFAULT = {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Default"}}
+_TS_INVALID = {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Invalid Interval"}}
+_MPS_NEGATIVE = {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": -1}}
+UPSTREAM_CASES = [
+    ("valid GpuConfig in ResourceClaim", "v1beta1", "ResourceClaim", [_TS_DEFAULT], []),
+    ("invalid GpuConfigs in ResourceClaim", "v1beta1", "ResourceClaim", [_TS_INVALID, _MPS_NEGATIVE],
+     ["spec.devices.config[0].opaque.parameters", "spec.devices.config[1].opaque.parameters"]),
+    ("valid GpuConfig in ResourceClaimTemplate", "v1beta1", "ResourceClaimTemplate", [_TS_DEFAULT], []),
+    ("invalid GpuConfigs in ResourceClaimTemplate", "v1beta1", "ResourceClaimTemplate", [_TS_INVALID, _MPS_NEGATIVE],
+     ["spec.spec.devices.config[0].opaque.parameters", "spec.spec.devices.config[1].opaque.parameters"]),
+    ("valid GpuConfig in ResourceClaim v1", "v1", "ResourceClaim", [_TS_DEFAULT], []),
+    ("valid GpuConfig in ResourceClaimTemplate v1", "v1", "ResourceClaimTemplate", [_TS_DEFAULT], []),
+    ("invalid GpuConfig in ResourceClaim v1", "v1", "ResourceClaim", [_TS_INVALID],
+     ["spec.devices.config[0].opaque.parameters"]),
+    ("invalid GpuConfig in ResourceClaimTemplate v1", "v1", "ResourceClaimTemplate", [_MPS_NEGATIVE],
+     ["spec.spec.devices.config[0].opaque.parameters"]),
+    ("valid GpuConfig in ResourceClaim v1beta2", "v1beta2", "ResourceClaim", [_TS_DEFAULT], []),
+    ("valid GpuConfig in ResourceClaimTemplate v1beta2", "v1beta2", "ResourceClaimTemplate", [_TS_DEFAULT], []),
+    ("invalid GpuConfig in ResourceClaim v1beta2", "v1beta2", "ResourceClaim", [_MPS_NEGATIVE],
+     ["spec.devices.config[0].opaque.parameters"]),
+    ("invalid GpuConfig in ResourceClaimTemplate v1beta2", "v1beta2", "ResourceClaimTemplate", [_TS_INVALID],
+     ["spec.spec.devices.config[0].opaque.parameters"]),
+]
+
+
+@pytest.mark.parametrize("name, version, kind, sharings, invalid", UPSTREAM_CASES, ids=[c[0] for c in UPSTREAM_CASES])
+def test_upstream_webhook_cases(server, certificate, name, version, kind, sharings, invalid):
+    configs = [_config({"apiVersion": NV, "kind": "GpuConfig", "sharing": sharing}) for sharing in sharings]
+    obj = _claim(*configs, api_version=f"resource.k8s.io/{version}", kind=kind)
+    resource = "resourceclaimtemplates" if kind == "ResourceClaimTemplate" else "resourceclaims"
+    response = _admit(server, certificate, _review(obj, resource, version, uid=name))
+    assert response["allowed"] == (not invalid)
+    if invalid:
+        message = response["status"]["message"]
+        assert message.startswith(f"{len(invalid)} configs failed to validate: ")
+        assert re.findall(r"object at (\S+) is invalid", message) == invalid

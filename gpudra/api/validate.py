@@ -106,7 +106,7 @@ def _driver_config_checks(obj: dict[str, Any], kind: str, ctx: Context) -> None:
     from gpudra.driver.admission import opaque_config_problems
 
     for path, message in opaque_config_problems(obj):
-        ctx.error(path, message)
+        ctx.error(path, f"the gpu.nvidia.com driver refuses this config: {message}")
 
 
 def _class_references(obj: dict[str, Any], kind: str) -> Iterable[tuple[str, str]]:

@@ -41,7 +41,9 @@ def _configs(obj: dict[str, Any], resource: str) -> tuple[str, list[Any]]:
 
 def opaque_config_problems(obj: dict[str, Any], driver_name: str = DEFAULT_DRIVER_NAME) -> list[tuple[str, str]]:
     """(field path, message) for each of `driver_name`'s opaque configs in a v1 ResourceClaim,
-    ResourceClaimTemplate or DeviceClass that the driver would refuse; other drivers' configs are theirs."""
+    ResourceClaimTemplate or DeviceClass that the driver would refuse; other drivers' configs are theirs.
+    The path is the config's `…opaque.parameters`, as NVIDIA's webhook names it; the message starts with the
+    field inside the parameters where there is one (`sharing.strategy: must be TimeSlicing or MPS, …`)."""
     resource = KIND_RESOURCES.get(str(obj.get("kind")))
     if resource is None:
         return []
@@ -51,11 +53,15 @@ def opaque_config_problems(obj: dict[str, Any], driver_name: str = DEFAULT_DRIVE
         opaque = entry.get("opaque") if isinstance(entry, dict) else None
         if not isinstance(opaque, dict) or opaque.get("driver") != driver_name:
             continue
-        path = f"{base}[{position}].opaque"
+        path = f"{base}[{position}].opaque.parameters"
         try:
             decode_opaque(opaque.get("parameters"), "parameters")
         except ConfigError as exc:
-            problems.append((path, f"{driver_name} refuses this config: {exc}"))
+            message = str(exc)
+            for prefix in ("parameters: ", "parameters."):  # the path says where the parameters are
+                if message.startswith(prefix):
+                    message = message[len(prefix):]
+            problems.append((path, message))
     return problems
 
 
@@ -102,8 +108,8 @@ def review_response(review: Any, driver_name: str = DEFAULT_DRIVER_NAME) -> dict
         response.update(allowed=False, status=_status(f"cannot read the object: {exc}", "BadRequest", 400))
         return answer
     problems = opaque_config_problems(v1, driver_name)
-    if problems:
-        listed = "; ".join(f"{path}: {message}" for path, message in problems)
-        response.update(allowed=False, status=_status(f"{len(problems)} config(s) failed to validate: {listed}",
+    if problems:  # worded as NVIDIA's webhook words it (admitResourceClaimParameters)
+        listed = "; ".join(f"object at {path} is invalid: {message}" for path, message in problems)
+        response.update(allowed=False, status=_status(f"{len(problems)} configs failed to validate: {listed}",
                                                       "Invalid", 422))
     return answer
