@@ -249,15 +249,19 @@ def test_1_34_combined_layout_allocates_dynamic_mig_like_the_1_35_split_layout()
     assert len(set(filter(None, old))) == 8 * 7
 
 
-def test_driver_run_and_local_cluster_get_the_release_layout():
-    inventory = open_backend("simulated", profile="dgx-h100", node_name="n1").inventory()
-    combined = build_resource_slices(inventory, "n1", dynamic_mig=True, slice_layout=partitionable_layout("1.34"))
-    assert all(s["spec"].get("sharedCounters") and s["spec"].get("devices") for s in combined)
-    from gpudra.driver.agent import AgentOptions
+def test_driver_agent_publishes_the_layout_it_is_given(tmp_path):
+    """`driver run` and the local cluster's node agents hand the release's layout to the agent."""
+    from gpudra.driver.agent import AgentOptions, DriverAgent
 
+    inventory = open_backend("simulated", profile="dgx-h100", node_name="n1").inventory()
+    for version in ("1.34", "1.35"):
+        layout = partitionable_layout(version)
+        agent = DriverAgent(AgentOptions(node_name="n1", profile="dgx-h100", root=str(tmp_path / version),
+                                         claims_dir=str(tmp_path), dynamic_mig=True, slice_layout=layout, fsync=False))
+        slices = agent.build_slices()
+        assert slices == build_resource_slices(inventory, "n1", dynamic_mig=True, slice_layout=layout)
+        assert _errors(slices, version) == []
     assert AgentOptions(node_name="n1").slice_layout == "split"
-    source = (Path(__file__).parent.parent / "gpudra" / "cluster" / "nodeagent.py").read_text()
-    assert "slice_layout=partitionable_layout(config.kubernetes_version)" in source
 
 
 # ----- API versions per release ---------------------------------------------------------------------------
