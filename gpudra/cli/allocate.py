@@ -50,12 +50,12 @@ def _split_list(values: tuple[str, ...]) -> list[str]:
     return items
 
 
-def _validation_warnings(documents: list[Document]) -> list[str]:
+def _validation_warnings(documents: list[Document], release: str | None = None) -> list[str]:
     """Single-object validation problems, reported but not fatal (upstream allocates anyway)."""
     messages: list[str] = []
     for document in documents:
         try:
-            problems = validate_document(document)
+            problems = validate_document(document, release)
         except Exception as exc:  # a validator bug must not block allocation
             messages.append(f"{_label(document)}: could not validate: {exc}")
             continue
@@ -231,9 +231,10 @@ def run_allocate(
 
     version, features = release_and_features(kubernetes_version, feature_text, paths, kubeconfig, context,
                                               request_timeout, allocator_name)
-    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command="allocate")
+    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command="allocate",
+                            release=version)
     if not validate:
-        for text in _validation_warnings(documents):
+        for text in _validation_warnings(documents, version):
             warn(f"warning: {text}")
     for problem in gate_warnings(documents, version):
         warn(f"warning: {problem.location()}: {problem.path}: {problem.message}")

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from typing import NoReturn
 
 import click
@@ -65,17 +66,18 @@ KUBERNETES_VERSION_HELP = ("Kubernetes release of the cluster (1.33-1.36; defaul
 
 
 def _slice_layout(dynamic_mig: bool, kubernetes_version: str | None, features: str,
-                  kubeconfig: str | None = None, live: bool = False) -> bool:
-    """--dynamic-mig when the release allows it, else False with a warning that says why."""
+                  kubeconfig: str | None = None, live: bool = False) -> tuple[bool, str]:
+    """(--dynamic-mig when the release allows it, else False with a warning that says why; where the release
+    wants counter sets: gpudra.versions.partitionable_layout)."""
     from gpudra.allocator.features import Features
     from gpudra.driver.slices import dynamic_mig_layout
     from gpudra.kube.inputs import InputError, kubernetes_version as cluster_version
-    from gpudra.versions import VersionError, parse_version
+    from gpudra.versions import VersionError, parse_version, partitionable_layout
 
     try:
         if not dynamic_mig:  # the flags decide nothing then, but a typo in them is still an error
             Features.parse(features, parse_version(kubernetes_version))
-            return False
+            return False, partitionable_layout(kubernetes_version)
         version = cluster_version(kubernetes_version, (), kubeconfig) if live else parse_version(kubernetes_version)
         dynamic, note = dynamic_mig_layout(version, features)
     except VersionError as exc:
@@ -84,7 +86,7 @@ def _slice_layout(dynamic_mig: bool, kubernetes_version: str | None, features: s
         _fail(str(exc))
     if note:
         click.echo(f"warning: Kubernetes {version}: {note}", err=True)
-    return dynamic
+    return dynamic, partitionable_layout(version)
 
 
 def _warn_unless_consumable(kubernetes_version: str | None, features: str) -> None:
@@ -154,8 +156,9 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
                sharing: str, kubernetes_version: str | None, features: str, output: str) -> None:
     """Print the ResourceSlices this node would publish."""
     from gpudra.driver.slices import build_resource_slices
+    from gpudra.versions import parse_version
 
-    dynamic_mig = _slice_layout(dynamic_mig, kubernetes_version, features)
+    dynamic_mig, layout = _slice_layout(dynamic_mig, kubernetes_version, features)
     if sharing == "consumable":
         _warn_unless_consumable(kubernetes_version, features)
     try:
@@ -164,22 +167,33 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
         _fail(str(exc))
     for problem in inventory.problems:
         warn(str(problem))
-    slices = build_resource_slices(inventory, node_name, driver_name=driver_name, generation=generation,
-                                   dynamic_mig=dynamic_mig, sharing=sharing)
-    require_generated_valid(slices, "driver slices")
+    try:
+        slices = build_resource_slices(inventory, node_name, driver_name=driver_name, generation=generation,
+                                       dynamic_mig=dynamic_mig, sharing=sharing, slice_layout=layout)
+    except ValueError as exc:
+        _fail(str(exc))
+    require_generated_valid(slices, "driver slices", parse_version(kubernetes_version))
     _dump(slices, output)
 
 
 @command.command("deviceclasses")
 @click.option("--driver-name", default="gpu.nvidia.com", show_default=True, callback=dns_subdomain_value(63),
               help=DRIVER_NAME_HELP)
+@kubernetes_version_option("The release to publish for (1.33-1.36; default 1.36): the GPU class names the "
+                           "extended resource nvidia.com/gpu only where DRAExtendedResource is on by default.")
 @output_option(pipe_default="yaml", help="table: names and selectors; yaml/json: the DeviceClasses.")
-def deviceclasses_cmd(driver_name: str, output: str) -> None:
+def deviceclasses_cmd(driver_name: str, kubernetes_version: str | None, output: str) -> None:
     """Print the DeviceClasses for full GPUs and MIG devices."""
     from gpudra.driver.slices import device_classes
+    from gpudra.versions import gate_state, parse_version
 
-    classes = device_classes(driver_name)
-    require_generated_valid(classes, "driver deviceclasses")
+    version = parse_version(kubernetes_version)
+    extended = gate_state("DRAExtendedResource", version)
+    if not extended.default:  # the API server would drop the field: do not print what the cluster will not keep
+        click.echo(f"warning: Kubernetes {version}: no extendedResourceName on the GPU class: it needs the "
+                   f"DRAExtendedResource feature gate ({extended.describe()})", err=True)
+    classes = device_classes(driver_name, extended_resource_name="nvidia.com/gpu" if extended.default else None)
+    require_generated_valid(classes, "driver deviceclasses", version)
     _dump(classes, output)
 
 
@@ -279,8 +293,8 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
             verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
     chosen_backend = _published_backend(backend, profile, kubeconfig, in_cluster)
-    dynamic_mig = _slice_layout(dynamic_mig, kubernetes_version, features, kubeconfig,
-                                live=bool(kubeconfig or in_cluster))
+    dynamic_mig, layout = _slice_layout(dynamic_mig, kubernetes_version, features, kubeconfig,
+                                        live=bool(kubeconfig or in_cluster))
     from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
     from gpudra.driver.checkpoint import CheckpointError
     from gpudra.driver.health import parse_xid_list
@@ -290,7 +304,8 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     options = AgentOptions(node_name=node_name, backend=chosen_backend, profile=profile, driver_name=driver_name, root=root,
                            claims_dir=claims_dir, kubeconfig=kubeconfig, in_cluster=in_cluster,
-                           dynamic_mig=dynamic_mig, healthcheck_port=healthcheck_port, fsync=not no_fsync,
+                           dynamic_mig=dynamic_mig, slice_layout=layout, healthcheck_port=healthcheck_port,
+                           fsync=not no_fsync,
                            registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir,
                            driver_root=driver_root, host_driver_root=host_driver_root, cdi_hook_path=cdi_hook_path,
                            socket_group=socket_group, call_deadline_s=call_deadline_s, metrics_port=metrics_port,
@@ -306,6 +321,42 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
     signal.signal(signal.SIGINT, lambda *_: agent.stop())
     click.echo(f"ready: {agent.paths.dra_socket}", err=True)
     agent.wait()
+
+
+@command.command("webhook")
+@click.option("--tls-cert-file", required=True, type=click.Path(dir_okay=False), metavar="PATH",
+              help="x509 certificate for HTTPS (PEM; a CA certificate, if any, concatenated after it)")
+@click.option("--tls-private-key-file", required=True, type=click.Path(dir_okay=False), metavar="PATH",
+              help="the private key matching --tls-cert-file (PEM)")
+@click.option("--port", type=click.IntRange(0, 65535), default=443, show_default=True,
+              help="HTTPS port (0: any free port, printed on stderr)")
+@click.option("--bind-address", default="", metavar="ADDRESS", help="address to listen on (default: all)")
+@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, callback=dns_subdomain_value(63),
+              help="check the opaque configs of this driver; other drivers' configs are let through")
+@click.option("-v", "--verbose", is_flag=True)
+def webhook_cmd(tls_cert_file: str, tls_private_key_file: str, port: int, bind_address: str, driver_name: str,
+                verbose: bool) -> None:
+    """Serve the validating admission webhook: refuse ResourceClaims, ResourceClaimTemplates and DeviceClasses whose
+    GpuConfig / MigDeviceConfig the driver would refuse at prepare time (the checks of `gpudra validate`).
+
+    POST /validate-resource-claim-parameters takes an admission.k8s.io/v1 AdmissionReview; GET /readyz answers
+    ok. deploy/kubernetes/webhook.yaml registers it (the chart: --set webhook.enabled=true)."""
+    from gpudra.driver.webhook import WebhookError, WebhookServer
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        server = WebhookServer((bind_address, port), tls_cert_file, tls_private_key_file, driver_name)
+    except WebhookError as exc:
+        _fail(str(exc))
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
+    click.echo(f"ready: https://{bind_address or '0.0.0.0'}:{server.port}", err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
 
 
 @command.command("inject-event")

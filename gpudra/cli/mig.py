@@ -12,7 +12,8 @@ import yaml
 from gpudra.catalog import GpuModel, UnknownGpuModel, find_gpu_model, gpu_model, mig_models
 from gpudra.cli.errors import NEGATIVE, USAGE, fail
 from gpudra.cli.inputs import require_generated_valid
-from gpudra.cli.options import backend_option, dns_subdomain_value, kubeconfig_option, node_option
+from gpudra.cli.options import (backend_option, dns_subdomain_value, kubeconfig_option, kubernetes_version_option,
+                                node_option)
 from gpudra.cli.output import output_option, plural, render_data, render_objects, report_problems
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -333,19 +334,29 @@ def validate_command(path: str, gpus: tuple[str, ...], verbose: bool, output: st
 @click.option("--count", default=1, show_default=True, type=click.IntRange(1, 8), help="number of GPUs")
 @node_option("The Node the slices are published for (spec.nodeName, the pool's name).", dest="node_name",
              default="node-1", show_default=True, callback=dns_subdomain_value())
+@kubernetes_version_option("The release to publish for (1.33-1.36; default 1.36): 1.33 and 1.34 want each GPU's "
+                           "counter set in the slice of its devices, 1.35 on in a slice of its own.")
 @output_option(formats=("table", "wide", "yaml", "json"), pipe_default="yaml",
                help="table: one row per slice; yaml/json: the ResourceSlices.")
-def slices_command(gpu: str, count: int, node_name: str, output: str) -> None:
-    """Print the dynamic-MIG ResourceSlices (k8s >= 1.35 layout) of a node with COUNT such GPUs."""
-    from gpudra.mig.dynamic import DynamicMigGpu, resource_slices
+def slices_command(gpu: str, count: int, node_name: str, kubernetes_version: str | None, output: str) -> None:
+    """Print the dynamic-MIG ResourceSlices of a node with COUNT such GPUs, in the release's layout."""
+    from gpudra.mig.dynamic import DynamicMigGpu, combined_resource_slices, resource_slices
+    from gpudra.versions import SPLIT_SLICES, gate_state, parse_version, partitionable_layout
 
     model = _models((gpu,))[0]
     gpus = [DynamicMigGpu(minor=i, model=model, uuid=f"GPU-{node_name}-{i:08x}",
                           attributes={"productName": {"string": model.product_names[0]},
                                       "architecture": {"string": model.architecture}})
             for i in range(count)]
-    slices = resource_slices(node_name, gpus)
-    require_generated_valid(slices, "mig slices")
+    version = parse_version(kubernetes_version)
+    state = gate_state("DRAPartitionableDevices", version)
+    if not state.default:
+        click.echo(f"warning: Kubernetes {version}: dynamic MIG needs the DRAPartitionableDevices feature gate "
+                   f"({state.describe()}); the API server drops counter sets and consumption while it is off",
+                   err=True)
+    split = partitionable_layout(version) == SPLIT_SLICES
+    slices = resource_slices(node_name, gpus) if split else combined_resource_slices(node_name, gpus)
+    require_generated_valid(slices, "mig slices", version)
     if output in ("table", "wide"):
         from gpudra.cli.driver import slices_table
 

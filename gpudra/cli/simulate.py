@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 import click
 
 from gpudra.cli.errors import UsageError
+from gpudra.cli.options import features_option, kubernetes_version_option
 from gpudra.cli.output import output_option
 from gpudra.simulate.engine import ALL_POLICIES, DEFAULT_TUNE, METHODS
 from gpudra.simulate.trace import BUNDLED_TRACES, DEFAULT_TRACE
@@ -53,12 +54,17 @@ def _split(values: tuple[str, ...]) -> list[str]:
                    "cores; needs gpudra[distributed].")
 @click.option("--out-dir", type=click.Path(file_okay=False), default=None,
               help="Write results.json, summary.csv, series.csv, PNG plots and report.html here.")
+@kubernetes_version_option("Schedule and allocate as this release (1.33-1.36; default 1.36): its default feature "
+                           "gates. DRA mode shares GPUs through consumable capacity (DRAConsumableCapacity: alpha, "
+                           "off by default in 1.34 and 1.35), which it then needs in --features.")
+@features_option()
 @output_option(formats=("table", "wide", "yaml", "json", "csv"),
                help="table: mean over seeds (wide: with tasks, scheduled and CPU seconds); json: one object per "
                     "experiment per line; yaml: the same objects as a `---` stream; csv: the summary.")
 def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None, manifests: tuple[str, ...],
             policies: tuple[str, ...], seed: int, seeds: int, mode: str, tune: float, method: str, jobs: int | None,
-            dask_scheduler: str | None, out_dir: str | None, output: str) -> None:
+            dask_scheduler: str | None, out_dir: str | None, kubernetes_version: str | None, features: str,
+            output: str) -> None:
     """Replay a trace of a GPU cluster: every task becomes a Pod (with a ResourceClaim in DRA mode), every node
     a Node with the ResourceSlices gpudra's driver publishes, and every placement goes through gpudra's scheduler
     and allocator. Reports the GPU allocation ratio and the unallocated GPUs at 100% arrived GPU demand, the
@@ -131,7 +137,9 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
     modes = ["dra", "device-plugin"] if mode == "both" else [mode]
     if manifests:
         modes = ["manifests"]
-    experiments = [Experiment(source, policy, s, m, tune, method)
+    version = _release(kubernetes_version, features, "dra" in modes)
+    gates = None if features == "default" else features
+    experiments = [Experiment(source, policy, s, m, tune, method, version, gates)
                    for source in sources for m in modes for policy in chosen for s in range(seed, seed + seeds)]
     workers = min(jobs or default_jobs(), len(experiments))
     clock = SweepClock(predictions(experiments, trace_of), workers)
@@ -190,6 +198,26 @@ def _interrupted(stopped: Any, out_dir: str | None, output: str) -> NoReturn:
             _write(stopped.finished, out_dir)
         _print(stopped.finished, output)
     raise click.exceptions.Exit(130)
+
+
+def _release(kubernetes_version: str | None, features: str, dra: bool) -> str | None:
+    """The release to simulate (None: the newest); DRA mode's shared GPUs need consumable capacity there."""
+    from gpudra.allocator.features import Features
+    from gpudra.versions import gate_state, parse_version
+
+    if kubernetes_version is None and features == "default":
+        return None
+    version = parse_version(kubernetes_version)
+    try:
+        gates = Features.parse(features, version)
+    except ValueError as exc:
+        raise UsageError(f"--features: {exc}") from None
+    if dra and not gates.consumable_capacity:
+        raise UsageError(f"--mode dra shares GPUs through consumable capacity, which Kubernetes {version} leaves "
+                         f"off (DRAConsumableCapacity: {gate_state('DRAConsumableCapacity', version).describe()}): "
+                         "add --features default,+DRAConsumableCapacity if the cluster enables the gate, or use "
+                         "--mode device-plugin")
+    return version
 
 
 def _writable_directory(path: str) -> None:

@@ -11,7 +11,7 @@ import click
 from gpudra.api.dump import dump_json, dump_yaml
 from gpudra.api.validate import has_errors, validate_documents
 from gpudra.cli.errors import NEGATIVE, OK, USAGE, InputError, UsageError, show_error
-from gpudra.cli.options import cluster_options, filename_option, kubernetes_version_option
+from gpudra.cli.options import cluster_options, filename_option, kubernetes_version_option, runtime_config_option
 from gpudra.cli.output import output_option, plural, render_problems, report_problems
 from gpudra.cli.progress import progress
 
@@ -24,9 +24,11 @@ from gpudra.cli.progress import progress
 @click.option("-q", "--quiet", is_flag=True, help="Print errors only, no warnings or summary.")
 @kubernetes_version_option("Validate as this release's API server (1.33-1.36; default 1.36): a field behind a "
                            "feature gate that is off by default there is a warning naming the gate.")
+@runtime_config_option()
 @cluster_options("With --fix: check the repairs against this cluster's ResourceSlices (read-only).")
 def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool, kubernetes_version: str | None,
-            kubeconfig: str | None, context: str | None, request_timeout: float | None) -> None:
+            runtime_config: dict[str, bool], kubeconfig: str | None, context: str | None,
+            request_timeout: float | None) -> None:
     """Validate Kubernetes DRA manifests: exit 0 when valid, 1 when there are errors, 2 when input cannot be read.
 
     Every problem is reported as FILE:doc N (Kind/name): field.path: message. Files that cannot be read are
@@ -51,8 +53,8 @@ def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool, kuberne
     for error in unreadable:
         show_error(str(error))
     cluster = _read_cluster(kubeconfig, context, request_timeout) if fix and (kubeconfig or context) else []
-    code = _fix(documents, output, quiet, cluster, version=version) if fix else _check(documents, output, quiet,
-                                                                                      version, len(unreadable))
+    code = (_fix(documents, output, quiet, cluster, version=version) if fix
+            else _check(documents, output, quiet, version, len(unreadable), runtime_config))
     sys.exit(USAGE if unreadable else code)
 
 
@@ -67,11 +69,12 @@ def _read_cluster(kubeconfig: str | None, context: str | None, request_timeout: 
         raise InputError(str(exc)) from None
 
 
-def _check(documents, output: str, quiet: bool, version: str | None = None, unreadable: int = 0) -> int:
+def _check(documents, output: str, quiet: bool, version: str | None = None, unreadable: int = 0,
+           runtime_config: dict[str, bool] | None = None) -> int:
     if not documents:
         return OK
     with progress() as bar:
-        problems = validate_documents(documents, version, progress=bar)
+        problems = validate_documents(documents, version, progress=bar, runtime_config=runtime_config)
     report_problems(problems, output, _counted(documents), len(documents), quiet, unreadable)
     return NEGATIVE if has_errors(problems) else OK
 

@@ -100,15 +100,21 @@ class Run:
         return res
 
 
+# (Kubernetes version, --features text) a run behaves as; None: the newest release's defaults.
+Release = tuple[str | None, str | None] | None
+
+
 def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int, mode: str,
-          rng: random.Random | None = None) -> Run:
-    """`rng`: the experiment's stream after tuning; the paper policies' node order for ties is drawn from it."""
+          rng: random.Random | None = None, release: Release = None) -> Run:
+    """`rng`: the experiment's stream after tuning; the paper policies' node order for ties is drawn from it.
+    `release`: (Kubernetes version, --features text) the scheduler and allocator behave as (None: 1.36's)."""
     objects = cluster_objects(trace.nodes, mode)
     tasks: dict[str, Task] = {}
     for pod_name, task in workload:
         objects.extend(pod_objects(task, pod_name, mode))
         tasks[f"{NAMESPACE}/{pod_name}"] = task
-    cluster = Cluster(objects)
+    version, features = release or (None, None)
+    cluster = Cluster(objects, features, version)
     node_gpus = {n.name: (n.model, [gpu_device_id(n.name, i) for i in range(n.gpus)]) for n in trace.nodes}
     fragmentation = Fragmentation(typical_tasks(trace.tasks))
     context = SimContext(cluster, mode, node_gpus, tasks, fragmentation, seed,
@@ -161,7 +167,7 @@ def per_percent(points: list[tuple[float, float]], upto: int) -> dict[int, float
 
 
 def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra", tune: float = DEFAULT_TUNE,
-                   method: str = "tune", progress: Progress | None = None) -> dict[str, Any]:
+                   method: str = "tune", progress: Progress | None = None, release: Release = None) -> dict[str, Any]:
     if mode not in ("dra", "device-plugin"):
         raise SimulationError(f"unknown mode {mode!r}; choose dra or device-plugin")
     if method not in METHODS:
@@ -173,9 +179,9 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     started, cpu_started = time.perf_counter(), time.process_time()
     rng = random.Random(seed)
     if method == "events":
-        return _run_events(trace, policy, seed, mode, progress, started, cpu_started)
+        return _run_events(trace, policy, seed, mode, progress, started, cpu_started, release)
     workload = tuned_workload(trace.tasks, trace.gpus * MILLI, tune, rng)
-    run = start(trace, workload, policy, seed, mode, rng)
+    run = start(trace, workload, policy, seed, mode, rng, release)
     capacity = run.capacity_milli
     arrived = served = scheduled = 0
     alloc_points: list[tuple[float, float]] = []
@@ -239,12 +245,12 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
 
 
 def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progress | None, started: float,
-                cpu_started: float) -> dict[str, Any]:
+                cpu_started: float, release: Release = None) -> dict[str, Any]:
     timed = [t for t in trace.tasks if t.creation is not None]
     if not timed:
         raise SimulationError(f"trace {trace.name}: no creation_time column, the events method needs one")
     workload = [(t.name, t) for t in sorted(timed, key=lambda t: (t.creation, t.name))]
-    run = start(trace, workload, policy, seed, mode)
+    run = start(trace, workload, policy, seed, mode, release=release)
     events: list[tuple[int, int, str, Task]] = []  # (time, order: deletions before creations, pod, task)
     for pod_name, task in workload:
         events.append((task.creation or 0, 1, pod_name, task))

@@ -45,6 +45,12 @@ class Experiment:
     mode: str = "dra"
     tune: float = DEFAULT_TUNE
     method: str = "tune"
+    kubernetes_version: str | None = None  # the release the scheduler and allocator behave as (None: newest)
+    features: str | None = None  # --features over that release's default gates
+
+    @property
+    def release(self) -> tuple[str | None, str | None] | None:
+        return (self.kubernetes_version, self.features) if self.kubernetes_version or self.features else None
 
 
 _TRACES: dict[TraceSource, "Trace | Manifests"] = {}  # per worker process: each trace is parsed once
@@ -54,9 +60,9 @@ def run_one(trace: "Trace | Manifests", experiment: Experiment,
             progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """One experiment on its (already parsed) trace or manifests."""
     if isinstance(trace, Manifests):
-        return run_manifests(trace, experiment.policy, experiment.seed, progress)
+        return run_manifests(trace, experiment.policy, experiment.seed, progress, experiment.release)
     return run_experiment(trace, experiment.policy, experiment.seed, experiment.mode, experiment.tune,
-                          experiment.method, progress)
+                          experiment.method, progress, experiment.release)
 
 
 def _run(experiment: Experiment) -> dict[str, Any]:

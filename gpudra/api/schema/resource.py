@@ -13,7 +13,7 @@ from gpudra.api.schema import hints, names
 from gpudra.api.schema.cel_check import check_selector_expression
 from gpudra.api.schema.meta import NODE_SELECTOR
 from gpudra.api.schema.types import (
-    INT64_MAX, INT64_MIN, AnyValue, Bool, Context, F, Int, ListOf, MapOf, QuantityType, Str, Struct, Type, child,
+    INT64_MAX, INT64_MIN, AnyValue, Bool, as_list, Context, F, Int, ListOf, MapOf, QuantityType, Str, Struct, Type, child,
     index, key, type_name, _key_problems,
 )
 
@@ -414,9 +414,7 @@ def _slice_check(spec: dict, path: str, ctx: Context) -> None:
     if uses_taints_or_counters and len(devices) > DEVICES_MAX_WITH_TAINTS_OR_COUNTERS:
         ctx.error(child(path, "devices"), f"must have at most {DEVICES_MAX_WITH_TAINTS_OR_COUNTERS} devices when "
                   f"any device has taints or consumesCounters (has {len(devices)})")
-    if devices and spec.get("sharedCounters"):
-        ctx.error(path, "only one of devices and sharedCounters may be set: counter sets go in their own "
-                  "ResourceSlice of the same pool")
+    _counter_layout_check(spec, dicts, path, ctx)
     per_device = spec.get("perDeviceNodeSelection") is True
     for position, device in enumerate(dicts):
         device_path = index(child(path, "devices"), position)
@@ -433,6 +431,38 @@ def _slice_check(spec: dict, path: str, ctx: Context) -> None:
         _one_term(spec["nodeSelector"], child(path, "nodeSelector"), ctx)
     if spec.get("nodeName") == "":
         ctx.error(child(path, "nodeName"), "must not be empty")
+
+
+def _counter_layout_check(spec: dict, devices: list[dict], path: str, ctx: Context) -> None:
+    """Where counter sets may live differs by release (gpudra.versions.partitionable_layout): from 1.35 a slice
+    holds devices or sharedCounters, never both (kubernetes/kubernetes#134189); up to 1.34 a device consumes
+    only counter sets of its own slice, so they must be there (1.34's validateDeviceCounterConsumption)."""
+    from gpudra.versions import SPLIT_SLICES, partitionable_layout
+
+    release = ctx.facts.get("release")
+    counter_sets = spec.get("sharedCounters") if isinstance(spec.get("sharedCounters"), list) else []
+    if partitionable_layout(release) == SPLIT_SLICES:
+        if devices and counter_sets:
+            ctx.error(path, "only one of devices and sharedCounters may be set: counter sets go in their own "
+                      "ResourceSlice of the same pool (from Kubernetes 1.35; 1.34 wants them together)")
+        return
+    known = {c.get("name"): c.get("counters") for c in counter_sets if isinstance(c, dict)}
+    for position, device in enumerate(devices):
+        for entry, consumption in enumerate(as_list(device.get("consumesCounters"))):
+            if not isinstance(consumption, dict) or not isinstance(consumption.get("counterSet"), str):
+                continue
+            entry_path = index(child(index(child(path, "devices"), position), "consumesCounters"), entry)
+            name = consumption["counterSet"]
+            if name not in known:
+                ctx.error(child(entry_path, "counterSet"), f"must reference a counter set in this ResourceSlice's sharedCounters: Kubernetes "
+                          f"{release} keeps counter sets with the devices that consume them "
+                          f"(counter set {name!r} is not here; the split layout is 1.35's)")
+                continue
+            counters = known[name] if isinstance(known[name], dict) else {}
+            for counter in consumption.get("counters") if isinstance(consumption.get("counters"), dict) else {}:
+                if counter not in counters:
+                    ctx.error(child(entry_path, "counters"), f"counter {counter!r} is not in "
+                              f"counter set {name!r} of this ResourceSlice")
 
 
 def _one_term(selector: dict, path: str, ctx: Context) -> None:
