@@ -42,9 +42,11 @@ def gpudra_outcome(case: dict, reading: str):
     stored = reading == "scheduler"
     features = case["features"]
     try:
-        # The scheduler compiles stored expressions with every field declared, whatever the gates.
-        selector = compile_selector(case["expression"], consumable_capacity=stored or features["consumableCapacity"],
-                                    stored=stored)
+        # The 1.36 scheduler compiles stored expressions with every field declared, whatever the gates
+        # (gpudra.cel.release); DRAListTypeAttributes still types attribute values in both readings.
+        selector = compile_selector(case["expression"], consumable_capacity=features["consumableCapacity"],
+                                    list_type_attributes=features["listTypeAttributes"], stored=stored,
+                                    version="1.36")
     except CELCompileError:
         return "compile error"
     device = device_input(case["driver"], case["device"], list_type_attributes=features["listTypeAttributes"])

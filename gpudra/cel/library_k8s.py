@@ -19,6 +19,7 @@ from gpudra.api.semver import SemverError, is_semver, parse_semver
 from gpudra.cel import binding
 from gpudra.cel import values as V
 from gpudra.cel.budget import metered
+from gpudra.cel.release import CelEnvironment
 
 T = cel.Type
 QUANTITY = T(V.QUANTITY_TYPE)
@@ -198,12 +199,21 @@ def _last_index_of(values, item) -> int:
     return -1
 
 
-def _includes_list(values, item) -> bool:
-    return _index_of(values, item) >= 0
+MAX_ATTRIBUTE_VALUES = 64  # ResourceSliceMaxAttributeValuesPerDevice
 
 
-def _includes_scalar(value, item) -> bool:
-    return cel_equal(value, item)
+def _includes(target, item) -> bool:
+    """DRA's includesFunc (dynamic-resource-allocation cel/compile.go): a list includes an equal element (a list
+    longer than an attribute may be is refused), any other value is compared with the argument."""
+    if isinstance(target, (list, tuple)):
+        for index, value in enumerate(target):
+            if index >= MAX_ATTRIBUTE_VALUES:
+                raise ValueError(
+                    f"'includes' function cannot be applied to lists longer than {MAX_ATTRIBUTE_VALUES} values")
+            if cel_equal(value, item):
+                return True
+        return False
+    return cel_equal(target, item)
 
 
 # ----- map builders behind transformMap / transformMapEntry (see source.rewrite_map_transforms) -----
@@ -355,10 +365,12 @@ def comparison_declarations() -> list[cel.FunctionDecl]:
     return declarations
 
 
-def declarations(runtime: bool = False) -> list[cel.FunctionDecl]:
-    """`runtime`: the evaluation environment, where quantities and versions are tagged strings."""
+def declarations(runtime: bool = False, features: CelEnvironment = CelEnvironment()) -> list[cel.FunctionDecl]:
+    """`runtime`: the evaluation environment, where quantities and versions are tagged strings; `features`:
+    what the release offers (SemverLib v1's normalizing overloads, DRA's `includes`; gpudra.cel.release)."""
     bool_, int_, double, string = T.BOOL, T.INT, T.DOUBLE, T.STRING
     quantity, semver = (T.STRING, T.STRING) if runtime else (QUANTITY, SEMVER)
+    normalizing = features.semver_normalize
     return [
         # quantity
         cel.FunctionDecl("quantity", [_overload("string_to_quantity", quantity, [string], _quantity, member=False)]),
@@ -392,15 +404,15 @@ def declarations(runtime: bool = False) -> list[cel.FunctionDecl]:
             "semver",
             [
                 _overload("string_to_semver", semver, [string], _semver, member=False),
-                _overload("string_bool_to_semver", semver, [string, bool_], _semver_normalized, member=False),
-            ],
+            ] + ([_overload("string_bool_to_semver", semver, [string, bool_], _semver_normalized, member=False)]
+                 if normalizing else []),
         ),
         cel.FunctionDecl(
             "isSemver",
             [
                 _overload("is_semver_string", bool_, [string], is_semver, member=False),
-                _overload("is_semver_string_bool", bool_, [string, bool_], lambda s, n: is_semver(s, bool(n)), member=False),
-            ],
+            ] + ([_overload("is_semver_string_bool", bool_, [string, bool_], lambda s, n: is_semver(s, bool(n)),
+                            member=False)] if normalizing else []),
         ),
         cel.FunctionDecl("major", [_overload("semver_major", int_, [semver], lambda v: V.semver_of(v).major)]),
         cel.FunctionDecl("minor", [_overload("semver_minor", int_, [semver], lambda v: V.semver_of(v).minor)]),
@@ -411,18 +423,6 @@ def declarations(runtime: bool = False) -> list[cel.FunctionDecl]:
         cel.FunctionDecl("sum", [_overload("list_sum", T.DYN, [LIST_DYN], _sum)]),
         cel.FunctionDecl("min", [_overload("list_min", T.DYN, [LIST_DYN], lambda values: _extreme(values, False))]),
         cel.FunctionDecl("max", [_overload("list_max", T.DYN, [LIST_DYN], lambda values: _extreme(values, True))]),
-        # includes: membership for list attributes, equality for scalar ones (so a selector works
-        # whether a driver publishes `strings` or `string`)
-        cel.FunctionDecl(
-            "includes",
-            [
-                _overload("list_includes", bool_, [LIST_DYN, T.DYN], _includes_list),
-                _overload("string_includes", bool_, [string, string], _includes_scalar),
-                _overload("int_includes", bool_, [int_, int_], _includes_scalar),
-                _overload("bool_includes", bool_, [bool_, bool_], _includes_scalar),
-            ]
-            + ([] if runtime else [_overload("semver_includes", bool_, [semver, semver], _includes_scalar)]),
-        ),
         cel.FunctionDecl(
             "__gpudra_map_from_entries",
             [_overload("gpudra_map_from_entries", T.Map(T.DYN, T.DYN), [LIST_DYN], _map_from_entries)],
@@ -439,7 +439,13 @@ def declarations(runtime: bool = False) -> list[cel.FunctionDecl]:
                 _overload("string_find_all_string_int", T.List(string), [string, string, int_], _find_all_limit),
             ],
         ),
-    ]
+    ] + (_includes_declarations(runtime) if features.includes else [])
+
+
+def _includes_declarations(runtime: bool) -> list[cel.FunctionDecl]:
+    # One member overload on (dyn, dyn), as DRA declares it (dra_includes_dyn_dyn): membership for a list
+    # attribute, equality for a scalar one (so a selector works whether a driver publishes `strings` or `string`).
+    return [cel.FunctionDecl("includes", [_overload("dra_includes_dyn_dyn", T.BOOL, [T.DYN, T.DYN], _includes)])]
 
 
 def ordering_declarations(runtime: bool = False) -> list[cel.FunctionDecl]:

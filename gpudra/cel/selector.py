@@ -13,6 +13,7 @@ from gpudra.cel.device import DeviceInput
 from gpudra.cel.environment import checking_env, runtime_env
 from gpudra.cel.errors import CELCompileError, CELRuntimeError
 from gpudra.cel.reads import device_reads
+from gpudra.cel.release import CelEnvironment, cel_environment
 from gpudra.cel.source import adapt, caret_report, line_column, offset_of
 
 MAX_EXPRESSION_BYTES = 10 * 1024  # CELSelectorExpressionMaxLength
@@ -65,12 +66,12 @@ def _aborted_message(message: str) -> str:
 class Selector:
     """A compiled selector. `evaluate(device_input)` returns a bool or raises CELRuntimeError."""
 
-    __slots__ = ("expression", "consumable_capacity", "estimated_cost", "reads", "_program", "_env", "_key")
+    __slots__ = ("expression", "environment", "estimated_cost", "reads", "_program", "_env", "_key")
 
-    def __init__(self, expression: str, consumable_capacity: bool, program, estimated_cost: int,
-                 reads: tuple[tuple[str, ...], ...] | None = None):
+    def __init__(self, expression: str, environment: CelEnvironment, program, estimated_cost: int,
+                 reads: tuple[tuple[str, ...], ...] | None = None, stored: bool = False):
         self.expression = expression
-        self.consumable_capacity = consumable_capacity
+        self.environment = environment
         # Over MAX_COST only for a stored expression (see compile_selector): its evaluation is not
         # started, it fails as the runtime cost limit would stop it.
         self.estimated_cost = estimated_cost
@@ -79,7 +80,11 @@ class Selector:
         self.reads = reads
         self._program = program
         self._env = runtime_env()
-        self._key = (expression, consumable_capacity)
+        self._key = (expression, environment, stored)
+
+    @property
+    def consumable_capacity(self) -> bool:
+        return self.environment.multiple_allocations
 
     def evaluate(self, device: DeviceInput, deadline: float | None = None) -> bool:
         """`deadline`: a time.monotonic() instant (the search's); past it, EvaluationDeadlineExceeded."""
@@ -161,20 +166,33 @@ def _compile_error(expression: str, rewritten, raw: str) -> CELCompileError:
     return CELCompileError(expression, first_message, column, line, report="\n".join(reports))
 
 
-def _compile(expression: str, consumable_capacity: bool, stored: bool = False) -> Selector:
+def _result_type_allowed(checked, environment: CelEnvironment) -> str | None:
+    """None when the result type is bool or the attribute type (compile.go: `dyn`, or `any` with
+    DRAListTypeAttributes off), else the type's name."""
+    result_type = checked.return_type()
+    if result_type == cel.Type.BOOL:
+        return None
+    root_type = checks.root_type_name(checked.serialize())
+    allowed = "dyn" if environment.list_attributes else "any"
+    if root_type == allowed:
+        return None
+    return root_type or cel_type_name(result_type)
+
+
+def _compile(expression: str, environment: CelEnvironment, stored: bool = False) -> Selector:
     if not isinstance(expression, str):
         raise CELCompileError(str(expression), "expression must be a string")
     size = len(expression.encode("utf-8"))
     if size > MAX_EXPRESSION_BYTES:
         raise CELCompileError(expression, f"Too long: may not be more than {MAX_EXPRESSION_BYTES} bytes")
-    rewritten = adapt(expression)
+    rewritten = adapt(expression, semver_normalize=environment.semver_normalize)
     try:
-        checked = checking_env(consumable_capacity).compile(rewritten.text)
+        checked = checking_env(environment).compile(rewritten.text)
     except Exception as error:  # noqa: BLE001 - cel-expr-python raises RuntimeError/ValueError with the issues
         raise _compile_error(expression, rewritten, str(error)) from None
-    result_type = checked.return_type()
-    if result_type != cel.Type.BOOL and result_type != cel.Type.DYN:
-        message = f"must evaluate to bool or the unknown type, not {cel_type_name(result_type)}"
+    wrong_type = _result_type_allowed(checked, environment)
+    if wrong_type is not None:
+        message = f"must evaluate to bool or the unknown type, not {wrong_type}"
         raise CELCompileError(expression, message, report=message)
     serialized = checked.serialize()
     problem = (
@@ -192,29 +210,36 @@ def _compile(expression: str, consumable_capacity: bool, stored: bool = False) -
         program = runtime_env().compile(adapt(expression, runtime=True).text)
     except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly
         raise _compile_error(expression, rewritten, str(error)) from None
-    return Selector(expression, consumable_capacity, program, estimate, device_reads(serialized))
+    return Selector(expression, environment, program, estimate, device_reads(serialized), stored)
 
 
 @lru_cache(maxsize=4096)
-def _cached(expression: str, consumable_capacity: bool, stored: bool = False) -> Selector | CELCompileError:
+def _cached(expression: str, environment: CelEnvironment, stored: bool = False) -> Selector | CELCompileError:
     # Failures are cached too: an allocator asks for the same broken selector on every node.
     try:
-        return _compile(expression, consumable_capacity, stored)
+        return _compile(expression, environment, stored)
     except CELCompileError as error:
         return error
 
 
-def compile_selector(expression: str, *, consumable_capacity: bool = True, stored: bool = False) -> Selector:
+def compile_selector(expression: str, *, consumable_capacity: bool | None = None, stored: bool = False,
+                     version: str | None = None, list_type_attributes: bool | None = None) -> Selector:
     """Compile a DRA device selector (cached per expression and options); raises CELCompileError.
 
     The API server's reading (the default) refuses an expression whose estimated cost exceeds the
     limit. `stored=True` is kube-scheduler's reading of an expression already stored: no estimate
     at compile time, the runtime cost limit applies instead (an expression whose cost bound exceeds
     the limit fails its evaluation with "actual cost limit exceeded").
+
+    `version`: the Kubernetes release (default gpudra.versions.DEFAULT_KUBERNETES_VERSION) whose CEL
+    libraries and DRA CEL features apply; `consumable_capacity` / `list_type_attributes`: the gates
+    DRAConsumableCapacity / DRAListTypeAttributes, None for the release's default (gpudra.cel.release).
     """
     if not isinstance(expression, str):
         raise CELCompileError(str(expression), "expression must be a string")
-    result = _cached(expression, bool(consumable_capacity), bool(stored))
+    environment = cel_environment(version, stored=bool(stored), consumable_capacity=consumable_capacity,
+                                  list_type_attributes=list_type_attributes)
+    result = _cached(expression, environment, bool(stored))
     if isinstance(result, CELCompileError):
         raise CELCompileError(result.expression, result.message, result.column, result.line, result.report)
     return result

@@ -263,7 +263,7 @@ def _literal_text(token: Token) -> str | None:
     return match.group(1) if match.group(1) is not None else match.group(2)
 
 
-def fold_constant_values(source: str, runtime: bool = False) -> Rewritten:
+def fold_constant_values(source: str, runtime: bool = False, semver_normalize: bool = True) -> Rewritten:
     """`quantity("40Gi")` and `semver("8.0.0"[, true])` with a valid literal become message literals.
 
     Same value, but no call into Python per evaluation (cel-expr-python's Python calls are the slow
@@ -286,7 +286,7 @@ def fold_constant_values(source: str, runtime: bool = False) -> Rewritten:
             continue
         normalize, close = False, index + 3
         if token.text == "semver" and tokens[index + 3].text == "," and index + 5 < len(tokens):
-            if tokens[index + 4].text not in ("true", "false"):
+            if tokens[index + 4].text not in ("true", "false") or not semver_normalize:
                 continue
             normalize, close = tokens[index + 4].text == "true", index + 5
         if tokens[close].text != ")":
@@ -314,13 +314,14 @@ def _compose(first: Rewritten, second: Rewritten) -> Rewritten:
     return Rewritten(second.text, tuple(first.original_offset(offset) for offset in second.origin))
 
 
-def adapt(source: str, runtime: bool = False) -> Rewritten:
+def adapt(source: str, runtime: bool = False, semver_normalize: bool = True) -> Rewritten:
     """Every source-level adaptation, with positions mapped back to `source`; `runtime` gives the text
-    for the evaluation environment (constant values folded to their tagged-string form)."""
+    for the evaluation environment (constant values folded to their tagged-string form);
+    `semver_normalize`: the release has `semver(s, normalize)` (else such a call is left to the checker)."""
     rewritten = rewrite_domain_lookups(source)
     rewritten = _compose(rewritten, rewrite_map_transforms(rewritten.text))
     rewritten = _compose(rewritten, rewrite_format_calls(rewritten.text))
-    return _compose(rewritten, fold_constant_values(rewritten.text, runtime))
+    return _compose(rewritten, fold_constant_values(rewritten.text, runtime, semver_normalize))
 
 
 def offset_of(source: str, line: int, column: int) -> int:
