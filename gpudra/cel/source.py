@@ -10,6 +10,9 @@ and the domain lookup is rewritten:
     device.attributes[D]   ->  __gpudra_attributes[?D].orValue(__gpudra_no_attributes)
     device.attributes[?D]  ->  optional.of(__gpudra_attributes[?D].orValue(__gpudra_no_attributes))
     device.attributes.d    ->  __gpudra_attributes[?"d"].orValue(__gpudra_no_attributes)  (outside has())
+    device.attributes.?d   ->  optional.of(__gpudra_attributes[?"d"].orValue(__gpudra_no_attributes))
+    has(device.attributes.d)  ->  true        (cel-go's custom Find answers every key, so has() is true)
+    has(device.attributes)    ->  unchanged   (a field of the device message)
     device.attributes      ->  __gpudra_attributes                                         (elsewhere)
 
 and the same for device.capacity. `__gpudra_no_*` are empty maps of the right type.
@@ -121,9 +124,16 @@ def rewrite_domain_lookups(source: str) -> Rewritten:
         dot, name = tokens[index + 1], tokens[index + 2]
         if dot.text != "." or name.kind != "ident" or name.text not in DOMAIN_MAPS:
             continue
+        if _inside_has(tokens, index, index + 2):
+            continue  # has(device.attributes): a field of the device, present in every device
         variable, empty = _VARIABLES[name.text]
-        operations.append((token.start, name.end, variable))
         opener = tokens[index + 3] if index + 3 < len(tokens) else None
+        domain = tokens[index + 4] if index + 4 < len(tokens) and tokens[index + 4].kind == "ident" else None
+        if opener is not None and opener.text == "." and domain is not None and _inside_has(tokens, index, index + 4):
+            # cel-go's maps answer every domain (a custom Find), so a presence test of a domain is true
+            operations.append((tokens[index - 2].start, tokens[index + 5].end, "true"))
+            continue
+        operations.append((token.start, name.end, variable))
         if opener is None:
             continue
         if opener.text == "[":
@@ -136,13 +146,14 @@ def rewrite_domain_lookups(source: str) -> Rewritten:
             if close is not None:
                 operations.append((token.start, token.start, "optional.of("))
                 operations.append((tokens[close].end, tokens[close].end, f".orValue({empty}))"))
-        elif opener.text == "." and index + 4 < len(tokens) and tokens[index + 4].kind == "ident":
-            domain = tokens[index + 4]
-            if _inside_has(tokens, index, index + 4):
-                continue
+        elif opener.text in (".", ".?") and domain is not None:
             if index + 5 < len(tokens) and tokens[index + 5].text == "(":
                 continue  # a method call on the map itself, e.g. device.attributes.exists(d, …)
-            operations.append((opener.start, domain.end, f'[?"{domain.text}"].orValue({empty})'))
+            lookup = f'[?"{domain.text}"].orValue({empty})'
+            if opener.text == ".?":  # an optional selection finds every domain too
+                operations.append((token.start, token.start, "optional.of("))
+                lookup += ")"
+            operations.append((opener.start, domain.end, lookup))
     return _apply(source, operations)
 
 
