@@ -16,7 +16,7 @@ from cel_expr_python import cel
 
 from gpudra.api.quantity import NANO, Quantity, QuantityError
 from gpudra.api.semver import SemverError, is_semver, parse_semver
-from gpudra.cel import binding
+from gpudra.cel import binding, source
 from gpudra.cel import values as V
 from gpudra.cel.budget import metered
 from gpudra.cel.release import CelEnvironment
@@ -214,6 +214,28 @@ def _includes(target, item) -> bool:
                 return True
         return False
     return cel_equal(target, item)
+
+
+# ----- strings extension: indexOf/lastIndexOf with an offset (cel-go v0.26.0 ext/strings.go) -------------
+def _index_of_offset(text: str, needle: str, offset: int) -> int:
+    if needle == "":
+        return offset
+    if offset < 0:
+        raise ValueError(f"index out of range: {offset}")
+    if offset >= len(text):
+        return -1
+    return text.find(needle, offset)
+
+
+def _last_index_of_offset(text: str, needle: str, offset: int) -> int:
+    if needle == "":
+        return offset
+    if offset < 0:
+        raise ValueError(f"index out of range: {offset}")
+    if offset >= len(text):
+        return -1
+    start = min(offset, len(text) - len(needle))
+    return -1 if start < 0 else text.rfind(needle, 0, start + len(needle))
 
 
 # ----- map builders behind transformMap / transformMapEntry (see source.rewrite_map_transforms) -----
@@ -430,6 +452,10 @@ def declarations(runtime: bool = False, features: CelEnvironment = CelEnvironmen
         cel.FunctionDecl(
             "__gpudra_merge_maps", [_overload("gpudra_merge_maps", T.Map(T.DYN, T.DYN), [LIST_DYN], _merge_maps)]
         ),
+        cel.FunctionDecl(source.INDEX_OF_OFFSET, [
+            _overload("gpudra_index_of_offset", int_, [string, string, int_], _index_of_offset)]),
+        cel.FunctionDecl(source.LAST_INDEX_OF_OFFSET, [
+            _overload("gpudra_last_index_of_offset", int_, [string, string, int_], _last_index_of_offset)]),
         # regex
         cel.FunctionDecl("find", [_overload("string_find_string", string, [string, string], _find)]),
         cel.FunctionDecl(

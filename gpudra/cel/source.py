@@ -264,6 +264,28 @@ def rewrite_format_calls(source: str) -> Rewritten:
     return _apply(source, operations)
 
 
+INDEX_OF_OFFSET = "__gpudra_index_of_offset"
+LAST_INDEX_OF_OFFSET = "__gpudra_last_index_of_offset"
+
+
+def rewrite_offset_searches(source: str) -> Rewritten:
+    """`s.indexOf(t, n)` / `s.lastIndexOf(t, n)` (the strings extension's forms with an offset) call
+    gpudra's implementation of cel-go's semantics: cel-cpp refuses an offset past the end, cel-go answers
+    -1 (or the offset, for an empty needle). The one-argument forms agree and are left alone."""
+    tokens = tokenize(source)
+    operations: list[tuple[int, int, str]] = []
+    replacements = {"indexOf": INDEX_OF_OFFSET, "lastIndexOf": LAST_INDEX_OF_OFFSET}
+    for index, token in enumerate(tokens):
+        if token.text not in replacements or index == 0 or tokens[index - 1].text != ".":
+            continue
+        if index + 1 >= len(tokens) or tokens[index + 1].text != "(":
+            continue
+        parsed = _top_level_arguments(tokens, index + 1)
+        if parsed is not None and len(parsed[0]) == 2:
+            operations.append((token.start, token.end, replacements[token.text]))
+    return _apply(source, operations)
+
+
 _SIMPLE_STRING = re.compile(r"""^(?:"([^"\\\n]*)"|'([^'\\\n]*)')$""")
 
 
@@ -332,6 +354,8 @@ def adapt(source: str, runtime: bool = False, semver_normalize: bool = True) -> 
     rewritten = rewrite_domain_lookups(source)
     rewritten = _compose(rewritten, rewrite_map_transforms(rewritten.text))
     rewritten = _compose(rewritten, rewrite_format_calls(rewritten.text))
+    if runtime:
+        rewritten = _compose(rewritten, rewrite_offset_searches(rewritten.text))
     return _compose(rewritten, fold_constant_values(rewritten.text, runtime, semver_normalize))
 
 
