@@ -7,14 +7,14 @@ from functools import lru_cache
 
 from cel_expr_python import cel
 
-from gpudra.cel import binding, budget, checks
+from gpudra.cel import binding, budget, checks, constants
 from gpudra.cel import cost as cost_model
 from gpudra.cel.device import DeviceInput
 from gpudra.cel.environment import checking_env, runtime_env
 from gpudra.cel.errors import CELCompileError, CELRuntimeError
 from gpudra.cel.reads import device_reads
 from gpudra.cel.release import CelEnvironment, cel_environment
-from gpudra.cel.source import adapt, caret_report, line_column, offset_of
+from gpudra.cel.source import adapt, caret_report, line_column, offset_of, tokenize, top_level_arguments
 
 MAX_EXPRESSION_BYTES = 10 * 1024  # CELSelectorExpressionMaxLength
 MAX_COST = budget.MAX_COST  # CELSelectorExpressionMaxCost, also the runtime CostLimit
@@ -179,6 +179,32 @@ def _result_type_allowed(checked, environment: CelEnvironment) -> str | None:
     return root_type or cel_type_name(result_type)
 
 
+def _with_folded_conversions(expression: str, rewritten, serialized: bytes) -> str:
+    """`expression` with each constant conversion replaced by the value cel-go's planner folds it to
+    (gpudra.cel.constants.folded_conversions)."""
+    folded = constants.folded_conversions(serialized)
+    if not folded:
+        return expression
+    tokens = tokenize(rewritten.text)
+    by_start = {token.start: index for index, token in enumerate(tokens)}
+    replacements: list[tuple[int, int, str]] = []
+    for offset, value in folded:
+        index = by_start.get(offset)
+        text = constants.literal(value)
+        if index is None or index == 0 or text is None or tokens[index].text != "(":
+            continue
+        parsed = top_level_arguments(tokens, index)
+        if parsed is None:
+            continue
+        start = rewritten.original_offset(tokens[index - 1].start)
+        end = rewritten.original_offset(tokens[parsed[1]].start) + 1
+        if expression[start:end].startswith(tokens[index - 1].text) and expression[end - 1 : end] == ")":
+            replacements.append((start, end, text))
+    for start, end, text in sorted(replacements, reverse=True):
+        expression = expression[:start] + text + expression[end:]
+    return expression
+
+
 def _compile(expression: str, environment: CelEnvironment, stored: bool = False) -> Selector:
     if not isinstance(expression, str):
         raise CELCompileError(str(expression), "expression must be a string")
@@ -199,6 +225,8 @@ def _compile(expression: str, environment: CelEnvironment, stored: bool = False)
         checks.heterogeneous_literal(serialized)
         or checks.list_function_overloads(serialized)
         or checks.invalid_time_literals(serialized)
+        or constants.format_problem(serialized)
+        or constants.conversion_problem(serialized)
     )
     if problem is not None:
         message, offset = problem
@@ -206,8 +234,9 @@ def _compile(expression: str, environment: CelEnvironment, stored: bool = False)
         line, column = line_column(expression, offset)
         raise CELCompileError(expression, message, column, line, report=caret_report(expression, message, offset))
     estimate = cost_model.check(expression, checked, refuse_costly=not stored)
+    runtime_source = _with_folded_conversions(expression, rewritten, serialized)
     try:
-        program = runtime_env().compile(adapt(expression, runtime=True).text)
+        program = runtime_env().compile(adapt(runtime_source, runtime=True).text)
     except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly
         raise _compile_error(expression, rewritten, str(error)) from None
     return Selector(expression, environment, program, estimate, device_reads(serialized), stored)

@@ -175,7 +175,7 @@ def _apply(source: str, operations: list[tuple[int, int, str]]) -> Rewritten:
     return Rewritten("".join(pieces), tuple(origin))
 
 
-def _top_level_arguments(tokens: list[Token], open_index: int) -> tuple[list[tuple[int, int]], int] | None:
+def top_level_arguments(tokens: list[Token], open_index: int) -> tuple[list[tuple[int, int]], int] | None:
     """Token index ranges [first, last] of the arguments of the call opened at `open_index`, and the
     index of the closing parenthesis."""
     depth = 0
@@ -216,7 +216,7 @@ def rewrite_map_transforms(source: str) -> Rewritten:
             continue
         if index + 1 >= len(tokens) or tokens[index + 1].text != "(":
             continue
-        parsed = _top_level_arguments(tokens, index + 1)
+        parsed = top_level_arguments(tokens, index + 1)
         if parsed is None or len(parsed[0]) not in (3, 4):
             continue
         arguments, close = parsed
@@ -255,7 +255,7 @@ def rewrite_format_calls(source: str) -> Rewritten:
             replacement, key, start = FORMAT_NAMED, "format", tokens[index - 2].start
         else:
             continue
-        parsed = _top_level_arguments(tokens, index + 1)
+        parsed = top_level_arguments(tokens, index + 1)
         if parsed is None:
             continue
         close = parsed[1]
@@ -280,7 +280,7 @@ def rewrite_offset_searches(source: str) -> Rewritten:
             continue
         if index + 1 >= len(tokens) or tokens[index + 1].text != "(":
             continue
-        parsed = _top_level_arguments(tokens, index + 1)
+        parsed = top_level_arguments(tokens, index + 1)
         if parsed is not None and len(parsed[0]) == 2:
             operations.append((token.start, token.end, replacements[token.text]))
     return _apply(source, operations)
