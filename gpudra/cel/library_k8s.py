@@ -18,7 +18,7 @@ from gpudra.api.quantity import NANO, Quantity, QuantityError
 from gpudra.api.semver import SemverError, is_semver, parse_semver
 from gpudra.cel import binding, source
 from gpudra.cel import values as V
-from gpudra.cel.budget import metered
+from gpudra.cel.budget import MAX_COST, charge, metered
 from gpudra.cel.release import CelEnvironment
 
 T = cel.Type
@@ -238,6 +238,11 @@ def _last_index_of_offset(text: str, needle: str, offset: int) -> int:
     return -1 if start < 0 else text.rfind(needle, 0, start + len(needle))
 
 
+def _range_over_limit(count: int) -> int:
+    charge(MAX_COST + 1)  # raises: the evaluation has exceeded the cost limit, whatever absorbs the error
+    return count
+
+
 # ----- map builders behind transformMap / transformMapEntry (see source.rewrite_map_transforms) -----
 def _map_key(key):
     # Python would merge 1, 1.0 and True into one dict key; CEL keeps bool apart from numbers.
@@ -452,6 +457,8 @@ def declarations(runtime: bool = False, features: CelEnvironment = CelEnvironmen
         cel.FunctionDecl(
             "__gpudra_merge_maps", [_overload("gpudra_merge_maps", T.Map(T.DYN, T.DYN), [LIST_DYN], _merge_maps)]
         ),
+        cel.FunctionDecl(source.RANGE_OVER_LIMIT, [
+            binding.overload("gpudra_range_over_limit", int_, [int_], _range_over_limit, False)]),
         cel.FunctionDecl(source.INDEX_OF_OFFSET, [
             _overload("gpudra_index_of_offset", int_, [string, string, int_], _index_of_offset)]),
         cel.FunctionDecl(source.LAST_INDEX_OF_OFFSET, [

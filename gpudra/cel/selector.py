@@ -66,15 +66,19 @@ def _aborted_message(message: str) -> str:
 class Selector:
     """A compiled selector. `evaluate(device_input)` returns a bool or raises CELRuntimeError."""
 
-    __slots__ = ("expression", "environment", "estimated_cost", "reads", "_program", "_env", "_key")
+    __slots__ = ("expression", "environment", "estimated_cost", "reads", "refused", "_program", "_env", "_key")
 
     def __init__(self, expression: str, environment: CelEnvironment, program, estimated_cost: int,
-                 reads: tuple[tuple[str, ...], ...] | None = None, stored: bool = False):
+                 reads: tuple[tuple[str, ...], ...] | None = None, stored: bool = False, refused: bool = False):
         self.expression = expression
         self.environment = environment
         # Over MAX_COST only for a stored expression (see compile_selector): its evaluation is not
         # started, it fails as the runtime cost limit would stop it.
         self.estimated_cost = estimated_cost
+        # A stored expression over the estimate that could grow values without bound is not started: it
+        # fails as the runtime cost limit would stop it. Others run, bounded by cel-cpp's iteration budget,
+        # the metered Python functions and the clamped lists.range (source.rewrite_range_bounds).
+        self.refused = refused
         # What of the device the expression reads (gpudra.cel.reads; None: it may read anything): devices alike
         # in these places (gpudra.cel.device.device_projection) get the same outcome.
         self.reads = reads
@@ -105,7 +109,7 @@ class Selector:
     def _evaluate_or_raise(self, device: DeviceInput, deadline: float | None) -> bool:
         if device.error is not None:
             raise CELRuntimeError(device.error, self.expression)
-        if self.estimated_cost > MAX_COST:
+        if self.refused:
             raise CELRuntimeError(_aborted_message("Iteration budget exceeded"), self.expression)
         with budget.evaluation(deadline) as meter:
             try:
@@ -239,7 +243,8 @@ def _compile(expression: str, environment: CelEnvironment, stored: bool = False)
         program = runtime_env().compile(adapt(runtime_source, runtime=True).text)
     except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly
         raise _compile_error(expression, rewritten, str(error)) from None
-    return Selector(expression, environment, program, estimate, device_reads(serialized), stored)
+    refused = estimate > MAX_COST and cost_model.may_grow_without_bound(serialized)
+    return Selector(expression, environment, program, estimate, device_reads(serialized), stored, refused)
 
 
 @lru_cache(maxsize=4096)

@@ -264,6 +264,32 @@ def rewrite_format_calls(source: str) -> Rewritten:
     return _apply(source, operations)
 
 
+RANGE_OVER_LIMIT = "__gpudra_range_over_limit"
+RANGE_LIMIT = 1_000_000  # a longer range costs cel-go more than CELSelectorExpressionMaxCost to build
+
+
+def rewrite_range_bounds(source: str) -> Rewritten:
+    """`lists.range(n)`: n < 0 is an empty list in cel-go (its loop never runs), where cel-cpp fails; a range
+    longer than the cost limit fails as cel-go's cost tracker fails it, before cel-cpp would allocate it:
+    lists.range(cel.bind(__gpudra_n, n, __gpudra_n < 0 ? 0 : __gpudra_n > LIMIT ? over(__gpudra_n) : __gpudra_n))."""
+    tokens = tokenize(source)
+    operations: list[tuple[int, int, str]] = []
+    for index in range(len(tokens) - 3):
+        if (tokens[index].text, tokens[index + 1].text, tokens[index + 2].text, tokens[index + 3].text) != (
+                "lists", ".", "range", "("):
+            continue
+        if index > 0 and tokens[index - 1].text in (".", ".?"):
+            continue
+        parsed = top_level_arguments(tokens, index + 3)
+        if parsed is None or len(parsed[0]) != 1:
+            continue
+        first, last = parsed[0][0]
+        operations.append((tokens[first].start, tokens[first].start, "cel.bind(__gpudra_n, "))
+        operations.append((tokens[last].end, tokens[last].end,
+                           f", __gpudra_n < 0 ? 0 : __gpudra_n > {RANGE_LIMIT} ? {RANGE_OVER_LIMIT}(__gpudra_n) : __gpudra_n)"))
+    return _apply(source, operations)
+
+
 INDEX_OF_OFFSET = "__gpudra_index_of_offset"
 LAST_INDEX_OF_OFFSET = "__gpudra_last_index_of_offset"
 
@@ -356,6 +382,7 @@ def adapt(source: str, runtime: bool = False, semver_normalize: bool = True) -> 
     rewritten = _compose(rewritten, rewrite_format_calls(rewritten.text))
     if runtime:
         rewritten = _compose(rewritten, rewrite_offset_searches(rewritten.text))
+        rewritten = _compose(rewritten, rewrite_range_bounds(rewritten.text))
     return _compose(rewritten, fold_constant_values(rewritten.text, runtime, semver_normalize))
 
 
