@@ -16,7 +16,7 @@ from cel_expr_python import cel
 
 from gpudra.api.quantity import NANO, Quantity, QuantityError
 from gpudra.api.semver import SemverError, is_semver, parse_semver
-from gpudra.cel import binding, source
+from gpudra.cel import binding, guards, source
 from gpudra.cel import values as V
 from gpudra.cel.budget import MAX_COST, charge, metered
 from gpudra.cel.release import CelEnvironment
@@ -130,10 +130,10 @@ def cel_equal(left, right) -> bool:
 
 
 def _sort_key(value):
-    if V.is_runtime_quantity(value):
-        return V.quantity_of(value)
-    if V.is_runtime_semver(value):
-        return V.semver_of(value)
+    # Kubernetes' Semver and Quantity are not traits.Comparer: isSorted/min/max refuse them
+    # (k8s.io/apiserver pkg/cel/library/lists.go)
+    if V.is_runtime_quantity(value) or V.is_runtime_semver(value):
+        raise ValueError("no such overload: list elements are not comparable")
     if hasattr(value, "DESCRIPTOR"):
         raise ValueError(f"no such overload: {value.DESCRIPTOR.full_name} is not comparable")
     if isinstance(value, (bytearray, bytes)):
@@ -236,6 +236,29 @@ def _last_index_of_offset(text: str, needle: str, offset: int) -> int:
         return -1
     start = min(offset, len(text) - len(needle))
     return -1 if start < 0 else text.rfind(needle, 0, start + len(needle))
+
+
+# ----- guards of tagged values (gpudra.cel.guards) -----------------------------------------------------------
+def _untagged(value):
+    kind = "kubernetes.Semver" if V.is_runtime_semver(value) else "kubernetes.Quantity"
+    raise ValueError(f"no such overload: {kind} is not a string")
+
+
+def _tagged_equals(left, right) -> bool:
+    """Semver.Equal / Quantity.Equal (k8s.io/apiserver pkg/cel): another type is no such overload."""
+    if V.is_runtime_semver(left):
+        if not V.is_runtime_semver(right):
+            raise ValueError("no such overload")
+        return bool(V.semver_of(left).compare(V.semver_of(right)) == 0)
+    if not V.is_runtime_quantity(right):
+        raise ValueError("no such overload")
+    return bool(V.quantity_of(left).cmp(V.quantity_of(right)) == 0)
+
+
+def _sortable(values):
+    if any(V.is_runtime_semver(value) or V.is_runtime_quantity(value) for value in values):
+        raise ValueError("list elements must be comparable")
+    return values
 
 
 def _range_over_limit(count: int) -> int:
@@ -457,6 +480,10 @@ def declarations(runtime: bool = False, features: CelEnvironment = CelEnvironmen
         cel.FunctionDecl(
             "__gpudra_merge_maps", [_overload("gpudra_merge_maps", T.Map(T.DYN, T.DYN), [LIST_DYN], _merge_maps)]
         ),
+        cel.FunctionDecl(guards.UNTAGGED, [binding.overload("gpudra_untagged", T.DYN, [T.DYN], _untagged, False)]),
+        cel.FunctionDecl(guards.TAGGED_EQUALS, [
+            binding.overload("gpudra_tagged_equals", bool_, [T.DYN, T.DYN], _tagged_equals, False)]),
+        cel.FunctionDecl(guards.SORTABLE, [binding.overload("gpudra_sortable", LIST_DYN, [LIST_DYN], _sortable, False)]),
         cel.FunctionDecl(source.RANGE_OVER_LIMIT, [
             binding.overload("gpudra_range_over_limit", int_, [int_], _range_over_limit, False)]),
         cel.FunctionDecl(source.INDEX_OF_OFFSET, [

@@ -7,14 +7,15 @@ from functools import lru_cache
 
 from cel_expr_python import cel
 
-from gpudra.cel import binding, budget, checks, constants
+from gpudra.cel import binding, budget, checks, constants, guards
 from gpudra.cel import cost as cost_model
 from gpudra.cel.device import DeviceInput
 from gpudra.cel.environment import checking_env, runtime_env
 from gpudra.cel.errors import CELCompileError, CELRuntimeError
 from gpudra.cel.reads import device_reads
 from gpudra.cel.release import CelEnvironment, cel_environment
-from gpudra.cel.source import adapt, caret_report, line_column, offset_of, tokenize, top_level_arguments
+from gpudra.cel.source import (adapt, apply_operations, caret_report, line_column, offset_of, tokenize,
+                               top_level_arguments)
 
 MAX_EXPRESSION_BYTES = 10 * 1024  # CELSelectorExpressionMaxLength
 MAX_COST = budget.MAX_COST  # CELSelectorExpressionMaxCost, also the runtime CostLimit
@@ -183,15 +184,13 @@ def _result_type_allowed(checked, environment: CelEnvironment) -> str | None:
     return root_type or cel_type_name(result_type)
 
 
-def _with_folded_conversions(expression: str, rewritten, serialized: bytes) -> str:
-    """`expression` with each constant conversion replaced by the value cel-go's planner folds it to
-    (gpudra.cel.constants.folded_conversions)."""
+def _evaluation_source(expression: str, rewritten, serialized: bytes) -> str:
+    """`expression` as cel-cpp evaluates it: each constant conversion replaced by the value cel-go's planner
+    folds it to (gpudra.cel.constants.folded_conversions), dyn operands guarded (gpudra.cel.guards)."""
+    operations = guards.guard_operations(expression, rewritten, serialized)
     folded = constants.folded_conversions(serialized)
-    if not folded:
-        return expression
     tokens = tokenize(rewritten.text)
     by_start = {token.start: index for index, token in enumerate(tokens)}
-    replacements: list[tuple[int, int, str]] = []
     for offset, value in folded:
         index = by_start.get(offset)
         text = constants.literal(value)
@@ -203,10 +202,10 @@ def _with_folded_conversions(expression: str, rewritten, serialized: bytes) -> s
         start = rewritten.original_offset(tokens[index - 1].start)
         end = rewritten.original_offset(tokens[parsed[1]].start) + 1
         if expression[start:end].startswith(tokens[index - 1].text) and expression[end - 1 : end] == ")":
-            replacements.append((start, end, text))
-    for start, end, text in sorted(replacements, reverse=True):
-        expression = expression[:start] + text + expression[end:]
-    return expression
+            operations.append((start, end, text))
+    if not operations:
+        return expression
+    return apply_operations(expression, operations).text
 
 
 def _compile(expression: str, environment: CelEnvironment, stored: bool = False) -> Selector:
@@ -238,7 +237,7 @@ def _compile(expression: str, environment: CelEnvironment, stored: bool = False)
         line, column = line_column(expression, offset)
         raise CELCompileError(expression, message, column, line, report=caret_report(expression, message, offset))
     estimate = cost_model.check(expression, checked, refuse_costly=not stored)
-    runtime_source = _with_folded_conversions(expression, rewritten, serialized)
+    runtime_source = _evaluation_source(expression, rewritten, serialized)
     try:
         program = runtime_env().compile(adapt(runtime_source, runtime=True).text)
     except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly

@@ -154,10 +154,10 @@ def rewrite_domain_lookups(source: str) -> Rewritten:
                 operations.append((token.start, token.start, "optional.of("))
                 lookup += ")"
             operations.append((opener.start, domain.end, lookup))
-    return _apply(source, operations)
+    return apply_operations(source, operations)
 
 
-def _apply(source: str, operations: list[tuple[int, int, str]]) -> Rewritten:
+def apply_operations(source: str, operations: list[tuple[int, int, str]]) -> Rewritten:
     if not operations:
         return Rewritten(source, tuple(range(len(source))))
     operations = sorted(operations, key=lambda op: (op[0], op[1]))
@@ -231,7 +231,7 @@ def rewrite_map_transforms(source: str) -> Rewritten:
         else:
             helper = MERGE_MAPS
         operations.append((tokens[close].end, tokens[close].end, f".{helper}()"))
-    return _apply(source, operations)
+    return apply_operations(source, operations)
 
 
 FORMAT_ERRORS = "__gpudra_format_errors"
@@ -261,7 +261,7 @@ def rewrite_format_calls(source: str) -> Rewritten:
         close = parsed[1]
         operations.append((start, token.end, replacement))
         operations.append((tokens[close].end, tokens[close].end, f'[?"{key}"]'))
-    return _apply(source, operations)
+    return apply_operations(source, operations)
 
 
 RANGE_OVER_LIMIT = "__gpudra_range_over_limit"
@@ -287,7 +287,7 @@ def rewrite_range_bounds(source: str) -> Rewritten:
         operations.append((tokens[first].start, tokens[first].start, "cel.bind(__gpudra_n, "))
         operations.append((tokens[last].end, tokens[last].end,
                            f", __gpudra_n < 0 ? 0 : __gpudra_n > {RANGE_LIMIT} ? {RANGE_OVER_LIMIT}(__gpudra_n) : __gpudra_n)"))
-    return _apply(source, operations)
+    return apply_operations(source, operations)
 
 
 INDEX_OF_OFFSET = "__gpudra_index_of_offset"
@@ -309,7 +309,7 @@ def rewrite_offset_searches(source: str) -> Rewritten:
         parsed = top_level_arguments(tokens, index + 1)
         if parsed is not None and len(parsed[0]) == 2:
             operations.append((token.start, token.end, replacements[token.text]))
-    return _apply(source, operations)
+    return apply_operations(source, operations)
 
 
 _SIMPLE_STRING = re.compile(r"""^(?:"([^"\\\n]*)"|'([^'\\\n]*)')$""")
@@ -364,7 +364,7 @@ def fold_constant_values(source: str, runtime: bool = False, semver_normalize: b
             type_name = V.QUANTITY_TYPE if token.text == "quantity" else V.SEMVER_TYPE
             literal = f'{type_name}{{s: "{message.s}"}}'
         operations.append((token.start, tokens[close].end, literal))
-    return _apply(source, operations)
+    return apply_operations(source, operations)
 
 
 def _compose(first: Rewritten, second: Rewritten) -> Rewritten:
