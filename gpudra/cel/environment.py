@@ -51,7 +51,7 @@ def _extensions(runtime: bool, features: CelEnvironment) -> list:
             "kubernetes",
             library_k8s.list_index_declarations()
             + library_k8s.declarations(runtime, features)
-            + library_net.declarations()
+            + library_net.declarations(runtime)
             + library_format.declarations(),
         ),
     ]

@@ -22,6 +22,7 @@ value. Operand spans are found on the tokens around the checker's position of th
 from __future__ import annotations
 
 from gpudra.cel.ast import checked_syntax_tree, walk
+from gpudra.cel.library_net import NET_STRING
 from gpudra.cel.source import Rewritten, Token, tokenize, top_level_arguments
 
 UNTAGGED = "__gpudra_untagged"
@@ -176,6 +177,9 @@ def guard_operations(expression: str, rewritten: Rewritten, serialized: bytes) -
             for (first, last), flag in zip(arguments, flags):
                 if flag:
                     ops.wrap(first, last)
+        elif (name == "string" and node.target is None and operand_types in (["net.IP"], ["net.CIDR"])
+              and tokens[at].text == "(" and at > 0 and tokens[at - 1].text == "string"):
+            ops.found.append((tokens[at - 1].start, tokens[at - 1].end, NET_STRING))
         elif name == "sort" and node.target is not None and not node.args and tokens[at].text == "(":
             if at >= 2 and tokens[at - 2].text == ".":
                 first = _member_target(tokens, at - 2)
