@@ -367,6 +367,40 @@ def fold_constant_values(source: str, runtime: bool = False, semver_normalize: b
     return apply_operations(source, operations)
 
 
+GO_MAX_RECURSION = 250  # cel-go parser's default maxRecursionDepth (parser/parser.go)
+
+
+def collapse_redundant_parentheses(source: str) -> Rewritten:
+    """`((x))` -> `(x)`. cel-cpp's parser stops at 32 nested levels, cel-go's at 250 (per grammar rule); doubled
+    parentheses change nothing, so they are dropped while the nesting stays within cel-go's limit."""
+    tokens = tokenize(source)
+    depth = deepest = 0
+    for token in tokens:
+        if token.text in ("(", "[", "[?", "{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token.text in (")", "]", "}"):
+            depth -= 1
+    if deepest <= 32 or deepest > GO_MAX_RECURSION:
+        return Rewritten(source, tuple(range(len(source))))
+    closing: dict[int, int] = {}
+    stack: list[int] = []
+    for index, token in enumerate(tokens):
+        if token.text in ("(", "[", "[?", "{"):
+            stack.append(index)
+        elif token.text in (")", "]", "}") and stack:
+            closing[stack.pop()] = index
+    operations: list[tuple[int, int, str]] = []
+    for index in range(len(tokens) - 1):
+        if tokens[index].text != "(" or tokens[index + 1].text != "(":
+            continue
+        outer, inner = closing.get(index), closing.get(index + 1)
+        if outer is not None and inner is not None and inner == outer - 1:
+            operations.append((tokens[index + 1].start, tokens[index + 1].end, ""))
+            operations.append((tokens[inner].start, tokens[inner].end, ""))
+    return apply_operations(source, operations)
+
+
 def _compose(first: Rewritten, second: Rewritten) -> Rewritten:
     if second.text == first.text:
         return first
@@ -377,7 +411,8 @@ def adapt(source: str, runtime: bool = False, semver_normalize: bool = True) -> 
     """Every source-level adaptation, with positions mapped back to `source`; `runtime` gives the text
     for the evaluation environment (constant values folded to their tagged-string form);
     `semver_normalize`: the release has `semver(s, normalize)` (else such a call is left to the checker)."""
-    rewritten = rewrite_domain_lookups(source)
+    rewritten = collapse_redundant_parentheses(source)
+    rewritten = _compose(rewritten, rewrite_domain_lookups(rewritten.text))
     rewritten = _compose(rewritten, rewrite_map_transforms(rewritten.text))
     rewritten = _compose(rewritten, rewrite_format_calls(rewritten.text))
     if runtime:
