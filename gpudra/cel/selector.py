@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import astuple
 from functools import lru_cache
 
 from cel_expr_python import cel
@@ -85,7 +86,8 @@ class Selector:
         self.reads = reads
         self._program = program
         self._env = runtime_env()
-        self._key = (expression, environment, stored)
+        # a plain tuple: hashed on every memo lookup, where a dataclass would hash through Python code
+        self._key = (expression, astuple(environment), stored)
 
     @property
     def consumable_capacity(self) -> bool:
