@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from cel_expr_python import cel
 
-from gpudra.api.quantity import NANO, Quantity, QuantityError
+from gpudra.api.quantity import Quantity, QuantityError
 from gpudra.api.semver import SemverError, is_semver, parse_semver
 from gpudra.cel import binding, guards, source
 from gpudra.cel import values as V
