@@ -114,3 +114,27 @@ def test_the_derived_cases_cover_each_class_and_name_their_sources():
     assert min(classes.values()) >= 5
     releases = {case.get("kubernetesVersion") for case, _ in DERIVED_READINGS["validation"]}
     assert {"1.33", "1.34", "1.35", "1.36"} <= releases
+
+
+def test_validate_checks_selectors_in_the_release_s_api_server():
+    """`gpudra validate` for a release refuses a DeviceClass selector exactly when that release's API server
+    (with its default gates) does, per the derived release cases."""
+    from gpudra.api.load import Document
+    from gpudra.api.validate import validate_documents
+    from gpudra.versions import default_gates
+
+    checked = 0
+    for case, answer in DERIVED_READINGS["validation"]:
+        version = case.get("kubernetesVersion")
+        gates = default_gates(version) if version else {}
+        features = case["features"]
+        if not version or features["consumableCapacity"] != gates["DRAConsumableCapacity"] or (
+                features["listTypeAttributes"] != gates["DRAListTypeAttributes"]):
+            continue  # validate uses the release's default gates
+        device_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "c"},
+                        "spec": {"selectors": [{"cel": {"expression": case["expression"]}}]}}
+        problems = validate_documents([Document(device_class, "c.yaml", 1)], version)
+        refused = any(p.severity == "error" and "CEL compile error" in p.message for p in problems)
+        assert refused == (upstream_outcome(answer, "validation") == "compile error"), (version, case["expression"])
+        checked += 1
+    assert checked >= 5

@@ -30,7 +30,7 @@ def _problem(doc: Document, path: str, message: str, severity: str = "error", fi
                    getattr(doc, "item", None))
 
 
-def validate_document(doc: Document) -> list[Problem]:
+def validate_document(doc: Document, kubernetes_version: str | None = None) -> list[Problem]:
     if not isinstance(doc, Document):  # any object with .obj / .source / .index will do
         doc = Document(doc.obj, getattr(doc, "source", "<input>"), getattr(doc, "index", 1), getattr(doc, "item", None))
     obj = doc.obj
@@ -78,6 +78,8 @@ def validate_document(doc: Document) -> list[Problem]:
     spec = obj.get("spec")
     if kind == "ResourceSlice" and isinstance(spec, dict) and isinstance(spec.get("driver"), str):
         facts["driver"] = spec["driver"]
+    if kubernetes_version is not None:
+        facts["kubernetes_version"] = kubernetes_version  # the release whose CEL environment checks selectors
     ctx = Context(api_version, kind, **facts)
     schema.check(obj, "", ctx)
     _object_level_checks(obj, kind, ctx)
@@ -136,7 +138,7 @@ def validate_documents(docs: list[Document], kubernetes_version: str | None = No
     problems: list[Problem] = []
     with cycle_collection_paused():
         for done, doc in enumerate(docs, start=1):
-            problems.extend(validate_document(doc))
+            problems.extend(validate_document(doc, kubernetes_version))
             if gates:
                 problems.extend(gate_problems(doc, kubernetes_version))
             if progress is not None:
