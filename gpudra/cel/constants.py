@@ -290,6 +290,11 @@ def _offset(serialized: bytes, node_id: int) -> int:
     return _positions(_payload(serialized)).get(node_id, 0)
 
 
+def fold(node: Node) -> Constant | None:
+    """The constant cel-go's planner makes of `node`, or None; raises ConversionError."""
+    return _fold(node)
+
+
 def conversion_problem(serialized: bytes) -> tuple[str, int] | None:
     """(message, offset in the checked text) of the first constant conversion cel-go's planner refuses, or None."""
     try:

@@ -4,7 +4,8 @@ While evaluating, gpudra carries Kubernetes' Semver and Quantity values as tagge
 "\\x1fsemver:1.2.3"), so cel-cpp's string functions would accept them where cel-go has no overload:
 `size(v)`, `string(v)`, `v.startsWith("5")`, `v < "6"`, `v.sort()` of a list of versions. And `v == 1` is
 false in cel-cpp, where cel-go's `Semver.Equal` (k8s.io/apiserver pkg/cel/semver.go) answers "no such
-overload" for any other type (`types.Equal` calls the left operand's Equal; `1 == v` is Int.Equal, false).
+overload" for any other type (`types.Equal` calls the left operand's Equal; `1 == v` is Int.Equal, false), and a
+list equals another of its size unless an element compares False (an error does not count: `[v] == ["x"]` is true).
 
 Only operands the checker typed `dyn` or `any` (attribute values, cel.bind of them, comprehension variables)
 can hold such a value unseen, so only those are guarded, in the evaluation text only (the checked text, its
@@ -14,6 +15,9 @@ cost and reads are unchanged):
     L == R       ->  cel.bind(__gpudra_l, L, cel.bind(__gpudra_r, R,
                          <L tagged> ? __gpudra_tagged_equals(__gpudra_l, __gpudra_r) : __gpudra_l == __gpudra_r))
     X.sort()     ->  __gpudra_sortable(X).sort()
+
+`in` needs no guard: cel-go's list Contains (common/types/list.go) is true at the first element Equal calls
+equal and false otherwise, errors included, which is what comparing tagged strings gives.
 
 The tag test (`type(v) == string && v.startsWith("\\x1f")`) runs in cel-cpp; Python is called only for a tagged
 value. Operand spans are found on the tokens around the checker's position of the call (its '(' or operator).
@@ -153,7 +157,7 @@ def guard_operations(expression: str, rewritten: Rewritten, serialized: bytes) -
             negate = "!" if name == "_!=_" else ""
             ops.found.append((tokens[first].start, tokens[first].start, f"{negate}cel.bind(__gpudra_l, "))
             ops.found.append((tokens[at].start, tokens[at].end, ", cel.bind(__gpudra_r, "))
-            tagged = _TAGGED.format(v="__gpudra_l")
+            tagged = f'({_TAGGED.format(v="__gpudra_l")} || type(__gpudra_l) == list)'
             ops.found.append((tokens[last].end, tokens[last].end,
                               f", {tagged} ? {TAGGED_EQUALS}(__gpudra_l, __gpudra_r) : __gpudra_l == __gpudra_r))"))
         elif name in ("_<_", "_<=_", "_>_", "_>=_") and any(untyped) and tokens[at].text in ("<", "<=", ">", ">="):

@@ -244,15 +244,32 @@ def _untagged(value):
     raise ValueError(f"no such overload: {kind} is not a string")
 
 
-def _tagged_equals(left, right) -> bool:
-    """Semver.Equal / Quantity.Equal (k8s.io/apiserver pkg/cel): another type is no such overload."""
+def _go_equal(left, right) -> bool | None:
+    """cel-go's types.Equal on converted values: True, False, or None for an error (no such overload)."""
+    if right is None or left is None:
+        return left is None and right is None
     if V.is_runtime_semver(left):
-        if not V.is_runtime_semver(right):
-            raise ValueError("no such overload")
-        return bool(V.semver_of(left).compare(V.semver_of(right)) == 0)
-    if not V.is_runtime_quantity(right):
+        return V.semver_of(left).compare(V.semver_of(right)) == 0 if V.is_runtime_semver(right) else None
+    if V.is_runtime_quantity(left):
+        return V.quantity_of(left).cmp(V.quantity_of(right)) == 0 if V.is_runtime_quantity(right) else None
+    if isinstance(left, (list, tuple)):
+        # baseList.Equal (common/types/list.go): only an element found False makes the lists unequal
+        if not isinstance(right, (list, tuple)) or len(left) != len(right):
+            return False
+        return all(_go_equal(a, b) is not False for a, b in zip(left, right))
+    if V.is_runtime_semver(right) or V.is_runtime_quantity(right):
+        return False  # a string, number, … Equal of another type
+    return cel_equal(left, right)
+
+
+def _tagged_equals(left, right) -> bool:
+    """`==` with a version, quantity or list on the left: Semver.Equal / Quantity.Equal (k8s.io/apiserver
+    pkg/cel) answer no such overload for another type; null is compared first (cel-go common/types/util.go
+    Equal); lists compare element by element, and only an element found unequal makes them unequal."""
+    equal = _go_equal(left, right)
+    if equal is None:
         raise ValueError("no such overload")
-    return bool(V.quantity_of(left).cmp(V.quantity_of(right)) == 0)
+    return equal
 
 
 def _sortable(values):
