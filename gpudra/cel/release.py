@@ -53,8 +53,10 @@ def _minor(version: str) -> int:
 def cel_environment(version: str | None = None, *, stored: bool = False, consumable_capacity: bool | None = None,
                     list_type_attributes: bool | None = None) -> CelEnvironment:
     """The environment of release `version` (default: gpudra.versions' default) in the API server's reading
-    (`stored=False`: NewExpressions) or kube-scheduler's (`stored=True`: StoredExpressions). A gate left None
-    has its default in that release; a gate the release does not have is off."""
+    (`stored=False`: NewExpressions) or kube-scheduler's (`stored=True`: StoredExpressions). A gate the release
+    does not have is off. Left None, DRAConsumableCapacity has its default in that release and
+    DRAListTypeAttributes is on where the release has it (every attribute visible; `gpudra validate` passes the
+    release's default, see gpudra.api.schema.cel_check)."""
     version = parse_version(version or DEFAULT_KUBERNETES_VERSION)
     minor = _minor(version)
     # NewExpressions sees options introduced up to the compatibility version (one release back).
@@ -67,7 +69,7 @@ def cel_environment(version: str | None = None, *, stored: bool = False, consuma
         return state.default if value is None else bool(value)
 
     consumable = gate("DRAConsumableCapacity", consumable_capacity)
-    list_attributes = gate("DRAListTypeAttributes", list_type_attributes)
+    list_attributes = gate("DRAListTypeAttributes", True if list_type_attributes is None else list_type_attributes)
     return CelEnvironment(
         ext_lists=available >= 34,
         semver_normalize=available >= 33,

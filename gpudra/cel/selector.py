@@ -268,7 +268,8 @@ def compile_selector(expression: str, *, consumable_capacity: bool | None = None
 
     `version`: the Kubernetes release (default gpudra.versions.DEFAULT_KUBERNETES_VERSION) whose CEL
     libraries and DRA CEL features apply; `consumable_capacity` / `list_type_attributes`: the gates
-    DRAConsumableCapacity / DRAListTypeAttributes, None for the release's default (gpudra.cel.release).
+    DRAConsumableCapacity / DRAListTypeAttributes; None: the release's default for the first, on where the
+    release has it for the second (gpudra.cel.release.cel_environment).
     """
     if not isinstance(expression, str):
         raise CELCompileError(str(expression), "expression must be a string")

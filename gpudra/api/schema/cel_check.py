@@ -42,9 +42,13 @@ def compile_outcome(expression: str, kubernetes_version: str | None = None) -> t
 
     Cached: manifests repeat the same few selectors many times.
     """
+    from gpudra.versions import default_gates, parse_version
+
     compile_selector, compile_error = compiler()
+    gates = default_gates(parse_version(kubernetes_version))
     try:
-        compile_selector(expression, version=kubernetes_version)
+        compile_selector(expression, version=kubernetes_version, consumable_capacity=gates["DRAConsumableCapacity"],
+                         list_type_attributes=gates["DRAListTypeAttributes"])
     except compile_error as exc:
         message = getattr(exc, "message", None) or str(exc)
         message += _gate_hint(expression, kubernetes_version)
@@ -62,9 +66,14 @@ def compile_outcome(expression: str, kubernetes_version: str | None = None) -> t
 def _gate_hint(expression: str, kubernetes_version: str | None) -> str:
     """Why a release's API server refuses what a gate or the next release would accept (gpudra.cel.release)."""
     compile_selector, compile_error = compiler()
+    from gpudra.versions import default_gates, parse_version
+
+    gates = default_gates(parse_version(kubernetes_version))
     for gate, option in (("DRAListTypeAttributes", "list_type_attributes"), ("DRAConsumableCapacity", "consumable_capacity")):
+        chosen = {"consumable_capacity": gates["DRAConsumableCapacity"],
+                  "list_type_attributes": gates["DRAListTypeAttributes"], option: True}
         try:
-            compile_selector(expression, version=kubernetes_version, **{option: True})
+            compile_selector(expression, version=kubernetes_version, **chosen)
         except (compile_error, ValueError):
             continue
         return f" (accepted with the {gate} feature gate on)"
