@@ -63,7 +63,7 @@ def _extensions(runtime: bool, features: CelEnvironment) -> list:
 ANY_TYPE = cel.Type("google.protobuf.Any")
 
 
-def _new_env(device_type: cel.Type, runtime: bool, features: CelEnvironment) -> cel.Env:
+def _new_env(device_type: cel.Type, runtime: bool, features: CelEnvironment, extra: tuple[str, ...] = ()) -> cel.Env:
     # At runtime quantities are tagged strings (values.py), for the checker they are messages.
     capacity_domain = cel.Type.Map(cel.Type.STRING, cel.Type.STRING if runtime else cel.Type(V.QUANTITY_TYPE))
     attribute_domain = cel.Type.Map(cel.Type.STRING, cel.Type.DYN if features.list_attributes else ANY_TYPE)
@@ -77,6 +77,7 @@ def _new_env(device_type: cel.Type, runtime: bool, features: CelEnvironment) -> 
             source.CAPACITY_VARIABLE: cel.Type.Map(cel.Type.STRING, capacity_domain),
             source.NO_ATTRIBUTES_VARIABLE: attribute_domain,
             source.NO_CAPACITY_VARIABLE: capacity_domain,
+            **{name: cel.Type.DYN for name in extra},
         },
         extensions=_extensions(runtime, features),
         functions=library_k8s.comparison_declarations() + library_k8s.ordering_declarations(runtime),
@@ -94,3 +95,10 @@ def checking_env(features: CelEnvironment = CelEnvironment()) -> cel.Env:
 def runtime_env() -> cel.Env:
     """One evaluation environment for every release: the checking environment has refused what a release lacks."""
     return _new_env(cel.Type.Map(cel.Type.STRING, cel.Type.DYN), runtime=True, features=CelEnvironment())
+
+
+@lru_cache(maxsize=16)
+def runtime_env_with(variable: str) -> cel.Env:
+    """The evaluation environment plus one `dyn` variable (a macro's iteration variable, gpudra.cel.chunked)."""
+    return _new_env(cel.Type.Map(cel.Type.STRING, cel.Type.DYN), runtime=True, features=CelEnvironment(),
+                    extra=(variable,))

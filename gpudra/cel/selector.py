@@ -8,7 +8,7 @@ from functools import lru_cache
 
 from cel_expr_python import cel
 
-from gpudra.cel import binding, budget, checks, constants, guards
+from gpudra.cel import binding, budget, checks, chunked, constants, guards
 from gpudra.cel import cost as cost_model
 from gpudra.cel.device import DeviceInput
 from gpudra.cel.environment import checking_env, runtime_env
@@ -68,10 +68,12 @@ def _aborted_message(message: str) -> str:
 class Selector:
     """A compiled selector. `evaluate(device_input)` returns a bool or raises CELRuntimeError."""
 
-    __slots__ = ("expression", "environment", "estimated_cost", "reads", "refused", "_program", "_env", "_key")
+    __slots__ = ("expression", "environment", "estimated_cost", "reads", "refused", "_program", "_env", "_key",
+                 "_runtime_source")
 
     def __init__(self, expression: str, environment: CelEnvironment, program, estimated_cost: int,
-                 reads: tuple[tuple[str, ...], ...] | None = None, stored: bool = False, refused: bool = False):
+                 reads: tuple[tuple[str, ...], ...] | None = None, stored: bool = False, refused: bool = False,
+                 runtime_source: str = ""):
         self.expression = expression
         self.environment = environment
         # Over MAX_COST only for a stored expression (see compile_selector): its evaluation is not
@@ -81,6 +83,7 @@ class Selector:
         # fails as the runtime cost limit would stop it. Others run, bounded by cel-cpp's iteration budget,
         # the metered Python functions and the clamped lists.range (source.rewrite_range_bounds).
         self.refused = refused
+        self._runtime_source = runtime_source  # the text cel-cpp evaluates (gpudra.cel.chunked splits it)
         # What of the device the expression reads (gpudra.cel.reads; None: it may read anything): devices alike
         # in these places (gpudra.cel.device.device_projection) get the same outcome.
         self.reads = reads
@@ -118,8 +121,11 @@ class Selector:
             try:
                 result = self._program.eval(device.activation(self._env))
             except Exception as error:  # noqa: BLE001 - cel-cpp aborts (iteration budget) raise instead of returning
+                outcome = self._chunked(str(error), device)
                 budget.outcome(meter)
-                raise CELRuntimeError(_aborted_message(str(error)), self.expression) from None
+                if outcome is True or outcome is False:
+                    return outcome
+                raise CELRuntimeError(outcome or _aborted_message(str(error)), self.expression) from None
             finally:
                 binding.settle()  # the references cel-expr-python kept from this evaluation's Python calls
         limit_error = budget.outcome(meter)  # an error inside `||`/`&&` may have been absorbed
@@ -137,6 +143,23 @@ class Selector:
         raise CELRuntimeError(
             f"CEL result of type {cel_type_name(result_type)} could not be converted to bool", self.expression
         )
+
+    def _chunked(self, error: str, device: DeviceInput) -> bool | str | None:
+        """The outcome of an outermost macro evaluated part by part after cel-cpp's iteration budget stopped
+        the whole (gpudra.cel.chunked); None when that does not apply."""
+        if "Iteration budget exceeded" not in error or self.estimated_cost > MAX_COST:
+            return None
+        try:
+            outcome = chunked.evaluate(self._runtime_source, device.data)
+        except chunked.OverLimit:
+            return None
+        except Exception:  # noqa: BLE001 - a part aborted otherwise: the original error stands
+            return None
+        finally:
+            binding.settle()
+        if isinstance(outcome, str):
+            return clean_runtime_message(outcome)
+        return outcome
 
     def __repr__(self) -> str:
         return f"Selector({self.expression!r})"
@@ -240,12 +263,14 @@ def _compile(expression: str, environment: CelEnvironment, stored: bool = False)
         raise CELCompileError(expression, message, column, line, report=caret_report(expression, message, offset))
     estimate = cost_model.check(expression, checked, refuse_costly=not stored)
     runtime_source = _evaluation_source(expression, rewritten, serialized)
+    runtime_text = adapt(runtime_source, runtime=True).text
     try:
-        program = runtime_env().compile(adapt(runtime_source, runtime=True).text)
+        program = runtime_env().compile(runtime_text)
     except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly
         raise _compile_error(expression, rewritten, str(error)) from None
     refused = estimate > MAX_COST and cost_model.may_grow_without_bound(serialized)
-    return Selector(expression, environment, program, estimate, device_reads(serialized), stored, refused)
+    return Selector(expression, environment, program, estimate, device_reads(serialized), stored, refused,
+                    runtime_text)
 
 
 @lru_cache(maxsize=4096)
