@@ -148,7 +148,8 @@ def guard_operations(expression: str, rewritten: Rewritten, serialized: bytes) -
         at = ops.token_at(positions.get(node.id, -1))
         if at is None:
             continue
-        left_guarded = bool(untyped) and (untyped[0] or (
+        # a quantity on the left is always guarded: Quantity.Equal refuses add/sub results (pointers)
+        left_guarded = bool(untyped) and (untyped[0] or operand_types[0] == "kubernetes.Quantity" or (
             operand_types[0] in _KUBERNETES_VALUES and len(untyped) > 1 and untyped[1]))
         if name in ("_==_", "_!=_") and left_guarded and tokens[at].text in ("==", "!="):
             first, last = _relation_left(tokens, at), _relation_right(tokens, at)

@@ -69,13 +69,13 @@ def _as_integer(message) -> int:
 def _add(message, other):
     quantity = V.quantity_of(message)
     result = quantity.add(other) if isinstance(other, int) else quantity.add(V.quantity_of(other))
-    return V.runtime_quantity(_check_quantity_range(result))
+    return V.runtime_quantity(_check_quantity_range(result), pointer=True)
 
 
 def _sub(message, other):
     quantity = V.quantity_of(message)
     result = quantity.sub(other) if isinstance(other, int) else quantity.sub(V.quantity_of(other))
-    return V.runtime_quantity(_check_quantity_range(result))
+    return V.runtime_quantity(_check_quantity_range(result), pointer=True)
 
 
 def _check_quantity_range(quantity: Quantity) -> Quantity:
@@ -122,6 +122,8 @@ def cel_equal(left, right) -> bool:
         return left.keys() == right.keys() and all(cel_equal(left[k], right[k]) for k in left)
     if isinstance(left, (int, float)) and isinstance(right, (int, float)):
         return left == right
+    if V.is_runtime_quantity(left) and V.is_runtime_quantity(right):
+        return V.quantity_of(left).cmp(V.quantity_of(right)) == 0
     if isinstance(left, (bytes, bytearray)) and isinstance(right, (bytes, bytearray)):
         return bytes(left) == bytes(right)
     if type(left) is not type(right):
@@ -160,11 +162,7 @@ def _sum(values):
     if not values:
         return 0
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
-        if all(V.is_runtime_quantity(v) for v in values):
-            total = V.quantity_of(values[0])
-            for value in values[1:]:
-                total = total.add(V.quantity_of(value))
-            return V.runtime_quantity(_check_quantity_range(total))
+        # Quantity is no traits.Adder: a list of quantities has no sum (k8s.io/apiserver library/lists.go)
         raise ValueError("no such overload: sum() needs a list of numbers")
     if all(isinstance(v, int) for v in values):
         total = sum(values)
@@ -251,7 +249,9 @@ def _go_equal(left, right) -> bool | None:
     if V.is_runtime_semver(left):
         return V.semver_of(left).compare(V.semver_of(right)) == 0 if V.is_runtime_semver(right) else None
     if V.is_runtime_quantity(left):
-        return V.quantity_of(left).cmp(V.quantity_of(right)) == 0 if V.is_runtime_quantity(right) else None
+        if not V.is_runtime_quantity(right) or V.is_quantity_pointer(right):
+            return None  # Quantity.Equal takes a Quantity value, not another type or an add/sub result
+        return V.quantity_of(left).cmp(V.quantity_of(right)) == 0
     if isinstance(left, (list, tuple)):
         # baseList.Equal (common/types/list.go): only an element found False makes the lists unequal
         if not isinstance(right, (list, tuple)) or len(left) != len(right):
