@@ -25,7 +25,7 @@ value. Operand spans are found on the tokens around the checker's position of th
 
 from __future__ import annotations
 
-from gpudra.cel.ast import checked_syntax_tree, walk
+from gpudra.cel.ast import Node, checked_syntax_tree, walk
 from gpudra.cel.library_net import NET_STRING
 from gpudra.cel.source import Rewritten, Token, tokenize, top_level_arguments
 
@@ -44,9 +44,25 @@ _STRING_FUNCTIONS = frozenset({
     "strings.quote", "_<_", "_<=_", "_>_", "_>=_",
 })
 _UNTYPED = ("dyn", "any")
+# Conversions whose rules differ between cel-cpp and cel-go (Go's strconv, %g), by argument type: they call
+# gpudra.cel.constants.convert at run time (constants are folded when compiling).
+GO_CONVERSION_PREFIX = "__gpudra_go_"
+GO_CONVERSIONS = {
+    "int": ("string", "dyn", "any"), "uint": ("string", "dyn", "any"), "double": ("string", "dyn", "any"),
+    "bool": ("string", "dyn", "any"), "string": ("double", "dyn", "any"),
+}
 _KUBERNETES_VALUES = ("kubernetes.Semver", "kubernetes.Quantity")
 _RELATION_STOPS = frozenset({"&&", "||", "?", ":", ",", "==", "!=", "<", "<=", ">", ">=", "in"})
 _OPENERS, _CLOSERS = frozenset({"(", "[", "[?", "{"}), frozenset({")", "]", "}"})
+
+
+def _constant(node: Node) -> bool:
+    from gpudra.cel.constants import ConversionError, fold
+
+    try:
+        return fold(node) is not None
+    except ConversionError:
+        return True  # refused when compiling anyway
 
 
 def _relation_left(tokens: list[Token], operator: int) -> int:
@@ -149,6 +165,10 @@ def guard_operations(expression: str, rewritten: Rewritten, serialized: bytes) -
         if at is None:
             continue
         # a quantity on the left is always guarded: Quantity.Equal refuses add/sub results (pointers)
+        if (name in GO_CONVERSIONS and node.target is None and len(operand_types) == 1
+                and operand_types[0] in GO_CONVERSIONS[name] and tokens[at].text == "(" and at > 0
+                and tokens[at - 1].text == name and not _constant(node)):
+            ops.found.append((tokens[at - 1].start, tokens[at - 1].end, GO_CONVERSION_PREFIX + name))
         left_guarded = bool(untyped) and (untyped[0] or operand_types[0] == "kubernetes.Quantity" or (
             operand_types[0] in _KUBERNETES_VALUES and len(untyped) > 1 and untyped[1]))
         if name in ("_==_", "_!=_") and left_guarded and tokens[at].text in ("==", "!="):

@@ -272,6 +272,36 @@ def _tagged_equals(left, right) -> bool:
     return equal
 
 
+def _go_conversion(function: str):
+    """`function(value)` by cel-go's rules (gpudra.cel.constants.convert) for a value known only at run time."""
+    from gpudra.cel.constants import Constant, ConversionError, convert
+
+    def conversion(value):
+        if isinstance(value, bool):
+            kind = "bool"
+        elif isinstance(value, int):
+            kind = "int" if value <= 2**63 - 1 else "uint"
+        elif isinstance(value, float):
+            kind = "double"
+        elif isinstance(value, str):
+            if V.is_runtime_semver(value) or V.is_runtime_quantity(value):
+                raise ValueError(f"type conversion error to '{function}'")
+            kind = "string"
+        elif isinstance(value, (bytes, bytearray)):
+            kind, value = "bytes", bytes(value)
+        else:
+            raise ValueError(f"no such overload: {function}")
+        try:
+            converted = convert(function, Constant(kind, value), 0)
+        except ConversionError as error:
+            raise ValueError(str(error)) from None
+        if converted is None:
+            raise ValueError(f"no such overload: {function}")
+        return converted.value
+
+    return conversion
+
+
 def _sortable(values):
     if any(V.is_runtime_semver(value) or V.is_runtime_quantity(value) for value in values):
         raise ValueError("list elements must be comparable")
@@ -497,6 +527,10 @@ def declarations(runtime: bool = False, features: CelEnvironment = CelEnvironmen
         cel.FunctionDecl(
             "__gpudra_merge_maps", [_overload("gpudra_merge_maps", T.Map(T.DYN, T.DYN), [LIST_DYN], _merge_maps)]
         ),
+        *[cel.FunctionDecl(guards.GO_CONVERSION_PREFIX + name, [
+            binding.overload(f"gpudra_go_{name}", result, [T.DYN], _go_conversion(name), False)])
+          for name, result in (("int", int_), ("uint", T.UINT), ("double", double), ("bool", bool_),
+                               ("string", string))],
         cel.FunctionDecl(guards.UNTAGGED, [binding.overload("gpudra_untagged", T.DYN, [T.DYN], _untagged, False)]),
         cel.FunctionDecl(guards.TAGGED_EQUALS, [
             binding.overload("gpudra_tagged_equals", bool_, [T.DYN, T.DYN], _tagged_equals, False)]),
