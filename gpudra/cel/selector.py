@@ -266,8 +266,12 @@ def _compile(expression: str, environment: CelEnvironment, stored: bool = False)
     runtime_text = adapt(runtime_source, runtime=True).text
     try:
         program = runtime_env().compile(runtime_text)
-    except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly
-        raise _compile_error(expression, rewritten, str(error)) from None
+    except Exception:  # noqa: BLE001 - a guard or fold the token scan placed wrongly: evaluate the plain text
+        runtime_text = adapt(expression, runtime=True).text
+        try:
+            program = runtime_env().compile(runtime_text)
+        except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly
+            raise _compile_error(expression, rewritten, str(error)) from None
     refused = estimate > MAX_COST and cost_model.may_grow_without_bound(serialized)
     return Selector(expression, environment, program, estimate, device_reads(serialized), stored, refused,
                     runtime_text)
