@@ -16,7 +16,7 @@ from cel_expr_python import cel
 
 from gpudra.api.quantity import Quantity, QuantityError
 from gpudra.api.semver import SemverError, is_semver, parse_semver
-from gpudra.cel import binding, guards, source
+from gpudra.cel import binding, source
 from gpudra.cel import values as V
 from gpudra.cel.budget import MAX_COST, charge, metered
 from gpudra.cel.release import CelEnvironment
@@ -234,78 +234,6 @@ def _last_index_of_offset(text: str, needle: str, offset: int) -> int:
         return -1
     start = min(offset, len(text) - len(needle))
     return -1 if start < 0 else text.rfind(needle, 0, start + len(needle))
-
-
-# ----- guards of tagged values (gpudra.cel.guards) -----------------------------------------------------------
-def _untagged(value):
-    kind = "kubernetes.Semver" if V.is_runtime_semver(value) else "kubernetes.Quantity"
-    raise ValueError(f"no such overload: {kind} is not a string")
-
-
-def _go_equal(left, right) -> bool | None:
-    """cel-go's types.Equal on converted values: True, False, or None for an error (no such overload)."""
-    if right is None or left is None:
-        return left is None and right is None
-    if V.is_runtime_semver(left):
-        return V.semver_of(left).compare(V.semver_of(right)) == 0 if V.is_runtime_semver(right) else None
-    if V.is_runtime_quantity(left):
-        if not V.is_runtime_quantity(right) or V.is_quantity_pointer(right):
-            return None  # Quantity.Equal takes a Quantity value, not another type or an add/sub result
-        return V.quantity_of(left).cmp(V.quantity_of(right)) == 0
-    if isinstance(left, (list, tuple)):
-        # baseList.Equal (common/types/list.go): only an element found False makes the lists unequal
-        if not isinstance(right, (list, tuple)) or len(left) != len(right):
-            return False
-        return all(_go_equal(a, b) is not False for a, b in zip(left, right))
-    if V.is_runtime_semver(right) or V.is_runtime_quantity(right):
-        return False  # a string, number, … Equal of another type
-    return cel_equal(left, right)
-
-
-def _tagged_equals(left, right) -> bool:
-    """`==` with a version, quantity or list on the left: Semver.Equal / Quantity.Equal (k8s.io/apiserver
-    pkg/cel) answer no such overload for another type; null is compared first (cel-go common/types/util.go
-    Equal); lists compare element by element, and only an element found unequal makes them unequal."""
-    equal = _go_equal(left, right)
-    if equal is None:
-        raise ValueError("no such overload")
-    return equal
-
-
-def _go_conversion(function: str):
-    """`function(value)` by cel-go's rules (gpudra.cel.constants.convert) for a value known only at run time."""
-    from gpudra.cel.constants import Constant, ConversionError, convert
-
-    def conversion(value):
-        if isinstance(value, bool):
-            kind = "bool"
-        elif isinstance(value, int):
-            kind = "int" if value <= 2**63 - 1 else "uint"
-        elif isinstance(value, float):
-            kind = "double"
-        elif isinstance(value, str):
-            if V.is_runtime_semver(value) or V.is_runtime_quantity(value):
-                raise ValueError(f"type conversion error to '{function}'")
-            kind = "string"
-        elif isinstance(value, (bytes, bytearray)):
-            kind, value = "bytes", bytes(value)
-        else:
-            raise ValueError(f"no such overload: {function}")
-        try:
-            converted = convert(function, Constant(kind, value), 0)
-        except ConversionError as error:
-            raise ValueError(str(error)) from None
-        if converted is None:
-            raise ValueError(f"no such overload: {function}")
-        return converted.value
-
-    return conversion
-
-
-def _sortable(values):
-    if any(V.is_runtime_semver(value) or V.is_runtime_quantity(value) for value in values):
-        raise ValueError("list elements must be comparable")
-    return values
 
 
 def _range_over_limit(count: int) -> int:
@@ -527,14 +455,6 @@ def declarations(runtime: bool = False, features: CelEnvironment = CelEnvironmen
         cel.FunctionDecl(
             "__gpudra_merge_maps", [_overload("gpudra_merge_maps", T.Map(T.DYN, T.DYN), [LIST_DYN], _merge_maps)]
         ),
-        *[cel.FunctionDecl(guards.GO_CONVERSION_PREFIX + name, [
-            binding.overload(f"gpudra_go_{name}", result, [T.DYN], _go_conversion(name), False)])
-          for name, result in (("int", int_), ("uint", T.UINT), ("double", double), ("bool", bool_),
-                               ("string", string))],
-        cel.FunctionDecl(guards.UNTAGGED, [binding.overload("gpudra_untagged", T.DYN, [T.DYN], _untagged, False)]),
-        cel.FunctionDecl(guards.TAGGED_EQUALS, [
-            binding.overload("gpudra_tagged_equals", bool_, [T.DYN, T.DYN], _tagged_equals, False)]),
-        cel.FunctionDecl(guards.SORTABLE, [binding.overload("gpudra_sortable", LIST_DYN, [LIST_DYN], _sortable, False)]),
         cel.FunctionDecl(source.RANGE_OVER_LIMIT, [
             binding.overload("gpudra_range_over_limit", int_, [int_], _range_over_limit, False)]),
         cel.FunctionDecl(source.INDEX_OF_OFFSET, [
