@@ -82,7 +82,7 @@ def validate_document(doc: Document, kubernetes_version: str | None = None) -> l
                 problems.append(_problem(doc, "", f"{api_version} {kind} is not a kind gpudra checks beyond its "
                                          "metadata; skipped", "warning"))
         return problems
-    facts: dict[str, Any] = {"release": kubernetes_version}
+    facts: dict[str, Any] = {"release": kubernetes_version}  # also the release whose CEL environment checks selectors
     spec = obj.get("spec")
     if kind == "ResourceSlice" and isinstance(spec, dict) and isinstance(spec.get("driver"), str):
         facts["driver"] = spec["driver"]
