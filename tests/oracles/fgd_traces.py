@@ -1,0 +1,113 @@
+"""The small traces the FGD artifact's placements are recorded on (`record_fgd_artifact.py`) and that
+`tests/test_simulate_artifact.py` replays through gpudra. Plain data, no gpudra import: each trace is a node
+list and a pod list in submission order, in the openb CSV columns.
+
+Pods are named so that name order is submission order: the artifact, run without shuffling and without
+creation times, submits the pods sorted by name (pkg/simulator/simulator.go SortClusterPods). Node names have
+two dash-separated parts, so the artifact's "%04d-" prefix (its tie order) survives in its pod snapshot.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from pathlib import Path
+from typing import Any
+
+OPENB = Path("/work/shared/data/openb")  # where the recorder reads openb from (override with --openb)
+
+Node = dict[str, Any]  # sn, cpu_milli, memory_mib, gpu, model
+Pod = dict[str, Any]  # name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as stream:
+        return list(csv.DictReader(stream))
+
+
+def _node(name: str, row: dict[str, str]) -> Node:
+    return {"sn": name, "cpu_milli": int(row["cpu_milli"]), "memory_mib": int(row["memory_mib"]),
+            "gpu": int(row["gpu"]), "model": row.get("model") or ""}
+
+
+def _pod(index: int, row: dict[str, str]) -> Pod:
+    return {"name": f"p{index:04d}", "cpu_milli": int(row["cpu_milli"]), "memory_mib": int(row["memory_mib"]),
+            "num_gpu": int(row["num_gpu"]), "gpu_milli": int(row["gpu_milli"]),
+            "gpu_spec": row.get("gpu_spec") or ""}
+
+
+def _sample_nodes(openb: Path, wanted: dict[str, int], cpu_only: int, rng: random.Random) -> list[Node]:
+    rows = _read(openb / "openb_node_list_all_node.csv")
+    nodes: list[Node] = []
+    for model, count in wanted.items():
+        pool = [r for r in rows if r["model"] == model and int(r["gpu"]) > 0]
+        nodes.extend(_node("", r) for r in rng.sample(pool, count))
+    pool = [r for r in rows if int(r["gpu"]) == 0]
+    nodes.extend(_node("", r) for r in rng.sample(pool, cpu_only))
+    for index, node in enumerate(nodes):
+        node["sn"] = f"node{index:02d}"
+    return nodes
+
+
+def _sample_pods(openb: Path, csv_name: str, count: int, rng: random.Random) -> list[Pod]:
+    rows = rng.sample(_read(openb / csv_name), count)
+    return [_pod(index, row) for index, row in enumerate(rows)]
+
+
+def openb_mix(openb: Path) -> tuple[list[Node], list[Pod]]:
+    """openb's default trace on a 19-node slice of its cluster (models G2, T4, P100, V100M16, G3 and two
+    CPU-only nodes): shares, whole and multi-GPU tasks, CPU-only tasks; demand past capacity."""
+    rng = random.Random(1)
+    nodes = _sample_nodes(openb, {"G2": 6, "T4": 5, "P100": 3, "V100M16": 2, "G3": 1}, 2, rng)
+    return nodes, _sample_pods(openb, "openb_pod_list_default.csv", 110, rng)
+
+
+def openb_gpuspec(openb: Path) -> tuple[list[Node], list[Pod]]:
+    """openb's gpuspec10 trace (tasks pinned to GPU models) on a slice with every model it names."""
+    rng = random.Random(2)
+    nodes = _sample_nodes(openb, {"G2": 4, "T4": 4, "P100": 3, "V100M16": 2, "V100M32": 2, "G3": 1}, 1, rng)
+    rows = _read(openb / "openb_pod_list_gpuspec10.csv")
+    pinned = [r for r in rows if r["gpu_spec"]]
+    free = [r for r in rows if not r["gpu_spec"]]
+    chosen = rng.sample(pinned, 45) + rng.sample(free, 55)
+    rng.shuffle(chosen)
+    return nodes, [_pod(index, row) for index, row in enumerate(chosen)]
+
+
+def openb_multigpu(openb: Path) -> tuple[list[Node], list[Pod]]:
+    """openb's multigpu30 trace (more 2-, 4- and 8-GPU tasks) on 8-GPU and 2-GPU nodes."""
+    rng = random.Random(3)
+    nodes = _sample_nodes(openb, {"G2": 5, "G3": 2, "T4": 3, "V100M32": 1}, 0, rng)
+    return nodes, _sample_pods(openb, "openb_pod_list_multigpu30.csv", 90, rng)
+
+
+def synthetic_ties(_openb: Path) -> tuple[list[Node], list[Pod]]:
+    """Many equal nodes (ties everywhere) and few task shapes, so the typical tasks, FGD's integer score and
+    every policy's tie order decide most placements."""
+    nodes: list[Node] = []
+    for index in range(6):
+        nodes.append({"sn": f"node{index:02d}", "cpu_milli": 64000, "memory_mib": 262144, "gpu": 8, "model": "G2"})
+    for index in range(6, 10):
+        nodes.append({"sn": f"node{index:02d}", "cpu_milli": 16000, "memory_mib": 65536, "gpu": 2, "model": "T4"})
+    nodes.append({"sn": "node10", "cpu_milli": 32000, "memory_mib": 131072, "gpu": 0, "model": ""})
+    shapes = [  # (cpu, memory, gpus, milli per GPU, spec), weights below
+        (4000, 8192, 1, 500, ""), (2000, 4096, 1, 250, ""), (6000, 12288, 1, 330, ""), (8000, 16384, 1, 1000, ""),
+        (16000, 32768, 2, 1000, ""), (32000, 65536, 4, 1000, ""), (2000, 4096, 0, 0, ""),
+        (4000, 8192, 1, 700, "T4"), (12000, 16384, 1, 1000, "T4|G2"), (3000, 4096, 1, 100, ""),
+    ]
+    weights = [30, 20, 12, 10, 5, 3, 8, 6, 4, 2]
+    rng = random.Random(4)
+    pods = []
+    for index in range(100):
+        cpu, memory, gpus, milli, spec = rng.choices(shapes, weights)[0]
+        pods.append({"name": f"p{index:04d}", "cpu_milli": cpu, "memory_mib": memory, "num_gpu": gpus,
+                     "gpu_milli": milli, "gpu_spec": spec})
+    return nodes, pods
+
+
+TRACES = {
+    "openb-mix": openb_mix,
+    "openb-gpuspec": openb_gpuspec,
+    "openb-multigpu": openb_multigpu,
+    "synthetic-ties": synthetic_ties,
+}
