@@ -105,9 +105,25 @@ def synthetic_ties(_openb: Path) -> tuple[list[Node], list[Pod]]:
     return nodes, pods
 
 
+def synthetic_cut(_openb: Path) -> tuple[list[Node], list[Pod]]:
+    """40 pods of four shapes, 16 + 12 + 10 + 2: the three most popular cover exactly 95% (38 pods), so the cut
+    stops there and the 2-pod shape is no typical task; a cut that goes on until strictly past 95% counts it,
+    and FGD's placements change."""
+    nodes = [{"sn": f"node{index:02d}", "cpu_milli": 32000, "memory_mib": 131072, "gpu": 2, "model": "T4"}
+             for index in range(3)]
+    nodes.append({"sn": "node03", "cpu_milli": 64000, "memory_mib": 262144, "gpu": 4, "model": "G2"})
+    shapes = [(6000, 8192, 1, 330)] * 16 + [(2000, 4096, 1, 250)] * 12 + [(4000, 8192, 1, 200)] * 10 + \
+        [(4000, 8192, 1, 500)] * 2
+    random.Random(5).shuffle(shapes)
+    pods = [{"name": f"p{index:04d}", "cpu_milli": cpu, "memory_mib": memory, "num_gpu": gpus, "gpu_milli": milli,
+             "gpu_spec": ""} for index, (cpu, memory, gpus, milli) in enumerate(shapes)]
+    return nodes, pods
+
+
 TRACES = {
     "openb-mix": openb_mix,
     "openb-gpuspec": openb_gpuspec,
     "openb-multigpu": openb_multigpu,
     "synthetic-ties": synthetic_ties,
+    "synthetic-cut": synthetic_cut,
 }
