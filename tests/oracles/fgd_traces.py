@@ -120,10 +120,33 @@ def synthetic_cut(_openb: Path) -> tuple[list[Node], list[Pod]]:
     return nodes, pods
 
 
+def synthetic_tight(_openb: Path) -> tuple[list[Node], list[Pod]]:
+    """Nodes short of CPU or memory for their GPUs (GPUs stranded: FGD's lack-CPU kinds), 8-GPU and pinned
+    multi-GPU tasks, CPU-only tasks big enough to fill a node's CPU or memory."""
+    specs = [(16000, 65536, 8, "G2"), (16000, 65536, 8, "G2"), (96000, 393216, 8, "G3"), (8000, 32768, 4, "T4"),
+             (8000, 32768, 4, "T4"), (32000, 49152, 2, "V100M32"), (64000, 131072, 0, ""), (24000, 98304, 2, "P100")]
+    nodes = [{"sn": f"node{index:02d}", "cpu_milli": cpu, "memory_mib": memory, "gpu": gpus, "model": model}
+             for index, (cpu, memory, gpus, model) in enumerate(specs)]
+    shapes = [  # (cpu, memory, gpus, milli, spec), weights
+        ((4000, 16384, 1, 500, ""), 14), ((2000, 8192, 1, 300, ""), 10), ((8000, 16384, 1, 1000, ""), 8),
+        ((16000, 65536, 0, 0, ""), 4), ((4000, 40960, 0, 0, ""), 3), ((32000, 131072, 8, 1000, ""), 2),
+        ((8000, 24576, 2, 1000, "T4|P100"), 3), ((6000, 12288, 1, 1000, "V100M32"), 3),
+        ((12000, 49152, 4, 1000, ""), 2), ((1000, 2048, 1, 100, "G2|G3"), 5), ((4000, 16384, 0, 0, ""), 4),
+    ]
+    rng = random.Random(6)
+    pods = []
+    for index in range(80):
+        cpu, memory, gpus, milli, spec = rng.choices([s for s, _ in shapes], [w for _, w in shapes])[0]
+        pods.append({"name": f"p{index:04d}", "cpu_milli": cpu, "memory_mib": memory, "num_gpu": gpus,
+                     "gpu_milli": milli, "gpu_spec": spec})
+    return nodes, pods
+
+
 TRACES = {
     "openb-mix": openb_mix,
     "openb-gpuspec": openb_gpuspec,
     "openb-multigpu": openb_multigpu,
     "synthetic-ties": synthetic_ties,
     "synthetic-cut": synthetic_cut,
+    "synthetic-tight": synthetic_tight,
 }
