@@ -142,6 +142,37 @@ def synthetic_tight(_openb: Path) -> tuple[list[Node], list[Pod]]:
     return nodes, pods
 
 
+def synthetic_float(_openb: Path) -> tuple[list[Node], list[Pod]]:
+    """Many shapes with uneven counts on five G2 nodes, so the typical tasks' shares are uneven floats. When a
+    CPU-only task takes a node's CPU, some typical tasks move from one kind of fragment to another (lack GPU ->
+    lack both, CPU fits -> CPU short) with the same amount: the fragmentation is unchanged, but the artifact sums
+    it per kind (FragAmount.Data, then FragAmountSumExceptQ3), so it can come out an ulp apart, and
+    int(sigmoid(ΔF/1000)·100) is 49 instead of 50 (found by a search; drawn as the search drew it)."""
+    rng = random.Random(30)
+    nodes = []
+    for index in range(5):
+        gpus = rng.choice([2, 4, 8])
+        nodes.append({"sn": f"node{index:02d}", "cpu_milli": rng.choice([32000, 48000, 64000, 96000]),
+                      "memory_mib": 10**6, "gpu": gpus, "model": "G2"})
+    shapes = []
+    for _ in range(rng.randint(15, 30)):
+        kind = rng.random()
+        cpu = rng.choice(range(500, 30000, 500))
+        if kind < 0.3:
+            shapes.append((cpu, 0, 0))
+        elif kind < 0.8:
+            shapes.append((cpu, 1, rng.choice(range(50, 1000, 10))))
+        else:
+            shapes.append((cpu, rng.choice([1, 2, 4]), 1000))
+    weights = [rng.randint(1, 12) for _ in shapes]
+    pods = []
+    for index in range(rng.randint(90, 160)):
+        cpu, gpus, milli = rng.choices(shapes, weights)[0]
+        pods.append({"name": f"p{index:04d}", "cpu_milli": cpu, "memory_mib": 1024, "num_gpu": gpus,
+                     "gpu_milli": milli, "gpu_spec": ""})
+    return nodes, pods
+
+
 TRACES = {
     "openb-mix": openb_mix,
     "openb-gpuspec": openb_gpuspec,
@@ -149,4 +180,5 @@ TRACES = {
     "synthetic-ties": synthetic_ties,
     "synthetic-cut": synthetic_cut,
     "synthetic-tight": synthetic_tight,
+    "synthetic-float": synthetic_float,
 }
