@@ -43,6 +43,8 @@ MUTANTS = {
     "packing-order": ("policies.py", "key=lambda i: res.gpu_left[i])  # stable: fullest first",
                       "key=lambda i: -res.gpu_left[i])",
                       "GpuPacking looks at the emptiest GPUs first"),
+    "fgd-sum-order": ("fgd.py", "if total_left and not self.cpu_aware:", "if total_left and False:",
+                      "F_n summed as Σ p·F(m) + (1 − Σ p_fit)·free, not per kind in the artifact's order"),
     "whole-gpus-last": ("fgd.py", "    for index, left in enumerate(res.gpu_left):\n        if len(chosen) >= count:",
                         "    for index, left in reversed(list(enumerate(res.gpu_left))):\n"
                         "        if len(chosen) >= count:",
