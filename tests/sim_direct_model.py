@@ -10,7 +10,10 @@ experiment. Every decision (filters, typical tasks, scores, ties, GPU choice) an
 oracle's. RandomScore is not covered (its picks come from Go's random stream), nor gpudra's own policies.
 
     python tests/sim_direct_model.py [--trace default | --pods FILE,...] [--policies fgd,...] [--seeds 10]
-        [--seed 42] [--tune 1.3] [--json]
+        [--seed 42] [--tune 1.3] [--json] [--compare]
+
+`--compare` also runs the experiment through gpudra's scheduler and allocator (`gpudra simulate`'s path) and
+counts the tasks placed on another node or other GPUs than the artifact's decisions.
 """
 
 from __future__ import annotations
@@ -72,6 +75,20 @@ def experiment(trace: Trace, policy: str, seed: int, tune: float) -> dict[str, A
             "scheduled": sum(1 for p in placements if p[1] is not None), "tasks": len(placements)}
 
 
+def differing_placements(trace: Trace, policy: str, seed: int, tune: float, expected: list[list[Any]]) -> int:
+    """Tasks that gpudra's scheduler path places elsewhere (node or GPU indices) than `expected`."""
+    from gpudra.simulate.engine import start
+
+    stream = random.Random(seed)
+    workload = tuned_workload(trace.tasks, trace.gpus * 1000, tune, stream)
+    run = start(trace, workload, policy, seed, "dra", stream)
+    differ = 0
+    for (name, _task), want in zip(workload, expected):
+        placement = run.schedule(name)
+        differ += [name, placement.node, list(placement.gpus)] != want
+    return differ
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", default="default", help=f"comma-separated: {', '.join(BUNDLED_TRACES)}")
@@ -82,6 +99,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--tune", type=float, default=1.3)
     parser.add_argument("--json", action="store_true", help="one JSON object per experiment")
+    parser.add_argument("--compare", action="store_true", help="also count the tasks gpudra places elsewhere")
     args = parser.parse_args()
     policies = POLICIES if args.policies == "all" else tuple(args.policies.split(","))
     nodes = str(resources.files("gpudra.simulate") / "data" / "openb" / BUNDLED_NODES)
@@ -95,15 +113,20 @@ def main() -> int:
             ratios = []
             for seed in range(args.seed, args.seed + args.seeds):
                 started = time.process_time()
-                ratio = experiment(trace, policy, seed, args.tune)["allocation_ratio"]
+                result = experiment(trace, policy, seed, args.tune)
+                ratio = result["allocation_ratio"]
                 ratios.append(ratio)
                 line = {"trace": trace.name, "policy": policy, "seed": seed,
                         "allocation_ratio": None if ratio is None else round(ratio, 4),
                         "unallocated_gpus": None if ratio is None else round(trace.gpus * (1 - ratio / 100), 2),
                         "cpu_seconds": round(time.process_time() - started, 1)}
+                if args.compare:
+                    line["gpudra_differs"] = differing_placements(trace, policy, seed, args.tune,
+                                                                  result["placements"])
                 print(json.dumps(line) if args.json else
                       f"{trace.name:<12}{policy:<16}{seed:>5}{line['allocation_ratio']!s:>9}%"
-                      f"{line['unallocated_gpus']!s:>9}{line['cpu_seconds']:>8.1f}s", flush=True)
+                      f"{line['unallocated_gpus']!s:>9}{line['cpu_seconds']:>8.1f}s"
+                      + (f"  gpudra differs on {line['gpudra_differs']} tasks" if args.compare else ""), flush=True)
             known = [r for r in ratios if r is not None]
             if known and not args.json:
                 mean = sum(known) / len(known)
