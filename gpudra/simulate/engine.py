@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from gpudra.scheduler import Cluster, Scheduler
+from gpudra.scheduler.cluster import allocated_device_ids
 from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
 
 from .fgd import Fragmentation, NodeRes, typical_tasks
@@ -72,6 +73,16 @@ def tuned_workload(tasks: list[Task], capacity_milli: int, tune: float, rng: ran
     return named
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where one task went: the node (None: unschedulable) and the indices of the GPUs it got there (DRA mode;
+    in device-plugin mode nothing says which GPUs, so none)."""
+
+    pod: str
+    node: str | None
+    gpus: tuple[int, ...] = ()
+
+
 @dataclass
 class Run:
     """The live state of one experiment."""
@@ -99,15 +110,29 @@ class Run:
         self.node_frag[node] = frag
         return res
 
+    def schedule(self, pod_name: str) -> Placement:
+        """Schedule one submitted task through the scheduler and allocator; the node's totals follow."""
+        key = f"{NAMESPACE}/{pod_name}"
+        result = self.scheduler.schedule_pod(key)
+        if not result.scheduled or result.node is None:
+            return Placement(pod_name, None)
+        self.refresh(result.node)
+        devices = self.context.node_gpus.get(result.node, ("", []))[1]
+        gpus = sorted(devices.index(device) for claim in result.claims
+                      for device in allocated_device_ids(self.cluster.claims[claim]) if device in devices)
+        return Placement(pod_name, result.node, tuple(gpus))
+
 
 # (Kubernetes version, --features text) a run behaves as; None: the newest release's defaults.
 Release = tuple[str | None, str | None] | None
 
 
 def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int, mode: str,
-          rng: random.Random | None = None, release: Release = None) -> Run:
-    """`rng`: the experiment's stream after tuning; the paper policies' node order for ties is drawn from it.
-    `release`: (Kubernetes version, --features text) the scheduler and allocator behave as (None: 1.36's)."""
+          rng: random.Random | None = None, release: Release = None,
+          node_rank: dict[str, int] | None = None) -> Run:
+    """`rng`: the experiment's stream after tuning; the paper policies' node order for ties is drawn from it,
+    unless `node_rank` gives it (node -> rank, the artifact's "%04d-" name prefix). `release`: (Kubernetes
+    version, --features text) the scheduler and allocator behave as (None: 1.36's)."""
     objects = cluster_objects(trace.nodes, mode)
     tasks: dict[str, Task] = {}
     for pod_name, task in workload:
@@ -117,8 +142,9 @@ def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int
     cluster = Cluster(objects, features, version)
     node_gpus = {n.name: (n.model, [gpu_device_id(n.name, i) for i in range(n.gpus)]) for n in trace.nodes}
     fragmentation = Fragmentation(typical_tasks(trace.tasks))
-    context = SimContext(cluster, mode, node_gpus, tasks, fragmentation, seed,
-                         node_ranks(node_gpus, rng if rng is not None else random.Random(seed)))
+    if node_rank is None:
+        node_rank = node_ranks(node_gpus, rng if rng is not None else random.Random(seed))
+    context = SimContext(cluster, mode, node_gpus, tasks, fragmentation, seed, node_rank)
     if policy in SIM_POLICIES:
         scheduler = Scheduler(cluster, policy=paper_policy(policy, context))
     elif policy in GPUDRA_POLICIES:
@@ -191,11 +217,9 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     at_100: dict[str, Any] | None = None
     for done, (pod_name, task) in enumerate(workload, start=1):
         arrived += task.total_gpu_milli
-        result = run.scheduler.schedule_pod(f"{NAMESPACE}/{pod_name}")
-        if result.scheduled:
+        if run.schedule(pod_name).node is not None:
             scheduled += 1
             served += task.total_gpu_milli
-            run.refresh(result.node)
         x = 100 * arrived / capacity
         alloc_points.append((x, 100 * run.used / capacity))
         served_points.append((x, 100 * served / capacity))
@@ -266,11 +290,10 @@ def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progr
     for done, (when, kind, pod_name, task) in enumerate(events, start=1):
         key = f"{NAMESPACE}/{pod_name}"
         if kind == 1:
-            result = run.scheduler.schedule_pod(key)
-            if result.scheduled:
+            node = run.schedule(pod_name).node
+            if node is not None:
                 scheduled += 1
-                placed[key] = result.node
-                run.refresh(result.node)
+                placed[key] = node
         elif key in placed:
             node = placed.pop(key)
             run.cluster.delete_pod(key)
