@@ -158,6 +158,43 @@ def test_application_xids_get_effect_none_and_block_nothing(root):
         agent.stop()
 
 
+# NVIDIA's hard-coded application XIDs, copied from the upstream driver (not from gpudra):
+# NVIDIA/k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/device_health.go, xidsToSkip (commit 22407113, 2026-05-15),
+# which cites https://docs.nvidia.com/deploy/xid-errors/ "application errors: the GPU should still be healthy".
+NVIDIA_APPLICATION_XIDS = {
+    13: "Graphics Engine Exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "Preemptive cleanup, due to previous errors",
+    68: "Video processor exception",
+    109: "Context Switch Timeout Error",
+}
+
+
+@pytest.mark.parametrize("xid", sorted(NVIDIA_APPLICATION_XIDS))
+def test_each_of_nvidias_application_xids_taints_with_effect_none(xid):
+    """Every XID on NVIDIA's list leaves the GPU schedulable (effect None), with no flag given."""
+    inventory = open_backend("simulated", profile="dgx-h100", node_name=NODE).inventory()
+    health = DeviceHealth("gpu.nvidia.com")
+    health.record([HealthEvent("xid", gpu=inventory.gpus[0].uuid, xid=xid)], inventory)
+    devices = [d for s in build_resource_slices(inventory, NODE, taints_of=health.taints_of)
+               for d in s["spec"]["devices"]]
+    taints = [t for d in devices for t in d.get("taints", [])]
+    assert [(t["key"], t["value"], t["effect"]) for t in taints] == [(XID_KEY, str(xid), "None")]
+    assert health.counts(devices)["unhealthy"] == 0
+
+
+@pytest.mark.parametrize("xid", [48, 63, 64, 74, 79, 94, 95, 119])
+def test_xids_off_nvidias_list_block_the_gpu(xid):
+    """The rest (double-bit ECC 48, row remapping 63/64, NVLink 74, fallen off the bus 79, contained/uncontained
+    ECC 94/95, GSP timeout 119) taint NoSchedule: the list is exactly NVIDIA's, not a superset."""
+    assert xid not in NVIDIA_APPLICATION_XIDS
+    inventory = open_backend("simulated", profile="dgx-h100", node_name=NODE).inventory()
+    health = DeviceHealth("gpu.nvidia.com")
+    health.record([HealthEvent("xid", gpu=inventory.gpus[0].uuid, xid=xid)], inventory)
+    assert health.taint_for(HealthEvent("xid", gpu=inventory.gpus[0].uuid, xid=xid))["effect"] == "NoSchedule"
+
+
 def test_gpu_lost_and_ecc_taint_and_mig_events_taint_one_instance():
     backend = open_backend("simulated", profile="hgx-a100-mig", node_name=NODE)
     inventory = backend.inventory()
