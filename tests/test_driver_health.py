@@ -51,7 +51,7 @@ class WatchedSliceApi(FakeSliceApi):
         return [self.objects[name] for name in sorted(self.objects)]
 
 
-def _until(predicate, what: str, attempts: int = 400):
+def _until(predicate, what: str, attempts: int = 4800):
     for _ in range(attempts):
         if predicate():
             return
