@@ -195,6 +195,44 @@ def test_xids_off_nvidias_list_block_the_gpu(xid):
     assert health.taint_for(HealthEvent("xid", gpu=inventory.gpus[0].uuid, xid=xid))["effect"] == "NoSchedule"
 
 
+@pytest.mark.parametrize("event, value, effect, state", [
+    (HealthEvent("ecc", gpu="GPU-X"), "double-bit", "NoSchedule", "unhealthy"),
+    (HealthEvent("gpu-lost", gpu="GPU-X"), None, "NoSchedule", "unhealthy"),
+    (HealthEvent("unmonitored", gpu="GPU-X"), None, "None", "unknown"),
+    (HealthEvent("xid", gpu="GPU-X", xid=79), "79", "NoSchedule", "unhealthy"),
+    (HealthEvent("xid", gpu="GPU-X", xid=109), "109", "None", "healthy"),
+])
+def test_each_kind_of_event_gives_its_taint_and_health_state(event, value, effect, state):
+    """The module docstring's table (NVIDIA's keys and effects; `ecc` is gpudra's own), one row at a time."""
+    inventory = open_backend("simulated", profile="dgx-h100", node_name=NODE).inventory()
+    event = HealthEvent(event.kind, gpu=inventory.gpus[0].uuid, xid=event.xid)
+    health = DeviceHealth("gpu.nvidia.com")
+    health.record([event], inventory)
+    device = next(d for s in build_resource_slices(inventory, NODE, taints_of=health.taints_of)
+                  for d in s["spec"]["devices"] if d["name"] == "gpu-0")
+    [taint] = device["taints"]
+    assert (taint["key"], taint.get("value"), taint["effect"]) == (f"gpu.nvidia.com/{event.kind}", value, effect)
+    assert health.state_of(device)[0] == state
+
+
+def test_the_same_event_again_changes_nothing():
+    """A repeated event is no change: no new version (so no republication) and the taint keeps its timeAdded."""
+    inventory = open_backend("simulated", profile="dgx-h100", node_name=NODE).inventory()
+    now = [1_000_000.0]
+    health = DeviceHealth("gpu.nvidia.com", clock=lambda: now[0])
+    event = HealthEvent("xid", gpu=inventory.gpus[0].uuid, xid=79)
+    assert health.record([event], inventory) == [(event, True)]
+    device = next(d for s in build_resource_slices(inventory, NODE) for d in s["spec"]["devices"]
+                  if d["name"] == "gpu-0")
+    before, version = health.taints_of(device), health.version
+    now[0] += 3600
+    assert health.record([event], inventory) == [(event, False)]
+    assert health.version == version and health.taints_of(device) == before
+    later = HealthEvent("xid", gpu=inventory.gpus[0].uuid, xid=48)  # a new value for the key: a change
+    assert health.record([later], inventory) == [(later, True)] and health.version == version + 1
+    assert health.taints_of(device)[0]["value"] == "48"
+
+
 def test_gpu_lost_and_ecc_taint_and_mig_events_taint_one_instance():
     backend = open_backend("simulated", profile="hgx-a100-mig", node_name=NODE)
     inventory = backend.inventory()
