@@ -233,6 +233,39 @@ def test_the_same_event_again_changes_nothing():
     assert health.taints_of(device)[0]["value"] == "48"
 
 
+def _tainted(inventory, health) -> list[str]:
+    return sorted(d["name"] for s in build_resource_slices(inventory, NODE, taints_of=health.taints_of)
+                  for d in s["spec"]["devices"] if d.get("taints"))
+
+
+def test_events_name_gpus_and_instances_by_value_not_by_object():
+    """NVML hands over a new string for the UUID and new ints for GI/CI ids: matching must compare values.
+    An event for a GPU instance without a compute instance (ci_id None) taints every MIG device of that GI."""
+    inventory = open_backend("simulated", profile="hgx-a100-mig", node_name=NODE).inventory()
+    gpu = next(g for g in inventory.gpus if g.mig_devices)
+    target = gpu.mig_devices[1]
+    fresh_uuid = "".join(list(gpu.uuid))  # equal, but another object
+    assert fresh_uuid == gpu.uuid and fresh_uuid is not gpu.uuid
+    health = DeviceHealth("gpu.nvidia.com")
+    health.record([HealthEvent("xid", gpu=fresh_uuid, gi_id=int(str(target.gi_id)), xid=94)], inventory)
+    assert _tainted(inventory, health) == [target.name]
+    health = DeviceHealth("gpu.nvidia.com")
+    health.record([HealthEvent("ecc", gpu=fresh_uuid)], inventory)
+    on_gpu = sorted(d["name"] for s in build_resource_slices(inventory, NODE) for d in s["spec"]["devices"]
+                    if gpu.uuid in (d["attributes"].get("uuid", {}).get("string"),
+                                    d["attributes"].get("parentUUID", {}).get("string")))
+    assert len(on_gpu) > 1 and _tainted(inventory, health) == on_gpu
+
+
+def test_ignoring_an_application_xid_again_keeps_it_ignored():
+    """`--additional-xids-to-ignore 13,48` adds 48 to NVIDIA's list; naming 13, already on it, changes nothing."""
+    health = DeviceHealth("gpu.nvidia.com", ignored_xids=parse_xid_list("13,48"))
+    assert health.ignored_xids == frozenset(NVIDIA_APPLICATION_XIDS) | {48}
+    for xid in (13, 48, 109):
+        assert health.taint_for(HealthEvent("xid", gpu="GPU-X", xid=xid))["effect"] == "None"
+    assert health.taint_for(HealthEvent("xid", gpu="GPU-X", xid=79))["effect"] == "NoSchedule"
+
+
 def test_gpu_lost_and_ecc_taint_and_mig_events_taint_one_instance():
     backend = open_backend("simulated", profile="hgx-a100-mig", node_name=NODE)
     inventory = backend.inventory()
