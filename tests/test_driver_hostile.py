@@ -264,6 +264,24 @@ def test_mps_pinned_memory_limit_bounds(value, mib):
         assert got == mib
 
 
+def test_a_config_for_every_request_applies_when_its_kind_arrives_as_json_text():
+    """The kubelet path hands over parameters parsed from JSON: the kind is an equal but new string, so the
+    kind must be compared by value (a config with no `requests` applies to every device of its kind)."""
+    import json
+
+    from gpudra.driver.config import MIG_CONFIG, claim_configs, config_for
+
+    text = json.dumps(MPS)
+    entries = [{"source": "FromClass", "requests": [], "opaque": {"driver": "gpu.nvidia.com", "parameters": text}},
+               {"source": "FromClaim", "requests": [],
+                "opaque": {"driver": "gpu.nvidia.com", "parameters": json.loads(text.replace("GpuConfig", MIG_CONFIG))}}]
+    configs = claim_configs({"devices": {"config": entries}}, "gpu.nvidia.com")
+    assert [c.kind for c in configs] == ["GpuConfig", "MigDeviceConfig"]
+    assert configs[0].kind is not MPS["kind"]  # what this test is about
+    assert config_for(configs, "gpu", "gpu", "gpu-0") is configs[0]
+    assert config_for(configs, "gpu", "mig", "gpu-0-mig-1g10gb-19-0") is configs[1]
+
+
 def test_opaque_config_size_limits():
     import json
 
