@@ -239,6 +239,8 @@ def test_mps_active_thread_percentage_bounds_are_nvidias(kind, percentage, accep
     ("1Mi", 1),
     ("1536Ki", 1),  # 1.5 MiB: truncated to whole MiB, as NVIDIA's Value()/1024/1024
     (str(2**20 * 3 + 5), 3),  # a plain byte count
+    ("1e9", 953),  # a decimal exponent (10**9 bytes), well inside the exponent limit
+    ("5e+8", 476),
     ("80Gi", 80 * 2**10),
     ("1Pi", 2**30),  # the cap itself is allowed
     ("1024Ti", 2**30),
