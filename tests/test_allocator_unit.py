@@ -377,6 +377,23 @@ def test_timeout_ends_a_hopeless_search_as_a_node_local_error(monkeypatch):
     assert incubating.allocate("n1", hopeless, timeout=None, deadline=start + 3600).outcome == "unallocatable"
 
 
+@pytest.mark.parametrize("first, second, same", [
+    ({"int": 1}, {"bool": True}, False),  # Python's 1 == True; upstream's typed values never match across types
+    ({"bool": True}, {"int": 1}, False),
+    ({"int": 1}, {"string": "1"}, False),
+    ({"string": "1"}, {"int": 1}, False),
+    ({"version": "1.0.0"}, {"string": "1.0.0"}, False),
+    ({"int": 1}, {"int": 1}, True),
+])
+def test_match_attribute_compares_typed_values(first, second, same):
+    """matchAttribute holds when the devices' attribute values are equal as DeviceAttributes (type and value), as
+    upstream's allocator compares them; whatever order the search meets the devices in."""
+    devices = [device("gpu-0", attributes={"x": first}), device("gpu-1", attributes={"x": second})]
+    allocator = Allocator([gpu_class()], [slice_obj("s", "n1", devices)], [], Features.parse("default"))
+    both = [claim("c", [exact("gpus", count=2)], constraints=[{"matchAttribute": "gpu.example.com/x"}])]
+    assert allocator.allocate("n1", both).outcome == ("allocated" if same else "unallocatable")
+
+
 def test_node_labels_edited_in_place_are_noticed():
     zone_slice = slice_obj("net", None, [device("nic-0")], pool="net",
                            nodeSelector={"nodeSelectorTerms": [{"matchExpressions": [

@@ -59,7 +59,7 @@ GROUPS = (
           ("tests/test_cluster_store.py", "tests/test_cluster_controlplane.py", "tests/test_durability.py")),
     Group("allocator", ("gpudra/allocator/*.py",),
           ("tests/test_allocator_unit.py", "tests/test_allocator_variants.py", "tests/test_allocator_conformance.py",
-           "tests/test_allocator_differential.py", "tests/test_allocator_taint_rules.py")),
+           "tests/test_allocator_differential.py", "tests/test_allocator_taint_rules.py", "tests/test_large_inputs.py")),
     Group("scheduler", ("gpudra/scheduler/*.py",),
           ("tests/test_scheduler_filters.py", "tests/test_scheduler_claims.py", "tests/test_scheduler_policies.py",
            "tests/test_scheduler_workloads.py", "tests/test_scheduler_queue_run.py")),
