@@ -108,13 +108,18 @@ def test_a_reader_sees_the_object_or_nothing_while_it_is_deleted(tmp_path, grace
 # Facts from Kubernetes, not from gpudra: generateName appends 5 characters (k8s.io/apiserver storage/names,
 # randomLength = 5) from k8s.io/apimachinery util/rand's alphabet "bcdfghjklmnpqrstvwxz2456789"; creating an
 # existing name is 409 AlreadyExists; an object of a namespaced kind without a namespace lands in "default";
-# cluster-scoped objects have none; kubectl's plural of an unknown kind is its lower-case name plus "s".
+# cluster-scoped objects have none; a kind the server does not serve is 404 "no matches for kind".
 K8S_NAME_ALPHABET = set("bcdfghjklmnpqrstvwxz2456789")
+SPEC = {"containers": [{"name": "c", "image": "busybox"}]}  # the store validates what it writes
+
+
+def _bare_pod(**metadata) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": SPEC}
 
 
 def test_generate_name_appends_five_characters_of_the_api_servers_alphabet(tmp_path):
     store = Store(str(tmp_path))
-    names = {store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-"}})["metadata"]["name"]
+    names = {store.create(_bare_pod(generateName="web-"))["metadata"]["name"]
              for _ in range(20)}
     assert len(names) == 20
     for name in names:
@@ -125,10 +130,10 @@ def test_generate_name_draws_again_when_the_name_is_taken(tmp_path, monkeypatch)
     from gpudra.cluster import store as store_module
 
     store = Store(str(tmp_path))
-    store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-bbbbb"}})
+    store.create(_bare_pod(name="web-bbbbb"))
     draws = iter("bbbbb" + "ccccc")
     monkeypatch.setattr(store_module.random, "choice", lambda alphabet: next(draws))
-    created = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-"}})
+    created = store.create(_bare_pod(generateName="web-"))
     assert created["metadata"]["name"] == "web-ccccc"
 
 
@@ -136,32 +141,34 @@ def test_creating_an_existing_name_is_409_already_exists(tmp_path):
     from gpudra.cluster.store import StoreError
 
     store = Store(str(tmp_path))
-    store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})
+    store.create(_bare_pod(name="p"))
     with pytest.raises(StoreError) as error:
-        store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})
+        store.create(_bare_pod(name="p"))
     assert error.value.status == 409 and 'pods "p" already exists' in str(error.value)
 
 
 def test_namespaces_default_for_namespaced_kinds_and_vanish_for_cluster_scoped_ones(tmp_path):
     store = Store(str(tmp_path))
-    pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})
+    pod = store.create(_bare_pod(name="p"))
     assert pod["metadata"]["namespace"] == "default"
     node = store.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "namespace": "ignored"}})
     assert "namespace" not in node["metadata"]
     assert store.get("Node", None, "n") == node and store.get("Pod", "default", "p") == pod
 
 
-def test_an_unknown_kind_is_stored_under_kubectls_plural(tmp_path):
+def test_an_unknown_kind_is_404_no_matches_for_kind(tmp_path):
+    from gpudra.cluster.store import StoreError
+
     store = Store(str(tmp_path))
-    widget = store.create({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})
-    assert (tmp_path / "store" / "widgets" / "default" / "w.json").is_file()
-    assert store.list("Widget") == [widget]
+    with pytest.raises(StoreError) as error:
+        store.create({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})
+    assert error.value.status == 404 and 'no matches for kind "Widget"' in str(error.value)
 
 
 def test_a_namespace_folder_gone_during_a_list_hides_only_its_own_objects(tmp_path):
     store = Store(str(tmp_path))
     for namespace in ("a", "c"):
-        store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": namespace}})
+        store.create(_bare_pod(name="p", namespace=namespace))
     # listed but gone when read (a namespace emptied by another process): a dangling link behaves so
     (tmp_path / "store" / "pods" / "b").symlink_to(tmp_path / "nowhere")
     assert [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in store.list("Pod")] == [("a", "p"), ("c", "p")]
@@ -169,7 +176,7 @@ def test_a_namespace_folder_gone_during_a_list_hides_only_its_own_objects(tmp_pa
 
 def test_a_repeated_event_counts_up_and_a_different_one_is_new(tmp_path):
     store = Store(str(tmp_path))
-    pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})
+    pod = store.create(_bare_pod(name="p"))
     store.record_event(pod, "Normal", "Scheduled", "assigned p to n1", "default-scheduler")
     again = store.record_event(pod, "Normal", "Scheduled", "assigned p to n1", "default-scheduler")
     assert again["count"] == 2 and len(store.events_for(pod)) == 1
@@ -185,14 +192,16 @@ def test_a_failed_write_whose_temp_file_is_gone_reports_its_own_error(tmp_path):
     """Cleaning up after a failed write must not replace the failure with its own (the temp file may be gone)."""
     import os
 
-    from gpudra.atomicfile import set_step_hook, temp_path, write_atomic
+    from gpudra.atomicfile import set_step_hook, write_atomic
 
     target = tmp_path / "f.json"
     target.write_text("old")
 
     def fail(label: str, step: str, path: str) -> None:
         if step == "rename":
-            os.unlink(temp_path(path))
+            for name in os.listdir(tmp_path):
+                if name.startswith(".f.json.") and name.endswith(".tmp"):
+                    os.unlink(tmp_path / name)
             raise RuntimeError("disk full")
 
     previous = set_step_hook(fail)
