@@ -81,6 +81,7 @@ VALUE_SETS = {
                 "image": {"repository": "r/gpudra", "tag": "1.2", "pullPolicy": "Always"}},
     "health": {"deviceTaintRules": True, "additionalXidsToIgnore": "48,63", "healthcheckPort": 0},
     "driver-name": {"driverName": "gpu.example.com", "dynamicMig": True},
+    "webhook": {"webhook": {"enabled": True}},
 }
 
 
