@@ -550,3 +550,45 @@ def test_both_modes_report_demand_served_first_and_reserved_gpus_apart(tmp_path)
     assert cells["dra"]["RESERVED%"] == cells["dra"]["SERVED%@100"]
     # device plugin: a share holds a whole GPU
     assert float(cells["device-plugin"]["RESERVED%"]) >= float(cells["device-plugin"]["SERVED%@100"])
+
+
+def test_plots_are_zoomed_to_the_data_show_the_seed_spread_and_say_what_they_show(tmp_path, monkeypatch):
+    """Issue 21: a 0-100 axis hid sub-point differences, nothing showed the seeds, and captions were file names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gpudra.simulate import report
+    from gpudra.simulate.sweep import Experiment, TraceSource, run_sweep
+
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    source = TraceSource("tiny", str(tmp_path / "nodes.csv"), str(tmp_path / "pods.csv"))
+    results = run_sweep([Experiment(source, policy, seed, mode, 1.5) for mode in ("dra", "device-plugin")
+                         for policy in ("fgd", "bestfit") for seed in (1, 2, 3)], jobs=1)
+    seen: dict[str, tuple[tuple[float, float], list[str], str, int]] = {}
+
+    def capture(draw):
+        figure, axes = plt.subplots()
+        draw(axes)
+        legend = axes.get_legend()
+        seen[axes.get_title()] = (axes.get_ylim(), [t.get_text() for t in legend.get_texts()] if legend else [],
+                                  axes.get_xlabel(), len(axes.collections))
+        plt.close(figure)
+        return b"png"
+
+    monkeypatch.setattr(report, "_figure_png", capture)
+    images = report.plots(results)
+    allocation = seen["tiny: GPU allocation vs arrived demand"]
+    shown = [v for r in results if r["mode"] == "dra" for x, v in zip(r["series"]["arrived_percent"],
+                                                                          r["series"]["allocation_ratio"]) if x >= 60]
+    low, high = allocation[0]
+    assert min(shown) - 10 < low <= min(shown) and max(shown) <= high < max(shown) + 10
+    assert all("(3 seeds, band: lowest to highest)" in text for text in allocation[1])
+    assert allocation[3] == 2  # one band per policy
+    assert seen["tiny: utilisation per GPU model at 100% arrived demand"][2] == "GPU model"
+    html = report.html_report(results, images)
+    for name in images:
+        caption = report.plot_caption(name)
+        assert caption != name and f"<figcaption>{caption}</figcaption>" in html.replace("&#x27;", "'")

@@ -100,13 +100,56 @@ def _events_plot(members: list[dict[str, Any]], trace: str):
 
 
 def _mean_series(members: list[dict[str, Any]], field: str) -> tuple[list[int], list[float]]:
-    sums: dict[int, list[float]] = {}
+    xs, ys, _, _ = _seed_spread(members, field)
+    return xs, ys
+
+
+def _seed_spread(members: list[dict[str, Any]], field: str
+                 ) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Per arrived percent: the mean over seeds, and the lowest and highest seed."""
+    values: dict[int, list[float]] = {}
     for r in members:
         series = r.get("series") or {}
         for percent, value in zip(series.get("arrived_percent") or [], series.get(field) or []):
-            sums.setdefault(percent, []).append(value)
-    xs = sorted(sums)
-    return xs, [sum(sums[x]) / len(sums[x]) for x in xs]
+            values.setdefault(percent, []).append(value)
+    xs = sorted(values)
+    return (xs, [sum(values[x]) / len(values[x]) for x in xs], [min(values[x]) for x in xs],
+            [max(values[x]) for x in xs])
+
+
+def _zoom(axes: Any, lows: list[float], highs: list[float]) -> None:
+    """The y axis spans the data shown (a 0-100 axis hides differences of a point), with a small margin."""
+    if lows and highs:
+        low, high = min(lows), max(highs)
+        margin = max((high - low) * 0.08, 0.5)
+        axes.set_ylim(low - margin, high + margin)
+
+
+def _label(name: str, members: list[dict[str, Any]]) -> str:
+    seeds = len({r.get("seed") for r in members})
+    return f"{name} ({seeds} seed{'s' if seeds != 1 else ''}{', band: lowest to highest' if seeds > 1 else ''})"
+
+
+# What each plot shows, as the report's caption (the file name says only which).
+CAPTIONS = {
+    "allocation": "GPU capacity allocated as the arrived GPU demand grows (the FGD paper's Figure 7 axes), from 60% "
+                  "arrived demand on; mean over seeds, the band spans the lowest to the highest seed.",
+    "fragmentation": "Fragmented GPUs by FGD's measure as demand arrives. The idle cluster already counts as "
+                     "fragmented: FGD counts the free GPUs each typical task cannot use (its node lacks the CPU or "
+                     "memory, or the task is pinned to another GPU model), weighted by the task's popularity.",
+    "models": "Share of each GPU model's capacity allocated at 100% arrived demand, mean over seeds.",
+    "device-plugin-vs-dra": "GPU demand served (not GPUs reserved) in device-plugin mode (dashed: a share holds a "
+                            "whole GPU) and DRA mode (solid), from 50% arrived demand on.",
+    "over-time": "GPUs allocated (solid) and fragmented (dashed) over the trace's time (--method events).",
+}
+
+
+def plot_caption(name: str) -> str:
+    """The caption of a plot file `TRACE-KIND.png`."""
+    for kind, caption in sorted(CAPTIONS.items(), key=lambda item: -len(item[0])):
+        if name.endswith(f"-{kind}.png"):
+            return f"{name[:-len(kind) - 5]}: {caption}"
+    return name
 
 
 def _figure_png(draw) -> bytes:
@@ -139,14 +182,22 @@ def plots(results: list[dict[str, Any]]) -> dict[str, bytes]:
 
         def curves(field: str, ylabel: str, title: str, low: float | None = None):
             def draw(axes) -> None:
+                lows: list[float] = []
+                highs: list[float] = []
                 for label, members in dra.items():
-                    xs, ys = _mean_series(members, field)
-                    axes.plot(xs, ys, label=label)
+                    xs, ys, bottom, top = _seed_spread(members, field)
+                    shown = [i for i, x in enumerate(xs) if low is None or x >= low]
+                    line, = axes.plot(xs, ys, label=_label(label, members))
+                    if len({r.get("seed") for r in members}) > 1:
+                        axes.fill_between(xs, bottom, top, alpha=0.2, color=line.get_color(), linewidth=0)
+                    lows.extend(bottom[i] for i in shown)
+                    highs.extend(top[i] for i in shown)
                 axes.set_xlabel("arrived GPU demand (% of capacity)")
                 axes.set_ylabel(ylabel)
                 axes.set_title(title)
                 if low is not None:
                     axes.set_xlim(left=low)
+                _zoom(axes, lows, highs)
                 axes.legend(fontsize=8)
             return draw
 
@@ -162,9 +213,11 @@ def plots(results: list[dict[str, Any]]) -> dict[str, bytes]:
             for i, label in enumerate(labels):
                 values = [sum(r["model_utilisation"].get(m, 0.0) for r in dra[label]) / len(dra[label])
                           for m in model_names]
-                axes.bar([x + i * width for x in range(len(model_names))], values, width, label=label)
+                axes.bar([x + i * width for x in range(len(model_names))], values, width,
+                         label=_label(label, dra[label]))
             axes.set_xticks([x + width * (len(labels) - 1) / 2 for x in range(len(model_names))], model_names)
-            axes.set_ylabel("GPU milli allocated (%)")
+            axes.set_xlabel("GPU model")
+            axes.set_ylabel("GPU milli allocated (% of the model's capacity)")
             axes.set_title(f"{trace}: utilisation per GPU model at 100% arrived demand")
             axes.legend(fontsize=8)
 
@@ -172,13 +225,21 @@ def plots(results: list[dict[str, Any]]) -> dict[str, bytes]:
         modes = {mode for mode, _ in groups}
         if {"dra", "device-plugin"} <= modes:
             def versus(axes) -> None:
+                lows: list[float] = []
+                highs: list[float] = []
                 for (mode, policy), members in groups.items():
-                    xs, ys = _mean_series(members, "served_ratio")
-                    axes.plot(xs, ys, label=f"{mode}: {policy}", linestyle="-" if mode == "dra" else "--")
+                    xs, ys, bottom, top = _seed_spread(members, "served_ratio")
+                    line, = axes.plot(xs, ys, label=_label(f"{mode}: {policy}", members),
+                                      linestyle="-" if mode == "dra" else "--")
+                    if len({r.get("seed") for r in members}) > 1:
+                        axes.fill_between(xs, bottom, top, alpha=0.15, color=line.get_color(), linewidth=0)
+                    lows.extend(b for x, b in zip(xs, bottom) if x >= 50)
+                    highs.extend(t for x, t in zip(xs, top) if x >= 50)
                 axes.set_xlabel("arrived GPU demand (% of capacity)")
                 axes.set_ylabel("GPU demand served (% of capacity)")
                 axes.set_title(f"{trace}: device plugin vs DRA")
                 axes.set_xlim(left=50)
+                _zoom(axes, lows, highs)
                 axes.legend(fontsize=8)
 
             out[f"{trace}-device-plugin-vs-dra.png"] = _figure_png(versus)
@@ -194,16 +255,17 @@ def html_report(results: list[dict[str, Any]], images: dict[str, bytes]) -> str:
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(row.get(c, '')))}</td>" for c in SUMMARY_COLUMNS)
                    + "</tr>" for row in rows)
     figures = "".join(
-        f'<figure><img alt="{html.escape(name)}" data-plot="{html.escape(name)}" '
-        f'src="data:image/png;base64,{base64.b64encode(data).decode()}"><figcaption>{html.escape(name)}'
+        f'<figure><img alt="{html.escape(plot_caption(name))}" data-plot="{html.escape(name)}" '
+        f'src="data:image/png;base64,{base64.b64encode(data).decode()}"><figcaption>{html.escape(plot_caption(name))}'
         f"</figcaption></figure>"
         for name, data in images.items())
     return (
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>gpudra simulate</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
         "padding:2px 6px;text-align:right}figure{display:inline-block;margin:1em}</style></head><body>"
-        "<h1>gpudra simulate</h1><p>GPU allocation ratio and unallocated GPUs at 100% arrived GPU demand, mean over "
-        "seeds (the FGD paper's workload-tuning method).</p>"
+        "<h1>gpudra simulate</h1><p>GPU demand served (served_ratio, the same measure for both modes) and GPUs "
+        "reserved (allocation_ratio) at 100% arrived GPU demand, mean over seeds with their spread (the FGD paper's "
+        "workload-tuning method).</p>"
         f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{figures}"
         f'<script type="application/json" id="results">{html.escape(json.dumps(rows))}</script>'
         # after loading, the page states how many plots it shows (rendered, non-empty): checked by the tests
