@@ -9,10 +9,10 @@ from gpudra.api.quantity import Quantity, QuantityError
 
 from .allocator import AllocationError
 from .capacity import consumed_quantity
-from .model import as_dict, as_list
+from .model import DeviceInfo, as_dict, as_list
 
 if TYPE_CHECKING:
-    from .search import ClaimData, Search
+    from .search import ClaimData, RequestData, Search
 
 
 def format_quantity(nanos: int) -> str:
@@ -21,7 +21,7 @@ def format_quantity(nanos: int) -> str:
     return str(Quantity.parse(f"{nanos}n"))
 
 
-def _quantity_text(device, name: str, nanos: int, request: dict) -> str:
+def _quantity_text(device: DeviceInfo, name: str, nanos: int, request: dict) -> str:
     """The consumed amount spelled as upstream computes it (see capacity.consumed_quantity)."""
     requested = as_dict(as_dict(request.get("capacity")).get("requests")).get(name)
     try:
@@ -32,7 +32,8 @@ def _quantity_text(device, name: str, nanos: int, request: dict) -> str:
     return str(quantity) if quantity.nanos == nanos else format_quantity(nanos)
 
 
-def _device_result(search: "Search", rd, device, consumed, share_id) -> dict[str, Any]:
+def _device_result(search: "Search", rd: "RequestData", device: DeviceInfo, consumed: dict[str, int] | None,
+                   share_id: str | None) -> dict[str, Any]:
     features = search.features
     result: dict[str, Any] = {
         "request": rd.full_name,
@@ -64,7 +65,7 @@ def _configs(claim: "ClaimData") -> list[dict[str, Any]]:
     by_class: dict[str, list[str]] = {}
     class_order = []
     for slot in claim.requests:
-        rd = slot.subrequests[slot.selected] if slot.subrequests is not None else slot.data
+        rd = slot.option(slot.selected)
         name = rd.class_info.name
         if name not in by_class:
             by_class[name] = []
@@ -132,12 +133,12 @@ def _node_selector(search: "Search", claim: "ClaimData") -> dict[str, Any] | Non
                 target.append(copy.deepcopy(requirement))
     if not expressions and not fields:
         return None
-    term: dict[str, Any] = {}
+    merged: dict[str, Any] = {}
     if expressions:
-        term["matchExpressions"] = expressions
+        merged["matchExpressions"] = expressions
     if fields:
-        term["matchFields"] = fields
-    return {"nodeSelectorTerms": [term]}
+        merged["matchFields"] = fields
+    return {"nodeSelectorTerms": [merged]}
 
 
 def build_allocation(search: "Search", claim: "ClaimData") -> dict[str, Any]:

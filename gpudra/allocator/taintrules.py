@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from .model import as_dict, as_list, as_str
@@ -66,7 +67,7 @@ def _apply(slice_obj: dict[str, Any], rules: list[dict[str, Any]], classes: dict
 
 
 def apply_device_taint_rules(slices: list[dict[str, Any]], rules: list[dict[str, Any]],
-                             device_classes: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+                             device_classes: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """The slices as the allocator must see them: untouched objects where no rule matches (so caches keyed by
     object identity keep working), tainted copies where one does."""
     rules = [rule for rule in rules if isinstance(rule, dict) and as_dict(as_dict(rule.get("spec")).get("taint"))]
