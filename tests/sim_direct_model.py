@@ -84,7 +84,7 @@ def direct_model(trace: Trace, policy: str, seed: int, tune: float = DEFAULT_TUN
             key = (state, task.resource_key, tags if policy == "gpu-clustering" else None)
             scored = memo.get(key)  # [score, tie key or None until asked]
             if scored is None:
-                scored = memo[key] = [scorer.score(state, task, by_rank[positions[0]].name)[0], None]
+                scored = memo[key] = [scorer.node_score(state, task, by_rank[positions[0]].name)[0], None]
             score = scored[0]
             if best_score is None or score > best_score:
                 best_score, tied = score, [(positions[0], group, scored)]

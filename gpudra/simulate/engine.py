@@ -186,7 +186,7 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     for done, (pod_name, task) in enumerate(workload, start=1):
         arrived += task.total_gpu_milli
         result = run.scheduler.schedule_pod(f"{NAMESPACE}/{pod_name}")
-        if result.scheduled:
+        if result.node is not None:  # scheduled
             scheduled += 1
             served += task.total_gpu_milli
             run.refresh(result.node)
@@ -207,7 +207,7 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     served_series = per_percent(served_points, upto)
     percents = sorted(allocation)
     at = allocation.get(100)
-    result = {
+    summary: dict[str, Any] = {
         "trace": trace.name,
         "mode": mode,
         "policy": policy,
@@ -233,9 +233,9 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
             "fragmentation_ratio": [round(ratio.get(p, 0.0), 4) for p in percents],
         },
     }
-    result["seconds"] = round(time.perf_counter() - started, 3)
-    result["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
-    return result
+    summary["seconds"] = round(time.perf_counter() - started, 3)
+    summary["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
+    return summary
 
 
 def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progress | None, started: float,
@@ -261,7 +261,7 @@ def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progr
         key = f"{NAMESPACE}/{pod_name}"
         if kind == 1:
             result = run.scheduler.schedule_pod(key)
-            if result.scheduled:
+            if result.node is not None:  # scheduled
                 scheduled += 1
                 placed[key] = result.node
                 run.refresh(result.node)
