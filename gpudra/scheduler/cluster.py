@@ -227,13 +227,13 @@ class Cluster(Topology):
             if node:
                 self._account(key, pod, node)
                 for claim_key in self.pod_claim_keys(pod):
-                    claim = self.claims.get(claim_key)
-                    if claim is None:
+                    bound_claim = self.claims.get(claim_key)
+                    if bound_claim is None:
                         continue
-                    if claim_allocation(claim) is None:
+                    if claim_allocation(bound_claim) is None:
                         self.problems.append(f"pod {key} is bound to {node} but claim {claim_key} is not allocated")
                     else:
-                        self._reserve(claim, pod)
+                        self._reserve(bound_claim, pod)
         self._allocator = None
         for name in self.nodes:
             self._bump(name, devices=True)
@@ -274,7 +274,7 @@ class Cluster(Topology):
             )
 
     def _orphan_claim(self, pod: dict[str, Any], pod_claim_name: str) -> dict[str, Any] | None:
-        uid = (pod.get("metadata") or {}).get("uid")
+        uid: Any = (pod.get("metadata") or {}).get("uid")  # as written: owner references hold it alike
         for claim in self._claims_by_owner.get(uid, ()):
             annotations = (claim.get("metadata") or {}).get("annotations") or {}
             if annotations.get(POD_CLAIM_NAME_ANNOTATION) == pod_claim_name and owned_by(claim, pod):

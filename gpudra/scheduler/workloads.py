@@ -230,7 +230,7 @@ def expand_workload(
                 index_text = ((owned.get("metadata") or {}).get("labels") or {}).get(
                     "batch.kubernetes.io/job-completion-index")
                 if str(index_text).isdigit():
-                    taken_indexes.add(int(index_text))
+                    taken_indexes.add(int(str(index_text)))
             indexes = [i for i in range(_int_field(spec, "completions", 1, obj)) if i not in taken_indexes]
             indexes = indexes[:parallelism]
         for index in indexes:
