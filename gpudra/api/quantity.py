@@ -116,7 +116,7 @@ class Quantity:
 
     # ----- construction -------------------------------------------------------------------------
     @classmethod
-    def parse(cls, value: "str | int | Quantity") -> "Quantity":
+    def parse(cls, value: "str | int | float | Quantity") -> "Quantity":
         if isinstance(value, Quantity):
             return value
         if isinstance(value, bool):
