@@ -13,10 +13,11 @@ import yaml
 
 from .claimpaths import ClaimPathError, claim_file_candidates, is_inside
 
+_Loader: type[yaml.CSafeLoader] | type[yaml.SafeLoader]
 try:
     _Loader = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader  # type: ignore[misc]
+    _Loader = yaml.SafeLoader
 
 
 _STR, _SEQ, _MAP = "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
@@ -47,7 +48,9 @@ def load_yaml_documents(text: str) -> list[Any]:
     try:
         docs = []
         while loader.check_node():
-            docs.append(_plain(loader.get_node(), loader))
+            node = loader.get_node()
+            assert node is not None  # check_node said there is one
+            docs.append(_plain(node, loader))
         return docs
     except RecursionError:  # a self-referencing alias: let the constructor deal with it
         return list(yaml.load_all(text, Loader=_Loader))

@@ -394,12 +394,12 @@ class DeviceState:
         parsed = parse_mig_canonical_name(name)
         if self.dynamic_mig and parsed is not None:
             minor, token, profile_id, start = parsed
-            gpu = inventory.gpu_by_minor(minor)
-            if gpu is not None:
+            parent = inventory.gpu_by_minor(minor)
+            if parent is not None:
                 for profile in self.backend.mig_profiles(minor):
                     if (profile.gi_profile_id == profile_id and start in profile.placement_starts
                             and rfc1123_compliant(profile.name.replace(".", "")) == token):
-                        return {"type": "mig", "gpuMinor": minor, "gpuUUID": gpu.uuid,
+                        return {"type": "mig", "gpuMinor": minor, "gpuUUID": parent.uuid,
                                 "slices": [start, start + profile.memory_slices],
                                 "mig": {"giId": None, "ciId": None, "uuid": None, "giProfileId": profile_id,
                                         "start": start, "size": profile.memory_slices, "dynamic": True}}

@@ -56,9 +56,9 @@ def published_name(name: str, published: set[str] | None = None) -> str | None:
         for candidate in published:
             if _squash(candidate) == squashed:
                 return candidate
-    candidate = _BY_SQUASHED.get(squashed)
-    if candidate is not None and (published is None or candidate in published):
-        return candidate
+    known = _BY_SQUASHED.get(squashed)
+    if known is not None and (published is None or known in published):
+        return known
     return None
 
 
