@@ -226,7 +226,7 @@ class ControlLoop:
     def _create_pod(self, pod: dict[str, Any]) -> None:
         pod = json.loads(json.dumps(pod))
         meta = pod["metadata"]
-        owner = next(iter(meta.get("ownerReferences") or []), {})
+        owner: dict[str, Any] = next(iter(meta.get("ownerReferences") or []), {})
         if owner.get("kind") != "StatefulSet":  # StatefulSet pods keep their ordinal names
             meta["generateName"] = meta.pop("name")[:-5]
         meta.pop("uid", None)
@@ -265,6 +265,7 @@ class ControlLoop:
                     continue
                 if self.kubelet.start_pod(pod, pod_claims, names):
                     record = self.kubelet.record(node, pod)
+                    assert record is not None  # start_pod recorded it
                     self._prepared_steps(record)
                 else:
                     if (pod.get("status") or {}).get("containerStatuses") is None:

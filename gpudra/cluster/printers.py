@@ -85,7 +85,7 @@ def _claim_row(claim: dict[str, Any], wide: bool) -> list[str]:
 
 
 def _node_row(node: dict[str, Any], wide: bool) -> list[str]:
-    ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+    ready: dict[str, Any] = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
     row = [_meta(node).get("name", ""), "Ready" if ready.get("status") == "True" else "NotReady", "<none>",
            age(_meta(node).get("creationTimestamp")),
            ((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")]

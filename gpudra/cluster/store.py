@@ -9,6 +9,7 @@ share it safely.
 
 from __future__ import annotations
 
+import builtins
 import fcntl
 import json
 import os
@@ -313,7 +314,7 @@ class Store:
         except (FileNotFoundError, ValueError):
             return 0
 
-    def events_for(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+    def events_for(self, obj: dict[str, Any]) -> builtins.list[dict[str, Any]]:  # `list` is a method here
         meta = obj.get("metadata") or {}
         return [e for e in self.list("Event", meta.get("namespace") or "default")
                 if (e.get("involvedObject") or {}).get("uid") == meta.get("uid")]
