@@ -75,7 +75,7 @@ class Node:
 
 
 def _constant(data: bytes):
-    for number, wire, value in fields(data):
+    for number, _wire, value in fields(data):
         if number == 1:
             return None
         if number == 2:
@@ -93,7 +93,7 @@ def _constant(data: bytes):
 
 def parse_expr(data: bytes) -> Node:
     node = Node("const")
-    for number, wire, value in fields(data):
+    for number, _wire, value in fields(data):
         if number == 2:
             node.id = value
         elif number == 3:

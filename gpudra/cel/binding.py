@@ -79,8 +79,8 @@ def _binding_tuple(args: tuple) -> tuple | None:
     index = len(young) - 1
     while index >= 0 and young[index] is not args:
         index -= 1
-    for index in range(index - 1, max(index - 1 - _MAX_CONVERTED_OBJECTS, -1), -1):
-        obj = young[index]
+    for position in range(index - 1, max(index - 1 - _MAX_CONVERTED_OBJECTS, -1), -1):
+        obj = young[position]
         if type(obj) is tuple:
             if (
                 len(obj) == len(args)

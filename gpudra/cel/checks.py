@@ -25,7 +25,7 @@ def _payload(serialized: bytes) -> bytes:
 
 def type_name(data: bytes) -> str:
     """cel-go's spelling of a serialised cel.expr.Type."""
-    for number, wire, value in fields(data):
+    for number, _wire, value in fields(data):
         if number == 1:
             return "dyn"
         if number == 2:

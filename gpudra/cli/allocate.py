@@ -56,7 +56,7 @@ def _validation_warnings(documents: list[Document]) -> list[str]:
     for document in documents:
         try:
             problems = validate_document(document)
-        except Exception as exc:  # a validator bug must not block allocation
+        except Exception as exc:  # noqa: BLE001 - a validator bug must not block allocation
             messages.append(f"{_label(document)}: could not validate: {exc}")
             continue
         for problem in problems:

@@ -372,7 +372,7 @@ def render_demo(demo: DemoReport) -> str:
         request_lines.extend(extra)
         claim_lines = claim_cell.splitlines()
         height = max(len(request_lines), len(claim_lines))
-        pad = lambda lines: lines + [""] * (height - len(lines))  # noqa: E731
+        pad = lambda lines, height=height: lines + [""] * (height - len(lines))  # noqa: E731
         rows.append(
             [
                 "\n".join(pad(claim_lines)),

@@ -289,28 +289,30 @@ def _count_limits(explanation: Explanation) -> dict[tuple[str, str], tuple[int, 
     unchecked: dict[tuple[str, str], set[int]] = {}
     needs: dict[tuple[str, str], int] = {}
     constrained: set[tuple[str, str]] = set()
+
+    def bound(bounds: dict[tuple[str, str], int], key: tuple[str, str], need: int, limit: int) -> None:
+        needs.setdefault(key, need)
+        bounds[key] = min(limit, bounds.get(key, limit))
+
     for node in explanation.nodes:
         if node.fits:
             continue
         bounds: dict[tuple[str, str], int] = {}
         grouped: set[tuple[str, str]] = set()
 
-        def bound(key: tuple[str, str], need: int, limit: int) -> None:
-            needs.setdefault(key, need)
-            bounds[key] = min(limit, bounds.get(key, limit))
-
         for reason in node.reasons:
             if reason.code == model.DRA_DEVICES and "free" in reason.data:
-                bound((reason.data["claim"], reason.data["request"]), int(reason.data["need"]),
+                bound(bounds, (reason.data["claim"], reason.data["request"]), int(reason.data["need"]),
                       int(reason.data["free"]))
             if reason.code == model.DRA_COMBINATION and reason.data.get("requests"):
                 short = int(reason.data["need"]) - int(reason.data["free"])
                 for entry in reason.data["requests"]:
-                    bound((entry["claim"], entry["request"]), int(entry["count"]), int(entry["count"]) - short)
+                    bound(bounds, (entry["claim"], entry["request"]), int(entry["count"]),
+                          int(entry["count"]) - short)
         for constraint in node.constraints:
             if len(constraint.requests) == 1 and constraint.groups:
                 key = (constraint.claim, constraint.requests[0])
-                bound(key, constraint.need, max(constraint.groups.values()))
+                bound(bounds, key, constraint.need, max(constraint.groups.values()))
                 grouped.add(key)
                 constrained.add(key)
         for key, limit in bounds.items():

@@ -68,7 +68,7 @@ def context_namespace(kubeconfig: str | None = None, context: str | None = None)
 
     try:
         contexts, active = config.list_kube_config_contexts(config_file=kubeconfig_path(kubeconfig))
-    except Exception:  # no or broken kubeconfig: reading the cluster reports it properly
+    except Exception:  # noqa: BLE001 - no or broken kubeconfig: reading the cluster reports it properly
         return None
     chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
     return ((chosen or {}).get("context") or {}).get("namespace") or None

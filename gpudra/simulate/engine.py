@@ -257,7 +257,7 @@ def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progr
     fragmented: list[float] = []
     scheduled = 0
     capacity = run.capacity_milli
-    for done, (when, kind, pod_name, task) in enumerate(events, start=1):
+    for done, (when, kind, pod_name, _task) in enumerate(events, start=1):
         key = f"{NAMESPACE}/{pod_name}"
         if kind == 1:
             result = run.scheduler.schedule_pod(key)
