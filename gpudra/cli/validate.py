@@ -86,7 +86,7 @@ def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None,
     if not documents:
         return OK
     cluster = cluster or []  # a live cluster's objects, when they are read
-    from gpudra.api.fix import fix_documents
+    from gpudra.fix import fix_documents
 
     before = _claim_specs(d.obj for d in documents)  # fix_documents may change the objects in place
     result = fix_documents(documents, [o for o in cluster if o.get("kind") == "ResourceSlice"])

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.api.convert import V1, flatten_device, wrap_request
-from gpudra.api.fix_published import PublishedDevices, repair_request
+from gpudra.fix.published import PublishedDevices, repair_request
 from gpudra.api.load import Document
 from gpudra.api.schema.cel_check import DEFAULT_DOMAIN, rewrite_lookup
 from gpudra.api.schema.hints import looks_like_quantity
