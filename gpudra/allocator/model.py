@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.quantity import Quantity, QuantityError
 
 SCALAR_ATTRIBUTE_TYPES = ("int", "bool", "string", "version")
 _SCALAR_PYTHON = {"int": int, "bool": bool, "string": str, "version": str}

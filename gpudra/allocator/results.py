@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.quantity import Quantity, QuantityError
 
 from .allocator import AllocationError
 from .capacity import consumed_quantity

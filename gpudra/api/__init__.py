@@ -7,8 +7,8 @@
 - `gpudra.api.defaults.apply_defaults(obj)`, `gpudra.api.convert.to_v1(obj)` (v1beta1/v1beta2 -> v1).
 - the mechanical repairs behind `gpudra validate --fix` are gpudra.fix (they name what the driver publishes).
 - `gpudra.api.dump`: `dump_yaml(objs)`, `dump_json(objs)` in the loaded key order.
-- `gpudra.api.quantity.Quantity`, `gpudra.api.semver.parse_semver`.
+- `gpudra.quantity.Quantity` and `gpudra.semver.parse_semver` live below it (gpudra.cel needs them too).
 - `gpudra.api.schema`: the declarative schema (`SCHEMAS[(apiVersion, kind)]`, `core.POD_TEMPLATE_PATHS`).
 
-Submodules are imported on demand so that `from gpudra.api.quantity import Quantity` stays light.
+Submodules are imported on demand so that importing one stays light.
 """

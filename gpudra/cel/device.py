@@ -5,8 +5,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from gpudra.api.quantity import Quantity, QuantityError
-from gpudra.api.semver import SemverError, parse_semver
+from gpudra.quantity import Quantity, QuantityError
+from gpudra.semver import SemverError, parse_semver
 from gpudra.cel import values as V
 from gpudra.cel.source import ATTRIBUTES_VARIABLE, CAPACITY_VARIABLE, NO_ATTRIBUTES_VARIABLE, NO_CAPACITY_VARIABLE
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.quantity import Quantity, QuantityError
 from gpudra.api.schema.resource import ALLOCATION_CONFIGS_MAX, OPAQUE_PARAMETERS_MAX
 
 API_VERSION = "resource.nvidia.com/v1beta1"

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.quantity import Quantity, QuantityError
 from gpudra.explain.model import CelErrorReport, FunnelStep, RequestFunnel
 
 MAX_DETAILS = 5

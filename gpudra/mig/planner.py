@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudra.api.quantity import Quantity
+from gpudra.quantity import Quantity
 from gpudra.catalog import GpuModel, MigProfile
 from gpudra.mig.demands import FULL_GPU, Demand, Option, PlanError, demands_from_objects, synthetic_gpu
 from gpudra.mig.dynamic import DynamicMigGpu, counter_set, gpu_devices, resolve_mig_device

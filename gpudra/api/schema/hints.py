@@ -12,7 +12,7 @@ from typing import Any
 
 from gpudra.api.convert import EXACT_REQUEST_FIELDS, flatten_device, wrap_request
 from gpudra.api.dump import dump_yaml_one
-from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.quantity import Quantity, QuantityError
 from gpudra.api.schema.types import as_list, Context, child
 
 _QUANTITY_WITH_UNIT = re.compile(r"^[+-]?[0-9.]+(?:[eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)$")

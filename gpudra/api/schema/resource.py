@@ -8,7 +8,7 @@ import functools
 
 from typing import Any
 
-from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.quantity import Quantity, QuantityError
 from gpudra.api.schema import hints, names
 from gpudra.api.schema.cel_check import check_selector_expression
 from gpudra.api.schema.meta import NODE_SELECTOR
@@ -50,7 +50,7 @@ def _semver(value: str) -> list[str]:
 
 @functools.lru_cache(maxsize=4096)  # a cluster's devices repeat a handful of driver and CUDA versions
 def _semver_problems(value: str) -> tuple[str, ...]:
-    from gpudra.api.semver import SemverError, parse_semver
+    from gpudra.semver import SemverError, parse_semver
 
     try:
         parse_semver(value)

@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.quantity import Quantity, QuantityError
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
