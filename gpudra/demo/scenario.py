@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any
 
 from gpudra.demo.table import render_table
-from gpudra.driver.vocabulary import NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE
+from gpudra.vocabulary import NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE
 
 DATA_PACKAGE = "gpudra.demo"
 CLUSTER_DIR = "data/cluster"

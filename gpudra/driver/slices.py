@@ -12,7 +12,7 @@ import re
 from typing import Any, Callable
 
 from gpudra.discovery.model import Gpu, Inventory, MigDevice
-from gpudra.driver.vocabulary import (NUMA_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE,
+from gpudra.vocabulary import (NUMA_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE,
                                       PCIE_ROOT_ATTRIBUTE)
 
 DEFAULT_DRIVER_NAME = "gpu.nvidia.com"
@@ -23,7 +23,7 @@ PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 # NVIDIA's GPU driver publishes no NVLink attribute for single-node NVLink (HGX/DGX baseboards, NVLink bridges);
 # gpudra names the set of GPUs joined by NVLink with NVLINK_DOMAIN_ATTRIBUTE, so `matchAttribute:
 # gpu.nvidia.com/nvlinkDomain` keeps a claim's GPUs on one NVLink domain (an HGX board: all 8 GPUs; a bridged
-# PCIe pair: the pair). The names live in gpudra.driver.vocabulary, the one list hints and repairs use too.
+# PCIe pair: the pair). The names live in gpudra.vocabulary, the one list hints and repairs use too.
 SHARING_MODES = ("none", "consumable")
 # `--sharing consumable` (KEP-5075 consumable capacity): a full GPU may be allocated to several claims at once.
 # `compute` is the GPU's compute in thousandths (1000 = the whole GPU; whole units, because upstream rounds

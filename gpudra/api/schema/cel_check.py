@@ -83,7 +83,7 @@ def classify_lookup(table: str, lookup_key: str, rest: str) -> str | None:
 def driver_attribute_name(domain: str, attribute: str) -> str:
     """The name to suggest for `attribute` of `domain`: for gpudra's driver domain the name the driver publishes
     (one vocabulary: `nvlink-mesh-id` is `nvlinkDomain`), otherwise the attribute as a C identifier."""
-    from gpudra.driver.vocabulary import published_name
+    from gpudra.vocabulary import published_name
 
     identifier = attribute if not names.c_identifier(attribute) else names.camel_identifier(attribute)
     if domain == DEFAULT_DOMAIN:
