@@ -162,6 +162,19 @@ def configs_command(gpus: tuple[str, ...], backend: str | None, profile: str | N
         click.echo(_dump(config), nl=False)
 
 
+def read_driver_checkpoint(path: str) -> dict[str, Any] | None:
+    """The node driver's checkpoint (its prepared claims), for `apply_config` and the MIG manager; None when the
+    driver has not written one. Read here, above both packages: gpudra.driver builds on gpudra.mig."""
+    from gpudra.driver.checkpoint import CheckpointError, load_checkpoint
+    from gpudra.mig.apply import ApplyError
+
+    try:
+        return load_checkpoint(path)
+    except (CheckpointError, OSError) as exc:
+        raise ApplyError(f"the driver's checkpoint {path} cannot be read, so prepared claims are unknown: {exc}"
+                         ) from None
+
+
 def _read_config(path: str) -> Any:
     from gpudra.mig.apply import ApplyError, read_config_file
 
@@ -209,7 +222,7 @@ def apply_command(path: str, config_name: str, backend: str, profile: str, node_
                   plugins_dir: str) -> None:
     """Apply a named mig-parted config to this node's GPUs (destroying and creating MIG devices); refuses,
     listing them, while prepared claims hold devices on a GPU that would change. Exit 1 when refused."""
-    from gpudra.mig.apply import ApplyError, ApplyRefused, apply_config, read_driver_checkpoint
+    from gpudra.mig.apply import ApplyError, ApplyRefused, apply_config
 
     document = _read_config(path)
     paths, opened = _node_backend(backend, profile, node_name, root, plugins_dir)
@@ -246,7 +259,7 @@ def manager_command(path: str, backend: str, profile: str, node_name: str, root:
     import logging
     import signal
 
-    from gpudra.mig.apply import read_config_file, read_driver_checkpoint
+    from gpudra.mig.apply import read_config_file
     from gpudra.mig.manager import KubeNodeLabels, MigManager
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,

@@ -91,17 +91,6 @@ def read_config_file(path: str) -> Any:
         raise ApplyError(f"{path}: not valid YAML: {exc}") from None
 
 
-def read_driver_checkpoint(path: str) -> dict[str, Any] | None:
-    """The node driver's checkpoint (its prepared claims); None when the driver has not written one."""
-    from gpudra.driver.checkpoint import CheckpointError, load_checkpoint  # noqa: PLC0415 - driver is optional here
-
-    try:
-        return load_checkpoint(path)
-    except (CheckpointError, OSError) as exc:
-        raise ApplyError(f"the driver's checkpoint {path} cannot be read, so prepared claims are unknown: {exc}"
-                         ) from None
-
-
 def _filter_ids(value: Any) -> set[int]:
     values = value if isinstance(value, list) else [value]
     ids = set()
