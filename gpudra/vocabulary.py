@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+DRIVER_NAME = "gpu.nvidia.com"  # the driver's name, also the domain of the attributes and capacities it publishes
+
 # Topology: attributes whose value names a group of GPUs that work well together. A claim that wants its GPUs in
 # one group says so with `matchAttribute: <domain>/<name>`; comparing it with a literal pins one node's group.
 NVLINK_DOMAIN_ATTRIBUTE = "nvlinkDomain"  # GPUs joined by NVLink on one node (an HGX board, a bridged pair)

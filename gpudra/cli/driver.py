@@ -13,6 +13,7 @@ import click
 
 from gpudra.cli.errors import InputError, warn
 from gpudra.cli.inputs import require_generated_valid
+from gpudra.vocabulary import DRIVER_NAME
 from gpudra.cli.options import dns_subdomain_value
 from gpudra.cli.output import output_option, render_data, render_objects, render_table
 from gpudra.cli.options import features_option, kubernetes_version_option
@@ -117,7 +118,7 @@ def command() -> None:
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help=BACKEND_HELP)
 @click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile or YAML file")
 @click.option("--node-name", required=True, callback=dns_subdomain_value())
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, callback=dns_subdomain_value(63))
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, callback=dns_subdomain_value(63))
 @click.option("--dynamic-mig", is_flag=True, help="announce MIG partitions as partitionable devices (KEP-4815)")
 @click.option("--generation", type=click.IntRange(min=0), default=1, show_default=True)
 @click.option("--sharing", type=click.Choice(["none", "consumable"]), default="none", show_default=True,
@@ -147,7 +148,7 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
 
 
 @command.command("deviceclasses")
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, callback=dns_subdomain_value(63))
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, callback=dns_subdomain_value(63))
 @output_option(pipe_default="yaml", help="table: names and selectors; yaml/json: the DeviceClasses.")
 def deviceclasses_cmd(driver_name: str, output: str) -> None:
     """Print the DeviceClasses for full GPUs and MIG devices."""
@@ -196,7 +197,7 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help=BACKEND_HELP)
 @click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile or YAML file")
 @click.option("--node-name", required=True, envvar="NODE_NAME")
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True)
 @click.option("--root", default="/", show_default=True,
               help="place every absolute path (sockets, checkpoint, CDI dirs) under this directory")
 @click.option("--claims", "claims_dir", type=click.Path(file_okay=False),
@@ -347,7 +348,7 @@ def _kubelet(root: str, driver_name: str, registry_dir: str):
 @command.command("prepare")
 @click.argument("claim_files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True)
 @click.option("--kubelet-registrar-directory-path", "registry_dir", default="/var/lib/kubelet/plugins_registry",
               show_default=True)
 @click.option("--unprepare", is_flag=True, help="call NodeUnprepareResources instead")
@@ -414,7 +415,7 @@ def _prepare_table(entries: list[dict], wide: bool, show_container: bool, done: 
 
 @command.command("status")
 @click.option("--root", default="/", show_default=True)
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True)
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True)
 @output_option(pipe_default="yaml", help="table: one row per prepared claim (wide: with its CDI device IDs and "
                                          "spec file); yaml/json: the checkpoint's report.")
 def status_cmd(root: str, driver_name: str, output: str) -> None:

@@ -12,10 +12,10 @@ import re
 from typing import Any, Callable
 
 from gpudra.discovery.model import Gpu, Inventory, MigDevice
-from gpudra.vocabulary import (NUMA_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE,
-                                      PCIE_ROOT_ATTRIBUTE)
+from gpudra.vocabulary import (DRIVER_NAME, NUMA_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE,
+                               PCIE_ROOT_ATTRIBUTE)
 
-DEFAULT_DRIVER_NAME = "gpu.nvidia.com"
+DEFAULT_DRIVER_NAME = DRIVER_NAME
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_WITH_COUNTERS = 64  # when any device has taints or consumesCounters
 MAX_COUNTER_SETS_PER_SLICE = 8

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from gpudra.catalog import GpuModel, MigProfile, Placement, gpu_model
-
-DRIVER_NAME = "gpu.nvidia.com"
+from gpudra.vocabulary import DRIVER_NAME
 
 # capacity name (C identifier) -> counter name (DNS label)
 ENGINE_COUNTERS: dict[str, str] = {

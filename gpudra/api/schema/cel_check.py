@@ -8,15 +8,17 @@ import re
 
 from gpudra.api.schema import names
 from gpudra.api.schema.types import Context
+from gpudra.vocabulary import DRIVER_NAME
 
 _LOOKUP = re.compile(r"device\.(attributes|capacity)\[\s*(['\"])([^'\"]*)\2\s*\]")
 _QUANTITY_USE = re.compile(r"^\s*\.\s*(isGreaterThan|isLessThan|compareTo|add|sub|asInteger|asApproximateFloat)\b")
 _AMOUNT_NAMES = {"memory", "mem", "gpumemory", "vram", "framebuffer", "cores", "multiprocessors"}
-DEFAULT_DOMAIN = "gpu.nvidia.com"
+DEFAULT_DOMAIN = DRIVER_NAME
 
 
 def compiler():
-    """gpudra.cel.compile_selector and its error class (imported late: gpudra.cel uses the api package)."""
+    """gpudra.cel.compile_selector and its error class (imported on first use: objects without selectors need
+    no CEL)."""
     from gpudra.cel import CELCompileError, compile_selector
 
     return compile_selector, CELCompileError
