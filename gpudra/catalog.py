@@ -34,6 +34,17 @@ from functools import cached_property
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 
+# A MIG device's engines as the NVIDIA DRA driver publishes them: capacity name -> the MigProfile (and
+# gpudra.discovery MigDevice) field that counts them. Memory is published apart, as a quantity.
+MIG_ENGINE_CAPACITIES: dict[str, str] = {
+    "multiprocessors": "multiprocessors",
+    "copyEngines": "copy_engines",
+    "decoders": "decoders",
+    "encoders": "encoders",
+    "jpegEngines": "jpeg_engines",
+    "ofaEngines": "ofa_engines",
+}
+
 SOURCE_CONFIG_DEFAULT = "mig-parted config-default.yaml (names, max counts)"
 SOURCE_LGIPP = "nvidia-smi mig -lgipp geometry (A100 verified; H100/GB200/GB300 nvml-mock tables)"
 SOURCE_MIG_GUIDE = "NVIDIA MIG user guide nvidia-smi mig -lgip tables"
@@ -108,14 +119,7 @@ class MigProfile:
     @property
     def engine_counts(self) -> dict[str, int | None]:
         """Capacity name -> count, as the NVIDIA DRA driver publishes them (memory excluded)."""
-        return {
-            "multiprocessors": self.multiprocessors,
-            "copyEngines": self.copy_engines,
-            "decoders": self.decoders,
-            "encoders": self.encoders,
-            "jpegEngines": self.jpeg_engines,
-            "ofaEngines": self.ofa_engines,
-        }
+        return {name: getattr(self, attribute) for name, attribute in MIG_ENGINE_CAPACITIES.items()}
 
     def placement_at(self, start: int) -> Placement:
         for placement in self.placements:

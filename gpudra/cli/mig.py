@@ -103,7 +103,7 @@ def profiles_command(gpus: tuple[str, ...], output: str) -> None:
         for p in model.profiles:
             def n(value: int | None) -> str:
                 return "?" if value is None else str(value)
-            counts = (p.multiprocessors, p.copy_engines, p.decoders, p.encoders, p.jpeg_engines, p.ofa_engines)
+            counts = tuple(p.engine_counts.values())
             rows.append((p.name, str(p.profile_id), str(p.compute_slices), str(p.memory_slices), f"{p.memory_mib}MiB",
                          *((n(c) for c in counts) if engines else ()), str(p.max_instances),
                          " ".join(str(pl) for pl in p.placements)))
@@ -122,9 +122,7 @@ def _model_data(model: GpuModel) -> dict[str, Any]:
             "profiles": [{"name": p.name, "id": p.profile_id, "computeSlices": p.compute_slices,
                           "memorySlices": p.memory_slices, "memoryMiB": p.memory_mib, "maxInstances": p.max_instances,
                           "placements": [{"start": pl.start, "size": pl.size} for pl in p.placements],
-                          "multiprocessors": p.multiprocessors, "copyEngines": p.copy_engines,
-                          "decoders": p.decoders, "encoders": p.encoders, "jpegEngines": p.jpeg_engines,
-                          "ofaEngines": p.ofa_engines} for p in model.profiles],
+                          **p.engine_counts} for p in model.profiles],
             "source": model.source}
 
 

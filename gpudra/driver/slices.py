@@ -11,6 +11,7 @@ import hashlib
 import re
 from typing import Any, Callable
 
+from gpudra.catalog import MIG_ENGINE_CAPACITIES
 from gpudra.discovery.model import Gpu, Inventory, MigDevice
 from gpudra.vocabulary import (DRIVER_NAME, NUMA_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE,
                                PCIE_ROOT_ATTRIBUTE)
@@ -108,14 +109,9 @@ def mig_device(mig: MigDevice, parent: Gpu, inventory: Inventory) -> dict[str, A
         **gpu_common_attributes(parent, inventory),
     }
     capacity: dict[str, dict[str, str]] = {
-        "multiprocessors": {"value": str(mig.multiprocessors)},
-        "copyEngines": {"value": str(mig.copy_engines)},
-        "decoders": {"value": str(mig.decoders)},
-        "encoders": {"value": str(mig.encoders)},
-        "jpegEngines": {"value": str(mig.jpeg_engines)},
-        "ofaEngines": {"value": str(mig.ofa_engines)},
-        "memory": {"value": binary_quantity(mig.memory_bytes)},
+        name: {"value": str(getattr(mig, attribute))} for name, attribute in MIG_ENGINE_CAPACITIES.items()
     }
+    capacity["memory"] = {"value": binary_quantity(mig.memory_bytes)}
     for index in range(mig.placement_start, mig.placement_start + mig.placement_size):
         capacity[f"memorySlice{index}"] = {"value": "1"}
     return {"name": mig.name, "attributes": attributes, "capacity": capacity}

@@ -17,17 +17,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from gpudra.catalog import GpuModel, MigProfile, Placement, gpu_model
+from gpudra.catalog import MIG_ENGINE_CAPACITIES, GpuModel, MigProfile, Placement, gpu_model
 from gpudra.vocabulary import DRIVER_NAME
 
-# capacity name (C identifier) -> counter name (DNS label)
+# capacity name (C identifier, camelCase) -> counter name (DNS label: copyEngines -> copy-engines)
 ENGINE_COUNTERS: dict[str, str] = {
-    "multiprocessors": "multiprocessors",
-    "copyEngines": "copy-engines",
-    "decoders": "decoders",
-    "encoders": "encoders",
-    "jpegEngines": "jpeg-engines",
-    "ofaEngines": "ofa-engines",
+    name: re.sub(r"[A-Z]", lambda upper: "-" + upper.group().lower(), name) for name in MIG_ENGINE_CAPACITIES
 }
 
 _MIG_NAME = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")
