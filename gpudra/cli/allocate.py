@@ -26,6 +26,7 @@ from gpudra.cli.options import (cluster_options, features_option, filename_optio
                                 no_validate_option)
 from gpudra.cli.output import output_option, render_table
 from gpudra.cli.progress import progress
+from gpudra.scheduler.meta import key_of
 
 MODES = ("together", "each", "sequential")
 NO_NODES = "no nodes to try"
@@ -94,11 +95,6 @@ def _select_objects(documents: list[Document]) -> tuple[list[dict[str, Any]], li
     return objects, notes
 
 
-def claim_key(claim: dict[str, Any]) -> str:
-    meta = claim.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
-
-
 def _is_allocated(claim: dict[str, Any]) -> bool:
     status = claim.get("status")
     return isinstance(status, dict) and bool(status.get("allocation"))
@@ -149,7 +145,7 @@ def allocated_claims_view(
     notes: list[str] = []
     no_nodes = not report.get("results") and not report.get("nodesTried")
     for claim in claims:
-        key = claim_key(claim)
+        key = key_of(claim)
         item = copy.deepcopy(claim)
         if key in chosen:
             node, allocation = chosen[key]
@@ -246,15 +242,15 @@ def run_allocate(
     claims = [obj for obj in objects if obj.get("kind") == "ResourceClaim"]
     pending = [claim for claim in claims if not _is_allocated(claim)]
     if claim_names is not None:
-        known = {claim_key(claim) for claim in claims}
+        known = {key_of(claim) for claim in claims}
         missing = [name for name in claim_names if name not in known]
         if missing:
             raise UsageError(f"--claims: no ResourceClaim {', '.join(missing)} in the input")
-        allocated_already = [name for name in claim_names if name not in {claim_key(c) for c in pending}]
+        allocated_already = [name for name in claim_names if name not in {key_of(c) for c in pending}]
         if allocated_already:
             raise UsageError(f"--claims: {', '.join(allocated_already)} already has status.allocation")
         wanted = set(claim_names)
-        pending = [claim for claim in pending if claim_key(claim) in wanted]
+        pending = [claim for claim in pending if key_of(claim) in wanted]
 
     try:
         with progress() as bar:
@@ -267,7 +263,7 @@ def run_allocate(
     elif not report.get("results") and not report.get("nodesTried"):
         warn(f"note: {NO_NODES}: the input has no Node objects and no ResourceSlice names a node; pass --node NAME")
     chosen = chosen_allocations(report, mode)
-    all_fit = all(claim_key(claim) in chosen for claim in pending)
+    all_fit = all(key_of(claim) in chosen for claim in pending)
     if brief:
         return report, messages, all_fit
     view, claim_notes = allocated_claims_view(pending, report, mode)
@@ -279,8 +275,8 @@ def _explain_hint(view: dict[str, Any], source: str, messages: list[str]) -> Non
     """The allocator says only "unallocatable on every node"; `explain` says which request, selector or device
     is short. (Not for claims that only fail together, or when there is no node: explain would not help.)"""
     for claim in view.get("items") or []:
-        if f"{claim_key(claim)}: {UNALLOCATABLE}" in messages:
-            namespace, _, name = claim_key(claim).rpartition("/")
+        if f"{key_of(claim)}: {UNALLOCATABLE}" in messages:
+            namespace, _, name = key_of(claim).rpartition("/")
             click.echo(f"hint: `gpudra explain claim/{name} -n {namespace or 'default'}` (same {source}) says why",
                        err=True)
             return
@@ -291,7 +287,7 @@ def claims_table(view: dict[str, Any], report_notes: list[str], wide: bool) -> s
     notes = {note.split(": ", 1)[0]: note.split(": ", 1)[1] for note in report_notes if ": " in note}
     rows = []
     for claim in view.get("items") or []:
-        key = claim_key(claim)
+        key = key_of(claim)
         allocation = (claim.get("status") or {}).get("allocation") or {}
         results = (allocation.get("devices") or {}).get("results") or []
         devices = ",".join(f"{r.get('pool')}/{r.get('device')}" for r in results) or "-"

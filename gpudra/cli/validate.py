@@ -13,6 +13,7 @@ from gpudra.cli.errors import NEGATIVE, OK, USAGE, InputError, UsageError, show_
 from gpudra.cli.options import cluster_options, filename_option, kubernetes_version_option
 from gpudra.cli.output import output_option, plural, render_problems, report_problems
 from gpudra.cli.progress import progress
+from gpudra.scheduler.meta import key_of
 
 
 @click.command("validate")
@@ -129,8 +130,6 @@ def _claim_specs(objects) -> dict[str, str]:
     specs: dict[str, str] = {}
     for obj in objects:
         if isinstance(obj, dict) and obj.get("kind") == "ResourceClaim":
-            meta = obj.get("metadata")
-            meta = meta if isinstance(meta, dict) else {}
-            key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+            key = key_of(obj)
             specs[key] = json.dumps(obj.get("spec"), sort_keys=True, default=str)
     return specs

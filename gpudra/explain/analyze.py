@@ -12,9 +12,10 @@ from typing import Any
 
 from gpudra.explain import model, simulate
 from gpudra.explain.devices import SelectorSet
-from gpudra.explain.dra import AllocatedDevices, analyze_node, claim_key, devices_message
+from gpudra.explain.dra import AllocatedDevices, analyze_node, devices_message
 from gpudra.explain.model import CelErrorReport, Explanation, NodeExplanation, Reason
 from gpudra.scheduler.framework import SCHEDULING_GATES
+from gpudra.scheduler.meta import key_of
 
 # scheduler plugin -> reason code
 _PLUGIN_CODES = {
@@ -162,7 +163,7 @@ def _prefilter_problems(result: Any, cluster: Any, claims: list[dict[str, Any]],
     """Pod-wide problems: missing classes (with the closest existing names), CEL compile errors."""
     problems: list[str] = []
     for claim in claims:
-        key = claim_key(claim)
+        key = key_of(claim)
         for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
             subrequests = request.get("firstAvailable") or [dict(request.get("exactly") or {}, name="")]
             for sub in subrequests:

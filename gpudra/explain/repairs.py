@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpudra.allocator import build_report
 from gpudra.api.convert import to_v1
 from gpudra.explain.analyze import explain_claim
+from gpudra.scheduler.meta import key_of
 
 
 def check_allocatable(objects: list[dict], cluster: list[dict]) -> list[tuple[str, str, str]]:
@@ -31,7 +32,7 @@ def check_allocatable(objects: list[dict], cluster: list[dict]) -> list[tuple[st
     verdicts = []
     for claim in pending:
         meta = claim.get("metadata") or {}
-        key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+        key = key_of(claim)
         if key in nodes:
             verdicts.append((key, nodes[key], ""))
             continue
