@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING, Any
 
+from gpudra.copying import copy_object
 from gpudra.quantity import Quantity, QuantityError
 
 from .allocator import AllocationError
@@ -74,24 +74,24 @@ def _configs(claim: "ClaimData") -> list[dict[str, Any]]:
     for class_info in class_order:
         for config in class_info.configs:
             entry = {"source": "FromClass", "requests": list(by_class[class_info.name])}
-            entry.update({k: copy.deepcopy(v) for k, v in (config or {}).items() if k != "requests"})
+            entry.update({k: copy_object(v) for k, v in (config or {}).items() if k != "requests"})
             configs.append(entry)
     spec_configs = as_list(as_dict(as_dict(claim.claim.get("spec")).get("devices")).get("config"))
     for config in spec_configs:
         config = as_dict(config)
         wanted = as_list(config.get("requests"))
         entry = {"source": "FromClaim"}
-        entry.update({k: copy.deepcopy(v) for k, v in config.items()})
+        entry.update({k: copy_object(v) for k, v in config.items()})
         if not wanted:
             configs.append(entry)
             continue
         for slot in claim.requests:
             if slot.name in wanted:
-                configs.append(copy.deepcopy(entry))
+                configs.append(copy_object(entry))
             elif slot.subrequests is not None:
                 selected = slot.subrequests[slot.selected]
                 if selected.full_name in wanted:
-                    configs.append(copy.deepcopy(entry))
+                    configs.append(copy_object(entry))
     return configs
 
 
@@ -130,7 +130,7 @@ def _node_selector(search: "Search", claim: "ClaimData") -> dict[str, Any] | Non
                 if identity in seen:
                     continue
                 seen.add(identity)
-                target.append(copy.deepcopy(requirement))
+                target.append(copy_object(requirement))
     if not expressions and not fields:
         return None
     merged: dict[str, Any] = {}

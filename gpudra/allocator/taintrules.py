@@ -8,11 +8,12 @@ device whose CEL evaluation fails is not tainted.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
+
+from gpudra.copying import copy_object
 
 from .model import as_dict, as_list, as_str
 
@@ -60,7 +61,7 @@ def _apply(slice_obj: dict[str, Any], rules: list[dict[str, Any]], classes: dict
         if not taints:
             continue
         if result is None:
-            result = copy.deepcopy(slice_obj)
+            result = copy_object(slice_obj)
         target = result["spec"]["devices"][index]
         target["taints"] = list(as_list(target.get("taints"))) + [dict(taint) for taint in taints]
     return result if result is not None else slice_obj

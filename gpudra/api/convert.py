@@ -9,8 +9,9 @@ The same helpers repair v1 documents written in an older layout (`gpudra validat
 
 from __future__ import annotations
 
-import copy
 from typing import Any
+
+from gpudra.copying import copy_object
 
 GROUP = "resource.k8s.io"
 V1 = f"{GROUP}/v1"
@@ -29,7 +30,7 @@ def needs_conversion(obj: Any) -> bool:
 
 def to_v1(obj: dict[str, Any]) -> dict[str, Any]:
     """A v1 copy of a DRA object in any served version; other objects are returned as a copy unchanged."""
-    result = copy.deepcopy(obj)
+    result = copy_object(obj)
     if not needs_conversion(obj):
         return result
     result["apiVersion"] = V1

@@ -10,11 +10,12 @@ allow rule.
 
 from __future__ import annotations
 
-import copy
 import os
 import stat
 from dataclasses import dataclass, field
 from typing import Any
+
+from gpudra.copying import copy_object
 
 from .spec import CdiError, ContainerEdits, DeviceNode, Spec
 from .validate import parse_qualified_name, validate_spec
@@ -78,8 +79,8 @@ class Registry:
             spec, index = found
             if id(spec) not in seen_specs:
                 seen_specs.add(id(spec))
-                edits.append(copy.deepcopy(spec.container_edits))
-            edits.append(copy.deepcopy(spec.devices[index].container_edits))
+                edits.append(copy_object(spec.container_edits))
+            edits.append(copy_object(spec.devices[index].container_edits))
         if unresolved:
             raise CdiError(f"unresolvable CDI devices {', '.join(unresolved)}")
         return edits
@@ -106,7 +107,7 @@ def default_oci_spec() -> dict[str, Any]:
 
 def _fill_device_node(node: DeviceNode) -> DeviceNode:
     """Runtime behaviour: look up type/major/minor/mode on the host unless they are given."""
-    node = copy.deepcopy(node)
+    node = copy_object(node)
     host = node.host_path or node.path
     if node.type == "p" or (node.type and node.major is not None):
         return node
@@ -142,7 +143,7 @@ def _set_env(env: list[str], entry: str) -> None:
 
 def apply_edits(oci: dict[str, Any], edits: ContainerEdits) -> dict[str, Any]:
     """Return a copy of the OCI spec with the container edits applied."""
-    spec = copy.deepcopy(oci)
+    spec = copy_object(oci)
     process = spec.setdefault("process", {})
     env = process.setdefault("env", [])
     for entry in edits.env:

@@ -8,7 +8,6 @@ shape of the conformance `expected.yaml` files) or the pending claims with
 
 from __future__ import annotations
 
-import copy
 import json
 import sys
 from typing import Any, Callable
@@ -26,6 +25,7 @@ from gpudra.cli.options import (cluster_options, features_option, filename_optio
                                 no_validate_option)
 from gpudra.cli.output import output_option, render_table
 from gpudra.cli.progress import progress
+from gpudra.copying import copy_object
 from gpudra.scheduler.meta import key_of
 
 MODES = ("together", "each", "sequential")
@@ -146,7 +146,7 @@ def allocated_claims_view(
     no_nodes = not report.get("results") and not report.get("nodesTried")
     for claim in claims:
         key = key_of(claim)
-        item = copy.deepcopy(claim)
+        item = copy_object(claim)
         if key in chosen:
             node, allocation = chosen[key]
             item.setdefault("status", {})

@@ -9,11 +9,12 @@ API errors are retried with exponential backoff; invalid objects are not.
 from __future__ import annotations
 
 import builtins
-import copy
 import functools
 import logging
 import time
 from typing import Any, Callable, Protocol
+
+from gpudra.copying import copy_object
 
 from .claims import to_plain_dict
 
@@ -138,7 +139,7 @@ def with_retries(fn: Callable[[], Any], *, attempts: int = 5, backoff_s: float =
 
 
 def _comparable(obj: dict[str, Any]) -> Any:
-    spec = copy.deepcopy(obj.get("spec") or {})
+    spec = copy_object(obj.get("spec") or {})
     spec.get("pool", {}).pop("generation", None)
     owners = [(o.get("kind"), o.get("name"), o.get("uid")) for o in (obj.get("metadata") or {}).get("ownerReferences") or []]
     return spec, owners
@@ -181,7 +182,7 @@ class SlicePublisher:
                 for obj in desired:
                     name = obj["metadata"]["name"]
                     if name in by_name:
-                        body = copy.deepcopy(obj)
+                        body = copy_object(obj)
                         version = (by_name[name].get("metadata") or {}).get("resourceVersion")
                         if version:
                             body["metadata"]["resourceVersion"] = version

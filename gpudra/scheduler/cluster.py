@@ -14,8 +14,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from gpudra.copying import copy_object
+
 from . import resources as res
-from .meta import clone, key_of, metadata, name_of, namespace_of
+from .meta import key_of, metadata, name_of, namespace_of
 from .topology import DeviceId, Topology
 from .workloads import (
     POD_CLAIM_NAME_ANNOTATION,
@@ -390,10 +392,10 @@ class Cluster(Topology):
         twin.claims = dict(self.claims)
         for key in pods:
             if key in twin.pods:
-                twin.pods[key] = clone(twin.pods[key])
+                twin.pods[key] = copy_object(twin.pods[key])
         for key in claims:
             if key in twin.claims:
-                twin.claims[key] = clone(twin.claims[key])
+                twin.claims[key] = copy_object(twin.claims[key])
         twin.usage = {name: NodeUsage(dict(use.requested), use.non_zero_cpu, use.non_zero_memory, list(use.pods))
                       for name, use in self.usage.items()}
         twin.epoch, twin.device_epoch = dict(self.epoch), dict(self.device_epoch)
@@ -453,7 +455,7 @@ class Cluster(Topology):
         finalizers = metadata(claim).setdefault("finalizers", [])
         if DELETE_PROTECTION_FINALIZER not in finalizers:
             finalizers.append(DELETE_PROTECTION_FINALIZER)
-        claim.setdefault("status", {})["allocation"] = clone(allocation)
+        claim.setdefault("status", {})["allocation"] = copy_object(allocation)
         devices = allocated_device_ids(claim)
         self.allocated_devices.update(devices)
         self._count_groups(devices, 1)
@@ -466,7 +468,7 @@ class Cluster(Topology):
             return
         devices = allocated_device_ids(claim)
         if self._allocator is not None:
-            self._allocator.remove_allocated_claim(clone(claim))
+            self._allocator.remove_allocated_claim(copy_object(claim))
         self.allocated_devices.subtract(devices)
         self.allocated_devices = +self.allocated_devices
         self._count_groups(devices, -1)

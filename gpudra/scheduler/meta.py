@@ -100,12 +100,3 @@ def ensure_uid_of(obj: dict[str, Any]) -> str:
     if not meta.get("uid"):
         meta["uid"] = stable_uid(obj.get("kind", ""), namespace_of(obj), name_of(obj))
     return meta["uid"]
-
-
-def clone(value: Any) -> Any:
-    """Deep copy of JSON-shaped data (dicts, lists, scalars); several times faster than copy.deepcopy."""
-    if isinstance(value, dict):
-        return {k: clone(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clone(v) for v in value]
-    return value

@@ -16,8 +16,9 @@ same manifests always give the same pods and claims. Shapes follow the upstream 
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Callable
+
+from gpudra.copying import copy_object
 
 from .meta import (
     ensure_uid_of,
@@ -87,7 +88,7 @@ def _pod_from_template(
     if template_meta.get("annotations"):
         meta["annotations"] = dict(template_meta["annotations"])
     meta["ownerReferences"] = [owner_ref]
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(template.get("spec") or {})}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy_object(template.get("spec") or {})}
     meta["uid"] = stable_uid("Pod", meta["namespace"], name, owner_ref["uid"])
     return pod
 
@@ -347,7 +348,7 @@ def claim_from_template(
         "apiVersion": template.get("apiVersion") or "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": meta,
-        "spec": copy.deepcopy(template_spec.get("spec") or {}),
+        "spec": copy_object(template_spec.get("spec") or {}),
     }
 
 

@@ -12,11 +12,11 @@ do not have.
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from gpudra.copying import copy_object
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
 
@@ -59,7 +59,7 @@ def run_manifests(workload: Manifests, policy: str, seed: int = 42,
         raise SimulationError(f"policy {policy!r} reads openb task shapes; with manifests use one of "
                               f"{', '.join(GPUDRA_POLICIES)}")
     started, cpu_started = time.perf_counter(), time.process_time()
-    cluster = Cluster(copy.deepcopy(workload.objects))  # scheduling writes into the objects
+    cluster = Cluster(copy_object(workload.objects))  # scheduling writes into the objects
     problems = list(cluster.problems)
     scheduler = Scheduler(cluster, policy=policy)
     nodes = cluster.node_names()
