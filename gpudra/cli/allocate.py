@@ -19,7 +19,7 @@ from gpudra.allocator.allocator import FILTER_TIMEOUT_S
 from gpudra.api.convert import needs_conversion, to_v1
 from gpudra.api.load import Document
 from gpudra.api.validate import validate_document
-from gpudra.cli.errors import NEGATIVE, OK, InputError, UsageError, warn
+from gpudra.cli.errors import NEGATIVE, OK, GpudraError, InputError, NegativeAnswer, UsageError, warn
 from gpudra.cli.inputs import read_inputs
 from gpudra.cli.options import (cluster_options, features_option, filename_option, kubernetes_version_option,
                                 no_validate_option)
@@ -380,9 +380,11 @@ def command(
                                                allocator_name, kubeconfig, context, timeout or None,  # 0: no limit
                                                validate=validate, request_timeout=request_timeout,
                                                kubernetes_version=kubernetes_version)
-    except (click.ClickException, SystemExit, BrokenPipeError):
+    except (UsageError, InputError, NegativeAnswer, SystemExit, BrokenPipeError):
         raise
     except Exception as exc:  # malformed input let through by --no-validate: no traceback for users
+        if isinstance(exc, click.ClickException) and not isinstance(exc, GpudraError):
+            raise  # click's own (an unreadable file)
         hint = " (see the warnings above)" if any(m.startswith("warning:") for m in warned) else ""
         raise InputError(f"the input is malformed{hint}; the allocator stopped with "
                          f"{type(exc).__name__}: {exc}") from exc

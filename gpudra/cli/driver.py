@@ -50,7 +50,7 @@ def _slice_layout(dynamic_mig: bool, kubernetes_version: str | None, features: s
     """--dynamic-mig when the release allows it, else False with a warning that says why."""
     from gpudra.allocator.features import Features
     from gpudra.driver.slices import dynamic_mig_layout
-    from gpudra.kube.inputs import InputError, kubernetes_version as cluster_version
+    from gpudra.kube.inputs import kubernetes_version as cluster_version
     from gpudra.versions import VersionError, parse_version
 
     try:
