@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from gpudra.errors import GpudraError
+
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 
@@ -52,11 +54,11 @@ ESTIMATED = "estimated: memory chosen to match the profile name; verify on hardw
 INFERRED_ME = "inferred: +me variant present on every Hopper/Blackwell part; not in config-default"
 
 
-class UnknownGpuModel(LookupError):
+class UnknownGpuModel(GpudraError, LookupError):
     """No catalog entry (or, for the MIG lookups, no MIG-capable one) for a GPU name, alias or PCI device ID."""
 
 
-class UnknownMigProfile(LookupError):
+class UnknownMigProfile(GpudraError, LookupError):
     """A profile name that the GPU model does not offer."""
 
 

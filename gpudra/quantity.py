@@ -16,6 +16,8 @@ from functools import lru_cache
 from dataclasses import dataclass
 from typing import Literal
 
+from gpudra.errors import GpudraError
+
 Format = Literal["BinarySI", "DecimalSI", "DecimalExponent"]
 
 NANO = 10**9
@@ -30,7 +32,7 @@ _SYNTAX = re.compile(r"^([+-]?)([0-9]*)(?:\.([0-9]*))?(.*)$")
 _EXPONENT = re.compile(r"^[eE]([+-]?[0-9]+)$")
 
 
-class QuantityError(ValueError):
+class QuantityError(GpudraError, ValueError):
     """A string that is not a valid Kubernetes quantity."""
 
 

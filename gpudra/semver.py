@@ -12,12 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from gpudra.errors import GpudraError
+
 _DIGITS = frozenset("0123456789")
 _ALPHANUMERIC = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-")
 _UINT64_MAX = 2**64 - 1
 
 
-class SemverError(ValueError):
+class SemverError(GpudraError, ValueError):
     """A string that is not a semantic version; the message matches blang/semver's wording."""
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpudra.errors import GpudraError
+
 KUBERNETES_VERSIONS = ("1.33", "1.34", "1.35", "1.36")
 DEFAULT_KUBERNETES_VERSION = "1.36"
 
@@ -68,7 +70,7 @@ class GateState:
         return f"{self.stage}, {'on' if self.default else 'off'} by default in {self.version}"
 
 
-class VersionError(ValueError):
+class VersionError(GpudraError, ValueError):
     pass
 
 

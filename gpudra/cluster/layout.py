@@ -12,6 +12,8 @@ import yaml
 from gpudra.driver.paths import DriverPaths
 from gpudra.driver.slices import DEFAULT_DRIVER_NAME
 
+from gpudra.errors import GpudraError
+
 from .store import Store
 
 CONFIG_FILE = "cluster.yaml"
@@ -24,7 +26,7 @@ PLUGINS_DIR = "/plugins"
 CDI_DIR = "/var/run/cdi"
 
 
-class ClusterSetupError(Exception):
+class ClusterSetupError(GpudraError):
     """A problem the user can fix (bad --nodes, no cluster, a path too long); printed without a traceback."""
 
 

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 from gpudra.api.defaults import apply_defaults
 from gpudra.api.gates import drop_disabled_fields
 from gpudra.atomicfile import write_atomic
+from gpudra.errors import GpudraError
 
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet (no vowels)
 
@@ -65,7 +66,7 @@ KINDS: tuple[KindInfo, ...] = (
 _BY_KIND = {k.kind: k for k in KINDS}
 
 
-class StoreError(Exception):
+class StoreError(GpudraError):
     """An API-server-like failure; `status` is the HTTP code the API server would answer."""
 
     def __init__(self, message: str, status: int):

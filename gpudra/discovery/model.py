@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.catalog import MIG_ENGINE_CAPACITIES
+from gpudra.errors import GpudraError
 
 MIG_NAME_RE = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")
 
 
-class DiscoveryError(Exception):
+class DiscoveryError(GpudraError):
     """A problem a user can hit (no driver, no library, unknown profile…); printed without a traceback."""
 
 

@@ -16,6 +16,8 @@ from gpudra.cdi import ContainerEdits
 from gpudra.discovery import DiscoveryError, GpuBackend, open_backend
 from gpudra.discovery.health import HealthMonitor
 
+from gpudra.errors import GpudraError
+
 from .calls import DEFAULT_DEADLINE_S
 from .claims import ClaimSource, KubeClaimSource, LocalClaimStore
 from .hostdriver import HostDriverFiles, discover_host_driver, host_driver_edits
@@ -33,7 +35,7 @@ from .state import DeviceState
 log = logging.getLogger("gpudra.driver")
 
 
-class AgentError(Exception):
+class AgentError(GpudraError):
     """Bad configuration the user can fix (printed without a traceback)."""
 
 

@@ -14,13 +14,15 @@ import os
 
 from gpudra.api.schema import names
 
+from gpudra.errors import GpudraError
+
 from .cdispec import claim_spec_file_name
 
 # Longer values are reported by length alone: an error message must not echo a megabyte back.
 _ECHO_LIMIT = 256
 
 
-class ClaimPathError(ValueError):
+class ClaimPathError(GpudraError, ValueError):
     """A claim identity or derived path that the driver refuses to use."""
 
 

@@ -11,6 +11,8 @@ from typing import Any, Protocol
 
 import yaml
 
+from gpudra.errors import GpudraError
+
 from .claimpaths import ClaimPathError, claim_file_candidates, is_inside
 
 _Loader: type[yaml.CSafeLoader] | type[yaml.SafeLoader]
@@ -58,7 +60,7 @@ def load_yaml_documents(text: str) -> list[Any]:
         loader.dispose()
 
 
-class ClaimSourceError(Exception):
+class ClaimSourceError(GpudraError):
     """The claim could not be read (not a "not found": that is None)."""
 
 

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudra.errors import GpudraError
 from gpudra.quantity import Quantity, QuantityError
 from gpudra.api.schema.resource import ALLOCATION_CONFIGS_MAX, OPAQUE_PARAMETERS_MAX
 
@@ -35,7 +36,7 @@ DEVICE_KEY_MAX = 64  # an index or a GPU UUID
 _EXPONENT_TAIL = re.compile(r"[eE]([+-]?[0-9]+)\Z")
 
 
-class ConfigError(Exception):
+class ConfigError(GpudraError):
     """An opaque config this driver cannot accept."""
 
 

@@ -16,13 +16,15 @@ from typing import Any, Callable, Protocol
 
 from gpudra.copying import copy_object
 
+from gpudra.errors import GpudraError
+
 from .claims import to_plain_dict
 
 log = logging.getLogger("gpudra.driver.publisher")
 RETRYABLE = {429, 500, 502, 503, 504}
 
 
-class PublishError(Exception):
+class PublishError(GpudraError):
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
         self.status = status

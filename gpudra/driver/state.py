@@ -29,6 +29,8 @@ from gpudra.cdi import ContainerEdits, remove_spec, write_spec
 from gpudra.discovery import GpuBackend, Inventory, MigError, parse_mig_canonical_name
 from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 
+from gpudra.errors import GpudraError
+
 from . import cdispec, claimpaths
 from .calls import CallToken
 from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, current_boot_id,
@@ -44,7 +46,7 @@ log = logging.getLogger("gpudra.driver")
 _LOCK_STRIPES = 256
 
 
-class PrepareError(Exception):
+class PrepareError(GpudraError):
     """A per-claim failure reported back to the kubelet in the claim's `error`."""
 
 

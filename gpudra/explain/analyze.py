@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from gpudra.errors import GpudraError
 from gpudra.explain import model, simulate
 from gpudra.explain.devices import SelectorSet
 from gpudra.explain.dra import AllocatedDevices, analyze_node, devices_message
@@ -27,7 +28,7 @@ _PLUGIN_CODES = {
 }
 
 
-class TargetError(ValueError):
+class TargetError(GpudraError, ValueError):
     """The thing to explain does not exist or cannot be named; the message is for users."""
 
 

@@ -12,10 +12,12 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from gpudra.errors import GpudraError
+
 PAGE_SIZE = 500
 
 
-class ClusterReadError(RuntimeError):
+class ClusterReadError(GpudraError, RuntimeError):
     """The cluster could not be reached or read; `str()` is a message fit for users."""
 
 

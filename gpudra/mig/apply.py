@@ -18,11 +18,12 @@ import yaml
 
 from gpudra.catalog import GpuModel, UnknownMigProfile, find_gpu_model
 from gpudra.discovery import GpuBackend, Inventory, MigError
+from gpudra.errors import GpudraError
 from gpudra.mig.config import DEVICE_FILTER_FORMAT, configs_in_document, validate_config
 from gpudra.mig.placement import describe_layout, find_placement
 
 
-class ApplyError(Exception):
+class ApplyError(GpudraError):
     """The config cannot be applied (unknown name, invalid entry, layout that does not fit); a user message."""
 
 

@@ -11,6 +11,7 @@ from typing import Any, Iterable
 
 from gpudra.catalog import GpuModel, MigProfile
 from gpudra.cel import CELCompileError, CELRuntimeError, compile_selector, device_input
+from gpudra.errors import GpudraError
 from gpudra.mig.dynamic import DynamicMigGpu, gpu_devices, resolve_mig_device
 from gpudra.vocabulary import DRIVER_NAME
 
@@ -22,7 +23,7 @@ BUILTIN_DEVICE_CLASSES: dict[str, str] = {  # the driver's classes (gpudra.drive
 FULL_GPU = "full GPU"
 
 
-class PlanError(ValueError):
+class PlanError(GpudraError, ValueError):
     """Claims the planner cannot work with (unknown class, unsupported selector, …)."""
 
 

@@ -16,6 +16,8 @@ from typing import Any, Iterable
 
 from gpudra.copying import copy_object
 
+from gpudra.errors import GpudraError
+
 from . import resources as res
 from .meta import key_of, metadata, name_of, namespace_of
 from .topology import DeviceId, Topology
@@ -38,7 +40,7 @@ DEFAULT_MAX_PODS = 110  # the kubelet's default when a node does not report `pod
 
 
 
-class ClusterError(ValueError):
+class ClusterError(GpudraError, ValueError):
     pass
 
 

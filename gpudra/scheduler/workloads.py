@@ -20,6 +20,8 @@ from typing import Any, Callable
 
 from gpudra.copying import copy_object
 
+from gpudra.errors import GpudraError
+
 from .meta import (
     ensure_uid_of,
     key_of,
@@ -47,7 +49,7 @@ DAEMON_TOLERATIONS = [
 ]
 
 
-class WorkloadError(ValueError):
+class WorkloadError(GpudraError, ValueError):
     pass
 
 

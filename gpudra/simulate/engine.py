@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from gpudra.errors import GpudraError
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
 
@@ -32,7 +33,7 @@ METHODS = ("tune", "events")
 Progress = Callable[[int, int], None]
 
 
-class SimulationError(ValueError):
+class SimulationError(GpudraError, ValueError):
     pass
 
 

@@ -15,13 +15,15 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Iterable
 
+from gpudra.errors import GpudraError
+
 MILLI = 1000
 BUNDLED_NODES = "openb_node_list_gpu_node.csv"  # the paper's cluster: 1,213 GPU nodes, 6,212 GPUs
 BUNDLED_TRACES = ("default", "cpu100", "gpushare40", "gpuspec10", "multigpu30")
 DEFAULT_TRACE = "default"
 
 
-class TraceError(ValueError):
+class TraceError(GpudraError, ValueError):
     pass
 
 
