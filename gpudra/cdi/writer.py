@@ -14,10 +14,8 @@ from .spec import CdiError, Spec
 from .validate import check_spec, minimum_required_version
 
 try:
-    _Dumper = yaml.CSafeDumper
     _Loader = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - PyYAML without libyaml
-    _Dumper = yaml.SafeDumper  # type: ignore[misc]
     _Loader = yaml.SafeLoader  # type: ignore[misc]
 
 STATIC_DIR = "/etc/cdi"

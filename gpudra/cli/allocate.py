@@ -13,10 +13,10 @@ import sys
 from typing import Any, Callable
 
 import click
-import yaml
 
 from gpudra.allocator.allocator import FILTER_TIMEOUT_S
 from gpudra.api.convert import needs_conversion, to_v1
+from gpudra.api.dump import dump_yaml_data
 from gpudra.api.load import Document
 from gpudra.api.validate import validate_document
 from gpudra.cli.errors import NEGATIVE, OK, GpudraError, InputError, NegativeAnswer, UsageError, warn
@@ -32,17 +32,6 @@ MODES = ("together", "each", "sequential")
 NO_NODES = "no nodes to try"
 UNALLOCATABLE = "unallocatable on every node"
 INPUT_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "Node", "DeviceTaintRule")
-
-_BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
-class _Dumper(_BaseDumper):  # type: ignore[misc, valid-type]
-    """No `&id001`/`*id001`: results and finalAllocations share objects, and the report must diff cleanly
-    against the conformance expected.yaml files."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
 
 def _split_list(values: tuple[str, ...]) -> list[str]:
     items: list[str] = []
@@ -172,7 +161,9 @@ def allocated_claims_view(
 def render(data: Any, output: str, sort_keys: bool) -> str:
     if output == "json":
         return json.dumps(data, indent=2, sort_keys=sort_keys) + "\n"
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=sort_keys, default_flow_style=False, allow_unicode=True)
+    # no `&id001` anchors (results and finalAllocations share objects): the report diffs cleanly against the
+    # conformance expected.yaml files
+    return dump_yaml_data(data, sort_keys=sort_keys)
 
 
 def known_node_names(objects: list[dict[str, Any]]) -> list[str]:

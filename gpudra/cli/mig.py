@@ -8,22 +8,14 @@ from typing import Any, NoReturn
 import click
 import yaml
 
+from gpudra.api.dump import dump_yaml_data, dump_yaml_one
 from gpudra.catalog import GpuModel, UnknownGpuModel, find_gpu_model, gpu_model, mig_models
 from gpudra.cli.errors import NEGATIVE, USAGE, fail
 from gpudra.cli.inputs import require_generated_valid
 from gpudra.cli.options import dns_subdomain_value
 from gpudra.cli.output import output_option, plural, render_data, render_objects, report_problems
 
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _BlockDumper(yaml.SafeDumper):
-    """Multi-line strings as `|` blocks (a ConfigMap's embedded config stays readable)."""
-
-
-_BlockDumper.add_representer(
-    str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
 
 
 def _fail(message: str, code: int = USAGE) -> NoReturn:
@@ -31,7 +23,7 @@ def _fail(message: str, code: int = USAGE) -> NoReturn:
 
 
 def _dump(obj: Any) -> str:
-    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+    return dump_yaml_data(obj)
 
 
 def _models(names: tuple[str, ...]) -> list[GpuModel]:
@@ -153,7 +145,7 @@ def configs_command(gpus: tuple[str, ...], backend: str | None, profile: str | N
     config = generate_config(groups)
     if output == "configmap":
         wrapped = config_map(_dump(config), name=configmap_name, namespace=namespace)
-        click.echo(yaml.dump(wrapped, Dumper=_BlockDumper, sort_keys=False), nl=False)
+        click.echo(dump_yaml_one(wrapped), nl=False)  # the embedded config as a `|` block
     elif output == "json":
         click.echo(render_data(config, "json"), nl=False)
     else:

@@ -8,10 +8,10 @@ from typing import Any, NoReturn
 
 import click
 
+from gpudra.api.dump import dump_yaml_data
 from gpudra.cli.errors import USAGE, fail, show_error, warn
 from gpudra.cli.inputs import gate_warnings, read_documents, require_valid
 from gpudra.cli.output import render_objects
-import yaml
 
 DIR_OPTION = click.option("--dir", "directory", default=None, metavar="DIR",
                           help="The local cluster's state directory (default: the cluster brought up last).")
@@ -130,7 +130,7 @@ def get_command(kind: str, names: tuple[str, ...], directory: str | None, namesp
     elif output == "yaml":
         body = objects[0] if len(names) == 1 else {"apiVersion": "v1", "kind": "List", "items": objects,
                                                     "metadata": {"resourceVersion": ""}}
-        click.echo(yaml.safe_dump(body, sort_keys=False), nl=False)
+        click.echo(dump_yaml_data(body), nl=False)
     elif output == "name":
         for obj in objects:
             click.echo(f"{info.resource}/{obj['metadata']['name']}")  # kubectl's kind.group/name, as apply -o name

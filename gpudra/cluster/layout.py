@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from gpudra.api.dump import dump_yaml_data
 from gpudra.driver.paths import DriverPaths
 from gpudra.driver.slices import DEFAULT_DRIVER_NAME
 
@@ -129,7 +130,7 @@ class ClusterDir:
                 "kubernetesVersion": config.kubernetes_version, "driverName": config.driver_name,
                 "eventTTLSeconds": config.event_ttl_s, "nodes": [n.to_dict() for n in config.nodes]}
         with open(self.config_path, "w", encoding="utf-8") as fh:
-            yaml.safe_dump(data, fh, sort_keys=False)
+            fh.write(dump_yaml_data(data))
 
     def node_dir(self, node: str) -> str:
         return os.path.join(self.path, "nodes", node)

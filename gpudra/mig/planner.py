@@ -430,11 +430,9 @@ def render_plan(result: PlanResult, wide: bool = False) -> str:
     lines += ["", "Differences:" if diff else "Both modes give every request the same profile."]
     lines += [f"  {line}" for line in diff]
     lines += ["", "mig-parted config for the static layout:"]
-    import yaml
+    from gpudra.api.dump import dump_yaml_data
 
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    lines += ["  " + line for line in
-              yaml.dump(result.mig_parted_config(), Dumper=dumper, sort_keys=False).rstrip().splitlines()]
+    lines += ["  " + line for line in dump_yaml_data(result.mig_parted_config()).rstrip().splitlines()]
     return "\n".join(lines)
 
 
