@@ -27,7 +27,7 @@ import os
 import re
 import signal
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 # The steps of one write, in order; `set_step_hook` sees each just before it happens.
 STEPS = ("write", "fsync", "rename", "dirsync")
@@ -93,7 +93,7 @@ def remove_stale_temps(directory: str, base_prefix: str = "") -> list[str]:
     """Delete temp files of interrupted writes in `directory` (for targets whose name starts with
     `base_prefix`): fixed-name temps, and those of dead processes or of this process (after a
     restart in a container it may have the same PID). Call at start-up, before any writer runs."""
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -125,6 +125,7 @@ def _alive(pid: int) -> bool:
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
+_renameat2: Any  # glibc's renameat2 (a ctypes function), or None where there is none
 try:
     _renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     _renameat2.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)

@@ -30,6 +30,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Iterable
 
 from gpudra.errors import GpudraError
 
@@ -211,7 +212,7 @@ class GpuModel:
 # --- building blocks -------------------------------------------------------------------------------
 
 
-def _placements(starts: range | list[int], size: int) -> tuple[Placement, ...]:
+def _placements(starts: Iterable[int], size: int) -> tuple[Placement, ...]:
     return tuple(Placement(start, size) for start in starts)
 
 

@@ -59,7 +59,7 @@ def upgrade_layout(obj: dict[str, Any]) -> list[str]:
 
 
 def _upgrade_claim_spec(spec: dict[str, Any], path: str) -> list[str]:
-    changed = []
+    changed: list[str] = []
     devices = spec.get("devices")
     if not isinstance(devices, dict):
         return changed
@@ -84,7 +84,8 @@ def wrap_request(request: dict[str, Any]) -> bool:
     for name, value in request.items():
         if name in EXACT_REQUEST_FIELDS:
             if "exactly" not in rebuilt:
-                existing = request.get("exactly") if isinstance(request.get("exactly"), dict) else {}
+                exactly = request.get("exactly")
+                existing = exactly if isinstance(exactly, dict) else {}
                 rebuilt["exactly"] = {**moved, **existing}
             continue
         if name == "exactly" and "exactly" in rebuilt:

@@ -104,7 +104,7 @@ def _corrected(impl: Callable[..., Any]) -> Callable[..., Any]:
         _owed().append(result)
         return result
 
-    call.__wrapped__ = impl
+    call.__dict__["__wrapped__"] = impl  # what functools.wraps would set
     call.__name__ = getattr(impl, "__name__", "call")
     return call
 

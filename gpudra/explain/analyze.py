@@ -294,7 +294,7 @@ def summary_line(num_nodes: int, nodes: list[NodeExplanation]) -> str:
     its first reason (the first filter that rejected it, as kube-scheduler reports)."""
     available = sum(1 for n in nodes if n.fits)
     histogram: Counter = Counter()
-    shortages: dict[tuple[str, str, int], list[int]] = {}  # (claim, request, need) -> free per node
+    shortages: dict[tuple[str, str, int, str], list[int]] = {}  # (claim, request, need, label) -> free per node
     # (claim, constraint index, attribute, need) -> the node's message and its largest group, per node
     splits: dict[tuple[str, int, str, int], list[tuple[str, int]]] = {}
     for entry in nodes:

@@ -102,7 +102,7 @@ def profile_capacity(profile: MigProfile, engines: Iterable[str]) -> dict[str, d
 def max_capacity(model: GpuModel) -> dict[str, int]:
     """Per-dimension maximum over all profiles (what the full GPU and the counter set carry)."""
     engines = known_engine_capacities(model)
-    maxima: dict[str, int] = {cap: max(p.engine_counts[cap] for p in model.profiles) for cap in engines}  # type: ignore[type-var]
+    maxima: dict[str, int] = {cap: max(p.engine_counts[cap] for p in model.profiles) for cap in engines}  # type: ignore[type-var, misc]  # known: not None
     maxima["memory"] = max(p.memory_bytes for p in model.profiles)
     return maxima
 
