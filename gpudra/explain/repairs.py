@@ -13,7 +13,8 @@ def check_allocatable(objects: list[dict], cluster: list[dict]) -> list[tuple[st
     them plus the live cluster's: (claim, node, "") where one fits, else (claim, "", why not, as `explain` says)."""
 
     def identity(obj: dict) -> tuple:
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        raw = obj.get("metadata")
+        meta = raw if isinstance(raw, dict) else {}
         return obj.get("kind"), meta.get("namespace"), meta.get("name")
 
     repaired = [to_v1(o) for o in objects if isinstance(o, dict)]

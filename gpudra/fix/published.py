@@ -37,9 +37,9 @@ class PublishedDevices:
         published = cls()
         for obj in slices:
             spec = obj.get("spec") if isinstance(obj, dict) else None
-            driver = spec.get("driver") if isinstance(spec, dict) else None
-            if not isinstance(driver, str):
+            if not isinstance(spec, dict) or not isinstance(spec.get("driver"), str):
                 continue
+            driver = spec["driver"]
             for device in as_list(spec.get("devices")):
                 capacity = device.get("capacity") if isinstance(device, dict) else None
                 for qualified in capacity if isinstance(capacity, dict) else ():
@@ -84,7 +84,7 @@ def repair_request(request: dict[str, Any], devices: dict[str, Any], path: str, 
     for position, selector in enumerate(exactly["selectors"]):
         cel = selector.get("cel") if isinstance(selector, dict) else None
         expression = cel.get("expression") if isinstance(cel, dict) else None
-        if not isinstance(expression, str):
+        if not isinstance(cel, dict) or not isinstance(expression, str):
             kept.append(selector)
             continue
         where = f"{path}.exactly.selectors[{position}].cel.expression"

@@ -50,7 +50,7 @@ def compile_outcome(expression: str) -> tuple[str, str, str | None] | None:
         column = getattr(exc, "column", None)
         where = f" at column {column}" if isinstance(column, int) and column > 0 else ""
         caret = None
-        if where and "\n" not in expression:
+        if isinstance(column, int) and column > 0 and "\n" not in expression:  # as `where` says
             caret = f"{expression}\n{' ' * (column - 1)}^"
         return "error", f"CEL compile error{where}: {message} (expression: {expression})", caret
     except Exception as exc:  # noqa: BLE001 - a bug in the CEL adapter must not crash validation
