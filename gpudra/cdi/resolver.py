@@ -176,22 +176,22 @@ def apply_edits(oci: dict[str, Any], edits: ContainerEdits) -> dict[str, Any]:
         mounts = spec.setdefault("mounts", [])
         for mount in edits.mounts:
             mounts[:] = [m for m in mounts if m.get("destination") != mount.container_path]
-            entry: dict[str, Any] = {"destination": mount.container_path, "source": mount.host_path}
+            mount_entry: dict[str, Any] = {"destination": mount.container_path, "source": mount.host_path}
             if mount.type:
-                entry["type"] = mount.type
+                mount_entry["type"] = mount.type
             if mount.options:
-                entry["options"] = list(mount.options)
-            mounts.append(entry)
+                mount_entry["options"] = list(mount.options)
+            mounts.append(mount_entry)
         mounts.sort(key=lambda m: len([p for p in m["destination"].split("/") if p]))
     for hook in edits.hooks:
-        entry = {"path": hook.path}
+        hook_entry: dict[str, Any] = {"path": hook.path}
         if hook.args:
-            entry["args"] = list(hook.args)
+            hook_entry["args"] = list(hook.args)
         if hook.env:
-            entry["env"] = list(hook.env)
+            hook_entry["env"] = list(hook.env)
         if hook.timeout is not None:
-            entry["timeout"] = hook.timeout
-        spec.setdefault("hooks", {}).setdefault(hook.hook_name, []).append(entry)
+            hook_entry["timeout"] = hook.timeout
+        spec.setdefault("hooks", {}).setdefault(hook.hook_name, []).append(hook_entry)
     if edits.additional_gids:
         gids = process.setdefault("user", {}).setdefault("additionalGids", [])
         for gid in edits.additional_gids:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import cast
 
 import yaml
 
@@ -13,10 +14,11 @@ from gpudra.atomicfile import write_atomic
 from .spec import CdiError, Spec
 from .validate import check_spec, minimum_required_version
 
+_Loader: type[yaml.CSafeLoader] | type[yaml.SafeLoader]
 try:
     _Loader = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - PyYAML without libyaml
-    _Loader = yaml.SafeLoader  # type: ignore[misc]
+    _Loader = yaml.SafeLoader
 
 STATIC_DIR = "/etc/cdi"
 DYNAMIC_DIR = "/var/run/cdi"
@@ -87,7 +89,7 @@ def _block(value: object, pad: str, out: list[str]) -> None:
             else:
                 out.append(f"{pad}{_key(k)}: {'{}' if v == {} else '[]' if v == [] else _scalar(v)}")
     else:
-        for item in value:  # type: ignore[union-attr]
+        for item in cast("list[object]", value):  # the rest of a spec's JSON-shaped data: lists
             if isinstance(item, (dict, list)) and item:
                 start = len(out)
                 _block(item, pad + "  ", out)

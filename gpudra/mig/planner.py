@@ -420,11 +420,11 @@ def render_plan(result: PlanResult, wide: bool = False) -> str:
                 lines += _instance_lines(gpu)
     lines += _usage_lines(model, result.gpu_count, result.static_usage)
     lines += ["", "Dynamic MIG (claims in input order; per claim the first devices in slice/name order that fit the counters):"]
-    for index, gpu in enumerate(result.dynamic):
-        lines.append(f"  GPU {index}: " + (", ".join(name for _, name in gpu) if gpu else "unused"))
+    for index, devices in enumerate(result.dynamic):
+        lines.append(f"  GPU {index}: " + (", ".join(name for _, name in devices) if devices else "unused"))
         if wide:
-            width = max((len(name) for _, name in gpu), default=0)
-            lines += [f"    {name.ljust(width)}  {label}" for label, name in gpu]
+            width = max((len(name) for _, name in devices), default=0)
+            lines += [f"    {name.ljust(width)}  {label}" for label, name in devices]
     lines += _usage_lines(model, result.gpu_count, result.dynamic_usage)
     diff = differences(result)
     lines += ["", "Differences:" if diff else "Both modes give every request the same profile."]
