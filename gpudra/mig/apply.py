@@ -128,6 +128,7 @@ def plan_changes(entries: list[dict[str, Any]], inventory: Inventory) -> list[Gp
     out = [changes[minor] for minor in sorted(selected)]
     for change in out:
         if change.want_enabled and any(change.want.values()):
+            assert change.model is not None  # a selected GPU has MIG (refused above otherwise)
             try:
                 fits = find_placement(change.model, change.want)
             except UnknownMigProfile as exc:
@@ -164,6 +165,7 @@ def apply_changes(backend: GpuBackend, changes: Iterable[GpuChange], busy: Mappi
         if change.mig_enabled != change.want_enabled:
             backend.set_mig_mode(change.minor, change.want_enabled)  # MigError: pending a reset, in use
         if change.want_enabled and any(change.want.values()):
+            assert change.model is not None  # plan_changes selects only GPUs with MIG
             for instance in find_placement(change.model, change.want).instances:
                 backend.create_mig_device(change.minor, instance.profile.profile_id, instance.placement.start)
         done.append(change.describe())
