@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra.copying import copy_object
+from gpudra.plain import as_list
 
 GROUP = "resource.k8s.io"
 V1 = f"{GROUP}/v1"
@@ -46,7 +47,7 @@ def upgrade_layout(obj: dict[str, Any]) -> list[str]:
     if not isinstance(spec, dict):
         return changed
     if kind == "ResourceSlice":
-        for position, device in enumerate(_list(spec.get("devices"))):
+        for position, device in enumerate(as_list(spec.get("devices"))):
             if isinstance(device, dict) and flatten_device(device):
                 changed.append(f"spec.devices[{position}]")
     elif kind == "ResourceClaim":
@@ -63,14 +64,11 @@ def _upgrade_claim_spec(spec: dict[str, Any], path: str) -> list[str]:
     devices = spec.get("devices")
     if not isinstance(devices, dict):
         return changed
-    for position, request in enumerate(_list(devices.get("requests"))):
+    for position, request in enumerate(as_list(devices.get("requests"))):
         if isinstance(request, dict) and wrap_request(request):
             changed.append(f"{path}.devices.requests[{position}]")
     return changed
 
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def wrap_request(request: dict[str, Any]) -> bool:
@@ -131,14 +129,14 @@ def newer_layout_paths(obj: dict[str, Any]) -> list[tuple[str, str]]:
         return found
     kind = obj.get("kind")
     if kind == "ResourceSlice":
-        for position, device in enumerate(_list(spec.get("devices"))):
+        for position, device in enumerate(as_list(spec.get("devices"))):
             if isinstance(device, dict):
                 found += [(f"spec.devices[{position}].{name}", name) for name in device if name not in ("name", "basic")]
     elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
         inner = spec.get("spec") if kind == "ResourceClaimTemplate" else spec
         base = "spec.spec" if kind == "ResourceClaimTemplate" else "spec"
         devices = inner.get("devices") if isinstance(inner, dict) else None
-        for position, request in enumerate(_list(devices.get("requests") if isinstance(devices, dict) else None)):
+        for position, request in enumerate(as_list(devices.get("requests") if isinstance(devices, dict) else None)):
             if isinstance(request, dict) and "exactly" in request:
                 found.append((f"{base}.devices.requests[{position}].exactly", "exactly"))
     return found
