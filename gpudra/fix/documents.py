@@ -20,7 +20,7 @@ from gpudra.api.load import Document
 from gpudra.api.schema.cel_check import DEFAULT_DOMAIN, rewrite_lookup
 from gpudra.api.schema.hints import looks_like_quantity
 from gpudra.api.schema.names import suggest_dns_name
-from gpudra.api.schema.types import as_list
+from gpudra.api.schema.types import as_dict, as_list
 
 _DRIVER_TEST = re.compile(r"device\.driver\s*==\s*['\"]([^'\"]+)['\"]")
 _DRIVER_ONLY = re.compile(r"^\s*device\.driver\s*==\s*['\"]([^'\"]+)['\"]\s*$")
@@ -132,8 +132,8 @@ def _adopt_driver_selectors(doc: Document, name: str, label: str, result: FixRes
     selects what the driver's class does: `gpu.nvidia.com` is full GPUs (type == "gpu"), not MIG devices too."""
     from gpudra.driver.slices import device_classes
 
-    spec = doc.obj.get("spec")
-    selectors = spec.get("selectors") if isinstance(spec, dict) else None
+    spec = as_dict(doc.obj.get("spec"))
+    selectors = spec.get("selectors")
     drivers = {match.group(1) for selector in as_list(selectors)
                for match in [_DRIVER_ONLY.match(((selector or {}).get("cel") or {}).get("expression") or "")
                              if isinstance(selector, dict) and isinstance(selector.get("cel"), dict) else None]
@@ -181,7 +181,7 @@ def _fix_claim_spec(doc: Document, spec: dict, base: str, renames: dict[str, str
     if not isinstance(devices, dict):
         return
     known = set(class_drivers) | set(renames.values())
-    requests = devices.get("requests") if isinstance(devices.get("requests"), list) else []
+    requests = as_list(devices.get("requests"))
     for position, request in enumerate(requests):
         if not isinstance(request, dict):
             continue

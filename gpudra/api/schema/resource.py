@@ -14,7 +14,7 @@ from gpudra.api.schema.cel_check import check_selector_expression
 from gpudra.api.schema.meta import NODE_SELECTOR
 from gpudra.api.schema.types import (
     INT64_MAX, INT64_MIN, AnyValue, Bool, Context, F, Int, ListOf, MapOf, QuantityType, Str, Struct, Type, child,
-    index, key, type_name, _key_problems,
+    index, key, type_name, _key_problems, as_dict, as_list,
 )
 
 # Limits (resource/v1/types.go, Kubernetes 1.36)
@@ -193,8 +193,9 @@ def _policy_check(value: dict, path: str, ctx: Context) -> None:
     default = _quantity(value.get("default"))
     valid_values = value.get("validValues")
     if isinstance(valid_values, list) and valid_values:
-        parsed = [_quantity(v) for v in valid_values]
-        if all(q is not None for q in parsed):
+        parsed_or_none = [_quantity(v) for v in valid_values]
+        parsed = [q for q in parsed_or_none if q is not None]
+        if len(parsed) == len(parsed_or_none):  # all parse
             if any(a >= b for a, b in zip(parsed, parsed[1:])):
                 ctx.error(child(path, "validValues"), "must be sorted in ascending order without duplicates")
             if default is not None and default not in parsed:
@@ -265,7 +266,7 @@ def _policy_within_value(capacity: dict, path: str, ctx: Context) -> None:
     if default is not None and default > total:
         ctx.warning(child(policy_path, "default"),
                     f"exceeds the capacity value {capacity.get('value')}; no request can get it")
-    for position, item in enumerate(policy.get("validValues") if isinstance(policy.get("validValues"), list) else []):
+    for position, item in enumerate(as_list(policy.get("validValues"))):
         amount = _quantity(item)
         if amount is not None and amount > total:
             ctx.warning(index(child(policy_path, "validValues"), position),
@@ -292,8 +293,8 @@ CONDITION_NAMES = ListOf(Str(validators=(names.qualified_name,)), max_items=BIND
 
 
 def _device_check(device: dict, path: str, ctx: Context) -> None:
-    attributes = device.get("attributes") if isinstance(device.get("attributes"), dict) else {}
-    capacity = device.get("capacity") if isinstance(device.get("capacity"), dict) else {}
+    attributes = as_dict(device.get("attributes"))
+    capacity = as_dict(device.get("capacity"))
     if len(attributes) + len(capacity) > ATTRIBUTES_AND_CAPACITY_MAX:
         ctx.error(path, f"attributes and capacity together must have at most {ATTRIBUTES_AND_CAPACITY_MAX} "
                   f"entries (has {len(attributes) + len(capacity)})")
@@ -408,7 +409,7 @@ DEVICE.quick_valid = _device_quick_valid
 
 
 def _slice_check(spec: dict, path: str, ctx: Context) -> None:
-    devices = spec.get("devices") if isinstance(spec.get("devices"), list) else []
+    devices = as_list(spec.get("devices"))
     dicts = [d for d in devices if isinstance(d, dict)]
     uses_taints_or_counters = any(d.get("taints") or d.get("consumesCounters") for d in dicts)
     if uses_taints_or_counters and len(devices) > DEVICES_MAX_WITH_TAINTS_OR_COUNTERS:
