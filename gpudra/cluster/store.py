@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 from gpudra.api.defaults import apply_defaults
 from gpudra.api.gates import drop_disabled_fields
 from gpudra.atomicfile import write_atomic
+from gpudra.copying import copy_object
 from gpudra.errors import GpudraError
 
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet (no vowels)
@@ -98,7 +99,7 @@ def stored_form(obj: dict[str, Any]) -> dict[str, Any]:
     allocationMode/count, tolerations' operator, a taint's timeAdded), everything else as given. A copy."""
     if str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
         return apply_defaults(obj, now=now_rfc3339())
-    return json.loads(json.dumps(obj))
+    return json.loads(json.dumps(obj))  # the JSON form the store writes (a copy, and what JSON cannot hold fails)
 
 
 def _safe(part: str) -> str:
@@ -336,7 +337,7 @@ def created_serial(obj: dict[str, Any]) -> int:
 
 def public_view(obj: dict[str, Any]) -> dict[str, Any]:
     """The object as `get` prints it: without the store's private bookkeeping."""
-    obj = json.loads(json.dumps(obj))
+    obj = copy_object(obj)  # read from the store: already JSON
     annotations = (obj.get("metadata") or {}).get("annotations")
     if isinstance(annotations, dict):
         for key in PRIVATE_ANNOTATIONS:
