@@ -8,32 +8,27 @@ most a temp file, which `remove_stale_temps` deletes at start-up.
 `fsync=False` keeps the atomicity but not durability across a power cut: for files that live
 on a tmpfs (CDI specs in /var/run/cdi) or stand for state that a reboot resets anyway.
 
-`reuse_temp=True` (callers serialize writes to one path) gives the temp file a fixed name and,
-where the kernel offers it, swaps it with the target (`renameat2(RENAME_EXCHANGE)`): the
-previous version becomes the next temp file and is overwritten in place next time. Creating and
-freeing an inode per write costs more than the rest of a small write on some filesystems; what
-a reader can observe is the same as with a plain rename.
+The temp file is always a new file (O_CREAT|O_EXCL|O_NOFOLLOW) under a name no one can guess (the PID and a random
+token): a symlink or hard link planted where a temp file will be is never written through (issue 20: the
+checkpoint's fixed temp name, opened without O_EXCL, wrote into whatever file a planted hard link named).
 
-Tests observe and break every step through `set_step_hook`. `GPUDRA_TEST_KILL_AT=LABEL:STEP:N`
-makes the process SIGKILL itself just before the Nth time it reaches STEP of a LABEL write
-(`*` matches any label): the crash tests kill at named places instead of after random sleeps.
+Tests observe and break every step through `set_step_hook` (the crash tests install their kill points
+with it, from the test side: tests/support/killpoint.py); nothing here reads the environment.
 """
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import os
 import re
-import signal
-import threading
-from typing import Any, Callable
+import secrets
+from typing import Callable
 
 # The steps of one write, in order; `set_step_hook` sees each just before it happens.
 STEPS = ("write", "fsync", "rename", "dirsync")
-KILL_ENV = "GPUDRA_TEST_KILL_AT"
 
-_TEMP_NAME = re.compile(r"^\.(?P<base>.+?)\.(?:(?P<pid>\d+)-\d+\.)?tmp$")
+# `.NAME.PID-TOKEN.tmp`; `.NAME.tmp`, a fixed name older versions used, is cleaned up too
+_TEMP_NAME = re.compile(r"^\.(?P<base>.+?)\.(?:(?P<pid>\d+)-[0-9a-f]+\.)?tmp$")
+_TEMP_ATTEMPTS = 8  # new names tried when one exists already (planted, or left by a dead process of the same PID)
 
 StepHook = Callable[[str, str, str], None]  # (label, step, target path)
 _step_hook: StepHook | None = None
@@ -53,40 +48,24 @@ def _step(label: str, step: str, path: str) -> None:
         hook(label, step, path)
 
 
-class KillPoint:
-    """SIGKILL this process just before the `count`th time `step` of a `label` write is reached."""
-
-    def __init__(self, label: str, step: str, count: int):
-        if step not in STEPS or count < 1:
-            raise ValueError(f"bad kill point {label}:{step}:{count} (steps: {', '.join(STEPS)}; count >= 1)")
-        self.label, self.step, self.count = label, step, count
-        self._seen = 0
-        self._lock = threading.Lock()
-
-    @classmethod
-    def parse(cls, text: str) -> KillPoint:
-        label, step, count = text.rsplit(":", 2)
-        return cls(label, step, int(count))
-
-    def __call__(self, label: str, step: str, path: str) -> None:
-        if step != self.step or self.label not in ("*", label):
-            return
-        with self._lock:
-            self._seen += 1
-            if self._seen == self.count:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-
-if os.environ.get(KILL_ENV):
-    set_step_hook(KillPoint.parse(os.environ[KILL_ENV]))
-
-
-def temp_path(path: str, *, reuse: bool = False) -> str:
-    """The temp name a write of `path` uses: hidden, in the same directory, ending in `.tmp` (so CDI
-    runtimes, which read `*.yaml`/`*.json`, ignore it)."""
+def temp_path(path: str) -> str:
+    """A new temp name for a write of `path`: hidden, in the same directory, ending in `.tmp` (so CDI runtimes,
+    which read `*.yaml`/`*.json`, ignore it), with the PID (for remove_stale_temps) and a random token."""
     directory, base = os.path.split(path)
-    unique = "" if reuse else f"{os.getpid()}-{threading.get_ident()}."
-    return os.path.join(directory, f".{base}.{unique}tmp")
+    return os.path.join(directory, f".{base}.{os.getpid()}-{secrets.token_hex(8)}.tmp")
+
+
+def _create_temp(path: str, mode: int) -> tuple[int, str]:
+    """A new, empty temp file for `path`, never one that existed (O_EXCL), never through a symlink (O_NOFOLLOW)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for attempt in range(_TEMP_ATTEMPTS):
+        tmp = temp_path(path)
+        try:
+            return os.open(tmp, flags, mode), tmp
+        except FileExistsError:
+            if attempt + 1 == _TEMP_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def remove_stale_temps(directory: str, base_prefix: str = "") -> list[str]:
@@ -123,47 +102,20 @@ def _alive(pid: int) -> bool:
     return True
 
 
-_AT_FDCWD = -100
-_RENAME_EXCHANGE = 2
-_renameat2: Any  # glibc's renameat2 (a ctypes function), or None where there is none
-try:
-    _renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    _renameat2.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
-    _renameat2.restype = ctypes.c_int
-except (OSError, AttributeError):  # pragma: no cover - not glibc/Linux
-    _renameat2 = None
-
-
-def _exchange(a: str, b: str) -> bool:
-    """Atomically swap the two names; False when the kernel, filesystem or libc cannot (or one is missing)."""
-    if _renameat2 is None:
-        return False
-    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.ENOENT, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV, errno.EPERM):
-        return False
-    raise OSError(code, os.strerror(code), a, None, b)
-
-
 def write_atomic(path: str, data: bytes, *, mode: int, label: str, fsync: bool = True,
-                 reuse_temp: bool = False, make_dirs: int | None = None) -> None:
+                 make_dirs: int | None = None) -> None:
     """Replace `path` with `data` (see the module doc). `mode` is the file's mode whatever the
     umask; `label` names the file kind for hooks and kill points; `make_dirs` (a mode) creates a
     missing directory."""
     path = os.path.abspath(path)
     directory = os.path.dirname(path)
-    tmp = temp_path(path, reuse=reuse_temp)
-    # No O_TRUNC for a reused temp: overwriting its blocks in place is cheaper than freeing and
-    # reallocating them; ftruncate drops a longer tail.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | (0 if reuse_temp else os.O_TRUNC)
     try:
-        fd = os.open(tmp, flags, mode)
+        fd, tmp = _create_temp(path, mode)
     except FileNotFoundError:
         if make_dirs is None:
             raise
         ensure_dir(directory, make_dirs)
-        fd = os.open(tmp, flags, mode)
+        fd, tmp = _create_temp(path, mode)
     try:
         try:
             os.fchmod(fd, mode)
@@ -171,16 +123,13 @@ def write_atomic(path: str, data: bytes, *, mode: int, label: str, fsync: bool =
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            if reuse_temp:
-                os.ftruncate(fd, len(data))
             if fsync:
                 _step(label, "fsync", path)
                 os.fsync(fd)
         finally:
             os.close(fd)
         _step(label, "rename", path)
-        if not (reuse_temp and _exchange(tmp, path)):
-            os.replace(tmp, path)
+        os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)

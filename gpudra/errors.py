@@ -17,6 +17,15 @@ import click
 USAGE_EXIT_CODE = 2  # the question could not be asked (gpudra.cli.errors.USAGE)
 
 
+def printable(text: str, keep: str = "") -> str:
+    """`text` with every character a terminal would act on (ESC, BEL, a carriage return, bidi overrides, …)
+    written as Python escapes (`\\x1b`), so that input can never drive the terminal it is reported on; the
+    characters in `keep` (say, newline in a multi-line message) are left as they are."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
+
+
 def use_colour(stream: IO[str] | None = None) -> bool:
     """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org) or TERM is dumb."""
     stream = stream if stream is not None else sys.stderr
@@ -74,7 +83,8 @@ class GpudraError(click.ClickException):
     def show(self, file: IO[Any] | None = None) -> None:
         """`error: WHERE: message` (and the details) on stderr, the prefix coloured on a terminal."""
         stream = file if file is not None else sys.stderr
-        click.echo(f"{paint('error:', stream, fg='red', bold=True)} {self.format_message()}", file=stream)
+        click.echo(f"{paint('error:', stream, fg='red', bold=True)} {printable(self.format_message(), keep=chr(10))}",
+                   file=stream)
 
 
 class InputError(GpudraError, ValueError):

@@ -11,7 +11,10 @@ exist there (its API fields are unknown to that API server).
 
 From this one table come the allocator's default features per release (`allocator_features`), the
 warnings `validate` gives for fields behind a gate that is off (gpudra.api.gates) and the
-ResourceSlice layout the driver publishes (gpudra.driver.slices).
+ResourceSlice layout the driver publishes (gpudra.driver.slices). Further tables below: where a pool's
+counter sets live per release (`partitionable_layout`), the resource.k8s.io versions each release serves
+(`dra_api_problem`, with kube-apiserver's --runtime-config) and patch releases with known DRA issues
+(`patch_warnings`).
 """
 
 from __future__ import annotations
@@ -51,9 +54,6 @@ ALLOCATOR_FEATURE_GATES: dict[str, tuple[str, ...]] = {
     "PrioritizedList": ("DRAPrioritizedList",),
 }
 
-# The resource.k8s.io version each release serves by default (v1 is GA in 1.34).
-SERVED_RESOURCE_API = {"1.33": "resource.k8s.io/v1beta2", "1.34": "resource.k8s.io/v1",
-                       "1.35": "resource.k8s.io/v1", "1.36": "resource.k8s.io/v1"}
 
 
 @dataclass(frozen=True)
@@ -128,3 +128,150 @@ def gate_for_feature(name: str, version: str) -> GateState:
     """The gate that keeps allocator feature `name` off in `version` (the first one that is off)."""
     states = [gate_state(g, version) for g in ALLOCATOR_FEATURE_GATES[name]]
     return next((s for s in states if not s.default), states[0])
+
+
+# ----- partitionable devices: where a pool's counter sets live ---------------------------------------
+# KEP-4815 (DRAPartitionableDevices) changed its ResourceSlice layout incompatibly between 1.34 and 1.35
+# (kubernetes/kubernetes#134189, "Updates to DRA Partitionable Devices feature"; KEP update
+# kubernetes/enhancements#5515). Up to 1.34 a device consumes counters only from a counter set of its own
+# slice, so devices and sharedCounters share a slice ("combined"; the API server rejects a reference to a
+# counter set elsewhere, and the allocator counts each slice on its own). From 1.35 the two are mutually
+# exclusive: counter sets sit in slices of their own and devices anywhere in the pool consume them ("split").
+# NVIDIA's driver publishes both (cmd/gpu-kubelet-plugin/driver.go: generateCombinedResourceSlices for < 1.35,
+# generateSplitResourceSlices from 1.35).
+COMBINED_SLICES = "combined"
+SPLIT_SLICES = "split"
+SPLIT_COUNTER_SETS_SINCE = "1.35"
+
+
+def partitionable_layout(version: str | None) -> str:
+    """'combined' (1.33, 1.34) or 'split' (1.35 on): where counter sets live in `version`'s ResourceSlices."""
+    return SPLIT_SLICES if _key(parse_version(version)) >= _key(SPLIT_COUNTER_SETS_SINCE) else COMBINED_SLICES
+
+
+# ----- resource.k8s.io versions each release serves -----------------------------------------------------
+# For the DRA kinds (DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate): "default" = served
+# out of the box; "opt-in" = served only when kube-apiserver runs with --runtime-config=<group/version>=true
+# (new beta and alpha APIs are off by default, KEP-3136); absent = not served. v1 is GA from 1.34
+# (kubernetes/kubernetes#132706). v1alpha3 keeps only DeviceTaintRule from 1.34 (kubernetes/kubernetes#132000,
+# CHANGELOG-1.34 v1.34.0: "resource.k8s.io/v1alpha3 now only contains DeviceTaintRule"). In 1.33 DRA as a
+# whole is off by default (the DynamicResourceAllocation gate is beta, off), so every version there is opt-in.
+RESOURCE_GROUP = "resource.k8s.io"
+_OPT_IN, _DEFAULT = "opt-in", "default"
+DRA_API_VERSIONS: dict[str, dict[str, str]] = {
+    "1.33": {"v1beta2": _OPT_IN, "v1beta1": _OPT_IN, "v1alpha3": _OPT_IN},
+    "1.34": {"v1": _DEFAULT, "v1beta2": _OPT_IN, "v1beta1": _OPT_IN},
+    "1.35": {"v1": _DEFAULT, "v1beta2": _OPT_IN, "v1beta1": _OPT_IN},
+    "1.36": {"v1": _DEFAULT, "v1beta2": _OPT_IN, "v1beta1": _OPT_IN},
+}
+# The resource.k8s.io version each release prefers (the first of its table; v1 is GA in 1.34).
+SERVED_RESOURCE_API = {release: f"{RESOURCE_GROUP}/{next(iter(served))}" for release, served in DRA_API_VERSIONS.items()}
+# version -> (the release that stopped serving the DRA kinds in it, the upstream change)
+DRA_API_REMOVED = {"v1alpha3": ("1.34", "kubernetes/kubernetes#132000")}
+
+
+class RuntimeConfigError(GpudraError, ValueError):
+    """A --runtime-config text that is malformed or names no DRA API version."""
+
+
+def parse_runtime_config(text: str | None) -> dict[str, bool]:
+    """kube-apiserver's --runtime-config: `resource.k8s.io/v1beta2=true,resource.k8s.io/v1beta1` (a bare entry
+    means true), also `api/all`, `api/beta`, `api/alpha`. Returns group/version (or api/…) -> enabled."""
+    found: dict[str, bool] = {}
+    for raw in (text or "").split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        key, _, value = entry.partition("=")
+        key, value = key.strip(), value.strip().lower() or "true"
+        if value not in ("true", "false"):
+            raise RuntimeConfigError(f"--runtime-config: {entry!r}: the value must be true or false")
+        if key.count("/") != 1 or not all(key.split("/")):
+            raise RuntimeConfigError(f"--runtime-config: {entry!r}: expected GROUP/VERSION[=true|false], e.g. "
+                                     "resource.k8s.io/v1beta2=true")
+        found[key] = value == "true"
+    return found
+
+
+def _enabled_by(runtime_config: dict[str, bool], group_version: str) -> bool:
+    version = group_version.split("/", 1)[1]
+    level = "alpha" if "alpha" in version else "beta" if "beta" in version else "ga"
+    enabled = runtime_config.get("api/all", False)
+    if level != "ga" and f"api/{level}" in runtime_config:
+        enabled = runtime_config[f"api/{level}"]
+    return runtime_config.get(group_version, enabled)
+
+
+def dra_api_problem(api_version: str, version: str, runtime_config: dict[str, bool] | None = None
+                    ) -> tuple[str, str] | None:
+    """(severity, message) when Kubernetes `version` does not serve the DRA kinds at `api_version`
+    (resource.k8s.io/…) with `runtime_config`; None when it does. Removed versions are errors; a version
+    served only on request is a warning naming the --runtime-config that turns it on."""
+    group, _, served_as = api_version.partition("/")
+    if group != RESOURCE_GROUP:
+        return None
+    release = parse_version(version)
+    state = DRA_API_VERSIONS[release].get(served_as)
+    if state == _DEFAULT:
+        return None
+    if state == _OPT_IN:
+        if _enabled_by(runtime_config or {}, api_version):
+            return None
+        return ("warning", f"Kubernetes {release} serves {api_version} only when kube-apiserver runs with "
+                           f"--runtime-config={api_version}=true (gpudra checked it converted to "
+                           f"{preferred_dra_api(release)}; pass --runtime-config {api_version}=true if the cluster "
+                           "enables it)")
+    removed = DRA_API_REMOVED.get(served_as)
+    if removed and _key(release) >= _key(removed[0]):
+        return ("error", f"{api_version} no longer serves this kind: removed in Kubernetes {removed[0]} "
+                         f"({removed[1]}; {served_as} keeps only DeviceTaintRule); use "
+                         f"{preferred_dra_api(release)}")
+    return ("error", f"Kubernetes {release} does not serve {api_version}; it serves "
+                     f"{', '.join(RESOURCE_GROUP + '/' + v for v in DRA_API_VERSIONS[release])}")
+
+
+def preferred_dra_api(version: str) -> str:
+    """The newest resource.k8s.io version `version` serves (the first of its table)."""
+    return SERVED_RESOURCE_API[parse_version(version)]
+
+
+# ----- patch releases with known DRA issues -------------------------------------------------------------
+@dataclass(frozen=True)
+class PatchIssue:
+    release: str  # minor release, e.g. "1.34"
+    fixed_in: int  # the first patch release with the fix: 1.34.0 and 1.34.1 are affected when 2
+    what: str
+    source: str  # upstream PR and the CHANGELOG entry that lists the fix
+
+
+# The article (Kubernetes 1.34 DRA GPU guide) says: use v1.34.2 or later with a DRA driver; 1.34.0/1.34.1 have
+# known issues. CHANGELOG-1.34.md, "Changelog since v1.34.1", lists the DRA fixes 1.34.2 brought:
+KNOWN_PATCH_ISSUES: tuple[PatchIssue, ...] = (
+    PatchIssue("1.34", 2, "the kubelet's connection to a DRA driver deadlocks after 30 minutes idle, so later "
+                          "pods with claims stay in ContainerCreating",
+               "kubernetes/kubernetes#133934, CHANGELOG-1.34 v1.34.2"),
+    PatchIssue("1.34", 2, "a DeviceClass's config in a ResourceClaim's status (source FromClass) does not name "
+                          "the requests it applies to",
+               "kubernetes/kubernetes#135098, CHANGELOG-1.34 v1.34.2"),
+)
+
+
+def patch_release(text: str | None) -> tuple[str, int] | None:
+    """('1.34', 1) for 'v1.34.1' / '1.34.1-gke.100'; None when the text names no patch release."""
+    if text is None:
+        return None
+    match = re.fullmatch(r"v?(\d+)\.(\d+)\+?\.(\d+)(?:[-+].*)?", str(text).strip())
+    if not match:
+        return None
+    return f"{int(match.group(1))}.{int(match.group(2))}", int(match.group(3))
+
+
+def patch_warnings(text: str | None) -> list[str]:
+    """Warnings for a Kubernetes patch release with known DRA issues (KNOWN_PATCH_ISSUES), each with its fix."""
+    found = patch_release(text)
+    if found is None:
+        return []
+    release, patch = found
+    return [f"Kubernetes {release}.{patch} has a known DRA issue, fixed in {release}.{issue.fixed_in}: "
+            f"{issue.what} ({issue.source})"
+            for issue in KNOWN_PATCH_ISSUES if issue.release == release and patch < issue.fixed_in]

@@ -19,8 +19,8 @@ import sys
 import grpc  # noqa: F401  (imported before forking, as the driver uses it)
 
 import gpudra.driver.agent  # noqa: F401
-from gpudra import atomicfile
 from gpudra.cli import cli
+from tests.support.killpoint import KILL_ENV, install
 
 
 def _status(raw: int) -> int:
@@ -35,8 +35,7 @@ def _child(args: list[str], env: dict[str, str], stderr: str) -> None:
         err = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(err, 2)
         os.environ.update(env)
-        kill_at = env.get(atomicfile.KILL_ENV)
-        atomicfile.set_step_hook(atomicfile.KillPoint.parse(kill_at) if kill_at else None)
+        install(env.get(KILL_ENV))
         cli.main(args=args, prog_name="gpudra", standalone_mode=True)
         code = 0
     except SystemExit as exc:

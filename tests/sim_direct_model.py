@@ -1,12 +1,19 @@
-"""A direct model of `gpudra simulate`'s tune method on the paper's node model: no Kubernetes objects, no
-scheduler, no allocator; each node is (free cpu, free memory, free milli per GPU, model). It applies the policies'
-own rules (`gpudra.simulate.policies`: score, GPU choice, the artifact's tie order) with the artifact's filter
-(cpu, memory, GPU model, GPUs with room), so `tests/test_simulate.py` can check that the scheduler path places
-exactly the same pods, and so full-scale tables can be computed in seconds per experiment while the scheduler
-path takes minutes. For tests and investigation only: `gpudra simulate` never takes this shortcut.
+"""The FGD artifact's decisions at full scale, without gpudra's scheduler: the paper's tune experiments replayed
+by tests/oracles/fgd_artifact.py, the independent re-implementation of hkust-adsl/kubernetes-scheduler-simulator
+that reproduces every placement its binary recorded (tests/test_simulate_artifact.py). Its allocation ratios are
+what the artifact would give on gpudra's tuned workloads, to set beside `gpudra simulate`'s (the two place the
+same pods: tests/test_simulate.py compares them pod by pod on a tuned trace).
 
-    python tests/sim_direct_model.py [--trace default | --pods FILE,...] [--policies all] [--seeds 10] [--seed 42]
-        [--json]
+From gpudra it takes only the inputs: the bundled trace files, the tuned workload (which tasks arrive, in which
+order: `tuned_workload`) and the tie order drawn after it (`node_ranks`), so both sides see the same
+experiment. Every decision (filters, typical tasks, scores, ties, GPU choice) and the 100%-demand figure are the
+oracle's. RandomScore is not covered (its picks come from Go's random stream), nor gpudra's own policies.
+
+    python tests/sim_direct_model.py [--trace default | --pods FILE,...] [--policies fgd,...] [--seeds 10]
+        [--seed 42] [--tune 1.3] [--json] [--compare]
+
+`--compare` also runs the experiment through gpudra's scheduler and allocator (`gpudra simulate`'s path) and
+counts the tasks placed on another node or other GPUs than the artifact's decisions.
 """
 
 from __future__ import annotations
@@ -14,138 +21,87 @@ from __future__ import annotations
 import argparse
 import json
 import random
-from bisect import insort
 import sys
 import time
 from importlib import resources
 from pathlib import Path
-from types import SimpleNamespace
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "oracles"))
+
+import fgd_artifact  # noqa: E402
 
 from gpudra.simulate import BUNDLED_TRACES, bundled_trace  # noqa: E402
-from gpudra.simulate.trace import BUNDLED_NODES, load_trace  # noqa: E402
-from gpudra.simulate.engine import DEFAULT_TUNE, per_percent, tuned_workload  # noqa: E402
-from gpudra.simulate.fgd import Fragmentation, NodeRes, accessible, fits_gpus, typical_tasks  # noqa: E402
-from gpudra.simulate.policies import SIM_POLICIES, affinity_tag, node_ranks, paper_policy  # noqa: E402
-from gpudra.simulate.trace import MILLI, Trace  # noqa: E402
+from gpudra.simulate.engine import tuned_workload  # noqa: E402
+from gpudra.simulate.policies import node_ranks  # noqa: E402
+from gpudra.simulate.trace import BUNDLED_NODES, Task, Trace, load_trace  # noqa: E402
+
+POLICIES = tuple(fgd_artifact.SCORERS)
 
 
-def model_gpus(nodes) -> dict[str, int]:
-    """GPU model -> GPUs of that model, as `SimContext.model_gpus` counts them."""
-    counts: dict[str, int] = {}
-    for node in nodes:
-        if node.model and node.gpus:
-            counts[node.model] = counts.get(node.model, 0) + node.gpus
-    return counts
+def pod_row(name: str, task: Task) -> dict[str, Any]:
+    return {"name": name, "cpu_milli": task.cpu_milli, "memory_mib": task.memory_mib, "num_gpu": task.num_gpu,
+            "gpu_milli": task.gpu_milli, "gpu_spec": "|".join(task.gpu_spec)}
 
 
-def direct_model(trace: Trace, policy: str, seed: int, tune: float = DEFAULT_TUNE,
-                 until_percent: int | None = None) -> dict:
-    """Returns scheduled pods, GPU milli used, pods per node and the allocation-ratio series (with
-    `until_percent`, only up to that percent of arrived demand: later pods cannot change it)."""
-    tuning = random.Random(seed)
-    workload = tuned_workload(trace.tasks, trace.gpus * MILLI, tune, tuning)
-    rank = node_ranks((n.name for n in trace.nodes), tuning)  # right after tuning, from the same stream
-    nodes = sorted(trace.nodes, key=lambda n: n.name)
-    usage = {n.name: SimpleNamespace(pods=[]) for n in nodes}
-    tasks: dict[str, object] = {}
-    context = SimpleNamespace(rng=random.Random(seed), fragmentation=Fragmentation(typical_tasks(trace.tasks)),
-                              node_rank=rank, cluster=SimpleNamespace(usage=usage), tasks=tasks,
-                              model_gpus=model_gpus(trace.nodes))
-    scorer = paper_policy(policy, context)
-    by_rank = sorted(nodes, key=lambda n: rank[n.name])  # first of the best in the tie order wins
-    # Nodes in the same state (free cpu, memory, GPU milli, model; gpu-clustering: the kinds of tasks placed) get
-    # the same verdict and score, and ties go to the lowest rank: one candidate per state, its lowest rank.
-    groups: dict[tuple, list[int]] = {}
-    for position, node in enumerate(by_rank):
-        state = (NodeRes(node.cpu_milli, node.cpu_milli, (MILLI,) * node.gpus, node.model), node.memory_mib,
-                 frozenset())
-        groups.setdefault(state, []).append(position)
-    memo: dict[tuple, object] = {}
-    tie_key = getattr(scorer, "tie_key", None)
-    capacity = trace.gpus * MILLI
-    arrived = used = scheduled = 0
-    placed = {n.name: 0 for n in nodes}
+def allocation_at(points: list[tuple[float, float]], percent: int = 100) -> float | None:
+    """The artifact's merge_alloc_discrete.py: the mean allocation ratio of the pods whose arrived demand rounds
+    to `percent` (None if no pod does)."""
+    values = [ratio for arrived, ratio in points if round(arrived) == percent]
+    return sum(values) / len(values) if values else None
+
+
+def experiment(trace: Trace, policy: str, seed: int, tune: float) -> dict[str, Any]:
+    """One tune experiment: the same workload and tie order as `gpudra simulate` with this seed."""
+    stream = random.Random(seed)
+    capacity = trace.gpus * 1000
+    workload = tuned_workload(trace.tasks, capacity, tune, stream)
+    rank = node_ranks((n.name for n in trace.nodes), stream)
+    nodes = [{"sn": n.name, "cpu_milli": n.cpu_milli, "memory_mib": n.memory_mib, "gpu": n.gpus, "model": n.model}
+             for n in trace.nodes]
+    by_name = {name: task for name, task in workload}
+    placements = fgd_artifact.replay(nodes, [pod_row(name, task) for name, task in workload], rank, policy,
+                                     typical_from=[pod_row(t.name, t) for t in trace.tasks])
+    arrived = used = 0
     points = []
-    for pod_name, task in workload:
+    for name, node, _gpus in placements:
+        task = by_name[name]
         arrived += task.total_gpu_milli
-        best_score, best_position, best_group, feasible = None, -1, None, []
-        for group, positions in groups.items():
-            state, memory, tags = group
-            if task.cpu_milli > state.cpu_left or task.memory_mib > memory:
-                continue
-            if task.num_gpu and not (accessible(state.model, task.gpu_spec)
-                                     and fits_gpus(state.gpu_left, task.gpu_milli, task.num_gpu)):
-                continue
-            if policy == "random":
-                feasible.extend(by_rank[p].name for p in positions)
-                continue
-            key = (state, task.resource_key, tags if policy == "gpu-clustering" else None)
-            scored = memo.get(key)  # [score, tie key or None until asked]
-            if scored is None:
-                scored = memo[key] = [scorer.node_score(state, task, by_rank[positions[0]].name)[0], None]
-            score = scored[0]
-            if best_score is None or score > best_score:
-                best_score, tied = score, [(positions[0], group, scored)]
-            elif score == best_score:
-                tied.append((positions[0], group, scored))
-        if best_score is not None:
-            best_position, best_group, _ = min(tied, key=lambda item: item[0])  # the first in the node order
-            if len(tied) > 1 and tie_key is not None:  # the policy's own rule among the nodes tied at the top
-                for _, group, scored in tied:
-                    if scored[1] is None:
-                        scored[1] = tie_key(group[0], task)
-                best_position, best_group, _ = max(tied, key=lambda item: (item[2][1], -item[0]))
-        if policy == "random" and feasible:
-            feasible.sort()  # the scheduler lists feasible nodes by name
-            best = feasible[context.rng.randrange(len(feasible))] if len(feasible) > 1 else feasible[0]
-            best_position = next(i for i, n in enumerate(by_rank) if n.name == best)
-            best_group = next(g for g, positions in groups.items() if best_position in positions)
-        if best_group is not None:
-            state, memory, tags = best_group
-            positions = groups[best_group]
-            positions.remove(best_position)
-            if not positions:
-                del groups[best_group]
-            name = by_rank[best_position].name
-            gpus = scorer.gpus(state, task)
-            assert len(gpus) == task.num_gpu
-            left = list(state.gpu_left)
-            for index in gpus:
-                left[index] -= task.gpu_milli
-                assert left[index] >= 0
-            key = f"sim/{pod_name}"
-            tasks[key] = task
-            usage[name].pods.append(key)
-            if task.num_gpu and policy == "gpu-clustering":
-                tags = tags | {affinity_tag(task)}
-            after = (NodeRes(state.cpu_left - task.cpu_milli, state.cpu_capacity, tuple(left), state.model),
-                     memory - task.memory_mib, tags)
-            insort(groups.setdefault(after, []), best_position)
+        if node is not None:
             used += task.total_gpu_milli
-            scheduled += 1
-            placed[name] += 1
         points.append((100 * arrived / capacity, 100 * used / capacity))
-        if len(memo) > 2_000_000:
-            memo.clear()
-        if until_percent is not None and points[-1][0] > until_percent + 1.5:  # its bucket (±0.5) is complete
-            break
-    series = per_percent(points, until_percent if until_percent is not None else int(100 * arrived / capacity))
-    return {"scheduled": scheduled, "used": used, "placed": placed, "series": series}
+    return {"placements": placements, "allocation_ratio": allocation_at(points),
+            "scheduled": sum(1 for p in placements if p[1] is not None), "tasks": len(placements)}
+
+
+def differing_placements(trace: Trace, policy: str, seed: int, tune: float, expected: list[list[Any]]) -> int:
+    """Tasks that gpudra's scheduler path places elsewhere (node or GPU indices) than `expected`."""
+    from gpudra.simulate.engine import start
+
+    stream = random.Random(seed)
+    workload = tuned_workload(trace.tasks, trace.gpus * 1000, tune, stream)
+    run = start(trace, workload, policy, seed, "dra", stream)
+    differ = 0
+    for (name, _task), want in zip(workload, expected):
+        placement = run.schedule(name)
+        differ += [name, placement.node, list(placement.gpus)] != want
+    return differ
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", default="default", help=f"comma-separated: {', '.join(BUNDLED_TRACES)}")
-    parser.add_argument("--policies", default="all", help=f"comma-separated: {', '.join(SIM_POLICIES)} or all")
+    parser.add_argument("--policies", default="fgd", help=f"comma-separated: {', '.join(POLICIES)} or all")
     parser.add_argument("--pods", help="comma-separated pod CSVs of the openb shape, on the bundled node list "
                         "(instead of --trace: e.g. the artifact's other openb_pod_list_*.csv)")
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--tune", type=float, default=1.3)
     parser.add_argument("--json", action="store_true", help="one JSON object per experiment")
+    parser.add_argument("--compare", action="store_true", help="also count the tasks gpudra places elsewhere")
     args = parser.parse_args()
-    policies = SIM_POLICIES if args.policies == "all" else tuple(args.policies.split(","))
+    policies = POLICIES if args.policies == "all" else tuple(args.policies.split(","))
     nodes = str(resources.files("gpudra.simulate") / "data" / "openb" / BUNDLED_NODES)
     if args.pods:
         traces = [load_trace(nodes, path, Path(path).stem.removeprefix("openb_pod_list_"))
@@ -153,24 +109,29 @@ def main() -> int:
     else:
         traces = [bundled_trace(name) for name in args.trace.split(",")]
     for trace in traces:
-        trace_name = trace.name
         for policy in policies:
             ratios = []
             for seed in range(args.seed, args.seed + args.seeds):
                 started = time.process_time()
-                result = direct_model(trace, policy, seed, until_percent=100)
-                ratio = result["series"][100]
+                result = experiment(trace, policy, seed, args.tune)
+                ratio = result["allocation_ratio"]
                 ratios.append(ratio)
-                line = {"trace": trace_name, "policy": policy, "seed": seed, "allocation_ratio": round(ratio, 4),
-                        "unallocated_gpus": round(trace.gpus * (1 - ratio / 100), 2),
+                line = {"trace": trace.name, "policy": policy, "seed": seed,
+                        "allocation_ratio": None if ratio is None else round(ratio, 4),
+                        "unallocated_gpus": None if ratio is None else round(trace.gpus * (1 - ratio / 100), 2),
                         "cpu_seconds": round(time.process_time() - started, 1)}
+                if args.compare:
+                    line["gpudra_differs"] = differing_placements(trace, policy, seed, args.tune,
+                                                                  result["placements"])
                 print(json.dumps(line) if args.json else
-                      f"{trace_name:<12}{policy:<16}{seed:>5}{ratio:>9.2f}%{line['unallocated_gpus']:>9.1f}"
-                      f"{line['cpu_seconds']:>8.1f}s", flush=True)
-            mean = sum(ratios) / len(ratios)
-            if not args.json:
-                print(f"{trace_name:<12}{policy:<16} mean{mean:>9.2f}%{trace.gpus * (1 - mean / 100):>9.1f}"
-                      f"  ({len(ratios)} seeds)", flush=True)
+                      f"{trace.name:<12}{policy:<16}{seed:>5}{line['allocation_ratio']!s:>9}%"
+                      f"{line['unallocated_gpus']!s:>9}{line['cpu_seconds']:>8.1f}s"
+                      + (f"  gpudra differs on {line['gpudra_differs']} tasks" if args.compare else ""), flush=True)
+            known = [r for r in ratios if r is not None]
+            if known and not args.json:
+                mean = sum(known) / len(known)
+                print(f"{trace.name:<12}{policy:<16} mean{mean:>9.2f}%{trace.gpus * (1 - mean / 100):>9.1f}"
+                      f"  ({len(known)} seeds)", flush=True)
     return 0
 
 

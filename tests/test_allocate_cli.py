@@ -334,7 +334,7 @@ def test_timeout_turns_a_runaway_search_into_a_node_local_error(tmp_path):
     ]
     path = tmp_path / "input.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    result = CliRunner().invoke(command, ["--brief", "--timeout", "0.2", "-f", str(path)])
+    result = CliRunner().invoke(command, ["--brief", "--mode", "together", "--timeout", "0.2", "-f", str(path)])
     assert result.exit_code == 1, result.output  # no allocation: a negative answer
     [entry] = yaml.safe_load(result.stdout)["results"]
     assert entry["outcome"] == "error" and entry["errorNodeLocal"] is True
@@ -366,10 +366,20 @@ def test_an_unallocatable_claim_points_at_explain_for_the_reason(tmp_path):
     fits = invoke(["-f", cluster, "-f", str(ROOT / "examples" / "workloads" / "claims.yaml"), "--mode", "each"])
     assert fits.exit_code == 0 and "gpudra explain" not in fits.stderr
     # claims that fit alone but not together: explain (one claim) would say "fits"; the note says --mode each
-    together = invoke(["-f", cluster, "-f", str(ROOT / "examples" / "workloads" / "claims.yaml")])
+    together = invoke(["-f", cluster, "-f", str(ROOT / "examples" / "workloads" / "claims.yaml"), "--mode", "together"])
     assert together.exit_code == 1 and "try --mode each" in together.stderr and "gpudra explain" not in together.stderr
     # no nodes at all: neither "do not fit together on any node" nor a hint at explain, which has none to try
     alone = invoke(["-f", str(too_big)])
     assert alone.exit_code == 1 and "no nodes to try" in alone.stderr
     assert "team/huge: unallocatable: no nodes to try" in alone.stderr, alone.stderr
     assert "together" not in alone.stderr and "gpudra explain" not in alone.stderr
+
+
+def test_the_default_mode_allocates_the_bundled_workloads_one_claim_after_another():
+    # issue 21: the default (then --mode together) said nothing fits for the bundled workloads, which fit one
+    # after another as a cluster's scheduler would allocate independent claims
+    args = ["-f", str(ROOT / "examples" / "cluster"), "-f", str(ROOT / "examples" / "workloads"), "-o", "yaml"]
+    default, sequential = invoke(args), invoke([*args, "--mode", "sequential"])
+    assert default.exit_code == 0, default.output
+    assert default.stdout == sequential.stdout
+    assert invoke([*args, "--mode", "together"]).exit_code == 1

@@ -67,13 +67,14 @@ TRAPS = ["yes", "no", "on", "off", "y", "n", "Yes", "NO", "On", "OFF", "true", "
          "---", "...", "?", "? x", ":", "a:b", "a: b", "a #b", "#c", "- x", "!tag", "!!str", "&a", "*a", "[]", "{}",
          "[a, b]", "{a: b}", "[a:b]", "[] x", "[]x", "{} x", "&&", "\"a\":1", "{{ .Values.x }}", "gpu", "gpu.nvidia.com", "NVIDIA H100 80GB HBM3", "81559Mi",
          "9.0.0", "570.133.20", "10.0.0.1", "x!=y", "a && b", "device.driver == \"gpu\"", "it's", "é", "\u2028",
-         "\x85", "\t", "a\tb", "\\", "\\n", "@x", "`x", "%x", "|", ">", "a\nb", "a\n\nb", " x", "x "]
+         "\x85", "\t", "a\tb", "\u00a0", "yes\u00a0", "\u3000x", "1\u30002", "\ufeffx", "\\", "\\n", "@x", "`x", "%x", "|", ">", "a\nb", "a\n\nb", " x", "x "]
 # What manifests hold: the fast path is taken for these (quoted or not), so most generated texts test it.
 ORDINARY = ["gpu", "gpu.nvidia.com", "NVIDIA H100 80GB HBM3", "81559Mi", "9.0.0", "0", "1", "42", "-7", "+3", "0x1F",
             "1.5", "-2.25", "100.", "true", "false", "True", "null", "~", "", "10.0.0.1", "x!=y", "a && b", "é", "it's",
             "registry.k8s.io/pause:3.10", "GPU-aa790747-10af-56d4-93ed-fd26f097cb1c", "default", "x y z", "a-b_c"]
 KEYS = ["apiVersion", "kind", "metadata", "name", "items", "spec", "a", "b", "yes", "on", "1", "0777", "true", "~",
         "<<", "1.0", "-", "?", "k"]
+UNICODE_SPACES = ["\u00a0", "\u3000", "\u2028", "\u0085", "\ufeff", "\u2003", "\u1680", "\u202f"]
 STYLES = st.sampled_from(["plain"] * 5 + ["single", "single", "double", "double", "folded"])
 POOLS = st.sampled_from([ORDINARY] * 8 + [TRAPS])
 
@@ -167,7 +168,7 @@ def streams(draw) -> str:
         if not lines:
             break
         where = draw(st.integers(0, len(lines) - 1))
-        change = draw(st.sampled_from(["indent", "dedent", "tab", "repeat", "crlf", "drop"]))
+        change = draw(st.sampled_from(["indent", "dedent", "tab", "repeat", "crlf", "drop", "unicode"]))
         line = lines[where]
         if change == "indent":
             lines[where] = " " + line
@@ -181,6 +182,9 @@ def streams(draw) -> str:
             lines[where] = line + "\r"
         elif change == "drop":
             del lines[where]
+        elif change == "unicode":  # white space to Python, not to YAML (or a line break to YAML 1.1 alone)
+            at = draw(st.integers(0, len(line)))
+            lines[where] = line[:at] + draw(st.sampled_from(UNICODE_SPACES)) + line[at:]
     return "\n".join(lines) + draw(st.sampled_from(["\n", "\n", "", "\n---\n", "\n...\n"]))
 
 
@@ -189,6 +193,26 @@ def streams(draw) -> str:
 def test_the_fast_path_reads_every_text_as_pyyaml_does_or_declines(text):
     loaded, slow, _ = both_paths(text)
     assert loaded == slow
+
+
+# Issue 20 (attacker finding 4): a first document of lines starting with U+00A0 was dropped by the fast path
+# (its `\s` took U+00A0 for white space) and read (and refused) by PyYAML.
+RAW_ALPHABET = list("ab1y0:-#'\" .\n\n\n[]{},&*!|>?") + UNICODE_SPACES + ["---\n", "kind: X\n", "\t"]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(RAW_ALPHABET), max_size=40).map("".join), st.sampled_from(["", "a: 1\n"]))
+def test_texts_with_unicode_white_space_read_alike(text, head):
+    loaded, slow, _ = both_paths(head + text)
+    assert loaded == slow
+
+
+@pytest.mark.parametrize("space", UNICODE_SPACES)
+def test_a_first_document_of_unicode_spaces_is_not_dropped(space):
+    text = f"{space}x\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"
+    loaded, slow, _ = both_paths(text)
+    assert loaded == slow
+    assert loaded[0] == "error" and "document 1" in loaded[2]
 
 
 @settings(max_examples=150, deadline=None)

@@ -34,9 +34,11 @@ def _outcome(case: dict, reading: str = "validation"):
     """The table case's outcome in the API server's reading or kube-scheduler's ("scheduler":
     a stored expression, compiled with every field declared, runtime cost limit)."""
     stored = reading == "scheduler"
+    # the device's DRAListTypeAttributes setting is the environment's too (it types attribute values)
+    list_type_attributes = TABLE["devices"][case.get("device", "h100")].get("list_type_attributes", False)
     try:
         selector = compile_selector(case["expression"], consumable_capacity=stored or case.get("consumable_capacity", True),
-                                    stored=stored)
+                                    stored=stored, list_type_attributes=list_type_attributes)
     except CELCompileError as error:
         return {"compile_error": str(error)}
     try:
@@ -189,7 +191,7 @@ def test_conformance_runtime_errors_are_reproduced(case, errors):
     ours = set()
     for expression in selectors:
         try:
-            selector = compile_selector(expression)
+            selector = compile_selector(expression, list_type_attributes=list_type_attributes)
         except CELCompileError:
             continue
         for device in devices:

@@ -77,12 +77,12 @@ def test_outcomes_are_remembered_per_device_including_errors():
     device = device_input(DRIVER, H100)
     selector = compile_selector('device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("40Gi"))')
     assert selector.evaluate(device) is True
-    assert device.results[(selector.expression, True)] is True
+    assert device.results[selector._key] is True
     failing = compile_selector('device.attributes["gpu.nvidia.com"].nope == 1')
     for _ in range(2):
         with pytest.raises(CELRuntimeError, match="no such key: nope"):
             failing.evaluate(device)
-    assert device.results[(failing.expression, True)] == "no such key: nope"
+    assert device.results[failing._key] == "no such key: nope"
 
 
 def test_compile_failures_are_cached_but_raised_every_time():

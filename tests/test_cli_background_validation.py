@@ -61,8 +61,8 @@ def forking(monkeypatch):
     real = background._Child
 
     class Counted(real):  # type: ignore[misc, valid-type]
-        def __init__(self, docs):
-            super().__init__(docs)
+        def __init__(self, docs, *release):
+            super().__init__(docs, *release)
             children.append(self.pid)
 
     monkeypatch.setattr(background, "_Child", Counted)
@@ -150,7 +150,7 @@ def test_interrupt_does_not_wait_and_leaves_no_child(forking):
 
 def test_small_inputs_and_one_core_validate_here(monkeypatch):
     forks = []
-    monkeypatch.setattr(background, "_Child", lambda docs: forks.append(docs))
+    monkeypatch.setattr(background, "_Child", lambda docs, *release: forks.append(docs))
     with pytest.raises(ValidationFailed):
         with Alongside(documents(cluster(bad=True))):  # fewer than MIN_DOCUMENTS
             pytest.fail("the work ran on invalid input")

@@ -375,7 +375,7 @@ def test_every_generator_prints_what_gpudra_validate_accepts(command: list[str])
     (["driver", "slices", "--backend", "simulated", "--node-name", "BAD NODE"], "--node-name"),
     (["driver", "slices", "--backend", "simulated", "--node-name", "n", "--generation", "-1"], "--generation"),
     (["driver", "deviceclasses", "--driver-name", "Bad Name"], "--driver-name"),
-    (["mig", "slices", "--gpu", "h100-80gb", "--node", "Node_1"], "--node"),
+    (["mig", "slices", "--gpu", "h100-80gb", "--node", "Node_1"], "--node-name"),  # one option, two spellings
 ])
 def test_generator_options_that_would_give_invalid_objects_are_usage_errors(command, option) -> None:
     result = gpudra(*command)

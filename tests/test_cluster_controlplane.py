@@ -161,7 +161,8 @@ def wait_for_queue(queue, polls: int) -> bool:
 
 def test_events_expire_after_the_ttl_as_the_api_server_drops_them(tmp_path):
     store = Store(str(tmp_path))
-    pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}})
+    pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                         "spec": {"containers": [{"name": "c", "image": "x"}]}})
     old = store.record_event(pod, "Normal", "Scheduled", "old news", "default-scheduler")
     store.record_event(pod, "Normal", "Started", "fresh", "kubelet")
     later = datetime.strptime(old["lastTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
@@ -198,8 +199,9 @@ def test_the_store_keeps_objects_as_the_api_server_does_converted_and_defaulted(
     rule = store.create({"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", "metadata": {"name": "r"},
                          "spec": {"taint": {"key": "gpu.nvidia.com/xid", "effect": "NoSchedule"}}})
     assert rule["spec"]["taint"]["timeAdded"]
-    pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}})
-    assert pod["spec"] == {"containers": []}
+    spec = {"containers": [{"name": "c", "image": "x"}]}
+    pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec})
+    assert pod["spec"] == spec
 
 
 def test_reapplying_an_undefaulted_manifest_is_unchanged(state):

@@ -137,7 +137,8 @@ def test_demo_keep_refuses_a_directory_that_holds_a_cluster(cluster_state):
 
     cluster = ClusterDir(cluster_state)
     cluster.save_config(ClusterConfig(nodes=parse_nodes("l4-node")))
-    cluster.store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mine", "namespace": "default"}})
+    cluster.store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mine", "namespace": "default"},
+                          "spec": {"containers": [{"name": "c", "image": "x"}]}})
     result = CliRunner().invoke(command, ["--keep", cluster_state])
     assert result.exit_code == 2 and "already holds a local cluster" in result.stderr
     assert cluster.store.get("Pod", "default", "mine") is not None and cluster.exists()

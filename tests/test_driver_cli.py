@@ -8,6 +8,7 @@ import shutil
 import tempfile
 
 import grpc
+import pytest
 import yaml
 from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -15,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gpudra.cli import cli
 from gpudra.driver.agent import AgentOptions, DriverAgent
 from gpudra.driver.kubelet_client import KubeletClient
+from gpudra.driver.paths import DriverPaths
 from tests.support.builders import allocated_claim
 
 
@@ -188,6 +190,38 @@ def test_status_prints_one_row_per_prepared_claim(tmp_path):
     rows = [line.split() for line in damaged.stdout.splitlines()[1:]]
     assert ["-", BAD_UID, "Invalid", "-"] in rows and len(rows) == 2
     assert f"warning: checkpoint entry {BAD_UID}: namespace: must be a string" in damaged.stderr
-    empty = runner.invoke(cli, ["driver", "status", "--root", str(tmp_path / "nothing"), "-o", "table"])
+    nothing = runner.invoke(cli, ["driver", "status", "--root", str(tmp_path / "nothing"), "-o", "table"])
+    assert nothing.exit_code == 2 and nothing.stdout == ""  # no driver there: a wrong --root (issue 21)
+    assert "error: no gpu.nvidia.com driver under" in nothing.stderr and not (tmp_path / "nothing").exists()
+    os.makedirs(DriverPaths(root=str(tmp_path / "idle")).plugin_dir)  # a driver that prepared nothing yet
+    empty = runner.invoke(cli, ["driver", "status", "--root", str(tmp_path / "idle"), "-o", "table"])
     assert empty.exit_code == 0 and empty.stdout == ""
     assert "no prepared claims" in empty.stderr
+
+
+@pytest.mark.parametrize("how", ["--kubeconfig", "KUBECONFIG", "--in-cluster", "--profile"])
+def test_run_refuses_to_publish_simulated_gpus_it_was_not_asked_for(tmp_path, monkeypatch, how):
+    """Issue 20, finding 8: `--backend auto` fell back to simulated GPUs with only a warning while publishing to a
+    real cluster, whose scheduler then placed pods on GPUs that do not exist. Publishing, simulated GPUs are only
+    used when `--backend simulated` says so; nothing is written under the root before the refusal."""
+    import gpudra.discovery.backend as backend_module
+
+    monkeypatch.setattr(backend_module, "nvml_available", lambda: False)
+    kubeconfig = str(tmp_path / "kubeconfig")
+    root = tmp_path / "root"
+    root.mkdir()
+    base = ["driver", "run", "--node-name", "n", "--root", str(root)]
+    env = {"KUBECONFIG": None}
+    extra = {"--kubeconfig": ["--kubeconfig", kubeconfig], "--in-cluster": ["--in-cluster"],
+             "--profile": ["--kubeconfig", kubeconfig, "--profile", "a100-40gb-node"], "KUBECONFIG": []}[how]
+    if how == "KUBECONFIG":
+        env = {"KUBECONFIG": kubeconfig}
+    result = CliRunner(env=env).invoke(cli, base + extra)
+    assert result.exit_code == 2, result.output
+    assert "SIMULATED GPUs" in result.output and "pass --backend simulated" in result.output
+    assert ("--profile names a simulated node" if how == "--profile" else "no NVIDIA driver") in result.output
+    assert f"cluster of {how if how != '--profile' else '--kubeconfig'}" in result.output
+    assert "Traceback" not in result.output
+    assert os.listdir(root) == []
+    asked = CliRunner(env={"KUBECONFIG": None}).invoke(cli, base + ["--backend", "simulated"] + extra)
+    assert "SIMULATED GPUs" not in asked.output  # asked for by name: not this refusal (it fails on the kubeconfig)

@@ -2,7 +2,7 @@
 unprepare claims (dynamic MIG included).
 
 Each round the driver kills itself just before step S of its Nth write of kind K
-(`GPUDRA_TEST_KILL_AT=K:S:N`, see gpudra/atomicfile.py): checkpoint, CDI spec or simulated GPU
+(a kill point `K:S:N`, see tests/support/killpoint.py, installed in the forked driver by the test's zygote): checkpoint, CDI spec or simulated GPU
 state, and write, fsync, rename or directory fsync; K, S and N come from a seeded generator, so
 the places are the same on every run (which call is in flight when it fires depends on the
 callers' interleaving). N = 1 kills start-up itself. A round whose kill point is not reached
@@ -31,7 +31,7 @@ import grpc
 import yaml
 
 from gpudra.cdi import load_spec_file
-from gpudra.atomicfile import KILL_ENV
+from tests.support.killpoint import KILL_ENV
 from gpudra.discovery import open_backend
 from gpudra.driver.checkpoint import PREPARE_COMPLETED, load_checkpoint
 from gpudra.driver.kubelet_client import KubeletClient

@@ -184,18 +184,28 @@ def test_gpu_lost_and_ecc_taint_and_mig_events_taint_one_instance():
 
 def test_inject_event_usage_errors(root):
     runner = CliRunner()
-    assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--xid", "79"]).exit_code == 2
-    assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0"]).exit_code == 2
-    both = runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0", "--xid", "1", "--ecc"])
-    assert both.exit_code == 2 and "exactly one" in both.output
-    assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu-lost"]).exit_code == 0
+    agent = _agent(root)
+    agent.start()
+    try:
+        assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--xid", "79"]).exit_code == 2
+        assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0"]).exit_code == 2
+        both = runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0", "--xid", "1", "--ecc"])
+        assert both.exit_code == 2 and "exactly one" in both.output
+        assert runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu-lost"]).exit_code == 0
+    finally:
+        agent.stop()
 
 
-def test_inject_event_warns_when_no_simulated_node_lives_under_root(root):
-    # A mistyped --root would otherwise spool an event no driver ever reads, and say nothing.
+def test_inject_event_refuses_a_root_without_simulated_gpus_and_writes_nothing(root, tmp_path):
+    # A mistyped --root would otherwise spool an event no driver ever reads (issue 21: it created directories
+    # and exited 0).
     runner = CliRunner()
-    lonely = runner.invoke(cli, ["driver", "inject-event", "--root", root, "--gpu", "0", "--xid", "79"])
-    assert lonely.exit_code == 0 and "warning: no simulated GPUs under" in lonely.stderr
+    wrong = str(tmp_path / "no-driver")
+    for where in (root, wrong):
+        before = sorted(os.walk(root)) if where == root else None
+        lonely = runner.invoke(cli, ["driver", "inject-event", "--root", where, "--gpu", "0", "--xid", "79"])
+        assert lonely.exit_code == 2 and "error: no simulated GPUs under" in lonely.stderr, lonely.output
+        assert (sorted(os.walk(root)) == before) if where == root else not os.path.exists(wrong)
     agent = _agent(root)
     agent.start()
     try:
@@ -401,3 +411,35 @@ def test_the_agent_on_nvml_taints_what_nvml_reports(monkeypatch, root):
         assert agent.health.counts(agent._published) == {"healthy": 6, "unhealthy": 1, "unknown": 1}
     finally:
         agent.stop()
+
+
+def test_a_malformed_spool_file_is_reported_and_later_events_still_apply(tmp_path):
+    """Issue 20, finding 7: `"xid": "79"` (a string) raised a TypeError the monitor did not catch, the file stayed,
+    and every later event sat behind it. Each bad file is now reported and removed; the events after it arrive."""
+    from gpudra.discovery.health import SpoolMonitor, write_spooled_event
+
+    spool = tmp_path / "events"
+    spool.mkdir()
+    uuids = {"0": "GPU-a", "1": "GPU-b"}
+
+    def resolve(gpu):
+        if str(gpu) in uuids.values():
+            return gpu
+        if str(gpu) not in uuids:
+            raise HealthEventError(f"no GPU {gpu!r}")
+        return uuids[str(gpu)]
+
+    # named to sort before the good event (nanosecond names): each bad file is read first
+    bad = {"0000-0-string-xid": '{"kind": "xid", "gpu": 0, "xid": "79"}', "0000-1-bool-gi": '{"kind": "ecc", "gi_id": true}',
+           "0000-2-list-gpu": '{"kind": "ecc", "gpu": [0]}', "0000-3-deep": "[" * 100000 + "]" * 100000,
+           "0000-4-binary": "\udcff", "0000-5-huge": '{"kind": "ecc", "detail": "' + "x" * 70000 + '"}'}
+    for name, text in bad.items():
+        (spool / f"{name}.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    os.mkfifo(spool / "0000-6-fifo.json")
+    good = write_spooled_event(str(spool), HealthEvent(kind="xid", gpu="GPU-b", xid=48))
+    monitor = SpoolMonitor(str(spool), resolve)
+    events = monitor.wait(0)
+    assert events == [HealthEvent(kind="xid", gpu="GPU-b", xid=48)]
+    assert [line.split(":")[0] for line in monitor.rejected] == [f"{name}.json" for name in bad] + ["0000-6-fifo.json"]
+    assert "xid must be an integer" in monitor.rejected[0] and "not a regular file" in monitor.rejected[-1]
+    assert os.listdir(spool) == [] and not os.path.exists(good)

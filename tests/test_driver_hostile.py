@@ -205,7 +205,7 @@ def _mps(**mps_config) -> dict:
     (["1Gi"], "string"),
 ])
 def test_absurd_mps_memory_limits_are_rejected_before_parsing(value, message):
-    from gpudra.driver.config import ConfigError, decode_opaque
+    from gpudra.device_config import ConfigError, decode_opaque
 
     with pytest.raises(ConfigError, match=message):
         decode_opaque(_mps(defaultPinnedDeviceMemoryLimit=value), "config[0]")
@@ -216,7 +216,7 @@ def test_absurd_mps_memory_limits_are_rejected_before_parsing(value, message):
 def test_opaque_config_size_limits():
     import json
 
-    from gpudra.driver.config import ConfigError, claim_configs, decode_opaque
+    from gpudra.device_config import ConfigError, claim_configs, decode_opaque
 
     assert decode_opaque(_mps(defaultPinnedDeviceMemoryLimit="80Gi"), "c")[1].mps_pinned_memory_limit_mib == 80 * 1024
     huge = _mps(defaultPerDevicePinnedMemoryLimit={str(i): "1Gi" for i in range(2000)})
@@ -341,7 +341,7 @@ def test_a_slow_config_parse_is_abandoned_at_the_deadline_and_keeps_nothing(grpc
 
     from grpc_health.v1 import health_pb2
 
-    from gpudra.driver import config
+    from gpudra import device_config as config
 
     release = threading.Event()
     real_quantity = config.Quantity

@@ -18,8 +18,10 @@ from gpudra.cdi import ContainerEdits, Device, DeviceNode, Spec, load_spec_file,
 from gpudra.discovery import open_backend
 from gpudra.driver.checkpoint import PREPARE_COMPLETED, load_checkpoint, save_checkpoint
 from gpudra.driver.paths import DriverPaths
+from tests.support.killpoint import KillPoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KILL_AT = os.path.join(REPO, "tests", "support", "kill_at.py")  # the CLI or a snippet with a kill point installed
 
 
 class InjectedFailure(OSError):
@@ -140,14 +142,15 @@ class SyscallSpy:
         self.target = os.path.abspath(target)
         self.fd_path: dict[int, str] = {}
         self.events: list[tuple[str, str]] = []
+        self.write_flags: list[int] = []
         real_open, real_write, real_fsync, real_replace = os.open, os.write, os.fsync, os.replace
-        real_exchange = atomicfile._exchange
 
         def spy_open(path, flags, *args, **kw):
             fd = real_open(path, flags, *args, **kw)
             self.fd_path[fd] = os.path.abspath(os.fsdecode(path))
             if flags & (os.O_WRONLY | os.O_RDWR):
                 self.events.append(("open-w", self.fd_path[fd]))
+                self.write_flags.append(flags)
             return fd
 
         def spy_write(fd, data):
@@ -162,17 +165,10 @@ class SyscallSpy:
             self.events.append(("rename", f"{os.path.abspath(src)} -> {os.path.abspath(dst)}"))
             return real_replace(src, dst, *args, **kw)
 
-        def spy_exchange(a, b):
-            done = real_exchange(a, b)
-            if done:
-                self.events.append(("rename", f"{os.path.abspath(a)} -> {os.path.abspath(b)}"))
-            return done
-
         monkeypatch.setattr(os, "open", spy_open)
         monkeypatch.setattr(os, "write", spy_write)
         monkeypatch.setattr(os, "fsync", spy_fsync)
         monkeypatch.setattr(os, "replace", spy_replace)
-        monkeypatch.setattr(atomicfile, "_exchange", spy_exchange)
 
     def assert_durable_replacement(self) -> None:
         """The target is never written in place; what replaces it was fsynced after its last write;
@@ -197,6 +193,32 @@ def test_the_checkpoint_is_never_written_in_place_nor_without_fsync(tmp_path, mo
         save_checkpoint(path, _checkpoint_data(n))
     spy.assert_durable_replacement()
     assert load_checkpoint(path) == _checkpoint_data(2)
+    fresh = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    assert spy.write_flags and all(flags & fresh == fresh for flags in spy.write_flags)
+
+
+def test_a_link_planted_at_a_temp_name_is_not_written_through(tmp_path, monkeypatch):
+    """Issue 20, finding 7: the checkpoint's temp file had a fixed name and was opened without O_EXCL, so a hard
+    link planted there was written through (into any file of the filesystem). Now every temp file is new, under a
+    name no one can guess; planted at the old fixed name or (with the token guessed) at the next name, a hard link
+    or a symlink is left alone, as is the file it names."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim"
+    victim.write_text("precious")
+    state = tmp_path / "state"
+    state.mkdir()
+    path = str(state / "checkpoint.json")
+    save_checkpoint(path, _checkpoint_data(1))
+    os.link(victim, state / ".checkpoint.json.tmp")  # the old fixed name
+    tokens = iter(["guessed", "guessed2", "fresh"])
+    monkeypatch.setattr(atomicfile.secrets, "token_hex", lambda _: next(tokens))
+    os.link(victim, state / f".checkpoint.json.{os.getpid()}-guessed.tmp")
+    os.symlink(victim, state / f".checkpoint.json.{os.getpid()}-guessed2.tmp")
+    save_checkpoint(path, _checkpoint_data(3))
+    assert victim.read_text() == "precious" and os.stat(victim).st_nlink == 3
+    assert len(load_checkpoint(path)["claims"]) == 3
+    assert os.stat(path).st_nlink == 1 and os.listdir(outside) == ["victim"]
 
 
 def test_prepare_and_unprepare_persist_the_checkpoint_durably(tmp_path, monkeypatch):
@@ -228,8 +250,9 @@ for n in range(1, 6):
                                                  ("fsync", 5, 4)])
 def test_a_kill_point_sigkills_at_the_named_step(tmp_path, step, count, survivor):
     path = str(tmp_path / "checkpoint.json")
-    env = {**os.environ, "PYTHONPATH": REPO, atomicfile.KILL_ENV: f"checkpoint:{step}:{count}"}
-    proc = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, path], env=env, capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": REPO}
+    proc = subprocess.run([sys.executable, KILL_AT, f"checkpoint:{step}:{count}", "-c", _KILL_SCRIPT, path], env=env,
+                          capture_output=True, text=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert proc.stdout.split() == [str(n) for n in range(1, count)]
     data = load_checkpoint(path)
@@ -237,11 +260,27 @@ def test_a_kill_point_sigkills_at_the_named_step(tmp_path, step, count, survivor
     assert (None if data is None else len(data["claims"])) == (count if step == "dirsync" else survivor)
 
 
+def test_no_test_hook_in_product_code(tmp_path):
+    """Issue 20, finding 9: atomicfile read GPUDRA_TEST_KILL_AT at import and armed a SIGKILL in every gpudra
+    process, the root driver included. No product file names a test variable, and a process started with the old
+    variable set writes its checkpoint and lives."""
+    package = os.path.join(REPO, "gpudra")
+    named = [os.path.relpath(os.path.join(root, name), REPO) for root, _, names in os.walk(package)
+             for name in names if name.endswith(".py")
+             and "GPUDRA_TEST" in open(os.path.join(root, name), encoding="utf-8").read()]
+    assert named == []
+    path = str(tmp_path / "checkpoint.json")
+    env = {**os.environ, "PYTHONPATH": REPO, "GPUDRA_TEST_KILL_AT": "*:write:1", "GPUDRA_CRASH_KILL_AT": "*:write:1"}
+    proc = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, path], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert len(load_checkpoint(path)["claims"]) == 5
+
+
 def test_kill_points_reject_unknown_steps():
     with pytest.raises(ValueError, match="bad kill point"):
-        atomicfile.KillPoint.parse("checkpoint:flush:1")
+        KillPoint.parse("checkpoint:flush:1")
     with pytest.raises(ValueError, match="bad kill point"):
-        atomicfile.KillPoint.parse("checkpoint:write:0")
+        KillPoint.parse("checkpoint:write:0")
 
 
 # -- modes -----------------------------------------------------------------------------------------------------
@@ -302,8 +341,7 @@ def test_temp_files_of_interrupted_writes_are_removed_at_start(tmp_path):
         with open(path, "w") as fh:
             fh.write("partial")
     env.new_state().reconcile()
-    # (the checkpoint's reused temp file exists again after start-up's write: it holds the previous checkpoint)
-    assert [p for p in stale if os.path.exists(p) and open(p).read() == "partial"] == []
+    assert [p for p in stale if os.path.exists(p)] == []
     assert [p for p in kept if os.path.exists(p)] == kept
 
 
@@ -312,3 +350,24 @@ def test_a_write_that_fails_removes_its_temp_file(tmp_path, hook):
     with pytest.raises(InjectedFailure):
         write_spec(_spec(1), str(tmp_path), "k8s.gpu.nvidia.com-claim_u")
     assert os.listdir(tmp_path) == []
+
+
+def test_the_kill_point_wrapper_kills_a_gpudra_command(tmp_path):
+    """tests/support/kill_at.py runs the CLI with the kill point installed first: `mig apply` on a simulated node
+    dies at its first write, and the node's GPU state is still the previous one."""
+    import yaml
+
+    from gpudra.catalog import gpu_model
+    from gpudra.mig.config import generate_config
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(generate_config([gpu_model("h100")]), sort_keys=False))
+    root = tmp_path / "root"
+    args = ["mig", "apply", "-f", str(config), "-c", "all-balanced", "--backend", "simulated", "--root", str(root)]
+    env = {**os.environ, "PYTHONPATH": REPO}
+    killed = subprocess.run([sys.executable, KILL_AT, "simulated-gpus:write:1", *args], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    done = subprocess.run([sys.executable, KILL_AT, "simulated-gpus:write:1000", *args], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.count("changed: gpu-") == 8, done.stderr

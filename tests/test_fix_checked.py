@@ -40,7 +40,8 @@ def test_article_fixed_with_the_cluster_allocates_every_claim_and_the_pair_on_on
     path = tmp_path / "fixed.yaml"
     path.write_text(fixed.stdout)
     assert "repaired and allocatable on h100-node-1" in fixed.stderr  # the allocator re-ran on the result
-    allocated = gpudra("allocate", "-f", str(path), "--mode", "sequential", "-o", "json")
+    # the printed manifests leave out the cluster's Nodes and slices (issue 21): allocate them with the cluster
+    allocated = gpudra("allocate", "-f", "examples/cluster", "-f", str(path), "--mode", "sequential", "-o", "json")
     assert allocated.returncode == 0, allocated.stderr
     claims = {c["metadata"]["name"]: c for c in yaml.safe_load(allocated.stdout)["items"]}
     assert set(claims) == {"gpu-claim", "nvlink-h100-claim"}
@@ -178,7 +179,7 @@ def test_a_claim_that_needed_no_repair_is_not_called_repaired(tmp_path):
     fixed = gpudra("validate", "-f", "examples/article", "-f", "examples/cluster", "--fix")
     path = tmp_path / "fixed.yaml"
     path.write_text(fixed.stdout)
-    again = gpudra("validate", "-f", str(path), "--fix")  # already repaired: nothing left to change
+    again = gpudra("validate", "-f", str(path), "-f", "examples/cluster", "--fix")  # repaired: nothing to change
     assert again.returncode == 0, again.stderr
     assert "0 repair(s)" in again.stderr and "repaired" not in again.stderr.replace("0 repair(s)", "")
     assert "default/gpu-claim: allocatable on h100-node-1" in again.stderr

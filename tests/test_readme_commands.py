@@ -127,6 +127,7 @@ def _negative_probes(tmp_path: Path) -> dict[str, list[str]]:
         "explain": ["explain", "-f", cluster, "-f", big, "pod/big", "--no-fixes"],
         "cdi validate": ["cdi", "validate", str(tmp_path / "cdi.yaml")],
         "mig validate": ["mig", "validate", "-f", str(tmp_path / "mig.yaml"), "--gpu", "h100-80gb"],
+        "mig plan": ["mig", "plan", "-f", big, "--gpu", "h100-80gb", "--count", "1"],
         "apply": ["apply", "--dir", str(state), "-f", str(tmp_path / "invalid.yaml")],
         "get": ["get", "pods", "nosuch", "--dir", str(state)],
         "delete": ["delete", "pod", "nosuch", "--dir", str(state)],
@@ -162,7 +163,7 @@ def test_every_documented_negative_answer_exits_1(tmp_path: Path) -> None:
 # Run only with GPUDRA_README_FULL=1: full-scale trace replays (minutes to hours); the suite checks their options.
 FULL_SCALE = {
     "gpudra simulate",
-    "gpudra simulate --policies all --seeds 10 --trace default,gpushare40 --out-dir out",
+    "gpudra simulate --policies fgd,bestfit,fragmentation --seeds 2 --out-dir out",
     "gpudra simulate --mode both --policies fgd,bestfit --out-dir out",
 }
 # Not run by a test, and why: the environment's own setup and the suite itself (.ci/run runs that line).
@@ -253,8 +254,10 @@ def _run_in_process(args: list[str], redirect: str | None, monkeypatch: pytest.M
     return result.exit_code, result.output
 
 
-def _run_driver(command: str, tmp: Path) -> tuple[int, str]:
-    """`driver run` serves until SIGTERM: start it, wait until ready, read /metrics, stop it."""
+def _run_driver(command: str, tmp: Path,
+                while_serving: list[str] | None = None) -> tuple[int, str, dict[str, tuple[int, str]]]:
+    """`driver run` serves until SIGTERM: start it, wait until ready, read /metrics, run the README's commands
+    that talk to it (`driver inject-event --root /tmp/n1`: a root without a driver is an error), stop it."""
     port = _free_port()
     root = Path(tempfile.mkdtemp(prefix="gdr", dir="/tmp"))  # short: unix socket paths end at 107 bytes
     command = command.replace("/tmp/n1", str(root / "n1")).replace("--metrics-port 9400", f"--metrics-port {port}")
@@ -275,11 +278,17 @@ def _run_driver(command: str, tmp: Path) -> tuple[int, str]:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
             metrics = response.read().decode()
         assert "gpudra" in metrics
+        followers = {}
+        for follower in while_serving or []:
+            done = subprocess.run([sys.executable, "-m", "gpudra",
+                                   *shlex.split(follower.replace("/tmp/n1", str(root / "n1")))[1:]],
+                                  capture_output=True, text=True, timeout=120, check=False)
+            followers[follower] = (done.returncode, done.stdout + done.stderr)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
         shutil.rmtree(root, ignore_errors=True)
-    return process.returncode, metrics
+    return process.returncode, metrics, followers
 
 
 def _check_options(command: str) -> None:
@@ -302,6 +311,10 @@ def test_every_readme_command_runs(workdir: Path, monkeypatch: pytest.MonkeyPatc
     commands = readme_code_commands()
     assert len(commands) > 30
     ran = []
+    # commands that need the README's running driver (its --root /tmp/n1) run while `driver run` serves
+    with_driver = [command for _, command, _ in commands if command.startswith("gpudra driver inject-event")
+                   and "/tmp/n1" in command]
+    ran_with_driver: dict[str, tuple[int, str]] = {}
     for section, command, comment in commands:
         if section == "Local cluster":
             continue  # run, in order, by tests/test_readme_local_cluster.py
@@ -317,7 +330,9 @@ def test_every_readme_command_runs(workdir: Path, monkeypatch: pytest.MonkeyPatc
                                       capture_output=True, text=True, timeout=600, check=False)
                 code, output = done.returncode, done.stdout + done.stderr
             elif part.startswith("gpudra driver run"):
-                code, output = _run_driver(part, workdir)
+                code, output, ran_with_driver = _run_driver(part, workdir, with_driver)
+            elif part in ran_with_driver:
+                code, output = ran_with_driver[part]
             else:
                 # the node's --root of the README (/tmp/n1) is the test's own directory
                 args, redirect = _split(part.replace("/tmp/n1", str(workdir / "n1")))

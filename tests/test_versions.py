@@ -162,13 +162,13 @@ def _inventory():
     return open_backend("simulated", profile="hgx-a100-mig", node_name="n1").inventory()
 
 
-def test_dynamic_mig_needs_partitionable_devices_and_the_1_35_layout():
+def test_dynamic_mig_needs_partitionable_devices():
     assert dynamic_mig_layout("1.36") == (True, None)
     dynamic, note = dynamic_mig_layout("1.34")
     assert not dynamic and "DRAPartitionableDevices feature gate (alpha, off by default in 1.34)" in note
     assert dynamic_mig_layout("1.35", "default,+PartitionableDevices") == (True, None)
-    dynamic, note = dynamic_mig_layout("1.34", "default,+PartitionableDevices")
-    assert not dynamic and "1.35" in note  # 1.34 does not accept counter sets in slices of their own
+    # 1.34 with the gate on: the combined layout (tests/test_release_layouts.py)
+    assert dynamic_mig_layout("1.34", "default,+PartitionableDevices") == (True, None)
 
 
 def test_driver_slices_for_1_34_publish_what_1_34_can_allocate():

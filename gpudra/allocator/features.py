@@ -62,16 +62,20 @@ class Features:
     # Upstream implementation variant forced by `--allocator NAME` (stable | incubating |
     # experimental); None = the one kube-scheduler would pick for these gates.
     variant: str | None = None
+    # Where a pool's counter sets live (gpudra.versions.partitionable_layout): "split" (1.35 on: slices of their
+    # own, consumed pool-wide) or "combined" (1.33, 1.34: each slice's counter sets serve its own devices). A
+    # property of the release, not a gate: `none`/`all` keep it.
+    slice_layout: str = "split"
 
     @classmethod
     def default(cls, version: str | None = None) -> "Features":
         """The release's default gates (gpudra.versions); the field defaults above are 1.36's."""
         if version is None:
             return cls()
-        from gpudra.versions import allocator_feature_defaults
+        from gpudra.versions import allocator_feature_defaults, partitionable_layout
 
         gates: dict[str, Any] = {_attr(n): on for n, on in allocator_feature_defaults(version).items()}
-        return cls(**gates)
+        return cls(**gates, slice_layout=partitionable_layout(version))
 
     @classmethod
     def all(cls) -> "Features":
@@ -101,10 +105,10 @@ class Features:
                 features = cls.default(version)
                 continue
             if lowered == "all":
-                features = cls.all()
+                features = replace(cls.all(), slice_layout=features.slice_layout)
                 continue
             if lowered == "none":
-                features = cls.none()
+                features = replace(cls.none(), slice_layout=features.slice_layout)
                 continue
             enable = True
             name = token
@@ -129,6 +133,11 @@ class Features:
             return self.variant
         enabled = set(self.enabled())
         return next(name for name, supported in VARIANT_SUPPORT.items() if enabled <= supported)
+
+    @property
+    def combined_slices(self) -> bool:
+        """Counter sets are per slice (1.33, 1.34) and only matter with partitionable devices on."""
+        return self.partitionable_devices and self.slice_layout == "combined"
 
     @cached_property
     def stable_variant(self) -> bool:

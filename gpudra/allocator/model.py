@@ -186,10 +186,10 @@ class SliceInfo:
     __slots__ = (
         "raw", "name", "driver", "pool_name", "pool_id", "generation", "slice_count",
         "node_name", "node_selector", "all_nodes", "per_device_node_selection", "per_device_field_set",
-        "shared_counters", "_raw_devices", "_devices", "order",
+        "shared_counters", "_raw_devices", "_devices", "order", "counter_scope",
     )
 
-    def __init__(self, raw: dict[str, Any], order: int):
+    def __init__(self, raw: dict[str, Any], order: int, scoped_counters: bool = False):
         self.raw = raw
         self.order = order
         spec = as_dict(raw.get("spec"))
@@ -215,6 +215,12 @@ class SliceInfo:
                 for name, value in as_dict(counter_set.get("counters")).items()
             }
             self.shared_counters.append((as_str(counter_set.get("name")), counters))
+        # Up to Kubernetes 1.34 a slice's counter sets serve only its own devices (the allocator counts each
+        # slice on its own): the names are then qualified by the slice ("<slice>/<set>"; "/" cannot occur in
+        # either name), so equal names in two slices stay apart and a device finds only its own slice's sets.
+        self.counter_scope = f"{self.name}/" if scoped_counters else ""
+        if self.counter_scope:
+            self.shared_counters = [(self.counter_scope + name, counters) for name, counters in self.shared_counters]
         self._raw_devices = as_list(spec.get("devices"))
         self._devices: list[DeviceInfo] | None = None
 
@@ -223,6 +229,10 @@ class SliceInfo:
         """Parsed on first use: most slices of a big cluster are never looked at for one node."""
         if self._devices is None:
             self._devices = [DeviceInfo(self, as_dict(device), i) for i, device in enumerate(self._raw_devices)]
+            if self.counter_scope:
+                for device in self._devices:
+                    device.consumes_counters = [(self.counter_scope + name, counters)
+                                                for name, counters in device.consumes_counters]
         return self._devices
 
     @property

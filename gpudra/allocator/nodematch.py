@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudra.api.goint import parse_int64, parse_requirement_int
+
 
 class NodeInfo:
     """The parts of a Node the allocator looks at: its name and labels."""
@@ -28,13 +30,6 @@ class NodeInfo:
         return cls(metadata.get("name") or "", metadata.get("labels"))
 
 
-def _parse_int(text: Any) -> int | None:
-    try:
-        return int(str(text), 10)
-    except (TypeError, ValueError):
-        return None
-
-
 def requirement_matches(requirement: Any, values_by_key: dict[str, str]) -> bool:
     if not isinstance(requirement, dict):
         return False
@@ -57,7 +52,8 @@ def requirement_matches(requirement: Any, values_by_key: dict[str, str]) -> bool
     if operator in ("Gt", "Lt"):
         if not present or len(values) != 1:
             return False
-        have, want = _parse_int(value), _parse_int(values[0])
+        # as kube-scheduler: the node's label by strconv.ParseInt, the requirement's value also a label value
+        have, want = parse_int64(value), parse_requirement_int(values[0])
         if have is None or want is None:
             return False
         return have > want if operator == "Gt" else have < want

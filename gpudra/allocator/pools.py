@@ -74,14 +74,17 @@ class SliceIndex:
         self.features = features
         self.evaluator = SelectorEvaluator(not features.stable_variant, features.list_type_attributes)
         self.views: dict = {}
-        self.slices = [SliceInfo(raw or {}, i) for i, raw in enumerate(slices)]
+        # 1.33/1.34 (features.combined_slices): a slice holds devices and the counter sets they consume, so a
+        # slice with counter sets is a device slice like any other, and its counter sets are its own.
+        self.combined = features.combined_slices
+        self.slices = [SliceInfo(raw or {}, i, self.combined) for i, raw in enumerate(slices)]
         self.by_pool: dict[tuple[str, str], list[SliceInfo]] = defaultdict(list)
         self.by_node_name: dict[str, list[SliceInfo]] = defaultdict(list)
         self.other: list[SliceInfo] = []  # allNodes, nodeSelector, per-device, counter-set slices
         for info in self.slices:
             self.by_pool[info.pool_id].append(info)
             # Upstream (incubating) splits slices the same way: by nodeName unless they hold counter sets.
-            if info.node_name and not info.shared_counters:
+            if info.node_name and (self.combined or not info.shared_counters):
                 self.by_node_name[info.node_name].append(info)
             else:
                 self.other.append(info)
@@ -90,7 +93,7 @@ class SliceIndex:
         """Whether GatherPools adds the slice to its pool for this node (any variant)."""
         if not self.features.partitionable_devices and (info.per_device_field_set or info.shared_counters):
             return False
-        if info.shared_counters:
+        if info.shared_counters and not self.combined:
             return True  # counter sets are needed on every node
         if info.node_name or info.all_nodes or info.node_selector is not None:
             return node_matches(node, info.node_name, info.all_nodes, info.node_selector)
@@ -100,7 +103,7 @@ class SliceIndex:
 
     def targets(self, info: SliceInfo, node: NodeInfo) -> bool:
         """Whether the slice's devices can be allocated on the node (counter-set slices: never)."""
-        if info.shared_counters and self.features.partitionable_devices:
+        if info.shared_counters and self.features.partitionable_devices and not self.combined:
             return False
         return self._relevant(info, node)
 
@@ -167,7 +170,7 @@ class SliceIndex:
         ordered = sorted(pool_slices, key=lambda s: s.name) if sort_slices else list(pool_slices)
         partitionable = self.features.partitionable_devices
         counter_slices = [s for s in ordered if partitionable and s.shared_counters]
-        pool.node_slices = [s for s in ordered if not (partitionable and s.shared_counters)]
+        pool.node_slices = [s for s in ordered if self.combined or not (partitionable and s.shared_counters)]
         seen: set[str] = set()
         problems: list[str] = []
         for info in pool.node_slices:

@@ -61,12 +61,14 @@ def _cel():
 
 
 @lru_cache(maxsize=4096)  # bounded: a long-running scheduler sees ever new expressions
-def compile_expression(expression: str, consumable_capacity: bool) -> Any:
-    """The compiled selector, or the CELCompileError (cached either way)."""
+def compile_expression(expression: str, consumable_capacity: bool, list_type_attributes: bool = True) -> Any:
+    """The compiled selector, or the CELCompileError (cached either way). DRAListTypeAttributes types
+    attribute values in the scheduler's environment too (gpudra.cel.release)."""
     cel = _cel()
     try:
         # kube-scheduler compiles stored expressions: no cost estimate, the runtime limit applies
-        return cel.compile_selector(expression, consumable_capacity=consumable_capacity, stored=True)
+        return cel.compile_selector(expression, consumable_capacity=consumable_capacity, stored=True,
+                                    list_type_attributes=list_type_attributes)
     except cel.CELCompileError as err:
         return err
 
@@ -125,7 +127,7 @@ class SelectorEvaluator:
             return found
         # 1.36 compiles with `device.allowMultipleAllocations` declared whatever the gate says
         # (a selector using it is no compile error with DRAConsumableCapacity off).
-        compiled = compile_expression(expression, True)
+        compiled = compile_expression(expression, True, self.list_type_attributes)
         if isinstance(compiled, Exception):
             found = ("compile", str(compiled))
         else:

@@ -8,10 +8,11 @@ fast path is taken only where a document cannot tell the two apart; any doubt re
 the text with PyYAML as before (which also gives every error message with its line and column).
 
 Before parsing, the text is refused (None) where the two grammars or resolvers can differ and a cheap scan sees
-it: a character outside printable, LF-only text (YAML 1.1 also breaks lines at NEL, LS and PS); a tab; a backslash
+it: a character outside printable, LF-only text (YAML 1.1 also breaks lines at NEL, LS and PS); a tab; a space
+that is white space to Python but not to YAML (U+00A0, U+3000: the words are split at white space); a backslash
 (escapes); a directive, a `...` end marker or content after `---`; Helm's `{{`; and, where a node starts, a tag,
-anchor, alias, complex key (`? `), non-empty flow collection (`[a:b]` differ) or block scalar (a whitespace-only
-line differs). Then every white-space-separated word that either could read as other than a string, as a plain
+anchor, alias, complex key (`? `), empty key (`: x`: yaml-rs makes a None key), non-empty flow collection
+(`[a:b]` differ) or block scalar (a whitespace-only line differs). Then every white-space-separated word that either could read as other than a string, as a plain
 scalar, is read by both: one that yaml-rs reads as a number, bool or null differently from PyYAML's resolver
 (without timestamps, as the loader sets it up) refuses the text (`0777`, `1e3`, `_1`, `.Nan`); one that PyYAML
 alone reads as a non-string (`yes`, `1:30`, `<<`) refuses it only if the documents hold that string and the text
@@ -43,7 +44,10 @@ _UNSAFE_CHARACTER = re.compile("[^\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufe
 _LINE_START_DIFFERS = re.compile(r"\n(?:%|\.\.\.(?:[ \t]|\n|\Z)|---[ \t]*[^\s])")
 _AFTER_INDICATOR = re.compile(r"[-?:][ \t]+\Z")
 _DOCUMENT_MARKER = re.compile(r"^---[ \t]*(?:\n|\Z)", re.MULTILINE)
-_CONTENT_LINE = re.compile(r"^[ \t]*[^\s#]", re.MULTILINE)
+# YAML's white space is the space and the tab alone (`\s` would also skip U+00A0 or U+3000, which start a plain scalar)
+_CONTENT_LINE = re.compile(r"^[ \t]*[^ \t\n#]", re.MULTILINE)
+# White space to Python's str.split and `\s` but not to YAML (U+00A0, U+3000, ...; tabs and breaks are refused apart)
+_UNICODE_SPACE = re.compile(r"[^\S \t\n]")
 # Characters of the plain scalars that yaml-rs may read as a number, bool or null: `[-+.0-9A-Za-z_~]`, and the
 # first of them one of `[-+._0-9~]` (the words true, false, null read alike in both).
 _NUMBER_START = frozenset("-+._0123456789~")
@@ -212,12 +216,14 @@ def documents(text: str) -> list[tuple[int, Any]] | None:
         return None  # escapes, a Helm template (PyYAML's error names it), tabs, CR line breaks
     if not _printable_ascii(text) and not text.replace("\n", "").isprintable() and _UNSAFE_CHARACTER.search(text):
         return None  # control characters, NEL, LS, PS, BOM
+    if not text.isascii() and _UNICODE_SPACE.search(text):
+        return None  # the words below are split at white space as YAML sees it: U+00A0 is none to YAML
     if _LINE_START_DIFFERS.search("\n" + text):
         return None
     words = set(text.split())
-    if any(_starts_node(text, word) for word in words if word.startswith(("!", "&", "*", "?", "[", "{", "|", ">"))
-           and word not in ("[]", "{}") and (word[0] != "?" or word == "?")):
-        return None  # a tag, anchor, alias, complex key (`? `), non-empty flow collection or block scalar
+    if any(_starts_node(text, word) for word in words if word == ":" or word.startswith(
+            ("!", "&", "*", "?", "[", "{", "|", ">")) and word not in ("[]", "{}") and (word[0] != "?" or word == "?")):
+        return None  # a tag, anchor, alias, complex key (`? `), empty key (`: x`), non-empty flow collection or block scalar
     suspects = _plain_words(words)
     if suspects is None:
         return None

@@ -12,7 +12,10 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from gpudra.plain import as_dict, as_list
-from gpudra.versions import SERVED_RESOURCE_API, gate_state
+from gpudra.versions import DRA_API_REMOVED, DRA_API_VERSIONS, SERVED_RESOURCE_API, dra_api_problem, gate_state
+
+DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
+KNOWN_DRA_API_VERSIONS = frozenset(v for served in DRA_API_VERSIONS.values() for v in served) | set(DRA_API_REMOVED)
 
 _DEVICE_FIELDS = (
     ("consumesCounters", "DRAPartitionableDevices"),
@@ -123,12 +126,30 @@ def drop_disabled_fields(obj: dict[str, Any], version: str, old: dict[str, Any] 
     return dropped
 
 
-def gate_warnings(obj: dict[str, Any], version: str, api_version: str | None = None) -> list[tuple[str, str]]:
+def served_version_problems(kind: Any, api_version: Any, version: str,
+                            runtime_config: dict[str, bool] | None = None) -> list[tuple[str, str]]:
+    """(severity, message) when `version`'s API server does not serve a DRA kind at the older resource.k8s.io
+    version it is written in (gpudra.versions.DRA_API_VERSIONS): a removed version is an error, a version
+    served only with --runtime-config a warning unless `runtime_config` turns it on. resource.k8s.io/v1 is
+    gate_warnings' business (a warning on 1.33)."""
+    if kind not in DRA_KINDS or not isinstance(api_version, str) or api_version == "resource.k8s.io/v1":
+        return []
+    if api_version.partition("/")[2] not in KNOWN_DRA_API_VERSIONS:
+        return []  # resource.k8s.io/v2: no release has it; validate_document names what is served
+    found = dra_api_problem(api_version, version, runtime_config)
+    return [found] if found else []
+
+
+def gate_warnings(obj: dict[str, Any], version: str, api_version: str | None = None,
+                  runtime_config: dict[str, bool] | None = None) -> list[tuple[str, str]]:
     """(field path, message) for what Kubernetes `version` does not keep with its default gates.
-    `api_version`: the object's apiVersion as written (before any conversion to v1)."""
+    `api_version`: the object's apiVersion as written (before any conversion to v1); `runtime_config`:
+    the kube-apiserver's --runtime-config (beta versions it serves besides the default)."""
     found: list[tuple[str, str]] = []
     kind = obj.get("kind")
     written = api_version if api_version is not None else obj.get("apiVersion")
+    found += [("apiVersion", message) for severity, message
+              in served_version_problems(kind, written, version, runtime_config) if severity == "warning"]
     served = SERVED_RESOURCE_API[version]
     if written == "resource.k8s.io/v1" and served != written:
         found.append(("apiVersion", f"resource.k8s.io/v1 is not served by Kubernetes {version} (it serves "

@@ -242,20 +242,46 @@ def load_text(text: str, source: str = "<stdin>") -> list[Document]:
     fast_yaml.counts["pyyaml"] += 1
     docs = []
     try:
-        _check_yaml_nesting(text, source)
-        for position, node in enumerate(yaml.compose_all(text, Loader=_ManifestLoader), start=1):
-            if node is None:
-                continue
-            line = node.start_mark.line + 1
-            if not plain:
-                _check_yaml_shape(node, source, position, line)
-            value = _construct(node)
-            if value is not None:
-                docs.extend(_document_objects(value, source, position, line))
+        for position, start, value in _pyyaml_values(text, source, plain):
+            docs.extend(_document_objects(value, source, position, start))
     except yaml.YAMLError as exc:
         line, column = _mark(exc)
         raise _template_error(text, source) or LoadError(source, _yaml_message(exc), line, column) from None
     return docs
+
+
+def _pyyaml_values(text: str, source: str, plain: bool) -> Iterator[tuple[int, int, Any]]:
+    """(position, line, value) of every document that is not empty or null, read by PyYAML within the limits
+    (`plain`: _plain_yaml cleared the text of aliases and deep nesting)."""
+    _check_yaml_nesting(text, source)
+    for position, node in enumerate(yaml.compose_all(text, Loader=_ManifestLoader), start=1):
+        if node is None:
+            continue
+        line = node.start_mark.line + 1
+        if not plain:
+            _check_yaml_shape(node, source, position, line)
+        value = _construct(node)
+        if value is not None:
+            yield position, line, value
+
+
+def yaml_values(text: str, source: str) -> list[tuple[int, int | None, Any]]:
+    """(position, line or None, value) of every document of any YAML text that is not empty or null, read as
+    manifests are: within the limits (size, nesting, alias expansion), duplicate keys refused, timestamps kept as
+    strings, by yaml-rs where that provably means the same; any problem is a LoadError naming `source`."""
+    if len(text) > MAX_INPUT_BYTES:
+        raise LoadError(source, too_large(len(text)))
+    text = text.removeprefix("\ufeff")
+    plain = _plain_yaml(text)
+    if plain:
+        fast = fast_yaml.documents(text)
+        if fast is not None:
+            return [(position, None, value) for position, value in fast if value is not None]
+    try:
+        return list(_pyyaml_values(text, source, plain))
+    except yaml.YAMLError as exc:
+        line, column = _mark(exc)
+        raise LoadError(source, _yaml_message(exc), line, column) from None
 
 
 def _fast_yaml_documents(text: str, source: str) -> list[Document] | None:

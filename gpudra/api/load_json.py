@@ -139,3 +139,11 @@ def _fix_surrogates_in_mapping(item: dict[str, Any]) -> None:
                for key, child in item.items()]
     item.clear()
     item.update(entries)
+
+
+def load_json_document(text: str, source: str) -> Any:
+    """One JSON value of a file that is not a manifest list (a CDI spec, a claim store file), with the loader's
+    checks (depth, duplicate keys, surrogates); json.JSONDecodeError or LoadError."""
+    value = json_loads(text, source)
+    check_json_document(value, source, 1, SURROGATE_ESCAPE.search(text) is not None)
+    return value

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gpudra.errors import printable as printable  # re-exported: its home is below gpudra.api
+
 Severity = Literal["error", "warning"]
 
 
@@ -27,7 +29,7 @@ class Problem:
             return self.source
         where = f"{self.source}:doc {self.index}" + ("" if self.item is None else f" items[{self.item}]")
         what = f"{self.kind or '?'}/{self.name}" if self.name else (self.kind or "?")
-        return f"{where} ({what})"
+        return f"{where} ({printable(what)})"
 
     def __str__(self) -> str:
         head = self.location()
@@ -36,7 +38,7 @@ class Problem:
         text = f"{head}: {self.message}"
         if self.severity == "warning":
             text = f"{head}: warning: {self.message}"
-        return text
+        return printable(text)  # a key or value from the input may hold ESC, BEL, …: never printed raw
 
     def render(self) -> str:
         """The one-line form plus the suggested fragment, indented, when there is one."""

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable
 from gpudra.api.convert import DRA_KINDS, OLD_VERSIONS, V1, needs_conversion, newer_layout_paths, to_v1
 from gpudra.api.load import Document, cycle_collection_paused
 from gpudra.api.problems import Problem
-from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, schema_for
+from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, metadata_schema, schema_for
 from gpudra.api.schema.taint_rule import VERSIONS as TAINT_RULE_VERSIONS
 from gpudra.api.schema.names import suggest_dns_name
 from gpudra.api.schema.types import as_dict, as_list, Context
@@ -30,7 +30,9 @@ def _problem(doc: Document, path: str, message: str, severity: str = "error", fi
                    getattr(doc, "item", None))
 
 
-def validate_document(doc: Document) -> list[Problem]:
+def validate_document(doc: Document, kubernetes_version: str | None = None) -> list[Problem]:
+    """The API server's checks of one object; `kubernetes_version` (default: the newest release) decides the
+    rules that changed between releases (where a ResourceSlice's counter sets may live)."""
     if not isinstance(doc, Document):  # any object with .obj / .source / .index will do
         doc = Document(doc.obj, getattr(doc, "source", "<input>"), getattr(doc, "index", 1), getattr(doc, "item", None))
     obj = doc.obj
@@ -63,7 +65,9 @@ def validate_document(doc: Document) -> list[Problem]:
         if expected is not None:
             message = f"{kind} is served as apiVersion {expected}, not {api_version}"
             if api_version.startswith("resource.k8s.io/") and kind in DRA_KINDS:
-                message += " (gpudra also reads resource.k8s.io/v1beta1 and v1beta2)"
+                message += (" (gpudra also reads resource.k8s.io/v1beta1 and v1beta2, which an API server serves only "
+                            "when kube-apiserver's --runtime-config enables them; v1alpha3 serves only "
+                            "DeviceTaintRule from Kubernetes 1.34)")
             problems.append(_problem(doc, "apiVersion", message))
         else:
             known = sorted({k for _, k in SCHEMAS})
@@ -71,16 +75,21 @@ def validate_document(doc: Document) -> list[Problem]:
             if close:
                 problems.append(_problem(doc, "kind", f"unknown kind {kind!r}; did you mean {close[0]!r}?"))
             else:
-                problems.append(_problem(doc, "", f"{api_version} {kind} is not a kind gpudra checks; skipped",
-                                         "warning"))
+                # its metadata still follows every object's rules (the local cluster's store names files by it)
+                ctx = Context(api_version, kind)
+                metadata_schema(kind).check(obj, "", ctx)
+                problems.extend(_problem(doc, path, message, severity, fix) for severity, path, message, fix in ctx.found)
+                problems.append(_problem(doc, "", f"{api_version} {kind} is not a kind gpudra checks beyond its "
+                                         "metadata; skipped", "warning"))
         return problems
-    facts: dict[str, Any] = {}
+    facts: dict[str, Any] = {"release": kubernetes_version}  # also the release whose CEL environment checks selectors
     spec = obj.get("spec")
     if kind == "ResourceSlice" and isinstance(spec, dict) and isinstance(spec.get("driver"), str):
         facts["driver"] = spec["driver"]
     ctx = Context(api_version, kind, **facts)
     schema.check(obj, "", ctx)
     _object_level_checks(obj, kind, ctx)
+    _driver_config_checks(obj, kind, ctx)
     for severity, path, message, fix in ctx.found:
         problems.append(_problem(doc, path, message + note, severity, fix))
     return problems
@@ -90,6 +99,18 @@ def _object_level_checks(obj: dict[str, Any], kind: str, ctx: Context) -> None:
     metadata = as_dict(obj.get("metadata"))
     if kind in CLUSTER_SCOPED and metadata.get("namespace"):
         ctx.warning("metadata.namespace", f"{kind} is cluster-scoped; the namespace is ignored")
+
+
+def _driver_config_checks(obj: dict[str, Any], kind: str, ctx: Context) -> None:
+    """Opaque configs of the drivers gpudra knows (its GPU driver: GpuConfig, MigDeviceConfig and their sharing
+    settings) as that driver's admission webhook checks them (gpudra.driver.admission, the one copy the webhook
+    serves): the API server stores any JSON there, and the pod would wait in ContainerCreating."""
+    if kind not in ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass"):
+        return
+    from gpudra.device_config import opaque_config_problems
+
+    for path, message in opaque_config_problems(obj):
+        ctx.error(path, f"the gpu.nvidia.com driver refuses this config: {message}")
 
 
 def _class_references(obj: dict[str, Any], kind: str) -> Iterable[tuple[str, str]]:
@@ -124,11 +145,13 @@ def class_references(obj: dict[str, Any]) -> list[tuple[str, str]]:
 # ----- across documents ------------------------------------------------------------------------------
 def validate_documents(docs: list[Document], kubernetes_version: str | None = None,
                        progress: Callable[[str, int, int], None] | None = None, *,
-                       gates: bool = True) -> list[Problem]:
+                       gates: bool = True, runtime_config: dict[str, bool] | None = None) -> list[Problem]:
     """Problems of every document and across documents, grouped by document in input order.
     `kubernetes_version`: the release whose default feature gates decide which gated fields are
     warnings (gpudra.api.gates; default: gpudra.versions.DEFAULT_KUBERNETES_VERSION); `gates=False` leaves
     those warnings out (a caller that reports them for a release of its own, or wants only errors).
+    `runtime_config`: the kube-apiserver's --runtime-config (gpudra.versions.parse_runtime_config): the beta
+    resource.k8s.io versions it serves besides the release's default.
     `progress(what, done, total)` hears of each document checked (a CLI draws a bar from it)."""
     docs = [d if isinstance(d, Document) else Document(d.obj, getattr(d, "source", "<input>"), getattr(d, "index", 1),
                                                        getattr(d, "item", None))
@@ -136,31 +159,49 @@ def validate_documents(docs: list[Document], kubernetes_version: str | None = No
     problems: list[Problem] = []
     with cycle_collection_paused():
         for done, doc in enumerate(docs, start=1):
-            problems.extend(validate_document(doc))
+            problems.extend(validate_document(doc, kubernetes_version))
             if gates:
-                problems.extend(gate_problems(doc, kubernetes_version))
+                problems.extend(gate_problems(doc, kubernetes_version, runtime_config))
+            else:  # a version the release no longer serves is an error, not a gate warning
+                problems.extend(removed_version_problems(doc, kubernetes_version))
             if progress is not None:
                 progress("validating", done, len(docs))
-        problems.extend(_cross_checks(docs))
+        problems.extend(_cross_checks(docs, kubernetes_version))
     order: dict[tuple[str, int | None], int] = {}
     for doc in docs:
         order.setdefault((doc.source, doc.index), len(order))
     return sorted(problems, key=lambda p: order.get((p.source, p.index), len(order)))
 
 
-def gate_problems(doc: Document, kubernetes_version: str | None = None) -> list[Problem]:
-    """Warnings for fields behind a feature gate that `kubernetes_version` leaves off (gpudra.api.gates)."""
+def removed_version_problems(doc: Document, kubernetes_version: str | None = None) -> list[Problem]:
+    """An error when the object's resource.k8s.io version no longer serves its kind in the release."""
+    from gpudra.api.gates import served_version_problems
+    from gpudra.versions import parse_version
+
+    if not isinstance(doc.obj, dict) or not str(doc.obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
+        return []
+    return [_problem(doc, "apiVersion", message) for severity, message
+            in served_version_problems(doc.obj.get("kind"), doc.obj.get("apiVersion"), parse_version(kubernetes_version))
+            if severity == "error"]
+
+
+def gate_problems(doc: Document, kubernetes_version: str | None = None,
+                  runtime_config: dict[str, bool] | None = None) -> list[Problem]:
+    """Warnings for fields behind a feature gate that `kubernetes_version` leaves off (gpudra.api.gates), and
+    for a resource.k8s.io version it does not serve (an error where the version was removed)."""
     from gpudra.api.gates import gate_warnings
     from gpudra.versions import parse_version
 
     if not isinstance(doc.obj, dict) or not str(doc.obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
         return []
+    version = parse_version(kubernetes_version)
+    removed = removed_version_problems(doc, version)
     try:
         obj = _v1(doc)
     except Exception:  # noqa: BLE001 - unconvertible input is reported by validate_document
-        return []
-    return [_problem(doc, path, message, "warning")
-            for path, message in gate_warnings(obj, parse_version(kubernetes_version), doc.obj.get("apiVersion"))]
+        return removed
+    return removed + [_problem(doc, path, message, "warning") for path, message
+                      in gate_warnings(obj, version, doc.obj.get("apiVersion"), runtime_config)]
 
 
 def _v1(doc: Document) -> dict[str, Any]:
@@ -170,7 +211,7 @@ def _v1(doc: Document) -> dict[str, Any]:
     return to_v1(doc.obj) if needs_conversion(doc.obj) else doc.obj
 
 
-def _cross_checks(docs: list[Document]) -> list[Problem]:
+def _cross_checks(docs: list[Document], kubernetes_version: str | None = None) -> list[Problem]:
     problems: list[Problem] = []
     seen: dict[tuple[str, str, str], Document] = {}
     for doc in docs:
@@ -206,7 +247,7 @@ def _cross_checks(docs: list[Document]) -> list[Problem]:
     problems += _extended_resource_names(classes)
     problems += _admin_access(docs)
     problems += _pod_references(docs)
-    problems += _pool_checks(docs)
+    problems += _pool_checks(docs, kubernetes_version)
     return problems
 
 
@@ -284,7 +325,12 @@ def _pod_references(docs: list[Document]) -> list[Problem]:
     return problems
 
 
-def _pool_checks(docs: list[Document]) -> list[Problem]:
+def _pool_checks(docs: list[Document], kubernetes_version: str | None = None) -> list[Problem]:
+    from gpudra.versions import SPLIT_SLICES, partitionable_layout
+
+    # Counter sets are pool-wide only where they live in slices of their own (1.35 on); up to 1.34 each slice's
+    # counter sets serve its own devices, which the per-slice check (schema.resource) already covers.
+    split = partitionable_layout(kubernetes_version) == SPLIT_SLICES
     problems: list[Problem] = []
     pools: dict[tuple[str, str], list[Document]] = {}
     for doc in docs:
@@ -306,7 +352,7 @@ def _pool_checks(docs: list[Document]) -> list[Problem]:
         consumers: list[tuple[Document, int, str]] = []
         for doc in current:
             spec = _v1(doc)["spec"]
-            for counter_set in as_list(spec.get("sharedCounters")):
+            for counter_set in as_list(spec.get("sharedCounters")) if split else ():
                 if isinstance(counter_set, dict) and isinstance(counter_set.get("name"), str):
                     if counter_set["name"] in counter_sets and counter_sets[counter_set["name"]] is not doc:
                         problems.append(_problem(doc, "spec.sharedCounters", f"counter set {counter_set['name']!r} "
@@ -320,7 +366,7 @@ def _pool_checks(docs: list[Document]) -> list[Problem]:
                                              f"published twice in pool {pool_name!r}; the allocator treats the pool "
                                              "as invalid", "warning"))
                 devices[device["name"]] = doc
-                for consumption in as_list(device.get("consumesCounters")):
+                for consumption in as_list(device.get("consumesCounters")) if split else ():
                     if isinstance(consumption, dict) and isinstance(consumption.get("counterSet"), str):
                         consumers.append((doc, position, consumption["counterSet"]))
         complete = len(counts) == 1 and len(current) == next(iter(counts), None)

@@ -7,18 +7,14 @@ import os
 import re
 from typing import cast
 
-import yaml
 
+from gpudra.api.load import LoadError, read_text
+from gpudra.api.load_json import load_json_document
+from gpudra.api.yaml_files import load_yaml
 from gpudra.atomicfile import write_atomic
 
 from .spec import CdiError, Spec
 from .validate import check_spec, minimum_required_version
-
-_Loader: type[yaml.CSafeLoader] | type[yaml.SafeLoader]
-try:
-    _Loader = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - PyYAML without libyaml
-    _Loader = yaml.SafeLoader
 
 STATIC_DIR = "/etc/cdi"
 DYNAMIC_DIR = "/var/run/cdi"
@@ -135,15 +131,17 @@ def remove_spec(directory: str, name: str) -> bool:
 
 
 def load_spec_file(path: str) -> Spec:
+    """A spec file read within the manifest loader's limits (size, nesting, aliases, duplicate keys)."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise CdiError(f"cannot read CDI spec {path}: {exc}") from None
-    try:
-        data = json.loads(text) if path.endswith(".json") else yaml.load(text, Loader=_Loader)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise CdiError(f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'}: {exc}") from None
+        text = read_text(path)
+        if path.endswith(".json"):
+            data = load_json_document(text, path)
+        else:
+            data = load_yaml(text, path)
+    except LoadError as exc:
+        raise CdiError(f"cannot read CDI spec {exc}") from None
+    except ValueError as exc:  # json.JSONDecodeError
+        raise CdiError(f"{path}: not valid JSON: {exc}") from None
     try:
         return Spec.from_dict(data)  # "spec.devices[0]: …"; the path is added below
     except CdiError as exc:

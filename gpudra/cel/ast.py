@@ -62,6 +62,7 @@ class Node:
     kind: str
     id: int = 0
     value: Any = None  # const value; ident name (str); select field (str); call function name (str)
+    literal: str = ""  # const kind: null, bool, int, uint, double, string, bytes
     target: "Node | None" = None  # call target / select operand
     args: list["Node"] = field(default_factory=list)  # call args / list elements / struct values
     keys: list["Node | None"] = field(default_factory=list)  # struct map keys
@@ -94,6 +95,13 @@ def _constant(data: bytes):
     return None
 
 
+_LITERAL_KINDS = {1: "null", 2: "bool", 3: "int", 4: "uint", 5: "double", 6: "string", 7: "bytes"}
+
+
+def _literal_kind(data: bytes) -> str:
+    return next((_LITERAL_KINDS[number] for number, _, _ in fields(data) if number in _LITERAL_KINDS), "")
+
+
 def parse_expr(data: bytes) -> Node:
     node = Node("const")
     for number, _wire, value in fields(data):
@@ -101,6 +109,7 @@ def parse_expr(data: bytes) -> Node:
             node.id = value
         elif number == 3:
             node.kind, node.value = "const", _constant(value)
+            node.literal = _literal_kind(value)
         elif number == 4:
             node.kind = "ident"
             node.value = next((v.decode() for n, _, v in fields(value) if n == 1), "")

@@ -182,3 +182,11 @@ def _literal_program(function: str):
         env = cel.NewEnv(variables={"s": cel.Type.STRING})
         _LITERAL_PROGRAMS[function] = env.compile(f"{function}(s)")
     return _LITERAL_PROGRAMS[function]
+
+
+def root_type_name(serialized: bytes) -> str | None:
+    """cel-go's spelling of the checked type of the whole expression (None when the checker left none)."""
+    root = checked_syntax_tree(serialized)
+    if root is None:
+        return None
+    return _type_map(_payload(serialized)).get(root.id)

@@ -144,7 +144,8 @@ class _Estimator:
                 return 1.0, _DEVICE
             if node.value in _VARIABLES:
                 return 1.0, _VARIABLES[node.value]
-            return 1.0, scope.get(node.value, Size(_INFINITE, Size(_INFINITE)))
+            # anything else the checker accepted is a local variable or a type name (`map`, `int`, …)
+            return 1.0, scope.get(node.value, SCALAR)
         if kind == "select":
             cost, target = self.estimate(node.target, scope)
             if node.test_only:
@@ -217,10 +218,18 @@ def _function_cost(node: Node, sizes: list[Size]) -> tuple[float, Size]:
     name = node.value or ""
     first = sizes[0] if sizes else SCALAR
     total = sum(size.weight() for size in sizes)
-    if name in ("_&&_", "_||_", "!_", "@not_strictly_false", "_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"):
-        return _tenth(min(total, _INFINITE)), SCALAR
-    if name in ("_[_]", "_[?_]"):
+    if name in ("_&&_", "_||_", "!_", "@not_strictly_false"):
+        return 0.0, SCALAR
+    if name in ("_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"):
+        # cel-go (checker/cost.go functionCost): the smaller operand's size times the string traversal
+        # factor (0.1); lists and maps count their elements, not what those hold
+        return _tenth(min(min(size.size for size in sizes) if sizes else 1.0, _INFINITE)), SCALAR
+    if name == "type":
+        return 0.0, SCALAR
+    if name in ("_[_]", "_[?_]", "_?._"):
         return 0.0, first.item or SCALAR
+    if name == "size":
+        return 0.0, SCALAR  # O(1) in cel-go
     if name in ("dyn", "optional.of", "optional.ofNonZeroValue", "value", "optional.none", "hasValue"):
         return 0.0, first if name not in ("optional.none", "hasValue") else SCALAR
     if name in ("orValue", "or"):
@@ -228,20 +237,23 @@ def _function_cost(node: Node, sizes: list[Size]) -> tuple[float, Size]:
     if name == "_?_:_":
         return 0.0, _larger(sizes[1], sizes[2]) if len(sizes) == 3 else SCALAR
     if name == "@in":
-        return _tenth(sizes[1].weight() if len(sizes) > 1 else 1) + (sizes[1].size if len(sizes) > 1 else 0), SCALAR
+        # a list is searched (O(n), cel-go's InList estimate), a map looked up (O(1))
+        container = sizes[1] if len(sizes) > 1 else SCALAR
+        return (0.0 if container.key is not None else container.size), SCALAR
     if name == "_+_" and len(sizes) == 2:
         a, b = sizes
         result = Size(_cap(a.size + b.size), _larger(a.item, b.item))
         return _tenth(result.size), result  # copies elements (or bytes), not what they reference
     if name in ("matches", "find", "findAll"):
-        pattern = sizes[1].weight() if len(sizes) > 1 else 1
-        text = first.weight()
+        pattern = sizes[1].size if len(sizes) > 1 else 1
+        text = first.size
         cost = _cap(text * max(1.0, pattern / 4))
         if name == "findAll":
             return cost, Size(text, Size(text))
         return cost, Size(text) if name == "find" else SCALAR
-    if name in ("contains", "startsWith", "endsWith", "indexOf", "lastIndexOf", "charAt", "size"):
-        return _tenth(total), SCALAR if name != "charAt" else Size(4)
+    if name in ("contains", "startsWith", "endsWith", "indexOf", "lastIndexOf", "charAt"):
+        # string traversals: lengths (not what a list holds) times cel-go's traversal factor
+        return _tenth(sum(size.size for size in sizes)), SCALAR if name != "charAt" else Size(4)
     if name in ("lowerAscii", "upperAscii", "trim", "reverse", "substring"):
         return _tenth(first.weight()), first
     if name == "replace" and len(sizes) >= 3:
@@ -259,8 +271,9 @@ def _function_cost(node: Node, sizes: list[Size]) -> tuple[float, Size]:
         result = Size(_cap((first.size + total) * 400))
         return _tenth(result.size), result
     if name == "lists.range":
+        # cel-go ext/lists.go estimateListsRange: a literal bound (a negative one is an empty list), else unbounded
         count = node.args[0].value if node.args and node.args[0].kind == "const" else None
-        length = float(count) if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else _INFINITE
+        length = float(max(count, 0)) if isinstance(count, int) and not isinstance(count, bool) else _INFINITE
         return length, Size(length, SCALAR)
     if name in ("distinct",):
         return _cap(first.size * first.size), first
@@ -273,10 +286,13 @@ def _function_cost(node: Node, sizes: list[Size]) -> tuple[float, Size]:
     if name in ("first", "last"):
         return 1.0, first.item or SCALAR
     if name in ("sets.contains", "sets.equivalent", "sets.intersects"):
+        # cel-go ext/sets.go estimateSetsCost: element counts multiplied, twice for equivalent
         second = sizes[1] if len(sizes) > 1 else SCALAR
-        return _cap(first.weight() * second.weight()), SCALAR
+        factor = 2.0 if name == "sets.equivalent" else 1.0
+        return _cap(first.size * second.size * factor), SCALAR
     if name in ("isSorted", "sum", "min", "max", "includes"):
-        return first.weight(), first.item or SCALAR
+        # one step per element (k8s.io/apiserver library/cost.go; DRA's includes: the attribute list bound)
+        return first.size, first.item or SCALAR
     if name == "cel.@mapInsert":
         value = sizes[-1] if sizes else SCALAR
         key = sizes[1] if len(sizes) > 2 else None
@@ -321,6 +337,28 @@ def unbounded_in_cel_go(serialized: bytes) -> bool:
 
     types = _type_map(_payload(serialized))
     return any(_unbounded_in_cel_go(node, types) for node in walk(checked_syntax_tree(serialized)))
+
+
+_GROWING_TYPES = ("string", "bytes", "list(", "dyn", "map(")
+
+
+def may_grow_without_bound(serialized: bytes) -> bool:
+    """Whether an evaluation could build ever larger values (concatenation or replace: doubling through
+    cel.bind or an accumulator). Without these, cel-cpp's iteration budget and the metered Python functions
+    bound an evaluation, so a stored expression over the estimate may still run (cel-go decides by the
+    actual cost, which is often far below the estimate)."""
+    from gpudra.cel.checks import _payload, _type_map
+
+    types = _type_map(_payload(serialized))
+    for node in walk(checked_syntax_tree(serialized)):
+        if node.kind != "call":
+            continue
+        if node.value in ("replace", "join", "format", "repeat", "flatten") or node.value in (
+                "__gpudra_map_from_entries", "__gpudra_merge_maps", "cel.@mapInsert"):
+            return True
+        if node.value == "_+_" and types.get(node.id, "dyn").startswith(_GROWING_TYPES):
+            return True
+    return False
 
 
 def estimate(serialized: bytes) -> float:

@@ -8,7 +8,7 @@ Two environments share every library:
 - the *runtime* environment declares `device` as `map(string, dyn)` so an evaluation binds a plain
   Python dict prepared once per device (cel-cpp checks a message-typed variable's runtime value).
 
-Libraries (Kubernetes 1.36 StoredExpressions set): standard CEL with cross-type numeric ordering,
+Which libraries and DRA features a release's reading offers: gpudra.cel.release. Libraries (all of them): standard CEL with cross-type numeric ordering,
 optional types, cel.bind, ext strings, ext lists, ext sets, two-variable comprehensions — all from
 cel-cpp itself, enabled through its environment config — plus Quantity, Semver, Kubernetes lists,
 regex find/findAll, `includes`, URL, IP, CIDR and format in Python (library_k8s.py, library_net.py).
@@ -20,16 +20,17 @@ from functools import lru_cache
 
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
+from google.protobuf import any_pb2  # noqa: F401 - registers google.protobuf.Any in the default pool
 
-from gpudra.cel import library_format, library_k8s, library_net, source
+from gpudra.cel import library_format, library_guards, library_k8s, library_net, source
 from gpudra.cel import values as V
+from gpudra.cel.release import CelEnvironment
 
 _CONFIG_YAML = """
 extensions:
   - name: two-var-comprehensions
-  - name: lists
   - name: sets
-stdlib:
+{lists}stdlib:
   exclude_functions:
     - name: _<_
     - name: _<=_
@@ -38,7 +39,7 @@ stdlib:
 """
 
 
-def _extensions(runtime: bool) -> list:
+def _extensions(runtime: bool, features: CelEnvironment) -> list:
     return [
         ext_strings.ExtStrings(),
         ext_optional.ExtOptional(),
@@ -49,39 +50,56 @@ def _extensions(runtime: bool) -> list:
         cel.CelExtension(
             "kubernetes",
             library_k8s.list_index_declarations()
-            + library_k8s.declarations(runtime)
-            + library_net.declarations()
+            + library_k8s.declarations(runtime, features)
+            + library_net.declarations(runtime)
+            + (library_guards.declarations() if runtime else [])
             + library_format.declarations(),
         ),
     ]
 
 
-_ATTRIBUTE_DOMAIN = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
+# Kubernetes types attribute values `any` unless DRAListTypeAttributes is on (then `dyn`, so that list
+# attributes can be iterated); cel-cpp's checker treats google.protobuf.Any as cel-go's does: assignable
+# anywhere, but not the range of a comprehension.
+ANY_TYPE = cel.Type("google.protobuf.Any")
 
 
-def _new_env(device_type: cel.Type, runtime: bool) -> cel.Env:
+def _new_env(device_type: cel.Type, runtime: bool, features: CelEnvironment, extra: tuple[str, ...] = ()) -> cel.Env:
     # At runtime quantities are tagged strings (values.py), for the checker they are messages.
     capacity_domain = cel.Type.Map(cel.Type.STRING, cel.Type.STRING if runtime else cel.Type(V.QUANTITY_TYPE))
+    attribute_domain = cel.Type.Map(cel.Type.STRING, cel.Type.DYN if features.list_attributes else ANY_TYPE)
+    config = _CONFIG_YAML.format(lists="  - name: lists\n" if features.ext_lists else "")
     return cel.NewEnv(
         descriptor_pool=V.POOL,
-        config=cel.NewEnvConfigFromYaml(_CONFIG_YAML),
+        config=cel.NewEnvConfigFromYaml(config),
         variables={
             "device": device_type,
-            source.ATTRIBUTES_VARIABLE: cel.Type.Map(cel.Type.STRING, _ATTRIBUTE_DOMAIN),
+            source.ATTRIBUTES_VARIABLE: cel.Type.Map(cel.Type.STRING, attribute_domain),
             source.CAPACITY_VARIABLE: cel.Type.Map(cel.Type.STRING, capacity_domain),
-            source.NO_ATTRIBUTES_VARIABLE: _ATTRIBUTE_DOMAIN,
+            source.NO_ATTRIBUTES_VARIABLE: attribute_domain,
             source.NO_CAPACITY_VARIABLE: capacity_domain,
+            **{name: cel.Type.DYN for name in extra},
         },
-        extensions=_extensions(runtime),
+        extensions=_extensions(runtime, features),
         functions=library_k8s.comparison_declarations() + library_k8s.ordering_declarations(runtime),
     )
 
 
-@lru_cache(maxsize=2)
-def checking_env(consumable_capacity: bool = True) -> cel.Env:
-    return _new_env(cel.Type(V.DEVICE_TYPE if consumable_capacity else V.DEVICE_TYPE_NO_MULTI), runtime=False)
+@lru_cache(maxsize=32)
+def checking_env(features: CelEnvironment = CelEnvironment()) -> cel.Env:
+    """The type-checking environment of one release's reading (gpudra.cel.release)."""
+    device = V.DEVICE_TYPE if features.multiple_allocations else V.DEVICE_TYPE_NO_MULTI
+    return _new_env(cel.Type(device), runtime=False, features=features)
 
 
 @lru_cache(maxsize=1)
 def runtime_env() -> cel.Env:
-    return _new_env(cel.Type.Map(cel.Type.STRING, cel.Type.DYN), runtime=True)
+    """One evaluation environment for every release: the checking environment has refused what a release lacks."""
+    return _new_env(cel.Type.Map(cel.Type.STRING, cel.Type.DYN), runtime=True, features=CelEnvironment())
+
+
+@lru_cache(maxsize=16)
+def runtime_env_with(variable: str) -> cel.Env:
+    """The evaluation environment plus one `dyn` variable (a macro's iteration variable, gpudra.cel.chunked)."""
+    return _new_env(cel.Type.Map(cel.Type.STRING, cel.Type.DYN), runtime=True, features=CelEnvironment(),
+                    extra=(variable,))

@@ -14,11 +14,12 @@ from functools import lru_cache
 
 from cel_expr_python import cel
 
-from gpudra.quantity import NANO, Quantity, QuantityError
+from gpudra.quantity import Quantity, QuantityError
 from gpudra.semver import SemverError, is_semver, parse_semver
-from gpudra.cel import binding
+from gpudra.cel import binding, source
 from gpudra.cel import values as V
-from gpudra.cel.budget import metered
+from gpudra.cel.budget import MAX_COST, charge, metered
+from gpudra.cel.release import CelEnvironment
 
 T = cel.Type
 QUANTITY = T(V.QUANTITY_TYPE)
@@ -68,19 +69,19 @@ def _as_integer(message) -> int:
 def _add(message, other):
     quantity = V.quantity_of(message)
     result = quantity.add(other) if isinstance(other, int) else quantity.add(V.quantity_of(other))
-    return V.runtime_quantity(_check_quantity_range(result))
+    return V.runtime_quantity(_check_quantity_range(result), pointer=True)
 
 
 def _sub(message, other):
     quantity = V.quantity_of(message)
     result = quantity.sub(other) if isinstance(other, int) else quantity.sub(V.quantity_of(other))
-    return V.runtime_quantity(_check_quantity_range(result))
+    return V.runtime_quantity(_check_quantity_range(result), pointer=True)
 
 
 def _check_quantity_range(quantity: Quantity) -> Quantity:
-    # Bounded like resource.Quantity's int64 mantissa so arithmetic cannot grow values without limit.
-    if abs(quantity.nanos) > (2**63 - 1) * NANO:
-        raise ValueError("quantity overflow")
+    # resource.Quantity.Add/Sub never overflow: past int64 they continue in inf.Dec (arbitrary precision),
+    # so sums near and beyond 2^63 stay exact (asInteger then fails: "cannot convert value to integer").
+    # A selector cannot multiply, and the cost limit bounds the number of additions, so values stay small.
     return quantity
 
 
@@ -121,6 +122,8 @@ def cel_equal(left, right) -> bool:
         return left.keys() == right.keys() and all(cel_equal(left[k], right[k]) for k in left)
     if isinstance(left, (int, float)) and isinstance(right, (int, float)):
         return left == right
+    if V.is_runtime_quantity(left) and V.is_runtime_quantity(right):
+        return V.quantity_of(left).cmp(V.quantity_of(right)) == 0
     if isinstance(left, (bytes, bytearray)) and isinstance(right, (bytes, bytearray)):
         return bytes(left) == bytes(right)
     if type(left) is not type(right):
@@ -129,10 +132,10 @@ def cel_equal(left, right) -> bool:
 
 
 def _sort_key(value):
-    if V.is_runtime_quantity(value):
-        return V.quantity_of(value)
-    if V.is_runtime_semver(value):
-        return V.semver_of(value)
+    # Kubernetes' Semver and Quantity are not traits.Comparer: isSorted/min/max refuse them
+    # (k8s.io/apiserver pkg/cel/library/lists.go)
+    if V.is_runtime_quantity(value) or V.is_runtime_semver(value):
+        raise ValueError("no such overload: list elements are not comparable")
     if hasattr(value, "DESCRIPTOR"):
         raise ValueError(f"no such overload: {value.DESCRIPTOR.full_name} is not comparable")
     if isinstance(value, (bytearray, bytes)):
@@ -159,11 +162,7 @@ def _sum(values):
     if not values:
         return 0
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
-        if all(V.is_runtime_quantity(v) for v in values):
-            total = V.quantity_of(values[0])
-            for value in values[1:]:
-                total = total.add(V.quantity_of(value))
-            return V.runtime_quantity(_check_quantity_range(total))
+        # Quantity is no traits.Adder: a list of quantities has no sum (k8s.io/apiserver library/lists.go)
         raise ValueError("no such overload: sum() needs a list of numbers")
     if all(isinstance(v, int) for v in values):
         total = sum(values)
@@ -198,12 +197,48 @@ def _last_index_of(values, item) -> int:
     return -1
 
 
-def _includes_list(values, item) -> bool:
-    return _index_of(values, item) >= 0
+MAX_ATTRIBUTE_VALUES = 64  # ResourceSliceMaxAttributeValuesPerDevice
 
 
-def _includes_scalar(value, item) -> bool:
-    return cel_equal(value, item)
+def _includes(target, item) -> bool:
+    """DRA's includesFunc (dynamic-resource-allocation cel/compile.go): a list includes an equal element (a list
+    longer than an attribute may be is refused), any other value is compared with the argument."""
+    if isinstance(target, (list, tuple)):
+        for index, value in enumerate(target):
+            if index >= MAX_ATTRIBUTE_VALUES:
+                raise ValueError(
+                    f"'includes' function cannot be applied to lists longer than {MAX_ATTRIBUTE_VALUES} values")
+            if cel_equal(value, item):
+                return True
+        return False
+    return cel_equal(target, item)
+
+
+# ----- strings extension: indexOf/lastIndexOf with an offset (cel-go v0.26.0 ext/strings.go) -------------
+def _index_of_offset(text: str, needle: str, offset: int) -> int:
+    if needle == "":
+        return offset
+    if offset < 0:
+        raise ValueError(f"index out of range: {offset}")
+    if offset >= len(text):
+        return -1
+    return text.find(needle, offset)
+
+
+def _last_index_of_offset(text: str, needle: str, offset: int) -> int:
+    if needle == "":
+        return offset
+    if offset < 0:
+        raise ValueError(f"index out of range: {offset}")
+    if offset >= len(text):
+        return -1
+    start = min(offset, len(text) - len(needle))
+    return -1 if start < 0 else text.rfind(needle, 0, start + len(needle))
+
+
+def _range_over_limit(count: int) -> int:
+    charge(MAX_COST + 1)  # raises: the evaluation has exceeded the cost limit, whatever absorbs the error
+    return count
 
 
 # ----- map builders behind transformMap / transformMapEntry (see source.rewrite_map_transforms) -----
@@ -355,10 +390,12 @@ def comparison_declarations() -> list[cel.FunctionDecl]:
     return declarations
 
 
-def declarations(runtime: bool = False) -> list[cel.FunctionDecl]:
-    """`runtime`: the evaluation environment, where quantities and versions are tagged strings."""
+def declarations(runtime: bool = False, features: CelEnvironment = CelEnvironment()) -> list[cel.FunctionDecl]:
+    """`runtime`: the evaluation environment, where quantities and versions are tagged strings; `features`:
+    what the release offers (SemverLib v1's normalizing overloads, DRA's `includes`; gpudra.cel.release)."""
     bool_, int_, double, string = T.BOOL, T.INT, T.DOUBLE, T.STRING
     quantity, semver = (T.STRING, T.STRING) if runtime else (QUANTITY, SEMVER)
+    normalizing = features.semver_normalize
     return [
         # quantity
         cel.FunctionDecl("quantity", [_overload("string_to_quantity", quantity, [string], _quantity, member=False)]),
@@ -392,15 +429,15 @@ def declarations(runtime: bool = False) -> list[cel.FunctionDecl]:
             "semver",
             [
                 _overload("string_to_semver", semver, [string], _semver, member=False),
-                _overload("string_bool_to_semver", semver, [string, bool_], _semver_normalized, member=False),
-            ],
+            ] + ([_overload("string_bool_to_semver", semver, [string, bool_], _semver_normalized, member=False)]
+                 if normalizing else []),
         ),
         cel.FunctionDecl(
             "isSemver",
             [
                 _overload("is_semver_string", bool_, [string], is_semver, member=False),
-                _overload("is_semver_string_bool", bool_, [string, bool_], lambda s, n: is_semver(s, bool(n)), member=False),
-            ],
+            ] + ([_overload("is_semver_string_bool", bool_, [string, bool_], lambda s, n: is_semver(s, bool(n)),
+                            member=False)] if normalizing else []),
         ),
         cel.FunctionDecl("major", [_overload("semver_major", int_, [semver], lambda v: V.semver_of(v).major)]),
         cel.FunctionDecl("minor", [_overload("semver_minor", int_, [semver], lambda v: V.semver_of(v).minor)]),
@@ -411,18 +448,6 @@ def declarations(runtime: bool = False) -> list[cel.FunctionDecl]:
         cel.FunctionDecl("sum", [_overload("list_sum", T.DYN, [LIST_DYN], _sum)]),
         cel.FunctionDecl("min", [_overload("list_min", T.DYN, [LIST_DYN], lambda values: _extreme(values, False))]),
         cel.FunctionDecl("max", [_overload("list_max", T.DYN, [LIST_DYN], lambda values: _extreme(values, True))]),
-        # includes: membership for list attributes, equality for scalar ones (so a selector works
-        # whether a driver publishes `strings` or `string`)
-        cel.FunctionDecl(
-            "includes",
-            [
-                _overload("list_includes", bool_, [LIST_DYN, T.DYN], _includes_list),
-                _overload("string_includes", bool_, [string, string], _includes_scalar),
-                _overload("int_includes", bool_, [int_, int_], _includes_scalar),
-                _overload("bool_includes", bool_, [bool_, bool_], _includes_scalar),
-            ]
-            + ([] if runtime else [_overload("semver_includes", bool_, [semver, semver], _includes_scalar)]),
-        ),
         cel.FunctionDecl(
             "__gpudra_map_from_entries",
             [_overload("gpudra_map_from_entries", T.Map(T.DYN, T.DYN), [LIST_DYN], _map_from_entries)],
@@ -430,6 +455,12 @@ def declarations(runtime: bool = False) -> list[cel.FunctionDecl]:
         cel.FunctionDecl(
             "__gpudra_merge_maps", [_overload("gpudra_merge_maps", T.Map(T.DYN, T.DYN), [LIST_DYN], _merge_maps)]
         ),
+        cel.FunctionDecl(source.RANGE_OVER_LIMIT, [
+            binding.overload("gpudra_range_over_limit", int_, [int_], _range_over_limit, False)]),
+        cel.FunctionDecl(source.INDEX_OF_OFFSET, [
+            _overload("gpudra_index_of_offset", int_, [string, string, int_], _index_of_offset)]),
+        cel.FunctionDecl(source.LAST_INDEX_OF_OFFSET, [
+            _overload("gpudra_last_index_of_offset", int_, [string, string, int_], _last_index_of_offset)]),
         # regex
         cel.FunctionDecl("find", [_overload("string_find_string", string, [string, string], _find)]),
         cel.FunctionDecl(
@@ -439,7 +470,13 @@ def declarations(runtime: bool = False) -> list[cel.FunctionDecl]:
                 _overload("string_find_all_string_int", T.List(string), [string, string, int_], _find_all_limit),
             ],
         ),
-    ]
+    ] + (_includes_declarations(runtime) if features.includes else [])
+
+
+def _includes_declarations(runtime: bool) -> list[cel.FunctionDecl]:
+    # One member overload on (dyn, dyn), as DRA declares it (dra_includes_dyn_dyn): membership for a list
+    # attribute, equality for a scalar one (so a selector works whether a driver publishes `strings` or `string`).
+    return [cel.FunctionDecl("includes", [_overload("dra_includes_dyn_dyn", T.BOOL, [T.DYN, T.DYN], _includes)])]
 
 
 def ordering_declarations(runtime: bool = False) -> list[cel.FunctionDecl]:

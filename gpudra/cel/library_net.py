@@ -175,9 +175,24 @@ def _query(message) -> dict[str, list[str]]:
     return parse_qs(_split_url(message.s).query, keep_blank_values=True)
 
 
-def declarations() -> list[cel.FunctionDecl]:
+NET_STRING = "__gpudra_net_string"
+
+
+def _net_string(message) -> str:
+    return str(message.s)
+
+
+def declarations(runtime: bool = False) -> list[cel.FunctionDecl]:
+    """`runtime`: string(ip)/string(cidr) are declared for the checker only; cel-cpp's runtime registry refuses a
+    second message overload of `string`, so the evaluation text calls __gpudra_net_string (gpudra.cel.guards)."""
     bool_, int_, string = T.BOOL, T.INT, T.STRING
-    return [
+    if runtime:
+        to_string = [cel.FunctionDecl(NET_STRING, [_overload("gpudra_net_string", string, [T.DYN], _net_string,
+                                                             member=False)])]
+    else:
+        to_string = [cel.FunctionDecl("string", [_overload("ip_to_string", string, [IP], None, member=False),
+                                                 _overload("cidr_to_string", string, [CIDR], None, member=False)])]
+    return to_string + [
         cel.FunctionDecl(
             "ip",
             [

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import re
+from dataclasses import astuple
 from functools import lru_cache
 
 from cel_expr_python import cel
 
-from gpudra.cel import binding, budget, checks
+from gpudra.cel import binding, budget, checks, chunked, constants, guards
 from gpudra.cel import cost as cost_model
 from gpudra.cel.device import DeviceInput
 from gpudra.cel.environment import checking_env, runtime_env
 from gpudra.cel.errors import CELCompileError, CELRuntimeError
 from gpudra.cel.reads import device_reads
-from gpudra.cel.source import adapt, caret_report, line_column, offset_of
+from gpudra.cel.release import CelEnvironment, cel_environment
+from gpudra.cel.source import (adapt, apply_operations, caret_report, line_column, offset_of, tokenize,
+                               top_level_arguments)
 
 MAX_EXPRESSION_BYTES = 10 * 1024  # CELSelectorExpressionMaxLength
 MAX_COST = budget.MAX_COST  # CELSelectorExpressionMaxCost, also the runtime CostLimit
@@ -65,21 +68,33 @@ def _aborted_message(message: str) -> str:
 class Selector:
     """A compiled selector. `evaluate(device_input)` returns a bool or raises CELRuntimeError."""
 
-    __slots__ = ("expression", "consumable_capacity", "estimated_cost", "reads", "_program", "_env", "_key")
+    __slots__ = ("expression", "environment", "estimated_cost", "reads", "refused", "_program", "_env", "_key",
+                 "_runtime_source")
 
-    def __init__(self, expression: str, consumable_capacity: bool, program, estimated_cost: int,
-                 reads: tuple[tuple[str, ...], ...] | None = None):
+    def __init__(self, expression: str, environment: CelEnvironment, program, estimated_cost: int,
+                 reads: tuple[tuple[str, ...], ...] | None = None, stored: bool = False, refused: bool = False,
+                 runtime_source: str = ""):
         self.expression = expression
-        self.consumable_capacity = consumable_capacity
+        self.environment = environment
         # Over MAX_COST only for a stored expression (see compile_selector): its evaluation is not
         # started, it fails as the runtime cost limit would stop it.
         self.estimated_cost = estimated_cost
+        # A stored expression over the estimate that could grow values without bound is not started: it
+        # fails as the runtime cost limit would stop it. Others run, bounded by cel-cpp's iteration budget,
+        # the metered Python functions and the clamped lists.range (source.rewrite_range_bounds).
+        self.refused = refused
+        self._runtime_source = runtime_source  # the text cel-cpp evaluates (gpudra.cel.chunked splits it)
         # What of the device the expression reads (gpudra.cel.reads; None: it may read anything): devices alike
         # in these places (gpudra.cel.device.device_projection) get the same outcome.
         self.reads = reads
         self._program = program
         self._env = runtime_env()
-        self._key = (expression, consumable_capacity)
+        # a plain tuple: hashed on every memo lookup, where a dataclass would hash through Python code
+        self._key = (expression, astuple(environment), stored)
+
+    @property
+    def consumable_capacity(self) -> bool:
+        return self.environment.multiple_allocations
 
     def evaluate(self, device: DeviceInput, deadline: float | None = None) -> bool:
         """`deadline`: a time.monotonic() instant (the search's); past it, EvaluationDeadlineExceeded."""
@@ -100,14 +115,17 @@ class Selector:
     def _evaluate_or_raise(self, device: DeviceInput, deadline: float | None) -> bool:
         if device.error is not None:
             raise CELRuntimeError(device.error, self.expression)
-        if self.estimated_cost > MAX_COST:
+        if self.refused:
             raise CELRuntimeError(_aborted_message("Iteration budget exceeded"), self.expression)
         with budget.evaluation(deadline) as meter:
             try:
                 result = self._program.eval(device.activation(self._env))
             except Exception as error:  # noqa: BLE001 - cel-cpp aborts (iteration budget) raise instead of returning
+                outcome = self._chunked(str(error), device)
                 budget.outcome(meter)
-                raise CELRuntimeError(_aborted_message(str(error)), self.expression) from None
+                if outcome is True or outcome is False:
+                    return outcome
+                raise CELRuntimeError(outcome or _aborted_message(str(error)), self.expression) from None
             finally:
                 binding.settle()  # the references cel-expr-python kept from this evaluation's Python calls
         limit_error = budget.outcome(meter)  # an error inside `||`/`&&` may have been absorbed
@@ -125,6 +143,23 @@ class Selector:
         raise CELRuntimeError(
             f"CEL result of type {cel_type_name(result_type)} could not be converted to bool", self.expression
         )
+
+    def _chunked(self, error: str, device: DeviceInput) -> bool | str | None:
+        """The outcome of an outermost macro evaluated part by part after cel-cpp's iteration budget stopped
+        the whole (gpudra.cel.chunked); None when that does not apply."""
+        if "Iteration budget exceeded" not in error or self.estimated_cost > MAX_COST:
+            return None
+        try:
+            outcome = chunked.evaluate(self._runtime_source, device.data)
+        except chunked.OverLimit:
+            return None
+        except Exception:  # noqa: BLE001 - a part aborted otherwise: the original error stands
+            return None
+        finally:
+            binding.settle()
+        if isinstance(outcome, str):
+            return clean_runtime_message(outcome)
+        return outcome
 
     def __repr__(self) -> str:
         return f"Selector({self.expression!r})"
@@ -162,26 +197,65 @@ def _compile_error(expression: str, rewritten, raw: str) -> CELCompileError:
     return CELCompileError(expression, first_message, column, line, report="\n".join(reports))
 
 
-def _compile(expression: str, consumable_capacity: bool, stored: bool = False) -> Selector:
+def _result_type_allowed(checked, environment: CelEnvironment) -> str | None:
+    """None when the result type is bool or the attribute type (compile.go: `dyn`, or `any` with
+    DRAListTypeAttributes off), else the type's name."""
+    result_type = checked.return_type()
+    if result_type == cel.Type.BOOL:
+        return None
+    root_type = checks.root_type_name(checked.serialize())
+    allowed = "dyn" if environment.list_attributes else "any"
+    if root_type == allowed:
+        return None
+    return root_type or cel_type_name(result_type)
+
+
+def _evaluation_source(expression: str, rewritten, serialized: bytes) -> str:
+    """`expression` as cel-cpp evaluates it: each constant conversion replaced by the value cel-go's planner
+    folds it to (gpudra.cel.constants.folded_conversions), dyn operands guarded (gpudra.cel.guards)."""
+    operations = guards.guard_operations(expression, rewritten, serialized)
+    folded = constants.folded_conversions(serialized)
+    tokens = tokenize(rewritten.text)
+    by_start = {token.start: index for index, token in enumerate(tokens)}
+    for offset, value in folded:
+        index = by_start.get(offset)
+        text = constants.literal(value)
+        if index is None or index == 0 or text is None or tokens[index].text != "(":
+            continue
+        parsed = top_level_arguments(tokens, index)
+        if parsed is None:
+            continue
+        start = rewritten.original_offset(tokens[index - 1].start)
+        end = rewritten.original_offset(tokens[parsed[1]].start) + 1
+        if expression[start:end].startswith(tokens[index - 1].text) and expression[end - 1 : end] == ")":
+            operations.append((start, end, text))
+    if not operations:
+        return expression
+    return apply_operations(expression, operations).text
+
+
+def _compile(expression: str, environment: CelEnvironment, stored: bool = False) -> Selector:
     if not isinstance(expression, str):
         raise CELCompileError(str(expression), "expression must be a string")
     size = len(expression.encode("utf-8"))
     if size > MAX_EXPRESSION_BYTES:
         raise CELCompileError(expression, f"Too long: may not be more than {MAX_EXPRESSION_BYTES} bytes")
-    rewritten = adapt(expression)
+    rewritten = adapt(expression, semver_normalize=environment.semver_normalize)
     try:
-        checked = checking_env(consumable_capacity).compile(rewritten.text)
+        checked = checking_env(environment).compile(rewritten.text)
     except Exception as error:  # noqa: BLE001 - cel-expr-python raises RuntimeError/ValueError with the issues
         raise _compile_error(expression, rewritten, str(error)) from None
-    result_type = checked.return_type()
-    if result_type != cel.Type.BOOL and result_type != cel.Type.DYN:
-        message = f"must evaluate to bool or the unknown type, not {cel_type_name(result_type)}"
+    wrong_type = _result_type_allowed(checked, environment)
+    if wrong_type is not None:
+        message = f"must evaluate to bool or the unknown type, not {wrong_type}"
         raise CELCompileError(expression, message, report=message)
     serialized = checked.serialize()
     problem = (
         checks.heterogeneous_literal(serialized)
         or checks.list_function_overloads(serialized)
         or checks.invalid_time_literals(serialized)
+        or constants.format_problem(serialized)
+        or constants.conversion_problem(serialized)
     )
     if problem is not None:
         message, offset = problem
@@ -189,33 +263,49 @@ def _compile(expression: str, consumable_capacity: bool, stored: bool = False) -
         line, column = line_column(expression, offset)
         raise CELCompileError(expression, message, column, line, report=caret_report(expression, message, offset))
     estimate = cost_model.check(expression, checked, refuse_costly=not stored)
+    runtime_source = _evaluation_source(expression, rewritten, serialized)
+    runtime_text = adapt(runtime_source, runtime=True).text
     try:
-        program = runtime_env().compile(adapt(expression, runtime=True).text)
-    except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly
-        raise _compile_error(expression, rewritten, str(error)) from None
-    return Selector(expression, consumable_capacity, program, estimate, device_reads(serialized))
+        program = runtime_env().compile(runtime_text)
+    except Exception:  # noqa: BLE001 - a guard or fold the token scan placed wrongly: evaluate the plain text
+        runtime_text = adapt(expression, runtime=True).text
+        try:
+            program = runtime_env().compile(runtime_text)
+        except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly
+            raise _compile_error(expression, rewritten, str(error)) from None
+    refused = estimate > MAX_COST and cost_model.may_grow_without_bound(serialized)
+    return Selector(expression, environment, program, estimate, device_reads(serialized), stored, refused,
+                    runtime_text)
 
 
 @lru_cache(maxsize=4096)
-def _cached(expression: str, consumable_capacity: bool, stored: bool = False) -> Selector | CELCompileError:
+def _cached(expression: str, environment: CelEnvironment, stored: bool = False) -> Selector | CELCompileError:
     # Failures are cached too: an allocator asks for the same broken selector on every node.
     try:
-        return _compile(expression, consumable_capacity, stored)
+        return _compile(expression, environment, stored)
     except CELCompileError as error:
         return error
 
 
-def compile_selector(expression: str, *, consumable_capacity: bool = True, stored: bool = False) -> Selector:
+def compile_selector(expression: str, *, consumable_capacity: bool | None = None, stored: bool = False,
+                     version: str | None = None, list_type_attributes: bool | None = None) -> Selector:
     """Compile a DRA device selector (cached per expression and options); raises CELCompileError.
 
     The API server's reading (the default) refuses an expression whose estimated cost exceeds the
     limit. `stored=True` is kube-scheduler's reading of an expression already stored: no estimate
     at compile time, the runtime cost limit applies instead (an expression whose cost bound exceeds
     the limit fails its evaluation with "actual cost limit exceeded").
+
+    `version`: the Kubernetes release (default gpudra.versions.DEFAULT_KUBERNETES_VERSION) whose CEL
+    libraries and DRA CEL features apply; `consumable_capacity` / `list_type_attributes`: the gates
+    DRAConsumableCapacity / DRAListTypeAttributes; None: the release's default for the first, on where the
+    release has it for the second (gpudra.cel.release.cel_environment).
     """
     if not isinstance(expression, str):
         raise CELCompileError(str(expression), "expression must be a string")
-    result = _cached(expression, bool(consumable_capacity), bool(stored))
+    environment = cel_environment(version, stored=bool(stored), consumable_capacity=consumable_capacity,
+                                  list_type_attributes=list_type_attributes)
+    result = _cached(expression, environment, bool(stored))
     if isinstance(result, CELCompileError):
         raise CELCompileError(result.expression, result.message, result.column, result.line, result.report)
     return result

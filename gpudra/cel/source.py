@@ -10,6 +10,9 @@ and the domain lookup is rewritten:
     device.attributes[D]   ->  __gpudra_attributes[?D].orValue(__gpudra_no_attributes)
     device.attributes[?D]  ->  optional.of(__gpudra_attributes[?D].orValue(__gpudra_no_attributes))
     device.attributes.d    ->  __gpudra_attributes[?"d"].orValue(__gpudra_no_attributes)  (outside has())
+    device.attributes.?d   ->  optional.of(__gpudra_attributes[?"d"].orValue(__gpudra_no_attributes))
+    has(device.attributes.d)  ->  true        (cel-go's custom Find answers every key, so has() is true)
+    has(device.attributes)    ->  unchanged   (a field of the device message)
     device.attributes      ->  __gpudra_attributes                                         (elsewhere)
 
 and the same for device.capacity. `__gpudra_no_*` are empty maps of the right type.
@@ -121,9 +124,16 @@ def rewrite_domain_lookups(source: str) -> Rewritten:
         dot, name = tokens[index + 1], tokens[index + 2]
         if dot.text != "." or name.kind != "ident" or name.text not in DOMAIN_MAPS:
             continue
+        if _inside_has(tokens, index, index + 2):
+            continue  # has(device.attributes): a field of the device, present in every device
         variable, empty = _VARIABLES[name.text]
-        operations.append((token.start, name.end, variable))
         opener = tokens[index + 3] if index + 3 < len(tokens) else None
+        domain = tokens[index + 4] if index + 4 < len(tokens) and tokens[index + 4].kind == "ident" else None
+        if opener is not None and opener.text == "." and domain is not None and _inside_has(tokens, index, index + 4):
+            # cel-go's maps answer every domain (a custom Find), so a presence test of a domain is true
+            operations.append((tokens[index - 2].start, tokens[index + 5].end, "true"))
+            continue
+        operations.append((token.start, name.end, variable))
         if opener is None:
             continue
         if opener.text == "[":
@@ -136,17 +146,18 @@ def rewrite_domain_lookups(source: str) -> Rewritten:
             if close is not None:
                 operations.append((token.start, token.start, "optional.of("))
                 operations.append((tokens[close].end, tokens[close].end, f".orValue({empty}))"))
-        elif opener.text == "." and index + 4 < len(tokens) and tokens[index + 4].kind == "ident":
-            domain = tokens[index + 4]
-            if _inside_has(tokens, index, index + 4):
-                continue
+        elif opener.text in (".", ".?") and domain is not None:
             if index + 5 < len(tokens) and tokens[index + 5].text == "(":
                 continue  # a method call on the map itself, e.g. device.attributes.exists(d, …)
-            operations.append((opener.start, domain.end, f'[?"{domain.text}"].orValue({empty})'))
-    return _apply(source, operations)
+            lookup = f'[?"{domain.text}"].orValue({empty})'
+            if opener.text == ".?":  # an optional selection finds every domain too
+                operations.append((token.start, token.start, "optional.of("))
+                lookup += ")"
+            operations.append((opener.start, domain.end, lookup))
+    return apply_operations(source, operations)
 
 
-def _apply(source: str, operations: list[tuple[int, int, str]]) -> Rewritten:
+def apply_operations(source: str, operations: list[tuple[int, int, str]]) -> Rewritten:
     if not operations:
         return Rewritten(source, tuple(range(len(source))))
     operations = sorted(operations, key=lambda op: (op[0], op[1]))
@@ -164,7 +175,7 @@ def _apply(source: str, operations: list[tuple[int, int, str]]) -> Rewritten:
     return Rewritten("".join(pieces), tuple(origin))
 
 
-def _top_level_arguments(tokens: list[Token], open_index: int) -> tuple[list[tuple[int, int]], int] | None:
+def top_level_arguments(tokens: list[Token], open_index: int) -> tuple[list[tuple[int, int]], int] | None:
     """Token index ranges [first, last] of the arguments of the call opened at `open_index`, and the
     index of the closing parenthesis."""
     depth = 0
@@ -205,7 +216,7 @@ def rewrite_map_transforms(source: str) -> Rewritten:
             continue
         if index + 1 >= len(tokens) or tokens[index + 1].text != "(":
             continue
-        parsed = _top_level_arguments(tokens, index + 1)
+        parsed = top_level_arguments(tokens, index + 1)
         if parsed is None or len(parsed[0]) not in (3, 4):
             continue
         arguments, close = parsed
@@ -220,7 +231,7 @@ def rewrite_map_transforms(source: str) -> Rewritten:
         else:
             helper = MERGE_MAPS
         operations.append((tokens[close].end, tokens[close].end, f".{helper}()"))
-    return _apply(source, operations)
+    return apply_operations(source, operations)
 
 
 FORMAT_ERRORS = "__gpudra_format_errors"
@@ -244,13 +255,61 @@ def rewrite_format_calls(source: str) -> Rewritten:
             replacement, key, start = FORMAT_NAMED, "format", tokens[index - 2].start
         else:
             continue
-        parsed = _top_level_arguments(tokens, index + 1)
+        parsed = top_level_arguments(tokens, index + 1)
         if parsed is None:
             continue
         close = parsed[1]
         operations.append((start, token.end, replacement))
         operations.append((tokens[close].end, tokens[close].end, f'[?"{key}"]'))
-    return _apply(source, operations)
+    return apply_operations(source, operations)
+
+
+RANGE_OVER_LIMIT = "__gpudra_range_over_limit"
+RANGE_LIMIT = 1_000_000  # a longer range costs cel-go more than CELSelectorExpressionMaxCost to build
+
+
+def rewrite_range_bounds(source: str) -> Rewritten:
+    """`lists.range(n)`: n < 0 is an empty list in cel-go (its loop never runs), where cel-cpp fails; a range
+    longer than the cost limit fails as cel-go's cost tracker fails it, before cel-cpp would allocate it:
+    lists.range(cel.bind(__gpudra_n, n, __gpudra_n < 0 ? 0 : __gpudra_n > LIMIT ? over(__gpudra_n) : __gpudra_n))."""
+    tokens = tokenize(source)
+    operations: list[tuple[int, int, str]] = []
+    for index in range(len(tokens) - 3):
+        if (tokens[index].text, tokens[index + 1].text, tokens[index + 2].text, tokens[index + 3].text) != (
+                "lists", ".", "range", "("):
+            continue
+        if index > 0 and tokens[index - 1].text in (".", ".?"):
+            continue
+        parsed = top_level_arguments(tokens, index + 3)
+        if parsed is None or len(parsed[0]) != 1:
+            continue
+        first, last = parsed[0][0]
+        operations.append((tokens[first].start, tokens[first].start, "cel.bind(__gpudra_n, "))
+        operations.append((tokens[last].end, tokens[last].end,
+                           f", __gpudra_n < 0 ? 0 : __gpudra_n > {RANGE_LIMIT} ? {RANGE_OVER_LIMIT}(__gpudra_n) : __gpudra_n)"))
+    return apply_operations(source, operations)
+
+
+INDEX_OF_OFFSET = "__gpudra_index_of_offset"
+LAST_INDEX_OF_OFFSET = "__gpudra_last_index_of_offset"
+
+
+def rewrite_offset_searches(source: str) -> Rewritten:
+    """`s.indexOf(t, n)` / `s.lastIndexOf(t, n)` (the strings extension's forms with an offset) call
+    gpudra's implementation of cel-go's semantics: cel-cpp refuses an offset past the end, cel-go answers
+    -1 (or the offset, for an empty needle). The one-argument forms agree and are left alone."""
+    tokens = tokenize(source)
+    operations: list[tuple[int, int, str]] = []
+    replacements = {"indexOf": INDEX_OF_OFFSET, "lastIndexOf": LAST_INDEX_OF_OFFSET}
+    for index, token in enumerate(tokens):
+        if token.text not in replacements or index == 0 or tokens[index - 1].text != ".":
+            continue
+        if index + 1 >= len(tokens) or tokens[index + 1].text != "(":
+            continue
+        parsed = top_level_arguments(tokens, index + 1)
+        if parsed is not None and len(parsed[0]) == 2:
+            operations.append((token.start, token.end, replacements[token.text]))
+    return apply_operations(source, operations)
 
 
 _SIMPLE_STRING = re.compile(r"""^(?:"([^"\\\n]*)"|'([^'\\\n]*)')$""")
@@ -263,7 +322,7 @@ def _literal_text(token: Token) -> str | None:
     return match.group(1) if match.group(1) is not None else match.group(2)
 
 
-def fold_constant_values(source: str, runtime: bool = False) -> Rewritten:
+def fold_constant_values(source: str, runtime: bool = False, semver_normalize: bool = True) -> Rewritten:
     """`quantity("40Gi")` and `semver("8.0.0"[, true])` with a valid literal become message literals.
 
     Same value, but no call into Python per evaluation (cel-expr-python's Python calls are the slow
@@ -286,7 +345,7 @@ def fold_constant_values(source: str, runtime: bool = False) -> Rewritten:
             continue
         normalize, close = False, index + 3
         if token.text == "semver" and tokens[index + 3].text == "," and index + 5 < len(tokens):
-            if tokens[index + 4].text not in ("true", "false"):
+            if tokens[index + 4].text not in ("true", "false") or not semver_normalize:
                 continue
             normalize, close = tokens[index + 4].text == "true", index + 5
         if tokens[close].text != ")":
@@ -305,7 +364,41 @@ def fold_constant_values(source: str, runtime: bool = False) -> Rewritten:
             type_name = V.QUANTITY_TYPE if token.text == "quantity" else V.SEMVER_TYPE
             literal = f'{type_name}{{s: "{message.s}"}}'
         operations.append((token.start, tokens[close].end, literal))
-    return _apply(source, operations)
+    return apply_operations(source, operations)
+
+
+GO_MAX_RECURSION = 250  # cel-go parser's default maxRecursionDepth (parser/parser.go)
+
+
+def collapse_redundant_parentheses(source: str) -> Rewritten:
+    """`((x))` -> `(x)`. cel-cpp's parser stops at 32 nested levels, cel-go's at 250 (per grammar rule); doubled
+    parentheses change nothing, so they are dropped while the nesting stays within cel-go's limit."""
+    tokens = tokenize(source)
+    depth = deepest = 0
+    for token in tokens:
+        if token.text in ("(", "[", "[?", "{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token.text in (")", "]", "}"):
+            depth -= 1
+    if deepest <= 32 or deepest > GO_MAX_RECURSION:
+        return Rewritten(source, tuple(range(len(source))))
+    closing: dict[int, int] = {}
+    stack: list[int] = []
+    for index, token in enumerate(tokens):
+        if token.text in ("(", "[", "[?", "{"):
+            stack.append(index)
+        elif token.text in (")", "]", "}") and stack:
+            closing[stack.pop()] = index
+    operations: list[tuple[int, int, str]] = []
+    for index in range(len(tokens) - 1):
+        if tokens[index].text != "(" or tokens[index + 1].text != "(":
+            continue
+        outer, inner = closing.get(index), closing.get(index + 1)
+        if outer is not None and inner is not None and inner == outer - 1:
+            operations.append((tokens[index + 1].start, tokens[index + 1].end, ""))
+            operations.append((tokens[inner].start, tokens[inner].end, ""))
+    return apply_operations(source, operations)
 
 
 def _compose(first: Rewritten, second: Rewritten) -> Rewritten:
@@ -314,13 +407,18 @@ def _compose(first: Rewritten, second: Rewritten) -> Rewritten:
     return Rewritten(second.text, tuple(first.original_offset(offset) for offset in second.origin))
 
 
-def adapt(source: str, runtime: bool = False) -> Rewritten:
+def adapt(source: str, runtime: bool = False, semver_normalize: bool = True) -> Rewritten:
     """Every source-level adaptation, with positions mapped back to `source`; `runtime` gives the text
-    for the evaluation environment (constant values folded to their tagged-string form)."""
-    rewritten = rewrite_domain_lookups(source)
+    for the evaluation environment (constant values folded to their tagged-string form);
+    `semver_normalize`: the release has `semver(s, normalize)` (else such a call is left to the checker)."""
+    rewritten = collapse_redundant_parentheses(source)
+    rewritten = _compose(rewritten, rewrite_domain_lookups(rewritten.text))
     rewritten = _compose(rewritten, rewrite_map_transforms(rewritten.text))
     rewritten = _compose(rewritten, rewrite_format_calls(rewritten.text))
-    return _compose(rewritten, fold_constant_values(rewritten.text, runtime))
+    if runtime:
+        rewritten = _compose(rewritten, rewrite_offset_searches(rewritten.text))
+        rewritten = _compose(rewritten, rewrite_range_bounds(rewritten.text))
+    return _compose(rewritten, fold_constant_values(rewritten.text, runtime, semver_normalize))
 
 
 def offset_of(source: str, line: int, column: int) -> int:

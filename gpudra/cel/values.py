@@ -114,7 +114,7 @@ def quantity_of(value) -> Quantity:
     if isinstance(value, str):
         if not value.startswith(QUANTITY_TAG):
             raise ValueError("no such overload")
-        return _quantity_from_nanos(value[len(QUANTITY_TAG):])
+        return _quantity_from_nanos(value[len(QUANTITY_TAG):].lstrip(POINTER_MARK))
     return _quantity_from_nanos(value.s)
 
 
@@ -149,8 +149,18 @@ QUANTITY_TAG = "\x1fquantity:"
 SEMVER_TAG = "\x1fsemver:"
 
 
-def runtime_quantity(quantity: Quantity) -> str:
-    return QUANTITY_TAG + str(quantity.nanos)
+# Kubernetes' quantity add/sub return a *pointer* to a Quantity (k8s.io/apiserver pkg/cel/library/quantity.go),
+# and Quantity.Equal accepts only a value: `quantity("2") == quantity("1").add(1)` is "no such overload" there
+# (the pointer on the left is fine). Arithmetic results carry this mark after the tag.
+POINTER_MARK = "*"
+
+
+def runtime_quantity(quantity: Quantity, pointer: bool = False) -> str:
+    return QUANTITY_TAG + (POINTER_MARK if pointer else "") + str(quantity.nanos)
+
+
+def is_quantity_pointer(value) -> bool:
+    return isinstance(value, str) and value.startswith(QUANTITY_TAG + POINTER_MARK)
 
 
 def runtime_semver(version: Semver) -> str:

@@ -122,6 +122,10 @@ def run_with_error_contract(invoke: Callable[[], Any]) -> Any:
         _flush_stdout()
         exc.show()
         sys.exit(exc.exit_code)
+    except click.exceptions.NoArgsIsHelpError as exc:  # bare `gpudra` (or `gpudra driver`): help, as kubectl
+        click.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
+        _flush_stdout()
+        sys.exit(0)
     except click.UsageError as exc:
         _show_usage_error(exc)
         sys.exit(USAGE)

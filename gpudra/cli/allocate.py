@@ -22,7 +22,7 @@ from gpudra.api.validate import validate_document
 from gpudra.cli.errors import NEGATIVE, OK, GpudraError, InputError, NegativeAnswer, UsageError, warn
 from gpudra.cli.inputs import read_inputs
 from gpudra.cli.options import (cluster_options, features_option, filename_option, kubernetes_version_option,
-                                no_validate_option)
+                                no_validate_option, node_option)
 from gpudra.cli.output import output_option, render_table
 from gpudra.cli.progress import progress
 from gpudra.copying import copy_object
@@ -40,12 +40,12 @@ def _split_list(values: tuple[str, ...]) -> list[str]:
     return items
 
 
-def _validation_warnings(documents: list[Document]) -> list[str]:
+def _validation_warnings(documents: list[Document], release: str | None = None) -> list[str]:
     """Single-object validation problems, reported but not fatal (upstream allocates anyway)."""
     messages: list[str] = []
     for document in documents:
         try:
-            problems = validate_document(document)
+            problems = validate_document(document, release)
         except Exception as exc:  # noqa: BLE001 - a validator bug must not block allocation
             messages.append(f"{_label(document)}: could not validate: {exc}")
             continue
@@ -218,9 +218,10 @@ def run_allocate(
 
     version, features = release_and_features(kubernetes_version, feature_text, paths, kubeconfig, context,
                                               request_timeout, allocator_name)
-    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command="allocate")
+    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=validate, command="allocate",
+                            release=version)
     if not validate:
-        for text in _validation_warnings(documents):
+        for text in _validation_warnings(documents, version):
             warn(f"warning: {text}")
     for problem in gate_warnings(documents, version):
         warn(f"warning: {problem.location()}: {problem.path}: {problem.message}")
@@ -314,13 +315,14 @@ def report_table(report: dict[str, Any], wide: bool) -> str:
 @click.option(
     "--mode",
     type=click.Choice(MODES),
-    default="together",
+    default="sequential",
     show_default=True,
-    help="together: all pending claims jointly per node; each: every claim alone on every node; "
-    "sequential: first fit, claim after claim, committing each allocation.",
+    help="sequential: claim after claim, first fit, committing each allocation (independent claims, as a "
+    "cluster's scheduler meets them); together: all pending claims jointly on one node (one pod's claims); "
+    "each: every claim alone on every node.",
 )
-@click.option("--node", "node_values", multiple=True, metavar="A,B",
-              help="Nodes to try (default: Node objects, else nodes named by slices); a node the input does not "
+@node_option(dest="node_values", multiple=True, metavar="A,B",
+             help="Nodes to try (default: Node objects, else nodes named by slices); a node the input does not "
                    "name is an error.")
 @click.option("--claims", "claim_values", multiple=True, metavar="NS/NAME,…", help="Only these pending claims (namespace defaults to 'default').")
 @kubernetes_version_option()

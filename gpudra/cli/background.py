@@ -43,20 +43,21 @@ def can_fork() -> bool:
     return sys.platform.startswith("linux") and hasattr(os, "fork") and _cores() > 1
 
 
-def error_lines(documents: list[Document], progress: Any = None, render: bool = True) -> list[str]:
-    """The errors of `gpudra validate` for the documents (gate warnings left out): each as its line and the
-    suggested fragment (`render`), or the line alone."""
+def error_lines(documents: list[Document], progress: Any = None, render: bool = True,
+                release: str | None = None) -> list[str]:
+    """The errors of `gpudra validate --kubernetes-version RELEASE` for the documents (gate warnings left out):
+    each as its line and the suggested fragment (`render`), or the line alone."""
     from gpudra.api.problems import errors
     from gpudra.api.validate import validate_documents
 
-    found = errors(validate_documents(documents, progress=progress, gates=False))
+    found = errors(validate_documents(documents, release, progress=progress, gates=False))
     return [problem.render() if render else str(problem) for problem in found]
 
 
 class _Child:
     """A forked child that validates the documents and writes the problem lines to a pipe as one JSON list."""
 
-    def __init__(self, documents: list[Document]):
+    def __init__(self, documents: list[Document], release: str | None = None):
         read_end, write_end = os.pipe()
         try:
             pid = os.fork()
@@ -69,7 +70,7 @@ class _Child:
             try:
                 os.close(read_end)
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-                payload = json.dumps(error_lines(documents)).encode()
+                payload = json.dumps(error_lines(documents, release=release)).encode()
                 with os.fdopen(write_end, "wb") as pipe:
                     pipe.write(payload)
                 status = 0
@@ -130,8 +131,9 @@ class Alongside:
     progress callback: it costs a select())."""
 
     def __init__(self, documents: list[Document],
-                 validate_here: Callable[[list[Document]], list[str]] = error_lines):
+                 validate_here: Callable[[list[Document]], list[str]] = error_lines, release: str | None = None):
         self.documents = documents
+        self.release = release  # the Kubernetes release whose rules the child validates by (validate_here's own)
         self.validate_here = validate_here  # error_lines, or a version of it that shows progress
         self.child: _Child | None = None
 
@@ -142,7 +144,7 @@ class Alongside:
             self._raise_if_any(self.validate_here(self.documents))
             return _nothing
         try:
-            self.child = _Child(self.documents)
+            self.child = _Child(self.documents, self.release)
         except OSError:  # no process or pipe to spare: validate here
             self._raise_if_any(self.validate_here(self.documents))
             return _nothing

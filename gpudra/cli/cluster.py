@@ -9,6 +9,7 @@ import click
 
 from gpudra.cli.objects import DIR_OPTION, _fail
 from gpudra.cli.options import kubernetes_version_option
+from gpudra.discovery.profiles import PROFILES
 
 
 @click.group(name="cluster")
@@ -18,56 +19,40 @@ def command() -> None:
 
 @command.command("up")
 @click.option("--dir", "directory", default=None, metavar="DIR",
-              help="State directory (default: the cluster brought up last, else ~/.local/state/gpudra/cluster).")
+              help="State directory (default: ~/.local/state/gpudra/cluster, under $XDG_STATE_HOME when set). "
+                   "A directory that already holds a cluster is reused: its drivers are restarted where they died.")
 @click.option("--nodes", default=None, metavar="PROFILE[:COUNT][+dynamic-mig],…",
-              help="Simulated nodes (`gpudra discover --list-profiles` names or YAML profile files). "
+              help="Simulated nodes: profile names (" + ", ".join(PROFILES) + ") or YAML profile files. "
                    "Default: dgx-h100:2,hgx-a100-mig+dynamic-mig,l4-node.")
 @click.option("--policy", type=click.Choice(["kube", "binpack", "spread", "fragmentation"]), default=None,
               help="Scheduler scoring policy (default kube).")
 @kubernetes_version_option("Kubernetes release (1.33-1.36, default 1.36): what the nodes report, the scheduler's "
-                           "default feature gates and whether drivers can publish dynamic MIG.")
+                           "default feature gates and whether drivers can publish dynamic MIG. Fixed when the "
+                           "cluster is created.")
 @click.option("--event-ttl", "event_ttl", type=click.IntRange(min=1), default=None, metavar="SECONDS",
               help="How long events are kept after they were last seen (default 3600, the API server's 1h).")
 @click.option("--control-plane/--no-control-plane", default=True, show_default=True,
               help="Run the control-plane process, which acts on changes no gpudra command follows (drivers "
                    "republishing slices, other tools' writes) and resyncs pending pods. Without it, only gpudra "
                    "commands run the control loop.")
+@click.option("--device-classes/--no-device-classes", "device_classes", default=True, show_default=True,
+              help="Create the drivers' DeviceClasses (`gpudra driver deviceclasses`: gpu.nvidia.com, "
+                   "mig.nvidia.com), as NVIDIA's Helm chart installs them; existing ones are left as they are.")
 def up_cmd(directory: str | None, nodes: str | None, policy: str | None, kubernetes_version: str | None,
-           event_ttl: int | None, control_plane: bool) -> None:
+           event_ttl: int | None, control_plane: bool, device_classes: bool) -> None:
     """Start the cluster's drivers (or restart the ones that died) and its control plane, then let the control
-    loop catch up."""
+    loop catch up. Prints the state directory; later commands use this cluster unless given --dir."""
     from gpudra.cluster.controller import reconcile
-    from gpudra.cluster.layout import (DEFAULT_NODES, ClusterConfig, ClusterDir, ClusterSetupError,
-                                       current_pointer, default_new_dir, parse_nodes)
-    from gpudra.cluster.nodes import up
+    from gpudra.cluster.layout import ClusterDir, ClusterSetupError, default_new_dir
+    from gpudra.cluster.nodes import install_device_classes, planned_config, up
 
+    say = lambda text: click.echo(text, err=True)  # noqa: E731 - progress goes to stderr
     try:
-        if kubernetes_version is not None:
-            from gpudra.versions import VersionError, parse_version
-
-            try:
-                kubernetes_version = parse_version(kubernetes_version)
-            except VersionError as exc:
-                raise ClusterSetupError(f"--kubernetes-version: {exc}") from None
-        if directory is None:
-            try:
-                with open(current_pointer(), encoding="utf-8") as fh:
-                    directory = fh.read().strip() or None
-            except FileNotFoundError:
-                pass
         cluster = ClusterDir(directory or default_new_dir())
-        config = None
-        if not cluster.exists() or nodes or policy or kubernetes_version or event_ttl:
-            config = ClusterConfig(nodes=parse_nodes(nodes or DEFAULT_NODES))
-            if cluster.exists():
-                existing = cluster.load_config()
-                config.nodes = config.nodes if nodes else existing.nodes
-                config.policy, config.kubernetes_version = existing.policy, existing.kubernetes_version
-                config.event_ttl_s = existing.event_ttl_s
-            config.policy = policy or config.policy
-            config.kubernetes_version = kubernetes_version or config.kubernetes_version
-            config.event_ttl_s = event_ttl or config.event_ttl_s
-        up(cluster, config, say=lambda text: click.echo(text, err=True), control_plane=control_plane)
+        config = planned_config(cluster, nodes, policy, kubernetes_version, event_ttl, say)
+        up(cluster, config, say=say, control_plane=control_plane)
+        if device_classes:
+            install_device_classes(cluster, say)
         reconcile(cluster, lambda kind, text: click.echo(f"  {text}", err=True))
     except ClusterSetupError as exc:
         _fail(str(exc))
@@ -95,7 +80,8 @@ def down_cmd(directory: str | None) -> None:
 @click.option("-o", "--output", "output", default=None, metavar="FILE",
               help="Where to write the page (default: DIR/view.html).")
 @click.option("--serve", is_flag=True, help="Also serve it on http://127.0.0.1:PORT/ until interrupted.")
-@click.option("--port", type=int, default=8089, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8089, show_default=True,
+              help="The port --serve listens on, on 127.0.0.1 only (0: any free port).")
 def view_cmd(directory: str | None, output: str | None, serve: bool, port: int) -> None:
     """Write one HTML page: nodes, GPUs and MIG slices as boxes, who holds each, pending pods, container edits."""
     import os
@@ -107,9 +93,11 @@ def view_cmd(directory: str | None, output: str | None, serve: bool, port: int) 
         cluster = resolve_dir(directory)
     except ClusterSetupError as exc:
         _fail(str(exc))
+    from gpudra.atomicfile import write_atomic
+    from gpudra.cluster.store import FILE_MODE
+
     path = output or os.path.join(cluster.path, "view.html")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(render_page(cluster))
+    write_atomic(path, render_page(cluster).encode(), mode=FILE_MODE, label="cluster-view", fsync=False)
     click.echo(path)
     if serve:
         try:

@@ -7,10 +7,11 @@ import json
 import click
 
 from gpudra.api.dump import dump_yaml_data
-from gpudra.cli.driver import BACKEND_HELP, profile_named
+from gpudra.cli.driver import profile_named
 from gpudra.cli.errors import InputError, warn
+from gpudra.cli.options import backend_option, node_option
 from gpudra.cli.output import output_option
-from gpudra.discovery import BACKEND_CHOICES, PROFILES, DiscoveryError, read_inventory, resolve_backend
+from gpudra.discovery import PROFILES, DiscoveryError, read_inventory, resolve_backend
 
 
 def _table(inventory) -> str:
@@ -32,11 +33,10 @@ def _table(inventory) -> str:
 
 
 @click.command(name="discover")
-@click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True,
-              help=BACKEND_HELP)
+@backend_option()
 @click.option("--profile", default="dgx-h100", show_default=True,
               help=f"simulated node profile ({', '.join(PROFILES)}) or a YAML profile file")
-@click.option("--node-name", default="node", show_default=True, help="seeds the simulated UUIDs")
+@node_option("The node's name; it seeds the simulated UUIDs.", dest="node_name", default="node", show_default=True)
 @output_option(help="table: one row per GPU and MIG device (wide: the same); yaml/json: the inventory.")
 def command(backend: str, profile: str, node_name: str, output: str) -> None:
     """Print the GPUs (and MIG devices) found on this node."""

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from typing import NoReturn
 
 import click
@@ -14,13 +15,11 @@ import click
 from gpudra.cli.errors import InputError, warn
 from gpudra.cli.inputs import require_generated_valid
 from gpudra.vocabulary import DRIVER_NAME
-from gpudra.cli.options import dns_subdomain_value
+from gpudra.cli.options import BACKEND_HELP, backend_option, dns_subdomain_value, node_option
 from gpudra.cli.output import output_option, render_data, render_objects, render_table
 from gpudra.cli.options import features_option, kubernetes_version_option
 from gpudra.discovery import BACKEND_CHOICES, DiscoveryError, read_inventory, resolve_backend
 
-BACKEND_HELP = ("auto: NVML where an NVIDIA driver is present, else simulated GPUs (with a warning; a --profile "
-                "given asks for simulated GPUs); simulated: the --profile's GPUs; nvml: this machine's GPUs")
 
 
 def profile_named() -> bool:
@@ -28,6 +27,10 @@ def profile_named() -> bool:
     ctx = click.get_current_context(silent=True)
     source = ctx.get_parameter_source("profile") if ctx is not None else None
     return source in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+
+
+DRIVER_NAME_HELP = "The DRA driver's name (ResourceSlices' spec.driver, the DeviceClasses' selectors)."
+REGISTRAR_HELP = "the kubelet's plugin registration directory (the driver's registration socket, under --root)"
 
 
 def _fail(message: str) -> NoReturn:
@@ -41,22 +44,41 @@ def _backend(backend: str, profile: str | None) -> str:
     return chosen
 
 
+def _published_backend(backend: str, profile: str | None, kubeconfig: str | None, in_cluster: bool) -> str:
+    """The backend `driver run` uses. Publishing to an API server (--kubeconfig, KUBECONFIG, --in-cluster), simulated
+    GPUs must be asked for by name (`--backend simulated`): `auto` falling back to them (no NVML, or a --profile)
+    would have the scheduler place pods on GPUs that do not exist (issue 20), so that is refused."""
+    if backend != "auto" or not (kubeconfig or in_cluster):
+        return _backend(backend, profile)
+    chosen, _ = resolve_backend(backend, profile, profile_named())
+    if chosen == "simulated":
+        ctx = click.get_current_context(silent=True)
+        from_env = ctx is not None and ctx.get_parameter_source("kubeconfig") == click.core.ParameterSource.ENVIRONMENT
+        target = "--in-cluster" if in_cluster else "KUBECONFIG" if from_env else "--kubeconfig"
+        why = "--profile names a simulated node" if profile_named() else "no NVIDIA driver (NVML) on this machine"
+        _fail(f"--backend auto would publish SIMULATED GPUs to the cluster of {target} ({why}), and the scheduler "
+              "would place pods on GPUs that do not exist: pass --backend simulated to publish simulated GPUs on "
+              "purpose, or --backend nvml for this node's real GPUs")
+    return chosen
+
+
 KUBERNETES_VERSION_HELP = ("Kubernetes release of the cluster (1.33-1.36; default: the API server's /version with "
                            "a kubeconfig, else 1.36): decides whether --dynamic-mig's layout can be allocated there.")
 
 
 def _slice_layout(dynamic_mig: bool, kubernetes_version: str | None, features: str,
-                  kubeconfig: str | None = None, live: bool = False) -> bool:
-    """--dynamic-mig when the release allows it, else False with a warning that says why."""
+                  kubeconfig: str | None = None, live: bool = False) -> tuple[bool, str]:
+    """(--dynamic-mig when the release allows it, else False with a warning that says why; where the release
+    wants counter sets: gpudra.versions.partitionable_layout)."""
     from gpudra.allocator.features import Features
     from gpudra.driver.slices import dynamic_mig_layout
     from gpudra.kube.inputs import kubernetes_version as cluster_version
-    from gpudra.versions import VersionError, parse_version
+    from gpudra.versions import VersionError, parse_version, partitionable_layout
 
     try:
         if not dynamic_mig:  # the flags decide nothing then, but a typo in them is still an error
             Features.parse(features, parse_version(kubernetes_version))
-            return False
+            return False, partitionable_layout(kubernetes_version)
         version = cluster_version(kubernetes_version, (), kubeconfig) if live else parse_version(kubernetes_version)
         dynamic, note = dynamic_mig_layout(version, features)
     except VersionError as exc:
@@ -65,7 +87,7 @@ def _slice_layout(dynamic_mig: bool, kubernetes_version: str | None, features: s
         _fail(str(exc))
     if note:
         click.echo(f"warning: Kubernetes {version}: {note}", err=True)
-    return dynamic
+    return dynamic, partitionable_layout(version)
 
 
 def _warn_unless_consumable(kubernetes_version: str | None, features: str) -> None:
@@ -115,12 +137,16 @@ def command() -> None:
 
 
 @command.command("slices")
-@click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help=BACKEND_HELP)
+@backend_option()
 @click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile or YAML file")
-@click.option("--node-name", required=True, callback=dns_subdomain_value())
-@click.option("--driver-name", default=DRIVER_NAME, show_default=True, callback=dns_subdomain_value(63))
+@node_option("The Node the slices are published for (spec.nodeName, the pool's name).", dest="node_name",
+             required=True, callback=dns_subdomain_value())
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, callback=dns_subdomain_value(63),
+              help=DRIVER_NAME_HELP)
 @click.option("--dynamic-mig", is_flag=True, help="announce MIG partitions as partitionable devices (KEP-4815)")
-@click.option("--generation", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--generation", type=click.IntRange(min=0), default=1, show_default=True,
+              help="The pool's generation (spec.pool.generation): a driver raises it with every republication, "
+                   "and the scheduler uses only a pool's newest generation.")
 @click.option("--sharing", type=click.Choice(["none", "consumable"]), default="none", show_default=True,
               help="consumable: full GPUs allow multiple allocations, sharing a `compute` share and `memory` "
                    "(consumable capacity, KEP-5075)")
@@ -131,8 +157,9 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
                sharing: str, kubernetes_version: str | None, features: str, output: str) -> None:
     """Print the ResourceSlices this node would publish."""
     from gpudra.driver.slices import build_resource_slices
+    from gpudra.versions import parse_version
 
-    dynamic_mig = _slice_layout(dynamic_mig, kubernetes_version, features)
+    dynamic_mig, layout = _slice_layout(dynamic_mig, kubernetes_version, features)
     if sharing == "consumable":
         _warn_unless_consumable(kubernetes_version, features)
     try:
@@ -141,21 +168,33 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
         _fail(str(exc))
     for problem in inventory.problems:
         warn(str(problem))
-    slices = build_resource_slices(inventory, node_name, driver_name=driver_name, generation=generation,
-                                   dynamic_mig=dynamic_mig, sharing=sharing)
-    require_generated_valid(slices, "driver slices")
+    try:
+        slices = build_resource_slices(inventory, node_name, driver_name=driver_name, generation=generation,
+                                       dynamic_mig=dynamic_mig, sharing=sharing, slice_layout=layout)
+    except ValueError as exc:
+        _fail(str(exc))
+    require_generated_valid(slices, "driver slices", parse_version(kubernetes_version))
     _dump(slices, output)
 
 
 @command.command("deviceclasses")
-@click.option("--driver-name", default=DRIVER_NAME, show_default=True, callback=dns_subdomain_value(63))
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, callback=dns_subdomain_value(63),
+              help=DRIVER_NAME_HELP)
+@kubernetes_version_option("The release to publish for (1.33-1.36; default 1.36): the GPU class names the "
+                           "extended resource nvidia.com/gpu only where DRAExtendedResource is on by default.")
 @output_option(pipe_default="yaml", help="table: names and selectors; yaml/json: the DeviceClasses.")
-def deviceclasses_cmd(driver_name: str, output: str) -> None:
+def deviceclasses_cmd(driver_name: str, kubernetes_version: str | None, output: str) -> None:
     """Print the DeviceClasses for full GPUs and MIG devices."""
     from gpudra.driver.slices import device_classes
+    from gpudra.versions import gate_state, parse_version
 
-    classes = device_classes(driver_name)
-    require_generated_valid(classes, "driver deviceclasses")
+    version = parse_version(kubernetes_version)
+    extended = gate_state("DRAExtendedResource", version)
+    if not extended.default:  # the API server would drop the field: do not print what the cluster will not keep
+        click.echo(f"warning: Kubernetes {version}: no extendedResourceName on the GPU class: it needs the "
+                   f"DRAExtendedResource feature gate ({extended.describe()})", err=True)
+    classes = device_classes(driver_name, extended_resource_name="nvidia.com/gpu" if extended.default else None)
+    require_generated_valid(classes, "driver deviceclasses", version)
     _dump(classes, output)
 
 
@@ -196,8 +235,9 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
 @command.command("run")
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True, help=BACKEND_HELP)
 @click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile or YAML file")
-@click.option("--node-name", required=True, envvar="NODE_NAME")
-@click.option("--driver-name", default=DRIVER_NAME, show_default=True)
+@node_option("This node's name (the Node object; $NODE_NAME, as the driver's DaemonSet sets it).", dest="node_name",
+             required=True, envvar="NODE_NAME")
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, help=DRIVER_NAME_HELP)
 @click.option("--root", default="/", show_default=True,
               help="place every absolute path (sockets, checkpoint, CDI dirs) under this directory")
 @click.option("--claims", "claims_dir", type=click.Path(file_okay=False),
@@ -208,9 +248,11 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
 @click.option("--dynamic-mig", is_flag=True, help="create MIG devices on demand at prepare time")
 @click.option("--healthcheck-port", type=int, default=None, help="also serve gRPC health on TCP PORT (all addresses) for kubelet probes")
 @click.option("--kubelet-registrar-directory-path", "registry_dir", default="/var/lib/kubelet/plugins_registry",
-              show_default=True)
-@click.option("--kubelet-plugins-directory-path", "plugins_dir", default="/var/lib/kubelet/plugins", show_default=True)
-@click.option("--cdi-root", "cdi_dir", default="/var/run/cdi", show_default=True)
+              show_default=True, help=REGISTRAR_HELP)
+@click.option("--kubelet-plugins-directory-path", "plugins_dir", default="/var/lib/kubelet/plugins", show_default=True,
+              help="the kubelet's plugin directory: the driver's DRA socket and checkpoint go in DIR/DRIVER-NAME")
+@click.option("--cdi-root", "cdi_dir", default="/var/run/cdi", show_default=True,
+              help="where the driver writes a CDI spec per prepared claim (the container runtime reads it)")
 @click.option("--driver-root", default="/", show_default=True,
               help="where the NVIDIA driver's libraries and binaries are visible to this process (nvml backend); "
                    "they are bind-mounted read-only into GPU containers")
@@ -241,7 +283,8 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
 @kubernetes_version_option(KUBERNETES_VERSION_HELP)
 @features_option()
 @click.option("--no-fsync", is_flag=True, hidden=True, help="skip fsync (benchmarks on slow disks only)")
-@click.option("-v", "--verbose", is_flag=True)
+@click.option("-v", "--verbose", is_flag=True, help="log at debug level (every gRPC call, publication and health "
+                                                    "event)")
 def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: str, claims_dir: str | None,
             kubeconfig: str | None, in_cluster: bool, dynamic_mig: bool, healthcheck_port: int | None,
             registry_dir: str, plugins_dir: str, cdi_dir: str, driver_root: str, host_driver_root: str | None,
@@ -250,8 +293,9 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
             rolling_update_uid: str | None, kubernetes_version: str | None, features: str, no_fsync: bool,
             verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
-    dynamic_mig = _slice_layout(dynamic_mig, kubernetes_version, features, kubeconfig,
-                                live=bool(kubeconfig or in_cluster))
+    chosen_backend = _published_backend(backend, profile, kubeconfig, in_cluster)
+    dynamic_mig, layout = _slice_layout(dynamic_mig, kubernetes_version, features, kubeconfig,
+                                        live=bool(kubeconfig or in_cluster))
     from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
     from gpudra.driver.checkpoint import CheckpointError
     from gpudra.driver.health import parse_xid_list
@@ -259,9 +303,10 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    options = AgentOptions(node_name=node_name, backend=_backend(backend, profile), profile=profile, driver_name=driver_name, root=root,
+    options = AgentOptions(node_name=node_name, backend=chosen_backend, profile=profile, driver_name=driver_name, root=root,
                            claims_dir=claims_dir, kubeconfig=kubeconfig, in_cluster=in_cluster,
-                           dynamic_mig=dynamic_mig, healthcheck_port=healthcheck_port, fsync=not no_fsync,
+                           dynamic_mig=dynamic_mig, slice_layout=layout, healthcheck_port=healthcheck_port,
+                           fsync=not no_fsync,
                            registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir,
                            driver_root=driver_root, host_driver_root=host_driver_root, cdi_hook_path=cdi_hook_path,
                            socket_group=socket_group, call_deadline_s=call_deadline_s, metrics_port=metrics_port,
@@ -277,6 +322,42 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
     signal.signal(signal.SIGINT, lambda *_: agent.stop())
     click.echo(f"ready: {agent.paths.dra_socket}", err=True)
     agent.wait()
+
+
+@command.command("webhook")
+@click.option("--tls-cert-file", required=True, type=click.Path(dir_okay=False), metavar="PATH",
+              help="x509 certificate for HTTPS (PEM; a CA certificate, if any, concatenated after it)")
+@click.option("--tls-private-key-file", required=True, type=click.Path(dir_okay=False), metavar="PATH",
+              help="the private key matching --tls-cert-file (PEM)")
+@click.option("--port", type=click.IntRange(0, 65535), default=443, show_default=True,
+              help="HTTPS port (0: any free port, printed on stderr)")
+@click.option("--bind-address", default="", metavar="ADDRESS", help="address to listen on (default: all)")
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, callback=dns_subdomain_value(63),
+              help="check the opaque configs of this driver; other drivers' configs are let through")
+@click.option("-v", "--verbose", is_flag=True)
+def webhook_cmd(tls_cert_file: str, tls_private_key_file: str, port: int, bind_address: str, driver_name: str,
+                verbose: bool) -> None:
+    """Serve the validating admission webhook: refuse ResourceClaims, ResourceClaimTemplates and DeviceClasses whose
+    GpuConfig / MigDeviceConfig the driver would refuse at prepare time (the checks of `gpudra validate`).
+
+    POST /validate-resource-claim-parameters takes an admission.k8s.io/v1 AdmissionReview; GET /readyz answers
+    ok. deploy/kubernetes/webhook.yaml registers it (the chart: --set webhook.enabled=true)."""
+    from gpudra.driver.webhook import WebhookError, WebhookServer
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        server = WebhookServer((bind_address, port), tls_cert_file, tls_private_key_file, driver_name)
+    except WebhookError as exc:
+        _fail(str(exc))
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
+    click.echo(f"ready: https://{bind_address or '0.0.0.0'}:{server.port}", err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
 
 
 @command.command("inject-event")
@@ -303,8 +384,9 @@ def inject_event_cmd(root: str, gpu: str | None, xid: int | None, ecc: bool,
         _fail("--ci needs --gi")
     state = DriverPaths(root=root).simulated_state
     if not os.path.exists(state):  # most likely a mistyped --root: nothing would ever read the event
-        warn(f"no simulated GPUs under {root} ({state} does not exist): the event waits for a driver started "
-             f"with --backend simulated --root {root}")
+        _fail(f"no simulated GPUs under {root} ({state} does not exist): give the --root of a driver started "
+              f"with --backend simulated (a local cluster's node: DIR/nodes/NODE, DIR as `gpudra cluster up` "
+              f"printed it); nothing was written")
     try:
         event = HealthEvent(kinds[0], gpu=gpu, gi_id=gi_id, ci_id=ci_id, xid=xid)
         path = write_spooled_event(spool_dir_for(state), event)
@@ -325,6 +407,14 @@ def _claim_refs(claim_files: tuple[str, ...]) -> list[tuple[str, str, str]]:
             refs.append((meta.get("namespace") or "default", meta.get("name", ""), meta.get("uid", "")))
     if not refs:
         _fail("no ResourceClaim in the given files")
+    missing = [f"{ns}/{name}" for ns, name, uid in refs if not uid]
+    if missing:  # the driver would refuse each one ("uid: must not be empty"): say how to give them one
+        import uuid
+
+        _fail(f"ResourceClaim {', '.join(missing)} has no metadata.uid: the kubelet names a claim by the UID the "
+              f"API server gave it, and the driver prepares it only when its copy (--claims DIR) has the same UID. "
+              f"A claim printed by `gpudra allocate` has none: add one under metadata in both, e.g. "
+              f"`uid: {uuid.uuid4()}` (any RFC 4122 UUID, as `uuidgen` prints)")
     return refs
 
 
@@ -348,9 +438,9 @@ def _kubelet(root: str, driver_name: str, registry_dir: str):
 @command.command("prepare")
 @click.argument("claim_files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
-@click.option("--driver-name", default=DRIVER_NAME, show_default=True)
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, help=DRIVER_NAME_HELP)
 @click.option("--kubelet-registrar-directory-path", "registry_dir", default="/var/lib/kubelet/plugins_registry",
-              show_default=True)
+              show_default=True, help=REGISTRAR_HELP)
 @click.option("--unprepare", is_flag=True, help="call NodeUnprepareResources instead")
 @click.option("--show-container", is_flag=True, help="also print the OCI spec a container would get")
 @output_option(pipe_default="yaml", help="table: one row per claim (wide: with its CDI device IDs); yaml/json: the "
@@ -414,18 +504,26 @@ def _prepare_table(entries: list[dict], wide: bool, show_container: bool, done: 
 
 
 @command.command("status")
-@click.option("--root", default="/", show_default=True)
-@click.option("--driver-name", default=DRIVER_NAME, show_default=True)
+@click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, help=DRIVER_NAME_HELP)
+@click.option("--kubelet-plugins-directory-path", "plugins_dir", default="/var/lib/kubelet/plugins",
+              show_default=True, help="the driver's --kubelet-plugins-directory-path, where its checkpoint is (a "
+                                      "local cluster's nodes: /plugins)")
 @output_option(pipe_default="yaml", help="table: one row per prepared claim (wide: with its CDI device IDs and "
                                          "spec file); yaml/json: the checkpoint's report.")
-def status_cmd(root: str, driver_name: str, output: str) -> None:
-    """Show the prepared claims recorded in the driver's checkpoint and their CDI specs."""
+def status_cmd(root: str, driver_name: str, plugins_dir: str, output: str) -> None:
+    """Show the prepared claims recorded in the driver's checkpoint and their CDI specs. A --root where no driver
+    ever ran (no plugin directory) is an error, exit 2."""
     from gpudra.driver.checkpoint import CheckpointError, entry_problem, load_checkpoint
     from gpudra.driver.claimpaths import ClaimPathError, cdi_spec_path
     from gpudra.driver.paths import DriverPaths
     from gpudra.driver.quarantine import load_quarantine
 
-    paths = DriverPaths(driver_name=driver_name, root=root)
+    paths = DriverPaths(driver_name=driver_name, root=root, plugins_dir=plugins_dir)
+    if not os.path.isdir(paths.plugin_dir):  # a mistyped --root: "no prepared claims" would be a wrong answer
+        _fail(f"no {driver_name} driver under {root} ({paths.plugin_dir} does not exist): give the --root (and "
+              f"--kubelet-plugins-directory-path) the driver runs with; a local cluster's node: --root "
+              f"DIR/nodes/NODE --kubelet-plugins-directory-path /plugins")
     try:
         data = load_checkpoint(paths.checkpoint)
         quarantined = load_quarantine(paths.quarantine)

@@ -10,6 +10,7 @@ Exit codes (the README's command table lists them per command):
 
 Every message a user can hit is printed as `error: WHERE: message` on stderr, WHERE being
 `FILE:doc N (Kind/name): field` when it is known; never a traceback (GPUDRA_DEBUG=1 shows it for bugs).
+Control characters in a message (a name with ESC or BEL in it) are printed escaped, never raw.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, NoReturn
 
 import click
 
-from gpudra.errors import GpudraError, InputError, location, paint, use_colour
+from gpudra.errors import GpudraError, InputError, location, paint, printable, use_colour
 
 __all__ = ["OK", "NEGATIVE", "USAGE", "BROKEN_PIPE", "GpudraError", "InputError", "UsageError", "NegativeAnswer",
            "InvalidInput", "location", "use_colour", "paint", "fail", "warn", "show_error",
@@ -58,12 +59,13 @@ def fail(message: str, code: int = USAGE, **where: Any) -> NoReturn:
 
 def warn(message: str) -> None:
     """`warning: message` on stderr, the prefix coloured on a terminal."""
-    click.echo(f"{paint('warning:', sys.stderr, fg='yellow', bold=True)} {message}", err=True)
+    click.echo(f"{paint('warning:', sys.stderr, fg='yellow', bold=True)} {printable(message, keep=chr(10))}",
+               err=True)
 
 
 def show_error(message: str) -> None:
     """`error: message` on stderr for the rare caller that prints and goes on (most raise instead)."""
-    click.echo(f"{paint('error:', sys.stderr, fg='red', bold=True)} {message}", err=True)
+    click.echo(f"{paint('error:', sys.stderr, fg='red', bold=True)} {printable(message, keep=chr(10))}", err=True)
 
 
 def exit_quietly_on_broken_pipe() -> NoReturn:

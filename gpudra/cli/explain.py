@@ -11,7 +11,7 @@ from gpudra.cli.errors import NEGATIVE, OK, InputError, UsageError, warn
 from gpudra.cli.inputs import (checked_progress, gate_warnings, read_inputs, release_and_features, v1_objects,
                                validated_alongside)
 from gpudra.cli.options import (cluster_options, features_option, filename_option, kubernetes_version_option,
-                                namespace_option, no_validate_option)
+                                namespace_option, no_validate_option, node_option)
 from gpudra.cli.output import output_option
 from gpudra.cli.progress import progress
 from gpudra.scheduler.scoring import POLICIES
@@ -31,27 +31,53 @@ def _default_namespace(paths: tuple[str, ...], kubeconfig: str | None, context: 
     return default_namespace(paths, kubeconfig, context)
 
 
+def _local_cluster(directory: str | None, paths: tuple[str, ...], kubeconfig: str | None, context: str | None):
+    """The local cluster (`gpudra cluster up`) to read: the one --dir names, else the current one when nothing
+    names another source (-f, --kubeconfig, --context, $KUBECONFIG, or running as `kubectl gpudra`); else None."""
+    import os
+
+    from gpudra.cli import _prog_name
+    from gpudra.cluster.layout import ClusterDir, ClusterSetupError, current_dir, resolve_dir
+
+    if directory is not None:
+        if paths or kubeconfig or context:
+            raise UsageError("use one of --dir (a local cluster), -f (manifests) and --kubeconfig/--context")
+        try:
+            return resolve_dir(directory)
+        except ClusterSetupError as exc:
+            raise UsageError(str(exc)) from None
+    if paths or kubeconfig or context or os.environ.get("KUBECONFIG") or _prog_name() != "gpudra":
+        return None
+    current = current_dir()
+    return ClusterDir(current) if current and ClusterDir(current).exists() else None
+
+
 @click.command(
     "explain",
     short_help="Why a pod or claim does not fit: per node, per request, and what would make it fit.",
 )
 @click.argument("target", nargs=-1, required=True)
 @filename_option(help="Manifest file or directory ('-' for stdin), e.g. a `kubectl get … -o yaml` dump; "
-                      "repeatable. Without -f the cluster of the kubeconfig is read.")
+                      "repeatable. Without -f the local cluster (--dir) or the kubeconfig's cluster is read.")
 @namespace_option("Namespace of the target (default: 'default', or the kubeconfig context's namespace for a "
                   "live cluster).")
 @cluster_options("Read a live cluster with this kubeconfig.")
-@click.option("--policy", type=click.Choice(POLICIES), default="kube", show_default=True,
-              help="Scoring policy of the replayed schedule (as `gpudra schedule --policy`).")
-@click.option("--node", "node", default=None, help="Show only this node's details (text output).")
+@click.option("--dir", "directory", default=None, metavar="DIR",
+              help="Read the local cluster in DIR (`gpudra cluster up`). Without -f, --kubeconfig, --context or "
+                   "$KUBECONFIG, the local cluster brought up last is read when there is one.")
+@click.option("--policy", type=click.Choice(POLICIES), default=None,
+              help="Scoring policy of the replayed schedule (as `gpudra schedule --policy`; default: a local "
+                   "cluster's own, else kube).")
+@node_option(help="Show only this node's details (text output).")
 @click.option("--no-fixes", is_flag=True, help="Do not search for changes that make it fit.")
 @no_validate_option()
 @output_option(help="table: the report (wide: every node's section, none left out); yaml/json: all of it as data.")
 @kubernetes_version_option()
 @features_option()
 def command(target: tuple[str, ...], paths: tuple[str, ...], namespace: str | None, kubeconfig: str | None,
-            context: str | None, request_timeout: float | None, policy: str, node: str | None, no_fixes: bool,
-            validate: bool, output: str, kubernetes_version: str | None, features: str) -> None:
+            context: str | None, request_timeout: float | None, directory: str | None, policy: str | None,
+            node: str | None, no_fixes: bool, validate: bool, output: str, kubernetes_version: str | None,
+            features: str) -> None:
     """Explain TARGET (pod/NAME or claim/NAME): the kube-scheduler style summary, then per node the funnel
     of devices for every request, failed constraints, pool problems and CEL errors, and the smallest
     change that was verified to make it fit.
@@ -64,10 +90,25 @@ def command(target: tuple[str, ...], paths: tuple[str, ...], namespace: str | No
     from gpudra.explain.render import render
 
     wanted = _target(target)
-    version, gates = release_and_features(kubernetes_version, features, paths, kubeconfig, context, request_timeout)
-    documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=False, command="explain")
-    namespace = namespace or _default_namespace(paths, kubeconfig, context)
-    with validated_alongside(documents, "explain", validate) as check:
+    local = _local_cluster(directory, paths, kubeconfig, context)
+    if local is not None:
+        from gpudra.api.load import Document
+        from gpudra.cluster.why import model_objects
+
+        click.echo(f"reading the local cluster in {local.path}", err=True)
+        config = local.load_config()
+        version, gates = release_and_features(kubernetes_version or config.kubernetes_version, features, ("-",))
+        documents = [Document(obj, f"local cluster {local.path}", index)
+                     for index, obj in enumerate(model_objects(local), start=1)]
+        namespace = namespace or "default"
+        policy = policy or config.policy
+    else:
+        version, gates = release_and_features(kubernetes_version, features, paths, kubeconfig, context,
+                                              request_timeout)
+        documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=False, command="explain")
+        namespace = namespace or _default_namespace(paths, kubeconfig, context)
+    policy = policy or "kube"
+    with validated_alongside(documents, "explain", validate, release=version) as check:
         warnings = gate_warnings(documents, version)  # before the work, which fills in fields of the objects
         try:
             objects = v1_objects(documents)

@@ -46,27 +46,29 @@ def read_documents(paths: Iterable[str]) -> list[Document]:
     return documents
 
 
-def validation_errors(documents: list[Document]) -> list[str]:
-    """`gpudra validate`'s errors for the documents, rendered (the gate warnings, for the command's release, are
-    gate_warnings)."""
+def validation_errors(documents: list[Document], release: str | None = None) -> list[str]:
+    """`gpudra validate --kubernetes-version RELEASE`'s errors for the documents, rendered (the gate warnings,
+    for the command's release, are gate_warnings)."""
     from gpudra.cli.background import error_lines
     from gpudra.cli.progress import progress
 
     with progress() as bar:  # thousands of slices take seconds
-        return error_lines(documents, bar)
+        return error_lines(documents, bar, release=release)
 
 
-def require_valid(documents: list[Document], command: str, no_validate: bool = True) -> None:
+def require_valid(documents: list[Document], command: str, no_validate: bool = True,
+                  release: str | None = None) -> None:
     """InvalidInput (exit 1) with `gpudra validate`'s messages when any document has an error;
-    `no_validate`: the command has the --no-validate escape hatch (and says so)."""
-    problems = validation_errors(documents)
+    `no_validate`: the command has the --no-validate escape hatch (and says so); `release`: the Kubernetes
+    release whose rules apply (where a ResourceSlice's counter sets may live differs)."""
+    problems = validation_errors(documents, release)
     if problems:
         raise invalid_input(problems, command, no_validate)
 
 
 @contextmanager
 def validated_alongside(documents: list[Document], command: str, validate: bool = True,
-                        no_validate: bool = True) -> Iterator[Callable[[], None]]:
+                        no_validate: bool = True, release: str | None = None) -> Iterator[Callable[[], None]]:
     """`with validated_alongside(documents, "schedule") as check:` around the command's work, before it prints
     anything: require_valid's refusal, but validation runs during the work where a second core can take it
     (gpudra.cli.background). `check()` stops the work early once the input is known to be invalid; call it
@@ -76,7 +78,7 @@ def validated_alongside(documents: list[Document], command: str, validate: bool 
 
     manifests = [document for document in documents if document.source != CLUSTER_SOURCE] if validate else []
     try:
-        with Alongside(manifests, validation_errors) as check:
+        with Alongside(manifests, lambda docs: validation_errors(docs, release), release) as check:
             yield check
     except ValidationFailed as failed:
         raise invalid_input(failed.lines, command, no_validate) from None
@@ -101,7 +103,7 @@ def invalid_input(problems: list[str], command: str, no_validate: bool = True) -
 
 def read_inputs(paths: Iterable[str], kubeconfig: str | None = None, context: str | None = None,
                 request_timeout: float | None = None, *, validate: bool = True,
-                command: str = "gpudra", has_no_validate: bool = True) -> list[Document]:
+                command: str = "gpudra", has_no_validate: bool = True, release: str | None = None) -> list[Document]:
     """Documents from `-f` (validated unless `validate` is False) or, without `-f`, from the cluster;
     `has_no_validate`: the command offers --no-validate (and its refusal says so)."""
     paths = list(paths)
@@ -110,7 +112,7 @@ def read_inputs(paths: Iterable[str], kubeconfig: str | None = None, context: st
     if paths:
         documents = read_documents(paths)
         if validate:
-            require_valid(documents, command, has_no_validate)
+            require_valid(documents, command, has_no_validate, release)
         return documents
     from gpudra.api.load import Document
     from gpudra.kube.reader import ClusterReadError, read_cluster
@@ -138,7 +140,7 @@ def v1_objects(documents: Iterable[Document]) -> list[dict[str, Any]]:
     return [to_v1(document.obj) if needs_conversion(document.obj) else document.obj for document in documents]
 
 
-def require_generated_valid(objects: list[dict[str, Any]], command: str) -> None:
+def require_generated_valid(objects: list[dict[str, Any]], command: str, release: str | None = None) -> None:
     """Objects a generator (`driver slices`, `driver deviceclasses`, `mig slices`) is about to print must pass
     `gpudra validate`: options that would make them invalid are a usage error, not output to apply."""
     from gpudra.api.load import Document
@@ -146,7 +148,7 @@ def require_generated_valid(objects: list[dict[str, Any]], command: str) -> None
     from gpudra.cli.background import error_lines
 
     documents = [Document(obj, f"<{command}>", index) for index, obj in enumerate(objects, start=1)]
-    lines = error_lines(documents, render=False)
+    lines = error_lines(documents, render=False, release=release)
     if lines:
         raise UsageError(f"these options give objects that the API server would refuse: {lines[0]}",
                          details=[f"error: {line}" for line in lines[1:]])

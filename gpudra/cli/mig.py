@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from typing import Any, NoReturn
 
 import click
-import yaml
 
 from gpudra.api.dump import dump_yaml_data, dump_yaml_one
 from gpudra.catalog import GpuModel, UnknownGpuModel, find_gpu_model, gpu_model, mig_models
 from gpudra.cli.errors import NEGATIVE, USAGE, fail
 from gpudra.cli.inputs import require_generated_valid
-from gpudra.cli.options import dns_subdomain_value
+from gpudra.cli.options import (backend_option, dns_subdomain_value, kubeconfig_option, kubernetes_version_option,
+                                node_option)
 from gpudra.cli.output import output_option, plural, render_data, render_objects, report_problems
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _fail(message: str, code: int = USAGE) -> NoReturn:
@@ -175,9 +175,14 @@ def _read_config(path: str) -> Any:
 
 
 def _node_backend(backend: str, profile: str, node_name: str, root: str, plugins_dir: str):
-    from gpudra.discovery import DiscoveryError, open_backend
+    from gpudra.cli.driver import profile_named
+    from gpudra.discovery import DiscoveryError, open_backend, resolve_backend
     from gpudra.driver.paths import DriverPaths
 
+    backend, fell_back = resolve_backend(backend, profile, profile_named())
+    if fell_back:  # changing simulated GPUs under --root (default /) in place of the node's would be a surprise
+        _fail("no NVIDIA driver (NVML) on this machine, and this command changes GPUs: give --backend simulated "
+              "(with --profile and --root) for simulated ones, or --backend nvml on a GPU node")
     paths = DriverPaths(root=root, plugins_dir=plugins_dir)
     try:
         return paths, open_backend(backend, profile=profile, node_name=node_name, state_path=paths.simulated_state)
@@ -186,9 +191,12 @@ def _node_backend(backend: str, profile: str, node_name: str, root: str, plugins
 
 
 _NODE_OPTIONS = [
-    click.option("--backend", type=click.Choice(["simulated", "nvml"]), default="nvml", show_default=True),
+    backend_option(help="auto: NVML where an NVIDIA driver is present; without one these commands, which change "
+                        "GPUs, refuse rather than fall back (a --profile given asks for simulated GPUs); "
+                        "simulated: the --profile's GPUs, kept under --root; nvml: this machine's GPUs"),
     click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile (simulated)"),
-    click.option("--node-name", default="node", envvar="NODE_NAME", show_default=True),
+    node_option("This node's name (its Node object's; $NODE_NAME, as a DaemonSet sets it).", dest="node_name",
+                default="node", envvar="NODE_NAME", show_default=True),
     click.option("--root", default="/", show_default=True,
                  help="the node driver's --root (its checkpoint and the simulated GPU state live under it)"),
     # The driver's checkpoint (prepared claims) lives in its plugin directory: read it where that driver keeps it,
@@ -237,11 +245,12 @@ def apply_command(path: str, config_name: str, backend: str, profile: str, node_
 @click.option("-f", "--filename", "path", required=True,
               help="mig-parted config file or ConfigMap (re-read at every change, e.g. a mounted ConfigMap)")
 @_node_options
-@click.option("--kubeconfig", type=click.Path(dir_okay=False), envvar="KUBECONFIG")
+@kubeconfig_option(help="follow the Node's labels in this cluster ($KUBECONFIG; or --in-cluster)",
+                   envvar="KUBECONFIG")
 @click.option("--in-cluster", is_flag=True, help="use the pod's service account")
 @click.option("--resync", "resync_s", type=click.IntRange(1), default=60, show_default=True,
               help="seconds between full resyncs (a failed config is retried)")
-@click.option("-v", "--verbose", is_flag=True)
+@click.option("-v", "--verbose", is_flag=True, help="log at debug level (every label change and MIG operation)")
 def manager_command(path: str, backend: str, profile: str, node_name: str, root: str, plugins_dir: str,
                     kubeconfig: str | None, in_cluster: bool, resync_s: int, verbose: bool) -> None:
     """Follow the node's nvidia.com/mig.config label: apply that config, report nvidia.com/mig.config.state
@@ -286,16 +295,14 @@ def manager_command(path: str, backend: str, profile: str, node_name: str, root:
 def validate_command(path: str, gpus: tuple[str, ...], verbose: bool, output: str) -> None:
     """Check a mig-parted config: format, profiles, counts and a non-overlapping placement; exit 0 when valid,
     1 when not, 2 when the file cannot be read."""
-    from gpudra.api.load import LoadError, read_text
     from gpudra.api.problems import Problem
+    from gpudra.api.yaml_files import LoadError, read_yaml
     from gpudra.mig.config import configs_in_document, validate_config
 
     try:
-        document = yaml.load(read_text(path), Loader=_Loader)
+        document = read_yaml(path)
     except LoadError as exc:
         _fail(str(exc))
-    except yaml.YAMLError as exc:
-        _fail(f"{path}: not valid YAML: {exc}")
     metadata = document.get("metadata") if isinstance(document, dict) else None
     name = str(metadata.get("name") or "") if isinstance(metadata, dict) else ""
 
@@ -327,20 +334,31 @@ def validate_command(path: str, gpus: tuple[str, ...], verbose: bool, output: st
 @command.command(name="slices")
 @click.option("--gpu", "gpu", required=True, help="GPU model of every GPU on the node")
 @click.option("--count", default=1, show_default=True, type=click.IntRange(1, 8), help="number of GPUs")
-@click.option("--node", "node_name", default="node-1", show_default=True, callback=dns_subdomain_value())
+@node_option("The Node the slices are published for (spec.nodeName, the pool's name).", dest="node_name",
+             default="node-1", show_default=True, callback=dns_subdomain_value())
+@kubernetes_version_option("The release to publish for (1.33-1.36; default 1.36): 1.33 and 1.34 want each GPU's "
+                           "counter set in the slice of its devices, 1.35 on in a slice of its own.")
 @output_option(formats=("table", "wide", "yaml", "json"), pipe_default="yaml",
                help="table: one row per slice; yaml/json: the ResourceSlices.")
-def slices_command(gpu: str, count: int, node_name: str, output: str) -> None:
-    """Print the dynamic-MIG ResourceSlices (k8s >= 1.35 layout) of a node with COUNT such GPUs."""
-    from gpudra.mig.dynamic import DynamicMigGpu, resource_slices
+def slices_command(gpu: str, count: int, node_name: str, kubernetes_version: str | None, output: str) -> None:
+    """Print the dynamic-MIG ResourceSlices of a node with COUNT such GPUs, in the release's layout."""
+    from gpudra.mig.dynamic import DynamicMigGpu, combined_resource_slices, resource_slices
+    from gpudra.versions import SPLIT_SLICES, gate_state, parse_version, partitionable_layout
 
     model = _models((gpu,))[0]
     gpus = [DynamicMigGpu(minor=i, model=model, uuid=f"GPU-{node_name}-{i:08x}",
                           attributes={"productName": {"string": model.product_names[0]},
                                       "architecture": {"string": model.architecture}})
             for i in range(count)]
-    slices = resource_slices(node_name, gpus)
-    require_generated_valid(slices, "mig slices")
+    version = parse_version(kubernetes_version)
+    state = gate_state("DRAPartitionableDevices", version)
+    if not state.default:
+        click.echo(f"warning: Kubernetes {version}: dynamic MIG needs the DRAPartitionableDevices feature gate "
+                   f"({state.describe()}); the API server drops counter sets and consumption while it is off",
+                   err=True)
+    split = partitionable_layout(version) == SPLIT_SLICES
+    slices = resource_slices(node_name, gpus) if split else combined_resource_slices(node_name, gpus)
+    require_generated_valid(slices, "mig slices", version)
     if output in ("table", "wide"):
         from gpudra.cli.driver import slices_table
 
@@ -357,7 +375,8 @@ def slices_command(gpu: str, count: int, node_name: str, output: str) -> None:
 @output_option(help="table: the plan as text (wide: with each MIG device's memory and the claim request it "
                     "serves); yaml/json: as data.")
 def plan_command(paths: tuple[str, ...], gpu: str, count: int, output: str) -> None:
-    """Propose a static MIG layout for a mix of claims and compare it with dynamic MIG."""
+    """Propose a static MIG layout for a mix of claims and compare it with dynamic MIG. Exit 0 when the proposed
+    layout serves every claim, 1 when it leaves some unserved, 2 when the input cannot be read."""
     from gpudra.mig.planner import PlanError, demands_from_objects, plan, render_plan
 
     model = _models((gpu,))[0]
@@ -371,6 +390,13 @@ def plan_command(paths: tuple[str, ...], gpu: str, count: int, output: str) -> N
         click.echo(render_data(result.to_dict(), output), nl=False)
     else:
         click.echo(render_plan(result, wide=output == "wide"))
+    unserved = result.static_usage.unserved
+    if unserved:  # the layout proposed does not serve every claim: the answer is no, as allocate's is
+        dynamic = " (dynamic MIG would serve them all)" if not result.dynamic_usage.unserved else ""
+        counted = Counter(unserved)
+        fail(f"the proposed layout of {count} {model.display_name} leaves {plural(len(unserved), 'device')} "
+             f"unserved: {', '.join(f'{label} ×{n}' if n > 1 else label for label, n in counted.items())}"
+             f"{dynamic}", NEGATIVE)
 
 
 def _load_objects(paths: tuple[str, ...]) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 import click
 
 from gpudra.api.dump import dump_yaml_data
+from gpudra.api.problems import printable
 from gpudra.cli.errors import USAGE, fail, show_error, warn
 from gpudra.cli.inputs import gate_warnings, read_documents, require_valid
 from gpudra.cli.output import render_objects
@@ -54,6 +55,59 @@ def _kind(word: str):
     return info
 
 
+def parse_resource_args(args: tuple[str, ...]) -> list[tuple[Any, str | None]]:
+    """kubectl's two spellings of what to act on: `KIND [NAME…]` or `KIND/NAME…` (kinds may differ then, and
+    `get -o name` prints that form); (kind info, name), name None for every object of the kind."""
+    if not args:
+        _fail("give KIND [NAME…] or KIND/NAME… (e.g. pods, pod/NAME)")
+    if any("/" in arg for arg in args):
+        targets: list[tuple[Any, str | None]] = []
+        for arg in args:
+            kind, sep, name = arg.partition("/")
+            if not sep or not kind or not name or "/" in name:
+                _fail(f"{arg!r}: arguments in resource/name form must all have a resource type and one name "
+                      "(KIND/NAME), as `get -o name` prints them")
+            targets.append((_kind(kind), name))
+        return targets
+    info = _kind(args[0])
+    return [(info, name) for name in args[1:]] or [(info, None)]
+
+
+def _namespace(namespace: str | None) -> str | None:
+    """-n as given, checked as the API server checks a namespace (a DNS label): usage error otherwise."""
+    from gpudra.api.schema import names
+
+    problems = names.field_problems("--namespace", namespace, names.dns_label, 63) if namespace is not None else []
+    if problems:
+        _fail("; ".join(problems))
+    return namespace
+
+
+def _targets_of(documents, namespace: str | None) -> list[tuple[Any, str | None, str]]:
+    """(kind, namespace, name) of each document, each checked as the store will (known kind, its apiVersion, the
+    kind's name rule, a DNS-label namespace) before anything is written: one bad document applies nothing."""
+    from gpudra.cluster.store import StoreError, check_api_version, check_identity, kind_info
+
+    targets, problems = [], []
+    for doc in documents:
+        try:
+            info = kind_info(doc.obj.get("kind") if isinstance(doc.obj, dict) else None)
+            check_api_version(info, doc.obj.get("apiVersion") or info.api_version)
+            ns = (doc.namespace or namespace or "default") if info.namespaced else None
+            meta = doc.metadata
+            name = meta.get("name")
+            if name is None and isinstance(meta.get("generateName"), str):
+                name = meta["generateName"].rstrip("-") + "-x"  # what the store will name it; checked alike
+            check_identity(info, ns, name)
+        except StoreError as exc:
+            problems.append(f"{printable(doc.label())}: {exc}")
+            continue
+        targets.append((info, ns, doc.name))
+    if problems:
+        fail(problems[0], 1, details=[f"error: {p}" for p in problems[1:]])
+    return targets
+
+
 @click.command("apply")
 @click.option("-f", "--filename", "paths", multiple=True, required=True, metavar="PATH",
               help="Manifest file or directory (recursive); '-' reads stdin. Repeatable.")
@@ -70,9 +124,11 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
     from gpudra.cluster.store import StoreError, kind_info, public_view
 
     cluster = _cluster(directory)
+    namespace = _namespace(namespace)
     documents = read_documents(paths)
-    require_valid(documents, "apply", no_validate=False)  # the API server would refuse them: nothing applied
+    _targets_of(documents, namespace)  # kinds the store serves, names it can keep: else nothing applied
     release = cluster.kubernetes_version()
+    require_valid(documents, "apply", no_validate=False, release=release)  # the API server would refuse them
     for problem in gate_warnings(documents, release) if release else []:  # the store drops those fields
         warn(f"{problem.location()}: {problem.path}: {problem.message}")
     _hold_control_loop(cluster)
@@ -81,7 +137,7 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
         try:
             line = apply_document(cluster.store, doc, namespace)
         except StoreError as exc:
-            _fail(f"{doc.label()}: {exc}")
+            _fail(f"{printable(doc.label())}: {exc}", 1)  # the API server says no: invalid, immutable, conflict
         reference = line.rsplit(" ", 1)[0]  # `kind.group/name created`
         if output is None:
             click.echo(line)
@@ -97,54 +153,74 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
 
 
 @click.command("get")
-@click.argument("kind")
-@click.argument("names", nargs=-1)
+@click.argument("resources", nargs=-1, required=True, metavar="KIND [NAME…] | KIND/NAME…")
 @DIR_OPTION
 @NAMESPACE_OPTION
-@click.option("-A", "--all-namespaces", is_flag=True)
+@click.option("-A", "--all-namespaces", is_flag=True, help="List the objects of every namespace (NAMESPACE column).")
 @click.option("-o", "--output", type=click.Choice(["table", "wide", "yaml", "json", "name"]), default="table",
-              show_default=True)
-def get_command(kind: str, names: tuple[str, ...], directory: str | None, namespace: str | None,
+              show_default=True, help="table/wide: kubectl's columns; yaml/json: the objects (several as a List); "
+                                      "name: KIND.GROUP/NAME, which get, describe and delete take back.")
+def get_command(resources: tuple[str, ...], directory: str | None, namespace: str | None,
                 all_namespaces: bool, output: str) -> None:
-    """List or show objects of KIND (pods, resourceclaims, resourceslices, nodes, deviceclasses, events, …)."""
+    """List or show objects of KIND (pods, resourceclaims, resourceslices, nodes, deviceclasses, events, …), as
+    `kubectl get KIND [NAME…]` or `kubectl get KIND/NAME…`."""
     from gpudra.cluster.printers import table
-    from gpudra.cluster.store import public_view
+    from gpudra.cluster.store import StoreError, public_view
 
     cluster = _cluster(directory)
-    info = _kind(kind)
-    ns = None if all_namespaces or not info.namespaced else (namespace or "default")
-    if names:
-        objects = []
-        for name in names:
-            obj = cluster.store.get(info.kind, ns or namespace or "default", name)
-            if obj is None:
-                _fail(f'{info.plural} "{name}" not found', 1)
-            objects.append(obj)
-    else:
-        objects = cluster.store.list(info.kind, ns)
-    objects = [public_view(o) for o in objects]
-    if output == "json":
-        body = objects[0] if len(names) == 1 else {"apiVersion": "v1", "kind": "List", "items": objects,
-                                                    "metadata": {"resourceVersion": ""}}
-        click.echo(json.dumps(body, indent=4))
-    elif output == "yaml":
-        body = objects[0] if len(names) == 1 else {"apiVersion": "v1", "kind": "List", "items": objects,
-                                                    "metadata": {"resourceVersion": ""}}
-        click.echo(dump_yaml_data(body), nl=False)
-    elif output == "name":
+    namespace = _namespace(namespace)
+    targets = parse_resource_args(resources)
+    named = [name for _, name in targets if name is not None]
+    groups: list[tuple[Any, str | None, list[dict[str, Any]]]] = []  # (kind, namespace listed, objects) in order
+    for info, name in targets:
+        ns = None if all_namespaces or not info.namespaced else (namespace or "default")
+        try:
+            if name is None:
+                found = cluster.store.list(info.kind, ns)
+            else:
+                obj = cluster.store.get(info.kind, (ns or namespace or "default") if info.namespaced else None, name)
+                if obj is None:
+                    _fail(f'{info.plural} "{name}" not found', 1)
+                found = [obj]
+        except StoreError as exc:
+            _fail(str(exc), 1)
+        same_kind = next((group for group in groups if group[0] == info), None) if name is not None else None
+        if same_kind is not None:  # kubectl prints one table per kind: `get pod/a node/n pod/b`
+            same_kind[2].extend(found)
+        else:
+            groups.append((info, ns, found))
+    objects = [public_view(o) for _, _, found in groups for o in found]
+    if output in ("json", "yaml"):
+        body = objects[0] if len(named) == 1 and len(targets) == 1 else {
+            "apiVersion": "v1", "kind": "List", "items": objects, "metadata": {"resourceVersion": ""}}
+        click.echo(json.dumps(body, indent=4) if output == "json" else dump_yaml_data(body),
+                   nl=output == "json")
+        return
+    if output == "name":
         for obj in objects:
-            click.echo(f"{info.resource}/{obj['metadata']['name']}")  # kubectl's kind.group/name, as apply -o name
-    elif not objects:
+            click.echo(f"{kind_info_of(obj).resource}/{obj['metadata']['name']}")  # kubectl's kind.group/name
+        return
+    tables = []
+    for info, _ns, found in groups:
+        if found:
+            tables.append(table(info.kind, [public_view(o) for o in found], wide=output == "wide",
+                                with_namespace=all_namespaces and info.namespaced))
+    if tables:
+        click.echo(printable("\n".join(tables), keep="\n"), nl=False)
+    else:
+        info, ns = groups[0][0], groups[0][1]
         where = "" if not info.namespaced or ns is None else f" in {ns} namespace"
         click.echo(f"No resources found{where}.", err=True)
-    else:
-        click.echo(table(info.kind, objects, wide=output == "wide", with_namespace=all_namespaces and info.namespaced),
-                   nl=False)
+
+
+def kind_info_of(obj: dict[str, Any]):
+    from gpudra.cluster.store import kind_info
+
+    return kind_info(str(obj.get("kind", "")))
 
 
 @click.command("delete")
-@click.argument("kind", required=False)
-@click.argument("names", nargs=-1)
+@click.argument("resources", nargs=-1, metavar="KIND NAME… | KIND/NAME…")
 @click.option("-f", "--filename", "paths", multiple=True, metavar="PATH", help="Delete the objects in these files.")
 @DIR_OPTION
 @NAMESPACE_OPTION
@@ -152,23 +228,27 @@ def get_command(kind: str, names: tuple[str, ...], directory: str | None, namesp
 @click.option("-o", "--output", type=click.Choice(["name"]), default=None,
               help="name: KIND.GROUP/NAME of each deleted object (kubectl delete's one format).  [default: "
                    "kubectl's `KIND \"NAME\" deleted` lines]")
-def delete_command(kind: str | None, names: tuple[str, ...], paths: tuple[str, ...], directory: str | None,
+def delete_command(resources: tuple[str, ...], paths: tuple[str, ...], directory: str | None,
                    namespace: str | None, verbose: bool, output: str | None) -> None:
-    """Delete objects; a running pod's claims are unprepared and deallocated before it goes."""
-    from gpudra.cluster.store import StoreError, kind_info
+    """Delete objects (`KIND NAME…`, `KIND/NAME…` as `get -o name` prints them, or -f FILE); a running pod's
+    claims are unprepared and deallocated before it goes."""
+    from gpudra.cluster.store import StoreError
 
     cluster = _cluster(directory)
+    namespace = _namespace(namespace)
     targets: list[tuple[Any, str | None, str]] = []
     if paths:
-        documents = read_documents(paths)
-        for doc in documents:
-            info = kind_info(doc.kind)
-            targets.append((info, (doc.namespace or namespace or "default") if info.namespaced else None, doc.name))
-    elif kind and names:
-        info = _kind(kind)
-        targets = [(info, (namespace or "default") if info.namespaced else None, name) for name in names]
+        # checked as apply checks them (kind, name, namespace) before anything is deleted
+        targets = _targets_of(read_documents(paths), namespace)
+        if resources:
+            _fail("give KIND NAME…, KIND/NAME… or -f FILE, not both")
+    elif resources:
+        for info, name in parse_resource_args(resources):
+            if name is None:
+                _fail(f"give the names of the {info.plural} to delete (KIND NAME… or KIND/NAME…)")
+            targets.append((info, (namespace or "default") if info.namespaced else None, name))
     else:
-        _fail("give KIND NAME… or -f FILE")
+        _fail("give KIND NAME…, KIND/NAME… or -f FILE")
     missing = False
     _hold_control_loop(cluster)
     for info, ns, name in targets:
@@ -205,31 +285,43 @@ def _cascade(cluster, targets) -> None:
 
 
 @click.command("describe")
-@click.argument("kind")
-@click.argument("names", nargs=-1)
+@click.argument("resources", nargs=-1, required=True, metavar="KIND [NAME…] | KIND/NAME…")
 @DIR_OPTION
 @NAMESPACE_OPTION
-def describe_command(kind: str, names: tuple[str, ...], directory: str | None, namespace: str | None) -> None:
-    """Show objects in detail with their events."""
+def describe_command(resources: tuple[str, ...], directory: str | None, namespace: str | None) -> None:
+    """Show objects in detail with their events (a pending pod: also why, per node, as `gpudra explain` says)."""
     from gpudra.cluster.printers import describe
+    from gpudra.cluster.store import StoreError
 
     cluster = _cluster(directory)
-    info = _kind(kind)
-    ns = (namespace or "default") if info.namespaced else None
-    objects = [cluster.store.get(info.kind, ns, n) for n in names] if names else cluster.store.list(info.kind, ns)
-    if any(o is None for o in objects):
-        _fail(f'{info.plural} "{names[objects.index(None)]}" not found', 1)
-    click.echo("\n".join(describe(o, cluster.store.events_for(o), **_pod_context(cluster, o)) for o in objects),
-               nl=False)
+    namespace = _namespace(namespace)
+    objects = []
+    try:
+        for info, name in parse_resource_args(resources):
+            ns = (namespace or "default") if info.namespaced else None
+            if name is None:
+                objects.extend(cluster.store.list(info.kind, ns))
+                continue
+            obj = cluster.store.get(info.kind, ns, name)
+            if obj is None:
+                _fail(f'{info.plural} "{name}" not found', 1)
+            objects.append(obj)
+    except StoreError as exc:
+        _fail(str(exc), 1)
+    text = "\n".join(describe(o, cluster.store.events_for(o), **_pod_context(cluster, o)) for o in objects)
+    click.echo(printable(text, keep="\n"), nl=False)
 
 
 def _pod_context(cluster, obj: dict[str, Any]) -> dict[str, Any]:
-    """For a pod: its namespace's claims by name and the kubelet stand-in's record of it (None: not started)."""
+    """For a pod: its namespace's claims by name, the kubelet stand-in's record of it (None: not started) and,
+    while it is pending, why (explain's per-node summary)."""
     if obj.get("kind") != "Pod":
         return {}
     from gpudra.cluster.kubelet import read_record
+    from gpudra.cluster.why import pending_reasons
 
     namespace = obj["metadata"].get("namespace") or "default"
     claims = {c["metadata"]["name"]: c for c in cluster.store.list("ResourceClaim", namespace)}
     node = (obj.get("spec") or {}).get("nodeName")
-    return {"claims": claims, "record": read_record(cluster, node, obj) if node else None}
+    return {"claims": claims, "record": read_record(cluster, node, obj) if node else None,
+            "why": pending_reasons(cluster, obj)}

@@ -82,8 +82,9 @@ def cluster_options(kubeconfig_help: str | None = None) -> Decorator:
 
 def _checked_version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """An explicit version must name a modelled release: `--kubernetes-version ""` (an unset shell variable) is a
-    usage error, not silently the newest release. The command still receives the user's spelling."""
-    from gpudra.versions import VersionError, parse_version
+    usage error, not silently the newest release. The command still receives the user's spelling. A patch release
+    with a known DRA issue (1.34.0, 1.34.1: gpudra.versions.KNOWN_PATCH_ISSUES) is named on stderr."""
+    from gpudra.versions import VersionError, parse_version, patch_warnings
 
     if value is None:
         return None
@@ -93,15 +94,36 @@ def _checked_version(ctx: click.Context, param: click.Parameter, value: str | No
         parse_version(value)
     except VersionError as error:
         raise click.BadParameter(str(error)) from None
+    for line in patch_warnings(value):
+        click.echo(f"warning: {line}", err=True)
     return value
 
 
 def kubernetes_version_option(help: str | None = None) -> Decorator:
     return click.option("--kubernetes-version", "kubernetes_version", default=None, metavar="VERSION",
                         callback=_checked_version,
-                        help=help or "Behave as this Kubernetes release's components do (1.33-1.36: its default "
-                                     "feature gates and API validation; default: a live cluster's /version, "
-                                     "else 1.36, the newest gpudra knows).")
+                        help=(help or "Behave as this Kubernetes release's components do (1.33-1.36: its default "
+                                      "feature gates and API validation; default: a live cluster's /version, "
+                                      "else 1.36, the newest gpudra knows).")
+                        + " A patch release (1.34.1) is warned about when it has a known DRA issue.")
+
+
+def _runtime_config(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, bool]:
+    from gpudra.versions import RuntimeConfigError, parse_runtime_config
+
+    try:
+        return parse_runtime_config(value)
+    except RuntimeConfigError as error:
+        raise click.BadParameter(str(error).removeprefix("--runtime-config: ")) from None
+
+
+def runtime_config_option() -> Decorator:
+    """kube-apiserver's --runtime-config: the beta resource.k8s.io versions the cluster serves besides v1."""
+    return click.option("--runtime-config", "runtime_config", default=None, metavar="GROUP/VERSION=true,…",
+                        callback=_runtime_config,
+                        help="The API versions the cluster's kube-apiserver enables with its --runtime-config, e.g. "
+                             "resource.k8s.io/v1beta2=true: objects in such a beta version are then served as "
+                             "written (without it they are a warning: the release serves only v1 by default).")
 
 
 def features_option(default: str = "default") -> Decorator:
@@ -130,3 +152,22 @@ def dns_subdomain_value(max_length: int = 253) -> Callable[[click.Context, click
         return value
 
     return check
+
+
+def node_option(help: str, dest: str = "node", **extra: Any) -> Decorator:
+    """A node's name, spelled `--node-name` (kubelet's and NVIDIA's driver's flag) or `--node` (kubectl's
+    `--selector`-free shorthand) alike by every command that takes one."""
+    extra.setdefault("metavar", "NODE")
+    return click.option("--node-name", "--node", dest, help=help, **extra)
+
+
+BACKEND_HELP = ("auto: NVML where an NVIDIA driver is present, else simulated GPUs (with a warning; a --profile "
+                "given asks for simulated GPUs); simulated: the --profile's GPUs; nvml: this machine's GPUs")
+
+
+def backend_option(help: str = BACKEND_HELP) -> Decorator:
+    """Where GPUs come from, with one default everywhere (see gpudra.discovery.resolve_backend)."""
+    from gpudra.discovery import BACKEND_CHOICES
+
+    return click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True,
+                        help=help)

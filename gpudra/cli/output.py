@@ -127,12 +127,13 @@ def plural(count: int, noun: str) -> str:
 
 def problem_line(problem: Problem, stream: IO[str]) -> str:
     """`error: FILE:doc N (Kind/name): field: message` (or `warning: …`), with the suggested fragment."""
+    from gpudra.api.problems import printable
     from gpudra.cli.errors import paint
 
     colour = "red" if problem.severity == "error" else "yellow"
     field = f": {problem.path}" if problem.path else ""
-    text = f"{paint(problem.severity + ':', stream, fg=colour, bold=True)} {problem.location()}{field}: " \
-           f"{problem.message}"
+    text = f"{paint(problem.severity + ':', stream, fg=colour, bold=True)} " \
+           + printable(f"{problem.location()}{field}: {problem.message}")  # input's ESC/BEL never printed raw
     if problem.fix:
         text += "\n" + "\n".join("    " + line for line in problem.fix.rstrip("\n").splitlines())
     return text

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+import time
+from typing import Any, NoReturn
 
 import click
 
 from gpudra.cli.errors import UsageError
+from gpudra.cli.options import features_option, kubernetes_version_option
 from gpudra.cli.output import output_option
 from gpudra.simulate.engine import ALL_POLICIES, DEFAULT_TUNE, METHODS
 from gpudra.simulate.trace import BUNDLED_TRACES, DEFAULT_TRACE
@@ -52,20 +54,26 @@ def _split(values: tuple[str, ...]) -> list[str]:
                    "cores; needs gpudra[distributed].")
 @click.option("--out-dir", type=click.Path(file_okay=False), default=None,
               help="Write results.json, summary.csv, series.csv, PNG plots and report.html here.")
+@kubernetes_version_option("Schedule and allocate as this release (1.33-1.36; default 1.36): its default feature "
+                           "gates. DRA mode shares GPUs through consumable capacity (DRAConsumableCapacity: alpha, "
+                           "off by default in 1.34 and 1.35), which it then needs in --features.")
+@features_option()
 @output_option(formats=("table", "wide", "yaml", "json", "csv"),
                help="table: mean over seeds (wide: with tasks, scheduled and CPU seconds); json: one object per "
                     "experiment per line; yaml: the same objects as a `---` stream; csv: the summary.")
 def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None, manifests: tuple[str, ...],
             policies: tuple[str, ...], seed: int, seeds: int, mode: str, tune: float, method: str, jobs: int | None,
-            dask_scheduler: str | None, out_dir: str | None, output: str) -> None:
+            dask_scheduler: str | None, out_dir: str | None, kubernetes_version: str | None, features: str,
+            output: str) -> None:
     """Replay a trace of a GPU cluster: every task becomes a Pod (with a ResourceClaim in DRA mode), every node
     a Node with the ResourceSlices gpudra's driver publishes, and every placement goes through gpudra's scheduler
     and allocator. Reports the GPU allocation ratio and the unallocated GPUs at 100% arrived GPU demand, the
     FGD paper's measure. Same seed, same result."""
     from gpudra.simulate.distributed import DistributedError
     from gpudra.simulate.engine import SimulationError
-    from gpudra.simulate.report import summary_csv, write_outputs
-    from gpudra.simulate.sweep import Experiment, TraceSource, run_sweep, summarize
+    from gpudra.simulate.budget import SweepClock, predictions
+    from gpudra.simulate.sweep import (Experiment, SweepInterrupted, TraceSource, default_jobs, run_sweep,
+                                       trace_of)
     from gpudra.simulate.trace import TraceError
 
     from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
@@ -121,7 +129,7 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
         sources = [TraceSource(name) for name in names]
     try:
         for source in sources:
-            source.load()  # unreadable input is a usage error before any work starts
+            trace_of(source)  # unreadable input is a usage error before any work starts (parsed once, kept)
     except TraceError as exc:
         raise UsageError(str(exc)) from None
     if out_dir:  # before the run, not after minutes of it
@@ -129,25 +137,35 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
     modes = ["dra", "device-plugin"] if mode == "both" else [mode]
     if manifests:
         modes = ["manifests"]
-    experiments = [Experiment(source, policy, s, m, tune, method)
+    version = _release(kubernetes_version, features, "dra" in modes)
+    gates = None if features == "default" else features
+    experiments = [Experiment(source, policy, s, m, tune, method, version, gates)
                    for source in sources for m in modes for policy in chosen for s in range(seed, seed + seeds)]
-    progress = _progress(len(experiments))
+    workers = min(jobs or default_jobs(), len(experiments))
+    clock = SweepClock(predictions(experiments, trace_of), workers)
+    progress = SweepProgress(experiments, clock, dask_scheduler)
+    progress.announce(len(sources), len(modes), len(chosen), seeds, out_dir)
     try:
         results = run_sweep(experiments, jobs, on_done=progress.experiment_done, progress=progress.task_done,
                             dask_scheduler=dask_scheduler)
     except (SimulationError, DistributedError) as exc:
         raise UsageError(str(exc)) from None
+    except SweepInterrupted as stopped:
+        progress.close()
+        _interrupted(stopped, out_dir, output)
     finally:
         progress.close()
     if out_dir:
-        try:
-            written = write_outputs(results, out_dir)
-        except OSError as exc:
-            raise UsageError(f"--out-dir {out_dir}: {_reason(exc)}") from None
-        for path in written:
-            click.echo(f"wrote {path}", err=True)
+        _write(results, out_dir)
     for note in _empty_column_notes(results, tune):
         click.echo(f"note: {note}", err=True)
+    _print(results, output)
+
+
+def _print(results: list[dict], output: str) -> None:
+    from gpudra.simulate.report import summary_csv
+    from gpudra.simulate.sweep import summarize
+
     if output == "json":
         for result in results:
             click.echo(json.dumps(result, separators=(",", ":")))
@@ -159,6 +177,47 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
         click.echo(summary_csv(summarize(results)), nl=False)
     else:
         click.echo(_table(summarize(results), wide=output == "wide"))
+
+
+def _write(results: list[dict], out_dir: str) -> None:
+    from gpudra.simulate.report import write_outputs
+
+    try:
+        written = write_outputs(results, out_dir)
+    except OSError as exc:
+        raise UsageError(f"--out-dir {out_dir}: {_reason(exc)}") from None
+    for path in written:
+        click.echo(f"wrote {path}", err=True)
+
+
+def _interrupted(stopped: Any, out_dir: str | None, output: str) -> NoReturn:
+    """Ctrl-C: what finished is written and printed, then exit 130 as a shell reports SIGINT."""
+    click.echo(f"interrupted: {len(stopped.finished)} of {stopped.total} experiments had finished", err=True)
+    if stopped.finished:
+        if out_dir:
+            _write(stopped.finished, out_dir)
+        _print(stopped.finished, output)
+    raise click.exceptions.Exit(130)
+
+
+def _release(kubernetes_version: str | None, features: str, dra: bool) -> str | None:
+    """The release to simulate (None: the newest); DRA mode's shared GPUs need consumable capacity there."""
+    from gpudra.allocator.features import Features
+    from gpudra.versions import gate_state, parse_version
+
+    if kubernetes_version is None and features == "default":
+        return None
+    version = parse_version(kubernetes_version)
+    try:
+        gates = Features.parse(features, version)
+    except ValueError as exc:
+        raise UsageError(f"--features: {exc}") from None
+    if dra and not gates.consumable_capacity:
+        raise UsageError(f"--mode dra shares GPUs through consumable capacity, which Kubernetes {version} leaves "
+                         f"off (DRAConsumableCapacity: {gate_state('DRAConsumableCapacity', version).describe()}): "
+                         "add --features default,+DRAConsumableCapacity if the cluster enables the gate, or use "
+                         "--mode device-plugin")
+    return version
 
 
 def _writable_directory(path: str) -> None:
@@ -210,39 +269,72 @@ def _table(rows: list[dict], wide: bool = False) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
 
 
-class _progress:
-    """A progress bar on stderr, only when stderr is a terminal."""
+class SweepProgress:
+    """What a person waiting on a sweep sees on stderr: the experiment count and an estimate before it starts,
+    then after each experiment how many are done and about how long is left (`gpudra/simulate/budget.py`: the
+    estimate recalibrates to the measured times). On a terminal one line is redrawn; in a log, a line per
+    experiment. One experiment alone shows a bar over its tasks on a terminal, as before."""
 
-    def __init__(self, experiments: int):
-        self.bar: Any = None  # a click progress bar while one is shown
+    def __init__(self, experiments: list[Any], clock: Any, dask_scheduler: str | None):
         self.experiments = experiments
-        self.enabled = sys.stderr.isatty()
+        self.clock = clock
+        self.dask = dask_scheduler
+        self.terminal = sys.stderr.isatty()
+        self.started = time.monotonic()
+        self.bar: Any = None  # the task bar of a single experiment
         self.last = 0
+        self.line = False  # a redrawn line is on the terminal
 
-    def _bar(self, length: int, label: str):
-        if self.bar is None and self.enabled:
-            self.bar = click.progressbar(length=length, label=label, file=sys.stderr)
-            self.bar.__enter__()
-        return self.bar
+    def announce(self, traces: int, modes: int, policies: int, seeds: int, out_dir: str | None) -> None:
+        from gpudra.simulate.budget import duration
 
-    def task_done(self, done: int, total: int) -> None:  # one experiment in this process: tasks
-        bar = self._bar(total, "tasks")
-        if bar is not None and (done - self.last >= 50 or done == total):
-            bar.update(done - self.last)
-            self.last = done
-
-    def experiment_done(self, done: int, total: int, result: dict) -> None:
+        total = len(self.experiments)
         if total <= 1:
             return
-        if self.bar is not None and self.bar.length != total:
-            self.close()
-            self.last = 0
-        bar = self._bar(total, "experiments")
-        if bar is not None:
-            bar.update(done - self.last)
+        shape = " × ".join(f"{n} {one if n == 1 else many}" for n, one, many in
+                           ((traces, "trace", "traces"), (modes, "mode", "modes"), (policies, "policy", "policies"),
+                            (seeds, "seed", "seeds")))
+        where = "on the Dask cluster" if self.dask else f"{self.clock.workers} at a time"
+        cpu = sum(self.clock.predicted)
+        estimate = (f"about {duration(cpu)} of CPU" if self.dask
+                    else f"about {duration(self.clock.total_seconds())}")
+        keep = " and keeps the finished ones in --out-dir" if out_dir else " and prints the finished ones"
+        click.echo(f"{total} experiments ({shape}), {where}: {estimate} (estimated from the CPU time measured "
+                   f"per task; the ETA follows this machine's own times). Ctrl-C stops{keep}.", err=True)
+
+    def task_done(self, done: int, total: int) -> None:  # one experiment in this process: its tasks
+        if len(self.experiments) > 1 or not self.terminal:
+            return
+        if self.bar is None:
+            self.bar = click.progressbar(length=total, label="tasks", file=sys.stderr)
+            self.bar.__enter__()
+        if done - self.last >= 50 or done == total:
+            self.bar.update(done - self.last)
             self.last = done
+
+    def experiment_done(self, index: int, done: int, total: int, result: dict) -> None:
+        from gpudra.simulate.budget import duration
+
+        self.clock.finished(index, float(result.get("seconds") or 0.0))
+        if total <= 1:
+            return
+        elapsed = time.monotonic() - self.started
+        left = self.clock.remaining_seconds(elapsed)
+        status = (f"{done}/{total} experiments, {duration(elapsed)} elapsed"
+                  + (f", about {duration(left)} left" if done < total else ""))
+        if self.terminal:
+            click.echo(f"\r\x1b[K{status}", err=True, nl=done == total)
+            self.line = done < total
+        else:
+            e = self.experiments[index]
+            click.echo(f"[{done}/{total}] {e.source.name} {e.mode} {e.policy} seed {e.seed}: "
+                       f"{duration(float(result.get('seconds') or 0.0))}"
+                       + (f"; about {duration(left)} left" if done < total else ""), err=True)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.__exit__(None, None, None)
             self.bar = None
+        if self.line:
+            click.echo("", err=True)
+            self.line = False

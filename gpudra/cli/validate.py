@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 
 import click
 
 from gpudra.api.dump import dump_json, dump_yaml
 from gpudra.api.validate import has_errors, validate_documents
 from gpudra.cli.errors import NEGATIVE, OK, USAGE, InputError, UsageError, show_error
-from gpudra.cli.options import cluster_options, filename_option, kubernetes_version_option
+from gpudra.cli.options import cluster_options, filename_option, kubernetes_version_option, runtime_config_option
 from gpudra.cli.output import output_option, plural, render_problems, report_problems
 from gpudra.cli.progress import progress
 from gpudra.scheduler.meta import key_of
@@ -24,9 +25,11 @@ from gpudra.scheduler.meta import key_of
 @click.option("-q", "--quiet", is_flag=True, help="Print errors only, no warnings or summary.")
 @kubernetes_version_option("Validate as this release's API server (1.33-1.36; default 1.36): a field behind a "
                            "feature gate that is off by default there is a warning naming the gate.")
+@runtime_config_option()
 @cluster_options("With --fix: check the repairs against this cluster's ResourceSlices (read-only).")
 def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool, kubernetes_version: str | None,
-            kubeconfig: str | None, context: str | None, request_timeout: float | None) -> None:
+            runtime_config: dict[str, bool], kubeconfig: str | None, context: str | None,
+            request_timeout: float | None) -> None:
     """Validate Kubernetes DRA manifests: exit 0 when valid, 1 when there are errors, 2 when input cannot be read.
 
     Every problem is reported as FILE:doc N (Kind/name): field.path: message. Files that cannot be read are
@@ -51,8 +54,8 @@ def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool, kuberne
     for error in unreadable:
         show_error(str(error))
     cluster = _read_cluster(kubeconfig, context, request_timeout) if fix and (kubeconfig or context) else []
-    code = _fix(documents, output, quiet, cluster, version=version) if fix else _check(documents, output, quiet,
-                                                                                      version, len(unreadable))
+    code = (_fix(documents, output, quiet, cluster, version=version) if fix
+            else _check(documents, output, quiet, version, len(unreadable), runtime_config))
     sys.exit(USAGE if unreadable else code)
 
 
@@ -67,11 +70,12 @@ def _read_cluster(kubeconfig: str | None, context: str | None, request_timeout: 
         raise InputError(str(exc)) from None
 
 
-def _check(documents, output: str, quiet: bool, version: str | None = None, unreadable: int = 0) -> int:
+def _check(documents, output: str, quiet: bool, version: str | None = None, unreadable: int = 0,
+           runtime_config: dict[str, bool] | None = None) -> int:
     if not documents:
         return OK
     with progress() as bar:
-        problems = validate_documents(documents, version, progress=bar)
+        problems = validate_documents(documents, version, progress=bar, runtime_config=runtime_config)
     report_problems(problems, output, _counted(documents), len(documents), quiet, unreadable)
     return NEGATIVE if has_errors(problems) else OK
 
@@ -92,7 +96,8 @@ def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None,
     before = _claim_specs(d.obj for d in documents)  # fix_documents may change the objects in place
     result = fix_documents(documents, [o for o in cluster if o.get("kind") == "ResourceSlice"])
     objects = [d.obj for d in result.documents]
-    sys.stdout.write(dump_json(objects) if output == "json" else dump_yaml(objects))
+    printed = _to_print(objects, quiet)
+    sys.stdout.write(dump_json(printed) if output == "json" else dump_yaml(printed))
     remaining = validate_documents(result.documents, version)
     errors = [p for p in remaining if p.severity == "error"]
     if not quiet:
@@ -123,6 +128,24 @@ def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None,
         else:
             click.echo(f"{claim}: {'repaired, but still ' if repaired else ''}unallocatable: {what}", err=True)
     return NEGATIVE if any(not node for _, node, _ in verdicts) else OK
+
+
+# What a cluster publishes about itself (the kubelet its Node, drivers their ResourceSlices): given with manifests,
+# they are what the repairs are checked against, not objects to `kubectl apply`.
+CLUSTER_STATE_KINDS = ("Node", "ResourceSlice")
+
+
+def _to_print(objects: list, quiet: bool) -> list:
+    """The repaired manifests to print: without the cluster's own objects, unless nothing else was given."""
+    kept = [o for o in objects if not (isinstance(o, dict) and o.get("kind") in CLUSTER_STATE_KINDS)]
+    if not kept or len(kept) == len(objects):
+        return objects
+    if not quiet:
+        left = Counter(o["kind"] for o in objects if isinstance(o, dict) and o.get("kind") in CLUSTER_STATE_KINDS)
+        names = " and ".join(plural(n, kind) for kind, n in sorted(left.items()))
+        click.echo(f"not printed: {names}, the cluster's own objects the repairs were checked against "
+                   "(the kubelet and the drivers publish them; `kubectl apply` must not create them)", err=True)
+    return kept
 
 
 def _claim_specs(objects) -> dict[str, str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -29,7 +30,7 @@ from gpudra.versions import parse_version
 
 from .kubelet import Kubelet, running_status, waiting_status
 from .layout import ClusterDir
-from .store import StoreError, created_serial
+from .store import StoreError, created_serial, open_private
 
 MODEL_KINDS = ("Node", "DeviceClass", "ResourceSlice", "DeviceTaintRule", "PriorityClass", "ResourceClaimTemplate",
                "ResourceClaim", "Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet", "Pod")
@@ -57,14 +58,17 @@ def holding(cluster: ClusterDir) -> Iterator[None]:
         finally:
             depths[path] -= 1
         return
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    fd = open_private(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         depths[path] = 1
         try:
             yield
         finally:
             depths[path] = 0
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def _snapshot(obj: dict[str, Any]) -> str:
@@ -78,6 +82,9 @@ class ControlLoop:
         self.config = cluster.load_config()
         self.step = step or (lambda kind, text: None)
         self.kubelet = Kubelet(cluster, self.config.driver_name, self.event)
+        # the nodes that have a kubelet: a pod bound to any other name (spec.nodeName in a manifest) waits, as it
+        # would for a node that never joins, and never names a directory
+        self.nodes = {node.name for node in self.config.nodes}
 
     def event(self, obj: dict[str, Any], type_: str, reason: str, message: str, component: str) -> None:
         self.store.record_event(obj, type_, reason, message, component)
@@ -153,7 +160,7 @@ class ControlLoop:
         started_claims: dict[str, set[str]] = {}
         for pod in pods:
             node = (pod.get("spec") or {}).get("nodeName")
-            if node and not pod["metadata"].get("deletionTimestamp"):
+            if node in self.nodes and not pod["metadata"].get("deletionTimestamp"):
                 record = self.kubelet.record(node, pod)
                 for claim in (record or {}).get("claims", []):
                     started_claims.setdefault(node, set()).add(claim["uid"])
@@ -161,7 +168,7 @@ class ControlLoop:
             if not pod["metadata"].get("deletionTimestamp"):
                 continue
             node = (pod.get("spec") or {}).get("nodeName")
-            if node:
+            if node in self.nodes:
                 record = self.kubelet.record(node, pod)
                 if not self.kubelet.stop_pod(pod, started_claims.get(node, set())):
                     continue  # the driver did not answer: stays Terminating, retried next time
@@ -203,7 +210,7 @@ class ControlLoop:
             if key not in before:
                 annotations = (claim.get("metadata") or {}).get("annotations") or {}
                 owner = next((r["name"] for r in claim["metadata"].get("ownerReferences") or []), "?")
-                self.store.create(claim)
+                claim = self.store.create(claim)  # with the uid the store gave it
                 self.event(claim, "Normal", "Created", f"created from template for pod {owner} "
                            f"(pod claim {annotations.get(POD_CLAIM_NAME_ANNOTATION)})", CLAIM_CONTROLLER)
                 self.step("claim", f"claim {key} created from template for pod {claim['metadata']['namespace']}/{owner}")
@@ -257,7 +264,7 @@ class ControlLoop:
         claims = {key_of(c): c for c in self.store.list("ResourceClaim")}
         for pod in self.store.list("Pod"):
             node = (pod.get("spec") or {}).get("nodeName")
-            if not node or pod["metadata"].get("deletionTimestamp") or is_terminal(pod):
+            if node not in self.nodes or pod["metadata"].get("deletionTimestamp") or is_terminal(pod):
                 continue
             record = self.kubelet.record(node, pod)
             if record is None:
@@ -266,7 +273,8 @@ class ControlLoop:
                     continue
                 if self.kubelet.start_pod(pod, pod_claims, names):
                     record = self.kubelet.record(node, pod)
-                    assert record is not None  # start_pod recorded it
+                    if record is None:
+                        continue  # its record is unreadable (removed meanwhile): started again next round
                     self._prepared_steps(record)
                 else:
                     if (pod.get("status") or {}).get("containerStatuses") is None:

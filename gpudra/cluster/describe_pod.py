@@ -86,9 +86,9 @@ def _claims(pod: dict[str, Any], claims: dict[str, dict[str, Any]]) -> list[str]
 
 
 def describe_pod(pod: dict[str, Any], claims: dict[str, dict[str, Any]], record: dict[str, Any] | None,
-                 status_word: str) -> list[str]:
+                 status_word: str, why: list[str] | None = None) -> list[str]:
     """The lines before Events. `claims`: the namespace's claims by name; `record`: the kubelet stand-in's record
-    of the started pod (None: not started)."""
+    of the started pod (None: not started); `why`: for a pending pod, explain's per-node summary."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     owners = meta.get("ownerReferences") or []
     lines = [
@@ -115,4 +115,8 @@ def describe_pod(pod: dict[str, Any], claims: dict[str, dict[str, Any]], record:
         lines.append("Conditions:")
         lines.extend(INDENT + line for line in render_table(["Type", "Status"], conditions).splitlines())
     lines.extend(_claims(pod, claims))
+    if why:
+        target = f"pod/{meta.get('name')}" + (f" -n {meta['namespace']}" if meta.get("namespace") else "")
+        lines.append(f"Why Pending:      (`gpudra explain {target}` shows every node and what would make it fit)")
+        lines.extend(INDENT + line if line else "" for line in why)
     return lines

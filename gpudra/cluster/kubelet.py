@@ -17,10 +17,11 @@ import grpc
 
 from gpudra.atomicfile import write_atomic
 from gpudra.cdi import CdiError, apply_devices, default_oci_spec
+from gpudra.driver.claimpaths import ClaimPathError, is_inside, uid_path
 from gpudra.driver.kubelet_client import KubeletClient
 
 from .layout import ClusterDir
-from .store import now_rfc3339
+from .store import FILE_MODE, now_rfc3339, private_dirs
 
 COMPONENT = "kubelet"
 Emit = Callable[[dict[str, Any], str, str, str, str], None]  # (object, type, reason, message, component)
@@ -44,15 +45,17 @@ class Kubelet:
         directory = self.cluster.kubelet_dir(node)
         out = []
         for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
-            if name.endswith(".json"):
-                with open(os.path.join(directory, name), encoding="utf-8") as fh:
-                    out.append(json.load(fh))
+            if name.endswith(".json") and not name.startswith(".") and is_inside(directory, name):
+                record = _load_record(os.path.join(directory, name))
+                if record is not None:
+                    out.append(record)
         return out
 
     def _write_record(self, node: str, pod: dict[str, Any], record: dict[str, Any]) -> None:
         # atomic: the record is what says "started", so it is there whole or not at all
-        write_atomic(self.record_path(node, pod), json.dumps(record, indent=1).encode(), mode=0o644,
-                     label="kubelet-pod", fsync=False, make_dirs=0o755)
+        path = self.record_path(node, pod)
+        private_dirs(os.path.dirname(path))
+        write_atomic(path, json.dumps(record, indent=1).encode(), mode=FILE_MODE, label="kubelet-pod", fsync=False)
 
     # ----- the plugin connection ----------------------------------------------------------------
     def _client(self, node: str) -> KubeletClient:
@@ -147,7 +150,10 @@ class Kubelet:
                 return False
         for view in record["containers"]:
             self.emit(pod, "Normal", "Killing", f"Stopping container {view['name']}", COMPONENT)
-        os.unlink(self.record_path(node, pod))
+        try:
+            os.unlink(self.record_path(node, pod))
+        except FileNotFoundError:
+            pass
         return True
 
 
@@ -179,13 +185,24 @@ def waiting_status(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def record_path(cluster: ClusterDir, node: str, pod: dict[str, Any]) -> str:
-    """Where the kubelet stand-in keeps what it did for a started pod (claims prepared, each container's view)."""
-    return os.path.join(cluster.kubelet_dir(node), f"{pod['metadata']['uid']}.json")
+    """Where the kubelet stand-in keeps what it did for a started pod (claims prepared, each container's view):
+    named by the pod's uid, which must be one (the store assigns them) and is proven to stay inside the node's
+    directory (ClaimPathError otherwise)."""
+    return uid_path(cluster.kubelet_dir(node), str((pod.get("metadata") or {}).get("uid")), suffix=".json")
+
+
+def _load_record(path: str) -> dict[str, Any] | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        with os.fdopen(fd, encoding="utf-8") as fh:
+            record = json.load(fh)
+    except (OSError, ValueError):  # gone, a symlink, half a crash: as if the pod had not started
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def read_record(cluster: ClusterDir, node: str, pod: dict[str, Any]) -> dict[str, Any] | None:
     try:
-        with open(record_path(cluster, node, pod), encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
+        return _load_record(record_path(cluster, node, pod))
+    except ClaimPathError:
         return None

@@ -7,15 +7,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
 
 from gpudra.api.dump import dump_yaml_data
+from gpudra.api.schema import names
+from gpudra.atomicfile import remove_stale_temps, write_atomic
+from gpudra.driver.claimpaths import ClaimPathError, path_inside
 from gpudra.driver.paths import DriverPaths
 from gpudra.driver.slices import DEFAULT_DRIVER_NAME
-
 from gpudra.errors import GpudraError
 
-from .store import Store
+from .store import FILE_MODE, Store, private_dirs
 
 CONFIG_FILE = "cluster.yaml"
 DEFAULT_NODES = "dgx-h100:2,hgx-a100-mig+dynamic-mig,l4-node"
@@ -113,27 +114,67 @@ class ClusterDir:
         return os.path.isfile(self.config_path)
 
     def load_config(self) -> ClusterConfig:
+        from gpudra.api.yaml_files import LoadError, read_yaml  # the manifest loader's limits
+
+        if not os.path.lexists(self.config_path):
+            raise ClusterSetupError(f"no local cluster in {self.path} (run `gpudra cluster up --dir {self.path}`)")
         try:
-            with open(self.config_path, encoding="utf-8") as fh:
-                data = yaml.safe_load(fh) or {}
-        except FileNotFoundError:
-            raise ClusterSetupError(f"no local cluster in {self.path} (run `gpudra cluster up --dir {self.path}`)") from None
-        nodes = [NodeSpec(n["name"], n["profile"], bool(n.get("dynamicMig"))) for n in data.get("nodes") or []]
+            data = read_yaml(self.config_path) or {}
+        except LoadError as exc:
+            raise ClusterSetupError(f"cluster config {exc}") from None
+        entries = data.get("nodes") or [] if isinstance(data, dict) else None
+        if not isinstance(entries, list) or not all(
+                isinstance(n, dict) and isinstance(n.get("name"), str) and isinstance(n.get("profile"), str)
+                for n in entries):
+            raise ClusterSetupError(f"cluster config {self.config_path}: expected a mapping whose `nodes` each "
+                                    "have a name and a profile")
+        nodes = [NodeSpec(n["name"], n["profile"], bool(n.get("dynamicMig"))) for n in entries]
+        try:
+            event_ttl_s = int(data.get("eventTTLSeconds", DEFAULT_EVENT_TTL_S))
+        except (TypeError, ValueError):
+            raise ClusterSetupError(f"cluster config {self.config_path}: eventTTLSeconds is not a number") from None
         return ClusterConfig(nodes=nodes, policy=data.get("policy", "kube"),
                              kubernetes_version=str(data.get("kubernetesVersion", DEFAULT_KUBERNETES_VERSION)),
-                             driver_name=data.get("driverName", DEFAULT_DRIVER_NAME),
-                             event_ttl_s=int(data.get("eventTTLSeconds", DEFAULT_EVENT_TTL_S)))
+                             driver_name=data.get("driverName", DEFAULT_DRIVER_NAME), event_ttl_s=event_ttl_s)
 
     def save_config(self, config: ClusterConfig) -> None:
-        os.makedirs(self.path, exist_ok=True)
+        private_dirs(self.path)
         data = {"apiVersion": "gpudra.local/v1", "kind": "LocalCluster", "policy": config.policy,
                 "kubernetesVersion": config.kubernetes_version, "driverName": config.driver_name,
                 "eventTTLSeconds": config.event_ttl_s, "nodes": [n.to_dict() for n in config.nodes]}
-        with open(self.config_path, "w", encoding="utf-8") as fh:
-            fh.write(dump_yaml_data(data))
+        write_atomic(self.config_path, dump_yaml_data(data).encode(), mode=FILE_MODE,
+                     label="cluster-config", fsync=False)
 
     def node_dir(self, node: str) -> str:
-        return os.path.join(self.path, "nodes", node)
+        """The node's directory: its name a DNS subdomain (a Node's name rule), the path proven inside."""
+        problems = names.field_problems("node name", node, names.dns_subdomain, 253)
+        try:
+            if problems:
+                raise ClaimPathError("; ".join(problems))
+            return path_inside(os.path.join(self.path, "nodes"), node)
+        except ClaimPathError as exc:
+            raise ClusterSetupError(f"{self.config_path}: {exc}") from None
+
+    def make_private(self) -> None:
+        """The cluster's own top-level entries 0700/0600 (a cluster brought up by an older gpudra, or under a lax
+        umask, gets them too); what lies below a 0700 directory is out of other users' reach anyway. The directory
+        itself is left alone: it may be the user's own (`--dir .`)."""
+        for entry in self.OWN_ENTRIES:
+            path = os.path.join(self.path, entry)
+            if os.path.exists(path) and not os.path.islink(path):
+                os.chmod(path, 0o700 if os.path.isdir(path) else FILE_MODE)
+
+    def remove_crash_leftovers(self) -> list[str]:
+        """Temp files of writes a crash interrupted (store, config, kubelet records) that no live process is
+        writing: `cluster up` removes them. Returns their paths."""
+        removed = [os.path.join(self.path, name) for name in remove_stale_temps(self.path)]
+        nodes = os.path.join(self.path, "nodes")
+        # not the drivers' own directories: a running driver's fixed-name temp file is in use (it cleans its own)
+        kubelets = [os.path.join(nodes, n, "kubelet") for n in (os.listdir(nodes) if os.path.isdir(nodes) else [])]
+        for top in (self.store.root, *kubelets):
+            for directory, _subdirs, _ in os.walk(top):  # os.walk follows no symlinked directory
+                removed += [os.path.join(directory, name) for name in remove_stale_temps(directory)]
+        return removed
 
     def driver_paths(self, node: str, driver_name: str = DEFAULT_DRIVER_NAME) -> DriverPaths:
         return DriverPaths(driver_name=driver_name, root=self.node_dir(node), registry_dir=REGISTRY_DIR,
@@ -181,9 +222,9 @@ def default_new_dir() -> str:
 
 def remember(path: str) -> None:
     pointer = current_pointer()
-    os.makedirs(os.path.dirname(pointer), exist_ok=True)
-    with open(pointer, "w", encoding="utf-8") as fh:
-        fh.write(os.path.abspath(path) + "\n")
+    private_dirs(os.path.dirname(pointer))  # 0700: no other user may point this user's commands elsewhere
+    write_atomic(pointer, (os.path.abspath(path) + "\n").encode(), mode=FILE_MODE, label="cluster-pointer",
+                 fsync=False)
 
 
 def forget(path: str) -> None:
@@ -197,14 +238,23 @@ def forget(path: str) -> None:
         os.unlink(pointer)
 
 
+def current_dir() -> str | None:
+    """The cluster brought up last, else the default directory when it holds a cluster; None when neither."""
+    try:
+        with open(current_pointer(), encoding="utf-8") as fh:
+            path = fh.read().strip()
+        if path:
+            return path
+    except FileNotFoundError:
+        pass
+    return default_new_dir() if ClusterDir(default_new_dir()).exists() else None
+
+
 def resolve_dir(path: str | None) -> ClusterDir:
     """`--dir DIR`, else the cluster brought up last; it must hold a cluster."""
+    path = path or current_dir()
     if not path:
-        try:
-            with open(current_pointer(), encoding="utf-8") as fh:
-                path = fh.read().strip()
-        except FileNotFoundError:
-            raise ClusterSetupError("no local cluster: run `gpudra cluster up` (or pass --dir DIR)") from None
+        raise ClusterSetupError("no local cluster: run `gpudra cluster up` (or pass --dir DIR)")
     cluster = ClusterDir(path)
     if not cluster.exists():
         raise ClusterSetupError(f"no local cluster in {cluster.path} (run `gpudra cluster up --dir {cluster.path}`)")

@@ -49,11 +49,17 @@ class StoreClaimSource:
         self.store = store
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.store.get("ResourceClaim", namespace, name)
+        from gpudra.driver.claims import ClaimSourceError
+
+        try:
+            return self.store.get("ResourceClaim", namespace, name)
+        except StoreError as exc:  # an identity the store refuses: the prepare fails with the reason
+            raise ClaimSourceError(str(exc)) from None
 
 
 def main(argv: list[str]) -> int:
     from gpudra.driver.agent import AgentOptions, DriverAgent
+    from gpudra.versions import partitionable_layout
 
     directory, node_name = argv
     cluster = ClusterDir(directory)
@@ -69,7 +75,8 @@ def main(argv: list[str]) -> int:
             logging.getLogger(__name__).warning("Kubernetes %s: %s", config.kubernetes_version, note)
     options = AgentOptions(node_name=node.name, backend="simulated", profile=node.profile,
                            driver_name=config.driver_name, root=cluster.node_dir(node.name),
-                           dynamic_mig=dynamic_mig, registry_dir=REGISTRY_DIR, plugins_dir=PLUGINS_DIR,
+                           dynamic_mig=dynamic_mig, slice_layout=partitionable_layout(config.kubernetes_version),
+                           registry_dir=REGISTRY_DIR, plugins_dir=PLUGINS_DIR,
                            cdi_dir=CDI_DIR)
     agent = DriverAgent(options, claims=StoreClaimSource(cluster.store), slice_client=StoreSliceClient(cluster.store))
     agent.start()

@@ -10,14 +10,16 @@ import sys
 import time
 from typing import Callable
 
+from gpudra.atomicfile import write_atomic
 from gpudra.driver.plugin import check_socket_path
 
-from .layout import ClusterConfig, ClusterDir, ClusterSetupError, NodeSpec, forget, remember
-from .store import StoreError
+from .layout import DEFAULT_NODES, ClusterConfig, ClusterDir, ClusterSetupError, NodeSpec, forget, parse_nodes, remember
+from .store import FILE_MODE, StoreError, open_private, private_dirs
 
 AGENT_MODULE = "gpudra.cluster.nodeagent"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
+REGISTER_TIMEOUT_S = 10.0
 POLL_S = 0.02
 
 
@@ -74,15 +76,15 @@ def driver_alive(cluster: ClusterDir, node: str) -> int | None:
 
 def spawn(cluster: ClusterDir, args: list[str], pid_file: str, log_file: str) -> subprocess.Popen:
     """A background process of the cluster: own session (a terminal's Ctrl-C does not reach it), log file, pid file."""
-    os.makedirs(os.path.dirname(pid_file), exist_ok=True)
-    log = open(log_file, "ab")  # noqa: SIM115 - handed to the child
+    private_dirs(os.path.dirname(pid_file))
+    log = open_private(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
+        # umask 077: whatever the driver and the control plane create (sockets included) is theirs alone
         process = subprocess.Popen([sys.executable, "-m", *args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                   start_new_session=True, cwd=cluster.path)
+                                   start_new_session=True, cwd=cluster.path, umask=0o077)
     finally:
-        log.close()
-    with open(pid_file, "w", encoding="utf-8") as fh:
-        fh.write(f"{process.pid}\n")
+        os.close(log)
+    write_atomic(pid_file, f"{process.pid}\n".encode(), mode=FILE_MODE, label="cluster-pid", fsync=False)
     return process
 
 
@@ -124,13 +126,84 @@ def register_plugin(cluster: ClusterDir, node: str, driver_name: str) -> str:
     from gpudra.driver.kubelet_client import KubeletClient
 
     client = KubeletClient(cluster.driver_paths(node, driver_name).registration_socket)
+    deadline = time.monotonic() + REGISTER_TIMEOUT_S
     try:
-        info = client.register()
-    except (grpc.RpcError, RuntimeError) as exc:
-        raise ClusterSetupError(f"node {node}: the kubelet could not register the driver: {exc}") from None
+        while True:
+            try:
+                info = client.register()
+                break
+            except grpc.RpcError as exc:
+                # the socket file appears when the driver binds it, a moment before it listens (the kubelet's
+                # plugin watcher retries too)
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                    raise ClusterSetupError(f"node {node}: the kubelet could not register the driver: "
+                                            f"{exc.details()}") from None
+                time.sleep(POLL_S)
+            except RuntimeError as exc:
+                raise ClusterSetupError(f"node {node}: the kubelet could not register the driver: {exc}") from None
     finally:
         client.close()
     return info.endpoint
+
+
+def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, kubernetes_version: str | None,
+                   event_ttl_s: int | None, say: Callable[[str], None] = lambda _: None) -> ClusterConfig:
+    """What `cluster up` runs: a new cluster from the options (defaults where not given), or the cluster already in
+    the directory, which it says it reuses; --policy and --event-ttl change there, its nodes and release cannot."""
+    from gpudra.versions import VersionError, parse_version
+
+    if kubernetes_version is not None:
+        try:
+            kubernetes_version = parse_version(kubernetes_version)
+        except VersionError as exc:
+            raise ClusterSetupError(f"--kubernetes-version: {exc}") from None
+    wanted_nodes = parse_nodes(nodes) if nodes else None
+    if not cluster.exists():
+        config = ClusterConfig(nodes=wanted_nodes or parse_nodes(DEFAULT_NODES))
+        config.policy = policy or config.policy
+        config.kubernetes_version = kubernetes_version or config.kubernetes_version
+        config.event_ttl_s = event_ttl_s or config.event_ttl_s
+        say(f"creating a local cluster in {cluster.path}: Kubernetes {config.kubernetes_version}, "
+            f"{_node_list(config.nodes)}")
+        return config
+    config = cluster.load_config()
+    redo = f"`gpudra cluster down --dir {cluster.path}` it first, or give another --dir"
+    if wanted_nodes is not None and [n.to_dict() for n in wanted_nodes] != [n.to_dict() for n in config.nodes]:
+        raise ClusterSetupError(f"{cluster.path} already holds a cluster with other nodes "
+                                f"({', '.join(n.name for n in config.nodes)}): {redo}")
+    if kubernetes_version is not None and kubernetes_version != config.kubernetes_version:
+        raise ClusterSetupError(f"{cluster.path} already holds a Kubernetes {config.kubernetes_version} cluster; "
+                                f"its release cannot change: {redo}")
+    config.policy = policy or config.policy
+    config.event_ttl_s = event_ttl_s or config.event_ttl_s
+    say(f"reusing the local cluster in {cluster.path}: Kubernetes {config.kubernetes_version}, "
+        f"{_node_list(config.nodes)}, policy {config.policy} (`gpudra cluster down` first for a new one)")
+    return config
+
+
+def _node_list(nodes: list[NodeSpec]) -> str:
+    return f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} ({', '.join(n.name for n in nodes)})"
+
+
+def install_device_classes(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> list[str]:
+    """Create the drivers' DeviceClasses that the store does not hold yet (NVIDIA's Helm chart installs its
+    classes with the driver); returns the names created. Classes that exist, the user's edits included, stay."""
+    from gpudra.driver.slices import device_classes
+
+    created = []
+    for obj in device_classes(cluster.load_config().driver_name):
+        name = obj["metadata"]["name"]
+        if cluster.store.get("DeviceClass", None, name) is not None:
+            continue
+        try:
+            cluster.store.create(obj)  # as the API server keeps it: a 1.34 cluster drops extendedResourceName
+        except StoreError:
+            continue  # created meanwhile by another command
+        created.append(name)
+    if created:
+        say(f"DeviceClasses {', '.join(created)} created, as the driver's Helm chart installs them "
+            "(--no-device-classes leaves them out)")
+    return created
 
 
 def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], None] = lambda _: None,
@@ -153,6 +226,9 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
             raise ClusterSetupError(f"state directory {cluster.path} is too long for the nodes' unix sockets "
                                     f"({socket_path}): use a shorter --dir") from None
     cluster.save_config(config)
+    cluster.make_private()
+    for path in cluster.remove_crash_leftovers():
+        say(f"removed {path}: a write interrupted by a crash")
     for node in config.nodes:
         if cluster.store.get("Node", None, node.name) is None:
             try:
@@ -231,8 +307,11 @@ def down(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> No
     if controlplane.stop(cluster):  # first, so it does not act on drivers going away
         say("control plane stopped")
     for node in nodes:
-        if stop_driver(cluster, node):
-            say(f"node {node}: driver stopped")
+        try:
+            if stop_driver(cluster, node):
+                say(f"node {node}: driver stopped")
+        except ClusterSetupError:
+            pass  # not a node name (a directory someone else made): no driver of ours runs for it
     forget(cluster.path)
     if cluster.exists() or os.path.isdir(os.path.join(cluster.path, "store")):
         for entry in ClusterDir.OWN_ENTRIES:

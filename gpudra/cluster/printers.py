@@ -142,16 +142,16 @@ def table(kind: str, objects: list[dict[str, Any]], *, wide: bool = False, with_
 
 
 def describe(obj: dict[str, Any], events: list[dict[str, Any]], *, claims: dict[str, dict[str, Any]] | None = None,
-             record: dict[str, Any] | None = None) -> str:
+             record: dict[str, Any] | None = None, why: list[str] | None = None) -> str:
     """kubectl describe's shape: identity, the object's content, then its events. A pod in kubectl describe pod's
-    layout, with its claims' devices (`claims`: the namespace's claims by name) and the kubelet stand-in's
-    `record` of what each container got."""
+    layout, with its claims' devices (`claims`: the namespace's claims by name), the kubelet stand-in's
+    `record` of what each container got and, pending, `why` per node (gpudra.cluster.why)."""
     view = public_view(obj)
     meta = view.get("metadata") or {}
     if view.get("kind") == "Pod":
         from .describe_pod import describe_pod
 
-        return "\n".join(describe_pod(view, claims or {}, record, pod_status(obj)) + _events(events)) + "\n"
+        return "\n".join(describe_pod(view, claims or {}, record, pod_status(obj), why) + _events(events)) + "\n"
     lines = [f"Name:         {meta.get('name', '')}"]
     if meta.get("namespace"):
         lines.append(f"Namespace:    {meta['namespace']}")

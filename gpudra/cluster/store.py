@@ -5,89 +5,51 @@ resourceVersion (optimistic concurrency: a replace carrying a stale version is a
 graceful deletion of pods (deletionTimestamp) and finalizers, and events. Every write is a write to a temporary
 file and an atomic rename under one lock file, so the drivers (separate processes) and the `gpudra` commands can
 share it safely.
+
+Every name, namespace and kind that becomes part of a file path is checked as the API server checks it (a known
+kind, the kind's name rule, a DNS-label namespace), and every path is proven inside the store before it is opened
+or unlinked (`gpudra.driver.claimpaths.path_inside`, the driver's one proof). The store assigns uids itself, as
+the API server does; a client's `metadata.uid` is ignored. A file in the store that is not a well-formed object
+of its folder (written by hand, half a crash, another tool) is reported once and skipped, never fatal. Files are
+0600 and directories 0700 whatever the umask: a root control plane acts on what is in them.
 """
 
 from __future__ import annotations
 
 import builtins
+import errno
 import fcntl
 import json
+import logging
 import os
 import random
 import secrets
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 from gpudra.api.defaults import apply_defaults
 from gpudra.api.gates import drop_disabled_fields
+from gpudra.api.problems import printable
+from gpudra.api.schema import names
 from gpudra.atomicfile import write_atomic
 from gpudra.copying import copy_object
-from gpudra.errors import GpudraError
+from gpudra.driver.claimpaths import ClaimPathError, path_inside
+
+from .kinds import (  # noqa: F401 - re-exported: the store's callers import them from here
+    KINDS, KindInfo, StoreError, check_api_version, check_identity, identity_problems, kind_info, resolve_kind,
+)
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+# The API server's generateName: the prefix is cut so that prefix + five random characters fit 63 characters
+# (k8s.io/apiserver/pkg/storage/names: maxGeneratedNameLength).
+_GENERATED_PREFIX_MAX = 63 - 5
+
+log = logging.getLogger("gpudra.store")
 
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet (no vowels)
-
-
-@dataclass(frozen=True)
-class KindInfo:
-    kind: str
-    plural: str
-    api_version: str
-    namespaced: bool
-    short: tuple[str, ...] = ()
-
-    @property
-    def resource(self) -> str:
-        """kubectl's `kind.group` (`resourceclaim.resource.k8s.io`; `pod` in the core group), as `apply` and
-        `-o name` print it."""
-        group = self.api_version.split("/")[0] if "/" in self.api_version else ""
-        return f"{self.kind.lower()}.{group}" if group else self.kind.lower()
-
-
-KINDS: tuple[KindInfo, ...] = (
-    KindInfo("Pod", "pods", "v1", True, ("po",)),
-    KindInfo("Node", "nodes", "v1", False, ("no",)),
-    KindInfo("Event", "events", "v1", True, ("ev",)),
-    KindInfo("Namespace", "namespaces", "v1", False, ("ns",)),
-    KindInfo("DeviceClass", "deviceclasses", "resource.k8s.io/v1", False),
-    KindInfo("ResourceClaim", "resourceclaims", "resource.k8s.io/v1", True),
-    KindInfo("ResourceClaimTemplate", "resourceclaimtemplates", "resource.k8s.io/v1", True),
-    KindInfo("ResourceSlice", "resourceslices", "resource.k8s.io/v1", False),
-    KindInfo("DeviceTaintRule", "devicetaintrules", "resource.k8s.io/v1alpha3", False),
-    KindInfo("Deployment", "deployments", "apps/v1", True, ("deploy",)),
-    KindInfo("ReplicaSet", "replicasets", "apps/v1", True, ("rs",)),
-    KindInfo("StatefulSet", "statefulsets", "apps/v1", True, ("sts",)),
-    KindInfo("DaemonSet", "daemonsets", "apps/v1", True, ("ds",)),
-    KindInfo("Job", "jobs", "batch/v1", True),
-    KindInfo("PriorityClass", "priorityclasses", "scheduling.k8s.io/v1", False, ("pc",)),
-    KindInfo("ConfigMap", "configmaps", "v1", True, ("cm",)),
-)
-_BY_KIND = {k.kind: k for k in KINDS}
-
-
-class StoreError(GpudraError):
-    """An API-server-like failure; `status` is the HTTP code the API server would answer."""
-
-    def __init__(self, message: str, status: int):
-        super().__init__(message)
-        self.status = status
-        self.reason = message
-
-
-def kind_info(kind: str) -> KindInfo:
-    """The known kind, or a namespaced one with kubectl's lower-case plural (objects gpudra does not model)."""
-    return _BY_KIND.get(kind) or KindInfo(kind, kind.lower() + "s", "v1", True)
-
-
-def resolve_kind(word: str) -> KindInfo | None:
-    """`pods`, `pod`, `po`, `Pod`, `resourceclaims.resource.k8s.io` → the kind, as kubectl resolves them."""
-    text = word.split(".", 1)[0].lower()
-    for info in KINDS:
-        if text in (info.plural, info.kind.lower(), *info.short):
-            return info
-    return None
 
 
 def now_rfc3339() -> str:
@@ -102,10 +64,42 @@ def stored_form(obj: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(obj))  # the JSON form the store writes (a copy, and what JSON cannot hold fails)
 
 
-def _safe(part: str) -> str:
-    if not part or "/" in part or part.startswith("."):
-        raise StoreError(f"invalid object name {part!r}", 422)
-    return part
+def private_dirs(path: str) -> str:
+    """Create `path` and its missing parents as 0700 directories whatever the umask (a mode can only lose bits to
+    it); existing directories (the user's own `--dir .`) are left as they are."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+    return path
+
+
+def open_private(path: str, flags: int = os.O_RDWR | os.O_CREAT) -> int:
+    """A file descriptor on `path` (created 0600, never through a symlink): locks, pid files, logs."""
+    return os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
+
+
+_reported: set[tuple[str, int]] = set()
+
+
+def _report_once(path: str, problem: str) -> None:
+    """A corrupt store file, logged once per version of the file (the control plane lists every few seconds)."""
+    try:
+        stamp = os.lstat(path).st_mtime_ns
+    except OSError:
+        stamp = 0
+    if (path, stamp) not in _reported:
+        _reported.add((path, stamp))
+        log.warning("store: skipping %s: %s", printable(path), problem)
 
 
 class Store:
@@ -124,108 +118,194 @@ class Store:
         return []
 
     # ----- files --------------------------------------------------------------------------------
-    def _path(self, kind: str, namespace: str | None, name: str) -> str:
+    def _path(self, kind: object, namespace: object, name: object) -> str:
+        """The object's file, its identity checked and the path proven inside the store (StoreError if not)."""
         info = kind_info(kind)
-        folder = os.path.join(self.root, info.plural, (namespace or "default") if info.namespaced else "_")
-        return os.path.join(folder, _safe(name) + ".json")
+        if info.namespaced and namespace is None:
+            namespace = "default"
+        check_identity(info, namespace, name)
+        folder = str(namespace) if info.namespaced else "_"  # "_" is no DNS label: no namespace collides with it
+        return self._inside(info.plural, folder, f"{name}.json")
+
+    def _inside(self, *parts: str) -> str:
+        try:
+            return path_inside(self.root, *parts)
+        except ClaimPathError as exc:
+            raise StoreError(f"store: {exc}", 500) from None
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        os.makedirs(self.root, exist_ok=True)
-        with open(self._lock_path, "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
+        self._make_dirs(self.root)
+        fd = open_private(self._lock_path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 yield
             finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _make_dirs(path: str) -> None:
+        try:
+            private_dirs(path)
+        except OSError as exc:
+            raise StoreError(f"store: cannot create {printable(path)}: {exc.strerror}", 500) from None
 
     def _next_version(self) -> str:
         path = os.path.join(self.root, ".resourceVersion")
         try:
             with open(path, encoding="utf-8") as fh:
-                current = int(fh.read().strip() or 0)
+                current = int(fh.read(32).strip() or 0)
         except FileNotFoundError:
             current = 0
+        except (OSError, ValueError):
+            _report_once(path, "not a number; counting on from the newest object")
+            current = max([0, *(created_serial(o) for info in KINDS for o in self.list(info.kind))])
         self._write(path, str(current + 1))
         return str(current + 1)
 
-    @staticmethod
-    def _write(path: str, text: str) -> None:
+    def _write(self, path: str, text: str) -> None:
         # atomic (readers in other processes see the old or the new object); no fsync: a scratch cluster
-        write_atomic(path, text.encode(), mode=0o644, label="store", fsync=False, make_dirs=0o755)
+        self._make_dirs(os.path.dirname(path))
+        try:
+            write_atomic(path, text.encode(), mode=FILE_MODE, label="store", fsync=False)
+        except OSError as exc:
+            raise StoreError(f"store: cannot write {printable(path)}: {exc.strerror}", 500) from None
+
+    def _write_object(self, path: str, obj: dict[str, Any]) -> None:
+        """Write a created or replaced object once it passes `gpudra validate`'s checks (StoreError 422, the API
+        server's `is invalid`, otherwise): the store holds nothing the control loop could trip on."""
+        problem = _first_error(obj)
+        if problem:
+            meta = obj.get("metadata") or {}
+            raise StoreError(f'{obj.get("kind")} "{printable(str(meta.get("name")))}" is invalid: {problem}', 422)
+        self._write(path, json.dumps(obj, indent=1))
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return
+        _validated[path] = ((info.st_ino, info.st_mtime_ns, info.st_size), None)  # read back without a re-check
 
     @staticmethod
-    def _read(path: str) -> dict[str, Any] | None:
+    def _unlink(path: str) -> None:
         try:
-            with open(path, encoding="utf-8") as fh:
-                return json.load(fh)
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreError(f"store: cannot delete {printable(path)}: {exc.strerror}", 500) from None
+
+    @staticmethod
+    def _load(path: str) -> tuple[Any, tuple[int, int, int]]:
+        """The parsed file (never through a symlink) and its version stamp; FileNotFoundError when it is not
+        there."""
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        with os.fdopen(fd, encoding="utf-8") as fh:
+            info = os.fstat(fd)
+            return json.load(fh), (info.st_ino, info.st_mtime_ns, info.st_size)
+
+    def _read(self, path: str, info: KindInfo, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The object in `path`, or None when there is none or the file is not a valid object of that kind,
+        namespace and name (reported once): what the control loop and the drivers see has passed the checks
+        `apply` makes, whoever wrote the file."""
+        try:
+            obj, stamp = self._load(path)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            problem = "a symlink" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
+            _report_once(path, problem)
+            return None
+        except ValueError as exc:  # JSON or UTF-8
+            _report_once(path, f"not a JSON object ({exc})")
+            return None
+        malformed = _malformed(obj, info, namespace, name) or _invalid(path, stamp, obj)
+        if malformed:
+            _report_once(path, malformed)
+            return None
+        return obj
 
     # ----- reads --------------------------------------------------------------------------------
     def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
-        try:
-            return self._read(self._path(kind, namespace, name))
-        except StoreError:
-            return None
+        """The object, or None; StoreError for a kind, namespace or name the API server would refuse."""
+        info = kind_info(kind)
+        namespace = (namespace or "default") if info.namespaced else None
+        return self._read(self._path(kind, namespace, name), info, namespace, name)
 
     def list(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        """Objects of a kind (in one namespace, or all), by namespace and name as the API server lists them."""
-        base = os.path.join(self.root, kind_info(kind).plural)
-        try:
-            folders = sorted(os.listdir(base)) if namespace is None or not kind_info(kind).namespaced else [namespace]
-        except FileNotFoundError:
-            return []
+        """Objects of a kind (in one namespace, or all), by namespace and name as the API server lists them.
+        Only plain directories and files are followed (no symlink leads out of the store)."""
+        info = kind_info(kind)
+        if namespace is not None and info.namespaced:
+            check_identity(info, namespace, "x")  # the namespace only
+            folders: list[str] | None = [namespace]
+        else:
+            folders = None
+        base = self._inside(info.plural)
         out = []
-        for folder in folders:
-            try:
-                names = sorted(os.listdir(os.path.join(base, folder)))
-            except FileNotFoundError:
-                continue
-            for name in names:
-                if name.endswith(".json"):
-                    obj = self._read(os.path.join(base, folder, name))
-                    if obj is not None:
-                        out.append(obj)
+        for folder in sorted(folders if folders is not None else _entries(base, directories=True)):
+            if (folder == "_") == info.namespaced:
+                continue  # a namespace folder for a cluster-scoped kind, or the reverse: not the store's
+            directory = os.path.join(base, folder)
+            for file_name in sorted(_entries(directory, directories=False)):
+                if not file_name.endswith(".json") or file_name.startswith("."):
+                    continue  # temp files of writes in progress (.NAME.tmp) and anything else
+                obj = self._read(os.path.join(directory, file_name), info,
+                                 folder if info.namespaced else None, file_name[:-len(".json")])
+                if obj is not None:
+                    out.append(obj)
         return out
 
     # ----- writes -------------------------------------------------------------------------------
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         obj = stored_form(obj)
         self.drop_disabled_fields(obj, None)
-        meta = obj.setdefault("metadata", {})
-        info = kind_info(obj.get("kind", ""))
+        info = kind_info(obj.get("kind"))
         obj.setdefault("apiVersion", info.api_version)
+        check_api_version(info, obj["apiVersion"])
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise StoreError(f"{info.kind}: metadata must be an object", 422)
         if info.namespaced:
-            meta.setdefault("namespace", "default")
+            meta["namespace"] = meta.get("namespace") or "default"
         else:
             meta.pop("namespace", None)
         with self.locked():
             if not meta.get("name"):
-                if not meta.get("generateName"):
+                prefix = meta.get("generateName")
+                if not prefix or not isinstance(prefix, str):
                     raise StoreError(f"{info.kind}: metadata.name or generateName is required", 422)
                 while True:  # the API server's generateName: five random characters
-                    meta["name"] = meta["generateName"] + "".join(random.choice(SUFFIX_ALPHABET) for _ in range(5))
-                    if not os.path.exists(self._path(info.kind, meta.get("namespace"), meta["name"])):
+                    meta["name"] = (prefix[:_GENERATED_PREFIX_MAX]
+                                    + "".join(random.choice(SUFFIX_ALPHABET) for _ in range(5)))
+                    if not os.path.lexists(self._path(info.kind, meta.get("namespace"), meta["name"])):
                         break
             path = self._path(info.kind, meta.get("namespace"), meta["name"])
-            if os.path.exists(path):
+            if os.path.lexists(path):
                 raise StoreError(f'{info.plural} "{meta["name"]}" already exists', 409)
-            meta.setdefault("uid", str(uuid.uuid4()))
+            # The API server's FillObjectMetaSystemFields and BeforeCreate: a new uid whatever the client sent (a
+            # uid names files on the nodes and identifies claims to drivers), and nothing deleted yet.
+            meta["uid"] = str(uuid.uuid4())
+            for field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+                meta.pop(field, None)
             meta.setdefault("creationTimestamp", now_rfc3339())
             meta["resourceVersion"] = self._next_version()
             meta.setdefault("annotations", {})
             meta["annotations"][_SERIAL] = meta["resourceVersion"]
-            self._write(path, json.dumps(obj, indent=1))
+            self._write_object(path, obj)
         return obj
 
     def replace(self, obj: dict[str, Any], *, check_version: bool = True) -> dict[str, Any]:
         obj = stored_form(obj)
         meta = obj.setdefault("metadata", {})
         kind = obj.get("kind", "")
+        info = kind_info(kind)
+        namespace = (meta.get("namespace") or "default") if info.namespaced else None
         with self.locked():
-            path = self._path(kind, meta.get("namespace"), meta.get("name", ""))
-            current = self._read(path)
+            path = self._path(kind, namespace, meta.get("name"))
+            current = self._read(path, info, namespace, meta["name"])
             if current is None:
                 raise StoreError(f'{kind_info(kind).plural} "{meta.get("name")}" not found', 404)
             self.drop_disabled_fields(obj, current)
@@ -240,20 +320,22 @@ class Store:
             if cmeta.get("deletionTimestamp"):
                 meta["deletionTimestamp"] = cmeta["deletionTimestamp"]
             if cmeta.get("deletionTimestamp") and not meta.get("finalizers"):
-                os.unlink(path)  # the last finalizer is gone: the object goes away
+                self._unlink(path)  # the last finalizer is gone: the object goes away
                 return obj
             meta["resourceVersion"] = self._next_version()
-            self._write(path, json.dumps(obj, indent=1))
+            self._write_object(path, obj)
         return obj
 
     def delete(self, kind: str, namespace: str | None, name: str, *, graceful: bool = True) -> str:
         """'deleted', or 'terminating' for an object the control loop must finish (pods with a node,
         objects with finalizers). Raises 404."""
+        info = kind_info(kind)
+        namespace = (namespace or "default") if info.namespaced else None
         with self.locked():
             path = self._path(kind, namespace, name)
-            current = self._read(path)
+            current = self._read(path, info, namespace, name)
             if current is None:
-                raise StoreError(f'{kind_info(kind).plural} "{name}" not found', 404)
+                raise StoreError(f'{info.plural} "{name}" not found', 404)
             meta = current.setdefault("metadata", {})
             bound_pod = kind == "Pod" and (current.get("spec") or {}).get("nodeName")
             if graceful and (bound_pod or meta.get("finalizers")):
@@ -262,7 +344,7 @@ class Store:
                     meta["resourceVersion"] = self._next_version()
                     self._write(path, json.dumps(current, indent=1))
                 return "terminating"
-            os.unlink(path)
+            self._unlink(path)
         return "deleted"
 
     # ----- events -------------------------------------------------------------------------------
@@ -281,7 +363,9 @@ class Store:
         stamp = now_rfc3339()
         return self.create({
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta.get('name')}.{secrets.token_hex(8)}", "namespace": namespace},
+            # the kubelet's and the scheduler's `<object>.<hex>`, cut to fit a name (253)
+            "metadata": {"name": f"{str(meta.get('name'))[:253 - 17]}.{secrets.token_hex(8)}",
+                         "namespace": namespace},
             "involvedObject": {"kind": involved.get("kind"), "namespace": meta.get("namespace"),
                                "name": meta.get("name"), "uid": meta.get("uid"),
                                "apiVersion": involved.get("apiVersion")},
@@ -312,8 +396,8 @@ class Store:
         """The store's current resourceVersion: it changes with every write (a cheap 'has anything changed')."""
         try:
             with open(os.path.join(self.root, ".resourceVersion"), encoding="utf-8") as fh:
-                return int(fh.read().strip() or 0)
-        except (FileNotFoundError, ValueError):
+                return int(fh.read(32).strip() or 0)
+        except (OSError, ValueError):
             return 0
 
     def events_for(self, obj: dict[str, Any]) -> builtins.list[dict[str, Any]]:  # `list` is a method here
@@ -322,10 +406,61 @@ class Store:
                 if (e.get("involvedObject") or {}).get("uid") == meta.get("uid")]
 
 
+def _entries(directory: str, *, directories: bool) -> list[str]:
+    """The plain directories (or plain files) in `directory`, never a symlink; [] when it is not a directory."""
+    try:
+        with os.scandir(directory) as scan:
+            return [e.name for e in scan
+                    if (e.is_dir(follow_symlinks=False) if directories else e.is_file(follow_symlinks=False))]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        _report_once(directory, exc.strerror or str(exc))
+        return []
+
+
+def _malformed(obj: Any, info: KindInfo, namespace: str | None, name: str) -> str | None:
+    """Why a stored file is not the object its place says it is (None when it is)."""
+    if not isinstance(obj, dict):
+        return "not a JSON object"
+    meta = obj.get("metadata")
+    if obj.get("kind") != info.kind or not isinstance(meta, dict):
+        return f"not a {info.kind} with metadata"
+    if meta.get("name") != name or (info.namespaced and meta.get("namespace") != namespace):
+        return "its metadata names another object than its file name and folder"
+    problems = identity_problems(info, namespace, name) + names.field_problems(
+        "metadata.uid", meta.get("uid"), names.kubernetes_uid, 36)
+    return "; ".join(problems) or None
+
+
+_validated: dict[str, tuple[tuple[int, int, int], str | None]] = {}  # path -> (file version, first error)
+
+
+def _invalid(path: str, stamp: tuple[int, int, int], obj: dict[str, Any]) -> str | None:
+    """The first error `gpudra validate` finds in the stored object (None: valid), once per version of the file:
+    the content check `apply` makes, for files written any other way."""
+    seen = _validated.get(path)
+    if seen is not None and seen[0] == stamp:
+        return seen[1]
+    problem = _first_error(obj)
+    _validated[path] = (stamp, problem)
+    return problem
+
+
+def _first_error(obj: dict[str, Any]) -> str | None:
+    from gpudra.api.load import Document
+    from gpudra.api.validate import validate_document
+
+    errors = [p for p in validate_document(Document(obj, "store", 1)) if p.severity == "error"]
+    return f"{errors[0].path}: {errors[0].message}" if errors else None
+
+
 # The store's own creation order (the API server's etcd revision at creation): lists come out oldest first
 # even within one second. Stripped from what `gpudra get` prints.
 _SERIAL = "gpudra.local/created-revision"
-PRIVATE_ANNOTATIONS = (_SERIAL,)
+# What `apply` last applied (kubectl's kubectl.kubernetes.io/last-applied-configuration): its three-way merge.
+LAST_APPLIED = "gpudra.local/last-applied-configuration"
+PRIVATE_ANNOTATIONS = (_SERIAL, LAST_APPLIED)
 
 
 def created_serial(obj: dict[str, Any]) -> int:

@@ -1,7 +1,8 @@
 """`gpudra cluster view`: one self-contained HTML page of a local cluster (no scripts, no external files).
 
-Nodes are boxes holding one box per GPU; a MIG-partitioned GPU holds its MIG devices. Each device box says which
-claim holds it and which pods use that claim; pending pods are listed with the scheduler's reason; each started
+Nodes are boxes holding one box per GPU; a MIG-partitioned GPU holds its MIG devices, a dynamic-MIG GPU says how
+much of it its allocated partitions use and shows only those (not each of the dozens it could be cut into). Each
+device box says which claim holds it and which pods use that claim, or that it is free or tainted; pending pods are listed with the scheduler's reason; each started
 container shows what the CDI edits gave it (device nodes, environment, mounts).
 """
 
@@ -25,6 +26,8 @@ h1{font-size:1.4rem} h2{font-size:1.1rem;margin-top:1.6rem}
 .gpu.partitioned{width:100%;background:#f3eefa}
 .device{border:1px dashed #9aa4b2;border-radius:4px;padding:.25rem;margin:.15rem 0;font-size:.72rem;background:#fff}
 .held{background:#dff3e4;border-style:solid;border-color:#3c9a5f}
+.tainted{background:#fbe3e1;border-style:solid;border-color:#c0392b} .taint{color:#a93226;font-weight:600}
+.gpu.dynamic{width:17rem;background:#f3eefa} .usage{font-weight:600;margin:.2rem 0}
 .name{font-weight:600} .muted{color:#687385}
 table{border-collapse:collapse;background:#fff;font-size:.85rem} td,th{border:1px solid #c9ced6;padding:.3rem .5rem;text-align:left;vertical-align:top}
 code{font-size:.78rem}
@@ -54,36 +57,101 @@ def _collect(cluster: ClusterDir) -> dict[str, Any]:
             "slices": store.list("ResourceSlice"), "pods": store.list("Pod")}
 
 
+def _taints(device: dict[str, Any]) -> list[str]:
+    return [f"{t.get('key')}{'=' + str(t['value']) if t.get('value') else ''}:{t.get('effect')}"
+            for t in device.get("taints") or []]
+
+
 def _device_box(device: dict[str, Any], pool: str, holders: dict) -> str:
+    """One device: who holds it, free, or tainted (a GPU the driver took out after a health event: the
+    scheduler only hands it to claims that tolerate the taint, so it is not free)."""
     holder = holders.get((pool, device.get("name", "")))
     attributes = device.get("attributes") or {}
     label = (attributes.get("profile") or attributes.get("productName") or {}).get("string", "")
     memory = ((device.get("capacity") or {}).get("memory") or {}).get("value", "")
-    held = (f'<div>claim <b>{_e(holder["claim"])}</b></div><div>pod {_e(", ".join(holder["pods"]) or "—")}</div>'
-            if holder else '<div class="muted">free</div>')
-    return (f'<div class="device{" held" if holder else ""}" data-device="{_e(pool)}/{_e(device.get("name"))}">'
+    taints = _taints(device)
+    state = ""
+    if holder:
+        state += f'<div>claim <b>{_e(holder["claim"])}</b></div><div>pod {_e(", ".join(holder["pods"]) or "—")}</div>'
+    if taints:
+        state += f'<div class="taint">tainted {_e(", ".join(taints))}</div>'
+    if not state:
+        state = '<div class="muted">free</div>'
+    classes = "device" + (" held" if holder else "") + (" tainted" if taints else "")
+    return (f'<div class="{classes}" data-device="{_e(pool)}/{_e(device.get("name"))}">'
             f'<div class="name">{_e(device.get("name"))}</div><div class="muted">{_e(label)} {_e(memory)}</div>'
-            f"{held}</div>")
+            f"{state}</div>")
+
+
+def _counter_value(counter: Any) -> float:
+    from gpudra.api.quantity import parse_quantity
+
+    try:
+        return parse_quantity(str((counter or {}).get("value", "0"))).as_float()
+    except (ValueError, TypeError):
+        return 0.0
+
+
+def _partition_usage(devices: list[dict[str, Any]], counter_sets: dict[str, dict[str, Any]], pool: str,
+                     holders: dict) -> str:
+    """A dynamic-MIG GPU's capacity and what its allocated partitions use of it: memory slices and
+    multiprocessors out of the GPU's counter set (every partition it could still be cut into is not a box)."""
+    names = {c.get("counterSet") for d in devices for c in d.get("consumesCounters") or []}
+    capacity: dict[str, float] = {}
+    for name in names:
+        for counter, value in ((counter_sets.get(name) or {}).get("counters") or {}).items():
+            capacity[counter] = capacity.get(counter, 0.0) + _counter_value(value)
+    used: dict[str, float] = {}
+    for device in devices:
+        if (pool, device.get("name", "")) in holders:
+            for consumed in device.get("consumesCounters") or []:
+                for counter, value in (consumed.get("counters") or {}).items():
+                    used[counter] = used.get(counter, 0.0) + _counter_value(value)
+
+    def total(values: dict[str, float], prefix: str) -> int:
+        return int(sum(v for k, v in values.items() if k.startswith(prefix)))
+
+    parts = []
+    if any(k.startswith("memory-slice-") for k in capacity):
+        parts.append(f"memory slices {total(used, 'memory-slice-')}/{total(capacity, 'memory-slice-')} used")
+    if "multiprocessors" in capacity:
+        parts.append(f"SMs {int(used.get('multiprocessors', 0))}/{int(capacity['multiprocessors'])} used")
+    if not parts:  # counters of another driver: name them all
+        parts = [f"{k} {used.get(k, 0):g}/{v:g}" for k, v in sorted(capacity.items())]
+    profiles: dict[str, int] = {}
+    for device in devices:
+        profile = ((device.get("attributes") or {}).get("profile") or {}).get("string") or device.get("name", "")
+        profiles[profile] = profiles.get(profile, 0) + 1
+    possible = ", ".join(f"{p} ×{n}" for p, n in profiles.items())
+    return (f'<div class="usage">{_e("; ".join(parts))}</div>'
+            f'<div class="muted">{len(devices)} partitions it can be cut into: {_e(possible)}</div>')
+
+
+def _gpu_box(devices: list[dict[str, Any]], pool: str, holders: dict, counter_sets: dict[str, dict[str, Any]]) -> str:
+    first = devices[0]
+    title = (first.get("attributes") or {}).get("productName", {}).get("string", "")
+    if any(d.get("consumesCounters") for d in devices):  # dynamic MIG: capacity and the partitions in use
+        shown = [d for d in devices if (pool, d.get("name", "")) in holders or d.get("taints")]
+        inner = "".join(_device_box(d, pool, holders) for d in shown)
+        return (f'<div class="gpu dynamic"><div class=name>{_e(title)} (dynamic MIG)</div>'
+                f"{_partition_usage(devices, counter_sets, pool, holders)}{inner}</div>")
+    partitioned = any((d.get("attributes") or {}).get("type", {}).get("string") == "mig" for d in devices)
+    inner = "".join(_device_box(d, pool, holders) for d in devices)
+    return (f'<div class="gpu{" partitioned" if partitioned else ""}">'
+            f'{f"<div class=name>{_e(title)} (MIG)</div>" if partitioned else ""}{inner}</div>')
 
 
 def _node_box(node: dict[str, Any], slices: list[dict[str, Any]], holders: dict) -> str:
     name = node["metadata"]["name"]
     pool = [s for s in slices if (s.get("spec") or {}).get("nodeName") == name]
+    counter_sets = {c.get("name"): c for item in pool for c in item["spec"].get("sharedCounters") or []}
     by_gpu: dict[str, list[dict[str, Any]]] = {}
     for item in pool:
         for device in item["spec"].get("devices") or []:
             attributes = device.get("attributes") or {}
             parent = (attributes.get("parentUUID") or attributes.get("uuid") or {}).get("string", device["name"])
             by_gpu.setdefault(parent, []).append(device)
-    gpus = []
-    for devices in by_gpu.values():
-        first = devices[0]
-        partitioned = any((d.get("attributes") or {}).get("type", {}).get("string") == "mig" for d in devices)
-        title = (first.get("attributes") or {}).get("productName", {}).get("string", "")
-        inner = "".join(_device_box(d, name, holders) for d in devices[:40])
-        more = f'<div class="muted">… {len(devices) - 40} more partitions</div>' if len(devices) > 40 else ""
-        gpus.append(f'<div class="gpu{" partitioned" if partitioned else ""}">'
-                    f'{f"<div class=name>{_e(title)} (MIG)</div>" if partitioned else ""}{inner}{more}</div>')
+    gpus = [_gpu_box(devices, name, holders, counter_sets) for devices in by_gpu.values()]
     profile = (node["metadata"].get("labels") or {}).get("gpudra.local/profile", "")
     return (f'<section class="node" data-node="{_e(name)}"><h3>{_e(name)} <span class="muted">{_e(profile)}</span></h3>'
             f'<div class="gpus">{"".join(gpus) or "<span class=muted>no devices published</span>"}</div></section>')

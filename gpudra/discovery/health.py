@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import stat
 import time
 import uuid as uuidlib
 from dataclasses import asdict, dataclass
@@ -64,13 +65,39 @@ class HealthMonitor:
         """Release the event source."""
 
 
+def _integer(data: dict[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    if value is not None and type(value) is not int:  # `"xid": "79"`, true, 7.5
+        raise HealthEventError(f"{key} must be an integer, not {json.dumps(value)[:40]}")
+    return value
+
+
 def _event_from_dict(data: Any, resolve_gpu: Callable[[Any], str | None]) -> HealthEvent:
     if not isinstance(data, dict):
         raise HealthEventError("an event must be a JSON object")
     gpu = data.get("gpu")
+    if gpu is not None and (type(gpu) is not int and not isinstance(gpu, str)):
+        raise HealthEventError(f"gpu must be a UUID or a minor number, not {json.dumps(gpu)[:40]}")
     return HealthEvent(kind=str(data.get("kind")), gpu=None if gpu is None else resolve_gpu(gpu),
-                       gi_id=data.get("gi_id"), ci_id=data.get("ci_id"), xid=data.get("xid"),
+                       gi_id=_integer(data, "gi_id"), ci_id=_integer(data, "ci_id"), xid=_integer(data, "xid"),
                        detail=str(data.get("detail") or ""))
+
+
+MAX_EVENT_FILE_BYTES = 64 << 10  # an event is a few hundred bytes
+
+
+def _read_event_file(path: str) -> Any:
+    """One spool file's JSON: a regular file (not a FIFO, device or symlink) of at most MAX_EVENT_FILE_BYTES."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise HealthEventError("not a regular file")
+        raw = os.read(fd, MAX_EVENT_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_EVENT_FILE_BYTES:
+        raise HealthEventError(f"larger than {MAX_EVENT_FILE_BYTES} bytes")
+    return json.loads(raw)
 
 
 def spool_dir_for(state_path: str) -> str:
@@ -118,11 +145,12 @@ class SpoolMonitor(HealthMonitor):
         for name in names:
             path = os.path.join(self.spool_dir, name)
             try:
-                with open(path, encoding="utf-8") as fh:
-                    data = json.load(fh)
-                events.append(_event_from_dict(data, self.resolve_gpu))
-            except (OSError, ValueError) as exc:
-                self.rejected.append(f"{name}: {exc}")
+                events.append(_event_from_dict(_read_event_file(path), self.resolve_gpu))
+            except FileNotFoundError:
+                continue  # another reader took it
+            except (OSError, ValueError, RecursionError) as exc:
+                # reported and removed: one bad file must not hold up the events behind it (issue 20)
+                self.rejected.append(f"{name}: {exc.strerror if isinstance(exc, OSError) else exc}")
             try:
                 os.unlink(path)
             except FileNotFoundError:

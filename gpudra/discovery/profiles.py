@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-import yaml
 
 from gpudra.catalog import GpuModel, UnknownGpuModel, catalog_model
 
@@ -92,14 +91,12 @@ PROFILES: dict[str, NodeProfile] = {
 def _profile_from_file(path: str) -> NodeProfile:
     """A custom profile: `{name, description?, driverVersion?, cudaDriverVersion?, nvlinkDomain?,
     gpus: [{model, count?, numaNode?, mig?: [{profile, start}]}]}`."""
-    from gpudra.api.load import LoadError, read_text  # the manifest loader's limits and wording
+    from gpudra.api.yaml_files import LoadError, read_yaml  # the manifest loader's limits and wording
 
     try:
-        data = yaml.safe_load(read_text(path)) or {}
+        data = read_yaml(path) or {}
     except LoadError as exc:
         raise DiscoveryError(f"node profile {exc}") from None
-    except yaml.YAMLError as exc:
-        raise DiscoveryError(f"cannot read node profile {path}: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("gpus"), list) or not data["gpus"]:
         raise DiscoveryError(f"node profile {path}: expected a mapping with a non-empty 'gpus' list")
     slots: list[GpuSlot] = []

@@ -141,7 +141,7 @@ class SimulatedBackend(GpuBackend):
     def _parse(self, raw: bytes) -> dict[str, Any]:
         try:
             state = json.loads(raw)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than Python's stack
             raise MigError(f"simulated GPU state {self.state_path} is unreadable: {exc}") from None
         profile = state.get("profile") if isinstance(state, dict) else None
         if profile != self.profile.name:

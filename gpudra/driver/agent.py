@@ -50,6 +50,7 @@ class AgentOptions:
     kubeconfig: str | None = None
     in_cluster: bool = False
     dynamic_mig: bool = False
+    slice_layout: str = "split"  # where dynamic MIG's counter sets go: the release's (versions.partitionable_layout)
     healthcheck_port: int | None = None
     publish: bool = True
     fsync: bool = True
@@ -153,7 +154,8 @@ class DriverAgent:
             log.warning("discovery: %s", problem)
         return build_resource_slices(inventory, self.options.node_name,
                                      driver_name=self.options.driver_name, generation=generation, node_uid=node_uid,
-                                     dynamic_mig=self.options.dynamic_mig, taints_of=self.health.taints_of)
+                                     dynamic_mig=self.options.dynamic_mig, taints_of=self.health.taints_of,
+                                     slice_layout=self.options.slice_layout)
 
     def start(self) -> None:
         self.paths.make_dirs()

@@ -246,8 +246,7 @@ CHECKPOINT_MODE = 0o600  # it names the node's claims: root's business only
 
 
 def write_checkpoint_bytes(path: str, raw: bytes, *, fsync: bool = True) -> None:
-    """Callers serialize writes to one `path` (the temp name is fixed)."""
-    write_atomic(path, raw, mode=CHECKPOINT_MODE, label="checkpoint", fsync=fsync, reuse_temp=True)
+    write_atomic(path, raw, mode=CHECKPOINT_MODE, label="checkpoint", fsync=fsync)
 
 
 def save_checkpoint(path: str, data: dict[str, Any], *, fsync: bool = True) -> None:

@@ -18,22 +18,12 @@ from gpudra.errors import GpudraError
 
 from .cdispec import claim_spec_file_name
 
-# Longer values are reported by length alone: an error message must not echo a megabyte back.
-_ECHO_LIMIT = 256
+_ECHO_LIMIT = names.ECHO_LIMIT
+_problems = names.field_problems  # one rule for every identity that becomes a path (the local store uses it too)
 
 
 class ClaimPathError(GpudraError, ValueError):
     """A claim identity or derived path that the driver refuses to use."""
-
-
-def _problems(field: str, value: object, rule, max_length: int) -> list[str]:
-    if not isinstance(value, str):
-        return [f"{field}: must be a string"]
-    if not value:
-        return [f"{field}: must not be empty"]
-    if len(value) > max(max_length, _ECHO_LIMIT):
-        return [f"{field}: must be no more than {max_length} characters (has {len(value)})"]
-    return [f"{field}: {message}" for message in rule(value)]
 
 
 def identity_problems(namespace: object, name: object, uid: object) -> list[str]:

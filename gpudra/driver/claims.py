@@ -9,55 +9,30 @@ import threading
 import time
 from typing import Any, Protocol
 
-import yaml
+from gpudra.api.load import MAX_INPUT_BYTES, LoadError
+from gpudra.api.load_json import load_json_document
+from gpudra.api.yaml_files import load_yaml_documents
 
 from gpudra.errors import GpudraError
+from gpudra.plain import as_dict
 
 from .claimpaths import ClaimPathError, claim_file_candidates, is_inside
 
-_Loader: type[yaml.CSafeLoader] | type[yaml.SafeLoader]
-try:
-    _Loader = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader
+# A claim larger than this cannot be in a cluster: etcd's default --max-request-bytes (1.5 MiB) bounds every object
+# the API server stores. A bigger one in a local store is refused, and nothing of it is kept in the cache.
+MAX_CLAIM_BYTES = 3 * 2**19
 
 
-_STR, _SEQ, _MAP = "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
+def _size(claim: dict[str, Any]) -> int:
+    """The claim's size as compact JSON, as the API server would store it (UTF-8 counted as characters)."""
+    return len(json.dumps(claim, ensure_ascii=False, separators=(",", ":"), default=str))
 
 
-def _plain(node: yaml.Node, loader: Any) -> Any:
-    """What the safe constructor builds from `node`, without its per-node bookkeeping for the
-    common case (string-keyed maps, lists, strings); anything else goes to the constructor."""
-    tag = node.tag
-    if tag == _STR and isinstance(node, yaml.ScalarNode):
-        return node.value
-    if tag == _MAP and isinstance(node, yaml.MappingNode):
-        out = {}
-        for key, value in node.value:
-            if key.tag != _STR or not isinstance(key, yaml.ScalarNode):  # merge keys, non-string keys
-                return loader.construct_object(node, deep=True)
-            out[key.value] = _plain(value, loader)
-        return out
-    if tag == _SEQ and isinstance(node, yaml.SequenceNode):
-        return [_plain(item, loader) for item in node.value]
-    return loader.construct_object(node, deep=True)
-
-
-def load_yaml_documents(text: str) -> list[Any]:
-    """`list(yaml.load_all(text, SafeLoader))`, about twice as fast on claim-sized documents
-    (prepare reads every claim it has not seen before)."""
-    loader = _Loader(text)
-    try:
-        docs = []
-        while loader.check_node():
-            node = loader.get_node()
-            assert node is not None  # check_node said there is one
-            docs.append(_plain(node, loader))
-        return docs
-    except RecursionError:  # a self-referencing alias: let the constructor deal with it
-        return list(yaml.load_all(text, Loader=_Loader))
-    finally:
-        loader.dispose()
+def _documents(text: str, path: str) -> list[Any]:
+    """A store file's documents, read within the manifest loader's limits (size, nesting, aliases, duplicates)."""
+    if not path.endswith(".json"):
+        return load_yaml_documents(text, path)
+    return [load_json_document(text, path)]
 
 
 class ClaimSourceError(GpudraError):
@@ -74,7 +49,7 @@ def _claims_in(obj: Any) -> list[dict[str, Any]]:
         return []
     if obj.get("kind") == "ResourceClaim":
         return [obj]
-    if obj.get("kind", "").endswith("List") and isinstance(obj.get("items"), list):
+    if str(obj.get("kind", "")).endswith("List") and isinstance(obj.get("items"), list):
         return [i for i in obj["items"] if isinstance(i, dict) and i.get("kind", "ResourceClaim") == "ResourceClaim"]
     return []
 
@@ -88,33 +63,58 @@ class LocalClaimStore:
 
     def __init__(self, directory: str):
         self.directory = directory
-        self._cache: dict[str, tuple[tuple[int, int], list[dict[str, Any]]]] = {}
+        # path -> ((mtime, size), its claims, {(namespace, name): size} of the claims too large to keep)
+        self._cache: dict[str, tuple[tuple[int, int], list[dict[str, Any]], dict[tuple[str, str], int]]] = {}
         self._lock = threading.Lock()
 
-    def _parse(self, path: str) -> list[dict[str, Any]]:
+    def _parse(self, path: str) -> tuple[list[dict[str, Any]], dict[tuple[str, str], int]]:
+        """The claims of one file, and the names and sizes of those too large to be claims (not kept)."""
         try:
             st = os.stat(path)
         except FileNotFoundError:
-            return []
+            return [], {}
         key = (st.st_mtime_ns, st.st_size)
         with self._lock:
             cached = self._cache.get(path)
         if cached and cached[0] == key:
-            return cached[1]
+            return cached[1], cached[2]
         if not stat.S_ISREG(st.st_mode):  # a FIFO or device node would block or never end
-            return []
+            return [], {}
         try:
             with open(path, "rb") as fh:  # binary: a text-mode file object costs more than the read
-                text = fh.read().decode("utf-8")
-            docs = [json.loads(text)] if path.endswith(".json") else load_yaml_documents(text)
+                raw = fh.read(MAX_INPUT_BYTES + 1)
+            if len(raw) > MAX_INPUT_BYTES:
+                raise ClaimSourceError(f"claim store file {path}: larger than {MAX_INPUT_BYTES // 2**20} MiB")
+            docs = _documents(raw.decode("utf-8"), path)
         except FileNotFoundError:
-            return []
-        except (OSError, ValueError, yaml.YAMLError) as exc:
+            return [], {}
+        except LoadError as exc:
+            raise ClaimSourceError(f"claim store file {exc}") from None
+        except (OSError, ValueError) as exc:
             raise ClaimSourceError(f"claim store file {path}: {exc}") from None
-        claims = [c for doc in docs for c in _claims_in(doc)]
+        claims: list[dict[str, Any]] = []
+        too_large: dict[tuple[str, str], int] = {}
+        for claim in (c for doc in docs for c in _claims_in(doc)):
+            size = _size(claim)
+            if size <= MAX_CLAIM_BYTES:
+                claims.append(claim)
+                continue
+            meta = as_dict(claim.get("metadata"))
+            too_large[(str(meta.get("namespace") or "default"), str(meta.get("name")))] = size
+        del docs
         with self._lock:
-            self._cache[path] = (key, claims)
-        return claims
+            self._cache[path] = (key, claims, too_large)
+        return claims, too_large
+
+    def _find(self, path: str, namespace: str, name: str) -> dict[str, Any] | None:
+        claims, too_large = self._parse(path)
+        if (namespace, name) in too_large:
+            raise ClaimSourceError(f"claim {namespace}/{name} in {path} is {too_large[(namespace, name)]} bytes as "
+                                   f"JSON, larger than any API server stores ({MAX_CLAIM_BYTES} bytes)")
+        for claim in claims:
+            if self._matches(claim, namespace, name):
+                return claim
+        return None
 
     @staticmethod
     def _matches(claim: dict[str, Any], namespace: str, name: str) -> bool:
@@ -128,9 +128,9 @@ class LocalClaimStore:
         except ClaimPathError as exc:
             raise ClaimSourceError(f"claim {exc}") from None
         for candidate in candidates:
-            for claim in self._parse(candidate):
-                if self._matches(claim, namespace, name):
-                    return claim
+            found = self._find(candidate, namespace, name)
+            if found is not None:
+                return found
         try:
             names = sorted(os.listdir(self.directory))
         except FileNotFoundError:
@@ -140,9 +140,9 @@ class LocalClaimStore:
                 continue
             if not is_inside(self.directory, entry):
                 continue
-            for claim in self._parse(os.path.join(self.directory, entry)):
-                if self._matches(claim, namespace, name):
-                    return claim
+            found = self._find(os.path.join(self.directory, entry), namespace, name)
+            if found is not None:
+                return found
         return None
 
 

@@ -30,7 +30,7 @@ from gpudra.atomicfile import ensure_dir
 
 from gpudra.errors import GpudraError
 
-from .config import TIME_SLICE_INTERVALS
+from gpudra.device_config import TIME_SLICE_INTERVALS
 
 log = logging.getLogger("gpudra.driver.sharing")
 COMMAND_TIMEOUT_S = 30.0

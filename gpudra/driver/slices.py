@@ -161,9 +161,11 @@ def _apply_taints(devices: list[dict[str, Any]], taints_of: TaintsOf | None) -> 
     return devices
 
 
-def _dynamic_bodies(inventory: Inventory, sharing: str = "none", taints_of: TaintsOf | None = None
-                    ) -> list[dict[str, Any]]:
-    """Dynamic MIG (KEP-4815 partitionable devices): counter-set slices, then devices."""
+def _dynamic_bodies(inventory: Inventory, sharing: str = "none", taints_of: TaintsOf | None = None,
+                    layout: str = "split") -> list[dict[str, Any]]:
+    """Dynamic MIG (KEP-4815 partitionable devices). `layout` "split" (Kubernetes 1.35 on): counter-set slices,
+    then devices; "combined" (1.33, 1.34): one slice per GPU with its counter set and its devices, as NVIDIA's
+    driver publishes for those releases (generateCombinedResourceSlices)."""
     from gpudra.mig import dynamic
     from gpudra.catalog import find_gpu_model
 
@@ -178,6 +180,17 @@ def _dynamic_bodies(inventory: Inventory, sharing: str = "none", taints_of: Tain
         else:
             plain.append(gpu)
     bodies: list[dict[str, Any]] = []
+    if layout == "combined":
+        for g in partitionable:
+            devices = _apply_taints(dynamic.gpu_devices(g), taints_of)
+            if len(devices) > _limit_for(devices):  # a second slice would need a counter set of its own
+                raise ValueError(f"GPU {g.minor}: {len(devices)} partitionable devices do not fit one "
+                                 f"ResourceSlice ({_limit_for(devices)} at most), which Kubernetes 1.34 needs")
+            bodies.append({"sharedCounters": [dynamic.counter_set(g.model, g.minor)], "devices": devices})
+        plain_devices = _apply_taints([gpu_device(g, inventory, sharing) for g in plain], taints_of)
+        if plain_devices:
+            bodies.extend({"devices": c} for c in _chunks(plain_devices, _limit_for(plain_devices)))
+        return bodies
     counter_sets = [dynamic.counter_set(g.model, g.minor) for g in partitionable]
     for chunk in _chunks(counter_sets, MAX_COUNTER_SETS_PER_SLICE) if counter_sets else []:
         bodies.append({"sharedCounters": chunk})
@@ -194,10 +207,10 @@ def dynamic_mig_layout(kubernetes_version: str | None = None, features: Any = No
     """Whether Kubernetes `kubernetes_version` (with `features`, default: its default gates) can allocate
     the dynamic-MIG layout, and, when not, why (a note for the user).
 
-    The layout needs partitionable devices (DRAPartitionableDevices) in their 1.35 form: counter sets in
-    slices of their own, which devices in other slices of the pool consume. 1.33 and 1.34 only accept a
-    device's counter set in its own slice, so there gpudra publishes what they can allocate without it:
-    the full GPUs and the MIG devices that exist.
+    The layout needs partitionable devices (DRAPartitionableDevices). Where the counter sets go depends
+    on the release (gpudra.versions.partitionable_layout; build_resource_slices(slice_layout=…)): 1.33 and
+    1.34 want each GPU's counter set in the slice of its devices, 1.35 on in slices of their own. Without
+    the gate gpudra publishes what the cluster can allocate: the full GPUs and the MIG devices that exist.
     """
     from gpudra.allocator.features import Features
     from gpudra.versions import gate_state, parse_version
@@ -208,23 +221,21 @@ def dynamic_mig_layout(kubernetes_version: str | None = None, features: Any = No
     if not Features.parse(features, version).partitionable_devices:
         return False, (f"dynamic MIG needs the DRAPartitionableDevices feature gate ({state.describe()})"
                        + fallback)
-    if version in ("1.33", "1.34"):
-        return False, (f"dynamic MIG needs counter sets in ResourceSlices of their own, which Kubernetes "
-                       f"{version} does not accept (from 1.35)" + fallback)
     return True, None
 
 
 def build_resource_slices(inventory: Inventory, node_name: str, *, driver_name: str = DEFAULT_DRIVER_NAME,
                           generation: int = 1, node_uid: str | None = None, dynamic_mig: bool = False,
                           max_devices_per_slice: int | None = None, sharing: str = "none",
-                          taints_of: TaintsOf | None = None) -> list[dict[str, Any]]:
+                          taints_of: TaintsOf | None = None, slice_layout: str = "split") -> list[dict[str, Any]]:
     """The node's pool as ResourceSlice objects (resource.k8s.io/v1). `sharing="consumable"` publishes full
     GPUs with allowMultipleAllocations and shareable `compute`/`memory` capacities (consumable capacity).
-    `taints_of(device)` gives each device's taints (the health monitor's; see health.py)."""
+    `taints_of(device)` gives each device's taints (the health monitor's; see health.py). `slice_layout`
+    (dynamic MIG only): "split" or "combined", the release's (gpudra.versions.partitionable_layout)."""
     if sharing not in SHARING_MODES:
         raise ValueError(f"unknown sharing mode {sharing!r}; choose one of {', '.join(SHARING_MODES)}")
     if dynamic_mig:
-        bodies = _dynamic_bodies(inventory, sharing, taints_of)
+        bodies = _dynamic_bodies(inventory, sharing, taints_of, slice_layout)
     else:
         devices = _apply_taints(node_devices(inventory, sharing), taints_of)
         limit = min(max_devices_per_slice or MAX_DEVICES_PER_SLICE, _limit_for(devices))
@@ -232,7 +243,7 @@ def build_resource_slices(inventory: Inventory, node_name: str, *, driver_name: 
     if max_devices_per_slice and dynamic_mig:
         split: list[dict[str, Any]] = []
         for body in bodies:
-            if "devices" in body:
+            if "devices" in body and "sharedCounters" not in body:  # a combined slice stays whole
                 split.extend({"devices": c} for c in _chunks(body["devices"], max_devices_per_slice))
             else:
                 split.append(body)

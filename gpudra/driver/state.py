@@ -36,7 +36,7 @@ from .calls import CallToken
 from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, current_boot_id,
                          empty_checkpoint, entry_problem, load_checkpoint)
 from .claims import ClaimSource, ClaimSourceError
-from .config import ConfigError, DeviceConfig, claim_configs, config_for
+from gpudra.device_config import ConfigError, DeviceConfig, claim_configs, config_for
 from .journal import CheckpointJournal
 from .paths import DriverPaths
 from .quarantine import load_quarantine, quarantine_entry, save_quarantine
@@ -130,6 +130,17 @@ class DeviceState:
             claimpaths.check_claim_identity(ref.namespace, ref.name, ref.uid)
         except claimpaths.ClaimPathError as exc:
             raise PrepareError(f"invalid claim reference: {exc}") from None
+
+    @staticmethod
+    def _check_same_claim(ref: ClaimRef, entry: dict[str, Any] | None) -> None:
+        """A UID the checkpoint holds for another claim is refused: answering with that claim's devices would hand
+        one pod another pod's GPU (UIDs are unique in a real cluster; a forged or reused one is an attack)."""
+        if entry is None:
+            return
+        held = (entry.get("namespace"), entry.get("name"))
+        if held != (ref.namespace, ref.name):
+            raise PrepareError(f"claim UID {ref.uid} is already prepared for ResourceClaim {held[0]}/{held[1]}, "
+                               f"not {ref.namespace}/{ref.name}: refused")
 
     # -- start-up --------------------------------------------------------------------------------
     def reconcile(self) -> dict[str, list[str]]:
@@ -306,6 +317,7 @@ class DeviceState:
         with self._claim_lock(ref.uid):
             with self.journal.lock:
                 entry = self.journal.data["claims"].get(ref.uid)
+                self._check_same_claim(ref, entry)
                 if entry is not None and entry["state"] == PREPARE_COMPLETED:
                     devices = entry["devices"]
                     done = True
@@ -525,6 +537,7 @@ class DeviceState:
         with self._claim_lock(ref.uid):
             with self.journal.lock:
                 entry = self.journal.data["claims"].get(ref.uid)
+                self._check_same_claim(ref, entry)  # a forged reference frees no other claim's devices
                 if entry is None:
                     done = True
                 else:

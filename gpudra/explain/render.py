@@ -44,23 +44,7 @@ def to_text(explanation: Explanation, node: str | None = None, max_sections: int
         return "\n".join(lines) + "\n"
 
     lines.append(f"{explanation.target} does not fit.")
-    lines.append(explanation.summary)
-    for problem in explanation.problems:
-        lines.append(f"problem: {problem}")
-    for error in explanation.cel_errors:
-        lines.append("CEL error: " + _cel_text(error))
-    nodes = [n for n in explanation.nodes if node is None or n.node == node]
-    groups = sorted(_group_nodes(nodes), key=lambda group: (_distance(group[2]), group[0][0]))
-    shown = groups if max_sections is None else groups[:max_sections]
-    for names, body, _ in shown:
-        lines.append("")
-        lines.append(_names_header(names) + (":" if body else ""))
-        lines.extend(body)
-    hidden = sum(len(names) for names, _, _ in groups[len(shown):])
-    if hidden:
-        lines.append("")
-        lines.append(f"… and {hidden} more node{'s' if hidden != 1 else ''} (--node NAME shows one, "
-                     "-o wide or -o yaml shows all)")
+    lines.extend(node_sections(explanation, node, max_sections))
     if explanation.fixes:
         lines.append("")
         lines.append("What would make it fit:")
@@ -77,6 +61,30 @@ def to_text(explanation: Explanation, node: str | None = None, max_sections: int
     for note in explanation.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def node_sections(explanation: Explanation, node: str | None = None,
+                  max_sections: int | None = MAX_NODE_SECTIONS) -> list[str]:
+    """Why it does not fit: the scheduler's summary, problems and CEL errors, then one section per group of nodes
+    that read alike, closest to fitting first (`gpudra describe pod` on a local cluster shows these too)."""
+    lines = [explanation.summary]
+    for problem in explanation.problems:
+        lines.append(f"problem: {problem}")
+    for error in explanation.cel_errors:
+        lines.append("CEL error: " + _cel_text(error))
+    nodes = [n for n in explanation.nodes if node is None or n.node == node]
+    groups = sorted(_group_nodes(nodes), key=lambda group: (_distance(group[2]), group[0][0]))
+    shown = groups if max_sections is None else groups[:max_sections]
+    for names, body, _ in shown:
+        lines.append("")
+        lines.append(_names_header(names) + (":" if body else ""))
+        lines.extend(body)
+    hidden = sum(len(names) for names, _, _ in groups[len(shown):])
+    if hidden:
+        lines.append("")
+        lines.append(f"… and {hidden} more node{'s' if hidden != 1 else ''} (--node NAME shows one, "
+                     "-o wide or -o yaml shows all)")
+    return lines
 
 
 def _result_text(result: dict[str, Any]) -> str:

@@ -50,13 +50,18 @@ def kubernetes_version(flag: str | None, paths: Iterable[str] = (), kubeconfig: 
                        context: str | None = None, request_timeout: float | None = None) -> str:
     """The Kubernetes release to behave as: `--kubernetes-version` when given; for a live cluster the
     API server's /version; for manifests gpudra.versions.DEFAULT_KUBERNETES_VERSION."""
-    from gpudra.versions import VersionError, parse_version, server_version
+    import sys
+
+    from gpudra.versions import VersionError, parse_version, patch_warnings, server_version
 
     try:
         if flag is not None or list(paths):
             return parse_version(flag)
         try:
-            return server_version(read_server_version(kubeconfig, context, request_timeout=request_timeout))
+            info = read_server_version(kubeconfig, context, request_timeout=request_timeout)
+            for line in patch_warnings(str(info.get("gitVersion") or "")):  # the flag's own are the option's
+                sys.stderr.write(f"warning: the API server's {line[len('Kubernetes '):]}\n")
+            return server_version(info)
         except ClusterReadError as exc:
             # The server answered, but not /version: the flag helps. Unreachable or no kubeconfig: it would not
             # (the objects come from the same server).

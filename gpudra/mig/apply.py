@@ -14,7 +14,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-import yaml
 
 from gpudra.catalog import GpuModel, UnknownMigProfile, find_gpu_model
 from gpudra.discovery import GpuBackend, Inventory, MigError
@@ -82,14 +81,12 @@ def config_entries(document: Any, name: str) -> list[dict[str, Any]]:
 
 def read_config_file(path: str) -> Any:
     """A mig-parted config file (or ConfigMap) parsed; '-' reads stdin."""
-    from gpudra.api.load import LoadError, read_text  # the manifest loader's limits and wording
+    from gpudra.api.yaml_files import LoadError, read_yaml  # the manifest loader's limits and wording
 
     try:
-        return yaml.safe_load(read_text(path))
+        return read_yaml(path)
     except LoadError as exc:
         raise ApplyError(str(exc)) from None
-    except yaml.YAMLError as exc:
-        raise ApplyError(f"{path}: not valid YAML: {exc}") from None
 
 
 def _filter_ids(value: Any) -> set[int]:

@@ -3,12 +3,11 @@ manager does for a node's GPUs, and validate hand-written ones against the catal
 
 from __future__ import annotations
 
-import yaml
-
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from gpudra.api.yaml_files import LoadError, load_yaml
 from gpudra.catalog import GpuModel, UnknownMigProfile, gpu_model_for_pci_id, mig_models
 from gpudra.mig.placement import describe_layout, find_placement
 
@@ -203,9 +202,9 @@ def configs_in_document(document: Any) -> list[tuple[str, Any, str]]:
     found = []
     for key, text in (document.get("data") or {}).items():
         try:
-            config = yaml.safe_load(text) if isinstance(text, str) else None
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{where} data[{key!r}]: not valid YAML: {exc}") from None
+            config = load_yaml(text, f"{where} data[{key!r}]") if isinstance(text, str) else None
+        except LoadError as exc:  # the file's own limits hold for the YAML text inside it too
+            raise ValueError(str(exc)) from None
         if isinstance(config, dict) and ("mig-configs" in config or "version" in config):
             found.append((f"{where} data[{key!r}]", config, f"data[{key!r}]"))
     if not found:

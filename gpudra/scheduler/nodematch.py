@@ -6,19 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra.allocator import nodematch as allocator_nodematch
+from gpudra.api.goint import parse_canonical_int64
 from gpudra.allocator.nodematch import NodeInfo, requirement_matches  # noqa: F401 (label selectors use it too)
 
 NO_SCHEDULE = "NoSchedule"
 NO_EXECUTE = "NoExecute"
 PREFER_NO_SCHEDULE = "PreferNoSchedule"
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
-
-
-def _parse_int(text: str) -> int | None:
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        return None
 
 
 def term_matches(term: dict[str, Any], node: dict[str, Any]) -> bool:
@@ -73,7 +67,8 @@ def toleration_tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> b
     if operator == "Equal":
         return (toleration.get("value") or "") == (taint.get("value") or "")
     if operator in ("Lt", "Gt"):  # numeric toleration operators (1.35 alpha)
-        have, want = _parse_int(taint.get("value") or ""), _parse_int(toleration.get("value") or "")
+        have = parse_canonical_int64(taint.get("value") or "")
+        want = parse_canonical_int64(toleration.get("value") or "")
         if have is None or want is None:
             return False
         return have < want if operator == "Lt" else have > want

@@ -36,9 +36,10 @@ def _run_on_worker(trace: "Trace | Manifests", experiment: "Experiment") -> dict
 
 
 def run_on_dask(experiments: list["Experiment"], address: str, traces: dict[Any, "Trace | Manifests"],
-                on_done: Callable[[int, int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Run every experiment on the Dask cluster at `address`; `traces` maps each experiment's source to its
-    parsed trace."""
+                results: list[dict[str, Any] | None],
+                on_done: Callable[[int, int, int, dict[str, Any]], None] | None = None) -> None:
+    """Run every experiment on the Dask cluster at `address`, filling `results` in experiment order as they end;
+    `traces` maps each experiment's source to its parsed trace. Ctrl-C cancels what has not finished."""
     try:
         from distributed import Client, as_completed
     except ImportError:
@@ -47,7 +48,7 @@ def run_on_dask(experiments: list["Experiment"], address: str, traces: dict[Any,
         client = Client(address, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError, ValueError) as exc:
         raise DistributedError(f"cannot connect to the Dask scheduler at {address}: {exc}") from None
-    results: list[dict[str, Any] | None] = [None] * len(experiments)
+    futures: dict[Any, int] = {}
     try:
         shared = {source: client.scatter(trace, broadcast=False) for source, trace in traces.items()}
         futures = {
@@ -56,9 +57,11 @@ def run_on_dask(experiments: list["Experiment"], address: str, traces: dict[Any,
         }
         for finished, future in enumerate(as_completed(futures), start=1):
             index = futures[future]
-            results[index] = future.result()
+            results[index] = result = future.result()
             if on_done is not None:
-                on_done(finished, len(experiments), results[index])  # type: ignore[arg-type]
+                on_done(index, finished, len(experiments), result)
+    except KeyboardInterrupt:
+        client.cancel(list(futures))  # the workers stop them; the cluster stays up for the next sweep
+        raise
     finally:
         client.close()
-    return results  # type: ignore[return-value]

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from gpudra.errors import GpudraError
 from gpudra.scheduler import Cluster, Scheduler
+from gpudra.scheduler.cluster import allocated_device_ids
 from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
 
 from .fgd import Fragmentation, NodeRes, typical_tasks
@@ -73,6 +74,16 @@ def tuned_workload(tasks: list[Task], capacity_milli: int, tune: float, rng: ran
     return named
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where one task went: the node (None: unschedulable) and the indices of the GPUs it got there (DRA mode;
+    in device-plugin mode nothing says which GPUs, so none)."""
+
+    pod: str
+    node: str | None
+    gpus: tuple[int, ...] = ()
+
+
 @dataclass
 class Run:
     """The live state of one experiment."""
@@ -100,20 +111,41 @@ class Run:
         self.node_frag[node] = frag
         return res
 
+    def schedule(self, pod_name: str) -> Placement:
+        """Schedule one submitted task through the scheduler and allocator; the node's totals follow."""
+        key = f"{NAMESPACE}/{pod_name}"
+        result = self.scheduler.schedule_pod(key)
+        if not result.scheduled or result.node is None:
+            return Placement(pod_name, None)
+        self.refresh(result.node)
+        devices = self.context.node_gpus.get(result.node, ("", []))[1]
+        gpus = sorted(devices.index(device) for claim in result.claims
+                      for device in allocated_device_ids(self.cluster.claims[claim]) if device in devices)
+        return Placement(pod_name, result.node, tuple(gpus))
+
+
+# (Kubernetes version, --features text) a run behaves as; None: the newest release's defaults.
+Release = tuple[str | None, str | None] | None
+
 
 def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int, mode: str,
-          rng: random.Random | None = None) -> Run:
-    """`rng`: the experiment's stream after tuning; the paper policies' node order for ties is drawn from it."""
+          rng: random.Random | None = None, release: Release = None,
+          node_rank: dict[str, int] | None = None) -> Run:
+    """`rng`: the experiment's stream after tuning; the paper policies' node order for ties is drawn from it,
+    unless `node_rank` gives it (node -> rank, the artifact's "%04d-" name prefix). `release`: (Kubernetes
+    version, --features text) the scheduler and allocator behave as (None: 1.36's)."""
     objects = cluster_objects(trace.nodes, mode)
     tasks: dict[str, Task] = {}
     for pod_name, task in workload:
         objects.extend(pod_objects(task, pod_name, mode))
         tasks[f"{NAMESPACE}/{pod_name}"] = task
-    cluster = Cluster(objects)
+    version, features = release or (None, None)
+    cluster = Cluster(objects, features, version)
     node_gpus = {n.name: (n.model, [gpu_device_id(n.name, i) for i in range(n.gpus)]) for n in trace.nodes}
     fragmentation = Fragmentation(typical_tasks(trace.tasks))
-    context = SimContext(cluster, mode, node_gpus, tasks, fragmentation, seed,
-                         node_ranks(node_gpus, rng if rng is not None else random.Random(seed)))
+    if node_rank is None:
+        node_rank = node_ranks(node_gpus, rng if rng is not None else random.Random(seed))
+    context = SimContext(cluster, mode, node_gpus, tasks, fragmentation, seed, node_rank)
     if policy in SIM_POLICIES:
         scheduler = Scheduler(cluster, policy=paper_policy(policy, context))
     elif policy in GPUDRA_POLICIES:
@@ -162,7 +194,7 @@ def per_percent(points: list[tuple[float, float]], upto: int) -> dict[int, float
 
 
 def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra", tune: float = DEFAULT_TUNE,
-                   method: str = "tune", progress: Progress | None = None) -> dict[str, Any]:
+                   method: str = "tune", progress: Progress | None = None, release: Release = None) -> dict[str, Any]:
     if mode not in ("dra", "device-plugin"):
         raise SimulationError(f"unknown mode {mode!r}; choose dra or device-plugin")
     if method not in METHODS:
@@ -174,9 +206,9 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     started, cpu_started = time.perf_counter(), time.process_time()
     rng = random.Random(seed)
     if method == "events":
-        return _run_events(trace, policy, seed, mode, progress, started, cpu_started)
+        return _run_events(trace, policy, seed, mode, progress, started, cpu_started, release)
     workload = tuned_workload(trace.tasks, trace.gpus * MILLI, tune, rng)
-    run = start(trace, workload, policy, seed, mode, rng)
+    run = start(trace, workload, policy, seed, mode, rng, release)
     capacity = run.capacity_milli
     arrived = served = scheduled = 0
     alloc_points: list[tuple[float, float]] = []
@@ -186,11 +218,9 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     at_100: dict[str, Any] | None = None
     for done, (pod_name, task) in enumerate(workload, start=1):
         arrived += task.total_gpu_milli
-        result = run.scheduler.schedule_pod(f"{NAMESPACE}/{pod_name}")
-        if result.node is not None:  # scheduled
+        if run.schedule(pod_name).node is not None:
             scheduled += 1
             served += task.total_gpu_milli
-            run.refresh(result.node)
         x = 100 * arrived / capacity
         alloc_points.append((x, 100 * run.used / capacity))
         served_points.append((x, 100 * served / capacity))
@@ -240,12 +270,12 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
 
 
 def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progress | None, started: float,
-                cpu_started: float) -> dict[str, Any]:
+                cpu_started: float, release: Release = None) -> dict[str, Any]:
     timed = [t for t in trace.tasks if t.creation is not None]
     if not timed:
         raise SimulationError(f"trace {trace.name}: no creation_time column, the events method needs one")
     workload = [(t.name, t) for t in sorted(timed, key=lambda t: (t.creation, t.name))]
-    run = start(trace, workload, policy, seed, mode)
+    run = start(trace, workload, policy, seed, mode, release=release)
     events: list[tuple[int, int, str, Task]] = []  # (time, order: deletions before creations, pod, task)
     for pod_name, task in workload:
         events.append((task.creation or 0, 1, pod_name, task))
@@ -261,11 +291,10 @@ def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progr
     for done, (when, kind, pod_name, _task) in enumerate(events, start=1):
         key = f"{NAMESPACE}/{pod_name}"
         if kind == 1:
-            result = run.scheduler.schedule_pod(key)
-            if result.node is not None:  # scheduled
+            node = run.schedule(pod_name).node
+            if node is not None:
                 scheduled += 1
-                placed[key] = result.node
-                run.refresh(result.node)
+                placed[key] = node
         elif key in placed:
             node = placed.pop(key)
             run.cluster.delete_pod(key)

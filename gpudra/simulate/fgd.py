@@ -87,7 +87,10 @@ def typical_tasks(tasks: Iterable[Task], threshold: int = POPULARITY_THRESHOLD) 
             break
         chosen.append((key, count))
         covered += count
-    return [TypicalTask(k[0], k[1], k[2], k[3], count / covered) for k, count in chosen]
+    # the artifact's two divisions (share of all tasks, then of the chosen ones): the same floats as its weights
+    if len(chosen) == len(ordered):
+        return [TypicalTask(k[0], k[1], k[2], k[3], count / total) for k, count in chosen]
+    return [TypicalTask(k[0], k[1], k[2], k[3], (count / total) / (covered / total)) for k, count in chosen]
 
 
 class Fragmentation:
@@ -139,7 +142,9 @@ class Fragmentation:
             prefix.append(prefix[-1] + left)
         total_left, gpus = prefix[-1], len(ordered)
         value = 0.0
-        if total_left:
+        if total_left and not self.cpu_aware:
+            value = self._artifact_sum(cpu_left, ordered, prefix, model)
+        elif total_left:
             satisfied_weight = 0.0
             for task in self._for_model(model):
                 if not task.milli or task.cpu > cpu_left:
@@ -160,6 +165,36 @@ class Fragmentation:
         if len(self._memo) > 1_000_000:
             self._memo.clear()
         self._memo[key] = value
+        return value
+
+    def _artifact_sum(self, cpu_left: int, ordered: tuple[int, ...], prefix: list[int], model: str) -> float:
+        """The paper's F_n summed as the artifact sums it (NodeGpuShareFragAmount: one accumulator per kind of
+        fragment, every typical task in order, then FragAmountSumExceptQ3 adds the kinds in index order). Equal in
+        exact arithmetic to Σ_m p_m·F_n(m), but a task moving between two kinds with the same amount (lack GPU ->
+        lack both when a task takes the CPU) can change the float by an ulp, and int(sigmoid(ΔF/1000)·100) is then
+        49, not 50: the artifact's placements follow that (tests/data/fgd_artifact/synthetic-float.json)."""
+        lack_both, lack_gpu, lack_cpu, cpu_task_fits, cpu_task_short, no_access = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+        total_left, gpus = float(prefix[-1]), len(ordered)
+        for task in self.typical:
+            if not task.milli:
+                if task.cpu <= cpu_left:
+                    cpu_task_fits += task.weight * total_left
+                else:
+                    cpu_task_short += task.weight * total_left
+            elif not accessible(model, task.models):
+                no_access += task.weight * total_left
+            elif gpus - bisect_left(ordered, task.milli) >= task.count:  # fits: the GPUs too small are fragments
+                if task.cpu <= cpu_left:
+                    lack_gpu += task.weight * float(prefix[bisect_left(ordered, task.milli)])
+                else:
+                    lack_cpu += task.weight * total_left
+            elif task.cpu <= cpu_left:
+                lack_gpu += task.weight * total_left
+            else:
+                lack_both += task.weight * total_left
+        value = 0.0
+        for kind in (lack_both, lack_gpu, lack_cpu, cpu_task_fits, cpu_task_short, no_access):
+            value += kind
         return value
 
     def node(self, res: NodeRes) -> float:

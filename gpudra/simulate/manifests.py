@@ -54,12 +54,14 @@ def _gpus(cluster: Cluster, node: str) -> int:
 
 
 def run_manifests(workload: Manifests, policy: str, seed: int = 42,
-                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+                  progress: Callable[[int, int], None] | None = None,
+                  release: tuple[str | None, str | None] | None = None) -> dict[str, Any]:
     if policy not in GPUDRA_POLICIES:
         raise SimulationError(f"policy {policy!r} reads openb task shapes; with manifests use one of "
                               f"{', '.join(GPUDRA_POLICIES)}")
     started, cpu_started = time.perf_counter(), time.process_time()
-    cluster = Cluster(copy_object(workload.objects))  # scheduling writes into the objects
+    version, features = release or (None, None)  # (Kubernetes version, --features text)
+    cluster = Cluster(copy_object(workload.objects), features, version)  # scheduling writes into the objects
     problems = list(cluster.problems)
     scheduler = Scheduler(cluster, policy=policy)
     nodes = cluster.node_names()

@@ -23,17 +23,38 @@ SERIES_COLUMNS = ("trace", "mode", "policy", "seed", "arrived_percent", "allocat
                   "fragmented_gpus", "fragmentation_ratio")
 
 
+# A text cell a spreadsheet would take for a formula (OWASP "CSV Injection"): a trace named `=1+1.csv` put a
+# formula into summary.csv. Such a cell is written with a leading single quote, as spreadsheet-safe writers do.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """`value`, or for a text starting like a formula the same text after a `'` (numbers stay numbers)."""
+    return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
+
+
+class _SafeWriter:
+    """csv.writer whose text cells are spreadsheet-safe: every CSV gpudra writes goes through it."""
+
+    def __init__(self, out: io.StringIO):
+        self._writer = csv.writer(out, lineterminator="\n")
+
+    def writerow(self, row: Any) -> None:
+        self._writer.writerow([spreadsheet_safe(cell) for cell in row])
+
+
 def summary_csv(rows: list[dict[str, Any]]) -> str:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
+    writer = _SafeWriter(out)
+    writer.writerow(SUMMARY_COLUMNS)
+    for row in rows:
+        writer.writerow([row.get(column, "") for column in SUMMARY_COLUMNS])
     return out.getvalue()
 
 
 def series_csv(results: list[dict[str, Any]]) -> str:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = _SafeWriter(out)
     writer.writerow(SERIES_COLUMNS)
     for r in results:
         series = r.get("series") or {}
@@ -50,7 +71,7 @@ EVENTS_COLUMNS = ("trace", "mode", "policy", "seed", "time_s", "allocation_ratio
 def events_csv(results: list[dict[str, Any]]) -> str:
     """The events method's series (against the trace's time, not arrived demand), one row per event."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = _SafeWriter(out)
     writer.writerow(EVENTS_COLUMNS)
     for r in results:
         if r.get("method") != "events":

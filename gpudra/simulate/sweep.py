@@ -9,6 +9,7 @@ a sweep's output does not depend on `jobs` or on where it ran.
 from __future__ import annotations
 
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from statistics import mean, pstdev
@@ -44,6 +45,12 @@ class Experiment:
     mode: str = "dra"
     tune: float = DEFAULT_TUNE
     method: str = "tune"
+    kubernetes_version: str | None = None  # the release the scheduler and allocator behave as (None: newest)
+    features: str | None = None  # --features over that release's default gates
+
+    @property
+    def release(self) -> tuple[str | None, str | None] | None:
+        return (self.kubernetes_version, self.features) if self.kubernetes_version or self.features else None
 
 
 _TRACES: dict[TraceSource, "Trace | Manifests"] = {}  # per worker process: each trace is parsed once
@@ -53,9 +60,9 @@ def run_one(trace: "Trace | Manifests", experiment: Experiment,
             progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """One experiment on its (already parsed) trace or manifests."""
     if isinstance(trace, Manifests):
-        return run_manifests(trace, experiment.policy, experiment.seed, progress)
+        return run_manifests(trace, experiment.policy, experiment.seed, progress, experiment.release)
     return run_experiment(trace, experiment.policy, experiment.seed, experiment.mode, experiment.tune,
-                          experiment.method, progress)
+                          experiment.method, progress, experiment.release)
 
 
 def _run(experiment: Experiment) -> dict[str, Any]:
@@ -77,34 +84,81 @@ def trace_of(source: TraceSource) -> "Trace | Manifests":
     return trace
 
 
-def run_sweep(experiments: list[Experiment], jobs: int | None = None,
-              on_done: Callable[[int, int, dict[str, Any]], None] | None = None,
+OnDone = Callable[[int, int, int, dict[str, Any]], None]  # (experiment index, finished, total, result)
+
+
+class SweepInterrupted(Exception):
+    """Ctrl-C stopped the sweep: `finished` holds the results of the experiments that had ended, in the order of
+    the experiment list, so they can still be written."""
+
+    def __init__(self, finished: list[dict[str, Any]], total: int):
+        super().__init__(f"interrupted after {len(finished)} of {total} experiments")
+        self.finished = finished
+        self.total = total
+
+
+def run_sweep(experiments: list[Experiment], jobs: int | None = None, on_done: OnDone | None = None,
               progress: Callable[[int, int], None] | None = None,
               dask_scheduler: str | None = None) -> list[dict[str, Any]]:
-    """Run every experiment; `on_done(finished, total, result)` after each. With `dask_scheduler` (an address
-    such as tcp://host:8786) on that Dask cluster; else with one job (or one experiment) everything runs in
-    this process and `progress(done, total)` reports tasks within the experiment."""
-    if dask_scheduler:
-        from .distributed import run_on_dask
-
-        traces = {e.source: trace_of(e.source) for e in experiments}
-        return run_on_dask(experiments, dask_scheduler, traces, on_done)
-    jobs = jobs or default_jobs()
+    """Run every experiment; `on_done(index, finished, total, result)` after each. With `dask_scheduler` (an
+    address such as tcp://host:8786) on that Dask cluster; else with one job (or one experiment) everything runs
+    in this process and `progress(done, total)` reports tasks within the experiment. Ctrl-C raises
+    SweepInterrupted once the workers are stopped."""
     results: list[dict[str, Any] | None] = [None] * len(experiments)
-    if jobs <= 1 or len(experiments) <= 1:
-        for index, experiment in enumerate(experiments):
-            results[index] = run_one(trace_of(experiment.source), experiment, progress)
-            if on_done is not None:
-                on_done(index + 1, len(experiments), results[index])  # type: ignore[arg-type]
-        return results  # type: ignore[return-value]
-    with ProcessPoolExecutor(max_workers=min(jobs, len(experiments))) as pool:
+    try:
+        if dask_scheduler:
+            from .distributed import run_on_dask
+
+            traces = {e.source: trace_of(e.source) for e in experiments}
+            run_on_dask(experiments, dask_scheduler, traces, results, on_done)
+        elif (jobs or default_jobs()) <= 1 or len(experiments) <= 1:
+            for index, experiment in enumerate(experiments):
+                results[index] = result = run_one(trace_of(experiment.source), experiment, progress)
+                if on_done is not None:
+                    on_done(index, index + 1, len(experiments), result)
+        else:
+            _run_on_local_cores(experiments, jobs or default_jobs(), results, on_done)
+    except KeyboardInterrupt:
+        raise SweepInterrupted([r for r in results if r is not None], len(experiments)) from None
+    return results  # type: ignore[return-value]
+
+
+def _ignore_interrupts() -> None:
+    # Ctrl-C reaches every process of the terminal's group: the workers leave it to the parent, which stops them
+    # (a worker's KeyboardInterrupt would print a traceback and be taken for the experiment's failure).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_on_local_cores(experiments: list[Experiment], jobs: int, results: list[dict[str, Any] | None],
+                        on_done: OnDone | None) -> None:
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(experiments)), initializer=_ignore_interrupts)
+    try:
         futures = {pool.submit(_run, experiment): index for index, experiment in enumerate(experiments)}
         for finished, future in enumerate(as_completed(futures), start=1):
             index = futures[future]
-            results[index] = future.result()
+            results[index] = result = future.result()
             if on_done is not None:
-                on_done(finished, len(experiments), results[index])  # type: ignore[arg-type]
-    return results  # type: ignore[return-value]
+                on_done(index, finished, len(experiments), result)
+    except BaseException:
+        _stop_now(pool)
+        raise
+    pool.shutdown()
+
+
+def _stop_now(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool's workers mid-experiment: the queued experiments are cancelled and the running ones killed
+    (ProcessPoolExecutor has no public way to end a running task before Python 3.14's terminate_workers)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
+    try:
+        workers = list((getattr(pool, "_processes", None) or {}).values())  # shutdown() forgets them
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in workers:
+            if process.is_alive():
+                process.terminate()
+        for process in workers:
+            process.join(timeout=1)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -18,6 +18,13 @@ from typing import IO, Iterable
 from gpudra.errors import GpudraError
 
 MILLI = 1000
+# Bounds on a trace, checked while it is read, before anything is built per GPU or per task (issue 20: a one-row
+# node list with gpu=100000000 took 45 s and 1.9 GB, then failed with MemoryError). The largest real nodes have 16
+# GPUs (DGX-2/HGX-2; composable PCIe chassis about 20); Kubernetes supports clusters of up to 5,000 nodes and
+# 150,000 pods. The openb traces have 1,213 nodes of at most 8 GPUs and at most 8,152 tasks.
+MAX_GPUS_PER_NODE = 32
+MAX_TRACE_NODES = 5_000
+MAX_TRACE_TASKS = 200_000
 BUNDLED_NODES = "openb_node_list_gpu_node.csv"  # the paper's cluster: 1,213 GPU nodes, 6,212 GPUs
 BUNDLED_TRACES = ("default", "cpu100", "gpushare40", "gpuspec10", "multigpu30")
 DEFAULT_TRACE = "default"
@@ -103,20 +110,29 @@ def _optional_int(row: dict[str, str], key: str, where: str) -> int | None:
     return _int(row, key, where, signed=True)
 
 
-def _rows(stream: IO[str], where: str, required: Iterable[str]) -> list[tuple[int, dict[str, str]]]:
+def _rows(stream: IO[str], where: str, required: Iterable[str], limit: int,
+          what: str) -> Iterable[tuple[int, dict[str, str]]]:
+    """The data rows with their line numbers; a TraceError at the row past `limit`, before it is built."""
     reader = csv.DictReader(stream)
     missing = [c for c in required if c not in (reader.fieldnames or [])]
     if missing:
         raise TraceError(f"{where}: missing column(s) {', '.join(missing)}")
-    return [(line, row) for line, row in enumerate(reader, start=2)]
+    for count, (line, row) in enumerate(enumerate(reader, start=2), start=1):
+        if count > limit:
+            raise TraceError(f"{where}: more than {limit:,} {what} (line {line}); gpudra simulates at most "
+                             f"{limit:,}: split the trace")
+        yield line, row
 
 
 def read_nodes(stream: IO[str], where: str = "nodes") -> list[TraceNode]:
     nodes = []
-    for line, row in _rows(stream, where, ("sn", "cpu_milli", "memory_mib", "gpu")):
+    for line, row in _rows(stream, where, ("sn", "cpu_milli", "memory_mib", "gpu"), MAX_TRACE_NODES, "nodes"):
         at = f"{where}:{line}"
         model = (row.get("model") or "").strip()
         gpus = _int(row, "gpu", at, 0)
+        if gpus > MAX_GPUS_PER_NODE:
+            raise TraceError(f"{at}: gpu: {gpus} GPUs on one node; the largest real nodes have 16 (gpudra takes "
+                             f"at most {MAX_GPUS_PER_NODE})")
         nodes.append(TraceNode(row["sn"].strip(), _int(row, "cpu_milli", at), _int(row, "memory_mib", at), gpus,
                                "" if model.lower() == "nan" else model))
     if len({n.name for n in nodes}) != len(nodes):
@@ -127,7 +143,8 @@ def read_nodes(stream: IO[str], where: str = "nodes") -> list[TraceNode]:
 def read_tasks(stream: IO[str], where: str = "pods") -> list[Task]:
     tasks = []
     lines: dict[str, int] = {}  # task name -> line: each task becomes a Pod of that name
-    for line, row in _rows(stream, where, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")):
+    for line, row in _rows(stream, where, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"),
+                           MAX_TRACE_TASKS, "tasks"):
         at = f"{where}:{line}"
         name = row["name"].strip()
         if name in lines:
@@ -137,6 +154,9 @@ def read_tasks(stream: IO[str], where: str = "pods") -> list[Task]:
         gpu_milli = _int(row, "gpu_milli", at, 0)
         if num_gpu < 0 or not 0 <= gpu_milli <= MILLI:
             raise TraceError(f"{at}: num_gpu must be >= 0 and gpu_milli within 0..1000")
+        if num_gpu > MAX_GPUS_PER_NODE:
+            raise TraceError(f"{at}: num_gpu: {num_gpu} GPUs for one task; no node has more than "
+                             f"{MAX_GPUS_PER_NODE}")
         if num_gpu > 1 and gpu_milli != MILLI:
             raise TraceError(f"{at}: gpu_milli: a task with {num_gpu} GPUs must use whole GPUs (1000)")
         if num_gpu and not gpu_milli:

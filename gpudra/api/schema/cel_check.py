@@ -26,7 +26,8 @@ def compiler():
 
 def check_selector_expression(expression: str, path: str, ctx: Context) -> None:
     explain_lookups(expression, path, ctx)
-    outcome = compile_outcome(expression)
+    version = ctx.facts.get("release")
+    outcome = compile_outcome(expression, version if isinstance(version, str) else None)
     if outcome is None:
         return
     severity, message, detail = outcome
@@ -37,16 +38,22 @@ def check_selector_expression(expression: str, path: str, ctx: Context) -> None:
 
 
 @functools.lru_cache(maxsize=4096)
-def compile_outcome(expression: str) -> tuple[str, str, str | None] | None:
-    """None when the expression compiles; else (severity, message, caret report).
+def compile_outcome(expression: str, kubernetes_version: str | None = None) -> tuple[str, str, str | None] | None:
+    """None when the expression compiles in the API server of `kubernetes_version` (default: gpudra's default
+    release) with its default feature gates; else (severity, message, caret report).
 
     Cached: manifests repeat the same few selectors many times.
     """
+    from gpudra.versions import default_gates, parse_version
+
     compile_selector, compile_error = compiler()
+    gates = default_gates(parse_version(kubernetes_version))
     try:
-        compile_selector(expression)
+        compile_selector(expression, version=kubernetes_version, consumable_capacity=gates["DRAConsumableCapacity"],
+                         list_type_attributes=gates["DRAListTypeAttributes"])
     except compile_error as exc:
         message = getattr(exc, "message", None) or str(exc)
+        message += _gate_hint(expression, kubernetes_version)
         column = getattr(exc, "column", None)
         where = f" at column {column}" if isinstance(column, int) and column > 0 else ""
         caret = None
@@ -56,6 +63,28 @@ def compile_outcome(expression: str) -> tuple[str, str, str | None] | None:
     except Exception as exc:  # noqa: BLE001 - a bug in the CEL adapter must not crash validation
         return "warning", f"could not check the CEL expression: {type(exc).__name__}: {exc}", None
     return None
+
+
+def _gate_hint(expression: str, kubernetes_version: str | None) -> str:
+    """Why a release's API server refuses what a gate or the next release would accept (gpudra.cel.release)."""
+    compile_selector, compile_error = compiler()
+    from gpudra.versions import default_gates, parse_version
+
+    gates = default_gates(parse_version(kubernetes_version))
+    for gate, option in (("DRAListTypeAttributes", "list_type_attributes"), ("DRAConsumableCapacity", "consumable_capacity")):
+        chosen = {"consumable_capacity": gates["DRAConsumableCapacity"],
+                  "list_type_attributes": gates["DRAListTypeAttributes"], option: True}
+        try:
+            compile_selector(expression, version=kubernetes_version, **chosen)
+        except (compile_error, ValueError):
+            continue
+        return f" (accepted with the {gate} feature gate on)"
+    try:
+        compile_selector(expression, version=kubernetes_version, stored=True)
+    except (compile_error, ValueError):
+        return ""
+    return (" (this release's kube-scheduler reads it, but its API server accepts in new selectors only what the "
+            "previous release can read)")
 
 
 _USED_AS_MAP = re.compile(r"^\s*[.\[]")

@@ -142,6 +142,40 @@ def _references_check(claim: dict, path: str, ctx: Context) -> None:
                               + (", ".join(sorted(known)) or "none") + ")")
 
 
+def _exact_count(request: object) -> int:
+    """Devices an ExactCount request (or subrequest) asks for; 0 for allocationMode All or a malformed one."""
+    if not isinstance(request, dict) or request.get("allocationMode") not in (None, "", "ExactCount"):
+        return 0
+    count = request.get("count", 1)
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0
+
+
+def _device_count_check(claim: dict, path: str, ctx: Context) -> None:
+    """The API server accepts any positive count (ValidateResourceClaim checks `count > 0` only), but the
+    scheduler's allocator refuses a claim whose requests need more than AllocationResultsMaxSize (32) devices in
+    all (k8s.io/dynamic-resource-allocation structured allocator: "exceeds the claim limit"): such a claim is
+    valid and can never be allocated, so it is a warning."""
+    requests = as_list(claim.get("requests"))
+    total = 0
+    for position, request in enumerate(requests):
+        if not isinstance(request, dict):
+            continue
+        if isinstance(request.get("exactly"), dict):
+            count = _exact_count(request["exactly"])
+            if count > RESULTS_MAX:
+                ctx.warning(child(child(index(child(path, "requests"), position), "exactly"), "count"),
+                            f"{count} devices: the scheduler allocates at most {RESULTS_MAX} devices per claim, so "
+                            "this claim can never be allocated (the API server accepts it)")
+                return
+            total += count
+        else:
+            subrequests = [_exact_count(sub) for sub in as_list(request.get("firstAvailable"))]
+            total += min(subrequests) if subrequests else 0
+    if total > RESULTS_MAX:
+        ctx.warning(child(path, "requests"), f"{total} devices in all: the scheduler allocates at most {RESULTS_MAX} "
+                    "devices per claim, so this claim can never be allocated (the API server accepts it)")
+
+
 DEVICE_CLAIM = Struct(
     "DeviceClaim",
     {
@@ -149,7 +183,7 @@ DEVICE_CLAIM = Struct(
         "constraints": F(ListOf(DEVICE_CONSTRAINT, max_items=CONSTRAINTS_MAX)),
         "config": F(ListOf(CLAIM_CONFIG, max_items=CONFIGS_MAX)),
     },
-    checks=(_references_check,),
+    checks=(_references_check, _device_count_check),
 )
 
 RESOURCE_CLAIM_SPEC = Struct("ResourceClaimSpec", {"devices": F(DEVICE_CLAIM)},

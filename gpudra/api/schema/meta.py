@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudra.api import goint  # (a module: goint imports schema.names, whose package imports this)
 from gpudra.api.schema import names
 from gpudra.api.schema.types import (
     as_list,
@@ -31,16 +32,33 @@ LABELS = MapOf(Str(validators=(names.label_value,)), key_check=names.qualified_n
 ANNOTATIONS = MapOf(Str(), key_check=names.qualified_name)
 
 
+def _annotations_size_check(value: dict, path: str, ctx: Context) -> None:
+    annotations = value.get("annotations")
+    if isinstance(annotations, dict):
+        size = names.annotations_size(annotations)
+        if size > names.TOTAL_ANNOTATION_SIZE_LIMIT_B:
+            ctx.error(child(path, "annotations"), f"Too long: must have at most {names.TOTAL_ANNOTATION_SIZE_LIMIT_B} "
+                      f"bytes (has {size}; the API server's limit on all annotations together)")
+
+
 def object_meta(name_check=names.dns_subdomain, name_required: bool = True) -> Struct:
+    """ObjectMeta as apimachinery's ValidateObjectMeta checks it (objectmeta.go): `name_check` is the kind's name
+    rule, also applied to generateName as a prefix (a trailing '-' allowed), namespace a DNS label, labels and
+    annotations by key and value syntax, annotations 256 KiB in all."""
     def require_name(value: dict, path: str, ctx: Context) -> None:
         if name_required and not value.get("name") and not value.get("generateName"):
             ctx.error(child(path, "name"), "required field is missing (set name or generateName)")
+
+    def generate_name_check(value: str) -> list[str]:
+        # objectmeta.go: nameFn(generateName, prefix=true), which masks one trailing '-' as a letter
+        masked = value[:-1] + "a" if value.endswith("-") else value
+        return name_check(masked)
 
     return Struct(
         "ObjectMeta",
         {
             "name": F(Str(validators=(name_check,))),
-            "generateName": F(Str()),
+            "generateName": F(Str(validators=(generate_name_check,))),
             "namespace": F(Str(validators=(names.dns_label,))),
             "labels": F(LABELS),
             "annotations": F(ANNOTATIONS),
@@ -55,8 +73,14 @@ def object_meta(name_check=names.dns_subdomain, name_required: bool = True) -> S
             "managedFields": F(ListOf(AnyValue())),
             "selfLink": F(Str()),
         },
-        checks=(require_name,),
+        checks=(require_name, _annotations_size_check),
     )
+
+
+def metadata_only(kind_name: str, name_check=names.dns_subdomain) -> Struct:
+    """A kind whose content gpudra does not model: its metadata checked as every object's is, the rest open."""
+    return Struct(kind_name, {"apiVersion": F(Str(), required=True), "kind": F(Str(), required=True),
+                              "metadata": F(object_meta(name_check), required=True)}, open=True)
 
 
 TEMPLATE_META = Struct(
@@ -87,8 +111,9 @@ def _requirement_check(value: Any, path: str, ctx: Context) -> None:
     elif operator in ("Gt", "Lt"):
         if len(values) != 1:
             ctx.error(child(path, "values"), f"must have exactly one value when operator is {operator!r}")
-        elif not (isinstance(values[0], str) and values[0].lstrip("-").isdigit()):
-            ctx.error(index(child(path, "values"), 0), "must be an integer written as a string")
+        elif goint.parse_requirement_int(values[0]) is None:
+            ctx.error(index(child(path, "values"), 0), "must be a 64-bit decimal integer written as a string (and a "
+                      "label value: no '+' or '-' sign); kube-scheduler matches no node otherwise")
 
 
 NODE_SELECTOR_REQUIREMENT = Struct(

@@ -14,6 +14,11 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 # choose it, so anything else did not come from a real object.
 _UID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
+# Longer values are reported by length alone: an error message must not echo a megabyte back.
+ECHO_LIMIT = 256
+# apimachinery ValidateAnnotations: TotalAnnotationSizeLimitB, the sum of every key's and value's length.
+TOTAL_ANNOTATION_SIZE_LIMIT_B = 256 * (1 << 10)
+
 DRA_C_IDENTIFIER_MAX = 32  # resource.DeviceMaxIDLength
 DRA_DOMAIN_MAX = 63  # resource.DeviceMaxDomainLength
 
@@ -28,6 +33,31 @@ def dns_label(value: str) -> list[str]:
             "or digit" + _dns_hint(value, label=True)
         )
     return problems
+
+
+def path_segment_name(value: str) -> list[str]:
+    """apimachinery ValidatePathSegmentName: the loosest object name the API server takes (kinds without a stricter
+    rule, such as RBAC roles named `system:…`): not `.` or `..`, no `/` or `%`."""
+    if value in (".", ".."):
+        return [f"may not be {value!r}"]
+    return [f"may not contain {bad!r}" for bad in ("/", "%") if bad in value]
+
+
+def field_problems(field: str, value: object, rule, max_length: int) -> list[str]:
+    """`field: message` for each way `value` breaks `rule` (one of the syntaxes here), checked as a string first;
+    a value longer than ECHO_LIMIT is reported by its length alone, never echoed."""
+    if not isinstance(value, str):
+        return [f"{field}: must be a string"]
+    if not value:
+        return [f"{field}: must not be empty"]
+    if len(value) > max(max_length, ECHO_LIMIT):
+        return [f"{field}: must be no more than {max_length} characters (has {len(value)})"]
+    return [f"{field}: {message}" for message in rule(value)]
+
+
+def annotations_size(annotations: dict) -> int:
+    """What the API server counts against TOTAL_ANNOTATION_SIZE_LIMIT_B: Go len() (UTF-8 bytes) of keys and values."""
+    return sum(len(str(k).encode()) + len(v.encode() if isinstance(v, str) else b"") for k, v in annotations.items())
 
 
 def kubernetes_uid(value: str) -> list[str]:

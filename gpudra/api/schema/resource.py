@@ -17,13 +17,15 @@ from gpudra.api.schema.types import (
     index, key, type_name, _key_problems, as_dict, as_list,
 )
 
-# Limits (resource/v1/types.go, Kubernetes 1.36)
+from gpudra.device_config import ALLOCATION_CONFIGS_MAX as ALLOCATION_CONFIGS_MAX  # noqa: E402
+from gpudra.device_config import OPAQUE_PARAMETERS_MAX as OPAQUE_PARAMETERS_MAX  # noqa: E402
+
+# Limits (resource/v1/types.go, Kubernetes 1.36); the two on opaque configs are gpudra.device_config's
 REQUESTS_MAX = 32
 SUBREQUESTS_MAX = 8
 SELECTORS_MAX = 32
 CONSTRAINTS_MAX = 32
 CONFIGS_MAX = 32
-ALLOCATION_CONFIGS_MAX = 64
 RESULTS_MAX = 32
 TOLERATIONS_MAX = 16
 TAINTS_MAX = 16
@@ -39,7 +41,6 @@ BINDING_CONDITIONS_MAX = 4
 VALID_VALUES_MAX = 10
 RESERVED_FOR_MAX = 256
 DEVICE_CONDITIONS_MAX = 8
-OPAQUE_PARAMETERS_MAX = 10 * 1024
 CEL_EXPRESSION_MAX = 10 * 1024
 DRIVER_NAME_MAX = 63
 
@@ -415,9 +416,7 @@ def _slice_check(spec: dict, path: str, ctx: Context) -> None:
     if uses_taints_or_counters and len(devices) > DEVICES_MAX_WITH_TAINTS_OR_COUNTERS:
         ctx.error(child(path, "devices"), f"must have at most {DEVICES_MAX_WITH_TAINTS_OR_COUNTERS} devices when "
                   f"any device has taints or consumesCounters (has {len(devices)})")
-    if devices and spec.get("sharedCounters"):
-        ctx.error(path, "only one of devices and sharedCounters may be set: counter sets go in their own "
-                  "ResourceSlice of the same pool")
+    _counter_layout_check(spec, dicts, path, ctx)
     per_device = spec.get("perDeviceNodeSelection") is True
     for position, device in enumerate(dicts):
         device_path = index(child(path, "devices"), position)
@@ -434,6 +433,38 @@ def _slice_check(spec: dict, path: str, ctx: Context) -> None:
         _one_term(spec["nodeSelector"], child(path, "nodeSelector"), ctx)
     if spec.get("nodeName") == "":
         ctx.error(child(path, "nodeName"), "must not be empty")
+
+
+def _counter_layout_check(spec: dict, devices: list[dict], path: str, ctx: Context) -> None:
+    """Where counter sets may live differs by release (gpudra.versions.partitionable_layout): from 1.35 a slice
+    holds devices or sharedCounters, never both (kubernetes/kubernetes#134189); up to 1.34 a device consumes
+    only counter sets of its own slice, so they must be there (1.34's validateDeviceCounterConsumption)."""
+    from gpudra.versions import SPLIT_SLICES, partitionable_layout
+
+    release = ctx.facts.get("release")
+    counter_sets = as_list(spec.get("sharedCounters"))
+    if partitionable_layout(release) == SPLIT_SLICES:
+        if devices and counter_sets:
+            ctx.error(path, "only one of devices and sharedCounters may be set: counter sets go in their own "
+                      "ResourceSlice of the same pool (from Kubernetes 1.35; 1.34 wants them together)")
+        return
+    known = {c.get("name"): c.get("counters") for c in counter_sets if isinstance(c, dict)}
+    for position, device in enumerate(devices):
+        for entry, consumption in enumerate(as_list(device.get("consumesCounters"))):
+            if not isinstance(consumption, dict) or not isinstance(consumption.get("counterSet"), str):
+                continue
+            entry_path = index(child(index(child(path, "devices"), position), "consumesCounters"), entry)
+            name = consumption["counterSet"]
+            if name not in known:
+                ctx.error(child(entry_path, "counterSet"), f"must reference a counter set in this ResourceSlice's sharedCounters: Kubernetes "
+                          f"{release} keeps counter sets with the devices that consume them "
+                          f"(counter set {name!r} is not here; the split layout is 1.35's)")
+                continue
+            counters = as_dict(known[name])
+            for counter in as_dict(consumption.get("counters")):
+                if counter not in counters:
+                    ctx.error(child(entry_path, "counters"), f"counter {counter!r} is not in "
+                              f"counter set {name!r} of this ResourceSlice")
 
 
 def _one_term(selector: dict, path: str, ctx: Context) -> None:

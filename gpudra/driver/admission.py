@@ -1,0 +1,71 @@
+"""The driver's admission check of opaque configs: `gpudra validate` and the validating webhook share it.
+
+NVIDIA's GPU driver ships a ValidatingAdmissionWebhook (k8s-dra-driver-gpu cmd/webhook/main.go,
+admitResourceClaimParameters) so that a ResourceClaim or ResourceClaimTemplate whose GpuConfig /
+MigDeviceConfig the driver would refuse at prepare time is refused when it is created, instead of leaving
+its pod in ContainerCreating: every `devices.config[].opaque` entry for the driver is decoded strictly
+(unknown fields are errors), normalized and validated (api/nvidia.com/resource/v1beta1 sharing.go,
+validate.go). Here the decoding and checks are the driver's own (gpudra.device_config: decode_opaque, the one
+copy prepare uses too, and opaque_config_problems, which finds the configs in an object); this module answers
+AdmissionReviews.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudra.device_config import CONFIG_PATHS, opaque_config_problems
+from gpudra.driver.slices import DEFAULT_DRIVER_NAME
+
+ADMISSION_API = "admission.k8s.io/v1"
+RESOURCE_GROUP = "resource.k8s.io"
+SERVED_VERSIONS = ("v1", "v1beta2", "v1beta1")  # what NVIDIA's webhook accepts (cmd/webhook/resource.go)
+
+
+class ReviewError(ValueError):
+    """A request body that is no AdmissionReview this webhook can answer (HTTP 400)."""
+
+
+def _status(message: str, reason: str, code: int) -> dict[str, Any]:
+    return {"message": message, "reason": reason, "code": code}
+
+
+def review_response(review: Any, driver_name: str = DEFAULT_DRIVER_NAME) -> dict[str, Any]:
+    """The AdmissionReview answering `review` (a decoded admission.k8s.io/v1 AdmissionReview): allowed unless
+    an object's opaque configs for `driver_name` fail the driver's checks. ReviewError when `review` is not an
+    AdmissionReview request at all."""
+    from gpudra.api.convert import needs_conversion, to_v1
+
+    if not isinstance(review, dict) or review.get("apiVersion") != ADMISSION_API \
+            or review.get("kind") != "AdmissionReview":
+        raise ReviewError(f"expected an {ADMISSION_API} AdmissionReview")
+    request = review.get("request")
+    if not isinstance(request, dict) or not isinstance(request.get("uid"), str):
+        raise ReviewError("the AdmissionReview has no request with a uid")
+    response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+    answer = {"apiVersion": ADMISSION_API, "kind": "AdmissionReview", "response": response}
+    found = request.get("resource")
+    target: dict[str, Any] = found if isinstance(found, dict) else {}
+    resource, version = target.get("resource"), target.get("version")
+    if target.get("group") != RESOURCE_GROUP or resource not in CONFIG_PATHS or version not in SERVED_VERSIONS:
+        response.update(allowed=False, status=_status(
+            f"expected resource.k8s.io {'/'.join(SERVED_VERSIONS)} {', '.join(CONFIG_PATHS)}, got "
+            f"{target.get('group')}/{version} {resource}", "BadRequest", 400))
+        return answer
+    obj = request.get("object")
+    if request.get("operation") == "DELETE" or obj is None:
+        return answer  # nothing is created: nothing to check
+    if not isinstance(obj, dict):
+        response.update(allowed=False, status=_status("request.object is not an object", "BadRequest", 400))
+        return answer
+    try:
+        v1 = to_v1(obj) if needs_conversion(obj) else obj
+    except Exception as exc:  # noqa: BLE001 - a shape conversion cannot handle is the client's mistake
+        response.update(allowed=False, status=_status(f"cannot read the object: {exc}", "BadRequest", 400))
+        return answer
+    problems = opaque_config_problems(v1, driver_name)
+    if problems:  # worded as NVIDIA's webhook words it (admitResourceClaimParameters)
+        listed = "; ".join(f"object at {path} is invalid: {message}" for path, message in problems)
+        response.update(allowed=False, status=_status(f"{len(problems)} configs failed to validate: {listed}",
+                                                      "Invalid", 422))
+    return answer

@@ -1,0 +1,111 @@
+"""How long a sweep will take: an estimate before it starts, and an ETA that follows the measured times.
+
+The estimate is the number of tasks each experiment submits (computed exactly: the workload tuning is cheap and
+deterministic per seed) times a CPU cost per submitted task per policy and mode, measured on the 2-vCPU
+development machine with `benchmarks/simulate.py` (the default openb trace, 1,213 nodes, 6,212 GPUs, seed 42,
+tuned to 1.3 × capacity). Machines and loads differ, so once experiments finish the ETA calibrates: every
+finished experiment's wall seconds against its estimate gives the speed of this machine under this load, and
+what is left is re-estimated at that speed.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .engine import tuned_workload
+from .trace import MILLI, Trace
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .sweep import Experiment, TraceSource
+
+# CPU milliseconds per submitted task (setup included), `python benchmarks/simulate.py --mode M --policy P`
+# for every policy (10,771 tasks each), 2026-12-03 22:20-23:25 UTC on the 2-vCPU KVM development machine with other
+# work running (load 5-10; process CPU time, which that load inflates less than wall time).
+PER_TASK_CPU_MS: dict[str, dict[str, float]] = {
+    "dra": {"random": 5.27, "dotprod": 2.75, "gpu-clustering": 2.78, "gpu-packing": 2.56, "bestfit": 2.77,
+            "fgd": 3.12, "kube": 5.82, "binpack": 2.78, "fragmentation": 4.64},
+    "device-plugin": {"random": 3.38, "dotprod": 2.58, "gpu-clustering": 2.66, "gpu-packing": 2.78, "bestfit": 2.56,
+                      "fgd": 3.01, "kube": 3.18, "binpack": 3.05, "fragmentation": 4.95},
+}
+MANIFEST_POD_CPU_MS = 2.0  # a pod of a manifest replay: gpudra's own policies, about the scheduler's cost
+
+
+def planned_tasks(trace: Any, experiment: "Experiment") -> int:
+    """How many tasks (pods) the experiment submits: exact for traces, the pods for manifests."""
+    if not isinstance(trace, Trace):
+        return sum(1 for o in getattr(trace, "objects", []) if o.get("kind") == "Pod")
+    if experiment.method != "tune":
+        return len(trace.tasks)
+    return len(tuned_workload(trace.tasks, trace.gpus * MILLI, experiment.tune, random.Random(experiment.seed)))
+
+
+def predicted_cpu_seconds(trace: Any, experiment: "Experiment", tasks: int | None = None) -> float:
+    tasks = planned_tasks(trace, experiment) if tasks is None else tasks
+    if not isinstance(trace, Trace):
+        return tasks * MANIFEST_POD_CPU_MS / 1000
+    per_task = PER_TASK_CPU_MS.get(experiment.mode, PER_TASK_CPU_MS["dra"])
+    return tasks * per_task.get(experiment.policy, max(per_task.values())) / 1000
+
+
+def predictions(experiments: list["Experiment"], trace_of: Any) -> list[float]:
+    """Predicted CPU seconds per experiment. Task counts differ little between seeds, so each (trace, method,
+    tune) is counted once, with its first experiment's seed."""
+    counted: dict[tuple["TraceSource", str, float], int] = {}
+    out = []
+    for experiment in experiments:
+        key = (experiment.source, experiment.method, experiment.tune)
+        trace = trace_of(experiment.source)
+        if key not in counted:
+            counted[key] = planned_tasks(trace, experiment)
+        out.append(predicted_cpu_seconds(trace, experiment, counted[key]))
+    return out
+
+
+def duration(seconds: float) -> str:
+    """`45 s`, `12 min`, `3 h 50 min`: rounded as a person reads an estimate."""
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    minutes = round(seconds / 60)
+    if minutes < 90:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+
+
+@dataclass
+class SweepClock:
+    """The ETA of a sweep whose experiments run `workers` at a time.
+
+    Work is counted in seconds of one worker: finished experiments by their measured wall seconds, the others
+    by their prediction times the speed seen so far (measured / predicted over the finished ones; 1 before any
+    has finished). The sweep ends after about (all work) / workers of wall time; the ETA is that less what has
+    passed."""
+
+    predicted: list[float]
+    workers: int
+    measured: dict[int, float] = field(default_factory=dict)
+
+    def finished(self, index: int, wall_seconds: float) -> None:
+        self.measured[index] = max(0.0, wall_seconds)
+
+    @property
+    def speed(self) -> float:
+        predicted = sum(self.predicted[i] for i in self.measured)
+        return sum(self.measured.values()) / predicted if predicted > 0 and self.measured else 1.0
+
+    def total_seconds(self) -> float:
+        """Wall seconds the whole sweep takes, as far as is known now."""
+        speed = self.speed
+        work = sum(self.measured.values()) + sum(p * speed for i, p in enumerate(self.predicted)
+                                                 if i not in self.measured)
+        parallel = max(1, min(self.workers, len(self.predicted)))
+        longest = max((self.measured.get(i, p * speed) for i, p in enumerate(self.predicted)), default=0.0)
+        return max(work / parallel, longest)
+
+    def remaining_seconds(self, elapsed: float) -> float:
+        if len(self.measured) == len(self.predicted):
+            return 0.0
+        return max(0.0, self.total_seconds() - elapsed)
