@@ -103,13 +103,24 @@ def render(template: str, scope: dict[str, Any]) -> str:
     return "".join(out)
 
 
+def _coalesce(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """Helm's merge of given values over the chart's: maps merge key by key, anything else replaces
+    (found by comparing with Helm's own engine: `--set webhook.enabled=true` keeps `webhook.replicas`)."""
+    merged = dict(defaults)
+    for key, value in given.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _coalesce(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def helm_template(chart_dir: str, *, namespace: str, values: dict[str, Any] | None = None) -> list[dict]:
     """The objects `helm template <chart> --namespace NS --set ...` would print, in template order."""
     with open(os.path.join(chart_dir, "Chart.yaml"), encoding="utf-8") as fh:
         chart = yaml.safe_load(fh)
     with open(os.path.join(chart_dir, "values.yaml"), encoding="utf-8") as fh:
-        merged = yaml.safe_load(fh) or {}
-    merged.update(values or {})
+        merged = _coalesce(yaml.safe_load(fh) or {}, values or {})
     scope = {"Values": merged, "Release": {"Namespace": namespace, "Name": "gpudra"},
              "Chart": {k[0].upper() + k[1:]: v for k, v in chart.items()}}
     objects = []

@@ -13,8 +13,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from gpudra.allocator import allocator as allocator_module  # noqa: E402
+from gpudra.allocator import search as search_module  # noqa: E402
 from gpudra.api.quantity import Quantity  # noqa: E402
+from gpudra.cel import budget  # noqa: E402
 from gpudra.cli.allocate import command  # noqa: E402
+from test_bounds_search import SteppingClock  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = ROOT / "tests" / "data" / "conformance"
@@ -318,8 +322,13 @@ def test_no_nodes_and_no_claims_are_explained_on_stderr():
     assert (entry["node"], entry["outcome"], entry["errorNodeLocal"]) == ("node-9", "error", False)
 
 
-def test_timeout_turns_a_runaway_search_into_a_node_local_error(tmp_path):
-    # 13 one-device claims for 12 devices, jointly: the depth-first search would try every assignment
+def test_timeout_turns_a_runaway_search_into_a_node_local_error(tmp_path, monkeypatch):
+    # 13 one-device claims for 12 devices, jointly: the depth-first search would try every assignment.
+    # The deadline's readers get a clock that moves a second per reading, so the 0.2 s limit is met after the
+    # first 1024 steps whatever the machine's speed.
+    clock = SteppingClock()
+    for module in (allocator_module, search_module, budget):
+        monkeypatch.setattr(module, "time", clock)
     devices = [{"name": f"gpu-{i}"} for i in range(12)]
     objects = [
         {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu"},

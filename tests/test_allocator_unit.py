@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import time
+import types
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from gpudra.allocator.capacity import consumption
 from gpudra.allocator.constraints import DistinctAttribute, MatchAttribute
 from gpudra.allocator.model import SliceInfo
 from gpudra.allocator.nodematch import NodeInfo, selector_matches
+from gpudra.allocator import search as search_module
 from gpudra.allocator.search import Search
 
 GI = 1024**3 * 10**9  # 1Gi in nanos
@@ -344,7 +348,7 @@ def test_capacity_requests_without_the_gate_depend_on_the_upstream_variant():
         stable.with_variant("bogus")
 
 
-def test_timeout_ends_a_hopeless_search_as_a_node_local_error():
+def test_timeout_ends_a_hopeless_search_as_a_node_local_error(monkeypatch):
     # Ten devices, one on another NUMA node, a claim for all ten on one NUMA node. The stable
     # variant tries permutations, and with counters and a constraint (a rejected device leaks its
     # counters) no shortcut is exact: the search must try every order of the other nine (9! paths).
@@ -359,11 +363,35 @@ def test_timeout_ends_a_hopeless_search_as_a_node_local_error():
     assert stable.stable_variant
     allocator = Allocator([gpu_class()], slices, [], stable)
     hopeless = [claim("c", [exact("gpus", count=10)], constraints=[{"matchAttribute": "gpu.example.com/numa"}])]
-    outcome = allocator.allocate("n1", hopeless, timeout=0.2)
+    # The search reads its clock every 1024 steps; here that clock moves 1000 s a reading, so a search of more
+    # than 4 x 1024 steps meets the deadline whatever the machine's speed (9! paths are far more), and one that
+    # needs fewer never does. CEL keeps the real clock, an hour from its deadline.
+    start = time.monotonic()
+    readings = itertools.count(1)
+    monkeypatch.setattr(search_module, "time", types.SimpleNamespace(monotonic=lambda: start + 1000 * next(readings)))
+    outcome = allocator.allocate("n1", hopeless, timeout=None, deadline=start + 3600)
     assert outcome.outcome == "error" and outcome.error_node_local and "timed out" in outcome.error
-    # incubating tries combinations only: the same question is answered at once.
+    # incubating tries combinations only: the same question is answered in a few steps.
+    readings = itertools.count(1)
     incubating = Allocator([gpu_class()], slices, [], stable.with_variant("incubating"))
-    assert incubating.allocate("n1", hopeless, timeout=0.2).outcome == "unallocatable"
+    assert incubating.allocate("n1", hopeless, timeout=None, deadline=start + 3600).outcome == "unallocatable"
+
+
+@pytest.mark.parametrize("first, second, same", [
+    ({"int": 1}, {"bool": True}, False),  # Python's 1 == True; upstream's typed values never match across types
+    ({"bool": True}, {"int": 1}, False),
+    ({"int": 1}, {"string": "1"}, False),
+    ({"string": "1"}, {"int": 1}, False),
+    ({"version": "1.0.0"}, {"string": "1.0.0"}, False),
+    ({"int": 1}, {"int": 1}, True),
+])
+def test_match_attribute_compares_typed_values(first, second, same):
+    """matchAttribute holds when the devices' attribute values are equal as DeviceAttributes (type and value), as
+    upstream's allocator compares them; whatever order the search meets the devices in."""
+    devices = [device("gpu-0", attributes={"x": first}), device("gpu-1", attributes={"x": second})]
+    allocator = Allocator([gpu_class()], [slice_obj("s", "n1", devices)], [], Features.parse("default"))
+    both = [claim("c", [exact("gpus", count=2)], constraints=[{"matchAttribute": "gpu.example.com/x"}])]
+    assert allocator.allocate("n1", both).outcome == ("allocated" if same else "unallocatable")
 
 
 def test_node_labels_edited_in_place_are_noticed():

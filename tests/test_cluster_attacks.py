@@ -16,6 +16,7 @@ import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -56,6 +57,9 @@ def env(tmp_path):
     cluster.save_config(config)
     cluster.store.create(node_object(config.nodes[0], config.kubernetes_version))
     return cluster, base
+
+
+KILL_AT = str(Path(__file__).resolve().parent / "support" / "kill_at.py")  # the CLI with a kill point
 
 
 def outside(base, cluster: ClusterDir) -> dict[str, tuple[int, str]]:
@@ -142,11 +146,15 @@ def test_delete_from_a_file_checks_namespace_and_name_before_unlinking(env):
 def test_delete_and_get_by_name_check_names_and_namespaces(env):
     cluster, base = env
     before = outside(base, cluster)
-    refused(run("delete", "pod", "../../../victim/keep", "--dir", cluster.path), "metadata.name")
+    # a name with a slash is kubectl's KIND/NAME form mixed with a KIND argument: refused before any path exists
+    refused(run("delete", "pod", "../../../victim/keep", "--dir", cluster.path), "KIND/NAME")
+    refused(run("delete", "pod", "..", "--dir", cluster.path), "metadata.name")
     refused(run("delete", "pod", "keep", "-n", str(base / "victim"), "--dir", cluster.path), "--namespace")
-    refused(run("get", "pods", "../../../victim/keep", "--dir", cluster.path), "metadata.name")
+    refused(run("get", "pods", "../../../victim/keep", "--dir", cluster.path), "KIND/NAME")
+    refused(run("get", "pods", "..", "--dir", cluster.path), "metadata.name")
     refused(run("get", "configmaps", "-n", "../../victim", "--dir", cluster.path), "--namespace")
-    refused(run("describe", "pod", "../x", "--dir", cluster.path), "metadata.name")
+    refused(run("describe", "pod", "../x", "--dir", cluster.path), "KIND/NAME")
+    refused(run("describe", "pod", "..", "--dir", cluster.path), "metadata.name")
     assert outside(base, cluster) == before
 
 
@@ -436,9 +444,8 @@ def test_temp_files_of_killed_applies_are_removed_at_cluster_up(env):
     cluster, base = env
     for index in range(3):
         path = manifest(base, POD.format(name=f"p{index}", namespace="default", image="x"), f"p{index}.yaml")
-        killed = subprocess.run([sys.executable, "-m", "gpudra", "apply", "-f", path, "--dir", cluster.path],
-                                env={**os.environ, "GPUDRA_TEST_KILL_AT": "store:rename:2"}, capture_output=True,
-                                timeout=120)
+        killed = subprocess.run([sys.executable, KILL_AT, "store:rename:2", "apply", "-f", path, "--dir",
+                                 cluster.path], capture_output=True, timeout=120)
         assert killed.returncode == -9, killed.stderr
     temps = [os.path.join(d, f) for d, _, files in os.walk(cluster.path) for f in files if f.endswith(".tmp")]
     assert len(temps) == 3, temps

@@ -3,6 +3,7 @@ expires events, never races a command's own rounds, and leaves nothing behind.""
 
 from __future__ import annotations
 
+import fcntl
 import multiprocessing
 import threading
 from datetime import datetime, timedelta, timezone
@@ -19,6 +20,7 @@ from gpudra.cluster.store import Store
 
 from test_cluster_flow import ARTICLE, assert_nothing_left, get, gpudra, state  # noqa: F401 - fixture
 
+HANG_GUARD_S = 120  # waits end on an answer; this bounds only a hang
 POLLS = 1500  # × 0.02 s: generous on a loaded 2-core CI machine; the test counts polls, it does not time anything
 
 POD = {
@@ -110,53 +112,82 @@ def test_cluster_up_without_control_plane_runs_none(state):
     assert controlplane.alive(ClusterDir(state)) is None
 
 
+class Ticks:
+    """`serve`'s stop event, counting its watch ticks instead of sleeping: stops after `count` ticks and calls
+    `on_tick(n)` at each, so the test decides what happens between two ticks and no verdict waits on a clock."""
+
+    def __init__(self, count: int, on_tick=lambda n: None):
+        self.count, self.on_tick, self.ticks = count, on_tick, 0
+
+    def is_set(self) -> bool:
+        return self.ticks >= self.count
+
+    def wait(self, timeout: float) -> bool:
+        self.ticks += 1
+        self.on_tick(self.ticks)
+        return self.is_set()
+
+
 def test_serve_runs_a_round_per_outside_change_and_not_for_its_own_writes(state):
     cluster = ClusterDir(state)
     up(cluster, ClusterConfig(nodes=parse_nodes("l4-node")))
-    stopping = threading.Event()
-    rounds: list[int] = []
-    thread = threading.Thread(target=lambda: rounds.append(
-        controlplane.serve(cluster, stopping, watch_s=0.01, resync_s=3600)))
-    thread.start()
-    try:
-        assert wait_for(lambda: cluster.store.version() > 0)
-        before = cluster.store.version()
-        stopping.wait(0.3)  # idle: its own first round's writes must not make it spin
-        assert cluster.store.version() == before
-    finally:
-        stopping.set()
-        thread.join()
-    assert rounds == [1]
+    idle = Ticks(20)  # idle: its own first round's writes must not make it spin
+    assert controlplane.serve(cluster, idle, watch_s=0.01, resync_s=3600) == 1
+    assert idle.ticks == 20
+
+    def outside_change(tick: int) -> None:
+        if tick in (5, 12):
+            cluster.store.create({**TEMPLATE, "metadata": {"name": f"from-outside-{tick}", "namespace": "default"}})
+
+    assert controlplane.serve(cluster, Ticks(20, outside_change), watch_s=0.01, resync_s=3600) == 3
 
 
-def _try_lock(path: str, queue) -> None:
+def _lock_prober(path: str, requests, answers) -> None:
+    """Another process: on "probe", whether the control loop's lock is free right now (a non-blocking flock on
+    the same file, so the answer does not depend on how fast either process runs); on "take", `holding` itself."""
     cluster = ClusterDir(path)
-    with holding(cluster):
-        queue.put("got it")
+    for request in iter(requests.get, "stop"):
+        if request == "probe":
+            with open(cluster.controller_lock(), "a+") as fh:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    answers.put("busy")
+                    continue
+                fcntl.flock(fh, fcntl.LOCK_UN)
+                answers.put("free")
+        else:
+            with holding(cluster):
+                answers.put("took it")
 
 
 def test_holding_is_reentrant_in_one_process_and_exclusive_across_processes(state):
     cluster = ClusterDir(state)
     cluster.save_config(ClusterConfig(nodes=parse_nodes("l4-node")))
-    queue = multiprocessing.get_context("spawn").Queue()
-    other = multiprocessing.get_context("spawn").Process(target=_try_lock, args=(state, queue))
-    with holding(cluster):
-        with holding(cluster):  # a command holding it calls reconcile, which takes it again: no self-deadlock
-            pass
-        other.start()
-        assert queue.empty() and not wait_for_queue(queue, polls=25)
-    assert wait_for_queue(queue, polls=POLLS)
-    other.join()
+    context = multiprocessing.get_context("spawn")
+    requests, answers = context.Queue(), context.Queue()
+    other = context.Process(target=_lock_prober, args=(state, requests, answers))
+    other.start()
 
+    def ask(request: str) -> str:
+        requests.put(request)
+        return answers.get(timeout=HANG_GUARD_S)  # only against a hang: the answer is the verdict, not the time
 
-def wait_for_queue(queue, polls: int) -> bool:
-    for _ in range(polls):
-        try:
-            queue.get(timeout=0.02)
-            return True
-        except Exception:  # noqa: BLE001 - queue.Empty
-            continue
-    return False
+    try:
+        assert ask("probe") == "free"
+        with holding(cluster):
+            assert ask("probe") == "busy"
+            with holding(cluster):  # a command holding it calls reconcile, which takes it again: no self-deadlock
+                assert ask("probe") == "busy"
+            assert ask("probe") == "busy", "leaving the inner block must not release the outer one's lock"
+        assert ask("probe") == "free"
+        assert ask("take") == "took it"
+        requests.put("stop")
+        other.join(timeout=HANG_GUARD_S)
+        assert other.exitcode == 0
+    finally:
+        if other.is_alive():
+            other.kill()
 
 
 def test_events_expire_after_the_ttl_as_the_api_server_drops_them(tmp_path):

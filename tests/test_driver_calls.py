@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from gpudra.driver.calls import CallAbandoned, CallToken, ClaimCalls
+from gpudra.driver import calls as calls_module
+from gpudra.driver.calls import KUBELET_MARGIN_S, CallAbandoned, CallToken, ClaimCalls
 
 
 def test_results_errors_and_one_run_per_key_in_a_batch():
@@ -24,8 +25,14 @@ def test_results_errors_and_one_run_per_key_in_a_batch():
     assert calls.wait_idle(30) and calls.running() == 0
 
 
+# A deadline that has already passed when the call starts: the kubelet's own time left (`time_remaining`) is the
+# margin KUBELET_MARGIN_S, so the budget is 0 s. Calls that must answer get the full 30 s budget, so no verdict
+# depends on how fast a thread starts on a loaded machine.
+NO_TIME_LEFT = KUBELET_MARGIN_S
+
+
 def test_a_call_past_its_deadline_is_abandoned_and_a_retry_is_refused_until_it_ends():
-    calls = ClaimCalls(deadline_s=0.05)
+    calls = ClaimCalls(deadline_s=30)
     release, tokens = threading.Event(), []
 
     def stuck(token):
@@ -33,7 +40,7 @@ def test_a_call_past_its_deadline_is_abandoned_and_a_retry_is_refused_until_it_e
         release.wait(30)
         return "late" if token.commit() else "rolled back"
 
-    [first] = calls.run([(("prepare", "x"), stuck)])
+    [first] = calls.run([(("prepare", "x"), stuck)], time_remaining=NO_TIME_LEFT)
     assert isinstance(first, CallAbandoned) and "did not finish" in str(first)
     [retry] = calls.run([(("prepare", "x"), stuck)])
     assert isinstance(retry, CallAbandoned) and "still running" in str(retry)
@@ -44,20 +51,38 @@ def test_a_call_past_its_deadline_is_abandoned_and_a_retry_is_refused_until_it_e
     assert calls.run([(("prepare", "x"), lambda token: "fresh")]) == ["fresh"]
 
 
-def test_a_call_that_committed_before_its_deadline_keeps_its_result():
-    calls = ClaimCalls(deadline_s=0.05)
-    committed, release = threading.Event(), threading.Event()
+class CommitFirstToken(CallToken):
+    """A token whose deadline handling waits until the call has committed: the test, not the clock, orders
+    "the call commits" before "the deadline passes"."""
+
+    committed = threading.Event()
+
+    def commit(self) -> bool:
+        decided = super().commit()
+        CommitFirstToken.committed.set()
+        return decided
+
+    def abandon(self) -> bool:
+        assert CommitFirstToken.committed.wait(30)
+        return super().abandon()
+
+
+def test_a_call_that_committed_before_its_deadline_keeps_its_result(monkeypatch):
+    monkeypatch.setattr(calls_module, "CallToken", CommitFirstToken)
+    CommitFirstToken.committed.clear()
+    calls = ClaimCalls(deadline_s=30)
+    release = threading.Event()
 
     def slow_after_commit(token):
         assert token.commit()
-        committed.set()
         release.wait(30)
         return "prepared"
 
     answer = []
-    caller = threading.Thread(target=lambda: answer.extend(calls.run([(("prepare", "c"), slow_after_commit)])))
+    caller = threading.Thread(target=lambda: answer.extend(
+        calls.run([(("prepare", "c"), slow_after_commit)], time_remaining=NO_TIME_LEFT)))
     caller.start()
-    assert committed.wait(30)
+    assert CommitFirstToken.committed.wait(30)
     release.set()
     caller.join(30)
     assert answer == ["prepared"]
@@ -73,10 +98,10 @@ def test_the_kubelets_own_deadline_shortens_the_budget():
 
 
 def test_running_calls_are_capped_and_idle_threads_are_reused():
-    calls = ClaimCalls(deadline_s=0.01, max_running=2)
+    calls = ClaimCalls(deadline_s=30, max_running=2)
     release = threading.Event()
     for key in ("p", "q"):
-        calls.run([(("prepare", key), lambda token: release.wait(30))])
+        calls.run([(("prepare", key), lambda token: release.wait(30))], time_remaining=NO_TIME_LEFT)
     [refused] = calls.run([(("prepare", "r"), lambda token: "never runs")])
     assert isinstance(refused, CallAbandoned) and "2 claim calls are running" in str(refused)
     release.set()

@@ -51,7 +51,7 @@ class WatchedSliceApi(FakeSliceApi):
         return [self.objects[name] for name in sorted(self.objects)]
 
 
-def _until(predicate, what: str, attempts: int = 400):
+def _until(predicate, what: str, attempts: int = 4800):
     for _ in range(attempts):
         if predicate():
             return
@@ -156,6 +156,114 @@ def test_application_xids_get_effect_none_and_block_nothing(root):
         assert _allocated(slices, _claim("all", 8)) == [f"gpu-{i}" for i in range(8)]
     finally:
         agent.stop()
+
+
+# NVIDIA's hard-coded application XIDs, copied from the upstream driver (not from gpudra):
+# NVIDIA/k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/device_health.go, xidsToSkip (commit 22407113, 2026-05-15),
+# which cites https://docs.nvidia.com/deploy/xid-errors/ "application errors: the GPU should still be healthy".
+NVIDIA_APPLICATION_XIDS = {
+    13: "Graphics Engine Exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "Preemptive cleanup, due to previous errors",
+    68: "Video processor exception",
+    109: "Context Switch Timeout Error",
+}
+
+
+@pytest.mark.parametrize("xid", sorted(NVIDIA_APPLICATION_XIDS))
+def test_each_of_nvidias_application_xids_taints_with_effect_none(xid):
+    """Every XID on NVIDIA's list leaves the GPU schedulable (effect None), with no flag given."""
+    inventory = open_backend("simulated", profile="dgx-h100", node_name=NODE).inventory()
+    health = DeviceHealth("gpu.nvidia.com")
+    health.record([HealthEvent("xid", gpu=inventory.gpus[0].uuid, xid=xid)], inventory)
+    devices = [d for s in build_resource_slices(inventory, NODE, taints_of=health.taints_of)
+               for d in s["spec"]["devices"]]
+    taints = [t for d in devices for t in d.get("taints", [])]
+    assert [(t["key"], t["value"], t["effect"]) for t in taints] == [(XID_KEY, str(xid), "None")]
+    assert health.counts(devices)["unhealthy"] == 0
+
+
+@pytest.mark.parametrize("xid", [48, 63, 64, 74, 79, 94, 95, 119])
+def test_xids_off_nvidias_list_block_the_gpu(xid):
+    """The rest (double-bit ECC 48, row remapping 63/64, NVLink 74, fallen off the bus 79, contained/uncontained
+    ECC 94/95, GSP timeout 119) taint NoSchedule: the list is exactly NVIDIA's, not a superset."""
+    assert xid not in NVIDIA_APPLICATION_XIDS
+    inventory = open_backend("simulated", profile="dgx-h100", node_name=NODE).inventory()
+    health = DeviceHealth("gpu.nvidia.com")
+    health.record([HealthEvent("xid", gpu=inventory.gpus[0].uuid, xid=xid)], inventory)
+    assert health.taint_for(HealthEvent("xid", gpu=inventory.gpus[0].uuid, xid=xid))["effect"] == "NoSchedule"
+
+
+@pytest.mark.parametrize("event, value, effect, state", [
+    (HealthEvent("ecc", gpu="GPU-X"), "double-bit", "NoSchedule", "unhealthy"),
+    (HealthEvent("gpu-lost", gpu="GPU-X"), None, "NoSchedule", "unhealthy"),
+    (HealthEvent("unmonitored", gpu="GPU-X"), None, "None", "unknown"),
+    (HealthEvent("xid", gpu="GPU-X", xid=79), "79", "NoSchedule", "unhealthy"),
+    (HealthEvent("xid", gpu="GPU-X", xid=109), "109", "None", "healthy"),
+])
+def test_each_kind_of_event_gives_its_taint_and_health_state(event, value, effect, state):
+    """The module docstring's table (NVIDIA's keys and effects; `ecc` is gpudra's own), one row at a time."""
+    inventory = open_backend("simulated", profile="dgx-h100", node_name=NODE).inventory()
+    event = HealthEvent(event.kind, gpu=inventory.gpus[0].uuid, xid=event.xid)
+    health = DeviceHealth("gpu.nvidia.com")
+    health.record([event], inventory)
+    device = next(d for s in build_resource_slices(inventory, NODE, taints_of=health.taints_of)
+                  for d in s["spec"]["devices"] if d["name"] == "gpu-0")
+    [taint] = device["taints"]
+    assert (taint["key"], taint.get("value"), taint["effect"]) == (f"gpu.nvidia.com/{event.kind}", value, effect)
+    assert health.state_of(device)[0] == state
+
+
+def test_the_same_event_again_changes_nothing():
+    """A repeated event is no change: no new version (so no republication) and the taint keeps its timeAdded."""
+    inventory = open_backend("simulated", profile="dgx-h100", node_name=NODE).inventory()
+    now = [1_000_000.0]
+    health = DeviceHealth("gpu.nvidia.com", clock=lambda: now[0])
+    event = HealthEvent("xid", gpu=inventory.gpus[0].uuid, xid=79)
+    assert health.record([event], inventory) == [(event, True)]
+    device = next(d for s in build_resource_slices(inventory, NODE) for d in s["spec"]["devices"]
+                  if d["name"] == "gpu-0")
+    before, version = health.taints_of(device), health.version
+    now[0] += 3600
+    assert health.record([event], inventory) == [(event, False)]
+    assert health.version == version and health.taints_of(device) == before
+    later = HealthEvent("xid", gpu=inventory.gpus[0].uuid, xid=48)  # a new value for the key: a change
+    assert health.record([later], inventory) == [(later, True)] and health.version == version + 1
+    assert health.taints_of(device)[0]["value"] == "48"
+
+
+def _tainted(inventory, health) -> list[str]:
+    return sorted(d["name"] for s in build_resource_slices(inventory, NODE, taints_of=health.taints_of)
+                  for d in s["spec"]["devices"] if d.get("taints"))
+
+
+def test_events_name_gpus_and_instances_by_value_not_by_object():
+    """NVML hands over a new string for the UUID and new ints for GI/CI ids: matching must compare values.
+    An event for a GPU instance without a compute instance (ci_id None) taints every MIG device of that GI."""
+    inventory = open_backend("simulated", profile="hgx-a100-mig", node_name=NODE).inventory()
+    gpu = next(g for g in inventory.gpus if g.mig_devices)
+    target = gpu.mig_devices[1]
+    fresh_uuid = "".join(list(gpu.uuid))  # equal, but another object
+    assert fresh_uuid == gpu.uuid and fresh_uuid is not gpu.uuid
+    health = DeviceHealth("gpu.nvidia.com")
+    health.record([HealthEvent("xid", gpu=fresh_uuid, gi_id=int(str(target.gi_id)), xid=94)], inventory)
+    assert _tainted(inventory, health) == [target.name]
+    health = DeviceHealth("gpu.nvidia.com")
+    health.record([HealthEvent("ecc", gpu=fresh_uuid)], inventory)
+    on_gpu = sorted(d["name"] for s in build_resource_slices(inventory, NODE) for d in s["spec"]["devices"]
+                    if gpu.uuid in (d["attributes"].get("uuid", {}).get("string"),
+                                    d["attributes"].get("parentUUID", {}).get("string")))
+    assert len(on_gpu) > 1 and _tainted(inventory, health) == on_gpu
+
+
+def test_ignoring_an_application_xid_again_keeps_it_ignored():
+    """`--additional-xids-to-ignore 13,48` adds 48 to NVIDIA's list; naming 13, already on it, changes nothing."""
+    health = DeviceHealth("gpu.nvidia.com", ignored_xids=parse_xid_list("13,48"))
+    assert health.ignored_xids == frozenset(NVIDIA_APPLICATION_XIDS) | {48}
+    for xid in (13, 48, 109):
+        assert health.taint_for(HealthEvent("xid", gpu="GPU-X", xid=xid))["effect"] == "None"
+    assert health.taint_for(HealthEvent("xid", gpu="GPU-X", xid=79))["effect"] == "NoSchedule"
 
 
 def test_gpu_lost_and_ecc_taint_and_mig_events_taint_one_instance():

@@ -213,6 +213,77 @@ def test_absurd_mps_memory_limits_are_rejected_before_parsing(value, message):
         decode_opaque(_mps(defaultPerDevicePinnedMemoryLimit={"0": value}), "config[0]")
 
 
+# NVIDIA's MpsConfig.Validate (NVIDIA/k8s-dra-driver-gpu api/nvidia.com/resource/v1beta1/validate.go, commit
+# 22407113): "active thread percentage must not be negative" (< 0) and "must not be greater than 100" (> 100);
+# GpuSharing.Validate and MigDeviceSharing.Validate both call it. 0 and 100 are therefore accepted.
+@pytest.mark.parametrize("kind", ["GpuConfig", "MigDeviceConfig"])
+@pytest.mark.parametrize("percentage,accepted", [
+    (-100, False), (-5, False), (-1, False), (0, True), (1, True), (50, True), (100, True), (101, False), (1000, False),
+])
+def test_mps_active_thread_percentage_bounds_are_nvidias(kind, percentage, accepted):
+    from gpudra.device_config import ConfigError, decode_opaque
+
+    config = {**_mps(defaultActiveThreadPercentage=percentage), "kind": kind}
+    if accepted:
+        assert decode_opaque(config, "c")[1].mps_active_thread_percentage == percentage
+    else:
+        with pytest.raises(ConfigError, match="defaultActiveThreadPercentage"):
+            decode_opaque(config, "c")
+
+
+# Kubernetes quantity suffixes (k8s.io/apimachinery resource.Quantity): Mi = 2**20, Ti = 2**40, Pi = 2**50, Ei = 2**60.
+# NVIDIA's driver turns a limit into whole MiB as Value()/1024/1024 and refuses 0 ("value set too low"), with no
+# upper bound of its own (api/nvidia.com/resource/v1beta1/sharing.go, limit.Megabyte, commit 22407113); gpudra
+# adds one, 1 PiB (gpudra/device_config.py's docstring), so that no absurd number reaches the MPS daemon.
+@pytest.mark.parametrize("value,mib", [
+    ("1Mi", 1),
+    ("1536Ki", 1),  # 1.5 MiB: truncated to whole MiB, as NVIDIA's Value()/1024/1024
+    (str(2**20 * 3 + 5), 3),  # a plain byte count
+    ("1e9", 953),  # a decimal exponent (10**9 bytes), well inside the exponent limit
+    ("5e+8", 476),
+    ("80Gi", 80 * 2**10),
+    ("1Pi", 2**30),  # the cap itself is allowed
+    ("1024Ti", 2**30),
+    (str(2**50 + 2**20 - 1), 2**30),  # just below 1 PiB + 1 MiB: still 2**30 whole MiB
+    ("1025Ti", None),
+    (str(2**50 + 2**20), None),  # 1 PiB + 1 MiB
+    ("2Pi", None),
+    ("1Ei", None),
+    ("1023Ki", None),  # below NVIDIA's 1 MiB
+])
+def test_mps_pinned_memory_limit_bounds(value, mib):
+    from gpudra.device_config import ConfigError, decode_opaque
+
+    for field in ("defaultPinnedDeviceMemoryLimit", "defaultPerDevicePinnedMemoryLimit"):
+        config = _mps(**{field: value if field == "defaultPinnedDeviceMemoryLimit" else {"0": value}})
+        if mib is None:
+            with pytest.raises(ConfigError, match="at most 1Pi|at least 1Mi"):
+                decode_opaque(config, "c")
+            continue
+        sharing = decode_opaque(config, "c")[1]
+        got = (sharing.mps_pinned_memory_limit_mib if field == "defaultPinnedDeviceMemoryLimit"
+               else sharing.mps_per_device_pinned_memory_mib["0"])
+        assert got == mib
+
+
+def test_a_config_for_every_request_applies_when_its_kind_arrives_as_json_text():
+    """The kubelet path hands over parameters parsed from JSON: the kind is an equal but new string, so the
+    kind must be compared by value (a config with no `requests` applies to every device of its kind)."""
+    import json
+
+    from gpudra.device_config import MIG_CONFIG, claim_configs, config_for
+
+    text = json.dumps(MPS)
+    entries = [{"source": "FromClass", "requests": [], "opaque": {"driver": "gpu.nvidia.com", "parameters": text}},
+               {"source": "FromClaim", "requests": [],
+                "opaque": {"driver": "gpu.nvidia.com", "parameters": json.loads(text.replace("GpuConfig", MIG_CONFIG))}}]
+    configs = claim_configs({"devices": {"config": entries}}, "gpu.nvidia.com")
+    assert [c.kind for c in configs] == ["GpuConfig", "MigDeviceConfig"]
+    assert configs[0].kind is not MPS["kind"]  # what this test is about
+    assert config_for(configs, "gpu", "gpu", "gpu-0") is configs[0]
+    assert config_for(configs, "gpu", "mig", "gpu-0-mig-1g10gb-19-0") is configs[1]
+
+
 def test_opaque_config_size_limits():
     import json
 

@@ -58,7 +58,8 @@ def test_selector_outcomes_taken_from_the_allocator_are_the_funnels_own(found, g
     index = slice_index([gpu_slice("node-a", found)], features)
     refs = [ref for pool in visible_pools(node("node-a"), index=index) for ref in pool.devices]
     assert refs and all(ref.info is not None for ref in refs)
-    plain, shared = SelectorSet(), SelectorSet()
+    plain = SelectorSet(features.list_type_attributes)
+    shared = SelectorSet(features.list_type_attributes)
     for expression in EXPRESSIONS:
         for ref in refs:
             assert shared.evaluate(expression, ref, index.evaluator) == plain.evaluate(expression, ref)

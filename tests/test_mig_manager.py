@@ -249,7 +249,7 @@ class NodeApiServer:
         return Handler
 
 
-def _wait_for(predicate, what: str, steps: int = 400) -> None:
+def _wait_for(predicate, what: str, steps: int = 4800) -> None:
     for _ in range(steps):  # bounded by steps (each 25 ms), not by a wall-clock assertion
         if predicate():
             return

@@ -28,7 +28,7 @@ def readme_commands() -> list[str]:
 
 def _tainted_soon(cluster: ClusterDir, node: str, device: str) -> bool:
     """Whether the node's driver republishes `device` with a taint (it polls its event spool)."""
-    for _ in range(400):
+    for _ in range(2400):  # bounded only against a hang: 2 min
         if any(d.get("name") == device and d.get("taints") for s in cluster.store.list("ResourceSlice")
                if s["spec"].get("nodeName") == node for d in s["spec"].get("devices") or []):
             return True

@@ -334,7 +334,7 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
 @click.option("--bind-address", default="", metavar="ADDRESS", help="address to listen on (default: all)")
 @click.option("--driver-name", default=DRIVER_NAME, show_default=True, callback=dns_subdomain_value(63),
               help="check the opaque configs of this driver; other drivers' configs are let through")
-@click.option("-v", "--verbose", is_flag=True)
+@click.option("-v", "--verbose", is_flag=True, help="Log every admission review at debug level.")
 def webhook_cmd(tls_cert_file: str, tls_private_key_file: str, port: int, bind_address: str, driver_name: str,
                 verbose: bool) -> None:
     """Serve the validating admission webhook: refuse ResourceClaims, ResourceClaimTemplates and DeviceClasses whose

@@ -126,9 +126,9 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
     cluster = _cluster(directory)
     namespace = _namespace(namespace)
     documents = read_documents(paths)
-    _targets_of(documents, namespace)  # kinds the store serves, names it can keep: else nothing applied
     release = cluster.kubernetes_version()
     require_valid(documents, "apply", no_validate=False, release=release)  # the API server would refuse them
+    _targets_of(documents, namespace)  # kinds the store serves, names it can keep: else nothing applied
     for problem in gate_warnings(documents, release) if release else []:  # the store drops those fields
         warn(f"{problem.location()}: {problem.path}: {problem.message}")
     _hold_control_loop(cluster)

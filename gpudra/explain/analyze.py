@@ -101,7 +101,7 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
         explanation.summary = "the pod was not attempted"
         return explanation
     claims_to_allocate = _pending_claims(cluster, run.pod)
-    selectors = SelectorSet()
+    selectors = SelectorSet(cluster.features.list_type_attributes)
     explanation.problems.extend(_prefilter_problems(result, cluster, claims_to_allocate, selectors, explanation))
     if result.prefilter:
         explanation.summary = _summary_for_pod_level(result, num_nodes)
@@ -361,7 +361,7 @@ def explain_claim(objects: list[dict[str, Any]], namespace: str, name: str, feat
         explanation.notes.append(f"used by pod {', '.join(users[:3])}{' …' if len(users) > 3 else ''}; "
                                  f"`explain pod/NAME` also checks cpu, memory, taints and node selectors, and "
                                  f"places pending pods ahead in the queue first")
-    selectors = SelectorSet()
+    selectors = SelectorSet(cluster.features.list_type_attributes)
     fake = type("PreFilter", (), {"prefilter": [], "error": None})()
     explanation.problems.extend(_prefilter_problems(fake, cluster, [claim], selectors, explanation))
     allocated = AllocatedDevices.from_claims(cluster.claims.values(), _claim_pods(cluster))

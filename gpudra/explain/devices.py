@@ -121,9 +121,14 @@ def available_counters(pool: PoolView, allocated: set[str]) -> dict[str, dict[st
 
 
 class SelectorSet:
-    """Compiled CEL selectors, cached by expression; evaluation errors are reported, never raised."""
+    """Compiled CEL selectors, cached by expression; evaluation errors are reported, never raised.
 
-    def __init__(self) -> None:
+    `list_type_attributes`: the allocator's DRAListTypeAttributes setting, which decides how attribute values are
+    typed (so whether `attr.tags.exists(…)` compiles) and whether list attributes are visible: explain must see
+    devices as the allocator whose answer it explains does."""
+
+    def __init__(self, list_type_attributes: bool = False) -> None:  # off: the default gates of every release
+        self.list_type_attributes = list_type_attributes
         self._compiled: dict[str, Any] = {}
         self._compile_errors: dict[str, str] = {}
         self._inputs: dict[int, Any] = {}
@@ -137,10 +142,10 @@ class SelectorSet:
             return self._compiled[expression]
         if expression in self._compile_errors:
             return None
-        # The allocator's compile cache, in the environment of the default feature set.
+        # The allocator's compile cache, in the allocator's environment.
         from gpudra.allocator.selection import compile_expression
 
-        compiled = compile_expression(expression, True)
+        compiled = compile_expression(expression, True, self.list_type_attributes)
         if isinstance(compiled, Exception):
             self._compile_errors[expression] = str(compiled)
             return None
@@ -155,7 +160,7 @@ class SelectorSet:
         compiled = self._compile(expression)
         if compiled is None:
             return False, None
-        if shared is not None and ref.info is not None and _same_input(shared, ref):
+        if shared is not None and ref.info is not None and _same_input(shared, ref, self.list_type_attributes):
             outcome = shared.evaluate(expression, ref.info)
             if outcome is True or outcome is False:
                 return outcome, None
@@ -166,7 +171,7 @@ class SelectorSet:
         inp = self._inputs.get(key)
         if inp is None:
             try:
-                inp = cel.device_input(ref.driver, ref.device)
+                inp = cel.device_input(ref.driver, ref.device, list_type_attributes=self.list_type_attributes)
             except cel.CELRuntimeError as exc:
                 return False, str(exc)
             self._inputs[key] = inp
@@ -176,10 +181,10 @@ class SelectorSet:
             return False, str(exc)
 
 
-def _same_input(evaluator: Any, ref: DeviceRef) -> bool:
-    """Whether the allocator's evaluator hands CEL the device as `cel.device_input(driver, device)` does here: list
-    attributes unsupported (DRAListTypeAttributes off) and allowMultipleAllocations visible or absent."""
-    return (not evaluator.list_type_attributes and ref.info.raw is ref.device
+def _same_input(evaluator: Any, ref: DeviceRef, list_type_attributes: bool) -> bool:
+    """Whether the allocator's evaluator hands CEL the device as `cel.device_input(driver, device)` does here: the
+    same DRAListTypeAttributes setting and allowMultipleAllocations visible or absent."""
+    return (evaluator.list_type_attributes == list_type_attributes and ref.info.raw is ref.device
             and (evaluator.multiple_allocations_visible or not ref.device.get("allowMultipleAllocations")))
 
 

@@ -118,7 +118,8 @@ def analyze_node(
     pools = visible_pools(node, slices, index=index)
     analysis.pool_problems = [f"pool {p.id} is {p.problem}" for p in pools if p.problem]
     ctx = FunnelContext(pools=pools, classes=classes, allocated=allocated.allocated, holders=allocated.holders,
-                        claim_pods=lambda key: allocated.pods.get(key, []), selectors=selectors or SelectorSet(),
+                        claim_pods=lambda key: allocated.pods.get(key, []), selectors=selectors or SelectorSet(
+                            getattr(getattr(index, "features", None), "list_type_attributes", False)),
                         capacity_used=allocated.capacity_used, share_holders=allocated.share_holders,
                         device_taints=getattr(getattr(index, "features", None), "device_taints", True),
                         partitionable_devices=getattr(getattr(index, "features", None), "partitionable_devices", True),
