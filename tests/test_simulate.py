@@ -354,7 +354,7 @@ def test_a_run_that_never_reaches_100_percent_says_why_its_columns_are_empty(tmp
     assert done.returncode == 0, done.stderr
     header, row = done.stdout.splitlines()
     cells = dict(zip(header.split(), row.split()))
-    assert cells["ALLOC%@100"] == "-" and cells["UNALLOCATED"] == "-"
+    assert cells["SERVED%@100"] == "-" and cells["UNSERVED-GPUS"] == "-" and cells["RESERVED%"] == "-"
     assert "note: pods dra fgd: the arrived GPU demand reached " in done.stderr and "--tune 0.5" in done.stderr
     events = _cli("--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"), "--method", "events")
     assert events.returncode == 0 and "--method events" in events.stderr and "peak" in events.stderr, events.stderr
@@ -524,3 +524,29 @@ def test_pinned_demand_spreads_each_pinned_task_over_the_gpus_it_accepts():
     assert demand["G2"] == 0.0  # nobody is pinned to it; the unpinned task counts nowhere
     assert demand["P100"] == pytest.approx(0.25 * 500 * 2 / 5)
     assert demand["T4"] == pytest.approx(0.5 * 1000 / 4 + 0.25 * 500 * 2 / 5)
+
+
+def test_both_modes_report_demand_served_first_and_reserved_gpus_apart(tmp_path):
+    """Issue 21: device-plugin rows used to lead with the GPUs they reserve (a share holds a whole GPU), which
+    made them look fuller than DRA. The table leads with the same measure for both modes, the demand served, and
+    the per-experiment JSON says independently what that is: the tasks' own demand over the capacity."""
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    args = ("--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"), "--mode", "both",
+            "--seeds", "3", "--tune", "1.5")
+    table = _cli(*args, "-o", "wide")
+    assert table.returncode == 0, table.stderr
+    header, *rows = table.stdout.splitlines()
+    assert header.split()[7:10] == ["SERVED%@100", "STD", "UNSERVED-GPUS"]
+    cells = {row.split()[1]: dict(zip(header.split(), row.split())) for row in rows}
+    results = [json.loads(line) for line in _cli(*args, "-o", "json").stdout.splitlines()]
+    for mode, row in cells.items():
+        mine = [r for r in results if r["mode"] == mode]
+        served = sum(r["served_ratio"] for r in mine) / len(mine)
+        assert float(row["SERVED%@100"]) == round(served, 2)
+        assert float(row["UNSERVED-GPUS"]) == round(sum(r["gpus"] * (1 - r["served_ratio"] / 100) for r in mine)
+                                                    / len(mine), 1)
+    # DRA: a share takes its own milli-GPUs, so what is reserved is what is served
+    assert cells["dra"]["RESERVED%"] == cells["dra"]["SERVED%@100"]
+    # device plugin: a share holds a whole GPU
+    assert float(cells["device-plugin"]["RESERVED%"]) >= float(cells["device-plugin"]["SERVED%@100"])

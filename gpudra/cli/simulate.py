@@ -256,12 +256,15 @@ def _empty_column_notes(results: list[dict], tune: float) -> list[str]:
 
 
 def _table(rows: list[dict], wide: bool = False) -> str:
+    # Served demand first: one measure for both modes. RESERVED% is the GPUs held (the paper's allocation ratio):
+    # equal to SERVED% in DRA mode, where a share takes its own milli-GPUs, and higher in device-plugin mode,
+    # where a share holds a whole GPU.
     columns = [("TRACE", "trace"), ("MODE", "mode"), ("POLICY", "policy"), ("SEEDS", "seeds"), ("GPUS", "gpus"),
-               ("ALLOC%@100", "allocation_ratio"), ("STD", "allocation_ratio_std"),
-               ("UNALLOCATED", "unallocated_gpus"), ("SERVED%", "served_ratio"), ("FRAG-GPUS", "fragmented_gpus"),
-               ("SECONDS", "seconds")]
+               ("SERVED%@100", "served_ratio"), ("STD", "served_ratio_std"), ("UNSERVED-GPUS", "unserved_gpus"),
+               ("RESERVED%", "allocation_ratio"), ("FRAG-GPUS", "fragmented_gpus"), ("SECONDS", "seconds")]
     if wide:
         columns[5:5] = [("TASKS", "tasks"), ("SCHEDULED", "scheduled")]
+        columns[-2:-2] = [("RESERVED-STD", "allocation_ratio_std"), ("UNRESERVED-GPUS", "unallocated_gpus")]
         columns.append(("CPU-SECONDS", "cpu_seconds"))
     cells = [[h for h, _ in columns]] + [["-" if row.get(k) is None else str(row.get(k)) for _, k in columns]
                                          for row in rows]

@@ -179,6 +179,11 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                  if r.get("unallocated_gpus") is not None), 1)
             served = [r["served_ratio"] for r in members if r.get("served_ratio") is not None]
             row["served_ratio"] = round(mean(served), 2) if served else None
+            row["served_ratio_std"] = round(pstdev(served), 2) if served else None
+            # GPUs no task's demand fills: the same measure in both modes (device-plugin rows reserve a whole
+            # GPU for a share, so their allocation ratio counts GPUs reserved, not used)
+            row["unserved_gpus"] = round(mean(r["gpus"] * (1 - r["served_ratio"] / 100) for r in members
+                                              if r.get("served_ratio") is not None), 1) if served else None
             frag = [r["fragmented_gpus"] for r in members if r.get("fragmented_gpus") is not None]
             row["fragmented_gpus"] = round(mean(frag), 1) if frag else None
         row["seconds"] = round(mean(r["seconds"] for r in members), 2)
