@@ -72,7 +72,7 @@ def remove_stale_temps(directory: str, base_prefix: str = "") -> list[str]:
     """Delete temp files of interrupted writes in `directory` (for targets whose name starts with
     `base_prefix`): fixed-name temps, and those of dead processes or of this process (after a
     restart in a container it may have the same PID). Call at start-up, before any writer runs."""
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(directory)
     except FileNotFoundError:

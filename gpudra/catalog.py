@@ -30,9 +30,23 @@ import math
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Iterable
+
+from gpudra.errors import GpudraError
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
+
+# A MIG device's engines as the NVIDIA DRA driver publishes them: capacity name -> the MigProfile (and
+# gpudra.discovery MigDevice) field that counts them. Memory is published apart, as a quantity.
+MIG_ENGINE_CAPACITIES: dict[str, str] = {
+    "multiprocessors": "multiprocessors",
+    "copyEngines": "copy_engines",
+    "decoders": "decoders",
+    "encoders": "encoders",
+    "jpegEngines": "jpeg_engines",
+    "ofaEngines": "ofa_engines",
+}
 
 SOURCE_CONFIG_DEFAULT = "mig-parted config-default.yaml (names, max counts)"
 SOURCE_LGIPP = "nvidia-smi mig -lgipp geometry (A100 verified; H100/GB200/GB300 nvml-mock tables)"
@@ -41,11 +55,11 @@ ESTIMATED = "estimated: memory chosen to match the profile name; verify on hardw
 INFERRED_ME = "inferred: +me variant present on every Hopper/Blackwell part; not in config-default"
 
 
-class UnknownGpuModel(LookupError):
+class UnknownGpuModel(GpudraError, LookupError):
     """No catalog entry (or, for the MIG lookups, no MIG-capable one) for a GPU name, alias or PCI device ID."""
 
 
-class UnknownMigProfile(LookupError):
+class UnknownMigProfile(GpudraError, LookupError):
     """A profile name that the GPU model does not offer."""
 
 
@@ -108,14 +122,7 @@ class MigProfile:
     @property
     def engine_counts(self) -> dict[str, int | None]:
         """Capacity name -> count, as the NVIDIA DRA driver publishes them (memory excluded)."""
-        return {
-            "multiprocessors": self.multiprocessors,
-            "copyEngines": self.copy_engines,
-            "decoders": self.decoders,
-            "encoders": self.encoders,
-            "jpegEngines": self.jpeg_engines,
-            "ofaEngines": self.ofa_engines,
-        }
+        return {name: getattr(self, attribute) for name, attribute in MIG_ENGINE_CAPACITIES.items()}
 
     def placement_at(self, start: int) -> Placement:
         for placement in self.placements:
@@ -205,7 +212,7 @@ class GpuModel:
 # --- building blocks -------------------------------------------------------------------------------
 
 
-def _placements(starts: range | list[int], size: int) -> tuple[Placement, ...]:
+def _placements(starts: Iterable[int], size: int) -> tuple[Placement, ...]:
     return tuple(Placement(start, size) for start in starts)
 
 

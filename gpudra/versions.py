@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpudra.errors import GpudraError
+
 KUBERNETES_VERSIONS = ("1.33", "1.34", "1.35", "1.36")
 DEFAULT_KUBERNETES_VERSION = "1.36"
 
@@ -68,7 +70,7 @@ class GateState:
         return f"{self.stage}, {'on' if self.default else 'off'} by default in {self.version}"
 
 
-class VersionError(ValueError):
+class VersionError(GpudraError, ValueError):
     pass
 
 
@@ -168,8 +170,8 @@ SERVED_RESOURCE_API = {release: f"{RESOURCE_GROUP}/{next(iter(served))}" for rel
 DRA_API_REMOVED = {"v1alpha3": ("1.34", "kubernetes/kubernetes#132000")}
 
 
-class RuntimeConfigError(ValueError):
-    pass
+class RuntimeConfigError(GpudraError, ValueError):
+    """A --runtime-config text that is malformed or names no DRA API version."""
 
 
 def parse_runtime_config(text: str | None) -> dict[str, bool]:

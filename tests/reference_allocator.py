@@ -673,7 +673,7 @@ class Reference:
         allocation = {"devices": {"results": results}}
         configs = []
         by_class = {}
-        for ri, request in enumerate(claim["spec"]["devices"]["requests"]):
+        for ri, _request in enumerate(claim["spec"]["devices"]["requests"]):
             data = self.request_data[(ci, ri, 0)]
             if data["parent"] is not None:
                 data = self.request_data[(ci, ri, data["selected"])]

@@ -50,7 +50,7 @@ from gpudra.allocator.features import FEATURE_NAMES, VARIANT_SUPPORT
 from gpudra.api.quantity import Quantity
 from reference_allocator import Reference, TooBig
 
-EXAMPLES_PER_VARIANT = int(os.environ.get("GPUDRA_DIFFERENTIAL_EXAMPLES", 1000))  # × 3 variants = 3,000 examples per run
+EXAMPLES_PER_VARIANT = int(os.environ.get("GPUDRA_DIFFERENTIAL_EXAMPLES", "1000"))  # × 3 variants = 3,000 examples per run
 MAX_REFERENCE_STEPS = 20_000
 GPU, NIC = "gpu.example.com", "nic.example.com"
 NODE = {"metadata": {"name": "n1", "labels": {"zone": "a"}}}

@@ -40,7 +40,7 @@ def _typed(value):
 def _read(text: str, source: str) -> tuple:
     try:
         return ("documents", [(_typed(doc.obj), doc.index, doc.item, doc.source) for doc in load_text(text, source)])
-    except Exception as error:  # LoadError, and whatever else PyYAML's path raises: the same either way
+    except Exception as error:  # noqa: BLE001 - LoadError, and whatever else PyYAML's path raises: the same either way
         return ("error", type(error).__name__, str(error))
 
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from gpudra.api.fix import fix_documents
+from gpudra.fix import fix_documents
 from gpudra.api.load import Document, load_paths
 from gpudra.api.schema.cel_check import rewrite_lookup
 from gpudra.api.validate import has_errors, validate_documents

@@ -3,7 +3,7 @@
 import copy
 import random
 
-from gpudra.api.fix import fix_documents
+from gpudra.fix import fix_documents
 from gpudra.api.load import Document, LoadError, load_paths, load_text
 from gpudra.api.problems import Problem
 from gpudra.api.validate import validate_documents

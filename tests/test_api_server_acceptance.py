@@ -129,7 +129,7 @@ def test_v1beta1_layout_in_a_v1beta2_object_is_reported():
 
 
 def test_fix_repairs_the_v1beta1_layout_in_a_v1beta2_object():
-    from gpudra.api.fix import fix_documents
+    from gpudra.fix import fix_documents
 
     claim = {"apiVersion": "resource.k8s.io/v1beta2", "kind": "ResourceClaim",
              "metadata": {"name": "c", "namespace": "default"},

@@ -205,7 +205,7 @@ def _mps(**mps_config) -> dict:
     (["1Gi"], "string"),
 ])
 def test_absurd_mps_memory_limits_are_rejected_before_parsing(value, message):
-    from gpudra.driver.config import ConfigError, decode_opaque
+    from gpudra.device_config import ConfigError, decode_opaque
 
     with pytest.raises(ConfigError, match=message):
         decode_opaque(_mps(defaultPinnedDeviceMemoryLimit=value), "config[0]")
@@ -221,7 +221,7 @@ def test_absurd_mps_memory_limits_are_rejected_before_parsing(value, message):
     (-100, False), (-5, False), (-1, False), (0, True), (1, True), (50, True), (100, True), (101, False), (1000, False),
 ])
 def test_mps_active_thread_percentage_bounds_are_nvidias(kind, percentage, accepted):
-    from gpudra.driver.config import ConfigError, decode_opaque
+    from gpudra.device_config import ConfigError, decode_opaque
 
     config = {**_mps(defaultActiveThreadPercentage=percentage), "kind": kind}
     if accepted:
@@ -234,7 +234,7 @@ def test_mps_active_thread_percentage_bounds_are_nvidias(kind, percentage, accep
 # Kubernetes quantity suffixes (k8s.io/apimachinery resource.Quantity): Mi = 2**20, Ti = 2**40, Pi = 2**50, Ei = 2**60.
 # NVIDIA's driver turns a limit into whole MiB as Value()/1024/1024 and refuses 0 ("value set too low"), with no
 # upper bound of its own (api/nvidia.com/resource/v1beta1/sharing.go, limit.Megabyte, commit 22407113); gpudra
-# adds one, 1 PiB (gpudra/driver/config.py's docstring), so that no absurd number reaches the MPS daemon.
+# adds one, 1 PiB (gpudra/device_config.py's docstring), so that no absurd number reaches the MPS daemon.
 @pytest.mark.parametrize("value,mib", [
     ("1Mi", 1),
     ("1536Ki", 1),  # 1.5 MiB: truncated to whole MiB, as NVIDIA's Value()/1024/1024
@@ -252,7 +252,7 @@ def test_mps_active_thread_percentage_bounds_are_nvidias(kind, percentage, accep
     ("1023Ki", None),  # below NVIDIA's 1 MiB
 ])
 def test_mps_pinned_memory_limit_bounds(value, mib):
-    from gpudra.driver.config import ConfigError, decode_opaque
+    from gpudra.device_config import ConfigError, decode_opaque
 
     for field in ("defaultPinnedDeviceMemoryLimit", "defaultPerDevicePinnedMemoryLimit"):
         config = _mps(**{field: value if field == "defaultPinnedDeviceMemoryLimit" else {"0": value}})
@@ -271,7 +271,7 @@ def test_a_config_for_every_request_applies_when_its_kind_arrives_as_json_text()
     kind must be compared by value (a config with no `requests` applies to every device of its kind)."""
     import json
 
-    from gpudra.driver.config import MIG_CONFIG, claim_configs, config_for
+    from gpudra.device_config import MIG_CONFIG, claim_configs, config_for
 
     text = json.dumps(MPS)
     entries = [{"source": "FromClass", "requests": [], "opaque": {"driver": "gpu.nvidia.com", "parameters": text}},
@@ -287,7 +287,7 @@ def test_a_config_for_every_request_applies_when_its_kind_arrives_as_json_text()
 def test_opaque_config_size_limits():
     import json
 
-    from gpudra.driver.config import ConfigError, claim_configs, decode_opaque
+    from gpudra.device_config import ConfigError, claim_configs, decode_opaque
 
     assert decode_opaque(_mps(defaultPinnedDeviceMemoryLimit="80Gi"), "c")[1].mps_pinned_memory_limit_mib == 80 * 1024
     huge = _mps(defaultPerDevicePinnedMemoryLimit={str(i): "1Gi" for i in range(2000)})
@@ -412,7 +412,7 @@ def test_a_slow_config_parse_is_abandoned_at_the_deadline_and_keeps_nothing(grpc
 
     from grpc_health.v1 import health_pb2
 
-    from gpudra.driver import config
+    from gpudra import device_config as config
 
     release = threading.Event()
     real_quantity = config.Quantity

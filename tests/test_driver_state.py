@@ -17,7 +17,7 @@ from gpudra.driver.checkpoint import (API_VERSION, KIND, PREPARE_COMPLETED, PREP
                                       CheckpointError, CompletedEntryCache, checksum, encode_checkpoint, load_checkpoint,
                                       save_checkpoint)
 from gpudra.driver.claims import ClaimSourceError, KubeClaimSource, LocalClaimStore
-from gpudra.driver.config import ConfigError, claim_configs, config_for, decode_opaque
+from gpudra.device_config import ConfigError, claim_configs, config_for, decode_opaque
 from tests.support.builders import allocated_claim
 from gpudra.driver.paths import DriverPaths
 from gpudra.driver.state import ClaimRef, DeviceState, PrepareError

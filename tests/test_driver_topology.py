@@ -74,7 +74,7 @@ def test_gb200_nvl_trays_share_one_multi_node_nvlink_clique():
     ("<clusterUuid>.<cliqueId>", what the NVML backend reads from nvmlDeviceGetGpuFabricInfoV) and as the
     nvlinkDomain; DRA still allocates one claim's devices on one node, so a clique-matched claim fits a tray's four
     GPUs and not five (NVIDIA's ComputeDomains span the clique with one claim per node)."""
-    from gpudra.driver.vocabulary import NVLINK_CLIQUE_ATTRIBUTE
+    from gpudra.vocabulary import NVLINK_CLIQUE_ATTRIBUTE
 
     slices = _slices("gb200-nvl72", "tray-0") + _slices("gb200-nvl72", "tray-1") + _slices("dgx-h100", "h100")
     cliques = {d["attributes"].get(NVLINK_CLIQUE_ATTRIBUTE, {}).get("string") for d in pool_devices(slices)

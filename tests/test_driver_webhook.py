@@ -35,7 +35,8 @@ from hypothesis import given, settings, strategies as st
 from gpudra.api.load import Document
 from gpudra.api.validate import validate_documents
 from gpudra.cli import cli
-from gpudra.driver.admission import opaque_config_problems, review_response
+from gpudra.device_config import opaque_config_problems
+from gpudra.driver.admission import review_response
 from gpudra.driver.webhook import VALIDATE_PATH, WebhookServer, start_in_thread
 
 DEPLOY = Path(__file__).parent.parent / "deploy"

@@ -10,7 +10,7 @@ import sys
 import yaml
 
 from gpudra.allocator import Allocator, Features
-from gpudra.api.fix import fix_documents
+from gpudra.fix import fix_documents
 from gpudra.api.load import Document, load_paths
 from gpudra.api.validate import validate_documents
 from gpudra.discovery import read_inventory

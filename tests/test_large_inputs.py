@@ -176,7 +176,7 @@ def test_explain_with_fixes_never_copies_slices_nodes_or_classes(monkeypatch):
     from gpudra.explain.analyze import explain
 
     copied = []
-    original, original_copy_object = simulate.copy.deepcopy, simulate.copy_object
+    original, original_copy_object = copy.deepcopy, simulate.copy_object
 
     def deepcopy(value, *args):
         if isinstance(value, dict):
@@ -188,7 +188,7 @@ def test_explain_with_fixes_never_copies_slices_nodes_or_classes(monkeypatch):
             copied.append(value.get("kind"))
         return original_copy_object(value)
 
-    monkeypatch.setattr(simulate.copy, "deepcopy", deepcopy)
+    monkeypatch.setattr(copy, "deepcopy", deepcopy)
     monkeypatch.setattr(simulate, "copy_object", copy_object)
     objects = _objects(3, [gpu_claim("big", 5)])
     objects.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
@@ -247,7 +247,7 @@ def test_objects_read_for_a_command_are_not_copied(monkeypatch, tmp_path):
     from gpudra.cli.inputs import read_objects
 
     copies = []
-    monkeypatch.setattr(convert.copy, "deepcopy", lambda value, *args: copies.append(value) or value)
+    monkeypatch.setattr(convert, "copy_object", lambda value: copies.append(value) or value)
     objects = _objects(2, [gpu_claim("c", 1)])
     old = {"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaim", "metadata": {"name": "old"},
            "spec": {"devices": {"requests": [{"name": "r", "deviceClassName": "gpu.nvidia.com"}]}}}

@@ -258,7 +258,8 @@ def _wait_for(predicate, what: str, steps: int = 4800) -> None:
 
 
 def _manager(api: NodeApiServer, paths: DriverPaths, config: str, tmp_path) -> MigManager:
-    from gpudra.mig.apply import read_config_file, read_driver_checkpoint
+    from gpudra.cli.mig import read_driver_checkpoint
+    from gpudra.mig.apply import read_config_file
 
     nodes = KubeNodeLabels.from_kubeconfig(api.kubeconfig(str(tmp_path / "kubeconfig")))
     return MigManager(nodes, NODE, _sim(paths), load_config=lambda: read_config_file(config),

@@ -51,7 +51,7 @@ class Group:
 
 GROUPS = (
     Group("driver-health", ("gpudra/driver/health.py",), ("tests/test_driver_health.py",)),
-    Group("driver-config", ("gpudra/driver/config.py",),
+    Group("driver-config", ("gpudra/device_config.py",),
           ("tests/test_driver_hostile.py", "tests/test_driver_state.py", "tests/test_driver_sharing.py")),
     Group("driver-state", ("gpudra/driver/state.py",),
           ("tests/test_driver_state.py", "tests/test_driver_hostile.py", "tests/test_driver_crash.py")),

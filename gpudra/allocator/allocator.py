@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from gpudra.errors import GpudraError
+
 from .features import Features
 from .model import DeviceInfo, as_dict, as_list, as_str, quantity_nanos
 from .nodematch import NodeInfo, node_matches
@@ -28,7 +30,7 @@ FILTER_TIMEOUT_S = 10.0
 TIMED_OUT = "timed out trying to allocate devices"
 
 
-class AllocationError(Exception):
+class AllocationError(GpudraError):
     """Fatal for the whole allocate() call (upstream returns an error)."""
 
     def __init__(self, message: str, node_local: bool = False):

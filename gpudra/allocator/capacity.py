@@ -7,7 +7,7 @@ as "15000000000" and 2147483648 as "2Gi"), every other amount keeps the spelling
 
 from __future__ import annotations
 
-from gpudra.api.quantity import NANO, Quantity
+from gpudra.quantity import NANO, Quantity
 
 from .model import CapacityInfo, DeviceInfo
 

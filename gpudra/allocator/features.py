@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
+from typing import Any
 
 FEATURE_NAMES = (
     "AdminAccess",
@@ -73,16 +74,18 @@ class Features:
             return cls()
         from gpudra.versions import allocator_feature_defaults, partitionable_layout
 
-        return cls(**{_attr(n): on for n, on in allocator_feature_defaults(version).items()},
-                   slice_layout=partitionable_layout(version))
+        gates: dict[str, Any] = {_attr(n): on for n, on in allocator_feature_defaults(version).items()}
+        return cls(**gates, slice_layout=partitionable_layout(version))
 
     @classmethod
     def all(cls) -> "Features":
-        return cls(**{_attr(n): True for n in FEATURE_NAMES})
+        gates: dict[str, Any] = {_attr(n): True for n in FEATURE_NAMES}
+        return cls(**gates)
 
     @classmethod
     def none(cls) -> "Features":
-        return cls(**{_attr(n): False for n in FEATURE_NAMES})
+        gates: dict[str, Any] = {_attr(n): False for n in FEATURE_NAMES}
+        return cls(**gates)
 
     @classmethod
     def parse(cls, text: "str | Features | None", version: str | None = None) -> "Features":
@@ -118,7 +121,8 @@ class Features:
                     f"unknown feature {name!r} in --features {text!r}; known: default, all, none, "
                     + ", ".join(FEATURE_NAMES)
                 )
-            features = replace(features, **{_attr(canonical): enable})
+            gate: dict[str, Any] = {_attr(canonical): enable}
+            features = replace(features, **gate)
         return features
 
     @cached_property  # read on every allocate() call; the dataclass is frozen, so computing it once is exact

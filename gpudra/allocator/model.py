@@ -8,26 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.plain import as_dict, as_list, as_str
+from gpudra.quantity import Quantity, QuantityError
 
 SCALAR_ATTRIBUTE_TYPES = ("int", "bool", "string", "version")
 _SCALAR_PYTHON = {"int": int, "bool": bool, "string": str, "version": str}
 
 
-# Tolerant accessors: malformed objects (wrong JSON types) must not crash the allocator; a field
-# of the wrong type reads as absent, which is how the search then treats it.
-def as_dict(value: Any) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
-def as_list(value: Any) -> list:
-    return value if isinstance(value, list) else []
-
-
-def as_str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
+# Tolerant accessors (as_dict, as_list, as_str: gpudra.plain; as_int here): malformed objects (wrong JSON
+# types) must not crash the allocator; a field of the wrong type reads as absent, as the search then treats it.
 def as_int(value: Any, default: int = 0) -> int:
     if isinstance(value, bool):
         return default

@@ -6,9 +6,10 @@ alone on every node), `sequential` (first fit, claim after claim, committing eac
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any, Callable
+
+from gpudra.copying import copy_object
 
 from .allocator import FILTER_TIMEOUT_S, AllocationOutcome, Allocator
 from .claims import claim_label, is_allocated
@@ -154,7 +155,7 @@ def build_report(
             report["nodesThatFit"] = nodes_that_fit
             report["nodesTried"] = len(node_names)
     else:
-        final = {claim_label(c): copy.deepcopy(c["status"]["allocation"]) for c in allocated}
+        final = {claim_label(c): copy_object(c["status"]["allocation"]) for c in allocated}
         unallocated = []
         for done, claim in enumerate(pending, start=1):
             label = claim_label(claim)

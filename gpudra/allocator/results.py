@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING, Any
 
-from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.copying import copy_object
+from gpudra.quantity import Quantity, QuantityError
 
 from .allocator import AllocationError
 from .capacity import consumed_quantity
-from .model import as_dict, as_list
+from .model import DeviceInfo, as_dict, as_list
 
 if TYPE_CHECKING:
-    from .search import ClaimData, Search
+    from .search import ClaimData, RequestData, Search
 
 
 def format_quantity(nanos: int) -> str:
@@ -21,7 +21,7 @@ def format_quantity(nanos: int) -> str:
     return str(Quantity.parse(f"{nanos}n"))
 
 
-def _quantity_text(device, name: str, nanos: int, request: dict) -> str:
+def _quantity_text(device: DeviceInfo, name: str, nanos: int, request: dict) -> str:
     """The consumed amount spelled as upstream computes it (see capacity.consumed_quantity)."""
     requested = as_dict(as_dict(request.get("capacity")).get("requests")).get(name)
     try:
@@ -32,7 +32,8 @@ def _quantity_text(device, name: str, nanos: int, request: dict) -> str:
     return str(quantity) if quantity.nanos == nanos else format_quantity(nanos)
 
 
-def _device_result(search: "Search", rd, device, consumed, share_id) -> dict[str, Any]:
+def _device_result(search: "Search", rd: "RequestData", device: DeviceInfo, consumed: dict[str, int] | None,
+                   share_id: str | None) -> dict[str, Any]:
     features = search.features
     result: dict[str, Any] = {
         "request": rd.full_name,
@@ -64,7 +65,7 @@ def _configs(claim: "ClaimData") -> list[dict[str, Any]]:
     by_class: dict[str, list[str]] = {}
     class_order = []
     for slot in claim.requests:
-        rd = slot.subrequests[slot.selected] if slot.subrequests is not None else slot.data
+        rd = slot.option(slot.selected)
         name = rd.class_info.name
         if name not in by_class:
             by_class[name] = []
@@ -73,24 +74,24 @@ def _configs(claim: "ClaimData") -> list[dict[str, Any]]:
     for class_info in class_order:
         for config in class_info.configs:
             entry = {"source": "FromClass", "requests": list(by_class[class_info.name])}
-            entry.update({k: copy.deepcopy(v) for k, v in (config or {}).items() if k != "requests"})
+            entry.update({k: copy_object(v) for k, v in (config or {}).items() if k != "requests"})
             configs.append(entry)
     spec_configs = as_list(as_dict(as_dict(claim.claim.get("spec")).get("devices")).get("config"))
     for config in spec_configs:
         config = as_dict(config)
         wanted = as_list(config.get("requests"))
         entry = {"source": "FromClaim"}
-        entry.update({k: copy.deepcopy(v) for k, v in config.items()})
+        entry.update({k: copy_object(v) for k, v in config.items()})
         if not wanted:
             configs.append(entry)
             continue
         for slot in claim.requests:
             if slot.name in wanted:
-                configs.append(copy.deepcopy(entry))
+                configs.append(copy_object(entry))
             elif slot.subrequests is not None:
                 selected = slot.subrequests[slot.selected]
                 if selected.full_name in wanted:
-                    configs.append(copy.deepcopy(entry))
+                    configs.append(copy_object(entry))
     return configs
 
 
@@ -129,15 +130,15 @@ def _node_selector(search: "Search", claim: "ClaimData") -> dict[str, Any] | Non
                 if identity in seen:
                     continue
                 seen.add(identity)
-                target.append(copy.deepcopy(requirement))
+                target.append(copy_object(requirement))
     if not expressions and not fields:
         return None
-    term: dict[str, Any] = {}
+    merged: dict[str, Any] = {}
     if expressions:
-        term["matchExpressions"] = expressions
+        merged["matchExpressions"] = expressions
     if fields:
-        term["matchFields"] = fields
-    return {"nodeSelectorTerms": [term]}
+        merged["matchFields"] = fields
+    return {"nodeSelectorTerms": [merged]}
 
 
 def build_allocation(search: "Search", claim: "ClaimData") -> dict[str, Any]:

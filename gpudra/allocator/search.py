@@ -10,25 +10,43 @@ from __future__ import annotations
 import sys
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .allocator import (
-    MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError, Allocator, NodeView, capacity_requests, first_short_counter,
+    MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError, Allocator, ClassInfo, NodeView, capacity_requests,
+    first_short_counter,
 )
 from .capacity import consumption, fits
 from .claims import claim_label, request_mode_and_count, taint_prevents_allocation
 from .constraints import DistinctAttribute, MatchAttribute
 from .model import DeviceInfo, as_dict, as_list, as_str
 from .results import build_allocation
+from .selection import SelectorFailure
 
 MAXSIZE = object()  # "this branch needs more than 32 results": try the next subrequest
 
 
+@dataclass(slots=True, eq=False)
 class RequestData:
-    __slots__ = (
-        "full_name", "base_name", "class_info", "request_exprs", "all_mode", "num_devices", "admin",
-        "tolerations", "capacity", "candidates", "all_devices", "raw", "ordered", "picks", "counter_flags",
-    )
+    """One request (or one firstAvailable subrequest) of a claim, resolved against the node being tried."""
+
+    raw: dict[str, Any]  # the request (or subrequest) as written
+    full_name: str  # "request" or "request/subrequest"
+    base_name: str  # the request's name, also for a subrequest
+    class_info: ClassInfo
+    request_exprs: tuple[str, ...]
+    admin: bool
+    tolerations: list[dict[str, Any]]
+    capacity: dict[str, int]  # requested capacity in nano-units
+    candidates: list[tuple[DeviceInfo, SelectorFailure | None]]
+    counter_flags: tuple[bool, bool]  # (some candidate consumes counters, one of those has taints)
+    all_mode: bool
+    num_devices: int = 0
+    all_devices: list[DeviceInfo] | None = None  # allocationMode All: every device it takes
+    ordered: bool = False  # try its devices as combinations (in candidate order), not permutations
+    picks: list[int] = field(default_factory=list)  # candidate positions picked so far
 
 
 class StaticRequest:
@@ -38,12 +56,12 @@ class StaticRequest:
     __slots__ = ("error", "exprs", "class_info", "admin", "tolerations", "capacity", "all_mode", "count")
 
     def __init__(self, allocator: Allocator, label: str, request: dict, full: str, allow_admin: bool):
-        self.error = None
-        self.class_info = None
+        self.error: str | None = None
+        self.class_info: ClassInfo | None = None
         self.all_mode = False
         self.count = 0
         features = allocator.features
-        exprs = []
+        exprs: list[str] = []
         for i, selector in enumerate(as_list(request.get("selectors"))):
             expression = as_dict(as_dict(selector).get("cel")).get("expression")
             if not expression or not isinstance(expression, str):
@@ -92,6 +110,13 @@ class RequestSlot:
         self.subrequests: list[RequestData] | None = None
         self.selected = 0
 
+    def option(self, index: int) -> RequestData:
+        """The request itself, or its subrequest number `index` when it has firstAvailable alternatives."""
+        if self.subrequests is not None:
+            return self.subrequests[index]
+        assert self.data is not None  # a slot has one or the other
+        return self.data
+
 
 class ClaimData:
     __slots__ = ("claim", "label", "requests", "constraints", "results")
@@ -100,8 +125,9 @@ class ClaimData:
         self.claim = claim
         self.label = claim_label(claim)
         self.requests: list[RequestSlot] = []
-        self.constraints: list = []
-        self.results: list = []  # (RequestData, DeviceInfo, consumed | None, share_id | None)
+        self.constraints: list[MatchAttribute | DistinctAttribute] = []
+        # (request, device, consumed capacity when shared, share ID when shared)
+        self.results: list[tuple[RequestData, DeviceInfo, dict[str, int] | None, str | None]] = []
 
 
 class Search:
@@ -209,9 +235,9 @@ class Search:
 
     @staticmethod
     def _all_request_data(claim: ClaimData) -> list[RequestData]:
-        found = []
+        found: list[RequestData] = []
         for slot in claim.requests:
-            found.extend(slot.subrequests if slot.subrequests is not None else [slot.data])
+            found.extend(slot.subrequests if slot.subrequests is not None else [slot.option(0)])
         return found
 
     def _request_data(self, claim: ClaimData, request: dict, base: str, full: str, allow_admin: bool) -> RequestData:
@@ -220,21 +246,14 @@ class Search:
             raise AllocationError(static.error)
         label = claim.label
         class_info = static.class_info
-        rd = RequestData()
-        rd.raw = request
-        rd.full_name = full
-        rd.base_name = base
-        rd.class_info = class_info
-        rd.request_exprs = static.exprs
-        rd.admin = static.admin
-        rd.tolerations = static.tolerations
-        rd.capacity = static.capacity
-        rd.candidates = self.allocator.candidates(self.view, class_info, static.exprs)
-        rd.counter_flags = self.allocator.counter_flags(self.view, class_info, static.exprs)
-        rd.all_devices = None
-        rd.ordered = False
-        rd.picks = []
-        rd.all_mode = static.all_mode
+        assert class_info is not None  # a request without a class has an error
+        rd = RequestData(
+            raw=request, full_name=full, base_name=base, class_info=class_info, request_exprs=static.exprs,
+            admin=static.admin, tolerations=static.tolerations, capacity=static.capacity,
+            candidates=self.allocator.candidates(self.view, class_info, static.exprs),
+            counter_flags=self.allocator.counter_flags(self.view, class_info, static.exprs),
+            all_mode=static.all_mode,
+        )
         if not static.all_mode:
             rd.num_devices = static.count
             return rd
@@ -298,7 +317,7 @@ class Search:
             return not rd.admin and key in self.state.allocated
         holders = self.allocating.get(key)
         if rd.admin:
-            return bool(holders) and ci in holders
+            return holders is not None and ci in holders
         return bool(holders) or key in self.state.allocated or key in self.state.shared_devices
 
     def _allocate_one(self, ci: int, ri: int, si: int, di: int, in_sub: bool):
@@ -324,7 +343,7 @@ class Search:
                     slot.selected = s
                     return True
             return MAXSIZE if all_exceeded else False
-        rd = slot.subrequests[si] if in_sub else slot.data
+        rd = slot.option(si)  # with subrequests, this point is only reached in_sub
         if rd.all_mode and not rd.all_devices:
             return False
         if di >= rd.num_devices:
@@ -332,6 +351,7 @@ class Search:
         if len(claim.results) + rd.num_devices - di > MAX_RESULTS_PER_CLAIM:
             return MAXSIZE
         if rd.all_mode:
+            assert rd.all_devices is not None  # set for every allocationMode All request
             undo = self._allocate_device(ci, rd, rd.all_devices[di], must=True)
             if undo is None:
                 return False
@@ -390,7 +410,8 @@ class Search:
     def _pool_of(self, device: DeviceInfo):
         return self.view.pool_by_id.get(device.slice.pool_id)
 
-    def _allocate_device(self, ci: int, rd: RequestData, device: DeviceInfo, must: bool):
+    def _allocate_device(self, ci: int, rd: RequestData, device: DeviceInfo,
+                         must: bool) -> Callable[[], None] | None:
         """Add one device to claim ci, or return None. Returns the undo function."""
         features = self.features
         claim = self.claims[ci]
@@ -411,7 +432,7 @@ class Search:
         # for the rest of this allocate() call.
         if features.device_taints and device.taints and taint_prevents_allocation(device.taints, rd.tolerations):
             return None
-        added = []
+        added: list[MatchAttribute | DistinctAttribute] = []
         for constraint in claim.constraints:
             if not constraint.add(rd.base_name, rd.full_name, device):
                 for done in reversed(added):
@@ -423,7 +444,7 @@ class Search:
                     )
                 return None
             added.append(constraint)
-        consumed = None
+        consumed: dict[str, int] | None = None
         share_id = None
         if features.consumable_capacity:
             consumed = self._capacity_ok(device, rd)
@@ -431,7 +452,10 @@ class Search:
                 for done in reversed(added):
                     done.remove(rd.base_name, rd.full_name, device)
                 return None
+        shared_use: dict[str, int] = {}  # what this result consumes of a shared device's capacity
         if multi:
+            assert consumed is not None  # multi implies consumable capacity, checked just above
+            shared_use = consumed
             used = self.allocating_capacity.setdefault(key, {})
             for name, amount in consumed.items():
                 used[name] = used.get(name, 0) + amount
@@ -449,7 +473,7 @@ class Search:
             claim.results.pop()
             if multi:
                 used = self.allocating_capacity[key]
-                for name, amount in consumed.items():
+                for name, amount in shared_use.items():
                     used[name] -= amount
                 self.sharing[key].remove((ci, rd.base_name))
             else:

@@ -8,10 +8,12 @@ device whose CEL evaluation fails is not tainted.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
+
+from gpudra.copying import copy_object
 
 from .model import as_dict, as_list, as_str
 
@@ -59,14 +61,14 @@ def _apply(slice_obj: dict[str, Any], rules: list[dict[str, Any]], classes: dict
         if not taints:
             continue
         if result is None:
-            result = copy.deepcopy(slice_obj)
+            result = copy_object(slice_obj)
         target = result["spec"]["devices"][index]
         target["taints"] = list(as_list(target.get("taints"))) + [dict(taint) for taint in taints]
     return result if result is not None else slice_obj
 
 
 def apply_device_taint_rules(slices: list[dict[str, Any]], rules: list[dict[str, Any]],
-                             device_classes: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+                             device_classes: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """The slices as the allocator must see them: untouched objects where no rule matches (so caches keyed by
     object identity keep working), tainted copies where one does."""
     rules = [rule for rule in rules if isinstance(rule, dict) and as_dict(as_dict(rule.get("spec")).get("taint"))]

@@ -8,10 +8,10 @@
 - `gpudra.api.validate`: `validate_document(doc)`, `validate_documents(docs) -> list[Problem]`, `has_errors`.
 - `gpudra.api.problems.Problem`: `FILE:doc N (Kind/name): field.path: message`.
 - `gpudra.api.defaults.apply_defaults(obj)`, `gpudra.api.convert.to_v1(obj)` (v1beta1/v1beta2 -> v1).
-- `gpudra.api.fix.fix_documents(docs)`: the mechanical repairs behind `gpudra validate --fix`.
+- the mechanical repairs behind `gpudra validate --fix` are gpudra.fix (they name what the driver publishes).
 - `gpudra.api.dump`: `dump_yaml(objs)`, `dump_json(objs)` in the loaded key order.
-- `gpudra.api.quantity.Quantity`, `gpudra.api.semver.parse_semver`.
+- `gpudra.quantity.Quantity` and `gpudra.semver.parse_semver` live below it (gpudra.cel needs them too).
 - `gpudra.api.schema`: the declarative schema (`SCHEMAS[(apiVersion, kind)]`, `core.POD_TEMPLATE_PATHS`).
 
-Submodules are imported on demand so that `from gpudra.api.quantity import Quantity` stays light.
+Submodules are imported on demand so that importing one stays light.
 """

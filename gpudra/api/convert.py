@@ -9,8 +9,10 @@ The same helpers repair v1 documents written in an older layout (`gpudra validat
 
 from __future__ import annotations
 
-import copy
 from typing import Any
+
+from gpudra.copying import copy_object
+from gpudra.plain import as_list
 
 GROUP = "resource.k8s.io"
 V1 = f"{GROUP}/v1"
@@ -29,7 +31,7 @@ def needs_conversion(obj: Any) -> bool:
 
 def to_v1(obj: dict[str, Any]) -> dict[str, Any]:
     """A v1 copy of a DRA object in any served version; other objects are returned as a copy unchanged."""
-    result = copy.deepcopy(obj)
+    result = copy_object(obj)
     if not needs_conversion(obj):
         return result
     result["apiVersion"] = V1
@@ -45,7 +47,7 @@ def upgrade_layout(obj: dict[str, Any]) -> list[str]:
     if not isinstance(spec, dict):
         return changed
     if kind == "ResourceSlice":
-        for position, device in enumerate(_list(spec.get("devices"))):
+        for position, device in enumerate(as_list(spec.get("devices"))):
             if isinstance(device, dict) and flatten_device(device):
                 changed.append(f"spec.devices[{position}]")
     elif kind == "ResourceClaim":
@@ -58,18 +60,15 @@ def upgrade_layout(obj: dict[str, Any]) -> list[str]:
 
 
 def _upgrade_claim_spec(spec: dict[str, Any], path: str) -> list[str]:
-    changed = []
+    changed: list[str] = []
     devices = spec.get("devices")
     if not isinstance(devices, dict):
         return changed
-    for position, request in enumerate(_list(devices.get("requests"))):
+    for position, request in enumerate(as_list(devices.get("requests"))):
         if isinstance(request, dict) and wrap_request(request):
             changed.append(f"{path}.devices.requests[{position}]")
     return changed
 
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def wrap_request(request: dict[str, Any]) -> bool:
@@ -83,7 +82,8 @@ def wrap_request(request: dict[str, Any]) -> bool:
     for name, value in request.items():
         if name in EXACT_REQUEST_FIELDS:
             if "exactly" not in rebuilt:
-                existing = request.get("exactly") if isinstance(request.get("exactly"), dict) else {}
+                exactly = request.get("exactly")
+                existing = exactly if isinstance(exactly, dict) else {}
                 rebuilt["exactly"] = {**moved, **existing}
             continue
         if name == "exactly" and "exactly" in rebuilt:
@@ -129,14 +129,14 @@ def newer_layout_paths(obj: dict[str, Any]) -> list[tuple[str, str]]:
         return found
     kind = obj.get("kind")
     if kind == "ResourceSlice":
-        for position, device in enumerate(_list(spec.get("devices"))):
+        for position, device in enumerate(as_list(spec.get("devices"))):
             if isinstance(device, dict):
                 found += [(f"spec.devices[{position}].{name}", name) for name in device if name not in ("name", "basic")]
     elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
         inner = spec.get("spec") if kind == "ResourceClaimTemplate" else spec
         base = "spec.spec" if kind == "ResourceClaimTemplate" else "spec"
         devices = inner.get("devices") if isinstance(inner, dict) else None
-        for position, request in enumerate(_list(devices.get("requests") if isinstance(devices, dict) else None)):
+        for position, request in enumerate(as_list(devices.get("requests") if isinstance(devices, dict) else None)):
             if isinstance(request, dict) and "exactly" in request:
                 found.append((f"{base}.devices.requests[{position}].exactly", "exactly"))
     return found

@@ -1,4 +1,12 @@
-"""Write objects back as YAML or JSON, keeping the key order they were loaded with."""
+"""Write objects back as YAML or JSON, keeping the key order they were loaded with: every YAML gpudra writes is
+dumped here, in one of two styles.
+
+- `dump_yaml` / `dump_yaml_one`: as kubectl prints objects (list items indented under their key, multi-line strings
+  as `|` blocks, no line folding); PyYAML's pure-Python emitter, the C one ignores the indentation override.
+- `dump_yaml_data`: reports and large outputs (a scheduled cluster, an explanation, a mig-parted config): the C
+  emitter where libyaml is there, PyYAML's default layout. Both write shared sub-objects out in full (no `&id001`
+  anchors) and keep non-ASCII text as it is.
+"""
 
 from __future__ import annotations
 
@@ -28,12 +36,27 @@ class _PureDumper(yaml.SafeDumper):
     def increase_indent(self, flow: bool = False, indentless: bool = False):  # noqa: D401
         return super().increase_indent(flow, False)
 
+    def ignore_aliases(self, data: Any) -> bool:  # shared sub-objects are written out, never as &id anchors
+        return True
+
+
+class _FastDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    def ignore_aliases(self, data: Any) -> bool:  # shared sub-objects are written out, never as &id anchors
+        return True
+
 
 _PureDumper.add_representer(str, _str_representer)
 
 
 def dump_yaml_one(obj: Any) -> str:
     return yaml.dump(obj, Dumper=_PureDumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=1_000_000)
+
+
+def dump_yaml_data(data: Any, *, sort_keys: bool = False, width: int | None = None, documents: bool = False) -> str:
+    """`data` in the fast style (see the module doc); `documents`: `data` is a list of documents, `---` between."""
+    dump = yaml.dump_all if documents else yaml.dump
+    return dump(data, Dumper=_FastDumper, sort_keys=sort_keys, default_flow_style=False, allow_unicode=True,
+                width=width)
 
 
 def dump_yaml(objs: Iterable[Any]) -> str:

@@ -108,7 +108,7 @@ def _plain_words(words: set[str]) -> set[str] | None:
         return set()
     try:
         fast = yaml_rs.loads("".join(f"- {token}\n" for token in tokens), parse_datetime=False)
-    except Exception:
+    except Exception:  # noqa: BLE001 - yaml-rs refuses them: the caller reads with PyYAML
         return None
     if not isinstance(fast, list) or len(fast) != len(tokens):
         return None
@@ -119,7 +119,7 @@ def _plain_words(words: set[str]) -> set[str] | None:
                 continue  # PyYAML's int(token), the same
             try:
                 slow = _pyyaml_plain(token)
-            except Exception:  # `<<`, `=`, `0b_`: no value in PyYAML
+            except Exception:  # noqa: BLE001 - `<<`, `=`, `0b_`: no value in PyYAML
                 slow = _NO_VALUE
             if _same(slow, value):
                 continue
@@ -233,7 +233,7 @@ def documents(text: str) -> list[tuple[int, Any]] | None:
         for position, chunk in _chunks(text):
             value = yaml_rs.loads(chunk, parse_datetime=False)
             values.append((position, value))
-    except Exception:  # yaml-rs refuses it (duplicate key, bad indentation, ...): PyYAML says where and why
+    except Exception:  # noqa: BLE001 - yaml-rs refuses it (duplicate key, bad indentation, ...): PyYAML says where and why
         return None
     if suspects:
         if not all(type(value) in _SCALARS or _types_agree(value, suspects, found) for _, value in values):

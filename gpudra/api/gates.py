@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+from gpudra.plain import as_dict, as_list
 from gpudra.versions import DRA_API_REMOVED, DRA_API_VERSIONS, SERVED_RESOURCE_API, dra_api_problem, gate_state
 
 DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
@@ -35,12 +36,6 @@ _REQUEST_FIELDS = (
 )
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def _set(value: Any) -> bool:
@@ -66,44 +61,44 @@ def gated_fields(obj: dict[str, Any]) -> Iterator[tuple[str, str]]:
 
 def gated_keys(obj: dict[str, Any]) -> Iterator[tuple[Path, str]]:
     """(keys from the root, gate) for every gated field the v1 object sets."""
-    kind, spec = obj.get("kind"), _dict(obj.get("spec"))
+    kind, spec = obj.get("kind"), as_dict(obj.get("spec"))
     if kind == "DeviceClass":
         if _set(spec.get("extendedResourceName")):
             yield ("spec", "extendedResourceName"), "DRAExtendedResource"
     elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
         base: Path = ("spec", "spec", "devices") if kind == "ResourceClaimTemplate" else ("spec", "devices")
-        devices = _dict(_dict(spec.get("spec")).get("devices")) if kind == "ResourceClaimTemplate" else _dict(spec.get("devices"))
+        devices = as_dict(as_dict(spec.get("spec")).get("devices")) if kind == "ResourceClaimTemplate" else as_dict(spec.get("devices"))
         yield from _claim_fields(devices, base)
     elif kind == "ResourceSlice":
         for name in ("sharedCounters", "perDeviceNodeSelection"):
             if _set(spec.get(name)):
                 yield ("spec", name), "DRAPartitionableDevices"
-        for i, device in enumerate(_list(spec.get("devices"))):
-            device = _dict(device)
+        for i, device in enumerate(as_list(spec.get("devices"))):
+            device = as_dict(device)
             if not _DEVICE_FIELD_NAMES.isdisjoint(device):  # most devices have none: one test for thousands
                 for name, gate in _DEVICE_FIELDS:
                     if _set(device.get(name)):
                         yield ("spec", "devices", i, name), gate
-            for capacity_name, capacity in _dict(device.get("capacity")).items():
-                if _set(_dict(capacity).get("requestPolicy")):
+            for capacity_name, capacity in as_dict(device.get("capacity")).items():
+                if _set(as_dict(capacity).get("requestPolicy")):
                     yield ("spec", "devices", i, "capacity", capacity_name, "requestPolicy"), "DRAConsumableCapacity"
 
 
 def _claim_fields(devices: dict[str, Any], base: Path) -> Iterator[tuple[Path, str]]:
-    for i, request in enumerate(_list(devices.get("requests"))):
-        request = _dict(request)
-        exactly = _dict(request.get("exactly"))
+    for i, request in enumerate(as_list(devices.get("requests"))):
+        request = as_dict(request)
+        exactly = as_dict(request.get("exactly"))
         for name, gate in _REQUEST_FIELDS:
             if _set(exactly.get(name)):
                 yield (*base, "requests", i, "exactly", name), gate
         if _set(request.get("firstAvailable")):
             yield (*base, "requests", i, "firstAvailable"), "DRAPrioritizedList"
-        for j, sub in enumerate(_list(request.get("firstAvailable"))):
+        for j, sub in enumerate(as_list(request.get("firstAvailable"))):
             for name, gate in _REQUEST_FIELDS[1:]:  # subrequests have no adminAccess
-                if _set(_dict(sub).get(name)):
+                if _set(as_dict(sub).get(name)):
                     yield (*base, "requests", i, "firstAvailable", j, name), gate
-    for k, constraint in enumerate(_list(devices.get("constraints"))):
-        if _set(_dict(constraint).get("distinctAttribute")):
+    for k, constraint in enumerate(as_list(devices.get("constraints"))):
+        if _set(as_dict(constraint).get("distinctAttribute")):
             yield (*base, "constraints", k, "distinctAttribute"), "DRAConsumableCapacity"
 
 

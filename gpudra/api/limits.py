@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpudra.errors import GpudraError
+
 if TYPE_CHECKING:
     from gpudra.api.load import Document
 
 
-class LoadError(ValueError):
+class LoadError(GpudraError, ValueError):
     """A file that cannot be read or parsed; `str()` is a clean message naming the file and line."""
 
     def __init__(self, source: str, message: str, line: int | None = None, column: int | None = None):

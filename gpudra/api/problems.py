@@ -5,16 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gpudra.errors import printable as printable  # re-exported: its home is below gpudra.api
+
 Severity = Literal["error", "warning"]
-
-
-def printable(text: str, keep: str = "") -> str:
-    """`text` with every character a terminal would act on (ESC, BEL, a carriage return, bidi overrides, …)
-    written as Python escapes (`\\x1b`), so that input can never drive the terminal it is reported on; the
-    characters in `keep` (say, newline in a multi-line message) are left as they are."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
 @dataclass(frozen=True)

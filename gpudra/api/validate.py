@@ -14,7 +14,7 @@ from gpudra.api.problems import Problem
 from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, metadata_schema, schema_for
 from gpudra.api.schema.taint_rule import VERSIONS as TAINT_RULE_VERSIONS
 from gpudra.api.schema.names import suggest_dns_name
-from gpudra.api.schema.types import as_list, Context
+from gpudra.api.schema.types import as_dict, as_list, Context
 
 _EXPECTED_VERSION = {kind: V1 for kind in DRA_KINDS}
 _EXPECTED_VERSION.update({"Pod": "v1", "Node": "v1", "Deployment": "apps/v1", "ReplicaSet": "apps/v1",
@@ -96,7 +96,7 @@ def validate_document(doc: Document, kubernetes_version: str | None = None) -> l
 
 
 def _object_level_checks(obj: dict[str, Any], kind: str, ctx: Context) -> None:
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    metadata = as_dict(obj.get("metadata"))
     if kind in CLUSTER_SCOPED and metadata.get("namespace"):
         ctx.warning("metadata.namespace", f"{kind} is cluster-scoped; the namespace is ignored")
 
@@ -107,7 +107,7 @@ def _driver_config_checks(obj: dict[str, Any], kind: str, ctx: Context) -> None:
     serves): the API server stores any JSON there, and the pod would wait in ContainerCreating."""
     if kind not in ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass"):
         return
-    from gpudra.driver.admission import opaque_config_problems
+    from gpudra.device_config import opaque_config_problems
 
     for path, message in opaque_config_problems(obj):
         ctx.error(path, f"the gpu.nvidia.com driver refuses this config: {message}")
@@ -167,7 +167,7 @@ def validate_documents(docs: list[Document], kubernetes_version: str | None = No
             if progress is not None:
                 progress("validating", done, len(docs))
         problems.extend(_cross_checks(docs, kubernetes_version))
-    order: dict[tuple[str, int], int] = {}
+    order: dict[tuple[str, int | None], int] = {}
     for doc in docs:
         order.setdefault((doc.source, doc.index), len(order))
     return sorted(problems, key=lambda p: order.get((p.source, p.index), len(order)))
@@ -304,7 +304,7 @@ def _pod_references(docs: list[Document]) -> list[Problem]:
     for doc in docs:
         if doc.kind != "Pod":
             continue
-        spec = doc.obj.get("spec") if isinstance(doc.obj.get("spec"), dict) else {}
+        spec = as_dict(doc.obj.get("spec"))
         namespace = doc.namespace or "default"
         for position, entry in enumerate(as_list(spec.get("resourceClaims"))):
             if not isinstance(entry, dict):
@@ -336,8 +336,8 @@ def _pool_checks(docs: list[Document], kubernetes_version: str | None = None) ->
     for doc in docs:
         if doc.kind != "ResourceSlice":
             continue
-        spec = _v1(doc).get("spec")
-        pool = spec.get("pool") if isinstance(spec, dict) else None
+        spec = as_dict(_v1(doc).get("spec"))
+        pool = spec.get("pool")
         if isinstance(pool, dict) and isinstance(spec.get("driver"), str) and isinstance(pool.get("name"), str):
             pools.setdefault((spec["driver"], pool["name"]), []).append(doc)
     for (driver, pool_name), slices in pools.items():

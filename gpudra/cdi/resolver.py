@@ -10,11 +10,12 @@ allow rule.
 
 from __future__ import annotations
 
-import copy
 import os
 import stat
 from dataclasses import dataclass, field
 from typing import Any
+
+from gpudra.copying import copy_object
 
 from .spec import CdiError, ContainerEdits, DeviceNode, Spec
 from .validate import parse_qualified_name, validate_spec
@@ -78,8 +79,8 @@ class Registry:
             spec, index = found
             if id(spec) not in seen_specs:
                 seen_specs.add(id(spec))
-                edits.append(copy.deepcopy(spec.container_edits))
-            edits.append(copy.deepcopy(spec.devices[index].container_edits))
+                edits.append(copy_object(spec.container_edits))
+            edits.append(copy_object(spec.devices[index].container_edits))
         if unresolved:
             raise CdiError(f"unresolvable CDI devices {', '.join(unresolved)}")
         return edits
@@ -106,7 +107,7 @@ def default_oci_spec() -> dict[str, Any]:
 
 def _fill_device_node(node: DeviceNode) -> DeviceNode:
     """Runtime behaviour: look up type/major/minor/mode on the host unless they are given."""
-    node = copy.deepcopy(node)
+    node = copy_object(node)
     host = node.host_path or node.path
     if node.type == "p" or (node.type and node.major is not None):
         return node
@@ -142,7 +143,7 @@ def _set_env(env: list[str], entry: str) -> None:
 
 def apply_edits(oci: dict[str, Any], edits: ContainerEdits) -> dict[str, Any]:
     """Return a copy of the OCI spec with the container edits applied."""
-    spec = copy.deepcopy(oci)
+    spec = copy_object(oci)
     process = spec.setdefault("process", {})
     env = process.setdefault("env", [])
     for entry in edits.env:
@@ -175,22 +176,22 @@ def apply_edits(oci: dict[str, Any], edits: ContainerEdits) -> dict[str, Any]:
         mounts = spec.setdefault("mounts", [])
         for mount in edits.mounts:
             mounts[:] = [m for m in mounts if m.get("destination") != mount.container_path]
-            entry: dict[str, Any] = {"destination": mount.container_path, "source": mount.host_path}
+            mount_entry: dict[str, Any] = {"destination": mount.container_path, "source": mount.host_path}
             if mount.type:
-                entry["type"] = mount.type
+                mount_entry["type"] = mount.type
             if mount.options:
-                entry["options"] = list(mount.options)
-            mounts.append(entry)
+                mount_entry["options"] = list(mount.options)
+            mounts.append(mount_entry)
         mounts.sort(key=lambda m: len([p for p in m["destination"].split("/") if p]))
     for hook in edits.hooks:
-        entry = {"path": hook.path}
+        hook_entry: dict[str, Any] = {"path": hook.path}
         if hook.args:
-            entry["args"] = list(hook.args)
+            hook_entry["args"] = list(hook.args)
         if hook.env:
-            entry["env"] = list(hook.env)
+            hook_entry["env"] = list(hook.env)
         if hook.timeout is not None:
-            entry["timeout"] = hook.timeout
-        spec.setdefault("hooks", {}).setdefault(hook.hook_name, []).append(entry)
+            hook_entry["timeout"] = hook.timeout
+        spec.setdefault("hooks", {}).setdefault(hook.hook_name, []).append(hook_entry)
     if edits.additional_gids:
         gids = process.setdefault("user", {}).setdefault("additionalGids", [])
         for gid in edits.additional_gids:

@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudra.errors import GpudraError
 
-class CdiError(Exception):
+
+class CdiError(GpudraError):
     """Invalid CDI content or an unresolvable device; a user-facing message."""
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import cast
 
-import yaml
 
 from gpudra.api.load import LoadError, read_text
 from gpudra.api.load_json import load_json_document
@@ -15,11 +15,6 @@ from gpudra.atomicfile import write_atomic
 
 from .spec import CdiError, Spec
 from .validate import check_spec, minimum_required_version
-
-try:
-    _Dumper = yaml.CSafeDumper
-except AttributeError:  # pragma: no cover - PyYAML without libyaml
-    _Dumper = yaml.SafeDumper  # type: ignore[misc]
 
 STATIC_DIR = "/etc/cdi"
 DYNAMIC_DIR = "/var/run/cdi"
@@ -90,7 +85,7 @@ def _block(value: object, pad: str, out: list[str]) -> None:
             else:
                 out.append(f"{pad}{_key(k)}: {'{}' if v == {} else '[]' if v == [] else _scalar(v)}")
     else:
-        for item in value:  # type: ignore[union-attr]
+        for item in cast("list[object]", value):  # the rest of a spec's JSON-shaped data: lists
             if isinstance(item, (dict, list)) and item:
                 start = len(out)
                 _block(item, pad + "  ", out)

@@ -9,6 +9,7 @@ estimate and literal regular expressions.
 from __future__ import annotations
 
 import struct
+from typing import Any
 from dataclasses import dataclass, field
 
 
@@ -23,10 +24,12 @@ def _varint(data: bytes, position: int) -> tuple[int, int]:
         shift += 7
 
 
-def fields(data: bytes) -> list[tuple[int, int, object]]:
-    """(field number, wire type, value) for every field of a message, in order."""
-    out = []
+def fields(data: bytes) -> list[tuple[int, int, Any]]:
+    """(field number, wire type, value) for every field of a message, in order. The value is an int (varint) or
+    bytes (the other wire types): Any, as each caller knows from the field number which it reads."""
+    out: list[tuple[int, int, Any]] = []
     position = 0
+    value: int | bytes
     while position < len(data):
         key, position = _varint(data, position)
         number, wire = key >> 3, key & 7
@@ -58,7 +61,7 @@ class Node:
 
     kind: str
     id: int = 0
-    value: object = None  # const value; ident name; select field; call function name
+    value: Any = None  # const value; ident name (str); select field (str); call function name (str)
     literal: str = ""  # const kind: null, bool, int, uint, double, string, bytes
     target: "Node | None" = None  # call target / select operand
     args: list["Node"] = field(default_factory=list)  # call args / list elements / struct values
@@ -76,7 +79,7 @@ class Node:
 
 
 def _constant(data: bytes):
-    for number, wire, value in fields(data):
+    for number, _wire, value in fields(data):
         if number == 1:
             return None
         if number == 2:
@@ -101,7 +104,7 @@ def _literal_kind(data: bytes) -> str:
 
 def parse_expr(data: bytes) -> Node:
     node = Node("const")
-    for number, wire, value in fields(data):
+    for number, _wire, value in fields(data):
         if number == 2:
             node.id = value
         elif number == 3:

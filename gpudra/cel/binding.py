@@ -79,8 +79,8 @@ def _binding_tuple(args: tuple) -> tuple | None:
     index = len(young) - 1
     while index >= 0 and young[index] is not args:
         index -= 1
-    for index in range(index - 1, max(index - 1 - _MAX_CONVERTED_OBJECTS, -1), -1):
-        obj = young[index]
+    for position in range(index - 1, max(index - 1 - _MAX_CONVERTED_OBJECTS, -1), -1):
+        obj = young[position]
         if type(obj) is tuple:
             if (
                 len(obj) == len(args)
@@ -104,7 +104,7 @@ def _corrected(impl: Callable[..., Any]) -> Callable[..., Any]:
         _owed().append(result)
         return result
 
-    call.__wrapped__ = impl
+    call.__dict__["__wrapped__"] = impl  # what functools.wraps would set
     call.__name__ = getattr(impl, "__name__", "call")
     return call
 

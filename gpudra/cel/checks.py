@@ -25,7 +25,7 @@ def _payload(serialized: bytes) -> bytes:
 
 def type_name(data: bytes) -> str:
     """cel-go's spelling of a serialised cel.expr.Type."""
-    for number, wire, value in fields(data):
+    for number, _wire, value in fields(data):
         if number == 1:
             return "dyn"
         if number == 2:
@@ -51,9 +51,9 @@ def type_name(data: bytes) -> str:
         if number == 12:
             return "*error*"
         if number == 14:
-            parts = fields(value)
-            name = next((bytes(v).decode() for n, _, v in parts if n == 1), "")
-            params = [type_name(v) for n, _, v in parts if n == 2]
+            abstract = fields(value)
+            name = next((bytes(v).decode() for n, _, v in abstract if n == 1), "")
+            params = [type_name(v) for n, _, v in abstract if n == 2]
             return f"{name}({', '.join(params)})" if params else name
     return "dyn"
 

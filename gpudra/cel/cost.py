@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import overload
 
 from gpudra.cel.ast import Node, checked_syntax_tree, fields, walk
 from gpudra.cel import source
@@ -65,6 +66,18 @@ _VARIABLES = {
     source.NO_ATTRIBUTES_VARIABLE: Size(0, _ATTRIBUTE_VALUE, _NAME),
     source.NO_CAPACITY_VARIABLE: Size(0, SCALAR, _NAME),
 }
+
+
+@overload
+def _larger(a: Size, b: Size | None) -> Size: ...
+
+
+@overload
+def _larger(a: Size | None, b: Size) -> Size: ...
+
+
+@overload
+def _larger(a: Size | None, b: Size | None) -> Size | None: ...
 
 
 def _larger(a: Size | None, b: Size | None) -> Size | None:

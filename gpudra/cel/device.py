@@ -5,8 +5,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from gpudra.api.quantity import Quantity, QuantityError
-from gpudra.api.semver import SemverError, parse_semver
+from gpudra.quantity import Quantity, QuantityError
+from gpudra.semver import SemverError, parse_semver
 from gpudra.cel import values as V
 from gpudra.cel.source import ATTRIBUTES_VARIABLE, CAPACITY_VARIABLE, NO_ATTRIBUTES_VARIABLE, NO_CAPACITY_VARIABLE
 
@@ -82,7 +82,7 @@ def _attribute_value(name: str, attribute: Any, list_type_attributes: bool):
 
 
 def _capacity_value(name: str, capacity: Any):
-    value = capacity.get("value") if isinstance(capacity, dict) else capacity
+    value: Any = capacity.get("value") if isinstance(capacity, dict) else capacity
     try:
         return V.parse_runtime_quantity(value) if isinstance(value, str) else V.runtime_quantity(Quantity.parse(value))
     except QuantityError as error:
@@ -195,7 +195,7 @@ def _read_names(driver: str, reads: tuple[tuple[str, ...], ...]) -> tuple[tuple[
     found: list[tuple[str, Any]] = []
     for read in reads:
         if read[0] == "device":
-            found.append(read)
+            found.append((read[0], read[1]))  # ("device", field): reads.py makes them pairs
             continue
         domain, identifier = read[1], read[2]
         bare = (identifier,) if domain == driver and "/" not in identifier else ()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from gpudra.errors import GpudraError
 
-class CELCompileError(ValueError):
+
+class CELCompileError(GpudraError, ValueError):
     """An expression that cannot be used as a device selector.
 
     `message` is the first problem in cel-go's words ("undeclared reference to 'x' (in container '')");
@@ -25,7 +27,7 @@ class CELCompileError(ValueError):
         return self.report
 
 
-class CELRuntimeError(RuntimeError):
+class CELRuntimeError(GpudraError, RuntimeError):
     """Evaluating a selector on one device failed, e.g. "no such key: memory".
 
     Kubernetes' allocator treats it as fatal for the whole allocation attempt and reports

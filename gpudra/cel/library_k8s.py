@@ -14,8 +14,8 @@ from functools import lru_cache
 
 from cel_expr_python import cel
 
-from gpudra.api.quantity import Quantity, QuantityError
-from gpudra.api.semver import SemverError, is_semver, parse_semver
+from gpudra.quantity import Quantity, QuantityError
+from gpudra.semver import SemverError, is_semver, parse_semver
 from gpudra.cel import binding, source
 from gpudra.cel import values as V
 from gpudra.cel.budget import MAX_COST, charge, metered

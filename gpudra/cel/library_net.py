@@ -117,7 +117,7 @@ def _contains_ip(message, other) -> bool:
 def _contains_cidr(message, other) -> bool:
     inner = _network(_cidr(other) if isinstance(other, str) else other)
     outer = _network(message)
-    return inner.version == outer.version and inner.subnet_of(outer)
+    return inner.version == outer.version and inner.subnet_of(outer)  # type: ignore[arg-type]  # versions equal
 
 
 def _cidr_ip(message):

@@ -192,6 +192,7 @@ def _compile_error(expression: str, rewritten, raw: str) -> CELCompileError:
         if first_message is None:
             first_message, first_offset = message, offset
         reports.append(caret_report(expression, message, offset))
+    assert first_message is not None and first_offset is not None  # set by the first of the (non-empty) issues
     line, column = line_column(expression, first_offset)
     return CELCompileError(expression, first_message, column, line, report="\n".join(reports))
 

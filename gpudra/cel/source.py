@@ -329,8 +329,8 @@ def fold_constant_values(source: str, runtime: bool = False, semver_normalize: b
     part of an evaluation and leak about 1 KiB each). An invalid literal is left alone, so the
     evaluation still reports the error as Kubernetes does.
     """
-    from gpudra.api.quantity import Quantity, QuantityError
-    from gpudra.api.semver import SemverError, parse_semver
+    from gpudra.quantity import Quantity, QuantityError
+    from gpudra.semver import SemverError, parse_semver
     from gpudra.cel import values as V
 
     tokens = tokenize(source)

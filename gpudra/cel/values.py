@@ -19,8 +19,8 @@ from functools import lru_cache
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf import struct_pb2  # noqa: F401 - registers google.protobuf.Struct in the default pool
 
-from gpudra.api.quantity import Quantity
-from gpudra.api.semver import Semver, parse_semver
+from gpudra.quantity import Quantity
+from gpudra.semver import Semver, parse_semver
 
 _Field = descriptor_pb2.FieldDescriptorProto
 

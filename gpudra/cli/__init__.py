@@ -118,7 +118,7 @@ def run_with_error_contract(invoke: Callable[[], Any]) -> Any:
     except click.exceptions.Abort:
         click.echo("Aborted!", err=True)
         sys.exit(130)
-    except GpudraError as exc:
+    except GpudraError as exc:  # any package's user-facing error (gpudra.errors)
         _flush_stdout()
         exc.show()
         sys.exit(exc.exit_code)

@@ -8,40 +8,30 @@ shape of the conformance `expected.yaml` files) or the pending claims with
 
 from __future__ import annotations
 
-import copy
 import json
 import sys
 from typing import Any, Callable
 
 import click
-import yaml
 
 from gpudra.allocator.allocator import FILTER_TIMEOUT_S
 from gpudra.api.convert import needs_conversion, to_v1
+from gpudra.api.dump import dump_yaml_data
 from gpudra.api.load import Document
 from gpudra.api.validate import validate_document
-from gpudra.cli.errors import NEGATIVE, OK, InputError, UsageError, warn
+from gpudra.cli.errors import NEGATIVE, OK, GpudraError, InputError, NegativeAnswer, UsageError, warn
 from gpudra.cli.inputs import read_inputs
 from gpudra.cli.options import (cluster_options, features_option, filename_option, kubernetes_version_option,
                                 no_validate_option, node_option)
 from gpudra.cli.output import output_option, render_table
 from gpudra.cli.progress import progress
+from gpudra.copying import copy_object
+from gpudra.scheduler.meta import key_of
 
 MODES = ("together", "each", "sequential")
 NO_NODES = "no nodes to try"
 UNALLOCATABLE = "unallocatable on every node"
 INPUT_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "Node", "DeviceTaintRule")
-
-_BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
-class _Dumper(_BaseDumper):  # type: ignore[misc, valid-type]
-    """No `&id001`/`*id001`: results and finalAllocations share objects, and the report must diff cleanly
-    against the conformance expected.yaml files."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
 
 def _split_list(values: tuple[str, ...]) -> list[str]:
     items: list[str] = []
@@ -56,7 +46,7 @@ def _validation_warnings(documents: list[Document], release: str | None = None) 
     for document in documents:
         try:
             problems = validate_document(document, release)
-        except Exception as exc:  # a validator bug must not block allocation
+        except Exception as exc:  # noqa: BLE001 - a validator bug must not block allocation
             messages.append(f"{_label(document)}: could not validate: {exc}")
             continue
         for problem in problems:
@@ -92,11 +82,6 @@ def _select_objects(documents: list[Document]) -> tuple[list[dict[str, Any]], li
         elif str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
             notes.append(f"{_label(document)}: ignoring kind {kind!r} (allocate reads {', '.join(INPUT_KINDS)})")
     return objects, notes
-
-
-def claim_key(claim: dict[str, Any]) -> str:
-    meta = claim.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
 
 
 def _is_allocated(claim: dict[str, Any]) -> bool:
@@ -149,8 +134,8 @@ def allocated_claims_view(
     notes: list[str] = []
     no_nodes = not report.get("results") and not report.get("nodesTried")
     for claim in claims:
-        key = claim_key(claim)
-        item = copy.deepcopy(claim)
+        key = key_of(claim)
+        item = copy_object(claim)
         if key in chosen:
             node, allocation = chosen[key]
             item.setdefault("status", {})
@@ -176,7 +161,9 @@ def allocated_claims_view(
 def render(data: Any, output: str, sort_keys: bool) -> str:
     if output == "json":
         return json.dumps(data, indent=2, sort_keys=sort_keys) + "\n"
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=sort_keys, default_flow_style=False, allow_unicode=True)
+    # no `&id001` anchors (results and finalAllocations share objects): the report diffs cleanly against the
+    # conformance expected.yaml files
+    return dump_yaml_data(data, sort_keys=sort_keys)
 
 
 def known_node_names(objects: list[dict[str, Any]]) -> list[str]:
@@ -247,15 +234,15 @@ def run_allocate(
     claims = [obj for obj in objects if obj.get("kind") == "ResourceClaim"]
     pending = [claim for claim in claims if not _is_allocated(claim)]
     if claim_names is not None:
-        known = {claim_key(claim) for claim in claims}
+        known = {key_of(claim) for claim in claims}
         missing = [name for name in claim_names if name not in known]
         if missing:
             raise UsageError(f"--claims: no ResourceClaim {', '.join(missing)} in the input")
-        allocated_already = [name for name in claim_names if name not in {claim_key(c) for c in pending}]
+        allocated_already = [name for name in claim_names if name not in {key_of(c) for c in pending}]
         if allocated_already:
             raise UsageError(f"--claims: {', '.join(allocated_already)} already has status.allocation")
         wanted = set(claim_names)
-        pending = [claim for claim in pending if claim_key(claim) in wanted]
+        pending = [claim for claim in pending if key_of(claim) in wanted]
 
     try:
         with progress() as bar:
@@ -268,7 +255,7 @@ def run_allocate(
     elif not report.get("results") and not report.get("nodesTried"):
         warn(f"note: {NO_NODES}: the input has no Node objects and no ResourceSlice names a node; pass --node NAME")
     chosen = chosen_allocations(report, mode)
-    all_fit = all(claim_key(claim) in chosen for claim in pending)
+    all_fit = all(key_of(claim) in chosen for claim in pending)
     if brief:
         return report, messages, all_fit
     view, claim_notes = allocated_claims_view(pending, report, mode)
@@ -280,8 +267,8 @@ def _explain_hint(view: dict[str, Any], source: str, messages: list[str]) -> Non
     """The allocator says only "unallocatable on every node"; `explain` says which request, selector or device
     is short. (Not for claims that only fail together, or when there is no node: explain would not help.)"""
     for claim in view.get("items") or []:
-        if f"{claim_key(claim)}: {UNALLOCATABLE}" in messages:
-            namespace, _, name = claim_key(claim).rpartition("/")
+        if f"{key_of(claim)}: {UNALLOCATABLE}" in messages:
+            namespace, _, name = key_of(claim).rpartition("/")
             click.echo(f"hint: `gpudra explain claim/{name} -n {namespace or 'default'}` (same {source}) says why",
                        err=True)
             return
@@ -292,7 +279,7 @@ def claims_table(view: dict[str, Any], report_notes: list[str], wide: bool) -> s
     notes = {note.split(": ", 1)[0]: note.split(": ", 1)[1] for note in report_notes if ": " in note}
     rows = []
     for claim in view.get("items") or []:
-        key = claim_key(claim)
+        key = key_of(claim)
         allocation = (claim.get("status") or {}).get("allocation") or {}
         results = (allocation.get("devices") or {}).get("results") or []
         devices = ",".join(f"{r.get('pool')}/{r.get('device')}" for r in results) or "-"
@@ -386,9 +373,11 @@ def command(
                                                allocator_name, kubeconfig, context, timeout or None,  # 0: no limit
                                                validate=validate, request_timeout=request_timeout,
                                                kubernetes_version=kubernetes_version)
-    except (click.ClickException, SystemExit, BrokenPipeError):
+    except (UsageError, InputError, NegativeAnswer, SystemExit, BrokenPipeError):
         raise
     except Exception as exc:  # malformed input let through by --no-validate: no traceback for users
+        if isinstance(exc, click.ClickException) and not isinstance(exc, GpudraError):
+            raise  # click's own (an unreadable file)
         hint = " (see the warnings above)" if any(m.startswith("warning:") for m in warned) else ""
         raise InputError(f"the input is malformed{hint}; the allocator stopped with "
                          f"{type(exc).__name__}: {exc}") from exc

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import click
-import yaml
 
+from gpudra.api.dump import dump_yaml_data
 from gpudra.cli.driver import profile_named
 from gpudra.cli.errors import InputError, warn
 from gpudra.cli.options import backend_option, node_option
@@ -52,6 +52,6 @@ def command(backend: str, profile: str, node_name: str, output: str) -> None:
     if output == "json":
         click.echo(json.dumps(inventory.to_dict(), indent=2))
     elif output == "yaml":
-        click.echo(yaml.safe_dump(inventory.to_dict(), sort_keys=False), nl=False)
+        click.echo(dump_yaml_data(inventory.to_dict()), nl=False)
     else:
         click.echo(_table(inventory))

@@ -14,6 +14,7 @@ import click
 
 from gpudra.cli.errors import InputError, warn
 from gpudra.cli.inputs import require_generated_valid
+from gpudra.vocabulary import DRIVER_NAME
 from gpudra.cli.options import BACKEND_HELP, backend_option, dns_subdomain_value, node_option
 from gpudra.cli.output import output_option, render_data, render_objects, render_table
 from gpudra.cli.options import features_option, kubernetes_version_option
@@ -71,7 +72,7 @@ def _slice_layout(dynamic_mig: bool, kubernetes_version: str | None, features: s
     wants counter sets: gpudra.versions.partitionable_layout)."""
     from gpudra.allocator.features import Features
     from gpudra.driver.slices import dynamic_mig_layout
-    from gpudra.kube.inputs import InputError, kubernetes_version as cluster_version
+    from gpudra.kube.inputs import kubernetes_version as cluster_version
     from gpudra.versions import VersionError, parse_version, partitionable_layout
 
     try:
@@ -140,7 +141,7 @@ def command() -> None:
 @click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile or YAML file")
 @node_option("The Node the slices are published for (spec.nodeName, the pool's name).", dest="node_name",
              required=True, callback=dns_subdomain_value())
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, callback=dns_subdomain_value(63),
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, callback=dns_subdomain_value(63),
               help=DRIVER_NAME_HELP)
 @click.option("--dynamic-mig", is_flag=True, help="announce MIG partitions as partitionable devices (KEP-4815)")
 @click.option("--generation", type=click.IntRange(min=0), default=1, show_default=True,
@@ -177,7 +178,7 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
 
 
 @command.command("deviceclasses")
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, callback=dns_subdomain_value(63),
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, callback=dns_subdomain_value(63),
               help=DRIVER_NAME_HELP)
 @kubernetes_version_option("The release to publish for (1.33-1.36; default 1.36): the GPU class names the "
                            "extended resource nvidia.com/gpu only where DRAExtendedResource is on by default.")
@@ -236,7 +237,7 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
 @click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile or YAML file")
 @node_option("This node's name (the Node object; $NODE_NAME, as the driver's DaemonSet sets it).", dest="node_name",
              required=True, envvar="NODE_NAME")
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, help=DRIVER_NAME_HELP)
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, help=DRIVER_NAME_HELP)
 @click.option("--root", default="/", show_default=True,
               help="place every absolute path (sockets, checkpoint, CDI dirs) under this directory")
 @click.option("--claims", "claims_dir", type=click.Path(file_okay=False),
@@ -331,7 +332,7 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
 @click.option("--port", type=click.IntRange(0, 65535), default=443, show_default=True,
               help="HTTPS port (0: any free port, printed on stderr)")
 @click.option("--bind-address", default="", metavar="ADDRESS", help="address to listen on (default: all)")
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, callback=dns_subdomain_value(63),
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, callback=dns_subdomain_value(63),
               help="check the opaque configs of this driver; other drivers' configs are let through")
 @click.option("-v", "--verbose", is_flag=True, help="Log every admission review at debug level.")
 def webhook_cmd(tls_cert_file: str, tls_private_key_file: str, port: int, bind_address: str, driver_name: str,
@@ -437,7 +438,7 @@ def _kubelet(root: str, driver_name: str, registry_dir: str):
 @command.command("prepare")
 @click.argument("claim_files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, help=DRIVER_NAME_HELP)
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, help=DRIVER_NAME_HELP)
 @click.option("--kubelet-registrar-directory-path", "registry_dir", default="/var/lib/kubelet/plugins_registry",
               show_default=True, help=REGISTRAR_HELP)
 @click.option("--unprepare", is_flag=True, help="call NodeUnprepareResources instead")
@@ -504,7 +505,7 @@ def _prepare_table(entries: list[dict], wide: bool, show_container: bool, done: 
 
 @command.command("status")
 @click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
-@click.option("--driver-name", default="gpu.nvidia.com", show_default=True, help=DRIVER_NAME_HELP)
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, help=DRIVER_NAME_HELP)
 @click.option("--kubelet-plugins-directory-path", "plugins_dir", default="/var/lib/kubelet/plugins",
               show_default=True, help="the driver's --kubelet-plugins-directory-path, where its checkpoint is (a "
                                       "local cluster's nodes: /plugins)")

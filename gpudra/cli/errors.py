@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 
 import click
 
-from gpudra.api.problems import printable
+from gpudra.errors import GpudraError, InputError, location, paint, printable, use_colour
+
+__all__ = ["OK", "NEGATIVE", "USAGE", "BROKEN_PIPE", "GpudraError", "InputError", "UsageError", "NegativeAnswer",
+           "InvalidInput", "location", "use_colour", "paint", "fail", "warn", "show_error",
+           "exit_quietly_on_broken_pipe", "report_internal_error"]
 
 OK = 0
 NEGATIVE = 1
@@ -30,65 +34,12 @@ USAGE = 2
 BROKEN_PIPE = 128 + 13
 
 
-def use_colour(stream: IO[str] | None = None) -> bool:
-    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org) or TERM is dumb."""
-    stream = stream if stream is not None else sys.stderr
-    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
-        return False
-    isatty = getattr(stream, "isatty", None)
-    try:
-        return bool(isatty and isatty())
-    except (ValueError, OSError):  # a closed stream
-        return False
-
-
-def paint(text: str, stream: IO[str] | None = None, **style: Any) -> str:
-    """`text` styled (click.style keywords) when `stream` is a colour terminal, else unchanged."""
-    return click.style(text, **style) if use_colour(stream) else text
-
-
-def location(source: str | None = None, doc: int | None = None, kind: str | None = None,
-             name: str | None = None, field: str | None = None) -> str:
-    """`FILE:doc N (Kind/name): field`, leaving out the parts that are unknown."""
-    where = source or ""
-    if doc is not None:
-        where = f"{where}:doc {doc}" if where else f"doc {doc}"
-    if kind or name:
-        what = f"{kind or '?'}/{name}" if name else str(kind)
-        where = f"{where} ({what})" if where else what
-    if field:
-        where = f"{where}: {field}" if where else field
-    return where
-
-
-class GpudraError(click.ClickException):
-    """A message for the user (no traceback) with its exit code; the base of every CLI error."""
-
-    exit_code = USAGE
-
-    def __init__(self, message: str, *, source: str | None = None, doc: int | None = None,
-                 kind: str | None = None, name: str | None = None, field: str | None = None,
-                 details: list[str] | None = None):
-        self.where = location(source, doc, kind, name, field)
-        self.details = list(details or [])
-        super().__init__(message)
-
-    def format_message(self) -> str:
-        head = f"{self.where}: {self.message}" if self.where else self.message
-        return "\n".join([head, *self.details])
-
-    def show(self, file: IO[Any] | None = None) -> None:
-        stream = file if file is not None else sys.stderr
-        click.echo(f"{paint('error:', stream, fg='red', bold=True)} {printable(self.format_message(), keep=chr(10))}",
-                   file=stream)
+# GpudraError (gpudra.errors) is the base of every error a user can hit, from any package: the command runner
+# prints it (`show`) and exits with its code. InputError (exit 2) is gpudra.errors' too.
 
 
 class UsageError(GpudraError):
     """A bad option or a combination of options that makes no sense (exit 2)."""
-
-
-class InputError(GpudraError):
-    """Input that cannot be read: a missing or unparseable file, an unreachable cluster (exit 2)."""
 
 
 class NegativeAnswer(GpudraError):

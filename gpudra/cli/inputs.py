@@ -160,11 +160,11 @@ def release_and_features(kubernetes_version: str | None, features: Any = "defaul
     """(release, allocator Features) of `--kubernetes-version` and `--features`: the flag, else a live
     cluster's /version, else 1.36 (gpudra.versions); `--features` over that release's defaults."""
     from gpudra.allocator.features import Features
-    from gpudra.kube.inputs import InputError as VersionUnknown, kubernetes_version as release_of
+    from gpudra.kube.inputs import kubernetes_version as release_of
 
     try:
         version = release_of(kubernetes_version, paths, kubeconfig, context, request_timeout)
-    except VersionUnknown as exc:
+    except InputError as exc:
         raise (UsageError if kubernetes_version is not None else InputError)(str(exc)) from None
     try:
         return version, Features.parse(features, version).with_variant(allocator_name)

@@ -7,8 +7,8 @@ from collections import Counter
 from typing import Any, NoReturn
 
 import click
-import yaml
 
+from gpudra.api.dump import dump_yaml_data, dump_yaml_one
 from gpudra.catalog import GpuModel, UnknownGpuModel, find_gpu_model, gpu_model, mig_models
 from gpudra.cli.errors import NEGATIVE, USAGE, fail
 from gpudra.cli.inputs import require_generated_valid
@@ -16,15 +16,6 @@ from gpudra.cli.options import (backend_option, dns_subdomain_value, kubeconfig_
                                 node_option)
 from gpudra.cli.output import output_option, plural, render_data, render_objects, report_problems
 
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
-class _BlockDumper(yaml.SafeDumper):
-    """Multi-line strings as `|` blocks (a ConfigMap's embedded config stays readable)."""
-
-
-_BlockDumper.add_representer(
-    str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
 
 
 def _fail(message: str, code: int = USAGE) -> NoReturn:
@@ -32,7 +23,7 @@ def _fail(message: str, code: int = USAGE) -> NoReturn:
 
 
 def _dump(obj: Any) -> str:
-    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+    return dump_yaml_data(obj)
 
 
 def _models(names: tuple[str, ...]) -> list[GpuModel]:
@@ -104,7 +95,7 @@ def profiles_command(gpus: tuple[str, ...], output: str) -> None:
         for p in model.profiles:
             def n(value: int | None) -> str:
                 return "?" if value is None else str(value)
-            counts = (p.multiprocessors, p.copy_engines, p.decoders, p.encoders, p.jpeg_engines, p.ofa_engines)
+            counts = tuple(p.engine_counts.values())
             rows.append((p.name, str(p.profile_id), str(p.compute_slices), str(p.memory_slices), f"{p.memory_mib}MiB",
                          *((n(c) for c in counts) if engines else ()), str(p.max_instances),
                          " ".join(str(pl) for pl in p.placements)))
@@ -123,9 +114,7 @@ def _model_data(model: GpuModel) -> dict[str, Any]:
             "profiles": [{"name": p.name, "id": p.profile_id, "computeSlices": p.compute_slices,
                           "memorySlices": p.memory_slices, "memoryMiB": p.memory_mib, "maxInstances": p.max_instances,
                           "placements": [{"start": pl.start, "size": pl.size} for pl in p.placements],
-                          "multiprocessors": p.multiprocessors, "copyEngines": p.copy_engines,
-                          "decoders": p.decoders, "encoders": p.encoders, "jpegEngines": p.jpeg_engines,
-                          "ofaEngines": p.ofa_engines} for p in model.profiles],
+                          **p.engine_counts} for p in model.profiles],
             "source": model.source}
 
 
@@ -156,11 +145,24 @@ def configs_command(gpus: tuple[str, ...], backend: str | None, profile: str | N
     config = generate_config(groups)
     if output == "configmap":
         wrapped = config_map(_dump(config), name=configmap_name, namespace=namespace)
-        click.echo(yaml.dump(wrapped, Dumper=_BlockDumper, sort_keys=False), nl=False)
+        click.echo(dump_yaml_one(wrapped), nl=False)  # the embedded config as a `|` block
     elif output == "json":
         click.echo(render_data(config, "json"), nl=False)
     else:
         click.echo(_dump(config), nl=False)
+
+
+def read_driver_checkpoint(path: str) -> dict[str, Any] | None:
+    """The node driver's checkpoint (its prepared claims), for `apply_config` and the MIG manager; None when the
+    driver has not written one. Read here, above both packages: gpudra.driver builds on gpudra.mig."""
+    from gpudra.driver.checkpoint import CheckpointError, load_checkpoint
+    from gpudra.mig.apply import ApplyError
+
+    try:
+        return load_checkpoint(path)
+    except (CheckpointError, OSError) as exc:
+        raise ApplyError(f"the driver's checkpoint {path} cannot be read, so prepared claims are unknown: {exc}"
+                         ) from None
 
 
 def _read_config(path: str) -> Any:
@@ -218,7 +220,7 @@ def apply_command(path: str, config_name: str, backend: str, profile: str, node_
                   plugins_dir: str) -> None:
     """Apply a named mig-parted config to this node's GPUs (destroying and creating MIG devices); refuses,
     listing them, while prepared claims hold devices on a GPU that would change. Exit 1 when refused."""
-    from gpudra.mig.apply import ApplyError, ApplyRefused, apply_config, read_driver_checkpoint
+    from gpudra.mig.apply import ApplyError, ApplyRefused, apply_config
 
     document = _read_config(path)
     paths, opened = _node_backend(backend, profile, node_name, root, plugins_dir)
@@ -256,7 +258,7 @@ def manager_command(path: str, backend: str, profile: str, node_name: str, root:
     import logging
     import signal
 
-    from gpudra.mig.apply import read_config_file, read_driver_checkpoint
+    from gpudra.mig.apply import read_config_file
     from gpudra.mig.manager import KubeNodeLabels, MigManager
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,

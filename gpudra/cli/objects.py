@@ -8,11 +8,11 @@ from typing import Any, NoReturn
 
 import click
 
+from gpudra.api.dump import dump_yaml_data
 from gpudra.api.problems import printable
 from gpudra.cli.errors import USAGE, fail, show_error, warn
 from gpudra.cli.inputs import gate_warnings, read_documents, require_valid
 from gpudra.cli.output import render_objects
-import yaml
 
 DIR_OPTION = click.option("--dir", "directory", default=None, metavar="DIR",
                           help="The local cluster's state directory (default: the cluster brought up last).")
@@ -193,7 +193,7 @@ def get_command(resources: tuple[str, ...], directory: str | None, namespace: st
     if output in ("json", "yaml"):
         body = objects[0] if len(named) == 1 and len(targets) == 1 else {
             "apiVersion": "v1", "kind": "List", "items": objects, "metadata": {"resourceVersion": ""}}
-        click.echo(json.dumps(body, indent=4) if output == "json" else yaml.safe_dump(body, sort_keys=False),
+        click.echo(json.dumps(body, indent=4) if output == "json" else dump_yaml_data(body),
                    nl=output == "json")
         return
     if output == "name":
@@ -201,7 +201,7 @@ def get_command(resources: tuple[str, ...], directory: str | None, namespace: st
             click.echo(f"{kind_info_of(obj).resource}/{obj['metadata']['name']}")  # kubectl's kind.group/name
         return
     tables = []
-    for info, ns, found in groups:
+    for info, _ns, found in groups:
         if found:
             tables.append(table(info.kind, [public_view(o) for o in found], wide=output == "wide",
                                 with_namespace=all_namespaces and info.namespaced))

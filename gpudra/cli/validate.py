@@ -14,6 +14,7 @@ from gpudra.cli.errors import NEGATIVE, OK, USAGE, InputError, UsageError, show_
 from gpudra.cli.options import cluster_options, filename_option, kubernetes_version_option, runtime_config_option
 from gpudra.cli.output import output_option, plural, render_problems, report_problems
 from gpudra.cli.progress import progress
+from gpudra.scheduler.meta import key_of
 
 
 @click.command("validate")
@@ -90,7 +91,7 @@ def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None,
     if not documents:
         return OK
     cluster = cluster or []  # a live cluster's objects, when they are read
-    from gpudra.api.fix import fix_documents
+    from gpudra.fix import fix_documents
 
     before = _claim_specs(d.obj for d in documents)  # fix_documents may change the objects in place
     result = fix_documents(documents, [o for o in cluster if o.get("kind") == "ResourceSlice"])
@@ -152,8 +153,6 @@ def _claim_specs(objects) -> dict[str, str]:
     specs: dict[str, str] = {}
     for obj in objects:
         if isinstance(obj, dict) and obj.get("kind") == "ResourceClaim":
-            meta = obj.get("metadata")
-            meta = meta if isinstance(meta, dict) else {}
-            key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+            key = key_of(obj)
             specs[key] = json.dumps(obj.get("spec"), sort_keys=True, default=str)
     return specs

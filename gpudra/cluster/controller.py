@@ -21,6 +21,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from gpudra.copying import copy_object
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.scheduler.cluster import claim_allocation, is_terminal, reserved_for
 from gpudra.scheduler.meta import key_of
@@ -231,7 +232,7 @@ class ControlLoop:
         return changed
 
     def _create_pod(self, pod: dict[str, Any]) -> None:
-        pod = json.loads(json.dumps(pod))
+        pod = copy_object(pod)  # read from the store: already JSON
         meta = pod["metadata"]
         owner: dict[str, Any] = next(iter(meta.get("ownerReferences") or []), {})
         if owner.get("kind") != "StatefulSet":  # StatefulSet pods keep their ordinal names

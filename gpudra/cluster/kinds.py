@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from gpudra.api.problems import printable
 from gpudra.api.schema import name_rule, names
+from gpudra.errors import GpudraError
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ KINDS: tuple[KindInfo, ...] = (
 _BY_KIND = {k.kind: k for k in KINDS}
 
 
-class StoreError(Exception):
+class StoreError(GpudraError):
     """An API-server-like failure; `status` is the HTTP code the API server would answer."""
 
     def __init__(self, message: str, status: int):

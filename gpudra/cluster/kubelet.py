@@ -90,7 +90,7 @@ class Kubelet:
         if refs:
             reply, error = self._call(node, "prepare", refs)
             failures = []
-            for namespace, name, uid in refs:
+            for _namespace, name, uid in refs:
                 answer = reply.claims[uid] if reply is not None else None
                 if answer is None or answer.error:
                     failures.append(f"NodePrepareResources failed for ResourceClaim {name}: "

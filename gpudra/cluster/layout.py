@@ -7,13 +7,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
 
+from gpudra.api.dump import dump_yaml_data
 from gpudra.api.schema import names
 from gpudra.atomicfile import remove_stale_temps, write_atomic
 from gpudra.driver.claimpaths import ClaimPathError, path_inside
 from gpudra.driver.paths import DriverPaths
 from gpudra.driver.slices import DEFAULT_DRIVER_NAME
+from gpudra.errors import GpudraError
 
 from .store import FILE_MODE, Store, private_dirs
 
@@ -27,7 +28,7 @@ PLUGINS_DIR = "/plugins"
 CDI_DIR = "/var/run/cdi"
 
 
-class ClusterSetupError(Exception):
+class ClusterSetupError(GpudraError):
     """A problem the user can fix (bad --nodes, no cluster, a path too long); printed without a traceback."""
 
 
@@ -141,7 +142,7 @@ class ClusterDir:
         data = {"apiVersion": "gpudra.local/v1", "kind": "LocalCluster", "policy": config.policy,
                 "kubernetesVersion": config.kubernetes_version, "driverName": config.driver_name,
                 "eventTTLSeconds": config.event_ttl_s, "nodes": [n.to_dict() for n in config.nodes]}
-        write_atomic(self.config_path, yaml.safe_dump(data, sort_keys=False).encode(), mode=FILE_MODE,
+        write_atomic(self.config_path, dump_yaml_data(data).encode(), mode=FILE_MODE,
                      label="cluster-config", fsync=False)
 
     def node_dir(self, node: str) -> str:
@@ -171,7 +172,7 @@ class ClusterDir:
         # not the drivers' own directories: a running driver's fixed-name temp file is in use (it cleans its own)
         kubelets = [os.path.join(nodes, n, "kubelet") for n in (os.listdir(nodes) if os.path.isdir(nodes) else [])]
         for top in (self.store.root, *kubelets):
-            for directory, subdirs, _ in os.walk(top):  # os.walk follows no symlinked directory
+            for directory, _subdirs, _ in os.walk(top):  # os.walk follows no symlinked directory
                 removed += [os.path.join(directory, name) for name in remove_stale_temps(directory)]
         return removed
 

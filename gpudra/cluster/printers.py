@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-import yaml
+from gpudra.api.dump import dump_yaml_data
 
 from .store import created_serial, public_view
 
@@ -85,7 +85,7 @@ def _claim_row(claim: dict[str, Any], wide: bool) -> list[str]:
 
 
 def _node_row(node: dict[str, Any], wide: bool) -> list[str]:
-    ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+    ready: dict[str, Any] = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
     row = [_meta(node).get("name", ""), "Ready" if ready.get("status") == "True" else "NotReady", "<none>",
            age(_meta(node).get("creationTimestamp")),
            ((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")]
@@ -166,7 +166,7 @@ def describe(obj: dict[str, Any], events: list[dict[str, Any]], *, claims: dict[
     for section in ("spec", "status"):
         if view.get(section):
             lines.append(f"{section.capitalize()}:")
-            body = yaml.safe_dump(view[section], sort_keys=False, default_flow_style=False).rstrip("\n")
+            body = dump_yaml_data(view[section]).rstrip("\n")
             lines.extend("  " + line for line in body.splitlines())
     return "\n".join(lines + _events(events)) + "\n"
 

@@ -34,6 +34,7 @@ from gpudra.api.gates import drop_disabled_fields
 from gpudra.api.problems import printable
 from gpudra.api.schema import names
 from gpudra.atomicfile import write_atomic
+from gpudra.copying import copy_object
 from gpudra.driver.claimpaths import ClaimPathError, path_inside
 
 from .kinds import (  # noqa: F401 - re-exported: the store's callers import them from here
@@ -60,7 +61,7 @@ def stored_form(obj: dict[str, Any]) -> dict[str, Any]:
     allocationMode/count, tolerations' operator, a taint's timeAdded), everything else as given. A copy."""
     if str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
         return apply_defaults(obj, now=now_rfc3339())
-    return json.loads(json.dumps(obj))
+    return json.loads(json.dumps(obj))  # the JSON form the store writes (a copy, and what JSON cannot hold fails)
 
 
 def private_dirs(path: str) -> str:
@@ -399,7 +400,7 @@ class Store:
         except (OSError, ValueError):
             return 0
 
-    def events_for(self, obj: dict[str, Any]) -> builtins.list[dict[str, Any]]:
+    def events_for(self, obj: dict[str, Any]) -> builtins.list[dict[str, Any]]:  # `list` is a method here
         meta = obj.get("metadata") or {}
         return [e for e in self.list("Event", meta.get("namespace") or "default")
                 if (e.get("involvedObject") or {}).get("uid") == meta.get("uid")]
@@ -471,7 +472,7 @@ def created_serial(obj: dict[str, Any]) -> int:
 
 def public_view(obj: dict[str, Any]) -> dict[str, Any]:
     """The object as `get` prints it: without the store's private bookkeeping."""
-    obj = json.loads(json.dumps(obj))
+    obj = copy_object(obj)  # read from the store: already JSON
     annotations = (obj.get("metadata") or {}).get("annotations")
     if isinstance(annotations, dict):
         for key in PRIVATE_ANNOTATIONS:

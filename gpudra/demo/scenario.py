@@ -13,7 +13,8 @@ from importlib import resources
 from typing import Any
 
 from gpudra.demo.table import render_table
-from gpudra.driver.vocabulary import NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE
+from gpudra.scheduler.meta import key_of
+from gpudra.vocabulary import NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE
 
 DATA_PACKAGE = "gpudra.demo"
 CLUSTER_DIR = "data/cluster"
@@ -85,11 +86,6 @@ def _load(relative_or_paths: str | list[str]) -> list[Any]:
 
 
 # --- claims -----------------------------------------------------------------------------------------
-
-
-def _key(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
 
 
 def claim_from_template(template: dict[str, Any]) -> dict[str, Any]:
@@ -250,7 +246,7 @@ def run_demo(
         kind = obj.get("kind")
         if kind == "ResourceClaimTemplate":
             claim = claim_from_template(obj)
-            sources[_key(claim)] = f"from template {(obj.get('metadata') or {}).get('name', '')}"
+            sources[key_of(claim)] = f"from template {(obj.get('metadata') or {}).get('name', '')}"
             inputs.append(claim)
             pending.append(claim)
         elif kind in ("DeviceClass", "ResourceSlice", "Node", "ResourceClaim"):
@@ -282,7 +278,7 @@ def run_demo(
         demo.claims_title = "Claims, placed one after another on the first node that fits"
     final = report.get("finalAllocations") or {}
     for claim in pending:
-        key = _key(claim)
+        key = key_of(claim)
         allocation = final.get(key)
         row = ClaimRow(
             claim=key,
@@ -372,7 +368,7 @@ def render_demo(demo: DemoReport) -> str:
         request_lines.extend(extra)
         claim_lines = claim_cell.splitlines()
         height = max(len(request_lines), len(claim_lines))
-        pad = lambda lines: lines + [""] * (height - len(lines))  # noqa: E731
+        pad = lambda lines, height=height: lines + [""] * (height - len(lines))  # noqa: E731
         rows.append(
             [
                 "\n".join(pad(claim_lines)),

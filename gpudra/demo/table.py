@@ -23,8 +23,8 @@ def render_table(headers: list[str], rows: list[list[str]], max_widths: list[int
     natural = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
-            for line in str(cell).splitlines() or [""]:
-                natural[i] = max(natural[i], len(line))
+            for text_line in str(cell).splitlines() or [""]:
+                natural[i] = max(natural[i], len(text_line))
     widths = [max(len(headers[i]), min(natural[i], caps[i])) for i in range(count)]
 
     wrapped_rows = [[wrap_cell(cell, widths[i]) for i, cell in enumerate(row)] for row in rows]
@@ -34,10 +34,10 @@ def render_table(headers: list[str], rows: list[list[str]], max_widths: list[int
         return "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells)).rstrip()
 
     out = [line(headers), line(["-" * w for w in widths])]
-    for index, row in enumerate(wrapped_rows):
-        height = max(len(cell) for cell in row)
+    for index, wrapped in enumerate(wrapped_rows):
+        height = max(len(cell) for cell in wrapped)
         for k in range(height):
-            out.append(line([cell[k] if k < len(cell) else "" for cell in row]))
+            out.append(line([cell[k] if k < len(cell) else "" for cell in wrapped]))
         if multiline and index < len(wrapped_rows) - 1:
             out.append("")
     return "\n".join(out) + "\n"

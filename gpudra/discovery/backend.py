@@ -25,7 +25,7 @@ def nvml_available() -> bool:
         import pynvml
 
         pynvml.nvmlInit()
-    except Exception:  # the library is missing, the driver not loaded, no permission: not usable
+    except Exception:  # noqa: BLE001 - the library is missing, the driver not loaded, no permission: not usable
         return False
     try:
         pynvml.nvmlShutdown()
@@ -92,7 +92,7 @@ class GpuBackend(ABC):
         """A source of GPU health events (XID, ECC, fallen off the bus); None when the backend has none."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: only backends holding library handles override it
         """Release library handles."""
 
 

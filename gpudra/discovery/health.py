@@ -19,13 +19,14 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from gpudra.atomicfile import ensure_dir, write_atomic
+from gpudra.errors import GpudraError
 
 EVENT_KINDS = ("xid", "ecc", "gpu-lost", "unmonitored")
 SPOOL_DIR_MODE = 0o700
 _POLL_S = 0.2  # how often a waiting monitor looks at the spool directory
 
 
-class HealthEventError(ValueError):
+class HealthEventError(GpudraError, ValueError):
     """An event that cannot be injected (unknown kind, missing XID, …)."""
 
 

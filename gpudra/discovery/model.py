@@ -10,10 +10,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudra.catalog import MIG_ENGINE_CAPACITIES
+from gpudra.errors import GpudraError
+
 MIG_NAME_RE = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")
 
 
-class DiscoveryError(Exception):
+class DiscoveryError(GpudraError):
     """A problem a user can hit (no driver, no library, unknown profile…); printed without a traceback."""
 
 
@@ -93,12 +96,7 @@ class MigDevice:
             "giId": self.gi_id,
             "ciId": self.ci_id,
             "memoryBytes": self.memory_bytes,
-            "multiprocessors": self.multiprocessors,
-            "copyEngines": self.copy_engines,
-            "decoders": self.decoders,
-            "encoders": self.encoders,
-            "jpegEngines": self.jpeg_engines,
-            "ofaEngines": self.ofa_engines,
+            **{name: getattr(self, attribute) for name, attribute in MIG_ENGINE_CAPACITIES.items()},
         }
 
 

@@ -40,7 +40,7 @@ _CI_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, INVALID_ARGUMENT = 3, 4, 6, 2
 FUNCTION_NOT_FOUND, RESET_REQUIRED, IN_USE, GPU_IS_LOST = 13, 16, 19, 15
 _FABRIC_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
-_NVML_ERRORS = {
+_NVML_ERRORS: dict[int | None, str] = {
     12: "the NVML library (libnvidia-ml.so.1) was not found: is the NVIDIA driver installed, and is its library "
         "directory on the loader path?",
     9: "the NVIDIA kernel driver is not loaded (NVML_ERROR_DRIVER_NOT_LOADED)",

@@ -102,7 +102,8 @@ class SimulatedBackend(GpuBackend):
     def _locked(self, write: bool) -> Iterator[None]:
         """The lock that guards the state file: this object's mutex and a file lock across processes."""
         with self._mutex:
-            ensure_dir(os.path.dirname(os.path.abspath(self.state_path)), STATE_DIR_MODE)  # type: ignore[arg-type]
+            assert self.state_path is not None  # only a backend with a state file locks it (see _state)
+            ensure_dir(os.path.dirname(os.path.abspath(self.state_path)), STATE_DIR_MODE)
             with open(f"{self.state_path}.lock", "a+") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
                 try:
@@ -123,7 +124,7 @@ class SimulatedBackend(GpuBackend):
         with self._locked(write):
             raw = self._read_raw()
             fresh = raw is None
-            state = self._initial_state() if fresh else self._parse(raw)
+            state = self._initial_state() if raw is None else self._parse(raw)
             yield state
             if write or fresh:
                 self._write_state(state)

@@ -8,13 +8,15 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 
 from gpudra.atomicfile import write_atomic
 from gpudra.cdi import ContainerEdits
 from gpudra.discovery import DiscoveryError, GpuBackend, open_backend
 from gpudra.discovery.health import HealthMonitor
+
+from gpudra.errors import GpudraError
 
 from .calls import DEFAULT_DEADLINE_S
 from .claims import ClaimSource, KubeClaimSource, LocalClaimStore
@@ -24,7 +26,7 @@ from .health import DeviceHealth, HealthView
 from .metrics import DriverMetrics
 from .paths import DriverPaths
 from .plugin import KubeletPlugin
-from .publisher import KubeSliceClient, PublishError, SlicePublisher
+from .publisher import KubeSliceClient, PublishError, SliceClient, SlicePublisher
 from .taintrules import TaintRulePublisher
 from .sharing import NvidiaSmiSharing, RecordingSharing, SharingControl
 from .slices import DEFAULT_DRIVER_NAME, build_resource_slices
@@ -33,7 +35,7 @@ from .state import DeviceState
 log = logging.getLogger("gpudra.driver")
 
 
-class AgentError(Exception):
+class AgentError(GpudraError):
     """Bad configuration the user can fix (printed without a traceback)."""
 
 
@@ -83,21 +85,22 @@ def _group_id(group: str | None) -> int | None:
 
 class DriverAgent:
     def __init__(self, options: AgentOptions, *, backend: GpuBackend | None = None,
-                 claims: ClaimSource | None = None, slice_client: KubeSliceClient | None = None):
+                 claims: ClaimSource | None = None, slice_client: SliceClient | None = None):
         self.options = options
         self.paths = DriverPaths(driver_name=options.driver_name, root=options.root, registry_dir=options.registry_dir,
                                  plugins_dir=options.plugins_dir, cdi_dir=options.cdi_dir,
                                  instance_uid=options.rolling_update_uid or None)
         self.backend = backend or open_backend(options.backend, profile=options.profile, node_name=options.node_name,
                                                state_path=self.paths.simulated_state)
-        self.slice_client = slice_client
+        self.slice_client: SliceClient | None = slice_client
         if self.slice_client is None and (options.kubeconfig or options.in_cluster):
             self.slice_client = KubeSliceClient.from_kubeconfig(options.kubeconfig)
         if claims is None:
             if options.claims_dir:
                 claims = LocalClaimStore(options.claims_dir)
             elif self.slice_client is not None:
-                claims = KubeClaimSource(self.slice_client.resource)
+                # without a claim source of its own, the client is the API server's (the local cluster passes one)
+                claims = KubeClaimSource(cast(KubeSliceClient, self.slice_client).resource)
             else:
                 raise AgentError("no claim source: pass --claims DIR (simulation) or --kubeconfig / --in-cluster")
         self.host_driver: HostDriverFiles | None = None
@@ -163,7 +166,9 @@ class DriverAgent:
             self.publisher = SlicePublisher(self.slice_client, node_name=self.options.node_name,
                                             driver_name=self.options.driver_name)
             if self.options.device_taint_rules:
-                self.taint_rules = TaintRulePublisher(self.slice_client, node_name=self.options.node_name,
+                # DeviceTaintRules live on an API server: the client is KubeSliceClient
+                self.taint_rules = TaintRulePublisher(cast(KubeSliceClient, self.slice_client),
+                                                      node_name=self.options.node_name,
                                                       driver_name=self.options.driver_name)
         if self.options.health_events:
             self._open_health_monitor()
@@ -230,9 +235,10 @@ class DriverAgent:
             except Exception as exc:  # noqa: BLE001 - keep watching; a failed publish is retried by the next change
                 log.error("handling health events failed: %s", exc)
                 self.stopped.wait(1.0)
-            for rejected in getattr(monitor, "rejected", [])[:]:
+            rejected_files: list[Any] = getattr(monitor, "rejected", []) or []  # the file monitor's refused files
+            for rejected in rejected_files[:]:
                 log.error("ignored health event file %s", rejected)
-                monitor.rejected.remove(rejected)
+                rejected_files.remove(rejected)
 
     def _device_counts(self) -> dict[str, int]:
         counts = {"published": self._published_devices, "prepared": 0, "preparing": 0}

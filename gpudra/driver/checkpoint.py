@@ -16,6 +16,8 @@ from typing import Any
 
 from gpudra.atomicfile import write_atomic
 
+from gpudra.errors import GpudraError
+
 from .claimpaths import identity_problems
 
 API_VERSION = "gpudra.io/v1"
@@ -27,7 +29,7 @@ UNPREPARE_STARTED = "UnprepareStarted"
 STATES = (PREPARE_STARTED, PREPARE_COMPLETED, UNPREPARE_STARTED)
 
 
-class CheckpointError(Exception):
+class CheckpointError(GpudraError):
     """The checkpoint exists but cannot be trusted (bad JSON, wrong checksum, unknown format)."""
 
 

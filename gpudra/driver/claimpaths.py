@@ -14,13 +14,15 @@ import os
 
 from gpudra.api.schema import names
 
+from gpudra.errors import GpudraError
+
 from .cdispec import claim_spec_file_name
 
 _ECHO_LIMIT = names.ECHO_LIMIT
 _problems = names.field_problems  # one rule for every identity that becomes a path (the local store uses it too)
 
 
-class ClaimPathError(ValueError):
+class ClaimPathError(GpudraError, ValueError):
     """A claim identity or derived path that the driver refuses to use."""
 
 

@@ -13,6 +13,9 @@ from gpudra.api.load import MAX_INPUT_BYTES, LoadError
 from gpudra.api.load_json import load_json_document
 from gpudra.api.yaml_files import load_yaml_documents
 
+from gpudra.errors import GpudraError
+from gpudra.plain import as_dict
+
 from .claimpaths import ClaimPathError, claim_file_candidates, is_inside
 
 # A claim larger than this cannot be in a cluster: etcd's default --max-request-bytes (1.5 MiB) bounds every object
@@ -32,7 +35,7 @@ def _documents(text: str, path: str) -> list[Any]:
     return [load_json_document(text, path)]
 
 
-class ClaimSourceError(Exception):
+class ClaimSourceError(GpudraError):
     """The claim could not be read (not a "not found": that is None)."""
 
 
@@ -96,7 +99,7 @@ class LocalClaimStore:
             if size <= MAX_CLAIM_BYTES:
                 claims.append(claim)
                 continue
-            meta = claim.get("metadata") if isinstance(claim.get("metadata"), dict) else {}
+            meta = as_dict(claim.get("metadata"))
             too_large[(str(meta.get("namespace") or "default"), str(meta.get("name")))] = size
         del docs
         with self._lock:

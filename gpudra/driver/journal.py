@@ -6,12 +6,13 @@ rolling-update lock under which a second driver pod's writes are picked up first
 
 from __future__ import annotations
 
-import copy
 import fcntl
 import os
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
+
+from gpudra.copying import copy_object
 
 from .checkpoint import (CompletedEntryCache, empty_checkpoint, encode_checkpoint, load_checkpoint,
                          write_checkpoint_bytes)
@@ -107,4 +108,4 @@ class CheckpointJournal:
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
-            return copy.deepcopy(self.data)
+            return copy_object(self.data)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from gpudra.atomicfile import ensure_dir, remove_stale_temps, write_atomic
 from gpudra.cdi.writer import SPEC_DIR_MODE
+from gpudra.vocabulary import DRIVER_NAME
 
 from .cdispec import claim_spec_file_name
 
@@ -51,7 +52,7 @@ def dra_socket_name(instance_uid: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class DriverPaths:
-    driver_name: str = "gpu.nvidia.com"
+    driver_name: str = DRIVER_NAME
     root: str = "/"
     registry_dir: str = "/var/lib/kubelet/plugins_registry"
     plugins_dir: str = "/var/lib/kubelet/plugins"

@@ -99,7 +99,8 @@ class _DraServicer:
         claims = list(request.claims)
         outcomes = self.calls.run(
             [(("prepare", claim.uid),
-              self._timed("prepare", lambda token, ref=_claim_ref(claim): self.state.prepare(ref, token)))
+              self._timed("prepare", lambda token, ref=_claim_ref(claim):  # noqa: B008 - binds this claim's ref
+                          self.state.prepare(ref, token)))
              for claim in claims], _time_remaining(context))
         for claim, outcome in zip(claims, outcomes):
             self._answered("prepare", outcome)
@@ -120,7 +121,8 @@ class _DraServicer:
         claims = list(request.claims)
         outcomes = self.calls.run(
             [(("unprepare", claim.uid),
-              self._timed("unprepare", lambda token, ref=_claim_ref(claim): self.state.unprepare(ref)))
+              self._timed("unprepare", lambda token, ref=_claim_ref(claim):  # noqa: B008 - binds this claim's ref
+                          self.state.unprepare(ref)))
              for claim in claims], _time_remaining(context))
         for claim, outcome in zip(claims, outcomes):
             self._answered("unprepare", outcome)

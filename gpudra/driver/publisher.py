@@ -8,10 +8,15 @@ API errors are retried with exponential backoff; invalid objects are not.
 
 from __future__ import annotations
 
-import copy
+import builtins
+import functools
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
+
+from gpudra.copying import copy_object
+
+from gpudra.errors import GpudraError
 
 from .claims import to_plain_dict
 
@@ -19,10 +24,24 @@ log = logging.getLogger("gpudra.driver.publisher")
 RETRYABLE = {429, 500, 502, 503, 504}
 
 
-class PublishError(Exception):
+class PublishError(GpudraError):
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
         self.status = status
+
+
+class SliceClient(Protocol):
+    """What SlicePublisher calls: KubeSliceClient on an API server, the local cluster's store client."""
+
+    def list(self, node_name: str, driver_name: str) -> builtins.list[dict[str, Any]]: ...
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def replace(self, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def delete(self, name: str) -> None: ...
+
+    def node_uid(self, node_name: str) -> str | None: ...
 
 
 class KubeSliceClient:
@@ -76,7 +95,7 @@ class KubeSliceClient:
             return version
         return None
 
-    def list_taint_rules(self, label_selector: str) -> list[dict[str, Any]]:
+    def list_taint_rules(self, label_selector: str) -> builtins.list[dict[str, Any]]:
         data = to_plain_dict(self._taint_api, self._taint_api.list_device_taint_rule(label_selector=label_selector))
         return list(data.get("items") or [])
 
@@ -122,14 +141,14 @@ def with_retries(fn: Callable[[], Any], *, attempts: int = 5, backoff_s: float =
 
 
 def _comparable(obj: dict[str, Any]) -> Any:
-    spec = copy.deepcopy(obj.get("spec") or {})
+    spec = copy_object(obj.get("spec") or {})
     spec.get("pool", {}).pop("generation", None)
     owners = [(o.get("kind"), o.get("name"), o.get("uid")) for o in (obj.get("metadata") or {}).get("ownerReferences") or []]
     return spec, owners
 
 
 class SlicePublisher:
-    def __init__(self, client: KubeSliceClient, *, node_name: str, driver_name: str, backoff_s: float = 0.1,
+    def __init__(self, client: SliceClient, *, node_name: str, driver_name: str, backoff_s: float = 0.1,
                  attempts: int = 5):
         self.client = client
         self.node_name = node_name
@@ -165,19 +184,19 @@ class SlicePublisher:
                 for obj in desired:
                     name = obj["metadata"]["name"]
                     if name in by_name:
-                        body = copy.deepcopy(obj)
+                        body = copy_object(obj)
                         version = (by_name[name].get("metadata") or {}).get("resourceVersion")
                         if version:
                             body["metadata"]["resourceVersion"] = version
-                        self._retry(lambda b=body, n=name: self.client.replace(n, b), f"updating ResourceSlice {name}")
+                        self._retry(functools.partial(self.client.replace, name, body), f"updating ResourceSlice {name}")
                         summary["updated"] += 1
                     else:
-                        self._retry(lambda b=obj: self.client.create(b), f"creating ResourceSlice {name}")
+                        self._retry(functools.partial(self.client.create, obj), f"creating ResourceSlice {name}")
                         summary["created"] += 1
                 wanted = {d["metadata"]["name"] for d in desired}
                 for name in by_name:
                     if name not in wanted:
-                        self._retry(lambda n=name: self._delete(n), f"deleting ResourceSlice {name}")
+                        self._retry(functools.partial(self._delete, name), f"deleting ResourceSlice {name}")
                         summary["deleted"] += 1
             except PublishError as exc:
                 if exc.status == 409:
@@ -197,5 +216,5 @@ class SlicePublisher:
     def unpublish(self) -> int:
         existing = self._retry(lambda: self.client.list(self.node_name, self.driver_name), "listing ResourceSlices")
         for s in existing:
-            self._retry(lambda n=s["metadata"]["name"]: self._delete(n), "deleting ResourceSlice")
+            self._retry(functools.partial(self._delete, s["metadata"]["name"]), "deleting ResourceSlice")
         return len(existing)

@@ -28,13 +28,15 @@ from typing import Any, Callable
 
 from gpudra.atomicfile import ensure_dir
 
-from .config import TIME_SLICE_INTERVALS
+from gpudra.errors import GpudraError
+
+from gpudra.device_config import TIME_SLICE_INTERVALS
 
 log = logging.getLogger("gpudra.driver.sharing")
 COMMAND_TIMEOUT_S = 30.0
 
 
-class SharingError(Exception):
+class SharingError(GpudraError):
     """A sharing step failed (nvidia-smi or the MPS control daemon answered an error)."""
 
 

@@ -11,11 +11,12 @@ import hashlib
 import re
 from typing import Any, Callable
 
+from gpudra.catalog import MIG_ENGINE_CAPACITIES
 from gpudra.discovery.model import Gpu, Inventory, MigDevice
-from gpudra.driver.vocabulary import (NUMA_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE,
-                                      PCIE_ROOT_ATTRIBUTE)
+from gpudra.vocabulary import (DRIVER_NAME, NUMA_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE,
+                               PCIE_ROOT_ATTRIBUTE)
 
-DEFAULT_DRIVER_NAME = "gpu.nvidia.com"
+DEFAULT_DRIVER_NAME = DRIVER_NAME
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_WITH_COUNTERS = 64  # when any device has taints or consumesCounters
 MAX_COUNTER_SETS_PER_SLICE = 8
@@ -23,7 +24,7 @@ PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 # NVIDIA's GPU driver publishes no NVLink attribute for single-node NVLink (HGX/DGX baseboards, NVLink bridges);
 # gpudra names the set of GPUs joined by NVLink with NVLINK_DOMAIN_ATTRIBUTE, so `matchAttribute:
 # gpu.nvidia.com/nvlinkDomain` keeps a claim's GPUs on one NVLink domain (an HGX board: all 8 GPUs; a bridged
-# PCIe pair: the pair). The names live in gpudra.driver.vocabulary, the one list hints and repairs use too.
+# PCIe pair: the pair). The names live in gpudra.vocabulary, the one list hints and repairs use too.
 SHARING_MODES = ("none", "consumable")
 # `--sharing consumable` (KEP-5075 consumable capacity): a full GPU may be allocated to several claims at once.
 # `compute` is the GPU's compute in thousandths (1000 = the whole GPU; whole units, because upstream rounds
@@ -108,14 +109,9 @@ def mig_device(mig: MigDevice, parent: Gpu, inventory: Inventory) -> dict[str, A
         **gpu_common_attributes(parent, inventory),
     }
     capacity: dict[str, dict[str, str]] = {
-        "multiprocessors": {"value": str(mig.multiprocessors)},
-        "copyEngines": {"value": str(mig.copy_engines)},
-        "decoders": {"value": str(mig.decoders)},
-        "encoders": {"value": str(mig.encoders)},
-        "jpegEngines": {"value": str(mig.jpeg_engines)},
-        "ofaEngines": {"value": str(mig.ofa_engines)},
-        "memory": {"value": binary_quantity(mig.memory_bytes)},
+        name: {"value": str(getattr(mig, attribute))} for name, attribute in MIG_ENGINE_CAPACITIES.items()
     }
+    capacity["memory"] = {"value": binary_quantity(mig.memory_bytes)}
     for index in range(mig.placement_start, mig.placement_start + mig.placement_size):
         capacity[f"memorySlice{index}"] = {"value": "1"}
     return {"name": mig.name, "attributes": attributes, "capacity": capacity}

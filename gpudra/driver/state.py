@@ -29,12 +29,14 @@ from gpudra.cdi import ContainerEdits, remove_spec, write_spec
 from gpudra.discovery import GpuBackend, Inventory, MigError, parse_mig_canonical_name
 from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 
+from gpudra.errors import GpudraError
+
 from . import cdispec, claimpaths
 from .calls import CallToken
 from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, current_boot_id,
                          empty_checkpoint, entry_problem, load_checkpoint)
 from .claims import ClaimSource, ClaimSourceError
-from .config import ConfigError, DeviceConfig, claim_configs, config_for
+from gpudra.device_config import ConfigError, DeviceConfig, claim_configs, config_for
 from .journal import CheckpointJournal
 from .paths import DriverPaths
 from .quarantine import load_quarantine, quarantine_entry, save_quarantine
@@ -44,7 +46,7 @@ log = logging.getLogger("gpudra.driver")
 _LOCK_STRIPES = 256
 
 
-class PrepareError(Exception):
+class PrepareError(GpudraError):
     """A per-claim failure reported back to the kubelet in the claim's `error`."""
 
 
@@ -406,12 +408,12 @@ class DeviceState:
         parsed = parse_mig_canonical_name(name)
         if self.dynamic_mig and parsed is not None:
             minor, token, profile_id, start = parsed
-            gpu = inventory.gpu_by_minor(minor)
-            if gpu is not None:
+            parent = inventory.gpu_by_minor(minor)
+            if parent is not None:
                 for profile in self.backend.mig_profiles(minor):
                     if (profile.gi_profile_id == profile_id and start in profile.placement_starts
                             and rfc1123_compliant(profile.name.replace(".", "")) == token):
-                        return {"type": "mig", "gpuMinor": minor, "gpuUUID": gpu.uuid,
+                        return {"type": "mig", "gpuMinor": minor, "gpuUUID": parent.uuid,
                                 "slices": [start, start + profile.memory_slices],
                                 "mig": {"giId": None, "ciId": None, "uuid": None, "giProfileId": profile_id,
                                         "start": start, "size": profile.memory_slices, "dynamic": True}}

@@ -19,6 +19,7 @@ from typing import Any
 
 from gpudra.driver.admission import ReviewError, review_response
 from gpudra.driver.slices import DEFAULT_DRIVER_NAME
+from gpudra.errors import GpudraError
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ MAX_BODY_BYTES = 3 * 1024 * 1024
 REQUEST_TIMEOUT_S = 10.0  # the API server's default webhook timeout: a client slower than that is not it
 
 
-class WebhookError(Exception):
+class WebhookError(GpudraError):
     """The server cannot start (certificate files, address in use)."""
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from gpudra.errors import GpudraError
 from gpudra.explain import model, simulate
 from gpudra.explain.devices import SelectorSet
-from gpudra.explain.dra import AllocatedDevices, analyze_node, claim_key, devices_message
+from gpudra.explain.dra import AllocatedDevices, analyze_node, devices_message
 from gpudra.explain.model import CelErrorReport, Explanation, NodeExplanation, Reason
 from gpudra.scheduler.framework import SCHEDULING_GATES
+from gpudra.scheduler.meta import key_of
 
 # scheduler plugin -> reason code
 _PLUGIN_CODES = {
@@ -26,7 +28,7 @@ _PLUGIN_CODES = {
 }
 
 
-class TargetError(ValueError):
+class TargetError(GpudraError, ValueError):
     """The thing to explain does not exist or cannot be named; the message is for users."""
 
 
@@ -162,7 +164,7 @@ def _prefilter_problems(result: Any, cluster: Any, claims: list[dict[str, Any]],
     """Pod-wide problems: missing classes (with the closest existing names), CEL compile errors."""
     problems: list[str] = []
     for claim in claims:
-        key = claim_key(claim)
+        key = key_of(claim)
         for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
             subrequests = request.get("firstAvailable") or [dict(request.get("exactly") or {}, name="")]
             for sub in subrequests:
@@ -292,7 +294,7 @@ def summary_line(num_nodes: int, nodes: list[NodeExplanation]) -> str:
     its first reason (the first filter that rejected it, as kube-scheduler reports)."""
     available = sum(1 for n in nodes if n.fits)
     histogram: Counter = Counter()
-    shortages: dict[tuple[str, str, int], list[int]] = {}  # (claim, request, need) -> free per node
+    shortages: dict[tuple[str, str, int, str], list[int]] = {}  # (claim, request, need, label) -> free per node
     # (claim, constraint index, attribute, need) -> the node's message and its largest group, per node
     splits: dict[tuple[str, int, str, int], list[tuple[str, int]]] = {}
     for entry in nodes:

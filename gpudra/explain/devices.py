@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.quantity import Quantity, QuantityError
 from gpudra.explain.model import CelErrorReport, FunnelStep, RequestFunnel
 
 MAX_DETAILS = 5
@@ -321,7 +321,7 @@ def funnel(spec: RequestSpec, ctx: FunnelContext, cel_errors: list[CelErrorRepor
                                        len(devices), details, index=index))
 
     if not spec.admin_access:
-        held = Counter()
+        held: Counter[str] = Counter()
         free = []
         for ref in devices:
             if ref.id in ctx.allocated:
@@ -336,7 +336,7 @@ def funnel(spec: RequestSpec, ctx: FunnelContext, cel_errors: list[CelErrorRepor
             held, lambda key, n: f"{n} held by claim {key}" + _pods_suffix(ctx.claim_pods(key)))))
         devices = free
 
-    tainted = Counter()
+    tainted: Counter[str] = Counter()
     tolerated = []
     for ref in devices:
         # a device without taints has none to tolerate (most devices: the rule is not asked)
@@ -353,7 +353,7 @@ def funnel(spec: RequestSpec, ctx: FunnelContext, cel_errors: list[CelErrorRepor
     devices = tolerated
 
     if any(ref.device.get("consumesCounters") for ref in devices):
-        short = Counter()
+        short: Counter[str] = Counter()
         fitting = []
         pools = {p.id: p for p in ctx.pools}
         users: dict[str, list[str]] = {}

@@ -19,11 +19,7 @@ from gpudra.explain.devices import (
     visible_pools,
 )
 from gpudra.explain.model import CelErrorReport, ConstraintReport, Reason, RequestFunnel
-
-
-def claim_key(claim: dict[str, Any]) -> str:
-    meta = claim.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+from gpudra.scheduler.meta import key_of
 
 
 def claim_name(key: str) -> str:
@@ -46,7 +42,7 @@ class AllocatedDevices:
             allocation = (claim.get("status") or {}).get("allocation")
             if not allocation:
                 continue
-            key = claim_key(claim)
+            key = key_of(claim)
             namespace = key.split("/", 1)[0]
             for result in (allocation.get("devices") or {}).get("results") or []:
                 device_id = f"{result.get('driver')}/{result.get('pool')}/{result.get('device')}"
@@ -133,7 +129,7 @@ def analyze_node(
     need_by_request: dict[tuple[str, str], int] = {}
     shortages: list[Reason] = []
     for claim in claims:
-        key = claim_key(claim)
+        key = key_of(claim)
         for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
             specs = request_specs(key, request)
             results = []
@@ -227,7 +223,7 @@ def _constraint_reasons(claims: list[dict[str, Any]], survivors: dict[tuple[str,
                         needs: dict[tuple[str, str], int], analysis: DraNodeAnalysis) -> list[Reason]:
     reasons = []
     for claim in claims:
-        key = claim_key(claim)
+        key = key_of(claim)
         devices = (claim.get("spec") or {}).get("devices") or {}
         request_names = [str(r.get("name", "")) for r in devices.get("requests") or []]
         for index, constraint in enumerate(devices.get("constraints") or []):
@@ -315,7 +311,6 @@ __all__ = [
     "AllocatedDevices",
     "DraNodeAnalysis",
     "analyze_node",
-    "claim_key",
     "holders_of",
     "lookup_attribute",
     "untolerated_taints_seen",

@@ -33,6 +33,11 @@ class Candidate:
     change: dict[str, Any]
 
 
+def _fits(change: str) -> Callable[[str], str]:
+    """A candidate's `describe`: `node NODE fits CHANGE` ("if ...", "once ...", "without ...")."""
+    return lambda node: f"node {node} fits {change}"
+
+
 # --------------------------------------------------------------------------------- claim sources
 
 
@@ -40,7 +45,7 @@ def claim_source(explanation: Explanation, claim_key: str) -> tuple[str, str] | 
     """Where the spec of `claim_key` comes from in the input: ("ResourceClaim", key) for a claim
     written by the user, ("ResourceClaimTemplate", key) for one the controller generated."""
     run = explanation.context
-    cluster = getattr(run, "cluster", None)
+    cluster: Any = getattr(run, "cluster", None)
     claim = cluster.claims.get(claim_key) if cluster is not None else None
     if claim is None:
         return ("ResourceClaim", claim_key)
@@ -138,8 +143,7 @@ def _tolerate_device_taint(explanation: Explanation) -> list[Candidate]:
         mutate, where = made
         candidates.append(Candidate(
             "tolerate-device-taint",
-            lambda node, text=text, request=request, where=where:
-                f"node {node} fits if request '{request}' in {where} tolerates device taint {text}",
+            _fits(f"if request '{request}' in {where} tolerates device taint {text}"),
             mutate, {"claim": claim, "request": request, "toleration": toleration}))
     return candidates
 
@@ -159,7 +163,7 @@ def _remove_scheduling_gates(explanation: Explanation) -> list[Candidate]:
         return True
 
     return [Candidate("remove-scheduling-gates",
-                      lambda node: f"node {node} fits once the pod's scheduling gates are removed",
+                      _fits("once the pod's scheduling gates are removed"),
                       mutate, {"schedulingGates": []})]
 
 
@@ -189,7 +193,7 @@ def _tolerate_node_taint(explanation: Explanation) -> list[Candidate]:
 
         candidates.append(Candidate(
             "tolerate-node-taint",
-            lambda node, text=text: f"node {node} fits if the pod tolerates node taint {text}",
+            _fits(f"if the pod tolerates node taint {text}"),
             mutate, {"toleration": toleration}))
     return candidates
 
@@ -236,7 +240,7 @@ def _release_claims(explanation: Explanation) -> list[Candidate]:
             pods_text = f" (deleting pod{'s' if len(holder_pods) > 1 else ''} {', '.join(holder_pods)})"
         candidates.append(Candidate(
             "release-claim",
-            lambda node, holder=holder, pods_text=pods_text: f"node {node} fits if claim {holder} is released{pods_text}",
+            _fits(f"if claim {holder} is released{pods_text}"),
             mutate, {"claim": holder, "pods": holder_pods}))
     return candidates
 
@@ -272,8 +276,7 @@ def _reallocate_claims(explanation: Explanation) -> list[Candidate]:
         users_text = f" (deleting pod{'s' if len(users) > 1 else ''} {', '.join(users)})" if users else ""
         candidates.append(Candidate(
             "reallocate-claim",
-            lambda node, key=key, users_text=users_text:
-                f"node {node} fits if claim {key} is deallocated and allocated again{users_text}",
+            _fits(f"if claim {key} is deallocated and allocated again{users_text}"),
             mutate, {"claim": key, "pods": users}))
     return candidates
 
@@ -289,28 +292,30 @@ def _count_limits(explanation: Explanation) -> dict[tuple[str, str], tuple[int, 
     unchecked: dict[tuple[str, str], set[int]] = {}
     needs: dict[tuple[str, str], int] = {}
     constrained: set[tuple[str, str]] = set()
+
+    def bound(bounds: dict[tuple[str, str], int], key: tuple[str, str], need: int, limit: int) -> None:
+        needs.setdefault(key, need)
+        bounds[key] = min(limit, bounds.get(key, limit))
+
     for node in explanation.nodes:
         if node.fits:
             continue
         bounds: dict[tuple[str, str], int] = {}
         grouped: set[tuple[str, str]] = set()
 
-        def bound(key: tuple[str, str], need: int, limit: int) -> None:
-            needs.setdefault(key, need)
-            bounds[key] = min(limit, bounds.get(key, limit))
-
         for reason in node.reasons:
             if reason.code == model.DRA_DEVICES and "free" in reason.data:
-                bound((reason.data["claim"], reason.data["request"]), int(reason.data["need"]),
+                bound(bounds, (reason.data["claim"], reason.data["request"]), int(reason.data["need"]),
                       int(reason.data["free"]))
             if reason.code == model.DRA_COMBINATION and reason.data.get("requests"):
                 short = int(reason.data["need"]) - int(reason.data["free"])
                 for entry in reason.data["requests"]:
-                    bound((entry["claim"], entry["request"]), int(entry["count"]), int(entry["count"]) - short)
+                    bound(bounds, (entry["claim"], entry["request"]), int(entry["count"]),
+                          int(entry["count"]) - short)
         for constraint in node.constraints:
             if len(constraint.requests) == 1 and constraint.groups:
                 key = (constraint.claim, constraint.requests[0])
-                bound(key, constraint.need, max(constraint.groups.values()))
+                bound(bounds, key, constraint.need, max(constraint.groups.values()))
                 grouped.add(key)
                 constrained.add(key)
         for key, limit in bounds.items():
@@ -344,8 +349,7 @@ def _lower_counts(explanation: Explanation) -> list[Candidate]:
         mutate, where = made
         candidates.append(Candidate(
             "lower-count",
-            lambda node, request=request, where=where, need=need, free=free:
-                f"node {node} fits if request '{request}' in {where} asks for {free} instead of {need} devices",
+            _fits(f"if request '{request}' in {where} asks for {free} instead of {need} devices"),
             mutate, {"claim": claim, "request": request, "count": free}))
     return candidates
 
@@ -379,9 +383,8 @@ def _use_existing_class(explanation: Explanation) -> list[Candidate]:
                     mutate, where = made
                     candidates.append(Candidate(
                         "use-existing-class",
-                        lambda node, name=name, where=where, missing=missing, replacement=replacement:
-                            f"node {node} fits if request '{name}' in {where} uses DeviceClass {replacement!r} "
-                            f"instead of the missing {missing!r}",
+                        _fits(f"if request '{name}' in {where} uses DeviceClass {replacement!r} "
+                              f"instead of the missing {missing!r}"),
                         mutate, {"claim": claim_key, "request": name, "deviceClassName": replacement}))
     return candidates
 
@@ -418,9 +421,7 @@ def _drop_selectors(explanation: Explanation) -> list[Candidate]:
         expression = label.split(": ", 1)[-1]
         candidates.append(Candidate(
             "drop-selector",
-            lambda node, request=request, where=where, index=index, expression=expression:
-                f"node {node} fits without selector #{index} ({short_expression(expression, 60)}) of request "
-                f"'{request}' in {where}",
+            _fits(f"without selector #{index} ({short_expression(expression, 60)}) of request '{request}' in {where}"),
             mutate, {"claim": claim, "request": request, "removeSelector": index}))
     return candidates
 
@@ -462,9 +463,7 @@ def _lower_resources(explanation: Explanation) -> list[Candidate]:
 
         candidates.append(Candidate(
             "lower-resource",
-            lambda node, resource=resource, amount=amount, requested=requested:
-                f"node {node} fits if the pod requests {amount} {resource} instead of "
-                f"{format_amount(resource, requested)}",
+            _fits(f"if the pod requests {amount} {resource} instead of {format_amount(resource, requested)}"),
             mutate, {"resource": resource, "request": amount}))
     return candidates
 

@@ -5,11 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import yaml
-
+from gpudra.api.dump import dump_yaml_data
 from gpudra.explain.model import Explanation, NodeExplanation, RequestFunnel
-
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 # Nodes whose explanations read the same are shown once; this many names head the group.
 NAMES_PER_GROUP = 6
@@ -18,8 +15,7 @@ MAX_NODE_SECTIONS = 10
 
 
 def to_yaml(explanation: Explanation) -> str:
-    return yaml.dump(explanation.to_dict(), Dumper=_Dumper, sort_keys=False, default_flow_style=False,
-                     allow_unicode=True, width=120)
+    return dump_yaml_data(explanation.to_dict(), width=120)
 
 
 def to_json(explanation: Explanation) -> str:

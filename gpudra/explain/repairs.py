@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpudra.allocator import build_report
 from gpudra.api.convert import to_v1
 from gpudra.explain.analyze import explain_claim
+from gpudra.scheduler.meta import key_of
 
 
 def check_allocatable(objects: list[dict], cluster: list[dict]) -> list[tuple[str, str, str]]:
@@ -12,7 +13,8 @@ def check_allocatable(objects: list[dict], cluster: list[dict]) -> list[tuple[st
     them plus the live cluster's: (claim, node, "") where one fits, else (claim, "", why not, as `explain` says)."""
 
     def identity(obj: dict) -> tuple:
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        raw = obj.get("metadata")
+        meta = raw if isinstance(raw, dict) else {}
         return obj.get("kind"), meta.get("namespace"), meta.get("name")
 
     repaired = [to_v1(o) for o in objects if isinstance(o, dict)]
@@ -31,7 +33,7 @@ def check_allocatable(objects: list[dict], cluster: list[dict]) -> list[tuple[st
     verdicts = []
     for claim in pending:
         meta = claim.get("metadata") or {}
-        key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+        key = key_of(claim)
         if key in nodes:
             verdicts.append((key, nodes[key], ""))
             continue

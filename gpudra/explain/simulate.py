@@ -3,9 +3,10 @@ pod, attempt it, and run the allocator on a node. Keeping this narrow lets the s
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from gpudra.copying import copy_object
 
 
 @dataclass
@@ -151,18 +152,3 @@ def working_copy(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     classes shared (see READ_ONLY_KINDS)."""
     return [obj if isinstance(obj, dict) and obj.get("kind") in READ_ONLY_KINDS else copy_object(obj)
             for obj in objects]
-
-
-_IMMUTABLE = (str, int, float, bool, type(None))
-
-
-def copy_object(value: Any) -> Any:
-    """A deep copy of parsed JSON/YAML (dicts, lists, scalars), about five times as fast as copy.deepcopy (no memo:
-    a loaded document is a tree); anything else goes to copy.deepcopy."""
-    if isinstance(value, dict):
-        return {key: copy_object(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [copy_object(item) for item in value]
-    if isinstance(value, _IMMUTABLE):
-        return value
-    return copy.deepcopy(value)

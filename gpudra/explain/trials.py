@@ -11,17 +11,13 @@ from typing import Any
 
 from gpudra.explain import simulate
 from gpudra.explain.model import Explanation
-
-
-def _key(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+from gpudra.scheduler.meta import key_of
 
 
 def find_object(objects: list[dict[str, Any]], kind: str, key: str) -> dict[str, Any] | None:
     """The object, for a candidate to change: in a `Trial` a shared object is first replaced by a copy of its own."""
     for position, obj in enumerate(objects):
-        if isinstance(obj, dict) and obj.get("kind") == kind and _key(obj) == key:
+        if isinstance(obj, dict) and obj.get("kind") == kind and key_of(obj) == key:
             if isinstance(objects, Trial) and id(obj) not in objects.own:
                 obj = objects[position] = simulate.copy_object(obj)
                 objects.own.add(id(obj))

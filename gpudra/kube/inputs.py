@@ -5,11 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from gpudra.errors import InputError
 from gpudra.kube.reader import ClusterReadError, context_namespace, read_cluster, read_server_version
-
-
-class InputError(ValueError):
-    """Input that cannot be read; `str()` is a message for users (exit 2)."""
 
 
 def load_manifests(paths: Iterable[str]) -> list[dict[str, Any]]:

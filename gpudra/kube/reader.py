@@ -12,10 +12,12 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from gpudra.errors import GpudraError
+
 PAGE_SIZE = 500
 
 
-class ClusterReadError(RuntimeError):
+class ClusterReadError(GpudraError, RuntimeError):
     """The cluster could not be reached or read; `str()` is a message fit for users."""
 
 
@@ -68,7 +70,7 @@ def context_namespace(kubeconfig: str | None = None, context: str | None = None)
 
     try:
         contexts, active = config.list_kube_config_contexts(config_file=kubeconfig_path(kubeconfig))
-    except Exception:  # no or broken kubeconfig: reading the cluster reports it properly
+    except Exception:  # noqa: BLE001 - no or broken kubeconfig: reading the cluster reports it properly
         return None
     chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
     return ((chosen or {}).get("context") or {}).get("namespace") or None

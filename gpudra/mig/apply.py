@@ -17,11 +17,12 @@ from typing import Any, Iterable, Mapping
 
 from gpudra.catalog import GpuModel, UnknownMigProfile, find_gpu_model
 from gpudra.discovery import GpuBackend, Inventory, MigError
+from gpudra.errors import GpudraError
 from gpudra.mig.config import DEVICE_FILTER_FORMAT, configs_in_document, validate_config
 from gpudra.mig.placement import describe_layout, find_placement
 
 
-class ApplyError(Exception):
+class ApplyError(GpudraError):
     """The config cannot be applied (unknown name, invalid entry, layout that does not fit); a user message."""
 
 
@@ -88,17 +89,6 @@ def read_config_file(path: str) -> Any:
         raise ApplyError(str(exc)) from None
 
 
-def read_driver_checkpoint(path: str) -> dict[str, Any] | None:
-    """The node driver's checkpoint (its prepared claims); None when the driver has not written one."""
-    from gpudra.driver.checkpoint import CheckpointError, load_checkpoint  # noqa: PLC0415 - driver is optional here
-
-    try:
-        return load_checkpoint(path)
-    except (CheckpointError, OSError) as exc:
-        raise ApplyError(f"the driver's checkpoint {path} cannot be read, so prepared claims are unknown: {exc}"
-                         ) from None
-
-
 def _filter_ids(value: Any) -> set[int]:
     values = value if isinstance(value, list) else [value]
     ids = set()
@@ -135,6 +125,7 @@ def plan_changes(entries: list[dict[str, Any]], inventory: Inventory) -> list[Gp
     out = [changes[minor] for minor in sorted(selected)]
     for change in out:
         if change.want_enabled and any(change.want.values()):
+            assert change.model is not None  # a selected GPU has MIG (refused above otherwise)
             try:
                 fits = find_placement(change.model, change.want)
             except UnknownMigProfile as exc:
@@ -171,6 +162,7 @@ def apply_changes(backend: GpuBackend, changes: Iterable[GpuChange], busy: Mappi
         if change.mig_enabled != change.want_enabled:
             backend.set_mig_mode(change.minor, change.want_enabled)  # MigError: pending a reset, in use
         if change.want_enabled and any(change.want.values()):
+            assert change.model is not None  # plan_changes selects only GPUs with MIG
             for instance in find_placement(change.model, change.want).instances:
                 backend.create_mig_device(change.minor, instance.profile.profile_id, instance.placement.start)
         done.append(change.describe())

@@ -164,7 +164,7 @@ def _check_mig_devices(value: Any, where: str, report: ValidationReport) -> dict
 def _check_on_model(model: GpuModel, counts: Mapping[str, int], where: str, report: ValidationReport) -> bool:
     unknown = [name for name in counts if not model.has_profile(name)]
     if unknown:
-        compute_instance = [n for n in unknown if PROFILE_FORMAT.match(n) and PROFILE_FORMAT.match(n).group(1)]
+        compute_instance = [n for n in unknown if (match := PROFILE_FORMAT.match(n)) and match.group(1)]
         hint = " (compute-instance profiles are not modelled)" if compute_instance else ""
         names = ", ".join(p.name for p in model.profiles)
         report.error(where, f"{model.display_name} has no MIG profile {', '.join(unknown)}{hint}; it offers {names}")
@@ -196,7 +196,8 @@ def configs_in_document(document: Any) -> list[tuple[str, Any, str]]:
     ValueError."""
     if not (isinstance(document, dict) and document.get("kind") == "ConfigMap"):
         return [("", document, "")]
-    metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
+    raw_metadata = document.get("metadata")
+    metadata = raw_metadata if isinstance(raw_metadata, dict) else {}
     where = f"ConfigMap {metadata.get('namespace', 'default')}/{metadata.get('name', '')}"
     found = []
     for key, text in (document.get("data") or {}).items():

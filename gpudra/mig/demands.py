@@ -11,17 +11,19 @@ from typing import Any, Iterable
 
 from gpudra.catalog import GpuModel, MigProfile
 from gpudra.cel import CELCompileError, CELRuntimeError, compile_selector, device_input
+from gpudra.errors import GpudraError
 from gpudra.mig.dynamic import DynamicMigGpu, gpu_devices, resolve_mig_device
+from gpudra.vocabulary import DRIVER_NAME
 
-DRIVER = "gpu.nvidia.com"
-BUILTIN_DEVICE_CLASSES: dict[str, str] = {
-    "gpu.nvidia.com": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'",
-    "mig.nvidia.com": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'",
+DRIVER = DRIVER_NAME
+BUILTIN_DEVICE_CLASSES: dict[str, str] = {  # the driver's classes (gpudra.driver.slices.device_classes)
+    "gpu.nvidia.com": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'",
+    "mig.nvidia.com": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'mig'",
 }
 FULL_GPU = "full GPU"
 
 
-class PlanError(ValueError):
+class PlanError(GpudraError, ValueError):
     """Claims the planner cannot work with (unknown class, unsupported selector, …)."""
 
 

@@ -17,18 +17,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from gpudra.catalog import GpuModel, MigProfile, Placement, gpu_model
+from gpudra.catalog import MIG_ENGINE_CAPACITIES, GpuModel, MigProfile, Placement, gpu_model
+from gpudra.vocabulary import DRIVER_NAME
 
-DRIVER_NAME = "gpu.nvidia.com"
-
-# capacity name (C identifier) -> counter name (DNS label)
+# capacity name (C identifier, camelCase) -> counter name (DNS label: copyEngines -> copy-engines)
 ENGINE_COUNTERS: dict[str, str] = {
-    "multiprocessors": "multiprocessors",
-    "copyEngines": "copy-engines",
-    "decoders": "decoders",
-    "encoders": "encoders",
-    "jpegEngines": "jpeg-engines",
-    "ofaEngines": "ofa-engines",
+    name: re.sub(r"[A-Z]", lambda upper: "-" + upper.group().lower(), name) for name in MIG_ENGINE_CAPACITIES
 }
 
 _MIG_NAME = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")
@@ -108,7 +102,7 @@ def profile_capacity(profile: MigProfile, engines: Iterable[str]) -> dict[str, d
 def max_capacity(model: GpuModel) -> dict[str, int]:
     """Per-dimension maximum over all profiles (what the full GPU and the counter set carry)."""
     engines = known_engine_capacities(model)
-    maxima: dict[str, int] = {cap: max(p.engine_counts[cap] for p in model.profiles) for cap in engines}  # type: ignore[type-var]
+    maxima: dict[str, int] = {cap: max(p.engine_counts[cap] for p in model.profiles) for cap in engines}  # type: ignore[type-var, misc]  # known: not None
     maxima["memory"] = max(p.memory_bytes for p in model.profiles)
     return maxima
 

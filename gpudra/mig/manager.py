@@ -122,7 +122,7 @@ class MigManager:
             labels, version = self.nodes.get(self.node_name)
             self.reconcile(labels)
             wanted = labels.get(CONFIG_LABEL)
-            for labels, version in self.nodes.watch(self.node_name, version, self.resync_s):
+            for labels, _version in self.nodes.watch(self.node_name, version, self.resync_s):
                 if self.stopped.is_set():
                     return
                 if labels.get(CONFIG_LABEL) != wanted:

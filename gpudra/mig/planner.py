@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudra.api.quantity import Quantity
+from gpudra.quantity import Quantity
 from gpudra.catalog import GpuModel, MigProfile
 from gpudra.mig.demands import FULL_GPU, Demand, Option, PlanError, demands_from_objects, synthetic_gpu
 from gpudra.mig.dynamic import DynamicMigGpu, counter_set, gpu_devices, resolve_mig_device
@@ -420,21 +420,19 @@ def render_plan(result: PlanResult, wide: bool = False) -> str:
                 lines += _instance_lines(gpu)
     lines += _usage_lines(model, result.gpu_count, result.static_usage)
     lines += ["", "Dynamic MIG (claims in input order; per claim the first devices in slice/name order that fit the counters):"]
-    for index, gpu in enumerate(result.dynamic):
-        lines.append(f"  GPU {index}: " + (", ".join(name for _, name in gpu) if gpu else "unused"))
+    for index, devices in enumerate(result.dynamic):
+        lines.append(f"  GPU {index}: " + (", ".join(name for _, name in devices) if devices else "unused"))
         if wide:
-            width = max((len(name) for _, name in gpu), default=0)
-            lines += [f"    {name.ljust(width)}  {label}" for label, name in gpu]
+            width = max((len(name) for _, name in devices), default=0)
+            lines += [f"    {name.ljust(width)}  {label}" for label, name in devices]
     lines += _usage_lines(model, result.gpu_count, result.dynamic_usage)
     diff = differences(result)
     lines += ["", "Differences:" if diff else "Both modes give every request the same profile."]
     lines += [f"  {line}" for line in diff]
     lines += ["", "mig-parted config for the static layout:"]
-    import yaml
+    from gpudra.api.dump import dump_yaml_data
 
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    lines += ["  " + line for line in
-              yaml.dump(result.mig_parted_config(), Dumper=dumper, sort_keys=False).rstrip().splitlines()]
+    lines += ["  " + line for line in dump_yaml_data(result.mig_parted_config()).rstrip().splitlines()]
     return "\n".join(lines)
 
 

@@ -14,8 +14,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from gpudra.copying import copy_object
+
+from gpudra.errors import GpudraError
+
 from . import resources as res
-from .meta import clone, key_of, metadata, name_of, namespace_of
+from .meta import key_of, metadata, name_of, namespace_of
 from .topology import DeviceId, Topology
 from .workloads import (
     POD_CLAIM_NAME_ANNOTATION,
@@ -36,7 +40,7 @@ DEFAULT_MAX_PODS = 110  # the kubelet's default when a node does not report `pod
 
 
 
-class ClusterError(ValueError):
+class ClusterError(GpudraError, ValueError):
     pass
 
 
@@ -227,13 +231,13 @@ class Cluster(Topology):
             if node:
                 self._account(key, pod, node)
                 for claim_key in self.pod_claim_keys(pod):
-                    claim = self.claims.get(claim_key)
-                    if claim is None:
+                    bound_claim = self.claims.get(claim_key)
+                    if bound_claim is None:
                         continue
-                    if claim_allocation(claim) is None:
+                    if claim_allocation(bound_claim) is None:
                         self.problems.append(f"pod {key} is bound to {node} but claim {claim_key} is not allocated")
                     else:
-                        self._reserve(claim, pod)
+                        self._reserve(bound_claim, pod)
         self._allocator = None
         for name in self.nodes:
             self._bump(name, devices=True)
@@ -274,7 +278,7 @@ class Cluster(Topology):
             )
 
     def _orphan_claim(self, pod: dict[str, Any], pod_claim_name: str) -> dict[str, Any] | None:
-        uid = (pod.get("metadata") or {}).get("uid")
+        uid: Any = (pod.get("metadata") or {}).get("uid")  # as written: owner references hold it alike
         for claim in self._claims_by_owner.get(uid, ()):
             annotations = (claim.get("metadata") or {}).get("annotations") or {}
             if annotations.get(POD_CLAIM_NAME_ANNOTATION) == pod_claim_name and owned_by(claim, pod):
@@ -390,10 +394,10 @@ class Cluster(Topology):
         twin.claims = dict(self.claims)
         for key in pods:
             if key in twin.pods:
-                twin.pods[key] = clone(twin.pods[key])
+                twin.pods[key] = copy_object(twin.pods[key])
         for key in claims:
             if key in twin.claims:
-                twin.claims[key] = clone(twin.claims[key])
+                twin.claims[key] = copy_object(twin.claims[key])
         twin.usage = {name: NodeUsage(dict(use.requested), use.non_zero_cpu, use.non_zero_memory, list(use.pods))
                       for name, use in self.usage.items()}
         twin.epoch, twin.device_epoch = dict(self.epoch), dict(self.device_epoch)
@@ -453,7 +457,7 @@ class Cluster(Topology):
         finalizers = metadata(claim).setdefault("finalizers", [])
         if DELETE_PROTECTION_FINALIZER not in finalizers:
             finalizers.append(DELETE_PROTECTION_FINALIZER)
-        claim.setdefault("status", {})["allocation"] = clone(allocation)
+        claim.setdefault("status", {})["allocation"] = copy_object(allocation)
         devices = allocated_device_ids(claim)
         self.allocated_devices.update(devices)
         self._count_groups(devices, 1)
@@ -466,7 +470,7 @@ class Cluster(Topology):
             return
         devices = allocated_device_ids(claim)
         if self._allocator is not None:
-            self._allocator.remove_allocated_claim(clone(claim))
+            self._allocator.remove_allocated_claim(copy_object(claim))
         self.allocated_devices.subtract(devices)
         self.allocated_devices = +self.allocated_devices
         self._count_groups(devices, -1)

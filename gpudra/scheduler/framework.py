@@ -51,7 +51,7 @@ class FilterResult:
         return not self.reasons
 
 
-class FilterResults(Mapping):
+class FilterResults(Mapping[str, FilterResult]):
     """node -> FilterResult over a list (a list of references is far smaller than a dict when thousands of
     unschedulable pods each keep hundreds of node verdicts)."""
 

@@ -28,18 +28,22 @@ def metadata(obj: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
+def _metadata_or_empty(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}  # unvalidated input may hold anything there
+
+
 def name_of(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("name") or "")
+    return str(_metadata_or_empty(obj).get("name") or "")
 
 
 def namespace_of(obj: dict[str, Any], default: str = "default") -> str:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace") or default)
+    return str(_metadata_or_empty(obj).get("namespace") or default)
 
 
 def key_of(obj: dict[str, Any]) -> str:
-    """`namespace/name`, the key every namespaced object is indexed by."""
+    """`namespace/name`, the key every namespaced object is indexed by (the one spelling of it: a missing or
+    null name is "", a missing namespace "default")."""
     return f"{namespace_of(obj)}/{name_of(obj)}"
 
 
@@ -96,12 +100,3 @@ def ensure_uid_of(obj: dict[str, Any]) -> str:
     if not meta.get("uid"):
         meta["uid"] = stable_uid(obj.get("kind", ""), namespace_of(obj), name_of(obj))
     return meta["uid"]
-
-
-def clone(value: Any) -> Any:
-    """Deep copy of JSON-shaped data (dicts, lists, scalars); several times faster than copy.deepcopy."""
-    if isinstance(value, dict):
-        return {k: clone(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clone(v) for v in value]
-    return value

@@ -5,15 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import yaml
+from gpudra.api.dump import dump_yaml_data
 
 from .cluster import Cluster, claim_allocation
 from .framework import PodResult
 from .meta import key_of
-
-class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
-    def ignore_aliases(self, data: Any) -> bool:  # shared sub-objects are written out, never as &id anchors
-        return True
 
 
 def all_objects(cluster: Cluster) -> list[dict[str, Any]]:
@@ -32,7 +28,7 @@ def all_objects(cluster: Cluster) -> list[dict[str, Any]]:
 
 
 def to_yaml(cluster: Cluster) -> str:
-    return yaml.dump_all(all_objects(cluster), Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+    return dump_yaml_data(all_objects(cluster), documents=True)
 
 
 def to_json(cluster: Cluster) -> str:

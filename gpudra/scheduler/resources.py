@@ -11,7 +11,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Iterable
 
-from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.errors import GpudraError
+from gpudra.quantity import Quantity, QuantityError
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -26,7 +27,7 @@ DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 _NATIVE = {CPU, MEMORY, EPHEMERAL_STORAGE, PODS}
 
 
-class ResourceError(ValueError):
+class ResourceError(GpudraError, ValueError):
     pass
 
 

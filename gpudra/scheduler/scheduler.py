@@ -21,7 +21,8 @@ import json
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from gpudra.allocator import FILTER_TIMEOUT_S, TIMED_OUT
 from gpudra.api.load import cycle_collection_paused
@@ -44,6 +45,9 @@ from .dra import (
 from .dra import filter_node as dra_filter_node
 from .meta import key_of
 from .shapeindex import PlainScores, ShapeIndex, plain_entries
+
+if TYPE_CHECKING:
+    from .scoring import Policy
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
@@ -109,7 +113,7 @@ class Scheduler:
     def __init__(
         self,
         cluster: Cluster,
-        policy: str = "kube",
+        policy: str | Policy = "kube",
         percentage_of_nodes_to_score: int | None = None,
         indexed: bool = True,
         filter_timeout: float | None = FILTER_TIMEOUT_S,
@@ -385,7 +389,7 @@ class Scheduler:
                 del self._cache[next(iter(self._cache))]
             cache = self._cache[info.shape] = {}
         epochs = cluster.epoch
-        filtered = result.filtered
+        filtered = cast(dict[str, fw.FilterResult], result.filtered)  # a fresh result's: the empty dict default
         for node_name in nodes[start:] + nodes[:start] if start else nodes:
             # the hot loop: a cached verdict is valid while the node's epoch is unchanged
             evaluation = cache.get(node_name)
@@ -420,7 +424,7 @@ class Scheduler:
         return evaluation
 
     @staticmethod
-    def _best(feasible: list[NodeEval], scores: dict[str, float]) -> NodeEval:
+    def _best(feasible: list[NodeEval], scores: Mapping[str, float]) -> NodeEval:
         best = feasible[0]
         best_score = scores[best.result.node]
         for evaluation in feasible:  # highest score; ties go to the first node name
@@ -429,7 +433,8 @@ class Scheduler:
                 best, best_score = evaluation, score
         return best
 
-    def _finish(self, info: PodInfo, result: fw.PodResult, best: NodeEval, scores: dict[str, float]) -> fw.PodResult:
+    def _finish(self, info: PodInfo, result: fw.PodResult, best: NodeEval,
+                scores: Mapping[str, float]) -> fw.PodResult:
         result.scores = scores
         if best.deferred:
             best = self._with_allocations(info, best)
@@ -474,20 +479,21 @@ class Scheduler:
             node_name = index.nodes[fatal]
             evaluation = self.filter_node(info, node_name)
             result.error = evaluation.fatal or "; ".join(r.message for r in evaluation.result.reasons)
-            result.filtered[node_name] = evaluation.result
+            result.filtered = {node_name: evaluation.result}  # a fresh result's filtered is empty
             return result
         self._next_start_node_index = (start + processed) % len(index.nodes)
         if not chosen:
             result.filtered = fw.FilterResults([e.result for e in index.evals if e is not None and e.result.reasons])
             return result
+        scores: Mapping[str, float]
         if index.nonplain == 0:
             entries = plain_entries(index.plain, chosen)
             best = index.evals[-max(entries)[1]]  # (score, -position): ties to the first name
-            scores = PlainScores(index.nodes, entries, chosen)  # type: ignore[assignment]
+            scores = PlainScores(index.nodes, entries, chosen)
         else:
-            feasible = [index.evals[i] for i in chosen]
-            scores = self.policy.combine(self, info, feasible)  # type: ignore[arg-type]
-            best = self._best(feasible, scores)  # type: ignore[arg-type]
+            feasible = cast(list[NodeEval], [index.evals[i] for i in chosen])  # chosen positions hold verdicts
+            scores = self.policy.combine(self, info, feasible)
+            best = self._best(feasible, scores)
         assert best is not None
         return self._finish(info, result, best, scores)
 

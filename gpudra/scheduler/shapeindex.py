@@ -104,7 +104,7 @@ def plain_entries(plain: list, chosen: list[int]) -> tuple:
     return itemgetter(*chosen)(plain) if len(chosen) > 1 else tuple(plain[i] for i in chosen)
 
 
-class PlainScores(Mapping):
+class PlainScores(Mapping[str, float]):
     """node -> score for the scored nodes, built on first use (most callers only need the winner)."""
 
     def __init__(self, nodes: list[str], entries: tuple, chosen: list[int]):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable
 
-from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.quantity import Quantity, QuantityError
 
 from .meta import name_of
 from .nodematch import node_selector_matches
@@ -188,9 +188,9 @@ class Topology:
         self._group_sizes = Counter(device_groups.values())
         self.group_use = Counter()
         for device, count in self.allocated_devices.items():
-            group = device_groups.get(device)
-            if group is not None and count > 0:
-                self.group_use[group] += count
+            device_group = device_groups.get(device)
+            if device_group is not None and count > 0:
+                self.group_use[device_group] += count
 
     def free_capacity(self, node_name: str, extra_devices: Iterable[DeviceId] = ()) -> float:
         """The node's free device capacity in physical devices: 1 per untouched device, and for a device split

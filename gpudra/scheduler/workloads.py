@@ -16,8 +16,11 @@ same manifests always give the same pods and claims. Shapes follow the upstream 
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Callable
+
+from gpudra.copying import copy_object
+
+from gpudra.errors import GpudraError
 
 from .meta import (
     ensure_uid_of,
@@ -46,7 +49,7 @@ DAEMON_TOLERATIONS = [
 ]
 
 
-class WorkloadError(ValueError):
+class WorkloadError(GpudraError, ValueError):
     pass
 
 
@@ -87,7 +90,7 @@ def _pod_from_template(
     if template_meta.get("annotations"):
         meta["annotations"] = dict(template_meta["annotations"])
     meta["ownerReferences"] = [owner_ref]
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(template.get("spec") or {})}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy_object(template.get("spec") or {})}
     meta["uid"] = stable_uid("Pod", meta["namespace"], name, owner_ref["uid"])
     return pod
 
@@ -230,7 +233,7 @@ def expand_workload(
                 index_text = ((owned.get("metadata") or {}).get("labels") or {}).get(
                     "batch.kubernetes.io/job-completion-index")
                 if str(index_text).isdigit():
-                    taken_indexes.add(int(index_text))
+                    taken_indexes.add(int(str(index_text)))
             indexes = [i for i in range(_int_field(spec, "completions", 1, obj)) if i not in taken_indexes]
             indexes = indexes[:parallelism]
         for index in indexes:
@@ -347,7 +350,7 @@ def claim_from_template(
         "apiVersion": template.get("apiVersion") or "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": meta,
-        "spec": copy.deepcopy(template_spec.get("spec") or {}),
+        "spec": copy_object(template_spec.get("spec") or {}),
     }
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from gpudra.errors import GpudraError
+
 from .manifests import Manifests
 from .trace import Trace
 
@@ -23,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
 CONNECT_TIMEOUT_S = 30
 
 
-class DistributedError(RuntimeError):
+class DistributedError(GpudraError, RuntimeError):
     """The cluster cannot be used (not installed, not reachable); a message for the user."""
 
 

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from gpudra.errors import GpudraError
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.scheduler.cluster import allocated_device_ids
 from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
@@ -33,7 +34,7 @@ METHODS = ("tune", "events")
 Progress = Callable[[int, int], None]
 
 
-class SimulationError(ValueError):
+class SimulationError(GpudraError, ValueError):
     pass
 
 
@@ -237,7 +238,7 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     served_series = per_percent(served_points, upto)
     percents = sorted(allocation)
     at = allocation.get(100)
-    result = {
+    summary: dict[str, Any] = {
         "trace": trace.name,
         "mode": mode,
         "policy": policy,
@@ -263,9 +264,9 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
             "fragmentation_ratio": [round(ratio.get(p, 0.0), 4) for p in percents],
         },
     }
-    result["seconds"] = round(time.perf_counter() - started, 3)
-    result["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
-    return result
+    summary["seconds"] = round(time.perf_counter() - started, 3)
+    summary["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
+    return summary
 
 
 def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progress | None, started: float,
@@ -287,7 +288,7 @@ def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progr
     fragmented: list[float] = []
     scheduled = 0
     capacity = run.capacity_milli
-    for done, (when, kind, pod_name, task) in enumerate(events, start=1):
+    for done, (when, kind, pod_name, _task) in enumerate(events, start=1):
         key = f"{NAMESPACE}/{pod_name}"
         if kind == 1:
             node = run.schedule(pod_name).node

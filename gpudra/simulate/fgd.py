@@ -264,7 +264,7 @@ def fragmentation_growth(frag: Fragmentation, res: NodeRes, cpu: int, milli: int
 
 def first_free_gpus(res: NodeRes, count: int) -> tuple[int, ...]:
     """AllocateExclusiveGpuId: the first `count` fully free GPUs by index."""
-    chosen = []
+    chosen: list[int] = []
     for index, left in enumerate(res.gpu_left):
         if len(chosen) >= count:
             break

@@ -12,11 +12,11 @@ do not have.
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from gpudra.copying import copy_object
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
 
@@ -61,7 +61,7 @@ def run_manifests(workload: Manifests, policy: str, seed: int = 42,
                               f"{', '.join(GPUDRA_POLICIES)}")
     started, cpu_started = time.perf_counter(), time.process_time()
     version, features = release or (None, None)  # (Kubernetes version, --features text)
-    cluster = Cluster(copy.deepcopy(workload.objects), features, version)  # scheduling writes into the objects
+    cluster = Cluster(copy_object(workload.objects), features, version)  # scheduling writes into the objects
     problems = list(cluster.problems)
     scheduler = Scheduler(cluster, policy=policy)
     nodes = cluster.node_names()

@@ -126,9 +126,9 @@ class PaperPolicy(Policy):
     def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
         task = self.context.task(info)
         res = self.context.node_res(evaluation.result.node)
-        return self.score(res, task, evaluation.result.node)
+        return self.node_score(res, task, evaluation.result.node)
 
-    def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
+    def node_score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
         raise NotImplementedError
 
     def gpus(self, res: NodeRes, task: Task) -> tuple[int, ...]:
@@ -168,7 +168,7 @@ class RandomPolicy(PaperPolicy):
 
     name = "random"
 
-    def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
+    def node_score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
         return 0, ()
 
     def break_tie(self, tied: list[str]) -> str:
@@ -187,7 +187,7 @@ class DotProdPolicy(PaperPolicy):
 
     name = "dotprod"
 
-    def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
+    def node_score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
         if res.cpu_left < task.cpu_milli:
             return 0, ()
         dot = (res.cpu_left / MAX_SPEC_CPU) * (task.cpu_milli / MAX_SPEC_CPU) + \
@@ -200,7 +200,7 @@ class GpuClusteringPolicy(PaperPolicy):
 
     name = "gpu-clustering"
 
-    def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
+    def node_score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
         tag = affinity_tag(task)
         if tag == NO_GPU:
             return 0, ()
@@ -218,7 +218,7 @@ class GpuPackingPolicy(PaperPolicy):
 
     name = "gpu-packing"
 
-    def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
+    def node_score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
         if not task.num_gpu:
             return 0, ()
         free = res.free_gpus
@@ -248,7 +248,7 @@ class BestFitPolicy(PaperPolicy):
 
     name = "bestfit"
 
-    def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
+    def node_score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
         free_cpu = res.cpu_left - task.cpu_milli
         free_gpu = res.gpu_left_total - task.total_gpu_milli
         if free_cpu < 0 or free_gpu < 0:
@@ -265,7 +265,7 @@ class FgdPolicy(PaperPolicy):
     def measure(self) -> Fragmentation:
         return self.context.fragmentation
 
-    def score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
+    def node_score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
         return fgd_choice(self.measure(), res, task.cpu_milli, task.gpu_milli, task.num_gpu)
 
     def gpus(self, res: NodeRes, task: Task) -> tuple[int, ...]:
@@ -307,7 +307,7 @@ class FragmentationPolicy(FgdPolicy):
         task = self.context.task(info)
         node = evaluation.result.node
         res = self.context.node_res(node)
-        score, gpus = self.score(res, task, node)
+        score, gpus = self.node_score(res, task, node)
         tie = self.tie_key(res, task)
         return score, gpus, tie, (score, tie, -self.context.node_rank[node])  # what combine compares
 

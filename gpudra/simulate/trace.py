@@ -15,6 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Iterable
 
+from gpudra.errors import GpudraError
+
 MILLI = 1000
 # Bounds on a trace, checked while it is read, before anything is built per GPU or per task (issue 20: a one-row
 # node list with gpu=100000000 took 45 s and 1.9 GB, then failed with MemoryError). The largest real nodes have 16
@@ -28,7 +30,7 @@ BUNDLED_TRACES = ("default", "cpu100", "gpushare40", "gpuspec10", "multigpu30")
 DEFAULT_TRACE = "default"
 
 
-class TraceError(ValueError):
+class TraceError(GpudraError, ValueError):
     pass
 
 

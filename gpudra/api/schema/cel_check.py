@@ -8,15 +8,17 @@ import re
 
 from gpudra.api.schema import names
 from gpudra.api.schema.types import Context
+from gpudra.vocabulary import DRIVER_NAME
 
 _LOOKUP = re.compile(r"device\.(attributes|capacity)\[\s*(['\"])([^'\"]*)\2\s*\]")
 _QUANTITY_USE = re.compile(r"^\s*\.\s*(isGreaterThan|isLessThan|compareTo|add|sub|asInteger|asApproximateFloat)\b")
 _AMOUNT_NAMES = {"memory", "mem", "gpumemory", "vram", "framebuffer", "cores", "multiprocessors"}
-DEFAULT_DOMAIN = "gpu.nvidia.com"
+DEFAULT_DOMAIN = DRIVER_NAME
 
 
 def compiler():
-    """gpudra.cel.compile_selector and its error class (imported late: gpudra.cel uses the api package)."""
+    """gpudra.cel.compile_selector and its error class (imported on first use: objects without selectors need
+    no CEL)."""
     from gpudra.cel import CELCompileError, compile_selector
 
     return compile_selector, CELCompileError
@@ -55,7 +57,7 @@ def compile_outcome(expression: str, kubernetes_version: str | None = None) -> t
         column = getattr(exc, "column", None)
         where = f" at column {column}" if isinstance(column, int) and column > 0 else ""
         caret = None
-        if where and "\n" not in expression:
+        if isinstance(column, int) and column > 0 and "\n" not in expression:  # as `where` says
             caret = f"{expression}\n{' ' * (column - 1)}^"
         return "error", f"CEL compile error{where}: {message} (expression: {expression})", caret
     except Exception as exc:  # noqa: BLE001 - a bug in the CEL adapter must not crash validation
@@ -112,7 +114,7 @@ def classify_lookup(table: str, lookup_key: str, rest: str) -> str | None:
 def driver_attribute_name(domain: str, attribute: str) -> str:
     """The name to suggest for `attribute` of `domain`: for gpudra's driver domain the name the driver publishes
     (one vocabulary: `nvlink-mesh-id` is `nvlinkDomain`), otherwise the attribute as a C identifier."""
-    from gpudra.driver.vocabulary import published_name
+    from gpudra.vocabulary import published_name
 
     identifier = attribute if not names.c_identifier(attribute) else names.camel_identifier(attribute)
     if domain == DEFAULT_DOMAIN:

@@ -11,7 +11,7 @@ from gpudra.api.schema.resource import (
     RESOURCE_SLICE_SPEC, RESULTS_MAX, SELECTORS_MAX, SUBREQUESTS_MAX, TOLERATIONS_MAX,
 )
 from gpudra.api.schema.types import (
-    AnyValue, Bool, Context, F, Int, ListOf, MapOf, QuantityType, Str, Struct, as_list, child, index,
+    AnyValue, Bool, Context, F, Int, ListOf, MapOf, QuantityType, Str, Struct, as_dict, as_list, child, index,
 )
 
 
@@ -118,7 +118,7 @@ CLAIM_CONFIG = Struct(
 
 
 def _references_check(claim: dict, path: str, ctx: Context) -> None:
-    requests = claim.get("requests") if isinstance(claim.get("requests"), list) else []
+    requests = as_list(claim.get("requests"))
     known: set[str] = set()
     for request in requests:
         if not isinstance(request, dict) or not isinstance(request.get("name"), str):
@@ -155,7 +155,7 @@ def _device_count_check(claim: dict, path: str, ctx: Context) -> None:
     scheduler's allocator refuses a claim whose requests need more than AllocationResultsMaxSize (32) devices in
     all (k8s.io/dynamic-resource-allocation structured allocator: "exceeds the claim limit"): such a claim is
     valid and can never be allocated, so it is a warning."""
-    requests = claim.get("requests") if isinstance(claim.get("requests"), list) else []
+    requests = as_list(claim.get("requests"))
     total = 0
     for position, request in enumerate(requests):
         if not isinstance(request, dict):
@@ -209,8 +209,8 @@ RESULT = Struct(
 def _claim_status_check(status: dict, path: str, ctx: Context) -> None:
     if status.get("reservedFor") and not status.get("allocation"):
         ctx.error(child(path, "reservedFor"), "may only be set while the claim is allocated (status.allocation)")
-    allocation = status.get("allocation") if isinstance(status.get("allocation"), dict) else {}
-    devices = allocation.get("devices") if isinstance(allocation.get("devices"), dict) else {}
+    allocation = as_dict(status.get("allocation"))
+    devices = as_dict(allocation.get("devices"))
     allocated = {(r.get("driver"), r.get("pool"), r.get("device")) for r in as_list(devices.get("results"))
                  if isinstance(r, dict)}
     seen = set()
@@ -232,13 +232,13 @@ def _claim_check(claim: dict, path: str, ctx: Context) -> None:
     spec, status = claim.get("spec"), claim.get("status")
     if not isinstance(spec, dict) or not isinstance(status, dict):
         return
-    devices = spec.get("devices") if isinstance(spec.get("devices"), dict) else {}
-    known = set()
+    devices = as_dict(spec.get("devices"))
+    known: set[str] = set()
     for request in as_list(devices.get("requests")):
         if isinstance(request, dict) and isinstance(request.get("name"), str):
             subs = [s.get("name") for s in as_list(request.get("firstAvailable")) if isinstance(s, dict)]
             known.update(f"{request['name']}/{sub}" for sub in subs) if subs else known.add(request["name"])
-    allocation = status.get("allocation") if isinstance(status.get("allocation"), dict) else {}
+    allocation = as_dict(status.get("allocation"))
     results = allocation.get("devices", {}).get("results") if isinstance(allocation.get("devices"), dict) else None
     for position, result in enumerate(as_list(results)):
         if isinstance(result, dict) and isinstance(result.get("request"), str) and result["request"] not in known:

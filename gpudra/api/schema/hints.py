@@ -6,13 +6,13 @@ what the field means in resource.k8s.io/v1, with the corrected fragment where on
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 
 from gpudra.api.convert import EXACT_REQUEST_FIELDS, flatten_device, wrap_request
 from gpudra.api.dump import dump_yaml_one
-from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.copying import copy_object
+from gpudra.quantity import Quantity, QuantityError
 from gpudra.api.schema.types import as_list, Context, child
 
 _QUANTITY_WITH_UNIT = re.compile(r"^[+-]?[0-9.]+(?:[eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)$")
@@ -52,7 +52,7 @@ def request_flat_field(name: str, value: dict, path: str, ctx: Context) -> bool:
     first = next(n for n in value if n in EXACT_REQUEST_FIELDS)
     fix = None
     if name == first:
-        corrected = copy.deepcopy(value)
+        corrected = copy_object(value)
         wrap_request(corrected)
         fix = "write the request as (resource.k8s.io/v1):\n" + fragment(corrected)
     ctx.error(
@@ -86,7 +86,7 @@ def _constraint_cel_fix(constraints: Any, request: dict) -> str | None:
     expressions = [c.get("cel") for c in as_list(constraints) if isinstance(c, dict) and isinstance(c.get("cel"), str)]
     if not expressions:
         return None
-    corrected = copy.deepcopy(request)
+    corrected = copy_object(request)
     corrected.pop("constraints", None)
     wrap_request(corrected)
     if isinstance(corrected.get("exactly"), dict):
@@ -135,7 +135,7 @@ def claim_spec_alpha(name: str, value: dict, path: str, ctx: Context) -> bool:
 def device_basic(name: str, value: dict, path: str, ctx: Context) -> bool:
     if name != "basic":
         return False
-    corrected = copy.deepcopy(value)
+    corrected = copy_object(value)
     flatten_device(corrected)
     ctx.error(
         child(path, name),

@@ -8,22 +8,24 @@ import functools
 
 from typing import Any
 
-from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.quantity import Quantity, QuantityError
 from gpudra.api.schema import hints, names
 from gpudra.api.schema.cel_check import check_selector_expression
 from gpudra.api.schema.meta import NODE_SELECTOR
 from gpudra.api.schema.types import (
-    INT64_MAX, INT64_MIN, AnyValue, Bool, as_list, Context, F, Int, ListOf, MapOf, QuantityType, Str, Struct, Type, child,
-    index, key, type_name, _key_problems,
+    INT64_MAX, INT64_MIN, AnyValue, Bool, Context, F, Int, ListOf, MapOf, QuantityType, Str, Struct, Type, child,
+    index, key, type_name, _key_problems, as_dict, as_list,
 )
 
-# Limits (resource/v1/types.go, Kubernetes 1.36)
+from gpudra.device_config import ALLOCATION_CONFIGS_MAX as ALLOCATION_CONFIGS_MAX  # noqa: E402
+from gpudra.device_config import OPAQUE_PARAMETERS_MAX as OPAQUE_PARAMETERS_MAX  # noqa: E402
+
+# Limits (resource/v1/types.go, Kubernetes 1.36); the two on opaque configs are gpudra.device_config's
 REQUESTS_MAX = 32
 SUBREQUESTS_MAX = 8
 SELECTORS_MAX = 32
 CONSTRAINTS_MAX = 32
 CONFIGS_MAX = 32
-ALLOCATION_CONFIGS_MAX = 64
 RESULTS_MAX = 32
 TOLERATIONS_MAX = 16
 TAINTS_MAX = 16
@@ -39,7 +41,6 @@ BINDING_CONDITIONS_MAX = 4
 VALID_VALUES_MAX = 10
 RESERVED_FOR_MAX = 256
 DEVICE_CONDITIONS_MAX = 8
-OPAQUE_PARAMETERS_MAX = 10 * 1024
 CEL_EXPRESSION_MAX = 10 * 1024
 DRIVER_NAME_MAX = 63
 
@@ -50,7 +51,7 @@ def _semver(value: str) -> list[str]:
 
 @functools.lru_cache(maxsize=4096)  # a cluster's devices repeat a handful of driver and CUDA versions
 def _semver_problems(value: str) -> tuple[str, ...]:
-    from gpudra.api.semver import SemverError, parse_semver
+    from gpudra.semver import SemverError, parse_semver
 
     try:
         parse_semver(value)
@@ -193,8 +194,9 @@ def _policy_check(value: dict, path: str, ctx: Context) -> None:
     default = _quantity(value.get("default"))
     valid_values = value.get("validValues")
     if isinstance(valid_values, list) and valid_values:
-        parsed = [_quantity(v) for v in valid_values]
-        if all(q is not None for q in parsed):
+        parsed_or_none = [_quantity(v) for v in valid_values]
+        parsed = [q for q in parsed_or_none if q is not None]
+        if len(parsed) == len(parsed_or_none):  # all parse
             if any(a >= b for a, b in zip(parsed, parsed[1:])):
                 ctx.error(child(path, "validValues"), "must be sorted in ascending order without duplicates")
             if default is not None and default not in parsed:
@@ -265,7 +267,7 @@ def _policy_within_value(capacity: dict, path: str, ctx: Context) -> None:
     if default is not None and default > total:
         ctx.warning(child(policy_path, "default"),
                     f"exceeds the capacity value {capacity.get('value')}; no request can get it")
-    for position, item in enumerate(policy.get("validValues") if isinstance(policy.get("validValues"), list) else []):
+    for position, item in enumerate(as_list(policy.get("validValues"))):
         amount = _quantity(item)
         if amount is not None and amount > total:
             ctx.warning(index(child(policy_path, "validValues"), position),
@@ -292,8 +294,8 @@ CONDITION_NAMES = ListOf(Str(validators=(names.qualified_name,)), max_items=BIND
 
 
 def _device_check(device: dict, path: str, ctx: Context) -> None:
-    attributes = device.get("attributes") if isinstance(device.get("attributes"), dict) else {}
-    capacity = device.get("capacity") if isinstance(device.get("capacity"), dict) else {}
+    attributes = as_dict(device.get("attributes"))
+    capacity = as_dict(device.get("capacity"))
     if len(attributes) + len(capacity) > ATTRIBUTES_AND_CAPACITY_MAX:
         ctx.error(path, f"attributes and capacity together must have at most {ATTRIBUTES_AND_CAPACITY_MAX} "
                   f"entries (has {len(attributes) + len(capacity)})")
@@ -408,7 +410,7 @@ DEVICE.quick_valid = _device_quick_valid
 
 
 def _slice_check(spec: dict, path: str, ctx: Context) -> None:
-    devices = spec.get("devices") if isinstance(spec.get("devices"), list) else []
+    devices = as_list(spec.get("devices"))
     dicts = [d for d in devices if isinstance(d, dict)]
     uses_taints_or_counters = any(d.get("taints") or d.get("consumesCounters") for d in dicts)
     if uses_taints_or_counters and len(devices) > DEVICES_MAX_WITH_TAINTS_OR_COUNTERS:
@@ -440,7 +442,7 @@ def _counter_layout_check(spec: dict, devices: list[dict], path: str, ctx: Conte
     from gpudra.versions import SPLIT_SLICES, partitionable_layout
 
     release = ctx.facts.get("release")
-    counter_sets = spec.get("sharedCounters") if isinstance(spec.get("sharedCounters"), list) else []
+    counter_sets = as_list(spec.get("sharedCounters"))
     if partitionable_layout(release) == SPLIT_SLICES:
         if devices and counter_sets:
             ctx.error(path, "only one of devices and sharedCounters may be set: counter sets go in their own "
@@ -458,8 +460,8 @@ def _counter_layout_check(spec: dict, devices: list[dict], path: str, ctx: Conte
                           f"{release} keeps counter sets with the devices that consume them "
                           f"(counter set {name!r} is not here; the split layout is 1.35's)")
                 continue
-            counters = known[name] if isinstance(known[name], dict) else {}
-            for counter in consumption.get("counters") if isinstance(consumption.get("counters"), dict) else {}:
+            counters = as_dict(known[name])
+            for counter in as_dict(consumption.get("counters")):
                 if counter not in counters:
                     ctx.error(child(entry_path, "counters"), f"counter {counter!r} is not in "
                               f"counter set {name!r} of this ResourceSlice")

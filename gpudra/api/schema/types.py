@@ -12,7 +12,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from gpudra.api.quantity import Quantity, QuantityError
+from gpudra.plain import as_dict as as_dict, as_list as as_list  # re-exported: the checks read them from here
+from gpudra.quantity import Quantity, QuantityError
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -48,11 +49,6 @@ class Context:
 Check = Callable[[Any, str, Context], None]
 # Explains an unknown field: (field name, struct value, path of the struct, context) -> handled?
 UnknownHint = Callable[[str, dict, str, Context], bool]
-
-
-def as_list(value: Any) -> list[Any]:
-    """The value if it is a list, else an empty list: checks must survive any shape of input."""
-    return value if isinstance(value, list) else []
 
 
 def type_name(value: Any) -> str:

@@ -2,7 +2,7 @@
 
 Given the ResourceSlices (from the manifests, or read from a live cluster), a selector's comparison of an
 attribute with a literal is checked against the published devices: a name written another way is replaced by the
-published name (one vocabulary: gpudra.driver.vocabulary), a value that differs only in case and punctuation
+published name (one vocabulary: gpudra.vocabulary), a value that differs only in case and punctuation
 by the published value (`NVIDIA-H100-80GB-HBM3` -> `NVIDIA H100 80GB HBM3`), and a topology attribute compared
 with a literal ("on NVLink mesh-0") becomes `matchAttribute` on that attribute: the GPUs of the request share
 one NVLink domain, whichever it is (a domain id names one node's board, so pinning it would pin a node).
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpudra.api.schema.types import as_list
-from gpudra.driver.vocabulary import TOPOLOGY_ATTRIBUTES, published_name, same_value
+from gpudra.vocabulary import TOPOLOGY_ATTRIBUTES, published_name, same_value
 
 # `device.attributes["domain"].name == 'value'` (either quote style, either side), one clause of a conjunction
 _ATTRIBUTE = r"""device\.attributes\[\s*(['"])(?P<domain>[^'"]+)\1\s*\]\.(?P<name>[A-Za-z_][A-Za-z0-9_]*)"""
@@ -37,9 +37,9 @@ class PublishedDevices:
         published = cls()
         for obj in slices:
             spec = obj.get("spec") if isinstance(obj, dict) else None
-            driver = spec.get("driver") if isinstance(spec, dict) else None
-            if not isinstance(driver, str):
+            if not isinstance(spec, dict) or not isinstance(spec.get("driver"), str):
                 continue
+            driver = spec["driver"]
             for device in as_list(spec.get("devices")):
                 capacity = device.get("capacity") if isinstance(device, dict) else None
                 for qualified in capacity if isinstance(capacity, dict) else ():
@@ -60,7 +60,7 @@ class PublishedDevices:
     def driver_vocabulary(cls) -> "PublishedDevices":
         """The attribute names gpudra's driver publishes, without values (no devices at hand)."""
         from gpudra.api.schema.cel_check import DEFAULT_DOMAIN
-        from gpudra.driver.vocabulary import PUBLISHED_ATTRIBUTES
+        from gpudra.vocabulary import PUBLISHED_ATTRIBUTES
 
         return cls(names={DEFAULT_DOMAIN: set(PUBLISHED_ATTRIBUTES)})
 
@@ -84,7 +84,7 @@ def repair_request(request: dict[str, Any], devices: dict[str, Any], path: str, 
     for position, selector in enumerate(exactly["selectors"]):
         cel = selector.get("cel") if isinstance(selector, dict) else None
         expression = cel.get("expression") if isinstance(cel, dict) else None
-        if not isinstance(expression, str):
+        if not isinstance(cel, dict) or not isinstance(expression, str):
             kept.append(selector)
             continue
         where = f"{path}.exactly.selectors[{position}].cel.expression"

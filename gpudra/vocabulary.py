@@ -3,11 +3,15 @@
 One vocabulary for everything that suggests an attribute (validation hints, `validate --fix`): the names
 `gpudra.driver.slices` publishes under the driver's domain. A name written some other way (the article's
 `nvlink-mesh-id`, a camel-cased guess such as `nvlinkMeshId`) is mapped onto the published one here, and only here.
+A module of its own below gpudra.api and gpudra.driver: the API's validation hints use it, and the driver builds on
+the API.
 """
 
 from __future__ import annotations
 
 import re
+
+DRIVER_NAME = "gpu.nvidia.com"  # the driver's name, also the domain of the attributes and capacities it publishes
 
 # Topology: attributes whose value names a group of GPUs that work well together. A claim that wants its GPUs in
 # one group says so with `matchAttribute: <domain>/<name>`; comparing it with a literal pins one node's group.
@@ -56,9 +60,9 @@ def published_name(name: str, published: set[str] | None = None) -> str | None:
         for candidate in published:
             if _squash(candidate) == squashed:
                 return candidate
-    candidate = _BY_SQUASHED.get(squashed)
-    if candidate is not None and (published is None or candidate in published):
-        return candidate
+    known = _BY_SQUASHED.get(squashed)
+    if known is not None and (published is None or known in published):
+        return known
     return None
 
 

@@ -8,19 +8,19 @@ constraints go. Everything else is left for the user, with the remaining problem
 
 from __future__ import annotations
 
-import copy
 import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.api.convert import V1, flatten_device, wrap_request
-from gpudra.api.fix_published import PublishedDevices, repair_request
+from gpudra.copying import copy_object
+from gpudra.fix.published import PublishedDevices, repair_request
 from gpudra.api.load import Document
 from gpudra.api.schema.cel_check import DEFAULT_DOMAIN, rewrite_lookup
 from gpudra.api.schema.hints import looks_like_quantity
 from gpudra.api.schema.names import suggest_dns_name
-from gpudra.api.schema.types import as_list
+from gpudra.api.schema.types import as_dict, as_list
 
 _DRIVER_TEST = re.compile(r"device\.driver\s*==\s*['\"]([^'\"]+)['\"]")
 _DRIVER_ONLY = re.compile(r"^\s*device\.driver\s*==\s*['\"]([^'\"]+)['\"]\s*$")
@@ -38,7 +38,7 @@ class FixResult:
 def fix_documents(docs: list[Document], cluster_slices: list[dict] | None = None) -> FixResult:
     """Repair `docs`. Attribute names and values are checked against `cluster_slices` (a live cluster's) plus the
     ResourceSlices among `docs`."""
-    fixed = [Document(copy.deepcopy(d.obj), d.source, d.index, d.item) for d in docs]
+    fixed = [Document(copy_object(d.obj), d.source, d.index, d.item) for d in docs]
     slices = list(cluster_slices or []) + [d.obj for d in fixed if d.kind == "ResourceSlice"]
     result = FixResult(fixed, published=PublishedDevices.from_slices(slices))
     renames = _rename_classes(fixed, result)
@@ -48,7 +48,7 @@ def fix_documents(docs: list[Document], cluster_slices: list[dict] | None = None
             _fix_document(doc, renames, class_drivers, result)
         except (TypeError, AttributeError, KeyError, ValueError):
             # Malformed beyond the repairs' assumptions: keep the document as written and say so.
-            fixed[position] = Document(copy.deepcopy(docs[position].obj), doc.source, doc.index, doc.item)
+            fixed[position] = Document(copy_object(docs[position].obj), doc.source, doc.index, doc.item)
             result.cautions.append(f"{doc.source}:{doc.where} ({doc.kind}/{doc.name}): left unchanged; its "
                                    "structure is too far off for automatic repair")
     _drop_repeated_classes(result, {id(d) for d, original in zip(fixed, docs) if d.obj != original.obj})
@@ -132,8 +132,8 @@ def _adopt_driver_selectors(doc: Document, name: str, label: str, result: FixRes
     selects what the driver's class does: `gpu.nvidia.com` is full GPUs (type == "gpu"), not MIG devices too."""
     from gpudra.driver.slices import device_classes
 
-    spec = doc.obj.get("spec")
-    selectors = spec.get("selectors") if isinstance(spec, dict) else None
+    spec = as_dict(doc.obj.get("spec"))
+    selectors = spec.get("selectors")
     drivers = {match.group(1) for selector in as_list(selectors)
                for match in [_DRIVER_ONLY.match(((selector or {}).get("cel") or {}).get("expression") or "")
                              if isinstance(selector, dict) and isinstance(selector.get("cel"), dict) else None]
@@ -143,7 +143,7 @@ def _adopt_driver_selectors(doc: Document, name: str, label: str, result: FixRes
     published = next((c for c in device_classes(drivers.pop()) if c["metadata"]["name"] == name), None)
     if published is None:
         return
-    spec["selectors"] = copy.deepcopy(published["spec"]["selectors"])
+    spec["selectors"] = copy_object(published["spec"]["selectors"])
     expression = spec["selectors"][0]["cel"]["expression"]
     result.changes.append(f"{label}: spec.selectors: now {expression!r}, the selector of the driver's own class "
                           f"{name!r} (without the type test it would match MIG devices too)")
@@ -181,7 +181,7 @@ def _fix_claim_spec(doc: Document, spec: dict, base: str, renames: dict[str, str
     if not isinstance(devices, dict):
         return
     known = set(class_drivers) | set(renames.values())
-    requests = devices.get("requests") if isinstance(devices.get("requests"), list) else []
+    requests = as_list(devices.get("requests"))
     for position, request in enumerate(requests):
         if not isinstance(request, dict):
             continue

@@ -1,4 +1,7 @@
-"""Opaque device configuration for this driver (`resource.nvidia.com/v1beta1` GpuConfig / MigDeviceConfig).
+"""Opaque device configuration for gpudra's GPU driver (`resource.nvidia.com/v1beta1` GpuConfig / MigDeviceConfig).
+
+Below gpudra.api and gpudra.driver: the driver decodes and applies it, and `gpudra validate` checks it as the
+driver's admission webhook does (`opaque_config_problems`, the one copy both use).
 
 Decoding is strict: unknown apiVersion, kind or field is an error, as in the NVIDIA driver.
 Class configs come before claim configs; the last matching config wins.
@@ -17,8 +20,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudra.api.quantity import Quantity, QuantityError
-from gpudra.api.schema.resource import ALLOCATION_CONFIGS_MAX, OPAQUE_PARAMETERS_MAX
+from gpudra.errors import GpudraError
+from gpudra.quantity import Quantity, QuantityError
+from gpudra.vocabulary import DRIVER_NAME
+
+# The API server's limits on opaque configs (resource/v1/types.go, Kubernetes 1.36); gpudra.api.schema.resource's
+# limit table takes them from here.
+ALLOCATION_CONFIGS_MAX = 64  # configs in one allocation result
+OPAQUE_PARAMETERS_MAX = 10 * 1024  # serialized opaque parameters, bytes
 
 API_VERSION = "resource.nvidia.com/v1beta1"
 GPU_CONFIG = "GpuConfig"
@@ -35,7 +44,7 @@ DEVICE_KEY_MAX = 64  # an index or a GPU UUID
 _EXPONENT_TAIL = re.compile(r"[eE]([+-]?[0-9]+)\Z")
 
 
-class ConfigError(Exception):
+class ConfigError(GpudraError):
     """An opaque config this driver cannot accept."""
 
 
@@ -224,3 +233,54 @@ def config_for(configs: list[DeviceConfig], request: str, device_type: str, devi
         elif config.kind == wanted:
             return config
     return None
+
+
+# ----- what the driver's admission webhook refuses (gpudra.driver.admission serves it; gpudra validate checks it)
+
+# resource (plural) -> where the device configs are in the object, as the webhook registers for them
+CONFIG_PATHS = {"resourceclaims": ("spec",), "resourceclaimtemplates": ("spec", "spec"), "deviceclasses": ("spec",)}
+KIND_RESOURCES = {"ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resourceclaimtemplates",
+                  "DeviceClass": "deviceclasses"}
+
+
+def _configs(obj: dict[str, Any], resource: str) -> tuple[str, list[Any]]:
+    """(path of the config list, the list) of a v1 object; DeviceClass configs sit in spec.config."""
+    node: Any = obj
+    for key in CONFIG_PATHS[resource]:
+        node = node.get(key) if isinstance(node, dict) else None
+    base = ".".join(CONFIG_PATHS[resource])
+    if resource == "deviceclasses":
+        entries = node.get("config") if isinstance(node, dict) else None
+        return f"{base}.config", entries if isinstance(entries, list) else []
+    devices = node.get("devices") if isinstance(node, dict) else None
+    entries = devices.get("config") if isinstance(devices, dict) else None
+    return f"{base}.devices.config", entries if isinstance(entries, list) else []
+
+
+def opaque_config_problems(obj: dict[str, Any], driver_name: str = DRIVER_NAME) -> list[tuple[str, str]]:
+    """(field path, message) for each of `driver_name`'s opaque configs in a v1 ResourceClaim,
+    ResourceClaimTemplate or DeviceClass that the driver would refuse; other drivers' configs are theirs.
+    The path is the config's `…opaque.parameters`, as NVIDIA's webhook names it; the message starts with the
+    field inside the parameters where there is one (`sharing.strategy: must be TimeSlicing or MPS, …`)."""
+    resource = KIND_RESOURCES.get(str(obj.get("kind")))
+    if resource is None:
+        return []
+    base, entries = _configs(obj, resource)
+    problems: list[tuple[str, str]] = []
+    for position, entry in enumerate(entries):
+        opaque = entry.get("opaque") if isinstance(entry, dict) else None
+        if not isinstance(opaque, dict) or opaque.get("driver") != driver_name:
+            continue
+        path = f"{base}[{position}].opaque.parameters"
+        try:
+            decode_opaque(opaque.get("parameters"), "parameters")
+        except ConfigError as exc:
+            message = str(exc)
+            for prefix in ("parameters: ", "parameters."):  # the path says where the parameters are
+                if message.startswith(prefix):
+                    message = message[len(prefix):]
+            problems.append((path, message))
+    return problems
+
+
+# ----- AdmissionReview (admission.k8s.io/v1) ----------------------------------------------------------------

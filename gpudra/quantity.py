@@ -1,0 +1,258 @@
+"""Kubernetes `resource.Quantity` with the API machinery's exact semantics.
+
+A quantity is stored as an exact integer number of nano-units: the API server
+rounds every parsed value up (away from zero) to nano precision, so nothing
+finer can ever be observed, and caps binary-suffixed amounts at 2^63-1.
+The canonical string form follows `Quantity.String()`: the suffix family of the
+original (binary, decimal or exponent) is kept where it can represent the value
+exactly, mantissas are integers, and decimal exponents are multiples of three.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import lru_cache
+from dataclasses import dataclass
+from typing import Literal
+
+from gpudra.errors import GpudraError
+
+Format = Literal["BinarySI", "DecimalSI", "DecimalExponent"]
+
+NANO = 10**9
+MAX_VALUE = 2**63 - 1  # resource.Quantity caps at the largest int64
+
+_BINARY_SUFFIXES = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY_BY_EXPONENT = {0: "", **{v: k for k, v in _BINARY_SUFFIXES.items()}}
+_DECIMAL_BY_EXPONENT = {v: k for k, v in _DECIMAL_SUFFIXES.items()}
+
+_SYNTAX = re.compile(r"^([+-]?)([0-9]*)(?:\.([0-9]*))?(.*)$")
+_EXPONENT = re.compile(r"^[eE]([+-]?[0-9]+)$")
+
+
+class QuantityError(GpudraError, ValueError):
+    """A string that is not a valid Kubernetes quantity."""
+
+
+def _split_suffix(suffix: str, text: str) -> tuple[int, int, Format]:
+    """Return (base, exponent, format) for a suffix, as the API machinery interprets it."""
+    if suffix in _DECIMAL_SUFFIXES:
+        return 10, _DECIMAL_SUFFIXES[suffix], "DecimalSI"
+    if suffix in _BINARY_SUFFIXES:
+        return 2, _BINARY_SUFFIXES[suffix], "BinarySI"
+    match = _EXPONENT.match(suffix)
+    if match:
+        digits = match.group(1).lstrip("+-").lstrip("0")
+        # suffix.go: strconv.ParseInt(exponent, 10, 64), then int32(parsed): a wider exponent is
+        # ErrSuffix, a wide int64 one wraps around as Go's conversion does.
+        if len(digits) > 19 or int(match.group(1)) not in range(-(2**63), 2**63):
+            raise QuantityError(f"quantity {_abbreviated(text)}: unable to parse quantity's suffix "
+                                "(the exponent does not fit in an int64)")
+        return 10, (int(match.group(1)) + 2**31) % 2**32 - 2**31, "DecimalExponent"
+    raise QuantityError(
+        f"quantity {text!r}: unknown suffix {suffix!r}; use one of n, u, m, k, M, G, T, P, E (decimal), "
+        "Ki, Mi, Gi, Ti, Pi, Ei (binary) or an exponent such as e3"
+    )
+
+
+def _ceil_div(numerator: int, denominator: int) -> int:
+    return -((-numerator) // denominator)
+
+
+# The exact value is kept in nano-units; one with more digits than this is rejected instead of built.
+# Kubernetes accepts any size (API validation: "Any parsed quantity is valid"), but a value like
+# 1e1000000000 makes inf.Dec (and any exact arithmetic) build a billion-digit number: the API server
+# spends minutes on it, gpudra refuses it. No device or request comes near: int64 nano-units have 19.
+MAX_DIGITS = 4000
+_MAX_NANOS = 10**MAX_DIGITS
+_BINARY_PLACES = 64  # >= the largest binary exponent (Ei = 2^60)
+
+
+def _abbreviated(text: str) -> str:
+    return repr(text) if len(text) <= 40 else f"{text[:20]!r}…({len(text)} characters)"
+
+
+def _nanos(whole: str, fraction: str, base: int, exponent: int, fmt: Format, text: str) -> int:
+    """The magnitude in nano-units, rounded up (away from zero) like ParseQuantity; bounded work.
+
+    value = int(whole fraction) * 10^-len(fraction) * base^exponent. Nothing is computed until the
+    magnitude is known from the digit counts, so a huge exponent or a long fraction costs a scan.
+    """
+    digits = (whole + fraction).lstrip("0")
+    if not digits:
+        return 0
+    if base == 2:
+        # exponent <= 60 < 10^19; binary amounts are capped at the int64 maximum anyway (ParseQuantity).
+        if len(digits) - len(fraction) > 20:
+            return MAX_VALUE * NANO
+        power = 9 - len(fraction)  # nanos = ceil(digits * 2^exponent * 10^power)
+        cut = len(digits) + power + _BINARY_PLACES  # the digits down to 10^-_BINARY_PLACES nano
+        if cut < len(digits):
+            # 10^_BINARY_PLACES / 2^exponent is an integer, so no integer lies strictly between the value
+            # cut there and the value itself: a sticky 1 for any cut-off digit keeps the ceiling exact.
+            sticky = "1" if digits[max(cut, 0):].strip("0") else ""
+            digits, power = digits[: max(cut, 0)] + sticky, -_BINARY_PLACES - len(sticky)
+        scaled = int(digits) * 2**exponent
+        nanos = scaled * 10**power if power >= 0 else _ceil_div(scaled, 10 ** (-power))
+        return min(nanos, MAX_VALUE * NANO)
+    power = exponent - len(fraction) + 9  # nanos = digits * 10^power
+    if len(digits) + power > MAX_DIGITS:
+        raise QuantityError(
+            f"quantity {_abbreviated(text)}: too large: more than {MAX_DIGITS} digits in nano-units "
+            "(gpudra's limit; Kubernetes accepts it but needs unbounded time and memory for it)"
+        )
+    if power >= 0:
+        return int(digits) * 10**power
+    kept = len(digits) + power  # digits left of the nano point
+    if kept <= 0:
+        return 1  # below one nano: rounded up to the smallest amount
+    return int(digits[:kept]) + (1 if digits[kept:].strip("0") else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Quantity:
+    nanos: int
+    format: Format = "DecimalSI"
+
+    # ----- construction -------------------------------------------------------------------------
+    @classmethod
+    def parse(cls, value: "str | int | float | Quantity") -> "Quantity":
+        if isinstance(value, Quantity):
+            return value
+        if isinstance(value, bool):
+            raise QuantityError(f"quantity {value!r}: expected a string or an integer, not a boolean")
+        if isinstance(value, int):
+            return cls.from_int(value)
+        if isinstance(value, float):
+            # The API server parses a JSON number's text (resource.Quantity.UnmarshalJSON); repr gives the
+            # same shortest round-trip digits as Go's encoder. NaN/Inf cannot be JSON at all.
+            if not math.isfinite(value):
+                raise QuantityError(f"quantity {value!r}: not a finite number")
+            value = repr(value)
+        if not isinstance(value, str):
+            raise QuantityError(f"quantity {value!r}: expected a string such as \"16Gi\"")
+        if len(value) <= _CACHED_LENGTH:
+            return _parse_text(value)  # manifests repeat the same few amounts thousands of times
+        return _parse_text.__wrapped__(value)
+
+    @classmethod
+    def from_int(cls, value: int, fmt: Format = "DecimalSI") -> "Quantity":
+        """An integer amount; like parsing its decimal string (only binary amounts are capped)."""
+        if fmt == "BinarySI":
+            value = max(-MAX_VALUE, min(MAX_VALUE, value))
+        if abs(value) * NANO >= _MAX_NANOS:
+            digits = int(abs(value).bit_length() * 0.30103) + 1  # str() of a huge int is itself refused
+            raise QuantityError(f"quantity of about {digits} digits: too large: more than {MAX_DIGITS} digits "
+                                "in nano-units (gpudra's limit)")
+        return cls(value * NANO, fmt)
+
+    # ----- comparisons ---------------------------------------------------------------------------
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Quantity):
+            return self.nanos == other.nanos
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.nanos)
+
+    def __lt__(self, other: "Quantity") -> bool:
+        return self.nanos < other.nanos
+
+    def __le__(self, other: "Quantity") -> bool:
+        return self.nanos <= other.nanos
+
+    def __gt__(self, other: "Quantity") -> bool:
+        return self.nanos > other.nanos
+
+    def __ge__(self, other: "Quantity") -> bool:
+        return self.nanos >= other.nanos
+
+    def cmp(self, other: "Quantity") -> int:
+        return (self.nanos > other.nanos) - (self.nanos < other.nanos)
+
+    # ----- arithmetic (keeps the receiver's format, like Quantity.Add) ---------------------------
+    def add(self, other: "Quantity | int") -> "Quantity":
+        other_nanos = other * NANO if isinstance(other, int) else other.nanos
+        return Quantity(self.nanos + other_nanos, self.format)
+
+    def sub(self, other: "Quantity | int") -> "Quantity":
+        other_nanos = other * NANO if isinstance(other, int) else other.nanos
+        return Quantity(self.nanos - other_nanos, self.format)
+
+    def sign(self) -> int:
+        return (self.nanos > 0) - (self.nanos < 0)
+
+    def is_integer(self) -> bool:
+        return self.nanos % NANO == 0
+
+    def as_int(self) -> int | None:
+        """The value as an int64, or None when it has a fraction or does not fit (like AsInt64)."""
+        if self.nanos % NANO:
+            return None
+        value = self.nanos // NANO
+        if not -(2**63) <= value <= MAX_VALUE:
+            return None
+        return value
+
+    def as_float(self) -> float:
+        return self.nanos / NANO
+
+    # ----- canonical form ------------------------------------------------------------------------
+    def __str__(self) -> str:
+        return self.canonical()
+
+    def __repr__(self) -> str:
+        return f"Quantity({self.canonical()!r})"
+
+    def canonical(self) -> str:
+        if self.nanos == 0:
+            return "0"
+        fmt = self.format
+        if fmt == "BinarySI" and (-1024 * NANO < self.nanos < 1024 * NANO or self.nanos % NANO):
+            fmt = "DecimalSI"  # binary suffixes cannot show fractions or small values without rounding
+        if fmt == "BinarySI":
+            mantissa, exponent = self.nanos // NANO, 0
+            while mantissa % 1024 == 0 and exponent < 60:
+                mantissa //= 1024
+                exponent += 10
+            return f"{mantissa}{_BINARY_BY_EXPONENT[exponent]}"
+        mantissa, exponent = self.nanos, -9
+        while mantissa % 10 == 0:
+            mantissa //= 10
+            exponent += 1
+        remainder = exponent % 3
+        if remainder:
+            mantissa *= 10**remainder
+            exponent -= remainder
+        if fmt == "DecimalSI" and exponent in _DECIMAL_BY_EXPONENT:
+            return f"{mantissa}{_DECIMAL_BY_EXPONENT[exponent]}"
+        return f"{mantissa}" if exponent == 0 else f"{mantissa}e{exponent}"
+
+
+_CACHED_LENGTH = 64
+
+
+@lru_cache(maxsize=8192)
+def _parse_text(text: str) -> Quantity:
+    if not text:
+        raise QuantityError("quantity '': empty string; write a number with an optional suffix such as 16Gi")
+    match = _SYNTAX.match(text)
+    if match is None:  # pragma: no cover - the pattern accepts every string
+        raise QuantityError(f"quantity {text!r}: not a number")
+    sign, whole, fraction, suffix = match.groups()
+    fraction = fraction or ""
+    if not whole and not fraction:
+        raise QuantityError(f"quantity {text!r}: must start with a number, for example 16Gi or 500m")
+    base, exponent, fmt = _split_suffix(suffix, text)
+    nanos = _nanos(whole, fraction, base, exponent, fmt, text)
+    if fmt == "BinarySI":
+        nanos = min(nanos, MAX_VALUE * NANO)  # ParseQuantity caps only binary amounts
+    if sign == "-":
+        nanos = -nanos
+    return Quantity(nanos, fmt)
+
+
+def parse_quantity(value: "str | int | Quantity") -> Quantity:
+    return Quantity.parse(value)
