@@ -127,3 +127,17 @@ def test_leading_zeros_and_a_plus_on_the_nodes_label_are_go_integers():
     """strconv.ParseInt accepts both; only the requirement's value must also be a label value."""
     assert requirement_matches({"key": "gpus", "operator": "Gt", "values": ["007"]}, {"gpus": "+0010"})
     assert requirement_matches({"key": "gpus", "operator": "Lt", "values": ["5"]}, {"gpus": "-3"})
+
+
+def test_cel_and_label_values_share_one_strconv_and_neither_breaks_on_thousands_of_digits():
+    """cel-go's `int("…")` and kube-scheduler's Gt/Lt both use strconv.ParseInt: one copy (gpudra/gostrconv.py).
+    Python's int() refuses more than 4,300 digits with a ValueError, which reached the user from CEL before."""
+    from gpudra import cel
+    from gpudra.api.goint import parse_int64 as labels_parse
+    from gpudra.cel.constants import parse_go_int, parse_go_uint
+
+    long = "1" * 5000
+    assert labels_parse is parse_go_int
+    assert parse_go_int(long) is None and parse_go_uint(long) is None and parse_go_uint("-1") is None
+    with pytest.raises(cel.CELCompileError, match="type conversion error from 'string' to 'int'"):
+        cel.compile_selector(f'int("{long}") == 1')

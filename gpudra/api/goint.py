@@ -1,7 +1,7 @@
 """Integers in label and taint values, parsed as kube-scheduler parses them (Go), in one place for the allocator,
 the scheduler and validation.
 
-- `parse_int64`: Go's `strconv.ParseInt(s, 10, 64)`: an optional `+` or `-`, then one or more ASCII digits
+- `parse_int64` (gpudra/gostrconv.py, shared with CEL): Go's `strconv.ParseInt(s, 10, 64)`: an optional `+` or `-`, then one or more ASCII digits
   (leading zeros allowed), within int64. No spaces, no `_` (Go allows it only with base 0), no other digits.
   Python's `int()` accepts all three, and any size: `" 5"`, `"1_0"`, `"٣"` and `"1" + "0" * 30` matched Gt/Lt
   requirements that kube-scheduler never matches (issue 20).
@@ -19,22 +19,11 @@ import re
 from typing import Any
 
 from gpudra.api.schema.names import label_value
+from gpudra.gostrconv import INT64_MAX, INT64_MIN, parse_int64
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_GO_DECIMAL = re.compile(r"[+-]?[0-9]+", re.ASCII)  # `$` would also match before a final newline: fullmatch
+__all__ = ["INT64_MAX", "INT64_MIN", "parse_canonical_int64", "parse_int64", "parse_requirement_int"]
+
 _CANONICAL_DECIMAL = re.compile(r"0|-?[1-9][0-9]*", re.ASCII)
-_MAX_DIGITS = 30  # longer digit runs are out of range whatever they say (int64 has 19 digits, zeros aside)
-
-
-def parse_int64(text: Any) -> int | None:
-    """`strconv.ParseInt(text, 10, 64)`; None where Go returns an error (syntax or range)."""
-    if not isinstance(text, str) or not _GO_DECIMAL.fullmatch(text):
-        return None
-    digits = text.lstrip("+-").lstrip("0")
-    if len(digits) > _MAX_DIGITS:
-        return None
-    value = int(text, 10)
-    return value if INT64_MIN <= value <= INT64_MAX else None
 
 
 def parse_requirement_int(text: Any) -> int | None:

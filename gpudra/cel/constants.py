@@ -24,9 +24,8 @@ from decimal import Decimal
 from typing import Any
 
 from gpudra.cel.ast import Node, checked_syntax_tree
+from gpudra.gostrconv import INT64_MAX, parse_int64, parse_uint64
 
-_INT64 = (-(2**63), 2**63 - 1)
-_UINT64_MAX = 2**64 - 1
 _UNIX_SECONDS = (-62135596800, 253402300799)  # cel-go minUnixTime / maxUnixTime
 _CONVERSIONS = frozenset({"bool", "bytes", "double", "duration", "dyn", "int", "string", "timestamp", "type", "uint"})
 
@@ -48,8 +47,6 @@ def _conversion_error(source: str, target: str) -> str:
 
 
 # ----- Go's strconv, as cel-go calls it ---------------------------------------------------------------------
-_DECIMAL_INT = re.compile(r"[+-]?[0-9]+")
-_DECIMAL_UINT = re.compile(r"[0-9]+")
 _DECIMAL_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _HEX_FLOAT = re.compile(r"([+-]?)0[xX]((?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+)")
 _HEX_PREFIX = re.compile(r"[+-]?0[xX]")
@@ -58,20 +55,8 @@ _GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True"
              "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
 
 
-def parse_go_int(text: str) -> int | None:
-    """strconv.ParseInt(text, 10, 64), None on error."""
-    if not _DECIMAL_INT.fullmatch(text):
-        return None
-    value = int(text)
-    return value if _INT64[0] <= value <= _INT64[1] else None
-
-
-def parse_go_uint(text: str) -> int | None:
-    """strconv.ParseUint(text, 10, 64), None on error."""
-    if not _DECIMAL_UINT.fullmatch(text):
-        return None
-    value = int(text)
-    return value if value <= _UINT64_MAX else None
+parse_go_int = parse_int64  # strconv.ParseInt(text, 10, 64), None on error (one copy: gpudra/gostrconv.py)
+parse_go_uint = parse_uint64  # strconv.ParseUint(text, 10, 64), None on error
 
 
 def parse_go_float(text: str) -> float | None:
@@ -136,7 +121,7 @@ def convert(function: str, argument: Constant, node_id: int) -> Constant | None:
         if kind == "int":
             return argument
         if kind == "uint":
-            if value > _INT64[1]:
+            if value > INT64_MAX:
                 raise fail("integer overflow")
             return Constant("int", value)
         if kind == "double":
