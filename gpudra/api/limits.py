@@ -16,7 +16,7 @@ class LoadError(GpudraError, ValueError):
 
     def __init__(self, source: str, message: str, line: int | None = None, column: int | None = None):
         self.source = source
-        self.message = message
+        self.message = message  # type: ignore[misc]  # ours, not click's (Final since click 8.5): GpudraError
         self.line = line
         self.column = column
         where = source if line is None else f"{source}:{line}" + (f":{column}" if column else "")

@@ -17,7 +17,7 @@ class CELCompileError(GpudraError, ValueError):
     def __init__(self, expression: str, message: str, column: int | None = None, line: int | None = None,
                  report: str | None = None):
         self.expression = expression
-        self.message = message
+        self.message = message  # type: ignore[misc]  # ours, not click's (Final since click 8.5): GpudraError
         self.column = column
         self.line = line if line is not None or column is None else 1
         self.report = report or message
@@ -35,7 +35,7 @@ class CELRuntimeError(GpudraError, RuntimeError):
     """
 
     def __init__(self, message: str, expression: str | None = None):
-        self.message = message
+        self.message = message  # type: ignore[misc]  # ours, not click's (Final since click 8.5): GpudraError
         self.expression = expression
         super().__init__(message)
 
