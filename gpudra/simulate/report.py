@@ -18,8 +18,8 @@ from typing import Any
 from .sweep import summarize
 
 SUMMARY_COLUMNS = ("trace", "mode", "policy", "seeds", "gpus", "served_ratio", "served_ratio_std", "unserved_gpus",
-                   "allocation_ratio", "allocation_ratio_std", "unallocated_gpus", "fragmented_gpus", "seconds",
-                   "cpu_seconds")
+                   "allocation_ratio", "allocation_ratio_std", "unallocated_gpus", "fragmented_gpus",
+                   "oversubscribed_ratio", "oversubscribed_gpus", "seconds", "cpu_seconds")
 SERIES_COLUMNS = ("trace", "mode", "policy", "seed", "arrived_percent", "allocation_ratio", "served_ratio",
                   "fragmented_gpus", "fragmentation_ratio")
 
