@@ -218,7 +218,13 @@ def test_cli_all_modes_report_oversubscription(tmp_path):
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert [r["mode"] for r in rows] == ["dra", "device-plugin", "time-slicing"]
     assert rows[2]["replicas"] == 3 and "oversubscribed_ratio" in rows[2]
-    done = _cli(tmp_path, "--mode", "time-slicing", "--tune", "2", "-o", "wide", "--policy", "kube")
+    done = _cli(tmp_path, "--mode", "time-slicing", "--tune", "2", "-o", "wide", "--policy", "kube",
+                "--out-dir", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
-    header = done.stdout.splitlines()[0].split()
+    header, row = (line.split() for line in done.stdout.splitlines()[:2])
     assert "OVERSUB%" in header and "OVERSUB-GPUS" in header
+    [result] = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert row[header.index("OVERSUB%")] == str(round(result["oversubscribed_ratio"], 2))
+    summary = (tmp_path / "out" / "summary.csv").read_text().splitlines()
+    assert {"oversubscribed_ratio", "oversubscribed_gpus"} <= set(summary[0].split(","))
+    assert "oversubscribed_ratio" in (tmp_path / "out" / "series.csv").read_text().splitlines()[0].split(",")
