@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudra.simulate import run_experiment
-from gpudra.simulate.engine import start
+from gpudra.simulate.engine import ALL_POLICIES, start
 from gpudra.simulate.objects import cluster_objects, pod_objects
 from gpudra.simulate.timeslicing import distributed_pick
 from gpudra.simulate.trace import Task, Trace, TraceNode, read_nodes, read_tasks
@@ -228,3 +228,13 @@ def test_cli_all_modes_report_oversubscription(tmp_path):
     summary = (tmp_path / "out" / "summary.csv").read_text().splitlines()
     assert {"oversubscribed_ratio", "oversubscribed_gpus"} <= set(summary[0].split(","))
     assert "oversubscribed_ratio" in (tmp_path / "out" / "series.csv").read_text().splitlines()[0].split(",")
+
+
+def test_every_policy_runs_in_time_slicing_mode():
+    nodes = [TraceNode(f"{n.name}-{c}", n.cpu_milli, n.memory_mib, n.gpus, n.model)
+             for c in range(4) for n in read_nodes(io.StringIO(NODES_CSV))]
+    trace = Trace("small", nodes, read_tasks(io.StringIO(PODS_CSV)))
+    for policy in ALL_POLICIES:
+        result = run_experiment(trace, policy, 42, "time-slicing", tune=3, replicas=2)
+        assert result["served_ratio"] is not None and result["oversubscribed_ratio"] is not None, policy
+        assert 0 < result["scheduled"] <= result["tasks"], policy
