@@ -190,6 +190,9 @@ def test_served_reserved_and_oversubscribed_invariants(node_gpus, specs, replica
     assert run.oversubscription() == (excess, sum(1 for d in demand.values() if d > 1000))
     reserved = sum(1 for t in taken.values() if t)
     assert run.used == 1000 * reserved and reserved <= trace.gpus
+    # FGD's fragmentation counts free GPU milli; free is what the free replicas stand for
+    free = sum(1000 * (replicas - t) // replicas for t in taken.values())
+    assert run.free == free and run.frag <= free + 1e-6
 
 
 # ----- CLI ----------------------------------------------------------------------------------------------------

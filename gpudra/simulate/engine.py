@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpudra.errors import GpudraError
@@ -102,6 +102,10 @@ class Run:
     node_frag: dict[str, float]
     used: int = 0
     frag: float = 0.0
+    # GPU milli the policies see as free: capacity - used, except in time-slicing, where `used` counts GPUs
+    # reserved and the free part is the free replicas' (the fragmentation ratio's denominator, as `frag`'s basis)
+    free: int = 0
+    node_free: dict[str, int] = field(default_factory=dict)
     fail_requests_greater_than_one: bool = False  # time-slicing: the plugin refuses requests of > 1 replica
 
     def refresh(self, node: str) -> NodeRes:
@@ -113,6 +117,8 @@ class Run:
         frag = self.context.fragmentation.node(res)
         self.used += used - self.node_used.get(node, 0)
         self.frag += frag - self.node_frag.get(node, 0.0)
+        self.free += res.gpu_left_total - self.node_free.get(node, 0)
+        self.node_free[node] = res.gpu_left_total
         self.node_used[node] = used
         self.node_frag[node] = frag
         return res
@@ -263,7 +269,7 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
         alloc_points.append((x, 100 * run.used / capacity))
         served_points.append((x, 100 * served / capacity))
         frag_points.append((x, run.frag / MILLI))
-        idle = capacity - run.used
+        idle = run.free
         ratio_points.append((x, 100 * run.frag / idle if idle > 0 else 0.0))
         over_milli, over_gpus = run.oversubscription()
         over_points.append((x, 100 * over_milli / capacity))
