@@ -40,8 +40,17 @@ def _split(values: tuple[str, ...]) -> list[str]:
 @click.option("--seed", type=int, default=42, show_default=True, help="First seed (the paper's are 42..51).")
 @click.option("--seeds", type=click.IntRange(1, None), default=1, show_default=True,
               help="How many seeds, from --seed on.")
-@click.option("--mode", type=click.Choice(["dra", "device-plugin", "both"]), default="dra", show_default=True,
-              help="dra: claims on shareable GPUs; device-plugin: count-only nvidia.com/gpu, a whole GPU per task.")
+@click.option("--mode", type=click.Choice(["dra", "device-plugin", "time-slicing", "both", "all"]), default="dra",
+              show_default=True,
+              help="dra: claims on shareable GPUs; device-plugin: count-only nvidia.com/gpu, a whole GPU per task; "
+                   "time-slicing: the device plugin with --replicas per GPU, a share takes one replica and "
+                   "demand can exceed a GPU; both: dra and device-plugin; all: the three.")
+@click.option("--replicas", type=int, default=None,
+              help="time-slicing: replicas of nvidia.com/gpu per GPU (the plugin's sharing.timeSlicing "
+                   "replicas, at least 2) [default: 4].")
+@click.option("--fail-requests-greater-than-one", is_flag=True, default=False,
+              help="time-slicing: the plugin's failRequestsGreaterThanOne, a pod asking for more than one "
+                   "replica fails admission.")
 @click.option("--tune", type=float, default=DEFAULT_TUNE, show_default=True,
               help="Workload tuning: sample tasks until arrived GPU demand reaches this × capacity "
                    "(0: every task once; at most 10).")
@@ -62,7 +71,8 @@ def _split(values: tuple[str, ...]) -> list[str]:
                help="table: mean over seeds (wide: with tasks, scheduled and CPU seconds); json: one object per "
                     "experiment per line; yaml: the same objects as a `---` stream; csv: the summary.")
 def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None, manifests: tuple[str, ...],
-            policies: tuple[str, ...], seed: int, seeds: int, mode: str, tune: float, method: str, jobs: int | None,
+            policies: tuple[str, ...], seed: int, seeds: int, mode: str, replicas: int | None,
+            fail_requests_greater_than_one: bool, tune: float, method: str, jobs: int | None,
             dask_scheduler: str | None, out_dir: str | None, kubernetes_version: str | None, features: str,
             output: str) -> None:
     """Replay a trace of a GPU cluster: every task becomes a Pod (with a ResourceClaim in DRA mode), every node
@@ -134,12 +144,14 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
         raise UsageError(str(exc)) from None
     if out_dir:  # before the run, not after minutes of it
         _writable_directory(out_dir)
-    modes = ["dra", "device-plugin"] if mode == "both" else [mode]
+    modes = {"both": ["dra", "device-plugin"], "all": ["dra", "device-plugin", "time-slicing"]}.get(mode, [mode])
+    replicas = _replicas(replicas, fail_requests_greater_than_one, "time-slicing" in modes)
     if manifests:
         modes = ["manifests"]
     version = _release(kubernetes_version, features, "dra" in modes)
     gates = None if features == "default" else features
-    experiments = [Experiment(source, policy, s, m, tune, method, version, gates)
+    experiments = [Experiment(source, policy, s, m, tune, method, version, gates, replicas,
+                              fail_requests_greater_than_one)
                    for source in sources for m in modes for policy in chosen for s in range(seed, seed + seeds)]
     workers = min(jobs or default_jobs(), len(experiments))
     clock = SweepClock(predictions(experiments, trace_of), workers)
@@ -220,6 +232,21 @@ def _release(kubernetes_version: str | None, features: str, dra: bool) -> str | 
     return version
 
 
+def _replicas(replicas: int | None, fail_requests_greater_than_one: bool, time_slicing: bool) -> int:
+    """--replicas (default 4), a usage error outside time-slicing or below the plugin's minimum of 2."""
+    from gpudra.simulate.timeslicing import DEFAULT_REPLICAS, MIN_REPLICAS
+
+    if not time_slicing and (replicas is not None or fail_requests_greater_than_one):
+        option = "--replicas" if replicas is not None else "--fail-requests-greater-than-one"
+        raise UsageError(f"{option} applies to --mode time-slicing (or all)")
+    if replicas is None:
+        return DEFAULT_REPLICAS
+    if replicas < MIN_REPLICAS:
+        raise UsageError(f"--replicas: NVIDIA's device plugin needs at least {MIN_REPLICAS} replicas per GPU "
+                         f"(api/config/v1/replicas.go), not {replicas}")
+    return replicas
+
+
 def _writable_directory(path: str) -> None:
     """UsageError unless `path` is (or can be made) a directory this process can write in."""
     import os
@@ -258,13 +285,16 @@ def _empty_column_notes(results: list[dict], tune: float) -> list[str]:
 def _table(rows: list[dict], wide: bool = False) -> str:
     # Served demand first: one measure for both modes. RESERVED% is the GPUs held (the paper's allocation ratio):
     # equal to SERVED% in DRA mode, where a share takes its own milli-GPUs, and higher in device-plugin mode,
-    # where a share holds a whole GPU.
+    # where a share holds a whole GPU. OVERSUB% (time-slicing): GPU demand placed beyond the GPUs' capacity, % of
+    # capacity; SERVED% counts it, so the two are read together.
     columns = [("TRACE", "trace"), ("MODE", "mode"), ("POLICY", "policy"), ("SEEDS", "seeds"), ("GPUS", "gpus"),
                ("SERVED%@100", "served_ratio"), ("STD", "served_ratio_std"), ("UNSERVED-GPUS", "unserved_gpus"),
-               ("RESERVED%", "allocation_ratio"), ("FRAG-GPUS", "fragmented_gpus"), ("SECONDS", "seconds")]
+               ("RESERVED%", "allocation_ratio"), ("FRAG-GPUS", "fragmented_gpus"),
+               ("OVERSUB%", "oversubscribed_ratio"), ("SECONDS", "seconds")]
     if wide:
         columns[5:5] = [("TASKS", "tasks"), ("SCHEDULED", "scheduled")]
-        columns[-2:-2] = [("RESERVED-STD", "allocation_ratio_std"), ("UNRESERVED-GPUS", "unallocated_gpus")]
+        columns[-3:-3] = [("RESERVED-STD", "allocation_ratio_std"), ("UNRESERVED-GPUS", "unallocated_gpus")]
+        columns[-1:-1] = [("OVERSUB-GPUS", "oversubscribed_gpus")]
         columns.append(("CPU-SECONDS", "cpu_seconds"))
     cells = [[h for h, _ in columns]] + [["-" if row.get(k) is None else str(row.get(k)) for _, k in columns]
                                          for row in rows]

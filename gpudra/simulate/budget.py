@@ -29,6 +29,9 @@ PER_TASK_CPU_MS: dict[str, dict[str, float]] = {
     "device-plugin": {"random": 3.38, "dotprod": 2.58, "gpu-clustering": 2.66, "gpu-packing": 2.78, "bestfit": 2.56,
                       "fgd": 3.01, "kube": 3.18, "binpack": 3.05, "fragmentation": 4.95},
 }
+# time-slicing: device-plugin's numbers (the same scheduler work plus the plugin's replica pick per task); fgd
+# measured 3.1-3.3 with `gpudra simulate --mode time-slicing --policy fgd -j 1` (2026-12-04 00:05 UTC, same machine)
+PER_TASK_CPU_MS["time-slicing"] = PER_TASK_CPU_MS["device-plugin"]
 MANIFEST_POD_CPU_MS = 2.0  # a pod of a manifest replay: gpudra's own policies, about the scheduler's cost
 
 

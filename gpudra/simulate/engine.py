@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpudra.errors import GpudraError
@@ -24,8 +24,9 @@ from gpudra.scheduler.cluster import allocated_device_ids
 from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
 
 from .fgd import Fragmentation, NodeRes, typical_tasks
-from .objects import NAMESPACE, cluster_objects, gpu_device_id, pod_objects
+from .objects import MODES, NAMESPACE, cluster_objects, gpu_device_id, pod_objects
 from .policies import PAPER_POLICIES, SIM_POLICIES, SimContext, node_ranks, paper_policy
+from .timeslicing import DEFAULT_REPLICAS, MIN_REPLICAS, ReplicaState, replicas_asked
 from .trace import MILLI, Task, Trace
 
 ALL_POLICIES = PAPER_POLICIES + tuple(p for p in GPUDRA_POLICIES if p != "spread")
@@ -77,7 +78,8 @@ def tuned_workload(tasks: list[Task], capacity_milli: int, tune: float, rng: ran
 @dataclass(frozen=True)
 class Placement:
     """Where one task went: the node (None: unschedulable) and the indices of the GPUs it got there (DRA mode;
-    in device-plugin mode nothing says which GPUs, so none)."""
+    time-slicing: the GPU of each replica, so an index repeats when two replicas share a GPU; in device-plugin
+    mode nothing says which GPUs, so none)."""
 
     pod: str
     node: str | None
@@ -100,13 +102,23 @@ class Run:
     node_frag: dict[str, float]
     used: int = 0
     frag: float = 0.0
+    # GPU milli the policies see as free: capacity - used, except in time-slicing, where `used` counts GPUs
+    # reserved and the free part is the free replicas' (the fragmentation ratio's denominator, as `frag`'s basis)
+    free: int = 0
+    node_free: dict[str, int] = field(default_factory=dict)
+    fail_requests_greater_than_one: bool = False  # time-slicing: the plugin refuses requests of > 1 replica
 
     def refresh(self, node: str) -> NodeRes:
         res = self.context.node_res(node)
-        used = len(res.gpu_left) * MILLI - res.gpu_left_total
+        replicas = self.context.replicas
+        # time-slicing: a GPU with any replica taken is reserved (its demand is `replicas.demand`)
+        used = (MILLI * replicas.reserved_gpus(node) if replicas is not None
+                else len(res.gpu_left) * MILLI - res.gpu_left_total)
         frag = self.context.fragmentation.node(res)
         self.used += used - self.node_used.get(node, 0)
         self.frag += frag - self.node_frag.get(node, 0.0)
+        self.free += res.gpu_left_total - self.node_free.get(node, 0)
+        self.node_free[node] = res.gpu_left_total
         self.node_used[node] = used
         self.node_frag[node] = frag
         return res
@@ -114,14 +126,35 @@ class Run:
     def schedule(self, pod_name: str) -> Placement:
         """Schedule one submitted task through the scheduler and allocator; the node's totals follow."""
         key = f"{NAMESPACE}/{pod_name}"
+        replicas = self.context.replicas
+        task = self.context.tasks[key]
+        if replicas is not None and self.fail_requests_greater_than_one and replicas_asked(task) > 1:
+            # rm.go ValidateRequests: the kubelet's Allocate fails, the pod fails admission and holds nothing
+            return Placement(pod_name, None)
         result = self.scheduler.schedule_pod(key)
         if not result.scheduled or result.node is None:
             return Placement(pod_name, None)
+        if replicas is not None:
+            picked = replicas.place(key, result.node, task)
+            self.refresh(result.node)
+            return Placement(pod_name, result.node, tuple(sorted(picked)))
         self.refresh(result.node)
         devices = self.context.node_gpus.get(result.node, ("", []))[1]
         gpus = sorted(devices.index(device) for claim in result.claims
                       for device in allocated_device_ids(self.cluster.claims[claim]) if device in devices)
         return Placement(pod_name, result.node, tuple(gpus))
+
+    def delete(self, pod_name: str, node: str) -> None:
+        key = f"{NAMESPACE}/{pod_name}"
+        self.cluster.delete_pod(key)
+        if self.context.replicas is not None:
+            self.context.replicas.release(key)
+        self.refresh(node)
+
+    def oversubscription(self) -> tuple[int, int]:
+        """(GPU milli placed beyond capacity, GPUs oversubscribed); (0, 0) outside time-slicing."""
+        replicas = self.context.replicas
+        return (replicas.oversubscribed_milli(), replicas.oversubscribed_gpus()) if replicas is not None else (0, 0)
 
 
 # (Kubernetes version, --features text) a run behaves as; None: the newest release's defaults.
@@ -130,11 +163,12 @@ Release = tuple[str | None, str | None] | None
 
 def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int, mode: str,
           rng: random.Random | None = None, release: Release = None,
-          node_rank: dict[str, int] | None = None) -> Run:
+          node_rank: dict[str, int] | None = None, replicas: int = DEFAULT_REPLICAS,
+          fail_requests_greater_than_one: bool = False) -> Run:
     """`rng`: the experiment's stream after tuning; the paper policies' node order for ties is drawn from it,
     unless `node_rank` gives it (node -> rank, the artifact's "%04d-" name prefix). `release`: (Kubernetes
     version, --features text) the scheduler and allocator behave as (None: 1.36's)."""
-    objects = cluster_objects(trace.nodes, mode)
+    objects = cluster_objects(trace.nodes, mode, replicas)
     tasks: dict[str, Task] = {}
     for pod_name, task in workload:
         objects.extend(pod_objects(task, pod_name, mode))
@@ -145,14 +179,16 @@ def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int
     fragmentation = Fragmentation(typical_tasks(trace.tasks))
     if node_rank is None:
         node_rank = node_ranks(node_gpus, rng if rng is not None else random.Random(seed))
-    context = SimContext(cluster, mode, node_gpus, tasks, fragmentation, seed, node_rank)
+    state = ReplicaState(replicas, {n.name: n.gpus for n in trace.nodes}) if mode == "time-slicing" else None
+    context = SimContext(cluster, mode, node_gpus, tasks, fragmentation, seed, node_rank, state)
     if policy in SIM_POLICIES:
         scheduler = Scheduler(cluster, policy=paper_policy(policy, context))
     elif policy in GPUDRA_POLICIES:
         scheduler = Scheduler(cluster, policy=policy)
     else:
         raise SimulationError(f"unknown policy {policy!r}; choose from {', '.join(ALL_POLICIES)}")
-    run = Run(trace, policy, seed, mode, cluster, scheduler, context, trace.gpus * MILLI, {}, {})
+    run = Run(trace, policy, seed, mode, cluster, scheduler, context, trace.gpus * MILLI, {}, {},
+              fail_requests_greater_than_one=fail_requests_greater_than_one)
     for node in trace.nodes:
         run.refresh(node.name)
     return run
@@ -194,9 +230,13 @@ def per_percent(points: list[tuple[float, float]], upto: int) -> dict[int, float
 
 
 def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra", tune: float = DEFAULT_TUNE,
-                   method: str = "tune", progress: Progress | None = None, release: Release = None) -> dict[str, Any]:
-    if mode not in ("dra", "device-plugin"):
-        raise SimulationError(f"unknown mode {mode!r}; choose dra or device-plugin")
+                   method: str = "tune", progress: Progress | None = None, release: Release = None,
+                   replicas: int = DEFAULT_REPLICAS, fail_requests_greater_than_one: bool = False) -> dict[str, Any]:
+    """`replicas`, `fail_requests_greater_than_one`: the time-slicing config (`timeslicing.py`)."""
+    if mode not in MODES:
+        raise SimulationError(f"unknown mode {mode!r}; choose {', '.join(MODES)}")
+    if mode == "time-slicing" and replicas < MIN_REPLICAS:
+        raise SimulationError(f"replicas: NVIDIA's device plugin needs at least {MIN_REPLICAS}, not {replicas}")
     if method not in METHODS:
         raise SimulationError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if trace.gpus <= 0:
@@ -206,15 +246,19 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     started, cpu_started = time.perf_counter(), time.process_time()
     rng = random.Random(seed)
     if method == "events":
-        return _run_events(trace, policy, seed, mode, progress, started, cpu_started, release)
+        return _run_events(trace, policy, seed, mode, progress, started, cpu_started, release, replicas,
+                           fail_requests_greater_than_one)
     workload = tuned_workload(trace.tasks, trace.gpus * MILLI, tune, rng)
-    run = start(trace, workload, policy, seed, mode, rng, release)
+    run = start(trace, workload, policy, seed, mode, rng, release, replicas=replicas,
+                fail_requests_greater_than_one=fail_requests_greater_than_one)
     capacity = run.capacity_milli
     arrived = served = scheduled = 0
     alloc_points: list[tuple[float, float]] = []
     frag_points: list[tuple[float, float]] = []
     served_points: list[tuple[float, float]] = []
     ratio_points: list[tuple[float, float]] = []
+    over_points: list[tuple[float, float]] = []
+    over_gpu_points: list[tuple[float, float]] = []
     at_100: dict[str, Any] | None = None
     for done, (pod_name, task) in enumerate(workload, start=1):
         arrived += task.total_gpu_milli
@@ -225,8 +269,11 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
         alloc_points.append((x, 100 * run.used / capacity))
         served_points.append((x, 100 * served / capacity))
         frag_points.append((x, run.frag / MILLI))
-        idle = capacity - run.used
+        idle = run.free
         ratio_points.append((x, 100 * run.frag / idle if idle > 0 else 0.0))
+        over_milli, over_gpus = run.oversubscription()
+        over_points.append((x, 100 * over_milli / capacity))
+        over_gpu_points.append((x, over_gpus))
         if at_100 is None and x >= 100:
             at_100 = {"model_utilisation": _model_utilisation(run)}
         if progress is not None:
@@ -236,6 +283,8 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     fragmentation = per_percent(frag_points, upto)
     ratio = per_percent(ratio_points, upto)
     served_series = per_percent(served_points, upto)
+    over_series = per_percent(over_points, upto)
+    over_gpu_series = per_percent(over_gpu_points, upto)
     percents = sorted(allocation)
     at = allocation.get(100)
     summary: dict[str, Any] = {
@@ -255,6 +304,9 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
         "served_ratio": round(served_series[100], 4) if 100 in served_series else None,
         "fragmented_gpus": round(fragmentation[100], 2) if 100 in fragmentation else None,
         "fragmentation_ratio": round(ratio[100], 4) if 100 in ratio else None,
+        # GPU demand placed beyond the GPUs' capacity (time-slicing replicas isolate nothing), % of capacity
+        "oversubscribed_ratio": round(over_series[100], 4) if 100 in over_series else None,
+        "oversubscribed_gpus": round(over_gpu_series[100], 2) if 100 in over_gpu_series else None,
         "model_utilisation": (at_100 or {"model_utilisation": _model_utilisation(run)})["model_utilisation"],
         "series": {
             "arrived_percent": percents,
@@ -262,20 +314,26 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
             "served_ratio": [round(served_series.get(p, 0.0), 4) for p in percents],
             "fragmented_gpus": [round(fragmentation.get(p, 0.0), 3) for p in percents],
             "fragmentation_ratio": [round(ratio.get(p, 0.0), 4) for p in percents],
+            "oversubscribed_ratio": [round(over_series.get(p, 0.0), 4) for p in percents],
         },
     }
+    if mode == "time-slicing":
+        summary["replicas"] = replicas
+        summary["fail_requests_greater_than_one"] = fail_requests_greater_than_one
     summary["seconds"] = round(time.perf_counter() - started, 3)
     summary["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
     return summary
 
 
 def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progress | None, started: float,
-                cpu_started: float, release: Release = None) -> dict[str, Any]:
+                cpu_started: float, release: Release = None, replicas: int = DEFAULT_REPLICAS,
+                fail_requests_greater_than_one: bool = False) -> dict[str, Any]:
     timed = [t for t in trace.tasks if t.creation is not None]
     if not timed:
         raise SimulationError(f"trace {trace.name}: no creation_time column, the events method needs one")
     workload = [(t.name, t) for t in sorted(timed, key=lambda t: (t.creation, t.name))]
-    run = start(trace, workload, policy, seed, mode, release=release)
+    run = start(trace, workload, policy, seed, mode, release=release, replicas=replicas,
+                fail_requests_greater_than_one=fail_requests_greater_than_one)
     events: list[tuple[int, int, str, Task]] = []  # (time, order: deletions before creations, pod, task)
     for pod_name, task in workload:
         events.append((task.creation or 0, 1, pod_name, task))
@@ -286,6 +344,7 @@ def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progr
     times: list[int] = []
     allocation: list[float] = []
     fragmented: list[float] = []
+    oversubscribed: list[float] = []
     scheduled = 0
     capacity = run.capacity_milli
     for done, (when, kind, pod_name, _task) in enumerate(events, start=1):
@@ -296,12 +355,11 @@ def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progr
                 scheduled += 1
                 placed[key] = node
         elif key in placed:
-            node = placed.pop(key)
-            run.cluster.delete_pod(key)
-            run.refresh(node)
+            run.delete(pod_name, placed.pop(key))
         times.append(when)
         allocation.append(round(100 * run.used / capacity, 4))
         fragmented.append(round(run.frag / MILLI, 3))
+        oversubscribed.append(round(100 * run.oversubscription()[0] / capacity, 4))
         if progress is not None:
             progress(done, len(events))
     peak = max(allocation, default=0.0)
@@ -309,7 +367,9 @@ def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progr
         "trace": trace.name, "mode": mode, "policy": policy, "seed": seed, "method": "events", "tune": None,
         "nodes": len(trace.nodes), "gpus": trace.gpus, "tasks": len(workload), "scheduled": scheduled,
         "unscheduled": len(workload) - scheduled, "allocation_ratio": None, "unallocated_gpus": None,
-        "peak_allocation_ratio": peak, "model_utilisation": _model_utilisation(run),
-        "series": {"time_s": times, "allocation_ratio": allocation, "fragmented_gpus": fragmented},
+        "peak_allocation_ratio": peak, "peak_oversubscribed_ratio": max(oversubscribed, default=0.0),
+        "model_utilisation": _model_utilisation(run),
+        "series": {"time_s": times, "allocation_ratio": allocation, "fragmented_gpus": fragmented,
+                   "oversubscribed_ratio": oversubscribed},
         "seconds": round(time.perf_counter() - started, 3), "cpu_seconds": round(time.process_time() - cpu_started, 3),
     }

@@ -1,5 +1,6 @@
 """A trace as Kubernetes objects: Nodes with the ResourceSlices gpudra's driver publishes, Pods and their
-ResourceClaims (`--mode dra`), or Pods asking for `nvidia.com/gpu` from a device plugin (`--mode device-plugin`).
+ResourceClaims (`--mode dra`), or Pods asking for `nvidia.com/gpu` from a device plugin (`--mode device-plugin`;
+`--mode time-slicing`: the plugin with time-slicing replicas, `timeslicing.py`).
 
 DRA: every GPU of a node is a device of the driver's pool for that node, published the way
 `gpudra.driver.slices` does in its consumable-capacity sharing mode (`allowMultipleAllocations`, a `compute`
@@ -10,7 +11,8 @@ CPU and memory stay pod requests.
 
 Device plugin: the node's allocatable carries `nvidia.com/gpu: <count>` and nothing describes the GPUs; every
 task asks for whole GPUs (a share becomes a whole GPU). A model constraint becomes node affinity on the
-`nvidia.com/gpu.product` label (what GPU feature discovery sets), since requests cannot say it.
+`nvidia.com/gpu.product` label (what GPU feature discovery sets), since requests cannot say it. With
+time-slicing the node advertises N replicas per GPU and a share asks for one replica.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from typing import Any
 from gpudra.discovery.model import Gpu, Inventory
 from gpudra.driver.slices import COMPUTE_CAPACITY, COMPUTE_UNITS, DEFAULT_DRIVER_NAME, build_resource_slices, device_classes
 
+from .timeslicing import DEFAULT_REPLICAS, replicas_asked
 from .trace import MILLI, Task, TraceNode
 
-MODES = ("dra", "device-plugin")
+MODES = ("dra", "device-plugin", "time-slicing")
+DEVICE_PLUGIN_MODES = ("device-plugin", "time-slicing")  # count-only nvidia.com/gpu
 NAMESPACE = "sim"
 GPU_RESOURCE = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -47,13 +51,15 @@ def node_inventory(node: TraceNode) -> Inventory:
     return Inventory(backend="trace", driver_version="0.0.0", cuda_driver_version="0.0", gpus=gpus)
 
 
-def node_objects(node: TraceNode, mode: str) -> list[dict[str, Any]]:
+def node_objects(node: TraceNode, mode: str, replicas: int = DEFAULT_REPLICAS) -> list[dict[str, Any]]:
     allocatable = {"cpu": f"{node.cpu_milli}m", "memory": f"{node.memory_mib}Mi", "pods": MAX_PODS}
     labels = {"kubernetes.io/hostname": node.name}
     if node.model:
         labels[PRODUCT_LABEL] = node.model
     if mode == "device-plugin" and node.gpus:
         allocatable[GPU_RESOURCE] = str(node.gpus)
+    elif mode == "time-slicing" and node.gpus:
+        allocatable[GPU_RESOURCE] = str(node.gpus * replicas)
     objects: list[dict[str, Any]] = [{
         "apiVersion": "v1",
         "kind": "Node",
@@ -65,12 +71,12 @@ def node_objects(node: TraceNode, mode: str) -> list[dict[str, Any]]:
     return objects
 
 
-def cluster_objects(nodes: list[TraceNode], mode: str) -> list[dict[str, Any]]:
+def cluster_objects(nodes: list[TraceNode], mode: str, replicas: int = DEFAULT_REPLICAS) -> list[dict[str, Any]]:
     objects: list[dict[str, Any]] = []
     if mode == "dra":
         objects.extend(c for c in device_classes() if c["metadata"]["name"] == GPU_CLASS)
     for node in nodes:
-        objects.extend(node_objects(node, mode))
+        objects.extend(node_objects(node, mode, replicas))
     return objects
 
 
@@ -100,8 +106,9 @@ def pod_objects(task: Task, pod_name: str, mode: str) -> list[dict[str, Any]]:
         "spec": {"containers": [container]},
     }
     objects = [pod]
-    if task.num_gpu and mode == "device-plugin":
-        requests[GPU_RESOURCE] = str(task.num_gpu)  # a share is a whole GPU here
+    if task.num_gpu and mode in DEVICE_PLUGIN_MODES:
+        # device-plugin: a share is a whole GPU; time-slicing: a share is one replica, k GPUs are k replicas
+        requests[GPU_RESOURCE] = str(task.num_gpu if mode == "device-plugin" else replicas_asked(task))
         if task.gpu_spec:
             pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [{"matchExpressions": [

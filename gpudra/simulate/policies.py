@@ -30,6 +30,7 @@ from gpudra.scheduler.scoring import Policy
 
 from .fgd import (MAX_NODE_SCORE, Fragmentation, NodeRes, fgd_choice, first_free_gpus, fragmentation_growth,
                   pinned_demand_per_gpu)
+from .timeslicing import ReplicaState
 from .trace import MILLI, Task
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,9 +64,10 @@ class SimContext:
 
     def __init__(self, cluster: "Cluster", mode: str, node_gpus: dict[str, tuple[str, list[tuple[str, str, str]]]],
                  tasks: dict[str, Task], fragmentation: Fragmentation, seed: int,
-                 node_rank: dict[str, int] | None = None):
+                 node_rank: dict[str, int] | None = None, replicas: ReplicaState | None = None):
         self.cluster = cluster
         self.mode = mode
+        self.replicas = replicas  # time-slicing: which GPU the plugin gave each replica
         self.node_gpus = node_gpus  # node -> (model, GPU device IDs; in device-plugin mode just as many IDs)
         self.tasks = tasks
         self.fragmentation = fragmentation
@@ -82,7 +84,10 @@ class SimContext:
         usage = cluster.usage[node]
         cpu_capacity = allocatable.get("cpu", 0)
         model, devices = self.node_gpus.get(node, ("", []))
-        if self.mode == "device-plugin":
+        if self.replicas is not None:
+            # a count-only scheduler knows replicas, not demand: a GPU's free replicas stand for its free part
+            left = self.replicas.left(node)
+        elif self.mode == "device-plugin":
             used = usage.requested.get("nvidia.com/gpu", 0)
             left = tuple(0 if i < used else MILLI for i in range(len(devices)))
         else:

@@ -18,10 +18,10 @@ from typing import Any
 from .sweep import summarize
 
 SUMMARY_COLUMNS = ("trace", "mode", "policy", "seeds", "gpus", "served_ratio", "served_ratio_std", "unserved_gpus",
-                   "allocation_ratio", "allocation_ratio_std", "unallocated_gpus", "fragmented_gpus", "seconds",
-                   "cpu_seconds")
+                   "allocation_ratio", "allocation_ratio_std", "unallocated_gpus", "fragmented_gpus",
+                   "oversubscribed_ratio", "oversubscribed_gpus", "seconds", "cpu_seconds")
 SERIES_COLUMNS = ("trace", "mode", "policy", "seed", "arrived_percent", "allocation_ratio", "served_ratio",
-                  "fragmented_gpus", "fragmentation_ratio")
+                  "fragmented_gpus", "fragmentation_ratio", "oversubscribed_ratio")
 
 
 # A text cell a spreadsheet would take for a formula (OWASP "CSV Injection"): a trace named `=1+1.csv` put a
@@ -59,10 +59,11 @@ def series_csv(results: list[dict[str, Any]]) -> str:
     writer.writerow(SERIES_COLUMNS)
     for r in results:
         series = r.get("series") or {}
+        over = series.get("oversubscribed_ratio") or []  # absent in results.json written before time-slicing
         for i, percent in enumerate(series.get("arrived_percent") or []):
             writer.writerow([r["trace"], r["mode"], r["policy"], r["seed"], percent, series["allocation_ratio"][i],
                              series["served_ratio"][i], series["fragmented_gpus"][i],
-                             series["fragmentation_ratio"][i]])
+                             series["fragmentation_ratio"][i], over[i] if i < len(over) else ""])
     return out.getvalue()
 
 

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from .engine import DEFAULT_TUNE, run_experiment
 from .manifests import Manifests, load_manifests, run_manifests
+from .timeslicing import DEFAULT_REPLICAS
 from .trace import Trace, bundled_trace, load_trace
 
 FIRST_SEED = 42  # the artifact's seeds are 42..51
@@ -47,6 +48,8 @@ class Experiment:
     method: str = "tune"
     kubernetes_version: str | None = None  # the release the scheduler and allocator behave as (None: newest)
     features: str | None = None  # --features over that release's default gates
+    replicas: int = DEFAULT_REPLICAS  # time-slicing mode: replicas per GPU
+    fail_requests_greater_than_one: bool = False  # time-slicing mode: the plugin refuses requests of > 1 replica
 
     @property
     def release(self) -> tuple[str | None, str | None] | None:
@@ -62,7 +65,8 @@ def run_one(trace: "Trace | Manifests", experiment: Experiment,
     if isinstance(trace, Manifests):
         return run_manifests(trace, experiment.policy, experiment.seed, progress, experiment.release)
     return run_experiment(trace, experiment.policy, experiment.seed, experiment.mode, experiment.tune,
-                          experiment.method, progress, experiment.release)
+                          experiment.method, progress, experiment.release, experiment.replicas,
+                          experiment.fail_requests_greater_than_one)
 
 
 def _run(experiment: Experiment) -> dict[str, Any]:
@@ -186,6 +190,11 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                               if r.get("served_ratio") is not None), 1) if served else None
             frag = [r["fragmented_gpus"] for r in members if r.get("fragmented_gpus") is not None]
             row["fragmented_gpus"] = round(mean(frag), 1) if frag else None
+            # time-slicing: GPU demand placed beyond capacity (0 in the other modes, which cannot oversubscribe)
+            over = [r["oversubscribed_ratio"] for r in members if r.get("oversubscribed_ratio") is not None]
+            row["oversubscribed_ratio"] = round(mean(over), 2) if over else None
+            over_gpus = [r["oversubscribed_gpus"] for r in members if r.get("oversubscribed_gpus") is not None]
+            row["oversubscribed_gpus"] = round(mean(over_gpus), 1) if over_gpus else None
         row["seconds"] = round(mean(r["seconds"] for r in members), 2)
         row["cpu_seconds"] = round(mean(r["cpu_seconds"] for r in members), 2)
         rows.append(row)
