@@ -215,23 +215,24 @@ def _includes(target, item) -> bool:
 
 
 # ----- strings extension: indexOf/lastIndexOf with an offset (cel-go v0.26.0 ext/strings.go) -------------
-def _index_of_offset(text: str, needle: str, offset: int) -> int:
+def _offset_answer(text: str, needle: str, offset: int) -> int | None:
+    """What both functions answer before searching: the offset for an empty needle, -1 past the end; None: search."""
     if needle == "":
         return offset
     if offset < 0:
         raise ValueError(f"index out of range: {offset}")
-    if offset >= len(text):
-        return -1
-    return text.find(needle, offset)
+    return -1 if offset >= len(text) else None
+
+
+def _index_of_offset(text: str, needle: str, offset: int) -> int:
+    early = _offset_answer(text, needle, offset)
+    return early if early is not None else text.find(needle, offset)
 
 
 def _last_index_of_offset(text: str, needle: str, offset: int) -> int:
-    if needle == "":
-        return offset
-    if offset < 0:
-        raise ValueError(f"index out of range: {offset}")
-    if offset >= len(text):
-        return -1
+    early = _offset_answer(text, needle, offset)
+    if early is not None:
+        return early
     start = min(offset, len(text) - len(needle))
     return -1 if start < 0 else text.rfind(needle, 0, start + len(needle))
 
