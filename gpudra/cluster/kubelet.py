@@ -19,11 +19,13 @@ from gpudra.atomicfile import write_atomic
 from gpudra.cdi import CdiError, apply_devices, default_oci_spec
 from gpudra.driver.claimpaths import ClaimPathError, is_inside, uid_path
 from gpudra.driver.kubelet_client import KubeletClient
+from gpudra.regularfile import read_regular_file
 
 from .layout import ClusterDir
 from .store import FILE_MODE, now_rfc3339, private_dirs
 
 COMPONENT = "kubelet"
+MAX_RECORD_BYTES = 16 << 20  # a pod's record: its claims' CDI edits and each container's view, far below this
 Emit = Callable[[dict[str, Any], str, str, str, str], None]  # (object, type, reason, message, component)
 
 
@@ -193,10 +195,9 @@ def record_path(cluster: ClusterDir, node: str, pod: dict[str, Any]) -> str:
 
 def _load_record(path: str) -> dict[str, Any] | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        with os.fdopen(fd, encoding="utf-8") as fh:
-            record = json.load(fh)
-    except (OSError, ValueError):  # gone, a symlink, half a crash: as if the pod had not started
+        raw = read_regular_file(path, MAX_RECORD_BYTES)
+        record = None if raw is None else json.loads(raw)
+    except (OSError, ValueError, RecursionError):  # a symlink, a FIFO, half a crash: as if the pod had not started
         return None
     return record if isinstance(record, dict) else None
 

@@ -36,12 +36,16 @@ from gpudra.api.schema import names
 from gpudra.atomicfile import write_atomic
 from gpudra.copying import copy_object
 from gpudra.driver.claimpaths import ClaimPathError, path_inside
+from gpudra.regularfile import read_regular_file_stat
 
 from .kinds import (  # noqa: F401 - re-exported: the store's callers import them from here
     KINDS, KindInfo, StoreError, check_api_version, check_identity, identity_problems, kind_info, resolve_kind,
 )
 
 FILE_MODE = 0o600
+# An object file's bound, written and read: the API server's request-body limit (3 MiB, apiserver's
+# MaxRequestBodyBytes), which every object a client could create fits.
+MAX_OBJECT_BYTES = 3 * 2**20
 DIR_MODE = 0o700
 # The API server's generateName: the prefix is cut so that prefix + five random characters fit 63 characters
 # (k8s.io/apiserver/pkg/storage/names: maxGeneratedNameLength).
@@ -181,7 +185,10 @@ class Store:
         if problem:
             meta = obj.get("metadata") or {}
             raise StoreError(f'{obj.get("kind")} "{printable(str(meta.get("name")))}" is invalid: {problem}', 422)
-        self._write(path, json.dumps(obj, indent=1))
+        text = json.dumps(obj, indent=1)
+        if len(text) > MAX_OBJECT_BYTES:  # what the store writes, it must read back (`_load`'s bound)
+            raise StoreError(f"Request entity too large: limit is {MAX_OBJECT_BYTES}", 413)
+        self._write(path, text)
         try:
             info = os.lstat(path)
         except OSError:
@@ -199,12 +206,14 @@ class Store:
 
     @staticmethod
     def _load(path: str) -> tuple[Any, tuple[int, int, int]]:
-        """The parsed file (never through a symlink) and its version stamp; FileNotFoundError when it is not
-        there."""
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        with os.fdopen(fd, encoding="utf-8") as fh:
-            info = os.fstat(fd)
-            return json.load(fh), (info.st_ino, info.st_mtime_ns, info.st_size)
+        """The parsed file and its version stamp: never through a symlink, never a FIFO or device (which would
+        block or flood the control loop), never more than MAX_OBJECT_BYTES; FileNotFoundError when it is not
+        there, UnsafeFileError (an OSError) when it is not a file the store wrote."""
+        found = read_regular_file_stat(path, MAX_OBJECT_BYTES)
+        if found is None:
+            raise FileNotFoundError(errno.ENOENT, "not found", path)
+        raw, info = found
+        return json.loads(raw), (info.st_ino, info.st_mtime_ns, info.st_size)
 
     def _read(self, path: str, info: KindInfo, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The object in `path`, or None when there is none or the file is not a valid object of that kind,
@@ -218,7 +227,7 @@ class Store:
             problem = "a symlink" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
             _report_once(path, problem)
             return None
-        except ValueError as exc:  # JSON or UTF-8
+        except (ValueError, RecursionError) as exc:  # JSON, UTF-8, or nested past Python's stack
             _report_once(path, f"not a JSON object ({exc})")
             return None
         malformed = _malformed(obj, info, namespace, name) or _invalid(path, stamp, obj)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import stat
 import time
 import uuid as uuidlib
 from dataclasses import asdict, dataclass
@@ -20,6 +19,7 @@ from typing import Any, Callable
 
 from gpudra.atomicfile import ensure_dir, write_atomic
 from gpudra.errors import GpudraError
+from gpudra.regularfile import read_regular_file
 
 EVENT_KINDS = ("xid", "ecc", "gpu-lost", "unmonitored")
 SPOOL_DIR_MODE = 0o700
@@ -88,15 +88,9 @@ MAX_EVENT_FILE_BYTES = 64 << 10  # an event is a few hundred bytes
 
 def _read_event_file(path: str) -> Any:
     """One spool file's JSON: a regular file (not a FIFO, device or symlink) of at most MAX_EVENT_FILE_BYTES."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise HealthEventError("not a regular file")
-        raw = os.read(fd, MAX_EVENT_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_EVENT_FILE_BYTES:
-        raise HealthEventError(f"larger than {MAX_EVENT_FILE_BYTES} bytes")
+    raw = read_regular_file(path, MAX_EVENT_FILE_BYTES)  # UnsafeFileError, an OSError, says why not
+    if raw is None:
+        raise FileNotFoundError(path)
     return json.loads(raw)
 
 

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from gpudra.atomicfile import ensure_dir, write_atomic
+from gpudra.regularfile import UnsafeFileError, read_regular_file
 
 from .backend import GpuBackend, MigError
 from .health import HealthEventError, SpoolMonitor, spool_dir_for
@@ -28,6 +29,7 @@ from .profiles import NodeProfile, gpu_model, node_profile
 _HOPPER_OR_LATER = ("Hopper", "Blackwell", "Rubin")
 STATE_FILE_MODE = 0o644  # "hardware" state: tests and tools on the node read it
 STATE_DIR_MODE = 0o700
+MAX_STATE_BYTES = 16 << 20  # every GPU of a node with its MIG devices: a few kB each
 
 
 class SimulatedBackend(GpuBackend):
@@ -130,13 +132,10 @@ class SimulatedBackend(GpuBackend):
                 self._write_state(state)
 
     def _read_raw(self) -> bytes | None:
-        try:
-            with open(self.state_path, "rb") as fh:  # type: ignore[arg-type]
-                return fh.read()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise MigError(f"simulated GPU state {self.state_path} is unreadable: {exc}") from None
+        try:  # never through a symlink, never a FIFO that would block every driver call
+            return read_regular_file(self.state_path, MAX_STATE_BYTES)  # type: ignore[arg-type]
+        except UnsafeFileError as exc:
+            raise MigError(f"simulated GPU state {self.state_path} {exc.problem}") from None
 
     def _parse(self, raw: bytes) -> dict[str, Any]:
         try:

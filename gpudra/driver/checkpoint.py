@@ -7,13 +7,11 @@ either the old or the new state, and silent damage is detected instead of truste
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
-import os
-import stat
 from typing import Any
 
+from gpudra import regularfile
 from gpudra.atomicfile import write_atomic
 
 from gpudra.errors import GpudraError
@@ -60,26 +58,9 @@ def read_regular_file(path: str, limit: int, what: str = "checkpoint") -> bytes 
     """The file's bytes; None when it does not exist. Refuses what is not a regular file (a symlink
     to /dev/zero, a FIFO that would block start-up) and what is larger than `limit`."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise CheckpointError(f"{what} {path} is a symbolic link, not a regular file") from None
-        raise CheckpointError(f"{what} {path} cannot be opened: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CheckpointError(f"{what} {path} is not a regular file")
-        chunks, size = [], 0
-        while size <= limit and (chunk := os.read(fd, 1 << 20)):
-            size += len(chunk)
-            chunks.append(chunk)
-        if size > limit:
-            raise CheckpointError(f"{what} {path} is larger than the {limit} bytes it can be")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+        return regularfile.read_regular_file(path, limit)
+    except regularfile.UnsafeFileError as exc:
+        raise CheckpointError(f"{what} {path} {exc.problem}") from None
 
 
 def load_checkpoint(path: str) -> dict[str, Any] | None:

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from gpudra.atomicfile import ensure_dir
 
+from gpudra.regularfile import read_regular_file
 from gpudra.errors import GpudraError
 
 from gpudra.device_config import TIME_SLICE_INTERVALS
@@ -74,7 +75,10 @@ class RecordingSharing(SharingControl):
             self.calls.append(step)
             if self.log_path is not None:
                 ensure_dir(os.path.dirname(self.log_path), 0o700)
-                with open(self.log_path, "a", encoding="utf-8") as fh:
+                # never through a planted symlink, never readable by others
+                fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o600)
+                with os.fdopen(fd, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(step) + "\n")
 
     def set_compute_mode(self, gpu_uuid: str, mode: str) -> None:
@@ -95,12 +99,13 @@ class RecordingSharing(SharingControl):
         self._record({"op": "mps-stop", "id": daemon_id})
 
 
+MAX_SHARING_LOG_BYTES = 64 << 20
+
+
 def read_sharing_log(path: str) -> list[dict[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
-    except FileNotFoundError:
-        return []
+    """The simulated GPUs' sharing steps, one JSON object a line ([] before the first)."""
+    raw = read_regular_file(path, MAX_SHARING_LOG_BYTES)
+    return [] if raw is None else [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
 
 
 class NvidiaSmiSharing(SharingControl):
