@@ -59,3 +59,30 @@ def read_regular_file_stat(path: str, limit: int) -> tuple[bytes, os.stat_result
         raise UnsafeFileError(path, f"cannot be read: {exc.strerror}", exc.errno or errno.EIO) from None
     finally:
         os.close(fd)
+
+
+def read_regular_file_tail(path: str, nbytes: int) -> bytes | None:
+    """The last `nbytes` bytes of a regular file (a log that may have grown large); None when it does not exist;
+    UnsafeFileError as `read_regular_file`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UnsafeFileError(path, f"cannot be opened: {exc.strerror}", exc.errno or errno.EIO) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafeFileError(path, "is not a regular file")
+        os.lseek(fd, max(0, info.st_size - nbytes), os.SEEK_SET)
+        chunks, size = [], 0
+        while size < nbytes and (chunk := os.read(fd, nbytes - size)):
+            size += len(chunk)
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except UnsafeFileError:
+        raise
+    except OSError as exc:
+        raise UnsafeFileError(path, f"cannot be read: {exc.strerror}", exc.errno or errno.EIO) from None
+    finally:
+        os.close(fd)

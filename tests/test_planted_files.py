@@ -146,3 +146,17 @@ def test_the_sharing_log_is_not_written_through_a_planted_symlink(tmp_path):
     sharing.set_compute_mode("GPU-a", "EXCLUSIVE_PROCESS")
     assert read_sharing_log(str(log)) == sharing.calls[1:]  # the refused step was recorded in memory only
     assert os.stat(log).st_mode & 0o077 == 0
+
+
+def test_fifos_planted_as_small_state_files_block_no_command(cluster, tmp_path):
+    """The store's resourceVersion, a pid file, a log, the driver's republish stamp: a FIFO in their place makes
+    each read answer 'nothing there' instead of waiting for a writer."""
+    from gpudra.cluster.nodes import read_pid
+
+    version = os.path.join(cluster.store.root, ".resourceVersion")
+    os.unlink(version)
+    os.mkfifo(version)
+    assert finishes(cluster.store.version) == 0
+    pid = str(tmp_path / "pid")
+    os.mkfifo(pid)
+    assert finishes(lambda: read_pid(pid)) is None

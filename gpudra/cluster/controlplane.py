@@ -16,6 +16,8 @@ import sys
 import threading
 import time
 
+from gpudra.regularfile import read_regular_file
+
 from .controller import reconcile
 from .layout import ClusterDir, ClusterSetupError
 from .nodes import process_alive, spawn, stop_process
@@ -49,11 +51,11 @@ def start(cluster: ClusterDir) -> bool:
 
 
 def _ready(cluster: ClusterDir) -> bool:
-    try:
-        with open(cluster.control_plane_log(), encoding="utf-8", errors="replace") as fh:
-            return "control plane ready" in fh.read()
-    except FileNotFoundError:
+    try:  # the line comes first thing after start-up: a log this large, or no file at all, is not ready
+        raw = read_regular_file(cluster.control_plane_log(), 16 << 20)
+    except OSError:
         return False
+    return raw is not None and b"control plane ready" in raw
 
 
 def stop(cluster: ClusterDir) -> bool:

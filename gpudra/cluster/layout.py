@@ -15,6 +15,7 @@ from gpudra.driver.claimpaths import ClaimPathError, path_inside
 from gpudra.driver.paths import DriverPaths
 from gpudra.driver.slices import DEFAULT_DRIVER_NAME
 from gpudra.errors import GpudraError
+from gpudra.regularfile import read_regular_file
 
 from .store import FILE_MODE, Store, private_dirs
 
@@ -227,12 +228,18 @@ def remember(path: str) -> None:
                  fsync=False)
 
 
+def _read_pointer(pointer: str) -> str:
+    """The directory a pointer file names ('' when there is none); UnsafeFileError (an OSError) for anything but a
+    small regular file."""
+    raw = read_regular_file(pointer, 4096)
+    return "" if raw is None else raw.decode("utf-8", "replace").strip()
+
+
 def forget(path: str) -> None:
     pointer = current_pointer()
     try:
-        with open(pointer, encoding="utf-8") as fh:
-            current = fh.read().strip()
-    except FileNotFoundError:
+        current = _read_pointer(pointer)
+    except OSError:
         return
     if current == os.path.abspath(path):
         os.unlink(pointer)
@@ -241,11 +248,10 @@ def forget(path: str) -> None:
 def current_dir() -> str | None:
     """The cluster brought up last, else the default directory when it holds a cluster; None when neither."""
     try:
-        with open(current_pointer(), encoding="utf-8") as fh:
-            path = fh.read().strip()
+        path = _read_pointer(current_pointer())
         if path:
             return path
-    except FileNotFoundError:
+    except OSError:
         pass
     return default_new_dir() if ClusterDir(default_new_dir()).exists() else None
 

@@ -12,6 +12,7 @@ from typing import Callable
 
 from gpudra.atomicfile import write_atomic
 from gpudra.driver.plugin import check_socket_path
+from gpudra.regularfile import read_regular_file, read_regular_file_tail
 
 from .layout import DEFAULT_NODES, ClusterConfig, ClusterDir, ClusterSetupError, NodeSpec, forget, parse_nodes, remember
 from .store import FILE_MODE, StoreError, open_private, private_dirs
@@ -42,9 +43,9 @@ def node_object(node: NodeSpec, kubernetes_version: str) -> dict:
 
 def read_pid(pid_file: str) -> int | None:
     try:
-        with open(pid_file, encoding="utf-8") as fh:
-            return int(fh.read().strip())
-    except (FileNotFoundError, ValueError):
+        raw = read_regular_file(pid_file, 64)
+        return None if raw is None else int(raw.strip())
+    except (OSError, ValueError):
         return None
 
 
@@ -95,10 +96,10 @@ def _spawn(cluster: ClusterDir, node: NodeSpec) -> subprocess.Popen:
 
 def _tail(path: str, lines: int = 5) -> str:
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return "".join(fh.readlines()[-lines:]).strip()
+        raw = read_regular_file_tail(path, 64 << 10)
     except OSError:
         return ""
+    return "" if raw is None else "\n".join(raw.decode("utf-8", "replace").splitlines()[-lines:]).strip()
 
 
 def _wait_ready(cluster: ClusterDir, nodes: list[NodeSpec], processes: dict[str, subprocess.Popen],

@@ -36,7 +36,7 @@ from gpudra.api.schema import names
 from gpudra.atomicfile import write_atomic
 from gpudra.copying import copy_object
 from gpudra.driver.claimpaths import ClaimPathError, path_inside
-from gpudra.regularfile import read_regular_file_stat
+from gpudra.regularfile import read_regular_file, read_regular_file_stat
 
 from .kinds import (  # noqa: F401 - re-exported: the store's callers import them from here
     KINDS, KindInfo, StoreError, check_api_version, check_identity, identity_problems, kind_info, resolve_kind,
@@ -160,10 +160,7 @@ class Store:
     def _next_version(self) -> str:
         path = os.path.join(self.root, ".resourceVersion")
         try:
-            with open(path, encoding="utf-8") as fh:
-                current = int(fh.read(32).strip() or 0)
-        except FileNotFoundError:
-            current = 0
+            current = int((read_regular_file(path, 32) or b"0").strip() or 0)
         except (OSError, ValueError):
             _report_once(path, "not a number; counting on from the newest object")
             current = max([0, *(created_serial(o) for info in KINDS for o in self.list(info.kind))])
@@ -404,8 +401,7 @@ class Store:
     def version(self) -> int:
         """The store's current resourceVersion: it changes with every write (a cheap 'has anything changed')."""
         try:
-            with open(os.path.join(self.root, ".resourceVersion"), encoding="utf-8") as fh:
-                return int(fh.read(32).strip() or 0)
+            return int((read_regular_file(os.path.join(self.root, ".resourceVersion"), 32) or b"0").strip() or 0)
         except (OSError, ValueError):
             return 0
 

@@ -17,6 +17,7 @@ from gpudra.discovery import DiscoveryError, GpuBackend, open_backend
 from gpudra.discovery.health import HealthMonitor
 
 from gpudra.errors import GpudraError
+from gpudra.regularfile import read_regular_file
 
 from .calls import DEFAULT_DEADLINE_S
 from .claims import ClaimSource, KubeClaimSource, LocalClaimStore
@@ -272,11 +273,11 @@ class DriverAgent:
                 log.error("DeviceTaintRules: %s", exc)
 
     def _request_stamp(self) -> str | None:
-        try:
-            with open(self.paths.republish_request, encoding="ascii") as fh:
-                return fh.read()
+        try:  # a stamp (a time); anything else there (a FIFO, a huge file) is no request
+            raw = read_regular_file(self.paths.republish_request, 4096)
         except OSError:
             return None
+        return None if raw is None else raw.decode("ascii", "replace")
 
     def _watch_republish_requests(self) -> None:
         seen = self._request_stamp()

@@ -14,7 +14,8 @@ from typing import Any, Iterator
 
 from gpudra.copying import copy_object
 
-from .checkpoint import (CompletedEntryCache, empty_checkpoint, encode_checkpoint, load_checkpoint,
+from .checkpoint import (MAX_CHECKPOINT_BYTES, CompletedEntryCache, empty_checkpoint, encode_checkpoint, load_checkpoint,
+                         read_regular_file,
                          write_checkpoint_bytes)
 
 
@@ -63,11 +64,7 @@ class CheckpointJournal:
             os.close(fd)
 
     def _reload_if_changed(self) -> None:
-        try:
-            with open(self.path, "rb") as fh:
-                raw: bytes | None = fh.read()
-        except FileNotFoundError:
-            raw = None
+        raw = read_regular_file(self.path, MAX_CHECKPOINT_BYTES)  # CheckpointError for a planted FIFO or link
         if raw == self._disk_raw or raw is None:
             return
         loaded = load_checkpoint(self.path)
