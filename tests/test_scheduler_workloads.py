@@ -196,3 +196,35 @@ def test_daemonset_runs_one_pinned_pod_per_eligible_node():
         assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]
     again = Cluster([*nodes, daemon, *[cluster.pods[k] for k in placed(results)]])
     assert len(again.pods) == 2  # a dump with the daemon pods running creates no more
+
+
+@pytest.mark.parametrize("kind,field", [("Deployment", "replicas"), ("StatefulSet", "replicas"),
+                                        ("Job", "parallelism")])
+def test_a_huge_workload_is_refused_with_a_message_instead_of_exhausting_memory(kind, field):
+    # int32 in apps/v1 and batch/v1: the API server accepts 2,000,000,000 and its controllers create pods
+    # gradually; expanding them at once is refused, as is what no int32 holds
+    accepted_by_api_server = workload(kind, "huge", **{field: 2_000_000_000})
+    cluster = cluster_with(accepted_by_api_server, workload("Deployment", "small", 2))
+    assert not any(key.startswith("ml/huge") for key in cluster.pods)
+    assert [key for key in cluster.pods if key.startswith("ml/small")] != []
+    assert any("would create 2000000000 pods" in p and "150000" in p for p in cluster.problems)
+    too_big = cluster_with(workload(kind, "huge", **{field: 2**31}))
+    assert any(f"spec.{field} must be at most 2147483647" in p for p in too_big.problems)
+
+
+def test_the_pod_budget_counts_the_pods_already_in_the_input():
+    from gpudra.scheduler.workloads import WorkloadError, expand_workload
+
+    assert len(expand_workload(workload("Deployment", "a", 3), lambda key: False, room=3)) == 3
+    with pytest.raises(WorkloadError, match="would create 4 pods, more than the 3 left"):
+        expand_workload(workload("Deployment", "a", 4), lambda key: False, room=3)
+
+
+def test_the_pod_budget_is_shared_by_every_workload_of_one_input(monkeypatch):
+    import gpudra.scheduler.cluster as cluster_module
+
+    monkeypatch.setattr(cluster_module, "MAX_EXPANDED_PODS", 5)
+    cluster = cluster_with(workload("Deployment", "a", 3), workload("Deployment", "b", 3))
+    assert sum(key.startswith("ml/a-") for key in cluster.pods) == 3
+    assert not any(key.startswith("ml/b-") for key in cluster.pods)
+    assert any("Deployment ml/b: would create 3 pods, more than the 2 left" in p for p in cluster.problems)

@@ -22,6 +22,7 @@ from . import resources as res
 from .meta import key_of, metadata, name_of, namespace_of
 from .topology import DeviceId, Topology
 from .workloads import (
+    MAX_EXPANDED_PODS,
     POD_CLAIM_NAME_ANNOTATION,
     WORKLOAD_KINDS,
     WorkloadError,
@@ -173,7 +174,8 @@ class Cluster(Topology):
                 if _controlled_by_one_of(obj, controllers):
                     continue  # its controller, also in the input, creates the pods
                 try:
-                    pods = expand_workload(obj, lambda key: key in self.pods or key in incoming, existing)
+                    pods = expand_workload(obj, lambda key: key in self.pods or key in incoming, existing,
+                                           room=MAX_EXPANDED_PODS - len(self.pods))
                 except WorkloadError as exc:
                     self.problems.append(str(exc))
                     continue

@@ -53,6 +53,13 @@ class WorkloadError(GpudraError, ValueError):
     pass
 
 
+INT32_MAX = 2**31 - 1  # replicas, parallelism and completions are int32 in the apps/v1 and batch/v1 APIs
+# The most pods gpudra creates for the workloads of one input: Kubernetes' tested limit of pods per cluster
+# (kubernetes/community sig-scalability/configs-and-limits/thresholds.md: 150,000). `replicas: 2000000000` is
+# valid to the API server, whose controllers create pods gradually; expanding it at once would exhaust memory.
+MAX_EXPANDED_PODS = 150_000
+
+
 def ensure_uid(obj: dict[str, Any]) -> str:
     return ensure_uid_of(obj)
 
@@ -74,7 +81,16 @@ def _int_field(spec: dict[str, Any], field: str, default: int, owner: dict[str, 
         return default
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise WorkloadError(f"{owner.get('kind')} {key_of(owner)}: spec.{field} must be a non-negative integer")
+    if value > INT32_MAX:
+        raise WorkloadError(f"{owner.get('kind')} {key_of(owner)}: spec.{field} must be at most {INT32_MAX} (int32)")
     return value
+
+
+def _check_room(owner: dict[str, Any], count: int, room: int) -> None:
+    if count > room:
+        raise WorkloadError(f"{owner.get('kind')} {key_of(owner)}: would create {count} pods, more than the "
+                            f"{max(room, 0)} left of the {MAX_EXPANDED_PODS} pods gpudra expands for one input "
+                            "(Kubernetes' tested limit of pods per cluster)")
 
 
 def _pod_from_template(
@@ -157,10 +173,12 @@ def existing_replicas(
 
 
 def expand_workload(
-    obj: dict[str, Any], taken: Callable[[str], bool], existing: list[dict[str, Any]] = ()  # type: ignore[assignment]
+    obj: dict[str, Any], taken: Callable[[str], bool], existing: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    room: int = MAX_EXPANDED_PODS,
 ) -> list[dict[str, Any]]:
     """The pods a controller object would create. `taken(key)` says whether `namespace/name` is in use;
-    `existing` are pods already present, of which those belonging to the workload count as its replicas."""
+    `existing` are pods already present, of which those belonging to the workload count as its replicas;
+    WorkloadError when that is more than `room` pods."""
     kind = obj.get("kind")
     spec = obj.get("spec") or {}
     namespace = namespace_of(obj)
@@ -187,6 +205,7 @@ def expand_workload(
             rs_name = name_of(obj)
             ref = owner_reference(obj, "apps/v1", "ReplicaSet")
             extra = {}
+        _check_room(obj, replicas, room)
         for index in range(replicas):
             name = unique_generated_name(f"{rs_name}-", name_taken, namespace, controller_uid, index)
             pods.append(_pod_from_template(obj, name, extra, ref))
@@ -194,6 +213,7 @@ def expand_workload(
         replicas = _int_field(spec, "replicas", 1, obj)
         ref = owner_reference(obj, "apps/v1", "StatefulSet")
         revision = f"{name_of(obj)}-{template_hash(spec.get('template'))}"
+        _check_room(obj, replicas, room)
         for ordinal in range(replicas):
             name = f"{name_of(obj)}-{ordinal}"
             if taken(f"{namespace}/{name}"):
@@ -225,6 +245,7 @@ def expand_workload(
             "controller-uid": controller_uid,
             "job-name": name_of(obj),
         }
+        _check_room(obj, parallelism, room)
         indexes: list[int] = list(range(parallelism))
         if indexed and completions is not None and existing:
             # the indexes whose pod runs or succeeded are taken; the controller creates the lowest others

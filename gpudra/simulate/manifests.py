@@ -71,8 +71,8 @@ def run_manifests(workload: Manifests, policy: str, seed: int = 42,
     queue = cluster.pending_pods()
     if not capacity:  # as for a trace: nothing to measure the allocation ratio against
         raise SimulationError(f"{workload.name}: the cluster has no GPUs (Nodes with ResourceSlices)")
-    if not queue:
-        raise SimulationError(f"{workload.name}: no pending pods to replay")
+    if not queue:  # say why when the input's workloads could not be expanded
+        raise SimulationError("; ".join([f"{workload.name}: no pending pods to replay", *problems]))
     points: list[tuple[float, float]] = []
     scheduled = 0
     unschedulable: list[dict[str, str]] = []
