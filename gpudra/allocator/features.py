@@ -134,6 +134,12 @@ class Features:
         enabled = set(self.enabled())
         return next(name for name, supported in VARIANT_SUPPORT.items() if enabled <= supported)
 
+    def gate_enabled(self, gate: str) -> bool | None:
+        """Whether the Kubernetes feature gate `gate` (DRAPartitionableDevices, …) is on here; None for a gate
+        these features do not model (the release's default then applies)."""
+        canonical = _ALIASES.get(gate.lower())
+        return None if canonical is None else bool(getattr(self, _attr(canonical)))
+
     @property
     def combined_slices(self) -> bool:
         """Counter sets are per slice (1.33, 1.34) and only matter with partitionable devices on."""

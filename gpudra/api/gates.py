@@ -111,13 +111,18 @@ def _lookup(obj: Any, keys: Path) -> Any:
     return obj
 
 
-def drop_disabled_fields(obj: dict[str, Any], version: str, old: dict[str, Any] | None = None) -> list[str]:
-    """Remove, in place, the gated fields that `version`'s API server drops with its default gates (upstream's
+def drop_disabled_fields(obj: dict[str, Any], version: str, old: dict[str, Any] | None = None,
+                         features: Any = None) -> list[str]:
+    """Remove, in place, the gated fields that `version`'s API server drops with its gates (upstream's
     dropDisabledFields: a field the stored `old` object already uses is kept on update). Returns their paths.
-    A field under a parent that goes too (a firstAvailable entry's tolerations) goes with its parent."""
+    A field under a parent that goes too (a firstAvailable entry's tolerations) goes with its parent.
+    `features` (gpudra.allocator.Features): the gates the cluster turned on or off; the release's defaults
+    for the others."""
     dropped: list[str] = []
     for keys, gate in sorted(gated_keys(obj), key=lambda item: len(item[0])):
-        if gate_state(gate, version).default or (old is not None and _set(_lookup(old, keys))):
+        chosen = features.gate_enabled(gate) if features is not None else None
+        enabled = gate_state(gate, version).default if chosen is None else chosen
+        if enabled or (old is not None and _set(_lookup(old, keys))):
             continue
         parent = _lookup(obj, keys[:-1])
         if isinstance(parent, dict) and keys[-1] in parent:

@@ -29,6 +29,10 @@ def command() -> None:
 @kubernetes_version_option("Kubernetes release (1.33-1.36, default 1.36): what the nodes report, the scheduler's "
                            "default feature gates and whether drivers can publish dynamic MIG. Fixed when the "
                            "cluster is created.")
+@click.option("--features", "features", default=None, metavar="GATES",
+              help="Feature gates over the release's defaults, as kube-apiserver's and kube-scheduler's "
+                   "--feature-gates set them: default, all, none, Name/+Name, -Name (e.g. "
+                   "default,+DRAPartitionableDevices for dynamic MIG on 1.34). Fixed when the cluster is created.")
 @click.option("--event-ttl", "event_ttl", type=click.IntRange(min=1), default=None, metavar="SECONDS",
               help="How long events are kept after they were last seen (default 3600, the API server's 1h).")
 @click.option("--control-plane/--no-control-plane", default=True, show_default=True,
@@ -39,7 +43,7 @@ def command() -> None:
               help="Create the drivers' DeviceClasses (`gpudra driver deviceclasses`: gpu.nvidia.com, "
                    "mig.nvidia.com), as NVIDIA's Helm chart installs them; existing ones are left as they are.")
 def up_cmd(directory: str | None, nodes: str | None, policy: str | None, kubernetes_version: str | None,
-           event_ttl: int | None, control_plane: bool, device_classes: bool) -> None:
+           features: str | None, event_ttl: int | None, control_plane: bool, device_classes: bool) -> None:
     """Start the cluster's drivers (or restart the ones that died) and its control plane, then let the control
     loop catch up. Prints the state directory; later commands use this cluster unless given --dir."""
     from gpudra.cluster.controller import reconcile
@@ -49,7 +53,7 @@ def up_cmd(directory: str | None, nodes: str | None, policy: str | None, kuberne
     say = lambda text: click.echo(text, err=True)  # noqa: E731 - progress goes to stderr
     try:
         cluster = ClusterDir(directory or default_new_dir())
-        config = planned_config(cluster, nodes, policy, kubernetes_version, event_ttl, say)
+        config = planned_config(cluster, nodes, policy, kubernetes_version, event_ttl, say, features)
         up(cluster, config, say=say, control_plane=control_plane)
         if device_classes:
             install_device_classes(cluster, say)

@@ -97,7 +97,9 @@ def command(target: tuple[str, ...], paths: tuple[str, ...], namespace: str | No
 
         click.echo(f"reading the local cluster in {local.path}", err=True)
         config = local.load_config()
-        version, gates = release_and_features(kubernetes_version or config.kubernetes_version, features, ("-",))
+        # the cluster's own gates unless --features names others
+        version, gates = release_and_features(kubernetes_version or config.kubernetes_version,
+                                              config.features if features == "default" else features, ("-",))
         documents = [Document(obj, f"local cluster {local.path}", index)
                      for index, obj in enumerate(model_objects(local), start=1)]
         namespace = namespace or "default"

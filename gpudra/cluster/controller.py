@@ -113,7 +113,7 @@ class ControlLoop:
         changed = False
 
         finished = self._finish_deleted_pods(pods)
-        cluster = Cluster(objects, kubernetes_version=parse_version(self.config.kubernetes_version))
+        cluster = Cluster(objects, self.config.feature_gates(), parse_version(self.config.kubernetes_version))
         for key in finished:
             if key in cluster.pods:
                 cluster.delete_pod(key)  # the resourceclaim controller: unreserve, deallocate, delete owned claims

@@ -50,6 +50,15 @@ class ClusterConfig:
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     driver_name: str = DEFAULT_DRIVER_NAME
     event_ttl_s: int = DEFAULT_EVENT_TTL_S
+    # feature gates over the release's defaults, as `--features` spells them (kube-apiserver's and
+    # kube-scheduler's --feature-gates): the API server's dropped fields, the scheduler, the drivers' layout
+    features: str = "default"
+
+    def feature_gates(self) -> Any:
+        """These gates as gpudra.allocator.Features (ValueError for a name gpudra does not know)."""
+        from gpudra.allocator.features import Features
+
+        return Features.parse(self.features, self.kubernetes_version)
 
 
 def _short_name(profile: str) -> str:
@@ -94,18 +103,28 @@ class ClusterDir:
 
     def __init__(self, path: str):
         self.path = os.path.abspath(path)
-        self.store = Store(self.path, release=self.kubernetes_version)
-        self._release_seen: tuple[float, str] | None = None
+        self.store = Store(self.path, release=self.kubernetes_version, features=self.feature_gates)
+        self._config_seen: tuple[float, ClusterConfig] | None = None
 
-    def kubernetes_version(self) -> str | None:
-        """The cluster's release from its config (re-read only when the file changes); None before `up`."""
+    def _current_config(self) -> ClusterConfig | None:
+        """The config (re-read only when the file changes); None before `up`."""
         try:
             mtime = os.stat(self.config_path).st_mtime
         except FileNotFoundError:
             return None
-        if self._release_seen is None or self._release_seen[0] != mtime:
-            self._release_seen = (mtime, self.load_config().kubernetes_version)
-        return self._release_seen[1]
+        if self._config_seen is None or self._config_seen[0] != mtime:
+            self._config_seen = (mtime, self.load_config())
+        return self._config_seen[1]
+
+    def kubernetes_version(self) -> str | None:
+        """The cluster's release from its config; None before `up`."""
+        config = self._current_config()
+        return None if config is None else config.kubernetes_version
+
+    def feature_gates(self) -> Any:
+        """The cluster's feature gates (gpudra.allocator.Features); None before `up`."""
+        config = self._current_config()
+        return None if config is None else config.feature_gates()
 
     @property
     def config_path(self) -> str:
@@ -134,15 +153,22 @@ class ClusterDir:
             event_ttl_s = int(data.get("eventTTLSeconds", DEFAULT_EVENT_TTL_S))
         except (TypeError, ValueError):
             raise ClusterSetupError(f"cluster config {self.config_path}: eventTTLSeconds is not a number") from None
-        return ClusterConfig(nodes=nodes, policy=data.get("policy", "kube"),
-                             kubernetes_version=str(data.get("kubernetesVersion", DEFAULT_KUBERNETES_VERSION)),
-                             driver_name=data.get("driverName", DEFAULT_DRIVER_NAME), event_ttl_s=event_ttl_s)
+        config = ClusterConfig(nodes=nodes, policy=data.get("policy", "kube"),
+                               kubernetes_version=str(data.get("kubernetesVersion", DEFAULT_KUBERNETES_VERSION)),
+                               driver_name=data.get("driverName", DEFAULT_DRIVER_NAME), event_ttl_s=event_ttl_s,
+                               features=str(data.get("featureGates") or "default"))
+        try:
+            config.feature_gates()
+        except ValueError as exc:
+            raise ClusterSetupError(f"cluster config {self.config_path}: featureGates: {exc}") from None
+        return config
 
     def save_config(self, config: ClusterConfig) -> None:
         private_dirs(self.path)
         data = {"apiVersion": "gpudra.local/v1", "kind": "LocalCluster", "policy": config.policy,
                 "kubernetesVersion": config.kubernetes_version, "driverName": config.driver_name,
-                "eventTTLSeconds": config.event_ttl_s, "nodes": [n.to_dict() for n in config.nodes]}
+                "featureGates": config.features, "eventTTLSeconds": config.event_ttl_s,
+                "nodes": [n.to_dict() for n in config.nodes]}
         write_atomic(self.config_path, dump_yaml_data(data).encode(), mode=FILE_MODE,
                      label="cluster-config", fsync=False)
 

@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
     if dynamic_mig:
         from gpudra.driver.slices import dynamic_mig_layout
 
-        dynamic_mig, note = dynamic_mig_layout(config.kubernetes_version)
+        dynamic_mig, note = dynamic_mig_layout(config.kubernetes_version, config.feature_gates())
         if note:
             logging.getLogger(__name__).warning("Kubernetes %s: %s", config.kubernetes_version, note)
     options = AgentOptions(node_name=node.name, backend="simulated", profile=node.profile,

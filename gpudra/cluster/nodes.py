@@ -148,9 +148,11 @@ def register_plugin(cluster: ClusterDir, node: str, driver_name: str) -> str:
 
 
 def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, kubernetes_version: str | None,
-                   event_ttl_s: int | None, say: Callable[[str], None] = lambda _: None) -> ClusterConfig:
+                   event_ttl_s: int | None, say: Callable[[str], None] = lambda _: None,
+                   features: str | None = None) -> ClusterConfig:
     """What `cluster up` runs: a new cluster from the options (defaults where not given), or the cluster already in
-    the directory, which it says it reuses; --policy and --event-ttl change there, its nodes and release cannot."""
+    the directory, which it says it reuses; --policy and --event-ttl change there, its nodes, release and feature
+    gates cannot (objects the API server stored under other gates would be left as they are)."""
     from gpudra.versions import VersionError, parse_version
 
     if kubernetes_version is not None:
@@ -164,7 +166,13 @@ def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, k
         config.policy = policy or config.policy
         config.kubernetes_version = kubernetes_version or config.kubernetes_version
         config.event_ttl_s = event_ttl_s or config.event_ttl_s
-        say(f"creating a local cluster in {cluster.path}: Kubernetes {config.kubernetes_version}, "
+        config.features = features or config.features
+        try:
+            config.feature_gates()
+        except ValueError as exc:
+            raise ClusterSetupError(str(exc)) from None
+        gates = "" if config.features == "default" else f" (feature gates {config.features})"
+        say(f"creating a local cluster in {cluster.path}: Kubernetes {config.kubernetes_version}{gates}, "
             f"{_node_list(config.nodes)}")
         return config
     config = cluster.load_config()
@@ -175,6 +183,9 @@ def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, k
     if kubernetes_version is not None and kubernetes_version != config.kubernetes_version:
         raise ClusterSetupError(f"{cluster.path} already holds a Kubernetes {config.kubernetes_version} cluster; "
                                 f"its release cannot change: {redo}")
+    if features is not None and features != config.features:
+        raise ClusterSetupError(f"{cluster.path} already holds a cluster with feature gates {config.features!r}; "
+                                f"they cannot change: {redo}")
     config.policy = policy or config.policy
     config.event_ttl_s = event_ttl_s or config.event_ttl_s
     say(f"reusing the local cluster in {cluster.path}: Kubernetes {config.kubernetes_version}, "
@@ -247,7 +258,7 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
     _wait_ready(cluster, config.nodes, processes, config.driver_name)
     for node in config.nodes:
         register_plugin(cluster, node.name, config.driver_name)
-        say(f"node {node.name} ({node.profile}{_mig_layout(node, config.kubernetes_version)}): driver "
+        say(f"node {node.name} ({node.profile}{_mig_layout(node, config)}): driver "
             f"{'started' if node.name in processes else 'running'}, registered with the kubelet")
     if control_plane:
         from . import controlplane
@@ -258,15 +269,15 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
     return sorted(processes)
 
 
-def _mig_layout(node: NodeSpec, kubernetes_version: str) -> str:
+def _mig_layout(node: NodeSpec, config: ClusterConfig) -> str:
     """', dynamic MIG' where the node's driver publishes it; where the release cannot allocate it, the driver
     falls back to full GPUs and existing MIG devices (nodeagent.py), and this says why."""
     if not node.dynamic_mig:
         return ""
     from gpudra.driver.slices import dynamic_mig_layout
 
-    dynamic, note = dynamic_mig_layout(kubernetes_version)
-    return ", dynamic MIG" if dynamic else f"; no dynamic MIG in Kubernetes {kubernetes_version}: {note}"
+    dynamic, note = dynamic_mig_layout(config.kubernetes_version, config.feature_gates())
+    return ", dynamic MIG" if dynamic else f"; no dynamic MIG in Kubernetes {config.kubernetes_version}: {note}"
 
 
 def stop_process(pid_file: str, *markers: str, sig: int = signal.SIGTERM) -> bool:

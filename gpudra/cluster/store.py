@@ -107,18 +107,21 @@ def _report_once(path: str, problem: str) -> None:
 
 
 class Store:
-    def __init__(self, directory: str, release: Callable[[], str | None] | None = None):
+    def __init__(self, directory: str, release: Callable[[], str | None] | None = None,
+                 features: Callable[[], Any] | None = None):
         """`release()`: the cluster's Kubernetes release, whose API server drops the fields of gates it leaves
-        off (None: keep everything)."""
+        off (None: keep everything); `features()`: the gates the cluster sets over that release's defaults
+        (gpudra.allocator.Features, or None)."""
         self.root = os.path.join(directory, "store")
         self._lock_path = os.path.join(directory, "store.lock")
         self._release = release or (lambda: None)
+        self._features = features or (lambda: None)
 
     def drop_disabled_fields(self, obj: dict[str, Any], old: dict[str, Any] | None) -> list[str]:
         """In place, what this release's API server drops (gated fields, unless `old` uses them); their paths."""
         release = self._release()
         if release and str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
-            return drop_disabled_fields(obj, release, old)
+            return drop_disabled_fields(obj, release, old, self._features())
         return []
 
     # ----- files --------------------------------------------------------------------------------
@@ -178,7 +181,7 @@ class Store:
     def _write_object(self, path: str, obj: dict[str, Any]) -> None:
         """Write a created or replaced object once it passes `gpudra validate`'s checks (StoreError 422, the API
         server's `is invalid`, otherwise): the store holds nothing the control loop could trip on."""
-        problem = _first_error(obj)
+        problem = _first_error(obj, self._release())
         if problem:
             meta = obj.get("metadata") or {}
             raise StoreError(f'{obj.get("kind")} "{printable(str(meta.get("name")))}" is invalid: {problem}', 422)
@@ -190,7 +193,8 @@ class Store:
             info = os.lstat(path)
         except OSError:
             return
-        _validated[path] = ((info.st_ino, info.st_mtime_ns, info.st_size), None)  # read back without a re-check
+        # read back without a re-check
+        _validated[path] = ((info.st_ino, info.st_mtime_ns, info.st_size, self._release()), None)
 
     @staticmethod
     def _unlink(path: str) -> None:
@@ -227,7 +231,7 @@ class Store:
         except (ValueError, RecursionError) as exc:  # JSON, UTF-8, or nested past Python's stack
             _report_once(path, f"not a JSON object ({exc})")
             return None
-        malformed = _malformed(obj, info, namespace, name) or _invalid(path, stamp, obj)
+        malformed = _malformed(obj, info, namespace, name) or _invalid(path, stamp, obj, self._release())
         if malformed:
             _report_once(path, malformed)
             return None
@@ -438,25 +442,27 @@ def _malformed(obj: Any, info: KindInfo, namespace: str | None, name: str) -> st
     return "; ".join(problems) or None
 
 
-_validated: dict[str, tuple[tuple[int, int, int], str | None]] = {}  # path -> (file version, first error)
+# path -> ((file version, release), first error)
+_validated: dict[str, tuple[tuple[int, int, int, str | None], str | None]] = {}
 
 
-def _invalid(path: str, stamp: tuple[int, int, int], obj: dict[str, Any]) -> str | None:
-    """The first error `gpudra validate` finds in the stored object (None: valid), once per version of the file:
-    the content check `apply` makes, for files written any other way."""
+def _invalid(path: str, stamp: tuple[int, int, int], obj: dict[str, Any], release: str | None) -> str | None:
+    """The first error `gpudra validate` finds in the stored object (None: valid) under the cluster's release,
+    once per version of the file: the content check `apply` makes, for files written any other way."""
     seen = _validated.get(path)
-    if seen is not None and seen[0] == stamp:
+    if seen is not None and seen[0] == (*stamp, release):
         return seen[1]
-    problem = _first_error(obj)
-    _validated[path] = (stamp, problem)
+    problem = _first_error(obj, release)
+    _validated[path] = ((*stamp, release), problem)
     return problem
 
 
-def _first_error(obj: dict[str, Any]) -> str | None:
+def _first_error(obj: dict[str, Any], release: str | None) -> str | None:
+    """The first error of `obj` under `release`'s rules (where a ResourceSlice's counter sets may live, …)."""
     from gpudra.api.load import Document
     from gpudra.api.validate import validate_document
 
-    errors = [p for p in validate_document(Document(obj, "store", 1)) if p.severity == "error"]
+    errors = [p for p in validate_document(Document(obj, "store", 1), release) if p.severity == "error"]
     return f"{errors[0].path}: {errors[0].message}" if errors else None
 
 

@@ -38,7 +38,7 @@ def pending_reasons(cluster: ClusterDir, pod: dict[str, Any]) -> list[str]:
     try:
         explanation = explain(model_objects(cluster), f"pod/{meta.get('name')}",
                               namespace=meta.get("namespace") or "default", policy=config.policy, fixes=False,
-                              kubernetes_version=config.kubernetes_version)
+                              features=config.feature_gates(), kubernetes_version=config.kubernetes_version)
     except (TargetError, KeyError, ValueError) as exc:  # an object the scheduler refuses: say so, do not fail
         return [f"(not explained: {exc})"]
     if explanation.fits:
