@@ -493,3 +493,14 @@ def test_every_file_of_a_cluster_is_private_whatever_the_umask(cluster_state, tm
             if not driver_owned and not os.path.islink(path):
                 wanted = 0o700 if os.path.isdir(path) else 0o600
                 assert mode(path) == wanted, (path, oct(mode(path)))
+
+
+def test_the_store_sets_creation_timestamps_so_no_client_jumps_the_queue(env):
+    """FillObjectMetaSystemFields: creationTimestamp is the server's, as the uid is; the scheduling queue orders
+    pods of one priority by it, so a client's 1970 timestamp must not put its pod first."""
+    cluster, _ = env
+    early = cluster.store.create({"apiVersion": "v1", "kind": "Pod",
+                                  "metadata": {"name": "early", "creationTimestamp": "1970-01-01T00:00:00Z"},
+                                  "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    assert early["metadata"]["creationTimestamp"] != "1970-01-01T00:00:00Z"
+    assert cluster.store.get("Pod", "default", "early")["metadata"]["creationTimestamp"].startswith("20")

@@ -295,12 +295,13 @@ class Store:
             path = self._path(info.kind, meta.get("namespace"), meta["name"])
             if os.path.lexists(path):
                 raise StoreError(f'{info.plural} "{meta["name"]}" already exists', 409)
-            # The API server's FillObjectMetaSystemFields and BeforeCreate: a new uid whatever the client sent (a
-            # uid names files on the nodes and identifies claims to drivers), and nothing deleted yet.
+            # The API server's FillObjectMetaSystemFields and BeforeCreate: a new uid and creationTimestamp whatever
+            # the client sent (a uid names files on the nodes and identifies claims to drivers; the timestamp orders
+            # the scheduling queue, which a client must not jump), and nothing deleted yet.
             meta["uid"] = str(uuid.uuid4())
             for field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
                 meta.pop(field, None)
-            meta.setdefault("creationTimestamp", now_rfc3339())
+            meta["creationTimestamp"] = now_rfc3339()
             meta["resourceVersion"] = self._next_version()
             meta.setdefault("annotations", {})
             meta["annotations"][_SERIAL] = meta["resourceVersion"]
