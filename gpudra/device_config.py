@@ -1,4 +1,5 @@
-"""Opaque device configuration for gpudra's GPU driver (`resource.nvidia.com/v1beta1` GpuConfig / MigDeviceConfig).
+"""Opaque device configuration for gpudra's drivers (`resource.nvidia.com/v1beta1`): the GPU driver's GpuConfig /
+MigDeviceConfig and the compute-domain driver's ComputeDomainChannelConfig / ComputeDomainDaemonConfig.
 
 Below gpudra.api and gpudra.driver: the driver decodes and applies it, and `gpudra validate` checks it as the
 driver's admission webhook does (`opaque_config_problems`, the one copy both use).
@@ -22,7 +23,7 @@ from typing import Any
 
 from gpudra.errors import GpudraError
 from gpudra.quantity import Quantity, QuantityError
-from gpudra.vocabulary import DRIVER_NAME
+from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME, DRIVER_NAME
 
 # The API server's limits on opaque configs (resource/v1/types.go, Kubernetes 1.36); gpudra.api.schema.resource's
 # limit table takes them from here.
@@ -32,7 +33,15 @@ OPAQUE_PARAMETERS_MAX = 10 * 1024  # serialized opaque parameters, bytes
 API_VERSION = "resource.nvidia.com/v1beta1"
 GPU_CONFIG = "GpuConfig"
 MIG_CONFIG = "MigDeviceConfig"
-KIND_FOR_TYPE = {"gpu": GPU_CONFIG, "mig": MIG_CONFIG}
+# The compute-domain driver's kinds (k8s-dra-driver-gpu api/nvidia.com/resource/v1beta1/computedomainconfig.go)
+CHANNEL_CONFIG = "ComputeDomainChannelConfig"
+DAEMON_CONFIG = "ComputeDomainDaemonConfig"
+GPU_FAMILY, COMPUTE_DOMAIN_FAMILY = "gpu", "compute-domain"  # which driver's kinds a config may be
+FAMILY_KINDS = {GPU_FAMILY: (GPU_CONFIG, MIG_CONFIG), COMPUTE_DOMAIN_FAMILY: (CHANNEL_CONFIG, DAEMON_CONFIG)}
+KIND_FOR_TYPE = {"gpu": GPU_CONFIG, "mig": MIG_CONFIG, "channel": CHANNEL_CONFIG, "daemon": DAEMON_CONFIG}
+# computedomain.go: ComputeDomainChannelAllocationModeSingle / ...All; the CRD's enum for spec.channel.allocationMode
+ALLOCATION_MODES = ("Single", "All")
+DOMAIN_ID_MAX = 36  # a ComputeDomain's metadata.uid (the controller writes it into the claim templates)
 TIME_SLICE_INTERVALS = {"Default": 0, "Short": 1, "Medium": 2, "Long": 3}
 MIB = 1024 * 1024
 # Limits of this driver on what a config may say, checked before any number is built.
@@ -69,12 +78,21 @@ class Sharing:
         return out
 
 
+@dataclass(frozen=True)
+class DomainConfig:
+    """A ComputeDomainChannelConfig or ComputeDomainDaemonConfig: the domain (its UID) and, for a channel, how
+    many IMEX channels the container gets ("Single": channel 0, "All": every channel of the node)."""
+    domain_id: str
+    allocation_mode: str = "Single"
+
+
 @dataclass
 class DeviceConfig:
     kind: str
     sharing: Sharing | None
     requests: list[str]
     source: str  # FromClass | FromClaim
+    domain: DomainConfig | None = None  # the compute-domain kinds
 
 
 def _strict(obj: Any, allowed: set[str], what: str) -> dict[str, Any]:
@@ -181,23 +199,64 @@ def _check_size(parameters: Any, what: str) -> None:
                           f"(are {size})")
 
 
-def decode_opaque(parameters: Any, what: str) -> tuple[str, Sharing | None]:
+def _domain_config(obj: dict[str, Any], kind: str, what: str) -> DomainConfig:
+    """ComputeDomainChannelConfig / ComputeDomainDaemonConfig: strict fields, `Validate()`'s rule (domainID
+    cannot be empty), and two of this driver's own. The domain ID names a directory of the node (the daemon's
+    IMEX config), so it must be what the controller writes there, a UID, never a path; upstream joins it into a
+    path unchecked. An allocationMode other than Single/All is refused: upstream's Validate() lets it through and
+    prepare then treats it as Single (a silent downgrade of "all" to one channel); the CRD's enum allows only these
+    two, so every claim template the controller writes passes."""
+    from gpudra.api.schema import names
+
+    _strict(obj, {"apiVersion", "kind", "domainID"} | ({"allocationMode"} if kind == CHANNEL_CONFIG else set()), what)
+    domain_id = obj.get("domainID")
+    if domain_id is None or domain_id == "":
+        raise ConfigError(f"{what}.domainID: domainID cannot be empty")
+    if not isinstance(domain_id, str):
+        raise ConfigError(f"{what}.domainID: must be a string (the ComputeDomain's UID)")
+    problems = names.field_problems("domainID", domain_id, names.kubernetes_uid, DOMAIN_ID_MAX)
+    if problems:
+        raise ConfigError(f"{what}.{problems[0]}")
+    mode = obj.get("allocationMode")
+    if mode in (None, ""):
+        mode = "Single"
+    if mode not in ALLOCATION_MODES:
+        raise ConfigError(f"{what}.allocationMode: must be Single or All, got {str(mode)[:64]!r}")
+    return DomainConfig(domain_id, mode)
+
+
+def decode_config(parameters: Any, what: str, family: str = GPU_FAMILY,
+                  requests: list[str] | None = None, source: str = "FromClaim") -> DeviceConfig:
+    """One opaque config of a driver of `family`, decoded strictly; ConfigError says what is wrong."""
     _check_size(parameters, what)
     if isinstance(parameters, (str, bytes)):
         try:
             parameters = json.loads(parameters)
         except (ValueError, RecursionError) as exc:
             raise ConfigError(f"{what}: parameters are not valid JSON: {exc}") from None
-    obj = _strict(parameters, {"apiVersion", "kind", "sharing"}, what)
-    if obj.get("apiVersion") != API_VERSION:
-        raise ConfigError(f"{what}: unknown apiVersion {obj.get('apiVersion')!r} (want {API_VERSION})")
-    kind = obj.get("kind")
-    if kind not in (GPU_CONFIG, MIG_CONFIG):
-        raise ConfigError(f"{what}: unknown kind {kind!r} (want {GPU_CONFIG} or {MIG_CONFIG})")
-    return kind, _sharing(obj.get("sharing"), kind, f"{what}.sharing")
+    if family == GPU_FAMILY:
+        _strict(parameters, {"apiVersion", "kind", "sharing"}, what)
+    elif not isinstance(parameters, dict):
+        raise ConfigError(f"{what}: expected an object")
+    if parameters.get("apiVersion") != API_VERSION:
+        raise ConfigError(f"{what}: unknown apiVersion {parameters.get('apiVersion')!r} (want {API_VERSION})")
+    kind = parameters.get("kind")
+    kinds = FAMILY_KINDS[family]
+    if kind not in kinds:
+        raise ConfigError(f"{what}: unknown kind {kind!r} (want {' or '.join(kinds)})")
+    requests = list(requests or [])
+    if family == COMPUTE_DOMAIN_FAMILY:
+        return DeviceConfig(kind, None, requests, source, domain=_domain_config(parameters, kind, what))
+    return DeviceConfig(kind, _sharing(parameters.get("sharing"), kind, f"{what}.sharing"), requests, source)
 
 
-def claim_configs(allocation: dict[str, Any], driver_name: str) -> list[DeviceConfig]:
+def decode_opaque(parameters: Any, what: str) -> tuple[str, Sharing | None]:
+    """A GPU driver config's kind and sharing (see decode_config)."""
+    config = decode_config(parameters, what)
+    return config.kind, config.sharing
+
+
+def claim_configs(allocation: dict[str, Any], driver_name: str, family: str = GPU_FAMILY) -> list[DeviceConfig]:
     """This driver's opaque configs from `status.allocation.devices.config`, class configs first."""
     entries = (allocation.get("devices") or {}).get("config") or []
     if not isinstance(entries, list):
@@ -210,8 +269,8 @@ def claim_configs(allocation: dict[str, Any], driver_name: str) -> list[DeviceCo
         opaque = (entry or {}).get("opaque") if isinstance(entry, dict) else None
         if not isinstance(opaque, dict) or opaque.get("driver") != driver_name:
             continue
-        kind, sharing = decode_opaque(opaque.get("parameters"), f"config[{index}]")
-        decoded.append(DeviceConfig(kind, sharing, list(entry.get("requests") or []), entry.get("source", "FromClaim")))
+        decoded.append(decode_config(opaque.get("parameters"), f"config[{index}]", family,
+                                     list(entry.get("requests") or []), entry.get("source", "FromClaim")))
     return sorted(decoded, key=lambda c: 0 if c.source == "FromClass" else 1)
 
 
@@ -257,7 +316,8 @@ def _configs(obj: dict[str, Any], resource: str) -> tuple[str, list[Any]]:
     return f"{base}.devices.config", entries if isinstance(entries, list) else []
 
 
-def opaque_config_problems(obj: dict[str, Any], driver_name: str = DRIVER_NAME) -> list[tuple[str, str]]:
+def opaque_config_problems(obj: dict[str, Any], driver_name: str = DRIVER_NAME,
+                           family: str = GPU_FAMILY) -> list[tuple[str, str]]:
     """(field path, message) for each of `driver_name`'s opaque configs in a v1 ResourceClaim,
     ResourceClaimTemplate or DeviceClass that the driver would refuse; other drivers' configs are theirs.
     The path is the config's `…opaque.parameters`, as NVIDIA's webhook names it; the message starts with the
@@ -273,7 +333,7 @@ def opaque_config_problems(obj: dict[str, Any], driver_name: str = DRIVER_NAME) 
             continue
         path = f"{base}[{position}].opaque.parameters"
         try:
-            decode_opaque(opaque.get("parameters"), "parameters")
+            decode_config(opaque.get("parameters"), "parameters", family)
         except ConfigError as exc:
             message = str(exc)
             for prefix in ("parameters: ", "parameters."):  # the path says where the parameters are
@@ -281,6 +341,18 @@ def opaque_config_problems(obj: dict[str, Any], driver_name: str = DRIVER_NAME) 
                     message = message[len(prefix):]
             problems.append((path, message))
     return problems
+
+
+def drivers_config_problems(obj: dict[str, Any], driver_name: str = DRIVER_NAME,
+                            compute_domain_driver: str | None = COMPUTE_DOMAIN_DRIVER_NAME
+                            ) -> list[tuple[str, str, str]]:
+    """(driver, field path, message) for the configs either of gpudra's drivers would refuse: the GPU driver's
+    (`driver_name`) and the compute-domain driver's (None: not checked)."""
+    found = [(driver_name, path, message) for path, message in opaque_config_problems(obj, driver_name)]
+    if compute_domain_driver and compute_domain_driver != driver_name:
+        found += [(compute_domain_driver, path, message) for path, message in
+                  opaque_config_problems(obj, compute_domain_driver, COMPUTE_DOMAIN_FAMILY)]
+    return sorted(found, key=lambda item: item[1])
 
 
 # ----- AdmissionReview (admission.k8s.io/v1) ----------------------------------------------------------------

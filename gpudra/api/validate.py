@@ -103,14 +103,15 @@ def _object_level_checks(obj: dict[str, Any], kind: str, ctx: Context) -> None:
 
 def _driver_config_checks(obj: dict[str, Any], kind: str, ctx: Context) -> None:
     """Opaque configs of the drivers gpudra knows (its GPU driver: GpuConfig, MigDeviceConfig and their sharing
-    settings) as that driver's admission webhook checks them (gpudra.driver.admission, the one copy the webhook
-    serves): the API server stores any JSON there, and the pod would wait in ContainerCreating."""
+    settings; its compute-domain driver: ComputeDomainChannelConfig, ComputeDomainDaemonConfig) as their admission
+    webhook checks them (gpudra.driver.admission, the one copy the webhook serves): the API server stores any JSON
+    there, and the pod would wait in ContainerCreating."""
     if kind not in ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass"):
         return
-    from gpudra.device_config import opaque_config_problems
+    from gpudra.device_config import drivers_config_problems
 
-    for path, message in opaque_config_problems(obj):
-        ctx.error(path, f"the gpu.nvidia.com driver refuses this config: {message}")
+    for driver, path, message in drivers_config_problems(obj):
+        ctx.error(path, f"the {driver} driver refuses this config: {message}")
 
 
 def _class_references(obj: dict[str, Any], kind: str) -> Iterable[tuple[str, str]]:

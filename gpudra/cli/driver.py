@@ -14,7 +14,7 @@ import click
 
 from gpudra.cli.errors import InputError, warn
 from gpudra.cli.inputs import require_generated_valid
-from gpudra.vocabulary import DRIVER_NAME
+from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME, DRIVER_NAME
 from gpudra.cli.options import BACKEND_HELP, backend_option, dns_subdomain_value, node_option
 from gpudra.cli.output import output_option, render_data, render_objects, render_table
 from gpudra.cli.options import features_option, kubernetes_version_option
@@ -29,7 +29,19 @@ def profile_named() -> bool:
     return source in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
 
 
-DRIVER_NAME_HELP = "The DRA driver's name (ResourceSlices' spec.driver, the DeviceClasses' selectors)."
+DRIVER_NAME_HELP = ("The DRA driver's name (ResourceSlices' spec.driver, the DeviceClasses' selectors); default "
+                    f"{DRIVER_NAME}, or {COMPUTE_DOMAIN_DRIVER_NAME} with --driver compute-domain.")
+DRIVERS = ("gpu", "compute-domain")
+
+
+def driver_option(help_text: str, default: str = "gpu", choices: tuple[str, ...] = DRIVERS):
+    """--driver: which of gpudra's two kubelet plugins (NVIDIA runs them as two containers of one DaemonSet pod)."""
+    return click.option("--driver", "driver_kind", type=click.Choice(choices), default=default, show_default=True,
+                        help=help_text)
+
+
+def _driver_name(driver_kind: str, driver_name: str | None) -> str:
+    return driver_name or (COMPUTE_DOMAIN_DRIVER_NAME if driver_kind == "compute-domain" else DRIVER_NAME)
 REGISTRAR_HELP = "the kubelet's plugin registration directory (the driver's registration socket, under --root)"
 
 
@@ -141,8 +153,9 @@ def command() -> None:
 @click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile or YAML file")
 @node_option("The Node the slices are published for (spec.nodeName, the pool's name).", dest="node_name",
              required=True, callback=dns_subdomain_value())
-@click.option("--driver-name", default=DRIVER_NAME, show_default=True, callback=dns_subdomain_value(63),
-              help=DRIVER_NAME_HELP)
+@driver_option("gpu: GPUs and MIG devices; compute-domain: the IMEX channel and daemon devices of the "
+               "compute-domain.nvidia.com plugin (with the node's NVLink fabric clique)")
+@click.option("--driver-name", default=None, callback=dns_subdomain_value(63), help=DRIVER_NAME_HELP)
 @click.option("--dynamic-mig", is_flag=True, help="announce MIG partitions as partitionable devices (KEP-4815)")
 @click.option("--generation", type=click.IntRange(min=0), default=1, show_default=True,
               help="The pool's generation (spec.pool.generation): a driver raises it with every republication, "
@@ -153,12 +166,20 @@ def command() -> None:
 @kubernetes_version_option(KUBERNETES_VERSION_HELP.replace("the API server's /version with a kubeconfig, else ", ""))
 @features_option()
 @output_option(pipe_default="yaml", help="table: one row per slice; yaml/json: the ResourceSlices.")
-def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dynamic_mig: bool, generation: int,
-               sharing: str, kubernetes_version: str | None, features: str, output: str) -> None:
+def slices_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver_name: str | None,
+               dynamic_mig: bool, generation: int, sharing: str, kubernetes_version: str | None, features: str,
+               output: str) -> None:
     """Print the ResourceSlices this node would publish."""
     from gpudra.driver.slices import build_resource_slices
     from gpudra.versions import parse_version
 
+    driver_name = _driver_name(driver_kind, driver_name)
+    if driver_kind == "compute-domain":
+        if dynamic_mig or sharing != "none":
+            _fail("--dynamic-mig and --sharing are GPU driver options; the compute-domain driver has neither")
+        _dump(_compute_domain_slices(backend, profile, node_name, driver_name, generation,
+                                     parse_version(kubernetes_version)), output)
+        return
     dynamic_mig, layout = _slice_layout(dynamic_mig, kubernetes_version, features)
     if sharing == "consumable":
         _warn_unless_consumable(kubernetes_version, features)
@@ -177,23 +198,47 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_name: str, dyn
     _dump(slices, output)
 
 
+def _compute_domain_slices(backend: str, profile: str, node_name: str, driver_name: str, generation: int,
+                           version) -> list:
+    from gpudra.driver.computedomain import compute_domain_slices, node_clique
+
+    try:
+        clique = node_clique(read_inventory(_backend(backend, profile), profile=profile, node_name=node_name))
+    except DiscoveryError as exc:
+        _fail(str(exc))
+    slices = compute_domain_slices(node_name, clique, driver_name=driver_name, generation=generation)
+    require_generated_valid(slices, "driver slices", version)
+    return slices
+
+
 @command.command("deviceclasses")
+@driver_option("which driver's classes: all (as NVIDIA's chart installs them by default), gpu (gpu.nvidia.com, "
+               "mig.nvidia.com) or compute-domain (compute-domain-daemon.nvidia.com, "
+               "compute-domain-default-channel.nvidia.com)", default="all", choices=("all", *DRIVERS))
 @click.option("--driver-name", default=DRIVER_NAME, show_default=True, callback=dns_subdomain_value(63),
-              help=DRIVER_NAME_HELP)
+              help="The GPU driver's name (its classes' names and selectors).")
+@click.option("--compute-domain-driver-name", default=COMPUTE_DOMAIN_DRIVER_NAME, show_default=True,
+              callback=dns_subdomain_value(63), help="The compute-domain driver's name (its classes' selectors).")
 @kubernetes_version_option("The release to publish for (1.33-1.36; default 1.36): the GPU class names the "
                            "extended resource nvidia.com/gpu only where DRAExtendedResource is on by default.")
 @output_option(pipe_default="yaml", help="table: names and selectors; yaml/json: the DeviceClasses.")
-def deviceclasses_cmd(driver_name: str, kubernetes_version: str | None, output: str) -> None:
-    """Print the DeviceClasses for full GPUs and MIG devices."""
+def deviceclasses_cmd(driver_kind: str, driver_name: str, compute_domain_driver_name: str,
+                      kubernetes_version: str | None, output: str) -> None:
+    """Print the DeviceClasses for full GPUs and MIG devices, and for ComputeDomain channels and daemons."""
+    from gpudra.driver.computedomain import compute_domain_device_classes
     from gpudra.driver.slices import device_classes
     from gpudra.versions import gate_state, parse_version
 
     version = parse_version(kubernetes_version)
-    extended = gate_state("DRAExtendedResource", version)
-    if not extended.default:  # the API server would drop the field: do not print what the cluster will not keep
-        click.echo(f"warning: Kubernetes {version}: no extendedResourceName on the GPU class: it needs the "
-                   f"DRAExtendedResource feature gate ({extended.describe()})", err=True)
-    classes = device_classes(driver_name, extended_resource_name="nvidia.com/gpu" if extended.default else None)
+    classes = []
+    if driver_kind in ("all", "gpu"):
+        extended = gate_state("DRAExtendedResource", version)
+        if not extended.default:  # the API server would drop the field: do not print what the cluster will not keep
+            click.echo(f"warning: Kubernetes {version}: no extendedResourceName on the GPU class: it needs the "
+                       f"DRAExtendedResource feature gate ({extended.describe()})", err=True)
+        classes += device_classes(driver_name, extended_resource_name="nvidia.com/gpu" if extended.default else None)
+    if driver_kind in ("all", "compute-domain"):
+        classes += compute_domain_device_classes(compute_domain_driver_name)
     require_generated_valid(classes, "driver deviceclasses", version)
     _dump(classes, output)
 
@@ -237,11 +282,20 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
 @click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile or YAML file")
 @node_option("This node's name (the Node object; $NODE_NAME, as the driver's DaemonSet sets it).", dest="node_name",
              required=True, envvar="NODE_NAME")
-@click.option("--driver-name", default=DRIVER_NAME, show_default=True, help=DRIVER_NAME_HELP)
+@driver_option("gpu: the GPU plugin (gpu.nvidia.com); compute-domain: the compute-domain.nvidia.com plugin (IMEX "
+               "channels and daemons of ComputeDomains), a second process with its own sockets, as NVIDIA runs it")
+@click.option("--driver-name", default=None, callback=dns_subdomain_value(63), help=DRIVER_NAME_HELP)
 @click.option("--root", default="/", show_default=True,
               help="place every absolute path (sockets, checkpoint, CDI dirs) under this directory")
 @click.option("--claims", "claims_dir", type=click.Path(file_okay=False),
               help="directory of allocated ResourceClaim YAML files (used without a kubeconfig)")
+@click.option("--domains", "domains_dir", type=click.Path(file_okay=False),
+              help="--driver compute-domain: directory of ComputeDomain objects (YAML/JSON, with status.nodes[]) "
+                   "used without a kubeconfig; the node labels go to node-labels.json there")
+@click.option("--domain-ready-wait", "domain_ready_wait_s", type=click.FloatRange(min=0), default=10.0,
+              show_default=True, metavar="SECONDS",
+              help="--driver compute-domain: how long a channel prepare waits for this node's IMEX daemon to be "
+                   "Ready before failing (the kubelet retries)")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), envvar="KUBECONFIG",
               help="read claims from and publish ResourceSlices to this cluster")
 @click.option("--in-cluster", is_flag=True, help="use the pod's service account")
@@ -285,18 +339,22 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
 @click.option("--no-fsync", is_flag=True, hidden=True, help="skip fsync (benchmarks on slow disks only)")
 @click.option("-v", "--verbose", is_flag=True, help="log at debug level (every gRPC call, publication and health "
                                                     "event)")
-def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: str, claims_dir: str | None,
-            kubeconfig: str | None, in_cluster: bool, dynamic_mig: bool, healthcheck_port: int | None,
+def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver_name: str | None, root: str,
+            claims_dir: str | None, domains_dir: str | None, domain_ready_wait_s: float, kubeconfig: str | None, in_cluster: bool, dynamic_mig: bool, healthcheck_port: int | None,
             registry_dir: str, plugins_dir: str, cdi_dir: str, driver_root: str, host_driver_root: str | None,
             cdi_hook_path: str | None, socket_group: str | None, call_deadline_s: float, metrics_port: int | None,
             device_health: bool, additional_xids_to_ignore: str, device_taint_rules: bool,
             rolling_update_uid: str | None, kubernetes_version: str | None, features: str, no_fsync: bool,
             verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
+    driver_name = _driver_name(driver_kind, driver_name)
+    if driver_kind == "compute-domain" and dynamic_mig:
+        _fail("--dynamic-mig is a GPU driver option; the compute-domain driver has no MIG devices")
     chosen_backend = _published_backend(backend, profile, kubeconfig, in_cluster)
     dynamic_mig, layout = _slice_layout(dynamic_mig, kubernetes_version, features, kubeconfig,
                                         live=bool(kubeconfig or in_cluster))
     from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
+    from gpudra.driver.cdagent import ComputeDomainAgent
     from gpudra.driver.checkpoint import CheckpointError
     from gpudra.driver.health import parse_xid_list
     from gpudra.driver.publisher import PublishError
@@ -312,9 +370,14 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_name: str, root: 
                            socket_group=socket_group, call_deadline_s=call_deadline_s, metrics_port=metrics_port,
                            health_events=device_health, health_stream=device_health,
                            ignored_xids=parse_xid_list(additional_xids_to_ignore),
-                           rolling_update_uid=rolling_update_uid, device_taint_rules=device_taint_rules)
+                           rolling_update_uid=rolling_update_uid, device_taint_rules=device_taint_rules,
+                           domains_dir=domains_dir, domain_ready_wait_s=domain_ready_wait_s)
     try:
-        agent = DriverAgent(options)
+        agent: DriverAgent | ComputeDomainAgent
+        if driver_kind == "compute-domain":
+            agent = ComputeDomainAgent(options)
+        else:
+            agent = DriverAgent(options)
         agent.start()
     except (AgentError, DiscoveryError, CheckpointError, PublishError, ValueError, OSError) as exc:
         _fail(str(exc))

@@ -7,15 +7,18 @@ its pod in ContainerCreating: every `devices.config[].opaque` entry for the driv
 (unknown fields are errors), normalized and validated (api/nvidia.com/resource/v1beta1 sharing.go,
 validate.go). Here the decoding and checks are the driver's own (gpudra.device_config: decode_opaque, the one
 copy prepare uses too, and opaque_config_problems, which finds the configs in an object); this module answers
-AdmissionReviews.
+AdmissionReviews. The compute-domain driver's ComputeDomainChannelConfig / ComputeDomainDaemonConfig are checked
+too (computedomainconfig.go's Validate and strict decoding; NVIDIA's webhook registers as gpu.nvidia.com and lets
+them through unchecked), so one webhook serves both of gpudra's kubelet plugins.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpudra.device_config import CONFIG_PATHS, opaque_config_problems
+from gpudra.device_config import CONFIG_PATHS, drivers_config_problems
 from gpudra.driver.slices import DEFAULT_DRIVER_NAME
+from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
 
 ADMISSION_API = "admission.k8s.io/v1"
 RESOURCE_GROUP = "resource.k8s.io"
@@ -30,10 +33,11 @@ def _status(message: str, reason: str, code: int) -> dict[str, Any]:
     return {"message": message, "reason": reason, "code": code}
 
 
-def review_response(review: Any, driver_name: str = DEFAULT_DRIVER_NAME) -> dict[str, Any]:
+def review_response(review: Any, driver_name: str = DEFAULT_DRIVER_NAME,
+                    compute_domain_driver: str | None = COMPUTE_DOMAIN_DRIVER_NAME) -> dict[str, Any]:
     """The AdmissionReview answering `review` (a decoded admission.k8s.io/v1 AdmissionReview): allowed unless
-    an object's opaque configs for `driver_name` fail the driver's checks. ReviewError when `review` is not an
-    AdmissionReview request at all."""
+    an object's opaque configs for `driver_name` (or for the compute-domain driver, unless None) fail that
+    driver's checks. ReviewError when `review` is not an AdmissionReview request at all."""
     from gpudra.api.convert import needs_conversion, to_v1
 
     if not isinstance(review, dict) or review.get("apiVersion") != ADMISSION_API \
@@ -63,9 +67,9 @@ def review_response(review: Any, driver_name: str = DEFAULT_DRIVER_NAME) -> dict
     except Exception as exc:  # noqa: BLE001 - a shape conversion cannot handle is the client's mistake
         response.update(allowed=False, status=_status(f"cannot read the object: {exc}", "BadRequest", 400))
         return answer
-    problems = opaque_config_problems(v1, driver_name)
+    problems = drivers_config_problems(v1, driver_name, compute_domain_driver)
     if problems:  # worded as NVIDIA's webhook words it (admitResourceClaimParameters)
-        listed = "; ".join(f"object at {path} is invalid: {message}" for path, message in problems)
+        listed = "; ".join(f"object at {path} is invalid: {message}" for _, path, message in problems)
         response.update(allowed=False, status=_status(f"{len(problems)} configs failed to validate: {listed}",
                                                       "Invalid", 422))
     return answer

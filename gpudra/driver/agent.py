@@ -71,9 +71,22 @@ class AgentOptions:
     health_stream: bool = True  # serve the kubelet's DRA resource-health stream (v1alpha1.DRAResourceHealth)
     device_taint_rules: bool = False  # also keep a DeviceTaintRule per tainted device (where the cluster serves them)
     rolling_update_uid: str | None = None  # this driver pod's UID: per-pod sockets, prepares serialized by file lock
+    # the compute-domain driver (cdagent.py) only:
+    domains_dir: str | None = None  # ComputeDomain objects as files (without it: the API server's, with a kubeconfig)
+    domain_ready_wait_s: float = 10.0  # how long a channel prepare waits for the node's IMEX daemon before failing
+    published_channels: int = 1  # IMEX channel devices published (NVIDIA publishes channel 0 only)
 
 
-def _group_id(group: str | None) -> int | None:
+def save_published_slices(plugin_dir: str, slices: list[dict[str, Any]]) -> None:
+    """The slices last published, as `resourceslices.yaml` in the plugin directory (`driver status` reads it)."""
+    # YAML documents in JSON style (JSON is YAML): with dynamic MIG the slices list every
+    # placement, and PyYAML's representer took most of the start-up time (seconds)
+    text = "".join(f"---\n{json.dumps(s)}\n" for s in slices)  # one line: json's C encoder
+    write_atomic(os.path.join(plugin_dir, "resourceslices.yaml"), text.encode(), mode=0o644,
+                 label="resourceslices", fsync=False)
+
+
+def group_id(group: str | None) -> int | None:
     if group is None:
         return None
     if group.isdigit():
@@ -179,7 +192,7 @@ class DriverAgent:
                                     dra_socket=self.paths.dra_socket,
                                     registration_socket=self.paths.registration_socket,
                                     healthcheck_port=self.options.healthcheck_port,
-                                    socket_group=_group_id(self.options.socket_group),
+                                    socket_group=group_id(self.options.socket_group),
                                     call_deadline_s=self.options.call_deadline_s, metrics=self.metrics,
                                     health_source=health_view if self.options.health_stream else None)
         self.plugin.start()
@@ -258,11 +271,7 @@ class DriverAgent:
         self._published = [d for s in slices for d in s["spec"].get("devices") or []]
         self._published_devices = len(self._published)
         self.metrics.publications.inc()
-        # YAML documents in JSON style (JSON is YAML): with dynamic MIG the slices list every
-        # placement, and PyYAML's representer took most of the start-up time (seconds)
-        text = "".join(f"---\n{json.dumps(s)}\n" for s in slices)  # one line: json's C encoder
-        write_atomic(os.path.join(self.paths.plugin_dir, "resourceslices.yaml"), text.encode(), mode=0o644,
-                     label="resourceslices", fsync=False)
+        save_published_slices(self.paths.plugin_dir, slices)
         if self.publisher is not None:
             self.publish_summary = self.publisher.publish(self.build_slices)
             log.info("published ResourceSlices: %s", self.publish_summary)

@@ -100,13 +100,36 @@ def _is_str_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
+# A compute-domain driver record (cdstate.py) has "type" channel or daemon, "gpuMinor" None, "domainID" (a UID:
+# it names a directory) and, for a channel, "imexChannels" [first, end): the channel device nodes it injects.
+DOMAIN_RECORD_TYPES = ("channel", "daemon")
+
+
+def _domain_record_problem(record: dict[str, Any], name: str) -> str | None:
+    from gpudra.api.schema import names
+
+    if record.get("gpuMinor") is not None or record.get("mig") is not None or record.get("slices") is not None:
+        return f"device {name}: a {record['type']} record names a GPU"
+    if names.field_problems("domainID", record.get("domainID"), names.kubernetes_uid, 36):
+        return f"device {name}: domainID is not a UID"
+    channels = record.get("imexChannels")
+    if record["type"] == "channel" and not (isinstance(channels, list) and len(channels) == 2
+                                            and all(map(_is_int, channels)) and channels[0] <= channels[1]):
+        return f"device {name}: imexChannels is not [first, end]"
+    return None
+
+
 def _record_problem(record: Any, completed: bool) -> str | None:
     if not isinstance(record, dict):
         return "a device record is not an object"
     if not isinstance(record.get("device"), str) or not record["device"]:
         return "a device record has no device name"
     name = record["device"]
-    if not _is_int(record.get("gpuMinor")):
+    if record.get("type") in DOMAIN_RECORD_TYPES:
+        problem = _domain_record_problem(record, name)
+        if problem:
+            return problem
+    elif not _is_int(record.get("gpuMinor")):
         return f"device {name}: gpuMinor is not a small non-negative integer"
     slices = record.get("slices")
     if slices is not None and not (isinstance(slices, list) and len(slices) == 2 and all(map(_is_int, slices))

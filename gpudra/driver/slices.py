@@ -248,6 +248,12 @@ def build_resource_slices(inventory: Inventory, node_name: str, *, driver_name: 
             else:
                 split.append(body)
         bodies = split
+    return resource_slices(bodies, node_name, driver_name=driver_name, generation=generation, node_uid=node_uid)
+
+
+def resource_slices(bodies: list[dict[str, Any]], node_name: str, *, driver_name: str, generation: int = 1,
+                    node_uid: str | None = None) -> list[dict[str, Any]]:
+    """One node-local pool: a ResourceSlice per body (its devices, counters), named, owned by the Node."""
     pool = {"name": node_name, "generation": generation, "resourceSliceCount": len(bodies)}
     slices = []
     for index, body in enumerate(bodies):

@@ -36,7 +36,7 @@ from .calls import CallToken
 from .checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, current_boot_id,
                          empty_checkpoint, entry_problem, load_checkpoint)
 from .claims import ClaimSource, ClaimSourceError
-from gpudra.device_config import ConfigError, DeviceConfig, claim_configs, config_for
+from gpudra.device_config import GPU_FAMILY, ConfigError, DeviceConfig, claim_configs, config_for
 from .journal import CheckpointJournal
 from .paths import DriverPaths
 from .quarantine import load_quarantine, quarantine_entry, save_quarantine
@@ -68,14 +68,16 @@ def _conflicts(a: dict[str, Any], b: dict[str, Any]) -> bool:
         return False  # consumable capacity: one device, several allocations told apart by share ID
     if a["device"] == b["device"]:
         return True
-    if a["gpuMinor"] != b["gpuMinor"]:
-        return False
+    if a["gpuMinor"] is None or a["gpuMinor"] != b["gpuMinor"]:
+        return False  # no GPU (a compute-domain channel or daemon) or another GPU: only the same device conflicts
     if a["slices"] is None or b["slices"] is None:  # a full GPU excludes every MIG device on it
         return True
     return a["slices"][0] < b["slices"][1] and b["slices"][0] < a["slices"][1]
 
 
 class DeviceState:
+    config_family = GPU_FAMILY  # which opaque config kinds this driver decodes (device_config.FAMILY_KINDS)
+
     def __init__(self, *, driver_name: str, node_name: str, backend: GpuBackend, paths: DriverPaths,
                  claims: ClaimSource, dynamic_mig: bool = False, fsync: bool = True, boot_id: str | None = None,
                  host_edits: ContainerEdits | None = None, sharing: SharingControl | None = None,
@@ -355,7 +357,7 @@ class DeviceState:
             raise PrepareError(f"ResourceClaim {ref.namespace}/{ref.name}: at most {RESULTS_MAX} allocation "
                                f"results (has {len(results)})")
         try:
-            configs = claim_configs(allocation, self.driver_name)
+            configs = claim_configs(allocation, self.driver_name, self.config_family)
         except ConfigError as exc:
             raise PrepareError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
         return claim, configs
