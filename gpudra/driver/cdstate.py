@@ -99,6 +99,8 @@ class ComputeDomainState(DeviceState):
                 # upstream injects channel 0 for Single (the only one it publishes); here: the allocated channel
                 record.update(allocationMode=mode, imexChannels=[0, 0] if not self.clique else
                               [0, self.channel_count] if mode == "All" else [number, number + 1])
+                if not self.clique:  # no IMEX here: nothing to inject, no CDI device (cdi.go GetClaimDevice)
+                    record["cdiDeviceIDs"] = []
             if result.get("shareID"):
                 record["shareID"] = result["shareID"]
             planned.append((record, config.domain))
@@ -181,6 +183,8 @@ class ComputeDomainState(DeviceState):
             return
         cdi_devices = []
         for record in devices:
+            if not record["cdiDeviceIDs"]:
+                continue
             edits: ContainerEdits
             if record["type"] == CHANNEL_TYPE:
                 first, end = record["imexChannels"]
@@ -188,9 +192,18 @@ class ComputeDomainState(DeviceState):
             else:
                 edits = daemon_edits(record, domain_dir(self.paths.plugin_dir, record["domainID"]), self.node_devices)
             cdi_devices.append(Device(name=cdispec.cdi_device_name(uid, record["device"]), container_edits=edits))
+        if not cdi_devices:
+            return
         vendor, cls = cdispec.vendor_and_class(self.driver_name)
         spec = Spec(kind=f"{vendor}/{cls}", devices=cdi_devices)
         write_spec(spec, self.paths.cdi_spec_dir, self._spec_name(uid), fsync=False)
+
+    def _spec_exists(self, uid: str) -> bool:
+        """A claim without CDI devices (channels of a node without IMEX) has no spec to miss."""
+        with self.journal.lock:
+            entry = self.journal.data["claims"].get(uid)
+            needs_spec = entry is None or any(d.get("cdiDeviceIDs") for d in entry.get("devices", []))
+        return super()._spec_exists(uid) if needs_spec else True
 
     # -- release ---------------------------------------------------------------------------------------------
     def _undo(self, uid: str, entry: dict[str, Any], lenient: bool = False) -> None:
