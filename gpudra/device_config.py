@@ -211,7 +211,7 @@ def _domain_config(obj: dict[str, Any], kind: str, what: str) -> DomainConfig:
     _strict(obj, {"apiVersion", "kind", "domainID"} | ({"allocationMode"} if kind == CHANNEL_CONFIG else set()), what)
     domain_id = obj.get("domainID")
     if domain_id is None or domain_id == "":
-        raise ConfigError(f"{what}.domainID: domainID cannot be empty")
+        raise ConfigError(f"{what}: domainID cannot be empty")  # Validate()'s words
     if not isinstance(domain_id, str):
         raise ConfigError(f"{what}.domainID: must be a string (the ComputeDomain's UID)")
     problems = names.field_problems("domainID", domain_id, names.kubernetes_uid, DOMAIN_ID_MAX)

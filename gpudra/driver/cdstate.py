@@ -225,20 +225,23 @@ class ComputeDomainState(DeviceState):
 
     def _forget_join(self, uid: str, *, leave: bool) -> None:
         """Drop the claim's join; the node leaves the domain when no other claim joined it (upstream
-        RemoveNodeLabel on unprepare of a channel claim)."""
+        RemoveNodeLabel on unprepare of a channel claim). The label goes first, the join after: a crash in between
+        leaves a join without a label (the retried unprepare drops it), never a label nobody accounts for."""
         with self.journal.lock:
             joins = self.journal.data.get(JOINS_KEY) or {}
-            domain_id = joins.pop(uid, None)
+            domain_id = joins.get(uid)
             if domain_id is None:
                 return
-            remaining = domain_id in joins.values()
-            version = self.journal.changed()
-        self.journal.persist(version)
+            remaining = any(domain == domain_id for other, domain in joins.items() if other != uid)
         if leave and not remaining:
             try:
                 self.domains.leave(self.node_name, domain_id)
             except DomainError as exc:
                 raise PrepareError(f"unpreparing claim {uid}: leaving ComputeDomain {domain_id}: {exc}") from None
+        with self.journal.lock:
+            (self.journal.data.get(JOINS_KEY) or {}).pop(uid, None)
+            version = self.journal.changed()
+        self.journal.persist(version)
 
     # -- start-up ----------------------------------------------------------------------------------------------
     def _reconcile(self) -> dict[str, list[str]]:
