@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,23 +207,32 @@ def _domain_config(obj: dict[str, Any], kind: str, what: str) -> DomainConfig:
     path unchecked. An allocationMode other than Single/All is refused: upstream's Validate() lets it through and
     prepare then treats it as Single (a silent downgrade of "all" to one channel); the CRD's enum allows only these
     two, so every claim template the controller writes passes."""
-    from gpudra.api.schema import names
-
     _strict(obj, {"apiVersion", "kind", "domainID"} | ({"allocationMode"} if kind == CHANNEL_CONFIG else set()), what)
     domain_id = obj.get("domainID")
     if domain_id is None or domain_id == "":
         raise ConfigError(f"{what}: domainID cannot be empty")  # Validate()'s words
     if not isinstance(domain_id, str):
         raise ConfigError(f"{what}.domainID: must be a string (the ComputeDomain's UID)")
-    problems = names.field_problems("domainID", domain_id, names.kubernetes_uid, DOMAIN_ID_MAX)
-    if problems:
-        raise ConfigError(f"{what}.{problems[0]}")
+    if not _is_uuid(domain_id):
+        shown = domain_id if len(domain_id) <= 64 else domain_id[:64] + "…"
+        raise ConfigError(f"{what}.domainID: {shown!r} is not a ComputeDomain's UID (a UUID such as "
+                          "'1c3b9a3e-1b9f-4d6e-9a57-4c1d0e2f3a4b')")
     mode = obj.get("allocationMode")
     if mode in (None, ""):
         mode = "Single"
     if mode not in ALLOCATION_MODES:
         raise ConfigError(f"{what}.allocationMode: must be Single or All, got {str(mode)[:64]!r}")
     return DomainConfig(domain_id, mode)
+
+
+def _is_uuid(text: str) -> bool:
+    """A UUID in its 36-character form (what the API server assigns as metadata.uid)."""
+    if len(text) != DOMAIN_ID_MAX:
+        return False
+    try:
+        return str(uuid.UUID(text)) == text.lower()
+    except ValueError:
+        return False
 
 
 def decode_config(parameters: Any, what: str, family: str = GPU_FAMILY,

@@ -21,6 +21,11 @@ from test_cluster_flow import ARTICLE
 
 
 NVIDIA_CHART_CLASSES = [
+    ("compute-domain-daemon.nvidia.com", "device.driver == 'compute-domain.nvidia.com' && "
+     "device.attributes['compute-domain.nvidia.com'].type == 'daemon'", None),
+    ("compute-domain-default-channel.nvidia.com", "device.driver == 'compute-domain.nvidia.com' && "
+     "device.attributes['compute-domain.nvidia.com'].type == 'channel' && "
+     "device.attributes['compute-domain.nvidia.com'].id == 0", None),
     ("gpu.nvidia.com", "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'",
      "nvidia.com/gpu"),
     ("mig.nvidia.com", "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'",
@@ -45,12 +50,14 @@ def test_first_hour_on_the_default_cluster(cluster_state, monkeypatch, tmp_path)
         first = run("cluster", "up", "--nodes", "l4-node", "--no-control-plane")
         assert first.stdout.strip() == default
         assert f"creating a local cluster in {default}: Kubernetes 1.36, 1 node (l4-0)" in first.stderr
-        assert "DeviceClasses gpu.nvidia.com, mig.nvidia.com created" in first.stderr
+        assert ("DeviceClasses gpu.nvidia.com, mig.nvidia.com, compute-domain-daemon.nvidia.com, "
+                "compute-domain-default-channel.nvidia.com created") in first.stderr
         assert other.load_config().kubernetes_version == "1.34" and not os.path.exists(other.store.root)
         assert open(current_pointer()).read().strip() == default  # later commands follow the new cluster
 
         # the classes NVIDIA's Helm chart installs with its driver (NVIDIA/k8s-dra-driver-gpu,
-        # deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-gpu.yaml and deviceclass-mig.yaml)
+        # deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-gpu.yaml, deviceclass-mig.yaml and
+        # deviceclass-compute-domain-{daemon,default-channel}.yaml: computeDomains are enabled by default)
         classes = json.loads(run("get", "deviceclasses", "-o", "json").stdout)["items"]
         assert [(c["metadata"]["name"], c["spec"]["selectors"][0]["cel"]["expression"],
                  c["spec"].get("extendedResourceName")) for c in classes] == NVIDIA_CHART_CLASSES

@@ -116,7 +116,7 @@ def test_slices_cli():
     assert out.exit_code == 0
     docs = list(yaml.safe_load_all(out.output))
     assert docs[0]["spec"]["pool"] == {"name": "n9", "generation": 4, "resourceSliceCount": 1}
-    classes = CliRunner().invoke(cli, ["driver", "deviceclasses"])
+    classes = CliRunner().invoke(cli, ["driver", "deviceclasses", "--driver", "gpu"])
     assert [d["metadata"]["name"] for d in yaml.safe_load_all(classes.output)] == ["gpu.nvidia.com", "mig.nvidia.com"]
 
 

@@ -200,10 +200,12 @@ def _node_list(nodes: list[NodeSpec]) -> str:
 def install_device_classes(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> list[str]:
     """Create the drivers' DeviceClasses that the store does not hold yet (NVIDIA's Helm chart installs its
     classes with the driver); returns the names created. Classes that exist, the user's edits included, stay."""
+    from gpudra.driver.computedomain import compute_domain_device_classes
     from gpudra.driver.slices import device_classes
 
     created = []
-    for obj in device_classes(cluster.load_config().driver_name):
+    # the chart's defaults install the compute-domain driver's classes too (values.yaml resources.computeDomains)
+    for obj in device_classes(cluster.load_config().driver_name) + compute_domain_device_classes():
         name = obj["metadata"]["name"]
         if cluster.store.get("DeviceClass", None, name) is not None:
             continue
