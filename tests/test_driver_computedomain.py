@@ -432,3 +432,59 @@ def test_domain_from_object_reads_status_nodes_and_skips_junk():
     assert info is not None and [n.name for n in info.nodes] == ["a", "b"]
     assert info.node_ready("a") and not info.node_ready("b") and not info.node_ready("c")
     assert domain_from_object({"kind": "ComputeDomain", "metadata": {}}) is None
+
+
+def test_kube_domain_source_through_the_official_client(tmp_path):
+    """KubeDomainSource against a loopback API server: ComputeDomains listed from resource.nvidia.com/v1beta1, the
+    node label set and removed with patches (a null value deletes a label in a merge patch)."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from fake_http import JsonHandler, write_kubeconfig
+
+    from gpudra.driver.domains import DomainError, KubeDomainSource
+
+    uid, other = str(uuid.uuid4()), str(uuid.uuid4())
+    node_obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "labels": {"a": "b"}}}
+    patches: list[tuple[str, dict]] = []
+
+    class Handler(JsonHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            if self.path.startswith("/apis/resource.nvidia.com/v1beta1/computedomains"):
+                self._send(200, {"apiVersion": NV, "kind": "ComputeDomainList", "metadata": {},
+                                 "items": [compute_domain(other, name="x"),
+                                           compute_domain(uid, nodes=[status_node(NODE)])]})
+            elif self.path.startswith(f"/api/v1/nodes/{NODE}"):
+                self._send(200, node_obj)
+            else:
+                self._send(404, {"kind": "Status", "apiVersion": "v1", "code": 404, "reason": "NotFound"})
+
+        def do_PATCH(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            patches.append((self.headers["Content-Type"], body))
+            labels = node_obj["metadata"]["labels"]
+            for key, value in body["metadata"]["labels"].items():
+                if value is None:
+                    labels.pop(key, None)
+                else:
+                    labels[key] = value
+            self._send(200, node_obj)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        source = KubeDomainSource.from_kubeconfig(write_kubeconfig(str(tmp_path / "kubeconfig"),
+                                                                   server.server_address))
+        found = source.domain(uid)
+        assert found is not None and found.node_ready(NODE) and source.domain(str(uuid.uuid4())) is None
+        source.join(NODE, uid)
+        source.join(NODE, uid)  # already labelled: no second patch
+        assert node_obj["metadata"]["labels"] == {"a": "b", "resource.nvidia.com/computeDomain": uid}
+        with pytest.raises(DomainError, match="serves another ComputeDomain"):
+            source.join(NODE, other)
+        source.leave(NODE, other)  # another domain's leave keeps the label
+        source.leave(NODE, uid)
+        assert node_obj["metadata"]["labels"] == {"a": "b"} and len(patches) == 2
+        assert patches[1][1] == {"metadata": {"labels": {"resource.nvidia.com/computeDomain": None}}}
+    finally:
+        server.shutdown()
