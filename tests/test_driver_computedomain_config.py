@@ -125,3 +125,37 @@ def test_validate_cli_exits_1(tmp_path):
     result = CliRunner().invoke(cli, ["validate", "-f", str(path)])
     assert result.exit_code == 1
     assert "domainID cannot be empty" in result.output
+
+
+def _json_values():
+    from hypothesis import strategies as st
+
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=40),
+                        st.sampled_from([UID, "", "All", "Single", "all", "../x", UID.upper()]))
+    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.text(max_size=10), inner, max_size=3), max_leaves=8)
+
+
+def test_decoding_any_parameters_gives_a_config_or_a_config_error():
+    """Property: whatever JSON a claim carries, decoding answers with a DomainConfig whose domainID is a UUID and
+    whose mode is Single or All, or with ConfigError, never another exception."""
+    from hypothesis import given, settings, strategies as st
+
+    from gpudra.device_config import decode_config
+
+    keys = st.sampled_from(["apiVersion", "kind", "domainID", "allocationMode", "sharing", "extra"])
+    values = st.one_of(st.sampled_from([NV, "ComputeDomainChannelConfig", "ComputeDomainDaemonConfig"]), _json_values())
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.one_of(st.dictionaries(keys, values, max_size=5), _json_values()))
+    def check(parameters):
+        try:
+            config = decode_config(parameters, "parameters", "compute-domain")
+        except ConfigError:
+            return
+        assert config.domain is not None
+        assert str(uuid.UUID(config.domain.domain_id)) == config.domain.domain_id.lower()
+        assert config.domain.allocation_mode in ("Single", "All")
+        assert config.kind in ("ComputeDomainChannelConfig", "ComputeDomainDaemonConfig")
+
+    check()
