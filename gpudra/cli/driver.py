@@ -31,6 +31,7 @@ def profile_named() -> bool:
 
 DRIVER_NAME_HELP = ("The DRA driver's name (ResourceSlices' spec.driver, the DeviceClasses' selectors); default "
                     f"{DRIVER_NAME}, or {COMPUTE_DOMAIN_DRIVER_NAME} with --driver compute-domain.")
+RUNNING_DRIVER_HELP = f"The running driver's name ({COMPUTE_DOMAIN_DRIVER_NAME} for the compute-domain plugin)."
 DRIVERS = ("gpu", "compute-domain")
 
 
@@ -501,7 +502,7 @@ def _kubelet(root: str, driver_name: str, registry_dir: str):
 @command.command("prepare")
 @click.argument("claim_files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
-@click.option("--driver-name", default=DRIVER_NAME, show_default=True, help=DRIVER_NAME_HELP)
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, help=RUNNING_DRIVER_HELP)
 @click.option("--kubelet-registrar-directory-path", "registry_dir", default="/var/lib/kubelet/plugins_registry",
               show_default=True, help=REGISTRAR_HELP)
 @click.option("--unprepare", is_flag=True, help="call NodeUnprepareResources instead")
@@ -568,7 +569,7 @@ def _prepare_table(entries: list[dict], wide: bool, show_container: bool, done: 
 
 @command.command("status")
 @click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
-@click.option("--driver-name", default=DRIVER_NAME, show_default=True, help=DRIVER_NAME_HELP)
+@click.option("--driver-name", default=DRIVER_NAME, show_default=True, help=RUNNING_DRIVER_HELP)
 @click.option("--kubelet-plugins-directory-path", "plugins_dir", default="/var/lib/kubelet/plugins",
               show_default=True, help="the driver's --kubelet-plugins-directory-path, where its checkpoint is (a "
                                       "local cluster's nodes: /plugins)")
