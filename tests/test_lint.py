@@ -5,6 +5,7 @@ exempt."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -26,7 +27,9 @@ def test_ruff_finds_nothing() -> None:
 
 
 def test_mypy_finds_nothing() -> None:
-    result = _run("mypy", "--cache-dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "gpudra-mypy-cache"))
+    # one cache per checkout: two trees sharing one would read each other's module states
+    tag = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+    result = _run("mypy", "--cache-dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), f"gpudra-mypy-cache-{tag}"))
     assert "No module named mypy" not in result.stderr, "pip install '.[test]' installs mypy"
     assert result.returncode == 0, result.stdout + result.stderr
 
