@@ -6,6 +6,7 @@
 - DeviceTaint (in a ResourceSlice's devices and a DeviceTaintRule's spec): `timeAdded` becomes the current time
   (only when `now` is given, so results stay reproducible).
 Objects in v1beta1 / v1beta2 are converted to v1 first. The input is never modified.
+A ComputeDomain (resource.nvidia.com/v1beta1) gets its CRD's defaults (gpudra.api.schema.computedomain).
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from gpudra.api.convert import to_v1
+from gpudra.api.schema import computedomain
 
 
 def apply_defaults(obj: dict[str, Any], now: str | None = None) -> dict[str, Any]:
+    if computedomain.is_compute_domain(obj):
+        return computedomain.apply_defaults(obj)
     result = to_v1(obj)
     kind = result.get("kind")
     spec = result.get("spec")

@@ -12,6 +12,7 @@ from gpudra.api.convert import DRA_KINDS, OLD_VERSIONS, V1, needs_conversion, ne
 from gpudra.api.load import Document, cycle_collection_paused
 from gpudra.api.problems import Problem
 from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, metadata_schema, schema_for
+from gpudra.api.schema.computedomain import API_VERSION as CD_API_VERSION, KIND as CD_KIND
 from gpudra.api.schema.taint_rule import VERSIONS as TAINT_RULE_VERSIONS
 from gpudra.api.schema.names import suggest_dns_name
 from gpudra.api.schema.types import as_dict, as_list, Context
@@ -19,7 +20,7 @@ from gpudra.api.schema.types import as_dict, as_list, Context
 _EXPECTED_VERSION = {kind: V1 for kind in DRA_KINDS}
 _EXPECTED_VERSION.update({"Pod": "v1", "Node": "v1", "Deployment": "apps/v1", "ReplicaSet": "apps/v1",
                           "StatefulSet": "apps/v1", "DaemonSet": "apps/v1", "Job": "batch/v1",
-                          "CronJob": "batch/v1", "Namespace": "v1"})
+                          "CronJob": "batch/v1", "Namespace": "v1", CD_KIND: CD_API_VERSION})
 _EXPECTED_VERSION["DeviceTaintRule"] = " or ".join(reversed(TAINT_RULE_VERSIONS))
 V1BETA2 = "resource.k8s.io/v1beta2"
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from gpudra.api.schema import claim, core, names, taint_rule
+from gpudra.api.schema import claim, computedomain, core, names, taint_rule
 from gpudra.api.schema.meta import metadata_only
 from gpudra.api.schema.types import Context, Struct
 
@@ -15,6 +15,7 @@ SCHEMAS: dict[tuple[str, str], Struct] = {
     **{(RESOURCE_V1, kind): schema for kind, schema in claim.KINDS.items()},
     **{(version, "DeviceTaintRule"): taint_rule.DEVICE_TAINT_RULE for version in taint_rule.VERSIONS},
     **core.KINDS,
+    **computedomain.KINDS,
 }
 CLUSTER_SCOPED: set[str] = claim.CLUSTER_SCOPED | core.CLUSTER_SCOPED | {"DeviceTaintRule"}
 
