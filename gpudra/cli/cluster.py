@@ -24,6 +24,10 @@ def command() -> None:
 @click.option("--nodes", default=None, metavar="PROFILE[:COUNT][+dynamic-mig],…",
               help="Simulated nodes: profile names (" + ", ".join(PROFILES) + ") or YAML profile files. "
                    "Default: dgx-h100:2,hgx-a100-mig+dynamic-mig,l4-node.")
+@click.option("--racks", default=None, metavar="RACKSxTRAYS",
+              help="Simulated GB200 NVL72 racks (e.g. 2x4: two racks of four 4-GPU trays, rack<r>-tray<t>), each "
+                   "rack its own NVLink clique, nodes labelled nvidia.com/gpu.clique as GPU feature discovery does; "
+                   "besides --nodes, or alone when --nodes is not given. For ComputeDomains (examples/computedomain).")
 @click.option("--policy", type=click.Choice(["kube", "binpack", "spread", "fragmentation"]), default=None,
               help="Scheduler scoring policy (default kube).")
 @kubernetes_version_option("Kubernetes release (1.33-1.36, default 1.36): what the nodes report, the scheduler's "
@@ -42,8 +46,9 @@ def command() -> None:
 @click.option("--device-classes/--no-device-classes", "device_classes", default=True, show_default=True,
               help="Create the drivers' DeviceClasses (`gpudra driver deviceclasses`: gpu.nvidia.com, "
                    "mig.nvidia.com), as NVIDIA's Helm chart installs them; existing ones are left as they are.")
-def up_cmd(directory: str | None, nodes: str | None, policy: str | None, kubernetes_version: str | None,
-           features: str | None, event_ttl: int | None, control_plane: bool, device_classes: bool) -> None:
+def up_cmd(directory: str | None, nodes: str | None, racks: str | None, policy: str | None,
+           kubernetes_version: str | None, features: str | None, event_ttl: int | None, control_plane: bool,
+           device_classes: bool) -> None:
     """Start the cluster's drivers (or restart the ones that died) and its control plane, then let the control
     loop catch up. Prints the state directory; later commands use this cluster unless given --dir."""
     from gpudra.cluster.controller import reconcile
@@ -53,7 +58,7 @@ def up_cmd(directory: str | None, nodes: str | None, policy: str | None, kuberne
     say = lambda text: click.echo(text, err=True)  # noqa: E731 - progress goes to stderr
     try:
         cluster = ClusterDir(directory or default_new_dir())
-        config = planned_config(cluster, nodes, policy, kubernetes_version, event_ttl, say, features)
+        config = planned_config(cluster, nodes, policy, kubernetes_version, event_ttl, say, features, racks=racks)
         up(cluster, config, say=say, control_plane=control_plane)
         if device_classes:
             install_device_classes(cluster, say)

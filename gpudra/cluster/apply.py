@@ -5,7 +5,7 @@ three ways: fields the manifest sets are set, fields it dropped since the last a
 written by others (a pod's `spec.nodeName` from binding, a claim's status) are kept. A manifest that changes
 nothing is `unchanged` and writes nothing. What the API server keeps immutable is refused, not rewritten: a
 pod's spec except its containers' images (the scheduler's binding stays), a ResourceClaim's and a
-ResourceClaimTemplate's spec.
+ResourceClaimTemplate's spec, a ComputeDomain's spec (its CRD's rule).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from gpudra.api.load import Document
+from gpudra.api.schema import computedomain
 
 from .store import LAST_APPLIED, PRIVATE_ANNOTATIONS, Store, StoreError, kind_info, stored_form
 
@@ -86,6 +87,10 @@ def _check_immutable(kind: str, name: str, current: dict[str, Any], merged: dict
         raise StoreError(f'Pod "{name}" is invalid: {_POD_SPEC_FORBIDDEN}', 422)
     if kind in _IMMUTABLE_SPEC:
         raise StoreError(f'{kind} "{name}" is invalid: spec: Invalid value: field is immutable', 422)
+    if kind == computedomain.KIND:
+        problem = computedomain.spec_update_problem(current, merged)
+        if problem:
+            raise StoreError(f'{kind} "{name}" is invalid: {problem}', 422)
 
 
 def apply_document(store: Store, doc: Document, namespace: str | None = None) -> str:

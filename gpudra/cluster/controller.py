@@ -1,7 +1,8 @@
 """The control loop of a local cluster: what kube-controller-manager, kube-scheduler and the kubelet do with the
 objects in the store, run until nothing changes.
 
-One round: the kubelet stand-in finishes deleted pods (unprepare), the workload and resourceclaim controllers
+One round: the ComputeDomain controller writes what each domain needs (gpudra.cluster.computedomains), the kubelet
+stand-in finishes deleted pods (unprepare), the workload and resourceclaim controllers
 create pods and claims (gpudra's scheduler `Cluster` holds those rules), the garbage collector releases claims of
 pods that are gone, the scheduler places pending pods (allocation, reservedFor, binding, FailedScheduling
 events with kube-scheduler's messages), then the kubelet stand-in prepares and starts newly bound pods. Every
@@ -28,6 +29,7 @@ from gpudra.scheduler.meta import key_of
 from gpudra.scheduler.workloads import POD_CLAIM_NAME_ANNOTATION
 from gpudra.versions import parse_version
 
+from .computedomains import reconcile_compute_domains
 from .kubelet import Kubelet, running_status, waiting_status
 from .layout import ClusterDir
 from .store import StoreError, created_serial, open_private
@@ -105,12 +107,15 @@ class ControlLoop:
 
     # ----- one round ----------------------------------------------------------------------------
     def round(self) -> bool:
+        # the ComputeDomain controller first: the templates, DaemonSets and node labels it writes are this
+        # round's input
+        domains_changed = reconcile_compute_domains(self.store, self.event, self.step)
         # creation order, as the informers' caches hand objects to the controllers and the scheduling queue
         objects = [obj for kind in MODEL_KINDS for obj in sorted(self.store.list(kind), key=created_serial)]
         pods = [o for o in objects if o.get("kind") == "Pod"]
         claims_before = {key_of(o): _snapshot(o) for o in objects if o.get("kind") == "ResourceClaim"}
         pods_before = {key_of(o): _snapshot(o) for o in pods}
-        changed = False
+        changed = domains_changed
 
         finished = self._finish_deleted_pods(pods)
         cluster = Cluster(objects, self.config.feature_gates(), parse_version(self.config.kubernetes_version))

@@ -48,6 +48,8 @@ KINDS: tuple[KindInfo, ...] = (
     KindInfo("PriorityClass", "priorityclasses", "scheduling.k8s.io/v1", False, ("pc",)),
     KindInfo("ConfigMap", "configmaps", "v1", True, ("cm",)),
     KindInfo("CronJob", "cronjobs", "batch/v1", True, ("cj",)),
+    # NVIDIA's CRD (resource.nvidia.com_computedomains.yaml): no short names
+    KindInfo("ComputeDomain", "computedomains", "resource.nvidia.com/v1beta1", True),
 )
 _BY_KIND = {k.kind: k for k in KINDS}
 

@@ -38,9 +38,14 @@ class NodeSpec:
     name: str
     profile: str
     dynamic_mig: bool = False
+    # the NVLink fabric clique of a GB200 tray in a rack (`--racks`), instead of its profile's
+    nvlink_clique: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "profile": self.profile, "dynamicMig": self.dynamic_mig}
+        out: dict[str, Any] = {"name": self.name, "profile": self.profile, "dynamicMig": self.dynamic_mig}
+        if self.nvlink_clique:
+            out["nvlinkClique"] = self.nvlink_clique
+        return out
 
 
 @dataclass
@@ -98,6 +103,24 @@ def parse_nodes(text: str) -> list[NodeSpec]:
     return nodes
 
 
+RACK_PROFILE = "gb200-nvl72"
+TRAYS_PER_RACK_MAX = 18  # an NVL72 rack: 18 compute trays of 4 GPUs
+
+
+def parse_racks(text: str) -> list[NodeSpec]:
+    """`RACKSxTRAYS` (`2x4`: two racks of four trays) → GB200 NVL72 trays named `rack<r>-tray<t>`, each rack its
+    own NVLink clique (gpudra.discovery.profiles.rack_clique)."""
+    from gpudra.discovery.profiles import rack_clique
+
+    racks_text, _, trays_text = text.strip().lower().partition("x")
+    if not (racks_text.isdigit() and trays_text.isdigit()) or int(racks_text) < 1 or not (
+            1 <= int(trays_text) <= TRAYS_PER_RACK_MAX):
+        raise ClusterSetupError(f"--racks: {text!r}: expected RACKSxTRAYS, e.g. 2x4 (1 to {TRAYS_PER_RACK_MAX} "
+                                "trays per rack)")
+    return [NodeSpec(f"rack{rack}-tray{tray}", RACK_PROFILE, nvlink_clique=rack_clique(rack))
+            for rack in range(int(racks_text)) for tray in range(int(trays_text))]
+
+
 class ClusterDir:
     """A local cluster's state directory."""
 
@@ -148,7 +171,8 @@ class ClusterDir:
                 for n in entries):
             raise ClusterSetupError(f"cluster config {self.config_path}: expected a mapping whose `nodes` each "
                                     "have a name and a profile")
-        nodes = [NodeSpec(n["name"], n["profile"], bool(n.get("dynamicMig"))) for n in entries]
+        nodes = [NodeSpec(n["name"], n["profile"], bool(n.get("dynamicMig")),
+                          n["nvlinkClique"] if isinstance(n.get("nvlinkClique"), str) else None) for n in entries]
         try:
             event_ttl_s = int(data.get("eventTTLSeconds", DEFAULT_EVENT_TTL_S))
         except (TypeError, ValueError):

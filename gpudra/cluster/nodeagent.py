@@ -78,7 +78,20 @@ def main(argv: list[str]) -> int:
                            dynamic_mig=dynamic_mig, slice_layout=partitionable_layout(config.kubernetes_version),
                            registry_dir=REGISTRY_DIR, plugins_dir=PLUGINS_DIR,
                            cdi_dir=CDI_DIR)
-    agent = DriverAgent(options, claims=StoreClaimSource(cluster.store), slice_client=StoreSliceClient(cluster.store))
+    backend = None
+    if node.nvlink_clique:  # a tray of a rack (`--racks`): its rack's clique, not the profile's
+        import dataclasses
+
+        from gpudra.discovery.profiles import node_profile
+        from gpudra.discovery.simulated import SimulatedBackend
+        from gpudra.driver.paths import DriverPaths
+
+        paths = DriverPaths(driver_name=options.driver_name, root=options.root, registry_dir=options.registry_dir,
+                            plugins_dir=options.plugins_dir, cdi_dir=options.cdi_dir)
+        backend = SimulatedBackend(dataclasses.replace(node_profile(node.profile), nvlink_clique=node.nvlink_clique),
+                                   node_name=node.name, state_path=paths.simulated_state)
+    agent = DriverAgent(options, backend=backend, claims=StoreClaimSource(cluster.store),
+                        slice_client=StoreSliceClient(cluster.store))
     agent.start()
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     signal.signal(signal.SIGINT, lambda *_: agent.stop())

@@ -11,10 +11,12 @@ import time
 from typing import Callable
 
 from gpudra.atomicfile import write_atomic
+from gpudra.computedomain.controller import CLIQUE_NODE_LABEL
 from gpudra.driver.plugin import check_socket_path
 from gpudra.regularfile import read_regular_file, read_regular_file_tail
 
-from .layout import DEFAULT_NODES, ClusterConfig, ClusterDir, ClusterSetupError, NodeSpec, forget, parse_nodes, remember
+from .layout import (DEFAULT_NODES, ClusterConfig, ClusterDir, ClusterSetupError, NodeSpec, forget, parse_nodes,
+                     parse_racks, remember)
 from .store import FILE_MODE, StoreError, open_private, private_dirs
 
 AGENT_MODULE = "gpudra.cluster.nodeagent"
@@ -25,11 +27,14 @@ POLL_S = 0.02
 
 
 def node_object(node: NodeSpec, kubernetes_version: str) -> dict:
+    labels = {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+              "gpudra.local/profile": os.path.basename(node.profile)}
+    clique = node_clique(node)
+    if clique:  # what GPU feature discovery labels an MNNVL node with
+        labels[CLIQUE_NODE_LABEL] = clique
     return {
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": node.name, "labels": {
-            "kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-            "gpudra.local/profile": os.path.basename(node.profile)}},
+        "metadata": {"name": node.name, "labels": labels},
         "status": {
             "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
             "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
@@ -39,6 +44,14 @@ def node_object(node: NodeSpec, kubernetes_version: str) -> dict:
                          "architecture": "amd64"},
         },
     }
+
+
+def node_clique(node: NodeSpec) -> str | None:
+    """The node's NVLink fabric clique: its rack's (--racks), else its profile's (built-in profiles only)."""
+    from gpudra.discovery.profiles import PROFILES
+
+    profile = PROFILES.get(node.profile)
+    return node.nvlink_clique or (profile.nvlink_clique if profile else None)
 
 
 def read_pid(pid_file: str) -> int | None:
@@ -149,7 +162,7 @@ def register_plugin(cluster: ClusterDir, node: str, driver_name: str) -> str:
 
 def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, kubernetes_version: str | None,
                    event_ttl_s: int | None, say: Callable[[str], None] = lambda _: None,
-                   features: str | None = None) -> ClusterConfig:
+                   features: str | None = None, racks: str | None = None) -> ClusterConfig:
     """What `cluster up` runs: a new cluster from the options (defaults where not given), or the cluster already in
     the directory, which it says it reuses; --policy and --event-ttl change there, its nodes, release and feature
     gates cannot (objects the API server stored under other gates would be left as they are)."""
@@ -161,6 +174,8 @@ def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, k
         except VersionError as exc:
             raise ClusterSetupError(f"--kubernetes-version: {exc}") from None
     wanted_nodes = parse_nodes(nodes) if nodes else None
+    if racks:  # GB200 NVL72 trays, besides --nodes (alone when --nodes is not given)
+        wanted_nodes = (wanted_nodes or []) + parse_racks(racks)
     if not cluster.exists():
         config = ClusterConfig(nodes=wanted_nodes or parse_nodes(DEFAULT_NODES))
         config.policy = policy or config.policy

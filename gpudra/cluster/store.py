@@ -62,8 +62,9 @@ def now_rfc3339() -> str:
 
 def stored_form(obj: dict[str, Any]) -> dict[str, Any]:
     """What the API server stores: resource.k8s.io objects converted to v1 and defaulted (a request's
-    allocationMode/count, tolerations' operator, a taint's timeAdded), everything else as given. A copy."""
-    if str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
+    allocationMode/count, tolerations' operator, a taint's timeAdded) and ComputeDomains defaulted by their CRD,
+    everything else as given. A copy."""
+    if str(obj.get("apiVersion", "")).startswith(("resource.k8s.io/", "resource.nvidia.com/")):
         return apply_defaults(obj, now=now_rfc3339())
     return json.loads(json.dumps(obj))  # the JSON form the store writes (a copy, and what JSON cannot hold fails)
 

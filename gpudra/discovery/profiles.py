@@ -13,6 +13,19 @@ from .model import DiscoveryError
 # The simulated GB200 rack's fabric clique: a fixed cluster UUID (what the fabric manager assigns) and clique 1.
 GB200_RACK_CLIQUE = "4f1c2d3e-5a6b-4c7d-8e9f-0a1b2c3d4e5f.1"
 
+
+
+def rack_clique(rack: int) -> str:
+    """The fabric clique of simulated GB200 NVL72 rack number `rack` (`gpudra cluster up --racks`): rack 0 is
+    GB200_RACK_CLIQUE, every other rack its own fabric (its own cluster UUID, as each rack's fabric manager
+    assigns), clique 1 in each."""
+    if rack == 0:
+        return GB200_RACK_CLIQUE
+    import uuid
+
+    return f"{uuid.uuid5(uuid.UUID(GB200_RACK_CLIQUE.split('.')[0]), f'rack-{rack}')}.1"
+
+
 # PCI buses of the eight GPUs on a DGX/HGX baseboard (NUMA node 0 for the first four).
 _HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 

@@ -1,0 +1,110 @@
+"""The local cluster's ComputeDomain controller: gpudra.computedomain's plan for every stored ComputeDomain, written
+to the store (the templates and the DaemonSet created, node labels set, finalizers and status updated, a deleted
+domain torn down in the controller's order). The control loop runs it at the start of every round, so what it
+creates is scheduled and started in the same `gpudra` command."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from gpudra.computedomain.controller import FINALIZER, DOMAIN_LABEL, DomainPlan, World, plan
+from gpudra.api.schema.computedomain import KIND
+
+from .store import Store, StoreError
+
+CONTROLLER = "compute-domain-controller"
+
+Event = Callable[[dict[str, Any], str, str, str, str], None]
+Step = Callable[[str, str], None]
+
+
+def world_of(store: Store) -> World:
+    return World(nodes=store.list("Node"), templates=store.list("ResourceClaimTemplate"),
+                 daemonsets=store.list("DaemonSet"), pods=store.list("Pod"), claims=store.list("ResourceClaim"))
+
+
+def reconcile_compute_domains(store: Store, event: Event, step: Step) -> bool:
+    """One pass over every ComputeDomain; True when it changed the store."""
+    domains = store.list(KIND)
+    if not domains:
+        return False
+    changed = False
+    for domain in domains:
+        result = plan(domain, world_of(store))  # re-read: an earlier domain's writes count
+        changed |= _apply(store, domain, result, event, step)
+    return changed
+
+
+def _apply(store: Store, domain: dict[str, Any], result: DomainPlan, event: Event, step: Step) -> bool:
+    meta = domain["metadata"]
+    where = f"{meta.get('namespace')}/{meta.get('name')}"
+    changed = False
+    for obj in result.create:
+        try:
+            store.create(obj)
+        except StoreError as exc:
+            _warn_once(store, domain, "FailedCreate", str(exc), event)
+            continue
+        m = obj["metadata"]
+        event(domain, "Normal", "Created", f"created {obj['kind']} {m['namespace']}/{m['name']}", CONTROLLER)
+        step("computedomain", f"computedomain {where}: created {obj['kind']} {m['namespace']}/{m['name']}")
+        changed = True
+    for node, value in result.labels.items():
+        changed |= _label_node(store, node, value, where, step)
+    for kind, namespace, name in result.delete:
+        try:
+            store.delete(kind, namespace, name)
+        except StoreError:
+            continue  # gone meanwhile
+        step("computedomain", f"computedomain {where}: deleted {kind} {namespace}/{name}")
+        changed = True
+    for kind, namespace, name in result.release:
+        current = store.get(kind, namespace, name)
+        if current is not None and FINALIZER in (current["metadata"].get("finalizers") or []):
+            current["metadata"]["finalizers"] = [f for f in current["metadata"]["finalizers"] if f != FINALIZER]
+            changed |= _replace(store, current)
+    for reason, message in result.problems:
+        _warn_once(store, domain, reason, message, event)
+    if result.domain is None:
+        gone = dict(domain, metadata={**meta, "finalizers": [f for f in meta.get("finalizers") or []
+                                                            if f != FINALIZER]})
+        if _replace(store, gone):
+            step("computedomain", f"computedomain {where}: torn down, finalizer removed")
+            return True
+        return changed
+    if result.domain != domain:
+        changed |= _replace(store, result.domain)
+    return changed
+
+
+def _label_node(store: Store, node_name: str, value: str | None, where: str, step: Step) -> bool:
+    node = store.get("Node", None, node_name)
+    if node is None:
+        return False
+    labels = node["metadata"].setdefault("labels", {})
+    if value is None:
+        labels.pop(DOMAIN_LABEL, None)
+    else:
+        labels[DOMAIN_LABEL] = value
+    if not _replace(store, node):
+        return False
+    step("computedomain", f"computedomain {where}: node {node_name} "
+         + ("labelled" if value is not None else "unlabelled") + f" {DOMAIN_LABEL}")
+    return True
+
+
+def _replace(store: Store, obj: dict[str, Any]) -> bool:
+    try:
+        store.replace(obj)
+    except StoreError as exc:
+        if exc.status not in (404, 409):
+            raise
+        return False  # changed or deleted meanwhile: the next round works from the new version
+    return True
+
+
+def _warn_once(store: Store, domain: dict[str, Any], reason: str, message: str, event: Event) -> None:
+    """A Warning event on the domain, once: every round would find the same problem again."""
+    if any(e.get("reason") == reason and e.get("message") == message for e in store.events_for(domain)):
+        return
+    event(domain, "Warning", reason, message, CONTROLLER)

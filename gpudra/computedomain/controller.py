@@ -1,0 +1,312 @@
+"""The ComputeDomain controller as a pure function: one domain and the cluster's objects in, the objects the domain
+should have (and the ones it should no longer have), its node labels and its status out.
+
+The facts are those of NVIDIA/k8s-dra-driver-gpu's compute-domain controller (cmd/compute-domain-controller):
+
+- computedomain.go: a live domain gets the finalizer `resource.nvidia.com/computeDomain`, an IMEX-daemon DaemonSet
+  and the workload's ResourceClaimTemplate; its global status is NotReady while fewer nodes than spec.numNodes
+  have joined or any joined node is NotReady, Ready otherwise. A deleted one (deletionTimestamp) loses its
+  workload template, its DaemonSet (with its own template), every node label naming it, then their finalizers, and
+  only once they are all gone its own finalizer.
+- resourceclaimtemplate.go and templates/compute-domain-{workload,daemon}-claim-template.tmpl.yaml: the workload
+  template (the domain's namespace, spec.channel.resourceClaimTemplate.name) requests one device of class
+  `compute-domain-default-channel.nvidia.com` with the opaque ComputeDomainChannelConfig {domainID: the domain's
+  UID, allocationMode}; the daemon template (the driver's namespace, `computedomain-daemon-<uid>`) one of
+  `compute-domain-daemon.nvidia.com` with ComputeDomainDaemonConfig {domainID}. Both carry the domain label and the
+  target label (Workload / Daemon) and the finalizer.
+- daemonset.go and templates/compute-domain-daemon.tmpl.yaml: the DaemonSet selects nodes by the label
+  `resource.nvidia.com/computeDomain=<uid>`, which the kubelet plugin puts on a node when it prepares a channel of
+  the domain there (cmd/compute-domain-kubelet-plugin/computedomain.go AddNodeLabel; a node labelled for another
+  domain refuses it) and takes off when it unprepares it (RemoveNodeLabel, only when the value is this domain's:
+  the fix of NVIDIA/k8s-dra-driver-gpu#518).
+- cdstatus.go: status.nodes is built from the daemon pods: node name, pod IP, the node's clique, an index unique
+  within the clique (the lowest free one, kept once given: cmd/compute-domain-daemon/cdstatus.go
+  getNextAvailableIndex), Ready when the pod is Ready.
+
+One difference, on purpose: the domain's finalizer also waits for its daemon pods to be gone, so a daemon's claim is
+never left to unprepare after the domain it names has vanished (NVIDIA/k8s-dra-driver-gpu#380: daemon pods stuck
+Terminating forever).
+
+In the local cluster the kubelet stand-in prepares claims through the drivers' gRPC; the node label that NVIDIA's
+kubelet plugin writes is derived here from the channel claims allocated to pods on each node, so the label follows
+the claims whichever way the driver runs.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudra.api.schema.computedomain import API_VERSION, KIND, NOT_READY, READY, apply_defaults
+
+DRIVER_NAME = "compute-domain.nvidia.com"
+DOMAIN_LABEL = "resource.nvidia.com/computeDomain"
+FINALIZER = DOMAIN_LABEL  # computeDomainFinalizer = computeDomainLabelKey
+TARGET_LABEL = "resource.nvidia.com/computeDomainTarget"
+TARGET_WORKLOAD, TARGET_DAEMON = "Workload", "Daemon"
+CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
+DAEMON_CLASS = "compute-domain-daemon.nvidia.com"
+CHANNEL_CONFIG, DAEMON_CONFIG = "ComputeDomainChannelConfig", "ComputeDomainDaemonConfig"
+# GPU feature discovery's node label for the NVLink clique (docs/install.md), `<clusterUuid>.<cliqueId>`
+CLIQUE_NODE_LABEL = "nvidia.com/gpu.clique"
+# the Helm chart's default namespace: where the daemons and their claim template live
+DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
+DAEMON_CONTAINER = "compute-domain-daemon"
+
+Ref = tuple[str, str | None, str]  # (kind, namespace, name)
+
+
+@dataclass
+class World:
+    """What the controller reads: every object of these kinds in the cluster (it picks the domain's own)."""
+
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    templates: list[dict[str, Any]] = field(default_factory=list)
+    daemonsets: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    claims: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class DomainPlan:
+    """What one reconcile wants done. `domain` is the ComputeDomain as it should be stored (None: its finalizer
+    is removed and it goes); `create` objects that are missing; `delete` objects to delete; `release` objects
+    to take the domain's finalizer off; `labels` node -> the domain label's new value (None: removed);
+    `problems` (reason, message) to report as Warning events on the domain."""
+
+    domain: dict[str, Any] | None
+    create: list[dict[str, Any]] = field(default_factory=list)
+    delete: list[Ref] = field(default_factory=list)
+    release: list[Ref] = field(default_factory=list)
+    labels: dict[str, str | None] = field(default_factory=dict)
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, Any]:
+    labels = _meta(obj).get("labels")
+    return labels if isinstance(labels, dict) else {}
+
+
+def _ref(obj: dict[str, Any]) -> Ref:
+    meta = _meta(obj)
+    return (str(obj.get("kind")), meta.get("namespace"), str(meta.get("name")))
+
+
+def daemon_name(uid: str) -> str:
+    """The DaemonSet's and its claim template's name (daemonset.go: computedomain-daemon-<uid>)."""
+    return f"computedomain-daemon-{uid}"
+
+
+def _owned(objects: list[dict[str, Any]], uid: str) -> list[dict[str, Any]]:
+    return [o for o in objects if _labels(o).get(DOMAIN_LABEL) == uid]
+
+
+def _opaque_config(kind: str, uid: str, allocation_mode: str | None = None) -> dict[str, Any]:
+    parameters: dict[str, Any] = {"apiVersion": API_VERSION, "kind": kind, "domainID": uid}
+    if allocation_mode is not None:
+        parameters["allocationMode"] = allocation_mode
+    return {"driver": DRIVER_NAME, "parameters": parameters}
+
+
+def _claim_template(namespace: str, name: str, uid: str, target: str, request: str, device_class: str,
+                    config: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"namespace": namespace, "name": name, "finalizers": [FINALIZER],
+                     "labels": {DOMAIN_LABEL: uid, TARGET_LABEL: target}},
+        "spec": {"spec": {"devices": {
+            "requests": [{"name": request, "exactly": {"deviceClassName": device_class}}],
+            "config": [{"requests": [request], "opaque": config}],
+        }}},
+    }
+
+
+def workload_template(domain: dict[str, Any]) -> dict[str, Any]:
+    """The ResourceClaimTemplate the domain's pods name (compute-domain-workload-claim-template.tmpl.yaml)."""
+    meta, spec = _meta(domain), apply_defaults(domain)["spec"]
+    channel = spec["channel"]
+    return _claim_template(meta.get("namespace") or "default", channel["resourceClaimTemplate"]["name"],
+                           meta["uid"], TARGET_WORKLOAD, "channel", CHANNEL_CLASS,
+                           _opaque_config(CHANNEL_CONFIG, meta["uid"], channel["allocationMode"]))
+
+
+def daemon_template(domain: dict[str, Any]) -> dict[str, Any]:
+    """The ResourceClaimTemplate of the IMEX daemons (compute-domain-daemon-claim-template.tmpl.yaml)."""
+    uid = _meta(domain)["uid"]
+    return _claim_template(DRIVER_NAMESPACE, daemon_name(uid), uid, TARGET_DAEMON, "daemon", DAEMON_CLASS,
+                           _opaque_config(DAEMON_CONFIG, uid))
+
+
+def daemonset(domain: dict[str, Any]) -> dict[str, Any]:
+    """The IMEX daemons (templates/compute-domain-daemon.tmpl.yaml): a pod on every node labelled for the domain,
+    each with a claim from the daemon template; every taint tolerated."""
+    uid = _meta(domain)["uid"]
+    selector = {DOMAIN_LABEL: uid}
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"namespace": DRIVER_NAMESPACE, "name": daemon_name(uid), "finalizers": [FINALIZER],
+                     "labels": dict(selector)},
+        "spec": {
+            "selector": {"matchLabels": dict(selector)},
+            "template": {
+                "metadata": {"labels": dict(selector)},
+                "spec": {
+                    "nodeSelector": dict(selector),
+                    "containers": [{"name": DAEMON_CONTAINER, "image": "compute-domain-daemon",
+                                    "resources": {"claims": [{"name": DAEMON_CONTAINER}]}}],
+                    "tolerations": [{"operator": "Exists", "effect": effect}
+                                    for effect in ("NoSchedule", "NoExecute", "PreferNoSchedule")],
+                    "resourceClaims": [{"name": DAEMON_CONTAINER, "resourceClaimTemplateName": daemon_name(uid)}],
+                },
+            },
+        },
+    }
+
+
+def channel_domain(claim: dict[str, Any]) -> str | None:
+    """The domain UID of a claim's ComputeDomainChannelConfig (None: the claim holds no channel)."""
+    devices = ((claim.get("spec") or {}).get("devices") or {}) if isinstance(claim.get("spec"), dict) else {}
+    for config in devices.get("config") or [] if isinstance(devices, dict) else []:
+        opaque = config.get("opaque") if isinstance(config, dict) else None
+        parameters = opaque.get("parameters") if isinstance(opaque, dict) else None
+        if isinstance(parameters, dict) and opaque.get("driver") == DRIVER_NAME and \
+                parameters.get("kind") == CHANNEL_CONFIG and isinstance(parameters.get("domainID"), str):
+            return parameters["domainID"]
+    return None
+
+
+def channel_nodes(uid: str, world: World) -> set[str]:
+    """The nodes where a pod holds an allocated channel claim of the domain: where NVIDIA's kubelet plugin has
+    labelled the node on prepare (and not yet unlabelled it on unprepare)."""
+    pod_nodes = {_meta(p).get("uid"): (p.get("spec") or {}).get("nodeName") for p in world.pods
+                 if not _meta(p).get("deletionTimestamp")}
+    nodes = set()
+    for claim in world.claims:
+        status = claim.get("status") or {}
+        if channel_domain(claim) != uid or not status.get("allocation"):
+            continue
+        for entry in status.get("reservedFor") or []:
+            node = pod_nodes.get(entry.get("uid"))
+            if node:
+                nodes.add(node)
+    return nodes
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def status_nodes(domain: dict[str, Any], daemon_pods: list[dict[str, Any]],
+                 nodes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """status.nodes from the daemon pods: one entry per node with a daemon, its index kept once given."""
+    before = {n.get("name"): n for n in (domain.get("status") or {}).get("nodes") or [] if isinstance(n, dict)}
+    entries: list[dict[str, Any]] = []
+    for pod in sorted(daemon_pods, key=lambda p: str((p.get("spec") or {}).get("nodeName"))):
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or _meta(pod).get("deletionTimestamp"):
+            continue
+        clique = str(_labels(nodes.get(node) or {}).get(CLIQUE_NODE_LABEL, ""))
+        entries.append({"name": node, "ipAddress": str((pod.get("status") or {}).get("podIP") or ""),
+                        "cliqueID": clique, "index": None, "status": READY if _ready(pod) else NOT_READY})
+    for entry in entries:  # kept indices first, so a new node never takes one a joined node holds
+        old = before.get(entry["name"])
+        if old is not None and old.get("cliqueID") == entry["cliqueID"] and isinstance(old.get("index"), int):
+            entry["index"] = old["index"]
+    for entry in entries:
+        if entry["index"] is None:
+            used = {e["index"] for e in entries if e["cliqueID"] == entry["cliqueID"] and e["index"] is not None}
+            entry["index"] = next(i for i in range(len(entries) + 1) if i not in used)
+    return entries
+
+
+def global_status(num_nodes: int, nodes: list[dict[str, Any]]) -> str:
+    """computedomain.go calculateGlobalStatus."""
+    if len(nodes) < num_nodes or any(n.get("status") == NOT_READY for n in nodes):
+        return NOT_READY
+    return READY
+
+
+def plan(domain: dict[str, Any], world: World) -> DomainPlan:
+    """One reconcile of one stored ComputeDomain (it has its uid)."""
+    domain = apply_defaults(domain)
+    meta = _meta(domain)
+    uid = str(meta.get("uid"))
+    owned = _owned(world.templates, uid) + _owned(world.daemonsets, uid)
+    daemon_pods = _owned(world.pods, uid)
+    labelled = {str(_meta(n).get("name")): _labels(n).get(DOMAIN_LABEL) for n in world.nodes}
+    if meta.get("deletionTimestamp"):
+        return _teardown(domain, uid, owned, daemon_pods, labelled)
+    result = DomainPlan(domain=copy.deepcopy(domain))
+    stored = result.domain
+    assert stored is not None
+    finalizers = _meta(stored).setdefault("finalizers", [])
+    if FINALIZER not in finalizers:
+        finalizers.append(FINALIZER)
+    spec = stored.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("channel"), dict):
+        existing = {_ref(o) for o in owned}
+        for desired in (daemon_template(stored), daemonset(stored), workload_template(stored)):
+            if _ref(desired) in existing:
+                continue
+            clash = next((o for o in world.templates if _ref(o) == _ref(desired)), None)
+            if clash is not None:  # a template of that name that is not this domain's: the create would fail
+                result.problems.append(("FailedCreate", f"{desired['kind']} {_ref(desired)[1]}/{_ref(desired)[2]} "
+                                        "already exists and does not belong to this ComputeDomain"))
+                continue
+            result.create.append(desired)
+    # the kubelet plugin's node label: on where a channel of the domain is prepared, off where none is left
+    wanted = channel_nodes(uid, world)
+    for node, value in labelled.items():
+        if node in wanted and value is None:
+            result.labels[node] = uid
+        elif node in wanted and value != uid:
+            result.problems.append(("NodeLabelConflict", f"node {node} is labelled for another ComputeDomain "
+                                    f"({DOMAIN_LABEL}={value}): a channel of this one cannot be prepared there"))
+        elif node not in wanted and value == uid:
+            result.labels[node] = None
+    # the DaemonSet controller's part for the domain's daemons: none on a node that lost the label
+    for pod in daemon_pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and (result.labels.get(node, labelled.get(node)) != uid) and not _meta(pod).get("deletionTimestamp"):
+            result.delete.append(_ref(pod))
+    nodes = {str(_meta(n).get("name")): n for n in world.nodes}
+    entries = status_nodes(stored, [p for p in daemon_pods if _ref(p) not in result.delete], nodes)
+    num_nodes = spec.get("numNodes", 0) if isinstance(spec, dict) else 0
+    status: dict[str, Any] = {"status": global_status(num_nodes, entries)}
+    if entries:
+        status["nodes"] = entries
+    stored["status"] = status
+    return result
+
+
+def _teardown(domain: dict[str, Any], uid: str, owned: list[dict[str, Any]], daemon_pods: list[dict[str, Any]],
+              labelled: dict[str, Any]) -> DomainPlan:
+    """A deleted domain: delete what it owns, unlabel its nodes, take the finalizers off; its own goes last."""
+    result = DomainPlan(domain=copy.deepcopy(domain))
+    for obj in owned:
+        if not _meta(obj).get("deletionTimestamp"):
+            result.delete.append(_ref(obj))
+        if FINALIZER in (_meta(obj).get("finalizers") or []):
+            result.release.append(_ref(obj))
+    for pod in daemon_pods:
+        if not _meta(pod).get("deletionTimestamp"):
+            result.delete.append(_ref(pod))
+    result.labels = {node: None for node, value in labelled.items() if value == uid}
+    if not owned and not daemon_pods:  # AssertRemoved, the daemons included (#380)
+        stored = result.domain
+        assert stored is not None
+        _meta(stored)["finalizers"] = [f for f in _meta(stored).get("finalizers") or [] if f != FINALIZER]
+        if not _meta(stored)["finalizers"]:
+            result.domain = None
+    return result
+
+
+def is_domain(obj: dict[str, Any]) -> bool:
+    return obj.get("kind") == KIND and obj.get("apiVersion") == API_VERSION
