@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from gpudra.computedomain.controller import FINALIZER, DOMAIN_LABEL, DomainPlan, World, plan
+from gpudra.computedomain.controller import DOMAIN_LABEL, FINALIZER, DomainPlan, World, plan, stale_labels
 from gpudra.api.schema.computedomain import KIND
 
 from .store import Store, StoreError
@@ -26,12 +26,13 @@ def world_of(store: Store) -> World:
 def reconcile_compute_domains(store: Store, event: Event, step: Step) -> bool:
     """One pass over every ComputeDomain; True when it changed the store."""
     domains = store.list(KIND)
-    if not domains:
-        return False
     changed = False
     for domain in domains:
         result = plan(domain, world_of(store))  # re-read: an earlier domain's writes count
         changed |= _apply(store, domain, result, event, step)
+    uids = {str(d["metadata"].get("uid")) for d in domains}
+    for node in stale_labels(uids, store.list("Node")):
+        changed |= _label_node(store, node, None, "(gone)", step)
     return changed
 
 

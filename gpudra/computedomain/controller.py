@@ -27,9 +27,9 @@ One difference, on purpose: the domain's finalizer also waits for its daemon pod
 never left to unprepare after the domain it names has vanished (NVIDIA/k8s-dra-driver-gpu#380: daemon pods stuck
 Terminating forever).
 
-In the local cluster the kubelet stand-in prepares claims through the drivers' gRPC; the node label that NVIDIA's
-kubelet plugin writes is derived here from the channel claims allocated to pods on each node, so the label follows
-the claims whichever way the driver runs.
+The node label itself is the kubelet plugin's to set and clear (gpudra.driver's compute-domain plugin, through
+the local cluster's store); the controller only clears it when the domain goes, and clears labels that name a
+domain that no longer exists (cleanup.go's periodic cleanup: `stale_labels`).
 """
 
 from __future__ import annotations
@@ -181,23 +181,6 @@ def channel_domain(claim: dict[str, Any]) -> str | None:
     return None
 
 
-def channel_nodes(uid: str, world: World) -> set[str]:
-    """The nodes where a pod holds an allocated channel claim of the domain: where NVIDIA's kubelet plugin has
-    labelled the node on prepare (and not yet unlabelled it on unprepare)."""
-    pod_nodes = {_meta(p).get("uid"): (p.get("spec") or {}).get("nodeName") for p in world.pods
-                 if not _meta(p).get("deletionTimestamp")}
-    nodes = set()
-    for claim in world.claims:
-        status = claim.get("status") or {}
-        if channel_domain(claim) != uid or not status.get("allocation"):
-            continue
-        for entry in status.get("reservedFor") or []:
-            node = pod_nodes.get(entry.get("uid"))
-            if node:
-                nodes.add(node)
-    return nodes
-
-
 def _ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in (pod.get("status") or {}).get("conditions") or [])
@@ -261,20 +244,10 @@ def plan(domain: dict[str, Any], world: World) -> DomainPlan:
                                         "already exists and does not belong to this ComputeDomain"))
                 continue
             result.create.append(desired)
-    # the kubelet plugin's node label: on where a channel of the domain is prepared, off where none is left
-    wanted = channel_nodes(uid, world)
-    for node, value in labelled.items():
-        if node in wanted and value is None:
-            result.labels[node] = uid
-        elif node in wanted and value != uid:
-            result.problems.append(("NodeLabelConflict", f"node {node} is labelled for another ComputeDomain "
-                                    f"({DOMAIN_LABEL}={value}): a channel of this one cannot be prepared there"))
-        elif node not in wanted and value == uid:
-            result.labels[node] = None
     # the DaemonSet controller's part for the domain's daemons: none on a node that lost the label
     for pod in daemon_pods:
         node = (pod.get("spec") or {}).get("nodeName")
-        if node and (result.labels.get(node, labelled.get(node)) != uid) and not _meta(pod).get("deletionTimestamp"):
+        if node and labelled.get(node) != uid and not _meta(pod).get("deletionTimestamp"):
             result.delete.append(_ref(pod))
     nodes = {str(_meta(n).get("name")): n for n in world.nodes}
     entries = status_nodes(stored, [p for p in daemon_pods if _ref(p) not in result.delete], nodes)
@@ -284,6 +257,13 @@ def plan(domain: dict[str, Any], world: World) -> DomainPlan:
         status["nodes"] = entries
     stored["status"] = status
     return result
+
+
+def stale_labels(domain_uids: set[str], nodes: list[dict[str, Any]]) -> dict[str, None]:
+    """Nodes labelled for a domain that no longer exists (a label written while its domain was being deleted):
+    their label goes (node.go's label cleanup)."""
+    return {str(_meta(n).get("name")): None for n in nodes
+            if DOMAIN_LABEL in _labels(n) and _labels(n)[DOMAIN_LABEL] not in domain_uids}
 
 
 def _teardown(domain: dict[str, Any], uid: str, owned: list[dict[str, Any]], daemon_pods: list[dict[str, Any]],
