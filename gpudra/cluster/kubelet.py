@@ -34,7 +34,7 @@ class Kubelet:
         self.cluster = cluster
         self.driver_name = driver_name
         self.emit = emit
-        self._clients: dict[str, KubeletClient] = {}
+        self._clients: dict[tuple[str, str], KubeletClient] = {}  # (node, driver)
 
     # ----- records ------------------------------------------------------------------------------
     def record_path(self, node: str, pod: dict[str, Any]) -> str:
@@ -60,23 +60,29 @@ class Kubelet:
         write_atomic(path, json.dumps(record, indent=1).encode(), mode=FILE_MODE, label="kubelet-pod", fsync=False)
 
     # ----- the plugin connection ----------------------------------------------------------------
-    def _client(self, node: str) -> KubeletClient:
-        client = self._clients.get(node)
+    def _client(self, node: str, driver: str) -> KubeletClient:
+        client = self._clients.get((node, driver))
         if client is None:
-            client = KubeletClient(self.cluster.driver_paths(node, self.driver_name).registration_socket)
+            client = KubeletClient(self.cluster.driver_paths(node, driver).registration_socket)
             client.register()
-            self._clients[node] = client
+            self._clients[(node, driver)] = client
         return client
 
-    def _call(self, node: str, method: str, refs: list[tuple[str, str, str]]) -> tuple[Any, str | None]:
+    def _call(self, node: str, driver: str, method: str, refs: list[tuple[str, str, str]]) -> tuple[Any, str | None]:
         try:
-            client = self._client(node)
+            client = self._client(node, driver)
             return getattr(client, method)(refs, timeout=10.0), None
         except grpc.RpcError as exc:
-            self._clients.pop(node, None)
+            self._clients.pop((node, driver), None)
             return None, f"rpc error: code = {exc.code().name.title().replace('_', '')} desc = {exc.details()}"
         except RuntimeError as exc:
             return None, str(exc)
+
+    def _drivers(self, claim: dict[str, Any]) -> list[str]:
+        """The drivers of a claim's allocated devices: each prepares its own (the kubelet calls every one)."""
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+        drivers = sorted({r["driver"] for r in results if isinstance(r, dict) and isinstance(r.get("driver"), str)})
+        return drivers or [self.driver_name]
 
     def close(self) -> None:
         for client in self._clients.values():
@@ -88,19 +94,22 @@ class Kubelet:
         """Prepare the pod's claims and start its containers; False when preparing failed (retried later)."""
         node = pod["spec"]["nodeName"]
         refs = [(c["metadata"]["namespace"], c["metadata"]["name"], c["metadata"]["uid"]) for c in claims]
+        drivers = {c["metadata"]["uid"]: self._drivers(c) for c in claims}
         prepared: dict[str, list[dict[str, Any]]] = {}
         if refs:
-            reply, error = self._call(node, "prepare", refs)
             failures = []
-            for _namespace, name, uid in refs:
-                answer = reply.claims[uid] if reply is not None else None
-                if answer is None or answer.error:
-                    failures.append(f"NodePrepareResources failed for ResourceClaim {name}: "
-                                    f"{answer.error if answer is not None else error}")
-                    continue
-                prepared[name] = [{"requestNames": list(d.request_names), "pool": d.pool_name,
-                                   "device": d.device_name, "cdiDeviceIDs": list(d.cdi_device_ids)}
-                                  for d in answer.devices]
+            for driver in sorted({d for names in drivers.values() for d in names}):
+                mine = [ref for ref in refs if driver in drivers[ref[2]]]
+                reply, error = self._call(node, driver, "prepare", mine)
+                for _namespace, name, uid in mine:
+                    answer = reply.claims[uid] if reply is not None else None
+                    if answer is None or answer.error:
+                        failures.append(f"NodePrepareResources failed for ResourceClaim {name}: "
+                                        f"{answer.error if answer is not None else error}")
+                        continue
+                    prepared.setdefault(name, []).extend(
+                        {"requestNames": list(d.request_names), "pool": d.pool_name, "device": d.device_name,
+                         "cdiDeviceIDs": list(d.cdi_device_ids)} for d in answer.devices)
             if failures:
                 self.emit(pod, "Warning", "FailedPrepareDynamicResources",
                           "Failed to prepare dynamic resources: " + "; ".join(failures), COMPONENT)
@@ -127,8 +136,8 @@ class Kubelet:
             containers.append(view)
         record = {"pod": f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", "uid": pod["metadata"]["uid"],
                   "node": node, "startedAt": now_rfc3339(),
-                  "claims": [{"namespace": ns, "name": name, "uid": uid, "devices": prepared.get(name, [])}
-                             for ns, name, uid in refs],
+                  "claims": [{"namespace": ns, "name": name, "uid": uid, "devices": prepared.get(name, []),
+                              "drivers": drivers[uid]} for ns, name, uid in refs],
                   "containers": containers}
         self._write_record(node, pod, record)
         for view in containers:
@@ -141,15 +150,18 @@ class Kubelet:
         record = self.record(node, pod)
         if record is None:
             return True
-        refs = [(c["namespace"], c["name"], c["uid"]) for c in record["claims"] if c["uid"] not in still_used]
-        if refs:
-            reply, error = self._call(node, "unprepare", refs)
-            failures = [f"NodeUnprepareResources failed for ResourceClaim {name}: "
-                        f"{reply.claims[uid].error if reply is not None else error}"
-                        for _, name, uid in refs if reply is None or reply.claims[uid].error]
-            if failures:
-                self.emit(pod, "Warning", "FailedUnprepareDynamicResources", "; ".join(failures), COMPONENT)
-                return False
+        claims = [c for c in record["claims"] if c["uid"] not in still_used]
+        failures = []
+        for driver in sorted({d for c in claims for d in c.get("drivers") or [self.driver_name]}):
+            refs = [(c["namespace"], c["name"], c["uid"]) for c in claims
+                    if driver in (c.get("drivers") or [self.driver_name])]
+            reply, error = self._call(node, driver, "unprepare", refs)
+            failures += [f"NodeUnprepareResources failed for ResourceClaim {name}: "
+                         f"{reply.claims[uid].error if reply is not None else error}"
+                         for _, name, uid in refs if reply is None or reply.claims[uid].error]
+        if failures:
+            self.emit(pod, "Warning", "FailedUnprepareDynamicResources", "; ".join(failures), COMPONENT)
+            return False
         for view in record["containers"]:
             self.emit(pod, "Normal", "Killing", f"Stopping container {view['name']}", COMPONENT)
         try:

@@ -57,6 +57,87 @@ class StoreClaimSource:
             raise ClaimSourceError(str(exc)) from None
 
 
+class StoreDomainSource:
+    """`gpudra.driver.domains.DomainSource` on the local store: ComputeDomains as the controller keeps them (their
+    status.nodes[] from the daemons), and the Node's domain label, set on a channel's prepare and cleared on its
+    unprepare as NVIDIA's plugin does (only when it names this domain)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def domain(self, uid: str) -> Any:
+        from gpudra.driver.domains import domain_from_object
+
+        for obj in self.store.list("ComputeDomain"):
+            info = domain_from_object(obj)
+            if info is not None and info.uid == uid:
+                return info
+        return None
+
+    def _node(self, node: str) -> dict[str, Any]:
+        from gpudra.driver.domains import DomainError
+
+        obj = self.store.get("Node", None, node)
+        if obj is None:
+            raise DomainError(f'nodes "{node}" not found')
+        return obj
+
+    def node_domain(self, node: str) -> str | None:
+        from gpudra.driver.computedomain import NODE_LABEL
+
+        value = (self._node(node)["metadata"].get("labels") or {}).get(NODE_LABEL)
+        return value if isinstance(value, str) else None
+
+    def _set(self, node: str, uid: str | None, expect: str | None) -> None:
+        from gpudra.driver.computedomain import NODE_LABEL
+        from gpudra.driver.domains import DomainError
+
+        obj = self._node(node)
+        labels = obj["metadata"].setdefault("labels", {})
+        held = labels.get(NODE_LABEL)
+        if uid is not None and held not in (None, uid):
+            raise DomainError(f"node {node} is labelled {NODE_LABEL}={held}: it serves another ComputeDomain")
+        if held != expect:
+            return  # already as wanted, or (leave) another domain's label, which stays
+        if uid is None:
+            labels.pop(NODE_LABEL, None)
+        else:
+            labels[NODE_LABEL] = uid
+        try:
+            self.store.replace(obj)
+        except StoreError as exc:  # changed meanwhile: the kubelet retries the prepare
+            raise DomainError(f"labelling Node {node}: {exc}") from None
+
+    def join(self, node: str, uid: str) -> None:
+        self._set(node, uid, None)
+
+    def leave(self, node: str, uid: str) -> None:
+        self._set(node, None, uid)
+
+
+def _compute_domain_agent(cluster: ClusterDir, node: Any, options: Any) -> Any:
+    """The compute-domain plugin beside the GPU driver, on a node with an NVLink clique (nodes.node_drivers)."""
+    import dataclasses
+
+    from gpudra.discovery.profiles import node_profile
+    from gpudra.discovery.simulated import SimulatedBackend
+    from gpudra.driver.cdagent import ComputeDomainAgent
+    from gpudra.driver.paths import DriverPaths
+    from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
+
+    from .nodes import node_clique
+
+    # a prepare must not wait for the daemon: the daemon is started by this very control loop, after the answer
+    cd_options = dataclasses.replace(options, driver_name=COMPUTE_DOMAIN_DRIVER_NAME, dynamic_mig=False,
+                                     domain_ready_wait_s=0.0)
+    paths = DriverPaths(driver_name=COMPUTE_DOMAIN_DRIVER_NAME, root=options.root,
+                        registry_dir=options.registry_dir, plugins_dir=options.plugins_dir, cdi_dir=options.cdi_dir)
+    backend = SimulatedBackend(dataclasses.replace(node_profile(node.profile), nvlink_clique=node_clique(node)),
+                               node_name=node.name, state_path=paths.simulated_state)
+    return ComputeDomainAgent(cd_options, backend=backend, claims=StoreClaimSource(cluster.store),
+                              slice_client=StoreSliceClient(cluster.store), domains=StoreDomainSource(cluster.store))
+
+
 def main(argv: list[str]) -> int:
     from gpudra.driver.agent import AgentOptions, DriverAgent
     from gpudra.versions import partitionable_layout
@@ -92,10 +173,22 @@ def main(argv: list[str]) -> int:
                                    node_name=node.name, state_path=paths.simulated_state)
     agent = DriverAgent(options, backend=backend, claims=StoreClaimSource(cluster.store),
                         slice_client=StoreSliceClient(cluster.store))
-    agent.start()
-    signal.signal(signal.SIGTERM, lambda *_: agent.stop())
-    signal.signal(signal.SIGINT, lambda *_: agent.stop())
-    print(f"ready: {agent.paths.registration_socket}", file=sys.stderr, flush=True)
+    from .nodes import node_clique
+
+    agents: list[Any] = [agent]
+    if node_clique(node):
+        agents.append(_compute_domain_agent(cluster, node, options))
+    for each in agents:
+        each.start()
+
+    def stop(*_: Any) -> None:
+        for each in agents:
+            each.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for each in agents:
+        print(f"ready: {each.paths.registration_socket}", file=sys.stderr, flush=True)
     agent.wait()
     return 0
 

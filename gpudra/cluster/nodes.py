@@ -12,6 +12,7 @@ from typing import Callable
 
 from gpudra.atomicfile import write_atomic
 from gpudra.computedomain.controller import CLIQUE_NODE_LABEL
+from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
 from gpudra.driver.plugin import check_socket_path
 from gpudra.regularfile import read_regular_file, read_regular_file_tail
 
@@ -52,6 +53,12 @@ def node_clique(node: NodeSpec) -> str | None:
 
     profile = PROFILES.get(node.profile)
     return node.nvlink_clique or (profile.nvlink_clique if profile else None)
+
+
+def node_drivers(node: NodeSpec, driver_name: str) -> list[str]:
+    """The kubelet plugins a node runs: the GPU driver, and on a node with an NVLink fabric clique (a GB200 tray)
+    the compute-domain driver beside it, as NVIDIA's DaemonSet pod runs both containers there."""
+    return [driver_name] + ([COMPUTE_DOMAIN_DRIVER_NAME] if node_clique(node) else [])
 
 
 def read_pid(pid_file: str) -> int | None:
@@ -117,6 +124,7 @@ def _tail(path: str, lines: int = 5) -> str:
 
 def _wait_ready(cluster: ClusterDir, nodes: list[NodeSpec], processes: dict[str, subprocess.Popen],
                 driver_name: str) -> None:
+    drivers = {n.name: node_drivers(n, driver_name) for n in nodes}
     waiting = {n.name for n in nodes if n.name in processes}
     deadline = time.monotonic() + START_TIMEOUT_S
     while waiting:
@@ -125,7 +133,7 @@ def _wait_ready(cluster: ClusterDir, nodes: list[NodeSpec], processes: dict[str,
             if process.poll() is not None:
                 raise ClusterSetupError(f"the driver of node {name} exited ({process.returncode}): "
                                         f"{_tail(cluster.log_file(name))}")
-            if os.path.exists(cluster.driver_paths(name, driver_name).registration_socket):
+            if all(os.path.exists(cluster.driver_paths(name, d).registration_socket) for d in drivers[name]):
                 waiting.discard(name)
         if waiting and time.monotonic() > deadline:
             raise ClusterSetupError(f"drivers not ready after {START_TIMEOUT_S:.0f}s: {', '.join(sorted(waiting))}")
@@ -247,10 +255,11 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
             raise ClusterSetupError(f"{cluster.path} already holds a cluster with other nodes "
                                     f"({', '.join(n.name for n in existing.nodes)}); `gpudra cluster down` it first")
     for node in config.nodes:
-        paths = cluster.driver_paths(node.name, config.driver_name)
         try:
-            for socket_path in (paths.registration_socket, paths.dra_socket):
-                check_socket_path(socket_path)  # the driver's own limit, checked before anything starts
+            for driver in node_drivers(node, config.driver_name):
+                paths = cluster.driver_paths(node.name, driver)
+                for socket_path in (paths.registration_socket, paths.dra_socket):
+                    check_socket_path(socket_path)  # the driver's own limit, checked before anything starts
         except ValueError:
             raise ClusterSetupError(f"state directory {cluster.path} is too long for the nodes' unix sockets "
                                     f"({socket_path}): use a shorter --dir") from None
@@ -267,16 +276,20 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
     processes: dict[str, subprocess.Popen] = {}
     for node in config.nodes:
         if driver_alive(cluster, node.name) is None:
-            paths = cluster.driver_paths(node.name, config.driver_name)
-            for stale in (paths.registration_socket, paths.dra_socket):  # left by a driver that was killed
-                if os.path.exists(stale):
-                    os.unlink(stale)
+            for driver in node_drivers(node, config.driver_name):
+                paths = cluster.driver_paths(node.name, driver)
+                for stale in (paths.registration_socket, paths.dra_socket):  # left by a driver that was killed
+                    if os.path.exists(stale):
+                        os.unlink(stale)
             processes[node.name] = _spawn(cluster, node)
     _wait_ready(cluster, config.nodes, processes, config.driver_name)
     for node in config.nodes:
-        register_plugin(cluster, node.name, config.driver_name)
-        say(f"node {node.name} ({node.profile}{_mig_layout(node, config)}): driver "
-            f"{'started' if node.name in processes else 'running'}, registered with the kubelet")
+        drivers = node_drivers(node, config.driver_name)
+        for driver in drivers:
+            register_plugin(cluster, node.name, driver)
+        say(f"node {node.name} ({node.profile}{_mig_layout(node, config)}): driver"
+            + (f"s {', '.join(drivers)}" if len(drivers) > 1 else "")
+            + f" {'started' if node.name in processes else 'running'}, registered with the kubelet")
     if control_plane:
         from . import controlplane
 

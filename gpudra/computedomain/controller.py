@@ -39,15 +39,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudra.api.schema.computedomain import API_VERSION, KIND, NOT_READY, READY, apply_defaults
+from gpudra.device_config import CHANNEL_CONFIG, DAEMON_CONFIG
+from gpudra.driver.computedomain import CHANNEL_CLASS, DAEMON_CLASS, NODE_LABEL
+from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
 
-DRIVER_NAME = "compute-domain.nvidia.com"
-DOMAIN_LABEL = "resource.nvidia.com/computeDomain"
+DRIVER_NAME = COMPUTE_DOMAIN_DRIVER_NAME
+DOMAIN_LABEL = NODE_LABEL  # computeDomainLabelKey: on nodes, the daemons and the templates
 FINALIZER = DOMAIN_LABEL  # computeDomainFinalizer = computeDomainLabelKey
 TARGET_LABEL = "resource.nvidia.com/computeDomainTarget"
 TARGET_WORKLOAD, TARGET_DAEMON = "Workload", "Daemon"
-CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
-DAEMON_CLASS = "compute-domain-daemon.nvidia.com"
-CHANNEL_CONFIG, DAEMON_CONFIG = "ComputeDomainChannelConfig", "ComputeDomainDaemonConfig"
 # GPU feature discovery's node label for the NVLink clique (docs/install.md), `<clusterUuid>.<cliqueId>`
 CLIQUE_NODE_LABEL = "nvidia.com/gpu.clique"
 # the Helm chart's default namespace: where the daemons and their claim template live

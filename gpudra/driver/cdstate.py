@@ -105,14 +105,16 @@ class ComputeDomainState(DeviceState):
                 record["shareID"] = result["shareID"]
             planned.append((record, config.domain))
         for record, _ in planned:  # lookups and the node label last: nothing is labelled for a claim refused above
-            domain = self._domain_for(ref, record["domainID"])
+            # the namespace check is the channel's only (device_state.go applyComputeDomainChannelConfig): the
+            # daemon's claim lives in the driver's namespace, the domain in the workload's
+            domain = self._domain_for(ref, record["domainID"], same_namespace=record["type"] == CHANNEL_TYPE)
             if record["type"] == CHANNEL_TYPE:
                 self._join_and_wait(ref, domain)
             else:
                 record.update(clique=self.clique, domainName=domain.name, domainNamespace=domain.namespace)
         return [record for record, _ in planned]
 
-    def _domain_for(self, ref: ClaimRef, uid: str) -> DomainInfo:
+    def _domain_for(self, ref: ClaimRef, uid: str, same_namespace: bool = True) -> DomainInfo:
         """The claim's domain (upstream AssertComputeDomainNamespace)."""
         try:
             domain = self.domains.domain(uid)
@@ -120,7 +122,7 @@ class ComputeDomainState(DeviceState):
             raise PrepareError(f"claim {ref.namespace}/{ref.name}: ComputeDomain {uid}: {exc}") from None
         if domain is None:
             raise PrepareError(f"claim {ref.namespace}/{ref.name}: ComputeDomain not found: {uid} (retrying)")
-        if domain.namespace != ref.namespace:
+        if same_namespace and domain.namespace != ref.namespace:
             raise PrepareError(f"claim {ref.namespace}/{ref.name}: the ResourceClaim's namespace is different than "
                                f"the ComputeDomain's namespace ({domain.namespace})")
         return domain

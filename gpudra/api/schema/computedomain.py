@@ -18,18 +18,18 @@ import copy
 from typing import Any
 
 from gpudra.api.schema import names
+from gpudra.device_config import ALLOCATION_MODES, API_VERSION
 from gpudra.api.schema.meta import object_meta, top_level
 from gpudra.api.schema.types import Context, F, Int, ListOf, Str, Struct, child
 
-GROUP = "resource.nvidia.com"
-VERSION = "v1beta1"
-API_VERSION = f"{GROUP}/{VERSION}"
+# the group of NVIDIA's driver API: its opaque configs' (gpudra.device_config) and this CRD's
+GROUP, _, VERSION = API_VERSION.partition("/")
 KIND = "ComputeDomain"
 PLURAL = "computedomains"
 
-# computedomain.go: ComputeDomainChannelAllocationModeSingle/All; the CRD's enum and default of allocationMode
-ALLOCATION_MODE_SINGLE, ALLOCATION_MODE_ALL = "Single", "All"
-ALLOCATION_MODES = (ALLOCATION_MODE_ALL, ALLOCATION_MODE_SINGLE)
+# the CRD's enum of allocationMode is the channel config's (gpudra.device_config); Single its default
+ALLOCATION_MODE_SINGLE = "Single"
+assert ALLOCATION_MODE_SINGLE in ALLOCATION_MODES
 # computedomain.go: ComputeDomainStatusReady/NotReady; the enum and default of status.status and nodes[].status
 READY, NOT_READY = "Ready", "NotReady"
 STATUSES = (READY, NOT_READY)
