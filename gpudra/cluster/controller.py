@@ -35,7 +35,7 @@ from .layout import ClusterDir
 from .store import StoreError, created_serial, open_private
 
 MODEL_KINDS = ("Node", "DeviceClass", "ResourceSlice", "DeviceTaintRule", "PriorityClass", "ResourceClaimTemplate",
-               "ResourceClaim", "Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet", "Pod")
+               "ResourceClaim", "Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet", "Pod", "ComputeDomain")
 MAX_ROUNDS = 8
 SCHEDULER = "default-scheduler"
 CLAIM_CONTROLLER = "resource-claim-controller"

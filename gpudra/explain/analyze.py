@@ -108,6 +108,7 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
         return explanation
     explanation.nodes = _node_explanations(run, selectors)
     explanation.notes.extend(cel_hints(explanation))
+    explanation.notes.extend(_compute_domain_notes(objects, run, explanation))
     if run.scheduled_before:
         explanation.notes.append(f"{len(run.scheduled_before)} pending pod(s) ahead in the queue were placed first: "
                                  + ", ".join(run.scheduled_before[:5])
@@ -117,6 +118,27 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
     else:
         explanation.summary = summary_line(num_nodes, explanation.nodes)
     return explanation
+
+
+def _compute_domain_notes(objects: list[dict[str, Any]], run: Any, explanation: Explanation) -> list[str]:
+    """A pod of a ComputeDomain workload: why in the domain's terms (gpudra.computedomain.fit)."""
+    from gpudra.computedomain.fit import Tray, domain_notes, pod_domain
+    from gpudra.computedomain.controller import CLIQUE_NODE_LABEL
+    from gpudra.scheduler.nodematch import pod_matches_node_selector_and_affinity
+
+    domain = pod_domain(run.pod, objects)
+    if domain is None:
+        return []
+    verdicts = {n.node: n for n in explanation.nodes}
+    trays = []
+    for name, node in sorted(run.cluster.nodes.items()):
+        if not pod_matches_node_selector_and_affinity(run.pod, node):
+            continue
+        verdict = verdicts.get(name)
+        clique = str(((node.get("metadata") or {}).get("labels") or {}).get(CLIQUE_NODE_LABEL, ""))
+        why = "; ".join(r.message for r in verdict.reasons) if verdict is not None else ""
+        trays.append(Tray(name, clique, verdict is None or verdict.fits, why))
+    return domain_notes(run.pod, domain, list(run.cluster.pods.values()), list(run.cluster.nodes.values()), trays)
 
 
 def cel_hints(explanation: Explanation) -> list[str]:
