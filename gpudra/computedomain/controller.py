@@ -174,9 +174,11 @@ def channel_domain(claim: dict[str, Any]) -> str | None:
     devices = ((claim.get("spec") or {}).get("devices") or {}) if isinstance(claim.get("spec"), dict) else {}
     for config in devices.get("config") or [] if isinstance(devices, dict) else []:
         opaque = config.get("opaque") if isinstance(config, dict) else None
-        parameters = opaque.get("parameters") if isinstance(opaque, dict) else None
-        if isinstance(parameters, dict) and opaque.get("driver") == DRIVER_NAME and \
-                parameters.get("kind") == CHANNEL_CONFIG and isinstance(parameters.get("domainID"), str):
+        if not isinstance(opaque, dict) or opaque.get("driver") != DRIVER_NAME:
+            continue
+        parameters = opaque.get("parameters")
+        if isinstance(parameters, dict) and parameters.get("kind") == CHANNEL_CONFIG and \
+                isinstance(parameters.get("domainID"), str):
             return parameters["domainID"]
     return None
 
