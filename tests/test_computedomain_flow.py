@@ -6,14 +6,16 @@ No GB200 hardware: the trays are simulated (gpudra.discovery's gb200-nvl72 profi
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from gpudra.cli import cli
 from gpudra.cluster.controller import reconcile
-from gpudra.cluster.layout import ClusterConfig, ClusterDir, parse_racks
-from gpudra.cluster.nodes import install_device_classes, up
+from gpudra.cluster.layout import ClusterConfig, ClusterDir, current_dir, parse_racks
+from gpudra.cluster.nodes import down, install_device_classes, up
 from gpudra.cluster.kubelet import read_record
 from gpudra.computedomain.controller import DOMAIN_LABEL, channel_domain
 from gpudra.discovery.profiles import rack_clique
@@ -108,3 +110,33 @@ def test_a_job_on_one_clique_shares_an_imex_channel_and_tears_down(cluster_state
     settle(cluster, lambda: not items(directory, "computedomains"))
     assert [t["metadata"]["name"] for t in items(directory, "resourceclaimtemplates")] == ["tray-gpus"]
     assert items(directory, "daemonsets") == []
+
+
+def readme_commands() -> list[str]:
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = text.split("### ComputeDomains", 1)[1]
+    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_readme_computedomain_commands_run(cluster_state, monkeypatch):
+    """The README's ComputeDomains block, as written, in order (its cluster in the private state home)."""
+    commands = readme_commands()
+    assert commands[0].startswith("gpudra cluster up --racks") and commands[-1] == "gpudra cluster down"
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    outputs: dict[str, str] = {}
+    try:
+        for command in commands:
+            args = shlex.split(command)
+            done = CliRunner().invoke(cli, args[1:])
+            assert done.exit_code == 0 and "warning" not in done.stderr, (command, done.output)
+            outputs[command] = done.stdout
+            if command.startswith("gpudra apply"):
+                directory = ClusterDir(current_dir() or "")
+                settle(directory, lambda: '"Ready"' in gpudra("get", "computedomain", "train", "-o", "json"))
+    finally:
+        if current_dir() and ClusterDir(current_dir() or "").exists():
+            down(ClusterDir(current_dir() or ""))
+    pods = outputs["gpudra get pods -A -o wide"]
+    assert "rack0-tray0" in pods and "rack0-tray1" in pods and "computedomain-daemon-" in pods
+    assert "status: Ready" in outputs["gpudra get computedomain train -o yaml"]
