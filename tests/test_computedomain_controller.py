@@ -206,3 +206,20 @@ def test_a_deleted_domain_tears_down_then_lets_go() -> None:
 def test_stale_labels_name_domains_that_are_gone() -> None:
     nodes = [node("t0", cd=UID), node("t1", cd="gone"), node("t2")]
     assert stale_labels({UID}, nodes) == {"t1": None}
+
+
+def test_manifests_given_offline_get_the_domains_template() -> None:
+    """`gpudra schedule/explain -f` with a ComputeDomain: its channel template is there as the controller would
+    create it, unless the input has one of that name."""
+    from gpudra.computedomain.controller import channel_domain
+    from gpudra.scheduler import Cluster
+
+    cd = domain()
+    del cd["metadata"]["uid"]
+    cluster = Cluster([cd])
+    template = cluster.templates["team-a/train-channel"]
+    claim = {"spec": template["spec"]["spec"]}
+    assert channel_domain(claim) == cd["metadata"]["uid"]  # the uid the domain was given
+    own = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+           "metadata": {"name": "train-channel", "namespace": "team-a"}, "spec": {"spec": {}}}
+    assert Cluster([own, domain()]).templates["team-a/train-channel"]["spec"] == {"spec": {}}

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from gpudra.computedomain.controller import is_domain, workload_template
 from gpudra.copying import copy_object
 
 from gpudra.errors import GpudraError
@@ -183,6 +184,8 @@ class Cluster(Topology):
                     self._add_pod(pod)
             else:
                 self.other_objects.append(obj)
+                if is_domain(obj):
+                    self._add_domain_template(obj)
         nodes = [self.nodes[name] for name in self.node_names()]
         for daemonset in daemonsets:
             try:
@@ -193,6 +196,17 @@ class Cluster(Topology):
             for pod in pods:
                 self._add_pod(pod)
         self._sync()
+
+    def _add_domain_template(self, domain: dict[str, Any]) -> None:
+        """A ComputeDomain's channel template, as its controller creates it (gpudra.computedomain), where the input
+        has none of that name: manifests given to `schedule`/`explain` place the domain's pods as a cluster would."""
+        metadata(domain).setdefault("namespace", "default")
+        ensure_uid(domain)
+        try:
+            template = workload_template(domain)
+        except (KeyError, TypeError, AttributeError):
+            return  # no usable spec.channel (`gpudra validate` says why): the controller creates nothing either
+        self.templates.setdefault(key_of(template), template)
 
     def _add_pod(self, pod: dict[str, Any]) -> None:
         metadata(pod).setdefault("namespace", "default")
