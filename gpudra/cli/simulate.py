@@ -63,6 +63,17 @@ def _split(values: tuple[str, ...]) -> list[str]:
                    "cores; needs gpudra[distributed].")
 @click.option("--out-dir", type=click.Path(file_okay=False), default=None,
               help="Write results.json, summary.csv, series.csv, PNG plots and report.html here.")
+@click.option("--workload", type=click.Choice(["trace", "nvl72"]), default="trace", show_default=True,
+              help="trace: replay --trace/--nodes/-f; nvl72: multi-node gang jobs on GB200 NVL72 racks (one pod "
+                   "per tray, all pods or none), clique-aware vs clique-blind placement (policies: clique-aware, "
+                   "clique-blind, clique-blind-binpack, clique-affinity; --method defaults to events).")
+@click.option("--racks", type=click.IntRange(1, None), default=4, show_default=True,
+              help="nvl72: racks of 18 trays x 4 GPUs, one NVLink clique each.")
+@click.option("--gangs", "gangs_csv", type=click.Path(dir_okay=False), default=None,
+              help="nvl72: gang trace CSV (name,pods,gpus_per_pod,arrival_s,duration_s) instead of the seeded "
+                   "synthetic one.")
+@click.option("--patience", type=click.IntRange(0, None), default=3600, show_default=True,
+              help="nvl72 --method events: seconds a job waits for room before it gives up (not started).")
 @kubernetes_version_option("Schedule and allocate as this release (1.33-1.36; default 1.36): its default feature "
                            "gates. DRA mode shares GPUs through consumable capacity (DRAConsumableCapacity: alpha, "
                            "off by default in 1.34 and 1.35), which it then needs in --features.")
@@ -73,12 +84,16 @@ def _split(values: tuple[str, ...]) -> list[str]:
 def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None, manifests: tuple[str, ...],
             policies: tuple[str, ...], seed: int, seeds: int, mode: str, replicas: int | None,
             fail_requests_greater_than_one: bool, tune: float, method: str, jobs: int | None,
-            dask_scheduler: str | None, out_dir: str | None, kubernetes_version: str | None, features: str,
-            output: str) -> None:
+            dask_scheduler: str | None, out_dir: str | None, workload: str, racks: int, gangs_csv: str | None,
+            patience: int, kubernetes_version: str | None, features: str, output: str) -> None:
     """Replay a trace of a GPU cluster: every task becomes a Pod (with a ResourceClaim in DRA mode), every node
     a Node with the ResourceSlices gpudra's driver publishes, and every placement goes through gpudra's scheduler
     and allocator. Reports the GPU allocation ratio and the unallocated GPUs at 100% arrived GPU demand, the
     FGD paper's measure. Same seed, same result."""
+    if workload == "nvl72" or _given("racks", "gangs_csv", "patience"):
+        _nvl72(traces, nodes_csv, manifests, policies, seed, seeds, mode, method, tune, out_dir, workload, racks,
+               gangs_csv, patience, output)
+        return
     from gpudra.simulate.distributed import DistributedError
     from gpudra.simulate.engine import SimulationError
     from gpudra.simulate.budget import SweepClock, predictions
@@ -172,6 +187,38 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
     for note in _empty_column_notes(results, tune):
         click.echo(f"note: {note}", err=True)
     _print(results, output)
+
+
+def _given(*names: str) -> bool:
+    context = click.get_current_context()
+    return any(context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT for name in names)
+
+
+def _nvl72(traces: tuple[str, ...], nodes_csv: str | None, manifests: tuple[str, ...], policies: tuple[str, ...],
+           seed: int, seeds: int, mode: str, method: str, tune: float, out_dir: str | None, workload: str,
+           racks: int, gangs_csv: str | None, patience: int, output: str) -> None:
+    """`--workload nvl72` (gpudra/cli/simulate_gangs.py); the trace options do not apply."""
+    from gpudra.cli.simulate_gangs import run_nvl72
+
+    if workload != "nvl72":
+        raise UsageError("--racks, --gangs and --patience apply to --workload nvl72")
+    if traces or nodes_csv or manifests:
+        raise UsageError("--workload nvl72 replays gang jobs (--gangs or the synthetic trace), not --trace, "
+                         "--nodes or -f")
+    if mode != "dra" or _given("replicas", "fail_requests_greater_than_one", "kubernetes_version", "features",
+                                "dask_scheduler"):
+        raise UsageError("--workload nvl72 places whole GPUs per tray: --mode, --replicas, --kubernetes-version, "
+                         "--features and --dask-scheduler do not apply")
+    method = method if _given("method") else "events"
+    if method == "events" and _given("tune"):
+        raise UsageError("--tune applies to --method tune; --method events replays the jobs' own times")
+    if method == "tune" and _given("patience"):
+        raise UsageError("--patience applies to --method events; in --method tune a job that does not fit "
+                         "when it arrives does not start")
+    if out_dir:
+        _writable_directory(out_dir)
+    run_nvl72(racks=racks, gangs_csv=gangs_csv, policies=_split(policies), seed=seed, seeds=seeds, method=method,
+              tune=tune, patience=patience, out_dir=out_dir, output=output)
 
 
 def _print(results: list[dict], output: str) -> None:
