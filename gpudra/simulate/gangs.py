@@ -1,10 +1,11 @@
 """Placing gang jobs (all pods or none, one pod per tray) on NVLink cliques, and the cliques' fragmentation.
 
 Policies (`GANG_POLICIES`):
-- `clique-aware`: all pods in one clique. Among the cliques with enough trays that have room, the one left
-  with the fewest free GPUs (best fit: big holes stay whole for big jobs), ties to the earlier clique; inside
-  it, the trays with the fewest free GPUs that still fit a pod, ties to the earlier tray. This is the rule a
-  gang-aware scheduler applies when the ComputeDomain's pods must share a clique.
+- `clique-aware`: all pods in one clique. Inside a clique, the trays with the fewest free GPUs that still fit a
+  pod (ties to the earlier tray); among the cliques with enough such trays, the one left with the fewest free
+  GPUs (best fit: big holes stay whole for big jobs), then the one whose chosen trays had the fewest free GPUs
+  (full trays stay full), then the earlier clique. This is the rule a gang-aware scheduler applies when the
+  ComputeDomain's pods must share a clique.
 - `clique-blind`: each pod placed on its own by kube-scheduler's default scoring (LeastAllocated: the tray with
   the most free GPUs, as pods asking CPU and memory in proportion to their GPUs make it), ties at random as
   kube-scheduler's selectHost breaks them; cliques are not looked at.
@@ -78,15 +79,16 @@ Placer = Callable[[RackState, int, int, random.Random], "tuple[int, ...] | None"
 
 
 def _clique_aware(state: RackState, pods: int, gpus: int, rng: random.Random) -> tuple[int, ...] | None:
-    best: tuple[int, int] | None = None
+    best: tuple[int, int, int] | None = None
     chosen: tuple[int, ...] | None = None
     for clique, trays in enumerate(state.members):
         fitting = sorted((state.free[t], t) for t in trays if state.free[t] >= gpus)
         if len(fitting) < pods:
             continue
-        key = (sum(state.free[t] for t in trays) - pods * gpus, clique)
+        picked = fitting[:pods]
+        key = (sum(state.free[t] for t in trays) - pods * gpus, sum(free for free, _ in picked), clique)
         if best is None or key < best:
-            best, chosen = key, tuple(t for _, t in fitting[:pods])
+            best, chosen = key, tuple(t for _, t in picked)
     return chosen
 
 

@@ -1,0 +1,263 @@
+"""Multi-node gang jobs on NVL72 racks (issue 25): the placement policies against a brute-force reference on tiny
+racks, invariants of placements and replays (hypothesis), a constructed case where clique-blind placement must
+lose jobs that clique-aware placement starts, the trace format and `gpudra simulate --workload nvl72`."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpudra.cli import cli
+from gpudra.simulate.gangreplay import run_gangs, size_mix
+from gpudra.simulate.gangs import GANG_POLICIES, RackState, fragmented_gpus, place
+from gpudra.simulate.nvl72 import (GangJob, GangTrace, TRAYS_PER_NVL72_RACK, gangs_csv, load_gangs, nvl72_racks,
+                                   synthetic_gangs)
+from gpudra.simulate.trace import TraceError
+
+SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+# -- an independent reference: plain lists, every combination of trays ------------------------------------------
+
+def reference_aware(free: list[int], clique: list[int], pods: int, gpus: int) -> tuple[int, ...] | None:
+    """Every set of `pods` distinct trays of one clique that each have `gpus` free; the documented best fit: the
+    fewest free GPUs left in the clique, then the fewest free GPUs on the chosen trays, then the earlier clique,
+    then the lowest tray numbers."""
+    best: tuple | None = None
+    for trays in itertools.combinations(range(len(free)), pods):
+        if len({clique[t] for t in trays}) != 1 or any(free[t] < gpus for t in trays):
+            continue
+        c = clique[trays[0]]
+        left = sum(f for f, k in zip(free, clique) if k == c) - pods * gpus
+        key = (left, sum(free[t] for t in trays), c, trays)
+        if best is None or key < best:
+            best = key
+    return None if best is None else best[3]
+
+
+def reference_any(free: list[int], pods: int, gpus: int) -> bool:
+    return any(all(free[t] >= gpus for t in trays) for trays in itertools.combinations(range(len(free)), pods))
+
+
+@st.composite
+def tiny_racks(draw):
+    cliques = draw(st.integers(1, 3))
+    trays_per_clique = draw(st.integers(1, 4))
+    per_tray = draw(st.integers(1, 4))
+    topology = nvl72_racks(cliques, trays_per_rack=trays_per_clique, gpus=per_tray)
+    free = [draw(st.integers(0, per_tray)) for _ in topology.trays]
+    pods = draw(st.integers(1, cliques * trays_per_clique))
+    gpus = draw(st.integers(1, per_tray))
+    return topology, free, pods, gpus
+
+
+def _state(topology, free):
+    state = RackState.empty(topology)
+    state.free[:] = free
+    return state
+
+
+@SETTINGS
+@given(tiny_racks(), st.integers(0, 2**32))
+def test_clique_aware_is_the_brute_force_best_fit(case, seed):
+    topology, free, pods, gpus = case
+    clique = [topology.cliques.index(t.clique) for t in topology.trays]
+    got = place("clique-aware", _state(topology, free), pods, gpus, random.Random(seed))
+    expected = reference_aware(free, clique, pods, gpus)
+    assert (tuple(sorted(got)) if got else None) == expected
+
+
+@SETTINGS
+@given(tiny_racks(), st.integers(0, 2**32))
+def test_every_policy_places_all_pods_or_none_on_distinct_trays_with_room(case, seed):
+    topology, free, pods, gpus = case
+    clique = [topology.cliques.index(t.clique) for t in topology.trays]
+    for policy in GANG_POLICIES:
+        got = place(policy, _state(topology, free), pods, gpus, random.Random(seed))
+        if got is None:
+            if policy in ("clique-blind", "clique-blind-binpack"):  # they fail only when no trays at all fit
+                assert not reference_any(free, pods, gpus)
+            if policy == "clique-aware":  # (affinity may fail where another clique had room: no look-ahead)
+                assert reference_aware(free, clique, pods, gpus) is None
+            continue
+        assert len(got) == pods and len(set(got)) == pods, policy
+        assert all(free[t] >= gpus for t in got), policy
+        if policy in ("clique-aware", "clique-affinity"):
+            assert len({clique[t] for t in got}) == 1, policy
+
+
+@SETTINGS
+@given(tiny_racks())
+def test_fragmentation_counts_the_free_gpus_of_cliques_too_small(case):
+    """Against a plain count: a size's stranded GPUs are the free GPUs of cliques with fewer than `pods` trays
+    that have `gpus` free."""
+    topology, free, pods, gpus = case
+    clique = [topology.cliques.index(t.clique) for t in topology.trays]
+    stranded = 0
+    for c in set(clique):
+        members = [t for t in range(len(free)) if clique[t] == c]
+        if sum(1 for t in members if free[t] >= gpus) < pods:
+            stranded += sum(free[t] for t in members)
+    assert fragmented_gpus(_state(topology, free), {(pods, gpus): 1.0}) == stranded
+
+
+@st.composite
+def gang_traces(draw):
+    cliques = draw(st.integers(1, 3))
+    trays = draw(st.integers(1, 4))
+    per_tray = draw(st.integers(1, 4))
+    topology = nvl72_racks(cliques, trays_per_rack=trays, gpus=per_tray)
+    count = draw(st.integers(1, 25))
+    jobs = tuple(GangJob(f"j{i}", draw(st.integers(1, cliques * trays + 1)), draw(st.integers(1, per_tray)),
+                         draw(st.integers(0, 50)), draw(st.integers(1, 30))) for i in range(count))
+    return topology, GangTrace("t", jobs, "hypothesis")
+
+
+@SETTINGS
+@given(gang_traces(), st.integers(0, 1000), st.sampled_from(("events", "tune")), st.integers(0, 40))
+def test_replays_account_for_every_job_and_free_everything(case, seed, method, patience):
+    topology, trace = case
+    for policy in GANG_POLICIES:
+        r = run_gangs(topology, trace, policy, seed, method, tune=2.0, patience=patience)
+        assert r["started"] + r["not_started"] == r["jobs"]
+        assert r["started_nvlink"] + r["degraded"] == r["started"]
+        assert all(0 <= a <= 100 for a in r["series"]["allocation_ratio"])
+        if policy in ("clique-aware", "clique-affinity"):
+            assert r["degraded"] == 0  # never spans cliques
+        if method == "events":
+            assert r["series"]["allocation_ratio"][-1] == 0  # every started job left and gave its GPUs back
+            too_big = sum(1 for j in trace.jobs if j.pods > len(topology.trays) // len(topology.cliques))
+            assert r["never_fits"] == too_big
+
+
+def test_bind_refuses_a_pod_on_a_full_tray_or_two_pods_on_one_tray():
+    state = RackState.empty(nvl72_racks(1, trays_per_rack=2, gpus=4))
+    state.bind("a", (0, 1), 3)
+    with pytest.raises(ValueError, match="fewer than 2 free"):
+        state.bind("b", (0,), 2)
+    with pytest.raises(ValueError, match="two pods on one tray"):
+        state.bind("c", (0, 0), 1)
+    assert state.free == [1, 1]
+    state.release("a")
+    assert state.free == [4, 4]
+
+
+# -- a constructed case: clique-blind must lose a job clique-aware starts ------------------------------------------
+
+def test_clique_blind_spreads_small_jobs_and_strands_the_gang_clique_aware_starts():
+    """Two cliques of two trays x 4 GPUs. Four 1-pod x 2-GPU jobs, then one 2-pod x 4-GPU gang, never leaving.
+    By hand: clique-aware packs the small jobs onto clique 0's two trays (best fit), leaving clique 1 whole for
+    the gang: 5 jobs with NVLink. Kube's default spreads each small job to a tray with the most free GPUs: every
+    tray ends with 2 free, and the gang cannot start: 4 jobs. Bin-packing the blind way fills two random trays;
+    the gang then starts with NVLink only if they were in one clique."""
+    topology = nvl72_racks(2, trays_per_rack=2, gpus=4)
+    jobs = tuple(GangJob(f"small-{i}", 1, 2) for i in range(4)) + (GangJob("gang", 2, 4),)
+    trace = GangTrace("constructed", jobs, "by hand")
+    for seed in range(20):
+        aware = _in_order(topology, trace, "clique-aware", seed)
+        spread = _in_order(topology, trace, "clique-blind", seed)
+        binpack = _in_order(topology, trace, "clique-blind-binpack", seed)
+        assert (aware["started_nvlink"], aware["not_started"]) == (5, 0)
+        assert (spread["started_nvlink"], spread["not_started"]) == (4, 1)
+        assert binpack["started_nvlink"] <= aware["started_nvlink"]
+
+
+def _in_order(topology, trace, policy, seed):
+    """Submit the jobs in trace order, never leaving (events with one arrival each and endless durations)."""
+    timed = GangTrace(trace.name, tuple(GangJob(j.name, j.pods, j.gpus_per_pod, i, 10**6)
+                                        for i, j in enumerate(trace.jobs)), trace.source)
+    return run_gangs(topology, timed, policy, seed, "events", patience=0)
+
+
+# -- the trace and the racks ----------------------------------------------------------------------------------
+
+def test_nvl72_racks_have_18_trays_of_the_simulated_profile_and_a_clique_each():
+    from gpudra.discovery.profiles import GB200_RACK_CLIQUE
+    from gpudra.discovery.simulated import SimulatedBackend
+
+    topology = nvl72_racks(3)
+    tray_gpus = len(SimulatedBackend("gb200-nvl72").inventory().gpus)
+    assert len(topology.trays) == 3 * TRAYS_PER_NVL72_RACK and topology.gpus == 3 * 72 == 3 * 18 * tray_gpus
+    assert len(topology.cliques) == 3 and topology.cliques[0] == GB200_RACK_CLIQUE
+    assert len({c.split(".")[0] for c in topology.cliques}) == 3  # each rack has its own cluster UUID
+    assert len(nvl72_racks(1, cliques_per_rack=2).cliques) == 2
+    with pytest.raises(TraceError, match="does not divide"):
+        nvl72_racks(1, cliques_per_rack=4)
+
+
+def test_the_synthetic_trace_is_seeded_fits_a_clique_and_offers_the_asked_load():
+    topology = nvl72_racks(4)
+    a, b, c = synthetic_gangs(topology, 1), synthetic_gangs(topology, 1), synthetic_gangs(topology, 2)
+    assert a == b and a.jobs != c.jobs
+    assert all(1 <= j.pods <= 18 and 1 <= j.gpus_per_pod <= 4 and j.duration >= 60 for j in a.jobs)
+    asked = sum(j.gpus * j.duration for j in a.jobs)
+    span = a.jobs[-1].arrival - a.jobs[0].arrival
+    assert 0.7 < asked / (topology.gpus * span) / 0.9 < 1.4  # offered load 0.9, within the sampling noise
+    assert {j.pods for j in a.jobs} <= {1, 2, 4, 8, 16}
+
+
+def test_a_gang_trace_round_trips_through_csv_and_bad_rows_are_named(tmp_path):
+    trace = synthetic_gangs(nvl72_racks(1), 7, jobs=20)
+    path = tmp_path / "gangs.csv"
+    path.write_text(gangs_csv(trace))
+    assert load_gangs(str(path)).jobs == trace.jobs
+    path.write_text("name,pods,gpus_per_pod,arrival_s,duration_s\na,2,5,0,10\n")
+    with pytest.raises(TraceError, match=r"gangs.csv:2: gpus_per_pod: must be from 1 to 4"):
+        load_gangs(str(path))
+    path.write_text("name,pods,gpus_per_pod,arrival_s,duration_s\na,2,4,0,10\na,1,1,0,10\n")
+    with pytest.raises(TraceError, match="already the name of the job on line 2"):
+        load_gangs(str(path))
+
+
+def test_size_mix_weights_sizes_by_their_share_of_the_jobs():
+    jobs = [GangJob("a", 2, 4), GangJob("b", 2, 4), GangJob("c", 1, 1), GangJob("d", 4, 4)]
+    assert size_mix(jobs) == {(1, 1): 0.25, (2, 4): 0.5, (4, 4): 0.25}
+
+
+# -- the command ----------------------------------------------------------------------------------------------
+
+def test_simulate_workload_nvl72_prints_one_json_object_per_experiment():
+    result = CliRunner().invoke(cli, ["simulate", "--workload", "nvl72", "--racks", "2", "--seeds", "2",
+                                      "--policy", "clique-aware,clique-blind", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines()]
+    assert [(r["policy"], r["seed"]) for r in rows] == [("clique-aware", 42), ("clique-blind", 42),
+                                                        ("clique-aware", 43), ("clique-blind", 43)]
+    assert all(r["method"] == "events" and r["gpus"] == 144 and r["cliques"] == 2 for r in rows)
+    assert rows[0]["degraded"] == 0 and rows[1]["degraded"] > 0
+
+
+def test_simulate_workload_nvl72_table_and_out_dir(tmp_path):
+    gangs = tmp_path / "gangs.csv"
+    gangs.write_text(gangs_csv(synthetic_gangs(nvl72_racks(1), 3, jobs=40)))
+    result = CliRunner().invoke(cli, ["simulate", "--workload", "nvl72", "--racks", "1", "--gangs", str(gangs),
+                                      "--policy", "all", "--method", "tune", "--tune", "2",
+                                      "--out-dir", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    table = [line for line in result.output.splitlines() if line.startswith(("TOPOLOGY", "1x-nvl72"))]
+    assert len(table) == 1 + len(GANG_POLICIES) and "NOT-STARTED" in table[0]
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written == ["nvl72-tune-allocation.png", "results.json", "series.csv", "summary.csv"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--racks", "2"], "apply to --workload nvl72"),
+    (["--workload", "nvl72", "--trace", "default"], "not --trace"),
+    (["--workload", "nvl72", "--mode", "device-plugin"], "do not apply"),
+    (["--workload", "nvl72", "--policy", "fgd"], "unknown policy 'fgd' for --workload nvl72"),
+    (["--workload", "nvl72", "--method", "tune", "--patience", "5"], "--patience applies to --method events"),
+    (["--workload", "nvl72", "--tune", "2"], "--tune applies to --method tune"),
+    (["--workload", "nvl72", "--racks", "999"], "racks: must be from 1 to 250"),
+    (["--workload", "nvl72", "--gangs", "/nonexistent/gangs.csv"], "gangs.csv"),
+])
+def test_simulate_workload_nvl72_usage_errors(args, message):
+    result = CliRunner().invoke(cli, ["simulate", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
