@@ -68,7 +68,7 @@ def gang_plots(results: list[dict[str, Any]]) -> dict[str, bytes]:
     """file name -> PNG: allocation (solid) and clique-fragmented GPUs (dashed), first seed of each policy."""
     out: dict[str, bytes] = {}
     for method in dict.fromkeys(r["method"] for r in results):
-        shown = {}
+        shown: dict[str, dict[str, Any]] = {}
         for r in results:
             if r["method"] == method:
                 shown.setdefault(r["policy"], r)

@@ -25,6 +25,7 @@ import random
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from gpudra.discovery.profiles import GB200_RACK_CLIQUE, node_profile
 
@@ -164,7 +165,7 @@ def synthetic_gangs(topology: Topology, seed: int, jobs: int | None = None,
 GANG_COLUMNS = ("name", "pods", "gpus_per_pod", "arrival_s", "duration_s")
 
 
-def read_gangs(stream: io.TextIOBase | io.StringIO, where: str, max_gpus_per_pod: int) -> list[GangJob]:
+def read_gangs(stream: IO[str], where: str, max_gpus_per_pod: int) -> list[GangJob]:
     jobs: list[GangJob] = []
     lines: dict[str, int] = {}
     for line, row in _rows(stream, where, GANG_COLUMNS, MAX_GANG_JOBS, "jobs"):
