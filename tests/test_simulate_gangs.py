@@ -4,13 +4,14 @@ lose jobs that clique-aware placement starts, the trace format and `gpudra simul
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import random
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpudra.cli import cli
@@ -261,3 +262,58 @@ def test_simulate_workload_nvl72_usage_errors(args, message):
     result = CliRunner().invoke(cli, ["simulate", *args])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
+
+
+# -- clique-blind is what gpudra's own scheduler does with the trays' ResourceSlices ---------------------------
+
+class _FirstOfTies(random.Random):
+    """Ties to the first candidate (the lowest tray, by name), as gpudra's scheduler breaks them."""
+
+    def choice(self, seq):  # type: ignore[override]
+        return seq[0]
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(1, 3), st.integers(1, 4)), min_size=1, max_size=8))
+@example([(1, 3), (1, 3), (1, 3), (2, 2)])  # without the anti-affinity both pods of the gang would share a tray
+def test_clique_blind_places_pods_where_gpudras_kube_scheduler_does(jobs):
+    """The blind model says kube-scheduler's default scoring puts each pod on the tray with the most free GPUs
+    when pods ask CPU and memory in proportion to their GPUs. Checked against gpudra's scheduler and allocator
+    (`kube` policy, DRA claims on the ResourceSlices gpudra's driver publishes for each tray), one pod at a time,
+    a gang's pods deleted again when one of them does not fit. One pod per tray is a required node affinity
+    (hostname NotIn the gang's trays so far: what a pod anti-affinity on the hostname amounts to, which gpudra's
+    scheduler does not model)."""
+    from gpudra.simulate.engine import start
+    from gpudra.simulate.objects import NAMESPACE
+    from gpudra.simulate.trace import Task, Trace, TraceNode
+
+    topology = nvl72_racks(2, trays_per_rack=2, gpus=4)
+    cpu, memory = 8000, 65536  # per GPU
+    nodes = [TraceNode(t.name, cpu * t.gpus, memory * t.gpus, t.gpus, "GB200") for t in topology.trays]
+    workload = [(f"job{j}-pod{p}", Task(f"job{j}-pod{p}", cpu * g, memory * g, g, 1000))
+                for j, (pods, g) in enumerate(jobs) for p in range(pods)]
+    run = start(Trace("trays", nodes, [t for _, t in workload]), workload, "kube", 1, "dra")
+    state = RackState.empty(topology)
+    index = {t.name: i for i, t in enumerate(topology.trays)}
+    for j, (pods, g) in enumerate(jobs):
+        expected = place("clique-blind", state, pods, g, _FirstOfTies())
+        placed: list[str] = []
+        for p in range(pods):
+            if placed:
+                pod = copy.deepcopy(run.cluster.pods[f"{NAMESPACE}/job{j}-pod{p}"])
+                pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": placed}]}]}}}
+                run.cluster.apply([pod])
+            node = run.schedule(f"job{j}-pod{p}").node
+            if node is None:
+                break
+            placed.append(node)
+        if len(placed) < pods:  # all or nothing
+            for p, node in enumerate(placed):
+                run.delete(f"job{j}-pod{p}", node)
+            assert expected is None
+            continue
+        assert expected == tuple(index[n] for n in placed)
+        state.bind(f"job{j}", expected, g)
