@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpudra.cli import cli
-from gpudra.simulate.gangreplay import run_gangs, size_mix
+from gpudra.simulate.gangreplay import run_gangs, size_mix, stranded_for
 from gpudra.simulate.gangs import GANG_POLICIES, RackState, fragmented_gpus, place
 from gpudra.simulate.nvl72 import (GangJob, GangTrace, TRAYS_PER_NVL72_RACK, gangs_csv, load_gangs, nvl72_racks,
                                    synthetic_gangs)
@@ -107,6 +107,10 @@ def test_fragmentation_counts_the_free_gpus_of_cliques_too_small(case):
         if sum(1 for t in members if free[t] >= gpus) < pods:
             stranded += sum(free[t] for t in members)
     assert fragmented_gpus(_state(topology, free), {(pods, gpus): 1.0}) == stranded
+    assert stranded_for(_state(topology, free), {(pods, gpus)}) == stranded
+    assert stranded_for(_state(topology, free), set()) == 0
+    # a 1x1 job waiting too: it fits any clique with a free GPU, so only cliques with no free GPU are left
+    assert stranded_for(_state(topology, free), {(pods, gpus), (1, 1)}) == 0
 
 
 @st.composite
@@ -246,6 +250,17 @@ def test_simulate_workload_nvl72_table_and_out_dir(tmp_path):
     assert len(table) == 1 + len(GANG_POLICIES) and "NOT-STARTED" in table[0]
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert written == ["nvl72-tune-allocation.png", "results.json", "series.csv", "summary.csv"]
+    result = CliRunner().invoke(cli, ["simulate", "--workload", "nvl72", "--racks", "1", "--seeds", "2",
+                                      "--out-dir", str(tmp_path / "synthetic")])
+    assert result.exit_code == 0, result.output
+    for seed in (42, 43):  # each generated trace is written, and replays to the same result with --gangs
+        again = CliRunner().invoke(cli, ["simulate", "--workload", "nvl72", "--racks", "1", "--seed", str(seed),
+                                         "--gangs", str(tmp_path / "synthetic" / f"gangs-seed{seed}.csv"), "-o", "json"])
+        assert again.exit_code == 0, again.output
+        ran = [r for r in json.loads((tmp_path / "synthetic" / "results.json").read_text()) if r["seed"] == seed]
+        replayed = [json.loads(line) for line in again.output.splitlines()]
+        keys = ("started", "started_nvlink", "degraded", "not_started", "allocation_ratio", "fragmented_gpus")
+        assert [[r[k] for k in keys] for r in replayed] == [[r[k] for k in keys] for r in ran]
 
 
 @pytest.mark.parametrize("args, message", [

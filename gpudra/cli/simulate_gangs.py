@@ -29,10 +29,13 @@ def run_nvl72(*, racks: int, gangs_csv: str | None, policies: list[str], seed: i
     except TraceError as exc:
         raise UsageError(str(exc)) from None
     results = []
+    generated = {}
     try:
         for s in range(seed, seed + seeds):
             # the synthetic trace is drawn from the seed too: each seed is another sample of the same distribution
             trace = fixed or synthetic_gangs(topology, s)
+            if fixed is None:
+                generated[f"gangs-seed{s}"] = trace
             for policy in chosen:
                 results.append(run_gangs(topology, trace, policy, s, method, tune, patience))
     except GangSimulationError as exc:
@@ -41,7 +44,7 @@ def run_nvl72(*, racks: int, gangs_csv: str | None, policies: list[str], seed: i
         from gpudra.simulate.gangreport import write_gang_outputs
 
         try:
-            written = write_gang_outputs(results, out_dir)
+            written = write_gang_outputs(results, out_dir, generated)
         except OSError as exc:
             raise UsageError(f"--out-dir {out_dir}: {exc.strerror or exc}") from None
         for path in written:
@@ -72,7 +75,8 @@ def _table(rows: list[dict[str, Any]], wide: bool) -> str:
                ("SERVED%", "served_ratio"), ("STD", "served_ratio_std"), ("FRAG-GPUS", "fragmented_gpus")]
     if wide:
         columns[1:1] = [("TRACE", "trace")]
-        columns += [("NEVER-FITS", "never_fits"), ("WAIT-S", "mean_wait_s"), ("CPU-SECONDS", "cpu_seconds")]
+        columns += [("STRANDED-FOR-WAITING", "stranded_for_waiting_gpus"), ("NEVER-FITS", "never_fits"),
+                    ("WAIT-S", "mean_wait_s"), ("CPU-SECONDS", "cpu_seconds")]
     cells = [[h for h, _ in columns]] + [["-" if row.get(k) is None else str(row.get(k)) for _, k in columns]
                                          for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]

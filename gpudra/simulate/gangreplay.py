@@ -13,6 +13,11 @@ averaged between the first and the last arrival (the time the trace offers load)
 Counts: `started` includes `degraded` (a blind policy's gang spread over several cliques: it holds its GPUs for
 its duration but has no multi-node NVLink); `started_nvlink` = started - degraded; `not_started` = jobs that
 never started (too big for any clique, no room on arrival in `tune`, gave up waiting in `events`).
+
+Clique fragmentation: `fragmented_gpus` weighs, for each job size of the trace by its share of the jobs, the
+free GPUs in cliques that cannot host that size (`gangs.fragmented_gpus`); `stranded_for_waiting_gpus`
+(events) counts the free GPUs in cliques where no job then waiting would fit. Both are time-weighted means
+over the arrivals in `events`, values at 100% arrived demand in `tune`.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from collections import Counter
 from typing import Any
 
 from .engine import per_percent
-from .gangs import GANG_POLICIES, RackState, Size, fragmented_gpus, place
+from .gangs import GANG_POLICIES, RackState, Size, fragmented_gpus, hosts, place
 from .nvl72 import GangJob, GangTrace, Topology
 
 DEFAULT_PATIENCE_S = 3600
@@ -154,6 +159,7 @@ def _events(topology: Topology, trace: GangTrace, policy: str, seed: int, patien
     allocation: list[float] = []
     fragmented: list[float] = []
     queued: list[int] = []
+    stranded: list[int] = []
     held_gpu_seconds = nvlink_gpu_seconds = 0
 
     def start(job: GangJob, now: int) -> bool:
@@ -181,6 +187,7 @@ def _events(topology: Topology, trace: GangTrace, policy: str, seed: int, patien
         allocation.append(round(100 * (capacity - state.free_gpus) / capacity, 4))
         fragmented.append(round(fragmented_gpus(state, mix), 3))
         queued.append(len(waiting))
+        stranded.append(stranded_for(state, {job.size for job in waiting}))
 
     arrivals = iter(jobs)
     upcoming = next(arrivals, None)
@@ -209,13 +216,22 @@ def _events(topology: Topology, trace: GangTrace, policy: str, seed: int, patien
     result.update(_counts(len(jobs), counts), patience_s=patience, **{
         "allocation_ratio": _time_mean(times, allocation, first, last),
         "fragmented_gpus": _time_mean(times, fragmented, first, last),
+        "stranded_for_waiting_gpus": _time_mean(times, [float(v) for v in stranded], first, last),
         # GPU-seconds of jobs that got multi-node NVLink, per GPU-second the trace asked for
         "served_ratio": round(100 * nvlink_gpu_seconds / sum(j.gpus * j.duration for j in jobs), 4),
         "held_ratio": round(100 * held_gpu_seconds / sum(j.gpus * j.duration for j in jobs), 4),
         "mean_wait_s": round(sum(waits) / len(waits), 1) if waits else None,
         "series": {"time_s": times, "allocation_ratio": allocation, "fragmented_gpus": fragmented,
-                   "waiting_jobs": queued}})
+                   "waiting_jobs": queued, "stranded_for_waiting_gpus": stranded}})
     return result
+
+
+def stranded_for(state: RackState, sizes: set[Size]) -> int:
+    """Free GPUs in cliques where none of the waiting jobs' sizes fits (0 while nobody waits)."""
+    if not sizes:
+        return 0
+    return sum(sum(state.free[t] for t in trays) for c, trays in enumerate(state.members)
+               if not any(hosts(state, c, size) for size in sizes))
 
 
 def _time_mean(times: list[int], values: list[float], first: int, last: int) -> float | None:

@@ -10,13 +10,16 @@ from pathlib import Path
 from statistics import mean, pstdev
 from typing import Any
 
+from .nvl72 import GangTrace, gangs_csv
 from .report import _figure_png, spreadsheet_safe
 
 GANG_SUMMARY_COLUMNS = ("trace", "topology", "method", "policy", "seeds", "gpus", "jobs", "started", "started_nvlink",
                         "degraded", "not_started", "never_fits", "allocation_ratio", "served_ratio",
-                        "served_ratio_std", "fragmented_gpus", "mean_wait_s", "seconds", "cpu_seconds")
+                        "served_ratio_std", "fragmented_gpus", "stranded_for_waiting_gpus", "mean_wait_s", "seconds",
+                        "cpu_seconds")
 _MEANS = {"jobs": 1, "started": 1, "started_nvlink": 1, "degraded": 1, "not_started": 1, "never_fits": 1,
-          "allocation_ratio": 2, "served_ratio": 2, "fragmented_gpus": 1, "mean_wait_s": 1, "seconds": 3,
+          "allocation_ratio": 2, "served_ratio": 2, "fragmented_gpus": 1, "stranded_for_waiting_gpus": 1,
+          "mean_wait_s": 1, "seconds": 3,
           "cpu_seconds": 3}
 
 
@@ -92,13 +95,16 @@ def gang_plots(results: list[dict[str, Any]]) -> dict[str, bytes]:
     return out
 
 
-def write_gang_outputs(results: list[dict[str, Any]], directory: str) -> list[str]:
-    """results.json, summary.csv, series.csv and the plots; returns the paths written."""
+def write_gang_outputs(results: list[dict[str, Any]], directory: str,
+                       traces: dict[str, GangTrace] | None = None) -> list[str]:
+    """results.json, summary.csv, series.csv, the plots and each generated trace (`traces`: file stem -> trace,
+    replayable with --gangs); returns the paths written."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str | bytes] = {"results.json": json.dumps(results, indent=1),
                                      "summary.csv": gang_summary_csv(summarize_gangs(results)),
-                                     "series.csv": gang_series_csv(results), **gang_plots(results)}
+                                     "series.csv": gang_series_csv(results), **gang_plots(results),
+                                     **{f"{stem}.csv": gangs_csv(trace) for stem, trace in (traces or {}).items()}}
     written = []
     for name, data in files.items():
         path = out / name
