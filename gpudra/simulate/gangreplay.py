@@ -29,7 +29,7 @@ from collections import Counter
 from typing import Any
 
 from .engine import per_percent
-from .gangs import GANG_POLICIES, RackState, Size, fragmented_gpus, hosts, place
+from .gangs import GANG_POLICIES, RackState, Size, fragmented_gpus, place
 from .nvl72 import GangJob, GangTrace, Topology
 
 DEFAULT_PATIENCE_S = 3600
@@ -46,10 +46,16 @@ def size_mix(jobs: tuple[GangJob, ...] | list[GangJob]) -> dict[Size, float]:
     return {size: count / len(jobs) for size, count in sorted(counts.items())}
 
 
-def _fits_somewhere(topology: Topology, job: GangJob) -> bool:
-    """Whether the job fits the empty cluster in one clique (else no policy can give it NVLink)."""
-    return any(sum(1 for t in topology.trays if t.clique == c and t.gpus >= job.gpus_per_pod) >= job.pods
-               for c in topology.cliques)
+def clique_room(topology: Topology) -> list[int]:
+    """[g]: the most trays with at least g GPUs in one clique of the empty cluster. A job of `pods` x g GPUs fits
+    some clique (and can ever get NVLink) iff g < len(room) and room[g] >= pods."""
+    most = max((t.gpus for t in topology.trays), default=0)
+    return [max(sum(1 for t in topology.trays if t.clique == c and t.gpus >= g) for c in topology.cliques)
+            for g in range(most + 1)]
+
+
+def _fits(room: list[int], job: GangJob) -> bool:
+    return job.gpus_per_pod < len(room) and room[job.gpus_per_pod] >= job.pods
 
 
 def _base(topology: Topology, trace: GangTrace, policy: str, seed: int, method: str) -> dict[str, Any]:
@@ -98,6 +104,7 @@ def _tuned(topology: Topology, trace: GangTrace, policy: str, seed: int, tune: f
     rng = random.Random(seed)
     workload = tuned_jobs(trace.jobs, topology.gpus, tune, rng)
     mix = size_mix(trace.jobs)
+    room = clique_room(topology)
     state = RackState.empty(topology)
     capacity = topology.gpus
     arrived = served = 0
@@ -107,10 +114,11 @@ def _tuned(topology: Topology, trace: GangTrace, policy: str, seed: int, tune: f
     served_points: list[tuple[float, float]] = []
     for job in workload:
         arrived += job.gpus
-        trays = place(policy, state, job.pods, job.gpus_per_pod, rng)
+        # a job no clique can hold never starts, whatever the policy (as in `events`): it would have no NVLink
+        trays = place(policy, state, job.pods, job.gpus_per_pod, rng) if _fits(room, job) else None
         if trays is None:
             counts["not_started"] += 1
-            counts["never_fits"] += not _fits_somewhere(topology, job)
+            counts["never_fits"] += not _fits(room, job)
         else:
             state.bind(job.name, trays, job.gpus_per_pod)
             counts["started"] += 1
@@ -149,6 +157,7 @@ def _events(topology: Topology, trace: GangTrace, policy: str, seed: int, patien
     rng = random.Random(seed)
     jobs = sorted(trace.jobs, key=lambda j: (j.arrival, j.name))
     mix = size_mix(jobs)
+    room = clique_room(topology)
     state = RackState.empty(topology)
     capacity = topology.gpus
     counts = Counter[str]()
@@ -203,7 +212,7 @@ def _events(topology: Topology, trace: GangTrace, policy: str, seed: int, patien
             assert upcoming is not None
             now = upcoming.arrival
             give_up(now)
-            if not _fits_somewhere(topology, upcoming):
+            if not _fits(room, upcoming):
                 counts["not_started"] += 1
                 counts["never_fits"] += 1
             elif not start(upcoming, now):
@@ -230,8 +239,7 @@ def stranded_for(state: RackState, sizes: set[Size]) -> int:
     """Free GPUs in cliques where none of the waiting jobs' sizes fits (0 while nobody waits)."""
     if not sizes:
         return 0
-    return sum(sum(state.free[t] for t in trays) for c, trays in enumerate(state.members)
-               if not any(hosts(state, c, size) for size in sizes))
+    return sum(free for c, free in enumerate(state.clique_free) if not any(state.hosts(c, size) for size in sizes))
 
 
 def _time_mean(times: list[int], values: list[float], first: int, last: int) -> float | None:

@@ -23,7 +23,7 @@ pods land in more than one clique starts but gets no multi-node NVLink (its IMEX
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from bisect import bisect_left, insort
 from typing import Callable, Sequence
 
 from .nvl72 import Topology
@@ -32,28 +32,51 @@ GANG_POLICIES = ("clique-aware", "clique-blind", "clique-blind-binpack", "clique
 Size = tuple[int, int]  # (pods, GPUs per pod)
 
 
-@dataclass
 class RackState:
-    """Free GPUs per tray (by the topology's tray index) and who holds what."""
+    """Free GPUs per tray (by the topology's tray index), who holds what, and an index kept in step with every
+    change so that a placement or a fragmentation reading does not scan every tray: per clique its free GPUs and
+    how many of its trays have at least g free, and per free count the trays that have it (in tray order)."""
 
-    topology: Topology
-    free: list[int] = field(default_factory=list)
-    clique_of: list[int] = field(default_factory=list)  # tray index -> clique index
-    members: list[list[int]] = field(default_factory=list)  # clique index -> tray indices, in order
-    held: dict[str, tuple[tuple[int, ...], int]] = field(default_factory=dict)  # job -> (trays, GPUs per pod)
+    def __init__(self, topology: Topology, free: Sequence[int] | None = None):
+        self.topology = topology
+        self.capacity = [t.gpus for t in topology.trays]
+        index = {c: i for i, c in enumerate(topology.cliques)}
+        self.clique_of = [index[t.clique] for t in topology.trays]  # tray index -> clique index
+        self.members: list[list[int]] = [[] for _ in index]  # clique index -> tray indices, in order
+        for tray, clique in enumerate(self.clique_of):
+            self.members[clique].append(tray)
+        self.held: dict[str, tuple[tuple[int, ...], int]] = {}  # job -> (trays, GPUs per pod)
+        self.most = max(self.capacity, default=0)
+        self.free = [0] * len(self.capacity)
+        self.clique_free = [0] * len(self.members)
+        self.at_least = [[len(trays)] + [0] * self.most for trays in self.members]  # [clique][g]
+        self.by_free: list[list[int]] = [list(range(len(self.capacity)))] + [[] for _ in range(self.most)]
+        for tray, gpus in enumerate(self.capacity if free is None else free):
+            if not 0 <= gpus <= self.capacity[tray]:
+                raise ValueError(f"tray {tray}: {gpus} free GPUs of {self.capacity[tray]}")
+            self._set(tray, gpus)
 
     @classmethod
     def empty(cls, topology: Topology) -> "RackState":
-        index = {c: i for i, c in enumerate(topology.cliques)}
-        state = cls(topology, [t.gpus for t in topology.trays], [index[t.clique] for t in topology.trays])
-        state.members = [[] for _ in index]
-        for tray, clique in enumerate(state.clique_of):
-            state.members[clique].append(tray)
-        return state
+        return cls(topology)
+
+    def _set(self, tray: int, gpus: int) -> None:
+        old = self.free[tray]
+        if gpus == old:
+            return
+        clique = self.clique_of[tray]
+        self.free[tray] = gpus
+        self.clique_free[clique] += gpus - old
+        counts = self.at_least[clique]
+        for g in range(min(old, gpus) + 1, max(old, gpus) + 1):
+            counts[g] += 1 if gpus > old else -1
+        bucket = self.by_free[old]
+        del bucket[bisect_left(bucket, tray)]
+        insort(self.by_free[gpus], tray)
 
     @property
     def free_gpus(self) -> int:
-        return sum(self.free)
+        return sum(self.clique_free)
 
     def bind(self, job: str, trays: Sequence[int], gpus_per_pod: int) -> None:
         if job in self.held:
@@ -63,64 +86,95 @@ class RackState:
         if any(self.free[t] < gpus_per_pod for t in trays):
             raise ValueError(f"job {job}: a tray has fewer than {gpus_per_pod} free GPUs")
         for t in trays:
-            self.free[t] -= gpus_per_pod
+            self._set(t, self.free[t] - gpus_per_pod)
         self.held[job] = (tuple(trays), gpus_per_pod)
 
     def release(self, job: str) -> None:
         trays, gpus_per_pod = self.held.pop(job)
         for t in trays:
-            self.free[t] += gpus_per_pod
+            self._set(t, self.free[t] + gpus_per_pod)
 
     def spans_cliques(self, trays: Sequence[int]) -> bool:
         return len({self.clique_of[t] for t in trays}) > 1
+
+    def hosts(self, clique: int, size: Size) -> bool:
+        """Whether the clique has room for a gang of this size now."""
+        pods, gpus = size
+        return gpus <= self.most and self.at_least[clique][gpus] >= pods
 
 
 Placer = Callable[[RackState, int, int, random.Random], "tuple[int, ...] | None"]
 
 
 def _clique_aware(state: RackState, pods: int, gpus: int, rng: random.Random) -> tuple[int, ...] | None:
-    best: tuple[int, int, int] | None = None
+    feasible = [c for c in range(len(state.members)) if state.hosts(c, (pods, gpus))]
+    if not feasible:
+        return None
+    fewest_left = min(state.clique_free[c] for c in feasible)
+    best: tuple[int, int] | None = None
     chosen: tuple[int, ...] | None = None
-    for clique, trays in enumerate(state.members):
-        fitting = sorted((state.free[t], t) for t in trays if state.free[t] >= gpus)
-        if len(fitting) < pods:
+    for clique in feasible:
+        if state.clique_free[clique] != fewest_left:
             continue
-        picked = fitting[:pods]
-        key = (sum(state.free[t] for t in trays) - pods * gpus, sum(free for free, _ in picked), clique)
+        picked = sorted((state.free[t], t) for t in state.members[clique] if state.free[t] >= gpus)[:pods]
+        key = (sum(free for free, _ in picked), clique)
         if best is None or key < best:
             best, chosen = key, tuple(t for _, t in picked)
     return chosen
 
 
-def _pick(candidates: list[int], score: Callable[[int], int], rng: random.Random) -> int:
-    """The highest-scoring candidate; ties broken uniformly at random (kube-scheduler's selectHost)."""
-    top = max(score(t) for t in candidates)
-    return rng.choice([t for t in candidates if score(t) == top])
+def _from_buckets(state: RackState, gpus: int, taken: list[int], rng: random.Random, most_free: bool) -> int | None:
+    """A tray with room for `gpus` not in `taken`, with the most (or fewest) free GPUs; ties uniformly at
+    random, as kube-scheduler's selectHost picks among equal scores (the candidates in tray order)."""
+    levels = range(state.most, gpus - 1, -1) if most_free else range(gpus, state.most + 1)
+    for level in levels:
+        bucket = state.by_free[level]
+        if not bucket:
+            continue
+        inside = [t for t in taken if (i := bisect_left(bucket, t)) < len(bucket) and bucket[i] == t]
+        candidates = bucket if not inside else [t for t in bucket if t not in inside]
+        if candidates:
+            return rng.choice(candidates)
+    return None
 
 
-def _one_by_one(state: RackState, pods: int, gpus: int, rng: random.Random, score: Callable[[int], int],
+def _one_by_one(state: RackState, pods: int, gpus: int, rng: random.Random, most_free: bool,
                 same_clique_as_first: bool = False) -> tuple[int, ...] | None:
+    """Each pod on its own, scored as the default (most free) or bin-packing (fewest free) profile would. The
+    pods chosen so far hold their GPUs while the next pod is scored (as bound pods do) and are handed back at
+    the end: nothing is bound here."""
     chosen: list[int] = []
-    for _ in range(pods):
-        taken = set(chosen)
-        candidates = [t for t in range(len(state.free)) if state.free[t] >= gpus and t not in taken
-                      and (not chosen or not same_clique_as_first or state.clique_of[t] == state.clique_of[chosen[0]])]
-        if not candidates:
-            return None  # all or nothing: the pods chosen so far are not bound
-        chosen.append(_pick(candidates, score, rng))
-    return tuple(chosen)
+    try:
+        for _ in range(pods):
+            if chosen and same_clique_as_first:
+                room = [t for t in state.members[state.clique_of[chosen[0]]]
+                        if state.free[t] >= gpus and t not in chosen]
+                if not room:
+                    return None
+                top = max(state.free[t] for t in room) if most_free else min(state.free[t] for t in room)
+                tray: int | None = rng.choice([t for t in room if state.free[t] == top])
+            else:
+                tray = _from_buckets(state, gpus, chosen, rng, most_free)
+            if tray is None:
+                return None  # all or nothing
+            chosen.append(tray)
+            state._set(tray, state.free[tray] - gpus)
+        return tuple(chosen)
+    finally:
+        for tray in chosen:
+            state._set(tray, state.free[tray] + gpus)
 
 
 def _spread(state: RackState, pods: int, gpus: int, rng: random.Random) -> tuple[int, ...] | None:
-    return _one_by_one(state, pods, gpus, rng, lambda t: state.free[t])
+    return _one_by_one(state, pods, gpus, rng, most_free=True)
 
 
 def _binpack(state: RackState, pods: int, gpus: int, rng: random.Random) -> tuple[int, ...] | None:
-    return _one_by_one(state, pods, gpus, rng, lambda t: -state.free[t])
+    return _one_by_one(state, pods, gpus, rng, most_free=False)
 
 
 def _affinity(state: RackState, pods: int, gpus: int, rng: random.Random) -> tuple[int, ...] | None:
-    return _one_by_one(state, pods, gpus, rng, lambda t: state.free[t], same_clique_as_first=True)
+    return _one_by_one(state, pods, gpus, rng, most_free=True, same_clique_as_first=True)
 
 
 PLACERS: dict[str, Placer] = {"clique-aware": _clique_aware, "clique-blind": _spread,
@@ -132,15 +186,9 @@ def place(policy: str, state: RackState, pods: int, gpus: int, rng: random.Rando
     return PLACERS[policy](state, pods, gpus, rng)
 
 
-def hosts(state: RackState, clique: int, size: Size) -> bool:
-    """Whether the clique has room for a gang of this size now."""
-    pods, gpus = size
-    return sum(1 for t in state.members[clique] if state.free[t] >= gpus) >= pods
-
-
 def stranded_gpus(state: RackState, size: Size) -> int:
     """Free GPUs in cliques that cannot host a gang of this size (the GPUs that size cannot use)."""
-    return sum(sum(state.free[t] for t in trays) for c, trays in enumerate(state.members) if not hosts(state, c, size))
+    return sum(free for c, free in enumerate(state.clique_free) if not state.hosts(c, size))
 
 
 def fragmented_gpus(state: RackState, mix: dict[Size, float]) -> float:
