@@ -273,7 +273,8 @@ def test_simulate_workload_nvl72_table_and_out_dir(tmp_path):
     table = [line for line in result.output.splitlines() if line.startswith(("TOPOLOGY", "1x-nvl72"))]
     assert len(table) == 1 + len(GANG_POLICIES) and "NOT-STARTED" in table[0]
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert written == ["nvl72-tune-allocation.png", "results.json", "series.csv", "summary.csv"]
+    assert written == ["nvl72-tune-allocation.png", "nvl72-tune-jobs.png", "results.json", "series.csv",
+                       "summary.csv"]
     result = CliRunner().invoke(cli, ["simulate", "--workload", "nvl72", "--racks", "1", "--seeds", "2",
                                       "--out-dir", str(tmp_path / "synthetic")])
     assert result.exit_code == 0, result.output

@@ -68,7 +68,8 @@ def gang_series_csv(results: list[dict[str, Any]]) -> str:
 
 
 def gang_plots(results: list[dict[str, Any]]) -> dict[str, bytes]:
-    """file name -> PNG: allocation (solid) and clique-fragmented GPUs (dashed), first seed of each policy."""
+    """file name -> PNG, per method: allocation (solid) and clique-fragmented GPUs (dashed) for the first seed of
+    each policy, and the jobs started with NVLink, started across cliques and not started, per policy."""
     out: dict[str, bytes] = {}
     for method in dict.fromkeys(r["method"] for r in results):
         shown: dict[str, dict[str, Any]] = {}
@@ -92,6 +93,22 @@ def gang_plots(results: list[dict[str, Any]]) -> dict[str, bytes]:
             axes.legend(fontsize=8)
 
         out[f"nvl72-{method}-allocation.png"] = _figure_png(draw)
+        rows = [row for row in summarize_gangs(results) if row["method"] == method]
+
+        def jobs(axes: Any, rows: list[dict[str, Any]] = rows) -> None:
+            kinds = (("started_nvlink", "started with NVLink"), ("degraded", "started across cliques (no NVLink)"),
+                     ("not_started", "not started"))
+            bottom = [0.0] * len(rows)
+            for key, label in kinds:
+                values = [float(row[key] or 0) for row in rows]
+                axes.bar([row["policy"] for row in rows], values, bottom=bottom, label=label)
+                bottom = [b + v for b, v in zip(bottom, values)]
+            axes.set_ylabel("jobs (mean over seeds)")
+            axes.set_title(f"{rows[0]['topology']}: what became of the jobs ({rows[0]['seeds']} seed(s))", fontsize=9)
+            axes.tick_params(axis="x", labelsize=8)
+            axes.legend(fontsize=8)
+
+        out[f"nvl72-{method}-jobs.png"] = _figure_png(jobs)
     return out
 
 
