@@ -245,6 +245,14 @@ def test_a_gang_trace_round_trips_through_csv_and_bad_rows_are_named(tmp_path):
         load_gangs(str(path))
 
 
+def test_a_job_size_no_clique_holds_is_not_counted_as_fragmentation():
+    topology = nvl72_racks(1, trays_per_rack=2, gpus=4)
+    trace = GangTrace("t", (GangJob("too-big", 3, 4, 0, 10), GangJob("fits", 2, 4, 5, 10)), "by hand")
+    r = run_gangs(topology, trace, "clique-aware", 1, "events")
+    assert (r["never_fits"], r["started"]) == (1, 1)
+    assert r["series"]["fragmented_gpus"] == [0.0, 0.0, 0.0]  # the idle clique hosts the only size that can fit
+
+
 def test_size_mix_weights_sizes_by_their_share_of_the_jobs():
     jobs = [GangJob("a", 2, 4), GangJob("b", 2, 4), GangJob("c", 1, 1), GangJob("d", 4, 4)]
     assert size_mix(jobs) == {(1, 1): 0.25, (2, 4): 0.5, (4, 4): 0.25}

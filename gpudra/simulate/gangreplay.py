@@ -41,7 +41,7 @@ class GangSimulationError(ValueError):
 
 
 def size_mix(jobs: tuple[GangJob, ...] | list[GangJob]) -> dict[Size, float]:
-    """Each job size's share of the jobs (the fragmentation measure's weights)."""
+    """Each job size's share of the jobs (the fragmentation measure's weights); empty for no jobs."""
     counts = Counter(job.size for job in jobs)
     return {size: count / len(jobs) for size, count in sorted(counts.items())}
 
@@ -103,8 +103,8 @@ def _tuned(topology: Topology, trace: GangTrace, policy: str, seed: int, tune: f
         raise GangSimulationError(f"tune: must be above 0 and at most 10, not {tune:g}")
     rng = random.Random(seed)
     workload = tuned_jobs(trace.jobs, topology.gpus, tune, rng)
-    mix = size_mix(trace.jobs)
     room = clique_room(topology)
+    mix = size_mix([j for j in trace.jobs if _fits(room, j)])  # a size no clique holds is not fragmentation
     state = RackState.empty(topology)
     capacity = topology.gpus
     arrived = served = 0
@@ -156,8 +156,8 @@ def _events(topology: Topology, trace: GangTrace, policy: str, seed: int, patien
         raise GangSimulationError(f"patience: must not be negative, not {patience}")
     rng = random.Random(seed)
     jobs = sorted(trace.jobs, key=lambda j: (j.arrival, j.name))
-    mix = size_mix(jobs)
     room = clique_room(topology)
+    mix = size_mix([j for j in jobs if _fits(room, j)])  # a size no clique holds is not fragmentation
     state = RackState.empty(topology)
     capacity = topology.gpus
     counts = Counter[str]()
