@@ -9,8 +9,8 @@ domain. NVML reports each GPU's fabric clique as "<clusterUuid>.<cliqueId>" (GPU
 daemon per node its workload lands on, and its channel works only among nodes of one clique: a job across two
 racks does not get multi-node NVLink (kubernetes-sigs/dra-driver-nvidia-gpu issues 377, 804).
 
-A gang job is `pods` pods, each asking for `gpus_per_pod` GPUs of one tray, on distinct trays (one pod per
-tray, as a ComputeDomain workload is laid out), all or nothing.
+A gang job is `pods` pods (a ComputeDomain's `numNodes`), each asking for `gpus_per_pod` GPUs of one tray, on
+distinct trays (one pod per tray, as a ComputeDomain workload is laid out), all or nothing.
 
 Gang trace CSV: `name, pods, gpus_per_pod, arrival_s, duration_s` (times in seconds, whole numbers).
 No public trace of NVL72 jobs exists; `synthetic_gangs` draws one from the documented distribution below.
@@ -126,9 +126,19 @@ SYNTHETIC_SIGMA = 1.0
 SYNTHETIC_DURATION_RANGE_S = (60, 86_400)
 SYNTHETIC_JOBS_PER_RACK = 150
 SYNTHETIC_LOAD = 0.9
-SYNTHETIC_SOURCE = ("synthetic (no public NVL72 trace): trays per job {1:40%, 2:20%, 4:20%, 8:12%, 16:8%}; GPUs "
-                    "per pod {1:25%, 2:25%, 4:50%} for one tray, {2:20%, 4:80%} for more; durations log-normal "
-                    "(median 30 min, sigma 1, 1 min..24 h); Poisson arrivals at offered load ")
+
+
+def _shares(weights: dict[int, float]) -> str:
+    return "{" + ", ".join(f"{k}:{round(100 * v)}%" for k, v in weights.items()) + "}"
+
+
+def synthetic_source(load: float, seed: int) -> str:
+    """What a synthetic trace was drawn from, said in every result (from the constants above: one copy)."""
+    low, high = SYNTHETIC_DURATION_RANGE_S
+    return (f"synthetic (no public NVL72 trace): trays per job {_shares(SYNTHETIC_PODS)}; GPUs per pod "
+            f"{_shares(SYNTHETIC_GPUS_SINGLE)} for one tray, {_shares(SYNTHETIC_GPUS_MULTI)} for more; durations "
+            f"log-normal (median {SYNTHETIC_MEDIAN_S} s, sigma {SYNTHETIC_SIGMA:g}, {low}..{high} s); Poisson "
+            f"arrivals at offered load {load:g}; seed {seed}")
 
 
 def _draw(rng: random.Random, weights: dict[int, float]) -> int:
@@ -159,7 +169,7 @@ def synthetic_gangs(topology: Topology, seed: int, jobs: int | None = None,
     for index, (pods, gpus, duration) in enumerate(shapes):
         out.append(GangJob(f"job-{index:05d}", pods, gpus, round(clock), duration))
         clock += rng.expovariate(1.0 / mean_gap) if mean_gap > 0 else 0.0
-    return GangTrace("nvl72-synthetic", tuple(out), f"{SYNTHETIC_SOURCE}{load:g}, seed {seed}")
+    return GangTrace("nvl72-synthetic", tuple(out), synthetic_source(load, seed))
 
 
 GANG_COLUMNS = ("name", "pods", "gpus_per_pod", "arrival_s", "duration_s")
