@@ -216,6 +216,10 @@ def test_nvl72_racks_have_18_trays_of_the_simulated_profile_and_a_clique_each():
     assert len(topology.trays) == 3 * TRAYS_PER_NVL72_RACK and topology.gpus == 3 * 72 == 3 * 18 * tray_gpus
     assert len(topology.cliques) == 3 and topology.cliques[0] == GB200_RACK_CLIQUE
     assert len({c.split(".")[0] for c in topology.cliques}) == 3  # each rack has its own cluster UUID
+    # the same racks as the local cluster's (`gpudra cluster up --racks 3x18`): tray by tray, the same cliques
+    from gpudra.cluster.layout import parse_racks
+
+    assert [spec.nvlink_clique for spec in parse_racks("3x18")] == [t.clique for t in topology.trays]
     assert len(nvl72_racks(1, cliques_per_rack=2).cliques) == 2
     with pytest.raises(TraceError, match="does not divide"):
         nvl72_racks(1, cliques_per_rack=4)

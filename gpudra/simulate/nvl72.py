@@ -22,17 +22,18 @@ import csv
 import io
 import math
 import random
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from gpudra.discovery.profiles import GB200_RACK_CLIQUE, node_profile
+from gpudra.cluster.layout import RACK_PROFILE, TRAYS_PER_RACK_MAX
+from gpudra.discovery.profiles import node_profile
+from gpudra.discovery.profiles import rack_clique as fabric_clique
 
 from .trace import TraceError, _int, _rows
 
-NVL72_PROFILE = "gb200-nvl72"  # the simulated tray (gpudra/discovery/profiles.py)
-TRAYS_PER_NVL72_RACK = 18  # 18 compute trays x 4 GPUs = the 72 GPUs of an NVL72 rack
+NVL72_PROFILE = RACK_PROFILE  # the simulated tray, as `gpudra cluster up --racks` runs it
+TRAYS_PER_NVL72_RACK = TRAYS_PER_RACK_MAX  # 18 compute trays x 4 GPUs = the 72 GPUs of an NVL72 rack
 MAX_RACKS = 250  # 4,500 trays: within Kubernetes' 5,000-node limit (trace.MAX_TRACE_NODES)
 MAX_GANG_JOBS = 200_000
 
@@ -66,11 +67,13 @@ class Topology:
 
 
 def rack_clique(rack: int, partition: int = 0) -> str:
-    """Rack `rack`'s clique ID: rack 0 is the simulated driver's own (GB200_RACK_CLIQUE); every rack has its own
-    cluster UUID (what each rack's fabric manager reports), partitions are clique IDs 1, 2, ... within it."""
-    cluster_uuid, _ = GB200_RACK_CLIQUE.split(".")
-    if rack:
-        cluster_uuid = str(uuid.uuid5(uuid.UUID(cluster_uuid), f"rack-{rack}"))
+    """Rack `rack`'s clique ID, as the local cluster's racks have it (`discovery.profiles.rack_clique`: rack 0 is
+    the simulated driver's own, every rack its own cluster UUID); partitions of a rack are clique IDs 1, 2, ...
+    under the rack's cluster UUID."""
+    clique = fabric_clique(rack)
+    if partition == 0:
+        return clique
+    cluster_uuid, _ = clique.split(".")
     return f"{cluster_uuid}.{partition + 1}"
 
 
