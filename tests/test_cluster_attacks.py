@@ -504,3 +504,11 @@ def test_the_store_sets_creation_timestamps_so_no_client_jumps_the_queue(env):
                                   "spec": {"containers": [{"name": "c", "image": "x"}]}})
     assert early["metadata"]["creationTimestamp"] != "1970-01-01T00:00:00Z"
     assert cluster.store.get("Pod", "default", "early")["metadata"]["creationTimestamp"].startswith("20")
+
+
+@pytest.mark.parametrize("option,value", [("--nodes", "l4-node:100000000"), ("--nodes", "l4-node:200,t4-node:57"),
+                                          ("--racks", "1000000x18")])
+def test_a_node_count_no_machine_could_run_is_refused_before_anything_starts(cluster_state, option, value):
+    result = run("cluster", "up", "--dir", cluster_state, option, value, "--no-control-plane")
+    assert result.exit_code == 2 and "at most 256" in result.output and "Traceback" not in result.output
+    assert not os.path.exists(cluster_state)

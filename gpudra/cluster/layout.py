@@ -73,6 +73,17 @@ def _short_name(profile: str) -> str:
     return re.sub(r"[^a-z0-9-]", "-", base).strip("-") or "node"
 
 
+# A local cluster runs a driver process (two on GB200 trays) per node on this machine: past this many nodes a
+# typo (`l4-node:1000000`) would fork until the machine stops, long before any question is answered.
+MAX_LOCAL_NODES = 256
+
+
+def check_node_count(count: int, option: str) -> None:
+    if count > MAX_LOCAL_NODES:
+        raise ClusterSetupError(f"{option}: {count} nodes; a local cluster runs a driver process per node and "
+                                f"takes at most {MAX_LOCAL_NODES} (use `gpudra schedule` or `simulate` for more)")
+
+
 def parse_nodes(text: str) -> list[NodeSpec]:
     """`PROFILE[:COUNT][+dynamic-mig],…` → nodes named `<short profile>-<i>` (dgx-h100:2 → h100-0, h100-1)."""
     from gpudra.discovery.model import DiscoveryError
@@ -89,6 +100,7 @@ def parse_nodes(text: str) -> list[NodeSpec]:
         count = int(count_text or 1)
         if count < 1:
             raise ClusterSetupError(f"--nodes: {part!r}: COUNT must be a positive integer")
+        check_node_count(len(nodes) + count, "--nodes")
         try:
             node_profile(profile)
         except DiscoveryError as exc:
@@ -103,20 +115,17 @@ def parse_nodes(text: str) -> list[NodeSpec]:
     return nodes
 
 
-RACK_PROFILE = "gb200-nvl72"
-TRAYS_PER_RACK_MAX = 18  # an NVL72 rack: 18 compute trays of 4 GPUs
-
-
 def parse_racks(text: str) -> list[NodeSpec]:
     """`RACKSxTRAYS` (`2x4`: two racks of four trays) → GB200 NVL72 trays named `rack<r>-tray<t>`, each rack its
     own NVLink clique (gpudra.discovery.profiles.rack_clique)."""
-    from gpudra.discovery.profiles import rack_clique
+    from gpudra.discovery.profiles import RACK_PROFILE, TRAYS_PER_RACK_MAX, rack_clique
 
     racks_text, _, trays_text = text.strip().lower().partition("x")
     if not (racks_text.isdigit() and trays_text.isdigit()) or int(racks_text) < 1 or not (
             1 <= int(trays_text) <= TRAYS_PER_RACK_MAX):
         raise ClusterSetupError(f"--racks: {text!r}: expected RACKSxTRAYS, e.g. 2x4 (1 to {TRAYS_PER_RACK_MAX} "
                                 "trays per rack)")
+    check_node_count(int(racks_text) * int(trays_text), "--racks")
     return [NodeSpec(f"rack{rack}-tray{tray}", RACK_PROFILE, nvlink_clique=rack_clique(rack))
             for rack in range(int(racks_text)) for tray in range(int(trays_text))]
 

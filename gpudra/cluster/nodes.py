@@ -17,7 +17,7 @@ from gpudra.driver.plugin import check_socket_path
 from gpudra.regularfile import read_regular_file, read_regular_file_tail
 
 from .layout import (DEFAULT_NODES, ClusterConfig, ClusterDir, ClusterSetupError, NodeSpec, forget, parse_nodes,
-                     parse_racks, remember)
+                     check_node_count, parse_racks, remember)
 from .store import FILE_MODE, StoreError, open_private, private_dirs
 
 AGENT_MODULE = "gpudra.cluster.nodeagent"
@@ -184,6 +184,7 @@ def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, k
     wanted_nodes = parse_nodes(nodes) if nodes else None
     if racks:  # GB200 NVL72 trays, besides --nodes (alone when --nodes is not given)
         wanted_nodes = (wanted_nodes or []) + parse_racks(racks)
+        check_node_count(len(wanted_nodes), "--nodes and --racks")
     if not cluster.exists():
         config = ClusterConfig(nodes=wanted_nodes or parse_nodes(DEFAULT_NODES))
         config.policy = policy or config.policy

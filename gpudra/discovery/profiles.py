@@ -12,8 +12,10 @@ from .model import DiscoveryError
 
 # The simulated GB200 rack's fabric clique: a fixed cluster UUID (what the fabric manager assigns) and clique 1.
 GB200_RACK_CLIQUE = "4f1c2d3e-5a6b-4c7d-8e9f-0a1b2c3d4e5f.1"
-
-
+# A GB200 NVL72 rack: 18 compute trays of 4 GPUs, each tray a node running the `gb200-nvl72` profile, all 72
+# GPUs in one NVLink domain (`gpudra cluster up --racks`, `gpudra simulate --workload nvl72`).
+RACK_PROFILE = "gb200-nvl72"
+TRAYS_PER_RACK_MAX = 18
 
 def rack_clique(rack: int) -> str:
     """The fabric clique of simulated GB200 NVL72 rack number `rack` (`gpudra cluster up --racks`): rack 0 is

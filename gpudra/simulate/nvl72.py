@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from gpudra.cluster.layout import RACK_PROFILE, TRAYS_PER_RACK_MAX
-from gpudra.discovery.profiles import node_profile
+from gpudra.discovery.profiles import RACK_PROFILE, TRAYS_PER_RACK_MAX, node_profile
 from gpudra.discovery.profiles import rack_clique as fabric_clique
 
 from .trace import TraceError, _int, _rows
