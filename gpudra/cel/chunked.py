@@ -1,4 +1,4 @@
-"""An outermost `all`/`exists`/`exists_one` whose loops need more than cel-cpp's 10,000 iterations.
+"""`all`/`exists`/`exists_one` loops that need more than cel-cpp's 10,000 iterations.
 
 cel-cpp stops an evaluation after 10,000 comprehension iterations in all (cel-expr-python 0.1.3 cannot raise
 the budget), while cel-go stops at a cost of 1,000,000, so nested loops such as
@@ -9,6 +9,12 @@ macro, `R.all(x, BODY)`, the range R and then BODY for each element are evaluate
 is false at the first false, else the first error, else true; `exists` the converse; `exists_one` needs
 exactly one true and no error). It is only tried for an expression whose cost estimate is within the limit
 (so cel-go's actual cost is too); a range longer than the limit fails with it.
+
+Such a macro elsewhere in an expression (`x && R.all(…)`) is *hoisted* (`evaluate_hoisted`): every macro call that
+reads no variable of an enclosing macro (it compiles on its own) is evaluated as above and replaced by its outcome,
+`true`/`false`, or a lookup that fails (mapped back to the macro's error), and the rest evaluated with it. The
+outcome is the same as evaluating in place: the macro is closed, and `&&`/`||`/`?:` absorb or propagate a
+value and an error alike wherever it was computed.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from gpudra.cel.source import tokenize, top_level_arguments
+from gpudra.cel.source import Token, apply_operations, tokenize, top_level_arguments
 
 MACROS = ("all", "exists", "exists_one")
 MAX_ITERATIONS = 1_000_000  # every iteration costs cel-go at least one unit of CELSelectorExpressionMaxCost
@@ -61,15 +67,16 @@ def split(runtime_source: str) -> Split | None:
 
 
 @lru_cache(maxsize=64)
-def _programs(runtime_source: str) -> tuple[Split, Any, Any] | None:
-    from gpudra.cel.environment import runtime_env, runtime_env_with
+def _programs(runtime_source: str, bound: tuple[str, ...] = ()) -> tuple[Split, Any, Any] | None:
+    """The range and body programs of `R.macro(x, BODY)`; `bound`: the variables of enclosing macros."""
+    from gpudra.cel.environment import runtime_env_with
 
     found = split(runtime_source)
     if found is None:
         return None
     try:
-        range_program = runtime_env().compile(found.range_source)
-        body_program = runtime_env_with(found.variable).compile(found.body_source)
+        range_program = runtime_env_with(*bound).compile(found.range_source)
+        body_program = runtime_env_with(*bound, found.variable).compile(found.body_source)
     except Exception:  # noqa: BLE001 - not a shape this fallback takes (e.g. R is not a whole operand)
         return None
     return found, range_program, body_program
@@ -89,10 +96,11 @@ class _Error:
     message: str
 
 
-def evaluate(runtime_source: str, data: dict[str, Any]) -> bool | str | None:
+def evaluate(runtime_source: str, data: dict[str, Any], bound: tuple[str, ...] = ()) -> bool | str | None:
     """The macro's outcome (True, False, or an error message), None when this fallback does not apply; raises
-    OverLimit past cel-go's cost limit. `data`: the device's activation data."""
-    programs = _programs(runtime_source)
+    OverLimit past cel-go's cost limit. `data`: the device's activation data (and `bound`, the values of the
+    enclosing macros' variables). A body that needs more than the budget is evaluated the same way in turn."""
+    programs = _programs(runtime_source, bound)
     if programs is None:
         return None
     found, range_program, body_program = programs
@@ -112,12 +120,17 @@ def evaluate(runtime_source: str, data: dict[str, Any]) -> bool | str | None:
         raise OverLimit
     outcomes: list[Any] = []
     for element in elements:
+        element_data = {**data, found.variable: element}
         try:
-            outcome = _value(body_program.eval(data={**data, found.variable: element}))
+            outcome = _value(body_program.eval(data=element_data))
         except Exception as error:  # noqa: BLE001 - one body alone exceeded the budget
-            if "Iteration budget exceeded" in str(error):
+            if "Iteration budget exceeded" not in str(error):
+                raise
+            outcome = evaluate(found.body_source, element_data, (*bound, found.variable))
+            if outcome is None:
                 raise OverLimit from None
-            raise
+            if isinstance(outcome, str):
+                outcome = _Error(outcome)
         outcomes.append(outcome)
         if found.macro == "all" and outcome is False or found.macro == "exists" and outcome is True:
             return outcome
@@ -130,3 +143,113 @@ def evaluate(runtime_source: str, data: dict[str, Any]) -> bool | str | None:
     if found.macro == "exists_one":
         return sum(1 for outcome in outcomes if outcome is True) == 1
     return found.macro == "all"
+
+
+_HOISTED_ERROR = "__gpudra_hoisted_error_"
+
+
+def _matching_open(tokens: list[Token], close_index: int) -> int | None:
+    depth = 0
+    for index in range(close_index, -1, -1):
+        text = tokens[index].text
+        if text in ("]", ")", "}"):
+            depth += 1
+        elif text in ("[", "[?", "(", "{"):
+            depth -= 1
+            if depth == 0:
+                return index
+    return None
+
+
+def _receiver_start(tokens: list[Token], dot_index: int) -> int | None:
+    """The first token of the postfix chain (`a.b(c)[d]`, `lists.range(n)`, a literal) that ends before `dot_index`."""
+    index = dot_index - 1
+    while index >= 0:
+        token = tokens[index]
+        if token.text in (")", "]", "}"):
+            opening = _matching_open(tokens, index)
+            if opening is None:
+                return None
+            index = opening
+            if index > 0 and tokens[index - 1].kind == "ident" and tokens[index].text in ("(", "{"):
+                index -= 1  # a call or a message literal
+            elif index > 0 and tokens[index].text in ("[", "[?") and (
+                    tokens[index - 1].kind == "ident" or tokens[index - 1].text in (")", "]")):
+                index -= 1  # an index: the chain goes on to the left
+                continue
+        elif token.kind not in ("ident", "string", "number"):
+            return None
+        if index >= 2 and tokens[index - 1].text in (".", ".?"):
+            index -= 2
+            continue
+        return index
+    return None
+
+
+def _macro_spans(runtime_source: str) -> list[tuple[int, int]]:
+    """Character spans of every `R.all(…)`/`R.exists(…)`/`R.exists_one(…)` call, outermost first."""
+    tokens = tokenize(runtime_source)
+    spans = []
+    for index, token in enumerate(tokens):
+        if token.text not in MACROS or index < 2 or tokens[index - 1].text != "." or index + 1 >= len(tokens):
+            continue
+        if tokens[index + 1].text != "(":
+            continue
+        parsed = top_level_arguments(tokens, index + 1)
+        start = _receiver_start(tokens, index - 1)
+        if parsed is None or start is None:
+            continue
+        spans.append((tokens[start].start, tokens[parsed[1]].end))
+    return sorted(spans, key=lambda span: (span[0], -span[1]))
+
+
+@lru_cache(maxsize=64)
+def _compiled(runtime_source: str) -> Any:
+    from gpudra.cel.environment import runtime_env
+
+    return runtime_env().compile(runtime_source)
+
+
+def evaluate_hoisted(runtime_source: str, data: dict[str, Any]) -> bool | str | None:
+    """The outcome with every closed macro evaluated part by part first; None when none applies; raises OverLimit
+    past cel-go's cost limit."""
+    operations: list[tuple[int, int, str]] = []
+    errors: dict[str, str] = {}
+    covered_until, over_limit = -1, False
+    for start, end in _macro_spans(runtime_source):
+        if start < covered_until:
+            continue  # inside a macro already replaced
+        try:
+            outcome = evaluate(runtime_source[start:end], data)
+        except OverLimit:
+            over_limit = True  # perhaps only cel-cpp's budget on this whole span: try the macros inside it
+            continue
+        if outcome is None:
+            continue  # not closed (reads an enclosing macro's variable), or not a shape this takes
+        if isinstance(outcome, bool):
+            text = "true" if outcome else "false"
+        else:
+            key = f"{_HOISTED_ERROR}{len(errors)}"
+            errors[key] = outcome
+            text = f'dyn({{}})["{key}"]'
+        operations.append((start, end, text))
+        covered_until = end
+    if not operations:
+        if over_limit:
+            raise OverLimit
+        return None
+    try:
+        program = _compiled(apply_operations(runtime_source, operations).text)
+    except Exception:  # noqa: BLE001 - the replacement does not compile in place: not a shape this takes
+        return None
+    try:
+        result = _value(program.eval(data=data))
+    except Exception as error:  # noqa: BLE001 - the rest alone exceeded the budget
+        if "Iteration budget exceeded" in str(error):
+            raise OverLimit from None
+        raise
+    if isinstance(result, _Error):
+        return next((message for key, message in errors.items() if key in result.message), result.message)
+    if isinstance(result, bool):
+        return result
+    return None

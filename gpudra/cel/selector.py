@@ -147,12 +147,17 @@ class Selector:
         )
 
     def _chunked(self, error: str, device: DeviceInput) -> bool | str | None:
-        """The outcome of an outermost macro evaluated part by part after cel-cpp's iteration budget stopped
-        the whole (gpudra.cel.chunked); None when that does not apply."""
+        """The outcome of the expression's macros evaluated part by part after cel-cpp's iteration budget stopped
+        the whole (gpudra.cel.chunked: the outermost macro, else every closed one); None when that does not apply."""
         if "Iteration budget exceeded" not in error or self.runtime_bound > MAX_COST:
             return None
         try:
-            outcome = chunked.evaluate(self._runtime_source, device.data)
+            try:
+                outcome = chunked.evaluate(self._runtime_source, device.data)
+            except chunked.OverLimit:
+                outcome = None  # perhaps only cel-cpp's budget on a part: the macros inside it may be closed
+            if outcome is None:
+                outcome = chunked.evaluate_hoisted(self._runtime_source, device.data)
         except chunked.OverLimit:
             return None
         except Exception:  # noqa: BLE001 - a part aborted otherwise: the original error stands
