@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from gpudra.cel import source
 from gpudra.cel.ast import Node, checked_syntax_tree, fields
 from gpudra.cel.checks import _payload, _positions, _type_map
+from gpudra.cel.nesting import HOISTED_PREFIX
 from gpudra.cel.estimate_library import AstNode, library_estimate, overload_estimate, size_estimate
 from gpudra.cel.estimate_sizes import (
     LIST_CREATE_BASE_COST, MAP_CREATE_BASE_COST, MAX_U64, ONE, SELECT_AND_IDENT_COST, STRING_TRAVERSAL_COST_FACTOR,
@@ -194,6 +195,8 @@ class _Coster:
             return fixed(2 * SELECT_AND_IDENT_COST)
         local = self.locals.get(node.value)
         self.paths[node.id] = local[-1].path if local else (node.value,)  # type: ignore[assignment]
+        if str(node.value).startswith(HOISTED_PREFIX):
+            return ZERO  # gpudra.cel.nesting's binding stands for the text it carries, costed there
         return fixed(SELECT_AND_IDENT_COST)
 
     def _select(self, node: Node) -> Range:
@@ -277,7 +280,9 @@ class _Coster:
 
     def _bind(self, node: Node) -> Range:
         assert node.accu_init is not None and node.result is not None
-        cost = self.cost(node.iter_range).add(self.cost(node.accu_init))
+        cost = self.cost(node.accu_init)
+        if not node.accu_var.startswith(HOISTED_PREFIX):  # (gpudra.cel.nesting's bindings are not the user's)
+            cost = cost.add(self.cost(node.iter_range))
         self.push(node.accu_var, self.path_of(node.accu_init), self.size(node.accu_init), self.entry(node.accu_init))
         cost = cost.add(self.cost(node.result))
         self.pop(node.accu_var)
