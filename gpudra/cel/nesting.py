@@ -134,7 +134,7 @@ def _bound_names(tokens: list[Token], opening: int, closing: dict[int, int]) -> 
 def _hoist_one(source: str, counter: int) -> Rewritten | None:
     tokens = tokenize(source)
     closing = _closing(tokens)
-    depth, scopes = 0, [set()]
+    depth, scopes = 0, [set[str]()]
     for index, token in enumerate(tokens):
         if token.text in _OPEN:
             depth += 1
