@@ -25,14 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpudra.cel import source
-from gpudra.cel.ast import Node, checked_syntax_tree, fields
+from gpudra.cel.ast import Node, checked_syntax_tree, fields, walk
 from gpudra.cel.checks import _payload, _positions, _type_map
 from gpudra.cel.nesting import HOISTED_PREFIX
 from gpudra.cel.estimate_library import AstNode, library_estimate, overload_estimate, size_estimate
 from gpudra.cel.estimate_sizes import (
     LIST_CREATE_BASE_COST, MAP_CREATE_BASE_COST, MAX_U64, ONE, SELECT_AND_IDENT_COST, STRING_TRAVERSAL_COST_FACTOR,
     STRUCT_CREATE_BASE_COST, UNKNOWN, ZERO, REGEX_STRING_LENGTH_COST_FACTOR, Range, dra_size, fixed, is_scalar,
-    kind,
+    kind, split_parameters,
 )
 
 _ACCUMULATORS = ("@result", "@__result__")
@@ -100,6 +100,16 @@ class _Coster:
         self.sizes: dict[int, Range] = {}
         self.entries: dict[int, _Entry] = {}
         self.root = checked_syntax_tree(serialized)
+        self._element_results(self.root)
+
+    def _element_results(self, root: Node) -> None:
+        """cel-go types `sum`/`min`/`max` of a list(T) as T (k8s.io/apiserver library/lists.go); cel-expr-python
+        declares them on list(dyn) returning dyn."""
+        for node in walk(root):
+            if node.kind == "call" and node.value in ("sum", "min", "max") and node.target is not None:
+                head, parameters = split_parameters(self.types.get(node.target.id, "dyn"))
+                if head == "list" and parameters and parameters[0] != "dyn":
+                    self.types[node.id] = parameters[0]
 
     # ----- the user's text behind a rewritten node ------------------------------------------------------
     def _original(self, node: Node) -> str:
