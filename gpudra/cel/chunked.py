@@ -10,9 +10,10 @@ is false at the first false, else the first error, else true; `exists` the conve
 exactly one true and no error). It is only tried for an expression whose cost estimate is within the limit
 (so cel-go's actual cost is too); a range longer than the limit fails with it.
 
-Such a macro elsewhere in an expression (`x && R.all(…)`) is *hoisted* (`evaluate_hoisted`): every macro call that
-reads no variable of an enclosing macro (it compiles on its own) is evaluated as above and replaced by its outcome,
-`true`/`false`, or a lookup that fails (mapped back to the macro's error), and the rest evaluated with it. The
+Such a macro elsewhere in an expression (`x && R.all(…)`), and `map`/`filter`, is *hoisted* (`evaluate_hoisted`):
+every such call that reads no variable of an enclosing macro (it compiles on its own) is evaluated as above and
+replaced by its outcome, `true`/`false`, a variable bound to its list, or a lookup that fails (mapped back to the
+macro's error), and the rest evaluated with it (its outermost macro part by part again if need be). The
 outcome is the same as evaluating in place: the macro is closed, and `&&`/`||`/`?:` absorb or propagate a
 value and an error alike wherever it was computed.
 """
@@ -28,6 +29,7 @@ from cel_expr_python import cel
 from gpudra.cel.source import Token, apply_operations, tokenize, top_level_arguments
 
 MACROS = ("all", "exists", "exists_one")
+LIST_MACROS = ("map", "filter")  # their outcome is a list: evaluated part by part only where hoisted
 MAX_ITERATIONS = 1_000_000  # every iteration costs cel-go at least one unit of CELSelectorExpressionMaxCost
 
 
@@ -41,33 +43,36 @@ class Split:
     variable: str
     range_source: str
     body_source: str
+    predicate_source: str | None = None  # map's filter: `R.map(x, P, BODY)`
 
 
 def split(runtime_source: str) -> Split | None:
-    """The outermost macro of an evaluation text that is nothing but `R.<macro>(x, BODY)`, or None."""
+    """The outermost macro of an evaluation text that is nothing but `R.<macro>(x, BODY)` (or `R.map(x, P, BODY)`),
+    or None."""
     tokens = tokenize(runtime_source)
     if len(tokens) < 6 or tokens[-1].text != ")":
         return None
     for index in range(len(tokens) - 4, 0, -1):
         token = tokens[index]
-        if token.text not in MACROS or tokens[index - 1].text != "." or tokens[index + 1].text != "(":
+        if token.text not in MACROS + LIST_MACROS or tokens[index - 1].text != "." or tokens[index + 1].text != "(":
             continue
         parsed = top_level_arguments(tokens, index + 1)
         if parsed is None or parsed[1] != len(tokens) - 1:
             continue  # an inner macro
         arguments = parsed[0]
-        if len(arguments) != 2:
+        if len(arguments) != 2 and not (token.text == "map" and len(arguments) == 3):
             return None
         variable = tokens[arguments[0][0]]
         if arguments[0][0] != arguments[0][1] or variable.kind != "ident":
             return None
-        body = runtime_source[tokens[arguments[1][0]].start : tokens[arguments[1][1]].end]
-        return Split(token.text, variable.text, runtime_source[: tokens[index - 1].start], body)
+        parts = [runtime_source[tokens[first].start : tokens[last].end] for first, last in arguments[1:]]
+        return Split(token.text, variable.text, runtime_source[: tokens[index - 1].start], parts[-1],
+                     parts[0] if len(parts) == 2 else None)
     return None
 
 
 @lru_cache(maxsize=64)
-def _programs(runtime_source: str, bound: tuple[str, ...] = ()) -> tuple[Split, Any, Any] | None:
+def _programs(runtime_source: str, bound: tuple[str, ...] = ()) -> tuple[Split, Any, Any, Any] | None:
     """The range and body programs of `R.macro(x, BODY)`; `bound`: the variables of enclosing macros."""
     from gpudra.cel.environment import runtime_env_with
 
@@ -77,9 +82,12 @@ def _programs(runtime_source: str, bound: tuple[str, ...] = ()) -> tuple[Split, 
     try:
         range_program = runtime_env_with(*bound).compile(found.range_source)
         body_program = runtime_env_with(*bound, found.variable).compile(found.body_source)
+        predicate_program = None
+        if found.predicate_source is not None:
+            predicate_program = runtime_env_with(*bound, found.variable).compile(found.predicate_source)
     except Exception:  # noqa: BLE001 - not a shape this fallback takes (e.g. R is not a whole operand)
         return None
-    return found, range_program, body_program
+    return found, range_program, body_program, predicate_program
 
 
 def _value(result: Any) -> Any:
@@ -96,14 +104,36 @@ class _Error:
     message: str
 
 
-def evaluate(runtime_source: str, data: dict[str, Any], bound: tuple[str, ...] = ()) -> bool | str | None:
-    """The macro's outcome (True, False, or an error message), None when this fallback does not apply; raises
-    OverLimit past cel-go's cost limit. `data`: the device's activation data (and `bound`, the values of the
-    enclosing macros' variables). A body that needs more than the budget is evaluated the same way in turn."""
+class _Unsupported(Exception):
+    """A value cel-expr-python cannot hand to Python (the fallback does not apply)."""
+
+
+def _run(program: Any, data: dict[str, Any], source: str, bound: tuple[str, ...]) -> Any:
+    """A value, or _Error; a program that needs more than the budget is evaluated part by part in turn."""
+    try:
+        value = _value(program.eval(data=data))
+    except Exception as error:  # noqa: BLE001 - one body alone exceeded the budget
+        if "Iteration budget exceeded" not in str(error):
+            raise
+        value = evaluate(source, data, bound)
+        if value is None:
+            raise OverLimit from None
+        if isinstance(value, str):
+            value = _Error(value)
+    if isinstance(value, _Error) and value.message == "unsupported value":
+        raise _Unsupported
+    return value
+
+
+def evaluate(runtime_source: str, data: dict[str, Any], bound: tuple[str, ...] = ()) -> bool | str | list | None:
+    """The macro's outcome (True, False, a list for map/filter, or an error message), None when this fallback does
+    not apply; raises OverLimit past cel-go's cost limit. `data`: the device's activation data (and `bound`, the
+    values of the enclosing macros' variables). A body that needs more than the budget is evaluated the same way
+    in turn."""
     programs = _programs(runtime_source, bound)
     if programs is None:
         return None
-    found, range_program, body_program = programs
+    found, range_program, body_program, predicate_program = programs
     try:
         elements = _value(range_program.eval(data=data))
     except Exception as error:  # noqa: BLE001 - the range alone exceeded the budget
@@ -118,22 +148,18 @@ def evaluate(runtime_source: str, data: dict[str, Any], bound: tuple[str, ...] =
         return None
     if len(elements) > MAX_ITERATIONS:
         raise OverLimit
-    outcomes: list[Any] = []
-    for element in elements:
-        element_data = {**data, found.variable: element}
-        try:
-            outcome = _value(body_program.eval(data=element_data))
-        except Exception as error:  # noqa: BLE001 - one body alone exceeded the budget
-            if "Iteration budget exceeded" not in str(error):
-                raise
-            outcome = evaluate(found.body_source, element_data, (*bound, found.variable))
-            if outcome is None:
-                raise OverLimit from None
-            if isinstance(outcome, str):
-                outcome = _Error(outcome)
-        outcomes.append(outcome)
-        if found.macro == "all" and outcome is False or found.macro == "exists" and outcome is True:
-            return outcome
+    inner = (*bound, found.variable)
+    try:
+        if found.macro in LIST_MACROS:
+            return _list_macro(found, elements, data, inner, body_program, predicate_program)
+        outcomes: list[Any] = []
+        for element in elements:
+            outcome = _run(body_program, {**data, found.variable: element}, found.body_source, inner)
+            outcomes.append(outcome)
+            if found.macro == "all" and outcome is False or found.macro == "exists" and outcome is True:
+                return outcome
+    except _Unsupported:
+        return None
     errors = [outcome.message for outcome in outcomes if isinstance(outcome, _Error)]
     non_bool = [outcome for outcome in outcomes if not isinstance(outcome, (_Error, bool))]
     if non_bool:
@@ -145,7 +171,35 @@ def evaluate(runtime_source: str, data: dict[str, Any], bound: tuple[str, ...] =
     return found.macro == "all"
 
 
+def _list_macro(found: Split, elements: list, data: dict[str, Any], inner: tuple[str, ...], body_program: Any,
+                predicate_program: Any) -> list | str:
+    """map/filter (cel-go parser/macro.go: the accumulated list, or the first error: `+` does not absorb one)."""
+    results = []
+    for element in elements:
+        element_data = {**data, found.variable: element}
+        if predicate_program is not None:
+            keep = _run(predicate_program, element_data, found.predicate_source or "", inner)
+            if isinstance(keep, _Error):
+                return keep.message
+            if not isinstance(keep, bool):
+                return "no such overload"
+            if not keep:
+                continue
+        value = _run(body_program, element_data, found.body_source, inner)
+        if isinstance(value, _Error):
+            return value.message
+        if found.macro == "filter":
+            if not isinstance(value, bool):
+                return "no such overload"
+            if value:
+                results.append(element)
+        else:
+            results.append(value)
+    return results
+
+
 _HOISTED_ERROR = "__gpudra_hoisted_error_"
+_HOISTED_LIST = "__gpudra_hoisted_list_"
 
 
 def _matching_open(tokens: list[Token], close_index: int) -> int | None:
@@ -191,7 +245,7 @@ def _macro_spans(runtime_source: str) -> list[tuple[int, int]]:
     tokens = tokenize(runtime_source)
     spans = []
     for index, token in enumerate(tokens):
-        if token.text not in MACROS or index < 2 or tokens[index - 1].text != "." or index + 1 >= len(tokens):
+        if token.text not in MACROS + LIST_MACROS or index < 2 or tokens[index - 1].text != "." or index + 1 >= len(tokens):
             continue
         if tokens[index + 1].text != "(":
             continue
@@ -204,10 +258,10 @@ def _macro_spans(runtime_source: str) -> list[tuple[int, int]]:
 
 
 @lru_cache(maxsize=64)
-def _compiled(runtime_source: str) -> Any:
-    from gpudra.cel.environment import runtime_env
+def _compiled(runtime_source: str, variables: tuple[str, ...]) -> Any:
+    from gpudra.cel.environment import runtime_env_with
 
-    return runtime_env().compile(runtime_source)
+    return runtime_env_with(*variables).compile(runtime_source)
 
 
 def evaluate_hoisted(runtime_source: str, data: dict[str, Any]) -> bool | str | None:
@@ -215,6 +269,7 @@ def evaluate_hoisted(runtime_source: str, data: dict[str, Any]) -> bool | str | 
     past cel-go's cost limit."""
     operations: list[tuple[int, int, str]] = []
     errors: dict[str, str] = {}
+    lists: dict[str, list] = {}
     covered_until, over_limit = -1, False
     for start, end in _macro_spans(runtime_source):
         if start < covered_until:
@@ -228,6 +283,9 @@ def evaluate_hoisted(runtime_source: str, data: dict[str, Any]) -> bool | str | 
             continue  # not closed (reads an enclosing macro's variable), or not a shape this takes
         if isinstance(outcome, bool):
             text = "true" if outcome else "false"
+        elif isinstance(outcome, list):
+            text = f"{_HOISTED_LIST}{len(lists)}"
+            lists[text] = outcome
         else:
             key = f"{_HOISTED_ERROR}{len(errors)}"
             errors[key] = outcome
@@ -238,16 +296,21 @@ def evaluate_hoisted(runtime_source: str, data: dict[str, Any]) -> bool | str | 
         if over_limit:
             raise OverLimit
         return None
+    rest = apply_operations(runtime_source, operations).text
     try:
-        program = _compiled(apply_operations(runtime_source, operations).text)
+        program = _compiled(rest, tuple(lists))
     except Exception:  # noqa: BLE001 - the replacement does not compile in place: not a shape this takes
         return None
     try:
-        result = _value(program.eval(data=data))
+        result = _value(program.eval(data={**data, **lists}))
     except Exception as error:  # noqa: BLE001 - the rest alone exceeded the budget
-        if "Iteration budget exceeded" in str(error):
+        if "Iteration budget exceeded" not in str(error):
+            raise
+        # e.g. a hoisted map's list is the range of the outermost macro: that one part by part in turn
+        outcome = evaluate(rest, {**data, **lists}, tuple(lists))
+        if outcome is None:
             raise OverLimit from None
-        raise
+        result = _Error(outcome) if isinstance(outcome, str) else outcome
     if isinstance(result, _Error):
         return next((message for key, message in errors.items() if key in result.message), result.message)
     if isinstance(result, bool):

@@ -166,7 +166,7 @@ class Selector:
             binding.settle()
         if isinstance(outcome, str):
             return clean_runtime_message(outcome)
-        return outcome
+        return outcome if isinstance(outcome, bool) else None
 
     def __repr__(self) -> str:
         return f"Selector({self.expression!r})"
