@@ -138,3 +138,20 @@ def test_validate_checks_selectors_in_the_release_s_api_server():
         assert refused == (upstream_outcome(answer, "validation") == "compile error"), (version, case["expression"])
         checked += 1
     assert checked >= 5
+
+
+@pytest.mark.parametrize("reading", sorted(READINGS))
+def test_cost_estimates_are_cel_go_s(reading):
+    """gpudra.cel.estimate against the estimate cel-go itself computed for every case it compiled (exact)."""
+    compared, differences = 0, []
+    for case, answer in READINGS[reading]:
+        if answer.get("compileError") or answer.get("estimatedCost") is None:
+            continue
+        features = case["features"]
+        selector = compile_selector(case["expression"], consumable_capacity=features["consumableCapacity"],
+                                    list_type_attributes=features["listTypeAttributes"], stored=True)
+        compared += 1
+        if selector.estimated_cost != answer["estimatedCost"]:
+            differences.append(f"{case['id']} {case['expression']}: cel-go {answer['estimatedCost']}, "
+                               f"gpudra {selector.estimated_cost}")
+    assert compared > 150 and not differences, "\n".join(differences)

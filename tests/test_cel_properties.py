@@ -171,3 +171,30 @@ def test_any_text_gives_a_selector_or_a_clean_compile_error(fragments):
         assert selector.evaluate(device) in (True, False)
     except CELRuntimeError as error:
         assert str(error)
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from("+-"), st.one_of(st.integers(-9, 9), st.just(2**62))), min_size=32,
+                max_size=90), st.integers(-9, 9))
+def test_long_chains_add_left_to_right_as_cel_go_does(terms, first):
+    """A chain past cel-cpp's parser depth (gpudra.cel.nesting splits it) gives what left-to-right int64
+    arithmetic gives (cel-go parser: left-associative; common/types/int.go: an overflow is an error), computed
+    here with Python's integers."""
+    expression = str(first) + "".join(f" {op} {value}" for op, value in terms)
+    total, overflow = first, False
+    for op, value in terms:
+        total = total + value if op == "+" else total - value
+        overflow = overflow or not _INT64[0] <= total <= _INT64[1]
+    selector = compile_selector(f"{expression} == {total}" if not overflow else f"{expression} == 0")
+    if overflow:
+        try:
+            selector.evaluate(NO_DEVICE)
+        except CELRuntimeError as error:
+            assert "overflow" in error.message
+        else:
+            raise AssertionError(f"no overflow error for {expression}")
+    else:
+        assert selector.evaluate(NO_DEVICE) is True

@@ -1,4 +1,4 @@
-"""An outermost `all`/`exists`/`exists_one` whose loops need more than cel-cpp's 10,000 iterations.
+"""`all`/`exists`/`exists_one` loops that need more than cel-cpp's 10,000 iterations.
 
 cel-cpp stops an evaluation after 10,000 comprehension iterations in all (cel-expr-python 0.1.3 cannot raise
 the budget), while cel-go stops at a cost of 1,000,000, so nested loops such as
@@ -9,6 +9,13 @@ macro, `R.all(x, BODY)`, the range R and then BODY for each element are evaluate
 is false at the first false, else the first error, else true; `exists` the converse; `exists_one` needs
 exactly one true and no error). It is only tried for an expression whose cost estimate is within the limit
 (so cel-go's actual cost is too); a range longer than the limit fails with it.
+
+Such a macro elsewhere in an expression (`x && R.all(…)`), and `map`/`filter`, is *hoisted* (`evaluate_hoisted`):
+every such call that reads no variable of an enclosing macro (it compiles on its own) is evaluated as above and
+replaced by its outcome, `true`/`false`, a variable bound to its list, or a lookup that fails (mapped back to the
+macro's error), and the rest evaluated with it (its outermost macro part by part again if need be). The
+outcome is the same as evaluating in place: the macro is closed, and `&&`/`||`/`?:` absorb or propagate a
+value and an error alike wherever it was computed.
 """
 
 from __future__ import annotations
@@ -19,9 +26,10 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from gpudra.cel.source import tokenize, top_level_arguments
+from gpudra.cel.source import Token, apply_operations, tokenize, top_level_arguments
 
 MACROS = ("all", "exists", "exists_one")
+LIST_MACROS = ("map", "filter")  # their outcome is a list: evaluated part by part only where hoisted
 MAX_ITERATIONS = 1_000_000  # every iteration costs cel-go at least one unit of CELSelectorExpressionMaxCost
 
 
@@ -35,44 +43,51 @@ class Split:
     variable: str
     range_source: str
     body_source: str
+    predicate_source: str | None = None  # map's filter: `R.map(x, P, BODY)`
 
 
 def split(runtime_source: str) -> Split | None:
-    """The outermost macro of an evaluation text that is nothing but `R.<macro>(x, BODY)`, or None."""
+    """The outermost macro of an evaluation text that is nothing but `R.<macro>(x, BODY)` (or `R.map(x, P, BODY)`),
+    or None."""
     tokens = tokenize(runtime_source)
     if len(tokens) < 6 or tokens[-1].text != ")":
         return None
     for index in range(len(tokens) - 4, 0, -1):
         token = tokens[index]
-        if token.text not in MACROS or tokens[index - 1].text != "." or tokens[index + 1].text != "(":
+        if token.text not in MACROS + LIST_MACROS or tokens[index - 1].text != "." or tokens[index + 1].text != "(":
             continue
         parsed = top_level_arguments(tokens, index + 1)
         if parsed is None or parsed[1] != len(tokens) - 1:
             continue  # an inner macro
         arguments = parsed[0]
-        if len(arguments) != 2:
+        if len(arguments) != 2 and not (token.text == "map" and len(arguments) == 3):
             return None
         variable = tokens[arguments[0][0]]
         if arguments[0][0] != arguments[0][1] or variable.kind != "ident":
             return None
-        body = runtime_source[tokens[arguments[1][0]].start : tokens[arguments[1][1]].end]
-        return Split(token.text, variable.text, runtime_source[: tokens[index - 1].start], body)
+        parts = [runtime_source[tokens[first].start : tokens[last].end] for first, last in arguments[1:]]
+        return Split(token.text, variable.text, runtime_source[: tokens[index - 1].start], parts[-1],
+                     parts[0] if len(parts) == 2 else None)
     return None
 
 
 @lru_cache(maxsize=64)
-def _programs(runtime_source: str) -> tuple[Split, Any, Any] | None:
-    from gpudra.cel.environment import runtime_env, runtime_env_with
+def _programs(runtime_source: str, bound: tuple[str, ...] = ()) -> tuple[Split, Any, Any, Any] | None:
+    """The range and body programs of `R.macro(x, BODY)`; `bound`: the variables of enclosing macros."""
+    from gpudra.cel.environment import runtime_env_with
 
     found = split(runtime_source)
     if found is None:
         return None
     try:
-        range_program = runtime_env().compile(found.range_source)
-        body_program = runtime_env_with(found.variable).compile(found.body_source)
+        range_program = runtime_env_with(*bound).compile(found.range_source)
+        body_program = runtime_env_with(*bound, found.variable).compile(found.body_source)
+        predicate_program = None
+        if found.predicate_source is not None:
+            predicate_program = runtime_env_with(*bound, found.variable).compile(found.predicate_source)
     except Exception:  # noqa: BLE001 - not a shape this fallback takes (e.g. R is not a whole operand)
         return None
-    return found, range_program, body_program
+    return found, range_program, body_program, predicate_program
 
 
 def _value(result: Any) -> Any:
@@ -89,13 +104,36 @@ class _Error:
     message: str
 
 
-def evaluate(runtime_source: str, data: dict[str, Any]) -> bool | str | None:
-    """The macro's outcome (True, False, or an error message), None when this fallback does not apply; raises
-    OverLimit past cel-go's cost limit. `data`: the device's activation data."""
-    programs = _programs(runtime_source)
+class _Unsupported(Exception):
+    """A value cel-expr-python cannot hand to Python (the fallback does not apply)."""
+
+
+def _run(program: Any, data: dict[str, Any], source: str, bound: tuple[str, ...]) -> Any:
+    """A value, or _Error; a program that needs more than the budget is evaluated part by part in turn."""
+    try:
+        value = _value(program.eval(data=data))
+    except Exception as error:  # noqa: BLE001 - one body alone exceeded the budget
+        if "Iteration budget exceeded" not in str(error):
+            raise
+        value = evaluate(source, data, bound)
+        if value is None:
+            raise OverLimit from None
+        if isinstance(value, str):
+            value = _Error(value)
+    if isinstance(value, _Error) and value.message == "unsupported value":
+        raise _Unsupported
+    return value
+
+
+def evaluate(runtime_source: str, data: dict[str, Any], bound: tuple[str, ...] = ()) -> bool | str | list | None:
+    """The macro's outcome (True, False, a list for map/filter, or an error message), None when this fallback does
+    not apply; raises OverLimit past cel-go's cost limit. `data`: the device's activation data (and `bound`, the
+    values of the enclosing macros' variables). A body that needs more than the budget is evaluated the same way
+    in turn."""
+    programs = _programs(runtime_source, bound)
     if programs is None:
         return None
-    found, range_program, body_program = programs
+    found, range_program, body_program, predicate_program = programs
     try:
         elements = _value(range_program.eval(data=data))
     except Exception as error:  # noqa: BLE001 - the range alone exceeded the budget
@@ -110,17 +148,18 @@ def evaluate(runtime_source: str, data: dict[str, Any]) -> bool | str | None:
         return None
     if len(elements) > MAX_ITERATIONS:
         raise OverLimit
-    outcomes: list[Any] = []
-    for element in elements:
-        try:
-            outcome = _value(body_program.eval(data={**data, found.variable: element}))
-        except Exception as error:  # noqa: BLE001 - one body alone exceeded the budget
-            if "Iteration budget exceeded" in str(error):
-                raise OverLimit from None
-            raise
-        outcomes.append(outcome)
-        if found.macro == "all" and outcome is False or found.macro == "exists" and outcome is True:
-            return outcome
+    inner = (*bound, found.variable)
+    try:
+        if found.macro in LIST_MACROS:
+            return _list_macro(found, elements, data, inner, body_program, predicate_program)
+        outcomes: list[Any] = []
+        for element in elements:
+            outcome = _run(body_program, {**data, found.variable: element}, found.body_source, inner)
+            outcomes.append(outcome)
+            if found.macro == "all" and outcome is False or found.macro == "exists" and outcome is True:
+                return outcome
+    except _Unsupported:
+        return None
     errors = [outcome.message for outcome in outcomes if isinstance(outcome, _Error)]
     non_bool = [outcome for outcome in outcomes if not isinstance(outcome, (_Error, bool))]
     if non_bool:
@@ -130,3 +169,150 @@ def evaluate(runtime_source: str, data: dict[str, Any]) -> bool | str | None:
     if found.macro == "exists_one":
         return sum(1 for outcome in outcomes if outcome is True) == 1
     return found.macro == "all"
+
+
+def _list_macro(found: Split, elements: list, data: dict[str, Any], inner: tuple[str, ...], body_program: Any,
+                predicate_program: Any) -> list | str:
+    """map/filter (cel-go parser/macro.go: the accumulated list, or the first error: `+` does not absorb one)."""
+    results = []
+    for element in elements:
+        element_data = {**data, found.variable: element}
+        if predicate_program is not None:
+            keep = _run(predicate_program, element_data, found.predicate_source or "", inner)
+            if isinstance(keep, _Error):
+                return keep.message
+            if not isinstance(keep, bool):
+                return "no such overload"
+            if not keep:
+                continue
+        value = _run(body_program, element_data, found.body_source, inner)
+        if isinstance(value, _Error):
+            return value.message
+        if found.macro == "filter":
+            if not isinstance(value, bool):
+                return "no such overload"
+            if value:
+                results.append(element)
+        else:
+            results.append(value)
+    return results
+
+
+_HOISTED_ERROR = "__gpudra_hoisted_error_"
+_HOISTED_LIST = "__gpudra_hoisted_list_"
+
+
+def _matching_open(tokens: list[Token], close_index: int) -> int | None:
+    depth = 0
+    for index in range(close_index, -1, -1):
+        text = tokens[index].text
+        if text in ("]", ")", "}"):
+            depth += 1
+        elif text in ("[", "[?", "(", "{"):
+            depth -= 1
+            if depth == 0:
+                return index
+    return None
+
+
+def _receiver_start(tokens: list[Token], dot_index: int) -> int | None:
+    """The first token of the postfix chain (`a.b(c)[d]`, `lists.range(n)`, a literal) that ends before `dot_index`."""
+    index = dot_index - 1
+    while index >= 0:
+        token = tokens[index]
+        if token.text in (")", "]", "}"):
+            opening = _matching_open(tokens, index)
+            if opening is None:
+                return None
+            index = opening
+            if index > 0 and tokens[index - 1].kind == "ident" and tokens[index].text in ("(", "{"):
+                index -= 1  # a call or a message literal
+            elif index > 0 and tokens[index].text in ("[", "[?") and (
+                    tokens[index - 1].kind == "ident" or tokens[index - 1].text in (")", "]")):
+                index -= 1  # an index: the chain goes on to the left
+                continue
+        elif token.kind not in ("ident", "string", "number"):
+            return None
+        if index >= 2 and tokens[index - 1].text in (".", ".?"):
+            index -= 2
+            continue
+        return index
+    return None
+
+
+def _macro_spans(runtime_source: str) -> list[tuple[int, int]]:
+    """Character spans of every `R.all(…)`/`R.exists(…)`/`R.exists_one(…)` call, outermost first."""
+    tokens = tokenize(runtime_source)
+    spans = []
+    for index, token in enumerate(tokens):
+        if token.text not in MACROS + LIST_MACROS or index < 2 or tokens[index - 1].text != "." or index + 1 >= len(tokens):
+            continue
+        if tokens[index + 1].text != "(":
+            continue
+        parsed = top_level_arguments(tokens, index + 1)
+        start = _receiver_start(tokens, index - 1)
+        if parsed is None or start is None:
+            continue
+        spans.append((tokens[start].start, tokens[parsed[1]].end))
+    return sorted(spans, key=lambda span: (span[0], -span[1]))
+
+
+@lru_cache(maxsize=64)
+def _compiled(runtime_source: str, variables: tuple[str, ...]) -> Any:
+    from gpudra.cel.environment import runtime_env_with
+
+    return runtime_env_with(*variables).compile(runtime_source)
+
+
+def evaluate_hoisted(runtime_source: str, data: dict[str, Any]) -> bool | str | None:
+    """The outcome with every closed macro evaluated part by part first; None when none applies; raises OverLimit
+    past cel-go's cost limit."""
+    operations: list[tuple[int, int, str]] = []
+    errors: dict[str, str] = {}
+    lists: dict[str, list] = {}
+    covered_until, over_limit = -1, False
+    for start, end in _macro_spans(runtime_source):
+        if start < covered_until:
+            continue  # inside a macro already replaced
+        try:
+            outcome = evaluate(runtime_source[start:end], data)
+        except OverLimit:
+            over_limit = True  # perhaps only cel-cpp's budget on this whole span: try the macros inside it
+            continue
+        if outcome is None:
+            continue  # not closed (reads an enclosing macro's variable), or not a shape this takes
+        if isinstance(outcome, bool):
+            text = "true" if outcome else "false"
+        elif isinstance(outcome, list):
+            text = f"{_HOISTED_LIST}{len(lists)}"
+            lists[text] = outcome
+        else:
+            key = f"{_HOISTED_ERROR}{len(errors)}"
+            errors[key] = outcome
+            text = f'dyn({{}})["{key}"]'
+        operations.append((start, end, text))
+        covered_until = end
+    if not operations:
+        if over_limit:
+            raise OverLimit
+        return None
+    rest = apply_operations(runtime_source, operations).text
+    try:
+        program = _compiled(rest, tuple(lists))
+    except Exception:  # noqa: BLE001 - the replacement does not compile in place: not a shape this takes
+        return None
+    try:
+        result = _value(program.eval(data={**data, **lists}))
+    except Exception as error:  # noqa: BLE001 - the rest alone exceeded the budget
+        if "Iteration budget exceeded" not in str(error):
+            raise
+        # e.g. a hoisted map's list is the range of the outermost macro: that one part by part in turn
+        outcome = evaluate(rest, {**data, **lists}, tuple(lists))
+        if outcome is None:
+            raise OverLimit from None
+        result = _Error(outcome) if isinstance(outcome, str) else outcome
+    if isinstance(result, _Error):
+        return next((message for key, message in errors.items() if key in result.message), result.message)
+    if isinstance(result, bool):
+        return result
+    return None

@@ -1,21 +1,23 @@
-"""Static cost and size bound of a selector, standing in for cel-go's cost estimator and runtime limit.
+"""The cost limits of a selector: cel-go's estimate for the API server, and gpudra's own bound for the run time.
 
-cel-expr-python exposes neither cost estimation nor a runtime cost limit, so every selector gets an
-*upper bound* of its evaluation cost from the checked syntax tree before it is accepted:
+- The API server's reading refuses an expression whose cel-go cost estimate exceeds CELSelectorExpressionMaxCost
+  (1,000,000): `gpudra.cel.estimate`, a port of cel-go's estimator as the DRA environment configures it.
+- At run time Kubernetes stops an evaluation whose *actual* cost passes the same limit. cel-expr-python tracks no
+  cost, so this module keeps an upper bound of what an evaluation can cost (`bound`), from the checked syntax
+  tree, for kube-scheduler's reading (no estimate at compile time):
 
-- sizes come from literals and from the API limits on what a device can carry (at most 32 attributes
-  plus capacities, strings of at most 64 bytes, lists of at most 64 entries), so the bound holds for
-  every valid device;
-- a comprehension costs its range size times its body; accumulators that grow (map/filter, string or
-  list concatenation through cel.bind) grow their size bound, so doubling tricks blow the estimate
-  up exponentially instead of the evaluation;
-- the unit is roughly cel-go's: one per call/select, one per ten bytes compared or copied.
+  - sizes come from literals and from the API limits on what a device can carry (at most 32 attributes
+    plus capacities, strings of at most 64 bytes, lists of at most 64 entries), so the bound holds for
+    every valid device;
+  - a comprehension costs its range size times its body; accumulators that grow (map/filter, string or
+    list concatenation through cel.bind) grow their size bound, so doubling tricks blow the bound
+    up exponentially instead of the evaluation;
+  - the unit is roughly cel-go's: one per call/select, one per ten bytes compared or copied.
 
-An expression whose bound exceeds CELSelectorExpressionMaxCost (1,000,000) is refused at compile
-time. Because the bound is an upper bound, an accepted expression cannot exceed the runtime limit
-either, so no evaluation can hang or exhaust memory. The bound is more conservative than cel-go
-in places (it does not know short-circuiting), so a few costly-but-legal expressions Kubernetes
-accepts may be refused here; none of the ordinary selector shapes come close.
+  An expression is within the runtime limit for certain when either cel-go's estimate or this bound is
+  (gpudra.cel.selector then evaluates it, part by part where cel-cpp's iteration budget stops it, see
+  gpudra.cel.chunked); one over both that can grow values without bound (`may_grow_without_bound`) fails
+  its evaluation as the runtime limit would stop it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from typing import overload
 from gpudra.cel.ast import Node, checked_syntax_tree, fields, walk
 from gpudra.cel import source
 from gpudra.cel.errors import CELCompileError
+from gpudra.cel.estimate import estimate
+from gpudra.cel.estimate_sizes import MAX_U64
 
 MAX_COST = 1_000_000
 MAX_ATTRIBUTES = 32  # attributes + capacity per device (ResourceSliceMaxAttributesAndCapacitiesPerDevice)
@@ -311,34 +315,6 @@ def _function_cost(node: Node, sizes: list[Size]) -> tuple[float, Size]:
     return _tenth(total), Size(max(1.0, total)) if total > 1 else SCALAR
 
 
-# Calls for which cel-go's estimator has no size bound and so estimates (nearly) 2^64: the API
-# server refuses them however cheap they are (seen in v0.36.2's answers, tests/data/cel/conformance).
-_UNBOUNDED_FORMATS = frozenset({"format.qualifiedName", "format.labelValue", "value"})
-
-
-def _unbounded_in_cel_go(node: Node, types: dict[int, str]) -> bool:
-    if node.kind != "call":
-        return False
-    if node.value == "join":
-        return True
-    target = node.target
-    if node.value in ("min", "max") and target is not None:
-        return types.get(target.id) in ("list(string)", "list(bytes)")
-    # validate() is rewritten to __gpudra_format_errors by gpudra.cel.source
-    if node.value in ("validate", "__gpudra_format_errors") and target is not None and target.kind == "call":
-        return target.value in _UNBOUNDED_FORMATS
-    return False
-
-
-def unbounded_in_cel_go(serialized: bytes) -> bool:
-    """Whether cel-go's estimator finds no bound (the API server's reading only: at run time
-    such expressions cost what they cost)."""
-    from gpudra.cel.checks import _payload, _type_map
-
-    types = _type_map(_payload(serialized))
-    return any(_unbounded_in_cel_go(node, types) for node in walk(checked_syntax_tree(serialized)))
-
-
 _GROWING_TYPES = ("string", "bytes", "list(", "dyn", "map(")
 
 
@@ -361,7 +337,8 @@ def may_grow_without_bound(serialized: bytes) -> bool:
     return False
 
 
-def estimate(serialized: bytes) -> float:
+def bound(serialized: bytes) -> float:
+    """gpudra's upper bound of an evaluation's actual cost."""
     root = checked_syntax_tree(serialized)
     cost, _ = _Estimator(*_node_types(serialized)).estimate(root, {})
     return cost
@@ -383,18 +360,15 @@ def literal_regex_problems(serialized: bytes) -> list[tuple[str, str]]:
     return problems
 
 
-def check(expression: str, checked, refuse_costly: bool = True) -> int:
-    """Refuse expressions whose literal regex is invalid or (unless `refuse_costly` is false)
-    whose cost bound exceeds the limit; returns the bound."""
+def check(expression: str, rewritten: source.Rewritten, checked, refuse_costly: bool = True) -> tuple[int, int]:
+    """Refuse expressions whose literal regex is invalid or (unless `refuse_costly` is false) whose cel-go cost
+    estimate exceeds the limit; returns (cel-go's estimate, gpudra's runtime bound)."""
     serialized = checked.serialize()
     for pattern, problem in literal_regex_problems(serialized):
         raise CELCompileError(expression, f"invalid regular expression {pattern!r}: {problem}")
-    cost = estimate(serialized)
-    if refuse_costly and unbounded_in_cel_go(serialized):
-        cost = _INFINITE
-    if cost > MAX_COST and refuse_costly:
-        shown = "more than 1e30" if cost >= _INFINITE else f"{cost:.0f}"
+    estimated = estimate(expression, rewritten, serialized)
+    if estimated > MAX_COST and refuse_costly:
         raise CELCompileError(
-            expression, f"too complex, exceeds cost limit (estimated cost {shown}, limit {MAX_COST})"
+            expression, f"too complex, exceeds cost limit (estimated cost {estimated}, limit {MAX_COST})"
         )
-    return int(cost)
+    return estimated, int(min(bound(serialized), float(MAX_U64)))

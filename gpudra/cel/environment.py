@@ -99,7 +99,7 @@ def runtime_env() -> cel.Env:
 
 
 @lru_cache(maxsize=16)
-def runtime_env_with(variable: str) -> cel.Env:
-    """The evaluation environment plus one `dyn` variable (a macro's iteration variable, gpudra.cel.chunked)."""
+def runtime_env_with(*variables: str) -> cel.Env:
+    """The evaluation environment plus `dyn` variables (macros' iteration variables, gpudra.cel.chunked)."""
     return _new_env(cel.Type.Map(cel.Type.STRING, cel.Type.DYN), runtime=True, features=CelEnvironment(),
-                    extra=(variable,))
+                    extra=tuple(variables))

@@ -68,18 +68,20 @@ def _aborted_message(message: str) -> str:
 class Selector:
     """A compiled selector. `evaluate(device_input)` returns a bool or raises CELRuntimeError."""
 
-    __slots__ = ("expression", "environment", "estimated_cost", "reads", "refused", "_program", "_env", "_key",
-                 "_runtime_source")
+    __slots__ = ("expression", "environment", "estimated_cost", "runtime_bound", "reads", "refused", "_program",
+                 "_env", "_key", "_runtime_source")
 
     def __init__(self, expression: str, environment: CelEnvironment, program, estimated_cost: int,
                  reads: tuple[tuple[str, ...], ...] | None = None, stored: bool = False, refused: bool = False,
-                 runtime_source: str = ""):
+                 runtime_source: str = "", runtime_bound: int | None = None):
         self.expression = expression
         self.environment = environment
-        # Over MAX_COST only for a stored expression (see compile_selector): its evaluation is not
-        # started, it fails as the runtime cost limit would stop it.
+        # cel-go's estimate (gpudra.cel.estimate); over MAX_COST only for a stored expression (see compile_selector).
         self.estimated_cost = estimated_cost
-        # A stored expression over the estimate that could grow values without bound is not started: it
+        # The smaller of cel-go's estimate and gpudra's own bound (gpudra.cel.cost.bound): both are upper bounds of
+        # the actual cost, so within the limit means cel-go's evaluation cannot be stopped by it.
+        self.runtime_bound = estimated_cost if runtime_bound is None else min(estimated_cost, runtime_bound)
+        # An expression over gpudra's bound that could grow values without bound is not started: it
         # fails as the runtime cost limit would stop it. Others run, bounded by cel-cpp's iteration budget,
         # the metered Python functions and the clamped lists.range (source.rewrite_range_bounds).
         self.refused = refused
@@ -145,12 +147,17 @@ class Selector:
         )
 
     def _chunked(self, error: str, device: DeviceInput) -> bool | str | None:
-        """The outcome of an outermost macro evaluated part by part after cel-cpp's iteration budget stopped
-        the whole (gpudra.cel.chunked); None when that does not apply."""
-        if "Iteration budget exceeded" not in error or self.estimated_cost > MAX_COST:
+        """The outcome of the expression's macros evaluated part by part after cel-cpp's iteration budget stopped
+        the whole (gpudra.cel.chunked: the outermost macro, else every closed one); None when that does not apply."""
+        if "Iteration budget exceeded" not in error or self.runtime_bound > MAX_COST:
             return None
         try:
-            outcome = chunked.evaluate(self._runtime_source, device.data)
+            try:
+                outcome = chunked.evaluate(self._runtime_source, device.data)
+            except chunked.OverLimit:
+                outcome = None  # perhaps only cel-cpp's budget on a part: the macros inside it may be closed
+            if outcome is None:
+                outcome = chunked.evaluate_hoisted(self._runtime_source, device.data)
         except chunked.OverLimit:
             return None
         except Exception:  # noqa: BLE001 - a part aborted otherwise: the original error stands
@@ -159,7 +166,7 @@ class Selector:
             binding.settle()
         if isinstance(outcome, str):
             return clean_runtime_message(outcome)
-        return outcome
+        return outcome if isinstance(outcome, bool) else None
 
     def __repr__(self) -> str:
         return f"Selector({self.expression!r})"
@@ -262,7 +269,7 @@ def _compile(expression: str, environment: CelEnvironment, stored: bool = False)
         offset = rewritten.original_offset(offset)
         line, column = line_column(expression, offset)
         raise CELCompileError(expression, message, column, line, report=caret_report(expression, message, offset))
-    estimate = cost_model.check(expression, checked, refuse_costly=not stored)
+    estimate, bound = cost_model.check(expression, rewritten, checked, refuse_costly=not stored)
     runtime_source = _evaluation_source(expression, rewritten, serialized)
     runtime_text = adapt(runtime_source, runtime=True).text
     try:
@@ -273,9 +280,10 @@ def _compile(expression: str, environment: CelEnvironment, stored: bool = False)
             program = runtime_env().compile(runtime_text)
         except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly
             raise _compile_error(expression, rewritten, str(error)) from None
-    refused = estimate > MAX_COST and cost_model.may_grow_without_bound(serialized)
+    # gpudra's bound, not cel-go's estimate: cel-go concatenates lists lazily at O(1), cel-cpp copies them
+    refused = bound > MAX_COST and cost_model.may_grow_without_bound(serialized)
     return Selector(expression, environment, program, estimate, device_reads(serialized), stored, refused,
-                    runtime_text)
+                    runtime_text, bound)
 
 
 @lru_cache(maxsize=4096)

@@ -411,7 +411,10 @@ def adapt(source: str, runtime: bool = False, semver_normalize: bool = True) -> 
     """Every source-level adaptation, with positions mapped back to `source`; `runtime` gives the text
     for the evaluation environment (constant values folded to their tagged-string form);
     `semver_normalize`: the release has `semver(s, normalize)` (else such a call is left to the checker)."""
+    from gpudra.cel.nesting import flatten  # (it builds on this module's tokenizer)
+
     rewritten = collapse_redundant_parentheses(source)
+    rewritten = _compose(rewritten, flatten(rewritten.text))
     rewritten = _compose(rewritten, rewrite_domain_lookups(rewritten.text))
     rewritten = _compose(rewritten, rewrite_map_transforms(rewritten.text))
     rewritten = _compose(rewritten, rewrite_format_calls(rewritten.text))
