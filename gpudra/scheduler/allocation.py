@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra.allocator import FILTER_TIMEOUT_S, AllocationOutcome
+from gpudra.allocator import FILTER_TIMEOUT_S, TIMED_OUT, AllocationOutcome
+
+__all__ = ["TIMED_OUT", "AllocationOutcome", "allocate", "fits", "make_allocator"]
 
 DEFAULT_FEATURES = "default"
 

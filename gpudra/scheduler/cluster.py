@@ -431,8 +431,7 @@ class Cluster(Topology):
     def _account(self, key: str, pod: dict[str, Any], node: str, sign: int = 1) -> None:
         usage = self.usage.setdefault(node, NodeUsage())
         try:
-            requests = res.pod_requests(pod)
-            non_zero = res.pod_requests(pod, non_zero=True)
+            requests, non_zero = res.pod_request_totals(pod)
         except res.ResourceError as exc:
             if sign > 0:
                 self.problems.append(f"pod {key}: {exc}; its requests are not counted")
@@ -509,14 +508,16 @@ class Cluster(Topology):
         node: str,
         allocations: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
         extended_claim: dict[str, Any] | None = None,
-    ) -> None:
-        """Write the scheduler's decision: allocate claims, reserve every claim of the pod, set nodeName."""
+    ) -> list[str]:
+        """Write the scheduler's decision: allocate claims, reserve every claim of the pod, set nodeName. Returns
+        the pod's claim keys (`pod_claim_keys`)."""
         pod = self.pods[pod_key]
         if extended_claim is not None:
             self.claims[key_of(extended_claim)] = extended_claim
         for claim_key, allocation in allocations:
             self.allocate_claim(self.claims[claim_key], allocation)
-        for claim_key in self.pod_claim_keys(pod):
+        claim_keys = self.pod_claim_keys(pod)
+        for claim_key in claim_keys:
             claim = self.claims.get(claim_key)
             if claim is not None:
                 self._reserve(claim, pod)
@@ -527,6 +528,7 @@ class Cluster(Topology):
             c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"
         ] + [{"type": "PodScheduled", "status": "True"}]
         self._account(pod_key, pod, node)
+        return claim_keys
 
     def mark_unschedulable(self, pod_key: str, message: str, reason: str = "Unschedulable") -> None:
         status = self.pods[pod_key].setdefault("status", {})

@@ -3,14 +3,13 @@ extended resources served by DRA, and the per-node verdict through the allocator
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import framework as fw
-from .allocation import AllocationOutcome, allocate, fits
+from .allocation import TIMED_OUT, AllocationOutcome, allocate, fits
 from .cluster import MAX_RESERVED_FOR, Cluster, claim_allocation, reserved_for
-from .meta import ensure_uid_of, name_of, namespace_of, stable_uid, truncate_generate_name
+from .meta import canonical_json, ensure_uid_of, name_of, namespace_of, stable_uid, truncate_generate_name
 from .nodematch import node_selector_matches
 from .resources import container_requests, is_extended
 from .workloads import EXTENDED_RESOURCE_CLAIM_ANNOTATION, owned_by, owner_reference, unique_generated_name
@@ -38,6 +37,9 @@ class DraPodState:
     extended: list[ExtendedRequest] = field(default_factory=list)
     extended_claim_name: str = ""
     signature: str = ""
+    # per claim in to_allocate: a claim with an equal spec, shared by every pod with this `signature`
+    # (`Scheduler._shared_claims`), so that the allocator reads a spec once per shape, not once per claim
+    shared_claims: list[dict[str, Any]] | None = None
     # One search budget for every node the pod is tried on (time.monotonic()); kube-scheduler runs the
     # nodes' Filters in parallel, so a pod waits about one Filter timeout, not one per node.
     deadline: float | None = None
@@ -164,7 +166,7 @@ def prefilter(cluster: Cluster, pod: dict[str, Any], extended_classes: dict[str,
             f"{name_of(pod)}-extended-resources-", lambda n: f"{namespace}/{n}" in cluster.claims, namespace, pod_uid
         )
         signature.append(["extended", [(r.request_name, r.resource, r.count, r.device_class) for r in state.extended]])
-    state.signature = json.dumps(signature, sort_keys=True, separators=(",", ":"), default=str)
+    state.signature = canonical_json(signature)
     return state
 
 
@@ -243,11 +245,12 @@ class DraVerdict:
 
 def filter_node(
     cluster: Cluster, pod: dict[str, Any], state: DraPodState, node: dict[str, Any], served: list[ExtendedRequest],
-    defer: bool = False,
+    defer: bool = False, own_budget: bool = False,
 ) -> DraVerdict:
     """The DynamicResources Filter on one node. `defer`: the caller needs the allocations only if it picks this
     node, so a node in the same device state as one searched before may answer "fits" without them
-    (`deferred`; call again without `defer` to get them)."""
+    (`deferred`; call again without `defer` to get them). `own_budget`: the search gets a Filter timeout of its
+    own instead of what is left of the pod's (`state.deadline`)."""
     for claim_key in state.allocated:
         claim = cluster.claims[claim_key]
         selector = (claim_allocation(claim) or {}).get("nodeSelector")
@@ -262,16 +265,22 @@ def filter_node(
                     )
                 ]
             )
-    claims = [cluster.claims[key] for key in state.to_allocate]
+    own_claims = [cluster.claims[key] for key in state.to_allocate]
+    claims = list(state.shared_claims) if state.shared_claims is not None else own_claims
     special = extended_claim(pod, state, served) if served else None
     if special is not None:
         claims.append(special)
     if not claims:
         return DraVerdict([], [])
+    deadline = None if own_budget else state.deadline
     if defer:
-        outcome: AllocationOutcome = fits(cluster.allocator(), node, claims, deadline=state.deadline)
+        outcome: AllocationOutcome = fits(cluster.allocator(), node, claims, deadline=deadline)
     else:
-        outcome = allocate(cluster.allocator(), node, claims, deadline=state.deadline)
+        outcome = allocate(cluster.allocator(), node, claims, deadline=deadline)
+    if outcome.outcome == "error" and outcome.error != TIMED_OUT and state.shared_claims is not None:
+        # an error message names a claim: search again with the pod's own (results would be the same)
+        claims = own_claims + claims[len(own_claims):]
+        outcome = (fits if defer else allocate)(cluster.allocator(), node, claims, deadline=deadline)
     if outcome.outcome == "allocated":
         if outcome.deferred:  # one claim without firstAvailable (Allocator.fit_key): its Score is 0
             return DraVerdict([], None, special, first_available=0, deferred=True)

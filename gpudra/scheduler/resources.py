@@ -81,17 +81,32 @@ def _max(total: dict[str, int], more: dict[str, int]) -> None:
 
 def pod_requests(pod: dict[str, Any], non_zero: bool = False) -> dict[str, int]:
     """The pod's effective requests. With `non_zero`, unset cpu/memory count as the scoring defaults."""
+    return pod_request_totals(pod)[1 if non_zero else 0]
+
+
+def pod_request_totals(pod: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
+    """(`pod_requests(pod)`, `pod_requests(pod, non_zero=True)`), each container read once."""
     spec = pod.get("spec") or {}
+    containers = [container_requests(container) for container in spec.get("containers") or []]
+    inits = [(container_requests(container), container.get("restartPolicy") == "Always")
+             for container in spec.get("initContainers") or []]
+    overhead = {name: amount(name, value) for name, value in (spec.get("overhead") or {}).items()}
+    plain = _effective(containers, inits, overhead)
+    non_zero = _effective([_non_zero(r) for r in containers], [(_non_zero(r), s) for r, s in inits], overhead)
+    return plain, non_zero
+
+
+def _effective(containers: list[dict[str, int]], inits: list[tuple[dict[str, int], bool]],
+               overhead: dict[str, int]) -> dict[str, int]:
+    """Sum of the containers, raised to the peak of the init phase (sidecars, `restartPolicy: Always`, keep
+    running and add up), plus the overhead."""
     total: dict[str, int] = {}
-    for container in spec.get("containers") or []:
-        _add(total, _non_zero(container_requests(container)) if non_zero else container_requests(container))
+    for requests in containers:
+        _add(total, requests)
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
-    for container in spec.get("initContainers") or []:
-        requests = container_requests(container)
-        if non_zero:
-            requests = _non_zero(requests)
-        if container.get("restartPolicy") == "Always":
+    for requests, sidecar in inits:
+        if sidecar:
             _add(total, requests)
             _add(sidecars, requests)
             candidate = dict(sidecars)
@@ -100,8 +115,7 @@ def pod_requests(pod: dict[str, Any], non_zero: bool = False) -> dict[str, int]:
             _add(candidate, requests)
         _max(init_peak, candidate)
     _max(total, init_peak)
-    for name, value in (spec.get("overhead") or {}).items():
-        total[name] = total.get(name, 0) + amount(name, value)
+    _add(total, overhead)
     return total
 
 

@@ -17,15 +17,15 @@ is what makes thousands of pods per second possible without changing a single an
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, cast
 
 from gpudra.allocator import FILTER_TIMEOUT_S, TIMED_OUT
 from gpudra.api.load import cycle_collection_paused
+from gpudra.copying import copy_object
 
 from . import framework as fw
 from . import nodematch
@@ -43,8 +43,8 @@ from .dra import (
     prefilter,
 )
 from .dra import filter_node as dra_filter_node
-from .meta import key_of
-from .shapeindex import PlainScores, ShapeIndex, plain_entries
+from .meta import canonical_json, key_of
+from .shapeindex import PlainScores, ShapeIndex
 
 if TYPE_CHECKING:
     from .scoring import Policy
@@ -54,6 +54,9 @@ MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE = 0  # 0 = adaptive, as kube-scheduler's default
 MAX_CACHED_SHAPES = 256  # per-node verdict caches kept (oldest dropped first)
 MAX_INDEXED_SHAPES = 256  # as many as verdict caches: re-indexing a shape walks every node
+# PodInfo.node_shape of a pod without nodeName, nodeSelector, node affinity or tolerations (what the Node-object
+# plugins read): the JSON text of the four values, so that no other pod's shape can equal it
+UNCONSTRAINED_NODE_SHAPE = "[null,null,null,[]]"
 
 
 def num_feasible_nodes_to_find(num_all_nodes: int, percentage: int = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE) -> int:
@@ -78,7 +81,7 @@ class PodInfo:
     tolerations: list[dict[str, Any]]
     dra: DraPodState
     reasons: list[fw.Reason]  # PreFilter rejections for the whole pod
-    shape: str  # cache key: pods with equal shapes get equal verdicts on equal node states
+    shape: tuple  # cache key: pods with equal shapes get equal verdicts on equal node states
     node_shape: str = ""  # the part of `shape` that the Node-object plugins read
     fit_order: tuple[str, ...] = ()  # requests in NodeResourcesFit's reporting order
 
@@ -129,18 +132,19 @@ class Scheduler:
         self.results: dict[str, fw.PodResult] = {}
         self.filter_timeout = filter_timeout
         self._next_start_node_index = 0
-        self._cache: dict[str, dict[str, NodeEval]] = {}
+        self._cache: dict[tuple, dict[str, NodeEval]] = {}
         self.indexed = indexed  # False: always the plain linear scan (same answers; for tests)
         # False: every feasible node's allocations are computed when it is filtered, one device search per node
         # (same answers; for tests). True: as the policy allows (`Policy.node_allocations`).
         self.defer_allocations = True
-        self._indexes: dict[str, ShapeIndex] = {}
-        self._shape_uses: dict[str, int] = {}
+        self._indexes: dict[tuple, ShapeIndex] = {}
+        self._shape_uses: dict[tuple, int] = {}
         self._cache_generation = -1
         self._dra_cache: dict[tuple, dict[str, tuple[int, DraVerdict]]] = {}
         self._dra_generation = -1
         self._extended_classes: dict[str, str] | None = None
         self._extended_generation = -1
+        self._claim_copies: dict[str, list[dict[str, Any]]] = {}  # see _shared_claims
         self._node_verdicts: dict[str, dict[str, tuple[fw.Reason, ...]]] = {}  # see filter_node
         self._node_generation = -1
 
@@ -156,35 +160,27 @@ class Scheduler:
         spec = pod.get("spec") or {}
         reasons: list[fw.Reason] = []
         try:
-            requests = res.pod_requests(pod)
-            non_zero = res.pod_requests(pod, non_zero=True)
+            requests, non_zero = res.pod_request_totals(pod)
         except res.ResourceError as exc:
             requests, non_zero = {}, {}
             reasons.append(fw.Reason(fw.NODE_RESOURCES_FIT, str(exc), resolvable=False))
         dra = prefilter(self.cluster, pod, self.extended_classes())
+        if dra.to_allocate:
+            dra.shared_claims = self._shared_claims(dra)
         if self.filter_timeout is not None:
             dra.deadline = time.monotonic() + self.filter_timeout
         reasons.extend(dra.reasons)
         tolerations = list(spec.get("tolerations") or [])
-        node_shape = json.dumps(
-            [spec.get("nodeName"), spec.get("nodeSelector"), (spec.get("affinity") or {}).get("nodeAffinity"),
-             tolerations],
-            sort_keys=True,
-            separators=(",", ":"),
-        )
+        node_name, selector = spec.get("nodeName"), spec.get("nodeSelector")
+        affinity = (spec.get("affinity") or {}).get("nodeAffinity")
+        if node_name is None and not selector and not affinity and not tolerations:
+            node_shape = UNCONSTRAINED_NODE_SHAPE  # most pods: no JSON to write
+        else:
+            node_shape = canonical_json([node_name, selector, affinity, tolerations])
         fit_order = [r for r in (res.CPU, res.MEMORY, res.EPHEMERAL_STORAGE) if r in requests]
         fit_order += sorted(r for r in requests if r not in (res.CPU, res.MEMORY, res.EPHEMERAL_STORAGE))
-        shape = json.dumps(
-            [
-                node_shape,
-                sorted(requests.items()),
-                non_zero.get(res.CPU, 0),
-                non_zero.get(res.MEMORY, 0),
-                dra.signature,
-            ],
-            sort_keys=True,
-            separators=(",", ":"),
-        )
+        shape = (node_shape, tuple(sorted(requests.items())), non_zero.get(res.CPU, 0), non_zero.get(res.MEMORY, 0),
+                 dra.signature)
         return PodInfo(
             pod_key,
             pod,
@@ -198,6 +194,23 @@ class Scheduler:
             node_shape,
             tuple(fit_order),
         )
+
+    def _shared_claims(self, dra: DraPodState) -> list[dict[str, Any]]:
+        """What the allocator is asked about for the claims to allocate: copies of the first such claims seen with
+        `dra.signature` (which holds their specs' canonical JSON, so every pod with the signature has equal
+        specs), their metadata and spec only, never written. The allocator reads a claim spec and a request once
+        per object; a claim from a template has its own copy of both. Results do not depend on which claim asked:
+        only error messages name it (dra.filter_node asks again with the pod's own claims for those)."""
+        shared = self._claim_copies.get(dra.signature)
+        if shared is None:
+            if len(self._claim_copies) >= MAX_CACHED_SHAPES:
+                del self._claim_copies[next(iter(self._claim_copies))]
+            claims = self.cluster.claims
+            shared = self._claim_copies[dra.signature] = [
+                {key: copy_object(value) for key, value in claims[claim_key].items() if key != "status"}
+                for claim_key in dra.to_allocate
+            ]
+        return shared
 
     # ----- Filter -------------------------------------------------------------------------------
     def filter_node(self, info: PodInfo, node_name: str, all_reasons: bool = False, defer: bool = False) -> NodeEval:
@@ -439,9 +452,8 @@ class Scheduler:
         if best.deferred:
             best = self._with_allocations(info, best)
         allocations = self.policy.choose_allocations(self, info, best)
-        self._bind(info, best, allocations)
+        result.claims = self._bind(info, best, allocations)
         result.node = best.result.node
-        result.claims = self.cluster.pod_claim_keys(info.pod)
         return result
 
     def _with_allocations(self, info: PodInfo, deferred: NodeEval) -> NodeEval:
@@ -449,8 +461,8 @@ class Scheduler:
         are as they were when it was judged (its epoch is current), so the search finds what it would have."""
         node_name = deferred.result.node
         # one search on one node: it gets a Filter timeout of its own rather than what is left of the pod's
-        state = replace(info.dra, deadline=None)
-        verdict = dra_filter_node(self.cluster, info.pod, state, self.cluster.nodes[node_name], deferred.served)
+        verdict = dra_filter_node(self.cluster, info.pod, info.dra, self.cluster.nodes[node_name], deferred.served,
+                                  own_budget=True)
         if verdict.reasons or verdict.fatal or verdict.allocations is None:
             raise RuntimeError(f"internal error: node {node_name} was judged to fit pod {info.key}, but its search "
                                f"now says: {verdict.fatal or '; '.join(r.message for r in verdict.reasons)}")
@@ -474,7 +486,7 @@ class Scheduler:
         else:
             index.refresh(self, info)
         self._indexes[info.shape] = index  # most recently used last
-        chosen, processed, fatal = index.select(start, to_find)
+        chosen, keys, processed, fatal = index.select(start, to_find)
         if fatal is not None:  # re-run for this pod's own error message (it names the pod's claims)
             node_name = index.nodes[fatal]
             evaluation = self.filter_node(info, node_name)
@@ -487,9 +499,9 @@ class Scheduler:
             return result
         scores: Mapping[str, float]
         if index.nonplain == 0:
-            entries = plain_entries(index.plain, chosen)
-            best = index.evals[-max(entries)[1]]  # (score, -position): ties to the first name
-            scores = PlainScores(index.nodes, entries, chosen)
+            count = len(index.nodes)
+            best = index.evals[count - 1 - max(keys) % count]  # plain_key: ties to the first name
+            scores = PlainScores(index.nodes, keys, chosen)
         else:
             feasible = cast(list[NodeEval], [index.evals[i] for i in chosen])  # chosen positions hold verdicts
             scores = self.policy.combine(self, info, feasible)
@@ -497,7 +509,8 @@ class Scheduler:
         assert best is not None
         return self._finish(info, result, best, scores)
 
-    def _bind(self, info: PodInfo, chosen: NodeEval, allocations: list[dict[str, Any]] | None) -> None:
+    def _bind(self, info: PodInfo, chosen: NodeEval, allocations: list[dict[str, Any]] | None) -> list[str]:
+        """Bind the pod to the chosen node; returns its claim keys."""
         allocations = list(allocations or [])
         pairs = [(key, allocations[i]) for i, key in enumerate(info.dra.to_allocate)]  # bind copies
         special = None
@@ -508,7 +521,7 @@ class Scheduler:
             info.pod.setdefault("status", {})["extendedResourceClaimStatus"] = extended_claim_status(
                 info.dra, chosen.served
             )
-        self.cluster.bind(info.key, chosen.result.node, pairs, special)
+        return self.cluster.bind(info.key, chosen.result.node, pairs, special)
 
     def _post_filter(self, pod_key: str, result: fw.PodResult) -> bool:
         """DynamicResources PostFilter: an allocated claim that is usable on no node and reserved for nobody

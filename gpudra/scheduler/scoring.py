@@ -108,7 +108,8 @@ class Policy:
     node_allocations = True
 
     def plain_score(self, parts: Any) -> float | None:
-        """The node's final score when it does not depend on the other scored nodes, else None."""
+        """The node's final score when it does not depend on the other scored nodes, else None. Only an int is
+        used as such (ShapeIndex ranks plain scores as ints); any other value counts as not plain (`combine`)."""
         return None
 
     def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Iterator, Mapping
-from operator import itemgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,8 +27,10 @@ class ShapeIndex:
         count = len(self.nodes)
         self.evals: list[NodeEval | None] = [None] * count
         self.feasible: list[int] = []  # sorted node positions
+        # aligned with `feasible`: the node's plain score as one int that orders like (score, -position), so the
+        # best of a window is `max` of a slice at C speed (see `plain_key`); None where the score is not plain
+        self.keys: list[int | None] = []
         self.fatal: list[int] = []  # sorted node positions whose evaluation raised a fatal allocator error
-        self.plain: list[tuple[float, int] | None] = [None] * count  # (score, -position) when independent
         self.nonplain = 0  # feasible nodes whose score depends on the other scored nodes
         self.log_position = len(cluster.changes)
         for i, name in enumerate(self.nodes):
@@ -40,24 +41,26 @@ class ShapeIndex:
 
     def _set(self, scheduler: "Scheduler", i: int, evaluation: "NodeEval") -> None:
         old = self.evals[i]
+        feasible = self.feasible
         if old is not None:
             if old.fatal is not None:
                 self.fatal.remove(i)
             elif not old.result.reasons:
-                self.feasible.remove(i)
-                if self.plain[i] is None:
+                at = bisect_left(feasible, i)
+                del feasible[at]
+                if self.keys.pop(at) is None:
                     self.nonplain -= 1
         self.evals[i] = evaluation
-        self.plain[i] = None
         if evaluation.fatal is not None:
             insort(self.fatal, i)
         elif not evaluation.result.reasons:
-            insort(self.feasible, i)
             score = scheduler.policy.plain_score(evaluation.parts)
-            if score is None:
+            key = plain_key(score, i, len(self.nodes)) if type(score) is int else None
+            if key is None:
                 self.nonplain += 1
-            else:
-                self.plain[i] = (score, -i)
+            at = bisect_left(feasible, i)
+            feasible.insert(at, i)
+            self.keys.insert(at, key)
 
     def refresh(self, scheduler: "Scheduler", info: "PodInfo") -> None:
         cluster = scheduler.cluster
@@ -75,18 +78,21 @@ class ShapeIndex:
                 continue
             self._set(scheduler, i, scheduler.evaluate_fresh(info, name))
 
-    def select(self, start: int, to_find: int) -> tuple[list[int], int, int | None]:
-        """(feasible positions in scan order, nodes processed, fatal position hit first or None)."""
-        feasible = self.feasible
+    def select(self, start: int, to_find: int) -> tuple[list[int], list, int, int | None]:
+        """(feasible positions in scan order, their `keys`, nodes processed, fatal position hit first or None)."""
+        feasible, keys = self.feasible, self.keys
         count = len(self.nodes)
         split = bisect_left(feasible, start)
         if len(feasible) >= to_find:
             chosen = feasible[split : split + to_find]
+            chosen_keys = keys[split : split + to_find]
             if len(chosen) < to_find:
                 chosen = chosen + feasible[: to_find - len(chosen)]
+                chosen_keys = chosen_keys + keys[: to_find - len(chosen_keys)]
             processed = (chosen[-1] - start) % count + 1
         else:
             chosen = feasible[split:] + feasible[:split]
+            chosen_keys = keys[split:] + keys[:split]
             processed = count
         fatal_hit = None
         if self.fatal:
@@ -94,27 +100,30 @@ class ShapeIndex:
             first = self.fatal[at] if at < len(self.fatal) else self.fatal[0]
             if (first - start) % count < processed:
                 fatal_hit = first
-                chosen = [i for i in chosen if (i - start) % count < (first - start) % count]
-        return chosen, processed, fatal_hit
+                kept = [n for n, i in enumerate(chosen) if (i - start) % count < (first - start) % count]
+                chosen, chosen_keys = [chosen[n] for n in kept], [chosen_keys[n] for n in kept]
+        return chosen, chosen_keys, processed, fatal_hit
 
 
-def plain_entries(plain: list, chosen: list[int]) -> tuple:
-    """The (score, -position) entries of the chosen positions: a snapshot (the index's lists change as later pods
-    land), taken at C speed."""
-    return itemgetter(*chosen)(plain) if len(chosen) > 1 else tuple(plain[i] for i in chosen)
+def plain_key(score: int, position: int, count: int) -> int:
+    """One int for (score, -position) among `count` nodes: a higher score wins, then the lower position (the first
+    node name); `key // count` gives the score back and `count - 1 - key % count` the position."""
+    return score * count + (count - 1 - position)
 
 
 class PlainScores(Mapping[str, float]):
-    """node -> score for the scored nodes, built on first use (most callers only need the winner)."""
+    """node -> score for the scored nodes, built on first use (most callers only need the winner). `keys`: the
+    chosen positions' `plain_key`s, a snapshot (the index's lists change as later pods land)."""
 
-    def __init__(self, nodes: list[str], entries: tuple, chosen: list[int]):
-        self._source = (nodes, entries, chosen)
+    def __init__(self, nodes: list[str], keys: list[int], chosen: list[int]):
+        self._source = (nodes, keys, chosen)
         self._scores: dict[str, float] | None = None
 
     def _materialize(self) -> dict[str, float]:
         if self._scores is None:
-            nodes, entries, chosen = self._source
-            self._scores = {nodes[i]: entry[0] for i, entry in zip(chosen, entries)}
+            nodes, keys, chosen = self._source
+            count = len(nodes)
+            self._scores = {nodes[i]: key // count for i, key in zip(chosen, keys)}
         return self._scores
 
     def __getitem__(self, node: str) -> float:
