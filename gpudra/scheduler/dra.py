@@ -38,7 +38,8 @@ class DraPodState:
     extended_claim_name: str = ""
     signature: str = ""
     # per claim in to_allocate: a claim with an equal spec, shared by every pod with this `signature`
-    # (`Scheduler._shared_claims`), so that the allocator reads a spec once per shape, not once per claim
+    # (`Scheduler._shared_claims`), so that the allocator reads a spec once per shape, not once per claim; for
+    # searches that only say whether the claims fit (`filter_node`'s `defer`)
     shared_claims: list[dict[str, Any]] | None = None
     # One search budget for every node the pod is tried on (time.monotonic()); kube-scheduler runs the
     # nodes' Filters in parallel, so a pod waits about one Filter timeout, not one per node.
@@ -266,7 +267,10 @@ def filter_node(
                 ]
             )
     own_claims = [cluster.claims[key] for key in state.to_allocate]
-    claims = list(state.shared_claims) if state.shared_claims is not None else own_claims
+    # only a search that builds no allocations may ask about the shared claims: a result's shareID is derived
+    # from its claim's name
+    shared = defer and state.shared_claims is not None
+    claims = list(state.shared_claims or ()) if shared else own_claims
     special = extended_claim(pod, state, served) if served else None
     if special is not None:
         claims.append(special)
@@ -277,10 +281,10 @@ def filter_node(
         outcome: AllocationOutcome = fits(cluster.allocator(), node, claims, deadline=deadline)
     else:
         outcome = allocate(cluster.allocator(), node, claims, deadline=deadline)
-    if outcome.outcome == "error" and outcome.error != TIMED_OUT and state.shared_claims is not None:
+    if outcome.outcome == "error" and outcome.error != TIMED_OUT and shared:
         # an error message names a claim: search again with the pod's own (results would be the same)
         claims = own_claims + claims[len(own_claims):]
-        outcome = (fits if defer else allocate)(cluster.allocator(), node, claims, deadline=deadline)
+        outcome = fits(cluster.allocator(), node, claims, deadline=deadline)
     if outcome.outcome == "allocated":
         if outcome.deferred:  # one claim without firstAvailable (Allocator.fit_key): its Score is 0
             return DraVerdict([], None, special, first_available=0, deferred=True)

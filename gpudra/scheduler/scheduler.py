@@ -199,8 +199,9 @@ class Scheduler:
         """What the allocator is asked about for the claims to allocate: copies of the first such claims seen with
         `dra.signature` (which holds their specs' canonical JSON, so every pod with the signature has equal
         specs), their metadata and spec only, never written. The allocator reads a claim spec and a request once
-        per object; a claim from a template has its own copy of both. Results do not depend on which claim asked:
-        only error messages name it (dra.filter_node asks again with the pod's own claims for those)."""
+        per object; a claim from a template has its own copy of both. Whether claims fit does not depend on which
+        claim asks: only error messages name it (dra.filter_node asks again with the pod's own claims for those),
+        and the shareIDs of built allocations (so searches that build them use the pod's own claims)."""
         shared = self._claim_copies.get(dra.signature)
         if shared is None:
             if len(self._claim_copies) >= MAX_CACHED_SHAPES:
