@@ -428,10 +428,12 @@ class Cluster(Topology):
         return twin
 
     # ----- transitions --------------------------------------------------------------------------
-    def _account(self, key: str, pod: dict[str, Any], node: str, sign: int = 1) -> None:
+    def _account(self, key: str, pod: dict[str, Any], node: str, sign: int = 1,
+                 totals: tuple[dict[str, int], dict[str, int]] | None = None) -> None:
+        """`totals`: `res.pod_request_totals(pod)` where the caller has just read them."""
         usage = self.usage.setdefault(node, NodeUsage())
         try:
-            requests, non_zero = res.pod_request_totals(pod)
+            requests, non_zero = totals if totals is not None else res.pod_request_totals(pod)
         except res.ResourceError as exc:
             if sign > 0:
                 self.problems.append(f"pod {key}: {exc}; its requests are not counted")
@@ -508,9 +510,11 @@ class Cluster(Topology):
         node: str,
         allocations: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
         extended_claim: dict[str, Any] | None = None,
+        request_totals: tuple[dict[str, int], dict[str, int]] | None = None,
     ) -> list[str]:
         """Write the scheduler's decision: allocate claims, reserve every claim of the pod, set nodeName. Returns
-        the pod's claim keys (`pod_claim_keys`)."""
+        the pod's claim keys (`pod_claim_keys`). `request_totals`: the pod's `resources.pod_request_totals`, where
+        the caller read them in this cycle."""
         pod = self.pods[pod_key]
         if extended_claim is not None:
             self.claims[key_of(extended_claim)] = extended_claim
@@ -527,7 +531,7 @@ class Cluster(Topology):
         status["conditions"] = [
             c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"
         ] + [{"type": "PodScheduled", "status": "True"}]
-        self._account(pod_key, pod, node)
+        self._account(pod_key, pod, node, totals=request_totals)
         return claim_keys
 
     def mark_unschedulable(self, pod_key: str, message: str, reason: str = "Unschedulable") -> None:

@@ -84,6 +84,7 @@ class PodInfo:
     shape: tuple  # cache key: pods with equal shapes get equal verdicts on equal node states
     node_shape: str = ""  # the part of `shape` that the Node-object plugins read
     fit_order: tuple[str, ...] = ()  # requests in NodeResourcesFit's reporting order
+    non_zero: dict[str, int] = field(default_factory=dict)  # requests with the scoring defaults for cpu/memory
 
 
 @dataclass
@@ -193,6 +194,7 @@ class Scheduler:
             shape,
             node_shape,
             tuple(fit_order),
+            non_zero,
         )
 
     def _shared_claims(self, dra: DraPodState) -> list[dict[str, Any]]:
@@ -522,7 +524,8 @@ class Scheduler:
             info.pod.setdefault("status", {})["extendedResourceClaimStatus"] = extended_claim_status(
                 info.dra, chosen.served
             )
-        return self.cluster.bind(info.key, chosen.result.node, pairs, special)
+        totals = None if info.reasons else (info.requests, info.non_zero)
+        return self.cluster.bind(info.key, chosen.result.node, pairs, special, totals)
 
     def _post_filter(self, pod_key: str, result: fw.PodResult) -> bool:
         """DynamicResources PostFilter: an allocated claim that is usable on no node and reserved for nobody
