@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable
 
 from gpudra.errors import GpudraError
 
+from .classes import ClassInfo, ClassTable
 from .features import Features
 from .model import DeviceInfo, as_dict, as_list, as_str, quantity_nanos
 from .nodematch import NodeInfo, node_matches
@@ -53,33 +54,17 @@ class AllocationOutcome:
         return self.outcome == "allocated"
 
 
-class ClassInfo:
-    __slots__ = ("name", "raw", "selector_exprs", "empty_selector", "configs")
-
-    def __init__(self, raw: dict[str, Any]):
-        self.raw = raw
-        self.name = as_str(as_dict(raw.get("metadata")).get("name"))
-        spec = as_dict(raw.get("spec"))
-        exprs = []
-        self.empty_selector = None
-        for i, selector in enumerate(as_list(spec.get("selectors"))):
-            expression = as_dict(as_dict(selector).get("cel")).get("expression")
-            if not isinstance(expression, str) or not expression:
-                self.empty_selector = i if self.empty_selector is None else self.empty_selector
-                continue
-            exprs.append(expression)
-        self.selector_exprs = tuple(exprs)
-        self.configs = [c for c in as_list(spec.get("config")) if isinstance(c, dict)]
-
-
 class NodeView:
     """The pools one node sees, and per request shape the devices worth examining, in visiting order."""
 
-    __slots__ = ("node", "pools", "pool_by_id", "devices", "any_invalid", "candidates", "counter_flags", "fit_static")
+    __slots__ = ("node", "pools", "pool_by_id", "devices", "any_invalid", "candidates", "counter_flags", "fit_static",
+                 "sources")
 
     def __init__(self, node: NodeInfo, pools: list[Pool]):
         self.node = node
         self.pools = pools
+        # the slices behind the view, each once: an in-place edit of one of them makes the view stale
+        self.sources = list({id(s): s for p in pools for s in p.sources}.values())
         self.pool_by_id = {p.id: p for p in pools}
         self.devices: list[DeviceInfo] = [d for p in pools if p.usable for d in p.devices]
         self.any_invalid = any(p.invalid_reason is not None for p in pools)
@@ -99,21 +84,25 @@ class Allocator:
         features: "Features | str | None" = None,
         device_taint_rules: list[dict[str, Any]] | None = None,
     ):
-        self.features = Features.parse(features)
+        self.features = features if isinstance(features, Features) else Features.parse(features)
         if device_taint_rules and self.features.device_taints:
             slices = apply_device_taint_rules(list(slices or []), device_taint_rules, device_classes or [])
-        self.classes: dict[str, ClassInfo] = {}
-        for raw in device_classes or []:
-            info = ClassInfo(as_dict(raw))
-            self.classes[info.name] = info
-        self.index = SliceIndex.shared(list(slices or []), self.features)
+        # parsed classes and request readings, shared with other Allocators of the same class objects
+        table = ClassTable.shared(list(device_classes or []), self.features)
+        self.classes: dict[str, ClassInfo] = table.classes
+        self.static_requests: dict[tuple, tuple[dict, Any]] = table.static_requests  # see search.StaticRequest
+        self._slices = list(slices or [])
         self.state = AllocatedState(self.features)
         for claim in allocated_claims or []:
             self.state.add(claim)
+        self._index_slices()
+
+    def _index_slices(self) -> None:
+        """(Re)start from the shared index of the slices; every per-node cache starts empty."""
+        self.index = SliceIndex.shared(self._slices, self.features)
         self.evaluator = self.index.evaluator
         self._views: dict[tuple, NodeView] = self.index.views
         self._views_by_node: dict[int, tuple[dict, NodeView]] = {}
-        self.static_requests: dict[tuple, tuple[dict, Any]] = {}  # see search.StaticRequest
         self._pool_counters: dict[str, tuple[int, dict[str, dict[str, int]]]] = {}
         self._fit_memo: dict[tuple, str] = {}  # fit_key -> "allocated" | "unallocatable"
         self._fit_requests: dict[int, tuple[dict, tuple | None]] = {}  # id(claim spec) -> (spec, _fit_request)
@@ -129,6 +118,17 @@ class Allocator:
 
     # per-node caches ----------------------------------------------------------------------------
     def node_view(self, node: "dict | str | NodeInfo") -> NodeView:
+        """The node's pools and devices, from the cache unless a slice behind them was edited in place (a new
+        generation or resourceVersion): then the index of all slices is rebuilt."""
+        view = self._cached_view(node)
+        for info in view.sources:
+            if info.edited():
+                SliceIndex.discard(self.index)
+                self._index_slices()
+                return self._cached_view(node)
+        return view
+
+    def _cached_view(self, node: "dict | str | NodeInfo") -> NodeView:
         if isinstance(node, dict):
             # The scheduler asks about the same Node dicts over and over: remember their views,
             # re-checking name and labels so that an edited dict is not served a stale view.

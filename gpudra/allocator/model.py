@@ -186,12 +186,13 @@ class SliceInfo:
     __slots__ = (
         "raw", "name", "driver", "pool_name", "pool_id", "generation", "slice_count",
         "node_name", "node_selector", "all_nodes", "per_device_node_selection", "per_device_field_set",
-        "shared_counters", "_raw_devices", "_devices", "order", "counter_scope",
+        "shared_counters", "_raw_devices", "_devices", "order", "counter_scope", "stamp",
     )
 
     def __init__(self, raw: dict[str, Any], order: int, scoped_counters: bool = False):
         self.raw = raw
         self.order = order
+        self.stamp = object_stamp(raw)
         spec = as_dict(raw.get("spec"))
         self.name = as_str(as_dict(raw.get("metadata")).get("name"))
         self.driver = as_str(spec.get("driver"))
@@ -235,6 +236,10 @@ class SliceInfo:
                                                 for name, counters in device.consumes_counters]
         return self._devices
 
+    def edited(self) -> bool:
+        """Whether the slice object was edited in place since it was read (a new generation or resourceVersion)."""
+        return object_stamp(self.raw) != self.stamp
+
     @property
     def has_devices(self) -> bool:
         return bool(self._raw_devices)
@@ -244,3 +249,16 @@ class SliceInfo:
         """Some device has a bindingConditions list (even an empty one: upstream tests for nil)."""
         return any(as_dict(d).get("bindingConditions") is not None for d in self._raw_devices)
 
+
+
+def object_stamp(raw: Any) -> tuple[Any, Any, Any]:
+    """What changes whenever an API object changes: metadata.generation and metadata.resourceVersion (the API
+    server bumps them), and for a ResourceSlice spec.pool.generation (a driver bumps it with every change to
+    its pool). Caches keyed by an object's identity compare this to notice an object edited in place."""
+    metadata = raw.get("metadata") if isinstance(raw, dict) else None
+    if not isinstance(metadata, dict):
+        metadata = {}
+    spec = raw.get("spec") if isinstance(raw, dict) else None
+    pool = spec.get("pool") if isinstance(spec, dict) else None
+    return (metadata.get("generation"), metadata.get("resourceVersion"),
+            pool.get("generation") if isinstance(pool, dict) else None)

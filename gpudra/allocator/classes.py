@@ -1,0 +1,71 @@
+"""DeviceClasses as the allocator reads them, shared by every Allocator built from the same class objects.
+
+kube-scheduler builds one allocator per pod from its informer caches; what does not change between pods
+(parsed classes, the node-independent reading of each request) is kept here and reused while the class
+objects stay the same objects with the same generation (`object_stamp`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from .features import Features
+from .model import as_dict, as_list, as_str, object_stamp
+
+
+class ClassInfo:
+    __slots__ = ("name", "raw", "selector_exprs", "empty_selector", "configs")
+
+    def __init__(self, raw: dict[str, Any]):
+        self.raw = raw
+        self.name = as_str(as_dict(raw.get("metadata")).get("name"))
+        spec = as_dict(raw.get("spec"))
+        exprs = []
+        self.empty_selector = None
+        for i, selector in enumerate(as_list(spec.get("selectors"))):
+            expression = as_dict(as_dict(selector).get("cel")).get("expression")
+            if not isinstance(expression, str) or not expression:
+                self.empty_selector = i if self.empty_selector is None else self.empty_selector
+                continue
+            exprs.append(expression)
+        self.selector_exprs = tuple(exprs)
+        self.configs = [c for c in as_list(spec.get("config")) if isinstance(c, dict)]
+
+
+class ClassTable:
+    """The classes by name, and the cache of node-independent request readings (search.StaticRequest, which
+    depends on the classes and the feature gates: both are this table's key)."""
+
+    _shared: "OrderedDict[tuple, ClassTable]" = OrderedDict()
+    _shared_limit = 8
+
+    @classmethod
+    def shared(cls, device_classes: list[dict[str, Any]], features: Features) -> "ClassTable":
+        key = (features, tuple(map(id, device_classes)))
+        found = cls._shared.get(key)
+        if found is not None and found.current():
+            cls._shared.move_to_end(key)
+            return found
+        found = cls(device_classes)
+        cls._shared[key] = found  # the table keeps the dicts alive, so their ids stay unique
+        while len(cls._shared) > cls._shared_limit:
+            cls._shared.popitem(last=False)
+        return found
+
+    @classmethod
+    def forget_shared(cls) -> None:
+        cls._shared.clear()
+
+    def __init__(self, device_classes: list[dict[str, Any]]):
+        self.raws = [as_dict(raw) for raw in device_classes]
+        self.stamps = [object_stamp(raw) for raw in self.raws]
+        self.classes: dict[str, ClassInfo] = {}
+        for raw in self.raws:
+            info = ClassInfo(raw)
+            self.classes[info.name] = info
+        self.static_requests: dict[tuple, tuple[dict, Any]] = {}  # see Allocator.static_request
+
+    def current(self) -> bool:
+        """Whether no class object was edited in place since (its generation or resourceVersion changed)."""
+        return all(object_stamp(raw) == stamp for raw, stamp in zip(self.raws, self.stamps))
