@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable
 
 from gpudra.errors import GpudraError
 
+from .capacity import consumption, fits
 from .classes import ClassInfo, ClassTable
 from .features import Features
 from .model import DeviceInfo, as_dict, as_list, as_str, quantity_nanos
@@ -21,6 +22,8 @@ from .pools import Pool, SliceIndex
 from .selection import SelectorFailure, search_deadline
 from .state import AllocatedState
 from .taintrules import apply_device_taint_rules
+
+_Search: Any = None  # search.Search, imported on first use (search.py imports this module)
 
 MAX_RESULTS_PER_CLAIM = 32
 MAX_SHARED_ANSWERS = 50_000  # `fits` answers kept (a key holds every candidate's state: about 1 KB each)
@@ -58,7 +61,7 @@ class NodeView:
     """The pools one node sees, and per request shape the devices worth examining, in visiting order."""
 
     __slots__ = ("node", "pools", "pool_by_id", "devices", "any_invalid", "candidates", "counter_flags", "fit_static",
-                 "sources")
+                 "sources", "consumptions")
 
     def __init__(self, node: NodeInfo, pools: list[Pool]):
         self.node = node
@@ -73,6 +76,8 @@ class NodeView:
         self.counter_flags: dict[tuple, tuple[bool, bool]] = {}
         # per candidates key: what `Allocator.fit_key` needs of each candidate, or None when it cannot say
         self.fit_static: dict[tuple, tuple | None] = {}
+        # per (candidates key, requested capacity): see Allocator.consumptions
+        self.consumptions: dict[tuple, list[dict[str, int] | None]] = {}
 
 
 class Allocator:
@@ -102,7 +107,8 @@ class Allocator:
         self.index = SliceIndex.shared(self._slices, self.features)
         self.evaluator = self.index.evaluator
         self._views: dict[tuple, NodeView] = self.index.views
-        self._views_by_node: dict[int, tuple[dict, NodeView]] = {}
+        # per Node dict (by identity): its view; shared with the index (views depend on slices, name and labels)
+        self._views_by_node: dict[int, tuple[dict, NodeView]] = self.index.views_by_node
         self._pool_counters: dict[str, tuple[int, dict[str, dict[str, int]]]] = {}
         self._fit_memo: dict[tuple, str] = {}  # fit_key -> "allocated" | "unallocatable"
         self._fit_requests: dict[int, tuple[dict, tuple | None]] = {}  # id(claim spec) -> (spec, _fit_request)
@@ -181,6 +187,21 @@ class Allocator:
         view.counter_flags[key] = (bool(counting), any(d.taints for d in counting))
         return found
 
+    def consumptions(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple, capacity: dict[str, int],
+                     candidates: list) -> list[dict[str, int] | None]:
+        """Per candidate (in order): what allocating it for a request of `capacity` consumes, or None when it
+        cannot serve the request. Only for devices without multiple allocations, for which the answer depends
+        on nothing else (None for the others: their check depends on what is in use)."""
+        key = (class_info.name, class_info.selector_exprs, request_exprs, tuple(sorted(capacity.items())))
+        found = view.consumptions.get(key)
+        if found is None:
+            found = []
+            for device, _ in candidates:
+                consumed = None if device.allow_multiple else consumption(device, capacity)
+                found.append(consumed if consumed is not None and fits(device, consumed) else None)
+            view.consumptions[key] = found
+        return found
+
     def counter_flags(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple) -> tuple[bool, bool]:
         return view.counter_flags[(class_info.name, class_info.selector_exprs, request_exprs)]
 
@@ -201,13 +222,13 @@ class Allocator:
     def static_request(self, label: str, request: dict, full: str, allow_admin: bool) -> Any:
         """The node-independent part of a request (search.StaticRequest), cached per request dict (specs are
         immutable)."""
-        from .search import StaticRequest  # search.py imports this module
-
         cache = self.static_requests
         key = (id(request), label, full, allow_admin)
         found = cache.get(key)
         if found is not None and found[0] is request:
             return found[1]
+        from .search import StaticRequest  # search.py imports this module
+
         static = StaticRequest(self, label, request, full, allow_admin)
         if len(cache) > 100_000:
             cache.clear()
@@ -354,8 +375,11 @@ class Allocator:
         pod is tried on); the earlier of the two ends the search.
         `build` — False: only search; an "allocated" outcome comes `deferred`, without allocations.
         """
-        from .search import Search  # search.py imports this module
+        global _Search
+        if _Search is None:
+            from .search import Search  # search.py imports this module
 
+            _Search = Search
         if timeout is not None:
             own = time.monotonic() + timeout
             deadline = own if deadline is None else min(deadline, own)
@@ -364,7 +388,7 @@ class Allocator:
         try:
             with search_deadline(deadline):
                 view = self.node_view(node)
-                search = Search(self, view, claims, exclude_devices, deadline)
+                search = _Search(self, view, claims, exclude_devices, deadline)
                 allocations = search.run(build)
         except TimeoutError:  # a CEL evaluation that met the deadline
             return AllocationOutcome("error", error=TIMED_OUT, error_node_local=True)

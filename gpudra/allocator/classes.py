@@ -7,6 +7,7 @@ objects stay the same objects with the same generation (`object_stamp`).
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
 from typing import Any
 
@@ -39,23 +40,29 @@ class ClassTable:
 
     _shared: "OrderedDict[tuple, ClassTable]" = OrderedDict()
     _shared_limit = 8
+    _last: "tuple[Features, ClassTable] | None" = None  # the table handed out last (checked first)
 
     @classmethod
     def shared(cls, device_classes: list[dict[str, Any]], features: Features) -> "ClassTable":
+        last = cls._last
+        if last is not None and (last[0] is features or last[0] == features) and last[1].same(device_classes):
+            return last[1]
         key = (features, tuple(map(id, device_classes)))
         found = cls._shared.get(key)
         if found is not None and found.current():
             cls._shared.move_to_end(key)
-            return found
-        found = cls(device_classes)
-        cls._shared[key] = found  # the table keeps the dicts alive, so their ids stay unique
-        while len(cls._shared) > cls._shared_limit:
-            cls._shared.popitem(last=False)
+        else:
+            found = cls(device_classes)
+            cls._shared[key] = found  # the table keeps the dicts alive, so their ids stay unique
+            while len(cls._shared) > cls._shared_limit:
+                cls._shared.popitem(last=False)
+        cls._last = (features, found)
         return found
 
     @classmethod
     def forget_shared(cls) -> None:
         cls._shared.clear()
+        cls._last = None
 
     def __init__(self, device_classes: list[dict[str, Any]]):
         self.raws = [as_dict(raw) for raw in device_classes]
@@ -65,6 +72,11 @@ class ClassTable:
             info = ClassInfo(raw)
             self.classes[info.name] = info
         self.static_requests: dict[tuple, tuple[dict, Any]] = {}  # see Allocator.static_request
+
+    def same(self, device_classes: list[dict[str, Any]]) -> bool:
+        """Whether the table was built from these very objects, none edited in place since."""
+        return (len(device_classes) == len(self.raws) and all(map(operator.is_, device_classes, self.raws))
+                and self.current())
 
     def current(self) -> bool:
         """Whether no class object was edited in place since (its generation or resourceVersion changed)."""

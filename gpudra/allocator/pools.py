@@ -96,7 +96,8 @@ class SliceIndex:
         self.features = features
         self.key: tuple | None = None  # its key among the shared indexes
         self.evaluator = SelectorEvaluator(not features.stable_variant, features.list_type_attributes)
-        self.views: dict = {}
+        self.views: dict = {}  # NodeInfo.key -> allocator.NodeView
+        self.views_by_node: dict = {}  # id(Node dict) -> (the dict, its NodeView): see Allocator.node_view
         # 1.33/1.34 (features.combined_slices): a slice holds devices and the counter sets they consume, so a
         # slice with counter sets is a device slice like any other, and its counter sets are its own.
         self.combined = features.combined_slices

@@ -43,6 +43,9 @@ class RequestData:
     candidates: list[tuple[DeviceInfo, SelectorFailure | None]]
     counter_flags: tuple[bool, bool]  # (some candidate consumes counters, one of those has taints)
     all_mode: bool
+    # per candidate, what it consumes when it has no multiple allocations (None: it cannot serve the request);
+    # None with DRAConsumableCapacity off
+    consumed: list[dict[str, int] | None] | None = None
     num_devices: int = 0
     all_devices: list[DeviceInfo] | None = None  # allocationMode All: every device it takes
     ordered: bool = False  # try its devices as combinations (in candidate order), not permutations
@@ -254,6 +257,9 @@ class Search:
             counter_flags=self.allocator.counter_flags(self.view, class_info, static.exprs),
             all_mode=static.all_mode,
         )
+        if self.features.consumable_capacity:
+            rd.consumed = self.allocator.consumptions(self.view, class_info, static.exprs, static.capacity,
+                                                      rd.candidates)
         if not static.all_mode:
             rd.num_devices = static.count
             return rd
@@ -369,9 +375,16 @@ class Search:
                 continue
             if failure is not None:
                 raise AllocationError(failure.text(claim.label))
-            if consumable and self._capacity_ok(device, rd) is None:
-                continue
-            undo = self._allocate_device(ci, rd, device, must=False)
+            consumed = None
+            if consumable:
+                if device.allow_multiple:
+                    consumed = self._capacity_ok(device, rd)
+                else:
+                    assert rd.consumed is not None  # set with consumable capacity on
+                    consumed = rd.consumed[position]
+                if consumed is None:
+                    continue
+            undo = self._allocate_device(ci, rd, device, must=False, consumed=consumed)
             if undo is None:
                 continue
             rd.picks.append(position)
@@ -410,9 +423,10 @@ class Search:
     def _pool_of(self, device: DeviceInfo):
         return self.view.pool_by_id.get(device.slice.pool_id)
 
-    def _allocate_device(self, ci: int, rd: RequestData, device: DeviceInfo,
-                         must: bool) -> Callable[[], None] | None:
-        """Add one device to claim ci, or return None. Returns the undo function."""
+    def _allocate_device(self, ci: int, rd: RequestData, device: DeviceInfo, must: bool,
+                         consumed: dict[str, int] | None = None) -> Callable[[], None] | None:
+        """Add one device to claim ci, or return None. Returns the undo function. `consumed`: what the caller
+        found it consumes (_capacity_ok, just before: the check is not repeated); None: check here."""
         features = self.features
         claim = self.claims[ci]
         if self._in_use(ci, rd, device):
@@ -444,10 +458,10 @@ class Search:
                     )
                 return None
             added.append(constraint)
-        consumed: dict[str, int] | None = None
         share_id = None
         if features.consumable_capacity:
-            consumed = self._capacity_ok(device, rd)
+            if consumed is None:
+                consumed = self._capacity_ok(device, rd)
             if consumed is None:
                 for done in reversed(added):
                     done.remove(rd.base_name, rd.full_name, device)
