@@ -16,7 +16,7 @@ from gpudra.errors import GpudraError
 from .capacity import consumption, fits
 from .classes import ClassInfo, ClassTable
 from .features import Features
-from .model import DeviceInfo, as_dict, as_list, as_str, quantity_nanos
+from .model import DeviceInfo, as_dict, as_list, as_str, object_stamp, quantity_nanos
 from .nodematch import NodeInfo, node_matches
 from .pools import Pool, SliceIndex
 from .selection import SelectorFailure, search_deadline
@@ -95,7 +95,8 @@ class Allocator:
         # parsed classes and request readings, shared with other Allocators of the same class objects
         table = ClassTable.shared(list(device_classes or []), self.features)
         self.classes: dict[str, ClassInfo] = table.classes
-        self.static_requests: dict[tuple, tuple[dict, Any]] = table.static_requests  # see search.StaticRequest
+        self.static_requests: dict[tuple, tuple[dict, Any]] = table.static_requests  # see plan.StaticRequest
+        self.claim_plans: dict[int, Any] = table.claim_plans  # see claim_plan
         self._slices = list(slices or [])
         self.state = AllocatedState(self.features)
         for claim in allocated_claims or []:
@@ -220,20 +221,35 @@ class Allocator:
         return available
 
     def static_request(self, label: str, request: dict, full: str, allow_admin: bool) -> Any:
-        """The node-independent part of a request (search.StaticRequest), cached per request dict (specs are
+        """The node-independent part of a request (plan.StaticRequest), cached per request dict (specs are
         immutable)."""
         cache = self.static_requests
         key = (id(request), label, full, allow_admin)
         found = cache.get(key)
         if found is not None and found[0] is request:
             return found[1]
-        from .search import StaticRequest  # search.py imports this module
+        from .plan import StaticRequest  # plan.py imports this module
 
         static = StaticRequest(self, label, request, full, allow_admin)
         if len(cache) > 100_000:
             cache.clear()
         cache[key] = (request, static)
         return static
+
+    def claim_plan(self, claim: dict[str, Any]) -> Any:
+        """The node-independent reading of a claim (plan.ClaimPlan), cached per claim object while its
+        generation and resourceVersion stay the same."""
+        cache = self.claim_plans
+        found = cache.get(id(claim))
+        if found is not None and found.claim is claim and found.stamp == object_stamp(claim):
+            return found
+        from .plan import ClaimPlan  # plan.py imports this module
+
+        found = ClaimPlan(self, claim)
+        if len(cache) > 100_000:
+            cache.clear()
+        cache[id(claim)] = found
+        return found
 
     # feasibility shared between nodes -------------------------------------------------------------------
     def fit_key(self, view: NodeView, claims: list[dict[str, Any]]) -> tuple | None:

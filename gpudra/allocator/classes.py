@@ -35,7 +35,7 @@ class ClassInfo:
 
 
 class ClassTable:
-    """The classes by name, and the cache of node-independent request readings (search.StaticRequest, which
+    """The classes by name, and the cache of node-independent request readings (plan.StaticRequest, which
     depends on the classes and the feature gates: both are this table's key)."""
 
     _shared: "OrderedDict[tuple, ClassTable]" = OrderedDict()
@@ -72,6 +72,7 @@ class ClassTable:
             info = ClassInfo(raw)
             self.classes[info.name] = info
         self.static_requests: dict[tuple, tuple[dict, Any]] = {}  # see Allocator.static_request
+        self.claim_plans: dict[int, Any] = {}  # see Allocator.claim_plan
 
     def same(self, device_classes: list[dict[str, Any]]) -> bool:
         """Whether the table was built from these very objects, none edited in place since."""

@@ -128,7 +128,7 @@ class DeviceInfo:
         "key", "driver", "pool", "name", "raw", "slice", "index",
         "_attributes", "capacity", "consumes_counters",
         "taints", "binding_conditions", "binding_failure_conditions", "binds_to_node",
-        "allow_multiple", "node_name", "node_selector", "all_nodes",
+        "allow_multiple", "node_name", "node_selector", "all_nodes", "constraint_values",
     )
 
     def __init__(self, slice_info: "SliceInfo", raw: dict[str, Any], index: int):
@@ -140,6 +140,7 @@ class DeviceInfo:
         self.name = as_str(raw.get("name"))
         self.key = (self.driver, self.pool, self.name)
         self._attributes: dict[str, tuple[str, Any] | None] | None = None  # lookup_attribute's answers
+        self.constraint_values: dict[tuple[str, bool], Any] = {}  # constraints.attribute_values' answers
         self.capacity = {name: _capacity_info(value) for name, value in as_dict(raw.get("capacity")).items()}
         self.consumes_counters: list[tuple[str, dict[str, int]]] = []
         for entry in as_list(raw.get("consumesCounters")):

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .allocator import (
-    MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError, Allocator, ClassInfo, NodeView, capacity_requests,
-    first_short_counter,
+    MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError, Allocator, ClassInfo, NodeView, first_short_counter,
 )
 from .capacity import consumption, fits
-from .claims import claim_label, request_mode_and_count, taint_prevents_allocation
+from .claims import taint_prevents_allocation
 from .constraints import DistinctAttribute, MatchAttribute
-from .model import DeviceInfo, as_dict, as_list, as_str
+from .plan import StaticRequest
+from .model import DeviceInfo, as_dict
 from .results import build_allocation
 from .selection import SelectorFailure
 
@@ -52,56 +52,6 @@ class RequestData:
     picks: list[int] = field(default_factory=list)  # candidate positions picked so far
 
 
-class StaticRequest:
-    """What one request asks for, independent of the node; `error` is its first validation error
-    (in upstream's order: selectors, admin access, class, allocation mode)."""
-
-    __slots__ = ("error", "exprs", "class_info", "admin", "tolerations", "capacity", "all_mode", "count")
-
-    def __init__(self, allocator: Allocator, label: str, request: dict, full: str, allow_admin: bool):
-        self.error: str | None = None
-        self.class_info: ClassInfo | None = None
-        self.all_mode = False
-        self.count = 0
-        features = allocator.features
-        exprs: list[str] = []
-        for i, selector in enumerate(as_list(request.get("selectors"))):
-            expression = as_dict(as_dict(selector).get("cel")).get("expression")
-            if not expression or not isinstance(expression, str):
-                self.error = f"claim {label}, request {full}, selector #{i}: CEL expression empty (unsupported selector type?)"
-                return
-            exprs.append(expression)
-        self.exprs = tuple(exprs)
-        self.admin = bool(request.get("adminAccess")) and allow_admin and features.admin_access
-        self.tolerations = [t for t in as_list(request.get("tolerations")) if isinstance(t, dict)]
-        self.capacity = capacity_requests(request) if features.consumable_capacity else {}
-        if not features.admin_access and request.get("adminAccess") is not None:
-            self.error = f"claim {label}, request {full}: admin access is requested, but the feature is disabled"
-            return
-        class_name = as_str(request.get("deviceClassName"))
-        if not class_name:
-            self.error = f"claim {label}, request {full}: missing device class name (unsupported request type?)"
-            return
-        self.class_info = allocator.classes.get(class_name)
-        if self.class_info is None:
-            self.error = (
-                f"claim {label}, request {full}: could not retrieve device class {class_name}: "
-                f'deviceclasses.resource.k8s.io "{class_name}" not found'
-            )
-            return
-        if self.class_info.empty_selector is not None:
-            self.error = (
-                f"class {class_name}: selector #{self.class_info.empty_selector}: "
-                "CEL expression empty (unsupported selector type?)"
-            )
-            return
-        mode, self.count = request_mode_and_count(request)
-        if mode == "All":
-            self.all_mode = True
-        elif mode != "ExactCount":
-            self.error = f"claim {label}, request {full}: unsupported count mode {mode}"
-
-
 class RequestSlot:
     """A claim request: either one RequestData, or firstAvailable alternatives."""
 
@@ -124,9 +74,9 @@ class RequestSlot:
 class ClaimData:
     __slots__ = ("claim", "label", "requests", "constraints", "results")
 
-    def __init__(self, claim: dict[str, Any]):
+    def __init__(self, claim: dict[str, Any], label: str):
         self.claim = claim
-        self.label = claim_label(claim)
+        self.label = label
         self.requests: list[RequestSlot] = []
         self.constraints: list[MatchAttribute | DistinctAttribute] = []
         # (request, device, consumed capacity when shared, share ID when shared)
@@ -155,64 +105,28 @@ class Search:
 
     # pre-pass --------------------------------------------------------------------------------------
     def _prepare(self, claim: dict[str, Any]) -> ClaimData:
-        data = ClaimData(claim)
-        label = data.label
-        features = self.features
+        plan = self.allocator.claim_plan(claim)
+        data = ClaimData(claim, plan.label)
         min_devices = 0
-        spec_devices = as_dict(as_dict(claim.get("spec")).get("devices"))
-        for request in as_list(spec_devices.get("requests")):
-            request = as_dict(request)
-            name = as_str(request.get("name"))
-            slot = RequestSlot(name)
-            subrequests = [as_dict(sub) for sub in as_list(request.get("firstAvailable"))]
-            if subrequests and not features.prioritized_list:
-                raise AllocationError(
-                    f"claim {label}, request {name}: has subrequests, but the DRAPrioritizedList feature is disabled"
-                )
-            exactly = request.get("exactly")
-            if self.reject_capacity:
-                # Upstream tests the capacity field's presence, not its content.
-                if isinstance(exactly, dict) and exactly.get("capacity") is not None:
-                    raise AllocationError(
-                        f"claim {label}, request {name}: has capacity requests, but the DRAConsumableCapacity feature is disabled"
-                    )
-                for sub in subrequests:
-                    if sub.get("capacity") is not None:
-                        raise AllocationError(
-                            f"claim {label}, subrequest {as_str(sub.get('name'))}: has capacity requests, "
-                            "but the DRAConsumableCapacity feature is disabled"
-                        )
-            if subrequests:
-                slot.subrequests = [
-                    self._request_data(data, sub, name, f"{name}/{as_str(sub.get('name'))}", allow_admin=False)
-                    for sub in subrequests
-                ]
+        for request in plan.requests:
+            if request.error is not None:
+                raise AllocationError(request.error)
+            slot = RequestSlot(request.name)
+            if request.subrequests:
+                slot.subrequests = [self._request_data(data, *option) for option in request.options]
                 min_devices += min(s.num_devices for s in slot.subrequests)
             else:
-                if not isinstance(exactly, dict):
-                    raise AllocationError(f"claim {label}, request {name}: missing device class name (unsupported request type?)")
-                slot.data = self._request_data(data, exactly, name, name, allow_admin=True)
+                slot.data = self._request_data(data, *request.options[0])
                 min_devices += slot.data.num_devices
             data.requests.append(slot)
         if min_devices > MAX_RESULTS_PER_CLAIM:
             raise AllocationError(
-                f"claim {label}: number of requested devices {min_devices} exceeds the claim limit of {MAX_RESULTS_PER_CLAIM}"
+                f"claim {plan.label}: number of requested devices {min_devices} exceeds the claim limit of {MAX_RESULTS_PER_CLAIM}"
             )
-        for i, constraint in enumerate(as_list(spec_devices.get("constraints"))):
-            constraint = as_dict(constraint)
-            requests = [r for r in as_list(constraint.get("requests")) if isinstance(r, str)]
-            if isinstance(constraint.get("matchAttribute"), str):
-                data.constraints.append(
-                    MatchAttribute(requests, constraint["matchAttribute"], features.list_type_attributes)
-                )
-            elif isinstance(constraint.get("distinctAttribute"), str) and not features.stable_variant:
-                # incubating and experimental honour distinctAttribute even with DRAConsumableCapacity
-                # off; stable does not know it and reports an empty constraint.
-                data.constraints.append(
-                    DistinctAttribute(requests, constraint["distinctAttribute"], features.list_type_attributes)
-                )
-            else:
-                raise AllocationError(f"claim {label}, constraint #{i}: empty constraint (unsupported constraint type?)")
+        if plan.constraint_error is not None:
+            raise AllocationError(plan.constraint_error)
+        data.constraints = [kind(requests, attribute, self.features.list_type_attributes)
+                            for kind, requests, attribute in plan.constraints]
         return data
 
     def _mark_order_independent_requests(self) -> None:
@@ -243,8 +157,7 @@ class Search:
             found.extend(slot.subrequests if slot.subrequests is not None else [slot.option(0)])
         return found
 
-    def _request_data(self, claim: ClaimData, request: dict, base: str, full: str, allow_admin: bool) -> RequestData:
-        static = self._static_request(claim.label, request, full, allow_admin)
+    def _request_data(self, claim: ClaimData, static: StaticRequest, request: dict, base: str, full: str) -> RequestData:
         if static.error is not None:
             raise AllocationError(static.error)
         label = claim.label
@@ -285,9 +198,6 @@ class Search:
         rd.all_devices = devices
         rd.num_devices = len(devices)
         return rd
-
-    def _static_request(self, label: str, request: dict, full: str, allow_admin: bool) -> "StaticRequest":
-        return self.allocator.static_request(label, request, full, allow_admin)
 
     # search ------------------------------------------------------------------------------------------
     def run(self, build: bool = True) -> list[dict[str, Any]] | None:
@@ -384,7 +294,7 @@ class Search:
                     consumed = rd.consumed[position]
                 if consumed is None:
                     continue
-            undo = self._allocate_device(ci, rd, device, must=False, consumed=consumed)
+            undo = self._allocate_device(ci, rd, device, must=False, consumed=consumed, checked=True)
             if undo is None:
                 continue
             rd.picks.append(position)
@@ -424,12 +334,13 @@ class Search:
         return self.view.pool_by_id.get(device.slice.pool_id)
 
     def _allocate_device(self, ci: int, rd: RequestData, device: DeviceInfo, must: bool,
-                         consumed: dict[str, int] | None = None) -> Callable[[], None] | None:
+                         consumed: dict[str, int] | None = None, checked: bool = False) -> Callable[[], None] | None:
         """Add one device to claim ci, or return None. Returns the undo function. `consumed`: what the caller
-        found it consumes (_capacity_ok, just before: the check is not repeated); None: check here."""
+        found it consumes (_capacity_ok, just before: the check is not repeated); None: check here. `checked`:
+        the caller found it not in use, just before."""
         features = self.features
         claim = self.claims[ci]
-        if self._in_use(ci, rd, device):
+        if not checked and self._in_use(ci, rd, device):
             return None
         key = device.key
         multi = device.allow_multiple and features.consumable_capacity
