@@ -16,7 +16,7 @@ from gpudra.errors import GpudraError
 from .capacity import consumption, fits
 from .classes import ClassInfo, ClassTable
 from .features import Features
-from .model import DeviceInfo, as_dict, as_list, as_str, object_stamp, quantity_nanos
+from .model import DeviceInfo, as_dict, as_list, object_stamp, quantity_nanos
 from .nodematch import NodeInfo, node_matches
 from .pools import Pool, SliceIndex
 from .selection import SelectorFailure, search_deadline
@@ -92,16 +92,19 @@ class Allocator:
         self.features = features if isinstance(features, Features) else Features.parse(features)
         if device_taint_rules and self.features.device_taints:
             slices = apply_device_taint_rules(list(slices or []), device_taint_rules, device_classes or [])
-        # parsed classes and request readings, shared with other Allocators of the same class objects
-        table = ClassTable.shared(list(device_classes or []), self.features)
-        self.classes: dict[str, ClassInfo] = table.classes
-        self.static_requests: dict[tuple, tuple[dict, Any]] = table.static_requests  # see plan.StaticRequest
-        self.claim_plans: dict[int, Any] = table.claim_plans  # see claim_plan
+        self._device_classes = list(device_classes or [])
+        self._read_classes()
         self._slices = list(slices or [])
         self.state = AllocatedState(self.features)
         for claim in allocated_claims or []:
             self.state.add(claim)
         self._index_slices()
+
+    def _read_classes(self) -> None:
+        """Parsed classes and request readings, shared with other Allocators of the same class objects."""
+        table = ClassTable.shared(self._device_classes, self.features)
+        self.classes: dict[str, ClassInfo] = table.classes
+        self.claim_plans: dict[int, Any] = table.claim_plans  # see claim_plan
 
     def _index_slices(self) -> None:
         """(Re)start from the shared index of the slices; every per-node cache starts empty."""
@@ -112,7 +115,6 @@ class Allocator:
         self._views_by_node: dict[int, tuple[dict, NodeView]] = self.index.views_by_node
         self._pool_counters: dict[str, tuple[int, dict[str, dict[str, int]]]] = {}
         self._fit_memo: dict[tuple, str] = {}  # fit_key -> "allocated" | "unallocatable"
-        self._fit_requests: dict[int, tuple[dict, tuple | None]] = {}  # id(claim spec) -> (spec, _fit_request)
         self.fit_hits = 0  # `fits` answers taken from another node's search
         self.fit_searches = 0  # `fits` searches whose answer was remembered
 
@@ -221,20 +223,10 @@ class Allocator:
         return available
 
     def static_request(self, label: str, request: dict, full: str, allow_admin: bool) -> Any:
-        """The node-independent part of a request (plan.StaticRequest), cached per request dict (specs are
-        immutable)."""
-        cache = self.static_requests
-        key = (id(request), label, full, allow_admin)
-        found = cache.get(key)
-        if found is not None and found[0] is request:
-            return found[1]
+        """The node-independent part of a request (plan.StaticRequest); kept with its claim's plan."""
         from .plan import StaticRequest  # plan.py imports this module
 
-        static = StaticRequest(self, label, request, full, allow_admin)
-        if len(cache) > 100_000:
-            cache.clear()
-        cache[key] = (request, static)
-        return static
+        return StaticRequest(self, label, request, full, allow_admin)
 
     def claim_plan(self, claim: dict[str, Any]) -> Any:
         """The node-independent reading of a claim (plan.ClaimPlan), cached per claim object while its
@@ -242,7 +234,10 @@ class Allocator:
         cache = self.claim_plans
         found = cache.get(id(claim))
         if found is not None and found.claim is claim and found.stamp == object_stamp(claim):
-            return found
+            if not any(info.edited() for info in found.classes):
+                return found
+            self._read_classes()  # a class was edited in place: read them all again
+            cache = self.claim_plans
         from .plan import ClaimPlan  # plan.py imports this module
 
         found = ClaimPlan(self, claim)
@@ -315,34 +310,28 @@ class Allocator:
 
     def _fit_request(self, claim: dict[str, Any]) -> tuple | None:
         """The node-independent part of `fit_key` for one claim, or None when the claim is not of its shape;
-        cached per claim spec (specs are immutable)."""
-        spec = claim.get("spec")
-        if not isinstance(spec, dict):
-            return None
-        cached = self._fit_requests.get(id(spec))
-        if cached is not None and cached[0] is spec:
-            return cached[1]
+        kept with the claim's plan."""
+        plan = self.claim_plan(claim)
+        if plan.fit_request is not False:
+            return plan.fit_request
         found = None
-        spec_devices = as_dict(spec.get("devices"))
+        spec_devices = as_dict(as_dict(claim.get("spec")).get("devices"))
         requests = as_list(spec_devices.get("requests"))
         request = requests[0] if len(requests) == 1 else None
         match = _single_match_attribute(spec_devices.get("constraints"), request)
         if spec_devices.get("constraints") and match is None:
             request = None
         exactly = request.get("exactly") if isinstance(request, dict) and request.get("firstAvailable") is None else None
-        if isinstance(exactly, dict) and exactly.get("adminAccess") is None:
-            from .claims import claim_label
-
-            static = self.static_request(claim_label(claim), exactly, as_str((request or {}).get("name")), True)
+        if (isinstance(exactly, dict) and exactly.get("adminAccess") is None and len(plan.requests) == 1
+                and plan.requests[0].error is None and not plan.requests[0].subrequests):
+            static = plan.requests[0].options[0][0]
             if static.error is None and not static.all_mode and not static.admin and (
                 0 < static.count <= MAX_RESULTS_PER_CLAIM
             ):
                 class_info = static.class_info
                 found = ((class_info.name, class_info.selector_exprs, static.exprs), class_info, static.exprs,
                          tuple(sorted(static.capacity.items())), static.count, match)
-        if len(self._fit_requests) > 100_000:
-            self._fit_requests.clear()
-        self._fit_requests[id(spec)] = (spec, found)
+        plan.fit_request = found
         return found
 
     def fits(

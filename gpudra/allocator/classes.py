@@ -16,10 +16,11 @@ from .model import as_dict, as_list, as_str, object_stamp
 
 
 class ClassInfo:
-    __slots__ = ("name", "raw", "selector_exprs", "empty_selector", "configs")
+    __slots__ = ("name", "raw", "selector_exprs", "empty_selector", "configs", "stamp")
 
     def __init__(self, raw: dict[str, Any]):
         self.raw = raw
+        self.stamp = object_stamp(raw)
         self.name = as_str(as_dict(raw.get("metadata")).get("name"))
         spec = as_dict(raw.get("spec"))
         exprs = []
@@ -33,10 +34,14 @@ class ClassInfo:
         self.selector_exprs = tuple(exprs)
         self.configs = [c for c in as_list(spec.get("config")) if isinstance(c, dict)]
 
+    def edited(self) -> bool:
+        """Whether the class object was edited in place since it was read (a new generation or resourceVersion)."""
+        return object_stamp(self.raw) != self.stamp
+
 
 class ClassTable:
-    """The classes by name, and the cache of node-independent request readings (plan.StaticRequest, which
-    depends on the classes and the feature gates: both are this table's key)."""
+    """The classes by name, and the cache of claim readings (plan.ClaimPlan, which depends on the classes and
+    the feature gates: both are this table's key)."""
 
     _shared: "OrderedDict[tuple, ClassTable]" = OrderedDict()
     _shared_limit = 8
@@ -66,12 +71,10 @@ class ClassTable:
 
     def __init__(self, device_classes: list[dict[str, Any]]):
         self.raws = [as_dict(raw) for raw in device_classes]
-        self.stamps = [object_stamp(raw) for raw in self.raws]
+        self.infos = [ClassInfo(raw) for raw in self.raws]
         self.classes: dict[str, ClassInfo] = {}
-        for raw in self.raws:
-            info = ClassInfo(raw)
+        for info in self.infos:
             self.classes[info.name] = info
-        self.static_requests: dict[tuple, tuple[dict, Any]] = {}  # see Allocator.static_request
         self.claim_plans: dict[int, Any] = {}  # see Allocator.claim_plan
 
     def same(self, device_classes: list[dict[str, Any]]) -> bool:
@@ -81,4 +84,4 @@ class ClassTable:
 
     def current(self) -> bool:
         """Whether no class object was edited in place since (its generation or resourceVersion changed)."""
-        return all(object_stamp(raw) == stamp for raw, stamp in zip(self.raws, self.stamps))
+        return not any(info.edited() for info in self.infos)

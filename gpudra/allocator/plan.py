@@ -87,11 +87,12 @@ class RequestPlan:
 
 
 class ClaimPlan:
-    __slots__ = ("claim", "stamp", "label", "requests", "constraints", "constraint_error")
+    __slots__ = ("claim", "stamp", "label", "requests", "constraints", "constraint_error", "classes", "fit_request")
 
     def __init__(self, allocator: "Allocator", claim: dict[str, Any]):
         self.claim = claim
         self.stamp = object_stamp(claim)
+        self.fit_request: Any = False  # Allocator._fit_request's answer once asked (False: not yet)
         self.label = label = claim_label(claim)
         features = allocator.features
         # Upstream tests the capacity field's presence, not its content (not in stable, which ignores it).
@@ -123,6 +124,9 @@ class ClaimPlan:
                 plan.error = f"claim {label}, request {name}: missing device class name (unsupported request type?)"
             else:
                 plan.options.append((allocator.static_request(label, exactly, name, True), exactly, name, name))
+        # the classes the requests name: a plan is stale once one of them is edited in place
+        self.classes = list({id(option[0].class_info): option[0].class_info for request in self.requests
+                             for option in request.options if option[0].class_info is not None}.values())
         self.constraints: list[tuple[type[MatchAttribute] | type[DistinctAttribute], list[str], str]] = []
         self.constraint_error: str | None = None
         for i, constraint in enumerate(as_list(spec_devices.get("constraints"))):
