@@ -61,7 +61,7 @@ class NodeView:
     """The pools one node sees, and per request shape the devices worth examining, in visiting order."""
 
     __slots__ = ("node", "pools", "pool_by_id", "devices", "any_invalid", "candidates", "counter_flags", "fit_static",
-                 "sources", "consumptions")
+                 "sources", "consumptions", "shapes")
 
     def __init__(self, node: NodeInfo, pools: list[Pool]):
         self.node = node
@@ -78,6 +78,7 @@ class NodeView:
         self.fit_static: dict[tuple, tuple | None] = {}
         # per (candidates key, requested capacity): see Allocator.consumptions
         self.consumptions: dict[tuple, list[dict[str, int] | None]] = {}
+        self.shapes: dict[tuple, tuple] = {}  # see Allocator.request_shape
 
 
 class Allocator:
@@ -203,6 +204,19 @@ class Allocator:
                 consumed = None if device.allow_multiple else consumption(device, capacity)
                 found.append(consumed if consumed is not None and fits(device, consumed) else None)
             view.consumptions[key] = found
+        return found
+
+    def request_shape(self, view: NodeView, static: Any) -> tuple:
+        """(candidates, counter_flags, consumptions or None) of a request (plan.StaticRequest) on the node: one
+        lookup per request and call instead of three."""
+        found = view.shapes.get(static.shape)
+        if found is None:
+            class_info = static.class_info
+            candidates = self.candidates(view, class_info, static.exprs)
+            consumed = self.consumptions(view, class_info, static.exprs, static.capacity, candidates) if (
+                self.features.consumable_capacity) else None
+            found = view.shapes[static.shape] = (candidates, self.counter_flags(view, class_info, static.exprs),
+                                                 consumed)
         return found
 
     def counter_flags(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple) -> tuple[bool, bool]:

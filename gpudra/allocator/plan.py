@@ -26,13 +26,16 @@ class StaticRequest:
     """What one request asks for, independent of the node; `error` is its first validation error
     (in upstream's order: selectors, admin access, class, allocation mode)."""
 
-    __slots__ = ("error", "exprs", "class_info", "admin", "tolerations", "capacity", "all_mode", "count")
+    __slots__ = ("error", "exprs", "class_info", "admin", "tolerations", "capacity", "all_mode", "count", "shape")
 
     def __init__(self, allocator: Allocator, label: str, request: dict, full: str, allow_admin: bool):
         self.error: str | None = None
         self.class_info: ClassInfo | None = None
         self.all_mode = False
         self.count = 0
+        # what the request's candidates on a node depend on (Allocator.request_shape's key): class, selectors,
+        # requested capacity
+        self.shape: tuple = ()
         features = allocator.features
         exprs: list[str] = []
         for i, selector in enumerate(as_list(request.get("selectors"))):
@@ -65,6 +68,8 @@ class StaticRequest:
                 "CEL expression empty (unsupported selector type?)"
             )
             return
+        self.shape = (self.class_info.name, self.class_info.selector_exprs, self.exprs,
+                      tuple(sorted(self.capacity.items())))
         mode, self.count = request_mode_and_count(request)
         if mode == "All":
             self.all_mode = True

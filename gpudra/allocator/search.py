@@ -163,16 +163,12 @@ class Search:
         label = claim.label
         class_info = static.class_info
         assert class_info is not None  # a request without a class has an error
+        candidates, counter_flags, consumed = self.allocator.request_shape(self.view, static)
         rd = RequestData(
             raw=request, full_name=full, base_name=base, class_info=class_info, request_exprs=static.exprs,
             admin=static.admin, tolerations=static.tolerations, capacity=static.capacity,
-            candidates=self.allocator.candidates(self.view, class_info, static.exprs),
-            counter_flags=self.allocator.counter_flags(self.view, class_info, static.exprs),
-            all_mode=static.all_mode,
+            candidates=candidates, counter_flags=counter_flags, all_mode=static.all_mode, consumed=consumed,
         )
-        if self.features.consumable_capacity:
-            rd.consumed = self.allocator.consumptions(self.view, class_info, static.exprs, static.capacity,
-                                                      rd.candidates)
         if not static.all_mode:
             rd.num_devices = static.count
             return rd
@@ -206,10 +202,56 @@ class Search:
         depth = sum(1 + len(c.requests) + MAX_RESULTS_PER_CLAIM for c in self.claims) + 200
         if sys.getrecursionlimit() < depth + 500:
             sys.setrecursionlimit(depth + 500)
-        result = self._allocate_one(0, 0, 0, 0, False)
+        result = self._first_fitting() if self._independent_picks() else self._allocate_one(0, 0, 0, 0, False)
         if result is not True:
             return None
         return [build_allocation(self, claim) for claim in self.claims] if build else []
+
+    def _independent_picks(self) -> bool:
+        """One claim with one ExactCount request and no constraints, none of whose candidates consumes counters:
+        then whether a device can be picked does not depend on the other picks (a device serves a request once;
+        taints, selectors and capacity are the device's own), so the depth-first search's first solution is
+        the first `count` devices that can be picked, in candidate order (a level that finds none means no
+        solution: a later device that fits would have been found there). It also meets a selector error at the
+        same device as the search."""
+        if len(self.claims) != 1:
+            return False
+        claim = self.claims[0]
+        if len(claim.requests) != 1 or claim.constraints or claim.requests[0].subrequests is not None:
+            return False
+        rd = claim.requests[0].data
+        return rd is not None and not rd.all_mode and rd.ordered and not rd.counter_flags[0]
+
+    def _first_fitting(self) -> bool:
+        """The search for `_independent_picks` claims, without backtracking."""
+        claim = self.claims[0]
+        rd = claim.requests[0].data
+        assert rd is not None  # _independent_picks checked it
+        needed = rd.num_devices
+        if needed <= 0:
+            return True
+        consumable = self.features.consumable_capacity
+        consumptions = rd.consumed
+        for position, (device, failure) in enumerate(rd.candidates):
+            if self._in_use(0, rd, device):
+                continue
+            if failure is not None:
+                raise AllocationError(failure.text(claim.label))
+            consumed = None
+            if consumable:
+                if device.allow_multiple:
+                    consumed = self._capacity_ok(device, rd)
+                else:
+                    assert consumptions is not None  # set with consumable capacity on
+                    consumed = consumptions[position]
+                if consumed is None:
+                    continue
+            if self._allocate_device(0, rd, device, must=False, consumed=consumed, checked=True) is None:
+                continue
+            needed -= 1
+            if not needed:
+                return True
+        return False
 
     def _capacity_ok(self, device: DeviceInfo, rd: RequestData) -> dict[str, int] | None:
         consumed = consumption(device, rd.capacity)
