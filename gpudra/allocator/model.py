@@ -256,10 +256,12 @@ def object_stamp(raw: Any) -> tuple[Any, Any, Any]:
     """What changes whenever an API object changes: metadata.generation and metadata.resourceVersion (the API
     server bumps them), and for a ResourceSlice spec.pool.generation (a driver bumps it with every change to
     its pool). Caches keyed by an object's identity compare this to notice an object edited in place."""
-    metadata = raw.get("metadata") if isinstance(raw, dict) else None
-    if not isinstance(metadata, dict):
-        metadata = {}
-    spec = raw.get("spec") if isinstance(raw, dict) else None
-    pool = spec.get("pool") if isinstance(spec, dict) else None
+    if type(raw) is not dict:
+        return (None, None, None)
+    metadata = raw.get("metadata")
+    spec = raw.get("spec")
+    pool = spec.get("pool") if type(spec) is dict else None
+    if type(metadata) is not dict:
+        return (None, None, pool.get("generation") if type(pool) is dict else None)
     return (metadata.get("generation"), metadata.get("resourceVersion"),
-            pool.get("generation") if isinstance(pool, dict) else None)
+            pool.get("generation") if type(pool) is dict else None)
