@@ -78,7 +78,7 @@ class NodeView:
         self.fit_static: dict[tuple, tuple | None] = {}
         # per (candidates key, requested capacity): see Allocator.consumptions
         self.consumptions: dict[tuple, list[dict[str, int] | None]] = {}
-        self.shapes: dict[tuple, tuple] = {}  # see Allocator.request_shape
+        self.shapes: dict[int, tuple] = {}  # see Allocator.request_shape
 
 
 class Allocator:

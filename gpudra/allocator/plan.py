@@ -10,6 +10,7 @@ resourceVersion: model.object_stamp).
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any
 
 from .allocator import capacity_requests
@@ -20,6 +21,21 @@ from .model import as_dict, as_list, as_str, object_stamp
 
 if TYPE_CHECKING:
     from .allocator import Allocator
+
+
+_SHAPE_IDS: dict[tuple, int] = {}
+_NEXT_SHAPE_ID = itertools.count()
+
+
+def shape_id(shape: tuple) -> int:
+    """A number for a request shape, the same for equal shapes: per-node caches key on it (an int hashes at once;
+    the nested tuple would be hashed on every lookup). Numbers are never reused, even after the table is cleared."""
+    found = _SHAPE_IDS.get(shape)
+    if found is None:
+        if len(_SHAPE_IDS) > 100_000:
+            _SHAPE_IDS.clear()
+        found = _SHAPE_IDS[shape] = next(_NEXT_SHAPE_ID)
+    return found
 
 
 class StaticRequest:
@@ -34,8 +50,8 @@ class StaticRequest:
         self.all_mode = False
         self.count = 0
         # what the request's candidates on a node depend on (Allocator.request_shape's key): class, selectors,
-        # requested capacity
-        self.shape: tuple = ()
+        # requested capacity, as a number (shape_id)
+        self.shape = -1
         features = allocator.features
         exprs: list[str] = []
         for i, selector in enumerate(as_list(request.get("selectors"))):
@@ -68,8 +84,8 @@ class StaticRequest:
                 "CEL expression empty (unsupported selector type?)"
             )
             return
-        self.shape = (self.class_info.name, self.class_info.selector_exprs, self.exprs,
-                      tuple(sorted(self.capacity.items())))
+        self.shape = shape_id((self.class_info.name, self.class_info.selector_exprs, self.exprs,
+                               tuple(sorted(self.capacity.items()))))
         mode, self.count = request_mode_and_count(request)
         if mode == "All":
             self.all_mode = True

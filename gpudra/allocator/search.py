@@ -25,6 +25,7 @@ from .model import DeviceInfo, as_dict
 from .results import build_allocation
 from .selection import SelectorFailure
 
+_NOTHING: frozenset = frozenset()
 MAXSIZE = object()  # "this branch needs more than 32 results": try the next subrequest
 
 
@@ -90,7 +91,7 @@ class Search:
         self.features = allocator.features
         self.state = allocator.state
         self.view = view
-        self.excluded = frozenset(excluded or ())
+        self.excluded = frozenset(excluded) if excluded else _NOTHING
         self.deadline = deadline  # time.monotonic() instant, or None
         self.steps = 0
         self.allocating: dict[tuple, set[int]] = {}
@@ -139,13 +140,14 @@ class Search:
         rejected by taints or constraints leaks its counter consumption for the rest of the call
         (any such risk anywhere disables the shortcut everywhere).
         """
-        if self.features.stable_variant:
-            taints = self.features.device_taints
-            for claim in self.claims:
-                for rd in self._all_request_data(claim):
-                    any_counters, tainted_counters = rd.counter_flags
-                    if any_counters and (claim.constraints or (taints and tainted_counters)):
-                        return
+        if not self.features.stable_variant:
+            return  # requests start out ordered there (_request_data)
+        taints = self.features.device_taints
+        for claim in self.claims:
+            for rd in self._all_request_data(claim):
+                any_counters, tainted_counters = rd.counter_flags
+                if any_counters and (claim.constraints or (taints and tainted_counters)):
+                    return
         for claim in self.claims:
             for rd in self._all_request_data(claim):
                 rd.ordered = True
@@ -168,6 +170,7 @@ class Search:
             raw=request, full_name=full, base_name=base, class_info=class_info, request_exprs=static.exprs,
             admin=static.admin, tolerations=static.tolerations, capacity=static.capacity,
             candidates=candidates, counter_flags=counter_flags, all_mode=static.all_mode, consumed=consumed,
+            ordered=not self.features.stable_variant,  # stable: see _mark_order_independent_requests
         )
         if not static.all_mode:
             rd.num_devices = static.count
