@@ -12,7 +12,8 @@ Two numbers per scenario:
 Scenarios: `one-gpu` (1 GPU of class gpu.nvidia.com), `nvlink-8` (8 GPUs with
 matchAttribute gpu.nvidia.com/nvlinkDomain), `file` (the pending claims in FILE, jointly).
 Default: `file` when FILE has pending claims, else both built-in ones. Rates are given by
-the wall clock and per CPU-second of this process (the same on an idle machine).
+the wall clock and per CPU-second of this process (the same on an idle machine), each the
+median of 5 timing windows.
 Generate clusters with benchmarks/gen_cluster.py. With --json the last line is one JSON
 object {"allocate_per_s": …, "per_pod_per_s": …} for the first scenario, with every
 scenario under "scenarios".
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from typing import Any, Callable
@@ -42,21 +44,27 @@ from gpudra.allocator import Allocator, Features  # noqa: E402
 from gpudra.api.load import LoadError, load_objects  # noqa: E402
 
 
-def rate(action: Callable[[], Any], min_seconds: float, min_runs: int = 20) -> tuple[float, float]:
-    """Calls per second of `action` by the wall clock and per second of this process's CPU time,
-    timed over at least `min_seconds` and `min_runs` calls. The CPU figure is what an idle
-    machine would show when other work competes for the cores."""
+def rate(action: Callable[[], Any], min_seconds: float, min_runs: int = 20, windows: int = 5) -> tuple[float, float]:
+    """Calls per second of `action` by the wall clock and per second of this process's CPU time: the median
+    over `windows` timing windows that together take at least `min_seconds` and `min_runs` calls (a median,
+    so that a burst of other work on a shared machine moves it less than one long average). The CPU figure is
+    what an idle machine would show when other work competes for the cores."""
     action()  # warm-up: first-call caches (CEL compilation, indexes) are not steady state
-    runs = 0
-    start, cpu_start = time.perf_counter(), time.process_time()
-    deadline = start + min_seconds
-    while True:
-        action()
-        runs += 1
-        now = time.perf_counter()
-        if runs >= min_runs and now >= deadline:
-            cpu = max(time.process_time() - cpu_start, 1e-9)
-            return runs / (now - start), runs / cpu
+    wall_rates, cpu_rates = [], []
+    for _ in range(windows):
+        runs = 0
+        start, cpu_start = time.perf_counter(), time.process_time()
+        deadline = start + min_seconds / windows
+        while True:
+            action()
+            runs += 1
+            now = time.perf_counter()
+            if runs >= max(1, min_runs // windows) and now >= deadline:
+                cpu = max(time.process_time() - cpu_start, 1e-9)
+                wall_rates.append(runs / (now - start))
+                cpu_rates.append(runs / cpu)
+                break
+    return statistics.median(wall_rates), statistics.median(cpu_rates)
 
 
 GO_MEDIANS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "go_allocator_medians.json")
