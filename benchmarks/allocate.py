@@ -12,10 +12,17 @@ Two numbers per scenario:
 Scenarios: `one-gpu` (1 GPU of class gpu.nvidia.com), `nvlink-8` (8 GPUs with
 matchAttribute gpu.nvidia.com/nvlinkDomain), `file` (the pending claims in FILE, jointly).
 Default: `file` when FILE has pending claims, else both built-in ones. Rates are given by
-the wall clock and per CPU-second of this process (the same on an idle machine).
+the wall clock and per CPU-second of this process (the same on an idle machine), each the
+median of 5 timing windows.
 Generate clusters with benchmarks/gen_cluster.py. With --json the last line is one JSON
 object {"allocate_per_s": …, "per_pod_per_s": …} for the first scenario, with every
 scenario under "scenarios".
+
+Against Go: benchmarks/go_allocator_medians.json holds the upstream Go allocator's rates per
+CPU-second for the generated 1- and 1,000-node clusters (see its "provenance"), with the rate of a
+fixed pure-Python workload measured beside them. This run measures that workload again and scales
+the Go figures by the ratio, so that a slower or busier machine is compared with Go on the same
+footing; the "×Go" columns are gpudra's CPU rates over the scaled Go ones.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from typing import Any, Callable
@@ -36,21 +44,57 @@ from gpudra.allocator import Allocator, Features  # noqa: E402
 from gpudra.api.load import LoadError, load_objects  # noqa: E402
 
 
-def rate(action: Callable[[], Any], min_seconds: float, min_runs: int = 20) -> tuple[float, float]:
-    """Calls per second of `action` by the wall clock and per second of this process's CPU time,
-    timed over at least `min_seconds` and `min_runs` calls. The CPU figure is what an idle
-    machine would show when other work competes for the cores."""
+def rate(action: Callable[[], Any], min_seconds: float, min_runs: int = 20, windows: int = 5) -> tuple[float, float]:
+    """Calls per second of `action` by the wall clock and per second of this process's CPU time: the median
+    over `windows` timing windows that together take at least `min_seconds` and `min_runs` calls (a median,
+    so that a burst of other work on a shared machine moves it less than one long average). The CPU figure is
+    what an idle machine would show when other work competes for the cores."""
     action()  # warm-up: first-call caches (CEL compilation, indexes) are not steady state
-    runs = 0
-    start, cpu_start = time.perf_counter(), time.process_time()
-    deadline = start + min_seconds
-    while True:
-        action()
-        runs += 1
-        now = time.perf_counter()
-        if runs >= min_runs and now >= deadline:
-            cpu = max(time.process_time() - cpu_start, 1e-9)
-            return runs / (now - start), runs / cpu
+    wall_rates, cpu_rates = [], []
+    for _ in range(windows):
+        runs = 0
+        start, cpu_start = time.perf_counter(), time.process_time()
+        deadline = start + min_seconds / windows
+        while True:
+            action()
+            runs += 1
+            now = time.perf_counter()
+            if runs >= max(1, min_runs // windows) and now >= deadline:
+                cpu = max(time.process_time() - cpu_start, 1e-9)
+                wall_rates.append(runs / (now - start))
+                cpu_rates.append(runs / cpu)
+                break
+    return statistics.median(wall_rates), statistics.median(cpu_rates)
+
+
+GO_MEDIANS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "go_allocator_medians.json")
+
+
+def calibration_work() -> int:
+    """A fixed interpreter-bound workload (dict lookups, tuples, calls: what the allocator does) whose rate
+    gauges this machine's speed against the one the Go medians were recorded on."""
+    counts: dict[tuple[int, str], int] = {}
+    for i in range(2000):
+        key = (i & 63, "device")
+        counts[key] = counts.get(key, 0) + 1
+    return len(counts)
+
+
+def calibration_rate(seconds: float) -> float:
+    return rate(calibration_work, seconds)[1]
+
+
+def go_medians(nodes: int, scenario: str) -> dict[str, float] | None:
+    """The recorded Go rates per CPU-second for this cluster size and scenario, or None."""
+    try:
+        with open(GO_MEDIANS, encoding="utf-8") as handle:
+            recorded = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    found = recorded.get("scenarios", {}).get(f"{nodes} nodes/{scenario}")
+    if not isinstance(found, dict):
+        return None
+    return {**found, "calibration_per_cpu_s": recorded["calibration_per_cpu_s"]}
 
 
 def split_objects(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -98,10 +142,23 @@ def run_scenario(
     }
 
 
+def compare_with_go(row: dict[str, Any], nodes: int, calibration: float) -> None:
+    """Add the scaled Go rates and gpudra's ratios to them to `row` (nothing when none is recorded)."""
+    go = go_medians(nodes, row["scenario"])
+    if go is None:
+        return
+    scale = calibration / go["calibration_per_cpu_s"]
+    for measure in ("allocate", "per_pod"):
+        go_rate = go[f"{measure}_per_cpu_s"] * scale
+        row[f"go_{measure}_per_cpu_s"] = round(go_rate, 1)
+        row[f"{measure}_vs_go"] = round(row[f"{measure}_per_cpu_s"] / go_rate, 2)
+
+
 def print_table(node_name: str, rows: list[dict[str, Any]]) -> None:
     header = (
         f"{'scenario':<22} {'node':<16} {'slices':>7} {'devices':>8} {'outcome':<13} "
-        f"{'allocate/s':>11} {'per-pod/s':>10} {'allocate/cpu-s':>15} {'per-pod/cpu-s':>14}"
+        f"{'allocate/s':>11} {'per-pod/s':>10} {'allocate/cpu-s':>15} {'per-pod/cpu-s':>14} "
+        f"{'×Go alloc':>9} {'×Go pod':>8}"
     )
     print(header)
     print("-" * len(header))
@@ -110,7 +167,8 @@ def print_table(node_name: str, rows: list[dict[str, Any]]) -> None:
         print(
             f"{row['scenario']:<22} {node_name:<16} {row['slices']:>7} {row['devices']:>8} {outcome:<13} "
             f"{row['allocate_per_s']:>11,.0f} {row['per_pod_per_s']:>10,.0f} "
-            f"{row['allocate_per_cpu_s']:>15,.0f} {row['per_pod_per_cpu_s']:>14,.0f}"
+            f"{row['allocate_per_cpu_s']:>15,.0f} {row['per_pod_per_cpu_s']:>14,.0f} "
+            f"{row.get('allocate_vs_go', '-'):>9} {row.get('per_pod_vs_go', '-'):>8}"
         )
 
 
@@ -146,9 +204,14 @@ def main(argv: list[str] | None = None) -> int:
         plans.append((f"{len(pending)} claim(s) from file", pending))
 
     rows = [run_scenario(name, claims, kinds, node, features, args.seconds) for name, claims in plans]
+    calibration = calibration_rate(args.seconds)
+    for row in rows:
+        compare_with_go(row, len(kinds["Node"]), calibration)
     print_table(args.node, rows)
+    print(f"calibration workload: {calibration:,.0f}/cpu-s; Go rates: {GO_MEDIANS} scaled by it", file=sys.stderr)
     if args.json:
-        print(json.dumps({"allocate_per_s": rows[0]["allocate_per_s"], "per_pod_per_s": rows[0]["per_pod_per_s"], "scenarios": rows}))
+        print(json.dumps({"allocate_per_s": rows[0]["allocate_per_s"], "per_pod_per_s": rows[0]["per_pod_per_s"],
+                          "calibration_per_cpu_s": round(calibration, 1), "scenarios": rows}))
     return 0
 
 

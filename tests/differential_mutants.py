@@ -114,11 +114,11 @@ def _taint_returns_counters():
     """A device rejected by a taint gives its counters back (upstream keeps them consumed)."""
     original = search_module.Search._allocate_device
 
-    def allocate_device(self, ci, rd, device, must):
+    def allocate_device(self, ci, rd, device, must, **rest):
         if (self.features.device_taints and device.taints and device.consumes_counters
                 and search_module.taint_prevents_allocation(device.taints, rd.tolerations)):
             return None
-        return original(self, ci, rd, device, must)
+        return original(self, ci, rd, device, must, **rest)
     search_module.Search._allocate_device = allocate_device
 
 

@@ -18,20 +18,25 @@ distinctAttribute and capacity fields without their gate) is described in pools.
     report = build_report(objects, mode="together"|"each"|"sequential", nodes=None, claims=None,
                           features=features)      # the conformance expected.yaml structure
 
-Objects are plain dicts and are treated as immutable: parsed slices, per-node pool views and CEL
-selector results are shared by every Allocator built from the same slice objects. After editing
-slice dicts in place, call `forget_cached_objects()`.
+Objects are plain dicts, treated as immutable unless their metadata.generation or resourceVersion (or a
+slice's spec.pool.generation) moves: parsed slices, per-node pool views, CEL selector results, parsed
+classes and claim readings are shared by every Allocator built from the same objects, and an object edited
+in place with a new generation is read again. After editing dicts in place without one, call
+`forget_cached_objects()`.
 """
 
 from .allocator import FILTER_TIMEOUT_S, TIMED_OUT, AllocationError, AllocationOutcome, Allocator
 from .features import FEATURE_NAMES, Features
+from .classes import ClassTable
 from .pools import SliceIndex
 from .report import MODES, build_report
 
 
 def forget_cached_objects() -> None:
-    """Forget what was parsed from slice dicts (call after editing them in place)."""
+    """Forget what was parsed from slice and class dicts (call after editing them in place without a new
+    generation or resourceVersion; see SliceIndex)."""
     SliceIndex.forget_shared()
+    ClassTable.forget_shared()
 
 
 __all__ = [

@@ -13,13 +13,17 @@ from typing import Any, Callable, Iterable
 
 from gpudra.errors import GpudraError
 
+from .capacity import consumption, fits
+from .classes import ClassInfo, ClassTable
 from .features import Features
-from .model import DeviceInfo, as_dict, as_list, as_str, quantity_nanos
+from .model import DeviceInfo, as_dict, as_list, object_stamp, quantity_nanos
 from .nodematch import NodeInfo, node_matches
 from .pools import Pool, SliceIndex
 from .selection import SelectorFailure, search_deadline
 from .state import AllocatedState
 from .taintrules import apply_device_taint_rules
+
+_Search: Any = None  # search.Search, imported on first use (search.py imports this module)
 
 MAX_RESULTS_PER_CLAIM = 32
 MAX_SHARED_ANSWERS = 50_000  # `fits` answers kept (a key holds every candidate's state: about 1 KB each)
@@ -53,33 +57,17 @@ class AllocationOutcome:
         return self.outcome == "allocated"
 
 
-class ClassInfo:
-    __slots__ = ("name", "raw", "selector_exprs", "empty_selector", "configs")
-
-    def __init__(self, raw: dict[str, Any]):
-        self.raw = raw
-        self.name = as_str(as_dict(raw.get("metadata")).get("name"))
-        spec = as_dict(raw.get("spec"))
-        exprs = []
-        self.empty_selector = None
-        for i, selector in enumerate(as_list(spec.get("selectors"))):
-            expression = as_dict(as_dict(selector).get("cel")).get("expression")
-            if not isinstance(expression, str) or not expression:
-                self.empty_selector = i if self.empty_selector is None else self.empty_selector
-                continue
-            exprs.append(expression)
-        self.selector_exprs = tuple(exprs)
-        self.configs = [c for c in as_list(spec.get("config")) if isinstance(c, dict)]
-
-
 class NodeView:
     """The pools one node sees, and per request shape the devices worth examining, in visiting order."""
 
-    __slots__ = ("node", "pools", "pool_by_id", "devices", "any_invalid", "candidates", "counter_flags", "fit_static")
+    __slots__ = ("node", "pools", "pool_by_id", "devices", "any_invalid", "candidates", "counter_flags", "fit_static",
+                 "sources", "consumptions", "shapes")
 
     def __init__(self, node: NodeInfo, pools: list[Pool]):
         self.node = node
         self.pools = pools
+        # the slices behind the view, each once: an in-place edit of one of them makes the view stale
+        self.sources = list({id(s): s for p in pools for s in p.sources}.values())
         self.pool_by_id = {p.id: p for p in pools}
         self.devices: list[DeviceInfo] = [d for p in pools if p.usable for d in p.devices]
         self.any_invalid = any(p.invalid_reason is not None for p in pools)
@@ -88,6 +76,9 @@ class NodeView:
         self.counter_flags: dict[tuple, tuple[bool, bool]] = {}
         # per candidates key: what `Allocator.fit_key` needs of each candidate, or None when it cannot say
         self.fit_static: dict[tuple, tuple | None] = {}
+        # per (candidates key, requested capacity): see Allocator.consumptions
+        self.consumptions: dict[tuple, list[dict[str, int] | None]] = {}
+        self.shapes: dict[int, tuple] = {}  # see Allocator.request_shape
 
 
 class Allocator:
@@ -99,24 +90,32 @@ class Allocator:
         features: "Features | str | None" = None,
         device_taint_rules: list[dict[str, Any]] | None = None,
     ):
-        self.features = Features.parse(features)
+        self.features = features if isinstance(features, Features) else Features.parse(features)
         if device_taint_rules and self.features.device_taints:
             slices = apply_device_taint_rules(list(slices or []), device_taint_rules, device_classes or [])
-        self.classes: dict[str, ClassInfo] = {}
-        for raw in device_classes or []:
-            info = ClassInfo(as_dict(raw))
-            self.classes[info.name] = info
-        self.index = SliceIndex.shared(list(slices or []), self.features)
+        self._device_classes = list(device_classes or [])
+        self._read_classes()
+        self._slices = list(slices or [])
         self.state = AllocatedState(self.features)
         for claim in allocated_claims or []:
             self.state.add(claim)
+        self._index_slices()
+
+    def _read_classes(self) -> None:
+        """Parsed classes and request readings, shared with other Allocators of the same class objects."""
+        table = ClassTable.shared(self._device_classes, self.features)
+        self.classes: dict[str, ClassInfo] = table.classes
+        self.claim_plans: dict[int, Any] = table.claim_plans  # see claim_plan
+
+    def _index_slices(self) -> None:
+        """(Re)start from the shared index of the slices; every per-node cache starts empty."""
+        self.index = SliceIndex.shared(self._slices, self.features)
         self.evaluator = self.index.evaluator
         self._views: dict[tuple, NodeView] = self.index.views
-        self._views_by_node: dict[int, tuple[dict, NodeView]] = {}
-        self.static_requests: dict[tuple, tuple[dict, Any]] = {}  # see search.StaticRequest
+        # per Node dict (by identity): its view; shared with the index (views depend on slices, name and labels)
+        self._views_by_node: dict[int, tuple[dict, NodeView]] = self.index.views_by_node
         self._pool_counters: dict[str, tuple[int, dict[str, dict[str, int]]]] = {}
         self._fit_memo: dict[tuple, str] = {}  # fit_key -> "allocated" | "unallocatable"
-        self._fit_requests: dict[int, tuple[dict, tuple | None]] = {}  # id(claim spec) -> (spec, _fit_request)
         self.fit_hits = 0  # `fits` answers taken from another node's search
         self.fit_searches = 0  # `fits` searches whose answer was remembered
 
@@ -129,6 +128,17 @@ class Allocator:
 
     # per-node caches ----------------------------------------------------------------------------
     def node_view(self, node: "dict | str | NodeInfo") -> NodeView:
+        """The node's pools and devices, from the cache unless a slice behind them was edited in place (a new
+        generation or resourceVersion): then the index of all slices is rebuilt."""
+        view = self._cached_view(node)
+        for info in view.sources:
+            if info.edited():
+                SliceIndex.discard(self.index)
+                self._index_slices()
+                return self._cached_view(node)
+        return view
+
+    def _cached_view(self, node: "dict | str | NodeInfo") -> NodeView:
         if isinstance(node, dict):
             # The scheduler asks about the same Node dicts over and over: remember their views,
             # re-checking name and labels so that an edited dict is not served a stale view.
@@ -181,6 +191,34 @@ class Allocator:
         view.counter_flags[key] = (bool(counting), any(d.taints for d in counting))
         return found
 
+    def consumptions(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple, capacity: dict[str, int],
+                     candidates: list) -> list[dict[str, int] | None]:
+        """Per candidate (in order): what allocating it for a request of `capacity` consumes, or None when it
+        cannot serve the request. Only for devices without multiple allocations, for which the answer depends
+        on nothing else (None for the others: their check depends on what is in use)."""
+        key = (class_info.name, class_info.selector_exprs, request_exprs, tuple(sorted(capacity.items())))
+        found = view.consumptions.get(key)
+        if found is None:
+            found = []
+            for device, _ in candidates:
+                consumed = None if device.allow_multiple else consumption(device, capacity)
+                found.append(consumed if consumed is not None and fits(device, consumed) else None)
+            view.consumptions[key] = found
+        return found
+
+    def request_shape(self, view: NodeView, static: Any) -> tuple:
+        """(candidates, counter_flags, consumptions or None) of a request (plan.StaticRequest) on the node: one
+        lookup per request and call instead of three."""
+        found = view.shapes.get(static.shape)
+        if found is None:
+            class_info = static.class_info
+            candidates = self.candidates(view, class_info, static.exprs)
+            consumed = self.consumptions(view, class_info, static.exprs, static.capacity, candidates) if (
+                self.features.consumable_capacity) else None
+            found = view.shapes[static.shape] = (candidates, self.counter_flags(view, class_info, static.exprs),
+                                                 consumed)
+        return found
+
     def counter_flags(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple) -> tuple[bool, bool]:
         return view.counter_flags[(class_info.name, class_info.selector_exprs, request_exprs)]
 
@@ -199,20 +237,28 @@ class Allocator:
         return available
 
     def static_request(self, label: str, request: dict, full: str, allow_admin: bool) -> Any:
-        """The node-independent part of a request (search.StaticRequest), cached per request dict (specs are
-        immutable)."""
-        from .search import StaticRequest  # search.py imports this module
+        """The node-independent part of a request (plan.StaticRequest); kept with its claim's plan."""
+        from .plan import StaticRequest  # plan.py imports this module
 
-        cache = self.static_requests
-        key = (id(request), label, full, allow_admin)
-        found = cache.get(key)
-        if found is not None and found[0] is request:
-            return found[1]
-        static = StaticRequest(self, label, request, full, allow_admin)
+        return StaticRequest(self, label, request, full, allow_admin)
+
+    def claim_plan(self, claim: dict[str, Any]) -> Any:
+        """The node-independent reading of a claim (plan.ClaimPlan), cached per claim object while its
+        generation and resourceVersion stay the same."""
+        cache = self.claim_plans
+        found = cache.get(id(claim))
+        if found is not None and found.claim is claim and found.stamp == object_stamp(claim):
+            if not any(info.edited() for info in found.classes):
+                return found
+            self._read_classes()  # a class was edited in place: read them all again
+            cache = self.claim_plans
+        from .plan import ClaimPlan  # plan.py imports this module
+
+        found = ClaimPlan(self, claim)
         if len(cache) > 100_000:
             cache.clear()
-        cache[key] = (request, static)
-        return static
+        cache[id(claim)] = found
+        return found
 
     # feasibility shared between nodes -------------------------------------------------------------------
     def fit_key(self, view: NodeView, claims: list[dict[str, Any]]) -> tuple | None:
@@ -278,34 +324,28 @@ class Allocator:
 
     def _fit_request(self, claim: dict[str, Any]) -> tuple | None:
         """The node-independent part of `fit_key` for one claim, or None when the claim is not of its shape;
-        cached per claim spec (specs are immutable)."""
-        spec = claim.get("spec")
-        if not isinstance(spec, dict):
-            return None
-        cached = self._fit_requests.get(id(spec))
-        if cached is not None and cached[0] is spec:
-            return cached[1]
+        kept with the claim's plan."""
+        plan = self.claim_plan(claim)
+        if plan.fit_request is not False:
+            return plan.fit_request
         found = None
-        spec_devices = as_dict(spec.get("devices"))
+        spec_devices = as_dict(as_dict(claim.get("spec")).get("devices"))
         requests = as_list(spec_devices.get("requests"))
         request = requests[0] if len(requests) == 1 else None
         match = _single_match_attribute(spec_devices.get("constraints"), request)
         if spec_devices.get("constraints") and match is None:
             request = None
         exactly = request.get("exactly") if isinstance(request, dict) and request.get("firstAvailable") is None else None
-        if isinstance(exactly, dict) and exactly.get("adminAccess") is None:
-            from .claims import claim_label
-
-            static = self.static_request(claim_label(claim), exactly, as_str((request or {}).get("name")), True)
+        if (isinstance(exactly, dict) and exactly.get("adminAccess") is None and len(plan.requests) == 1
+                and plan.requests[0].error is None and not plan.requests[0].subrequests):
+            static = plan.requests[0].options[0][0]
             if static.error is None and not static.all_mode and not static.admin and (
                 0 < static.count <= MAX_RESULTS_PER_CLAIM
             ):
                 class_info = static.class_info
                 found = ((class_info.name, class_info.selector_exprs, static.exprs), class_info, static.exprs,
                          tuple(sorted(static.capacity.items())), static.count, match)
-        if len(self._fit_requests) > 100_000:
-            self._fit_requests.clear()
-        self._fit_requests[id(spec)] = (spec, found)
+        plan.fit_request = found
         return found
 
     def fits(
@@ -354,8 +394,11 @@ class Allocator:
         pod is tried on); the earlier of the two ends the search.
         `build` — False: only search; an "allocated" outcome comes `deferred`, without allocations.
         """
-        from .search import Search  # search.py imports this module
+        global _Search
+        if _Search is None:
+            from .search import Search  # search.py imports this module
 
+            _Search = Search
         if timeout is not None:
             own = time.monotonic() + timeout
             deadline = own if deadline is None else min(deadline, own)
@@ -364,7 +407,7 @@ class Allocator:
         try:
             with search_deadline(deadline):
                 view = self.node_view(node)
-                search = Search(self, view, claims, exclude_devices, deadline)
+                search = _Search(self, view, claims, exclude_devices, deadline)
                 allocations = search.run(build)
         except TimeoutError:  # a CEL evaluation that met the deadline
             return AllocationOutcome("error", error=TIMED_OUT, error_node_local=True)

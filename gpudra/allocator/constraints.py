@@ -11,15 +11,22 @@ from .model import DeviceInfo
 
 
 def attribute_values(device: DeviceInfo, name: str, list_types: bool) -> tuple[str, frozenset] | None:
+    """(element type, values) of the device's attribute, or None; remembered per device (the search asks
+    again for every combination it tries)."""
+    cache = device.constraint_values
+    key = (name, list_types)
+    if key in cache:
+        return cache[key]
     found = device.lookup_attribute(name)
-    if found is None:
-        return None
-    kind, value = found
-    if kind.startswith("list:"):
-        if not list_types or not value:
-            return None
-        return kind[5:], frozenset(value)
-    return kind, frozenset((value,))
+    values: tuple[str, frozenset] | None = None
+    if found is not None:
+        kind, value = found
+        if not kind.startswith("list:"):
+            values = kind, frozenset((value,))
+        elif list_types and value:
+            values = kind[5:], frozenset(value)
+    cache[key] = values
+    return values
 
 
 class MatchAttribute:

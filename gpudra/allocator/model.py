@@ -128,7 +128,7 @@ class DeviceInfo:
         "key", "driver", "pool", "name", "raw", "slice", "index",
         "_attributes", "capacity", "consumes_counters",
         "taints", "binding_conditions", "binding_failure_conditions", "binds_to_node",
-        "allow_multiple", "node_name", "node_selector", "all_nodes",
+        "allow_multiple", "node_name", "node_selector", "all_nodes", "constraint_values",
     )
 
     def __init__(self, slice_info: "SliceInfo", raw: dict[str, Any], index: int):
@@ -140,6 +140,7 @@ class DeviceInfo:
         self.name = as_str(raw.get("name"))
         self.key = (self.driver, self.pool, self.name)
         self._attributes: dict[str, tuple[str, Any] | None] | None = None  # lookup_attribute's answers
+        self.constraint_values: dict[tuple[str, bool], Any] = {}  # constraints.attribute_values' answers
         self.capacity = {name: _capacity_info(value) for name, value in as_dict(raw.get("capacity")).items()}
         self.consumes_counters: list[tuple[str, dict[str, int]]] = []
         for entry in as_list(raw.get("consumesCounters")):
@@ -186,12 +187,13 @@ class SliceInfo:
     __slots__ = (
         "raw", "name", "driver", "pool_name", "pool_id", "generation", "slice_count",
         "node_name", "node_selector", "all_nodes", "per_device_node_selection", "per_device_field_set",
-        "shared_counters", "_raw_devices", "_devices", "order", "counter_scope",
+        "shared_counters", "_raw_devices", "_devices", "order", "counter_scope", "stamp",
     )
 
     def __init__(self, raw: dict[str, Any], order: int, scoped_counters: bool = False):
         self.raw = raw
         self.order = order
+        self.stamp = object_stamp(raw)
         spec = as_dict(raw.get("spec"))
         self.name = as_str(as_dict(raw.get("metadata")).get("name"))
         self.driver = as_str(spec.get("driver"))
@@ -235,6 +237,10 @@ class SliceInfo:
                                                 for name, counters in device.consumes_counters]
         return self._devices
 
+    def edited(self) -> bool:
+        """Whether the slice object was edited in place since it was read (a new generation or resourceVersion)."""
+        return object_stamp(self.raw) != self.stamp
+
     @property
     def has_devices(self) -> bool:
         return bool(self._raw_devices)
@@ -244,3 +250,18 @@ class SliceInfo:
         """Some device has a bindingConditions list (even an empty one: upstream tests for nil)."""
         return any(as_dict(d).get("bindingConditions") is not None for d in self._raw_devices)
 
+
+
+def object_stamp(raw: Any) -> tuple[Any, Any, Any]:
+    """What changes whenever an API object changes: metadata.generation and metadata.resourceVersion (the API
+    server bumps them), and for a ResourceSlice spec.pool.generation (a driver bumps it with every change to
+    its pool). Caches keyed by an object's identity compare this to notice an object edited in place."""
+    if type(raw) is not dict:
+        return (None, None, None)
+    metadata = raw.get("metadata")
+    spec = raw.get("spec")
+    pool = spec.get("pool") if type(spec) is dict else None
+    if type(metadata) is not dict:
+        return (None, None, pool.get("generation") if type(pool) is dict else None)
+    return (metadata.get("generation"), metadata.get("resourceVersion"),
+            pool.get("generation") if type(pool) is dict else None)

@@ -6,6 +6,7 @@ The order is the search's order, so it decides which devices a claim gets; the v
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict, defaultdict
 from typing import Iterable
 
@@ -17,7 +18,7 @@ from .nodematch import NodeInfo, node_matches
 class Pool:
     __slots__ = (
         "id", "driver", "name", "incomplete", "invalid_reason", "node_slices", "other_slices",
-        "all_device_slices", "counter_sets", "has_binding_conditions", "devices",
+        "all_device_slices", "counter_sets", "has_binding_conditions", "devices", "sources",
     )
 
     def __init__(self, pool_id: tuple[str, str]):
@@ -31,6 +32,7 @@ class Pool:
         self.counter_sets: dict[str, dict[str, int]] = {}
         self.has_binding_conditions = False
         self.devices: list[DeviceInfo] = []  # devices of node_slices in visiting order
+        self.sources: list[SliceInfo] = []  # every slice the pool was built from (to notice in-place edits)
 
     @property
     def usable(self) -> bool:
@@ -43,37 +45,59 @@ class SliceIndex:
     An index, its per-node pool views and its selector results depend only on the slice objects
     and the feature gates, so `shared()` hands out the same index for the same slice objects: a
     scheduler building one Allocator per pod (as upstream does) pays for parsing, pool gathering
-    and CEL once, like upstream's informer cache. Objects are treated as immutable, as in
-    Kubernetes: pass new dicts for changed slices.
+    and CEL once, like upstream's informer cache. A changed slice is a new object (as an informer
+    delivers it) or, edited in place, one with a new generation or resourceVersion: the Allocator
+    compares the stamps of the slices behind a node's view before using it (SliceInfo.edited)
+    and calls `discard` on a stale index.
     """
 
     _shared: "OrderedDict[tuple, SliceIndex]" = OrderedDict()
     _shared_limit = 8
+    # The index handed out last, with its slice objects: a scheduler asks for the same list pod after pod,
+    # and comparing identities is cheaper than hashing a key of every slice's id.
+    _last: "tuple[Features, list[dict], SliceIndex] | None" = None
 
     @classmethod
     def shared(cls, slices: list[dict], features: Features) -> "SliceIndex":
+        last = cls._last
+        if last is not None and (last[0] is features or last[0] == features) and len(last[1]) == len(slices) and all(
+                map(operator.is_, last[1], slices)):
+            return last[2]
         key = (features, tuple(map(id, slices)))
         found = cls._shared.get(key)
         if found is not None:
             cls._shared.move_to_end(key)
-            return found
-        found = cls(slices, features)
-        cls._shared[key] = found  # the index keeps the dicts alive, so their ids stay unique
-        while len(cls._shared) > cls._shared_limit:
-            cls._shared.popitem(last=False)
+        else:
+            found = cls(slices, features)
+            found.key = key
+            cls._shared[key] = found  # the index keeps the dicts alive, so their ids stay unique
+            while len(cls._shared) > cls._shared_limit:
+                cls._shared.popitem(last=False)
+        cls._last = (features, list(slices), found)
         return found
 
     @classmethod
     def forget_shared(cls) -> None:
-        """Drop every shared index (after slice dicts were edited in place)."""
+        """Drop every shared index (after slice dicts were edited in place without a new generation)."""
         cls._shared.clear()
+        cls._last = None
+
+    @classmethod
+    def discard(cls, index: "SliceIndex") -> None:
+        """Stop handing out `index` (some of its slices were edited in place)."""
+        if index.key is not None and cls._shared.get(index.key) is index:
+            del cls._shared[index.key]
+        if cls._last is not None and cls._last[2] is index:
+            cls._last = None
 
     def __init__(self, slices: Iterable[dict], features: Features):
         from .selection import SelectorEvaluator
 
         self.features = features
+        self.key: tuple | None = None  # its key among the shared indexes
         self.evaluator = SelectorEvaluator(not features.stable_variant, features.list_type_attributes)
-        self.views: dict = {}
+        self.views: dict = {}  # NodeInfo.key -> allocator.NodeView
+        self.views_by_node: dict = {}  # id(Node dict) -> (the dict, its NodeView): see Allocator.node_view
         # 1.33/1.34 (features.combined_slices): a slice holds devices and the counter sets they consume, so a
         # slice with counter sets is a device slice like any other, and its counter sets are its own.
         self.combined = features.combined_slices
@@ -145,9 +169,11 @@ class SliceIndex:
                 if len(everything) != expected:
                     pool = Pool(pool_id)
                     pool.incomplete = True
+                    pool.sources = [*pool_slices, *everything]
                     pools.append(pool)
                     continue
             pool = self._build(pool_id, pool_slices, everything, node, sort_slices=not stable)
+            pool.sources = [*pool_slices, *(everything or ())]
             if not stable and pool.has_binding_conditions:
                 binding_pools.append(pool)
             else:

@@ -61,6 +61,9 @@ def _device_result(search: "Search", rd: "RequestData", device: DeviceInfo, cons
 
 
 def _configs(claim: "ClaimData") -> list[dict[str, Any]]:
+    spec_configs = as_list(as_dict(as_dict(claim.claim.get("spec")).get("devices")).get("config"))
+    if not spec_configs and not any(slot.option(slot.selected).class_info.configs for slot in claim.requests):
+        return []  # the common case, without the bookkeeping below
     configs: list[dict[str, Any]] = []
     by_class: dict[str, list[str]] = {}
     class_order = []
@@ -76,7 +79,6 @@ def _configs(claim: "ClaimData") -> list[dict[str, Any]]:
             entry = {"source": "FromClass", "requests": list(by_class[class_info.name])}
             entry.update({k: copy_object(v) for k, v in (config or {}).items() if k != "requests"})
             configs.append(entry)
-    spec_configs = as_list(as_dict(as_dict(claim.claim.get("spec")).get("devices")).get("config"))
     for config in spec_configs:
         config = as_dict(config)
         wanted = as_list(config.get("requests"))

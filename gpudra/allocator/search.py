@@ -15,16 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .allocator import (
-    MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError, Allocator, ClassInfo, NodeView, capacity_requests,
-    first_short_counter,
+    MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError, Allocator, ClassInfo, NodeView, first_short_counter,
 )
 from .capacity import consumption, fits
-from .claims import claim_label, request_mode_and_count, taint_prevents_allocation
+from .claims import taint_prevents_allocation
 from .constraints import DistinctAttribute, MatchAttribute
-from .model import DeviceInfo, as_dict, as_list, as_str
+from .plan import StaticRequest
+from .model import DeviceInfo, as_dict
 from .results import build_allocation
 from .selection import SelectorFailure
 
+_NOTHING: frozenset = frozenset()
 MAXSIZE = object()  # "this branch needs more than 32 results": try the next subrequest
 
 
@@ -43,60 +44,13 @@ class RequestData:
     candidates: list[tuple[DeviceInfo, SelectorFailure | None]]
     counter_flags: tuple[bool, bool]  # (some candidate consumes counters, one of those has taints)
     all_mode: bool
+    # per candidate, what it consumes when it has no multiple allocations (None: it cannot serve the request);
+    # None with DRAConsumableCapacity off
+    consumed: list[dict[str, int] | None] | None = None
     num_devices: int = 0
     all_devices: list[DeviceInfo] | None = None  # allocationMode All: every device it takes
     ordered: bool = False  # try its devices as combinations (in candidate order), not permutations
     picks: list[int] = field(default_factory=list)  # candidate positions picked so far
-
-
-class StaticRequest:
-    """What one request asks for, independent of the node; `error` is its first validation error
-    (in upstream's order: selectors, admin access, class, allocation mode)."""
-
-    __slots__ = ("error", "exprs", "class_info", "admin", "tolerations", "capacity", "all_mode", "count")
-
-    def __init__(self, allocator: Allocator, label: str, request: dict, full: str, allow_admin: bool):
-        self.error: str | None = None
-        self.class_info: ClassInfo | None = None
-        self.all_mode = False
-        self.count = 0
-        features = allocator.features
-        exprs: list[str] = []
-        for i, selector in enumerate(as_list(request.get("selectors"))):
-            expression = as_dict(as_dict(selector).get("cel")).get("expression")
-            if not expression or not isinstance(expression, str):
-                self.error = f"claim {label}, request {full}, selector #{i}: CEL expression empty (unsupported selector type?)"
-                return
-            exprs.append(expression)
-        self.exprs = tuple(exprs)
-        self.admin = bool(request.get("adminAccess")) and allow_admin and features.admin_access
-        self.tolerations = [t for t in as_list(request.get("tolerations")) if isinstance(t, dict)]
-        self.capacity = capacity_requests(request) if features.consumable_capacity else {}
-        if not features.admin_access and request.get("adminAccess") is not None:
-            self.error = f"claim {label}, request {full}: admin access is requested, but the feature is disabled"
-            return
-        class_name = as_str(request.get("deviceClassName"))
-        if not class_name:
-            self.error = f"claim {label}, request {full}: missing device class name (unsupported request type?)"
-            return
-        self.class_info = allocator.classes.get(class_name)
-        if self.class_info is None:
-            self.error = (
-                f"claim {label}, request {full}: could not retrieve device class {class_name}: "
-                f'deviceclasses.resource.k8s.io "{class_name}" not found'
-            )
-            return
-        if self.class_info.empty_selector is not None:
-            self.error = (
-                f"class {class_name}: selector #{self.class_info.empty_selector}: "
-                "CEL expression empty (unsupported selector type?)"
-            )
-            return
-        mode, self.count = request_mode_and_count(request)
-        if mode == "All":
-            self.all_mode = True
-        elif mode != "ExactCount":
-            self.error = f"claim {label}, request {full}: unsupported count mode {mode}"
 
 
 class RequestSlot:
@@ -121,9 +75,9 @@ class RequestSlot:
 class ClaimData:
     __slots__ = ("claim", "label", "requests", "constraints", "results")
 
-    def __init__(self, claim: dict[str, Any]):
+    def __init__(self, claim: dict[str, Any], label: str):
         self.claim = claim
-        self.label = claim_label(claim)
+        self.label = label
         self.requests: list[RequestSlot] = []
         self.constraints: list[MatchAttribute | DistinctAttribute] = []
         # (request, device, consumed capacity when shared, share ID when shared)
@@ -137,7 +91,7 @@ class Search:
         self.features = allocator.features
         self.state = allocator.state
         self.view = view
-        self.excluded = frozenset(excluded or ())
+        self.excluded = frozenset(excluded) if excluded else _NOTHING
         self.deadline = deadline  # time.monotonic() instant, or None
         self.steps = 0
         self.allocating: dict[tuple, set[int]] = {}
@@ -152,64 +106,28 @@ class Search:
 
     # pre-pass --------------------------------------------------------------------------------------
     def _prepare(self, claim: dict[str, Any]) -> ClaimData:
-        data = ClaimData(claim)
-        label = data.label
-        features = self.features
+        plan = self.allocator.claim_plan(claim)
+        data = ClaimData(claim, plan.label)
         min_devices = 0
-        spec_devices = as_dict(as_dict(claim.get("spec")).get("devices"))
-        for request in as_list(spec_devices.get("requests")):
-            request = as_dict(request)
-            name = as_str(request.get("name"))
-            slot = RequestSlot(name)
-            subrequests = [as_dict(sub) for sub in as_list(request.get("firstAvailable"))]
-            if subrequests and not features.prioritized_list:
-                raise AllocationError(
-                    f"claim {label}, request {name}: has subrequests, but the DRAPrioritizedList feature is disabled"
-                )
-            exactly = request.get("exactly")
-            if self.reject_capacity:
-                # Upstream tests the capacity field's presence, not its content.
-                if isinstance(exactly, dict) and exactly.get("capacity") is not None:
-                    raise AllocationError(
-                        f"claim {label}, request {name}: has capacity requests, but the DRAConsumableCapacity feature is disabled"
-                    )
-                for sub in subrequests:
-                    if sub.get("capacity") is not None:
-                        raise AllocationError(
-                            f"claim {label}, subrequest {as_str(sub.get('name'))}: has capacity requests, "
-                            "but the DRAConsumableCapacity feature is disabled"
-                        )
-            if subrequests:
-                slot.subrequests = [
-                    self._request_data(data, sub, name, f"{name}/{as_str(sub.get('name'))}", allow_admin=False)
-                    for sub in subrequests
-                ]
+        for request in plan.requests:
+            if request.error is not None:
+                raise AllocationError(request.error)
+            slot = RequestSlot(request.name)
+            if request.subrequests:
+                slot.subrequests = [self._request_data(data, *option) for option in request.options]
                 min_devices += min(s.num_devices for s in slot.subrequests)
             else:
-                if not isinstance(exactly, dict):
-                    raise AllocationError(f"claim {label}, request {name}: missing device class name (unsupported request type?)")
-                slot.data = self._request_data(data, exactly, name, name, allow_admin=True)
+                slot.data = self._request_data(data, *request.options[0])
                 min_devices += slot.data.num_devices
             data.requests.append(slot)
         if min_devices > MAX_RESULTS_PER_CLAIM:
             raise AllocationError(
-                f"claim {label}: number of requested devices {min_devices} exceeds the claim limit of {MAX_RESULTS_PER_CLAIM}"
+                f"claim {plan.label}: number of requested devices {min_devices} exceeds the claim limit of {MAX_RESULTS_PER_CLAIM}"
             )
-        for i, constraint in enumerate(as_list(spec_devices.get("constraints"))):
-            constraint = as_dict(constraint)
-            requests = [r for r in as_list(constraint.get("requests")) if isinstance(r, str)]
-            if isinstance(constraint.get("matchAttribute"), str):
-                data.constraints.append(
-                    MatchAttribute(requests, constraint["matchAttribute"], features.list_type_attributes)
-                )
-            elif isinstance(constraint.get("distinctAttribute"), str) and not features.stable_variant:
-                # incubating and experimental honour distinctAttribute even with DRAConsumableCapacity
-                # off; stable does not know it and reports an empty constraint.
-                data.constraints.append(
-                    DistinctAttribute(requests, constraint["distinctAttribute"], features.list_type_attributes)
-                )
-            else:
-                raise AllocationError(f"claim {label}, constraint #{i}: empty constraint (unsupported constraint type?)")
+        if plan.constraint_error is not None:
+            raise AllocationError(plan.constraint_error)
+        data.constraints = [kind(requests, attribute, self.features.list_type_attributes)
+                            for kind, requests, attribute in plan.constraints]
         return data
 
     def _mark_order_independent_requests(self) -> None:
@@ -222,13 +140,14 @@ class Search:
         rejected by taints or constraints leaks its counter consumption for the rest of the call
         (any such risk anywhere disables the shortcut everywhere).
         """
-        if self.features.stable_variant:
-            taints = self.features.device_taints
-            for claim in self.claims:
-                for rd in self._all_request_data(claim):
-                    any_counters, tainted_counters = rd.counter_flags
-                    if any_counters and (claim.constraints or (taints and tainted_counters)):
-                        return
+        if not self.features.stable_variant:
+            return  # requests start out ordered there (_request_data)
+        taints = self.features.device_taints
+        for claim in self.claims:
+            for rd in self._all_request_data(claim):
+                any_counters, tainted_counters = rd.counter_flags
+                if any_counters and (claim.constraints or (taints and tainted_counters)):
+                    return
         for claim in self.claims:
             for rd in self._all_request_data(claim):
                 rd.ordered = True
@@ -240,19 +159,18 @@ class Search:
             found.extend(slot.subrequests if slot.subrequests is not None else [slot.option(0)])
         return found
 
-    def _request_data(self, claim: ClaimData, request: dict, base: str, full: str, allow_admin: bool) -> RequestData:
-        static = self._static_request(claim.label, request, full, allow_admin)
+    def _request_data(self, claim: ClaimData, static: StaticRequest, request: dict, base: str, full: str) -> RequestData:
         if static.error is not None:
             raise AllocationError(static.error)
         label = claim.label
         class_info = static.class_info
         assert class_info is not None  # a request without a class has an error
+        candidates, counter_flags, consumed = self.allocator.request_shape(self.view, static)
         rd = RequestData(
             raw=request, full_name=full, base_name=base, class_info=class_info, request_exprs=static.exprs,
             admin=static.admin, tolerations=static.tolerations, capacity=static.capacity,
-            candidates=self.allocator.candidates(self.view, class_info, static.exprs),
-            counter_flags=self.allocator.counter_flags(self.view, class_info, static.exprs),
-            all_mode=static.all_mode,
+            candidates=candidates, counter_flags=counter_flags, all_mode=static.all_mode, consumed=consumed,
+            ordered=not self.features.stable_variant,  # stable: see _mark_order_independent_requests
         )
         if not static.all_mode:
             rd.num_devices = static.count
@@ -280,9 +198,6 @@ class Search:
         rd.num_devices = len(devices)
         return rd
 
-    def _static_request(self, label: str, request: dict, full: str, allow_admin: bool) -> "StaticRequest":
-        return self.allocator.static_request(label, request, full, allow_admin)
-
     # search ------------------------------------------------------------------------------------------
     def run(self, build: bool = True) -> list[dict[str, Any]] | None:
         """The claims' allocations (or [] when not `build`), or None when they do not fit."""
@@ -290,10 +205,56 @@ class Search:
         depth = sum(1 + len(c.requests) + MAX_RESULTS_PER_CLAIM for c in self.claims) + 200
         if sys.getrecursionlimit() < depth + 500:
             sys.setrecursionlimit(depth + 500)
-        result = self._allocate_one(0, 0, 0, 0, False)
+        result = self._first_fitting() if self._independent_picks() else self._allocate_one(0, 0, 0, 0, False)
         if result is not True:
             return None
         return [build_allocation(self, claim) for claim in self.claims] if build else []
+
+    def _independent_picks(self) -> bool:
+        """One claim with one ExactCount request and no constraints, none of whose candidates consumes counters:
+        then whether a device can be picked does not depend on the other picks (a device serves a request once;
+        taints, selectors and capacity are the device's own), so the depth-first search's first solution is
+        the first `count` devices that can be picked, in candidate order (a level that finds none means no
+        solution: a later device that fits would have been found there). It also meets a selector error at the
+        same device as the search."""
+        if len(self.claims) != 1:
+            return False
+        claim = self.claims[0]
+        if len(claim.requests) != 1 or claim.constraints or claim.requests[0].subrequests is not None:
+            return False
+        rd = claim.requests[0].data
+        return rd is not None and not rd.all_mode and rd.ordered and not rd.counter_flags[0]
+
+    def _first_fitting(self) -> bool:
+        """The search for `_independent_picks` claims, without backtracking."""
+        claim = self.claims[0]
+        rd = claim.requests[0].data
+        assert rd is not None  # _independent_picks checked it
+        needed = rd.num_devices
+        if needed <= 0:
+            return True
+        consumable = self.features.consumable_capacity
+        consumptions = rd.consumed
+        for position, (device, failure) in enumerate(rd.candidates):
+            if self._in_use(0, rd, device):
+                continue
+            if failure is not None:
+                raise AllocationError(failure.text(claim.label))
+            consumed = None
+            if consumable:
+                if device.allow_multiple:
+                    consumed = self._capacity_ok(device, rd)
+                else:
+                    assert consumptions is not None  # set with consumable capacity on
+                    consumed = consumptions[position]
+                if consumed is None:
+                    continue
+            if self._allocate_device(0, rd, device, must=False, consumed=consumed, checked=True) is None:
+                continue
+            needed -= 1
+            if not needed:
+                return True
+        return False
 
     def _capacity_ok(self, device: DeviceInfo, rd: RequestData) -> dict[str, int] | None:
         consumed = consumption(device, rd.capacity)
@@ -369,9 +330,16 @@ class Search:
                 continue
             if failure is not None:
                 raise AllocationError(failure.text(claim.label))
-            if consumable and self._capacity_ok(device, rd) is None:
-                continue
-            undo = self._allocate_device(ci, rd, device, must=False)
+            consumed = None
+            if consumable:
+                if device.allow_multiple:
+                    consumed = self._capacity_ok(device, rd)
+                else:
+                    assert rd.consumed is not None  # set with consumable capacity on
+                    consumed = rd.consumed[position]
+                if consumed is None:
+                    continue
+            undo = self._allocate_device(ci, rd, device, must=False, consumed=consumed, checked=True)
             if undo is None:
                 continue
             rd.picks.append(position)
@@ -410,12 +378,14 @@ class Search:
     def _pool_of(self, device: DeviceInfo):
         return self.view.pool_by_id.get(device.slice.pool_id)
 
-    def _allocate_device(self, ci: int, rd: RequestData, device: DeviceInfo,
-                         must: bool) -> Callable[[], None] | None:
-        """Add one device to claim ci, or return None. Returns the undo function."""
+    def _allocate_device(self, ci: int, rd: RequestData, device: DeviceInfo, must: bool,
+                         consumed: dict[str, int] | None = None, checked: bool = False) -> Callable[[], None] | None:
+        """Add one device to claim ci, or return None. Returns the undo function. `consumed`: what the caller
+        found it consumes (_capacity_ok, just before: the check is not repeated); None: check here. `checked`:
+        the caller found it not in use, just before."""
         features = self.features
         claim = self.claims[ci]
-        if self._in_use(ci, rd, device):
+        if not checked and self._in_use(ci, rd, device):
             return None
         key = device.key
         multi = device.allow_multiple and features.consumable_capacity
@@ -444,10 +414,10 @@ class Search:
                     )
                 return None
             added.append(constraint)
-        consumed: dict[str, int] | None = None
         share_id = None
         if features.consumable_capacity:
-            consumed = self._capacity_ok(device, rd)
+            if consumed is None:
+                consumed = self._capacity_ok(device, rd)
             if consumed is None:
                 for done in reversed(added):
                     done.remove(rd.base_name, rd.full_name, device)

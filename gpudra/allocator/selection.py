@@ -9,9 +9,8 @@ cached for the allocator's lifetime and shared by every node and every allocate(
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, Iterator
+from typing import Any
 
 from .model import DeviceInfo
 
@@ -19,16 +18,23 @@ from .model import DeviceInfo
 _search = threading.local()
 
 
-@contextmanager
-def search_deadline(deadline: float | None) -> Iterator[None]:
+class search_deadline:  # noqa: N801 - used as a function-like context manager
     """Evaluations started inside run under the search's deadline (time.monotonic()); past it they raise
-    TimeoutError, which is never cached as an outcome."""
-    previous = getattr(_search, "deadline", None)
-    _search.deadline = deadline
-    try:
-        yield
-    finally:
-        _search.deadline = previous
+    TimeoutError, which is never cached as an outcome. (A class, not @contextmanager: it wraps every
+    allocate() call, and a generator-based one costs several times more.)"""
+
+    __slots__ = ("deadline", "previous")
+
+    def __init__(self, deadline: float | None):
+        self.deadline = deadline
+        self.previous: float | None = None
+
+    def __enter__(self) -> None:
+        self.previous = getattr(_search, "deadline", None)
+        _search.deadline = self.deadline
+
+    def __exit__(self, *exc_info: object) -> None:
+        _search.deadline = self.previous
 
 
 class SelectorFailure:

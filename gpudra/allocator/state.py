@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from .features import Features
@@ -20,9 +19,10 @@ class AllocatedState:
 
     def __init__(self, features: Features):
         self.features = features
-        self.allocated: Counter[DeviceKey] = Counter()  # dedicated use
-        self.shares: Counter[tuple[DeviceKey, str]] = Counter()
-        self.shared_devices: Counter[DeviceKey] = Counter()
+        # reference counts (plain dicts: an Allocator per pod builds this anew, and Counter() is slow to make)
+        self.allocated: dict[DeviceKey, int] = {}  # dedicated use
+        self.shares: dict[tuple[DeviceKey, str], int] = {}
+        self.shared_devices: dict[DeviceKey, int] = {}
         self.capacity: dict[DeviceKey, dict[str, int]] = {}
         self.version = 0
 
@@ -38,8 +38,9 @@ class AllocatedState:
             key = (as_str(result.get("driver")), as_str(result.get("pool")), as_str(result.get("device")))
             share = result.get("shareID")
             if share and self.features.consumable_capacity:
-                self.shares[(key, str(share))] += sign
-                self.shared_devices[key] += sign
+                share_key = (key, str(share))
+                self.shares[share_key] = self.shares.get(share_key, 0) + sign
+                self.shared_devices[key] = self.shared_devices.get(key, 0) + sign
                 if self.shared_devices[key] <= 0:
                     del self.shared_devices[key]
                 used = self.capacity.setdefault(key, {})
@@ -48,7 +49,7 @@ class AllocatedState:
                 if not self.shared_devices.get(key):
                     self.capacity.pop(key, None)
             else:
-                self.allocated[key] += sign
+                self.allocated[key] = self.allocated.get(key, 0) + sign
                 if self.allocated[key] <= 0:
                     del self.allocated[key]
         self.version += 1
