@@ -340,8 +340,12 @@ def test_every_readme_command_runs(workdir: Path, monkeypatch: pytest.MonkeyPatc
             assert code == _expected_exit(comment), (part, output[-3000:])
             assert "Traceback" not in output, part
             ran.append(part)
+    # the section's two blocks, each run in order by its own test (the ComputeDomains one by
+    # tests/test_computedomain_flow.py)
+    from test_computedomain_flow import readme_commands as computedomain_commands
+
     local = [command for section, command, _ in commands if section == "Local cluster"]
-    assert local == local_cluster_commands()
+    assert local == local_cluster_commands() + computedomain_commands()
     every = {part.strip() for _, command, _ in commands for part in command.split("&&")}
     assert set(NOT_RUN) | set(DAEMONS_ELSEWHERE) | FULL_SCALE <= every, "a listed exception left the README"
     assert len(ran) >= 20
