@@ -25,6 +25,8 @@ from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
 
 from .fgd import Fragmentation, NodeRes, typical_tasks
 from .objects import MODES, NAMESPACE, cluster_objects, gpu_device_id, pod_objects
+from . import fastpath
+from .fastpath import FastContext, FastScheduler, FastState
 from .policies import PAPER_POLICIES, SIM_POLICIES, SimContext, node_ranks, paper_policy
 from .timeslicing import DEFAULT_REPLICAS, MIN_REPLICAS, ReplicaState, replicas_asked
 from .trace import MILLI, Task, Trace
@@ -86,16 +88,20 @@ class Placement:
     gpus: tuple[int, ...] = ()
 
 
+Reference = tuple[Cluster, Scheduler, SimContext]
+
+
 @dataclass
 class Run:
-    """The live state of one experiment."""
+    """The live state of one experiment. Placements go through the fast path (`fastpath.py`) when it applies,
+    else through the reference path: gpudra's scheduler and allocator on the trace as Kubernetes objects, built on
+    first use (`cluster`, `scheduler`; a run that has placed pods on the fast path cannot switch)."""
 
     trace: Trace
     policy: str
     seed: int
     mode: str
-    cluster: Cluster
-    scheduler: Scheduler
+    build_reference: Callable[[], Reference]
     context: SimContext
     capacity_milli: int
     node_used: dict[str, int]
@@ -107,6 +113,25 @@ class Run:
     free: int = 0
     node_free: dict[str, int] = field(default_factory=dict)
     fail_requests_greater_than_one: bool = False  # time-slicing: the plugin refuses requests of > 1 replica
+    fast: FastScheduler | None = None
+    _reference: Reference | None = None
+
+    def reference(self) -> Reference:
+        if self._reference is None:
+            if self.fast is not None and self.fast.state.changes:
+                raise RuntimeError("internal error: a run that placed pods on the fast path has no reference path")
+            self._reference = self.build_reference()
+            self.context = self._reference[2]
+            self.fast = None
+        return self._reference
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.reference()[0]
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.reference()[1]
 
     def refresh(self, node: str) -> NodeRes:
         res = self.context.node_res(node)
@@ -128,6 +153,11 @@ class Run:
         key = f"{NAMESPACE}/{pod_name}"
         replicas = self.context.replicas
         task = self.context.tasks[key]
+        if self.fast is not None:
+            node, gpus = self.fast.schedule(pod_name, task)
+            if node is not None:
+                self.refresh(node)
+            return Placement(pod_name, node, gpus)
         if replicas is not None and self.fail_requests_greater_than_one and replicas_asked(task) > 1:
             # rm.go ValidateRequests: the kubelet's Allocate fails, the pod fails admission and holds nothing
             return Placement(pod_name, None)
@@ -146,6 +176,9 @@ class Run:
 
     def delete(self, pod_name: str, node: str) -> None:
         key = f"{NAMESPACE}/{pod_name}"
+        if self.fast is not None:
+            self.refresh(self.fast.state.unbind(key))
+            return
         self.cluster.delete_pod(key)
         if self.context.replicas is not None:
             self.context.replicas.release(key)
@@ -164,31 +197,47 @@ Release = tuple[str | None, str | None] | None
 def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int, mode: str,
           rng: random.Random | None = None, release: Release = None,
           node_rank: dict[str, int] | None = None, replicas: int = DEFAULT_REPLICAS,
-          fail_requests_greater_than_one: bool = False) -> Run:
+          fail_requests_greater_than_one: bool = False, fast: bool = True) -> Run:
     """`rng`: the experiment's stream after tuning; the paper policies' node order for ties is drawn from it,
     unless `node_rank` gives it (node -> rank, the artifact's "%04d-" name prefix). `release`: (Kubernetes
-    version, --features text) the scheduler and allocator behave as (None: 1.36's)."""
-    objects = cluster_objects(trace.nodes, mode, replicas)
-    tasks: dict[str, Task] = {}
-    for pod_name, task in workload:
-        objects.extend(pod_objects(task, pod_name, mode))
-        tasks[f"{NAMESPACE}/{pod_name}"] = task
-    version, features = release or (None, None)
-    cluster = Cluster(objects, features, version)
+    version, --features text) the scheduler and allocator behave as (None: 1.36's). `fast`: place pods on the
+    fast path where it applies (False: always the reference path, gpudra's scheduler and allocator)."""
+    if policy not in SIM_POLICIES and policy not in GPUDRA_POLICIES:
+        raise SimulationError(f"unknown policy {policy!r}; choose from {', '.join(ALL_POLICIES)}")
+    tasks = {f"{NAMESPACE}/{pod_name}": task for pod_name, task in workload}
     node_gpus = {n.name: (n.model, [gpu_device_id(n.name, i) for i in range(n.gpus)]) for n in trace.nodes}
     fragmentation = Fragmentation(typical_tasks(trace.tasks))
     if node_rank is None:
         node_rank = node_ranks(node_gpus, rng if rng is not None else random.Random(seed))
-    state = ReplicaState(replicas, {n.name: n.gpus for n in trace.nodes}) if mode == "time-slicing" else None
-    context = SimContext(cluster, mode, node_gpus, tasks, fragmentation, seed, node_rank, state)
-    if policy in SIM_POLICIES:
-        scheduler = Scheduler(cluster, policy=paper_policy(policy, context))
-    elif policy in GPUDRA_POLICIES:
-        scheduler = Scheduler(cluster, policy=policy)
-    else:
-        raise SimulationError(f"unknown policy {policy!r}; choose from {', '.join(ALL_POLICIES)}")
-    run = Run(trace, policy, seed, mode, cluster, scheduler, context, trace.gpus * MILLI, {}, {},
-              fail_requests_greater_than_one=fail_requests_greater_than_one)
+    ranks = node_rank
+
+    def build_reference() -> Reference:
+        objects = cluster_objects(trace.nodes, mode, replicas)
+        for pod_name, task in workload:
+            objects.extend(pod_objects(task, pod_name, mode))
+        version, features = release or (None, None)
+        cluster = Cluster(objects, features, version)
+        state = ReplicaState(replicas, {n.name: n.gpus for n in trace.nodes}) if mode == "time-slicing" else None
+        context = SimContext(cluster, mode, node_gpus, tasks, fragmentation, seed, ranks, state)
+        if policy in SIM_POLICIES:
+            return cluster, Scheduler(cluster, policy=paper_policy(policy, context)), context
+        return cluster, Scheduler(cluster, policy=policy), context
+
+    fast_scheduler = None
+    context: SimContext | None = None
+    if fast and mode == "dra" and release is None and policy in SIM_POLICIES:
+        state = FastState(trace.nodes)
+        context = FastContext(state, mode, node_gpus, tasks, fragmentation, seed, ranks)
+        paper = paper_policy(policy, context)
+        if fastpath.applies(trace.nodes, tasks.values(), paper):
+            fast_scheduler = FastScheduler(state, paper)
+    reference = None if fast_scheduler is not None else build_reference()
+    if reference is not None:
+        context = reference[2]
+    assert context is not None
+    run = Run(trace, policy, seed, mode, build_reference, context, trace.gpus * MILLI, {}, {},
+              fail_requests_greater_than_one=fail_requests_greater_than_one, fast=fast_scheduler,
+              _reference=reference)
     for node in trace.nodes:
         run.refresh(node.name)
     return run

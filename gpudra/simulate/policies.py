@@ -106,6 +106,10 @@ class SimContext:
     def task(self, info: "PodInfo") -> Task:
         return self.tasks[info.key]
 
+    def pods_on(self, node: str) -> "Iterable[str]":
+        """The keys of the pods bound to `node`."""
+        return self.cluster.usage[node].pods
+
 
 def best_fit_gpu(res: NodeRes, task: Task) -> tuple[int, ...]:
     """allocateGpuIdBasedOnBestFit: a share on the fullest GPU it fits (first on ties), whole GPUs first-free."""
@@ -138,6 +142,11 @@ class PaperPolicy(Policy):
 
     def gpus(self, res: NodeRes, task: Task) -> tuple[int, ...]:
         return best_fit_gpu(res, task)
+
+    def best_key(self, res: NodeRes, task: Task, node: str) -> tuple:
+        """What `combine` ranks the feasible nodes by, as one key per node: the node with the largest key wins
+        (the score, then the tie order: the lowest rank). The fast path (`fastpath.py`) keeps nodes sorted by it."""
+        return self.node_score(res, task, node)[0], -self.context.node_rank[node]
 
     def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
         scores: dict[str, float] = {e.result.node: e.parts[0] for e in feasible}
@@ -177,7 +186,11 @@ class RandomPolicy(PaperPolicy):
         return 0, ()
 
     def break_tie(self, tied: list[str]) -> str:
-        return tied[self.context.rng.randrange(len(tied))]
+        return tied[self.pick(len(tied))]
+
+    def pick(self, count: int) -> int:
+        """RandomScore's node: an index into the `count` feasible nodes in the scheduler's order."""
+        return self.context.rng.randrange(count)
 
     def gpus(self, res: NodeRes, task: Task) -> tuple[int, ...]:
         if not task.shares_gpu:
@@ -209,8 +222,7 @@ class GpuClusteringPolicy(PaperPolicy):
         tag = affinity_tag(task)
         if tag == NO_GPU:
             return 0, ()
-        tags = {affinity_tag(self.context.tasks[key]) for key in self.context.cluster.usage[node].pods
-                if key in self.context.tasks}
+        tags = {affinity_tag(self.context.tasks[key]) for key in self.context.pods_on(node) if key in self.context.tasks}
         tags.discard(NO_GPU)
         fill = (MAX_NODE_SCORE // 4) * (MAX_SPEC_GPU - res.gpu_left_total) // MAX_SPEC_GPU
         if tag in tags:
@@ -307,14 +319,15 @@ class FragmentationPolicy(FgdPolicy):
         return self._cpu_aware
 
     def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
-        """FGD's (score, GPUs) and the tie key, computed with the node's verdict (cached with it until the node
-        changes), so `combine` only compares."""
-        task = self.context.task(info)
+        """`best_key`, computed with the node's verdict (cached with it until the node changes), so `combine`
+        only compares."""
         node = evaluation.result.node
-        res = self.context.node_res(node)
-        score, gpus = self.node_score(res, task, node)
-        tie = self.tie_key(res, task)
-        return score, gpus, tie, (score, tie, -self.context.node_rank[node])  # what combine compares
+        return self.best_key(self.context.node_res(node), self.context.task(info), node)
+
+    def best_key(self, res: NodeRes, task: Task, node: str) -> tuple:
+        """FGD's score, then `tie_key`, then the node order."""
+        score, _gpus = self.node_score(res, task, node)
+        return score, self.tie_key(res, task), -self.context.node_rank[node]
 
     def tie_key(self, res: NodeRes, task: Task) -> tuple[float, float]:
         """Among nodes of equal FGD score, larger is better: minus the pinned tasks' demand for the node's model
@@ -340,7 +353,7 @@ class FragmentationPolicy(FgdPolicy):
 
     def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
         """FGD's score, then `tie_key`, then the node order: the best node alone scores 1."""
-        keys = [e.parts[3] for e in feasible]
+        keys = [e.parts for e in feasible]
         scores = dict.fromkeys([e.result.node for e in feasible], 0.0)
         scores[feasible[keys.index(max(keys))].result.node] = 1.0
         return scores
