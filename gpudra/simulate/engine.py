@@ -280,8 +280,10 @@ def per_percent(points: list[tuple[float, float]], upto: int) -> dict[int, float
 
 def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra", tune: float = DEFAULT_TUNE,
                    method: str = "tune", progress: Progress | None = None, release: Release = None,
-                   replicas: int = DEFAULT_REPLICAS, fail_requests_greater_than_one: bool = False) -> dict[str, Any]:
-    """`replicas`, `fail_requests_greater_than_one`: the time-slicing config (`timeslicing.py`)."""
+                   replicas: int = DEFAULT_REPLICAS, fail_requests_greater_than_one: bool = False,
+                   fast: bool = True) -> dict[str, Any]:
+    """`replicas`, `fail_requests_greater_than_one`: the time-slicing config (`timeslicing.py`). `fast`: as
+    `start`'s (False: every placement through the scheduler and allocator)."""
     if mode not in MODES:
         raise SimulationError(f"unknown mode {mode!r}; choose {', '.join(MODES)}")
     if mode == "time-slicing" and replicas < MIN_REPLICAS:
@@ -296,10 +298,10 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     rng = random.Random(seed)
     if method == "events":
         return _run_events(trace, policy, seed, mode, progress, started, cpu_started, release, replicas,
-                           fail_requests_greater_than_one)
+                           fail_requests_greater_than_one, fast)
     workload = tuned_workload(trace.tasks, trace.gpus * MILLI, tune, rng)
     run = start(trace, workload, policy, seed, mode, rng, release, replicas=replicas,
-                fail_requests_greater_than_one=fail_requests_greater_than_one)
+                fail_requests_greater_than_one=fail_requests_greater_than_one, fast=fast)
     capacity = run.capacity_milli
     arrived = served = scheduled = 0
     alloc_points: list[tuple[float, float]] = []
@@ -376,13 +378,13 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
 
 def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progress | None, started: float,
                 cpu_started: float, release: Release = None, replicas: int = DEFAULT_REPLICAS,
-                fail_requests_greater_than_one: bool = False) -> dict[str, Any]:
+                fail_requests_greater_than_one: bool = False, fast: bool = True) -> dict[str, Any]:
     timed = [t for t in trace.tasks if t.creation is not None]
     if not timed:
         raise SimulationError(f"trace {trace.name}: no creation_time column, the events method needs one")
     workload = [(t.name, t) for t in sorted(timed, key=lambda t: (t.creation, t.name))]
     run = start(trace, workload, policy, seed, mode, release=release, replicas=replicas,
-                fail_requests_greater_than_one=fail_requests_greater_than_one)
+                fail_requests_greater_than_one=fail_requests_greater_than_one, fast=fast)
     events: list[tuple[int, int, str, Task]] = []  # (time, order: deletions before creations, pod, task)
     for pod_name, task in workload:
         events.append((task.creation or 0, 1, pod_name, task))

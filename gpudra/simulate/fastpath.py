@@ -178,7 +178,7 @@ class FastScheduler:
     def _judge(self, view: _ShapeView, task: Task, changed: Iterable[int]) -> None:
         state, policy = self.state, self.policy
         epochs, entries, names = view.epochs, view.entries, state.names
-        pushed = False
+        pushed: list[tuple] = []
         for i in changed:
             epoch = state.epoch[i]
             if epochs[i] == epoch:
@@ -196,12 +196,17 @@ class FastScheduler:
                     insort(view.feasible, i)
                 continue
             entry = entries[i] = (*_descending(policy.best_key(state.res[i], task, names[i])), epoch, i)
-            view.heap.append(entry)
-            pushed = True
-        if pushed:
-            if len(view.heap) > 4 * len(names) + 64:  # mostly stale entries: keep the live ones
-                view.heap = [e for e in entries if e]
+            pushed.append(entry)
+        heap = view.heap
+        if len(heap) + len(pushed) > 4 * len(names) + 64:  # mostly stale entries: keep the live ones
+            view.heap = [e for e in entries if e]
             heapq.heapify(view.heap)
+        elif len(pushed) * 8 > len(heap):
+            heap.extend(pushed)
+            heapq.heapify(heap)
+        else:
+            for entry in pushed:
+                heapq.heappush(heap, entry)
 
     def _best(self, view: _ShapeView) -> int | None:
         if self.random:
