@@ -56,6 +56,8 @@ def applies(nodes: Iterable[TraceNode], tasks: Iterable[Task], policy: PaperPoli
 
 def _descending(key: tuple) -> tuple:
     """A key heapq's min-heap pops largest first: every number negated, nested tuples flattened."""
+    if len(key) == 2 and not isinstance(key[0], tuple):  # (score, -rank): the paper's policies
+        return -key[0], -key[1]
     out: list = []
     for part in key:
         if isinstance(part, tuple):
