@@ -88,7 +88,8 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
             patience: int, kubernetes_version: str | None, features: str, output: str) -> None:
     """Replay a trace of a GPU cluster: every task becomes a Pod (with a ResourceClaim in DRA mode), every node
     a Node with the ResourceSlices gpudra's driver publishes, and every placement goes through gpudra's scheduler
-    and allocator. Reports the GPU allocation ratio and the unallocated GPUs at 100% arrived GPU demand, the
+    and allocator (the paper's policies on a trace of its simple task shapes: an exact fast path on the same node
+    model, tested pod by pod against them). Reports the GPU allocation ratio and the unallocated GPUs at 100% arrived GPU demand, the
     FGD paper's measure. Same seed, same result."""
     if workload == "nvl72" or _given("racks", "gangs_csv", "patience"):
         _nvl72(traces, nodes_csv, manifests, policies, seed, seeds, mode, method, tune, out_dir, workload, racks,

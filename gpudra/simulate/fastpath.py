@@ -34,6 +34,9 @@ from .trace import MILLI, Task, TraceNode
 # more (an online statistic, say) is not in this list and takes the reference path
 FAST_POLICIES = (RandomPolicy, DotProdPolicy, GpuClusteringPolicy, GpuPackingPolicy, BestFitPolicy, FgdPolicy,
                  FragmentationPolicy)
+# ... and those whose key but for its last part (minus the node's rank) reads only the node's NodeRes
+# (GpuClusteringScore also reads the kinds of pods on the node)
+STATE_KEYED = tuple(cls for cls in FAST_POLICIES if cls is not GpuClusteringPolicy)
 POD_LIMIT = int(MAX_PODS)
 if TYPE_CHECKING:  # pragma: no cover
     from gpudra.scheduler import Cluster
@@ -76,6 +79,7 @@ class _ShapeView:
         self.entries: list[tuple | None] = [None] * count  # the node's live heap entry, None when infeasible
         self.heap: list[tuple] = []
         self.feasible: list[int] = []  # RandomScore: sorted positions
+        self.keys: dict[NodeRes, tuple] = {}  # node state -> the policy's key less the rank (STATE_KEYED policies)
         self.log_position = 0
 
 
@@ -161,6 +165,8 @@ class FastScheduler:
         self.random = isinstance(policy, RandomPolicy)
         self.pick: Callable[[int], int] | None = policy.pick if isinstance(policy, RandomPolicy) else None
         self.views: dict[ShapeKey, _ShapeView] = {}
+        self.state_keyed = type(policy) in STATE_KEYED
+        self.rank = [policy.context.node_rank[name] for name in state.names]
 
     def _view(self, task: Task) -> _ShapeView:
         shape = (task.cpu_milli, task.memory_mib, task.num_gpu, task.gpu_milli, task.gpu_spec)
@@ -197,7 +203,16 @@ class FastScheduler:
                 if not was:
                     insort(view.feasible, i)
                 continue
-            entry = entries[i] = (*_descending(policy.best_key(state.res[i], task, names[i])), epoch, i)
+            res = state.res[i]
+            if self.state_keyed:  # nodes in one state share the key but for the rank, its last part
+                prefix = view.keys.get(res)
+                if prefix is None:
+                    if len(view.keys) > 100_000:
+                        view.keys.clear()
+                    prefix = view.keys[res] = _descending(policy.best_key(res, task, names[i]))[:-1]
+                entry = entries[i] = (*prefix, self.rank[i], epoch, i)
+            else:
+                entry = entries[i] = (*_descending(policy.best_key(res, task, names[i])), epoch, i)
             pushed.append(entry)
         heap = view.heap
         if len(heap) + len(pushed) > 4 * len(names) + 64:  # mostly stale entries: keep the live ones

@@ -145,7 +145,8 @@ class PaperPolicy(Policy):
 
     def best_key(self, res: NodeRes, task: Task, node: str) -> tuple:
         """What `combine` ranks the feasible nodes by, as one key per node: the node with the largest key wins
-        (the score, then the tie order: the lowest rank). The fast path (`fastpath.py`) keeps nodes sorted by it."""
+        (the score, then the tie order: the lowest rank). Its last part is minus the node's rank. The fast path
+        (`fastpath.py`) keeps nodes sorted by it."""
         return self.node_score(res, task, node)[0], -self.context.node_rank[node]
 
     def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
