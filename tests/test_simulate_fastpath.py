@@ -102,4 +102,4 @@ def test_the_reference_path_serves_what_the_fast_path_cannot_hold():
     run = start(Trace("p", nodes, [plain]), [("p", plain), ("q", plain)], "fgd", 1, "dra")
     assert run.schedule("p").node == "a"
     with pytest.raises(RuntimeError):
-        run.cluster
+        run.reference()

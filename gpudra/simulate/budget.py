@@ -23,12 +23,12 @@ if TYPE_CHECKING:  # pragma: no cover
 # CPU milliseconds per submitted task (setup included), `python benchmarks/simulate.py --mode M --policy P`
 # for every policy (10,771 tasks each), 2026-12-03 22:20-23:25 UTC on the 2-vCPU KVM development machine with other
 # work running (load 5-10; process CPU time, which that load inflates less than wall time). DRA mode's paper
-# policies and `fragmentation` take the fast path (fastpath.py): measured again 2026-12-04 04:10-04:13 UTC, same
-# machine, load 8-9, niced (fgd 2.4 s, fragmentation 6.6 s, bestfit 1.4 s, random 1.4 s, dotprod 1.4 s,
-# gpu-clustering 2.0 s, gpu-packing 1.8 s per experiment).
+# policies and `fragmentation` take the fast path (fastpath.py): measured again 2026-12-04 04:10-04:36 UTC, same
+# machine, load 7-9, niced (per experiment: fgd 2.2 s, fragmentation 5.4 s, bestfit 1.2 s, random 1.4 s,
+# dotprod 1.4 s, gpu-clustering 2.0 s, gpu-packing 1.8 s).
 PER_TASK_CPU_MS: dict[str, dict[str, float]] = {
-    "dra": {"random": 0.135, "dotprod": 0.134, "gpu-clustering": 0.183, "gpu-packing": 0.171, "bestfit": 0.131,
-            "fgd": 0.226, "kube": 5.82, "binpack": 2.78, "fragmentation": 0.617},
+    "dra": {"random": 0.135, "dotprod": 0.134, "gpu-clustering": 0.183, "gpu-packing": 0.171, "bestfit": 0.115,
+            "fgd": 0.206, "kube": 5.82, "binpack": 2.78, "fragmentation": 0.504},
     "device-plugin": {"random": 3.38, "dotprod": 2.58, "gpu-clustering": 2.66, "gpu-packing": 2.78, "bestfit": 2.56,
                       "fgd": 3.01, "kube": 3.18, "binpack": 3.05, "fragmentation": 4.95},
 }

@@ -170,9 +170,9 @@ class Run:
             return Placement(pod_name, result.node, tuple(sorted(picked)))
         self.refresh(result.node)
         devices = self.context.node_gpus.get(result.node, ("", []))[1]
-        gpus = sorted(devices.index(device) for claim in result.claims
-                      for device in allocated_device_ids(self.cluster.claims[claim]) if device in devices)
-        return Placement(pod_name, result.node, tuple(gpus))
+        indices = sorted(devices.index(device) for claim in result.claims
+                         for device in allocated_device_ids(self.cluster.claims[claim]) if device in devices)
+        return Placement(pod_name, result.node, tuple(indices))
 
     def delete(self, pod_name: str, node: str) -> None:
         key = f"{NAMESPACE}/{pod_name}"
