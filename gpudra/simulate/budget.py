@@ -24,10 +24,10 @@ if TYPE_CHECKING:  # pragma: no cover
 # for every policy (10,771 tasks each), 2026-12-03 22:20-23:25 UTC on the 2-vCPU KVM development machine with other
 # work running (load 5-10; process CPU time, which that load inflates less than wall time). DRA mode's paper
 # policies and `fragmentation` take the fast path (fastpath.py): measured again 2026-12-04 04:10-04:36 UTC, same
-# machine, load 7-9, niced (per experiment: fgd 2.2 s, fragmentation 5.4 s, bestfit 1.2 s, random 1.4 s,
-# dotprod 1.4 s, gpu-clustering 2.0 s, gpu-packing 1.8 s).
+# machine, load 5-9, niced (per experiment: fgd 2.2 s, fragmentation 5.4 s, bestfit 1.2 s, random 1.5 s,
+# dotprod 1.2 s, gpu-clustering 1.6 s, gpu-packing 1.2 s).
 PER_TASK_CPU_MS: dict[str, dict[str, float]] = {
-    "dra": {"random": 0.135, "dotprod": 0.134, "gpu-clustering": 0.183, "gpu-packing": 0.171, "bestfit": 0.115,
+    "dra": {"random": 0.14, "dotprod": 0.108, "gpu-clustering": 0.148, "gpu-packing": 0.109, "bestfit": 0.115,
             "fgd": 0.206, "kube": 5.82, "binpack": 2.78, "fragmentation": 0.504},
     "device-plugin": {"random": 3.38, "dotprod": 2.58, "gpu-clustering": 2.66, "gpu-packing": 2.78, "bestfit": 2.56,
                       "fgd": 3.01, "kube": 3.18, "binpack": 3.05, "fragmentation": 4.95},
