@@ -25,11 +25,12 @@ from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
 
 from .fgd import Fragmentation, NodeRes, typical_tasks
 from .objects import MODES, NAMESPACE, cluster_objects, gpu_device_id, pod_objects
-from .policies import PAPER_POLICIES, SIM_POLICIES, SimContext, node_ranks, paper_policy
+from .policies import ONLINE_POLICIES, PAPER_POLICIES, SIM_POLICIES, SimContext, node_ranks, paper_policy
 from .timeslicing import DEFAULT_REPLICAS, MIN_REPLICAS, ReplicaState, replicas_asked
 from .trace import MILLI, Task, Trace
 
-ALL_POLICIES = PAPER_POLICIES + tuple(p for p in GPUDRA_POLICIES if p != "spread")
+ALL_POLICIES = PAPER_POLICIES + tuple(p for p in GPUDRA_POLICIES if p != "spread")  # what `--policies all` runs
+KNOWN_POLICIES = ALL_POLICIES + ONLINE_POLICIES  # and the variants that learn task popularity online, by name
 DEFAULT_TUNE = 1.3
 METHODS = ("tune", "events")
 Progress = Callable[[int, int], None]
@@ -128,6 +129,7 @@ class Run:
         key = f"{NAMESPACE}/{pod_name}"
         replicas = self.context.replicas
         task = self.context.tasks[key]
+        self.context.popularity.observe(task)  # it has arrived: the online policies' estimate counts it
         if replicas is not None and self.fail_requests_greater_than_one and replicas_asked(task) > 1:
             # rm.go ValidateRequests: the kubelet's Allocate fails, the pod fails admission and holds nothing
             return Placement(pod_name, None)
@@ -186,7 +188,7 @@ def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int
     elif policy in GPUDRA_POLICIES:
         scheduler = Scheduler(cluster, policy=policy)
     else:
-        raise SimulationError(f"unknown policy {policy!r}; choose from {', '.join(ALL_POLICIES)}")
+        raise SimulationError(f"unknown policy {policy!r}; choose from {', '.join(KNOWN_POLICIES)}")
     run = Run(trace, policy, seed, mode, cluster, scheduler, context, trace.gpus * MILLI, {}, {},
               fail_requests_greater_than_one=fail_requests_greater_than_one)
     for node in trace.nodes:
