@@ -138,3 +138,42 @@ def test_the_online_variants_run_by_name_but_not_in_all(tmp_path):
     from gpudra.simulate.engine import ALL_POLICIES
 
     assert not set(ONLINE.values()) & set(ALL_POLICIES)
+
+
+def test_the_comparison_tool_reads_simulate_json_and_counts_seeds(tmp_path):
+    """tools/frag_vs_fgd.py (the README's table of allocated share by arrived demand): means over the seeds
+    every policy ran, differences against FGD and the seeds on which a policy allocated at least FGD's."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    trace = small_trace()
+    results = [run_experiment(trace, policy, seed=seed, tune=1.6) for policy in ("fgd", "fragmentation-online")
+               for seed in (1, 2)]
+    extra = dict(results[0], seed=9)  # FGD alone on seed 9: not a common seed, left out
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results + [extra]))
+    tool = Path(__file__).resolve().parent.parent / "tools" / "frag_vs_fgd.py"
+    done = subprocess.run([sys.executable, str(tool), str(tmp_path / "runs.jsonl"), "--levels", "50,100", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout.splitlines()[-1])["small"]
+
+    def at(policy, seed, level):
+        run = next(r for r in results if r["policy"] == policy and r["seed"] == seed)
+        return run["series"]["allocation_ratio"][run["series"]["arrived_percent"].index(level)]
+
+    assert [row["level"] for row in rows] == [50, 100]
+    for row in rows:
+        fgd = [at("fgd", s, row["level"]) for s in (1, 2)]
+        online = [at("fragmentation-online", s, row["level"]) for s in (1, 2)]
+        assert row["seeds"] == [1, 2] and row["fgd"] == pytest.approx(sum(fgd) / 2)
+        assert row["fragmentation-online"]["difference"] == pytest.approx((sum(online) - sum(fgd)) / 2)
+        assert row["fragmentation-online"]["at_least_fgd"] == sum(o >= f for o, f in zip(online, fgd))
+    table = subprocess.run([sys.executable, str(tool), str(tmp_path / "runs.jsonl")], capture_output=True,
+                           text=True, timeout=60)
+    assert table.returncode == 0 and "| 100% |" in table.stdout and "`fragmentation-online` %" in table.stdout
+    (tmp_path / "bad.jsonl").write_text("{}\n")
+    bad = subprocess.run([sys.executable, str(tool), str(tmp_path / "bad.jsonl")], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "bad.jsonl:1" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,0 +1,120 @@
+"""Allocated share of `fragmentation` (and its online variant) against FGD below and at saturation, per trace.
+
+    gpudra simulate --trace T --policies fgd,fragmentation,fragmentation-online --seeds 10 -j 2 -o json > T.jsonl
+    python tools/frag_vs_fgd.py T.jsonl [MORE.jsonl …] [--levels 70,75,80,85,90,95,100] [--json]
+
+Reads the experiments `gpudra simulate -o json` prints (one JSON object per line) and, for every trace and every
+arrived-demand level, prints the mean over the seeds of the allocated share (the `allocation_ratio` series: GPU
+milli allocated / capacity, in %) of FGD and of every other policy found, the difference in percentage points
+and on how many seeds the policy allocated at least as much as FGD (seeds matched one to one; only seeds every
+policy of the trace ran count). A Markdown table per trace; `--json` prints the rows as one JSON line instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+BASELINE = "fgd"
+DEFAULT_LEVELS = tuple(range(70, 101, 5))
+ORDER = ("fragmentation", "fragmentation-online", "fgd-online")  # columns first in this order, then the rest
+
+Series = dict[int, float]  # arrived demand % -> allocated %
+
+
+class InputError(Exception):
+    pass
+
+
+def read_experiments(paths: list[str]) -> dict[str, dict[str, dict[int, Series]]]:
+    """trace -> policy -> seed -> allocated share by arrived-demand level, from `simulate -o json` lines."""
+    found: dict[str, dict[str, dict[int, Series]]] = defaultdict(lambda: defaultdict(dict))
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{path}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                result = json.loads(line)
+                series = result["series"]
+                levels = dict(zip(series["arrived_percent"], series["allocation_ratio"]))
+                found[result["trace"]][result["policy"]][int(result["seed"])] = levels
+            except (ValueError, KeyError, TypeError) as exc:
+                raise InputError(f"{path}:{number}: not an experiment of `gpudra simulate -o json` ({exc})") from None
+    return found
+
+
+def compare(policies: dict[str, dict[int, Series]], levels: tuple[int, ...]) -> list[dict[str, Any]]:
+    """One row per level: FGD's mean, each other policy's mean, difference and seeds at least FGD's."""
+    if BASELINE not in policies:
+        return []
+    others = sorted((p for p in policies if p != BASELINE),
+                    key=lambda p: (ORDER.index(p) if p in ORDER else len(ORDER), p))
+    seeds = sorted(set.intersection(*(set(runs) for runs in policies.values())))
+    rows = []
+    for level in levels:
+        if not seeds or any(level not in policies[p][s] for p in policies for s in seeds):
+            continue
+        base = [policies[BASELINE][s][level] for s in seeds]
+        row: dict[str, Any] = {"level": level, "seeds": seeds, BASELINE: sum(base) / len(seeds)}
+        for policy in others:
+            values = [policies[policy][s][level] for s in seeds]
+            mean = sum(values) / len(seeds)
+            row[policy] = {"mean": mean, "difference": mean - row[BASELINE],
+                           "at_least_fgd": sum(1 for v, b in zip(values, base) if v >= b)}
+        rows.append(row)
+    return rows
+
+
+def markdown(trace: str, rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return f"{trace}: no level with FGD and every policy on common seeds"
+    others = [key for key in rows[0] if key not in ("level", "seeds", BASELINE)]
+    seeds = rows[0]["seeds"]
+    span = f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ",".join(map(str, seeds))
+    head = ["arrived demand", "FGD %"]
+    for policy in others:
+        head += [f"`{policy}` %", "difference (pp)", f"seeds ≥ FGD (of {len(seeds)})"]
+    lines = [f"{trace} (seeds {span})", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [f"{row['level']}%", f"{row[BASELINE]:.2f}"]
+        for policy in others:
+            cell = row[policy]
+            cells += [f"{cell['mean']:.2f}", f"{cell['difference']:+.2f}".replace("-", "−"), str(cell["at_least_fgd"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="+", help="`gpudra simulate -o json` output (JSON lines)")
+    parser.add_argument("--levels", default=",".join(map(str, DEFAULT_LEVELS)),
+                        help="arrived-demand levels in %% [default: 70,75,…,100]")
+    parser.add_argument("--json", action="store_true", help="print the rows as one JSON line")
+    args = parser.parse_args(argv)
+    try:
+        levels = tuple(int(level) for level in args.levels.split(","))
+    except ValueError:
+        parser.error(f"--levels: whole percents separated by commas, not {args.levels!r}")
+    try:
+        found = read_experiments(args.files)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    tables = {trace: compare(found[trace], levels) for trace in found}
+    if args.json:
+        print(json.dumps(tables, separators=(",", ":")))
+    else:
+        print("\n\n".join(markdown(trace, rows) for trace, rows in tables.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
