@@ -151,7 +151,7 @@ def test_the_comparison_tool_reads_simulate_json_and_counts_seeds(tmp_path):
     trace = small_trace()
     results = [run_experiment(trace, policy, seed=seed, tune=1.6) for policy in ("fgd", "fragmentation-online")
                for seed in (1, 2)]
-    extra = dict(results[0], seed=9)  # FGD alone on seed 9: not a common seed, left out
+    extra = dict(results[0], seed=9)  # FGD alone on seed 9: in FGD's mean, not in the paired comparison
     (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results + [extra]))
     tool = Path(__file__).resolve().parent.parent / "tools" / "frag_vs_fgd.py"
     done = subprocess.run([sys.executable, str(tool), str(tmp_path / "runs.jsonl"), "--levels", "50,100", "--json"],
@@ -167,7 +167,9 @@ def test_the_comparison_tool_reads_simulate_json_and_counts_seeds(tmp_path):
     for row in rows:
         fgd = [at("fgd", s, row["level"]) for s in (1, 2)]
         online = [at("fragmentation-online", s, row["level"]) for s in (1, 2)]
-        assert row["seeds"] == [1, 2] and row["fgd"] == pytest.approx(sum(fgd) / 2)
+        assert row["seeds"] == [1, 2, 9] and row["fgd"] == pytest.approx((sum(fgd) + fgd[0]) / 3)
+        assert row["fragmentation-online"]["seeds"] == [1, 2]
+        assert row["fragmentation-online"]["mean"] == pytest.approx(sum(online) / 2)
         assert row["fragmentation-online"]["difference"] == pytest.approx((sum(online) - sum(fgd)) / 2)
         assert row["fragmentation-online"]["at_least_fgd"] == sum(o >= f for o, f in zip(online, fgd))
     table = subprocess.run([sys.executable, str(tool), str(tmp_path / "runs.jsonl")], capture_output=True,

@@ -5,9 +5,10 @@
 
 Reads the experiments `gpudra simulate -o json` prints (one JSON object per line) and, for every trace and every
 arrived-demand level, prints the mean over the seeds of the allocated share (the `allocation_ratio` series: GPU
-milli allocated / capacity, in %) of FGD and of every other policy found, the difference in percentage points
-and on how many seeds the policy allocated at least as much as FGD (seeds matched one to one; only seeds every
-policy of the trace ran count). A Markdown table per trace; `--json` prints the rows as one JSON line instead.
+milli allocated / capacity, in %) of FGD (every seed it ran) and of every other policy found, with the
+difference from FGD in percentage points and on how many seeds the policy allocated at least as much as FGD: both
+over the seeds the policy and FGD both ran, matched one to one (a policy run on fewer seeds is compared on those).
+A Markdown table per trace; `--json` prints the rows as one JSON line instead.
 """
 
 from __future__ import annotations
@@ -52,42 +53,60 @@ def read_experiments(paths: list[str]) -> dict[str, dict[str, dict[int, Series]]
 
 
 def compare(policies: dict[str, dict[int, Series]], levels: tuple[int, ...]) -> list[dict[str, Any]]:
-    """One row per level: FGD's mean, each other policy's mean, difference and seeds at least FGD's."""
-    if BASELINE not in policies:
+    """One row per level: FGD's mean over its seeds; each other policy's mean, its paired difference from FGD
+    and the seeds on which it allocated at least FGD's share, over the seeds both ran."""
+    baseline = policies.get(BASELINE)
+    if not baseline:
         return []
     others = sorted((p for p in policies if p != BASELINE),
                     key=lambda p: (ORDER.index(p) if p in ORDER else len(ORDER), p))
-    seeds = sorted(set.intersection(*(set(runs) for runs in policies.values())))
+    seeds = sorted(baseline)
     rows = []
     for level in levels:
-        if not seeds or any(level not in policies[p][s] for p in policies for s in seeds):
+        if any(level not in baseline[s] for s in seeds):
             continue
-        base = [policies[BASELINE][s][level] for s in seeds]
-        row: dict[str, Any] = {"level": level, "seeds": seeds, BASELINE: sum(base) / len(seeds)}
+        row: dict[str, Any] = {"level": level, "seeds": seeds,
+                               BASELINE: sum(baseline[s][level] for s in seeds) / len(seeds)}
         for policy in others:
-            values = [policies[policy][s][level] for s in seeds]
-            mean = sum(values) / len(seeds)
-            row[policy] = {"mean": mean, "difference": mean - row[BASELINE],
-                           "at_least_fgd": sum(1 for v, b in zip(values, base) if v >= b)}
+            paired = sorted(s for s in policies[policy] if s in baseline and level in policies[policy][s])
+            if not paired:
+                continue
+            values = [policies[policy][s][level] for s in paired]
+            base = [baseline[s][level] for s in paired]
+            row[policy] = {"mean": sum(values) / len(paired), "difference": (sum(values) - sum(base)) / len(paired),
+                           "at_least_fgd": sum(1 for v, b in zip(values, base) if v >= b), "seeds": paired}
         rows.append(row)
     return rows
 
 
+def seed_span(seeds: list[int]) -> str:
+    """42–51, 42 or 42,44: the seeds as a reader scans them."""
+    if len(seeds) == 1:
+        return str(seeds[0])
+    if seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}–{seeds[-1]}"
+    return ",".join(map(str, seeds))
+
+
 def markdown(trace: str, rows: list[dict[str, Any]]) -> str:
     if not rows:
-        return f"{trace}: no level with FGD and every policy on common seeds"
+        return f"{trace}: no level with FGD"
     others = [key for key in rows[0] if key not in ("level", "seeds", BASELINE)]
-    seeds = rows[0]["seeds"]
-    span = f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ",".join(map(str, seeds))
+    caption = [f"FGD seeds {seed_span(rows[0]['seeds'])}"]
+    caption += [f"`{policy}` seeds {seed_span(rows[0][policy]['seeds'])}" for policy in others]
     head = ["arrived demand", "FGD %"]
     for policy in others:
-        head += [f"`{policy}` %", "difference (pp)", f"seeds ≥ FGD (of {len(seeds)})"]
-    lines = [f"{trace} (seeds {span})", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        head += [f"`{policy}` %", "difference (pp)", "seeds ≥ FGD"]
+    lines = [f"{trace} ({'; '.join(caption)})", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [f"{row['level']}%", f"{row[BASELINE]:.2f}"]
         for policy in others:
-            cell = row[policy]
-            cells += [f"{cell['mean']:.2f}", f"{cell['difference']:+.2f}".replace("-", "−"), str(cell["at_least_fgd"])]
+            cell = row.get(policy)
+            if cell is None:
+                cells += ["", "", ""]
+                continue
+            cells += [f"{cell['mean']:.2f}", f"{cell['difference']:+.2f}".replace("-", "−"),
+                      f"{cell['at_least_fgd']} of {len(cell['seeds'])}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
