@@ -172,9 +172,14 @@ def test_the_comparison_tool_reads_simulate_json_and_counts_seeds(tmp_path):
         assert row["fragmentation-online"]["mean"] == pytest.approx(sum(online) / 2)
         assert row["fragmentation-online"]["difference"] == pytest.approx((sum(online) - sum(fgd)) / 2)
         assert row["fragmentation-online"]["at_least_fgd"] == sum(o >= f for o, f in zip(online, fgd))
-    table = subprocess.run([sys.executable, str(tool), str(tmp_path / "runs.jsonl")], capture_output=True,
-                           text=True, timeout=60)
+    table = subprocess.run([sys.executable, str(tool), str(tmp_path / "runs.jsonl"), "--per-trace"],
+                           capture_output=True, text=True, timeout=60)
     assert table.returncode == 0 and "| 100% |" in table.stdout and "`fragmentation-online` %" in table.stdout
+    summary = subprocess.run([sys.executable, str(tool), str(tmp_path / "runs.jsonl")], capture_output=True,
+                             text=True, timeout=60)
+    difference = rows[-1]["fragmentation-online"]
+    cell = f"{difference['difference']:+.2f}".replace("-", "−") + f" ({difference['at_least_fgd']}/2) |"
+    assert summary.returncode == 0 and summary.stdout.splitlines()[-1].endswith(cell)
     (tmp_path / "bad.jsonl").write_text("{}\n")
     bad = subprocess.run([sys.executable, str(tool), str(tmp_path / "bad.jsonl")], capture_output=True, text=True,
                          timeout=60)

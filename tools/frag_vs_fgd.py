@@ -8,7 +8,8 @@ arrived-demand level, prints the mean over the seeds of the allocated share (the
 milli allocated / capacity, in %) of FGD (every seed it ran) and of every other policy found, with the
 difference from FGD in percentage points and on how many seeds the policy allocated at least as much as FGD: both
 over the seeds the policy and FGD both ran, matched one to one (a policy run on fewer seeds is compared on those).
-A Markdown table per trace; `--json` prints the rows as one JSON line instead.
+One Markdown table, a row of FGD's allocated % and a row of differences per policy for every trace (the README's
+layout); `--per-trace`: a table per trace with every mean; `--json`: the rows as one JSON line.
 """
 
 from __future__ import annotations
@@ -111,11 +112,35 @@ def markdown(trace: str, rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def summary(tables: dict[str, list[dict[str, Any]]]) -> str:
+    """One table: per trace, FGD's allocated % at each level, then each policy's difference from FGD in pp
+    (seeds on which it allocated at least FGD's share, of the seeds both ran)."""
+    levels = sorted({row["level"] for rows in tables.values() for row in rows})
+    head = ["trace", "policy", "seeds"] + [f"{level}%" for level in levels]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for trace, rows in tables.items():
+        by_level = {row["level"]: row for row in rows}
+        if not rows:
+            continue
+        fgd = [f"{by_level[level][BASELINE]:.2f}" if level in by_level else "" for level in levels]
+        lines.append("| " + " | ".join([trace, "FGD allocated %", seed_span(rows[0]["seeds"])] + fgd) + " |")
+        for policy in [key for key in rows[0] if key not in ("level", "seeds", BASELINE)]:
+            cells = []
+            for level in levels:
+                cell = by_level.get(level, {}).get(policy)
+                cells.append("" if cell is None else f"{cell['difference']:+.2f}".replace("-", "−")
+                             + f" ({cell['at_least_fgd']}/{len(cell['seeds'])})")
+            lines.append("| " + " | ".join([trace, f"`{policy}` − FGD (pp)", seed_span(rows[0][policy]["seeds"])]
+                                            + cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", help="`gpudra simulate -o json` output (JSON lines)")
     parser.add_argument("--levels", default=",".join(map(str, DEFAULT_LEVELS)),
                         help="arrived-demand levels in %% [default: 70,75,…,100]")
+    parser.add_argument("--per-trace", action="store_true", help="a table per trace with every policy's mean")
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON line")
     args = parser.parse_args(argv)
     try:
@@ -130,8 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     tables = {trace: compare(found[trace], levels) for trace in found}
     if args.json:
         print(json.dumps(tables, separators=(",", ":")))
-    else:
+    elif args.per_trace:
         print("\n\n".join(markdown(trace, rows) for trace, rows in tables.items()))
+    else:
+        print(summary(tables))
     return 0
 
 
