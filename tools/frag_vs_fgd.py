@@ -8,6 +8,7 @@ arrived-demand level, prints the mean over the seeds of the allocated share (the
 milli allocated / capacity, in %) of FGD (every seed it ran) and of every other policy found, with the
 difference from FGD in percentage points and on how many seeds the policy allocated at least as much as FGD: both
 over the seeds the policy and FGD both ran, matched one to one (a policy run on fewer seeds is compared on those).
+`--baseline P` compares with P instead of FGD.
 One Markdown table, a row of FGD's allocated % and a row of differences per policy for every trace (the README's
 layout); `--per-trace`: a table per trace with every mean; `--json`: the rows as one JSON line.
 """
@@ -53,21 +54,22 @@ def read_experiments(paths: list[str]) -> dict[str, dict[str, dict[int, Series]]
     return found
 
 
-def compare(policies: dict[str, dict[int, Series]], levels: tuple[int, ...]) -> list[dict[str, Any]]:
+def compare(policies: dict[str, dict[int, Series]], levels: tuple[int, ...],
+            baseline_policy: str = BASELINE) -> list[dict[str, Any]]:
     """One row per level: FGD's mean over its seeds; each other policy's mean, its paired difference from FGD
     and the seeds on which it allocated at least FGD's share, over the seeds both ran."""
-    baseline = policies.get(BASELINE)
+    baseline = policies.get(baseline_policy)
     if not baseline:
         return []
-    others = sorted((p for p in policies if p != BASELINE),
+    others = sorted((p for p in policies if p != baseline_policy),
                     key=lambda p: (ORDER.index(p) if p in ORDER else len(ORDER), p))
     seeds = sorted(baseline)
     rows = []
     for level in levels:
         if any(level not in baseline[s] for s in seeds):
             continue
-        row: dict[str, Any] = {"level": level, "seeds": seeds,
-                               BASELINE: sum(baseline[s][level] for s in seeds) / len(seeds)}
+        row: dict[str, Any] = {"level": level, "seeds": seeds, "baseline": baseline_policy,
+                               baseline_policy: sum(baseline[s][level] for s in seeds) / len(seeds)}
         for policy in others:
             paired = sorted(s for s in policies[policy] if s in baseline and level in policies[policy][s])
             if not paired:
@@ -91,16 +93,17 @@ def seed_span(seeds: list[int]) -> str:
 
 def markdown(trace: str, rows: list[dict[str, Any]]) -> str:
     if not rows:
-        return f"{trace}: no level with FGD"
-    others = [key for key in rows[0] if key not in ("level", "seeds", BASELINE)]
-    caption = [f"FGD seeds {seed_span(rows[0]['seeds'])}"]
+        return f"{trace}: no level with the baseline policy"
+    base = rows[0]["baseline"]
+    others = [key for key in rows[0] if key not in ("level", "seeds", "baseline", base)]
+    caption = [f"{base} seeds {seed_span(rows[0]['seeds'])}"]
     caption += [f"`{policy}` seeds {seed_span(rows[0][policy]['seeds'])}" for policy in others]
-    head = ["arrived demand", "FGD %"]
+    head = ["arrived demand", f"{base} %"]
     for policy in others:
-        head += [f"`{policy}` %", "difference (pp)", "seeds ≥ FGD"]
+        head += [f"`{policy}` %", "difference (pp)", f"seeds ≥ {base}"]
     lines = [f"{trace} ({'; '.join(caption)})", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
-        cells = [f"{row['level']}%", f"{row[BASELINE]:.2f}"]
+        cells = [f"{row['level']}%", f"{row[base]:.2f}"]
         for policy in others:
             cell = row.get(policy)
             if cell is None:
@@ -122,15 +125,17 @@ def summary(tables: dict[str, list[dict[str, Any]]]) -> str:
         by_level = {row["level"]: row for row in rows}
         if not rows:
             continue
-        fgd = [f"{by_level[level][BASELINE]:.2f}" if level in by_level else "" for level in levels]
-        lines.append("| " + " | ".join([trace, "FGD allocated %", seed_span(rows[0]["seeds"])] + fgd) + " |")
-        for policy in [key for key in rows[0] if key not in ("level", "seeds", BASELINE)]:
+        base = rows[0]["baseline"]
+        shares = [f"{by_level[level][base]:.2f}" if level in by_level else "" for level in levels]
+        name = "FGD" if base == BASELINE else f"`{base}`"
+        lines.append("| " + " | ".join([trace, f"{name} allocated %", seed_span(rows[0]["seeds"])] + shares) + " |")
+        for policy in [key for key in rows[0] if key not in ("level", "seeds", "baseline", base)]:
             cells = []
             for level in levels:
                 cell = by_level.get(level, {}).get(policy)
                 cells.append("" if cell is None else f"{cell['difference']:+.2f}".replace("-", "−")
                              + f" ({cell['at_least_fgd']}/{len(cell['seeds'])})")
-            lines.append("| " + " | ".join([trace, f"`{policy}` − FGD (pp)", seed_span(rows[0][policy]["seeds"])]
+            lines.append("| " + " | ".join([trace, f"`{policy}` − {name} (pp)", seed_span(rows[0][policy]["seeds"])]
                                             + cells) + " |")
     return "\n".join(lines)
 
@@ -140,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("files", nargs="+", help="`gpudra simulate -o json` output (JSON lines)")
     parser.add_argument("--levels", default=",".join(map(str, DEFAULT_LEVELS)),
                         help="arrived-demand levels in %% [default: 70,75,…,100]")
+    parser.add_argument("--baseline", default=BASELINE, help="the policy the others are compared with [default: fgd]")
     parser.add_argument("--per-trace", action="store_true", help="a table per trace with every policy's mean")
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON line")
     args = parser.parse_args(argv)
@@ -152,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    tables = {trace: compare(found[trace], levels) for trace in found}
+    tables = {trace: compare(found[trace], levels, args.baseline) for trace in found}
     if args.json:
         print(json.dumps(tables, separators=(",", ":")))
     elif args.per_trace:
