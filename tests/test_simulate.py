@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from gpudra.driver.slices import build_resource_slices, device_classes
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.simulate import bundled_trace, run_experiment
-from gpudra.simulate.engine import per_percent, tuned_workload
+from gpudra.simulate.engine import SimulationError, per_percent, tuned_workload
 from gpudra.simulate.fgd import Fragmentation, NodeRes, TypicalTask, fgd_choice, typical_tasks
 from gpudra.simulate.objects import node_inventory, pod_objects
 from gpudra.simulate.report import write_outputs
@@ -592,3 +592,11 @@ def test_plots_are_zoomed_to_the_data_show_the_seed_spread_and_say_what_they_sho
     for name in images:
         caption = report.plot_caption(name)
         assert caption != name and f"<figcaption>{caption}</figcaption>" in html.replace("&#x27;", "'")
+
+
+def test_tuning_refuses_a_trace_whose_tasks_request_no_gpu():
+    """Sampling tasks up to a multiple of the GPU capacity never ends when no task adds GPU demand."""
+    cpu_only = [Task(f"t-{i}", 1000, 1024, 0, 0, ()) for i in range(3)]
+    with pytest.raises(SimulationError, match="no task of the trace requests a GPU"):
+        tuned_workload(cpu_only, 8 * 1000, 1.3, random.Random(0))
+    assert len(tuned_workload(cpu_only, 8 * 1000, 0, random.Random(0))) == 3  # --tune 0 submits them as they are

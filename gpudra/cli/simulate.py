@@ -12,7 +12,7 @@ import click
 from gpudra.cli.errors import UsageError
 from gpudra.cli.options import features_option, kubernetes_version_option
 from gpudra.cli.output import output_option
-from gpudra.simulate.engine import ALL_POLICIES, DEFAULT_TUNE, METHODS
+from gpudra.simulate.engine import ALL_POLICIES, DEFAULT_TUNE, KNOWN_POLICIES, METHODS
 from gpudra.simulate.trace import BUNDLED_TRACES, DEFAULT_TRACE
 
 
@@ -35,7 +35,8 @@ def _split(values: tuple[str, ...]) -> list[str]:
                    "DeviceClasses) and workload (Pods, claims, templates, workloads) replayed in queue order "
                    "(creationTimestamp where present, else file order) instead of a trace; gpudra's policies only.")
 @click.option("--policy", "--policies", "policies", multiple=True, metavar="NAME",
-              help=f"Scoring policies, comma-separated or repeated: {', '.join(ALL_POLICIES)}, or 'all' "
+              help=f"Scoring policies, comma-separated or repeated: {', '.join(KNOWN_POLICIES)}, or 'all' "
+                   "(all but the -online variants, which learn task popularity from the tasks arrived so far) "
                    "[default: fgd; kube with -f].")
 @click.option("--seed", type=int, default=42, show_default=True, help="First seed (the paper's are 42..51).")
 @click.option("--seeds", type=click.IntRange(1, None), default=1, show_default=True,
@@ -104,10 +105,10 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
 
     from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
 
-    usable = [p for p in GPUDRA_POLICIES] if manifests else list(ALL_POLICIES)
+    usable = [p for p in GPUDRA_POLICIES] if manifests else list(KNOWN_POLICIES)
     chosen = _split(policies) or (["kube"] if manifests else ["fgd"])
     if "all" in chosen:
-        chosen = usable
+        chosen = usable if manifests else list(ALL_POLICIES)
     unknown = [p for p in chosen if p not in usable]
     if unknown:
         with_manifests = " with -f (the paper's policies need a trace)" if manifests else ""

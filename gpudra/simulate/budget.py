@@ -32,6 +32,9 @@ PER_TASK_CPU_MS: dict[str, dict[str, float]] = {
     "device-plugin": {"random": 3.38, "dotprod": 2.58, "gpu-clustering": 2.66, "gpu-packing": 2.78, "bestfit": 2.56,
                       "fgd": 3.01, "kube": 3.18, "binpack": 3.05, "fragmentation": 4.95},
 }
+# fragmentation-online (dra): 113.7 s of CPU for seed 42 of the default trace where `fragmentation` took 70.3 s in
+# the same hour (2026-12-04 04:00-04:15 UTC, load 8-11): that ratio (1.62) on `fragmentation`'s 4.64
+PER_TASK_CPU_MS["dra"]["fragmentation-online"] = 7.5
 # time-slicing: device-plugin's numbers (the same scheduler work plus the plugin's replica pick per task); fgd
 # measured 3.1-3.3 with `gpudra simulate --mode time-slicing --policy fgd -j 1` (2026-12-04 00:05 UTC, same machine)
 PER_TASK_CPU_MS["time-slicing"] = PER_TASK_CPU_MS["device-plugin"]

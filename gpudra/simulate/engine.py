@@ -27,11 +27,12 @@ from .fgd import Fragmentation, NodeRes, typical_tasks
 from .objects import MODES, NAMESPACE, cluster_objects, gpu_device_id, pod_objects
 from . import fastpath
 from .fastpath import FastContext, FastScheduler, FastState
-from .policies import PAPER_POLICIES, SIM_POLICIES, SimContext, node_ranks, paper_policy
+from .policies import ONLINE_POLICIES, PAPER_POLICIES, SIM_POLICIES, SimContext, node_ranks, paper_policy
 from .timeslicing import DEFAULT_REPLICAS, MIN_REPLICAS, ReplicaState, replicas_asked
 from .trace import MILLI, Task, Trace
 
-ALL_POLICIES = PAPER_POLICIES + tuple(p for p in GPUDRA_POLICIES if p != "spread")
+ALL_POLICIES = PAPER_POLICIES + tuple(p for p in GPUDRA_POLICIES if p != "spread")  # what `--policies all` runs
+KNOWN_POLICIES = ALL_POLICIES + ONLINE_POLICIES  # and the variants that learn task popularity online, by name
 DEFAULT_TUNE = 1.3
 METHODS = ("tune", "events")
 Progress = Callable[[int, int], None]
@@ -65,6 +66,9 @@ def tuned_workload(tasks: list[Task], capacity_milli: int, tune: float, rng: ran
             total -= dropped.total_gpu_milli
         return named
     pool = sorted(tasks, key=lambda t: t.name)
+    if not any(t.total_gpu_milli > 0 for t in pool):  # sampling would never reach the target
+        raise SimulationError(f"cannot tune the workload to {tune} x the GPU capacity: no task of the trace requests "
+                              "a GPU (use --tune 0 to submit the trace's tasks as they are)")
     index = 0
     while pool:
         task = pool[rng.randrange(len(pool))]
@@ -153,11 +157,12 @@ class Run:
         key = f"{NAMESPACE}/{pod_name}"
         replicas = self.context.replicas
         task = self.context.tasks[key]
-        if self.fast is not None:
+        if self.fast is not None:  # never an online policy (fastpath.FAST_POLICIES)
             node, gpus = self.fast.schedule(pod_name, task)
             if node is not None:
                 self.refresh(node)
             return Placement(pod_name, node, gpus)
+        self.context.popularity.observe(task)  # it has arrived: the online policies' estimate counts it
         if replicas is not None and self.fail_requests_greater_than_one and replicas_asked(task) > 1:
             # rm.go ValidateRequests: the kubelet's Allocate fails, the pod fails admission and holds nothing
             return Placement(pod_name, None)
@@ -203,7 +208,7 @@ def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int
     version, --features text) the scheduler and allocator behave as (None: 1.36's). `fast`: place pods on the
     fast path where it applies (False: always the reference path, gpudra's scheduler and allocator)."""
     if policy not in SIM_POLICIES and policy not in GPUDRA_POLICIES:
-        raise SimulationError(f"unknown policy {policy!r}; choose from {', '.join(ALL_POLICIES)}")
+        raise SimulationError(f"unknown policy {policy!r}; choose from {', '.join(KNOWN_POLICIES)}")
     tasks = {f"{NAMESPACE}/{pod_name}": task for pod_name, task in workload}
     node_gpus = {n.name: (n.model, [gpu_device_id(n.name, i) for i in range(n.gpus)]) for n in trace.nodes}
     fragmentation = Fragmentation(typical_tasks(trace.tasks))

@@ -72,7 +72,12 @@ class TypicalTask:
 
 
 def typical_tasks(tasks: Iterable[Task], threshold: int = POPULARITY_THRESHOLD) -> list[TypicalTask]:
-    counts: Counter[ResourceKey] = Counter(t.resource_key for t in tasks)
+    return typical_of_counts(Counter(t.resource_key for t in tasks), threshold)
+
+
+def typical_of_counts(counts: Counter[ResourceKey], threshold: int = POPULARITY_THRESHOLD) -> list[TypicalTask]:
+    """The typical tasks of a task mix given as shape -> how many tasks of that shape (`typical_tasks` counts a
+    task list; `popularity.OnlinePopularity` counts the tasks arrived so far)."""
     total = sum(counts.values())
     if not total:
         return []

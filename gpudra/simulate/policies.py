@@ -28,8 +28,9 @@ from gpudra.driver.slices import COMPUTE_CAPACITY, COMPUTE_UNITS
 from gpudra.scheduler.devicechoice import allocate_hiding, claims_to_allocate
 from gpudra.scheduler.scoring import Policy
 
-from .fgd import (MAX_NODE_SCORE, Fragmentation, NodeRes, fgd_choice, first_free_gpus, fragmentation_growth,
-                  pinned_demand_per_gpu)
+from .fgd import (MAX_NODE_SCORE, Fragmentation, NodeRes, TypicalTask, fgd_choice, first_free_gpus,
+                  fragmentation_growth, pinned_demand_per_gpu)
+from .popularity import OnlinePopularity
 from .timeslicing import ReplicaState
 from .trace import MILLI, Task
 
@@ -70,7 +71,8 @@ class SimContext:
         self.replicas = replicas  # time-slicing: which GPU the plugin gave each replica
         self.node_gpus = node_gpus  # node -> (model, GPU device IDs; in device-plugin mode just as many IDs)
         self.tasks = tasks
-        self.fragmentation = fragmentation
+        self.fragmentation = fragmentation  # typical tasks of the whole trace (the artifact's oracle)
+        self.popularity = OnlinePopularity()  # typical tasks of the tasks arrived so far (the engine observes)
         self.rng = random.Random(seed)  # RandomScore's node and GPU picks
         self.node_rank = node_rank if node_rank is not None else node_ranks(node_gpus, random.Random(seed))
         self.model_gpus: dict[str, int] = {}  # GPU model -> GPUs of that model in the cluster
@@ -276,12 +278,55 @@ class BestFitPolicy(PaperPolicy):
 
 
 class FgdPolicy(PaperPolicy):
-    """FGDScore: the node (and GPU) whose fragmentation grows least for the typical tasks."""
+    """FGDScore: the node (and GPU) whose fragmentation grows least for the typical tasks.
+
+    `online` (the `-online` variants): the typical tasks are those of the tasks arrived so far
+    (`SimContext.popularity`), not the whole trace's. Each new estimate (a popularity version) gets a new measure,
+    so memos never mix estimates, and the node parts the scheduler cached under an older version are recomputed
+    before they are compared (`combine`): the last element of an online policy's parts is its version."""
 
     name = "fgd"
+    online = False
+
+    def __init__(self, context: SimContext):
+        super().__init__(context)
+        self._version = -1
+        self._measure = context.fragmentation
 
     def measure(self) -> Fragmentation:
-        return self.context.fragmentation
+        if self.online:
+            self._follow_popularity()
+        return self._measure
+
+    def _follow_popularity(self) -> None:
+        popularity = self.context.popularity
+        if popularity.version != self._version:
+            self._version = popularity.version
+            self.use_typical(popularity.typical)
+
+    def use_typical(self, typical: list[TypicalTask]) -> None:
+        """Score with these typical tasks from now on (a fresh measure: nothing memoised under others)."""
+        self._measure = Fragmentation(typical)
+
+    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
+        if not self.online:
+            return self.scored_parts(scheduler, info, evaluation)
+        self._follow_popularity()
+        return self.scored_parts(scheduler, info, evaluation) + (self._version,)
+
+    def scored_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> tuple:
+        return super().node_parts(scheduler, info, evaluation)
+
+    def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
+        if self.online:
+            self._follow_popularity()
+            for evaluation in feasible:
+                if evaluation.parts[-1] != self._version:  # cached under an older estimate
+                    evaluation.parts = self.node_parts(scheduler, info, evaluation)
+        return self.compare(scheduler, info, feasible)
+
+    def compare(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
+        return super().combine(scheduler, info, feasible)
 
     def node_score(self, res: NodeRes, task: Task, node: str) -> tuple[int, tuple[int, ...]]:
         return fgd_choice(self.measure(), res, task.cpu_milli, task.gpu_milli, task.num_gpu)
@@ -311,15 +356,18 @@ class FragmentationPolicy(FgdPolicy):
 
     def __init__(self, context: SimContext):
         super().__init__(context)
-        typical = context.fragmentation.typical
+        self.use_typical(context.fragmentation.typical)
+
+    def use_typical(self, typical: list[TypicalTask]) -> None:
+        super().use_typical(typical)
         self._cpu_aware = Fragmentation(typical, cpu_aware=True)
-        self._pinned_demand = pinned_demand_per_gpu(typical, context.model_gpus)
+        self._pinned_demand = pinned_demand_per_gpu(typical, self.context.model_gpus)
         self._tie_keys: dict[tuple, tuple[float, float]] = {}  # (node state, task shape) -> tie key
 
     def cpu_aware(self) -> Fragmentation:
         return self._cpu_aware
 
-    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
+    def scored_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> tuple:
         """`best_key`, computed with the node's verdict (cached with it until the node changes), so `combine`
         only compares."""
         node = evaluation.result.node
@@ -352,17 +400,34 @@ class FragmentationPolicy(FgdPolicy):
             return 0.0
         return round(self._pinned_demand.get(model, 0.0), 3)
 
-    def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
+    def compare(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
         """FGD's score, then `tie_key`, then the node order: the best node alone scores 1."""
-        keys = [e.parts for e in feasible]
+        keys = [e.parts[:3] for e in feasible]  # an online policy's parts end with its estimate's version
         scores = dict.fromkeys([e.result.node for e in feasible], 0.0)
         scores[feasible[keys.index(max(keys))].result.node] = 1.0
         return scores
 
 
+class FgdOnlinePolicy(FgdPolicy):
+    """FGD with the typical tasks estimated from the tasks arrived so far (`popularity.OnlinePopularity`)."""
+
+    name = "fgd-online"
+    online = True
+
+
+class FragmentationOnlinePolicy(FragmentationPolicy):
+    """`fragmentation` with the typical tasks (both measures and the pinned-model demand) estimated from the
+    tasks arrived so far (`popularity.OnlinePopularity`)."""
+
+    name = "fragmentation-online"
+    online = True
+
+
 _CLASSES = {cls.name: cls for cls in (RandomPolicy, DotProdPolicy, GpuClusteringPolicy, GpuPackingPolicy,
-                                       BestFitPolicy, FgdPolicy, FragmentationPolicy)}
-SIM_POLICIES = tuple(_CLASSES)  # the paper's six and gpudra's fragmentation on the paper's node model
+                                       BestFitPolicy, FgdPolicy, FragmentationPolicy, FgdOnlinePolicy,
+                                       FragmentationOnlinePolicy)}
+SIM_POLICIES = tuple(_CLASSES)  # the paper's six, gpudra's fragmentation, and both with online popularity
+ONLINE_POLICIES = (FgdOnlinePolicy.name, FragmentationOnlinePolicy.name)
 
 
 def paper_policy(name: str, context: SimContext) -> PaperPolicy:
