@@ -31,12 +31,14 @@ from gpudra.cel import source
 from gpudra.cel.errors import CELCompileError
 from gpudra.cel.estimate import estimate
 from gpudra.cel.estimate_sizes import MAX_U64
+from gpudra.resourcelimits import (ATTRIBUTE_VALUES_PER_DEVICE, ATTRIBUTES_AND_CAPACITIES_PER_DEVICE,
+                                   DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH, DRIVER_NAME_MAX_LENGTH)
 
 MAX_COST = 1_000_000
-MAX_ATTRIBUTES = 32  # attributes + capacity per device (ResourceSliceMaxAttributesAndCapacitiesPerDevice)
-MAX_STRING = 64  # DeviceAttribute string/version values
-MAX_LIST = 64  # list-typed attribute values
-MAX_NAME = 63  # driver names, domains and identifiers
+MAX_ATTRIBUTES = ATTRIBUTES_AND_CAPACITIES_PER_DEVICE  # attributes + capacity per device
+MAX_STRING = DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH  # DeviceAttribute string/version values
+MAX_LIST = ATTRIBUTE_VALUES_PER_DEVICE  # list-typed attribute values (all of a device's together)
+MAX_NAME = DRIVER_NAME_MAX_LENGTH  # driver names, domains and identifiers
 _INFINITE = 1e30
 
 

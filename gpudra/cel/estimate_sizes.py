@@ -28,12 +28,9 @@ REGEX_STRING_LENGTH_COST_FACTOR = 0.25
 
 # k8s.io/api resource/v1 limits the DRA environment declares (values checked against cel-go's estimates of
 # tests/data/conformance/cel: `includes` costs 48 per list, `in` on an attribute 64)
-DRIVER_NAME_MAX_LENGTH = 63
-DEVICE_MAX_DOMAIN_LENGTH = 63
-DEVICE_MAX_ID_LENGTH = 32
-ATTRIBUTES_AND_CAPACITIES_PER_DEVICE = 32
-DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH = 64
-ATTRIBUTE_VALUES_PER_DEVICE = 48  # ResourceSliceMaxAttributeValuesPerDevice (the `includes` estimate)
+from gpudra.resourcelimits import (ATTRIBUTE_VALUES_PER_DEVICE, ATTRIBUTES_AND_CAPACITIES_PER_DEVICE,  # noqa: E402
+                                   DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH, DEVICE_MAX_DOMAIN_LENGTH, DEVICE_MAX_ID_LENGTH,
+                                   DRIVER_NAME_MAX_LENGTH)
 # k8s.io/apiserver v0.36.2 pkg/cel/limits.go
 MAX_FORMAT_SIZE = 64
 MAX_NAME_FORMAT_REGEX_SIZE = 128

@@ -15,6 +15,7 @@ from functools import lru_cache
 from cel_expr_python import cel
 
 from gpudra.quantity import Quantity, QuantityError
+from gpudra.resourcelimits import ATTRIBUTE_VALUES_PER_DEVICE
 from gpudra.semver import SemverError, is_semver, parse_semver
 from gpudra.cel import binding, source
 from gpudra.cel import values as V
@@ -197,7 +198,7 @@ def _last_index_of(values, item) -> int:
     return -1
 
 
-MAX_ATTRIBUTE_VALUES = 64  # ResourceSliceMaxAttributeValuesPerDevice
+MAX_ATTRIBUTE_VALUES = ATTRIBUTE_VALUES_PER_DEVICE  # includesFunc's bound: ResourceSliceMaxAttributeValuesPerDevice
 
 
 def _includes(target, item) -> bool:

@@ -9,6 +9,8 @@ import functools
 from typing import Any
 
 from gpudra.quantity import Quantity, QuantityError
+from gpudra.resourcelimits import (ATTRIBUTE_VALUES_PER_DEVICE, ATTRIBUTES_AND_CAPACITIES_PER_DEVICE,
+                                   DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH, attribute_values, uses_list_attributes)
 from gpudra.api.schema import hints, names
 from gpudra.api.schema.cel_check import check_selector_expression
 from gpudra.api.schema.meta import NODE_SELECTOR
@@ -31,9 +33,6 @@ TOLERATIONS_MAX = 16
 TAINTS_MAX = 16
 DEVICES_MAX = 128
 DEVICES_MAX_WITH_TAINTS_OR_COUNTERS = 64
-ATTRIBUTES_AND_CAPACITY_MAX = 32
-ATTRIBUTE_VALUE_MAX = 64
-LIST_ATTRIBUTE_MAX = 64  # items in a list-typed attribute (1.36)
 COUNTER_SETS_MAX = 8
 COUNTERS_PER_SET_MAX = 32
 CONSUMES_COUNTERS_MAX = 2
@@ -105,7 +104,7 @@ ATTRIBUTE_KINDS = ("int", "bool", "string", "version", "ints", "bools", "strings
 def _string_attribute(value: str) -> list[str]:
     # Go len(): UTF-8 bytes.
     size, unit = (len(value), "characters") if value.isascii() else (len(value.encode()), "bytes (UTF-8)")
-    return [] if size <= ATTRIBUTE_VALUE_MAX else [f"must have at most {ATTRIBUTE_VALUE_MAX} {unit} (has {size})"]
+    return [] if size <= DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH else [f"must have at most {DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH} {unit} (has {size})"]
 
 
 ATTRIBUTE_STRUCT = Struct(
@@ -115,10 +114,10 @@ ATTRIBUTE_STRUCT = Struct(
         "bool": F(Bool()),
         "string": F(Str(validators=(_string_attribute,))),
         "version": F(Str(validators=(_string_attribute, _semver))),
-        "ints": F(ListOf(Int(), max_items=LIST_ATTRIBUTE_MAX, min_items=1)),
-        "bools": F(ListOf(Bool(), max_items=LIST_ATTRIBUTE_MAX, min_items=1)),
-        "strings": F(ListOf(Str(validators=(_string_attribute,)), max_items=LIST_ATTRIBUTE_MAX, min_items=1)),
-        "versions": F(ListOf(Str(validators=(_string_attribute, _semver)), max_items=LIST_ATTRIBUTE_MAX, min_items=1)),
+        "ints": F(ListOf(Int(), min_items=1)),
+        "bools": F(ListOf(Bool(), min_items=1)),
+        "strings": F(ListOf(Str(validators=(_string_attribute,)), min_items=1)),
+        "versions": F(ListOf(Str(validators=(_string_attribute, _semver)), min_items=1)),
     },
     one_of=((ATTRIBUTE_KINDS, True),),
     unknown_hints=(hints.attribute_quantity,),
@@ -136,14 +135,14 @@ def _attribute_quick_valid(value: Any) -> bool:
         return False
     ((kind, item),) = value.items()
     if kind == "string":
-        return (type(item) is str and len(item) <= ATTRIBUTE_VALUE_MAX and item.isascii()
+        return (type(item) is str and len(item) <= DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH and item.isascii()
                 and not hints.might_be_quantity(item))
     if kind == "int":
         return type(item) is int and INT64_MIN <= item <= INT64_MAX
     if kind == "bool":
         return type(item) is bool
     if kind == "version":
-        return (type(item) is str and len(item) <= ATTRIBUTE_VALUE_MAX and item.isascii()
+        return (type(item) is str and len(item) <= DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH and item.isascii()
                 and not _semver_problems(item))
     return False
 
@@ -296,9 +295,13 @@ CONDITION_NAMES = ListOf(Str(validators=(names.qualified_name,)), max_items=BIND
 def _device_check(device: dict, path: str, ctx: Context) -> None:
     attributes = as_dict(device.get("attributes"))
     capacity = as_dict(device.get("capacity"))
-    if len(attributes) + len(capacity) > ATTRIBUTES_AND_CAPACITY_MAX:
-        ctx.error(path, f"attributes and capacity together must have at most {ATTRIBUTES_AND_CAPACITY_MAX} "
+    if len(attributes) + len(capacity) > ATTRIBUTES_AND_CAPACITIES_PER_DEVICE:
+        ctx.error(path, f"attributes and capacity together must have at most {ATTRIBUTES_AND_CAPACITIES_PER_DEVICE} "
                   f"entries (has {len(attributes) + len(capacity)})")
+    values = attribute_values(attributes)
+    if values > ATTRIBUTE_VALUES_PER_DEVICE:  # only list-type attributes can get there (32 entries at most)
+        ctx.error(child(path, "attributes"), f"must hold at most {ATTRIBUTE_VALUES_PER_DEVICE} values in all "
+                  f"(a scalar attribute counts one, a list-type attribute its entries; has {values})")
     if device.get("allowMultipleAllocations") is not True:
         for name, item in capacity.items():
             if isinstance(item, dict) and item.get("requestPolicy") is not None:
@@ -362,7 +365,7 @@ def _device_quick_valid(device: Any) -> bool:
     name = device.get("name")
     attributes, capacity = device.get("attributes", {}), device.get("capacity", {})
     if type(name) is not str or not _plain_device_name(name) or type(attributes) is not dict or (
-        type(capacity) is not dict or len(attributes) + len(capacity) > ATTRIBUTES_AND_CAPACITY_MAX
+        type(capacity) is not dict or len(attributes) + len(capacity) > ATTRIBUTES_AND_CAPACITIES_PER_DEVICE
     ):
         return False
     if not all(map(_attribute_quick_valid, attributes.values())) or not _plain_names(attributes):
@@ -412,10 +415,11 @@ DEVICE.quick_valid = _device_quick_valid
 def _slice_check(spec: dict, path: str, ctx: Context) -> None:
     devices = as_list(spec.get("devices"))
     dicts = [d for d in devices if isinstance(d, dict)]
-    uses_taints_or_counters = any(d.get("taints") or d.get("consumesCounters") for d in dicts)
-    if uses_taints_or_counters and len(devices) > DEVICES_MAX_WITH_TAINTS_OR_COUNTERS:
+    uses_advanced = any(d.get("taints") or d.get("consumesCounters") or uses_list_attributes(as_dict(d.get("attributes")))
+                        for d in dicts)
+    if uses_advanced and len(devices) > DEVICES_MAX_WITH_TAINTS_OR_COUNTERS:
         ctx.error(child(path, "devices"), f"must have at most {DEVICES_MAX_WITH_TAINTS_OR_COUNTERS} devices when "
-                  f"any device has taints or consumesCounters (has {len(devices)})")
+                  f"any device has taints, consumesCounters or list-type attributes (has {len(devices)})")
     _counter_layout_check(spec, dicts, path, ctx)
     per_device = spec.get("perDeviceNodeSelection") is True
     for position, device in enumerate(dicts):
