@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from gpudra.api.load import Document
-from gpudra.api.validate import validate_document
+from gpudra.api.validate import gate_problems, validate_document
 from gpudra.cel import CELRuntimeError, compile_selector, device_input
 
 DOC_VALUES_PER_DEVICE = 48  # the concepts page's number, written here rather than imported
@@ -73,3 +73,16 @@ def test_includes_refuses_a_list_longer_than_48_values_as_compile_go_does():
     last = compile_selector(f'device.attributes["dra.example.com"].name.includes("value-{DOC_VALUES_PER_DEVICE - 1}")',
                             list_type_attributes=True)
     assert last.evaluate(_device(DOC_VALUES_PER_DEVICE)) is True
+
+
+@pytest.mark.parametrize("version,expected", [("1.36", "alpha, off by default in 1.36"),
+                                              ("1.35", "which Kubernetes 1.35 does not have"),
+                                              ("1.34", "which Kubernetes 1.34 does not have")])
+def test_a_list_attribute_is_a_warning_naming_the_gate_where_it_is_off(version, expected):
+    """DRAListTypeAttributes is alpha in 1.36 (kube_features.go), off by default; earlier releases have no such
+    fields: the API server drops or does not know them, so the cluster keeps a different slice than the file."""
+    obj = _slice([{"name": "gpu-0", "attributes": {"numa": {"ints": [0, 1]}, "model": {"string": "a"}}}])
+    warnings = [f"{p.path}: {p.message}" for p in gate_problems(Document(obj, "<test>", 1), version)
+                if p.severity == "warning"]
+    assert len(warnings) == 1 and "spec.devices[0].attributes" in warnings[0] and "ints" in warnings[0]
+    assert "DRAListTypeAttributes" in warnings[0] and expected in warnings[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from gpudra.plain import as_dict, as_list
+from gpudra.resourcelimits import LIST_ATTRIBUTE_KINDS
 from gpudra.versions import DRA_API_REMOVED, DRA_API_VERSIONS, SERVED_RESOURCE_API, dra_api_problem, gate_state
 
 DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
@@ -29,6 +30,7 @@ _DEVICE_FIELDS = (
     ("allowMultipleAllocations", "DRAConsumableCapacity"),
 )
 _DEVICE_FIELD_NAMES = frozenset(name for name, _ in _DEVICE_FIELDS)
+_LIST_KINDS = frozenset(LIST_ATTRIBUTE_KINDS)
 _REQUEST_FIELDS = (
     ("adminAccess", "DRAAdminAccess"),
     ("tolerations", "DRADeviceTaints"),
@@ -79,6 +81,11 @@ def gated_keys(obj: dict[str, Any]) -> Iterator[tuple[Path, str]]:
                 for name, gate in _DEVICE_FIELDS:
                     if _set(device.get(name)):
                         yield ("spec", "devices", i, name), gate
+            for attribute_name, attribute in as_dict(device.get("attributes")).items():
+                if type(attribute) is dict and not _LIST_KINDS.isdisjoint(attribute):
+                    for list_kind in LIST_ATTRIBUTE_KINDS:
+                        if _set(attribute.get(list_kind)):
+                            yield ("spec", "devices", i, "attributes", attribute_name, list_kind), "DRAListTypeAttributes"
             for capacity_name, capacity in as_dict(device.get("capacity")).items():
                 if _set(as_dict(capacity).get("requestPolicy")):
                     yield ("spec", "devices", i, "capacity", capacity_name, "requestPolicy"), "DRAConsumableCapacity"
