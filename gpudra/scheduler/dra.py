@@ -3,6 +3,8 @@ extended resources served by DRA, and the per-node verdict through the allocator
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,7 +278,8 @@ def filter_node(
         claims.append(special)
     if not claims:
         return DraVerdict([], [])
-    deadline = None if own_budget else state.deadline
+    # own budget: a Filter timeout of its own, unless the pod's budget is unlimited (the scheduler has none)
+    deadline = None if own_budget and state.deadline != math.inf else state.deadline
     if defer:
         outcome: AllocationOutcome = fits(cluster.allocator(), node, claims, deadline=deadline)
     else:

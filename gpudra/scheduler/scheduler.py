@@ -17,6 +17,7 @@ is what makes thousands of pods per second possible without changing a single an
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -168,8 +169,8 @@ class Scheduler:
         dra = prefilter(self.cluster, pod, self.extended_classes())
         if dra.to_allocate:
             dra.shared_claims = self._shared_claims(dra)
-        if self.filter_timeout is not None:
-            dra.deadline = time.monotonic() + self.filter_timeout
+        # no filter timeout: no limit at all (math.inf), not a Filter timeout per node searched
+        dra.deadline = math.inf if self.filter_timeout is None else time.monotonic() + self.filter_timeout
         reasons.extend(dra.reasons)
         tolerations = list(spec.get("tolerations") or [])
         node_name, selector = spec.get("nodeName"), spec.get("nodeSelector")

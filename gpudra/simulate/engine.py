@@ -224,9 +224,10 @@ def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int
         cluster = Cluster(objects, features, version)
         state = ReplicaState(replicas, {n.name: n.gpus for n in trace.nodes}) if mode == "time-slicing" else None
         context = SimContext(cluster, mode, node_gpus, tasks, fragmentation, seed, ranks, state)
-        if policy in SIM_POLICIES:
-            return cluster, Scheduler(cluster, policy=paper_policy(policy, context)), context
-        return cluster, Scheduler(cluster, policy=policy), context
+        # No wall-clock Filter timeout: a replay's placements must not depend on the machine's speed or load (a
+        # trace task is one claim of at most one node's GPUs, so every device search is small and ends).
+        chosen = paper_policy(policy, context) if policy in SIM_POLICIES else policy
+        return cluster, Scheduler(cluster, policy=chosen, filter_timeout=None), context
 
     fast_scheduler = None
     context: SimContext | None = None
