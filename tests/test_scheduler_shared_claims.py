@@ -114,3 +114,56 @@ def test_plain_keys_order_as_score_then_first_position(count):
     for score, position in entries:
         key = plain_key(score, position, count)
         assert (key // count, count - 1 - key % count) == (score, position)
+
+
+SHARED_DEVICE = """
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: shared}
+spec:
+  selectors: [{cel: {expression: 'device.driver == "dra.example.com"'}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: t, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: r
+        firstAvailable:
+        - {name: big, deviceClassName: shared, capacity: {requests: {memory: 30Gi}}}
+        - {name: small, deviceClassName: shared, capacity: {requests: {memory: 5Gi}}}
+      - name: r2
+        exactly: {deviceClassName: shared, capacity: {requests: {memory: 1Gi}}}
+"""
+
+
+def _shared_device_objects(nodes: int, pods: int) -> list[dict]:
+    from gpudra.api.load import load_text
+
+    objects = [doc.obj for doc in load_text(SHARED_DEVICE, "<test>")]
+    for index in range(nodes):
+        objects.append(node(f"n{index}"))
+        objects.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                        "metadata": {"name": f"n{index}-slice"},
+                        "spec": {"driver": "dra.example.com", "nodeName": f"n{index}",
+                                 "pool": {"name": f"n{index}", "generation": 1, "resourceSliceCount": 1},
+                                 "devices": [{"name": "gpu-0", "allowMultipleAllocations": True,
+                                              "capacity": {"memory": {"value": "40Gi"}}}]}})
+    objects += [pod(f"p{i:02d}", templates={"gpu": "t"}) for i in range(pods)]
+    return objects
+
+
+@pytest.mark.parametrize("policy", ["kube", "binpack", "spread"])
+def test_pods_sharing_a_device_get_distinct_share_ids(policy):
+    """Upstream's allocator draws a fresh UUID for each result on a device that allows multiple allocations
+    (k8s.io/dynamic-resource-allocation structured allocator: `shareID = uuid.NewUUID()`), so no two results on one
+    device carry the same shareID. Claims of one shape asked about through shared copies used to bind the copies'
+    allocations for claims that take the full search (firstAvailable, two requests): one shareID for two pods."""
+    objects = _shared_device_objects(nodes=2, pods=6)
+    results, allocations = _run(objects, True, policy)
+    assert (results, allocations) == _run(objects, False, policy)
+    shares = [(r["pool"], r["device"], r["shareID"]) for allocation in allocations.values() if allocation
+              for r in allocation["devices"]["results"]]
+    assert len(shares) >= 6 and len(set(shares)) == len(shares), shares

@@ -284,8 +284,11 @@ def filter_node(
         outcome: AllocationOutcome = fits(cluster.allocator(), node, claims, deadline=deadline)
     else:
         outcome = allocate(cluster.allocator(), node, claims, deadline=deadline)
-    if outcome.outcome == "error" and outcome.error != TIMED_OUT and shared:
-        # an error message names a claim: search again with the pod's own (results would be the same)
+    if shared and (outcome.outcome == "error" and outcome.error != TIMED_OUT
+                   or outcome.outcome == "allocated" and not outcome.deferred):
+        # An error message names a claim, and allocations built for the shared copies carry shareIDs derived from
+        # the copies' names (the same for every pod of the shape: two pods sharing a device would get one
+        # shareID): search again with the pod's own claims (whether they fit is the same).
         claims = own_claims + claims[len(own_claims):]
         outcome = fits(cluster.allocator(), node, claims, deadline=deadline)
     if outcome.outcome == "allocated":
