@@ -153,6 +153,52 @@ def test_fragmentation_scores_are_fragmentation_decreases():
     assert scores["b"] == pytest.approx(-0.5, abs=1e-6)  # big has weight 1/2, b keeps 1 useless device
 
 
+def fgd_fragmentation(free_devices: int, free_memory: int, classes: list[tuple[float, int, int]]) -> float:
+    """A plain reference for F_n = sum_m p_m * F_n(m), from the FGD artifact (hkust-adsl/kubernetes-scheduler-simulator,
+    `pkg/utils/frag.go`, `NodeGpuShareFragAmount`): a class m that the node cannot host (too few GPUs left, or its
+    host resource short: `Q4LackCpu`; gpudra's DRA adaptation applies the same rule to memory) makes all of the
+    node's idle GPU capacity count, weighted by its frequency p_m; a class that fits adds 0 (whole devices here,
+    so no partial-GPU share). `classes`: (p_m, devices wanted, memory wanted)."""
+    return sum(weight * free_devices for weight, wanted, memory in classes
+               if wanted > free_devices or memory > free_memory)
+
+
+def fgd_scores(nodes: dict[str, tuple[int, int]], pod_devices: int, pod_memory: int,
+               classes: list[tuple[float, int, int]]) -> dict[str, float]:
+    """The fragmentation decrease F_n(before) - F_n(after placing the pod) per node ((free devices, free memory))."""
+    return {name: fgd_fragmentation(free, memory, classes)
+            - fgd_fragmentation(free - pod_devices, memory - pod_memory, classes)
+            for name, (free, memory) in nodes.items()}
+
+
+def test_fragmentation_weighs_each_class_by_its_share_of_the_idle_devices():
+    # Two classes, p = 1/2 each: a 1-device pod (the one being placed) and a 3-device pod. On b (3 devices) the
+    # small pod leaves 2 devices that the big class cannot use: F_b grows by p * 2 free devices, not p / 2.
+    objects = [*gpu_cluster({"a": 4, "b": 3}), template("one"), template("three", count=3),
+               pod("small", templates={"gpu": "one"}), pod("big", templates={"gpu": "three"})]
+    results = schedule(objects, "fragmentation")[2]
+    memory = 32 * 2**30  # the builders' nodes: plenty for both classes
+    expected = fgd_scores({"a": (4, memory), "b": (3, memory)}, 1, 0, [(0.5, 1, 0), (0.5, 3, 0)])
+    assert expected["b"] != 0  # the case exercises the weight times free capacity
+    assert results["default/small"].scores == pytest.approx(expected, abs=1e-6)
+    assert results["default/small"].node == "a"
+
+
+def test_fragmentation_counts_a_node_short_of_memory_as_fragmented():
+    # a and b: 4 devices and 16Gi each; a already runs a pod holding 8Gi. The big class (1 device + 12Gi) cannot
+    # run on a whatever devices are free, so all of a's idle devices are fragments (FGD's "lack cpu" quadrant);
+    # placing the small pod there turns one fragment into a used device: F_a drops, F_b does not move.
+    gi = 2**30
+    objects = [*gpu_cluster({"a": 4, "b": 4}, memory="16Gi"), template("one"),
+               pod("old", memory="8Gi", nodeName="a"),
+               pod("small", templates={"gpu": "one"}), pod("big", templates={"gpu": "one"}, memory="12Gi")]
+    results = schedule(objects, "fragmentation")[2]
+    expected = fgd_scores({"a": (4, 8 * gi), "b": (4, 16 * gi)}, 1, 0, [(0.5, 1, 0), (0.5, 1, 12 * gi)])
+    assert expected["a"] > expected["b"]
+    assert results["default/small"].scores == pytest.approx(expected, abs=1e-6)
+    assert results["default/small"].node == "a"
+
+
 def test_unknown_policy():
     with pytest.raises(ValueError, match="unknown policy"):
         Scheduler(Cluster([]), policy="random")
