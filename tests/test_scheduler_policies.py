@@ -252,3 +252,30 @@ def test_physical_devices_and_free_capacity():
     assert counters.free_node_groups("a") == 1
     assert counters.groups_opened("a", [{"devices": {"results": [
         {"driver": DRIVER, "pool": "a", "device": "gpu-0-half-1"}, {"driver": DRIVER, "pool": "a", "device": "gpu-1-half-1"}]}}]) == 1
+
+
+def test_a_domain_qualified_parent_uuid_names_the_same_physical_gpu():
+    """NVIDIA's driver publishes `parentUUID` on every static MIG device (NVIDIA/k8s-dra-driver-gpu,
+    `cmd/gpu-kubelet-plugin/deviceinfo.go`, `MigDeviceInfo.GetDevice`). By the ResourceSlice API
+    (kubernetes/api `resource/v1/types.go`, `QualifiedName`) "names which do not include the domain prefix are
+    assumed to be part of the driver's domain": for driver gpu.nvidia.com, `gpu.nvidia.com/parentUUID` is the same
+    attribute, so MIG devices spelled either way belong to one physical GPU. A C identifier that merely ends in
+    parentUUID is another attribute."""
+    from tests.support.builders import resource_slice
+
+    nvidia = "gpu.nvidia.com"
+
+    def mig(name: str, attribute: str, parent: str) -> dict:
+        return {"name": name, "attributes": {attribute: {"string": parent}}}
+
+    offered = [mig("gpu-1-mig-0", "parentUUID", "GPU-1"), mig("gpu-1-mig-1", f"{nvidia}/parentUUID", "GPU-1"),
+               mig("gpu-2-mig-0", f"{nvidia}/parentUUID", "GPU-2"), mig("gpu-2-mig-1", f"{nvidia}/parentUUID", "GPU-2"),
+               mig("other", "notparentUUID", "GPU-1"), {"name": "gpu-0"}]
+    cluster = Cluster([device_class(driver=nvidia), node("a"), resource_slice("a", offered, driver=nvidia)])
+    physical = {"GPU-1": ["gpu-1-mig-0", "gpu-1-mig-1"], "GPU-2": ["gpu-2-mig-0", "gpu-2-mig-1"],
+                "other": ["other"], "gpu-0": ["gpu-0"]}
+    groups = {name: cluster.device_group((nvidia, "a", name)) for names in physical.values() for name in names}
+    assert len(cluster.node_groups("a")) == len(physical)
+    for names in physical.values():
+        assert len({groups[name] for name in names}) == 1
+    assert len(set(groups.values())) == len(physical)
