@@ -228,3 +228,33 @@ def test_the_pod_budget_is_shared_by_every_workload_of_one_input(monkeypatch):
     assert sum(key.startswith("ml/a-") for key in cluster.pods) == 3
     assert not any(key.startswith("ml/b-") for key in cluster.pods)
     assert any("Deployment ml/b: would create 3 pods, more than the 2 left" in p for p in cluster.problems)
+
+
+def test_daemonset_pod_names_are_drawn_again_only_on_an_exact_collision(monkeypatch):
+    """The DaemonSet controller creates its pods with generateName `<daemonset>-`; the API server keeps the name it
+    draws unless it conflicts with an existing object's name (then AlreadyExists; with the RetryGenerateName
+    feature gate, beta and on since 1.31, the server draws again itself: kubernetes/website, feature gate
+    `RetryGenerateName`; the same rule as `test_generate_name_draws_again_when_the_name_is_taken` in
+    tests/test_cluster_store.py). A name that merely sorts before or after another pod's is free."""
+    from gpudra.scheduler import workloads as workloads_module
+    from tests.support.builders import node
+
+    draws = {"n1": ["ccccc"], "n2": ["bbbbb"], "n3": ["ddddd"], "n4": ["ccccc", "fffff"], "n5": ["ggggg", "hhhhh"]}
+
+    def drawn(base: str, attempt: int, namespace: str, uid: str, node_name: str) -> str:
+        assert attempt < len(draws[node_name]), f"{node_name}: {base}{draws[node_name][-1]} drawn again"
+        return draws[node_name][attempt]
+
+    monkeypatch.setattr(workloads_module, "random_suffix", drawn)
+    daemon = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "dcgm", "namespace": "ml"},
+              "spec": {"template": {"metadata": {"labels": {"app": "dcgm"}}, "spec": pod_spec(cpu="100m")}}}
+    other = pod("dcgm-ggggg", namespace="ml")  # not the daemon's: no app=dcgm label, but its name is taken
+    cluster = Cluster([*(node(f"n{i}") for i in range(1, 6)), other, daemon])
+    # the first draw that no pod already has, per node in name order (n4's collides with n1's pod, n5's with
+    # the other pod)
+    taken, expected = {"dcgm-ggggg"}, set()
+    for suffixes in draws.values():
+        name = next(f"dcgm-{s}" for s in suffixes if f"dcgm-{s}" not in taken)
+        taken.add(name)
+        expected.add(f"ml/{name}")
+    assert set(cluster.pods) - {"ml/dcgm-ggggg"} == expected
