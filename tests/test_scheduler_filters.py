@@ -181,6 +181,48 @@ def test_cel_runtime_error_aborts_the_attempt():
     assert "nosuch" in result.message()
 
 
+def first_filter_error_in_scan(names: list[str], start: int, to_find: int, failing: set[str]) -> str | None:
+    """kube-scheduler's findNodesThatPassFilters (pkg/scheduler/schedule_one.go) read sequentially: nodes are
+    checked from `nextStartNodeIndex` round the list; the search stops after `numNodesToFind` feasible nodes,
+    and a Filter Error (not Unschedulable) on a node ends the cycle with that error."""
+    feasible = 0
+    for i in range(len(names)):
+        name = names[(start + i) % len(names)]
+        if name in failing:
+            return name
+        feasible += 1
+        if feasible >= to_find:
+            return None
+    return None
+
+
+@pytest.mark.parametrize("failing", [{"n010", "n120"}, {"n010"}])
+def test_a_filter_error_is_the_first_one_the_rotating_scan_reaches(failing):
+    # 150 nodes, one device each; the devices of `failing` lack the attribute a CEL selector reads (a runtime
+    # error: Filter returns Error, the cycle aborts). numFeasibleNodesToFind(150) = max(150 * (50 - 150 // 125)
+    # // 100, 100) = 100, so a pod without claims stops after n000..n099 and the next scan starts at n100. Both
+    # pods of the claim shape (the second one answered from the shape index) must stop at the first failing node
+    # from there; upstream also advances the start past the nodes processed before the error, which reaches
+    # the same failing node for the second pod.
+    from tests.support.builders import device_class, devices, resource_slice
+
+    names = [f"n{i:03d}" for i in range(150)]
+    objects: list[dict] = [device_class()]
+    for name in names:
+        objects += [node(name), resource_slice(name, devices(1) if name in failing else devices(1, model="a"))]
+    spec = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu", "selectors": [
+        {"cel": {"expression": 'device.attributes["gpu.example.com"].model == "a"'}}]}}]}}
+    objects += [template("t", spec=spec), pod("plain"), pod("a1", templates={"g": "t"}), pod("a2", templates={"g": "t"})]
+    results = schedule(objects)[2]
+    assert results["default/plain"].scheduled
+    expected = first_filter_error_in_scan(names, 100, 100, failing)
+    assert expected is not None
+    for key in ("default/a1", "default/a2"):
+        result = results[key]
+        assert not result.scheduled and "model" in (result.error or "")
+        assert list(result.filtered) == [expected]
+
+
 def test_queue_order_priority_then_input_order():
     objects = [
         node("a", cpu="1"),
