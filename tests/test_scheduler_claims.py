@@ -103,6 +103,31 @@ def test_allocated_claim_unusable_everywhere_is_deallocated_and_retried():
     assert devices_of(cluster, "default/c") == ["a/gpu-0"]
 
 
+def test_a_pod_without_an_allocated_claim_is_not_tried_again_in_the_same_pass(monkeypatch):
+    """Upstream's DynamicResources PostFilter (kubernetes `pkg/scheduler/framework/plugins/dynamicresources/
+    dynamicresources.go`) deallocates only an allocated claim that was unavailable on some node; a pod with no
+    such claim gets Unschedulable ("no new claims to deallocate" / "still not schedulable") and waits for a later
+    attempt. Here the pod's Filter budget (its FilterTimeout) is already spent when the device search starts, so
+    every node answers "timed out": the pod must stay unschedulable in this pass, not be retried at once with a
+    fresh budget."""
+    import time
+
+    from gpudra.allocator import TIMED_OUT
+    from gpudra.scheduler import scheduler as scheduler_module
+
+    budgets: list[float] = []
+
+    def clock() -> float:  # the first pod_info's clock is an hour behind: its deadline has passed
+        budgets.append(time.monotonic())
+        return budgets[-1] - (3600 if len(budgets) == 1 else 0)
+
+    monkeypatch.setattr(scheduler_module, "time", type("Clock", (), {"monotonic": staticmethod(clock)}))
+    cluster = Cluster([*gpu_cluster({"a": 1, "b": 1}), template("one"), pod("p", templates={"gpu": "one"})])
+    result = Scheduler(cluster, filter_timeout=10).run()[0]
+    assert not result.scheduled
+    assert {r.message for f in result.filtered.values() for r in f.reasons} == {TIMED_OUT}
+
+
 def test_extended_resource_served_by_dra():
     objects = [device_class(extended="nvidia.com/gpu"), node("a"), resource_slice("a", devices(4)),
                pod("p", extended={"nvidia.com/gpu": "2"}, cpu="1")]
