@@ -111,6 +111,7 @@ def test_a_pod_without_an_allocated_claim_is_not_tried_again_in_the_same_pass(mo
     every node answers "timed out": the pod must stay unschedulable in this pass, not be retried at once with a
     fresh budget."""
     import time
+    from types import SimpleNamespace
 
     from gpudra.allocator import TIMED_OUT
     from gpudra.scheduler import scheduler as scheduler_module
@@ -121,7 +122,7 @@ def test_a_pod_without_an_allocated_claim_is_not_tried_again_in_the_same_pass(mo
         budgets.append(time.monotonic())
         return budgets[-1] - (3600 if len(budgets) == 1 else 0)
 
-    monkeypatch.setattr(scheduler_module, "time", type("Clock", (), {"monotonic": staticmethod(clock)}))
+    monkeypatch.setattr(scheduler_module, "time", SimpleNamespace(monotonic=clock))
     cluster = Cluster([*gpu_cluster({"a": 1, "b": 1}), template("one"), pod("p", templates={"gpu": "one"})])
     result = Scheduler(cluster, filter_timeout=10).run()[0]
     assert not result.scheduled
