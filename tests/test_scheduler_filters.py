@@ -242,3 +242,35 @@ def test_nodes_without_status_are_unlimited_for_native_resources():
     results = schedule(objects)[2]
     assert placed(results) == {"default/p": "bare", "default/q": None}
     assert results["default/q"].message() == "0/1 nodes are available: 1 Insufficient example.com/fpga."
+
+
+def nodes_processed_before(names: list[str], start: int, to_find: int, failing: set[str]) -> int:
+    """findNodesThatPassFilters read sequentially: how many nodes the scan passed (feasible or not) before it
+    stopped, at `to_find` feasible nodes or at a Filter error; findNodesThatFit then moves nextStartNodeIndex by
+    that many "regardless of whether an error has occurred" (pkg/scheduler/schedule_one.go)."""
+    for i in range(len(names)):
+        if names[(start + i) % len(names)] in failing:
+            return i
+        if i + 1 >= to_find:
+            return i + 1
+    return len(names)
+
+
+def test_the_scan_start_moves_past_the_nodes_processed_before_a_filter_error():
+    from tests.support.builders import device_class, devices, resource_slice
+
+    names = [f"n{i:03d}" for i in range(150)]
+    failing = {"n010", "n120"}
+    objects: list[dict] = [device_class()]
+    for name in names:
+        objects += [node(name), resource_slice(name, devices(1) if name in failing else devices(1, model="a"))]
+    spec = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu", "selectors": [
+        {"cel": {"expression": 'device.attributes["gpu.example.com"].model == "a"'}}]}}]}}
+    objects += [template("t", spec=spec), pod("plain"), pod("a1", templates={"g": "t"}),
+                pod("a2", templates={"g": "t"}), pod("plain2")]
+    _cluster, scheduler, results = schedule(objects)
+    start = 0
+    for key, pod_failing in (("plain", set()), ("a1", failing), ("a2", failing), ("plain2", set())):
+        start = (start + nodes_processed_before(names, start, 100, pod_failing)) % len(names)
+        assert results[f"default/{key}"].scheduled == (not pod_failing)
+    assert scheduler._next_start_node_index == start == 70  # 100, then 120 twice, then 100 more

@@ -415,6 +415,8 @@ class Scheduler:
                 if evaluation.fatal is not None:
                     result.error = evaluation.fatal
                     filtered[node_name] = evaluation.result
+                    # findNodesThatFit moves nextStartNodeIndex "regardless of whether an error has occurred"
+                    self._next_start_node_index = (start + processed) % len(nodes)
                     return result
                 if not _timed_out(evaluation):  # another attempt gets a budget of its own
                     cache[node_name] = evaluation
@@ -491,13 +493,13 @@ class Scheduler:
             index.refresh(self, info)
         self._indexes[info.shape] = index  # most recently used last
         chosen, keys, processed, fatal = index.select(start, to_find)
+        self._next_start_node_index = (start + processed) % len(index.nodes)  # on an error too, as upstream
         if fatal is not None:  # re-run for this pod's own error message (it names the pod's claims)
             node_name = index.nodes[fatal]
             evaluation = self.filter_node(info, node_name)
             result.error = evaluation.fatal or "; ".join(r.message for r in evaluation.result.reasons)
             result.filtered = {node_name: evaluation.result}  # a fresh result's filtered is empty
             return result
-        self._next_start_node_index = (start + processed) % len(index.nodes)
         if not chosen:
             result.filtered = fw.FilterResults([e.result for e in index.evals if e is not None and e.result.reasons])
             return result

@@ -100,6 +100,7 @@ class ShapeIndex:
             first = self.fatal[at] if at < len(self.fatal) else self.fatal[0]
             if (first - start) % count < processed:
                 fatal_hit = first
+                processed = (first - start) % count  # the nodes the scan passed before the error, as the linear scan
                 kept = [n for n, i in enumerate(chosen) if (i - start) % count < (first - start) % count]
                 chosen, chosen_keys = [chosen[n] for n in kept], [chosen_keys[n] for n in kept]
         return chosen, chosen_keys, processed, fatal_hit
