@@ -21,11 +21,12 @@ NVLINK_DOMAIN_ATTRIBUTE = "nvlinkDomain"  # GPUs joined by NVLink on one node (a
 NVLINK_CLIQUE_ATTRIBUTE = "cliqueID"  # NVLink fabric clique across nodes (GB200 NVL)
 PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
 NUMA_ATTRIBUTE = "numa"
+PARENT_UUID_ATTRIBUTE = "parentUUID"  # a MIG device's (or partition's) physical GPU, as NVIDIA's driver names it
 TOPOLOGY_ATTRIBUTES = (NVLINK_DOMAIN_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NUMA_ATTRIBUTE)
 
 # Every name a device of the driver's domain may carry (full GPUs, MIG devices, partitions).
 PUBLISHED_ATTRIBUTES = (
-    "type", "uuid", "parentUUID", "profile", "productName", "brand", "architecture", "cudaComputeCapability",
+    "type", "uuid", PARENT_UUID_ATTRIBUTE, "profile", "productName", "brand", "architecture", "cudaComputeCapability",
     "driverVersion", "cudaDriverVersion", NUMA_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE,
 )
 

@@ -260,7 +260,7 @@ def test_a_domain_qualified_parent_uuid_names_the_same_physical_gpu():
     (kubernetes/api `resource/v1/types.go`, `QualifiedName`) "names which do not include the domain prefix are
     assumed to be part of the driver's domain": for driver gpu.nvidia.com, `gpu.nvidia.com/parentUUID` is the same
     attribute, so MIG devices spelled either way belong to one physical GPU. A C identifier that merely ends in
-    parentUUID is another attribute."""
+    parentUUID is another attribute, and so is another domain's `parentUUID`."""
     from tests.support.builders import resource_slice
 
     nvidia = "gpu.nvidia.com"
@@ -270,10 +270,11 @@ def test_a_domain_qualified_parent_uuid_names_the_same_physical_gpu():
 
     offered = [mig("gpu-1-mig-0", "parentUUID", "GPU-1"), mig("gpu-1-mig-1", f"{nvidia}/parentUUID", "GPU-1"),
                mig("gpu-2-mig-0", f"{nvidia}/parentUUID", "GPU-2"), mig("gpu-2-mig-1", f"{nvidia}/parentUUID", "GPU-2"),
-               mig("other", "notparentUUID", "GPU-1"), {"name": "gpu-0"}]
+               mig("other", "notparentUUID", "GPU-1"), mig("third-party", "example.com/parentUUID", "GPU-1"),
+               {"name": "gpu-0"}]
     cluster = Cluster([device_class(driver=nvidia), node("a"), resource_slice("a", offered, driver=nvidia)])
     physical = {"GPU-1": ["gpu-1-mig-0", "gpu-1-mig-1"], "GPU-2": ["gpu-2-mig-0", "gpu-2-mig-1"],
-                "other": ["other"], "gpu-0": ["gpu-0"]}
+                "other": ["other"], "third-party": ["third-party"], "gpu-0": ["gpu-0"]}
     groups = {name: cluster.device_group((nvidia, "a", name)) for names in physical.values() for name in names}
     assert len(cluster.node_groups("a")) == len(physical)
     for names in physical.values():

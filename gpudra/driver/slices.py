@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from gpudra.catalog import MIG_ENGINE_CAPACITIES
 from gpudra.discovery.model import Gpu, Inventory, MigDevice
-from gpudra.vocabulary import (DRIVER_NAME, NUMA_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE,
+from gpudra.vocabulary import (DRIVER_NAME, NUMA_ATTRIBUTE, PARENT_UUID_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE,
                                PCIE_ROOT_ATTRIBUTE)
 
 DEFAULT_DRIVER_NAME = DRIVER_NAME
@@ -104,7 +104,7 @@ def mig_device(mig: MigDevice, parent: Gpu, inventory: Inventory) -> dict[str, A
     attributes = {
         "type": _s("mig"),
         "uuid": _s(mig.uuid),
-        "parentUUID": _s(parent.uuid),
+        PARENT_UUID_ATTRIBUTE: _s(parent.uuid),
         "profile": _s(mig.profile),
         **gpu_common_attributes(parent, inventory),
     }

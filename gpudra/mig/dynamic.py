@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from gpudra.catalog import MIG_ENGINE_CAPACITIES, GpuModel, MigProfile, Placement, gpu_model
-from gpudra.vocabulary import DRIVER_NAME
+from gpudra.vocabulary import DRIVER_NAME, PARENT_UUID_ATTRIBUTE
 
 # capacity name (C identifier, camelCase) -> counter name (DNS label: copyEngines -> copy-engines)
 ENGINE_COUNTERS: dict[str, str] = {
@@ -173,7 +173,7 @@ def full_gpu_device(gpu: DynamicMigGpu) -> dict[str, Any]:
 
 def mig_device(gpu: DynamicMigGpu, profile: MigProfile, placement: Placement) -> dict[str, Any]:
     engines = known_engine_capacities(gpu.model)
-    attributes = {"type": _string("mig"), "profile": _string(profile.name), "parentUUID": _string(gpu.uuid)}
+    attributes = {"type": _string("mig"), "profile": _string(profile.name), PARENT_UUID_ATTRIBUTE: _string(gpu.uuid)}
     attributes.update({k: dict(v) for k, v in gpu.attributes.items() if k not in attributes and k != "uuid"})
     return {
         "name": mig_device_name(gpu.minor, profile, None, placement.start),

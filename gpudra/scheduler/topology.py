@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any, Iterable
 
 from gpudra.quantity import Quantity, QuantityError
+from gpudra.vocabulary import PARENT_UUID_ATTRIBUTE
 
 from .meta import name_of
 from .nodematch import node_selector_matches
@@ -20,15 +21,16 @@ GroupId = tuple[str, ...]  # ("counters", driver, pool, counter set) | ("parent"
 DeviceId = tuple[str, str, str]  # (driver, pool, device)
 
 
-def _parent_uuid(device: dict[str, Any]) -> str | None:
-    """A statically partitioned device (MIG) names its parent GPU in a `parentUUID` attribute."""
+def _parent_uuid(device: dict[str, Any], driver: str) -> str | None:
+    """A statically partitioned device (MIG) names its parent GPU in the driver's `parentUUID` attribute, written
+    bare or as `<driver>/parentUUID` (a QualifiedName without a domain is the driver's); another domain's
+    `parentUUID` is another attribute."""
     attributes = device.get("attributes") or {}
-    for name in attributes:  # one suffix test per name: this runs for every device of the cluster
-        if name.endswith("parentUUID") and (len(name) == 10 or name[-11] == "/"):
-            value = attributes[name]
-            text = (value or {}).get("string") if isinstance(value, dict) else None
-            if text:
-                return str(text)
+    for name in (PARENT_UUID_ATTRIBUTE, f"{driver}/{PARENT_UUID_ATTRIBUTE}"):
+        value = attributes.get(name)
+        text = value.get("string") if isinstance(value, dict) else None
+        if text:
+            return str(text)
     return None
 
 
@@ -161,7 +163,7 @@ class Topology:
                     amount = ((consumes[0].get("counters") or {}).get(counter[0]) or {}).get("value")
                     consumption[device_id] = _nanos(amount)
             else:
-                parent = _parent_uuid(device)
+                parent = _parent_uuid(device, driver)
                 device_groups[device_id] = ("parent", driver, parent) if parent else ("device", *device_id)
 
         for slice_obj in self.slices:
