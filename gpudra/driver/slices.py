@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 from gpudra.catalog import MIG_ENGINE_CAPACITIES
 from gpudra.discovery.model import Gpu, Inventory, MigDevice
-from gpudra.vocabulary import (DRIVER_NAME, NUMA_ATTRIBUTE, PARENT_UUID_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE,
-                               PCIE_ROOT_ATTRIBUTE)
+from gpudra.vocabulary import (DRIVER_NAME, NUMA_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE,
+                               PARENT_UUID_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE)
 
 DEFAULT_DRIVER_NAME = DRIVER_NAME
 MAX_DEVICES_PER_SLICE = 128
