@@ -63,7 +63,9 @@ GROUPS = (
     Group("scheduler", ("gpudra/scheduler/*.py",),
           ("tests/test_scheduler_filters.py", "tests/test_scheduler_claims.py", "tests/test_scheduler_policies.py",
            "tests/test_scheduler_workloads.py", "tests/test_scheduler_queue_run.py")),
-    Group("simulate", ("gpudra/simulate/*.py",), ("tests/test_simulate.py", "tests/test_simulate_manifests.py")),
+    Group("simulate", ("gpudra/simulate/*.py",),
+          ("tests/test_simulate.py", "tests/test_simulate_manifests.py", "tests/test_simulate_artifact.py",
+           "tests/test_simulate_artifact_scores.py")),
 )
 BY_NAME = {g.name: g for g in GROUPS}
 
