@@ -204,3 +204,15 @@ def test_unprepare_destroys_the_claims_unshared_mig_devices_after_a_shared_one(t
     assert node.mig_names() == [shared]
     node.state.unprepare(a)
     assert node.mig_names() == []
+
+
+def test_with_dynamic_mig_a_full_gpu_that_cannot_do_mig_is_prepared_without_touching_mig_mode(tmp_path):
+    """DynamicMIG on a node whose GPUs have no MIG (L4): a full GPU is prepared as usual. NVIDIA's driver turns
+    MIG mode off only where it is on (maybeDisableMigMode); NVML refuses nvmlDeviceSetMigMode on a GPU without
+    MIG (NOT_SUPPORTED), so calling it there would fail the prepare."""
+    node = Node(tmp_path / "node", profile="l4-node", dynamic_mig=True)
+    assert not node.backend.inventory().gpu_by_minor(0).mig_capable
+    ref = node.claim("whole", [{"request": "gpus", "device": "gpu-0"}])
+    assert [d["deviceName"] for d in node.state.prepare(ref)] == ["gpu-0"]
+    node.state.unprepare(ref)
+    assert node.state.checkpoint_snapshot()["claims"] == {}
