@@ -64,7 +64,7 @@ def gpudra_placements(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], r
 ])
 def test_gpu_packing_scores_are_the_artifacts_own_test_table(gpu_left, milli, count, expected):
     task = Task("p", 100, 0, count, milli)
-    score, _gpus = GpuPackingPolicy(None).node_score(NodeRes(1000, 96000, gpu_left, "1080"), task, "n")  # type: ignore[arg-type]
+    score, _gpus = GpuPackingPolicy(None).node_score(NodeRes(1000, 96000, gpu_left, "1080"), task, "n")
     assert score == expected and isinstance(score, int)
 
 
