@@ -39,6 +39,12 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _as_a_terminals_foreground_job() -> None:
+    """SIGINT as a shell's foreground job gets it: a test suite started in the background (`cmd &` in a script,
+    as CI runners may) inherits SIGINT ignored, and Python leaves an ignored SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_one_ctrl_c_stops_a_parallel_sweep_and_keeps_what_finished(tmp_path):
     # As a terminal does: SIGINT to the whole foreground process group (the parent and its workers). gpudra's own
     # policies take the scheduler and allocator (tens of ms per experiment here): the paper's take the fast path,
@@ -47,7 +53,7 @@ def test_one_ctrl_c_stops_a_parallel_sweep_and_keeps_what_finished(tmp_path):
     sweep = subprocess.Popen([sys.executable, "-m", "gpudra", "simulate", *TINY, "--policies", "kube,binpack",
                               "--seeds", "400", "-j", "2", "--out-dir", str(out), "-o", "json"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                             env={**os.environ, "NO_COLOR": "1"})
+                             env={**os.environ, "NO_COLOR": "1"}, preexec_fn=_as_a_terminals_foreground_job)
     assert sweep.stderr is not None
     first = sweep.stderr.readline()
     assert first.startswith("800 experiments (1 trace × 1 mode × 2 policies × 400 seeds), 2 at a time: about ")
@@ -73,7 +79,7 @@ def test_a_sweep_in_one_process_stops_on_ctrl_c_too(tmp_path):
     sweep = subprocess.Popen([sys.executable, "-m", "gpudra", "simulate", *TINY, "--policies", "kube",
                               "--seeds", "400", "-j", "1",
                               "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+                             start_new_session=True, preexec_fn=_as_a_terminals_foreground_job)
     assert sweep.stderr is not None
     assert "1 at a time" in sweep.stderr.readline()
     assert sweep.stderr.readline().startswith("[1/400] ")
