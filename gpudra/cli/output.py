@@ -168,3 +168,19 @@ def report_problems(problems: Sequence[Problem], output: str, what: str, count: 
     if output not in ("json", "yaml") and not quiet:
         click.echo(problem_summary(what, count, errors, len(problems) - errors, unreadable), err=True)
     return bool(errors)
+
+
+def echo_experiments(results: Sequence[dict[str, Any]], output: str, summarize: Callable[[Any], Any],
+                     to_csv: Callable[[Any], str], table: Callable[..., str]) -> None:
+    """A simulation's results: one JSON line per experiment, YAML, or their summary (`summarize`) as CSV or a
+    table (`table(summary, wide=…)`)."""
+    if output == "json":
+        for result in results:
+            click.echo(json.dumps(result, separators=(",", ":")))
+    elif output == "yaml":
+        click.echo(dump_yaml(list(results)), nl=False)
+    elif output == "csv":
+        click.echo(to_csv(summarize(results)), nl=False)
+    else:
+        click.echo(table(summarize(results), wide=output == "wide"))
+

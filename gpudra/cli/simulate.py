@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any, NoReturn
@@ -224,20 +223,11 @@ def _nvl72(traces: tuple[str, ...], nodes_csv: str | None, manifests: tuple[str,
 
 
 def _print(results: list[dict], output: str) -> None:
+    from gpudra.cli.output import echo_experiments
     from gpudra.simulate.report import summary_csv
     from gpudra.simulate.sweep import summarize
 
-    if output == "json":
-        for result in results:
-            click.echo(json.dumps(result, separators=(",", ":")))
-    elif output == "yaml":
-        from gpudra.api.dump import dump_yaml
-
-        click.echo(dump_yaml(results), nl=False)
-    elif output == "csv":
-        click.echo(summary_csv(summarize(results)), nl=False)
-    else:
-        click.echo(_table(summarize(results), wide=output == "wide"))
+    echo_experiments(results, output, summarize, summary_csv, _table)
 
 
 def _write(results: list[dict], out_dir: str) -> None:

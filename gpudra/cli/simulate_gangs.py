@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -53,19 +52,10 @@ def run_nvl72(*, racks: int, gangs_csv: str | None, policies: list[str], seed: i
 
 
 def _print(results: list[dict[str, Any]], output: str) -> None:
+    from gpudra.cli.output import echo_experiments
     from gpudra.simulate.gangreport import gang_summary_csv, summarize_gangs
 
-    if output == "json":
-        for result in results:
-            click.echo(json.dumps(result, separators=(",", ":")))
-    elif output == "yaml":
-        from gpudra.api.dump import dump_yaml
-
-        click.echo(dump_yaml(results), nl=False)
-    elif output == "csv":
-        click.echo(gang_summary_csv(summarize_gangs(results)), nl=False)
-    else:
-        click.echo(_table(summarize_gangs(results), wide=output == "wide"))
+    echo_experiments(results, output, summarize_gangs, gang_summary_csv, _table)
 
 
 def _table(rows: list[dict[str, Any]], wide: bool) -> str:

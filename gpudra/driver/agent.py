@@ -40,6 +40,23 @@ class AgentError(GpudraError):
     """Bad configuration the user can fix (printed without a traceback)."""
 
 
+def api_sources(options: "AgentOptions", slice_client: SliceClient | None,
+                claims: ClaimSource | None) -> tuple[SliceClient | None, ClaimSource]:
+    """The slice client and claim source a kubelet plugin works with (either driver's agent): those given, else
+    the API server's from --kubeconfig / --in-cluster, claims from --claims DIR in simulation."""
+    if slice_client is None and (options.kubeconfig or options.in_cluster):
+        slice_client = KubeSliceClient.from_kubeconfig(options.kubeconfig)
+    if claims is None:
+        if options.claims_dir:
+            claims = LocalClaimStore(options.claims_dir)
+        elif slice_client is not None:
+            # without a claim source of its own, the client is the API server's (the local cluster passes one)
+            claims = KubeClaimSource(cast(KubeSliceClient, slice_client).resource)
+        else:
+            raise AgentError("no claim source: pass --claims DIR (simulation) or --kubeconfig / --in-cluster")
+    return slice_client, claims
+
+
 @dataclass
 class AgentOptions:
     node_name: str
@@ -106,17 +123,7 @@ class DriverAgent:
                                  instance_uid=options.rolling_update_uid or None)
         self.backend = backend or open_backend(options.backend, profile=options.profile, node_name=options.node_name,
                                                state_path=self.paths.simulated_state)
-        self.slice_client: SliceClient | None = slice_client
-        if self.slice_client is None and (options.kubeconfig or options.in_cluster):
-            self.slice_client = KubeSliceClient.from_kubeconfig(options.kubeconfig)
-        if claims is None:
-            if options.claims_dir:
-                claims = LocalClaimStore(options.claims_dir)
-            elif self.slice_client is not None:
-                # without a claim source of its own, the client is the API server's (the local cluster passes one)
-                claims = KubeClaimSource(cast(KubeSliceClient, self.slice_client).resource)
-            else:
-                raise AgentError("no claim source: pass --claims DIR (simulation) or --kubeconfig / --in-cluster")
+        self.slice_client, claims = api_sources(options, slice_client, claims)
         self.host_driver: HostDriverFiles | None = None
         host_edits = None
         if self.backend.name == "nvml":

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, cast
+from typing import Any
 
 from gpudra.discovery import GpuBackend, open_backend
 
-from .agent import AgentError, AgentOptions, group_id, save_published_slices
+from .agent import AgentError, AgentOptions, api_sources, group_id, save_published_slices
 from .cdispec import read_char_majors
 from .cdstate import ComputeDomainState
-from .claims import ClaimSource, KubeClaimSource, LocalClaimStore
+from .claims import ClaimSource
 from .computedomain import NodeDevices, compute_domain_slices, node_clique, read_node_devices
 from .domains import DirectoryDomainSource, DomainSource, KubeDomainSource
 from .paths import DriverPaths
 from .plugin import KubeletPlugin
-from .publisher import KubeSliceClient, SliceClient, SlicePublisher
+from .publisher import SliceClient, SlicePublisher
 
 log = logging.getLogger("gpudra.driver.computedomain")
 
@@ -40,16 +40,7 @@ class ComputeDomainAgent:
         self.backend = backend or open_backend(options.backend, profile=options.profile, node_name=options.node_name,
                                                state_path=self.paths.simulated_state)
         self.clique = node_clique(self.backend.inventory())
-        self.slice_client = slice_client
-        if self.slice_client is None and (options.kubeconfig or options.in_cluster):
-            self.slice_client = KubeSliceClient.from_kubeconfig(options.kubeconfig)
-        if claims is None:
-            if options.claims_dir:
-                claims = LocalClaimStore(options.claims_dir)
-            elif self.slice_client is not None:
-                claims = KubeClaimSource(cast(KubeSliceClient, self.slice_client).resource)
-            else:
-                raise AgentError("no claim source: pass --claims DIR (simulation) or --kubeconfig / --in-cluster")
+        self.slice_client, claims = api_sources(options, slice_client, claims)
         if domains is None:
             if options.domains_dir:
                 domains = DirectoryDomainSource(options.domains_dir)
