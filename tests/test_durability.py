@@ -371,3 +371,22 @@ def test_the_kill_point_wrapper_kills_a_gpudra_command(tmp_path):
     done = subprocess.run([sys.executable, KILL_AT, "simulated-gpus:write:1000", *args], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.count("changed: gpu-") == 8, done.stderr
+
+
+def test_a_directory_already_at_its_mode_is_not_chmodded(tmp_path, monkeypatch, umask_000):
+    """POSIX chmod(2) fails with EPERM when the caller does not own the file (and is not privileged): a directory
+    another user owns, already at the wanted mode (a shared CDI spec folder), must be accepted as it is, and only
+    a wrong mode is worth a chmod. The test runs as whoever it runs as, so chmod is made to fail as it would for a
+    non-owner; the mode is read with os.stat here, independently."""
+    right, wrong = tmp_path / "right", tmp_path / "wrong"
+    right.mkdir(0o755)
+    wrong.mkdir(0o777)
+    assert _mode(str(right)) == 0o755 and _mode(str(wrong)) == 0o777
+
+    def not_owner(path, mode, **kwargs):
+        raise PermissionError(1, "Operation not permitted", str(path))
+
+    monkeypatch.setattr(atomicfile.os, "chmod", not_owner)
+    assert atomicfile.ensure_dir(str(right), 0o755) == str(right)
+    with pytest.raises(PermissionError):
+        atomicfile.ensure_dir(str(wrong), 0o755)

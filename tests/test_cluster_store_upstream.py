@@ -1,0 +1,50 @@
+"""The local cluster's store against the Kubernetes API server's own rules, read from upstream (each test names
+the file): what a client sees from create, replace and delete must be what kube-apiserver answers. Every expected
+value comes from the upstream rule or from a plain computation here, never from the store's own output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudra.cluster.store import Store
+
+SPEC = {"containers": [{"name": "c", "image": "busybox"}]}  # the store validates what it writes
+# k8s.io/apimachinery/pkg/util/rand: the alphabet of generated suffixes (no vowels, no 0/1/3)
+K8S_RAND_ALPHABET = set("bcdfghjklmnpqrstvwxz2456789")
+
+
+def _pod(**metadata: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": SPEC}
+
+
+def test_generate_name_cuts_a_long_prefix_to_58_characters_apiserver_storage_names_generate_go(tmp_path):
+    """staging/src/k8s.io/apiserver/pkg/storage/names/generate.go: maxNameLength = 63, randomLength = 5,
+    MaxGeneratedNameLength = 63 - 5; a longer base is cut to base[:MaxGeneratedNameLength] before the suffix."""
+    prefix = "".join(chr(ord("a") + i % 26) for i in range(100))  # a valid DNS-subdomain start, 100 characters
+    name = Store(str(tmp_path)).create(_pod(generateName=prefix))["metadata"]["name"]
+    assert len(name) == 63
+    assert name[:58] == prefix[:58] and set(name[58:]) <= K8S_RAND_ALPHABET
+
+
+def test_every_write_stamps_the_object_with_the_revision_it_made_etcd3_store_go(tmp_path):
+    """staging/src/k8s.io/apiserver/pkg/storage/etcd3/store.go: Create and GuaranteedUpdate decode the written
+    object with the revision of their own transaction (putResp.Header.Revision), which is the store's newest
+    revision, the one a list then carries; api_object_versioner.go: a revision 0 is no version at all ("" on an
+    object, "illegal resource version from storage" on a list). So each write's object carries the store's new,
+    nonzero version, one above the one before it (etcd's revision grows by one per write transaction)."""
+    store = Store(str(tmp_path))
+    written = []
+
+    def check(obj: dict[str, Any]) -> None:
+        version = obj["metadata"]["resourceVersion"]
+        assert version != "0" and int(version) == store.version()
+        written.append(int(version))
+
+    check(store.create(_pod(name="a", finalizers=["example.com/keep"])))
+    check(store.create(_pod(name="b")))
+    a = store.get("Pod", "default", "a")
+    a["metadata"]["labels"] = {"changed": "yes"}
+    check(store.replace(a))
+    assert store.delete("Pod", "default", "a") == "terminating"  # a finalizer holds it
+    check(store.get("Pod", "default", "a"))
+    assert written[0] >= 1 and written == list(range(written[0], written[0] + 4))  # etcd: +1 per write txn
