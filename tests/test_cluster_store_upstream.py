@@ -48,3 +48,17 @@ def test_every_write_stamps_the_object_with_the_revision_it_made_etcd3_store_go(
     assert store.delete("Pod", "default", "a") == "terminating"  # a finalizer holds it
     check(store.get("Pod", "default", "a"))
     assert written[0] >= 1 and written == list(range(written[0], written[0] + 4))  # etcd: +1 per write txn
+
+
+def test_an_objects_events_are_those_whose_involved_object_uid_equals_its_uid_client_go_event_expansion_go(tmp_path):
+    """staging/src/k8s.io/client-go/kubernetes/typed/core/v1/event_expansion.go: GetFieldSelector selects an
+    object's events by equality on involvedObject.uid (with its name, namespace and kind), as `kubectl describe`
+    lists them: another object's events never show, whichever way the two uids sort."""
+    store = Store(str(tmp_path))
+    pods = [store.create(_pod(name=name)) for name in ("p", "q", "r")]
+    for pod in pods:
+        store.record_event(pod, "Normal", "Scheduled", f"assigned {pod['metadata']['name']}", "default-scheduler")
+    for pod in pods:
+        events = store.events_for(pod)
+        assert [e["involvedObject"]["uid"] for e in events] == [pod["metadata"]["uid"]]
+        assert [e["message"] for e in events] == [f"assigned {pod['metadata']['name']}"]
