@@ -28,6 +28,8 @@ STEPS = ("write", "fsync", "rename", "dirsync")
 
 # `.NAME.PID-TOKEN.tmp`; `.NAME.tmp`, a fixed name older versions used, is cleaned up too
 _TEMP_NAME = re.compile(r"^\.(?P<base>.+?)\.(?:(?P<pid>\d+)-[0-9a-f]+\.)?tmp$")
+# POSIX {NAME_MAX}: the longest file name (in bytes) Linux's file systems hold (ext4, xfs, btrfs, tmpfs: 255)
+NAME_MAX = 255
 _TEMP_ATTEMPTS = 8  # new names tried when one exists already (planted, or left by a dead process of the same PID)
 
 StepHook = Callable[[str, str, str], None]  # (label, step, target path)
@@ -50,9 +52,16 @@ def _step(label: str, step: str, path: str) -> None:
 
 def temp_path(path: str) -> str:
     """A new temp name for a write of `path`: hidden, in the same directory, ending in `.tmp` (so CDI runtimes,
-    which read `*.yaml`/`*.json`, ignore it), with the PID (for remove_stale_temps) and a random token."""
+    which read `*.yaml`/`*.json`, ignore it), with the PID (for remove_stale_temps) and a random token. The target's
+    name is cut as far as needed for the temp name to fit NAME_MAX: any file name the file system holds can be
+    written (a store object named with 230 characters, a valid Kubernetes name, failed with ENAMETOOLONG)."""
     directory, base = os.path.split(path)
-    return os.path.join(directory, f".{base}.{os.getpid()}-{secrets.token_hex(8)}.tmp")
+    tail = f".{os.getpid()}-{secrets.token_hex(8)}.tmp"
+    room = NAME_MAX - len(b".") - len(tail)
+    encoded = base.encode("utf-8", "surrogateescape")
+    if len(encoded) > room:
+        base = encoded[:room].decode("utf-8", "ignore")  # never half a character
+    return os.path.join(directory, f".{base}{tail}")
 
 
 def _create_temp(path: str, mode: int) -> tuple[int, str]:

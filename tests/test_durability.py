@@ -390,3 +390,16 @@ def test_a_directory_already_at_its_mode_is_not_chmodded(tmp_path, monkeypatch, 
     assert atomicfile.ensure_dir(str(right), 0o755) == str(right)
     with pytest.raises(PermissionError):
         atomicfile.ensure_dir(str(wrong), 0o755)
+
+
+@pytest.mark.parametrize("character", ["p", "é"])  # one byte, two bytes in UTF-8
+def test_a_file_name_as_long_as_the_file_system_allows_is_written_atomically(tmp_path, character):
+    """POSIX {NAME_MAX}, asked of the file system itself (pathconf _PC_NAME_MAX, in bytes): a target whose name
+    is that long can be created, so the atomic write must manage it too, temp file and all, and leave no temp."""
+    name_max = os.pathconf(tmp_path, "PC_NAME_MAX")
+    name = character * (name_max // len(character.encode()))
+    target = tmp_path / name
+    assert len(os.fsencode(name)) <= name_max
+    atomicfile.write_atomic(str(target), b"first", mode=0o600, label="test", fsync=True)
+    atomicfile.write_atomic(str(target), b"second", mode=0o600, label="test", fsync=False)
+    assert target.read_bytes() == b"second" and os.listdir(tmp_path) == [name]

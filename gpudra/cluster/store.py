@@ -33,7 +33,7 @@ from gpudra.api.defaults import apply_defaults
 from gpudra.api.gates import drop_disabled_fields
 from gpudra.api.problems import printable
 from gpudra.api.schema import names
-from gpudra.atomicfile import write_atomic
+from gpudra.atomicfile import NAME_MAX, write_atomic
 from gpudra.copying import copy_object
 from gpudra.driver.claimpaths import ClaimPathError, path_inside
 from gpudra.regularfile import read_regular_file, read_regular_file_stat
@@ -47,6 +47,9 @@ FILE_MODE = 0o600
 # MaxRequestBodyBytes), which every object a client could create fits.
 MAX_OBJECT_BYTES = 3 * 2**20
 DIR_MODE = 0o700
+# The longest name whose `NAME.json` file fits a file name (NAME_MAX bytes): Kubernetes allows 253 characters,
+# the store holds 250 (a longer one is refused with the file system's ENAMETOOLONG).
+MAX_STORED_NAME = NAME_MAX - len(".json")
 # The API server's generateName: the prefix is cut so that prefix + five random characters fit 63 characters
 # (k8s.io/apiserver/pkg/storage/names: maxGeneratedNameLength).
 _GENERATED_PREFIX_MAX = 63 - 5
@@ -375,8 +378,8 @@ class Store:
         stamp = now_rfc3339()
         return self.create({
             "apiVersion": "v1", "kind": "Event",
-            # the kubelet's and the scheduler's `<object>.<hex>`, cut to fit a name (253)
-            "metadata": {"name": f"{str(meta.get('name'))[:253 - 17]}.{secrets.token_hex(8)}",
+            # the kubelet's and the scheduler's `<object>.<hex>`, cut to fit a name (253) and a store file name
+            "metadata": {"name": f"{str(meta.get('name'))[:MAX_STORED_NAME - 17]}.{secrets.token_hex(8)}",
                          "namespace": namespace},
             "involvedObject": {"kind": involved.get("kind"), "namespace": meta.get("namespace"),
                                "name": meta.get("name"), "uid": meta.get("uid"),
