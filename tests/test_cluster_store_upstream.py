@@ -4,6 +4,7 @@ value comes from the upstream rule or from a plain computation here, never from 
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -12,6 +13,10 @@ from gpudra.cluster.store import Store
 SPEC = {"containers": [{"name": "c", "image": "busybox"}]}  # the store validates what it writes
 # k8s.io/apimachinery/pkg/util/rand: the alphabet of generated suffixes (no vowels, no 0/1/3)
 K8S_RAND_ALPHABET = set("bcdfghjklmnpqrstvwxz2456789")
+
+
+def json_copy(obj: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(obj))
 
 
 def _pod(**metadata: Any) -> dict[str, Any]:
@@ -85,3 +90,51 @@ def test_an_events_name_is_the_objects_name_a_dot_and_hex_client_go_record_event
     stem, dot, suffix = event_name.rpartition(".")
     assert len(event_name) <= min(253, len(longest)) and dot and longest.startswith(stem)
     assert re.fullmatch(r"[0-9a-f]+", suffix) and store.events_for(pod) == [event]
+
+
+def test_an_update_removing_the_last_finalizer_deletes_a_terminating_object_registry_store_go(tmp_path):
+    """staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go, ShouldDeleteDuringUpdate: an update
+    deletes the object only when the new object has no finalizers and the existing one has a deletionTimestamp
+    (and no grace period); rest/update.go, BeforeUpdate: an update can never remove or change a deletion
+    timestamp, and keeps the existing uid and creationTimestamp."""
+    from gpudra.cluster.store import StoreError
+
+    store = Store(str(tmp_path))
+    created = store.create(_pod(name="p", finalizers=["example.com/a", "example.com/b"]))
+    assert store.delete("Pod", "default", "p") == "terminating"
+    terminating = store.get("Pod", "default", "p")
+    stamp = terminating["metadata"]["deletionTimestamp"]
+
+    one_left = json_copy(terminating)
+    one_left["metadata"]["finalizers"] = ["example.com/b"]
+    del one_left["metadata"]["deletionTimestamp"]  # a client cannot take it back
+    del one_left["metadata"]["uid"]  # "use the existing UID if none is provided"
+    one_left["metadata"]["creationTimestamp"] = "2000-01-01T00:00:00Z"  # "ignore changes to timestamp"
+    store.replace(one_left)
+    kept = store.get("Pod", "default", "p")
+    assert kept is not None and kept["metadata"]["finalizers"] == ["example.com/b"]
+    assert kept["metadata"]["deletionTimestamp"] == stamp
+    assert kept["metadata"]["uid"] == created["metadata"]["uid"]
+    assert kept["metadata"]["creationTimestamp"] == created["metadata"]["creationTimestamp"]
+
+    none_left = json_copy(kept)
+    none_left["metadata"]["finalizers"] = []
+    store.replace(none_left)
+    assert store.get("Pod", "default", "p") is None and store.list("Pod") == []
+    try:
+        store.delete("Pod", "default", "p")
+    except StoreError as error:
+        assert error.status == 404
+    else:
+        raise AssertionError("deleted twice")
+
+
+def test_an_update_without_finalizers_of_a_live_object_keeps_it_registry_store_go(tmp_path):
+    """ShouldDeleteDuringUpdate (registry/store.go): no deletionTimestamp on the existing object, no deletion,
+    whatever the finalizers."""
+    store = Store(str(tmp_path))
+    store.create(_pod(name="p", finalizers=["example.com/a"]))
+    live = store.get("Pod", "default", "p")
+    live["metadata"]["finalizers"] = []
+    store.replace(live)
+    assert store.get("Pod", "default", "p") is not None
