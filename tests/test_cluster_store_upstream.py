@@ -138,3 +138,24 @@ def test_an_update_without_finalizers_of_a_live_object_keeps_it_registry_store_g
     live["metadata"]["finalizers"] = []
     store.replace(live)
     assert store.get("Pod", "default", "p") is not None
+
+
+def test_an_invalid_object_is_422_is_invalid_and_an_oversized_one_413_apimachinery_errors_go(tmp_path):
+    """staging/src/k8s.io/apimachinery/pkg/api/errors/errors.go: NewInvalid is HTTP 422 (StatusUnprocessableEntity)
+    with `<Kind> "<name>" is invalid: <errors>`; NewRequestEntityTooLargeError is HTTP 413 with `Request entity too
+    large: <message>`, which the API server's body reader (apiserver's MaxRequestBodyBytes, 3 MiB) answers with
+    `limit is 3145728`. Nothing is stored either way."""
+    import pytest
+
+    from gpudra.cluster.store import StoreError
+
+    store = Store(str(tmp_path))
+    with pytest.raises(StoreError) as invalid:
+        store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}})
+    assert invalid.value.status == 422 and str(invalid.value).startswith('Pod "p" is invalid: ')
+    huge = _pod(name="q")
+    huge["spec"] = {"containers": [{"name": "c", "image": "busybox", "args": ["x" * (3 * 2**20)]}]}
+    with pytest.raises(StoreError) as too_large:
+        store.create(huge)
+    assert too_large.value.status == 413 and str(too_large.value) == f"Request entity too large: limit is {3 * 2**20}"
+    assert store.list("Pod") == []
