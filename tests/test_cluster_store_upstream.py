@@ -159,3 +159,22 @@ def test_an_invalid_object_is_422_is_invalid_and_an_oversized_one_413_apimachine
         store.create(huge)
     assert too_large.value.status == 413 and str(too_large.value) == f"Request entity too large: limit is {3 * 2**20}"
     assert store.list("Pod") == []
+
+
+def test_a_state_directory_that_is_a_file_is_a_store_error_not_a_traceback_posix_mkdir(tmp_path):
+    """POSIX mkdir(2): EEXIST when the path names an existing file. A cluster directory given as a plain file makes
+    every write fail with that error, which the store reports as its own error (a message for `gpudra`, which
+    prints StoreErrors and exits), naming the path and the system's words for the errno."""
+    import errno
+
+    import pytest
+
+    from gpudra.cluster.store import StoreError
+
+    not_a_dir = tmp_path / "cluster"
+    not_a_dir.write_text("a file")
+    with pytest.raises(StoreError) as error:
+        Store(str(not_a_dir)).create(_pod(name="p"))
+    assert error.value.status == 500
+    assert str(not_a_dir) in str(error.value) and os.strerror(errno.EEXIST) in str(error.value)
+    assert not_a_dir.read_text() == "a file"
