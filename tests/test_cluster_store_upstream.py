@@ -178,3 +178,31 @@ def test_a_state_directory_that_is_a_file_is_a_store_error_not_a_traceback_posix
     assert error.value.status == 500
     assert str(not_a_dir) in str(error.value) and os.strerror(errno.EEXIST) in str(error.value)
     assert not_a_dir.read_text() == "a file"
+
+
+def test_null_annotations_are_an_empty_map_objectmeta_types_go(tmp_path):
+    """staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go: ObjectMeta.Annotations is a map[string]string
+    (`json:"annotations,omitempty"`), and Go's encoding/json unmarshals JSON null into a map as nil: a manifest
+    whose `annotations:` has nothing under it is an object without annotations, created, replaced and applied
+    again as such (it crashed the store and `gpudra apply` with a TypeError). A string is no map: 422."""
+    import pytest
+
+    from gpudra.api.load import Document
+    from gpudra.cluster.apply import apply_document
+    from gpudra.cluster.store import StoreError, created_serial, public_view
+
+    store = Store(str(tmp_path))
+    created = store.create(_pod(name="p", annotations=None))
+    assert "annotations" not in public_view(created)["metadata"]
+    again = json_copy(created)
+    again["metadata"]["annotations"] = None
+    replaced = store.replace(again)
+    assert "annotations" not in public_view(replaced)["metadata"]
+    assert created_serial(replaced) == created_serial(created) > 0  # the creation order survives the replace
+    with pytest.raises(StoreError) as not_a_map:
+        store.create(_pod(name="s", annotations="x"))
+    assert not_a_map.value.status == 422 and "metadata.annotations" in str(not_a_map.value)
+
+    manifest = _pod(name="q", annotations=None)
+    assert apply_document(store, Document(json_copy(manifest), "q.yaml", 1)) == "pod/q created"
+    assert apply_document(store, Document(json_copy(manifest), "q.yaml", 1)) == "pod/q unchanged"

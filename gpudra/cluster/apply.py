@@ -106,7 +106,10 @@ def apply_document(store: Store, doc: Document, namespace: str | None = None) ->
     store.drop_disabled_fields(obj, current)  # as the store keeps it, so an unchanged manifest compares equal
     applied = configuration(obj)
     if current is None:
-        meta.setdefault("annotations", {})[LAST_APPLIED] = json.dumps(applied, sort_keys=True)
+        if meta.get("annotations") is None:  # `annotations:` with nothing under it: an empty map
+            meta["annotations"] = {}
+        if isinstance(meta["annotations"], dict):  # anything else: the store refuses it as invalid
+            meta["annotations"][LAST_APPLIED] = json.dumps(applied, sort_keys=True)
         created = store.create(obj)
         return f"{label}/{created['metadata']['name']} created"
     merged_configuration = merge(configuration(current), _last_applied(current), applied)

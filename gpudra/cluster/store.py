@@ -307,8 +307,7 @@ class Store:
                 meta.pop(field, None)
             meta["creationTimestamp"] = now_rfc3339()
             meta["resourceVersion"] = self._next_version()
-            meta.setdefault("annotations", {})
-            meta["annotations"][_SERIAL] = meta["resourceVersion"]
+            _stamp_serial(meta, meta["resourceVersion"])
             self._write_object(path, obj)
         return obj
 
@@ -330,8 +329,7 @@ class Store:
                                  "the object has been modified; please apply your changes to the latest version", 409)
             for field in ("uid", "creationTimestamp"):
                 meta[field] = cmeta.get(field)
-            annotations = meta.setdefault("annotations", {})
-            annotations[_SERIAL] = (cmeta.get("annotations") or {}).get(_SERIAL, "0")
+            _stamp_serial(meta, (cmeta.get("annotations") or {}).get(_SERIAL, "0"))
             if cmeta.get("deletionTimestamp"):
                 meta["deletionTimestamp"] = cmeta["deletionTimestamp"]
             if cmeta.get("deletionTimestamp") and not meta.get("finalizers"):
@@ -477,6 +475,16 @@ _SERIAL = "gpudra.local/created-revision"
 # What `apply` last applied (kubectl's kubectl.kubernetes.io/last-applied-configuration): its three-way merge.
 LAST_APPLIED = "gpudra.local/last-applied-configuration"
 PRIVATE_ANNOTATIONS = (_SERIAL, LAST_APPLIED)
+
+
+def _stamp_serial(meta: dict[str, Any], serial: str) -> None:
+    """Record the creation order in the object's annotations. `annotations: null` (a YAML `annotations:` with
+    nothing under it) is an empty map, as the API server decodes it (a nil map[string]string); anything else
+    that is not a map is left for validation to refuse (422)."""
+    if meta.get("annotations") is None:
+        meta["annotations"] = {}
+    if isinstance(meta["annotations"], dict):
+        meta["annotations"][_SERIAL] = serial
 
 
 def created_serial(obj: dict[str, Any]) -> int:
