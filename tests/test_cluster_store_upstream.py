@@ -206,3 +206,21 @@ def test_null_annotations_are_an_empty_map_objectmeta_types_go(tmp_path):
     manifest = _pod(name="q", annotations=None)
     assert apply_document(store, Document(json_copy(manifest), "q.yaml", 1)) == "pod/q created"
     assert apply_document(store, Document(json_copy(manifest), "q.yaml", 1)) == "pod/q unchanged"
+
+
+def test_a_lost_version_counter_never_issues_a_version_twice_etcd3_store_go(tmp_path):
+    """etcd's revision only grows, and the API server's resourceVersion is that revision (etcd3/store.go decodes
+    each write with its transaction's revision): no two writes ever get the same version, and a later write
+    always gets a higher one. When the store's counter file is unreadable it counts on from its objects, so the
+    next version must be above every version an object in the store carries, a replaced one's included."""
+    store = Store(str(tmp_path))
+    store.create(_pod(name="a"))
+    store.create(_pod(name="b"))
+    for round_ in range(3):  # "a" is written again: its version goes above "b"'s
+        a = store.get("Pod", "default", "a")
+        a["metadata"]["labels"] = {"round": str(round_)}
+        store.replace(a)
+    issued = {int(p["metadata"]["resourceVersion"]) for p in store.list("Pod")}
+    (tmp_path / "store" / ".resourceVersion").write_text("garbage")
+    c = store.create(_pod(name="c"))
+    assert int(c["metadata"]["resourceVersion"]) > max(issued)

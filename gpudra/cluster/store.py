@@ -170,7 +170,9 @@ class Store:
             current = int((read_regular_file(path, 32) or b"0").strip() or 0)
         except (OSError, ValueError):
             _report_once(path, "not a number; counting on from the newest object")
-            current = max([0, *(created_serial(o) for info in KINDS for o in self.list(info.kind))])
+            # every object's own resourceVersion, not only its creation serial: a replaced object's version is
+            # above it, and a version must never be issued twice (etcd's revision only grows)
+            current = max([0, *(_newest_version(o) for info in KINDS for o in self.list(info.kind))])
         self._write(path, str(current + 1))
         return str(current + 1)
 
@@ -485,6 +487,15 @@ def _stamp_serial(meta: dict[str, Any], serial: str) -> None:
         meta["annotations"] = {}
     if isinstance(meta["annotations"], dict):
         meta["annotations"][_SERIAL] = serial
+
+
+def _newest_version(obj: dict[str, Any]) -> int:
+    """The last version the store gave `obj`: its resourceVersion (its creation serial if that is unreadable)."""
+    try:
+        version = int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        version = 0
+    return max(version, created_serial(obj))
 
 
 def created_serial(obj: dict[str, Any]) -> int:
