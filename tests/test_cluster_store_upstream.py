@@ -224,3 +224,19 @@ def test_a_lost_version_counter_never_issues_a_version_twice_etcd3_store_go(tmp_
     (tmp_path / "store" / ".resourceVersion").write_text("garbage")
     c = store.create(_pod(name="c"))
     assert int(c["metadata"]["resourceVersion"]) > max(issued)
+
+
+def test_an_object_without_name_or_generate_name_is_422_apimachinery_objectmeta_go(tmp_path):
+    """staging/src/k8s.io/apimachinery/pkg/api/validation/objectmeta.go, ValidateObjectMetaAccessor: no name and
+    no generateName is field.Required(metadata.name, "name or generateName is required"), which the registry
+    returns through NewInvalid: HTTP 422. Nothing is stored."""
+    import pytest
+
+    from gpudra.cluster.store import StoreError
+
+    store = Store(str(tmp_path))
+    for metadata in ({}, {"generateName": ""}, {"name": ""}):
+        with pytest.raises(StoreError) as error:
+            store.create(_pod(**metadata))
+        assert error.value.status == 422 and "name or generateName is required" in str(error.value)
+    assert store.list("Pod") == []
