@@ -240,3 +240,20 @@ def test_an_object_without_name_or_generate_name_is_422_apimachinery_objectmeta_
             store.create(_pod(**metadata))
         assert error.value.status == 422 and "name or generateName is required" in str(error.value)
     assert store.list("Pod") == []
+
+
+def test_a_planted_file_with_an_overlong_uid_is_skipped_naming_the_uuid_length(tmp_path, caplog):
+    """A uid is a UUID (the API server's FillObjectMetaSystemFields: uuid.NewUUID()), whose text form (RFC 4122)
+    has 36 characters, computed here from Python's uuid module: a file written by hand with a longer uid is not
+    an object of the store, and the warning says how long a uid may be."""
+    import logging
+    import uuid
+
+    store = Store(str(tmp_path))
+    pod = store.create(_pod(name="p"))
+    pod["metadata"]["uid"] = "u" * 300
+    (tmp_path / "store" / "pods" / "default" / "p.json").write_text(json.dumps(pod))
+    with caplog.at_level(logging.WARNING, logger="gpudra.store"):
+        assert store.get("Pod", "default", "p") is None
+    uuid_length = len(str(uuid.UUID(int=0)))
+    assert f"metadata.uid: must be no more than {uuid_length} characters (has 300)" in caplog.text
