@@ -90,6 +90,12 @@ def test_an_events_name_is_the_objects_name_a_dot_and_hex_client_go_record_event
     stem, dot, suffix = event_name.rpartition(".")
     assert len(event_name) <= min(253, len(longest)) and dot and longest.startswith(stem)
     assert re.fullmatch(r"[0-9a-f]+", suffix) and store.events_for(pod) == [event]
+    for cut_at in range(len(longest) - 30, len(longest) - 10):  # wherever the cut falls, after a '-' or '.' too
+        for separator in "-.":
+            name = longest[:cut_at] + separator + "q" * (len(longest) - cut_at - 1)
+            event = store.record_event(store.create(_pod(name=name)), "Normal", "Scheduled", "assigned", "s")
+            stem, _, suffix = event["metadata"]["name"].rpartition(".")
+            assert name.startswith(stem) and stem[-1].isalnum() and re.fullmatch(r"[0-9a-f]+", suffix)
 
 
 def test_an_update_removing_the_last_finalizer_deletes_a_terminating_object_registry_store_go(tmp_path):

@@ -376,10 +376,12 @@ class Store:
                 event["lastTimestamp"] = now_rfc3339()
                 return self.replace(event, check_version=False)
         stamp = now_rfc3339()
+        # the kubelet's and the scheduler's `<object>.<hex>`, cut to fit a name (253) and a store file name, and
+        # never cut after a '-' or '.' (a DNS subdomain's parts end in a letter or digit)
+        stem = str(meta.get("name"))[:MAX_STORED_NAME - 17].rstrip("-.")
         return self.create({
             "apiVersion": "v1", "kind": "Event",
-            # the kubelet's and the scheduler's `<object>.<hex>`, cut to fit a name (253) and a store file name
-            "metadata": {"name": f"{str(meta.get('name'))[:MAX_STORED_NAME - 17]}.{secrets.token_hex(8)}",
+            "metadata": {"name": f"{stem}.{secrets.token_hex(8)}",
                          "namespace": namespace},
             "involvedObject": {"kind": involved.get("kind"), "namespace": meta.get("namespace"),
                                "name": meta.get("name"), "uid": meta.get("uid"),
