@@ -4,6 +4,7 @@
     python tools/mutation.py                                   # every group, every mutant (hours)
     python tools/mutation.py --group driver-health --group cluster-store
     python tools/mutation.py --sample 40 --budget-s 1800 --json   # a seeded sample, within half an hour
+    python tools/mutation.py --group allocator --module 'gpudra/allocator/plan.py'   # some of a group's modules
 
 cosmic-ray (an ecosystem tool, `cosmic_ray` on PyPI) finds the mutation points (its operators: comparisons,
 boolean and arithmetic operators, numbers, `break`/`continue`, exceptions, …), applies one mutant at a time
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fnmatch
 import json
 import os
 import random
@@ -62,7 +64,8 @@ GROUPS = (
            "tests/test_cluster_store_upstream.py")),
     Group("allocator", ("gpudra/allocator/*.py",),
           ("tests/test_allocator_unit.py", "tests/test_allocator_variants.py", "tests/test_allocator_conformance.py",
-           "tests/test_allocator_differential.py", "tests/test_allocator_taint_rules.py", "tests/test_large_inputs.py")),
+           "tests/test_allocator_differential.py", "tests/test_allocator_taint_rules.py", "tests/test_large_inputs.py",
+           "tests/test_allocator_caches.py")),
     Group("scheduler", ("gpudra/scheduler/*.py",),
           ("tests/test_scheduler_filters.py", "tests/test_scheduler_claims.py", "tests/test_scheduler_policies.py",
            "tests/test_scheduler_workloads.py", "tests/test_scheduler_queue_run.py")),
@@ -108,11 +111,12 @@ def test_command(group: Group, per_test_timeout_s: int) -> str:
             + " ".join(group.tests))
 
 
-def module_paths(group: Group) -> list[Path]:
+def module_paths(group: Group, only: list[str] | None = None) -> list[Path]:
+    """The group's modules; with `only` (globs), just those of them that match one."""
     paths: list[Path] = []
     for pattern in group.modules:
         paths.extend(sorted(p for p in Path(".").glob(pattern) if p.name != "__init__.py" or "*" not in pattern))
-    return paths
+    return [p for p in paths if not only or any(fnmatch.fnmatch(str(p), o) for o in only)]
 
 
 def annotation_spans(path: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
@@ -158,7 +162,10 @@ def run_group(group: Group, out: Path, args: argparse.Namespace, stop_at: float)
         raise SystemExit(f"{group.name}: the tests fail without any mutant:\n{baseline.stdout[-3000:]}")
     timeout = args.timeout_s or max(60.0, 3 * tally.baseline_s + 30)
     with use_db(str(out / f"{group.name}.sqlite"), WorkDB.Mode.create) as db:
-        cosmic_init(module_paths(group), db, {})
+        modules = module_paths(group, args.module)
+        if not modules:
+            raise SystemExit(f"{group.name}: no module matches --module {' '.join(args.module)}")
+        cosmic_init(modules, db, {})
         every = sorted(db.work_items, key=lambda w: (str(w.mutations[0].module_path), w.mutations[0].operator_name,
                                                      w.mutations[0].occurrence))
         spans: dict[Path, list[tuple[tuple[int, int], tuple[int, int]]]] = {}
@@ -195,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--group", action="append", choices=[g.name for g in GROUPS],
                         help="a group of modules with its tests (repeatable; default: all)")
+    parser.add_argument("--module", action="append",
+                        help="mutate only the group's modules matching this glob (repeatable), e.g. "
+                             "'gpudra/allocator/plan.py'")
     parser.add_argument("--sample", type=int, default=0, help="mutants per group, chosen at random (0: all)")
     parser.add_argument("--seed", default="gpudra", help="seed of the sample")
     parser.add_argument("--budget-s", type=float, default=0, help="start no mutant after this many seconds")
