@@ -174,3 +174,48 @@ def test_pods_in_a_row_reuse_the_same_parsed_objects() -> None:
     assert second.claim_plan(claims[0]) is first.claim_plan(claims[0])
     other = Allocator(classes, copy_object(slices), [], FEATURES)
     assert other.index is not first.index
+
+
+def zone_selector(zone: str) -> dict[str, Any]:
+    return {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": [zone]}]}]}
+
+
+def select_zone_a(shared: dict[str, Any]) -> None:
+    shared["spec"]["nodeSelector"] = zone_selector("a")
+
+
+def all_nodes(shared: dict[str, Any]) -> None:
+    del shared["spec"]["nodeSelector"]
+    shared["spec"]["allNodes"] = True
+
+
+def device_moved_to_zone_a(shared: dict[str, Any]) -> None:
+    del shared["spec"]["nodeSelector"]
+    shared["spec"]["perDeviceNodeSelection"] = True
+    shared["spec"]["devices"][0]["nodeSelector"] = zone_selector("a")
+
+
+@pytest.mark.parametrize("edit", [select_zone_a, all_nodes, device_moved_to_zone_a])
+def test_a_slice_edited_to_reach_the_node_is_seen(edit: Callable[[dict[str, Any]], None]) -> None:
+    """A slice that did not reach the node and, edited in place (a new generation), now does: its devices
+    join the node's pools (a slice's nodeSelector, allNodes and per-device node selection may change; only
+    nodeName is immutable, ResourceSliceSpec in k8s.io/api resource/v1). The node's cached view was built
+    without that slice, so the check for stale views cannot look only at the slices behind the view."""
+    classes, claims = [device_class()], [claim(2)]
+    shared = {"metadata": {"name": "zone-b", "generation": 1},
+              "spec": {"driver": DRIVER, "nodeSelector": zone_selector("b"),
+                       "pool": {"name": "zone-b", "generation": 1, "resourceSliceCount": 1}, "devices": [gpu(9)]}}
+    slices = [node_slice(gpus=1), shared]
+    ready = Allocator(classes, slices, [], FEATURES)
+    before = answer(ready.allocate(NODE, claims))
+    assert before == reference_answer(classes, slices, claims) == ("unallocatable", [])
+
+    edit(shared)
+    bump(shared, pool=True)
+
+    expected = reference_answer(classes, slices, claims)
+    assert expected[0] == "allocated"
+    assert answer(Allocator(copy_object(classes), copy_object(slices), [], FEATURES).allocate(NODE, claims)) == expected
+    assert answer(Allocator(classes, slices, [], FEATURES).allocate(NODE, claims)) == expected  # per pod
+    assert answer(ready.allocate(NODE, claims)) == expected
+    assert ready.fits(NODE, claims).outcome == "allocated"

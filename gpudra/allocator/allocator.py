@@ -6,6 +6,7 @@ pass each (class, request selectors) combination are computed once and reused by
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from dataclasses import dataclass, field
@@ -128,10 +129,13 @@ class Allocator:
 
     # per-node caches ----------------------------------------------------------------------------
     def node_view(self, node: "dict | str | NodeInfo") -> NodeView:
-        """The node's pools and devices, from the cache unless a slice behind them was edited in place (a new
-        generation or resourceVersion): then the index of all slices is rebuilt."""
+        """The node's pools and devices, from the cache unless a slice behind them, or one that could start to
+        reach the node, was edited in place (a new generation or resourceVersion): then the index of all slices
+        is rebuilt. Slices with a nodeName reach only that node (the field is immutable); the others (the
+        index's `other`: nodeSelector, allNodes, per-device node selection, counter sets) may be edited to
+        reach it, so they are checked for every node."""
         view = self._cached_view(node)
-        for info in view.sources:
+        for info in itertools.chain(view.sources, self.index.other):
             if info.edited():
                 SliceIndex.discard(self.index)
                 self._index_slices()
