@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpudra.allocator import Allocator, Features, build_report
+from gpudra.allocator import TIMED_OUT, Allocator, Features, build_report
 from gpudra.allocator.capacity import consumption
 from gpudra.allocator.constraints import DistinctAttribute, MatchAttribute
 from gpudra.allocator.model import SliceInfo
@@ -375,6 +375,19 @@ def test_timeout_ends_a_hopeless_search_as_a_node_local_error(monkeypatch):
     readings = itertools.count(1)
     incubating = Allocator([gpu_class()], slices, [], stable.with_variant("incubating"))
     assert incubating.allocate("n1", hopeless, timeout=None, deadline=start + 3600).outcome == "unallocatable"
+
+
+def test_a_search_whose_deadline_has_passed_ends_before_it_starts():
+    """Upstream's allocateOne checks its context before anything else (`if alloc.ctx.Err() != nil { return
+    ... "filter operation aborted" }`, structured/internal/{stable,incubating,experimental}/allocator_*.go,
+    v0.36.2), and kube-scheduler's DynamicResources Filter reports a context past its deadline as "timed out
+    trying to allocate devices": once the deadline has passed, even a claim that one free device would satisfy
+    in one step is not allocated."""
+    allocator = Allocator([gpu_class()], [slice_obj("s", "n1", [device("gpu-0")])], [], Features.parse("default"))
+    one = [claim("c", [exact("gpu", count=1)])]
+    assert allocator.allocate("n1", one, timeout=None).outcome == "allocated"
+    outcome = allocator.allocate("n1", one, timeout=None, deadline=time.monotonic() - 1)
+    assert (outcome.outcome, outcome.error, outcome.error_node_local) == ("error", TIMED_OUT, True)
 
 
 @pytest.mark.parametrize("first, second, same", [
