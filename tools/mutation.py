@@ -65,7 +65,7 @@ GROUPS = (
     Group("allocator", ("gpudra/allocator/*.py",),
           ("tests/test_allocator_unit.py", "tests/test_allocator_variants.py", "tests/test_allocator_conformance.py",
            "tests/test_allocator_differential.py", "tests/test_allocator_taint_rules.py", "tests/test_large_inputs.py",
-           "tests/test_allocator_caches.py")),
+           "tests/test_allocator_caches.py", "tests/test_release_layouts.py")),
     Group("scheduler", ("gpudra/scheduler/*.py",),
           ("tests/test_scheduler_filters.py", "tests/test_scheduler_claims.py", "tests/test_scheduler_policies.py",
            "tests/test_scheduler_workloads.py", "tests/test_scheduler_queue_run.py")),
