@@ -219,3 +219,34 @@ def test_a_slice_edited_to_reach_the_node_is_seen(edit: Callable[[dict[str, Any]
     assert answer(Allocator(classes, slices, [], FEATURES).allocate(NODE, claims)) == expected  # per pod
     assert answer(ready.allocate(NODE, claims)) == expected
     assert ready.fits(NODE, claims).outcome == "allocated"
+
+
+def test_a_counter_slice_of_the_node_edited_to_hold_devices_is_seen() -> None:
+    """With DRAPartitionableDevices off the allocator skips a slice with counter sets (upstream GatherPools), so
+    a node's own counter slice is not behind its view; edited in place into a slice of devices (same nodeName,
+    a new generation), its devices are the node's."""
+    features = Features.parse("default,-PartitionableDevices")
+    classes, claims = [device_class()], [claim(2)]
+    counters = {"metadata": {"name": "n1-counters", "generation": 1},
+                "spec": {"driver": DRIVER, "nodeName": "n1",
+                         "pool": {"name": "n1-counters", "generation": 1, "resourceSliceCount": 1},
+                         "sharedCounters": [{"name": "memory", "counters": {"bytes": {"value": "80Gi"}}}]}}
+    slices = [node_slice(gpus=1), counters]
+
+    def reference() -> tuple:
+        kind, payload = Reference(features, classes, slices, []).allocate(NODE, claims)
+        return kind, [[(r["request"], r["device"]) for r in a["devices"]["results"]] for a in payload] if (
+            kind == "allocated") else []
+
+    ready = Allocator(classes, slices, [], features)
+    assert answer(ready.allocate(NODE, claims)) == reference() == ("unallocatable", [])
+
+    del counters["spec"]["sharedCounters"]
+    counters["spec"]["devices"] = [gpu(9)]
+    bump(counters, pool=True)
+
+    expected = reference()
+    assert expected[0] == "allocated"
+    assert answer(Allocator(copy_object(classes), copy_object(slices), [], features).allocate(NODE, claims)) == expected
+    assert answer(Allocator(classes, slices, [], features).allocate(NODE, claims)) == expected  # per pod
+    assert answer(ready.allocate(NODE, claims)) == expected

@@ -17,7 +17,7 @@ from gpudra.errors import GpudraError
 from .capacity import consumption, fits
 from .classes import ClassInfo, ClassTable
 from .features import Features
-from .model import DeviceInfo, as_dict, as_list, object_stamp, quantity_nanos
+from .model import DeviceInfo, SliceInfo, as_dict, as_list, object_stamp, quantity_nanos
 from .nodematch import NodeInfo, node_matches
 from .pools import Pool, SliceIndex
 from .selection import SelectorFailure, search_deadline
@@ -64,11 +64,13 @@ class NodeView:
     __slots__ = ("node", "pools", "pool_by_id", "devices", "any_invalid", "candidates", "counter_flags", "fit_static",
                  "sources", "consumptions", "shapes")
 
-    def __init__(self, node: NodeInfo, pools: list[Pool]):
+    def __init__(self, node: NodeInfo, pools: list[Pool], reachable: Iterable[SliceInfo] = ()):
         self.node = node
         self.pools = pools
-        # the slices behind the view, each once: an in-place edit of one of them makes the view stale
-        self.sources = list({id(s): s for p in pools for s in p.sources}.values())
+        # the slices behind the view and those that could be edited to reach the node, each once: an in-place
+        # edit of one of them makes the view stale
+        self.sources = list({id(s): s for s in itertools.chain((s for p in pools for s in p.sources), reachable)}
+                            .values())
         self.pool_by_id = {p.id: p for p in pools}
         self.devices: list[DeviceInfo] = [d for p in pools if p.usable for d in p.devices]
         self.any_invalid = any(p.invalid_reason is not None for p in pools)
@@ -129,13 +131,11 @@ class Allocator:
 
     # per-node caches ----------------------------------------------------------------------------
     def node_view(self, node: "dict | str | NodeInfo") -> NodeView:
-        """The node's pools and devices, from the cache unless a slice behind them, or one that could start to
-        reach the node, was edited in place (a new generation or resourceVersion): then the index of all slices
-        is rebuilt. Slices with a nodeName reach only that node (the field is immutable); the others (the
-        index's `other`: nodeSelector, allNodes, per-device node selection, counter sets) may be edited to
-        reach it, so they are checked for every node."""
+        """The node's pools and devices, from the cache unless a slice behind them, or one that could be edited
+        to reach the node (NodeView.sources), was edited in place (a new generation or resourceVersion): then
+        the index of all slices is rebuilt."""
         view = self._cached_view(node)
-        for info in itertools.chain(view.sources, self.index.other):
+        for info in view.sources:
             if info.edited():
                 SliceIndex.discard(self.index)
                 self._index_slices()
@@ -163,7 +163,11 @@ class Allocator:
     def _view_for(self, info: NodeInfo) -> NodeView:
         view = self._views.get(info.key)
         if view is None:
-            view = NodeView(info, self.index.gather(info))
+            # Slices that do not reach the node now but could after an edit: a slice's nodeSelector, allNodes
+            # and per-device node selection may change, its nodeName not (immutable in resource.k8s.io/v1), so a
+            # slice named for another node never reaches this one.
+            reachable = [s for s in self.index.other if s.node_name is None or s.node_name == info.name]
+            view = NodeView(info, self.index.gather(info), reachable)
             self._views[info.key] = view
         return view
 
