@@ -154,6 +154,9 @@ def describe(item: WorkItem, result: WorkResult) -> str:
 
 def run_group(group: Group, out: Path, args: argparse.Namespace, stop_at: float) -> Tally:
     tally = Tally(group.name)
+    modules = module_paths(group, args.module)
+    if not modules:
+        raise SystemExit(f"{group.name}: no module matches --module {' '.join(args.module)}")
     per_test = 300
     started = time.monotonic()
     baseline = subprocess.run(test_command(group, per_test).split(), capture_output=True, text=True, check=False)
@@ -162,9 +165,6 @@ def run_group(group: Group, out: Path, args: argparse.Namespace, stop_at: float)
         raise SystemExit(f"{group.name}: the tests fail without any mutant:\n{baseline.stdout[-3000:]}")
     timeout = args.timeout_s or max(60.0, 3 * tally.baseline_s + 30)
     with use_db(str(out / f"{group.name}.sqlite"), WorkDB.Mode.create) as db:
-        modules = module_paths(group, args.module)
-        if not modules:
-            raise SystemExit(f"{group.name}: no module matches --module {' '.join(args.module)}")
         cosmic_init(modules, db, {})
         every = sorted(db.work_items, key=lambda w: (str(w.mutations[0].module_path), w.mutations[0].operator_name,
                                                      w.mutations[0].occurrence))
