@@ -6,12 +6,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-from pathlib import Path
 from statistics import mean, pstdev
 from typing import Any
 
 from .nvl72 import GangTrace, gangs_csv
-from .report import _figure_png, spreadsheet_safe
+from .report import _figure_png, spreadsheet_safe, write_files
 
 GANG_SUMMARY_COLUMNS = ("trace", "topology", "method", "policy", "seeds", "gpus", "jobs", "started", "started_nvlink",
                         "degraded", "not_started", "never_fits", "allocation_ratio", "served_ratio",
@@ -116,18 +115,8 @@ def write_gang_outputs(results: list[dict[str, Any]], directory: str,
                        traces: dict[str, GangTrace] | None = None) -> list[str]:
     """results.json, summary.csv, series.csv, the plots and each generated trace (`traces`: file stem -> trace,
     replayable with --gangs); returns the paths written."""
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str | bytes] = {"results.json": json.dumps(results, indent=1),
                                      "summary.csv": gang_summary_csv(summarize_gangs(results)),
                                      "series.csv": gang_series_csv(results), **gang_plots(results),
                                      **{f"{stem}.csv": gangs_csv(trace) for stem, trace in (traces or {}).items()}}
-    written = []
-    for name, data in files.items():
-        path = out / name
-        if isinstance(data, str):
-            path.write_text(data, encoding="utf-8")
-        else:
-            path.write_bytes(data)
-        written.append(str(path))
-    return written
+    return write_files(directory, files)

@@ -275,28 +275,29 @@ def html_report(results: list[dict[str, Any]], images: dict[str, bytes]) -> str:
         "document.body.setAttribute('data-plots-shown',n+'/'+i.length);});</script></body></html>")
 
 
-def write_outputs(results: list[dict[str, Any]], directory: str) -> list[str]:
-    """results.json, summary.csv, series.csv (events.csv for --method events), the PNG plots and report.html;
-    returns the paths written."""
+def write_files(directory: str, files: dict[str, str | bytes]) -> list[str]:
+    """Write each file (text as UTF-8) into `directory`, created if missing; returns the paths written."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-
-    def write(name: str, data: bytes | str) -> None:
+    for name, data in files.items():
         path = out / name
         if isinstance(data, str):
             path.write_text(data, encoding="utf-8")
         else:
             path.write_bytes(data)
         written.append(str(path))
-
-    write("results.json", json.dumps(results, indent=1))
-    write("summary.csv", summary_csv(summarize(results)))
-    write("series.csv", series_csv(results))
-    if any(r.get("method") == "events" for r in results):
-        write("events.csv", events_csv(results))
-    images = plots(results)
-    for name, data in images.items():
-        write(name, data)
-    write("report.html", html_report(results, images))
     return written
+
+
+def write_outputs(results: list[dict[str, Any]], directory: str) -> list[str]:
+    """results.json, summary.csv, series.csv (events.csv for --method events), the PNG plots and report.html;
+    returns the paths written."""
+    files: dict[str, str | bytes] = {"results.json": json.dumps(results, indent=1),
+                                     "summary.csv": summary_csv(summarize(results)), "series.csv": series_csv(results)}
+    if any(r.get("method") == "events" for r in results):
+        files["events.csv"] = events_csv(results)
+    images = plots(results)
+    files.update(images)
+    files["report.html"] = html_report(results, images)
+    return write_files(directory, files)
