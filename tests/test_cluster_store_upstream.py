@@ -263,3 +263,50 @@ def test_a_planted_file_with_an_overlong_uid_is_skipped_naming_the_uuid_length(t
         assert store.get("Pod", "default", "p") is None
     uuid_length = len(str(uuid.UUID(int=0)))
     assert f"metadata.uid: must be no more than {uuid_length} characters (has 300)" in caplog.text
+
+
+def _device_class(name: str, expression: str, **metadata: Any) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name, **metadata},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]}}
+
+
+def test_a_device_class_generation_counts_its_spec_changes_registry_resource_deviceclass_strategy_go(tmp_path):
+    """pkg/registry/resource/deviceclass/strategy.go: PrepareForCreate sets Generation = 1; PrepareForUpdate adds
+    one when the spec is not semantically equal to the old one; staging/src/k8s.io/apiserver/pkg/registry/rest/
+    update.go BeforeUpdate first copies the old generation, so a client's own value never sticks."""
+    store = Store(str(tmp_path))
+    created = store.create(_device_class("gpu", 'device.driver == "a"', generation=7))
+    assert created["metadata"]["generation"] == 1
+    same = json_copy(created)
+    same["metadata"]["labels"] = {"team": "x"}  # metadata only: no spec change
+    same["metadata"]["generation"] = 40
+    assert store.replace(same)["metadata"]["generation"] == 1
+    changed = json_copy(store.get("DeviceClass", None, "gpu"))
+    changed["spec"]["selectors"][0]["cel"]["expression"] = 'device.driver == "b"'
+    assert store.replace(changed)["metadata"]["generation"] == 2
+    assert store.get("DeviceClass", None, "gpu")["metadata"]["generation"] == 2
+
+
+def test_a_resource_slice_generation_counts_its_spec_changes_registry_resource_resourceslice_strategy_go(tmp_path):
+    """pkg/registry/resource/resourceslice/strategy.go: Generation = 1 on create, + 1 on a spec change."""
+    store = Store(str(tmp_path))
+    slice_obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "s"},
+                 "spec": {"driver": "dra.example.com", "nodeName": "n",
+                          "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+                          "devices": [{"name": "d0"}]}}
+    created = store.create(slice_obj)
+    assert created["metadata"]["generation"] == 1
+    edited = json_copy(created)
+    edited["spec"]["devices"].append({"name": "d1"})
+    assert store.replace(edited)["metadata"]["generation"] == 2
+
+
+def test_a_pod_update_cannot_set_a_generation_apiserver_registry_rest_update_go(tmp_path):
+    """rest.BeforeUpdate copies the stored generation into the update whatever the client sent."""
+    store = Store(str(tmp_path))
+    created = store.create(_pod(name="p"))
+    before = created["metadata"].get("generation")
+    update = json_copy(created)
+    update["metadata"]["generation"] = 12
+    update["metadata"]["labels"] = {"a": "b"}
+    assert store.replace(update)["metadata"].get("generation") == before

@@ -21,6 +21,10 @@ class KindInfo:
     api_version: str
     namespaced: bool
     short: tuple[str, ...] = ()
+    # The API server sets metadata.generation to 1 on create and adds one whenever the spec changes (the kind's
+    # registry strategy: pkg/registry/resource/{deviceclass,resourceslice}/strategy.go, apps and batch likewise);
+    # other kinds keep whatever generation they had (rest.BeforeUpdate: a client cannot set it).
+    spec_generation: bool = False
 
     @property
     def resource(self) -> str:
@@ -35,19 +39,19 @@ KINDS: tuple[KindInfo, ...] = (
     KindInfo("Node", "nodes", "v1", False, ("no",)),
     KindInfo("Event", "events", "v1", True, ("ev",)),
     KindInfo("Namespace", "namespaces", "v1", False, ("ns",)),
-    KindInfo("DeviceClass", "deviceclasses", "resource.k8s.io/v1", False),
+    KindInfo("DeviceClass", "deviceclasses", "resource.k8s.io/v1", False, spec_generation=True),
     KindInfo("ResourceClaim", "resourceclaims", "resource.k8s.io/v1", True),
     KindInfo("ResourceClaimTemplate", "resourceclaimtemplates", "resource.k8s.io/v1", True),
-    KindInfo("ResourceSlice", "resourceslices", "resource.k8s.io/v1", False),
+    KindInfo("ResourceSlice", "resourceslices", "resource.k8s.io/v1", False, spec_generation=True),
     KindInfo("DeviceTaintRule", "devicetaintrules", "resource.k8s.io/v1alpha3", False),
-    KindInfo("Deployment", "deployments", "apps/v1", True, ("deploy",)),
-    KindInfo("ReplicaSet", "replicasets", "apps/v1", True, ("rs",)),
-    KindInfo("StatefulSet", "statefulsets", "apps/v1", True, ("sts",)),
-    KindInfo("DaemonSet", "daemonsets", "apps/v1", True, ("ds",)),
-    KindInfo("Job", "jobs", "batch/v1", True),
+    KindInfo("Deployment", "deployments", "apps/v1", True, ("deploy",), True),
+    KindInfo("ReplicaSet", "replicasets", "apps/v1", True, ("rs",), True),
+    KindInfo("StatefulSet", "statefulsets", "apps/v1", True, ("sts",), True),
+    KindInfo("DaemonSet", "daemonsets", "apps/v1", True, ("ds",), True),
+    KindInfo("Job", "jobs", "batch/v1", True, spec_generation=True),
     KindInfo("PriorityClass", "priorityclasses", "scheduling.k8s.io/v1", False, ("pc",)),
     KindInfo("ConfigMap", "configmaps", "v1", True, ("cm",)),
-    KindInfo("CronJob", "cronjobs", "batch/v1", True, ("cj",)),
+    KindInfo("CronJob", "cronjobs", "batch/v1", True, ("cj",), True),
     # NVIDIA's CRD (resource.nvidia.com_computedomains.yaml): no short names
     KindInfo("ComputeDomain", "computedomains", "resource.nvidia.com/v1beta1", True),
 )

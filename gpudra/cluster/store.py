@@ -308,6 +308,8 @@ class Store:
             for field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
                 meta.pop(field, None)
             meta["creationTimestamp"] = now_rfc3339()
+            if info.spec_generation:
+                meta["generation"] = 1
             meta["resourceVersion"] = self._next_version()
             _stamp_serial(meta, meta["resourceVersion"])
             self._write_object(path, obj)
@@ -331,6 +333,7 @@ class Store:
                                  "the object has been modified; please apply your changes to the latest version", 409)
             for field in ("uid", "creationTimestamp"):
                 meta[field] = cmeta.get(field)
+            _keep_generation(meta, cmeta, info.spec_generation and obj.get("spec") != current.get("spec"))
             _stamp_serial(meta, (cmeta.get("annotations") or {}).get(_SERIAL, "0"))
             if cmeta.get("deletionTimestamp"):
                 meta["deletionTimestamp"] = cmeta["deletionTimestamp"]
@@ -498,6 +501,18 @@ def _newest_version(obj: dict[str, Any]) -> int:
     except (TypeError, ValueError):
         version = 0
     return max(version, created_serial(obj))
+
+
+def _keep_generation(meta: dict[str, Any], stored: dict[str, Any], spec_changed: bool) -> None:
+    """An update's metadata.generation: the stored one (rest.BeforeUpdate: a client cannot set it), one more when
+    the kind counts spec changes and the spec changed."""
+    generation = stored.get("generation")
+    if spec_changed:
+        generation = (generation if isinstance(generation, int) else 0) + 1
+    if generation is None:
+        meta.pop("generation", None)
+    else:
+        meta["generation"] = generation
 
 
 def created_serial(obj: dict[str, Any]) -> int:
