@@ -310,3 +310,30 @@ def test_a_pod_update_cannot_set_a_generation_apiserver_registry_rest_update_go(
     update["metadata"]["generation"] = 12
     update["metadata"]["labels"] = {"a": "b"}
     assert store.replace(update)["metadata"].get("generation") == before
+
+
+def test_an_update_from_a_copy_of_a_deleted_and_recreated_object_conflicts_apiserver_storage_preconditions(tmp_path):
+    """staging/src/k8s.io/apiserver/pkg/storage/interfaces.go Preconditions.Check: "Precondition failed: UID in
+    precondition: %v, UID in object meta: %v"; the registry's update takes the uid the client sent as that
+    precondition, and a failed precondition is a 409 Conflict. A controller holding a copy of an object that was
+    deleted and created again under the same name must not overwrite the new one."""
+    import pytest
+
+    from gpudra.cluster.kinds import StoreError
+
+    store = Store(str(tmp_path))
+    old = store.create(_pod(name="p"))
+    store.delete("Pod", "default", "p", graceful=False)
+    new = store.create(_pod(name="p"))
+    stale = json_copy(old)
+    stale["metadata"]["labels"] = {"stale": "yes"}
+    stale["metadata"].pop("resourceVersion")
+    with pytest.raises(StoreError) as refused:
+        store.replace(stale)
+    assert refused.value.status == 409
+    assert (f"Precondition failed: UID in precondition: {old['metadata']['uid']}, UID in object meta: "
+            f"{new['metadata']['uid']}") in str(refused.value)
+    assert "labels" not in store.get("Pod", "default", "p")["metadata"]
+    fresh = json_copy(new)
+    fresh["metadata"]["labels"] = {"fresh": "yes"}
+    assert store.replace(fresh)["metadata"]["labels"] == {"fresh": "yes"}

@@ -331,6 +331,12 @@ class Store:
             if check_version and meta.get("resourceVersion") and meta["resourceVersion"] != cmeta.get("resourceVersion"):
                 raise StoreError(f'Operation cannot be fulfilled on {kind_info(kind).plural} "{meta.get("name")}": '
                                  "the object has been modified; please apply your changes to the latest version", 409)
+            if meta.get("uid") and meta["uid"] != cmeta.get("uid"):  # a copy of an object deleted and created again
+                # the registry's update takes a uid in the object as a precondition (rest.DefaultUpdatedObjectInfo,
+                # storage.Preconditions.Check), a failed one answers 409
+                raise StoreError(f'Operation cannot be fulfilled on {kind_info(kind).plural} "{meta.get("name")}": '
+                                 f'Precondition failed: UID in precondition: {meta["uid"]}, UID in object meta: '
+                                 f'{cmeta.get("uid")}', 409)
             for field in ("uid", "creationTimestamp"):
                 meta[field] = cmeta.get(field)
             _keep_generation(meta, cmeta, info.spec_generation and obj.get("spec") != current.get("spec"))
