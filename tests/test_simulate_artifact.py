@@ -67,19 +67,26 @@ def test_every_trace_is_recorded_for_every_policy_and_fills_its_cluster():
     assert kinds == {"cpu", "share", "whole", "multi", "pinned", "free"}
 
 
-@pytest.mark.parametrize("trace", TRACES)
-@pytest.mark.parametrize("policy", POLICIES)
-def test_gpudra_places_every_pod_where_the_artifact_does(trace, policy):
+def replay_against_artifact(trace: str, policy: str, fast: bool = True) -> Any:
+    """Replay the artifact's trace with its node order; asserts every pod lands where the artifact's binary put it
+    (node and GPU indices). Returns the run."""
     record = load(trace)
     gpudra = gpudra_trace(record)
     run = start(gpudra, [(task.name, task) for task in gpudra.tasks], policy, 0, "dra",
-                node_rank=record["node_rank"])
+                node_rank=record["node_rank"], fast=fast)
     got = []
     for task in gpudra.tasks:
         placement = run.schedule(task.name)
         got.append([placement.pod, placement.node, list(placement.gpus)])
     wrong = differences(record["placements"][policy], got)
     assert not wrong, f"{len(wrong)} of {len(got)} pods differ from the artifact; first: " + "; ".join(wrong[:5])
+    return run
+
+
+@pytest.mark.parametrize("trace", TRACES)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_gpudra_places_every_pod_where_the_artifact_does(trace, policy):
+    replay_against_artifact(trace, policy)
 
 
 @pytest.mark.parametrize("trace", TRACES)

@@ -18,8 +18,7 @@ from gpudra.simulate.trace import MILLI, Task, Trace, TraceNode
 from test_simulate import small_trace
 from test_simulate_artifact import POLICIES as ARTIFACT_POLICIES
 from test_simulate_artifact import TRACES as ARTIFACT_TRACES
-from test_simulate_artifact import differences, gpudra_trace
-from test_simulate_artifact import load as load_record
+from test_simulate_artifact import replay_against_artifact
 
 
 def _replay(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int, fast: bool) -> list:
@@ -126,14 +125,4 @@ def test_the_reference_path_serves_what_the_fast_path_cannot_hold():
 def test_the_reference_path_places_every_pod_where_the_artifact_does(trace, policy):
     """tests/test_simulate_artifact.py replays the artifact's records on the default path (the fast one for these
     traces); the reference path, which the fast one is checked against, must match them too."""
-    record = load_record(trace)
-    gpudra = gpudra_trace(record)
-    run = start(gpudra, [(task.name, task) for task in gpudra.tasks], policy, 0, "dra",
-                node_rank=record["node_rank"], fast=False)
-    assert run.fast is None
-    got = []
-    for task in gpudra.tasks:
-        placement = run.schedule(task.name)
-        got.append([placement.pod, placement.node, list(placement.gpus)])
-    wrong = differences(record["placements"][policy], got)
-    assert not wrong, f"{len(wrong)} of {len(got)} pods differ from the artifact; first: " + "; ".join(wrong[:5])
+    assert replay_against_artifact(trace, policy, fast=False).fast is None
