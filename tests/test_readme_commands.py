@@ -169,7 +169,7 @@ FULL_SCALE = {
 # Not run by a test, and why: the environment's own setup and the suite itself (.ci/run runs that line).
 NOT_RUN = {
     "pip install .": "installing gpudra is the test environment's setup",
-    "pip install '.[test]'": "installing the test extra is the test environment's setup",
+    "pip install '.[test]' -c test-constraints.txt": "installing the pinned test environment is the suite's setup",
     "python -m pytest -n auto": "the suite itself: .ci/run runs exactly this line (checked below)",
 }
 # Daemons that follow a real cluster: their options are checked here, and they run elsewhere against fakes.
@@ -355,7 +355,7 @@ def test_ci_runs_the_readme_test_command() -> None:
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "grep -m1 -E \"^pip install '\\.\\[test\\]'\" README.md" in script
     first = next(command for _, command, _ in readme_code_commands() if command.startswith("pip install '.[test]'"))
-    assert first == "pip install '.[test]' && python -m pytest -n auto"
+    assert first == "pip install '.[test]' -c test-constraints.txt && python -m pytest -n auto"
 
 
 def test_mig_manager_runs_against_a_fake_api_server_elsewhere() -> None:
