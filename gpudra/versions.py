@@ -130,6 +130,27 @@ def gate_for_feature(name: str, version: str) -> GateState:
     return next((s for s in states if not s.default), states[0])
 
 
+def component_feature_gates(version: str, features: dict[str, bool]) -> dict[str, bool]:
+    """kube-apiserver's, kube-controller-manager's and kube-scheduler's --feature-gates for `version` with the
+    allocator features `features` (name -> on, gpudra.allocator.Features.enabled's names): each gate that exists
+    in the release and is not GA (locked), set as the features say; a gate no feature names keeps its default.
+    A feature on whose gate the release lacks is a VersionError (no component of that release would start with it)."""
+    gates: dict[str, bool] = {}
+    for name, on in features.items():
+        needed = ALLOCATOR_FEATURE_GATES.get(name, ())
+        for gate in needed:
+            state = gate_state(gate, version)
+            if state.stage is None:
+                if on:
+                    raise VersionError(f"{name} needs the {gate} feature gate, which Kubernetes {version} does not have")
+                continue
+            if state.stage == "GA":
+                continue
+            # a feature of two gates is off when either is: turn off the one that is not on by default
+            gates[gate] = on or (len(needed) > 1 and state.default and gate != gate_for_feature(name, version).gate)
+    return gates
+
+
 # ----- partitionable devices: where a pool's counter sets live ---------------------------------------
 # KEP-4815 (DRAPartitionableDevices) changed its ResourceSlice layout incompatibly between 1.34 and 1.35
 # (kubernetes/kubernetes#134189, "Updates to DRA Partitionable Devices feature"; KEP update

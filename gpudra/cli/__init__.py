@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "delete": "objects:delete_command",
     "describe": "objects:describe_command",
     "simulate": "simulate",
+    "kube": "kube",
 }
 
 

@@ -46,26 +46,53 @@ def command() -> None:
 @click.option("--device-classes/--no-device-classes", "device_classes", default=True, show_default=True,
               help="Create the drivers' DeviceClasses (`gpudra driver deviceclasses`: gpu.nvidia.com, "
                    "mig.nvidia.com), as NVIDIA's Helm chart installs them; existing ones are left as they are.")
+@click.option("--api-server", "api_server", type=click.Choice(["embedded", "kubernetes"]), default=None,
+              help="embedded (the default): gpudra's own store and control loop, no Go needed. kubernetes: the real "
+                   "etcd, kube-apiserver, kube-controller-manager and kube-scheduler, built from Go modules "
+                   "(`gpudra kube build`), the nodes joined to it; use it with kubectl and the written kubeconfig. "
+                   "Fixed when the cluster is created.")
 def up_cmd(directory: str | None, nodes: str | None, racks: str | None, policy: str | None,
            kubernetes_version: str | None, features: str | None, event_ttl: int | None, control_plane: bool,
-           device_classes: bool) -> None:
+           device_classes: bool, api_server: str | None) -> None:
     """Start the cluster's drivers (or restart the ones that died) and its control plane, then let the control
     loop catch up. Prints the state directory; later commands use this cluster unless given --dir."""
     from gpudra.cluster.controller import reconcile
-    from gpudra.cluster.layout import ClusterDir, ClusterSetupError, default_new_dir
+    from gpudra.cluster.layout import ClusterDir, default_new_dir
     from gpudra.cluster.nodes import install_device_classes, planned_config, up
+    from gpudra.errors import GpudraError
 
     say = lambda text: click.echo(text, err=True)  # noqa: E731 - progress goes to stderr
     try:
         cluster = ClusterDir(directory or default_new_dir())
-        config = planned_config(cluster, nodes, policy, kubernetes_version, event_ttl, say, features, racks=racks)
+        if api_server == "kubernetes" and kubernetes_version is None and not cluster.exists():
+            from gpudra.kubecluster.lifecycle import release_minor
+
+            kubernetes_version = release_minor()
+        config = planned_config(cluster, nodes, policy, kubernetes_version, event_ttl, say, features, racks=racks,
+                                api_server=api_server)
+        if config.api_server == "kubernetes":
+            _up_kubernetes(cluster, config, device_classes, say)
+            click.echo(cluster.path)
+            return
         up(cluster, config, say=say, control_plane=control_plane)
         if device_classes:
             install_device_classes(cluster, say)
         reconcile(cluster, lambda kind, text: click.echo(f"  {text}", err=True))
-    except ClusterSetupError as exc:
+    except GpudraError as exc:
         _fail(str(exc))
     click.echo(cluster.path)
+
+
+def _up_kubernetes(cluster, config, device_classes: bool, say) -> None:  # type: ignore[no-untyped-def]
+    from gpudra.kubecluster import lifecycle
+    from gpudra.kubecluster.controlplane import KubePaths
+
+    lifecycle.up(cluster, config, say)
+    if device_classes:
+        lifecycle.install_device_classes(cluster, config, say)
+    paths = KubePaths(cluster)
+    say(f"Kubernetes is up. Use it with:\n  export KUBECONFIG={paths.admin_kubeconfig}\n"
+        f"  {paths.binary_link}/kubectl get nodes   # the release's own kubectl (or yours)")
 
 
 @command.command("down")
@@ -79,7 +106,16 @@ def down_cmd(directory: str | None) -> None:
         cluster = resolve_dir(directory)
     except ClusterSetupError as exc:
         _fail(str(exc))
-    down(cluster, say=lambda text: click.echo(text, err=True))
+    say = lambda text: click.echo(text, err=True)  # noqa: E731 - progress goes to stderr
+    try:
+        api_server = cluster.load_config().api_server
+    except ClusterSetupError:
+        api_server = "embedded"
+    if api_server == "kubernetes":
+        from gpudra.kubecluster.lifecycle import down as down_kubernetes
+
+        down_kubernetes(cluster, say)
+    down(cluster, say=say)
     if not os.path.exists(cluster.path):
         click.echo(f"removed {cluster.path}", err=True)
 

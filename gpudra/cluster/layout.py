@@ -58,6 +58,9 @@ class ClusterConfig:
     # feature gates over the release's defaults, as `--features` spells them (kube-apiserver's and
     # kube-scheduler's --feature-gates): the API server's dropped fields, the scheduler, the drivers' layout
     features: str = "default"
+    # "embedded": gpudra's own store and control loop; "kubernetes": the real control plane built from Go modules
+    # (gpudra.kubecluster), the nodes joined to it as KWOK joins fake nodes
+    api_server: str = "embedded"
 
     def feature_gates(self) -> Any:
         """These gates as gpudra.allocator.Features (ValueError for a name gpudra does not know)."""
@@ -189,7 +192,8 @@ class ClusterDir:
         config = ClusterConfig(nodes=nodes, policy=data.get("policy", "kube"),
                                kubernetes_version=str(data.get("kubernetesVersion", DEFAULT_KUBERNETES_VERSION)),
                                driver_name=data.get("driverName", DEFAULT_DRIVER_NAME), event_ttl_s=event_ttl_s,
-                               features=str(data.get("featureGates") or "default"))
+                               features=str(data.get("featureGates") or "default"),
+                               api_server=str(data.get("apiServer") or "embedded"))
         try:
             config.feature_gates()
         except ValueError as exc:
@@ -200,7 +204,7 @@ class ClusterDir:
         private_dirs(self.path)
         data = {"apiVersion": "gpudra.local/v1", "kind": "LocalCluster", "policy": config.policy,
                 "kubernetesVersion": config.kubernetes_version, "driverName": config.driver_name,
-                "featureGates": config.features, "eventTTLSeconds": config.event_ttl_s,
+                "featureGates": config.features, "eventTTLSeconds": config.event_ttl_s, "apiServer": config.api_server,
                 "nodes": [n.to_dict() for n in config.nodes]}
         write_atomic(self.config_path, dump_yaml_data(data).encode(), mode=FILE_MODE,
                      label="cluster-config", fsync=False)
@@ -262,7 +266,7 @@ class ClusterDir:
     # Everything the cluster writes directly in its directory (`cluster down` removes these and no other file,
     # since the directory may be one of the user's: `cluster up --dir .`, `demo --keep DIR`).
     OWN_ENTRIES = (CONFIG_FILE, "nodes", "store", "store.lock", "controller.lock", "control-plane.pid",
-                   "control-plane.log", "view.html")
+                   "control-plane.log", "view.html", "kube", "kubeconfig")
 
 
 # ----- the cluster brought up last -------------------------------------------------------------------

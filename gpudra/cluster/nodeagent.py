@@ -8,6 +8,7 @@ else (simulated GPUs, checkpoint, CDI specs, the kubelet plugin's registration a
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -171,13 +172,25 @@ def main(argv: list[str]) -> int:
                             plugins_dir=options.plugins_dir, cdi_dir=options.cdi_dir)
         backend = SimulatedBackend(dataclasses.replace(node_profile(node.profile), nvlink_clique=node.nvlink_clique),
                                    node_name=node.name, state_path=paths.simulated_state)
-    agent = DriverAgent(options, backend=backend, claims=StoreClaimSource(cluster.store),
-                        slice_client=StoreSliceClient(cluster.store))
     from .nodes import node_clique
 
-    agents: list[Any] = [agent]
-    if node_clique(node):
-        agents.append(_compute_domain_agent(cluster, node, options))
+    if config.api_server == "kubernetes":  # the real API server: the driver as it runs in a real cluster
+        from gpudra.driver.claims import KubeClaimSource
+        from gpudra.driver.publisher import KubeSliceClient
+
+        slice_client = KubeSliceClient.from_kubeconfig(os.path.join(cluster.path, "kubeconfig"))
+        agent = DriverAgent(options, backend=backend, claims=KubeClaimSource(slice_client.resource),
+                            slice_client=slice_client)
+        if node_clique(node):
+            logging.getLogger(__name__).warning(
+                "node %s: the compute-domain plugin runs on the embedded API server only", node.name)
+        agents: list[Any] = [agent]
+    else:
+        agent = DriverAgent(options, backend=backend, claims=StoreClaimSource(cluster.store),
+                            slice_client=StoreSliceClient(cluster.store))
+        agents = [agent]
+        if node_clique(node):
+            agents.append(_compute_domain_agent(cluster, node, options))
     for each in agents:
         each.start()
 

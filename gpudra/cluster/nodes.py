@@ -170,7 +170,8 @@ def register_plugin(cluster: ClusterDir, node: str, driver_name: str) -> str:
 
 def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, kubernetes_version: str | None,
                    event_ttl_s: int | None, say: Callable[[str], None] = lambda _: None,
-                   features: str | None = None, racks: str | None = None) -> ClusterConfig:
+                   features: str | None = None, racks: str | None = None,
+                   api_server: str | None = None) -> ClusterConfig:
     """What `cluster up` runs: a new cluster from the options (defaults where not given), or the cluster already in
     the directory, which it says it reuses; --policy and --event-ttl change there, its nodes, release and feature
     gates cannot (objects the API server stored under other gates would be left as they are)."""
@@ -191,6 +192,7 @@ def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, k
         config.kubernetes_version = kubernetes_version or config.kubernetes_version
         config.event_ttl_s = event_ttl_s or config.event_ttl_s
         config.features = features or config.features
+        config.api_server = api_server or config.api_server
         try:
             config.feature_gates()
         except ValueError as exc:
@@ -207,6 +209,9 @@ def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, k
     if kubernetes_version is not None and kubernetes_version != config.kubernetes_version:
         raise ClusterSetupError(f"{cluster.path} already holds a Kubernetes {config.kubernetes_version} cluster; "
                                 f"its release cannot change: {redo}")
+    if api_server is not None and api_server != config.api_server:
+        raise ClusterSetupError(f"{cluster.path} already holds a cluster on the {config.api_server} API server; "
+                                f"it cannot change: {redo}")
     if features is not None and features != config.features:
         raise ClusterSetupError(f"{cluster.path} already holds a cluster with feature gates {config.features!r}; "
                                 f"they cannot change: {redo}")
@@ -268,7 +273,7 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
     cluster.make_private()
     for path in cluster.remove_crash_leftovers():
         say(f"removed {path}: a write interrupted by a crash")
-    for node in config.nodes:
+    for node in config.nodes if config.api_server == "embedded" else []:  # else the node stand-in registers them
         if cluster.store.get("Node", None, node.name) is None:
             try:
                 cluster.store.create(node_object(node, config.kubernetes_version))
@@ -291,7 +296,7 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
         say(f"node {node.name} ({node.profile}{_mig_layout(node, config)}): driver"
             + (f"s {', '.join(drivers)}" if len(drivers) > 1 else "")
             + f" {'started' if node.name in processes else 'running'}, registered with the kubelet")
-    if control_plane:
+    if control_plane and config.api_server == "embedded":
         from . import controlplane
 
         started = controlplane.start(cluster)

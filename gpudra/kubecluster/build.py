@@ -1,0 +1,153 @@
+"""Building the real control plane from the Go module `k8s/`, once, into a cache outside the checkout.
+
+    gpudra kube build      # cold: minutes (Kubernetes from source); warm: a hash of the sources, no Go run at all
+
+The binary's cache key is a hash of everything that decides its bytes: go.mod, go.sum, the module's .go files, the
+Go toolchain's version and the build flags. A changed key builds anew into a temporary file renamed into place, so
+an interrupted build never leaves a half binary where a later run would take it for a good one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from gpudra.errors import GpudraError
+
+MODULE_PATH = "gpudra.local/k8s"
+PACKAGE = "./cmd/kube"
+BINARY = "kube"
+# The components the binary runs (its first argument; main.go's switch), and kubectl as a link of its own name.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+
+
+class BuildError(GpudraError):
+    """No Go toolchain, no module, or a failed build: the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class Built:
+    binary: str  # the all-in-one binary
+    kubectl: str  # a link named kubectl to it (the binary runs the component its name says)
+    release: str  # "v1.34.4", the k8s.io/kubernetes version the module requires
+    built: bool  # False: reused from the cache
+    seconds: float
+    size_bytes: int
+
+
+def module_dir(explicit: str | None = None) -> str:
+    """The Go module: --module, $GPUDRA_K8S_MODULE, the source tree gpudra was imported from, or the working
+    directory or one above it (a `pip install .` copies no Go files: run from the checkout)."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    candidates = [explicit, os.environ.get("GPUDRA_K8S_MODULE"), os.path.join(here, "k8s")]
+    cwd = os.getcwd()
+    while True:
+        candidates.append(os.path.join(cwd, "k8s"))
+        parent = os.path.dirname(cwd)
+        if parent == cwd:
+            break
+        cwd = parent
+    for candidate in candidates:
+        if candidate and _is_our_module(candidate):
+            return os.path.abspath(candidate)
+        if candidate and candidate in (explicit, os.environ.get("GPUDRA_K8S_MODULE")):
+            raise BuildError(f"{candidate} is not gpudra's Go module (no go.mod naming {MODULE_PATH})")
+    raise BuildError("gpudra's Go module (k8s/ in the gpudra repository) was not found: run this from the "
+                     "repository's checkout, or name it with --module or $GPUDRA_K8S_MODULE")
+
+
+def _is_our_module(path: str) -> bool:
+    try:
+        with open(os.path.join(path, "go.mod"), encoding="utf-8") as f:
+            return re.search(rf"^module {re.escape(MODULE_PATH)}\s*$", f.read(), re.MULTILINE) is not None
+    except OSError:
+        return False
+
+
+def kubernetes_release(module: str) -> str:
+    """The k8s.io/kubernetes version go.mod requires ("v1.34.4"): the release the binary is."""
+    with open(os.path.join(module, "go.mod"), encoding="utf-8") as f:
+        found = re.search(r"^\s*k8s\.io/kubernetes (v\d+\.\d+\.\d+)\s*$", f.read(), re.MULTILINE)
+    if not found:
+        raise BuildError(f"{module}/go.mod requires no k8s.io/kubernetes version")
+    return found.group(1)
+
+
+def go_binary() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError("the real control plane is built from Go modules and needs Go (1.24 or newer) on PATH; "
+                         "the embedded API server (`gpudra cluster up`, the default) needs none")
+    return go
+
+
+def _ldflags(release: str) -> str:
+    # what `kubectl version` and the API server's /version say; the release's own build sets the same variables
+    major, minor = release.lstrip("v").split(".")[:2]
+    variables = {"k8s.io/component-base/version.gitVersion": release,
+                 "k8s.io/component-base/version.gitMajor": major, "k8s.io/component-base/version.gitMinor": minor,
+                 "k8s.io/client-go/pkg/version.gitVersion": release,
+                 "k8s.io/client-go/pkg/version.gitMajor": major, "k8s.io/client-go/pkg/version.gitMinor": minor}
+    return "-s -w " + " ".join(f"-X {name}={value}" for name, value in variables.items())
+
+
+def _go_version(go: str) -> str:
+    return subprocess.run([go, "env", "GOVERSION"], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def cache_key(module: str, go_version: str, flags: list[str]) -> str:
+    digest = hashlib.sha256()
+    digest.update(f"{go_version}\0{' '.join(flags)}\0".encode())
+    for root, dirs, files in os.walk(module):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".go") or name in ("go.mod", "go.sum"):
+                path = os.path.join(root, name)
+                digest.update(os.path.relpath(path, module).encode() + b"\0")
+                with open(path, "rb") as f:
+                    digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
+def cache_root() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "gpudra", "kube")
+
+
+def build(module: str | None = None, say: Callable[[str], None] = lambda _: None,
+          cache: str | None = None) -> Built:
+    """The binary for the module's release: from the cache, or built now (minutes cold; Go's own build cache
+    makes a rebuild after a small change quick)."""
+    module = module_dir(module)
+    release = kubernetes_release(module)
+    go = go_binary()
+    flags = ["-trimpath", "-ldflags", _ldflags(release)]
+    key = cache_key(module, _go_version(go), flags)
+    target_dir = os.path.join(cache or cache_root(), f"{release}-{key}")
+    binary = os.path.join(target_dir, BINARY)
+    kubectl = os.path.join(target_dir, "kubectl")
+    start = time.monotonic()
+    built = not os.path.exists(binary)
+    if built:
+        say(f"building Kubernetes {release} (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl) "
+            f"from Go modules into {target_dir}: minutes on a cold Go cache")
+        os.makedirs(target_dir, exist_ok=True)
+        partial = f"{binary}.tmp{os.getpid()}"
+        result = subprocess.run([go, "build", *flags, "-o", partial, PACKAGE], check=False, cwd=module,
+                                capture_output=True,
+                                text=True)
+        if result.returncode != 0:
+            if os.path.exists(partial):
+                os.unlink(partial)
+            raise BuildError(f"go build in {module} failed:\n{result.stderr.strip()[-4000:]}")
+        os.replace(partial, binary)
+    if not os.path.lexists(kubectl):
+        os.symlink(BINARY, kubectl)
+    return Built(binary=binary, kubectl=kubectl, release=release, built=built,
+                 seconds=time.monotonic() - start, size_bytes=os.path.getsize(binary))

@@ -1,0 +1,117 @@
+"""`gpudra cluster up/down --api-server kubernetes`: the real control plane, the node stand-in, the drivers.
+
+Up: build (or reuse) the binary, start etcd, kube-apiserver, kube-controller-manager and kube-scheduler, start the
+node stand-in (it registers the Nodes, so the drivers find their Node's uid for their slices' owner), start one
+real driver process per node pointed at the API server (gpudra.cluster.nodeagent, as the embedded cluster runs
+them), and create the drivers' DeviceClasses as NVIDIA's chart installs them. Down stops them in the reverse
+order and removes the directory, so nothing is left running.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+from gpudra.cluster.layout import ClusterConfig, ClusterDir, ClusterSetupError
+from gpudra.cluster.nodes import process_alive, spawn, stop_process
+
+from . import controlplane
+from .build import Built, build, kubernetes_release, module_dir
+from .kubelet import MODULE as STAND_IN_MODULE
+
+STAND_IN_TIMEOUT_S = 60.0
+
+
+def release_minor(module: str | None = None) -> str:
+    """The minor release ("1.34") of the binary the Go module builds."""
+    return ".".join(kubernetes_release(module_dir(module)).lstrip("v").split(".")[:2])
+
+
+def _stand_in_files(cluster: ClusterDir) -> tuple[str, str]:
+    paths = controlplane.KubePaths(cluster)
+    return os.path.join(paths.root, "kubelet.pid"), os.path.join(paths.root, "kubelet.log")
+
+
+def _stand_in_alive(cluster: ClusterDir) -> int | None:
+    pid_file, _ = _stand_in_files(cluster)
+    return process_alive(pid_file, STAND_IN_MODULE, cluster.path)
+
+
+def start_stand_in(cluster: ClusterDir, say: Callable[[str], None]) -> None:
+    if _stand_in_alive(cluster) is not None:
+        return
+    pid_file, log_file = _stand_in_files(cluster)
+    process = spawn(cluster, [STAND_IN_MODULE, cluster.path], pid_file, log_file)
+    deadline = time.monotonic() + STAND_IN_TIMEOUT_S
+    while True:
+        try:
+            with open(log_file, "rb") as f:
+                if b"node stand-in ready" in f.read():
+                    break
+        except OSError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise ClusterSetupError(f"the node stand-in did not come up; see {log_file}")
+        time.sleep(0.1)
+    say(f"nodes {', '.join(n.name for n in cluster.load_config().nodes)} registered (node stand-in, log {log_file})")
+
+
+def install_device_classes(cluster: ClusterDir, config: ClusterConfig, say: Callable[[str], None]) -> list[str]:
+    from gpudra.driver.slices import device_classes
+
+    from .rest import ApiError, Rest, cluster_scoped
+
+    rest = Rest(controlplane.KubePaths(cluster).admin_kubeconfig)
+    created = []
+    try:
+        for obj in device_classes(config.driver_name):
+            try:
+                rest.call("POST", cluster_scoped("resource.k8s.io/v1", "deviceclasses"), obj)
+                created.append(obj["metadata"]["name"])
+            except ApiError as exc:
+                if exc.status != 409:  # 409: the class exists (the user's edits stay)
+                    raise ClusterSetupError(f"creating DeviceClass {obj['metadata']['name']}: {exc}") from None
+    finally:
+        rest.close()
+    if created:
+        say(f"DeviceClasses {', '.join(created)} created, as the driver's Helm chart installs them")
+    return created
+
+
+def up(cluster: ClusterDir, config: ClusterConfig, say: Callable[[str], None] = lambda _: None,
+       module: str | None = None) -> Built:
+    from gpudra.cluster import nodes
+
+    if any(nodes.node_clique(n) for n in config.nodes):
+        raise ClusterSetupError("ComputeDomain nodes (--racks, gb200 profiles) run on the embedded API server only "
+                                "for now: leave out --api-server kubernetes")
+    built = build(module, say)
+    minor = ".".join(built.release.lstrip("v").split(".")[:2])
+    if minor != config.kubernetes_version:
+        raise ClusterSetupError(f"the real control plane is Kubernetes {built.release} (k8s/go.mod), not "
+                                f"{config.kubernetes_version}: leave out --kubernetes-version or give {minor}")
+    cluster.save_config(config)
+    cluster.make_private()
+    controlplane.start(cluster, config, built, say)
+    start_stand_in(cluster, say)
+    nodes.up(cluster, config, say=say, control_plane=False)
+    return built
+
+
+def down(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> None:
+    """Stop the node stand-in, the drivers and the control plane; `gpudra.cluster.nodes.down` then removes the
+    directory."""
+    from gpudra.cluster import nodes
+
+    pid_file, _ = _stand_in_files(cluster)
+    if stop_process(pid_file, STAND_IN_MODULE, cluster.path):
+        say("node stand-in stopped")
+    try:
+        names = [n.name for n in cluster.load_config().nodes]
+    except ClusterSetupError:
+        names = []
+    for name in names:
+        if nodes.stop_driver(cluster, name):
+            say(f"node {name}: driver stopped")
+    controlplane.stop(cluster, say)

@@ -1,0 +1,173 @@
+"""gpudra's simulated GPU nodes on the real Kubernetes 1.34 control plane (`cluster up --api-server kubernetes`):
+the real kube-scheduler allocates from the slices gpudra's drivers publish, the real resourceclaim controller makes
+claims from templates, the real Deployment and ReplicaSet controllers keep status, the real kubectl drives it, and
+gpudra's node stand-in prepares each claim through the node's driver over the kubelet plugin gRPC API.
+
+One cluster for the whole walk (bringing one up costs a minute on a loaded machine); each step says what it checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from support.realkube import BUILD_TIMEOUT_S, ROOT, built, gpudra, short_dir
+
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S)
+
+NODES = "dgx-h100:2,hgx-a100-mig+dynamic-mig,l4-node"
+FEATURES = "default,+DRAPartitionableDevices"  # 1.34: dynamic MIG needs the alpha gate, combined slice layout
+
+
+class Real:
+    def __init__(self, directory: str, kubectl: str):
+        self.dir = directory
+        self.kubectl_path = kubectl
+        self.kubeconfig = os.path.join(directory, "kubeconfig")
+
+    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
+        result = subprocess.run([self.kubectl_path, "--kubeconfig", self.kubeconfig, *args], capture_output=True,
+                                text=True, input=stdin, timeout=120)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr}")
+        return result.stdout
+
+    def get(self, *args: str) -> dict:
+        return json.loads(self.kubectl("get", *args, "-o", "json"))
+
+    def wait(self, what: str, predicate, timeout: float = 120.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; node stand-in log:\n"
+                                     + _tail(os.path.join(self.dir, "kube", "kubelet.log")))
+            time.sleep(0.5)
+
+
+def _tail(path: str, lines: int = 30) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _running(real: Real, namespace: str, name: str) -> dict | None:
+    pod = real.get("pod", name, "-n", namespace)
+    return pod if pod.get("status", {}).get("phase") == "Running" else None
+
+
+def _our_processes(directory: str) -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().decode(errors="replace")
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if directory in args or cwd.startswith(directory):
+            found.append(f"{pid}: {args.replace(chr(0), ' ')[:200]}")
+    return found
+
+
+def test_gpu_nodes_on_the_real_control_plane():
+    binary = built()
+    directory = short_dir("gk")
+    try:
+        up = gpudra("cluster", "up", "--dir", directory, "--api-server", "kubernetes", "--nodes", NODES,
+                    "--features", FEATURES)
+        assert "export KUBECONFIG=" in up.stderr
+        real = Real(directory, binary.kubectl)
+
+        # nodes joined as real Node objects, Ready, with leases renewed by the stand-in
+        nodes = real.wait("4 Ready nodes", lambda: [
+            n for n in real.get("nodes")["items"]
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+        ] if len(real.get("nodes")["items"]) == 4 else None)
+        assert sorted(n["metadata"]["name"] for n in nodes) == ["a100-mig-0", "h100-0", "h100-1", "l4-0"]
+        leases = real.get("leases", "-n", "kube-node-lease")["items"]
+        assert {lease["metadata"]["name"] for lease in leases} == {n["metadata"]["name"] for n in nodes}
+
+        # the drivers published their slices through the official client; the A100 node's dynamic MIG in 1.34's
+        # combined layout (counter sets and the devices that consume them in one slice)
+        slices = real.wait("slices of every node", lambda: (lambda items: items if {
+            s["spec"].get("nodeName") for s in items} == {n["metadata"]["name"] for n in nodes} else None)(
+            real.get("resourceslices")["items"]))
+        mig = [s for s in slices if s["spec"]["nodeName"] == "a100-mig-0" and s["spec"].get("sharedCounters")]
+        assert mig and any(d.get("consumesCounters") for d in mig[0]["spec"]["devices"])
+        for s in slices:  # owned by their Node, as the driver's slices are in a real cluster
+            assert s["metadata"]["ownerReferences"][0]["kind"] == "Node"
+
+        # the article's corrected manifests with the real kubectl
+        for namespace in ("ai-training", "ai-serving"):
+            real.kubectl("create", "namespace", namespace)
+        real.kubectl("apply", "-f", str(ROOT / "examples" / "article-fixed") + "/")  # a symlink: walked with the slash
+        training = real.wait("gpu-training Running", lambda: _running(real, "default", "gpu-training"))
+        nvlink = real.wait("nvlink-training Running", lambda: _running(real, "ai-training", "nvlink-training"))
+        assert nvlink["spec"]["nodeName"] in ("h100-0", "h100-1")
+        claim = real.get("resourceclaim", "nvlink-h100-claim", "-n", "ai-training")
+        results = claim["status"]["allocation"]["devices"]["results"]
+        assert len(results) == 2 and {r["pool"] for r in results} == {nvlink["spec"]["nodeName"]}
+        assert [r["uid"] for r in claim["status"]["reservedFor"]] == [nvlink["metadata"]["uid"]]
+
+        # the node stand-in prepared the claim through the driver: the container sees the CDI devices
+        record_path = os.path.join(directory, "nodes", nvlink["spec"]["nodeName"], "kubelet", "pods",
+                                   nvlink["metadata"]["uid"] + ".json")
+        with open(record_path, encoding="utf-8") as f:
+            record = json.load(f)
+        cdi = record["containers"][0]["cdiDevices"]
+        assert len(cdi) == 2 and all(i.startswith("k8s.gpu.nvidia.com/") for i in cdi)
+        assert len(record["containers"][0]["deviceNodes"]) >= 2
+
+        # the real Deployment and ReplicaSet controllers, claims from the template by the real resourceclaim
+        # controller (named <pod>-<podClaim>-<5 random characters>)
+        deployment = real.wait("inference 2/2 ready", lambda: (lambda d: d if d["status"].get("readyReplicas") == 2
+                                                               else None)(real.get("deploy", "inference", "-n",
+                                                                                   "ai-serving")))
+        assert deployment["status"]["availableReplicas"] == 2
+        replicasets = real.get("rs", "-n", "ai-serving", "-l", "app=inference")["items"]
+        assert len(replicasets) == 1 and replicasets[0]["status"]["readyReplicas"] == 2
+        pods = real.get("pods", "-n", "ai-serving", "-l", "app=inference")["items"]
+        claims = real.get("resourceclaims", "-n", "ai-serving")["items"]
+        assert len(pods) == 2 and len(claims) == 2
+        for pod in pods:
+            generated = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+            assert re.fullmatch(re.escape(pod["metadata"]["name"]) + r"-gpu-[a-z0-9]{5}", generated)
+            claim = next(c for c in claims if c["metadata"]["name"] == generated)
+            assert claim["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
+
+        # deleting a pod: the stand-in unprepares, the pod goes, the real controllers deallocate and replace
+        victim = pods[0]
+        victim_claim = victim["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        real.kubectl("delete", "pod", victim["metadata"]["name"], "-n", "ai-serving", "--wait=true", "--timeout=60s")
+        real.wait("the template claim removed", lambda: victim_claim not in {
+            c["metadata"]["name"] for c in real.get("resourceclaims", "-n", "ai-serving")["items"]})
+        victim_record = os.path.join(directory, "nodes", victim["spec"]["nodeName"], "kubelet", "pods",
+                                     victim["metadata"]["uid"] + ".json")
+        assert not os.path.exists(victim_record)
+        real.wait("a replacement pod", lambda: (lambda d: d if d["status"].get("readyReplicas") == 2 else None)(
+            real.get("deploy", "inference", "-n", "ai-serving")))
+
+        # a user-made claim is deallocated once no pod uses it (the real resourceclaim controller)
+        real.kubectl("delete", "pod", "gpu-training", "--wait=true", "--timeout=60s")
+        real.wait("gpu-claim deallocated", lambda: not real.get("resourceclaim", "gpu-claim").get(
+            "status", {}).get("allocation"))
+        del training
+    finally:
+        gpudra("cluster", "down", "--dir", directory, check=False)
+        left = _our_processes(directory)
+        shutil.rmtree(directory, ignore_errors=True)
+    assert not left, f"cluster down left processes running: {left}"
+    assert not os.path.exists(directory)
