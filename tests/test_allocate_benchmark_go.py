@@ -59,6 +59,7 @@ def cluster_file(tmp_path: Path, extra: list[dict[str, Any]]) -> Path:
 
 
 @needs_go
+@pytest.mark.timeout(go_allocator.BUILD_TIMEOUT_S + 300)  # a cold build compiles client-go and CEL: minutes on 2 cores
 def test_the_go_harness_builds_and_gives_gpudras_answers(tmp_path):
     node = gen_cluster.node_name(1)
     held = allocated_claim(node, ["gpu-0", "gpu-1", "gpu-2", "gpu-3"])
