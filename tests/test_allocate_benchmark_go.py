@@ -5,6 +5,7 @@ allocator on a generated cluster, and without Go the benchmark times gpudra alon
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -123,3 +124,32 @@ def test_a_different_answer_is_reported_not_hidden():
     assert not go_allocator.same_answer("unallocatable", None, {"results": ours})
     assert go_allocator.same_answer("error", None, {"results": None, "error": "wording differs"})
     assert not go_allocator.same_answer("allocated", ours, {"results": None, "error": "CEL runtime error"})
+
+
+@needs_go
+@pytest.mark.timeout(go_allocator.BUILD_TIMEOUT_S + 300)
+def test_a_gpudra_that_picks_another_device_is_caught_by_the_real_go_allocator(tmp_path, monkeypatch, capsys):
+    """A mutant of gpudra's allocator (the last device of every answer moved to the next GPU) against the real Go
+    allocator: the benchmark names the scenario and exits 1."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import allocate
+    finally:
+        sys.path.pop(0)
+
+    class Mutant(allocate.Allocator):
+        def allocate(self, node, claims, *args, **kwargs):
+            outcome = super().allocate(node, claims, *args, **kwargs)
+            allocations = copy.deepcopy(outcome.allocations)
+            for allocation in allocations:
+                last = allocation["devices"]["results"][-1]
+                last["device"] = f"gpu-{int(last['device'].removeprefix('gpu-')) + 1}"
+            return dataclasses.replace(outcome, allocations=allocations)
+
+    monkeypatch.setattr(allocate, "Allocator", Mutant)
+    path = cluster_file(tmp_path, [])
+    assert allocate.main([str(path), "--node", gen_cluster.node_name(0), "--scenario", "one-gpu",
+                          "--seconds", "0.01"]) == 1
+    err = capsys.readouterr().err
+    assert "error: gpudra and the Go allocator disagree on '1 GPU'" in err
+    assert '"device": "gpu-1"' in err and '"device": "gpu-0"' in err
