@@ -277,7 +277,7 @@ def test_benchmark_script_prints_its_json_summary_last(tmp_path):
         gen.dump_json(gen.generate_cluster(1), stream)
     completed = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "allocate.py"), str(path), "--node", gen.node_name(0),
-         "--seconds", "0.01", "--json"],
+         "--seconds", "0.01", "--json", "--no-go"],  # with Go: tests/test_allocate_benchmark_go.py
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )
     assert completed.returncode == 0, completed.stderr

@@ -1,0 +1,153 @@
+"""The upstream Go allocator beside gpudra's: build (or reuse) the harness k8s/cmd/allocate-bench, run it on the
+inputs gpudra's allocator gets, and compare the two answers.
+
+The harness is built with the repository's Go module (k8s/go.mod pins k8s.io/dynamic-resource-allocation to the
+release gpudra follows) into a cache outside the checkout, $XDG_CACHE_HOME/gpudra/allocate-bench/KEY/ (default
+~/.cache), KEY being a hash of the harness's sources, go.mod, go.sum and `go version`: a later run with the same
+sources and toolchain reuses the binary, any change builds a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+GO_MODULE = ROOT / "k8s"
+HARNESS_PACKAGE = "cmd/allocate-bench"
+BUILD_TIMEOUT_S = 1800  # a cold build compiles client-go, apimachinery and CEL on a small machine
+ALLOCATOR_MODULE = "k8s.io/dynamic-resource-allocation"
+
+
+class HarnessError(Exception):
+    """The Go harness could not be built or did not answer."""
+
+
+@dataclass(frozen=True)
+class Harness:
+    binary: Path
+    built: bool  # False: reused from the cache
+    release: str  # the allocator module's version, e.g. v0.34.4
+
+
+def find_go() -> str | None:
+    """The Go toolchain on PATH ($GO overrides), or None."""
+    named = os.environ.get("GO")
+    return shutil.which(named) if named else shutil.which("go")
+
+
+def allocator_release() -> str:
+    """The version k8s/go.mod pins the upstream allocator module to (its replace directive)."""
+    text = (GO_MODULE / "go.mod").read_text(encoding="utf-8")
+    match = re.search(rf"^\s*{re.escape(ALLOCATOR_MODULE)}\s*=>\s*{re.escape(ALLOCATOR_MODULE)}\s+(v\S+)", text, re.M)
+    if not match:
+        raise HarnessError(f"k8s/go.mod has no replace directive for {ALLOCATOR_MODULE}")
+    return match.group(1)
+
+
+def kubernetes_release() -> str:
+    """The Kubernetes minor release of the pinned allocator (staging v0.34.4 ships with Kubernetes 1.34.4)."""
+    major_minor = re.match(r"v0\.(\d+)\.", allocator_release())
+    if not major_minor:
+        raise HarnessError(f"{ALLOCATOR_MODULE} {allocator_release()} is not a staging release v0.N.P")
+    return f"1.{major_minor.group(1)}"
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gpudra" / "allocate-bench"
+
+
+def harness_key(go: str) -> str:
+    digest = hashlib.sha256()
+    version = subprocess.run([go, "version"], capture_output=True, text=True, timeout=60)
+    digest.update(version.stdout.encode())
+    sources = sorted((GO_MODULE / HARNESS_PACKAGE).glob("*.go"))
+    for path in [GO_MODULE / "go.mod", GO_MODULE / "go.sum", *sources]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:20]
+
+
+def build_harness(go: str) -> Harness:
+    """The cached harness binary for these sources and this toolchain, built first when missing."""
+    release = allocator_release()
+    try:
+        key = harness_key(go)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise HarnessError(f"cannot run {go} version: {exc}") from exc
+    folder = cache_root() / key
+    binary = folder / "allocate-bench"
+    if binary.is_file() and os.access(binary, os.X_OK):
+        return Harness(binary, built=False, release=release)
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f".allocate-bench.{os.getpid()}"
+    command = [go, "build", "-trimpath", "-o", str(partial), f"./{HARNESS_PACKAGE}"]
+    try:
+        completed = subprocess.run(command, cwd=GO_MODULE, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise HarnessError(f"go build of {HARNESS_PACKAGE} failed: {exc}") from exc
+    if completed.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise HarnessError(f"go build of {HARNESS_PACKAGE} failed:\n{completed.stderr.strip()}")
+    os.replace(partial, binary)  # atomic: a concurrent run sees the old state or the whole binary
+    return Harness(binary, built=True, release=release)
+
+
+def feature_names(features: Any, names: tuple[str, ...]) -> dict[str, bool]:
+    """gpudra's allocator features as {FeatureName: on} (the harness maps them onto upstream's Features)."""
+    def attribute(name: str) -> str:
+        return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+
+    return {name: bool(getattr(features, attribute(name))) for name in names}
+
+
+def run_harness(harness: Harness, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """Run the harness on `payload` (see k8s/cmd/allocate-bench) and return its JSON answer."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, encoding="utf-8") as handle:
+        json.dump(payload, handle)
+        path = handle.name
+    try:
+        completed = subprocess.run([str(harness.binary), path], capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise HarnessError(f"{harness.binary}: {exc}") from exc
+    finally:
+        os.unlink(path)
+    if completed.returncode != 0:
+        raise HarnessError(f"{harness.binary} exited {completed.returncode}: {completed.stderr.strip()}")
+    try:
+        answer = json.loads(completed.stdout)
+    except ValueError as exc:
+        raise HarnessError(f"{harness.binary} printed no JSON: {completed.stdout[:200]!r}") from exc
+    if not isinstance(answer, dict):
+        raise HarnessError(f"{harness.binary} printed {type(answer).__name__}, not an object")
+    return answer
+
+
+def comparable(value: Any) -> Any:
+    """An allocation result without what serialisation alone makes differ: empty fields (Go's omitempty), the
+    order of map keys."""
+    if isinstance(value, dict):
+        kept = {key: comparable(item) for key, item in value.items()}
+        return {key: item for key, item in sorted(kept.items()) if item not in (None, {}, [], "")}
+    if isinstance(value, list):
+        return [comparable(item) for item in value]
+    return value
+
+
+def same_answer(gpudra_outcome: str, gpudra_allocations: list[Any] | None, go_answer: dict[str, Any]) -> bool:
+    """Whether both allocators gave the same answer: both allocated the same devices with the same results, both
+    found the claims unallocatable, or both failed (error wording is not compared)."""
+    if go_answer.get("error"):
+        return gpudra_outcome == "error"
+    go_results = go_answer.get("results")
+    if go_results is None:
+        return gpudra_outcome == "unallocatable"
+    return gpudra_outcome == "allocated" and comparable(gpudra_allocations or []) == comparable(go_results)
