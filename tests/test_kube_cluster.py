@@ -96,7 +96,7 @@ def test_gpu_nodes_on_the_real_control_plane():
             n for n in real.get("nodes")["items"]
             if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
         ] if len(real.get("nodes")["items"]) == 4 else None)
-        assert sorted(n["metadata"]["name"] for n in nodes) == ["a100-mig-0", "h100-0", "h100-1", "l4-0"]
+        assert sorted(n["metadata"]["name"] for n in nodes) == ["a100-0", "h100-0", "h100-1", "l4-0"]
         leases = real.get("leases", "-n", "kube-node-lease")["items"]
         assert {lease["metadata"]["name"] for lease in leases} == {n["metadata"]["name"] for n in nodes}
 
@@ -105,7 +105,7 @@ def test_gpu_nodes_on_the_real_control_plane():
         slices = real.wait("slices of every node", lambda: (lambda items: items if {
             s["spec"].get("nodeName") for s in items} == {n["metadata"]["name"] for n in nodes} else None)(
             real.get("resourceslices")["items"]))
-        mig = [s for s in slices if s["spec"]["nodeName"] == "a100-mig-0" and s["spec"].get("sharedCounters")]
+        mig = [s for s in slices if s["spec"]["nodeName"] == "a100-0" and s["spec"].get("sharedCounters")]
         assert mig and any(d.get("consumesCounters") for d in mig[0]["spec"]["devices"])
         for s in slices:  # owned by their Node, as the driver's slices are in a real cluster
             assert s["metadata"]["ownerReferences"][0]["kind"] == "Node"
