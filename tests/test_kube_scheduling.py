@@ -1,0 +1,164 @@
+"""gpudra's scheduler and allocator against the real kube-scheduler 1.34 (DynamicResources plugin), on the devices
+gpudra's drivers publish to the real API server.
+
+Pods are created behind a scheduling gate; one at a time, the cluster's state is read, the gate is lifted, and the
+real kube-scheduler places the pod and allocates its claim. `gpudra schedule` then places the same pod offline on
+the state read before the gate was lifted:
+- where the node is forced (one node can hold the claim), gpudra must pick the same node and the same devices;
+- where kube-scheduler has a choice of nodes (1.34 scores no DRA; NodeResourcesFit's scores tie on identical nodes
+  and the scheduler picks one of the best at random: pkg/scheduler/schedule_one.go selectHost), gpudra must find
+  the real scheduler's node feasible, and on that node allocate the same devices (the allocator's choice on a node
+  is deterministic: the first devices in slice order that satisfy the claim, upstream's structured allocator).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from support.realkube import BUILD_TIMEOUT_S, built, gpudra, short_dir
+
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S)
+
+NODES = "dgx-h100:2,hgx-a100-mig+dynamic-mig,l4-node"
+FEATURES = "default,+DRAPartitionableDevices"
+GATE = "gpudra.local/compare"
+H100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
+
+# name -> (requests, constraints, node forced?)
+SCENARIO = [
+    ("l4", [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "selectors": [
+        {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].productName.contains("L4")'}}]}}], [], True),
+    ("h100-board", [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 8,
+                                              "selectors": [{"cel": {"expression": H100}}]}}],
+     [{"matchAttribute": "gpu.nvidia.com/nvlinkDomain"}], False),
+    ("h100-four", [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 4,
+                                             "selectors": [{"cel": {"expression": H100}}]}}], [], True),
+    ("h100-pair", [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2,
+                                             "selectors": [{"cel": {"expression": H100}}]}}],
+     [{"matchAttribute": "gpu.nvidia.com/nvlinkDomain"}], True),
+    ("mig-3g", [{"name": "m", "exactly": {"deviceClassName": "mig.nvidia.com", "selectors": [
+        {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"'}}]}}], [], True),
+    ("mig-two-1g", [{"name": "m", "exactly": {"deviceClassName": "mig.nvidia.com", "count": 2, "selectors": [
+        {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'}}]}}], [], True),
+    ("first-available", [{"name": "g", "firstAvailable": [
+        {"name": "sixteen", "deviceClassName": "gpu.nvidia.com", "count": 16},
+        {"name": "a100", "deviceClassName": "gpu.nvidia.com", "count": 2, "selectors": [
+            {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].productName.contains("A100")'}}]}]}],
+     [], True),
+    ("big-memory", [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "selectors": [
+        {"cel": {"expression": 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0'}}]}}],
+     [], False),
+]
+
+
+def objects(name: str, requests: list, constraints: list) -> list[dict]:
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"spec": {"devices": {"requests": requests, "constraints": [
+                    dict(c, requests=[r["name"] for r in requests]) for c in constraints]}}}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+           "spec": {"schedulingGates": [{"name": GATE}], "resourceClaims": [
+               {"name": "c", "resourceClaimTemplateName": name}],
+               "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                               "resources": {"claims": [{"name": "c"}]}}]}}
+    return [template, pod]
+
+
+class Kubectl:
+    def __init__(self, binary: str, kubeconfig: str):
+        self.binary, self.kubeconfig = binary, kubeconfig
+
+    def __call__(self, *args: str, stdin: str | None = None) -> str:
+        result = subprocess.run([self.binary, "--kubeconfig", self.kubeconfig, *args], capture_output=True,
+                                text=True, input=stdin, timeout=120)
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+        return result.stdout
+
+    def json(self, *args: str) -> dict:
+        return json.loads(self(*args, "-o", "json"))
+
+
+def results_of(claim: dict) -> list[tuple]:
+    found = claim.get("status", {}).get("allocation", {}).get("devices", {}).get("results", [])
+    return sorted((r["request"], r["driver"], r["pool"], r["device"]) for r in found)
+
+
+def cluster_state(kubectl: Kubectl) -> list[dict]:
+    items = []
+    for kind in ("nodes", "deviceclasses", "resourceslices", "resourceclaimtemplates", "resourceclaims", "pods"):
+        for obj in kubectl.json("get", kind, "-A")["items"]:
+            obj["metadata"].pop("managedFields", None)
+            items.append(obj)
+    return items
+
+
+def offline(state: list[dict], pod_name: str, pin: str | None, tmp: str) -> tuple[str | None, list[tuple]]:
+    """gpudra's placement of `pod_name` (its gate lifted) on `state`; `pin` restricts it to one node."""
+    for obj in state:
+        if obj["kind"] == "Pod" and obj["metadata"]["name"] == pod_name:
+            obj["spec"].pop("schedulingGates", None)
+            if pin:
+                obj["spec"]["nodeSelector"] = {"kubernetes.io/hostname": pin}
+    path = os.path.join(tmp, f"{pod_name}-{pin or 'any'}.yaml")
+    with open(path, "w", encoding="utf-8") as f:
+        yaml.safe_dump_all(state, f)
+    result = gpudra("schedule", "-f", path, "-o", "json", "--kubernetes-version", "1.34", "--features", FEATURES,
+                    "--no-validate", check=False)
+    assert result.returncode in (0, 1), result.stderr[-3000:]
+    after = json.loads(result.stdout)["items"]
+    pod = next(o for o in after if o["kind"] == "Pod" and o["metadata"]["name"] == pod_name)
+    node = pod["spec"].get("nodeName")
+    claim_name = next((s["resourceClaimName"] for s in pod.get("status", {}).get("resourceClaimStatuses", [])), None)
+    claim = next((o for o in after if o["kind"] == "ResourceClaim" and o["metadata"]["name"] == claim_name), {})
+    return node, results_of(claim)
+
+
+def test_gpudra_places_as_the_real_kube_scheduler(tmp_path):
+    binary = built()
+    directory = short_dir("gs")
+    decided = []
+    try:
+        gpudra("cluster", "up", "--dir", directory, "--api-server", "kubernetes", "--nodes", NODES,
+               "--features", FEATURES)
+        kubectl = Kubectl(binary.kubectl, os.path.join(directory, "kubeconfig"))
+        manifests = [obj for name, requests, constraints, _ in SCENARIO for obj in objects(name, requests, constraints)]
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(manifests))
+        deadline = time.monotonic() + 60
+        while len(kubectl.json("get", "resourceslices")["items"]) < 8 and time.monotonic() < deadline:
+            time.sleep(0.5)  # every driver has published (2 H100 boards, 5 A100 slices, the L4)
+        for name, _, _, forced in SCENARIO:
+            deadline = time.monotonic() + 60
+            while not kubectl.json("get", "pod", name).get("status", {}).get("resourceClaimStatuses"):
+                assert time.monotonic() < deadline, f"no claim made for {name}"
+                time.sleep(0.3)  # the real resourceclaim controller makes the claim even for a gated pod
+            state = cluster_state(kubectl)
+            kubectl("patch", "pod", name, "--type=json", "-p", '[{"op":"remove","path":"/spec/schedulingGates"}]')
+            deadline = time.monotonic() + 90
+            while True:
+                pod = kubectl.json("get", "pod", name)
+                if pod["spec"].get("nodeName") and pod.get("status", {}).get("phase") == "Running":
+                    break
+                assert time.monotonic() < deadline, f"kube-scheduler did not place {name}: {pod.get('status')}"
+                time.sleep(0.3)
+            claim = kubectl.json("get", "resourceclaim", pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"])
+            real_node, real_results = pod["spec"]["nodeName"], results_of(claim)
+            ours_node, ours_results = offline(json.loads(json.dumps(state)), name, None, str(tmp_path))
+            if forced:
+                assert (ours_node, ours_results) == (real_node, real_results), name
+                decided.append(f"{name}: forced, {real_node}")
+                continue
+            pinned_node, pinned_results = offline(json.loads(json.dumps(state)), name, real_node, str(tmp_path))
+            assert pinned_node == real_node, f"{name}: gpudra finds {real_node} infeasible"
+            assert pinned_results == real_results, name
+            decided.append(f"{name}: kube-scheduler chose {real_node}, gpudra {ours_node} (a tie: random pick)")
+    finally:
+        gpudra("cluster", "down", "--dir", directory, check=False)
+        shutil.rmtree(directory, ignore_errors=True)
+    print("\n".join(decided))
