@@ -151,6 +151,17 @@ def component_feature_gates(version: str, features: dict[str, bool]) -> dict[str
     return gates
 
 
+def features_from_gates(gates: dict[str, bool]) -> str:
+    """The `--features` text (over the release's defaults) for a server's gates, gate -> on (its /metrics): an
+    allocator feature is on when all its gates are; a feature whose gate the server does not list keeps the
+    default."""
+    tokens = ["default"]
+    for name, needed in ALLOCATOR_FEATURE_GATES.items():
+        if all(gate in gates for gate in needed):
+            tokens.append(("+" if all(gates[g] for g in needed) else "-") + name)
+    return ",".join(tokens)
+
+
 # ----- partitionable devices: where a pool's counter sets live ---------------------------------------
 # KEP-4815 (DRAPartitionableDevices) changed its ResourceSlice layout incompatibly between 1.34 and 1.35
 # (kubernetes/kubernetes#134189, "Updates to DRA Partitionable Devices feature"; KEP update

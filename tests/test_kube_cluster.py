@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -21,6 +22,23 @@ from support.realkube import BUILD_TIMEOUT_S, ROOT, built, gpudra, short_dir
 
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S)
 
+TOO_BIG = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: sixteen, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: g
+      exactly: {deviceClassName: gpu.nvidia.com, count: 16}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: too-big, namespace: default}
+spec:
+  resourceClaims: [{name: c, resourceClaimName: sixteen}]
+  containers: [{name: m, image: registry.k8s.io/pause:3.10, resources: {claims: [{name: c}]}}]
+"""
 NODES = "dgx-h100:2,hgx-a100-mig+dynamic-mig,l4-node"
 FEATURES = "default,+DRAPartitionableDevices"  # 1.34: dynamic MIG needs the alpha gate, combined slice layout
 
@@ -147,6 +165,34 @@ def test_gpu_nodes_on_the_real_control_plane():
             assert re.fullmatch(re.escape(pod["metadata"]["name"]) + r"-gpu-[a-z0-9]{5}", generated)
             claim = next(c for c in claims if c["metadata"]["name"] == generated)
             assert claim["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
+
+        # explain reads the real cluster (directly, and as a kubectl plugin through the real kubectl) and says
+        # what it says on the same objects offline; the real scheduler agrees that the pod does not fit
+        real.kubectl("apply", "-f", "-", stdin=TOO_BIG)
+        real.wait("FailedScheduling from kube-scheduler", lambda: [
+            e for e in real.get("events", "--field-selector", "involvedObject.name=too-big")["items"]
+            if e["reason"] == "FailedScheduling" and "cannot allocate all claims" in e["message"]])
+        live = gpudra("explain", "pod/too-big", "--kubeconfig", real.kubeconfig, "-o", "json", check=False)
+        assert live.returncode == 1, live.stderr
+        dump = os.path.join(directory, "dump.yaml")
+        with open(dump, "w", encoding="utf-8") as f:
+            f.write(real.kubectl("get", "nodes,deviceclasses,resourceslices,resourceclaims,resourceclaimtemplates,pods",
+                                 "-A", "-o", "yaml"))
+        offline = gpudra("explain", "pod/too-big", "-f", dump, "--kubernetes-version", "1.34", "--features", FEATURES,
+                         "-o", "json", check=False)
+        assert json.loads(offline.stdout) == json.loads(live.stdout)
+        plugin_dir = os.path.join(directory, "plugin")
+        os.makedirs(plugin_dir)
+        with open(os.path.join(plugin_dir, "kubectl-gpudra"), "w", encoding="utf-8") as f:
+            f.write(f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m gpudra \"$@\"\n")
+        os.chmod(os.path.join(plugin_dir, "kubectl-gpudra"), 0o755)
+        plugin = subprocess.run([real.kubectl_path, "gpudra", "explain", "pod/too-big", "-o", "json"],
+                                capture_output=True, text=True, timeout=120,
+                                env=dict(os.environ, KUBECONFIG=real.kubeconfig,
+                                         PATH=plugin_dir + os.pathsep + os.environ["PATH"]))
+        assert json.loads(plugin.stdout) == json.loads(live.stdout), plugin.stderr
+        assert json.loads(live.stdout)["summary"].startswith("0/4 nodes are available")
+        real.kubectl("delete", "pod", "too-big", "--wait=true", "--timeout=60s")
 
         # deleting a pod: the stand-in unprepares, the pod goes, the real controllers deallocate and replace
         victim = pods[0]

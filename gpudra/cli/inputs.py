@@ -166,10 +166,29 @@ def release_and_features(kubernetes_version: str | None, features: Any = "defaul
         version = release_of(kubernetes_version, paths, kubeconfig, context, request_timeout)
     except InputError as exc:
         raise (UsageError if kubernetes_version is not None else InputError)(str(exc)) from None
+    if features == "default" and not list(paths):  # a live cluster: the gates its API server runs with
+        features = _live_features(kubeconfig, context, request_timeout)
     try:
         return version, Features.parse(features, version).with_variant(allocator_name)
     except ValueError as exc:
         raise UsageError(f"--features: {exc}") from None
+
+
+def _live_features(kubeconfig: str | None, context: str | None, request_timeout: float | None) -> str:
+    """--features as the live API server's gates say (its /metrics); the release's defaults, with a warning,
+    when they may not be read."""
+    import sys
+
+    from gpudra.kube.reader import ClusterReadError, read_feature_gates
+    from gpudra.versions import features_from_gates
+
+    try:
+        gates = read_feature_gates(kubeconfig, context, request_timeout=request_timeout)
+    except ClusterReadError as exc:
+        sys.stderr.write(f"warning: the API server's feature gates could not be read ({exc}); assuming the release's "
+                         "defaults (pass --features to name them)\n")
+        return "default"
+    return features_from_gates(gates)
 
 
 def gate_warnings(documents: list[Document], version: str) -> list[Problem]:

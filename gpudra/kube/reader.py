@@ -8,6 +8,7 @@ back with `sanitize_for_serialization` changes nothing we need. Only `list` call
 from __future__ import annotations
 
 import json
+import re
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -112,6 +113,18 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
 
 def _get_json(api_client: Any, path: str, query: list[tuple[str, Any]],
               request_timeout: float | None = None) -> dict[str, Any]:
+    data = _get_text(api_client, path, query, request_timeout)
+    try:
+        parsed = json.loads(data)
+    except (TypeError, json.JSONDecodeError):
+        raise ClusterReadError(f"{path}: the API server did not return JSON") from None
+    if not isinstance(parsed, dict):
+        raise ClusterReadError(f"{path}: unexpected response (not a JSON object)")
+    return parsed
+
+
+def _get_text(api_client: Any, path: str, query: list[tuple[str, Any]],
+              request_timeout: float | None = None) -> str:
     from kubernetes.client.exceptions import ApiException
 
     try:
@@ -138,14 +151,39 @@ def _get_json(api_client: Any, path: str, query: list[tuple[str, Any]],
         raise
     data = response.data if hasattr(response, "data") else response
     if isinstance(data, (bytes, bytearray)):
-        data = data.decode("utf-8")
+        data = data.decode("utf-8", "replace")
+    return data if isinstance(data, str) else ""
+
+
+# kube-apiserver's /metrics has one sample per feature gate: kubernetes_feature_enabled{name="X",stage="ALPHA"} 1
+# (component-base/metrics/prometheus/feature); the only place a client can read the gates the server runs with.
+_FEATURE_SAMPLE = re.compile(r'^kubernetes_feature_enabled\{([^}]*)\}\s+(\S+)\s*$', re.MULTILINE)
+_NAME_LABEL = re.compile(r'(?:^|,)name="([^"]+)"')
+
+
+def read_feature_gates(kubeconfig: str | None = None, context: str | None = None, *,
+                       api_client: Any = None, request_timeout: float | None = None) -> dict[str, bool]:
+    """The API server's feature gates, gate -> on, from its /metrics (ClusterReadError when it may not be read:
+    /metrics needs the `get` verb on that non-resource URL, which cluster admins have)."""
+    owns_client = api_client is None
+    if owns_client:
+        api_client = connect(kubeconfig, context)
     try:
-        parsed = json.loads(data)
-    except (TypeError, json.JSONDecodeError):
-        raise ClusterReadError(f"{path}: the API server did not return JSON") from None
-    if not isinstance(parsed, dict):
-        raise ClusterReadError(f"{path}: unexpected response (not a JSON object)")
-    return parsed
+        text = _get_text(api_client, "/metrics", [], request_timeout)
+    finally:
+        if owns_client:
+            close = getattr(api_client, "close", None)
+            if close is not None:
+                close()
+    gates: dict[str, bool] = {}
+    for labels, value in _FEATURE_SAMPLE.findall(text):
+        name = _NAME_LABEL.search(labels)
+        if name:
+            try:
+                gates[name.group(1)] = float(value) == 1.0
+            except ValueError:
+                continue
+    return gates
 
 
 def _root_cause(exc: BaseException) -> str:

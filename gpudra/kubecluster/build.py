@@ -101,10 +101,16 @@ def _go_version(go: str) -> str:
     return subprocess.run([go, "env", "GOVERSION"], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def cache_key(module: str, go_version: str, flags: list[str]) -> str:
+def cache_key(module: str, go_version: str, flags: list[str], package: str = PACKAGE) -> str:
+    """A hash of what decides the binary: go.mod, go.sum, the package's own .go files and the module's shared
+    packages (not the other commands under cmd/), the toolchain and the flags."""
     digest = hashlib.sha256()
-    digest.update(f"{go_version}\0{' '.join(flags)}\0".encode())
+    digest.update(f"{go_version}\0{' '.join(flags)}\0{package}\0".encode())
+    commands = os.path.join(module, "cmd")
+    own = os.path.normpath(os.path.join(module, package))
     for root, dirs, files in os.walk(module):
+        if os.path.normpath(root) == commands:
+            dirs[:] = [d for d in dirs if os.path.join(commands, d) == own]
         dirs.sort()
         for name in sorted(files):
             if name.endswith(".go") or name in ("go.mod", "go.sum"):

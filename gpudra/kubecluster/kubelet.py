@@ -87,6 +87,8 @@ class NodeStandIn:
         self.nodes = {n.name: i for i, n in enumerate(config.nodes)}
         self.kubelet = Kubelet(cluster, config.driver_name, self.emit)
         self._serials: dict[str, int] = {}
+        # the nodes report the control plane's own patch release, as kubelets built with it would
+        self.release = str((rest.get("/version") or {}).get("gitVersion") or f"v{config.kubernetes_version}.0")
 
     # ----- nodes --------------------------------------------------------------------------------
     def node_status(self, spec: NodeSpec) -> dict[str, Any]:
@@ -96,7 +98,7 @@ class NodeStandIn:
             condition.update(lastHeartbeatTime=stamp, lastTransitionTime=condition.get("lastTransitionTime", stamp))
         status["addresses"] = [{"type": "InternalIP", "address": node_address(self.nodes[spec.name])},
                                {"type": "Hostname", "address": spec.name}]
-        status["nodeInfo"].update(kernelVersion="simulated", osImage="gpudra simulated node",
+        status["nodeInfo"].update(kubeletVersion=self.release, kernelVersion="simulated", osImage="gpudra simulated node",
                                   containerRuntimeVersion="gpudra://simulated", kubeProxyVersion="",
                                   machineID=spec.name, systemUUID=spec.name, bootID=spec.name)
         status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": 0}}

@@ -1,0 +1,60 @@
+"""`gpudra kube build`: the control plane's binary from the Go module k8s/, built once into a cache and reused."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from support.realkube import BUILD_TIMEOUT_S, ROOT, built, gpudra
+
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S)
+
+
+def test_the_binary_is_the_release_go_mod_names_and_every_component_runs():
+    binary = built()
+    release = binary.release
+    assert release.startswith("v1.34.") and int(release.split(".")[2]) >= 2  # the article's advice: >= 1.34.2
+    for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+        result = subprocess.run([binary.binary, component, "--version"], capture_output=True, text=True, timeout=60)
+        assert result.stdout.strip() == f"Kubernetes {release}", (component, result.stderr)
+    kubectl = subprocess.run([binary.kubectl, "version", "--client", "-o", "json"], capture_output=True, text=True,
+                             timeout=60)
+    assert f'"gitVersion": "{release}"' in kubectl.stdout
+    etcd = subprocess.run([binary.binary, "etcd", "--version"], capture_output=True, text=True, timeout=60)
+    assert "etcd Version: 3.6." in etcd.stdout
+    unknown = subprocess.run([binary.binary, "kubelet"], capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 2 and "unknown component" in unknown.stderr
+
+
+def test_a_second_build_reuses_the_cached_binary():
+    first = built()
+    again = gpudra("kube", "build", "--module", str(ROOT / "k8s"), "-o", "json")
+    assert '"built": false' in again.stdout and first.binary in again.stdout
+
+
+def test_the_cache_key_follows_the_binarys_sources_only(tmp_path):
+    from gpudra.kubecluster.build import cache_key
+
+    module = tmp_path / "k8s"
+    shutil.copytree(ROOT / "k8s", module, ignore=shutil.ignore_patterns("*_test.go"))
+    key = cache_key(str(module), "go1.26", ["-trimpath"])
+    (module / "cmd" / "another-tool").mkdir(exist_ok=True)
+    (module / "cmd" / "another-tool" / "main.go").write_text("package main\n")
+    assert cache_key(str(module), "go1.26", ["-trimpath"]) == key  # another command does not rebuild this one
+    with open(module / "pki" / "pki.go", "a", encoding="utf-8") as f:
+        f.write("\n// changed\n")
+    assert cache_key(str(module), "go1.26", ["-trimpath"]) != key
+    assert cache_key(str(module), "go1.27", ["-trimpath"]) != cache_key(str(module), "go1.26", ["-trimpath"])
+
+
+def test_without_go_the_error_names_the_toolchain_and_the_default_that_needs_none(tmp_path):
+    env_path = str(tmp_path)  # an empty PATH: no go
+    result = subprocess.run([shutil.which("python3") or "python3", "-m", "gpudra", "kube", "build", "--module",
+                             str(ROOT / "k8s")], capture_output=True, text=True, timeout=60,
+                            env=dict(os.environ, PATH=env_path, PYTHONPATH=str(ROOT)))
+    assert result.returncode == 2
+    assert "needs Go" in result.stderr and "embedded API server" in result.stderr
+    assert "Traceback" not in result.stderr
