@@ -132,8 +132,17 @@ def _field(obj: dict, path: str) -> Any:
     return obj
 
 
-@pytest.fixture
-def cluster():
+@pytest.fixture(params=["loopback-fake", pytest.param("kube-apiserver", marks=pytest.mark.timeout(3600))])
+def cluster(request):
+    """The loopback fake above, and the real kube-apiserver 1.34 (built from Go modules, which may take a cold
+    build's minutes; skipped without Go)."""
+    if request.param == "kube-apiserver":
+        from support.realkube import RealApiServer
+
+        with RealApiServer() as api:
+            api.add_node(NODE)
+            yield api
+        return
     with ReadWriteApiServer() as api:
         yield api
 
@@ -152,7 +161,7 @@ def test_agent_publishes_slices_and_prepares_claims_from_the_api_server(cluster)
         assert agent.publish_summary["created"] == 1
         [published] = cluster.slices.values()
         assert published["spec"]["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 1}
-        assert published["metadata"]["ownerReferences"][0]["uid"] == "node-uid-7"
+        assert published["metadata"]["ownerReferences"][0]["uid"] == cluster.nodes[NODE]["metadata"]["uid"]
         assert len(published["spec"]["devices"]) == 26
 
         claim = allocated_claim("from-api", [{"request": "gpu", "device": "gpu-0-mig-1g10gb-19-0"}], node_name=NODE,

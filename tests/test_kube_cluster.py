@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -149,6 +150,20 @@ def test_gpu_nodes_on_the_real_control_plane():
         assert len(cdi) == 2 and all(i.startswith("k8s.gpu.nvidia.com/") for i in cdi)
         assert len(record["containers"][0]["deviceNodes"]) >= 2
 
+        # a node restart: the driver killed and started again (`cluster up`) publishes nothing new, and its
+        # checkpoint still knows the claim it prepared (unprepared below when the pod goes)
+        node = nvlink["spec"]["nodeName"]
+        before = {s["metadata"]["name"]: s["spec"]["pool"] for s in real.get("resourceslices")["items"]}
+        from gpudra.cluster.layout import ClusterDir
+        from gpudra.cluster.nodes import stop_driver
+
+        assert stop_driver(ClusterDir(directory), node, sig=signal.SIGKILL)
+        gpudra("cluster", "up", "--dir", directory)
+        assert {s["metadata"]["name"]: s["spec"]["pool"] for s in real.get("resourceslices")["items"]} == before
+        status = gpudra("driver", "status", "--root", os.path.join(directory, "nodes", node),
+                        "--kubelet-plugins-directory-path", "/plugins", "-o", "json")
+        assert claim["metadata"]["uid"] in status.stdout
+
         # the real Deployment and ReplicaSet controllers, claims from the template by the real resourceclaim
         # controller (named <pod>-<podClaim>-<5 random characters>)
         deployment = real.wait("inference 2/2 ready", lambda: (lambda d: d if d["status"].get("readyReplicas") == 2
@@ -193,6 +208,8 @@ def test_gpu_nodes_on_the_real_control_plane():
         assert json.loads(plugin.stdout) == json.loads(live.stdout), plugin.stderr
         assert json.loads(live.stdout)["summary"].startswith("0/4 nodes are available")
         real.kubectl("delete", "pod", "too-big", "--wait=true", "--timeout=60s")
+        real.kubectl("delete", "pod", "nvlink-training", "-n", "ai-training", "--wait=true", "--timeout=60s")
+        assert not os.path.exists(record_path)  # unprepared by the restarted driver
 
         # deleting a pod: the stand-in unprepares, the pod goes, the real controllers deallocate and replace
         victim = pods[0]

@@ -51,3 +51,78 @@ def gpudra(*args: str, check: bool = True, timeout: float = 600) -> subprocess.C
     if check and result.returncode != 0:
         raise AssertionError(f"gpudra {' '.join(args)} exited {result.returncode}:\n{result.stderr[-3000:]}")
     return result
+
+
+class RealApiServer:
+    """etcd and the real kube-apiserver alone (no scheduler, no controllers), for tests that write objects and
+    read them back: the same surface as tests/test_driver_apiserver.py's loopback fake (`kubeconfig(path)`,
+    `slices`, `claims[...] = claim`, `nodes`), answered by the real thing."""
+
+    def __init__(self, features: str = "default"):
+        from gpudra.cluster.layout import ClusterConfig, ClusterDir
+
+        self.binary = built()
+        self.directory = short_dir("ga")
+        self.cluster = ClusterDir(self.directory)
+        self.config = ClusterConfig(nodes=[], kubernetes_version="1.34", features=features)
+        self.fail_next: list[int] = []  # a real server fails on its own terms: nothing to inject
+
+    def __enter__(self) -> "RealApiServer":
+        from gpudra.kubecluster import controlplane
+        from gpudra.kubecluster.rest import Rest
+
+        self.cluster.save_config(self.config)
+        controlplane.start(self.cluster, self.config, self.binary, components=("etcd", "kube-apiserver"))
+        self.rest = Rest(controlplane.KubePaths(self.cluster).admin_kubeconfig)
+        self.claims = _RealClaims(self.rest)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from gpudra.kubecluster import controlplane
+
+        self.rest.close()
+        controlplane.stop(self.cluster)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def kubeconfig(self, path: str) -> str:
+        from gpudra.kubecluster.controlplane import KubePaths
+
+        shutil.copyfile(KubePaths(self.cluster).admin_kubeconfig, path)
+        return path
+
+    def add_node(self, name: str) -> dict:
+        return self.rest.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+
+    @property
+    def nodes(self) -> dict[str, dict]:
+        return {n["metadata"]["name"]: n for n in self.rest.get("/api/v1/nodes")["items"]}
+
+    @property
+    def slices(self) -> dict[str, dict]:
+        return {s["metadata"]["name"]: s for s in self.rest.get("/apis/resource.k8s.io/v1/resourceslices")["items"]}
+
+
+class _RealClaims:
+    """`claims[(namespace, name)] = claim` creates the claim and writes its status (allocation) as the scheduler
+    would; the server's uid is written back into `claim`, since the server assigns it."""
+
+    def __init__(self, rest):
+        self.rest = rest
+
+    def __setitem__(self, key: tuple[str, str], claim: dict) -> None:
+        from gpudra.kubecluster.rest import ApiError
+
+        namespace, name = key
+        try:
+            self.rest.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                         "metadata": {"name": namespace}})
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        body = {k: v for k, v in claim.items() if k != "status"}
+        body["metadata"] = {"name": name, "namespace": namespace}
+        path = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
+        created = self.rest.call("POST", path, body)
+        created["status"] = claim.get("status") or {}
+        written = self.rest.call("PUT", f"{path}/{name}/status", created)
+        claim["metadata"]["uid"] = written["metadata"]["uid"]
