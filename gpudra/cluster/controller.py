@@ -26,11 +26,11 @@ from gpudra.copying import copy_object
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.scheduler.cluster import claim_allocation, is_terminal, reserved_for
 from gpudra.scheduler.meta import key_of
-from gpudra.scheduler.workloads import POD_CLAIM_NAME_ANNOTATION
+from gpudra.scheduler.workloads import EXTENDED_RESOURCE_CLAIM_ANNOTATION, POD_CLAIM_NAME_ANNOTATION
 from gpudra.versions import parse_version
 
 from .computedomains import reconcile_compute_domains
-from .kubelet import Kubelet, running_status, waiting_status
+from .kubelet import Kubelet, extended_claim_name, running_status, waiting_status
 from .layout import ClusterDir
 from .store import StoreError, created_serial, open_private
 
@@ -216,9 +216,14 @@ class ControlLoop:
                 annotations = (claim.get("metadata") or {}).get("annotations") or {}
                 owner = next((r["name"] for r in claim["metadata"].get("ownerReferences") or []), "?")
                 claim = self.store.create(claim)  # with the uid the store gave it
+                namespace = claim["metadata"]["namespace"]
+                if annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true":  # the scheduler's, KEP-5004
+                    self.step("claim", f"claim {key} created for the extended resources of pod {namespace}/{owner}")
+                    changed = True
+                    continue
                 self.event(claim, "Normal", "Created", f"created from template for pod {owner} "
                            f"(pod claim {annotations.get(POD_CLAIM_NAME_ANNOTATION)})", CLAIM_CONTROLLER)
-                self.step("claim", f"claim {key} created from template for pod {claim['metadata']['namespace']}/{owner}")
+                self.step("claim", f"claim {key} created from template for pod {namespace}/{owner}")
                 changed = True
             elif _snapshot(claim) != before[key]:
                 self._replace(claim)
@@ -308,6 +313,16 @@ class ControlLoop:
                     e.get("uid") == pod["metadata"]["uid"] for e in reserved_for(claim)):
                 return None, {}
             names[pod_claim["name"]] = name
+            if claim not in out:
+                out.append(claim)
+        # the claim the scheduler made for the pod's extended-resource requests (KEP-5004): prepared like any
+        # other, as the kubelet's DRA manager adds it to the pod's claims (pkg/kubelet/cm/dra/manager.go)
+        extended = extended_claim_name(pod)
+        if extended is not None:
+            claim = claims.get(f"{namespace}/{extended}")
+            if claim is None or claim_allocation(claim) is None or not any(
+                    e.get("uid") == pod["metadata"]["uid"] for e in reserved_for(claim)):
+                return None, {}
             if claim not in out:
                 out.append(claim)
         return out, names

@@ -1,0 +1,87 @@
+"""A newcomer's stumbles on the local cluster (issue 35, point 5): each test fails on the code before its fix."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import yaml
+from click.testing import CliRunner
+
+from gpudra.cli import cli
+from gpudra.cluster.layout import ClusterDir
+from gpudra.driver.checkpoint import PREPARE_COMPLETED, load_checkpoint
+
+from test_cluster_flow import cdi_specs, kubelet_records
+
+
+def gpudra(*args: str, code: int = 0) -> str:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == code, result.output
+    return result.stdout
+
+
+def get(directory: str, *args: str) -> dict:
+    return json.loads(gpudra("get", *args, "-o", "json", "--dir", directory))
+
+
+EXTENDED_POD = {
+    "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "legacy", "namespace": "default"},
+    "spec": {"containers": [
+        {"name": "one", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": 1}}},
+        {"name": "none", "image": "sidecar"},
+        {"name": "two", "image": "cuda", "resources": {"requests": {"nvidia.com/gpu": 2},
+                                                       "limits": {"nvidia.com/gpu": 2}}},
+    ]},
+}
+
+
+def test_an_extended_resource_pod_is_prepared_shows_its_gpus_and_is_unprepared(cluster_state, tmp_path):
+    """KEP-5004: the scheduler allocates a claim for `nvidia.com/gpu` limits (status.extendedResourceClaimStatus);
+    the kubelet prepares it like the pod's own claims and gives each container the devices of its request
+    (pkg/kubelet/cm/dra/manager.go: PrepareResources appends the claim, GetResources maps container + resource to
+    the request). Before the fix the pod ran with no GPU and the driver never heard of the claim."""
+    cluster = ClusterDir(cluster_state)
+    gpudra("cluster", "up", "--dir", cluster_state, "--nodes", "dgx-h100", "--no-control-plane")  # with the classes
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(EXTENDED_POD))
+    gpudra("apply", "-f", str(manifest), "--dir", cluster_state)
+
+    pod = get(cluster_state, "pods", "legacy")
+    assert pod["status"]["phase"] == "Running"
+    extended = pod["status"]["extendedResourceClaimStatus"]
+    claim = get(cluster_state, "resourceclaims", extended["resourceClaimName"])
+    uid = claim["metadata"]["uid"]
+    results = claim["status"]["allocation"]["devices"]["results"]
+    by_request = {m["containerName"]: {r["device"] for r in results if r["request"] == m["requestName"]}
+                  for m in extended["requestMappings"]}
+    assert {name: len(devices) for name, devices in by_request.items()} == {"one": 1, "two": 2}
+
+    # prepared by the node's driver: its checkpoint holds the claim, its CDI spec is written
+    node = pod["spec"]["nodeName"]
+    checkpoint = load_checkpoint(cluster.driver_paths(node).checkpoint)  # the driver's own reader
+    assert checkpoint is not None and checkpoint["claims"][uid]["state"] == PREPARE_COMPLETED
+    assert f"k8s.gpu.nvidia.com-claim_{uid}.yaml" in cdi_specs(cluster, node)
+
+    # each container sees the devices of its own request, the sidecar none
+    [record] = [r for r in kubelet_records(cluster, node) if r["uid"] == pod["metadata"]["uid"]]
+    views = {v["name"]: v for v in record["containers"]}
+    for name in ("one", "two"):
+        assert views[name]["cdiDevices"] == [f"k8s.gpu.nvidia.com/claim={uid}-{d}" for d in sorted(by_request[name])]
+        assert len([d for d in views[name]["deviceNodes"] if re.fullmatch(r"/dev/nvidia\d+", d)]) == len(
+            by_request[name])
+    assert views["none"]["cdiDevices"] == []
+
+    text = gpudra("describe", "pod", "legacy", "--dir", cluster_state)
+    one = text.split("  one:\n", 1)[1].split("  none:\n", 1)[0]
+    assert "    Limits:\n      nvidia.com/gpu:  1\n    Requests:\n      nvidia.com/gpu:  1\n" in one
+    assert f"k8s.gpu.nvidia.com/claim={uid}-" in one
+    devices = ", ".join(f"{r['pool']}/{r['device']}" for r in results)
+    assert re.search(rf"^  nvidia.com/gpu\s+{extended['resourceClaimName']}\s+extended resources\s+"
+                     rf"{re.escape(devices)}$", text, re.M)
+
+    # deleting the pod unprepares the claim on the node (the garbage collector then deletes the claim)
+    gpudra("delete", "pod", "legacy", "--dir", cluster_state)
+    assert uid not in (load_checkpoint(cluster.driver_paths(node).checkpoint) or {"claims": {}})["claims"]
+    assert f"k8s.gpu.nvidia.com-claim_{uid}.yaml" not in cdi_specs(cluster, node)
+    assert get(cluster_state, "resourceclaims")["items"] == []
