@@ -85,3 +85,61 @@ def test_an_extended_resource_pod_is_prepared_shows_its_gpus_and_is_unprepared(c
     assert uid not in (load_checkpoint(cluster.driver_paths(node).checkpoint) or {"claims": {}})["claims"]
     assert f"k8s.gpu.nvidia.com-claim_{uid}.yaml" not in cdi_specs(cluster, node)
     assert get(cluster_state, "resourceclaims")["items"] == []
+
+
+def _deployment(replicas: int) -> dict:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}
+
+
+def test_a_deployment_has_the_replica_set_its_pods_name_and_both_count_their_replicas(cluster_state, tmp_path):
+    """kube-controller-manager's deployment and replicaset controllers (pkg/controller/deployment/sync.go
+    getNewReplicaSet and calculateStatus, pkg/controller/replicaset/replica_set_utils.go calculateStatus). Before
+    the fix `get deploy` read 0/4 with four pods running, and the ReplicaSet the pods named did not exist."""
+    gpudra("cluster", "up", "--dir", cluster_state, "--nodes", "l4-node", "--no-control-plane")
+    manifest = tmp_path / "deploy.yaml"
+    manifest.write_text(yaml.safe_dump(_deployment(4)))
+    gpudra("apply", "-f", str(manifest), "--dir", cluster_state)
+
+    deployment = get(cluster_state, "deployments", "web")
+    [rs] = get(cluster_state, "replicasets")["items"]
+    pods = get(cluster_state, "pods")["items"]
+    hash_value = rs["metadata"]["labels"]["pod-template-hash"]
+    assert rs["metadata"]["name"] == f"web-{hash_value}"
+    assert rs["metadata"]["ownerReferences"] == [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": deployment["metadata"]["uid"],
+         "controller": True, "blockOwnerDeletion": True}]
+    assert rs["spec"]["replicas"] == 4
+    assert rs["spec"]["selector"] == {"matchLabels": {"app": "web", "pod-template-hash": hash_value}}
+    assert rs["metadata"]["annotations"] == {"deployment.kubernetes.io/desired-replicas": "4",
+                                             "deployment.kubernetes.io/max-replicas": "5",  # 25% surge, rounded up
+                                             "deployment.kubernetes.io/revision": "1"}
+    # every pod is controlled by the ReplicaSet the store holds, by uid
+    assert len(pods) == 4 and {p["status"]["phase"] for p in pods} == {"Running"}
+    assert {p["metadata"]["ownerReferences"][0]["uid"] for p in pods} == {rs["metadata"]["uid"]}
+    assert rs["status"] == {"replicas": 4, "fullyLabeledReplicas": 4, "readyReplicas": 4, "availableReplicas": 4,
+                            "observedGeneration": 1}
+    assert deployment["status"] == {"observedGeneration": 1, "replicas": 4, "updatedReplicas": 4,
+                                    "readyReplicas": 4, "availableReplicas": 4}
+    assert gpudra("get", "deploy", "--dir", cluster_state).splitlines()[1].split()[:4] == ["web", "4/4", "4", "4"]
+    assert gpudra("get", "rs", "--dir", cluster_state).splitlines()[1].split()[:4] == [f"web-{hash_value}", "4", "4",
+                                                                                       "4"]
+
+    # scaled down: the ReplicaSet follows; the counts follow the pods
+    manifest.write_text(yaml.safe_dump(_deployment(2)))
+    gpudra("apply", "-f", str(manifest), "--dir", cluster_state)
+    [rs] = get(cluster_state, "replicasets")["items"]
+    assert rs["spec"]["replicas"] == 2 and rs["metadata"]["annotations"]["deployment.kubernetes.io/desired-replicas"] == "2"
+    deployment = get(cluster_state, "deployments", "web")
+    assert deployment["status"]["replicas"] == len(get(cluster_state, "pods")["items"])
+
+    # deleted: its ReplicaSet and pods are collected; created again, it gets a ReplicaSet of its own
+    gpudra("delete", "deploy", "web", "--dir", cluster_state)
+    assert get(cluster_state, "replicasets")["items"] == [] and get(cluster_state, "pods")["items"] == []
+    manifest.write_text(yaml.safe_dump(_deployment(1)))
+    gpudra("apply", "-f", str(manifest), "--dir", cluster_state)
+    [rs] = get(cluster_state, "replicasets")["items"]
+    assert rs["metadata"]["ownerReferences"][0]["uid"] == get(cluster_state, "deployments", "web")["metadata"]["uid"]
+    assert get(cluster_state, "deployments", "web")["status"]["readyReplicas"] == 1

@@ -265,19 +265,18 @@ def delete_command(resources: tuple[str, ...], paths: tuple[str, ...], directory
 
 
 def _cascade(cluster, targets) -> None:
-    """The garbage collector for workloads: their pods go with them (ReplicaSets of a Deployment included)."""
+    """The garbage collector for workloads: their pods go with them (a Deployment's ReplicaSet and its pods are
+    collected by the control loop, gpudra.cluster.deployments)."""
     from gpudra.cluster.store import StoreError
 
     workloads = {(ns, info.kind, name) for info, ns, name in targets
-                 if info.kind in ("Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet")}
+                 if info.kind in ("StatefulSet", "Job", "DaemonSet")}
     if not workloads:
         return
     for pod in cluster.store.list("Pod"):
         meta = pod["metadata"]
         for ref in meta.get("ownerReferences") or []:
-            owner = (meta.get("namespace"), ref.get("kind"), ref.get("name"))
-            deployment = (meta.get("namespace"), "Deployment", ref.get("name", "").rsplit("-", 1)[0])
-            if owner in workloads or (ref.get("kind") == "ReplicaSet" and deployment in workloads):
+            if (meta.get("namespace"), ref.get("kind"), ref.get("name")) in workloads:
                 try:
                     cluster.store.delete("Pod", meta.get("namespace"), meta["name"])
                 except StoreError:

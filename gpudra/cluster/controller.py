@@ -30,6 +30,7 @@ from gpudra.scheduler.workloads import EXTENDED_RESOURCE_CLAIM_ANNOTATION, POD_C
 from gpudra.versions import parse_version
 
 from .computedomains import reconcile_compute_domains
+from .deployments import current_replica_set, reconcile_deployments
 from .kubelet import Kubelet, extended_claim_name, running_status, waiting_status
 from .layout import ClusterDir
 from .store import StoreError, created_serial, open_private
@@ -110,8 +111,12 @@ class ControlLoop:
         # the ComputeDomain controller first: the templates, DaemonSets and node labels it writes are this
         # round's input
         domains_changed = reconcile_compute_domains(self.store, self.event, self.step)
+        domains_changed |= reconcile_deployments(self.store, self.step)
         # creation order, as the informers' caches hand objects to the controllers and the scheduling queue
         objects = [obj for kind in MODEL_KINDS for obj in sorted(self.store.list(kind), key=created_serial)]
+        replica_sets = [obj for obj in objects if obj.get("kind") == "ReplicaSet"]
+        objects = [obj for obj in objects if obj.get("kind") != "Deployment"
+                   or current_replica_set(obj, replica_sets) is not None]
         pods = [o for o in objects if o.get("kind") == "Pod"]
         claims_before = {key_of(o): _snapshot(o) for o in objects if o.get("kind") == "ResourceClaim"}
         pods_before = {key_of(o): _snapshot(o) for o in pods}
@@ -249,6 +254,10 @@ class ControlLoop:
             meta["generateName"] = meta.pop("name")[:-5]
         meta.pop("uid", None)
         pod.pop("status", None)
+        if owner.get("kind") == "ReplicaSet":  # a Deployment's: owned by its ReplicaSet as the store holds it
+            replica_set = self.store.get("ReplicaSet", meta.get("namespace"), str(owner.get("name")))
+            if replica_set is not None:
+                owner["uid"] = replica_set["metadata"]["uid"]
         created = self.store.create(pod)
         self.step("pod", f"pod {key_of(created)} created by {owner.get('kind', '?')} {owner.get('name', '?')}")
 
