@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
+from pathlib import Path
 
 import yaml
 from click.testing import CliRunner
@@ -13,6 +16,8 @@ from gpudra.cluster.layout import ClusterDir
 from gpudra.driver.checkpoint import PREPARE_COMPLETED, load_checkpoint
 
 from test_cluster_flow import cdi_specs, kubelet_records
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def gpudra(*args: str, code: int = 0) -> str:
@@ -143,3 +148,39 @@ def test_a_deployment_has_the_replica_set_its_pods_name_and_both_count_their_rep
     [rs] = get(cluster_state, "replicasets")["items"]
     assert rs["metadata"]["ownerReferences"][0]["uid"] == get(cluster_state, "deployments", "web")["metadata"]["uid"]
     assert get(cluster_state, "deployments", "web")["status"]["readyReplicas"] == 1
+
+
+def test_the_default_cluster_directory_works_under_a_long_home(monkeypatch, tmp_path):
+    """`cluster up --racks 2x2` under the default directory failed for any $HOME of 16+ characters: the nodes'
+    sockets (`…/.local/state/gpudra/cluster/nodes/rack0-tray0/registry/compute-domain.nvidia.com-reg.sock`) passed
+    gRPC's 105 bytes. They are bound and dialled through /tmp/gpudra-<uid>/<digest>, a link to the state
+    directory; macOS' shorter limit (103) is met too."""
+    from gpudra.cluster.nodes import down
+    from gpudra.driver.paths import SOCKET_PATH_MAX
+
+    home = tmp_path / ("a-home-directory-long-enough-" * 3).rstrip("-")
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    state = str(home / ".local" / "state" / "gpudra" / "cluster")
+    try:
+        assert gpudra("cluster", "up", "--racks", "2x2", "--no-control-plane").strip() == state
+        from gpudra.cluster.layout import socket_link
+        cluster = ClusterDir(state)
+        link = socket_link(state)
+        assert os.readlink(link) == state and stat.S_IMODE(os.stat(os.path.dirname(link)).st_mode) == 0o700
+        for node in ("rack0-tray0", "rack1-tray1"):
+            for driver in ("gpu.nvidia.com", "compute-domain.nvidia.com"):
+                paths = cluster.driver_paths(node, driver)
+                for socket in (paths.registration_socket, paths.dra_socket):
+                    assert socket.startswith(link + "/") and len(os.fsencode(socket)) <= min(SOCKET_PATH_MAX, 103)
+                    # the socket file itself lives in the state directory, beside the node's other files
+                    assert stat.S_ISSOCK(os.stat(os.path.join(state, os.path.relpath(socket, link))).st_mode)
+        # a pod's claim is prepared over those sockets
+        gpudra("apply", "-f", str(EXAMPLES / "computedomain"))
+        pods = get(state, "pods", "-A")["items"]
+        assert pods and {p["status"]["phase"] for p in pods} == {"Running"}
+    finally:
+        down(ClusterDir(state))
+    assert not os.path.lexists(socket_link(state))  # `cluster down` removes the link too
