@@ -8,6 +8,7 @@ import re
 import stat
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -184,3 +185,32 @@ def test_the_default_cluster_directory_works_under_a_long_home(monkeypatch, tmp_
     finally:
         down(ClusterDir(state))
     assert not os.path.lexists(socket_link(state))  # `cluster down` removes the link too
+
+
+def test_every_name_the_api_server_accepts_is_stored_read_listed_and_deleted(tmp_path):
+    """A valid 253-character name (a DNS subdomain: four 63-character labels) failed with `File name too long`:
+    `NAME.json` passes NAME_MAX (255 bytes). Names past 250 are kept under their hash; a file whose object names
+    another object than its file stands for is still refused."""
+    from gpudra.api.schema import names
+    from gpudra.cluster.store import Store, StoreError, object_file_name
+
+    longest = ".".join(["a" * 63] * 3 + ["b" * 61])
+    assert len(longest) == 253 and not names.field_problems("n", longest, names.dns_subdomain, 253)
+    store = Store(str(tmp_path))
+    for name in (longest, "c" * 250, "c" * 251):
+        created = store.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                                "data": {"k": "v"}})
+        assert store.get("ConfigMap", "default", name)["metadata"]["uid"] == created["metadata"]["uid"]
+        store.replace({**created, "data": {"k": "w"}})
+        assert store.get("ConfigMap", "default", name)["data"] == {"k": "w"}
+    assert sorted(o["metadata"]["name"] for o in store.list("ConfigMap")) == sorted([longest, "c" * 250, "c" * 251])
+    assert object_file_name("c" * 250) == "c" * 250 + ".json"  # names that fit keep their plain file
+    # a hashed file that holds another object is skipped, as any misplaced file is
+    folder = tmp_path / "store" / "configmaps" / "default"
+    (folder / object_file_name("d" * 252)).write_text((folder / object_file_name(longest)).read_text())
+    assert store.get("ConfigMap", "default", "d" * 252) is None
+    assert len(store.list("ConfigMap")) == 3
+    for name in (longest, "c" * 250, "c" * 251):
+        assert store.delete("ConfigMap", "default", name) == "deleted"
+    with pytest.raises(StoreError, match="must be no more than 253 characters"):  # as the API server says
+        store.get("ConfigMap", "default", "x" * 254)
