@@ -214,3 +214,19 @@ def test_every_name_the_api_server_accepts_is_stored_read_listed_and_deleted(tmp
         assert store.delete("ConfigMap", "default", name) == "deleted"
     with pytest.raises(StoreError, match="must be no more than 253 characters"):  # as the API server says
         store.get("ConfigMap", "default", "x" * 254)
+
+
+def test_explain_reads_the_gates_the_local_cluster_runs_with(cluster_state, tmp_path):
+    """`explain` on a 1.34 cluster brought up with +DRAPartitionableDevices warned, once per device, that the
+    gate is off for the counter sets its own driver published: its gate warnings now follow the cluster's gates
+    (and `apply`'s the same)."""
+    gpudra("cluster", "up", "--dir", cluster_state, "--nodes", "a30-mig+dynamic-mig", "--kubernetes-version", "1.34",
+           "--features", "default,+DRAPartitionableDevices", "--no-control-plane")
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump({**EXTENDED_POD, "spec": {"containers": [
+        {"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": 9}}}]}}))
+    result = CliRunner().invoke(cli, ["apply", "-f", str(manifest), "--dir", cluster_state])
+    assert result.exit_code == 0 and "feature gate" not in result.output, result.output
+    explained = CliRunner().invoke(cli, ["explain", "pod/legacy", "--dir", cluster_state])
+    assert explained.exit_code == 1, explained.output  # nine GPUs fit nowhere
+    assert "DRAPartitionableDevices" not in explained.output

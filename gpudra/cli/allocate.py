@@ -223,7 +223,7 @@ def run_allocate(
     if not validate:
         for text in _validation_warnings(documents, version):
             warn(f"warning: {text}")
-    for problem in gate_warnings(documents, version):
+    for problem in gate_warnings(documents, version, features):
         warn(f"warning: {problem.location()}: {problem.path}: {problem.message}")
     objects, notes = _select_objects(documents)
     for text in notes:

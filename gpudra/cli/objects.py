@@ -129,7 +129,8 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
     release = cluster.kubernetes_version()
     require_valid(documents, "apply", no_validate=False, release=release)  # the API server would refuse them
     _targets_of(documents, namespace)  # kinds the store serves, names it can keep: else nothing applied
-    for problem in gate_warnings(documents, release) if release else []:  # the store drops those fields
+    # the store drops those fields (the cluster's --features decide which)
+    for problem in gate_warnings(documents, release, cluster.feature_gates()) if release else []:
         warn(f"{problem.location()}: {problem.path}: {problem.message}")
     _hold_control_loop(cluster)
     applied = []

@@ -27,7 +27,9 @@ def compiler():
 def check_selector_expression(expression: str, path: str, ctx: Context) -> None:
     explain_lookups(expression, path, ctx)
     version = ctx.facts.get("release")
-    outcome = compile_outcome(expression, version if isinstance(version, str) else None)
+    version = version if isinstance(version, str) else None
+    consumable, list_type = selector_gates(version, ctx.facts.get("features"))
+    outcome = compile_outcome(expression, version, consumable, list_type)
     if outcome is None:
         return
     severity, message, detail = outcome
@@ -37,23 +39,34 @@ def check_selector_expression(expression: str, path: str, ctx: Context) -> None:
         ctx.warning(path, message, detail)
 
 
+def selector_gates(kubernetes_version: str | None, features: object = None) -> tuple[bool, bool]:
+    """(DRAConsumableCapacity, DRAListTypeAttributes): the gates that change the selector CEL environment, as
+    `features` (gpudra.allocator.Features) sets them, else the release's defaults."""
+    from gpudra.api.gates import gate_on
+    from gpudra.versions import parse_version
+
+    version = parse_version(kubernetes_version)
+    return (gate_on("DRAConsumableCapacity", version, features), gate_on("DRAListTypeAttributes", version, features))
+
+
 @functools.lru_cache(maxsize=4096)
-def compile_outcome(expression: str, kubernetes_version: str | None = None) -> tuple[str, str, str | None] | None:
+def compile_outcome(expression: str, kubernetes_version: str | None = None, consumable_capacity: bool | None = None,
+                    list_type_attributes: bool | None = None) -> tuple[str, str, str | None] | None:
     """None when the expression compiles in the API server of `kubernetes_version` (default: gpudra's default
-    release) with its default feature gates; else (severity, message, caret report).
+    release) with its default feature gates, or the two given; else (severity, message, caret report).
 
     Cached: manifests repeat the same few selectors many times.
     """
-    from gpudra.versions import default_gates, parse_version
-
     compile_selector, compile_error = compiler()
-    gates = default_gates(parse_version(kubernetes_version))
+    defaults = selector_gates(kubernetes_version)
+    gates = {"DRAConsumableCapacity": defaults[0] if consumable_capacity is None else consumable_capacity,
+             "DRAListTypeAttributes": defaults[1] if list_type_attributes is None else list_type_attributes}
     try:
         compile_selector(expression, version=kubernetes_version, consumable_capacity=gates["DRAConsumableCapacity"],
                          list_type_attributes=gates["DRAListTypeAttributes"])
     except compile_error as exc:
         message = getattr(exc, "message", None) or str(exc)
-        message += _gate_hint(expression, kubernetes_version)
+        message += _gate_hint(expression, kubernetes_version, gates)
         column = getattr(exc, "column", None)
         where = f" at column {column}" if isinstance(column, int) and column > 0 else ""
         caret = None
@@ -65,12 +78,10 @@ def compile_outcome(expression: str, kubernetes_version: str | None = None) -> t
     return None
 
 
-def _gate_hint(expression: str, kubernetes_version: str | None) -> str:
-    """Why a release's API server refuses what a gate or the next release would accept (gpudra.cel.release)."""
+def _gate_hint(expression: str, kubernetes_version: str | None, gates: dict[str, bool]) -> str:
+    """Why a release's API server refuses what a gate or the next release would accept (gpudra.cel.release).
+    `gates`: the two that change the CEL environment, as the refusing compile had them."""
     compile_selector, compile_error = compiler()
-    from gpudra.versions import default_gates, parse_version
-
-    gates = default_gates(parse_version(kubernetes_version))
     for gate, option in (("DRAListTypeAttributes", "list_type_attributes"), ("DRAConsumableCapacity", "consumable_capacity")):
         chosen = {"consumable_capacity": gates["DRAConsumableCapacity"],
                   "list_type_attributes": gates["DRAListTypeAttributes"], option: True}
