@@ -71,3 +71,72 @@ spec:
     turned_off = invoke("validate", "-f", str(capacity), "--features", "default,-DRAConsumableCapacity", code=1)
     assert "Traceback" not in turned_off.output
     assert "unknown feature 'Nope'" in invoke("validate", "-f", str(capacity), "--features", "+Nope", code=2).stderr
+
+
+def _claim_with(*expressions: str) -> str:
+    selectors = "".join(f'        - cel: {{expression: "{e}"}}\n' for e in expressions)
+    return f"""apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: c}}
+spec:
+  devices:
+    requests:
+    - name: r
+      exactly:
+        deviceClassName: gpu.nvidia.com
+        selectors:
+{selectors}"""
+
+
+def test_validate_catches_quantity_literals_that_fail_every_evaluation(tmp_path):
+    """`quantity("16GB")` and `quantity("16 Gi")` compile (cel-go folds only type conversions at planning,
+    interpreter/decorators.go decOptimize; the API server accepts them) and fail each evaluation with
+    resource.ParseQuantity's error: `validate` passed them, and they surfaced at allocation."""
+    manifest = tmp_path / "claim.yaml"
+    memory = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('{}')) >= 0"
+    manifest.write_text(_claim_with(memory.format("16GB"), memory.format("16 Gi"), memory.format("16Gi"),
+                                    "device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('1.2')) >= 0",
+                                    "device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('1.2.3')) > 0"))
+    out = invoke("validate", "-f", str(manifest), code=1).output
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 3, out  # the valid literals pass
+    assert ("selectors[0].cel.expression: quantity(\"16GB\") is not a valid quantity (quantities must match the "
+            "regular expression") in errors[0]
+    assert 'did you mean quantity("16Gi") (binary: 2^30 per G) or quantity("16G") (decimal: 10^9)?' in errors[0]
+    assert "selectors[1]" in errors[1] and 'did you mean quantity("16Gi")?' in errors[1]
+    assert "selectors[3]" in errors[2] and 'semver("1.2") is not a valid semver' in errors[2]
+    assert 'did you mean semver("1.2.0")?' in errors[2]
+    # the caret points at the literal
+    assert "    " + memory.format("16GB") + "\n" + " " * (4 + memory.index("'{}'")) + "^" in out
+
+
+def test_validate_checks_attribute_and_capacity_names_against_the_given_slices(tmp_path):
+    """With the cluster's ResourceSlices given, a selector reading a name no device of its domain publishes fails
+    on every such device ("no such key"): a typo gets the published name it is closest to, an amount read from
+    the wrong map the right one. Without slices nothing is claimed."""
+    from gpudra.api.dump import dump_yaml
+    from gpudra.discovery import read_inventory
+    from gpudra.driver.slices import build_resource_slices
+
+    slices = tmp_path / "slices.yaml"
+    slices.write_text(dump_yaml(build_resource_slices(read_inventory("simulated", profile="dgx-h100",
+                                                                     node_name="n1"), "n1")))
+    manifest = tmp_path / "claim.yaml"
+    manifest.write_text(_claim_with(
+        "device.attributes['gpu.nvidia.com'].prodcutName == 'NVIDIA H100 80GB HBM3'",
+        "device.attributes['gpu.nvidia.com'].memory.compareTo(quantity('16Gi')) >= 0",
+        "device.capacity['gpu.nvidia.com'].productName.compareTo(quantity('1')) > 0",
+        "device.attributes['gpu.nvidia.com'].productName != '' && "
+        "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('16Gi')) >= 0",
+        "device.attributes['gpu.nvidia.com'].?prodcutName.orValue('') == ''",  # optional: missing is an answer
+        "device.attributes['gpu.nvidia.co'].productName == 'x'"))
+    invoke("validate", "-f", str(manifest), code=0)  # the API server accepts them all
+    out = invoke("validate", "-f", str(manifest), "-f", str(slices), code=1).output
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 4, out
+    assert "selectors[0]" in errors[0] and "publishes an attribute named 'prodcutName'" in errors[0]
+    assert "did you mean 'productName'?" in errors[0]
+    assert "selectors[1]" in errors[1] and ("'memory' is a capacity of gpu.nvidia.com, not an attribute: write "
+                                            "device.capacity[\"gpu.nvidia.com\"].memory") in errors[1]
+    assert "selectors[2]" in errors[2] and "'productName' is an attribute of gpu.nvidia.com, not a capacity" in errors[2]
+    assert "selectors[5]" in errors[3] and "did you mean 'gpu.nvidia.com'?" in errors[3]

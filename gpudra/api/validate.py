@@ -173,6 +173,7 @@ def validate_documents(docs: list[Document], kubernetes_version: str | None = No
             if progress is not None:
                 progress("validating", done, len(docs))
         problems.extend(_cross_checks(docs, kubernetes_version))
+        problems.extend(_published_name_checks(docs, kubernetes_version, features))
     order: dict[tuple[str, int | None], int] = {}
     for doc in docs:
         order.setdefault((doc.source, doc.index), len(order))
@@ -255,6 +256,31 @@ def _cross_checks(docs: list[Document], kubernetes_version: str | None = None) -
     problems += _admin_access(docs)
     problems += _pod_references(docs)
     problems += _pool_checks(docs, kubernetes_version)
+    return problems
+
+
+def _published_name_checks(docs: list[Document], kubernetes_version: str | None, features: Any) -> list[Problem]:
+    """Selectors reading attribute or capacity names that no given ResourceSlice of the domain publishes
+    (gpudra.api.selector_names); nothing without slices."""
+    from gpudra.api.schema.cel_check import selector_gates
+    from gpudra.api.selector_names import name_problems, published_names, selector_expressions
+
+    slices = [_v1(d) for d in docs if d.kind == "ResourceSlice"]
+    published = published_names(slices) if slices else {}
+    if not published:
+        return []
+    consumable, list_type = selector_gates(kubernetes_version, features)
+    problems: list[Problem] = []
+    for doc in docs:
+        if doc.kind not in ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate"):
+            continue
+        try:
+            obj = _v1(doc)
+        except Exception:  # noqa: BLE001 - unconvertible input is reported by validate_document
+            continue
+        for path, expression in selector_expressions(obj):
+            problems += [_problem(doc, path, message) for message in name_problems(
+                expression, published, kubernetes_version, consumable, list_type)]
     return problems
 
 

@@ -31,6 +31,8 @@ def check_selector_expression(expression: str, path: str, ctx: Context) -> None:
     consumable, list_type = selector_gates(version, ctx.facts.get("features"))
     outcome = compile_outcome(expression, version, consumable, list_type)
     if outcome is None:
+        for message, caret in literal_problems(expression, version, consumable, list_type):
+            ctx.error(path, message, caret)
         return
     severity, message, detail = outcome
     if severity == "error":
@@ -191,3 +193,65 @@ def explain_lookups(expression: str, path: str, ctx: Context) -> None:
                 f'is keyed by domain, then by name: write device.{table}["<driver domain>"].{lookup_key} '
                 f'(e.g. device.{table}["{DEFAULT_DOMAIN}"].{lookup_key})',
             )
+
+
+_UNIT = re.compile(r"([+-]?[0-9.]+)([kKmMgGtTpPeE])(i?)[bB]?")
+
+
+def _quantity_suggestions(text: str) -> list[str]:
+    """What `text` was probably meant as: without blanks, a byte unit (GB, GiB) as Kubernetes writes it."""
+    compact = re.sub(r"\s+", "", text)
+    match = _UNIT.fullmatch(compact)
+    if match is None:
+        return [compact] if compact != text else []
+    number, unit, binary = match.groups()
+    unit = unit.upper() if unit.lower() != "k" or binary else "k"
+    if binary or compact.lower().endswith("ib"):
+        return [f"{number}{unit.upper()}i"]
+    return [f"{number}{unit.upper()}i", f"{number}{unit}"]  # "16GB": 16 GiB or 16 * 10^9
+
+
+def literal_problem(function: str, text: str) -> str | None:
+    """Why `function("text")` fails every evaluation (the runtime error Kubernetes' library gives), with what was
+    probably meant; None when the literal is valid."""
+    from gpudra.cel.library_k8s import _quantity, _semver
+
+    parse = _quantity if function == "quantity" else _semver
+    try:
+        parse(text)
+        return None
+    except ValueError as exc:
+        error = str(exc)
+    candidates = _quantity_suggestions(text) if function == "quantity" else [
+        ".".join((text.split(".") + ["0", "0"])[:3])]
+    valid = []
+    for candidate in candidates:
+        try:
+            parse(candidate)
+            valid.append(f'{function}("{candidate}")')
+        except ValueError:
+            continue
+    hint = f"; did you mean {' or '.join(valid)}?" if valid else ""
+    if function == "quantity" and len(valid) == 2:
+        hint = f"; did you mean {valid[0]} (binary: 2^30 per G) or {valid[1]} (decimal: 10^9)?"
+    return (f'{function}("{text}") is not a valid {function} ({error}): the API server accepts the expression, '
+            f"but each evaluation fails with this error, and kube-scheduler allocates nothing for the claim{hint}")
+
+
+@functools.lru_cache(maxsize=4096)
+def literal_problems(expression: str, kubernetes_version: str | None, consumable_capacity: bool,
+                     list_type_attributes: bool) -> tuple[tuple[str, str | None], ...]:
+    """(message, caret report) of each `quantity("…")`/`semver("…")` literal that fails every evaluation."""
+    compile_selector, compile_error = compiler()
+    try:
+        selector = compile_selector(expression, version=kubernetes_version, consumable_capacity=consumable_capacity,
+                                    list_type_attributes=list_type_attributes)
+    except Exception:  # noqa: BLE001 - compile_outcome reports it
+        return ()
+    found = []
+    for function, text, offset in selector.literal_calls:
+        message = literal_problem(function, text)
+        if message is not None:
+            caret = f"{expression}\n{' ' * offset}^" if "\n" not in expression else None
+            found.append((message, caret))
+    return tuple(found)
