@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from click.testing import CliRunner
 
 from gpudra.cli import cli
@@ -140,3 +142,24 @@ def test_validate_checks_attribute_and_capacity_names_against_the_given_slices(t
                                             "device.capacity[\"gpu.nvidia.com\"].memory") in errors[1]
     assert "selectors[2]" in errors[2] and "'productName' is an attribute of gpu.nvidia.com, not a capacity" in errors[2]
     assert "selectors[5]" in errors[3] and "did you mean 'gpu.nvidia.com'?" in errors[3]
+
+
+MIG_CONFIG = "version: v1\nmig-configs:\n  all-disabled:\n  - devices: all\n    mig-enabled: false\n"
+
+
+def test_mig_on_simulated_gpus_needs_a_root_and_writes_nothing_under_var_lib(tmp_path):
+    """`mig apply --backend simulated` without --root kept its simulated GPUs under /var/lib/gpudra-sim and asked
+    for a republish in /var/lib/kubelet/plugins/gpu.nvidia.com (the real driver's directory)."""
+    from gpudra.driver.paths import DriverPaths
+
+    config = tmp_path / "mig.yaml"
+    config.write_text(MIG_CONFIG)
+    system = DriverPaths(root="/")
+    before = {p: os.path.lexists(p) for p in (os.path.dirname(system.simulated_state), system.plugin_dir)}
+    refused = invoke("mig", "apply", "-f", str(config), "-c", "all-disabled", "--backend", "simulated", code=2)
+    assert "--backend simulated changes simulated GPUs kept under --root: give --root DIR" in refused.stderr
+    assert {p: os.path.lexists(p) for p in before} == before
+    # with a root it runs there
+    invoke("mig", "apply", "-f", str(config), "-c", "all-disabled", "--backend", "simulated", "--root",
+           str(tmp_path / "node"), code=0)
+    assert os.path.exists(DriverPaths(root=str(tmp_path / "node")).simulated_state)

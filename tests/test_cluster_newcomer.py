@@ -230,3 +230,41 @@ def test_explain_reads_the_gates_the_local_cluster_runs_with(cluster_state, tmp_
     explained = CliRunner().invoke(cli, ["explain", "pod/legacy", "--dir", cluster_state])
     assert explained.exit_code == 1, explained.output  # nine GPUs fit nowhere
     assert "DRAPartitionableDevices" not in explained.output
+
+
+MIXED = """apiVersion: v1
+kind: ConfigMap
+metadata: {name: good}
+data: {a: b}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: bad}
+spec:
+  devices:
+    requests:
+    - name: r
+      exactly: {deviceClassName: gpu.nvidia.com, count: -1}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: Bad_Name}
+data: {a: b}
+"""
+
+
+def test_apply_applies_the_valid_objects_and_reports_the_others(cluster_state, tmp_path):
+    """kubectl apply goes on past an object the API server refuses (the builder's ContinueOnError) and exits 1
+    naming it; gpudra applied nothing when one object of a directory was invalid."""
+    gpudra("cluster", "up", "--dir", cluster_state, "--nodes", "l4-node", "--no-control-plane")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "a.yaml").write_text(MIXED)
+    (tmp_path / "dir" / "b.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: also-good}\n")
+    result = CliRunner().invoke(cli, ["apply", "-f", str(tmp_path / "dir"), "--dir", cluster_state])
+    assert result.exit_code == 1, result.output
+    assert result.stdout.splitlines() == ["configmap/good created", "configmap/also-good created"]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2 and "(ResourceClaim/bad): spec.devices.requests[0].exactly.count" in errors[0]
+    assert "(ConfigMap/Bad_Name)" in errors[1] and "2 objects not applied" in result.stderr
+    assert sorted(o["metadata"]["name"] for o in get(cluster_state, "configmaps")["items"]) == ["also-good", "good"]
+    assert get(cluster_state, "resourceclaims")["items"] == []
