@@ -163,3 +163,30 @@ def test_mig_on_simulated_gpus_needs_a_root_and_writes_nothing_under_var_lib(tmp
     invoke("mig", "apply", "-f", str(config), "-c", "all-disabled", "--backend", "simulated", "--root",
            str(tmp_path / "node"), code=0)
     assert os.path.exists(DriverPaths(root=str(tmp_path / "node")).simulated_state)
+
+
+def test_allocate_tries_nodes_in_the_same_order_in_every_mode(tmp_path):
+    """--mode each and together choose the first node in name order (the scheduler's, and explain's), sequential
+    walked the input's order: a claim that fits both of two nodes landed on `zeta` (given first) in sequential
+    mode and on `alpha` in the others. Now every mode takes name order, or --node's order where it is given."""
+    import json
+
+    from gpudra.api.dump import dump_yaml
+    from gpudra.discovery import read_inventory
+    from gpudra.driver.slices import build_resource_slices, device_classes
+
+    objects = [*device_classes("gpu.nvidia.com")]
+    for node in ("zeta", "alpha"):  # file order is not name order
+        objects += build_resource_slices(read_inventory("simulated", profile="l4-node", node_name=node), node)
+    objects.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
+                    "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}})
+    manifest = tmp_path / "all.yaml"
+    manifest.write_text(dump_yaml(objects))
+    for order, first in (([], "alpha"), (["--node", "zeta,alpha"], "zeta")):
+        pools = {}
+        for mode in ("sequential", "each", "together"):
+            out = json.loads(invoke("allocate", "-f", str(manifest), "--mode", mode, "-o", "json", *order,
+                                    code=0).stdout)
+            [claim] = [o for o in out["items"] if o["kind"] == "ResourceClaim"] if "items" in out else [out]
+            pools[mode] = {r["pool"] for r in claim["status"]["allocation"]["devices"]["results"]}
+        assert pools == {"sequential": {first}, "each": {first}, "together": {first}}, order
