@@ -6,7 +6,6 @@ import glob
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -239,10 +238,12 @@ def test_cluster_commands_report_usage_errors_cleanly(state):
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 2 and message in result.stderr and "Traceback" not in result.output
     assert not os.path.exists(os.path.join(state, "cluster.yaml"))
+    # a directory too long for unix sockets works: they go through a short link (tests/test_cluster_newcomer.py)
     long_dir = "/tmp/" + "x" * 100
-    result = CliRunner().invoke(cli, ["cluster", "up", "--dir", long_dir])
-    assert result.exit_code == 2 and "too long" in result.stderr
-    shutil.rmtree(long_dir, ignore_errors=True)
+    result = CliRunner().invoke(cli, ["cluster", "up", "--dir", long_dir, "--nodes", "l4-node", "--no-control-plane"])
+    assert result.exit_code == 0, result.output
+    down(ClusterDir(long_dir))
+    assert_nothing_left(long_dir)
 
 
 def test_nodes_option_names_nodes_after_their_profiles():

@@ -73,8 +73,8 @@ def test_an_objects_events_are_those_whose_involved_object_uid_equals_its_uid_cl
 def test_an_events_name_is_the_objects_name_a_dot_and_hex_client_go_record_event_go(tmp_path):
     """staging/src/k8s.io/client-go/tools/record/event.go, makeEvent: Name = fmt.Sprintf("%v.%x", ref.Name,
     t.UnixNano()), the whole object name, a dot, lowercase hex. An event name is a DNS subdomain (at most 253
-    characters) and its store file `NAME.json` a file name (pathconf _PC_NAME_MAX bytes), so an object with the
-    longest name the store holds gives an event with a prefix of its name."""
+    characters), so an object with the longest name (253 characters, stored under its hash: `NAME.json` passes
+    pathconf _PC_NAME_MAX) gives an event with a prefix of its name."""
     import re
 
     store = Store(str(tmp_path))
@@ -82,7 +82,8 @@ def test_an_events_name_is_the_objects_name_a_dot_and_hex_client_go_record_event
     event = store.record_event(store.create(_pod(name=name)), "Normal", "Scheduled", "assigned", "default-scheduler")
     event_name = event["metadata"]["name"]
     assert event_name.startswith(name + ".") and re.fullmatch(r"[0-9a-f]+", event_name[len(name) + 1:])
-    longest = "p" * (os.pathconf(tmp_path, "PC_NAME_MAX") - len(".json"))
+    longest = "p" * 253
+    assert len(longest) + len(".json") > os.pathconf(tmp_path, "PC_NAME_MAX")
     pod = store.create(_pod(name=longest))
     assert store.get("Pod", "default", longest) == pod
     event = store.record_event(pod, "Normal", "Scheduled", "assigned", "default-scheduler")

@@ -51,9 +51,10 @@ def normalize_claim_name(name: str) -> str:
 
 
 def _first_fit(allocator: Allocator, claim: dict[str, Any], node_names: list[str], node_refs: list[Any],
-               timeout: float | None) -> tuple[int, dict[str, Any] | None, dict[str, Any] | None]:
+               timeout: float | None, by_name: bool = True) -> tuple[int, dict[str, Any] | None, dict[str, Any] | None]:
     """How many nodes fit the claim alone, the first that does in node-name order (the order the scheduler, and so
-    `explain`, walks them) and the first error in input order, each as {node, outcome}."""
+    `explain`, walks them; with `by_name` False, in the order given) and the first error in input order, each as
+    {node, outcome}."""
     # `fits` answers nodes in the device state of one searched before from that search, without building
     # allocations; only the node shown gets its devices, from a search of its own (`allocate` is deterministic).
     fits, first_allocated, first_error = 0, None, None
@@ -61,7 +62,7 @@ def _first_fit(allocator: Allocator, claim: dict[str, Any], node_names: list[str
         outcome = allocator.fits(ref, [claim], timeout=timeout)
         if outcome.outcome == "allocated":
             fits += 1
-            if first_allocated is None or name < str(first_allocated["node"]):
+            if first_allocated is None or (by_name and name < str(first_allocated["node"])):
                 first_allocated = {"node": name, "ref": ref, "outcome": outcome}
         elif outcome.outcome == "error" and first_error is None:
             first_error = {"node": name, "outcome": outcome}
@@ -138,7 +139,8 @@ def build_report(
             shape = json.dumps(claim.get("spec"), sort_keys=True, default=str)
             if summary:
                 if shape not in firsts:
-                    firsts[shape] = _first_fit(allocator, claim, node_names, node_refs, timeout)
+                    # --node's order where given, as sequential mode and `gpudra allocate`'s choice take it
+                    firsts[shape] = _first_fit(allocator, claim, node_names, node_refs, timeout, by_name=not nodes)
                 fits, first_allocated, first_error = firsts[shape]
                 first = first_allocated or first_error
                 if first is not None:

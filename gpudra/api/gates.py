@@ -118,6 +118,13 @@ def _lookup(obj: Any, keys: Path) -> Any:
     return obj
 
 
+def gate_on(gate: str, version: str, features: Any = None) -> bool:
+    """Whether `version`'s components run with `gate` on: as `features` (gpudra.allocator.Features) sets it, else
+    the release's default."""
+    chosen = features.gate_enabled(gate) if features is not None else None
+    return gate_state(gate, version).default if chosen is None else chosen
+
+
 def drop_disabled_fields(obj: dict[str, Any], version: str, old: dict[str, Any] | None = None,
                          features: Any = None) -> list[str]:
     """Remove, in place, the gated fields that `version`'s API server drops with its gates (upstream's
@@ -127,9 +134,7 @@ def drop_disabled_fields(obj: dict[str, Any], version: str, old: dict[str, Any] 
     for the others."""
     dropped: list[str] = []
     for keys, gate in sorted(gated_keys(obj), key=lambda item: len(item[0])):
-        chosen = features.gate_enabled(gate) if features is not None else None
-        enabled = gate_state(gate, version).default if chosen is None else chosen
-        if enabled or (old is not None and _set(_lookup(old, keys))):
+        if gate_on(gate, version, features) or (old is not None and _set(_lookup(old, keys))):
             continue
         parent = _lookup(obj, keys[:-1])
         if isinstance(parent, dict) and keys[-1] in parent:
@@ -153,8 +158,9 @@ def served_version_problems(kind: Any, api_version: Any, version: str,
 
 
 def gate_warnings(obj: dict[str, Any], version: str, api_version: str | None = None,
-                  runtime_config: dict[str, bool] | None = None) -> list[tuple[str, str]]:
-    """(field path, message) for what Kubernetes `version` does not keep with its default gates.
+                  runtime_config: dict[str, bool] | None = None, features: Any = None) -> list[tuple[str, str]]:
+    """(field path, message) for what Kubernetes `version` does not keep with its gates: its defaults, or those
+    `features` (gpudra.allocator.Features, `--features`) turns on or off.
     `api_version`: the object's apiVersion as written (before any conversion to v1); `runtime_config`:
     the kube-apiserver's --runtime-config (beta versions it serves besides the default)."""
     found: list[tuple[str, str]] = []
@@ -170,13 +176,16 @@ def gate_warnings(obj: dict[str, Any], version: str, api_version: str | None = N
     if kind == "DeviceTaintRule":
         gate = "DRADeviceTaintRules" if gate_state("DRADeviceTaintRules", version).stage else "DRADeviceTaints"
         state = gate_state(gate, version)
-        if not state.default:
+        if not gate_on(gate, version, features):
             found.append(("", f"DeviceTaintRule needs the {gate} feature gate ({state.describe()})"))
     for path, gate in gated_fields(obj):
         state = gate_state(gate, version)
-        if state.default:
+        if gate_on(gate, version, features):
             continue
-        if state.stage is None:
+        if state.default and state.stage is not None:  # on by default: --features turned it off
+            found.append((path, f"needs the {gate} feature gate, which --features turns off: the API server drops "
+                                "the field while the gate is off"))
+        elif state.stage is None:
             found.append((path, f"needs the {gate} feature gate, which Kubernetes {version} does not have: "
                                 "its API server does not know the field"))
         else:

@@ -31,9 +31,10 @@ def _problem(doc: Document, path: str, message: str, severity: str = "error", fi
                    getattr(doc, "item", None))
 
 
-def validate_document(doc: Document, kubernetes_version: str | None = None) -> list[Problem]:
+def validate_document(doc: Document, kubernetes_version: str | None = None, features: Any = None) -> list[Problem]:
     """The API server's checks of one object; `kubernetes_version` (default: the newest release) decides the
-    rules that changed between releases (where a ResourceSlice's counter sets may live)."""
+    rules that changed between releases (where a ResourceSlice's counter sets may live); `features`
+    (gpudra.allocator.Features, `--features`) the gates over its defaults that its CEL environment follows."""
     if not isinstance(doc, Document):  # any object with .obj / .source / .index will do
         doc = Document(doc.obj, getattr(doc, "source", "<input>"), getattr(doc, "index", 1), getattr(doc, "item", None))
     obj = doc.obj
@@ -83,7 +84,8 @@ def validate_document(doc: Document, kubernetes_version: str | None = None) -> l
                 problems.append(_problem(doc, "", f"{api_version} {kind} is not a kind gpudra checks beyond its "
                                          "metadata; skipped", "warning"))
         return problems
-    facts: dict[str, Any] = {"release": kubernetes_version}  # also the release whose CEL environment checks selectors
+    # also the release (and gates) whose CEL environment checks selectors
+    facts: dict[str, Any] = {"release": kubernetes_version, "features": features}
     spec = obj.get("spec")
     if kind == "ResourceSlice" and isinstance(spec, dict) and isinstance(spec.get("driver"), str):
         facts["driver"] = spec["driver"]
@@ -147,13 +149,15 @@ def class_references(obj: dict[str, Any]) -> list[tuple[str, str]]:
 # ----- across documents ------------------------------------------------------------------------------
 def validate_documents(docs: list[Document], kubernetes_version: str | None = None,
                        progress: Callable[[str, int, int], None] | None = None, *,
-                       gates: bool = True, runtime_config: dict[str, bool] | None = None) -> list[Problem]:
+                       gates: bool = True, runtime_config: dict[str, bool] | None = None,
+                       features: Any = None) -> list[Problem]:
     """Problems of every document and across documents, grouped by document in input order.
     `kubernetes_version`: the release whose default feature gates decide which gated fields are
     warnings (gpudra.api.gates; default: gpudra.versions.DEFAULT_KUBERNETES_VERSION); `gates=False` leaves
     those warnings out (a caller that reports them for a release of its own, or wants only errors).
     `runtime_config`: the kube-apiserver's --runtime-config (gpudra.versions.parse_runtime_config): the beta
-    resource.k8s.io versions it serves besides the release's default.
+    resource.k8s.io versions it serves besides the release's default. `features` (gpudra.allocator.Features,
+    `--features`): the gates the API server runs with over the release's defaults.
     `progress(what, done, total)` hears of each document checked (a CLI draws a bar from it)."""
     docs = [d if isinstance(d, Document) else Document(d.obj, getattr(d, "source", "<input>"), getattr(d, "index", 1),
                                                        getattr(d, "item", None))
@@ -161,14 +165,15 @@ def validate_documents(docs: list[Document], kubernetes_version: str | None = No
     problems: list[Problem] = []
     with cycle_collection_paused():
         for done, doc in enumerate(docs, start=1):
-            problems.extend(validate_document(doc, kubernetes_version))
+            problems.extend(validate_document(doc, kubernetes_version, features))
             if gates:
-                problems.extend(gate_problems(doc, kubernetes_version, runtime_config))
+                problems.extend(gate_problems(doc, kubernetes_version, runtime_config, features))
             else:  # a version the release no longer serves is an error, not a gate warning
                 problems.extend(removed_version_problems(doc, kubernetes_version))
             if progress is not None:
                 progress("validating", done, len(docs))
         problems.extend(_cross_checks(docs, kubernetes_version))
+        problems.extend(_published_name_checks(docs, kubernetes_version, features))
     order: dict[tuple[str, int | None], int] = {}
     for doc in docs:
         order.setdefault((doc.source, doc.index), len(order))
@@ -188,9 +193,10 @@ def removed_version_problems(doc: Document, kubernetes_version: str | None = Non
 
 
 def gate_problems(doc: Document, kubernetes_version: str | None = None,
-                  runtime_config: dict[str, bool] | None = None) -> list[Problem]:
-    """Warnings for fields behind a feature gate that `kubernetes_version` leaves off (gpudra.api.gates), and
-    for a resource.k8s.io version it does not serve (an error where the version was removed)."""
+                  runtime_config: dict[str, bool] | None = None, features: Any = None) -> list[Problem]:
+    """Warnings for fields behind a feature gate that `kubernetes_version` leaves off, or `features`
+    (gpudra.allocator.Features) turns off (gpudra.api.gates), and for a resource.k8s.io version it does not
+    serve (an error where the version was removed)."""
     from gpudra.api.gates import gate_warnings
     from gpudra.versions import parse_version
 
@@ -203,7 +209,7 @@ def gate_problems(doc: Document, kubernetes_version: str | None = None,
     except Exception:  # noqa: BLE001 - unconvertible input is reported by validate_document
         return removed
     return removed + [_problem(doc, path, message, "warning") for path, message
-                      in gate_warnings(obj, version, doc.obj.get("apiVersion"), runtime_config)]
+                      in gate_warnings(obj, version, doc.obj.get("apiVersion"), runtime_config, features)]
 
 
 def _v1(doc: Document) -> dict[str, Any]:
@@ -250,6 +256,31 @@ def _cross_checks(docs: list[Document], kubernetes_version: str | None = None) -
     problems += _admin_access(docs)
     problems += _pod_references(docs)
     problems += _pool_checks(docs, kubernetes_version)
+    return problems
+
+
+def _published_name_checks(docs: list[Document], kubernetes_version: str | None, features: Any) -> list[Problem]:
+    """Selectors reading attribute or capacity names that no given ResourceSlice of the domain publishes
+    (gpudra.api.selector_names); nothing without slices."""
+    from gpudra.api.schema.cel_check import selector_gates
+    from gpudra.api.selector_names import name_problems, published_names, selector_expressions
+
+    slices = [_v1(d) for d in docs if d.kind == "ResourceSlice"]
+    published = published_names(slices) if slices else {}
+    if not published:
+        return []
+    consumable, list_type = selector_gates(kubernetes_version, features)
+    problems: list[Problem] = []
+    for doc in docs:
+        if doc.kind not in ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate"):
+            continue
+        try:
+            obj = _v1(doc)
+        except Exception:  # noqa: BLE001 - unconvertible input is reported by validate_document
+            continue
+        for path, expression in selector_expressions(obj):
+            problems += [_problem(doc, path, message) for message in name_problems(
+                expression, published, kubernetes_version, consumable, list_type)]
     return problems
 
 

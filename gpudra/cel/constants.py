@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from gpudra.cel.ast import Node, checked_syntax_tree
+from gpudra.cel.ast import Node, checked_syntax_tree, walk
 from gpudra.gostrconv import INT64_MAX, parse_int64, parse_uint64
 
 _UNIX_SECONDS = (-62135596800, 253402300799)  # cel-go minUnixTime / maxUnixTime
@@ -403,3 +403,23 @@ def format_problem(serialized: bytes) -> tuple[str, int] | None:
         if problem:
             return problem[0], _offset(serialized, problem[1])
     return None
+
+
+# ----- string literals given to a conversion the API server does not check --------------------------------------
+LITERAL_FUNCTIONS = frozenset({"quantity", "semver"})  # Kubernetes' library: an invalid literal fails at runtime
+
+
+def string_literal_calls(serialized: bytes, functions: frozenset[str] = LITERAL_FUNCTIONS) -> tuple[
+        tuple[str, str, int], ...]:
+    """(function, argument, offset in the checked text) of each global call of one of `functions` on a string
+    literal: `quantity("16GB")` compiles (cel-go folds only type conversions, interpreter/decorators.go
+    decOptimize), and fails each evaluation."""
+    found = []
+    try:
+        for node in walk(checked_syntax_tree(serialized)):
+            if (node.kind == "call" and node.value in functions and node.target is None and node.args
+                    and node.args[0].kind == "const" and isinstance(node.args[0].value, str)):
+                found.append((str(node.value), node.args[0].value, _offset(serialized, node.args[0].id)))
+    except (ValueError, IndexError, RecursionError):
+        return ()
+    return tuple(found)

@@ -69,12 +69,16 @@ class Selector:
     """A compiled selector. `evaluate(device_input)` returns a bool or raises CELRuntimeError."""
 
     __slots__ = ("expression", "environment", "estimated_cost", "runtime_bound", "reads", "refused", "_program",
-                 "_env", "_key", "_runtime_source")
+                 "_env", "_key", "_runtime_source", "literal_calls")
 
     def __init__(self, expression: str, environment: CelEnvironment, program, estimated_cost: int,
                  reads: tuple[tuple[str, ...], ...] | None = None, stored: bool = False, refused: bool = False,
-                 runtime_source: str = "", runtime_bound: int | None = None):
+                 runtime_source: str = "", runtime_bound: int | None = None,
+                 literal_calls: tuple[tuple[str, str, int], ...] = ()):
         self.expression = expression
+        # (function, string literal, offset in `expression`) of each `quantity("…")`/`semver("…")`: the API server
+        # accepts any literal there, `gpudra validate` checks them (gpudra.api.schema.cel_check)
+        self.literal_calls = literal_calls
         self.environment = environment
         # cel-go's estimate (gpudra.cel.estimate); over MAX_COST only for a stored expression (see compile_selector).
         self.estimated_cost = estimated_cost
@@ -282,8 +286,10 @@ def _compile(expression: str, environment: CelEnvironment, stored: bool = False)
             raise _compile_error(expression, rewritten, str(error)) from None
     # gpudra's bound, not cel-go's estimate: cel-go concatenates lists lazily at O(1), cel-cpp copies them
     refused = bound > MAX_COST and cost_model.may_grow_without_bound(serialized)
+    literal_calls = tuple((function, text, rewritten.original_offset(offset))
+                          for function, text, offset in constants.string_literal_calls(serialized))
     return Selector(expression, environment, program, estimate, device_reads(serialized), stored, refused,
-                    runtime_text, bound)
+                    runtime_text, bound, literal_calls)
 
 
 @lru_cache(maxsize=4096)

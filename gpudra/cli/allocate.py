@@ -93,11 +93,13 @@ def _normalise_claim_names(names: list[str]) -> list[str]:
     return [name if "/" in name else f"default/{name}" for name in names]
 
 
-def chosen_allocations(report: dict[str, Any], mode: str) -> dict[str, tuple[str, dict[str, Any]]]:
+def chosen_allocations(report: dict[str, Any], mode: str, order: list[str] | None = None
+                       ) -> dict[str, tuple[str, dict[str, Any]]]:
     """claim key -> (node, status.allocation) the way a scheduler would commit it.
 
     sequential: the final allocations; together and each: the first node where the claim was allocated,
-    nodes in name order: the order in which the scheduler (and so `gpudra explain`) walks them.
+    nodes in name order (the order in which the scheduler, and so `gpudra explain`, walks them), or in `order`
+    (--node's), as sequential mode tries them (`run_allocate`).
     """
     chosen: dict[str, tuple[str, dict[str, Any]]] = {}
     if mode == "sequential":
@@ -109,7 +111,9 @@ def chosen_allocations(report: dict[str, Any], mode: str) -> dict[str, tuple[str
         for key, allocation in (report.get("finalAllocations") or {}).items():
             chosen[key] = (nodes_by_claim.get(key, ""), allocation)
         return chosen
-    for result in sorted(report.get("results") or [], key=lambda entry: str(entry.get("node", ""))):
+    rank = {name: position for position, name in enumerate(order or [])}
+    for result in sorted(report.get("results") or [], key=lambda entry: (
+            rank.get(str(entry.get("node", "")), len(rank)), str(entry.get("node", "")))):
         if result.get("outcome") != "allocated":
             continue
         for key, allocation in (result.get("allocations") or {}).items():
@@ -118,10 +122,11 @@ def chosen_allocations(report: dict[str, Any], mode: str) -> dict[str, tuple[str
 
 
 def allocated_claims_view(
-    claims: list[dict[str, Any]], report: dict[str, Any], mode: str
+    claims: list[dict[str, Any]], report: dict[str, Any], mode: str, order: list[str] | None = None
 ) -> tuple[dict[str, Any], list[str]]:
-    """A `kind: List` of the given pending claims with `status.allocation` set where one was found."""
-    chosen = chosen_allocations(report, mode)
+    """A `kind: List` of the given pending claims with `status.allocation` set where one was found (`order`:
+    --node's, see chosen_allocations)."""
+    chosen = chosen_allocations(report, mode, order)
     fits: dict[str, list[str]] = {}
     errors: dict[str, str] = {}
     for result in report.get("results") or []:
@@ -223,7 +228,7 @@ def run_allocate(
     if not validate:
         for text in _validation_warnings(documents, version):
             warn(f"warning: {text}")
-    for problem in gate_warnings(documents, version):
+    for problem in gate_warnings(documents, version, features):
         warn(f"warning: {problem.location()}: {problem.path}: {problem.message}")
     objects, notes = _select_objects(documents)
     for text in notes:
@@ -244,6 +249,13 @@ def run_allocate(
         wanted = set(claim_names)
         pending = [claim for claim in pending if key_of(claim) in wanted]
 
+    order = list(nodes) if nodes else None  # --node's order; else every mode takes the nodes in name order
+    if mode == "sequential" and not nodes:
+        # as the scheduler walks them and the other modes choose (chosen_allocations); the report's own default
+        # is the input's order, the conformance harness's (tests/data/conformance)
+        from gpudra.allocator.report import default_node_names, split_objects
+
+        nodes = sorted(default_node_names(split_objects(objects)))
     try:
         with progress() as bar:
             report = build_report(objects, mode, nodes, claim_names, features, timeout=timeout, progress=bar,
@@ -254,11 +266,11 @@ def run_allocate(
         warn("note: no pending ResourceClaims in the input: nothing to allocate")
     elif not report.get("results") and not report.get("nodesTried"):
         warn(f"note: {NO_NODES}: the input has no Node objects and no ResourceSlice names a node; pass --node NAME")
-    chosen = chosen_allocations(report, mode)
+    chosen = chosen_allocations(report, mode, order)
     all_fit = all(key_of(claim) in chosen for claim in pending)
     if brief:
         return report, messages, all_fit
-    view, claim_notes = allocated_claims_view(pending, report, mode)
+    view, claim_notes = allocated_claims_view(pending, report, mode, order)
     messages.extend(claim_notes)
     return view, messages, all_fit
 

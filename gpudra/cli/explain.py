@@ -111,7 +111,7 @@ def command(target: tuple[str, ...], paths: tuple[str, ...], namespace: str | No
         namespace = namespace or _default_namespace(paths, kubeconfig, context)
     policy = policy or "kube"
     with validated_alongside(documents, "explain", validate, release=version) as check:
-        warnings = gate_warnings(documents, version)  # before the work, which fills in fields of the objects
+        warnings = gate_warnings(documents, version, gates)  # before the work, which fills in fields of the objects
         try:
             objects = v1_objects(documents)
             with progress() as bar:

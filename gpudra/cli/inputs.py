@@ -191,10 +191,10 @@ def _live_features(kubeconfig: str | None, context: str | None, request_timeout:
     return features_from_gates(gates)
 
 
-def gate_warnings(documents: list[Document], version: str) -> list[Problem]:
-    """Manifest fields behind a feature gate that `version` leaves off (the cluster's own objects
-    already went through its API server)."""
+def gate_warnings(documents: list[Document], version: str, features: Any = None) -> list[Problem]:
+    """Manifest fields behind a feature gate that `version` leaves off, or `features` (the gates of `--features`
+    or of the local cluster) turns off (the cluster's own objects already went through its API server)."""
     from gpudra.api.validate import gate_problems
 
     return [problem for document in documents if document.source != CLUSTER_SOURCE
-            for problem in gate_problems(document, version)]
+            for problem in gate_problems(document, version, features=features)]

@@ -174,7 +174,7 @@ def _read_config(path: str) -> Any:
         _fail(str(exc))
 
 
-def _node_backend(backend: str, profile: str, node_name: str, root: str, plugins_dir: str):
+def _node_backend(backend: str, profile: str, node_name: str, root: str | None, plugins_dir: str):
     from gpudra.cli.driver import profile_named
     from gpudra.discovery import DiscoveryError, open_backend, resolve_backend
     from gpudra.driver.paths import DriverPaths
@@ -183,7 +183,12 @@ def _node_backend(backend: str, profile: str, node_name: str, root: str, plugins
     if fell_back:  # changing simulated GPUs under --root (default /) in place of the node's would be a surprise
         _fail("no NVIDIA driver (NVML) on this machine, and this command changes GPUs: give --backend simulated "
               "(with --profile and --root) for simulated ones, or --backend nvml on a GPU node")
-    paths = DriverPaths(root=root, plugins_dir=plugins_dir)
+    if root is None and backend == "simulated":
+        # simulated GPUs live in files under the root, and the driver is asked to republish there: under / that
+        # would be this machine's /var/lib (the NVIDIA driver's plugin directory included)
+        _fail("--backend simulated changes simulated GPUs kept under --root: give --root DIR, the simulated node "
+              "driver's root (a local cluster's is DIR/nodes/NODE)")
+    paths = DriverPaths(root=root or "/", plugins_dir=plugins_dir)
     try:
         return paths, open_backend(backend, profile=profile, node_name=node_name, state_path=paths.simulated_state)
     except DiscoveryError as exc:
@@ -197,8 +202,9 @@ _NODE_OPTIONS = [
     click.option("--profile", default="dgx-h100", show_default=True, help="simulated node profile (simulated)"),
     node_option("This node's name (its Node object's; $NODE_NAME, as a DaemonSet sets it).", dest="node_name",
                 default="node", envvar="NODE_NAME", show_default=True),
-    click.option("--root", default="/", show_default=True,
-                 help="the node driver's --root (its checkpoint and the simulated GPU state live under it)"),
+    click.option("--root", default=None,
+                 help="the node driver's --root (its checkpoint and the simulated GPU state live under it); "
+                      "default / with --backend nvml, required with --backend simulated"),
     # The driver's checkpoint (prepared claims) lives in its plugin directory: read it where that driver keeps it,
     # or claims go unseen and GPUs in use are repartitioned.
     click.option("--kubelet-plugins-directory-path", "plugins_dir", default="/var/lib/kubelet/plugins",
@@ -216,7 +222,7 @@ def _node_options(fn):
 @click.option("-f", "--filename", "path", required=True, help="mig-parted config file or ConfigMap ('-' for stdin)")
 @click.option("-c", "--config", "config_name", required=True, help="name of the config under mig-configs")
 @_node_options
-def apply_command(path: str, config_name: str, backend: str, profile: str, node_name: str, root: str,
+def apply_command(path: str, config_name: str, backend: str, profile: str, node_name: str, root: str | None,
                   plugins_dir: str) -> None:
     """Apply a named mig-parted config to this node's GPUs (destroying and creating MIG devices); refuses,
     listing them, while prepared claims hold devices on a GPU that would change. Exit 1 when refused."""
@@ -251,7 +257,7 @@ def apply_command(path: str, config_name: str, backend: str, profile: str, node_
 @click.option("--resync", "resync_s", type=click.IntRange(1), default=60, show_default=True,
               help="seconds between full resyncs (a failed config is retried)")
 @click.option("-v", "--verbose", is_flag=True, help="log at debug level (every label change and MIG operation)")
-def manager_command(path: str, backend: str, profile: str, node_name: str, root: str, plugins_dir: str,
+def manager_command(path: str, backend: str, profile: str, node_name: str, root: str | None, plugins_dir: str,
                     kubeconfig: str | None, in_cluster: bool, resync_s: int, verbose: bool) -> None:
     """Follow the node's nvidia.com/mig.config label: apply that config, report nvidia.com/mig.config.state
     (pending, success, failed) and have the node driver republish, as the GPU Operator's MIG manager does."""

@@ -11,7 +11,7 @@ import click
 from gpudra.api.dump import dump_yaml_data
 from gpudra.api.problems import printable
 from gpudra.cli.errors import USAGE, fail, show_error, warn
-from gpudra.cli.inputs import gate_warnings, read_documents, require_valid
+from gpudra.cli.inputs import gate_warnings, read_documents
 from gpudra.cli.output import render_objects
 
 DIR_OPTION = click.option("--dir", "directory", default=None, metavar="DIR",
@@ -83,29 +83,55 @@ def _namespace(namespace: str | None) -> str | None:
     return namespace
 
 
-def _targets_of(documents, namespace: str | None) -> list[tuple[Any, str | None, str]]:
-    """(kind, namespace, name) of each document, each checked as the store will (known kind, its apiVersion, the
-    kind's name rule, a DNS-label namespace) before anything is written: one bad document applies nothing."""
+def _identity_problem(doc, namespace: str | None) -> tuple[Any, str | None, str] | str:
+    """(kind, namespace, name) of the document, checked as the store will (known kind, its apiVersion, the kind's
+    name rule, a DNS-label namespace), or why the store refuses it."""
     from gpudra.cluster.store import StoreError, check_api_version, check_identity, kind_info
 
-    targets, problems = [], []
-    for doc in documents:
-        try:
-            info = kind_info(doc.obj.get("kind") if isinstance(doc.obj, dict) else None)
-            check_api_version(info, doc.obj.get("apiVersion") or info.api_version)
-            ns = (doc.namespace or namespace or "default") if info.namespaced else None
-            meta = doc.metadata
-            name = meta.get("name")
-            if name is None and isinstance(meta.get("generateName"), str):
-                name = meta["generateName"].rstrip("-") + "-x"  # what the store will name it; checked alike
-            check_identity(info, ns, name)
-        except StoreError as exc:
-            problems.append(f"{printable(doc.label())}: {exc}")
-            continue
-        targets.append((info, ns, doc.name))
+    try:
+        info = kind_info(doc.obj.get("kind") if isinstance(doc.obj, dict) else None)
+        check_api_version(info, doc.obj.get("apiVersion") or info.api_version)
+        ns = (doc.namespace or namespace or "default") if info.namespaced else None
+        meta = doc.metadata
+        name = meta.get("name")
+        if name is None and isinstance(meta.get("generateName"), str):
+            name = meta["generateName"].rstrip("-") + "-x"  # what the store will name it; checked alike
+        check_identity(info, ns, name)
+    except StoreError as exc:
+        return f"{printable(doc.label())}: {exc}"
+    return info, ns, doc.name
+
+
+def _targets_of(documents, namespace: str | None) -> list[tuple[Any, str | None, str]]:
+    """(kind, namespace, name) of each document, each checked before anything is deleted: one bad document
+    deletes nothing."""
+    found = [_identity_problem(doc, namespace) for doc in documents]
+    problems = [p for p in found if isinstance(p, str)]
     if problems:
         fail(problems[0], 1, details=[f"error: {p}" for p in problems[1:]])
-    return targets
+    return [t for t in found if not isinstance(t, str)]
+
+
+def _refusals(documents, namespace: str | None, release: str | None) -> dict[int, list[str]]:
+    """id(document) → why the API server would refuse it (`gpudra validate`'s errors for the cluster's release,
+    a kind or name the store cannot serve): kubectl applies the others and reports these."""
+    from gpudra.api.problems import errors
+    from gpudra.api.validate import validate_documents
+    from gpudra.cli.progress import progress
+
+    by_place = {(d.source, d.index, getattr(d, "item", None)): d for d in documents}
+    refused: dict[int, list[str]] = {}
+    with progress() as bar:  # thousands of slices take seconds
+        problems = errors(validate_documents(documents, release, progress=bar, gates=False))
+    for problem in problems:
+        doc = by_place.get((problem.source, problem.index, problem.item))
+        if doc is not None:
+            refused.setdefault(id(doc), []).append(problem.render())
+    for doc in documents:
+        identity = _identity_problem(doc, namespace) if id(doc) not in refused else None
+        if isinstance(identity, str):
+            refused[id(doc)] = [identity]
+    return refused
 
 
 @click.command("apply")
@@ -127,17 +153,23 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
     namespace = _namespace(namespace)
     documents = read_documents(paths)
     release = cluster.kubernetes_version()
-    require_valid(documents, "apply", no_validate=False, release=release)  # the API server would refuse them
-    _targets_of(documents, namespace)  # kinds the store serves, names it can keep: else nothing applied
-    for problem in gate_warnings(documents, release) if release else []:  # the store drops those fields
+    # what the API server would refuse is reported and the rest applied, as kubectl does (exit 1 then)
+    refusals = _refusals(documents, namespace, release)
+    errors = [message for doc in documents for message in refusals.get(id(doc), [])]
+    not_applied = len(refusals)
+    documents = [doc for doc in documents if id(doc) not in refusals]
+    # the store drops those fields (the cluster's --features decide which)
+    for problem in gate_warnings(documents, release, cluster.feature_gates()) if release else []:
         warn(f"{problem.location()}: {problem.path}: {problem.message}")
     _hold_control_loop(cluster)
     applied = []
     for doc in documents:
         try:
             line = apply_document(cluster.store, doc, namespace)
-        except StoreError as exc:
-            _fail(f"{printable(doc.label())}: {exc}", 1)  # the API server says no: invalid, immutable, conflict
+        except StoreError as exc:  # the API server says no: invalid, immutable, conflict, no such namespace
+            errors.append(f"{printable(doc.label())}: {exc}")
+            not_applied += 1
+            continue
         reference = line.rsplit(" ", 1)[0]  # `kind.group/name created`
         if output is None:
             click.echo(line)
@@ -150,6 +182,11 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
     if applied and output:
         click.echo(render_objects(applied, output, single=True), nl=False)
     _reconcile(cluster, verbose)
+    if errors:
+        for message in errors[:-1]:
+            show_error(message)
+        _fail(errors[-1] if not_applied == 1 else f"{errors[-1]}\n{not_applied} objects not applied "
+              "(`gpudra validate` explains what the API server refuses)", 1)
 
 
 @click.command("get")
@@ -265,19 +302,18 @@ def delete_command(resources: tuple[str, ...], paths: tuple[str, ...], directory
 
 
 def _cascade(cluster, targets) -> None:
-    """The garbage collector for workloads: their pods go with them (ReplicaSets of a Deployment included)."""
+    """The garbage collector for workloads: their pods go with them (a Deployment's ReplicaSet and its pods are
+    collected by the control loop, gpudra.cluster.deployments)."""
     from gpudra.cluster.store import StoreError
 
     workloads = {(ns, info.kind, name) for info, ns, name in targets
-                 if info.kind in ("Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet")}
+                 if info.kind in ("StatefulSet", "Job", "DaemonSet")}
     if not workloads:
         return
     for pod in cluster.store.list("Pod"):
         meta = pod["metadata"]
         for ref in meta.get("ownerReferences") or []:
-            owner = (meta.get("namespace"), ref.get("kind"), ref.get("name"))
-            deployment = (meta.get("namespace"), "Deployment", ref.get("name", "").rsplit("-", 1)[0])
-            if owner in workloads or (ref.get("kind") == "ReplicaSet" and deployment in workloads):
+            if (meta.get("namespace"), ref.get("kind"), ref.get("name")) in workloads:
                 try:
                     cluster.store.delete("Pod", meta.get("namespace"), meta["name"])
                 except StoreError:

@@ -52,7 +52,7 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
     version, gates = release_and_features(kubernetes_version, features, paths, kubeconfig, context, request_timeout)
     documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=False, command="schedule")
     with validated_alongside(documents, "schedule", validate, release=version) as check:
-        warnings = gate_warnings(documents, version)  # before the scheduler fills in fields of the objects
+        warnings = gate_warnings(documents, version, gates)  # before the scheduler fills in fields of the objects
         try:
             cluster = Cluster(v1_objects(documents), gates, version)
             scheduler = Scheduler(cluster, policy=policy, percentage_of_nodes_to_score=percentage,

@@ -11,7 +11,8 @@ import click
 from gpudra.api.dump import dump_json, dump_yaml
 from gpudra.api.validate import has_errors, validate_documents
 from gpudra.cli.errors import NEGATIVE, OK, USAGE, InputError, UsageError, show_error
-from gpudra.cli.options import cluster_options, filename_option, kubernetes_version_option, runtime_config_option
+from gpudra.cli.options import (cluster_options, features_option, filename_option, kubernetes_version_option,
+                                runtime_config_option)
 from gpudra.cli.output import output_option, plural, render_problems, report_problems
 from gpudra.cli.progress import progress
 from gpudra.scheduler.meta import key_of
@@ -26,9 +27,10 @@ from gpudra.scheduler.meta import key_of
 @kubernetes_version_option("Validate as this release's API server (1.33-1.36; default 1.36): a field behind a "
                            "feature gate that is off by default there is a warning naming the gate.")
 @runtime_config_option()
+@features_option()
 @cluster_options("With --fix: check the repairs against this cluster's ResourceSlices (read-only).")
 def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool, kubernetes_version: str | None,
-            runtime_config: dict[str, bool], kubeconfig: str | None, context: str | None,
+            runtime_config: dict[str, bool], features: str, kubeconfig: str | None, context: str | None,
             request_timeout: float | None) -> None:
     """Validate Kubernetes DRA manifests: exit 0 when valid, 1 when there are errors, 2 when input cannot be read.
 
@@ -40,10 +42,16 @@ def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool, kuberne
     from gpudra.api.load import LoadError, LoadErrors, load_paths
     from gpudra.versions import VersionError, parse_version
 
+    from gpudra.allocator.features import Features
+
     try:
         version = parse_version(kubernetes_version)
     except VersionError as exc:
         raise UsageError(f"--kubernetes-version: {exc}") from None
+    try:
+        gates = Features.parse(features, version)  # the API server's gates: its CEL environment, the fields it keeps
+    except ValueError as exc:
+        raise UsageError(f"--features: {exc}") from None
     unreadable: list[LoadError] = []
     try:
         documents = load_paths(list(paths))
@@ -54,8 +62,8 @@ def command(paths: tuple[str, ...], fix: bool, output: str, quiet: bool, kuberne
     for error in unreadable:
         show_error(str(error))
     cluster = _read_cluster(kubeconfig, context, request_timeout) if fix and (kubeconfig or context) else []
-    code = (_fix(documents, output, quiet, cluster, version=version) if fix
-            else _check(documents, output, quiet, version, len(unreadable), runtime_config))
+    code = (_fix(documents, output, quiet, cluster, version=version, features=gates) if fix
+            else _check(documents, output, quiet, version, len(unreadable), runtime_config, gates))
     sys.exit(USAGE if unreadable else code)
 
 
@@ -71,11 +79,12 @@ def _read_cluster(kubeconfig: str | None, context: str | None, request_timeout: 
 
 
 def _check(documents, output: str, quiet: bool, version: str | None = None, unreadable: int = 0,
-           runtime_config: dict[str, bool] | None = None) -> int:
+           runtime_config: dict[str, bool] | None = None, features=None) -> int:
     if not documents:
         return OK
     with progress() as bar:
-        problems = validate_documents(documents, version, progress=bar, runtime_config=runtime_config)
+        problems = validate_documents(documents, version, progress=bar, runtime_config=runtime_config,
+                                      features=features)
     report_problems(problems, output, _counted(documents), len(documents), quiet, unreadable)
     return NEGATIVE if has_errors(problems) else OK
 
@@ -87,7 +96,8 @@ def _counted(documents) -> str:
     return f"{plural(len(documents), 'object')} {where}"
 
 
-def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None, version: str | None = None) -> int:
+def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None, version: str | None = None,
+         features=None) -> int:
     if not documents:
         return OK
     cluster = cluster or []  # a live cluster's objects, when they are read
@@ -98,7 +108,7 @@ def _fix(documents, output: str, quiet: bool, cluster: list[dict] | None = None,
     objects = [d.obj for d in result.documents]
     printed = _to_print(objects, quiet)
     sys.stdout.write(dump_json(printed) if output == "json" else dump_yaml(printed))
-    remaining = validate_documents(result.documents, version)
+    remaining = validate_documents(result.documents, version, features=features)
     errors = [p for p in remaining if p.severity == "error"]
     if not quiet:
         for line in result.changes:

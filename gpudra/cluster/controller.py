@@ -26,11 +26,12 @@ from gpudra.copying import copy_object
 from gpudra.scheduler import Cluster, Scheduler
 from gpudra.scheduler.cluster import claim_allocation, is_terminal, reserved_for
 from gpudra.scheduler.meta import key_of
-from gpudra.scheduler.workloads import POD_CLAIM_NAME_ANNOTATION
+from gpudra.scheduler.workloads import EXTENDED_RESOURCE_CLAIM_ANNOTATION, POD_CLAIM_NAME_ANNOTATION
 from gpudra.versions import parse_version
 
 from .computedomains import reconcile_compute_domains
-from .kubelet import Kubelet, running_status, waiting_status
+from .deployments import current_replica_set, reconcile_deployments
+from .kubelet import Kubelet, extended_claim_name, running_status, waiting_status
 from .layout import ClusterDir
 from .store import StoreError, created_serial, open_private
 
@@ -110,8 +111,12 @@ class ControlLoop:
         # the ComputeDomain controller first: the templates, DaemonSets and node labels it writes are this
         # round's input
         domains_changed = reconcile_compute_domains(self.store, self.event, self.step)
+        domains_changed |= reconcile_deployments(self.store, self.step)
         # creation order, as the informers' caches hand objects to the controllers and the scheduling queue
         objects = [obj for kind in MODEL_KINDS for obj in sorted(self.store.list(kind), key=created_serial)]
+        replica_sets = [obj for obj in objects if obj.get("kind") == "ReplicaSet"]
+        objects = [obj for obj in objects if obj.get("kind") != "Deployment"
+                   or current_replica_set(obj, replica_sets) is not None]
         pods = [o for o in objects if o.get("kind") == "Pod"]
         claims_before = {key_of(o): _snapshot(o) for o in objects if o.get("kind") == "ResourceClaim"}
         pods_before = {key_of(o): _snapshot(o) for o in pods}
@@ -216,9 +221,14 @@ class ControlLoop:
                 annotations = (claim.get("metadata") or {}).get("annotations") or {}
                 owner = next((r["name"] for r in claim["metadata"].get("ownerReferences") or []), "?")
                 claim = self.store.create(claim)  # with the uid the store gave it
+                namespace = claim["metadata"]["namespace"]
+                if annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true":  # the scheduler's, KEP-5004
+                    self.step("claim", f"claim {key} created for the extended resources of pod {namespace}/{owner}")
+                    changed = True
+                    continue
                 self.event(claim, "Normal", "Created", f"created from template for pod {owner} "
                            f"(pod claim {annotations.get(POD_CLAIM_NAME_ANNOTATION)})", CLAIM_CONTROLLER)
-                self.step("claim", f"claim {key} created from template for pod {claim['metadata']['namespace']}/{owner}")
+                self.step("claim", f"claim {key} created from template for pod {namespace}/{owner}")
                 changed = True
             elif _snapshot(claim) != before[key]:
                 self._replace(claim)
@@ -244,6 +254,10 @@ class ControlLoop:
             meta["generateName"] = meta.pop("name")[:-5]
         meta.pop("uid", None)
         pod.pop("status", None)
+        if owner.get("kind") == "ReplicaSet":  # a Deployment's: owned by its ReplicaSet as the store holds it
+            replica_set = self.store.get("ReplicaSet", meta.get("namespace"), str(owner.get("name")))
+            if replica_set is not None:
+                owner["uid"] = replica_set["metadata"]["uid"]
         created = self.store.create(pod)
         self.step("pod", f"pod {key_of(created)} created by {owner.get('kind', '?')} {owner.get('name', '?')}")
 
@@ -308,6 +322,16 @@ class ControlLoop:
                     e.get("uid") == pod["metadata"]["uid"] for e in reserved_for(claim)):
                 return None, {}
             names[pod_claim["name"]] = name
+            if claim not in out:
+                out.append(claim)
+        # the claim the scheduler made for the pod's extended-resource requests (KEP-5004): prepared like any
+        # other, as the kubelet's DRA manager adds it to the pod's claims (pkg/kubelet/cm/dra/manager.go)
+        extended = extended_claim_name(pod)
+        if extended is not None:
+            claim = claims.get(f"{namespace}/{extended}")
+            if claim is None or claim_allocation(claim) is None or not any(
+                    e.get("uid") == pod["metadata"]["uid"] for e in reserved_for(claim)):
+                return None, {}
             if claim not in out:
                 out.append(claim)
         return out, names

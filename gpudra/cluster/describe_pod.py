@@ -49,6 +49,7 @@ def _container(container: dict[str, Any], status: dict[str, Any], view: dict[str
     body.extend(_state(status))
     body.append(_field("Ready", "True" if status.get("ready") else "False", 16))
     body.append(_field("Restart Count", status.get("restartCount", 0), 16))
+    body.extend(_resources(container.get("resources") or {}))
     claims = [c.get("name") for c in ((container.get("resources") or {}).get("claims") or [])]
     if claims:
         body.append(_field("Claims", ", ".join(str(c) for c in claims), 16))
@@ -62,9 +63,28 @@ def _container(container: dict[str, Any], status: dict[str, Any], view: dict[str
     return lines + [INDENT + line for line in body]
 
 
+def _resources(resources: dict[str, Any]) -> list[str]:
+    """kubectl's `Limits:` and `Requests:` blocks; requests unset but limited show the limit, as the API server's
+    defaulting fills them in (pkg/apis/core/v1/defaults.go, SetDefaults_Pod)."""
+    limits = resources.get("limits") or {}
+    requests = {**limits, **(resources.get("requests") or {})}
+    lines = []
+    for label, values in (("Limits", limits), ("Requests", requests)):
+        if values:
+            width = max(len(str(name)) for name in values) + 3
+            lines.append(f"{label}:")
+            lines.extend(INDENT + f"{str(name) + ':':<{width}}{value}" for name, value in sorted(values.items()))
+    return lines
+
+
 def _list_field(label: str, items: list[str]) -> list[str]:
     """`Label:` then one indented line per item, or `Label:  <none>` in the column of the other values."""
     return [f"{label}:", *(INDENT + str(item) for item in items)] if items else [_field(label, None, 16)]
+
+
+def _devices(claim: dict[str, Any] | None) -> str:
+    results = ((((claim or {}).get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
+    return ", ".join(f"{r.get('pool')}/{r.get('device')}" for r in results or []) or "<not allocated>"
 
 
 def _claims(pod: dict[str, Any], claims: dict[str, dict[str, Any]]) -> list[str]:
@@ -74,11 +94,14 @@ def _claims(pod: dict[str, Any], claims: dict[str, dict[str, Any]]) -> list[str]
     for pod_claim in (pod.get("spec") or {}).get("resourceClaims") or []:
         name = pod_claim.get("resourceClaimName") or statuses.get(pod_claim.get("name"))
         claim = claims.get(name or "")
-        results = ((((claim or {}).get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
-        devices = ", ".join(f"{r.get('pool')}/{r.get('device')}" for r in results or []) or "<not allocated>"
         source = ("template " + pod_claim["resourceClaimTemplateName"]) if pod_claim.get(
             "resourceClaimTemplateName") else "claim"
-        rows.append([str(pod_claim.get("name", "")), name or "<not created>", source, devices])
+        rows.append([str(pod_claim.get("name", "")), name or "<not created>", source, _devices(claim)])
+    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    if extended.get("resourceClaimName"):  # made by the scheduler for the containers' extended resources
+        resources = sorted({str(m.get("resourceName")) for m in extended.get("requestMappings") or []})
+        rows.append([", ".join(resources), extended["resourceClaimName"], "extended resources",
+                     _devices(claims.get(extended["resourceClaimName"]))])
     if not rows:
         return ["Resource Claims:  <none>"]
     table = render_table(["Name", "ResourceClaim", "From", "Devices"], rows)

@@ -20,6 +20,7 @@ from gpudra.cdi import CdiError, apply_devices, default_oci_spec
 from gpudra.driver.claimpaths import ClaimPathError, is_inside, uid_path
 from gpudra.driver.kubelet_client import KubeletClient
 from gpudra.regularfile import read_regular_file
+from gpudra.scheduler.resources import container_requests
 
 from .layout import ClusterDir
 from .store import FILE_MODE, now_rfc3339, private_dirs
@@ -118,9 +119,11 @@ class Kubelet:
         paths = self.cluster.driver_paths(node, self.driver_name)
         for container in (pod.get("spec") or {}).get("containers") or []:
             ids: list[str] = []
-            for use in (container.get("resources") or {}).get("claims") or []:
-                for device in prepared.get(pod_claim_names.get(use.get("name", ""), ""), []):
-                    if use.get("request") and use["request"] not in device["requestNames"]:
+            uses = [(pod_claim_names.get(use.get("name", ""), ""), use.get("request"))
+                    for use in (container.get("resources") or {}).get("claims") or []]
+            for claim_name, request in uses + extended_uses(pod, container):
+                for device in prepared.get(claim_name, []):
+                    if request and request not in device["requestNames"]:
                         continue
                     ids.extend(i for i in device["cdiDeviceIDs"] if i not in ids)
             view: dict[str, Any] = {"name": container.get("name"), "cdiDevices": ids}
@@ -169,6 +172,26 @@ class Kubelet:
         except FileNotFoundError:
             pass
         return True
+
+
+def extended_claim_name(pod: dict[str, Any]) -> str | None:
+    """The claim the scheduler created for the pod's extended-resource requests (status.extendedResourceClaimStatus,
+    k8s.io/api core/v1 PodExtendedResourceClaimStatus), or None."""
+    name = ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+    return name if isinstance(name, str) and name else None
+
+
+def extended_uses(pod: dict[str, Any], container: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(claim name, request name) for each extended resource the container requests that the pod's extended claim
+    serves: the kubelet's DRA manager gives a container the devices of the requestMappings entry that names it and
+    a resource it requests (pkg/kubelet/cm/dra/manager.go, GetResources)."""
+    claim = extended_claim_name(pod)
+    if claim is None:
+        return []
+    requested = {name for name, value in container_requests(container).items() if value > 0}
+    mappings = (pod.get("status") or {}).get("extendedResourceClaimStatus", {}).get("requestMappings") or []
+    return [(claim, m.get("requestName")) for m in mappings if isinstance(m, dict) and m.get("requestName")
+            and m.get("containerName") == container.get("name") and m.get("resourceName") in requested]
 
 
 def running_status(pod: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:

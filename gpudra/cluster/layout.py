@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,10 +14,11 @@ from gpudra.api.dump import dump_yaml_data
 from gpudra.api.schema import names
 from gpudra.atomicfile import remove_stale_temps, write_atomic
 from gpudra.driver.claimpaths import ClaimPathError, path_inside
-from gpudra.driver.paths import DriverPaths
+from gpudra.driver.paths import SOCKET_PATH_MAX, DriverPaths
 from gpudra.driver.slices import DEFAULT_DRIVER_NAME
 from gpudra.errors import GpudraError
 from gpudra.regularfile import read_regular_file
+from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
 
 from .store import FILE_MODE, Store, private_dirs
 
@@ -240,9 +243,29 @@ class ClusterDir:
                 removed += [os.path.join(directory, name) for name in remove_stale_temps(directory)]
         return removed
 
-    def driver_paths(self, node: str, driver_name: str = DEFAULT_DRIVER_NAME) -> DriverPaths:
-        return DriverPaths(driver_name=driver_name, root=self.node_dir(node), registry_dir=REGISTRY_DIR,
+    def driver_paths(self, node: str, driver_name: str = DEFAULT_DRIVER_NAME,
+                     config: ClusterConfig | None = None) -> DriverPaths:
+        """`config`: the one `up` is about to save (default: the saved one)."""
+        return DriverPaths(driver_name=driver_name, root=self.driver_root(node, config), registry_dir=REGISTRY_DIR,
                            plugins_dir=PLUGINS_DIR, cdi_dir=CDI_DIR)
+
+    def driver_root(self, node: str, config: ClusterConfig | None = None) -> str:
+        """The node's directory as its drivers and the kubelet stand-in address it: the node directory itself, or,
+        where the state directory is too long for the nodes' unix sockets (any $HOME of 16 characters or more under
+        the default directory), the same directory through the cluster's short link (`socket_link`)."""
+        self.node_dir(node)  # a valid node name, inside the cluster
+        base = self.path if self._sockets_fit(config or self._current_config()) else ensure_socket_link(self.path)
+        return os.path.join(base, "nodes", node)
+
+    def _sockets_fit(self, config: ClusterConfig | None) -> bool:
+        if config is None:
+            return True
+        longest_node = max((len(os.fsencode(n.name)) for n in config.nodes), default=0)
+        longest_driver = max(len(os.fsencode(config.driver_name)), len(COMPUTE_DOMAIN_DRIVER_NAME))
+        root = os.path.join(self.path, "nodes", "n" * longest_node)
+        paths = DriverPaths(driver_name="d" * longest_driver, root=root, registry_dir=REGISTRY_DIR,
+                            plugins_dir=PLUGINS_DIR, cdi_dir=CDI_DIR)
+        return all(len(os.fsencode(p)) <= SOCKET_PATH_MAX for p in (paths.registration_socket, paths.dra_socket))
 
     def pid_file(self, node: str) -> str:
         return os.path.join(self.node_dir(node), "driver.pid")
@@ -267,6 +290,58 @@ class ClusterDir:
     # since the directory may be one of the user's: `cluster up --dir .`, `demo --keep DIR`).
     OWN_ENTRIES = (CONFIG_FILE, "nodes", "store", "store.lock", "controller.lock", "control-plane.pid",
                    "control-plane.log", "view.html", "kube", "kubeconfig")
+
+
+# ----- a short path to a long state directory, for its unix sockets ----------------------------------------
+
+
+def socket_link(path: str) -> str:
+    """`/tmp/gpudra-<uid>/<12 hex digits of the state directory's path>`: a symlink to the state directory, through
+    which the nodes' sockets are bound and dialled (a socket's address is the path string, limited to ~105 bytes;
+    the link resolves to the socket file in the state directory, where everything else of the node stays). /tmp, not
+    $XDG_RUNTIME_DIR: the control plane outlives a logout, which empties the latter."""
+    digest = hashlib.sha256(os.fsencode(os.path.abspath(path))).hexdigest()[:12]
+    return os.path.join(f"/tmp/gpudra-{os.getuid()}", digest)
+
+
+def ensure_socket_link(path: str) -> str:
+    """The cluster's socket link, (re)made when missing; ClusterSetupError when its directory is not this user's
+    own private one (another user could otherwise redirect the sockets)."""
+    link = socket_link(path)
+    base = os.path.dirname(link)
+    try:
+        os.mkdir(base, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(base)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise ClusterSetupError(f"{base} is not a private directory of this user: the cluster's socket links "
+                                f"cannot be kept there (remove it, or use a shorter --dir)")
+    target = os.path.abspath(path)
+    for _ in range(3):  # another command may make it at the same moment
+        try:
+            if os.readlink(link) == target:
+                return link
+            os.unlink(link)  # a link left by an earlier cluster of the same digest
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise ClusterSetupError(f"{link} is not a link to {target}: {exc.strerror}") from None
+        try:
+            os.symlink(target, link)
+        except FileExistsError:
+            continue
+        return link
+    raise ClusterSetupError(f"{link}: could not be made a link to {target}")
+
+
+def remove_socket_link(path: str) -> None:
+    link = socket_link(path)
+    try:
+        if os.readlink(link) == os.path.abspath(path):
+            os.unlink(link)
+    except OSError:
+        pass
 
 
 # ----- the cluster brought up last -------------------------------------------------------------------

@@ -156,7 +156,7 @@ def main(argv: list[str]) -> int:
         if note:
             logging.getLogger(__name__).warning("Kubernetes %s: %s", config.kubernetes_version, note)
     options = AgentOptions(node_name=node.name, backend="simulated", profile=node.profile,
-                           driver_name=config.driver_name, root=cluster.node_dir(node.name),
+                           driver_name=config.driver_name, root=cluster.driver_root(node.name),
                            dynamic_mig=dynamic_mig, slice_layout=partitionable_layout(config.kubernetes_version),
                            registry_dir=REGISTRY_DIR, plugins_dir=PLUGINS_DIR,
                            cdi_dir=CDI_DIR)

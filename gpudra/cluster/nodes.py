@@ -13,11 +13,11 @@ from typing import Callable
 from gpudra.atomicfile import write_atomic
 from gpudra.computedomain.controller import CLIQUE_NODE_LABEL
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
-from gpudra.driver.plugin import check_socket_path
+from gpudra.driver.paths import check_socket_path
 from gpudra.regularfile import read_regular_file, read_regular_file_tail
 
 from .layout import (DEFAULT_NODES, ClusterConfig, ClusterDir, ClusterSetupError, NodeSpec, forget, parse_nodes,
-                     check_node_count, parse_racks, remember)
+                     check_node_count, parse_racks, remember, remove_socket_link)
 from .store import FILE_MODE, StoreError, open_private, private_dirs
 
 AGENT_MODULE = "gpudra.cluster.nodeagent"
@@ -263,12 +263,12 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
     for node in config.nodes:
         try:
             for driver in node_drivers(node, config.driver_name):
-                paths = cluster.driver_paths(node.name, driver)
+                paths = cluster.driver_paths(node.name, driver, config)
                 for socket_path in (paths.registration_socket, paths.dra_socket):
                     check_socket_path(socket_path)  # the driver's own limit, checked before anything starts
         except ValueError:
-            raise ClusterSetupError(f"state directory {cluster.path} is too long for the nodes' unix sockets "
-                                    f"({socket_path}): use a shorter --dir") from None
+            raise ClusterSetupError(f"node name {node.name!r} is too long for the node's unix sockets "
+                                    f"({socket_path})") from None
     cluster.save_config(config)
     cluster.make_private()
     for path in cluster.remove_crash_leftovers():
@@ -361,6 +361,7 @@ def down(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> No
         except ClusterSetupError:
             pass  # not a node name (a directory someone else made): no driver of ours runs for it
     forget(cluster.path)
+    remove_socket_link(cluster.path)
     if cluster.exists() or os.path.isdir(os.path.join(cluster.path, "store")):
         for entry in ClusterDir.OWN_ENTRIES:
             path = os.path.join(cluster.path, entry)

@@ -111,6 +111,12 @@ def _deployment_row(obj: dict[str, Any], wide: bool) -> list[str]:
             age(_meta(obj).get("creationTimestamp"))]
 
 
+def _replica_set_row(obj: dict[str, Any], wide: bool) -> list[str]:
+    status = obj.get("status") or {}
+    return [_meta(obj).get("name", ""), str((obj.get("spec") or {}).get("replicas", 1)), str(status.get("replicas", 0)),
+            str(status.get("readyReplicas", 0)), age(_meta(obj).get("creationTimestamp"))]
+
+
 def _event_row(event: dict[str, Any], wide: bool) -> list[str]:
     ref = event.get("involvedObject") or {}
     return [age(event.get("lastTimestamp")), event.get("type", ""), event.get("reason", ""),
@@ -127,6 +133,7 @@ COLUMNS: dict[str, tuple[list[str], list[str], Callable[[dict[str, Any], bool], 
     "Node": (["NAME", "STATUS", "ROLES", "AGE", "VERSION"], ["PROFILE"], _node_row),
     "ResourceSlice": (["NAME", "NODE", "DRIVER", "POOL", "AGE"], ["DEVICES", "GENERATION"], _slice_row),
     "Deployment": (["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"], [], _deployment_row),
+    "ReplicaSet": (["NAME", "DESIRED", "CURRENT", "READY", "AGE"], [], _replica_set_row),
     "Event": (["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], [], _event_row),
 }
 

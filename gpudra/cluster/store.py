@@ -19,6 +19,7 @@ from __future__ import annotations
 import builtins
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -47,9 +48,10 @@ FILE_MODE = 0o600
 # MaxRequestBodyBytes), which every object a client could create fits.
 MAX_OBJECT_BYTES = 3 * 2**20
 DIR_MODE = 0o700
-# The longest name whose `NAME.json` file fits a file name (NAME_MAX bytes): Kubernetes allows 253 characters,
-# the store holds 250 (a longer one is refused with the file system's ENAMETOOLONG).
-MAX_STORED_NAME = NAME_MAX - len(".json")
+# An object's file is `NAME.json` where that fits a file name (NAME_MAX bytes); a longer name (Kubernetes allows
+# 253 characters, and more for kinds whose names are path segments) is kept as `~SHA256(NAME).json`: '~' is in no
+# DNS name, and the object's own name is checked against its file name when it is read.
+HASHED_FILE_PREFIX = "~"
 # The API server's generateName: the prefix is cut so that prefix + five random characters fit 63 characters
 # (k8s.io/apiserver/pkg/storage/names: maxGeneratedNameLength).
 _GENERATED_PREFIX_MAX = 63 - 5
@@ -136,7 +138,7 @@ class Store:
             namespace = "default"
         check_identity(info, namespace, name)
         folder = str(namespace) if info.namespaced else "_"  # "_" is no DNS label: no namespace collides with it
-        return self._inside(info.plural, folder, f"{name}.json")
+        return self._inside(info.plural, folder, object_file_name(str(name)))
 
     def _inside(self, *parts: str) -> str:
         try:
@@ -222,7 +224,8 @@ class Store:
         raw, info = found
         return json.loads(raw), (info.st_ino, info.st_mtime_ns, info.st_size)
 
-    def _read(self, path: str, info: KindInfo, namespace: str | None, name: str) -> dict[str, Any] | None:
+    def _read(self, path: str, info: KindInfo, namespace: str | None, name: str | None = None
+              ) -> dict[str, Any] | None:
         """The object in `path`, or None when there is none or the file is not a valid object of that kind,
         namespace and name (reported once): what the control loop and the drivers see has passed the checks
         `apply` makes, whoever wrote the file."""
@@ -237,7 +240,8 @@ class Store:
         except (ValueError, RecursionError) as exc:  # JSON, UTF-8, or nested past Python's stack
             _report_once(path, f"not a JSON object ({exc})")
             return None
-        malformed = _malformed(obj, info, namespace, name) or _invalid(path, stamp, obj, self._release())
+        malformed = _malformed(obj, info, namespace, os.path.basename(path), name) or _invalid(
+            path, stamp, obj, self._release())
         if malformed:
             _report_once(path, malformed)
             return None
@@ -268,8 +272,7 @@ class Store:
             for file_name in sorted(_entries(directory, directories=False)):
                 if not file_name.endswith(".json") or file_name.startswith("."):
                     continue  # temp files of writes in progress (.NAME.tmp) and anything else
-                obj = self._read(os.path.join(directory, file_name), info,
-                                 folder if info.namespaced else None, file_name[:-len(".json")])
+                obj = self._read(os.path.join(directory, file_name), info, folder if info.namespaced else None)
                 if obj is not None:
                     out.append(obj)
         return out
@@ -385,9 +388,9 @@ class Store:
                 event["lastTimestamp"] = now_rfc3339()
                 return self.replace(event, check_version=False)
         stamp = now_rfc3339()
-        # the kubelet's and the scheduler's `<object>.<hex>`, cut to fit a name (253) and a store file name, and
+        # the kubelet's and the scheduler's `<object>.<hex>`, cut to fit a name (253), and
         # never cut after a '-' or '.' (a DNS subdomain's parts end in a letter or digit)
-        stem = str(meta.get("name"))[:MAX_STORED_NAME - 17].rstrip("-.")
+        stem = str(meta.get("name"))[:253 - 17].rstrip("-.")
         return self.create({
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": f"{stem}.{secrets.token_hex(8)}",
@@ -444,15 +447,27 @@ def _entries(directory: str, *, directories: bool) -> list[str]:
         return []
 
 
-def _malformed(obj: Any, info: KindInfo, namespace: str | None, name: str) -> str | None:
-    """Why a stored file is not the object its place says it is (None when it is)."""
+def object_file_name(name: str) -> str:
+    """The file of the object named `name` in its kind's and namespace's folder."""
+    plain = f"{name}.json"
+    if len(os.fsencode(plain)) <= NAME_MAX:
+        return plain
+    return f"{HASHED_FILE_PREFIX}{hashlib.sha256(os.fsencode(name)).hexdigest()}.json"
+
+
+def _malformed(obj: Any, info: KindInfo, namespace: str | None, file_name: str, name: str | None) -> str | None:
+    """Why a stored file is not the object its place says it is (None when it is). `name`: the one asked for
+    (None: any, as listing reads the folder)."""
     if not isinstance(obj, dict):
         return "not a JSON object"
     meta = obj.get("metadata")
     if obj.get("kind") != info.kind or not isinstance(meta, dict):
         return f"not a {info.kind} with metadata"
-    if meta.get("name") != name or (info.namespaced and meta.get("namespace") != namespace):
+    if (not isinstance(meta.get("name"), str) or object_file_name(meta["name"]) != file_name
+            or (name is not None and meta["name"] != name)
+            or (info.namespaced and meta.get("namespace") != namespace)):
         return "its metadata names another object than its file name and folder"
+    name = meta["name"]
     problems = identity_problems(info, namespace, name) + names.field_problems(
         "metadata.uid", meta.get("uid"), names.kubernetes_uid, 36)
     return "; ".join(problems) or None

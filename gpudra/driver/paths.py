@@ -10,6 +10,7 @@ import base64
 import glob
 import hashlib
 import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -20,7 +21,17 @@ from gpudra.vocabulary import DRIVER_NAME
 from .cdispec import claim_spec_file_name
 
 PRIVATE_DIR_MODE = 0o700  # the plugin's own directory (checkpoint, DRA socket) and state directories
+# sun_path holds 108 bytes with the terminating NUL on Linux, but gRPC (1.6x, add_port) refuses paths of more than
+# 105 bytes; tests/test_durability.py binds one of exactly this length. macOS' sun_path holds 104 with the NUL.
+SOCKET_PATH_MAX = 103 if sys.platform == "darwin" else 105
 SOCKET_NAME_MAX = 105 - 1 - len("/var/lib/kubelet/plugins_registry")  # what gRPC accepts under the usual dir
+
+
+def check_socket_path(path: str) -> None:
+    size = len(os.fsencode(path))
+    if size > SOCKET_PATH_MAX:
+        raise ValueError(f"unix socket path {path} is {size} bytes; gRPC allows at most {SOCKET_PATH_MAX}: "
+                         "use a shorter --root or directory")
 
 
 def _short_uid(uid: str, *parts: str) -> str:

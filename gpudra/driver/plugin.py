@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from .paths import SOCKET_PATH_MAX, check_socket_path  # noqa: F401  (SOCKET_PATH_MAX: tests)
 from .calls import DEFAULT_DEADLINE_S, CallAbandoned, ClaimCalls
 from .metrics import DriverMetrics
 from .protos import (dra_health_v1_pb2, dra_health_v1_pb2_grpc, dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc,
@@ -29,18 +30,8 @@ HEALTH_SERVICES_OFFERED = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
 HEALTH_MESSAGE_MAX = 1024
 HEALTH_STREAM_RESEND_S = 30.0  # the full list again even without a change (the kubelet times devices out)
 HEALTH_SERVICES = ("", "liveness")
-# sun_path holds 108 bytes with the terminating NUL, but gRPC (1.6x, add_port) refuses paths of
-# more than 105 bytes; tests/test_durability.py binds one of exactly this length.
-SOCKET_PATH_MAX = 105
 SOCKET_MODE = 0o600  # the kubelet (root) is the only client
 GROUP_SOCKET_MODE = 0o660  # with --socket-group: that group's members may connect too
-
-
-def check_socket_path(path: str) -> None:
-    size = len(os.fsencode(path))
-    if size > SOCKET_PATH_MAX:
-        raise ValueError(f"unix socket path {path} is {size} bytes; gRPC allows at most {SOCKET_PATH_MAX}: "
-                         "use a shorter --root or directory")
 
 
 def _bind_private(server: grpc.Server, path: str, group: int | None) -> None:

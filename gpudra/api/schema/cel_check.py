@@ -27,8 +27,12 @@ def compiler():
 def check_selector_expression(expression: str, path: str, ctx: Context) -> None:
     explain_lookups(expression, path, ctx)
     version = ctx.facts.get("release")
-    outcome = compile_outcome(expression, version if isinstance(version, str) else None)
+    version = version if isinstance(version, str) else None
+    consumable, list_type = selector_gates(version, ctx.facts.get("features"))
+    outcome = compile_outcome(expression, version, consumable, list_type)
     if outcome is None:
+        for message, caret in literal_problems(expression, version, consumable, list_type):
+            ctx.error(path, message, caret)
         return
     severity, message, detail = outcome
     if severity == "error":
@@ -37,23 +41,34 @@ def check_selector_expression(expression: str, path: str, ctx: Context) -> None:
         ctx.warning(path, message, detail)
 
 
+def selector_gates(kubernetes_version: str | None, features: object = None) -> tuple[bool, bool]:
+    """(DRAConsumableCapacity, DRAListTypeAttributes): the gates that change the selector CEL environment, as
+    `features` (gpudra.allocator.Features) sets them, else the release's defaults."""
+    from gpudra.api.gates import gate_on
+    from gpudra.versions import parse_version
+
+    version = parse_version(kubernetes_version)
+    return (gate_on("DRAConsumableCapacity", version, features), gate_on("DRAListTypeAttributes", version, features))
+
+
 @functools.lru_cache(maxsize=4096)
-def compile_outcome(expression: str, kubernetes_version: str | None = None) -> tuple[str, str, str | None] | None:
+def compile_outcome(expression: str, kubernetes_version: str | None = None, consumable_capacity: bool | None = None,
+                    list_type_attributes: bool | None = None) -> tuple[str, str, str | None] | None:
     """None when the expression compiles in the API server of `kubernetes_version` (default: gpudra's default
-    release) with its default feature gates; else (severity, message, caret report).
+    release) with its default feature gates, or the two given; else (severity, message, caret report).
 
     Cached: manifests repeat the same few selectors many times.
     """
-    from gpudra.versions import default_gates, parse_version
-
     compile_selector, compile_error = compiler()
-    gates = default_gates(parse_version(kubernetes_version))
+    defaults = selector_gates(kubernetes_version)
+    gates = {"DRAConsumableCapacity": defaults[0] if consumable_capacity is None else consumable_capacity,
+             "DRAListTypeAttributes": defaults[1] if list_type_attributes is None else list_type_attributes}
     try:
         compile_selector(expression, version=kubernetes_version, consumable_capacity=gates["DRAConsumableCapacity"],
                          list_type_attributes=gates["DRAListTypeAttributes"])
     except compile_error as exc:
         message = getattr(exc, "message", None) or str(exc)
-        message += _gate_hint(expression, kubernetes_version)
+        message += _gate_hint(expression, kubernetes_version, gates)
         column = getattr(exc, "column", None)
         where = f" at column {column}" if isinstance(column, int) and column > 0 else ""
         caret = None
@@ -65,12 +80,10 @@ def compile_outcome(expression: str, kubernetes_version: str | None = None) -> t
     return None
 
 
-def _gate_hint(expression: str, kubernetes_version: str | None) -> str:
-    """Why a release's API server refuses what a gate or the next release would accept (gpudra.cel.release)."""
+def _gate_hint(expression: str, kubernetes_version: str | None, gates: dict[str, bool]) -> str:
+    """Why a release's API server refuses what a gate or the next release would accept (gpudra.cel.release).
+    `gates`: the two that change the CEL environment, as the refusing compile had them."""
     compile_selector, compile_error = compiler()
-    from gpudra.versions import default_gates, parse_version
-
-    gates = default_gates(parse_version(kubernetes_version))
     for gate, option in (("DRAListTypeAttributes", "list_type_attributes"), ("DRAConsumableCapacity", "consumable_capacity")):
         chosen = {"consumable_capacity": gates["DRAConsumableCapacity"],
                   "list_type_attributes": gates["DRAListTypeAttributes"], option: True}
@@ -180,3 +193,65 @@ def explain_lookups(expression: str, path: str, ctx: Context) -> None:
                 f'is keyed by domain, then by name: write device.{table}["<driver domain>"].{lookup_key} '
                 f'(e.g. device.{table}["{DEFAULT_DOMAIN}"].{lookup_key})',
             )
+
+
+_UNIT = re.compile(r"([+-]?[0-9.]+)([kKmMgGtTpPeE])(i?)[bB]?")
+
+
+def _quantity_suggestions(text: str) -> list[str]:
+    """What `text` was probably meant as: without blanks, a byte unit (GB, GiB) as Kubernetes writes it."""
+    compact = re.sub(r"\s+", "", text)
+    match = _UNIT.fullmatch(compact)
+    if match is None:
+        return [compact] if compact != text else []
+    number, unit, binary = match.groups()
+    unit = unit.upper() if unit.lower() != "k" or binary else "k"
+    if binary or compact.lower().endswith("ib"):
+        return [f"{number}{unit.upper()}i"]
+    return [f"{number}{unit.upper()}i", f"{number}{unit}"]  # "16GB": 16 GiB or 16 * 10^9
+
+
+def literal_problem(function: str, text: str) -> str | None:
+    """Why `function("text")` fails every evaluation (the runtime error Kubernetes' library gives), with what was
+    probably meant; None when the literal is valid."""
+    from gpudra.cel.library_k8s import _quantity, _semver
+
+    parse = _quantity if function == "quantity" else _semver
+    try:
+        parse(text)
+        return None
+    except ValueError as exc:
+        error = str(exc)
+    candidates = _quantity_suggestions(text) if function == "quantity" else [
+        ".".join((text.split(".") + ["0", "0"])[:3])]
+    valid = []
+    for candidate in candidates:
+        try:
+            parse(candidate)
+            valid.append(f'{function}("{candidate}")')
+        except ValueError:
+            continue
+    hint = f"; did you mean {' or '.join(valid)}?" if valid else ""
+    if function == "quantity" and len(valid) == 2:
+        hint = f"; did you mean {valid[0]} (binary: 2^30 per G) or {valid[1]} (decimal: 10^9)?"
+    return (f'{function}("{text}") is not a valid {function} ({error}): the API server accepts the expression, '
+            f"but each evaluation fails with this error, and kube-scheduler allocates nothing for the claim{hint}")
+
+
+@functools.lru_cache(maxsize=4096)
+def literal_problems(expression: str, kubernetes_version: str | None, consumable_capacity: bool,
+                     list_type_attributes: bool) -> tuple[tuple[str, str | None], ...]:
+    """(message, caret report) of each `quantity("…")`/`semver("…")` literal that fails every evaluation."""
+    compile_selector, compile_error = compiler()
+    try:
+        selector = compile_selector(expression, version=kubernetes_version, consumable_capacity=consumable_capacity,
+                                    list_type_attributes=list_type_attributes)
+    except Exception:  # noqa: BLE001 - compile_outcome reports it
+        return ()
+    found = []
+    for function, text, offset in selector.literal_calls:
+        message = literal_problem(function, text)
+        if message is not None:
+            caret = f"{expression}\n{' ' * offset}^" if "\n" not in expression else None
+            found.append((message, caret))
+    return tuple(found)

@@ -1,0 +1,192 @@
+"""A newcomer's stumbles with the CLI (issue 35, point 5): each test fails on the code before its fix."""
+
+from __future__ import annotations
+
+import os
+
+from click.testing import CliRunner
+
+from gpudra.cli import cli
+
+
+def invoke(*args: str, code: int):
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == code, result.output
+    return result
+
+
+def _claim(expression: str) -> str:
+    return f"""apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: c}}
+spec:
+  devices:
+    requests:
+    - name: r
+      exactly:
+        deviceClassName: gpu.nvidia.com
+        selectors:
+        - cel: {{expression: "{expression}"}}
+"""
+
+
+def test_validate_takes_the_api_servers_feature_gates(tmp_path):
+    """`validate` answered for the release's default gates only, although its own message names the gate that
+    would accept the expression: `--features` (the option schedule/explain/allocate share) sets the gates of the
+    API server it validates as, for the CEL environment (DRAListTypeAttributes adds `includes`,
+    DRAConsumableCapacity `device.allowMultipleAllocations`) and for the gated fields it keeps."""
+    list_type = tmp_path / "list.yaml"
+    list_type.write_text(_claim("device.attributes['gpu.nvidia.com'].productName.includes('H100')"))
+    refused = invoke("validate", "-f", str(list_type), code=1)
+    assert "accepted with the DRAListTypeAttributes feature gate on" in refused.output
+    invoke("validate", "-f", str(list_type), "--features", "default,+DRAListTypeAttributes", code=0)
+
+    capacity = tmp_path / "capacity.yaml"
+    capacity.write_text(_claim("device.allowMultipleAllocations == false"))
+    invoke("validate", "-f", str(capacity), code=0)  # on by default in 1.36
+    off = invoke("validate", "-f", str(capacity), "--features", "default,-DRAConsumableCapacity", code=1)
+    assert "undefined field 'allowMultipleAllocations'" in off.output
+
+    # a gated field: warned about where the gate is off, not where --features turns it on
+    slice_manifest = tmp_path / "slice.yaml"
+    slice_manifest.write_text("""apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: s}
+spec:
+  driver: gpu.nvidia.com
+  nodeName: n
+  pool: {name: n, resourceSliceCount: 1}
+  sharedCounters:
+  - name: gpu-0
+    counters: {memory: {value: 40Gi}}
+  devices:
+  - name: gpu-0
+    consumesCounters:
+    - counterSet: gpu-0
+      counters: {memory: {value: 40Gi}}
+""")
+    warned = invoke("validate", "-f", str(slice_manifest), "--kubernetes-version", "1.34", code=0)
+    assert "needs the DRAPartitionableDevices feature gate" in warned.output
+    quiet = invoke("validate", "-f", str(slice_manifest), "--kubernetes-version", "1.34", "--features",
+                   "default,+DRAPartitionableDevices", code=0)
+    assert "DRAPartitionableDevices" not in quiet.output
+    turned_off = invoke("validate", "-f", str(capacity), "--features", "default,-DRAConsumableCapacity", code=1)
+    assert "Traceback" not in turned_off.output
+    assert "unknown feature 'Nope'" in invoke("validate", "-f", str(capacity), "--features", "+Nope", code=2).stderr
+
+
+def _claim_with(*expressions: str) -> str:
+    selectors = "".join(f'        - cel: {{expression: "{e}"}}\n' for e in expressions)
+    return f"""apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: c}}
+spec:
+  devices:
+    requests:
+    - name: r
+      exactly:
+        deviceClassName: gpu.nvidia.com
+        selectors:
+{selectors}"""
+
+
+def test_validate_catches_quantity_literals_that_fail_every_evaluation(tmp_path):
+    """`quantity("16GB")` and `quantity("16 Gi")` compile (cel-go folds only type conversions at planning,
+    interpreter/decorators.go decOptimize; the API server accepts them) and fail each evaluation with
+    resource.ParseQuantity's error: `validate` passed them, and they surfaced at allocation."""
+    manifest = tmp_path / "claim.yaml"
+    memory = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('{}')) >= 0"
+    manifest.write_text(_claim_with(memory.format("16GB"), memory.format("16 Gi"), memory.format("16Gi"),
+                                    "device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('1.2')) >= 0",
+                                    "device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('1.2.3')) > 0"))
+    out = invoke("validate", "-f", str(manifest), code=1).output
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 3, out  # the valid literals pass
+    assert ("selectors[0].cel.expression: quantity(\"16GB\") is not a valid quantity (quantities must match the "
+            "regular expression") in errors[0]
+    assert 'did you mean quantity("16Gi") (binary: 2^30 per G) or quantity("16G") (decimal: 10^9)?' in errors[0]
+    assert "selectors[1]" in errors[1] and 'did you mean quantity("16Gi")?' in errors[1]
+    assert "selectors[3]" in errors[2] and 'semver("1.2") is not a valid semver' in errors[2]
+    assert 'did you mean semver("1.2.0")?' in errors[2]
+    # the caret points at the literal
+    assert "    " + memory.format("16GB") + "\n" + " " * (4 + memory.index("'{}'")) + "^" in out
+
+
+def test_validate_checks_attribute_and_capacity_names_against_the_given_slices(tmp_path):
+    """With the cluster's ResourceSlices given, a selector reading a name no device of its domain publishes fails
+    on every such device ("no such key"): a typo gets the published name it is closest to, an amount read from
+    the wrong map the right one. Without slices nothing is claimed."""
+    from gpudra.api.dump import dump_yaml
+    from gpudra.discovery import read_inventory
+    from gpudra.driver.slices import build_resource_slices
+
+    slices = tmp_path / "slices.yaml"
+    slices.write_text(dump_yaml(build_resource_slices(read_inventory("simulated", profile="dgx-h100",
+                                                                     node_name="n1"), "n1")))
+    manifest = tmp_path / "claim.yaml"
+    manifest.write_text(_claim_with(
+        "device.attributes['gpu.nvidia.com'].prodcutName == 'NVIDIA H100 80GB HBM3'",
+        "device.attributes['gpu.nvidia.com'].memory.compareTo(quantity('16Gi')) >= 0",
+        "device.capacity['gpu.nvidia.com'].productName.compareTo(quantity('1')) > 0",
+        "device.attributes['gpu.nvidia.com'].productName != '' && "
+        "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('16Gi')) >= 0",
+        "device.attributes['gpu.nvidia.com'].?prodcutName.orValue('') == ''",  # optional: missing is an answer
+        "device.attributes['gpu.nvidia.co'].productName == 'x'"))
+    invoke("validate", "-f", str(manifest), code=0)  # the API server accepts them all
+    out = invoke("validate", "-f", str(manifest), "-f", str(slices), code=1).output
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 4, out
+    assert "selectors[0]" in errors[0] and "publishes an attribute named 'prodcutName'" in errors[0]
+    assert "did you mean 'productName'?" in errors[0]
+    assert "selectors[1]" in errors[1] and ("'memory' is a capacity of gpu.nvidia.com, not an attribute: write "
+                                            "device.capacity[\"gpu.nvidia.com\"].memory") in errors[1]
+    assert "selectors[2]" in errors[2] and "'productName' is an attribute of gpu.nvidia.com, not a capacity" in errors[2]
+    assert "selectors[5]" in errors[3] and "did you mean 'gpu.nvidia.com'?" in errors[3]
+
+
+MIG_CONFIG = "version: v1\nmig-configs:\n  all-disabled:\n  - devices: all\n    mig-enabled: false\n"
+
+
+def test_mig_on_simulated_gpus_needs_a_root_and_writes_nothing_under_var_lib(tmp_path):
+    """`mig apply --backend simulated` without --root kept its simulated GPUs under /var/lib/gpudra-sim and asked
+    for a republish in /var/lib/kubelet/plugins/gpu.nvidia.com (the real driver's directory)."""
+    from gpudra.driver.paths import DriverPaths
+
+    config = tmp_path / "mig.yaml"
+    config.write_text(MIG_CONFIG)
+    system = DriverPaths(root="/")
+    before = {p: os.path.lexists(p) for p in (os.path.dirname(system.simulated_state), system.plugin_dir)}
+    refused = invoke("mig", "apply", "-f", str(config), "-c", "all-disabled", "--backend", "simulated", code=2)
+    assert "--backend simulated changes simulated GPUs kept under --root: give --root DIR" in refused.stderr
+    assert {p: os.path.lexists(p) for p in before} == before
+    # with a root it runs there
+    invoke("mig", "apply", "-f", str(config), "-c", "all-disabled", "--backend", "simulated", "--root",
+           str(tmp_path / "node"), code=0)
+    assert os.path.exists(DriverPaths(root=str(tmp_path / "node")).simulated_state)
+
+
+def test_allocate_tries_nodes_in_the_same_order_in_every_mode(tmp_path):
+    """--mode each and together choose the first node in name order (the scheduler's, and explain's), sequential
+    walked the input's order: a claim that fits both of two nodes landed on `zeta` (given first) in sequential
+    mode and on `alpha` in the others. Now every mode takes name order, or --node's order where it is given."""
+    import json
+
+    from gpudra.api.dump import dump_yaml
+    from gpudra.discovery import read_inventory
+    from gpudra.driver.slices import build_resource_slices, device_classes
+
+    objects = [*device_classes("gpu.nvidia.com")]
+    for node in ("zeta", "alpha"):  # file order is not name order
+        objects += build_resource_slices(read_inventory("simulated", profile="l4-node", node_name=node), node)
+    objects.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
+                    "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}})
+    manifest = tmp_path / "all.yaml"
+    manifest.write_text(dump_yaml(objects))
+    for order, first in (([], "alpha"), (["--node", "zeta,alpha"], "zeta")):
+        pools = {}
+        for mode in ("sequential", "each", "together"):
+            out = json.loads(invoke("allocate", "-f", str(manifest), "--mode", mode, "-o", "json", *order,
+                                    code=0).stdout)
+            [claim] = [o for o in out["items"] if o["kind"] == "ResourceClaim"] if "items" in out else [out]
+            pools[mode] = {r["pool"] for r in claim["status"]["allocation"]["devices"]["results"]}
+        assert pools == {"sequential": {first}, "each": {first}, "together": {first}}, order
