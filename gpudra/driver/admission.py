@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra.device_config import CONFIG_PATHS, drivers_config_problems
+from gpudra.device_config import CONFIG_PATHS, KIND_RESOURCES, drivers_config_problems
 from gpudra.driver.slices import DEFAULT_DRIVER_NAME
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
 
 ADMISSION_API = "admission.k8s.io/v1"
 RESOURCE_GROUP = "resource.k8s.io"
 SERVED_VERSIONS = ("v1", "v1beta2", "v1beta1")  # what NVIDIA's webhook accepts (cmd/webhook/resource.go)
+RESOURCE_KINDS = {resource: kind for kind, resource in KIND_RESOURCES.items()}
 
 
 class ReviewError(ValueError):
@@ -61,6 +62,15 @@ def review_response(review: Any, driver_name: str = DEFAULT_DRIVER_NAME,
         return answer  # nothing is created: nothing to check
     if not isinstance(obj, dict):
         response.update(allowed=False, status=_status("request.object is not an object", "BadRequest", 400))
+        return answer
+    # The API server sends the object converted to the version it names in request.kind/resource, its apiVersion
+    # and kind set (k8s.io/apiserver admission/plugin/webhook/request: CreateV1AdmissionReview encodes
+    # VersionedObject). One that says otherwise is not from it, and an unknown kind would go unchecked.
+    expected = (f"{RESOURCE_GROUP}/{version}", RESOURCE_KINDS[str(resource)])
+    if (obj.get("apiVersion"), obj.get("kind")) != expected:
+        response.update(allowed=False, status=_status(
+            f"request.object is {str(obj.get('apiVersion'))[:64]} {str(obj.get('kind'))[:64]}, expected "
+            f"{expected[0]} {expected[1]} for {resource}", "BadRequest", 400))
         return answer
     try:
         v1 = to_v1(obj) if needs_conversion(obj) else obj
