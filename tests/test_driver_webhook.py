@@ -378,20 +378,6 @@ def test_requests_for_what_the_webhook_does_not_serve_are_bad_requests(resource,
     assert review_response(_review(_GOOD))["response"] == {"uid": "u-1", "allowed": True}  # the control
 
 
-def test_an_object_the_conversion_cannot_read_is_a_bad_request():
-    """Nesting past what the conversion to v1 can copy (the API server's JSON decoder allows 10,000 levels, Python's
-    recursion does not go that deep): a 400 answer, not a crash of the webhook."""
-    deep: dict = {}
-    inner = deep
-    for _ in range(50_000):
-        inner["x"] = {}
-        inner = inner["x"]
-    obj = {**_claim(api_version="resource.k8s.io/v1beta1"), "extra": deep}
-    response = review_response(_review(obj, version="v1beta1"))["response"]
-    assert response["allowed"] is False and response["status"]["code"] == 400
-    assert response["status"]["reason"] == "BadRequest" and "cannot read the object" in response["status"]["message"]
-
-
 def test_deleting_or_an_absent_object_is_never_refused():
     """A DELETE creates nothing (its request carries the old object, if any, and whatever it is is not checked); a
     request without an object has nothing to check."""
