@@ -215,7 +215,7 @@ def _domain_config(obj: dict[str, Any], kind: str, what: str) -> DomainConfig:
         raise ConfigError(f"{what}.domainID: must be a string (the ComputeDomain's UID)")
     if not _is_uuid(domain_id):
         shown = domain_id if len(domain_id) <= 64 else domain_id[:64] + "…"
-        raise ConfigError(f"{what}.domainID: {shown!r} is not a ComputeDomain's UID (a UUID such as "
+        raise ConfigError(f"{what}.domainID: {shown!r} is not a ComputeDomain's UID (a lower-case UUID such as "
                           "'1c3b9a3e-1b9f-4d6e-9a57-4c1d0e2f3a4b')")
     mode = obj.get("allocationMode")
     if mode in (None, ""):
@@ -226,11 +226,13 @@ def _domain_config(obj: dict[str, Any], kind: str, what: str) -> DomainConfig:
 
 
 def _is_uuid(text: str) -> bool:
-    """A UUID in its 36-character form (what the API server assigns as metadata.uid)."""
+    """A UUID in the 36-character lower-case form the API server assigns as metadata.uid. Upper case is refused:
+    prepare looks the domain up by its UID as a string (upstream too: the informer's UID index), so an upper-case
+    spelling of a real domain's UID would never match and its prepare would retry forever."""
     if len(text) != DOMAIN_ID_MAX:
         return False
     try:
-        return str(uuid.UUID(text)) == text.lower()
+        return str(uuid.UUID(text)) == text
     except ValueError:
         return False
 

@@ -113,7 +113,9 @@ def node(name: str, clique: str | None = "c.1", cd: str | None = None) -> dict[s
 
 def daemon_pod(node_name: str, ready: bool = True, deleted: bool = False) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": f"d-{node_name}", "namespace": "nvidia-dra-driver-gpu",
-                            "uid": f"uid-{node_name}", "labels": {DOMAIN_LABEL: UID}}
+                            "uid": f"uid-{node_name}", "labels": {DOMAIN_LABEL: UID},
+                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "controller": True,
+                                                 "name": f"computedomain-daemon-{UID}", "uid": "ds-uid"}]}
     if deleted:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {"kind": "Pod", "metadata": meta, "spec": {"nodeName": node_name},
@@ -223,3 +225,29 @@ def test_manifests_given_offline_get_the_domains_template() -> None:
     own = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
            "metadata": {"name": "train-channel", "namespace": "team-a"}, "spec": {"spec": {}}}
     assert Cluster([own, domain()]).templates["team-a/train-channel"]["spec"] == {"spec": {}}
+
+
+def _indices(cd: dict[str, Any], placed: dict[str, str]) -> dict[str, tuple[str, int]]:
+    """status_nodes of daemons on `placed` (node -> clique): node -> (clique, index)."""
+    nodes = {name: node(name, clique) for name, clique in placed.items()}
+    return {e["name"]: (e["cliqueID"], e["index"]) for e in status_nodes(cd, [daemon_pod(n) for n in placed], nodes)}
+
+
+def test_two_cliques_number_their_nodes_apart() -> None:
+    """getNextAvailableIndex counts the indices of the node's own clique only: each clique starts at 0, whatever
+    order the nodes' names put the cliques in."""
+    assert _indices(domain(), {"t0": "a.1", "t1": "b.1", "t2": "b.1", "t3": "a.1"}) == {
+        "t0": ("a.1", 0), "t1": ("b.1", 0), "t2": ("b.1", 1), "t3": ("a.1", 1)}
+
+
+def test_an_index_once_given_is_kept_and_a_moved_node_gets_a_new_one() -> None:
+    """A node that stays keeps its index when a lower one frees up (the IMEX daemons' config names it); a newcomer
+    takes the lowest free index of its clique (newcomers in name order); a node whose clique changed is numbered
+    afresh in its new one."""
+    cd = domain()
+    cd["status"] = {"status": "Ready", "nodes": [
+        {"name": "t0", "cliqueID": "a.1", "index": 0}, {"name": "t1", "cliqueID": "a.1", "index": 1},
+        {"name": "t2", "cliqueID": "b.1", "index": 0}, {"name": "t3", "cliqueID": "b.1", "index": 1},
+        {"name": "t4", "cliqueID": "a.1", "index": 2}]}
+    assert _indices(cd, {"t1": "a.1", "t5": "a.1", "t2": "b.1", "t3": "a.1", "t4": "b.1"}) == {
+        "t1": ("a.1", 1), "t2": ("b.1", 0), "t3": ("a.1", 0), "t4": ("b.1", 1), "t5": ("a.1", 2)}

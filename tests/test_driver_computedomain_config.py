@@ -51,6 +51,8 @@ CASES = [
      "scheme: only v1beta1 is registered"),
     ({"apiVersion": NV, "kind": "GpuConfig"}, True, "the compute-domain plugin decodes only its two kinds"),
     (channel(domainID="../../../etc"), True, "gpudra: the domainID names a directory, so it must be a UID"),
+    (channel(domainID=UID.upper()), True, "gpudra: metadata.uid is lower case; prepare would never find this one"),
+    (daemon(domainID="{" + UID + "}"), True, "gpudra: only the 36-character form the API server writes"),
     (channel(domainID=UID, allocationMode="all"), True, "gpudra: upstream would silently give one channel"),
 ]
 

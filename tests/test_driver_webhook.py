@@ -36,7 +36,7 @@ from gpudra.api.load import Document
 from gpudra.api.validate import validate_documents
 from gpudra.cli import cli
 from gpudra.device_config import opaque_config_problems
-from gpudra.driver.admission import review_response
+from gpudra.driver.admission import ReviewError, review_response
 from gpudra.driver.webhook import VALIDATE_PATH, WebhookServer, start_in_thread
 
 DEPLOY = Path(__file__).parent.parent / "deploy"
@@ -328,3 +328,60 @@ def test_upstream_webhook_cases(server, certificate, name, version, kind, sharin
         message = response["status"]["message"]
         assert message.startswith(f"{len(invalid)} configs failed to validate: ")
         assert re.findall(r"object at (\S+) is invalid", message) == invalid
+
+
+# ----- what is not an AdmissionReview the API server would send (admission.k8s.io/v1, admission/v1/types.go) -------
+_GOOD = _claim(_config({"apiVersion": NV, "kind": "GpuConfig"}))
+
+
+@pytest.mark.parametrize("review, why", [
+    ({**_review(_GOOD), "apiVersion": "admission.k8s.io/v1beta1"}, "v1beta1: the API server asks what the webhook "
+                                                                   "configuration's admissionReviewVersions name"),
+    ({k: v for k, v in _review(_GOOD).items() if k != "apiVersion"}, "no apiVersion"),
+    ({**_review(_GOOD), "kind": "AdmissionRequest"}, "another kind"),
+    ({k: v for k, v in _review(_GOOD).items() if k != "kind"}, "no kind"),
+    ({**_review(_GOOD), "request": None}, "no request"),
+    ({**_review(_GOOD), "request": {**_review(_GOOD)["request"], "uid": 7}}, "a uid that is no string"),
+    ([_review(_GOOD)], "not an object"),
+], ids=lambda value: value if isinstance(value, str) else "")
+def test_reviews_with_a_wrong_envelope_are_errors(review, why):
+    with pytest.raises(ReviewError):
+        review_response(review)
+
+
+@pytest.mark.parametrize("resource, version, group, obj, message", [
+    ("resourceclaims", "v1", "example.com", _GOOD, "got example.com/v1 resourceclaims"),
+    ("resourceclaims", "v1", "", _GOOD, "got /v1 resourceclaims"),
+    ("pods", "v1", "resource.k8s.io", _GOOD, "got resource.k8s.io/v1 pods"),
+    ("resourceclaims", "v2", "resource.k8s.io", _GOOD, "got resource.k8s.io/v2 resourceclaims"),
+    ("resourceclaims", "v1", "resource.k8s.io", [], "request.object is not an object"),
+    ("resourceclaims", "v1", "resource.k8s.io", {**_GOOD, "kind": "Pod"},
+     "request.object is resource.k8s.io/v1 Pod, expected resource.k8s.io/v1 ResourceClaim"),
+    ("resourceclaims", "v1", "resource.k8s.io", {k: v for k, v in _GOOD.items() if k != "kind"},
+     "request.object is resource.k8s.io/v1 None, expected"),
+    ("resourceclaims", "v1beta2", "resource.k8s.io", _GOOD,
+     "request.object is resource.k8s.io/v1 ResourceClaim, expected resource.k8s.io/v1beta2 ResourceClaim"),
+    ("resourceclaims", "v1", "resource.k8s.io", {k: v for k, v in _GOOD.items() if k != "apiVersion"},
+     "request.object is None ResourceClaim"),
+    ("resourceclaimtemplates", "v1", "resource.k8s.io", _GOOD, "expected resource.k8s.io/v1 ResourceClaimTemplate"),
+])
+def test_requests_for_what_the_webhook_does_not_serve_are_bad_requests(resource, version, group, obj, message):
+    """Refused with 400 BadRequest, naming what came: a request for a foreign group, resource or version, or an object
+    whose apiVersion and kind are not those the API server would have converted it to (an unknown kind would go
+    unchecked)."""
+    review = _review(obj, resource, version)
+    review["request"]["resource"]["group"] = group
+    response = review_response(review)["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 400 and response["status"]["reason"] == "BadRequest"
+    assert message in response["status"]["message"]
+    assert review_response(_review(_GOOD))["response"] == {"uid": "u-1", "allowed": True}  # the control
+
+
+def test_deleting_or_an_absent_object_is_never_refused():
+    """A DELETE creates nothing (its request carries the old object, if any, and whatever it is is not checked); a
+    request without an object has nothing to check."""
+    bad = _claim(_config({"apiVersion": NV, "kind": "GpuConfig", "sharing": {"strategy": "Bogus"}}))
+    assert review_response(_review(bad, operation="DELETE"))["response"]["allowed"] is True
+    assert review_response(_review(bad))["response"]["allowed"] is False  # the control
+    assert review_response(_review(None, operation="CREATE"))["response"]["allowed"] is True

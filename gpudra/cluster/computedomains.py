@@ -5,6 +5,7 @@ creates is scheduled and started in the same `gpudra` command."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 from gpudra.computedomain.controller import DOMAIN_LABEL, FINALIZER, DomainPlan, World, plan, stale_labels
@@ -13,6 +14,8 @@ from gpudra.api.schema.computedomain import KIND
 from .store import Store, StoreError
 
 CONTROLLER = "compute-domain-controller"
+
+log = logging.getLogger(__name__)
 
 Event = Callable[[dict[str, Any], str, str, str, str], None]
 Step = Callable[[str, str], None]
@@ -95,12 +98,18 @@ def _label_node(store: Store, node_name: str, value: str | None, where: str, ste
 
 
 def _replace(store: Store, obj: dict[str, Any]) -> bool:
+    """Write `obj` back; False when the store refuses it. 404/409: changed or deleted meanwhile, the next round
+    works from the new version. Anything else (a status the API server's validation refuses, 422) is logged and
+    skipped: one domain's bad write must not stop the control loop for every other object (cdstatus.go logs a
+    failed status update and goes on with the next domain too)."""
     try:
         store.replace(obj)
     except StoreError as exc:
         if exc.status not in (404, 409):
-            raise
-        return False  # changed or deleted meanwhile: the next round works from the new version
+            meta = obj.get("metadata") or {}
+            log.warning("compute-domain controller: %s %s/%s not written: %s", obj.get("kind"),
+                        meta.get("namespace") or "", meta.get("name"), exc)
+        return False
     return True
 
 

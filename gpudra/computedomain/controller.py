@@ -21,9 +21,14 @@ The facts are those of NVIDIA/k8s-dra-driver-gpu's compute-domain controller (cm
   the fix of NVIDIA/k8s-dra-driver-gpu#518).
 - cdstatus.go: status.nodes is built from the daemon pods: node name, pod IP, the node's clique, an index unique
   within the clique (the lowest free one, kept once given: cmd/compute-domain-daemon/cdstatus.go
-  getNextAvailableIndex), Ready when the pod is Ready.
+  getNextAvailableIndex), Ready when the pod is Ready. The daemon pods are those of the driver's namespace
+  carrying the domain label (daemonsetpods.go: a pod informer restricted to config.driverNamespace with the
+  label selector `computeDomainLabelKey exists`, grouped by the label's value). A labelled pod anywhere else is a
+  tenant's, not a daemon: it neither counts for the status, nor joins the IMEX peers, nor is deleted.
 
-One difference, on purpose: the domain's finalizer also waits for its daemon pods to be gone, so a daemon's claim is
+Two differences, on purpose: a daemon pod must also be controlled by the domain's DaemonSet (the owner reference
+the DaemonSet controller sets), so a pod someone else made in the driver's namespace does not count either; and
+the domain's finalizer also waits for its daemon pods to be gone, so a daemon's claim is
 never left to unprepare after the domain it names has vanished (NVIDIA/k8s-dra-driver-gpu#380: daemon pods stuck
 Terminating forever).
 
@@ -40,7 +45,7 @@ from typing import Any
 
 from gpudra.api.schema.computedomain import API_VERSION, KIND, NOT_READY, READY, apply_defaults
 from gpudra.device_config import CHANNEL_CONFIG, DAEMON_CONFIG
-from gpudra.driver.computedomain import CHANNEL_CLASS, DAEMON_CLASS, NODE_LABEL
+from gpudra.driver.computedomain import CHANNEL_CLASS, DAEMON_CLASS, DRIVER_NAMESPACE, NODE_LABEL
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
 
 DRIVER_NAME = COMPUTE_DOMAIN_DRIVER_NAME
@@ -50,8 +55,6 @@ TARGET_LABEL = "resource.nvidia.com/computeDomainTarget"
 TARGET_WORKLOAD, TARGET_DAEMON = "Workload", "Daemon"
 # GPU feature discovery's node label for the NVLink clique (docs/install.md), `<clusterUuid>.<cliqueId>`
 CLIQUE_NODE_LABEL = "nvidia.com/gpu.clique"
-# the Helm chart's default namespace: where the daemons and their claim template live
-DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
 DAEMON_CONTAINER = "compute-domain-daemon"
 
 Ref = tuple[str, str | None, str]  # (kind, namespace, name)
@@ -105,6 +108,23 @@ def daemon_name(uid: str) -> str:
 
 def _owned(objects: list[dict[str, Any]], uid: str) -> list[dict[str, Any]]:
     return [o for o in objects if _labels(o).get(DOMAIN_LABEL) == uid]
+
+
+def daemon_pods(pods: list[dict[str, Any]], uid: str, daemonsets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The domain's IMEX daemons: pods of the driver's namespace with the domain label (daemonsetpods.go's
+    informer) whose controller is the domain's DaemonSet (by name, and by uid while that DaemonSet exists)."""
+    name = daemon_name(uid)
+    owner = next((d for d in daemonsets if _ref(d) == ("DaemonSet", DRIVER_NAMESPACE, name)), None)
+    owner_uid = _meta(owner).get("uid") if owner is not None else None
+
+    def controlled(pod: dict[str, Any]) -> bool:
+        refs = _meta(pod).get("ownerReferences")
+        controller = next((r for r in refs if isinstance(r, dict) and r.get("controller") is True), None) \
+            if isinstance(refs, list) else None
+        return controller is not None and controller.get("kind") == "DaemonSet" and controller.get("name") == name \
+            and (owner_uid is None or controller.get("uid") == owner_uid)
+
+    return [p for p in _owned(pods, uid) if _meta(p).get("namespace") == DRIVER_NAMESPACE and controlled(p)]
 
 
 def _opaque_config(kind: str, uid: str, allocation_mode: str | None = None) -> dict[str, Any]:
@@ -188,15 +208,19 @@ def _ready(pod: dict[str, Any]) -> bool:
                for c in (pod.get("status") or {}).get("conditions") or [])
 
 
-def status_nodes(domain: dict[str, Any], daemon_pods: list[dict[str, Any]],
+def status_nodes(domain: dict[str, Any], daemons: list[dict[str, Any]],
                  nodes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """status.nodes from the daemon pods: one entry per node with a daemon, its index kept once given."""
+    """status.nodes from the daemon pods: one entry per node with a daemon (the first pod by name where a node has
+    two, as a DaemonSet briefly may: the API server refuses two entries of one name), its index kept once given."""
     before = {n.get("name"): n for n in (domain.get("status") or {}).get("nodes") or [] if isinstance(n, dict)}
     entries: list[dict[str, Any]] = []
-    for pod in sorted(daemon_pods, key=lambda p: str((p.get("spec") or {}).get("nodeName"))):
+    seen: set[str] = set()
+    for pod in sorted(daemons, key=lambda p: (str((p.get("spec") or {}).get("nodeName")),
+                                                  str(_meta(p).get("name")))):
         node = (pod.get("spec") or {}).get("nodeName")
-        if not node or _meta(pod).get("deletionTimestamp"):
+        if not node or _meta(pod).get("deletionTimestamp") or node in seen:
             continue
+        seen.add(node)
         clique = str(_labels(nodes.get(node) or {}).get(CLIQUE_NODE_LABEL, ""))
         entries.append({"name": node, "ipAddress": str((pod.get("status") or {}).get("podIP") or ""),
                         "cliqueID": clique, "index": None, "status": READY if _ready(pod) else NOT_READY})
@@ -224,10 +248,10 @@ def plan(domain: dict[str, Any], world: World) -> DomainPlan:
     meta = _meta(domain)
     uid = str(meta.get("uid"))
     owned = _owned(world.templates, uid) + _owned(world.daemonsets, uid)
-    daemon_pods = _owned(world.pods, uid)
+    daemons = daemon_pods(world.pods, uid, world.daemonsets)
     labelled = {str(_meta(n).get("name")): _labels(n).get(DOMAIN_LABEL) for n in world.nodes}
     if meta.get("deletionTimestamp"):
-        return _teardown(domain, uid, owned, daemon_pods, labelled)
+        return _teardown(domain, uid, owned, daemons, labelled)
     result = DomainPlan(domain=copy.deepcopy(domain))
     stored = result.domain
     assert stored is not None
@@ -247,12 +271,12 @@ def plan(domain: dict[str, Any], world: World) -> DomainPlan:
                 continue
             result.create.append(desired)
     # the DaemonSet controller's part for the domain's daemons: none on a node that lost the label
-    for pod in daemon_pods:
+    for pod in daemons:
         node = (pod.get("spec") or {}).get("nodeName")
         if node and labelled.get(node) != uid and not _meta(pod).get("deletionTimestamp"):
             result.delete.append(_ref(pod))
     nodes = {str(_meta(n).get("name")): n for n in world.nodes}
-    entries = status_nodes(stored, [p for p in daemon_pods if _ref(p) not in result.delete], nodes)
+    entries = status_nodes(stored, [p for p in daemons if _ref(p) not in result.delete], nodes)
     num_nodes = spec.get("numNodes", 0) if isinstance(spec, dict) else 0
     status: dict[str, Any] = {"status": global_status(num_nodes, entries)}
     if entries:
@@ -268,7 +292,7 @@ def stale_labels(domain_uids: set[str], nodes: list[dict[str, Any]]) -> dict[str
             if DOMAIN_LABEL in _labels(n) and _labels(n)[DOMAIN_LABEL] not in domain_uids}
 
 
-def _teardown(domain: dict[str, Any], uid: str, owned: list[dict[str, Any]], daemon_pods: list[dict[str, Any]],
+def _teardown(domain: dict[str, Any], uid: str, owned: list[dict[str, Any]], daemons: list[dict[str, Any]],
               labelled: dict[str, Any]) -> DomainPlan:
     """A deleted domain: delete what it owns, unlabel its nodes, take the finalizers off; its own goes last."""
     result = DomainPlan(domain=copy.deepcopy(domain))
@@ -277,11 +301,11 @@ def _teardown(domain: dict[str, Any], uid: str, owned: list[dict[str, Any]], dae
             result.delete.append(_ref(obj))
         if FINALIZER in (_meta(obj).get("finalizers") or []):
             result.release.append(_ref(obj))
-    for pod in daemon_pods:
+    for pod in daemons:
         if not _meta(pod).get("deletionTimestamp"):
             result.delete.append(_ref(pod))
     result.labels = {node: None for node, value in labelled.items() if value == uid}
-    if not owned and not daemon_pods:  # AssertRemoved, the daemons included (#380)
+    if not owned and not daemons:  # AssertRemoved, the daemons included (#380)
         stored = result.domain
         assert stored is not None
         _meta(stored)["finalizers"] = [f for f in _meta(stored).get("finalizers") or [] if f != FINALIZER]

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra.device_config import CONFIG_PATHS, drivers_config_problems
+from gpudra.device_config import CONFIG_PATHS, KIND_RESOURCES, drivers_config_problems
 from gpudra.driver.slices import DEFAULT_DRIVER_NAME
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
 
 ADMISSION_API = "admission.k8s.io/v1"
 RESOURCE_GROUP = "resource.k8s.io"
 SERVED_VERSIONS = ("v1", "v1beta2", "v1beta1")  # what NVIDIA's webhook accepts (cmd/webhook/resource.go)
+RESOURCE_KINDS = {resource: kind for kind, resource in KIND_RESOURCES.items()}
 
 
 class ReviewError(ValueError):
@@ -38,8 +39,6 @@ def review_response(review: Any, driver_name: str = DEFAULT_DRIVER_NAME,
     """The AdmissionReview answering `review` (a decoded admission.k8s.io/v1 AdmissionReview): allowed unless
     an object's opaque configs for `driver_name` (or for the compute-domain driver, unless None) fail that
     driver's checks. ReviewError when `review` is not an AdmissionReview request at all."""
-    from gpudra.api.convert import needs_conversion, to_v1
-
     if not isinstance(review, dict) or review.get("apiVersion") != ADMISSION_API \
             or review.get("kind") != "AdmissionReview":
         raise ReviewError(f"expected an {ADMISSION_API} AdmissionReview")
@@ -62,12 +61,19 @@ def review_response(review: Any, driver_name: str = DEFAULT_DRIVER_NAME,
     if not isinstance(obj, dict):
         response.update(allowed=False, status=_status("request.object is not an object", "BadRequest", 400))
         return answer
-    try:
-        v1 = to_v1(obj) if needs_conversion(obj) else obj
-    except Exception as exc:  # noqa: BLE001 - a shape conversion cannot handle is the client's mistake
-        response.update(allowed=False, status=_status(f"cannot read the object: {exc}", "BadRequest", 400))
+    # The API server sends the object converted to the version it names in request.kind/resource, its apiVersion
+    # and kind set (k8s.io/apiserver admission/plugin/webhook/request: CreateV1AdmissionReview encodes
+    # VersionedObject). One that says otherwise is not from it, and an unknown kind would go unchecked.
+    expected = (f"{RESOURCE_GROUP}/{version}", RESOURCE_KINDS[str(resource)])
+    if (obj.get("apiVersion"), obj.get("kind")) != expected:
+        response.update(allowed=False, status=_status(
+            f"request.object is {str(obj.get('apiVersion'))[:64]} {str(obj.get('kind'))[:64]}, expected "
+            f"{expected[0]} {expected[1]} for {resource}", "BadRequest", 400))
         return answer
-    problems = drivers_config_problems(v1, driver_name, compute_domain_driver)
+    # No conversion to v1: the opaque configs sit at the same paths with the same fields in every served version
+    # (DeviceClaimConfiguration / DeviceClassConfiguration of v1beta1, v1beta2 and v1), and converting would copy
+    # the whole object, doubling what a hostile review costs in memory.
+    problems = drivers_config_problems(obj, driver_name, compute_domain_driver)
     if problems:  # worded as NVIDIA's webhook words it (admitResourceClaimParameters)
         listed = "; ".join(f"object at {path} is invalid: {message}" for _, path, message in problems)
         response.update(allowed=False, status=_status(f"{len(problems)} configs failed to validate: {listed}",

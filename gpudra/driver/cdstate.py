@@ -8,7 +8,10 @@ which CDI edits it gets (computedomain.py has the facts and their upstream sourc
   joins the domain (the label that brings the domain's IMEX daemon here); then the prepare fails, retryably, until
   the domain's status lists this node's daemon as Ready (waiting up to `ready_wait_s` first). Prepared, its CDI
   device carries channel 0 (allocationMode Single) or every channel (All); without a clique, none.
-- a daemon claim (ComputeDomainDaemonConfig): the domain's directory under the plugin directory gets the IMEX config
+- a daemon claim (ComputeDomainDaemonConfig): it must live in the driver's namespace (where the controller's
+  daemon template puts it) or in the domain's own; upstream checks no namespace here and relies on who may create
+  claims of the daemon class, so a tenant's claim naming another tenant's domain would get that domain's IMEX
+  directory and identity. Then the domain's directory under the plugin directory gets the IMEX config
   template and the nodes_config of the peers known now; the CDI device mounts it at /imexd with the daemon's
   environment and, with a clique, the fabric-imex-mgmt capability device.
 
@@ -35,7 +38,8 @@ from gpudra.discovery import Inventory
 from . import cdispec
 from .calls import CallToken
 from .checkpoint import PREPARE_COMPLETED
-from .computedomain import (CHANNEL_TYPE, DAEMON_TYPE, DOMAINS_DIR, IMEX_CHANNEL_COUNT, IMEX_CONFIG_TEMPLATE,
+from .computedomain import (CHANNEL_TYPE, DAEMON_TYPE, DOMAINS_DIR, DRIVER_NAMESPACE, IMEX_CHANNEL_COUNT,
+                            IMEX_CONFIG_TEMPLATE,
                             IMEX_CONFIG_TEMPLATE_FILE, NODES_CONFIG_FILE, NodeDevices, channel_edits, daemon_edits,
                             domain_dir, parse_device_name)
 from .domains import DomainError, DomainInfo, DomainSource
@@ -49,8 +53,10 @@ class ComputeDomainState(DeviceState):
     config_family = COMPUTE_DOMAIN_FAMILY
 
     def __init__(self, *, domains: DomainSource, clique: str, node_devices: NodeDevices | None = None,
-                 channel_count: int = IMEX_CHANNEL_COUNT, ready_wait_s: float = 0.0, **kwargs: Any):
+                 channel_count: int = IMEX_CHANNEL_COUNT, ready_wait_s: float = 0.0,
+                 driver_namespace: str = DRIVER_NAMESPACE, **kwargs: Any):
         super().__init__(**kwargs)
+        self.driver_namespace = driver_namespace
         self.domains = domains
         self.clique = clique
         self.node_devices = node_devices or NodeDevices()
@@ -105,24 +111,26 @@ class ComputeDomainState(DeviceState):
                 record["shareID"] = result["shareID"]
             planned.append((record, config.domain))
         for record, _ in planned:  # lookups and the node label last: nothing is labelled for a claim refused above
-            # the namespace check is the channel's only (device_state.go applyComputeDomainChannelConfig): the
-            # daemon's claim lives in the driver's namespace, the domain in the workload's
-            domain = self._domain_for(ref, record["domainID"], same_namespace=record["type"] == CHANNEL_TYPE)
+            # a channel's claim lives in its domain's namespace (device_state.go applyComputeDomainChannelConfig); a
+            # daemon's in the driver's namespace, where the controller's template puts it (or the domain's own)
+            also = self.driver_namespace if record["type"] == DAEMON_TYPE else None
+            domain = self._domain_for(ref, record["domainID"], also_allowed=also)
             if record["type"] == CHANNEL_TYPE:
                 self._join_and_wait(ref, domain)
             else:
                 record.update(clique=self.clique, domainName=domain.name, domainNamespace=domain.namespace)
         return [record for record, _ in planned]
 
-    def _domain_for(self, ref: ClaimRef, uid: str, same_namespace: bool = True) -> DomainInfo:
-        """The claim's domain (upstream AssertComputeDomainNamespace)."""
+    def _domain_for(self, ref: ClaimRef, uid: str, also_allowed: str | None = None) -> DomainInfo:
+        """The claim's domain, which must live in the claim's namespace unless the claim is in `also_allowed`
+        (upstream AssertComputeDomainNamespace)."""
         try:
             domain = self.domains.domain(uid)
         except DomainError as exc:
             raise PrepareError(f"claim {ref.namespace}/{ref.name}: ComputeDomain {uid}: {exc}") from None
         if domain is None:
             raise PrepareError(f"claim {ref.namespace}/{ref.name}: ComputeDomain not found: {uid} (retrying)")
-        if same_namespace and domain.namespace != ref.namespace:
+        if domain.namespace != ref.namespace and ref.namespace != also_allowed:
             raise PrepareError(f"claim {ref.namespace}/{ref.name}: the ResourceClaim's namespace is different than "
                                f"the ComputeDomain's namespace ({domain.namespace})")
         return domain

@@ -52,6 +52,8 @@ DOMAINS_DIR = "domains"  # under the plugin directory: one directory per Compute
 NODE_LABEL = "resource.nvidia.com/computeDomain"  # computedomain.go computeDomainLabelKey: the node's domain
 DAEMON_CLASS = "compute-domain-daemon.nvidia.com"
 CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
+# the Helm chart's default namespace: where the controller puts the IMEX daemons and their claims
+DRIVER_NAMESPACE = "nvidia-dra-driver-gpu"
 
 
 class CliqueError(DiscoveryError):
