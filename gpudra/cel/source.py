@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
 
 _TOKEN = re.compile(
     r"""
@@ -34,6 +36,7 @@ _TOKEN = re.compile(
   | (?P<number>0[xX][0-9a-fA-F]+[uU]?|(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?[uU]?)
   | (?P<ident>[_a-zA-Z][_a-zA-Z0-9]*)
   | (?P<punct>==|!=|<=|>=|&&|\|\||\.\?|\[\?|[-+*/%!<>?:.,\[\](){}])
+  | (?P<error>.)
     """,
     re.VERBOSE | re.DOTALL,
 )
@@ -41,8 +44,7 @@ _TOKEN = re.compile(
 DOMAIN_MAPS = ("attributes", "capacity")
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
     kind: str
     text: str
     start: int
@@ -54,20 +56,15 @@ class Token:
 
 def tokenize(source: str) -> list[Token]:
     """CEL tokens without whitespace/comments. Unknown characters become 'error' tokens (the engine
-    reports them properly)."""
-    tokens: list[Token] = []
-    position = 0
-    while position < len(source):
-        match = _TOKEN.match(source, position)
-        if match is None:
-            tokens.append(Token("error", source[position], position))
-            position += 1
-            continue
-        kind = match.lastgroup or "error"
-        if kind != "space":
-            tokens.append(Token(kind, match.group(), position))
-        position = match.end()
-    return tokens
+    reports them properly). A fresh list of the cached scan: compiling one selector tokenizes each of its
+    rewritten texts several times, and a 10 KiB selector has 10,000 tokens."""
+    return list(_tokens(source))
+
+
+@lru_cache(maxsize=64)
+def _tokens(source: str) -> tuple[Token, ...]:
+    return tuple(Token(match.lastgroup or "error", match.group(), match.start())
+                 for match in _TOKEN.finditer(source) if match.lastgroup != "space")
 
 
 @dataclass(frozen=True)
@@ -367,6 +364,38 @@ def fold_constant_values(source: str, runtime: bool = False, semver_normalize: b
     return apply_operations(source, operations)
 
 
+_OPERAND_END_KINDS = ("ident", "number", "string")
+
+
+def collapse_unary_runs(source: str) -> Rewritten:
+    """`!!x` -> `x`, `--x` -> `x`: both parsers read a run of `!` (or of unary `-`) as one rule and keep only its
+    parity (cel-go parser/parser.go VisitLogicalNot, VisitNegate: an even run is the operand itself, an odd one a
+    single operator), so dropping pairs changes nothing, and a 10,000-operator selector stays 10 tokens for the
+    token passes that follow. The operator next to the operand stays (negative literals fold as before)."""
+    if "!!" not in source.replace(" ", "") and "--" not in source.replace(" ", ""):
+        return Rewritten(source, tuple(range(len(source))))
+    tokens = tokenize(source)
+    operations: list[tuple[int, int, str]] = []
+    index = 0
+    while index < len(tokens):
+        text = tokens[index].text
+        if text not in ("!", "-"):
+            index += 1
+            continue
+        end = index
+        while end + 1 < len(tokens) and tokens[end + 1].text == text:
+            end += 1
+        first = index
+        if text == "-" and index > 0 and (tokens[index - 1].kind in _OPERAND_END_KINDS
+                                          or tokens[index - 1].text in (")", "]", "}")):
+            first += 1  # binary minus: the run of unary ones starts after it
+        pairs = (end - first + 1) // 2
+        if pairs:
+            operations.append((tokens[first].start, tokens[first + 2 * pairs].start, ""))
+        index = end + 1
+    return apply_operations(source, operations)
+
+
 GO_MAX_RECURSION = 250  # cel-go parser's default maxRecursionDepth (parser/parser.go)
 
 
@@ -413,7 +442,8 @@ def adapt(source: str, runtime: bool = False, semver_normalize: bool = True) -> 
     `semver_normalize`: the release has `semver(s, normalize)` (else such a call is left to the checker)."""
     from gpudra.cel.nesting import flatten  # (it builds on this module's tokenizer)
 
-    rewritten = collapse_redundant_parentheses(source)
+    rewritten = collapse_unary_runs(source)
+    rewritten = _compose(rewritten, collapse_redundant_parentheses(rewritten.text))
     rewritten = _compose(rewritten, flatten(rewritten.text))
     rewritten = _compose(rewritten, rewrite_domain_lookups(rewritten.text))
     rewritten = _compose(rewritten, rewrite_map_transforms(rewritten.text))
