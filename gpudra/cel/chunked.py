@@ -26,7 +26,8 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from gpudra.cel.source import Token, apply_operations, tokenize, top_level_arguments
+from gpudra.cel import list_cost
+from gpudra.cel.source import apply_operations, receiver_start, tokenize, top_level_arguments
 
 MACROS = ("all", "exists", "exists_one")
 LIST_MACROS = ("map", "filter")  # their outcome is a list: evaluated part by part only where hoisted
@@ -66,8 +67,8 @@ def split(runtime_source: str) -> Split | None:
         if arguments[0][0] != arguments[0][1] or variable.kind != "ident":
             return None
         parts = [runtime_source[tokens[first].start : tokens[last].end] for first, last in arguments[1:]]
-        return Split(token.text, variable.text, runtime_source[: tokens[index - 1].start], parts[-1],
-                     parts[0] if len(parts) == 2 else None)
+        return Split(token.text, variable.text, list_cost.unwrap(runtime_source[: tokens[index - 1].start]),
+                     parts[-1], parts[0] if len(parts) == 2 else None)
     return None
 
 
@@ -176,6 +177,7 @@ def _list_macro(found: Split, elements: list, data: dict[str, Any], inner: tuple
     """map/filter (cel-go parser/macro.go: the accumulated list, or the first error: `+` does not absorb one)."""
     results = []
     for element in elements:
+        list_cost.charge_elements(found.macro if predicate_program is None else "filter")
         element_data = {**data, found.variable: element}
         if predicate_program is not None:
             keep = _run(predicate_program, element_data, found.predicate_source or "", inner)
@@ -202,44 +204,6 @@ _HOISTED_ERROR = "__gpudra_hoisted_error_"
 _HOISTED_LIST = "__gpudra_hoisted_list_"
 
 
-def _matching_open(tokens: list[Token], close_index: int) -> int | None:
-    depth = 0
-    for index in range(close_index, -1, -1):
-        text = tokens[index].text
-        if text in ("]", ")", "}"):
-            depth += 1
-        elif text in ("[", "[?", "(", "{"):
-            depth -= 1
-            if depth == 0:
-                return index
-    return None
-
-
-def _receiver_start(tokens: list[Token], dot_index: int) -> int | None:
-    """The first token of the postfix chain (`a.b(c)[d]`, `lists.range(n)`, a literal) that ends before `dot_index`."""
-    index = dot_index - 1
-    while index >= 0:
-        token = tokens[index]
-        if token.text in (")", "]", "}"):
-            opening = _matching_open(tokens, index)
-            if opening is None:
-                return None
-            index = opening
-            if index > 0 and tokens[index - 1].kind == "ident" and tokens[index].text in ("(", "{"):
-                index -= 1  # a call or a message literal
-            elif index > 0 and tokens[index].text in ("[", "[?") and (
-                    tokens[index - 1].kind == "ident" or tokens[index - 1].text in (")", "]")):
-                index -= 1  # an index: the chain goes on to the left
-                continue
-        elif token.kind not in ("ident", "string", "number"):
-            return None
-        if index >= 2 and tokens[index - 1].text in (".", ".?"):
-            index -= 2
-            continue
-        return index
-    return None
-
-
 def _macro_spans(runtime_source: str) -> list[tuple[int, int]]:
     """Character spans of every `R.all(…)`/`R.exists(…)`/`R.exists_one(…)` call, outermost first."""
     tokens = tokenize(runtime_source)
@@ -250,7 +214,7 @@ def _macro_spans(runtime_source: str) -> list[tuple[int, int]]:
         if tokens[index + 1].text != "(":
             continue
         parsed = top_level_arguments(tokens, index + 1)
-        start = _receiver_start(tokens, index - 1)
+        start = receiver_start(tokens, index - 1)
         if parsed is None or start is None:
             continue
         spans.append((tokens[start].start, tokens[parsed[1]].end))

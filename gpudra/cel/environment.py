@@ -22,7 +22,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import any_pb2  # noqa: F401 - registers google.protobuf.Any in the default pool
 
-from gpudra.cel import library_format, library_guards, library_k8s, library_net, source
+from gpudra.cel import library_format, library_guards, library_k8s, library_net, list_cost, source
 from gpudra.cel import values as V
 from gpudra.cel.release import CelEnvironment
 
@@ -52,7 +52,7 @@ def _extensions(runtime: bool, features: CelEnvironment) -> list:
             library_k8s.list_index_declarations()
             + library_k8s.declarations(runtime, features)
             + library_net.declarations(runtime)
-            + (library_guards.declarations() if runtime else [])
+            + (library_guards.declarations() + list_cost.declarations() if runtime else [])
             + library_format.declarations(),
         ),
     ]

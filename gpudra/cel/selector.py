@@ -123,8 +123,10 @@ class Selector:
             try:
                 result = self._program.eval(device.activation(self._env))
             except Exception as error:  # noqa: BLE001 - cel-cpp aborts (iteration budget) raise instead of returning
-                outcome = self._chunked(str(error), device)
-                budget.outcome(meter)
+                outcome = self._chunked(str(error), device, meter)
+                limit_error = budget.outcome(meter)
+                if limit_error is not None:
+                    raise CELRuntimeError(limit_error, self.expression) from None
                 if outcome is True or outcome is False:
                     return outcome
                 raise CELRuntimeError(outcome or _aborted_message(str(error)), self.expression) from None
@@ -146,11 +148,14 @@ class Selector:
             f"CEL result of type {cel_type_name(result_type)} could not be converted to bool", self.expression
         )
 
-    def _chunked(self, error: str, device: DeviceInput) -> bool | str | None:
+    def _chunked(self, error: str, device: DeviceInput, meter: budget.Meter) -> bool | str | None:
         """The outcome of the expression's macros evaluated part by part after cel-cpp's iteration budget stopped
         the whole (gpudra.cel.chunked: the outermost macro, else every closed one); None when that does not apply."""
-        if "Iteration budget exceeded" not in error or self.runtime_bound > MAX_COST:
+        if "Iteration budget exceeded" not in error or meter.aborted is not None:
             return None
+        if self.runtime_bound > MAX_COST and "__gpudra_list_cost" not in self._runtime_source:
+            return None
+        budget.restart(meter)  # the parts evaluate the whole again, charging as they go
         try:
             try:
                 outcome = chunked.evaluate(self._runtime_source, device.data)
@@ -271,15 +276,17 @@ def _compile(expression: str, environment: CelEnvironment, stored: bool = False)
         raise CELCompileError(expression, message, column, line, report=caret_report(expression, message, offset))
     estimate, bound = cost_model.check(expression, rewritten, checked, refuse_costly=not stored)
     runtime_source = _evaluation_source(expression, rewritten, serialized)
-    runtime_text = adapt(runtime_source, runtime=True).text
-    try:
-        program = runtime_env().compile(runtime_text)
-    except Exception:  # noqa: BLE001 - a guard or fold the token scan placed wrongly: evaluate the plain text
-        runtime_text = adapt(expression, runtime=True).text
+    program, runtime_text = None, ""
+    # A guard or fold the token scan placed wrongly, or list_cost's wrappers past cel-cpp's nesting limit: the next
+    # text in line (the last one cannot fail for a checked expression, but is reported cleanly if it does).
+    for source_text, wrap_lists in ((runtime_source, True), (expression, True), (expression, False)):
+        runtime_text = adapt(source_text, runtime=True, wrap_lists=wrap_lists).text
         try:
             program = runtime_env().compile(runtime_text)
-        except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly
-            raise _compile_error(expression, rewritten, str(error)) from None
+            break
+        except Exception as error:  # noqa: BLE001 - cel-expr-python raises RuntimeError/ValueError with the issues
+            if not wrap_lists:
+                raise _compile_error(expression, rewritten, str(error)) from None
     # gpudra's bound, not cel-go's estimate: cel-go concatenates lists lazily at O(1), cel-cpp copies them
     refused = bound > MAX_COST and cost_model.may_grow_without_bound(serialized)
     return Selector(expression, environment, program, estimate, device_reads(serialized), stored, refused,

@@ -194,6 +194,44 @@ def top_level_arguments(tokens: list[Token], open_index: int) -> tuple[list[tupl
     return None
 
 
+def _matching_open(tokens: list[Token], close_index: int) -> int | None:
+    depth = 0
+    for index in range(close_index, -1, -1):
+        text = tokens[index].text
+        if text in ("]", ")", "}"):
+            depth += 1
+        elif text in ("[", "[?", "(", "{"):
+            depth -= 1
+            if depth == 0:
+                return index
+    return None
+
+
+def receiver_start(tokens: list[Token], dot_index: int) -> int | None:
+    """The first token of the postfix chain (`a.b(c)[d]`, `lists.range(n)`, a literal) that ends before `dot_index`."""
+    index = dot_index - 1
+    while index >= 0:
+        token = tokens[index]
+        if token.text in (")", "]", "}"):
+            opening = _matching_open(tokens, index)
+            if opening is None:
+                return None
+            index = opening
+            if index > 0 and tokens[index - 1].kind == "ident" and tokens[index].text in ("(", "{"):
+                index -= 1  # a call or a message literal
+            elif index > 0 and tokens[index].text in ("[", "[?") and (
+                    tokens[index - 1].kind == "ident" or tokens[index - 1].text in (")", "]")):
+                index -= 1  # an index: the chain goes on to the left
+                continue
+        elif token.kind not in ("ident", "string", "number"):
+            return None
+        if index >= 2 and tokens[index - 1].text in (".", ".?"):
+            index -= 2
+            continue
+        return index
+    return None
+
+
 MAP_FROM_ENTRIES = "__gpudra_map_from_entries"
 MERGE_MAPS = "__gpudra_merge_maps"
 
@@ -390,7 +428,7 @@ def collapse_unary_runs(source: str) -> Rewritten:
                                           or tokens[index - 1].text in (")", "]", "}")):
             first += 1  # binary minus: the run of unary ones starts after it
         pairs = (end - first + 1) // 2
-        if pairs:
+        if pairs and end + 1 < len(tokens):  # (no operand: left for the parser to report)
             operations.append((tokens[first].start, tokens[first + 2 * pairs].start, ""))
         index = end + 1
     return apply_operations(source, operations)
@@ -436,11 +474,13 @@ def _compose(first: Rewritten, second: Rewritten) -> Rewritten:
     return Rewritten(second.text, tuple(first.original_offset(offset) for offset in second.origin))
 
 
-def adapt(source: str, runtime: bool = False, semver_normalize: bool = True) -> Rewritten:
+def adapt(source: str, runtime: bool = False, semver_normalize: bool = True, wrap_lists: bool = True) -> Rewritten:
     """Every source-level adaptation, with positions mapped back to `source`; `runtime` gives the text
-    for the evaluation environment (constant values folded to their tagged-string form);
-    `semver_normalize`: the release has `semver(s, normalize)` (else such a call is left to the checker)."""
-    from gpudra.cel.nesting import flatten  # (it builds on this module's tokenizer)
+    for the evaluation environment (constant values folded to their tagged-string form, list-building macros
+    wrapped by gpudra.cel.list_cost unless `wrap_lists` is False); `semver_normalize`: the release has
+    `semver(s, normalize)` (else such a call is left to the checker)."""
+    from gpudra.cel.list_cost import wrap_ranges  # (both build on this module's tokenizer)
+    from gpudra.cel.nesting import flatten
 
     rewritten = collapse_unary_runs(source)
     rewritten = _compose(rewritten, collapse_redundant_parentheses(rewritten.text))
@@ -451,6 +491,8 @@ def adapt(source: str, runtime: bool = False, semver_normalize: bool = True) -> 
     if runtime:
         rewritten = _compose(rewritten, rewrite_offset_searches(rewritten.text))
         rewritten = _compose(rewritten, rewrite_range_bounds(rewritten.text))
+        if wrap_lists:
+            rewritten = _compose(rewritten, wrap_ranges(rewritten.text))
     return _compose(rewritten, fold_constant_values(rewritten.text, runtime, semver_normalize))
 
 
