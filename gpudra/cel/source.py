@@ -108,7 +108,24 @@ NO_CAPACITY_VARIABLE = "__gpudra_no_capacity"
 _VARIABLES = {"attributes": (ATTRIBUTES_VARIABLE, NO_ATTRIBUTES_VARIABLE), "capacity": (CAPACITY_VARIABLE, NO_CAPACITY_VARIABLE)}
 
 
+def _optional_values(source: str) -> Rewritten:
+    """`device.?attributes.value()` -> `device.attributes` (the same map: the field is always present)."""
+    tokens = tokenize(source)
+    operations = []
+    for index in range(len(tokens) - 6):
+        texts = [token.text for token in tokens[index : index + 7]]
+        if (texts[0] == "device" and texts[1] == ".?" and texts[2] in DOMAIN_MAPS and texts[3:] == [".", "value", "(", ")"]
+                and not (index > 0 and tokens[index - 1].text in (".", ".?"))):
+            operations.append((tokens[index].start, tokens[index + 6].end, f"device.{texts[2]}"))
+    return apply_operations(source, operations)
+
+
 def rewrite_domain_lookups(source: str) -> Rewritten:
+    values = _optional_values(source)
+    return _compose(values, _rewrite_domain_lookups(values.text))
+
+
+def _rewrite_domain_lookups(source: str) -> Rewritten:
     tokens = tokenize(source)
     operations: list[tuple[int, int, str]] = []
     for index, token in enumerate(tokens):
@@ -119,7 +136,10 @@ def rewrite_domain_lookups(source: str) -> Rewritten:
         if index + 2 >= len(tokens):
             continue
         dot, name = tokens[index + 1], tokens[index + 2]
-        if dot.text != "." or name.kind != "ident" or name.text not in DOMAIN_MAPS:
+        if dot.text not in (".", ".?") or name.kind != "ident" or name.text not in DOMAIN_MAPS:
+            continue
+        if dot.text == ".?":
+            operations.extend(_optional_domain_lookup(tokens, index))
             continue
         if _inside_has(tokens, index, index + 2):
             continue  # has(device.attributes): a field of the device, present in every device
@@ -152,6 +172,28 @@ def rewrite_domain_lookups(source: str) -> Rewritten:
                 lookup += ")"
             operations.append((opener.start, domain.end, lookup))
     return apply_operations(source, operations)
+
+
+def _optional_domain_lookup(tokens: list[Token], index: int) -> list[tuple[int, int, str]]:
+    """`device.?attributes…` (the same for capacity): the field is always present, so it is `optional.of(M)` where
+    M is the map that finds every domain; cel-go's optional selection and indexing of an optional keep M's Find:
+
+        device.?attributes[D] / [?D] / .d / .?d  ->  optional.of(__gpudra_attributes[?D].orValue(__gpudra_no_attributes))
+        device.?attributes.value()               ->  device.attributes (before, by _optional_values)
+        device.?attributes                       ->  optional.of(__gpudra_attributes)            (elsewhere)"""
+    device, name = tokens[index], tokens[index + 2]
+    variable, empty = _VARIABLES[name.text]
+    opener = tokens[index + 3] if index + 3 < len(tokens) else None
+    if opener is not None and opener.text in ("[", "[?"):
+        close = _matching_bracket(tokens, index + 3)
+        if close is not None:
+            return [(device.start, opener.end, f"optional.of({variable}[?"),
+                    (tokens[close].end, tokens[close].end, f".orValue({empty}))")]
+    if (opener is not None and opener.text in (".", ".?") and index + 4 < len(tokens)
+            and tokens[index + 4].kind == "ident" and not (index + 5 < len(tokens) and tokens[index + 5].text == "(")):
+        return [(device.start, tokens[index + 4].end,
+                 f'optional.of({variable}[?"{tokens[index + 4].text}"].orValue({empty}))')]
+    return [(device.start, name.end, f"optional.of({variable})")]
 
 
 def apply_operations(source: str, operations: list[tuple[int, int, str]]) -> Rewritten:
