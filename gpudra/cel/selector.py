@@ -8,10 +8,10 @@ from functools import lru_cache
 
 from cel_expr_python import cel
 
-from gpudra.cel import binding, budget, checks, chunked, constants, guards
+from gpudra.cel import bind_chain, binding, budget, checks, chunked, constants, guards
 from gpudra.cel import cost as cost_model
 from gpudra.cel.device import DeviceInput
-from gpudra.cel.environment import checking_env, runtime_env
+from gpudra.cel.environment import checking_env, checking_env_with, runtime_env, runtime_env_with
 from gpudra.cel.errors import CELCompileError, CELRuntimeError
 from gpudra.cel.reads import device_reads
 from gpudra.cel.release import CelEnvironment, cel_environment
@@ -119,6 +119,8 @@ class Selector:
             raise CELRuntimeError(device.error, self.expression)
         if self.refused:
             raise CELRuntimeError(_aborted_message("Iteration budget exceeded"), self.expression)
+        if isinstance(self._program, bind_chain.ChainProgram):
+            return self._evaluate_chain(self._program, device, deadline)
         with budget.evaluation(deadline) as meter:
             try:
                 result = self._program.eval(device.activation(self._env))
@@ -147,6 +149,21 @@ class Selector:
         raise CELRuntimeError(
             f"CEL result of type {cel_type_name(result_type)} could not be converted to bool", self.expression
         )
+
+    def _evaluate_chain(self, program: bind_chain.ChainProgram, device: DeviceInput, deadline: float | None) -> bool:
+        with budget.evaluation(deadline) as meter:
+            try:
+                outcome = program.evaluate(device.data)
+            except Exception as error:  # noqa: BLE001 - a part aborted (cel-cpp's iteration budget)
+                outcome = _aborted_message(str(error))
+            finally:
+                binding.settle()
+        limit_error = budget.outcome(meter)
+        if limit_error is not None:
+            raise CELRuntimeError(limit_error, self.expression)
+        if outcome is True or outcome is False:
+            return outcome
+        raise CELRuntimeError(clean_runtime_message(outcome), self.expression)
 
     def _chunked(self, error: str, device: DeviceInput, meter: budget.Meter) -> bool | str | None:
         """The outcome of the expression's macros evaluated part by part after cel-cpp's iteration budget stopped
@@ -256,6 +273,9 @@ def _compile(expression: str, environment: CelEnvironment, stored: bool = False)
     try:
         checked = checking_env(environment).compile(rewritten.text)
     except Exception as error:  # noqa: BLE001 - cel-expr-python raises RuntimeError/ValueError with the issues
+        chain = bind_chain.split(expression) if "recursion limit" in str(error) else None
+        if chain is not None:
+            return _compile_chain(expression, environment, stored, chain)
         raise _compile_error(expression, rewritten, str(error)) from None
     wrong_type = _result_type_allowed(checked, environment)
     if wrong_type is not None:
@@ -291,6 +311,32 @@ def _compile(expression: str, environment: CelEnvironment, stored: bool = False)
     refused = bound > MAX_COST and cost_model.may_grow_without_bound(serialized)
     return Selector(expression, environment, program, estimate, device_reads(serialized), stored, refused,
                     runtime_text, bound)
+
+
+def _compile_chain(expression: str, environment: CelEnvironment, stored: bool, chain: bind_chain.Chain) -> Selector:
+    """A `cel.bind` chain too deep for cel-cpp's parser, checked and evaluated part by part (gpudra.cel.bind_chain)."""
+    estimates: list[int] = []  # cel-go's estimate of a binding: its expression's plus its body's
+
+    def estimate_part(part: str, checked) -> None:
+        estimates.append(cost_model.check(part, adapt(part), checked, refuse_costly=False)[0])
+
+    try:
+        body = bind_chain.check(chain, lambda variables: checking_env_with(environment, variables), estimate_part)
+    except CELCompileError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a part's issues (positions within the part)
+        message = _clean_compile_message(_STATUS_PREFIX.sub("", str(error).strip()))
+        raise CELCompileError(expression, message.split("\n")[0], report=message) from None
+    wrong_type = _result_type_allowed(body, environment)
+    if wrong_type is not None:
+        message = f"must evaluate to bool or the unknown type, not {wrong_type}"
+        raise CELCompileError(expression, message, report=message)
+    estimate = min(sum(estimates), 2**64 - 1)
+    if estimate > MAX_COST and not stored:
+        raise CELCompileError(
+            expression, f"too complex, exceeds cost limit (estimated cost {estimate}, limit {MAX_COST})")
+    program = bind_chain.ChainProgram(chain, runtime_env_with(*chain.names))
+    return Selector(expression, environment, program, estimate, None, stored, False, "", estimate)
 
 
 @lru_cache(maxsize=4096)
