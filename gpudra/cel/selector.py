@@ -299,7 +299,7 @@ def _compile(expression: str, environment: CelEnvironment, stored: bool = False)
     program, runtime_text = None, ""
     # A guard or fold the token scan placed wrongly, or list_cost's wrappers past cel-cpp's nesting limit: the next
     # text in line (the last one cannot fail for a checked expression, but is reported cleanly if it does).
-    for source_text, wrap_lists in ((runtime_source, True), (expression, True), (expression, False)):
+    for source_text, wrap_lists in ((runtime_source, True), (runtime_source, False), (expression, False)):
         runtime_text = adapt(source_text, runtime=True, wrap_lists=wrap_lists).text
         try:
             program = runtime_env().compile(runtime_text)

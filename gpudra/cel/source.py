@@ -14,6 +14,8 @@ and the domain lookup is rewritten:
     has(device.attributes.d)  ->  true        (cel-go's custom Find answers every key, so has() is true)
     has(device.attributes)    ->  unchanged   (a field of the device message)
     device.attributes      ->  __gpudra_attributes                                         (elsewhere)
+    device.?attributes[D] / .?d / .d  ->  optional.of(__gpudra_attributes[?D].orValue(__gpudra_no_attributes))
+    device.?attributes.value()        ->  device.attributes (then as above)
 
 and the same for device.capacity. `__gpudra_no_*` are empty maps of the right type.
 
