@@ -1,18 +1,29 @@
 """DRA CEL selector throughput: compile once, evaluate over 10,000 devices.
 
     python benchmarks/cel.py [--devices N] [--repeat R] [--json]
+    python benchmarks/cel.py --versus-cel-go [--oracle PATH] [--long-loops] [--json]
 
 Prints a table of evaluations per second for typical selectors (best of R passes, each a real
 evaluation), the rate of repeated questions answered from the per-device memo, and the cost of
 preparing the devices (`device_input`) and of compiling. With --json the last line is one JSON object.
+
+--versus-cel-go: costly selectors (issue 35) in kube-scheduler's reading, each compiled and evaluated once on one
+device by gpudra and by cel-go (k8s/cmd/cel-oracle, built with `go build -trimpath` unless --oracle names a binary),
+each side in a fresh process: outcome, compile and evaluation seconds, and the process's peak RSS (os.wait4). With
+--long-loops cel-go also runs `lists.range(140000).exists(…)` (about a minute; kube-scheduler's DRA Filter gives up
+after 10 s).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -65,12 +76,118 @@ def make_devices(count: int, seed: int = 1) -> list[tuple[str, dict]]:
     return devices
 
 
+REPO = Path(__file__).resolve().parent.parent
+# (label, expression, cel-go runs it without --long-loops)
+COSTLY = [
+    ("join of 30,000 strings", 'lists.range(30000).map(i, string(i)).join("").size() > 0', True),
+    ("10,000 × !", "!" * 10000 + "true", True),
+    ("map 60,000", "lists.range(60000).map(i, i).size() > 0", True),
+    ("map 100,000 (over the limit)", "lists.range(100000).map(i, i).size() > 0", True),
+    ("nested maps 300 × 300", "lists.range(300).map(i, lists.range(300).map(j, j)).size() > 0", True),
+    ("sortBy 3,000", "lists.range(3000).sortBy(i, -i).size() > 0", True),
+    ("240 chained cel.bind", None, True),
+    ("device.?attributes", 'device.?attributes["other.vendor"].?model.orValue("") == ""', True),
+    ("exists 16,000", "lists.range(16000).exists(i, i == 15999)", True),
+    ("exists 140,000", "lists.range(140000).exists(i, i == 139999)", False),
+]
+
+_GPUDRA_ONE = r"""
+import json, resource, sys, time
+from gpudra.cel import CELCompileError, CELRuntimeError, compile_selector, device_input
+expression = sys.stdin.read()
+device = device_input("gpu.nvidia.com", {"name": "gpu-0"})
+start = time.perf_counter()
+try:
+    selector = compile_selector(expression, stored=True, version="1.34")
+except CELCompileError as error:
+    print(json.dumps({"outcome": "compile error", "compile_s": time.perf_counter() - start})); raise SystemExit
+compiled = time.perf_counter()
+try:
+    outcome = selector.evaluate(device)
+except CELRuntimeError as error:
+    outcome = "runtime error: " + error.message
+print(json.dumps({"outcome": outcome, "compile_s": compiled - start, "evaluate_s": time.perf_counter() - compiled}))
+"""
+
+
+def _bind_chain(count: int) -> str:
+    text = f"a{count - 1} == {count - 1}"
+    for index in range(count - 1, 0, -1):
+        text = f"cel.bind(a{index}, a{index - 1} + 1, {text})"
+    return f"cel.bind(a0, 0, {text})"
+
+
+def _run_measured(command: list[str], stdin_text: str) -> tuple[str, float]:
+    """stdout and the peak RSS (MiB) of one process."""
+    with tempfile.TemporaryFile("w+") as stdin, tempfile.TemporaryFile("w+") as stdout:
+        stdin.write(stdin_text)
+        stdin.seek(0)
+        process = subprocess.Popen(command, stdin=stdin, stdout=stdout, env={**os.environ, "PYTHONPATH": str(REPO)})
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        stdout.seek(0)
+        return stdout.read(), usage.ru_maxrss / 1024
+
+
+def _oracle(path: str | None) -> str:
+    if path:
+        return path
+    go = shutil.which("go")
+    if go is None:
+        raise SystemExit("error: --versus-cel-go needs Go on PATH (to build k8s/cmd/cel-oracle) or --oracle PATH")
+    binary = Path(tempfile.mkdtemp()) / "cel-oracle"
+    subprocess.run([go, "build", "-trimpath", "-o", str(binary), "./cmd/cel-oracle"], cwd=REPO / "k8s", check=True)
+    return str(binary)
+
+
+def _go_outcome(answer: dict) -> str:
+    if answer.get("compileError"):
+        return "compile error"
+    if answer.get("runtimeError"):
+        return "runtime error: " + answer["runtimeError"]
+    return str(answer["result"])
+
+
+def versus_cel_go(oracle: str | None, long_loops: bool, as_json: bool) -> int:
+    binary = _oracle(oracle)
+    rows = []
+    print("costly selectors, kube-scheduler's reading, one device; each side in a fresh process")
+    print(f"{'selector':<30} {'side':<7} {'outcome':<16} {'compile s':>10} {'eval s':>8} {'peak MiB':>9}")
+    for label, expression, go_by_default in COSTLY:
+        expression = expression or _bind_chain(240)
+        output, peak = _run_measured([sys.executable, "-c", _GPUDRA_ONE], expression)
+        gpudra = json.loads(output.strip().splitlines()[-1])
+        sides = {"gpudra": {**gpudra, "outcome": str(gpudra["outcome"]), "peak_mib": round(peak, 1)}}
+        if go_by_default or long_loops:
+            case = {"id": "1", "expression": expression, "driver": "gpu.nvidia.com", "device": {}}
+            output, peak = _run_measured([binary, "-timing"], json.dumps([case]))
+            answer = json.loads(output.strip().splitlines()[-1])
+            sides["cel-go"] = {"outcome": _go_outcome(answer), "compile_s": answer.get("compileSeconds"),
+                               "evaluate_s": answer.get("evaluateSeconds"), "actual_cost": answer.get("actualCost"),
+                               "peak_mib": round(peak, 1)}
+        for side, numbers in sides.items():
+            evaluate = numbers.get("evaluate_s")
+            print(f"{label if side == 'gpudra' else '':<30} {side:<7} {numbers['outcome'][:16]:<16} "
+                  f"{numbers['compile_s']:>10.3f} {evaluate if evaluate is None else round(evaluate, 3)!s:>8} "
+                  f"{numbers['peak_mib']:>9.1f}")
+        rows.append({"label": label, "expression": expression if len(expression) < 200 else expression[:200] + "…",
+                     **sides})
+    if as_json:
+        print(json.dumps({"versus_cel_go": rows}))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    parser.add_argument("--versus-cel-go", action="store_true", help="costly selectors, gpudra beside cel-go")
+    parser.add_argument("--oracle", help="a built k8s/cmd/cel-oracle (default: build it with go)")
+    parser.add_argument("--long-loops", action="store_true", help="cel-go runs the 140,000-element loop too")
     args = parser.parse_args()
+    if args.versus_cel_go:
+        return versus_cel_go(args.oracle, args.long_loops, args.json)
 
     raw = make_devices(args.devices)
     start = time.perf_counter()

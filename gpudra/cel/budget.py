@@ -28,7 +28,7 @@ class EvaluationDeadlineExceeded(TimeoutError):
     """The search's deadline passed before or during an evaluation."""
 
 
-class _Meter:
+class Meter:
     __slots__ = ("cost", "deadline", "aborted")
 
     def __init__(self, deadline: float | None):
@@ -41,11 +41,11 @@ _local = threading.local()
 
 
 @contextmanager
-def evaluation(deadline: float | None) -> Iterator[_Meter]:
+def evaluation(deadline: float | None) -> Iterator[Meter]:
     """Meter one evaluation; refuses to start one past `deadline` (a time.monotonic() instant)."""
     if deadline is not None and time.monotonic() > deadline:
         raise EvaluationDeadlineExceeded("operation interrupted: the search's deadline passed")
-    meter = _Meter(deadline)
+    meter = Meter(deadline)
     previous = getattr(_local, "meter", None)
     _local.meter = meter
     try:
@@ -54,15 +54,20 @@ def evaluation(deadline: float | None) -> Iterator[_Meter]:
         _local.meter = previous
 
 
-def outcome(meter: _Meter) -> str | None:
+def outcome(meter: Meter) -> str | None:
     """After the evaluation: the runtime error it ends with, or None; raises when the deadline passed."""
     if meter.aborted == "deadline":
         raise EvaluationDeadlineExceeded("operation interrupted: the search's deadline passed")
     return COST_LIMIT_EXCEEDED if meter.aborted == "cost" else None
 
 
+def restart(meter: Meter) -> None:
+    """The evaluation starts over (gpudra.cel.chunked evaluates it again in parts): what it charged so far is void."""
+    meter.cost = 0
+
+
 def charge(units: int) -> None:
-    meter: _Meter | None = getattr(_local, "meter", None)
+    meter: Meter | None = getattr(_local, "meter", None)
     if meter is None:
         return
     if meter.aborted is None:

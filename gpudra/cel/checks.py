@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from gpudra.cel.ast import checked_syntax_tree, fields, walk
 
 _PRIMITIVES = {1: "bool", 2: "int", 3: "uint", 4: "double", 5: "string", 6: "bytes"}
@@ -58,6 +60,7 @@ def type_name(data: bytes) -> str:
     return "dyn"
 
 
+@lru_cache(maxsize=8)
 def _type_map(payload: bytes) -> dict[int, str]:
     types = {}
     for number, _, entry in fields(payload):
@@ -67,6 +70,7 @@ def _type_map(payload: bytes) -> dict[int, str]:
     return types
 
 
+@lru_cache(maxsize=8)
 def _positions(payload: bytes) -> dict[int, int]:
     positions = {}
     for number, _, value in fields(payload):

@@ -26,10 +26,11 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from gpudra.cel.source import Token, apply_operations, tokenize, top_level_arguments
+from gpudra.cel import list_cost
+from gpudra.cel.source import apply_operations, receiver_start, tokenize, top_level_arguments
 
 MACROS = ("all", "exists", "exists_one")
-LIST_MACROS = ("map", "filter")  # their outcome is a list: evaluated part by part only where hoisted
+LIST_MACROS = ("map", "filter", "transformList")  # their outcome is a list: evaluated part by part only where hoisted
 MAX_ITERATIONS = 1_000_000  # every iteration costs cel-go at least one unit of CELSelectorExpressionMaxCost
 
 
@@ -43,7 +44,12 @@ class Split:
     variable: str
     range_source: str
     body_source: str
-    predicate_source: str | None = None  # map's filter: `R.map(x, P, BODY)`
+    predicate_source: str | None = None  # map's filter: `R.map(x, P, BODY)`, `R.transformList(i, x, P, BODY)`
+    index_variable: str | None = None  # transformList's first variable (the index; lists only)
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        return (self.variable,) if self.index_variable is None else (self.index_variable, self.variable)
 
 
 def split(runtime_source: str) -> Split | None:
@@ -60,14 +66,17 @@ def split(runtime_source: str) -> Split | None:
         if parsed is None or parsed[1] != len(tokens) - 1:
             continue  # an inner macro
         arguments = parsed[0]
-        if len(arguments) != 2 and not (token.text == "map" and len(arguments) == 3):
+        two_variables = token.text == "transformList"
+        if len(arguments) - two_variables != 2 and not (token.text in ("map", "transformList")
+                                                        and len(arguments) - two_variables == 3):
             return None
-        variable = tokens[arguments[0][0]]
-        if arguments[0][0] != arguments[0][1] or variable.kind != "ident":
+        names = arguments[: 1 + two_variables]
+        if any(first != last or tokens[first].kind != "ident" for first, last in names):
             return None
-        parts = [runtime_source[tokens[first].start : tokens[last].end] for first, last in arguments[1:]]
-        return Split(token.text, variable.text, runtime_source[: tokens[index - 1].start], parts[-1],
-                     parts[0] if len(parts) == 2 else None)
+        parts = [runtime_source[tokens[first].start : tokens[last].end] for first, last in arguments[len(names):]]
+        return Split(token.text, tokens[names[-1][0]].text,
+                     list_cost.unwrap(runtime_source[: tokens[index - 1].start]), parts[-1],
+                     parts[0] if len(parts) == 2 else None, tokens[names[0][0]].text if two_variables else None)
     return None
 
 
@@ -81,10 +90,10 @@ def _programs(runtime_source: str, bound: tuple[str, ...] = ()) -> tuple[Split, 
         return None
     try:
         range_program = runtime_env_with(*bound).compile(found.range_source)
-        body_program = runtime_env_with(*bound, found.variable).compile(found.body_source)
+        body_program = runtime_env_with(*bound, *found.variables).compile(found.body_source)
         predicate_program = None
         if found.predicate_source is not None:
-            predicate_program = runtime_env_with(*bound, found.variable).compile(found.predicate_source)
+            predicate_program = runtime_env_with(*bound, *found.variables).compile(found.predicate_source)
     except Exception:  # noqa: BLE001 - not a shape this fallback takes (e.g. R is not a whole operand)
         return None
     return found, range_program, body_program, predicate_program
@@ -143,12 +152,14 @@ def evaluate(runtime_source: str, data: dict[str, Any], bound: tuple[str, ...] =
     if isinstance(elements, _Error):
         return elements.message
     if isinstance(elements, dict):
+        if found.index_variable is not None:
+            return None  # transformList over a map: not a shape this takes
         elements = list(elements)
     if not isinstance(elements, list):
         return None
     if len(elements) > MAX_ITERATIONS:
         raise OverLimit
-    inner = (*bound, found.variable)
+    inner = (*bound, *found.variables)
     try:
         if found.macro in LIST_MACROS:
             return _list_macro(found, elements, data, inner, body_program, predicate_program)
@@ -175,8 +186,11 @@ def _list_macro(found: Split, elements: list, data: dict[str, Any], inner: tuple
                 predicate_program: Any) -> list | str:
     """map/filter (cel-go parser/macro.go: the accumulated list, or the first error: `+` does not absorb one)."""
     results = []
-    for element in elements:
+    for position, element in enumerate(elements):
+        list_cost.charge_elements("filter" if found.macro == "filter" or predicate_program is not None else "map")
         element_data = {**data, found.variable: element}
+        if found.index_variable is not None:
+            element_data[found.index_variable] = position
         if predicate_program is not None:
             keep = _run(predicate_program, element_data, found.predicate_source or "", inner)
             if isinstance(keep, _Error):
@@ -202,44 +216,6 @@ _HOISTED_ERROR = "__gpudra_hoisted_error_"
 _HOISTED_LIST = "__gpudra_hoisted_list_"
 
 
-def _matching_open(tokens: list[Token], close_index: int) -> int | None:
-    depth = 0
-    for index in range(close_index, -1, -1):
-        text = tokens[index].text
-        if text in ("]", ")", "}"):
-            depth += 1
-        elif text in ("[", "[?", "(", "{"):
-            depth -= 1
-            if depth == 0:
-                return index
-    return None
-
-
-def _receiver_start(tokens: list[Token], dot_index: int) -> int | None:
-    """The first token of the postfix chain (`a.b(c)[d]`, `lists.range(n)`, a literal) that ends before `dot_index`."""
-    index = dot_index - 1
-    while index >= 0:
-        token = tokens[index]
-        if token.text in (")", "]", "}"):
-            opening = _matching_open(tokens, index)
-            if opening is None:
-                return None
-            index = opening
-            if index > 0 and tokens[index - 1].kind == "ident" and tokens[index].text in ("(", "{"):
-                index -= 1  # a call or a message literal
-            elif index > 0 and tokens[index].text in ("[", "[?") and (
-                    tokens[index - 1].kind == "ident" or tokens[index - 1].text in (")", "]")):
-                index -= 1  # an index: the chain goes on to the left
-                continue
-        elif token.kind not in ("ident", "string", "number"):
-            return None
-        if index >= 2 and tokens[index - 1].text in (".", ".?"):
-            index -= 2
-            continue
-        return index
-    return None
-
-
 def _macro_spans(runtime_source: str) -> list[tuple[int, int]]:
     """Character spans of every `R.all(…)`/`R.exists(…)`/`R.exists_one(…)` call, outermost first."""
     tokens = tokenize(runtime_source)
@@ -250,7 +226,7 @@ def _macro_spans(runtime_source: str) -> list[tuple[int, int]]:
         if tokens[index + 1].text != "(":
             continue
         parsed = top_level_arguments(tokens, index + 1)
-        start = _receiver_start(tokens, index - 1)
+        start = receiver_start(tokens, index - 1)
         if parsed is None or start is None:
             continue
         spans.append((tokens[start].start, tokens[parsed[1]].end))

@@ -22,7 +22,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import any_pb2  # noqa: F401 - registers google.protobuf.Any in the default pool
 
-from gpudra.cel import library_format, library_guards, library_k8s, library_net, source
+from gpudra.cel import library_format, library_guards, library_k8s, library_net, list_cost, source
 from gpudra.cel import values as V
 from gpudra.cel.release import CelEnvironment
 
@@ -52,7 +52,7 @@ def _extensions(runtime: bool, features: CelEnvironment) -> list:
             library_k8s.list_index_declarations()
             + library_k8s.declarations(runtime, features)
             + library_net.declarations(runtime)
-            + (library_guards.declarations() if runtime else [])
+            + (library_guards.declarations() + list_cost.declarations() if runtime else [])
             + library_format.declarations(),
         ),
     ]
@@ -64,7 +64,8 @@ def _extensions(runtime: bool, features: CelEnvironment) -> list:
 ANY_TYPE = cel.Type("google.protobuf.Any")
 
 
-def _new_env(device_type: cel.Type, runtime: bool, features: CelEnvironment, extra: tuple[str, ...] = ()) -> cel.Env:
+def _new_env(device_type: cel.Type, runtime: bool, features: CelEnvironment, extra: tuple[str, ...] = (),
+             typed: tuple[tuple[str, cel.Type], ...] = ()) -> cel.Env:
     # At runtime quantities are tagged strings (values.py), for the checker they are messages.
     capacity_domain = cel.Type.Map(cel.Type.STRING, cel.Type.STRING if runtime else cel.Type(V.QUANTITY_TYPE))
     attribute_domain = cel.Type.Map(cel.Type.STRING, cel.Type.DYN if features.list_attributes else ANY_TYPE)
@@ -79,6 +80,7 @@ def _new_env(device_type: cel.Type, runtime: bool, features: CelEnvironment, ext
             source.NO_ATTRIBUTES_VARIABLE: attribute_domain,
             source.NO_CAPACITY_VARIABLE: capacity_domain,
             **{name: cel.Type.DYN for name in extra},
+            **dict(typed),
         },
         extensions=_extensions(runtime, features),
         functions=library_k8s.comparison_declarations() + library_k8s.ordering_declarations(runtime),
@@ -90,6 +92,12 @@ def checking_env(features: CelEnvironment = CelEnvironment()) -> cel.Env:
     """The type-checking environment of one release's reading (gpudra.cel.release)."""
     device = V.DEVICE_TYPE if features.multiple_allocations else V.DEVICE_TYPE_NO_MULTI
     return _new_env(cel.Type(device), runtime=False, features=features)
+
+
+def checking_env_with(features: CelEnvironment, variables: tuple[tuple[str, cel.Type], ...]) -> cel.Env:
+    """The checking environment plus typed variables (the bindings of a long chain, gpudra.cel.bind_chain)."""
+    device = V.DEVICE_TYPE if features.multiple_allocations else V.DEVICE_TYPE_NO_MULTI
+    return _new_env(cel.Type(device), runtime=False, features=features, typed=variables)
 
 
 @lru_cache(maxsize=1)

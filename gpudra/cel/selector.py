@@ -8,10 +8,10 @@ from functools import lru_cache
 
 from cel_expr_python import cel
 
-from gpudra.cel import binding, budget, checks, chunked, constants, guards
+from gpudra.cel import bind_chain, binding, budget, checks, chunked, constants, guards
 from gpudra.cel import cost as cost_model
 from gpudra.cel.device import DeviceInput
-from gpudra.cel.environment import checking_env, runtime_env
+from gpudra.cel.environment import checking_env, checking_env_with, runtime_env, runtime_env_with
 from gpudra.cel.errors import CELCompileError, CELRuntimeError
 from gpudra.cel.reads import device_reads
 from gpudra.cel.release import CelEnvironment, cel_environment
@@ -123,12 +123,16 @@ class Selector:
             raise CELRuntimeError(device.error, self.expression)
         if self.refused:
             raise CELRuntimeError(_aborted_message("Iteration budget exceeded"), self.expression)
+        if isinstance(self._program, bind_chain.ChainProgram):
+            return self._evaluate_chain(self._program, device, deadline)
         with budget.evaluation(deadline) as meter:
             try:
                 result = self._program.eval(device.activation(self._env))
             except Exception as error:  # noqa: BLE001 - cel-cpp aborts (iteration budget) raise instead of returning
-                outcome = self._chunked(str(error), device)
-                budget.outcome(meter)
+                outcome = self._chunked(str(error), device, meter)
+                limit_error = budget.outcome(meter)
+                if limit_error is not None:
+                    raise CELRuntimeError(limit_error, self.expression) from None
                 if outcome is True or outcome is False:
                     return outcome
                 raise CELRuntimeError(outcome or _aborted_message(str(error)), self.expression) from None
@@ -150,11 +154,29 @@ class Selector:
             f"CEL result of type {cel_type_name(result_type)} could not be converted to bool", self.expression
         )
 
-    def _chunked(self, error: str, device: DeviceInput) -> bool | str | None:
+    def _evaluate_chain(self, program: bind_chain.ChainProgram, device: DeviceInput, deadline: float | None) -> bool:
+        with budget.evaluation(deadline) as meter:
+            try:
+                outcome = program.evaluate(device.data)
+            except Exception as error:  # noqa: BLE001 - a part aborted (cel-cpp's iteration budget)
+                outcome = _aborted_message(str(error))
+            finally:
+                binding.settle()
+        limit_error = budget.outcome(meter)
+        if limit_error is not None:
+            raise CELRuntimeError(limit_error, self.expression)
+        if outcome is True or outcome is False:
+            return outcome
+        raise CELRuntimeError(clean_runtime_message(outcome), self.expression)
+
+    def _chunked(self, error: str, device: DeviceInput, meter: budget.Meter) -> bool | str | None:
         """The outcome of the expression's macros evaluated part by part after cel-cpp's iteration budget stopped
         the whole (gpudra.cel.chunked: the outermost macro, else every closed one); None when that does not apply."""
-        if "Iteration budget exceeded" not in error or self.runtime_bound > MAX_COST:
+        if "Iteration budget exceeded" not in error or meter.aborted is not None:
             return None
+        if self.runtime_bound > MAX_COST and "__gpudra_list_cost" not in self._runtime_source:
+            return None
+        budget.restart(meter)  # the parts evaluate the whole again, charging as they go
         try:
             try:
                 outcome = chunked.evaluate(self._runtime_source, device.data)
@@ -255,6 +277,9 @@ def _compile(expression: str, environment: CelEnvironment, stored: bool = False)
     try:
         checked = checking_env(environment).compile(rewritten.text)
     except Exception as error:  # noqa: BLE001 - cel-expr-python raises RuntimeError/ValueError with the issues
+        chain = bind_chain.split(expression) if "recursion limit" in str(error) else None
+        if chain is not None:
+            return _compile_chain(expression, environment, stored, chain)
         raise _compile_error(expression, rewritten, str(error)) from None
     wrong_type = _result_type_allowed(checked, environment)
     if wrong_type is not None:
@@ -275,21 +300,49 @@ def _compile(expression: str, environment: CelEnvironment, stored: bool = False)
         raise CELCompileError(expression, message, column, line, report=caret_report(expression, message, offset))
     estimate, bound = cost_model.check(expression, rewritten, checked, refuse_costly=not stored)
     runtime_source = _evaluation_source(expression, rewritten, serialized)
-    runtime_text = adapt(runtime_source, runtime=True).text
-    try:
-        program = runtime_env().compile(runtime_text)
-    except Exception:  # noqa: BLE001 - a guard or fold the token scan placed wrongly: evaluate the plain text
-        runtime_text = adapt(expression, runtime=True).text
+    program, runtime_text = None, ""
+    # A guard or fold the token scan placed wrongly, or list_cost's wrappers past cel-cpp's nesting limit: the next
+    # text in line (the last one cannot fail for a checked expression, but is reported cleanly if it does).
+    for source_text, wrap_lists in ((runtime_source, True), (runtime_source, False), (expression, False)):
+        runtime_text = adapt(source_text, runtime=True, wrap_lists=wrap_lists).text
         try:
             program = runtime_env().compile(runtime_text)
-        except Exception as error:  # noqa: BLE001 - cannot happen for a checked expression, but report it cleanly
-            raise _compile_error(expression, rewritten, str(error)) from None
+            break
+        except Exception as error:  # noqa: BLE001 - cel-expr-python raises RuntimeError/ValueError with the issues
+            if not wrap_lists:
+                raise _compile_error(expression, rewritten, str(error)) from None
     # gpudra's bound, not cel-go's estimate: cel-go concatenates lists lazily at O(1), cel-cpp copies them
     refused = bound > MAX_COST and cost_model.may_grow_without_bound(serialized)
     literal_calls = tuple((function, text, rewritten.original_offset(offset))
                           for function, text, offset in constants.string_literal_calls(serialized))
     return Selector(expression, environment, program, estimate, device_reads(serialized), stored, refused,
                     runtime_text, bound, literal_calls)
+
+
+def _compile_chain(expression: str, environment: CelEnvironment, stored: bool, chain: bind_chain.Chain) -> Selector:
+    """A `cel.bind` chain too deep for cel-cpp's parser, checked and evaluated part by part (gpudra.cel.bind_chain)."""
+    estimates: list[int] = []  # cel-go's estimate of a binding: its expression's plus its body's
+
+    def estimate_part(part: str, checked) -> None:
+        estimates.append(cost_model.check(part, adapt(part), checked, refuse_costly=False)[0])
+
+    try:
+        body = bind_chain.check(chain, lambda variables: checking_env_with(environment, variables), estimate_part)
+    except CELCompileError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a part's issues (positions within the part)
+        message = _clean_compile_message(_STATUS_PREFIX.sub("", str(error).strip()))
+        raise CELCompileError(expression, message.split("\n")[0], report=message) from None
+    wrong_type = _result_type_allowed(body, environment)
+    if wrong_type is not None:
+        message = f"must evaluate to bool or the unknown type, not {wrong_type}"
+        raise CELCompileError(expression, message, report=message)
+    estimate = min(sum(estimates), 2**64 - 1)
+    if estimate > MAX_COST and not stored:
+        raise CELCompileError(
+            expression, f"too complex, exceeds cost limit (estimated cost {estimate}, limit {MAX_COST})")
+    program = bind_chain.ChainProgram(chain, runtime_env_with(*chain.names))
+    return Selector(expression, environment, program, estimate, None, stored, False, "", estimate)
 
 
 @lru_cache(maxsize=4096)

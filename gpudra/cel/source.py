@@ -14,6 +14,8 @@ and the domain lookup is rewritten:
     has(device.attributes.d)  ->  true        (cel-go's custom Find answers every key, so has() is true)
     has(device.attributes)    ->  unchanged   (a field of the device message)
     device.attributes      ->  __gpudra_attributes                                         (elsewhere)
+    device.?attributes[D] / .?d / .d  ->  optional.of(__gpudra_attributes[?D].orValue(__gpudra_no_attributes))
+    device.?attributes.value()        ->  device.attributes (then as above)
 
 and the same for device.capacity. `__gpudra_no_*` are empty maps of the right type.
 
@@ -26,6 +28,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
 
 _TOKEN = re.compile(
     r"""
@@ -34,6 +38,7 @@ _TOKEN = re.compile(
   | (?P<number>0[xX][0-9a-fA-F]+[uU]?|(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?[uU]?)
   | (?P<ident>[_a-zA-Z][_a-zA-Z0-9]*)
   | (?P<punct>==|!=|<=|>=|&&|\|\||\.\?|\[\?|[-+*/%!<>?:.,\[\](){}])
+  | (?P<error>.)
     """,
     re.VERBOSE | re.DOTALL,
 )
@@ -41,8 +46,7 @@ _TOKEN = re.compile(
 DOMAIN_MAPS = ("attributes", "capacity")
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
     kind: str
     text: str
     start: int
@@ -54,20 +58,15 @@ class Token:
 
 def tokenize(source: str) -> list[Token]:
     """CEL tokens without whitespace/comments. Unknown characters become 'error' tokens (the engine
-    reports them properly)."""
-    tokens: list[Token] = []
-    position = 0
-    while position < len(source):
-        match = _TOKEN.match(source, position)
-        if match is None:
-            tokens.append(Token("error", source[position], position))
-            position += 1
-            continue
-        kind = match.lastgroup or "error"
-        if kind != "space":
-            tokens.append(Token(kind, match.group(), position))
-        position = match.end()
-    return tokens
+    reports them properly). A fresh list of the cached scan: compiling one selector tokenizes each of its
+    rewritten texts several times, and a 10 KiB selector has 10,000 tokens."""
+    return list(_tokens(source))
+
+
+@lru_cache(maxsize=64)
+def _tokens(source: str) -> tuple[Token, ...]:
+    return tuple(Token(match.lastgroup or "error", match.group(), match.start())
+                 for match in _TOKEN.finditer(source) if match.lastgroup != "space")
 
 
 @dataclass(frozen=True)
@@ -111,7 +110,24 @@ NO_CAPACITY_VARIABLE = "__gpudra_no_capacity"
 _VARIABLES = {"attributes": (ATTRIBUTES_VARIABLE, NO_ATTRIBUTES_VARIABLE), "capacity": (CAPACITY_VARIABLE, NO_CAPACITY_VARIABLE)}
 
 
+def _optional_values(source: str) -> Rewritten:
+    """`device.?attributes.value()` -> `device.attributes` (the same map: the field is always present)."""
+    tokens = tokenize(source)
+    operations = []
+    for index in range(len(tokens) - 6):
+        texts = [token.text for token in tokens[index : index + 7]]
+        if (texts[0] == "device" and texts[1] == ".?" and texts[2] in DOMAIN_MAPS and texts[3:] == [".", "value", "(", ")"]
+                and not (index > 0 and tokens[index - 1].text in (".", ".?"))):
+            operations.append((tokens[index].start, tokens[index + 6].end, f"device.{texts[2]}"))
+    return apply_operations(source, operations)
+
+
 def rewrite_domain_lookups(source: str) -> Rewritten:
+    values = _optional_values(source)
+    return _compose(values, _rewrite_domain_lookups(values.text))
+
+
+def _rewrite_domain_lookups(source: str) -> Rewritten:
     tokens = tokenize(source)
     operations: list[tuple[int, int, str]] = []
     for index, token in enumerate(tokens):
@@ -122,7 +138,10 @@ def rewrite_domain_lookups(source: str) -> Rewritten:
         if index + 2 >= len(tokens):
             continue
         dot, name = tokens[index + 1], tokens[index + 2]
-        if dot.text != "." or name.kind != "ident" or name.text not in DOMAIN_MAPS:
+        if dot.text not in (".", ".?") or name.kind != "ident" or name.text not in DOMAIN_MAPS:
+            continue
+        if dot.text == ".?":
+            operations.extend(_optional_domain_lookup(tokens, index))
             continue
         if _inside_has(tokens, index, index + 2):
             continue  # has(device.attributes): a field of the device, present in every device
@@ -155,6 +174,28 @@ def rewrite_domain_lookups(source: str) -> Rewritten:
                 lookup += ")"
             operations.append((opener.start, domain.end, lookup))
     return apply_operations(source, operations)
+
+
+def _optional_domain_lookup(tokens: list[Token], index: int) -> list[tuple[int, int, str]]:
+    """`device.?attributes…` (the same for capacity): the field is always present, so it is `optional.of(M)` where
+    M is the map that finds every domain; cel-go's optional selection and indexing of an optional keep M's Find:
+
+        device.?attributes[D] / [?D] / .d / .?d  ->  optional.of(__gpudra_attributes[?D].orValue(__gpudra_no_attributes))
+        device.?attributes.value()               ->  device.attributes (before, by _optional_values)
+        device.?attributes                       ->  optional.of(__gpudra_attributes)            (elsewhere)"""
+    device, name = tokens[index], tokens[index + 2]
+    variable, empty = _VARIABLES[name.text]
+    opener = tokens[index + 3] if index + 3 < len(tokens) else None
+    if opener is not None and opener.text in ("[", "[?"):
+        close = _matching_bracket(tokens, index + 3)
+        if close is not None:
+            return [(device.start, opener.end, f"optional.of({variable}[?"),
+                    (tokens[close].end, tokens[close].end, f".orValue({empty}))")]
+    if (opener is not None and opener.text in (".", ".?") and index + 4 < len(tokens)
+            and tokens[index + 4].kind == "ident" and not (index + 5 < len(tokens) and tokens[index + 5].text == "(")):
+        return [(device.start, tokens[index + 4].end,
+                 f'optional.of({variable}[?"{tokens[index + 4].text}"].orValue({empty}))')]
+    return [(device.start, name.end, f"optional.of({variable})")]
 
 
 def apply_operations(source: str, operations: list[tuple[int, int, str]]) -> Rewritten:
@@ -194,6 +235,44 @@ def top_level_arguments(tokens: list[Token], open_index: int) -> tuple[list[tupl
         elif text == "," and depth == 1:
             arguments.append((start, index - 1))
             start = index + 1
+    return None
+
+
+def _matching_open(tokens: list[Token], close_index: int) -> int | None:
+    depth = 0
+    for index in range(close_index, -1, -1):
+        text = tokens[index].text
+        if text in ("]", ")", "}"):
+            depth += 1
+        elif text in ("[", "[?", "(", "{"):
+            depth -= 1
+            if depth == 0:
+                return index
+    return None
+
+
+def receiver_start(tokens: list[Token], dot_index: int) -> int | None:
+    """The first token of the postfix chain (`a.b(c)[d]`, `lists.range(n)`, a literal) that ends before `dot_index`."""
+    index = dot_index - 1
+    while index >= 0:
+        token = tokens[index]
+        if token.text in (")", "]", "}"):
+            opening = _matching_open(tokens, index)
+            if opening is None:
+                return None
+            index = opening
+            if index > 0 and tokens[index - 1].kind == "ident" and tokens[index].text in ("(", "{"):
+                index -= 1  # a call or a message literal
+            elif index > 0 and tokens[index].text in ("[", "[?") and (
+                    tokens[index - 1].kind == "ident" or tokens[index - 1].text in (")", "]")):
+                index -= 1  # an index: the chain goes on to the left
+                continue
+        elif token.kind not in ("ident", "string", "number"):
+            return None
+        if index >= 2 and tokens[index - 1].text in (".", ".?"):
+            index -= 2
+            continue
+        return index
     return None
 
 
@@ -367,6 +446,38 @@ def fold_constant_values(source: str, runtime: bool = False, semver_normalize: b
     return apply_operations(source, operations)
 
 
+_OPERAND_END_KINDS = ("ident", "number", "string")
+
+
+def collapse_unary_runs(source: str) -> Rewritten:
+    """`!!x` -> `x`, `--x` -> `x`: both parsers read a run of `!` (or of unary `-`) as one rule and keep only its
+    parity (cel-go parser/parser.go VisitLogicalNot, VisitNegate: an even run is the operand itself, an odd one a
+    single operator), so dropping pairs changes nothing, and a 10,000-operator selector stays 10 tokens for the
+    token passes that follow. The operator next to the operand stays (negative literals fold as before)."""
+    if "!!" not in source.replace(" ", "") and "--" not in source.replace(" ", ""):
+        return Rewritten(source, tuple(range(len(source))))
+    tokens = tokenize(source)
+    operations: list[tuple[int, int, str]] = []
+    index = 0
+    while index < len(tokens):
+        text = tokens[index].text
+        if text not in ("!", "-"):
+            index += 1
+            continue
+        end = index
+        while end + 1 < len(tokens) and tokens[end + 1].text == text:
+            end += 1
+        first = index
+        if text == "-" and index > 0 and (tokens[index - 1].kind in _OPERAND_END_KINDS
+                                          or tokens[index - 1].text in (")", "]", "}")):
+            first += 1  # binary minus: the run of unary ones starts after it
+        pairs = (end - first + 1) // 2
+        if pairs and end + 1 < len(tokens):  # (no operand: left for the parser to report)
+            operations.append((tokens[first].start, tokens[first + 2 * pairs].start, ""))
+        index = end + 1
+    return apply_operations(source, operations)
+
+
 GO_MAX_RECURSION = 250  # cel-go parser's default maxRecursionDepth (parser/parser.go)
 
 
@@ -407,13 +518,16 @@ def _compose(first: Rewritten, second: Rewritten) -> Rewritten:
     return Rewritten(second.text, tuple(first.original_offset(offset) for offset in second.origin))
 
 
-def adapt(source: str, runtime: bool = False, semver_normalize: bool = True) -> Rewritten:
+def adapt(source: str, runtime: bool = False, semver_normalize: bool = True, wrap_lists: bool = True) -> Rewritten:
     """Every source-level adaptation, with positions mapped back to `source`; `runtime` gives the text
-    for the evaluation environment (constant values folded to their tagged-string form);
-    `semver_normalize`: the release has `semver(s, normalize)` (else such a call is left to the checker)."""
-    from gpudra.cel.nesting import flatten  # (it builds on this module's tokenizer)
+    for the evaluation environment (constant values folded to their tagged-string form, list-building macros
+    wrapped by gpudra.cel.list_cost unless `wrap_lists` is False); `semver_normalize`: the release has
+    `semver(s, normalize)` (else such a call is left to the checker)."""
+    from gpudra.cel.list_cost import wrap_ranges  # (both build on this module's tokenizer)
+    from gpudra.cel.nesting import flatten
 
-    rewritten = collapse_redundant_parentheses(source)
+    rewritten = collapse_unary_runs(source)
+    rewritten = _compose(rewritten, collapse_redundant_parentheses(rewritten.text))
     rewritten = _compose(rewritten, flatten(rewritten.text))
     rewritten = _compose(rewritten, rewrite_domain_lookups(rewritten.text))
     rewritten = _compose(rewritten, rewrite_map_transforms(rewritten.text))
@@ -421,6 +535,8 @@ def adapt(source: str, runtime: bool = False, semver_normalize: bool = True) -> 
     if runtime:
         rewritten = _compose(rewritten, rewrite_offset_searches(rewritten.text))
         rewritten = _compose(rewritten, rewrite_range_bounds(rewritten.text))
+        if wrap_lists:
+            rewritten = _compose(rewritten, wrap_ranges(rewritten.text))
     return _compose(rewritten, fold_constant_values(rewritten.text, runtime, semver_normalize))
 
 
