@@ -133,8 +133,10 @@ def test_validate_checks_attribute_and_capacity_names_against_the_given_slices(t
         "device.attributes['gpu.nvidia.com'].?prodcutName.orValue('') == ''",  # optional: missing is an answer
         "device.attributes['gpu.nvidia.co'].productName == 'x'"))
     invoke("validate", "-f", str(manifest), code=0)  # the API server accepts them all
-    out = invoke("validate", "-f", str(manifest), "-f", str(slices), code=1).output
-    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    # warnings, still exit 0: the real API server accepts each (tests/test_kube_validation.py), and every allocation
+    # on these slices fails on it, which is what each says
+    out = invoke("validate", "-f", str(manifest), "-f", str(slices), code=0).output
+    errors = [line for line in out.splitlines() if line.startswith("warning:") and "selectors[" in line]
     assert len(errors) == 4, out
     assert "selectors[0]" in errors[0] and "publishes an attribute named 'prodcutName'" in errors[0]
     assert "did you mean 'productName'?" in errors[0]

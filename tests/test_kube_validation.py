@@ -78,6 +78,9 @@ def hostile_variants(docs: list[dict]) -> list[dict]:
                     "selectors", [{"cel": {"expression": "device.driver == "}}]))
                 variant(doc, lambda d: requests_of(d)[0]["exactly"].__setitem__(
                     "selectors", [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].memory >= 16"}}]))
+                for literal in ('quantity("16GB")', 'quantity("16 Gi")', 'semver("1.2")'):
+                    variant(doc, lambda d, literal=literal: requests_of(d)[0]["exactly"].__setitem__(
+                        "selectors", [{"cel": {"expression": f"{literal} != {literal}"}}]))
                 variant(doc, lambda d: requests_of(d)[0]["exactly"].__setitem__("deviceClassName", "nvidia.com/gpu"))
                 variant(doc, lambda d: requests_of(d)[0]["exactly"].__setitem__("count", 2 ** 31))
             variant(doc, lambda d: requests_of(d).extend(

@@ -126,7 +126,7 @@ def gate_on(gate: str, version: str, features: Any = None) -> bool:
 
 
 def drop_disabled_fields(obj: dict[str, Any], version: str, old: dict[str, Any] | None = None,
-                         features: Any = None) -> list[str]:
+                         features: Any = None, keep_gates: frozenset[str] = frozenset()) -> list[str]:
     """Remove, in place, the gated fields that `version`'s API server drops with its gates (upstream's
     dropDisabledFields: a field the stored `old` object already uses is kept on update). Returns their paths.
     A field under a parent that goes too (a firstAvailable entry's tolerations) goes with its parent.
@@ -134,7 +134,7 @@ def drop_disabled_fields(obj: dict[str, Any], version: str, old: dict[str, Any] 
     for the others."""
     dropped: list[str] = []
     for keys, gate in sorted(gated_keys(obj), key=lambda item: len(item[0])):
-        if gate_on(gate, version, features) or (old is not None and _set(_lookup(old, keys))):
+        if gate in keep_gates or gate_on(gate, version, features) or (old is not None and _set(_lookup(old, keys))):
             continue
         parent = _lookup(obj, keys[:-1])
         if isinstance(parent, dict) and keys[-1] in parent:

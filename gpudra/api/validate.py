@@ -84,6 +84,8 @@ def validate_document(doc: Document, kubernetes_version: str | None = None, feat
                 problems.append(_problem(doc, "", f"{api_version} {kind} is not a kind gpudra checks beyond its "
                                          "metadata; skipped", "warning"))
         return problems
+    if kind in DRA_KINDS:
+        obj = _without_disabled_fields(obj, kubernetes_version, features)
     # also the release (and gates) whose CEL environment checks selectors
     facts: dict[str, Any] = {"release": kubernetes_version, "features": features}
     spec = obj.get("spec")
@@ -96,6 +98,24 @@ def validate_document(doc: Document, kubernetes_version: str | None = None, feat
     for severity, path, message, fix in ctx.found:
         problems.append(_problem(doc, path, message + note, severity, fix))
     return problems
+
+
+def _without_disabled_fields(obj: dict[str, Any], kubernetes_version: str | None, features: Any) -> dict[str, Any]:
+    """The object as the API server validates it: the fields of gates that are off dropped first (its strategy's
+    PrepareForCreate drops them, then Validate runs; a value there is never checked). A copy only when there is
+    something to drop (gate_problems warns about what went)."""
+    from gpudra.api.gates import drop_disabled_fields, gated_keys
+    from gpudra.copying import copy_object
+    from gpudra.versions import parse_version
+
+    if next(iter(gated_keys(obj)), None) is None:
+        return obj
+    copied = copy_object(obj)
+    # a list-typed attribute value (DRAListTypeAttributes) is kept and checked: dropping it would leave an
+    # attribute with no value, which no release's server was seen to answer (1.34's does not know the field)
+    drop_disabled_fields(copied, parse_version(kubernetes_version), features=features,
+                         keep_gates=frozenset({"DRAListTypeAttributes"}))
+    return copied
 
 
 def _object_level_checks(obj: dict[str, Any], kind: str, ctx: Context) -> None:
@@ -150,7 +170,7 @@ def class_references(obj: dict[str, Any]) -> list[tuple[str, str]]:
 def validate_documents(docs: list[Document], kubernetes_version: str | None = None,
                        progress: Callable[[str, int, int], None] | None = None, *,
                        gates: bool = True, runtime_config: dict[str, bool] | None = None,
-                       features: Any = None) -> list[Problem]:
+                       features: Any = None, unserved_is_error: bool = False) -> list[Problem]:
     """Problems of every document and across documents, grouped by document in input order.
     `kubernetes_version`: the release whose default feature gates decide which gated fields are
     warnings (gpudra.api.gates; default: gpudra.versions.DEFAULT_KUBERNETES_VERSION); `gates=False` leaves
@@ -158,6 +178,10 @@ def validate_documents(docs: list[Document], kubernetes_version: str | None = No
     `runtime_config`: the kube-apiserver's --runtime-config (gpudra.versions.parse_runtime_config): the beta
     resource.k8s.io versions it serves besides the release's default. `features` (gpudra.allocator.Features,
     `--features`): the gates the API server runs with over the release's defaults.
+    `unserved_is_error`: an object written in a resource.k8s.io version the release does not serve (without the
+    --runtime-config that turns it on) is an error, as the API server answers it (404, `no matches for kind`),
+    not a warning that gpudra read it converted (what `validate` reports; the commands that read such files on
+    their own keep reading them).
     `progress(what, done, total)` hears of each document checked (a CLI draws a bar from it)."""
     docs = [d if isinstance(d, Document) else Document(d.obj, getattr(d, "source", "<input>"), getattr(d, "index", 1),
                                                        getattr(d, "item", None))
@@ -167,7 +191,8 @@ def validate_documents(docs: list[Document], kubernetes_version: str | None = No
         for done, doc in enumerate(docs, start=1):
             problems.extend(validate_document(doc, kubernetes_version, features))
             if gates:
-                problems.extend(gate_problems(doc, kubernetes_version, runtime_config, features))
+                problems.extend(gate_problems(doc, kubernetes_version, runtime_config, features,
+                                              unserved_is_error))
             else:  # a version the release no longer serves is an error, not a gate warning
                 problems.extend(removed_version_problems(doc, kubernetes_version))
             if progress is not None:
@@ -193,7 +218,8 @@ def removed_version_problems(doc: Document, kubernetes_version: str | None = Non
 
 
 def gate_problems(doc: Document, kubernetes_version: str | None = None,
-                  runtime_config: dict[str, bool] | None = None, features: Any = None) -> list[Problem]:
+                  runtime_config: dict[str, bool] | None = None, features: Any = None,
+                  unserved_is_error: bool = False) -> list[Problem]:
     """Warnings for fields behind a feature gate that `kubernetes_version` leaves off, or `features`
     (gpudra.allocator.Features) turns off (gpudra.api.gates), and for a resource.k8s.io version it does not
     serve (an error where the version was removed)."""
@@ -208,8 +234,10 @@ def gate_problems(doc: Document, kubernetes_version: str | None = None,
         obj = _v1(doc)
     except Exception:  # noqa: BLE001 - unconvertible input is reported by validate_document
         return removed
-    return removed + [_problem(doc, path, message, "warning") for path, message
-                      in gate_warnings(obj, version, doc.obj.get("apiVersion"), runtime_config, features)]
+    # the served-version notes are the ones on apiVersion itself (gpudra.api.gates.gate_warnings)
+    return removed + [_problem(doc, path, message, "error" if unserved_is_error and path == "apiVersion" else "warning")
+                      for path, message in gate_warnings(obj, version, doc.obj.get("apiVersion"), runtime_config,
+                                                         features)]
 
 
 def _v1(doc: Document) -> dict[str, Any]:
@@ -278,8 +306,10 @@ def _published_name_checks(docs: list[Document], kubernetes_version: str | None,
             obj = _v1(doc)
         except Exception:  # noqa: BLE001 - unconvertible input is reported by validate_document
             continue
+        # a warning: the API server accepts the selector (attributes are typed at runtime); every allocation
+        # then fails on it, which is what the message says
         for path, expression in selector_expressions(obj):
-            problems += [_problem(doc, path, message) for message in name_problems(
+            problems += [_problem(doc, path, message, "warning") for message in name_problems(
                 expression, published, kubernetes_version, consumable, list_type)]
     return problems
 

@@ -84,7 +84,7 @@ def _check(documents, output: str, quiet: bool, version: str | None = None, unre
         return OK
     with progress() as bar:
         problems = validate_documents(documents, version, progress=bar, runtime_config=runtime_config,
-                                      features=features)
+                                      features=features, unserved_is_error=True)
     report_problems(problems, output, _counted(documents), len(documents), quiet, unreadable)
     return NEGATIVE if has_errors(problems) else OK
 
