@@ -79,7 +79,7 @@ class _HTTPError(Exception):
         self.status = status
 
 
-def decoded_cost(body: bytes) -> int:
+def decoded_cost(body: bytes | bytearray) -> int:
     """An upper bound of the memory decoding and checking `body` takes (bytes.count runs at memory speed)."""
     return len(body) * DECODED_BYTES_PER_BYTE + (body.count(b"{") + body.count(b"[")) * DECODED_BYTES_PER_CONTAINER
 
@@ -160,7 +160,7 @@ class WebhookServer:
             raise WebhookError(f"cannot load --tls-cert-file {cert_file} / --tls-private-key-file {key_file}: "
                                f"{exc}") from None
         try:
-            self.socket = socket.create_server(address, backlog=limits.max_connections)
+            self.socket = socket.create_server(address, backlog=socket.SOMAXCONN)
         except OSError as exc:
             raise WebhookError(f"cannot listen on {address[0] or '*'}:{address[1]}: {exc.strerror or exc}") from None
         self.socket.setblocking(False)
@@ -209,7 +209,7 @@ class WebhookServer:
         self._decoding = _Budget(self.limits.decode_budget_bytes)
         workers = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="gpudra-webhook")
         self._workers = workers
-        server = await self._loop.create_server(lambda: _Accepted(self), sock=self.socket)
+        server = await self._loop.create_server(lambda: _Accepted(self), sock=self.socket, backlog=socket.SOMAXCONN)
         try:
             if not self._shutdown_requested:
                 await self._stop.wait()
@@ -336,7 +336,7 @@ class WebhookServer:
         await self._bodies.acquire(length)
         handed_over = False
         try:
-            body = await reader.readexactly(length)
+            body = await _receive(reader, length)
             connection.waiting = False  # received: from here on, it is no slow client
             cost = decoded_cost(body)
             if cost > self._decoding.total:
@@ -356,7 +356,7 @@ class WebhookServer:
             if not handed_over:
                 self._bodies.release(length)
 
-    def _answer(self, body: bytes) -> tuple[int, bytes, str]:
+    def _answer(self, body: bytes | bytearray) -> tuple[int, bytes, str]:
         """On a worker: the review's answer (status, body, content type)."""
         try:
             answer = review_response(json.loads(body), self.driver_name)
@@ -367,6 +367,21 @@ class WebhookServer:
         if not response["allowed"]:
             log.info("refused %s: %s", response["uid"], str(response.get("status", {}).get("message"))[:1000])
         return 200, json.dumps(answer).encode(), "application/json"
+
+
+async def _receive(reader: asyncio.StreamReader, length: int) -> bytearray:
+    """`length` bytes into one buffer of that size (readexactly would grow the stream's buffer to the whole body
+    and copy it out: three times the memory the budget counts)."""
+    body = bytearray(length)
+    view = memoryview(body)
+    received = 0
+    while received < length:
+        chunk = await reader.read(min(length - received, 64 * 1024))
+        if not chunk:
+            raise asyncio.IncompleteReadError(bytes(view[:received]), length)
+        view[received:received + len(chunk)] = chunk
+        received += len(chunk)
+    return body
 
 
 def _log_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
