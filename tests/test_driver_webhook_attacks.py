@@ -256,8 +256,12 @@ async def _attack(port: int, cert_file: str) -> tuple[list[str], list[str]]:
               for i in range(BIG_REVIEWS)]
     assert all(2.9 * MIB < len(b) <= 3 * MIB for b in bodies)
     stop = time.monotonic() + ATTACK_S
-    slow = [asyncio.create_task(_slow_tls_client(port, context, stop)) for _ in range(SLOW_TLS)]
-    slow += [asyncio.create_task(_slow_handshake_client(port, hello, stop)) for _ in range(SLOW_HANDSHAKE)]
+    slow = []
+    for i in range(max(SLOW_TLS, SLOW_HANDSHAKE)):  # interleaved, so both kinds meet the connection limit
+        if i < SLOW_TLS:
+            slow.append(asyncio.create_task(_slow_tls_client(port, context, stop)))
+        if i < SLOW_HANDSHAKE:
+            slow.append(asyncio.create_task(_slow_handshake_client(port, hello, stop)))
     big = [asyncio.create_task(_big_review(port, context, body)) for body in bodies]
     return list(await asyncio.gather(*slow)), list(await asyncio.gather(*big))
 
