@@ -79,7 +79,7 @@ class _HTTPError(Exception):
         self.status = status
 
 
-def decoded_cost(body: bytes) -> int:
+def decoded_cost(body: bytes | bytearray) -> int:
     """An upper bound of the memory decoding and checking `body` takes (bytes.count runs at memory speed)."""
     return len(body) * DECODED_BYTES_PER_BYTE + (body.count(b"{") + body.count(b"[")) * DECODED_BYTES_PER_CONTAINER
 
@@ -117,24 +117,145 @@ class _Budget:
                 waiter.set_result(None)
 
 
-@dataclass
-class _Connection:
-    transport: asyncio.Transport  # the TCP transport; TLS runs on top of it
-    waiting_since: float  # loop time at which it became ready for its next request
-    waiting: bool = True  # False while a request is being answered
+PLAIN_BUFFER_BYTES = 64 * 1024  # decrypted bytes a connection holds before its socket is no longer read
+TLS_READ_BYTES = 16 * 1024  # one TLS record
 
 
-class _Accepted(asyncio.Protocol):
-    """A fresh TCP connection: nothing is read from it until TLS is started on it (reading first would take the
-    client's handshake bytes away from TLS)."""
+class _Connection(asyncio.Protocol):
+    """One client: TLS over memory BIOs on the plain TCP transport, read as a stream.
+
+    Not asyncio's own TLS transport (loop.start_tls / create_server(ssl=...)): that one allocates a 256 KiB read
+    buffer per connection up front and frees it only when the garbage collector breaks its reference cycles, so
+    500 connections churned through the limit took the process past 170 MB. Here a connection costs its TLS state
+    and what it has sent: at most PLAIN_BUFFER_BYTES decrypted plus one socket read of ciphertext; past that its
+    socket is not read."""
 
     def __init__(self, server: "WebhookServer"):
         self.server = server
+        self.transport: asyncio.Transport | None = None
+        self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self._tls = server.context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self._handshaken = False
+        self._plain = bytearray()
+        self._closed = False  # no more bytes will come: the client's close, a TLS error, the connection lost
+        self._paused = False
+        self._changed = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self.waiting = True  # False while a request is being answered
+        self.waiting_since = 0.0  # loop time at which it became ready for its next request
 
+    # -- asyncio.Protocol ---------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        transport.pause_reading()
-        self.server._accepted(transport)
+        self.transport = transport
+        self.server._accepted(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._incoming.write(data)
+        self._decrypt()
+
+    def eof_received(self) -> bool:
+        self._incoming.write_eof()
+        self._decrypt()
+        self._closed = True
+        self._changed.set()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._changed.set()
+        self._writable.set()
+        self.server._lost(self)
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- TLS ------------------------------------------------------------------------------------------------------
+    def _decrypt(self) -> None:
+        try:
+            if not self._handshaken:
+                self._tls.do_handshake()
+                self._handshaken = True
+            while len(self._plain) < PLAIN_BUFFER_BYTES:
+                chunk = self._tls.read(TLS_READ_BYTES)
+                if not chunk:
+                    self._closed = True  # the client's close_notify
+                    break
+                self._plain += chunk
+        except ssl.SSLWantReadError:
+            pass
+        except ssl.SSLError as exc:
+            log.debug("TLS with %s failed: %s", self.peer, exc)
+            self._closed = True
+        self._flush()
+        if self._closed and not self._plain:
+            self.abort()
+        elif len(self._plain) >= PLAIN_BUFFER_BYTES and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._changed.set()
+
+    def _flush(self) -> None:
+        data = self._outgoing.read()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    @property
+    def peer(self) -> Any:
+        return self.transport.get_extra_info("peername") if self.transport is not None else None
+
+    def abort(self) -> None:
+        self._closed = True
+        self._changed.set()
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- the stream -----------------------------------------------------------------------------------------------
+    async def read(self, limit: int) -> bytes:
+        """Up to `limit` decrypted bytes; b"" once the client has closed."""
+        while not self._plain:
+            if self._closed:
+                return b""
+            self._changed.clear()
+            await self._changed.wait()
+        data = bytes(self._plain[:limit])
+        del self._plain[:limit]
+        if self._paused and len(self._plain) < PLAIN_BUFFER_BYTES and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+            self._decrypt()  # records already received but left encrypted
+        return data
+
+    async def read_head(self, limit: int) -> bytes | None:
+        """The request head through its blank line; None when closed before a byte of it."""
+        while True:
+            end = self._plain.find(b"\r\n\r\n")
+            if end >= 0 and end + 4 <= limit:
+                return await self.read(end + 4)
+            if end >= 0 or len(self._plain) >= limit:
+                raise _HTTPError(431, f"the request head must be at most {limit} bytes")
+            if self._closed:
+                if self._plain:
+                    raise EOFError("the request head ended early")
+                return None
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def write(self, data: bytes) -> None:
+        if self._closed or self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("the connection is closed")
+        self._tls.write(data)
+        self._flush()
+        await self._writable.wait()
+
+    def close(self) -> None:
+        """After the last answer: the socket closes once what is buffered is sent."""
+        if self.transport is not None:
+            self.transport.close()
 
 
 @dataclass(frozen=True)
@@ -160,7 +281,7 @@ class WebhookServer:
             raise WebhookError(f"cannot load --tls-cert-file {cert_file} / --tls-private-key-file {key_file}: "
                                f"{exc}") from None
         try:
-            self.socket = socket.create_server(address, backlog=limits.max_connections)
+            self.socket = socket.create_server(address, backlog=socket.SOMAXCONN)
         except OSError as exc:
             raise WebhookError(f"cannot listen on {address[0] or '*'}:{address[1]}: {exc.strerror or exc}") from None
         self.socket.setblocking(False)
@@ -209,67 +330,62 @@ class WebhookServer:
         self._decoding = _Budget(self.limits.decode_budget_bytes)
         workers = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="gpudra-webhook")
         self._workers = workers
-        server = await self._loop.create_server(lambda: _Accepted(self), sock=self.socket)
+        server = await self._loop.create_server(lambda: _Connection(self), sock=self.socket, backlog=socket.SOMAXCONN)
         try:
             if not self._shutdown_requested:
                 await self._stop.wait()
         finally:
             server.close()
             for connection in list(self._connections.values()):
-                connection.transport.abort()
+                connection.abort()
             workers.shutdown(wait=False, cancel_futures=True)
             self._loop = None
 
     # ----- one connection ----------------------------------------------------------------------------------------
-    def _accepted(self, transport: asyncio.Transport) -> None:
+    def _accepted(self, connection: _Connection) -> None:
         """Count the connection in (at the limit, the oldest one waiting for its request makes room) and serve it."""
         loop = asyncio.get_running_loop()
         if len(self._connections) >= self.limits.max_connections:
             oldest = min((c for c in self._connections.values() if c.waiting),
                          key=lambda c: c.waiting_since, default=None)
             if oldest is None:  # every connection is being answered: this one waits for none of them
-                transport.abort()
+                connection.abort()
                 return
             oldest.waiting = False
-            oldest.transport.abort()
-        connection = _Connection(transport, loop.time())
+            self._connections.pop(id(oldest), None)
+            oldest.abort()
+        connection.waiting_since = loop.time()
         self._connections[id(connection)] = connection
         task = loop.create_task(self._serve_connection(connection))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _lost(self, connection: _Connection) -> None:
+        self._connections.pop(id(connection), None)
+
     async def _serve_connection(self, connection: _Connection) -> None:
         loop = asyncio.get_running_loop()
-        peer = connection.transport.get_extra_info("peername")
-        reader = asyncio.StreamReader(limit=self.limits.max_header_bytes)
-        protocol = asyncio.StreamReaderProtocol(reader)
         try:
-            async with asyncio.timeout_at(connection.waiting_since + self.limits.request_timeout_s):
-                tls = await loop.start_tls(connection.transport, protocol, self.context, server_side=True)
-            if tls is None:
-                return
-            writer = asyncio.StreamWriter(tls, protocol, reader, loop)
             while True:
                 async with asyncio.timeout_at(connection.waiting_since + self.limits.request_timeout_s):
-                    keep_alive = await self._exchange(reader, writer, connection)
+                    keep_alive = await self._exchange(connection)
                 if not keep_alive:
-                    writer.close()
+                    connection.close()
                     return
                 connection.waiting, connection.waiting_since = True, loop.time()
-        except (OSError, EOFError, TimeoutError, ssl.SSLError) as exc:  # IncompleteReadError is an EOFError
-            log.debug("connection from %s ended: %s", peer, type(exc).__name__)
-            connection.transport.abort()
+        except (OSError, EOFError, TimeoutError) as exc:
+            log.debug("connection from %s ended: %s", connection.peer, type(exc).__name__)
+            connection.abort()
         finally:
             self._connections.pop(id(connection), None)
 
-    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        connection: _Connection) -> bool:
+    async def _exchange(self, connection: _Connection) -> bool:
         """Read one request and answer it; whether the connection stays open for another."""
         try:
-            request = await self._read_head(reader)
+            request = await self._read_head(connection)
             if request is None:
                 return False  # closed between requests
-            status, body, content_type = await self._handle(request, reader, connection)
+            status, body, content_type = await self._handle(request, connection)
             keep_alive = request.keep_alive
         except _HTTPError as exc:
             status, body, content_type, keep_alive = exc.status, f"{exc}\n".encode(), "text/plain", False
@@ -278,19 +394,13 @@ class WebhookServer:
                 f"Content-Length: {len(body)}"]
         if not keep_alive:
             head.append("Connection: close")
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("ascii") + body)
-        await writer.drain()
+        await connection.write(("\r\n".join(head) + "\r\n\r\n").encode("ascii") + body)
         return keep_alive
 
-    async def _read_head(self, reader: asyncio.StreamReader) -> _Request | None:
-        try:
-            raw = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError as exc:
-            if not exc.partial:
-                return None
-            raise
-        except asyncio.LimitOverrunError:
-            raise _HTTPError(431, f"the request head must be at most {self.limits.max_header_bytes} bytes") from None
+    async def _read_head(self, connection: _Connection) -> _Request | None:
+        raw = await connection.read_head(self.limits.max_header_bytes)
+        if raw is None:
+            return None
         lines = raw.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
@@ -307,8 +417,7 @@ class WebhookServer:
         keep_alive = parts[2] == "HTTP/1.1" and "close" not in connection_header
         return _Request(parts[0], parts[1].split("?", 1)[0], headers, keep_alive)
 
-    async def _handle(self, request: _Request, reader: asyncio.StreamReader,
-                      connection: _Connection) -> tuple[int, bytes, str]:
+    async def _handle(self, request: _Request, connection: _Connection) -> tuple[int, bytes, str]:
         text = "text/plain; charset=utf-8"
         if "transfer-encoding" in request.headers:
             raise _HTTPError(501, "a chunked body is not read: send a Content-Length")
@@ -327,16 +436,15 @@ class WebhookServer:
             raise _HTTPError(411, "a Content-Length is required")
         if length > self.limits.max_body_bytes:
             raise _HTTPError(413, f"the body must be at most {self.limits.max_body_bytes} bytes")
-        return await self._review(reader, length, connection)
+        return await self._review(connection, length)
 
-    async def _review(self, reader: asyncio.StreamReader, length: int,
-                      connection: _Connection) -> tuple[int, bytes, str]:
+    async def _review(self, connection: _Connection, length: int) -> tuple[int, bytes, str]:
         """Receive the body within the body budget, then decode and check it on a worker within the decoding
         budget; both are given back when the worker is done, even if the deadline struck meanwhile."""
         await self._bodies.acquire(length)
         handed_over = False
         try:
-            body = await reader.readexactly(length)
+            body = await _receive(connection, length)
             connection.waiting = False  # received: from here on, it is no slow client
             cost = decoded_cost(body)
             if cost > self._decoding.total:
@@ -356,7 +464,7 @@ class WebhookServer:
             if not handed_over:
                 self._bodies.release(length)
 
-    def _answer(self, body: bytes) -> tuple[int, bytes, str]:
+    def _answer(self, body: bytes | bytearray) -> tuple[int, bytes, str]:
         """On a worker: the review's answer (status, body, content type)."""
         try:
             answer = review_response(json.loads(body), self.driver_name)
@@ -367,6 +475,20 @@ class WebhookServer:
         if not response["allowed"]:
             log.info("refused %s: %s", response["uid"], str(response.get("status", {}).get("message"))[:1000])
         return 200, json.dumps(answer).encode(), "application/json"
+
+
+async def _receive(connection: _Connection, length: int) -> bytearray:
+    """`length` bytes into one buffer of that size (the budget counts `length`, not chunks and their joins)."""
+    body = bytearray(length)
+    view = memoryview(body)
+    received = 0
+    while received < length:
+        chunk = await connection.read(min(length - received, PLAIN_BUFFER_BYTES))
+        if not chunk:
+            raise asyncio.IncompleteReadError(bytes(view[:received]), length)
+        view[received:received + len(chunk)] = chunk
+        received += len(chunk)
+    return body
 
 
 def _log_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
