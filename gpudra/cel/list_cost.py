@@ -6,7 +6,7 @@ freed only when the evaluation ends: n iterations cost n²/2 element copies. `li
 and 870 MB, and the 60-byte `lists.range(30000).map(i, string(i)).join("").size() > 0` 4 s and 1.6 GB before
 cel-cpp's 10,000-iteration budget stopped it, where cel-go (which appends in place) needs 1.4 s and 28 MB.
 
-So in the evaluation text every such macro's range (and every `sort()`/`sortBy` receiver) is wrapped:
+So in the evaluation text every such macro's range (and every `sort()`/`distinct()`/`sortBy` receiver) is wrapped:
 
     R.map(x, B)  ->  cel.bind(__gpudra_r, R, __gpudra_list_cost(size(__gpudra_r), KIND)
                               ? (<a loop past cel-cpp's iteration budget> ? __gpudra_r : __gpudra_r) : __gpudra_r).map(x, B)
@@ -14,8 +14,8 @@ So in the evaluation text every such macro's range (and every `sort()`/`sortBy` 
 `__gpudra_list_cost` charges the evaluation's meter (gpudra.cel.budget) what cel-go's tracker charges at least for
 the macro over a range of that length, measured with k8s/cmd/cel-oracle (cel-go v0.26.0, k8s.io/dynamic-resource-
 allocation v0.34.4): 13 per element appended by `map` (the accumulator, the one-element list, the `+`), at least 1
-per element a `filter` tests, 2n² for `sort()` and `sortBy` (Kubernetes' cost of a comparison sort) plus 13n for
-`sortBy`'s keys. Over the limit, the charge ends the evaluation with cel-go's cost error, whatever `||`/`&&` absorb.
+per element a `filter` tests, 2n² for `sort()`, `distinct()` and `sortBy` (Kubernetes' cost of comparing every
+pair) plus 13n for `sortBy`'s keys. Over the limit, the charge ends the evaluation with cel-go's cost error, whatever `||`/`&&` absorb.
 Past BUILD_IN_ONE_GO elements a list-building macro answers true, and the loop that follows spends cel-cpp's
 iteration budget: the evaluation aborts at once, and gpudra.cel.chunked builds the list element by element in
 Python (linear), charging the same per element (`charge_elements`). The body's own cost is not charged: the charge is
@@ -40,7 +40,7 @@ VARIABLE = "__gpudra_r"
 _SPEND_BUDGET = "lists.range(10001).all(__gpudra_i, __gpudra_v, true)"
 
 MAP, FILTER, SORT, SORT_BY = 0, 1, 2, 3
-_KINDS = {"map": MAP, "filter": FILTER, "transformList": FILTER, "sort": SORT, "sortBy": SORT_BY}
+_KINDS = {"map": MAP, "filter": FILTER, "transformList": FILTER, "sort": SORT, "sortBy": SORT_BY, "distinct": SORT}
 APPEND_COST = 13  # cel-go per element a map appends: map(i, i) costs 14 per element, 1 of them the body
 
 _WRAPPED = re.compile(
