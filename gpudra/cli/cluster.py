@@ -78,7 +78,9 @@ def down_cmd(directory: str | None) -> None:
     try:
         cluster = resolve_dir(directory)
     except ClusterSetupError as exc:
-        _fail(str(exc))
+        # nothing to bring down is the state asked for (as `kind delete cluster` answers 0 when there is none)
+        click.echo(f"{str(exc).split(' (run ', 1)[0].split(': run ', 1)[0]}: nothing to bring down", err=True)
+        return
     down(cluster, say=lambda text: click.echo(text, err=True))
     if not os.path.exists(cluster.path):
         click.echo(f"removed {cluster.path}", err=True)
