@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -192,3 +193,47 @@ def test_allocate_tries_nodes_in_the_same_order_in_every_mode(tmp_path):
             [claim] = [o for o in out["items"] if o["kind"] == "ResourceClaim"] if "items" in out else [out]
             pools[mode] = {r["pool"] for r in claim["status"]["allocation"]["devices"]["results"]}
         assert pools == {"sequential": {first}, "each": {first}, "together": {first}}, order
+
+
+def test_the_smaller_stumbles(tmp_path):
+    """Issue 35's "smaller" list: `count: 0` passed without a note (the API server stores 1,
+    pkg/apis/resource/v1/defaults.go); `memory >= 16` gave a bare overload error; `mig validate` had no
+    did-you-mean for `1g.10GB`; `cluster down` without a cluster exited 2; `--kubernetes-version 1.34.1` printed
+    three warnings and its summary counted one; `driver webhook --help` promised all of validate's checks."""
+    claim = tmp_path / "claim.yaml"
+    claim.write_text("""apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: c}
+spec:
+  devices:
+    requests:
+    - name: r
+      exactly: {deviceClassName: gpu.nvidia.com, count: 0}
+""")
+    out = invoke("validate", "-f", str(claim), code=0).output
+    assert "spec.devices.requests[0].exactly.count: 0 is stored as 1 (the API server defaults" in out
+
+    memory = tmp_path / "memory.yaml"
+    memory.write_text(_claim("device.capacity['gpu.nvidia.com'].memory >= 16"))
+    out = invoke("validate", "-f", str(memory), code=1).output
+    assert "found no matching overload for '_>=_' applied to '(kubernetes.Quantity, int)' (a capacity is a " \
+           "quantity, which compares with another quantity through its methods: e.g. " \
+           "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('16Gi')) >= 0" in out
+
+    mig = tmp_path / "mig.yaml"
+    mig.write_text('version: v1\nmig-configs:\n  c:\n  - devices: all\n    mig-enabled: true\n'
+                   '    mig-devices: {"1g.10GB": 7}\n')
+    out = invoke("mig", "validate", "-f", str(mig), "--gpu", "h100-80gb", code=1).output
+    assert "'1g.10GB' is not a MIG profile name ([<C>c.]<G>g.<GB>gb[+attr]); did you mean '1g.10gb'?" in out
+
+    gone = invoke("cluster", "down", "--dir", str(tmp_path / "no-cluster"), code=0)
+    assert gone.stderr == f"no local cluster in {tmp_path / 'no-cluster'}: nothing to bring down\n"
+
+    fixed = str(Path(__file__).resolve().parent.parent / "examples" / "article-fixed")
+    out = invoke("validate", "--kubernetes-version", "1.34.1", "-f", fixed, code=0).stderr
+    warnings = [line for line in out.splitlines() if line.startswith("warning:")]
+    notes = [line for line in out.splitlines() if line.startswith("note: Kubernetes 1.34.1 has a known DRA issue")]
+    assert len(notes) == 2 and out.rstrip().endswith(f"({len(warnings)} warning)")
+
+    webhook = invoke("driver", "webhook", "--help", code=0).stdout
+    assert "`gpudra validate`'s checks of those opaque configs only" in " ".join(webhook.split())

@@ -69,7 +69,7 @@ def test_first_hour_on_the_default_cluster(cluster_state, monkeypatch, tmp_path)
         assert "already holds a Kubernetes 1.36 cluster; its release cannot change" in changed.stderr
 
         # a template and a Deployment run without applying a DeviceClass first
-        run("apply", "-f", str(ARTICLE / "04-resourceclaimtemplate.yaml"), "-f", str(ARTICLE / "06-deployment.yaml"))
+        run("apply", "-f", str(ARTICLE / "00-namespaces.yaml"), "-f", str(ARTICLE / "04-resourceclaimtemplate.yaml"), "-f", str(ARTICLE / "06-deployment.yaml"))
         pods = json.loads(run("get", "pods", "-n", "ai-serving", "-o", "json").stdout)["items"]
         assert len(pods) == 2 and {p["status"]["phase"] for p in pods} == {"Running"}
         node_root = os.path.join(default, "nodes", "l4-0")
@@ -95,7 +95,7 @@ def test_first_hour_on_the_default_cluster(cluster_state, monkeypatch, tmp_path)
         assert "resource/name form" in run("get", "pod/a", "pods", code=2).stderr
 
         # a pending pod: explain reads the local cluster by default, describe shows explain's per-node summary
-        run("apply", "-f", str(ARTICLE / "03-resourceclaim-nvlink.yaml"), "-f", str(ARTICLE / "07-pod-nvlink.yaml"))
+        run("apply", "-f", str(ARTICLE / "00-namespaces.yaml"), "-f", str(ARTICLE / "03-resourceclaim-nvlink.yaml"), "-f", str(ARTICLE / "07-pod-nvlink.yaml"))
         explained = run("explain", "pod/nvlink-training", "-n", "ai-training", "--no-fixes", code=1)
         assert f"reading the local cluster in {default}" in explained.stderr
         assert "node l4-0:" in explained.stdout and "NVIDIA L4 ×4" in explained.stdout

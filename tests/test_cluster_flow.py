@@ -151,8 +151,8 @@ def test_article_flow_from_slices_to_containers_and_back(state):
 
 def test_unschedulable_pod_gets_kube_schedulers_message(state):
     up(ClusterDir(state), ClusterConfig(nodes=parse_nodes("l4-node")))
-    gpudra("apply", "-f", str(ARTICLE / "01-deviceclass.yaml"), "-f", str(ARTICLE / "03-resourceclaim-nvlink.yaml"),
-           "-f", str(ARTICLE / "07-pod-nvlink.yaml"), "--dir", state)
+    gpudra("apply", "-f", str(ARTICLE / "00-namespaces.yaml"), "-f", str(ARTICLE / "01-deviceclass.yaml"),
+           "-f", str(ARTICLE / "03-resourceclaim-nvlink.yaml"), "-f", str(ARTICLE / "07-pod-nvlink.yaml"), "--dir", state)
     pod = get(state, "pods", "nvlink-training", "-n", "ai-training")
     condition = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
     assert condition["status"] == "False" and condition["message"].startswith("0/1 nodes are available:")
@@ -347,8 +347,8 @@ def test_apply_and_delete_take_kubectls_output_formats(tmp_path):
     assert applied["items"][1]["spec"] == stored["spec"]
     one = yaml.safe_load(gpudra("apply", "-f", str(ARTICLE / "01-deviceclass.yaml"), "--dir", directory, "-o", "yaml"))
     assert one == applied["items"][0]  # one object as itself, as kubectl prints it
-    assert "created" in gpudra("apply", *manifests[:2], "-f", str(ARTICLE / "04-resourceclaimtemplate.yaml"),
-                               "--dir", directory)  # without -o: kubectl's lines
+    assert "created" in gpudra("apply", *manifests[:2], "-f", str(ARTICLE / "00-namespaces.yaml"), "-f",
+                               str(ARTICLE / "04-resourceclaimtemplate.yaml"), "--dir", directory)  # kubectl's lines
     deleted = gpudra("delete", "resourceclaim", "gpu-claim", "--dir", directory, "-o", "name")
     assert deleted.splitlines() == ["resourceclaim.resource.k8s.io/gpu-claim"]
     assert gpudra("delete", "deviceclass", "gpu.nvidia.com", "--dir", directory) == \

@@ -268,3 +268,23 @@ def test_apply_applies_the_valid_objects_and_reports_the_others(cluster_state, t
     assert "(ConfigMap/Bad_Name)" in errors[1] and "2 objects not applied" in result.stderr
     assert sorted(o["metadata"]["name"] for o in get(cluster_state, "configmaps")["items"]) == ["also-good", "good"]
     assert get(cluster_state, "resourceclaims")["items"] == []
+
+
+def test_an_object_in_a_namespace_that_does_not_exist_is_refused_as_the_api_server_does(cluster_state, tmp_path):
+    """The NamespaceLifecycle admission plugin refuses a create in a namespace that does not exist
+    (`namespaces "x" not found`); the store made the namespace silently. default and the other system namespaces
+    exist; the drivers' namespace is made by `cluster up` (as the chart's install creates it)."""
+    gpudra("cluster", "up", "--dir", cluster_state, "--nodes", "l4-node", "--no-control-plane")
+    config_map = "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c, namespace: {}}}\n"
+    manifest = tmp_path / "cm.yaml"
+    manifest.write_text(config_map.format("team-x"))
+    refused = CliRunner().invoke(cli, ["apply", "-f", str(manifest), "--dir", cluster_state])
+    assert refused.exit_code == 1 and 'namespaces "team-x" not found' in refused.stderr, refused.output
+    assert not os.path.exists(os.path.join(cluster_state, "store", "configmaps", "team-x"))
+    # the namespace first, in the same apply: as kubectl, in order
+    manifest.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: team-x}\n---\n" + config_map.format("team-x"))
+    assert gpudra("apply", "-f", str(manifest), "--dir", cluster_state).splitlines() == [
+        "namespace/team-x created", "configmap/c created"]
+    for namespace in ("default", "kube-system", "nvidia-dra-driver-gpu"):
+        manifest.write_text(config_map.format(namespace))
+        gpudra("apply", "-f", str(manifest), "--dir", cluster_state)

@@ -168,6 +168,7 @@ def test_an_unknown_kind_is_404_no_matches_for_kind(tmp_path):
 def test_a_namespace_folder_gone_during_a_list_hides_only_its_own_objects(tmp_path):
     store = Store(str(tmp_path))
     for namespace in ("a", "c"):
+        store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         store.create(_bare_pod(name="p", namespace=namespace))
     # listed but gone when read (a namespace emptied by another process): a dangling link behaves so
     (tmp_path / "store" / "pods" / "b").symlink_to(tmp_path / "nowhere")

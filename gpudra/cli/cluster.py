@@ -105,7 +105,9 @@ def down_cmd(directory: str | None) -> None:
     try:
         cluster = resolve_dir(directory)
     except ClusterSetupError as exc:
-        _fail(str(exc))
+        # nothing to bring down is the state asked for (as `kind delete cluster` answers 0 when there is none)
+        click.echo(f"{str(exc).split(' (run ', 1)[0].split(': run ', 1)[0]}: nothing to bring down", err=True)
+        return
     say = lambda text: click.echo(text, err=True)  # noqa: E731 - progress goes to stderr
     try:
         api_server = cluster.load_config().api_server

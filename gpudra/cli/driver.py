@@ -402,7 +402,8 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
 def webhook_cmd(tls_cert_file: str, tls_private_key_file: str, port: int, bind_address: str, driver_name: str,
                 verbose: bool) -> None:
     """Serve the validating admission webhook: refuse ResourceClaims, ResourceClaimTemplates and DeviceClasses whose
-    GpuConfig / MigDeviceConfig the driver would refuse at prepare time (the checks of `gpudra validate`).
+    GpuConfig / MigDeviceConfig the driver would refuse at prepare time: `gpudra validate`'s checks of those opaque configs only
+    (the rest of the object, its selectors included, is the API server's to check; `gpudra validate` does both).
 
     POST /validate-resource-claim-parameters takes an admission.k8s.io/v1 AdmissionReview; GET /readyz answers
     ok. deploy/kubernetes/webhook.yaml registers it (the chart: --set webhook.enabled=true)."""

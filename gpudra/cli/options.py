@@ -83,7 +83,8 @@ def cluster_options(kubeconfig_help: str | None = None) -> Decorator:
 def _checked_version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """An explicit version must name a modelled release: `--kubernetes-version ""` (an unset shell variable) is a
     usage error, not silently the newest release. The command still receives the user's spelling. A patch release
-    with a known DRA issue (1.34.0, 1.34.1: gpudra.versions.KNOWN_PATCH_ISSUES) is named on stderr."""
+    with a known DRA issue (1.34.0, 1.34.1: gpudra.versions.KNOWN_PATCH_ISSUES) is named in a note on stderr (the
+    input's warnings, which commands count, are the input's)."""
     from gpudra.versions import VersionError, parse_version, patch_warnings
 
     if value is None:
@@ -94,8 +95,8 @@ def _checked_version(ctx: click.Context, param: click.Parameter, value: str | No
         parse_version(value)
     except VersionError as error:
         raise click.BadParameter(str(error)) from None
-    for line in patch_warnings(value):
-        click.echo(f"warning: {line}", err=True)
+    for line in patch_warnings(value):  # about the release, not the input: a note, outside the input's warnings
+        click.echo(f"note: {line}", err=True)
     return value
 
 
@@ -105,7 +106,7 @@ def kubernetes_version_option(help: str | None = None) -> Decorator:
                         help=(help or "Behave as this Kubernetes release's components do (1.33-1.36: its default "
                                       "feature gates and API validation; default: a live cluster's /version, "
                                       "else 1.36, the newest gpudra knows).")
-                        + " A patch release (1.34.1) is warned about when it has a known DRA issue.")
+                        + " A patch release (1.34.1) with a known DRA issue is named in a note.")
 
 
 def _runtime_config(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, bool]:

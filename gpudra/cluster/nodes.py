@@ -279,6 +279,13 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
                 cluster.store.create(node_object(node, config.kubernetes_version))
             except StoreError:
                 pass  # created by a concurrent `up`
+    from gpudra.computedomain.controller import DRIVER_NAMESPACE
+
+    if cluster.store.get("Namespace", None, DRIVER_NAMESPACE) is None:  # where the drivers' DaemonSets run
+        try:
+            cluster.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}})
+        except StoreError:
+            pass  # created by a concurrent `up`
     processes: dict[str, subprocess.Popen] = {}
     for node in config.nodes:
         if driver_alive(cluster, node.name) is None:

@@ -58,6 +58,8 @@ _GENERATED_PREFIX_MAX = 63 - 5
 
 log = logging.getLogger("gpudra.store")
 
+# The namespaces kube-apiserver creates and keeps itself (pkg/controlplane/controller/systemnamespaces)
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet (no vowels)
 
 
@@ -301,7 +303,10 @@ class Store:
                                     + "".join(random.choice(SUFFIX_ALPHABET) for _ in range(5)))
                     if not os.path.lexists(self._path(info.kind, meta.get("namespace"), meta["name"])):
                         break
-            path = self._path(info.kind, meta.get("namespace"), meta["name"])
+            path = self._path(info.kind, meta.get("namespace"), meta["name"])  # the identity checked first
+            if info.namespaced and not self._namespace_exists(meta["namespace"]):
+                # the NamespaceLifecycle admission plugin's answer (plugin/pkg/admission/namespace/lifecycle)
+                raise StoreError(f'namespaces "{meta["namespace"]}" not found', 404)
             if os.path.lexists(path):
                 raise StoreError(f'{info.plural} "{meta["name"]}" already exists', 409)
             # The API server's FillObjectMetaSystemFields and BeforeCreate: a new uid and creationTimestamp whatever
@@ -317,6 +322,12 @@ class Store:
             _stamp_serial(meta, meta["resourceVersion"])
             self._write_object(path, obj)
         return obj
+
+    def _namespace_exists(self, namespace: object) -> bool:
+        """A Namespace object of that name, or one the API server makes itself."""
+        if namespace in SYSTEM_NAMESPACES:
+            return True
+        return self._read(self._path("Namespace", None, namespace), kind_info("Namespace"), None) is not None
 
     def replace(self, obj: dict[str, Any], *, check_version: bool = True) -> dict[str, Any]:
         obj = stored_form(obj)

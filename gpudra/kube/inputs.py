@@ -60,7 +60,7 @@ def kubernetes_version(flag: str | None, paths: Iterable[str] = (), kubeconfig: 
         try:
             info = read_server_version(kubeconfig, context, request_timeout=request_timeout)
             for line in patch_warnings(str(info.get("gitVersion") or "")):  # the flag's own are the option's
-                sys.stderr.write(f"warning: the API server's {line[len('Kubernetes '):]}\n")
+                sys.stderr.write(f"note: the API server's {line[len('Kubernetes '):]}\n")
             return server_version(info)
         except ClusterReadError as exc:
             # The server answered, but not /version: the flag helps. Unreachable or no kubeconfig: it would not

@@ -3,6 +3,8 @@ manager does for a node's GPUs, and validate hand-written ones against the catal
 
 from __future__ import annotations
 
+import difflib
+
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -147,7 +149,9 @@ def _check_mig_devices(value: Any, where: str, report: ValidationReport) -> dict
     ok = True
     for name, count in value.items():
         if not isinstance(name, str) or PROFILE_FORMAT.match(name) is None:
-            report.error(where, f"{name!r} is not a MIG profile name ([<C>c.]<G>g.<GB>gb[+attr])")
+            meant = "".join(str(name).split()).lower()  # NVIDIA's names are lower case: `1g.10gb`, not `1g.10GB`
+            hint = f"; did you mean {meant!r}?" if PROFILE_FORMAT.match(meant) else ""
+            report.error(where, f"{name!r} is not a MIG profile name ([<C>c.]<G>g.<GB>gb[+attr]){hint}")
             ok = False
             continue
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
@@ -167,6 +171,9 @@ def _check_on_model(model: GpuModel, counts: Mapping[str, int], where: str, repo
         compute_instance = [n for n in unknown if (match := PROFILE_FORMAT.match(n)) and match.group(1)]
         hint = " (compute-instance profiles are not modelled)" if compute_instance else ""
         names = ", ".join(p.name for p in model.profiles)
+        close = [m for n in unknown for m in difflib.get_close_matches(n, [p.name for p in model.profiles], n=1)]
+        if close and not compute_instance:
+            hint = f" (did you mean {', '.join(repr(c) for c in close)}?)"
         report.error(where, f"{model.display_name} has no MIG profile {', '.join(unknown)}{hint}; it offers {names}")
         return False
     try:

@@ -68,7 +68,7 @@ def compile_outcome(expression: str, kubernetes_version: str | None = None, cons
                          list_type_attributes=gates["DRAListTypeAttributes"])
     except compile_error as exc:
         message = getattr(exc, "message", None) or str(exc)
-        message += _gate_hint(expression, kubernetes_version, gates)
+        message += _gate_hint(expression, kubernetes_version, gates) + _overload_hint(message)
         column = getattr(exc, "column", None)
         where = f" at column {column}" if isinstance(column, int) and column > 0 else ""
         caret = None
@@ -78,6 +78,21 @@ def compile_outcome(expression: str, kubernetes_version: str | None = None, cons
     except Exception as exc:  # noqa: BLE001 - a bug in the CEL adapter must not crash validation
         return "warning", f"could not check the CEL expression: {type(exc).__name__}: {exc}", None
     return None
+
+
+_QUANTITY_OVERLOAD = re.compile(r"found no matching overload for '_(?:[<>]=?|==|!=)_' applied to "
+                                r"'\((?:kubernetes\.Quantity, (?:int|uint|double|string)|(?:int|uint|double|string), "
+                                r"kubernetes\.Quantity)\)'")
+
+
+def _overload_hint(message: str) -> str:
+    """What to write instead of comparing a quantity (a capacity, `quantity(…)`) with a number or string: CEL has
+    no such operator, Kubernetes' quantity library has methods (k8s.io/apiserver pkg/cel/library/quantity.go)."""
+    if not _QUANTITY_OVERLOAD.search(message):
+        return ""
+    return (" (a capacity is a quantity, which compares with another quantity through its methods: e.g. "
+            "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('16Gi')) >= 0, or "
+            ".isGreaterThan(quantity('16Gi')))")
 
 
 def _gate_hint(expression: str, kubernetes_version: str | None, gates: dict[str, bool]) -> str:

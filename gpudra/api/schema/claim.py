@@ -41,6 +41,11 @@ def _count_check(value: dict, path: str, ctx: Context) -> None:
         ctx.error(child(path, "count"), "must not be specified when allocationMode is 'All'")
     elif mode in (None, "", "ExactCount") and count < 0:
         ctx.error(child(path, "count"), f"must be greater than zero (is {count})")
+    elif mode in (None, "", "ExactCount") and count == 0:
+        # the API server's defaulting (pkg/apis/resource/v1/defaults.go SetDefaults_ExactDeviceRequest and
+        # SetDefaults_DeviceSubRequest) turns an unset count, 0, into 1
+        ctx.warning(child(path, "count"), "0 is stored as 1 (the API server defaults a count of 0 to 1): the "
+                                          "request asks for one device; to ask for none, leave the request out")
 
 
 def _request_fields(admin: bool) -> dict[str, F]:
