@@ -58,3 +58,18 @@ def test_without_go_the_error_names_the_toolchain_and_the_default_that_needs_non
     assert result.returncode == 2
     assert "needs Go" in result.stderr and "embedded API server" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_features_name_dra_gates_beyond_the_allocators_and_the_components_get_them():
+    from gpudra.allocator.features import Features
+    from gpudra.cluster.layout import ClusterConfig
+    from gpudra.kubecluster.controlplane import feature_gates_flag
+
+    features = Features.parse("default,+DRAPartitionableDevices,+DRAExtendedResource", "1.34")
+    assert features.gate_enabled("DRAExtendedResource") is True and features.variant_name == "stable"
+    assert Features.parse(str(features), "1.34") == features
+    flag = feature_gates_flag(ClusterConfig(kubernetes_version="1.34", features=str(features)))
+    assert "DRAExtendedResource=true" in flag and "DRAPartitionableDevices=true" in flag
+    assert "DynamicResourceAllocation" not in flag  # GA in 1.34: locked, not passed
+    with pytest.raises(ValueError, match="DRAExtendedResource"):
+        Features.parse("+NoSuchGate", "1.34")

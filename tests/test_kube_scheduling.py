@@ -27,9 +27,13 @@ from support.realkube import BUILD_TIMEOUT_S, built, gpudra, short_dir
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S)
 
 NODES = "dgx-h100:2,hgx-a100-mig+dynamic-mig,l4-node"
-FEATURES = "default,+DRAPartitionableDevices"
+FEATURES = "default,+DRAPartitionableDevices,+DRAExtendedResource"
 GATE = "gpudra.local/compare"
 H100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
+
+# a Pod of the device-plugin era (`nvidia.com/gpu: 2` in its limits), served through DRA: the scheduler makes its
+# claim from the DeviceClass whose extendedResourceName it is (DRAExtendedResource, alpha in 1.34)
+EXTENDED = "extended-resource"
 
 # name -> (requests, constraints, node forced?)
 SCENARIO = [
@@ -52,13 +56,21 @@ SCENARIO = [
         {"name": "a100", "deviceClassName": "gpu.nvidia.com", "count": 2, "selectors": [
             {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].productName.contains("A100")'}}]}]}],
      [], True),
+    (EXTENDED, [], [], False),
     ("big-memory", [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "selectors": [
         {"cel": {"expression": 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0'}}]}}],
      [], False),
 ]
 
 
+
+
 def objects(name: str, requests: list, constraints: list) -> list[dict]:
+    if name == EXTENDED:
+        return [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                 "spec": {"schedulingGates": [{"name": GATE}], "containers": [
+                     {"name": "main", "image": "registry.k8s.io/pause:3.10",
+                      "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}]
     template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                 "metadata": {"name": name, "namespace": "default"},
                 "spec": {"spec": {"devices": {"requests": requests, "constraints": [
@@ -90,6 +102,25 @@ def results_of(claim: dict) -> list[tuple]:
     return sorted((r["request"], r["driver"], r["pool"], r["device"]) for r in found)
 
 
+def identity(state: list[dict], pool: str, device: str) -> list[tuple[str, str]]:
+    """The attributes that tell a device from the others of its pool: uuid, or parentUUID and profile."""
+    for obj in state:
+        if obj["kind"] == "ResourceSlice" and obj["spec"]["pool"]["name"] == pool:
+            for d in obj["spec"].get("devices") or []:
+                if d["name"] == device:
+                    attributes = {k: v.get("string") for k, v in d.get("attributes", {}).items()}
+                    if attributes.get("uuid"):
+                        return [("uuid", attributes["uuid"])]
+                    return [("parentUUID", attributes["parentUUID"]), ("profile", attributes["profile"])]
+    raise AssertionError(f"no device {device} in pool {pool}")
+
+
+def claim_of(pod: dict) -> str | None:
+    status = pod.get("status", {})
+    extended = (status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+    return extended or next((s["resourceClaimName"] for s in status.get("resourceClaimStatuses", [])), None)
+
+
 def cluster_state(kubectl: Kubectl) -> list[dict]:
     items = []
     for kind in ("nodes", "deviceclasses", "resourceslices", "resourceclaimtemplates", "resourceclaims", "pods"):
@@ -99,14 +130,29 @@ def cluster_state(kubectl: Kubectl) -> list[dict]:
     return items
 
 
-def offline(state: list[dict], pod_name: str, pin: str | None, tmp: str) -> tuple[str | None, list[tuple]]:
-    """gpudra's placement of `pod_name` (its gate lifted) on `state`; `pin` restricts it to one node."""
+def offline(state: list[dict], pod_name: str, pin: str | None, tmp: str,
+            only: list[tuple] | None = None) -> tuple[str | None, list[tuple]]:
+    """gpudra's placement of `pod_name` (its gate lifted) on `state`; `pin` restricts it to one node, `only` its
+    claim's requests to those devices (results_of's tuples)."""
+    claim_name = None
     for obj in state:
         if obj["kind"] == "Pod" and obj["metadata"]["name"] == pod_name:
             obj["spec"].pop("schedulingGates", None)
+            claim_name = claim_of(obj)
             if pin:
                 obj["spec"]["nodeSelector"] = {"kubernetes.io/hostname": pin}
-    path = os.path.join(tmp, f"{pod_name}-{pin or 'any'}.yaml")
+    if only is not None:
+        # CEL sees no device names: each device by what identifies it (a GPU its uuid; a MIG partition, not
+        # created yet, its parent and profile: partitions of one profile on one GPU are alike in every attribute)
+        terms = [" && ".join(f"device.attributes['gpu.nvidia.com'].{k} == '{v}'" for k, v in identity(state, pool, device))
+                 for _, _, pool, device in only]
+        restrict = {"cel": {"expression": " || ".join(f"({t})" for t in terms)}}
+        claim = next(o for o in state if o["kind"] == "ResourceClaim" and o["metadata"]["name"] == claim_name)
+        for request in claim["spec"]["devices"]["requests"]:
+            for sub in [request.get("exactly")] + list(request.get("firstAvailable") or []):
+                if sub:
+                    sub.setdefault("selectors", []).append(restrict)
+    path = os.path.join(tmp, f"{pod_name}-{pin or 'any'}{'-only' if only else ''}.yaml")
     with open(path, "w", encoding="utf-8") as f:
         yaml.safe_dump_all(state, f)
     result = gpudra("schedule", "-f", path, "-o", "json", "--kubernetes-version", "1.34", "--features", FEATURES,
@@ -115,7 +161,7 @@ def offline(state: list[dict], pod_name: str, pin: str | None, tmp: str) -> tupl
     after = json.loads(result.stdout)["items"]
     pod = next(o for o in after if o["kind"] == "Pod" and o["metadata"]["name"] == pod_name)
     node = pod["spec"].get("nodeName")
-    claim_name = next((s["resourceClaimName"] for s in pod.get("status", {}).get("resourceClaimStatuses", [])), None)
+    claim_name = claim_of(pod)
     claim = next((o for o in after if o["kind"] == "ResourceClaim" and o["metadata"]["name"] == claim_name), {})
     return node, results_of(claim)
 
@@ -135,7 +181,8 @@ def test_gpudra_places_as_the_real_kube_scheduler(tmp_path):
             time.sleep(0.5)  # every driver has published (2 H100 boards, 5 A100 slices, the L4)
         for name, _, _, forced in SCENARIO:
             deadline = time.monotonic() + 60
-            while not kubectl.json("get", "pod", name).get("status", {}).get("resourceClaimStatuses"):
+            while name != EXTENDED and not kubectl.json("get", "pod", name).get("status", {}).get(
+                    "resourceClaimStatuses"):
                 assert time.monotonic() < deadline, f"no claim made for {name}"
                 time.sleep(0.3)  # the real resourceclaim controller makes the claim even for a gated pod
             state = cluster_state(kubectl)
@@ -147,17 +194,29 @@ def test_gpudra_places_as_the_real_kube_scheduler(tmp_path):
                     break
                 assert time.monotonic() < deadline, f"kube-scheduler did not place {name}: {pod.get('status')}"
                 time.sleep(0.3)
-            claim = kubectl.json("get", "resourceclaim", pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"])
+            claim = kubectl.json("get", "resourceclaim", claim_of(pod))
             real_node, real_results = pod["spec"]["nodeName"], results_of(claim)
             ours_node, ours_results = offline(json.loads(json.dumps(state)), name, None, str(tmp_path))
             if forced:
-                assert (ours_node, ours_results) == (real_node, real_results), name
-                decided.append(f"{name}: forced, {real_node}")
-                continue
-            pinned_node, pinned_results = offline(json.loads(json.dumps(state)), name, real_node, str(tmp_path))
-            assert pinned_node == real_node, f"{name}: gpudra finds {real_node} infeasible"
-            assert pinned_results == real_results, name
-            decided.append(f"{name}: kube-scheduler chose {real_node}, gpudra {ours_node} (a tie: random pick)")
+                assert ours_node == real_node, name
+                rule = f"{name}: the node is forced, {real_node}"
+            else:
+                pinned_node, ours_results = offline(json.loads(json.dumps(state)), name, real_node, str(tmp_path))
+                assert pinned_node == real_node, f"{name}: gpudra finds {real_node} infeasible"
+                rule = (f"{name}: kube-scheduler chose {real_node}, gpudra {ours_node} (equal scores, a random pick "
+                        "in selectHost)")
+            if ours_results != real_results:
+                # which of a pool's slices the allocator reads first is the informer's list order in the real
+                # scheduler (GatherPools keeps its input's order, pools_stable.go): gpudra must find the devices the
+                # real one took a valid answer too
+                assert [(r, d, p) for r, d, p, _ in ours_results] == [(r, d, p) for r, d, p, _ in real_results], name
+                if name != EXTENDED:  # the extended claim does not exist before scheduling: nothing to restrict
+                    _, restricted = offline(json.loads(json.dumps(state)), name, real_node, str(tmp_path),
+                                            only=real_results)
+                    assert [identity(state, p, d) for _, _, p, d in restricted] == [
+                        identity(state, p, d) for _, _, p, d in real_results], f"{name}: {real_results} not valid"
+                rule += f"; devices: another of the pool's slices first (real {real_results}, gpudra {ours_results})"
+            decided.append(rule)
     finally:
         gpudra("cluster", "down", "--dir", directory, check=False)
         shutil.rmtree(directory, ignore_errors=True)

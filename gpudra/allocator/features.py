@@ -66,6 +66,9 @@ class Features:
     # own, consumed pool-wide) or "combined" (1.33, 1.34: each slice's counter sets serve its own devices). A
     # property of the release, not a gate: `none`/`all` keep it.
     slice_layout: str = "split"
+    # Kubernetes feature gates outside the allocator's features that `--features` named (gate, on), such as
+    # DRAExtendedResource: the API server and scheduler follow them (gate_enabled), the allocator does not
+    other_gates: tuple[tuple[str, bool], ...] = ()
 
     @classmethod
     def default(cls, version: str | None = None) -> "Features":
@@ -116,10 +119,15 @@ class Features:
                 enable = token[0] == "+"
                 name = token[1:].strip()
             canonical = _ALIASES.get(name.lower())
+            other = _other_gate(name)
+            if canonical is None and other is not None:
+                kept = tuple((g, on) for g, on in features.other_gates if g != other)
+                features = replace(features, other_gates=kept + ((other, enable),))
+                continue
             if canonical is None:
                 raise ValueError(
                     f"unknown feature {name!r} in --features {text!r}; known: default, all, none, "
-                    + ", ".join(FEATURE_NAMES)
+                    + ", ".join(FEATURE_NAMES) + ", or a DRA feature gate (" + ", ".join(_other_gate_names()) + ")"
                 )
             gate: dict[str, Any] = {_attr(canonical): enable}
             features = replace(features, **gate)
@@ -138,7 +146,9 @@ class Features:
         """Whether the Kubernetes feature gate `gate` (DRAPartitionableDevices, …) is on here; None for a gate
         these features do not model (the release's default then applies)."""
         canonical = _ALIASES.get(gate.lower())
-        return None if canonical is None else bool(getattr(self, _attr(canonical)))
+        if canonical is None:
+            return next((on for name, on in self.other_gates if name.lower() == gate.lower()), None)
+        return bool(getattr(self, _attr(canonical)))
 
     @property
     def combined_slices(self) -> bool:
@@ -169,7 +179,20 @@ class Features:
 
     def __str__(self) -> str:
         names = self.enabled()
-        return "none," + ",".join(names) if names else "none"
+        text = "none," + ",".join(names) if names else "none"
+        return text + "".join(f",{'+' if on else '-'}{gate}" for gate, on in self.other_gates)
+
+
+def _other_gate_names() -> list[str]:
+    """The DRA gates gpudra.versions knows that no allocator feature stands for (DRAExtendedResource, …)."""
+    from gpudra.versions import ALLOCATOR_FEATURE_GATES, GATE_HISTORY
+
+    covered = {gate for gates in ALLOCATOR_FEATURE_GATES.values() for gate in gates}
+    return sorted(gate for gate in GATE_HISTORY if gate not in covered and gate != "DynamicResourceAllocation")
+
+
+def _other_gate(name: str) -> str | None:
+    return next((gate for gate in _other_gate_names() if gate.lower() == name.lower()), None)
 
 
 assert [f.name for f in fields(Features)][: len(FEATURE_NAMES)] == [_attr(n) for n in FEATURE_NAMES]

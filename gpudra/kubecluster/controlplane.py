@@ -122,11 +122,19 @@ def feature_gates_flag(config: ClusterConfig) -> str:
     from gpudra.allocator.features import FEATURE_NAMES
     from gpudra.versions import VersionError, component_feature_gates
 
-    enabled = set(config.feature_gates().enabled())
+    features = config.feature_gates()
+    enabled = set(features.enabled())
     try:
         gates = component_feature_gates(config.kubernetes_version, {n: n in enabled for n in FEATURE_NAMES})
     except VersionError as exc:
         raise ClusterSetupError(f"--features: {exc}") from None
+    from gpudra.versions import gate_state
+
+    for gate, on in features.other_gates:  # DRAExtendedResource and the other gates no allocator feature names
+        if gate_state(gate, config.kubernetes_version).stage is None:
+            raise ClusterSetupError(f"--features: Kubernetes {config.kubernetes_version} has no {gate} feature gate")
+        if gate_state(gate, config.kubernetes_version).stage != "GA":
+            gates[gate] = on
     return ",".join(f"{gate}={'true' if on else 'false'}" for gate, on in sorted(gates.items()))
 
 

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any
 
-from gpudra.cluster.kubelet import Kubelet, running_status
+from gpudra.cluster.kubelet import Kubelet, extended_claim_name, running_status
 from gpudra.cluster.layout import ClusterConfig, ClusterDir, NodeSpec
 from gpudra.cluster.nodes import node_object
 
@@ -71,9 +71,9 @@ def claim_names(pod: dict[str, Any]) -> dict[str, str] | None:
                 return None
             if generated[entry["name"]]:  # null: the template was not needed (no claim for this pod)
                 names[entry["name"]] = generated[entry["name"]]
-    extended = status.get("extendedResourceClaimStatus") or {}
-    if extended.get("resourceClaimName"):
-        names[""] = extended["resourceClaimName"]
+    extended = extended_claim_name(pod)
+    if extended:  # keyed by no podClaim name: the containers reach it through its requestMappings
+        names[""] = extended
     return names
 
 

@@ -82,7 +82,8 @@ class Cluster(Topology):
         release = parse_version(kubernetes_version)
         self.features = Features.parse(features, release)
         # DRAExtendedResource: whether DeviceClasses serve extended resources (pod resources) through DRA
-        self.extended_resources_via_dra = default_gates(release)["DRAExtendedResource"]
+        chosen = self.features.gate_enabled("DRAExtendedResource")
+        self.extended_resources_via_dra = default_gates(release)["DRAExtendedResource"] if chosen is None else chosen
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}  # insertion order = creation order
         self.claims: dict[str, dict[str, Any]] = {}
