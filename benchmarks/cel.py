@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -132,12 +131,13 @@ def _run_measured(command: list[str], stdin_text: str) -> tuple[str, float]:
 def _oracle(path: str | None) -> str:
     if path:
         return path
-    go = shutil.which("go")
-    if go is None:
-        raise SystemExit("error: --versus-cel-go needs Go on PATH (to build k8s/cmd/cel-oracle) or --oracle PATH")
-    binary = Path(tempfile.mkdtemp()) / "cel-oracle"
-    subprocess.run([go, "build", "-trimpath", "-o", str(binary), "./cmd/cel-oracle"], cwd=REPO / "k8s", check=True)
-    return str(binary)
+    from gpudra.errors import GpudraError
+    from gpudra.kubecluster.build import build_command
+
+    try:  # the one cached Go build (gpudra.kubecluster.build): reused while k8s/ and Go are unchanged
+        return build_command("cel-oracle", str(REPO / "k8s")).binary
+    except GpudraError as exc:
+        raise SystemExit(f"error: --versus-cel-go needs k8s/cmd/cel-oracle ({exc}) or --oracle PATH") from None
 
 
 def _go_outcome(answer: dict) -> str:

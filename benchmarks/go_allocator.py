@@ -2,14 +2,13 @@
 inputs gpudra's allocator gets, and compare the two answers.
 
 The harness is built with the repository's Go module (k8s/go.mod pins k8s.io/dynamic-resource-allocation to the
-release gpudra follows) into a cache outside the checkout, $XDG_CACHE_HOME/gpudra/allocate-bench/KEY/ (default
-~/.cache), KEY being a hash of the harness's sources, go.mod, go.sum and `go version`: a later run with the same
+release gpudra follows) into the cache outside the checkout that `gpudra kube build` uses
+($XDG_CACHE_HOME/gpudra/kube/allocate-bench-RELEASE-KEY/, gpudra.kubecluster.build): a later run with the same
 sources and toolchain reuses the binary, any change builds a new one.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -61,44 +60,18 @@ def kubernetes_release() -> str:
     return f"1.{major_minor.group(1)}"
 
 
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gpudra" / "allocate-bench"
-
-
-def harness_key(go: str) -> str:
-    digest = hashlib.sha256()
-    version = subprocess.run([go, "version"], capture_output=True, text=True, timeout=60)
-    digest.update(version.stdout.encode())
-    sources = sorted((GO_MODULE / HARNESS_PACKAGE).glob("*.go"))
-    for path in [GO_MODULE / "go.mod", GO_MODULE / "go.sum", *sources]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:20]
-
-
 def build_harness(go: str) -> Harness:
-    """The cached harness binary for these sources and this toolchain, built first when missing."""
+    """The cached harness binary for these sources and this toolchain, built first when missing (the one cached
+    Go build of the repository, gpudra.kubecluster.build)."""
+    from gpudra.errors import GpudraError
+    from gpudra.kubecluster.build import build_command
+
     release = allocator_release()
     try:
-        key = harness_key(go)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise HarnessError(f"cannot run {go} version: {exc}") from exc
-    folder = cache_root() / key
-    binary = folder / "allocate-bench"
-    if binary.is_file() and os.access(binary, os.X_OK):
-        return Harness(binary, built=False, release=release)
-    folder.mkdir(parents=True, exist_ok=True)
-    partial = folder / f".allocate-bench.{os.getpid()}"
-    command = [go, "build", "-trimpath", "-o", str(partial), f"./{HARNESS_PACKAGE}"]
-    try:
-        completed = subprocess.run(command, cwd=GO_MODULE, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise HarnessError(f"go build of {HARNESS_PACKAGE} failed: {exc}") from exc
-    if completed.returncode != 0:
-        partial.unlink(missing_ok=True)
-        raise HarnessError(f"go build of {HARNESS_PACKAGE} failed:\n{completed.stderr.strip()}")
-    os.replace(partial, binary)  # atomic: a concurrent run sees the old state or the whole binary
-    return Harness(binary, built=True, release=release)
+        built = build_command(HARNESS_PACKAGE.rsplit("/", 1)[1], str(GO_MODULE))
+    except GpudraError as exc:
+        raise HarnessError(str(exc)) from exc
+    return Harness(Path(built.binary), built=built.built, release=release)
 
 
 def feature_names(features: Any, names: tuple[str, ...]) -> dict[str, bool]:

@@ -40,14 +40,14 @@ def test_the_cache_key_follows_the_binarys_sources_only(tmp_path):
 
     module = tmp_path / "k8s"
     shutil.copytree(ROOT / "k8s", module, ignore=shutil.ignore_patterns("*_test.go"))
-    key = cache_key(str(module), "go1.26", ["-trimpath"])
+    key = cache_key(str(module), "go1.26", ["-trimpath"], "./cmd/kube")
     (module / "cmd" / "another-tool").mkdir(exist_ok=True)
     (module / "cmd" / "another-tool" / "main.go").write_text("package main\n")
-    assert cache_key(str(module), "go1.26", ["-trimpath"]) == key  # another command does not rebuild this one
+    assert cache_key(str(module), "go1.26", ["-trimpath"], "./cmd/kube") == key  # another command does not rebuild this one
     with open(module / "pki" / "pki.go", "a", encoding="utf-8") as f:
         f.write("\n// changed\n")
-    assert cache_key(str(module), "go1.26", ["-trimpath"]) != key
-    assert cache_key(str(module), "go1.27", ["-trimpath"]) != cache_key(str(module), "go1.26", ["-trimpath"])
+    assert cache_key(str(module), "go1.26", ["-trimpath"], "./cmd/kube") != key
+    assert cache_key(str(module), "go1.27", ["-trimpath"], "./cmd/kube") != cache_key(str(module), "go1.26", ["-trimpath"], "./cmd/kube")
 
 
 def test_without_go_the_error_names_the_toolchain_and_the_default_that_needs_none(tmp_path):

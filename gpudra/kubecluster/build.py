@@ -9,6 +9,7 @@ an interrupted build never leaves a half binary where a later run would take it 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -21,7 +22,6 @@ from typing import Callable
 from gpudra.errors import GpudraError
 
 MODULE_PATH = "gpudra.local/k8s"
-PACKAGE = "./cmd/kube"
 BINARY = "kube"
 # The components the binary runs (its first argument; main.go's switch), and kubectl as a link of its own name.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
@@ -34,8 +34,8 @@ class BuildError(GpudraError):
 @dataclass(frozen=True)
 class Built:
     binary: str  # the all-in-one binary
-    kubectl: str  # a link named kubectl to it (the binary runs the component its name says)
-    release: str  # "v1.34.4", the k8s.io/kubernetes version the module requires
+    kubectl: str  # the control plane's: a link named kubectl to it (the binary runs the component its name says)
+    release: str  # "v1.34.4", the k8s.io/kubernetes version the module requires (its staging modules: v0.34.4)
     built: bool  # False: reused from the cache
     seconds: float
     size_bytes: int
@@ -101,7 +101,7 @@ def _go_version(go: str) -> str:
     return subprocess.run([go, "env", "GOVERSION"], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def cache_key(module: str, go_version: str, flags: list[str], package: str = PACKAGE) -> str:
+def cache_key(module: str, go_version: str, flags: list[str], package: str) -> str:
     """A hash of what decides the binary: go.mod, go.sum, the package's own .go files and the module's shared
     packages (not the other commands under cmd/), the toolchain and the flags."""
     digest = hashlib.sha256()
@@ -126,34 +126,44 @@ def cache_root() -> str:
     return os.path.join(base, "gpudra", "kube")
 
 
-def build(module: str | None = None, say: Callable[[str], None] = lambda _: None,
-          cache: str | None = None) -> Built:
-    """The binary for the module's release: from the cache, or built now (minutes cold; Go's own build cache
-    makes a rebuild after a small change quick)."""
+def build_command(command: str, module: str | None = None, say: Callable[[str], None] = lambda _: None,
+                  cache: str | None = None, ldflags: str | None = None) -> Built:
+    """The module's `cmd/<command>` built once into the cache and reused (`kube`, the control plane; the Go
+    harnesses the tests and benchmarks run beside gpudra: `allocate-bench`, `cel-oracle`)."""
     module = module_dir(module)
     release = kubernetes_release(module)
     go = go_binary()
-    flags = ["-trimpath", "-ldflags", _ldflags(release)]
-    key = cache_key(module, _go_version(go), flags)
-    target_dir = os.path.join(cache or cache_root(), f"{release}-{key}")
-    binary = os.path.join(target_dir, BINARY)
-    kubectl = os.path.join(target_dir, "kubectl")
+    package = f"./cmd/{command}"
+    flags = ["-trimpath"] + (["-ldflags", ldflags] if ldflags else [])
+    key = cache_key(module, _go_version(go), flags, package)
+    target_dir = os.path.join(cache or cache_root(), f"{command}-{release}-{key}")
+    binary = os.path.join(target_dir, command)
     start = time.monotonic()
     built = not os.path.exists(binary)
     if built:
-        say(f"building Kubernetes {release} (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl) "
-            f"from Go modules into {target_dir}: minutes on a cold Go cache")
+        say(f"building {command} ({release}) from Go modules into {target_dir}")
         os.makedirs(target_dir, exist_ok=True)
         partial = f"{binary}.tmp{os.getpid()}"
-        result = subprocess.run([go, "build", *flags, "-o", partial, PACKAGE], check=False, cwd=module,
-                                capture_output=True,
-                                text=True)
+        result = subprocess.run([go, "build", *flags, "-o", partial, package], check=False, cwd=module,
+                                capture_output=True, text=True)
         if result.returncode != 0:
             if os.path.exists(partial):
                 os.unlink(partial)
-            raise BuildError(f"go build in {module} failed:\n{result.stderr.strip()[-4000:]}")
-        os.replace(partial, binary)
+            raise BuildError(f"go build of {package} in {module} failed:\n{result.stderr.strip()[-4000:]}")
+        os.replace(partial, binary)  # whole or not at all: a concurrent run sees the old state or this binary
+    return Built(binary=binary, kubectl="", release=release, built=built,
+                 seconds=time.monotonic() - start, size_bytes=os.path.getsize(binary))
+
+
+def build(module: str | None = None, say: Callable[[str], None] = lambda _: None,
+          cache: str | None = None) -> Built:
+    """The control plane's binary for the module's release: from the cache, or built now (minutes cold; Go's own
+    build cache makes a rebuild after a small change quick), with a `kubectl` link beside it."""
+    release = kubernetes_release(module_dir(module))
+    say(f"Kubernetes {release} (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl): "
+        "from the cache, or built from Go modules (minutes on a cold Go cache)")
+    built = build_command(BINARY, module, say, cache, ldflags=_ldflags(release))
+    kubectl = os.path.join(os.path.dirname(built.binary), "kubectl")
     if not os.path.lexists(kubectl):
         os.symlink(BINARY, kubectl)
-    return Built(binary=binary, kubectl=kubectl, release=release, built=built,
-                 seconds=time.monotonic() - start, size_bytes=os.path.getsize(binary))
+    return dataclasses.replace(built, kubectl=kubectl)
