@@ -9,8 +9,8 @@ webhook fits this one. The answer itself is gpudra.driver.admission.review_respo
 With `failurePolicy: Fail` a webhook that stops answering blocks every claim write in the cluster, so the server
 is built to survive hostile clients, each bound explicit (`Limits`):
 
-- one event loop (asyncio's own server, no thread per connection); TLS is started on each accepted connection,
-  so a client that never finishes its handshake is counted like any other;
+- one event loop (asyncio's own server, no thread per connection); TLS runs in memory BIOs on each accepted
+  TCP connection (`_Connection`), so a client that never finishes its handshake is counted like any other;
 - at most `max_connections` connections: one more evicts the oldest connection still waiting for its request
   (a slow client), never one whose request is being answered;
 - one deadline per request, not per read: the request must be complete and answered within `request_timeout_s`
@@ -375,6 +375,9 @@ class WebhookServer:
                 connection.waiting, connection.waiting_since = True, loop.time()
         except (OSError, EOFError, TimeoutError) as exc:
             log.debug("connection from %s ended: %s", connection.peer, type(exc).__name__)
+            connection.abort()
+        except Exception:  # noqa: BLE001 - one client's surprise must not go unnoticed, nor stop the server
+            log.exception("connection from %s failed", connection.peer)
             connection.abort()
         finally:
             self._connections.pop(id(connection), None)
