@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import yaml
 from click.testing import CliRunner
 
 from gpudra.cli import cli
@@ -235,3 +237,18 @@ spec:
 
     webhook = invoke("driver", "webhook", "--help", code=0).stdout
     assert "`gpudra validate`'s checks of those opaque configs only" in " ".join(webhook.split())
+
+
+def test_the_suggested_v1_rewrite_of_the_articles_nvlink_claim_is_itself_valid(tmp_path):
+    """validate's "write the request as (resource.k8s.io/v1)" kept the request's `constraints` (not a request
+    field) and its lookups by attribute name (always-empty maps): pasting the suggestion gave new errors."""
+    article = Path(__file__).resolve().parent.parent / "examples" / "article" / "03-resourceclaim-nvlink.yaml"
+    out = invoke("validate", "-f", str(article), code=1).output
+    suggestion = out.split("write the request as (resource.k8s.io/v1):\n", 1)[1].split("\nerror:", 1)[0]
+    request = yaml.safe_load("\n".join(line[4:] for line in suggestion.splitlines()))
+    assert "constraints" not in request and "product-name" not in json.dumps(request)
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
+             "spec": {"devices": {"requests": [request]}}}
+    pasted = tmp_path / "claim.yaml"
+    pasted.write_text(yaml.safe_dump(claim))
+    assert "error" not in invoke("validate", "-f", str(pasted), code=0).output
