@@ -252,3 +252,48 @@ def test_the_suggested_v1_rewrite_of_the_articles_nvlink_claim_is_itself_valid(t
     pasted = tmp_path / "claim.yaml"
     pasted.write_text(yaml.safe_dump(claim))
     assert "error" not in invoke("validate", "-f", str(pasted), code=0).output
+
+
+def test_a_kubeconfig_that_skips_tls_verification_is_honoured_quietly(tmp_path):
+    """kubectl honours `insecure-skip-tls-verify: true` without a word; urllib3's InsecureRequestWarning text
+    (`Unverified HTTPS request is being made…`, once per request) leaked to gpudra's stderr."""
+    import datetime
+    import ipaddress
+    import ssl
+    import subprocess
+    import sys
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from test_live_reader import FakeApiServer
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "api.test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
+    with FakeApiServer([node]) as server:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+        server._server.socket = context.wrap_socket(server._server.socket, server_side=True)
+        kubeconfig = server.kubeconfig(str(tmp_path / "kubeconfig"))
+        config = json.loads(Path(kubeconfig).read_text())
+        config["clusters"][0]["cluster"] = {"server": server.url.replace("http://", "https://"),
+                                            "insecure-skip-tls-verify": True}
+        Path(kubeconfig).write_text(json.dumps(config))
+        root = Path(__file__).resolve().parent.parent
+        done = subprocess.run([sys.executable, "-m", "gpudra", "schedule", "--kubeconfig", kubeconfig],
+                              capture_output=True, text=True, timeout=120, cwd=root,
+                              env={**os.environ, "PYTHONPATH": str(root)})
+    assert ("GET", "/version") in server.requests  # it did talk to the server over TLS
+    assert "InsecureRequestWarning" not in done.stderr and "Unverified HTTPS" not in done.stderr, done.stderr
