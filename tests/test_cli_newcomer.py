@@ -297,3 +297,46 @@ def test_a_kubeconfig_that_skips_tls_verification_is_honoured_quietly(tmp_path):
                               env={**os.environ, "PYTHONPATH": str(root)})
     assert ("GET", "/version") in server.requests  # it did talk to the server over TLS
     assert "InsecureRequestWarning" not in done.stderr and "Unverified HTTPS" not in done.stderr, done.stderr
+
+
+def test_the_models_plot_keeps_its_legend_off_the_bars_and_the_report_table_has_headings(tmp_path, monkeypatch):
+    """Issue 35: the legend of `*-models.png` covered bars, and report.html's table showed the raw field names
+    (served_ratio, allocation_ratio_std, …)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gpudra.simulate import report
+    from gpudra.simulate.sweep import Experiment, TraceSource, run_sweep
+    from test_simulate import NODES_CSV, PODS_CSV
+
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    source = TraceSource("tiny", str(tmp_path / "nodes.csv"), str(tmp_path / "pods.csv"))
+    results = run_sweep([Experiment(source, policy, 1, "dra", 1.5) for policy in ("fgd", "bestfit", "random")],
+                        jobs=1)
+    checked = []
+
+    def capture(draw):
+        figure, axes = plt.subplots(figsize=(7, 4.2), dpi=100)  # as report._figure_png draws
+        draw(axes)
+        figure.tight_layout()
+        figure.canvas.draw()
+        if axes.get_title().endswith("utilisation per GPU model at 100% arrived demand"):
+            legend = axes.get_legend().get_window_extent()
+            bars = [patch.get_window_extent() for patch in axes.patches]
+            assert bars and not any(legend.overlaps(bar) for bar in bars)
+            assert not legend.overlaps(axes.get_window_extent())  # below the plot, not on it
+            assert figure.bbox.contains(legend.x0, legend.y0) and figure.bbox.contains(legend.x1, legend.y1)
+            checked.append(True)
+        plt.close(figure)
+        return b"png"
+
+    monkeypatch.setattr(report, "_figure_png", capture)
+    images = report.plots(results)
+    assert checked
+    page = report.html_report(results, images)
+    head = page.split("<thead>", 1)[1].split("</thead>", 1)[0]
+    assert ">GPU demand served (%)</th>" in head and 'title="served_ratio"' in head
+    assert not any(f">{field}</th>" in head for field in report.SUMMARY_COLUMNS)
