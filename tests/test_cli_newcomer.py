@@ -241,12 +241,14 @@ spec:
 
 def test_the_suggested_v1_rewrite_of_the_articles_nvlink_claim_is_itself_valid(tmp_path):
     """validate's "write the request as (resource.k8s.io/v1)" kept the request's `constraints` (not a request
-    field) and its lookups by attribute name (always-empty maps): pasting the suggestion gave new errors."""
+    field), its lookups by attribute name (always-empty maps) and the class `nvidia.com-gpu` (the extended
+    resource's name, which no class has): pasting the suggestion gave new errors."""
     article = Path(__file__).resolve().parent.parent / "examples" / "article" / "03-resourceclaim-nvlink.yaml"
     out = invoke("validate", "-f", str(article), code=1).output
     suggestion = out.split("write the request as (resource.k8s.io/v1):\n", 1)[1].split("\nerror:", 1)[0]
     request = yaml.safe_load("\n".join(line[4:] for line in suggestion.splitlines()))
     assert "constraints" not in request and "product-name" not in json.dumps(request)
+    assert request["exactly"]["deviceClassName"] == "gpu.nvidia.com"  # the chart's class for nvidia.com/gpu
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
              "spec": {"devices": {"requests": [request]}}}
     pasted = tmp_path / "claim.yaml"

@@ -89,9 +89,25 @@ def _constraint_cel_fix(constraints: Any, request: dict) -> str | None:
     return None if corrected is None else "as a selector (resource.k8s.io/v1):\n" + fragment(corrected)
 
 
+def _class_for_extended_resource(name: Any) -> Any:
+    """A class name spelled as an extended resource (`nvidia.com/gpu`, or `nvidia.com-gpu` made DNS-safe by hand)
+    → the NVIDIA chart's class that serves that resource (`gpu.nvidia.com`, extendedResourceName nvidia.com/gpu);
+    anything else as it is."""
+    from gpudra.driver.slices import device_classes
+
+    if not isinstance(name, str):
+        return name
+    for cls in device_classes():
+        resource = (cls.get("spec") or {}).get("extendedResourceName")
+        if isinstance(resource, str) and name in (resource, resource.replace("/", "-")):
+            return cls["metadata"]["name"]
+    return name
+
+
 def v1_request(request: dict) -> dict | None:
     """The request in resource.k8s.io/v1's layout with the mechanical repairs that need nothing but the request:
-    flat fields under `exactly`, per-device `constraints[].cel` moved into selectors, and lookups by attribute
+    flat fields under `exactly`, per-device `constraints[].cel` moved into selectors, a class named as the
+    extended resource it should serve renamed (`nvidia.com-gpu` → `gpu.nvidia.com`), and lookups by attribute
     name rewritten (`device.attributes['gpu.nvidia.com/product-name']` → `device.attributes["gpu.nvidia.com"]
     .productName`), so that the suggested fragment is itself valid; None when it cannot be derived."""
     from gpudra.api.schema.cel_check import rewrite_lookup
@@ -107,6 +123,7 @@ def v1_request(request: dict) -> dict | None:
     if not isinstance(selectors, list):
         return None
     selectors.extend({"cel": {"expression": e}} for e in expressions)
+    exactly["deviceClassName"] = _class_for_extended_resource(exactly.get("deviceClassName"))
     for selector in selectors:
         cel = selector.get("cel") if isinstance(selector, dict) else None
         if isinstance(cel, dict) and isinstance(cel.get("expression"), str):
