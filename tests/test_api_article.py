@@ -26,7 +26,8 @@ def test_article_manifests_are_rejected_with_explanations():
     # v1beta1 request layout inside v1, with the corrected fragment
     assert ("02-resourceclaim-gpu.yaml:doc 1 (ResourceClaim/gpu-claim): spec.devices.requests[0].deviceClassName: "
             "not a field in resource.k8s.io/v1; move it under spec.devices.requests[0].exactly") in out
-    assert "    exactly:\n      deviceClassName: nvidia.com/gpu" in out
+    # (naming the class the DeviceClass must be renamed to: a fragment that is valid as pasted)
+    assert "    exactly:\n      deviceClassName: gpu.nvidia.com" in out
     # memory read from attributes, by attribute name
     assert 'device.attributes["memory"] is the map of attributes in a domain named \'memory\', not an amount' in out and 'device.capacity["gpu.nvidia.com"].memory' in out
     # invented constraints[].cel inside a request, and attribute lookups that include the name in the domain

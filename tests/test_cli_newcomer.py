@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import yaml
 from click.testing import CliRunner
 
 from gpudra.cli import cli
@@ -237,3 +239,108 @@ spec:
 
     webhook = invoke("driver", "webhook", "--help", code=0).stdout
     assert "`gpudra validate`'s checks of those opaque configs only" in " ".join(webhook.split())
+
+
+def test_the_suggested_v1_rewrite_of_the_articles_nvlink_claim_is_itself_valid(tmp_path):
+    """validate's "write the request as (resource.k8s.io/v1)" kept the request's `constraints` (not a request
+    field), its lookups by attribute name (always-empty maps) and the class `nvidia.com-gpu` (the extended
+    resource's name, which no class has): pasting the suggestion gave new errors."""
+    article = Path(__file__).resolve().parent.parent / "examples" / "article" / "03-resourceclaim-nvlink.yaml"
+    out = invoke("validate", "-f", str(article), code=1).output
+    suggestion = out.split("write the request as (resource.k8s.io/v1):\n", 1)[1].split("\nerror:", 1)[0]
+    request = yaml.safe_load("\n".join(line[4:] for line in suggestion.splitlines()))
+    assert "constraints" not in request and "product-name" not in json.dumps(request)
+    assert request["exactly"]["deviceClassName"] == "gpu.nvidia.com"  # the chart's class for nvidia.com/gpu
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
+             "spec": {"devices": {"requests": [request]}}}
+    pasted = tmp_path / "claim.yaml"
+    pasted.write_text(yaml.safe_dump(claim))
+    assert "error" not in invoke("validate", "-f", str(pasted), code=0).output
+
+
+def test_a_kubeconfig_that_skips_tls_verification_is_honoured_quietly(tmp_path):
+    """kubectl honours `insecure-skip-tls-verify: true` without a word; urllib3's InsecureRequestWarning text
+    (`Unverified HTTPS request is being made…`, once per request) leaked to gpudra's stderr."""
+    import datetime
+    import ipaddress
+    import ssl
+    import subprocess
+    import sys
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from test_live_reader import FakeApiServer
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "api.test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
+    with FakeApiServer([node]) as server:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+        server._server.socket = context.wrap_socket(server._server.socket, server_side=True)
+        kubeconfig = server.kubeconfig(str(tmp_path / "kubeconfig"))
+        config = json.loads(Path(kubeconfig).read_text())
+        config["clusters"][0]["cluster"] = {"server": server.url.replace("http://", "https://"),
+                                            "insecure-skip-tls-verify": True}
+        Path(kubeconfig).write_text(json.dumps(config))
+        root = Path(__file__).resolve().parent.parent
+        done = subprocess.run([sys.executable, "-m", "gpudra", "schedule", "--kubeconfig", kubeconfig],
+                              capture_output=True, text=True, timeout=120, cwd=root,
+                              env={**os.environ, "PYTHONPATH": str(root)})
+    assert ("GET", "/version") in server.requests  # it did talk to the server over TLS
+    assert "InsecureRequestWarning" not in done.stderr and "Unverified HTTPS" not in done.stderr, done.stderr
+
+
+def test_the_models_plot_keeps_its_legend_off_the_bars_and_the_report_table_has_headings(tmp_path, monkeypatch):
+    """Issue 35: the legend of `*-models.png` covered bars, and report.html's table showed the raw field names
+    (served_ratio, allocation_ratio_std, …)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gpudra.simulate import report
+    from gpudra.simulate.sweep import Experiment, TraceSource, run_sweep
+    from test_simulate import NODES_CSV, PODS_CSV
+
+    (tmp_path / "nodes.csv").write_text(NODES_CSV)
+    (tmp_path / "pods.csv").write_text(PODS_CSV)
+    source = TraceSource("tiny", str(tmp_path / "nodes.csv"), str(tmp_path / "pods.csv"))
+    results = run_sweep([Experiment(source, policy, 1, "dra", 1.5) for policy in ("fgd", "bestfit", "random")],
+                        jobs=1)
+    checked = []
+
+    def capture(draw):
+        figure, axes = plt.subplots(figsize=(7, 4.2), dpi=100)  # as report._figure_png draws
+        draw(axes)
+        figure.tight_layout()
+        figure.canvas.draw()
+        if axes.get_title().endswith("utilisation per GPU model at 100% arrived demand"):
+            legend = axes.get_legend().get_window_extent()
+            bars = [patch.get_window_extent() for patch in axes.patches]
+            assert bars and not any(legend.overlaps(bar) for bar in bars)
+            assert not legend.overlaps(axes.get_window_extent())  # below the plot, not on it
+            assert figure.bbox.contains(legend.x0, legend.y0) and figure.bbox.contains(legend.x1, legend.y1)
+            checked.append(True)
+        plt.close(figure)
+        return b"png"
+
+    monkeypatch.setattr(report, "_figure_png", capture)
+    images = report.plots(results)
+    assert checked
+    page = report.html_report(results, images)
+    head = page.split("<thead>", 1)[1].split("</thead>", 1)[0]
+    assert ">GPU demand served (%)</th>" in head and 'title="served_ratio"' in head
+    assert not any(f">{field}</th>" in head for field in report.SUMMARY_COLUMNS)

@@ -118,3 +118,16 @@ def test_the_eta_is_what_is_left_at_the_measured_speed(predicted, workers, data)
 def test_durations_read_as_a_person_reads_an_estimate():
     assert [duration(s) for s in (0, 0.4, 45, 89, 90, 3000, 5400, 13800)] == [
         "1 s", "1 s", "45 s", "89 s", "2 min", "50 min", "1 h 30 min", "3 h 50 min"]
+
+
+def test_the_first_estimate_counts_the_machines_other_work():
+    """Issue 35: a sweep estimated at 9 s took 66 s under load: the estimate assumed every worker had a core. The
+    scheduler shares the cores among the workers and the other runnable processes (the load average)."""
+    from gpudra.simulate.budget import cpu_share
+
+    assert cpu_share(2, cores=16, load=0.0) == 1.0  # idle: a core each
+    assert cpu_share(2, cores=2, load=6.0) == 2 / 8  # two cores, six other runnable processes
+    idle, loaded = SweepClock([10.0, 10.0], 2), SweepClock([10.0, 10.0], 2, cpu_share=cpu_share(2, 2, 6.0))
+    assert loaded.total_seconds() == 4 * idle.total_seconds() == 40.0
+    loaded.finished(0, 12.0)  # measured: the estimate follows the machine's own speed from now on
+    assert loaded.total_seconds() == max((12.0 + 10.0 * 1.2) / 2, 12.0)

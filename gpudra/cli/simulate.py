@@ -97,7 +97,7 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
         return
     from gpudra.simulate.distributed import DistributedError
     from gpudra.simulate.engine import SimulationError
-    from gpudra.simulate.budget import SweepClock, predictions
+    from gpudra.simulate.budget import SweepClock, cpu_share, predictions
     from gpudra.simulate.sweep import (Experiment, SweepInterrupted, TraceSource, default_jobs, run_sweep,
                                        trace_of)
     from gpudra.simulate.trace import TraceError
@@ -170,7 +170,7 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
                               fail_requests_greater_than_one)
                    for source in sources for m in modes for policy in chosen for s in range(seed, seed + seeds)]
     workers = min(jobs or default_jobs(), len(experiments))
-    clock = SweepClock(predictions(experiments, trace_of), workers)
+    clock = SweepClock(predictions(experiments, trace_of), workers, cpu_share=cpu_share(workers))
     progress = SweepProgress(experiments, clock, dask_scheduler)
     progress.announce(len(sources), len(modes), len(chosen), seeds, out_dir)
     try:
@@ -368,8 +368,11 @@ class SweepProgress:
                             (seeds, "seed", "seeds")))
         where = "on the Dask cluster" if self.dask else f"{self.clock.workers} at a time"
         cpu = sum(self.clock.predicted)
+        loaded = self.clock.cpu_share < 0.95  # the machine's other work shares the cores (budget.cpu_share)
         estimate = (f"about {duration(cpu)} of CPU" if self.dask
-                    else f"about {duration(self.clock.total_seconds())}")
+                    else f"about {duration(self.clock.total_seconds())}"
+                    + (f" (this machine's other work leaves each worker about {self.clock.cpu_share:.0%} of a core)"
+                       if loaded else ""))
         keep = " and keeps the finished ones in --out-dir" if out_dir else " and prints the finished ones"
         click.echo(f"{total} experiments ({shape}), {where}: {estimate} (estimated from the CPU time measured "
                    f"per task; the ETA follows this machine's own times). Ctrl-C stops{keep}.", err=True)

@@ -77,6 +77,16 @@ def context_namespace(kubeconfig: str | None = None, context: str | None = None)
     return ((chosen or {}).get("context") or {}).get("namespace") or None
 
 
+def _quiet_insecure_requests() -> None:
+    """A kubeconfig with insecure-skip-tls-verify is the user's choice, which kubectl honours silently: urllib3's
+    InsecureRequestWarning (its text, once per request) is left out of the command's stderr."""
+    import warnings
+
+    import urllib3
+
+    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+
+
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
     """An `ApiClient` for the kubeconfig (default locations when None) or, failing that, in-cluster."""
     from kubernetes import client, config
@@ -101,6 +111,8 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
         # urllib3 retries a read that timed out three more times: --request-timeout would last four times
         # as long as asked. kubectl does not retry reads either.
         configuration.retries = 0
+        if not configuration.verify_ssl:
+            _quiet_insecure_requests()
         return client.ApiClient(configuration)
     except ClusterReadError:
         raise

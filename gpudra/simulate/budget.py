@@ -84,6 +84,21 @@ def duration(seconds: float) -> str:
     return f"{hours} h {minutes} min" if minutes else f"{hours} h"
 
 
+def cpu_share(workers: int, cores: int | None = None, load: float | None = None) -> float:
+    """The share of a core each of `workers` processes gets while the machine runs `load` other runnable
+    processes (the 1-minute load average) on `cores`: the scheduler shares the cores among all of them. A sweep
+    estimated at 9 s on an idle machine took 66 s beside a build (issue 35): the load was the difference."""
+    import os
+
+    cores = cores or os.cpu_count() or 1
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # not on every platform
+            load = 0.0
+    return min(1.0, cores / max(1e-9, workers + max(0.0, load)))
+
+
 @dataclass
 class SweepClock:
     """The ETA of a sweep whose experiments run `workers` at a time.
@@ -96,6 +111,9 @@ class SweepClock:
     predicted: list[float]
     workers: int
     measured: dict[int, float] = field(default_factory=dict)
+    # The share of a core each worker gets, before anything is measured: 1 on an idle machine, less where other
+    # work keeps the cores busy (cpu_share). The predictions are CPU seconds; wall seconds stretch by 1 / share.
+    cpu_share: float = 1.0
 
     def finished(self, index: int, wall_seconds: float) -> None:
         self.measured[index] = max(0.0, wall_seconds)
@@ -103,7 +121,9 @@ class SweepClock:
     @property
     def speed(self) -> float:
         predicted = sum(self.predicted[i] for i in self.measured)
-        return sum(self.measured.values()) / predicted if predicted > 0 and self.measured else 1.0
+        if predicted > 0 and self.measured:
+            return sum(self.measured.values()) / predicted
+        return 1.0 / min(1.0, max(self.cpu_share, 0.01))
 
     def total_seconds(self) -> float:
         """Wall seconds the whole sweep takes, as far as is known now."""

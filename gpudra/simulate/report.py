@@ -20,6 +20,15 @@ from .sweep import summarize
 SUMMARY_COLUMNS = ("trace", "mode", "policy", "seeds", "gpus", "served_ratio", "served_ratio_std", "unserved_gpus",
                    "allocation_ratio", "allocation_ratio_std", "unallocated_gpus", "fragmented_gpus",
                    "oversubscribed_ratio", "oversubscribed_gpus", "seconds", "cpu_seconds")
+# The report page's headings for the summary's fields (summary.csv keeps the field names; each heading's tooltip
+# names its field).
+COLUMN_HEADINGS = {
+    "trace": "Trace", "mode": "Mode", "policy": "Policy", "seeds": "Seeds", "gpus": "GPUs",
+    "served_ratio": "GPU demand served (%)", "served_ratio_std": "± std", "unserved_gpus": "Unserved (GPUs)",
+    "allocation_ratio": "GPUs reserved (%)", "allocation_ratio_std": "± std", "unallocated_gpus": "Unreserved (GPUs)",
+    "fragmented_gpus": "Fragmented GPUs", "oversubscribed_ratio": "Oversubscribed (%)",
+    "oversubscribed_gpus": "Oversubscribed (GPUs)", "seconds": "Wall time (s)", "cpu_seconds": "CPU time (s)",
+}
 SERIES_COLUMNS = ("trace", "mode", "policy", "seed", "arrived_percent", "allocation_ratio", "served_ratio",
                   "fragmented_gpus", "fragmentation_ratio", "oversubscribed_ratio")
 
@@ -220,7 +229,9 @@ def plots(results: list[dict[str, Any]]) -> dict[str, bytes]:
             axes.set_xlabel("GPU model")
             axes.set_ylabel("GPU milli allocated (% of the model's capacity)")
             axes.set_title(f"{trace}: utilisation per GPU model at 100% arrived demand")
-            axes.legend(fontsize=8)
+            # below the axes: inside, the legend covered the bars it names (a bar can reach any height)
+            axes.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=min(3, max(1, len(labels))),
+                        frameon=False)
 
         out[f"{trace}-models.png"] = _figure_png(models)
         modes = {mode for mode, _ in groups}
@@ -252,7 +263,7 @@ def plots(results: list[dict[str, Any]]) -> dict[str, bytes]:
 
 def html_report(results: list[dict[str, Any]], images: dict[str, bytes]) -> str:
     rows = summarize(results)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in SUMMARY_COLUMNS)
+    head = "".join(f'<th title="{html.escape(c)}">{html.escape(COLUMN_HEADINGS[c])}</th>' for c in SUMMARY_COLUMNS)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(row.get(c, '')))}</td>" for c in SUMMARY_COLUMNS)
                    + "</tr>" for row in rows)
     figures = "".join(

@@ -52,9 +52,9 @@ def request_flat_field(name: str, value: dict, path: str, ctx: Context) -> bool:
     first = next(n for n in value if n in EXACT_REQUEST_FIELDS)
     fix = None
     if name == first:
-        corrected = copy_object(value)
-        wrap_request(corrected)
-        fix = "write the request as (resource.k8s.io/v1):\n" + fragment(corrected)
+        corrected = v1_request(value)
+        if corrected is not None:
+            fix = "write the request as (resource.k8s.io/v1):\n" + fragment(corrected)
     ctx.error(
         child(path, name),
         f"not a field in resource.k8s.io/v1; move it under {child(path, 'exactly')} "
@@ -83,18 +83,54 @@ def request_constraints(name: str, value: dict, path: str, ctx: Context) -> bool
 
 
 def _constraint_cel_fix(constraints: Any, request: dict) -> str | None:
-    expressions = [c.get("cel") for c in as_list(constraints) if isinstance(c, dict) and isinstance(c.get("cel"), str)]
-    if not expressions:
+    if not any(isinstance(c, dict) and isinstance(c.get("cel"), str) for c in as_list(constraints)):
         return None
+    corrected = v1_request(request)
+    return None if corrected is None else "as a selector (resource.k8s.io/v1):\n" + fragment(corrected)
+
+
+def _class_for_extended_resource(name: Any) -> Any:
+    """A class name spelled as an extended resource (`nvidia.com/gpu`, or `nvidia.com-gpu` made DNS-safe by hand)
+    → the NVIDIA chart's class that serves that resource (`gpu.nvidia.com`, extendedResourceName nvidia.com/gpu);
+    anything else as it is."""
+    from gpudra.driver.slices import device_classes
+
+    if not isinstance(name, str):
+        return name
+    for cls in device_classes():
+        resource = (cls.get("spec") or {}).get("extendedResourceName")
+        if isinstance(resource, str) and name in (resource, resource.replace("/", "-")):
+            return cls["metadata"]["name"]
+    return name
+
+
+def v1_request(request: dict) -> dict | None:
+    """The request in resource.k8s.io/v1's layout with the mechanical repairs that need nothing but the request:
+    flat fields under `exactly`, per-device `constraints[].cel` moved into selectors, a class named as the
+    extended resource it should serve renamed (`nvidia.com-gpu` → `gpu.nvidia.com`), and lookups by attribute
+    name rewritten (`device.attributes['gpu.nvidia.com/product-name']` → `device.attributes["gpu.nvidia.com"]
+    .productName`), so that the suggested fragment is itself valid; None when it cannot be derived."""
+    from gpudra.api.schema.cel_check import rewrite_lookup
+
     corrected = copy_object(request)
-    corrected.pop("constraints", None)
+    expressions = [c["cel"] for c in as_list(corrected.pop("constraints", None))
+                   if isinstance(c, dict) and isinstance(c.get("cel"), str)]
     wrap_request(corrected)
-    if isinstance(corrected.get("exactly"), dict):
-        selectors = corrected["exactly"].setdefault("selectors", [])
-        if not isinstance(selectors, list):
-            return None
-        selectors.extend({"cel": {"expression": e}} for e in expressions)
-    return "as a selector (resource.k8s.io/v1):\n" + fragment(corrected)
+    exactly = corrected.get("exactly")
+    if not isinstance(exactly, dict):
+        return corrected
+    selectors = exactly.setdefault("selectors", [])
+    if not isinstance(selectors, list):
+        return None
+    selectors.extend({"cel": {"expression": e}} for e in expressions)
+    exactly["deviceClassName"] = _class_for_extended_resource(exactly.get("deviceClassName"))
+    for selector in selectors:
+        cel = selector.get("cel") if isinstance(selector, dict) else None
+        if isinstance(cel, dict) and isinstance(cel.get("expression"), str):
+            cel["expression"] = rewrite_lookup(cel["expression"])[0]
+    if not selectors:
+        del exactly["selectors"]
+    return corrected
 
 
 def subrequest_admin_access(name: str, value: dict, path: str, ctx: Context) -> bool:
