@@ -14,6 +14,7 @@ import threading
 import time
 
 import grpc
+import pytest
 import yaml
 
 from gpudra.driver.kubelet_client import KubeletClient
@@ -24,11 +25,13 @@ NODE = "node-r"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _start(root: str, uid: str) -> subprocess.Popen:
+def _start(root: str, uid: str, kubeconfig: str | None = None) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    source = (["--kubeconfig", kubeconfig, "--backend", "simulated"] if kubeconfig
+              else ["--claims", os.path.join(root, "claims")])
     return subprocess.Popen([sys.executable, "-m", "gpudra", "driver", "run", "--node-name", NODE, "--root", root,
-                             "--claims", os.path.join(root, "claims"), "--rolling-update-pod-uid", uid,
-                             "--no-device-health", "--no-fsync"], env=env, stderr=subprocess.PIPE, text=True)
+                             *source, "--rolling-update-pod-uid", uid, "--no-device-health", "--no-fsync"],
+                            env=env, stderr=subprocess.PIPE, text=True)
 
 
 def _wait_ready(proc: subprocess.Popen) -> None:
@@ -42,9 +45,10 @@ def _wait_ready(proc: subprocess.Popen) -> None:
 class Kubelet:
     """The kubelet's side: each call goes to the most recently registered instance that answers GetInfo."""
 
-    def __init__(self, paths: DriverPaths, root: str):
+    def __init__(self, paths: DriverPaths, root: str, api=None):
         self.paths = paths
         self.root = root
+        self.api = api  # the real API server the drivers read claims from, or None: the claims directory
         self.calls: list[tuple[str, str, str, str]] = []  # (socket, op, claim name, error)
         self.stop = threading.Event()
 
@@ -75,8 +79,11 @@ class Kubelet:
         while not self.stop.is_set():
             name = f"c{index}"
             claim = allocated_claim(name, [{"request": "gpu", "device": f"gpu-{index % 4}"}], node_name=NODE)
-            with open(os.path.join(self.root, "claims", f"default_{name}.yaml"), "w", encoding="utf-8") as fh:
-                yaml.safe_dump(claim, fh)
+            if self.api is not None:
+                self.api.claims[("default", name)] = claim
+            else:
+                with open(os.path.join(self.root, "claims", f"default_{name}.yaml"), "w", encoding="utf-8") as fh:
+                    yaml.safe_dump(claim, fh)
             if previous is not None:
                 self.call("unprepare", *previous)  # frees the device before it comes round again
             self.call("prepare", name, claim["metadata"]["uid"])
@@ -97,23 +104,42 @@ def _until(predicate, what: str, attempts: int = 1200) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_a_second_driver_takes_over_without_a_failed_prepare():
+@pytest.fixture(params=["claims-directory", pytest.param("kube-apiserver", marks=pytest.mark.timeout(3600))])
+def api(request):
+    """Where the drivers read claims and publish slices: a claims directory, or the real kube-apiserver 1.34
+    (built from Go modules; skipped without Go)."""
+    if request.param == "claims-directory":
+        yield None
+        return
+    from support.realkube import RealApiServer
+
+    with RealApiServer() as server:
+        server.add_node(NODE)
+        yield server
+
+
+def test_a_second_driver_takes_over_without_a_failed_prepare(api):
     root = tempfile.mkdtemp(prefix="gdr", dir="/tmp")  # short: unix socket paths
     os.makedirs(os.path.join(root, "claims"))
+    kubeconfig = api.kubeconfig(os.path.join(root, "kubeconfig")) if api is not None else None
     old = new = None
     paths = DriverPaths(root=root)
-    kubelet = Kubelet(paths, root)
+    kubelet = Kubelet(paths, root, api)
     worker = threading.Thread(target=kubelet.run, daemon=True)
     try:
-        old = _start(root, "pod-old")
+        old = _start(root, "pod-old", kubeconfig)
         _wait_ready(old)
         worker.start()
         _until(lambda: kubelet.served_by("pod-old") >= 6, "calls served by the old driver")
         held = allocated_claim("held", [{"request": "gpu", "device": "gpu-7"}], node_name=NODE)
-        with open(os.path.join(root, "claims", "default_held.yaml"), "w", encoding="utf-8") as fh:
-            yaml.safe_dump(held, fh)
+        if api is not None:
+            api.claims[("default", "held")] = held  # the server's uid written back into `held`
+            published = {name: s["spec"]["pool"] for name, s in api.slices.items()}
+        else:
+            with open(os.path.join(root, "claims", "default_held.yaml"), "w", encoding="utf-8") as fh:
+                yaml.safe_dump(held, fh)
         kubelet.call("prepare", "held", held["metadata"]["uid"])  # by the old driver: the only one registered
-        new = _start(root, "pod-new")
+        new = _start(root, "pod-new", kubeconfig)
         _wait_ready(new)
         names = {os.path.basename(p) for p in paths.registration_sockets()}
         assert names == {"gpu.nvidia.com-pod-old-reg.sock", "gpu.nvidia.com-pod-new-reg.sock"}
@@ -127,6 +153,8 @@ def test_a_second_driver_takes_over_without_a_failed_prepare():
         kubelet.call("unprepare", "held", held["metadata"]["uid"])
         failed = [c for c in kubelet.calls if c[3]]
         assert not failed, failed
+        if api is not None:  # the new driver found the old one's slices current: nothing republished or removed
+            assert {name: s["spec"]["pool"] for name, s in api.slices.items()} == published
         # a claim prepared by the old driver was unprepared by the new one
         assert [c[0] for c in kubelet.calls if c[2] == "held"] == ["gpu.nvidia.com-pod-old-reg.sock",
                                                                    "gpu.nvidia.com-pod-new-reg.sock"]
