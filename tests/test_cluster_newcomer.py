@@ -159,6 +159,12 @@ def test_the_default_cluster_directory_works_under_a_long_home(monkeypatch, tmp_
     from gpudra.cluster.nodes import down
     from gpudra.driver.paths import SOCKET_PATH_MAX
 
+    from gpudra.cluster.layout import socket_link as link_of
+
+    stale = link_of(str(tmp_path / "gone"))  # a cluster removed without `cluster down`: its link is pruned
+    os.makedirs(os.path.dirname(stale), mode=0o700, exist_ok=True)
+    if not os.path.lexists(stale):
+        os.symlink(str(tmp_path / "gone"), stale)
     home = tmp_path / ("a-home-directory-long-enough-" * 3).rstrip("-")
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
@@ -185,6 +191,7 @@ def test_the_default_cluster_directory_works_under_a_long_home(monkeypatch, tmp_
     finally:
         down(ClusterDir(state))
     assert not os.path.lexists(socket_link(state))  # `cluster down` removes the link too
+    assert not os.path.lexists(stale)
 
 
 def test_every_name_the_api_server_accepts_is_stored_read_listed_and_deleted(tmp_path):

@@ -317,6 +317,7 @@ def ensure_socket_link(path: str) -> str:
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise ClusterSetupError(f"{base} is not a private directory of this user: the cluster's socket links "
                                 f"cannot be kept there (remove it, or use a shorter --dir)")
+    _prune_dangling_links(base)
     target = os.path.abspath(path)
     for _ in range(3):  # another command may make it at the same moment
         try:
@@ -333,6 +334,22 @@ def ensure_socket_link(path: str) -> str:
             continue
         return link
     raise ClusterSetupError(f"{link}: could not be made a link to {target}")
+
+
+def _prune_dangling_links(base: str) -> None:
+    """Links to state directories that are gone (a cluster removed without `cluster down`): every use of a link
+    makes it again, so removing one whose directory is missing meanwhile costs nothing."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        link = os.path.join(base, name)
+        if os.path.islink(link) and not os.path.exists(link):
+            try:
+                os.unlink(link)
+            except OSError:
+                pass
 
 
 def remove_socket_link(path: str) -> None:
