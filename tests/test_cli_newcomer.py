@@ -102,8 +102,9 @@ def test_validate_catches_quantity_literals_that_fail_every_evaluation(tmp_path)
     manifest.write_text(_claim_with(memory.format("16GB"), memory.format("16 Gi"), memory.format("16Gi"),
                                     "device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('1.2')) >= 0",
                                     "device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('1.2.3')) > 0"))
-    out = invoke("validate", "-f", str(manifest), code=1).output
-    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    # warnings, exit 0: the real API server accepts these selectors (tests/test_kube_validation.py)
+    out = invoke("validate", "-f", str(manifest), code=0).output
+    errors = [line for line in out.splitlines() if line.startswith("warning:") and "valid" in line]
     assert len(errors) == 3, out  # the valid literals pass
     assert ("selectors[0].cel.expression: quantity(\"16GB\") is not a valid quantity (quantities must match the "
             "regular expression") in errors[0]

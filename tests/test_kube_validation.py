@@ -78,9 +78,14 @@ def hostile_variants(docs: list[dict]) -> list[dict]:
                     "selectors", [{"cel": {"expression": "device.driver == "}}]))
                 variant(doc, lambda d: requests_of(d)[0]["exactly"].__setitem__(
                     "selectors", [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].memory >= 16"}}]))
-                for literal in ('quantity("16GB")', 'quantity("16 Gi")', 'semver("1.2")'):
-                    variant(doc, lambda d, literal=literal: requests_of(d)[0]["exactly"].__setitem__(
-                        "selectors", [{"cel": {"expression": f"{literal} != {literal}"}}]))
+                for expression in ('quantity("16GB") != quantity("16GB")', 'semver("1.2") != semver("1.2")',
+                                   'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("16GB")) >= 0',
+                                   'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("16 Gi")) >= 0',
+                                   'device.attributes["memory"].productName == "x"',
+                                   'device.attributes["gpu.nvidia.com"].prodcutName == "x"',
+                                   'device.attributes["gpu.nvidia.com"].memory == "x"'):
+                    variant(doc, lambda d, expression=expression: requests_of(d)[0]["exactly"].__setitem__(
+                        "selectors", [{"cel": {"expression": expression}}]))
                 variant(doc, lambda d: requests_of(d)[0]["exactly"].__setitem__("deviceClassName", "nvidia.com/gpu"))
                 variant(doc, lambda d: requests_of(d)[0]["exactly"].__setitem__("count", 2 ** 31))
             variant(doc, lambda d: requests_of(d).extend(
