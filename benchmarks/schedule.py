@@ -1,23 +1,33 @@
-"""Scheduling throughput in the shape of upstream scheduler_perf `SchedulingWithResourceClaimTemplate`.
+"""Scheduling throughput in the shape of upstream scheduler_perf `SchedulingWithResourceClaimTemplate`, gpudra's
+scheduler beside the real kube-scheduler.
 
-500 nodes, each publishing one ResourceSlice (pool = node name) with 10 devices `instance-<i>` (attributes model,
-family, driverVersion, numa; capacity memory 1Gi); DeviceClass `test-class` selecting the driver by CEL; 5,000
-pods, each with one claim from a template asking for one device — the cluster fills up exactly.
-Upstream's kube-scheduler reaches about 50–80 pods/s in CI and 250–320 pods/s locally (with its API server).
+500 Ready nodes, each publishing one ResourceSlice (named after its node, pool = node name) with 10 devices
+`instance-<i>` (attributes model, family, driverVersion, numa; capacity memory 1Gi); DeviceClass `test-class`
+selecting the driver by CEL; 5,000 pods, each with one claim from a template asking for one device, the first
+2,500 in namespace `init`, the rest in `test` (each with its template) — the cluster fills up exactly. The objects
+come from `build_objects`, once for each scheduler.
 
-    python benchmarks/schedule.py [--nodes 500] [--devices 10] [--pods 5000] [--policy kube] [--repeat 1] [--json]
+    python benchmarks/schedule.py [--nodes 500] [--devices 10] [--pods 5000] [--policy kube] [--repeat 1]
+                                  [--no-kube] [--json]
 
 `--nodes 5000` is the 5,000-node variant (upstream's SchedulingWithResourceClaimTemplate has 5000pods_500nodes;
 its larger DRA cases run 5,000 nodes): the same 5,000 pods fill a tenth of it, and kube-scheduler's adaptive
 percentageOfNodesToScore has the scheduler look at 500 feasible nodes per pod instead of 230.
 
-Like upstream, the first 2,500 pods are scheduled untimed and the next 2,500 (cluster 50% -> 100% full) are
-measured: each pod's PreFilter, Filter, Score and bind (`Scheduler.schedule_pod`), with the cycle collector
+gpudra: like upstream, the first 2,500 pods are scheduled untimed and the next 2,500 (cluster 50% -> 100% full)
+are measured: each pod's PreFilter, Filter, Score and bind (`Scheduler.schedule_pod`), with the cycle collector
 paused as `Scheduler.run` pauses it for a queue. Setup (loading objects, creating the template claims as the
 resourceclaim controller would) is reported separately. Wall-clock and process-CPU rates are both printed; on a
 busy machine the CPU rate is the one that says how fast gpudra is. `--repeat N` builds and runs the whole
 scenario N times and reports the run with the least CPU time (the one least disturbed by other work) and the
 median.
+
+The real kube-scheduler (then, once; `--no-kube` leaves it out): the release `gpudra kube build` makes or reuses,
+with kube-apiserver, etcd and kube-controller-manager on loopback, the same objects written through the API, the
+same init/measured split, and the rate from the first to the last bind of the measured pods (benchmarks/
+kube_scheduler.py says how and why). Its rate includes its API calls (claim status and binding per pod), which
+gpudra's in-process bind does not make; the CPU row counts kube-scheduler's own process. Without Go or the binary
+it says so and gpudra is timed alone. Exit 1 when either scheduler leaves a pod of a cluster that fits unbound.
 """
 
 from __future__ import annotations
