@@ -54,7 +54,12 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class KubeUnavailable(Exception):
-    """No Go toolchain or binary, or the control plane did not start: the benchmark times gpudra alone."""
+    """No Go toolchain or binary, or the control plane did not start: the benchmark times gpudra alone.
+    `refused`: the API server refused part of the workload, which is a finding rather than a missing tool."""
+
+    def __init__(self, message: str, refused: bool = False):
+        super().__init__(message)
+        self.refused = refused
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,9 @@ class _BindWatch(threading.Thread):
             with urllib.request.urlopen(self.url, context=self.context, timeout=STALL_S + 60) as stream:
                 for line in stream:
                     event = json.loads(line)
+                    if event.get("type") == "ERROR":  # e.g. 410 Gone: the watch cannot go on
+                        self.error = json.dumps(event.get("object"))[:300]
+                        return
                     pod = event.get("object") or {}
                     name = str((pod.get("metadata") or {}).get("name"))
                     if (pod.get("spec") or {}).get("nodeName") and name not in self.bound:
@@ -272,8 +280,9 @@ def _run(plane: _Plane, objects: list[dict[str, Any]], init_namespace: str, meas
                            first_bind)
         watch.start()
         plane.start("kube-scheduler")
+        scheduler_started = time.perf_counter()
         while not watch.done.wait(POLL_S):
-            if watch.last is not None and time.perf_counter() - watch.last > STALL_S:
+            if time.perf_counter() - (watch.last or scheduler_started) > STALL_S:
                 say(f"kube: {len(watch.bound)} of {len(measured_pods)} measured pods bound, "
                     f"none for {STALL_S:.0f} s; giving up")
                 break
@@ -288,6 +297,6 @@ def _run(plane: _Plane, objects: list[dict[str, Any]], init_namespace: str, meas
                        measured_scheduled=len(watch.bound), elapsed_s=elapsed, scheduler_cpu_s=scheduler_cpu,
                        control_plane_cpu_s=all_cpu, scheduled=scheduled)
     except ApiError as exc:
-        raise KubeUnavailable(f"the API server refused the workload: {exc}") from None
+        raise KubeUnavailable(f"the API server refused the workload: {exc}", refused=True) from None
     finally:
         rest.close()

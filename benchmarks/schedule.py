@@ -173,7 +173,7 @@ def main() -> int:
     ]
     if len(runs) > 1:
         rows.append((f"median of {len(runs)} runs (CPU time)", f"{measured / median_cpu:.0f} pods/CPU-s"))
-    kube, kube_skipped = (None, "--no-kube") if args.no_kube else run_kube(args)
+    kube, kube_skipped, kube_refused = (None, "--no-kube", False) if args.no_kube else run_kube(args)
     rows += kube_rows(kube, kube_skipped, pods_per_s, per_cpu_s)
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
@@ -184,18 +184,20 @@ def main() -> int:
                           "measured_pods": measured, "runs": len(runs), **kube_json(kube, kube_skipped, pods_per_s)}))
     expected = min(args.pods, args.nodes * args.devices)  # the cluster fills exactly
     gpudra_all = all(run["scheduled"] == expected for run in runs)
-    return 0 if gpudra_all and (kube is None or kube.scheduled == expected) else 1
+    kube_all = kube.scheduled == expected if kube is not None else not kube_refused
+    return 0 if gpudra_all and kube_all else 1
 
 
-def run_kube(args: argparse.Namespace) -> tuple[kube_scheduler.KubeRun | None, str | None]:
-    """The real kube-scheduler on the same objects, or None and why it did not run."""
+def run_kube(args: argparse.Namespace) -> tuple[kube_scheduler.KubeRun | None, str | None, bool]:
+    """The real kube-scheduler on the same objects, or None, why it did not run, and whether the API server
+    refused the workload (a finding: exit 1) rather than the tools being missing."""
     objects = build_objects(args.nodes, args.devices, args.pods, args.init_pods)
     try:
         return kube_scheduler.run(objects, INIT_NAMESPACE, MEASURED_NAMESPACE,
-                                  say=lambda text: print(text, file=sys.stderr, flush=True)), None
+                                  say=lambda text: print(text, file=sys.stderr, flush=True)), None, False
     except kube_scheduler.KubeUnavailable as exc:
         print(f"kube-scheduler not run, gpudra timed alone: {exc}", file=sys.stderr)
-        return None, str(exc).splitlines()[0]
+        return None, str(exc).splitlines()[0], exc.refused
 
 
 def kube_rows(kube: kube_scheduler.KubeRun | None, skipped: str | None, pods_per_s: float,
