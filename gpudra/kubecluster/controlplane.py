@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
 from gpudra.atomicfile import write_atomic
 from gpudra.cluster.layout import ClusterConfig, ClusterDir, ClusterSetupError
@@ -150,6 +150,13 @@ def runtime_config(config: ClusterConfig) -> str:
     return ""
 
 
+def with_flags(args: list[str], extra: Sequence[str]) -> list[str]:
+    """`args` with `extra` appended, an extra `--flag=value` replacing the same flag in `args` (list flags such as
+    --disable-admission-plugins would otherwise add up rather than replace)."""
+    names = {flag.split("=", 1)[0] for flag in extra}
+    return [arg for arg in args if arg.split("=", 1)[0] not in names] + list(extra)
+
+
 def component_args(component: str, config: ClusterConfig, paths: KubePaths, ports: Endpoints) -> list[str]:
     gates = f"--feature-gates={feature_gates_flag(config)}"
     if component == "etcd":
@@ -249,10 +256,11 @@ def apiserver_ready(paths: KubePaths, ports: Endpoints) -> bool:
 
 
 def start(cluster: ClusterDir, config: ClusterConfig, built: Built, say: Callable[[str], None] = lambda _: None,
-          components: tuple[str, ...] = COMPONENTS) -> Endpoints:
+          components: tuple[str, ...] = COMPONENTS, extra_args: Mapping[str, Sequence[str]] | None = None) -> Endpoints:
     """Start whatever component of the control plane is not running (of `components`: etcd and the API server
     alone serve a test that only writes objects); returns its endpoints once the API server is ready.
-    Certificates and ports are made on the first start and kept."""
+    Certificates and ports are made on the first start and kept. `extra_args` adds or replaces flags per component
+    (a benchmark's client QPS, upstream scheduler_perf's admission plugins)."""
     paths = KubePaths(cluster)
     private_dirs(paths.root)
     if not os.path.exists(paths.cert("admin")):
@@ -267,7 +275,8 @@ def start(cluster: ClusterDir, config: ClusterConfig, built: Built, say: Callabl
     for component in reversed(COMPONENTS):
         if component not in components or alive(paths, component) is not None:
             continue
-        process = _spawn(built.binary, component, component_args(component, config, paths, ports), paths)
+        args = with_flags(component_args(component, config, paths, ports), (extra_args or {}).get(component, ()))
+        process = _spawn(built.binary, component, args, paths)
         if component == "etcd":
             _wait(lambda: _etcd_healthy(ports), process, component, paths)
         elif component == "kube-apiserver":
@@ -276,8 +285,9 @@ def start(cluster: ClusterDir, config: ClusterConfig, built: Built, say: Callabl
     return ports
 
 
-def stop(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> None:
+def stop(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None,
+         components: tuple[str, ...] = COMPONENTS) -> None:
     paths = KubePaths(cluster)
-    for component in COMPONENTS:
+    for component in (c for c in COMPONENTS if c in components):
         if alive(paths, component) is not None and stop_process(paths.pid(component), component):
             say(f"{component} stopped")
