@@ -14,6 +14,9 @@ import re
 DRIVER_NAME = "gpu.nvidia.com"  # the driver's name, also the domain of the attributes and capacities it publishes
 # The second kubelet plugin: IMEX channels and daemons of ComputeDomains (multi-node NVLink), as NVIDIA names it
 COMPUTE_DOMAIN_DRIVER_NAME = "compute-domain.nvidia.com"
+# the device plugin's resource name, which the chart's GPU class (named DRIVER_NAME) serves through DRA
+# (DeviceClass spec.extendedResourceName)
+GPU_EXTENDED_RESOURCE = "nvidia.com/gpu"
 
 # Topology: attributes whose value names a group of GPUs that work well together. A claim that wants its GPUs in
 # one group says so with `matchAttribute: <domain>/<name>`; comparing it with a literal pins one node's group.

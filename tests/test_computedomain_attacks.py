@@ -90,6 +90,9 @@ def cluster(tmp_path) -> ClusterDir:
 
 
 def _store_domain(cluster: ClusterDir) -> str:
+    for namespace in ("team-a", "evil", "nvidia-dra-driver-gpu"):  # namespaces exist before their objects
+        if cluster.store.get("Namespace", None, namespace) is None:
+            cluster.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     stored = cluster.store.create({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
                                    "metadata": {"name": "train", "namespace": "team-a"},
                                    "spec": {"numNodes": 1,

@@ -234,3 +234,48 @@ def test_gpu_nodes_on_the_real_control_plane():
         shutil.rmtree(directory, ignore_errors=True)
     assert not left, f"cluster down left processes running: {left}"
     assert not os.path.exists(directory)
+
+
+def test_the_readme_walkthrough_runs_on_the_real_control_plane(tmp_path):
+    """The README's "Local cluster" commands, as written, on a cluster brought up with --api-server kubernetes:
+    `get`, `apply`, `describe` and `delete` become the release's kubectl, `explain` reads the cluster through its
+    kubeconfig, the driver's health event taints the device in the slice the real API server holds."""
+    from test_readme_local_cluster import readme_commands
+
+    from gpudra.kubecluster.build import cache_root
+
+    built()
+    home = short_dir("gh")
+    # a private home for the state directory the README names, with the Go and gpudra build caches kept where
+    # they are (a home without them would build Kubernetes anew)
+    paths = subprocess.run(["go", "env", "GOPATH", "GOCACHE", "GOMODCACHE"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    env = {"HOME": home, "XDG_STATE_HOME": "", "XDG_CACHE_HOME": os.path.dirname(os.path.dirname(cache_root())),
+           "GOPATH": paths[0], "GOCACHE": paths[1], "GOMODCACHE": paths[2]}
+    commands = readme_commands()
+    assert commands[0] == "gpudra cluster up"
+    commands[0] += f" --api-server kubernetes --features {FEATURES},+DRADeviceTaints"
+    outputs = {}
+    state = os.path.join(home, ".local", "state", "gpudra", "cluster")
+    try:
+        for command in commands:
+            args = [a.replace("~", home, 1) if a.startswith("~") else a for a in command.split()[1:]]
+            done = gpudra(*args, check=False, env=env)
+            assert done.returncode == 0, (command, done.stderr[-2000:])
+            outputs[command.split(" --api-server")[0]] = done.stdout
+            if args[:2] == ["driver", "inject-event"]:
+                real = Real(state, os.path.join(state, "kube", "bin", "kubectl"))
+                real.wait("the tainted L4", lambda: [
+                    d for s in real.get("resourceslices")["items"] if s["spec"]["nodeName"] == "l4-0"
+                    for d in s["spec"]["devices"] if d["name"] == "gpu-0" and d.get("taints")])
+    finally:
+        gpudra("cluster", "down", check=False, env=env)
+        left = _our_processes(home)
+        shutil.rmtree(home, ignore_errors=True)
+    assert not left, left
+    assert "nvlink-training" in outputs["gpudra get pods -A -o wide"]
+    assert "NOMINATED NODE" in outputs["gpudra get pods -A -o wide"]  # kubectl's own wide columns
+    described = outputs["gpudra describe pod nvlink-training -n ai-training"]
+    assert "Successfully assigned ai-training/nvlink-training" in described
+    assert "Started container trainer" in described
+    assert outputs["gpudra cluster view"].strip().endswith("view.html")

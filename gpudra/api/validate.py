@@ -103,12 +103,13 @@ def validate_document(doc: Document, kubernetes_version: str | None = None, feat
 def _without_disabled_fields(obj: dict[str, Any], kubernetes_version: str | None, features: Any) -> dict[str, Any]:
     """The object as the API server validates it: the fields of gates that are off dropped first (its strategy's
     PrepareForCreate drops them, then Validate runs; a value there is never checked). A copy only when there is
-    something to drop (gate_problems warns about what went)."""
+    something to drop (gate_problems warns about what went). Only where the caller says which gates the server
+    runs with (`features`, as `validate` does): without them every field is checked as written."""
     from gpudra.api.gates import drop_disabled_fields, gated_keys
     from gpudra.copying import copy_object
     from gpudra.versions import parse_version
 
-    if next(iter(gated_keys(obj)), None) is None:
+    if features is None or next(iter(gated_keys(obj)), None) is None:
         return obj
     copied = copy_object(obj)
     # a list-typed attribute value (DRAListTypeAttributes) is kept and checked: dropping it would leave an

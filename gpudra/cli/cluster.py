@@ -144,11 +144,18 @@ def view_cmd(directory: str | None, output: str | None, serve: bool, port: int) 
     from gpudra.cluster.store import FILE_MODE
 
     path = output or os.path.join(cluster.path, "view.html")
-    write_atomic(path, render_page(cluster).encode(), mode=FILE_MODE, label="cluster-view", fsync=False)
+    list_kind = None
+    if cluster.exists() and cluster.load_config().api_server == "kubernetes":
+        from gpudra.kubecluster.controlplane import KubePaths
+        from gpudra.kubecluster.rest import Rest, lister
+
+        list_kind = lister(Rest(KubePaths(cluster).admin_kubeconfig))
+    write_atomic(path, render_page(cluster, list_kind).encode(), mode=FILE_MODE, label="cluster-view", fsync=False)
     click.echo(path)
     if serve:
         try:
-            serve_page(cluster, port, on_ready=lambda url: click.echo(f"serving on {url} (Ctrl-C stops)", err=True))
+            serve_page(cluster, port, on_ready=lambda url: click.echo(f"serving on {url} (Ctrl-C stops)", err=True),
+                       list_kind=list_kind)
         except OSError as exc:
             _fail(f"cannot serve on port {port}: {exc}")
         except KeyboardInterrupt:

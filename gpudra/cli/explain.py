@@ -91,6 +91,11 @@ def command(target: tuple[str, ...], paths: tuple[str, ...], namespace: str | No
 
     wanted = _target(target)
     local = _local_cluster(directory, paths, kubeconfig, context)
+    if local is not None and local.load_config().api_server == "kubernetes":
+        from gpudra.kubecluster.controlplane import KubePaths
+
+        # a local cluster on the real API server is read as any live cluster is, through its kubeconfig
+        kubeconfig, local = KubePaths(local).admin_kubeconfig, None
     if local is not None:
         from gpudra.api.load import Document
         from gpudra.cluster.why import model_objects

@@ -185,8 +185,9 @@ def _live_features(kubeconfig: str | None, context: str | None, request_timeout:
     try:
         gates = read_feature_gates(kubeconfig, context, request_timeout=request_timeout)
     except ClusterReadError as exc:
-        sys.stderr.write(f"warning: the API server's feature gates could not be read ({exc}); assuming the release's "
-                         "defaults (pass --features to name them)\n")
+        if getattr(exc, "status", None) != 404:  # 404: a server (or proxy) without metrics: nothing to say there
+            sys.stderr.write(f"warning: the API server's feature gates could not be read ({exc}); assuming the "
+                             "release's defaults (pass --features to name them)\n")
         return "default"
     return features_from_gates(gates)
 

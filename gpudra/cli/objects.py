@@ -32,6 +32,42 @@ def _cluster(directory: str | None):
         _fail(str(exc))
 
 
+def _on_the_real_control_plane(cluster, *kubectl_args: str | None) -> None:
+    """A cluster on the real API server (`cluster up --api-server kubernetes`) is kubectl's: the verb runs as the
+    release's own kubectl with the cluster's kubeconfig (this process becomes it, its exit code the command's), so
+    the walkthroughs written for the local cluster run there unchanged."""
+    from gpudra.cluster.layout import ClusterSetupError
+
+    try:
+        if cluster.load_config().api_server != "kubernetes":
+            return
+    except ClusterSetupError:
+        return
+    import os
+
+    from gpudra.kubecluster.controlplane import KubePaths
+
+    paths = KubePaths(cluster)
+    kubectl = os.path.join(paths.binary_link, "kubectl")
+    if not os.path.exists(kubectl):
+        _fail(f"{cluster.path} runs on the real API server, but its kubectl ({kubectl}) is gone: "
+              "`gpudra cluster up` it again")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(kubectl, [kubectl, "--kubeconfig", paths.admin_kubeconfig, *[a for a in kubectl_args if a]])
+
+
+def _flags(flag: str, values: tuple[str, ...] | str | None) -> list[str]:
+    import os
+
+    if not values:
+        return []
+    values = (values,) if isinstance(values, str) else values
+    if flag == "-f":  # kubectl reads a symlink to a directory as a file: hand it the directory itself
+        values = tuple(os.path.realpath(v) if v != "-" and os.path.isdir(v) else v for v in values)
+    return [f"{flag}={value}" for value in values]
+
+
 def _hold_control_loop(cluster) -> None:
     """Hold the control loop's lock from this command's first write to its end, so the control-plane process
     cannot act on the writes first and the command's own rounds (and `-v` output) show what they caused."""
@@ -150,6 +186,8 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
     from gpudra.cluster.store import StoreError, kind_info, public_view
 
     cluster = _cluster(directory)
+    _on_the_real_control_plane(cluster, "apply", *_flags("-f", paths), *_flags("-n", namespace),
+                               *_flags("-o", output))
     namespace = _namespace(namespace)
     documents = read_documents(paths)
     release = cluster.kubernetes_version()
@@ -205,6 +243,8 @@ def get_command(resources: tuple[str, ...], directory: str | None, namespace: st
     from gpudra.cluster.store import StoreError, public_view
 
     cluster = _cluster(directory)
+    _on_the_real_control_plane(cluster, "get", *resources, *_flags("-n", namespace),
+                               "-A" if all_namespaces else None, *_flags("-o", None if output == "table" else output))
     namespace = _namespace(namespace)
     targets = parse_resource_args(resources)
     named = [name for _, name in targets if name is not None]
@@ -272,6 +312,8 @@ def delete_command(resources: tuple[str, ...], paths: tuple[str, ...], directory
     from gpudra.cluster.store import StoreError
 
     cluster = _cluster(directory)
+    _on_the_real_control_plane(cluster, "delete", *resources, *_flags("-f", paths), *_flags("-n", namespace),
+                               *_flags("-o", output))
     namespace = _namespace(namespace)
     targets: list[tuple[Any, str | None, str]] = []
     if paths:
@@ -330,6 +372,7 @@ def describe_command(resources: tuple[str, ...], directory: str | None, namespac
     from gpudra.cluster.store import StoreError
 
     cluster = _cluster(directory)
+    _on_the_real_control_plane(cluster, "describe", *resources, *_flags("-n", namespace))
     namespace = _namespace(namespace)
     objects = []
     try:

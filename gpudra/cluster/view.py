@@ -38,14 +38,16 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _collect(cluster: ClusterDir) -> dict[str, Any]:
+def _collect(cluster: ClusterDir, list_kind: Callable[[str], list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    """What the page draws: the objects from the store, or from `list_kind` (a cluster on the real API server),
+    and the kubelet stand-in's records of started pods."""
     from gpudra.scheduler.cluster import claim_allocation, reserved_for
 
     from .kubelet import Kubelet
 
-    store = cluster.store
+    listed = list_kind or cluster.store.list
     holders: dict[tuple[str, str], dict[str, Any]] = {}
-    for claim in store.list("ResourceClaim"):
+    for claim in listed("ResourceClaim"):
         for result in ((claim_allocation(claim) or {}).get("devices") or {}).get("results") or []:
             holders[(result.get("pool", ""), result.get("device", ""))] = {
                 "claim": f"{claim['metadata']['namespace']}/{claim['metadata']['name']}",
@@ -53,8 +55,8 @@ def _collect(cluster: ClusterDir) -> dict[str, Any]:
     config = cluster.load_config()
     kubelet = Kubelet(cluster, config.driver_name, lambda *_: None)
     records = [r for node in config.nodes for r in kubelet.records(node.name)]
-    return {"holders": holders, "records": records, "nodes": store.list("Node"),
-            "slices": store.list("ResourceSlice"), "pods": store.list("Pod")}
+    return {"holders": holders, "records": records, "nodes": listed("Node"),
+            "slices": listed("ResourceSlice"), "pods": listed("Pod")}
 
 
 def _taints(device: dict[str, Any]) -> list[str]:
@@ -157,8 +159,8 @@ def _node_box(node: dict[str, Any], slices: list[dict[str, Any]], holders: dict)
             f'<div class="gpus">{"".join(gpus) or "<span class=muted>no devices published</span>"}</div></section>')
 
 
-def render_page(cluster: ClusterDir) -> str:
-    data = _collect(cluster)
+def render_page(cluster: ClusterDir, list_kind: Callable[[str], list[dict[str, Any]]] | None = None) -> str:
+    data = _collect(cluster, list_kind)
     nodes = "".join(_node_box(n, data["slices"], data["holders"]) for n in data["nodes"])
     pending = []
     for pod in data["pods"]:
@@ -194,13 +196,13 @@ def render_page(cluster: ClusterDir) -> str:
         "</body></html>\n")
 
 
-def make_server(cluster: ClusterDir, port: int) -> http.server.ThreadingHTTPServer:
+def make_server(cluster: ClusterDir, port: int, list_kind: Callable[[str], list[dict[str, Any]]] | None = None) -> http.server.ThreadingHTTPServer:
     """An HTTP server on localhost (port 0: any free port) answering every GET with the page, rendered afresh
     (reload the page to follow the cluster)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            body = render_page(cluster).encode()
+            body = render_page(cluster, list_kind).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -213,7 +215,8 @@ def make_server(cluster: ClusterDir, port: int) -> http.server.ThreadingHTTPServ
     return http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
 
 
-def serve_page(cluster: ClusterDir, port: int, on_ready: Callable[[str], None]) -> None:
-    with make_server(cluster, port) as server:
+def serve_page(cluster: ClusterDir, port: int, on_ready: Callable[[str], None],
+               list_kind: Callable[[str], list[dict[str, Any]]] | None = None) -> None:
+    with make_server(cluster, port, list_kind=list_kind) as server:
         on_ready(f"http://127.0.0.1:{server.server_address[1]}/")
         server.serve_forever()

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from gpudra.catalog import MIG_ENGINE_CAPACITIES
 from gpudra.discovery.model import Gpu, Inventory, MigDevice
-from gpudra.vocabulary import (DRIVER_NAME, NUMA_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE,
+from gpudra.vocabulary import (DRIVER_NAME, GPU_EXTENDED_RESOURCE, NUMA_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE,
                                PARENT_UUID_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE)
 
 DEFAULT_DRIVER_NAME = DRIVER_NAME
@@ -267,8 +267,8 @@ def resource_slices(bodies: list[dict[str, Any]], node_name: str, *, driver_name
     return slices
 
 
-def device_classes(driver_name: str = DEFAULT_DRIVER_NAME, *, extended_resource_name: str | None = "nvidia.com/gpu"
-                   ) -> list[dict[str, Any]]:
+def device_classes(driver_name: str = DEFAULT_DRIVER_NAME, *,
+                   extended_resource_name: str | None = GPU_EXTENDED_RESOURCE) -> list[dict[str, Any]]:
     """DeviceClasses `gpu.nvidia.com` (full GPUs) and `mig.nvidia.com` (MIG devices)."""
     prefix = driver_name.split(".", 1)[1] if "." in driver_name else driver_name
 

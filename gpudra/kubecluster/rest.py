@@ -86,3 +86,21 @@ def cluster_scoped(group_version: str, resource: str, name: str | None = None, s
     base = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
     path = f"{base}/{resource}" + ("/" + quote(name, safe="") if name is not None else "")
     return path + (f"/{sub}" if sub else "")
+
+
+# the kinds the local cluster's page and tools read, by their list paths
+LIST_PATHS = {"Node": "/api/v1/nodes", "Pod": "/api/v1/pods", "Event": "/api/v1/events",
+              "ResourceSlice": "/apis/resource.k8s.io/v1/resourceslices",
+              "ResourceClaim": "/apis/resource.k8s.io/v1/resourceclaims",
+              "DeviceClass": "/apis/resource.k8s.io/v1/deviceclasses"}
+
+
+def lister(rest: Rest):  # type: ignore[no-untyped-def]
+    """kind -> its objects on the API server, as the local store's `list(kind)` answers."""
+    def list_kind(kind: str) -> list[dict[str, Any]]:
+        items = (rest.get(LIST_PATHS[kind]) or {}).get("items") or []
+        for item in items:  # a list's items carry no kind of their own
+            item.setdefault("kind", kind)
+        return list(items)
+
+    return list_kind

@@ -43,9 +43,11 @@ def short_dir(prefix: str) -> str:
     return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
 
 
-def gpudra(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+def gpudra(*args: str, check: bool = True, timeout: float = 600,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               GPUDRA_K8S_MODULE=str(ROOT / "k8s"))
+               GPUDRA_K8S_MODULE=str(ROOT / "k8s"), **(env or {}))
+    env = {k: v for k, v in env.items() if v != ""}  # "" unsets a variable
     result = subprocess.run([sys.executable, "-m", "gpudra", *args], capture_output=True, text=True, env=env,
                             timeout=timeout)
     if check and result.returncode != 0:

@@ -93,14 +93,10 @@ def _class_for_extended_resource(name: Any) -> Any:
     """A class name spelled as an extended resource (`nvidia.com/gpu`, or `nvidia.com-gpu` made DNS-safe by hand)
     → the NVIDIA chart's class that serves that resource (`gpu.nvidia.com`, extendedResourceName nvidia.com/gpu);
     anything else as it is."""
-    from gpudra.driver.slices import device_classes
+    from gpudra.vocabulary import DRIVER_NAME, GPU_EXTENDED_RESOURCE
 
-    if not isinstance(name, str):
-        return name
-    for cls in device_classes():
-        resource = (cls.get("spec") or {}).get("extendedResourceName")
-        if isinstance(resource, str) and name in (resource, resource.replace("/", "-")):
-            return cls["metadata"]["name"]
+    if isinstance(name, str) and name in (GPU_EXTENDED_RESOURCE, GPU_EXTENDED_RESOURCE.replace("/", "-")):
+        return DRIVER_NAME
     return name
 
 
