@@ -212,13 +212,7 @@ def removed_version_problems(doc: Document, kubernetes_version: str | None = Non
     from gpudra.api.gates import served_version_problems
     from gpudra.versions import parse_version
 
-    if not isinstance(doc.obj, dict):
-        return []
-    if doc.obj.get("kind") == "Pod" or str(doc.obj.get("apiVersion", "")).startswith("scheduling.k8s.io/"):
-        from gpudra.api.gates import gate_warnings as warnings_of
-        return [_problem(doc, path, message, "warning") for path, message
-                in warnings_of(doc.obj, parse_version(kubernetes_version), None, runtime_config, features)]
-    if not str(doc.obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
+    if not isinstance(doc.obj, dict) or not str(doc.obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
         return []
     return [_problem(doc, "apiVersion", message) for severity, message
             in served_version_problems(doc.obj.get("kind"), doc.obj.get("apiVersion"), parse_version(kubernetes_version))
@@ -237,9 +231,8 @@ def gate_problems(doc: Document, kubernetes_version: str | None = None,
     if not isinstance(doc.obj, dict):
         return []
     if doc.obj.get("kind") == "Pod" or str(doc.obj.get("apiVersion", "")).startswith("scheduling.k8s.io/"):
-        from gpudra.api.gates import gate_warnings as warnings_of
         return [_problem(doc, path, message, "warning") for path, message
-                in warnings_of(doc.obj, parse_version(kubernetes_version), None, runtime_config, features)]
+                in gate_warnings(doc.obj, parse_version(kubernetes_version), None, runtime_config, features)]
     if not str(doc.obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
         return []
     version = parse_version(kubernetes_version)
