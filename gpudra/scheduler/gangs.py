@@ -92,7 +92,8 @@ def _policies(objects: list[dict[str, Any]], release: str) -> dict[tuple, int | 
     found: dict[tuple, int | None] = {}
     for obj in objects:
         kind, version = obj.get("kind"), obj.get("apiVersion")
-        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+        raw = obj.get("spec")
+        spec: dict[str, Any] = raw if isinstance(raw, dict) else {}
         namespace = namespace_of(obj) or "default"
         if release == "1.36" and kind == "PodGroup" and version == "scheduling.k8s.io/v1alpha2":
             found[(namespace, name_of(obj))] = _min_count(spec.get("schedulingPolicy"))
