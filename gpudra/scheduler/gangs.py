@@ -123,7 +123,7 @@ def _group_of(pod: dict[str, Any], release: str,
         if not isinstance(name, str):
             return None
         if (namespace, name) not in policies:
-            return f"waiting for pods's pod group {name!r} to appear in scheduling queue".replace("'", '"')
+            return f'waiting for pods\'s pod group "{name}" to appear in scheduling queue'
         return f"{namespace}/{name}", f'pod group "{name}"', policies[(namespace, name)]
     ref = spec.get("workloadRef")
     if not isinstance(ref, dict) or not isinstance(ref.get("name"), str):

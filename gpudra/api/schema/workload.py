@@ -27,10 +27,15 @@ WORKLOAD_MAX_POD_GROUPS = 8  # WorkloadMaxPodGroups (1.35), WorkloadMaxPodGroupT
 MAX_POD_GROUP_RESOURCE_CLAIMS = 4  # MaxPodGroupResourceClaims (1.36)
 HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
 
+def _empty_or_dns_subdomain(value: str) -> list[str]:
+    """apiGroup: empty names the core group; anything else is a DNS subdomain."""
+    return names.dns_subdomain(value) if value else []
+
+
 CONTROLLER_REF = Struct(
     "TypedLocalObjectReference",
     {
-        "apiGroup": F(Str(validators=(names.dns_subdomain,))),
+        "apiGroup": F(Str(validators=(_empty_or_dns_subdomain,))),
         "kind": F(Str(validators=(names.path_segment_name,), allow_empty=False), required=True),
         "name": F(Str(validators=(names.path_segment_name,), allow_empty=False), required=True),
     },
