@@ -40,6 +40,12 @@ GATE_HISTORY: dict[str, tuple[tuple[str, str, bool], ...]] = {
     "DRAPartitionableDevices": (("1.33", "alpha", False), ("1.36", "beta", True)),
     "DRAPrioritizedList": (("1.33", "alpha", False), ("1.34", "beta", True), ("1.36", "GA", True)),
     "DRAResourceClaimDeviceStatus": (("1.32", "alpha", False), ("1.33", "beta", True)),
+    "DRAWorkloadResourceClaims": (("1.36", "alpha", False),),
+    # the Workload API and gang scheduling (KEP-4671): kube_features.go of v1.35.0 and v1.36.0
+    "GangScheduling": (("1.35", "alpha", False),),
+    "GenericWorkload": (("1.35", "alpha", False),),
+    "TopologyAwareWorkloadScheduling": (("1.36", "alpha", False),),
+    "WorkloadAwarePreemption": (("1.36", "alpha", False),),
 }
 
 # gpudra.allocator.features names -> the gates that must all be on (upstream kube-scheduler:

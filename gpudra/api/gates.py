@@ -64,7 +64,12 @@ def gated_fields(obj: dict[str, Any]) -> Iterator[tuple[str, str]]:
 def gated_keys(obj: dict[str, Any]) -> Iterator[tuple[Path, str]]:
     """(keys from the root, gate) for every gated field the v1 object sets."""
     kind, spec = obj.get("kind"), as_dict(obj.get("spec"))
-    if kind == "DeviceClass":
+    if kind == "Pod":
+        # core/v1 pod fields of the Workload API: pkg/api/pod/util.go drops them while GenericWorkload is off
+        for name in ("workloadRef", "schedulingGroup"):
+            if _set(spec.get(name)):
+                yield ("spec", name), "GenericWorkload"
+    elif kind == "DeviceClass":
         if _set(spec.get("extendedResourceName")):
             yield ("spec", "extendedResourceName"), "DRAExtendedResource"
     elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
@@ -178,6 +183,8 @@ def gate_warnings(obj: dict[str, Any], version: str, api_version: str | None = N
         state = gate_state(gate, version)
         if not gate_on(gate, version, features):
             found.append(("", f"DeviceTaintRule needs the {gate} feature gate ({state.describe()})"))
+    if kind in ("Workload", "PodGroup") and isinstance(written, str) and written.startswith("scheduling.k8s.io/"):
+        found += workload_api_warnings(kind, written, version, features)
     for path, gate in gated_fields(obj):
         state = gate_state(gate, version)
         if gate_on(gate, version, features):
@@ -191,4 +198,25 @@ def gate_warnings(obj: dict[str, Any], version: str, api_version: str | None = N
         else:
             found.append((path, f"needs the {gate} feature gate ({state.describe()}): the API server drops "
                                 "the field while the gate is off"))
+    return found
+
+
+def workload_api_warnings(kind: str, api_version: str, version: str, features: Any = None) -> list[tuple[str, str]]:
+    """A Workload or PodGroup is served only by the release of its version (v1alpha1: 1.35, v1alpha2: 1.36), and
+    there only with the GenericWorkload gate on and the version enabled by --runtime-config (alpha APIs are off by
+    default; pkg/controlplane/apiserver/options and kube_features.go)."""
+    from gpudra.api.schema.workload import KINDS, SERVED_IN
+
+    served_in = SERVED_IN.get(api_version)
+    if served_in is None:
+        return []
+    if served_in != version:
+        return [("apiVersion", f"{api_version} {kind} is served only by Kubernetes {served_in}, not {version}"
+                               + "".join(f"; Kubernetes {version} serves {v}" for v, r in SERVED_IN.items()
+                                         if r == version and (v, kind) in KINDS))]
+    found = [("apiVersion", f"{api_version} is alpha: the API server serves it only with "
+                            f"--runtime-config={api_version}=true")]
+    if not gate_on("GenericWorkload", version, features):
+        found.append(("", f"{kind} needs the GenericWorkload feature gate "
+                          f"({gate_state('GenericWorkload', version).describe()})"))
     return found

@@ -22,6 +22,8 @@ _EXPECTED_VERSION.update({"Pod": "v1", "Node": "v1", "Deployment": "apps/v1", "R
                           "StatefulSet": "apps/v1", "DaemonSet": "apps/v1", "Job": "batch/v1",
                           "CronJob": "batch/v1", "Namespace": "v1", CD_KIND: CD_API_VERSION})
 _EXPECTED_VERSION["DeviceTaintRule"] = " or ".join(reversed(TAINT_RULE_VERSIONS))
+_EXPECTED_VERSION["Workload"] = "scheduling.k8s.io/v1alpha2 (Kubernetes 1.36) or scheduling.k8s.io/v1alpha1 (1.35)"
+_EXPECTED_VERSION["PodGroup"] = "scheduling.k8s.io/v1alpha2 (Kubernetes 1.36)"
 V1BETA2 = "resource.k8s.io/v1beta2"
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
@@ -227,7 +229,12 @@ def gate_problems(doc: Document, kubernetes_version: str | None = None,
     from gpudra.api.gates import gate_warnings
     from gpudra.versions import parse_version
 
-    if not isinstance(doc.obj, dict) or not str(doc.obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
+    if not isinstance(doc.obj, dict):
+        return []
+    if doc.obj.get("kind") == "Pod" or str(doc.obj.get("apiVersion", "")).startswith("scheduling.k8s.io/"):
+        return [_problem(doc, path, message, "warning") for path, message
+                in gate_warnings(doc.obj, parse_version(kubernetes_version), None, runtime_config, features)]
+    if not str(doc.obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
         return []
     version = parse_version(kubernetes_version)
     removed = removed_version_problems(doc, version)

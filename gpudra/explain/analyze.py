@@ -15,7 +15,7 @@ from gpudra.explain import model, simulate
 from gpudra.explain.devices import SelectorSet
 from gpudra.explain.dra import AllocatedDevices, analyze_node, devices_message
 from gpudra.explain.model import CelErrorReport, Explanation, NodeExplanation, Reason
-from gpudra.scheduler.framework import SCHEDULING_GATES
+from gpudra.scheduler.framework import GANG_SCHEDULING, SCHEDULING_GATES
 from gpudra.scheduler.meta import key_of
 
 # scheduler plugin -> reason code
@@ -99,6 +99,11 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
     explanation = Explanation("Pod", namespace, name, False, "", context=run)
     if result is None:
         explanation.summary = "the pod was not attempted"
+        return explanation
+    if result.prefilter and result.prefilter[0].plugin == GANG_SCHEDULING or run.gang_note:
+        explanation.summary = result.message()  # decided with its group (gpudra.scheduler.gangs)
+        if run.gang_note:
+            explanation.notes.append(run.gang_note)
         return explanation
     claims_to_allocate = _pending_claims(cluster, run.pod)
     selectors = SelectorSet(cluster.features.list_type_attributes)

@@ -50,7 +50,7 @@ def to_text(explanation: Explanation, node: str | None = None, max_sections: int
         lines.append("What would make it fit:")
         for fix in explanation.fixes:
             lines.append(f"  - {fix.message}")
-    elif not explanation.fits and not explanation.nodes:
+    elif not explanation.fits and not explanation.nodes and not getattr(explanation.context, "gang_note", None):
         lines.append("")
         lines.append("There are no nodes to place it on: give the cluster's Nodes and ResourceSlices with it "
                      "(-f CLUSTER_DIR) or ask a live cluster (--kubeconfig/--context).")

@@ -80,6 +80,7 @@ class Cluster(Topology):
         from gpudra.versions import default_gates, parse_version
 
         release = parse_version(kubernetes_version)
+        self.kubernetes_version = release
         self.features = Features.parse(features, release)
         # DRAExtendedResource: whether DeviceClasses serve extended resources (pod resources) through DRA
         chosen = self.features.gate_enabled("DRAExtendedResource")
@@ -534,6 +535,32 @@ class Cluster(Topology):
         ] + [{"type": "PodScheduled", "status": "True"}]
         self._account(pod_key, pod, node, totals=request_totals)
         return claim_keys
+
+    def unbind(self, pod_key: str, allocated: Iterable[str] = (), extended_claim: str | None = None) -> None:
+        """Undo `bind` of a pod whose binding never reached the API server (a gang's pods rejected at Permit: the
+        scheduler's Unreserve): its node usage, its reservations, the allocations `bind` made (`allocated`) and
+        the extended-resource claim it created are removed."""
+        pod = self.pods[pod_key]
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and pod_key in self.usage.get(node, NodeUsage()).pods:
+            self._account(pod_key, pod, node, sign=-1)
+        uid = ensure_uid(pod)
+        for claim_key in self.pod_claim_keys(pod):
+            claim = self.claims.get(claim_key)
+            if claim is None or not reserved_for(claim):
+                continue
+            remaining = [entry for entry in reserved_for(claim) if entry.get("uid") != uid]
+            if remaining:
+                claim["status"]["reservedFor"] = remaining
+            else:
+                claim["status"].pop("reservedFor", None)
+        for claim_key in allocated:
+            claim = self.claims.get(claim_key)
+            if claim is not None and not reserved_for(claim):
+                self.deallocate_claim(claim)
+        if extended_claim is not None:
+            self.claims.pop(extended_claim, None)
+        pod["spec"].pop("nodeName", None)
 
     def mark_unschedulable(self, pod_key: str, message: str, reason: str = "Unschedulable") -> None:
         status = self.pods[pod_key].setdefault("status", {})

@@ -20,6 +20,7 @@ NODE_AFFINITY = "NodeAffinity"
 NODE_RESOURCES_FIT = "NodeResourcesFit"
 DYNAMIC_RESOURCES = "DynamicResources"
 SCHEDULING_GATES = "SchedulingGates"
+GANG_SCHEDULING = "GangScheduling"
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class PodResult:
     error: str | None = None  # fatal error (e.g. a CEL error) that aborted the attempt
     num_nodes: int = 0
     claims: list[str] = field(default_factory=list)  # namespace/name of claims allocated or reserved
+    gang: str | None = None  # why the pod's gang (gpudra.scheduler.gangs) was not bound, where it was not
 
     @property
     def scheduled(self) -> bool:
@@ -98,12 +100,13 @@ class PodResult:
             return ""
         if self.error:
             return f"running DynamicResources filter plugin: {self.error}"
-        if self.prefilter and self.prefilter[0].plugin == SCHEDULING_GATES:
+        if self.prefilter and self.prefilter[0].plugin in (SCHEDULING_GATES, GANG_SCHEDULING):
             return self.prefilter[0].message
         if self.prefilter:
             reasons = sorted({reason.message for reason in self.prefilter})
             return f"0/{self.num_nodes} nodes are available: {'; '.join(reasons)}."
-        return fit_error_message(self.num_nodes, self.filtered.values())
+        fit = fit_error_message(self.num_nodes, self.filtered.values())
+        return f"{fit} {self.gang}" if self.gang else fit
 
 
 def fit_error_message(num_nodes: int, results: Any) -> str:

@@ -149,6 +149,8 @@ class Scheduler:
         self._claim_copies: dict[str, list[dict[str, Any]]] = {}  # see _shared_claims
         self._node_verdicts: dict[str, dict[str, tuple[fw.Reason, ...]]] = {}  # see filter_node
         self._node_generation = -1
+        # gang members of the running queue pass -> (claims their bind allocated, extended claim it created)
+        self._gang_bindings: dict[str, Any] = {}
 
     # ----- PreFilter ----------------------------------------------------------------------------
     def extended_classes(self) -> dict[str, str]:
@@ -528,6 +530,8 @@ class Scheduler:
                 info.dra, chosen.served
             )
         totals = None if info.reasons else (info.requests, info.non_zero)
+        if info.key in self._gang_bindings:  # what Unreserve must undo if the gang misses its quorum
+            self._gang_bindings[info.key] = ([key for key, _ in pairs], key_of(special) if special else None)
         return self.cluster.bind(info.key, chosen.result.node, pairs, special, totals)
 
     def _post_filter(self, pod_key: str, result: fw.PodResult) -> bool:
@@ -554,12 +558,59 @@ class Scheduler:
 
     # ----- the whole queue ----------------------------------------------------------------------
     def run(self, on_result: Callable[[fw.PodResult], None] | None = None) -> list[fw.PodResult]:
-        """Schedule every pending pod once, in queue order."""
-        results = []
+        """Schedule every pending pod once, in queue order. The pods of a gang (gpudra.scheduler.gangs) wait at
+        Permit: their results come once the pass has decided the whole gang."""
+        from . import gangs
+
+        plan = gangs.plan(self.cluster)
+        results: list[fw.PodResult] = []
+        held: dict[str, list[fw.PodResult]] = {}  # gang key -> its pods' results, waiting at Permit
         with queue_run():
             for pod_key in self.cluster.pending_pods():
-                result = self.schedule_pod(pod_key)
+                if pod_key in plan.waiting:
+                    result = self._wait_before_queue(pod_key, plan.waiting[pod_key])
+                elif pod_key in plan.member_of:
+                    self._gang_bindings[pod_key] = []
+                    held.setdefault(plan.member_of[pod_key], []).append(self.schedule_pod(pod_key))
+                    continue
+                else:
+                    result = self.schedule_pod(pod_key)
                 results.append(result)
                 if on_result is not None:
                     on_result(result)
+            for gang_key, gang_results in held.items():
+                for result in self._permit(plan.gangs[gang_key], gang_results):
+                    results.append(result)
+                    if on_result is not None:
+                        on_result(result)
+        self._gang_bindings.clear()
         return results
+
+    def _wait_before_queue(self, pod_key: str, message: str) -> fw.PodResult:
+        """PreEnqueue rejected the pod (GangScheduling): it is not attempted."""
+        result = fw.PodResult(pod_key, num_nodes=len(self.cluster.node_names()))
+        result.prefilter = [fw.Reason(fw.GANG_SCHEDULING, message, {}, resolvable=False)]
+        self.results[pod_key] = result
+        self.cluster.mark_unschedulable(pod_key, result.message())
+        return result
+
+    def _permit(self, gang: Any, gang_results: list[fw.PodResult]) -> list[fw.PodResult]:
+        """The gang's quorum: all its placed pods stay bound when at least minCount are, else Unreserve frees
+        every one and each pod says why."""
+        from .gangs import rejection
+
+        placed = {result.pod: result.node for result in gang_results if result.node is not None}
+        if len(placed) >= gang.min_count:
+            return gang_results
+        message = rejection(gang, cast(dict[str, str], placed), self.cluster.kubernetes_version)
+        for result in reversed(gang_results):
+            if result.node is not None:
+                allocated, extended = self._gang_bindings.get(result.pod) or ([], None)
+                self.cluster.unbind(result.pod, allocated, extended)
+                result.node, result.claims = None, []
+                result.prefilter = [fw.Reason(fw.GANG_SCHEDULING, message, {"placed": dict(placed)}, resolvable=True)]
+            else:
+                result.gang = message
+            self.results[result.pod] = result
+            self.cluster.mark_unschedulable(result.pod, result.message())
+        return gang_results

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from gpudra.api.schema import claim, computedomain, core, names, taint_rule
+from gpudra.api.schema import claim, computedomain, core, names, taint_rule, workload
 from gpudra.api.schema.meta import metadata_only
 from gpudra.api.schema.types import Context, Struct
 
@@ -16,6 +16,7 @@ SCHEMAS: dict[tuple[str, str], Struct] = {
     **{(version, "DeviceTaintRule"): taint_rule.DEVICE_TAINT_RULE for version in taint_rule.VERSIONS},
     **core.KINDS,
     **computedomain.KINDS,
+    **workload.KINDS,
 }
 CLUSTER_SCOPED: set[str] = claim.CLUSTER_SCOPED | core.CLUSTER_SCOPED | {"DeviceTaintRule"}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra.api.schema import names
+from gpudra.api.schema import names, workload
 from gpudra.api.schema.meta import NODE_SELECTOR, object_meta, toleration_check, top_level
 from gpudra.api.schema.types import (
     as_list,
@@ -136,8 +136,10 @@ POD_SPEC = Struct(
         "tolerations": F(ListOf(TOLERATION)),
         "schedulerName": F(Str()),
         "priority": F(Int()),
+        "workloadRef": F(workload.WORKLOAD_REFERENCE),
+        "schedulingGroup": F(workload.SCHEDULING_GROUP),
     },
-    checks=(_container_claim_refs,),
+    checks=(_container_claim_refs, workload.pod_group_field_check),
     open=True,
 )
 

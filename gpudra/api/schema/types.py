@@ -279,6 +279,8 @@ class Struct(Type):
     # In one_of groups, does `false` mean "not set"? True for the node-selection flags of a slice
     # (allNodes: false selects nothing); False where false is a value (a bool attribute).
     false_is_unset: bool = False
+    # In one_of groups, is `{}` set? True for unions of pointers to structs (`basic: {}` is a policy).
+    empty_is_set: bool = False
     unknown_hints: tuple[UnknownHint, ...] = ()
     description: str = "object"
 
@@ -303,7 +305,8 @@ class Struct(Type):
             if value.get(name) is None:
                 ctx.error(child(path, name), "required field is missing")
         for group, members, required in self._groups:
-            present = [n for n in value if n in members and _is_set(value[n], self.false_is_unset)]
+            present = [n for n in value if n in members and (
+                _is_set(value[n], self.false_is_unset) or (self.empty_is_set and value[n] == {}))]
             listing = ", ".join(group)
             if len(present) > 1:
                 ctx.error(path, f"only one of {listing} may be set (found {', '.join(present)})")
