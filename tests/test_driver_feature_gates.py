@@ -118,6 +118,10 @@ def test_each_implemented_gate_switches_what_gpudra_does(monkeypatch):
      "error: --feature-gates: feature gate PassthroughSupport: gpudra does not implement VFIO passthrough"),
     (["--feature-gates", "DRAListTypeAttributes=true", "--kubernetes-version", "1.35"],
      "Kubernetes 1.35 needs its DRAListTypeAttributes feature gate (not in Kubernetes 1.35)"),
+    (["--feature-gates", "DRAListTypeAttributes=true", "--kubernetes-version", "1.35", "--features", "all"],
+     "Kubernetes 1.35 needs its DRAListTypeAttributes feature gate (not in Kubernetes 1.35)"),
+    (["--feature-gates", "DRAListTypeAttributes=true"],
+     "Kubernetes 1.36 needs its DRAListTypeAttributes feature gate (alpha, off by default in 1.36)"),
     (["--feature-gates", "NVMLDeviceHealthCheck=true", "--no-device-health"],
      "error: --device-health says false but --feature-gates NVMLDeviceHealthCheck=true"),
 ])

@@ -127,7 +127,9 @@ def _driver_gates(text: str, kubernetes_version: str | None, features: str):
     try:
         gates = parse_feature_gates(text)
         version = parse_version(kubernetes_version)
-        if gates.enabled("DRAListTypeAttributes") and not Features.parse(features, version).list_type_attributes:
+        cluster_has = (gate_state("DRAListTypeAttributes", version).stage is not None
+                       and Features.parse(features, version).list_type_attributes)
+        if gates.enabled("DRAListTypeAttributes") and not cluster_has:
             _fail(f"--feature-gates DRAListTypeAttributes=true: Kubernetes {version} needs its DRAListTypeAttributes "
                   f"feature gate ({gate_state('DRAListTypeAttributes', version).describe()}) for list attributes; "
                   "turn it on there (--features +DRAListTypeAttributes) or leave the driver's gate off")
