@@ -105,3 +105,20 @@ def test_numa_node_as_a_list_behind_the_list_gate():
     devices = pool_devices(build_resource_slices(inventory, NODE, numa_list=True))
     assert devices and all(d["attributes"][NUMA_NODE] in ({"ints": [0]}, {"ints": [1]}) for d in devices)
     assert any(d["attributes"]["type"] == {"string": "mig"} for d in devices)
+
+
+def test_a_list_numa_node_aligns_with_a_scalar_one_only_where_the_cluster_has_list_attributes(tmp_path):
+    """NVIDIA's comment on DRAListTypeAttributes: the cluster needs Kubernetes' gate of that name first. With it a
+    GPU's [1] matches a NIC's 1 (a scalar is a one-element set); without it the list is invisible to matchAttribute."""
+    objects = [*build_resource_slices(read_inventory("simulated", profile="dgx-h100", node_name=NODE), NODE,
+                                      numa_list=True),
+               *device_classes(), *_nic_objects({"nic-0": {NUMA_NODE: {"int": 1}}}), _claim(NUMA_NODE)]
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    on = CliRunner().invoke(cli, ["allocate", "-f", str(path), "--features", "default,+DRAListTypeAttributes",
+                                  "-o", "yaml"])
+    assert on.exit_code == 0, on.output
+    [claim] = yaml.safe_load(on.stdout)["items"]
+    gpu = next(r["device"] for r in claim["status"]["allocation"]["devices"]["results"] if r["request"] == "gpu")
+    assert _attributes_of(gpu)[NUMA_NODE] == {"int": 1}
+    assert CliRunner().invoke(cli, ["allocate", "-f", str(path)]).exit_code == 1
