@@ -22,15 +22,27 @@ GPU_EXTENDED_RESOURCE = "nvidia.com/gpu"
 # one group says so with `matchAttribute: <domain>/<name>`; comparing it with a literal pins one node's group.
 NVLINK_DOMAIN_ATTRIBUTE = "nvlinkDomain"  # GPUs joined by NVLink on one node (an HGX board, a bridged pair)
 NVLINK_CLIQUE_ATTRIBUTE = "cliqueID"  # NVLink fabric clique across nodes (GB200 NVL)
-PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
-NUMA_ATTRIBUTE = "numa"
 PARENT_UUID_ATTRIBUTE = "parentUUID"  # a MIG device's (or partition's) physical GPU, as NVIDIA's driver names it
-TOPOLOGY_ATTRIBUTES = (NVLINK_DOMAIN_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NUMA_ATTRIBUTE)
+
+# Standard attributes (any driver may publish them; `matchAttribute` across drivers aligns a GPU with, say, a NIC).
+# pcieRoot is k8s.io/dynamic-resource-allocation's deviceattribute.StandardDeviceAttributePCIeRoot (v0.34 on),
+# pciBusID its StandardDeviceAttributePCIBusID (v0.36 on), numaNode KEP-6072's name as NVIDIA's driver spells it
+# (cmd/gpu-kubelet-plugin/deviceinfo.go standardNumaNodeAttribute, v0.5.0-dev; it replaced gpu.nvidia.com/numa).
+# NVIDIA publishes all three whatever the cluster's release: to any release they are ordinary qualified names.
+STANDARD_ATTRIBUTE_DOMAIN = "resource.kubernetes.io"
+PCIE_ROOT_ATTRIBUTE = f"{STANDARD_ATTRIBUTE_DOMAIN}/pcieRoot"
+PCI_BUS_ID_ATTRIBUTE = f"{STANDARD_ATTRIBUTE_DOMAIN}/pciBusID"
+NUMA_NODE_ATTRIBUTE = f"{STANDARD_ATTRIBUTE_DOMAIN}/numaNode"
+STANDARD_ATTRIBUTES = (PCIE_ROOT_ATTRIBUTE, PCI_BUS_ID_ATTRIBUTE, NUMA_NODE_ATTRIBUTE)
+
+# Names (in their own domain) whose value names one node's group of devices: a selector comparing one with a
+# literal pins one group, where `matchAttribute` asks for any one group.
+TOPOLOGY_ATTRIBUTES = (NVLINK_DOMAIN_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, "numaNode", "pcieRoot")
 
 # Every name a device of the driver's domain may carry (full GPUs, MIG devices, partitions).
 PUBLISHED_ATTRIBUTES = (
     "type", "uuid", PARENT_UUID_ATTRIBUTE, "profile", "productName", "brand", "architecture", "cudaComputeCapability",
-    "driverVersion", "cudaDriverVersion", NUMA_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE,
+    "driverVersion", "cudaDriverVersion", NVLINK_DOMAIN_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE,
 )
 
 # Words people use for a published attribute, compared without case and punctuation ("nvlink-mesh-id").
@@ -40,7 +52,6 @@ _SYNONYMS = {
     NVLINK_CLIQUE_ATTRIBUTE: ("clique", "cliqueid", "nvlinkclique", "nvlinkcliqueid", "fabricclique"),
     "productName": ("product", "productname", "model", "modelname", "gpuproduct", "gpumodel"),
     "cudaComputeCapability": ("computecapability", "cudacc", "cc"),
-    NUMA_ATTRIBUTE: ("numanode", "numaid"),
     "driverVersion": ("driver",),
     "profile": ("migprofile",),
 }

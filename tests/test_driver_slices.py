@@ -54,7 +54,11 @@ def test_full_gpu_attributes_like_the_nvidia_driver():
     assert re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]",
                         attrs["resource.kubernetes.io/pciBusID"]["string"])
     assert attrs["resource.kubernetes.io/pcieRoot"]["string"].startswith("pci")
-    assert attrs["numa"] == {"int": 0} and devices[7]["attributes"]["numa"] == {"int": 1}
+    # NUMA under KEP-6072's standard name, as NVIDIA's driver publishes it since it dropped gpu.nvidia.com/numa
+    # (cmd/gpu-kubelet-plugin/deviceinfo.go addNumaNodeAttribute, v0.5.0-dev)
+    numa = "resource.kubernetes.io/numaNode"
+    assert "numa" not in attrs
+    assert attrs[numa] == {"int": 0} and devices[7]["attributes"][numa] == {"int": 1}
     assert attrs["uuid"]["string"].startswith("GPU-")
     assert devices[0]["capacity"] == {"memory": {"value": "81559Mi"}}
 

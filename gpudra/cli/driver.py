@@ -116,6 +116,41 @@ def _warn_unless_consumable(kubernetes_version: str | None, features: str) -> No
                    f"allowMultipleAllocations and each GPU goes to one claim", err=True)
 
 
+def _driver_gates(text: str, kubernetes_version: str | None, features: str):
+    """--feature-gates (NVIDIA's gates: gpudra.driver.featuregates), with the one gate that needs the cluster's
+    own: DRAListTypeAttributes publishes list attributes, which an API server without Kubernetes' gate of that
+    name refuses (NVIDIA's featuregates.go says to enable the cluster's first)."""
+    from gpudra.allocator.features import Features
+    from gpudra.driver.featuregates import FeatureGateError, parse_feature_gates
+    from gpudra.versions import VersionError, gate_state, parse_version
+
+    try:
+        gates = parse_feature_gates(text)
+        version = parse_version(kubernetes_version)
+        cluster_has = (gate_state("DRAListTypeAttributes", version).stage is not None
+                       and Features.parse(features, version).list_type_attributes)
+        if gates.enabled("DRAListTypeAttributes") and not cluster_has:
+            _fail(f"--feature-gates DRAListTypeAttributes=true: Kubernetes {version} needs its DRAListTypeAttributes "
+                  f"feature gate ({gate_state('DRAListTypeAttributes', version).describe()}) for list attributes; "
+                  "turn it on there (--features +DRAListTypeAttributes) or leave the driver's gate off")
+    except FeatureGateError as exc:
+        _fail(f"--feature-gates: {exc}")
+    except (VersionError, ValueError) as exc:
+        _fail(str(exc))
+    return gates
+
+
+def _gated_flag(flag: str, param: str, value: bool, gates, gate: str) -> bool:
+    """A gpudra flag that a NVIDIA gate also switches: the gate, when named, decides; both named must agree."""
+    if not gates.named(gate):
+        return value
+    ctx = click.get_current_context(silent=True)
+    typed = ctx is not None and ctx.get_parameter_source(param) == click.core.ParameterSource.COMMANDLINE
+    if typed and value != gates.enabled(gate):
+        _fail(f"{flag} says {str(value).lower()} but --feature-gates {gate}={str(gates.enabled(gate)).lower()}")
+    return gates.enabled(gate)
+
+
 def _dump(objs: list, output: str) -> None:
     if output in ("table", "wide"):
         click.echo(slices_table(objs, output == "wide"), nl=False)
@@ -337,6 +372,10 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
                    "the old one still serves (kubelet >= 1.33); prepares of both are serialized by a file lock")
 @kubernetes_version_option(KUBERNETES_VERSION_HELP)
 @features_option()
+@click.option("--feature-gates", "feature_gates", default="", metavar="NAME=BOOL,...",
+              help="NVIDIA's driver feature gates, with its names and defaults (TimeSlicingSettings, MPSSupport, "
+                   "DynamicMIG, NVMLDeviceHealthCheck, DRAListTypeAttributes, ...; AllAlpha/AllBeta). A gate whose "
+                   "feature gpudra lacks (PassthroughSupport, DeviceMetadata, ...) is accepted only as =false.")
 @click.option("--no-fsync", is_flag=True, hidden=True, help="skip fsync (benchmarks on slow disks only)")
 @click.option("-v", "--verbose", is_flag=True, help="log at debug level (every gRPC call, publication and health "
                                                     "event)")
@@ -345,10 +384,13 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
             registry_dir: str, plugins_dir: str, cdi_dir: str, driver_root: str, host_driver_root: str | None,
             cdi_hook_path: str | None, socket_group: str | None, call_deadline_s: float, metrics_port: int | None,
             device_health: bool, additional_xids_to_ignore: str, device_taint_rules: bool,
-            rolling_update_uid: str | None, kubernetes_version: str | None, features: str, no_fsync: bool,
-            verbose: bool) -> None:
+            rolling_update_uid: str | None, kubernetes_version: str | None, features: str, feature_gates: str,
+            no_fsync: bool, verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
     driver_name = _driver_name(driver_kind, driver_name)
+    gates = _driver_gates(feature_gates, kubernetes_version, features)
+    dynamic_mig = _gated_flag("--dynamic-mig", "dynamic_mig", dynamic_mig, gates, "DynamicMIG")
+    device_health = _gated_flag("--device-health", "device_health", device_health, gates, "NVMLDeviceHealthCheck")
     if driver_kind == "compute-domain" and dynamic_mig:
         _fail("--dynamic-mig is a GPU driver option; the compute-domain driver has no MIG devices")
     chosen_backend = _published_backend(backend, profile, kubeconfig, in_cluster)
@@ -362,10 +404,16 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    lacking = gates.unimplemented_defaults()
+    if lacking:  # said once at start, so a reader of the log knows where gpudra parts from NVIDIA's defaults
+        logging.getLogger("gpudra.driver").warning(
+            "feature gates on by NVIDIA's default that gpudra does not implement (it behaves as if off): %s",
+            "; ".join(f"{g.name} ({g.gpudra})" for g in lacking))
     options = AgentOptions(node_name=node_name, backend=chosen_backend, profile=profile, driver_name=driver_name, root=root,
                            claims_dir=claims_dir, kubeconfig=kubeconfig, in_cluster=in_cluster,
                            dynamic_mig=dynamic_mig, slice_layout=layout, healthcheck_port=healthcheck_port,
-                           fsync=not no_fsync,
+                           numa_list=gates.enabled("DRAListTypeAttributes"),
+                           sharing_strategies=gates.sharing_strategies(), fsync=not no_fsync,
                            registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir,
                            driver_root=driver_root, host_driver_root=host_driver_root, cdi_hook_path=cdi_hook_path,
                            socket_group=socket_group, call_deadline_s=call_deadline_s, metrics_port=metrics_port,

@@ -69,6 +69,9 @@ class AgentOptions:
     in_cluster: bool = False
     dynamic_mig: bool = False
     slice_layout: str = "split"  # where dynamic MIG's counter sets go: the release's (versions.partitionable_layout)
+    numa_list: bool = False  # resource.kubernetes.io/numaNode as a list (NVIDIA's DRAListTypeAttributes gate)
+    # sharing strategies prepare accepts (NVIDIA's TimeSlicingSettings, MPSSupport gates; featuregates.py)
+    sharing_strategies: frozenset[str] = frozenset({"TimeSlicing", "MPS"})
     healthcheck_port: int | None = None
     publish: bool = True
     fsync: bool = True
@@ -136,6 +139,7 @@ class DriverAgent:
         self.state = DeviceState(driver_name=options.driver_name, node_name=options.node_name, backend=self.backend,
                                  paths=self.paths, claims=claims, dynamic_mig=options.dynamic_mig, fsync=options.fsync,
                                  host_edits=host_edits, sharing=self.sharing,
+                                 sharing_strategies=options.sharing_strategies,
                                  serialize_lock=self.paths.serialize_lock if options.rolling_update_uid else None)
         self.plugin: KubeletPlugin | None = None
         self.stopped = threading.Event()
@@ -176,7 +180,7 @@ class DriverAgent:
         return build_resource_slices(inventory, self.options.node_name,
                                      driver_name=self.options.driver_name, generation=generation, node_uid=node_uid,
                                      dynamic_mig=self.options.dynamic_mig, taints_of=self.health.taints_of,
-                                     slice_layout=self.options.slice_layout)
+                                     slice_layout=self.options.slice_layout, numa_list=self.options.numa_list)
 
     def start(self) -> None:
         self.paths.make_dirs()

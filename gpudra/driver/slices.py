@@ -13,14 +13,13 @@ from typing import Any, Callable
 
 from gpudra.catalog import MIG_ENGINE_CAPACITIES
 from gpudra.discovery.model import Gpu, Inventory, MigDevice
-from gpudra.vocabulary import (DRIVER_NAME, GPU_EXTENDED_RESOURCE, NUMA_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE,
-                               PARENT_UUID_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE)
+from gpudra.vocabulary import (DRIVER_NAME, GPU_EXTENDED_RESOURCE, NUMA_NODE_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE,
+                               NVLINK_DOMAIN_ATTRIBUTE, PARENT_UUID_ATTRIBUTE, PCI_BUS_ID_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE)
 
 DEFAULT_DRIVER_NAME = DRIVER_NAME
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_WITH_COUNTERS = 64  # when any device has taints or consumesCounters
 MAX_COUNTER_SETS_PER_SLICE = 8
-PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 # NVIDIA's GPU driver publishes no NVLink attribute for single-node NVLink (HGX/DGX baseboards, NVLink bridges);
 # gpudra names the set of GPUs joined by NVLink with NVLINK_DOMAIN_ATTRIBUTE, so `matchAttribute:
 # gpu.nvidia.com/nvlinkDomain` keeps a claim's GPUs on one NVLink domain (an HGX board: all 8 GPUs; a bridged
@@ -58,8 +57,10 @@ def _s(value: str) -> dict[str, str]:
     return {"string": value}
 
 
-def gpu_common_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, dict[str, Any]]:
-    """Attributes a full GPU shares with the MIG devices carved out of it."""
+def gpu_common_attributes(gpu: Gpu, inventory: Inventory, numa_list: bool = False) -> dict[str, dict[str, Any]]:
+    """Attributes a full GPU shares with the MIG devices carved out of it. `numa_list` (NVIDIA's
+    DRAListTypeAttributes gate): the NUMA node as a one-element list, KEP-6072's preferred form
+    (NVIDIA's addNumaNodeAttribute in cmd/gpu-kubelet-plugin/deviceinfo.go)."""
     attrs: dict[str, dict[str, Any]] = {
         "productName": _s(gpu.product_name),
         "brand": _s(gpu.brand),
@@ -72,7 +73,7 @@ def gpu_common_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, dict[str,
     if gpu.pcie_root:
         attrs[PCIE_ROOT_ATTRIBUTE] = _s(gpu.pcie_root)
     if gpu.numa_node is not None:
-        attrs[NUMA_ATTRIBUTE] = {"int": gpu.numa_node}
+        attrs[NUMA_NODE_ATTRIBUTE] = {"ints": [gpu.numa_node]} if numa_list else {"int": gpu.numa_node}
     if gpu.nvlink_domain:  # GPUs that reach each other over NVLink (matchAttribute: gpu.nvidia.com/nvlinkDomain)
         attrs[NVLINK_DOMAIN_ATTRIBUTE] = _s(gpu.nvlink_domain)
     if gpu.nvlink_clique:  # NVLink fabric clique "<clusterUuid>.<cliqueId>" (NVIDIA's cliqueID)
@@ -80,8 +81,8 @@ def gpu_common_attributes(gpu: Gpu, inventory: Inventory) -> dict[str, dict[str,
     return attrs
 
 
-def gpu_device(gpu: Gpu, inventory: Inventory, sharing: str = "none") -> dict[str, Any]:
-    attributes = {"type": _s("gpu"), "uuid": _s(gpu.uuid), **gpu_common_attributes(gpu, inventory)}
+def gpu_device(gpu: Gpu, inventory: Inventory, sharing: str = "none", numa_list: bool = False) -> dict[str, Any]:
+    attributes = {"type": _s("gpu"), "uuid": _s(gpu.uuid), **gpu_common_attributes(gpu, inventory, numa_list)}
     device: dict[str, Any] = {"name": gpu.name, "attributes": attributes}
     if gpu.memory_bytes is not None:  # NVML says NOT_SUPPORTED on unified-memory parts
         device["capacity"] = {"memory": {"value": binary_quantity(gpu.memory_bytes)}}
@@ -100,13 +101,13 @@ def gpu_device(gpu: Gpu, inventory: Inventory, sharing: str = "none") -> dict[st
     return device
 
 
-def mig_device(mig: MigDevice, parent: Gpu, inventory: Inventory) -> dict[str, Any]:
+def mig_device(mig: MigDevice, parent: Gpu, inventory: Inventory, numa_list: bool = False) -> dict[str, Any]:
     attributes = {
         "type": _s("mig"),
         "uuid": _s(mig.uuid),
         PARENT_UUID_ATTRIBUTE: _s(parent.uuid),
         "profile": _s(mig.profile),
-        **gpu_common_attributes(parent, inventory),
+        **gpu_common_attributes(parent, inventory, numa_list),
     }
     capacity: dict[str, dict[str, str]] = {
         name: {"value": str(getattr(mig, attribute))} for name, attribute in MIG_ENGINE_CAPACITIES.items()
@@ -117,15 +118,16 @@ def mig_device(mig: MigDevice, parent: Gpu, inventory: Inventory) -> dict[str, A
     return {"name": mig.name, "attributes": attributes, "capacity": capacity}
 
 
-def node_devices(inventory: Inventory, sharing: str = "none") -> list[dict[str, Any]]:
+def node_devices(inventory: Inventory, sharing: str = "none", numa_list: bool = False) -> list[dict[str, Any]]:
     """Static devices: a full GPU, or its MIG devices when MIG mode is on (ordered by PCI bus id). With
     `sharing="consumable"` full GPUs are shareable (MIG devices never are)."""
     devices: list[dict[str, Any]] = []
     for gpu in sorted(inventory.gpus, key=lambda g: (g.pci_bus_id, g.minor)):
         if gpu.mig_enabled:
-            devices.extend(mig_device(m, gpu, inventory) for m in sorted(gpu.mig_devices, key=lambda m: m.name))
+            devices.extend(mig_device(m, gpu, inventory, numa_list)
+                           for m in sorted(gpu.mig_devices, key=lambda m: m.name))
         else:
-            devices.append(gpu_device(gpu, inventory, sharing))
+            devices.append(gpu_device(gpu, inventory, sharing, numa_list))
     return devices
 
 
@@ -162,7 +164,7 @@ def _apply_taints(devices: list[dict[str, Any]], taints_of: TaintsOf | None) -> 
 
 
 def _dynamic_bodies(inventory: Inventory, sharing: str = "none", taints_of: TaintsOf | None = None,
-                    layout: str = "split") -> list[dict[str, Any]]:
+                    layout: str = "split", numa_list: bool = False) -> list[dict[str, Any]]:
     """Dynamic MIG (KEP-4815 partitionable devices). `layout` "split" (Kubernetes 1.35 on): counter-set slices,
     then devices; "combined" (1.33, 1.34): one slice per GPU with its counter set and its devices, as NVIDIA's
     driver publishes for those releases (generateCombinedResourceSlices)."""
@@ -174,7 +176,7 @@ def _dynamic_bodies(inventory: Inventory, sharing: str = "none", taints_of: Tain
         model = find_gpu_model(gpu.model or gpu.product_name) if gpu.mig_capable else None
         # Ampere can only leave MIG mode with a reset: partition it only when MIG is already on.
         if model is not None and (model.dynamic_mig_capable or gpu.mig_enabled):
-            attrs = gpu_common_attributes(gpu, inventory)
+            attrs = gpu_common_attributes(gpu, inventory, numa_list)
             partitionable.append(dynamic.DynamicMigGpu(minor=gpu.minor, model=model, uuid=gpu.uuid, attributes=attrs,
                                                        include_full_gpu=model.dynamic_mig_capable))
         else:
@@ -187,7 +189,7 @@ def _dynamic_bodies(inventory: Inventory, sharing: str = "none", taints_of: Tain
                 raise ValueError(f"GPU {g.minor}: {len(devices)} partitionable devices do not fit one "
                                  f"ResourceSlice ({_limit_for(devices)} at most), which Kubernetes 1.34 needs")
             bodies.append({"sharedCounters": [dynamic.counter_set(g.model, g.minor)], "devices": devices})
-        plain_devices = _apply_taints([gpu_device(g, inventory, sharing) for g in plain], taints_of)
+        plain_devices = _apply_taints([gpu_device(g, inventory, sharing, numa_list) for g in plain], taints_of)
         if plain_devices:
             bodies.extend({"devices": c} for c in _chunks(plain_devices, _limit_for(plain_devices)))
         return bodies
@@ -197,7 +199,7 @@ def _dynamic_bodies(inventory: Inventory, sharing: str = "none", taints_of: Tain
     for g in partitionable:
         devices = _apply_taints(dynamic.gpu_devices(g), taints_of)
         bodies.extend({"devices": c} for c in _chunks(devices, _limit_for(devices)))
-    plain_devices = _apply_taints([gpu_device(g, inventory, sharing) for g in plain], taints_of)
+    plain_devices = _apply_taints([gpu_device(g, inventory, sharing, numa_list) for g in plain], taints_of)
     if plain_devices:
         bodies.extend({"devices": c} for c in _chunks(plain_devices, _limit_for(plain_devices)))
     return bodies
@@ -227,17 +229,19 @@ def dynamic_mig_layout(kubernetes_version: str | None = None, features: Any = No
 def build_resource_slices(inventory: Inventory, node_name: str, *, driver_name: str = DEFAULT_DRIVER_NAME,
                           generation: int = 1, node_uid: str | None = None, dynamic_mig: bool = False,
                           max_devices_per_slice: int | None = None, sharing: str = "none",
-                          taints_of: TaintsOf | None = None, slice_layout: str = "split") -> list[dict[str, Any]]:
+                          taints_of: TaintsOf | None = None, slice_layout: str = "split",
+                          numa_list: bool = False) -> list[dict[str, Any]]:
     """The node's pool as ResourceSlice objects (resource.k8s.io/v1). `sharing="consumable"` publishes full
     GPUs with allowMultipleAllocations and shareable `compute`/`memory` capacities (consumable capacity).
     `taints_of(device)` gives each device's taints (the health monitor's; see health.py). `slice_layout`
-    (dynamic MIG only): "split" or "combined", the release's (gpudra.versions.partitionable_layout)."""
+    (dynamic MIG only): "split" or "combined", the release's (gpudra.versions.partitionable_layout).
+    `numa_list`: resource.kubernetes.io/numaNode as a list (NVIDIA's DRAListTypeAttributes gate)."""
     if sharing not in SHARING_MODES:
         raise ValueError(f"unknown sharing mode {sharing!r}; choose one of {', '.join(SHARING_MODES)}")
     if dynamic_mig:
-        bodies = _dynamic_bodies(inventory, sharing, taints_of, slice_layout)
+        bodies = _dynamic_bodies(inventory, sharing, taints_of, slice_layout, numa_list)
     else:
-        devices = _apply_taints(node_devices(inventory, sharing), taints_of)
+        devices = _apply_taints(node_devices(inventory, sharing, numa_list), taints_of)
         limit = min(max_devices_per_slice or MAX_DEVICES_PER_SLICE, _limit_for(devices))
         bodies = [{"devices": chunk} for chunk in _chunks(devices, limit)]
     if max_devices_per_slice and dynamic_mig:

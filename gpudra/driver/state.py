@@ -40,6 +40,7 @@ from gpudra.device_config import GPU_FAMILY, ConfigError, DeviceConfig, claim_co
 from .journal import CheckpointJournal
 from .paths import DriverPaths
 from .quarantine import load_quarantine, quarantine_entry, save_quarantine
+from .featuregates import sharing_gate_error
 from .sharing import SharingControl, SharingError, apply_claim_sharing, undo_claim_sharing
 
 log = logging.getLogger("gpudra.driver")
@@ -81,8 +82,10 @@ class DeviceState:
     def __init__(self, *, driver_name: str, node_name: str, backend: GpuBackend, paths: DriverPaths,
                  claims: ClaimSource, dynamic_mig: bool = False, fsync: bool = True, boot_id: str | None = None,
                  host_edits: ContainerEdits | None = None, sharing: SharingControl | None = None,
-                 serialize_lock: str | None = None):
+                 serialize_lock: str | None = None,
+                 sharing_strategies: frozenset[str] = frozenset({"TimeSlicing", "MPS"})):
         self.driver_name = driver_name
+        self.sharing_strategies = sharing_strategies  # those whose NVIDIA feature gate is on (featuregates.py)
         self.sharing = sharing  # applies time-slicing and MPS (None: configs are only recorded)
         self.node_name = node_name
         self.backend = backend
@@ -379,6 +382,8 @@ class DeviceState:
                 config = config_for(configs, request, record["type"], device)
             except ConfigError as exc:
                 raise PrepareError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
+            if config and config.sharing and config.sharing.strategy not in self.sharing_strategies:
+                raise PrepareError(f"claim {ref.namespace}/{ref.name}: {sharing_gate_error(config.sharing.strategy)}")
             record.update({
                 "request": request,
                 "requestNames": [request.split("/", 1)[0]] if request else [],

@@ -60,9 +60,10 @@ class PublishedDevices:
     def driver_vocabulary(cls) -> "PublishedDevices":
         """The attribute names gpudra's driver publishes, without values (no devices at hand)."""
         from gpudra.api.schema.cel_check import DEFAULT_DOMAIN
-        from gpudra.vocabulary import PUBLISHED_ATTRIBUTES
+        from gpudra.vocabulary import PUBLISHED_ATTRIBUTES, STANDARD_ATTRIBUTE_DOMAIN, STANDARD_ATTRIBUTES
 
-        return cls(names={DEFAULT_DOMAIN: set(PUBLISHED_ATTRIBUTES)})
+        standard = {name.split("/", 1)[1] for name in STANDARD_ATTRIBUTES}
+        return cls(names={DEFAULT_DOMAIN: set(PUBLISHED_ATTRIBUTES), STANDARD_ATTRIBUTE_DOMAIN: standard})
 
     def __bool__(self) -> bool:
         return bool(self.names)
