@@ -1,6 +1,6 @@
 """The ComputeDomain API (gpudra.api.schema.computedomain) checked against NVIDIA's CRD itself.
 
-tests/data/computedomain/computedomains.crd.yaml is the driver's CRD (its openAPIV3Schema, descriptions left out).
+gpudra/computedomain/computedomains.crd.yaml is the driver's CRD (its openAPIV3Schema, descriptions left out).
 The oracle here reads it with the `jsonschema` library, as the API server reads a structural schema: its defaults
 applied where the enclosing object is present, then the schema checked with unknown fields refused (kubectl's
 strict field validation, gpudra's rule for every kind) and `x-kubernetes-list-type: map` keys unique. gpudra's
@@ -25,7 +25,7 @@ from gpudra.api.load import Document, load_text
 from gpudra.api.schema import computedomain
 from gpudra.api.validate import validate_documents
 
-CRD_PATH = os.path.join(os.path.dirname(__file__), "data", "computedomain", "computedomains.crd.yaml")
+CRD_PATH = os.path.join(os.path.dirname(__file__), os.pardir, "gpudra", "computedomain", "computedomains.crd.yaml")
 
 
 def _crd_schema() -> dict[str, Any]:

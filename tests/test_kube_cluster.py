@@ -236,25 +236,18 @@ def test_gpu_nodes_on_the_real_control_plane():
     assert not os.path.exists(directory)
 
 
-def test_the_readme_walkthrough_runs_on_the_real_control_plane(tmp_path):
-    """The README's "Local cluster" commands, as written, on a cluster brought up with --api-server kubernetes:
-    `get`, `apply`, `describe` and `delete` become the release's kubectl, `explain` reads the cluster through its
-    kubeconfig, the driver's health event taints the device in the slice the real API server holds."""
-    from test_readme_local_cluster import readme_commands
-
+def _walkthrough(commands: list[str], up_flags: str, check_step=None) -> dict[str, str]:
+    """README commands, as written, with `cluster up` on the real API server, in a private home (the Go and gpudra
+    build caches kept where they are: a home without them would build Kubernetes anew); their outputs."""
     from gpudra.kubecluster.build import cache_root
 
-    built()
     home = short_dir("gh")
-    # a private home for the state directory the README names, with the Go and gpudra build caches kept where
-    # they are (a home without them would build Kubernetes anew)
     paths = subprocess.run(["go", "env", "GOPATH", "GOCACHE", "GOMODCACHE"], capture_output=True, text=True,
                            check=True).stdout.split()
     env = {"HOME": home, "XDG_STATE_HOME": "", "XDG_CACHE_HOME": os.path.dirname(os.path.dirname(cache_root())),
            "GOPATH": paths[0], "GOCACHE": paths[1], "GOMODCACHE": paths[2]}
-    commands = readme_commands()
-    assert commands[0] == "gpudra cluster up"
-    commands[0] += f" --api-server kubernetes --features {FEATURES},+DRADeviceTaints"
+    assert commands[0].startswith("gpudra cluster up")
+    commands = [commands[0] + up_flags, *commands[1:]]
     outputs = {}
     state = os.path.join(home, ".local", "state", "gpudra", "cluster")
     try:
@@ -262,17 +255,60 @@ def test_the_readme_walkthrough_runs_on_the_real_control_plane(tmp_path):
             args = [a.replace("~", home, 1) if a.startswith("~") else a for a in command.split()[1:]]
             done = gpudra(*args, check=False, env=env)
             assert done.returncode == 0, (command, done.stderr[-2000:])
-            outputs[command.split(" --api-server")[0]] = done.stdout
-            if args[:2] == ["driver", "inject-event"]:
-                real = Real(state, os.path.join(state, "kube", "bin", "kubectl"))
-                real.wait("the tainted L4", lambda: [
-                    d for s in real.get("resourceslices")["items"] if s["spec"]["nodeName"] == "l4-0"
-                    for d in s["spec"]["devices"] if d["name"] == "gpu-0" and d.get("taints")])
+            outputs[command.replace(up_flags, "")] = done.stdout
+            if check_step is not None:
+                check_step(args, Real(state, os.path.join(state, "kube", "bin", "kubectl")))
     finally:
         gpudra("cluster", "down", check=False, env=env)
         left = _our_processes(home)
         shutil.rmtree(home, ignore_errors=True)
     assert not left, left
+    return outputs
+
+
+def test_the_computedomain_walkthrough_runs_on_the_real_control_plane():
+    """The README's ComputeDomains block on the real API server with NVIDIA's CRD: gpudra's ComputeDomain
+    controller makes the IMEX daemons' DaemonSet, the real DaemonSet controller its pods on the labelled trays, the
+    real Job controller the indexed workers, both plugins of each tray prepare the claims, and the domain goes
+    Ready with both trays; deleting the Job and then the domain tears everything down."""
+    from test_computedomain_flow import readme_commands as computedomain_commands
+
+    built()
+
+    def check(args: list[str], real: Real) -> None:
+        if args[:2] == ["apply", "-f"]:
+            domain = real.wait("the domain Ready", lambda: (lambda d: d if d.get("status", {}).get("status") == "Ready"
+                                                            else None)(real.get("computedomain", "train")))
+            assert sorted(n["name"] for n in domain["status"]["nodes"]) == ["rack0-tray0", "rack0-tray1"]
+            real.wait("both workers Running", lambda: len([
+                p for p in real.get("pods", "-l", "job-name=train")["items"]
+                if p.get("status", {}).get("phase") == "Running"]) == 2)
+            daemons = real.get("pods", "-n", "nvidia-dra-driver-gpu")["items"]
+            assert sorted(p["spec"]["nodeName"] for p in daemons) == ["rack0-tray0", "rack0-tray1"]
+            assert all(p["metadata"]["ownerReferences"][0]["kind"] == "DaemonSet" for p in daemons)
+        if args[:2] == ["delete", "computedomain"]:
+            real.wait("the domain's DaemonSet and templates gone", lambda: not real.get(
+                "daemonsets", "-A")["items"] and "train-channel" not in real.kubectl("get", "resourceclaimtemplates"))
+
+    outputs = _walkthrough(computedomain_commands(), " --api-server kubernetes", check)
+    assert "status: Ready" in outputs["gpudra get computedomain train -o yaml"]
+
+
+def test_the_readme_walkthrough_runs_on_the_real_control_plane(tmp_path):
+    """The README's "Local cluster" commands, as written, on a cluster brought up with --api-server kubernetes:
+    `get`, `apply`, `describe` and `delete` become the release's kubectl, `explain` reads the cluster through its
+    kubeconfig, the driver's health event taints the device in the slice the real API server holds."""
+    from test_readme_local_cluster import readme_commands
+
+    built()
+
+    def check(args: list[str], real: Real) -> None:
+        if args[:2] == ["driver", "inject-event"]:
+            real.wait("the tainted L4", lambda: [
+                d for s in real.get("resourceslices")["items"] if s["spec"]["nodeName"] == "l4-0"
+                for d in s["spec"]["devices"] if d["name"] == "gpu-0" and d.get("taints")])
+
+    outputs = _walkthrough(readme_commands(), f" --api-server kubernetes --features {FEATURES},+DRADeviceTaints", check)
     assert "nvlink-training" in outputs["gpudra get pods -A -o wide"]
     assert "NOMINATED NODE" in outputs["gpudra get pods -A -o wide"]  # kubectl's own wide columns
     described = outputs["gpudra describe pod nvlink-training -n ai-training"]

@@ -116,8 +116,10 @@ class StoreDomainSource:
         self._set(node, None, uid)
 
 
-def _compute_domain_agent(cluster: ClusterDir, node: Any, options: Any) -> Any:
-    """The compute-domain plugin beside the GPU driver, on a node with an NVLink clique (nodes.node_drivers)."""
+def _compute_domain_agent(cluster: ClusterDir, node: Any, options: Any, claims: Any = None, slice_client: Any = None,
+                          domains: Any = None) -> Any:
+    """The compute-domain plugin beside the GPU driver, on a node with an NVLink clique (nodes.node_drivers); its
+    claims, slices and domains from the local store unless given (a real API server's)."""
     import dataclasses
 
     from gpudra.discovery.profiles import node_profile
@@ -135,8 +137,9 @@ def _compute_domain_agent(cluster: ClusterDir, node: Any, options: Any) -> Any:
                         registry_dir=options.registry_dir, plugins_dir=options.plugins_dir, cdi_dir=options.cdi_dir)
     backend = SimulatedBackend(dataclasses.replace(node_profile(node.profile), nvlink_clique=node_clique(node)),
                                node_name=node.name, state_path=paths.simulated_state)
-    return ComputeDomainAgent(cd_options, backend=backend, claims=StoreClaimSource(cluster.store),
-                              slice_client=StoreSliceClient(cluster.store), domains=StoreDomainSource(cluster.store))
+    return ComputeDomainAgent(cd_options, backend=backend, claims=claims or StoreClaimSource(cluster.store),
+                              slice_client=slice_client or StoreSliceClient(cluster.store),
+                              domains=domains or StoreDomainSource(cluster.store))
 
 
 def main(argv: list[str]) -> int:
@@ -178,13 +181,18 @@ def main(argv: list[str]) -> int:
         from gpudra.driver.claims import KubeClaimSource
         from gpudra.driver.publisher import KubeSliceClient
 
-        slice_client = KubeSliceClient.from_kubeconfig(os.path.join(cluster.path, "kubeconfig"))
+        kubeconfig = os.path.join(cluster.path, "kubeconfig")
+        slice_client = KubeSliceClient.from_kubeconfig(kubeconfig)
         agent = DriverAgent(options, backend=backend, claims=KubeClaimSource(slice_client.resource),
                             slice_client=slice_client)
-        if node_clique(node):
-            logging.getLogger(__name__).warning(
-                "node %s: the compute-domain plugin runs on the embedded API server only", node.name)
         agents: list[Any] = [agent]
+        if node_clique(node):  # the compute-domain plugin as `gpudra driver run --driver compute-domain` runs it
+            from gpudra.driver.domains import KubeDomainSource
+
+            cd_slices = KubeSliceClient.from_kubeconfig(kubeconfig)
+            agents.append(_compute_domain_agent(
+                cluster, node, options, claims=KubeClaimSource(cd_slices.resource), slice_client=cd_slices,
+                domains=KubeDomainSource.from_kubeconfig(kubeconfig)))
     else:
         agent = DriverAgent(options, backend=backend, claims=StoreClaimSource(cluster.store),
                             slice_client=StoreSliceClient(cluster.store))

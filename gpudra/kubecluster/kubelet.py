@@ -29,6 +29,7 @@ from gpudra.cluster.kubelet import Kubelet, extended_claim_name, running_status
 from gpudra.cluster.layout import ClusterConfig, ClusterDir, NodeSpec
 from gpudra.cluster.nodes import node_object
 
+from .kubestore import KubeStore
 from .rest import ApiError, Rest, cluster_scoped, namespaced
 
 MODULE = "gpudra.kubecluster.kubelet"
@@ -86,6 +87,7 @@ class NodeStandIn:
         self.rest = rest
         self.nodes = {n.name: i for i, n in enumerate(config.nodes)}
         self.kubelet = Kubelet(cluster, config.driver_name, self.emit)
+        self.store = KubeStore(rest)
         self._serials: dict[str, int] = {}
         # the nodes report the control plane's own patch release, as kubelets built with it would
         self.release = str((rest.get("/version") or {}).get("gitVersion") or f"v{config.kubernetes_version}.0")
@@ -228,6 +230,15 @@ class NodeStandIn:
             if exc.status not in (404, 409):
                 raise
 
+    def sync_compute_domains(self) -> None:
+        """NVIDIA's ComputeDomain controller, as the local cluster runs it (gpudra.cluster.computedomains), on the
+        real API server: templates, the IMEX daemons' DaemonSet (the real DaemonSet controller makes its pods),
+        node labels, status from the daemons' readiness, teardown."""
+        from gpudra.cluster.computedomains import reconcile_compute_domains
+
+        reconcile_compute_domains(self.store, self.emit,  # type: ignore[arg-type]
+                                  lambda kind, text: log.info("%s", text))
+
     def sync_pods(self) -> None:
         pods = self.our_pods()
         for pod in pods:
@@ -268,6 +279,7 @@ def serve(stand_in: NodeStandIn, stopping: threading.Event) -> None:
                 for spec in stand_in.config.nodes:
                     stand_in.post_status(spec)
                 last_status = time.monotonic()
+            stand_in.sync_compute_domains()
             stand_in.sync_pods()
         except Exception:  # noqa: BLE001 - an API server restarting or one odd object must not stop the nodes
             log.exception("node round failed; retried")

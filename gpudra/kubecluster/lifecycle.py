@@ -57,7 +57,44 @@ def start_stand_in(cluster: ClusterDir, say: Callable[[str], None]) -> None:
     say(f"nodes {', '.join(n.name for n in cluster.load_config().nodes)} registered (node stand-in, log {log_file})")
 
 
+def install_compute_domain_api(cluster: ClusterDir, say: Callable[[str], None]) -> None:
+    """NVIDIA's ComputeDomain CRD (the chart installs it; gpudra.computedomain keeps NVIDIA's own file) and the
+    driver's namespace, where the controller puts each domain's IMEX daemon DaemonSet."""
+    from gpudra.api.yaml_files import read_yaml
+    from gpudra.driver.computedomain import DRIVER_NAMESPACE
+
+    from .rest import ApiError, Rest
+
+    crd = read_yaml(os.path.join(os.path.dirname(os.path.dirname(__file__)), "computedomain",
+                                 "computedomains.crd.yaml"))
+    rest = Rest(controlplane.KubePaths(cluster).admin_kubeconfig)
+    try:
+        for path, obj in (("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd),
+                          ("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": DRIVER_NAMESPACE}})):
+            try:
+                rest.call("POST", path, obj)
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise ClusterSetupError(f"installing {obj['kind']} {obj['metadata']['name']}: {exc}") from None
+        deadline = time.monotonic() + STAND_IN_TIMEOUT_S
+        while not _established(rest, crd["metadata"]["name"]):
+            if time.monotonic() > deadline:
+                raise ClusterSetupError(f"CRD {crd['metadata']['name']} not established")
+            time.sleep(0.1)
+    finally:
+        rest.close()
+    say(f"ComputeDomain CRD ({crd['metadata']['name']}) and namespace {DRIVER_NAMESPACE} installed")
+
+
+def _established(rest, name: str) -> bool:  # type: ignore[no-untyped-def]
+    crd = rest.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+    return any(c.get("type") == "Established" and c.get("status") == "True"
+               for c in (crd.get("status") or {}).get("conditions") or [])
+
+
 def install_device_classes(cluster: ClusterDir, config: ClusterConfig, say: Callable[[str], None]) -> list[str]:
+    from gpudra.driver.computedomain import compute_domain_device_classes
     from gpudra.driver.slices import device_classes
 
     from .rest import ApiError, Rest, cluster_scoped
@@ -65,7 +102,8 @@ def install_device_classes(cluster: ClusterDir, config: ClusterConfig, say: Call
     rest = Rest(controlplane.KubePaths(cluster).admin_kubeconfig)
     created = []
     try:
-        for obj in device_classes(config.driver_name):
+        # the chart's defaults install the compute-domain driver's classes too (values.yaml resources.computeDomains)
+        for obj in device_classes(config.driver_name) + compute_domain_device_classes():
             try:
                 rest.call("POST", cluster_scoped("resource.k8s.io/v1", "deviceclasses"), obj)
                 created.append(obj["metadata"]["name"])
@@ -83,9 +121,6 @@ def up(cluster: ClusterDir, config: ClusterConfig, say: Callable[[str], None] = 
        module: str | None = None) -> Built:
     from gpudra.cluster import nodes
 
-    if any(nodes.node_clique(n) for n in config.nodes):
-        raise ClusterSetupError("ComputeDomain nodes (--racks, gb200 profiles) run on the embedded API server only "
-                                "for now: leave out --api-server kubernetes")
     built = build(module, say)
     minor = ".".join(built.release.lstrip("v").split(".")[:2])
     if minor != config.kubernetes_version:
@@ -94,6 +129,7 @@ def up(cluster: ClusterDir, config: ClusterConfig, say: Callable[[str], None] = 
     cluster.save_config(config)
     cluster.make_private()
     controlplane.start(cluster, config, built, say)
+    install_compute_domain_api(cluster, say)
     start_stand_in(cluster, say)
     nodes.up(cluster, config, say=say, control_plane=False)
     return built
