@@ -10,6 +10,7 @@ ComputeDomain's is, and of the built-in kinds).
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 from gpudra.cluster.store import StoreError
@@ -83,7 +84,7 @@ class KubeStore:
                    propagationPolicy="Background")
         return name
 
-    def events_for(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+    def events_for(self, obj: dict[str, Any]) -> builtins.list[dict[str, Any]]:  # `list` is a method here
         meta = obj.get("metadata") or {}
         listed = self._call("GET", self._path("Event", meta.get("namespace") or "default"),
                             fieldSelector=f"involvedObject.uid={meta.get('uid')}")

@@ -65,13 +65,14 @@ def install_compute_domain_api(cluster: ClusterDir, say: Callable[[str], None]) 
 
     from .rest import ApiError, Rest
 
-    crd = read_yaml(os.path.join(os.path.dirname(os.path.dirname(__file__)), "computedomain",
+    crd: dict = read_yaml(os.path.join(os.path.dirname(os.path.dirname(__file__)), "computedomain",
                                  "computedomains.crd.yaml"))
     rest = Rest(controlplane.KubePaths(cluster).admin_kubeconfig)
     try:
-        for path, obj in (("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd),
-                          ("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                  "metadata": {"name": DRIVER_NAMESPACE}})):
+        namespace: dict = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}}
+        installs: list[tuple[str, dict]] = [("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd),
+                                            ("/api/v1/namespaces", namespace)]
+        for path, obj in installs:
             try:
                 rest.call("POST", path, obj)
             except ApiError as exc:
