@@ -22,15 +22,17 @@ picks a uniformly random feasible node (its PreScore), as the artifact.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable
 
 from gpudra.driver.slices import COMPUTE_CAPACITY, COMPUTE_UNITS
 from gpudra.scheduler.devicechoice import allocate_hiding, claims_to_allocate
 from gpudra.scheduler.scoring import Policy
 
-from .fgd import (MAX_NODE_SCORE, Fragmentation, NodeRes, TypicalTask, fgd_choice, first_free_gpus,
+from .fgd import (MAX_NODE_SCORE, Fragmentation, NodeRes, ResourceKey, TypicalTask, fgd_choice, first_free_gpus,
                   fragmentation_growth, pinned_demand_per_gpu)
 from .popularity import OnlinePopularity
+from .reserve import HostingReserve
 from .timeslicing import ReplicaState
 from .trace import MILLI, Task
 
@@ -356,13 +358,21 @@ class FragmentationPolicy(FgdPolicy):
 
     def __init__(self, context: SimContext):
         super().__init__(context)
+        self._idle_nodes = [context.node_res(node) for node in sorted(context.node_gpus)]  # the cluster before any pod
         self.use_typical(context.fragmentation.typical)
 
     def use_typical(self, typical: list[TypicalTask]) -> None:
         super().use_typical(typical)
         self._cpu_aware = Fragmentation(typical, cpu_aware=True)
         self._pinned_demand = pinned_demand_per_gpu(typical, self.context.model_gpus)
-        self._tie_keys: dict[tuple, tuple[float, float]] = {}  # (node state, task shape) -> tie key
+        self._reserve = HostingReserve(self.shape_counts(), self._idle_nodes)
+        self._tie_keys: dict[tuple, tuple[float, float, float]] = {}  # (node state, task shape) -> tie key
+
+    def shape_counts(self) -> "Counter[ResourceKey]":
+        """How many tasks of each shape the workload holds (the online variant: the tasks arrived so far)."""
+        if self.online:
+            return Counter(self.context.popularity.counts)
+        return Counter(task.resource_key for task in self.context.tasks.values())
 
     def cpu_aware(self) -> Fragmentation:
         return self._cpu_aware
@@ -378,7 +388,7 @@ class FragmentationPolicy(FgdPolicy):
         score, _gpus = self.node_score(res, task, node)
         return score, self.tie_key(res, task), -self.context.node_rank[node]
 
-    def tie_key(self, res: NodeRes, task: Task) -> tuple[float, float]:
+    def tie_key(self, res: NodeRes, task: Task) -> tuple[float, float, float]:
         """Among nodes of equal FGD score, larger is better: minus the pinned tasks' demand for the node's model
         (unpinned GPU tasks only), then minus the CPU-aware fragmentation's growth when the task takes FGD's
         GPUs. Memoised: many tied nodes are in the same state."""
@@ -390,7 +400,8 @@ class FragmentationPolicy(FgdPolicy):
                 memo.clear()
             gpus = self.gpus(res, task)
             growth = fragmentation_growth(self._cpu_aware, res, task.cpu_milli, task.gpu_milli, gpus)
-            found = memo[key] = (-self.pinned_demand(res.model, task), -growth)
+            lost = self._reserve.lost(res, task.cpu_milli, task.gpu_milli, gpus)
+            found = memo[key] = (-self.pinned_demand(res.model, task), -lost, -growth)
         return found
 
     def pinned_demand(self, model: str, task: Task) -> float:
