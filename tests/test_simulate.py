@@ -266,10 +266,10 @@ def test_a_replay_does_not_depend_on_the_machines_speed(policy, monkeypatch):
     import time
 
     trace = small_trace()
-    normal = run_experiment(trace, policy, seed=5, tune=2.0, fast=False)
+    normal = run_experiment(trace, policy, seed=5, tune=2.0, path="reference")
     readings = iter(range(0, 10**12, 100))
     monkeypatch.setattr(time, "monotonic", lambda: float(next(readings)))
-    slow = run_experiment(trace, policy, seed=5, tune=2.0, fast=False)
+    slow = run_experiment(trace, policy, seed=5, tune=2.0, path="reference")
     monkeypatch.undo()
     for volatile in ("seconds", "cpu_seconds"):
         normal.pop(volatile), slow.pop(volatile)
@@ -554,7 +554,8 @@ def test_both_modes_report_demand_served_first_and_reserved_gpus_apart(tmp_path)
     table = _cli(*args, "-o", "wide")
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
-    assert header.split()[7:10] == ["SERVED%@100", "STD", "UNSERVED-GPUS"]
+    at = header.split().index("SERVED%@100")
+    assert header.split()[at:at + 4] == ["SERVED%@100", "OVERSUB%", "STD", "UNSERVED-GPUS"]
     cells = {row.split()[1]: dict(zip(header.split(), row.split())) for row in rows}
     results = [json.loads(line) for line in _cli(*args, "-o", "json").stdout.splitlines()]
     for mode, row in cells.items():

@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .engine import tuned_workload
+from .engine import SimulationError, path_taken, tuned_workload
 from .trace import MILLI, Trace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,6 +38,16 @@ PER_TASK_CPU_MS["dra"]["fragmentation-online"] = 7.5
 # time-slicing: device-plugin's numbers (the same scheduler work plus the plugin's replica pick per task); fgd
 # measured 3.1-3.3 with `gpudra simulate --mode time-slicing --policy fgd -j 1` (2026-12-04 00:05 UTC, same machine)
 PER_TASK_CPU_MS["time-slicing"] = PER_TASK_CPU_MS["device-plugin"]
+# DRA mode on the reference path (`--path reference`, `--kubernetes-version`, `--features`): every placement through
+# the scheduler and allocator. fgd: 38.6 s per experiment of 10,771 tasks on an idle machine (README, Performance:
+# before the fast path); fragmentation: 70 s of CPU for seed 42 (README, the fast path's check); the other paper
+# policies: device-plugin mode's numbers (the same scheduler work, measured on the reference path); fgd-online:
+# fgd's times fragmentation-online's ratio to fragmentation (7.5 / 6.5).
+REFERENCE_DRA_CPU_MS: dict[str, float] = {
+    **{policy: PER_TASK_CPU_MS["device-plugin"][policy]
+       for policy in ("random", "dotprod", "gpu-clustering", "gpu-packing", "bestfit")},
+    "fgd": 3.58, "fragmentation": 6.5, "fgd-online": 4.13, "fragmentation-online": 7.5,
+    "kube": PER_TASK_CPU_MS["dra"]["kube"], "binpack": PER_TASK_CPU_MS["dra"]["binpack"]}
 MANIFEST_POD_CPU_MS = 2.0  # a pod of a manifest replay: gpudra's own policies, about the scheduler's cost
 
 
@@ -55,7 +65,18 @@ def predicted_cpu_seconds(trace: Any, experiment: "Experiment", tasks: int | Non
     if not isinstance(trace, Trace):
         return tasks * MANIFEST_POD_CPU_MS / 1000
     per_task = PER_TASK_CPU_MS.get(experiment.mode, PER_TASK_CPU_MS["dra"])
+    if experiment.mode == "dra" and path_of(trace, experiment) == "reference":
+        per_task = REFERENCE_DRA_CPU_MS
     return tasks * per_task.get(experiment.policy, max(per_task.values())) / 1000
+
+
+def path_of(trace: Trace, experiment: "Experiment") -> str:
+    """The path the experiment runs on (`engine.path_taken`); a refused `--path fast` is the caller's error, so it
+    is estimated as the reference path here."""
+    try:
+        return path_taken(trace, experiment.policy, experiment.mode, experiment.release, experiment.path)
+    except SimulationError:
+        return "reference"
 
 
 def predictions(experiments: list["Experiment"], trace_of: Any) -> list[float]:

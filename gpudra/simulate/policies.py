@@ -443,3 +443,7 @@ ONLINE_POLICIES = (FgdOnlinePolicy.name, FragmentationOnlinePolicy.name)
 
 def paper_policy(name: str, context: SimContext) -> PaperPolicy:
     return _CLASSES[name](context)
+
+
+def paper_policy_class(name: str) -> type[PaperPolicy]:
+    return _CLASSES[name]
