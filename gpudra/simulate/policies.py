@@ -126,6 +126,11 @@ def best_fit_gpu(res: NodeRes, task: Task) -> tuple[int, ...]:
     return first_free_gpus(res, task.num_gpu)
 
 
+def idle(res: NodeRes) -> NodeRes:
+    """The node as it is with no pod on it: all its CPU and every GPU free."""
+    return NodeRes(res.cpu_capacity, res.cpu_capacity, (MILLI,) * len(res.gpu_left), res.model)
+
+
 class PaperPolicy(Policy):
     default_percentage_of_nodes_to_score = 100
     node_allocations = False  # scores read SimContext.node_res; the allocations only matter on the chosen node
@@ -358,7 +363,7 @@ class FragmentationPolicy(FgdPolicy):
 
     def __init__(self, context: SimContext):
         super().__init__(context)
-        self._idle_nodes = [context.node_res(node) for node in sorted(context.node_gpus)]  # the cluster before any pod
+        self._idle_nodes = [idle(context.node_res(node)) for node in sorted(context.node_gpus)]
         self.use_typical(context.fragmentation.typical)
 
     def use_typical(self, typical: list[TypicalTask]) -> None:
@@ -369,9 +374,10 @@ class FragmentationPolicy(FgdPolicy):
         self._tie_keys: dict[tuple, tuple[float, float, float]] = {}  # (node state, task shape) -> tie key
 
     def shape_counts(self) -> "Counter[ResourceKey]":
-        """How many tasks of each shape the workload holds (the online variant: the tasks arrived so far)."""
+        """How many tasks of each shape the workload holds (the online variant: the tasks arrived up to the
+        estimate's last refresh, as its typical tasks)."""
         if self.online:
-            return Counter(self.context.popularity.counts)
+            return self.context.popularity.counted
         return Counter(task.resource_key for task in self.context.tasks.values())
 
     def cpu_aware(self) -> Fragmentation:
