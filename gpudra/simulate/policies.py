@@ -343,12 +343,14 @@ class FgdPolicy(PaperPolicy):
 
 
 class FragmentationPolicy(FgdPolicy):
-    """gpudra's `fragmentation` in the simulator: FGD's score and GPU choice first; where FGD's scores tie, the
-    node whose CPU-aware fragmentation (`Fragmentation(cpu_aware=True)`: GPUs the node's free CPU cannot serve
-    count as fragmented) grows least; then FGD's node order. Before the CPU rule, a GPU task free to run on any
-    model prefers, among FGD's equals, the model that tasks pinned to GPU models (`gpu_spec`) need least
-    (`pinned_demand_per_gpu`): it leaves the scarce models to the tasks that can run nowhere else (without it,
-    CPU-poor P100/V100 nodes, whose GPUs look stranded, drew unpinned tasks and openb gpuspec25 lost 62 GPUs).
+    """gpudra's `fragmentation` in the simulator: FGD's score and GPU choice first; where FGD's scores tie, in
+    order: for a GPU task free to run on any model, the model that tasks pinned to GPU models (`gpu_spec`) need
+    least (`pinned_demand_per_gpu`: it leaves the scarce models to the tasks that can run nowhere else; without
+    it, CPU-poor P100/V100 nodes, whose GPUs look stranded, drew unpinned tasks and openb gpuspec25 lost 62 GPUs);
+    the node whose hosts of whole-node shapes the placement takes least (`reserve.HostingReserve`: without it the
+    CPU rule spread small tasks over idle nodes and onto the only hosts of the largest tasks, and allocated less
+    than FGD below saturation); the node whose CPU-aware fragmentation (`Fragmentation(cpu_aware=True)`: GPUs
+    the node's free CPU cannot serve count as fragmented) grows least; then FGD's node order.
 
     FGD's score is an integer (int(sigmoid(ΔF/1000)·100): one point is about 40 milli of fragmentation, and
     most nodes share a few states), so most placements are ties that FGD gives to the first node in its order.
@@ -396,8 +398,9 @@ class FragmentationPolicy(FgdPolicy):
 
     def tie_key(self, res: NodeRes, task: Task) -> tuple[float, float, float]:
         """Among nodes of equal FGD score, larger is better: minus the pinned tasks' demand for the node's model
-        (unpinned GPU tasks only), then minus the CPU-aware fragmentation's growth when the task takes FGD's
-        GPUs. Memoised: many tied nodes are in the same state."""
+        (unpinned GPU tasks only), minus the whole-node hosting the placement takes, then minus the CPU-aware
+        fragmentation's growth, both when the task takes FGD's GPUs. Memoised: many tied nodes are in the same
+        state."""
         key = (res, task.resource_key)
         memo = self._tie_keys
         found = memo.get(key)
