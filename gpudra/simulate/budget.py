@@ -25,10 +25,14 @@ if TYPE_CHECKING:  # pragma: no cover
 # work running (load 5-10; process CPU time, which that load inflates less than wall time). DRA mode's paper
 # policies and `fragmentation` take the fast path (fastpath.py): measured again 2026-12-04 04:10-04:36 UTC, same
 # machine, load 5-9, niced (per experiment: fgd 2.2 s, fragmentation 5.4 s, bestfit 1.2 s, random 1.5 s,
-# dotprod 1.2 s, gpu-clustering 1.6 s, gpu-packing 1.2 s).
+# dotprod 1.2 s, gpu-clustering 1.6 s, gpu-packing 1.2 s). fgd and fragmentation (with its hosting reserve) again
+# 2026-12-07 15:31-15:33 UTC, same machine, load 3-6: the mean CPU per task over the five bundled traces × ten
+# seeds of `gpudra simulate --trace default,cpu100,gpushare40,gpuspec10,multigpu30 --policies fgd,fragmentation
+# --seeds 10 -j 2` (fgd 0.10 ms, 1.1 s per default-trace experiment; fragmentation 0.18 ms, 1.8 s), which the
+# earlier numbers (0.206 and 0.504) overestimated 2.5-fold.
 PER_TASK_CPU_MS: dict[str, dict[str, float]] = {
     "dra": {"random": 0.14, "dotprod": 0.108, "gpu-clustering": 0.148, "gpu-packing": 0.109, "bestfit": 0.115,
-            "fgd": 0.206, "kube": 5.82, "binpack": 2.78, "fragmentation": 0.504},
+            "fgd": 0.102, "kube": 5.82, "binpack": 2.78, "fragmentation": 0.177},
     "device-plugin": {"random": 3.38, "dotprod": 2.58, "gpu-clustering": 2.66, "gpu-packing": 2.78, "bestfit": 2.56,
                       "fgd": 3.01, "kube": 3.18, "binpack": 3.05, "fragmentation": 4.95},
 }
