@@ -521,7 +521,8 @@ def test_fragmentation_leaves_the_model_pinned_tasks_need_to_them():
                + [Task(f"any-{i}", 4000, 1024, 1, 1000) for i in range(16)])
     fragmentation = Fragmentation(typical_tasks(typical))
     # as many tasks pinned to each model, but ten times as many G2 GPUs: T4 is the scarce one
-    policy = FragmentationPolicy(SimpleNamespace(fragmentation=fragmentation, model_gpus={"T4": 8, "G2": 80}))
+    policy = FragmentationPolicy(SimpleNamespace(fragmentation=fragmentation, model_gpus={"T4": 8, "G2": 80},
+                                                 node_gpus={}, tasks={}))  # no whole-node shape to reserve
     t4, g2 = NodeRes(8000, 8000, (1000,) * 8, "T4"), NodeRes(64000, 64000, (1000,) * 8, "G2")
     unpinned, pinned = Task("probe", 4000, 1024, 1, 1000), Task("pinned-probe", 4000, 1024, 1, 1000, ("T4",))
     cpu_aware = policy.cpu_aware()
