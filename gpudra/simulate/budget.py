@@ -36,21 +36,24 @@ PER_TASK_CPU_MS: dict[str, dict[str, float]] = {
     "device-plugin": {"random": 3.38, "dotprod": 2.58, "gpu-clustering": 2.66, "gpu-packing": 2.78, "bestfit": 2.56,
                       "fgd": 3.01, "kube": 3.18, "binpack": 3.05, "fragmentation": 4.95},
 }
-# fragmentation-online (dra): 113.7 s of CPU for seed 42 of the default trace where `fragmentation` took 70.3 s in
-# the same hour (2026-12-04 04:00-04:15 UTC, load 8-11): that ratio (1.62) on `fragmentation`'s 4.64
-PER_TASK_CPU_MS["dra"]["fragmentation-online"] = 7.5
-# time-slicing: device-plugin's numbers (the same scheduler work plus the plugin's replica pick per task); fgd
-# measured 3.1-3.3 with `gpudra simulate --mode time-slicing --policy fgd -j 1` (2026-12-04 00:05 UTC, same machine)
-PER_TASK_CPU_MS["time-slicing"] = PER_TASK_CPU_MS["device-plugin"]
+# fragmentation-online (always the reference path): 113.7 s of CPU for seed 42 of the default trace where
+# `fragmentation` took 70.3 s on the reference path in the same hour (2026-12-04 04:00-04:15 UTC, load 8-11): a
+# ratio of 1.62, used for both online variants in REFERENCE_DRA_CPU_MS below
+# time-slicing: device-plugin's numbers (the same scheduler work plus the plugin's replica pick per task). fgd in
+# both measured again 2026-12-07 15:35-15:38 UTC, same machine, load 2-7, seed 42 of the default trace (`gpudra
+# simulate --mode M --policy fgd -j 1`): device-plugin 14.8 s of CPU (the 2.56-3.38 above were measured before
+# the scheduler's own fast paths and overestimate about 2-fold), time-slicing 14.2 s.
+PER_TASK_CPU_MS["device-plugin"]["fgd"] = 1.38
+PER_TASK_CPU_MS["time-slicing"] = {**PER_TASK_CPU_MS["device-plugin"], "fgd": 1.32}
 # DRA mode on the reference path (`--path reference`, `--kubernetes-version`, `--features`): every placement through
-# the scheduler and allocator. fgd: 38.6 s per experiment of 10,771 tasks on an idle machine (README, Performance:
-# before the fast path); fragmentation: 70 s of CPU for seed 42 (README, the fast path's check); the other paper
-# policies: device-plugin mode's numbers (the same scheduler work, measured on the reference path); fgd-online:
-# fgd's times fragmentation-online's ratio to fragmentation (7.5 / 6.5).
+# the scheduler and allocator. fgd and fragmentation measured 2026-12-07 15:35-15:38 UTC, same machine, load 4-7,
+# seed 42 of the default trace (`gpudra simulate --policy P --path reference -j 1`): 21.4 and 25.2 s of CPU; the
+# online variants: those times fragmentation-online's ratio to fragmentation measured 2026-12-04 (1.62, above);
+# the other paper policies: device-plugin mode's numbers (the same scheduler work; an overestimate, as fgd's was).
 REFERENCE_DRA_CPU_MS: dict[str, float] = {
     **{policy: PER_TASK_CPU_MS["device-plugin"][policy]
        for policy in ("random", "dotprod", "gpu-clustering", "gpu-packing", "bestfit")},
-    "fgd": 3.58, "fragmentation": 6.5, "fgd-online": 4.13, "fragmentation-online": 7.5,
+    "fgd": 1.99, "fragmentation": 2.34, "fgd-online": 3.22, "fragmentation-online": 3.79,
     "kube": PER_TASK_CPU_MS["dra"]["kube"], "binpack": PER_TASK_CPU_MS["dra"]["binpack"]}
 MANIFEST_POD_CPU_MS = 2.0  # a pod of a manifest replay: gpudra's own policies, about the scheduler's cost
 
