@@ -94,8 +94,11 @@ def test_n_whole_gpu_tasks_on_one_gpu_oversubscribe_it_n_times():
     result = run_experiment(trace, "kube", 42, "time-slicing", tune=0, replicas=replicas)
     assert result["scheduled"] == replicas and result["replicas"] == replicas
     assert result["series"]["oversubscribed_ratio"][-1] == 100.0 * (replicas - 1)
-    assert result["series"]["served_ratio"][-1] == 100.0 * replicas  # served counts demand it cannot serve …
-    assert result["series"]["allocation_ratio"][-1] == 100.0  # … on the one GPU it reserves
+    # issue 32: served is the demand within the GPU's capacity (it once counted all 400%: 300 GPUs "unserved"
+    # below zero); what lies beyond is the oversubscription, and the two add up to the demand placed
+    assert result["series"]["served_ratio"][-1] == 100.0
+    assert result["series"]["served_ratio"][-1] + result["series"]["oversubscribed_ratio"][-1] == 100.0 * replicas
+    assert result["series"]["allocation_ratio"][-1] == 100.0  # the one GPU it reserves
 
 
 def test_device_plugin_and_dra_never_oversubscribe():
@@ -190,8 +193,9 @@ def test_served_reserved_and_oversubscribed_invariants(node_gpus, specs, replica
     assert run.oversubscription() == (excess, sum(1 for d in demand.values() if d > 1000))
     reserved = sum(1 for t in taken.values() if t)
     assert run.used == 1000 * reserved and reserved <= trace.gpus
-    # FGD's fragmentation counts free GPU milli; free is what the free replicas stand for
-    free = sum(1000 * (replicas - t) // replicas for t in taken.values())
+    # FGD's fragmentation counts free GPU milli over GPUs (issue 32: it ran over the free replicas and counted
+    # more fragmented GPUs than the cluster had free): each GPU's compute its pods' demand leaves, never below 0
+    free = sum(max(0, 1000 - d) for d in demand.values())
     assert run.free == free and run.frag <= free + 1e-6
 
 

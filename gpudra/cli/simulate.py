@@ -11,7 +11,7 @@ import click
 from gpudra.cli.errors import UsageError
 from gpudra.cli.options import features_option, kubernetes_version_option
 from gpudra.cli.output import output_option
-from gpudra.simulate.engine import ALL_POLICIES, DEFAULT_TUNE, KNOWN_POLICIES, METHODS
+from gpudra.simulate.engine import ALL_POLICIES, DEFAULT_TUNE, KNOWN_POLICIES, METHODS, PATHS
 from gpudra.simulate.trace import BUNDLED_TRACES, DEFAULT_TRACE
 
 
@@ -56,6 +56,13 @@ def _split(values: tuple[str, ...]) -> list[str]:
                    "(0: every task once; at most 10).")
 @click.option("--method", type=click.Choice(METHODS), default="tune", show_default=True,
               help="tune: the paper's method; events: creation/deletion times of the trace.")
+@click.option("--path", "path", type=click.Choice(PATHS), default="auto", show_default=True,
+              help="Which path places the pods: fast (the node model, the same placements; DRA mode, the "
+                   "paper's policies and fragmentation, simple task shapes), reference (every pod through gpudra's "
+                   "scheduler and allocator, 10-30x the CPU), auto: fast where it applies.")
+@click.option("--levels", default="", metavar="PERCENTS",
+              help="Arrived-demand levels (% of capacity, e.g. 70,80,90,100) whose served share the table shows, "
+                   "one column each, next to the one at 100%.")
 @click.option("-j", "--jobs", type=click.IntRange(1, None), default=None,
               help="Experiments run in parallel [default: the usable CPU cores].")
 @click.option("--dask-scheduler", metavar="ADDRESS", default=None,
@@ -83,7 +90,8 @@ def _split(values: tuple[str, ...]) -> list[str]:
                     "experiment per line; yaml: the same objects as a `---` stream; csv: the summary.")
 def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None, manifests: tuple[str, ...],
             policies: tuple[str, ...], seed: int, seeds: int, mode: str, replicas: int | None,
-            fail_requests_greater_than_one: bool, tune: float, method: str, jobs: int | None,
+            fail_requests_greater_than_one: bool, tune: float, method: str, path: str, levels: str,
+            jobs: int | None,
             dask_scheduler: str | None, out_dir: str | None, workload: str, racks: int, gangs_csv: str | None,
             patience: int, kubernetes_version: str | None, features: str, output: str) -> None:
     """Replay a trace of a GPU cluster: every task becomes a Pod (with a ResourceClaim in DRA mode), every node
@@ -167,8 +175,10 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
     version = _release(kubernetes_version, features, "dra" in modes)
     gates = None if features == "default" else features
     experiments = [Experiment(source, policy, s, m, tune, method, version, gates, replicas,
-                              fail_requests_greater_than_one)
+                              fail_requests_greater_than_one, path)
                    for source in sources for m in modes for policy in chosen for s in range(seed, seed + seeds)]
+    shown_levels = _levels(levels)
+    _check_path(experiments, trace_of)
     workers = min(jobs or default_jobs(), len(experiments))
     clock = SweepClock(predictions(experiments, trace_of), workers, cpu_share=cpu_share(workers))
     progress = SweepProgress(experiments, clock, dask_scheduler)
@@ -187,7 +197,45 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
         _write(results, out_dir)
     for note in _empty_column_notes(results, tune):
         click.echo(f"note: {note}", err=True)
-    _print(results, output)
+    _print(results, output, shown_levels)
+
+
+def level_field(level: int) -> str:
+    from gpudra.simulate.sweep import level_field as field
+
+    return field(level)
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    """`--levels 70,80,90`: whole percents from 1 to the tuning's reach, each once, in order."""
+    levels: list[int] = []
+    for part in _split((text,)):
+        try:
+            level = int(part)
+        except ValueError:
+            raise UsageError(f"--levels: {part!r} is not a whole percent (e.g. --levels 70,80,90,100)") from None
+        if not 1 <= level <= 1000:
+            raise UsageError(f"--levels: {level} is not a percent of capacity from 1 to 1000")
+        if level not in levels:
+            levels.append(level)
+    return tuple(sorted(levels))
+
+
+def _check_path(experiments: list[Any], trace_of: Any) -> None:
+    """`--path fast` where the fast path does not apply is a usage error before any work starts."""
+    from gpudra.simulate.engine import SimulationError, path_taken
+    from gpudra.simulate.manifests import Manifests
+
+    for experiment in experiments:
+        trace = trace_of(experiment.source)
+        if isinstance(trace, Manifests):
+            if experiment.path == "fast":
+                raise UsageError("--path fast: manifests are replayed through the scheduler (the reference path)")
+            continue
+        try:
+            path_taken(trace, experiment.policy, experiment.mode, experiment.release, experiment.path)
+        except SimulationError as exc:
+            raise UsageError(str(exc)) from None
 
 
 def _given(*names: str) -> bool:
@@ -207,9 +255,9 @@ def _nvl72(traces: tuple[str, ...], nodes_csv: str | None, manifests: tuple[str,
         raise UsageError("--workload nvl72 replays gang jobs (--gangs or the synthetic trace), not --trace, "
                          "--nodes or -f")
     if mode != "dra" or _given("replicas", "fail_requests_greater_than_one", "kubernetes_version", "features",
-                                "dask_scheduler"):
+                                "dask_scheduler", "path", "levels"):
         raise UsageError("--workload nvl72 places whole GPUs per tray: --mode, --replicas, --kubernetes-version, "
-                         "--features and --dask-scheduler do not apply")
+                         "--features, --path, --levels and --dask-scheduler do not apply")
     method = method if _given("method") else "events"
     if method == "events" and _given("tune"):
         raise UsageError("--tune applies to --method tune; --method events replays the jobs' own times")
@@ -222,12 +270,17 @@ def _nvl72(traces: tuple[str, ...], nodes_csv: str | None, manifests: tuple[str,
               tune=tune, patience=patience, out_dir=out_dir, output=output)
 
 
-def _print(results: list[dict], output: str) -> None:
+WIDE_LEVELS = (70, 80, 90)  # the levels -o wide shows without --levels
+
+
+def _print(results: list[dict], output: str, levels: tuple[int, ...] = ()) -> None:
     from gpudra.cli.output import echo_experiments
     from gpudra.simulate.report import summary_csv
     from gpudra.simulate.sweep import summarize
 
-    echo_experiments(results, output, summarize, summary_csv, _table)
+    shown = levels or (WIDE_LEVELS if output == "wide" else ())
+    echo_experiments(results, output, lambda rows: summarize(rows, shown),
+                     lambda rows: summary_csv(rows, shown), lambda rows, wide: _table(rows, wide, shown))
 
 
 def _write(results: list[dict], out_dir: str) -> None:
@@ -321,19 +374,25 @@ def _empty_column_notes(results: list[dict], tune: float) -> list[str]:
     return list(notes.values())
 
 
-def _table(rows: list[dict], wide: bool = False) -> str:
-    # Served demand first: one measure for both modes. RESERVED% is the GPUs held (the paper's allocation ratio):
-    # equal to SERVED% in DRA mode, where a share takes its own milli-GPUs, and higher in device-plugin mode,
-    # where a share holds a whole GPU. OVERSUB% (time-slicing): GPU demand placed beyond the GPUs' capacity, % of
-    # capacity; SERVED% counts it, so the two are read together.
+def _table(rows: list[dict], wide: bool = False, levels: tuple[int, ...] = ()) -> str:
+    # Served demand first: one measure for both modes, the demand within the GPUs' capacity. OVERSUB% next to it
+    # (time-slicing): GPU demand placed beyond the GPUs' capacity, % of capacity, which SERVED% leaves out (the
+    # two add up to the demand placed). RESERVED% is the GPUs held (the paper's allocation ratio): equal to
+    # SERVED% in DRA mode, where a share takes its own milli-GPUs, and higher with the device plugin, where a
+    # share holds a whole GPU or a replica. FRAG-GPUS: FGD's measure over the GPUs' free compute. SERVED%@L: the
+    # demand served when L% of the capacity had arrived (--levels).
     columns = [("TRACE", "trace"), ("MODE", "mode"), ("POLICY", "policy"), ("SEEDS", "seeds"), ("GPUS", "gpus"),
-               ("SERVED%@100", "served_ratio"), ("STD", "served_ratio_std"), ("UNSERVED-GPUS", "unserved_gpus"),
-               ("RESERVED%", "allocation_ratio"), ("FRAG-GPUS", "fragmented_gpus"),
-               ("OVERSUB%", "oversubscribed_ratio"), ("SECONDS", "seconds")]
+               *[(f"SERVED%@{level}", level_field(level)) for level in levels],
+               ("SERVED%@100", "served_ratio"), ("OVERSUB%", "oversubscribed_ratio"), ("STD", "served_ratio_std"),
+               ("UNSERVED-GPUS", "unserved_gpus"), ("RESERVED%", "allocation_ratio"),
+               ("FRAG-GPUS", "fragmented_gpus"), ("SECONDS", "seconds")]
+    if 100 in levels:  # shown once, at its usual place
+        columns.remove(("SERVED%@100", level_field(100)))
     if wide:
         columns[5:5] = [("TASKS", "tasks"), ("SCHEDULED", "scheduled")]
-        columns[-3:-3] = [("RESERVED-STD", "allocation_ratio_std"), ("UNRESERVED-GPUS", "unallocated_gpus")]
-        columns[-1:-1] = [("OVERSUB-GPUS", "oversubscribed_gpus")]
+        columns[-2:-2] = [("RESERVED-STD", "allocation_ratio_std"), ("UNRESERVED-GPUS", "unallocated_gpus")]
+        after = columns.index(("OVERSUB%", "oversubscribed_ratio")) + 1
+        columns[after:after] = [("OVERSUB-GPUS", "oversubscribed_gpus")]
         columns.append(("CPU-SECONDS", "cpu_seconds"))
     cells = [[h for h, _ in columns]] + [["-" if row.get(k) is None else str(row.get(k)) for _, k in columns]
                                          for row in rows]

@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .engine import tuned_workload
+from .engine import SimulationError, path_taken, tuned_workload
 from .trace import MILLI, Trace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,19 +25,36 @@ if TYPE_CHECKING:  # pragma: no cover
 # work running (load 5-10; process CPU time, which that load inflates less than wall time). DRA mode's paper
 # policies and `fragmentation` take the fast path (fastpath.py): measured again 2026-12-04 04:10-04:36 UTC, same
 # machine, load 5-9, niced (per experiment: fgd 2.2 s, fragmentation 5.4 s, bestfit 1.2 s, random 1.5 s,
-# dotprod 1.2 s, gpu-clustering 1.6 s, gpu-packing 1.2 s).
+# dotprod 1.2 s, gpu-clustering 1.6 s, gpu-packing 1.2 s). fgd and fragmentation (with its hosting reserve) again
+# 2026-12-07 15:31-15:33 UTC, same machine, load 3-6: the mean CPU per task over the five bundled traces × ten
+# seeds of `gpudra simulate --trace default,cpu100,gpushare40,gpuspec10,multigpu30 --policies fgd,fragmentation
+# --seeds 10 -j 2` (fgd 0.10 ms, 1.1 s per default-trace experiment; fragmentation 0.18 ms, 1.8 s), which the
+# earlier numbers (0.206 and 0.504) overestimated 2.5-fold.
 PER_TASK_CPU_MS: dict[str, dict[str, float]] = {
     "dra": {"random": 0.14, "dotprod": 0.108, "gpu-clustering": 0.148, "gpu-packing": 0.109, "bestfit": 0.115,
-            "fgd": 0.206, "kube": 5.82, "binpack": 2.78, "fragmentation": 0.504},
+            "fgd": 0.102, "kube": 5.82, "binpack": 2.78, "fragmentation": 0.177},
     "device-plugin": {"random": 3.38, "dotprod": 2.58, "gpu-clustering": 2.66, "gpu-packing": 2.78, "bestfit": 2.56,
                       "fgd": 3.01, "kube": 3.18, "binpack": 3.05, "fragmentation": 4.95},
 }
-# fragmentation-online (dra): 113.7 s of CPU for seed 42 of the default trace where `fragmentation` took 70.3 s in
-# the same hour (2026-12-04 04:00-04:15 UTC, load 8-11): that ratio (1.62) on `fragmentation`'s 4.64
-PER_TASK_CPU_MS["dra"]["fragmentation-online"] = 7.5
-# time-slicing: device-plugin's numbers (the same scheduler work plus the plugin's replica pick per task); fgd
-# measured 3.1-3.3 with `gpudra simulate --mode time-slicing --policy fgd -j 1` (2026-12-04 00:05 UTC, same machine)
-PER_TASK_CPU_MS["time-slicing"] = PER_TASK_CPU_MS["device-plugin"]
+# fragmentation-online (always the reference path): 113.7 s of CPU for seed 42 of the default trace where
+# `fragmentation` took 70.3 s on the reference path in the same hour (2026-12-04 04:00-04:15 UTC, load 8-11): a
+# ratio of 1.62, used for both online variants in REFERENCE_DRA_CPU_MS below
+# time-slicing: device-plugin's numbers (the same scheduler work plus the plugin's replica pick per task). fgd in
+# both measured again 2026-12-07 15:35-15:38 UTC, same machine, load 2-7, seed 42 of the default trace (`gpudra
+# simulate --mode M --policy fgd -j 1`): device-plugin 14.8 s of CPU (the 2.56-3.38 above were measured before
+# the scheduler's own fast paths and overestimate about 2-fold), time-slicing 14.2 s.
+PER_TASK_CPU_MS["device-plugin"]["fgd"] = 1.38
+PER_TASK_CPU_MS["time-slicing"] = {**PER_TASK_CPU_MS["device-plugin"], "fgd": 1.32}
+# DRA mode on the reference path (`--path reference`, `--kubernetes-version`, `--features`): every placement through
+# the scheduler and allocator. fgd and fragmentation measured 2026-12-07 15:35-15:38 UTC, same machine, load 4-7,
+# seed 42 of the default trace (`gpudra simulate --policy P --path reference -j 1`): 21.4 and 25.2 s of CPU; the
+# online variants: those times fragmentation-online's ratio to fragmentation measured 2026-12-04 (1.62, above);
+# the other paper policies: device-plugin mode's numbers (the same scheduler work; an overestimate, as fgd's was).
+REFERENCE_DRA_CPU_MS: dict[str, float] = {
+    **{policy: PER_TASK_CPU_MS["device-plugin"][policy]
+       for policy in ("random", "dotprod", "gpu-clustering", "gpu-packing", "bestfit")},
+    "fgd": 1.99, "fragmentation": 2.34, "fgd-online": 3.22, "fragmentation-online": 3.79,
+    "kube": PER_TASK_CPU_MS["dra"]["kube"], "binpack": PER_TASK_CPU_MS["dra"]["binpack"]}
 MANIFEST_POD_CPU_MS = 2.0  # a pod of a manifest replay: gpudra's own policies, about the scheduler's cost
 
 
@@ -55,7 +72,18 @@ def predicted_cpu_seconds(trace: Any, experiment: "Experiment", tasks: int | Non
     if not isinstance(trace, Trace):
         return tasks * MANIFEST_POD_CPU_MS / 1000
     per_task = PER_TASK_CPU_MS.get(experiment.mode, PER_TASK_CPU_MS["dra"])
+    if experiment.mode == "dra" and path_of(trace, experiment) == "reference":
+        per_task = REFERENCE_DRA_CPU_MS
     return tasks * per_task.get(experiment.policy, max(per_task.values())) / 1000
+
+
+def path_of(trace: Trace, experiment: "Experiment") -> str:
+    """The path the experiment runs on (`engine.path_taken`); a refused `--path fast` is the caller's error, so it
+    is estimated as the reference path here."""
+    try:
+        return path_taken(trace, experiment.policy, experiment.mode, experiment.release, experiment.path)
+    except SimulationError:
+        return "reference"
 
 
 def predictions(experiments: list["Experiment"], trace_of: Any) -> list[float]:

@@ -27,7 +27,8 @@ from .fgd import Fragmentation, NodeRes, typical_tasks
 from .objects import MODES, NAMESPACE, cluster_objects, gpu_device_id, pod_objects
 from . import fastpath
 from .fastpath import FastContext, FastScheduler, FastState
-from .policies import ONLINE_POLICIES, PAPER_POLICIES, SIM_POLICIES, SimContext, node_ranks, paper_policy
+from .policies import (ONLINE_POLICIES, PAPER_POLICIES, SIM_POLICIES, SimContext, node_ranks, paper_policy,
+                       paper_policy_class)
 from .timeslicing import DEFAULT_REPLICAS, MIN_REPLICAS, ReplicaState, replicas_asked
 from .trace import MILLI, Task, Trace
 
@@ -35,6 +36,10 @@ ALL_POLICIES = PAPER_POLICIES + tuple(p for p in GPUDRA_POLICIES if p != "spread
 KNOWN_POLICIES = ALL_POLICIES + ONLINE_POLICIES  # and the variants that learn task popularity online, by name
 DEFAULT_TUNE = 1.3
 METHODS = ("tune", "events")
+# Which path places the pods: `fast` (fastpath.py: the node model, the same placements, tested pod by pod), the
+# `reference` (gpudra's scheduler and allocator on the trace as Kubernetes objects), or `auto`: fast where it
+# applies (DRA mode, a policy of fastpath.FAST_POLICIES, the newest release's behaviour, simple task shapes).
+PATHS = ("auto", "fast", "reference")
 Progress = Callable[[int, int], None]
 
 
@@ -50,6 +55,32 @@ def check_tune(tune: float) -> None:
     if not (0 <= tune <= MAX_TUNE):  # also false for NaN
         raise SimulationError(f"tune: must be from 0 to {MAX_TUNE:g} (0: every task of the trace once, in random "
                               f"order), not {tune:g}")
+
+
+def path_taken(trace: Trace, policy: str, mode: str, release: "Release" = None, path: str = "auto") -> str:
+    """`fast` or `reference`: the path an experiment runs on. SimulationError for an unknown path, or for `fast`
+    where it does not apply (the reason named)."""
+    if path not in PATHS:
+        raise SimulationError(f"unknown path {path!r}; choose {', '.join(PATHS)}")
+    if path == "reference":
+        return "reference"
+    reason = fast_path_refusal(trace, policy, mode, release)
+    if reason is None:
+        return "fast"
+    if path == "fast":
+        raise SimulationError(f"--path fast: {reason}; use --path reference or auto")
+    return "reference"
+
+
+def fast_path_refusal(trace: Trace, policy: str, mode: str, release: "Release" = None) -> str | None:
+    """Why an experiment cannot take the fast path (None: it takes it)."""
+    if mode != "dra":
+        return f"the fast path models DRA mode only, not {mode}"
+    if release is not None:
+        return "--kubernetes-version and --features run the scheduler and allocator of that release"
+    if policy not in SIM_POLICIES or paper_policy_class(policy) not in fastpath.FAST_POLICIES:
+        return f"policy {policy} is not on the fast path (only {', '.join(fastpath.FAST_POLICY_NAMES)})"
+    return fastpath.why_not(trace.nodes, trace.tasks)
 
 
 def tuned_workload(tasks: list[Task], capacity_milli: int, tune: float, rng: random.Random) -> list[tuple[str, Task]]:
@@ -112,8 +143,8 @@ class Run:
     node_frag: dict[str, float]
     used: int = 0
     frag: float = 0.0
-    # GPU milli the policies see as free: capacity - used, except in time-slicing, where `used` counts GPUs
-    # reserved and the free part is the free replicas' (the fragmentation ratio's denominator, as `frag`'s basis)
+    # GPU milli free: capacity - used; in time-slicing, where `used` counts GPUs reserved, the GPUs' compute no
+    # pod's demand fills (`ReplicaState.gpu_res`): the fragmentation measure's basis and its ratio's denominator
     free: int = 0
     node_free: dict[str, int] = field(default_factory=dict)
     fail_requests_greater_than_one: bool = False  # time-slicing: the plugin refuses requests of > 1 replica
@@ -143,11 +174,12 @@ class Run:
         # time-slicing: a GPU with any replica taken is reserved (its demand is `replicas.demand`)
         used = (MILLI * replicas.reserved_gpus(node) if replicas is not None
                 else len(res.gpu_left) * MILLI - res.gpu_left_total)
-        frag = self.context.fragmentation.node(res)
+        measured = res if replicas is None else replicas.gpu_res(node, res)
+        frag = self.context.fragmentation.node(measured)
         self.used += used - self.node_used.get(node, 0)
         self.frag += frag - self.node_frag.get(node, 0.0)
-        self.free += res.gpu_left_total - self.node_free.get(node, 0)
-        self.node_free[node] = res.gpu_left_total
+        self.free += measured.gpu_left_total - self.node_free.get(node, 0)
+        self.node_free[node] = measured.gpu_left_total
         self.node_used[node] = used
         self.node_frag[node] = frag
         return res
@@ -287,9 +319,9 @@ def per_percent(points: list[tuple[float, float]], upto: int) -> dict[int, float
 def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra", tune: float = DEFAULT_TUNE,
                    method: str = "tune", progress: Progress | None = None, release: Release = None,
                    replicas: int = DEFAULT_REPLICAS, fail_requests_greater_than_one: bool = False,
-                   fast: bool = True) -> dict[str, Any]:
-    """`replicas`, `fail_requests_greater_than_one`: the time-slicing config (`timeslicing.py`). `fast`: as
-    `start`'s (False: every placement through the scheduler and allocator)."""
+                   path: str = "auto") -> dict[str, Any]:
+    """`replicas`, `fail_requests_greater_than_one`: the time-slicing config (`timeslicing.py`). `path`: one of
+    PATHS (`path_taken`); the result's `path` says which one ran."""
     if mode not in MODES:
         raise SimulationError(f"unknown mode {mode!r}; choose {', '.join(MODES)}")
     if mode == "time-slicing" and replicas < MIN_REPLICAS:
@@ -300,6 +332,7 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
         raise SimulationError(f"trace {trace.name}: the cluster has no GPUs")
     if method == "tune":
         check_tune(tune)
+    fast = path_taken(trace, policy, mode, release, path) == "fast"
     started, cpu_started = time.perf_counter(), time.process_time()
     rng = random.Random(seed)
     if method == "events":
@@ -323,12 +356,13 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
             scheduled += 1
             served += task.total_gpu_milli
         x = 100 * arrived / capacity
+        over_milli, over_gpus = run.oversubscription()
         alloc_points.append((x, 100 * run.used / capacity))
-        served_points.append((x, 100 * served / capacity))
+        # served: demand within the GPUs' capacity (time-slicing places some beyond it: oversubscribed, apart)
+        served_points.append((x, 100 * (served - over_milli) / capacity))
         frag_points.append((x, run.frag / MILLI))
         idle = run.free
         ratio_points.append((x, 100 * run.frag / idle if idle > 0 else 0.0))
-        over_milli, over_gpus = run.oversubscription()
         over_points.append((x, 100 * over_milli / capacity))
         over_gpu_points.append((x, over_gpus))
         if at_100 is None and x >= 100:
@@ -377,6 +411,7 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     if mode == "time-slicing":
         summary["replicas"] = replicas
         summary["fail_requests_greater_than_one"] = fail_requests_greater_than_one
+    summary["path"] = "fast" if run.fast is not None else "reference"
     summary["seconds"] = round(time.perf_counter() - started, 3)
     summary["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
     return summary
@@ -425,7 +460,7 @@ def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progr
         "nodes": len(trace.nodes), "gpus": trace.gpus, "tasks": len(workload), "scheduled": scheduled,
         "unscheduled": len(workload) - scheduled, "allocation_ratio": None, "unallocated_gpus": None,
         "peak_allocation_ratio": peak, "peak_oversubscribed_ratio": max(oversubscribed, default=0.0),
-        "model_utilisation": _model_utilisation(run),
+        "model_utilisation": _model_utilisation(run), "path": "fast" if run.fast is not None else "reference",
         "series": {"time_s": times, "allocation_ratio": allocation, "fragmented_gpus": fragmented,
                    "oversubscribed_ratio": oversubscribed},
         "seconds": round(time.perf_counter() - started, 3), "cpu_seconds": round(time.process_time() - cpu_started, 3),

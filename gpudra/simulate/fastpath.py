@@ -34,6 +34,7 @@ from .trace import MILLI, Task, TraceNode
 # more (an online statistic, say) is not in this list and takes the reference path
 FAST_POLICIES = (RandomPolicy, DotProdPolicy, GpuClusteringPolicy, GpuPackingPolicy, BestFitPolicy, FgdPolicy,
                  FragmentationPolicy)
+FAST_POLICY_NAMES = tuple(cls.name for cls in FAST_POLICIES)
 # ... and those whose key but for its last part (minus the node's rank) reads only the node's NodeRes
 # (GpuClusteringScore also reads the kinds of pods on the node)
 STATE_KEYED = tuple(cls for cls in FAST_POLICIES if cls is not GpuClusteringPolicy)
@@ -53,8 +54,18 @@ def simple_task(task: Task) -> bool:
 
 def applies(nodes: Iterable[TraceNode], tasks: Iterable[Task], policy: PaperPolicy) -> bool:
     """Whether the fast path gives the reference path's answers for this trace and policy."""
-    return (type(policy) in FAST_POLICIES and all(simple_task(t) for t in tasks)
-            and all(n.model or not n.gpus for n in nodes))
+    return type(policy) in FAST_POLICIES and not why_not(nodes, tasks)
+
+
+def why_not(nodes: Iterable[TraceNode], tasks: Iterable[Task]) -> str | None:
+    """Why the trace itself keeps a run off the fast path (None: its tasks and nodes fit the node model)."""
+    odd = next((t for t in tasks if not simple_task(t)), None)
+    if odd is not None:
+        return (f"task {odd.name} asks {odd.num_gpu} GPU(s) of {odd.gpu_milli} milli each (the node model holds "
+                "CPU-only tasks, one share of one GPU, or whole GPUs)")
+    if any(n.gpus and not n.model for n in nodes):
+        return "a node has GPUs but no GPU model"
+    return None
 
 
 def _descending(key: tuple) -> tuple:

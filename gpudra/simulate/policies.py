@@ -22,15 +22,17 @@ picks a uniformly random feasible node (its PreScore), as the artifact.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable
 
 from gpudra.driver.slices import COMPUTE_CAPACITY, COMPUTE_UNITS
 from gpudra.scheduler.devicechoice import allocate_hiding, claims_to_allocate
 from gpudra.scheduler.scoring import Policy
 
-from .fgd import (MAX_NODE_SCORE, Fragmentation, NodeRes, TypicalTask, fgd_choice, first_free_gpus,
+from .fgd import (MAX_NODE_SCORE, Fragmentation, NodeRes, ResourceKey, TypicalTask, fgd_choice, first_free_gpus,
                   fragmentation_growth, pinned_demand_per_gpu)
 from .popularity import OnlinePopularity
+from .reserve import HostingReserve
 from .timeslicing import ReplicaState
 from .trace import MILLI, Task
 
@@ -122,6 +124,11 @@ def best_fit_gpu(res: NodeRes, task: Task) -> tuple[int, ...]:
                 best = index
         return (best,) if best >= 0 else ()
     return first_free_gpus(res, task.num_gpu)
+
+
+def idle(res: NodeRes) -> NodeRes:
+    """The node as it is with no pod on it: all its CPU and every GPU free."""
+    return NodeRes(res.cpu_capacity, res.cpu_capacity, (MILLI,) * len(res.gpu_left), res.model)
 
 
 class PaperPolicy(Policy):
@@ -336,12 +343,14 @@ class FgdPolicy(PaperPolicy):
 
 
 class FragmentationPolicy(FgdPolicy):
-    """gpudra's `fragmentation` in the simulator: FGD's score and GPU choice first; where FGD's scores tie, the
-    node whose CPU-aware fragmentation (`Fragmentation(cpu_aware=True)`: GPUs the node's free CPU cannot serve
-    count as fragmented) grows least; then FGD's node order. Before the CPU rule, a GPU task free to run on any
-    model prefers, among FGD's equals, the model that tasks pinned to GPU models (`gpu_spec`) need least
-    (`pinned_demand_per_gpu`): it leaves the scarce models to the tasks that can run nowhere else (without it,
-    CPU-poor P100/V100 nodes, whose GPUs look stranded, drew unpinned tasks and openb gpuspec25 lost 62 GPUs).
+    """gpudra's `fragmentation` in the simulator: FGD's score and GPU choice first; where FGD's scores tie, in
+    order: for a GPU task free to run on any model, the model that tasks pinned to GPU models (`gpu_spec`) need
+    least (`pinned_demand_per_gpu`: it leaves the scarce models to the tasks that can run nowhere else; without
+    it, CPU-poor P100/V100 nodes, whose GPUs look stranded, drew unpinned tasks and openb gpuspec25 lost 62 GPUs);
+    the node whose hosts of whole-node shapes the placement takes least (`reserve.HostingReserve`: without it the
+    CPU rule spread small tasks over idle nodes and onto the only hosts of the largest tasks, and allocated less
+    than FGD below saturation); the node whose CPU-aware fragmentation (`Fragmentation(cpu_aware=True)`: GPUs
+    the node's free CPU cannot serve count as fragmented) grows least; then FGD's node order.
 
     FGD's score is an integer (int(sigmoid(ΔF/1000)·100): one point is about 40 milli of fragmentation, and
     most nodes share a few states), so most placements are ties that FGD gives to the first node in its order.
@@ -356,13 +365,22 @@ class FragmentationPolicy(FgdPolicy):
 
     def __init__(self, context: SimContext):
         super().__init__(context)
+        self._idle_nodes = [idle(context.node_res(node)) for node in sorted(context.node_gpus)]
         self.use_typical(context.fragmentation.typical)
 
     def use_typical(self, typical: list[TypicalTask]) -> None:
         super().use_typical(typical)
         self._cpu_aware = Fragmentation(typical, cpu_aware=True)
         self._pinned_demand = pinned_demand_per_gpu(typical, self.context.model_gpus)
-        self._tie_keys: dict[tuple, tuple[float, float]] = {}  # (node state, task shape) -> tie key
+        self._reserve = HostingReserve(self.shape_counts(), self._idle_nodes)
+        self._tie_keys: dict[tuple, tuple[float, float, float]] = {}  # (node state, task shape) -> tie key
+
+    def shape_counts(self) -> "Counter[ResourceKey]":
+        """How many tasks of each shape the workload holds (the online variant: the tasks arrived up to the
+        estimate's last refresh, as its typical tasks)."""
+        if self.online:
+            return self.context.popularity.counted
+        return Counter(task.resource_key for task in self.context.tasks.values())
 
     def cpu_aware(self) -> Fragmentation:
         return self._cpu_aware
@@ -378,10 +396,11 @@ class FragmentationPolicy(FgdPolicy):
         score, _gpus = self.node_score(res, task, node)
         return score, self.tie_key(res, task), -self.context.node_rank[node]
 
-    def tie_key(self, res: NodeRes, task: Task) -> tuple[float, float]:
+    def tie_key(self, res: NodeRes, task: Task) -> tuple[float, float, float]:
         """Among nodes of equal FGD score, larger is better: minus the pinned tasks' demand for the node's model
-        (unpinned GPU tasks only), then minus the CPU-aware fragmentation's growth when the task takes FGD's
-        GPUs. Memoised: many tied nodes are in the same state."""
+        (unpinned GPU tasks only), minus the whole-node hosting the placement takes, then minus the CPU-aware
+        fragmentation's growth, both when the task takes FGD's GPUs. Memoised: many tied nodes are in the same
+        state."""
         key = (res, task.resource_key)
         memo = self._tie_keys
         found = memo.get(key)
@@ -390,7 +409,8 @@ class FragmentationPolicy(FgdPolicy):
                 memo.clear()
             gpus = self.gpus(res, task)
             growth = fragmentation_growth(self._cpu_aware, res, task.cpu_milli, task.gpu_milli, gpus)
-            found = memo[key] = (-self.pinned_demand(res.model, task), -growth)
+            lost = self._reserve.lost(res, task.cpu_milli, task.gpu_milli, gpus)
+            found = memo[key] = (-self.pinned_demand(res.model, task), -lost, -growth)
         return found
 
     def pinned_demand(self, model: str, task: Task) -> float:
@@ -432,3 +452,7 @@ ONLINE_POLICIES = (FgdOnlinePolicy.name, FragmentationOnlinePolicy.name)
 
 def paper_policy(name: str, context: SimContext) -> PaperPolicy:
     return _CLASSES[name](context)
+
+
+def paper_policy_class(name: str) -> type[PaperPolicy]:
+    return _CLASSES[name]

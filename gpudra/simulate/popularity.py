@@ -34,6 +34,7 @@ class OnlinePopularity:
         self.seen = 0
         self.version = 0  # 0: nothing observed yet (no typical tasks)
         self.typical: list[TypicalTask] = []
+        self.counted: Counter[ResourceKey] = Counter()  # `counts` as of the last refresh (what `typical` is of)
         self._next_refresh = 1
 
     def observe(self, task: Task) -> None:
@@ -42,6 +43,7 @@ class OnlinePopularity:
         self.seen += 1
         if self.seen >= self._next_refresh:
             self.typical = self.current()
+            self.counted = Counter(self.counts)
             self.version += 1
             self._next_refresh = min(2 * self.seen, self.seen + self.interval)
 

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .sweep import summarize
+from .sweep import level_field, summarize
 
 SUMMARY_COLUMNS = ("trace", "mode", "policy", "seeds", "gpus", "served_ratio", "served_ratio_std", "unserved_gpus",
                    "allocation_ratio", "allocation_ratio_std", "unallocated_gpus", "fragmented_gpus",
@@ -53,12 +53,14 @@ class _SafeWriter:
         self._writer.writerow([spreadsheet_safe(cell) for cell in row])
 
 
-def summary_csv(rows: list[dict[str, Any]]) -> str:
+def summary_csv(rows: list[dict[str, Any]], levels: tuple[int, ...] = ()) -> str:
+    """One row per (trace, mode, policy); `levels`: a served_ratio_at_L column each (`sweep.summarize`'s)."""
+    columns = SUMMARY_COLUMNS + tuple(level_field(level) for level in levels)
     out = io.StringIO()
     writer = _SafeWriter(out)
-    writer.writerow(SUMMARY_COLUMNS)
+    writer.writerow(columns)
     for row in rows:
-        writer.writerow([row.get(column, "") for column in SUMMARY_COLUMNS])
+        writer.writerow([row.get(column, "") for column in columns])
     return out.getvalue()
 
 
@@ -152,6 +154,14 @@ CAPTIONS = {
                             "whole GPU) and DRA mode (solid), from 50% arrived demand on.",
     "over-time": "GPUs allocated (solid) and fragmented (dashed) over the trace's time (--method events).",
 }
+
+
+# What each mode isolates, as the report says it: a row's SERVED% means something else without it.
+ISOLATION_CAPTION = (
+    "Isolation: dra gives each task its own GPUs or its own share of a GPU's compute (the claim's capacity), so "
+    "no demand exceeds a GPU; device-plugin gives each task whole GPUs (a share holds a whole GPU: isolated, and "
+    "the rest of the GPU idle); time-slicing gives replicas that isolate neither memory nor compute, so tasks on "
+    "one GPU can ask more than it has: that excess is oversubscribed_ratio, left out of served_ratio.")
 
 
 def plot_caption(name: str) -> str:
@@ -275,9 +285,10 @@ def html_report(results: list[dict[str, Any]], images: dict[str, bytes]) -> str:
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>gpudra simulate</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
         "padding:2px 6px;text-align:right}figure{display:inline-block;margin:1em}</style></head><body>"
-        "<h1>gpudra simulate</h1><p>GPU demand served (served_ratio, the same measure for both modes) and GPUs "
-        "reserved (allocation_ratio) at 100% arrived GPU demand, mean over seeds with their spread (the FGD paper's "
-        "workload-tuning method).</p>"
+        "<h1>gpudra simulate</h1><p>GPU demand served within the GPUs' capacity (served_ratio, the same measure "
+        "in every mode), demand placed beyond it (oversubscribed_ratio) and GPUs reserved (allocation_ratio) at "
+        "100% arrived GPU demand, mean over seeds with their spread (the FGD paper's workload-tuning method).</p>"
+        f"<p>{html.escape(ISOLATION_CAPTION)}</p>"
         f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{figures}"
         f'<script type="application/json" id="results">{html.escape(json.dumps(rows))}</script>'
         # after loading, the page states how many plots it shows (rendered, non-empty): checked by the tests

@@ -50,6 +50,7 @@ class Experiment:
     features: str | None = None  # --features over that release's default gates
     replicas: int = DEFAULT_REPLICAS  # time-slicing mode: replicas per GPU
     fail_requests_greater_than_one: bool = False  # time-slicing mode: the plugin refuses requests of > 1 replica
+    path: str = "auto"  # engine.PATHS: which path places the pods
 
     @property
     def release(self) -> tuple[str | None, str | None] | None:
@@ -66,7 +67,7 @@ def run_one(trace: "Trace | Manifests", experiment: Experiment,
         return run_manifests(trace, experiment.policy, experiment.seed, progress, experiment.release)
     return run_experiment(trace, experiment.policy, experiment.seed, experiment.mode, experiment.tune,
                           experiment.method, progress, experiment.release, experiment.replicas,
-                          experiment.fail_requests_greater_than_one)
+                          experiment.fail_requests_greater_than_one, experiment.path)
 
 
 def _run(experiment: Experiment) -> dict[str, Any]:
@@ -165,8 +166,22 @@ def _stop_now(pool: ProcessPoolExecutor) -> None:
         signal.signal(signal.SIGINT, previous)
 
 
-def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean (and population standard deviation) over seeds, per (trace, mode, policy), in first-seen order."""
+def level_field(level: int) -> str:
+    """The summary field of the demand served at `level`% arrived GPU demand."""
+    return f"served_ratio_at_{level}"
+
+
+def served_at(result: dict[str, Any], level: int) -> float | None:
+    """An experiment's demand served (% of capacity) at `level`% arrived demand: its series' point (None where
+    the arrived demand never reached that level, or for the events method)."""
+    series = result.get("series") or {}
+    points = dict(zip(series.get("arrived_percent") or [], series.get("served_ratio") or []))
+    return points.get(level)
+
+
+def summarize(results: list[dict[str, Any]], levels: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+    """Mean (and population standard deviation) over seeds, per (trace, mode, policy), in first-seen order.
+    `levels`: also the mean demand served at those arrived-demand percents (`level_field`)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for result in results:
         groups.setdefault((result["trace"], result["mode"], result["policy"]), []).append(result)
@@ -195,6 +210,9 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row["oversubscribed_ratio"] = round(mean(over), 2) if over else None
             over_gpus = [r["oversubscribed_gpus"] for r in members if r.get("oversubscribed_gpus") is not None]
             row["oversubscribed_gpus"] = round(mean(over_gpus), 1) if over_gpus else None
+        for level in levels:
+            at = [value for r in members if (value := served_at(r, level)) is not None]
+            row[level_field(level)] = round(mean(at), 2) if len(at) == len(members) else None
         row["seconds"] = round(mean(r["seconds"] for r in members), 2)
         row["cpu_seconds"] = round(mean(r["cpu_seconds"] for r in members), 2)
         rows.append(row)

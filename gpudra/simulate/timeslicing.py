@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .fgd import NodeRes
 from .trace import MILLI, Task
 
 DEFAULT_REPLICAS = 4  # NVIDIA's time-slicing examples (GPU operator docs, plugin README) use replicas: 4
@@ -103,6 +104,14 @@ class ReplicaState:
     def left(self, node: str) -> tuple[int, ...]:
         """Per GPU, the milli its free replicas stand for (what a count-only scheduler could know)."""
         return tuple(MILLI * (self.replicas - t) // self.replicas for t in self.taken.get(node, ()))
+
+    def gpu_res(self, node: str, res: NodeRes) -> NodeRes:
+        """`res` with each GPU's free milli as the GPU has it: 1000 less the demand of the pods on it, never
+        below 0 (an oversubscribed GPU has nothing free). What the fragmentation measure reads in time-slicing:
+        over GPUs, not over the free replicas a count-only scheduler sees (`left`), which would count a GPU with
+        two of four replicas free as 500 milli free whatever its pods ask."""
+        return NodeRes(res.cpu_left, res.cpu_capacity,
+                       tuple(max(0, MILLI - demand) for demand in self.demand.get(node, ())), res.model)
 
     def oversubscribed_milli(self) -> int:
         """GPU demand placed beyond GPU capacity: the sum over GPUs of max(0, demand - 1000)."""
