@@ -41,6 +41,8 @@ GATE_HISTORY: dict[str, tuple[tuple[str, str, bool], ...]] = {
     "DRAPrioritizedList": (("1.33", "alpha", False), ("1.34", "beta", True), ("1.36", "GA", True)),
     "DRAResourceClaimDeviceStatus": (("1.32", "alpha", False), ("1.33", "beta", True)),
     "DRAWorkloadResourceClaims": (("1.36", "alpha", False),),
+    # device health in Pod status (KEP-4680): kube_features.go; kubernetes/website's ResourceHealthStatus page
+    "ResourceHealthStatus": (("1.31", "alpha", False), ("1.36", "beta", True)),
     # the Workload API and gang scheduling (KEP-4671): kube_features.go of v1.35.0 and v1.36.0
     "GangScheduling": (("1.35", "alpha", False),),
     "GenericWorkload": (("1.35", "alpha", False),),

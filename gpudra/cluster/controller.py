@@ -31,7 +31,8 @@ from gpudra.versions import parse_version
 
 from .computedomains import reconcile_compute_domains
 from .deployments import current_replica_set, reconcile_deployments
-from .kubelet import Kubelet, extended_claim_name, running_status, waiting_status
+from .kubelet import (Kubelet, allocated_resources_status, extended_claim_name, resource_health_enabled,
+                      running_status, waiting_status, with_resource_health)
 from .layout import ClusterDir
 from .store import StoreError, created_serial, open_private
 
@@ -281,6 +282,8 @@ class ControlLoop:
     def _start_pods(self) -> bool:
         changed = False
         claims = {key_of(c): c for c in self.store.list("ResourceClaim")}
+        health_on = resource_health_enabled(self.config.feature_gates(), self.config.kubernetes_version)
+        health: dict[tuple[str, str], dict[tuple[str, str], str]] = {}
         for pod in self.store.list("Pod"):
             node = (pod.get("spec") or {}).get("nodeName")
             if node not in self.nodes or pod["metadata"].get("deletionTimestamp") or is_terminal(pod):
@@ -300,8 +303,14 @@ class ControlLoop:
                         pod["status"] = waiting_status(pod)
                         self._replace(pod)
                     continue
-            if (pod.get("status") or {}).get("phase") != "Running":
-                pod["status"] = running_status(pod, record)
+            status = pod.get("status") or {}
+            if status.get("phase") != "Running":
+                status = running_status(pod, record)
+            if health_on:
+                status = with_resource_health(status, allocated_resources_status(
+                    pod, record, self.kubelet.record_health(record, health), self.config.driver_name))
+            if status != pod.get("status"):
+                pod["status"] = status
                 self._replace(pod)
                 changed = True
         return changed

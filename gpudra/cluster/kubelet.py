@@ -19,6 +19,8 @@ from gpudra.atomicfile import write_atomic
 from gpudra.cdi import CdiError, apply_devices, default_oci_spec
 from gpudra.driver.claimpaths import ClaimPathError, is_inside, uid_path
 from gpudra.driver.kubelet_client import KubeletClient
+from gpudra.driver.plugin import HEALTH_SERVICES_OFFERED as HEALTH_SERVICES
+from gpudra.driver.protos import dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc
 from gpudra.regularfile import read_regular_file
 from gpudra.scheduler.resources import container_requests
 
@@ -27,6 +29,9 @@ from .store import FILE_MODE, now_rfc3339, private_dirs
 
 COMPONENT = "kubelet"
 MAX_RECORD_BYTES = 16 << 20  # a pod's record: its claims' CDI edits and each container's view, far below this
+# the pod API's ResourceHealthStatus values (k8s.io/api core/v1 types.go: ResourceHealthStatusHealthy, …)
+HEALTHY, UNHEALTHY, UNKNOWN = "Healthy", "Unhealthy", "Unknown"
+HEALTH_GATE = "ResourceHealthStatus"
 Emit = Callable[[dict[str, Any], str, str, str, str], None]  # (object, type, reason, message, component)
 
 
@@ -85,6 +90,42 @@ class Kubelet:
         drivers = sorted({r["driver"] for r in results if isinstance(r, dict) and isinstance(r.get("driver"), str)})
         return drivers or [self.driver_name]
 
+    def device_health(self, node: str, driver: str) -> dict[tuple[str, str], str]:
+        """(pool, device) -> Healthy | Unhealthy | Unknown as the driver's health stream (NodeWatchResources,
+        v1alpha1 as kubelet 1.34 asks for it) reports it now: its first message is the complete device list.
+        Nothing reported (a driver without the stream, or an error) is an empty map: every device Unknown, as the
+        kubelet's health cache answers for a driver whose stream ended (clearDriver)."""
+        try:
+            client = self._client(node, driver)
+            if not set(HEALTH_SERVICES) & set(client.info.supported_versions):
+                return {}
+            with grpc.insecure_channel(f"unix://{client.info.endpoint}") as channel:
+                stream = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(channel).NodeWatchResources(
+                    dra_health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=10.0)
+                try:
+                    reply = next(stream)
+                finally:
+                    stream.cancel()
+        except (grpc.RpcError, RuntimeError, StopIteration):
+            self._clients.pop((node, driver), None)
+            return {}
+        names = {dra_health_v1alpha1_pb2.HEALTHY: HEALTHY, dra_health_v1alpha1_pb2.UNHEALTHY: UNHEALTHY}
+        return {(d.device.pool_name, d.device.device_name): names.get(d.health, UNKNOWN) for d in reply.devices}
+
+    def record_health(self, record: dict[str, Any], seen: dict[tuple[str, str], dict[tuple[str, str], str]]
+                      ) -> dict[tuple[str, str, str], str]:
+        """(driver, pool, device) -> health for the devices of a started pod's claims, each driver's stream read
+        once per `seen` (one round of the caller's)."""
+        drivers = sorted({device_driver(c, d, self.driver_name) for c in record.get("claims") or []
+                          for d in c.get("devices") or []})
+        out = {}
+        for driver in drivers:
+            key = (str(record.get("node")), driver)
+            if key not in seen:
+                seen[key] = self.device_health(*key)
+            out.update({(driver, pool, device): state for (pool, device), state in seen[key].items()})
+        return out
+
     def close(self) -> None:
         for client in self._clients.values():
             client.close()
@@ -109,8 +150,8 @@ class Kubelet:
                                         f"{answer.error if answer is not None else error}")
                         continue
                     prepared.setdefault(name, []).extend(
-                        {"requestNames": list(d.request_names), "pool": d.pool_name, "device": d.device_name,
-                         "cdiDeviceIDs": list(d.cdi_device_ids)} for d in answer.devices)
+                        {"driver": driver, "requestNames": list(d.request_names), "pool": d.pool_name,
+                         "device": d.device_name, "cdiDeviceIDs": list(d.cdi_device_ids)} for d in answer.devices)
             if failures:
                 self.emit(pod, "Warning", "FailedPrepareDynamicResources",
                           "Failed to prepare dynamic resources: " + "; ".join(failures), COMPONENT)
@@ -210,6 +251,68 @@ def running_status(pod: dict[str, Any], record: dict[str, Any]) -> dict[str, Any
          "state": {"running": {"startedAt": started}}}
         for c in (pod.get("spec") or {}).get("containers") or []]
     return status
+
+
+def device_driver(claim: dict[str, Any], device: dict[str, Any], default: str) -> str:
+    """The driver that prepared a recorded device (records before drivers were kept: the claim's only driver)."""
+    return str(device.get("driver") or next(iter(claim.get("drivers") or []), default))
+
+
+def allocated_resources_status(pod: dict[str, Any], record: dict[str, Any],
+                               health: dict[tuple[str, str, str], str], default_driver: str
+                               ) -> dict[str, list[dict[str, Any]]]:
+    """Container name -> its `allocatedResourcesStatus` (KEP-4680), as the kubelet's DRA manager writes it
+    (pkg/kubelet/cm/dra/manager.go, UpdateAllocatedResourcesStatus, v1.34): per entry of the container's
+    `resources.claims`, named `claim:<name>` or `claim:<name>/<request>`, every device prepared for the claim
+    (all its requests, not only the named one), each as its first CDI device ID (else `driver/pool/device`) with
+    Healthy, Unhealthy or Unknown (never reported). Like upstream, the claim is found through
+    `status.resourceClaimStatuses` only, so a claim the pod names directly (`resourceClaimName`) gets no entry;
+    containers without claims and entries without devices are left out. Upstream's order is a Go map's (random);
+    here it is by name."""
+    generated = {s.get("name"): s.get("resourceClaimName")
+                 for s in (pod.get("status") or {}).get("resourceClaimStatuses") or [] if isinstance(s, dict)}
+    claims = {c.get("name"): c for c in record.get("claims") or []}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        entries: dict[str, list[dict[str, Any]]] = {}
+        for use in (container.get("resources") or {}).get("claims") or []:
+            claim = claims.get(generated.get(use.get("name")) or "")
+            if claim is None:
+                continue
+            name = f"claim:{use.get('name')}" + (f"/{use['request']}" if use.get("request") else "")
+            entries[name] = [
+                {"resourceID": (device.get("cdiDeviceIDs") or [None])[0]
+                 or f"{device_driver(claim, device, default_driver)}/{device.get('pool')}/{device.get('device')}",
+                 "health": health.get((device_driver(claim, device, default_driver), str(device.get("pool")),
+                                       str(device.get("device"))), UNKNOWN)}
+                for device in claim.get("devices") or []]
+        statuses = [{"name": name, "resources": resources} for name, resources in sorted(entries.items()) if resources]
+        if statuses:
+            out[str(container.get("name"))] = statuses
+    return out
+
+
+def with_resource_health(status: dict[str, Any], by_container: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """`status` with each container status's allocatedResourcesStatus set from `by_container` (removed where the
+    container has none)."""
+    status = dict(status)
+    containers = []
+    for entry in status.get("containerStatuses") or []:
+        entry = {k: v for k, v in entry.items() if k != "allocatedResourcesStatus"}
+        if by_container.get(str(entry.get("name"))):
+            entry["allocatedResourcesStatus"] = by_container[entry["name"]]
+        containers.append(entry)
+    status["containerStatuses"] = containers
+    return status
+
+
+def resource_health_enabled(features: Any, version: str) -> bool:
+    """Whether the cluster's ResourceHealthStatus gate is on (`--features` names it, else the release's default):
+    the kubelet fills allocatedResourcesStatus, and the API server keeps it, only then."""
+    from gpudra.versions import gate_state
+
+    named = features.gate_enabled(HEALTH_GATE) if features is not None else None
+    return bool(gate_state(HEALTH_GATE, version).default if named is None else named)
 
 
 def waiting_status(pod: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,8 @@ import threading
 import time
 from typing import Any
 
-from gpudra.cluster.kubelet import Kubelet, extended_claim_name, running_status
+from gpudra.cluster.kubelet import (Kubelet, allocated_resources_status, extended_claim_name, resource_health_enabled,
+                                   running_status, with_resource_health)
 from gpudra.cluster.layout import ClusterConfig, ClusterDir, NodeSpec
 from gpudra.cluster.nodes import node_object
 
@@ -88,6 +89,7 @@ class NodeStandIn:
         self.nodes = {n.name: i for i, n in enumerate(config.nodes)}
         self.kubelet = Kubelet(cluster, config.driver_name, self.emit)
         self.store = KubeStore(rest)
+        self.health_on = resource_health_enabled(config.feature_gates(), config.kubernetes_version)
         self._serials: dict[str, int] = {}
         # the nodes report the control plane's own patch release, as kubelets built with it would
         self.release = str((rest.get("/version") or {}).get("gitVersion") or f"v{config.kubernetes_version}.0")
@@ -239,14 +241,36 @@ class NodeStandIn:
         reconcile_compute_domains(self.store, self.emit,  # type: ignore[arg-type]
                                   lambda kind, text: log.info("%s", text))
 
+    def report_health(self, pod: dict[str, Any], seen: dict[tuple[str, str], dict[tuple[str, str], str]]) -> None:
+        """A running pod's allocatedResourcesStatus from its drivers' health streams, patched when it changed (the
+        kubelet's DRA manager: a health change of a device triggers a status update of the pods that use it)."""
+        record = self.kubelet.record(pod["spec"]["nodeName"], pod)
+        if record is None:
+            return
+        health = self.kubelet.record_health(record, seen)
+        status = with_resource_health(pod["status"], allocated_resources_status(pod, record, health,
+                                                                                 self.config.driver_name))
+        if status["containerStatuses"] == pod["status"].get("containerStatuses"):
+            return
+        try:
+            self.rest.call("PATCH", namespaced("v1", "pods", pod["metadata"]["namespace"], pod["metadata"]["name"],
+                                               "status"), {"status": {"containerStatuses": status["containerStatuses"]}},
+                           content_type="application/merge-patch+json")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
     def sync_pods(self) -> None:
         pods = self.our_pods()
+        seen: dict[tuple[str, str], dict[tuple[str, str], str]] = {}  # each driver's health stream, once a round
         for pod in pods:
             try:
                 if pod["metadata"].get("deletionTimestamp"):
                     self.stop(pod, pods)
                 elif (pod.get("status") or {}).get("phase") in (None, "Pending") or not pod["status"].get("podIP"):
                     self.start(pod)
+                elif self.health_on and pod["status"].get("phase") == "Running":
+                    self.report_health(pod, seen)
             except ApiError as exc:
                 log.warning("pod %s/%s: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], exc)
         self.forget_gone(pods)
