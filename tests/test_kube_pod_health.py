@@ -60,6 +60,10 @@ def test_an_xid_turns_the_pods_gpu_unhealthy_in_its_status_on_the_real_api_serve
         pod = real.get("pod", "trainer")
         claim = real.get("resourceclaim", pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"])
         (result,) = claim["status"]["allocation"]["devices"]["results"]
+        # DRAResourceClaimDeviceStatus (beta, on in 1.34) lets a driver write status.devices; NVIDIA's GPU kubelet
+        # plugin writes none (kubernetes-sigs/dra-driver-nvidia-gpu: no AllocatedDeviceStatus outside vendor/, its
+        # rbac-kubeletplugin.yaml grants resourceclaims get/list/watch only), so gpudra's driver writes none either
+        assert "devices" not in claim["status"]
         gpudra("driver", "inject-event", "--root", os.path.join(directory, "nodes", pod["spec"]["nodeName"]),
                "--gpu", result["device"].rsplit("-", 1)[1], "--xid", "79")
         real.wait("the GPU Unhealthy in the pod's status", lambda: (_health(real) or [{}])[0].get("resources") == [

@@ -8,7 +8,8 @@ It does for gpudra's simulated nodes what KWOK does for fake ones, plus the one 
   reserved for the pod, calls NodePrepareResources on each claim's driver over the kubelet plugin socket, as the
   kubelet's DRA manager does (pkg/kubelet/cm/dra/manager.go: PrepareResources before the containers start),
   applies the CDI devices to each container's OCI spec (gpudra.cluster.kubelet: the same code as the embedded
-  cluster's kubelet) and posts the pod Running;
+  cluster's kubelet) and posts the pod Running; with the ResourceHealthStatus gate on, patches a running pod's
+  containerStatuses[].allocatedResourcesStatus from its drivers' health streams (gpudra.cluster.kubelet);
 - a pod being deleted: NodeUnprepareResources for the claims no other pod of the node still uses
   (UnprepareResources after the containers stop), then the pod is deleted for good (grace period 0, with its uid
   as precondition), as the kubelet does once its containers are gone.
