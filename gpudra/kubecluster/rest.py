@@ -30,9 +30,9 @@ class ApiError(Exception):
 
 class Rest:
     def __init__(self, kubeconfig: str):
-        from kubernetes import config
+        from gpudra.kube.reader import connect
 
-        self.client = config.new_client_from_config(config_file=kubeconfig)
+        self.client = connect(kubeconfig)  # the one way gpudra connects (kubeconfig, TLS, no silent retries)
 
     def call(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None,
              content_type: str = "application/json", timeout: float = 30.0) -> Any:
