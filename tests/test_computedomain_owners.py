@@ -1,0 +1,95 @@
+"""Deleting a ComputeDomain removes its DaemonSet and templates even when its finalizer was taken off by hand:
+the workload template (the domain's namespace) through its owner reference and the garbage collector, the
+driver-namespace objects through the controller's cleanup of objects labelled for a domain that is gone (NVIDIA's
+cleanup.go CleanupManager; no cross-namespace owner references exist). On the embedded cluster and on the real
+Kubernetes 1.34 control plane with its real garbage collector."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from gpudra.cluster.computedomains import reconcile_compute_domains
+from gpudra.cluster.layout import ClusterConfig, ClusterDir, parse_nodes
+from gpudra.cluster.nodes import node_object
+from gpudra.computedomain.controller import DOMAIN_LABEL
+
+from support.realkube import BUILD_TIMEOUT_S, built, gpudra, short_dir
+
+DOMAIN = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+          "metadata": {"name": "train", "namespace": "team-a"},
+          "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "train-channel"}}}}
+
+
+def _owned(objects: list[dict], uid: str) -> list[str]:
+    return sorted(f"{o['kind']} {o['metadata']['namespace']}/{o['metadata']['name']}" for o in objects
+                  if (o["metadata"].get("labels") or {}).get(DOMAIN_LABEL) == uid)
+
+
+def test_a_domain_deleted_without_its_finalizer_leaves_nothing_on_the_embedded_cluster(tmp_path):
+    cluster = ClusterDir(str(tmp_path / "c"))
+    config = ClusterConfig(nodes=parse_nodes("l4-node"))
+    cluster.save_config(config)
+    store = cluster.store
+    store.create(node_object(config.nodes[0], config.kubernetes_version))
+    for namespace in ("team-a", "nvidia-dra-driver-gpu"):
+        store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    uid = store.create(json.loads(json.dumps(DOMAIN)))["metadata"]["uid"]
+    reconcile_compute_domains(store, lambda *a: None, lambda *a: None)
+    objects = store.list("DaemonSet") + store.list("ResourceClaimTemplate")
+    assert len(_owned(objects, uid)) == 3
+    domain = store.get("ComputeDomain", "team-a", "train")
+    domain["metadata"]["finalizers"] = []  # taken off by hand: the controller's teardown never runs
+    store.replace(domain)
+    store.delete("ComputeDomain", "team-a", "train")
+    assert store.get("ComputeDomain", "team-a", "train") is None
+    for _ in range(2):  # delete (terminating: the objects' own finalizer), then release
+        reconcile_compute_domains(store, lambda *a: None, lambda *a: None)
+    assert _owned(store.list("DaemonSet") + store.list("ResourceClaimTemplate"), uid) == []
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT_S)
+def test_a_domain_deleted_without_its_finalizer_leaves_nothing_on_the_real_control_plane():
+    built()
+    directory = short_dir("co")
+    kubectl = [os.path.join(directory, "kube", "bin", "kubectl"), "--kubeconfig", os.path.join(directory, "kubeconfig")]
+
+    def get(*args: str) -> dict:
+        return json.loads(subprocess.run([*kubectl, "get", *args, "-o", "json"], capture_output=True, text=True,
+                                         check=True, timeout=120).stdout)
+
+    def wait(what: str, predicate, timeout: float = 180.0):
+        deadline = time.monotonic() + timeout
+        while not (value := predicate()):
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.5)
+        return value
+
+    try:
+        gpudra("cluster", "up", "--dir", directory, "--api-server", "kubernetes", "--racks", "2x2")
+        subprocess.run([*kubectl, "create", "namespace", "team-a"], check=True, capture_output=True, timeout=120)
+        subprocess.run([*kubectl, "apply", "-f", "-"], input=json.dumps(DOMAIN), text=True, check=True,
+                       capture_output=True, timeout=120)
+        uid = get("computedomain", "train", "-n", "team-a")["metadata"]["uid"]
+
+        def everything() -> list[dict]:
+            return get("daemonsets", "-A")["items"] + get("resourceclaimtemplates", "-A")["items"]
+
+        wait("the domain's DaemonSet and both templates", lambda: len(_owned(everything(), uid)) == 3)
+        template = get("resourceclaimtemplate", "train-channel", "-n", "team-a")
+        assert template["metadata"]["ownerReferences"] == [{
+            "apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain", "name": "train", "uid": uid,
+            "controller": True, "blockOwnerDeletion": True}]  # the API server took it as written
+        subprocess.run([*kubectl, "patch", "computedomain", "train", "-n", "team-a", "--type=merge", "-p",
+                        '{"metadata":{"finalizers":null}}'], check=True, capture_output=True, timeout=120)
+        subprocess.run([*kubectl, "delete", "computedomain", "train", "-n", "team-a", "--wait=false"], check=True,
+                       capture_output=True, timeout=120)
+        wait("nothing of the domain left", lambda: _owned(everything(), uid) == [])
+    finally:
+        gpudra("cluster", "down", "--dir", directory, check=False)
+        shutil.rmtree(directory, ignore_errors=True)
