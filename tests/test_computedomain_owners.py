@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -93,3 +94,59 @@ def test_a_domain_deleted_without_its_finalizer_leaves_nothing_on_the_real_contr
     finally:
         gpudra("cluster", "down", "--dir", directory, check=False)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT_S)
+def test_the_controller_command_reconciles_a_real_api_server(tmp_path):
+    """`gpudra driver compute-domain-controller --kubeconfig` as its own process against the real kube-apiserver
+    (no other controller runs): it creates the domain's DaemonSet and templates, adds the finalizer and writes
+    status; deleting the domain tears all of it down and lets the domain go; SIGTERM stops it with 0."""
+    from gpudra.kubecluster.lifecycle import install_compute_domain_api
+    from gpudra.kubecluster.rest import ApiError
+
+    from support.realkube import ROOT, RealApiServer
+
+    with RealApiServer() as server:
+        install_compute_domain_api(server.cluster, lambda _line: None)
+        rest = server.rest
+        rest.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": "team-a"}})
+        domains = "/apis/resource.nvidia.com/v1beta1/namespaces/team-a/computedomains"
+        uid = rest.call("POST", domains, DOMAIN)["metadata"]["uid"]
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        controller = subprocess.Popen([sys.executable, "-m", "gpudra", "driver", "compute-domain-controller",
+                                       "--kubeconfig", server.kubeconfig(str(tmp_path / "kubeconfig")),
+                                       "--interval", "0.5"], env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            def owned() -> list[str]:
+                return _owned([dict(o, kind="DaemonSet") for o in rest.get("/apis/apps/v1/daemonsets")["items"]]
+                              + [dict(o, kind="ResourceClaimTemplate") for o in
+                                 rest.get("/apis/resource.k8s.io/v1/resourceclaimtemplates")["items"]], uid)
+
+            _wait("the DaemonSet and both templates", lambda: len(owned()) == 3)
+            domain = _wait("status written", lambda: (lambda d: d if (d.get("status") or {}).get("status")
+                                                      else None)(rest.get(f"{domains}/train")))
+            assert domain["status"] == {"status": "NotReady"}  # numNodes 1, no daemon yet
+            assert "resource.nvidia.com/computeDomain" in domain["metadata"]["finalizers"]
+            rest.call("DELETE", f"{domains}/train")
+
+            def gone() -> bool:
+                try:
+                    rest.get(f"{domains}/train")
+                except ApiError as exc:
+                    return exc.status == 404
+                return False
+
+            _wait("the domain torn down and gone", lambda: gone() and owned() == [])
+        finally:
+            controller.terminate()
+            _, errors = controller.communicate(timeout=60)
+        assert controller.returncode == 0, errors[-2000:]
+
+
+def _wait(what: str, predicate, timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+    return value

@@ -29,10 +29,16 @@ class ApiError(Exception):
 
 
 class Rest:
-    def __init__(self, kubeconfig: str):
-        from kubernetes import config
+    def __init__(self, kubeconfig: str | None, in_cluster: bool = False):
+        """The cluster of `kubeconfig`, or with `in_cluster` the pod's service account (token and CA)."""
+        from kubernetes import client, config
 
-        self.client = config.new_client_from_config(config_file=kubeconfig)
+        if in_cluster:
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+            self.client = client.ApiClient(configuration)
+        else:
+            self.client = config.new_client_from_config(config_file=kubeconfig)
 
     def call(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None,
              content_type: str = "application/json", timeout: float = 30.0) -> Any:
