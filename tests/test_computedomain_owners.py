@@ -99,8 +99,9 @@ def test_a_domain_deleted_without_its_finalizer_leaves_nothing_on_the_real_contr
 @pytest.mark.timeout(BUILD_TIMEOUT_S)
 def test_the_controller_command_reconciles_a_real_api_server(tmp_path):
     """`gpudra driver compute-domain-controller --kubeconfig` as its own process against the real kube-apiserver
-    (no other controller runs): it creates the domain's DaemonSet and templates, adds the finalizer and writes
-    status; deleting the domain tears all of it down and lets the domain go; SIGTERM stops it with 0."""
+    (RBAC on, no other controller runs), signed in as the service account deploy/kubernetes/compute-domains.yaml
+    makes, with only that file's RBAC: it creates the domain's DaemonSet and templates, adds the finalizer and
+    writes status; deleting the domain tears all of it down and lets the domain go; SIGTERM stops it with 0."""
     from gpudra.kubecluster.lifecycle import install_compute_domain_api
     from gpudra.kubecluster.rest import ApiError
 
@@ -113,10 +114,12 @@ def test_the_controller_command_reconciles_a_real_api_server(tmp_path):
                                                   "metadata": {"name": "team-a"}})
         domains = "/apis/resource.nvidia.com/v1beta1/namespaces/team-a/computedomains"
         uid = rest.call("POST", domains, DOMAIN)["metadata"]["uid"]
+        kubeconfig = _service_account_kubeconfig(server, ROOT / "deploy" / "kubernetes" / "compute-domains.yaml",
+                                                 "gpudra-compute-domain-controller", str(tmp_path / "kubeconfig"))
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         controller = subprocess.Popen([sys.executable, "-m", "gpudra", "driver", "compute-domain-controller",
-                                       "--kubeconfig", server.kubeconfig(str(tmp_path / "kubeconfig")),
-                                       "--interval", "0.5"], env=env, stderr=subprocess.PIPE, text=True)
+                                       "--kubeconfig", kubeconfig, "--interval", "0.5", "-v"],
+                                      env=env, stderr=subprocess.PIPE, text=True)
         try:
             def owned() -> list[str]:
                 return _owned([dict(o, kind="DaemonSet") for o in rest.get("/apis/apps/v1/daemonsets")["items"]]
@@ -138,13 +141,52 @@ def test_the_controller_command_reconciles_a_real_api_server(tmp_path):
                 return False
 
             _wait("the domain torn down and gone", lambda: gone() and owned() == [])
-        finally:
+        except AssertionError as exc:
             controller.terminate()
+            raise AssertionError(f"{exc}; controller log:\n{controller.communicate(timeout=60)[1][-3000:]}") from None
+        finally:
+            if controller.returncode is None:
+                controller.terminate()
             _, errors = controller.communicate(timeout=60)
         assert controller.returncode == 0, errors[-2000:]
 
 
-def _wait(what: str, predicate, timeout: float = 120.0):
+RBAC_PATHS = {"ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts", "Namespace": "/api/v1/namespaces",
+              "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+              "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+              "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+              "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"}
+
+
+def _service_account_kubeconfig(server, manifest, account: str, path: str) -> str:  # type: ignore[no-untyped-def]
+    """The manifest's namespaces, service accounts and RBAC applied; a kubeconfig holding a token of `account`
+    (TokenRequest), for the API server's address and CA."""
+    import yaml
+
+    from gpudra.kubecluster.rest import ApiError
+
+    rest = server.rest
+    with open(manifest, encoding="utf-8") as fh:
+        docs = [d for d in yaml.safe_load_all(fh) if d]
+    rest.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                             "metadata": {"name": "gpudra-system"}})
+    for doc in docs:
+        if doc["kind"] in RBAC_PATHS:
+            try:
+                rest.call("POST", RBAC_PATHS[doc["kind"]].format(ns=doc["metadata"].get("namespace")), doc)
+            except ApiError as exc:
+                assert exc.status == 409, exc  # the driver's namespace: there already
+    token = rest.call("POST", f"/api/v1/namespaces/gpudra-system/serviceaccounts/{account}/token",
+                      {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})
+    with open(server.kubeconfig(path), encoding="utf-8") as fh:
+        config = yaml.safe_load(fh)
+    config["users"] = [{"name": u["name"], "user": {"token": token["status"]["token"]}} for u in config["users"]]
+    with open(path, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(config, fh)
+    return path
+
+
+def _wait(what: str, predicate, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"

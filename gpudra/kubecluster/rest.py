@@ -47,9 +47,11 @@ class Rest:
         configuration = self.client.configuration
         url = configuration.host + path + ("?" + urlencode(query) if query else "")
         headers = {"Content-Type": content_type, "Accept": "application/json"}
-        token = (configuration.api_key or {}).get("authorization")
-        if token:
-            headers["Authorization"] = token
+        # a token (kubeconfig `token`, the pod's service account): the client's auth settings, which run its refresh
+        # hook and add the "Bearer" prefix (client 37 keeps it under api_key["BearerToken"], not "authorization")
+        for auth in configuration.auth_settings().values():
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
         try:
             # the REST layer alone (its keyword arguments are the same from client 33 to 39; the generated
             # call_api above it changed its signature in 35)
