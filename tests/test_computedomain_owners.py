@@ -151,6 +151,59 @@ def test_the_controller_command_reconciles_a_real_api_server(tmp_path):
         assert controller.returncode == 0, errors[-2000:]
 
 
+@pytest.mark.timeout(BUILD_TIMEOUT_S)
+def test_the_real_garbage_collector_takes_the_workload_template_and_the_controller_the_rest(tmp_path):
+    """The real kube-controller-manager's garbage collector alone (gpudra's controller stopped): a domain deleted
+    with its finalizer taken off by hand has its workload template marked for deletion through the owner
+    reference, while the driver-namespace DaemonSet, which has none, is left alone (a cross-namespace reference
+    would have had it deleted as an orphan at creation). The controller, started again, releases the template and
+    deletes the DaemonSet and the daemons' template (cleanup of objects labelled for a gone domain)."""
+    from gpudra.kubecluster import controlplane
+    from gpudra.kubecluster.lifecycle import install_compute_domain_api
+
+    from support.realkube import ROOT, RealApiServer
+
+    with RealApiServer() as server:
+        controlplane.start(server.cluster, server.config, server.binary,
+                           components=("etcd", "kube-apiserver", "kube-controller-manager"))
+        install_compute_domain_api(server.cluster, lambda _line: None)
+        rest = server.rest
+        rest.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": "team-a"}})
+        domains = "/apis/resource.nvidia.com/v1beta1/namespaces/team-a/computedomains"
+        uid = rest.call("POST", domains, DOMAIN)["metadata"]["uid"]
+        kubeconfig = server.kubeconfig(str(tmp_path / "kubeconfig"))
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        command = [sys.executable, "-m", "gpudra", "driver", "compute-domain-controller", "--kubeconfig", kubeconfig,
+                   "--interval", "0.5"]
+        template_path = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaimtemplates/train-channel"
+        daemonset_path = f"/apis/apps/v1/namespaces/nvidia-dra-driver-gpu/daemonsets/computedomain-daemon-{uid}"
+
+        def owned() -> list[str]:
+            return _owned([dict(o, kind="DaemonSet") for o in rest.get("/apis/apps/v1/daemonsets")["items"]]
+                          + [dict(o, kind="ResourceClaimTemplate") for o in
+                             rest.get("/apis/resource.k8s.io/v1/resourceclaimtemplates")["items"]], uid)
+
+        controller = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+        try:
+            _wait("the DaemonSet and both templates", lambda: len(owned()) == 3)
+        finally:
+            controller.terminate()
+            controller.wait(timeout=60)
+        rest.call("PUT", f"{domains}/train", dict(rest.get(f"{domains}/train"), metadata=dict(
+            rest.get(f"{domains}/train")["metadata"], finalizers=[])))
+        rest.call("DELETE", f"{domains}/train")
+        _wait("the garbage collector deleting the workload template",
+              lambda: rest.get(template_path)["metadata"].get("deletionTimestamp"), timeout=60)
+        assert not rest.get(daemonset_path)["metadata"].get("deletionTimestamp")
+        controller = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+        try:
+            _wait("nothing of the domain left", lambda: owned() == [])
+        finally:
+            controller.terminate()
+            controller.wait(timeout=60)
+
+
 RBAC_PATHS = {"ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts", "Namespace": "/api/v1/namespaces",
               "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
               "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
