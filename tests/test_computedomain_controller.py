@@ -21,7 +21,7 @@ from gpudra.api.load import Document
 from gpudra.api.validate import validate_documents
 from gpudra.computedomain.controller import (
     CLIQUE_NODE_LABEL, DOMAIN_LABEL, FINALIZER, DomainPlan, World, daemon_template, daemonset, global_status, plan,
-    stale_labels, status_nodes, workload_template)
+    orphans, stale_labels, status_nodes, workload_template)
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "computedomain")
 UID = "0b8e6a52-7f3e-4b1f-9d42-3c2a1e9f0d11"
@@ -54,7 +54,25 @@ def test_workload_template_is_nvidias() -> None:
             "ChannelConfig.AllocationMode": mode})
         cd = domain()
         cd["spec"]["channel"]["allocationMode"] = mode
-        assert workload_template(cd) == expected
+        made = workload_template(cd)
+        # gpudra's one addition (NVIDIA's template has none): the domain owns it, in its own namespace
+        assert made["metadata"].pop("ownerReferences") == [{
+            "apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain", "name": "train", "uid": UID,
+            "controller": True, "blockOwnerDeletion": True}]
+        assert made == expected
+
+
+def test_only_same_namespace_objects_carry_an_owner_reference() -> None:
+    """Kubernetes has no cross-namespace owner references: the garbage collector would delete a driver-namespace
+    object pointing at a user-namespace domain at once. So only the workload template (the domain's namespace)
+    has one; the DaemonSet and the daemon template are linked by the label and the finalizer, as NVIDIA's are."""
+    for obj in created_objects():
+        refs = obj["metadata"].get("ownerReferences")
+        if obj["metadata"]["namespace"] == domain()["metadata"]["namespace"]:
+            assert refs and refs[0]["uid"] == UID
+        else:
+            assert refs is None, obj["kind"]
+    assert {o["metadata"]["namespace"] for o in created_objects()} == {"team-a", "nvidia-dra-driver-gpu"}
 
 
 def test_daemon_template_is_nvidias() -> None:
@@ -203,6 +221,24 @@ def test_a_deleted_domain_tears_down_then_lets_go() -> None:
     last = deleted(domain())
     last["metadata"]["finalizers"] = [FINALIZER]
     assert plan(last, World()) == DomainPlan(domain=None)
+
+
+def test_objects_of_a_domain_that_is_gone_are_deleted_and_released() -> None:
+    """cleanup.go's CleanupManager: the DaemonSet and templates labelled for a missing domain go; another
+    domain's, and a labelled template of a tenant's (no target label), stay."""
+    objects = created_objects()
+    tenant = {"kind": "ResourceClaimTemplate",
+              "metadata": {"namespace": "team-b", "name": "mine", "labels": {DOMAIN_LABEL: "gone"}}}
+    world = World(templates=[o for o in objects if o["kind"] == "ResourceClaimTemplate"] + [tenant],
+                  daemonsets=[o for o in objects if o["kind"] == "DaemonSet"])
+    refs = sorted((o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects)
+    assert orphans({UID}, world) == DomainPlan(domain=None)
+    gone = orphans(set(), world)
+    assert sorted(gone.delete) == refs and sorted(gone.release) == refs
+    terminating = copy.deepcopy(world)
+    for obj in terminating.templates + terminating.daemonsets:
+        obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert orphans(set(), terminating).delete == [] and sorted(orphans(set(), terminating).release) == refs
 
 
 def test_stale_labels_name_domains_that_are_gone() -> None:

@@ -12,14 +12,16 @@ from kubernetes import client as k8s
 
 from gpudra.api.load import load_text
 from gpudra.api.validate import has_errors, validate_documents
-from gpudra.cli.driver import run_cmd
+from gpudra.cli.driver import compute_domain_controller_cmd, run_cmd
 from gpudra.driver.slices import device_classes
 
 DEPLOY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "deploy")
 KINDS = {("v1", "Namespace"): k8s.V1Namespace, ("v1", "ServiceAccount"): k8s.V1ServiceAccount,
          ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.V1ClusterRole,
          ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): k8s.V1ClusterRoleBinding,
-         ("apps/v1", "DaemonSet"): k8s.V1DaemonSet, ("v1", "ConfigMap"): k8s.V1ConfigMap}
+         ("apps/v1", "DaemonSet"): k8s.V1DaemonSet, ("v1", "ConfigMap"): k8s.V1ConfigMap,
+         ("apps/v1", "Deployment"): k8s.V1Deployment, ("rbac.authorization.k8s.io/v1", "Role"): k8s.V1Role,
+         ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.V1RoleBinding}
 
 
 def _problems(doc: dict) -> list[str]:
@@ -40,7 +42,7 @@ def _docs(name: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("name", ["namespace.yaml", "rbac.yaml", "daemonset.yaml", "mig-manager.yaml",
-                                  "mig-parted-config.yaml"])
+                                  "mig-parted-config.yaml", "compute-domains.yaml"])
 def test_manifests_match_the_kubernetes_schemas(name):
     for doc in _docs(name):
         assert _problems(doc) == []
@@ -179,3 +181,30 @@ def test_helm_values_for_device_health_become_driver_arguments():
     args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
     ctx = run_cmd.make_context("run", args[2:] + ["--node-name", "n"])
     assert ctx.params["device_taint_rules"] and ctx.params["additional_xids_to_ignore"] == "48,63"
+
+
+def test_compute_domain_pods_run_commands_gpudra_accepts():
+    """The compute-domain plugin runs `driver run --driver compute-domain` beside the GPU plugin (its own health
+    port), the controller `driver compute-domain-controller --in-cluster`; each with its own service account."""
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in _docs("compute-domains.yaml")}
+    plugin = docs[("DaemonSet", "gpudra-compute-domain-kubelet-plugin")]["spec"]["template"]["spec"]
+    container = plugin["containers"][0]
+    ctx = run_cmd.make_context("run", container["args"][2:] + ["--node-name", "n"])
+    assert ctx.params["driver_kind"] == "compute-domain" and ctx.params["in_cluster"]
+    assert ctx.params["healthcheck_port"] == container["livenessProbe"]["grpc"]["port"]
+    gpu_plugin = _docs("daemonset.yaml")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert ctx.params["healthcheck_port"] != gpu_plugin["livenessProbe"]["grpc"]["port"]  # both on one node
+    controller = docs[("Deployment", "gpudra-compute-domain-controller")]["spec"]["template"]["spec"]
+    args = controller["containers"][0]["args"]
+    assert args[:2] == ["driver", "compute-domain-controller"]
+    assert compute_domain_controller_cmd.make_context("compute-domain-controller", args[2:]).params["in_cluster"]
+    for pod in (plugin, controller):
+        assert ("ServiceAccount", pod["serviceAccountName"]) in docs
+
+
+def test_the_crd_files_are_the_one_gpudra_validates_with():
+    """deploy/kubernetes and the chart's crds/ link to gpudra/computedomain/computedomains.crd.yaml: one copy."""
+    source = os.path.join(os.path.dirname(DEPLOY), "gpudra", "computedomain", "computedomains.crd.yaml")
+    for path in (os.path.join(DEPLOY, "kubernetes", "computedomains.crd.yaml"),
+                 os.path.join(DEPLOY, "helm", "gpudra", "crds", "computedomains.crd.yaml")):
+        assert os.path.realpath(path) == os.path.realpath(source)

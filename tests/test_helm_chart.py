@@ -21,7 +21,7 @@ CHART = os.path.join(DEPLOY, "helm", "gpudra")
 def _plain() -> list[dict]:
     objects = []
     for name in ("namespace.yaml", "rbac.yaml", "deviceclasses.yaml", "daemonset.yaml", "mig-manager.yaml",
-                 "mig-parted-config.yaml"):
+                 "mig-parted-config.yaml", "compute-domains.yaml"):
         with open(os.path.join(DEPLOY, "kubernetes", name), encoding="utf-8") as fh:
             objects.extend(d for d in yaml.safe_load_all(fh) if d)
     return objects
@@ -43,7 +43,8 @@ def test_values_change_the_objects():
     objects = _by_identity(helm_template(CHART, namespace="gpu", values={
         "metricsPort": 9400, "dynamicMig": True, "createNamespace": False, "extendedResourceName": "",
         "hostDriverRoot": "/run/nvidia/driver", "image": {"repository": "r/gpudra", "tag": "1.2", "pullPolicy": "Always"}}))
-    assert not any(kind == "Namespace" for _, kind, _, _ in objects)
+    # the release's namespace is not created; the driver's (the ComputeDomain daemons') still is
+    assert [name for _, kind, _, name in objects if kind == "Namespace"] == ["nvidia-dra-driver-gpu"]
     ds = objects[("apps/v1", "DaemonSet", "gpu", "gpudra-kubelet-plugin")]
     container = ds["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "r/gpudra:1.2" and container["imagePullPolicy"] == "Always"
@@ -82,6 +83,7 @@ VALUE_SETS = {
     "health": {"deviceTaintRules": True, "additionalXidsToIgnore": "48,63", "healthcheckPort": 0},
     "driver-name": {"driverName": "gpu.example.com", "dynamicMig": True},
     "webhook": {"webhook": {"enabled": True}},
+    "no-compute-domains": {"computeDomains": {"enabled": False}},
 }
 
 
@@ -116,3 +118,34 @@ def test_helm_lint_finds_nothing_wrong_with_the_chart():
     report = helm_python.lint(CHART, namespace="gpudra-system", strict=True)
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []  # warnings or errors
+
+
+COMPUTE_DOMAIN_KINDS = {("apps/v1", "Deployment", "gpudra-compute-domain-controller"),
+                        ("apps/v1", "DaemonSet", "gpudra-compute-domain-kubelet-plugin"),
+                        ("rbac.authorization.k8s.io/v1", "ClusterRole", "gpudra-compute-domain-controller"),
+                        ("rbac.authorization.k8s.io/v1", "Role", "gpudra-compute-domain-controller"),
+                        ("rbac.authorization.k8s.io/v1", "ClusterRole", "gpudra-compute-domain-kubelet-plugin")}
+
+
+@needs_helm
+def test_real_helm_installs_the_compute_domain_plugin_controller_and_rbac_and_the_crd():
+    """Helm's engine renders the compute-domain objects in the release's namespace (the daemons' Role in the
+    driver's), leaves them out with computeDomains.enabled=false, and the chart's crds/ holds NVIDIA's CRD: the
+    same bytes as gpudra/computedomain/computedomains.crd.yaml (a link to it, followed by Helm)."""
+    from gpudra.driver.computedomain import DRIVER_NAMESPACE
+
+    rendered = _real_helm("gpu", {})
+    found = {(o["apiVersion"], o["kind"], o["metadata"]["name"]): o for o in rendered}
+    assert COMPUTE_DOMAIN_KINDS <= found.keys()
+    assert found[("apps/v1", "Deployment", "gpudra-compute-domain-controller")]["metadata"]["namespace"] == "gpu"
+    assert found[("rbac.authorization.k8s.io/v1", "Role", "gpudra-compute-domain-controller")][
+        "metadata"]["namespace"] == DRIVER_NAMESPACE
+    assert ("v1", "Namespace", DRIVER_NAMESPACE) in found
+    off = {(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in _real_helm("gpu", VALUE_SETS["no-compute-domains"])}
+    assert not COMPUTE_DOMAIN_KINDS & off
+    source = os.path.join(os.path.dirname(DEPLOY), "gpudra", "computedomain", "computedomains.crd.yaml")
+    with open(source, encoding="utf-8") as fh:
+        crd = yaml.safe_load(fh)
+    with helm_python.Chart.load(CHART) as chart:
+        crds = chart.crds
+    assert [yaml.safe_load(c["data"]) for c in crds] == [crd]

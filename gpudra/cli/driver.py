@@ -473,6 +473,39 @@ def webhook_cmd(tls_cert_file: str, tls_private_key_file: str, port: int, bind_a
         server.server_close()
 
 
+@command.command("compute-domain-controller")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), envvar="KUBECONFIG",
+              help="the cluster whose ComputeDomains to reconcile")
+@click.option("--in-cluster", is_flag=True, help="use the pod's service account")
+@click.option("--interval", "interval_s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              metavar="SECONDS", help="seconds between reconcile rounds over every ComputeDomain")
+@click.option("-v", "--verbose", is_flag=True, help="log every object created, deleted or released")
+def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, interval_s: float, verbose: bool) -> None:
+    """Run the ComputeDomain controller against an API server (NVIDIA's CRD installed): per domain the IMEX
+    daemons' DaemonSet and claim templates, status from the daemons, teardown on deletion. Runs until SIGTERM."""
+    if not (kubeconfig or in_cluster):
+        _fail("give --kubeconfig or --in-cluster: the controller reconciles a cluster's ComputeDomains")
+    from kubernetes.config import ConfigException
+
+    from gpudra.kubecluster.cdcontroller import run_controller
+    from gpudra.kubecluster.rest import Rest
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        rest = Rest(kubeconfig, in_cluster=in_cluster)
+    except (ConfigException, OSError, ValueError, TypeError) as exc:
+        _fail(f"cannot load the cluster configuration: {exc}")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        run_controller(rest, stop, interval_s)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        rest.close()
+
+
 @command.command("inject-event")
 @click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
 @click.option("--gpu", "gpu", default=None, help="GPU minor number or UUID (default: every GPU, for --gpu-lost)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from gpudra.computedomain.controller import DOMAIN_LABEL, FINALIZER, DomainPlan, World, plan, stale_labels
+from gpudra.computedomain.controller import DOMAIN_LABEL, FINALIZER, DomainPlan, World, orphans, plan, stale_labels
 from gpudra.api.schema.computedomain import KIND
 
 from .store import Store, StoreError
@@ -36,6 +36,7 @@ def reconcile_compute_domains(store: Store, event: Event, step: Step) -> bool:
     uids = {str(d["metadata"].get("uid")) for d in domains}
     for node in stale_labels(uids, store.list("Node")):
         changed |= _label_node(store, node, None, "(gone)", step)
+    changed |= _delete_and_release(store, orphans(uids, world_of(store)), "(gone)", step)
     return changed
 
 
@@ -55,6 +56,23 @@ def _apply(store: Store, domain: dict[str, Any], result: DomainPlan, event: Even
         changed = True
     for node, value in result.labels.items():
         changed |= _label_node(store, node, value, where, step)
+    changed |= _delete_and_release(store, result, where, step)
+    for reason, message in result.problems:
+        _warn_once(store, domain, reason, message, event)
+    if result.domain is None:
+        gone = dict(domain, metadata={**meta, "finalizers": [f for f in meta.get("finalizers") or []
+                                                            if f != FINALIZER]})
+        if _replace(store, gone):
+            step("computedomain", f"computedomain {where}: torn down, finalizer removed")
+            return True
+        return changed
+    if result.domain != domain:
+        changed |= _replace(store, result.domain)
+    return changed
+
+
+def _delete_and_release(store: Store, result: DomainPlan, where: str, step: Step) -> bool:
+    changed = False
     for kind, namespace, name in result.delete:
         try:
             store.delete(kind, namespace, name)
@@ -67,17 +85,6 @@ def _apply(store: Store, domain: dict[str, Any], result: DomainPlan, event: Even
         if current is not None and FINALIZER in (current["metadata"].get("finalizers") or []):
             current["metadata"]["finalizers"] = [f for f in current["metadata"]["finalizers"] if f != FINALIZER]
             changed |= _replace(store, current)
-    for reason, message in result.problems:
-        _warn_once(store, domain, reason, message, event)
-    if result.domain is None:
-        gone = dict(domain, metadata={**meta, "finalizers": [f for f in meta.get("finalizers") or []
-                                                            if f != FINALIZER]})
-        if _replace(store, gone):
-            step("computedomain", f"computedomain {where}: torn down, finalizer removed")
-            return True
-        return changed
-    if result.domain != domain:
-        changed |= _replace(store, result.domain)
     return changed
 
 

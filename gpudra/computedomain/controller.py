@@ -26,6 +26,16 @@ The facts are those of NVIDIA/k8s-dra-driver-gpu's compute-domain controller (cm
   label selector `computeDomainLabelKey exists`, grouped by the label's value). A labelled pod anywhere else is a
   tenant's, not a daemon: it neither counts for the status, nor joins the IMEX peers, nor is deleted.
 
+Owner references: NVIDIA's controller sets none (daemonset.go and resourceclaimtemplate.go create their objects
+from the templates, which carry only the domain label and the finalizer); its CleanupManager (cleanup.go) finds
+objects labelled for a domain that no longer exists and deletes them and takes their finalizer off. gpudra does
+that too (`orphans`), and in addition gives the workload template, which lives in the domain's own namespace, an
+owner reference to the domain (controller, blockOwnerDeletion), so the garbage collector removes it with the
+domain and `kubectl get -o yaml` shows whose it is. The DaemonSet and the daemon template live in the driver's
+namespace: Kubernetes has no cross-namespace owner references (the garbage collector resolves a namespaced
+dependent's owner in the dependent's own namespace, finds none there, and deletes the dependent at once), so for
+them the label, the finalizer and `orphans` are the link, as in NVIDIA's driver.
+
 Two differences, on purpose: a daemon pod must also be controlled by the domain's DaemonSet (the owner reference
 the DaemonSet controller sets), so a pod someone else made in the driver's namespace does not count either; and
 the domain's finalizer also waits for its daemon pods to be gone, so a daemon's claim is
@@ -134,6 +144,13 @@ def _opaque_config(kind: str, uid: str, allocation_mode: str | None = None) -> d
     return {"driver": DRIVER_NAME, "parameters": parameters}
 
 
+def owner_reference(domain: dict[str, Any]) -> dict[str, Any]:
+    """The domain as the controlling owner of an object in its own namespace."""
+    meta = _meta(domain)
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": True}
+
+
 def _claim_template(namespace: str, name: str, uid: str, target: str, request: str, device_class: str,
                     config: dict[str, Any]) -> dict[str, Any]:
     return {
@@ -151,9 +168,11 @@ def workload_template(domain: dict[str, Any]) -> dict[str, Any]:
     """The ResourceClaimTemplate the domain's pods name (compute-domain-workload-claim-template.tmpl.yaml)."""
     meta, spec = _meta(domain), apply_defaults(domain)["spec"]
     channel = spec["channel"]
-    return _claim_template(meta.get("namespace") or "default", channel["resourceClaimTemplate"]["name"],
-                           meta["uid"], TARGET_WORKLOAD, "channel", CHANNEL_CLASS,
-                           _opaque_config(CHANNEL_CONFIG, meta["uid"], channel["allocationMode"]))
+    template = _claim_template(meta.get("namespace") or "default", channel["resourceClaimTemplate"]["name"],
+                               meta["uid"], TARGET_WORKLOAD, "channel", CHANNEL_CLASS,
+                               _opaque_config(CHANNEL_CONFIG, meta["uid"], channel["allocationMode"]))
+    template["metadata"]["ownerReferences"] = [owner_reference(domain)]  # same namespace: allowed (see above)
+    return template
 
 
 def daemon_template(domain: dict[str, Any]) -> dict[str, Any]:
@@ -290,6 +309,24 @@ def stale_labels(domain_uids: set[str], nodes: list[dict[str, Any]]) -> dict[str
     their label goes (node.go's label cleanup)."""
     return {str(_meta(n).get("name")): None for n in nodes
             if DOMAIN_LABEL in _labels(n) and _labels(n)[DOMAIN_LABEL] not in domain_uids}
+
+
+def orphans(domain_uids: set[str], world: World) -> DomainPlan:
+    """Templates and DaemonSets labelled for a domain that no longer exists (its finalizer was taken off by hand,
+    or the garbage collector deleted a workload template): deleted and released, as cleanup.go's CleanupManager
+    does. Only the driver's objects count: the target label (templates) or the driver's namespace (DaemonSets)."""
+    result = DomainPlan(domain=None)
+    candidates = [t for t in world.templates if _labels(t).get(TARGET_LABEL) in (TARGET_WORKLOAD, TARGET_DAEMON)] \
+        + [d for d in world.daemonsets if _meta(d).get("namespace") == DRIVER_NAMESPACE]
+    for obj in candidates:
+        uid = _labels(obj).get(DOMAIN_LABEL)
+        if uid is None or uid in domain_uids:
+            continue
+        if not _meta(obj).get("deletionTimestamp"):
+            result.delete.append(_ref(obj))
+        if FINALIZER in (_meta(obj).get("finalizers") or []):
+            result.release.append(_ref(obj))
+    return result
 
 
 def _teardown(domain: dict[str, Any], uid: str, owned: list[dict[str, Any]], daemons: list[dict[str, Any]],

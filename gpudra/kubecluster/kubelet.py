@@ -31,6 +31,7 @@ from gpudra.cluster.kubelet import (Kubelet, allocated_resources_status, extende
 from gpudra.cluster.layout import ClusterConfig, ClusterDir, NodeSpec
 from gpudra.cluster.nodes import node_object
 
+from .cdcontroller import post_event
 from .kubestore import KubeStore
 from .rest import ApiError, Rest, cluster_scoped, namespaced
 
@@ -152,21 +153,7 @@ class NodeStandIn:
 
     # ----- events -------------------------------------------------------------------------------
     def emit(self, obj: dict[str, Any], kind: str, reason: str, message: str, component: str) -> None:
-        meta = obj.get("metadata") or {}
-        namespace = meta.get("namespace") or "default"
-        stamp = now()
-        event = {"apiVersion": "v1", "kind": "Event",
-                 "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
-                 "involvedObject": {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
-                                    "name": meta.get("name"), "namespace": namespace, "uid": meta.get("uid")},
-                 "reason": reason, "message": message[:1024], "type": kind, "count": 1,
-                 "firstTimestamp": stamp, "lastTimestamp": stamp,
-                 "source": {"component": component, "host": (obj.get("spec") or {}).get("nodeName", "")},
-                 "reportingComponent": component, "reportingInstance": (obj.get("spec") or {}).get("nodeName", "")}
-        try:
-            self.rest.call("POST", namespaced("v1", "events", namespace), event)
-        except ApiError as exc:  # an event is best effort, as the kubelet's recorder treats it
-            log.warning("event %s for %s/%s not recorded: %s", reason, namespace, meta.get("name"), exc)
+        post_event(self.rest, obj, kind, reason, message, component)
 
     # ----- pods ---------------------------------------------------------------------------------
     def our_pods(self) -> list[dict[str, Any]]:

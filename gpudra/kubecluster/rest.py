@@ -29,10 +29,18 @@ class ApiError(Exception):
 
 
 class Rest:
-    def __init__(self, kubeconfig: str):
+    def __init__(self, kubeconfig: str | None, in_cluster: bool = False):
+        """The cluster of `kubeconfig`, or with `in_cluster` the pod's service account (token and CA)."""
+        from kubernetes import client, config
+
         from gpudra.kube.reader import connect
 
-        self.client = connect(kubeconfig)  # the one way gpudra connects (kubeconfig, TLS, no silent retries)
+        if in_cluster:
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+            self.client = client.ApiClient(configuration)
+        else:
+            self.client = connect(kubeconfig)  # the one way gpudra connects (kubeconfig, TLS, no silent retries)
 
     def call(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None,
              content_type: str = "application/json", timeout: float = 30.0) -> Any:
@@ -41,9 +49,11 @@ class Rest:
         configuration = self.client.configuration
         url = configuration.host + path + ("?" + urlencode(query) if query else "")
         headers = {"Content-Type": content_type, "Accept": "application/json"}
-        token = (configuration.api_key or {}).get("authorization")
-        if token:
-            headers["Authorization"] = token
+        # a token (kubeconfig `token`, the pod's service account): the client's auth settings, which run its refresh
+        # hook and add the "Bearer" prefix (client 37 keeps it under api_key["BearerToken"], not "authorization")
+        for auth in configuration.auth_settings().values():
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
         try:
             # the REST layer alone (its keyword arguments are the same from client 33 to 39; the generated
             # call_api above it changed its signature in 35)

@@ -1,0 +1,247 @@
+"""Deleting a ComputeDomain removes its DaemonSet and templates even when its finalizer was taken off by hand:
+the workload template (the domain's namespace) through its owner reference and the garbage collector, the
+driver-namespace objects through the controller's cleanup of objects labelled for a domain that is gone (NVIDIA's
+cleanup.go CleanupManager; no cross-namespace owner references exist). On the embedded cluster and on the real
+Kubernetes 1.34 control plane with its real garbage collector."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpudra.cluster.computedomains import reconcile_compute_domains
+from gpudra.cluster.layout import ClusterConfig, ClusterDir, parse_nodes
+from gpudra.cluster.nodes import node_object
+from gpudra.computedomain.controller import DOMAIN_LABEL
+
+from support.realkube import BUILD_TIMEOUT_S, built, gpudra, short_dir
+
+DOMAIN = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+          "metadata": {"name": "train", "namespace": "team-a"},
+          "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "train-channel"}}}}
+
+
+def _owned(objects: list[dict], uid: str) -> list[str]:
+    return sorted(f"{o['kind']} {o['metadata']['namespace']}/{o['metadata']['name']}" for o in objects
+                  if (o["metadata"].get("labels") or {}).get(DOMAIN_LABEL) == uid)
+
+
+def test_a_domain_deleted_without_its_finalizer_leaves_nothing_on_the_embedded_cluster(tmp_path):
+    cluster = ClusterDir(str(tmp_path / "c"))
+    config = ClusterConfig(nodes=parse_nodes("l4-node"))
+    cluster.save_config(config)
+    store = cluster.store
+    store.create(node_object(config.nodes[0], config.kubernetes_version))
+    for namespace in ("team-a", "nvidia-dra-driver-gpu"):
+        store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    uid = store.create(json.loads(json.dumps(DOMAIN)))["metadata"]["uid"]
+    reconcile_compute_domains(store, lambda *a: None, lambda *a: None)
+    objects = store.list("DaemonSet") + store.list("ResourceClaimTemplate")
+    assert len(_owned(objects, uid)) == 3
+    domain = store.get("ComputeDomain", "team-a", "train")
+    domain["metadata"]["finalizers"] = []  # taken off by hand: the controller's teardown never runs
+    store.replace(domain)
+    store.delete("ComputeDomain", "team-a", "train")
+    assert store.get("ComputeDomain", "team-a", "train") is None
+    for _ in range(2):  # delete (terminating: the objects' own finalizer), then release
+        reconcile_compute_domains(store, lambda *a: None, lambda *a: None)
+    assert _owned(store.list("DaemonSet") + store.list("ResourceClaimTemplate"), uid) == []
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT_S)
+def test_a_domain_deleted_without_its_finalizer_leaves_nothing_on_the_real_control_plane():
+    built()
+    directory = short_dir("co")
+    kubectl = [os.path.join(directory, "kube", "bin", "kubectl"), "--kubeconfig", os.path.join(directory, "kubeconfig")]
+
+    def get(*args: str) -> dict:
+        return json.loads(subprocess.run([*kubectl, "get", *args, "-o", "json"], capture_output=True, text=True,
+                                         check=True, timeout=120).stdout)
+
+    def wait(what: str, predicate, timeout: float = 180.0):
+        deadline = time.monotonic() + timeout
+        while not (value := predicate()):
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.5)
+        return value
+
+    try:
+        gpudra("cluster", "up", "--dir", directory, "--api-server", "kubernetes", "--racks", "2x2")
+        subprocess.run([*kubectl, "create", "namespace", "team-a"], check=True, capture_output=True, timeout=120)
+        subprocess.run([*kubectl, "apply", "-f", "-"], input=json.dumps(DOMAIN), text=True, check=True,
+                       capture_output=True, timeout=120)
+        uid = get("computedomain", "train", "-n", "team-a")["metadata"]["uid"]
+
+        def everything() -> list[dict]:
+            return get("daemonsets", "-A")["items"] + get("resourceclaimtemplates", "-A")["items"]
+
+        wait("the domain's DaemonSet and both templates", lambda: len(_owned(everything(), uid)) == 3)
+        template = get("resourceclaimtemplate", "train-channel", "-n", "team-a")
+        assert template["metadata"]["ownerReferences"] == [{
+            "apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain", "name": "train", "uid": uid,
+            "controller": True, "blockOwnerDeletion": True}]  # the API server took it as written
+        subprocess.run([*kubectl, "patch", "computedomain", "train", "-n", "team-a", "--type=merge", "-p",
+                        '{"metadata":{"finalizers":null}}'], check=True, capture_output=True, timeout=120)
+        subprocess.run([*kubectl, "delete", "computedomain", "train", "-n", "team-a", "--wait=false"], check=True,
+                       capture_output=True, timeout=120)
+        wait("nothing of the domain left", lambda: _owned(everything(), uid) == [])
+    finally:
+        gpudra("cluster", "down", "--dir", directory, check=False)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT_S)
+def test_the_controller_command_reconciles_a_real_api_server(tmp_path):
+    """`gpudra driver compute-domain-controller --kubeconfig` as its own process against the real kube-apiserver
+    (RBAC on, no other controller runs), signed in as the service account deploy/kubernetes/compute-domains.yaml
+    makes, with only that file's RBAC: it creates the domain's DaemonSet and templates, adds the finalizer and
+    writes status; deleting the domain tears all of it down and lets the domain go; SIGTERM stops it with 0."""
+    from gpudra.kubecluster.lifecycle import install_compute_domain_api
+    from gpudra.kubecluster.rest import ApiError
+
+    from support.realkube import ROOT, RealApiServer
+
+    with RealApiServer() as server:
+        install_compute_domain_api(server.cluster, lambda _line: None)
+        rest = server.rest
+        rest.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": "team-a"}})
+        domains = "/apis/resource.nvidia.com/v1beta1/namespaces/team-a/computedomains"
+        uid = rest.call("POST", domains, DOMAIN)["metadata"]["uid"]
+        kubeconfig = _service_account_kubeconfig(server, ROOT / "deploy" / "kubernetes" / "compute-domains.yaml",
+                                                 "gpudra-compute-domain-controller", str(tmp_path / "kubeconfig"))
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        controller = subprocess.Popen([sys.executable, "-m", "gpudra", "driver", "compute-domain-controller",
+                                       "--kubeconfig", kubeconfig, "--interval", "0.5", "-v"],
+                                      env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            def owned() -> list[str]:
+                return _owned([dict(o, kind="DaemonSet") for o in rest.get("/apis/apps/v1/daemonsets")["items"]]
+                              + [dict(o, kind="ResourceClaimTemplate") for o in
+                                 rest.get("/apis/resource.k8s.io/v1/resourceclaimtemplates")["items"]], uid)
+
+            _wait("the DaemonSet and both templates", lambda: len(owned()) == 3)
+            domain = _wait("status written", lambda: (lambda d: d if (d.get("status") or {}).get("status")
+                                                      else None)(rest.get(f"{domains}/train")))
+            assert domain["status"] == {"status": "NotReady"}  # numNodes 1, no daemon yet
+            assert "resource.nvidia.com/computeDomain" in domain["metadata"]["finalizers"]
+            rest.call("DELETE", f"{domains}/train")
+
+            def gone() -> bool:
+                try:
+                    rest.get(f"{domains}/train")
+                except ApiError as exc:
+                    return exc.status == 404
+                return False
+
+            _wait("the domain torn down and gone", lambda: gone() and owned() == [])
+        except AssertionError as exc:
+            controller.terminate()
+            raise AssertionError(f"{exc}; controller log:\n{controller.communicate(timeout=60)[1][-3000:]}") from None
+        finally:
+            if controller.returncode is None:
+                controller.terminate()
+            _, errors = controller.communicate(timeout=60)
+        assert controller.returncode == 0, errors[-2000:]
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT_S)
+def test_the_real_garbage_collector_takes_the_workload_template_and_the_controller_the_rest(tmp_path):
+    """The real kube-controller-manager's garbage collector alone (gpudra's controller stopped): a domain deleted
+    with its finalizer taken off by hand has its workload template marked for deletion through the owner
+    reference, while the driver-namespace DaemonSet, which has none, is left alone (a cross-namespace reference
+    would have had it deleted as an orphan at creation). The controller, started again, releases the template and
+    deletes the DaemonSet and the daemons' template (cleanup of objects labelled for a gone domain)."""
+    from gpudra.kubecluster import controlplane
+    from gpudra.kubecluster.lifecycle import install_compute_domain_api
+
+    from support.realkube import ROOT, RealApiServer
+
+    with RealApiServer() as server:
+        controlplane.start(server.cluster, server.config, server.binary,
+                           components=("etcd", "kube-apiserver", "kube-controller-manager"))
+        install_compute_domain_api(server.cluster, lambda _line: None)
+        rest = server.rest
+        rest.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": "team-a"}})
+        domains = "/apis/resource.nvidia.com/v1beta1/namespaces/team-a/computedomains"
+        uid = rest.call("POST", domains, DOMAIN)["metadata"]["uid"]
+        kubeconfig = server.kubeconfig(str(tmp_path / "kubeconfig"))
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        command = [sys.executable, "-m", "gpudra", "driver", "compute-domain-controller", "--kubeconfig", kubeconfig,
+                   "--interval", "0.5"]
+        template_path = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaimtemplates/train-channel"
+        daemonset_path = f"/apis/apps/v1/namespaces/nvidia-dra-driver-gpu/daemonsets/computedomain-daemon-{uid}"
+
+        def owned() -> list[str]:
+            return _owned([dict(o, kind="DaemonSet") for o in rest.get("/apis/apps/v1/daemonsets")["items"]]
+                          + [dict(o, kind="ResourceClaimTemplate") for o in
+                             rest.get("/apis/resource.k8s.io/v1/resourceclaimtemplates")["items"]], uid)
+
+        controller = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+        try:
+            _wait("the DaemonSet and both templates", lambda: len(owned()) == 3)
+        finally:
+            controller.terminate()
+            controller.wait(timeout=60)
+        rest.call("PUT", f"{domains}/train", dict(rest.get(f"{domains}/train"), metadata=dict(
+            rest.get(f"{domains}/train")["metadata"], finalizers=[])))
+        rest.call("DELETE", f"{domains}/train")
+        _wait("the garbage collector deleting the workload template",
+              lambda: rest.get(template_path)["metadata"].get("deletionTimestamp"), timeout=60)
+        assert not rest.get(daemonset_path)["metadata"].get("deletionTimestamp")
+        controller = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+        try:
+            _wait("nothing of the domain left", lambda: owned() == [])
+        finally:
+            controller.terminate()
+            controller.wait(timeout=60)
+
+
+RBAC_PATHS = {"ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts", "Namespace": "/api/v1/namespaces",
+              "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+              "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+              "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+              "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"}
+
+
+def _service_account_kubeconfig(server, manifest, account: str, path: str) -> str:  # type: ignore[no-untyped-def]
+    """The manifest's namespaces, service accounts and RBAC applied; a kubeconfig holding a token of `account`
+    (TokenRequest), for the API server's address and CA."""
+    import yaml
+
+    from gpudra.kubecluster.rest import ApiError
+
+    rest = server.rest
+    with open(manifest, encoding="utf-8") as fh:
+        docs = [d for d in yaml.safe_load_all(fh) if d]
+    rest.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                             "metadata": {"name": "gpudra-system"}})
+    for doc in docs:
+        if doc["kind"] in RBAC_PATHS:
+            try:
+                rest.call("POST", RBAC_PATHS[doc["kind"]].format(ns=doc["metadata"].get("namespace")), doc)
+            except ApiError as exc:
+                assert exc.status == 409, exc  # the driver's namespace: there already
+    token = rest.call("POST", f"/api/v1/namespaces/gpudra-system/serviceaccounts/{account}/token",
+                      {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})
+    with open(server.kubeconfig(path), encoding="utf-8") as fh:
+        config = yaml.safe_load(fh)
+    config["users"] = [{"name": u["name"], "user": {"token": token["status"]["token"]}} for u in config["users"]]
+    with open(path, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(config, fh)
+    return path
+
+
+def _wait(what: str, predicate, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+    return value
