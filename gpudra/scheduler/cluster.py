@@ -547,13 +547,8 @@ class Cluster(Topology):
         uid = ensure_uid(pod)
         for claim_key in self.pod_claim_keys(pod):
             claim = self.claims.get(claim_key)
-            if claim is None or not reserved_for(claim):
-                continue
-            remaining = [entry for entry in reserved_for(claim) if entry.get("uid") != uid]
-            if remaining:
-                claim["status"]["reservedFor"] = remaining
-            else:
-                claim["status"].pop("reservedFor", None)
+            if claim is not None and reserved_for(claim):
+                _unreserve(claim, uid)
         for claim_key in allocated:
             claim = self.claims.get(claim_key)
             if claim is not None and not reserved_for(claim):
@@ -592,20 +587,28 @@ class Cluster(Topology):
             claim = self.claims.get(claim_key)
             if claim is None:
                 continue
-            entries = reserved_for(claim)
-            remaining = [entry for entry in entries if entry.get("uid") != uid]
-            if len(remaining) != len(entries):
-                if remaining:
-                    claim["status"]["reservedFor"] = remaining
-                else:
-                    claim["status"].pop("reservedFor", None)
-                    finalizers = (claim.get("metadata") or {}).get("finalizers") or []
-                    if DELETE_PROTECTION_FINALIZER in finalizers:
-                        self.deallocate_claim(claim)
+            released, remaining = _unreserve(claim, uid)
+            if released and not remaining:
+                finalizers = (claim.get("metadata") or {}).get("finalizers") or []
+                if DELETE_PROTECTION_FINALIZER in finalizers:
+                    self.deallocate_claim(claim)
             if not remaining and owned_by(claim, pod):
                 if claim_allocation(claim) is not None:
                     self.deallocate_claim(claim)
                 del self.claims[claim_key]
+
+
+def _unreserve(claim: dict[str, Any], uid: str) -> tuple[bool, list[dict[str, Any]]]:
+    """Take the pod `uid` out of the claim's reservedFor (the field goes when no one is left); (whether it was
+    there, who remains)."""
+    entries = reserved_for(claim)
+    remaining = [entry for entry in entries if entry.get("uid") != uid]
+    if len(remaining) != len(entries):
+        if remaining:
+            claim["status"]["reservedFor"] = remaining
+        else:
+            claim["status"].pop("reservedFor", None)
+    return len(remaining) != len(entries), remaining
 
 
 def _controlled_by_one_of(obj: dict[str, Any], controllers: set) -> bool:

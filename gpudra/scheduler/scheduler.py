@@ -560,12 +560,12 @@ class Scheduler:
     def run(self, on_result: Callable[[fw.PodResult], None] | None = None) -> list[fw.PodResult]:
         """Schedule every pending pod once, in queue order. The pods of a gang (gpudra.scheduler.gangs) wait at
         Permit: their results come once the pass has decided the whole gang."""
-        from . import gangs
-
-        plan = gangs.plan(self.cluster)
         results: list[fw.PodResult] = []
         held: dict[str, list[fw.PodResult]] = {}  # gang key -> its pods' results, waiting at Permit
-        with queue_run():
+        with queue_run():  # the gang plan (and its first import) too: what the run allocates is collected after it
+            from . import gangs
+
+            plan = gangs.plan(self.cluster)
             for pod_key in self.cluster.pending_pods():
                 if pod_key in plan.waiting:
                     result = self._wait_before_queue(pod_key, plan.waiting[pod_key])
