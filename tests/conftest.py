@@ -40,3 +40,14 @@ def driver_root():
     os.makedirs(os.path.join(path, "claims"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _input_thawed_after_each_test():
+    """A sub-command invoked on its own in-process (CliRunner().invoke(command, …), not through `gpudra`'s group)
+    freezes what it read (gpudra.cli.inputs.read_documents) and nothing thaws it: later tests of the worker would
+    find their allocations joining that frozen input (tests/test_scheduler_queue_run.py counts them)."""
+    yield
+    from gpudra.api.load import thaw_input
+
+    thaw_input()
