@@ -19,18 +19,7 @@ def invoke(*args: str, code: int):
 
 
 def _claim(expression: str) -> str:
-    return f"""apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {{name: c}}
-spec:
-  devices:
-    requests:
-    - name: r
-      exactly:
-        deviceClassName: gpu.nvidia.com
-        selectors:
-        - cel: {{expression: "{expression}"}}
-"""
+    return _claim_with(expression)
 
 
 def test_validate_takes_the_api_servers_feature_gates(tmp_path):

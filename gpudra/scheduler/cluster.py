@@ -541,9 +541,7 @@ class Cluster(Topology):
         scheduler's Unreserve): its node usage, its reservations, the allocations `bind` made (`allocated`) and
         the extended-resource claim it created are removed."""
         pod = self.pods[pod_key]
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node and pod_key in self.usage.get(node, NodeUsage()).pods:
-            self._account(pod_key, pod, node, sign=-1)
+        self._unaccount(pod_key, pod)
         uid = ensure_uid(pod)
         for claim_key in self.pod_claim_keys(pod):
             claim = self.claims.get(claim_key)
@@ -578,10 +576,14 @@ class Cluster(Topology):
             self._release(pod_key, pod)
         del self.pods[pod_key]
 
-    def _release(self, pod_key: str, pod: dict[str, Any]) -> None:
+    def _unaccount(self, pod_key: str, pod: dict[str, Any]) -> None:
+        """Take the pod's requests off its node's usage, if they are on it."""
         node = (pod.get("spec") or {}).get("nodeName")
         if node and pod_key in self.usage.get(node, NodeUsage()).pods:
             self._account(pod_key, pod, node, sign=-1)
+
+    def _release(self, pod_key: str, pod: dict[str, Any]) -> None:
+        self._unaccount(pod_key, pod)
         uid = ensure_uid(pod)
         for claim_key in self.pod_claim_keys(pod):
             claim = self.claims.get(claim_key)
