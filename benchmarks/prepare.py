@@ -31,10 +31,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from gpudra.discovery import open_backend  # noqa: E402
-from gpudra.driver.kubelet_client import KubeletClient  # noqa: E402
+from gpudra.kubeletplugin.kubelet_client import KubeletClient  # noqa: E402
 from tests.support.builders import allocated_claim  # noqa: E402
-from gpudra.driver.paths import DriverPaths  # noqa: E402
-from gpudra.driver.slices import build_resource_slices, pool_devices  # noqa: E402
+from gpudra.kubeletplugin.paths import DriverPaths  # noqa: E402
+from gpudra.gpuplugin.slices import build_resource_slices, pool_devices  # noqa: E402
 
 NODE = "bench-node"
 

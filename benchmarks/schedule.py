@@ -44,7 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kube_scheduler  # noqa: E402
 
-from gpudra.scheduler import Cluster, Scheduler  # noqa: E402
+from gpudra.scheduler import Scheduler  # noqa: E402
+
+from gpudra.controllers import ManagedCluster
 from gpudra.scheduler.scheduler import queue_run  # noqa: E402
 
 DRIVER = "test-driver.cdi.k8s.io"
@@ -124,7 +126,7 @@ def build_objects(nodes: int, devices: int, pods: int, init_pods: int) -> list[d
 
 def run_once(args: argparse.Namespace) -> dict[str, float]:
     started = time.perf_counter()
-    cluster = Cluster(build_objects(args.nodes, args.devices, args.pods, args.init_pods))
+    cluster = ManagedCluster(build_objects(args.nodes, args.devices, args.pods, args.init_pods))
     scheduler = Scheduler(cluster, policy=args.policy, percentage_of_nodes_to_score=args.percentage_of_nodes_to_score)
     setup_s = time.perf_counter() - started
     queue = cluster.pending_pods()

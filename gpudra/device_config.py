@@ -1,7 +1,7 @@
 """Opaque device configuration for gpudra's drivers (`resource.nvidia.com/v1beta1`): the GPU driver's GpuConfig /
 MigDeviceConfig and the compute-domain driver's ComputeDomainChannelConfig / ComputeDomainDaemonConfig.
 
-Below gpudra.api and gpudra.driver: the driver decodes and applies it, and `gpudra validate` checks it as the
+Below gpudra.api and the kubelet plugins (gpudra.gpuplugin, gpudra.computedomain): the driver decodes and applies it, and `gpudra validate` checks it as the
 driver's admission webhook does (`opaque_config_problems`, the one copy both use).
 
 Decoding is strict: unknown apiVersion, kind or field is an error, as in the NVIDIA driver.
@@ -306,7 +306,7 @@ def config_for(configs: list[DeviceConfig], request: str, device_type: str, devi
     return None
 
 
-# ----- what the driver's admission webhook refuses (gpudra.driver.admission serves it; gpudra validate checks it)
+# ----- what the driver's admission webhook refuses (gpudra.webhook.admission serves it; gpudra validate checks it)
 
 # resource (plural) -> where the device configs are in the object, as the webhook registers for them
 CONFIG_PATHS = {"resourceclaims": ("spec",), "resourceclaimtemplates": ("spec", "spec"), "deviceclasses": ("spec",)}

@@ -11,7 +11,7 @@ exist there (its API fields are unknown to that API server).
 
 From this one table come the allocator's default features per release (`allocator_features`), the
 warnings `validate` gives for fields behind a gate that is off (gpudra.api.gates) and the
-ResourceSlice layout the driver publishes (gpudra.driver.slices). Further tables below: where a pool's
+ResourceSlice layout the driver publishes (gpudra.gpuplugin.slices). Further tables below: where a pool's
 counter sets live per release (`partitionable_layout`), the resource.k8s.io versions each release serves
 (`dra_api_problem`, with kube-apiserver's --runtime-config) and patch releases with known DRA issues
 (`patch_warnings`).

@@ -1,9 +1,9 @@
 """The attribute names gpudra's GPU driver publishes, and the names people write for them.
 
 One vocabulary for everything that suggests an attribute (validation hints, `validate --fix`): the names
-`gpudra.driver.slices` publishes under the driver's domain. A name written some other way (the article's
+`gpudra.gpuplugin.slices` publishes under the driver's domain. A name written some other way (the article's
 `nvlink-mesh-id`, a camel-cased guess such as `nvlinkMeshId`) is mapped onto the published one here, and only here.
-A module of its own below gpudra.api and gpudra.driver: the API's validation hints use it, and the driver builds on
+A module of its own below gpudra.api and gpudra.gpuplugin: the API's validation hints use it, and the driver builds on
 the API.
 """
 

@@ -18,7 +18,7 @@ import sys
 
 import grpc  # noqa: F401  (imported before forking, as the driver uses it)
 
-import gpudra.driver.agent  # noqa: F401
+import gpudra.gpuplugin.agent  # noqa: F401
 from gpudra.cli import cli
 from tests.support.killpoint import KILL_ENV, install
 

@@ -7,7 +7,8 @@ import copy
 
 from gpudra.allocator import Allocator, Features, build_report
 from gpudra.allocator.taintrules import apply_device_taint_rules
-from gpudra.scheduler import Cluster, Scheduler
+from gpudra.scheduler import Scheduler
+from gpudra.controllers import ManagedCluster
 
 CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu"},
          "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]}}
@@ -81,7 +82,7 @@ def test_allocate_report_and_scheduler_apply_rules_from_the_input():
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
            "spec": {"containers": [{"name": "c", "resources": {"claims": [{"name": "gpus"}]}}],
                     "resourceClaims": [{"name": "gpus", "resourceClaimName": "two"}]}}
-    cluster = Cluster(copy.deepcopy([CLASS, SLICE, NODE, _rule("drain-gpu-0", {"device": "gpu-0"}), _claim("two", 2), pod]))
+    cluster = ManagedCluster(copy.deepcopy([CLASS, SLICE, NODE, _rule("drain-gpu-0", {"device": "gpu-0"}), _claim("two", 2), pod]))
     results = Scheduler(cluster).run()
     assert not results[0].scheduled
 

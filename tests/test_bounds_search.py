@@ -14,7 +14,8 @@ import pytest
 from gpudra.allocator import FILTER_TIMEOUT_S, TIMED_OUT, Allocator, Features
 from gpudra.allocator import allocator as allocator_module
 from gpudra.allocator import search as search_module
-from gpudra.scheduler import Cluster, Scheduler
+from gpudra.scheduler import Scheduler
+from gpudra.controllers import ManagedCluster
 from gpudra.cel import budget
 from gpudra.scheduler import scheduler as scheduler_module
 from tests.support.builders import DRIVER, claim, device_class, devices, node, pod, resource_slice
@@ -84,7 +85,7 @@ def test_schedule_gives_a_pod_one_budget_over_all_nodes(clock):
     objects = [device_class(), claim("c", spec=copy.deepcopy(HOSTILE_CLAIM_SPEC)), pod("p", claims={"gpu": "c"})]
     for name in names:
         objects += [node(name), hostile_slice(name)]
-    scheduler = Scheduler(Cluster(objects))
+    scheduler = Scheduler(ManagedCluster(objects))
     (result,) = scheduler.run()
     assert not result.scheduled
     assert set(result.filtered) == set(names)
@@ -98,7 +99,7 @@ def test_a_timed_out_verdict_is_not_reused_for_the_next_pod(clock):
     objects = [device_class(), node("n1"), hostile_slice("n1"),
                claim("c1", spec=copy.deepcopy(HOSTILE_CLAIM_SPEC)), claim("c2", spec=copy.deepcopy(HOSTILE_CLAIM_SPEC)),
                pod("p1", claims={"gpu": "c1"}), pod("p2", claims={"gpu": "c2"})]
-    scheduler = Scheduler(Cluster(objects), indexed=False)
+    scheduler = Scheduler(ManagedCluster(objects), indexed=False)
     results = scheduler.run()
     assert [r.scheduled for r in results] == [False, False]
     started = clock.now

@@ -111,7 +111,7 @@ def test_validate_checks_attribute_and_capacity_names_against_the_given_slices(t
     the wrong map the right one. Without slices nothing is claimed."""
     from gpudra.api.dump import dump_yaml
     from gpudra.discovery import read_inventory
-    from gpudra.driver.slices import build_resource_slices
+    from gpudra.gpuplugin.slices import build_resource_slices
 
     slices = tmp_path / "slices.yaml"
     slices.write_text(dump_yaml(build_resource_slices(read_inventory("simulated", profile="dgx-h100",
@@ -145,7 +145,7 @@ MIG_CONFIG = "version: v1\nmig-configs:\n  all-disabled:\n  - devices: all\n    
 def test_mig_on_simulated_gpus_needs_a_root_and_writes_nothing_under_var_lib(tmp_path):
     """`mig apply --backend simulated` without --root kept its simulated GPUs under /var/lib/gpudra-sim and asked
     for a republish in /var/lib/kubelet/plugins/gpu.nvidia.com (the real driver's directory)."""
-    from gpudra.driver.paths import DriverPaths
+    from gpudra.kubeletplugin.paths import DriverPaths
 
     config = tmp_path / "mig.yaml"
     config.write_text(MIG_CONFIG)
@@ -168,7 +168,7 @@ def test_allocate_tries_nodes_in_the_same_order_in_every_mode(tmp_path):
 
     from gpudra.api.dump import dump_yaml
     from gpudra.discovery import read_inventory
-    from gpudra.driver.slices import build_resource_slices, device_classes
+    from gpudra.gpuplugin.slices import build_resource_slices, device_classes
 
     objects = [*device_classes("gpu.nvidia.com")]
     for node in ("zeta", "alpha"):  # file order is not name order

@@ -29,7 +29,7 @@ from gpudra.cluster.kubelet import record_path
 from gpudra.cluster.layout import ClusterConfig, ClusterDir, parse_nodes
 from gpudra.cluster.nodes import node_object
 from gpudra.cluster.store import StoreError
-from gpudra.driver.claimpaths import ClaimPathError
+from gpudra.kubeletplugin.claimpaths import ClaimPathError
 
 POD = """apiVersion: v1
 kind: Pod
@@ -238,9 +238,9 @@ def test_the_driver_refuses_a_claim_uid_it_holds_for_another_claim(tmp_path):
     import yaml
 
     from gpudra.discovery import open_backend
-    from gpudra.driver.claims import LocalClaimStore
-    from gpudra.driver.paths import DriverPaths
-    from gpudra.driver.state import ClaimRef, DeviceState, PrepareError
+    from gpudra.kubeletplugin.claims import LocalClaimStore
+    from gpudra.kubeletplugin.paths import DriverPaths
+    from gpudra.gpuplugin.state import ClaimRef, DeviceState, PrepareError
     from tests.support.builders import allocated_claim
 
     paths = DriverPaths(root=str(tmp_path))

@@ -93,7 +93,7 @@ def test_the_store_keeps_gated_fields_the_cluster_turned_on(cluster_state):
     """dropDisabledFields with the cluster's gates: a 1.34 API server drops sharedCounters unless
     DRAPartitionableDevices is on."""
     from gpudra.discovery import read_inventory
-    from gpudra.driver.slices import build_resource_slices
+    from gpudra.gpuplugin.slices import build_resource_slices
 
     cluster = ClusterDir(cluster_state)
     inventory = read_inventory("simulated", profile="a30-mig", node_name="a30")

@@ -15,7 +15,7 @@ from gpudra.cluster.layout import ClusterConfig, ClusterDir, current_pointer, pa
 from gpudra.cluster.nodes import down
 from gpudra.cluster.view import render_page
 from gpudra.discovery import read_inventory
-from gpudra.driver.slices import build_resource_slices
+from gpudra.gpuplugin.slices import build_resource_slices
 
 from test_cluster_flow import ARTICLE
 

@@ -20,8 +20,8 @@ from gpudra.cli import cli
 from gpudra.cluster.layout import ClusterConfig, ClusterDir, parse_nodes
 from gpudra.cluster.nodes import down, driver_alive, up
 from gpudra.discovery import read_inventory
-from gpudra.driver.checkpoint import PREPARE_COMPLETED, load_checkpoint
-from gpudra.driver.slices import build_resource_slices
+from gpudra.kubeletplugin.checkpoint import PREPARE_COMPLETED, load_checkpoint
+from gpudra.gpuplugin.slices import build_resource_slices
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTICLE = ROOT / "gpudra" / "demo" / "data" / "article-fixed"

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from gpudra.cli import cli
 from gpudra.cluster.layout import ClusterDir
-from gpudra.driver.checkpoint import PREPARE_COMPLETED, load_checkpoint
+from gpudra.kubeletplugin.checkpoint import PREPARE_COMPLETED, load_checkpoint
 
 from test_cluster_flow import cdi_specs, kubelet_records
 
@@ -157,7 +157,7 @@ def test_the_default_cluster_directory_works_under_a_long_home(monkeypatch, tmp_
     gRPC's 105 bytes. They are bound and dialled through /tmp/gpudra-<uid>/<digest>, a link to the state
     directory; macOS' shorter limit (103) is met too."""
     from gpudra.cluster.nodes import down
-    from gpudra.driver.paths import SOCKET_PATH_MAX
+    from gpudra.kubeletplugin.paths import SOCKET_PATH_MAX
 
     from gpudra.cluster.layout import socket_link as link_of
 

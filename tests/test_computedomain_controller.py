@@ -250,17 +250,17 @@ def test_manifests_given_offline_get_the_domains_template() -> None:
     """`gpudra schedule/explain -f` with a ComputeDomain: its channel template is there as the controller would
     create it, unless the input has one of that name."""
     from gpudra.computedomain.controller import channel_domain
-    from gpudra.scheduler import Cluster
+    from gpudra.controllers import ManagedCluster
 
     cd = domain()
     del cd["metadata"]["uid"]
-    cluster = Cluster([cd])
+    cluster = ManagedCluster([cd])
     template = cluster.templates["team-a/train-channel"]
     claim = {"spec": template["spec"]["spec"]}
     assert channel_domain(claim) == cd["metadata"]["uid"]  # the uid the domain was given
     own = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
            "metadata": {"name": "train-channel", "namespace": "team-a"}, "spec": {"spec": {}}}
-    assert Cluster([own, domain()]).templates["team-a/train-channel"]["spec"] == {"spec": {}}
+    assert ManagedCluster([own, domain()]).templates["team-a/train-channel"]["spec"] == {"spec": {}}
 
 
 def _indices(cd: dict[str, Any], placed: dict[str, str]) -> dict[str, tuple[str, int]]:

@@ -19,7 +19,7 @@ from fake_libnvml import FakeGpu, FakeLibNvml, from_simulated, install
 from gpudra.cli import cli
 from gpudra.discovery import DiscoveryError, MigError, open_backend
 from gpudra.discovery.nvml import ARCHITECTURES, NvmlBackend, fabric_clique, mig_profile_name, normalize_pci_bus_id
-from gpudra.driver.slices import build_resource_slices
+from gpudra.gpuplugin.slices import build_resource_slices
 
 
 def _backend(monkeypatch, profile: str = "dgx-h100", **kw) -> tuple[FakeLibNvml, NvmlBackend]:

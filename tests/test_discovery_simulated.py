@@ -53,7 +53,7 @@ def test_adding_a_gpu_model_is_one_row(monkeypatch, tmp_path):
     assert model_for_product_name("NVIDIA H100 64GB HBM3").key == "h100-64gb"
     configs = CliRunner().invoke(cli, ["mig", "configs", "--gpu", "NVIDIA H100 64GB HBM3"])
     assert configs.exit_code == 0 and "all-3g.40gb" in configs.output  # an unknown GPU exits 2
-    from gpudra.driver.slices import build_resource_slices
+    from gpudra.gpuplugin.slices import build_resource_slices
 
     names = [d["name"] for s in build_resource_slices(inventory, "n", dynamic_mig=True)
              for d in s["spec"].get("devices", [])]

@@ -19,8 +19,8 @@ import pytest
 
 from fake_http import JsonHandler, write_kubeconfig
 
-from gpudra.driver.agent import AgentOptions, DriverAgent
-from gpudra.driver.kubelet_client import KubeletClient
+from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
+from gpudra.kubeletplugin.kubelet_client import KubeletClient
 from tests.support.builders import allocated_claim
 
 NODE = "api-node"

@@ -1,11 +1,11 @@
-"""Per-claim calls with a deadline (gpudra/driver/calls.py), driven by events, not by the clock."""
+"""Per-claim calls with a deadline (gpudra/kubeletplugin/calls.py), driven by events, not by the clock."""
 
 from __future__ import annotations
 
 import threading
 
-from gpudra.driver import calls as calls_module
-from gpudra.driver.calls import KUBELET_MARGIN_S, CallAbandoned, CallToken, ClaimCalls
+from gpudra.kubeletplugin import calls as calls_module
+from gpudra.kubeletplugin.calls import KUBELET_MARGIN_S, CallAbandoned, CallToken, ClaimCalls
 
 
 def test_results_errors_and_one_run_per_key_in_a_batch():

@@ -13,10 +13,10 @@ import yaml
 from click.testing import CliRunner
 
 from gpudra.cli import cli
-from gpudra.driver.checkpoint import (API_VERSION, KIND, MAX_CHECKPOINT_BYTES, CheckpointError, checksum,
+from gpudra.kubeletplugin.checkpoint import (API_VERSION, KIND, MAX_CHECKPOINT_BYTES, CheckpointError, checksum,
                                       entry_problem, load_checkpoint)
-from gpudra.driver.quarantine import load_quarantine
-from gpudra.driver.state import PrepareError
+from gpudra.kubeletplugin.quarantine import load_quarantine
+from gpudra.gpuplugin.state import PrepareError
 
 from test_driver_state import Env
 

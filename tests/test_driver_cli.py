@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gpudra.cli import cli
-from gpudra.driver.agent import AgentOptions, DriverAgent
-from gpudra.driver.kubelet_client import KubeletClient
-from gpudra.driver.paths import DriverPaths
+from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
+from gpudra.kubeletplugin.kubelet_client import KubeletClient
+from gpudra.kubeletplugin.paths import DriverPaths
 from tests.support.builders import allocated_claim
 
 

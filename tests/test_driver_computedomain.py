@@ -20,13 +20,13 @@ import pytest
 import yaml
 
 from gpudra.cdi import apply_devices, default_oci_spec, load_spec_file
-from gpudra.driver.agent import AgentOptions, DriverAgent
-from gpudra.driver.cdagent import ComputeDomainAgent
-from gpudra.driver.checkpoint import entry_problem, load_checkpoint
-from gpudra.driver.computedomain import (IMEX_CHANNEL_COUNT, CliqueError, compute_domain_device_classes,
+from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
+from gpudra.computedomain.agent import ComputeDomainAgent
+from gpudra.kubeletplugin.checkpoint import entry_problem, load_checkpoint
+from gpudra.computedomain.devices import (IMEX_CHANNEL_COUNT, CliqueError, compute_domain_device_classes,
                                          compute_domain_slices, node_clique, parse_nvcap)
-from gpudra.driver.domains import DirectoryDomainSource, domain_from_object
-from gpudra.driver.kubelet_client import KubeletClient
+from gpudra.computedomain.domains import DirectoryDomainSource, domain_from_object
+from gpudra.kubeletplugin.kubelet_client import KubeletClient
 from gpudra.discovery import open_backend
 from tests.support.builders import allocated_claim
 
@@ -442,7 +442,7 @@ def test_kube_domain_source_through_the_official_client(tmp_path):
 
     from fake_http import JsonHandler, write_kubeconfig
 
-    from gpudra.driver.domains import DomainError, KubeDomainSource
+    from gpudra.computedomain.domains import DomainError, KubeDomainSource
 
     uid, other = str(uuid.uuid4()), str(uuid.uuid4())
     node_obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "labels": {"a": "b"}}}

@@ -19,7 +19,7 @@ from gpudra.api.load import Document
 from gpudra.api.validate import validate_documents
 from gpudra.cli import cli
 from gpudra.device_config import ConfigError, claim_configs, drivers_config_problems
-from gpudra.driver.admission import review_response
+from gpudra.webhook.admission import review_response
 
 NV = "resource.nvidia.com/v1beta1"
 CD = "compute-domain.nvidia.com"

@@ -21,11 +21,11 @@ import grpc
 import pytest
 import yaml
 
-from gpudra.driver.cdstate import JOINS_KEY
-from gpudra.driver.checkpoint import PREPARE_COMPLETED, load_checkpoint
-from gpudra.driver.domains import DirectoryDomainSource
-from gpudra.driver.kubelet_client import KubeletClient
-from gpudra.driver.paths import DriverPaths
+from gpudra.computedomain.state import JOINS_KEY
+from gpudra.kubeletplugin.checkpoint import PREPARE_COMPLETED, load_checkpoint
+from gpudra.computedomain.domains import DirectoryDomainSource
+from gpudra.kubeletplugin.kubelet_client import KubeletClient
+from gpudra.kubeletplugin.paths import DriverPaths
 from tests.support.builders import allocated_claim
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

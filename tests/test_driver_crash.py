@@ -33,11 +33,11 @@ import yaml
 from gpudra.cdi import load_spec_file
 from tests.support.killpoint import KILL_ENV
 from gpudra.discovery import open_backend
-from gpudra.driver.checkpoint import PREPARE_COMPLETED, load_checkpoint
-from gpudra.driver.kubelet_client import KubeletClient
+from gpudra.kubeletplugin.checkpoint import PREPARE_COMPLETED, load_checkpoint
+from gpudra.kubeletplugin.kubelet_client import KubeletClient
 from tests.support.builders import allocated_claim
-from gpudra.driver.paths import DriverPaths
-from gpudra.driver.state import _conflicts
+from gpudra.kubeletplugin.paths import DriverPaths
+from gpudra.gpuplugin.state import _conflicts
 
 NODE = "crash-node"
 PROFILE = "dgx-h100"

@@ -15,10 +15,10 @@ import yaml
 from click.testing import CliRunner
 
 from gpudra.cli import cli
-from gpudra.driver import featuregates
-from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
-from gpudra.driver.featuregates import FeatureGateError, parse_feature_gates
-from gpudra.driver.kubelet_client import KubeletClient
+from gpudra.gpuplugin import featuregates
+from gpudra.gpuplugin.agent import AgentError, AgentOptions, DriverAgent
+from gpudra.gpuplugin.featuregates import FeatureGateError, parse_feature_gates
+from gpudra.kubeletplugin.kubelet_client import KubeletClient
 from tests.support.builders import allocated_claim
 
 # name: (default, stage) in NVIDIA's defaultFeatureGates, plus component-base's logging gates NVIDIA registers
@@ -94,7 +94,7 @@ def _options(monkeypatch, *args: str) -> AgentOptions:
         seen.append(options)
         raise AgentError("captured")
 
-    monkeypatch.setattr("gpudra.driver.agent.DriverAgent", capture)
+    monkeypatch.setattr("gpudra.gpuplugin.agent.DriverAgent", capture)
     result = CliRunner().invoke(cli, ["driver", "run", "--backend", "simulated", "--node-name", "n",
                                       "--claims", "/nonexistent", *args])
     assert result.exit_code == 2 and "captured" in result.output, result.output

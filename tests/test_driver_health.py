@@ -21,11 +21,11 @@ from gpudra.allocator import Allocator, Features
 from gpudra.cli import cli
 from gpudra.discovery import open_backend
 from gpudra.discovery.health import HealthEvent, HealthEventError
-from gpudra.driver.agent import AgentOptions, DriverAgent
-from gpudra.driver.health import DeviceHealth, parse_xid_list
-from gpudra.driver.protos import (dra_health_v1_pb2, dra_health_v1_pb2_grpc, dra_health_v1alpha1_pb2,
+from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
+from gpudra.gpuplugin.health import DeviceHealth, parse_xid_list
+from gpudra.kubeletplugin.protos import (dra_health_v1_pb2, dra_health_v1_pb2_grpc, dra_health_v1alpha1_pb2,
                                   dra_health_v1alpha1_pb2_grpc)
-from gpudra.driver.slices import build_resource_slices, device_classes
+from gpudra.gpuplugin.slices import build_resource_slices, device_classes
 
 NODE = "node-h"
 XID_KEY = "gpu.nvidia.com/xid"
@@ -330,7 +330,7 @@ def test_the_kubelet_health_stream_reports_every_device_and_then_the_change(root
     agent = _agent(root)
     agent.start()
     try:
-        from gpudra.driver.kubelet_client import KubeletClient
+        from gpudra.kubeletplugin.kubelet_client import KubeletClient
 
         kubelet = KubeletClient(agent.paths.registration_socket)
         info = kubelet.register()
@@ -359,7 +359,7 @@ def test_no_health_stream_is_advertised_without_device_health(root):
     agent = _agent(root, health_events=False, health_stream=False)
     agent.start()
     try:
-        from gpudra.driver.kubelet_client import KubeletClient
+        from gpudra.kubeletplugin.kubelet_client import KubeletClient
 
         kubelet = KubeletClient(agent.paths.registration_socket)
         assert list(kubelet.register().supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
@@ -448,8 +448,8 @@ class FakeTaintRuleApi:
 
 
 def test_device_taint_rules_follow_the_taints_in_the_served_version(root):
-    from gpudra.driver.publisher import KubeSliceClient
-    from gpudra.driver.taintrules import TaintRulePublisher
+    from gpudra.kubeletplugin.publisher import KubeSliceClient
+    from gpudra.gpuplugin.taintrules import TaintRulePublisher
 
     v1, v1beta2 = FakeTaintRuleApi(served=False), FakeTaintRuleApi(served=True)
     client = KubeSliceClient(None, None, {"resource.k8s.io/v1": v1, "resource.k8s.io/v1beta2": v1beta2})

@@ -13,14 +13,14 @@ from click.testing import CliRunner
 from gpudra.cdi import apply_devices, default_oci_spec, load_spec_file, validate_spec
 from gpudra.cli.cdi import command as cdi_command
 from gpudra.discovery import open_backend
-from gpudra.driver import cdispec
-from gpudra.driver.agent import AgentOptions, DriverAgent
-from gpudra.driver.claims import LocalClaimStore
-from gpudra.driver.hostdriver import (MOUNT_OPTIONS, discover_host_driver, host_driver_edits, read_ldcache_dirs,
+from gpudra.kubeletplugin import cdispec
+from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
+from gpudra.kubeletplugin.claims import LocalClaimStore
+from gpudra.gpuplugin.hostdriver import (MOUNT_OPTIONS, discover_host_driver, host_driver_edits, read_ldcache_dirs,
                                       resolve_in_root)
 from tests.support.builders import allocated_claim
-from gpudra.driver.paths import DriverPaths
-from gpudra.driver.state import ClaimRef, DeviceState
+from gpudra.kubeletplugin.paths import DriverPaths
+from gpudra.gpuplugin.state import ClaimRef, DeviceState
 
 VERSION = "580.95.05"
 LIBDIR = "/usr/lib/x86_64-linux-gnu"

@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpudra.discovery import open_backend
-from gpudra.driver.checkpoint import load_checkpoint
-from gpudra.driver.claimpaths import ClaimPathError, check_claim_identity, path_inside
-from gpudra.driver.claims import ClaimSourceError, LocalClaimStore
+from gpudra.kubeletplugin.checkpoint import load_checkpoint
+from gpudra.kubeletplugin.claimpaths import ClaimPathError, check_claim_identity, path_inside
+from gpudra.kubeletplugin.claims import ClaimSourceError, LocalClaimStore
 from tests.support.builders import allocated_claim
-from gpudra.driver.paths import DriverPaths
-from gpudra.driver.state import ClaimRef, DeviceState, PrepareError
+from gpudra.kubeletplugin.paths import DriverPaths
+from gpudra.gpuplugin.state import ClaimRef, DeviceState, PrepareError
 
 NODE = "n1"
 MPS = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
@@ -318,8 +318,8 @@ class GrpcNode:
     def __init__(self, profile: str = "dgx-h100"):
         import tempfile
 
-        from gpudra.driver.agent import AgentOptions, DriverAgent
-        from gpudra.driver.kubelet_client import KubeletClient
+        from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
+        from gpudra.kubeletplugin.kubelet_client import KubeletClient
 
         self.root = tempfile.mkdtemp(prefix="gdh", dir="/tmp")  # unix socket paths stay short
         self.claims_dir = os.path.join(self.root, "claims")
@@ -395,7 +395,7 @@ def test_hostile_mps_config_is_refused_while_health_and_other_claims_are_served(
 def _same_lock_stripe_uid(uid: str) -> str:
     import zlib
 
-    from gpudra.driver.state import _LOCK_STRIPES
+    from gpudra.gpuplugin.state import _LOCK_STRIPES
 
     stripe = zlib.crc32(uid.encode()) % _LOCK_STRIPES
     while True:
@@ -497,8 +497,8 @@ class _Fuzzed:
     def __init__(self):
         import tempfile
 
-        from gpudra.driver.agent import AgentOptions, DriverAgent
-        from gpudra.driver.kubelet_client import KubeletClient
+        from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
+        from gpudra.kubeletplugin.kubelet_client import KubeletClient
 
         self.base = tempfile.mkdtemp(prefix="gdf", dir="/tmp")
         self.root = os.path.join(self.base, "r")

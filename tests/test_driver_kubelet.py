@@ -14,9 +14,9 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gpudra.cdi import apply_devices, default_oci_spec, load_spec_file
-from gpudra.driver.agent import AgentOptions, DriverAgent
-from gpudra.driver.checkpoint import load_checkpoint
-from gpudra.driver.kubelet_client import KubeletClient
+from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
+from gpudra.kubeletplugin.checkpoint import load_checkpoint
+from gpudra.kubeletplugin.kubelet_client import KubeletClient
 from tests.support.builders import allocated_claim
 
 NODE = "node-a"

@@ -10,8 +10,8 @@ import urllib.request
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpudra.driver.agent import AgentOptions, DriverAgent
-from gpudra.driver.kubelet_client import KubeletClient
+from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
+from gpudra.kubeletplugin.kubelet_client import KubeletClient
 from tests.support.builders import allocated_claim
 
 NODE = "node-m"

@@ -16,7 +16,7 @@ import yaml
 
 from gpudra.discovery import open_backend
 from tests.support.builders import allocated_claim
-from gpudra.driver.state import ClaimRef, PrepareError
+from gpudra.gpuplugin.state import ClaimRef, PrepareError
 
 from test_driver_state import NODE, Env
 

@@ -13,11 +13,11 @@ import yaml
 from click.testing import CliRunner
 
 from gpudra.cli import cli
-from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
-from gpudra.driver.kubelet_client import KubeletClient
+from gpudra.gpuplugin.agent import AgentError, AgentOptions, DriverAgent
+from gpudra.kubeletplugin.kubelet_client import KubeletClient
 from tests.support.builders import allocated_claim
-from gpudra.driver.paths import DriverPaths
-from gpudra.driver.plugin import SOCKET_PATH_MAX
+from gpudra.kubeletplugin.paths import DriverPaths
+from gpudra.kubeletplugin.plugin import SOCKET_PATH_MAX
 
 
 def _mode(path: str) -> int:
@@ -108,7 +108,7 @@ def test_socket_paths_at_the_limit_work_and_one_byte_more_is_a_clear_error(root)
 
 
 def test_socket_length_counts_bytes_not_characters(root):
-    from gpudra.driver.plugin import check_socket_path
+    from gpudra.kubeletplugin.plugin import check_socket_path
 
     ascii_path = "/" + "a" * (SOCKET_PATH_MAX - 1)
     check_socket_path(ascii_path)

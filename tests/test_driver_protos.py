@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import re
 
-from gpudra.driver.protos import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_pb2
-from gpudra.driver.protos.generate import HERE, PROTOS, REL_DIR
+from gpudra.kubeletplugin.protos import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_pb2
+from gpudra.kubeletplugin.protos.generate import HERE, PROTOS, REL_DIR
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The lines where the generator writes its own version (gRPC's stamp; protoc's header and runtime check): a patch
@@ -43,7 +43,7 @@ def _checked_in(name: str) -> str:
 
 
 def test_generated_code_is_up_to_date(tmp_path):
-    from gpudra.driver.protos.generate import generate
+    from gpudra.kubeletplugin.protos.generate import generate
 
     written = generate(str(tmp_path))
     assert len(written) == 3 * len(PROTOS)
@@ -52,9 +52,9 @@ def test_generated_code_is_up_to_date(tmp_path):
             generated = fresh.read()
         ours = _checked_in(os.path.basename(path))
         assert _without_generator_versions(generated) == _without_generator_versions(ours), (
-            f"{path} is stale: run python -m gpudra.driver.protos.generate")
+            f"{path} is stale: run python -m gpudra.kubeletplugin.protos.generate")
         assert "<version>" in _without_generator_versions(generated) or path.endswith(".pyi")
-    assert REL_DIR == os.path.join("gpudra", "driver", "protos")
+    assert REL_DIR == os.path.join("gpudra", "kubeletplugin", "protos")
 
 
 def test_descriptors_equal_what_the_protos_compile_to(tmp_path):
@@ -65,7 +65,7 @@ def test_descriptors_equal_what_the_protos_compile_to(tmp_path):
 
     from grpc_tools import protoc
 
-    from gpudra.driver.protos.generate import PACKAGE_ROOT
+    from gpudra.kubeletplugin.protos.generate import PACKAGE_ROOT
 
     out = tmp_path / "set.pb"
     args = ["protoc", f"-I{PACKAGE_ROOT}", f"--descriptor_set_out={out}"] + [os.path.join(REL_DIR, p) for p in PROTOS]
@@ -74,7 +74,7 @@ def test_descriptors_equal_what_the_protos_compile_to(tmp_path):
     assert len(compiled.file) == len(PROTOS)
     for fd in compiled.file:
         _clear_json_names(fd.message_type)  # the Python generator leaves out what is derived from the field name
-        module = importlib.import_module("gpudra.driver.protos." + os.path.basename(fd.name)[:-len(".proto")] + "_pb2")
+        module = importlib.import_module("gpudra.kubeletplugin.protos." + os.path.basename(fd.name)[:-len(".proto")] + "_pb2")
         assert descriptor_pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb) == fd, fd.name
 
 

@@ -17,9 +17,9 @@ import grpc
 import pytest
 import yaml
 
-from gpudra.driver.kubelet_client import KubeletClient
+from gpudra.kubeletplugin.kubelet_client import KubeletClient
 from tests.support.builders import allocated_claim
-from gpudra.driver.paths import DriverPaths, dra_socket_name, registration_socket_name
+from gpudra.kubeletplugin.paths import DriverPaths, dra_socket_name, registration_socket_name
 
 NODE = "node-r"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -11,10 +11,10 @@ import stat
 import pytest
 import yaml
 
-from gpudra.driver.agent import AgentOptions, DriverAgent
-from gpudra.driver.kubelet_client import KubeletClient
+from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
+from gpudra.kubeletplugin.kubelet_client import KubeletClient
 from tests.support.builders import allocated_claim
-from gpudra.driver.sharing import NvidiaSmiSharing, RecordingSharing, SharingError, read_sharing_log
+from gpudra.gpuplugin.sharing import NvidiaSmiSharing, RecordingSharing, SharingError, read_sharing_log
 
 NODE = "node-s"
 DRIVER = "gpu.nvidia.com"
@@ -162,7 +162,7 @@ def test_a_prepare_interrupted_after_the_daemon_started_is_rolled_back_at_start(
     kubelet.close()
     agent.stop()
     # make the recorded claim look interrupted mid-prepare (a crash after the daemon started)
-    from gpudra.driver.checkpoint import PREPARE_STARTED, load_checkpoint, save_checkpoint
+    from gpudra.kubeletplugin.checkpoint import PREPARE_STARTED, load_checkpoint, save_checkpoint
 
     data = load_checkpoint(agent.paths.checkpoint)
     data["claims"][mps[2]]["state"] = PREPARE_STARTED

@@ -13,8 +13,8 @@ from gpudra.api.load import load_text
 from gpudra.api.validate import has_errors, validate_documents
 from gpudra.cli import cli
 from gpudra.discovery import PROFILES, open_backend
-from gpudra.driver.publisher import KubeSliceClient, PublishError, SlicePublisher
-from gpudra.driver.slices import build_resource_slices, device_classes, pool_devices, semver, slice_name
+from gpudra.kubeletplugin.publisher import KubeSliceClient, PublishError, SlicePublisher
+from gpudra.gpuplugin.slices import build_resource_slices, device_classes, pool_devices, semver, slice_name
 
 NODE = "node-1"
 

@@ -13,14 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudra.discovery import open_backend
-from gpudra.driver.checkpoint import (API_VERSION, KIND, PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED,
+from gpudra.kubeletplugin.checkpoint import (API_VERSION, KIND, PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED,
                                       CheckpointError, CompletedEntryCache, checksum, encode_checkpoint, load_checkpoint,
                                       save_checkpoint)
-from gpudra.driver.claims import ClaimSourceError, KubeClaimSource, LocalClaimStore
+from gpudra.kubeletplugin.claims import ClaimSourceError, KubeClaimSource, LocalClaimStore
 from gpudra.device_config import ConfigError, claim_configs, config_for, decode_opaque
 from tests.support.builders import allocated_claim
-from gpudra.driver.paths import DriverPaths
-from gpudra.driver.state import ClaimRef, DeviceState, PrepareError
+from gpudra.kubeletplugin.paths import DriverPaths
+from gpudra.gpuplugin.state import ClaimRef, DeviceState, PrepareError
 
 NODE = "n1"
 
@@ -384,7 +384,7 @@ def test_kube_claim_source(monkeypatch):
 
 
 def test_device_numbers_from_proc_files(tmp_path):
-    from gpudra.driver import cdispec
+    from gpudra.kubeletplugin import cdispec
 
     devices = tmp_path / "devices"
     devices.write_text("Character devices:\n  1 mem\n195 nvidia\n236 nvidia-caps\n508 nvidia-uvm\n\n"

@@ -1,4 +1,4 @@
-"""Which two device records the driver refuses to hand to two claims at once (`gpudra.driver.state._conflicts`).
+"""Which two device records the driver refuses to hand to two claims at once (`gpudra.gpuplugin.state._conflicts`).
 
 The facts are NVIDIA's MIG placements (MIG user guide, A100 40GB: an instance occupies memory slices
 [start, start + size) of the GPU's 8): two instances on one GPU collide exactly when those ranges overlap, and the
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudra.driver.state import _conflicts
+from gpudra.gpuplugin.state import _conflicts
 
 
 def _mig(minor: int, start: int, size: int, name: str = "") -> dict:

@@ -1,4 +1,4 @@
-"""The prepare/unprepare core (gpudra/driver/state.py) against NVIDIA's driver (NVIDIA/k8s-dra-driver-gpu) where
+"""The prepare/unprepare core (gpudra/gpuplugin/state.py) against NVIDIA's driver (NVIDIA/k8s-dra-driver-gpu) where
 cosmic-ray mutants survived the other driver tests (README, "Mutation testing"): device numbers from the host's
 /proc files on a real (nvml) node only, MPS directories for MPS claims only, results of other drivers skipped,
 MIG devices and MIG mode left alone without DynamicMIG, a claim's unshared dynamic MIG devices destroyed.
@@ -14,10 +14,10 @@ import yaml
 
 from gpudra.cdi import load_spec_file
 from gpudra.discovery import open_backend
-from gpudra.driver import cdispec
-from gpudra.driver.claims import LocalClaimStore
-from gpudra.driver.paths import DriverPaths
-from gpudra.driver.state import ClaimRef, DeviceState, PrepareError
+from gpudra.kubeletplugin import cdispec
+from gpudra.kubeletplugin.claims import LocalClaimStore
+from gpudra.kubeletplugin.paths import DriverPaths
+from gpudra.gpuplugin.state import ClaimRef, DeviceState, PrepareError
 from tests.support.builders import allocated_claim
 
 NODE = "n1"

@@ -7,7 +7,7 @@ import pytest
 from gpudra.allocator import Allocator, Features
 from gpudra.api.load import load_paths
 from gpudra.discovery import read_inventory
-from gpudra.driver.slices import NVLINK_DOMAIN_ATTRIBUTE, build_resource_slices, device_classes, pool_devices
+from gpudra.gpuplugin.slices import NVLINK_DOMAIN_ATTRIBUTE, build_resource_slices, device_classes, pool_devices
 
 ARTICLE_NVLINK_CLAIM = "gpudra/demo/data/article-fixed/03-resourceclaim-nvlink.yaml"
 

@@ -36,8 +36,8 @@ from gpudra.api.load import Document
 from gpudra.api.validate import validate_documents
 from gpudra.cli import cli
 from gpudra.device_config import opaque_config_problems
-from gpudra.driver.admission import ReviewError, review_response
-from gpudra.driver.webhook import VALIDATE_PATH, WebhookServer, start_in_thread
+from gpudra.webhook.admission import ReviewError, review_response
+from gpudra.webhook.server import VALIDATE_PATH, WebhookServer, start_in_thread
 
 DEPLOY = Path(__file__).parent.parent / "deploy"
 NV = "resource.nvidia.com/v1beta1"

@@ -1,7 +1,7 @@
 """The admission webhook against hostile clients (issue 35): slow clients, many connections, big reviews.
 
 With `failurePolicy: Fail` a webhook that stops answering blocks every claim write, so each bound of
-gpudra.driver.webhook.Limits is attacked here over loopback, with loops that stop by themselves: one deadline per
+gpudra.webhook.server.Limits is attacked here over loopback, with loops that stop by themselves: one deadline per
 request (not per read), the connection limit, the memory estimate that gates decoding (checked against what
 json.loads and the check really allocate, by tracemalloc), and all of it at once against the `gpudra driver webhook`
 process: 500 slow connections and 20 concurrent 3 MiB reviews, while /readyz must keep answering within 1 s and the
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudra.driver.webhook import READY_PATH, VALIDATE_PATH, Limits, WebhookServer, decoded_cost, start_in_thread
+from gpudra.webhook.server import READY_PATH, VALIDATE_PATH, Limits, WebhookServer, decoded_cost, start_in_thread
 
 from test_driver_webhook import certificate as certificate  # noqa: F401 - the fixture
 

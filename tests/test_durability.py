@@ -16,8 +16,8 @@ import pytest
 from gpudra import atomicfile
 from gpudra.cdi import ContainerEdits, Device, DeviceNode, Spec, load_spec_file, write_spec
 from gpudra.discovery import open_backend
-from gpudra.driver.checkpoint import PREPARE_COMPLETED, load_checkpoint, save_checkpoint
-from gpudra.driver.paths import DriverPaths
+from gpudra.kubeletplugin.checkpoint import PREPARE_COMPLETED, load_checkpoint, save_checkpoint
+from gpudra.kubeletplugin.paths import DriverPaths
 from tests.support.killpoint import KillPoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -238,7 +238,7 @@ def test_prepare_and_unprepare_persist_the_checkpoint_durably(tmp_path, monkeypa
 
 _KILL_SCRIPT = """
 import sys
-from gpudra.driver.checkpoint import save_checkpoint
+from gpudra.kubeletplugin.checkpoint import save_checkpoint
 for n in range(1, 6):
     save_checkpoint(sys.argv[1], {"nodeBootID": "b", "claims": {f"u{j}": {"state": "PrepareCompleted", "devices": []}
                                                                 for j in range(n)}})

@@ -14,9 +14,9 @@ import yaml
 
 from gpudra.allocator import Allocator, Features
 from gpudra.cdi import apply_devices, default_oci_spec, load_spec_file
-from gpudra.driver.agent import AgentOptions, DriverAgent
-from gpudra.driver.kubelet_client import KubeletClient
-from gpudra.driver.slices import device_classes
+from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
+from gpudra.kubeletplugin.kubelet_client import KubeletClient
+from gpudra.gpuplugin.slices import device_classes
 
 NODE = "h100-node"
 SELECTOR = ('device.attributes["gpu.nvidia.com"].productName.startsWith("NVIDIA H100") && '

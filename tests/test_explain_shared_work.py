@@ -177,7 +177,7 @@ def test_claim_explanations_from_shared_searches_are_those_of_one_search_per_nod
 def test_releases_and_request_edits_are_tried_on_forks_of_the_cluster_not_rebuilt_ones(monkeypatch):
     """Releasing a claim that one pod holds (Cluster.fork + delete_pod) and lowering a count (a fork's copy of the
     claim edited) are tried without building a cluster again from the objects, and leave the replayed one as it was."""
-    from gpudra.scheduler import cluster as cluster_module
+    from gpudra.scheduler import state as cluster_module
 
     objects = [device_class(), node("node-a"), node("node-b"),
                gpu_slice("node-a", [gpu("gpu-0"), gpu("gpu-1")]), gpu_slice("node-b", [gpu("gpu-0")]),
@@ -189,10 +189,10 @@ def test_releases_and_request_edits_are_tried_on_forks_of_the_cluster_not_rebuil
     explanation = explain(objects, "pod/target", fixes=False)
     before = copy.deepcopy(simulate.snapshot(explanation.context.cluster))
     built, forks = [], []
-    real_init, real_fork = cluster_module.Cluster.__init__, cluster_module.Cluster.fork
-    monkeypatch.setattr(cluster_module.Cluster, "__init__",
+    real_init, real_fork = cluster_module.ClusterState.__init__, cluster_module.ClusterState.fork
+    monkeypatch.setattr(cluster_module.ClusterState, "__init__",
                         lambda self, *a, **k: (built.append(1), real_init(self, *a, **k))[1])
-    monkeypatch.setattr(cluster_module.Cluster, "fork",
+    monkeypatch.setattr(cluster_module.ClusterState, "fork",
                         lambda self, *a, **k: (forks.append(1), real_fork(self, *a, **k))[1])
     fixes = find_fixes(objects, explanation)
     # node-a has 2 devices and 3 are needed, so neither release helps: judged on forks; the lower-count trial (1

@@ -14,7 +14,7 @@ from gpudra.fix import fix_documents
 from gpudra.api.load import Document, load_paths
 from gpudra.api.validate import validate_documents
 from gpudra.discovery import read_inventory
-from gpudra.driver.slices import build_resource_slices, device_classes, pool_devices
+from gpudra.gpuplugin.slices import build_resource_slices, device_classes, pool_devices
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVER = "gpu.nvidia.com"

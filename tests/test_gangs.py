@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from gpudra.api.load import Document
 from gpudra.api.validate import validate_document
 from gpudra.cli import cli
-from gpudra.scheduler.cluster import Cluster
+from gpudra.controllers import ManagedCluster
 from gpudra.scheduler.scheduler import Scheduler
 
 DATA = Path(__file__).parent / "data" / "gang"
@@ -62,7 +62,7 @@ def _groups(release, present=True):
 
 
 def _schedule(release, objects, features=GANG_GATES):
-    cluster = Cluster([_node("n1"), _node("n2"), _node("n3"), *objects], features=features,
+    cluster = ManagedCluster([_node("n1"), _node("n2"), _node("n3"), *objects], features=features,
                       kubernetes_version=release)
     results = {r.pod.split("/")[1]: r for r in Scheduler(cluster).run()}
     return cluster, results

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from gpudra.allocator.nodematch import NodeInfo, requirement_matches, term_matches
 from gpudra.api.goint import parse_canonical_int64, parse_int64, parse_requirement_int
-from gpudra.scheduler.nodematch import pod_matches_node_selector_and_affinity, toleration_tolerates
+from gpudra.schedulinghelpers import pod_matches_node_selector_and_affinity, toleration_tolerates
 
 
 def go_parse_int(s: str) -> int | None:

@@ -132,7 +132,7 @@ def test_real_helm_installs_the_compute_domain_plugin_controller_and_rbac_and_th
     """Helm's engine renders the compute-domain objects in the release's namespace (the daemons' Role in the
     driver's), leaves them out with computeDomains.enabled=false, and the chart's crds/ holds NVIDIA's CRD: the
     same bytes as gpudra/computedomain/computedomains.crd.yaml (a link to it, followed by Helm)."""
-    from gpudra.driver.computedomain import DRIVER_NAMESPACE
+    from gpudra.computedomain.devices import DRIVER_NAMESPACE
 
     rendered = _real_helm("gpu", {})
     found = {(o["apiVersion"], o["kind"], o["metadata"]["name"]): o for o in rendered}

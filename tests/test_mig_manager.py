@@ -23,8 +23,8 @@ from fake_http import JsonHandler, write_kubeconfig
 
 from gpudra.cli import cli
 from gpudra.discovery import open_backend
-from gpudra.driver.checkpoint import empty_checkpoint, save_checkpoint
-from gpudra.driver.paths import DriverPaths
+from gpudra.kubeletplugin.checkpoint import empty_checkpoint, save_checkpoint
+from gpudra.kubeletplugin.paths import DriverPaths
 from gpudra.mig.apply import ApplyError, ApplyRefused, apply_config, is_applied
 from gpudra.mig.config import generate_config
 from gpudra.catalog import gpu_model
@@ -132,7 +132,7 @@ def test_apply_reads_the_checkpoint_where_the_driver_keeps_it(node):
 
 
 def _checkpoint(paths: DriverPaths) -> dict:
-    from gpudra.driver.checkpoint import load_checkpoint
+    from gpudra.kubeletplugin.checkpoint import load_checkpoint
 
     return load_checkpoint(paths.checkpoint)
 
@@ -268,7 +268,7 @@ def _manager(api: NodeApiServer, paths: DriverPaths, config: str, tmp_path) -> M
 
 
 def test_manager_follows_the_label_reports_state_and_the_driver_republishes(node, tmp_path):
-    from gpudra.driver.agent import AgentOptions, DriverAgent
+    from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
 
     paths, config = node
     claims = tempfile.mkdtemp(prefix="gmm", dir="/tmp")

@@ -4,7 +4,7 @@ results -> presentation), so a package never needs, even indirectly, one that bu
 The graph is read from the source with `ast` (no module is imported): every `import` and `from ... import` of a
 gpudra module, at module level and inside functions alike (an import moved into a function still ties the two
 packages together); only imports under `if TYPE_CHECKING:` are left out, as they never run. A node is a
-subpackage of gpudra (`gpudra.api`, `gpudra.driver`, ...) or a top-level module (`gpudra.quantity`)."""
+subpackage of gpudra (`gpudra.api`, `gpudra.gpuplugin`, ...) or a top-level module (`gpudra.quantity`)."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def cycles(edges: dict[str, dict[str, list[str]]]) -> list[list[str]]:
 
 def test_gpudra_packages_import_each_other_without_a_cycle() -> None:
     edges = package_graph(ROOT)
-    assert {"api", "allocator", "cel", "driver", "scheduler"} <= set(edges)  # the graph was read at all
+    assert {"api", "allocator", "cel", "gpuplugin", "scheduler"} <= set(edges)  # the graph was read at all
     found = cycles(edges)
     report = []
     for component in found:
@@ -144,3 +144,18 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path: Path) -> Non
     edges = package_graph(tmp_path, "pkg")
     assert edges == {"a": {"b": ["pkg.a -> pkg.b.tool"]}, "b": {"a": ["pkg.b -> pkg.a"]}}
     assert cycles(edges) == [["a", "b"]]
+
+
+def test_the_scheduler_places_pods_without_drivers_controllers_or_compute_domains():
+    """kube-scheduler knows ResourceSlices, not the drivers that publish them, and places the pods it is given:
+    the workload controllers (gpudra.controllers) run beside it, not inside it (issue #31)."""
+    reached: set[str] = set()
+    edges = package_graph(ROOT)
+    frontier = ["scheduler"]
+    while frontier:
+        for target in edges.get(frontier.pop(), {}):
+            if target not in reached:
+                reached.add(target)
+                frontier.append(target)
+    forbidden = {"controllers", "computedomain", "gpuplugin", "kubeletplugin", "webhook", "cluster", "kubecluster"}
+    assert not reached & forbidden, {name: edges["scheduler"].get(name) for name in reached & forbidden}

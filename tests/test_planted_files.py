@@ -23,7 +23,7 @@ from gpudra.cluster.nodes import node_object
 from gpudra.cluster.store import MAX_OBJECT_BYTES, StoreError
 from gpudra.discovery import open_backend
 from gpudra.discovery.backend import MigError
-from gpudra.driver.sharing import RecordingSharing, read_sharing_log
+from gpudra.gpuplugin.sharing import RecordingSharing, read_sharing_log
 from gpudra.regularfile import UnsafeFileError, read_regular_file
 
 HANG_LIMIT_S = 60.0

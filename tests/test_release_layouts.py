@@ -28,7 +28,7 @@ from gpudra.api.load import Document
 from gpudra.api.validate import validate_documents
 from gpudra.cli import cli
 from gpudra.cli.options import _checked_version
-from gpudra.driver.slices import build_resource_slices, device_classes
+from gpudra.gpuplugin.slices import build_resource_slices, device_classes
 from gpudra.discovery import open_backend
 from gpudra.versions import KNOWN_PATCH_ISSUES, partitionable_layout
 
@@ -258,7 +258,7 @@ def test_1_34_combined_layout_allocates_dynamic_mig_like_the_1_35_split_layout()
 
 def test_driver_agent_publishes_the_layout_it_is_given(tmp_path):
     """`driver run` and the local cluster's node agents hand the release's layout to the agent."""
-    from gpudra.driver.agent import AgentOptions, DriverAgent
+    from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
 
     inventory = open_backend("simulated", profile="dgx-h100", node_name="n1").inventory()
     for version in ("1.34", "1.35"):

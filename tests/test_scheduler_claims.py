@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 
-from gpudra.scheduler import Cluster, Scheduler
-from gpudra.scheduler.cluster import DELETE_PROTECTION_FINALIZER
+from gpudra.scheduler import Scheduler
+
+from gpudra.controllers import ManagedCluster
+from gpudra.scheduler.state import DELETE_PROTECTION_FINALIZER
 from tests.support.builders import claim, device_class, devices, gpu_cluster, node, pod, resource_slice, template
 from tests.support.scheduling import devices_of, placed, schedule
 
@@ -123,7 +125,7 @@ def test_a_pod_without_an_allocated_claim_is_not_tried_again_in_the_same_pass(mo
         return budgets[-1] - (3600 if len(budgets) == 1 else 0)
 
     monkeypatch.setattr(scheduler_module, "time", SimpleNamespace(monotonic=clock))
-    cluster = Cluster([*gpu_cluster({"a": 1, "b": 1}), template("one"), pod("p", templates={"gpu": "one"})])
+    cluster = ManagedCluster([*gpu_cluster({"a": 1, "b": 1}), template("one"), pod("p", templates={"gpu": "one"})])
     result = Scheduler(cluster, filter_timeout=10).run()[0]
     assert not result.scheduled
     assert {r.message for f in result.filtered.values() for r in f.reasons} == {TIMED_OUT}
@@ -175,7 +177,7 @@ def test_extended_resource_without_class_or_allocatable():
 def test_newest_class_wins_an_extended_resource_name():
     from gpudra.scheduler.dra import extended_resource_classes
 
-    cluster = Cluster([
+    cluster = ManagedCluster([
         device_class("old", extended="nvidia.com/gpu", created="2026-01-01T00:00:00Z"),
         device_class("new-b", extended="nvidia.com/gpu", created="2026-02-01T00:00:00Z"),
         device_class("new-a", extended="nvidia.com/gpu", created="2026-02-01T00:00:00Z"),
@@ -203,7 +205,7 @@ def test_scheduler_reports_unknown_claim():
 
 
 def test_scheduler_object_reuse_keeps_state():
-    cluster = Cluster([*gpu_cluster({"a": 1}), template("t")])
+    cluster = ManagedCluster([*gpu_cluster({"a": 1}), template("t")])
     scheduler = Scheduler(cluster)
     cluster.apply([pod("p", templates={"gpu": "t"})])
     assert scheduler.run()[0].node == "a"

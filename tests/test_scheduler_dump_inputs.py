@@ -6,7 +6,7 @@ from __future__ import annotations
 from tests.support.builders import claim, gpu_cluster, pod
 from tests.support.scheduling import devices_of, placed, schedule
 
-from gpudra.scheduler.cluster import DELETE_PROTECTION_FINALIZER
+from gpudra.scheduler.state import DELETE_PROTECTION_FINALIZER
 
 
 def _allocated_claim(name: str, node: str, device_names: list[str], consumer: dict) -> dict:
@@ -52,14 +52,16 @@ def test_schedule_output_with_shared_devices_is_the_same_on_every_run():
     # `gpudra schedule` promises "same input, same output"; shareIDs must not be random
     import copy
 
-    from gpudra.scheduler import Cluster, Scheduler
+    from gpudra.scheduler import Scheduler
+
+    from gpudra.controllers import ManagedCluster
     from gpudra.scheduler.render import to_yaml
 
     objects = [*_shared_device_cluster(), claim("one"), claim("two"),
                pod("p1", claims={"gpu": "one"}), pod("p2", claims={"gpu": "two"})]
     outputs = []
     for _ in range(2):
-        cluster = Cluster(copy.deepcopy(objects))
+        cluster = ManagedCluster(copy.deepcopy(objects))
         Scheduler(cluster).run()
         outputs.append(to_yaml(cluster))
     assert "shareID" in outputs[0]
@@ -170,16 +172,18 @@ def test_scheduling_the_output_again_creates_no_second_set_of_job_pods():
 
     import yaml
 
-    from gpudra.scheduler import Cluster, Scheduler
+    from gpudra.scheduler import Scheduler
+
+    from gpudra.controllers import ManagedCluster
     from gpudra.scheduler.render import to_yaml
 
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "default"},
            "spec": {"parallelism": 2, "template": {"spec": {
                "restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}
-    cluster = Cluster(copy.deepcopy([*gpu_cluster({"a": 1}), job]))
+    cluster = ManagedCluster(copy.deepcopy([*gpu_cluster({"a": 1}), job]))
     Scheduler(cluster).run()
     assert len(cluster.pods) == 2
-    again = Cluster([obj for obj in yaml.safe_load_all(to_yaml(cluster)) if obj])
+    again = ManagedCluster([obj for obj in yaml.safe_load_all(to_yaml(cluster)) if obj])
     assert sorted(again.pods) == sorted(cluster.pods)
 
 

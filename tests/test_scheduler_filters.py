@@ -6,14 +6,16 @@ import copy
 
 import pytest
 
-from gpudra.scheduler import Cluster, Scheduler
+from gpudra.scheduler import Scheduler
+
+from gpudra.controllers import ManagedCluster
 from gpudra.scheduler.resources import pod_requests
 from tests.support.builders import gpu_cluster, node, pod, pod_spec, template
 from tests.support.scheduling import placed, schedule
 
 
 def reasons_on(objects: list[dict], pod_key: str, node_name: str) -> list[str]:
-    cluster = Cluster(copy.deepcopy(objects))
+    cluster = ManagedCluster(copy.deepcopy(objects))
     scheduler = Scheduler(cluster)
     info = scheduler.pod_info(pod_key)
     return [r.message for r in scheduler.filter_node(info, node_name).result.reasons]
@@ -21,7 +23,7 @@ def reasons_on(objects: list[dict], pod_key: str, node_name: str) -> list[str]:
 
 def test_node_name_filter():
     objects = [node("a"), node("b"), pod("p", nodeName="b")]
-    cluster = Cluster(objects)
+    cluster = ManagedCluster(objects)
     # a pod with spec.nodeName is already bound (the scheduler never sees it), but the filter exists for explain
     cluster.pods["default/p"]["spec"]["nodeName"] = "b"
     scheduler = Scheduler(cluster)
@@ -62,7 +64,7 @@ def test_required_node_affinity_operators(requirement, matching):
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [requirement]}]}}}
     objects = [*nodes, pod("p", affinity=affinity)]
-    cluster = Cluster(objects)
+    cluster = ManagedCluster(objects)
     scheduler = Scheduler(cluster)
     info = scheduler.pod_info("default/p")
     fits = {n for n in "abc" if scheduler.filter_node(info, n).result.fits}
@@ -75,7 +77,7 @@ def test_node_affinity_match_fields_and_terms_are_ored():
         {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["x"]}]},
     ]}}}
     objects = [node("a", labels={"zone": "x"}), node("b"), node("c"), pod("p", affinity=affinity)]
-    cluster = Cluster(objects)
+    cluster = ManagedCluster(objects)
     scheduler = Scheduler(cluster)
     info = scheduler.pod_info("default/p")
     assert {n for n in "abc" if scheduler.filter_node(info, n).result.fits} == {"a", "c"}

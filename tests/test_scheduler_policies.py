@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpudra.scheduler import Cluster, Scheduler, num_feasible_nodes_to_find
+from gpudra.scheduler import Scheduler, num_feasible_nodes_to_find
+
+from gpudra.controllers import ManagedCluster
 from gpudra.scheduler.scoring import default_normalize
 from tests.support.builders import claim_spec, DRIVER, claim, device_class, devices, gpu_cluster, node, pod, template
 from tests.support.scheduling import devices_of, placed, schedule
@@ -201,7 +203,7 @@ def test_fragmentation_counts_a_node_short_of_memory_as_fragmented():
 
 def test_unknown_policy():
     with pytest.raises(ValueError, match="unknown policy"):
-        Scheduler(Cluster([]), policy="random")
+        Scheduler(ManagedCluster([]), policy="random")
 
 
 def test_percentage_of_nodes_to_score():
@@ -220,7 +222,7 @@ def test_kube_stops_after_enough_feasible_nodes_and_rotates():
     assert len(results["default/p1"].scores) == 100
     assert min(results["default/p1"].scores) == "n000"
     assert min(results["default/p2"].scores) == "n100"  # the search resumes where the last one stopped
-    everything = Scheduler(Cluster([node(f"n{i:03d}") for i in range(200)] + [pod("p")]),
+    everything = Scheduler(ManagedCluster([node(f"n{i:03d}") for i in range(200)] + [pod("p")]),
                            percentage_of_nodes_to_score=100)
     assert len(everything.run()[0].scores) == 200
 
@@ -241,13 +243,13 @@ def test_physical_devices_and_free_capacity():
 
     migs = [{"name": f"mig-{i}", "attributes": {"parentUUID": {"string": "GPU-1"}}} for i in range(4)]
     objects = [device_class(), node("a"), resource_slice("a", migs + [{"name": "gpu-0"}])]
-    cluster = Cluster(objects)
+    cluster = ManagedCluster(objects)
     assert len(cluster.node_groups("a")) == 2
     assert cluster.free_node_groups("a") == 2 and cluster.free_capacity("a") == 2
     taken = [(DRIVER, "a", "mig-0")]
     assert cluster.free_capacity("a", taken) == 1.75  # 3 of the 4 partitions left + the plain GPU
     # counters: half of GPU 1 is held, so its counter set is half free; GPU 0 untouched
-    counters = Cluster(partitioned_gpus())
+    counters = ManagedCluster(partitioned_gpus())
     assert counters.free_capacity("a") == 1.5
     assert counters.free_node_groups("a") == 1
     assert counters.groups_opened("a", [{"devices": {"results": [
@@ -272,7 +274,7 @@ def test_a_domain_qualified_parent_uuid_names_the_same_physical_gpu():
                mig("gpu-2-mig-0", f"{nvidia}/parentUUID", "GPU-2"), mig("gpu-2-mig-1", f"{nvidia}/parentUUID", "GPU-2"),
                mig("other", "notparentUUID", "GPU-1"), mig("third-party", "example.com/parentUUID", "GPU-1"),
                {"name": "gpu-0"}]
-    cluster = Cluster([device_class(driver=nvidia), node("a"), resource_slice("a", offered, driver=nvidia)])
+    cluster = ManagedCluster([device_class(driver=nvidia), node("a"), resource_slice("a", offered, driver=nvidia)])
     physical = {"GPU-1": ["gpu-1-mig-0", "gpu-1-mig-1"], "GPU-2": ["gpu-2-mig-0", "gpu-2-mig-1"],
                 "other": ["other"], "third-party": ["third-party"], "gpu-0": ["gpu-0"]}
     groups = {name: cluster.device_group((nvidia, "a", name)) for names in physical.values() for name in names}

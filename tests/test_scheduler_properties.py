@@ -8,8 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudra.scheduler import Cluster, Scheduler
-from gpudra.scheduler.nodematch import node_selector_matches
+from gpudra.scheduler import Scheduler
+
+from gpudra.controllers import ManagedCluster
+from gpudra.schedulinghelpers import node_selector_matches
 from gpudra.scheduler.resources import pod_requests
 from tests.support.builders import claim, device_class, devices, node, pod, resource_slice, template
 
@@ -35,7 +37,7 @@ def clusters(draw):
 
 
 def placement(objects, policy):
-    cluster = Cluster(copy.deepcopy(objects))
+    cluster = ManagedCluster(copy.deepcopy(objects))
     results = Scheduler(cluster, policy=policy).run()
     return cluster, results
 
@@ -99,7 +101,7 @@ def test_shape_index_gives_the_linear_scan_answers(policy):
         objects = objects[:3] + objects[3 : 3 + 2 * 40] + [o for o in objects if o["kind"] == "Pod"][:110]
 
     def run(indexed: bool):
-        cluster = Cluster(copy.deepcopy(objects))
+        cluster = ManagedCluster(copy.deepcopy(objects))
         scheduler = Scheduler(cluster, policy=policy, indexed=indexed)
         return [(r.pod, r.node, r.scores, r.message()) for r in scheduler.run()]
 
@@ -110,8 +112,8 @@ def test_shape_index_gives_the_linear_scan_answers(policy):
 
 def test_scores_are_those_of_the_moment_the_pod_was_placed():
     objects = [node(f"n{i:03d}") for i in range(120)] + [pod(f"p{i}") for i in range(3)]
-    cluster = Cluster(copy.deepcopy(objects))
+    cluster = ManagedCluster(copy.deepcopy(objects))
     results = Scheduler(cluster).run()  # the second and third pods use the shape index
     # scores are read only now, after later pods changed the nodes (each pod adds 100m/200Mi for scoring)
-    linear = Scheduler(Cluster(copy.deepcopy(objects)), indexed=False).run()
+    linear = Scheduler(ManagedCluster(copy.deepcopy(objects)), indexed=False).run()
     assert [dict(r.scores) for r in results] == [dict(r.scores) for r in linear]

@@ -12,7 +12,8 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from large_cluster import build_objects  # noqa: E402
 
 from gpudra.api.load import freeze_input, thaw_input  # noqa: E402
-from gpudra.scheduler import Cluster, Scheduler  # noqa: E402
+from gpudra.scheduler import Scheduler  # noqa: E402
+from gpudra.controllers import ManagedCluster
 
 
 def _collections() -> list[int]:
@@ -21,7 +22,7 @@ def _collections() -> list[int]:
 
 def test_a_run_collects_nothing_not_even_when_the_collector_comes_back():
     threshold = gc.get_threshold()
-    cluster = Cluster(build_objects(4, 40))
+    cluster = ManagedCluster(build_objects(4, 40))
     scheduler = Scheduler(cluster)
     freeze_input()  # as a CLI command does with what it read
     gc.set_threshold(50)  # dozens of collections in this run, unless paused
@@ -38,7 +39,7 @@ def test_a_run_collects_nothing_not_even_when_the_collector_comes_back():
 
 
 def test_without_a_frozen_input_nothing_is_frozen_and_a_disabled_collector_stays_disabled():
-    cluster = Cluster(build_objects(4, 10))
+    cluster = ManagedCluster(build_objects(4, 10))
     gc.disable()
     try:
         Scheduler(cluster).run()

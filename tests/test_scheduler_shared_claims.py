@@ -8,7 +8,9 @@ import copy
 
 import pytest
 
-from gpudra.scheduler import Cluster, Scheduler
+from gpudra.scheduler import Scheduler
+
+from gpudra.controllers import ManagedCluster
 from gpudra.scheduler.resources import ResourceError, pod_request_totals, pod_requests
 from gpudra.scheduler.shapeindex import plain_key
 from tests.support.builders import claim, claim_spec, device_class, devices, node, pod, resource_slice, template
@@ -27,7 +29,7 @@ def _objects() -> list[dict]:
 
 
 def _run(objects: list[dict], shared: bool, policy: str = "kube") -> tuple[list, dict]:
-    cluster = Cluster(copy.deepcopy(objects))
+    cluster = ManagedCluster(copy.deepcopy(objects))
     scheduler = Scheduler(cluster, policy=policy)
     if not shared:
         scheduler._shared_claims = lambda dra: None  # type: ignore[method-assign,assignment,return-value]
@@ -45,7 +47,7 @@ def test_shared_claim_copies_give_the_answers_of_each_pods_own_claims(policy):
 
 
 def test_a_changed_template_spec_is_a_new_shape_with_its_own_copies():
-    cluster = Cluster(copy.deepcopy(_objects()))
+    cluster = ManagedCluster(copy.deepcopy(_objects()))
     scheduler = Scheduler(cluster)
     for key in cluster.pending_pods()[:8]:
         scheduler.schedule_pod(key)
@@ -56,7 +58,7 @@ def test_a_changed_template_spec_is_a_new_shape_with_its_own_copies():
     for key in changed:
         for claim_key in cluster.pod_claim_keys(cluster.pods[key]):
             cluster.claims[claim_key]["spec"] = claim_spec(3)
-    fresh = Cluster(copy.deepcopy(list(cluster.nodes.values()) + cluster.slices
+    fresh = ManagedCluster(copy.deepcopy(list(cluster.nodes.values()) + cluster.slices
                                   + list(cluster.device_classes.values()) + list(cluster.templates.values())
                                   + list(cluster.claims.values()) + list(cluster.pods.values())))
     plain = Scheduler(fresh)
@@ -75,7 +77,7 @@ def test_search_errors_name_each_pods_own_claim(indexed):
     # 40 devices exceed the claim limit of 32: the allocator's message names the claim that asked
     objects = [device_class(), template("huge", count=40), node("n0"), resource_slice("n0", devices(2))]
     objects += [pod(f"p{i}", templates={"gpu": "huge"}) for i in range(3)]
-    cluster = Cluster(objects)
+    cluster = ManagedCluster(objects)
     results = Scheduler(cluster, indexed=indexed).run()
     for result in results:
         assert not result.scheduled

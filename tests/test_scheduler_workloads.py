@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from gpudra.scheduler import Cluster
-from gpudra.scheduler.meta import SUFFIX_ALPHABET
-from gpudra.scheduler.workloads import POD_CLAIM_NAME_ANNOTATION, claim_generate_name
+from gpudra.controllers import ManagedCluster
+from gpudra.api.objectmeta import SUFFIX_ALPHABET
+from gpudra.controllers.workloads import POD_CLAIM_NAME_ANNOTATION, claim_generate_name
 from tests.support.builders import claim, gpu_cluster, pod, pod_spec, template
 
 SUFFIX = f"[{SUFFIX_ALPHABET}]{{5}}"
@@ -23,8 +23,8 @@ def workload(kind: str, name: str, replicas: int | None = None, **spec: object) 
     return {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": "ml"}, "spec": body}
 
 
-def cluster_with(*objects: dict) -> Cluster:
-    return Cluster([*gpu_cluster({"n1": 8}), template("one-gpu", namespace="ml"), *objects])
+def cluster_with(*objects: dict) -> ManagedCluster:
+    return ManagedCluster([*gpu_cluster({"n1": 8}), template("one-gpu", namespace="ml"), *objects])
 
 
 def test_statefulset_pods_have_ordinal_names_and_labels():
@@ -93,7 +93,7 @@ def test_generated_names_are_deterministic():
 
 def test_template_claim_shape():
     tmpl = template("one-gpu", namespace="ml", labels={"team": "a"}, annotations={"note": "x"})
-    cluster = Cluster([*gpu_cluster({"n1": 2}), tmpl, pod("p", namespace="ml", templates={"gpu": "one-gpu"})])
+    cluster = ManagedCluster([*gpu_cluster({"n1": 2}), tmpl, pod("p", namespace="ml", templates={"gpu": "one-gpu"})])
     (key,) = list(cluster.claims)
     generated = cluster.claims[key]
     meta = generated["metadata"]
@@ -116,7 +116,7 @@ def test_long_generate_name_is_cut_proportionally():
     # len("<40>-<30>-") = 72 > 57: pod part 40*57//72 = 31, claim part 30*57//72 = 23, no trailing dash
     assert claim_generate_name(pod_name, claim_name) == "p" * 31 + "-" + "c" * 23
     assert claim_generate_name("short", "gpu") == "short-gpu-"
-    cluster = Cluster([*gpu_cluster({"n1": 1}), template("t"), pod(pod_name, templates={claim_name: "t"})])
+    cluster = ManagedCluster([*gpu_cluster({"n1": 1}), template("t"), pod(pod_name, templates={claim_name: "t"})])
     (key,) = list(cluster.claims)
     name = key.split("/")[1]
     assert name.startswith("p" * 31 + "-" + "c" * 23) and len(name) == 55 + 5
@@ -129,7 +129,7 @@ def test_existing_orphan_claim_is_reused():
     orphan["metadata"]["annotations"] = {POD_CLAIM_NAME_ANNOTATION: "gpu"}
     orphan["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "uid-p",
                                               "controller": True}]
-    cluster = Cluster([*gpu_cluster({"n1": 1}), template("t"), orphan, owner])
+    cluster = ManagedCluster([*gpu_cluster({"n1": 1}), template("t"), orphan, owner])
     assert list(cluster.claims) == ["default/p-gpu-abcde"]
     assert cluster.pods["default/p"]["status"]["resourceClaimStatuses"][0]["resourceClaimName"] == "p-gpu-abcde"
 
@@ -137,7 +137,7 @@ def test_existing_orphan_claim_is_reused():
 def test_missing_template_makes_the_pod_unschedulable_with_a_reason():
     from gpudra.scheduler import Scheduler
 
-    cluster = Cluster([*gpu_cluster({"n1": 1}), pod("p", templates={"gpu": "nope"})])
+    cluster = ManagedCluster([*gpu_cluster({"n1": 1}), pod("p", templates={"gpu": "nope"})])
     (result,) = Scheduler(cluster).run()
     assert not result.scheduled
     assert 'resourceclaimtemplate "nope" not found' in result.message()
@@ -194,7 +194,7 @@ def test_daemonset_runs_one_pinned_pod_per_eligible_node():
         terms = cluster.pods[key]["spec"]["affinity"]["nodeAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
         assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]
-    again = Cluster([*nodes, daemon, *[cluster.pods[k] for k in placed(results)]])
+    again = ManagedCluster([*nodes, daemon, *[cluster.pods[k] for k in placed(results)]])
     assert len(again.pods) == 2  # a dump with the daemon pods running creates no more
 
 
@@ -213,7 +213,7 @@ def test_a_huge_workload_is_refused_with_a_message_instead_of_exhausting_memory(
 
 
 def test_the_pod_budget_counts_the_pods_already_in_the_input():
-    from gpudra.scheduler.workloads import WorkloadError, expand_workload
+    from gpudra.controllers.workloads import WorkloadError, expand_workload
 
     assert len(expand_workload(workload("Deployment", "a", 3), lambda key: False, room=3)) == 3
     with pytest.raises(WorkloadError, match="would create 4 pods, more than the 3 left"):
@@ -221,7 +221,7 @@ def test_the_pod_budget_counts_the_pods_already_in_the_input():
 
 
 def test_the_pod_budget_is_shared_by_every_workload_of_one_input(monkeypatch):
-    import gpudra.scheduler.cluster as cluster_module
+    import gpudra.controllers.manager as cluster_module
 
     monkeypatch.setattr(cluster_module, "MAX_EXPANDED_PODS", 5)
     cluster = cluster_with(workload("Deployment", "a", 3), workload("Deployment", "b", 3))
@@ -236,7 +236,7 @@ def test_daemonset_pod_names_are_drawn_again_only_on_an_exact_collision(monkeypa
     feature gate, beta and on since 1.31, the server draws again itself: kubernetes/website, feature gate
     `RetryGenerateName`; the same rule as `test_generate_name_draws_again_when_the_name_is_taken` in
     tests/test_cluster_store.py). A name that merely sorts before or after another pod's is free."""
-    from gpudra.scheduler import workloads as workloads_module
+    from gpudra.api import objectmeta as workloads_module
     from tests.support.builders import node
 
     draws = {"n1": ["ccccc"], "n2": ["bbbbb"], "n3": ["ddddd"], "n4": ["ccccc", "fffff"], "n5": ["ggggg", "hhhhh"]}
@@ -249,7 +249,7 @@ def test_daemonset_pod_names_are_drawn_again_only_on_an_exact_collision(monkeypa
     daemon = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "dcgm", "namespace": "ml"},
               "spec": {"template": {"metadata": {"labels": {"app": "dcgm"}}, "spec": pod_spec(cpu="100m")}}}
     other = pod("dcgm-ggggg", namespace="ml")  # not the daemon's: no app=dcgm label, but its name is taken
-    cluster = Cluster([*(node(f"n{i}") for i in range(1, 6)), other, daemon])
+    cluster = ManagedCluster([*(node(f"n{i}") for i in range(1, 6)), other, daemon])
     # the first draw that no pod already has, per node in name order (n4's collides with n1's pod, n5's with
     # the other pod)
     taken, expected = {"dcgm-ggggg"}, set()

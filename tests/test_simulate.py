@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudra.driver.slices import build_resource_slices, device_classes
-from gpudra.scheduler import Cluster, Scheduler
+from gpudra.gpuplugin.slices import build_resource_slices, device_classes
+from gpudra.scheduler import Scheduler
+from gpudra.controllers import ManagedCluster
 from gpudra.simulate import bundled_trace, run_experiment
 from gpudra.simulate.engine import SimulationError, per_percent, tuned_workload
 from gpudra.simulate.fgd import Fragmentation, NodeRes, TypicalTask, fgd_choice, typical_tasks
@@ -125,7 +126,7 @@ def test_task_csv_round_trip(rows):
 
 
 # ----- the driver's sharing mode through the scheduler and allocator -----------------------------------------
-def _cluster_with(tasks: list[Task], gpus: int = 1) -> tuple[Cluster, list[str]]:
+def _cluster_with(tasks: list[Task], gpus: int = 1) -> tuple[ManagedCluster, list[str]]:
     node = TraceNode("node-a", 64000, 262144, gpus, "G2")
     objects = [c for c in device_classes() if c["metadata"]["name"] == "gpu.nvidia.com"]
     objects.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"},
@@ -135,7 +136,7 @@ def _cluster_with(tasks: list[Task], gpus: int = 1) -> tuple[Cluster, list[str]]
     for i, task in enumerate(tasks):
         objects += pod_objects(task, f"pod-{i}", "dra")
         keys.append(f"sim/pod-{i}")
-    return Cluster(objects), keys
+    return ManagedCluster(objects), keys
 
 
 def test_consumable_sharing_slices_publish_shareable_gpus():

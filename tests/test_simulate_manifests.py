@@ -7,7 +7,9 @@ import json
 import yaml
 from click.testing import CliRunner
 
-from gpudra.scheduler import Cluster, Scheduler
+from gpudra.scheduler import Scheduler
+
+from gpudra.controllers import ManagedCluster
 from gpudra.simulate.manifests import Manifests, run_manifests
 from gpudra.simulate.objects import cluster_objects, pod_objects
 from gpudra.simulate.trace import Task, TraceNode
@@ -68,7 +70,7 @@ def test_shares_and_whole_gpus_place_as_gpudra_schedule_does(tmp_path):
     objects = [doc for path in (tmp_path / "cluster" / "nodes.yaml", tmp_path / "workload.yaml")
                for doc in yaml.safe_load_all(path.read_text())]
     result = run_manifests(Manifests("w", objects), "binpack")
-    cluster = Cluster(objects)
+    cluster = ManagedCluster(objects)
     expected = Scheduler(cluster, policy="binpack").run()
     assert result["scheduled"] == sum(1 for r in expected if r.scheduled) >= 3
     assert [p["pod"] for p in result["unschedulable"]] == [r.pod for r in expected if not r.scheduled]

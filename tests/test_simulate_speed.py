@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudra.driver.slices import COMPUTE_CAPACITY, DEFAULT_DRIVER_NAME, device_classes
+from gpudra.gpuplugin.slices import COMPUTE_CAPACITY, DEFAULT_DRIVER_NAME, device_classes
 from gpudra.scheduler.allocation import make_allocator
 from gpudra.simulate.engine import start, tuned_workload
 from gpudra.simulate.fgd import Fragmentation, NodeRes, TypicalTask, fgd_choice

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from gpudra.cli import cli
 from gpudra.discovery import read_inventory
-from gpudra.driver.slices import build_resource_slices, device_classes, pool_devices
+from gpudra.gpuplugin.slices import build_resource_slices, device_classes, pool_devices
 
 NODE = "n1"
 NIC = "nic.example.com"

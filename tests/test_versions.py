@@ -18,7 +18,7 @@ from gpudra.allocator import Allocator, Features
 from gpudra.api.gates import gate_warnings
 from gpudra.cli import cli
 from gpudra.discovery import open_backend
-from gpudra.driver.slices import build_resource_slices, device_classes, dynamic_mig_layout
+from gpudra.gpuplugin.slices import build_resource_slices, device_classes, dynamic_mig_layout
 from gpudra.kube.inputs import InputError, kubernetes_version
 from gpudra.versions import (ALLOCATOR_FEATURE_GATES, GATE_HISTORY, KUBERNETES_VERSIONS, VersionError, gate_state,
                              parse_version, server_version)

@@ -25,7 +25,7 @@ from gpudra.cli import cli
 from gpudra.cluster.layout import ClusterDir, ClusterSetupError
 from gpudra.discovery.model import DiscoveryError
 from gpudra.discovery.profiles import node_profile
-from gpudra.driver.claims import MAX_CLAIM_BYTES, ClaimSourceError, LocalClaimStore
+from gpudra.kubeletplugin.claims import MAX_CLAIM_BYTES, ClaimSourceError, LocalClaimStore
 from gpudra.mig.apply import ApplyError, read_config_file
 from gpudra.mig.config import configs_in_document
 from tests.support.builders import allocated_claim

@@ -52,10 +52,10 @@ class Group:
 
 
 GROUPS = (
-    Group("driver-health", ("gpudra/driver/health.py",), ("tests/test_driver_health.py",)),
+    Group("driver-health", ("gpudra/gpuplugin/health.py",), ("tests/test_driver_health.py",)),
     Group("driver-config", ("gpudra/device_config.py",),
           ("tests/test_driver_hostile.py", "tests/test_driver_state.py", "tests/test_driver_sharing.py")),
-    Group("driver-state", ("gpudra/driver/state.py",),
+    Group("driver-state", ("gpudra/gpuplugin/state.py",),
           ("tests/test_driver_state.py", "tests/test_driver_hostile.py", "tests/test_driver_crash.py",
            "tests/test_driver_state_conflicts.py", "tests/test_driver_checkpoint_robust.py",
            "tests/test_driver_state_upstream.py")),

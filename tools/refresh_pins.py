@@ -10,7 +10,7 @@ the pins with this command and the suite passes. A plain pip constraints file, n
 it, CI needs no other tool, and a frozen fresh venv is exactly the environment the suite ran in.
 
 One package is held back on purpose: grpcio-tools stays at the grpcio floor of pyproject.toml, because the generated
-gRPC code (gpudra/driver/protos) stamps the generator's version as the oldest grpcio it will import with; generating
+gRPC code (gpudra/kubeletplugin/protos) stamps the generator's version as the oldest grpcio it will import with; generating
 with a newer one would break users on the floor (tests/test_driver_protos.py checks stamp == floor == pin).
 """
 

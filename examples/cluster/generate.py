@@ -3,7 +3,7 @@
 
 Two H100 nodes (8 GPUs each, two NVLink domains of four GPUs per node), one A100-80GB board with four full GPUs
 and four GPUs statically partitioned into MIG devices, and one L4 node. The devices are what gpudra's driver
-publishes for such nodes (simulated discovery -> gpudra.driver.slices), so the attribute names, values and the
+publishes for such nodes (simulated discovery -> gpudra.gpuplugin.slices), so the attribute names, values and the
 DeviceClasses are the driver's own: `nvlinkDomain` names the GPUs joined by NVLink (`<node>-nvlink-<n>`).
 """
 
@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 from gpudra.discovery.profiles import GpuSlot, NodeProfile  # noqa: E402
 from gpudra.discovery.simulated import SimulatedBackend  # noqa: E402
-from gpudra.driver.slices import DEFAULT_DRIVER_NAME, build_resource_slices, device_classes  # noqa: E402
+from gpudra.gpuplugin.slices import DEFAULT_DRIVER_NAME, build_resource_slices, device_classes  # noqa: E402
 
 DRIVER = DEFAULT_DRIVER_NAME
 _HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)

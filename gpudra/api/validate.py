@@ -130,7 +130,7 @@ def _object_level_checks(obj: dict[str, Any], kind: str, ctx: Context) -> None:
 def _driver_config_checks(obj: dict[str, Any], kind: str, ctx: Context) -> None:
     """Opaque configs of the drivers gpudra knows (its GPU driver: GpuConfig, MigDeviceConfig and their sharing
     settings; its compute-domain driver: ComputeDomainChannelConfig, ComputeDomainDaemonConfig) as their admission
-    webhook checks them (gpudra.driver.admission, the one copy the webhook serves): the API server stores any JSON
+    webhook checks them (gpudra.webhook.admission, the one copy the webhook serves): the API server stores any JSON
     there, and the pod would wait in ContainerCreating."""
     if kind not in ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass"):
         return

@@ -26,7 +26,7 @@ from gpudra.cli.options import (cluster_options, features_option, filename_optio
 from gpudra.cli.output import output_option, render_table
 from gpudra.cli.progress import progress
 from gpudra.copying import copy_object
-from gpudra.scheduler.meta import key_of
+from gpudra.api.objectmeta import key_of
 
 MODES = ("together", "each", "sequential")
 NO_NODES = "no nodes to try"

@@ -84,7 +84,7 @@ def _slice_layout(dynamic_mig: bool, kubernetes_version: str | None, features: s
     """(--dynamic-mig when the release allows it, else False with a warning that says why; where the release
     wants counter sets: gpudra.versions.partitionable_layout)."""
     from gpudra.allocator.features import Features
-    from gpudra.driver.slices import dynamic_mig_layout
+    from gpudra.gpuplugin.slices import dynamic_mig_layout
     from gpudra.kube.inputs import kubernetes_version as cluster_version
     from gpudra.versions import VersionError, parse_version, partitionable_layout
 
@@ -117,11 +117,11 @@ def _warn_unless_consumable(kubernetes_version: str | None, features: str) -> No
 
 
 def _driver_gates(text: str, kubernetes_version: str | None, features: str):
-    """--feature-gates (NVIDIA's gates: gpudra.driver.featuregates), with the one gate that needs the cluster's
+    """--feature-gates (NVIDIA's gates: gpudra.gpuplugin.featuregates), with the one gate that needs the cluster's
     own: DRAListTypeAttributes publishes list attributes, which an API server without Kubernetes' gate of that
     name refuses (NVIDIA's featuregates.go says to enable the cluster's first)."""
     from gpudra.allocator.features import Features
-    from gpudra.driver.featuregates import FeatureGateError, parse_feature_gates
+    from gpudra.gpuplugin.featuregates import FeatureGateError, parse_feature_gates
     from gpudra.versions import VersionError, gate_state, parse_version
 
     try:
@@ -206,7 +206,7 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_kind: str, dri
                dynamic_mig: bool, generation: int, sharing: str, kubernetes_version: str | None, features: str,
                output: str) -> None:
     """Print the ResourceSlices this node would publish."""
-    from gpudra.driver.slices import build_resource_slices
+    from gpudra.gpuplugin.slices import build_resource_slices
     from gpudra.versions import parse_version
 
     driver_name = _driver_name(driver_kind, driver_name)
@@ -236,7 +236,7 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_kind: str, dri
 
 def _compute_domain_slices(backend: str, profile: str, node_name: str, driver_name: str, generation: int,
                            version) -> list:
-    from gpudra.driver.computedomain import compute_domain_slices, node_clique
+    from gpudra.computedomain.devices import compute_domain_slices, node_clique
 
     try:
         clique = node_clique(read_inventory(_backend(backend, profile), profile=profile, node_name=node_name))
@@ -261,8 +261,8 @@ def _compute_domain_slices(backend: str, profile: str, node_name: str, driver_na
 def deviceclasses_cmd(driver_kind: str, driver_name: str, compute_domain_driver_name: str,
                       kubernetes_version: str | None, output: str) -> None:
     """Print the DeviceClasses for full GPUs and MIG devices, and for ComputeDomain channels and daemons."""
-    from gpudra.driver.computedomain import compute_domain_device_classes
-    from gpudra.driver.slices import device_classes
+    from gpudra.computedomain.devices import compute_domain_device_classes
+    from gpudra.gpuplugin.slices import device_classes
     from gpudra.versions import gate_state, parse_version
 
     version = parse_version(kubernetes_version)
@@ -289,7 +289,7 @@ def deviceclasses_cmd(driver_kind: str, driver_name: str, compute_domain_driver_
 def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_version: str | None,
                     cdi_hook_path: str | None, output: str) -> None:
     """Show the driver files found under the driver root and the CDI edits every claim spec gets (nvml backend)."""
-    from gpudra.driver.hostdriver import discover_host_driver, host_driver_edits
+    from gpudra.gpuplugin.hostdriver import discover_host_driver, host_driver_edits
 
     files = discover_host_driver(driver_root, version=driver_version)
     for warning in files.warnings:
@@ -396,11 +396,11 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
     chosen_backend = _published_backend(backend, profile, kubeconfig, in_cluster)
     dynamic_mig, layout = _slice_layout(dynamic_mig, kubernetes_version, features, kubeconfig,
                                         live=bool(kubeconfig or in_cluster))
-    from gpudra.driver.agent import AgentError, AgentOptions, DriverAgent
-    from gpudra.driver.cdagent import ComputeDomainAgent
-    from gpudra.driver.checkpoint import CheckpointError
-    from gpudra.driver.health import parse_xid_list
-    from gpudra.driver.publisher import PublishError
+    from gpudra.gpuplugin.agent import AgentError, AgentOptions, DriverAgent
+    from gpudra.computedomain.agent import ComputeDomainAgent
+    from gpudra.kubeletplugin.checkpoint import CheckpointError
+    from gpudra.gpuplugin.health import parse_xid_list
+    from gpudra.kubeletplugin.publisher import PublishError
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -455,7 +455,7 @@ def webhook_cmd(tls_cert_file: str, tls_private_key_file: str, port: int, bind_a
 
     POST /validate-resource-claim-parameters takes an admission.k8s.io/v1 AdmissionReview; GET /readyz answers
     ok. deploy/kubernetes/webhook.yaml registers it (the chart: --set webhook.enabled=true)."""
-    from gpudra.driver.webhook import WebhookError, WebhookServer
+    from gpudra.webhook.server import WebhookError, WebhookServer
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -519,7 +519,7 @@ def inject_event_cmd(root: str, gpu: str | None, xid: int | None, ecc: bool,
     """Inject a GPU health event into a driver running with the simulated backend: it taints the device
     and republishes its ResourceSlices (a GPU it does not have is logged and ignored)."""
     from gpudra.discovery.health import HealthEvent, HealthEventError, spool_dir_for, write_spooled_event
-    from gpudra.driver.paths import DriverPaths
+    from gpudra.kubeletplugin.paths import DriverPaths
 
     kinds = [k for k, on in (("xid", xid is not None), ("ecc", ecc), ("gpu-lost", gpu_lost)) if on]
     if len(kinds) != 1:
@@ -567,8 +567,8 @@ def _claim_refs(claim_files: tuple[str, ...]) -> list[tuple[str, str, str]]:
 def _kubelet(root: str, driver_name: str, registry_dir: str):
     import grpc
 
-    from gpudra.driver.kubelet_client import KubeletClient
-    from gpudra.driver.paths import DriverPaths
+    from gpudra.kubeletplugin.kubelet_client import KubeletClient
+    from gpudra.kubeletplugin.paths import DriverPaths
 
     paths = DriverPaths(driver_name=driver_name, root=root, registry_dir=registry_dir)
     sockets = paths.registration_sockets()  # rolling updates: one per driver pod; the kubelet takes the newest
@@ -660,10 +660,10 @@ def _prepare_table(entries: list[dict], wide: bool, show_container: bool, done: 
 def status_cmd(root: str, driver_name: str, plugins_dir: str, output: str) -> None:
     """Show the prepared claims recorded in the driver's checkpoint and their CDI specs. A --root where no driver
     ever ran (no plugin directory) is an error, exit 2."""
-    from gpudra.driver.checkpoint import CheckpointError, entry_problem, load_checkpoint
-    from gpudra.driver.claimpaths import ClaimPathError, cdi_spec_path
-    from gpudra.driver.paths import DriverPaths
-    from gpudra.driver.quarantine import load_quarantine
+    from gpudra.kubeletplugin.checkpoint import CheckpointError, entry_problem, load_checkpoint
+    from gpudra.kubeletplugin.claimpaths import ClaimPathError, cdi_spec_path
+    from gpudra.kubeletplugin.paths import DriverPaths
+    from gpudra.kubeletplugin.quarantine import load_quarantine
 
     paths = DriverPaths(driver_name=driver_name, root=root, plugins_dir=plugins_dir)
     if not os.path.isdir(paths.plugin_dir):  # a mistyped --root: "no prepared claims" would be a wrong answer

@@ -154,8 +154,8 @@ def configs_command(gpus: tuple[str, ...], backend: str | None, profile: str | N
 
 def read_driver_checkpoint(path: str) -> dict[str, Any] | None:
     """The node driver's checkpoint (its prepared claims), for `apply_config` and the MIG manager; None when the
-    driver has not written one. Read here, above both packages: gpudra.driver builds on gpudra.mig."""
-    from gpudra.driver.checkpoint import CheckpointError, load_checkpoint
+    driver has not written one. Read here, above both packages: gpudra.gpuplugin builds on gpudra.mig."""
+    from gpudra.kubeletplugin.checkpoint import CheckpointError, load_checkpoint
     from gpudra.mig.apply import ApplyError
 
     try:
@@ -177,7 +177,7 @@ def _read_config(path: str) -> Any:
 def _node_backend(backend: str, profile: str, node_name: str, root: str | None, plugins_dir: str):
     from gpudra.cli.driver import profile_named
     from gpudra.discovery import DiscoveryError, open_backend, resolve_backend
-    from gpudra.driver.paths import DriverPaths
+    from gpudra.kubeletplugin.paths import DriverPaths
 
     backend, fell_back = resolve_backend(backend, profile, profile_named())
     if fell_back:  # changing simulated GPUs under --root (default /) in place of the node's would be a surprise

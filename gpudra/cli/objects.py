@@ -345,7 +345,7 @@ def delete_command(resources: tuple[str, ...], paths: tuple[str, ...], directory
 
 def _cascade(cluster, targets) -> None:
     """The garbage collector for workloads: their pods go with them (a Deployment's ReplicaSet and its pods are
-    collected by the control loop, gpudra.cluster.deployments)."""
+    collected by the control loop, gpudra.controllers.deployments)."""
     from gpudra.cluster.store import StoreError
 
     workloads = {(ns, info.kind, name) for info, ns, name in targets

@@ -46,7 +46,8 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
     result. Same input, same output: generated names and uids derive from the input.
 
     Exit 0 when every pending pod was scheduled, 1 when some could not be, 2 when the input cannot be read."""
-    from gpudra.scheduler import Cluster, Scheduler
+    from gpudra.scheduler import Scheduler
+    from gpudra.controllers import ManagedCluster
     from gpudra.scheduler.render import summary, to_json, to_table, to_yaml
 
     version, gates = release_and_features(kubernetes_version, features, paths, kubeconfig, context, request_timeout)
@@ -54,7 +55,7 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
     with validated_alongside(documents, "schedule", validate, release=version) as check:
         warnings = gate_warnings(documents, version, gates)  # before the scheduler fills in fields of the objects
         try:
-            cluster = Cluster(v1_objects(documents), gates, version)
+            cluster = ManagedCluster(v1_objects(documents), gates, version)
             scheduler = Scheduler(cluster, policy=policy, percentage_of_nodes_to_score=percentage,
                                   filter_timeout=filter_timeout or None)
             with progress() as bar:

@@ -15,7 +15,7 @@ from gpudra.cli.options import (cluster_options, features_option, filename_optio
                                 runtime_config_option)
 from gpudra.cli.output import output_option, plural, render_problems, report_problems
 from gpudra.cli.progress import progress
-from gpudra.scheduler.meta import key_of
+from gpudra.api.objectmeta import key_of
 
 
 @click.command("validate")

@@ -3,7 +3,7 @@ objects in the store, run until nothing changes.
 
 One round: the ComputeDomain controller writes what each domain needs (gpudra.cluster.computedomains), the kubelet
 stand-in finishes deleted pods (unprepare), the workload and resourceclaim controllers
-create pods and claims (gpudra's scheduler `Cluster` holds those rules), the garbage collector releases claims of
+create pods and claims (gpudra.controllers holds those rules), the garbage collector releases claims of
 pods that are gone, the scheduler places pending pods (allocation, reservedFor, binding, FailedScheduling
 events with kube-scheduler's messages), then the kubelet stand-in prepares and starts newly bound pods. Every
 `gpudra` command that changes the store runs it, and the cluster's control-plane process
@@ -23,14 +23,18 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from gpudra.copying import copy_object
-from gpudra.scheduler import Cluster, Scheduler
-from gpudra.scheduler.cluster import claim_allocation, is_terminal, reserved_for
-from gpudra.scheduler.meta import key_of
-from gpudra.scheduler.workloads import EXTENDED_RESOURCE_CLAIM_ANNOTATION, POD_CLAIM_NAME_ANNOTATION
+from gpudra.scheduler import Scheduler
+from gpudra.controllers import ManagedCluster
+from gpudra.scheduler.state import claim_allocation, is_terminal, reserved_for
+from gpudra.api.objectmeta import key_of
+from gpudra.controllers.workloads import POD_CLAIM_NAME_ANNOTATION
+from gpudra.scheduler.dra import EXTENDED_RESOURCE_CLAIM_ANNOTATION
 from gpudra.versions import parse_version
 
 from .computedomains import reconcile_compute_domains
-from .deployments import current_replica_set, reconcile_deployments
+from gpudra.controllers.deployments import current_replica_set
+
+from .deployments import reconcile_deployments
 from .kubelet import (Kubelet, allocated_resources_status, extended_claim_name, resource_health_enabled,
                       running_status, waiting_status, with_resource_health)
 from .layout import ClusterDir
@@ -124,7 +128,7 @@ class ControlLoop:
         changed = domains_changed
 
         finished = self._finish_deleted_pods(pods)
-        cluster = Cluster(objects, self.config.feature_gates(), parse_version(self.config.kubernetes_version))
+        cluster = ManagedCluster(objects, self.config.feature_gates(), parse_version(self.config.kubernetes_version))
         for key in finished:
             if key in cluster.pods:
                 cluster.delete_pod(key)  # the resourceclaim controller: unreserve, deallocate, delete owned claims
@@ -193,7 +197,7 @@ class ControlLoop:
             finished.append(key_of(pod))
         return finished
 
-    def _collect_garbage(self, cluster: Cluster) -> None:
+    def _collect_garbage(self, cluster: ManagedCluster) -> None:
         """Reservations for pods that no longer exist are removed (then the claim is deallocated), and claims
         owned by such pods are deleted: the resourceclaim controller's and garbage collector's cleanup."""
         live = {pod["metadata"].get("uid") for pod in cluster.pods.values() if not is_terminal(pod)}
@@ -212,7 +216,7 @@ class ControlLoop:
                 cluster.deallocate_claim(claim)
                 del cluster.claims[key]
 
-    def _persist_claims(self, cluster: Cluster, before: dict[str, str], skip_owners: set | None = None) -> bool:
+    def _persist_claims(self, cluster: ManagedCluster, before: dict[str, str], skip_owners: set | None = None) -> bool:
         changed = False
         for key, claim in cluster.claims.items():
             owners = {r.get("uid") for r in (claim.get("metadata") or {}).get("ownerReferences") or []}
@@ -262,7 +266,7 @@ class ControlLoop:
         created = self.store.create(pod)
         self.step("pod", f"pod {key_of(created)} created by {owner.get('kind', '?')} {owner.get('name', '?')}")
 
-    def _persist_pods(self, cluster: Cluster, before: dict[str, str]) -> bool:
+    def _persist_pods(self, cluster: ManagedCluster, before: dict[str, str]) -> bool:
         changed = False
         for key, pod in cluster.pods.items():
             if key in before and _snapshot(pod) != before[key]:

@@ -14,7 +14,7 @@ from importlib import resources
 from typing import Callable
 
 from gpudra.api.load import Document, load_text
-from gpudra.driver.slices import device_classes
+from gpudra.gpuplugin.slices import device_classes
 
 from .apply import apply_document
 from .controller import holding, reconcile

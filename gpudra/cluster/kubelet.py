@@ -17,10 +17,10 @@ import grpc
 
 from gpudra.atomicfile import write_atomic
 from gpudra.cdi import CdiError, apply_devices, default_oci_spec
-from gpudra.driver.claimpaths import ClaimPathError, is_inside, uid_path
-from gpudra.driver.kubelet_client import KubeletClient
-from gpudra.driver.plugin import HEALTH_SERVICES_OFFERED as HEALTH_SERVICES
-from gpudra.driver.protos import dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc
+from gpudra.kubeletplugin.claimpaths import ClaimPathError, is_inside, uid_path
+from gpudra.kubeletplugin.kubelet_client import KubeletClient
+from gpudra.kubeletplugin.plugin import HEALTH_SERVICES_OFFERED as HEALTH_SERVICES
+from gpudra.kubeletplugin.protos import dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc
 from gpudra.regularfile import read_regular_file
 from gpudra.scheduler.resources import container_requests
 

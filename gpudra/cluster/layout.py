@@ -13,9 +13,9 @@ from typing import Any
 from gpudra.api.dump import dump_yaml_data
 from gpudra.api.schema import names
 from gpudra.atomicfile import remove_stale_temps, write_atomic
-from gpudra.driver.claimpaths import ClaimPathError, path_inside
-from gpudra.driver.paths import SOCKET_PATH_MAX, DriverPaths
-from gpudra.driver.slices import DEFAULT_DRIVER_NAME
+from gpudra.kubeletplugin.claimpaths import ClaimPathError, path_inside
+from gpudra.kubeletplugin.paths import SOCKET_PATH_MAX, DriverPaths
+from gpudra.gpuplugin.slices import DEFAULT_DRIVER_NAME
 from gpudra.errors import GpudraError
 from gpudra.regularfile import read_regular_file
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME

@@ -1,6 +1,6 @@
 """One node's GPU driver process in a local cluster: `python -m gpudra.cluster.nodeagent DIR NODE`.
 
-It is gpudra's node driver (`gpudra.driver.agent.DriverAgent`) with two things pointed at the local store instead of
+It is gpudra's node driver (`gpudra.gpuplugin.agent.DriverAgent`) with two things pointed at the local store instead of
 an API server: where it publishes its ResourceSlices and where it reads the ResourceClaims it prepares. Everything
 else (simulated GPUs, checkpoint, CDI specs, the kubelet plugin's registration and DRA sockets) is the real driver.
 """
@@ -18,7 +18,7 @@ from .store import Store, StoreError
 
 
 class StoreSliceClient:
-    """`gpudra.driver.publisher.KubeSliceClient`'s calls, answered by the local store."""
+    """`gpudra.kubeletplugin.publisher.KubeSliceClient`'s calls, answered by the local store."""
 
     def __init__(self, store: Store):
         self.store = store
@@ -44,13 +44,13 @@ class StoreSliceClient:
 
 
 class StoreClaimSource:
-    """`gpudra.driver.claims.ClaimSource` on the local store."""
+    """`gpudra.kubeletplugin.claims.ClaimSource` on the local store."""
 
     def __init__(self, store: Store):
         self.store = store
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        from gpudra.driver.claims import ClaimSourceError
+        from gpudra.kubeletplugin.claims import ClaimSourceError
 
         try:
             return self.store.get("ResourceClaim", namespace, name)
@@ -59,7 +59,7 @@ class StoreClaimSource:
 
 
 class StoreDomainSource:
-    """`gpudra.driver.domains.DomainSource` on the local store: ComputeDomains as the controller keeps them (their
+    """`gpudra.computedomain.domains.DomainSource` on the local store: ComputeDomains as the controller keeps them (their
     status.nodes[] from the daemons), and the Node's domain label, set on a channel's prepare and cleared on its
     unprepare as NVIDIA's plugin does (only when it names this domain)."""
 
@@ -67,7 +67,7 @@ class StoreDomainSource:
         self.store = store
 
     def domain(self, uid: str) -> Any:
-        from gpudra.driver.domains import domain_from_object
+        from gpudra.computedomain.domains import domain_from_object
 
         for obj in self.store.list("ComputeDomain"):
             info = domain_from_object(obj)
@@ -76,7 +76,7 @@ class StoreDomainSource:
         return None
 
     def _node(self, node: str) -> dict[str, Any]:
-        from gpudra.driver.domains import DomainError
+        from gpudra.computedomain.domains import DomainError
 
         obj = self.store.get("Node", None, node)
         if obj is None:
@@ -84,14 +84,14 @@ class StoreDomainSource:
         return obj
 
     def node_domain(self, node: str) -> str | None:
-        from gpudra.driver.computedomain import NODE_LABEL
+        from gpudra.computedomain.devices import NODE_LABEL
 
         value = (self._node(node)["metadata"].get("labels") or {}).get(NODE_LABEL)
         return value if isinstance(value, str) else None
 
     def _set(self, node: str, uid: str | None, expect: str | None) -> None:
-        from gpudra.driver.computedomain import NODE_LABEL
-        from gpudra.driver.domains import DomainError
+        from gpudra.computedomain.devices import NODE_LABEL
+        from gpudra.computedomain.domains import DomainError
 
         obj = self._node(node)
         labels = obj["metadata"].setdefault("labels", {})
@@ -124,8 +124,8 @@ def _compute_domain_agent(cluster: ClusterDir, node: Any, options: Any, claims: 
 
     from gpudra.discovery.profiles import node_profile
     from gpudra.discovery.simulated import SimulatedBackend
-    from gpudra.driver.cdagent import ComputeDomainAgent
-    from gpudra.driver.paths import DriverPaths
+    from gpudra.computedomain.agent import ComputeDomainAgent
+    from gpudra.kubeletplugin.paths import DriverPaths
     from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
 
     from .nodes import node_clique
@@ -143,7 +143,7 @@ def _compute_domain_agent(cluster: ClusterDir, node: Any, options: Any, claims: 
 
 
 def main(argv: list[str]) -> int:
-    from gpudra.driver.agent import AgentOptions, DriverAgent
+    from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
     from gpudra.versions import partitionable_layout
 
     directory, node_name = argv
@@ -153,7 +153,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     dynamic_mig = node.dynamic_mig
     if dynamic_mig:
-        from gpudra.driver.slices import dynamic_mig_layout
+        from gpudra.gpuplugin.slices import dynamic_mig_layout
 
         dynamic_mig, note = dynamic_mig_layout(config.kubernetes_version, config.feature_gates())
         if note:
@@ -169,7 +169,7 @@ def main(argv: list[str]) -> int:
 
         from gpudra.discovery.profiles import node_profile
         from gpudra.discovery.simulated import SimulatedBackend
-        from gpudra.driver.paths import DriverPaths
+        from gpudra.kubeletplugin.paths import DriverPaths
 
         paths = DriverPaths(driver_name=options.driver_name, root=options.root, registry_dir=options.registry_dir,
                             plugins_dir=options.plugins_dir, cdi_dir=options.cdi_dir)
@@ -178,8 +178,8 @@ def main(argv: list[str]) -> int:
     from .nodes import node_clique
 
     if config.api_server == "kubernetes":  # the real API server: the driver as it runs in a real cluster
-        from gpudra.driver.claims import KubeClaimSource
-        from gpudra.driver.publisher import KubeSliceClient
+        from gpudra.kubeletplugin.claims import KubeClaimSource
+        from gpudra.kubeletplugin.publisher import KubeSliceClient
 
         kubeconfig = os.path.join(cluster.path, "kubeconfig")
         slice_client = KubeSliceClient.from_kubeconfig(kubeconfig)
@@ -187,7 +187,7 @@ def main(argv: list[str]) -> int:
                             slice_client=slice_client)
         agents: list[Any] = [agent]
         if node_clique(node):  # the compute-domain plugin as `gpudra driver run --driver compute-domain` runs it
-            from gpudra.driver.domains import KubeDomainSource
+            from gpudra.computedomain.domains import KubeDomainSource
 
             cd_slices = KubeSliceClient.from_kubeconfig(kubeconfig)
             agents.append(_compute_domain_agent(

@@ -13,7 +13,7 @@ from typing import Callable
 from gpudra.atomicfile import write_atomic
 from gpudra.computedomain.controller import CLIQUE_NODE_LABEL
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
-from gpudra.driver.paths import check_socket_path
+from gpudra.kubeletplugin.paths import check_socket_path
 from gpudra.regularfile import read_regular_file, read_regular_file_tail
 
 from .layout import (DEFAULT_NODES, ClusterConfig, ClusterDir, ClusterSetupError, NodeSpec, forget, parse_nodes,
@@ -145,7 +145,7 @@ def register_plugin(cluster: ClusterDir, node: str, driver_name: str) -> str:
     """What the kubelet's plugin watcher does with a new registration socket; returns the DRA endpoint."""
     import grpc
 
-    from gpudra.driver.kubelet_client import KubeletClient
+    from gpudra.kubeletplugin.kubelet_client import KubeletClient
 
     client = KubeletClient(cluster.driver_paths(node, driver_name).registration_socket)
     deadline = time.monotonic() + REGISTER_TIMEOUT_S
@@ -229,8 +229,8 @@ def _node_list(nodes: list[NodeSpec]) -> str:
 def install_device_classes(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> list[str]:
     """Create the drivers' DeviceClasses that the store does not hold yet (NVIDIA's Helm chart installs its
     classes with the driver); returns the names created. Classes that exist, the user's edits included, stay."""
-    from gpudra.driver.computedomain import compute_domain_device_classes
-    from gpudra.driver.slices import device_classes
+    from gpudra.computedomain.devices import compute_domain_device_classes
+    from gpudra.gpuplugin.slices import device_classes
 
     created = []
     # the chart's defaults install the compute-domain driver's classes too (values.yaml resources.computeDomains)
@@ -317,7 +317,7 @@ def _mig_layout(node: NodeSpec, config: ClusterConfig) -> str:
     falls back to full GPUs and existing MIG devices (nodeagent.py), and this says why."""
     if not node.dynamic_mig:
         return ""
-    from gpudra.driver.slices import dynamic_mig_layout
+    from gpudra.gpuplugin.slices import dynamic_mig_layout
 
     dynamic, note = dynamic_mig_layout(config.kubernetes_version, config.feature_gates())
     return ", dynamic MIG" if dynamic else f"; no dynamic MIG in Kubernetes {config.kubernetes_version}: {note}"

@@ -8,7 +8,7 @@ share it safely.
 
 Every name, namespace and kind that becomes part of a file path is checked as the API server checks it (a known
 kind, the kind's name rule, a DNS-label namespace), and every path is proven inside the store before it is opened
-or unlinked (`gpudra.driver.claimpaths.path_inside`, the driver's one proof). The store assigns uids itself, as
+or unlinked (`gpudra.kubeletplugin.claimpaths.path_inside`, the driver's one proof). The store assigns uids itself, as
 the API server does; a client's `metadata.uid` is ignored. A file in the store that is not a well-formed object
 of its folder (written by hand, half a crash, another tool) is reported once and skipped, never fatal. Files are
 0600 and directories 0700 whatever the umask: a root control plane acts on what is in them.
@@ -36,7 +36,7 @@ from gpudra.api.problems import printable
 from gpudra.api.schema import names
 from gpudra.atomicfile import NAME_MAX, write_atomic
 from gpudra.copying import copy_object
-from gpudra.driver.claimpaths import ClaimPathError, path_inside
+from gpudra.kubeletplugin.claimpaths import ClaimPathError, path_inside
 from gpudra.regularfile import read_regular_file, read_regular_file_stat
 
 from .kinds import (  # noqa: F401 - re-exported: the store's callers import them from here

@@ -41,7 +41,7 @@ def _e(value: Any) -> str:
 def _collect(cluster: ClusterDir, list_kind: Callable[[str], list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """What the page draws: the objects from the store, or from `list_kind` (a cluster on the real API server),
     and the kubelet stand-in's records of started pods."""
-    from gpudra.scheduler.cluster import claim_allocation, reserved_for
+    from gpudra.scheduler.state import claim_allocation, reserved_for
 
     from .kubelet import Kubelet
 

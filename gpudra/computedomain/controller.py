@@ -42,7 +42,7 @@ the domain's finalizer also waits for its daemon pods to be gone, so a daemon's 
 never left to unprepare after the domain it names has vanished (NVIDIA/k8s-dra-driver-gpu#380: daemon pods stuck
 Terminating forever).
 
-The node label itself is the kubelet plugin's to set and clear (gpudra.driver's compute-domain plugin, through
+The node label itself is the kubelet plugin's to set and clear (gpudra.computedomain's kubelet plugin, through
 the local cluster's store); the controller only clears it when the domain goes, and clears labels that name a
 domain that no longer exists (cleanup.go's periodic cleanup: `stale_labels`).
 """
@@ -55,7 +55,7 @@ from typing import Any
 
 from gpudra.api.schema.computedomain import API_VERSION, KIND, NOT_READY, READY, apply_defaults
 from gpudra.device_config import CHANNEL_CONFIG, DAEMON_CONFIG
-from gpudra.driver.computedomain import CHANNEL_CLASS, DAEMON_CLASS, DRIVER_NAMESPACE, NODE_LABEL
+from gpudra.computedomain.devices import CHANNEL_CLASS, DAEMON_CLASS, DRIVER_NAMESPACE, NODE_LABEL
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
 
 DRIVER_NAME = COMPUTE_DOMAIN_DRIVER_NAME

@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any
 
 from gpudra.demo.table import render_table
-from gpudra.scheduler.meta import key_of
+from gpudra.api.objectmeta import key_of
 from gpudra.vocabulary import NVLINK_CLIQUE_ATTRIBUTE, NVLINK_DOMAIN_ATTRIBUTE
 
 DATA_PACKAGE = "gpudra.demo"

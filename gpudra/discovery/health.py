@@ -1,7 +1,7 @@
 """GPU health events as the hardware reports them, and where the simulated backend's come from.
 
 A backend's `open_health_monitor()` returns a `HealthMonitor`; the driver calls `wait(timeout)`
-in a loop and turns the events into device taints (`gpudra/driver/health.py`). On NVML the events
+in a loop and turns the events into device taints (`gpudra/gpuplugin/health.py`). On NVML the events
 come from an NVML event set (`nvml_events.py`); on the simulated backend from a spool directory
 beside the simulated GPU state, where `gpudra driver inject-event` drops one JSON file per event
 (several processes may inject; each file is read once and removed), or from `inject()` in-process.

@@ -16,7 +16,7 @@ from gpudra.explain.devices import SelectorSet
 from gpudra.explain.dra import AllocatedDevices, analyze_node, devices_message
 from gpudra.explain.model import CelErrorReport, Explanation, NodeExplanation, Reason
 from gpudra.scheduler.framework import GANG_SCHEDULING, SCHEDULING_GATES
-from gpudra.scheduler.meta import key_of
+from gpudra.api.objectmeta import key_of
 
 # scheduler plugin -> reason code
 _PLUGIN_CODES = {
@@ -129,7 +129,7 @@ def _compute_domain_notes(objects: list[dict[str, Any]], run: Any, explanation: 
     """A pod of a ComputeDomain workload: why in the domain's terms (gpudra.computedomain.fit)."""
     from gpudra.computedomain.fit import Tray, domain_notes, pod_domain
     from gpudra.computedomain.controller import CLIQUE_NODE_LABEL
-    from gpudra.scheduler.nodematch import pod_matches_node_selector_and_affinity
+    from gpudra.schedulinghelpers import pod_matches_node_selector_and_affinity
 
     domain = pod_domain(run.pod, objects)
     if domain is None:

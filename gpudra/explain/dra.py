@@ -19,7 +19,7 @@ from gpudra.explain.devices import (
     visible_pools,
 )
 from gpudra.explain.model import CelErrorReport, ConstraintReport, Reason, RequestFunnel
-from gpudra.scheduler.meta import key_of
+from gpudra.api.objectmeta import key_of
 
 
 def claim_name(key: str) -> str:

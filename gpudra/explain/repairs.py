@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpudra.allocator import build_report
 from gpudra.api.convert import to_v1
 from gpudra.explain.analyze import explain_claim
-from gpudra.scheduler.meta import key_of
+from gpudra.api.objectmeta import key_of
 
 
 def check_allocatable(objects: list[dict], cluster: list[dict]) -> list[tuple[str, str, str]]:

@@ -11,7 +11,7 @@ from gpudra.copying import copy_object
 
 @dataclass
 class Run:
-    cluster: Any  # gpudra.scheduler.cluster.Cluster after the replay
+    cluster: Any  # gpudra.controllers.ManagedCluster after the replay
     pod: dict[str, Any] | None  # the target pod, None when it does not exist
     result: Any = None  # gpudra.scheduler.framework.PodResult of the target's attempt
     bound_node: str | None = None  # where the pod is (was_bound) or would be scheduled
@@ -27,9 +27,9 @@ class Run:
 
 
 def build_cluster(objects: list[dict[str, Any]], features: Any = None, kubernetes_version: str | None = None) -> Any:
-    from gpudra.scheduler.cluster import Cluster
+    from gpudra.controllers import ManagedCluster
 
-    return Cluster(objects, features, kubernetes_version)
+    return ManagedCluster(objects, features, kubernetes_version)
 
 
 def _scheduler(cluster: Any, policy: str) -> Any:

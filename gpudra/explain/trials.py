@@ -11,7 +11,7 @@ from typing import Any
 
 from gpudra.explain import simulate
 from gpudra.explain.model import Explanation
-from gpudra.scheduler.meta import key_of
+from gpudra.api.objectmeta import key_of
 
 
 def find_object(objects: list[dict[str, Any]], kind: str, key: str) -> dict[str, Any] | None:
@@ -129,7 +129,7 @@ def release_on_fork(explanation: Explanation, change: dict[str, Any]) -> Any | N
     transitions on a fork (Cluster.fork): what the release candidate's `mutate` does to the objects, without
     building a cluster of thousands of objects again. None where the two could differ: a deleted pod that uses
     other claims too, or a claim that pods other than the deleted ones reserve."""
-    from gpudra.scheduler.cluster import reserved_for
+    from gpudra.scheduler.state import reserved_for
 
     cluster = getattr(explanation.context, "cluster", None)
     if cluster is None:

@@ -130,7 +130,7 @@ def _rename_classes(docs: list[Document], result: FixResult) -> dict[str, str]:
 def _adopt_driver_selectors(doc: Document, name: str, label: str, result: FixResult) -> None:
     """A class renamed to one of the classes gpudra's driver publishes, whose selectors only name the driver,
     selects what the driver's class does: `gpu.nvidia.com` is full GPUs (type == "gpu"), not MIG devices too."""
-    from gpudra.driver.slices import device_classes
+    from gpudra.gpuplugin.slices import device_classes
 
     spec = as_dict(doc.obj.get("spec"))
     selectors = spec.get("selectors")

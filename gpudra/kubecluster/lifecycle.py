@@ -61,7 +61,7 @@ def install_compute_domain_api(cluster: ClusterDir, say: Callable[[str], None]) 
     """NVIDIA's ComputeDomain CRD (the chart installs it; gpudra.computedomain keeps NVIDIA's own file) and the
     driver's namespace, where the controller puts each domain's IMEX daemon DaemonSet."""
     from gpudra.api.yaml_files import read_yaml
-    from gpudra.driver.computedomain import DRIVER_NAMESPACE
+    from gpudra.computedomain.devices import DRIVER_NAMESPACE
 
     from .rest import ApiError, Rest
 
@@ -95,8 +95,8 @@ def _established(rest, name: str) -> bool:  # type: ignore[no-untyped-def]
 
 
 def install_device_classes(cluster: ClusterDir, config: ClusterConfig, say: Callable[[str], None]) -> list[str]:
-    from gpudra.driver.computedomain import compute_domain_device_classes
-    from gpudra.driver.slices import device_classes
+    from gpudra.computedomain.devices import compute_domain_device_classes
+    from gpudra.gpuplugin.slices import device_classes
 
     from .rest import ApiError, Rest, cluster_scoped
 

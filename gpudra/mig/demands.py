@@ -16,7 +16,7 @@ from gpudra.mig.dynamic import DynamicMigGpu, gpu_devices, resolve_mig_device
 from gpudra.vocabulary import DRIVER_NAME
 
 DRIVER = DRIVER_NAME
-BUILTIN_DEVICE_CLASSES: dict[str, str] = {  # the driver's classes (gpudra.driver.slices.device_classes)
+BUILTIN_DEVICE_CLASSES: dict[str, str] = {  # the driver's classes (gpudra.gpuplugin.slices.device_classes)
     "gpu.nvidia.com": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'",
     "mig.nvidia.com": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'mig'",
 }

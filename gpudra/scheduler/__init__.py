@@ -2,10 +2,12 @@
 
 Public API (objects are plain dicts, as loaded from YAML)::
 
-    from gpudra.scheduler import Cluster, Scheduler
+    from gpudra.controllers import ManagedCluster
+    from gpudra.scheduler import Scheduler
 
-    cluster = Cluster(objects)        # workloads expanded into pods, template claims created (resourceclaim
-                                      # controller), bound pods (spec.nodeName) counted and their claims reserved
+    cluster = ManagedCluster(objects) # the scheduler's ClusterState with the controllers run on it: workloads
+                                      # expanded into pods, template claims created (resourceclaim controller),
+                                      # bound pods (spec.nodeName) counted and their claims reserved
     scheduler = Scheduler(cluster, policy="kube")   # kube | binpack | spread | fragmentation
     results = scheduler.run()         # list[PodResult] in queue order; cluster objects are updated in place
 
@@ -37,14 +39,14 @@ creationTimestamp (pods without one last), then input order; pods with spec.node
 nodes without status.allocatable/capacity are unlimited for cpu/memory/pods; ties go to the first node name.
 """
 
-from .cluster import Cluster, ClusterError
+from .state import ClusterError, ClusterState
 from .framework import FilterResult, PodResult, Reason, fit_error_message
 from .scheduler import NodeEval, PodInfo, Scheduler, num_feasible_nodes_to_find
 from .scoring import POLICIES
 
 __all__ = [
-    "Cluster",
     "ClusterError",
+    "ClusterState",
     "FilterResult",
     "NodeEval",
     "PodInfo",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .allocation import allocate
-from .cluster import DeviceId
+from .state import DeviceId
 
 if TYPE_CHECKING:  # pragma: no cover
     from .scheduler import NodeEval, PodInfo, Scheduler
@@ -21,7 +21,7 @@ PROBE_CLAIM_NAMESPACE = "gpudra-probe"
 
 
 def device_groups(scheduler: "Scheduler", node: str) -> dict[DeviceId, Any]:
-    """Node-local device -> its physical device (`Cluster.device_group`)."""
+    """Node-local device -> its physical device (`ClusterState.device_group`)."""
     cluster = scheduler.cluster
     return {device: cluster.device_group(device) for device in cluster.node_devices(node)}
 

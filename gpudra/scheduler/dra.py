@@ -10,14 +10,17 @@ from typing import Any
 
 from . import framework as fw
 from .allocation import TIMED_OUT, AllocationOutcome, allocate, fits
-from .cluster import MAX_RESERVED_FOR, Cluster, claim_allocation, reserved_for
-from .meta import canonical_json, ensure_uid_of, name_of, namespace_of, stable_uid, truncate_generate_name
-from .nodematch import node_selector_matches
+from .state import MAX_RESERVED_FOR, ClusterState, claim_allocation, reserved_for
+from gpudra.api.objectmeta import canonical_json, ensure_uid_of, name_of, namespace_of, stable_uid, truncate_generate_name
+from gpudra.schedulinghelpers import node_selector_matches
 from .resources import container_requests, is_extended
-from .workloads import EXTENDED_RESOURCE_CLAIM_ANNOTATION, owned_by, owner_reference, unique_generated_name
+from gpudra.api.objectmeta import owned_by, owner_reference, unique_generated_name
 
 IMPLICIT_EXTENDED_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 FIRST_AVAILABLE_MAX = 8  # FirstAvailableDeviceRequestMaxSize
+
+# The scheduler marks the claim it creates for DRA-served extended resources (KEP-5004)
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class DraPodState:
         return bool(self.claims or self.extended)
 
 
-def extended_resource_classes(cluster: Cluster) -> dict[str, str]:
+def extended_resource_classes(cluster: ClusterState) -> dict[str, str]:
     """extended resource name -> DeviceClass. An explicit `extendedResourceName` claimed by several classes goes
     to the newest one (creationTimestamp), ties to the lexicographically first name; every class also answers
     to its implicit `deviceclass.resource.kubernetes.io/<class>` name."""
@@ -83,7 +86,7 @@ def _request_classes(claim: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
-def prefilter(cluster: Cluster, pod: dict[str, Any], extended_classes: dict[str, str]) -> DraPodState:
+def prefilter(cluster: ClusterState, pod: dict[str, Any], extended_classes: dict[str, str]) -> DraPodState:
     state = DraPodState()
     pod_uid = ensure_uid_of(pod)
     pod_key = f"{namespace_of(pod)}/{name_of(pod)}"
@@ -247,7 +250,7 @@ class DraVerdict:
 
 
 def filter_node(
-    cluster: Cluster, pod: dict[str, Any], state: DraPodState, node: dict[str, Any], served: list[ExtendedRequest],
+    cluster: ClusterState, pod: dict[str, Any], state: DraPodState, node: dict[str, Any], served: list[ExtendedRequest],
     defer: bool = False, own_budget: bool = False,
 ) -> DraVerdict:
     """The DynamicResources Filter on one node. `defer`: the caller needs the allocations only if it picks this

@@ -9,7 +9,7 @@ amount to every choice.
 Fragmentation of node n for class m: F_n(m) = the node's free device capacity when m cannot be placed on n
 (cpu or memory short, or the allocator finds no devices for m's claims), else 0: free capacity the typical
 workload cannot use is fragmented. F_n = Σ_m p_m·F_n(m). Capacity is counted in physical devices
-(`Cluster.free_capacity`): 1 per untouched device, and for a GPU split through counters (MIG) the free share of
+(`ClusterState.free_capacity`): 1 per untouched device, and for a GPU split through counters (MIG) the free share of
 its counter set, as FGD counts free GPU milli. (FGD also counts, for a class that fits, the partial GPUs too
 small for it; that per-GPU test is left out: the allocator answers for the node as a whole.)
 

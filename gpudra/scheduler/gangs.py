@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .meta import name_of, namespace_of
+from gpudra.api.objectmeta import name_of, namespace_of
 
 PERMIT_WAIT = {"1.35": "waiting for minCount pods from a gang to be waiting on permit",
                "1.36": "waiting for minCount pods from a gang to be scheduled"}

@@ -7,12 +7,12 @@ from typing import Any
 
 from gpudra.api.dump import dump_yaml_data
 
-from .cluster import Cluster, claim_allocation
+from .state import ClusterState, claim_allocation
 from .framework import PodResult
-from .meta import key_of
+from gpudra.api.objectmeta import key_of
 
 
-def all_objects(cluster: Cluster) -> list[dict[str, Any]]:
+def all_objects(cluster: ClusterState) -> list[dict[str, Any]]:
     """Every object after the run, grouped by kind in a fixed order (inputs keep their order within a kind)."""
     objects: list[dict[str, Any]] = []
     objects.extend(cluster.other_objects)
@@ -27,11 +27,11 @@ def all_objects(cluster: Cluster) -> list[dict[str, Any]]:
     return objects
 
 
-def to_yaml(cluster: Cluster) -> str:
+def to_yaml(cluster: ClusterState) -> str:
     return dump_yaml_data(all_objects(cluster), documents=True)
 
 
-def to_json(cluster: Cluster) -> str:
+def to_json(cluster: ClusterState) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": all_objects(cluster)}, indent=2) + "\n"
 
 
@@ -41,7 +41,7 @@ def _devices(claim: dict[str, Any]) -> str:
     return ",".join(f"{r.get('pool')}/{r.get('device')}" for r in results) or "-"
 
 
-def table_rows(cluster: Cluster, results: list[PodResult], wide: bool = False) -> list[list[str]]:
+def table_rows(cluster: ClusterState, results: list[PodResult], wide: bool = False) -> list[list[str]]:
     """NODE, POD, CLAIM, DEVICES per scheduled pod and claim; `wide` adds the node's score and how many
     nodes were feasible for the pod."""
     rows: list[list[str]] = []
@@ -63,7 +63,7 @@ def _score(result: PodResult) -> str:
     return "-" if score is None else f"{score:g}"
 
 
-def to_table(cluster: Cluster, results: list[PodResult], wide: bool = False) -> str:
+def to_table(cluster: ClusterState, results: list[PodResult], wide: bool = False) -> str:
     header = ["NODE", "POD", "CLAIM", *(["SCORE", "FEASIBLE"] if wide else []), "DEVICES"]
     rows = table_rows(cluster, results, wide)
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]

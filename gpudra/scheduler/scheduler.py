@@ -10,7 +10,7 @@ round-robin from where the previous pod stopped) are scored (`percentageOfNodesT
 50% − nodes/125, at least 5% and at least 100 nodes). `percentage_of_nodes_to_score=100` scores every node.
 
 Per-node verdicts are cached per "pod shape" (everything that decides a verdict: node name, selectors,
-affinity, tolerations, requests, claim specs) and node epoch (see `Cluster.epoch`). Pods created from one
+affinity, tolerations, requests, claim specs) and node epoch (see `ClusterState.epoch`). Pods created from one
 template share a shape, so a verdict is recomputed only for nodes whose state changed since the last pod — this
 is what makes thousands of pods per second possible without changing a single answer.
 """
@@ -29,9 +29,9 @@ from gpudra.api.load import cycle_collection_paused
 from gpudra.copying import copy_object
 
 from . import framework as fw
-from . import nodematch
+from gpudra import schedulinghelpers as nodematch
 from . import resources as res
-from .cluster import Cluster, claim_allocation, reserved_for
+from .state import ClusterState, claim_allocation, reserved_for
 from .dra import (
     DraPodState,
     DraVerdict,
@@ -44,7 +44,7 @@ from .dra import (
     prefilter,
 )
 from .dra import filter_node as dra_filter_node
-from .meta import canonical_json, key_of
+from gpudra.api.objectmeta import canonical_json, key_of
 from .shapeindex import PlainScores, ShapeIndex
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def queue_run() -> AbstractContextManager[None]:
 class Scheduler:
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: ClusterState,
         policy: str | Policy = "kube",
         percentage_of_nodes_to_score: int | None = None,
         indexed: bool = True,
@@ -304,7 +304,7 @@ class Scheduler:
     def _dra_verdict(self, info: PodInfo, node_name: str, node: dict[str, Any],
                      served: list[ExtendedRequest], defer: bool = False) -> DraVerdict:
         """The DynamicResources verdict, shared by every pod with the same claims (`dra.signature`) while no
-        device the node can see is allocated or released (`Cluster.device_epoch`): unlike the per-shape cache,
+        device the node can see is allocated or released (`ClusterState.device_epoch`): unlike the per-shape cache,
         pods that differ only in cpu/memory, and binds of pods without claims, do not cause new allocator runs.
         Errors are not shared: their messages name the pod's own claims."""
         cluster = self.cluster

@@ -15,7 +15,7 @@ cycle picks the highest and breaks ties by node name, so results never depend on
 - `spread`: the opposite — the node left with the most untouched physical devices, then the least allocated.
 
 A physical device is a group of node-local devices drawing on one counter set (a GPU and its MIG
-partitions), or a device on its own (`Cluster.device_group`); it is "free" while nothing is allocated from it.
+partitions), or a device on its own (`ClusterState.device_group`); it is "free" while nothing is allocated from it.
 - `fragmentation`: in the spirit of Fragmentation Gradient Descent (Weng et al., USENIX ATC'23) — prefer the
   node (and devices) whose allocation least increases the node's expected fragmentation. See `fragmentation.py`.
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import nodematch
+from gpudra import schedulinghelpers as nodematch
 from . import resources as res
 
 if TYPE_CHECKING:  # pragma: no cover

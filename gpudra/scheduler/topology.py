@@ -1,6 +1,6 @@
 """Where devices live: which nodes see which pools, and which node-local devices form one physical device.
 
-A mixin of `Cluster` (it reads the cluster's nodes, slices and allocated devices). Used to invalidate per-node
+A mixin of `ClusterState` (it reads the cluster's nodes, slices and allocated devices). Used to invalidate per-node
 caches when devices are allocated (`pool_nodes`) and by the device-aware policies (physical devices, free
 capacity).
 """
@@ -13,8 +13,8 @@ from typing import Any, Iterable
 from gpudra.quantity import Quantity, QuantityError
 from gpudra.vocabulary import PARENT_UUID_ATTRIBUTE
 
-from .meta import name_of
-from .nodematch import node_selector_matches
+from gpudra.api.objectmeta import name_of
+from gpudra.schedulinghelpers import node_selector_matches
 
 PoolId = tuple[str, str]  # (driver, pool)
 GroupId = tuple[str, ...]  # ("counters", driver, pool, counter set) | ("parent", driver, uuid) | ("device", ...)

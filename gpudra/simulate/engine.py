@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpudra.errors import GpudraError
-from gpudra.scheduler import Cluster, Scheduler
-from gpudra.scheduler.cluster import allocated_device_ids
+from gpudra.scheduler import Scheduler
+from gpudra.controllers import ManagedCluster
+from gpudra.scheduler.state import allocated_device_ids
 from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
 
 from .fgd import Fragmentation, NodeRes, typical_tasks
@@ -123,7 +124,7 @@ class Placement:
     gpus: tuple[int, ...] = ()
 
 
-Reference = tuple[Cluster, Scheduler, SimContext]
+Reference = tuple[ManagedCluster, Scheduler, SimContext]
 
 
 @dataclass
@@ -161,7 +162,7 @@ class Run:
         return self._reference
 
     @property
-    def cluster(self) -> Cluster:
+    def cluster(self) -> ManagedCluster:
         return self.reference()[0]
 
     @property
@@ -253,7 +254,7 @@ def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int
         for pod_name, task in workload:
             objects.extend(pod_objects(task, pod_name, mode))
         version, features = release or (None, None)
-        cluster = Cluster(objects, features, version)
+        cluster = ManagedCluster(objects, features, version)
         state = ReplicaState(replicas, {n.name: n.gpus for n in trace.nodes}) if mode == "time-slicing" else None
         context = SimContext(cluster, mode, node_gpus, tasks, fragmentation, seed, ranks, state)
         # No wall-clock Filter timeout: a replay's placements must not depend on the machine's speed or load (a

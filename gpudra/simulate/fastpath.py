@@ -2,7 +2,7 @@
 objects.
 
 `gpudra simulate` routes every placement through gpudra's scheduler and allocator (the reference path,
-`engine.Run` with a `Cluster`): every node is filtered (NodeResourcesFit; DynamicResources through the
+`engine.Run` with a `ManagedCluster`): every node is filtered (NodeResourcesFit; DynamicResources through the
 allocator), the policy scores the feasible nodes from `SimContext.node_res`, and its GPU choice is allocated.
 For a trace whose every task asks for nothing the paper's node model (`NodeRes`) does not hold, the filters'
 answers follow from that model alone: free CPU, free memory, the pod count, and free milli per GPU against one
@@ -40,7 +40,7 @@ FAST_POLICY_NAMES = tuple(cls.name for cls in FAST_POLICIES)
 STATE_KEYED = tuple(cls for cls in FAST_POLICIES if cls is not GpuClusteringPolicy)
 POD_LIMIT = int(MAX_PODS)
 if TYPE_CHECKING:  # pragma: no cover
-    from gpudra.scheduler import Cluster
+    from gpudra.controllers import ManagedCluster
 
 ShapeKey = tuple[int, int, int, int, tuple[str, ...]]
 
@@ -98,7 +98,7 @@ class FastState:
     """The cluster as the paper's node model holds it, and the scheduling of one pod on it."""
 
     def __init__(self, nodes: list[TraceNode]):
-        ordered = sorted(nodes, key=lambda n: n.name)  # the scheduler walks nodes by name (Cluster.node_names)
+        ordered = sorted(nodes, key=lambda n: n.name)  # the scheduler walks nodes by name (ClusterState.node_names)
         self.names = [n.name for n in ordered]
         self.position = {name: i for i, name in enumerate(self.names)}
         self.res = [NodeRes(n.cpu_milli, n.cpu_milli, (MILLI,) * n.gpus, n.model)
@@ -157,7 +157,7 @@ class FastContext(SimContext):
 
     def __init__(self, state: FastState, mode: str, node_gpus: dict[str, tuple[str, list[tuple[str, str, str]]]],
                  tasks: dict[str, Task], fragmentation: Fragmentation, seed: int, node_rank: dict[str, int]):
-        super().__init__(cast("Cluster", None), mode, node_gpus, tasks, fragmentation, seed, node_rank)  # no cluster
+        super().__init__(cast("ManagedCluster", None), mode, node_gpus, tasks, fragmentation, seed, node_rank)  # no cluster
         self.state = state
 
     def node_res(self, node: str) -> NodeRes:

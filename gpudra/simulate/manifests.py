@@ -4,7 +4,7 @@
 The manifests are applied as `gpudra schedule` applies them (Nodes, ResourceSlices, DeviceClasses, Pods,
 ResourceClaims and templates, workloads); then every pending pod is scheduled once, in the scheduler's queue
 order: priority, then creationTimestamp where pods have one, then file order. Nothing is sampled or deleted.
-Allocation is measured in physical devices (`Cluster.free_capacity`: a GPU and its MIG partitions are one; a
+Allocation is measured in physical devices (`ClusterState.free_capacity`: a GPU and its MIG partitions are one; a
 GPU that any claim uses, even a share of it, counts as allocated) after every pod, against the percent of pods
 submitted. Only gpudra's own policies apply: the paper's policies read the openb task model, which manifests
 do not have.
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from gpudra.copying import copy_object
-from gpudra.scheduler import Cluster, Scheduler
+from gpudra.scheduler import Scheduler
+from gpudra.controllers import ManagedCluster
 from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
 
 from .engine import SimulationError, per_percent
@@ -49,7 +50,7 @@ def load_manifests(paths: list[str], name: str) -> Manifests:
     return Manifests(name, [to_v1(doc.obj) for doc in documents])
 
 
-def _gpus(cluster: Cluster, node: str) -> int:
+def _gpus(cluster: ManagedCluster, node: str) -> int:
     return len(cluster.node_groups(node))
 
 
@@ -61,7 +62,7 @@ def run_manifests(workload: Manifests, policy: str, seed: int = 42,
                               f"{', '.join(GPUDRA_POLICIES)}")
     started, cpu_started = time.perf_counter(), time.process_time()
     version, features = release or (None, None)  # (Kubernetes version, --features text)
-    cluster = Cluster(copy_object(workload.objects), features, version)  # scheduling writes into the objects
+    cluster = ManagedCluster(copy_object(workload.objects), features, version)  # scheduling writes into the objects
     problems = list(cluster.problems)
     scheduler = Scheduler(cluster, policy=policy)
     nodes = cluster.node_names()

@@ -3,7 +3,7 @@ ResourceClaims (`--mode dra`), or Pods asking for `nvidia.com/gpu` from a device
 `--mode time-slicing`: the plugin with time-slicing replicas, `timeslicing.py`).
 
 DRA: every GPU of a node is a device of the driver's pool for that node, published the way
-`gpudra.driver.slices` does in its consumable-capacity sharing mode (`allowMultipleAllocations`, a `compute`
+`gpudra.gpuplugin.slices` does in its consumable-capacity sharing mode (`allowMultipleAllocations`, a `compute`
 capacity of 1000 per GPU). The trace's model code (G1, T4, …) is the device's opaque `productName`. A task asking for
 k whole GPUs gets one claim with an ExactCount-k request; a task asking for a share (`gpu_milli` < 1000) asks for
 one device with `capacity.requests.compute` = the share; `gpu_spec` becomes a CEL selector on productName;
@@ -21,7 +21,7 @@ import json
 from typing import Any
 
 from gpudra.discovery.model import Gpu, Inventory
-from gpudra.driver.slices import COMPUTE_CAPACITY, COMPUTE_UNITS, DEFAULT_DRIVER_NAME, build_resource_slices, device_classes
+from gpudra.gpuplugin.slices import COMPUTE_CAPACITY, COMPUTE_UNITS, DEFAULT_DRIVER_NAME, build_resource_slices, device_classes
 
 from .timeslicing import DEFAULT_REPLICAS, replicas_asked
 from .trace import MILLI, Task, TraceNode

@@ -25,7 +25,7 @@ import random
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable
 
-from gpudra.driver.slices import COMPUTE_CAPACITY, COMPUTE_UNITS
+from gpudra.gpuplugin.slices import COMPUTE_CAPACITY, COMPUTE_UNITS
 from gpudra.scheduler.devicechoice import allocate_hiding, claims_to_allocate
 from gpudra.scheduler.scoring import Policy
 
@@ -37,7 +37,7 @@ from .timeslicing import ReplicaState
 from .trace import MILLI, Task
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gpudra.scheduler import Cluster
+    from gpudra.controllers import ManagedCluster
     from gpudra.scheduler.scheduler import NodeEval, PodInfo, Scheduler
 
 MAX_SPEC_CPU = 128_000  # the artifact's normalisers (open-gpu-share/utils/const.go)
@@ -65,7 +65,7 @@ def node_ranks(node_names: "Iterable[str]", rng: random.Random) -> dict[str, int
 class SimContext:
     """What the paper's policies read: each node's GPUs (device IDs by index, model) and each pod's task."""
 
-    def __init__(self, cluster: "Cluster", mode: str, node_gpus: dict[str, tuple[str, list[tuple[str, str, str]]]],
+    def __init__(self, cluster: "ManagedCluster", mode: str, node_gpus: dict[str, tuple[str, list[tuple[str, str, str]]]],
                  tasks: dict[str, Task], fragmentation: Fragmentation, seed: int,
                  node_rank: dict[str, int] | None = None, replicas: ReplicaState | None = None):
         self.cluster = cluster

@@ -8,9 +8,11 @@ from typing import Any
 def schedule(objects: list[dict[str, Any]], policy: str = "kube"):
     import copy
 
-    from gpudra.scheduler import Cluster, Scheduler
+    from gpudra.scheduler import Scheduler
 
-    cluster = Cluster(copy.deepcopy(objects))
+    from gpudra.controllers import ManagedCluster
+
+    cluster = ManagedCluster(copy.deepcopy(objects))
     scheduler = Scheduler(cluster, policy=policy)
     results = {r.pod: r for r in scheduler.run()}
     return cluster, scheduler, results
