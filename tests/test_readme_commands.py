@@ -189,9 +189,10 @@ RUN_ELSEWHERE = {
     ("local-cluster.md", "Walkthrough"): "tests/test_readme_local_cluster.py::test_readme_local_cluster_section_runs",
     ("driver.md", "ComputeDomains on the local cluster (multi-node NVLink, simulated GB200 NVL72 racks)"):
         "tests/test_computedomain_flow.py::test_readme_computedomain_commands_run",
-    # needs Go and a Kubernetes build (a cold one takes many minutes): tests/test_kube_cluster.py runs the
-    # walkthroughs on that control plane; its own block's options are checked here
-    ("real-control-plane.md", "Build and start"): "tests/test_kube_cluster.py",
+    # needs Go and a Kubernetes build (a cold one takes many minutes): that test brings the control plane up as this
+    # block does and drives it with the release's kubectl; the block's gpudra lines are parsed here
+    ("real-control-plane.md", "Build and start"):
+        "tests/test_kube_cluster.py::test_gpu_nodes_on_the_real_control_plane",
 }
 
 
