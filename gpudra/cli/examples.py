@@ -22,8 +22,8 @@ from gpudra.cli.output import output_option, render_data, render_table
 @output_option(help="Format of the listing (without NAME).")
 def command(name: str | None, directory: str | None, every: bool, output: str) -> None:
     """Without NAME, list the examples that ship with gpudra. With NAME, print its manifests (YAML files joined by
-    `---`) or, with --dir, write its files there: `gpudra examples article --dir article && gpudra validate -f
-    article`. `gpudra examples --all --dir examples` writes every example as the documentation's paths expect.
+    `---`) or, with --dir DIR, write its files there (then `gpudra validate -f DIR`). `gpudra examples --all --dir
+    examples` writes every example as the documentation's paths expect.
     A file that exists with other content is not overwritten (exit 2, nothing written)."""
     from gpudra.demo.examples import EXAMPLES, UnknownExample, find
 
