@@ -7,11 +7,15 @@ go is `--dir/-d`, so one letter never means two things across commands (docs/cli
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import click
 
 from gpudra.cli.errors import InputError, UsageError
 from gpudra.cli.output import output_option, render_data, render_table
+
+if TYPE_CHECKING:
+    from gpudra.demo.examples import Example
 
 
 @click.command("examples", short_help="List the bundled example manifests, print one, or write them to a folder.")
@@ -25,7 +29,7 @@ def command(name: str | None, directory: str | None, every: bool, output: str) -
     `---`) or, with --dir DIR, write its files there (then `gpudra validate -f DIR`). `gpudra examples --all --dir
     examples` writes every example as the documentation's paths expect.
     A file that exists with other content is not overwritten (exit 2, nothing written)."""
-    from gpudra.demo.examples import EXAMPLES, UnknownExample, find
+    from gpudra.demo.examples import EXAMPLES, UnknownExample, find  # here: `gpudra --help` imports every command
 
     if every and name:
         raise UsageError("give NAME or --all, not both")
@@ -63,10 +67,9 @@ def _list(output: str) -> None:
                    nl=False)
 
 
-def _print(example: object) -> None:
-    from gpudra.demo.examples import Example, files
+def _print(example: Example) -> None:
+    from gpudra.demo.examples import files
 
-    assert isinstance(example, Example)
     found = files(example)
     if len(found) > 1 and not all(f.name.endswith(".yaml") for f in found):
         raise UsageError(f"{example.name} has {len(found)} files that do not join into one stream: "
@@ -74,7 +77,7 @@ def _print(example: object) -> None:
     click.echo("---\n".join(f"# {f.name}\n{f.text}" if len(found) > 1 else f.text for f in found), nl=False)
 
 
-def _write(chosen: list, targets: dict[str, str]) -> None:
+def _write(chosen: list[Example], targets: dict[str, str]) -> None:
     from gpudra.demo.examples import files
 
     plan = [(os.path.join(targets[example.name], f.name), f.text) for example in chosen for f in files(example)]
