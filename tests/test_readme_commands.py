@@ -393,3 +393,13 @@ def test_mig_manager_runs_against_a_fake_api_server_elsewhere() -> None:
     for reason in DAEMONS_ELSEWHERE.values():
         path = ROOT / reason.split()[0]
         assert path.exists() and '"manager"' in path.read_text(encoding="utf-8")
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves() -> None:
+    """The README sends readers to docs/; a moved or renamed file must not leave a dead link behind."""
+    dead = []
+    for document in DOCUMENTS:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", document.read_text(encoding="utf-8")):
+            if "://" not in target and not (document.parent / target).exists():
+                dead.append(f"{document.relative_to(ROOT)}: {target}")
+    assert dead == []
