@@ -93,19 +93,27 @@ def _figure(value: Any) -> str:
 
 
 def _is_measure(key: str) -> bool:
-    return any(mark in key for mark in ("per_s", "per_second", "_ms", "_s", "seconds", "ratio"))
+    return key.endswith(("_s", "_ms", "seconds")) or any(mark in key for mark in ("per_", "ratio"))
 
 
 def figures(output: dict[str, Any]) -> str:
-    """The benchmark's numbers (nested one level: `scenario.key`; not its strings and flags, which echo its
-    options), the measured ones (rates, times, ratios) first, at most MAX_FIGURES of them."""
+    """The benchmark's numbers (nested one level: `scenario.key`, or `phases[name].key` for a list of records named
+    by their first text field; not its strings and flags, which echo its options), the measured ones (rates, times,
+    ratios) first, at most MAX_FIGURES of them."""
     found: list[tuple[str, Any]] = []
+
+    def numbers(prefix: str, record: dict[str, Any]) -> None:
+        found.extend((f"{prefix}{key}", value) for key, value in record.items()
+                     if isinstance(value, (int, float)) and not isinstance(value, bool))
+
+    numbers("", output)
     for key, value in output.items():
         if isinstance(value, dict):
-            found.extend((f"{key}.{inner}", v) for inner, v in value.items()
-                         if isinstance(v, (int, float)) and not isinstance(v, bool))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            found.append((key, value))
+            numbers(f"{key}.", value)
+        elif isinstance(value, list):
+            for record in (item for item in value if isinstance(item, dict)):
+                label = next((v for v in record.values() if isinstance(v, str)), str(value.index(record)))
+                numbers(f"{key}[{label}].", record)
     found.sort(key=lambda item: not _is_measure(item[0]))  # stable: the benchmark's order within each group
     shown = [f"{key} {_figure(value)}" for key, value in found[:MAX_FIGURES]]
     more = len(found) - len(shown)
