@@ -93,7 +93,7 @@ def _figure(value: Any) -> str:
 
 
 def _is_measure(key: str) -> bool:
-    return key.endswith(("_s", "_ms", "seconds")) or any(mark in key for mark in ("per_", "ratio"))
+    return key.endswith(("_s", "_ms", "seconds", "ratio")) or "per_" in key
 
 
 def figures(output: dict[str, Any]) -> str:
