@@ -27,6 +27,10 @@ from gpudra.cluster.layout import DEFAULT_NODES, ClusterConfig, ClusterDir, pars
 from gpudra.cluster.nodes import down, up  # noqa: E402
 
 BURST = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: bench}
+---
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
 metadata: {name: one-gpu, namespace: bench}

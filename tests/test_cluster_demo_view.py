@@ -55,6 +55,10 @@ def test_demo_shows_the_timeline_from_any_directory_and_leaves_nothing(sandbox):
     assert re.search(r"small-inference → node a100-0, devices a100-0/gpu-\d-mig-1g10gb-", text)  # a MIG slice
     assert "created from template for pod ai-serving/inference-" in text
     assert os.listdir(os.path.join(base, "tmp")) == [] and os.listdir(os.path.join(base, "cwd")) == []
+    # it ends with the next step, and the step it names works from the same directory (the manifests it applied)
+    assert done.stderr.rstrip().splitlines()[-1].startswith("next: gpudra examples --all --dir examples"), done.stderr
+    wrote = run_gpudra("examples", "--all", "--dir", "examples", cwd=os.path.join(base, "cwd"), env=env)
+    assert wrote.returncode == 0 and "examples/article-fixed/05-pod.yaml" in wrote.stdout, wrote.stderr
 
 
 class _Dom(html.parser.HTMLParser):

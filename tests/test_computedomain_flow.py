@@ -113,14 +113,14 @@ def test_a_job_on_one_clique_shares_an_imex_channel_and_tears_down(cluster_state
 
 
 def readme_commands() -> list[str]:
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = text.split("### ComputeDomains", 1)[1]
+    text = (Path(__file__).resolve().parent.parent / "docs" / "driver.md").read_text(encoding="utf-8")
+    section = text.split("\n## ComputeDomains on the local cluster", 1)[1]
     block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
     return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
 
 
 def test_readme_computedomain_commands_run(cluster_state, monkeypatch):
-    """The README's ComputeDomains block, as written, in order (its cluster in the private state home)."""
+    """docs/driver.md's ComputeDomains block, as written, in order (its cluster in the private state home)."""
     commands = readme_commands()
     assert commands[0].startswith("gpudra cluster up --racks") and commands[-1] == "gpudra cluster down"
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)

@@ -1,5 +1,6 @@
-"""The README's command table (section "Commands") against the real commands: every command is listed, its
-`-o` choices and pipe default are the documented ones, and each documented exit code is produced by a probe."""
+"""The command table (docs/cli.md, section "Commands") against the real commands: every command is listed, its
+`-o` choices and pipe default are the documented ones, and each documented exit code is produced by a probe; and
+every command in the code blocks of the README and of docs/*.md is run."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ EXAMPLES = ROOT / "examples"
 
 def readme_table() -> dict[str, tuple[str, str]]:
     """command -> (`-o` cell, exit-code cell)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     section = text.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
     rows: dict[str, tuple[str, str]] = {}
     for line in section.splitlines():
@@ -179,22 +180,43 @@ DAEMONS_ELSEWHERE = {
 }
 
 
+# The documents whose commands are run, in this order: the README first (it writes the examples the others use).
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# Blocks run elsewhere, each in order as one walkthrough: (document, heading) -> the test that runs it.
+RUN_ELSEWHERE = {
+    ("README.md", "3. Run a local cluster with real driver processes"):
+        "tests/test_readme_local_cluster.py::test_the_readme_front_door_local_cluster_runs",
+    ("local-cluster.md", "Walkthrough"): "tests/test_readme_local_cluster.py::test_readme_local_cluster_section_runs",
+    ("driver.md", "ComputeDomains on the local cluster (multi-node NVLink, simulated GB200 NVL72 racks)"):
+        "tests/test_computedomain_flow.py::test_readme_computedomain_commands_run",
+    # needs Go and a Kubernetes build (a cold one takes many minutes): that test brings the control plane up as this
+    # block does and drives it with the release's kubectl; the block's gpudra lines are parsed here
+    ("real-control-plane.md", "Build and start"):
+        "tests/test_kube_cluster.py::test_gpu_nodes_on_the_real_control_plane",
+}
+
+
 def readme_code_commands() -> list[tuple[str, str, str]]:
-    """(section, command, comment) for every line of every ```sh block, in order."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """(document: section, command, comment) for every line of every ```sh block, in order."""
     found = []
-    section = ""
-    in_block = False
-    for line in text.splitlines():
-        if line.startswith("## "):
-            section = line[3:].strip()
-        if line.startswith("```"):
-            in_block = line.strip() == "```sh" and not in_block
-            continue
-        if in_block and line.strip():
-            command, _, comment = line.partition("  #")
-            found.append((section, command.strip(), comment.strip()))
+    for document in DOCUMENTS:
+        section = ""
+        in_block = False
+        for line in document.read_text(encoding="utf-8").splitlines():
+            if line.startswith(("## ", "### ")):
+                section = line.lstrip("#").strip()
+            if line.startswith("```"):
+                in_block = line.strip() == "```sh" and not in_block
+                continue
+            if in_block and line.strip():
+                command, _, comment = line.partition("  #")
+                found.append((f"{document.name}: {section}", command.strip(), comment.strip()))
     return found
+
+
+def _run_elsewhere(section: str) -> bool:
+    document, _, heading = section.partition(": ")
+    return (document, heading) in RUN_ELSEWHERE
 
 
 def _expected_exit(comment: str) -> int:
@@ -211,8 +233,7 @@ def _free_port() -> int:
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A directory that looks like the repository's root to the README's relative paths."""
-    for name in ("examples", "benchmarks"):
-        (tmp_path / name).symlink_to(ROOT / name)
+    (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks")  # examples/: the README's `gpudra examples` writes it
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -316,8 +337,12 @@ def test_every_readme_command_runs(workdir: Path, monkeypatch: pytest.MonkeyPatc
                    and "/tmp/n1" in command]
     ran_with_driver: dict[str, tuple[int, str]] = {}
     for section, command, comment in commands:
-        if section == "Local cluster":
-            continue  # run, in order, by tests/test_readme_local_cluster.py
+        if _run_elsewhere(section):
+            if section.startswith("real-control-plane.md"):  # Go and minutes: its gpudra lines parse, at least
+                for part in command.split("&&"):
+                    if part.strip().startswith("gpudra "):
+                        _check_options(part.strip())
+            continue  # run, in order, by the test RUN_ELSEWHERE names
         parts = [part.strip() for part in command.split("&&")]
         for part in parts:
             if part in NOT_RUN:
@@ -340,12 +365,18 @@ def test_every_readme_command_runs(workdir: Path, monkeypatch: pytest.MonkeyPatc
             assert code == _expected_exit(comment), (part, output[-3000:])
             assert "Traceback" not in output, part
             ran.append(part)
-    # the section's two blocks, each run in order by its own test (the ComputeDomains one by
-    # tests/test_computedomain_flow.py)
+    # the walkthroughs, each run in order by its own test
     from test_computedomain_flow import readme_commands as computedomain_commands
+    from test_readme_local_cluster import front_door_commands
 
-    local = [command for section, command, _ in commands if section == "Local cluster"]
-    assert local == local_cluster_commands() + computedomain_commands()
+    elsewhere = [command for section, command, _ in commands if _run_elsewhere(section)
+                 and not section.startswith("real-control-plane.md")]
+    assert elsewhere == front_door_commands() + computedomain_commands() + local_cluster_commands()
+    assert {(document, heading) for document, _, heading in
+            (section.partition(": ") for section, _, _ in commands)} >= set(RUN_ELSEWHERE)
+    for test in RUN_ELSEWHERE.values():
+        path, _, function = test.partition("::")
+        assert (ROOT / path).exists() and f"def {function}(" in (ROOT / path).read_text(encoding="utf-8"), test
     every = {part.strip() for _, command, _ in commands for part in command.split("&&")}
     assert set(NOT_RUN) | set(DAEMONS_ELSEWHERE) | FULL_SCALE <= every, "a listed exception left the README"
     assert len(ran) >= 20
@@ -362,3 +393,13 @@ def test_mig_manager_runs_against_a_fake_api_server_elsewhere() -> None:
     for reason in DAEMONS_ELSEWHERE.values():
         path = ROOT / reason.split()[0]
         assert path.exists() and '"manager"' in path.read_text(encoding="utf-8")
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves() -> None:
+    """The README sends readers to docs/; a moved or renamed file must not leave a dead link behind."""
+    dead = []
+    for document in DOCUMENTS:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", document.read_text(encoding="utf-8")):
+            if "://" not in target and not (document.parent / target).exists():
+                dead.append(f"{document.relative_to(ROOT)}: {target}")
+    assert dead == []

@@ -19,11 +19,22 @@ from gpudra.cluster.nodes import down
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def readme_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Local cluster", 1)[1]
-    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+def sh_block(path: Path, heading: str) -> list[str]:
+    """The commands of the first ```sh block under `heading` in the Markdown file at `path`."""
+    text = path.read_text(encoding="utf-8")
+    section = text.split(f"\n{heading}", 1)[1]
+    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
     return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def readme_commands() -> list[str]:
+    """docs/local-cluster.md's walkthrough (also run on the real control plane by tests/test_kube_cluster.py)."""
+    return sh_block(ROOT / "docs" / "local-cluster.md", "## Walkthrough")
+
+
+def front_door_commands() -> list[str]:
+    """The README's short local-cluster example."""
+    return sh_block(ROOT / "README.md", "### 3. Run a local cluster")
 
 
 def _tainted_soon(cluster: ClusterDir, node: str, device: str) -> bool:
@@ -36,8 +47,7 @@ def _tainted_soon(cluster: ClusterDir, node: str, device: str) -> bool:
     return False
 
 
-def test_readme_local_cluster_section_runs(monkeypatch):
-    commands = readme_commands()
+def _walk(commands: list[str], monkeypatch) -> dict[str, str]:
     assert commands[0] == "gpudra cluster up" and commands[-1] == "gpudra cluster down"
     home = tempfile.mkdtemp(prefix="gdr", dir="/tmp")
     # A private home with the default state directory, so `~/.local/state/…` in the README means what a shell
@@ -63,7 +73,17 @@ def test_readme_local_cluster_section_runs(monkeypatch):
         shutil.rmtree(home, ignore_errors=True)
     assert leftover == []  # `cluster down` removed the state directory and the "last cluster" pointer
     assert "nvlink-training" in outputs["gpudra get pods -A -o wide"]
+    return outputs
+
+
+def test_readme_local_cluster_section_runs(monkeypatch):
+    outputs = _walk(readme_commands(), monkeypatch)
     described = next(out for cmd, out in outputs.items() if cmd.startswith("gpudra describe pod nvlink-training"))
     assert "Scheduled" in described and "Started container trainer" in described
     page = next(out for cmd, out in outputs.items() if cmd == "gpudra cluster view").strip()
     assert page.endswith("view.html")
+
+
+def test_the_readme_front_door_local_cluster_runs(monkeypatch):
+    """The README's four lines, in order: up, the article's manifests, its pods bound, down."""
+    _walk(front_door_commands(), monkeypatch)

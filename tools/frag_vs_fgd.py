@@ -9,7 +9,7 @@ milli allocated / capacity, in %) of FGD (every seed it ran) and of every other 
 difference from FGD in percentage points and on how many seeds the policy allocated at least as much as FGD: both
 over the seeds the policy and FGD both ran, matched one to one (a policy run on fewer seeds is compared on those).
 `--baseline P` compares with P instead of FGD.
-One Markdown table, a row of FGD's allocated % and a row of differences per policy for every trace (the README's
+One Markdown table, a row of FGD's allocated % and a row of differences per policy for every trace (docs/performance.md's
 layout); `--per-trace`: a table per trace with every mean; `--json`: the rows as one JSON line.
 """
 

@@ -38,7 +38,7 @@ class LoadErrors(LoadError):
         return self.args[0]
 
 
-MAX_INPUT_BYTES = 256 * 2**20  # one file or stdin; a 50 MB List validates in seconds (README)
+MAX_INPUT_BYTES = 256 * 2**20  # one file or stdin; a 50 MB List validates in seconds (docs/performance.md)
 MAX_DEPTH = 100  # nesting levels of one document; Kubernetes objects use about 15
 MAX_ALIAS_EXPANSION = 10_000_000  # values plus characters that YAML aliases may add to a document
 

@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "validate": "validate",
     "allocate": "allocate",
     "demo": "demo",
+    "examples": "examples",
     "schedule": "schedule",
     "explain": "explain",
     "discover": "discover",

@@ -56,6 +56,14 @@ def command(keep_dir: str | None, allocate_only: bool, features: str, kubernetes
     if keep_dir:
         click.echo(f"\nThe cluster runs on in {path}: gpudra get pods -A --dir {path}; "
                    f"gpudra cluster view --dir {path}; gpudra cluster down --dir {path}")
+    warn_next_step()
+
+
+def warn_next_step() -> None:
+    """Where a newcomer goes after the demo: the same manifests as files to change and apply (stderr, so the
+    timeline on stdout stays what it was)."""
+    click.echo("\nnext: gpudra examples --all --dir examples   # the demo's manifests and more, as files; then "
+               "gpudra validate -f examples/article", err=True)
 
 
 def _allocate_only(features: str, cluster: tuple[str, ...], claims: tuple[str, ...], originals: tuple[str, ...],

@@ -1,6 +1,6 @@
 """One error vocabulary for every `gpudra` command, and the one place that maps it to exit codes.
 
-Exit codes (the README's command table lists them per command):
+Exit codes (docs/cli.md's command table lists them per command):
 
 - 0 (`OK`): success; the manifests are valid, the claims fit, the pods were scheduled.
 - 1 (`NEGATIVE`): the command ran and the answer is "no": invalid manifests, unallocatable claims,
