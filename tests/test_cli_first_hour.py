@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from gpudra.cli import cli
 from gpudra.cluster.layout import parse_nodes
-from gpudra.discovery.backend import nvml_available
+from gpudra.discovery.backends import nvml_available
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

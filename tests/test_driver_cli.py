@@ -204,7 +204,7 @@ def test_run_refuses_to_publish_simulated_gpus_it_was_not_asked_for(tmp_path, mo
     """Issue 20, finding 8: `--backend auto` fell back to simulated GPUs with only a warning while publishing to a
     real cluster, whose scheduler then placed pods on GPUs that do not exist. Publishing, simulated GPUs are only
     used when `--backend simulated` says so; nothing is written under the root before the refusal."""
-    import gpudra.discovery.backend as backend_module
+    import gpudra.discovery.backends as backend_module
 
     monkeypatch.setattr(backend_module, "nvml_available", lambda: False)
     kubeconfig = str(tmp_path / "kubeconfig")

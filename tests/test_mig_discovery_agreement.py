@@ -6,7 +6,7 @@ import pytest
 
 from gpudra.catalog import find_gpu_model
 
-from gpudra.discovery import backend as backend_module  # noqa: E402
+from gpudra.discovery import backends as backend_module  # noqa: E402
 from gpudra.discovery import profiles as profiles_module  # noqa: E402
 
 MIG_NODE_PROFILES = ["dgx-h100", "dgx-h200", "dgx-b200", "hgx-a100", "h100-nvl-pair", "a30-mig", "a100-40gb-node"]

@@ -151,7 +151,7 @@ def test_the_sharing_log_is_not_written_through_a_planted_symlink(tmp_path):
 def test_fifos_planted_as_small_state_files_block_no_command(cluster, tmp_path):
     """The store's resourceVersion, a pid file, a log, the driver's republish stamp: a FIFO in their place makes
     each read answer 'nothing there' instead of waiting for a writer."""
-    from gpudra.cluster.nodes import read_pid
+    from gpudra.cluster.processes import read_pid
 
     version = os.path.join(cluster.store.root, ".resourceVersion")
     os.unlink(version)

@@ -14,7 +14,7 @@ import time
 from typing import Callable
 
 from gpudra.cluster.layout import ClusterConfig, ClusterDir, ClusterSetupError
-from gpudra.cluster.nodes import process_alive, spawn, stop_process
+from gpudra.cluster.processes import process_alive, spawn, stop_process
 
 from . import controlplane
 from .build import Built, build, kubernetes_release, module_dir
