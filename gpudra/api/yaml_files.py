@@ -1,7 +1,7 @@
 """YAML that is not a list of manifests: a mig-parted config, a node profile, a CDI spec, a claim store, the local
 cluster's config. Read as manifests are (api/load.py: size, nesting and alias-expansion limits, duplicate keys
 refused, timestamps kept as strings), so that no file gpudra reads, node side included, escapes those limits:
-this is the one way product code reads YAML (tests/test_yaml_readers.py fails on a yaml.load elsewhere)."""
+this is the one way product code reads YAML (tests/api/test_yaml_readers.py fails on a yaml.load elsewhere)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def check_selector_expression(expression: str, path: str, ctx: Context) -> None:
     consumable, list_type = selector_gates(version, ctx.facts.get("features"))
     outcome = compile_outcome(expression, version, consumable, list_type)
     if outcome is None:
-        # warnings: the API server accepts the expression (tests/test_kube_validation.py asks the real one); the
+        # warnings: the API server accepts the expression (tests/oracles/test_kube_validation.py asks the real one); the
         # message says that every evaluation fails on it
         for message, caret in literal_problems(expression, version, consumable, list_type):
             ctx.warning(path, message, caret)
