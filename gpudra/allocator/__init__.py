@@ -25,7 +25,8 @@ in place with a new generation is read again. After editing dicts in place witho
 `forget_cached_objects()`.
 """
 
-from .allocator import FILTER_TIMEOUT_S, TIMED_OUT, AllocationError, AllocationOutcome, Allocator
+from .allocator import FILTER_TIMEOUT_S, Allocator
+from .outcome import TIMED_OUT, AllocationError, AllocationOutcome
 from .features import FEATURE_NAMES, Features
 from .classes import ClassTable
 from .pools import SliceIndex

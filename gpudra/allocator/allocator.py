@@ -6,82 +6,30 @@ pass each (class, request selectors) combination are computed once and reused by
 
 from __future__ import annotations
 
-import itertools
 import time
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
-
-from gpudra.errors import GpudraError
+from typing import Any
 
 from .capacity import consumption, fits
+from .counters import counters_left
 from .classes import ClassInfo, ClassTable
 from .features import Features
-from .model import DeviceInfo, SliceInfo, as_dict, as_list, object_stamp, quantity_nanos
+from .model import DeviceInfo, as_dict, as_list, object_stamp
 from .nodematch import NodeInfo, node_matches
+from .nodeview import NodeView
+from .outcome import MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError, AllocationOutcome
+from .plan import ClaimPlan, StaticRequest
 from .pools import Pool, SliceIndex
-from .selection import SelectorFailure, search_deadline
+from .search import Search
+from .selection import search_deadline
 from .state import AllocatedState
 from .taintrules import apply_device_taint_rules
 
-_Search: Any = None  # search.Search, imported on first use (search.py imports this module)
-
-MAX_RESULTS_PER_CLAIM = 32
 MAX_SHARED_ANSWERS = 50_000  # `fits` answers kept (a key holds every candidate's state: about 1 KB each)
 
 
 # kube-scheduler's DRASchedulerFilterTimeout default: one node's Filter gives up after 10 s.
 FILTER_TIMEOUT_S = 10.0
-TIMED_OUT = "timed out trying to allocate devices"
-
-
-class AllocationError(GpudraError):
-    """Fatal for the whole allocate() call (upstream returns an error)."""
-
-    def __init__(self, message: str, node_local: bool = False):
-        super().__init__(message)
-        self.node_local = node_local
-
-
-@dataclass
-class AllocationOutcome:
-    outcome: str  # "allocated" | "unallocatable" | "error"
-    allocations: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
-    error_node_local: bool = False
-    # "allocated" without allocations: `allocate(build=False)`, or `fits` (which may answer from another node
-    # in the same device state); `allocate` on this node would find some
-    deferred: bool = False
-
-    @property
-    def allocated(self) -> bool:
-        return self.outcome == "allocated"
-
-
-class NodeView:
-    """The pools one node sees, and per request shape the devices worth examining, in visiting order."""
-
-    __slots__ = ("node", "pools", "pool_by_id", "devices", "any_invalid", "candidates", "counter_flags", "fit_static",
-                 "sources", "consumptions", "shapes")
-
-    def __init__(self, node: NodeInfo, pools: list[Pool], reachable: Iterable[SliceInfo] = ()):
-        self.node = node
-        self.pools = pools
-        # the slices behind the view and those that could be edited to reach the node, each once: an in-place
-        # edit of one of them makes the view stale
-        self.sources = list({id(s): s for s in itertools.chain((s for p in pools for s in p.sources), reachable)}
-                            .values())
-        self.pool_by_id = {p.id: p for p in pools}
-        self.devices: list[DeviceInfo] = [d for p in pools if p.usable for d in p.devices]
-        self.any_invalid = any(p.invalid_reason is not None for p in pools)
-        self.candidates: dict[tuple, list[tuple[DeviceInfo, SelectorFailure | None]]] = {}
-        # per candidates key: (some candidate consumes counters, one of those also has taints)
-        self.counter_flags: dict[tuple, tuple[bool, bool]] = {}
-        # per candidates key: what `Allocator.fit_key` needs of each candidate, or None when it cannot say
-        self.fit_static: dict[tuple, tuple | None] = {}
-        # per (candidates key, requested capacity): see Allocator.consumptions
-        self.consumptions: dict[tuple, list[dict[str, int] | None]] = {}
-        self.shapes: dict[int, tuple] = {}  # see Allocator.request_shape
 
 
 class Allocator:
@@ -246,8 +194,6 @@ class Allocator:
 
     def static_request(self, label: str, request: dict, full: str, allow_admin: bool) -> Any:
         """The node-independent part of a request (plan.StaticRequest); kept with its claim's plan."""
-        from .plan import StaticRequest  # plan.py imports this module
-
         return StaticRequest(self, label, request, full, allow_admin)
 
     def claim_plan(self, claim: dict[str, Any]) -> Any:
@@ -260,8 +206,6 @@ class Allocator:
                 return found
             self._read_classes()  # a class was edited in place: read them all again
             cache = self.claim_plans
-        from .plan import ClaimPlan  # plan.py imports this module
-
         found = ClaimPlan(self, claim)
         if len(cache) > 100_000:
             cache.clear()
@@ -402,11 +346,6 @@ class Allocator:
         pod is tried on); the earlier of the two ends the search.
         `build` — False: only search; an "allocated" outcome comes `deferred`, without allocations.
         """
-        global _Search
-        if _Search is None:
-            from .search import Search  # search.py imports this module
-
-            _Search = Search
         if timeout is not None:
             own = time.monotonic() + timeout
             deadline = own if deadline is None else min(deadline, own)
@@ -415,7 +354,7 @@ class Allocator:
         try:
             with search_deadline(deadline):
                 view = self.node_view(node)
-                search = _Search(self, view, claims, exclude_devices, deadline)
+                search = Search(self, view, claims, exclude_devices, deadline)
                 allocations = search.run(build)
         except TimeoutError:  # a CEL evaluation that met the deadline
             return AllocationOutcome("error", error=TIMED_OUT, error_node_local=True)
@@ -465,40 +404,6 @@ def _capacity_signature(device: DeviceInfo) -> tuple:
     )
 
 
-def counters_left(
-    counter_sets: dict[str, dict[str, int]], devices: Iterable[DeviceInfo], allocated: Callable[[tuple], bool]
-) -> dict[str, dict[str, int]]:
-    """A pool's counter sets minus what its allocated devices consume (may go negative, as upstream)."""
-    available = {name: dict(counters) for name, counters in counter_sets.items()}
-    for device in devices:
-        if device.consumes_counters and allocated(device.key):
-            for set_name, counters in device.consumes_counters:
-                target = available.get(set_name)
-                if target is None:
-                    continue
-                for counter, amount in counters.items():
-                    if counter in target:
-                        target[counter] -= amount
-    return available
-
-
-def first_short_counter(
-    available: dict[str, dict[str, int]], consumed: dict[str, dict[str, int]]
-) -> tuple[str, str] | None:
-    """(counter set, counter) of the first counter of the pool where consumption exceeds what is
-    available, or None. Every counter of the pool is checked, so an already over-allocated pool
-    (negative availability) rejects every device that consumes counters, as upstream does."""
-    for set_name, counters in available.items():
-        used = consumed.get(set_name) or {}
-        for counter, amount in counters.items():
-            if amount < used.get(counter, 0):
-                return set_name, counter
-    return None
-
-
-def capacity_requests(request: dict[str, Any]) -> dict[str, int]:
-    raw = as_dict(as_dict(request.get("capacity")).get("requests"))
-    return {name: quantity_nanos(value) or 0 for name, value in raw.items()}
 
 
 __all__ = ["Allocator", "AllocationOutcome", "AllocationError", "FILTER_TIMEOUT_S", "TIMED_OUT"]

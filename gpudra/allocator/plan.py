@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any
 
-from .allocator import capacity_requests
+from .capacity import capacity_requests
 from .claims import claim_label, request_mode_and_count
 from .classes import ClassInfo
 from .constraints import DistinctAttribute, MatchAttribute

@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 from gpudra.copying import copy_object
 
-from .allocator import FILTER_TIMEOUT_S, AllocationOutcome, Allocator
+from .allocator import FILTER_TIMEOUT_S, Allocator
+from .outcome import AllocationOutcome
 from .claims import claim_label, is_allocated
 from .features import Features
 from .model import as_dict, as_list, as_str

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from gpudra.copying import copy_object
 from gpudra.quantity import Quantity, QuantityError
 
-from .allocator import AllocationError
+from .outcome import AllocationError
 from .capacity import consumed_quantity
 from .model import DeviceInfo, as_dict, as_list
 

@@ -12,18 +12,22 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .allocator import (
-    MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError, Allocator, ClassInfo, NodeView, first_short_counter,
-)
 from .capacity import consumption, fits
 from .claims import taint_prevents_allocation
+from .classes import ClassInfo
 from .constraints import DistinctAttribute, MatchAttribute
 from .plan import StaticRequest
+from .counters import first_short_counter
 from .model import DeviceInfo, as_dict
+from .nodeview import NodeView
+from .outcome import MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError
 from .results import build_allocation
 from .selection import SelectorFailure
+
+if TYPE_CHECKING:
+    from .allocator import Allocator  # the search is built by the Allocator it reads
 
 _NOTHING: frozenset = frozenset()
 MAXSIZE = object()  # "this branch needs more than 32 results": try the next subrequest
