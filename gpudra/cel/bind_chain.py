@@ -13,7 +13,7 @@ parser refuses it, is taken apart:
   read of it is reported with that failure: cel-go binds lazily, so a failure matters only where it is read and not
   absorbed by `||`/`&&`), then BODY.
 
-Each part goes through gpudra.cel.source.adapt like a whole selector; a part that needs more than cel-cpp's
+Each part goes through gpudra.cel.adaptation.adapt like a whole selector; a part that needs more than cel-cpp's
 iteration budget fails with the cost limit's error (gpudra.cel.chunked does not take parts of a chain apart).
 """
 
@@ -24,7 +24,8 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from gpudra.cel.source import GO_MAX_RECURSION, adapt, tokenize, top_level_arguments
+from gpudra.cel.adaptation import adapt
+from gpudra.cel.source import GO_MAX_RECURSION, tokenize, top_level_arguments
 
 MIN_CHAIN = 8  # shorter chains parse in cel-cpp (the limit is reached by what they contain)
 

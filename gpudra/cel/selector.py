@@ -15,7 +15,8 @@ from gpudra.cel.environment import checking_env, checking_env_with, runtime_env,
 from gpudra.cel.errors import CELCompileError, CELRuntimeError
 from gpudra.cel.reads import device_reads
 from gpudra.cel.release import CelEnvironment, cel_environment
-from gpudra.cel.source import (adapt, apply_operations, caret_report, line_column, offset_of, tokenize,
+from gpudra.cel.adaptation import adapt
+from gpudra.cel.source import (apply_operations, caret_report, line_column, offset_of, tokenize,
                                top_level_arguments)
 
 MAX_EXPRESSION_BYTES = 10 * 1024  # CELSelectorExpressionMaxLength
