@@ -26,9 +26,9 @@ in place with a new generation is read again. After editing dicts in place witho
 """
 
 from .allocator import FILTER_TIMEOUT_S, Allocator
-from .outcome import TIMED_OUT, AllocationError, AllocationOutcome
-from .features import FEATURE_NAMES, Features
 from .classes import ClassTable
+from .features import FEATURE_NAMES, Features
+from .outcome import TIMED_OUT, AllocationError, AllocationOutcome
 from .pools import SliceIndex
 from .report import MODES, build_report
 

@@ -7,18 +7,20 @@ pass each (class, request selectors) combination are computed once and reused by
 from __future__ import annotations
 
 import time
-
+from collections.abc import Container, Mapping
 from typing import Any
 
+from gpudra.plain import as_dict, as_list
+
 from .capacity import consumption, fits
-from .counters import counters_left
 from .classes import ClassInfo, ClassTable
+from .counters import counters_left
 from .features import Features
-from .model import DeviceInfo, as_dict, as_list, object_stamp
+from .model import CacheKey, DeviceInfo, DeviceKey, object_stamp
 from .nodematch import NodeInfo, node_matches
-from .nodeview import NodeView
+from .nodeview import Candidates, FitStatic, NodeView, RequestShape
 from .outcome import MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError, AllocationOutcome
-from .plan import ClaimPlan, StaticRequest
+from .plan import ClaimPlan, FitRequest, StaticRequest
 from .pools import Pool, SliceIndex
 from .search import Search
 from .selection import search_deadline
@@ -56,17 +58,17 @@ class Allocator:
         """Parsed classes and request readings, shared with other Allocators of the same class objects."""
         table = ClassTable.shared(self._device_classes, self.features)
         self.classes: dict[str, ClassInfo] = table.classes
-        self.claim_plans: dict[int, Any] = table.claim_plans  # see claim_plan
+        self.claim_plans: dict[int, ClaimPlan] = table.claim_plans  # see claim_plan
 
     def _index_slices(self) -> None:
         """(Re)start from the shared index of the slices; every per-node cache starts empty."""
         self.index = SliceIndex.shared(self._slices, self.features)
         self.evaluator = self.index.evaluator
-        self._views: dict[tuple, NodeView] = self.index.views
+        self._views: dict[CacheKey, NodeView] = self.index.views
         # per Node dict (by identity): its view; shared with the index (views depend on slices, name and labels)
-        self._views_by_node: dict[int, tuple[dict, NodeView]] = self.index.views_by_node
+        self._views_by_node: dict[int, tuple[dict[str, Any], NodeView]] = self.index.views_by_node
         self._pool_counters: dict[str, tuple[int, dict[str, dict[str, int]]]] = {}
-        self._fit_memo: dict[tuple, str] = {}  # fit_key -> "allocated" | "unallocatable"
+        self._fit_memo: dict[CacheKey, str] = {}  # fit_key -> "allocated" | "unallocatable"
         self.fit_hits = 0  # `fits` answers taken from another node's search
         self.fit_searches = 0  # `fits` searches whose answer was remembered
 
@@ -78,7 +80,7 @@ class Allocator:
         self.state.remove(claim)
 
     # per-node caches ----------------------------------------------------------------------------
-    def node_view(self, node: "dict | str | NodeInfo") -> NodeView:
+    def node_view(self, node: "dict[str, Any] | str | NodeInfo") -> NodeView:
         """The node's pools and devices, from the cache unless a slice behind them, or one that could be edited
         to reach the node (NodeView.sources), was edited in place (a new generation or resourceVersion): then
         the index of all slices is rebuilt."""
@@ -90,7 +92,7 @@ class Allocator:
                 return self._cached_view(node)
         return view
 
-    def _cached_view(self, node: "dict | str | NodeInfo") -> NodeView:
+    def _cached_view(self, node: "dict[str, Any] | str | NodeInfo") -> NodeView:
         if isinstance(node, dict):
             # The scheduler asks about the same Node dicts over and over: remember their views,
             # re-checking name and labels so that an edited dict is not served a stale view.
@@ -119,7 +121,7 @@ class Allocator:
             self._views[info.key] = view
         return view
 
-    def candidates(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple) -> list:
+    def candidates(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple[str, ...]) -> Candidates:
         key = (class_info.name, class_info.selector_exprs, request_exprs)
         found = view.candidates.get(key)
         if found is not None:
@@ -147,8 +149,8 @@ class Allocator:
         view.counter_flags[key] = (bool(counting), any(d.taints for d in counting))
         return found
 
-    def consumptions(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple, capacity: dict[str, int],
-                     candidates: list) -> list[dict[str, int] | None]:
+    def consumptions(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple[str, ...], capacity: dict[str, int],
+                     candidates: Candidates) -> list[dict[str, int] | None]:
         """Per candidate (in order): what allocating it for a request of `capacity` consumes, or None when it
         cannot serve the request. Only for devices without multiple allocations, for which the answer depends
         on nothing else (None for the others: their check depends on what is in use)."""
@@ -162,12 +164,13 @@ class Allocator:
             view.consumptions[key] = found
         return found
 
-    def request_shape(self, view: NodeView, static: Any) -> tuple:
+    def request_shape(self, view: NodeView, static: StaticRequest) -> RequestShape:
         """(candidates, counter_flags, consumptions or None) of a request (plan.StaticRequest) on the node: one
         lookup per request and call instead of three."""
         found = view.shapes.get(static.shape)
         if found is None:
             class_info = static.class_info
+            assert class_info is not None, "a request whose class is unknown fails before its shape is asked"
             candidates = self.candidates(view, class_info, static.exprs)
             consumed = self.consumptions(view, class_info, static.exprs, static.capacity, candidates) if (
                 self.features.consumable_capacity) else None
@@ -175,7 +178,7 @@ class Allocator:
                                                  consumed)
         return found
 
-    def counter_flags(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple) -> tuple[bool, bool]:
+    def counter_flags(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple[str, ...]) -> tuple[bool, bool]:
         return view.counter_flags[(class_info.name, class_info.selector_exprs, request_exprs)]
 
     def available_counters(self, pool: Pool) -> dict[str, dict[str, int]]:
@@ -192,11 +195,11 @@ class Allocator:
         self._pool_counters[pool.name] = (self.state.version, available)
         return available
 
-    def static_request(self, label: str, request: dict, full: str, allow_admin: bool) -> Any:
+    def static_request(self, label: str, request: dict[str, Any], full: str, allow_admin: bool) -> StaticRequest:
         """The node-independent part of a request (plan.StaticRequest); kept with its claim's plan."""
         return StaticRequest(self, label, request, full, allow_admin)
 
-    def claim_plan(self, claim: dict[str, Any]) -> Any:
+    def claim_plan(self, claim: dict[str, Any]) -> ClaimPlan:
         """The node-independent reading of a claim (plan.ClaimPlan), cached per claim object while its
         generation and resourceVersion stay the same."""
         cache = self.claim_plans
@@ -213,7 +216,7 @@ class Allocator:
         return found
 
     # feasibility shared between nodes -------------------------------------------------------------------
-    def fit_key(self, view: NodeView, claims: list[dict[str, Any]]) -> tuple | None:
+    def fit_key(self, view: NodeView, claims: list[dict[str, Any]]) -> CacheKey | None:
         """A key on which the outcome of `allocate(node, claims)` depends alone, or None.
 
         Only for the simplest and most common shape: one claim with one ExactCount request, no constraints,
@@ -253,13 +256,14 @@ class Allocator:
             shape = _fit_shape(statics, allocated, shared, consumed)
         return (candidates_key, capacity, count, match is not None, shape)
 
-    def _fit_static(self, view: NodeView, class_info: ClassInfo, exprs: tuple, match: str | None) -> tuple | None:
+    def _fit_static(self, view: NodeView, class_info: ClassInfo, exprs: tuple[str, ...],
+                    match: str | None) -> tuple[FitStatic, ...] | None:
         """Per candidate of the view: (key, multi-allocation, capacities, group), the group being the value of
         the matchAttribute attribute (None without constraint); candidates that lack the attribute are left out.
         None when `fit_key` cannot say."""
         from .constraints import attribute_values
 
-        statics = []
+        statics: list[FitStatic] = []
         for device, failure in self.candidates(view, class_info, exprs):
             if failure is not None or device.consumes_counters or device.taints:
                 return None
@@ -274,13 +278,13 @@ class Allocator:
             statics.append((device.key, device.allow_multiple, _capacity_signature(device), group))
         return tuple(statics)
 
-    def _fit_request(self, claim: dict[str, Any]) -> tuple | None:
+    def _fit_request(self, claim: dict[str, Any]) -> FitRequest | None:
         """The node-independent part of `fit_key` for one claim, or None when the claim is not of its shape;
         kept with the claim's plan."""
         plan = self.claim_plan(claim)
         if plan.fit_request is not False:
             return plan.fit_request
-        found = None
+        found: FitRequest | None = None
         spec_devices = as_dict(as_dict(claim.get("spec")).get("devices"))
         requests = as_list(spec_devices.get("requests"))
         request = requests[0] if len(requests) == 1 else None
@@ -291,10 +295,10 @@ class Allocator:
         if (isinstance(exactly, dict) and exactly.get("adminAccess") is None and len(plan.requests) == 1
                 and plan.requests[0].error is None and not plan.requests[0].subrequests):
             static = plan.requests[0].options[0][0]
-            if static.error is None and not static.all_mode and not static.admin and (
+            class_info = static.class_info  # known when the request has no error
+            if static.error is None and class_info is not None and not static.all_mode and not static.admin and (
                 0 < static.count <= MAX_RESULTS_PER_CLAIM
             ):
-                class_info = static.class_info
                 found = ((class_info.name, class_info.selector_exprs, static.exprs), class_info, static.exprs,
                          tuple(sorted(static.capacity.items())), static.count, match)
         plan.fit_request = found
@@ -302,7 +306,7 @@ class Allocator:
 
     def fits(
         self,
-        node: "dict | str | NodeInfo",
+        node: "dict[str, Any] | str | NodeInfo",
         claims: list[dict[str, Any]],
         timeout: float | None = FILTER_TIMEOUT_S,
         deadline: float | None = None,
@@ -329,9 +333,9 @@ class Allocator:
     # allocation ---------------------------------------------------------------------------------
     def allocate(
         self,
-        node: "dict | str | NodeInfo",
+        node: "dict[str, Any] | str | NodeInfo",
         claims: list[dict[str, Any]],
-        exclude_devices: "set[tuple[str, str, str]] | frozenset | None" = None,
+        exclude_devices: "set[DeviceKey] | frozenset[DeviceKey] | None" = None,
         timeout: float | None = FILTER_TIMEOUT_S,
         deadline: float | None = None,
         build: bool = True,
@@ -371,9 +375,10 @@ class Allocator:
         return AllocationOutcome("allocated", allocations=allocations, deferred=not build)
 
 
-def _fit_shape(statics: tuple, allocated: Any, shared: Any, consumed: Any) -> tuple:
+def _fit_shape(statics: tuple[FitStatic, ...], allocated: Container[DeviceKey], shared: Container[DeviceKey],
+               consumed: Mapping[DeviceKey, dict[str, int]]) -> CacheKey:
     """`Allocator.fit_key`'s multisets of candidates per matchAttribute group, given what is in use."""
-    groups: dict[Any, list[tuple]] = {}
+    groups: dict[tuple[str, frozenset[object]] | None, list[CacheKey]] = {}
     for key, multiple, signature, group in statics:
         used = consumed.get(key)
         groups.setdefault(group, []).append((multiple, signature, key in allocated, key in shared,
@@ -395,7 +400,7 @@ def _single_match_attribute(constraints: Any, request: Any) -> str | None:
     return attribute
 
 
-def _capacity_signature(device: DeviceInfo) -> tuple:
+def _capacity_signature(device: DeviceInfo) -> CacheKey:
     """Everything the search reads of a device's capacities (their names, values and request policies)."""
     return tuple(
         (name, c.value, c.has_policy, c.default, tuple(c.valid_values) if c.valid_values is not None else None,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudra.plain import as_dict
 from gpudra.quantity import NANO, Quantity
 
-from .model import CapacityInfo, DeviceInfo, as_dict, quantity_nanos
+from .model import CapacityInfo, DeviceInfo, quantity_nanos
 
 
 def _units(quantity: Quantity) -> int:

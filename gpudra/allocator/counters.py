@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from .model import DeviceInfo
+from .model import DeviceInfo, DeviceKey
 
 
 def counters_left(
-    counter_sets: dict[str, dict[str, int]], devices: Iterable[DeviceInfo], allocated: Callable[[tuple], bool]
+    counter_sets: dict[str, dict[str, int]], devices: Iterable[DeviceInfo], allocated: Callable[[DeviceKey], bool]
 ) -> dict[str, dict[str, int]]:
     """A pool's counter sets minus what its allocated devices consume (may go negative, as upstream)."""
     available = {name: dict(counters) for name, counters in counter_sets.items()}

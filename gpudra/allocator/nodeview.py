@@ -5,10 +5,21 @@ from __future__ import annotations
 import itertools
 from typing import Iterable
 
-from .model import DeviceInfo, SliceInfo
+from .model import CacheKey, DeviceInfo, DeviceKey, SliceInfo
 from .nodematch import NodeInfo
 from .pools import Pool
 from .selection import SelectorFailure
+
+
+# What Allocator.fit_key reads of one candidate: (its key, multi-allocation allowed, its capacities' signature, its
+# matchAttribute group: (type, values) or None without that constraint).
+FitStatic = tuple[DeviceKey, bool, CacheKey, "tuple[str, frozenset[object]] | None"]
+# A request's candidate devices on a node, in visiting order, each with the failure of its selectors (or None).
+Candidates = list[tuple[DeviceInfo, "SelectorFailure | None"]]
+# Allocator.request_shape: (candidates, counter flags, what each candidate consumes or None).
+RequestShape = tuple[Candidates, tuple[bool, bool], "list[dict[str, int] | None] | None"]
+# Per candidates key: the candidates' FitStatic, their keys, and their shape while none is in use.
+FitStatics = tuple[tuple[FitStatic, ...], tuple[DeviceKey, ...], CacheKey]
 
 
 class NodeView:
@@ -27,11 +38,11 @@ class NodeView:
         self.pool_by_id = {p.id: p for p in pools}
         self.devices: list[DeviceInfo] = [d for p in pools if p.usable for d in p.devices]
         self.any_invalid = any(p.invalid_reason is not None for p in pools)
-        self.candidates: dict[tuple, list[tuple[DeviceInfo, SelectorFailure | None]]] = {}
+        self.candidates: dict[CacheKey, Candidates] = {}
         # per candidates key: (some candidate consumes counters, one of those also has taints)
-        self.counter_flags: dict[tuple, tuple[bool, bool]] = {}
+        self.counter_flags: dict[CacheKey, tuple[bool, bool]] = {}
         # per candidates key: what `Allocator.fit_key` needs of each candidate, or None when it cannot say
-        self.fit_static: dict[tuple, tuple | None] = {}
+        self.fit_static: dict[CacheKey, FitStatics | None] = {}
         # per (candidates key, requested capacity): see Allocator.consumptions
-        self.consumptions: dict[tuple, list[dict[str, int] | None]] = {}
-        self.shapes: dict[int, tuple] = {}  # see Allocator.request_shape
+        self.consumptions: dict[CacheKey, list[dict[str, int] | None]] = {}
+        self.shapes: dict[int, RequestShape] = {}  # see Allocator.request_shape

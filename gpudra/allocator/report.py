@@ -10,12 +10,12 @@ import json
 from typing import Any, Callable
 
 from gpudra.copying import copy_object
+from gpudra.plain import as_dict, as_list, as_str
 
 from .allocator import FILTER_TIMEOUT_S, Allocator
-from .outcome import AllocationOutcome
 from .claims import claim_label, is_allocated
 from .features import Features
-from .model import as_dict, as_list, as_str
+from .outcome import AllocationOutcome
 
 MODES = ("together", "each", "sequential")
 
