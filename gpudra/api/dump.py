@@ -33,8 +33,8 @@ class _PureDumper(yaml.SafeDumper):
     The pure-Python dumper is used because the C dumper ignores the indentation override.
     """
 
-    def increase_indent(self, flow: bool = False, indentless: bool = False):  # noqa: D401
-        return super().increase_indent(flow, False)
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:  # noqa: D401
+        super().increase_indent(flow, False)
 
     def ignore_aliases(self, data: Any) -> bool:  # shared sub-objects are written out, never as &id anchors
         return True

@@ -27,9 +27,9 @@ from typing import Any, Iterable, Iterator
 import yaml
 
 from gpudra.api import fast_yaml
-from gpudra.api.limits import (  # noqa: F401 - LoadError and the limits are this module's API too
-    MAX_ALIAS_EXPANSION, MAX_DEPTH, MAX_INPUT_BYTES, MAX_INT_DIGITS, LoadError, LoadErrors, OversizedInt, too_deep,
-    too_large)
+from gpudra.api.limits import MAX_ALIAS_EXPANSION, MAX_DEPTH, too_deep, too_large
+# the loader's error and size limit are this module's API too (re-exported)
+from gpudra.api.limits import MAX_INPUT_BYTES as MAX_INPUT_BYTES, LoadError as LoadError, LoadErrors as LoadErrors
 from gpudra.api.yaml_loader import ManifestLoader
 from gpudra.api.load_json import NOT_JSON, SURROGATE_ESCAPE, check_json_document, json_loads, json_stream
 

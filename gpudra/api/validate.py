@@ -12,7 +12,8 @@ from gpudra.api.convert import DRA_KINDS, OLD_VERSIONS, V1, needs_conversion, ne
 from gpudra.api.load import Document, cycle_collection_paused
 from gpudra.api.problems import Problem
 from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, metadata_schema, schema_for
-from gpudra.api.schema.computedomain import API_VERSION as CD_API_VERSION, KIND as CD_KIND
+from gpudra.api.schema.computedomain import KIND as CD_KIND
+from gpudra.device_config import API_VERSION as CD_API_VERSION
 from gpudra.api.schema.taint_rule import VERSIONS as TAINT_RULE_VERSIONS
 from gpudra.api.schema.names import suggest_dns_name
 from gpudra.api.schema.types import as_dict, as_list, Context

@@ -49,13 +49,16 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
 
 ManifestLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
+
 def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | str:
-    if len(node.value) > MAX_INT_DIGITS:
-        return OversizedInt(node.value)
+    text: str = node.value  # a scalar node's value is its text
+    if len(text) > MAX_INT_DIGITS:
+        return OversizedInt(text)
     try:
-        return loader.construct_yaml_int(node)
+        value: int = loader.construct_yaml_int(node)
     except ValueError:  # `0x_`, `0b_`: PyYAML's int pattern matches, no digit follows; a string to Go's YAML too
-        return node.value
+        return text
+    return value
 
 
 ManifestLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)

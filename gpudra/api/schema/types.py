@@ -48,7 +48,7 @@ class Context:
 
 Check = Callable[[Any, str, Context], None]
 # Explains an unknown field: (field name, struct value, path of the struct, context) -> handled?
-UnknownHint = Callable[[str, dict, str, Context], bool]
+UnknownHint = Callable[[str, dict[str, Any], str, Context], bool]
 
 
 def type_name(value: Any) -> str:
@@ -323,7 +323,7 @@ class Struct(Type):
                 # already has its problems listed, so a check that cannot run is skipped.
                 continue
 
-    def unknown(self, name: str, value: dict, path: str, ctx: Context) -> None:
+    def unknown(self, name: str, value: dict[str, Any], path: str, ctx: Context) -> None:
         for hint in self.unknown_hints:
             try:
                 if hint(name, value, path, ctx):
