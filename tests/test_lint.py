@@ -49,7 +49,7 @@ STRICT_FLAGS = ("disallow_untyped_defs", "disallow_incomplete_defs", "disallow_u
                 "disallow_untyped_decorators", "disallow_any_generics", "disallow_subclassing_any", "check_untyped_defs",
                 "warn_return_any", "warn_unused_ignores", "no_implicit_reexport", "strict_equality", "extra_checks")
 # the packages held to them, and the top-level modules they import
-STRICT_MODULES = ("gpudra.allocator.*", "gpudra.api.*", "gpudra.copying", "gpudra.device_config", "gpudra.errors", "gpudra.gostrconv",
+STRICT_MODULES = ("gpudra.allocator.*", "gpudra.api.*", "gpudra.cel.*", "gpudra.copying", "gpudra.device_config", "gpudra.errors", "gpudra.gostrconv",
                   "gpudra.plain", "gpudra.quantity", "gpudra.resourcelimits", "gpudra.semver", "gpudra.versions",
                   "gpudra.vocabulary")
 

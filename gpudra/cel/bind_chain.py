@@ -20,7 +20,7 @@ iteration budget fails with the cost limit's error (gpudra.cel.chunked does not 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from cel_expr_python import cel
 
@@ -59,7 +59,7 @@ def split(expression: str) -> Chain | None:
     return Chain(tuple(names), tuple(initializers), body)
 
 
-def check(chain: Chain, new_env, on_part) -> Any:
+def check(chain: Chain, new_env: Callable[[tuple[tuple[str, Any], ...]], Any], on_part: Callable[[str, Any], None]) -> Any:
     """Checks each part (the bindings' expressions, then BODY) and hands it to `on_part(text, checked)`; returns
     BODY's checked expression. `new_env(variables)` makes a checking environment with the given typed variables (a
     binding typed `google.protobuf.Any` is declared `dyn`: cel-go's `any` is assignable to every parameter, cel-cpp's

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import overload
+from typing import Any, overload
 
 from gpudra.cel.ast import Node, checked_syntax_tree, fields, walk
 from gpudra.cel import source
@@ -361,7 +361,7 @@ def literal_regex_problems(serialized: bytes) -> list[tuple[str, str]]:
     return problems
 
 
-def check(expression: str, rewritten: source.Rewritten, checked, refuse_costly: bool = True) -> tuple[int, int]:
+def check(expression: str, rewritten: source.Rewritten, checked: Any, refuse_costly: bool = True) -> tuple[int, int]:
     """Refuse expressions whose literal regex is invalid or (unless `refuse_costly` is false) whose cel-go cost
     estimate exceeds the limit; returns (cel-go's estimate, gpudra's runtime bound)."""
     serialized = checked.serialize()

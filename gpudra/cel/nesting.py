@@ -18,6 +18,7 @@ parse in Kubernetes but not in cel-cpp. Doubled parentheses are dropped (gpudra.
 """
 
 from __future__ import annotations
+from typing import Callable
 
 from gpudra.cel.source import Rewritten, Token, apply_operations, compose, tokenize
 
@@ -286,10 +287,12 @@ def flatten(source: str) -> Rewritten:
     counter = [0]
     for _ in range(8):  # a split tail or inner chain may itself be long: until nothing changes
         before = rewritten.text
-        for step in (lambda text: split_long_chains(text, _ADDITIVE, counter),
-                     lambda text: split_long_chains(text, _MULTIPLICATIVE, counter),
-                     lambda text: split_long_conditionals(text, counter),
-                     lambda text: split_long_postfix_chains(text, counter)):
+        steps: tuple[Callable[[str], Rewritten], ...] = (
+                lambda text: split_long_chains(text, _ADDITIVE, counter),
+                lambda text: split_long_chains(text, _MULTIPLICATIVE, counter),
+                lambda text: split_long_conditionals(text, counter),
+                lambda text: split_long_postfix_chains(text, counter))
+        for step in steps:
             rewritten = compose(rewritten, step(rewritten.text))
         if rewritten.text == before:
             break
