@@ -30,7 +30,7 @@ from .classes import ClassTable
 from .features import FEATURE_NAMES, Features
 from .outcome import TIMED_OUT, AllocationError, AllocationOutcome
 from .pools import SliceIndex
-from .report import MODES, build_report
+from .report import MODES, AllocationReport, ReportEntry, build_report
 
 
 def forget_cached_objects() -> None:
@@ -44,10 +44,12 @@ __all__ = [
     "Allocator",
     "AllocationOutcome",
     "AllocationError",
+    "AllocationReport",
     "Features",
     "FEATURE_NAMES",
     "FILTER_TIMEOUT_S",
     "MODES",
+    "ReportEntry",
     "SliceIndex",
     "TIMED_OUT",
     "build_report",
