@@ -40,6 +40,7 @@ class _PureDumper(yaml.SafeDumper):
         return True
 
 
+# the base is chosen at import (the C dumper where PyYAML has libyaml), so mypy sees an Any base
 class _FastDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
     def ignore_aliases(self, data: Any) -> bool:  # shared sub-objects are written out, never as &id anchors
         return True

@@ -28,7 +28,11 @@ def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         return obj
     marked = _DuplicateKeys(obj)
     seen: set[str] = set()
-    marked.duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+    for key, _ in pairs:
+        if key in seen:
+            marked.duplicate = key  # the first key repeated
+            break
+        seen.add(key)
     return marked
 
 

@@ -15,6 +15,7 @@ from gpudra.api.limits import MAX_INT_DIGITS, OversizedInt
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+# _BaseLoader is chosen at import, so mypy sees a variable of Any type as the base
 class ManifestLoader(_BaseLoader):  # type: ignore[misc, valid-type]
     """Safe loader without the YAML 1.1 timestamp type and with duplicate-key detection."""
 

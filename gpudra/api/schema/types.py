@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 
 from gpudra.plain import as_dict as as_dict, as_list as as_list  # re-exported: the checks read them from here
 from gpudra.quantity import Quantity, QuantityError
+from gpudra.api.problems import Severity
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -37,7 +38,7 @@ class Context:
         self.api_version = api_version
         self.kind = kind
         self.facts: dict[str, Any] = facts  # e.g. driver name of a ResourceSlice
-        self.found: list[tuple[str, str, str, str | None]] = []  # (severity, path, message, fix)
+        self.found: list[tuple[Severity, str, str, str | None]] = []  # (severity, path, message, fix)
 
     def error(self, path: str, message: str, fix: str | None = None) -> None:
         self.found.append(("error", path, message, fix))
