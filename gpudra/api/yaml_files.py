@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra.api.load import LoadError, read_text, yaml_values
+from gpudra.api.limits import LoadError as LoadError  # re-exported: the error of these readers
+from gpudra.api.load import read_text, yaml_values
 
 
 def load_yaml_documents(text: str, source: str) -> list[Any]:

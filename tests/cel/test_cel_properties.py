@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from gpudra.api.quantity import Quantity
 from gpudra.api.semver import Semver, parse_semver
 from gpudra.cel import CELRuntimeError, compile_selector, device_input
-from gpudra.cel.source import adapt
+from gpudra.cel.adaptation import adapt
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NO_DEVICE = device_input("example.com", {"name": "d"})

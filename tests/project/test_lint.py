@@ -1,7 +1,7 @@
 """ruff and mypy, configured in pyproject.toml, run with the suite (and so in CI): both are in the test extra.
 
-mypy checks the CLI spine strictly and every other module for the errors it reports by default; no module is
-exempt."""
+mypy checks the core's pure packages and the CLI spine strictly and every other module for the errors it reports
+by default; no module is exempt."""
 
 from __future__ import annotations
 
@@ -41,3 +41,32 @@ def test_no_module_is_exempt_from_mypy() -> None:
     exempt = [entry["module"] for entry in overrides if entry.get("ignore_errors")]
     assert not exempt, f"modules exempt from mypy: {exempt}"
     assert not config["tool"]["mypy"].get("ignore_errors"), "mypy's ignore_errors is on for everything"
+
+
+# every strict flag mypy accepts per module (`--strict` is global only; warn_redundant_casts and
+# warn_unused_configs, its other two, are global-only options)
+STRICT_FLAGS = ("disallow_untyped_defs", "disallow_incomplete_defs", "disallow_untyped_calls",
+                "disallow_untyped_decorators", "disallow_any_generics", "disallow_subclassing_any", "check_untyped_defs",
+                "warn_return_any", "warn_unused_ignores", "no_implicit_reexport", "strict_equality", "extra_checks")
+# the packages held to them, and the top-level modules they import
+STRICT_MODULES = ("gpudra.allocator.*", "gpudra.api.*", "gpudra.cel.*", "gpudra.copying", "gpudra.device_config", "gpudra.errors", "gpudra.gostrconv",
+                  "gpudra.plain", "gpudra.quantity", "gpudra.resourcelimits", "gpudra.semver", "gpudra.versions",
+                  "gpudra.vocabulary")
+
+
+def test_the_core_packages_stay_strict() -> None:
+    """An override that names the module with every strict flag on, and none (for it or a module inside it) that
+    turns one off again."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    overrides = config["tool"]["mypy"].get("overrides", [])
+    for module in STRICT_MODULES:
+        naming = [entry for entry in overrides
+                  if module in ([entry["module"]] if isinstance(entry["module"], str) else entry["module"])]
+        assert any(all(entry.get(flag) is True for flag in STRICT_FLAGS) for entry in naming), (
+            f"{module}: no mypy override with all of {STRICT_FLAGS}")
+        package = module.removesuffix(".*")
+        within = [entry for entry in overrides
+                  if any(name == package or name.startswith(package + ".")
+                         for name in ([entry["module"]] if isinstance(entry["module"], str) else entry["module"]))]
+        weakened = [flag for entry in within for flag in STRICT_FLAGS if entry.get(flag) is False]
+        assert not weakened, f"{module}: strict flags turned off again: {weakened}"
