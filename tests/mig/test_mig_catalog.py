@@ -1,4 +1,4 @@
-"""The MIG profile catalog agrees with itself: placements, counts, names, engines."""
+"""The MIG profile catalog: names and instance counts as NVIDIA publishes them; placements and engines agree."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from gpudra.catalog import (
     UnknownGpuModel,
     UnknownMigProfile,
     gpu_model,
-    profile_name_for_memory,
 )
 from gpudra.mig.placement import enumerate_layouts, max_packing
 
@@ -88,14 +87,47 @@ def test_max_packing_matches_brute_force(key):
         assert max_packing(model, profile) == best
 
 
-@pytest.mark.parametrize("key", MODEL_IDS)
-def test_profile_names_follow_nvlib_naming_from_memory(key):
-    model = gpu_model(key)
-    for profile in model.profiles:
-        base, plus, suffix = profile.name.partition("+")
-        expected = profile_name_for_memory(profile.memory_mib, profile.compute_slices, model.total_memory_mib,
-                                           plus + suffix)
-        assert expected == profile.name
+# Profile names and how many instances of each fit on the GPU, as NVIDIA publishes them (copied as data):
+#   GUIDE: the MIG user guide's profile tables, https://docs.nvidia.com/datacenter/tesla/mig-user-guide/
+#          supported-mig-profiles.html ("Number of Instances Available"; A30-24GB in full, A100-SXM4-40GB up to
+#          3g.20gb, and its note naming the A100-SXM4-80GB profiles 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb,
+#          4g.40gb, 7g.80gb);
+#   PARTED: NVIDIA mig-parted deployments/systemd/config-default.yaml (commit 1400787269cadb4f91db863a4b9f9af5c8fabcd7),
+#          https://github.com/NVIDIA/mig-parted/blob/main/deployments/systemd/config-default.yaml: each `all-<profile>`
+#          entry is the largest count of that profile, its comment (or device-filter) names the GPUs; the
+#          `all-balanced` entries tie the unnamed 2g/3g profiles to their GPU;
+#   HYPERPOD: aws/sagemaker-hyperpod-cli PR 403, the P6-B300 profiles "1g.34gb (x7), 1g.67gb (x4), 2g.67gb (x3),
+#          3g.135gb (x2), 4g.135gb (x1), 7g.269gb (x1)" (from GPU Operator v25.3.0, device-filter 0x318210DE).
+# Left out: GB200, whose PARTED names (1g.24gb, 2g.47gb, 3g.95gb, 7g.189gb for 0x2941) differ from the nvidia-smi
+# -lgip output the catalog follows (1g.23gb, 3g.93gb, 7g.186gb); GH200 144G, GB300, B200's 4g/7g and the +me
+# profiles past 1g, which no table here ties to one GPU.
+PUBLISHED_PROFILES: dict[str, tuple[str, dict[str, int]]] = {
+    "a30": ("GUIDE, PARTED", {"1g.6gb": 4, "1g.6gb+me": 1, "2g.12gb": 2, "2g.12gb+me": 1, "4g.24gb": 1}),
+    "a100-40gb": ("GUIDE, PARTED", {"1g.5gb": 7, "1g.5gb+me": 1, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2,
+                                    "4g.20gb": 1, "7g.40gb": 1}),
+    "a100-80gb": ("GUIDE (names), PARTED", {"1g.10gb": 7, "1g.10gb+me": 1, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2,
+                                            "4g.40gb": 1, "7g.80gb": 1}),
+    "h100-80gb": ("PARTED", {"1g.10gb": 7, "1g.10gb+me": 1, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1,
+                             "7g.80gb": 1}),
+    "h100-nvl": ("PARTED", {"1g.12gb": 7, "1g.12gb+me": 1, "1g.24gb": 4, "2g.24gb": 3, "3g.47gb": 2, "4g.47gb": 1,
+                            "7g.94gb": 1}),
+    "h100-96gb": ("PARTED", {"1g.12gb": 7, "1g.12gb+me": 1, "2g.24gb": 3, "3g.48gb": 2, "4g.48gb": 1, "7g.96gb": 1}),
+    "h200": ("PARTED", {"1g.18gb": 7, "1g.18gb+me": 1, "1g.35gb": 4, "2g.35gb": 3, "3g.71gb": 2, "4g.71gb": 1,
+                        "7g.141gb": 1}),
+    "b200": ("PARTED", {"1g.23gb": 7, "1g.23gb+me": 1, "2g.45gb": 3, "3g.90gb": 2}),
+    "b300": ("HYPERPOD", {"1g.34gb": 7, "1g.67gb": 4, "2g.67gb": 3, "3g.135gb": 2, "4g.135gb": 1, "7g.269gb": 1}),
+}
+# Where a source gives every profile of the GPU, the catalog has exactly these; elsewhere at least these.
+COMPLETE = {"a30", "a100-40gb", "a100-80gb", "h100-80gb", "h100-nvl", "h200"}
+
+
+@pytest.mark.parametrize("key", sorted(PUBLISHED_PROFILES))
+def test_profile_names_and_instance_counts_are_nvidias(key):
+    _, published = PUBLISHED_PROFILES[key]
+    catalog = {profile.name: profile.max_instances for profile in gpu_model(key).profiles}
+    assert {name: catalog.get(name) for name in published} == published
+    if key in COMPLETE:
+        assert sorted(catalog) == sorted(published)
 
 
 @pytest.mark.parametrize("key", MODEL_IDS)
