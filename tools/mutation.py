@@ -57,10 +57,10 @@ GROUPS = (
           ("tests/kubeletplugin/test_driver_hostile.py", "tests/gpuplugin/test_driver_state.py", "tests/gpuplugin/test_driver_sharing.py")),
     Group("driver-state", ("gpudra/gpuplugin/state.py",),
           ("tests/gpuplugin/test_driver_state.py", "tests/kubeletplugin/test_driver_hostile.py", "tests/gpuplugin/test_driver_crash.py",
-           "tests/gpuplugin/test_driver_state_conflicts.py", "tests/kubeletplugin/test_driver_checkpoint_robust.py",
+           "tests/gpuplugin/test_driver_state_conflicts.py", "tests/gpuplugin/test_driver_checkpoint_robust.py",
            "tests/oracles/test_driver_state_upstream.py")),
     Group("cluster-store", ("gpudra/cluster/store.py", "gpudra/atomicfile.py"),
-          ("tests/cluster/test_cluster_store.py", "tests/cluster/test_cluster_controlplane.py", "tests/gpuplugin/test_durability.py",
+          ("tests/cluster/test_cluster_store.py", "tests/e2e/test_cluster_controlplane.py", "tests/gpuplugin/test_durability.py",
            "tests/oracles/test_cluster_store_upstream.py")),
     Group("allocator", ("gpudra/allocator/*.py",),
           ("tests/allocator/test_allocator_unit.py", "tests/allocator/test_allocator_variants.py", "tests/oracles/test_allocator_conformance.py",
@@ -70,8 +70,8 @@ GROUPS = (
           ("tests/scheduler/test_scheduler_filters.py", "tests/scheduler/test_scheduler_claims.py", "tests/scheduler/test_scheduler_policies.py",
            "tests/scheduler/test_scheduler_workloads.py", "tests/scheduler/test_scheduler_queue_run.py")),
     Group("simulate", ("gpudra/simulate/*.py",),
-          ("tests/simulate/test_simulate.py", "tests/simulate/test_simulate_manifests.py", "tests/oracles/test_simulate_artifact.py",
-           "tests/oracles/test_simulate_artifact_scores.py")),
+          ("tests/simulate/test_simulate.py", "tests/simulate/test_simulate_manifests.py", "tests/simulate/test_simulate_artifact.py",
+           "tests/simulate/test_simulate_artifact_scores.py")),
 )
 BY_NAME = {g.name: g for g in GROUPS}
 

@@ -10,7 +10,7 @@ request of `count` whole GPUs (a fully free GPU each: the device's `compute` cap
 default) or of one share of `milli`, on a GPU of an allowed model (the claim's CEL selector on productName).
 This path keeps that state per node and asks the same policy objects for the same scores, ties and GPUs, so it
 places every pod where the reference path does (tests/simulate/test_simulate_fastpath.py compares them pod by pod over
-many seeds and every policy; tests/oracles/test_simulate_artifact.py checks it against the FGD artifact's records).
+many seeds and every policy; tests/simulate/test_simulate_artifact.py checks it against the FGD artifact's records).
 
 What makes it fast: a policy's ranking of a node (`PaperPolicy.best_key`) depends only on the node's state and
 the task's shape, so each shape keeps its feasible nodes in a heap by that key and re-ranks only the nodes that

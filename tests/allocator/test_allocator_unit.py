@@ -261,7 +261,7 @@ def _strip_share_ids(value):
 
 
 def _case_report(case: Path) -> dict:
-    from test_allocator_conformance import _split, parse_args
+    from support.conformance import _split, parse_args
 
     args = parse_args((case / "args").read_text())
     objects = [d for d in yaml.safe_load_all((case / "input.yaml").read_text()) if d]

@@ -323,7 +323,7 @@ def test_a_server_that_refuses_version_is_told_how_to_do_without_it(tmp_path):
 
 @pytest.mark.parametrize("git_version, outcome", [("v1.34.2", "allocated"), ("v1.36.0", "unallocatable")])
 def test_allocate_on_a_live_cluster_follows_its_release(tmp_path, git_version, outcome):
-    from test_live_reader import FakeApiServer
+    from support.fake_apiserver import FakeApiServer
 
     with FakeApiServer(TAINTED, git_version=git_version) as server:
         kubeconfig = server.kubeconfig(str(tmp_path / "kubeconfig"))

@@ -19,19 +19,7 @@ from gpudra.controllers import ManagedCluster
 from gpudra.cel import budget
 from gpudra.scheduler import scheduler as scheduler_module
 from tests.support.builders import DRIVER, claim, device_class, devices, node, pod, resource_slice
-
-
-class SteppingClock:
-    """time.monotonic() that advances one second per reading."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.readings = 0
-
-    def monotonic(self) -> float:
-        self.readings += 1
-        self.now += 1.0
-        return self.now
+from support.clock import SteppingClock  # noqa: F401
 
 
 @pytest.fixture

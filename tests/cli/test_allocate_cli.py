@@ -18,7 +18,7 @@ from gpudra.allocator import search as search_module  # noqa: E402
 from gpudra.api.quantity import Quantity  # noqa: E402
 from gpudra.cel import budget  # noqa: E402
 from gpudra.cli.allocate import command  # noqa: E402
-from test_bounds_search import SteppingClock  # noqa: E402
+from support.clock import SteppingClock  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CONFORMANCE = ROOT / "tests" / "data" / "conformance"

@@ -262,7 +262,7 @@ def test_a_kubeconfig_that_skips_tls_verification_is_honoured_quietly(tmp_path):
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    from test_live_reader import FakeApiServer
+    from support.fake_apiserver import FakeApiServer
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "api.test")])
@@ -303,7 +303,7 @@ def test_the_models_plot_keeps_its_legend_off_the_bars_and_the_report_table_has_
 
     from gpudra.simulate import report
     from gpudra.simulate.sweep import Experiment, TraceSource, run_sweep
-    from test_simulate import NODES_CSV, PODS_CSV
+    from support.traces import NODES_CSV, PODS_CSV
 
     (tmp_path / "nodes.csv").write_text(NODES_CSV)
     (tmp_path / "pods.csv").write_text(PODS_CSV)

@@ -6,7 +6,6 @@ No GB200 hardware: the trays are simulated (gpudra.discovery's gb200-nvl72 profi
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from gpudra.cluster.nodes import down, install_device_classes, up
 from gpudra.cluster.kubelet import read_record
 from gpudra.computedomain.controller import DOMAIN_LABEL, channel_domain
 from gpudra.discovery.profiles import rack_clique
+from support.doc_blocks import computedomain_commands
 
 EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "computedomain" / "computedomain.yaml"
 
@@ -112,16 +112,9 @@ def test_a_job_on_one_clique_shares_an_imex_channel_and_tears_down(cluster_state
     assert items(directory, "daemonsets") == []
 
 
-def readme_commands() -> list[str]:
-    text = (Path(__file__).resolve().parent.parent.parent / "docs" / "driver.md").read_text(encoding="utf-8")
-    section = text.split("\n## ComputeDomains on the local cluster", 1)[1]
-    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
-    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
-
-
 def test_readme_computedomain_commands_run(cluster_state, monkeypatch):
     """docs/driver.md's ComputeDomains block, as written, in order (its cluster in the private state home)."""
-    commands = readme_commands()
+    commands = computedomain_commands()
     assert commands[0].startswith("gpudra cluster up --racks") and commands[-1] == "gpudra cluster down"
     monkeypatch.chdir(Path(__file__).resolve().parent.parent.parent)
     outputs: dict[str, str] = {}

@@ -253,7 +253,7 @@ def _run_in_process(args: list[str], redirect: str | None, monkeypatch: pytest.M
     args = args[1:]
     with contextlib.ExitStack() as stack:
         if "--context" in args:  # a live cluster: a loopback API server with examples/ in it
-            from test_live_reader import FakeApiServer
+            from support.fake_apiserver import FakeApiServer
 
             from gpudra.kube.reader import CLUSTER_KINDS
 
@@ -327,7 +327,7 @@ def _check_options(command: str) -> None:
 
 
 def test_every_readme_command_runs(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from test_readme_local_cluster import readme_commands as local_cluster_commands
+    from support.doc_blocks import readme_commands as local_cluster_commands
 
     commands = readme_code_commands()
     assert len(commands) > 30
@@ -366,8 +366,8 @@ def test_every_readme_command_runs(workdir: Path, monkeypatch: pytest.MonkeyPatc
             assert "Traceback" not in output, part
             ran.append(part)
     # the walkthroughs, each run in order by its own test
-    from test_computedomain_flow import readme_commands as computedomain_commands
-    from test_readme_local_cluster import front_door_commands
+    from support.doc_blocks import computedomain_commands
+    from support.doc_blocks import front_door_commands
 
     elsewhere = [command for section, command, _ in commands if _run_elsewhere(section)
                  and not section.startswith("real-control-plane.md")]

@@ -3,38 +3,17 @@
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import tempfile
 import time
-from pathlib import Path
 
 from click.testing import CliRunner
 
 from gpudra.cli import cli
 from gpudra.cluster.layout import ClusterDir
 from gpudra.cluster.nodes import down
-
-ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-def sh_block(path: Path, heading: str) -> list[str]:
-    """The commands of the first ```sh block under `heading` in the Markdown file at `path`."""
-    text = path.read_text(encoding="utf-8")
-    section = text.split(f"\n{heading}", 1)[1]
-    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
-    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
-
-
-def readme_commands() -> list[str]:
-    """docs/local-cluster.md's walkthrough (also run on the real control plane by tests/oracles/test_kube_cluster.py)."""
-    return sh_block(ROOT / "docs" / "local-cluster.md", "## Walkthrough")
-
-
-def front_door_commands() -> list[str]:
-    """The README's short local-cluster example."""
-    return sh_block(ROOT / "README.md", "### 3. Run a local cluster")
+from support.doc_blocks import ROOT, sh_block, readme_commands, front_door_commands  # noqa: F401
 
 
 def _tainted_soon(cluster: ClusterDir, node: str, device: str) -> bool:

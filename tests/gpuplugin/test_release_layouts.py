@@ -33,7 +33,7 @@ from gpudra.discovery import open_backend
 from gpudra.versions import KNOWN_PATCH_ISSUES, partitionable_layout
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from test_allocator_conformance import CASES, compare_reports, parse_args  # noqa: E402
+from support.conformance import CASES, compare_reports, parse_args  # noqa: E402
 
 Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -399,7 +399,7 @@ def test_simulate_needs_consumable_capacity_for_dra_mode_on_1_34():
 
 
 def test_simulated_release_reaches_the_scheduler():
-    from test_simulate import small_trace
+    from support.traces import small_trace
 
     from gpudra.simulate.engine import start
 

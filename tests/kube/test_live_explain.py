@@ -9,7 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 from gpudra.cli import cli
-from test_live_reader import FakeApiServer
+from support.fake_apiserver import FakeApiServer
 
 SCENARIO = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "explain", "held-and-cpu.yaml")
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from gpudra.cli import cli
 from test_live_explain import SCENARIO, _objects
-from test_live_reader import FakeApiServer
+from support.fake_apiserver import FakeApiServer
 
 
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"

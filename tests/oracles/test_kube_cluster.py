@@ -271,7 +271,7 @@ def test_the_computedomain_walkthrough_runs_on_the_real_control_plane():
     controller makes the IMEX daemons' DaemonSet, the real DaemonSet controller its pods on the labelled trays, the
     real Job controller the indexed workers, both plugins of each tray prepare the claims, and the domain goes
     Ready with both trays; deleting the Job and then the domain tears everything down."""
-    from test_computedomain_flow import readme_commands as computedomain_commands
+    from support.doc_blocks import computedomain_commands
 
     built()
 
@@ -298,7 +298,7 @@ def test_the_readme_walkthrough_runs_on_the_real_control_plane(tmp_path):
     """The README's "Local cluster" commands, as written, on a cluster brought up with --api-server kubernetes:
     `get`, `apply`, `describe` and `delete` become the release's kubectl, `explain` reads the cluster through its
     kubeconfig, the driver's health event taints the device in the slice the real API server holds."""
-    from test_readme_local_cluster import readme_commands
+    from support.doc_blocks import readme_commands
 
     built()
 

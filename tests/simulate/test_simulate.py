@@ -25,30 +25,7 @@ from gpudra.simulate.objects import node_inventory, pod_objects
 from gpudra.simulate.report import write_outputs
 from gpudra.simulate.trace import Task, Trace, TraceError, TraceNode, load_trace, read_nodes, read_tasks
 from sim_direct_model import experiment as artifact_experiment
-
-NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model
-n-0,32000,131072,2,T4
-n-1,64000,262144,4,G2
-n-2,96000,393216,8,G2
-n-3,16000,65536,0,
-n-4,32000,131072,1,P100
-"""
-PODS_CSV = """name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time
-p-0,4000,8192,1,500,,LS,Running,0,100,0
-p-1,2000,4096,1,250,T4,LS,Running,10,50,10
-p-2,8000,16384,2,1000,,LS,Running,20,200,20
-p-3,1000,2048,0,0,,BE,Running,30,40,30
-p-4,4000,8192,1,1000,G2|P100,LS,Running,40,400,40
-p-5,6000,8192,1,330,,LS,Running,50,60,50
-p-6,16000,32768,4,1000,,LS,Running,60,70,60
-"""
-
-
-def small_trace(copies: int = 6) -> Trace:
-    """The nodes above, `copies` times over (90 GPUs: arrived demand passes every percent near 100)."""
-    nodes = [TraceNode(f"{n.name}-{c}", n.cpu_milli, n.memory_mib, n.gpus, n.model)
-             for c in range(copies) for n in read_nodes(io.StringIO(NODES_CSV))]
-    return Trace("small", nodes, read_tasks(io.StringIO(PODS_CSV)))
+from support.traces import NODES_CSV, PODS_CSV, small_trace  # noqa: F401
 
 
 # ----- traces ---------------------------------------------------------------------------------------------
@@ -452,7 +429,7 @@ def test_tuned_experiment_places_every_task_as_the_artifact_would(policy):
     """A tune experiment (tasks sampled with replacement, the seed's tie order) through the real scheduler and
     allocator, pod by pod, node and GPU indices, against the FGD artifact's decisions on the same workload
     (tests/oracles/fgd_artifact.py, which imports nothing from gpudra and reproduces the artifact binary's
-    recorded placements: tests/oracles/test_simulate_artifact.py). The small trace pins tasks to T4 and to G2|P100."""
+    recorded placements: tests/simulate/test_simulate_artifact.py). The small trace pins tasks to T4 and to G2|P100."""
     from gpudra.simulate.engine import start
 
     trace = small_trace()

@@ -12,7 +12,7 @@ from distributed import LocalCluster  # the test extra installs gpudra[distribut
 from gpudra.simulate import distributed as dask_sweeps
 from gpudra.simulate.sweep import Experiment, TraceSource
 
-from test_simulate import NODES_CSV, PODS_CSV
+from support.traces import NODES_CSV, PODS_CSV
 
 
 def _simulate(*args: str) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ from gpudra.simulate.engine import start, tuned_workload
 from gpudra.simulate.policies import ONLINE_POLICIES, SIM_POLICIES
 from gpudra.simulate.trace import MILLI, Task, Trace, TraceNode
 
-from test_simulate import small_trace
+from support.traces import small_trace
 from test_simulate_artifact import POLICIES as ARTIFACT_POLICIES
 from test_simulate_artifact import TRACES as ARTIFACT_TRACES
 from test_simulate_artifact import replay_against_artifact
@@ -124,6 +124,6 @@ def test_the_reference_path_serves_what_the_fast_path_cannot_hold():
 @pytest.mark.parametrize("trace", ARTIFACT_TRACES)
 @pytest.mark.parametrize("policy", ARTIFACT_POLICIES)
 def test_the_reference_path_places_every_pod_where_the_artifact_does(trace, policy):
-    """tests/oracles/test_simulate_artifact.py replays the artifact's records on the default path (the fast one for these
+    """tests/simulate/test_simulate_artifact.py replays the artifact's records on the default path (the fast one for these
     traces); the reference path, which the fast one is checked against, must match them too."""
     assert replay_against_artifact(trace, policy, fast=False).fast is None

@@ -15,7 +15,7 @@ from gpudra.simulate.fgd import typical_tasks
 from gpudra.simulate.popularity import REFRESH_INTERVAL, OnlinePopularity
 from gpudra.simulate.trace import MILLI, Task, Trace, TraceNode
 
-from test_simulate import small_trace
+from support.traces import small_trace
 
 ONLINE = {"fgd": "fgd-online", "fragmentation": "fragmentation-online"}
 
@@ -126,7 +126,8 @@ def test_cached_scores_are_the_fresh_ones_across_estimates(policy, indexed):
 
 
 def test_the_online_variants_run_by_name_but_not_in_all(tmp_path):
-    from test_simulate import NODES_CSV, PODS_CSV, _cli
+    from support.traces import NODES_CSV, PODS_CSV
+    from test_simulate import _cli
 
     (tmp_path / "nodes.csv").write_text(NODES_CSV)
     (tmp_path / "pods.csv").write_text(PODS_CSV)

@@ -1,6 +1,6 @@
 """Issue 32: `fragmentation` allocated less than FGD below saturation because its tie rule put small tasks on the
 few nodes that alone host the whole-node tasks (gpudra/simulate/reserve.py). FGD, as the artifact places pods
-(tests/oracles/test_simulate_artifact.py), is the yardstick."""
+(tests/simulate/test_simulate_artifact.py), is the yardstick."""
 
 from __future__ import annotations
 

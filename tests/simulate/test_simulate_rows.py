@@ -12,7 +12,7 @@ from gpudra.simulate import run_experiment
 from gpudra.simulate import budget
 from gpudra.simulate.report import html_report
 from gpudra.simulate.sweep import Experiment, TraceSource, summarize
-from test_simulate import NODES_CSV, PODS_CSV, small_trace
+from support.traces import NODES_CSV, PODS_CSV, small_trace
 
 
 def _cli(tmp_path, *args: str) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ from gpudra.simulate.fgd import Fragmentation, NodeRes, TypicalTask, fgd_choice
 from gpudra.simulate.objects import NAMESPACE, node_objects
 from gpudra.simulate.trace import MILLI, TraceNode
 
-from test_simulate import small_trace
+from support.traces import small_trace
 
 
 def _devices(allocation: dict) -> list:

@@ -1,5 +1,5 @@
 """The paper policies' score arithmetic and the fragmentation ratio, where the recorded artifact traces
-(tests/oracles/test_simulate_artifact.py) do not reach: cosmic-ray mutants that survived them (README, "Mutation
+(tests/simulate/test_simulate_artifact.py) do not reach: cosmic-ray mutants that survived them (README, "Mutation
 testing"). Expected answers come from the FGD artifact (hkust-adsl/kubernetes-scheduler-simulator): its own Go
 test table, its Go score code worked by hand in int64 arithmetic (written out in each docstring), its analysis
 script, and tests/oracles/fgd_artifact.py (no gpudra import; checked against the artifact binary's records).
