@@ -244,7 +244,7 @@ def test_a_small_trace_still_reports_its_allocation_at_100_percent():
 
 # ----- experiments through the real scheduler --------------------------------------------------------------
 POLICIES = ("random", "dotprod", "gpu-clustering", "gpu-packing", "bestfit", "fgd", "kube", "binpack",
-            "fragmentation")
+            "fgd-reserve")
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -488,9 +488,9 @@ def test_ties_follow_one_random_node_order_per_seed():
     assert len(firsts) > 1
 
 
-def test_fragmentation_breaks_fgds_ties_where_the_free_cpu_strands_gpus():
+def test_fgd_reserve_breaks_fgds_ties_where_the_free_cpu_strands_gpus():
     """The typical task wants 8 cores per GPU. A 1-core, 1-GPU task scores the same with FGD on both nodes (it
-    fits both before and after), so FGD's node order decides; `fragmentation` takes the GPU that node n-y's
+    fits both before and after), so FGD's node order decides; `fgd-reserve` takes the GPU that node n-y's
     12 cores could not serve (only one 8-core copy fits there), whatever the order."""
     from gpudra.simulate.engine import start
 
@@ -498,31 +498,31 @@ def test_fragmentation_breaks_fgds_ties_where_the_free_cpu_strands_gpus():
     typical = [Task(f"t-{i}", 8000, 1024, 1, 1000) for i in range(20)]
     probe = Task("probe", 1000, 1024, 1, 1000)
     trace = Trace("cpu-strands", nodes, typical + [probe])
-    chosen = {"fgd": set(), "fragmentation": set()}
+    chosen = {"fgd": set(), "fgd-reserve": set()}
     for seed in range(8):
         for policy in chosen:
             run = start(trace, [("probe", probe)], policy, seed, "dra", random.Random(seed))
             chosen[policy].add(run.scheduler.schedule_pod("sim/probe").node)
     assert chosen["fgd"] == {"n-x", "n-y"}  # a tie: the seed's node order decides
-    assert chosen["fragmentation"] == {"n-y"}
+    assert chosen["fgd-reserve"] == {"n-y"}
 
 
-def test_fragmentation_leaves_the_model_pinned_tasks_need_to_them():
+def test_fgd_reserve_leaves_the_model_pinned_tasks_need_to_them():
     """openb gpuspec25's pattern: T4 GPUs are scarce for the tasks pinned to them, and the T4 node is short of
     CPU (its GPUs look stranded), so the CPU-aware growth alone does not keep an unpinned task off it. Among FGD's
-    equals `fragmentation` ranks the G2 node first for an unpinned task; for a task pinned to T4 only the CPU
+    equals `fgd-reserve` ranks the G2 node first for an unpinned task; for a task pinned to T4 only the CPU
     rule counts."""
     from types import SimpleNamespace
 
     from gpudra.simulate.fgd import fragmentation_growth
-    from gpudra.simulate.policies import FragmentationPolicy
+    from gpudra.simulate.policies import FgdReservePolicy
 
     typical = ([Task(f"pinned-{i}", 4000, 1024, 1, 1000, ("T4",)) for i in range(2)]
                + [Task(f"pinned-g2-{i}", 4000, 1024, 1, 1000, ("G2",)) for i in range(2)]
                + [Task(f"any-{i}", 4000, 1024, 1, 1000) for i in range(16)])
     fragmentation = Fragmentation(typical_tasks(typical))
     # as many tasks pinned to each model, but ten times as many G2 GPUs: T4 is the scarce one
-    policy = FragmentationPolicy(SimpleNamespace(fragmentation=fragmentation, model_gpus={"T4": 8, "G2": 80},
+    policy = FgdReservePolicy(SimpleNamespace(fragmentation=fragmentation, model_gpus={"T4": 8, "G2": 80},
                                                  node_gpus={}, tasks={}))  # no whole-node shape to reserve
     t4, g2 = NodeRes(8000, 8000, (1000,) * 8, "T4"), NodeRes(64000, 64000, (1000,) * 8, "G2")
     unpinned, pinned = Task("probe", 4000, 1024, 1, 1000), Task("pinned-probe", 4000, 1024, 1, 1000, ("T4",))

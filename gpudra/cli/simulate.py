@@ -11,7 +11,7 @@ import click
 from gpudra.cli.errors import UsageError
 from gpudra.cli.options import features_option, kubernetes_version_option
 from gpudra.cli.output import output_option
-from gpudra.simulate.engine import ALL_POLICIES, DEFAULT_TUNE, KNOWN_POLICIES, METHODS, PATHS
+from gpudra.simulate.engine import ALL_POLICIES, DEFAULT_TUNE, KNOWN_POLICIES, METHODS, PATHS, RENAMED_POLICIES
 from gpudra.simulate.trace import BUNDLED_TRACES, DEFAULT_TRACE
 
 
@@ -36,7 +36,9 @@ def _split(values: tuple[str, ...]) -> list[str]:
 @click.option("--policy", "--policies", "policies", multiple=True, metavar="NAME",
               help=f"Scoring policies, comma-separated or repeated: {', '.join(KNOWN_POLICIES)}, or 'all' "
                    "(all but the -online variants, which learn task popularity from the tasks arrived so far) "
-                   "[default: fgd; kube with -f].")
+                   "[default: fgd; kube with -f]. fgd-reserve: FGD, its ties broken to keep scarce GPU models "
+                   "and the hosts of whole-node tasks free (the simulator's 'fragmentation' before; with -f, "
+                   "'fragmentation' is the scheduler's policy, as in gpudra schedule).")
 @click.option("--seed", type=int, default=42, show_default=True, help="First seed (the paper's are 42..51).")
 @click.option("--seeds", type=click.IntRange(1, None), default=1, show_default=True,
               help="How many seeds, from --seed on.")
@@ -58,7 +60,7 @@ def _split(values: tuple[str, ...]) -> list[str]:
               help="tune: the paper's method; events: creation/deletion times of the trace.")
 @click.option("--path", "path", type=click.Choice(PATHS), default="auto", show_default=True,
               help="Which path places the pods: fast (the node model, the same placements; DRA mode, the "
-                   "paper's policies and fragmentation, simple task shapes), reference (every pod through gpudra's "
+                   "paper's policies and fgd-reserve, simple task shapes), reference (every pod through gpudra's "
                    "scheduler and allocator, 10-30x the CPU), auto: fast where it applies.")
 @click.option("--levels", default="", metavar="PERCENTS",
               help="Arrived-demand levels (% of capacity, e.g. 70,80,90,100) whose served share the table shows, "
@@ -117,6 +119,14 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
     if "all" in chosen:
         chosen = usable if manifests else list(ALL_POLICIES)
     unknown = [p for p in chosen if p not in usable]
+    renamed = [p for p in unknown if p in RENAMED_POLICIES]
+    if renamed and not manifests:
+        from gpudra.simulate.engine import SimulationError, check_trace_policy
+
+        try:
+            check_trace_policy(renamed[0])
+        except SimulationError as exc:
+            raise UsageError(str(exc)) from None
     if unknown:
         with_manifests = " with -f (the paper's policies need a trace)" if manifests else ""
         raise UsageError(f"unknown policy {unknown[0]!r}{with_manifests}; choose from {', '.join(usable)} or all")

@@ -18,6 +18,8 @@ A physical device is a group of node-local devices drawing on one counter set (a
 partitions), or a device on its own (`ClusterState.device_group`); it is "free" while nothing is allocated from it.
 - `fragmentation`: in the spirit of Fragmentation Gradient Descent (Weng et al., USENIX ATC'23) — prefer the
   node (and devices) whose allocation least increases the node's expected fragmentation. See `fragmentation.py`.
+  Not the simulator's `fgd-reserve` (gpudra.simulate.policies: the paper's FGD on trace task shapes, its ties
+  broken by a hosting reserve), which `gpudra simulate` called `fragmentation` before.
 
 binpack, spread and fragmentation look at every node (percentageOfNodesToScore = 100): they are about placement
 quality, not speed.

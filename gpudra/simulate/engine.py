@@ -28,13 +28,19 @@ from .fgd import Fragmentation, NodeRes, typical_tasks
 from .objects import MODES, NAMESPACE, cluster_objects, gpu_device_id, pod_objects
 from . import fastpath
 from .fastpath import FastContext, FastScheduler, FastState
-from .policies import (ONLINE_POLICIES, PAPER_POLICIES, SIM_POLICIES, SimContext, node_ranks, paper_policy,
-                       paper_policy_class)
+from .policies import (ONLINE_POLICIES, PAPER_POLICIES, SIM_POLICIES, FgdReservePolicy, SimContext, node_ranks,
+                       paper_policy, paper_policy_class)
 from .timeslicing import DEFAULT_REPLICAS, MIN_REPLICAS, ReplicaState, replicas_asked
 from .trace import MILLI, Task, Trace
 
-ALL_POLICIES = PAPER_POLICIES + tuple(p for p in GPUDRA_POLICIES if p != "spread")  # what `--policies all` runs
+# What `--policies all` runs on a trace: the paper's policies, the scheduler's kube and binpack, and gpudra's
+# fgd-reserve. Not the scheduler's spread, nor its fragmentation (FGD adapted to DRA, one allocator search per workload
+# class and node: for manifests, where `fragmentation` means it as in `gpudra schedule`).
+ALL_POLICIES = PAPER_POLICIES + ("kube", "binpack", FgdReservePolicy.name)
 KNOWN_POLICIES = ALL_POLICIES + ONLINE_POLICIES  # and the variants that learn task popularity online, by name
+# The simulator's old names for its own policies: refused with the new name, so that a script written for them
+# does not silently run the scheduler's `fragmentation`, a different algorithm.
+RENAMED_POLICIES = {"fragmentation": "fgd-reserve", "fragmentation-online": "fgd-reserve-online"}
 DEFAULT_TUNE = 1.3
 METHODS = ("tune", "events")
 # Which path places the pods: `fast` (fastpath.py: the node model, the same placements, tested pod by pod), the
@@ -56,6 +62,16 @@ def check_tune(tune: float) -> None:
     if not (0 <= tune <= MAX_TUNE):  # also false for NaN
         raise SimulationError(f"tune: must be from 0 to {MAX_TUNE:g} (0: every task of the trace once, in random "
                               f"order), not {tune:g}")
+
+
+def check_trace_policy(policy: str) -> None:
+    """SimulationError unless `policy` replays a trace (KNOWN_POLICIES, or the scheduler's spread); an old name
+    says its new one."""
+    if policy in RENAMED_POLICIES:
+        raise SimulationError(f"policy {policy!r} was renamed {RENAMED_POLICIES[policy]!r} (FGD with the "
+                              "hosting-reserve tie-break); the scheduler's 'fragmentation' applies to -f manifests")
+    if policy not in SIM_POLICIES and policy not in GPUDRA_POLICIES:
+        raise SimulationError(f"unknown policy {policy!r}; choose from {', '.join(KNOWN_POLICIES)}")
 
 
 def path_taken(trace: Trace, policy: str, mode: str, release: "Release" = None, path: str = "auto") -> str:
@@ -240,8 +256,7 @@ def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int
     unless `node_rank` gives it (node -> rank, the artifact's "%04d-" name prefix). `release`: (Kubernetes
     version, --features text) the scheduler and allocator behave as (None: 1.36's). `fast`: place pods on the
     fast path where it applies (False: always the reference path, gpudra's scheduler and allocator)."""
-    if policy not in SIM_POLICIES and policy not in GPUDRA_POLICIES:
-        raise SimulationError(f"unknown policy {policy!r}; choose from {', '.join(KNOWN_POLICIES)}")
+    check_trace_policy(policy)
     tasks = {f"{NAMESPACE}/{pod_name}": task for pod_name, task in workload}
     node_gpus = {n.name: (n.model, [gpu_device_id(n.name, i) for i in range(n.gpus)]) for n in trace.nodes}
     fragmentation = Fragmentation(typical_tasks(trace.tasks))

@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Callable, Iterable, cast
 
 from .fgd import Fragmentation, NodeRes, accessible, fits_gpus
 from .objects import MAX_PODS, NAMESPACE
-from .policies import (BestFitPolicy, DotProdPolicy, FgdPolicy, FragmentationPolicy, GpuClusteringPolicy,
+from .policies import (BestFitPolicy, DotProdPolicy, FgdPolicy, FgdReservePolicy, GpuClusteringPolicy,
                        GpuPackingPolicy, PaperPolicy, RandomPolicy, SimContext)
 from .trace import MILLI, Task, TraceNode
 
 # the policies whose node ranking depends only on (node state, task shape, node rank): a subclass that reads
 # more (an online statistic, say) is not in this list and takes the reference path
 FAST_POLICIES = (RandomPolicy, DotProdPolicy, GpuClusteringPolicy, GpuPackingPolicy, BestFitPolicy, FgdPolicy,
-                 FragmentationPolicy)
+                 FgdReservePolicy)
 FAST_POLICY_NAMES = tuple(cls.name for cls in FAST_POLICIES)
 # ... and those whose key but for its last part (minus the node's rank) reads only the node's NodeRes
 # (GpuClusteringScore also reads the kinds of pods on the node)

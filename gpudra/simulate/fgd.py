@@ -101,7 +101,7 @@ def typical_of_counts(counts: Counter[ResourceKey], threshold: int = POPULARITY_
 class Fragmentation:
     """F_n for node states, memoised: nodes with equal (model, free cpu, free milli multiset) are equal.
 
-    `cpu_aware` (gpudra's `fragmentation` policy, not the paper): a typical task that fits makes usable only
+    `cpu_aware` (gpudra's `fgd-reserve` policy, not the paper): a typical task that fits makes usable only
     the GPUs the node's free CPU can serve copies of it on: with c cores free and a task of k cores, at most
     c // k copies, so at most that many of the GPUs it fits (those with the most free milli, one copy each;
     whole-GPU tasks: that many groups of its GPU count). The paper counts every GPU the task fits as usable,

@@ -342,9 +342,9 @@ class FgdPolicy(PaperPolicy):
         return fgd_choice(self.measure(), res, task.cpu_milli, task.gpu_milli, task.num_gpu)[1]
 
 
-class FragmentationPolicy(FgdPolicy):
-    """gpudra's `fragmentation` in the simulator: FGD's score and GPU choice first; where FGD's scores tie, in
-    order: for a GPU task free to run on any model, the model that tasks pinned to GPU models (`gpu_spec`) need
+class FgdReservePolicy(FgdPolicy):
+    """`fgd-reserve`: FGD's score and GPU choice first; FGD's equals are ranked by what they keep in reserve for
+    the tasks that need scarce resources (a GPU model, a whole node), in order: for a GPU task free to run on any model, the model that tasks pinned to GPU models (`gpu_spec`) need
     least (`pinned_demand_per_gpu`: it leaves the scarce models to the tasks that can run nowhere else; without
     it, CPU-poor P100/V100 nodes, whose GPUs look stranded, drew unpinned tasks and openb gpuspec25 lost 62 GPUs);
     the node whose hosts of whole-node shapes the placement takes least (`reserve.HostingReserve`: without it the
@@ -358,10 +358,12 @@ class FragmentationPolicy(FgdPolicy):
     serves one copy: 8 free GPUs next to 4 free cores are "unfragmented" for a 4-core, 1-GPU task. Among the
     nodes FGD finds equal, the tie rule takes the one where the free CPU strands fewest GPUs. The remaining ties
     keep FGD's order, which packs: idle nodes stay idle for the multi-GPU tasks no typical task represents.
-    Node state is read as for FGD (what the cluster and the allocator hold); gpudra.scheduler.fragmentation
-    (one allocator search per workload class and node) is kept for clusters given as manifests."""
+    Node state is read as for FGD (what the cluster and the allocator hold). Not the scheduler's `fragmentation`
+    (gpudra.scheduler.fragmentation: FGD adapted to DRA, one allocator search per workload class and node), which
+    scores clusters given as manifests; this policy was called `fragmentation` in the simulator until both had
+    their own names."""
 
-    name = "fragmentation"
+    name = "fgd-reserve"
 
     def __init__(self, context: SimContext):
         super().__init__(context)
@@ -435,19 +437,19 @@ class FgdOnlinePolicy(FgdPolicy):
     online = True
 
 
-class FragmentationOnlinePolicy(FragmentationPolicy):
-    """`fragmentation` with the typical tasks (both measures and the pinned-model demand) estimated from the
+class FgdReserveOnlinePolicy(FgdReservePolicy):
+    """`fgd-reserve` with the typical tasks (both measures and the pinned-model demand) estimated from the
     tasks arrived so far (`popularity.OnlinePopularity`)."""
 
-    name = "fragmentation-online"
+    name = "fgd-reserve-online"
     online = True
 
 
 _CLASSES = {cls.name: cls for cls in (RandomPolicy, DotProdPolicy, GpuClusteringPolicy, GpuPackingPolicy,
-                                       BestFitPolicy, FgdPolicy, FragmentationPolicy, FgdOnlinePolicy,
-                                       FragmentationOnlinePolicy)}
-SIM_POLICIES = tuple(_CLASSES)  # the paper's six, gpudra's fragmentation, and both with online popularity
-ONLINE_POLICIES = (FgdOnlinePolicy.name, FragmentationOnlinePolicy.name)
+                                       BestFitPolicy, FgdPolicy, FgdReservePolicy, FgdOnlinePolicy,
+                                       FgdReserveOnlinePolicy)}
+SIM_POLICIES = tuple(_CLASSES)  # the paper's six, gpudra's fgd-reserve, and both with online popularity
+ONLINE_POLICIES = (FgdOnlinePolicy.name, FgdReserveOnlinePolicy.name)
 
 
 def paper_policy(name: str, context: SimContext) -> PaperPolicy:
