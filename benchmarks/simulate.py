@@ -43,9 +43,9 @@ def main() -> int:
         except SimulationError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        rows.append({"policy": policy, "path": result["path"], "tasks": result["tasks"], "seconds": result["seconds"],
-                     "cpu_seconds": result["cpu_seconds"], "allocation_ratio": result["allocation_ratio"],
-                     "unallocated_gpus": result["unallocated_gpus"]})
+        rows.append({"policy": policy, "path": result.path, "tasks": result.tasks, "seconds": result.seconds,
+                     "cpu_seconds": result.cpu_seconds, "allocation_ratio": result.allocation_ratio,
+                     "unallocated_gpus": result.unallocated_gpus})
     print(f"{'policy':<16}{'path':<11}{'tasks':>8}{'seconds':>10}{'cpu s':>10}{'alloc%@100':>12}{'unallocated':>13}")
     for row in rows:
         print(f"{row['policy']:<16}{row['path']:<11}{row['tasks']:>8}{row['seconds']:>10.1f}{row['cpu_seconds']:>10.1f}"

@@ -72,12 +72,12 @@ def test_shares_and_whole_gpus_place_as_gpudra_schedule_does(tmp_path):
     result = run_manifests(Manifests("w", objects), "binpack")
     cluster = ManagedCluster(objects)
     expected = Scheduler(cluster, policy="binpack").run()
-    assert result["scheduled"] == sum(1 for r in expected if r.scheduled) >= 3
-    assert [p["pod"] for p in result["unschedulable"]] == [r.pod for r in expected if not r.scheduled]
+    assert result.scheduled == sum(1 for r in expected if r.scheduled) >= 3
+    assert [p.pod for p in result.unschedulable] == [r.pod for r in expected if not r.scheduled]
     # a GPU any claim uses counts as allocated, shared or not
     in_use = len(set(cluster.allocated_devices))
-    assert 0 < in_use < 3 and result["allocation_ratio"] == round(100 * in_use / 3, 4)
-    assert result["unallocated_gpus"] == 3 - in_use
+    assert 0 < in_use < 3 and result.allocation_ratio == round(100 * in_use / 3, 4)
+    assert result.unallocated_gpus == 3 - in_use
 
 
 def test_manifest_usage_errors_exit_2(tmp_path):

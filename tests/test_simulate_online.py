@@ -4,6 +4,7 @@ far (`gpudra/simulate/popularity.py`) instead of the whole trace (the FGD artifa
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -69,10 +70,9 @@ def test_online_equals_offline_when_the_task_mix_never_changes(policy):
     constant = Trace("constant", trace.nodes, [Task(f"t-{i}", 4000, 8192, 1, 500) for i in range(20)])
     offline = run_experiment(constant, policy, seed=5, tune=1.6)
     online = run_experiment(constant, ONLINE[policy], seed=5, tune=1.6)
-    assert online["tasks"] >= 64  # estimates taken again at 1, 2, 4, …, 64 tasks at least
-    for volatile in ("seconds", "cpu_seconds", "policy", "path"):  # offline: fast path; online: reference
-        offline.pop(volatile), online.pop(volatile)
-    assert online == offline
+    assert online.tasks >= 64  # estimates taken again at 1, 2, 4, …, 64 tasks at least
+    # offline: fast path; online: reference
+    assert replace(online.timeless(), policy="", path=None) == replace(offline.timeless(), policy="", path=None)
 
 
 @pytest.mark.parametrize("policy", sorted(ONLINE))
@@ -151,8 +151,8 @@ def test_the_comparison_tool_reads_simulate_json_and_counts_seeds(tmp_path):
     trace = small_trace()
     results = [run_experiment(trace, policy, seed=seed, tune=1.6) for policy in ("fgd", "fgd-reserve-online")
                for seed in (1, 2)]
-    extra = dict(results[0], seed=9)  # FGD alone on seed 9: in FGD's mean, not in the paired comparison
-    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results + [extra]))
+    extra = replace(results[0], seed=9)  # FGD alone on seed 9: in FGD's mean, not in the paired comparison
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r.to_json()) + "\n" for r in results + [extra]))
     tool = Path(__file__).resolve().parent.parent / "tools" / "frag_vs_fgd.py"
     done = subprocess.run([sys.executable, str(tool), str(tmp_path / "runs.jsonl"), "--levels", "50,100", "--json"],
                           capture_output=True, text=True, timeout=60)
@@ -160,8 +160,8 @@ def test_the_comparison_tool_reads_simulate_json_and_counts_seeds(tmp_path):
     rows = json.loads(done.stdout.splitlines()[-1])["small"]
 
     def at(policy, seed, level):
-        run = next(r for r in results if r["policy"] == policy and r["seed"] == seed)
-        return run["series"]["allocation_ratio"][run["series"]["arrived_percent"].index(level)]
+        run = next(r for r in results if r.policy == policy and r.seed == seed)
+        return run.series["allocation_ratio"][list(run.series["arrived_percent"]).index(level)]
 
     assert [row["level"] for row in rows] == [50, 100]
     for row in rows:

@@ -63,9 +63,9 @@ def test_fgd_reserve_allocates_at_least_fgds_share_at_every_level_and_more_at_sa
     less than FGD from 70% to 95% arrived demand (README, 10 seeds, 0 of 10 ahead)."""
     trace = bundled_trace("multigpu30")
     fgd, ours = (run_experiment(trace, policy, 42) for policy in ("fgd", "fgd-reserve"))
-    theirs = dict(zip(fgd["series"]["arrived_percent"], fgd["series"]["allocation_ratio"]))
-    mine = dict(zip(ours["series"]["arrived_percent"], ours["series"]["allocation_ratio"]))
+    theirs = dict(zip(fgd.series["arrived_percent"], fgd.series["allocation_ratio"]))
+    mine = dict(zip(ours.series["arrived_percent"], ours.series["allocation_ratio"]))
     for level in range(50, 101):
         assert mine[level] >= theirs[level], level
     assert mine[100] > theirs[100]
-    assert ours.get("path") == "fast"  # on the fast path: about 2 s of CPU on the default trace
+    assert ours.path == "fast"  # on the fast path: about 2 s of CPU on the default trace

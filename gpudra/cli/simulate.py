@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -13,6 +13,9 @@ from gpudra.cli.options import features_option, kubernetes_version_option
 from gpudra.cli.output import output_option
 from gpudra.simulate.engine import ALL_POLICIES, DEFAULT_TUNE, KNOWN_POLICIES, METHODS, PATHS, RENAMED_POLICIES
 from gpudra.simulate.trace import BUNDLED_TRACES, DEFAULT_TRACE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpudra.simulate.results import ExperimentResult
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -283,17 +286,18 @@ def _nvl72(traces: tuple[str, ...], nodes_csv: str | None, manifests: tuple[str,
 WIDE_LEVELS = (70, 80, 90)  # the levels -o wide shows without --levels
 
 
-def _print(results: list[dict], output: str, levels: tuple[int, ...] = ()) -> None:
+def _print(results: "list[ExperimentResult]", output: str, levels: tuple[int, ...] = ()) -> None:
     from gpudra.cli.output import echo_experiments
     from gpudra.simulate.report import summary_csv
     from gpudra.simulate.sweep import summarize
 
     shown = levels or (WIDE_LEVELS if output == "wide" else ())
-    echo_experiments(results, output, lambda rows: summarize(rows, shown),
+    # -o json/yaml print each experiment's JSON form; the table and CSV summarize the records themselves
+    echo_experiments([r.to_json() for r in results], output, lambda _: summarize(results, shown),
                      lambda rows: summary_csv(rows, shown), lambda rows, wide: _table(rows, wide, shown))
 
 
-def _write(results: list[dict], out_dir: str) -> None:
+def _write(results: "list[ExperimentResult]", out_dir: str) -> None:
     from gpudra.simulate.report import write_outputs
 
     try:
@@ -367,18 +371,18 @@ def _reason(exc: OSError) -> str:
     return reason[:1].lower() + reason[1:]  # "not a directory", as the loader words it
 
 
-def _empty_column_notes(results: list[dict], tune: float) -> list[str]:
+def _empty_column_notes(results: "list[ExperimentResult]", tune: float) -> list[str]:
     """Why a row's columns at 100% arrived demand are empty, once per (trace, mode, policy)."""
     notes: dict[str, str] = {}
     for r in results:
-        key = f"{r['trace']} {r['mode']} {r['policy']}"
-        if r.get("allocation_ratio") is not None or key in notes:
+        key = f"{r.trace} {r.mode} {r.policy}"
+        if r.allocation_ratio is not None or key in notes:
             continue
-        if r.get("method") == "events":
+        if r.method == "events":
             notes[key] = (f"{key}: --method events has no arrived-demand axis, so nothing is measured at 100%; "
-                          f"peak allocation {r.get('peak_allocation_ratio')}% (-o json has the series over time)")
-        elif r.get("method") == "tune":
-            reached = max((r.get("series") or {}).get("arrived_percent") or [0])
+                          f"peak allocation {r.peak_allocation_ratio}% (-o json has the series over time)")
+        elif r.method == "tune":
+            reached = max(r.series_points("arrived_percent") or [0])
             notes[key] = (f"{key}: the arrived GPU demand reached {reached}% of capacity (--tune {tune:g}), "
                           "so nothing is measured at 100%; raise --tune above 1")
     return list(notes.values())
@@ -456,10 +460,10 @@ class SweepProgress:
             self.bar.update(done - self.last)
             self.last = done
 
-    def experiment_done(self, index: int, done: int, total: int, result: dict) -> None:
+    def experiment_done(self, index: int, done: int, total: int, result: "ExperimentResult") -> None:
         from gpudra.simulate.budget import duration
 
-        self.clock.finished(index, float(result.get("seconds") or 0.0))
+        self.clock.finished(index, result.seconds)
         if total <= 1:
             return
         elapsed = time.monotonic() - self.started
@@ -472,7 +476,7 @@ class SweepProgress:
         else:
             e = self.experiments[index]
             click.echo(f"[{done}/{total}] {e.source.name} {e.mode} {e.policy} seed {e.seed}: "
-                       f"{duration(float(result.get('seconds') or 0.0))}"
+                       f"{duration(result.seconds)}"
                        + (f"; about {duration(left)} left" if done < total else ""), err=True)
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from gpudra.errors import GpudraError
 from gpudra.scheduler import Scheduler
@@ -28,6 +28,7 @@ from .fgd import Fragmentation, NodeRes, typical_tasks
 from .objects import MODES, NAMESPACE, cluster_objects, gpu_device_id, pod_objects
 from . import fastpath
 from .fastpath import FastContext, FastScheduler, FastState
+from .results import ExperimentResult
 from .policies import (ONLINE_POLICIES, PAPER_POLICIES, SIM_POLICIES, FgdReservePolicy, SimContext, node_ranks,
                        paper_policy, paper_policy_class)
 from .timeslicing import DEFAULT_REPLICAS, MIN_REPLICAS, ReplicaState, replicas_asked
@@ -335,7 +336,7 @@ def per_percent(points: list[tuple[float, float]], upto: int) -> dict[int, float
 def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra", tune: float = DEFAULT_TUNE,
                    method: str = "tune", progress: Progress | None = None, release: Release = None,
                    replicas: int = DEFAULT_REPLICAS, fail_requests_greater_than_one: bool = False,
-                   path: str = "auto") -> dict[str, Any]:
+                   path: str = "auto") -> ExperimentResult:
     """`replicas`, `fail_requests_greater_than_one`: the time-slicing config (`timeslicing.py`). `path`: one of
     PATHS (`path_taken`); the result's `path` says which one ran."""
     if mode not in MODES:
@@ -365,7 +366,7 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     ratio_points: list[tuple[float, float]] = []
     over_points: list[tuple[float, float]] = []
     over_gpu_points: list[tuple[float, float]] = []
-    at_100: dict[str, Any] | None = None
+    at_100: dict[str, float] | None = None  # the GPU models' utilisation when the arrived demand reached 100%
     for done, (pod_name, task) in enumerate(workload, start=1):
         arrived += task.total_gpu_milli
         if run.schedule(pod_name).node is not None:
@@ -382,7 +383,7 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
         over_points.append((x, 100 * over_milli / capacity))
         over_gpu_points.append((x, over_gpus))
         if at_100 is None and x >= 100:
-            at_100 = {"model_utilisation": _model_utilisation(run)}
+            at_100 = _model_utilisation(run)
         if progress is not None:
             progress(done, len(workload))
     upto = int(100 * arrived / capacity)
@@ -394,28 +395,20 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     over_gpu_series = per_percent(over_gpu_points, upto)
     percents = sorted(allocation)
     at = allocation.get(100)
-    summary: dict[str, Any] = {
-        "trace": trace.name,
-        "mode": mode,
-        "policy": policy,
-        "seed": seed,
-        "method": "tune",
-        "tune": tune,
-        "nodes": len(trace.nodes),
-        "gpus": trace.gpus,
-        "tasks": len(workload),
-        "scheduled": scheduled,
-        "unscheduled": len(workload) - scheduled,
-        "allocation_ratio": round(at, 4) if at is not None else None,
-        "unallocated_gpus": round(trace.gpus * (1 - at / 100), 2) if at is not None else None,
-        "served_ratio": round(served_series[100], 4) if 100 in served_series else None,
-        "fragmented_gpus": round(fragmentation[100], 2) if 100 in fragmentation else None,
-        "fragmentation_ratio": round(ratio[100], 4) if 100 in ratio else None,
+    time_slicing = mode == "time-slicing"
+    return ExperimentResult(
+        trace=trace.name, mode=mode, policy=policy, seed=seed, method="tune", tune=tune, nodes=len(trace.nodes),
+        gpus=trace.gpus, tasks=len(workload), scheduled=scheduled, unscheduled=len(workload) - scheduled,
+        allocation_ratio=round(at, 4) if at is not None else None,
+        unallocated_gpus=round(trace.gpus * (1 - at / 100), 2) if at is not None else None,
+        served_ratio=round(served_series[100], 4) if 100 in served_series else None,
+        fragmented_gpus=round(fragmentation[100], 2) if 100 in fragmentation else None,
+        fragmentation_ratio=round(ratio[100], 4) if 100 in ratio else None,
         # GPU demand placed beyond the GPUs' capacity (time-slicing replicas isolate nothing), % of capacity
-        "oversubscribed_ratio": round(over_series[100], 4) if 100 in over_series else None,
-        "oversubscribed_gpus": round(over_gpu_series[100], 2) if 100 in over_gpu_series else None,
-        "model_utilisation": (at_100 or {"model_utilisation": _model_utilisation(run)})["model_utilisation"],
-        "series": {
+        oversubscribed_ratio=round(over_series[100], 4) if 100 in over_series else None,
+        oversubscribed_gpus=round(over_gpu_series[100], 2) if 100 in over_gpu_series else None,
+        model_utilisation=at_100 if at_100 is not None else _model_utilisation(run),
+        series={
             "arrived_percent": percents,
             "allocation_ratio": [round(allocation[p], 4) for p in percents],
             "served_ratio": [round(served_series.get(p, 0.0), 4) for p in percents],
@@ -423,19 +416,17 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
             "fragmentation_ratio": [round(ratio.get(p, 0.0), 4) for p in percents],
             "oversubscribed_ratio": [round(over_series.get(p, 0.0), 4) for p in percents],
         },
-    }
-    if mode == "time-slicing":
-        summary["replicas"] = replicas
-        summary["fail_requests_greater_than_one"] = fail_requests_greater_than_one
-    summary["path"] = "fast" if run.fast is not None else "reference"
-    summary["seconds"] = round(time.perf_counter() - started, 3)
-    summary["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
-    return summary
+        replicas=replicas if time_slicing else None,
+        fail_requests_greater_than_one=fail_requests_greater_than_one if time_slicing else None,
+        path="fast" if run.fast is not None else "reference",
+        seconds=round(time.perf_counter() - started, 3),
+        cpu_seconds=round(time.process_time() - cpu_started, 3),
+    )
 
 
 def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progress | None, started: float,
                 cpu_started: float, release: Release = None, replicas: int = DEFAULT_REPLICAS,
-                fail_requests_greater_than_one: bool = False, fast: bool = True) -> dict[str, Any]:
+                fail_requests_greater_than_one: bool = False, fast: bool = True) -> ExperimentResult:
     timed = [t for t in trace.tasks if t.creation is not None]
     if not timed:
         raise SimulationError(f"trace {trace.name}: no creation_time column, the events method needs one")
@@ -471,13 +462,13 @@ def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progr
         if progress is not None:
             progress(done, len(events))
     peak = max(allocation, default=0.0)
-    return {
-        "trace": trace.name, "mode": mode, "policy": policy, "seed": seed, "method": "events", "tune": None,
-        "nodes": len(trace.nodes), "gpus": trace.gpus, "tasks": len(workload), "scheduled": scheduled,
-        "unscheduled": len(workload) - scheduled, "allocation_ratio": None, "unallocated_gpus": None,
-        "peak_allocation_ratio": peak, "peak_oversubscribed_ratio": max(oversubscribed, default=0.0),
-        "model_utilisation": _model_utilisation(run), "path": "fast" if run.fast is not None else "reference",
-        "series": {"time_s": times, "allocation_ratio": allocation, "fragmented_gpus": fragmented,
-                   "oversubscribed_ratio": oversubscribed},
-        "seconds": round(time.perf_counter() - started, 3), "cpu_seconds": round(time.process_time() - cpu_started, 3),
-    }
+    return ExperimentResult(
+        trace=trace.name, mode=mode, policy=policy, seed=seed, method="events", tune=None, nodes=len(trace.nodes),
+        gpus=trace.gpus, tasks=len(workload), scheduled=scheduled, unscheduled=len(workload) - scheduled,
+        allocation_ratio=None, unallocated_gpus=None, peak_allocation_ratio=peak,
+        peak_oversubscribed_ratio=max(oversubscribed, default=0.0), model_utilisation=_model_utilisation(run),
+        path="fast" if run.fast is not None else "reference",
+        series={"time_s": times, "allocation_ratio": allocation, "fragmented_gpus": fragmented,
+                "oversubscribed_ratio": oversubscribed},
+        seconds=round(time.perf_counter() - started, 3), cpu_seconds=round(time.process_time() - cpu_started, 3),
+    )
