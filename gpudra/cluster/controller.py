@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterator
 from gpudra.copying import copy_object
 from gpudra.scheduler import Scheduler
 from gpudra.controllers import ManagedCluster
-from gpudra.scheduler.state import claim_allocation, is_terminal, reserved_for
-from gpudra.api.objectmeta import key_of
+from gpudra.scheduler.state import claim_allocation, reserved_for
+from gpudra.api.objectmeta import is_terminal, key_of
 from gpudra.controllers.workloads import POD_CLAIM_NAME_ANNOTATION
 from gpudra.scheduler.dra import EXTENDED_RESOURCE_CLAIM_ANNOTATION
 from gpudra.versions import parse_version

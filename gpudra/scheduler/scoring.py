@@ -27,7 +27,7 @@ quality, not speed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpudra import schedulinghelpers as nodematch
 from . import resources as res
@@ -74,7 +74,8 @@ def _cpu_memory(scheduler: "Scheduler", info: "PodInfo", node: str) -> tuple[int
     )
 
 
-def resource_score(scheduler: "Scheduler", info: "PodInfo", node: str, strategy: Any) -> int:
+def resource_score(scheduler: "Scheduler", info: "PodInfo", node: str,
+                   strategy: Callable[[int, int], int]) -> int:
     cpu, cpu_cap, memory, memory_cap = _cpu_memory(scheduler, info, node)
     return (strategy(cpu, cpu_cap) + strategy(memory, memory_cap)) // 2
 
@@ -140,7 +141,8 @@ class KubePolicy(Policy):
         # plugins add the same constant to every node: TaintToleration's all-zero reverse normalisation (3 x 100)
         if parts[1] or parts[2] or parts[3]:
             return None
-        return parts[0] + 3 * MAX_NODE_SCORE
+        score: int = parts[0] + 3 * MAX_NODE_SCORE  # parts[0]: NodeResourcesFit + NodeResourcesBalancedAllocation
+        return score
 
     def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
         node = evaluation.result.node

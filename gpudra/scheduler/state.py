@@ -223,8 +223,9 @@ class ClusterState(Topology):
 
     def pod_priority(self, pod: dict[str, Any]) -> int:
         spec = pod.get("spec") or {}
-        if isinstance(spec.get("priority"), int):
-            return spec["priority"]
+        priority = spec.get("priority")
+        if isinstance(priority, int):
+            return priority
         class_name = spec.get("priorityClassName")
         if class_name and class_name in self.priority_classes:
             return int(self.priority_classes[class_name].get("value") or 0)

@@ -42,8 +42,9 @@ def _nanos(value: Any) -> int:
 
 
 def _device_visible(device: dict[str, Any], node: dict[str, Any]) -> bool:
-    if device.get("nodeName"):
-        return device["nodeName"] == name_of(node)
+    node_name: str | None = device.get("nodeName")
+    if node_name:
+        return node_name == name_of(node)
     if device.get("allNodes"):
         return True
     if device.get("nodeSelector") is not None:
