@@ -111,8 +111,10 @@ class Fragmentation:
     def __init__(self, typical: list[TypicalTask], cpu_aware: bool = False):
         self.typical = typical
         self.cpu_aware = cpu_aware
-        self._memo: dict[tuple, float] = {}
-        self.choices: dict[tuple, tuple[int, tuple[int, ...]]] = {}  # fgd_choice's memo
+        # (model, CPU class, free milli of each GPU, sorted) -> fragmentation amount
+        self._memo: dict[tuple[str, int, tuple[int, ...]], float] = {}
+        # fgd_choice's memo: (model, free milli per GPU, CPU class before, after, milli per GPU, GPUs) -> choice
+        self.choices: dict[tuple[str, tuple[int, ...], int, int, int, int], tuple[int, tuple[int, ...]]] = {}
         self._by_model: dict[str, list[TypicalTask]] = {}
         self._cpu_steps: dict[str, list[int]] = {}
 

@@ -44,6 +44,9 @@ MAX_SPEC_CPU = 128_000  # the artifact's normalisers (open-gpu-share/utils/const
 MAX_SPEC_GPU = 8_000
 PAPER_POLICIES = ("random", "dotprod", "gpu-clustering", "gpu-packing", "bestfit", "fgd")
 NO_GPU = "no-gpu"
+# How a policy ranks a feasible node for a task (`PaperPolicy.best_key`): numbers, or tuples of numbers, compared
+# in order; the largest key wins
+NodeKey = tuple[float | tuple[float, ...], ...]
 
 
 def affinity_tag(task: Task) -> str:
@@ -141,7 +144,7 @@ class PaperPolicy(Policy):
     def plain_score(self, parts: Any) -> float | None:
         return None  # ties are broken at random per pod, so scores are never "plain"
 
-    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
+    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> tuple[object, ...]:
         task = self.context.task(info)
         res = self.context.node_res(evaluation.result.node)
         return self.node_score(res, task, evaluation.result.node)
@@ -152,7 +155,7 @@ class PaperPolicy(Policy):
     def gpus(self, res: NodeRes, task: Task) -> tuple[int, ...]:
         return best_fit_gpu(res, task)
 
-    def best_key(self, res: NodeRes, task: Task, node: str) -> tuple:
+    def best_key(self, res: NodeRes, task: Task, node: str) -> NodeKey:
         """What `combine` ranks the feasible nodes by, as one key per node: the node with the largest key wins
         (the score, then the tie order: the lowest rank). Its last part is minus the node's rank. The fast path
         (`fastpath.py`) keeps nodes sorted by it."""
@@ -315,13 +318,13 @@ class FgdPolicy(PaperPolicy):
         """Score with these typical tasks from now on (a fresh measure: nothing memoised under others)."""
         self._measure = Fragmentation(typical)
 
-    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
+    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> tuple[object, ...]:
         if not self.online:
             return self.scored_parts(scheduler, info, evaluation)
         self._follow_popularity()
         return self.scored_parts(scheduler, info, evaluation) + (self._version,)
 
-    def scored_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> tuple:
+    def scored_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> tuple[object, ...]:
         return super().node_parts(scheduler, info, evaluation)
 
     def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
@@ -375,7 +378,7 @@ class FgdReservePolicy(FgdPolicy):
         self._cpu_aware = Fragmentation(typical, cpu_aware=True)
         self._pinned_demand = pinned_demand_per_gpu(typical, self.context.model_gpus)
         self._reserve = HostingReserve(self.shape_counts(), self._idle_nodes)
-        self._tie_keys: dict[tuple, tuple[float, float, float]] = {}  # (node state, task shape) -> tie key
+        self._tie_keys: dict[tuple[NodeRes, ResourceKey], tuple[float, float, float]] = {}  # -> tie key
 
     def shape_counts(self) -> "Counter[ResourceKey]":
         """How many tasks of each shape the workload holds (the online variant: the tasks arrived up to the
@@ -387,13 +390,13 @@ class FgdReservePolicy(FgdPolicy):
     def cpu_aware(self) -> Fragmentation:
         return self._cpu_aware
 
-    def scored_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> tuple:
+    def scored_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> NodeKey:
         """`best_key`, computed with the node's verdict (cached with it until the node changes), so `combine`
         only compares."""
         node = evaluation.result.node
         return self.best_key(self.context.node_res(node), self.context.task(info), node)
 
-    def best_key(self, res: NodeRes, task: Task, node: str) -> tuple:
+    def best_key(self, res: NodeRes, task: Task, node: str) -> NodeKey:
         """FGD's score, then `tie_key`, then the node order."""
         score, _gpus = self.node_score(res, task, node)
         return score, self.tie_key(res, task), -self.context.node_rank[node]

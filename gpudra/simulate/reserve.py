@@ -50,7 +50,7 @@ class HostingReserve:
             hosting = sum(1 for node in idle if hosts(node.cpu_left, node.gpu_left, node.model, shape))
             if hosting and total:
                 self.weights.append((shape, milli / total / hosting))
-        self._memo: dict[tuple, float] = {}
+        self._memo: dict[tuple[NodeRes, int, int, tuple[int, ...]], float] = {}  # (node, cpu, milli, gpus)
 
     def lost(self, res: NodeRes, cpu: int, milli: int, gpus: tuple[int, ...]) -> float:
         """Σ w_s / H_s over the shapes the node hosts now and no longer hosts once a task of `cpu` and `milli`
