@@ -25,7 +25,9 @@ from gpudra.scheduler.scoring import POLICIES
                       "kubeconfig is read (read-only: nothing is changed there).")
 @cluster_options("Read a live cluster with this kubeconfig (what-if: the cluster is not changed).")
 @click.option("--policy", type=click.Choice(POLICIES), default="kube", show_default=True,
-              help="Node and device scoring: kube-scheduler's, binpack, spread, or fragmentation-aware (FGD).")
+              help="Node and device scoring: kube-scheduler's, binpack, spread, or fragmentation (FGD adapted to "
+                   "DRA: the fragmentation of the pods' own device shapes, one allocator search per shape and "
+                   "node; not simulate's fgd-reserve).")
 @output_option(help="A table of placements (wide: with the unschedulable pods' reasons per node), or every "
                     "object after scheduling (yaml stream, json List).")
 @click.option("--percentage-of-nodes-to-score", "percentage", type=click.IntRange(0, 100), default=None,

@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterator
 from gpudra.copying import copy_object
 from gpudra.scheduler import Scheduler
 from gpudra.controllers import ManagedCluster
-from gpudra.scheduler.state import claim_allocation, is_terminal, reserved_for
-from gpudra.api.objectmeta import key_of
+from gpudra.scheduler.state import claim_allocation, reserved_for
+from gpudra.api.objectmeta import is_terminal, key_of
 from gpudra.controllers.workloads import POD_CLAIM_NAME_ANNOTATION
 from gpudra.scheduler.dra import EXTENDED_RESOURCE_CLAIM_ANNOTATION
 from gpudra.versions import parse_version
@@ -50,7 +50,15 @@ CLAIM_CONTROLLER = "resource-claim-controller"
 Step = Callable[[str, str], None]
 
 
-_held = threading.local()  # lock files this thread holds, with their depth: `holding` is re-entrant
+class _HeldLocks(threading.local):
+    """The lock files this thread holds, with their depth: `holding` is re-entrant. A `threading.local` subclass
+    runs `__init__` once per thread, so every thread starts with its own empty `depths`."""
+
+    def __init__(self) -> None:
+        self.depths: dict[str, int] = {}
+
+
+_held = _HeldLocks()
 
 
 @contextmanager
@@ -58,7 +66,7 @@ def holding(cluster: ClusterDir) -> Iterator[None]:
     """The control loop's lock (re-entrant within a thread). flock is per open file, so a second open of the same
     lock file inside one process would wait for itself: the depth is counted here instead."""
     path = cluster.controller_lock()
-    depths: dict[str, int] = _held.__dict__.setdefault("depths", {})
+    depths = _held.depths
     if depths.get(path):
         depths[path] += 1
         try:

@@ -70,6 +70,11 @@ def num_feasible_nodes_to_find(num_all_nodes: int, percentage: int = DEFAULT_PER
     return max(count, MIN_FEASIBLE_NODES_TO_FIND)
 
 
+# What the Filter verdicts of a pod depend on: its Node-object constraints (`node_shape`), its requests, their
+# scoring defaults for cpu and memory, and its claims (`DraPodState.signature`)
+PodShape = tuple[str, tuple[tuple[str, int], ...], int, int, str]
+
+
 @dataclass
 class PodInfo:
     """What the cycle precomputes once per pod attempt (PreFilter)."""
@@ -82,7 +87,7 @@ class PodInfo:
     tolerations: list[dict[str, Any]]
     dra: DraPodState
     reasons: list[fw.Reason]  # PreFilter rejections for the whole pod
-    shape: tuple  # cache key: pods with equal shapes get equal verdicts on equal node states
+    shape: PodShape  # cache key: pods with equal shapes get equal verdicts on equal node states
     node_shape: str = ""  # the part of `shape` that the Node-object plugins read
     fit_order: tuple[str, ...] = ()  # requests in NodeResourcesFit's reporting order
     non_zero: dict[str, int] = field(default_factory=dict)  # requests with the scoring defaults for cpu/memory
@@ -134,15 +139,16 @@ class Scheduler:
         self.results: dict[str, fw.PodResult] = {}
         self.filter_timeout = filter_timeout
         self._next_start_node_index = 0
-        self._cache: dict[tuple, dict[str, NodeEval]] = {}
+        self._cache: dict[PodShape, dict[str, NodeEval]] = {}
         self.indexed = indexed  # False: always the plain linear scan (same answers; for tests)
         # False: every feasible node's allocations are computed when it is filtered, one device search per node
         # (same answers; for tests). True: as the policy allows (`Policy.node_allocations`).
         self.defer_allocations = True
-        self._indexes: dict[tuple, ShapeIndex] = {}
-        self._shape_uses: dict[tuple, int] = {}
+        self._indexes: dict[PodShape, ShapeIndex] = {}
+        self._shape_uses: dict[PodShape, int] = {}
         self._cache_generation = -1
-        self._dra_cache: dict[tuple, dict[str, tuple[int, DraVerdict]]] = {}
+        # (claims signature, extended resources served, allocations deferred) -> node -> (device epoch, verdict)
+        self._dra_cache: dict[tuple[str, tuple[str, ...], bool], dict[str, tuple[int, DraVerdict]]] = {}
         self._dra_generation = -1
         self._extended_classes: dict[str, str] | None = None
         self._extended_generation = -1
@@ -507,9 +513,10 @@ class Scheduler:
             return result
         scores: Mapping[str, float]
         if index.nonplain == 0:
+            plain = cast(list[int], keys)  # no feasible node's score is other than plain: every key is an int
             count = len(index.nodes)
-            best = index.evals[count - 1 - max(keys) % count]  # plain_key: ties to the first name
-            scores = PlainScores(index.nodes, keys, chosen)
+            best = index.evals[count - 1 - max(plain) % count]  # plain_key: ties to the first name
+            scores = PlainScores(index.nodes, plain, chosen)
         else:
             feasible = cast(list[NodeEval], [index.evals[i] for i in chosen])  # chosen positions hold verdicts
             scores = self.policy.combine(self, info, feasible)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from gpudra.copying import copy_object
 
@@ -223,8 +223,9 @@ class ClusterState(Topology):
 
     def pod_priority(self, pod: dict[str, Any]) -> int:
         spec = pod.get("spec") or {}
-        if isinstance(spec.get("priority"), int):
-            return spec["priority"]
+        priority = spec.get("priority")
+        if isinstance(priority, int):
+            return priority
         class_name = spec.get("priorityClassName")
         if class_name and class_name in self.priority_classes:
             return int(self.priority_classes[class_name].get("value") or 0)
@@ -421,7 +422,7 @@ class ClusterState(Topology):
         self,
         pod_key: str,
         node: str,
-        allocations: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+        allocations: Sequence[tuple[str, dict[str, Any]]] = (),
         extended_claim: dict[str, Any] | None = None,
         request_totals: tuple[dict[str, int], dict[str, int]] | None = None,
     ) -> list[str]:

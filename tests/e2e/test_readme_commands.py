@@ -164,7 +164,7 @@ def test_every_documented_negative_answer_exits_1(tmp_path: Path) -> None:
 # Run only with GPUDRA_README_FULL=1: full-scale trace replays (minutes to hours); the suite checks their options.
 FULL_SCALE = {
     "gpudra simulate",
-    "gpudra simulate --policies fgd,bestfit,fragmentation --seeds 2 --out-dir out",
+    "gpudra simulate --policies fgd,bestfit,fgd-reserve --seeds 2 --out-dir out",
     "gpudra simulate --mode both --policies fgd,bestfit --out-dir out",
 }
 # Not run by a test, and why: the environment's own setup and the suite itself (.ci/run runs that line).

@@ -212,16 +212,16 @@ def test_a_percent_no_task_lands_on_keeps_the_state_of_the_last_task_before_it()
 def test_a_small_trace_still_reports_its_allocation_at_100_percent():
     trace = small_trace(copies=1)  # 15 GPUs: the arrived demand jumps from about 96% to 101%
     result = run_experiment(trace, "fgd", seed=42)
-    assert 0 < result["allocation_ratio"] <= 100
-    index = result["series"]["arrived_percent"].index(100)
-    assert result["allocation_ratio"] == result["series"]["allocation_ratio"][index]
-    assert result["unallocated_gpus"] == pytest.approx(trace.gpus * (1 - result["allocation_ratio"] / 100), abs=0.01)
-    assert result["fragmented_gpus"] is not None and result["served_ratio"] is not None
+    assert 0 < result.allocation_ratio <= 100
+    index = result.series["arrived_percent"].index(100)
+    assert result.allocation_ratio == result.series["allocation_ratio"][index]
+    assert result.unallocated_gpus == pytest.approx(trace.gpus * (1 - result.allocation_ratio / 100), abs=0.01)
+    assert result.fragmented_gpus is not None and result.served_ratio is not None
 
 
 # ----- experiments through the real scheduler --------------------------------------------------------------
 POLICIES = ("random", "dotprod", "gpu-clustering", "gpu-packing", "bestfit", "fgd", "kube", "binpack",
-            "fragmentation")
+            "fgd-reserve")
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -229,12 +229,10 @@ def test_experiment_is_deterministic_and_consistent(policy):
     trace = small_trace()
     first = run_experiment(trace, policy, seed=3, tune=2.0)
     again = run_experiment(trace, policy, seed=3, tune=2.0)
-    for volatile in ("seconds", "cpu_seconds"):
-        first.pop(volatile), again.pop(volatile)
-    assert first == again
-    assert first["scheduled"] + first["unscheduled"] == first["tasks"]
-    assert 0 < first["allocation_ratio"] <= 100
-    assert first["unallocated_gpus"] == pytest.approx(trace.gpus * (1 - first["allocation_ratio"] / 100), abs=0.01)
+    assert first.timeless() == again.timeless()
+    assert first.scheduled + first.unscheduled == first.tasks
+    assert 0 < first.allocation_ratio <= 100
+    assert first.unallocated_gpus == pytest.approx(trace.gpus * (1 - first.allocation_ratio / 100), abs=0.01)
 
 
 @pytest.mark.parametrize("policy", ["kube", "binpack", "bestfit"])
@@ -249,9 +247,7 @@ def test_a_replay_does_not_depend_on_the_machines_speed(policy, monkeypatch):
     monkeypatch.setattr(time, "monotonic", lambda: float(next(readings)))
     slow = run_experiment(trace, policy, seed=5, tune=2.0, path="reference")
     monkeypatch.undo()
-    for volatile in ("seconds", "cpu_seconds"):
-        normal.pop(volatile), slow.pop(volatile)
-    assert slow == normal and normal["scheduled"] > 0
+    assert slow.timeless() == normal.timeless() and normal.scheduled > 0
 
 
 def test_allocations_match_the_tasks_and_fit_the_gpus():
@@ -279,16 +275,16 @@ def test_device_plugin_mode_gives_whole_gpus():
     result = run_experiment(trace, "bestfit", seed=1, mode="device-plugin", tune=1.3)
     dra = run_experiment(trace, "bestfit", seed=1, mode="dra", tune=1.3)
     # a share costs a whole GPU: the device plugin serves no more demand than DRA
-    assert result["served_ratio"] <= dra["served_ratio"]
-    assert result["allocation_ratio"] >= result["served_ratio"]
+    assert result.served_ratio <= dra.served_ratio
+    assert result.allocation_ratio >= result.served_ratio
 
 
 def test_events_method_follows_creation_and_deletion():
     result = run_experiment(small_trace(), "fgd", seed=1, method="events")
-    series = result["series"]
+    series = result.series
     assert series["time_s"] == sorted(series["time_s"])
     assert series["allocation_ratio"][-1] == 0.0  # every task was deleted in the end
-    assert result["peak_allocation_ratio"] > 0
+    assert result.peak_allocation_ratio > 0
 
 
 # ----- CLI, outputs, report -----------------------------------------------------------------------------------
@@ -381,8 +377,8 @@ def test_the_events_method_writes_its_series_over_time_and_plots_them(tmp_path):
     written = {path.rsplit("/", 1)[1] for path in write_outputs(results, str(tmp_path))}
     assert "small-over-time.png" in written and "events.csv" in written
     rows = list(csv_module.DictReader(open(tmp_path / "events.csv", encoding="utf-8")))
-    assert len(rows) == sum(len(r["series"]["time_s"]) for r in results)
-    first = results[0]["series"]
+    assert len(rows) == sum(len(r.series["time_s"]) for r in results)
+    first = results[0].series
     mine = [row for row in rows if row["policy"] == "fgd"]
     assert [int(row["time_s"]) for row in mine] == first["time_s"]
     assert [float(row["allocation_ratio"]) for row in mine] == first["allocation_ratio"]
@@ -465,9 +461,9 @@ def test_ties_follow_one_random_node_order_per_seed():
     assert len(firsts) > 1
 
 
-def test_fragmentation_breaks_fgds_ties_where_the_free_cpu_strands_gpus():
+def test_fgd_reserve_breaks_fgds_ties_where_the_free_cpu_strands_gpus():
     """The typical task wants 8 cores per GPU. A 1-core, 1-GPU task scores the same with FGD on both nodes (it
-    fits both before and after), so FGD's node order decides; `fragmentation` takes the GPU that node n-y's
+    fits both before and after), so FGD's node order decides; `fgd-reserve` takes the GPU that node n-y's
     12 cores could not serve (only one 8-core copy fits there), whatever the order."""
     from gpudra.simulate.engine import start
 
@@ -475,31 +471,31 @@ def test_fragmentation_breaks_fgds_ties_where_the_free_cpu_strands_gpus():
     typical = [Task(f"t-{i}", 8000, 1024, 1, 1000) for i in range(20)]
     probe = Task("probe", 1000, 1024, 1, 1000)
     trace = Trace("cpu-strands", nodes, typical + [probe])
-    chosen = {"fgd": set(), "fragmentation": set()}
+    chosen = {"fgd": set(), "fgd-reserve": set()}
     for seed in range(8):
         for policy in chosen:
             run = start(trace, [("probe", probe)], policy, seed, "dra", random.Random(seed))
             chosen[policy].add(run.scheduler.schedule_pod("sim/probe").node)
     assert chosen["fgd"] == {"n-x", "n-y"}  # a tie: the seed's node order decides
-    assert chosen["fragmentation"] == {"n-y"}
+    assert chosen["fgd-reserve"] == {"n-y"}
 
 
-def test_fragmentation_leaves_the_model_pinned_tasks_need_to_them():
+def test_fgd_reserve_leaves_the_model_pinned_tasks_need_to_them():
     """openb gpuspec25's pattern: T4 GPUs are scarce for the tasks pinned to them, and the T4 node is short of
     CPU (its GPUs look stranded), so the CPU-aware growth alone does not keep an unpinned task off it. Among FGD's
-    equals `fragmentation` ranks the G2 node first for an unpinned task; for a task pinned to T4 only the CPU
+    equals `fgd-reserve` ranks the G2 node first for an unpinned task; for a task pinned to T4 only the CPU
     rule counts."""
     from types import SimpleNamespace
 
     from gpudra.simulate.fgd import fragmentation_growth
-    from gpudra.simulate.policies import FragmentationPolicy
+    from gpudra.simulate.policies import FgdReservePolicy
 
     typical = ([Task(f"pinned-{i}", 4000, 1024, 1, 1000, ("T4",)) for i in range(2)]
                + [Task(f"pinned-g2-{i}", 4000, 1024, 1, 1000, ("G2",)) for i in range(2)]
                + [Task(f"any-{i}", 4000, 1024, 1, 1000) for i in range(16)])
     fragmentation = Fragmentation(typical_tasks(typical))
     # as many tasks pinned to each model, but ten times as many G2 GPUs: T4 is the scarce one
-    policy = FragmentationPolicy(SimpleNamespace(fragmentation=fragmentation, model_gpus={"T4": 8, "G2": 80},
+    policy = FgdReservePolicy(SimpleNamespace(fragmentation=fragmentation, model_gpus={"T4": 8, "G2": 80},
                                                  node_gpus={}, tasks={}))  # no whole-node shape to reserve
     t4, g2 = NodeRes(8000, 8000, (1000,) * 8, "T4"), NodeRes(64000, 64000, (1000,) * 8, "G2")
     unpinned, pinned = Task("probe", 4000, 1024, 1, 1000), Task("pinned-probe", 4000, 1024, 1, 1000, ("T4",))
@@ -578,8 +574,8 @@ def test_plots_are_zoomed_to_the_data_show_the_seed_spread_and_say_what_they_sho
     monkeypatch.setattr(report, "_figure_png", capture)
     images = report.plots(results)
     allocation = seen["tiny: GPU allocation vs arrived demand"]
-    shown = [v for r in results if r["mode"] == "dra" for x, v in zip(r["series"]["arrived_percent"],
-                                                                          r["series"]["allocation_ratio"]) if x >= 60]
+    shown = [v for r in results if r.mode == "dra" for x, v in zip(r.series["arrived_percent"],
+                                                                          r.series["allocation_ratio"]) if x >= 60]
     low, high = allocation[0]
     assert min(shown) - 10 < low <= min(shown) and max(shown) <= high < max(shown) + 10
     assert all("(3 seeds, band: lowest to highest)" in text for text in allocation[1])

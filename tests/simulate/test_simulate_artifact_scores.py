@@ -138,8 +138,8 @@ def test_fragmentation_ratio_is_fragmented_milli_over_idle_milli():
     trace = Trace("two-gpus", [TraceNode("n", 64000, 262144, 2, "T4")],
                   [Task(f"t{i}", 1000, 1024, 1, 600) for i in range(4)])
     result = run_experiment(trace, "fgd", seed=1, tune=1.3)
-    series = dict(zip(result["series"]["arrived_percent"], result["series"]["fragmentation_ratio"]))
+    series = dict(zip(result.series["arrived_percent"], result.series["fragmentation_ratio"]))
     assert series[30] == pytest.approx(100 * 400 / 1400, abs=1e-4)
     assert series[60] == pytest.approx(100.0)
-    assert result["fragmentation_ratio"] == pytest.approx(100.0)
-    assert result["fragmented_gpus"] == pytest.approx(0.8)
+    assert result.fragmentation_ratio == pytest.approx(100.0)
+    assert result.fragmented_gpus == pytest.approx(0.8)

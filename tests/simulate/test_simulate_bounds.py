@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from gpudra.cli import cli
 from gpudra.simulate import trace as trace_module
 from gpudra.simulate.report import events_csv, series_csv, spreadsheet_safe, summary_csv
+from gpudra.simulate.results import ExperimentResult
 from gpudra.simulate.trace import MAX_GPUS_PER_NODE, MAX_TRACE_NODES
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn-0,32000,131072,2,T4\nn-1,64000,262144,4,G2\n"
@@ -80,9 +81,11 @@ def test_a_trace_named_like_a_formula_writes_no_formula(tmp_path):
 
 
 def test_every_csv_writer_escapes():
-    result = {"trace": "=t", "mode": "+m", "policy": "@p", "seed": 1, "method": "events",
-              "series": {"arrived_percent": [10], "allocation_ratio": [0.5], "served_ratio": [0.5],
-                         "fragmented_gpus": [-1], "fragmentation_ratio": [0.1], "time_s": [-3]}}
+    result = ExperimentResult(
+        trace="=t", mode="+m", policy="@p", seed=1, method="events", tune=None, nodes=1, gpus=1, tasks=1,
+        scheduled=1, unscheduled=0, allocation_ratio=None, unallocated_gpus=None, seconds=0.0, cpu_seconds=0.0,
+        series={"arrived_percent": [10], "allocation_ratio": [0.5], "served_ratio": [0.5], "fragmented_gpus": [-1],
+                "fragmentation_ratio": [0.1], "time_s": [-3]})
     for text in (series_csv([result]), events_csv([result]),
                  summary_csv([{"trace": "=t", "mode": "+m", "policy": "@p", "gpus": -2}])):
         rows = list(csv.reader(io.StringIO(text)))

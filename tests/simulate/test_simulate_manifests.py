@@ -77,10 +77,10 @@ def test_shares_and_whole_gpus_place_by_binpack_as_derived_by_hand(tmp_path):
     objects = [doc for path in (tmp_path / "cluster" / "nodes.yaml", tmp_path / "workload.yaml")
                for doc in yaml.safe_load_all(path.read_text())]
     result = run_manifests(Manifests("w", objects), "binpack")
-    assert result["scheduled"] == 4
-    assert [p["pod"] for p in result["unschedulable"]] == ["sim/pair"]
+    assert result.scheduled == 4
+    assert [p.pod for p in result.unschedulable] == ["sim/pair"]
     # a GPU any claim uses counts as allocated, shared or not
-    assert result["allocation_ratio"] == round(100 * 2 / 3, 4) and result["unallocated_gpus"] == 1
+    assert result.allocation_ratio == round(100 * 2 / 3, 4) and result.unallocated_gpus == 1
 
 
 def test_manifest_usage_errors_exit_2(tmp_path):

@@ -1,9 +1,10 @@
-"""The online variants (`fgd-online`, `fragmentation-online`): task popularity estimated from the tasks arrived so
+"""The online variants (`fgd-online`, `fgd-reserve-online`): task popularity estimated from the tasks arrived so
 far (`gpudra/simulate/popularity.py`) instead of the whole trace (the FGD artifact's oracle)."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -17,7 +18,7 @@ from gpudra.simulate.trace import MILLI, Task, Trace, TraceNode
 
 from support.traces import small_trace
 
-ONLINE = {"fgd": "fgd-online", "fragmentation": "fragmentation-online"}
+ONLINE = {"fgd": "fgd-online", "fgd-reserve": "fgd-reserve-online"}
 
 shapes = st.tuples(st.sampled_from([0, 1000, 4000, 8000]), st.sampled_from([(0, 0), (1, 250), (1, 500), (1, 1000),
                                                                               (2, 1000), (8, 1000)]),
@@ -69,10 +70,9 @@ def test_online_equals_offline_when_the_task_mix_never_changes(policy):
     constant = Trace("constant", trace.nodes, [Task(f"t-{i}", 4000, 8192, 1, 500) for i in range(20)])
     offline = run_experiment(constant, policy, seed=5, tune=1.6)
     online = run_experiment(constant, ONLINE[policy], seed=5, tune=1.6)
-    assert online["tasks"] >= 64  # estimates taken again at 1, 2, 4, …, 64 tasks at least
-    for volatile in ("seconds", "cpu_seconds", "policy", "path"):  # offline: fast path; online: reference
-        offline.pop(volatile), online.pop(volatile)
-    assert online == offline
+    assert online.tasks >= 64  # estimates taken again at 1, 2, 4, …, 64 tasks at least
+    # offline: fast path; online: reference
+    assert replace(online.timeless(), policy="", path=None) == replace(offline.timeless(), policy="", path=None)
 
 
 @pytest.mark.parametrize("policy", sorted(ONLINE))
@@ -132,10 +132,10 @@ def test_the_online_variants_run_by_name_but_not_in_all(tmp_path):
     (tmp_path / "nodes.csv").write_text(NODES_CSV)
     (tmp_path / "pods.csv").write_text(PODS_CSV)
     done = _cli("--nodes", str(tmp_path / "nodes.csv"), "--pods", str(tmp_path / "pods.csv"),
-                "--policies", "fragmentation-online,fgd-online", "-j", "1", "-o", "json")
+                "--policies", "fgd-reserve-online,fgd-online", "-j", "1", "-o", "json")
     assert done.returncode == 0, done.stderr
     assert [line.split('"policy":"')[1].split('"')[0] for line in done.stdout.splitlines()] == [
-        "fragmentation-online", "fgd-online"]
+        "fgd-reserve-online", "fgd-online"]
     from gpudra.simulate.engine import ALL_POLICIES
 
     assert not set(ONLINE.values()) & set(ALL_POLICIES)
@@ -150,10 +150,10 @@ def test_the_comparison_tool_reads_simulate_json_and_counts_seeds(tmp_path):
     from pathlib import Path
 
     trace = small_trace()
-    results = [run_experiment(trace, policy, seed=seed, tune=1.6) for policy in ("fgd", "fragmentation-online")
+    results = [run_experiment(trace, policy, seed=seed, tune=1.6) for policy in ("fgd", "fgd-reserve-online")
                for seed in (1, 2)]
-    extra = dict(results[0], seed=9)  # FGD alone on seed 9: in FGD's mean, not in the paired comparison
-    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results + [extra]))
+    extra = replace(results[0], seed=9)  # FGD alone on seed 9: in FGD's mean, not in the paired comparison
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r.to_json()) + "\n" for r in results + [extra]))
     tool = Path(__file__).resolve().parent.parent.parent / "tools" / "frag_vs_fgd.py"
     done = subprocess.run([sys.executable, str(tool), str(tmp_path / "runs.jsonl"), "--levels", "50,100", "--json"],
                           capture_output=True, text=True, timeout=60)
@@ -161,24 +161,24 @@ def test_the_comparison_tool_reads_simulate_json_and_counts_seeds(tmp_path):
     rows = json.loads(done.stdout.splitlines()[-1])["small"]
 
     def at(policy, seed, level):
-        run = next(r for r in results if r["policy"] == policy and r["seed"] == seed)
-        return run["series"]["allocation_ratio"][run["series"]["arrived_percent"].index(level)]
+        run = next(r for r in results if r.policy == policy and r.seed == seed)
+        return run.series["allocation_ratio"][list(run.series["arrived_percent"]).index(level)]
 
     assert [row["level"] for row in rows] == [50, 100]
     for row in rows:
         fgd = [at("fgd", s, row["level"]) for s in (1, 2)]
-        online = [at("fragmentation-online", s, row["level"]) for s in (1, 2)]
+        online = [at("fgd-reserve-online", s, row["level"]) for s in (1, 2)]
         assert row["seeds"] == [1, 2, 9] and row["fgd"] == pytest.approx((sum(fgd) + fgd[0]) / 3)
-        assert row["fragmentation-online"]["seeds"] == [1, 2]
-        assert row["fragmentation-online"]["mean"] == pytest.approx(sum(online) / 2)
-        assert row["fragmentation-online"]["difference"] == pytest.approx((sum(online) - sum(fgd)) / 2)
-        assert row["fragmentation-online"]["at_least_fgd"] == sum(o >= f for o, f in zip(online, fgd))
+        assert row["fgd-reserve-online"]["seeds"] == [1, 2]
+        assert row["fgd-reserve-online"]["mean"] == pytest.approx(sum(online) / 2)
+        assert row["fgd-reserve-online"]["difference"] == pytest.approx((sum(online) - sum(fgd)) / 2)
+        assert row["fgd-reserve-online"]["at_least_fgd"] == sum(o >= f for o, f in zip(online, fgd))
     table = subprocess.run([sys.executable, str(tool), str(tmp_path / "runs.jsonl"), "--per-trace"],
                            capture_output=True, text=True, timeout=60)
-    assert table.returncode == 0 and "| 100% |" in table.stdout and "`fragmentation-online` %" in table.stdout
+    assert table.returncode == 0 and "| 100% |" in table.stdout and "`fgd-reserve-online` %" in table.stdout
     summary = subprocess.run([sys.executable, str(tool), str(tmp_path / "runs.jsonl")], capture_output=True,
                              text=True, timeout=60)
-    difference = rows[-1]["fragmentation-online"]
+    difference = rows[-1]["fgd-reserve-online"]
     cell = f"{difference['difference']:+.2f}".replace("-", "−") + f" ({difference['at_least_fgd']}/2) |"
     assert summary.returncode == 0 and summary.stdout.splitlines()[-1].endswith(cell)
     (tmp_path / "bad.jsonl").write_text("{}\n")

@@ -1,4 +1,4 @@
-"""Issue 32: `fragmentation` allocated less than FGD below saturation because its tie rule put small tasks on the
+"""Issue 32: `fgd-reserve` (then `fragmentation`) allocated less than FGD below saturation because its tie rule put small tasks on the
 few nodes that alone host the whole-node tasks (gpudra/simulate/reserve.py). FGD, as the artifact places pods
 (tests/simulate/test_simulate_artifact.py), is the yardstick."""
 
@@ -44,28 +44,28 @@ def test_the_reserve_prices_a_rare_host_above_a_common_one_and_leaves_small_shap
 def test_a_small_task_leaves_the_only_host_of_a_whole_node_task_alone():
     """FGD's typical tasks hold only the small shape (the 8-GPU one is 1 task in 41), so FGD scores both idle
     nodes equally and its node order puts the small task on the 128-core node: the 8-GPU, 120-core task that
-    follows fits nowhere. The old `fragmentation` tie rule (CPU-aware growth: none on either) did the same."""
+    follows fits nowhere. The old `fgd-reserve` tie rule (CPU-aware growth: none on either) did the same."""
     nodes = [TraceNode("a-rich", 128_000, 786_432, 8, "G3"), TraceNode("b-plain", 96_000, 393_216, 8, "G2")]
     small = [Task(f"small-{i}", 4_000, 8_192, 1, MILLI) for i in range(40)]
     big = Task("big", 120_000, 65_536, 8, MILLI)
     trace = Trace("two-nodes", nodes, small + [big])
     workload = [(small[0].name, small[0]), (big.name, big)]
     placed = {}
-    for policy in ("fgd", "fragmentation"):
+    for policy in ("fgd", "fgd-reserve"):
         run = start(trace, workload, policy, 42, "dra", random.Random(42), node_rank={"a-rich": 0, "b-plain": 1})
         placed[policy] = [run.schedule(name).node for name, _ in workload]
     assert placed["fgd"] == ["a-rich", None]
-    assert placed["fragmentation"] == ["b-plain", "a-rich"]
+    assert placed["fgd-reserve"] == ["b-plain", "a-rich"]
 
 
-def test_fragmentation_allocates_at_least_fgds_share_at_every_level_and_more_at_saturation():
+def test_fgd_reserve_allocates_at_least_fgds_share_at_every_level_and_more_at_saturation():
     """multigpu30 (30% of the GPU demand in multi-GPU tasks), seed 42: the old rule allocated 0.96 to 1.49 pp
     less than FGD from 70% to 95% arrived demand (README, 10 seeds, 0 of 10 ahead)."""
     trace = bundled_trace("multigpu30")
-    fgd, ours = (run_experiment(trace, policy, 42) for policy in ("fgd", "fragmentation"))
-    theirs = dict(zip(fgd["series"]["arrived_percent"], fgd["series"]["allocation_ratio"]))
-    mine = dict(zip(ours["series"]["arrived_percent"], ours["series"]["allocation_ratio"]))
+    fgd, ours = (run_experiment(trace, policy, 42) for policy in ("fgd", "fgd-reserve"))
+    theirs = dict(zip(fgd.series["arrived_percent"], fgd.series["allocation_ratio"]))
+    mine = dict(zip(ours.series["arrived_percent"], ours.series["allocation_ratio"]))
     for level in range(50, 101):
         assert mine[level] >= theirs[level], level
     assert mine[100] > theirs[100]
-    assert ours.get("path") == "fast"  # on the fast path: about 2 s of CPU on the default trace
+    assert ours.path == "fast"  # on the fast path: about 2 s of CPU on the default trace

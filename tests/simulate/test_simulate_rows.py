@@ -34,7 +34,7 @@ def test_time_slicing_serves_at_most_the_capacity_and_fragments_only_free_gpus()
     GPUs of 194 free). Now: served within capacity, the excess apart, fragmentation at most the free GPUs."""
     trace = small_trace(2)
     result = run_experiment(trace, "kube", 7, "time-slicing", tune=3.0, replicas=4)
-    series = result["series"]
+    series = result.series
     assert max(series["oversubscribed_ratio"]) > 0  # the case in question: demand beyond capacity was placed
     for served, fragmented in zip(series["served_ratio"], series["fragmented_gpus"]):
         assert 0 <= served <= 100

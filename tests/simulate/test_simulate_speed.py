@@ -44,13 +44,13 @@ def _placements(policy: str, fast: bool) -> tuple[list, int]:
     return placed, run.cluster.allocator().fit_hits
 
 
-@pytest.mark.parametrize("policy", ["fgd", "bestfit", "kube", "fragmentation", "binpack"])
+@pytest.mark.parametrize("policy", ["fgd", "bestfit", "kube", "fgd-reserve", "binpack"])
 def test_fast_scheduler_path_places_every_pod_as_the_plain_one(policy):
     fast, shared = _placements(policy, fast=True)
     plain, plain_shared = _placements(policy, fast=False)
     assert fast == plain
     assert sum(1 for _, node, _ in fast if node) > len(fast) // 2  # a run where placements matter
-    assert plain_shared == 0 or policy == "fragmentation"  # the plain path searches every node itself
+    assert plain_shared == 0 or policy == "fgd-reserve"  # the plain path searches every node itself
     if policy in ("fgd", "bestfit", "kube"):  # scores that need no allocations: searches were shared
         assert shared > 0
 

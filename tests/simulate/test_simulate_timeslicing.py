@@ -92,21 +92,21 @@ def test_n_whole_gpu_tasks_on_one_gpu_oversubscribe_it_n_times():
     assert run.used == 1000
 
     result = run_experiment(trace, "kube", 42, "time-slicing", tune=0, replicas=replicas)
-    assert result["scheduled"] == replicas and result["replicas"] == replicas
-    assert result["series"]["oversubscribed_ratio"][-1] == 100.0 * (replicas - 1)
+    assert result.scheduled == replicas and result.replicas == replicas
+    assert result.series["oversubscribed_ratio"][-1] == 100.0 * (replicas - 1)
     # issue 32: served is the demand within the GPU's capacity (it once counted all 400%: 300 GPUs "unserved"
     # below zero); what lies beyond is the oversubscription, and the two add up to the demand placed
-    assert result["series"]["served_ratio"][-1] == 100.0
-    assert result["series"]["served_ratio"][-1] + result["series"]["oversubscribed_ratio"][-1] == 100.0 * replicas
-    assert result["series"]["allocation_ratio"][-1] == 100.0  # the one GPU it reserves
+    assert result.series["served_ratio"][-1] == 100.0
+    assert result.series["served_ratio"][-1] + result.series["oversubscribed_ratio"][-1] == 100.0 * replicas
+    assert result.series["allocation_ratio"][-1] == 100.0  # the one GPU it reserves
 
 
 def test_device_plugin_and_dra_never_oversubscribe():
     tasks = [_task(f"t{i}") for i in range(3)]
     for mode in ("dra", "device-plugin"):
         result = run_experiment(_one_gpu_trace(tasks), "kube", 42, mode, tune=0)
-        assert result["scheduled"] == 1
-        assert set(result["series"]["oversubscribed_ratio"]) == {0.0}
+        assert result.scheduled == 1
+        assert set(result.series["oversubscribed_ratio"]) == {0.0}
 
 
 def test_fail_requests_greater_than_one_refuses_multi_replica_pods():
@@ -243,5 +243,5 @@ def test_every_policy_runs_in_time_slicing_mode():
     trace = Trace("small", nodes, read_tasks(io.StringIO(PODS_CSV)))
     for policy in ALL_POLICIES:
         result = run_experiment(trace, policy, 42, "time-slicing", tune=3, replicas=2)
-        assert result["served_ratio"] is not None and result["oversubscribed_ratio"] is not None, policy
-        assert 0 < result["scheduled"] <= result["tasks"], policy
+        assert result.served_ratio is not None and result.oversubscribed_ratio is not None, policy
+        assert 0 < result.scheduled <= result.tasks, policy
