@@ -18,11 +18,17 @@ PreFilterExtensions and rejects as UnschedulableAndUnresolvable: dynamicresource
 from __future__ import annotations
 
 import copy
+import json
+import os
+import shutil
+import time
 from typing import Any
 
 import pytest
+import yaml
 
 from support.builders import gpu_cluster, node, pod, template
+from support.realkube import BUILD_TIMEOUT_S, built, gpudra, short_dir
 
 from gpudra.controllers import ManagedCluster
 from gpudra.scheduler import Scheduler
@@ -335,3 +341,96 @@ def test_explain_says_why_claimed_devices_are_not_preempted():
     explanation = explain(objects, "pod/big", fixes=False)
     assert not explanation.fits
     assert any("preemption frees no device held through a ResourceClaim" in note for note in explanation.notes)
+
+
+# ----- the real kube-scheduler ---------------------------------------------------------------------------------
+def _real_objects(name: str, priority_class: str, cpu: str, gpus: int = 0) -> list[dict[str, Any]]:
+    container: dict[str, Any] = {"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                 "resources": {"requests": {"cpu": cpu}}}
+    spec: dict[str, Any] = {"priorityClassName": priority_class, "containers": [container]}
+    objects: list[dict[str, Any]] = []
+    if gpus:
+        objects.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                        "metadata": {"name": name, "namespace": "default"},
+                        "spec": {"spec": {"devices": {"requests": [{"name": "g", "exactly": {
+                            "deviceClassName": "gpu.nvidia.com", "count": gpus}}]}}}})
+        spec["resourceClaims"] = [{"name": "c", "resourceClaimTemplateName": name}]
+        container["resources"]["claims"] = [{"name": "c"}]
+    return objects + [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                       "spec": spec}]
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT_S)
+def test_victims_as_the_real_kube_scheduler():
+    """One simulated DGX H100 (8 GPUs, 64 cpu) under the real kube-scheduler 1.34, two low-priority pods holding 4
+    claimed GPUs and 1 cpu each. An 8-GPU high-priority pod: the real scheduler finds preemption not helpful (the
+    devices are claimed), and so does gpudra. A high-priority pod asking 63 cpu: the real scheduler preempts
+    the later-started GPU pod (its claim is deallocated by the real resourceclaim controller) and binds the pod on
+    the node it nominated; gpudra, given the state before, names the same victim and node."""
+    binary = built()
+    directory = short_dir("pe")
+    from test_kube_scheduling import Kubectl, cluster_state  # one copy of the real cluster's reader
+
+    def wait(what: str, check: Any, timeout: float = 90) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = check()
+            if found:
+                return found
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.3)
+
+    def pod_of(kubectl: Kubectl, name: str) -> dict[str, Any] | None:
+        items = kubectl.json("get", "pods", "--field-selector", f"metadata.name={name}")["items"]
+        return items[0] if items else None
+
+    def running(kubectl: Kubectl, name: str) -> bool:
+        pod_now = pod_of(kubectl, name)
+        return bool(pod_now and pod_now["spec"].get("nodeName") and pod_now["status"].get("phase") == "Running")
+
+    def offline(state: list[dict[str, Any]], new: list[dict[str, Any]]) -> Any:
+        objects = [o for o in state if o["kind"] != "PriorityClass"] + classes + new
+        cluster = ManagedCluster(json.loads(json.dumps(objects)), "default", "1.34")
+        return {r.pod: r for r in Scheduler(cluster).run()}
+
+    classes = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                "value": value} for name, value in (("gpudra-low", 10), ("gpudra-high", 1000))]
+    try:
+        gpudra("cluster", "up", "--dir", directory, "--api-server", "kubernetes", "--nodes", "dgx-h100:1",
+               "--kubernetes-version", "1.34")
+        kubectl = Kubectl(binary.kubectl, os.path.join(directory, "kubeconfig"))
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(classes))
+        wait("the node's ResourceSlice", lambda: kubectl.json("get", "resourceslices")["items"])
+        for name in ("low-a", "low-b"):  # one after the other: distinct start times (whole seconds)
+            kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(_real_objects(name, "gpudra-low", "1", 4)))
+            wait(f"{name} running", lambda: running(kubectl, name))
+            time.sleep(1.1)
+        state = cluster_state(kubectl)
+
+        big_gpu = _real_objects("big-gpu", "gpudra-high", "1", 8)
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(big_gpu))
+
+        def rejected() -> str | None:
+            conditions = ((pod_of(kubectl, "big-gpu") or {}).get("status") or {}).get("conditions") or []
+            return next((c.get("message") for c in conditions
+                         if c.get("type") == "PodScheduled" and c.get("status") == "False"), None)
+
+        message = wait("big-gpu rejected", rejected)
+        assert "cannot allocate all claims" in message and "Preemption is not helpful for scheduling" in message
+        assert running(kubectl, "low-a") and running(kubectl, "low-b")
+        assert not (pod_of(kubectl, "big-gpu") or {}).get("status", {}).get("nominatedNodeName")
+        ours = offline(state, big_gpu)["default/big-gpu"]
+        assert (ours.node, ours.preempted) == (None, ())
+        kubectl("delete", "pod", "big-gpu", "--wait=true")
+
+        state = cluster_state(kubectl)
+        big_cpu = _real_objects("big-cpu", "gpudra-high", "63")
+        kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(big_cpu))
+        wait("big-cpu running", lambda: running(kubectl, "big-cpu"), timeout=120)
+        real_node = pod_of(kubectl, "big-cpu")["spec"]["nodeName"]
+        real_victims = {f"default/{n}" for n in ("low-a", "low-b") if pod_of(kubectl, n) is None}
+        ours = offline(state, big_cpu)["default/big-cpu"]
+        assert (ours.node, set(ours.preempted)) == (real_node, real_victims) == (real_node, {"default/low-b"})
+    finally:
+        gpudra("cluster", "down", "--dir", directory, check=False)
+        shutil.rmtree(directory, ignore_errors=True)
