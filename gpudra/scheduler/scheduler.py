@@ -400,11 +400,14 @@ class Scheduler:
         there (see gpudra.scheduler.preemption for where gpudra's timing differs)."""
         if result.prefilter or result.error or not result.filtered:
             return result
-        candidate, _ = preemption.find_candidate(self, pod_key, result, self.dra_preemption,
-                                                 exclude=self._gang_bindings)
-        status = self.cluster.pods[pod_key].setdefault("status", {})
+        pod = self.cluster.pods[pod_key]
+        priority = self.cluster.pod_priority(pod)
+        candidate = None
+        if any(other < priority for other in self.cluster.bound_priorities):  # else no pod anywhere to preempt
+            candidate, _ = preemption.find_candidate(self, pod_key, result, self.dra_preemption,
+                                                     exclude=self._gang_bindings)
         if candidate is None:
-            status.pop("nominatedNodeName", None)  # NewPostFilterResultWithNominatedNode("") clears it
+            (pod.get("status") or {}).pop("nominatedNodeName", None)  # NewPostFilterResultWithNominatedNode("")
             return result
         preemption.evict(self.cluster, candidate, pod_key)
         retry = self._attempt_nominated(pod_key) or self._attempt(pod_key)
