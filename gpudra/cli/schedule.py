@@ -50,7 +50,7 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
     Exit 0 when every pending pod was scheduled, 1 when some could not be, 2 when the input cannot be read."""
     from gpudra.scheduler import Scheduler
     from gpudra.controllers import ManagedCluster
-    from gpudra.scheduler.render import summary, to_json, to_table, to_yaml
+    from gpudra.scheduler.render import preemption_lines, summary, to_json, to_table, to_yaml
 
     version, gates = release_and_features(kubernetes_version, features, paths, kubeconfig, context, request_timeout)
     documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=False, command="schedule")
@@ -89,6 +89,8 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
             warn(f"pod {key} is for scheduler {spec['schedulerName']!r}; not scheduled")
     if output not in ("table", "wide"):
         click.echo(summary(results), err=True)
+        for line in preemption_lines(results)[1:]:
+            click.echo(line, err=True)
         for result in results:
             if not result.scheduled:
                 click.echo(f"  {result.pod}: {result.message()}", err=True)

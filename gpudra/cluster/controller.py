@@ -151,7 +151,8 @@ class ControlLoop:
             for key in new_pods:
                 self._create_pod(cluster.pods[key])
             return True
-        scheduler = Scheduler(cluster, policy=self.config.policy)
+        # no preemption in the local cluster yet: its store would have to stop and delete the victims (kubelet)
+        scheduler = Scheduler(cluster, policy=self.config.policy, preempt=False)
         results = scheduler.run()
 
         changed |= self._persist_claims(cluster, claims_before)

@@ -32,6 +32,7 @@ from . import framework as fw
 from gpudra import schedulinghelpers as nodematch
 from . import resources as res
 from .state import ClusterState, claim_allocation, reserved_for
+from . import preemption
 from .dra import (
     DraPodState,
     DraVerdict,
@@ -127,8 +128,12 @@ class Scheduler:
         percentage_of_nodes_to_score: int | None = None,
         indexed: bool = True,
         filter_timeout: float | None = FILTER_TIMEOUT_S,
+        preempt: bool = True,
+        dra_preemption: bool = False,
     ):
-        """`filter_timeout`: seconds of device search one pod may spend over all nodes (None: no limit)."""
+        """`filter_timeout`: seconds of device search one pod may spend over all nodes (None: no limit).
+        `preempt`: DefaultPreemption runs for a pod that fits nowhere (gpudra.scheduler.preemption);
+        `dra_preemption`: victims' claims are freed by it as KEP-5690 proposes (in no release up to 1.36)."""
         from .scoring import get_policy
 
         self.cluster = cluster
@@ -138,6 +143,8 @@ class Scheduler:
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
         self.results: dict[str, fw.PodResult] = {}
         self.filter_timeout = filter_timeout
+        self.preempt = preempt
+        self.dra_preemption = dra_preemption
         self._next_start_node_index = 0
         self._cache: dict[PodShape, dict[str, NodeEval]] = {}
         self.indexed = indexed  # False: always the plain linear scan (same answers; for tests)
@@ -366,14 +373,53 @@ class Scheduler:
 
     # ----- one pod ------------------------------------------------------------------------------
     def schedule_pod(self, pod_key: str) -> fw.PodResult:
-        result = self._attempt(pod_key)
+        result = self._attempt_nominated(pod_key) or self._attempt(pod_key)
         if not result.scheduled and self._post_filter(pod_key, result):
             result = self._attempt(pod_key)
+        if not result.scheduled and self.preempt:
+            result = self._preempt(pod_key, result)
         self.results[pod_key] = result
         if not result.scheduled:
             gated = bool(result.prefilter) and result.prefilter[0].plugin == fw.SCHEDULING_GATES
             self.cluster.mark_unschedulable(pod_key, result.message(), "SchedulingGated" if gated else "Unschedulable")
         return result
+
+    def _attempt_nominated(self, pod_key: str) -> fw.PodResult | None:
+        """evaluateNominatedNode (pkg/scheduler/schedule_one.go): a pod nominated by an earlier preemption goes to
+        its nominated node when it fits there; None when it has none or does not fit there."""
+        cluster = self.cluster
+        pod = cluster.pods[pod_key]
+        nominated = (pod.get("status") or {}).get("nominatedNodeName")
+        if not nominated or nominated not in cluster.nodes or (pod.get("spec") or {}).get("schedulingGates"):
+            return None
+        info = self.pod_info(pod_key)
+        if info.reasons:
+            return None
+        evaluation = self.evaluate_fresh(info, nominated)
+        if evaluation.fatal is not None or evaluation.result.reasons:
+            return None
+        result = fw.PodResult(pod_key, num_nodes=len(cluster.node_names()))
+        return self._finish(info, result, evaluation, self.policy.combine(self, info, [evaluation]))
+
+    def _preempt(self, pod_key: str, result: fw.PodResult) -> fw.PodResult:
+        """DefaultPreemption's PostFilter: evict the chosen node's victims, nominate it, and try the pod again
+        there (see gpudra.scheduler.preemption for where gpudra's timing differs)."""
+        if result.prefilter or result.error or not result.filtered:
+            return result
+        pod = self.cluster.pods[pod_key]
+        priority = self.cluster.pod_priority(pod)
+        candidate = None
+        if any(other < priority for other in self.cluster.bound_priorities):  # else no pod anywhere to preempt
+            candidate, _ = preemption.find_candidate(self, pod_key, result, self.dra_preemption,
+                                                     exclude=self._gang_bindings)
+        if candidate is None:
+            (pod.get("status") or {}).pop("nominatedNodeName", None)  # NewPostFilterResultWithNominatedNode("")
+            return result
+        preemption.evict(self.cluster, candidate, pod_key)
+        retry = self._attempt_nominated(pod_key) or self._attempt(pod_key)
+        retry.preempted = candidate.victim_pods
+        retry.nominated_node = candidate.node
+        return retry
 
     def _attempt(self, pod_key: str) -> fw.PodResult:
         cluster = self.cluster
