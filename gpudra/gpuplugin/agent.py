@@ -29,6 +29,7 @@ from gpudra.kubeletplugin.paths import DriverPaths
 from gpudra.kubeletplugin.plugin import KubeletPlugin
 from gpudra.kubeletplugin.publisher import KubeSliceClient, PublishError, SliceClient, SlicePublisher
 from .taintrules import TaintRulePublisher
+from .consumableshares import enabled as consumable_enabled
 from .sharing import NvidiaSmiSharing, RecordingSharing, SharingControl
 from .slices import DEFAULT_DRIVER_NAME, build_resource_slices
 from .state import DeviceState
@@ -72,6 +73,8 @@ class AgentOptions:
     numa_list: bool = False  # resource.kubernetes.io/numaNode as a list (NVIDIA's DRAListTypeAttributes gate)
     # sharing strategies prepare accepts (NVIDIA's TimeSlicingSettings, MPSSupport gates; featuregates.py)
     sharing_strategies: frozenset[str] = frozenset({"TimeSlicing", "MPS"})
+    # NVIDIA's --consumable-shares (ConsumableShares gate): disabled | memory | unlimited | N (consumableshares.py)
+    consumable_shares: str = "disabled"
     healthcheck_port: int | None = None
     publish: bool = True
     fsync: bool = True
@@ -140,6 +143,7 @@ class DriverAgent:
                                  paths=self.paths, claims=claims, dynamic_mig=options.dynamic_mig, fsync=options.fsync,
                                  host_edits=host_edits, sharing=self.sharing,
                                  sharing_strategies=options.sharing_strategies,
+                                 consumable_shares=consumable_enabled(options.consumable_shares),
                                  serialize_lock=self.paths.serialize_lock if options.rolling_update_uid else None)
         self.plugin: KubeletPlugin | None = None
         self.stopped = threading.Event()
@@ -180,7 +184,8 @@ class DriverAgent:
         return build_resource_slices(inventory, self.options.node_name,
                                      driver_name=self.options.driver_name, generation=generation, node_uid=node_uid,
                                      dynamic_mig=self.options.dynamic_mig, taints_of=self.health.taints_of,
-                                     slice_layout=self.options.slice_layout, numa_list=self.options.numa_list)
+                                     slice_layout=self.options.slice_layout, numa_list=self.options.numa_list,
+                                     consumable_shares=self.options.consumable_shares)
 
     def start(self) -> None:
         self.paths.make_dirs()

@@ -57,8 +57,8 @@ GATES: tuple[GateSpec, ...] = (
     GateSpec("LoggingAlphaOptions", False, ALPHA, "1.24", "nothing: a Go logging option (gpudra logs with Python's)"),
     GateSpec("LoggingBetaOptions", True, BETA, "1.24", "nothing: a Go logging option (gpudra logs with Python's)"),
     GateSpec("ConsumableShares", False, ALPHA, "0.5",
-             "consumable-capacity shares published by `driver run` (gpudra: `driver slices --sharing consumable` "
-             "only)", missing=True),
+             "`--consumable-shares` may be other than disabled: GPUs and MIG devices shared by several claims "
+             "(consumableshares.py)"),
 )
 SPECS: Mapping[str, GateSpec] = MappingProxyType({g.name: g for g in GATES})
 # k8s.io/component-base's special gates: they set every unset gate of their stage

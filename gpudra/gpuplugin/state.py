@@ -41,6 +41,7 @@ from gpudra.device_config import GPU_FAMILY, ConfigError, DeviceConfig, claim_co
 from gpudra.kubeletplugin.journal import CheckpointJournal
 from gpudra.kubeletplugin.paths import DriverPaths
 from gpudra.kubeletplugin.quarantine import load_quarantine, quarantine_entry, save_quarantine
+from .consumableshares import MPS_REFUSED, conflict_message, conflicting_configuration
 from .featuregates import sharing_gate_error
 from .sharing import SharingControl, SharingError, apply_claim_sharing, undo_claim_sharing
 
@@ -65,6 +66,12 @@ def _conflicts(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a["slices"][0] < b["slices"][1] and b["slices"][0] < a["slices"][1]
 
 
+def _shares_of_one_device(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two consumable-capacity shares of the same device (not admin access, which changes nothing there)."""
+    return (bool(a.get("shareID")) and bool(b.get("shareID")) and a["device"] == b["device"]
+            and not a.get("adminAccess") and not b.get("adminAccess"))
+
+
 class DeviceState:
     config_family = GPU_FAMILY  # which opaque config kinds this driver decodes (device_config.FAMILY_KINDS)
 
@@ -72,8 +79,10 @@ class DeviceState:
                  claims: ClaimSource, dynamic_mig: bool = False, fsync: bool = True, boot_id: str | None = None,
                  host_edits: ContainerEdits | None = None, sharing: SharingControl | None = None,
                  serialize_lock: str | None = None,
-                 sharing_strategies: frozenset[str] = frozenset({"TimeSlicing", "MPS"})):
+                 sharing_strategies: frozenset[str] = frozenset({"TimeSlicing", "MPS"}),
+                 consumable_shares: bool = False):
         self.driver_name = driver_name
+        self.consumable_shares = consumable_shares  # NVIDIA's --consumable-shares is on (consumableshares.py)
         self.sharing_strategies = sharing_strategies  # those whose NVIDIA feature gate is on (featuregates.py)
         self.sharing = sharing  # applies time-slicing and MPS (None: configs are only recorded)
         self.node_name = node_name
@@ -373,6 +382,10 @@ class DeviceState:
                 raise PrepareError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
             if config and config.sharing and config.sharing.strategy not in self.sharing_strategies:
                 raise PrepareError(f"claim {ref.namespace}/{ref.name}: {sharing_gate_error(config.sharing.strategy)}")
+            if (config and config.sharing and config.sharing.strategy == "MPS"
+                    and (self.consumable_shares or result.get("shareID"))):
+                # one claim's MPS daemon would put a GPU other claims hold shares of in EXCLUSIVE_PROCESS mode
+                raise PrepareError(f"claim {ref.namespace}/{ref.name}: {MPS_REFUSED}")
             record.update({
                 "request": request,
                 "requestNames": [request.split("/", 1)[0]] if request else [],
@@ -433,6 +446,8 @@ class DeviceState:
                             raise PrepareError(f"device {mine['device']} is already allocated to a different claim "
                                                f"({other.get('namespace')}/{other.get('name')}, {other_uid})"
                                                + (f" holding {theirs['device']}" if theirs['device'] != mine['device'] else ""))
+                        if _shares_of_one_device(mine, theirs) and conflicting_configuration(mine, theirs):
+                            raise PrepareError(conflict_message(mine["device"], other_uid))
             for mine in planned:
                 for reserved in self._reserved:
                     if _conflicts(mine, reserved):
