@@ -65,6 +65,7 @@ class Sharing:
     mps_active_thread_percentage: int | None = None
     mps_pinned_memory_limit_mib: int | None = None
     mps_per_device_pinned_memory_mib: dict[str, int] = field(default_factory=dict)
+    mps_multi_user: bool | None = None  # NVIDIA's MpsConfig.MultiUser: `nvidia-cuda-mps-control -d -M`
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"strategy": self.strategy}
@@ -76,6 +77,8 @@ class Sharing:
             out["mpsPinnedMemoryLimitMiB"] = self.mps_pinned_memory_limit_mib
         if self.mps_per_device_pinned_memory_mib:
             out["mpsPerDevicePinnedMemoryMiB"] = dict(self.mps_per_device_pinned_memory_mib)
+        if self.mps_multi_user is not None:
+            out["mpsMultiUser"] = self.mps_multi_user
         return out
 
 
@@ -161,7 +164,12 @@ def _sharing(obj: Any, kind: str, what: str) -> Sharing | None:
         if strategy != "MPS":
             raise ConfigError(f"{what}.mpsConfig: only allowed with strategy MPS")
         mps = _strict(s["mpsConfig"], {"defaultActiveThreadPercentage", "defaultPinnedDeviceMemoryLimit",
-                                       "defaultPerDevicePinnedMemoryLimit"}, f"{what}.mpsConfig")
+                                       "defaultPerDevicePinnedMemoryLimit", "multiUser"}, f"{what}.mpsConfig")
+        multi_user = mps.get("multiUser")
+        if multi_user is not None:
+            if not isinstance(multi_user, bool):  # a Go *bool takes JSON true/false only
+                raise ConfigError(f"{what}.mpsConfig.multiUser: must be true or false, got {multi_user!r}")
+            sharing.mps_multi_user = multi_user
         pct = mps.get("defaultActiveThreadPercentage")
         if pct is not None:
             if isinstance(pct, bool) or not isinstance(pct, int) or not 0 <= pct <= 100:

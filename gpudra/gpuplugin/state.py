@@ -274,7 +274,10 @@ class DeviceState:
         def record(daemon: dict[str, Any]) -> None:  # persisted with PrepareCompleted
             with self.journal.lock:
                 entry["mpsDaemon"] = daemon
-        apply_claim_sharing(self.sharing, uid, entry["devices"], self._mps_dir(uid), record)
+
+        def capabilities() -> dict[str, str]:  # for multi-user MPS (Volta or newer)
+            return {gpu.uuid: gpu.cuda_compute_capability for gpu in self.backend.inventory().gpus}
+        apply_claim_sharing(self.sharing, uid, entry["devices"], self._mps_dir(uid), record, capabilities)
 
     def _undo_sharing(self, uid: str, entry: dict[str, Any]) -> None:
         if self.sharing is None:
