@@ -405,6 +405,13 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
         _warn_unless_consumable(kubernetes_version, features)
     dynamic_mig = _gated_flag("--dynamic-mig", "dynamic_mig", dynamic_mig, gates, "DynamicMIG")
     device_health = _gated_flag("--device-health", "device_health", device_health, gates, "NVMLDeviceHealthCheck")
+    passthrough = gates.enabled("PassthroughSupport")
+    if passthrough and device_health:  # NVIDIA's gates exclude each other: NVML cannot watch a vfio-bound GPU
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None and ctx.get_parameter_source("device_health") == click.core.ParameterSource.COMMANDLINE:
+            _fail("--device-health cannot be on with --feature-gates PassthroughSupport=true (NVIDIA's gates "
+                  "PassthroughSupport and NVMLDeviceHealthCheck are mutually exclusive)")
+        device_health = False
     if driver_kind == "compute-domain" and dynamic_mig:
         _fail("--dynamic-mig is a GPU driver option; the compute-domain driver has no MIG devices")
     chosen_backend = _published_backend(backend, profile, kubeconfig, in_cluster)
@@ -428,6 +435,7 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
                            dynamic_mig=dynamic_mig, slice_layout=layout, healthcheck_port=healthcheck_port,
                            numa_list=gates.enabled("DRAListTypeAttributes"),
                            sharing_strategies=gates.sharing_strategies(), consumable_shares=consumable_shares,
+                           passthrough=passthrough and driver_kind != "compute-domain",
                            fsync=not no_fsync,
                            registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir,
                            driver_root=driver_root, host_driver_root=host_driver_root, cdi_hook_path=cdi_hook_path,

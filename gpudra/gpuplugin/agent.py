@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from gpudra.atomicfile import write_atomic
 from gpudra.cdi import ContainerEdits
-from gpudra.discovery import DiscoveryError, GpuBackend, open_backend
+from gpudra.discovery import DiscoveryError, GpuBackend, Inventory, open_backend
 from gpudra.discovery.health import HealthMonitor
 
 from gpudra.errors import GpudraError
@@ -30,6 +30,7 @@ from gpudra.kubeletplugin.plugin import KubeletPlugin
 from gpudra.kubeletplugin.publisher import KubeSliceClient, PublishError, SliceClient, SlicePublisher
 from .taintrules import TaintRulePublisher
 from .consumableshares import enabled as consumable_enabled
+from .passthrough import Passthrough, SimulatedPciBus, vfio_device, vfio_functions
 from .sharing import NvidiaSmiSharing, RecordingSharing, SharingControl
 from .slices import DEFAULT_DRIVER_NAME, build_resource_slices
 from .state import DeviceState
@@ -75,6 +76,7 @@ class AgentOptions:
     sharing_strategies: frozenset[str] = frozenset({"TimeSlicing", "MPS"})
     # NVIDIA's --consumable-shares (ConsumableShares gate): disabled | memory | unlimited | N (consumableshares.py)
     consumable_shares: str = "disabled"
+    passthrough: bool = False  # NVIDIA's PassthroughSupport: gpu-vfio-<i> siblings, bound to vfio-pci at prepare
     healthcheck_port: int | None = None
     publish: bool = True
     fsync: bool = True
@@ -139,12 +141,15 @@ class DriverAgent:
             self.sharing = NvidiaSmiSharing(options.driver_root, self.host_driver.libcuda_dir if self.host_driver else None)
         else:  # simulated GPUs: the same steps, recorded
             self.sharing = RecordingSharing(self.paths.simulated_sharing_log)
+        passthrough = self._passthrough() if options.passthrough else None
         self.state = DeviceState(driver_name=options.driver_name, node_name=options.node_name, backend=self.backend,
                                  paths=self.paths, claims=claims, dynamic_mig=options.dynamic_mig, fsync=options.fsync,
                                  host_edits=host_edits, sharing=self.sharing,
                                  sharing_strategies=options.sharing_strategies,
                                  consumable_shares=consumable_enabled(options.consumable_shares),
+                                 passthrough=passthrough,
                                  serialize_lock=self.paths.serialize_lock if options.rolling_update_uid else None)
+        self.state.on_devices_changed = self.publish  # passthrough: a GPU's sibling was taken or freed
         self.plugin: KubeletPlugin | None = None
         self.stopped = threading.Event()
         self.reconcile_report: dict[str, list[str]] = {}
@@ -177,6 +182,27 @@ class DriverAgent:
                  self.host_driver.version or "?", options.driver_root, len(edits.mounts), len(edits.hooks))
         return edits
 
+    def _passthrough(self) -> Passthrough:
+        """The simulated node's PCI functions (a sysfs-shaped tree beside the simulated GPU state)."""
+        if self.backend.name != "simulated":
+            raise AgentError("PassthroughSupport: gpudra binds simulated GPUs to vfio-pci only (the nvml backend "
+                             "would unbind real GPUs with steps gpudra has not implemented)")
+        functions = vfio_functions(self.backend.inventory())
+        root = os.path.join(os.path.dirname(self.paths.simulated_state), "pci")
+        return Passthrough(SimulatedPciBus(root, functions), functions)
+
+    def _vfio_devices(self, inventory: Inventory) -> list[dict[str, Any]]:
+        """A `gpu-vfio-<i>` sibling for each GPU without MIG devices (NVIDIA's vfioEnabled)."""
+        passthrough = self.state.passthrough
+        if passthrough is None:
+            return []
+        out = []
+        for function in passthrough.functions.values():
+            gpu = inventory.gpu_by_minor(function.minor)
+            if gpu is not None and not gpu.mig_enabled and not gpu.mig_devices:
+                out.append(vfio_device(gpu, function, passthrough.iommufd_enabled, self.options.numa_list))
+        return out
+
     def build_slices(self, generation: int = 1, node_uid: str | None = None) -> list[dict[str, Any]]:
         inventory = self.backend.inventory()
         for problem in inventory.problems:
@@ -185,7 +211,9 @@ class DriverAgent:
                                      driver_name=self.options.driver_name, generation=generation, node_uid=node_uid,
                                      dynamic_mig=self.options.dynamic_mig, taints_of=self.health.taints_of,
                                      slice_layout=self.options.slice_layout, numa_list=self.options.numa_list,
-                                     consumable_shares=self.options.consumable_shares)
+                                     consumable_shares=self.options.consumable_shares,
+                                     extra_devices=self._vfio_devices(inventory),
+                                     withheld=frozenset(self.state.withheld_siblings()))
 
     def start(self) -> None:
         self.paths.make_dirs()

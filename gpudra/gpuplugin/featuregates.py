@@ -38,7 +38,7 @@ GATES: tuple[GateSpec, ...] = (
     GateSpec("IMEXDaemonsWithDNSNames", True, BETA, "0.2",
              "IMEX daemons addressed by DNS names (gpudra's compute-domain daemons use IP addresses)", missing=True),
     GateSpec("PassthroughSupport", False, ALPHA, "0.3",
-             "VFIO passthrough devices (vfio-pci)", missing=True),
+             "gpu-vfio-<i> devices bound to vfio-pci at prepare (simulated GPUs only; passthrough.py)"),
     GateSpec("DynamicMIG", False, ALPHA, "0.3", "dynamic MIG, as --dynamic-mig"),
     GateSpec("NVMLDeviceHealthCheck", False, ALPHA, "0.3",
              "GPU health events taint devices, as --device-health (gpudra's own default: on)"),

@@ -21,10 +21,11 @@ import os
 import shutil
 import threading
 import zlib
-from typing import Any
+from typing import Any, Callable
 
 from gpudra.api.schema.resource import RESULTS_MAX
 from gpudra.cdi import ContainerEdits, remove_spec, write_spec
+from gpudra.errors import GpudraError
 from gpudra.discovery import GpuBackend, Inventory, MigError, parse_mig_canonical_name
 from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 
@@ -37,12 +38,13 @@ from gpudra.kubeletplugin.claimref import ClaimRef, PrepareError
 from gpudra.kubeletplugin.checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, current_boot_id,
                          empty_checkpoint, entry_problem, load_checkpoint)
 from gpudra.kubeletplugin.claims import ClaimSource, ClaimSourceError
-from gpudra.device_config import GPU_FAMILY, ConfigError, DeviceConfig, claim_configs, config_for
+from gpudra.device_config import GPU_FAMILY, ConfigError, DeviceConfig, IommuConfig, claim_configs, config_for
 from gpudra.kubeletplugin.journal import CheckpointJournal
 from gpudra.kubeletplugin.paths import DriverPaths
 from gpudra.kubeletplugin.quarantine import load_quarantine, quarantine_entry, save_quarantine
 from .consumableshares import MPS_REFUSED, conflict_message, conflicting_configuration
 from .featuregates import sharing_gate_error
+from .passthrough import NVIDIA_DRIVER, VFIO_DRIVER, VFIO_TYPE, Passthrough, PassthroughError
 from .sharing import SharingControl, SharingError, apply_claim_sharing, undo_claim_sharing
 
 log = logging.getLogger("gpudra.driver")
@@ -72,6 +74,12 @@ def _shares_of_one_device(a: dict[str, Any], b: dict[str, Any]) -> bool:
             and not a.get("adminAccess") and not b.get("adminAccess"))
 
 
+def _changes_hardware(record: dict[str, Any], applies_sharing: bool) -> bool:
+    """Whether preparing the record changes the node (so the checkpoint must say so first)."""
+    return bool((record.get("mig") or {}).get("dynamic") or (record.get("sharing") and applies_sharing)
+                or record.get("type") == VFIO_TYPE)
+
+
 class DeviceState:
     config_family = GPU_FAMILY  # which opaque config kinds this driver decodes (device_config.FAMILY_KINDS)
 
@@ -80,8 +88,10 @@ class DeviceState:
                  host_edits: ContainerEdits | None = None, sharing: SharingControl | None = None,
                  serialize_lock: str | None = None,
                  sharing_strategies: frozenset[str] = frozenset({"TimeSlicing", "MPS"}),
-                 consumable_shares: bool = False):
+                 consumable_shares: bool = False, passthrough: Passthrough | None = None):
         self.driver_name = driver_name
+        self.passthrough = passthrough  # NVIDIA's PassthroughSupport: gpu-vfio-<i> devices (passthrough.py)
+        self.on_devices_changed: Callable[[], None] | None = None  # a sibling was taken or freed: republish
         self.consumable_shares = consumable_shares  # NVIDIA's --consumable-shares is on (consumableshares.py)
         self.sharing_strategies = sharing_strategies  # those whose NVIDIA feature gate is on (featuregates.py)
         self.sharing = sharing  # applies time-slicing and MPS (None: configs are only recorded)
@@ -257,6 +267,8 @@ class DeviceState:
                     existing = self.backend.find_mig_device(device["gpuMinor"], mig["giProfileId"], mig["start"])
                     if existing is not None:
                         self.backend.destroy_mig_device(device["gpuMinor"], existing.gi_id)
+            if device.get("type") == VFIO_TYPE and self.passthrough is not None:
+                self.passthrough.bus.bind(device["pciBusID"], NVIDIA_DRIVER)  # NVIDIA's Unconfigure
         try:
             spec_name = self._spec_name(uid)
         except claimpaths.ClaimPathError:
@@ -400,10 +412,24 @@ class DeviceState:
             })
             if result.get("shareID"):
                 record["shareID"] = result["shareID"]
+            if record["type"] == VFIO_TYPE:  # NVIDIA's DefaultVfioDeviceConfig when the claim has none
+                iommu = config.iommu if config and config.iommu else IommuConfig()
+                record["iommu"] = {"backendPolicy": iommu.backend_policy, "enableAPIDevice": iommu.enable_api_device}
             planned.append(record)
+        if any(r["type"] == VFIO_TYPE for r in planned) and any(r["type"] != VFIO_TYPE for r in planned):
+            # NVIDIA's applyVfioDeviceConfig assumes it: the claim's edits are the VFIO devices' alone
+            raise PrepareError(f"claim {ref.namespace}/{ref.name}: VFIO devices cannot share a claim with other "
+                               "devices of this driver")
         return planned
 
     def _resolve_device(self, name: str, inventory: Inventory) -> dict[str, Any]:
+        function = self.passthrough.function(name) if self.passthrough is not None else None
+        if function is not None:
+            parent = inventory.gpu_by_minor(function.minor)
+            if parent is None or parent.mig_devices:
+                raise PrepareError(f"device {name}: its GPU has MIG devices and cannot be passed through")
+            return {"type": VFIO_TYPE, "gpuMinor": function.minor, "gpuUUID": parent.uuid, "slices": None,
+                    "mig": None, "pciBusID": function.address}
         for gpu in inventory.gpus:
             if gpu.name == name:
                 if gpu.mig_enabled and gpu.mig_devices and not self.dynamic_mig:
@@ -461,7 +487,7 @@ class DeviceState:
             version = self.journal.changed()
         # The in-memory entry already reserves the devices. It must reach the disk before hardware
         # changes; without them a crash leaves at most a CDI spec, which reconcile removes.
-        if any((d.get("mig") or {}).get("dynamic") or (d.get("sharing") and self.sharing) for d in planned):
+        if any(_changes_hardware(d, self.sharing is not None) for d in planned):
             self.journal.persist(version)
         try:
             self._create_hardware(ref, planned)
@@ -470,7 +496,7 @@ class DeviceState:
                 self._write_cdi(ref.uid, planned)
         except Exception as exc:  # whatever failed, a failed prepare keeps no reservation
             self._roll_back(ref.uid, entry)
-            if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError, SharingError)):
+            if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError, SharingError, PassthroughError)):
                 raise
             raise PrepareError(f"preparing claim {ref.namespace}/{ref.name}: {exc}") from None
         if token is not None and not token.commit():
@@ -480,7 +506,27 @@ class DeviceState:
             entry["state"] = PREPARE_COMPLETED
             version = self.journal.changed()
         self.journal.persist(version)
+        self._siblings_changed(planned)
         return self._response(planned)
+
+    def _siblings_changed(self, records: list[dict[str, Any]]) -> None:
+        """With passthrough, a GPU prepared as `gpu` hides its `vfio` sibling and the other way round (NVIDIA's
+        RemoveSiblingDevices / discoverSiblingAllocatables): the slices are republished."""
+        if self.passthrough is None or self.on_devices_changed is None:
+            return
+        if any(r.get("type") in ("gpu", VFIO_TYPE) for r in records):
+            try:
+                self.on_devices_changed()
+            except (GpudraError, OSError) as exc:  # the claim is prepared either way; a later publication catches up
+                log.error("republishing after a passthrough change failed: %s", exc)
+
+    def withheld_siblings(self) -> set[str]:
+        """Devices not published now: the siblings of prepared GPUs and VFIO devices."""
+        if self.passthrough is None:
+            return set()
+        with self.journal.lock:
+            records = [d for e in self.journal.data["claims"].values() for d in e.get("devices", [])]
+        return {name for name in map(self.passthrough.sibling, records) if name}
 
     def _roll_back(self, uid: str, entry: dict[str, Any]) -> None:
         self._release(uid, entry, lenient=True)  # the prepare's own error is the one to report
@@ -514,6 +560,8 @@ class DeviceState:
                 if gpu is not None and gpu.mig_enabled and not gpu.mig_devices:
                     with self._mig_lock:
                         self.backend.set_mig_mode(gpu.minor, False)
+            if record["type"] == VFIO_TYPE and self.passthrough is not None:
+                self.passthrough.bus.bind(record["pciBusID"], VFIO_DRIVER)  # NVIDIA's VfioPciManager.Configure
             if (record.get("sharing") or {}).get("strategy") == "MPS":
                 for sub in ("pipe", "shm", "log"):
                     os.makedirs(os.path.join(self._mps_dir(ref.uid), sub), exist_ok=True)
@@ -523,6 +571,11 @@ class DeviceState:
         for device in devices:
             unique.setdefault(device["device"], device)
         if not unique:
+            return
+        vfio = [d for d in unique.values() if d["type"] == VFIO_TYPE]
+        if vfio and self.passthrough is not None:  # _plan lets no other device into a VFIO claim
+            write_spec(self.passthrough.claim_spec(self.driver_name, uid, vfio), self.paths.cdi_spec_dir,
+                       self._spec_name(uid), fsync=False)
             return
         mig_minors = cdispec.read_mig_minors() if self.backend.name == "nvml" else None
         spec = cdispec.claim_spec(self.driver_name, uid, list(unique.values()), majors=self.majors,
@@ -556,8 +609,7 @@ class DeviceState:
                     done = True
                 else:
                     done = False
-                    has_hardware = any((d.get("mig") or {}).get("dynamic") or (d.get("sharing") and self.sharing)
-                                       for d in entry["devices"])
+                    has_hardware = any(_changes_hardware(d, self.sharing is not None) for d in entry["devices"])
                     version = 0
                     if has_hardware and entry["state"] != UNPREPARE_STARTED:
                         entry["state"] = UNPREPARE_STARTED
@@ -569,8 +621,9 @@ class DeviceState:
                 return
             try:
                 self._release(ref.uid, entry)
-            except (MigError, DiscoveryError, OSError, SharingError) as exc:
+            except (MigError, DiscoveryError, OSError, SharingError, PassthroughError) as exc:
                 raise PrepareError(f"unpreparing claim {ref}: {exc}") from None
             with self.journal.lock:
                 version = self.journal.changed()
             self.journal.persist(version)
+            self._siblings_changed(entry["devices"])
