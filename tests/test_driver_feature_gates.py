@@ -53,8 +53,6 @@ def test_the_gate_table_is_nvidias():
     ("DeviceMetadata=true", "feature gate DeviceMetadata requires PassthroughSupport to also be enabled"),
     ("AllAlpha=true", "feature gate DynamicMIG is currently mutually exclusive with PassthroughSupport"),
     # what gpudra lacks: named, only as off
-    ("DeviceMetadata=true,PassthroughSupport=true",
-     "feature gate DeviceMetadata: gpudra does not implement device metadata files"),
     ("FabricManagerPartitioning=true", "gpudra does not implement Fabric Manager (NVSwitch) partitions"),
     ("IMEXDaemonsWithDNSNames=true", "gpudra does not implement IMEX daemons addressed by DNS names"),
 ])
@@ -115,8 +113,8 @@ def test_each_implemented_gate_switches_what_gpudra_does(monkeypatch):
 
 @pytest.mark.parametrize("args, message", [
     (["--feature-gates", "Bogus=true"], "error: --feature-gates: unrecognized feature gate: Bogus"),
-    (["--feature-gates", "DeviceMetadata=true,PassthroughSupport=true"],
-     "error: --feature-gates: feature gate DeviceMetadata: gpudra does not implement device metadata files"),
+    (["--feature-gates", "DeviceMetadata=true"],
+     "error: --feature-gates: feature gate DeviceMetadata requires PassthroughSupport to also be enabled"),
     (["--feature-gates", "PassthroughSupport=true", "--device-health"],
      "error: --device-health cannot be on with --feature-gates PassthroughSupport=true"),
     (["--feature-gates", "DRAListTypeAttributes=true", "--kubernetes-version", "1.35"],

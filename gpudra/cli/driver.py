@@ -436,6 +436,7 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
                            numa_list=gates.enabled("DRAListTypeAttributes"),
                            sharing_strategies=gates.sharing_strategies(), consumable_shares=consumable_shares,
                            passthrough=passthrough and driver_kind != "compute-domain",
+                           device_metadata=gates.enabled("DeviceMetadata") and driver_kind != "compute-domain",
                            fsync=not no_fsync,
                            registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir,
                            driver_root=driver_root, host_driver_root=host_driver_root, cdi_hook_path=cdi_hook_path,

@@ -21,6 +21,7 @@ from gpudra.regularfile import read_regular_file
 
 from gpudra.kubeletplugin.calls import DEFAULT_DEADLINE_S
 from gpudra.kubeletplugin.claims import ClaimSource, KubeClaimSource, LocalClaimStore
+from gpudra.kubeletplugin.devicemetadata import MetadataWriter
 from .hostdriver import HostDriverFiles, discover_host_driver, host_driver_edits
 from gpudra.kubeletplugin.checkpoint import PREPARE_COMPLETED
 from .health import DeviceHealth, HealthView
@@ -77,6 +78,7 @@ class AgentOptions:
     # NVIDIA's --consumable-shares (ConsumableShares gate): disabled | memory | unlimited | N (consumableshares.py)
     consumable_shares: str = "disabled"
     passthrough: bool = False  # NVIDIA's PassthroughSupport: gpu-vfio-<i> siblings, bound to vfio-pci at prepare
+    device_metadata: bool = False  # NVIDIA's DeviceMetadata: KEP-5304 metadata files in containers
     healthcheck_port: int | None = None
     publish: bool = True
     fsync: bool = True
@@ -150,6 +152,9 @@ class DriverAgent:
                                  passthrough=passthrough,
                                  serialize_lock=self.paths.serialize_lock if options.rolling_update_uid else None)
         self.state.on_devices_changed = self.publish  # passthrough: a GPU's sibling was taken or freed
+        if options.device_metadata:
+            self.state.metadata = MetadataWriter(options.driver_name, self.paths.plugin_dir, self.paths.cdi_spec_dir)
+            self.state.metadata_attributes = self._vfio_attributes
         self.plugin: KubeletPlugin | None = None
         self.stopped = threading.Event()
         self.reconcile_report: dict[str, list[str]] = {}
@@ -202,6 +207,13 @@ class DriverAgent:
             if gpu is not None and not gpu.mig_enabled and not gpu.mig_devices:
                 out.append(vfio_device(gpu, function, passthrough.iommufd_enabled, self.options.numa_list))
         return out
+
+    def _vfio_attributes(self, name: str) -> dict[str, Any]:
+        """A VFIO device's published attributes (NVIDIA's metadata file carries them for VFIO devices)."""
+        for device in self._vfio_devices(self.backend.inventory()):
+            if device["name"] == name:
+                return dict(device["attributes"])
+        return {}
 
     def build_slices(self, generation: int = 1, node_uid: str | None = None) -> list[dict[str, Any]]:
         inventory = self.backend.inventory()

@@ -39,6 +39,8 @@ from gpudra.kubeletplugin.checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED,
                          empty_checkpoint, entry_problem, load_checkpoint)
 from gpudra.kubeletplugin.claims import ClaimSource, ClaimSourceError
 from gpudra.device_config import GPU_FAMILY, ConfigError, DeviceConfig, IommuConfig, claim_configs, config_for
+from gpudra.kubeletplugin.devicemetadata import (POD_CLAIM_NAME_ANNOTATION, MetadataDevice, MetadataWriter,
+                                                 base_request, cdi_device_id as metadata_cdi_id)
 from gpudra.kubeletplugin.journal import CheckpointJournal
 from gpudra.kubeletplugin.paths import DriverPaths
 from gpudra.kubeletplugin.quarantine import load_quarantine, quarantine_entry, save_quarantine
@@ -92,6 +94,8 @@ class DeviceState:
         self.driver_name = driver_name
         self.passthrough = passthrough  # NVIDIA's PassthroughSupport: gpu-vfio-<i> devices (passthrough.py)
         self.on_devices_changed: Callable[[], None] | None = None  # a sibling was taken or freed: republish
+        self.metadata: MetadataWriter | None = None  # NVIDIA's DeviceMetadata gate (KEP-5304 files)
+        self.metadata_attributes: Callable[[str], dict[str, Any]] = lambda device: {}  # what a file says of it
         self.consumable_shares = consumable_shares  # NVIDIA's --consumable-shares is on (consumableshares.py)
         self.sharing_strategies = sharing_strategies  # those whose NVIDIA feature gate is on (featuregates.py)
         self.sharing = sharing  # applies time-slicing and MPS (None: configs are only recorded)
@@ -274,6 +278,11 @@ class DeviceState:
         except claimpaths.ClaimPathError:
             return  # no file of ours can carry this UID: prepare refuses such UIDs before writing any
         remove_spec(self.paths.cdi_spec_dir, spec_name)
+        if self.metadata is not None:
+            try:
+                self.metadata.cleanup_claim(str(entry.get("namespace")), str(entry.get("name")), uid)
+            except claimpaths.ClaimPathError as exc:  # prepare writes no file for such an identity
+                log.warning("claim %s: no device metadata to remove: %s", uid, exc)
         # only MPS records create the directory (start-up removes any that no claim owns)
         if any((d.get("sharing") or {}).get("strategy") == "MPS" for d in entry.get("devices", [])):
             shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
@@ -416,6 +425,12 @@ class DeviceState:
                 iommu = config.iommu if config and config.iommu else IommuConfig()
                 record["iommu"] = {"backendPolicy": iommu.backend_policy, "enableAPIDevice": iommu.enable_api_device}
             planned.append(record)
+        if self.metadata is not None:  # upstream's helper adds the metadata device to a request's first device
+            first: dict[str, dict[str, Any]] = {}
+            for record in planned:
+                first.setdefault(base_request(record["request"]), record)
+            for record in first.values():
+                record["cdiDeviceIDs"].append(metadata_cdi_id(self.driver_name, ref.uid, record["request"]))
         if any(r["type"] == VFIO_TYPE for r in planned) and any(r["type"] != VFIO_TYPE for r in planned):
             # NVIDIA's applyVfioDeviceConfig assumes it: the claim's edits are the VFIO devices' alone
             raise PrepareError(f"claim {ref.namespace}/{ref.name}: VFIO devices cannot share a claim with other "
@@ -487,16 +502,19 @@ class DeviceState:
             version = self.journal.changed()
         # The in-memory entry already reserves the devices. It must reach the disk before hardware
         # changes; without them a crash leaves at most a CDI spec, which reconcile removes.
-        if any(_changes_hardware(d, self.sharing is not None) for d in planned):
+        # metadata files live outside the CDI directory reconcile sweeps: only a recorded entry finds them again
+        if self.metadata is not None or any(_changes_hardware(d, self.sharing is not None) for d in planned):
             self.journal.persist(version)
         try:
             self._create_hardware(ref, planned)
             self._apply_sharing(ref.uid, entry)
             if planned:
                 self._write_cdi(ref.uid, planned)
+                self._write_metadata(ref, claim, planned)
         except Exception as exc:  # whatever failed, a failed prepare keeps no reservation
             self._roll_back(ref.uid, entry)
-            if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError, SharingError, PassthroughError)):
+            if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError, SharingError, PassthroughError,
+                                    claimpaths.ClaimPathError)):
                 raise
             raise PrepareError(f"preparing claim {ref.namespace}/{ref.name}: {exc}") from None
         if token is not None and not token.commit():
@@ -508,6 +526,18 @@ class DeviceState:
         self.journal.persist(version)
         self._siblings_changed(planned)
         return self._response(planned)
+
+    def _write_metadata(self, ref: ClaimRef, claim: dict[str, Any], planned: list[dict[str, Any]]) -> None:
+        """The claim's device metadata files (NVIDIA attaches attributes to VFIO devices only)."""
+        if self.metadata is None:
+            return
+        annotations = (claim.get("metadata") or {}).get("annotations") or {}
+        pod_claim_name = annotations.get(POD_CLAIM_NAME_ANNOTATION) if isinstance(annotations, dict) else None
+        devices = [MetadataDevice(r["request"], r["pool"], r["device"],
+                                  self.metadata_attributes(r["device"]) if r["type"] == VFIO_TYPE else {})
+                   for r in planned]
+        self.metadata.write_claim(ref.namespace, ref.name, ref.uid,
+                                  pod_claim_name if isinstance(pod_claim_name, str) else None, devices)
 
     def _siblings_changed(self, records: list[dict[str, Any]]) -> None:
         """With passthrough, a GPU prepared as `gpu` hides its `vfio` sibling and the other way round (NVIDIA's
