@@ -53,7 +53,7 @@ def test_the_gate_table_is_nvidias():
     ("DeviceMetadata=true", "feature gate DeviceMetadata requires PassthroughSupport to also be enabled"),
     ("AllAlpha=true", "feature gate DynamicMIG is currently mutually exclusive with PassthroughSupport"),
     # what gpudra lacks: named, only as off
-    ("FabricManagerPartitioning=true", "gpudra does not implement Fabric Manager (NVSwitch) partitions"),
+    ("HostManagedIMEXDaemon=true", "gpudra does not implement the hostManaged IMEX deployment mode"),
     ("IMEXDaemonsWithDNSNames=true", "gpudra does not implement IMEX daemons addressed by DNS names"),
 ])
 def test_refused_with_the_upstream_message(text, message):

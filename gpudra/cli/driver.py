@@ -374,8 +374,9 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
 @features_option()
 @click.option("--feature-gates", "feature_gates", default="", metavar="NAME=BOOL,...",
               help="NVIDIA's driver feature gates, with its names and defaults (TimeSlicingSettings, MPSSupport, "
-                   "DynamicMIG, NVMLDeviceHealthCheck, DRAListTypeAttributes, ...; AllAlpha/AllBeta). A gate whose "
-                   "feature gpudra lacks (PassthroughSupport, DeviceMetadata, ...) is accepted only as =false.")
+                   "DynamicMIG, NVMLDeviceHealthCheck, DRAListTypeAttributes, ConsumableShares, PassthroughSupport, "
+                   "DeviceMetadata, FabricManagerPartitioning; AllAlpha/AllBeta). A gate whose feature gpudra lacks "
+                   "(HostManagedIMEXDaemon, ...) is accepted only as =false.")
 @click.option("--consumable-shares", "consumable_shares", envvar="CONSUMABLE_SHARES", default="disabled",
               show_default=True, metavar="disabled|memory|unlimited|N",
               help="NVIDIA's consumable shares (needs --feature-gates ConsumableShares=true): GPUs and MIG devices "
@@ -437,6 +438,8 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
                            sharing_strategies=gates.sharing_strategies(), consumable_shares=consumable_shares,
                            passthrough=passthrough and driver_kind != "compute-domain",
                            device_metadata=gates.enabled("DeviceMetadata") and driver_kind != "compute-domain",
+                           fabric_partitions=gates.enabled("FabricManagerPartitioning")
+                           and driver_kind != "compute-domain",
                            fsync=not no_fsync,
                            registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir,
                            driver_root=driver_root, host_driver_root=host_driver_root, cdi_hook_path=cdi_hook_path,

@@ -51,7 +51,8 @@ GATES: tuple[GateSpec, ...] = (
     GateSpec("DRAListTypeAttributes", False, ALPHA, "0.4",
              "resource.kubernetes.io/numaNode published as a list (needs Kubernetes' DRAListTypeAttributes)"),
     GateSpec("FabricManagerPartitioning", False, ALPHA, "0.5",
-             "Fabric Manager (NVSwitch) partitions (partitionN attributes)", missing=True),
+             "gpuModuleID/partitionN attributes and partition activation at prepare (a simulated Fabric Manager "
+             "only; fabricpartitions.py)"),
     GateSpec("HostManagedIMEXDaemon", False, ALPHA, "0.5", "the hostManaged IMEX deployment mode", missing=True),
     # k8s.io/component-base/logs/api/v1's gates, which NVIDIA registers too (logsapi.AddFeatureGates)
     GateSpec("ContextualLogging", True, BETA, "1.30", "nothing: a Go logging option (gpudra logs with Python's)"),

@@ -45,6 +45,7 @@ from gpudra.kubeletplugin.journal import CheckpointJournal
 from gpudra.kubeletplugin.paths import DriverPaths
 from gpudra.kubeletplugin.quarantine import load_quarantine, quarantine_entry, save_quarantine
 from .consumableshares import MPS_REFUSED, conflict_message, conflicting_configuration
+from .fabricpartitions import FabricManagerError, FabricPartitioning
 from .featuregates import sharing_gate_error
 from .passthrough import NVIDIA_DRIVER, VFIO_DRIVER, VFIO_TYPE, Passthrough, PassthroughError
 from .sharing import SharingControl, SharingError, apply_claim_sharing, undo_claim_sharing
@@ -76,10 +77,13 @@ def _shares_of_one_device(a: dict[str, Any], b: dict[str, Any]) -> bool:
             and not a.get("adminAccess") and not b.get("adminAccess"))
 
 
-def _changes_hardware(record: dict[str, Any], applies_sharing: bool) -> bool:
+def _changes_hardware(record: dict[str, Any], applies_sharing: bool, partitions: bool = False) -> bool:
     """Whether preparing the record changes the node (so the checkpoint must say so first)."""
     return bool((record.get("mig") or {}).get("dynamic") or (record.get("sharing") and applies_sharing)
-                or record.get("type") == VFIO_TYPE)
+                or record.get("type") == VFIO_TYPE or (partitions and record.get("type") in PARTITIONED_TYPES))
+
+
+PARTITIONED_TYPES = ("gpu", VFIO_TYPE)  # NVIDIA partitions full GPUs and passthrough GPUs, never MIG devices
 
 
 class DeviceState:
@@ -95,6 +99,7 @@ class DeviceState:
         self.passthrough = passthrough  # NVIDIA's PassthroughSupport: gpu-vfio-<i> devices (passthrough.py)
         self.on_devices_changed: Callable[[], None] | None = None  # a sibling was taken or freed: republish
         self.metadata: MetadataWriter | None = None  # NVIDIA's DeviceMetadata gate (KEP-5304 files)
+        self.fabric: FabricPartitioning | None = None  # NVIDIA's FabricManagerPartitioning gate
         self.metadata_attributes: Callable[[str], dict[str, Any]] = lambda device: {}  # what a file says of it
         self.consumable_shares = consumable_shares  # NVIDIA's --consumable-shares is on (consumableshares.py)
         self.sharing_strategies = sharing_strategies  # those whose NVIDIA feature gate is on (featuregates.py)
@@ -259,6 +264,7 @@ class DeviceState:
             if not lenient:
                 raise
             log.error("claim %s: undoing its GPU sharing failed: %s", uid, exc)
+        self._deactivate_partition(uid, entry.get("devices", []))
         for device in entry.get("devices", []):
             mig = device.get("mig")
             if mig and mig.get("dynamic"):
@@ -503,9 +509,11 @@ class DeviceState:
         # The in-memory entry already reserves the devices. It must reach the disk before hardware
         # changes; without them a crash leaves at most a CDI spec, which reconcile removes.
         # metadata files live outside the CDI directory reconcile sweeps: only a recorded entry finds them again
-        if self.metadata is not None or any(_changes_hardware(d, self.sharing is not None) for d in planned):
+        if self.metadata is not None or any(_changes_hardware(d, self.sharing is not None, self.fabric is not None)
+                                            for d in planned):
             self.journal.persist(version)
         try:
+            self._activate_partition(planned)
             self._create_hardware(ref, planned)
             self._apply_sharing(ref.uid, entry)
             if planned:
@@ -514,7 +522,7 @@ class DeviceState:
         except Exception as exc:  # whatever failed, a failed prepare keeps no reservation
             self._roll_back(ref.uid, entry)
             if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError, SharingError, PassthroughError,
-                                    claimpaths.ClaimPathError)):
+                                    claimpaths.ClaimPathError, FabricManagerError)):
                 raise
             raise PrepareError(f"preparing claim {ref.namespace}/{ref.name}: {exc}") from None
         if token is not None and not token.commit():
@@ -526,6 +534,40 @@ class DeviceState:
         self.journal.persist(version)
         self._siblings_changed(planned)
         return self._response(planned)
+
+    # -- Fabric Manager partitions (fabricpartitions.py) ------------------------------------------------
+    @staticmethod
+    def _partitioned_minors(records: list[dict[str, Any]]) -> list[int]:
+        """The physical GPUs behind a claim's full-GPU and VFIO devices (NVIDIA's gpuInfosFromPreparedClaim)."""
+        return sorted({r["gpuMinor"] for r in records if r.get("type") in PARTITIONED_TYPES})
+
+    def _activate_partition(self, planned: list[dict[str, Any]]) -> None:
+        """NVIDIA's activateFabricPartition: the partition of exactly the claim's GPUs, or the claim is refused."""
+        minors = self._partitioned_minors(planned)
+        if self.fabric is None or not minors:
+            return
+        try:
+            partition = self.fabric.claim_partition(minors)
+        except FabricManagerError as exc:
+            raise PrepareError(f"{exc}; refusing partition activation") from None
+        self.fabric.manager.activate(partition)
+
+    def _deactivate_partition(self, uid: str, records: list[dict[str, Any]]) -> None:
+        """NVIDIA's deactivateFabricPartition: not while another claim holds one of the GPUs (a consumable share),
+        nor for GPUs that form no partition (a refused prepare activated none)."""
+        minors = self._partitioned_minors(records)
+        if self.fabric is None or not minors:
+            return
+        with self.journal.lock:
+            held = {d.get("gpuMinor") for other, e in self.journal.data["claims"].items()
+                    if other != uid and other not in self._releasing for d in e.get("devices", [])}
+        if held & set(minors):
+            log.info("claim %s: its GPUs are still in use by other claims: partition stays active", uid)
+            return
+        try:
+            self.fabric.manager.deactivate(self.fabric.claim_partition(minors))
+        except FabricManagerError as exc:
+            log.warning("claim %s: %s; skipping partition deactivation", uid, exc)
 
     def _write_metadata(self, ref: ClaimRef, claim: dict[str, Any], planned: list[dict[str, Any]]) -> None:
         """The claim's device metadata files (NVIDIA attaches attributes to VFIO devices only)."""
@@ -639,7 +681,8 @@ class DeviceState:
                     done = True
                 else:
                     done = False
-                    has_hardware = any(_changes_hardware(d, self.sharing is not None) for d in entry["devices"])
+                    has_hardware = any(_changes_hardware(d, self.sharing is not None, self.fabric is not None)
+                                       for d in entry["devices"])
                     version = 0
                     if has_hardware and entry["state"] != UNPREPARE_STARTED:
                         entry["state"] = UNPREPARE_STARTED
@@ -651,7 +694,7 @@ class DeviceState:
                 return
             try:
                 self._release(ref.uid, entry)
-            except (MigError, DiscoveryError, OSError, SharingError, PassthroughError) as exc:
+            except (MigError, DiscoveryError, OSError, SharingError, PassthroughError, FabricManagerError) as exc:
                 raise PrepareError(f"unpreparing claim {ref}: {exc}") from None
             with self.journal.lock:
                 version = self.journal.changed()
