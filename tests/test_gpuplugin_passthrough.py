@@ -17,7 +17,7 @@ import uuid
 import pytest
 import yaml
 
-from gpudra.device_config import ConfigError, decode_config
+from gpudra.device_config import ConfigError, decode_config, opaque_config_problems
 from gpudra.gpuplugin.agent import AgentError, AgentOptions, DriverAgent
 from gpudra.gpuplugin.passthrough import SIMULATED_IOMMU_GROUP_BASE
 from gpudra.kubeletplugin.kubelet_client import KubeletClient
@@ -208,3 +208,14 @@ def test_the_nvml_backend_refuses_the_gate(driver_root, monkeypatch):
     with pytest.raises(AgentError, match="binds simulated GPUs to vfio-pci only"):
         DriverAgent(AgentOptions(node_name=NODE, root=driver_root, claims_dir=os.path.join(driver_root, "claims"),
                                  fsync=False, health_events=False, passthrough=True), backend=FakeNvml())
+
+
+def test_validate_and_the_webhook_refuse_a_bad_vfio_config():
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
+             "spec": {"devices": {"requests": [{"name": "vm", "exactly": {"deviceClassName": "vfio.gpu.nvidia.com"}}],
+                                  "config": [{"requests": ["vm"], "opaque": {"driver": "gpu.nvidia.com", "parameters": {
+                                      "apiVersion": "resource.nvidia.com/v1beta1", "kind": "VfioDeviceConfig",
+                                      "iommu": {"backendPolicy": "X"}}}}]}}}
+    assert opaque_config_problems(claim) == [("spec.devices.config[0].opaque.parameters",
+                                              "iommu.backendPolicy: unknown IOMMU backend policy: X, supported IOMMU "
+                                              "backend policies: LegacyOnly, PreferIommuFD")]
