@@ -21,11 +21,10 @@ import os
 import shutil
 import threading
 import zlib
-from typing import Any, Callable
+from typing import Any
 
 from gpudra.api.schema.resource import RESULTS_MAX
 from gpudra.cdi import ContainerEdits, remove_spec, write_spec
-from gpudra.errors import GpudraError
 from gpudra.discovery import GpuBackend, Inventory, MigError, parse_mig_canonical_name
 from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 
@@ -39,13 +38,13 @@ from gpudra.kubeletplugin.checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED,
                          empty_checkpoint, entry_problem, load_checkpoint)
 from gpudra.kubeletplugin.claims import ClaimSource, ClaimSourceError
 from gpudra.device_config import GPU_FAMILY, ConfigError, DeviceConfig, IommuConfig, claim_configs, config_for
-from gpudra.kubeletplugin.devicemetadata import (POD_CLAIM_NAME_ANNOTATION, MetadataDevice, MetadataWriter,
-                                                 base_request, cdi_device_id as metadata_cdi_id)
+from gpudra.kubeletplugin.devicemetadata import base_request, cdi_device_id as metadata_cdi_id
 from gpudra.kubeletplugin.journal import CheckpointJournal
 from gpudra.kubeletplugin.paths import DriverPaths
 from gpudra.kubeletplugin.quarantine import load_quarantine, quarantine_entry, save_quarantine
 from .consumableshares import MPS_REFUSED, conflict_message, conflicting_configuration
-from .fabricpartitions import FabricManagerError, FabricPartitioning
+from .fabricpartitions import FabricManagerError
+from .gatedfeatures import PARTITIONED_TYPES, GatedFeatures
 from .featuregates import sharing_gate_error
 from .passthrough import NVIDIA_DRIVER, VFIO_DRIVER, VFIO_TYPE, Passthrough, PassthroughError
 from .sharing import SharingControl, SharingError, apply_claim_sharing, undo_claim_sharing
@@ -83,10 +82,7 @@ def _changes_hardware(record: dict[str, Any], applies_sharing: bool, partitions:
                 or record.get("type") == VFIO_TYPE or (partitions and record.get("type") in PARTITIONED_TYPES))
 
 
-PARTITIONED_TYPES = ("gpu", VFIO_TYPE)  # NVIDIA partitions full GPUs and passthrough GPUs, never MIG devices
-
-
-class DeviceState:
+class DeviceState(GatedFeatures):
     config_family = GPU_FAMILY  # which opaque config kinds this driver decodes (device_config.FAMILY_KINDS)
 
     def __init__(self, *, driver_name: str, node_name: str, backend: GpuBackend, paths: DriverPaths,
@@ -96,11 +92,7 @@ class DeviceState:
                  sharing_strategies: frozenset[str] = frozenset({"TimeSlicing", "MPS"}),
                  consumable_shares: bool = False, passthrough: Passthrough | None = None):
         self.driver_name = driver_name
-        self.passthrough = passthrough  # NVIDIA's PassthroughSupport: gpu-vfio-<i> devices (passthrough.py)
-        self.on_devices_changed: Callable[[], None] | None = None  # a sibling was taken or freed: republish
-        self.metadata: MetadataWriter | None = None  # NVIDIA's DeviceMetadata gate (KEP-5304 files)
-        self.fabric: FabricPartitioning | None = None  # NVIDIA's FabricManagerPartitioning gate
-        self.metadata_attributes: Callable[[str], dict[str, Any]] = lambda device: {}  # what a file says of it
+        self._init_gated_features(passthrough)  # passthrough, metadata files, partitions (gatedfeatures.py)
         self.consumable_shares = consumable_shares  # NVIDIA's --consumable-shares is on (consumableshares.py)
         self.sharing_strategies = sharing_strategies  # those whose NVIDIA feature gate is on (featuregates.py)
         self.sharing = sharing  # applies time-slicing and MPS (None: configs are only recorded)
@@ -534,71 +526,6 @@ class DeviceState:
         self.journal.persist(version)
         self._siblings_changed(planned)
         return self._response(planned)
-
-    # -- Fabric Manager partitions (fabricpartitions.py) ------------------------------------------------
-    @staticmethod
-    def _partitioned_minors(records: list[dict[str, Any]]) -> list[int]:
-        """The physical GPUs behind a claim's full-GPU and VFIO devices (NVIDIA's gpuInfosFromPreparedClaim)."""
-        return sorted({r["gpuMinor"] for r in records if r.get("type") in PARTITIONED_TYPES})
-
-    def _activate_partition(self, planned: list[dict[str, Any]]) -> None:
-        """NVIDIA's activateFabricPartition: the partition of exactly the claim's GPUs, or the claim is refused."""
-        minors = self._partitioned_minors(planned)
-        if self.fabric is None or not minors:
-            return
-        try:
-            partition = self.fabric.claim_partition(minors)
-        except FabricManagerError as exc:
-            raise PrepareError(f"{exc}; refusing partition activation") from None
-        self.fabric.manager.activate(partition)
-
-    def _deactivate_partition(self, uid: str, records: list[dict[str, Any]]) -> None:
-        """NVIDIA's deactivateFabricPartition: not while another claim holds one of the GPUs (a consumable share),
-        nor for GPUs that form no partition (a refused prepare activated none)."""
-        minors = self._partitioned_minors(records)
-        if self.fabric is None or not minors:
-            return
-        with self.journal.lock:
-            held = {d.get("gpuMinor") for other, e in self.journal.data["claims"].items()
-                    if other != uid and other not in self._releasing for d in e.get("devices", [])}
-        if held & set(minors):
-            log.info("claim %s: its GPUs are still in use by other claims: partition stays active", uid)
-            return
-        try:
-            self.fabric.manager.deactivate(self.fabric.claim_partition(minors))
-        except FabricManagerError as exc:
-            log.warning("claim %s: %s; skipping partition deactivation", uid, exc)
-
-    def _write_metadata(self, ref: ClaimRef, claim: dict[str, Any], planned: list[dict[str, Any]]) -> None:
-        """The claim's device metadata files (NVIDIA attaches attributes to VFIO devices only)."""
-        if self.metadata is None:
-            return
-        annotations = (claim.get("metadata") or {}).get("annotations") or {}
-        pod_claim_name = annotations.get(POD_CLAIM_NAME_ANNOTATION) if isinstance(annotations, dict) else None
-        devices = [MetadataDevice(r["request"], r["pool"], r["device"],
-                                  self.metadata_attributes(r["device"]) if r["type"] == VFIO_TYPE else {})
-                   for r in planned]
-        self.metadata.write_claim(ref.namespace, ref.name, ref.uid,
-                                  pod_claim_name if isinstance(pod_claim_name, str) else None, devices)
-
-    def _siblings_changed(self, records: list[dict[str, Any]]) -> None:
-        """With passthrough, a GPU prepared as `gpu` hides its `vfio` sibling and the other way round (NVIDIA's
-        RemoveSiblingDevices / discoverSiblingAllocatables): the slices are republished."""
-        if self.passthrough is None or self.on_devices_changed is None:
-            return
-        if any(r.get("type") in ("gpu", VFIO_TYPE) for r in records):
-            try:
-                self.on_devices_changed()
-            except (GpudraError, OSError) as exc:  # the claim is prepared either way; a later publication catches up
-                log.error("republishing after a passthrough change failed: %s", exc)
-
-    def withheld_siblings(self) -> set[str]:
-        """Devices not published now: the siblings of prepared GPUs and VFIO devices."""
-        if self.passthrough is None:
-            return set()
-        with self.journal.lock:
-            records = [d for e in self.journal.data["claims"].values() for d in e.get("devices", [])]
-        return {name for name in map(self.passthrough.sibling, records) if name}
 
     def _roll_back(self, uid: str, entry: dict[str, Any]) -> None:
         self._release(uid, entry, lenient=True)  # the prepare's own error is the one to report
