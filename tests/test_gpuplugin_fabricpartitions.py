@@ -14,9 +14,11 @@ import os
 import pytest
 import yaml
 
+from gpudra.allocator import Allocator, Features
 from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
 from gpudra.gpuplugin.fabricpartitions import (FabricManagerError, Partition, check_partitions, default_partitions,
                                                find_partition, partitions_by_size)
+from gpudra.gpuplugin.slices import device_classes
 from gpudra.kubeletplugin.kubelet_client import KubeletClient
 from tests.support.builders import allocated_claim
 
@@ -117,6 +119,33 @@ def test_a_passthrough_claim_is_partitioned_too(driver_root):
         assert _log(agent) == ["activate 2"]
         assert not kubelet.unprepare([vm]).claims[vm[2]].error
         assert _log(agent) == ["activate 2", "deactivate 2"]
+    finally:
+        kubelet.close()
+        agent.stop()
+
+
+def test_a_claim_matching_on_partition2_is_allocated_and_prepared(driver_root):
+    """Published slices -> the allocator (kube-scheduler's semantics) -> prepare: matchAttribute on partition2
+    puts two GPUs in one 2-GPU partition, which prepare then activates."""
+    agent = _agent(driver_root)
+    kubelet = KubeletClient(agent.paths.registration_socket)
+    try:
+        kubelet.register()
+        claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                 "metadata": {"name": "pair", "namespace": "default", "uid": "5d1e7c1a-9f3b-4c2d-8e6f-0a1b2c3d4e5f"},
+                 "spec": {"devices": {
+                     "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}],
+                     "constraints": [{"requests": ["gpus"], "matchAttribute": "gpu.nvidia.com/partition2"}]}}}
+        allocator = Allocator(device_classes(), agent.build_slices(), [], Features.parse("default"))
+        outcome = allocator.allocate({"metadata": {"name": NODE, "labels": {}}}, [claim])
+        assert outcome.outcome == "allocated", outcome.error
+        claim["status"] = {"allocation": outcome.allocations[0]}
+        with open(os.path.join(driver_root, "claims", "default_pair.yaml"), "w", encoding="utf-8") as fh:
+            yaml.safe_dump(claim, fh)
+        uid = claim["metadata"]["uid"]
+        assert not kubelet.prepare([("default", "pair", uid)]).claims[uid].error
+        (line,) = _log(agent)
+        assert line.split()[0] == "activate" and 3 <= int(line.split()[1]) <= 6, "one of the 2-GPU partitions"
     finally:
         kubelet.close()
         agent.stop()

@@ -18,10 +18,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from gpudra.allocator import Allocator, Features
 from gpudra.cli import cli
 from gpudra.gpuplugin.agent import AgentError, AgentOptions, DriverAgent
 from gpudra.gpuplugin.consumableshares import apply_consumable_shares, check_option
 from gpudra.gpuplugin.sharing import read_sharing_log
+from gpudra.gpuplugin.slices import device_classes
 from gpudra.kubeletplugin.kubelet_client import KubeletClient
 from tests.support.builders import allocated_claim
 
@@ -195,4 +197,35 @@ def test_a_share_gets_no_limit_nvidia_does_not_set(driver_root):
         env += spec.get("containerEdits", {}).get("env") or []
         assert not [e for e in env if e.startswith("CUDA_MPS_")]
     finally:
+        agent.stop()
+
+
+def test_shares_allocated_by_the_allocator_prepare_on_one_gpu(driver_root):
+    """Published shares -> the allocator (consumable capacity, kube-scheduler's semantics) -> prepare."""
+    agent = _agent(driver_root)
+    kubelet = KubeletClient(agent.paths.registration_socket)
+    try:
+        kubelet.register()
+        allocator = Allocator(device_classes(), agent.build_slices(), [], Features.parse("default,+DRAConsumableCapacity"))
+        prepared = []
+        for index in range(3):
+            claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                     "metadata": {"name": f"share-{index}", "namespace": "default",
+                                  "uid": f"5d1e7c1a-9f3b-4c2d-8e6f-0a1b2c3d4e5{index}"},
+                     "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                         "deviceClassName": "gpu.nvidia.com", "capacity": {"requests": {"memory": "20Gi"}}}}]}}}
+            outcome = allocator.allocate({"metadata": {"name": NODE, "labels": {}}}, [claim])
+            assert outcome.outcome == "allocated", outcome.error
+            claim["status"] = {"allocation": outcome.allocations[0]}
+            allocator.add_allocated_claim(claim)
+            with open(os.path.join(driver_root, "claims", f"default_share-{index}.yaml"), "w", encoding="utf-8") as fh:
+                yaml.safe_dump(claim, fh)
+            uid = claim["metadata"]["uid"]
+            answer = kubelet.prepare([("default", f"share-{index}", uid)]).claims[uid]
+            assert not answer.error, answer.error
+            prepared.append((answer.devices[0].device_name, answer.devices[0].share_id))
+        assert len({device for device, _ in prepared}) == 1, "three 20Gi shares fit one 80GB GPU"
+        assert all(share for _, share in prepared) and len({share for _, share in prepared}) == 3
+    finally:
+        kubelet.close()
         agent.stop()
