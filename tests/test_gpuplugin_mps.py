@@ -146,16 +146,23 @@ def test_a_multi_user_claim_on_simulated_h100s(driver_root):
     try:
         kubelet.register()
         uuids = {g.name: g.uuid for g in agent.backend.inventory().gpus}
-        claim = _mps_claim(driver_root, "multi", ["gpu-3", "gpu-1"], {"multiUser": True,
-                                                                      "defaultPerDevicePinnedMemoryLimit": {"0": "1Gi"}})
+        claim = _mps_claim(driver_root, "multi", ["gpu-3", "gpu-1"], {
+            "multiUser": True, "defaultPinnedDeviceMemoryLimit": "2Gi", "defaultPerDevicePinnedMemoryLimit": {"0": "1Gi"}})
         assert not kubelet.prepare([claim]).claims[claim[2]].error
         steps = read_sharing_log(agent.paths.simulated_sharing_log)
         start = next(s for s in steps if s["op"] == "mps-start")
         devices = sorted([uuids["gpu-3"], uuids["gpu-1"]])
         assert start["multiUser"] is True and start["devices"] == devices
         assert start["id"] == mps_daemon_id(claim[2], devices)
-        assert steps[-1]["command"] == f"set_default_device_pinned_mem_limit {devices[0]} 1024M", \
+        assert [s["command"] for s in steps[-2:]] == [f"set_default_device_pinned_mem_limit {devices[0]} 1024M",
+                                                      f"set_default_device_pinned_mem_limit {devices[1]} 2048M"], \
             "index 0 is the first UUID in sorted order, not the claim's first device"
+        spec_file = next(n for n in os.listdir(agent.paths.cdi_spec_dir) if claim[2] in n)
+        with open(os.path.join(agent.paths.cdi_spec_dir, spec_file), encoding="utf-8") as fh:
+            env = [e for d in yaml.safe_load(fh)["devices"] for e in d["containerEdits"].get("env") or []]
+        assert "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps" in env
+        assert not [e for e in env if e.startswith("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")], \
+            "a client-side limit on ordinal 0 could contradict the daemon's per-device limit"
     finally:
         kubelet.close()
         agent.stop()
