@@ -374,8 +374,14 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
 @features_option()
 @click.option("--feature-gates", "feature_gates", default="", metavar="NAME=BOOL,...",
               help="NVIDIA's driver feature gates, with its names and defaults (TimeSlicingSettings, MPSSupport, "
-                   "DynamicMIG, NVMLDeviceHealthCheck, DRAListTypeAttributes, ...; AllAlpha/AllBeta). A gate whose "
-                   "feature gpudra lacks (PassthroughSupport, DeviceMetadata, ...) is accepted only as =false.")
+                   "DynamicMIG, NVMLDeviceHealthCheck, DRAListTypeAttributes, ConsumableShares, PassthroughSupport, "
+                   "DeviceMetadata, FabricManagerPartitioning; AllAlpha/AllBeta). A gate whose feature gpudra lacks "
+                   "(HostManagedIMEXDaemon, ...) is accepted only as =false.")
+@click.option("--consumable-shares", "consumable_shares", envvar="CONSUMABLE_SHARES", default="disabled",
+              show_default=True, metavar="disabled|memory|unlimited|N",
+              help="NVIDIA's consumable shares (needs --feature-gates ConsumableShares=true): GPUs and MIG devices "
+                   "allow multiple allocations, sharing `memory` (memory: each claim takes all of it unless it asks "
+                   "for less; unlimited: none unless asked) or N `shares` as well; MPS claims are refused")
 @click.option("--no-fsync", is_flag=True, hidden=True, help="skip fsync (benchmarks on slow disks only)")
 @click.option("-v", "--verbose", is_flag=True, help="log at debug level (every gRPC call, publication and health "
                                                     "event)")
@@ -385,12 +391,28 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
             cdi_hook_path: str | None, socket_group: str | None, call_deadline_s: float, metrics_port: int | None,
             device_health: bool, additional_xids_to_ignore: str, device_taint_rules: bool,
             rolling_update_uid: str | None, kubernetes_version: str | None, features: str, feature_gates: str,
-            no_fsync: bool, verbose: bool) -> None:
+            consumable_shares: str, no_fsync: bool, verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
     driver_name = _driver_name(driver_kind, driver_name)
     gates = _driver_gates(feature_gates, kubernetes_version, features)
+    from gpudra.gpuplugin.consumableshares import check_option, enabled as consumable_enabled
+    try:
+        consumable_shares = check_option(consumable_shares, gates.enabled("ConsumableShares"))
+    except ValueError as exc:
+        _fail(str(exc))
+    if consumable_enabled(consumable_shares):
+        if driver_kind == "compute-domain":
+            _fail("--consumable-shares is a GPU driver option; the compute-domain driver shares no device")
+        _warn_unless_consumable(kubernetes_version, features)
     dynamic_mig = _gated_flag("--dynamic-mig", "dynamic_mig", dynamic_mig, gates, "DynamicMIG")
     device_health = _gated_flag("--device-health", "device_health", device_health, gates, "NVMLDeviceHealthCheck")
+    passthrough = gates.enabled("PassthroughSupport")
+    if passthrough and device_health:  # NVIDIA's gates exclude each other: NVML cannot watch a vfio-bound GPU
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None and ctx.get_parameter_source("device_health") == click.core.ParameterSource.COMMANDLINE:
+            _fail("--device-health cannot be on with --feature-gates PassthroughSupport=true (NVIDIA's gates "
+                  "PassthroughSupport and NVMLDeviceHealthCheck are mutually exclusive)")
+        device_health = False
     if driver_kind == "compute-domain" and dynamic_mig:
         _fail("--dynamic-mig is a GPU driver option; the compute-domain driver has no MIG devices")
     chosen_backend = _published_backend(backend, profile, kubeconfig, in_cluster)
@@ -413,7 +435,12 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
                            claims_dir=claims_dir, kubeconfig=kubeconfig, in_cluster=in_cluster,
                            dynamic_mig=dynamic_mig, slice_layout=layout, healthcheck_port=healthcheck_port,
                            numa_list=gates.enabled("DRAListTypeAttributes"),
-                           sharing_strategies=gates.sharing_strategies(), fsync=not no_fsync,
+                           sharing_strategies=gates.sharing_strategies(), consumable_shares=consumable_shares,
+                           passthrough=passthrough and driver_kind != "compute-domain",
+                           device_metadata=gates.enabled("DeviceMetadata") and driver_kind != "compute-domain",
+                           fabric_partitions=gates.enabled("FabricManagerPartitioning")
+                           and driver_kind != "compute-domain",
+                           fsync=not no_fsync,
                            registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir,
                            driver_root=driver_root, host_driver_root=host_driver_root, cdi_hook_path=cdi_hook_path,
                            socket_group=socket_group, call_deadline_s=call_deadline_s, metrics_port=metrics_port,

@@ -18,6 +18,7 @@ simulated GPU state), so tests check the sequence across driver processes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -50,7 +51,9 @@ class SharingControl:
     def set_time_slice(self, gpu_uuid: str, interval: int) -> None:
         raise NotImplementedError
 
-    def start_mps(self, daemon_id: str, device_uuids: list[str], pipe_dir: str, log_dir: str) -> None:
+    def start_mps(self, daemon_id: str, device_uuids: list[str], pipe_dir: str, log_dir: str, *,
+                  multi_user: bool = False) -> None:
+        """`nvidia-cuda-mps-control -d` (`-d -M`: multi-user, clients of any UID, as NVIDIA's template)."""
         raise NotImplementedError
 
     def mps_command(self, daemon_id: str, pipe_dir: str, command: str) -> None:
@@ -87,9 +90,14 @@ class RecordingSharing(SharingControl):
     def set_time_slice(self, gpu_uuid: str, interval: int) -> None:
         self._record({"op": "time-slice", "gpu": gpu_uuid, "interval": interval})
 
-    def start_mps(self, daemon_id: str, device_uuids: list[str], pipe_dir: str, log_dir: str) -> None:
+    def start_mps(self, daemon_id: str, device_uuids: list[str], pipe_dir: str, log_dir: str, *,
+                  multi_user: bool = False) -> None:
         self.running.add(daemon_id)
-        self._record({"op": "mps-start", "id": daemon_id, "devices": device_uuids, "pipe": pipe_dir, "log": log_dir})
+        step: dict[str, Any] = {"op": "mps-start", "id": daemon_id, "devices": device_uuids, "pipe": pipe_dir,
+                                "log": log_dir}
+        if multi_user:
+            step["multiUser"] = True
+        self._record(step)
 
     def mps_command(self, daemon_id: str, pipe_dir: str, command: str) -> None:
         self._record({"op": "mps-command", "id": daemon_id, "command": command})
@@ -159,8 +167,10 @@ class NvidiaSmiSharing(SharingControl):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
         return env
 
-    def start_mps(self, daemon_id: str, device_uuids: list[str], pipe_dir: str, log_dir: str) -> None:
-        self._run([self._binary("nvidia-cuda-mps-control"), "-d"], env=self._mps_env(pipe_dir, log_dir, device_uuids))
+    def start_mps(self, daemon_id: str, device_uuids: list[str], pipe_dir: str, log_dir: str, *,
+                  multi_user: bool = False) -> None:
+        flags = ["-d", "-M"] if multi_user else ["-d"]
+        self._run([self._binary("nvidia-cuda-mps-control"), *flags], env=self._mps_env(pipe_dir, log_dir, device_uuids))
 
     def mps_command(self, daemon_id: str, pipe_dir: str, command: str) -> None:
         self._run([self._binary("nvidia-cuda-mps-control")], env=self._mps_env(pipe_dir), stdin=command + "\n")
@@ -175,17 +185,62 @@ def interval_number(name: str | None) -> int:
     return TIME_SLICE_INTERVALS.get(name or "Default", 0)
 
 
+MULTI_USER_MIN_CAPABILITY = (7, 0)  # NVIDIA's voltaCudaComputeCapability (mps_capability.go)
+
+
+def _go_int(text: str) -> int | None:
+    """Go's strconv.Atoi: an optional sign and ASCII digits, else None."""
+    body = text[1:] if text[:1] in "+-" else text
+    return int(text) if body.isascii() and body.isdigit() else None
+
+
 def pinned_limits(sharing: dict[str, Any], device_uuids: list[str]) -> dict[str, int]:
-    """MiB per device UUID: the per-device entry (keyed by UUID or by the device's index in the claim), else the
-    default limit. As NVIDIA's `DefaultPerDevicePinnedMemoryLimit.Normalize`."""
+    """MiB per device UUID, as NVIDIA's `MpsPerDevicePinnedMemoryLimit.Normalize` (api/nvidia.com/resource/v1beta1/
+    sharing.go): the default limit on every device, overridden per device by UUID or by index into `device_uuids`
+    (the daemon's UUIDs, sorted as NVIDIA's `UUIDs()` sorts them). A key naming no device of the daemon is an
+    error with NVIDIA's message (its ErrInvalidDeviceSelector, "invalid device")."""
     per_device = sharing.get("mpsPerDevicePinnedMemoryMiB") or {}
     default = sharing.get("mpsPinnedMemoryLimitMiB")
-    limits = {}
-    for index, uuid in enumerate(device_uuids):
-        value = per_device.get(uuid, per_device.get(str(index), default))
-        if value is not None:
-            limits[uuid] = int(value)
-    return limits
+    limits = {uuid: int(default) for uuid in device_uuids} if default is not None else {}
+    for key, mib in per_device.items():
+        if key in device_uuids:
+            limits[key] = int(mib)
+            continue
+        index = _go_int(key)
+        if index is None:
+            raise SharingError(f"{LIMITS_ERROR}: invalid device: unable to parse key as an integer: {key}")
+        if not 0 <= index < len(device_uuids):
+            raise SharingError(f"{LIMITS_ERROR}: invalid device: invalid device index: {index}")
+        limits[device_uuids[index]] = int(mib)
+    return dict(sorted(limits.items()))  # a Go template ranges over a map in key order
+
+
+LIMITS_ERROR = "error transforming DefaultPerDevicePinnedMemoryLimit into string"
+
+
+def _capability(text: str) -> tuple[int, ...] | None:
+    """A CUDA compute capability as Masterminds/semver reads "major.minor[.patch]" (None: not a version)."""
+    parts = text.strip().lstrip("v").split(".")
+    if not 1 <= len(parts) <= 3 or not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts) + (0,) * (3 - len(parts))
+
+
+def multi_user_problem(capabilities: dict[str, str], gpus: list[str]) -> str | None:
+    """Why multi-user MPS cannot run on `gpus` (UUID -> CUDA compute capability), with NVIDIA's messages
+    (cmd/gpu-kubelet-plugin/mps_capability.go `ensureCapability`: errors.Join, newest first), or None."""
+    wanted = ".".join(map(str, MULTI_USER_MIN_CAPABILITY))
+    problems: list[str] = []
+    for uuid in gpus:
+        if uuid not in capabilities:  # NVIDIA returns at the first GPU it has no facts for
+            return f'could not check gpu {uuid}: missing gpu info (required >= "{wanted}")'
+        have = capabilities[uuid]
+        parsed = _capability(have)
+        if parsed is None:
+            problems.insert(0, f'gpu {uuid} has invalid cudaComputeCapability "{have}": Invalid Semantic Version')
+        elif parsed < MULTI_USER_MIN_CAPABILITY + (0,):
+            problems.insert(0, f'{uuid} has insufficient cudaComputeCapability "{have}", wanted >= "{wanted}"')
+    return "\n".join(problems) or None
 
 
 def _device_uuid(record: dict[str, Any]) -> str:
@@ -193,21 +248,31 @@ def _device_uuid(record: dict[str, Any]) -> str:
     return mig.get("uuid") or record["gpuUUID"]
 
 
+def mps_daemon_id(uid: str, device_uuids: list[str]) -> str:
+    """NVIDIA's GetMpsControlDaemonID (sharing.go): the claim UID and the first 5 hex digits of the SHA-256 of its
+    devices' sorted UUIDs joined by commas; it names the daemon (NVIDIA: its Deployment `mps-control-daemon-<id>`)."""
+    return f"{uid}-{hashlib.sha256(','.join(device_uuids).encode()).hexdigest()[:5]}"
+
+
 def mps_daemon(uid: str, devices: list[dict[str, Any]], mps_dir: str) -> dict[str, Any] | None:
     """The claim's MPS control daemon (one per claim, for all its MPS devices; the first MPS config's limits), or
-    None. `devices` are the checkpoint's device records (state.py)."""
+    None. `devices` are the checkpoint's device records (state.py). Its devices are sorted by UUID, as NVIDIA's
+    CUDA_VISIBLE_DEVICES and per-device indices are."""
     mps = [r for r in devices if (r.get("sharing") or {}).get("strategy") == "MPS"]
     if not mps:
         return None
-    return {"id": uid, "pipe": os.path.join(mps_dir, "pipe"), "log": os.path.join(mps_dir, "log"),
-            "gpus": list(dict.fromkeys(r["gpuUUID"] for r in mps)),
-            "devices": list(dict.fromkeys(_device_uuid(r) for r in mps)), "config": mps[0]["sharing"]}
+    uuids = sorted({_device_uuid(r) for r in mps})
+    return {"id": mps_daemon_id(uid, uuids), "pipe": os.path.join(mps_dir, "pipe"), "log": os.path.join(mps_dir, "log"),
+            "gpus": sorted({r["gpuUUID"] for r in mps}), "devices": uuids, "config": mps[0]["sharing"]}
 
 
 def apply_claim_sharing(control: SharingControl, uid: str, devices: list[dict[str, Any]], mps_dir: str,
-                        record: Callable[[dict[str, Any]], None]) -> None:
+                        record: Callable[[dict[str, Any]], None],
+                        capabilities: Callable[[], dict[str, str]] = dict) -> None:
     """Time-slicing intervals on full GPUs, then the claim's MPS daemon with its limits. `record(daemon)` is called
-    before the daemon starts, for the checkpoint."""
+    before the daemon starts, for the checkpoint. `capabilities()`: GPU UUID -> CUDA compute capability, asked
+    only for multi-user MPS. As NVIDIA's MpsControlDaemon.Start, the limits and the multi-user check are settled
+    before any GPU changes compute mode."""
     for device in devices:
         sharing = device.get("sharing") or {}
         if sharing.get("strategy") == "TimeSlicing" and device["type"] == "gpu":
@@ -216,16 +281,22 @@ def apply_claim_sharing(control: SharingControl, uid: str, devices: list[dict[st
     daemon = mps_daemon(uid, devices, mps_dir)
     if daemon is None:
         return
+    config = daemon.pop("config")
+    limits = pinned_limits(config, daemon["devices"])
+    multi_user = bool(config.get("mpsMultiUser"))
+    if multi_user:
+        problem = multi_user_problem(capabilities(), daemon["gpus"])
+        if problem is not None:
+            raise SharingError(f"multiuser mode was requested but is not supported: {problem}")
     for gpu in daemon["gpus"]:
         control.set_compute_mode(gpu, "EXCLUSIVE_PROCESS")
-    config = daemon.pop("config")
     record(daemon)
-    control.start_mps(uid, daemon["devices"], daemon["pipe"], daemon["log"])
+    control.start_mps(daemon["id"], daemon["devices"], daemon["pipe"], daemon["log"], multi_user=multi_user)
     if config.get("mpsActiveThreadPercentage") is not None:
-        control.mps_command(uid, daemon["pipe"],
+        control.mps_command(daemon["id"], daemon["pipe"],
                             f"set_default_active_thread_percentage {config['mpsActiveThreadPercentage']}")
-    for device_uuid, mib in pinned_limits(config, daemon["devices"]).items():
-        control.mps_command(uid, daemon["pipe"], f"set_default_device_pinned_mem_limit {device_uuid} {mib}M")
+    for device_uuid, mib in limits.items():
+        control.mps_command(daemon["id"], daemon["pipe"], f"set_default_device_pinned_mem_limit {device_uuid} {mib}M")
 
 
 def undo_claim_sharing(control: SharingControl, uid: str, entry: dict[str, Any], mps_dir: str,
@@ -235,7 +306,7 @@ def undo_claim_sharing(control: SharingControl, uid: str, entry: dict[str, Any],
     devices = entry.get("devices", [])
     daemon = entry.get("mpsDaemon") or mps_daemon(uid, devices, mps_dir)
     if daemon is not None:
-        control.stop_mps(uid, daemon["pipe"])
+        control.stop_mps(daemon.get("id", uid), daemon["pipe"])
         for gpu in daemon["gpus"]:
             control.set_compute_mode(gpu, "DEFAULT")
     for device in devices:

@@ -37,11 +37,16 @@ from gpudra.kubeletplugin.claimref import ClaimRef, PrepareError
 from gpudra.kubeletplugin.checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, current_boot_id,
                          empty_checkpoint, entry_problem, load_checkpoint)
 from gpudra.kubeletplugin.claims import ClaimSource, ClaimSourceError
-from gpudra.device_config import GPU_FAMILY, ConfigError, DeviceConfig, claim_configs, config_for
+from gpudra.device_config import GPU_FAMILY, ConfigError, DeviceConfig, IommuConfig, claim_configs, config_for
+from gpudra.kubeletplugin.devicemetadata import base_request, cdi_device_id as metadata_cdi_id
 from gpudra.kubeletplugin.journal import CheckpointJournal
 from gpudra.kubeletplugin.paths import DriverPaths
 from gpudra.kubeletplugin.quarantine import load_quarantine, quarantine_entry, save_quarantine
+from .consumableshares import MPS_REFUSED, conflict_message, conflicting_configuration
+from .fabricpartitions import FabricManagerError
+from .gatedfeatures import PARTITIONED_TYPES, GatedFeatures
 from .featuregates import sharing_gate_error
+from .passthrough import NVIDIA_DRIVER, VFIO_DRIVER, VFIO_TYPE, Passthrough, PassthroughError
 from .sharing import SharingControl, SharingError, apply_claim_sharing, undo_claim_sharing
 
 log = logging.getLogger("gpudra.driver")
@@ -65,15 +70,30 @@ def _conflicts(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a["slices"][0] < b["slices"][1] and b["slices"][0] < a["slices"][1]
 
 
-class DeviceState:
+def _shares_of_one_device(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two consumable-capacity shares of the same device (not admin access, which changes nothing there)."""
+    return (bool(a.get("shareID")) and bool(b.get("shareID")) and a["device"] == b["device"]
+            and not a.get("adminAccess") and not b.get("adminAccess"))
+
+
+def _changes_hardware(record: dict[str, Any], applies_sharing: bool, partitions: bool = False) -> bool:
+    """Whether preparing the record changes the node (so the checkpoint must say so first)."""
+    return bool((record.get("mig") or {}).get("dynamic") or (record.get("sharing") and applies_sharing)
+                or record.get("type") == VFIO_TYPE or (partitions and record.get("type") in PARTITIONED_TYPES))
+
+
+class DeviceState(GatedFeatures):
     config_family = GPU_FAMILY  # which opaque config kinds this driver decodes (device_config.FAMILY_KINDS)
 
     def __init__(self, *, driver_name: str, node_name: str, backend: GpuBackend, paths: DriverPaths,
                  claims: ClaimSource, dynamic_mig: bool = False, fsync: bool = True, boot_id: str | None = None,
                  host_edits: ContainerEdits | None = None, sharing: SharingControl | None = None,
                  serialize_lock: str | None = None,
-                 sharing_strategies: frozenset[str] = frozenset({"TimeSlicing", "MPS"})):
+                 sharing_strategies: frozenset[str] = frozenset({"TimeSlicing", "MPS"}),
+                 consumable_shares: bool = False, passthrough: Passthrough | None = None):
         self.driver_name = driver_name
+        self._init_gated_features(passthrough)  # passthrough, metadata files, partitions (gatedfeatures.py)
+        self.consumable_shares = consumable_shares  # NVIDIA's --consumable-shares is on (consumableshares.py)
         self.sharing_strategies = sharing_strategies  # those whose NVIDIA feature gate is on (featuregates.py)
         self.sharing = sharing  # applies time-slicing and MPS (None: configs are only recorded)
         self.node_name = node_name
@@ -236,6 +256,7 @@ class DeviceState:
             if not lenient:
                 raise
             log.error("claim %s: undoing its GPU sharing failed: %s", uid, exc)
+        self._deactivate_partition(uid, entry.get("devices", []))
         for device in entry.get("devices", []):
             mig = device.get("mig")
             if mig and mig.get("dynamic"):
@@ -248,11 +269,18 @@ class DeviceState:
                     existing = self.backend.find_mig_device(device["gpuMinor"], mig["giProfileId"], mig["start"])
                     if existing is not None:
                         self.backend.destroy_mig_device(device["gpuMinor"], existing.gi_id)
+            if device.get("type") == VFIO_TYPE and self.passthrough is not None:
+                self.passthrough.bus.bind(device["pciBusID"], NVIDIA_DRIVER)  # NVIDIA's Unconfigure
         try:
             spec_name = self._spec_name(uid)
         except claimpaths.ClaimPathError:
             return  # no file of ours can carry this UID: prepare refuses such UIDs before writing any
         remove_spec(self.paths.cdi_spec_dir, spec_name)
+        if self.metadata is not None:
+            try:
+                self.metadata.cleanup_claim(str(entry.get("namespace")), str(entry.get("name")), uid)
+            except claimpaths.ClaimPathError as exc:  # prepare writes no file for such an identity
+                log.warning("claim %s: no device metadata to remove: %s", uid, exc)
         # only MPS records create the directory (start-up removes any that no claim owns)
         if any((d.get("sharing") or {}).get("strategy") == "MPS" for d in entry.get("devices", [])):
             shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
@@ -265,7 +293,10 @@ class DeviceState:
         def record(daemon: dict[str, Any]) -> None:  # persisted with PrepareCompleted
             with self.journal.lock:
                 entry["mpsDaemon"] = daemon
-        apply_claim_sharing(self.sharing, uid, entry["devices"], self._mps_dir(uid), record)
+
+        def capabilities() -> dict[str, str]:  # for multi-user MPS (Volta or newer)
+            return {gpu.uuid: gpu.cuda_compute_capability for gpu in self.backend.inventory().gpus}
+        apply_claim_sharing(self.sharing, uid, entry["devices"], self._mps_dir(uid), record, capabilities)
 
     def _undo_sharing(self, uid: str, entry: dict[str, Any]) -> None:
         if self.sharing is None:
@@ -373,6 +404,10 @@ class DeviceState:
                 raise PrepareError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
             if config and config.sharing and config.sharing.strategy not in self.sharing_strategies:
                 raise PrepareError(f"claim {ref.namespace}/{ref.name}: {sharing_gate_error(config.sharing.strategy)}")
+            if (config and config.sharing and config.sharing.strategy == "MPS"
+                    and (self.consumable_shares or result.get("shareID"))):
+                # one claim's MPS daemon would put a GPU other claims hold shares of in EXCLUSIVE_PROCESS mode
+                raise PrepareError(f"claim {ref.namespace}/{ref.name}: {MPS_REFUSED}")
             record.update({
                 "request": request,
                 "requestNames": [request.split("/", 1)[0]] if request else [],
@@ -384,10 +419,30 @@ class DeviceState:
             })
             if result.get("shareID"):
                 record["shareID"] = result["shareID"]
+            if record["type"] == VFIO_TYPE:  # NVIDIA's DefaultVfioDeviceConfig when the claim has none
+                iommu = config.iommu if config and config.iommu else IommuConfig()
+                record["iommu"] = {"backendPolicy": iommu.backend_policy, "enableAPIDevice": iommu.enable_api_device}
             planned.append(record)
+        if self.metadata is not None:  # upstream's helper adds the metadata device to a request's first device
+            first: dict[str, dict[str, Any]] = {}
+            for record in planned:
+                first.setdefault(base_request(record["request"]), record)
+            for record in first.values():
+                record["cdiDeviceIDs"].append(metadata_cdi_id(self.driver_name, ref.uid, record["request"]))
+        if any(r["type"] == VFIO_TYPE for r in planned) and any(r["type"] != VFIO_TYPE for r in planned):
+            # NVIDIA's applyVfioDeviceConfig assumes it: the claim's edits are the VFIO devices' alone
+            raise PrepareError(f"claim {ref.namespace}/{ref.name}: VFIO devices cannot share a claim with other "
+                               "devices of this driver")
         return planned
 
     def _resolve_device(self, name: str, inventory: Inventory) -> dict[str, Any]:
+        function = self.passthrough.function(name) if self.passthrough is not None else None
+        if function is not None:
+            parent = inventory.gpu_by_minor(function.minor)
+            if parent is None or parent.mig_devices:
+                raise PrepareError(f"device {name}: its GPU has MIG devices and cannot be passed through")
+            return {"type": VFIO_TYPE, "gpuMinor": function.minor, "gpuUUID": parent.uuid, "slices": None,
+                    "mig": None, "pciBusID": function.address}
         for gpu in inventory.gpus:
             if gpu.name == name:
                 if gpu.mig_enabled and gpu.mig_devices and not self.dynamic_mig:
@@ -433,6 +488,8 @@ class DeviceState:
                             raise PrepareError(f"device {mine['device']} is already allocated to a different claim "
                                                f"({other.get('namespace')}/{other.get('name')}, {other_uid})"
                                                + (f" holding {theirs['device']}" if theirs['device'] != mine['device'] else ""))
+                        if _shares_of_one_device(mine, theirs) and conflicting_configuration(mine, theirs):
+                            raise PrepareError(conflict_message(mine["device"], other_uid))
             for mine in planned:
                 for reserved in self._reserved:
                     if _conflicts(mine, reserved):
@@ -443,16 +500,21 @@ class DeviceState:
             version = self.journal.changed()
         # The in-memory entry already reserves the devices. It must reach the disk before hardware
         # changes; without them a crash leaves at most a CDI spec, which reconcile removes.
-        if any((d.get("mig") or {}).get("dynamic") or (d.get("sharing") and self.sharing) for d in planned):
+        # metadata files live outside the CDI directory reconcile sweeps: only a recorded entry finds them again
+        if self.metadata is not None or any(_changes_hardware(d, self.sharing is not None, self.fabric is not None)
+                                            for d in planned):
             self.journal.persist(version)
         try:
+            self._activate_partition(planned)
             self._create_hardware(ref, planned)
             self._apply_sharing(ref.uid, entry)
             if planned:
                 self._write_cdi(ref.uid, planned)
+                self._write_metadata(ref, claim, planned)
         except Exception as exc:  # whatever failed, a failed prepare keeps no reservation
             self._roll_back(ref.uid, entry)
-            if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError, SharingError)):
+            if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError, SharingError, PassthroughError,
+                                    claimpaths.ClaimPathError, FabricManagerError)):
                 raise
             raise PrepareError(f"preparing claim {ref.namespace}/{ref.name}: {exc}") from None
         if token is not None and not token.commit():
@@ -462,6 +524,7 @@ class DeviceState:
             entry["state"] = PREPARE_COMPLETED
             version = self.journal.changed()
         self.journal.persist(version)
+        self._siblings_changed(planned)
         return self._response(planned)
 
     def _roll_back(self, uid: str, entry: dict[str, Any]) -> None:
@@ -496,6 +559,8 @@ class DeviceState:
                 if gpu is not None and gpu.mig_enabled and not gpu.mig_devices:
                     with self._mig_lock:
                         self.backend.set_mig_mode(gpu.minor, False)
+            if record["type"] == VFIO_TYPE and self.passthrough is not None:
+                self.passthrough.bus.bind(record["pciBusID"], VFIO_DRIVER)  # NVIDIA's VfioPciManager.Configure
             if (record.get("sharing") or {}).get("strategy") == "MPS":
                 for sub in ("pipe", "shm", "log"):
                     os.makedirs(os.path.join(self._mps_dir(ref.uid), sub), exist_ok=True)
@@ -505,6 +570,11 @@ class DeviceState:
         for device in devices:
             unique.setdefault(device["device"], device)
         if not unique:
+            return
+        vfio = [d for d in unique.values() if d["type"] == VFIO_TYPE]
+        if vfio and self.passthrough is not None:  # _plan lets no other device into a VFIO claim
+            write_spec(self.passthrough.claim_spec(self.driver_name, uid, vfio), self.paths.cdi_spec_dir,
+                       self._spec_name(uid), fsync=False)
             return
         mig_minors = cdispec.read_mig_minors() if self.backend.name == "nvml" else None
         spec = cdispec.claim_spec(self.driver_name, uid, list(unique.values()), majors=self.majors,
@@ -538,7 +608,7 @@ class DeviceState:
                     done = True
                 else:
                     done = False
-                    has_hardware = any((d.get("mig") or {}).get("dynamic") or (d.get("sharing") and self.sharing)
+                    has_hardware = any(_changes_hardware(d, self.sharing is not None, self.fabric is not None)
                                        for d in entry["devices"])
                     version = 0
                     if has_hardware and entry["state"] != UNPREPARE_STARTED:
@@ -551,8 +621,9 @@ class DeviceState:
                 return
             try:
                 self._release(ref.uid, entry)
-            except (MigError, DiscoveryError, OSError, SharingError) as exc:
+            except (MigError, DiscoveryError, OSError, SharingError, PassthroughError, FabricManagerError) as exc:
                 raise PrepareError(f"unpreparing claim {ref}: {exc}") from None
             with self.journal.lock:
                 version = self.journal.changed()
             self.journal.persist(version)
+            self._siblings_changed(entry["devices"])

@@ -99,7 +99,9 @@ def device_edits(prepared: dict[str, Any], majors: dict[str, int], mps_dir: str 
         edits.env.append(f"CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE_IN_CONTAINER}")
         if sharing.get("mpsActiveThreadPercentage") is not None:
             edits.env.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={sharing['mpsActiveThreadPercentage']}")
-        if sharing.get("mpsPinnedMemoryLimitMiB") is not None:
+        # gpudra's, not NVIDIA's (its CDI edits set only the pipe directory): the client-side limit names CUDA
+        # ordinal 0, so it is set only when no per-device limit could make device 0's differ from the default
+        if sharing.get("mpsPinnedMemoryLimitMiB") is not None and not sharing.get("mpsPerDevicePinnedMemoryMiB"):
             edits.env.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={sharing['mpsPinnedMemoryLimitMiB']}M")
         edits.mounts.append(Mount(host_path=f"{mps_dir}/pipe", container_path=MPS_PIPE_IN_CONTAINER,
                                   options=["rw", "nosuid", "nodev", "bind"]))

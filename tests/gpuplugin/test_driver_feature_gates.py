@@ -53,8 +53,7 @@ def test_the_gate_table_is_nvidias():
     ("DeviceMetadata=true", "feature gate DeviceMetadata requires PassthroughSupport to also be enabled"),
     ("AllAlpha=true", "feature gate DynamicMIG is currently mutually exclusive with PassthroughSupport"),
     # what gpudra lacks: named, only as off
-    ("PassthroughSupport=true", "feature gate PassthroughSupport: gpudra does not implement VFIO passthrough"),
-    ("FabricManagerPartitioning=true", "gpudra does not implement Fabric Manager (NVSwitch) partitions"),
+    ("HostManagedIMEXDaemon=true", "gpudra does not implement the hostManaged IMEX deployment mode"),
     ("IMEXDaemonsWithDNSNames=true", "gpudra does not implement IMEX daemons addressed by DNS names"),
 ])
 def test_refused_with_the_upstream_message(text, message):
@@ -114,8 +113,10 @@ def test_each_implemented_gate_switches_what_gpudra_does(monkeypatch):
 
 @pytest.mark.parametrize("args, message", [
     (["--feature-gates", "Bogus=true"], "error: --feature-gates: unrecognized feature gate: Bogus"),
-    (["--feature-gates", "DeviceMetadata=true,PassthroughSupport=true"],
-     "error: --feature-gates: feature gate PassthroughSupport: gpudra does not implement VFIO passthrough"),
+    (["--feature-gates", "DeviceMetadata=true"],
+     "error: --feature-gates: feature gate DeviceMetadata requires PassthroughSupport to also be enabled"),
+    (["--feature-gates", "PassthroughSupport=true", "--device-health"],
+     "error: --device-health cannot be on with --feature-gates PassthroughSupport=true"),
     (["--feature-gates", "DRAListTypeAttributes=true", "--kubernetes-version", "1.35"],
      "Kubernetes 1.35 needs its DRAListTypeAttributes feature gate (not in Kubernetes 1.35)"),
     (["--feature-gates", "DRAListTypeAttributes=true", "--kubernetes-version", "1.35", "--features", "all"],

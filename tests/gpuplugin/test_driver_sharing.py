@@ -14,7 +14,8 @@ import yaml
 from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
 from gpudra.kubeletplugin.kubelet_client import KubeletClient
 from tests.support.builders import allocated_claim
-from gpudra.gpuplugin.sharing import NvidiaSmiSharing, RecordingSharing, SharingError, read_sharing_log
+from gpudra.gpuplugin.sharing import (NvidiaSmiSharing, RecordingSharing, SharingError, mps_daemon_id,
+                                     read_sharing_log)
 
 NODE = "node-s"
 DRIVER = "gpu.nvidia.com"
@@ -68,16 +69,18 @@ def test_time_slicing_and_mps_steps_in_order_and_undone_on_unprepare(root):
         assert not kubelet.prepare([mps]).claims[mps[2]].error
         log = read_sharing_log(agent.paths.simulated_sharing_log)
         mps_dir = os.path.join(agent.paths.plugin_dir, "mps", mps[2])
+        devices = sorted([uuid["gpu-1"], uuid["gpu-2"]])  # NVIDIA's UUIDs(): sorted, indices count in that order
+        daemon = mps_daemon_id(mps[2], devices)
         assert log == [
             {"op": "compute-mode", "gpu": uuid["gpu-0"], "mode": "DEFAULT"},
             {"op": "time-slice", "gpu": uuid["gpu-0"], "interval": 3},
             {"op": "compute-mode", "gpu": uuid["gpu-1"], "mode": "EXCLUSIVE_PROCESS"},
             {"op": "compute-mode", "gpu": uuid["gpu-2"], "mode": "EXCLUSIVE_PROCESS"},
-            {"op": "mps-start", "id": mps[2], "devices": [uuid["gpu-1"], uuid["gpu-2"]],
+            {"op": "mps-start", "id": daemon, "devices": devices,
              "pipe": f"{mps_dir}/pipe", "log": f"{mps_dir}/log"},
-            {"op": "mps-command", "id": mps[2], "command": "set_default_active_thread_percentage 50"},
-            {"op": "mps-command", "id": mps[2], "command": f"set_default_device_pinned_mem_limit {uuid['gpu-1']} 1024M"},
-            {"op": "mps-command", "id": mps[2], "command": f"set_default_device_pinned_mem_limit {uuid['gpu-2']} 2048M"},
+            {"op": "mps-command", "id": daemon, "command": "set_default_active_thread_percentage 50"},
+            {"op": "mps-command", "id": daemon, "command": f"set_default_device_pinned_mem_limit {devices[0]} 1024M"},
+            {"op": "mps-command", "id": daemon, "command": f"set_default_device_pinned_mem_limit {devices[1]} 2048M"},
         ]
         entry = agent.state.checkpoint_snapshot()["claims"][mps[2]]
         assert entry["mpsDaemon"]["pipe"] == f"{mps_dir}/pipe", "the checkpoint records the started daemon"
@@ -92,12 +95,12 @@ def test_time_slicing_and_mps_steps_in_order_and_undone_on_unprepare(root):
         assert not kubelet.unprepare([mps, sliced]).claims[mps[2]].error
         tail = read_sharing_log(agent.paths.simulated_sharing_log)[len(log):]
         assert sorted(map(json.dumps, tail)) == sorted(map(json.dumps, [
-            {"op": "mps-stop", "id": mps[2]},
+            {"op": "mps-stop", "id": daemon},
             {"op": "compute-mode", "gpu": uuid["gpu-1"], "mode": "DEFAULT"},
             {"op": "compute-mode", "gpu": uuid["gpu-2"], "mode": "DEFAULT"},
             {"op": "time-slice", "gpu": uuid["gpu-0"], "interval": 0},
         ]))
-        stop = tail.index({"op": "mps-stop", "id": mps[2]})
+        stop = tail.index({"op": "mps-stop", "id": daemon})
         assert all(step["op"] != "compute-mode" or step["gpu"] == uuid["gpu-0"] or i > stop
                    for i, step in enumerate(tail)), "the daemon stops before its GPUs leave EXCLUSIVE_PROCESS"
     finally:
@@ -123,7 +126,8 @@ def test_a_restarted_driver_stops_the_daemon_the_checkpoint_recorded(root):
         assert read_sharing_log(again.paths.simulated_sharing_log) == started, "start-up leaves a completed claim be"
         assert not kubelet.unprepare([mps]).claims[mps[2]].error
         tail = read_sharing_log(again.paths.simulated_sharing_log)[len(started):]
-        assert [s["op"] for s in tail] == ["mps-stop", "compute-mode"] and tail[0]["id"] == mps[2]
+        assert [s["op"] for s in tail] == ["mps-stop", "compute-mode"]
+        assert tail[0]["id"] == started[1]["id"] == mps_daemon_id(mps[2], [_uuids(again)["gpu-4"]])
     finally:
         kubelet.close()
         again.stop()
@@ -142,7 +146,7 @@ def test_a_failed_limit_rolls_the_daemon_back(root):
     kubelet = KubeletClient(agent.paths.registration_socket)
     try:
         kubelet.register()
-        mps = _write_claim(root, "mps", ["gpu-5"], MPS)
+        mps = _write_claim(root, "mps", ["gpu-5"], {**MPS, "mpsConfig": {"defaultActiveThreadPercentage": 50}})
         error = kubelet.prepare([mps]).claims[mps[2]].error
         assert "invalid limit" in error
         ops = [c["op"] for c in recorder.calls]
