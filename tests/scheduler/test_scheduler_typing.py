@@ -7,7 +7,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 STRICT_MODULES = {"gpudra.scheduler.*", "gpudra.controllers.*", "gpudra.schedulinghelpers", "gpudra.simulate.*"}
 # mypy --strict's flags that a per-module override can set
 STRICT_FLAGS = ("disallow_untyped_defs", "disallow_incomplete_defs", "disallow_any_generics", "check_untyped_defs",
