@@ -91,21 +91,25 @@ def parse_time(text: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
+def _pool_of(slice_obj: dict[str, Any]) -> tuple[str, str, int]:
+    spec = _dict(slice_obj.get("spec"))
+    pool = _dict(spec.get("pool"))
+    generation = pool.get("generation")
+    return (str(spec.get("driver") or ""), str(pool.get("name") or ""),
+            generation if isinstance(generation, int) else 0)
+
+
 def newest_devices(slices: Iterable[dict[str, Any]]) -> dict[DeviceKey, dict[str, Any]]:
     """(driver, pool, device) -> device, from the slices of each pool's newest generation only."""
+    slices = list(slices)
     newest: dict[tuple[str, str], int] = {}
     for slice_obj in slices:
-        spec = _dict(slice_obj.get("spec"))
-        pool = _dict(spec.get("pool"))
-        key = (str(spec.get("driver") or ""), str(pool.get("name") or ""))
-        generation = pool.get("generation") if isinstance(pool.get("generation"), int) else 0
-        newest[key] = max(newest.get(key, generation), generation)
+        driver, pool_name, generation = _pool_of(slice_obj)
+        newest[(driver, pool_name)] = max(newest.get((driver, pool_name), generation), generation)
     devices: dict[DeviceKey, dict[str, Any]] = {}
     for slice_obj in slices:
+        driver, pool_name, generation = _pool_of(slice_obj)
         spec = _dict(slice_obj.get("spec"))
-        pool = _dict(spec.get("pool"))
-        driver, pool_name = str(spec.get("driver") or ""), str(pool.get("name") or "")
-        generation = pool.get("generation") if isinstance(pool.get("generation"), int) else 0
         if generation != newest[(driver, pool_name)]:
             continue
         for device in _list(spec.get("devices")):
