@@ -20,6 +20,7 @@ import json
 import os
 import threading
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 from gpudra.copying import copy_object
@@ -33,6 +34,7 @@ from gpudra.versions import parse_version
 
 from .computedomains import reconcile_compute_domains
 from gpudra.controllers.deployments import current_replica_set
+from gpudra.controllers import devicetainteviction
 
 from .deployments import reconcile_deployments
 from .kubelet import (Kubelet, allocated_resources_status, extended_claim_name, resource_health_enabled,
@@ -83,8 +85,13 @@ def _snapshot(obj: dict[str, Any]) -> str:
     return json.dumps(obj, sort_keys=True)
 
 
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 class ControlLoop:
-    def __init__(self, cluster: ClusterDir, step: Step | None = None):
+    def __init__(self, cluster: ClusterDir, step: Step | None = None, clock: Callable[[], datetime] = _utc_now):
+        self.clock = clock  # the time NoExecute evictions are measured against (tests move it forward)
         self.cluster = cluster
         self.store = cluster.store
         self.config = cluster.load_config()
@@ -117,6 +124,8 @@ class ControlLoop:
         # round's input
         domains_changed = reconcile_compute_domains(self.store, self.event, self.step)
         domains_changed |= reconcile_deployments(self.store, self.step)
+        # the device taint eviction controller: the pods it deletes are finished (unprepared) below in this round
+        domains_changed |= self._evict_tainted_pods()
         # creation order, as the informers' caches hand objects to the controllers and the scheduling queue
         objects = [obj for kind in MODEL_KINDS for obj in sorted(self.store.list(kind), key=created_serial)]
         replica_sets = [obj for obj in objects if obj.get("kind") == "ReplicaSet"]
@@ -167,6 +176,38 @@ class ControlLoop:
                     self.event(pod, "Warning", "FailedScheduling", message, SCHEDULER)
                     self.step("unschedulable", f"pod {result.pod}: {message}")
         changed |= self._start_pods()
+        return changed
+
+    def _evict_tainted_pods(self) -> bool:
+        """Delete the pods whose devices carry a NoExecute taint they no longer tolerate (DisruptionTarget condition
+        and a DeviceTaintManagerEviction event first, as kube-controller-manager's controller does)."""
+        gates, version = self.config.feature_gates(), parse_version(self.config.kubernetes_version)
+        if not devicetainteviction.eviction_enabled(gates, version):
+            return False
+        rules = (self.store.list("DeviceTaintRule")
+                 if devicetainteviction.taint_rules_enabled(gates, version) else [])
+        now = self.clock()
+        evictions = devicetainteviction.pod_evictions(
+            self.store.list("Pod"), self.store.list("ResourceClaim"), self.store.list("ResourceSlice"), rules,
+            self.store.list("DeviceClass") if rules else [])
+        changed = False
+        for eviction in evictions:
+            if not eviction.due(now):
+                continue
+            namespace, name = eviction.pod.split("/", 1)
+            pod = self.store.get("Pod", namespace, name)
+            if pod is None or pod["metadata"].get("uid") != eviction.uid or pod["metadata"].get("deletionTimestamp"):
+                continue  # gone, replaced under the same name, or already going
+            self.event(pod, "Normal", devicetainteviction.EVENT_REASON, devicetainteviction.EVENT_MESSAGE,
+                       devicetainteviction.CONTROLLER_NAME)
+            pod["status"] = devicetainteviction.with_disruption_condition(pod.get("status") or {}, now)
+            self._replace(pod)
+            try:
+                self.store.delete("Pod", namespace, name)
+            except StoreError:
+                continue
+            self.step("evicted", f"pod {eviction.pod} evicted: NoExecute device taint ({'; '.join(eviction.reasons)})")
+            changed = True
         return changed
 
     def _finish_deleted_pods(self, pods: list[dict[str, Any]]) -> list[str]:
@@ -360,6 +401,6 @@ class ControlLoop:
                                    f"{', '.join(view['deviceNodes']) or 'no device'}" + (f" ({env[0]})" if env else ""))
 
 
-def reconcile(cluster: ClusterDir, step: Step | None = None) -> int:
-    return ControlLoop(cluster, step).run()
+def reconcile(cluster: ClusterDir, step: Step | None = None, clock: Callable[[], datetime] = _utc_now) -> int:
+    return ControlLoop(cluster, step, clock).run()
 
