@@ -166,6 +166,10 @@ def test_a_cleared_error_makes_the_gpu_allocatable_again(cluster_state: str, tmp
     second = get(cluster_state, "pod/second")
     assert second is not None and second["spec"].get("nodeName") == pool
     assert (pool, gpu) in devices_of(cluster_state, "second")
+    # the prepared claim's status.devices (DRAResourceClaimDeviceStatus): the driver writes none, as NVIDIA's GPU
+    # plugin does not (no AllocatedDeviceStatus outside its vendored API types)
+    claim = get(cluster_state, f"resourceclaim/{second['status']['resourceClaimStatuses'][0]['resourceClaimName']}")
+    assert claim is not None and "devices" not in claim["status"]
 
 
 def test_a_gpu_needing_a_reset_stays_tainted_on_clear(cluster_state: str) -> None:
