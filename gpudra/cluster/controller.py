@@ -189,7 +189,8 @@ class ControlLoop:
         now = self.clock()
         evictions = devicetainteviction.pod_evictions(
             self.store.list("Pod"), self.store.list("ResourceClaim"), self.store.list("ResourceSlice"), rules,
-            self.store.list("DeviceClass") if rules else [])
+            self.store.list("DeviceClass") if rules else [],
+            rules_by_allocation=devicetainteviction.rules_match_allocations(version))
         changed = False
         for eviction in evictions:
             if not eviction.due(now):

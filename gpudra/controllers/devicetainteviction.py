@@ -13,7 +13,10 @@ DeviceTaintManagerEviction "Marking for deletion", then the deletion). Toleratio
 copied into each allocation result (`results[].tolerations`), not the request's. Only the newest generation of a
 pool counts (`pool.getDevice`). The controller runs when both DynamicResourceAllocation and DRADeviceTaints are on
 (cmd/kube-controller-manager/app/core.go); DeviceTaintRules count when their gate is on (DRADeviceTaintRules from
-1.35; in 1.34 they came with DRADeviceTaints).
+1.35; in 1.34 they came with DRADeviceTaints). How a rule reaches a device changed: in 1.34 the resourceslicetracker
+adds rule taints to the published devices (a device no slice lists has none; selectors with a device class or CEL
+count); from 1.35 the controller matches each rule against each allocated device itself (`allEvictingDeviceTaints`,
+`ruleMatchesDevice`: driver, pool and device only, a rule without selector matches nothing), slice or not.
 
 Everything here is a function of the objects and the time: the local cluster's control loop
 (gpudra.cluster.controller) calls `pod_evictions` each round and deletes the pods whose time has come; a pod whose
@@ -123,21 +126,22 @@ def _taint_text(device: DeviceKey, taint: dict[str, Any]) -> str:
     return f"{'/'.join(device)}: {taint.get('key')}" + (f"={value}" if value else "")
 
 
-def claim_eviction(claim: dict[str, Any], devices: dict[DeviceKey, dict[str, Any]]
-                   ) -> tuple[datetime, tuple[str, ...]] | None:
-    """When the pods using this allocated claim must go and why; None: no untolerated NoExecute taint."""
+def claim_eviction(claim: dict[str, Any], devices: dict[DeviceKey, dict[str, Any]],
+                   rules: Sequence[dict[str, Any]] = ()) -> tuple[datetime, tuple[str, ...]] | None:
+    """When the pods using this allocated claim must go and why; None: no untolerated NoExecute taint. `rules`:
+    DeviceTaintRules matched to the allocated devices directly (1.35+)."""
     when: datetime | None = None
     reasons: list[str] = []
     allocation = _dict(_dict(claim.get("status")).get("allocation"))
     for result in _list(_dict(allocation.get("devices")).get("results")):
         result = _dict(result)
         key = (str(result.get("driver") or ""), str(result.get("pool") or ""), str(result.get("device") or ""))
-        device = devices.get(key)
-        if device is None:
-            continue  # an unknown device cannot be tainted
+        device = devices.get(key) or {}  # an unpublished device carries no slice taint, rules may still match
         tolerations = [t for t in _list(result.get("tolerations")) if isinstance(t, dict)]
-        for taint in _list(device.get("taints")):
-            taint = _dict(taint)
+        taints = [(_dict(t), _taint_text(key, _dict(t))) for t in _list(device.get("taints"))]
+        taints += [(_dict(_dict(r.get("spec")).get("taint")), f"DeviceTaintRule {_dict(r.get('metadata')).get('name')}")
+                   for r in rules if rule_matches(r, key)]
+        for taint, source in taints:
             if taint.get("effect") != NO_EXECUTE:
                 continue
             added = parse_time(taint.get("timeAdded"))
@@ -149,7 +153,7 @@ def claim_eviction(claim: dict[str, Any], devices: dict[DeviceKey, dict[str, Any
             if matching:
                 seconds = min(max(int(t["tolerationSeconds"]), 0) for t in matching)
                 added += timedelta(seconds=seconds)
-            reasons.append(_taint_text(key, taint))
+            reasons.append(source)
             when = added if when is None or added < when else when
     return None if when is None else (when, tuple(sorted(set(reasons))))
 
@@ -176,13 +180,31 @@ def _reserved_for(claim: dict[str, Any], uid: str) -> bool:
     return any(_dict(entry).get("uid") == uid for entry in _list(_dict(claim.get("status")).get("reservedFor")))
 
 
+def rules_match_allocations(version: str) -> bool:
+    """Whether this release's controller matches DeviceTaintRules to allocated devices itself (1.35+), rather than
+    seeing them as slice taints (1.34)."""
+    return gate_state("DRADeviceTaintRules", version).stage is not None
+
+
+def rule_matches(rule: dict[str, Any], device: DeviceKey) -> bool:
+    """ruleMatchesDevice: each of driver, pool, device that the selector sets must equal the device's."""
+    selector = _dict(rule.get("spec")).get("deviceSelector")
+    if not isinstance(selector, dict):
+        return False
+    return all(not selector.get(field) or selector.get(field) == value
+               for field, value in zip(("driver", "pool", "device"), device))
+
+
 def pod_evictions(pods: Iterable[dict[str, Any]], claims: Iterable[dict[str, Any]], slices: Sequence[dict[str, Any]],
-                  rules: Sequence[dict[str, Any]] = (), device_classes: Sequence[dict[str, Any]] = ()
-                  ) -> list[PodEviction]:
+                  rules: Sequence[dict[str, Any]] = (), device_classes: Sequence[dict[str, Any]] = (), *,
+                  rules_by_allocation: bool = True) -> list[PodEviction]:
     """Every scheduled, not yet deleted or finished pod that a NoExecute device taint evicts, earliest first.
-    `rules` are the DeviceTaintRules to apply (empty where their gate is off)."""
-    tainted = apply_device_taint_rules(list(slices), list(rules), device_classes) if rules else list(slices)
-    devices = newest_devices(tainted)
+    `rules` are the DeviceTaintRules to apply (empty where their gate is off); `rules_by_allocation` says how
+    (`rules_match_allocations` of the release)."""
+    if rules and not rules_by_allocation:
+        slices = apply_device_taint_rules(list(slices), list(rules), device_classes)
+        rules = ()
+    devices = newest_devices(slices)
     claim_times: dict[str, tuple[datetime, tuple[str, ...]] | None] = {}
     by_key = {key_of(c): c for c in claims if _dict(c.get("status")).get("allocation")}
     evictions = []
@@ -202,7 +224,7 @@ def pod_evictions(pods: Iterable[dict[str, Any]], claims: Iterable[dict[str, Any
                 continue
             key = f"{namespace}/{name}"
             if key not in claim_times:
-                claim_times[key] = claim_eviction(claim, devices)
+                claim_times[key] = claim_eviction(claim, devices, rules)
             found = claim_times[key]
             if found is None:
                 continue

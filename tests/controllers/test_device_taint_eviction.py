@@ -21,6 +21,7 @@ from gpudra.controllers.devicetainteviction import (
     CONDITION_REASON,
     eviction_enabled,
     pod_evictions,
+    rules_match_allocations,
     taint_rules_enabled,
     with_disruption_condition,
 )
@@ -182,7 +183,8 @@ LATER_MANY = [toleration("Equal", key=TAINT_KEY + "-other", value=TAINT_VALUE, s
               toleration("Exists", seconds=60), toleration("Exists", seconds=30)]
 
 # name: (final pods, final claims, final slices, expected (pod uid, fire time) or None)
-CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], tuple[str, datetime] | None]] = {
+Objects = list[dict[str, Any]]
+CASES: dict[str, tuple[Objects, Objects, Objects, tuple[str, datetime] | None]] = {
     "empty": ([], [], [], None),
     "populate-pools": ([], [], [slice_, slice2], None),
     "update-pools": ([], [], [sliceUntainted], None),
@@ -255,15 +257,81 @@ def test_an_older_pool_generation_does_not_count() -> None:
     assert pod_evictions([podWithClaimTemplateInStatus], [inUseClaim], [sliceTainted, slice2]) != []
 
 
-def test_a_device_taint_rule_evicts_like_a_slice_taint() -> None:
-    rule = {"kind": "DeviceTaintRule", "metadata": {"name": "drain"},
-            "spec": {"deviceSelector": {"driver": DRIVER, "pool": NODE, "device": "instance"},
-                     "taint": {"key": "example.com/drain", "effect": "NoExecute", "timeAdded": STAMP}}}
-    (eviction,) = pod_evictions([podWithClaimName], [inUseClaim], [simpleSlice], [rule])
-    assert eviction.when == TAINT_TIME and eviction.reasons == (f"{DRIVER}/{NODE}/instance: example.com/drain",)
-    other = copy.deepcopy(rule)
-    other["spec"]["deviceSelector"]["device"] = "instance-2"
-    assert pod_evictions([podWithClaimName], [inUseClaim], [simpleSlice], [other]) == []
+# kubernetes v1.36.0 device_taint_eviction_test.go: its rules, matched by the controller itself (1.35+)
+def rule(name: str, selector: dict[str, str] | None, *, effect: str = "NoExecute",
+         added: datetime = TAINT_TIME) -> dict[str, Any]:
+    spec: dict[str, Any] = {"taint": {"key": TAINT_KEY, "value": TAINT_VALUE, "effect": effect,
+                                      "timeAdded": added.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {"kind": "DeviceTaintRule", "metadata": {"name": name}, "spec": spec}
+
+
+ruleEvict = rule("evict", {"driver": DRIVER})
+ruleEvictInstance1 = rule("evict-instance", {"driver": DRIVER, "device": "instance"})
+ruleEvictInstance2Later = rule("evict-instance-no-execute", {"driver": DRIVER, "device": "instance-no-execute"},
+                               added=TAINT_TIME + timedelta(seconds=40))
+ruleNone = rule("evict", {"driver": DRIVER}, effect="None")
+ruleEvictOther = rule("evict-other", {"device": "instance"})
+
+
+def _other_devices_allocation(c: dict[str, Any]) -> None:
+    c["metadata"]["name"] = CLAIM + "-other"
+    c["metadata"]["ownerReferences"][0].update(name=POD + "-other", uid=POD_UID + "-3")
+    c["status"]["allocation"]["devices"]["results"] = [
+        {"driver": DRIVER, "pool": NODE, "device": device, "request": "req-1"}
+        for device in ("instance-no-schedule", "instance-no-execute")]
+    c["status"]["reservedFor"] = [{"resource": "pods", "name": POD, "uid": POD_UID},
+                                  {"resource": "pods", "name": POD + "-other", "uid": POD_UID + "-3"}]
+
+
+inUseClaimOtherNameShared = derived(inUseClaim, _other_devices_allocation)
+podWithTwoClaimNames = derived(podWithClaimName, lambda p: p["spec"]["resourceClaims"].append(
+    {"name": "my-resource-other", "resourceClaimName": CLAIM + "-other"}))
+sliceTaintedNone = derived(sliceTainted, _set_effect("None"))
+sliceTaintedUnknown = derived(sliceTainted, _set_effect("unknown-effect"))
+
+# name: (pods, claims, slices, rules, expected (pod uid, fire time, reasons) or None)
+RULE_CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]],
+                            tuple[str, datetime, tuple[str, ...]] | None]] = {
+    # no slice at all: the rule alone taints the allocated device
+    "evict-pod-rule": ([podWithClaimName], [inUseClaim], [], [ruleEvict],
+                       (POD_UID, TAINT_TIME, ("DeviceTaintRule evict",))),
+    "evict-pod-rule-later": ([podWithClaimName], [inUseClaimWithToleration], [], [ruleEvict],
+                             (POD_UID, TAINT_TIME + HOUR, ("DeviceTaintRule evict",))),
+    "none-pod-rule": ([podWithClaimName], [inUseClaim], [slice_], [ruleNone], None),
+    "multiple-claims-same-rule": ([podWithTwoClaimNames], [inUseClaim, inUseClaimOtherNameShared], [], [ruleEvict],
+                                  (POD_UID, TAINT_TIME, ("DeviceTaintRule evict",))),
+    # the earliest time wins, every rule that would evict is a reason (upstream's "order-1" and "order-2")
+    "multiple-claims-different-rules": (
+        [podWithTwoClaimNames], [inUseClaim, inUseClaimOtherNameShared], [],
+        [ruleEvictInstance2Later, ruleEvictInstance1],
+        (POD_UID, TAINT_TIME, ("DeviceTaintRule evict-instance", "DeviceTaintRule evict-instance-no-execute"))),
+    "ignore-none-effect": ([podWithClaimTemplateInStatus], [inUseClaim], [sliceTaintedNone, slice2], [], None),
+    "ignore-unknown-effect": ([podWithClaimTemplateInStatus], [inUseClaim], [sliceTaintedUnknown, slice2], [], None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RULE_CASES))
+def test_upstream_1_36_rule_cases(name: str) -> None:
+    pods, claims, slices, rules, expected = RULE_CASES[name]
+    evictions = pod_evictions(pods, claims, slices, rules)
+    assert [(e.uid, e.when, e.reasons) for e in evictions] == ([expected] if expected else [])
+
+
+def test_a_rule_selector_matches_driver_pool_and_device_only() -> None:
+    assert pod_evictions([podWithClaimName], [inUseClaim], [], [ruleEvictOther]) != []  # device only: any driver
+    assert pod_evictions([podWithClaimName], [inUseClaim], [], [rule("x", {"device": "instance-2"})]) == []
+    assert pod_evictions([podWithClaimName], [inUseClaim], [], [rule("x", None)]) == []  # no selector: nothing
+
+
+def test_in_1_34_rules_taint_only_published_devices() -> None:
+    """1.34: the resourceslicetracker adds rule taints to slices, so a device no slice lists is not tainted."""
+    assert pod_evictions([podWithClaimName], [inUseClaim], [], [ruleEvict], rules_by_allocation=False) == []
+    (eviction,) = pod_evictions([podWithClaimName], [inUseClaim], [simpleSlice], [ruleEvict],
+                                rules_by_allocation=False)
+    assert eviction.when == TAINT_TIME and eviction.reasons == (f"{DRIVER}/{NODE}/instance: {TAINT_KEY}={TAINT_VALUE}",)
+    assert not rules_match_allocations("1.34") and rules_match_allocations("1.35") and rules_match_allocations("1.36")
 
 
 def test_deleted_and_finished_pods_are_left_alone() -> None:
