@@ -184,3 +184,22 @@ def test_a_gpu_needing_a_reset_stays_tainted_on_clear(cluster_state: str) -> Non
     wait_for_taint(cluster_state, pool, "gpu-1", True)
     inject(cluster_state, pool, "gpu-1", "--reset")
     wait_for_taint(cluster_state, pool, "gpu-1", False)
+
+
+def test_a_noexecute_device_taint_rule_evicts(cluster_state: str, tmp_path: Any) -> None:
+    """An operator's DeviceTaintRule (1.36: resource.k8s.io/v1beta2, gate DRADeviceTaintRules) drains a GPU; the
+    driver's own taints stay NVIDIA's NoSchedule here."""
+    run("cluster", "up", "--dir", cluster_state, "--nodes", "l4-node", "--kubernetes-version", "1.36",
+        "--features", "default,+DRADeviceTaintRules", "--no-control-plane")
+    apply(cluster_state, tmp_path, template("plain") + pod("worker", "plain"))
+    reconcile(ClusterDir(cluster_state))
+    [(pool, gpu)] = devices_of(cluster_state, "worker")
+    apply(cluster_state, tmp_path, f"""apiVersion: resource.k8s.io/v1beta2
+kind: DeviceTaintRule
+metadata: {{name: drain}}
+spec:
+  deviceSelector: {{driver: gpu.nvidia.com, pool: {pool}, device: {gpu}}}
+  taint: {{key: example.com/drain, effect: NoExecute}}
+""")
+    reconcile(ClusterDir(cluster_state))
+    assert get(cluster_state, "pod/worker") is None
