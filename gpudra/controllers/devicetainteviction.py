@@ -151,11 +151,16 @@ def claim_eviction(claim: dict[str, Any], devices: dict[DeviceKey, dict[str, Any
             if any(t.get("tolerationSeconds") is None for t in matching):
                 continue  # tolerated forever
             if matching:
-                seconds = min(max(int(t["tolerationSeconds"]), 0) for t in matching)
-                added += timedelta(seconds=seconds)
+                added += timedelta(seconds=min(_seconds(t.get("tolerationSeconds")) for t in matching))
             reasons.append(source)
             when = added if when is None or added < when else when
     return None if when is None else (when, tuple(sorted(set(reasons))))
+
+
+def _seconds(value: Any) -> int:
+    """tolerationSeconds as upstream counts it: negative is 0 (the API server only stores integers; anything else
+    is read as 0 here rather than stopping the loop)."""
+    return max(value, 0) if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _pod_claim_name(pod: dict[str, Any], pod_claim: dict[str, Any]) -> tuple[str | None, bool]:

@@ -360,3 +360,11 @@ def test_gates_per_release() -> None:
     assert not taint_rules_enabled(Features.parse("default", "1.36"), "1.36")
     assert taint_rules_enabled(Features.parse("default,+DRADeviceTaintRules", "1.36"), "1.36")
     assert taint_rules_enabled(Features.parse("default,+DRADeviceTaints", "1.34"), "1.34")
+
+
+def test_negative_or_malformed_toleration_seconds_count_as_zero() -> None:
+    for seconds in (-5, "60", 1.5, True):
+        claim_ = in_use([toleration("Exists")])
+        claim_["status"]["allocation"]["devices"]["results"][0]["tolerations"][0]["tolerationSeconds"] = seconds
+        (eviction,) = pod_evictions([podWithClaimName], [claim_], [sliceTainted])
+        assert eviction.when == TAINT_TIME, seconds
