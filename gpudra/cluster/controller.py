@@ -124,13 +124,13 @@ class ControlLoop:
         # round's input
         domains_changed = reconcile_compute_domains(self.store, self.event, self.step)
         domains_changed |= reconcile_deployments(self.store, self.step)
-        # the device taint eviction controller: the pods it deletes are finished (unprepared) below in this round
-        domains_changed |= self._evict_tainted_pods()
         # creation order, as the informers' caches hand objects to the controllers and the scheduling queue
         objects = [obj for kind in MODEL_KINDS for obj in sorted(self.store.list(kind), key=created_serial)]
         replica_sets = [obj for obj in objects if obj.get("kind") == "ReplicaSet"]
         objects = [obj for obj in objects if obj.get("kind") != "Deployment"
                    or current_replica_set(obj, replica_sets) is not None]
+        if self._evict_tainted_pods(objects):
+            return True  # the device taint eviction controller deleted pods: the next round finishes them
         pods = [o for o in objects if o.get("kind") == "Pod"]
         claims_before = {key_of(o): _snapshot(o) for o in objects if o.get("kind") == "ResourceClaim"}
         pods_before = {key_of(o): _snapshot(o) for o in pods}
@@ -178,18 +178,23 @@ class ControlLoop:
         changed |= self._start_pods()
         return changed
 
-    def _evict_tainted_pods(self) -> bool:
+    def _evict_tainted_pods(self, objects: list[dict[str, Any]] | None = None) -> bool:
         """Delete the pods whose devices carry a NoExecute taint they no longer tolerate (DisruptionTarget condition
-        and a DeviceTaintManagerEviction event first, as kube-controller-manager's controller does)."""
+        and a DeviceTaintManagerEviction event first, as kube-controller-manager's controller does). `objects`: this
+        round's objects (default: the store's)."""
         gates, version = self.config.feature_gates(), parse_version(self.config.kubernetes_version)
         if not devicetainteviction.eviction_enabled(gates, version):
             return False
-        rules = (self.store.list("DeviceTaintRule")
-                 if devicetainteviction.taint_rules_enabled(gates, version) else [])
+        if objects is None:
+            objects = [obj for kind in MODEL_KINDS for obj in self.store.list(kind)]
+        by_kind: dict[str, list[dict[str, Any]]] = {}
+        for obj in objects:
+            by_kind.setdefault(str(obj.get("kind")), []).append(obj)
+        rules = by_kind.get("DeviceTaintRule", []) if devicetainteviction.taint_rules_enabled(gates, version) else []
         now = self.clock()
         evictions = devicetainteviction.pod_evictions(
-            self.store.list("Pod"), self.store.list("ResourceClaim"), self.store.list("ResourceSlice"), rules,
-            self.store.list("DeviceClass") if rules else [],
+            by_kind.get("Pod", []), by_kind.get("ResourceClaim", []), by_kind.get("ResourceSlice", []), rules,
+            by_kind.get("DeviceClass", []) if rules else [],
             rules_by_allocation=devicetainteviction.rules_match_allocations(version))
         changed = False
         for eviction in evictions:

@@ -206,6 +206,10 @@ def pod_evictions(pods: Iterable[dict[str, Any]], claims: Iterable[dict[str, Any
     """Every scheduled, not yet deleted or finished pod that a NoExecute device taint evicts, earliest first.
     `rules` are the DeviceTaintRules to apply (empty where their gate is off); `rules_by_allocation` says how
     (`rules_match_allocations` of the release)."""
+    if not any(_dict(_dict(r.get("spec")).get("taint")).get("effect") == NO_EXECUTE for r in rules) and not any(
+            _dict(t).get("effect") == NO_EXECUTE for s in slices for d in _list(_dict(s.get("spec")).get("devices"))
+            for t in _list(_dict(d).get("taints"))):
+        return []  # the common case, every round of a healthy cluster: nothing can evict
     if rules and not rules_by_allocation:
         slices = apply_device_taint_rules(list(slices), list(rules), device_classes)
         rules = ()
