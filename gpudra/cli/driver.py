@@ -364,6 +364,10 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
                    "devices in the ResourceSlices and stream device health to the kubelet")
 @click.option("--additional-xids-to-ignore", envvar="ADDITIONAL_XIDS_TO_IGNORE", default="", metavar="LIST",
               help="comma-separated XIDs treated like application errors (taint effect None) besides 13,31,43,45,68,109")
+@click.option("--health-taint-effect", type=click.Choice(["NoSchedule", "NoExecute"]), default="NoSchedule",
+              show_default=True,
+              help="effect of the taint on a failed GPU (NVIDIA's NoSchedule; NoExecute: the device taint eviction "
+                   "controller evicts the pods using it)")
 @click.option("--device-taint-rules", is_flag=True,
               help="also keep one DeviceTaintRule per tainted device (resource.k8s.io v1/v1beta2/v1alpha3, whichever "
                    "the cluster serves)")
@@ -389,7 +393,7 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
             claims_dir: str | None, domains_dir: str | None, domain_ready_wait_s: float, kubeconfig: str | None, in_cluster: bool, dynamic_mig: bool, healthcheck_port: int | None,
             registry_dir: str, plugins_dir: str, cdi_dir: str, driver_root: str, host_driver_root: str | None,
             cdi_hook_path: str | None, socket_group: str | None, call_deadline_s: float, metrics_port: int | None,
-            device_health: bool, additional_xids_to_ignore: str, device_taint_rules: bool,
+            device_health: bool, additional_xids_to_ignore: str, health_taint_effect: str, device_taint_rules: bool,
             rolling_update_uid: str | None, kubernetes_version: str | None, features: str, feature_gates: str,
             consumable_shares: str, no_fsync: bool, verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
@@ -446,6 +450,7 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
                            socket_group=socket_group, call_deadline_s=call_deadline_s, metrics_port=metrics_port,
                            health_events=device_health, health_stream=device_health,
                            ignored_xids=parse_xid_list(additional_xids_to_ignore),
+                           health_taint_effect=health_taint_effect,
                            rolling_update_uid=rolling_update_uid, device_taint_rules=device_taint_rules,
                            domains_dir=domains_dir, domain_ready_wait_s=domain_ready_wait_s)
     try:
@@ -539,20 +544,31 @@ def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, inte
 @click.option("--xid", type=click.IntRange(min=0), default=None, help="an XID critical error with this number")
 @click.option("--ecc", is_flag=True, help="an uncorrectable (double-bit) ECC error")
 @click.option("--gpu-lost", is_flag=True, help="the GPU fell off the bus")
+@click.option("--clear", is_flag=True, help="the error cleared (with --xid N: that XID): removes the taints of "
+                                            "errors that clear on their own (NVIDIA's XID catalog: IGNORE, RESTART_APP)")
+@click.option("--reset", is_flag=True, help="the GPU was reset: removes every taint but those needing a reboot "
+                                            "(XID 79, a lost or unmonitored GPU)")
 @click.option("--gi", "gi_id", type=click.IntRange(min=0), default=None, help="GPU instance ID (one MIG device)")
 @click.option("--ci", "ci_id", type=click.IntRange(min=0), default=None, help="compute instance ID (with --gi)")
 def inject_event_cmd(root: str, gpu: str | None, xid: int | None, ecc: bool,
-                     gpu_lost: bool, gi_id: int | None, ci_id: int | None) -> None:
+                     gpu_lost: bool, clear: bool, reset: bool, gi_id: int | None, ci_id: int | None) -> None:
     """Inject a GPU health event into a driver running with the simulated backend: it taints the device
-    and republishes its ResourceSlices (a GPU it does not have is logged and ignored)."""
+    (or, with --clear/--reset, removes the taints that recovery removes) and republishes its ResourceSlices
+    (a GPU it does not have is logged and ignored)."""
     from gpudra.discovery.health import HealthEvent, HealthEventError, spool_dir_for, write_spooled_event
     from gpudra.kubeletplugin.paths import DriverPaths
 
-    kinds = [k for k, on in (("xid", xid is not None), ("ecc", ecc), ("gpu-lost", gpu_lost)) if on]
-    if len(kinds) != 1:
-        _fail("give exactly one of --xid N, --ecc, --gpu-lost")
+    if clear or reset:
+        kinds = [k for k, on in (("recovered", clear), ("gpu-reset", reset), ("ecc", ecc), ("gpu-lost", gpu_lost))
+                 if on]
+        if len(kinds) != 1 or (reset and xid is not None):
+            _fail("give one of --clear [--xid N] or --reset (not with --ecc or --gpu-lost)")
+    else:
+        kinds = [k for k, on in (("xid", xid is not None), ("ecc", ecc), ("gpu-lost", gpu_lost)) if on]
+        if len(kinds) != 1:
+            _fail("give exactly one of --xid N, --ecc, --gpu-lost, --clear, --reset")
     if gpu is None and kinds[0] != "gpu-lost":
-        _fail("--gpu is required for --xid and --ecc")
+        _fail("--gpu is required for --clear and --reset" if clear or reset else "--gpu is required for --xid and --ecc")
     if ci_id is not None and gi_id is None:
         _fail("--ci needs --gi")
     state = DriverPaths(root=root).simulated_state

@@ -126,7 +126,7 @@ def register_plugin(cluster: ClusterDir, node: str, driver_name: str) -> str:
 def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, kubernetes_version: str | None,
                    event_ttl_s: int | None, say: Callable[[str], None] = lambda _: None,
                    features: str | None = None, racks: str | None = None,
-                   api_server: str | None = None) -> ClusterConfig:
+                   api_server: str | None = None, health_taint_effect: str | None = None) -> ClusterConfig:
     """What `cluster up` runs: a new cluster from the options (defaults where not given), or the cluster already in
     the directory, which it says it reuses; --policy and --event-ttl change there, its nodes, release and feature
     gates cannot (objects the API server stored under other gates would be left as they are)."""
@@ -148,6 +148,7 @@ def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, k
         config.event_ttl_s = event_ttl_s or config.event_ttl_s
         config.features = features or config.features
         config.api_server = api_server or config.api_server
+        config.health_taint_effect = health_taint_effect or config.health_taint_effect
         try:
             config.feature_gates()
         except ValueError as exc:
@@ -170,6 +171,9 @@ def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, k
     if features is not None and features != config.features:
         raise ClusterSetupError(f"{cluster.path} already holds a cluster with feature gates {config.features!r}; "
                                 f"they cannot change: {redo}")
+    if health_taint_effect is not None and health_taint_effect != config.health_taint_effect:
+        raise ClusterSetupError(f"{cluster.path} already holds a cluster whose drivers taint failed GPUs "
+                                f"{config.health_taint_effect}; it cannot change: {redo}")
     config.policy = policy or config.policy
     config.event_ttl_s = event_ttl_s or config.event_ttl_s
     say(f"reusing the local cluster in {cluster.path}: Kubernetes {config.kubernetes_version}, "

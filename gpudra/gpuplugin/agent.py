@@ -14,7 +14,7 @@ from typing import Any, cast
 from gpudra.atomicfile import write_atomic
 from gpudra.cdi import ContainerEdits
 from gpudra.discovery import DiscoveryError, GpuBackend, Inventory, open_backend
-from gpudra.discovery.health import HealthMonitor
+from gpudra.discovery.health import RECOVERY_KINDS, HealthMonitor
 
 from gpudra.errors import GpudraError
 from gpudra.regularfile import read_regular_file
@@ -96,6 +96,7 @@ class AgentOptions:
     metrics_port: int | None = None  # serve Prometheus /metrics on this TCP port (0: any free port)
     health_events: bool = True  # watch GPU health events and taint affected devices
     ignored_xids: frozenset[int] = frozenset()  # besides the application XIDs (taint effect None)
+    health_taint_effect: str = "NoSchedule"  # NVIDIA's effect for a failed GPU; NoExecute: its pods are evicted
     health_poll_s: float = 0.5  # longest wait for health events before checking for stop
     health_stream: bool = True  # serve the kubelet's DRA resource-health stream (v1alpha1.DRAResourceHealth)
     device_taint_rules: bool = False  # also keep a DeviceTaintRule per tainted device (where the cluster serves them)
@@ -170,7 +171,8 @@ class DriverAgent:
         self._republish_thread: threading.Thread | None = None
         self._published_devices = 0
         self.metrics_port: int | None = None
-        self.health = DeviceHealth(options.driver_name, ignored_xids=options.ignored_xids)
+        self.health = DeviceHealth(options.driver_name, ignored_xids=options.ignored_xids,
+                                   blocking_effect=options.health_taint_effect)
         self.health_republished = 0  # republications after health changes
         self._health_monitor: HealthMonitor | None = None
         self._health_thread: threading.Thread | None = None
@@ -318,6 +320,13 @@ class DriverAgent:
             return False
         changed = False
         for event, event_changed in self.health.record(events, inventory):
+            if event.kind in RECOVERY_KINDS:
+                self.metrics.health_events.labels(event.kind, "-").inc()
+                log.warning("health event %s%s on GPU %s -> %s", event.kind,
+                            f" xid {event.xid}" if event.xid is not None else "", event.gpu,
+                            "taints removed" if event_changed else "no taint it removes (none, or sticky)")
+                changed |= event_changed
+                continue
             effect = self.health.taint_for(event)["effect"]
             self.metrics.health_events.labels(event.kind, effect).inc()
             log.warning("health event %s%s -> taint %s (effect %s)%s", event.kind,
