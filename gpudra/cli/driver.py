@@ -420,7 +420,8 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
                            health_events=device_health, health_stream=device_health,
                            ignored_xids=parse_xid_list(additional_xids_to_ignore),
                            rolling_update_uid=rolling_update_uid, device_taint_rules=device_taint_rules,
-                           domains_dir=domains_dir, domain_ready_wait_s=domain_ready_wait_s)
+                           domains_dir=domains_dir, domain_ready_wait_s=domain_ready_wait_s,
+                           imex_dns_names=gates.enabled("IMEXDaemonsWithDNSNames"))
     try:
         agent: DriverAgent | ComputeDomainAgent
         if driver_kind == "compute-domain":
