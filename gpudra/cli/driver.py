@@ -507,6 +507,57 @@ def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, inte
         rest.close()
 
 
+@command.command("compute-domain-daemon")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), envvar="KUBECONFIG", help="the cluster to write to")
+@click.option("--in-cluster", is_flag=True, help="use the pod's service account")
+@click.option("--feature-gates", "feature_gates", default="", metavar="NAME=BOOL,...",
+              help="NVIDIA's gates; ComputeDomainCliques picks where the daemon writes")
+@click.option("--hosts-file", default=None, type=click.Path(dir_okay=False),
+              help="keep the clique's IP -> compute-domain-daemon-NNNN lines here (NVIDIA writes /etc/hosts); "
+                   "with IMEXDaemonsWithDNSNames only")
+@click.option("--interval", "interval_s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              metavar="SECONDS", help="seconds between rounds")
+@click.option("-v", "--verbose", is_flag=True, help="log every write")
+def compute_domain_daemon_cmd(kubeconfig: str | None, in_cluster: bool, feature_gates: str, hosts_file: str | None,
+                              interval_s: float, verbose: bool) -> None:
+    """The IMEX daemon's bookkeeping (NVIDIA's cmd/compute-domain-daemon, without the IMEX process): lists this
+    node in its own ComputeDomain's status.nodes, or in its ComputeDomainClique, follows its pod's readiness,
+    and takes itself off at SIGTERM. Who it is comes from NVIDIA's environment (COMPUTE_DOMAIN_UUID/NAME/
+    NAMESPACE, CLIQUE_ID, NODE_NAME, POD_IP, POD_NAME, POD_UID, POD_NAMESPACE, MAX_NODES_PER_IMEX_DOMAIN)."""
+    if not (kubeconfig or in_cluster):
+        _fail("give --kubeconfig or --in-cluster: the daemon writes to a cluster's API server")
+    from kubernetes.config import ConfigException
+
+    from gpudra.gpuplugin.featuregates import FeatureGateError, parse_feature_gates
+    from gpudra.kubecluster.cddaemon import DaemonWriter, identity_from_env, run_daemon
+    from gpudra.kubecluster.rest import Rest
+
+    try:
+        gates = parse_feature_gates(feature_gates)
+        me = identity_from_env(os.environ)
+    except FeatureGateError as exc:
+        _fail(f"--feature-gates: {exc}")
+    except ValueError as exc:
+        _fail(str(exc))
+    if hosts_file and not gates.enabled("IMEXDaemonsWithDNSNames"):
+        _fail("--hosts-file needs the IMEXDaemonsWithDNSNames feature gate")
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        rest = Rest(kubeconfig, in_cluster=in_cluster)
+    except (ConfigException, OSError, ValueError, TypeError) as exc:
+        _fail(f"cannot load the cluster configuration: {exc}")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        run_daemon(DaemonWriter(rest, me, cliques=gates.enabled("ComputeDomainCliques")), stop, interval_s,
+                   hosts_path=hosts_file)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        rest.close()
+
+
 @command.command("inject-event")
 @click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
 @click.option("--gpu", "gpu", default=None, help="GPU minor number or UUID (default: every GPU, for --gpu-lost)")

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-from gpudra.computedomain.daemonstatus import (CLIQUE_PLURAL, DaemonIdentity, ForeignDomain, NoFreeIndex,
-                                               clique_name, new_clique, remove_daemon_from_clique,
+from gpudra.atomicfile import write_atomic
+from gpudra.computedomain.daemonstatus import (CLIQUE_PLURAL, MAX_NODES_PER_IMEX_DOMAIN, DaemonIdentity, DaemonInfo,
+                                               ForeignDomain, NoFreeIndex, clique_name, daemon_from, new_clique,
+                                               remove_daemon_from_clique,
                                                remove_node_from_status, set_daemon_status_in_clique, set_node_status,
                                                sync_daemon_into_clique, sync_node_into_status)
+from gpudra.computedomain.dnsnames import DNSNameError, dns_mappings, hosts_file
 from gpudra.computedomain.domains import GROUP, PLURAL, VERSION
 
 from .rest import ApiError, Rest, namespaced
@@ -109,3 +113,86 @@ class DaemonWriter:
         object of the same name elsewhere): refused and logged, never written."""
         path = namespaced(GROUP_VERSION, PLURAL, namespace, name)
         return self._apply(path, path + "/status", sync_node_into_status)
+
+    def pod_ready(self) -> bool | None:
+        """podmanager.go isPodReady: the daemon's own pod's Ready condition (None: the pod cannot be read now)."""
+        pod = self.rest.get_or_none(namespaced("v1", "pods", self.me.pod_namespace, self.me.pod_name))
+        if not isinstance(pod, dict):
+            return None
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        return any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+                   for c in conditions)
+
+    def daemons(self) -> list[DaemonInfo]:
+        """The daemons listed where this one writes (its clique's daemons[], or its domain's status.nodes)."""
+        if self.cliques:
+            obj = self.rest.get_or_none(self._clique_path(clique_name(self.me.domain_uid, self.me.clique_id)))
+            entries, key = (obj or {}).get("daemons"), "nodeName"
+        else:
+            obj = self.rest.get_or_none(self._domain_path())
+            if isinstance(obj, dict) and (obj.get("metadata") or {}).get("uid") != self.me.domain_uid:
+                return []  # the same name, another domain: not this daemon's peers
+            entries, key = ((obj or {}).get("status") or {}).get("nodes"), "name"
+        return [info for e in entries if (info := daemon_from(e, key)) is not None] \
+            if isinstance(entries, list) else []
+
+
+def identity_from_env(env: Mapping[str, str]) -> DaemonIdentity:
+    """The daemon's identity from NVIDIA's environment names (cmd/compute-domain-daemon/main.go flags' EnvVars);
+    ValueError names what is missing (COMPUTE_DOMAIN_UUID missing: upstream's "CDI container edits did not
+    apply")."""
+    required = ("COMPUTE_DOMAIN_UUID", "COMPUTE_DOMAIN_NAME", "COMPUTE_DOMAIN_NAMESPACE", "NODE_NAME", "POD_IP",
+                "POD_NAME", "POD_NAMESPACE")
+    missing = [name for name in required if not env.get(name)]
+    if missing:
+        raise ValueError(f"missing environment: {', '.join(missing)}")
+    max_nodes = env.get("MAX_NODES_PER_IMEX_DOMAIN") or str(MAX_NODES_PER_IMEX_DOMAIN)
+    if not max_nodes.isdigit() or int(max_nodes) < 1:
+        raise ValueError(f"MAX_NODES_PER_IMEX_DOMAIN={max_nodes}: not a positive integer")
+    return DaemonIdentity(domain_uid=env["COMPUTE_DOMAIN_UUID"], domain_name=env["COMPUTE_DOMAIN_NAME"],
+                          domain_namespace=env["COMPUTE_DOMAIN_NAMESPACE"], node_name=env["NODE_NAME"],
+                          pod_ip=env["POD_IP"], clique_id=env.get("CLIQUE_ID", ""), pod_name=env["POD_NAME"],
+                          pod_uid=env.get("POD_UID", ""), pod_namespace=env["POD_NAMESPACE"],
+                          max_nodes=int(max_nodes))
+
+
+def _update_hosts(path: str, writer: DaemonWriter) -> None:
+    """dnsnames.go UpdateDNSNameMappings + updateHostsFile: the clique's IP -> name lines in `path`."""
+    try:
+        mappings = dns_mappings(writer.daemons(), writer.me.clique_id, writer.me.max_nodes)
+    except DNSNameError as exc:
+        log.warning("hosts file not updated: %s", exc)
+        return
+    try:
+        with open(path, encoding="utf-8") as fh:
+            existing = fh.read(1 << 20)
+    except FileNotFoundError:
+        existing = ""
+    updated = hosts_file(existing, mappings)
+    if updated != existing:
+        write_atomic(path, updated.encode(), mode=0o644, label="hosts", fsync=False)
+
+
+def run_daemon(writer: DaemonWriter, stop: threading.Event, interval_s: float,
+               hosts_path: str | None = None) -> int:
+    """The daemon's bookkeeping until `stop`: list itself (join), follow its pod's readiness, keep `hosts_path`
+    current (IMEXDaemonsWithDNSNames), and take itself off at the end (leave). The IMEX process itself is not run
+    (no IMEX hardware). Returns the number of rounds; an API error is logged and the next round retries."""
+    rounds = 0
+    while not stop.is_set():
+        try:
+            if writer.join() is not Outcome.RETRY:
+                ready = writer.pod_ready()
+                if ready is not None:
+                    writer.ready(ready)
+            if hosts_path is not None:
+                _update_hosts(hosts_path, writer)
+        except (ApiError, OSError) as exc:
+            log.warning("round failed, retrying in %ss: %s", interval_s, exc)
+        rounds += 1
+        stop.wait(interval_s)
+    try:
+        writer.leave()
+    except (ApiError, OSError) as exc:  # Stop(): logged, the shutdown goes on
+        log.error("failed to remove this daemon's entry during shutdown: %s", exc)
+    return rounds

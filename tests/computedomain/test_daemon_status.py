@@ -211,3 +211,78 @@ def test_daemons_write_their_own_domain_on_the_real_api_server(caplog):
         clique = rest.get(f"/apis/resource.nvidia.com/v1beta1/namespaces/nvidia-dra-driver-gpu/"
                           f"computedomaincliques/{name}")
         assert [(d["nodeName"], d["index"]) for d in clique["daemons"]] == [("tray-1", 1), ("tray-2", 0)]
+
+
+@pytest.mark.timeout(3600)
+def test_the_daemon_command_follows_its_pod_and_leaves_at_sigterm(tmp_path):
+    """`gpudra driver compute-domain-daemon` as its own process with NVIDIA's environment, against the real
+    kube-apiserver: it lists itself in its clique (NVIDIA's default gates), turns Ready when its pod is, keeps the
+    hosts file's compute-domain-daemon-NNNN lines for its clique's daemons, and at SIGTERM takes itself off and
+    exits 0."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from gpudra.kubecluster.cddaemon import DaemonWriter, Outcome
+    from gpudra.kubecluster.lifecycle import install_compute_domain_api
+
+    from support.realkube import ROOT, RealApiServer
+
+    with RealApiServer() as server:
+        install_compute_domain_api(server.cluster, lambda _line: None)
+        rest = server.rest
+        rest.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": "team-a"}})
+        uid = rest.call("POST", "/apis/resource.nvidia.com/v1beta1/namespaces/team-a/computedomains",
+                        {k: v for k, v in domain().items() if k != "status"} | {
+                            "metadata": {"name": "train", "namespace": "team-a"}})["metadata"]["uid"]
+        ns = "nvidia-dra-driver-gpu"
+        rest.call("POST", f"/api/v1/namespaces/{ns}/serviceaccounts",
+                  {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
+        pod = rest.call("POST", f"/api/v1/namespaces/{ns}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "daemon-tray-0"},
+            "spec": {"nodeName": "tray-0", "automountServiceAccountToken": False,
+                     "containers": [{"name": "compute-domain-daemon", "image": "compute-domain-daemon"}]}})
+        assert DaemonWriter(rest, daemon("tray-1", "10.0.0.2", uid=uid)).join() is Outcome.WRITTEN  # index 0
+        hosts = tmp_path / "hosts"
+        hosts.write_text("127.0.0.1\tlocalhost\n")
+        env = dict(os.environ, PYTHONPATH=str(ROOT), COMPUTE_DOMAIN_UUID=uid, COMPUTE_DOMAIN_NAME="train",
+                   COMPUTE_DOMAIN_NAMESPACE="team-a", CLIQUE_ID=CLIQUE, NODE_NAME="tray-0", POD_IP="10.0.0.1",
+                   POD_NAME="daemon-tray-0", POD_UID=pod["metadata"]["uid"], POD_NAMESPACE=ns)
+        proc = subprocess.Popen([sys.executable, "-m", "gpudra", "driver", "compute-domain-daemon", "--kubeconfig",
+                                 server.kubeconfig(str(tmp_path / "kubeconfig")), "--hosts-file", str(hosts),
+                                 "--interval", "0.3", "-v"], env=env, stderr=subprocess.PIPE, text=True)
+        clique_path = f"/apis/resource.nvidia.com/v1beta1/namespaces/{ns}/computedomaincliques/{uid}.{CLIQUE}"
+
+        def wait(what: str, predicate, timeout: float = 60.0):
+            deadline = time.monotonic() + timeout
+            while not (value := predicate()):
+                assert proc.poll() is None, proc.communicate()[1][-2000:]
+                assert time.monotonic() < deadline, f"timed out waiting for {what}"
+                time.sleep(0.2)
+            return value
+
+        try:
+            def daemons() -> list[tuple[str, int, str]]:
+                return [(d["nodeName"], d["index"], d["status"]) for d in rest.get(clique_path).get("daemons") or []]
+
+            wait("the daemon listed", lambda: ("tray-0", 1, "NotReady") in daemons())
+            wait("the hosts file", lambda: hosts.read_text() == (
+                "127.0.0.1\tlocalhost\n# Compute Domain Daemon mappings\n10.0.0.2\tcompute-domain-daemon-0000\n"
+                "10.0.0.1\tcompute-domain-daemon-0001\n"))
+            live = rest.get(f"/api/v1/namespaces/{ns}/pods/daemon-tray-0")
+            live["status"] = {"phase": "Running", "podIP": "10.0.0.1",
+                              "conditions": [{"type": "Ready", "status": "True"}]}
+            rest.call("PUT", f"/api/v1/namespaces/{ns}/pods/daemon-tray-0/status", live)
+            wait("the daemon Ready", lambda: ("tray-0", 1, "Ready") in daemons())
+            clique = rest.get(clique_path)
+            assert {"apiVersion": "v1", "kind": "Pod", "name": "daemon-tray-0", "uid": pod["metadata"]["uid"]} \
+                in clique["metadata"]["ownerReferences"]
+            proc.terminate()
+            assert proc.wait(timeout=60) == 0
+            assert daemons() == [("tray-1", 0, "NotReady")]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate(timeout=60)
