@@ -480,16 +480,31 @@ def webhook_cmd(tls_cert_file: str, tls_private_key_file: str, port: int, bind_a
 @click.option("--in-cluster", is_flag=True, help="use the pod's service account")
 @click.option("--interval", "interval_s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
               metavar="SECONDS", help="seconds between reconcile rounds over every ComputeDomain")
+@click.option("--status-from-daemons", is_flag=True,
+              help="status.nodes from what the IMEX daemons write (`driver compute-domain-daemon`): their "
+                   "ComputeDomainCliques, or with ComputeDomainCliques=false their status.nodes entries; "
+                   "default: from the daemon pods")
+@click.option("--feature-gates", "feature_gates", default="", metavar="NAME=BOOL,...",
+              help="NVIDIA's gates (ComputeDomainCliques: where the daemons write)")
 @click.option("-v", "--verbose", is_flag=True, help="log every object created, deleted or released")
-def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, interval_s: float, verbose: bool) -> None:
+def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, interval_s: float,
+                                  status_from_daemons: bool, feature_gates: str, verbose: bool) -> None:
     """Run the ComputeDomain controller against an API server (NVIDIA's CRD installed): per domain the IMEX
     daemons' DaemonSet and claim templates, status from the daemons, teardown on deletion. Runs until SIGTERM."""
     if not (kubeconfig or in_cluster):
         _fail("give --kubeconfig or --in-cluster: the controller reconciles a cluster's ComputeDomains")
     from kubernetes.config import ConfigException
 
+    from gpudra.computedomain.controller import StatusSource
+    from gpudra.gpuplugin.featuregates import FeatureGateError, parse_feature_gates
     from gpudra.kubecluster.cdcontroller import run_controller
     from gpudra.kubecluster.rest import Rest
+
+    try:
+        gates = parse_feature_gates(feature_gates)
+    except FeatureGateError as exc:
+        _fail(f"--feature-gates: {exc}")
+    source = StatusSource(daemons_write=status_from_daemons, cliques_gate=gates.enabled("ComputeDomainCliques"))
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -500,7 +515,7 @@ def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, inte
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        run_controller(rest, stop, interval_s)
+        run_controller(rest, stop, interval_s, source)
     except KeyboardInterrupt:
         pass
     finally:

@@ -286,3 +286,80 @@ def test_the_daemon_command_follows_its_pod_and_leaves_at_sigterm(tmp_path):
             if proc.poll() is None:
                 proc.kill()
             proc.communicate(timeout=60)
+
+
+@pytest.mark.timeout(3600)
+def test_the_controller_takes_status_from_the_daemons_cliques_on_the_real_api_server(tmp_path):
+    """`gpudra driver compute-domain-controller --status-from-daemons` (NVIDIA's default gates) against the real
+    kube-apiserver: status.nodes is what the domain's daemon wrote into its ComputeDomainClique (a clique labelled
+    for the domain outside the driver's namespace, as a tenant could write one, does not count); the domain turns
+    Ready with numNodes daemons Ready; when the daemon's pod goes, cleanupClique takes it off the clique and the
+    domain is NotReady again."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from gpudra.kubecluster.cddaemon import DaemonWriter, Outcome
+    from gpudra.kubecluster.lifecycle import install_compute_domain_api
+
+    from support.realkube import ROOT, RealApiServer
+
+    with RealApiServer() as server:
+        install_compute_domain_api(server.cluster, lambda _line: None)
+        rest = server.rest
+        rest.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": "team-a"}})
+        cd = {k: v for k, v in domain().items() if k != "status"} | {"metadata": {"name": "train",
+                                                                                 "namespace": "team-a"}}
+        cd["spec"] = dict(cd["spec"], numNodes=1)
+        uid = rest.call("POST", "/apis/resource.nvidia.com/v1beta1/namespaces/team-a/computedomains",
+                        cd)["metadata"]["uid"]
+        path = "/apis/resource.nvidia.com/v1beta1/namespaces/team-a/computedomains/train"
+        ns = "nvidia-dra-driver-gpu"
+        proc = subprocess.Popen([sys.executable, "-m", "gpudra", "driver", "compute-domain-controller",
+                                 "--kubeconfig", server.kubeconfig(str(tmp_path / "kubeconfig")),
+                                 "--status-from-daemons", "--interval", "0.3", "-v"],
+                                env=dict(os.environ, PYTHONPATH=str(ROOT)), stderr=subprocess.PIPE, text=True)
+
+        def wait(what: str, predicate, timeout: float = 60.0):
+            deadline = time.monotonic() + timeout
+            while not (value := predicate()):
+                assert proc.poll() is None, proc.communicate()[1][-2000:]
+                assert time.monotonic() < deadline, f"timed out waiting for {what}: {rest.get(path).get('status')}"
+                time.sleep(0.2)
+            return value
+
+        try:
+            daemonset = wait("the DaemonSet", lambda: rest.get_or_none(
+                f"/apis/apps/v1/namespaces/{ns}/daemonsets/computedomain-daemon-{uid}"))
+            rest.call("POST", f"/api/v1/namespaces/{ns}/serviceaccounts",
+                      {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
+            pod = rest.call("POST", f"/api/v1/namespaces/{ns}/pods", {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "daemon-tray-0", "labels": {"resource.nvidia.com/computeDomain": uid},
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                                                  "name": daemonset["metadata"]["name"],
+                                                  "uid": daemonset["metadata"]["uid"], "controller": True}]},
+                "spec": {"nodeName": "tray-0", "automountServiceAccountToken": False,
+                         "containers": [{"name": "compute-domain-daemon", "image": "compute-domain-daemon"}]}})
+            pod["status"] = {"phase": "Running", "podIP": "10.0.0.1",
+                             "conditions": [{"type": "Ready", "status": "True"}]}
+            rest.call("PUT", f"/api/v1/namespaces/{ns}/pods/daemon-tray-0/status", pod)
+            tenant = DaemonIdentity(domain_uid=uid, domain_name="train", domain_namespace="team-a",
+                                    node_name="evil", pod_ip="10.6.6.6", clique_id=CLIQUE, pod_namespace="team-a")
+            assert DaemonWriter(rest, tenant).join() is Outcome.WRITTEN  # labelled for the domain, wrong namespace
+            writer = DaemonWriter(rest, daemon("tray-0", "10.0.0.1", uid=uid, pod_uid=pod["metadata"]["uid"]))
+            assert writer.join() is Outcome.WRITTEN
+            assert writer.ready(True) is Outcome.WRITTEN
+            wait("the domain Ready from the clique", lambda: rest.get(path).get("status") == {
+                "status": "Ready", "nodes": [{"name": "tray-0", "ipAddress": "10.0.0.1", "cliqueID": CLIQUE,
+                                              "index": 0, "status": "Ready"}]})
+            rest.call("DELETE", f"/api/v1/namespaces/{ns}/pods/daemon-tray-0", {"gracePeriodSeconds": 0})
+            wait("the stale daemon taken off", lambda: rest.get(path).get("status") == {"status": "NotReady"}
+                 and not rest.get(f"/apis/resource.nvidia.com/v1beta1/namespaces/{ns}/computedomaincliques/"
+                                  f"{uid}.{CLIQUE}").get("daemons"))
+        finally:
+            proc.terminate()
+            _, errors = proc.communicate(timeout=60)
+        assert proc.returncode == 0, errors[-2000:]
