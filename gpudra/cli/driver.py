@@ -452,7 +452,8 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
                            ignored_xids=parse_xid_list(additional_xids_to_ignore),
                            health_taint_effect=health_taint_effect,
                            rolling_update_uid=rolling_update_uid, device_taint_rules=device_taint_rules,
-                           domains_dir=domains_dir, domain_ready_wait_s=domain_ready_wait_s)
+                           domains_dir=domains_dir, domain_ready_wait_s=domain_ready_wait_s,
+                           imex_dns_names=gates.enabled("IMEXDaemonsWithDNSNames"))
     try:
         agent: DriverAgent | ComputeDomainAgent
         if driver_kind == "compute-domain":
@@ -511,16 +512,31 @@ def webhook_cmd(tls_cert_file: str, tls_private_key_file: str, port: int, bind_a
 @click.option("--in-cluster", is_flag=True, help="use the pod's service account")
 @click.option("--interval", "interval_s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
               metavar="SECONDS", help="seconds between reconcile rounds over every ComputeDomain")
+@click.option("--status-from-daemons", is_flag=True,
+              help="status.nodes from what the IMEX daemons write (`driver compute-domain-daemon`): their "
+                   "ComputeDomainCliques, or with ComputeDomainCliques=false their status.nodes entries; "
+                   "default: from the daemon pods")
+@click.option("--feature-gates", "feature_gates", default="", metavar="NAME=BOOL,...",
+              help="NVIDIA's gates (ComputeDomainCliques: where the daemons write)")
 @click.option("-v", "--verbose", is_flag=True, help="log every object created, deleted or released")
-def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, interval_s: float, verbose: bool) -> None:
+def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, interval_s: float,
+                                  status_from_daemons: bool, feature_gates: str, verbose: bool) -> None:
     """Run the ComputeDomain controller against an API server (NVIDIA's CRD installed): per domain the IMEX
     daemons' DaemonSet and claim templates, status from the daemons, teardown on deletion. Runs until SIGTERM."""
     if not (kubeconfig or in_cluster):
         _fail("give --kubeconfig or --in-cluster: the controller reconciles a cluster's ComputeDomains")
     from kubernetes.config import ConfigException
 
+    from gpudra.computedomain.controller import StatusSource
+    from gpudra.gpuplugin.featuregates import FeatureGateError, parse_feature_gates
     from gpudra.kubecluster.cdcontroller import run_controller
     from gpudra.kubecluster.rest import Rest
+
+    try:
+        gates = parse_feature_gates(feature_gates)
+    except FeatureGateError as exc:
+        _fail(f"--feature-gates: {exc}")
+    source = StatusSource(daemons_write=status_from_daemons, cliques_gate=gates.enabled("ComputeDomainCliques"))
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -531,7 +547,58 @@ def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, inte
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        run_controller(rest, stop, interval_s)
+        run_controller(rest, stop, interval_s, source)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        rest.close()
+
+
+@command.command("compute-domain-daemon")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), envvar="KUBECONFIG", help="the cluster to write to")
+@click.option("--in-cluster", is_flag=True, help="use the pod's service account")
+@click.option("--feature-gates", "feature_gates", default="", metavar="NAME=BOOL,...",
+              help="NVIDIA's gates; ComputeDomainCliques picks where the daemon writes")
+@click.option("--hosts-file", default=None, type=click.Path(dir_okay=False),
+              help="keep the clique's IP -> compute-domain-daemon-NNNN lines here (NVIDIA writes /etc/hosts); "
+                   "with IMEXDaemonsWithDNSNames only")
+@click.option("--interval", "interval_s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              metavar="SECONDS", help="seconds between rounds")
+@click.option("-v", "--verbose", is_flag=True, help="log every write")
+def compute_domain_daemon_cmd(kubeconfig: str | None, in_cluster: bool, feature_gates: str, hosts_file: str | None,
+                              interval_s: float, verbose: bool) -> None:
+    """The IMEX daemon's bookkeeping (NVIDIA's cmd/compute-domain-daemon, without the IMEX process): lists this
+    node in its own ComputeDomain's status.nodes, or in its ComputeDomainClique, follows its pod's readiness,
+    and takes itself off at SIGTERM. Who it is comes from NVIDIA's environment (COMPUTE_DOMAIN_UUID/NAME/
+    NAMESPACE, CLIQUE_ID, NODE_NAME, POD_IP, POD_NAME, POD_UID, POD_NAMESPACE, MAX_NODES_PER_IMEX_DOMAIN)."""
+    if not (kubeconfig or in_cluster):
+        _fail("give --kubeconfig or --in-cluster: the daemon writes to a cluster's API server")
+    from kubernetes.config import ConfigException
+
+    from gpudra.gpuplugin.featuregates import FeatureGateError, parse_feature_gates
+    from gpudra.kubecluster.cddaemon import DaemonWriter, identity_from_env, run_daemon
+    from gpudra.kubecluster.rest import Rest
+
+    try:
+        gates = parse_feature_gates(feature_gates)
+        me = identity_from_env(os.environ)
+    except FeatureGateError as exc:
+        _fail(f"--feature-gates: {exc}")
+    except ValueError as exc:
+        _fail(str(exc))
+    if hosts_file and not gates.enabled("IMEXDaemonsWithDNSNames"):
+        _fail("--hosts-file needs the IMEXDaemonsWithDNSNames feature gate")
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        rest = Rest(kubeconfig, in_cluster=in_cluster)
+    except (ConfigException, OSError, ValueError, TypeError) as exc:
+        _fail(f"cannot load the cluster configuration: {exc}")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        run_daemon(DaemonWriter(rest, me, cliques=gates.enabled("ComputeDomainCliques")), stop, interval_s,
+                   hosts_path=hosts_file)
     except KeyboardInterrupt:
         pass
     finally:

@@ -105,6 +105,7 @@ class AgentOptions:
     domains_dir: str | None = None  # ComputeDomain objects as files (without it: the API server's, with a kubeconfig)
     domain_ready_wait_s: float = 10.0  # how long a channel prepare waits for the node's IMEX daemon before failing
     published_channels: int = 1  # IMEX channel devices published (NVIDIA publishes channel 0 only)
+    imex_dns_names: bool = True  # the daemon's peers by DNS-style names (NVIDIA's IMEXDaemonsWithDNSNames)
 
 
 def save_published_slices(plugin_dir: str, slices: list[dict[str, Any]]) -> None:

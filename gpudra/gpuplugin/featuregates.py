@@ -36,14 +36,17 @@ GATES: tuple[GateSpec, ...] = (
     GateSpec("MPSSupport", False, ALPHA, "0.2",
              "GPU/MIG configs with sharing strategy MPS are prepared (off: refused at prepare)"),
     GateSpec("IMEXDaemonsWithDNSNames", True, BETA, "0.2",
-             "IMEX daemons addressed by DNS names (gpudra's compute-domain daemons use IP addresses)", missing=True),
+             "the compute-domain plugin's daemon prepare writes nodes.cfg with the DNS-style names "
+             "compute-domain-daemon-NNNN and a hosts file mapping the clique's daemon IPs to them (off: nodes.cfg "
+             "lists the IPs)"),
     GateSpec("PassthroughSupport", False, ALPHA, "0.3",
              "gpu-vfio-<i> devices bound to vfio-pci at prepare (simulated GPUs only; passthrough.py)"),
     GateSpec("DynamicMIG", False, ALPHA, "0.3", "dynamic MIG, as --dynamic-mig"),
     GateSpec("NVMLDeviceHealthCheck", False, ALPHA, "0.3",
              "GPU health events taint devices, as --device-health (gpudra's own default: on)"),
     GateSpec("ComputeDomainCliques", True, BETA, "0.3",
-             "ComputeDomainClique objects (gpudra keeps daemons in ComputeDomain status.nodes)", missing=True),
+             "the IMEX daemons write ComputeDomainClique objects <domain uid>.<clique> (off: their domain's "
+             "status.nodes); the compute-domain plugin itself does not read it (gpudra.computedomain.daemonstatus)"),
     GateSpec("CrashOnNVLinkFabricErrors", True, BETA, "0.3",
              "crashing on NVLink fabric errors (gpudra publishes the GPUs without a clique)", missing=True),
     GateSpec("DeviceMetadata", False, ALPHA, "0.4",

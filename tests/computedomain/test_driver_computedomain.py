@@ -10,6 +10,7 @@ and from a fake libnvidia-ml (tests/fake_libnvml.py) behind the real pynvml.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -318,10 +319,14 @@ def test_no_clique_prepares_without_device_nodes():
 
 
 # -- daemon prepare -----------------------------------------------------------------------------------------
-def test_daemon_prepare_writes_the_imex_files_and_mounts_them(node):
+@pytest.mark.parametrize("dns_names", [True, False], ids=["IMEXDaemonsWithDNSNames", "IPs"])
+def test_daemon_prepare_writes_the_imex_files_and_mounts_them(node, dns_names):
+    node.stop()
+    node.options = dataclasses.replace(node.options, imex_dns_names=dns_names)
+    node.start()
     uid = str(uuid.uuid4())
     node.domain(compute_domain(uid, name="job-cd", namespace="team-a", nodes=[
-        status_node(NODE, "NotReady", "10.0.0.1"), status_node("tray-2", "Ready", "10.0.0.2"),
+        dict(status_node(NODE, "NotReady", "10.0.0.1"), index=1), status_node("tray-2", "Ready", "10.0.0.2"),
         status_node("other-rack", "Ready", "10.9.0.1", clique="4f1c2d3e-5a6b-4c7d-8e9f-0a1b2c3d4e5f.2")]))
     ref = node.claim("daemon", "daemon-0", [daemon_config(uid)], namespace="team-a")
     answer = node.prepare(ref)  # the daemon's own claim is not gated on readiness: it is what becomes ready
@@ -335,7 +340,15 @@ def test_daemon_prepare_writes_the_imex_files_and_mounts_them(node):
     directory = os.path.join(node.paths.plugin_dir, "domains", uid)
     assert mount["source"] == directory
     with open(os.path.join(directory, "nodes.cfg"), encoding="ascii") as fh:
-        assert fh.read() == "10.0.0.1\n10.0.0.2\n"  # the peers of this clique only (writeDaemonsConfig)
+        nodes_cfg = fh.read()
+    if dns_names:  # dnsnames.go WriteNodesConfig: all maxNodesPerIMEXDomain (18) names; the clique's IPs in hosts
+        assert nodes_cfg == "".join(f"compute-domain-daemon-{i:04d}\n" for i in range(18))
+        with open(os.path.join(directory, "hosts"), encoding="ascii") as fh:
+            assert fh.read() == ("# Compute Domain Daemon mappings\n10.0.0.2\tcompute-domain-daemon-0000\n"
+                                 "10.0.0.1\tcompute-domain-daemon-0001\n")
+    else:
+        assert nodes_cfg == "10.0.0.1\n10.0.0.2\n"  # the peers of this clique only (writeDaemonsConfig)
+        assert not os.path.exists(os.path.join(directory, "hosts"))
     with open(os.path.join(directory, "imexd.cfg.tmpl"), encoding="ascii") as fh:
         template = fh.read()
     assert "IMEX_NODE_CONFIG_FILE={{ .IMEXDaemonNodesConfigPath }}" in template

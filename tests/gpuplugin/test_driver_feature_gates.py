@@ -54,7 +54,6 @@ def test_the_gate_table_is_nvidias():
     ("AllAlpha=true", "feature gate DynamicMIG is currently mutually exclusive with PassthroughSupport"),
     # what gpudra lacks: named, only as off
     ("HostManagedIMEXDaemon=true", "gpudra does not implement the hostManaged IMEX deployment mode"),
-    ("IMEXDaemonsWithDNSNames=true", "gpudra does not implement IMEX daemons addressed by DNS names"),
 ])
 def test_refused_with_the_upstream_message(text, message):
     with pytest.raises(FeatureGateError) as refused:
@@ -68,8 +67,8 @@ def test_accepted_values_as_go_reads_them():
     assert gates.sharing_strategies() == {"TimeSlicing", "MPS"}
     assert not gates.enabled("IMEXDaemonsWithDNSNames")
     assert [g.name for g in gates.unimplemented_defaults()] == ["CrashOnNVLinkFabricErrors"]
-    assert [g.name for g in parse_feature_gates("").unimplemented_defaults()] == [
-        "IMEXDaemonsWithDNSNames", "ComputeDomainCliques", "CrashOnNVLinkFabricErrors"]
+    assert [g.name for g in parse_feature_gates("").unimplemented_defaults()] == ["CrashOnNVLinkFabricErrors"]
+    assert parse_feature_gates("IMEXDaemonsWithDNSNames=true,ComputeDomainCliques=true").enabled("ComputeDomainCliques")
     assert parse_feature_gates("AllBeta=false,ComputeDomainCliques=false").enabled("CrashOnNVLinkFabricErrors") is False
 
 
