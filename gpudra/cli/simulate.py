@@ -115,7 +115,7 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
                                        trace_of)
     from gpudra.simulate.trace import TraceError
 
-    from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
+    from gpudra.scheduler.policies import POLICIES as GPUDRA_POLICIES
 
     usable = [p for p in GPUDRA_POLICIES] if manifests else list(KNOWN_POLICIES)
     chosen = _split(policies) or (["kube"] if manifests else ["fgd"])

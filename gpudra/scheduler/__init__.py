@@ -44,7 +44,7 @@ nodes without status.allocatable/capacity are unlimited for cpu/memory/pods; tie
 from .state import ClusterError, ClusterState
 from .framework import FilterResult, PodResult, Reason, fit_error_message
 from .scheduler import NodeEval, PodInfo, Scheduler, num_feasible_nodes_to_find
-from .scoring import POLICIES
+from .policies import POLICIES
 
 __all__ = [
     "ClusterError",

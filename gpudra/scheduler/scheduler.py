@@ -47,6 +47,7 @@ from .dra import (
 from .dra import filter_node as dra_filter_node
 from gpudra.api.objectmeta import canonical_json, key_of
 from .shapeindex import PlainScores, ShapeIndex
+from .policies import get_policy
 
 if TYPE_CHECKING:
     from .scoring import Policy
@@ -134,8 +135,6 @@ class Scheduler:
         """`filter_timeout`: seconds of device search one pod may spend over all nodes (None: no limit).
         `preempt`: DefaultPreemption runs for a pod that fits nowhere (gpudra.scheduler.preemption);
         `dra_preemption`: victims' claims are freed by it as KEP-5690 proposes (in no release up to 1.36)."""
-        from .scoring import get_policy
-
         self.cluster = cluster
         self.policy = get_policy(policy)
         if percentage_of_nodes_to_score is None:

@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .scheduler import NodeEval, PodInfo, Scheduler
 
 MAX_NODE_SCORE = 100
-POLICIES = ("kube", "binpack", "spread", "fragmentation")
 
 
 def default_normalize(scores: dict[str, int], reverse: bool = False) -> dict[str, int]:
@@ -210,19 +209,3 @@ class BinpackPolicy(_DevicePolicy):
 class SpreadPolicy(_DevicePolicy):
     name = "spread"
     fill = False
-
-
-def get_policy(name: "str | Policy") -> Policy:
-    if isinstance(name, Policy):  # a policy object from elsewhere (gpudra.simulate's paper policies)
-        return name
-    if name == "kube":
-        return KubePolicy()
-    if name == "binpack":
-        return BinpackPolicy()
-    if name == "spread":
-        return SpreadPolicy()
-    if name == "fragmentation":
-        from .fragmentation import FragmentationPolicy
-
-        return FragmentationPolicy()
-    raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")

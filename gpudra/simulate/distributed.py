@@ -30,16 +30,12 @@ class DistributedError(GpudraError, RuntimeError):
     """The cluster cannot be used (not installed, not reachable); a message for the user."""
 
 
-def _run_on_worker(trace: "Trace | Manifests", experiment: "Experiment") -> ExperimentResult:
-    from .sweep import run_one
-
-    return run_one(trace, experiment)
-
-
 def run_on_dask(experiments: list["Experiment"], address: str, traces: dict[Any, "Trace | Manifests"],
                 results: list[ExperimentResult | None],
+                run: Callable[["Trace | Manifests", "Experiment"], ExperimentResult],
                 on_done: Callable[[int, int, int, ExperimentResult], None] | None = None) -> None:
-    """Run every experiment on the Dask cluster at `address`, filling `results` in experiment order as they end;
+    """Run every experiment on the Dask cluster at `address` with `run` (a module-level function, which Dask sends
+    to the workers by name: gpudra.simulate.sweep.run_one), filling `results` in experiment order as they end;
     `traces` maps each experiment's source to its parsed trace. Ctrl-C cancels what has not finished."""
     try:
         from distributed import Client, as_completed
@@ -53,7 +49,7 @@ def run_on_dask(experiments: list["Experiment"], address: str, traces: dict[Any,
     try:
         shared = {source: client.scatter(trace, broadcast=False) for source, trace in traces.items()}
         futures = {
-            client.submit(_run_on_worker, shared[experiment.source], experiment, pure=False): index
+            client.submit(run, shared[experiment.source], experiment, pure=False): index
             for index, experiment in enumerate(experiments)
         }
         for finished, future in enumerate(as_completed(futures), start=1):

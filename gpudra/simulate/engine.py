@@ -22,7 +22,7 @@ from gpudra.errors import GpudraError
 from gpudra.scheduler import Scheduler
 from gpudra.controllers import ManagedCluster
 from gpudra.scheduler.state import allocated_device_ids
-from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
+from gpudra.scheduler.policies import POLICIES as GPUDRA_POLICIES
 
 from .fgd import Fragmentation, NodeRes, typical_tasks
 from .objects import MODES, NAMESPACE, cluster_objects, gpu_device_id, pod_objects

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from gpudra.copying import copy_object
 from gpudra.scheduler import Scheduler
 from gpudra.controllers import ManagedCluster
-from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
+from gpudra.scheduler.policies import POLICIES as GPUDRA_POLICIES
 
 from .engine import SimulationError, per_percent
 from .results import ExperimentResult, Unschedulable

@@ -20,6 +20,7 @@ from .manifests import Manifests, load_manifests, run_manifests
 from .results import ExperimentResult
 from .timeslicing import DEFAULT_REPLICAS
 from .trace import Trace, bundled_trace, load_trace
+from .distributed import run_on_dask
 
 FIRST_SEED = 42  # the artifact's seeds are 42..51
 
@@ -113,10 +114,8 @@ def run_sweep(experiments: list[Experiment], jobs: int | None = None, on_done: O
     results: list[ExperimentResult | None] = [None] * len(experiments)
     try:
         if dask_scheduler:
-            from .distributed import run_on_dask
-
             traces = {e.source: trace_of(e.source) for e in experiments}
-            run_on_dask(experiments, dask_scheduler, traces, results, on_done)
+            run_on_dask(experiments, dask_scheduler, traces, results, run_one, on_done)
         elif (jobs or default_jobs()) <= 1 or len(experiments) <= 1:
             for index, experiment in enumerate(experiments):
                 results[index] = result = run_one(trace_of(experiment.source), experiment, progress)

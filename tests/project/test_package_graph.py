@@ -169,17 +169,6 @@ def test_gpudra_packages_import_each_other_without_a_cycle() -> None:
     assert not found, "package cycles:\n" + "\n".join(report)
 
 
-# File cycles in folders that issue #31's package re-cut is moving (driver, scheduler, cluster, ...): it removes
-# them. This set may only shrink: a cycle not listed (or a listed one that grew) fails; one that is gone does not
-# fail, so that the move can land file by file; delete its entry here once it is gone.
-KNOWN_FILE_CYCLES = {
-    frozenset({"gpudra.scheduler.fragmentation", "gpudra.scheduler.scoring"}),
-    frozenset({"gpudra.simulate.distributed", "gpudra.simulate.sweep"}),
-}
-# folders that must have no file cycle at all, known or not
-ACYCLIC_FOLDERS = ("gpudra.api", "gpudra.cel", "gpudra.allocator")
-
-
 def _report(found: list[list[str]], edges: dict[str, dict[str, list[str]]]) -> str:
     report = []
     for component in found:
@@ -191,14 +180,11 @@ def _report(found: list[list[str]], edges: dict[str, dict[str, list[str]]]) -> s
     return "\n".join(report)
 
 
-def test_files_inside_a_folder_import_each_other_without_a_new_cycle() -> None:
+def test_files_inside_a_folder_import_each_other_without_a_cycle() -> None:
     edges = file_graph(ROOT)
     assert "gpudra.allocator.allocator" in edges  # the graph was read at all
     found = cycles(edges)
-    core = [c for c in found if any(m == f or m.startswith(f + ".") for m in c for f in ACYCLIC_FOLDERS)]
-    assert not core, "file cycles in api/cel/allocator:\n" + _report(core, edges)
-    new = [c for c in found if frozenset(c) not in KNOWN_FILE_CYCLES]
-    assert not new, "new file cycles:\n" + _report(new, edges)
+    assert not found, "file cycles:\n" + _report(found, edges)
 
 
 def test_the_file_graph_finds_a_circle_through_a_function_import_and_a_package_import(tmp_path: Path) -> None:

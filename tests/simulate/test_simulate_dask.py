@@ -55,4 +55,4 @@ def test_sweep_on_a_dask_cluster_equals_the_local_sweep(tmp_path, dask_cluster):
 def test_unreachable_dask_scheduler_is_a_message(monkeypatch):
     monkeypatch.setattr(dask_sweeps, "CONNECT_TIMEOUT_S", 1)
     with pytest.raises(dask_sweeps.DistributedError, match="cannot connect to the Dask scheduler at tcp://127.0.0.1:9"):
-        dask_sweeps.run_on_dask([Experiment(TraceSource("default"), "fgd", 1)], "tcp://127.0.0.1:9", {}, [None])
+        dask_sweeps.run_on_dask([Experiment(TraceSource("default"), "fgd", 1)], "tcp://127.0.0.1:9", {}, [None], lambda *_: None)
