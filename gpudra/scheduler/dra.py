@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from . import framework as fw
 from .allocation import TIMED_OUT, AllocationOutcome, allocate, fits
@@ -49,6 +49,9 @@ class DraPodState:
     # One search budget for every node the pod is tried on (time.monotonic()); kube-scheduler runs the
     # nodes' Filters in parallel, so a pod waits about one Filter timeout, not one per node.
     deadline: float | None = None
+    # allocated claim key -> "failed" | "timed-out": its devices' binding failed or timed out (KEP-5007), so the
+    # claim is not available on any node and PostFilter deallocates it
+    unbindable: dict[str, str] = field(default_factory=dict)
 
     @property
     def relevant(self) -> bool:
@@ -86,7 +89,10 @@ def _request_classes(claim: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
-def prefilter(cluster: ClusterState, pod: dict[str, Any], extended_classes: dict[str, str]) -> DraPodState:
+def prefilter(cluster: ClusterState, pod: dict[str, Any], extended_classes: dict[str, str],
+              unbindable: Callable[[dict[str, Any]], str | None] | None = None) -> DraPodState:
+    """`unbindable`: the binding check on an allocated claim (gpudra.scheduler.bindingconditions), when the
+    gates for binding conditions are on."""
     state = DraPodState()
     pod_uid = ensure_uid_of(pod)
     pod_key = f"{namespace_of(pod)}/{name_of(pod)}"
@@ -148,8 +154,11 @@ def prefilter(cluster: ClusterState, pod: dict[str, Any], extended_classes: dict
                 )
                 continue
             state.allocated.append(claim_key)
+            failed = unbindable(claim) if unbindable is not None else None
+            if failed is not None:
+                state.unbindable[claim_key] = failed
             # the claim's identity is part of the shape: verdicts name it and PostFilter may deallocate it
-            signature.append(["allocated", claim_key, allocation.get("nodeSelector")])
+            signature.append(["allocated", claim_key, allocation.get("nodeSelector"), failed])
             continue
         for request_name, class_name in _request_classes(claim):
             if not class_name:
@@ -260,6 +269,11 @@ def filter_node(
     for claim_key in state.allocated:
         claim = cluster.claims[claim_key]
         selector = (claim_allocation(claim) or {}).get("nodeSelector")
+        failed = state.unbindable.get(claim_key)
+        if failed is not None:  # Filter: isClaimReadyForBinding erred, or not ready and isClaimTimeout
+            return DraVerdict([fw.Reason(fw.DYNAMIC_RESOURCES, "resourceclaim not available on the node",
+                                         {"claim": claim_key, "nodeSelector": selector, "binding": failed},
+                                         resolvable=False)])
         if not node_selector_matches(selector, node):
             return DraVerdict(
                 [

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .bindingconditions import PREBIND_PLUGIN_ERROR, PendingCondition
+
 # Plugin names as kube-scheduler reports them.
 NODE_UNSCHEDULABLE = "NodeUnschedulable"
 NODE_NAME = "NodeName"
@@ -78,6 +80,18 @@ class FilterResults(Mapping[str, FilterResult]):
         return list(self._results)
 
 
+@dataclass(frozen=True)
+class BindingWait:
+    """A pod waiting at PreBind on `node` for its devices' binding conditions (gpudra.scheduler.bindingconditions)."""
+
+    node: str
+    pending: tuple[PendingCondition, ...]
+
+    def message(self) -> str:
+        waits = ", ".join(p.describe() for p in self.pending) or "its devices' binding conditions"
+        return f"Binding: waiting for {waits} (node {self.node})"
+
+
 @dataclass
 class PodResult:
     pod: str  # namespace/name
@@ -91,6 +105,13 @@ class PodResult:
     gang: str | None = None  # why the pod's gang (gpudra.scheduler.gangs) was not bound, where it was not
     preempted: tuple[str, ...] = ()  # pods evicted for this one (DefaultPreemption), most important first
     nominated_node: str | None = None  # the node its preemption nominated (status.nominatedNodeName)
+    binding: BindingWait | None = None  # assumed on a node, waiting at PreBind for binding conditions (not bound)
+    binding_error: str | None = None  # PreBind failed: a binding failure condition or the binding timeout
+
+    @property
+    def at_prebind(self) -> bool:
+        """The attempt reached PreBind and the pod is not bound: it waits there, or its wait failed."""
+        return self.binding is not None or self.binding_error is not None
 
     @property
     def scheduled(self) -> bool:
@@ -100,6 +121,10 @@ class PodResult:
         """The one-line kube-scheduler style summary for an unschedulable pod."""
         if self.scheduled:
             return ""
+        if self.binding is not None:
+            return self.binding.message()
+        if self.binding_error is not None:
+            return PREBIND_PLUGIN_ERROR + self.binding_error
         if self.error:
             return f"running DynamicResources filter plugin: {self.error}"
         if self.prefilter and self.prefilter[0].plugin in (SCHEDULING_GATES, GANG_SCHEDULING):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from contextlib import AbstractContextManager
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, cast
@@ -33,6 +34,7 @@ from gpudra import schedulinghelpers as nodematch
 from . import resources as res
 from .state import ClusterState, claim_allocation, reserved_for
 from . import preemption
+from . import bindingconditions as binding
 from .dra import (
     DraPodState,
     DraVerdict,
@@ -131,10 +133,18 @@ class Scheduler:
         filter_timeout: float | None = FILTER_TIMEOUT_S,
         preempt: bool = True,
         dra_preemption: bool = False,
+        clock: Callable[[], datetime] | None = None,
+        binding_timeout: float = binding.BINDING_TIMEOUT_S,
     ):
         """`filter_timeout`: seconds of device search one pod may spend over all nodes (None: no limit).
         `preempt`: DefaultPreemption runs for a pod that fits nowhere (gpudra.scheduler.preemption);
-        `dra_preemption`: victims' claims are freed by it as KEP-5690 proposes (in no release up to 1.36)."""
+        `dra_preemption`: victims' claims are freed by it as KEP-5690 proposes (in no release up to 1.36).
+        `clock`: the time binding conditions are judged at (allocationTimestamp, the binding timeout);
+        `binding_timeout`: DynamicResourcesArgs.bindingTimeout in seconds (at least 1; default 600)."""
+        if binding_timeout < binding.MIN_BINDING_TIMEOUT_S:
+            raise ValueError(f"binding timeout {binding_timeout:g}s: must be at least 1 second")
+        self.clock = clock or (lambda: datetime.now(timezone.utc))
+        self.binding_timeout = binding_timeout
         self.cluster = cluster
         self.policy = get_policy(policy)
         if percentage_of_nodes_to_score is None:
@@ -180,7 +190,7 @@ class Scheduler:
         except res.ResourceError as exc:
             requests, non_zero = {}, {}
             reasons.append(fw.Reason(fw.NODE_RESOURCES_FIT, str(exc), resolvable=False))
-        dra = prefilter(self.cluster, pod, self.extended_classes())
+        dra = prefilter(self.cluster, pod, self.extended_classes(), self._unbindable_check())
         if dra.to_allocate:
             dra.shared_claims = self._shared_claims(dra)
         # no filter timeout: no limit at all (math.inf), not a Filter timeout per node searched
@@ -211,6 +221,14 @@ class Scheduler:
             tuple(fit_order),
             non_zero,
         )
+
+    def _unbindable_check(self) -> Callable[[dict[str, Any]], str | None] | None:
+        """The Filter's binding check on allocated claims (gates DRADeviceBindingConditions and
+        DRAResourceClaimDeviceStatus): failed or timed out -> "resourceclaim not available on the node"."""
+        if not self.cluster.features.device_binding_and_status:
+            return None
+        now, timeout = self.clock(), self.binding_timeout
+        return lambda claim: binding.unavailable_for_binding(claim, now, timeout)
 
     def _shared_claims(self, dra: DraPodState) -> list[dict[str, Any]]:
         """What the allocator is asked about for the claims to allocate: copies of the first such claims seen with
@@ -372,13 +390,20 @@ class Scheduler:
 
     # ----- one pod ------------------------------------------------------------------------------
     def schedule_pod(self, pod_key: str) -> fw.PodResult:
-        result = self._attempt_nominated(pod_key) or self._attempt(pod_key)
-        if not result.scheduled and self._post_filter(pod_key, result):
+        if pod_key in self.cluster.binding_waits:  # its binding cycle goes on: PreBind polls its claims again
+            result = fw.PodResult(pod_key, num_nodes=len(self.cluster.node_names()))
+            result.claims = self.cluster.pod_claim_keys(self.cluster.pods[pod_key])
+            result = self._prebind(result)
+        else:
+            result = self._attempt_nominated(pod_key) or self._attempt(pod_key)
+        if not result.scheduled and not result.at_prebind and self._post_filter(pod_key, result):
             result = self._attempt(pod_key)
-        if not result.scheduled and self.preempt:
+        if not result.scheduled and not result.at_prebind and self.preempt:
             result = self._preempt(pod_key, result)
         self.results[pod_key] = result
-        if not result.scheduled:
+        if result.binding_error is not None:  # a binding-cycle error: FailureHandler's SchedulerError
+            self.cluster.mark_unschedulable(pod_key, result.message(), "SchedulerError")
+        elif not result.scheduled and result.binding is None:
             gated = bool(result.prefilter) and result.prefilter[0].plugin == fw.SCHEDULING_GATES
             self.cluster.mark_unschedulable(pod_key, result.message(), "SchedulingGated" if gated else "Unschedulable")
         return result
@@ -513,6 +538,26 @@ class Scheduler:
         allocations = self.policy.choose_allocations(self, info, best)
         result.claims = self._bind(info, best, allocations)
         result.node = best.result.node
+        if info.key in self.cluster.binding_waits:
+            return self._prebind(result)
+        return result
+
+    def _prebind(self, result: fw.PodResult) -> fw.PodResult:
+        """DynamicResources PreBind for a pod assumed on its node: every binding condition True binds it; a True
+        failure condition or the binding timeout is an error (Unreserve: `abandon_binding`); else it waits."""
+        cluster = self.cluster
+        pod_key = result.pod
+        node = cluster.binding_waits[pod_key]
+        claims = [cluster.claims[key] for key in cluster.pod_claim_keys(cluster.pods[pod_key]) if key in cluster.claims]
+        state = binding.pod_binding_state(claims, self.clock(), self.binding_timeout)
+        result.node, result.binding, result.binding_error = None, None, None
+        if state.state == binding.READY:
+            result.node = cluster.finish_binding(pod_key)
+        elif state.state == binding.WAITING:
+            result.binding = fw.BindingWait(node, state.pending)
+        else:
+            cluster.abandon_binding(pod_key)
+            result.binding_error = state.error(cluster.kubernetes_version)
         return result
 
     def _with_allocations(self, info: PodInfo, deferred: NodeEval) -> NodeEval:
@@ -584,7 +629,19 @@ class Scheduler:
         totals = None if info.reasons else (info.requests, info.non_zero)
         if info.key in self._gang_bindings:  # what Unreserve must undo if the gang misses its quorum
             self._gang_bindings[info.key] = ([key for key, _ in pairs], key_of(special) if special else None)
+        if self._waits_at_prebind(info, [allocation for _, allocation in pairs]):
+            return self.cluster.assume(info.key, chosen.result.node, pairs, special, totals,
+                                       binding.format_time(self.clock()))
         return self.cluster.bind(info.key, chosen.result.node, pairs, special, totals)
+
+    def _waits_at_prebind(self, info: PodInfo, allocations: list[dict[str, Any]]) -> bool:
+        """hasBindingConditions over the pod's claims as PreBind sees them: the new allocations and the claims
+        allocated before (gates DRADeviceBindingConditions and DRAResourceClaimDeviceStatus)."""
+        if not self.cluster.features.device_binding_and_status:
+            return False
+        allocated = [self.cluster.claims[key] for key in info.dra.allocated]
+        return (any(r.get("bindingConditions") for a in allocations for r in (a.get("devices") or {}).get("results") or [])
+                or any(binding.has_binding_conditions(claim) for claim in allocated))
 
     def _post_filter(self, pod_key: str, result: fw.PodResult) -> bool:
         """DynamicResources PostFilter: an allocated claim that is usable on no node and reserved for nobody
@@ -651,15 +708,17 @@ class Scheduler:
         every one and each pod says why."""
         from .gangs import rejection
 
-        placed = {result.pod: result.node for result in gang_results if result.node is not None}
+        # a pod waiting at PreBind has passed Permit's quorum count: it is placed on the node it waits for
+        placed = {result.pod: result.node if result.binding is None else result.binding.node
+                  for result in gang_results if result.node is not None or result.binding is not None}
         if len(placed) >= gang.min_count:
             return gang_results
         message = rejection(gang, cast(dict[str, str], placed), self.cluster.kubernetes_version)
         for result in reversed(gang_results):
-            if result.node is not None:
+            if result.node is not None or result.binding is not None:
                 allocated, extended = self._gang_bindings.get(result.pod) or ([], None)
                 self.cluster.unbind(result.pod, allocated, extended)
-                result.node, result.claims = None, []
+                result.node, result.claims, result.binding = None, [], None
                 result.prefilter = [fw.Reason(fw.GANG_SCHEDULING, message, {"placed": dict(placed)}, resolvable=True)]
             else:
                 result.gang = message

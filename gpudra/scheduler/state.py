@@ -83,6 +83,9 @@ class ClusterState(Topology):
         self.priority_classes: dict[str, dict[str, Any]] = {}
         self.device_taint_rules: dict[str, dict[str, Any]] = {}
         self.workloads: list[dict[str, Any]] = []
+        # pods waiting at PreBind for their devices' binding conditions (gpudra.scheduler.bindingconditions): pod
+        # key -> the node they are assumed on (counted there, claims reserved, status.nominatedNodeName), not bound
+        self.binding_waits: dict[str, str] = {}
         self.other_objects: list[dict[str, Any]] = []
         self.problems: list[str] = []
         self.usage: dict[str, NodeUsage] = {}
@@ -185,12 +188,17 @@ class ClusterState(Topology):
                     self._claims_by_owner.setdefault(ref["uid"], []).append(claim)
         for name in self.nodes:
             self.epoch.setdefault(name, 0)
+        self.binding_waits = {}
         for key, pod in self.pods.items():
             if is_terminal(pod):
                 self._release(key, pod)  # the resourceclaim controller unreserves claims of finished pods
                 continue
             self.claims_for_pod(pod)
             node = (pod.get("spec") or {}).get("nodeName")
+            waiting_on = None if node else self._binding_wait_node(pod)
+            if waiting_on is not None:
+                self.binding_waits[key] = waiting_on
+                self._account(key, pod, waiting_on)
             if node:
                 self._account(key, pod, node)
                 for claim_key in self.pod_claim_keys(pod):
@@ -204,6 +212,24 @@ class ClusterState(Topology):
         self._allocator = None
         for name in self.nodes:
             self._bump(name, devices=True)
+
+    def _binding_wait_node(self, pod: dict[str, Any]) -> str | None:
+        """The node an unbound pod waits on at PreBind, read back from the objects: its status.nominatedNodeName
+        (NominatedNodeNameForExpectation, 1.35+: set when the binding cycle begins) with a claim of the pod
+        allocated with binding conditions and reserved for it (PreBind reserves before it waits; a failed wait
+        unreserves). None when the gates are off or the pod does not wait."""
+        from .bindingconditions import has_binding_conditions
+
+        nominated = (pod.get("status") or {}).get("nominatedNodeName")
+        if not nominated or nominated not in self.nodes or not self.features.device_binding_and_status:
+            return None
+        uid = (pod.get("metadata") or {}).get("uid")
+        for claim_key in self.pod_claim_keys(pod):
+            claim = self.claims.get(claim_key)
+            if (claim is not None and has_binding_conditions(claim)
+                    and any(entry.get("uid") == uid for entry in reserved_for(claim))):
+                return str(nominated)
+        return None
 
     def invalidate(self) -> None:
         """Call after editing objects in place (not through `apply`/`bind`/`end_pod`): recounts usage and
@@ -340,6 +366,7 @@ class ClusterState(Topology):
         twin.allocated_devices = Counter(self.allocated_devices)
         twin.group_use = Counter(self.group_use)
         twin.problems = list(self.problems)
+        twin.binding_waits = dict(self.binding_waits)
         replaced = {id(self.claims[key]): twin.claims[key] for key in claims if key in self.claims}
         twin._claims_by_owner = {uid: [replaced.get(id(claim), claim) for claim in owned]
                                  for uid, owned in self._claims_by_owner.items()}
@@ -441,6 +468,13 @@ class ClusterState(Topology):
         """Write the scheduler's decision: allocate claims, reserve every claim of the pod, set nodeName. Returns
         the pod's claim keys (`pod_claim_keys`). `request_totals`: the pod's `resources.pod_request_totals`, where
         the caller read them in this cycle."""
+        claim_keys = self._reserve_on(pod_key, node, allocations, extended_claim)
+        self._set_node(self.pods[pod_key], node)
+        self._account(pod_key, self.pods[pod_key], node, totals=request_totals)
+        return claim_keys
+
+    def _reserve_on(self, pod_key: str, node: str, allocations: Sequence[tuple[str, dict[str, Any]]],
+                    extended_claim: dict[str, Any] | None) -> list[str]:
         pod = self.pods[pod_key]
         if extended_claim is not None:
             self.claims[key_of(extended_claim)] = extended_claim
@@ -451,20 +485,75 @@ class ClusterState(Topology):
             claim = self.claims.get(claim_key)
             if claim is not None:
                 self._reserve(claim, pod)
+        return claim_keys
+
+    @staticmethod
+    def _set_node(pod: dict[str, Any], node: str) -> None:
         pod["spec"]["nodeName"] = node
         status = pod.setdefault("status", {})
         status.setdefault("phase", "Pending")
         status["conditions"] = [
             c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"
         ] + [{"type": "PodScheduled", "status": "True"}]
+
+    def assume(
+        self,
+        pod_key: str,
+        node: str,
+        allocations: Sequence[tuple[str, dict[str, Any]]] = (),
+        extended_claim: dict[str, Any] | None = None,
+        request_totals: tuple[dict[str, int], dict[str, int]] | None = None,
+        allocated_at: str = "",
+    ) -> list[str]:
+        """The pod goes to PreBind and waits there for its devices' binding conditions: its claims are allocated
+        (the ones with binding conditions stamped `allocationTimestamp` = `allocated_at`, as PreBind's bindClaim
+        stamps them) and reserved, it counts on `node` (the scheduler cache's assumed pod) and names it in
+        status.nominatedNodeName, but it is not bound. `finish_binding` binds it, `abandon_binding` gives up."""
+        from .bindingconditions import has_binding_conditions
+
+        claim_keys = self._reserve_on(pod_key, node, allocations, extended_claim)
+        for claim_key in claim_keys:
+            claim = self.claims.get(claim_key)
+            allocation = claim_allocation(claim) if claim is not None else None
+            if claim is not None and allocation is not None and has_binding_conditions(claim) and allocated_at:
+                allocation.setdefault("allocationTimestamp", allocated_at)
+        pod = self.pods[pod_key]
+        pod.setdefault("status", {}).setdefault("phase", "Pending")
+        pod["status"]["nominatedNodeName"] = node
+        self.binding_waits[pod_key] = node
         self._account(pod_key, pod, node, totals=request_totals)
         return claim_keys
+
+    def finish_binding(self, pod_key: str) -> str:
+        """Every binding condition is True: the waiting pod is bound to its node (nominatedNodeName cleared, as
+        kube-apiserver does on binding with ClearingNominatedNodeNameAfterBinding, 1.35+). Returns the node."""
+        node = self.binding_waits.pop(pod_key)
+        pod = self.pods[pod_key]
+        (pod.get("status") or {}).pop("nominatedNodeName", None)
+        self._set_node(pod, node)
+        return node
+
+    def abandon_binding(self, pod_key: str) -> None:
+        """PreBind failed (a failure condition, or the binding timeout): Unreserve takes the pod off its node and
+        out of its claims' reservedFor, and clears its nominatedNodeName. The claims stay allocated: the pod's next
+        attempt finds them not available on any node and PostFilter deallocates them (dynamicresources.go)."""
+        pod = self.pods[pod_key]
+        self._unaccount(pod_key, pod)
+        uid = ensure_uid(pod)
+        for claim_key in self.pod_claim_keys(pod):
+            claim = self.claims.get(claim_key)
+            if claim is not None and reserved_for(claim):
+                _unreserve(claim, uid)
+        (pod.get("status") or {}).pop("nominatedNodeName", None)
 
     def unbind(self, pod_key: str, allocated: Iterable[str] = (), extended_claim: str | None = None) -> None:
         """Undo `bind` of a pod whose binding never reached the API server (a gang's pods rejected at Permit: the
         scheduler's Unreserve): its node usage, its reservations, the allocations `bind` made (`allocated`) and
-        the extended-resource claim it created are removed."""
+        the extended-resource claim it created are removed (and the nominatedNodeName of a pod that waited at
+        PreBind)."""
         pod = self.pods[pod_key]
+        if pod_key in self.binding_waits:
+            (pod.get("status") or {}).pop("nominatedNodeName", None)
         self._unaccount(pod_key, pod)
         uid = ensure_uid(pod)
         for claim_key in self.pod_claim_keys(pod):
@@ -501,8 +590,9 @@ class ClusterState(Topology):
         del self.pods[pod_key]
 
     def _unaccount(self, pod_key: str, pod: dict[str, Any]) -> None:
-        """Take the pod's requests off its node's usage, if they are on it."""
-        node = (pod.get("spec") or {}).get("nodeName")
+        """Take the pod's requests off its node's usage, if they are on it (a pod waiting at PreBind counts on the
+        node it waits for)."""
+        node = (pod.get("spec") or {}).get("nodeName") or self.binding_waits.pop(pod_key, None)
         if node and pod_key in self.usage.get(node, NodeUsage()).pods:
             self._account(pod_key, pod, node, sign=-1)
 
