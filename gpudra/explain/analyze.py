@@ -67,6 +67,27 @@ def explain(objects: list[dict[str, Any]], target: str, namespace: str = "defaul
 # ------------------------------------------------------------------------------------------- pods
 
 
+def _binding_wait_explanation(cluster: Any, run: Any, result: Any, namespace: str, name: str) -> Explanation:
+    """A pod assumed on its node and waiting at PreBind (binding conditions, KEP-5007): what it waits for, who
+    writes it, and when the scheduler gives up."""
+    from gpudra.scheduler.bindingconditions import BINDING_TIMEOUT_S
+
+    wait = result.binding
+    explanation = Explanation("Pod", namespace, name, True, result.message(), context=run)
+    explanation.placement = {"node": wait.node, "devices": _claim_results(cluster, cluster.pod_claim_keys(run.pod))}
+    for pending in wait.pending:
+        explanation.notes.append(
+            f"claim {pending.claim}: device {pending.driver}/{pending.pool}/{pending.device} needs condition "
+            f"{pending.condition} True in the claim's status.devices (written by {pending.driver}'s driver or "
+            "controller once the device is attached)")
+    explanation.notes.append(
+        f"the pod is bound to {wait.node} when every binding condition is True; a True binding failure condition, "
+        f"or {BINDING_TIMEOUT_S:g} s (DynamicResources bindingTimeout) after the claim's allocationTimestamp, sends it "
+        "back to the queue and its claim is deallocated")
+    return explanation
+
+
+
 def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy: str = "kube",
                 progress: simulate.Progress | None = None, features: Any = None,
                 kubernetes_version: str | None = None) -> Explanation:
@@ -101,9 +122,17 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
                                      "alone; this is where kube-scheduler would put it")
         return explanation
 
+    if result is not None and result.binding is not None:  # placed, waiting at PreBind for its devices
+        return _binding_wait_explanation(cluster, run, result, namespace, name)
     explanation = Explanation("Pod", namespace, name, False, "", context=run)
     if result is None:
         explanation.summary = "the pod was not attempted"
+        return explanation
+    if result.binding_error is not None:
+        explanation.summary = result.message()
+        explanation.notes.append("the binding cycle gave up (a binding failure condition is True, or the binding "
+                                 "timeout passed): the pod is back in the queue, and its next attempt finds the claim "
+                                 "not available on any node, deallocates it and allocates devices afresh")
         return explanation
     if result.prefilter and result.prefilter[0].plugin == GANG_SCHEDULING or run.gang_note:
         explanation.summary = result.message()  # decided with its group (gpudra.scheduler.gangs)

@@ -82,7 +82,7 @@ def run_on(cluster: Any, pod_key: str, policy: str = "kube", progress: Progress 
         result = scheduler.schedule_pod(pod_key)
         pod = cluster.pods.get(pod_key, pod)
         run = Run(cluster, pod, result, bound_node=result.node if result.scheduled else None, scheduled_before=ahead)
-        if evaluate and not result.scheduled and not result.prefilter:  # every filter's verdict on every node
+        if evaluate and not result.scheduled and not result.prefilter and not result.at_prebind:  # every filter's verdict on every node
             run.evaluations, run.claims_by_node = _evaluate_all(scheduler, pod_key)
             run.request_labels = _extended_labels(scheduler, pod_key)
     return run

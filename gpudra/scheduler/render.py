@@ -69,7 +69,12 @@ def to_table(cluster: ClusterState, results: list[PodResult], wide: bool = False
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in [header, *rows]]
     lines.extend(preemption_lines(results))
-    unschedulable = [r for r in results if not r.scheduled]
+    waiting = [r for r in results if r.binding is not None]
+    if waiting:  # placed and reserved, not bound: PreBind waits for the devices' binding conditions
+        lines.append("")
+        lines.append(f"WAITING FOR BINDING ({len(waiting)}):")
+        lines.extend(f"  {result.pod}: {result.message()}" for result in waiting)
+    unschedulable = [r for r in results if not r.scheduled and r.binding is None]
     if unschedulable:
         lines.append("")
         lines.append(f"UNSCHEDULABLE ({len(unschedulable)}):")
@@ -91,7 +96,8 @@ def preemption_lines(results: list[PodResult]) -> list[str]:
 
 def summary(results: list[PodResult]) -> str:
     scheduled = sum(1 for r in results if r.scheduled)
-    return f"scheduled {scheduled}/{len(results)} pods"
+    waiting = sum(1 for r in results if r.binding is not None)
+    return f"scheduled {scheduled}/{len(results)} pods" + (f", {waiting} waiting for binding" if waiting else "")
 
 
 __all__ = ["all_objects", "key_of", "preemption_lines", "summary", "table_rows", "to_json", "to_table", "to_yaml"]

@@ -283,3 +283,25 @@ def test_a_waiting_pod_is_read_back_from_its_objects_and_counts_on_its_node():
 def test_a_binding_timeout_below_one_second_is_refused():
     with pytest.raises(ValueError, match="at least 1 second"):
         Scheduler(ManagedCluster([]), binding_timeout=0.5)
+
+
+def test_schedule_and_explain_show_what_a_waiting_pod_waits_for(tmp_path):
+    """`gpudra schedule` lists the pod under WAITING FOR BINDING (exit 1: not bound); `gpudra explain` names the
+    condition, the device, the node, and what ends the wait."""
+    import yaml
+    from click.testing import CliRunner
+
+    from gpudra.cli import cli
+
+    manifest = tmp_path / "in.yaml"
+    manifest.write_text(yaml.safe_dump_all([_node(NODE), DEVICE_CLASS, _fabric_slice(DRIVER, "instance-1"),
+                                            _claim(CLAIM), _pod(*ONE_CLAIM)]))
+    scheduled = CliRunner().invoke(cli, ["schedule", "-f", str(manifest)])
+    assert scheduled.exit_code == 1, scheduled.output
+    assert ("WAITING FOR BINDING (1):\n  default/my-pod: Binding: waiting for condition condition on device "
+            "some-driver/worker/instance-1 (node worker)") in scheduled.stdout
+    assert "UNSCHEDULABLE" not in scheduled.stdout
+    explained = CliRunner().invoke(cli, ["explain", "pod/my-pod", "-f", str(manifest)])
+    assert explained.exit_code == 0, explained.output
+    assert "needs condition condition True in the claim's status.devices" in explained.stdout
+    assert "600 s (DynamicResources bindingTimeout)" in explained.stdout
