@@ -161,7 +161,9 @@ class ControlLoop:
                 self._create_pod(cluster.pods[key])
             return True
         # no preemption in the local cluster yet: its store would have to stop and delete the victims (kubelet)
-        scheduler = Scheduler(cluster, policy=self.config.policy, preempt=False)
+        # the loop's clock judges binding conditions: allocationTimestamp and the binding timeout (PreBind's wait
+        # goes on across rounds, as the scheduler's binding cycle polls the claims)
+        scheduler = Scheduler(cluster, policy=self.config.policy, preempt=False, clock=self.clock)
         results = scheduler.run()
 
         changed |= self._persist_claims(cluster, claims_before)
@@ -176,6 +178,8 @@ class ControlLoop:
                            .get("results") or []]
                 self.step("scheduled", f"pod {result.pod} → node {result.node}"
                           + (f", devices {', '.join(devices)}" if devices else ""))
+            elif result.binding is not None:
+                self._binding_pending(pod, result.binding, pods_before.get(result.pod))
             else:
                 message = result.message()
                 previous = json.loads(pods_before[result.pod]) if result.pod in pods_before else {}
@@ -186,6 +190,15 @@ class ControlLoop:
                     self.step("unschedulable", f"pod {result.pod}: {message}")
         changed |= self._start_pods()
         return changed
+
+    def _binding_pending(self, pod: dict[str, Any], wait: Any, before: str | None) -> None:
+        """A pod that began waiting at PreBind this round: BindingConditionsPending, as PreBind records it."""
+        previous = json.loads(before) if before else {}
+        if (previous.get("status") or {}).get("nominatedNodeName") == wait.node:
+            return  # it waited already
+        self.event(pod, "Normal", "BindingConditionsPending",
+                   f"waiting for binding conditions for device on node {wait.node}", SCHEDULER)
+        self.step("binding", f"pod {key_of(pod)} waits on node {wait.node}: {wait.message()}")
 
     def _evict_tainted_pods(self, objects: list[dict[str, Any]] | None = None) -> bool:
         """Delete the pods whose devices carry a NoExecute taint they no longer tolerate (DisruptionTarget condition
