@@ -1,4 +1,4 @@
-"""`gpudra cluster up/down/view`: a local DRA cluster with real driver processes (see gpudra/cluster)."""
+"""`gpudra cluster up/down/view/device-condition`: a local DRA cluster with real driver processes (see gpudra/cluster)."""
 
 from __future__ import annotations
 
@@ -163,3 +163,46 @@ def view_cmd(directory: str | None, output: str | None, serve: bool, port: int) 
             _fail(f"cannot serve on port {port}: {exc}")
         except KeyboardInterrupt:
             sys.exit(0)
+
+
+@command.command("device-condition")
+@DIR_OPTION
+@click.option("-n", "--namespace", default="default", show_default=True, help="The claim's namespace.")
+@click.option("--reason", default="Set", show_default=True, help="The conditions' reason (CamelCase).")
+@click.option("--message", default="", help="The conditions' message.")
+@click.option("-v", "--verbose", is_flag=True, help="Print what the control loop did afterwards.")
+@click.argument("claim")
+@click.argument("device", metavar="DRIVER/POOL/DEVICE")
+@click.argument("conditions", nargs=-1, required=True, metavar="TYPE=True|False…")
+def device_condition_cmd(directory: str | None, namespace: str, reason: str, message: str, verbose: bool,
+                         claim: str, device: str, conditions: tuple[str, ...]) -> None:
+    """Set conditions on an allocated device in a claim's status.devices, as the device's driver or controller
+    writes them: a pod waiting at PreBind for the device's binding conditions is bound once they are all True,
+    and sent back to the queue when a binding failure condition is True. Exit 1 when the claim is missing or
+    the device is not allocated in it."""
+    from datetime import datetime, timezone
+
+    from gpudra.cli.errors import show_error
+    from gpudra.cli.objects import _cluster, _hold_control_loop, _reconcile
+    from gpudra.cluster.devicestatus import DeviceCondition, set_device_conditions
+    from gpudra.cluster.store import StoreError
+
+    parts = device.split("/")
+    if len(parts) < 3 or not all(parts):
+        _fail(f"device {device!r}: give DRIVER/POOL/DEVICE (a pool name may hold slashes)")
+    driver, pool, name = parts[0], "/".join(parts[1:-1]), parts[-1]
+    wanted = []
+    for text in conditions:
+        kind, _, value = text.partition("=")
+        if not kind or value not in ("True", "False"):
+            _fail(f"condition {text!r}: give TYPE=True or TYPE=False")
+        wanted.append(DeviceCondition(kind, value == "True", reason, message))
+    cluster = _cluster(directory)
+    _hold_control_loop(cluster)
+    try:
+        set_device_conditions(cluster.store, namespace, claim, driver, pool, name, wanted, datetime.now(timezone.utc))
+    except StoreError as exc:
+        show_error(str(exc))
+        sys.exit(1)
+    click.echo(f'resourceclaim "{claim}" device {device}: ' + ", ".join(conditions))
+    _reconcile(cluster, verbose)
