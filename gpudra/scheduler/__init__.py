@@ -32,6 +32,10 @@ Result types (`framework.py`):
   `filtered` holds every node's FilterResult (for a scheduled pod it may be partial or empty); `scores` maps
   the feasible nodes that were scored to their total; `message()` is the one-line "0/N nodes are available: …"
   summary (`prefilter` reasons and `error` — a fatal allocator error such as a CEL error — come first).
+- A pod whose devices carry binding conditions (KEP-5007, `bindingconditions.py`) waits at PreBind: its result's
+  `binding` (BindingWait: node, pending conditions) is set and `node` is None, the pod counts on the node and names
+  it in status.nominatedNodeName (`ClusterState.binding_waits`); a later `schedule_pod`/`run` binds it once every
+  condition is True in the claim's status.devices, or sets `binding_error` (failure condition, binding timeout).
 - Every Reason's `message` is kube-scheduler's wording, so `fit_error_message(n, results)` reproduces the
   summary for any subset of nodes.
 
