@@ -43,7 +43,8 @@ from .layout import ClusterDir
 from .store import StoreError, created_serial, open_private
 
 MODEL_KINDS = ("Node", "DeviceClass", "ResourceSlice", "DeviceTaintRule", "PriorityClass", "ResourceClaimTemplate",
-               "ResourceClaim", "Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet", "Pod", "ComputeDomain")
+               "ResourceClaim", "Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet", "Pod", "ComputeDomain",
+               "Workload", "PodGroup")  # the scheduler's gangs (gpudra.scheduler.gangs)
 MAX_ROUNDS = 8
 SCHEDULER = "default-scheduler"
 CLAIM_CONTROLLER = "resource-claim-controller"
