@@ -5,8 +5,9 @@ pkg/scheduler/framework/plugins/gangscheduling/gangscheduling.go) rejects a grou
 of its pods were placed; its message says only that it waited. The line here adds what a user acts on: how many pods
 the group needs, how many the queue pass could place, and the room one pod of it finds. Where the pods must share
 one NVLink clique (their ComputeDomain's IMEX channel works only within one clique: NVIDIA dra-driver-nvidia-gpu
-#377, #804; a claim all the group's pods share with `matchAttribute: gpu.nvidia.com/cliqueID`; a required pod
-affinity on the clique label) the room is counted per clique, and the largest one is what the group can get.
+#377, #804; a claim all the group's pods share with `matchAttribute: gpu.nvidia.com/cliqueID`) the room is counted
+per clique, and the largest one is what the group can get. (A required pod affinity on the clique label would be a
+third reason, but gpudra's scheduler does not model InterPodAffinity, so its counts would not honour it.)
 """
 
 from __future__ import annotations
@@ -120,10 +121,6 @@ def _one_clique(cluster: Any, pod: dict[str, Any], gang: Any) -> str | None:
         devices = ((cluster.claims.get(key) or {}).get("spec") or {}).get("devices") or {}
         if any((c or {}).get("matchAttribute") == CLIQUE_MATCH_ATTRIBUTE for c in devices.get("constraints") or []):
             return f"claim {key}, shared by the group, has matchAttribute {CLIQUE_MATCH_ATTRIBUTE}"
-    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("podAffinity") or {}
-    for term in affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []:
-        if (term or {}).get("topologyKey") == CLIQUE_NODE_LABEL:
-            return f"required pod affinity on {CLIQUE_NODE_LABEL}"
     return None
 
 
