@@ -164,3 +164,19 @@ def test_the_store_serves_the_workload_api_as_the_release_does(cluster_state, ve
     with pytest.raises(StoreError) as raised:
         cluster.store.create(obj)
     assert raised.value.status == 404 and "no matches for kind" in str(raised.value)
+
+
+def test_a_1_35_workload_gang_stays_pending_with_that_release_s_message(cluster_state, tmp_path):
+    """1.35: a Workload (v1alpha1) with the pod group, pods joined by spec.workloadRef; v1.35.0's Permit message."""
+    cluster = start(cluster_state, "1.35")
+    text = gang_job("big", 3, 3, rack_clique(0)).split("---\n", 1)[1]
+    text = text.replace("schedulingGroup: {podGroupName: big}", "workloadRef: {name: big, podGroup: workers}")
+    workload = ("apiVersion: scheduling.k8s.io/v1alpha1\nkind: Workload\nmetadata: {name: big}\n"
+                "spec:\n  podGroups:\n  - {name: workers, policy: {gang: {minCount: 3}}}\n---\n")
+    apply(cluster, tmp_path, "big", workload + text)
+    pods = job_pods(cluster, "big")
+    assert len(pods) == 3 and not any(p["spec"].get("nodeName") for p in pods)
+    for pod in pods:
+        (condition,) = [c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"]
+        assert ("waiting for minCount pods from a gang to be waiting on permit: "
+                'pod group "workers" of workload "big" needs 3') in condition["message"]
