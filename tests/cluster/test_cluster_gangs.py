@@ -112,6 +112,12 @@ def test_a_gang_that_cannot_be_placed_whole_stays_pending_and_explain_counts_the
         assert "2 could be placed" in condition["message"]
         events = [e for e in cluster.store.events_for(pod) if e["reason"] == "FailedScheduling"]
         assert events and 'pod group "big"' in events[-1]["message"]
+    # kube-scheduler 1.36's condition on the PodGroup (schedule_one_podgroup.go)
+    (group,) = cluster.store.list("PodGroup")
+    (condition,) = group["status"]["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == ("PodGroupScheduled", "False",
+                                                                             "Unschedulable")
+    assert condition["message"].startswith(PERMIT_WAIT) and 'pod group "big"' in condition["message"]
     # the two placed pods' GPUs were given back (Unreserve): no claim of the group is allocated
     assert not any((c.get("status") or {}).get("allocation") for c in cluster.store.list("ResourceClaim")
                    if c["metadata"]["name"].startswith("big-"))
@@ -130,6 +136,9 @@ def test_a_gang_that_fits_is_bound_whole(cluster_state, tmp_path):
     pods = job_pods(cluster, "pair")
     assert len(pods) == 2
     assert sorted(p["spec"].get("nodeName") or "" for p in pods) == ["rack1-tray0", "rack1-tray1"]
+    (group,) = cluster.store.list("PodGroup")
+    assert [(c["type"], c["status"], c["reason"]) for c in group["status"]["conditions"]] == [
+        ("PodGroupScheduled", "True", "Scheduled")]
 
 
 def test_a_pod_of_a_group_that_is_not_there_waits(cluster_state, tmp_path):
@@ -180,3 +189,19 @@ def test_a_1_35_workload_gang_stays_pending_with_that_release_s_message(cluster_
         (condition,) = [c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"]
         assert ("waiting for minCount pods from a gang to be waiting on permit: "
                 'pod group "workers" of workload "big" needs 3') in condition["message"]
+
+
+def test_a_scheduled_group_s_condition_does_not_regress_and_keeps_its_transition_time():
+    """updatePodGroupCondition (v1.36.0 schedule_one_podgroup.go): True stays True; SetStatusCondition moves
+    lastTransitionTime only when the status changes."""
+    from gpudra.cluster.podgroups import GroupDecision, with_condition
+
+    group = {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": {"name": "g"}}
+    failed = with_condition(group, GroupDecision("default", "g", False, "m1"), "t1")
+    assert failed is not None and failed["status"]["conditions"][0]["lastTransitionTime"] == "t1"
+    assert with_condition(failed, GroupDecision("default", "g", False, "m1"), "t2") is None
+    again = with_condition(failed, GroupDecision("default", "g", False, "m2"), "t2")
+    assert again is not None and again["status"]["conditions"][0]["lastTransitionTime"] == "t1"
+    scheduled = with_condition(again, GroupDecision("default", "g", True, ""), "t3")
+    assert scheduled is not None and scheduled["status"]["conditions"][0]["lastTransitionTime"] == "t3"
+    assert with_condition(scheduled, GroupDecision("default", "g", False, "m3"), "t4") is None
