@@ -49,8 +49,8 @@ def with_condition(pod_group: dict[str, Any], decision: GroupDecision, now: str)
     if existing is not None and existing.get("status") == "True" and not decision.scheduled:
         return None  # updatePodGroupCondition: a scheduled group does not regress
     wanted: dict[str, Any] = {"type": CONDITION_TYPE, "status": "True" if decision.scheduled else "False",
-              "reason": REASON_SCHEDULED if decision.scheduled else REASON_UNSCHEDULABLE,
-              "message": decision.message}
+                              "reason": REASON_SCHEDULED if decision.scheduled else REASON_UNSCHEDULABLE,
+                              "message": decision.message}
     generation = (pod_group.get("metadata") or {}).get("generation")
     if isinstance(generation, int):
         wanted["observedGeneration"] = generation
