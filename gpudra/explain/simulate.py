@@ -90,7 +90,10 @@ def run_on(cluster: Any, pod_key: str, policy: str = "kube", progress: Progress 
 
 def _run_gang(scheduler: Any, pod_key: str, plan: Any) -> Run:
     """A pod of a gang is decided with its whole group (Permit): the queue runs through, and a gang that missed
-    its quorum is described in its own numbers (gpudra.explain.gangs), with the group's pods all unbound."""
+    its quorum is described in its own numbers (gpudra.explain.gangs), with the group's pods all unbound. A pod
+    left over by a group that met its quorum is explained as any other pod, node by node."""
+    from gpudra.scheduler.scheduler import queue_run
+
     cluster = scheduler.cluster
     scheduler.run()
     result = scheduler.results.get(pod_key)
@@ -99,9 +102,16 @@ def _run_gang(scheduler: Any, pod_key: str, plan: Any) -> Run:
     gang = plan.gangs.get(plan.member_of.get(pod_key, ""))
     if gang is None or run.bound_node is not None or result is None:
         return run
+    from gpudra.scheduler.framework import GANG_SCHEDULING
+
     from .gangs import shortfall
 
-    run.gang_note = shortfall(scheduler, pod_key, gang).line()
+    if result.gang or (result.prefilter and result.prefilter[0].plugin == GANG_SCHEDULING):
+        run.gang_note = shortfall(scheduler, pod_key, gang).line()
+    elif not result.prefilter:  # the group met its quorum without this pod: why this pod fits nowhere
+        with queue_run():
+            run.evaluations, run.claims_by_node = _evaluate_all(scheduler, pod_key)
+            run.request_labels = _extended_labels(scheduler, pod_key)
     return run
 
 

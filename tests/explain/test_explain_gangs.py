@@ -69,3 +69,16 @@ def test_a_node_s_clique_is_its_label_else_what_its_gpus_publish():
     cluster = build_cluster([node("a"), node("b", {"nvidia.com/gpu.clique": "u.7"}), node("c"),
                              gpus("a", "u.1"), gpus("b", "u.1")])
     assert node_cliques(cluster) == {"a": "u.1", "b": "u.7"}
+
+
+def test_a_pod_left_over_by_a_group_that_met_its_quorum_is_explained_node_by_node(tmp_path):
+    """minCount 2 of 3: Permit lets the two placed pods through (gangscheduling.go), the third is an ordinary
+    unschedulable pod; no group line (it would say the group needs pods it already has)."""
+    manifest = tmp_path / "gang.yaml"
+    manifest.write_text((DATA / "gang-1.36.yaml").read_text().replace("gang: {minCount: 3}", "gang: {minCount: 2}"))
+    result = CliRunner().invoke(cli, ["explain", "pod/train-2", "-n", "ml", "-f", str(manifest), "--features",
+                                      GANG_GATES, "--no-fixes", "-o", "json"], catch_exceptions=False)
+    assert result.exit_code == 1, result.output
+    explanation = json.loads(result.stdout)
+    assert not [n for n in explanation.get("notes", []) if n.startswith("group ")]
+    assert {node["node"] for node in explanation["nodes"]} == {"node-a", "node-b", "node-c"}
