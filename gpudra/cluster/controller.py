@@ -43,7 +43,8 @@ from .layout import ClusterDir
 from .store import StoreError, created_serial, open_private
 
 MODEL_KINDS = ("Node", "DeviceClass", "ResourceSlice", "DeviceTaintRule", "PriorityClass", "ResourceClaimTemplate",
-               "ResourceClaim", "Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet", "Pod", "ComputeDomain")
+               "ResourceClaim", "Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet", "Pod", "ComputeDomain",
+               "Workload", "PodGroup")  # the scheduler's gangs (gpudra.scheduler.gangs)
 MAX_ROUNDS = 8
 SCHEDULER = "default-scheduler"
 CLAIM_CONTROLLER = "resource-claim-controller"
@@ -168,6 +169,7 @@ class ControlLoop:
 
         changed |= self._persist_claims(cluster, claims_before)
         changed |= self._persist_pods(cluster, pods_before)
+        changed |= self._record_pod_groups(cluster, results)
         for result in results:
             pod = cluster.pods[result.pod]
             if result.scheduled:
@@ -340,6 +342,22 @@ class ControlLoop:
         for key, pod in cluster.pods.items():
             if key in before and _snapshot(pod) != before[key]:
                 self._replace(pod)
+                changed = True
+        return changed
+
+    def _record_pod_groups(self, cluster: ManagedCluster, results: list[Any]) -> bool:
+        """1.36: each PodGroup gang the pass decided gets kube-scheduler's PodGroupScheduled condition."""
+        from gpudra.scheduler import gangs
+
+        from .podgroups import decisions, with_condition
+        from .store import now_rfc3339
+
+        changed = False
+        for decision in decisions(gangs.plan(cluster), results):
+            current = self.store.get("PodGroup", decision.namespace, decision.name)
+            updated = with_condition(current, decision, now_rfc3339()) if current is not None else None
+            if updated is not None:
+                self._replace(updated)
                 changed = True
         return changed
 

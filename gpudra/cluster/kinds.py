@@ -54,6 +54,9 @@ KINDS: tuple[KindInfo, ...] = (
     KindInfo("CronJob", "cronjobs", "batch/v1", True, ("cj",), True),
     # NVIDIA's CRD (resource.nvidia.com_computedomains.yaml): no short names
     KindInfo("ComputeDomain", "computedomains", "resource.nvidia.com/v1beta1", True),
+    # the Workload API (KEP-4671): 1.36 serves v1alpha2, 1.35 v1alpha1 (Workload only); `check_served` says which
+    KindInfo("Workload", "workloads", "scheduling.k8s.io/v1alpha2", True),
+    KindInfo("PodGroup", "podgroups", "scheduling.k8s.io/v1alpha2", True),
 )
 _BY_KIND = {k.kind: k for k in KINDS}
 
@@ -85,6 +88,27 @@ def check_api_version(info: KindInfo, api_version: object) -> None:
         shown = printable(api_version[:64]) if isinstance(api_version, str) else repr(api_version)
         raise StoreError(f'no matches for kind "{info.kind}" in version "{shown}" (it is served as '
                          f'{info.api_version})', 404)
+
+
+def check_served(info: KindInfo, api_version: str, release: str | None, features: object = None) -> None:
+    """StoreError (404, the API server's `no matches for kind`) for a Workload or PodGroup the cluster's release
+    does not serve: each version only by its release (v1alpha1: 1.35, v1alpha2: 1.36) and there only with the
+    GenericWorkload gate on: the facts `gpudra validate` warns with (gpudra.api.gates.workload_api_warnings). A local
+    cluster has no --runtime-config: the gate on stands for the alpha version enabled as well."""
+    from gpudra.api.gates import gate_on
+    from gpudra.api.schema.workload import KINDS as WORKLOAD_KINDS, SERVED_IN
+
+    if info.kind not in ("Workload", "PodGroup") or release is None:
+        return
+    served_in = SERVED_IN.get(api_version)
+    if (api_version, info.kind) not in WORKLOAD_KINDS or served_in != release:
+        versions = [v for v, r in SERVED_IN.items() if r == release and (v, info.kind) in WORKLOAD_KINDS]
+        raise StoreError(f'no matches for kind "{info.kind}" in version "{printable(api_version[:64])}": '
+                         f'Kubernetes {release} serves ' + (" or ".join(versions) or f"no {info.kind}"), 404)
+    if not gate_on("GenericWorkload", release, features):
+        raise StoreError(f'no matches for kind "{info.kind}" in version "{api_version}": the cluster runs with '
+                         "the GenericWorkload feature gate off (gpudra cluster up --features "
+                         "default,+GenericWorkload,+GangScheduling)", 404)
 
 
 def identity_problems(info: KindInfo, namespace: object, name: object) -> list[str]:

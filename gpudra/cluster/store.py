@@ -40,7 +40,8 @@ from gpudra.kubeletplugin.claimpaths import ClaimPathError, path_inside
 from gpudra.regularfile import read_regular_file, read_regular_file_stat
 
 from .kinds import (  # noqa: F401 - re-exported: the store's callers import them from here
-    KINDS, KindInfo, StoreError, check_api_version, check_identity, identity_problems, kind_info, resolve_kind,
+    KINDS, KindInfo, StoreError, check_api_version, check_identity, check_served, identity_problems, kind_info,
+    resolve_kind,
 )
 
 FILE_MODE = 0o600
@@ -286,6 +287,7 @@ class Store:
         info = kind_info(obj.get("kind"))
         obj.setdefault("apiVersion", info.api_version)
         check_api_version(info, obj["apiVersion"])
+        check_served(info, obj["apiVersion"], self._release(), self._features())
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise StoreError(f"{info.kind}: metadata must be an object", 422)
@@ -334,6 +336,7 @@ class Store:
         meta = obj.setdefault("metadata", {})
         kind = obj.get("kind", "")
         info = kind_info(kind)
+        check_served(info, obj.get("apiVersion", info.api_version), self._release(), self._features())
         namespace = (meta.get("namespace") or "default") if info.namespaced else None
         with self.locked():
             path = self._path(kind, namespace, meta.get("name"))

@@ -90,7 +90,10 @@ def run_on(cluster: Any, pod_key: str, policy: str = "kube", progress: Progress 
 
 def _run_gang(scheduler: Any, pod_key: str, plan: Any) -> Run:
     """A pod of a gang is decided with its whole group (Permit): the queue runs through, and a gang that missed
-    its quorum is described by how many nodes one of its pods fits on, with the group's pods all unbound."""
+    its quorum is described in its own numbers (gpudra.explain.gangs), with the group's pods all unbound. A pod
+    left over by a group that met its quorum is explained as any other pod, node by node."""
+    from gpudra.scheduler.scheduler import queue_run
+
     cluster = scheduler.cluster
     scheduler.run()
     result = scheduler.results.get(pod_key)
@@ -99,30 +102,17 @@ def _run_gang(scheduler: Any, pod_key: str, plan: Any) -> Run:
     gang = plan.gangs.get(plan.member_of.get(pod_key, ""))
     if gang is None or run.bound_node is not None or result is None:
         return run
-    info = scheduler.pod_info(pod_key)
-    fits = [node for node in cluster.node_names() if not scheduler.filter_node(info, node).result.reasons]
-    placed = sum(1 for key in gang.members if (scheduler.results.get(key) and
-                                                scheduler.results[key].prefilter and
-                                                "placed" in scheduler.results[key].prefilter[0].details))
-    devices = _devices_wanted(cluster, pod)
-    run.gang_note = (f"group of {len(gang.members)} needs {gang.min_count} pods placed at once, each on a node with "
-                     f"{devices or 'room for it'}; {len(fits)} node{'s have' if len(fits) != 1 else ' has'} them"
-                     + (f" ({', '.join(fits[:8])}{' …' if len(fits) > 8 else ''})" if fits else "")
-                     + f", and {placed} of the group could be placed together")
+    from gpudra.scheduler.framework import GANG_SCHEDULING
+
+    from .gangs import shortfall
+
+    if result.gang or (result.prefilter and result.prefilter[0].plugin == GANG_SCHEDULING):
+        run.gang_note = shortfall(scheduler, pod_key, gang).line()
+    elif not result.prefilter:  # the group met its quorum without this pod: why this pod fits nowhere
+        with queue_run():
+            run.evaluations, run.claims_by_node = _evaluate_all(scheduler, pod_key)
+            run.request_labels = _extended_labels(scheduler, pod_key)
     return run
-
-
-def _devices_wanted(cluster: Any, pod: dict[str, Any]) -> str:
-    """'8 free gpu.nvidia.com devices': what the pod's claims request (ExactCount requests), by class."""
-    wanted: dict[str, int] = {}
-    for key in cluster.pod_claim_keys(pod):
-        devices = ((cluster.claims.get(key) or {}).get("spec") or {}).get("devices") or {}
-        for request in devices.get("requests") or []:
-            exactly = (request or {}).get("exactly") or {}
-            if exactly.get("allocationMode", "ExactCount") == "ExactCount" and exactly.get("deviceClassName"):
-                name = exactly["deviceClassName"]
-                wanted[name] = wanted.get(name, 0) + int(exactly.get("count") or 1)
-    return ", ".join(f"{count} free {name} device{'s' if count != 1 else ''}" for name, count in wanted.items())
 
 
 def _extended_labels(scheduler: Any, pod_key: str) -> dict[tuple[str, str], str]:

@@ -146,8 +146,8 @@ def test_explain_says_why_the_group_does_not_fit():
     result = CliRunner().invoke(cli, ["explain", "pod/train-2", "-n", "ml", "-f", str(DATA / "gang-1.36.yaml"),
                                       "--features", GANG_GATES], catch_exceptions=False)
     assert result.exit_code == 1, result.output
-    assert ("group of 3 needs 3 pods placed at once, each on a node with 8 free gpu.nvidia.com devices; "
-            "2 nodes have them (node-a, node-b)") in result.output
+    assert ("group ml/trainers needs 3 of its 3 pods placed at once; 2 could be placed: each needs a node with "
+            "8 free gpu.nvidia.com devices, and 2 nodes have them (node-a, node-b)") in result.output
 
 
 # ----- validation: 1.35 TestValidateWorkload --------------------------------------------------------------
