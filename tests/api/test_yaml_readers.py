@@ -31,8 +31,9 @@ from gpudra.mig.config import configs_in_document
 from tests.support.builders import allocated_claim
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent.parent / "gpudra"
-# The one reader (load.py) and the fast path it delegates to (fast_yaml.py, which builds scalar nodes only).
-BOUNDED_READER = {"api/load.py", "api/fast_yaml.py"}
+# The one reader (load.py), the fast path it delegates to (fast_yaml.py, which builds scalar nodes only) and the
+# PyYAML loader both use (yaml_loader.py: the bounded SafeLoader subclass).
+BOUNDED_READER = {"api/load.py", "api/fast_yaml.py", "api/yaml_loader.py"}
 _READING_CALLS = {"load", "safe_load", "load_all", "safe_load_all", "full_load", "full_load_all", "unsafe_load",
                   "unsafe_load_all", "compose", "compose_all", "parse", "scan"}
 

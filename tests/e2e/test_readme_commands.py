@@ -141,6 +141,8 @@ def _negative_probes(tmp_path: Path) -> dict[str, list[str]]:
 NEGATIVE_ELSEWHERE = {
     "driver prepare": ("tests/gpuplugin/test_driver_cli.py", "test_tcp_health_endpoint_and_cdi_cli_on_a_running_node"),
     "mig apply": ("tests/mig/test_mig_manager.py", "test_apply_refuses_while_claims_hold_a_gpu_that_would_change"),
+    "cluster device-condition": ("tests/cluster/test_binding_conditions_cluster.py",
+                                 "test_the_pod_waits_for_its_nic_and_binds_when_the_condition_is_true"),
 }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudra.scheduler.scoring import POLICIES as SCHEDULER_POLICIES
+from gpudra.scheduler.policies import POLICIES as SCHEDULER_POLICIES
 from gpudra.simulate.engine import ALL_POLICIES, KNOWN_POLICIES, SimulationError, run_experiment
 from gpudra.simulate.policies import FgdReservePolicy, paper_policy_class
 
