@@ -24,7 +24,7 @@ import os
 import shutil
 import subprocess
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from gpudra.atomicfile import ensure_dir
 
@@ -32,6 +32,7 @@ from gpudra.regularfile import read_regular_file
 from gpudra.errors import GpudraError
 
 from gpudra.device_config import TIME_SLICE_INTERVALS
+from gpudra.kubeletplugin.prepared import GPU_TYPE, ClaimEntry, MpsDaemon, PreparedDevice, SharingRecord
 
 log = logging.getLogger("gpudra.driver.sharing")
 COMMAND_TIMEOUT_S = 30.0
@@ -175,11 +176,11 @@ def interval_number(name: str | None) -> int:
     return TIME_SLICE_INTERVALS.get(name or "Default", 0)
 
 
-def pinned_limits(sharing: dict[str, Any], device_uuids: list[str]) -> dict[str, int]:
+def pinned_limits(sharing: SharingRecord, device_uuids: Sequence[str]) -> dict[str, int]:
     """MiB per device UUID: the per-device entry (keyed by UUID or by the device's index in the claim), else the
     default limit. As NVIDIA's `DefaultPerDevicePinnedMemoryLimit.Normalize`."""
-    per_device = sharing.get("mpsPerDevicePinnedMemoryMiB") or {}
-    default = sharing.get("mpsPinnedMemoryLimitMiB")
+    per_device = dict(sharing.mps_per_device_pinned_memory_mib)
+    default = sharing.mps_pinned_memory_limit_mib
     limits = {}
     for index, uuid in enumerate(device_uuids):
         value = per_device.get(uuid, per_device.get(str(index), default))
@@ -188,57 +189,56 @@ def pinned_limits(sharing: dict[str, Any], device_uuids: list[str]) -> dict[str,
     return limits
 
 
-def _device_uuid(record: dict[str, Any]) -> str:
-    mig = record.get("mig") or {}
-    return mig.get("uuid") or record["gpuUUID"]
+def _mps_devices(devices: Sequence[PreparedDevice]) -> list[PreparedDevice]:
+    return [r for r in devices if r.sharing is not None and r.sharing.is_mps]
 
 
-def mps_daemon(uid: str, devices: list[dict[str, Any]], mps_dir: str) -> dict[str, Any] | None:
-    """The claim's MPS control daemon (one per claim, for all its MPS devices; the first MPS config's limits), or
-    None. `devices` are the checkpoint's device records (state.py)."""
-    mps = [r for r in devices if (r.get("sharing") or {}).get("strategy") == "MPS"]
+def mps_daemon(uid: str, devices: Sequence[PreparedDevice], mps_dir: str) -> MpsDaemon | None:
+    """The claim's MPS control daemon (one per claim, for all its MPS devices), or None."""
+    mps = _mps_devices(devices)
     if not mps:
         return None
-    return {"id": uid, "pipe": os.path.join(mps_dir, "pipe"), "log": os.path.join(mps_dir, "log"),
-            "gpus": list(dict.fromkeys(r["gpuUUID"] for r in mps)),
-            "devices": list(dict.fromkeys(_device_uuid(r) for r in mps)), "config": mps[0]["sharing"]}
+    return MpsDaemon(id=uid, pipe=os.path.join(mps_dir, "pipe"), log=os.path.join(mps_dir, "log"),
+                     gpus=tuple(dict.fromkeys(r.gpu_uuid for r in mps if r.gpu_uuid is not None)),
+                     devices=tuple(dict.fromkeys(u for u in (r.device_uuid for r in mps) if u is not None)))
 
 
-def apply_claim_sharing(control: SharingControl, uid: str, devices: list[dict[str, Any]], mps_dir: str,
-                        record: Callable[[dict[str, Any]], None]) -> None:
-    """Time-slicing intervals on full GPUs, then the claim's MPS daemon with its limits. `record(daemon)` is called
-    before the daemon starts, for the checkpoint."""
+def apply_claim_sharing(control: SharingControl, uid: str, devices: Sequence[PreparedDevice], mps_dir: str,
+                        record: Callable[[MpsDaemon], None]) -> None:
+    """Time-slicing intervals on full GPUs, then the claim's MPS daemon with its limits (the first MPS config's).
+    `record(daemon)` is called before the daemon starts, for the checkpoint."""
     for device in devices:
-        sharing = device.get("sharing") or {}
-        if sharing.get("strategy") == "TimeSlicing" and device["type"] == "gpu":
-            control.set_compute_mode(device["gpuUUID"], "DEFAULT")
-            control.set_time_slice(device["gpuUUID"], interval_number(sharing.get("timeSliceInterval")))
+        sharing = device.sharing
+        if sharing is not None and sharing.is_time_slicing and device.type == GPU_TYPE and device.gpu_uuid:
+            control.set_compute_mode(device.gpu_uuid, "DEFAULT")
+            control.set_time_slice(device.gpu_uuid, interval_number(sharing.time_slice_interval))
     daemon = mps_daemon(uid, devices, mps_dir)
     if daemon is None:
         return
-    for gpu in daemon["gpus"]:
+    config = _mps_devices(devices)[0].sharing
+    assert config is not None  # an MPS device has its sharing config
+    for gpu in daemon.gpus:
         control.set_compute_mode(gpu, "EXCLUSIVE_PROCESS")
-    config = daemon.pop("config")
     record(daemon)
-    control.start_mps(uid, daemon["devices"], daemon["pipe"], daemon["log"])
-    if config.get("mpsActiveThreadPercentage") is not None:
-        control.mps_command(uid, daemon["pipe"],
-                            f"set_default_active_thread_percentage {config['mpsActiveThreadPercentage']}")
-    for device_uuid, mib in pinned_limits(config, daemon["devices"]).items():
-        control.mps_command(uid, daemon["pipe"], f"set_default_device_pinned_mem_limit {device_uuid} {mib}M")
+    control.start_mps(uid, list(daemon.devices), daemon.pipe, daemon.log)
+    if config.mps_active_thread_percentage is not None:
+        control.mps_command(uid, daemon.pipe,
+                            f"set_default_active_thread_percentage {config.mps_active_thread_percentage}")
+    for device_uuid, mib in pinned_limits(config, daemon.devices).items():
+        control.mps_command(uid, daemon.pipe, f"set_default_device_pinned_mem_limit {device_uuid} {mib}M")
 
 
-def undo_claim_sharing(control: SharingControl, uid: str, entry: dict[str, Any], mps_dir: str,
+def undo_claim_sharing(control: SharingControl, uid: str, entry: ClaimEntry, mps_dir: str,
                        held_gpus: set[str]) -> None:
     """Stop the claim's MPS daemon (recorded in the checkpoint, or implied by its MPS devices after a crash before
     it was recorded), then compute mode DEFAULT; time slices back to Default on GPUs no other claim holds."""
-    devices = entry.get("devices", [])
-    daemon = entry.get("mpsDaemon") or mps_daemon(uid, devices, mps_dir)
+    daemon = entry.mps_daemon or mps_daemon(uid, entry.devices, mps_dir)
     if daemon is not None:
-        control.stop_mps(uid, daemon["pipe"])
-        for gpu in daemon["gpus"]:
+        control.stop_mps(uid, daemon.pipe)
+        for gpu in daemon.gpus:
             control.set_compute_mode(gpu, "DEFAULT")
-    for device in devices:
-        sharing = device.get("sharing") or {}
-        if sharing.get("strategy") == "TimeSlicing" and device["type"] == "gpu" and device["gpuUUID"] not in held_gpus:
-            control.set_time_slice(device["gpuUUID"], interval_number("Default"))
+    for device in entry.devices:
+        sharing = device.sharing
+        if (sharing is not None and sharing.is_time_slicing and device.type == GPU_TYPE and device.gpu_uuid
+                and device.gpu_uuid not in held_gpus):
+            control.set_time_slice(device.gpu_uuid, interval_number("Default"))
