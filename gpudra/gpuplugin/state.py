@@ -22,7 +22,7 @@ import shutil
 import threading
 import zlib
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 from gpudra.api.schema.resource import RESULTS_MAX
 from gpudra.cdi import ContainerEdits, remove_spec, write_spec
@@ -264,10 +264,11 @@ class DeviceState:
             shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
 
     # -- sharing (time-slicing, MPS: sharing.py) --------------------------------------------------------
-    def _update_entry(self, uid: str, **changes: Any) -> int:
-        """Replace the claim's entry by a copy with `changes`; returns the checkpoint version to persist."""
+    def _update_entry(self, uid: str, change: Callable[[ClaimEntry], ClaimEntry]) -> int:
+        """Replace the claim's entry by `change(entry)` (entries are frozen); returns the checkpoint version to
+        persist."""
         with self.journal.lock:
-            self.journal.claims[uid] = replace(self.journal.claims[uid], **changes)
+            self.journal.claims[uid] = change(self.journal.claims[uid])
             return self.journal.changed()
 
     def _apply_sharing(self, uid: str, devices: tuple[PreparedDevice, ...]) -> None:
@@ -275,7 +276,7 @@ class DeviceState:
             return
 
         def record(daemon: MpsDaemon) -> None:  # persisted with PrepareCompleted
-            self._update_entry(uid, mps_daemon=daemon)
+            self._update_entry(uid, lambda entry: replace(entry, mps_daemon=daemon))
         apply_claim_sharing(self.sharing, uid, devices, self._mps_dir(uid), record)
 
     def _undo_sharing(self, uid: str, entry: ClaimEntry) -> None:
@@ -458,7 +459,7 @@ class DeviceState:
         try:
             devices = self._create_hardware(ref, entry.devices)
             if devices != entry.devices:  # dynamic MIG devices now have their instance IDs
-                self._update_entry(ref.uid, devices=devices)
+                self._update_entry(ref.uid, lambda entry: replace(entry, devices=devices))
             self._apply_sharing(ref.uid, devices)
             if devices:
                 self._write_cdi(ref.uid, devices)
@@ -470,7 +471,7 @@ class DeviceState:
         if token is not None and not token.commit():
             self._roll_back(ref.uid, entry)
             raise PrepareError(f"prepare of claim {ref.namespace}/{ref.name} was abandoned after its deadline")
-        self.journal.persist(self._update_entry(ref.uid, state=PREPARE_COMPLETED))
+        self.journal.persist(self._update_entry(ref.uid, lambda entry: replace(entry, state=PREPARE_COMPLETED)))
         return self._response(devices)
 
     def _changes_hardware(self, entry: ClaimEntry) -> bool:

@@ -178,8 +178,11 @@ def to_plain_dict(api: Any, obj: Any) -> dict[str, Any]:
     if isinstance(obj, dict):
         return obj
     client = getattr(api, "api_client", None)
-    if client is not None:
-        return client.sanitize_for_serialization(obj)
-    from kubernetes.client import ApiClient
+    if client is None:
+        from kubernetes.client import ApiClient
 
-    return ApiClient().sanitize_for_serialization(obj)
+        client = ApiClient()
+    plain = client.sanitize_for_serialization(obj)
+    if not isinstance(plain, dict):
+        raise ClaimSourceError(f"the API client returned a {type(plain).__name__}, not an object")
+    return plain

@@ -7,6 +7,7 @@ rolling-update lock under which a second driver pod's writes are picked up first
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import threading
 from contextlib import contextmanager
@@ -15,6 +16,8 @@ from typing import Any, Iterator
 from .checkpoint import (CHECKPOINT_VERSION, JOINS_KEY, MAX_CHECKPOINT_BYTES, Checkpoint, CompletedEntryCache,
                          encode_checkpoint, read_checkpoint, read_regular_file, write_checkpoint_bytes)
 from .prepared import ClaimEntry
+
+log = logging.getLogger("gpudra.driver")
 
 
 class CheckpointJournal:
@@ -76,7 +79,10 @@ class CheckpointJournal:
         raw = read_regular_file(self.path, MAX_CHECKPOINT_BYTES)  # CheckpointError for a planted FIFO or link
         if raw == self._disk_raw or raw is None:
             return
-        loaded = read_checkpoint(self.path)  # what this pod's reconcile accepted, written by the other pod
+        loaded = read_checkpoint(self.path)  # written by the other pod, whose start-up quarantined bad entries
+        if loaded is not None and loaded.unusable:
+            log.error("checkpoint %s written by the other driver pod has %d unusable entries: ignored until the next "
+                      "start-up quarantines them", self.path, len(loaded.unusable))
         with self.lock:
             self.replace(loaded)
             self._disk_raw = raw
