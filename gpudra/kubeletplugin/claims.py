@@ -182,7 +182,5 @@ def to_plain_dict(api: Any, obj: Any) -> dict[str, Any]:
         from kubernetes.client import ApiClient
 
         client = ApiClient()
-    plain = client.sanitize_for_serialization(obj)
-    if not isinstance(plain, dict):
-        raise ClaimSourceError(f"the API client returned a {type(plain).__name__}, not an object")
+    plain: dict[str, Any] = client.sanitize_for_serialization(obj)  # the client's JSON form of a model object
     return plain
