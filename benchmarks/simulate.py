@@ -1,6 +1,6 @@
 """Seconds per `gpudra simulate` experiment: the default openb trace (1,213 nodes, 6,212 GPUs), one seed,
 workload tuning to 1.3 × capacity (about 10,000 tasks). `--path` as `gpudra simulate`'s: auto (the default) places
-the paper's policies and `fragmentation` in DRA mode on the fast path (the node model, the same placements), every
+the paper's policies and `fgd-reserve` in DRA mode on the fast path (the node model, the same placements), every
 other experiment through gpudra's scheduler and allocator; reference sends every placement through them. The path
 each experiment took is printed with it.
 
@@ -27,7 +27,7 @@ from gpudra.simulate.engine import PATHS, SimulationError  # noqa: E402
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", action="append", choices=ALL_POLICIES,
-                        help="repeatable [default: fgd and fragmentation]")
+                        help="repeatable [default: fgd and fgd-reserve]")
     parser.add_argument("--trace", default="default", choices=BUNDLED_TRACES)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--mode", default="dra", choices=("dra", "device-plugin"))
@@ -37,15 +37,15 @@ def main() -> int:
     args = parser.parse_args()
     trace = bundled_trace(args.trace)
     rows = []
-    for policy in args.policy or ["fgd", "fragmentation"]:
+    for policy in args.policy or ["fgd", "fgd-reserve"]:
         try:
             result = run_experiment(trace, policy, args.seed, args.mode, args.tune, path=args.path)
         except SimulationError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        rows.append({"policy": policy, "path": result["path"], "tasks": result["tasks"], "seconds": result["seconds"],
-                     "cpu_seconds": result["cpu_seconds"], "allocation_ratio": result["allocation_ratio"],
-                     "unallocated_gpus": result["unallocated_gpus"]})
+        rows.append({"policy": policy, "path": result.path, "tasks": result.tasks, "seconds": result.seconds,
+                     "cpu_seconds": result.cpu_seconds, "allocation_ratio": result.allocation_ratio,
+                     "unallocated_gpus": result.unallocated_gpus})
     print(f"{'policy':<16}{'path':<11}{'tasks':>8}{'seconds':>10}{'cpu s':>10}{'alloc%@100':>12}{'unallocated':>13}")
     for row in rows:
         print(f"{row['policy']:<16}{row['path']:<11}{row['tasks']:>8}{row['seconds']:>10.1f}{row['cpu_seconds']:>10.1f}"

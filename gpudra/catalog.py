@@ -26,7 +26,6 @@ Sources (noted per model and, where it differs, per profile):
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -35,7 +34,6 @@ from typing import Iterable
 from gpudra.errors import GpudraError
 
 MIB = 1024 * 1024
-GIB = 1024 * MIB
 
 # A MIG device's engines as the NVIDIA DRA driver publishes them: capacity name -> the MigProfile (and
 # gpudra.discovery MigDevice) field that counts them. Memory is published apart, as a quantity.
@@ -529,15 +527,6 @@ def model_for_product_name(product_name: str, memory_mib: int | None = None) -> 
     candidates = [m for m in CATALOG if m.display_name.split("-")[0].lower() in tokens]
     candidates.sort(key=lambda m: abs(m.total_memory_mib - memory_mib) if memory_mib else 0)
     return candidates[0] if candidates else None
-
-
-def profile_name_for_memory(memory_mib: int, compute_slices: int, total_memory_mib: int, suffix: str = "") -> str:
-    """go-nvlib's naming rule: memory rounded up to eighths of the GPU, times its size in whole GiB."""
-    eighths = math.ceil(memory_mib * MIB / (total_memory_mib * MIB) * 8)
-    total_gib = math.ceil(total_memory_mib * MIB / GIB)
-    value = eighths / 8 * total_gib
-    gb = int(math.floor(value + 0.5))  # Go math.Round: half away from zero
-    return f"{compute_slices}g.{gb}gb{suffix}"
 
 
 def profiles_for(name_or_alias: str) -> tuple[MigProfile, ...]:

@@ -16,9 +16,10 @@ T = TypeVar("T")
 def copy_object(value: T) -> T:
     """A deep copy of `value`: dicts and lists rebuilt (a dict subclass becomes a dict), scalars shared."""
     if isinstance(value, dict):
+        # a dict (list) rebuilt is still the T it came as, which mypy cannot tie to T
         return {key: copy_object(item) for key, item in value.items()}  # type: ignore[return-value]
     if isinstance(value, list):
-        return [copy_object(item) for item in value]  # type: ignore[return-value]
+        return [copy_object(item) for item in value]  # type: ignore[return-value]  # as above
     if isinstance(value, _IMMUTABLE):
         return value
     return copy.deepcopy(value)

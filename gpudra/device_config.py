@@ -34,12 +34,16 @@ OPAQUE_PARAMETERS_MAX = 10 * 1024  # serialized opaque parameters, bytes
 API_VERSION = "resource.nvidia.com/v1beta1"
 GPU_CONFIG = "GpuConfig"
 MIG_CONFIG = "MigDeviceConfig"
+VFIO_CONFIG = "VfioDeviceConfig"  # NVIDIA's PassthroughSupport (vfiodeviceconfig.go, iommu.go)
+IOMMU_BACKEND_POLICIES = ("LegacyOnly", "PreferIommuFD")
 # The compute-domain driver's kinds (k8s-dra-driver-gpu api/nvidia.com/resource/v1beta1/computedomainconfig.go)
 CHANNEL_CONFIG = "ComputeDomainChannelConfig"
 DAEMON_CONFIG = "ComputeDomainDaemonConfig"
 GPU_FAMILY, COMPUTE_DOMAIN_FAMILY = "gpu", "compute-domain"  # which driver's kinds a config may be
-FAMILY_KINDS = {GPU_FAMILY: (GPU_CONFIG, MIG_CONFIG), COMPUTE_DOMAIN_FAMILY: (CHANNEL_CONFIG, DAEMON_CONFIG)}
-KIND_FOR_TYPE = {"gpu": GPU_CONFIG, "mig": MIG_CONFIG, "channel": CHANNEL_CONFIG, "daemon": DAEMON_CONFIG}
+FAMILY_KINDS = {GPU_FAMILY: (GPU_CONFIG, MIG_CONFIG, VFIO_CONFIG),
+                COMPUTE_DOMAIN_FAMILY: (CHANNEL_CONFIG, DAEMON_CONFIG)}
+KIND_FOR_TYPE = {"gpu": GPU_CONFIG, "mig": MIG_CONFIG, "vfio": VFIO_CONFIG, "channel": CHANNEL_CONFIG,
+                 "daemon": DAEMON_CONFIG}
 # computedomain.go: ComputeDomainChannelAllocationModeSingle / ...All; the CRD's enum for spec.channel.allocationMode
 ALLOCATION_MODES = ("Single", "All")
 DOMAIN_ID_MAX = 36  # a ComputeDomain's metadata.uid (the controller writes it into the claim templates)
@@ -65,6 +69,7 @@ class Sharing:
     mps_active_thread_percentage: int | None = None
     mps_pinned_memory_limit_mib: int | None = None
     mps_per_device_pinned_memory_mib: dict[str, int] = field(default_factory=dict)
+    mps_multi_user: bool | None = None  # NVIDIA's MpsConfig.MultiUser: `nvidia-cuda-mps-control -d -M`
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"strategy": self.strategy}
@@ -76,6 +81,8 @@ class Sharing:
             out["mpsPinnedMemoryLimitMiB"] = self.mps_pinned_memory_limit_mib
         if self.mps_per_device_pinned_memory_mib:
             out["mpsPerDevicePinnedMemoryMiB"] = dict(self.mps_per_device_pinned_memory_mib)
+        if self.mps_multi_user is not None:
+            out["mpsMultiUser"] = self.mps_multi_user
         return out
 
 
@@ -87,6 +94,13 @@ class DomainConfig:
     allocation_mode: str = "Single"
 
 
+@dataclass(frozen=True)
+class IommuConfig:
+    """A VfioDeviceConfig's `iommu`, normalized as NVIDIA's VfioDeviceConfig.Normalize leaves it."""
+    backend_policy: str = "LegacyOnly"
+    enable_api_device: bool = False
+
+
 @dataclass
 class DeviceConfig:
     kind: str
@@ -94,6 +108,7 @@ class DeviceConfig:
     requests: list[str]
     source: str  # FromClass | FromClaim
     domain: DomainConfig | None = None  # the compute-domain kinds
+    iommu: IommuConfig | None = None  # VfioDeviceConfig (always set for that kind: the defaults)
 
 
 def _strict(obj: Any, allowed: set[str], what: str) -> dict[str, Any]:
@@ -161,7 +176,12 @@ def _sharing(obj: Any, kind: str, what: str) -> Sharing | None:
         if strategy != "MPS":
             raise ConfigError(f"{what}.mpsConfig: only allowed with strategy MPS")
         mps = _strict(s["mpsConfig"], {"defaultActiveThreadPercentage", "defaultPinnedDeviceMemoryLimit",
-                                       "defaultPerDevicePinnedMemoryLimit"}, f"{what}.mpsConfig")
+                                       "defaultPerDevicePinnedMemoryLimit", "multiUser"}, f"{what}.mpsConfig")
+        multi_user = mps.get("multiUser")
+        if multi_user is not None:
+            if not isinstance(multi_user, bool):  # a Go *bool takes JSON true/false only
+                raise ConfigError(f"{what}.mpsConfig.multiUser: must be true or false, got {multi_user!r}")
+            sharing.mps_multi_user = multi_user
         pct = mps.get("defaultActiveThreadPercentage")
         if pct is not None:
             if isinstance(pct, bool) or not isinstance(pct, int) or not 0 <= pct <= 100:
@@ -247,7 +267,7 @@ def decode_config(parameters: Any, what: str, family: str = GPU_FAMILY,
         except (ValueError, RecursionError) as exc:
             raise ConfigError(f"{what}: parameters are not valid JSON: {exc}") from None
     if family == GPU_FAMILY:
-        _strict(parameters, {"apiVersion", "kind", "sharing"}, what)
+        _strict(parameters, {"apiVersion", "kind", "sharing", "iommu"}, what)
     elif not isinstance(parameters, dict):
         raise ConfigError(f"{what}: expected an object")
     if parameters.get("apiVersion") != API_VERSION:
@@ -259,7 +279,28 @@ def decode_config(parameters: Any, what: str, family: str = GPU_FAMILY,
     requests = list(requests or [])
     if family == COMPUTE_DOMAIN_FAMILY:
         return DeviceConfig(kind, None, requests, source, domain=_domain_config(parameters, kind, what))
+    if kind == VFIO_CONFIG:
+        if "sharing" in parameters:
+            raise ConfigError(f"{what}: unknown field(s) sharing")
+        return DeviceConfig(kind, None, requests, source, iommu=_iommu(parameters.get("iommu"), f"{what}.iommu"))
+    if "iommu" in parameters:
+        raise ConfigError(f"{what}: unknown field(s) iommu")
     return DeviceConfig(kind, _sharing(parameters.get("sharing"), kind, f"{what}.sharing"), requests, source)
+
+
+def _iommu(obj: Any, what: str) -> IommuConfig:
+    """NVIDIA's IOMMUConfig, defaulted (Normalize) and checked (Validate, with its message)."""
+    if obj is None:
+        return IommuConfig()
+    fields = _strict(obj, {"backendPolicy", "enableAPIDevice"}, what)
+    policy = fields.get("backendPolicy") or "LegacyOnly"
+    if policy not in IOMMU_BACKEND_POLICIES:
+        raise ConfigError(f"{what}.backendPolicy: unknown IOMMU backend policy: {policy}, supported IOMMU backend "
+                          f"policies: {', '.join(IOMMU_BACKEND_POLICIES)}")
+    enable = fields.get("enableAPIDevice")
+    if enable is not None and not isinstance(enable, bool):
+        raise ConfigError(f"{what}.enableAPIDevice: must be true or false, got {enable!r}")
+    return IommuConfig(policy, bool(enable))
 
 
 def decode_opaque(parameters: Any, what: str) -> tuple[str, Sharing | None]:

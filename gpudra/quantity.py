@@ -104,7 +104,8 @@ def _nanos(whole: str, fraction: str, base: int, exponent: int, fmt: Format, tex
             "(gpudra's limit; Kubernetes accepts it but needs unbounded time and memory for it)"
         )
     if power >= 0:
-        return int(digits) * 10**power
+        scale: int = 10**power  # an int: power >= 0
+        return int(digits) * scale
     kept = len(digits) + power  # digits left of the nano point
     if kept <= 0:
         return 1  # below one nano: rounded up to the smallest amount

@@ -11,6 +11,8 @@ taints, the ResourceSlice will be limited to at most 64 devices."
 
 from __future__ import annotations
 
+from typing import Any
+
 ATTRIBUTES_AND_CAPACITIES_PER_DEVICE = 32
 DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH = 64  # a string or version value, and each entry of a list of them
 ATTRIBUTE_VALUES_PER_DEVICE = 48  # scalar attributes count one, list-type attributes their entries
@@ -20,7 +22,7 @@ DEVICE_MAX_ID_LENGTH = 32
 LIST_ATTRIBUTE_KINDS = ("ints", "bools", "strings", "versions")  # DRAListTypeAttributes (1.36, alpha)
 
 
-def attribute_values(attributes: dict) -> int:
+def attribute_values(attributes: dict[str, Any]) -> int:
     """How many values a device's attributes hold, as ResourceSliceMaxAttributeValuesPerDevice counts them."""
     total = 0
     for attribute in attributes.values():
@@ -32,5 +34,5 @@ def attribute_values(attributes: dict) -> int:
     return total
 
 
-def uses_list_attributes(attributes: dict) -> bool:
+def uses_list_attributes(attributes: dict[str, Any]) -> bool:
     return any(isinstance(a, dict) and any(k in a for k in LIST_ATTRIBUTE_KINDS) for a in attributes.values())

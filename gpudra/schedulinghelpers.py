@@ -10,7 +10,9 @@ from typing import Any
 
 from gpudra.allocator import nodematch as allocator_nodematch
 from gpudra.api.goint import parse_canonical_int64
-from gpudra.allocator.nodematch import NodeInfo, requirement_matches  # noqa: F401 (label selectors use it too)
+from gpudra.allocator.nodematch import NodeInfo
+# re-exported: the workload controllers' label selectors match their expressions with the same rule
+from gpudra.allocator.nodematch import requirement_matches as requirement_matches
 
 NO_SCHEDULE = "NoSchedule"
 NO_EXECUTE = "NoExecute"

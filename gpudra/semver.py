@@ -74,9 +74,9 @@ class Semver:
     build: tuple[str, ...] = field(default=(), compare=False)
 
     # ----- ordering (build metadata never counts) -------------------------------------------------
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[int, int, int, tuple[object, ...]]:
         if not self.prerelease:
-            pre_key: tuple = (1,)
+            pre_key: tuple[object, ...] = (1,)
         else:
             pre_key = (0, tuple((0, part, "") if isinstance(part, int) else (1, 0, part) for part in self.prerelease))
         return (self.major, self.minor, self.patch, pre_key)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from gpudra.errors import GpudraError
 
@@ -100,7 +101,7 @@ def parse_version(text: str | None) -> str:
     return version
 
 
-def server_version(info: dict) -> str:
+def server_version(info: dict[str, Any]) -> str:
     """The release of an API server from its /version answer ({"major": "1", "minor": "34+", "gitVersion": …});
     a release newer than gpudra knows reads as the newest one, an older one is refused."""
     git = str(info.get("gitVersion") or "")

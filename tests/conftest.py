@@ -46,7 +46,7 @@ def driver_root():
 def _input_thawed_after_each_test():
     """A sub-command invoked on its own in-process (CliRunner().invoke(command, …), not through `gpudra`'s group)
     freezes what it read (gpudra.cli.inputs.read_documents) and nothing thaws it: later tests of the worker would
-    find their allocations joining that frozen input (tests/test_scheduler_queue_run.py counts them)."""
+    find their allocations joining that frozen input (tests/scheduler/test_scheduler_queue_run.py counts them)."""
     yield
     from gpudra.api.load import thaw_input
 

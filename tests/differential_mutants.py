@@ -3,7 +3,7 @@
     PYTHONPATH=. python tests/differential_mutants.py [NAME …]
 
 Each mutant patches one behaviour of gpudra.allocator that a search shortcut or a variant mix-up
-would get wrong, then runs the CI differential test (tests/test_allocator_differential.py, the same
+would get wrong, then runs the CI differential test (tests/oracles/test_allocator_differential.py, the same
 derandomized examples CI runs, without shrinking) and prints the example at which it first failed,
 or "MISSED". Not collected by pytest: it is the evidence behind the test's docstring.
 """
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "oracles"))
 
 from hypothesis import Phase  # noqa: E402
 

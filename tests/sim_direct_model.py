@@ -1,8 +1,8 @@
 """The FGD artifact's decisions at full scale, without gpudra's scheduler: the paper's tune experiments replayed
 by tests/oracles/fgd_artifact.py, the independent re-implementation of hkust-adsl/kubernetes-scheduler-simulator
-that reproduces every placement its binary recorded (tests/test_simulate_artifact.py). Its allocation ratios are
+that reproduces every placement its binary recorded (tests/simulate/test_simulate_artifact.py). Its allocation ratios are
 what the artifact would give on gpudra's tuned workloads, to set beside `gpudra simulate`'s (the two place the
-same pods: tests/test_simulate.py compares them pod by pod on a tuned trace).
+same pods: tests/simulate/test_simulate.py compares them pod by pod on a tuned trace).
 
 From gpudra it takes only the inputs: the bundled trace files, the tuned workload (which tasks arrive, in which
 order: `tuned_workload`) and the tie order drawn after it (`node_ranks`), so both sides see the same

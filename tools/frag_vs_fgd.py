@@ -1,6 +1,6 @@
-"""Allocated share of `fragmentation` (and its online variant) against FGD below and at saturation, per trace.
+"""Allocated share of `fgd-reserve` (and its online variant) against FGD below and at saturation, per trace.
 
-    gpudra simulate --trace T --policies fgd,fragmentation,fragmentation-online --seeds 10 -j 2 -o json > T.jsonl
+    gpudra simulate --trace T --policies fgd,fgd-reserve,fgd-reserve-online --seeds 10 -j 2 -o json > T.jsonl
     python tools/frag_vs_fgd.py T.jsonl [MORE.jsonl …] [--levels 70,75,80,85,90,95,100] [--json]
 
 Reads the experiments `gpudra simulate -o json` prints (one JSON object per line) and, for every trace and every
@@ -24,7 +24,7 @@ from typing import Any
 
 BASELINE = "fgd"
 DEFAULT_LEVELS = tuple(range(70, 101, 5))
-ORDER = ("fragmentation", "fragmentation-online", "fgd-online")  # columns first in this order, then the rest
+ORDER = ("fgd-reserve", "fgd-reserve-online", "fgd-online")  # columns first in this order, then the rest
 
 Series = dict[int, float]  # arrived demand % -> allocated %
 

@@ -11,7 +11,7 @@ it, CI needs no other tool, and a frozen fresh venv is exactly the environment t
 
 One package is held back on purpose: grpcio-tools stays at the grpcio floor of pyproject.toml, because the generated
 gRPC code (gpudra/kubeletplugin/protos) stamps the generator's version as the oldest grpcio it will import with; generating
-with a newer one would break users on the floor (tests/test_driver_protos.py checks stamp == floor == pin).
+with a newer one would break users on the floor (tests/kubeletplugin/test_driver_protos.py checks stamp == floor == pin).
 """
 
 from __future__ import annotations

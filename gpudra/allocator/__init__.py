@@ -25,11 +25,12 @@ in place with a new generation is read again. After editing dicts in place witho
 `forget_cached_objects()`.
 """
 
-from .allocator import FILTER_TIMEOUT_S, TIMED_OUT, AllocationError, AllocationOutcome, Allocator
-from .features import FEATURE_NAMES, Features
+from .allocator import FILTER_TIMEOUT_S, Allocator
 from .classes import ClassTable
+from .features import FEATURE_NAMES, Features
+from .outcome import TIMED_OUT, AllocationError, AllocationOutcome
 from .pools import SliceIndex
-from .report import MODES, build_report
+from .report import MODES, AllocationReport, ReportEntry, build_report
 
 
 def forget_cached_objects() -> None:
@@ -43,10 +44,12 @@ __all__ = [
     "Allocator",
     "AllocationOutcome",
     "AllocationError",
+    "AllocationReport",
     "Features",
     "FEATURE_NAMES",
     "FILTER_TIMEOUT_S",
     "MODES",
+    "ReportEntry",
     "SliceIndex",
     "TIMED_OUT",
     "build_report",

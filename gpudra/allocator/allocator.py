@@ -6,82 +6,32 @@ pass each (class, request selectors) combination are computed once and reused by
 
 from __future__ import annotations
 
-import itertools
 import time
+from collections.abc import Container, Mapping
+from typing import Any
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
-
-from gpudra.errors import GpudraError
+from gpudra.plain import as_dict, as_list
 
 from .capacity import consumption, fits
 from .classes import ClassInfo, ClassTable
+from .counters import counters_left
 from .features import Features
-from .model import DeviceInfo, SliceInfo, as_dict, as_list, object_stamp, quantity_nanos
+from .model import CacheKey, DeviceInfo, DeviceKey, object_stamp
 from .nodematch import NodeInfo, node_matches
+from .nodeview import Candidates, FitStatic, NodeView, RequestShape
+from .outcome import MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError, AllocationOutcome
+from .plan import ClaimPlan, FitRequest, StaticRequest
 from .pools import Pool, SliceIndex
-from .selection import SelectorFailure, search_deadline
+from .search import Search
+from .selection import search_deadline
 from .state import AllocatedState
 from .taintrules import apply_device_taint_rules
 
-_Search: Any = None  # search.Search, imported on first use (search.py imports this module)
-
-MAX_RESULTS_PER_CLAIM = 32
 MAX_SHARED_ANSWERS = 50_000  # `fits` answers kept (a key holds every candidate's state: about 1 KB each)
 
 
 # kube-scheduler's DRASchedulerFilterTimeout default: one node's Filter gives up after 10 s.
 FILTER_TIMEOUT_S = 10.0
-TIMED_OUT = "timed out trying to allocate devices"
-
-
-class AllocationError(GpudraError):
-    """Fatal for the whole allocate() call (upstream returns an error)."""
-
-    def __init__(self, message: str, node_local: bool = False):
-        super().__init__(message)
-        self.node_local = node_local
-
-
-@dataclass
-class AllocationOutcome:
-    outcome: str  # "allocated" | "unallocatable" | "error"
-    allocations: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
-    error_node_local: bool = False
-    # "allocated" without allocations: `allocate(build=False)`, or `fits` (which may answer from another node
-    # in the same device state); `allocate` on this node would find some
-    deferred: bool = False
-
-    @property
-    def allocated(self) -> bool:
-        return self.outcome == "allocated"
-
-
-class NodeView:
-    """The pools one node sees, and per request shape the devices worth examining, in visiting order."""
-
-    __slots__ = ("node", "pools", "pool_by_id", "devices", "any_invalid", "candidates", "counter_flags", "fit_static",
-                 "sources", "consumptions", "shapes")
-
-    def __init__(self, node: NodeInfo, pools: list[Pool], reachable: Iterable[SliceInfo] = ()):
-        self.node = node
-        self.pools = pools
-        # the slices behind the view and those that could be edited to reach the node, each once: an in-place
-        # edit of one of them makes the view stale
-        self.sources = list({id(s): s for s in itertools.chain((s for p in pools for s in p.sources), reachable)}
-                            .values())
-        self.pool_by_id = {p.id: p for p in pools}
-        self.devices: list[DeviceInfo] = [d for p in pools if p.usable for d in p.devices]
-        self.any_invalid = any(p.invalid_reason is not None for p in pools)
-        self.candidates: dict[tuple, list[tuple[DeviceInfo, SelectorFailure | None]]] = {}
-        # per candidates key: (some candidate consumes counters, one of those also has taints)
-        self.counter_flags: dict[tuple, tuple[bool, bool]] = {}
-        # per candidates key: what `Allocator.fit_key` needs of each candidate, or None when it cannot say
-        self.fit_static: dict[tuple, tuple | None] = {}
-        # per (candidates key, requested capacity): see Allocator.consumptions
-        self.consumptions: dict[tuple, list[dict[str, int] | None]] = {}
-        self.shapes: dict[int, tuple] = {}  # see Allocator.request_shape
 
 
 class Allocator:
@@ -108,17 +58,17 @@ class Allocator:
         """Parsed classes and request readings, shared with other Allocators of the same class objects."""
         table = ClassTable.shared(self._device_classes, self.features)
         self.classes: dict[str, ClassInfo] = table.classes
-        self.claim_plans: dict[int, Any] = table.claim_plans  # see claim_plan
+        self.claim_plans: dict[int, ClaimPlan] = table.claim_plans  # see claim_plan
 
     def _index_slices(self) -> None:
         """(Re)start from the shared index of the slices; every per-node cache starts empty."""
         self.index = SliceIndex.shared(self._slices, self.features)
         self.evaluator = self.index.evaluator
-        self._views: dict[tuple, NodeView] = self.index.views
+        self._views: dict[CacheKey, NodeView] = self.index.views
         # per Node dict (by identity): its view; shared with the index (views depend on slices, name and labels)
-        self._views_by_node: dict[int, tuple[dict, NodeView]] = self.index.views_by_node
+        self._views_by_node: dict[int, tuple[dict[str, Any], NodeView]] = self.index.views_by_node
         self._pool_counters: dict[str, tuple[int, dict[str, dict[str, int]]]] = {}
-        self._fit_memo: dict[tuple, str] = {}  # fit_key -> "allocated" | "unallocatable"
+        self._fit_memo: dict[CacheKey, str] = {}  # fit_key -> "allocated" | "unallocatable"
         self.fit_hits = 0  # `fits` answers taken from another node's search
         self.fit_searches = 0  # `fits` searches whose answer was remembered
 
@@ -130,7 +80,7 @@ class Allocator:
         self.state.remove(claim)
 
     # per-node caches ----------------------------------------------------------------------------
-    def node_view(self, node: "dict | str | NodeInfo") -> NodeView:
+    def node_view(self, node: "dict[str, Any] | str | NodeInfo") -> NodeView:
         """The node's pools and devices, from the cache unless a slice behind them, or one that could be edited
         to reach the node (NodeView.sources), was edited in place (a new generation or resourceVersion): then
         the index of all slices is rebuilt."""
@@ -142,7 +92,7 @@ class Allocator:
                 return self._cached_view(node)
         return view
 
-    def _cached_view(self, node: "dict | str | NodeInfo") -> NodeView:
+    def _cached_view(self, node: "dict[str, Any] | str | NodeInfo") -> NodeView:
         if isinstance(node, dict):
             # The scheduler asks about the same Node dicts over and over: remember their views,
             # re-checking name and labels so that an edited dict is not served a stale view.
@@ -171,7 +121,7 @@ class Allocator:
             self._views[info.key] = view
         return view
 
-    def candidates(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple) -> list:
+    def candidates(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple[str, ...]) -> Candidates:
         key = (class_info.name, class_info.selector_exprs, request_exprs)
         found = view.candidates.get(key)
         if found is not None:
@@ -199,8 +149,8 @@ class Allocator:
         view.counter_flags[key] = (bool(counting), any(d.taints for d in counting))
         return found
 
-    def consumptions(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple, capacity: dict[str, int],
-                     candidates: list) -> list[dict[str, int] | None]:
+    def consumptions(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple[str, ...], capacity: dict[str, int],
+                     candidates: Candidates) -> list[dict[str, int] | None]:
         """Per candidate (in order): what allocating it for a request of `capacity` consumes, or None when it
         cannot serve the request. Only for devices without multiple allocations, for which the answer depends
         on nothing else (None for the others: their check depends on what is in use)."""
@@ -214,12 +164,13 @@ class Allocator:
             view.consumptions[key] = found
         return found
 
-    def request_shape(self, view: NodeView, static: Any) -> tuple:
+    def request_shape(self, view: NodeView, static: StaticRequest) -> RequestShape:
         """(candidates, counter_flags, consumptions or None) of a request (plan.StaticRequest) on the node: one
         lookup per request and call instead of three."""
         found = view.shapes.get(static.shape)
         if found is None:
             class_info = static.class_info
+            assert class_info is not None, "a request whose class is unknown fails before its shape is asked"
             candidates = self.candidates(view, class_info, static.exprs)
             consumed = self.consumptions(view, class_info, static.exprs, static.capacity, candidates) if (
                 self.features.consumable_capacity) else None
@@ -227,7 +178,7 @@ class Allocator:
                                                  consumed)
         return found
 
-    def counter_flags(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple) -> tuple[bool, bool]:
+    def counter_flags(self, view: NodeView, class_info: ClassInfo, request_exprs: tuple[str, ...]) -> tuple[bool, bool]:
         return view.counter_flags[(class_info.name, class_info.selector_exprs, request_exprs)]
 
     def available_counters(self, pool: Pool) -> dict[str, dict[str, int]]:
@@ -244,13 +195,11 @@ class Allocator:
         self._pool_counters[pool.name] = (self.state.version, available)
         return available
 
-    def static_request(self, label: str, request: dict, full: str, allow_admin: bool) -> Any:
+    def static_request(self, label: str, request: dict[str, Any], full: str, allow_admin: bool) -> StaticRequest:
         """The node-independent part of a request (plan.StaticRequest); kept with its claim's plan."""
-        from .plan import StaticRequest  # plan.py imports this module
-
         return StaticRequest(self, label, request, full, allow_admin)
 
-    def claim_plan(self, claim: dict[str, Any]) -> Any:
+    def claim_plan(self, claim: dict[str, Any]) -> ClaimPlan:
         """The node-independent reading of a claim (plan.ClaimPlan), cached per claim object while its
         generation and resourceVersion stay the same."""
         cache = self.claim_plans
@@ -260,8 +209,6 @@ class Allocator:
                 return found
             self._read_classes()  # a class was edited in place: read them all again
             cache = self.claim_plans
-        from .plan import ClaimPlan  # plan.py imports this module
-
         found = ClaimPlan(self, claim)
         if len(cache) > 100_000:
             cache.clear()
@@ -269,7 +216,7 @@ class Allocator:
         return found
 
     # feasibility shared between nodes -------------------------------------------------------------------
-    def fit_key(self, view: NodeView, claims: list[dict[str, Any]]) -> tuple | None:
+    def fit_key(self, view: NodeView, claims: list[dict[str, Any]]) -> CacheKey | None:
         """A key on which the outcome of `allocate(node, claims)` depends alone, or None.
 
         Only for the simplest and most common shape: one claim with one ExactCount request, no constraints,
@@ -309,13 +256,14 @@ class Allocator:
             shape = _fit_shape(statics, allocated, shared, consumed)
         return (candidates_key, capacity, count, match is not None, shape)
 
-    def _fit_static(self, view: NodeView, class_info: ClassInfo, exprs: tuple, match: str | None) -> tuple | None:
+    def _fit_static(self, view: NodeView, class_info: ClassInfo, exprs: tuple[str, ...],
+                    match: str | None) -> tuple[FitStatic, ...] | None:
         """Per candidate of the view: (key, multi-allocation, capacities, group), the group being the value of
         the matchAttribute attribute (None without constraint); candidates that lack the attribute are left out.
         None when `fit_key` cannot say."""
         from .constraints import attribute_values
 
-        statics = []
+        statics: list[FitStatic] = []
         for device, failure in self.candidates(view, class_info, exprs):
             if failure is not None or device.consumes_counters or device.taints:
                 return None
@@ -330,13 +278,13 @@ class Allocator:
             statics.append((device.key, device.allow_multiple, _capacity_signature(device), group))
         return tuple(statics)
 
-    def _fit_request(self, claim: dict[str, Any]) -> tuple | None:
+    def _fit_request(self, claim: dict[str, Any]) -> FitRequest | None:
         """The node-independent part of `fit_key` for one claim, or None when the claim is not of its shape;
         kept with the claim's plan."""
         plan = self.claim_plan(claim)
         if plan.fit_request is not False:
             return plan.fit_request
-        found = None
+        found: FitRequest | None = None
         spec_devices = as_dict(as_dict(claim.get("spec")).get("devices"))
         requests = as_list(spec_devices.get("requests"))
         request = requests[0] if len(requests) == 1 else None
@@ -347,10 +295,10 @@ class Allocator:
         if (isinstance(exactly, dict) and exactly.get("adminAccess") is None and len(plan.requests) == 1
                 and plan.requests[0].error is None and not plan.requests[0].subrequests):
             static = plan.requests[0].options[0][0]
-            if static.error is None and not static.all_mode and not static.admin and (
+            class_info = static.class_info  # known when the request has no error
+            if static.error is None and class_info is not None and not static.all_mode and not static.admin and (
                 0 < static.count <= MAX_RESULTS_PER_CLAIM
             ):
-                class_info = static.class_info
                 found = ((class_info.name, class_info.selector_exprs, static.exprs), class_info, static.exprs,
                          tuple(sorted(static.capacity.items())), static.count, match)
         plan.fit_request = found
@@ -358,7 +306,7 @@ class Allocator:
 
     def fits(
         self,
-        node: "dict | str | NodeInfo",
+        node: "dict[str, Any] | str | NodeInfo",
         claims: list[dict[str, Any]],
         timeout: float | None = FILTER_TIMEOUT_S,
         deadline: float | None = None,
@@ -385,9 +333,9 @@ class Allocator:
     # allocation ---------------------------------------------------------------------------------
     def allocate(
         self,
-        node: "dict | str | NodeInfo",
+        node: "dict[str, Any] | str | NodeInfo",
         claims: list[dict[str, Any]],
-        exclude_devices: "set[tuple[str, str, str]] | frozenset | None" = None,
+        exclude_devices: "set[DeviceKey] | frozenset[DeviceKey] | None" = None,
         timeout: float | None = FILTER_TIMEOUT_S,
         deadline: float | None = None,
         build: bool = True,
@@ -402,11 +350,6 @@ class Allocator:
         pod is tried on); the earlier of the two ends the search.
         `build` — False: only search; an "allocated" outcome comes `deferred`, without allocations.
         """
-        global _Search
-        if _Search is None:
-            from .search import Search  # search.py imports this module
-
-            _Search = Search
         if timeout is not None:
             own = time.monotonic() + timeout
             deadline = own if deadline is None else min(deadline, own)
@@ -415,7 +358,7 @@ class Allocator:
         try:
             with search_deadline(deadline):
                 view = self.node_view(node)
-                search = _Search(self, view, claims, exclude_devices, deadline)
+                search = Search(self, view, claims, exclude_devices, deadline)
                 allocations = search.run(build)
         except TimeoutError:  # a CEL evaluation that met the deadline
             return AllocationOutcome("error", error=TIMED_OUT, error_node_local=True)
@@ -432,9 +375,10 @@ class Allocator:
         return AllocationOutcome("allocated", allocations=allocations, deferred=not build)
 
 
-def _fit_shape(statics: tuple, allocated: Any, shared: Any, consumed: Any) -> tuple:
+def _fit_shape(statics: tuple[FitStatic, ...], allocated: Container[DeviceKey], shared: Container[DeviceKey],
+               consumed: Mapping[DeviceKey, dict[str, int]]) -> CacheKey:
     """`Allocator.fit_key`'s multisets of candidates per matchAttribute group, given what is in use."""
-    groups: dict[Any, list[tuple]] = {}
+    groups: dict[tuple[str, frozenset[object]] | None, list[CacheKey]] = {}
     for key, multiple, signature, group in statics:
         used = consumed.get(key)
         groups.setdefault(group, []).append((multiple, signature, key in allocated, key in shared,
@@ -456,7 +400,7 @@ def _single_match_attribute(constraints: Any, request: Any) -> str | None:
     return attribute
 
 
-def _capacity_signature(device: DeviceInfo) -> tuple:
+def _capacity_signature(device: DeviceInfo) -> CacheKey:
     """Everything the search reads of a device's capacities (their names, values and request policies)."""
     return tuple(
         (name, c.value, c.has_policy, c.default, tuple(c.valid_values) if c.valid_values is not None else None,
@@ -465,40 +409,6 @@ def _capacity_signature(device: DeviceInfo) -> tuple:
     )
 
 
-def counters_left(
-    counter_sets: dict[str, dict[str, int]], devices: Iterable[DeviceInfo], allocated: Callable[[tuple], bool]
-) -> dict[str, dict[str, int]]:
-    """A pool's counter sets minus what its allocated devices consume (may go negative, as upstream)."""
-    available = {name: dict(counters) for name, counters in counter_sets.items()}
-    for device in devices:
-        if device.consumes_counters and allocated(device.key):
-            for set_name, counters in device.consumes_counters:
-                target = available.get(set_name)
-                if target is None:
-                    continue
-                for counter, amount in counters.items():
-                    if counter in target:
-                        target[counter] -= amount
-    return available
-
-
-def first_short_counter(
-    available: dict[str, dict[str, int]], consumed: dict[str, dict[str, int]]
-) -> tuple[str, str] | None:
-    """(counter set, counter) of the first counter of the pool where consumption exceeds what is
-    available, or None. Every counter of the pool is checked, so an already over-allocated pool
-    (negative availability) rejects every device that consumes counters, as upstream does."""
-    for set_name, counters in available.items():
-        used = consumed.get(set_name) or {}
-        for counter, amount in counters.items():
-            if amount < used.get(counter, 0):
-                return set_name, counter
-    return None
-
-
-def capacity_requests(request: dict[str, Any]) -> dict[str, int]:
-    raw = as_dict(as_dict(request.get("capacity")).get("requests"))
-    return {name: quantity_nanos(value) or 0 for name, value in raw.items()}
 
 
 __all__ = ["Allocator", "AllocationOutcome", "AllocationError", "FILTER_TIMEOUT_S", "TIMED_OUT"]

@@ -7,9 +7,12 @@ as "15000000000" and 2147483648 as "2Gi"), every other amount keeps the spelling
 
 from __future__ import annotations
 
+from typing import Any
+
+from gpudra.plain import as_dict
 from gpudra.quantity import NANO, Quantity
 
-from .model import CapacityInfo, DeviceInfo
+from .model import CapacityInfo, DeviceInfo, quantity_nanos
 
 
 def _units(quantity: Quantity) -> int:
@@ -82,3 +85,8 @@ def fits(device: DeviceInfo, consumed: dict[str, int], *in_use: dict[str, int] |
         if total > device.capacity[name].value:
             return False
     return True
+
+
+def capacity_requests(request: dict[str, Any]) -> dict[str, int]:
+    raw = as_dict(as_dict(request.get("capacity")).get("requests"))
+    return {name: quantity_nanos(value) or 0 for name, value in raw.items()}

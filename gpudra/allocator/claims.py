@@ -20,7 +20,7 @@ def request_mode_and_count(request: dict[str, Any]) -> tuple[str, int]:
     return mode, as_int(request.get("count")) or 1
 
 
-def _metadata(claim: Any) -> dict:
+def _metadata(claim: Any) -> dict[str, Any]:
     metadata = claim.get("metadata") if isinstance(claim, dict) else None
     return metadata if isinstance(metadata, dict) else {}
 

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import operator
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from gpudra.plain import as_dict, as_list, as_str
 
 from .features import Features
-from .model import as_dict, as_list, as_str, object_stamp
+from .model import CacheKey, object_stamp
+
+if TYPE_CHECKING:
+    from .plan import ClaimPlan  # plans are read with this table's classes
 
 
 class ClassInfo:
@@ -43,7 +48,7 @@ class ClassTable:
     """The classes by name, and the cache of claim readings (plan.ClaimPlan, which depends on the classes and
     the feature gates: both are this table's key)."""
 
-    _shared: "OrderedDict[tuple, ClassTable]" = OrderedDict()
+    _shared: "OrderedDict[CacheKey, ClassTable]" = OrderedDict()
     _shared_limit = 8
     _last: "tuple[Features, ClassTable] | None" = None  # the table handed out last (checked first)
 
@@ -75,7 +80,7 @@ class ClassTable:
         self.classes: dict[str, ClassInfo] = {}
         for info in self.infos:
             self.classes[info.name] = info
-        self.claim_plans: dict[int, Any] = {}  # see Allocator.claim_plan
+        self.claim_plans: dict[int, ClaimPlan] = {}  # see Allocator.claim_plan
 
     def same(self, device_classes: list[dict[str, Any]]) -> bool:
         """Whether the table was built from these very objects, none edited in place since."""

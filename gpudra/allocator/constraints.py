@@ -10,7 +10,7 @@ from __future__ import annotations
 from .model import DeviceInfo
 
 
-def attribute_values(device: DeviceInfo, name: str, list_types: bool) -> tuple[str, frozenset] | None:
+def attribute_values(device: DeviceInfo, name: str, list_types: bool) -> tuple[str, frozenset[object]] | None:
     """(element type, values) of the device's attribute, or None; remembered per device (the search asks
     again for every combination it tries)."""
     cache = device.constraint_values
@@ -18,7 +18,7 @@ def attribute_values(device: DeviceInfo, name: str, list_types: bool) -> tuple[s
     if key in cache:
         return cache[key]
     found = device.lookup_attribute(name)
-    values: tuple[str, frozenset] | None = None
+    values: tuple[str, frozenset[object]] | None = None
     if found is not None:
         kind, value = found
         if not kind.startswith("list:"):
@@ -36,7 +36,7 @@ class MatchAttribute:
         self.requests = frozenset(requests)
         self.attribute = attribute
         self.list_types = list_types
-        self._stack: list[tuple[str, frozenset]] = []
+        self._stack: list[tuple[str, frozenset[object]]] = []
 
     def applies(self, base_name: str, full_name: str) -> bool:
         return not self.requests or base_name in self.requests or full_name in self.requests
@@ -73,7 +73,7 @@ class DistinctAttribute:
         self.requests = frozenset(requests)
         self.attribute = attribute
         self.list_types = list_types
-        self._by_request: dict[str, tuple[str, frozenset]] = {}
+        self._by_request: dict[str, tuple[str, frozenset[object]]] = {}
 
     def applies(self, base_name: str, full_name: str) -> bool:
         return not self.requests or base_name in self.requests or full_name in self.requests

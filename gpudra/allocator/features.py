@@ -157,7 +157,7 @@ class Features:
 
     @cached_property
     def stable_variant(self) -> bool:
-        """Whether upstream's `stable` variant runs (what differs: tests/test_allocator_variants.py)."""
+        """Whether upstream's `stable` variant runs (what differs: tests/allocator/test_allocator_variants.py)."""
         return self.variant_name == "stable"
 
     def with_variant(self, name: str | None) -> "Features":

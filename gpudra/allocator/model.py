@@ -6,10 +6,16 @@ capacities and counters as exact integers, taints) is computed once here.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 from gpudra.plain import as_dict, as_list, as_str
 from gpudra.quantity import Quantity, QuantityError
+
+# A cache key made of hashable parts (request shapes, selector tuples, fit answers): only hashed and compared.
+CacheKey = tuple[Hashable, ...]
+# A device's identity: (driver, pool, device name), as upstream's DeviceID.
+DeviceKey = tuple[str, str, str]
 
 SCALAR_ATTRIBUTE_TYPES = ("int", "bool", "string", "version")
 _SCALAR_PYTHON = {"int": int, "bool": bool, "string": str, "version": str}
@@ -140,7 +146,7 @@ class DeviceInfo:
         self.name = as_str(raw.get("name"))
         self.key = (self.driver, self.pool, self.name)
         self._attributes: dict[str, tuple[str, Any] | None] | None = None  # lookup_attribute's answers
-        self.constraint_values: dict[tuple[str, bool], Any] = {}  # constraints.attribute_values' answers
+        self.constraint_values: dict[tuple[str, bool], tuple[str, frozenset[object]] | None] = {}  # constraints.attribute_values' answers
         self.capacity = {name: _capacity_info(value) for name, value in as_dict(raw.get("capacity")).items()}
         self.consumes_counters: list[tuple[str, dict[str, int]]] = []
         for entry in as_list(raw.get("consumesCounters")):

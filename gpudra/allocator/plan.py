@@ -11,23 +11,29 @@ resourceVersion: model.object_stamp).
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from .allocator import capacity_requests
+from gpudra.plain import as_dict, as_list, as_str
+
+from .capacity import capacity_requests
 from .claims import claim_label, request_mode_and_count
 from .classes import ClassInfo
 from .constraints import DistinctAttribute, MatchAttribute
-from .model import as_dict, as_list, as_str, object_stamp
+from .model import CacheKey, object_stamp
 
 if TYPE_CHECKING:
     from .allocator import Allocator
 
 
-_SHAPE_IDS: dict[tuple, int] = {}
+# What Allocator.fit_key needs of a claim of its shape: (candidates key, class, request selectors, requested
+# capacities, count, matchAttribute or None).
+FitRequest = tuple[CacheKey, ClassInfo, tuple[str, ...], tuple[tuple[str, int], ...], int, "str | None"]
+
+_SHAPE_IDS: dict[CacheKey, int] = {}
 _NEXT_SHAPE_ID = itertools.count()
 
 
-def shape_id(shape: tuple) -> int:
+def shape_id(shape: CacheKey) -> int:
     """A number for a request shape, the same for equal shapes: per-node caches key on it (an int hashes at once;
     the nested tuple would be hashed on every lookup). Numbers are never reused, even after the table is cleared."""
     found = _SHAPE_IDS.get(shape)
@@ -44,7 +50,7 @@ class StaticRequest:
 
     __slots__ = ("error", "exprs", "class_info", "admin", "tolerations", "capacity", "all_mode", "count", "shape")
 
-    def __init__(self, allocator: Allocator, label: str, request: dict, full: str, allow_admin: bool):
+    def __init__(self, allocator: Allocator, label: str, request: dict[str, Any], full: str, allow_admin: bool):
         self.error: str | None = None
         self.class_info: ClassInfo | None = None
         self.all_mode = False
@@ -104,7 +110,7 @@ class RequestPlan:
         self.name = name
         self.error: str | None = None
         self.subrequests = False
-        self.options: list[tuple[StaticRequest, dict, str, str]] = []
+        self.options: list[tuple[StaticRequest, dict[str, Any], str, str]] = []
 
 
 class ClaimPlan:
@@ -113,7 +119,7 @@ class ClaimPlan:
     def __init__(self, allocator: "Allocator", claim: dict[str, Any]):
         self.claim = claim
         self.stamp = object_stamp(claim)
-        self.fit_request: Any = False  # Allocator._fit_request's answer once asked (False: not yet)
+        self.fit_request: FitRequest | None | Literal[False] = False  # Allocator._fit_request's answer once asked (False: not yet)
         self.label = label = claim_label(claim)
         features = allocator.features
         # Upstream tests the capacity field's presence, not its content (not in stable, which ignores it).

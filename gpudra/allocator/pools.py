@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import operator
 from collections import OrderedDict, defaultdict
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from .features import Features
-from .model import DeviceInfo, SliceInfo
+from .model import CacheKey, DeviceInfo, SliceInfo
 from .nodematch import NodeInfo, node_matches
+
+if TYPE_CHECKING:
+    from .nodeview import NodeView  # a view is built from this index's pools
 
 
 class Pool:
@@ -51,14 +54,14 @@ class SliceIndex:
     and calls `discard` on a stale index.
     """
 
-    _shared: "OrderedDict[tuple, SliceIndex]" = OrderedDict()
+    _shared: "OrderedDict[CacheKey, SliceIndex]" = OrderedDict()
     _shared_limit = 8
     # The index handed out last, with its slice objects: a scheduler asks for the same list pod after pod,
     # and comparing identities is cheaper than hashing a key of every slice's id.
-    _last: "tuple[Features, list[dict], SliceIndex] | None" = None
+    _last: "tuple[Features, list[dict[str, Any]], SliceIndex] | None" = None
 
     @classmethod
-    def shared(cls, slices: list[dict], features: Features) -> "SliceIndex":
+    def shared(cls, slices: list[dict[str, Any]], features: Features) -> "SliceIndex":
         last = cls._last
         if last is not None and (last[0] is features or last[0] == features) and len(last[1]) == len(slices) and all(
                 map(operator.is_, last[1], slices)):
@@ -90,14 +93,14 @@ class SliceIndex:
         if cls._last is not None and cls._last[2] is index:
             cls._last = None
 
-    def __init__(self, slices: Iterable[dict], features: Features):
+    def __init__(self, slices: Iterable[dict[str, Any]], features: Features):
         from .selection import SelectorEvaluator
 
         self.features = features
-        self.key: tuple | None = None  # its key among the shared indexes
+        self.key: CacheKey | None = None  # its key among the shared indexes
         self.evaluator = SelectorEvaluator(not features.stable_variant, features.list_type_attributes)
-        self.views: dict = {}  # NodeInfo.key -> allocator.NodeView
-        self.views_by_node: dict = {}  # id(Node dict) -> (the dict, its NodeView): see Allocator.node_view
+        self.views: dict[CacheKey, NodeView] = {}  # NodeInfo.key -> its view
+        self.views_by_node: dict[int, tuple[dict[str, Any], NodeView]] = {}  # id(Node dict) -> (the dict, its NodeView): see Allocator.node_view
         # 1.33/1.34 (features.combined_slices): a slice holds devices and the counter sets they consume, so a
         # slice with counter sets is a device slice like any other, and its counter sets are its own.
         self.combined = features.combined_slices

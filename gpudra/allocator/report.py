@@ -7,16 +7,38 @@ alone on every node), `sequential` (first fit, claim after claim, committing eac
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Any, Callable, NotRequired, TypedDict
 
 from gpudra.copying import copy_object
+from gpudra.plain import as_dict, as_list, as_str
 
-from .allocator import FILTER_TIMEOUT_S, AllocationOutcome, Allocator
+from .allocator import FILTER_TIMEOUT_S, Allocator
 from .claims import claim_label, is_allocated
 from .features import Features
-from .model import as_dict, as_list, as_str
+from .outcome import AllocationOutcome
 
 MODES = ("together", "each", "sequential")
+
+
+class ReportEntry(TypedDict):
+    """One allocate() call of a report: the node, the claims tried together, and what came of it."""
+
+    node: str
+    claims: list[str]
+    outcome: str  # "allocated" | "unallocatable" | "error"
+    error: NotRequired[str | None]  # outcome "error"
+    errorNodeLocal: NotRequired[bool]  # outcome "error"
+    allocations: NotRequired[dict[str, dict[str, Any]]]  # outcome "allocated": claim -> v1 status.allocation
+
+
+class AllocationReport(TypedDict, total=False):
+    """build_report's answer, the conformance cases' expected.yaml structure (keys as written there)."""
+
+    results: list[ReportEntry]
+    nodesThatFit: dict[str, int]  # mode each, summary: claim -> how many nodes fit it alone
+    nodesTried: int  # mode each, summary
+    finalAllocations: dict[str, dict[str, Any]]  # mode sequential: claim -> its status.allocation at the end
+    unallocatedClaims: list[str]  # mode sequential
 
 
 def split_objects(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -73,8 +95,8 @@ def _first_fit(allocator: Allocator, claim: dict[str, Any], node_names: list[str
     return fits, first_allocated, first_error
 
 
-def _entry(node: str, labels: list[str], outcome: AllocationOutcome) -> dict[str, Any]:
-    entry: dict[str, Any] = {"node": node, "claims": list(labels), "outcome": outcome.outcome}
+def _entry(node: str, labels: list[str], outcome: AllocationOutcome) -> ReportEntry:
+    entry: ReportEntry = {"node": node, "claims": list(labels), "outcome": outcome.outcome}
     if outcome.outcome == "error":
         entry["error"] = outcome.error
         entry["errorNodeLocal"] = outcome.error_node_local
@@ -92,7 +114,7 @@ def build_report(
     timeout: float | None = FILTER_TIMEOUT_S,
     progress: Callable[[str, int, int], None] | None = None,
     summary: bool = False,
-) -> dict[str, Any]:
+) -> AllocationReport:
     """The brief report; `timeout` (seconds) bounds each allocate() call like the scheduler's
     Filter timeout (10 s by default, as upstream): a longer search is a node-local error; None: no limit.
     `progress(what, done, total)` hears of each claim done (a CLI draws a bar from it).
@@ -120,8 +142,8 @@ def build_report(
 
     allocator = Allocator(kinds["DeviceClass"], kinds["ResourceSlice"], allocated, features,
                           device_taint_rules=kinds["DeviceTaintRule"])
-    results: list[dict[str, Any]] = []
-    report: dict[str, Any] = {}
+    results: list[ReportEntry] = []
+    report: AllocationReport = {}
     if mode == "together":
         if pending:
             labels = [claim_label(c) for c in pending]
@@ -178,5 +200,5 @@ def build_report(
         if unallocated:
             report["unallocatedClaims"] = unallocated
     if results:
-        report = {"results": results, **report}
+        report = {"results": results, **report}  # results first, as expected.yaml files have it
     return report

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpudra.copying import copy_object
+from gpudra.plain import as_dict, as_list
 from gpudra.quantity import Quantity, QuantityError
 
-from .allocator import AllocationError
 from .capacity import consumed_quantity
-from .model import DeviceInfo, as_dict, as_list
+from .model import CacheKey, DeviceInfo
+from .outcome import AllocationError
 
 if TYPE_CHECKING:
     from .search import ClaimData, RequestData, Search
@@ -21,7 +22,7 @@ def format_quantity(nanos: int) -> str:
     return str(Quantity.parse(f"{nanos}n"))
 
 
-def _quantity_text(device: DeviceInfo, name: str, nanos: int, request: dict) -> str:
+def _quantity_text(device: DeviceInfo, name: str, nanos: int, request: dict[str, Any]) -> str:
     """The consumed amount spelled as upstream computes it (see capacity.consumed_quantity)."""
     requested = as_dict(as_dict(request.get("capacity")).get("requests")).get(name)
     try:
@@ -102,9 +103,9 @@ def _node_selector(search: "Search", claim: "ClaimData") -> dict[str, Any] | Non
     # incubating and experimental pin the allocation to the node for a bindsToNode device even
     # with DRADeviceBindingConditions off; stable does not look at bindsToNode.
     binds_to_node = not search.features.stable_variant
-    expressions: list[dict] = []
-    fields: list[dict] = []
-    seen: set = set()
+    expressions: list[dict[str, Any]] = []
+    fields: list[dict[str, Any]] = []
+    seen: set[CacheKey] = set()
     for _, device, _, _ in claim.results:
         source = device if device.slice.per_device_node_selection else device.slice
         if source.node_name or (binds_to_node and device.binds_to_node):

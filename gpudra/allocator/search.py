@@ -7,26 +7,40 @@ makes the search move on to the next subrequest instead of trying other devices.
 
 from __future__ import annotations
 
+import enum
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from .allocator import (
-    MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError, Allocator, ClassInfo, NodeView, first_short_counter,
-)
+from gpudra.plain import as_dict
+
 from .capacity import consumption, fits
 from .claims import taint_prevents_allocation
+from .classes import ClassInfo
 from .constraints import DistinctAttribute, MatchAttribute
+from .counters import first_short_counter
+from .model import CacheKey, DeviceInfo, DeviceKey
+from .nodeview import NodeView
+from .outcome import MAX_RESULTS_PER_CLAIM, TIMED_OUT, AllocationError
 from .plan import StaticRequest
-from .model import DeviceInfo, as_dict
+from .pools import Pool
 from .results import build_allocation
 from .selection import SelectorFailure
 
-_NOTHING: frozenset = frozenset()
-MAXSIZE = object()  # "this branch needs more than 32 results": try the next subrequest
+if TYPE_CHECKING:
+    from .allocator import Allocator  # the search is built by the Allocator it reads
+
+_NOTHING: frozenset[DeviceKey] = frozenset()
+class _Signal(enum.Enum):
+    MAXSIZE = "this branch needs more than 32 results: try the next subrequest"
+
+
+MAXSIZE = _Signal.MAXSIZE
+# what one step of the search answers: found, not found, or MAXSIZE
+Step = bool | Literal[_Signal.MAXSIZE]
 
 
 @dataclass(slots=True, eq=False)
@@ -85,7 +99,8 @@ class ClaimData:
 
 
 class Search:
-    def __init__(self, allocator: Allocator, view: NodeView, claims: list[dict[str, Any]], excluded=None,
+    def __init__(self, allocator: Allocator, view: NodeView, claims: list[dict[str, Any]],
+                 excluded: Iterable[DeviceKey] | None = None,
                  deadline: float | None = None):
         self.allocator = allocator
         self.features = allocator.features
@@ -94,10 +109,10 @@ class Search:
         self.excluded = frozenset(excluded) if excluded else _NOTHING
         self.deadline = deadline  # time.monotonic() instant, or None
         self.steps = 0
-        self.allocating: dict[tuple, set[int]] = {}
-        self.allocating_capacity: dict[tuple, dict[str, int]] = {}
+        self.allocating: dict[CacheKey, set[int]] = {}
+        self.allocating_capacity: dict[CacheKey, dict[str, int]] = {}
         # A multi-allocatable device serves any number of requests, but each request only once.
-        self.sharing: dict[tuple, list[tuple[int, str]]] = {}
+        self.sharing: dict[CacheKey, list[tuple[int, str]]] = {}
         # Keyed by pool name alone, as upstream does (same-named pools of two drivers share it).
         self.consumed_counters: dict[str, dict[str, dict[str, int]]] = {}
         self.reject_capacity = not self.features.consumable_capacity and not self.features.stable_variant
@@ -159,7 +174,7 @@ class Search:
             found.extend(slot.subrequests if slot.subrequests is not None else [slot.option(0)])
         return found
 
-    def _request_data(self, claim: ClaimData, static: StaticRequest, request: dict, base: str, full: str) -> RequestData:
+    def _request_data(self, claim: ClaimData, static: StaticRequest, request: dict[str, Any], base: str, full: str) -> RequestData:
         if static.error is not None:
             raise AllocationError(static.error)
         label = claim.label
@@ -281,7 +296,7 @@ class Search:
             return holders is not None and ci in holders
         return bool(holders) or key in self.state.allocated or key in self.state.shared_devices
 
-    def _allocate_one(self, ci: int, ri: int, si: int, di: int, in_sub: bool):
+    def _allocate_one(self, ci: int, ri: int, si: int, di: int, in_sub: bool) -> Step:
         if self.deadline is not None:
             self.steps += 1
             if not self.steps & 1023 and time.monotonic() > self.deadline:
@@ -369,13 +384,15 @@ class Search:
 
     def _give_counters(self, device: DeviceInfo) -> None:
         pool = self._pool_of(device)
+        if pool is None:  # never: _take_counters took nothing from a device without a pool
+            return
         consumed = self.consumed_counters.get(pool.name, {})
         for set_name, counters in device.consumes_counters:
             target = consumed.get(set_name, {})
             for counter, amount in counters.items():
                 target[counter] = target.get(counter, 0) - amount
 
-    def _pool_of(self, device: DeviceInfo):
+    def _pool_of(self, device: DeviceInfo) -> Pool | None:
         return self.view.pool_by_id.get(device.slice.pool_id)
 
     def _allocate_device(self, ci: int, rd: RequestData, device: DeviceInfo, must: bool,

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import threading
 from functools import lru_cache
+from types import ModuleType
 from typing import Any
 
-from .model import DeviceInfo
-
+from .model import CacheKey, DeviceInfo
 
 _search = threading.local()
 
@@ -53,14 +53,14 @@ class SelectorFailure:
         return f"{owner}: selector #{self.index}: CEL {self.kind} error: {self.message}"
 
 
-_CEL: Any = None
+_CEL: ModuleType | None = None  # gpudra.cel, once a selector is first evaluated
 
 
-def _cel():
+def _cel() -> ModuleType:
     global _CEL
     if _CEL is None:
-        from gpudra import cel  # imported lazily: the CEL engine is only needed once a selector runs
         import gpudra.cel.device  # noqa: F401 - gpudra.cel.device, as an attribute of the package
+        from gpudra import cel  # imported lazily: the CEL engine is only needed once a selector runs
 
         _CEL = cel
     return _CEL
@@ -94,7 +94,7 @@ class SelectorEvaluator:
         # (expression, conversion error, what the expression reads of the device) -> outcome: devices alike in
         # what a selector reads share one evaluation (gpudra.cel.reads); a big cluster's devices differ in names
         # and UUIDs, which selectors seldom read.
-        self._shared: dict[tuple, Any] = {}
+        self._shared: dict[CacheKey, Any] = {}
         self._facts: dict[DeviceInfo, tuple[str | None, bool]] = {}  # gpudra.cel.device.input_facts
         self.evaluations = 0  # selector evaluations run (not answered from a cache)
 
@@ -111,7 +111,7 @@ class SelectorEvaluator:
             self._inputs[device] = found
         return found
 
-    def _shared_key(self, expression: str, reads: tuple | None, device: DeviceInfo) -> tuple | None:
+    def _shared_key(self, expression: str, reads: CacheKey | None, device: DeviceInfo) -> CacheKey | None:
         if reads is None:
             return None
         cel_device = _cel().device
@@ -151,7 +151,8 @@ class SelectorEvaluator:
         self._results[key] = found
         return found
 
-    def status(self, device: DeviceInfo, class_name: str, class_exprs: tuple, request_exprs: tuple):
+    def status(self, device: DeviceInfo, class_name: str, class_exprs: tuple[str, ...],
+               request_exprs: tuple[str, ...]) -> bool | SelectorFailure:
         """True, False or a SelectorFailure for one device against class then request selectors."""
         for index, expression in enumerate(class_exprs):
             outcome = self.evaluate(expression, device)

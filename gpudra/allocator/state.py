@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudra.plain import as_dict, as_list, as_str
+
 from .features import Features
-from .model import as_dict, as_list, as_str, quantity_nanos
+from .model import quantity_nanos
 
 DeviceKey = tuple[str, str, str]
 

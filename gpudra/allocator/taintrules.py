@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpudra.copying import copy_object
-
-from .model import as_dict, as_list, as_str
+from gpudra.plain import as_dict, as_list, as_str
 
 # id(slice) -> (slice, rules key, slice with the rules applied): rules rarely change, slices are reused.
 # Least recently used first. An entry keeps its slice (and a tainted copy) alive, and a long-running

@@ -33,13 +33,14 @@ class _PureDumper(yaml.SafeDumper):
     The pure-Python dumper is used because the C dumper ignores the indentation override.
     """
 
-    def increase_indent(self, flow: bool = False, indentless: bool = False):  # noqa: D401
-        return super().increase_indent(flow, False)
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:  # noqa: D401
+        super().increase_indent(flow, False)
 
     def ignore_aliases(self, data: Any) -> bool:  # shared sub-objects are written out, never as &id anchors
         return True
 
 
+# the base is chosen at import (the C dumper where PyYAML has libyaml), so mypy sees an Any base
 class _FastDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
     def ignore_aliases(self, data: Any) -> bool:  # shared sub-objects are written out, never as &id anchors
         return True

@@ -30,6 +30,8 @@ from typing import Any
 
 import yaml
 
+from gpudra.api.yaml_loader import ManifestLoader
+
 yaml_rs: Any
 try:  # optional: a platform without a wheel reads YAML with PyYAML alone
     import yaml_rs
@@ -53,28 +55,19 @@ _UNICODE_SPACE = re.compile(r"[^\S \t\n]")
 _NUMBER_START = frozenset("-+._0123456789~")
 _NUMBER_LIKE = re.compile(r"[-+._0-9~][-+.0-9A-Za-z_~]*")
 
-_loader = None
-
-
-def _pyyaml_loader() -> Any:
-    global _loader
-    if _loader is None:
-        from gpudra.api.load import _ManifestLoader
-
-        _loader = _ManifestLoader("")
-    return _loader
+_LOADER = ManifestLoader("")  # resolves and constructs single plain scalars, as the manifest loader would
 
 
 def _pyyaml_plain(token: str) -> Any:
     """The value PyYAML's manifest loader gives `token` as a plain scalar (raises what its constructor raises)."""
-    loader = _pyyaml_loader()
+    loader = _LOADER
     tag = loader.resolve(yaml.ScalarNode, token, (True, False))
     return loader.construct_object(yaml.ScalarNode(tag, token), deep=True)
 
 
 def _non_string_pattern() -> re.Pattern[str]:
     """One pattern for every implicit resolver of the loader (bool, int, float, null, merge, value) but str."""
-    loader = _pyyaml_loader()
+    loader = _LOADER
     patterns = {regexp.pattern for resolvers in loader.yaml_implicit_resolvers.values()
                 for tag, regexp in resolvers if tag != "tag:yaml.org,2002:str"}
     return re.compile("|".join(f"(?:{pattern})" for pattern in sorted(patterns)), re.X)
@@ -127,7 +120,7 @@ def _plain_words(words: set[str]) -> set[str] | None:
                 return None
             suspects.add(token)
     finally:
-        _pyyaml_loader().constructed_objects.clear()  # the loader is kept; what it made is not
+        _LOADER.constructed_objects.clear()  # the loader is kept; what it made is not
     return suspects
 
 

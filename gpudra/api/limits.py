@@ -35,7 +35,7 @@ class LoadErrors(LoadError):
         self.args = ("\n".join(str(error) for error in errors),)
 
     def __str__(self) -> str:
-        return self.args[0]
+        return str(self.args[0])  # set to one string in __init__
 
 
 MAX_INPUT_BYTES = 256 * 2**20  # one file or stdin; a 50 MB List validates in seconds (docs/performance.md)

@@ -27,12 +27,11 @@ from typing import Any, Iterable, Iterator
 import yaml
 
 from gpudra.api import fast_yaml
-from gpudra.api.limits import (  # noqa: F401 - LoadError and the limits are this module's API too
-    MAX_ALIAS_EXPANSION, MAX_DEPTH, MAX_INPUT_BYTES, MAX_INT_DIGITS, LoadError, LoadErrors, OversizedInt, too_deep,
-    too_large)
+from gpudra.api.limits import MAX_ALIAS_EXPANSION, MAX_DEPTH, too_deep, too_large
+# the loader's error and size limit are this module's API too (re-exported)
+from gpudra.api.limits import MAX_INPUT_BYTES as MAX_INPUT_BYTES, LoadError as LoadError, LoadErrors as LoadErrors
+from gpudra.api.yaml_loader import ManifestLoader
 from gpudra.api.load_json import NOT_JSON, SURROGATE_ESCAPE, check_json_document, json_loads, json_stream
-
-_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -75,52 +74,6 @@ def _kustomization_error(value: Any, source: str, line: int | None) -> LoadError
         return LoadError(source, "looks like a Kustomize kustomization, not a manifest: build it first "
                          "(`kubectl kustomize DIR | gpudra … -f -`)", line)
     return None
-
-
-class _ManifestLoader(_BaseLoader):  # type: ignore[misc, valid-type]
-    """Safe loader without the YAML 1.1 timestamp type and with duplicate-key detection."""
-
-
-_ManifestLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
-}
-
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    result: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            hash(key)
-        except TypeError:
-            raise yaml.constructor.ConstructorError(
-                None, None, "a mapping key must be a scalar", key_node.start_mark
-            ) from None
-        if key in result:
-            # apiVersion/kind again at the top level: the next object of a copied article, its `---` left out
-            pasted = key in ("apiVersion", "kind") and key_node.start_mark.column == 0
-            hint = " (a second object? put a `---` line between objects)" if pasted else ""
-            raise yaml.constructor.ConstructorError(
-                None, None, f"mapping key {key!r} already defined{hint}", key_node.start_mark
-            )
-        result[key] = loader.construct_object(value_node, deep=True)
-    return result
-
-
-_ManifestLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | str:
-    if len(node.value) > MAX_INT_DIGITS:
-        return OversizedInt(node.value)
-    try:
-        return loader.construct_yaml_int(node)
-    except ValueError:  # `0x_`, `0b_`: PyYAML's int pattern matches, no digit follows; a string to Go's YAML too
-        return node.value
-
-
-_ManifestLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 @dataclass
@@ -254,7 +207,7 @@ def _pyyaml_values(text: str, source: str, plain: bool) -> Iterator[tuple[int, i
     """(position, line, value) of every document that is not empty or null, read by PyYAML within the limits
     (`plain`: _plain_yaml cleared the text of aliases and deep nesting)."""
     _check_yaml_nesting(text, source)
-    for position, node in enumerate(yaml.compose_all(text, Loader=_ManifestLoader), start=1):
+    for position, node in enumerate(yaml.compose_all(text, Loader=ManifestLoader), start=1):
         if node is None:
             continue
         line = node.start_mark.line + 1
@@ -311,7 +264,7 @@ def _document_objects(value: Any, source: str, position: int, line: int | None) 
 
 
 def _construct(node: yaml.Node) -> Any:
-    loader = _ManifestLoader("")
+    loader = ManifestLoader("")
     try:
         return loader.construct_document(node)
     finally:
@@ -335,7 +288,7 @@ def _check_yaml_nesting(text: str, source: str) -> None:
         return
     depth, document = 0, 0
     try:
-        for event in yaml.parse(text, Loader=_ManifestLoader):
+        for event in yaml.parse(text, Loader=ManifestLoader):
             if isinstance(event, _COLLECTION_START):
                 depth += 1
                 if depth > MAX_DEPTH:
@@ -576,7 +529,7 @@ def _has_documents(text: str) -> bool:
     if stripped.startswith(("{", "[")):
         return True
     try:
-        return any(node is not None for node in yaml.compose_all(text, Loader=_ManifestLoader))
+        return any(node is not None for node in yaml.compose_all(text, Loader=ManifestLoader))
     except yaml.YAMLError:
         return False
 

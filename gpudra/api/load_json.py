@@ -15,7 +15,7 @@ def _json_int(text: str) -> int:
     return OversizedInt(text) if len(text) > MAX_INT_DIGITS else int(text)
 
 
-class _DuplicateKeys(dict):
+class _DuplicateKeys(dict[str, Any]):
     """A JSON object that repeated a key: kept (last value wins, as json.loads does) and reported by the
     document check, which knows where it is."""
 
@@ -28,7 +28,11 @@ def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         return obj
     marked = _DuplicateKeys(obj)
     seen: set[str] = set()
-    marked.duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+    for key, _ in pairs:
+        if key in seen:
+            marked.duplicate = key  # the first key repeated
+            break
+        seen.add(key)
     return marked
 
 
@@ -77,7 +81,11 @@ def _without_surrogates(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def _where(chain: tuple | None) -> str:
+# Where a value sits, as a linked list from the innermost key back to the document: (outer chain, key or index).
+KeyChain = tuple["KeyChain | None", "str | int"]
+
+
+def _where(chain: KeyChain | None) -> str:
     parts: list[str] = []
     while chain is not None:
         chain, key = chain
@@ -112,7 +120,7 @@ def check_json_document(value: Any, source: str, position: int, surrogates: bool
     """Depth and duplicate keys of one parsed JSON document, without recursion; unpaired surrogates fixed."""
     if not surrogates and _plainly_valid(value):
         return
-    stack: list[tuple[Any, int, tuple | None]] = [(value, 1, None)]
+    stack: list[tuple[Any, int, KeyChain | None]] = [(value, 1, None)]
     while stack:
         item, depth, chain = stack.pop()
         if depth > MAX_DEPTH:

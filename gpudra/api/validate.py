@@ -10,9 +10,10 @@ from typing import Any, Callable, Iterable
 
 from gpudra.api.convert import DRA_KINDS, OLD_VERSIONS, V1, needs_conversion, newer_layout_paths, to_v1
 from gpudra.api.load import Document, cycle_collection_paused
-from gpudra.api.problems import Problem
+from gpudra.api.problems import Problem, Severity
 from gpudra.api.schema import CLUSTER_SCOPED, SCHEMAS, metadata_schema, schema_for
-from gpudra.api.schema.computedomain import API_VERSION as CD_API_VERSION, KIND as CD_KIND
+from gpudra.api.schema.computedomain import KIND as CD_KIND
+from gpudra.device_config import API_VERSION as CD_API_VERSION
 from gpudra.api.schema.taint_rule import VERSIONS as TAINT_RULE_VERSIONS
 from gpudra.api.schema.names import suggest_dns_name
 from gpudra.api.schema.types import as_dict, as_list, Context
@@ -28,8 +29,8 @@ V1BETA2 = "resource.k8s.io/v1beta2"
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 
 
-def _problem(doc: Document, path: str, message: str, severity: str = "error", fix: str | None = None) -> Problem:
-    return Problem(doc.source, doc.index, doc.kind, doc.name, path, message, severity, fix,  # type: ignore[arg-type]
+def _problem(doc: Document, path: str, message: str, severity: Severity = "error", fix: str | None = None) -> Problem:
+    return Problem(doc.source, doc.index, doc.kind, doc.name, path, message, severity, fix,
                    getattr(doc, "item", None))
 
 

@@ -1,13 +1,14 @@
 """YAML that is not a list of manifests: a mig-parted config, a node profile, a CDI spec, a claim store, the local
 cluster's config. Read as manifests are (api/load.py: size, nesting and alias-expansion limits, duplicate keys
 refused, timestamps kept as strings), so that no file gpudra reads, node side included, escapes those limits:
-this is the one way product code reads YAML (tests/test_yaml_readers.py fails on a yaml.load elsewhere)."""
+this is the one way product code reads YAML (tests/api/test_yaml_readers.py fails on a yaml.load elsewhere)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpudra.api.load import LoadError, read_text, yaml_values
+from gpudra.api.limits import LoadError as LoadError  # re-exported: the error of these readers
+from gpudra.api.load import read_text, yaml_values
 
 
 def load_yaml_documents(text: str, source: str) -> list[Any]:

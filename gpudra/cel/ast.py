@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -79,18 +80,18 @@ class Node:
     result: "Node | None" = None
 
 
-def _constant(data: bytes):
+def _constant(data: bytes) -> bool | int | float | str | bytes | None:
     for number, _wire, value in fields(data):
         if number == 1:
             return None
         if number == 2:
             return bool(value)
         if number in (3, 4):
-            return _signed(value) if number == 3 else value
+            return _signed(value) if number == 3 else int(value)  # a varint
         if number == 5:
-            return struct.unpack("<d", value)[0]
+            return float(struct.unpack("<d", value)[0])
         if number == 6:
-            return value.decode("utf-8", "replace")
+            return bytes(value).decode("utf-8", "replace")  # a length-delimited field
         if number == 7:
             return bytes(value)
     return None
@@ -185,7 +186,7 @@ def checked_syntax_tree(serialized: bytes) -> Node:
     raise ValueError("no expression in the checked expression")
 
 
-def walk(node: Node | None):
+def walk(node: Node | None) -> Iterator[Node]:
     if node is None:
         return
     yield node

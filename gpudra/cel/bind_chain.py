@@ -13,18 +13,19 @@ parser refuses it, is taken apart:
   read of it is reported with that failure: cel-go binds lazily, so a failure matters only where it is read and not
   absorbed by `||`/`&&`), then BODY.
 
-Each part goes through gpudra.cel.source.adapt like a whole selector; a part that needs more than cel-cpp's
+Each part goes through gpudra.cel.adaptation.adapt like a whole selector; a part that needs more than cel-cpp's
 iteration budget fails with the cost limit's error (gpudra.cel.chunked does not take parts of a chain apart).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from cel_expr_python import cel
 
-from gpudra.cel.source import GO_MAX_RECURSION, adapt, tokenize, top_level_arguments
+from gpudra.cel.adaptation import adapt
+from gpudra.cel.source import GO_MAX_RECURSION, tokenize, top_level_arguments
 
 MIN_CHAIN = 8  # shorter chains parse in cel-cpp (the limit is reached by what they contain)
 
@@ -58,7 +59,7 @@ def split(expression: str) -> Chain | None:
     return Chain(tuple(names), tuple(initializers), body)
 
 
-def check(chain: Chain, new_env, on_part) -> Any:
+def check(chain: Chain, new_env: Callable[[tuple[tuple[str, Any], ...]], Any], on_part: Callable[[str, Any], None]) -> Any:
     """Checks each part (the bindings' expressions, then BODY) and hands it to `on_part(text, checked)`; returns
     BODY's checked expression. `new_env(variables)` makes a checking environment with the given typed variables (a
     binding typed `google.protobuf.Any` is declared `dyn`: cel-go's `any` is assignable to every parameter, cel-cpp's

@@ -54,7 +54,7 @@ _local = threading.local()
 _correct: bool | None = None  # None until the probe ran; then whether calls are corrected
 
 
-def _owed() -> list:
+def _owed() -> list[Any]:
     owed = getattr(_local, "owed", None)
     if owed is None:
         owed = _local.owed = []
@@ -71,7 +71,7 @@ def settle() -> None:
         _decref(obj)
 
 
-def _binding_tuple(args: tuple) -> tuple | None:
+def _binding_tuple(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """The argument tuple the binding built for this call, or None when it cannot be told for sure."""
     if gc.get_count()[0] > _MAX_YOUNG_OBJECTS:
         return None
@@ -93,7 +93,7 @@ def _binding_tuple(args: tuple) -> tuple | None:
 
 
 def _corrected(impl: Callable[..., Any]) -> Callable[..., Any]:
-    def call(*args):
+    def call(*args: Any) -> Any:
         settle()  # earlier calls on this thread are finished; a call that is still running has not queued yet
         leaked_args = _binding_tuple(args)
         try:
@@ -109,7 +109,7 @@ def _corrected(impl: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def overload(overload_id: str, result: cel.Type, params: list, impl: Callable[..., Any] | None = None,
+def overload(overload_id: str, result: cel.Type, params: list[Any], impl: Callable[..., Any] | None = None,
              member: bool = True) -> cel.Overload:
     """`cel.Overload`, with the binding's references of each call to `impl` given back.
 
@@ -129,7 +129,7 @@ def _probe() -> None:
         return
     seen: dict[str, Any] = {}
 
-    def probe_impl(*args):
+    def probe_impl(*args: Any) -> Any:
         seen["tuple"] = _binding_tuple(args)
         seen["result"] = result = args[0] + "!"
         return result

@@ -19,7 +19,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from gpudra.cel.cost import MAX_COST  # CELSelectorExpressionMaxCost is also the runtime CostLimit
+# CELSelectorExpressionMaxCost: the limit of the compile-time estimate (gpudra.cel.cost) and the runtime CostLimit
+MAX_COST = 1_000_000
 
 COST_LIMIT_EXCEEDED = "operation cancelled: actual cost limit exceeded"
 

@@ -11,8 +11,10 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from collections.abc import Iterator
+from typing import Any
 
-from gpudra.cel.ast import checked_syntax_tree, fields, walk
+from gpudra.cel.ast import Node, checked_syntax_tree, fields, walk
 
 _PRIMITIVES = {1: "bool", 2: "int", 3: "uint", 4: "double", 5: "string", 6: "bytes"}
 _WELL_KNOWN = {1: "any", 2: "google.protobuf.Timestamp", 3: "google.protobuf.Duration"}
@@ -86,7 +88,7 @@ def _positions(payload: bytes) -> dict[int, int]:
 _EXEMPT_FROM_HOMOGENEITY = frozenset({"format"})
 
 
-def _outside_exempt_calls(node, inside: bool = False):
+def _outside_exempt_calls(node: Node | None, inside: bool = False) -> Iterator[Node]:
     """The nodes that are not within (an argument or target of) an exempt call."""
     if node is None:
         return
@@ -176,10 +178,10 @@ def invalid_time_literals(serialized: bytes) -> tuple[str, int] | None:
     return None
 
 
-_LITERAL_PROGRAMS: dict = {}
+_LITERAL_PROGRAMS: dict[str, Any] = {}  # function -> its cel-expr-python program (untyped library)
 
 
-def _literal_program(function: str):
+def _literal_program(function: str) -> Any:
     from cel_expr_python import cel
 
     if function not in _LITERAL_PROGRAMS:

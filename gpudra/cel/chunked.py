@@ -134,7 +134,7 @@ def _run(program: Any, data: dict[str, Any], source: str, bound: tuple[str, ...]
     return value
 
 
-def evaluate(runtime_source: str, data: dict[str, Any], bound: tuple[str, ...] = ()) -> bool | str | list | None:
+def evaluate(runtime_source: str, data: dict[str, Any], bound: tuple[str, ...] = ()) -> bool | str | list[Any] | None:
     """The macro's outcome (True, False, a list for map/filter, or an error message), None when this fallback does
     not apply; raises OverLimit past cel-go's cost limit. `data`: the device's activation data (and `bound`, the
     values of the enclosing macros' variables). A body that needs more than the budget is evaluated the same way
@@ -182,8 +182,8 @@ def evaluate(runtime_source: str, data: dict[str, Any], bound: tuple[str, ...] =
     return found.macro == "all"
 
 
-def _list_macro(found: Split, elements: list, data: dict[str, Any], inner: tuple[str, ...], body_program: Any,
-                predicate_program: Any) -> list | str:
+def _list_macro(found: Split, elements: list[Any], data: dict[str, Any], inner: tuple[str, ...], body_program: Any,
+                predicate_program: Any) -> list[Any] | str:
     """map/filter (cel-go parser/macro.go: the accumulated list, or the first error: `+` does not absorb one)."""
     results = []
     for position, element in enumerate(elements):
@@ -245,7 +245,7 @@ def evaluate_hoisted(runtime_source: str, data: dict[str, Any]) -> bool | str | 
     past cel-go's cost limit."""
     operations: list[tuple[int, int, str]] = []
     errors: dict[str, str] = {}
-    lists: dict[str, list] = {}
+    lists: dict[str, list[Any]] = {}
     covered_until, over_limit = -1, False
     for start, end in _macro_spans(runtime_source):
         if start < covered_until:

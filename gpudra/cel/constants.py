@@ -265,7 +265,8 @@ def literal(constant: Constant) -> str | None:
         return 'b"' + "".join(f"\\x{b:02x}" for b in value) + '"'
     if kind == "list":
         items = [literal(item) for item in value]
-        return None if any(item is None for item in items) else "[" + ", ".join(items) + "]"  # type: ignore[arg-type]
+        written = [item for item in items if item is not None]
+        return None if len(written) < len(items) else "[" + ", ".join(written) + "]"
     return None
 
 

@@ -24,17 +24,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import overload
+from typing import Any, overload
 
 from gpudra.cel.ast import Node, checked_syntax_tree, fields, walk
 from gpudra.cel import source
+from gpudra.cel.budget import MAX_COST
 from gpudra.cel.errors import CELCompileError
 from gpudra.cel.estimate import estimate
 from gpudra.cel.estimate_sizes import MAX_U64
+from gpudra.cel.library_k8s import validate_regex
 from gpudra.resourcelimits import (ATTRIBUTE_VALUES_PER_DEVICE, ATTRIBUTES_AND_CAPACITIES_PER_DEVICE,
                                    DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH, DRIVER_NAME_MAX_LENGTH)
 
-MAX_COST = 1_000_000
 MAX_ATTRIBUTES = ATTRIBUTES_AND_CAPACITIES_PER_DEVICE  # attributes + capacity per device
 MAX_STRING = DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH  # DeviceAttribute string/version values
 MAX_LIST = ATTRIBUTE_VALUES_PER_DEVICE  # list-typed attribute values (all of a device's together)
@@ -348,8 +349,6 @@ def bound(serialized: bytes) -> float:
 
 def literal_regex_problems(serialized: bytes) -> list[tuple[str, str]]:
     """(pattern, RE2 error) for every constant pattern of matches/find/findAll that does not compile."""
-    from gpudra.cel.library_k8s import validate_regex
-
     problems = []
     for node in walk(checked_syntax_tree(serialized)):
         if node.kind != "call" or node.value not in ("matches", "find", "findAll"):
@@ -362,7 +361,7 @@ def literal_regex_problems(serialized: bytes) -> list[tuple[str, str]]:
     return problems
 
 
-def check(expression: str, rewritten: source.Rewritten, checked, refuse_costly: bool = True) -> tuple[int, int]:
+def check(expression: str, rewritten: source.Rewritten, checked: Any, refuse_costly: bool = True) -> tuple[int, int]:
     """Refuse expressions whose literal regex is invalid or (unless `refuse_costly` is false) whose cel-go cost
     estimate exceeds the limit; returns (cel-go's estimate, gpudra's runtime bound)."""
     serialized = checked.serialize()

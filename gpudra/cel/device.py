@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from typing import Any
+from collections.abc import Hashable
 
 from gpudra.quantity import Quantity, QuantityError
 from gpudra.semver import SemverError, parse_semver
@@ -29,14 +30,15 @@ class DeviceInput:
         # Selector.evaluate remembers its outcome per device: a selector's result on a device never
         # changes, schedulers ask the same question many times, and an evaluation that calls into
         # Python costs far more than a lookup.
-        self.results: dict = {}
+        self.results: dict[tuple[str, tuple[object, ...], bool], bool | str] = {}  # Selector._key -> outcome
         self._activation = None
 
     @property
     def device(self) -> dict[str, Any]:
-        return self.data["device"]
+        device: dict[str, Any] = self.data["device"]  # set by device_input
+        return device
 
-    def activation(self, env):
+    def activation(self, env: Any) -> Any:
         # A pre-built Activation is about twice as fast to evaluate as a fresh dict.
         if self._activation is None:
             self._activation = env.Activation(self.data)
@@ -54,7 +56,7 @@ def split_qualified_name(driver: str, name: str) -> tuple[str, str]:
     return domain, identifier
 
 
-def _version(name: str, text: Any):
+def _version(name: str, text: Any) -> Any:
     try:
         return _runtime_semver(text) if isinstance(text, str) else V.runtime_semver(parse_semver(text))
     except SemverError as error:
@@ -66,7 +68,7 @@ def _runtime_semver(text: str) -> str:
     return V.runtime_semver(parse_semver(text))
 
 
-def _attribute_value(name: str, attribute: Any, list_type_attributes: bool):
+def _attribute_value(name: str, attribute: Any, list_type_attributes: bool) -> Any:
     if isinstance(attribute, dict):
         for kind in _SCALAR_KINDS:
             value = attribute.get(kind)
@@ -81,7 +83,7 @@ def _attribute_value(name: str, attribute: Any, list_type_attributes: bool):
     raise ValueError(f"attribute {name}: unsupported attribute value")
 
 
-def _capacity_value(name: str, capacity: Any):
+def _capacity_value(name: str, capacity: Any) -> Any:
     value: Any = capacity.get("value") if isinstance(capacity, dict) else capacity
     try:
         return V.parse_runtime_quantity(value) if isinstance(value, str) else V.runtime_quantity(Quantity.parse(value))
@@ -89,11 +91,11 @@ def _capacity_value(name: str, capacity: Any):
         raise ValueError(f"capacity {name}: {error}") from None
 
 
-def _mapping(value: Any) -> dict:
+def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _converted(driver: str, device: dict[str, Any], list_type_attributes: bool):
+def _converted(driver: str, device: dict[str, Any], list_type_attributes: bool) -> Any:
     """(attributes, capacity, error) as CEL sees them."""
     attributes: dict[str, dict[str, Any]] = {}
     capacity: dict[str, dict[str, Any]] = {}
@@ -204,7 +206,7 @@ def _read_names(driver: str, reads: tuple[tuple[str, ...], ...]) -> tuple[tuple[
 
 
 def device_projection(driver: str, device: Any, reads: tuple[tuple[str, ...], ...],
-                      plain_names: bool = False) -> tuple | None:
+                      plain_names: bool = False) -> tuple[Hashable, ...] | None:
     """What a selector with these reads (gpudra.cel.reads) sees of the device, as a hashable key, or None when
     the device's data cannot be keyed. Two devices without conversion error (input_facts) and with equal keys give
     the selector the same outcome. `plain_names`: input_facts found every name a string (then names are looked up,

@@ -17,6 +17,7 @@ regex find/findAll, `includes`, URL, IP, CIDR and format in Python (library_k8s.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
@@ -39,7 +40,7 @@ extensions:
 """
 
 
-def _extensions(runtime: bool, features: CelEnvironment) -> list:
+def _extensions(runtime: bool, features: CelEnvironment) -> list[Any]:
     return [
         ext_strings.ExtStrings(),
         ext_optional.ExtOptional(),

@@ -95,7 +95,7 @@ class _Coster:
         self.types = _type_map(payload)
         self.overloads = _references(payload)
         self.positions = _positions(payload)
-        self.paths: dict[int, tuple[str, ...]] = {}
+        self.paths: dict[int, tuple[str, ...] | None] = {}
         self.locals: dict[str, list[_Local]] = {}
         self.sizes: dict[int, Range] = {}
         self.entries: dict[int, _Entry] = {}
@@ -204,7 +204,7 @@ class _Coster:
             self.paths[node.id] = ("device", _DOMAIN_VARIABLES[node.value])
             return fixed(2 * SELECT_AND_IDENT_COST)
         local = self.locals.get(node.value)
-        self.paths[node.id] = local[-1].path if local else (node.value,)  # type: ignore[assignment]
+        self.paths[node.id] = local[-1].path if local else (node.value,)
         if str(node.value).startswith(HOISTED_PREFIX):
             return ZERO  # gpudra.cel.nesting's binding stands for the text it carries, costed there
         return fixed(SELECT_AND_IDENT_COST)

@@ -17,8 +17,9 @@ import math
 from dataclasses import dataclass
 
 from gpudra.cel.ast import Node
+from gpudra.resourcelimits import ATTRIBUTE_VALUES_PER_DEVICE
 from gpudra.cel.estimate_sizes import (
-    ATTRIBUTE_VALUES_PER_DEVICE, LIST_CREATE_BASE_COST, MAX_FORMAT_SIZE, MAX_NAME_FORMAT_REGEX_SIZE, MAX_U64, ONE,
+    LIST_CREATE_BASE_COST, MAX_FORMAT_SIZE, MAX_NAME_FORMAT_REGEX_SIZE, MAX_U64, ONE,
     REGEX_STRING_LENGTH_COST_FACTOR, STRING_TRAVERSAL_COST_FACTOR, UNKNOWN, Range, dra_size, fixed, kind,
     split_parameters,
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import datetime
 import re
+from typing import Any
 
 from cel_expr_python import cel
 
@@ -68,7 +69,7 @@ def dns1035_label(value: str) -> list[str]:
     return errors
 
 
-def _prefix(validator):
+def _prefix(validator: Any) -> Any:
     # the *Prefix formats validate a name prefix: a trailing '-' is allowed (it gets a suffix appended)
     return lambda value: validator(value[:-1] + "a" if value.endswith("-") else value)
 
@@ -174,12 +175,12 @@ VALIDATORS = {
 }
 
 
-def _format_errors(message, value: str) -> dict[str, list[str]]:
+def _format_errors(message: Any, value: str) -> dict[str, list[str]]:
     errors = VALIDATORS[message.s](value)
     return {"errors": errors} if errors else {}
 
 
-def _named(name: str):
+def _named(name: str) -> Any:
     return {"format": V.FormatMessage(s=name)} if name in VALIDATORS else {}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Any, Callable
 
 from cel_expr_python import cel
 
@@ -30,7 +31,8 @@ LIST_DYN = T.List(T.DYN)
 _QUANTITY_FORMAT_ERROR = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
 
 
-def _overload(overload_id, result, params, impl=None, member=True):
+def _overload(overload_id: str, result: Any, params: list[Any], impl: Callable[..., Any] | None = None,
+              member: bool = True) -> Any:
     return binding.overload(overload_id, result, params, None if impl is None else metered(impl), member)
 
 
@@ -38,7 +40,7 @@ def _overload(overload_id, result, params, impl=None, member=True):
 _QUANTITY_SHAPE = re.compile(r"[+-]?[0-9.]+[eEinumkKMGTP]*[-+]?[0-9]*")
 
 
-def _quantity(text: str):
+def _quantity(text: str) -> Any:
     try:
         return V.parse_runtime_quantity(text)
     except QuantityError as error:
@@ -60,20 +62,20 @@ def _is_quantity(text: str) -> bool:
     return True
 
 
-def _as_integer(message) -> int:
+def _as_integer(message: Any) -> int:
     value = V.quantity_of(message).as_int()
     if value is None:
         raise ValueError("cannot convert value to integer")
     return value
 
 
-def _add(message, other):
+def _add(message: Any, other: Any) -> Any:
     quantity = V.quantity_of(message)
     result = quantity.add(other) if isinstance(other, int) else quantity.add(V.quantity_of(other))
     return V.runtime_quantity(_check_quantity_range(result), pointer=True)
 
 
-def _sub(message, other):
+def _sub(message: Any, other: Any) -> Any:
     quantity = V.quantity_of(message)
     result = quantity.sub(other) if isinstance(other, int) else quantity.sub(V.quantity_of(other))
     return V.runtime_quantity(_check_quantity_range(result), pointer=True)
@@ -88,23 +90,23 @@ def _check_quantity_range(quantity: Quantity) -> Quantity:
 
 # ----- semver -----------------------------------------------------------------------------------------
 @lru_cache(maxsize=1024)
-def _semver_value(text: str, normalize: bool):
+def _semver_value(text: str, normalize: bool) -> Any:
     try:
         return V.runtime_semver(parse_semver(text, normalize))
     except SemverError as error:
         raise ValueError(str(error)) from None
 
 
-def _semver(text: str):
+def _semver(text: str) -> Any:
     return _semver_value(text, False)
 
 
-def _semver_normalized(text: str, normalize: bool):
+def _semver_normalized(text: str, normalize: bool) -> Any:
     return _semver_value(text, bool(normalize))
 
 
 # ----- shared ordering of Quantity and Semver -----------------------------------------------------------
-def _compare(left, right) -> int:
+def _compare(left: Any, right: Any) -> int:
     if V.is_runtime_quantity(left) and V.is_runtime_quantity(right):
         return V.quantity_of(left).cmp(V.quantity_of(right))
     if V.is_runtime_semver(left) and V.is_runtime_semver(right):
@@ -113,7 +115,7 @@ def _compare(left, right) -> int:
 
 
 # ----- Kubernetes lists library ------------------------------------------------------------------------
-def cel_equal(left, right) -> bool:
+def cel_equal(left: Any, right: Any) -> bool:
     """CEL equality on converted Python values (bool is not a number; numbers compare across types)."""
     if isinstance(left, bool) or isinstance(right, bool):
         return isinstance(left, bool) and isinstance(right, bool) and left == right
@@ -129,10 +131,10 @@ def cel_equal(left, right) -> bool:
         return bytes(left) == bytes(right)
     if type(left) is not type(right):
         return False
-    return left == right
+    return bool(left == right)
 
 
-def _sort_key(value):
+def _sort_key(value: Any) -> Any:
     # Kubernetes' Semver and Quantity are not traits.Comparer: isSorted/min/max refuse them
     # (k8s.io/apiserver pkg/cel/library/lists.go)
     if V.is_runtime_quantity(value) or V.is_runtime_semver(value):
@@ -146,7 +148,7 @@ def _sort_key(value):
     return value
 
 
-def _comparable(values):
+def _comparable(values: Any) -> Any:
     keys = [_sort_key(value) for value in values]
     kinds = {("number" if isinstance(k, (int, float)) and not isinstance(k, bool) else type(k)) for k in keys}
     if len(kinds) > 1:
@@ -154,12 +156,12 @@ def _comparable(values):
     return keys
 
 
-def _is_sorted(values) -> bool:
+def _is_sorted(values: Any) -> bool:
     keys = _comparable(values)
     return all(not keys[i + 1] < keys[i] for i in range(len(keys) - 1))
 
 
-def _sum(values):
+def _sum(values: Any) -> Any:
     if not values:
         return 0
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
@@ -173,7 +175,7 @@ def _sum(values):
     return float(sum(values))
 
 
-def _extreme(values, pick_max: bool):
+def _extreme(values: Any, pick_max: bool) -> Any:
     if not values:
         raise ValueError(f"{'max' if pick_max else 'min'} called on empty list")
     keys = _comparable(values)
@@ -184,14 +186,14 @@ def _extreme(values, pick_max: bool):
     return values[best]
 
 
-def _index_of(values, item) -> int:
+def _index_of(values: Any, item: Any) -> int:
     for index, value in enumerate(values):
         if cel_equal(value, item):
             return index
     return -1
 
 
-def _last_index_of(values, item) -> int:
+def _last_index_of(values: Any, item: Any) -> int:
     for index in range(len(values) - 1, -1, -1):
         if cel_equal(values[index], item):
             return index
@@ -201,7 +203,7 @@ def _last_index_of(values, item) -> int:
 MAX_ATTRIBUTE_VALUES = ATTRIBUTE_VALUES_PER_DEVICE  # includesFunc's bound: ResourceSliceMaxAttributeValuesPerDevice
 
 
-def _includes(target, item) -> bool:
+def _includes(target: Any, item: Any) -> bool:
     """DRA's includesFunc (dynamic-resource-allocation cel/compile.go): a list includes an equal element (a list
     longer than an attribute may be is refused), any other value is compared with the argument."""
     if isinstance(target, (list, tuple)):
@@ -244,12 +246,12 @@ def _range_over_limit(count: int) -> int:
 
 
 # ----- map builders behind transformMap / transformMapEntry (see source.rewrite_map_transforms) -----
-def _map_key(key):
+def _map_key(key: Any) -> Any:
     # Python would merge 1, 1.0 and True into one dict key; CEL keeps bool apart from numbers.
     return ("bool", key) if isinstance(key, bool) else key
 
 
-def _map_from_entries(entries):
+def _map_from_entries(entries: Any) -> Any:
     result = {}
     seen = set()
     for key, value in entries:
@@ -261,7 +263,7 @@ def _map_from_entries(entries):
     return result
 
 
-def _merge_maps(maps):
+def _merge_maps(maps: Any) -> Any:
     result = {}
     seen = set()
     for entry in maps:
@@ -488,7 +490,7 @@ def ordering_declarations(runtime: bool = False) -> list[cel.FunctionDecl]:
     bool_, int_ = T.BOOL, T.INT
     quantity = T.STRING if runtime else QUANTITY
 
-    def semver(overload_id, result):  # declaration only; at runtime both are strings, one overload
+    def semver(overload_id: Any, result: Any) -> Any:  # declaration only; at runtime both are strings, one overload
         return [] if runtime else [_overload(overload_id, result, [SEMVER, SEMVER])]
     return [
         cel.FunctionDecl(

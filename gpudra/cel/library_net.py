@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import ipaddress
 from functools import lru_cache
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
+from typing import Any, Callable
 
 from cel_expr_python import cel
 
@@ -25,7 +26,8 @@ CIDR = T(V.CIDR_TYPE)
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-def _overload(overload_id, result, params, impl=None, member=True):
+def _overload(overload_id: str, result: Any, params: list[Any], impl: Callable[..., Any] | None = None,
+              member: bool = True) -> Any:
     return binding.overload(overload_id, result, params, None if impl is None else metered(impl), member)
 
 
@@ -43,7 +45,7 @@ def parse_address(text: str) -> Address:
     return address
 
 
-def _ip(text: str):
+def _ip(text: str) -> Any:
     return V.IPMessage(s=str(parse_address(text)))
 
 
@@ -59,7 +61,7 @@ def _is_canonical(text: str) -> bool:
     return str(parse_address(text)) == text
 
 
-def _address(message) -> Address:
+def _address(message: Any) -> Address:
     return parse_address(message.s)
 
 
@@ -90,7 +92,7 @@ def parse_prefix(text: str) -> tuple[Address, int]:
     return address, int(length_text)
 
 
-def _cidr(text: str):
+def _cidr(text: str) -> Any:
     address, length = parse_prefix(text)
     return V.CIDRMessage(s=f"{address}/{length}")
 
@@ -103,36 +105,36 @@ def _is_cidr(text: str) -> bool:
     return True
 
 
-def _network(message) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+def _network(message: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     address, length = parse_prefix(message.s)
     return ipaddress.ip_network(f"{address}/{length}", strict=False)
 
 
-def _contains_ip(message, other) -> bool:
+def _contains_ip(message: Any, other: Any) -> bool:
     address = parse_address(other) if isinstance(other, str) else _address(other)
     network = _network(message)
     return address.version == network.version and address in network
 
 
-def _contains_cidr(message, other) -> bool:
+def _contains_cidr(message: Any, other: Any) -> bool:
     inner = _network(_cidr(other) if isinstance(other, str) else other)
     outer = _network(message)
     return inner.version == outer.version and inner.subnet_of(outer)  # type: ignore[arg-type]  # versions equal
 
 
-def _cidr_ip(message):
+def _cidr_ip(message: Any) -> Any:
     address, _ = parse_prefix(message.s)
     return V.IPMessage(s=str(address))
 
 
-def _masked(message):
+def _masked(message: Any) -> Any:
     network = _network(message)
     return V.CIDRMessage(s=f"{network.network_address}/{network.prefixlen}")
 
 
 # ----- URL ------------------------------------------------------------------------------------------------
 @lru_cache(maxsize=1024)
-def _split_url(text: str):
+def _split_url(text: str) -> SplitResult:
     try:
         parts = urlsplit(text)
     except ValueError as error:
@@ -143,7 +145,7 @@ def _split_url(text: str):
     return parts
 
 
-def _url(text: str):
+def _url(text: str) -> Any:
     _split_url(text)
     return V.URLMessage(s=text)
 
@@ -156,14 +158,14 @@ def _is_url(text: str) -> bool:
     return True
 
 
-def _hostname(message) -> str:
+def _hostname(message: Any) -> str:
     netloc = _split_url(message.s).netloc.rpartition("@")[2]
     if netloc.startswith("["):
         return netloc[1 : netloc.find("]")] if "]" in netloc else netloc
     return netloc.partition(":")[0]
 
 
-def _port(message) -> str:
+def _port(message: Any) -> str:
     netloc = _split_url(message.s).netloc.rpartition("@")[2]
     if netloc.startswith("["):
         rest = netloc[netloc.find("]") + 1 :] if "]" in netloc else ""
@@ -171,14 +173,14 @@ def _port(message) -> str:
     return netloc.partition(":")[2]
 
 
-def _query(message) -> dict[str, list[str]]:
+def _query(message: Any) -> dict[str, list[str]]:
     return parse_qs(_split_url(message.s).query, keep_blank_values=True)
 
 
 NET_STRING = "__gpudra_net_string"
 
 
-def _net_string(message) -> str:
+def _net_string(message: Any) -> str:
     return str(message.s)
 
 

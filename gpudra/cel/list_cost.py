@@ -30,7 +30,7 @@ import re
 from cel_expr_python import cel
 
 from gpudra.cel import binding, budget
-from gpudra.cel.source import Rewritten, apply_operations, receiver_start, tokenize, top_level_arguments
+from gpudra.cel.source import Rewritten, Token, apply_operations, receiver_start, tokenize, top_level_arguments
 
 BUILD_IN_ONE_GO = 200  # cel-cpp's arena holds n²/2 copied elements (about 0.6 MB at 200; 32 MB for all its 10,000 iterations)
 FUNCTION = "__gpudra_list_cost"
@@ -50,7 +50,7 @@ _WRAPPED = re.compile(
 )
 
 
-def _kind(tokens, index: int) -> int | None:
+def _kind(tokens: list[Token], index: int) -> int | None:
     """The charge kind of the call at token `index` (`R.name(…)`), or None."""
     kind = _KINDS.get(tokens[index].text)
     if kind is None or index < 2 or tokens[index - 1].text != "." or index + 1 >= len(tokens):

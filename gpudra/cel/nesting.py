@@ -18,8 +18,9 @@ parse in Kubernetes but not in cel-cpp. Doubled parentheses are dropped (gpudra.
 """
 
 from __future__ import annotations
+from typing import Callable
 
-from gpudra.cel.source import Rewritten, Token, apply_operations, tokenize
+from gpudra.cel.source import Rewritten, Token, apply_operations, compose, tokenize
 
 HOISTED_PREFIX = "__gpudra_h"
 _CHAIN_LIMIT = 32  # cel-cpp parses a chain of 32 terms, not 33
@@ -282,22 +283,22 @@ def _hoist_one(source: str, counter: int) -> Rewritten | None:
 
 def flatten(source: str) -> Rewritten:
     """`source` with long chains split and deep closed groups hoisted; unchanged when nothing is too deep."""
-    from gpudra.cel.source import _compose
-
     rewritten = Rewritten(source, tuple(range(len(source))))
     counter = [0]
     for _ in range(8):  # a split tail or inner chain may itself be long: until nothing changes
         before = rewritten.text
-        for step in (lambda text: split_long_chains(text, _ADDITIVE, counter),
-                     lambda text: split_long_chains(text, _MULTIPLICATIVE, counter),
-                     lambda text: split_long_conditionals(text, counter),
-                     lambda text: split_long_postfix_chains(text, counter)):
-            rewritten = _compose(rewritten, step(rewritten.text))
+        steps: tuple[Callable[[str], Rewritten], ...] = (
+                lambda text: split_long_chains(text, _ADDITIVE, counter),
+                lambda text: split_long_chains(text, _MULTIPLICATIVE, counter),
+                lambda text: split_long_conditionals(text, counter),
+                lambda text: split_long_postfix_chains(text, counter))
+        for step in steps:
+            rewritten = compose(rewritten, step(rewritten.text))
         if rewritten.text == before:
             break
     for number in range(1000, 1016):  # each pass hoists one group (names apart from the chains')
         hoisted = _hoist_one(rewritten.text, number)
         if hoisted is None:
             break
-        rewritten = _compose(rewritten, hoisted)
+        rewritten = compose(rewritten, hoisted)
     return rewritten

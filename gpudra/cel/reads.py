@@ -5,7 +5,7 @@ read a few fixed places (`device.driver`, `device.attributes["d"].x`, `device.ca
 that one driver publishes agree in those places up to names and UUIDs: evaluating once per distinct projection
 instead of once per device gives the same outcomes (gpudra.allocator.selection keys its cache on it).
 
-The reads are taken from the tree cel-expr-python checked, after source.adapt's rewrite of
+The reads are taken from the tree cel-expr-python checked, after adaptation.adapt's rewrite of
 `device.attributes["d"]` into `ATTRIBUTES_VARIABLE[?"d"].orValue(NO_ATTRIBUTES_VARIABLE)`. Every use of the
 device's data must be one of the recognised shapes; any other (a whole domain map iterated or tested with `in`,
 a key that is not a literal, `has(device.attributes…)` left unrewritten) makes the expression "dynamic" (None):

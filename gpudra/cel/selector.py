@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import astuple
 from functools import lru_cache
+from typing import Any
 
 from cel_expr_python import cel
 
@@ -15,7 +16,8 @@ from gpudra.cel.environment import checking_env, checking_env_with, runtime_env,
 from gpudra.cel.errors import CELCompileError, CELRuntimeError
 from gpudra.cel.reads import device_reads
 from gpudra.cel.release import CelEnvironment, cel_environment
-from gpudra.cel.source import (adapt, apply_operations, caret_report, line_column, offset_of, tokenize,
+from gpudra.cel.adaptation import adapt
+from gpudra.cel.source import (Rewritten, apply_operations, caret_report, line_column, offset_of, tokenize,
                                top_level_arguments)
 
 MAX_EXPRESSION_BYTES = 10 * 1024  # CELSelectorExpressionMaxLength
@@ -71,7 +73,7 @@ class Selector:
     __slots__ = ("expression", "environment", "estimated_cost", "runtime_bound", "reads", "refused", "_program",
                  "_env", "_key", "_runtime_source", "literal_calls")
 
-    def __init__(self, expression: str, environment: CelEnvironment, program, estimated_cost: int,
+    def __init__(self, expression: str, environment: CelEnvironment, program: Any, estimated_cost: int,
                  reads: tuple[tuple[str, ...], ...] | None = None, stored: bool = False, refused: bool = False,
                  runtime_source: str = "", runtime_bound: int | None = None,
                  literal_calls: tuple[tuple[str, str, int], ...] = ()):
@@ -211,7 +213,7 @@ def _first_segment_of_qualified_name(expression: str, message: str, offset: int)
     return message, offset
 
 
-def _compile_error(expression: str, rewritten, raw: str) -> CELCompileError:
+def _compile_error(expression: str, rewritten: Rewritten, raw: str) -> CELCompileError:
     issues = list(_ISSUE.finditer(raw))
     if not issues:
         message = _clean_compile_message(_STATUS_PREFIX.sub("", raw.strip()))
@@ -230,7 +232,7 @@ def _compile_error(expression: str, rewritten, raw: str) -> CELCompileError:
     return CELCompileError(expression, first_message, column, line, report="\n".join(reports))
 
 
-def _result_type_allowed(checked, environment: CelEnvironment) -> str | None:
+def _result_type_allowed(checked: Any, environment: CelEnvironment) -> str | None:
     """None when the result type is bool or the attribute type (compile.go: `dyn`, or `any` with
     DRAListTypeAttributes off), else the type's name."""
     result_type = checked.return_type()
@@ -243,7 +245,7 @@ def _result_type_allowed(checked, environment: CelEnvironment) -> str | None:
     return root_type or cel_type_name(result_type)
 
 
-def _evaluation_source(expression: str, rewritten, serialized: bytes) -> str:
+def _evaluation_source(expression: str, rewritten: Rewritten, serialized: bytes) -> str:
     """`expression` as cel-cpp evaluates it: each constant conversion replaced by the value cel-go's planner
     folds it to (gpudra.cel.constants.folded_conversions), dyn operands guarded (gpudra.cel.guards)."""
     operations = guards.guard_operations(expression, rewritten, serialized)
@@ -323,7 +325,7 @@ def _compile_chain(expression: str, environment: CelEnvironment, stored: bool, c
     """A `cel.bind` chain too deep for cel-cpp's parser, checked and evaluated part by part (gpudra.cel.bind_chain)."""
     estimates: list[int] = []  # cel-go's estimate of a binding: its expression's plus its body's
 
-    def estimate_part(part: str, checked) -> None:
+    def estimate_part(part: str, checked: Any) -> None:
         estimates.append(cost_model.check(part, adapt(part), checked, refuse_costly=False)[0])
 
     try:

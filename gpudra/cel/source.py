@@ -124,7 +124,7 @@ def _optional_values(source: str) -> Rewritten:
 
 def rewrite_domain_lookups(source: str) -> Rewritten:
     values = _optional_values(source)
-    return _compose(values, _rewrite_domain_lookups(values.text))
+    return compose(values, _rewrite_domain_lookups(values.text))
 
 
 def _rewrite_domain_lookups(source: str) -> Rewritten:
@@ -512,32 +512,11 @@ def collapse_redundant_parentheses(source: str) -> Rewritten:
     return apply_operations(source, operations)
 
 
-def _compose(first: Rewritten, second: Rewritten) -> Rewritten:
+def compose(first: Rewritten, second: Rewritten) -> Rewritten:
+    """`second` (a rewrite of `first.text`) with its positions mapped back to `first`'s source."""
     if second.text == first.text:
         return first
     return Rewritten(second.text, tuple(first.original_offset(offset) for offset in second.origin))
-
-
-def adapt(source: str, runtime: bool = False, semver_normalize: bool = True, wrap_lists: bool = True) -> Rewritten:
-    """Every source-level adaptation, with positions mapped back to `source`; `runtime` gives the text
-    for the evaluation environment (constant values folded to their tagged-string form, list-building macros
-    wrapped by gpudra.cel.list_cost unless `wrap_lists` is False); `semver_normalize`: the release has
-    `semver(s, normalize)` (else such a call is left to the checker)."""
-    from gpudra.cel.list_cost import wrap_ranges  # (both build on this module's tokenizer)
-    from gpudra.cel.nesting import flatten
-
-    rewritten = collapse_unary_runs(source)
-    rewritten = _compose(rewritten, collapse_redundant_parentheses(rewritten.text))
-    rewritten = _compose(rewritten, flatten(rewritten.text))
-    rewritten = _compose(rewritten, rewrite_domain_lookups(rewritten.text))
-    rewritten = _compose(rewritten, rewrite_map_transforms(rewritten.text))
-    rewritten = _compose(rewritten, rewrite_format_calls(rewritten.text))
-    if runtime:
-        rewritten = _compose(rewritten, rewrite_offset_searches(rewritten.text))
-        rewritten = _compose(rewritten, rewrite_range_bounds(rewritten.text))
-        if wrap_lists:
-            rewritten = _compose(rewritten, wrap_ranges(rewritten.text))
-    return _compose(rewritten, fold_constant_values(rewritten.text, runtime, semver_normalize))
 
 
 def offset_of(source: str, line: int, column: int) -> int:

@@ -15,6 +15,7 @@ binds `device` to a plain map with the same keys (see environment.py).
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf import struct_pb2  # noqa: F401 - registers google.protobuf.Struct in the default pool
@@ -87,7 +88,7 @@ def _build_pool() -> descriptor_pool.DescriptorPool:
 POOL = _build_pool()
 
 
-def _message_class(full_name: str):
+def _message_class(full_name: str) -> Any:
     return message_factory.GetMessageClass(POOL.FindMessageTypeByName(full_name))
 
 
@@ -100,7 +101,7 @@ FormatMessage = _message_class(FORMAT_TYPE)
 
 
 # ----- Quantity: the canonical text is the exact value in nano-units --------------------------------
-def quantity_message(quantity: Quantity):
+def quantity_message(quantity: Quantity) -> Any:
     return QuantityMessage(s=str(quantity.nanos))
 
 
@@ -109,7 +110,7 @@ def _quantity_from_nanos(text: str) -> Quantity:
     return Quantity(int(text))
 
 
-def quantity_of(value) -> Quantity:
+def quantity_of(value: Any) -> Quantity:
     """The Quantity of a runtime value (tagged string) or of a message."""
     if isinstance(value, str):
         if not value.startswith(QUANTITY_TAG):
@@ -119,7 +120,7 @@ def quantity_of(value) -> Quantity:
 
 
 # ----- Semver: canonical text without build metadata (which never takes part in comparisons) ------
-def semver_message(version: Semver):
+def semver_message(version: Semver) -> Any:
     canonical = Semver(version.major, version.minor, version.patch, version.prerelease)
     return SemverMessage(s=str(canonical))
 
@@ -129,7 +130,7 @@ def semver_of_text(text: str) -> Semver:
     return parse_semver(text)
 
 
-def semver_of(value) -> Semver:
+def semver_of(value: Any) -> Semver:
     """The Semver of a runtime value (tagged string) or of a message."""
     if isinstance(value, str):
         if not value.startswith(SEMVER_TAG):
@@ -159,12 +160,13 @@ def runtime_quantity(quantity: Quantity, pointer: bool = False) -> str:
     return QUANTITY_TAG + (POINTER_MARK if pointer else "") + str(quantity.nanos)
 
 
-def is_quantity_pointer(value) -> bool:
+def is_quantity_pointer(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(QUANTITY_TAG + POINTER_MARK)
 
 
 def runtime_semver(version: Semver) -> str:
-    return SEMVER_TAG + semver_message(version).s
+    text: str = semver_message(version).s
+    return SEMVER_TAG + text
 
 
 @lru_cache(maxsize=4096)
@@ -173,9 +175,9 @@ def parse_runtime_quantity(text: str) -> str:
     return runtime_quantity(Quantity.parse(text))
 
 
-def is_runtime_quantity(value) -> bool:
+def is_runtime_quantity(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(QUANTITY_TAG)
 
 
-def is_runtime_semver(value) -> bool:
+def is_runtime_semver(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(SEMVER_TAG)

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import click
 
 from gpudra.allocator.allocator import FILTER_TIMEOUT_S
+from gpudra.allocator.report import AllocationReport
 from gpudra.api.convert import needs_conversion, to_v1
 from gpudra.api.dump import dump_yaml_data
 from gpudra.api.load import Document
@@ -93,7 +94,7 @@ def _normalise_claim_names(names: list[str]) -> list[str]:
     return [name if "/" in name else f"default/{name}" for name in names]
 
 
-def chosen_allocations(report: dict[str, Any], mode: str, order: list[str] | None = None
+def chosen_allocations(report: AllocationReport, mode: str, order: list[str] | None = None
                        ) -> dict[str, tuple[str, dict[str, Any]]]:
     """claim key -> (node, status.allocation) the way a scheduler would commit it.
 
@@ -122,7 +123,7 @@ def chosen_allocations(report: dict[str, Any], mode: str, order: list[str] | Non
 
 
 def allocated_claims_view(
-    claims: list[dict[str, Any]], report: dict[str, Any], mode: str, order: list[str] | None = None
+    claims: list[dict[str, Any]], report: AllocationReport, mode: str, order: list[str] | None = None
 ) -> tuple[dict[str, Any], list[str]]:
     """A `kind: List` of the given pending claims with `status.allocation` set where one was found (`order`:
     --node's, see chosen_allocations)."""

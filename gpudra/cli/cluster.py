@@ -51,9 +51,12 @@ def command() -> None:
                    "etcd, kube-apiserver, kube-controller-manager and kube-scheduler, built from Go modules "
                    "(`gpudra kube build`), the nodes joined to it; use it with kubectl and the written kubeconfig. "
                    "Fixed when the cluster is created.")
+@click.option("--health-taint-effect", type=click.Choice(["NoSchedule", "NoExecute"]), default=None,
+              help="Effect of the drivers' taint on a failed GPU (default NVIDIA's NoSchedule; NoExecute: the device "
+                   "taint eviction controller evicts its pods). Fixed when the cluster is created.")
 def up_cmd(directory: str | None, nodes: str | None, racks: str | None, policy: str | None,
            kubernetes_version: str | None, features: str | None, event_ttl: int | None, control_plane: bool,
-           device_classes: bool, api_server: str | None) -> None:
+           device_classes: bool, api_server: str | None, health_taint_effect: str | None) -> None:
     """Start the cluster's drivers (or restart the ones that died) and its control plane, then let the control
     loop catch up. Prints the state directory; later commands use this cluster unless given --dir."""
     from gpudra.cluster.controller import reconcile
@@ -69,7 +72,7 @@ def up_cmd(directory: str | None, nodes: str | None, racks: str | None, policy: 
 
             kubernetes_version = release_minor()
         config = planned_config(cluster, nodes, policy, kubernetes_version, event_ttl, say, features, racks=racks,
-                                api_server=api_server)
+                                api_server=api_server, health_taint_effect=health_taint_effect)
         if config.api_server == "kubernetes":
             _up_kubernetes(cluster, config, device_classes, say)
             click.echo(cluster.path)

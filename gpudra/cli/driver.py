@@ -364,6 +364,10 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
                    "devices in the ResourceSlices and stream device health to the kubelet")
 @click.option("--additional-xids-to-ignore", envvar="ADDITIONAL_XIDS_TO_IGNORE", default="", metavar="LIST",
               help="comma-separated XIDs treated like application errors (taint effect None) besides 13,31,43,45,68,109")
+@click.option("--health-taint-effect", type=click.Choice(["NoSchedule", "NoExecute"]), default="NoSchedule",
+              show_default=True,
+              help="effect of the taint on a failed GPU (NVIDIA's NoSchedule; NoExecute: the device taint eviction "
+                   "controller evicts the pods using it)")
 @click.option("--device-taint-rules", is_flag=True,
               help="also keep one DeviceTaintRule per tainted device (resource.k8s.io v1/v1beta2/v1alpha3, whichever "
                    "the cluster serves)")
@@ -374,8 +378,14 @@ def host_driver_cmd(driver_root: str, host_driver_root: str | None, driver_versi
 @features_option()
 @click.option("--feature-gates", "feature_gates", default="", metavar="NAME=BOOL,...",
               help="NVIDIA's driver feature gates, with its names and defaults (TimeSlicingSettings, MPSSupport, "
-                   "DynamicMIG, NVMLDeviceHealthCheck, DRAListTypeAttributes, ...; AllAlpha/AllBeta). A gate whose "
-                   "feature gpudra lacks (PassthroughSupport, DeviceMetadata, ...) is accepted only as =false.")
+                   "DynamicMIG, NVMLDeviceHealthCheck, DRAListTypeAttributes, ConsumableShares, PassthroughSupport, "
+                   "DeviceMetadata, FabricManagerPartitioning; AllAlpha/AllBeta). A gate whose feature gpudra lacks "
+                   "(HostManagedIMEXDaemon, ...) is accepted only as =false.")
+@click.option("--consumable-shares", "consumable_shares", envvar="CONSUMABLE_SHARES", default="disabled",
+              show_default=True, metavar="disabled|memory|unlimited|N",
+              help="NVIDIA's consumable shares (needs --feature-gates ConsumableShares=true): GPUs and MIG devices "
+                   "allow multiple allocations, sharing `memory` (memory: each claim takes all of it unless it asks "
+                   "for less; unlimited: none unless asked) or N `shares` as well; MPS claims are refused")
 @click.option("--no-fsync", is_flag=True, hidden=True, help="skip fsync (benchmarks on slow disks only)")
 @click.option("-v", "--verbose", is_flag=True, help="log at debug level (every gRPC call, publication and health "
                                                     "event)")
@@ -383,14 +393,30 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
             claims_dir: str | None, domains_dir: str | None, domain_ready_wait_s: float, kubeconfig: str | None, in_cluster: bool, dynamic_mig: bool, healthcheck_port: int | None,
             registry_dir: str, plugins_dir: str, cdi_dir: str, driver_root: str, host_driver_root: str | None,
             cdi_hook_path: str | None, socket_group: str | None, call_deadline_s: float, metrics_port: int | None,
-            device_health: bool, additional_xids_to_ignore: str, device_taint_rules: bool,
+            device_health: bool, additional_xids_to_ignore: str, health_taint_effect: str, device_taint_rules: bool,
             rolling_update_uid: str | None, kubernetes_version: str | None, features: str, feature_gates: str,
-            no_fsync: bool, verbose: bool) -> None:
+            consumable_shares: str, no_fsync: bool, verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
     driver_name = _driver_name(driver_kind, driver_name)
     gates = _driver_gates(feature_gates, kubernetes_version, features)
+    from gpudra.gpuplugin.consumableshares import check_option, enabled as consumable_enabled
+    try:
+        consumable_shares = check_option(consumable_shares, gates.enabled("ConsumableShares"))
+    except ValueError as exc:
+        _fail(str(exc))
+    if consumable_enabled(consumable_shares):
+        if driver_kind == "compute-domain":
+            _fail("--consumable-shares is a GPU driver option; the compute-domain driver shares no device")
+        _warn_unless_consumable(kubernetes_version, features)
     dynamic_mig = _gated_flag("--dynamic-mig", "dynamic_mig", dynamic_mig, gates, "DynamicMIG")
     device_health = _gated_flag("--device-health", "device_health", device_health, gates, "NVMLDeviceHealthCheck")
+    passthrough = gates.enabled("PassthroughSupport")
+    if passthrough and device_health:  # NVIDIA's gates exclude each other: NVML cannot watch a vfio-bound GPU
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None and ctx.get_parameter_source("device_health") == click.core.ParameterSource.COMMANDLINE:
+            _fail("--device-health cannot be on with --feature-gates PassthroughSupport=true (NVIDIA's gates "
+                  "PassthroughSupport and NVMLDeviceHealthCheck are mutually exclusive)")
+        device_health = False
     if driver_kind == "compute-domain" and dynamic_mig:
         _fail("--dynamic-mig is a GPU driver option; the compute-domain driver has no MIG devices")
     chosen_backend = _published_backend(backend, profile, kubeconfig, in_cluster)
@@ -413,14 +439,21 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
                            claims_dir=claims_dir, kubeconfig=kubeconfig, in_cluster=in_cluster,
                            dynamic_mig=dynamic_mig, slice_layout=layout, healthcheck_port=healthcheck_port,
                            numa_list=gates.enabled("DRAListTypeAttributes"),
-                           sharing_strategies=gates.sharing_strategies(), fsync=not no_fsync,
+                           sharing_strategies=gates.sharing_strategies(), consumable_shares=consumable_shares,
+                           passthrough=passthrough and driver_kind != "compute-domain",
+                           device_metadata=gates.enabled("DeviceMetadata") and driver_kind != "compute-domain",
+                           fabric_partitions=gates.enabled("FabricManagerPartitioning")
+                           and driver_kind != "compute-domain",
+                           fsync=not no_fsync,
                            registry_dir=registry_dir, plugins_dir=plugins_dir, cdi_dir=cdi_dir,
                            driver_root=driver_root, host_driver_root=host_driver_root, cdi_hook_path=cdi_hook_path,
                            socket_group=socket_group, call_deadline_s=call_deadline_s, metrics_port=metrics_port,
                            health_events=device_health, health_stream=device_health,
                            ignored_xids=parse_xid_list(additional_xids_to_ignore),
+                           health_taint_effect=health_taint_effect,
                            rolling_update_uid=rolling_update_uid, device_taint_rules=device_taint_rules,
-                           domains_dir=domains_dir, domain_ready_wait_s=domain_ready_wait_s)
+                           domains_dir=domains_dir, domain_ready_wait_s=domain_ready_wait_s,
+                           imex_dns_names=gates.enabled("IMEXDaemonsWithDNSNames"))
     try:
         agent: DriverAgent | ComputeDomainAgent
         if driver_kind == "compute-domain":
@@ -479,16 +512,31 @@ def webhook_cmd(tls_cert_file: str, tls_private_key_file: str, port: int, bind_a
 @click.option("--in-cluster", is_flag=True, help="use the pod's service account")
 @click.option("--interval", "interval_s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
               metavar="SECONDS", help="seconds between reconcile rounds over every ComputeDomain")
+@click.option("--status-from-daemons", is_flag=True,
+              help="status.nodes from what the IMEX daemons write (`driver compute-domain-daemon`): their "
+                   "ComputeDomainCliques, or with ComputeDomainCliques=false their status.nodes entries; "
+                   "default: from the daemon pods")
+@click.option("--feature-gates", "feature_gates", default="", metavar="NAME=BOOL,...",
+              help="NVIDIA's gates (ComputeDomainCliques: where the daemons write)")
 @click.option("-v", "--verbose", is_flag=True, help="log every object created, deleted or released")
-def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, interval_s: float, verbose: bool) -> None:
+def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, interval_s: float,
+                                  status_from_daemons: bool, feature_gates: str, verbose: bool) -> None:
     """Run the ComputeDomain controller against an API server (NVIDIA's CRD installed): per domain the IMEX
     daemons' DaemonSet and claim templates, status from the daemons, teardown on deletion. Runs until SIGTERM."""
     if not (kubeconfig or in_cluster):
         _fail("give --kubeconfig or --in-cluster: the controller reconciles a cluster's ComputeDomains")
     from kubernetes.config import ConfigException
 
+    from gpudra.computedomain.controller import StatusSource
+    from gpudra.gpuplugin.featuregates import FeatureGateError, parse_feature_gates
     from gpudra.kubecluster.cdcontroller import run_controller
     from gpudra.kubecluster.rest import Rest
+
+    try:
+        gates = parse_feature_gates(feature_gates)
+    except FeatureGateError as exc:
+        _fail(f"--feature-gates: {exc}")
+    source = StatusSource(daemons_write=status_from_daemons, cliques_gate=gates.enabled("ComputeDomainCliques"))
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -499,7 +547,58 @@ def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, inte
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        run_controller(rest, stop, interval_s)
+        run_controller(rest, stop, interval_s, source)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        rest.close()
+
+
+@command.command("compute-domain-daemon")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), envvar="KUBECONFIG", help="the cluster to write to")
+@click.option("--in-cluster", is_flag=True, help="use the pod's service account")
+@click.option("--feature-gates", "feature_gates", default="", metavar="NAME=BOOL,...",
+              help="NVIDIA's gates; ComputeDomainCliques picks where the daemon writes")
+@click.option("--hosts-file", default=None, type=click.Path(dir_okay=False),
+              help="keep the clique's IP -> compute-domain-daemon-NNNN lines here (NVIDIA writes /etc/hosts); "
+                   "with IMEXDaemonsWithDNSNames only")
+@click.option("--interval", "interval_s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              metavar="SECONDS", help="seconds between rounds")
+@click.option("-v", "--verbose", is_flag=True, help="log every write")
+def compute_domain_daemon_cmd(kubeconfig: str | None, in_cluster: bool, feature_gates: str, hosts_file: str | None,
+                              interval_s: float, verbose: bool) -> None:
+    """The IMEX daemon's bookkeeping (NVIDIA's cmd/compute-domain-daemon, without the IMEX process): lists this
+    node in its own ComputeDomain's status.nodes, or in its ComputeDomainClique, follows its pod's readiness,
+    and takes itself off at SIGTERM. Who it is comes from NVIDIA's environment (COMPUTE_DOMAIN_UUID/NAME/
+    NAMESPACE, CLIQUE_ID, NODE_NAME, POD_IP, POD_NAME, POD_UID, POD_NAMESPACE, MAX_NODES_PER_IMEX_DOMAIN)."""
+    if not (kubeconfig or in_cluster):
+        _fail("give --kubeconfig or --in-cluster: the daemon writes to a cluster's API server")
+    from kubernetes.config import ConfigException
+
+    from gpudra.gpuplugin.featuregates import FeatureGateError, parse_feature_gates
+    from gpudra.kubecluster.cddaemon import DaemonWriter, identity_from_env, run_daemon
+    from gpudra.kubecluster.rest import Rest
+
+    try:
+        gates = parse_feature_gates(feature_gates)
+        me = identity_from_env(os.environ)
+    except FeatureGateError as exc:
+        _fail(f"--feature-gates: {exc}")
+    except ValueError as exc:
+        _fail(str(exc))
+    if hosts_file and not gates.enabled("IMEXDaemonsWithDNSNames"):
+        _fail("--hosts-file needs the IMEXDaemonsWithDNSNames feature gate")
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        rest = Rest(kubeconfig, in_cluster=in_cluster)
+    except (ConfigException, OSError, ValueError, TypeError) as exc:
+        _fail(f"cannot load the cluster configuration: {exc}")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        run_daemon(DaemonWriter(rest, me, cliques=gates.enabled("ComputeDomainCliques")), stop, interval_s,
+                   hosts_path=hosts_file)
     except KeyboardInterrupt:
         pass
     finally:
@@ -512,20 +611,31 @@ def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, inte
 @click.option("--xid", type=click.IntRange(min=0), default=None, help="an XID critical error with this number")
 @click.option("--ecc", is_flag=True, help="an uncorrectable (double-bit) ECC error")
 @click.option("--gpu-lost", is_flag=True, help="the GPU fell off the bus")
+@click.option("--clear", is_flag=True, help="the error cleared (with --xid N: that XID): removes the taints of "
+                                            "errors that clear on their own (NVIDIA's XID catalog: IGNORE, RESTART_APP)")
+@click.option("--reset", is_flag=True, help="the GPU was reset: removes every taint but those needing a reboot "
+                                            "(XID 79, a lost or unmonitored GPU)")
 @click.option("--gi", "gi_id", type=click.IntRange(min=0), default=None, help="GPU instance ID (one MIG device)")
 @click.option("--ci", "ci_id", type=click.IntRange(min=0), default=None, help="compute instance ID (with --gi)")
 def inject_event_cmd(root: str, gpu: str | None, xid: int | None, ecc: bool,
-                     gpu_lost: bool, gi_id: int | None, ci_id: int | None) -> None:
+                     gpu_lost: bool, clear: bool, reset: bool, gi_id: int | None, ci_id: int | None) -> None:
     """Inject a GPU health event into a driver running with the simulated backend: it taints the device
-    and republishes its ResourceSlices (a GPU it does not have is logged and ignored)."""
+    (or, with --clear/--reset, removes the taints that recovery removes) and republishes its ResourceSlices
+    (a GPU it does not have is logged and ignored)."""
     from gpudra.discovery.health import HealthEvent, HealthEventError, spool_dir_for, write_spooled_event
     from gpudra.kubeletplugin.paths import DriverPaths
 
-    kinds = [k for k, on in (("xid", xid is not None), ("ecc", ecc), ("gpu-lost", gpu_lost)) if on]
-    if len(kinds) != 1:
-        _fail("give exactly one of --xid N, --ecc, --gpu-lost")
+    if clear or reset:
+        kinds = [k for k, on in (("recovered", clear), ("gpu-reset", reset), ("ecc", ecc), ("gpu-lost", gpu_lost))
+                 if on]
+        if len(kinds) != 1 or (reset and xid is not None):
+            _fail("give one of --clear [--xid N] or --reset (not with --ecc or --gpu-lost)")
+    else:
+        kinds = [k for k, on in (("xid", xid is not None), ("ecc", ecc), ("gpu-lost", gpu_lost)) if on]
+        if len(kinds) != 1:
+            _fail("give exactly one of --xid N, --ecc, --gpu-lost, --clear, --reset")
     if gpu is None and kinds[0] != "gpu-lost":
-        _fail("--gpu is required for --xid and --ecc")
+        _fail("--gpu is required for --clear and --reset" if clear or reset else "--gpu is required for --xid and --ecc")
     if ci_id is not None and gi_id is None:
         _fail("--ci needs --gi")
     state = DriverPaths(root=root).simulated_state

@@ -25,7 +25,9 @@ from gpudra.scheduler.scoring import POLICIES
                       "kubeconfig is read (read-only: nothing is changed there).")
 @cluster_options("Read a live cluster with this kubeconfig (what-if: the cluster is not changed).")
 @click.option("--policy", type=click.Choice(POLICIES), default="kube", show_default=True,
-              help="Node and device scoring: kube-scheduler's, binpack, spread, or fragmentation-aware (FGD).")
+              help="Node and device scoring: kube-scheduler's, binpack, spread, or fragmentation (FGD adapted to "
+                   "DRA: the fragmentation of the pods' own device shapes, one allocator search per shape and "
+                   "node; not simulate's fgd-reserve).")
 @output_option(help="A table of placements (wide: with the unschedulable pods' reasons per node), or every "
                     "object after scheduling (yaml stream, json List).")
 @click.option("--percentage-of-nodes-to-score", "percentage", type=click.IntRange(0, 100), default=None,
@@ -48,7 +50,7 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
     Exit 0 when every pending pod was scheduled, 1 when some could not be, 2 when the input cannot be read."""
     from gpudra.scheduler import Scheduler
     from gpudra.controllers import ManagedCluster
-    from gpudra.scheduler.render import summary, to_json, to_table, to_yaml
+    from gpudra.scheduler.render import preemption_lines, summary, to_json, to_table, to_yaml
 
     version, gates = release_and_features(kubernetes_version, features, paths, kubeconfig, context, request_timeout)
     documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=False, command="schedule")
@@ -87,6 +89,8 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
             warn(f"pod {key} is for scheduler {spec['schedulerName']!r}; not scheduled")
     if output not in ("table", "wide"):
         click.echo(summary(results), err=True)
+        for line in preemption_lines(results)[1:]:
+            click.echo(line, err=True)
         for result in results:
             if not result.scheduled:
                 click.echo(f"  {result.pod}: {result.message()}", err=True)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from gpudra.cli.errors import UsageError
 from gpudra.cli.options import features_option, kubernetes_version_option
 from gpudra.cli.output import output_option
-from gpudra.simulate.engine import ALL_POLICIES, DEFAULT_TUNE, KNOWN_POLICIES, METHODS, PATHS
+from gpudra.simulate.engine import ALL_POLICIES, DEFAULT_TUNE, KNOWN_POLICIES, METHODS, PATHS, RENAMED_POLICIES
 from gpudra.simulate.trace import BUNDLED_TRACES, DEFAULT_TRACE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpudra.simulate.results import ExperimentResult
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -36,7 +39,9 @@ def _split(values: tuple[str, ...]) -> list[str]:
 @click.option("--policy", "--policies", "policies", multiple=True, metavar="NAME",
               help=f"Scoring policies, comma-separated or repeated: {', '.join(KNOWN_POLICIES)}, or 'all' "
                    "(all but the -online variants, which learn task popularity from the tasks arrived so far) "
-                   "[default: fgd; kube with -f].")
+                   "[default: fgd; kube with -f]. fgd-reserve: FGD, its ties broken to keep scarce GPU models "
+                   "and the hosts of whole-node tasks free (the simulator's 'fragmentation' before; with -f, "
+                   "'fragmentation' is the scheduler's policy, as in gpudra schedule).")
 @click.option("--seed", type=int, default=42, show_default=True, help="First seed (the paper's are 42..51).")
 @click.option("--seeds", type=click.IntRange(1, None), default=1, show_default=True,
               help="How many seeds, from --seed on.")
@@ -58,7 +63,7 @@ def _split(values: tuple[str, ...]) -> list[str]:
               help="tune: the paper's method; events: creation/deletion times of the trace.")
 @click.option("--path", "path", type=click.Choice(PATHS), default="auto", show_default=True,
               help="Which path places the pods: fast (the node model, the same placements; DRA mode, the "
-                   "paper's policies and fragmentation, simple task shapes), reference (every pod through gpudra's "
+                   "paper's policies and fgd-reserve, simple task shapes), reference (every pod through gpudra's "
                    "scheduler and allocator, 10-30x the CPU), auto: fast where it applies.")
 @click.option("--levels", default="", metavar="PERCENTS",
               help="Arrived-demand levels (% of capacity, e.g. 70,80,90,100) whose served share the table shows, "
@@ -117,6 +122,14 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
     if "all" in chosen:
         chosen = usable if manifests else list(ALL_POLICIES)
     unknown = [p for p in chosen if p not in usable]
+    renamed = [p for p in unknown if p in RENAMED_POLICIES]
+    if renamed and not manifests:
+        from gpudra.simulate.engine import SimulationError, check_trace_policy
+
+        try:
+            check_trace_policy(renamed[0])
+        except SimulationError as exc:
+            raise UsageError(str(exc)) from None
     if unknown:
         with_manifests = " with -f (the paper's policies need a trace)" if manifests else ""
         raise UsageError(f"unknown policy {unknown[0]!r}{with_manifests}; choose from {', '.join(usable)} or all")
@@ -273,17 +286,18 @@ def _nvl72(traces: tuple[str, ...], nodes_csv: str | None, manifests: tuple[str,
 WIDE_LEVELS = (70, 80, 90)  # the levels -o wide shows without --levels
 
 
-def _print(results: list[dict], output: str, levels: tuple[int, ...] = ()) -> None:
+def _print(results: "list[ExperimentResult]", output: str, levels: tuple[int, ...] = ()) -> None:
     from gpudra.cli.output import echo_experiments
     from gpudra.simulate.report import summary_csv
     from gpudra.simulate.sweep import summarize
 
     shown = levels or (WIDE_LEVELS if output == "wide" else ())
-    echo_experiments(results, output, lambda rows: summarize(rows, shown),
+    # -o json/yaml print each experiment's JSON form; the table and CSV summarize the records themselves
+    echo_experiments([r.to_json() for r in results], output, lambda _: summarize(results, shown),
                      lambda rows: summary_csv(rows, shown), lambda rows, wide: _table(rows, wide, shown))
 
 
-def _write(results: list[dict], out_dir: str) -> None:
+def _write(results: "list[ExperimentResult]", out_dir: str) -> None:
     from gpudra.simulate.report import write_outputs
 
     try:
@@ -357,18 +371,18 @@ def _reason(exc: OSError) -> str:
     return reason[:1].lower() + reason[1:]  # "not a directory", as the loader words it
 
 
-def _empty_column_notes(results: list[dict], tune: float) -> list[str]:
+def _empty_column_notes(results: "list[ExperimentResult]", tune: float) -> list[str]:
     """Why a row's columns at 100% arrived demand are empty, once per (trace, mode, policy)."""
     notes: dict[str, str] = {}
     for r in results:
-        key = f"{r['trace']} {r['mode']} {r['policy']}"
-        if r.get("allocation_ratio") is not None or key in notes:
+        key = f"{r.trace} {r.mode} {r.policy}"
+        if r.allocation_ratio is not None or key in notes:
             continue
-        if r.get("method") == "events":
+        if r.method == "events":
             notes[key] = (f"{key}: --method events has no arrived-demand axis, so nothing is measured at 100%; "
-                          f"peak allocation {r.get('peak_allocation_ratio')}% (-o json has the series over time)")
-        elif r.get("method") == "tune":
-            reached = max((r.get("series") or {}).get("arrived_percent") or [0])
+                          f"peak allocation {r.peak_allocation_ratio}% (-o json has the series over time)")
+        elif r.method == "tune":
+            reached = max(r.series_points("arrived_percent") or [0])
             notes[key] = (f"{key}: the arrived GPU demand reached {reached}% of capacity (--tune {tune:g}), "
                           "so nothing is measured at 100%; raise --tune above 1")
     return list(notes.values())
@@ -446,10 +460,10 @@ class SweepProgress:
             self.bar.update(done - self.last)
             self.last = done
 
-    def experiment_done(self, index: int, done: int, total: int, result: dict) -> None:
+    def experiment_done(self, index: int, done: int, total: int, result: "ExperimentResult") -> None:
         from gpudra.simulate.budget import duration
 
-        self.clock.finished(index, float(result.get("seconds") or 0.0))
+        self.clock.finished(index, result.seconds)
         if total <= 1:
             return
         elapsed = time.monotonic() - self.started
@@ -462,7 +476,7 @@ class SweepProgress:
         else:
             e = self.experiments[index]
             click.echo(f"[{done}/{total}] {e.source.name} {e.mode} {e.policy} seed {e.seed}: "
-                       f"{duration(float(result.get('seconds') or 0.0))}"
+                       f"{duration(result.seconds)}"
                        + (f"; about {duration(left)} left" if done < total else ""), err=True)
 
     def close(self) -> None:

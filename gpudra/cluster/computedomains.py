@@ -8,7 +8,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from gpudra.computedomain.controller import DOMAIN_LABEL, FINALIZER, DomainPlan, World, orphans, plan, stale_labels
+from gpudra.computedomain.controller import (DOMAIN_LABEL, FINALIZER, FROM_DAEMON_PODS, DomainPlan, StatusSource,
+                                             World, orphans, plan, stale_labels)
+from gpudra.computedomain.daemonstatus import CLIQUE_KIND
 from gpudra.api.schema.computedomain import KIND
 
 from .store import Store, StoreError
@@ -21,17 +23,22 @@ Event = Callable[[dict[str, Any], str, str, str, str], None]
 Step = Callable[[str, str], None]
 
 
-def world_of(store: Store) -> World:
+def world_of(store: Store, source: StatusSource = FROM_DAEMON_PODS) -> World:
+    """The objects the controller reads; the ComputeDomainCliques only where the daemons write them (the local
+    cluster's store has no such kind: its daemons are pods on paper)."""
+    cliques = store.list(CLIQUE_KIND) if source.daemons_write and source.cliques_gate else []
     return World(nodes=store.list("Node"), templates=store.list("ResourceClaimTemplate"),
-                 daemonsets=store.list("DaemonSet"), pods=store.list("Pod"), claims=store.list("ResourceClaim"))
+                 daemonsets=store.list("DaemonSet"), pods=store.list("Pod"), claims=store.list("ResourceClaim"),
+                 cliques=cliques)
 
 
-def reconcile_compute_domains(store: Store, event: Event, step: Step) -> bool:
+def reconcile_compute_domains(store: Store, event: Event, step: Step,
+                              source: StatusSource = FROM_DAEMON_PODS) -> bool:
     """One pass over every ComputeDomain; True when it changed the store."""
     domains = store.list(KIND)
     changed = False
     for domain in domains:
-        result = plan(domain, world_of(store))  # re-read: an earlier domain's writes count
+        result = plan(domain, world_of(store, source), source)  # re-read: an earlier domain's writes count
         changed |= _apply(store, domain, result, event, step)
     uids = {str(d["metadata"].get("uid")) for d in domains}
     for node in stale_labels(uids, store.list("Node")):
@@ -59,6 +66,11 @@ def _apply(store: Store, domain: dict[str, Any], result: DomainPlan, event: Even
     changed |= _delete_and_release(store, result, where, step)
     for reason, message in result.problems:
         _warn_once(store, domain, reason, message, event)
+    for obj in result.replace:  # a clique without its stale daemons (cleanupClique)
+        if _replace(store, obj):
+            step("computedomain", f"computedomain {where}: stale daemons taken off {obj['kind']} "
+                 f"{obj['metadata'].get('namespace')}/{obj['metadata'].get('name')}")
+            changed = True
     if result.domain is None:
         gone = dict(domain, metadata={**meta, "finalizers": [f for f in meta.get("finalizers") or []
                                                             if f != FINALIZER]})

@@ -20,19 +20,21 @@ import json
 import os
 import threading
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 from gpudra.copying import copy_object
 from gpudra.scheduler import Scheduler
 from gpudra.controllers import ManagedCluster
-from gpudra.scheduler.state import claim_allocation, is_terminal, reserved_for
-from gpudra.api.objectmeta import key_of
+from gpudra.scheduler.state import claim_allocation, reserved_for
+from gpudra.api.objectmeta import is_terminal, key_of
 from gpudra.controllers.workloads import POD_CLAIM_NAME_ANNOTATION
 from gpudra.scheduler.dra import EXTENDED_RESOURCE_CLAIM_ANNOTATION
 from gpudra.versions import parse_version
 
 from .computedomains import reconcile_compute_domains
 from gpudra.controllers.deployments import current_replica_set
+from gpudra.controllers import devicetainteviction
 
 from .deployments import reconcile_deployments
 from .kubelet import (Kubelet, allocated_resources_status, extended_claim_name, resource_health_enabled,
@@ -50,7 +52,15 @@ CLAIM_CONTROLLER = "resource-claim-controller"
 Step = Callable[[str, str], None]
 
 
-_held = threading.local()  # lock files this thread holds, with their depth: `holding` is re-entrant
+class _HeldLocks(threading.local):
+    """The lock files this thread holds, with their depth: `holding` is re-entrant. A `threading.local` subclass
+    runs `__init__` once per thread, so every thread starts with its own empty `depths`."""
+
+    def __init__(self) -> None:
+        self.depths: dict[str, int] = {}
+
+
+_held = _HeldLocks()
 
 
 @contextmanager
@@ -58,7 +68,7 @@ def holding(cluster: ClusterDir) -> Iterator[None]:
     """The control loop's lock (re-entrant within a thread). flock is per open file, so a second open of the same
     lock file inside one process would wait for itself: the depth is counted here instead."""
     path = cluster.controller_lock()
-    depths: dict[str, int] = _held.__dict__.setdefault("depths", {})
+    depths = _held.depths
     if depths.get(path):
         depths[path] += 1
         try:
@@ -83,8 +93,13 @@ def _snapshot(obj: dict[str, Any]) -> str:
     return json.dumps(obj, sort_keys=True)
 
 
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 class ControlLoop:
-    def __init__(self, cluster: ClusterDir, step: Step | None = None):
+    def __init__(self, cluster: ClusterDir, step: Step | None = None, clock: Callable[[], datetime] = _utc_now):
+        self.clock = clock  # the time NoExecute evictions are measured against (tests move it forward)
         self.cluster = cluster
         self.store = cluster.store
         self.config = cluster.load_config()
@@ -122,6 +137,8 @@ class ControlLoop:
         replica_sets = [obj for obj in objects if obj.get("kind") == "ReplicaSet"]
         objects = [obj for obj in objects if obj.get("kind") != "Deployment"
                    or current_replica_set(obj, replica_sets) is not None]
+        if self._evict_tainted_pods(objects):
+            return True  # the device taint eviction controller deleted pods: the next round finishes them
         pods = [o for o in objects if o.get("kind") == "Pod"]
         claims_before = {key_of(o): _snapshot(o) for o in objects if o.get("kind") == "ResourceClaim"}
         pods_before = {key_of(o): _snapshot(o) for o in pods}
@@ -143,7 +160,8 @@ class ControlLoop:
             for key in new_pods:
                 self._create_pod(cluster.pods[key])
             return True
-        scheduler = Scheduler(cluster, policy=self.config.policy)
+        # no preemption in the local cluster yet: its store would have to stop and delete the victims (kubelet)
+        scheduler = Scheduler(cluster, policy=self.config.policy, preempt=False)
         results = scheduler.run()
 
         changed |= self._persist_claims(cluster, claims_before)
@@ -167,6 +185,44 @@ class ControlLoop:
                     self.event(pod, "Warning", "FailedScheduling", message, SCHEDULER)
                     self.step("unschedulable", f"pod {result.pod}: {message}")
         changed |= self._start_pods()
+        return changed
+
+    def _evict_tainted_pods(self, objects: list[dict[str, Any]] | None = None) -> bool:
+        """Delete the pods whose devices carry a NoExecute taint they no longer tolerate (DisruptionTarget condition
+        and a DeviceTaintManagerEviction event first, as kube-controller-manager's controller does). `objects`: this
+        round's objects (default: the store's)."""
+        gates, version = self.config.feature_gates(), parse_version(self.config.kubernetes_version)
+        if not devicetainteviction.eviction_enabled(gates, version):
+            return False
+        if objects is None:
+            objects = [obj for kind in MODEL_KINDS for obj in self.store.list(kind)]
+        by_kind: dict[str, list[dict[str, Any]]] = {}
+        for obj in objects:
+            by_kind.setdefault(str(obj.get("kind")), []).append(obj)
+        rules = by_kind.get("DeviceTaintRule", []) if devicetainteviction.taint_rules_enabled(gates, version) else []
+        now = self.clock()
+        evictions = devicetainteviction.pod_evictions(
+            by_kind.get("Pod", []), by_kind.get("ResourceClaim", []), by_kind.get("ResourceSlice", []), rules,
+            by_kind.get("DeviceClass", []) if rules else [],
+            rules_by_allocation=devicetainteviction.rules_match_allocations(version))
+        changed = False
+        for eviction in evictions:
+            if not eviction.due(now):
+                continue
+            namespace, name = eviction.pod.split("/", 1)
+            pod = self.store.get("Pod", namespace, name)
+            if pod is None or pod["metadata"].get("uid") != eviction.uid or pod["metadata"].get("deletionTimestamp"):
+                continue  # gone, replaced under the same name, or already going
+            self.event(pod, "Normal", devicetainteviction.EVENT_REASON, devicetainteviction.EVENT_MESSAGE,
+                       devicetainteviction.CONTROLLER_NAME)
+            pod["status"] = devicetainteviction.with_disruption_condition(pod.get("status") or {}, now)
+            self._replace(pod)
+            try:
+                self.store.delete("Pod", namespace, name)
+            except StoreError:
+                continue
+            self.step("evicted", f"pod {eviction.pod} evicted: NoExecute device taint ({'; '.join(eviction.reasons)})")
+            changed = True
         return changed
 
     def _finish_deleted_pods(self, pods: list[dict[str, Any]]) -> list[str]:
@@ -360,6 +416,6 @@ class ControlLoop:
                                    f"{', '.join(view['deviceNodes']) or 'no device'}" + (f" ({env[0]})" if env else ""))
 
 
-def reconcile(cluster: ClusterDir, step: Step | None = None) -> int:
-    return ControlLoop(cluster, step).run()
+def reconcile(cluster: ClusterDir, step: Step | None = None, clock: Callable[[], datetime] = _utc_now) -> int:
+    return ControlLoop(cluster, step, clock).run()
 

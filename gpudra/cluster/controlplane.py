@@ -20,7 +20,7 @@ from gpudra.regularfile import read_regular_file
 
 from .controller import reconcile
 from .layout import ClusterDir, ClusterSetupError
-from .nodes import process_alive, spawn, stop_process
+from .processes import process_alive, spawn, stop_process
 
 MODULE = "gpudra.cluster.controlplane"
 WATCH_INTERVAL_S = 0.2  # how often the store's resourceVersion is looked at (one small file read)

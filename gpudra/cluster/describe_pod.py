@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .printers import render_table
+from .tables import render_table
 
 INDENT = "  "
 

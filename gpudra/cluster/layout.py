@@ -51,6 +51,9 @@ class NodeSpec:
         return out
 
 
+HEALTH_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+
+
 @dataclass
 class ClusterConfig:
     nodes: list[NodeSpec] = field(default_factory=list)
@@ -64,6 +67,8 @@ class ClusterConfig:
     # "embedded": gpudra's own store and control loop; "kubernetes": the real control plane built from Go modules
     # (gpudra.kubecluster), the nodes joined to it as KWOK joins fake nodes
     api_server: str = "embedded"
+    # the effect of the drivers' taint on a failed GPU: NVIDIA's NoSchedule, or NoExecute (its pods are evicted)
+    health_taint_effect: str = "NoSchedule"
 
     def feature_gates(self) -> Any:
         """These gates as gpudra.allocator.Features (ValueError for a name gpudra does not know)."""
@@ -196,7 +201,11 @@ class ClusterDir:
                                kubernetes_version=str(data.get("kubernetesVersion", DEFAULT_KUBERNETES_VERSION)),
                                driver_name=data.get("driverName", DEFAULT_DRIVER_NAME), event_ttl_s=event_ttl_s,
                                features=str(data.get("featureGates") or "default"),
-                               api_server=str(data.get("apiServer") or "embedded"))
+                               api_server=str(data.get("apiServer") or "embedded"),
+                               health_taint_effect=str(data.get("healthTaintEffect") or "NoSchedule"))
+        if config.health_taint_effect not in HEALTH_TAINT_EFFECTS:
+            raise ClusterSetupError(f"cluster config {self.config_path}: healthTaintEffect must be one of "
+                                    f"{', '.join(HEALTH_TAINT_EFFECTS)}")
         try:
             config.feature_gates()
         except ValueError as exc:
@@ -208,7 +217,7 @@ class ClusterDir:
         data = {"apiVersion": "gpudra.local/v1", "kind": "LocalCluster", "policy": config.policy,
                 "kubernetesVersion": config.kubernetes_version, "driverName": config.driver_name,
                 "featureGates": config.features, "eventTTLSeconds": config.event_ttl_s, "apiServer": config.api_server,
-                "nodes": [n.to_dict() for n in config.nodes]}
+                "healthTaintEffect": config.health_taint_effect, "nodes": [n.to_dict() for n in config.nodes]}
         write_atomic(self.config_path, dump_yaml_data(data).encode(), mode=FILE_MODE,
                      label="cluster-config", fsync=False)
 

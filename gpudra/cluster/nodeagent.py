@@ -162,7 +162,7 @@ def main(argv: list[str]) -> int:
                            driver_name=config.driver_name, root=cluster.driver_root(node.name),
                            dynamic_mig=dynamic_mig, slice_layout=partitionable_layout(config.kubernetes_version),
                            registry_dir=REGISTRY_DIR, plugins_dir=PLUGINS_DIR,
-                           cdi_dir=CDI_DIR)
+                           cdi_dir=CDI_DIR, health_taint_effect=config.health_taint_effect)
     backend = None
     if node.nvlink_clique:  # a tray of a rack (`--racks`): its rack's clique, not the profile's
         import dataclasses

@@ -6,25 +6,23 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from typing import Callable
 
-from gpudra.atomicfile import write_atomic
 from gpudra.computedomain.controller import CLIQUE_NODE_LABEL
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
 from gpudra.kubeletplugin.paths import check_socket_path
-from gpudra.regularfile import read_regular_file, read_regular_file_tail
+from gpudra.regularfile import read_regular_file_tail
 
 from .layout import (DEFAULT_NODES, ClusterConfig, ClusterDir, ClusterSetupError, NodeSpec, forget, parse_nodes,
                      check_node_count, parse_racks, remember, remove_socket_link)
-from .store import FILE_MODE, StoreError, open_private, private_dirs
+from . import controlplane
+from .processes import POLL_S, process_alive, spawn, stop_process
+from .store import StoreError
 
 AGENT_MODULE = "gpudra.cluster.nodeagent"
 START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 10.0
 REGISTER_TIMEOUT_S = 10.0
-POLL_S = 0.02
 
 
 def node_object(node: NodeSpec, kubernetes_version: str) -> dict:
@@ -61,52 +59,9 @@ def node_drivers(node: NodeSpec, driver_name: str) -> list[str]:
     return [driver_name] + ([COMPUTE_DOMAIN_DRIVER_NAME] if node_clique(node) else [])
 
 
-def read_pid(pid_file: str) -> int | None:
-    try:
-        raw = read_regular_file(pid_file, 64)
-        return None if raw is None else int(raw.strip())
-    except (OSError, ValueError):
-        return None
-
-
-def process_alive(pid_file: str, *markers: str) -> int | None:
-    """The pid in `pid_file` if that process runs and its command line holds every marker (a recycled pid is not
-    ours); a dead child of this process is reaped on the way."""
-    pid = read_pid(pid_file)
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            args = fh.read().split(b"\0")
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
-            zombie = fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return None
-    if zombie:
-        _reap(pid)  # a process this one started and that died (killed): collect it
-        return None
-    if not all(marker.encode() in args for marker in markers):
-        return None
-    return pid
-
-
 def driver_alive(cluster: ClusterDir, node: str) -> int | None:
     """The pid of this node's driver if it runs (checked by its command line, not just the pid)."""
     return process_alive(cluster.pid_file(node), AGENT_MODULE, node)
-
-
-def spawn(cluster: ClusterDir, args: list[str], pid_file: str, log_file: str) -> subprocess.Popen:
-    """A background process of the cluster: own session (a terminal's Ctrl-C does not reach it), log file, pid file."""
-    private_dirs(os.path.dirname(pid_file))
-    log = open_private(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        # umask 077: whatever the driver and the control plane create (sockets included) is theirs alone
-        process = subprocess.Popen([sys.executable, "-m", *args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                   start_new_session=True, cwd=cluster.path, umask=0o077)
-    finally:
-        os.close(log)
-    write_atomic(pid_file, f"{process.pid}\n".encode(), mode=FILE_MODE, label="cluster-pid", fsync=False)
-    return process
 
 
 def _spawn(cluster: ClusterDir, node: NodeSpec) -> subprocess.Popen:
@@ -171,7 +126,7 @@ def register_plugin(cluster: ClusterDir, node: str, driver_name: str) -> str:
 def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, kubernetes_version: str | None,
                    event_ttl_s: int | None, say: Callable[[str], None] = lambda _: None,
                    features: str | None = None, racks: str | None = None,
-                   api_server: str | None = None) -> ClusterConfig:
+                   api_server: str | None = None, health_taint_effect: str | None = None) -> ClusterConfig:
     """What `cluster up` runs: a new cluster from the options (defaults where not given), or the cluster already in
     the directory, which it says it reuses; --policy and --event-ttl change there, its nodes, release and feature
     gates cannot (objects the API server stored under other gates would be left as they are)."""
@@ -193,6 +148,7 @@ def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, k
         config.event_ttl_s = event_ttl_s or config.event_ttl_s
         config.features = features or config.features
         config.api_server = api_server or config.api_server
+        config.health_taint_effect = health_taint_effect or config.health_taint_effect
         try:
             config.feature_gates()
         except ValueError as exc:
@@ -215,6 +171,9 @@ def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, k
     if features is not None and features != config.features:
         raise ClusterSetupError(f"{cluster.path} already holds a cluster with feature gates {config.features!r}; "
                                 f"they cannot change: {redo}")
+    if health_taint_effect is not None and health_taint_effect != config.health_taint_effect:
+        raise ClusterSetupError(f"{cluster.path} already holds a cluster whose drivers taint failed GPUs "
+                                f"{config.health_taint_effect}; it cannot change: {redo}")
     config.policy = policy or config.policy
     config.event_ttl_s = event_ttl_s or config.event_ttl_s
     say(f"reusing the local cluster in {cluster.path}: Kubernetes {config.kubernetes_version}, "
@@ -304,8 +263,6 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
             + (f"s {', '.join(drivers)}" if len(drivers) > 1 else "")
             + f" {'started' if node.name in processes else 'running'}, registered with the kubelet")
     if control_plane and config.api_server == "embedded":
-        from . import controlplane
-
         started = controlplane.start(cluster)
         say(f"control plane (controllers, scheduler, kubelets) {'started' if started else 'running'}")
     remember(cluster.path)
@@ -323,30 +280,8 @@ def _mig_layout(node: NodeSpec, config: ClusterConfig) -> str:
     return ", dynamic MIG" if dynamic else f"; no dynamic MIG in Kubernetes {config.kubernetes_version}: {note}"
 
 
-def stop_process(pid_file: str, *markers: str, sig: int = signal.SIGTERM) -> bool:
-    pid = process_alive(pid_file, *markers)
-    if pid is None:
-        return False
-    os.kill(pid, sig)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while process_alive(pid_file, *markers) is not None:
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + STOP_TIMEOUT_S
-        time.sleep(POLL_S)
-    _reap(pid)
-    return True
-
-
 def stop_driver(cluster: ClusterDir, node: str, sig: int = signal.SIGTERM) -> bool:
     return stop_process(cluster.pid_file(node), AGENT_MODULE, node, sig=sig)
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)  # our own child (started by this process): do not leave a zombie
-    except ChildProcessError:
-        pass
 
 
 def down(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> None:
@@ -357,8 +292,6 @@ def down(cluster: ClusterDir, say: Callable[[str], None] = lambda _: None) -> No
     except ClusterSetupError:
         nodes = sorted(os.listdir(os.path.join(cluster.path, "nodes"))) if os.path.isdir(
             os.path.join(cluster.path, "nodes")) else []
-    from . import controlplane
-
     if controlplane.stop(cluster):  # first, so it does not act on drivers going away
         say("control plane stopped")
     for node in nodes:

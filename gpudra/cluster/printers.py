@@ -8,13 +8,8 @@ from typing import Any, Callable
 from gpudra.api.dump import dump_yaml_data
 
 from .store import created_serial, public_view
-
-
-def render_table(headers: list[str], rows: list[list[str]]) -> str:
-    """kubectl's tabwriter layout: columns padded to their widest cell, three spaces apart, no rules."""
-    widths = [max([len(h)] + [len(str(r[i])) for r in rows]) for i, h in enumerate(headers)]
-    lines = ["   ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in [headers] + rows]
-    return "\n".join(lines) + "\n"
+from .describe_pod import describe_pod
+from .tables import render_table
 
 
 def age(timestamp: str | None, now: datetime | None = None) -> str:
@@ -156,9 +151,7 @@ def describe(obj: dict[str, Any], events: list[dict[str, Any]], *, claims: dict[
     view = public_view(obj)
     meta = view.get("metadata") or {}
     if view.get("kind") == "Pod":
-        from .describe_pod import describe_pod
-
-        return "\n".join(describe_pod(view, claims or {}, record, pod_status(obj), why) + _events(events)) + "\n"
+                return "\n".join(describe_pod(view, claims or {}, record, pod_status(obj), why) + _events(events)) + "\n"
     lines = [f"Name:         {meta.get('name', '')}"]
     if meta.get("namespace"):
         lines.append(f"Namespace:    {meta['namespace']}")

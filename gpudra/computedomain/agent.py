@@ -53,7 +53,7 @@ class ComputeDomainAgent:
         node_devices = read_node_devices(read_char_majors()) if self.backend.name == "nvml" else NodeDevices()
         self.state = ComputeDomainState(
             domains=domains, clique=self.clique, node_devices=node_devices,
-            ready_wait_s=options.domain_ready_wait_s, driver_name=options.driver_name, node_name=options.node_name,
+            ready_wait_s=options.domain_ready_wait_s, dns_names=options.imex_dns_names, driver_name=options.driver_name, node_name=options.node_name,
             backend=self.backend, paths=self.paths, claims=claims, fsync=options.fsync,
             serialize_lock=self.paths.serialize_lock if options.rolling_update_uid else None)
         self.plugin: KubeletPlugin | None = None

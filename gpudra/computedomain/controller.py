@@ -56,6 +56,7 @@ from typing import Any
 from gpudra.api.schema.computedomain import API_VERSION, KIND, NOT_READY, READY, apply_defaults
 from gpudra.device_config import CHANNEL_CONFIG, DAEMON_CONFIG
 from gpudra.computedomain.devices import CHANNEL_CLASS, DAEMON_CLASS, DRIVER_NAMESPACE, NODE_LABEL
+from gpudra.computedomain.daemonstatus import cleanup_clique, controller_status_nodes
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
 
 DRIVER_NAME = COMPUTE_DOMAIN_DRIVER_NAME
@@ -79,14 +80,29 @@ class World:
     daemonsets: list[dict[str, Any]] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
     claims: list[dict[str, Any]] = field(default_factory=list)
+    cliques: list[dict[str, Any]] = field(default_factory=list)  # ComputeDomainClique objects (daemonstatus.py)
 
+
+@dataclass(frozen=True)
+class StatusSource:
+    """Where status.nodes comes from. `daemons_write` False: from the daemon pods (the local cluster, whose daemons
+    are pods on paper); True: from what the IMEX daemons wrote themselves (`gpudra driver compute-domain-daemon`,
+    NVIDIA's daemons), their ComputeDomainCliques with NVIDIA's `ComputeDomainCliques` gate on, else the entries
+    they wrote into status.nodes (daemonstatus.controller_status_nodes)."""
+
+    daemons_write: bool = False
+    cliques_gate: bool = True
+
+
+FROM_DAEMON_PODS = StatusSource()
 
 @dataclass
 class DomainPlan:
     """What one reconcile wants done. `domain` is the ComputeDomain as it should be stored (None: its finalizer
     is removed and it goes); `create` objects that are missing; `delete` objects to delete; `release` objects
     to take the domain's finalizer off; `labels` node -> the domain label's new value (None: removed);
-    `problems` (reason, message) to report as Warning events on the domain."""
+    `problems` (reason, message) to report as Warning events on the domain; `replace` objects to write back
+    (cliques without their stale daemons)."""
 
     domain: dict[str, Any] | None
     create: list[dict[str, Any]] = field(default_factory=list)
@@ -94,6 +110,7 @@ class DomainPlan:
     release: list[Ref] = field(default_factory=list)
     labels: dict[str, str | None] = field(default_factory=dict)
     problems: list[tuple[str, str]] = field(default_factory=list)
+    replace: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -261,7 +278,7 @@ def global_status(num_nodes: int, nodes: list[dict[str, Any]]) -> str:
     return READY
 
 
-def plan(domain: dict[str, Any], world: World) -> DomainPlan:
+def plan(domain: dict[str, Any], world: World, source: StatusSource = FROM_DAEMON_PODS) -> DomainPlan:
     """One reconcile of one stored ComputeDomain (it has its uid)."""
     domain = apply_defaults(domain)
     meta = _meta(domain)
@@ -294,14 +311,31 @@ def plan(domain: dict[str, Any], world: World) -> DomainPlan:
         node = (pod.get("spec") or {}).get("nodeName")
         if node and labelled.get(node) != uid and not _meta(pod).get("deletionTimestamp"):
             result.delete.append(_ref(pod))
-    nodes = {str(_meta(n).get("name")): n for n in world.nodes}
-    entries = status_nodes(stored, [p for p in daemons if _ref(p) not in result.delete], nodes)
+    live = [p for p in daemons if _ref(p) not in result.delete]
+    if source.daemons_write:
+        entries = _written_status_nodes(stored, uid, world, live, source, result)
+    else:
+        entries = status_nodes(stored, live, {str(_meta(n).get("name")): n for n in world.nodes})
     num_nodes = spec.get("numNodes", 0) if isinstance(spec, dict) else 0
     status: dict[str, Any] = {"status": global_status(num_nodes, entries)}
     if entries:
         status["nodes"] = entries
     stored["status"] = status
     return result
+
+
+def _written_status_nodes(domain: dict[str, Any], uid: str, world: World, daemons: list[dict[str, Any]],
+                          source: StatusSource, result: DomainPlan) -> list[dict[str, Any]]:
+    """status.nodes from the daemons' own writes (controller cdstatus.go syncCD), and each of the domain's cliques
+    without the daemons whose node runs no daemon pod of the domain now (cleanupClique)."""
+    cliques = [c for c in _owned(world.cliques, uid) if _meta(c).get("namespace") == DRIVER_NAMESPACE] \
+        if source.cliques_gate else []
+    for clique in cliques:
+        cleaned = cleanup_clique(clique, daemons)
+        if cleaned is not None:
+            result.replace.append(cleaned)
+    return [n.status_node() for n in controller_status_nodes(domain, cliques, daemons,
+                                                             cliques_gate=source.cliques_gate)]
 
 
 def stale_labels(domain_uids: set[str], nodes: list[dict[str, Any]]) -> dict[str, None]:

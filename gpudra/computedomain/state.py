@@ -45,10 +45,27 @@ from .devices import (CHANNEL_TYPE, DAEMON_TYPE, DOMAINS_DIR, DRIVER_NAMESPACE, 
                             IMEX_CONFIG_TEMPLATE,
                             IMEX_CONFIG_TEMPLATE_FILE, NODES_CONFIG_FILE, NodeDevices, channel_edits, daemon_edits,
                             domain_dir, parse_device_name)
+from .dnsnames import HOSTS_FILE, dns_mappings, hosts_file, ip_nodes_config, static_nodes_config
+from .daemonstatus import MAX_NODES_PER_IMEX_DOMAIN, DaemonInfo
 from .domains import DomainError, DomainInfo, DomainSource
 from gpudra.gpuplugin.state import DeviceState
 
 READY_POLL_S = 0.5
+
+
+def imex_peer_files(domain: DomainInfo | None, clique: str, *, dns_names: bool,
+                    max_nodes: int = MAX_NODES_PER_IMEX_DOMAIN) -> dict[str, str]:
+    """The files that tell the IMEX daemon its peers, by name in the domain's directory (/imexd in the daemon).
+    With IMEXDaemonsWithDNSNames: nodes.cfg lists every DNS-style name (dnsnames.py static_nodes_config) and
+    `hosts` maps the IPs of the clique's daemons known now to their names (an entry whose index no name can have
+    is left out: upstream's daemon would stop on it); without: nodes.cfg lists their IPs."""
+    daemons = [DaemonInfo(n.name, n.ip_address, n.clique_id, n.index, n.status)
+               for n in (domain.nodes if domain is not None else ())]
+    if not dns_names:
+        return {NODES_CONFIG_FILE: ip_nodes_config(daemons, clique)}
+    named = [d for d in daemons if 0 <= d.index < max_nodes]
+    return {NODES_CONFIG_FILE: static_nodes_config(max_nodes),
+            HOSTS_FILE: hosts_file("", dns_mappings(named, clique, max_nodes))}
 
 
 class ComputeDomainState(DeviceState):
@@ -56,8 +73,9 @@ class ComputeDomainState(DeviceState):
 
     def __init__(self, *, domains: DomainSource, clique: str, node_devices: NodeDevices | None = None,
                  channel_count: int = IMEX_CHANNEL_COUNT, ready_wait_s: float = 0.0,
-                 driver_namespace: str = DRIVER_NAMESPACE, **kwargs: Any):
+                 driver_namespace: str = DRIVER_NAMESPACE, dns_names: bool = True, **kwargs: Any):
         super().__init__(**kwargs)
+        self.dns_names = dns_names  # NVIDIA's IMEXDaemonsWithDNSNames gate (imex_peer_files)
         self.driver_namespace = driver_namespace
         self.domains = domains
         self.clique = clique
@@ -190,9 +208,8 @@ class ComputeDomainState(DeviceState):
             domain = self.domains.domain(domain_id)
         except DomainError:
             domain = None
-        peers = domain.peer_addresses(self.clique) if domain is not None else []
-        write_atomic(os.path.join(directory, NODES_CONFIG_FILE), "".join(f"{ip}\n" for ip in peers).encode(),
-                     mode=0o644, label="imex-nodes", fsync=False)
+        for name, text in imex_peer_files(domain, self.clique, dns_names=self.dns_names).items():
+            write_atomic(os.path.join(directory, name), text.encode(), mode=0o644, label="imex-nodes", fsync=False)
 
     # -- CDI ---------------------------------------------------------------------------------------------------
     def _write_cdi(self, uid: str, devices: tuple[PreparedDevice, ...]) -> None:

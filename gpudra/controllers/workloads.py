@@ -16,7 +16,7 @@ same manifests always give the same pods and claims. Shapes follow the upstream 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from gpudra.schedulinghelpers import (first_untolerated_taint, node_taints, pod_matches_node_selector_and_affinity,
                                       requirement_matches)
@@ -147,7 +147,7 @@ def existing_replicas(
 
 
 def expand_workload(
-    obj: dict[str, Any], taken: Callable[[str], bool], existing: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    obj: dict[str, Any], taken: Callable[[str], bool], existing: Sequence[dict[str, Any]] = (),
     room: int = MAX_EXPANDED_PODS,
 ) -> list[dict[str, Any]]:
     """The pods a controller object would create. `taken(key)` says whether `namespace/name` is in use;

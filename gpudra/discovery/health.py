@@ -21,7 +21,8 @@ from gpudra.atomicfile import ensure_dir, write_atomic
 from gpudra.errors import GpudraError
 from gpudra.regularfile import read_regular_file
 
-EVENT_KINDS = ("xid", "ecc", "gpu-lost", "unmonitored")
+EVENT_KINDS = ("xid", "ecc", "gpu-lost", "unmonitored", "recovered", "gpu-reset")
+RECOVERY_KINDS = ("recovered", "gpu-reset")  # reports that an error is gone, not that one happened
 SPOOL_DIR_MODE = 0o700
 _POLL_S = 0.2  # how often a waiting monitor looks at the spool directory
 
@@ -36,7 +37,9 @@ class HealthEvent:
 
     `gi_id`/`ci_id` narrow an event to one MIG device (NVML reports them on MIG-mode GPUs); None
     means the whole GPU. `xid` is set for kind "xid"; kind "ecc" is an uncorrectable (double-bit)
-    ECC error, "gpu-lost" a GPU fallen off the bus, "unmonitored" a GPU whose events cannot be read."""
+    ECC error, "gpu-lost" a GPU fallen off the bus, "unmonitored" a GPU whose events cannot be read.
+    The recovery kinds: "recovered" says an error cleared (`xid` set: that XID; else every error that clears on
+    its own), "gpu-reset" that the GPU was reset (every error a reset clears is gone); see gpudra/discovery/xids.py."""
 
     kind: str
     gpu: str | None = None
@@ -50,6 +53,10 @@ class HealthEvent:
             raise HealthEventError(f"unknown health event kind {self.kind!r}; choose one of {', '.join(EVENT_KINDS)}")
         if self.kind == "xid" and (self.xid is None or self.xid < 0):
             raise HealthEventError("an xid event needs a non-negative XID number")
+        if self.xid is not None and self.kind not in ("xid", "recovered"):
+            raise HealthEventError(f"a {self.kind} event carries no XID number")
+        if self.kind in RECOVERY_KINDS and self.gpu is None:
+            raise HealthEventError(f"a {self.kind} event names one GPU")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v not in (None, "")}

@@ -82,7 +82,12 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
         explanation.placement = {"node": run.bound_node, "devices": devices}
         explanation.summary = (f"already bound to node {run.bound_node}" if run.was_bound
                                else f"would be scheduled to node {run.bound_node}")
-        if not run.was_bound and result is not None and result.scores:
+        if not run.was_bound and result is not None and result.preempted:
+            # DefaultPreemption made room (gpudra.scheduler.preemption): the victims are what it costs
+            explanation.placement["preempts"] = list(result.preempted)
+            explanation.summary = (f"would preempt {', '.join(result.preempted)} on node {run.bound_node}, "
+                                   "then be scheduled there")
+        elif not run.was_bound and result is not None and result.scores:
             # only feasible nodes are scored; the scheduler stops looking once it has enough of them
             # (percentageOfNodesToScore), so this is a lower bound unless every node was scored
             scored = len(result.scores)
@@ -114,6 +119,7 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
     explanation.nodes = _node_explanations(run, selectors)
     explanation.notes.extend(cel_hints(explanation))
     explanation.notes.extend(_compute_domain_notes(objects, run, explanation))
+    explanation.notes.extend(_preemption_notes(cluster, run.pod, result))
     if run.scheduled_before:
         explanation.notes.append(f"{len(run.scheduled_before)} pending pod(s) ahead in the queue were placed first: "
                                  + ", ".join(run.scheduled_before[:5])
@@ -123,6 +129,29 @@ def explain_pod(objects: list[dict[str, Any]], namespace: str, name: str, policy
     else:
         explanation.summary = summary_line(num_nodes, explanation.nodes)
     return explanation
+
+
+def _preemption_notes(cluster: Any, pod: dict[str, Any], result: Any) -> list[str]:
+    """Why preemption did not make room where lower-priority pods hold what the pod wants
+    (gpudra.scheduler.preemption has the upstream sources)."""
+    from gpudra.scheduler.framework import DYNAMIC_RESOURCES
+    from gpudra.scheduler.preemption import DRA_DEVICE_REJECTIONS, NEVER
+
+    priority = cluster.pod_priority(pod)
+    lower = {node for node, use in cluster.usage.items()
+             if any(key in cluster.pods and cluster.pod_priority(cluster.pods[key]) < priority for key in use.pods)}
+    if not lower:
+        return []
+    if (pod.get("spec") or {}).get("preemptionPolicy") == NEVER:
+        return ["preemptionPolicy is Never: the pod preempts no lower-priority pod"]
+    by_devices = sorted(node for node, verdict in result.filtered.items() if node in lower and any(
+        r.plugin == DYNAMIC_RESOURCES and r.message in DRA_DEVICE_REJECTIONS for r in verdict.reasons))
+    if not by_devices:
+        return []
+    return [f"lower-priority pods run on {len(by_devices)} node(s) rejected for devices ({', '.join(by_devices[:5])}"
+            f"{' …' if len(by_devices) > 5 else ''}), but preemption frees no device held through a ResourceClaim: "
+            "kube-scheduler up to 1.36 counts a DynamicResources rejection as unresolvable (DRA preemption, "
+            "KEP-5690, is planned for a later release)"]
 
 
 def _compute_domain_notes(objects: list[dict[str, Any]], run: Any, explanation: Explanation) -> list[str]:

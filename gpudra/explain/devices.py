@@ -111,7 +111,7 @@ def _ref(device: Any) -> DeviceRef:
 
 def available_counters(pool: PoolView, allocated: set[str]) -> dict[str, dict[str, int]]:
     """The pool's counters minus what allocated devices consume (the allocator's own accounting)."""
-    from gpudra.allocator.allocator import counters_left
+    from gpudra.allocator.counters import counters_left
 
     return counters_left(pool.counter_sets, (ref.info for ref in pool.all_devices if ref.info is not None),
                          lambda key: "/".join(key) in allocated)
@@ -455,7 +455,7 @@ def _counter_users(ref: DeviceRef, pool: PoolView, ctx: FunnelContext) -> list[s
 def _lacking_counter(ref: DeviceRef, left: dict[str, dict[str, int]]) -> str:
     """The counter that stops the device, checked as the allocator checks it (every counter of the
     pool, so an over-allocated pool stops every device that consumes counters)."""
-    from gpudra.allocator.allocator import first_short_counter
+    from gpudra.allocator.counters import first_short_counter
 
     if ref.info is None or not ref.info.consumes_counters:
         return ""

@@ -1,5 +1,5 @@
 """Verifying a fix candidate: the cluster as the target met it, changed by the candidate, and the target attempted
-again. Two ways, the same answers (tests/test_explain_shared_work.py): a trial of the snapshot's objects built into
+again. Two ways, the same answers (tests/explain/test_explain_shared_work.py): a trial of the snapshot's objects built into
 a new cluster (`Trial`: copied only where a run or the candidate writes), or a fork of the replayed cluster changed
 by its own transitions (`release_on_fork`, and the request edits of gpudra.explain.fixes), which spares building a
 cluster of thousands of objects per candidate.

@@ -13,14 +13,15 @@ from typing import Any, cast
 
 from gpudra.atomicfile import write_atomic
 from gpudra.cdi import ContainerEdits
-from gpudra.discovery import DiscoveryError, GpuBackend, open_backend
-from gpudra.discovery.health import HealthEvent, HealthMonitor
+from gpudra.discovery import DiscoveryError, GpuBackend, Inventory, open_backend
+from gpudra.discovery.health import RECOVERY_KINDS, HealthEvent, HealthMonitor
 
 from gpudra.errors import GpudraError
 from gpudra.regularfile import read_regular_file
 
 from gpudra.kubeletplugin.calls import DEFAULT_DEADLINE_S
 from gpudra.kubeletplugin.claims import ClaimSource, KubeClaimSource, LocalClaimStore
+from gpudra.kubeletplugin.devicemetadata import MetadataWriter
 from .hostdriver import HostDriverFiles, discover_host_driver, host_driver_edits
 from .health import DeviceHealth, HealthView
 from gpudra.kubeletplugin.metrics import DriverMetrics
@@ -28,6 +29,9 @@ from gpudra.kubeletplugin.paths import DriverPaths
 from gpudra.kubeletplugin.plugin import KubeletPlugin
 from gpudra.kubeletplugin.publisher import KubeSliceClient, PublishError, SliceClient, SlicePublisher
 from .taintrules import TaintRulePublisher
+from .consumableshares import enabled as consumable_enabled
+from .fabricpartitions import FabricPartitioning, SimulatedFabricManager
+from .passthrough import Passthrough, SimulatedPciBus, vfio_device, vfio_functions
 from .sharing import NvidiaSmiSharing, RecordingSharing, SharingControl
 from .slices import DEFAULT_DRIVER_NAME, build_resource_slices
 from .state import DeviceState
@@ -71,6 +75,11 @@ class AgentOptions:
     numa_list: bool = False  # resource.kubernetes.io/numaNode as a list (NVIDIA's DRAListTypeAttributes gate)
     # sharing strategies prepare accepts (NVIDIA's TimeSlicingSettings, MPSSupport gates; featuregates.py)
     sharing_strategies: frozenset[str] = frozenset({"TimeSlicing", "MPS"})
+    # NVIDIA's --consumable-shares (ConsumableShares gate): disabled | memory | unlimited | N (consumableshares.py)
+    consumable_shares: str = "disabled"
+    passthrough: bool = False  # NVIDIA's PassthroughSupport: gpu-vfio-<i> siblings, bound to vfio-pci at prepare
+    device_metadata: bool = False  # NVIDIA's DeviceMetadata: KEP-5304 metadata files in containers
+    fabric_partitions: bool = False  # NVIDIA's FabricManagerPartitioning: partitionN attributes, activation
     healthcheck_port: int | None = None
     publish: bool = True
     fsync: bool = True
@@ -86,6 +95,7 @@ class AgentOptions:
     metrics_port: int | None = None  # serve Prometheus /metrics on this TCP port (0: any free port)
     health_events: bool = True  # watch GPU health events and taint affected devices
     ignored_xids: frozenset[int] = frozenset()  # besides the application XIDs (taint effect None)
+    health_taint_effect: str = "NoSchedule"  # NVIDIA's effect for a failed GPU; NoExecute: its pods are evicted
     health_poll_s: float = 0.5  # longest wait for health events before checking for stop
     health_stream: bool = True  # serve the kubelet's DRA resource-health stream (v1alpha1.DRAResourceHealth)
     device_taint_rules: bool = False  # also keep a DeviceTaintRule per tainted device (where the cluster serves them)
@@ -94,6 +104,7 @@ class AgentOptions:
     domains_dir: str | None = None  # ComputeDomain objects as files (without it: the API server's, with a kubeconfig)
     domain_ready_wait_s: float = 10.0  # how long a channel prepare waits for the node's IMEX daemon before failing
     published_channels: int = 1  # IMEX channel devices published (NVIDIA publishes channel 0 only)
+    imex_dns_names: bool = True  # the daemon's peers by DNS-style names (NVIDIA's IMEXDaemonsWithDNSNames)
 
 
 def save_published_slices(plugin_dir: str, slices: list[dict[str, Any]]) -> None:
@@ -135,11 +146,20 @@ class DriverAgent:
             self.sharing = NvidiaSmiSharing(options.driver_root, self.host_driver.libcuda_dir if self.host_driver else None)
         else:  # simulated GPUs: the same steps, recorded
             self.sharing = RecordingSharing(self.paths.simulated_sharing_log)
+        passthrough = self._passthrough() if options.passthrough else None
         self.state = DeviceState(driver_name=options.driver_name, node_name=options.node_name, backend=self.backend,
                                  paths=self.paths, claims=claims, dynamic_mig=options.dynamic_mig, fsync=options.fsync,
                                  host_edits=host_edits, sharing=self.sharing,
                                  sharing_strategies=options.sharing_strategies,
+                                 consumable_shares=consumable_enabled(options.consumable_shares),
+                                 passthrough=passthrough,
                                  serialize_lock=self.paths.serialize_lock if options.rolling_update_uid else None)
+        self.state.on_devices_changed = self.publish  # passthrough: a GPU's sibling was taken or freed
+        if options.fabric_partitions:
+            self.state.fabric = self._fabric_partitioning()
+        if options.device_metadata:
+            self.state.metadata = MetadataWriter(options.driver_name, self.paths.plugin_dir, self.paths.cdi_spec_dir)
+            self.state.metadata_attributes = self._vfio_attributes
         self.plugin: KubeletPlugin | None = None
         self.stopped = threading.Event()
         self.reconcile_report: dict[str, list[str]] = {}
@@ -151,7 +171,8 @@ class DriverAgent:
         self._republish_thread: threading.Thread | None = None
         self._published_devices = 0
         self.metrics_port: int | None = None
-        self.health = DeviceHealth(options.driver_name, ignored_xids=options.ignored_xids)
+        self.health = DeviceHealth(options.driver_name, ignored_xids=options.ignored_xids,
+                                   blocking_effect=options.health_taint_effect)
         self.health_republished = 0  # republications after health changes
         self._health_monitor: HealthMonitor | None = None
         self._health_thread: threading.Thread | None = None
@@ -172,14 +193,74 @@ class DriverAgent:
                  self.host_driver.version or "?", options.driver_root, len(edits.mounts), len(edits.hooks))
         return edits
 
+    def _passthrough(self) -> Passthrough:
+        """The simulated node's PCI functions (a sysfs-shaped tree beside the simulated GPU state)."""
+        if self.backend.name != "simulated":
+            raise AgentError("PassthroughSupport: gpudra binds simulated GPUs to vfio-pci only (the nvml backend "
+                             "would unbind real GPUs with steps gpudra has not implemented)")
+        functions = vfio_functions(self.backend.inventory())
+        root = os.path.join(os.path.dirname(self.paths.simulated_state), "pci")
+        return Passthrough(SimulatedPciBus(root, functions), functions)
+
+    def _vfio_devices(self, inventory: Inventory) -> list[dict[str, Any]]:
+        """A `gpu-vfio-<i>` sibling for each GPU without MIG devices (NVIDIA's vfioEnabled)."""
+        passthrough = self.state.passthrough
+        if passthrough is None:
+            return []
+        out = []
+        for function in passthrough.functions.values():
+            gpu = inventory.gpu_by_minor(function.minor)
+            if gpu is not None and not gpu.mig_enabled and not gpu.mig_devices:
+                out.append(vfio_device(gpu, function, passthrough.iommufd_enabled, self.options.numa_list))
+        return out
+
+    def _fabric_partitioning(self) -> FabricPartitioning:
+        """The simulated node's Fabric Manager (its partitions in a file beside the simulated GPU state)."""
+        if self.backend.name != "simulated":
+            raise AgentError("FabricManagerPartitioning: gpudra talks to a simulated Fabric Manager only (no "
+                             "libnvfm client)")
+        gpus = sorted(self.backend.inventory().gpus, key=lambda g: g.pci_bus_id)
+        path = os.path.join(os.path.dirname(self.paths.simulated_state), "fabric-partitions.json")
+        return FabricPartitioning(SimulatedFabricManager(path, len(gpus)),
+                                  {gpu.minor: index + 1 for index, gpu in enumerate(gpus)})
+
+    def _add_fabric_attributes(self, slices: list[dict[str, Any]]) -> None:
+        """gpuModuleID and partitionN on full GPUs and their VFIO siblings (addFabricManagerAttributes)."""
+        fabric = self.state.fabric
+        if fabric is None:
+            return
+        minors = {f"gpu-{minor}": minor for minor in fabric.module_by_minor}
+        if self.state.passthrough is not None:
+            minors.update({name: f.minor for name, f in self.state.passthrough.functions.items()})
+        for device in (d for s in slices for d in s["spec"].get("devices") or []):
+            kind = device["attributes"].get("type", {}).get("string")
+            if kind in ("gpu", "vfio") and device["name"] in minors:
+                device["attributes"].update(fabric.attributes(minors[device["name"]]))
+
+    def _vfio_attributes(self, name: str) -> dict[str, Any]:
+        """A VFIO device's published attributes (NVIDIA's metadata file carries them for VFIO devices)."""
+        for device in self._vfio_devices(self.backend.inventory()):
+            if device["name"] == name:
+                attributes = dict(device["attributes"])
+                function = self.state.passthrough.function(name) if self.state.passthrough else None
+                if self.state.fabric is not None and function is not None:
+                    attributes.update(self.state.fabric.attributes(function.minor))
+                return attributes
+        return {}
+
     def build_slices(self, generation: int = 1, node_uid: str | None = None) -> list[dict[str, Any]]:
         inventory = self.backend.inventory()
         for problem in inventory.problems:
             log.warning("discovery: %s", problem)
-        return build_resource_slices(inventory, self.options.node_name,
-                                     driver_name=self.options.driver_name, generation=generation, node_uid=node_uid,
-                                     dynamic_mig=self.options.dynamic_mig, taints_of=self.health.taints_of,
-                                     slice_layout=self.options.slice_layout, numa_list=self.options.numa_list)
+        slices = build_resource_slices(inventory, self.options.node_name,
+                                       driver_name=self.options.driver_name, generation=generation, node_uid=node_uid,
+                                       dynamic_mig=self.options.dynamic_mig, taints_of=self.health.taints_of,
+                                       slice_layout=self.options.slice_layout, numa_list=self.options.numa_list,
+                                       consumable_shares=self.options.consumable_shares,
+                                       extra_devices=self._vfio_devices(inventory),
+                                       withheld=frozenset(self.state.withheld_siblings()))
+        self._add_fabric_attributes(slices)
+        return slices
 
     def start(self) -> None:
         self.paths.make_dirs()
@@ -239,6 +320,13 @@ class DriverAgent:
             return False
         changed = False
         for event, event_changed in self.health.record(events, inventory):
+            if event.kind in RECOVERY_KINDS:
+                self.metrics.health_events.labels(event.kind, "-").inc()
+                log.warning("health event %s%s on GPU %s -> %s", event.kind,
+                            f" xid {event.xid}" if event.xid is not None else "", event.gpu,
+                            "taints removed" if event_changed else "no taint it removes (none, or sticky)")
+                changed |= event_changed
+                continue
             effect = self.health.taint_for(event)["effect"]
             self.metrics.health_events.labels(event.kind, effect).inc()
             log.warning("health event %s%s -> taint %s (effect %s)%s", event.kind,

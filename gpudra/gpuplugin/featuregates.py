@@ -36,29 +36,34 @@ GATES: tuple[GateSpec, ...] = (
     GateSpec("MPSSupport", False, ALPHA, "0.2",
              "GPU/MIG configs with sharing strategy MPS are prepared (off: refused at prepare)"),
     GateSpec("IMEXDaemonsWithDNSNames", True, BETA, "0.2",
-             "IMEX daemons addressed by DNS names (gpudra's compute-domain daemons use IP addresses)", missing=True),
+             "the compute-domain plugin's daemon prepare writes nodes.cfg with the DNS-style names "
+             "compute-domain-daemon-NNNN and a hosts file mapping the clique's daemon IPs to them (off: nodes.cfg "
+             "lists the IPs)"),
     GateSpec("PassthroughSupport", False, ALPHA, "0.3",
-             "VFIO passthrough devices (vfio-pci)", missing=True),
+             "gpu-vfio-<i> devices bound to vfio-pci at prepare (simulated GPUs only; passthrough.py)"),
     GateSpec("DynamicMIG", False, ALPHA, "0.3", "dynamic MIG, as --dynamic-mig"),
     GateSpec("NVMLDeviceHealthCheck", False, ALPHA, "0.3",
              "GPU health events taint devices, as --device-health (gpudra's own default: on)"),
     GateSpec("ComputeDomainCliques", True, BETA, "0.3",
-             "ComputeDomainClique objects (gpudra keeps daemons in ComputeDomain status.nodes)", missing=True),
+             "the IMEX daemons write ComputeDomainClique objects <domain uid>.<clique> (off: their domain's "
+             "status.nodes); the compute-domain plugin itself does not read it (gpudra.computedomain.daemonstatus)"),
     GateSpec("CrashOnNVLinkFabricErrors", True, BETA, "0.3",
              "crashing on NVLink fabric errors (gpudra publishes the GPUs without a clique)", missing=True),
-    GateSpec("DeviceMetadata", False, ALPHA, "0.4", "device metadata files in containers", missing=True),
+    GateSpec("DeviceMetadata", False, ALPHA, "0.4",
+             "KEP-5304 device metadata files in containers (attributes of VFIO devices; devicemetadata.py)"),
     GateSpec("DRAListTypeAttributes", False, ALPHA, "0.4",
              "resource.kubernetes.io/numaNode published as a list (needs Kubernetes' DRAListTypeAttributes)"),
     GateSpec("FabricManagerPartitioning", False, ALPHA, "0.5",
-             "Fabric Manager (NVSwitch) partitions (partitionN attributes)", missing=True),
+             "gpuModuleID/partitionN attributes and partition activation at prepare (a simulated Fabric Manager "
+             "only; fabricpartitions.py)"),
     GateSpec("HostManagedIMEXDaemon", False, ALPHA, "0.5", "the hostManaged IMEX deployment mode", missing=True),
     # k8s.io/component-base/logs/api/v1's gates, which NVIDIA registers too (logsapi.AddFeatureGates)
     GateSpec("ContextualLogging", True, BETA, "1.30", "nothing: a Go logging option (gpudra logs with Python's)"),
     GateSpec("LoggingAlphaOptions", False, ALPHA, "1.24", "nothing: a Go logging option (gpudra logs with Python's)"),
     GateSpec("LoggingBetaOptions", True, BETA, "1.24", "nothing: a Go logging option (gpudra logs with Python's)"),
     GateSpec("ConsumableShares", False, ALPHA, "0.5",
-             "consumable-capacity shares published by `driver run` (gpudra: `driver slices --sharing consumable` "
-             "only)", missing=True),
+             "`--consumable-shares` may be other than disabled: GPUs and MIG devices shared by several claims "
+             "(consumableshares.py)"),
 )
 SPECS: Mapping[str, GateSpec] = MappingProxyType({g.name: g for g in GATES})
 # k8s.io/component-base's special gates: they set every unset gate of their stage

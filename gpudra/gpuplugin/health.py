@@ -12,8 +12,16 @@ kubernetes-sigs/dra-driver-nvidia-gpu v0.4.0), in the driver's own domain (`<dri
 
 Application XIDs (13, 31, 43, 45, 68, 109: the GPU is still healthy) get effect None, like NVIDIA's
 hard-coded list plus `--additional-xids-to-ignore` (NVIDIA's ADDITIONAL_XIDS_TO_IGNORE). One taint
-per key: a later XID replaces the earlier one's value (NVIDIA's AddOrUpdateTaint). Taints stay until
-the driver restarts (NVIDIA has no recovery path either: a GPU with a fatal XID needs a reset).
+per key: a later XID replaces the earlier one's value (NVIDIA's AddOrUpdateTaint). `blocking_effect`
+is what NoSchedule above becomes: NVIDIA's NoSchedule by default, NoExecute to have the device taint
+eviction controller evict the pods on a failed GPU.
+
+Recovery (gpudra's; NVIDIA's driver never removes a taint): a "recovered" event removes the taints whose
+error clears on its own and a "gpu-reset" event also those a GPU reset clears, by NVIDIA's XID catalog
+(gpudra/discovery/xids.py). Per key the stickiest error seen since the last removal decides, so a GPU
+that fell off the bus (XID 79, needs a reboot) stays tainted when an application XID follows. ECC
+double-bit errors count as XID 48 (a reset), a lost GPU as XID 79 and an unmonitored one as needing
+a driver restart.
 
 An event names a GPU (UUID) and, on MIG-mode GPUs, possibly one GPU/compute instance. A whole-GPU
 event taints the full GPU device and every MIG device of that GPU (NVIDIA taints only a device it
@@ -27,14 +35,19 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from gpudra.discovery.health import HealthEvent
+from gpudra.discovery.health import RECOVERY_KINDS, HealthEvent
 from gpudra.discovery.model import Inventory
+from gpudra.discovery.xids import RecoveryClass, recovery_class
 
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 HEALTHY, UNHEALTHY, UNKNOWN = "healthy", "unhealthy", "unknown"
 HEALTH_STATES = (HEALTHY, UNHEALTHY, UNKNOWN)
 _KEYS = {"xid": "xid", "gpu-lost": "gpu-lost", "unmonitored": "unmonitored", "ecc": "ecc"}
+# how each kind's taint goes away (xid: by its number); the order is from least to most sticky
+_RECOVERY: dict[str, RecoveryClass] = {"ecc": "reset", "gpu-lost": "reboot", "unmonitored": "reboot"}
+_STICKINESS: tuple[RecoveryClass, ...] = ("clears", "reset", "reboot")
+_REMOVED_BY: dict[str, tuple[RecoveryClass, ...]] = {"recovered": ("clears",), "gpu-reset": ("clears", "reset")}
 
 
 def parse_xid_list(text: str) -> frozenset[int]:
@@ -61,11 +74,17 @@ class DeviceHealth:
     """Taints by (GPU UUID, device name or None for the whole GPU); thread-safe. `version` grows on
     every change and `wait_for_change` blocks until it does (the kubelet health stream)."""
 
-    def __init__(self, driver_name: str, *, ignored_xids: Iterable[int] = (), clock: Any = time.time):
+    def __init__(self, driver_name: str, *, ignored_xids: Iterable[int] = (), clock: Any = time.time,
+                 blocking_effect: str = "NoSchedule"):
+        if blocking_effect not in BLOCKING_EFFECTS:
+            raise ValueError(f"blocking_effect must be one of {', '.join(BLOCKING_EFFECTS)}, not {blocking_effect!r}")
         self.driver_name = driver_name
         self.ignored_xids = APPLICATION_XIDS | frozenset(ignored_xids)
         self.clock = clock
+        self.blocking_effect = blocking_effect
         self._taints: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {}
+        # (target, taint key) -> the stickiest recovery class seen since the taint was last removed
+        self._sticky: dict[tuple[tuple[str, str | None], str], RecoveryClass] = {}
         self._updated: dict[tuple[str, str | None], float] = {}
         self._cond = threading.Condition()
         self.version = 0
@@ -78,12 +97,12 @@ class DeviceHealth:
         taint: dict[str, Any] = {"key": self.taint_key(event.kind)}
         if event.kind == "xid":
             taint["value"] = str(event.xid)
-            taint["effect"] = "None" if event.xid in self.ignored_xids else "NoSchedule"
+            taint["effect"] = "None" if event.xid in self.ignored_xids else self.blocking_effect
         elif event.kind == "ecc":
             taint["value"] = "double-bit"
-            taint["effect"] = "NoSchedule"
+            taint["effect"] = self.blocking_effect
         elif event.kind == "gpu-lost":
-            taint["effect"] = "NoSchedule"
+            taint["effect"] = self.blocking_effect
         else:
             taint["effect"] = "None"
         return taint
@@ -109,9 +128,17 @@ class DeviceHealth:
             now = self.clock()
             changed_any = False
             for event in events:
+                if event.kind in RECOVERY_KINDS:
+                    changed = self._recover(event, inventory, now)
+                    outcome.append((event, changed))
+                    changed_any |= changed
+                    continue
                 taint = self.taint_for(event)
                 changed = False
+                stickiness = recovery_class(event.xid) if event.xid is not None else _RECOVERY[event.kind]
                 for target in self._targets(event, inventory):
+                    seen = self._sticky.get((target, taint["key"]), "clears")
+                    self._sticky[(target, taint["key"])] = max(seen, stickiness, key=_STICKINESS.index)
                     taints = self._taints.setdefault(target, {})
                     old = taints.get(taint["key"])
                     if old is not None and old.get("value") == taint.get("value") and old["effect"] == taint["effect"]:
@@ -125,6 +152,27 @@ class DeviceHealth:
                 self.version += 1
                 self._cond.notify_all()
         return outcome
+
+    def _recover(self, event: HealthEvent, inventory: Inventory, now: float) -> bool:
+        """Remove the taints of the event's GPU (or MIG device) that this recovery removes; under the lock."""
+        removable = _REMOVED_BY[event.kind]
+        if event.gi_id is None:
+            targets = [target for target in self._taints if target[0] == event.gpu]
+        else:
+            targets = self._targets(event, inventory)
+        changed = False
+        for target in targets:
+            taints = self._taints.get(target, {})
+            for key, taint in list(taints.items()):
+                if event.xid is not None and (key != self.taint_key("xid") or taint.get("value") != str(event.xid)):
+                    continue
+                if self._sticky.get((target, key), "clears") not in removable:
+                    continue
+                del taints[key]
+                self._sticky.pop((target, key), None)
+                self._updated[target] = now
+                changed = True
+        return changed
 
     def taints_of(self, device: dict[str, Any]) -> list[dict[str, Any]]:
         """The taints of one published device (found by its `uuid`/`parentUUID` attribute and name)."""

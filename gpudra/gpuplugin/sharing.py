@@ -18,6 +18,7 @@ simulated GPU state), so tests check the sequence across driver processes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -51,7 +52,9 @@ class SharingControl:
     def set_time_slice(self, gpu_uuid: str, interval: int) -> None:
         raise NotImplementedError
 
-    def start_mps(self, daemon_id: str, device_uuids: list[str], pipe_dir: str, log_dir: str) -> None:
+    def start_mps(self, daemon_id: str, device_uuids: list[str], pipe_dir: str, log_dir: str, *,
+                  multi_user: bool = False) -> None:
+        """`nvidia-cuda-mps-control -d` (`-d -M`: multi-user, clients of any UID, as NVIDIA's template)."""
         raise NotImplementedError
 
     def mps_command(self, daemon_id: str, pipe_dir: str, command: str) -> None:
@@ -88,9 +91,14 @@ class RecordingSharing(SharingControl):
     def set_time_slice(self, gpu_uuid: str, interval: int) -> None:
         self._record({"op": "time-slice", "gpu": gpu_uuid, "interval": interval})
 
-    def start_mps(self, daemon_id: str, device_uuids: list[str], pipe_dir: str, log_dir: str) -> None:
+    def start_mps(self, daemon_id: str, device_uuids: list[str], pipe_dir: str, log_dir: str, *,
+                  multi_user: bool = False) -> None:
         self.running.add(daemon_id)
-        self._record({"op": "mps-start", "id": daemon_id, "devices": device_uuids, "pipe": pipe_dir, "log": log_dir})
+        step: dict[str, Any] = {"op": "mps-start", "id": daemon_id, "devices": device_uuids, "pipe": pipe_dir,
+                                "log": log_dir}
+        if multi_user:
+            step["multiUser"] = True
+        self._record(step)
 
     def mps_command(self, daemon_id: str, pipe_dir: str, command: str) -> None:
         self._record({"op": "mps-command", "id": daemon_id, "command": command})
@@ -160,8 +168,10 @@ class NvidiaSmiSharing(SharingControl):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
         return env
 
-    def start_mps(self, daemon_id: str, device_uuids: list[str], pipe_dir: str, log_dir: str) -> None:
-        self._run([self._binary("nvidia-cuda-mps-control"), "-d"], env=self._mps_env(pipe_dir, log_dir, device_uuids))
+    def start_mps(self, daemon_id: str, device_uuids: list[str], pipe_dir: str, log_dir: str, *,
+                  multi_user: bool = False) -> None:
+        flags = ["-d", "-M"] if multi_user else ["-d"]
+        self._run([self._binary("nvidia-cuda-mps-control"), *flags], env=self._mps_env(pipe_dir, log_dir, device_uuids))
 
     def mps_command(self, daemon_id: str, pipe_dir: str, command: str) -> None:
         self._run([self._binary("nvidia-cuda-mps-control")], env=self._mps_env(pipe_dir), stdin=command + "\n")
@@ -176,37 +186,92 @@ def interval_number(name: str | None) -> int:
     return TIME_SLICE_INTERVALS.get(name or "Default", 0)
 
 
+MULTI_USER_MIN_CAPABILITY = (7, 0)  # NVIDIA's voltaCudaComputeCapability (mps_capability.go)
+
+
+def _go_int(text: str) -> int | None:
+    """Go's strconv.Atoi: an optional sign and ASCII digits, else None."""
+    body = text[1:] if text[:1] in "+-" else text
+    return int(text) if body.isascii() and body.isdigit() else None
+
+
 def pinned_limits(sharing: SharingRecord, device_uuids: Sequence[str]) -> dict[str, int]:
-    """MiB per device UUID: the per-device entry (keyed by UUID or by the device's index in the claim), else the
-    default limit. As NVIDIA's `DefaultPerDevicePinnedMemoryLimit.Normalize`."""
-    per_device = dict(sharing.mps_per_device_pinned_memory_mib)
+    """MiB per device UUID, as NVIDIA's `MpsPerDevicePinnedMemoryLimit.Normalize` (api/nvidia.com/resource/v1beta1/
+    sharing.go): the default limit on every device, overridden per device by UUID or by index into `device_uuids`
+    (the daemon's UUIDs, sorted as NVIDIA's `UUIDs()` sorts them). A key naming no device of the daemon is an
+    error with NVIDIA's message (its ErrInvalidDeviceSelector, "invalid device")."""
     default = sharing.mps_pinned_memory_limit_mib
-    limits = {}
-    for index, uuid in enumerate(device_uuids):
-        value = per_device.get(uuid, per_device.get(str(index), default))
-        if value is not None:
-            limits[uuid] = int(value)
-    return limits
+    limits = {uuid: int(default) for uuid in device_uuids} if default is not None else {}
+    for key, mib in sharing.mps_per_device_pinned_memory_mib:
+        if key in device_uuids:
+            limits[key] = int(mib)
+            continue
+        index = _go_int(key)
+        if index is None:
+            raise SharingError(f"{LIMITS_ERROR}: invalid device: unable to parse key as an integer: {key}")
+        if not 0 <= index < len(device_uuids):
+            raise SharingError(f"{LIMITS_ERROR}: invalid device: invalid device index: {index}")
+        limits[device_uuids[index]] = int(mib)
+    return dict(sorted(limits.items()))  # a Go template ranges over a map in key order
+
+
+LIMITS_ERROR = "error transforming DefaultPerDevicePinnedMemoryLimit into string"
+
+
+def _capability(text: str) -> tuple[int, ...] | None:
+    """A CUDA compute capability as Masterminds/semver reads "major.minor[.patch]" (None: not a version)."""
+    parts = text.strip().lstrip("v").split(".")
+    if not 1 <= len(parts) <= 3 or not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts) + (0,) * (3 - len(parts))
+
+
+def multi_user_problem(capabilities: dict[str, str], gpus: Sequence[str]) -> str | None:
+    """Why multi-user MPS cannot run on `gpus` (UUID -> CUDA compute capability), with NVIDIA's messages
+    (cmd/gpu-kubelet-plugin/mps_capability.go `ensureCapability`: errors.Join, newest first), or None."""
+    wanted = ".".join(map(str, MULTI_USER_MIN_CAPABILITY))
+    problems: list[str] = []
+    for uuid in gpus:
+        if uuid not in capabilities:  # NVIDIA returns at the first GPU it has no facts for
+            return f'could not check gpu {uuid}: missing gpu info (required >= "{wanted}")'
+        have = capabilities[uuid]
+        parsed = _capability(have)
+        if parsed is None:
+            problems.insert(0, f'gpu {uuid} has invalid cudaComputeCapability "{have}": Invalid Semantic Version')
+        elif parsed < MULTI_USER_MIN_CAPABILITY + (0,):
+            problems.insert(0, f'{uuid} has insufficient cudaComputeCapability "{have}", wanted >= "{wanted}"')
+    return "\n".join(problems) or None
 
 
 def _mps_devices(devices: Sequence[PreparedDevice]) -> list[PreparedDevice]:
     return [r for r in devices if r.sharing is not None and r.sharing.is_mps]
 
 
+def mps_daemon_id(uid: str, device_uuids: Sequence[str]) -> str:
+    """NVIDIA's GetMpsControlDaemonID (sharing.go): the claim UID and the first 5 hex digits of the SHA-256 of its
+    devices' sorted UUIDs joined by commas; it names the daemon (NVIDIA: its Deployment `mps-control-daemon-<id>`)."""
+    return f"{uid}-{hashlib.sha256(','.join(device_uuids).encode()).hexdigest()[:5]}"
+
+
 def mps_daemon(uid: str, devices: Sequence[PreparedDevice], mps_dir: str) -> MpsDaemon | None:
-    """The claim's MPS control daemon (one per claim, for all its MPS devices), or None."""
+    """The claim's MPS control daemon (one per claim, for all its MPS devices), or None. Its devices are sorted by
+    UUID, as NVIDIA's CUDA_VISIBLE_DEVICES and per-device indices are."""
     mps = _mps_devices(devices)
     if not mps:
         return None
-    return MpsDaemon(id=uid, pipe=os.path.join(mps_dir, "pipe"), log=os.path.join(mps_dir, "log"),
-                     gpus=tuple(dict.fromkeys(r.gpu_uuid for r in mps if r.gpu_uuid is not None)),
-                     devices=tuple(dict.fromkeys(u for u in (r.device_uuid for r in mps) if u is not None)))
+    uuids = tuple(sorted({u for u in (r.device_uuid for r in mps) if u is not None}))
+    return MpsDaemon(id=mps_daemon_id(uid, uuids), pipe=os.path.join(mps_dir, "pipe"),
+                     log=os.path.join(mps_dir, "log"),
+                     gpus=tuple(sorted({r.gpu_uuid for r in mps if r.gpu_uuid is not None})), devices=uuids)
 
 
 def apply_claim_sharing(control: SharingControl, uid: str, devices: Sequence[PreparedDevice], mps_dir: str,
-                        record: Callable[[MpsDaemon], None]) -> None:
+                        record: Callable[[MpsDaemon], None],
+                        capabilities: Callable[[], dict[str, str]] = dict) -> None:
     """Time-slicing intervals on full GPUs, then the claim's MPS daemon with its limits (the first MPS config's).
-    `record(daemon)` is called before the daemon starts, for the checkpoint."""
+    `record(daemon)` is called before the daemon starts, for the checkpoint. `capabilities()`: GPU UUID -> CUDA
+    compute capability, asked only for multi-user MPS. As NVIDIA's MpsControlDaemon.Start, the limits and the
+    multi-user check are settled before any GPU changes compute mode."""
     for device in devices:
         sharing = device.sharing
         if sharing is not None and sharing.is_time_slicing and device.type == GPU_TYPE and device.gpu_uuid:
@@ -217,15 +282,21 @@ def apply_claim_sharing(control: SharingControl, uid: str, devices: Sequence[Pre
         return
     config = _mps_devices(devices)[0].sharing
     assert config is not None  # an MPS device has its sharing config
+    limits = pinned_limits(config, daemon.devices)
+    multi_user = bool(config.mps_multi_user)
+    if multi_user:
+        problem = multi_user_problem(capabilities(), daemon.gpus)
+        if problem is not None:
+            raise SharingError(f"multiuser mode was requested but is not supported: {problem}")
     for gpu in daemon.gpus:
         control.set_compute_mode(gpu, "EXCLUSIVE_PROCESS")
     record(daemon)
-    control.start_mps(uid, list(daemon.devices), daemon.pipe, daemon.log)
+    control.start_mps(daemon.id, list(daemon.devices), daemon.pipe, daemon.log, multi_user=multi_user)
     if config.mps_active_thread_percentage is not None:
-        control.mps_command(uid, daemon.pipe,
+        control.mps_command(daemon.id, daemon.pipe,
                             f"set_default_active_thread_percentage {config.mps_active_thread_percentage}")
-    for device_uuid, mib in pinned_limits(config, daemon.devices).items():
-        control.mps_command(uid, daemon.pipe, f"set_default_device_pinned_mem_limit {device_uuid} {mib}M")
+    for device_uuid, mib in limits.items():
+        control.mps_command(daemon.id, daemon.pipe, f"set_default_device_pinned_mem_limit {device_uuid} {mib}M")
 
 
 def undo_claim_sharing(control: SharingControl, uid: str, entry: ClaimEntry, mps_dir: str,
@@ -234,7 +305,7 @@ def undo_claim_sharing(control: SharingControl, uid: str, entry: ClaimEntry, mps
     it was recorded), then compute mode DEFAULT; time slices back to Default on GPUs no other claim holds."""
     daemon = entry.mps_daemon or mps_daemon(uid, entry.devices, mps_dir)
     if daemon is not None:
-        control.stop_mps(uid, daemon.pipe)
+        control.stop_mps(daemon.id, daemon.pipe)  # the recorded ID: an older driver's daemon was named by the UID
         for gpu in daemon.gpus:
             control.set_compute_mode(gpu, "DEFAULT")
     for device in entry.devices:

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from gpudra.catalog import MIG_ENGINE_CAPACITIES
 from gpudra.discovery.model import Gpu, Inventory, MigDevice
+from .consumableshares import DISABLED, apply_consumable_shares, enabled as consumable_enabled
 from gpudra.vocabulary import (DRIVER_NAME, GPU_EXTENDED_RESOURCE, NUMA_NODE_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE,
                                NVLINK_DOMAIN_ATTRIBUTE, PARENT_UUID_ATTRIBUTE, PCI_BUS_ID_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE)
 
@@ -230,18 +231,26 @@ def build_resource_slices(inventory: Inventory, node_name: str, *, driver_name: 
                           generation: int = 1, node_uid: str | None = None, dynamic_mig: bool = False,
                           max_devices_per_slice: int | None = None, sharing: str = "none",
                           taints_of: TaintsOf | None = None, slice_layout: str = "split",
-                          numa_list: bool = False) -> list[dict[str, Any]]:
+                          numa_list: bool = False, consumable_shares: str = DISABLED,
+                          extra_devices: list[dict[str, Any]] | None = None,
+                          withheld: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """The node's pool as ResourceSlice objects (resource.k8s.io/v1). `sharing="consumable"` publishes full
     GPUs with allowMultipleAllocations and shareable `compute`/`memory` capacities (consumable capacity).
     `taints_of(device)` gives each device's taints (the health monitor's; see health.py). `slice_layout`
     (dynamic MIG only): "split" or "combined", the release's (gpudra.versions.partitionable_layout).
-    `numa_list`: resource.kubernetes.io/numaNode as a list (NVIDIA's DRAListTypeAttributes gate)."""
+    `numa_list`: resource.kubernetes.io/numaNode as a list (NVIDIA's DRAListTypeAttributes gate).
+    `consumable_shares`: NVIDIA's `--consumable-shares` option on every GPU and MIG device (consumableshares.py).
+    `extra_devices` (VFIO passthrough devices, passthrough.py) join the GPUs; devices named in `withheld` are not
+    published (a prepared GPU's VFIO sibling and the other way round)."""
     if sharing not in SHARING_MODES:
         raise ValueError(f"unknown sharing mode {sharing!r}; choose one of {', '.join(SHARING_MODES)}")
     if dynamic_mig:
         bodies = _dynamic_bodies(inventory, sharing, taints_of, slice_layout, numa_list)
     else:
         devices = _apply_taints(node_devices(inventory, sharing, numa_list), taints_of)
+        if consumable_enabled(consumable_shares):  # NVIDIA leaves VFIO devices out of consumable shares
+            devices = [apply_consumable_shares(d, consumable_shares) for d in devices]
+        devices = [d for d in devices + list(extra_devices or ()) if d["name"] not in withheld]
         limit = min(max_devices_per_slice or MAX_DEVICES_PER_SLICE, _limit_for(devices))
         bodies = [{"devices": chunk} for chunk in _chunks(devices, limit)]
     if max_devices_per_slice and dynamic_mig:
@@ -252,6 +261,9 @@ def build_resource_slices(inventory: Inventory, node_name: str, *, driver_name: 
             else:
                 split.append(body)
         bodies = split
+    if dynamic_mig and consumable_enabled(consumable_shares):
+        bodies = [{**body, "devices": [apply_consumable_shares(d, consumable_shares) for d in body["devices"]]}
+                  if "devices" in body else body for body in bodies]
     return resource_slices(bodies, node_name, driver_name=driver_name, generation=generation, node_uid=node_uid)
 
 

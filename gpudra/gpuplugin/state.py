@@ -39,14 +39,19 @@ from gpudra.kubeletplugin.claimref import PrepareError as PrepareError
 from gpudra.kubeletplugin.checkpoint import (MAX_CHECKPOINT_BYTES, Checkpoint, CheckpointVersionError, current_boot_id,
                                              read_checkpoint, read_regular_file, write_checkpoint_bytes)
 from gpudra.kubeletplugin.prepared import (GPU_TYPE, MIG_TYPE, PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED,
-                                           ClaimEntry, MigPlacement, MpsDaemon, PreparedDevice, ReservedDevice,
-                                           SharingRecord, conflicts)
+                                           VFIO_TYPE, ClaimEntry, MigPlacement, MpsDaemon, PreparedDevice,
+                                           ReservedDevice, SharingRecord, VfioBinding, conflicts)
 from gpudra.kubeletplugin.claims import ClaimSource, ClaimSourceError
-from gpudra.device_config import GPU_FAMILY, ConfigError, DeviceConfig, claim_configs, config_for
+from gpudra.device_config import GPU_FAMILY, ConfigError, DeviceConfig, IommuConfig, claim_configs, config_for
+from gpudra.kubeletplugin.devicemetadata import base_request, cdi_device_id as metadata_cdi_id
 from gpudra.kubeletplugin.journal import CheckpointJournal
 from gpudra.kubeletplugin.paths import DriverPaths
 from gpudra.kubeletplugin.quarantine import QuarantinedEntry, load_quarantine, quarantine_entry, save_quarantine
+from .consumableshares import MPS_REFUSED, conflict_message, conflicting_configuration, shares_of_one_device
+from .fabricpartitions import FabricManagerError
+from .gatedfeatures import PARTITIONED_TYPES, GatedFeatures
 from .featuregates import sharing_gate_error
+from .passthrough import NVIDIA_DRIVER, VFIO_DRIVER, Passthrough, PassthroughError
 from .sharing import SharingControl, SharingError, apply_claim_sharing, undo_claim_sharing
 
 log = logging.getLogger("gpudra.driver")
@@ -58,15 +63,18 @@ _LOCK_STRIPES = 256
 _conflicts = conflicts  # tests name it here, where the driver refuses conflicting claims
 
 
-class DeviceState:
+class DeviceState(GatedFeatures):
     config_family = GPU_FAMILY  # which opaque config kinds this driver decodes (device_config.FAMILY_KINDS)
 
     def __init__(self, *, driver_name: str, node_name: str, backend: GpuBackend, paths: DriverPaths,
                  claims: ClaimSource, dynamic_mig: bool = False, fsync: bool = True, boot_id: str | None = None,
                  host_edits: ContainerEdits | None = None, sharing: SharingControl | None = None,
                  serialize_lock: str | None = None,
-                 sharing_strategies: frozenset[str] = frozenset({"TimeSlicing", "MPS"})):
+                 sharing_strategies: frozenset[str] = frozenset({"TimeSlicing", "MPS"}),
+                 consumable_shares: bool = False, passthrough: Passthrough | None = None):
         self.driver_name = driver_name
+        self._init_gated_features(passthrough)  # passthrough, metadata files, partitions (gatedfeatures.py)
+        self.consumable_shares = consumable_shares  # NVIDIA's --consumable-shares is on (consumableshares.py)
         self.sharing_strategies = sharing_strategies  # those whose NVIDIA feature gate is on (featuregates.py)
         self.sharing = sharing  # applies time-slicing and MPS (None: configs are only recorded)
         self.node_name = node_name
@@ -242,6 +250,7 @@ class DeviceState:
             if not lenient:
                 raise
             log.error("claim %s: undoing its GPU sharing failed: %s", uid, exc)
+        self._deactivate_partition(uid, entry.devices)
         for device in entry.devices:
             mig = device.dynamic_mig
             if mig is not None and device.gpu_minor is not None:
@@ -254,11 +263,18 @@ class DeviceState:
                     existing = self.backend.find_mig_device(device.gpu_minor, mig.gi_profile_id, mig.start)
                     if existing is not None:
                         self.backend.destroy_mig_device(device.gpu_minor, existing.gi_id)
+            if device.vfio is not None and self.passthrough is not None:
+                self.passthrough.bus.bind(device.vfio.pci_bus_id, NVIDIA_DRIVER)  # NVIDIA's Unconfigure
         try:
             spec_name = self._spec_name(uid)
         except claimpaths.ClaimPathError:
             return  # no file of ours can carry this UID: prepare refuses such UIDs before writing any
         remove_spec(self.paths.cdi_spec_dir, spec_name)
+        if self.metadata is not None:
+            try:
+                self.metadata.cleanup_claim(entry.namespace, entry.name, uid)
+            except claimpaths.ClaimPathError as exc:  # prepare writes no file for such an identity
+                log.warning("claim %s: no device metadata to remove: %s", uid, exc)
         # only MPS records create the directory (start-up removes any that no claim owns)
         if any(d.sharing is not None and d.sharing.is_mps for d in entry.devices):
             shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
@@ -277,7 +293,10 @@ class DeviceState:
 
         def record(daemon: MpsDaemon) -> None:  # persisted with PrepareCompleted
             self._update_entry(uid, lambda entry: replace(entry, mps_daemon=daemon))
-        apply_claim_sharing(self.sharing, uid, devices, self._mps_dir(uid), record)
+
+        def capabilities() -> dict[str, str]:  # for multi-user MPS (Volta or newer)
+            return {gpu.uuid: gpu.cuda_compute_capability for gpu in self.backend.inventory().gpus}
+        apply_claim_sharing(self.sharing, uid, devices, self._mps_dir(uid), record, capabilities)
 
     def _undo_sharing(self, uid: str, entry: ClaimEntry) -> None:
         if self.sharing is None:
@@ -383,23 +402,50 @@ class DeviceState:
                 raise PrepareError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
             if config and config.sharing and config.sharing.strategy not in self.sharing_strategies:
                 raise PrepareError(f"claim {ref.namespace}/{ref.name}: {sharing_gate_error(config.sharing.strategy)}")
+            if (config and config.sharing and config.sharing.strategy == "MPS"
+                    and (self.consumable_shares or result.get("shareID"))):
+                # one claim's MPS daemon would put a GPU other claims hold shares of in EXCLUSIVE_PROCESS mode
+                raise PrepareError(f"claim {ref.namespace}/{ref.name}: {MPS_REFUSED}")
             share_id = result.get("shareID")
+            vfio = hardware.vfio
+            if vfio is not None:  # NVIDIA's DefaultVfioDeviceConfig when the claim has none
+                iommu = config.iommu if config and config.iommu else IommuConfig()
+                vfio = replace(vfio, backend_policy=iommu.backend_policy, enable_api_device=iommu.enable_api_device)
             planned.append(replace(
                 hardware, request=request, request_names=(request.split("/", 1)[0],) if request else (),
                 pool=str(pool), admin_access=bool(result.get("adminAccess")),
                 sharing=SharingRecord.from_json(config.sharing.to_dict(), str(device))
                 if config and config.sharing else None,
                 cdi_device_ids=(cdispec.cdi_device_id(self.driver_name, ref.uid, str(device)),),
-                share_id=str(share_id) if share_id else None))
+                share_id=str(share_id) if share_id else None, vfio=vfio))
+        if self.metadata is not None:  # upstream's helper adds the metadata device to a request's first device
+            first: dict[str, int] = {}
+            for index, record in enumerate(planned):
+                first.setdefault(base_request(record.request), index)
+            for index in first.values():
+                record = planned[index]
+                planned[index] = replace(record, cdi_device_ids=record.cdi_device_ids + (
+                    metadata_cdi_id(self.driver_name, ref.uid, record.request),))
+        if any(r.type == VFIO_TYPE for r in planned) and any(r.type != VFIO_TYPE for r in planned):
+            # NVIDIA's applyVfioDeviceConfig assumes it: the claim's edits are the VFIO devices' alone
+            raise PrepareError(f"claim {ref.namespace}/{ref.name}: VFIO devices cannot share a claim with other "
+                               "devices of this driver")
         return planned
 
     def _resolve_device(self, name: str, inventory: Inventory) -> PreparedDevice:
         """The device's hardware facts; `_plan` fills in the allocation's (request, pool, ...)."""
         def hardware(kind: str, gpu_minor: int, gpu_uuid: str, slices: tuple[int, int] | None = None,
-                     mig: MigPlacement | None = None) -> PreparedDevice:
+                     mig: MigPlacement | None = None, vfio: VfioBinding | None = None) -> PreparedDevice:
             return PreparedDevice(type=kind, device=name, pool="", request="", request_names=(), admin_access=False,
-                                  cdi_device_ids=(), gpu_minor=gpu_minor, gpu_uuid=gpu_uuid, slices=slices, mig=mig)
+                                  cdi_device_ids=(), gpu_minor=gpu_minor, gpu_uuid=gpu_uuid, slices=slices, mig=mig,
+                                  vfio=vfio)
 
+        function = self.passthrough.function(name) if self.passthrough is not None else None
+        if function is not None:
+            parent = inventory.gpu_by_minor(function.minor)
+            if parent is None or parent.mig_devices:
+                raise PrepareError(f"device {name}: its GPU has MIG devices and cannot be passed through")
+            return hardware(VFIO_TYPE, function.minor, parent.uuid, vfio=VfioBinding(pci_bus_id=function.address))
         for gpu in inventory.gpus:
             if gpu.name == name:
                 if gpu.mig_enabled and gpu.mig_devices and not self.dynamic_mig:
@@ -444,6 +490,8 @@ class DeviceState:
                             raise PrepareError(f"device {mine.device} is already allocated to a different claim "
                                                f"({other.namespace}/{other.name}, {other_uid})"
                                                + (f" holding {theirs.device}" if theirs.device != mine.device else ""))
+                        if shares_of_one_device(mine, theirs) and conflicting_configuration(mine, theirs):
+                            raise PrepareError(conflict_message(mine.device, other_uid))
             for mine in planned:
                 for reserved in self._reserved:
                     if conflicts(mine, reserved):
@@ -454,29 +502,36 @@ class DeviceState:
             version = self.journal.changed()
         # The in-memory entry already reserves the devices. It must reach the disk before hardware
         # changes; without them a crash leaves at most a CDI spec, which reconcile removes.
-        if self._changes_hardware(entry):
+        # metadata files live outside the CDI directory reconcile sweeps: only a recorded entry finds them again
+        if self.metadata is not None or self._changes_hardware(entry):
             self.journal.persist(version)
         try:
+            self._activate_partition(entry.devices)
             devices = self._create_hardware(ref, entry.devices)
             if devices != entry.devices:  # dynamic MIG devices now have their instance IDs
                 self._update_entry(ref.uid, lambda entry: replace(entry, devices=devices))
             self._apply_sharing(ref.uid, devices)
             if devices:
                 self._write_cdi(ref.uid, devices)
+                self._write_metadata(ref, claim, devices)
         except Exception as exc:  # whatever failed, a failed prepare keeps no reservation
             self._roll_back(ref.uid, entry)
-            if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError, SharingError)):
+            if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError, SharingError, PassthroughError,
+                                    claimpaths.ClaimPathError, FabricManagerError)):
                 raise
             raise PrepareError(f"preparing claim {ref.namespace}/{ref.name}: {exc}") from None
         if token is not None and not token.commit():
             self._roll_back(ref.uid, entry)
             raise PrepareError(f"prepare of claim {ref.namespace}/{ref.name} was abandoned after its deadline")
         self.journal.persist(self._update_entry(ref.uid, lambda entry: replace(entry, state=PREPARE_COMPLETED)))
+        self._siblings_changed(devices)
         return self._response(devices)
 
     def _changes_hardware(self, entry: ClaimEntry) -> bool:
-        """Whether preparing (or unpreparing) the entry changes the node: dynamic MIG devices, applied sharing."""
+        """Whether preparing (or unpreparing) the entry changes the node, so the checkpoint must say so first:
+        dynamic MIG devices, applied sharing, a GPU bound to vfio-pci, a Fabric Manager partition."""
         return any(d.dynamic_mig is not None or (d.sharing is not None and self.sharing is not None)
+                   or d.vfio is not None or (self.fabric is not None and d.type in PARTITIONED_TYPES)
                    for d in entry.devices)
 
     def _roll_back(self, uid: str, started: ClaimEntry) -> None:
@@ -515,6 +570,8 @@ class DeviceState:
                 if gpu is not None and gpu.mig_enabled and not gpu.mig_devices:
                     with self._mig_lock:
                         self.backend.set_mig_mode(gpu.minor, False)
+            if record.vfio is not None and self.passthrough is not None:
+                self.passthrough.bus.bind(record.vfio.pci_bus_id, VFIO_DRIVER)  # NVIDIA's VfioPciManager.Configure
             if record.sharing is not None and record.sharing.is_mps:
                 for sub in ("pipe", "shm", "log"):
                     os.makedirs(os.path.join(self._mps_dir(ref.uid), sub), exist_ok=True)
@@ -526,6 +583,11 @@ class DeviceState:
         for device in devices:
             unique.setdefault(device.device, device)
         if not unique:
+            return
+        vfio = [d for d in unique.values() if d.type == VFIO_TYPE]
+        if vfio and self.passthrough is not None:  # _plan lets no other device into a VFIO claim
+            write_spec(self.passthrough.claim_spec(self.driver_name, uid, vfio), self.paths.cdi_spec_dir,
+                       self._spec_name(uid), fsync=False)
             return
         mig_minors = cdispec.read_mig_minors() if self.backend.name == "nvml" else None
         spec = cdispec.claim_spec(self.driver_name, uid, list(unique.values()), majors=self.majors,
@@ -568,8 +630,9 @@ class DeviceState:
                 self.journal.persist(version)
             try:
                 self._release(ref.uid, entry)
-            except (MigError, DiscoveryError, OSError, SharingError) as exc:
+            except (MigError, DiscoveryError, OSError, SharingError, PassthroughError, FabricManagerError) as exc:
                 raise PrepareError(f"unpreparing claim {ref}: {exc}") from None
             with self.journal.lock:
                 version = self.journal.changed()
             self.journal.persist(version)
+            self._siblings_changed(entry.devices)

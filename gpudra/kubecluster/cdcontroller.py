@@ -17,6 +17,7 @@ from typing import Any
 
 from gpudra.cluster.computedomains import CONTROLLER, reconcile_compute_domains
 from gpudra.cluster.store import StoreError
+from gpudra.computedomain.controller import FROM_DAEMON_PODS, StatusSource
 
 from .kubestore import KubeStore
 from .rest import ApiError, Rest, namespaced
@@ -45,14 +46,15 @@ def post_event(rest: Rest, obj: dict[str, Any], type_: str, reason: str, message
         log.warning("event %s for %s/%s not recorded: %s", reason, namespace, meta.get("name"), exc)
 
 
-def run_controller(rest: Rest, stop: threading.Event, interval_s: float) -> int:
+def run_controller(rest: Rest, stop: threading.Event, interval_s: float,
+                   source: StatusSource = FROM_DAEMON_PODS) -> int:
     """Reconcile every ComputeDomain each `interval_s` seconds until `stop` is set; the number of rounds run."""
     store = KubeStore(rest)
     rounds = 0
     while not stop.is_set():
         try:
             reconcile_compute_domains(store, lambda *event: post_event(rest, *event),  # type: ignore[arg-type]
-                                      lambda _kind, text: log.info("%s", text))
+                                      lambda _kind, text: log.info("%s", text), source)
         except (StoreError, ApiError, OSError) as exc:  # OSError: urllib3's connection errors
             log.warning("%s: round failed, retrying in %ss: %s", CONTROLLER, interval_s, exc)
         rounds += 1

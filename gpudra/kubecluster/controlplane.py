@@ -27,7 +27,7 @@ from typing import Callable, Mapping, Sequence
 
 from gpudra.atomicfile import write_atomic
 from gpudra.cluster.layout import ClusterConfig, ClusterDir, ClusterSetupError
-from gpudra.cluster.nodes import process_alive, stop_process
+from gpudra.cluster.processes import process_alive, stop_process
 from gpudra.cluster.store import FILE_MODE, open_private, private_dirs
 
 from .build import Built

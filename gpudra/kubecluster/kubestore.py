@@ -26,6 +26,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "ResourceSlice": ("resource.k8s.io/v1", "resourceslices", False),
     "DeviceClass": ("resource.k8s.io/v1", "deviceclasses", False),
     "ComputeDomain": ("resource.nvidia.com/v1beta1", "computedomains", True),
+    "ComputeDomainClique": ("resource.nvidia.com/v1beta1", "computedomaincliques", True),  # the daemons' (#34)
 }
 
 

@@ -14,7 +14,7 @@ import time
 from typing import Callable
 
 from gpudra.cluster.layout import ClusterConfig, ClusterDir, ClusterSetupError
-from gpudra.cluster.nodes import process_alive, spawn, stop_process
+from gpudra.cluster.processes import process_alive, spawn, stop_process
 
 from . import controlplane
 from .build import Built, build, kubernetes_release, module_dir
@@ -65,13 +65,14 @@ def install_compute_domain_api(cluster: ClusterDir, say: Callable[[str], None]) 
 
     from .rest import ApiError, Rest
 
-    crd: dict = read_yaml(os.path.join(os.path.dirname(os.path.dirname(__file__)), "computedomain",
-                                 "computedomains.crd.yaml"))
+    here = os.path.join(os.path.dirname(os.path.dirname(__file__)), "computedomain")
+    crd: dict = read_yaml(os.path.join(here, "computedomains.crd.yaml"))
+    clique_crd: dict = read_yaml(os.path.join(here, "computedomaincliques.crd.yaml"))  # the daemons' (#34)
     rest = Rest(controlplane.KubePaths(cluster).admin_kubeconfig)
     try:
         namespace: dict = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}}
-        installs: list[tuple[str, dict]] = [("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd),
-                                            ("/api/v1/namespaces", namespace)]
+        crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        installs: list[tuple[str, dict]] = [(crds, crd), (crds, clique_crd), ("/api/v1/namespaces", namespace)]
         for path, obj in installs:
             try:
                 rest.call("POST", path, obj)
@@ -79,13 +80,14 @@ def install_compute_domain_api(cluster: ClusterDir, say: Callable[[str], None]) 
                 if exc.status != 409:
                     raise ClusterSetupError(f"installing {obj['kind']} {obj['metadata']['name']}: {exc}") from None
         deadline = time.monotonic() + STAND_IN_TIMEOUT_S
-        while not _established(rest, crd["metadata"]["name"]):
+        while not all(_established(rest, c["metadata"]["name"]) for c in (crd, clique_crd)):
             if time.monotonic() > deadline:
                 raise ClusterSetupError(f"CRD {crd['metadata']['name']} not established")
             time.sleep(0.1)
     finally:
         rest.close()
-    say(f"ComputeDomain CRD ({crd['metadata']['name']}) and namespace {DRIVER_NAMESPACE} installed")
+    say(f"ComputeDomain CRDs ({crd['metadata']['name']}, {clique_crd['metadata']['name']}) and namespace "
+        f"{DRIVER_NAMESPACE} installed")
 
 
 def _established(rest, name: str) -> bool:  # type: ignore[no-untyped-def]

@@ -106,7 +106,9 @@ def device_edits(prepared: PreparedDevice, majors: dict[str, int], mps_dir: str 
         edits.env.append(f"CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE_IN_CONTAINER}")
         if sharing.mps_active_thread_percentage is not None:
             edits.env.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={sharing.mps_active_thread_percentage}")
-        if sharing.mps_pinned_memory_limit_mib is not None:
+        # gpudra's, not NVIDIA's (its CDI edits set only the pipe directory): the client-side limit names CUDA
+        # ordinal 0, so it is set only when no per-device limit could make device 0's differ from the default
+        if sharing.mps_pinned_memory_limit_mib is not None and not sharing.mps_per_device_pinned_memory_mib:
             edits.env.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={sharing.mps_pinned_memory_limit_mib}M")
         edits.mounts.append(Mount(host_path=f"{mps_dir}/pipe", container_path=MPS_PIPE_IN_CONTAINER,
                                   options=["rw", "nosuid", "nodev", "bind"]))

@@ -22,7 +22,7 @@ from .cdispec import claim_spec_file_name
 
 PRIVATE_DIR_MODE = 0o700  # the plugin's own directory (checkpoint, DRA socket) and state directories
 # sun_path holds 108 bytes with the terminating NUL on Linux, but gRPC (1.6x, add_port) refuses paths of more than
-# 105 bytes; tests/test_durability.py binds one of exactly this length. macOS' sun_path holds 104 with the NUL.
+# 105 bytes; tests/gpuplugin/test_durability.py binds one of exactly this length. macOS' sun_path holds 104 with the NUL.
 SOCKET_PATH_MAX = 103 if sys.platform == "darwin" else 105
 SOCKET_NAME_MAX = 105 - 1 - len("/var/lib/kubelet/plugins_registry")  # what gRPC accepts under the usual dir
 

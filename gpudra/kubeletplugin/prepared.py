@@ -12,7 +12,7 @@ its checkpoint state), which type the same facts; the fields are gpudra's own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
 from .claimpaths import identity_problems
@@ -22,7 +22,7 @@ PREPARE_COMPLETED = "PrepareCompleted"
 UNPREPARE_STARTED = "UnprepareStarted"
 STATES = (PREPARE_STARTED, PREPARE_COMPLETED, UNPREPARE_STARTED)
 
-GPU_TYPE, MIG_TYPE = "gpu", "mig"
+GPU_TYPE, MIG_TYPE, VFIO_TYPE = "gpu", "mig", "vfio"
 # A compute-domain record has type channel or daemon, no GPU, a domainID (a UID: it names a directory) and, for a
 # channel, imexChannels [first, end): the channel device nodes it injects.
 DOMAIN_RECORD_TYPES = ("channel", "daemon")
@@ -103,6 +103,7 @@ class SharingRecord:
     mps_active_thread_percentage: int | None = None
     mps_pinned_memory_limit_mib: int | None = None
     mps_per_device_pinned_memory_mib: tuple[tuple[str, int], ...] = ()  # (device UUID or index, MiB)
+    mps_multi_user: bool | None = None  # NVIDIA's MpsConfig.MultiUser (`-d -M`); None: the config did not say
 
     @property
     def is_mps(self) -> bool:
@@ -122,7 +123,16 @@ class SharingRecord:
             out["mpsPinnedMemoryLimitMiB"] = self.mps_pinned_memory_limit_mib
         if self.mps_per_device_pinned_memory_mib:
             out["mpsPerDevicePinnedMemoryMiB"] = dict(self.mps_per_device_pinned_memory_mib)
+        if self.mps_multi_user is not None:
+            out["mpsMultiUser"] = self.mps_multi_user
         return out
+
+    def normalized(self) -> SharingRecord:
+        """As NVIDIA's Normalize leaves a config: TimeSlicing without an interval means the Default interval
+        (gpudra's decoder fills it in already; this keeps records written without it comparable)."""
+        if self.is_time_slicing and self.time_slice_interval is None:
+            return replace(self, time_slice_interval="Default")
+        return self
 
     @classmethod
     def from_json(cls, value: JSON, name: str) -> SharingRecord:
@@ -141,10 +151,40 @@ class SharingRecord:
         interval = value.get("timeSliceInterval")
         if interval is not None and not isinstance(interval, str):
             raise EntryError(problem)
+        multi_user = value.get("mpsMultiUser")
+        if multi_user is not None and not isinstance(multi_user, bool):
+            raise EntryError(problem)
         return cls(strategy=value["strategy"], time_slice_interval=interval,
                    mps_active_thread_percentage=numbers["mpsActiveThreadPercentage"],
                    mps_pinned_memory_limit_mib=numbers["mpsPinnedMemoryLimitMiB"],
-                   mps_per_device_pinned_memory_mib=tuple(per_device.items()))
+                   mps_per_device_pinned_memory_mib=tuple(per_device.items()), mps_multi_user=multi_user)
+
+
+@dataclass(frozen=True)
+class VfioBinding:
+    """A GPU passed through whole (type `vfio`): its PCI function, bound to vfio-pci while prepared, and the
+    claim's VfioDeviceConfig `iommu` (NVIDIA's defaults when the claim has none; passthrough.py)."""
+
+    pci_bus_id: str
+    backend_policy: str = "LegacyOnly"
+    enable_api_device: bool = False
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"pciBusID": self.pci_bus_id,
+                "iommu": {"backendPolicy": self.backend_policy, "enableAPIDevice": self.enable_api_device}}
+
+    @classmethod
+    def from_json(cls, record: dict[str, JSON], name: str) -> VfioBinding:
+        address, iommu = record.get("pciBusID"), record.get("iommu")
+        if not isinstance(address, str) or not address:
+            raise EntryError(f"device {name}: a vfio record has no pciBusID")
+        if iommu is None:
+            return cls(pci_bus_id=address)
+        if not (isinstance(iommu, dict) and isinstance(iommu.get("backendPolicy"), str)
+                and isinstance(iommu.get("enableAPIDevice"), bool)):
+            raise EntryError(f"device {name}: iommu is not a VFIO IOMMU config")
+        return cls(pci_bus_id=address, backend_policy=iommu["backendPolicy"],
+                   enable_api_device=iommu["enableAPIDevice"])
 
 
 @dataclass(frozen=True)
@@ -194,7 +234,7 @@ class DomainBinding:
 class PreparedDevice:
     """One allocated device of a claim as this node prepared it."""
 
-    type: str  # "gpu" | "mig" (GPU plugin) | "channel" | "daemon" (compute-domain plugin)
+    type: str  # "gpu" | "mig" | "vfio" (GPU plugin) | "channel" | "daemon" (compute-domain plugin)
     device: str  # the device's name in its ResourceSlice
     pool: str
     request: str  # the allocation result's request ("req" or "req/subrequest")
@@ -208,6 +248,7 @@ class PreparedDevice:
     sharing: SharingRecord | None = None
     share_id: str | None = None  # consumable capacity: one device, several allocations told apart by share ID
     domain: DomainBinding | None = None
+    vfio: VfioBinding | None = None  # type vfio: the GPU's PCI function, bound to vfio-pci (passthrough)
 
     @property
     def dynamic_mig(self) -> MigPlacement | None:
@@ -232,6 +273,8 @@ class PreparedDevice:
             out.update(self.domain.to_json())
         if self.share_id is not None:
             out["shareID"] = self.share_id
+        if self.vfio is not None:
+            out.update(self.vfio.to_json())
         return out
 
     @classmethod
@@ -266,12 +309,13 @@ class PreparedDevice:
             raise EntryError(f"device {name}: shareID is not a string")
         if not isinstance(kind, str):
             raise EntryError(f"device {name}: type is not a string")
+        vfio = VfioBinding.from_json(record, name) if kind == VFIO_TYPE else None
         return cls(type=kind, device=name, pool=record["pool"], request=record["request"],
                    request_names=tuple(record["requestNames"]), admin_access=record["adminAccess"],
                    cdi_device_ids=tuple(record["cdiDeviceIDs"]), gpu_minor=record.get("gpuMinor"),
                    gpu_uuid=_optional_str(record.get("gpuUUID"), f"device {name}: gpuUUID"),
                    slices=(slices[0], slices[1]) if slices is not None else None, mig=mig, sharing=sharing,
-                   share_id=record.get("shareID"), domain=domain)
+                   share_id=record.get("shareID"), domain=domain, vfio=vfio)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudra.allocator import FILTER_TIMEOUT_S, TIMED_OUT, AllocationOutcome
+from gpudra.allocator import FILTER_TIMEOUT_S, TIMED_OUT, AllocationOutcome, Allocator
 
 __all__ = ["TIMED_OUT", "AllocationOutcome", "allocate", "fits", "make_allocator"]
 
@@ -17,8 +17,7 @@ def make_allocator(
     allocated_claims: list[dict[str, Any]],
     features: Any = DEFAULT_FEATURES,
     device_taint_rules: list[dict[str, Any]] | None = None,
-) -> Any:
-    from gpudra.allocator.allocator import Allocator
+) -> Allocator:
     from gpudra.allocator.features import Features
 
     return Allocator(list(device_classes.values()), list(slices), list(allocated_claims), Features.parse(features),
@@ -26,7 +25,7 @@ def make_allocator(
 
 
 def allocate(
-    allocator: Any, node: dict[str, Any], claims: list[dict[str, Any]], exclude_devices: Any = None,
+    allocator: Allocator, node: dict[str, Any], claims: list[dict[str, Any]], exclude_devices: Any = None,
     deadline: float | None = None,
 ) -> AllocationOutcome:
     """One node's search. `deadline`: the pod's budget (time.monotonic()), shared by all nodes it is
@@ -36,7 +35,8 @@ def allocate(
     return allocator.allocate(node, claims, exclude_devices=exclude_devices or None, timeout=FILTER_TIMEOUT_S)
 
 
-def fits(allocator: Any, node: dict[str, Any], claims: list[dict[str, Any]], deadline: float | None = None) -> AllocationOutcome:
+def fits(allocator: Allocator, node: dict[str, Any], claims: list[dict[str, Any]],
+         deadline: float | None = None) -> AllocationOutcome:
     """`allocate` when only whether the claims fit matters: nodes in the same device state share one search
     (`Allocator.fits`), and an "allocated" answer may come without allocations (`deferred`)."""
     if deadline is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .allocation import allocate
-from .state import DeviceId
+from .topology import DeviceId
 
 if TYPE_CHECKING:  # pragma: no cover
     from .scheduler import NodeEval, PodInfo, Scheduler

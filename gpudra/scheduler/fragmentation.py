@@ -23,7 +23,7 @@ cluster-wide fragmentation after each choice, which is the FGD rule.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import resources as res
@@ -34,6 +34,7 @@ from .scoring import MAX_NODE_SCORE, Policy
 
 if TYPE_CHECKING:  # pragma: no cover
     from .scheduler import NodeEval, PodInfo, Scheduler
+    from .state import ClusterState
 
 
 @dataclass
@@ -44,6 +45,22 @@ class WorkloadClass:
     weight: float
     pods: int
     claim_set: int = 0  # index of its claims among the workload's distinct claim sets (`_claim_sets`)
+
+
+# (cluster generation, node, the node's device epoch, devices the caller added to the allocator's state)
+DeviceState = tuple[int, str, int, tuple[tuple[str, str, str], ...]]
+
+
+@dataclass
+class FragmentationMemo:
+    """What the fragmentation measure remembers about one cluster: its workload classes until the pods change
+    (`workload_key`), and for each node device state whether each claim set fits (`device_verdicts`, indexed by
+    `WorkloadClass.claim_set`; None: not asked yet)."""
+
+    cluster: "ClusterState"
+    workload_key: tuple[int, int] | None = None
+    classes: list[WorkloadClass] = field(default_factory=list)
+    device_verdicts: dict[DeviceState, list[bool | None]] = field(default_factory=dict)
 
 
 def _probe_claims(scheduler: "Scheduler", pod: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -67,11 +84,10 @@ def _probe_claims(scheduler: "Scheduler", pod: dict[str, Any]) -> list[dict[str,
     return claims
 
 
-def workload_classes(scheduler: "Scheduler") -> list[WorkloadClass]:
+def workload_classes(scheduler: "Scheduler", memo: FragmentationMemo) -> list[WorkloadClass]:
     key = (scheduler.cluster.generation, len(scheduler.cluster.pods))  # new pods change the target workload
-    cached = getattr(scheduler, "_fgd_workload", None)
-    if cached is not None and cached[0] == key:
-        return cached[1]
+    if memo.workload_key == key:
+        return memo.classes
     groups: dict[str, WorkloadClass] = {}
     samples = 0
     for pod in scheduler.cluster.pods.values():
@@ -97,7 +113,7 @@ def workload_classes(scheduler: "Scheduler") -> list[WorkloadClass]:
     for workload in classes:  # classes that differ only in cpu/memory ask the allocator one question
         specs = json.dumps([c.get("spec") for c in workload.claims], sort_keys=True, default=str)
         workload.claim_set = claim_sets.setdefault(specs, len(claim_sets))
-    scheduler._fgd_workload = (key, classes)  # type: ignore[attr-defined]
+    memo.workload_key, memo.classes = key, classes
     return classes
 
 
@@ -105,15 +121,15 @@ MAX_DEVICE_VERDICTS = 200_000
 
 
 def node_fragmentation(
-    scheduler: "Scheduler", node: str, free_capacity: float, extra_requests: dict[str, int] | None = None,
-    extra_devices: tuple = (),
+    scheduler: "Scheduler", memo: FragmentationMemo, node: str, free_capacity: float,
+    extra_requests: dict[str, int] | None = None, extra_devices: tuple[tuple[str, str, str], ...] = (),
 ) -> float:
     """F_n under the allocator's current state (plus `extra_requests` of cpu/memory already committed and
     `extra_devices` the caller has added to the allocator's state)."""
     if free_capacity <= 0:
         return 0.0
     cluster = scheduler.cluster
-    classes = workload_classes(scheduler)
+    classes = workload_classes(scheduler, memo)
     allocatable = cluster.allocatable(node)
     free_cpu = free_memory = 0
     if allocatable is not None:
@@ -121,8 +137,8 @@ def node_fragmentation(
         free_cpu = allocatable.get(res.CPU, 0) - usage.requested.get(res.CPU, 0) - extra.get(res.CPU, 0)
         free_memory = allocatable.get(res.MEMORY, 0) - usage.requested.get(res.MEMORY, 0) - extra.get(res.MEMORY, 0)
     # whether a claim set fits depends only on the node's devices: one answer per device state of the node
-    verdicts: dict[tuple, list] = scheduler.__dict__.setdefault("_fgd_device_verdicts", {})
-    state = (cluster.generation, node, cluster.device_epoch.get(node, 0), extra_devices)
+    verdicts = memo.device_verdicts
+    state: DeviceState = (cluster.generation, node, cluster.device_epoch.get(node, 0), extra_devices)
     known = verdicts.get(state)
     if known is None:
         if len(verdicts) >= MAX_DEVICE_VERDICTS:
@@ -134,7 +150,7 @@ def node_fragmentation(
     for workload in classes:  # in class order: the same sum, bit for bit
         requests = workload.requests
         wanted_cpu, wanted_memory = requests.get(res.CPU, 0), requests.get(res.MEMORY, 0)
-        fits = allocatable is None or (
+        fits: bool | None = allocatable is None or (
             (not wanted_cpu or wanted_cpu <= free_cpu) and (not wanted_memory or wanted_memory <= free_memory)
         )
         if fits:
@@ -150,7 +166,8 @@ def node_fragmentation(
 
 
 def fragmentation_after(
-    scheduler: "Scheduler", info: "PodInfo", node: str, allocations: list[dict[str, Any]] | None
+    scheduler: "Scheduler", memo: FragmentationMemo, info: "PodInfo", node: str,
+    allocations: list[dict[str, Any]] | None,
 ) -> float:
     cluster = scheduler.cluster
     devices = [
@@ -164,7 +181,7 @@ def fragmentation_after(
     if probe is not None:
         allocator.add_allocated_claim(probe)
     try:
-        return node_fragmentation(scheduler, node, cluster.free_capacity(node, devices), info.requests,
+        return node_fragmentation(scheduler, memo, node, cluster.free_capacity(node, devices), info.requests,
                                   tuple(sorted(set(devices))))
     finally:
         if probe is not None:
@@ -176,20 +193,32 @@ class FragmentationPolicy(Policy):
 
     def __init__(self) -> None:
         self._before: dict[str, tuple[int, int, float]] = {}  # node -> (generation, epoch, F_n)
+        self._memo: FragmentationMemo | None = None
+
+    def memo(self, scheduler: "Scheduler") -> FragmentationMemo:
+        """The measure's memo for the scheduler's cluster (a fresh one for another cluster: generations and
+        device epochs are per cluster)."""
+        if self._memo is None or self._memo.cluster is not scheduler.cluster:
+            self._memo = FragmentationMemo(scheduler.cluster)
+            self._before.clear()
+        return self._memo
 
     def fragmentation_before(self, scheduler: "Scheduler", node: str) -> float:
+        memo = self.memo(scheduler)
         key = (scheduler.cluster.generation, scheduler.cluster.epoch.get(node, 0))
         cached = self._before.get(node)
         if cached is not None and cached[:2] == key:
             return cached[2]
-        value = node_fragmentation(scheduler, node, scheduler.cluster.free_capacity(node))
+        value = node_fragmentation(scheduler, memo, node, scheduler.cluster.free_capacity(node))
         self._before[node] = (*key, value)
         return value
 
     def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
         node = evaluation.result.node
         allocations = evaluation.result.allocations
-        delta = fragmentation_after(scheduler, info, node, allocations) - self.fragmentation_before(scheduler, node)
+        memo = self.memo(scheduler)
+        delta = (fragmentation_after(scheduler, memo, info, node, allocations)
+                 - self.fragmentation_before(scheduler, node))
         free_before = scheduler.cluster.free_node_groups(node)
         return delta, free_before, free_before - scheduler.cluster.groups_opened(node, allocations)
 
@@ -209,9 +238,9 @@ class FragmentationPolicy(Policy):
         alternative = steered_alternative(scheduler, info, chosen, prefer_used_groups=True)
         if alternative is None or alternative == first_fit:
             return first_fit
-        node = chosen.result.node
-        if fragmentation_after(scheduler, info, node, alternative) < fragmentation_after(
-            scheduler, info, node, first_fit
+        node, memo = chosen.result.node, self.memo(scheduler)
+        if fragmentation_after(scheduler, memo, info, node, alternative) < fragmentation_after(
+            scheduler, memo, info, node, first_fit
         ):
             return alternative
         return first_fit

@@ -89,6 +89,8 @@ class PodResult:
     num_nodes: int = 0
     claims: list[str] = field(default_factory=list)  # namespace/name of claims allocated or reserved
     gang: str | None = None  # why the pod's gang (gpudra.scheduler.gangs) was not bound, where it was not
+    preempted: tuple[str, ...] = ()  # pods evicted for this one (DefaultPreemption), most important first
+    nominated_node: str | None = None  # the node its preemption nominated (status.nominatedNodeName)
 
     @property
     def scheduled(self) -> bool:

@@ -87,9 +87,13 @@ def plan(cluster: Any) -> GangPlan:
     return GangPlan(gangs, member_of, waiting)
 
 
-def _policies(objects: list[dict[str, Any]], release: str) -> dict[tuple, int | None]:
+# (namespace, group object name[, pod group name]): a PodGroup (1.36), or a Workload and its pod groups (1.35)
+GroupKey = tuple[str | None, ...]
+
+
+def _policies(objects: list[dict[str, Any]], release: str) -> dict[GroupKey, int | None]:
     """(namespace, group object name[, pod group]) -> gang minCount (None: basic policy)."""
-    found: dict[tuple, int | None] = {}
+    found: dict[GroupKey, int | None] = {}
     for obj in objects:
         kind, version = obj.get("kind"), obj.get("apiVersion")
         raw = obj.get("spec")
@@ -112,7 +116,7 @@ def _min_count(policy: Any) -> int | None:
 
 
 def _group_of(pod: dict[str, Any], release: str,
-              policies: dict[tuple, int | None]) -> tuple[str, str, int | None] | str | None:
+              policies: dict[GroupKey, int | None]) -> tuple[str, str, int | None] | str | None:
     """(gang key, label, minCount) of the pod's group; a PreEnqueue message when its object is missing;
     None for a pod of no group."""
     spec = pod.get("spec") or {}

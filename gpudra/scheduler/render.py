@@ -68,6 +68,7 @@ def to_table(cluster: ClusterState, results: list[PodResult], wide: bool = False
     rows = table_rows(cluster, results, wide)
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in [header, *rows]]
+    lines.extend(preemption_lines(results))
     unschedulable = [r for r in results if not r.scheduled]
     if unschedulable:
         lines.append("")
@@ -77,9 +78,20 @@ def to_table(cluster: ClusterState, results: list[PodResult], wide: bool = False
     return "\n".join(lines) + "\n"
 
 
+def preemption_lines(results: list[PodResult]) -> list[str]:
+    """`PREEMPTED (n):` and one line per victim: the pod deleted (DefaultPreemption), for whom, on which node."""
+    victims = [(victim, result) for result in results for victim in result.preempted]
+    if not victims:
+        return []
+    lines = ["", f"PREEMPTED ({len(victims)}):"]
+    for victim, result in victims:
+        lines.append(f"  {victim}: preempted by {result.pod} on node {result.nominated_node}")
+    return lines
+
+
 def summary(results: list[PodResult]) -> str:
     scheduled = sum(1 for r in results if r.scheduled)
     return f"scheduled {scheduled}/{len(results)} pods"
 
 
-__all__ = ["all_objects", "key_of", "summary", "table_rows", "to_json", "to_table", "to_yaml"]
+__all__ = ["all_objects", "key_of", "preemption_lines", "summary", "table_rows", "to_json", "to_table", "to_yaml"]

@@ -32,6 +32,7 @@ from . import framework as fw
 from gpudra import schedulinghelpers as nodematch
 from . import resources as res
 from .state import ClusterState, claim_allocation, reserved_for
+from . import preemption
 from .dra import (
     DraPodState,
     DraVerdict,
@@ -70,6 +71,11 @@ def num_feasible_nodes_to_find(num_all_nodes: int, percentage: int = DEFAULT_PER
     return max(count, MIN_FEASIBLE_NODES_TO_FIND)
 
 
+# What the Filter verdicts of a pod depend on: its Node-object constraints (`node_shape`), its requests, their
+# scoring defaults for cpu and memory, and its claims (`DraPodState.signature`)
+PodShape = tuple[str, tuple[tuple[str, int], ...], int, int, str]
+
+
 @dataclass
 class PodInfo:
     """What the cycle precomputes once per pod attempt (PreFilter)."""
@@ -82,7 +88,7 @@ class PodInfo:
     tolerations: list[dict[str, Any]]
     dra: DraPodState
     reasons: list[fw.Reason]  # PreFilter rejections for the whole pod
-    shape: tuple  # cache key: pods with equal shapes get equal verdicts on equal node states
+    shape: PodShape  # cache key: pods with equal shapes get equal verdicts on equal node states
     node_shape: str = ""  # the part of `shape` that the Node-object plugins read
     fit_order: tuple[str, ...] = ()  # requests in NodeResourcesFit's reporting order
     non_zero: dict[str, int] = field(default_factory=dict)  # requests with the scoring defaults for cpu/memory
@@ -122,8 +128,12 @@ class Scheduler:
         percentage_of_nodes_to_score: int | None = None,
         indexed: bool = True,
         filter_timeout: float | None = FILTER_TIMEOUT_S,
+        preempt: bool = True,
+        dra_preemption: bool = False,
     ):
-        """`filter_timeout`: seconds of device search one pod may spend over all nodes (None: no limit)."""
+        """`filter_timeout`: seconds of device search one pod may spend over all nodes (None: no limit).
+        `preempt`: DefaultPreemption runs for a pod that fits nowhere (gpudra.scheduler.preemption);
+        `dra_preemption`: victims' claims are freed by it as KEP-5690 proposes (in no release up to 1.36)."""
         from .scoring import get_policy
 
         self.cluster = cluster
@@ -133,16 +143,19 @@ class Scheduler:
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
         self.results: dict[str, fw.PodResult] = {}
         self.filter_timeout = filter_timeout
+        self.preempt = preempt
+        self.dra_preemption = dra_preemption
         self._next_start_node_index = 0
-        self._cache: dict[tuple, dict[str, NodeEval]] = {}
+        self._cache: dict[PodShape, dict[str, NodeEval]] = {}
         self.indexed = indexed  # False: always the plain linear scan (same answers; for tests)
         # False: every feasible node's allocations are computed when it is filtered, one device search per node
         # (same answers; for tests). True: as the policy allows (`Policy.node_allocations`).
         self.defer_allocations = True
-        self._indexes: dict[tuple, ShapeIndex] = {}
-        self._shape_uses: dict[tuple, int] = {}
+        self._indexes: dict[PodShape, ShapeIndex] = {}
+        self._shape_uses: dict[PodShape, int] = {}
         self._cache_generation = -1
-        self._dra_cache: dict[tuple, dict[str, tuple[int, DraVerdict]]] = {}
+        # (claims signature, extended resources served, allocations deferred) -> node -> (device epoch, verdict)
+        self._dra_cache: dict[tuple[str, tuple[str, ...], bool], dict[str, tuple[int, DraVerdict]]] = {}
         self._dra_generation = -1
         self._extended_classes: dict[str, str] | None = None
         self._extended_generation = -1
@@ -360,14 +373,53 @@ class Scheduler:
 
     # ----- one pod ------------------------------------------------------------------------------
     def schedule_pod(self, pod_key: str) -> fw.PodResult:
-        result = self._attempt(pod_key)
+        result = self._attempt_nominated(pod_key) or self._attempt(pod_key)
         if not result.scheduled and self._post_filter(pod_key, result):
             result = self._attempt(pod_key)
+        if not result.scheduled and self.preempt:
+            result = self._preempt(pod_key, result)
         self.results[pod_key] = result
         if not result.scheduled:
             gated = bool(result.prefilter) and result.prefilter[0].plugin == fw.SCHEDULING_GATES
             self.cluster.mark_unschedulable(pod_key, result.message(), "SchedulingGated" if gated else "Unschedulable")
         return result
+
+    def _attempt_nominated(self, pod_key: str) -> fw.PodResult | None:
+        """evaluateNominatedNode (pkg/scheduler/schedule_one.go): a pod nominated by an earlier preemption goes to
+        its nominated node when it fits there; None when it has none or does not fit there."""
+        cluster = self.cluster
+        pod = cluster.pods[pod_key]
+        nominated = (pod.get("status") or {}).get("nominatedNodeName")
+        if not nominated or nominated not in cluster.nodes or (pod.get("spec") or {}).get("schedulingGates"):
+            return None
+        info = self.pod_info(pod_key)
+        if info.reasons:
+            return None
+        evaluation = self.evaluate_fresh(info, nominated)
+        if evaluation.fatal is not None or evaluation.result.reasons:
+            return None
+        result = fw.PodResult(pod_key, num_nodes=len(cluster.node_names()))
+        return self._finish(info, result, evaluation, self.policy.combine(self, info, [evaluation]))
+
+    def _preempt(self, pod_key: str, result: fw.PodResult) -> fw.PodResult:
+        """DefaultPreemption's PostFilter: evict the chosen node's victims, nominate it, and try the pod again
+        there (see gpudra.scheduler.preemption for where gpudra's timing differs)."""
+        if result.prefilter or result.error or not result.filtered:
+            return result
+        pod = self.cluster.pods[pod_key]
+        priority = self.cluster.pod_priority(pod)
+        candidate = None
+        if any(other < priority for other in self.cluster.bound_priorities):  # else no pod anywhere to preempt
+            candidate, _ = preemption.find_candidate(self, pod_key, result, self.dra_preemption,
+                                                     exclude=self._gang_bindings)
+        if candidate is None:
+            (pod.get("status") or {}).pop("nominatedNodeName", None)  # NewPostFilterResultWithNominatedNode("")
+            return result
+        preemption.evict(self.cluster, candidate, pod_key)
+        retry = self._attempt_nominated(pod_key) or self._attempt(pod_key)
+        retry.preempted = candidate.victim_pods
+        retry.nominated_node = candidate.node
+        return retry
 
     def _attempt(self, pod_key: str) -> fw.PodResult:
         cluster = self.cluster
@@ -507,9 +559,10 @@ class Scheduler:
             return result
         scores: Mapping[str, float]
         if index.nonplain == 0:
+            plain = cast(list[int], keys)  # no feasible node's score is other than plain: every key is an int
             count = len(index.nodes)
-            best = index.evals[count - 1 - max(keys) % count]  # plain_key: ties to the first name
-            scores = PlainScores(index.nodes, keys, chosen)
+            best = index.evals[count - 1 - max(plain) % count]  # plain_key: ties to the first name
+            scores = PlainScores(index.nodes, plain, chosen)
         else:
             feasible = cast(list[NodeEval], [index.evals[i] for i in chosen])  # chosen positions hold verdicts
             scores = self.policy.combine(self, info, feasible)

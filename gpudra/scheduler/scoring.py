@@ -18,6 +18,8 @@ A physical device is a group of node-local devices drawing on one counter set (a
 partitions), or a device on its own (`ClusterState.device_group`); it is "free" while nothing is allocated from it.
 - `fragmentation`: in the spirit of Fragmentation Gradient Descent (Weng et al., USENIX ATC'23) — prefer the
   node (and devices) whose allocation least increases the node's expected fragmentation. See `fragmentation.py`.
+  Not the simulator's `fgd-reserve` (gpudra.simulate.policies: the paper's FGD on trace task shapes, its ties
+  broken by a hosting reserve), which `gpudra simulate` called `fragmentation` before.
 
 binpack, spread and fragmentation look at every node (percentageOfNodesToScore = 100): they are about placement
 quality, not speed.
@@ -25,7 +27,7 @@ quality, not speed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpudra import schedulinghelpers as nodematch
 from . import resources as res
@@ -72,7 +74,8 @@ def _cpu_memory(scheduler: "Scheduler", info: "PodInfo", node: str) -> tuple[int
     )
 
 
-def resource_score(scheduler: "Scheduler", info: "PodInfo", node: str, strategy: Any) -> int:
+def resource_score(scheduler: "Scheduler", info: "PodInfo", node: str,
+                   strategy: Callable[[int, int], int]) -> int:
     cpu, cpu_cap, memory, memory_cap = _cpu_memory(scheduler, info, node)
     return (strategy(cpu, cpu_cap) + strategy(memory, memory_cap)) // 2
 
@@ -138,7 +141,8 @@ class KubePolicy(Policy):
         # plugins add the same constant to every node: TaintToleration's all-zero reverse normalisation (3 x 100)
         if parts[1] or parts[2] or parts[3]:
             return None
-        return parts[0] + 3 * MAX_NODE_SCORE
+        score: int = parts[0] + 3 * MAX_NODE_SCORE  # parts[0]: NodeResourcesFit + NodeResourcesBalancedAllocation
+        return score
 
     def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
         node = evaluation.result.node

@@ -78,7 +78,7 @@ class ShapeIndex:
                 continue
             self._set(scheduler, i, scheduler.evaluate_fresh(info, name))
 
-    def select(self, start: int, to_find: int) -> tuple[list[int], list, int, int | None]:
+    def select(self, start: int, to_find: int) -> tuple[list[int], list[int | None], int, int | None]:
         """(feasible positions in scan order, their `keys`, nodes processed, fatal position hit first or None)."""
         feasible, keys = self.feasible, self.keys
         count = len(self.nodes)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from gpudra.copying import copy_object
 
@@ -86,6 +86,9 @@ class ClusterState(Topology):
         self.other_objects: list[dict[str, Any]] = []
         self.problems: list[str] = []
         self.usage: dict[str, NodeUsage] = {}
+        # priorities of the pods counted on nodes (how many each): whether any pod could be preempted at all
+        self.bound_priorities: Counter[int] = Counter()
+        self._bound_priority: dict[str, int] = {}  # pod key -> the priority it was counted with
         self.epoch: dict[str, int] = {}
         # bumped only when devices in a pool the node sees are allocated or released (a subset of `epoch`):
         # DRA verdicts depend on nothing else of the node's state
@@ -174,6 +177,7 @@ class ClusterState(Topology):
             self.allocated_devices.update(allocated_device_ids(claim))
         self._device_groups = None  # group use is recounted from the allocated devices
         self.usage = {name: NodeUsage() for name in self.nodes}
+        self.bound_priorities, self._bound_priority = Counter(), {}
         self._claims_by_owner = {}
         for claim in self.claims.values():
             for ref in (claim.get("metadata") or {}).get("ownerReferences") or []:
@@ -223,8 +227,9 @@ class ClusterState(Topology):
 
     def pod_priority(self, pod: dict[str, Any]) -> int:
         spec = pod.get("spec") or {}
-        if isinstance(spec.get("priority"), int):
-            return spec["priority"]
+        priority = spec.get("priority")
+        if isinstance(priority, int):
+            return priority
         class_name = spec.get("priorityClassName")
         if class_name and class_name in self.priority_classes:
             return int(self.priority_classes[class_name].get("value") or 0)
@@ -330,6 +335,7 @@ class ClusterState(Topology):
         twin.usage = {name: NodeUsage(dict(use.requested), use.non_zero_cpu, use.non_zero_memory, list(use.pods))
                       for name, use in self.usage.items()}
         twin.epoch, twin.device_epoch = dict(self.epoch), dict(self.device_epoch)
+        twin.bound_priorities, twin._bound_priority = Counter(self.bound_priorities), dict(self._bound_priority)
         twin.changes = list(self.changes)
         twin.allocated_devices = Counter(self.allocated_devices)
         twin.group_use = Counter(self.group_use)
@@ -357,8 +363,15 @@ class ClusterState(Topology):
         usage.non_zero_memory += sign * non_zero.get(res.MEMORY, 0)
         if sign > 0:
             usage.pods.append(key)
+            priority = self._bound_priority[key] = self.pod_priority(pod)
+            self.bound_priorities[priority] += 1
         elif key in usage.pods:
             usage.pods.remove(key)
+            counted = self._bound_priority.pop(key, None)
+            if counted is not None:
+                self.bound_priorities[counted] -= 1
+                if not self.bound_priorities[counted]:
+                    del self.bound_priorities[counted]
         if node in self.epoch:
             self._bump(node)
 
@@ -421,7 +434,7 @@ class ClusterState(Topology):
         self,
         pod_key: str,
         node: str,
-        allocations: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+        allocations: Sequence[tuple[str, dict[str, Any]]] = (),
         extended_claim: dict[str, Any] | None = None,
         request_totals: tuple[dict[str, int], dict[str, int]] | None = None,
     ) -> list[str]:

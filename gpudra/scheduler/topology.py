@@ -42,8 +42,9 @@ def _nanos(value: Any) -> int:
 
 
 def _device_visible(device: dict[str, Any], node: dict[str, Any]) -> bool:
-    if device.get("nodeName"):
-        return device["nodeName"] == name_of(node)
+    node_name: str | None = device.get("nodeName")
+    if node_name:
+        return node_name == name_of(node)
     if device.get("allNodes"):
         return True
     if device.get("nodeSelector") is not None:
@@ -203,9 +204,12 @@ class Topology:
         consumed: dict[GroupId, int] = {}
         taken_members: dict[GroupId, int] = {}
         used = set()
-        for device in self.node_devices(node_name):
+        devices = self.node_devices(node_name)  # computes the topology on first use
+        device_groups = self._device_groups
+        assert device_groups is not None
+        for device in devices:
             if device in allocated or device in extra:
-                group = self._device_groups[device]  # type: ignore[index]
+                group = device_groups[device]
                 used.add(group)
                 taken_members[group] = taken_members.get(group, 0) + 1
                 consumed[group] = consumed.get(group, 0) + self._consumption.get(device, 0)

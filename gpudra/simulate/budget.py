@@ -23,21 +23,21 @@ if TYPE_CHECKING:  # pragma: no cover
 # CPU milliseconds per submitted task (setup included), `python benchmarks/simulate.py --mode M --policy P`
 # for every policy (10,771 tasks each), 2026-12-03 22:20-23:25 UTC on the 2-vCPU KVM development machine with other
 # work running (load 5-10; process CPU time, which that load inflates less than wall time). DRA mode's paper
-# policies and `fragmentation` take the fast path (fastpath.py): measured again 2026-12-04 04:10-04:36 UTC, same
-# machine, load 5-9, niced (per experiment: fgd 2.2 s, fragmentation 5.4 s, bestfit 1.2 s, random 1.5 s,
-# dotprod 1.2 s, gpu-clustering 1.6 s, gpu-packing 1.2 s). fgd and fragmentation (with its hosting reserve) again
+# policies and `fgd-reserve` take the fast path (fastpath.py): measured again 2026-12-04 04:10-04:36 UTC, same
+# machine, load 5-9, niced (per experiment: fgd 2.2 s, fgd-reserve 5.4 s, bestfit 1.2 s, random 1.5 s,
+# dotprod 1.2 s, gpu-clustering 1.6 s, gpu-packing 1.2 s). fgd and fgd-reserve (with its hosting reserve) again
 # 2026-12-07 15:31-15:33 UTC, same machine, load 3-6: the mean CPU per task over the five bundled traces × ten
-# seeds of `gpudra simulate --trace default,cpu100,gpushare40,gpuspec10,multigpu30 --policies fgd,fragmentation
-# --seeds 10 -j 2` (fgd 0.10 ms, 1.1 s per default-trace experiment; fragmentation 0.18 ms, 1.8 s), which the
+# seeds of `gpudra simulate --trace default,cpu100,gpushare40,gpuspec10,multigpu30 --policies fgd,fgd-reserve
+# --seeds 10 -j 2` (fgd 0.10 ms, 1.1 s per default-trace experiment; fgd-reserve 0.18 ms, 1.8 s), which the
 # earlier numbers (0.206 and 0.504) overestimated 2.5-fold.
 PER_TASK_CPU_MS: dict[str, dict[str, float]] = {
     "dra": {"random": 0.14, "dotprod": 0.108, "gpu-clustering": 0.148, "gpu-packing": 0.109, "bestfit": 0.115,
-            "fgd": 0.102, "kube": 5.82, "binpack": 2.78, "fragmentation": 0.177},
+            "fgd": 0.102, "kube": 5.82, "binpack": 2.78, "fgd-reserve": 0.177},
     "device-plugin": {"random": 3.38, "dotprod": 2.58, "gpu-clustering": 2.66, "gpu-packing": 2.78, "bestfit": 2.56,
-                      "fgd": 3.01, "kube": 3.18, "binpack": 3.05, "fragmentation": 4.95},
+                      "fgd": 3.01, "kube": 3.18, "binpack": 3.05, "fgd-reserve": 4.95},
 }
-# fragmentation-online (always the reference path): 113.7 s of CPU for seed 42 of the default trace where
-# `fragmentation` took 70.3 s on the reference path in the same hour (2026-12-04 04:00-04:15 UTC, load 8-11): a
+# fgd-reserve-online (always the reference path): 113.7 s of CPU for seed 42 of the default trace where
+# `fgd-reserve` took 70.3 s on the reference path in the same hour (2026-12-04 04:00-04:15 UTC, load 8-11): a
 # ratio of 1.62, used for both online variants in REFERENCE_DRA_CPU_MS below
 # time-slicing: device-plugin's numbers (the same scheduler work plus the plugin's replica pick per task). fgd in
 # both measured again 2026-12-07 15:35-15:38 UTC, same machine, load 2-7, seed 42 of the default trace (`gpudra
@@ -46,14 +46,14 @@ PER_TASK_CPU_MS: dict[str, dict[str, float]] = {
 PER_TASK_CPU_MS["device-plugin"]["fgd"] = 1.38
 PER_TASK_CPU_MS["time-slicing"] = {**PER_TASK_CPU_MS["device-plugin"], "fgd": 1.32}
 # DRA mode on the reference path (`--path reference`, `--kubernetes-version`, `--features`): every placement through
-# the scheduler and allocator. fgd and fragmentation measured 2026-12-07 15:35-15:38 UTC, same machine, load 4-7,
+# the scheduler and allocator. fgd and fgd-reserve measured 2026-12-07 15:35-15:38 UTC, same machine, load 4-7,
 # seed 42 of the default trace (`gpudra simulate --policy P --path reference -j 1`): 21.4 and 25.2 s of CPU; the
-# online variants: those times fragmentation-online's ratio to fragmentation measured 2026-12-04 (1.62, above);
+# online variants: those times fgd-reserve-online's ratio to fgd-reserve measured 2026-12-04 (1.62, above);
 # the other paper policies: device-plugin mode's numbers (the same scheduler work; an overestimate, as fgd's was).
 REFERENCE_DRA_CPU_MS: dict[str, float] = {
     **{policy: PER_TASK_CPU_MS["device-plugin"][policy]
        for policy in ("random", "dotprod", "gpu-clustering", "gpu-packing", "bestfit")},
-    "fgd": 1.99, "fragmentation": 2.34, "fgd-online": 3.22, "fragmentation-online": 3.79,
+    "fgd": 1.99, "fgd-reserve": 2.34, "fgd-online": 3.22, "fgd-reserve-online": 3.79,
     "kube": PER_TASK_CPU_MS["dra"]["kube"], "binpack": PER_TASK_CPU_MS["dra"]["binpack"]}
 MANIFEST_POD_CPU_MS = 2.0  # a pod of a manifest replay: gpudra's own policies, about the scheduler's cost
 

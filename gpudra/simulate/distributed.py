@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from gpudra.errors import GpudraError
 
 from .manifests import Manifests
+from .results import ExperimentResult
 from .trace import Trace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,15 +30,15 @@ class DistributedError(GpudraError, RuntimeError):
     """The cluster cannot be used (not installed, not reachable); a message for the user."""
 
 
-def _run_on_worker(trace: "Trace | Manifests", experiment: "Experiment") -> dict[str, Any]:
+def _run_on_worker(trace: "Trace | Manifests", experiment: "Experiment") -> ExperimentResult:
     from .sweep import run_one
 
     return run_one(trace, experiment)
 
 
 def run_on_dask(experiments: list["Experiment"], address: str, traces: dict[Any, "Trace | Manifests"],
-                results: list[dict[str, Any] | None],
-                on_done: Callable[[int, int, int, dict[str, Any]], None] | None = None) -> None:
+                results: list[ExperimentResult | None],
+                on_done: Callable[[int, int, int, ExperimentResult], None] | None = None) -> None:
     """Run every experiment on the Dask cluster at `address`, filling `results` in experiment order as they end;
     `traces` maps each experiment's source to its parsed trace. Ctrl-C cancels what has not finished."""
     try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from gpudra.errors import GpudraError
 from gpudra.scheduler import Scheduler
@@ -28,13 +28,20 @@ from .fgd import Fragmentation, NodeRes, typical_tasks
 from .objects import MODES, NAMESPACE, cluster_objects, gpu_device_id, pod_objects
 from . import fastpath
 from .fastpath import FastContext, FastScheduler, FastState
-from .policies import (ONLINE_POLICIES, PAPER_POLICIES, SIM_POLICIES, SimContext, node_ranks, paper_policy,
-                       paper_policy_class)
+from .results import ExperimentResult
+from .policies import (ONLINE_POLICIES, PAPER_POLICIES, SIM_POLICIES, FgdReservePolicy, SimContext, node_ranks,
+                       paper_policy, paper_policy_class)
 from .timeslicing import DEFAULT_REPLICAS, MIN_REPLICAS, ReplicaState, replicas_asked
 from .trace import MILLI, Task, Trace
 
-ALL_POLICIES = PAPER_POLICIES + tuple(p for p in GPUDRA_POLICIES if p != "spread")  # what `--policies all` runs
+# What `--policies all` runs on a trace: the paper's policies, the scheduler's kube and binpack, and gpudra's
+# fgd-reserve. Not the scheduler's spread, nor its fragmentation (FGD adapted to DRA, one allocator search per workload
+# class and node: for manifests, where `fragmentation` means it as in `gpudra schedule`).
+ALL_POLICIES = PAPER_POLICIES + ("kube", "binpack", FgdReservePolicy.name)
 KNOWN_POLICIES = ALL_POLICIES + ONLINE_POLICIES  # and the variants that learn task popularity online, by name
+# The simulator's old names for its own policies: refused with the new name, so that a script written for them
+# does not silently run the scheduler's `fragmentation`, a different algorithm.
+RENAMED_POLICIES = {"fragmentation": "fgd-reserve", "fragmentation-online": "fgd-reserve-online"}
 DEFAULT_TUNE = 1.3
 METHODS = ("tune", "events")
 # Which path places the pods: `fast` (fastpath.py: the node model, the same placements, tested pod by pod), the
@@ -56,6 +63,16 @@ def check_tune(tune: float) -> None:
     if not (0 <= tune <= MAX_TUNE):  # also false for NaN
         raise SimulationError(f"tune: must be from 0 to {MAX_TUNE:g} (0: every task of the trace once, in random "
                               f"order), not {tune:g}")
+
+
+def check_trace_policy(policy: str) -> None:
+    """SimulationError unless `policy` replays a trace (KNOWN_POLICIES, or the scheduler's spread); an old name
+    says its new one."""
+    if policy in RENAMED_POLICIES:
+        raise SimulationError(f"policy {policy!r} was renamed {RENAMED_POLICIES[policy]!r} (FGD with the "
+                              "hosting-reserve tie-break); the scheduler's 'fragmentation' applies to -f manifests")
+    if policy not in SIM_POLICIES and policy not in GPUDRA_POLICIES:
+        raise SimulationError(f"unknown policy {policy!r}; choose from {', '.join(KNOWN_POLICIES)}")
 
 
 def path_taken(trace: Trace, policy: str, mode: str, release: "Release" = None, path: str = "auto") -> str:
@@ -240,8 +257,7 @@ def start(trace: Trace, workload: list[tuple[str, Task]], policy: str, seed: int
     unless `node_rank` gives it (node -> rank, the artifact's "%04d-" name prefix). `release`: (Kubernetes
     version, --features text) the scheduler and allocator behave as (None: 1.36's). `fast`: place pods on the
     fast path where it applies (False: always the reference path, gpudra's scheduler and allocator)."""
-    if policy not in SIM_POLICIES and policy not in GPUDRA_POLICIES:
-        raise SimulationError(f"unknown policy {policy!r}; choose from {', '.join(KNOWN_POLICIES)}")
+    check_trace_policy(policy)
     tasks = {f"{NAMESPACE}/{pod_name}": task for pod_name, task in workload}
     node_gpus = {n.name: (n.model, [gpu_device_id(n.name, i) for i in range(n.gpus)]) for n in trace.nodes}
     fragmentation = Fragmentation(typical_tasks(trace.tasks))
@@ -320,7 +336,7 @@ def per_percent(points: list[tuple[float, float]], upto: int) -> dict[int, float
 def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra", tune: float = DEFAULT_TUNE,
                    method: str = "tune", progress: Progress | None = None, release: Release = None,
                    replicas: int = DEFAULT_REPLICAS, fail_requests_greater_than_one: bool = False,
-                   path: str = "auto") -> dict[str, Any]:
+                   path: str = "auto") -> ExperimentResult:
     """`replicas`, `fail_requests_greater_than_one`: the time-slicing config (`timeslicing.py`). `path`: one of
     PATHS (`path_taken`); the result's `path` says which one ran."""
     if mode not in MODES:
@@ -350,7 +366,7 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     ratio_points: list[tuple[float, float]] = []
     over_points: list[tuple[float, float]] = []
     over_gpu_points: list[tuple[float, float]] = []
-    at_100: dict[str, Any] | None = None
+    at_100: dict[str, float] | None = None  # the GPU models' utilisation when the arrived demand reached 100%
     for done, (pod_name, task) in enumerate(workload, start=1):
         arrived += task.total_gpu_milli
         if run.schedule(pod_name).node is not None:
@@ -367,7 +383,7 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
         over_points.append((x, 100 * over_milli / capacity))
         over_gpu_points.append((x, over_gpus))
         if at_100 is None and x >= 100:
-            at_100 = {"model_utilisation": _model_utilisation(run)}
+            at_100 = _model_utilisation(run)
         if progress is not None:
             progress(done, len(workload))
     upto = int(100 * arrived / capacity)
@@ -379,28 +395,20 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
     over_gpu_series = per_percent(over_gpu_points, upto)
     percents = sorted(allocation)
     at = allocation.get(100)
-    summary: dict[str, Any] = {
-        "trace": trace.name,
-        "mode": mode,
-        "policy": policy,
-        "seed": seed,
-        "method": "tune",
-        "tune": tune,
-        "nodes": len(trace.nodes),
-        "gpus": trace.gpus,
-        "tasks": len(workload),
-        "scheduled": scheduled,
-        "unscheduled": len(workload) - scheduled,
-        "allocation_ratio": round(at, 4) if at is not None else None,
-        "unallocated_gpus": round(trace.gpus * (1 - at / 100), 2) if at is not None else None,
-        "served_ratio": round(served_series[100], 4) if 100 in served_series else None,
-        "fragmented_gpus": round(fragmentation[100], 2) if 100 in fragmentation else None,
-        "fragmentation_ratio": round(ratio[100], 4) if 100 in ratio else None,
+    time_slicing = mode == "time-slicing"
+    return ExperimentResult(
+        trace=trace.name, mode=mode, policy=policy, seed=seed, method="tune", tune=tune, nodes=len(trace.nodes),
+        gpus=trace.gpus, tasks=len(workload), scheduled=scheduled, unscheduled=len(workload) - scheduled,
+        allocation_ratio=round(at, 4) if at is not None else None,
+        unallocated_gpus=round(trace.gpus * (1 - at / 100), 2) if at is not None else None,
+        served_ratio=round(served_series[100], 4) if 100 in served_series else None,
+        fragmented_gpus=round(fragmentation[100], 2) if 100 in fragmentation else None,
+        fragmentation_ratio=round(ratio[100], 4) if 100 in ratio else None,
         # GPU demand placed beyond the GPUs' capacity (time-slicing replicas isolate nothing), % of capacity
-        "oversubscribed_ratio": round(over_series[100], 4) if 100 in over_series else None,
-        "oversubscribed_gpus": round(over_gpu_series[100], 2) if 100 in over_gpu_series else None,
-        "model_utilisation": (at_100 or {"model_utilisation": _model_utilisation(run)})["model_utilisation"],
-        "series": {
+        oversubscribed_ratio=round(over_series[100], 4) if 100 in over_series else None,
+        oversubscribed_gpus=round(over_gpu_series[100], 2) if 100 in over_gpu_series else None,
+        model_utilisation=at_100 if at_100 is not None else _model_utilisation(run),
+        series={
             "arrived_percent": percents,
             "allocation_ratio": [round(allocation[p], 4) for p in percents],
             "served_ratio": [round(served_series.get(p, 0.0), 4) for p in percents],
@@ -408,19 +416,17 @@ def run_experiment(trace: Trace, policy: str, seed: int = 42, mode: str = "dra",
             "fragmentation_ratio": [round(ratio.get(p, 0.0), 4) for p in percents],
             "oversubscribed_ratio": [round(over_series.get(p, 0.0), 4) for p in percents],
         },
-    }
-    if mode == "time-slicing":
-        summary["replicas"] = replicas
-        summary["fail_requests_greater_than_one"] = fail_requests_greater_than_one
-    summary["path"] = "fast" if run.fast is not None else "reference"
-    summary["seconds"] = round(time.perf_counter() - started, 3)
-    summary["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
-    return summary
+        replicas=replicas if time_slicing else None,
+        fail_requests_greater_than_one=fail_requests_greater_than_one if time_slicing else None,
+        path="fast" if run.fast is not None else "reference",
+        seconds=round(time.perf_counter() - started, 3),
+        cpu_seconds=round(time.process_time() - cpu_started, 3),
+    )
 
 
 def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progress | None, started: float,
                 cpu_started: float, release: Release = None, replicas: int = DEFAULT_REPLICAS,
-                fail_requests_greater_than_one: bool = False, fast: bool = True) -> dict[str, Any]:
+                fail_requests_greater_than_one: bool = False, fast: bool = True) -> ExperimentResult:
     timed = [t for t in trace.tasks if t.creation is not None]
     if not timed:
         raise SimulationError(f"trace {trace.name}: no creation_time column, the events method needs one")
@@ -456,13 +462,13 @@ def _run_events(trace: Trace, policy: str, seed: int, mode: str, progress: Progr
         if progress is not None:
             progress(done, len(events))
     peak = max(allocation, default=0.0)
-    return {
-        "trace": trace.name, "mode": mode, "policy": policy, "seed": seed, "method": "events", "tune": None,
-        "nodes": len(trace.nodes), "gpus": trace.gpus, "tasks": len(workload), "scheduled": scheduled,
-        "unscheduled": len(workload) - scheduled, "allocation_ratio": None, "unallocated_gpus": None,
-        "peak_allocation_ratio": peak, "peak_oversubscribed_ratio": max(oversubscribed, default=0.0),
-        "model_utilisation": _model_utilisation(run), "path": "fast" if run.fast is not None else "reference",
-        "series": {"time_s": times, "allocation_ratio": allocation, "fragmented_gpus": fragmented,
-                   "oversubscribed_ratio": oversubscribed},
-        "seconds": round(time.perf_counter() - started, 3), "cpu_seconds": round(time.process_time() - cpu_started, 3),
-    }
+    return ExperimentResult(
+        trace=trace.name, mode=mode, policy=policy, seed=seed, method="events", tune=None, nodes=len(trace.nodes),
+        gpus=trace.gpus, tasks=len(workload), scheduled=scheduled, unscheduled=len(workload) - scheduled,
+        allocation_ratio=None, unallocated_gpus=None, peak_allocation_ratio=peak,
+        peak_oversubscribed_ratio=max(oversubscribed, default=0.0), model_utilisation=_model_utilisation(run),
+        path="fast" if run.fast is not None else "reference",
+        series={"time_s": times, "allocation_ratio": allocation, "fragmented_gpus": fragmented,
+                "oversubscribed_ratio": oversubscribed},
+        seconds=round(time.perf_counter() - started, 3), cpu_seconds=round(time.process_time() - cpu_started, 3),
+    )

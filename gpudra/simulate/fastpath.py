@@ -9,8 +9,8 @@ answers follow from that model alone: free CPU, free memory, the pod count, and 
 request of `count` whole GPUs (a fully free GPU each: the device's `compute` capacity is consumed whole by
 default) or of one share of `milli`, on a GPU of an allowed model (the claim's CEL selector on productName).
 This path keeps that state per node and asks the same policy objects for the same scores, ties and GPUs, so it
-places every pod where the reference path does (tests/test_simulate_fastpath.py compares them pod by pod over
-many seeds and every policy; tests/test_simulate_artifact.py checks it against the FGD artifact's records).
+places every pod where the reference path does (tests/simulate/test_simulate_fastpath.py compares them pod by pod over
+many seeds and every policy; tests/simulate/test_simulate_artifact.py checks it against the FGD artifact's records).
 
 What makes it fast: a policy's ranking of a node (`PaperPolicy.best_key`) depends only on the node's state and
 the task's shape, so each shape keeps its feasible nodes in a heap by that key and re-ranks only the nodes that
@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Callable, Iterable, cast
 
 from .fgd import Fragmentation, NodeRes, accessible, fits_gpus
 from .objects import MAX_PODS, NAMESPACE
-from .policies import (BestFitPolicy, DotProdPolicy, FgdPolicy, FragmentationPolicy, GpuClusteringPolicy,
+from .policies import (NodeKey, BestFitPolicy, DotProdPolicy, FgdPolicy, FgdReservePolicy, GpuClusteringPolicy,
                        GpuPackingPolicy, PaperPolicy, RandomPolicy, SimContext)
 from .trace import MILLI, Task, TraceNode
 
 # the policies whose node ranking depends only on (node state, task shape, node rank): a subclass that reads
 # more (an online statistic, say) is not in this list and takes the reference path
 FAST_POLICIES = (RandomPolicy, DotProdPolicy, GpuClusteringPolicy, GpuPackingPolicy, BestFitPolicy, FgdPolicy,
-                 FragmentationPolicy)
+                 FgdReservePolicy)
 FAST_POLICY_NAMES = tuple(cls.name for cls in FAST_POLICIES)
 # ... and those whose key but for its last part (minus the node's rank) reads only the node's NodeRes
 # (GpuClusteringScore also reads the kinds of pods on the node)
@@ -68,11 +68,17 @@ def why_not(nodes: Iterable[TraceNode], tasks: Iterable[Task]) -> str | None:
     return None
 
 
-def _descending(key: tuple) -> tuple:
+# A node's entry in a shape's heap: its key descending (`_descending`), then its epoch and position
+HeapEntry = tuple[float, ...]
+
+
+def _descending(key: NodeKey) -> HeapEntry:
     """A key heapq's min-heap pops largest first: every number negated, nested tuples flattened."""
-    if len(key) == 2 and not isinstance(key[0], tuple):  # (score, -rank): the paper's policies
-        return -key[0], -key[1]
-    out: list = []
+    if len(key) == 2:  # (score, -rank): the paper's policies
+        score, rank = key
+        if not isinstance(score, tuple) and not isinstance(rank, tuple):
+            return -score, -rank
+    out: list[float] = []
     for part in key:
         if isinstance(part, tuple):
             out.extend(-x for x in part)
@@ -87,10 +93,10 @@ class _ShapeView:
 
     def __init__(self, count: int):
         self.epochs = [-1] * count
-        self.entries: list[tuple | None] = [None] * count  # the node's live heap entry, None when infeasible
-        self.heap: list[tuple] = []
+        self.entries: list[HeapEntry | None] = [None] * count  # the node's live heap entry, None when infeasible
+        self.heap: list[HeapEntry] = []
         self.feasible: list[int] = []  # RandomScore: sorted positions
-        self.keys: dict[NodeRes, tuple] = {}  # node state -> the policy's key less the rank (STATE_KEYED policies)
+        self.keys: dict[NodeRes, HeapEntry] = {}  # node state -> the policy's key less the rank (STATE_KEYED policies)
         self.log_position = 0
 
 
@@ -197,7 +203,7 @@ class FastScheduler:
     def _judge(self, view: _ShapeView, task: Task, changed: Iterable[int]) -> None:
         state, policy = self.state, self.policy
         epochs, entries, names = view.epochs, view.entries, state.names
-        pushed: list[tuple] = []
+        pushed: list[HeapEntry] = []
         for i in changed:
             epoch = state.epoch[i]
             if epochs[i] == epoch:
@@ -244,9 +250,9 @@ class FastScheduler:
             assert self.pick is not None
             return feasible[self.pick(len(feasible))] if len(feasible) > 1 else feasible[0]
         heap, epoch = view.heap, self.state.epoch
-        while heap and (heap[0][-2] != epoch[heap[0][-1]] or view.entries[heap[0][-1]] is None):
+        while heap and (heap[0][-2] != epoch[int(heap[0][-1])] or view.entries[int(heap[0][-1])] is None):
             heapq.heappop(heap)
-        return heap[0][-1] if heap else None
+        return int(heap[0][-1]) if heap else None
 
     def schedule(self, pod_name: str, task: Task) -> tuple[str | None, tuple[int, ...]]:
         """(node, indices of the GPUs the task got there) or (None, ()) when no node fits."""

@@ -101,7 +101,7 @@ def typical_of_counts(counts: Counter[ResourceKey], threshold: int = POPULARITY_
 class Fragmentation:
     """F_n for node states, memoised: nodes with equal (model, free cpu, free milli multiset) are equal.
 
-    `cpu_aware` (gpudra's `fragmentation` policy, not the paper): a typical task that fits makes usable only
+    `cpu_aware` (gpudra's `fgd-reserve` policy, not the paper): a typical task that fits makes usable only
     the GPUs the node's free CPU can serve copies of it on: with c cores free and a task of k cores, at most
     c // k copies, so at most that many of the GPUs it fits (those with the most free milli, one copy each;
     whole-GPU tasks: that many groups of its GPU count). The paper counts every GPU the task fits as usable,
@@ -111,8 +111,10 @@ class Fragmentation:
     def __init__(self, typical: list[TypicalTask], cpu_aware: bool = False):
         self.typical = typical
         self.cpu_aware = cpu_aware
-        self._memo: dict[tuple, float] = {}
-        self.choices: dict[tuple, tuple[int, tuple[int, ...]]] = {}  # fgd_choice's memo
+        # (model, CPU class, free milli of each GPU, sorted) -> fragmentation amount
+        self._memo: dict[tuple[str, int, tuple[int, ...]], float] = {}
+        # fgd_choice's memo: (model, free milli per GPU, CPU class before, after, milli per GPU, GPUs) -> choice
+        self.choices: dict[tuple[str, tuple[int, ...], int, int, int, int], tuple[int, tuple[int, ...]]] = {}
         self._by_model: dict[str, list[TypicalTask]] = {}
         self._cpu_steps: dict[str, list[int]] = {}
 

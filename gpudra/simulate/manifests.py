@@ -22,6 +22,7 @@ from gpudra.controllers import ManagedCluster
 from gpudra.scheduler.scoring import POLICIES as GPUDRA_POLICIES
 
 from .engine import SimulationError, per_percent
+from .results import ExperimentResult, Unschedulable
 
 MODE = "manifests"
 
@@ -56,7 +57,7 @@ def _gpus(cluster: ManagedCluster, node: str) -> int:
 
 def run_manifests(workload: Manifests, policy: str, seed: int = 42,
                   progress: Callable[[int, int], None] | None = None,
-                  release: tuple[str | None, str | None] | None = None) -> dict[str, Any]:
+                  release: tuple[str | None, str | None] | None = None) -> ExperimentResult:
     if policy not in GPUDRA_POLICIES:
         raise SimulationError(f"policy {policy!r} reads openb task shapes; with manifests use one of "
                               f"{', '.join(GPUDRA_POLICIES)}")
@@ -76,7 +77,7 @@ def run_manifests(workload: Manifests, policy: str, seed: int = 42,
         raise SimulationError("; ".join([f"{workload.name}: no pending pods to replay", *problems]))
     points: list[tuple[float, float]] = []
     scheduled = 0
-    unschedulable: list[dict[str, str]] = []
+    unschedulable: list[Unschedulable] = []
     for done, pod_key in enumerate(queue, start=1):
         result = scheduler.schedule_pod(pod_key)
         if result.node is not None:  # scheduled
@@ -85,7 +86,7 @@ def run_manifests(workload: Manifests, policy: str, seed: int = 42,
             free[result.node] = cluster.free_capacity(result.node)
             free_total += free[result.node] - before
         else:
-            unschedulable.append({"pod": pod_key, "message": result.message()})
+            unschedulable.append(Unschedulable(pod_key, result.message()))
         if capacity:
             points.append((100 * done / len(queue), 100 * (capacity - free_total) / capacity))
         if progress is not None:
@@ -93,14 +94,13 @@ def run_manifests(workload: Manifests, policy: str, seed: int = 42,
     series = per_percent(points, 100)
     percents = sorted(series)
     final = 100 * (capacity - free_total) / capacity if capacity else None
-    return {
-        "trace": workload.name, "mode": MODE, "policy": policy, "seed": seed, "method": "manifests", "tune": None,
-        "nodes": len(nodes), "gpus": capacity, "tasks": len(queue), "scheduled": scheduled,
-        "unscheduled": len(queue) - scheduled,
-        "allocation_ratio": round(final, 4) if final is not None else None,
-        "unallocated_gpus": round(free_total, 2) if capacity else None,
-        "unschedulable": unschedulable, "warnings": problems,
-        "series": {"pods_percent": percents, "allocation_ratio": [round(series[p], 4) for p in percents]},
-        "seconds": round(time.perf_counter() - started, 3),
-        "cpu_seconds": round(time.process_time() - cpu_started, 3),
-    }
+    return ExperimentResult(
+        trace=workload.name, mode=MODE, policy=policy, seed=seed, method="manifests", tune=None, nodes=len(nodes),
+        gpus=capacity, tasks=len(queue), scheduled=scheduled, unscheduled=len(queue) - scheduled,
+        allocation_ratio=round(final, 4) if final is not None else None,
+        unallocated_gpus=round(free_total, 2) if capacity else None,
+        unschedulable=tuple(unschedulable), warnings=tuple(problems),
+        series={"pods_percent": percents, "allocation_ratio": [round(series[p], 4) for p in percents]},
+        seconds=round(time.perf_counter() - started, 3),
+        cpu_seconds=round(time.process_time() - cpu_started, 3),
+    )

@@ -44,6 +44,9 @@ MAX_SPEC_CPU = 128_000  # the artifact's normalisers (open-gpu-share/utils/const
 MAX_SPEC_GPU = 8_000
 PAPER_POLICIES = ("random", "dotprod", "gpu-clustering", "gpu-packing", "bestfit", "fgd")
 NO_GPU = "no-gpu"
+# How a policy ranks a feasible node for a task (`PaperPolicy.best_key`): numbers, or tuples of numbers, compared
+# in order; the largest key wins
+NodeKey = tuple[float | tuple[float, ...], ...]
 
 
 def affinity_tag(task: Task) -> str:
@@ -141,7 +144,7 @@ class PaperPolicy(Policy):
     def plain_score(self, parts: Any) -> float | None:
         return None  # ties are broken at random per pod, so scores are never "plain"
 
-    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
+    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> tuple[object, ...]:
         task = self.context.task(info)
         res = self.context.node_res(evaluation.result.node)
         return self.node_score(res, task, evaluation.result.node)
@@ -152,7 +155,7 @@ class PaperPolicy(Policy):
     def gpus(self, res: NodeRes, task: Task) -> tuple[int, ...]:
         return best_fit_gpu(res, task)
 
-    def best_key(self, res: NodeRes, task: Task, node: str) -> tuple:
+    def best_key(self, res: NodeRes, task: Task, node: str) -> NodeKey:
         """What `combine` ranks the feasible nodes by, as one key per node: the node with the largest key wins
         (the score, then the tie order: the lowest rank). Its last part is minus the node's rank. The fast path
         (`fastpath.py`) keeps nodes sorted by it."""
@@ -315,13 +318,13 @@ class FgdPolicy(PaperPolicy):
         """Score with these typical tasks from now on (a fresh measure: nothing memoised under others)."""
         self._measure = Fragmentation(typical)
 
-    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> Any:
+    def node_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> tuple[object, ...]:
         if not self.online:
             return self.scored_parts(scheduler, info, evaluation)
         self._follow_popularity()
         return self.scored_parts(scheduler, info, evaluation) + (self._version,)
 
-    def scored_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> tuple:
+    def scored_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> tuple[object, ...]:
         return super().node_parts(scheduler, info, evaluation)
 
     def combine(self, scheduler: "Scheduler", info: "PodInfo", feasible: list["NodeEval"]) -> dict[str, float]:
@@ -342,9 +345,9 @@ class FgdPolicy(PaperPolicy):
         return fgd_choice(self.measure(), res, task.cpu_milli, task.gpu_milli, task.num_gpu)[1]
 
 
-class FragmentationPolicy(FgdPolicy):
-    """gpudra's `fragmentation` in the simulator: FGD's score and GPU choice first; where FGD's scores tie, in
-    order: for a GPU task free to run on any model, the model that tasks pinned to GPU models (`gpu_spec`) need
+class FgdReservePolicy(FgdPolicy):
+    """`fgd-reserve`: FGD's score and GPU choice first; FGD's equals are ranked by what they keep in reserve for
+    the tasks that need scarce resources (a GPU model, a whole node), in order: for a GPU task free to run on any model, the model that tasks pinned to GPU models (`gpu_spec`) need
     least (`pinned_demand_per_gpu`: it leaves the scarce models to the tasks that can run nowhere else; without
     it, CPU-poor P100/V100 nodes, whose GPUs look stranded, drew unpinned tasks and openb gpuspec25 lost 62 GPUs);
     the node whose hosts of whole-node shapes the placement takes least (`reserve.HostingReserve`: without it the
@@ -358,10 +361,12 @@ class FragmentationPolicy(FgdPolicy):
     serves one copy: 8 free GPUs next to 4 free cores are "unfragmented" for a 4-core, 1-GPU task. Among the
     nodes FGD finds equal, the tie rule takes the one where the free CPU strands fewest GPUs. The remaining ties
     keep FGD's order, which packs: idle nodes stay idle for the multi-GPU tasks no typical task represents.
-    Node state is read as for FGD (what the cluster and the allocator hold); gpudra.scheduler.fragmentation
-    (one allocator search per workload class and node) is kept for clusters given as manifests."""
+    Node state is read as for FGD (what the cluster and the allocator hold). Not the scheduler's `fragmentation`
+    (gpudra.scheduler.fragmentation: FGD adapted to DRA, one allocator search per workload class and node), which
+    scores clusters given as manifests; this policy was called `fragmentation` in the simulator until both had
+    their own names."""
 
-    name = "fragmentation"
+    name = "fgd-reserve"
 
     def __init__(self, context: SimContext):
         super().__init__(context)
@@ -373,7 +378,7 @@ class FragmentationPolicy(FgdPolicy):
         self._cpu_aware = Fragmentation(typical, cpu_aware=True)
         self._pinned_demand = pinned_demand_per_gpu(typical, self.context.model_gpus)
         self._reserve = HostingReserve(self.shape_counts(), self._idle_nodes)
-        self._tie_keys: dict[tuple, tuple[float, float, float]] = {}  # (node state, task shape) -> tie key
+        self._tie_keys: dict[tuple[NodeRes, ResourceKey], tuple[float, float, float]] = {}  # -> tie key
 
     def shape_counts(self) -> "Counter[ResourceKey]":
         """How many tasks of each shape the workload holds (the online variant: the tasks arrived up to the
@@ -385,13 +390,13 @@ class FragmentationPolicy(FgdPolicy):
     def cpu_aware(self) -> Fragmentation:
         return self._cpu_aware
 
-    def scored_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> tuple:
+    def scored_parts(self, scheduler: "Scheduler", info: "PodInfo", evaluation: "NodeEval") -> NodeKey:
         """`best_key`, computed with the node's verdict (cached with it until the node changes), so `combine`
         only compares."""
         node = evaluation.result.node
         return self.best_key(self.context.node_res(node), self.context.task(info), node)
 
-    def best_key(self, res: NodeRes, task: Task, node: str) -> tuple:
+    def best_key(self, res: NodeRes, task: Task, node: str) -> NodeKey:
         """FGD's score, then `tie_key`, then the node order."""
         score, _gpus = self.node_score(res, task, node)
         return score, self.tie_key(res, task), -self.context.node_rank[node]
@@ -435,19 +440,19 @@ class FgdOnlinePolicy(FgdPolicy):
     online = True
 
 
-class FragmentationOnlinePolicy(FragmentationPolicy):
-    """`fragmentation` with the typical tasks (both measures and the pinned-model demand) estimated from the
+class FgdReserveOnlinePolicy(FgdReservePolicy):
+    """`fgd-reserve` with the typical tasks (both measures and the pinned-model demand) estimated from the
     tasks arrived so far (`popularity.OnlinePopularity`)."""
 
-    name = "fragmentation-online"
+    name = "fgd-reserve-online"
     online = True
 
 
 _CLASSES = {cls.name: cls for cls in (RandomPolicy, DotProdPolicy, GpuClusteringPolicy, GpuPackingPolicy,
-                                       BestFitPolicy, FgdPolicy, FragmentationPolicy, FgdOnlinePolicy,
-                                       FragmentationOnlinePolicy)}
-SIM_POLICIES = tuple(_CLASSES)  # the paper's six, gpudra's fragmentation, and both with online popularity
-ONLINE_POLICIES = (FgdOnlinePolicy.name, FragmentationOnlinePolicy.name)
+                                       BestFitPolicy, FgdPolicy, FgdReservePolicy, FgdOnlinePolicy,
+                                       FgdReserveOnlinePolicy)}
+SIM_POLICIES = tuple(_CLASSES)  # the paper's six, gpudra's fgd-reserve, and both with online popularity
+ONLINE_POLICIES = (FgdOnlinePolicy.name, FgdReserveOnlinePolicy.name)
 
 
 def paper_policy(name: str, context: SimContext) -> PaperPolicy:

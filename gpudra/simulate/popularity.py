@@ -2,7 +2,7 @@
 
 FGD's measure (`fgd.py`) weighs node fragmentation by the typical tasks, and the paper's artifact takes them from
 the whole trace before the first task arrives: an oracle a live scheduler does not have. The online policies
-(`fgd-online`, `fragmentation-online`) read this estimate instead: the same typical-task rule
+(`fgd-online`, `fgd-reserve-online`) read this estimate instead: the same typical-task rule
 (`fgd.typical_of_counts`: most popular shapes up to 95% of the tasks) applied to the tasks that have arrived.
 
 Warm-up and refreshes: no prior. The estimate is taken again when the count of arrived tasks reaches 1, 2, 4, …

@@ -13,9 +13,12 @@ import html
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from .results import ExperimentResult
 from .sweep import level_field, summarize
+
+Draw = Callable[[Any], None]  # draws a plot on matplotlib axes
 
 SUMMARY_COLUMNS = ("trace", "mode", "policy", "seeds", "gpus", "served_ratio", "served_ratio_std", "unserved_gpus",
                    "allocation_ratio", "allocation_ratio_std", "unallocated_gpus", "fragmented_gpus",
@@ -64,15 +67,15 @@ def summary_csv(rows: list[dict[str, Any]], levels: tuple[int, ...] = ()) -> str
     return out.getvalue()
 
 
-def series_csv(results: list[dict[str, Any]]) -> str:
+def series_csv(results: list[ExperimentResult]) -> str:
     out = io.StringIO()
     writer = _SafeWriter(out)
     writer.writerow(SERIES_COLUMNS)
     for r in results:
-        series = r.get("series") or {}
-        over = series.get("oversubscribed_ratio") or []  # absent in results.json written before time-slicing
-        for i, percent in enumerate(series.get("arrived_percent") or []):
-            writer.writerow([r["trace"], r["mode"], r["policy"], r["seed"], percent, series["allocation_ratio"][i],
+        series = r.series
+        over = r.series_points("oversubscribed_ratio")
+        for i, percent in enumerate(r.series_points("arrived_percent")):
+            writer.writerow([r.trace, r.mode, r.policy, r.seed, percent, series["allocation_ratio"][i],
                              series["served_ratio"][i], series["fragmented_gpus"][i],
                              series["fragmentation_ratio"][i], over[i] if i < len(over) else ""])
     return out.getvalue()
@@ -81,28 +84,28 @@ def series_csv(results: list[dict[str, Any]]) -> str:
 EVENTS_COLUMNS = ("trace", "mode", "policy", "seed", "time_s", "allocation_ratio", "fragmented_gpus")
 
 
-def events_csv(results: list[dict[str, Any]]) -> str:
+def events_csv(results: list[ExperimentResult]) -> str:
     """The events method's series (against the trace's time, not arrived demand), one row per event."""
     out = io.StringIO()
     writer = _SafeWriter(out)
     writer.writerow(EVENTS_COLUMNS)
     for r in results:
-        if r.get("method") != "events":
+        if r.method != "events":
             continue
-        series = r["series"]
+        series = r.series
         for i, when in enumerate(series["time_s"]):
-            writer.writerow([r["trace"], r["mode"], r["policy"], r["seed"], when, series["allocation_ratio"][i],
+            writer.writerow([r.trace, r.mode, r.policy, r.seed, when, series["allocation_ratio"][i],
                              series["fragmented_gpus"][i]])
     return out.getvalue()
 
 
-def _events_plot(members: list[dict[str, Any]], trace: str):
+def _events_plot(members: list[ExperimentResult], trace: str) -> Draw:
     """Allocation and fragmented GPUs over the trace's time, one line each per experiment."""
-    def draw(axes) -> None:
+    def draw(axes: Any) -> None:
         for r in members:
-            label = f"{r['policy']} ({r['mode']}, seed {r['seed']})"
-            line, = axes.step(r["series"]["time_s"], r["series"]["allocation_ratio"], where="post", label=label)
-            axes.step(r["series"]["time_s"], [100 * f / r["gpus"] for f in r["series"]["fragmented_gpus"]],
+            label = f"{r.policy} ({r.mode}, seed {r.seed})"
+            line, = axes.step(r.series["time_s"], r.series["allocation_ratio"], where="post", label=label)
+            axes.step(r.series["time_s"], [100 * f / r.gpus for f in r.series["fragmented_gpus"]],
                       where="post", linestyle="--", color=line.get_color())
         axes.set_xlabel("trace time (s)")
         axes.set_ylabel("% of GPU capacity")
@@ -111,18 +114,17 @@ def _events_plot(members: list[dict[str, Any]], trace: str):
     return draw
 
 
-def _mean_series(members: list[dict[str, Any]], field: str) -> tuple[list[int], list[float]]:
+def _mean_series(members: list[ExperimentResult], field: str) -> tuple[list[float], list[float]]:
     xs, ys, _, _ = _seed_spread(members, field)
     return xs, ys
 
 
-def _seed_spread(members: list[dict[str, Any]], field: str
-                 ) -> tuple[list[int], list[float], list[float], list[float]]:
+def _seed_spread(members: list[ExperimentResult], field: str
+                 ) -> tuple[list[float], list[float], list[float], list[float]]:
     """Per arrived percent: the mean over seeds, and the lowest and highest seed."""
-    values: dict[int, list[float]] = {}
+    values: dict[float, list[float]] = {}
     for r in members:
-        series = r.get("series") or {}
-        for percent, value in zip(series.get("arrived_percent") or [], series.get(field) or []):
+        for percent, value in zip(r.series_points("arrived_percent"), r.series_points(field)):
             values.setdefault(percent, []).append(value)
     xs = sorted(values)
     return (xs, [sum(values[x]) / len(values[x]) for x in xs], [min(values[x]) for x in xs],
@@ -137,8 +139,8 @@ def _zoom(axes: Any, lows: list[float], highs: list[float]) -> None:
         axes.set_ylim(low - margin, high + margin)
 
 
-def _label(name: str, members: list[dict[str, Any]]) -> str:
-    seeds = len({r.get("seed") for r in members})
+def _label(name: str, members: list[ExperimentResult]) -> str:
+    seeds = len({r.seed for r in members})
     return f"{name} ({seeds} seed{'s' if seeds != 1 else ''}{', band: lowest to highest' if seeds > 1 else ''})"
 
 
@@ -172,7 +174,7 @@ def plot_caption(name: str) -> str:
     return name
 
 
-def _figure_png(draw) -> bytes:
+def _figure_png(draw: Draw) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -188,27 +190,27 @@ def _figure_png(draw) -> bytes:
     return buffer.getvalue()
 
 
-def plots(results: list[dict[str, Any]]) -> dict[str, bytes]:
+def plots(results: list[ExperimentResult]) -> dict[str, bytes]:
     """file name -> PNG bytes."""
-    tuned = [r for r in results if r.get("method", "tune") == "tune" and r.get("series", {}).get("arrived_percent")]
+    tuned = [r for r in results if r.method == "tune" and r.series_points("arrived_percent")]
     out: dict[str, bytes] = {}
-    for trace in dict.fromkeys(r["trace"] for r in tuned):
-        of_trace = [r for r in tuned if r["trace"] == trace]
-        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for trace in dict.fromkeys(r.trace for r in tuned):
+        of_trace = [r for r in tuned if r.trace == trace]
+        groups: dict[tuple[str, str], list[ExperimentResult]] = {}
         for r in of_trace:
-            groups.setdefault((r["mode"], r["policy"]), []).append(r)
+            groups.setdefault((r.mode, r.policy), []).append(r)
         dra = {policy: members for (mode, policy), members in groups.items() if mode == "dra"} or \
             {f"{policy} ({mode})": members for (mode, policy), members in groups.items()}
 
-        def curves(field: str, ylabel: str, title: str, low: float | None = None):
-            def draw(axes) -> None:
+        def curves(field: str, ylabel: str, title: str, low: float | None = None) -> Draw:
+            def draw(axes: Any) -> None:
                 lows: list[float] = []
                 highs: list[float] = []
                 for label, members in dra.items():
                     xs, ys, bottom, top = _seed_spread(members, field)
                     shown = [i for i, x in enumerate(xs) if low is None or x >= low]
                     line, = axes.plot(xs, ys, label=_label(label, members))
-                    if len({r.get("seed") for r in members}) > 1:
+                    if len({r.seed for r in members}) > 1:
                         axes.fill_between(xs, bottom, top, alpha=0.2, color=line.get_color(), linewidth=0)
                     lows.extend(bottom[i] for i in shown)
                     highs.extend(top[i] for i in shown)
@@ -226,12 +228,12 @@ def plots(results: list[dict[str, Any]]) -> dict[str, bytes]:
         out[f"{trace}-fragmentation.png"] = _figure_png(curves(
             "fragmented_gpus", "fragmented GPUs (FGD measure)", f"{trace}: fragmentation vs arrived demand"))
 
-        def models(axes) -> None:
+        def models(axes: Any) -> None:
             labels = list(dra)
-            model_names = sorted({m for members in dra.values() for r in members for m in r["model_utilisation"]})
+            model_names = sorted({m for members in dra.values() for r in members for m in r.model_utilisation})
             width = 0.8 / max(1, len(labels))
             for i, label in enumerate(labels):
-                values = [sum(r["model_utilisation"].get(m, 0.0) for r in dra[label]) / len(dra[label])
+                values = [sum(r.model_utilisation.get(m, 0.0) for r in dra[label]) / len(dra[label])
                           for m in model_names]
                 axes.bar([x + i * width for x in range(len(model_names))], values, width,
                          label=_label(label, dra[label]))
@@ -246,14 +248,14 @@ def plots(results: list[dict[str, Any]]) -> dict[str, bytes]:
         out[f"{trace}-models.png"] = _figure_png(models)
         modes = {mode for mode, _ in groups}
         if {"dra", "device-plugin"} <= modes:
-            def versus(axes) -> None:
+            def versus(axes: Any) -> None:
                 lows: list[float] = []
                 highs: list[float] = []
                 for (mode, policy), members in groups.items():
                     xs, ys, bottom, top = _seed_spread(members, "served_ratio")
                     line, = axes.plot(xs, ys, label=_label(f"{mode}: {policy}", members),
                                       linestyle="-" if mode == "dra" else "--")
-                    if len({r.get("seed") for r in members}) > 1:
+                    if len({r.seed for r in members}) > 1:
                         axes.fill_between(xs, bottom, top, alpha=0.15, color=line.get_color(), linewidth=0)
                     lows.extend(b for x, b in zip(xs, bottom) if x >= 50)
                     highs.extend(t for x, t in zip(xs, top) if x >= 50)
@@ -265,13 +267,13 @@ def plots(results: list[dict[str, Any]]) -> dict[str, bytes]:
                 axes.legend(fontsize=8)
 
             out[f"{trace}-device-plugin-vs-dra.png"] = _figure_png(versus)
-    events = [r for r in results if r.get("method") == "events" and r.get("series", {}).get("time_s")]
-    for trace in dict.fromkeys(r["trace"] for r in events):
-        out[f"{trace}-over-time.png"] = _figure_png(_events_plot([r for r in events if r["trace"] == trace], trace))
+    events = [r for r in results if r.method == "events" and r.series_points("time_s")]
+    for trace in dict.fromkeys(r.trace for r in events):
+        out[f"{trace}-over-time.png"] = _figure_png(_events_plot([r for r in events if r.trace == trace], trace))
     return out
 
 
-def html_report(results: list[dict[str, Any]], images: dict[str, bytes]) -> str:
+def html_report(results: list[ExperimentResult], images: dict[str, bytes]) -> str:
     rows = summarize(results)
     head = "".join(f'<th title="{html.escape(c)}">{html.escape(COLUMN_HEADINGS[c])}</th>' for c in SUMMARY_COLUMNS)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(row.get(c, '')))}</td>" for c in SUMMARY_COLUMNS)
@@ -312,12 +314,12 @@ def write_files(directory: str, files: dict[str, str | bytes]) -> list[str]:
     return written
 
 
-def write_outputs(results: list[dict[str, Any]], directory: str) -> list[str]:
+def write_outputs(results: list[ExperimentResult], directory: str) -> list[str]:
     """results.json, summary.csv, series.csv (events.csv for --method events), the PNG plots and report.html;
     returns the paths written."""
-    files: dict[str, str | bytes] = {"results.json": json.dumps(results, indent=1),
+    files: dict[str, str | bytes] = {"results.json": json.dumps([r.to_json() for r in results], indent=1),
                                      "summary.csv": summary_csv(summarize(results)), "series.csv": series_csv(results)}
-    if any(r.get("method") == "events" for r in results):
+    if any(r.method == "events" for r in results):
         files["events.csv"] = events_csv(results)
     images = plots(results)
     files.update(images)

@@ -1,11 +1,11 @@
-"""What a placement takes from the whole-node tasks still to come: the hosting reserve of `fragmentation`.
+"""What a placement takes from the whole-node tasks still to come: the hosting reserve of `fgd-reserve`.
 
 A whole-node shape asks more than half of the GPUs of the cluster's largest node (openb: the 8-GPU tasks on
 8-GPU nodes): two such tasks never share a node, so each needs a node almost untouched, and every small task
 put on such a node takes a host from them. FGD's measure cannot see this: it weighs fragmentation by the typical
 tasks, the most frequent shapes up to 95% of the tasks, and the whole-node shapes are rare by count (44 of the
 default trace's 8,152 tasks) though not by GPUs (352 of the 7,433 GPUs its tasks ask). FGD keeps idle nodes only through
-its tie order, which packs; gpudra's `fragmentation` tie rule (the node where the CPU-aware fragmentation grows
+its tie order, which packs; this policy's earlier tie rule (the node where the CPU-aware fragmentation grows
 least) spread small tasks over idle nodes with CPU to spare and sought out the few nodes that alone host the
 largest shapes (the 39 G3 nodes, the only 8-GPU nodes with the 120 cores some 8-GPU tasks ask): seed 42 of the
 default trace turned an 8-GPU task away at 5% arrived demand, and the policy allocated 0.4-1.6 pp less than FGD
@@ -14,7 +14,7 @@ from 50% to 95% arrived demand.
 The cost of a placement is Σ_s w_s / H_s over the whole-node shapes s the node could host before and cannot
 after (one copy of s fits its free CPU and GPUs and its model), with w_s the shape's share of the whole-node
 shapes' GPU demand (task count × GPUs × milli) and H_s the nodes of the idle cluster that can host s: a node that
-is one of the few hosts of a shape costs most. `fragmentation` ranks FGD's equals by it before the CPU rule, so
+is one of the few hosts of a shape costs most. `fgd-reserve` ranks FGD's equals by it before the CPU rule, so
 small tasks go to nodes no whole-node shape can use any more, and to the commonest hosts before the rare ones.
 Smaller multi-GPU shapes are left to the CPU rule: protecting them too (a 2-GPU shape is lost whenever a node
 goes from 2 free GPUs to 1) fought it near saturation (cpu100: -0.05 pp at 100% against FGD, 10 seeds).
@@ -50,7 +50,7 @@ class HostingReserve:
             hosting = sum(1 for node in idle if hosts(node.cpu_left, node.gpu_left, node.model, shape))
             if hosting and total:
                 self.weights.append((shape, milli / total / hosting))
-        self._memo: dict[tuple, float] = {}
+        self._memo: dict[tuple[NodeRes, int, int, tuple[int, ...]], float] = {}  # (node, cpu, milli, gpus)
 
     def lost(self, res: NodeRes, cpu: int, milli: int, gpus: tuple[int, ...]) -> float:
         """Σ w_s / H_s over the shapes the node hosts now and no longer hosts once a task of `cpu` and `milli`

@@ -13,10 +13,11 @@ import signal
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from statistics import mean, pstdev
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .engine import DEFAULT_TUNE, run_experiment
 from .manifests import Manifests, load_manifests, run_manifests
+from .results import ExperimentResult
 from .timeslicing import DEFAULT_REPLICAS
 from .trace import Trace, bundled_trace, load_trace
 
@@ -61,7 +62,7 @@ _TRACES: dict[TraceSource, "Trace | Manifests"] = {}  # per worker process: each
 
 
 def run_one(trace: "Trace | Manifests", experiment: Experiment,
-            progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+            progress: Callable[[int, int], None] | None = None) -> ExperimentResult:
     """One experiment on its (already parsed) trace or manifests."""
     if isinstance(trace, Manifests):
         return run_manifests(trace, experiment.policy, experiment.seed, progress, experiment.release)
@@ -70,7 +71,7 @@ def run_one(trace: "Trace | Manifests", experiment: Experiment,
                           experiment.fail_requests_greater_than_one, experiment.path)
 
 
-def _run(experiment: Experiment) -> dict[str, Any]:
+def _run(experiment: Experiment) -> ExperimentResult:
     return run_one(trace_of(experiment.source), experiment)
 
 
@@ -89,14 +90,14 @@ def trace_of(source: TraceSource) -> "Trace | Manifests":
     return trace
 
 
-OnDone = Callable[[int, int, int, dict[str, Any]], None]  # (experiment index, finished, total, result)
+OnDone = Callable[[int, int, int, ExperimentResult], None]  # (experiment index, finished, total, result)
 
 
 class SweepInterrupted(Exception):
     """Ctrl-C stopped the sweep: `finished` holds the results of the experiments that had ended, in the order of
     the experiment list, so they can still be written."""
 
-    def __init__(self, finished: list[dict[str, Any]], total: int):
+    def __init__(self, finished: list[ExperimentResult], total: int):
         super().__init__(f"interrupted after {len(finished)} of {total} experiments")
         self.finished = finished
         self.total = total
@@ -104,12 +105,12 @@ class SweepInterrupted(Exception):
 
 def run_sweep(experiments: list[Experiment], jobs: int | None = None, on_done: OnDone | None = None,
               progress: Callable[[int, int], None] | None = None,
-              dask_scheduler: str | None = None) -> list[dict[str, Any]]:
+              dask_scheduler: str | None = None) -> list[ExperimentResult]:
     """Run every experiment; `on_done(index, finished, total, result)` after each. With `dask_scheduler` (an
     address such as tcp://host:8786) on that Dask cluster; else with one job (or one experiment) everything runs
     in this process and `progress(done, total)` reports tasks within the experiment. Ctrl-C raises
     SweepInterrupted once the workers are stopped."""
-    results: list[dict[str, Any] | None] = [None] * len(experiments)
+    results: list[ExperimentResult | None] = [None] * len(experiments)
     try:
         if dask_scheduler:
             from .distributed import run_on_dask
@@ -125,7 +126,7 @@ def run_sweep(experiments: list[Experiment], jobs: int | None = None, on_done: O
             _run_on_local_cores(experiments, jobs or default_jobs(), results, on_done)
     except KeyboardInterrupt:
         raise SweepInterrupted([r for r in results if r is not None], len(experiments)) from None
-    return results  # type: ignore[return-value]
+    return [result for result in results if result is not None]  # every one: each ran or raised
 
 
 def _ignore_interrupts() -> None:
@@ -134,7 +135,7 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _run_on_local_cores(experiments: list[Experiment], jobs: int, results: list[dict[str, Any] | None],
+def _run_on_local_cores(experiments: list[Experiment], jobs: int, results: list[ExperimentResult | None],
                         on_done: OnDone | None) -> None:
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(experiments)), initializer=_ignore_interrupts)
     try:
@@ -171,49 +172,52 @@ def level_field(level: int) -> str:
     return f"served_ratio_at_{level}"
 
 
-def served_at(result: dict[str, Any], level: int) -> float | None:
+def served_at(result: ExperimentResult, level: int) -> float | None:
     """An experiment's demand served (% of capacity) at `level`% arrived demand: its series' point (None where
     the arrived demand never reached that level, or for the events method)."""
-    series = result.get("series") or {}
-    points = dict(zip(series.get("arrived_percent") or [], series.get("served_ratio") or []))
+    points = dict(zip(result.series_points("arrived_percent"), result.series_points("served_ratio")))
     return points.get(level)
 
 
-def summarize(results: list[dict[str, Any]], levels: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+def _present(values: "Iterable[float | None]") -> list[float]:
+    return [value for value in values if value is not None]
+
+
+def summarize(results: list[ExperimentResult], levels: tuple[int, ...] = ()) -> list[dict[str, Any]]:
     """Mean (and population standard deviation) over seeds, per (trace, mode, policy), in first-seen order.
-    `levels`: also the mean demand served at those arrived-demand percents (`level_field`)."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    `levels`: also the mean demand served at those arrived-demand percents (`level_field`). The rows are the
+    summary's table, CSV and JSON as printed."""
+    groups: dict[tuple[str, str, str], list[ExperimentResult]] = {}
     for result in results:
-        groups.setdefault((result["trace"], result["mode"], result["policy"]), []).append(result)
+        groups.setdefault((result.trace, result.mode, result.policy), []).append(result)
     rows = []
     for (trace, mode, policy), members in groups.items():
-        ratios = [r["allocation_ratio"] for r in members if r.get("allocation_ratio") is not None]
+        ratios = _present(r.allocation_ratio for r in members)
         row: dict[str, Any] = {"trace": trace, "mode": mode, "policy": policy, "seeds": len(members),
-                               "gpus": members[0]["gpus"], "tasks": round(mean(r["tasks"] for r in members), 1),
-                               "scheduled": round(mean(r["scheduled"] for r in members), 1)}
+                               "gpus": members[0].gpus, "tasks": round(mean(r.tasks for r in members), 1),
+                               "scheduled": round(mean(r.scheduled for r in members), 1)}
         if ratios:
             row["allocation_ratio"] = round(mean(ratios), 2)
             row["allocation_ratio_std"] = round(pstdev(ratios), 2)
-            row["unallocated_gpus"] = round(mean(r["unallocated_gpus"] for r in members
-                                                 if r.get("unallocated_gpus") is not None), 1)
-            served = [r["served_ratio"] for r in members if r.get("served_ratio") is not None]
+            row["unallocated_gpus"] = round(mean(_present(r.unallocated_gpus for r in members)), 1)
+            served = _present(r.served_ratio for r in members)
             row["served_ratio"] = round(mean(served), 2) if served else None
             row["served_ratio_std"] = round(pstdev(served), 2) if served else None
             # GPUs no task's demand fills: the same measure in both modes (device-plugin rows reserve a whole
             # GPU for a share, so their allocation ratio counts GPUs reserved, not used)
-            row["unserved_gpus"] = round(mean(r["gpus"] * (1 - r["served_ratio"] / 100) for r in members
-                                              if r.get("served_ratio") is not None), 1) if served else None
-            frag = [r["fragmented_gpus"] for r in members if r.get("fragmented_gpus") is not None]
+            row["unserved_gpus"] = round(mean(r.gpus * (1 - r.served_ratio / 100) for r in members
+                                              if r.served_ratio is not None), 1) if served else None
+            frag = _present(r.fragmented_gpus for r in members)
             row["fragmented_gpus"] = round(mean(frag), 1) if frag else None
             # time-slicing: GPU demand placed beyond capacity (0 in the other modes, which cannot oversubscribe)
-            over = [r["oversubscribed_ratio"] for r in members if r.get("oversubscribed_ratio") is not None]
+            over = _present(r.oversubscribed_ratio for r in members)
             row["oversubscribed_ratio"] = round(mean(over), 2) if over else None
-            over_gpus = [r["oversubscribed_gpus"] for r in members if r.get("oversubscribed_gpus") is not None]
+            over_gpus = _present(r.oversubscribed_gpus for r in members)
             row["oversubscribed_gpus"] = round(mean(over_gpus), 1) if over_gpus else None
         for level in levels:
             at = [value for r in members if (value := served_at(r, level)) is not None]
             row[level_field(level)] = round(mean(at), 2) if len(at) == len(members) else None
-        row["seconds"] = round(mean(r["seconds"] for r in members), 2)
-        row["cpu_seconds"] = round(mean(r["cpu_seconds"] for r in members), 2)
+        row["seconds"] = round(mean(r.seconds for r in members), 2)
+        row["cpu_seconds"] = round(mean(r.cpu_seconds for r in members), 2)
         rows.append(row)
     return rows

@@ -49,7 +49,7 @@ READY_PATH = "/readyz"
 # holds one object (two for an update, each at most etcd's 1.5 MiB), so anything bigger is not from it.
 MAX_BODY_BYTES = 3 * 1024 * 1024
 REQUEST_TIMEOUT_S = 10.0  # the API server's default webhook timeout: a client slower than that is not it
-# What json.loads and the check take per byte of body, at most (tests/test_driver_webhook_attacks.py measures it
+# What json.loads and the check take per byte of body, at most (tests/webhook/test_driver_webhook_attacks.py measures it
 # with tracemalloc): a scalar-heavy body ~13 bytes per byte ("ab", in a list), and each `{` or `[` (counted in
 # strings too, which only overestimates) a container of up to ~190 bytes (a one-key dict and its slot).
 DECODED_BYTES_PER_BYTE = 14

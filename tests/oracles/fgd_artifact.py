@@ -2,7 +2,7 @@
 (hkust-adsl/kubernetes-scheduler-simulator; paths below are in that repository). It imports nothing from gpudra.
 
 It replays pods in submission order on nodes, with one score plugin enabled (weight 1000) as the artifact's
-experiments run it, and returns each pod's node and GPU indices. `tests/test_simulate_artifact.py` checks it
+experiments run it, and returns each pod's node and GPU indices. `tests/simulate/test_simulate_artifact.py` checks it
 against the placements the artifact's own binary recorded (tests/data/fgd_artifact/*.json), so it can stand in
 for the binary where none is built (sim_direct_model.py: full-scale tables in seconds).
 

@@ -1,5 +1,5 @@
 """The small traces the FGD artifact's placements are recorded on (`record_fgd_artifact.py`) and that
-`tests/test_simulate_artifact.py` replays through gpudra. Plain data, no gpudra import: each trace is a node
+`tests/simulate/test_simulate_artifact.py` replays through gpudra. Plain data, no gpudra import: each trace is a node
 list and a pod list in submission order, in the openb CSV columns.
 
 Pods are named so that name order is submission order: the artifact, run without shuffling and without

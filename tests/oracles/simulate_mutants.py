@@ -3,7 +3,7 @@
     python tests/oracles/simulate_mutants.py [NAME …]
 
 Each mutant is one textual change to gpudra/simulate (every occurrence of a text), applied to a copy of the package in a temporary
-directory (the work tree is never touched); tests/test_simulate_artifact.py's gpudra-against-artifact tests then
+directory (the work tree is never touched); tests/simulate/test_simulate_artifact.py's gpudra-against-artifact tests then
 run on the copy and the mutant is KILLED when one of them fails, MISSED otherwise. Not collected by pytest: it is
 the evidence that the recorded placements pin FGD's rounding, the tie orders and the popularity cut.
 """

@@ -57,7 +57,7 @@ def gpudra(*args: str, check: bool = True, timeout: float = 600,
 
 class RealApiServer:
     """etcd and the real kube-apiserver alone (no scheduler, no controllers), for tests that write objects and
-    read them back: the same surface as tests/test_driver_apiserver.py's loopback fake (`kubeconfig(path)`,
+    read them back: the same surface as tests/gpuplugin/test_driver_apiserver.py's loopback fake (`kubeconfig(path)`,
     `slices`, `claims[...] = claim`, `nodes`), answered by the real thing."""
 
     def __init__(self, features: str = "default"):

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import TYPE_CHECKING, Callable
 
 from gpudra.api.schema import names
 from gpudra.api.schema.types import Context
 from gpudra.vocabulary import DRIVER_NAME
+
+if TYPE_CHECKING:
+    from gpudra.cel import CELCompileError, Selector  # imported on first use (see compiler)
 
 _LOOKUP = re.compile(r"device\.(attributes|capacity)\[\s*(['\"])([^'\"]*)\2\s*\]")
 _QUANTITY_USE = re.compile(r"^\s*\.\s*(isGreaterThan|isLessThan|compareTo|add|sub|asInteger|asApproximateFloat)\b")
@@ -16,7 +20,7 @@ _AMOUNT_NAMES = {"memory", "mem", "gpumemory", "vram", "framebuffer", "cores", "
 DEFAULT_DOMAIN = DRIVER_NAME
 
 
-def compiler():
+def compiler() -> tuple[Callable[..., Selector], type[CELCompileError]]:
     """gpudra.cel.compile_selector and its error class (imported on first use: objects without selectors need
     no CEL)."""
     from gpudra.cel import CELCompileError, compile_selector
@@ -31,7 +35,7 @@ def check_selector_expression(expression: str, path: str, ctx: Context) -> None:
     consumable, list_type = selector_gates(version, ctx.facts.get("features"))
     outcome = compile_outcome(expression, version, consumable, list_type)
     if outcome is None:
-        # warnings: the API server accepts the expression (tests/test_kube_validation.py asks the real one); the
+        # warnings: the API server accepts the expression (tests/oracles/test_kube_validation.py asks the real one); the
         # message says that every evaluation fails on it
         for message, caret in literal_problems(expression, version, consumable, list_type):
             ctx.warning(path, message, caret)

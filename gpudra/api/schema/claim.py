@@ -3,6 +3,8 @@ DRA kinds."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpudra.api.schema import hints, names
 from gpudra.api.schema.meta import CONDITION, NODE_SELECTOR, TEMPLATE_META, object_meta, toleration_check, top_level
 from gpudra.api.schema.resource import (
@@ -33,7 +35,7 @@ CAPACITY_REQUIREMENTS = Struct("CapacityRequirements", {
 })
 
 
-def _count_check(value: dict, path: str, ctx: Context) -> None:
+def _count_check(value: dict[str, Any], path: str, ctx: Context) -> None:
     mode, count = value.get("allocationMode"), value.get("count")
     if not isinstance(count, int) or isinstance(count, bool):
         return
@@ -83,14 +85,14 @@ DEVICE_REQUEST = Struct(
 )
 
 
-def _request_form_check(request: dict, path: str, ctx: Context) -> None:
+def _request_form_check(request: dict[str, Any], path: str, ctx: Context) -> None:
     """Exactly one of exactly / firstAvailable, unless the v1beta1 hint already explained the layout."""
     if not request.get("exactly") and not request.get("firstAvailable"):
         if not any(name in request for name in EXACT_REQUEST.fields):
             ctx.error(path, "exactly one of exactly, firstAvailable must be set")
 
 
-def _request_flat_field(name: str, request: dict, path: str, ctx: Context) -> bool:
+def _request_flat_field(name: str, request: dict[str, Any], path: str, ctx: Context) -> bool:
     if not hints.request_flat_field(name, request, path, ctx):
         return False
     # Still check the value where it belongs, so a misplaced selector gets its expression checked too.
@@ -122,7 +124,7 @@ CLAIM_CONFIG = Struct(
 )
 
 
-def _references_check(claim: dict, path: str, ctx: Context) -> None:
+def _references_check(claim: dict[str, Any], path: str, ctx: Context) -> None:
     requests = as_list(claim.get("requests"))
     known: set[str] = set()
     for request in requests:
@@ -155,7 +157,7 @@ def _exact_count(request: object) -> int:
     return count if isinstance(count, int) and not isinstance(count, bool) else 0
 
 
-def _device_count_check(claim: dict, path: str, ctx: Context) -> None:
+def _device_count_check(claim: dict[str, Any], path: str, ctx: Context) -> None:
     """The API server accepts any positive count (ValidateResourceClaim checks `count > 0` only), but the
     scheduler's allocator refuses a claim whose requests need more than AllocationResultsMaxSize (32) devices in
     all (k8s.io/dynamic-resource-allocation structured allocator: "exceeds the claim limit"): such a claim is
@@ -211,7 +213,7 @@ RESULT = Struct(
 )
 
 
-def _claim_status_check(status: dict, path: str, ctx: Context) -> None:
+def _claim_status_check(status: dict[str, Any], path: str, ctx: Context) -> None:
     if status.get("reservedFor") and not status.get("allocation"):
         ctx.error(child(path, "reservedFor"), "may only be set while the claim is allocated (status.allocation)")
     allocation = as_dict(status.get("allocation"))
@@ -232,7 +234,7 @@ def _claim_status_check(status: dict, path: str, ctx: Context) -> None:
         seen.add(marker)
 
 
-def _claim_check(claim: dict, path: str, ctx: Context) -> None:
+def _claim_check(claim: dict[str, Any], path: str, ctx: Context) -> None:
     """Allocation results must name requests of the claim (`req` or `req/sub` for firstAvailable)."""
     spec, status = claim.get("spec"), claim.get("status")
     if not isinstance(spec, dict) or not isinstance(status, dict):
@@ -308,7 +310,7 @@ RESOURCE_CLAIM_TEMPLATE = top_level(
 )
 
 
-def _template_devices_hint(name: str, value: dict, path: str, ctx: Context) -> bool:
+def _template_devices_hint(name: str, value: dict[str, Any], path: str, ctx: Context) -> bool:
     if name != "devices":
         return False
     ctx.error(child(path, name), "a template wraps a claim spec: write spec.spec.devices, not spec.devices",

@@ -18,7 +18,8 @@ import copy
 from typing import Any
 
 from gpudra.api.schema import names
-from gpudra.device_config import ALLOCATION_MODES, API_VERSION
+from gpudra.device_config import ALLOCATION_MODES
+from gpudra.device_config import API_VERSION as API_VERSION  # re-exported: the kind's apiVersion
 from gpudra.api.schema.meta import object_meta, top_level
 from gpudra.api.schema.types import Context, F, Int, ListOf, Str, Struct, child
 

@@ -62,7 +62,7 @@ CONTAINER = Struct(
 )
 
 
-def _container_claim_refs(spec: dict, path: str, ctx: Context) -> None:
+def _container_claim_refs(spec: dict[str, Any], path: str, ctx: Context) -> None:
     declared = {c["name"] for c in as_list(spec.get("resourceClaims"))
                 if isinstance(c, dict) and isinstance(c.get("name"), str)}
     for section in ("initContainers", "containers"):
@@ -105,7 +105,7 @@ POD_RESOURCE_CLAIM = Struct(
 )
 
 
-def _pod_claim_hint(name: str, value: dict, path: str, ctx: Context) -> bool:
+def _pod_claim_hint(name: str, value: dict[str, Any], path: str, ctx: Context) -> bool:
     if name == "source" and isinstance(value.get("source"), dict):
         ctx.error(child(path, name), "the `source` wrapper was removed in Kubernetes 1.31: put "
                   "resourceClaimName or resourceClaimTemplateName directly on the entry")

@@ -39,7 +39,7 @@ def looks_like_quantity(value: Any) -> bool:
 
 
 # ----- requests --------------------------------------------------------------------------------------
-def request_flat_field(name: str, value: dict, path: str, ctx: Context) -> bool:
+def request_flat_field(name: str, value: dict[str, Any], path: str, ctx: Context) -> bool:
     if name not in EXACT_REQUEST_FIELDS:
         return False
     if value.get("firstAvailable"):
@@ -64,7 +64,7 @@ def request_flat_field(name: str, value: dict, path: str, ctx: Context) -> bool:
     return True
 
 
-def request_constraints(name: str, value: dict, path: str, ctx: Context) -> bool:
+def request_constraints(name: str, value: dict[str, Any], path: str, ctx: Context) -> bool:
     if name != "constraints":
         return False
     from gpudra.api.schema.cel_check import check_selector_expression
@@ -82,7 +82,7 @@ def request_constraints(name: str, value: dict, path: str, ctx: Context) -> bool
     return True
 
 
-def _constraint_cel_fix(constraints: Any, request: dict) -> str | None:
+def _constraint_cel_fix(constraints: Any, request: dict[str, Any]) -> str | None:
     if not any(isinstance(c, dict) and isinstance(c.get("cel"), str) for c in as_list(constraints)):
         return None
     corrected = v1_request(request)
@@ -100,7 +100,7 @@ def _class_for_extended_resource(name: Any) -> Any:
     return name
 
 
-def v1_request(request: dict) -> dict | None:
+def v1_request(request: dict[str, Any]) -> dict[str, Any] | None:
     """The request in resource.k8s.io/v1's layout with the mechanical repairs that need nothing but the request:
     flat fields under `exactly`, per-device `constraints[].cel` moved into selectors, a class named as the
     extended resource it should serve renamed (`nvidia.com-gpu` → `gpu.nvidia.com`), and lookups by attribute
@@ -129,14 +129,14 @@ def v1_request(request: dict) -> dict | None:
     return corrected
 
 
-def subrequest_admin_access(name: str, value: dict, path: str, ctx: Context) -> bool:
+def subrequest_admin_access(name: str, value: dict[str, Any], path: str, ctx: Context) -> bool:
     if name != "adminAccess":
         return False
     ctx.error(child(path, name), "subrequests cannot ask for admin access; only exactly requests have adminAccess")
     return True
 
 
-def constraint_cel(name: str, value: dict, path: str, ctx: Context) -> bool:
+def constraint_cel(name: str, value: dict[str, Any], path: str, ctx: Context) -> bool:
     if name != "cel":
         return False
     ctx.error(
@@ -149,7 +149,7 @@ def constraint_cel(name: str, value: dict, path: str, ctx: Context) -> bool:
     return True
 
 
-def claim_spec_alpha(name: str, value: dict, path: str, ctx: Context) -> bool:
+def claim_spec_alpha(name: str, value: dict[str, Any], path: str, ctx: Context) -> bool:
     if name in ("resourceClassName", "parametersRef", "controller"):
         ctx.error(
             child(path, name),
@@ -164,7 +164,7 @@ def claim_spec_alpha(name: str, value: dict, path: str, ctx: Context) -> bool:
 
 
 # ----- devices ---------------------------------------------------------------------------------------
-def device_basic(name: str, value: dict, path: str, ctx: Context) -> bool:
+def device_basic(name: str, value: dict[str, Any], path: str, ctx: Context) -> bool:
     if name != "basic":
         return False
     corrected = copy_object(value)
@@ -178,7 +178,7 @@ def device_basic(name: str, value: dict, path: str, ctx: Context) -> bool:
     return True
 
 
-def attribute_quantity(name: str, value: dict, path: str, ctx: Context) -> bool:
+def attribute_quantity(name: str, value: dict[str, Any], path: str, ctx: Context) -> bool:
     if name not in ("quantity", "value", "capacity"):
         return False
     attribute = path.rsplit("[", 1)[-1].rstrip("]")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from gpudra.api import goint  # (a module: goint imports schema.names, whose package imports this)
 from gpudra.api.schema import names
 from gpudra.api.schema.types import (
     as_list,
-    AnyValue, Bool, Context, F, Int, ListOf, MapOf, Str, Struct, child, index,
+    AnyValue, Bool, Check, Context, F, Int, ListOf, MapOf, Str, Struct, child, index,
 )
 
 
@@ -32,7 +32,7 @@ LABELS = MapOf(Str(validators=(names.label_value,)), key_check=names.qualified_n
 ANNOTATIONS = MapOf(Str(), key_check=names.qualified_name)
 
 
-def _annotations_size_check(value: dict, path: str, ctx: Context) -> None:
+def _annotations_size_check(value: dict[str, Any], path: str, ctx: Context) -> None:
     annotations = value.get("annotations")
     if isinstance(annotations, dict):
         size = names.annotations_size(annotations)
@@ -41,11 +41,11 @@ def _annotations_size_check(value: dict, path: str, ctx: Context) -> None:
                       f"bytes (has {size}; the API server's limit on all annotations together)")
 
 
-def object_meta(name_check=names.dns_subdomain, name_required: bool = True) -> Struct:
+def object_meta(name_check: Callable[[str], list[str]] = names.dns_subdomain, name_required: bool = True) -> Struct:
     """ObjectMeta as apimachinery's ValidateObjectMeta checks it (objectmeta.go): `name_check` is the kind's name
     rule, also applied to generateName as a prefix (a trailing '-' allowed), namespace a DNS label, labels and
     annotations by key and value syntax, annotations 256 KiB in all."""
-    def require_name(value: dict, path: str, ctx: Context) -> None:
+    def require_name(value: dict[str, Any], path: str, ctx: Context) -> None:
         if name_required and not value.get("name") and not value.get("generateName"):
             ctx.error(child(path, "name"), "required field is missing (set name or generateName)")
 
@@ -77,7 +77,7 @@ def object_meta(name_check=names.dns_subdomain, name_required: bool = True) -> S
     )
 
 
-def metadata_only(kind_name: str, name_check=names.dns_subdomain) -> Struct:
+def metadata_only(kind_name: str, name_check: Callable[[str], list[str]] = names.dns_subdomain) -> Struct:
     """A kind whose content gpudra does not model: its metadata checked as every object's is, the rest open."""
     return Struct(kind_name, {"apiVersion": F(Str(), required=True), "kind": F(Str(), required=True),
                               "metadata": F(object_meta(name_check), required=True)}, open=True)
@@ -168,7 +168,7 @@ CONDITION = Struct(
 
 
 def top_level(kind_name: str, meta: Struct, spec: Struct | None, status: Struct | None,
-              spec_required: bool = True, extra: dict[str, F] | None = None, checks=()) -> Struct:
+              spec_required: bool = True, extra: dict[str, F] | None = None, checks: tuple[Check, ...] = ()) -> Struct:
     fields = {
         "apiVersion": F(Str(), required=True),
         "kind": F(Str(), required=True),
@@ -182,7 +182,7 @@ def top_level(kind_name: str, meta: Struct, spec: Struct | None, status: Struct 
     return Struct(kind_name, fields, checks=tuple(checks))
 
 
-def toleration_check(value: dict, path: str, ctx: Context) -> None:
+def toleration_check(value: dict[str, Any], path: str, ctx: Context) -> None:
     """The rules pod tolerations and device tolerations share."""
     operator = value.get("operator") or "Equal"
     if operator == "Exists" and value.get("value"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import re
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -43,7 +45,7 @@ def path_segment_name(value: str) -> list[str]:
     return [f"may not contain {bad!r}" for bad in ("/", "%") if bad in value]
 
 
-def field_problems(field: str, value: object, rule, max_length: int) -> list[str]:
+def field_problems(field: str, value: object, rule: Callable[[str], list[str]], max_length: int) -> list[str]:
     """`field: message` for each way `value` breaks `rule` (one of the syntaxes here), checked as a string first;
     a value longer than ECHO_LIMIT is reported by its length alone, never echoed."""
     if not isinstance(value, str):
@@ -55,7 +57,7 @@ def field_problems(field: str, value: object, rule, max_length: int) -> list[str
     return [f"{field}: {message}" for message in rule(value)]
 
 
-def annotations_size(annotations: dict) -> int:
+def annotations_size(annotations: dict[str, Any]) -> int:
     """What the API server counts against TOTAL_ANNOTATION_SIZE_LIMIT_B: Go len() (UTF-8 bytes) of keys and values."""
     return sum(len(str(k).encode()) + len(v.encode() if isinstance(v, str) else b"") for k, v in annotations.items())
 

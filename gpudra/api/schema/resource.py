@@ -189,7 +189,7 @@ COUNTER = Struct("Counter", {"value": F(QuantityType(), required=True)})
 COUNTERS = MapOf(COUNTER, key_check=names.dns_label, max_items=COUNTERS_PER_SET_MAX)
 
 
-def _policy_check(value: dict, path: str, ctx: Context) -> None:
+def _policy_check(value: dict[str, Any], path: str, ctx: Context) -> None:
     default = _quantity(value.get("default"))
     valid_values = value.get("validValues")
     if isinstance(valid_values, list) and valid_values:
@@ -255,7 +255,7 @@ class CapacityType(Type):
             _policy_within_value(value, path, ctx)
 
 
-def _policy_within_value(capacity: dict, path: str, ctx: Context) -> None:
+def _policy_within_value(capacity: dict[str, Any], path: str, ctx: Context) -> None:
     """Amounts above the capacity value can never be granted: worth a warning, though the API accepts them."""
     total = _quantity(capacity.get("value"))
     policy = capacity["requestPolicy"]
@@ -292,7 +292,7 @@ DEVICE_TAINT = Struct(
 CONDITION_NAMES = ListOf(Str(validators=(names.qualified_name,)), max_items=BINDING_CONDITIONS_MAX, unique_items=True)
 
 
-def _device_check(device: dict, path: str, ctx: Context) -> None:
+def _device_check(device: dict[str, Any], path: str, ctx: Context) -> None:
     attributes = as_dict(device.get("attributes"))
     capacity = as_dict(device.get("capacity"))
     if len(attributes) + len(capacity) > ATTRIBUTES_AND_CAPACITIES_PER_DEVICE:
@@ -339,7 +339,7 @@ _PLAIN_NAMES: set[str] = set()
 _SLASHED_NAMES: set[str] = set()
 
 
-def _plain_names(names_of: dict) -> bool:
+def _plain_names(names_of: dict[str, Any]) -> bool:
     """Whether every name passes dra_qualified_name; afterwards they are all in _PLAIN_NAMES, and those with a '/'
     in _SLASHED_NAMES."""
     if _PLAIN_NAMES.issuperset(names_of):
@@ -412,7 +412,7 @@ DEVICE = Struct(
 DEVICE.quick_valid = _device_quick_valid
 
 
-def _slice_check(spec: dict, path: str, ctx: Context) -> None:
+def _slice_check(spec: dict[str, Any], path: str, ctx: Context) -> None:
     devices = as_list(spec.get("devices"))
     dicts = [d for d in devices if isinstance(d, dict)]
     uses_advanced = any(d.get("taints") or d.get("consumesCounters") or uses_list_attributes(as_dict(d.get("attributes")))
@@ -439,7 +439,7 @@ def _slice_check(spec: dict, path: str, ctx: Context) -> None:
         ctx.error(child(path, "nodeName"), "must not be empty")
 
 
-def _counter_layout_check(spec: dict, devices: list[dict], path: str, ctx: Context) -> None:
+def _counter_layout_check(spec: dict[str, Any], devices: list[dict[str, Any]], path: str, ctx: Context) -> None:
     """Where counter sets may live differs by release (gpudra.versions.partitionable_layout): from 1.35 a slice
     holds devices or sharedCounters, never both (kubernetes/kubernetes#134189); up to 1.34 a device consumes
     only counter sets of its own slice, so they must be there (1.34's validateDeviceCounterConsumption)."""
@@ -471,7 +471,7 @@ def _counter_layout_check(spec: dict, devices: list[dict], path: str, ctx: Conte
                               f"counter set {name!r} of this ResourceSlice")
 
 
-def _one_term(selector: dict, path: str, ctx: Context) -> None:
+def _one_term(selector: dict[str, Any], path: str, ctx: Context) -> None:
     terms = selector.get("nodeSelectorTerms")
     if isinstance(terms, list) and len(terms) != 1:
         ctx.error(child(path, "nodeSelectorTerms"), "must have exactly one node selector term")

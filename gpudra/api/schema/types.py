@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 
 from gpudra.plain import as_dict as as_dict, as_list as as_list  # re-exported: the checks read them from here
 from gpudra.quantity import Quantity, QuantityError
+from gpudra.api.problems import Severity
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -37,7 +38,7 @@ class Context:
         self.api_version = api_version
         self.kind = kind
         self.facts: dict[str, Any] = facts  # e.g. driver name of a ResourceSlice
-        self.found: list[tuple[str, str, str, str | None]] = []  # (severity, path, message, fix)
+        self.found: list[tuple[Severity, str, str, str | None]] = []  # (severity, path, message, fix)
 
     def error(self, path: str, message: str, fix: str | None = None) -> None:
         self.found.append(("error", path, message, fix))
@@ -48,7 +49,7 @@ class Context:
 
 Check = Callable[[Any, str, Context], None]
 # Explains an unknown field: (field name, struct value, path of the struct, context) -> handled?
-UnknownHint = Callable[[str, dict, str, Context], bool]
+UnknownHint = Callable[[str, dict[str, Any], str, Context], bool]
 
 
 def type_name(value: Any) -> str:
@@ -323,7 +324,7 @@ class Struct(Type):
                 # already has its problems listed, so a check that cannot run is skipped.
                 continue
 
-    def unknown(self, name: str, value: dict, path: str, ctx: Context) -> None:
+    def unknown(self, name: str, value: dict[str, Any], path: str, ctx: Context) -> None:
         for hint in self.unknown_hints:
             try:
                 if hint(name, value, path, ctx):

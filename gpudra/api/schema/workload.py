@@ -17,7 +17,7 @@ from typing import Any
 
 from gpudra.api.schema import names
 from gpudra.api.schema.meta import CONDITION, object_meta, top_level
-from gpudra.api.schema.types import Context, F, Int, ListOf, Str, Struct, child
+from gpudra.api.schema.types import Check, Context, F, Int, ListOf, Str, Struct, child
 
 V1ALPHA1 = "scheduling.k8s.io/v1alpha1"
 V1ALPHA2 = "scheduling.k8s.io/v1alpha2"
@@ -68,9 +68,9 @@ WORKLOAD_V1ALPHA1 = top_level(
 
 
 # ----- 1.36: scheduling.k8s.io/v1alpha2 ---------------------------------------------------------------
-def _gated(gate: str, *fields: str):
+def _gated(gate: str, *fields: str) -> Check:
     """`+k8s:ifDisabled(gate)=+k8s:forbidden`: the field is refused while `gate` is off."""
-    def check(value: dict, path: str, ctx: Context) -> None:
+    def check(value: dict[str, Any], path: str, ctx: Context) -> None:
         from gpudra.api.gates import gate_on
         from gpudra.versions import parse_version
 

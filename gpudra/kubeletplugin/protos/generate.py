@@ -6,7 +6,7 @@ Protos are compiled with the repository root as include path, so the generated m
 import each other as `gpudra.kubeletplugin.protos.<name>_pb2` and land in our package.
 Needs grpcio-tools (a test/dev dependency only), the version test-constraints.txt pins: the grpcio floor of
 pyproject.toml, since the generator stamps its own version into the stubs as the oldest grpcio they import with
-(`pip install -c test-constraints.txt grpcio-tools`; tests/test_driver_protos.py checks stamp == floor == pin).
+(`pip install -c test-constraints.txt grpcio-tools`; tests/kubeletplugin/test_driver_protos.py checks stamp == floor == pin).
 """
 
 from __future__ import annotations
