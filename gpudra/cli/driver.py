@@ -770,7 +770,7 @@ def _prepare_table(entries: list[dict], wide: bool, show_container: bool, done: 
 def status_cmd(root: str, driver_name: str, plugins_dir: str, output: str) -> None:
     """Show the prepared claims recorded in the driver's checkpoint and their CDI specs. A --root where no driver
     ever ran (no plugin directory) is an error, exit 2."""
-    from gpudra.kubeletplugin.checkpoint import CheckpointError, entry_problem, load_checkpoint
+    from gpudra.kubeletplugin.checkpoint import CheckpointError, read_checkpoint
     from gpudra.kubeletplugin.claimpaths import ClaimPathError, cdi_spec_path
     from gpudra.kubeletplugin.paths import DriverPaths
     from gpudra.kubeletplugin.quarantine import load_quarantine
@@ -781,32 +781,30 @@ def status_cmd(root: str, driver_name: str, plugins_dir: str, output: str) -> No
               f"--kubelet-plugins-directory-path) the driver runs with; a local cluster's node: --root "
               f"DIR/nodes/NODE --kubelet-plugins-directory-path /plugins")
     try:
-        data = load_checkpoint(paths.checkpoint)
+        data = read_checkpoint(paths.checkpoint)
         quarantined = load_quarantine(paths.quarantine)
     except CheckpointError as exc:
         _fail(str(exc))
-    claims, invalid = [], []
-    for uid, entry in sorted(((data or {}).get("claims") or {}).items()):
-        problem = entry_problem(uid, entry)
-        if problem is not None:  # the driver quarantines it at its next start
-            invalid.append({"uid": uid, "reason": problem})
-            continue
+    claims = []
+    # the driver quarantines unusable entries at its next start
+    invalid = sorted(({"uid": bad.uid, "reason": bad.reason} for bad in data.unusable), key=lambda i: i["uid"]) \
+        if data is not None else []
+    for uid, entry in sorted((data.claims if data is not None else {}).items()):
         try:
             spec: str | None = cdi_spec_path(paths.cdi_spec_dir, driver_name, uid)
         except ClaimPathError:  # not a UID the driver would write a file for
             spec = None
-        devices = entry.get("devices", [])
-        claims.append({"uid": uid, "claim": f"{entry.get('namespace')}/{entry.get('name')}", "state": entry["state"],
-                       "devices": [d["device"] for d in devices],
-                       "cdiDeviceIDs": [i for d in devices for i in d.get("cdiDeviceIDs") or []],
+        claims.append({"uid": uid, "claim": f"{entry.namespace}/{entry.name}", "state": entry.state,
+                       "devices": [d.device for d in entry.devices],
+                       "cdiDeviceIDs": [i for d in entry.devices for i in d.cdi_device_ids],
                        "cdiSpec": spec if spec and os.path.exists(spec) else None})
     result: dict = {"checkpoint": paths.checkpoint, "exists": data is not None, "claims": claims}
     if invalid:
         result["invalid"] = invalid
     if quarantined:
         result["quarantine"] = paths.quarantine
-        result["quarantined"] = [{"uid": q.get("uid"), "reason": q.get("reason"),
-                                  "reservedDevices": [r["device"] or f"gpu minor {r['gpuMinor']}" for r in q["reserved"]]}
+        result["quarantined"] = [{"uid": q.uid, "reason": q.reason,
+                                  "reservedDevices": [r.device or f"gpu minor {r.gpu_minor}" for r in q.reserved]}
                                  for q in quarantined]
     if output in ("yaml", "json"):
         click.echo(render_data(result, output), nl=False)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
+
+if TYPE_CHECKING:  # the CLI imports packages only in the command that needs them (start-up time)
+    from gpudra.kubeletplugin.checkpoint import Checkpoint
 
 from gpudra.api.dump import dump_yaml_data, dump_yaml_one
 from gpudra.catalog import GpuModel, UnknownGpuModel, find_gpu_model, gpu_model, mig_models
@@ -152,14 +155,14 @@ def configs_command(gpus: tuple[str, ...], backend: str | None, profile: str | N
         click.echo(_dump(config), nl=False)
 
 
-def read_driver_checkpoint(path: str) -> dict[str, Any] | None:
+def read_driver_checkpoint(path: str) -> Checkpoint | None:
     """The node driver's checkpoint (its prepared claims), for `apply_config` and the MIG manager; None when the
     driver has not written one. Read here, above both packages: gpudra.gpuplugin builds on gpudra.mig."""
-    from gpudra.kubeletplugin.checkpoint import CheckpointError, load_checkpoint
+    from gpudra.kubeletplugin.checkpoint import CheckpointError, read_checkpoint
     from gpudra.mig.apply import ApplyError
 
     try:
-        return load_checkpoint(path)
+        return read_checkpoint(path)
     except (CheckpointError, OSError) as exc:
         raise ApplyError(f"the driver's checkpoint {path} cannot be read, so prepared claims are unknown: {exc}"
                          ) from None

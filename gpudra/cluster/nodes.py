@@ -238,7 +238,7 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
                 cluster.store.create(node_object(node, config.kubernetes_version))
             except StoreError:
                 pass  # created by a concurrent `up`
-    from gpudra.computedomain.controller import DRIVER_NAMESPACE
+    from gpudra.computedomain.devices import DRIVER_NAMESPACE
 
     if cluster.store.get("Namespace", None, DRIVER_NAMESPACE) is None:  # where the drivers' DaemonSets run
         try:

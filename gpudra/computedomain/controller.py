@@ -233,9 +233,9 @@ def channel_domain(claim: dict[str, Any]) -> str | None:
         if not isinstance(opaque, dict) or opaque.get("driver") != DRIVER_NAME:
             continue
         parameters = opaque.get("parameters")
-        if isinstance(parameters, dict) and parameters.get("kind") == CHANNEL_CONFIG and \
-                isinstance(parameters.get("domainID"), str):
-            return parameters["domainID"]
+        domain_id = parameters.get("domainID") if isinstance(parameters, dict) else None
+        if isinstance(parameters, dict) and parameters.get("kind") == CHANNEL_CONFIG and isinstance(domain_id, str):
+            return domain_id
     return None
 
 

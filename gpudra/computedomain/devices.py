@@ -35,6 +35,7 @@ from gpudra.discovery import DiscoveryError, Inventory
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME, NVLINK_CLIQUE_ATTRIBUTE
 
 from gpudra.gpuplugin.slices import resource_slices
+from gpudra.kubeletplugin.prepared import DomainBinding
 
 CHANNEL_TYPE = "channel"
 DAEMON_TYPE = "daemon"
@@ -169,12 +170,12 @@ def channel_edits(first: int, end: int, devices: NodeDevices) -> ContainerEdits:
                    file_mode=IMEX_CHANNEL_MODE) for n in range(first, end)])
 
 
-def daemon_edits(record: dict[str, Any], domain_dir: str, devices: NodeDevices) -> ContainerEdits:
-    clique = record.get("clique") or ""
+def daemon_edits(binding: DomainBinding, domain_dir: str, devices: NodeDevices) -> ContainerEdits:
+    clique = binding.clique or ""
     edits = ContainerEdits(
-        env=[f"CLIQUE_ID={clique}", f"COMPUTE_DOMAIN_UUID={record['domainID']}",
-             f"COMPUTE_DOMAIN_NAME={record.get('domainName') or ''}",
-             f"COMPUTE_DOMAIN_NAMESPACE={record.get('domainNamespace') or ''}"],
+        env=[f"CLIQUE_ID={clique}", f"COMPUTE_DOMAIN_UUID={binding.domain_id}",
+             f"COMPUTE_DOMAIN_NAME={binding.domain_name or ''}",
+             f"COMPUTE_DOMAIN_NAMESPACE={binding.domain_namespace or ''}"],
         mounts=[Mount(host_path=domain_dir, container_path=DAEMON_DIR_IN_CONTAINER,
                       options=["rw", "nosuid", "nodev", "bind"])])
     if clique and devices.imex_mgmt is not None:

@@ -27,6 +27,7 @@ import os
 import shutil
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from gpudra.atomicfile import ensure_dir, write_atomic
@@ -37,7 +38,9 @@ from gpudra.discovery import Inventory
 
 from gpudra.kubeletplugin import cdispec
 from gpudra.kubeletplugin.calls import CallToken
-from gpudra.kubeletplugin.checkpoint import PREPARE_COMPLETED
+from gpudra.kubeletplugin.checkpoint import JOINS_KEY as JOINS_KEY  # tests read the joins under this key
+from gpudra.kubeletplugin.claimref import ClaimRef, PrepareError
+from gpudra.kubeletplugin.prepared import ClaimEntry, DomainBinding, PreparedDevice
 from .devices import (CHANNEL_TYPE, DAEMON_TYPE, DOMAINS_DIR, DRIVER_NAMESPACE, IMEX_CHANNEL_COUNT,
                             IMEX_CONFIG_TEMPLATE,
                             IMEX_CONFIG_TEMPLATE_FILE, NODES_CONFIG_FILE, NodeDevices, channel_edits, daemon_edits,
@@ -45,9 +48,8 @@ from .devices import (CHANNEL_TYPE, DAEMON_TYPE, DOMAINS_DIR, DRIVER_NAMESPACE, 
 from .dnsnames import HOSTS_FILE, dns_mappings, hosts_file, ip_nodes_config, static_nodes_config
 from .daemonstatus import MAX_NODES_PER_IMEX_DOMAIN, DaemonInfo
 from .domains import DomainError, DomainInfo, DomainSource
-from gpudra.gpuplugin.state import ClaimRef, DeviceState, PrepareError
+from gpudra.gpuplugin.state import DeviceState
 
-JOINS_KEY = "domainJoins"  # checkpoint data: {claim UID: domain UID} of channel claims that labelled the node
 READY_POLL_S = 0.5
 
 
@@ -88,8 +90,8 @@ class ComputeDomainState(DeviceState):
 
     # -- plan: what each allocated device is, and whether it can be prepared now ------------------------------
     def _plan(self, ref: ClaimRef, claim: dict[str, Any], configs: list[DeviceConfig],
-              inventory: Inventory) -> list[dict[str, Any]]:
-        planned: list[tuple[dict[str, Any], DomainConfig]] = []
+              inventory: Inventory) -> list[PreparedDevice]:
+        planned: list[tuple[PreparedDevice, DomainConfig]] = []
         results = (claim["status"]["allocation"].get("devices") or {}).get("results") or []
         for result in results:
             if result.get("driver") != self.driver_name:
@@ -102,7 +104,7 @@ class ComputeDomainState(DeviceState):
             if parsed is None:
                 raise PrepareError(f"device {device} does not exist on node {self.node_name}")
             kind, number = parsed
-            if any(p["type"] == kind for p, _ in planned):  # upstream: one device per config (applyComputeDomain*)
+            if any(p.type == kind for p, _ in planned):  # upstream: one device per config (applyComputeDomain*)
                 raise PrepareError(f"claim {ref.namespace}/{ref.name}: more than one {kind} device of "
                                    f"{self.driver_name}; a claim gets one")
             request = str(result.get("request", ""))
@@ -113,31 +115,35 @@ class ComputeDomainState(DeviceState):
             if config is None or config.domain is None:  # upstream's default config fails Validate()
                 raise PrepareError(f"claim {ref.namespace}/{ref.name}: request {request!r} has no "
                                    f"{KIND_FOR_TYPE[kind]}: domainID cannot be empty")
-            record = {"type": kind, "gpuMinor": None, "gpuUUID": None, "slices": None, "mig": None,
-                      "domainID": config.domain.domain_id, "request": request,
-                      "requestNames": [request.split("/", 1)[0]] if request else [], "pool": pool, "device": device,
-                      "adminAccess": bool(result.get("adminAccess")), "sharing": None,
-                      "cdiDeviceIDs": [cdispec.cdi_device_id(self.driver_name, ref.uid, device)]}
+            binding = DomainBinding(domain_id=config.domain.domain_id)
+            cdi_device_ids: tuple[str, ...] = (cdispec.cdi_device_id(self.driver_name, ref.uid, device),)
             if kind == CHANNEL_TYPE:
                 mode = config.domain.allocation_mode
                 # upstream injects channel 0 for Single (the only one it publishes); here: the allocated channel
-                record.update(allocationMode=mode, imexChannels=[0, 0] if not self.clique else
-                              [0, self.channel_count] if mode == "All" else [number, number + 1])
+                binding = replace(binding, allocation_mode=mode, imex_channels=(0, 0) if not self.clique else
+                                  (0, self.channel_count) if mode == "All" else (number, number + 1))
                 if not self.clique:  # no IMEX here: nothing to inject, no CDI device (cdi.go GetClaimDevice)
-                    record["cdiDeviceIDs"] = []
-            if result.get("shareID"):
-                record["shareID"] = result["shareID"]
+                    cdi_device_ids = ()
+            share_id = result.get("shareID")
+            record = PreparedDevice(type=kind, device=device, pool=str(pool), request=request,
+                                    request_names=(request.split("/", 1)[0],) if request else (),
+                                    admin_access=bool(result.get("adminAccess")), cdi_device_ids=cdi_device_ids,
+                                    share_id=str(share_id) if share_id else None, domain=binding)
             planned.append((record, config.domain))
+        prepared = []
         for record, _ in planned:  # lookups and the node label last: nothing is labelled for a claim refused above
             # a channel's claim lives in its domain's namespace (device_state.go applyComputeDomainChannelConfig); a
             # daemon's in the driver's namespace, where the controller's template puts it (or the domain's own)
-            also = self.driver_namespace if record["type"] == DAEMON_TYPE else None
-            domain = self._domain_for(ref, record["domainID"], also_allowed=also)
-            if record["type"] == CHANNEL_TYPE:
+            assert record.domain is not None
+            also = self.driver_namespace if record.type == DAEMON_TYPE else None
+            domain = self._domain_for(ref, record.domain.domain_id, also_allowed=also)
+            if record.type == CHANNEL_TYPE:
                 self._join_and_wait(ref, domain)
             else:
-                record.update(clique=self.clique, domainName=domain.name, domainNamespace=domain.namespace)
-        return [record for record, _ in planned]
+                record = replace(record, domain=replace(record.domain, clique=self.clique, domain_name=domain.name,
+                                                        domain_namespace=domain.namespace))
+            prepared.append(record)
+        return prepared
 
     def _domain_for(self, ref: ClaimRef, uid: str, also_allowed: str | None = None) -> DomainInfo:
         """The claim's domain, which must live in the claim's namespace unless the claim is in `also_allowed`
@@ -156,7 +162,7 @@ class ComputeDomainState(DeviceState):
     def _join_and_wait(self, ref: ClaimRef, domain: DomainInfo) -> None:
         """Label the node for the domain (the join recorded first), then wait until its daemon here is ready."""
         with self.journal.lock:
-            joins = self.journal.data.setdefault(JOINS_KEY, {})
+            joins = self.journal.domain_joins
             new = joins.get(ref.uid) != domain.uid
             joins[ref.uid] = domain.uid
             version = self.journal.changed()
@@ -186,39 +192,41 @@ class ComputeDomainState(DeviceState):
         return super().prepare(ref, token)
 
     # -- hardware: the daemon's directory ----------------------------------------------------------------------
-    def _create_hardware(self, ref: ClaimRef, planned: list[dict[str, Any]]) -> None:
+    def _create_hardware(self, ref: ClaimRef, planned: tuple[PreparedDevice, ...]) -> tuple[PreparedDevice, ...]:
         for record in planned:
-            if record["type"] == DAEMON_TYPE:
-                self._write_domain_files(record)
+            if record.type == DAEMON_TYPE and record.domain is not None:
+                self._write_domain_files(record.domain.domain_id)
+        return planned
 
-    def _write_domain_files(self, record: dict[str, Any]) -> None:
+    def _write_domain_files(self, domain_id: str) -> None:
         ensure_dir(self.domains_root, 0o755)
-        directory = domain_dir(self.paths.plugin_dir, record["domainID"])
+        directory = domain_dir(self.paths.plugin_dir, domain_id)
         ensure_dir(directory, 0o755)
         write_atomic(os.path.join(directory, IMEX_CONFIG_TEMPLATE_FILE), IMEX_CONFIG_TEMPLATE.encode(), mode=0o644,
                      label="imex-config", fsync=False)
         try:
-            domain = self.domains.domain(record["domainID"])
+            domain = self.domains.domain(domain_id)
         except DomainError:
             domain = None
         for name, text in imex_peer_files(domain, self.clique, dns_names=self.dns_names).items():
             write_atomic(os.path.join(directory, name), text.encode(), mode=0o644, label="imex-nodes", fsync=False)
 
     # -- CDI ---------------------------------------------------------------------------------------------------
-    def _write_cdi(self, uid: str, devices: list[dict[str, Any]]) -> None:
+    def _write_cdi(self, uid: str, devices: tuple[PreparedDevice, ...]) -> None:
         if not devices:
             return
         cdi_devices = []
         for record in devices:
-            if not record["cdiDeviceIDs"]:
+            binding = record.domain
+            if not record.cdi_device_ids or binding is None:
                 continue
             edits: ContainerEdits
-            if record["type"] == CHANNEL_TYPE:
-                first, end = record["imexChannels"]
+            if record.type == CHANNEL_TYPE:
+                first, end = binding.imex_channels or (0, 0)
                 edits = channel_edits(first, end, self.node_devices)
             else:
-                edits = daemon_edits(record, domain_dir(self.paths.plugin_dir, record["domainID"]), self.node_devices)
-            cdi_devices.append(Device(name=cdispec.cdi_device_name(uid, record["device"]), container_edits=edits))
+                edits = daemon_edits(binding, domain_dir(self.paths.plugin_dir, binding.domain_id), self.node_devices)
+            cdi_devices.append(Device(name=cdispec.cdi_device_name(uid, record.device), container_edits=edits))
         if not cdi_devices:
             return
         vendor, cls = cdispec.vendor_and_class(self.driver_name)
@@ -228,23 +236,24 @@ class ComputeDomainState(DeviceState):
     def _spec_exists(self, uid: str) -> bool:
         """A claim without CDI devices (channels of a node without IMEX) has no spec to miss."""
         with self.journal.lock:
-            entry = self.journal.data["claims"].get(uid)
-            needs_spec = entry is None or any(d.get("cdiDeviceIDs") for d in entry.get("devices", []))
+            entry = self.journal.claims.get(uid)
+            needs_spec = entry is None or any(d.cdi_device_ids for d in entry.devices)
         return super()._spec_exists(uid) if needs_spec else True
 
     # -- release ---------------------------------------------------------------------------------------------
-    def _undo(self, uid: str, entry: dict[str, Any], lenient: bool = False) -> None:
+    def _undo(self, uid: str, entry: ClaimEntry, lenient: bool = False) -> None:
         super()._undo(uid, entry, lenient)
-        for record in entry.get("devices", []):
-            if record.get("type") == DAEMON_TYPE and not self._domain_held(uid, record["domainID"]):
-                shutil.rmtree(domain_dir(self.paths.plugin_dir, record["domainID"]), ignore_errors=True)
+        for record in entry.devices:
+            if record.type == DAEMON_TYPE and record.domain is not None and not self._domain_held(
+                    uid, record.domain.domain_id):
+                shutil.rmtree(domain_dir(self.paths.plugin_dir, record.domain.domain_id), ignore_errors=True)
 
     def _domain_held(self, uid: str, domain_id: str) -> bool:
         """Whether a daemon claim other than `uid` (and not being released) still uses the domain's directory."""
         with self.journal.lock:
-            return any(d.get("type") == DAEMON_TYPE and d.get("domainID") == domain_id
-                       for other, e in self.journal.data["claims"].items()
-                       if other != uid and other not in self._releasing for d in e.get("devices", []))
+            return any(d.type == DAEMON_TYPE and d.domain is not None and d.domain.domain_id == domain_id
+                       for other, e in self.journal.claims.items()
+                       if other != uid and other not in self._releasing for d in e.devices)
 
     def unprepare(self, ref: ClaimRef) -> None:
         super().unprepare(ref)
@@ -255,7 +264,7 @@ class ComputeDomainState(DeviceState):
         RemoveNodeLabel on unprepare of a channel claim). The label goes first, the join after: a crash in between
         leaves a join without a label (the retried unprepare drops it), never a label nobody accounts for."""
         with self.journal.lock:
-            joins = self.journal.data.get(JOINS_KEY) or {}
+            joins = self.journal.domain_joins
             domain_id = joins.get(uid)
             if domain_id is None:
                 return
@@ -266,7 +275,7 @@ class ComputeDomainState(DeviceState):
             except DomainError as exc:
                 raise PrepareError(f"unpreparing claim {uid}: leaving ComputeDomain {domain_id}: {exc}") from None
         with self.journal.lock:
-            (self.journal.data.get(JOINS_KEY) or {}).pop(uid, None)
+            self.journal.domain_joins.pop(uid, None)
             version = self.journal.changed()
         self.journal.persist(version)
 
@@ -274,15 +283,15 @@ class ComputeDomainState(DeviceState):
     def _reconcile(self) -> dict[str, list[str]]:
         report = super()._reconcile()
         with self.journal.lock:
-            daemons = [d for e in self.journal.data["claims"].values() if e.get("state") == PREPARE_COMPLETED
-                       for d in e.get("devices", []) if d.get("type") == DAEMON_TYPE]
-        owned = {d["domainID"] for d in daemons}
+            daemons = [d.domain.domain_id for e in self.journal.claims.values() if e.completed
+                       for d in e.devices if d.type == DAEMON_TYPE and d.domain is not None]
+        owned = set(daemons)
         report["domainDirsRewritten"] = []
-        for record in daemons:  # a crash inside an unprepare may have removed it before the entry went
-            if not os.path.isfile(os.path.join(domain_dir(self.paths.plugin_dir, record["domainID"]),
+        for domain_id in daemons:  # a crash inside an unprepare may have removed it before the entry went
+            if not os.path.isfile(os.path.join(domain_dir(self.paths.plugin_dir, domain_id),
                                                IMEX_CONFIG_TEMPLATE_FILE)):
-                self._write_domain_files(record)
-                report["domainDirsRewritten"].append(record["domainID"])
+                self._write_domain_files(domain_id)
+                report["domainDirsRewritten"].append(domain_id)
         report["domainDirsRemoved"] = []
         try:
             names = os.listdir(self.domains_root)

@@ -14,7 +14,7 @@ from typing import Any, cast
 from gpudra.atomicfile import write_atomic
 from gpudra.cdi import ContainerEdits
 from gpudra.discovery import DiscoveryError, GpuBackend, Inventory, open_backend
-from gpudra.discovery.health import RECOVERY_KINDS, HealthMonitor
+from gpudra.discovery.health import RECOVERY_KINDS, HealthEvent, HealthMonitor
 
 from gpudra.errors import GpudraError
 from gpudra.regularfile import read_regular_file
@@ -23,7 +23,6 @@ from gpudra.kubeletplugin.calls import DEFAULT_DEADLINE_S
 from gpudra.kubeletplugin.claims import ClaimSource, KubeClaimSource, LocalClaimStore
 from gpudra.kubeletplugin.devicemetadata import MetadataWriter
 from .hostdriver import HostDriverFiles, discover_host_driver, host_driver_edits
-from gpudra.kubeletplugin.checkpoint import PREPARE_COMPLETED
 from .health import DeviceHealth, HealthView
 from gpudra.kubeletplugin.metrics import DriverMetrics
 from gpudra.kubeletplugin.paths import DriverPaths
@@ -310,7 +309,7 @@ class DriverAgent:
         if self._health_monitor is not None:
             self.handle_health_events(self._health_monitor.wait(0))  # e.g. GPUs that cannot be monitored
 
-    def handle_health_events(self, events: list) -> bool:
+    def handle_health_events(self, events: list[HealthEvent]) -> bool:
         """Taint the devices the events concern; republish when a taint changed. Returns whether it did."""
         if not events:
             return False
@@ -355,9 +354,8 @@ class DriverAgent:
 
     def _device_counts(self) -> dict[str, int]:
         counts = {"published": self._published_devices, "prepared": 0, "preparing": 0}
-        for entry in self.state.checkpoint_snapshot().get("claims", {}).values():
-            key = "prepared" if entry.get("state") == PREPARE_COMPLETED else "preparing"
-            counts[key] += len(entry.get("devices") or [])
+        for entry in self.state.checkpoint().claims.values():
+            counts["prepared" if entry.completed else "preparing"] += len(entry.devices)
         return counts
 
     def publish(self) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from gpudra.kubeletplugin.prepared import PreparedDevice, SharingRecord
 from gpudra.quantity import Quantity, parse_quantity
 
 DISABLED, MEMORY, UNLIMITED = "disabled", "memory", "unlimited"
@@ -80,20 +81,19 @@ def apply_consumable_shares(device: dict[str, Any], option: str) -> dict[str, An
     return out
 
 
-def normalized_sharing(sharing: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A device record's sharing as NVIDIA's Normalize leaves a config: TimeSlicing without an interval means the
-    Default interval (gpudra's decoder already fills it in for GpuConfig; this keeps old records comparable)."""
-    if not sharing:
-        return None
-    out = dict(sharing)
-    if out.get("strategy") == "TimeSlicing":
-        out.setdefault("timeSliceInterval", "Default")
-    return out
+def _normalized_sharing(device: PreparedDevice) -> SharingRecord | None:
+    return device.sharing.normalized() if device.sharing is not None else None
 
 
-def conflicting_configuration(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
+def shares_of_one_device(a: PreparedDevice, b: PreparedDevice) -> bool:
+    """Two consumable-capacity shares of the same device (not admin access, which changes nothing there)."""
+    return (bool(a.share_id) and bool(b.share_id) and a.device == b.device
+            and not a.admin_access and not b.admin_access)
+
+
+def conflicting_configuration(mine: PreparedDevice, theirs: PreparedDevice) -> bool:
     """Two shares of one device whose configs differ (NVIDIA's validateNoOverlappingPreparedDevices)."""
-    return normalized_sharing(mine.get("sharing")) != normalized_sharing(theirs.get("sharing"))
+    return _normalized_sharing(mine) != _normalized_sharing(theirs)
 
 
 def conflict_message(device: str, other_uid: str) -> str:

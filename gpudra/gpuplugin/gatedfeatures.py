@@ -8,18 +8,19 @@ in fabricpartitions.py, gpudra.kubeletplugin.devicemetadata and passthrough.py.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from gpudra.errors import GpudraError
 from gpudra.kubeletplugin.claimref import ClaimRef, PrepareError
 from gpudra.kubeletplugin.devicemetadata import POD_CLAIM_NAME_ANNOTATION, MetadataDevice, MetadataWriter
 from gpudra.kubeletplugin.journal import CheckpointJournal
+from gpudra.kubeletplugin.prepared import GPU_TYPE, VFIO_TYPE, PreparedDevice
 
 from .fabricpartitions import FabricManagerError, FabricPartitioning
-from .passthrough import VFIO_TYPE, Passthrough
+from .passthrough import Passthrough
 
 log = logging.getLogger("gpudra.driver")
-PARTITIONED_TYPES = ("gpu", VFIO_TYPE)  # NVIDIA partitions full GPUs and passthrough GPUs, never MIG devices
+PARTITIONED_TYPES = (GPU_TYPE, VFIO_TYPE)  # NVIDIA partitions full GPUs and passthrough GPUs, never MIG devices
 
 
 class GatedFeatures:
@@ -38,11 +39,11 @@ class GatedFeatures:
 
     # -- Fabric Manager partitions (fabricpartitions.py) ------------------------------------------------
     @staticmethod
-    def _partitioned_minors(records: list[dict[str, Any]]) -> list[int]:
+    def _partitioned_minors(records: Sequence[PreparedDevice]) -> list[int]:
         """The physical GPUs behind a claim's full-GPU and VFIO devices (NVIDIA's gpuInfosFromPreparedClaim)."""
-        return sorted({r["gpuMinor"] for r in records if r.get("type") in PARTITIONED_TYPES})
+        return sorted({r.gpu_minor for r in records if r.type in PARTITIONED_TYPES and r.gpu_minor is not None})
 
-    def _activate_partition(self, planned: list[dict[str, Any]]) -> None:
+    def _activate_partition(self, planned: Sequence[PreparedDevice]) -> None:
         """NVIDIA's activateFabricPartition: the partition of exactly the claim's GPUs, or the claim is refused."""
         minors = self._partitioned_minors(planned)
         if self.fabric is None or not minors:
@@ -53,15 +54,15 @@ class GatedFeatures:
             raise PrepareError(f"{exc}; refusing partition activation") from None
         self.fabric.manager.activate(partition)
 
-    def _deactivate_partition(self, uid: str, records: list[dict[str, Any]]) -> None:
+    def _deactivate_partition(self, uid: str, records: Sequence[PreparedDevice]) -> None:
         """NVIDIA's deactivateFabricPartition: not while another claim holds one of the GPUs (a consumable share),
         nor for GPUs that form no partition (a refused prepare activated none)."""
         minors = self._partitioned_minors(records)
         if self.fabric is None or not minors:
             return
         with self.journal.lock:
-            held = {d.get("gpuMinor") for other, e in self.journal.data["claims"].items()
-                    if other != uid and other not in self._releasing for d in e.get("devices", [])}
+            held = {d.gpu_minor for other, e in self.journal.claims.items()
+                    if other != uid and other not in self._releasing for d in e.devices}
         if held & set(minors):
             log.info("claim %s: its GPUs are still in use by other claims: partition stays active", uid)
             return
@@ -70,24 +71,24 @@ class GatedFeatures:
         except FabricManagerError as exc:
             log.warning("claim %s: %s; skipping partition deactivation", uid, exc)
 
-    def _write_metadata(self, ref: ClaimRef, claim: dict[str, Any], planned: list[dict[str, Any]]) -> None:
+    def _write_metadata(self, ref: ClaimRef, claim: dict[str, Any], planned: Sequence[PreparedDevice]) -> None:
         """The claim's device metadata files (NVIDIA attaches attributes to VFIO devices only)."""
         if self.metadata is None:
             return
         annotations = (claim.get("metadata") or {}).get("annotations") or {}
         pod_claim_name = annotations.get(POD_CLAIM_NAME_ANNOTATION) if isinstance(annotations, dict) else None
-        devices = [MetadataDevice(r["request"], r["pool"], r["device"],
-                                  self.metadata_attributes(r["device"]) if r["type"] == VFIO_TYPE else {})
+        devices = [MetadataDevice(r.request, r.pool, r.device,
+                                  self.metadata_attributes(r.device) if r.type == VFIO_TYPE else {})
                    for r in planned]
         self.metadata.write_claim(ref.namespace, ref.name, ref.uid,
                                   pod_claim_name if isinstance(pod_claim_name, str) else None, devices)
 
-    def _siblings_changed(self, records: list[dict[str, Any]]) -> None:
+    def _siblings_changed(self, records: Sequence[PreparedDevice]) -> None:
         """With passthrough, a GPU prepared as `gpu` hides its `vfio` sibling and the other way round (NVIDIA's
         RemoveSiblingDevices / discoverSiblingAllocatables): the slices are republished."""
         if self.passthrough is None or self.on_devices_changed is None:
             return
-        if any(r.get("type") in ("gpu", VFIO_TYPE) for r in records):
+        if any(r.type in (GPU_TYPE, VFIO_TYPE) for r in records):
             try:
                 self.on_devices_changed()
             except (GpudraError, OSError) as exc:  # the claim is prepared either way; a later publication catches up
@@ -98,5 +99,5 @@ class GatedFeatures:
         if self.passthrough is None:
             return set()
         with self.journal.lock:
-            records = [d for e in self.journal.data["claims"].values() for d in e.get("devices", [])]
+            records = [d for e in self.journal.claims.values() for d in e.devices]
         return {name for name in map(self.passthrough.sibling, records) if name}

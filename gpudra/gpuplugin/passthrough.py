@@ -25,7 +25,7 @@ import os
 import threading
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from gpudra.atomicfile import ensure_dir
 from gpudra.catalog import find_model
@@ -33,10 +33,10 @@ from gpudra.cdi import ContainerEdits, Device, DeviceNode, Spec
 from gpudra.discovery.model import Gpu, Inventory
 from gpudra.errors import GpudraError
 from gpudra.kubeletplugin.cdispec import cdi_device_name, vendor_and_class
+from gpudra.kubeletplugin.prepared import GPU_TYPE, VFIO_TYPE, PreparedDevice
 from gpudra.quantity import Quantity
 from gpudra.vocabulary import NUMA_NODE_ATTRIBUTE, PCI_BUS_ID_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE
 
-VFIO_TYPE = "vfio"
 VFIO_DRIVER, NVIDIA_DRIVER = "vfio-pci", "nvidia"
 NVIDIA_VENDOR_ID = 0x10DE
 VFIO_DEVICES_ROOT = "/dev/vfio"
@@ -186,24 +186,25 @@ class Passthrough:
     def function(self, name: str) -> VfioFunction | None:
         return self.functions.get(name)
 
-    def sibling(self, record: dict[str, Any]) -> str | None:
+    def sibling(self, record: PreparedDevice) -> str | None:
         """The name of a prepared gpu/vfio record's sibling, which is not published meanwhile."""
         for function in self.functions.values():
-            if function.minor == record.get("gpuMinor"):
-                if record.get("type") == VFIO_TYPE:
+            if function.minor == record.gpu_minor:
+                if record.type == VFIO_TYPE:
                     return f"gpu-{function.minor}"
-                if record.get("type") == "gpu":
+                if record.type == GPU_TYPE:
                     return function.name
         return None
 
-    def claim_spec(self, driver_name: str, claim_uid: str, records: list[dict[str, Any]]) -> Spec:
+    def claim_spec(self, driver_name: str, claim_uid: str, records: Sequence[PreparedDevice]) -> Spec:
         """The claim's CDI spec: one CDI device per VFIO device with its /dev/vfio node, the claim-wide node and
         variable in the spec's edits (NVIDIA: one VfioDeviceConfig applies to all of a claim's VFIO devices)."""
-        iommu = records[0].get("iommu") or {}
-        prefer, api = iommu.get("backendPolicy") == PREFER_IOMMUFD, bool(iommu.get("enableAPIDevice"))
-        functions = [self.functions[r["device"]] for r in records]
+        binding = records[0].vfio
+        prefer = binding is not None and binding.backend_policy == PREFER_IOMMUFD
+        api = binding is not None and binding.enable_api_device
+        functions = [self.functions[r.device] for r in records]
         common = vfio_edits([], enable_api_device=api, prefer_iommufd=prefer, iommufd_enabled=self.iommufd_enabled)
-        devices = [Device(name=cdi_device_name(claim_uid, r["device"]),
+        devices = [Device(name=cdi_device_name(claim_uid, r.device),
                           container_edits=vfio_edits([f], enable_api_device=False, prefer_iommufd=prefer,
                                                      iommufd_enabled=self.iommufd_enabled))
                    for r, f in zip(records, functions)]

@@ -25,7 +25,7 @@ import os
 import shutil
 import subprocess
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from gpudra.atomicfile import ensure_dir
 
@@ -33,6 +33,7 @@ from gpudra.regularfile import read_regular_file
 from gpudra.errors import GpudraError
 
 from gpudra.device_config import TIME_SLICE_INTERVALS
+from gpudra.kubeletplugin.prepared import GPU_TYPE, ClaimEntry, MpsDaemon, PreparedDevice, SharingRecord
 
 log = logging.getLogger("gpudra.driver.sharing")
 COMMAND_TIMEOUT_S = 30.0
@@ -194,15 +195,14 @@ def _go_int(text: str) -> int | None:
     return int(text) if body.isascii() and body.isdigit() else None
 
 
-def pinned_limits(sharing: dict[str, Any], device_uuids: list[str]) -> dict[str, int]:
+def pinned_limits(sharing: SharingRecord, device_uuids: Sequence[str]) -> dict[str, int]:
     """MiB per device UUID, as NVIDIA's `MpsPerDevicePinnedMemoryLimit.Normalize` (api/nvidia.com/resource/v1beta1/
     sharing.go): the default limit on every device, overridden per device by UUID or by index into `device_uuids`
     (the daemon's UUIDs, sorted as NVIDIA's `UUIDs()` sorts them). A key naming no device of the daemon is an
     error with NVIDIA's message (its ErrInvalidDeviceSelector, "invalid device")."""
-    per_device = sharing.get("mpsPerDevicePinnedMemoryMiB") or {}
-    default = sharing.get("mpsPinnedMemoryLimitMiB")
+    default = sharing.mps_pinned_memory_limit_mib
     limits = {uuid: int(default) for uuid in device_uuids} if default is not None else {}
-    for key, mib in per_device.items():
+    for key, mib in sharing.mps_per_device_pinned_memory_mib:
         if key in device_uuids:
             limits[key] = int(mib)
             continue
@@ -226,7 +226,7 @@ def _capability(text: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in parts) + (0,) * (3 - len(parts))
 
 
-def multi_user_problem(capabilities: dict[str, str], gpus: list[str]) -> str | None:
+def multi_user_problem(capabilities: dict[str, str], gpus: Sequence[str]) -> str | None:
     """Why multi-user MPS cannot run on `gpus` (UUID -> CUDA compute capability), with NVIDIA's messages
     (cmd/gpu-kubelet-plugin/mps_capability.go `ensureCapability`: errors.Join, newest first), or None."""
     wanted = ".".join(map(str, MULTI_USER_MIN_CAPABILITY))
@@ -243,73 +243,73 @@ def multi_user_problem(capabilities: dict[str, str], gpus: list[str]) -> str | N
     return "\n".join(problems) or None
 
 
-def _device_uuid(record: dict[str, Any]) -> str:
-    mig = record.get("mig") or {}
-    return mig.get("uuid") or record["gpuUUID"]
+def _mps_devices(devices: Sequence[PreparedDevice]) -> list[PreparedDevice]:
+    return [r for r in devices if r.sharing is not None and r.sharing.is_mps]
 
 
-def mps_daemon_id(uid: str, device_uuids: list[str]) -> str:
+def mps_daemon_id(uid: str, device_uuids: Sequence[str]) -> str:
     """NVIDIA's GetMpsControlDaemonID (sharing.go): the claim UID and the first 5 hex digits of the SHA-256 of its
     devices' sorted UUIDs joined by commas; it names the daemon (NVIDIA: its Deployment `mps-control-daemon-<id>`)."""
     return f"{uid}-{hashlib.sha256(','.join(device_uuids).encode()).hexdigest()[:5]}"
 
 
-def mps_daemon(uid: str, devices: list[dict[str, Any]], mps_dir: str) -> dict[str, Any] | None:
-    """The claim's MPS control daemon (one per claim, for all its MPS devices; the first MPS config's limits), or
-    None. `devices` are the checkpoint's device records (state.py). Its devices are sorted by UUID, as NVIDIA's
-    CUDA_VISIBLE_DEVICES and per-device indices are."""
-    mps = [r for r in devices if (r.get("sharing") or {}).get("strategy") == "MPS"]
+def mps_daemon(uid: str, devices: Sequence[PreparedDevice], mps_dir: str) -> MpsDaemon | None:
+    """The claim's MPS control daemon (one per claim, for all its MPS devices), or None. Its devices are sorted by
+    UUID, as NVIDIA's CUDA_VISIBLE_DEVICES and per-device indices are."""
+    mps = _mps_devices(devices)
     if not mps:
         return None
-    uuids = sorted({_device_uuid(r) for r in mps})
-    return {"id": mps_daemon_id(uid, uuids), "pipe": os.path.join(mps_dir, "pipe"), "log": os.path.join(mps_dir, "log"),
-            "gpus": sorted({r["gpuUUID"] for r in mps}), "devices": uuids, "config": mps[0]["sharing"]}
+    uuids = tuple(sorted({u for u in (r.device_uuid for r in mps) if u is not None}))
+    return MpsDaemon(id=mps_daemon_id(uid, uuids), pipe=os.path.join(mps_dir, "pipe"),
+                     log=os.path.join(mps_dir, "log"),
+                     gpus=tuple(sorted({r.gpu_uuid for r in mps if r.gpu_uuid is not None})), devices=uuids)
 
 
-def apply_claim_sharing(control: SharingControl, uid: str, devices: list[dict[str, Any]], mps_dir: str,
-                        record: Callable[[dict[str, Any]], None],
+def apply_claim_sharing(control: SharingControl, uid: str, devices: Sequence[PreparedDevice], mps_dir: str,
+                        record: Callable[[MpsDaemon], None],
                         capabilities: Callable[[], dict[str, str]] = dict) -> None:
-    """Time-slicing intervals on full GPUs, then the claim's MPS daemon with its limits. `record(daemon)` is called
-    before the daemon starts, for the checkpoint. `capabilities()`: GPU UUID -> CUDA compute capability, asked
-    only for multi-user MPS. As NVIDIA's MpsControlDaemon.Start, the limits and the multi-user check are settled
-    before any GPU changes compute mode."""
+    """Time-slicing intervals on full GPUs, then the claim's MPS daemon with its limits (the first MPS config's).
+    `record(daemon)` is called before the daemon starts, for the checkpoint. `capabilities()`: GPU UUID -> CUDA
+    compute capability, asked only for multi-user MPS. As NVIDIA's MpsControlDaemon.Start, the limits and the
+    multi-user check are settled before any GPU changes compute mode."""
     for device in devices:
-        sharing = device.get("sharing") or {}
-        if sharing.get("strategy") == "TimeSlicing" and device["type"] == "gpu":
-            control.set_compute_mode(device["gpuUUID"], "DEFAULT")
-            control.set_time_slice(device["gpuUUID"], interval_number(sharing.get("timeSliceInterval")))
+        sharing = device.sharing
+        if sharing is not None and sharing.is_time_slicing and device.type == GPU_TYPE and device.gpu_uuid:
+            control.set_compute_mode(device.gpu_uuid, "DEFAULT")
+            control.set_time_slice(device.gpu_uuid, interval_number(sharing.time_slice_interval))
     daemon = mps_daemon(uid, devices, mps_dir)
     if daemon is None:
         return
-    config = daemon.pop("config")
-    limits = pinned_limits(config, daemon["devices"])
-    multi_user = bool(config.get("mpsMultiUser"))
+    config = _mps_devices(devices)[0].sharing
+    assert config is not None  # an MPS device has its sharing config
+    limits = pinned_limits(config, daemon.devices)
+    multi_user = bool(config.mps_multi_user)
     if multi_user:
-        problem = multi_user_problem(capabilities(), daemon["gpus"])
+        problem = multi_user_problem(capabilities(), daemon.gpus)
         if problem is not None:
             raise SharingError(f"multiuser mode was requested but is not supported: {problem}")
-    for gpu in daemon["gpus"]:
+    for gpu in daemon.gpus:
         control.set_compute_mode(gpu, "EXCLUSIVE_PROCESS")
     record(daemon)
-    control.start_mps(daemon["id"], daemon["devices"], daemon["pipe"], daemon["log"], multi_user=multi_user)
-    if config.get("mpsActiveThreadPercentage") is not None:
-        control.mps_command(daemon["id"], daemon["pipe"],
-                            f"set_default_active_thread_percentage {config['mpsActiveThreadPercentage']}")
+    control.start_mps(daemon.id, list(daemon.devices), daemon.pipe, daemon.log, multi_user=multi_user)
+    if config.mps_active_thread_percentage is not None:
+        control.mps_command(daemon.id, daemon.pipe,
+                            f"set_default_active_thread_percentage {config.mps_active_thread_percentage}")
     for device_uuid, mib in limits.items():
-        control.mps_command(daemon["id"], daemon["pipe"], f"set_default_device_pinned_mem_limit {device_uuid} {mib}M")
+        control.mps_command(daemon.id, daemon.pipe, f"set_default_device_pinned_mem_limit {device_uuid} {mib}M")
 
 
-def undo_claim_sharing(control: SharingControl, uid: str, entry: dict[str, Any], mps_dir: str,
+def undo_claim_sharing(control: SharingControl, uid: str, entry: ClaimEntry, mps_dir: str,
                        held_gpus: set[str]) -> None:
     """Stop the claim's MPS daemon (recorded in the checkpoint, or implied by its MPS devices after a crash before
     it was recorded), then compute mode DEFAULT; time slices back to Default on GPUs no other claim holds."""
-    devices = entry.get("devices", [])
-    daemon = entry.get("mpsDaemon") or mps_daemon(uid, devices, mps_dir)
+    daemon = entry.mps_daemon or mps_daemon(uid, entry.devices, mps_dir)
     if daemon is not None:
-        control.stop_mps(daemon.get("id", uid), daemon["pipe"])
-        for gpu in daemon["gpus"]:
+        control.stop_mps(daemon.id, daemon.pipe)  # the recorded ID: an older driver's daemon was named by the UID
+        for gpu in daemon.gpus:
             control.set_compute_mode(gpu, "DEFAULT")
-    for device in devices:
-        sharing = device.get("sharing") or {}
-        if sharing.get("strategy") == "TimeSlicing" and device["type"] == "gpu" and device["gpuUUID"] not in held_gpus:
-            control.set_time_slice(device["gpuUUID"], interval_number("Default"))
+    for device in entry.devices:
+        sharing = device.sharing
+        if (sharing is not None and sharing.is_time_slicing and device.type == GPU_TYPE and device.gpu_uuid
+                and device.gpu_uuid not in held_gpus):
+            control.set_time_slice(device.gpu_uuid, interval_number("Default"))

@@ -21,7 +21,8 @@ import os
 import shutil
 import threading
 import zlib
-from typing import Any
+from dataclasses import replace
+from typing import Any, Callable
 
 from gpudra.api.schema.resource import RESULTS_MAX
 from gpudra.cdi import ContainerEdits, remove_spec, write_spec
@@ -33,20 +34,24 @@ from gpudra.kubeletplugin import cdispec
 
 from gpudra.kubeletplugin import claimpaths
 from gpudra.kubeletplugin.calls import CallToken
-from gpudra.kubeletplugin.claimref import ClaimRef, PrepareError
-from gpudra.kubeletplugin.checkpoint import (PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, current_boot_id,
-                         empty_checkpoint, entry_problem, load_checkpoint)
+from gpudra.kubeletplugin.claimref import ClaimRef as ClaimRef  # the plugins' shared names, re-exported
+from gpudra.kubeletplugin.claimref import PrepareError as PrepareError
+from gpudra.kubeletplugin.checkpoint import (MAX_CHECKPOINT_BYTES, Checkpoint, CheckpointVersionError, current_boot_id,
+                                             read_checkpoint, read_regular_file, write_checkpoint_bytes)
+from gpudra.kubeletplugin.prepared import (GPU_TYPE, MIG_TYPE, PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED,
+                                           VFIO_TYPE, ClaimEntry, MigPlacement, MpsDaemon, PreparedDevice,
+                                           ReservedDevice, SharingRecord, VfioBinding, conflicts)
 from gpudra.kubeletplugin.claims import ClaimSource, ClaimSourceError
 from gpudra.device_config import GPU_FAMILY, ConfigError, DeviceConfig, IommuConfig, claim_configs, config_for
 from gpudra.kubeletplugin.devicemetadata import base_request, cdi_device_id as metadata_cdi_id
 from gpudra.kubeletplugin.journal import CheckpointJournal
 from gpudra.kubeletplugin.paths import DriverPaths
-from gpudra.kubeletplugin.quarantine import load_quarantine, quarantine_entry, save_quarantine
-from .consumableshares import MPS_REFUSED, conflict_message, conflicting_configuration
+from gpudra.kubeletplugin.quarantine import QuarantinedEntry, load_quarantine, quarantine_entry, save_quarantine
+from .consumableshares import MPS_REFUSED, conflict_message, conflicting_configuration, shares_of_one_device
 from .fabricpartitions import FabricManagerError
 from .gatedfeatures import PARTITIONED_TYPES, GatedFeatures
 from .featuregates import sharing_gate_error
-from .passthrough import NVIDIA_DRIVER, VFIO_DRIVER, VFIO_TYPE, Passthrough, PassthroughError
+from .passthrough import NVIDIA_DRIVER, VFIO_DRIVER, Passthrough, PassthroughError
 from .sharing import SharingControl, SharingError, apply_claim_sharing, undo_claim_sharing
 
 log = logging.getLogger("gpudra.driver")
@@ -55,31 +60,7 @@ _LOCK_STRIPES = 256
 
 
 
-def _conflicts(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Two device records that cannot be handed to two different claims at once."""
-    if a.get("adminAccess") or b.get("adminAccess"):
-        return False
-    if a.get("shareID") and b.get("shareID") and a["shareID"] != b["shareID"]:
-        return False  # consumable capacity: one device, several allocations told apart by share ID
-    if a["device"] == b["device"]:
-        return True
-    if a["gpuMinor"] is None or a["gpuMinor"] != b["gpuMinor"]:
-        return False  # no GPU (a compute-domain channel or daemon) or another GPU: only the same device conflicts
-    if a["slices"] is None or b["slices"] is None:  # a full GPU excludes every MIG device on it
-        return True
-    return a["slices"][0] < b["slices"][1] and b["slices"][0] < a["slices"][1]
-
-
-def _shares_of_one_device(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Two consumable-capacity shares of the same device (not admin access, which changes nothing there)."""
-    return (bool(a.get("shareID")) and bool(b.get("shareID")) and a["device"] == b["device"]
-            and not a.get("adminAccess") and not b.get("adminAccess"))
-
-
-def _changes_hardware(record: dict[str, Any], applies_sharing: bool, partitions: bool = False) -> bool:
-    """Whether preparing the record changes the node (so the checkpoint must say so first)."""
-    return bool((record.get("mig") or {}).get("dynamic") or (record.get("sharing") and applies_sharing)
-                or record.get("type") == VFIO_TYPE or (partitions and record.get("type") in PARTITIONED_TYPES))
+_conflicts = conflicts  # tests name it here, where the driver refuses conflicting claims
 
 
 class DeviceState(GatedFeatures):
@@ -108,7 +89,7 @@ class DeviceState(GatedFeatures):
         self.journal = CheckpointJournal(paths.checkpoint, self.boot_id, fsync=fsync, serialize_lock=serialize_lock)
         self._mig_lock = threading.Lock()  # MIG create/destroy on one node is not concurrent in NVML either
         self._releasing: set[str] = set()  # claims whose undo runs now (under journal.lock)
-        self._reserved: list[dict[str, Any]] = []  # devices of quarantined checkpoint entries
+        self._reserved: list[ReservedDevice] = []  # devices of quarantined checkpoint entries
         self._quarantined_uids: set[str] = set()
 
     @property
@@ -124,7 +105,11 @@ class DeviceState(GatedFeatures):
         return self._stripes[zlib.crc32(uid.encode()) % _LOCK_STRIPES]
 
     def checkpoint_snapshot(self) -> dict[str, Any]:
+        """The checkpoint's data as JSON (what `gpudra driver status` and tests read)."""
         return self.journal.snapshot()
+
+    def checkpoint(self) -> Checkpoint:
+        return self.journal.checkpoint()
 
     def _spec_name(self, uid: str) -> str:
         """The claim's CDI spec file name (without extension); ClaimPathError for an unusable UID."""
@@ -146,12 +131,12 @@ class DeviceState(GatedFeatures):
             raise PrepareError(f"invalid claim reference: {exc}") from None
 
     @staticmethod
-    def _check_same_claim(ref: ClaimRef, entry: dict[str, Any] | None) -> None:
+    def _check_same_claim(ref: ClaimRef, entry: ClaimEntry | None) -> None:
         """A UID the checkpoint holds for another claim is refused: answering with that claim's devices would hand
         one pod another pod's GPU (UIDs are unique in a real cluster; a forged or reused one is an attack)."""
         if entry is None:
             return
-        held = (entry.get("namespace"), entry.get("name"))
+        held = (entry.namespace, entry.name)
         if held != (ref.namespace, ref.name):
             raise PrepareError(f"claim UID {ref.uid} is already prepared for ResourceClaim {held[0]}/{held[1]}, "
                                f"not {ref.namespace}/{ref.name}: refused")
@@ -169,27 +154,30 @@ class DeviceState(GatedFeatures):
         self.paths.make_dirs()
         self.paths.remove_stale_temps()
         with self.journal.lock:
-            loaded = load_checkpoint(self.paths.checkpoint)
-            if loaded is not None and loaded.get("nodeBootID") and self.boot_id and loaded["nodeBootID"] != self.boot_id:
-                log.warning("node rebooted since the checkpoint was written: forgetting %d claims", len(loaded["claims"]))
+            try:
+                loaded = read_checkpoint(self.paths.checkpoint)
+            except CheckpointVersionError as exc:
+                loaded = self._set_aside_newer_checkpoint(exc)
+            if loaded is not None and loaded.node_boot_id and self.boot_id and loaded.node_boot_id != self.boot_id:
+                log.warning("node rebooted since the checkpoint was written: forgetting %d claims",
+                            len(loaded.claims) + len(loaded.unusable))
                 loaded = None
-            self.journal.replace(loaded or empty_checkpoint(self.boot_id))
-            self.journal.data["nodeBootID"] = self.boot_id
-            self._quarantine_bad_entries(report)
-            for uid, entry in list(self.journal.data["claims"].items()):
-                if entry["state"] == PREPARE_STARTED:
+            self.journal.replace(loaded)
+            self._quarantine_bad_entries(loaded, report)
+            for uid, entry in list(self.journal.claims.items()):
+                if entry.state == PREPARE_STARTED:
                     self._undo(uid, entry, lenient=True)
-                    del self.journal.data["claims"][uid]
+                    del self.journal.claims[uid]
                     report["rolledBack"].append(uid)
-                elif entry["state"] == UNPREPARE_STARTED:
+                elif entry.state == UNPREPARE_STARTED:
                     self._undo(uid, entry, lenient=True)
-                    del self.journal.data["claims"][uid]
+                    del self.journal.claims[uid]
                     report["unprepared"].append(uid)
             self.journal.save_now()
-            completed = dict(self.journal.data["claims"])
+            completed = dict(self.journal.claims)
         for uid, entry in completed.items():
             if not self._spec_exists(uid):
-                self._write_cdi(uid, entry["devices"])
+                self._write_cdi(uid, entry.devices)
                 report["cdiRewritten"].append(uid)
         prefix = self._spec_name_prefix()
         try:
@@ -208,10 +196,8 @@ class DeviceState(GatedFeatures):
                     if uid not in report["cdiRemoved"]:
                         report["cdiRemoved"].append(uid)
         if self.dynamic_mig:
-            owned = {(d["gpuMinor"], d["mig"]["giProfileId"], d["mig"]["start"])
-                     for e in completed.values() for d in e["devices"] if d.get("mig")}
-            owned |= {(r["gpuMinor"], r["mig"]["giProfileId"], r["mig"]["start"])
-                      for r in self._reserved if r["mig"] and r["gpuMinor"] is not None}
+            owned = {(d.gpu_minor, *d.mig.key) for e in completed.values() for d in e.devices if d.mig is not None}
+            owned |= {(r.gpu_minor, *r.mig) for r in self._reserved if r.mig is not None and r.gpu_minor is not None}
             for gpu in self.backend.inventory().gpus:
                 for mig in gpu.mig_devices:
                     if (gpu.minor, mig.gi_profile_id, mig.placement_start) not in owned:
@@ -225,29 +211,37 @@ class DeviceState(GatedFeatures):
                     shutil.rmtree(os.path.join(mps_root, uid), ignore_errors=True)
         return report
 
-    def _quarantine_bad_entries(self, report: dict[str, list[str]]) -> None:
-        """Move entries that cannot be acted on to the quarantine file (written before the checkpoint
-        drops them), and reserve what they and earlier quarantined entries hold. `journal.lock` held."""
+    def _set_aside_newer_checkpoint(self, error: CheckpointVersionError) -> Checkpoint:
+        """A newer driver's checkpoint (the node was downgraded): keep the file byte for byte beside it (a re-upgrade
+        can restore it), quarantine its entries with their devices reserved, and go on with none of them."""
+        raw = read_regular_file(self.paths.checkpoint, MAX_CHECKPOINT_BYTES)
+        aside = self.paths.newer_checkpoint(error.version)
+        if raw is not None:
+            write_checkpoint_bytes(aside, raw, fsync=self.fsync)
+        log.error("%s: kept as %s; its %d claims are quarantined (%s)", error, aside, len(error.data["claims"]),
+                  self.paths.quarantine)
+        return Checkpoint.newer(error)
+
+    def _quarantine_bad_entries(self, loaded: Checkpoint | None, report: dict[str, list[str]]) -> None:
+        """Move the checkpoint's entries that cannot be acted on to the quarantine file (written before the
+        checkpoint drops them), and reserve what they and earlier quarantined entries hold. `journal.lock` held."""
         path = self.paths.quarantine
-        entries = load_quarantine(path)
+        entries: list[QuarantinedEntry] = load_quarantine(path)
         known = len(entries)
-        for uid, entry in list(self.journal.data["claims"].items()):
-            problem = entry_problem(uid, entry)
-            if problem is not None:
-                quarantine_entry(entries, uid, entry, problem, self.boot_id)
-                del self.journal.data["claims"][uid]
-                report["quarantined"].append(uid)
+        for bad in loaded.unusable if loaded is not None else ():
+            quarantine_entry(entries, bad.uid, bad.entry, bad.reason, self.boot_id)
+            report["quarantined"].append(bad.uid)
         if len(entries) != known:
             save_quarantine(path, entries, fsync=self.fsync)
-        current = [item for item in entries if item.get("nodeBootID") in (None, "", self.boot_id)]
-        self._reserved = [record for item in current for record in item["reserved"]]
-        self._quarantined_uids = {item["uid"] for item in current if isinstance(item.get("uid"), str)}
+        current = [item for item in entries if item.reserves_now(self.boot_id)]
+        self._reserved = [record for item in current for record in item.reserved]
+        self._quarantined_uids = {item.uid for item in current if isinstance(item.uid, str)}
 
     def _spec_exists(self, uid: str) -> bool:
         base = os.path.join(self.paths.cdi_spec_dir, self._spec_name(uid))
         return os.path.exists(base + ".yaml") or os.path.exists(base + ".json")
 
-    def _undo(self, uid: str, entry: dict[str, Any], lenient: bool = False) -> None:
+    def _undo(self, uid: str, entry: ClaimEntry, lenient: bool = False) -> None:
         """Release whatever a (possibly half-done) prepare of `uid` created. Idempotent. `lenient` (start-up):
         a sharing step that fails is logged instead of raised, so one broken GPU tool does not stop the driver."""
         try:
@@ -256,21 +250,21 @@ class DeviceState(GatedFeatures):
             if not lenient:
                 raise
             log.error("claim %s: undoing its GPU sharing failed: %s", uid, exc)
-        self._deactivate_partition(uid, entry.get("devices", []))
-        for device in entry.get("devices", []):
-            mig = device.get("mig")
-            if mig and mig.get("dynamic"):
+        self._deactivate_partition(uid, entry.devices)
+        for device in entry.devices:
+            mig = device.dynamic_mig
+            if mig is not None and device.gpu_minor is not None:
                 # Decide under the MIG lock: a claim that starts sharing the device registers in the
                 # checkpoint first and then takes this lock to find it, so it either is seen here or
                 # finds the device gone and creates a new one.
                 with self._mig_lock:
                     if self._mig_shared(uid, device):
                         continue
-                    existing = self.backend.find_mig_device(device["gpuMinor"], mig["giProfileId"], mig["start"])
+                    existing = self.backend.find_mig_device(device.gpu_minor, mig.gi_profile_id, mig.start)
                     if existing is not None:
-                        self.backend.destroy_mig_device(device["gpuMinor"], existing.gi_id)
-            if device.get("type") == VFIO_TYPE and self.passthrough is not None:
-                self.passthrough.bus.bind(device["pciBusID"], NVIDIA_DRIVER)  # NVIDIA's Unconfigure
+                        self.backend.destroy_mig_device(device.gpu_minor, existing.gi_id)
+            if device.vfio is not None and self.passthrough is not None:
+                self.passthrough.bus.bind(device.vfio.pci_bus_id, NVIDIA_DRIVER)  # NVIDIA's Unconfigure
         try:
             spec_name = self._spec_name(uid)
         except claimpaths.ClaimPathError:
@@ -278,43 +272,51 @@ class DeviceState(GatedFeatures):
         remove_spec(self.paths.cdi_spec_dir, spec_name)
         if self.metadata is not None:
             try:
-                self.metadata.cleanup_claim(str(entry.get("namespace")), str(entry.get("name")), uid)
+                self.metadata.cleanup_claim(entry.namespace, entry.name, uid)
             except claimpaths.ClaimPathError as exc:  # prepare writes no file for such an identity
                 log.warning("claim %s: no device metadata to remove: %s", uid, exc)
         # only MPS records create the directory (start-up removes any that no claim owns)
-        if any((d.get("sharing") or {}).get("strategy") == "MPS" for d in entry.get("devices", [])):
+        if any(d.sharing is not None and d.sharing.is_mps for d in entry.devices):
             shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
 
     # -- sharing (time-slicing, MPS: sharing.py) --------------------------------------------------------
-    def _apply_sharing(self, uid: str, entry: dict[str, Any]) -> None:
+    def _update_entry(self, uid: str, change: Callable[[ClaimEntry], ClaimEntry]) -> int:
+        """Replace the claim's entry by `change(entry)` (entries are frozen); returns the checkpoint version to
+        persist."""
+        with self.journal.lock:
+            self.journal.claims[uid] = change(self.journal.claims[uid])
+            return self.journal.changed()
+
+    def _apply_sharing(self, uid: str, devices: tuple[PreparedDevice, ...]) -> None:
         if self.sharing is None:
             return
 
-        def record(daemon: dict[str, Any]) -> None:  # persisted with PrepareCompleted
-            with self.journal.lock:
-                entry["mpsDaemon"] = daemon
+        def record(daemon: MpsDaemon) -> None:  # persisted with PrepareCompleted
+            self._update_entry(uid, lambda entry: replace(entry, mps_daemon=daemon))
 
         def capabilities() -> dict[str, str]:  # for multi-user MPS (Volta or newer)
             return {gpu.uuid: gpu.cuda_compute_capability for gpu in self.backend.inventory().gpus}
-        apply_claim_sharing(self.sharing, uid, entry["devices"], self._mps_dir(uid), record, capabilities)
+        apply_claim_sharing(self.sharing, uid, devices, self._mps_dir(uid), record, capabilities)
 
-    def _undo_sharing(self, uid: str, entry: dict[str, Any]) -> None:
+    def _undo_sharing(self, uid: str, entry: ClaimEntry) -> None:
         if self.sharing is None:
             return
         with self.journal.lock:
-            held = {d.get("gpuUUID") for other, e in self.journal.data["claims"].items() if other != uid
-                    and other not in self._releasing for d in e.get("devices", [])}
+            held = {d.gpu_uuid for other, e in self.journal.claims.items() if other != uid
+                    and other not in self._releasing for d in e.devices if d.gpu_uuid is not None}
         undo_claim_sharing(self.sharing, uid, entry, self._mps_dir(uid), held)
 
-    def _mig_shared(self, uid: str, device: dict[str, Any]) -> bool:
-        """Another claim (admin access) still uses this dynamic MIG device: keep it. Claims being
+    def _mig_shared(self, uid: str, device: PreparedDevice) -> bool:
+        """Another claim (admin access) still uses this MIG device: keep it. Claims being
         released at the same time do not count, or two concurrent unprepares would each keep it."""
-        key = (device["gpuMinor"], device["mig"]["giProfileId"], device["mig"]["start"])
+        if device.mig is None:
+            return False
+        key = device.mig.key
         with self.journal.lock:
-            return any((d["gpuMinor"], d["mig"]["giProfileId"], d["mig"]["start"]) == key
-                       for other_uid, e in self.journal.data["claims"].items()
+            return any(d.gpu_minor == device.gpu_minor and d.mig.key == key
+                       for other_uid, e in self.journal.claims.items()
                        if other_uid != uid and other_uid not in self._releasing
-                       for d in e["devices"] if d.get("mig"))
+                       for d in e.devices if d.mig is not None)
 
     # -- prepare ---------------------------------------------------------------------------------
     def prepare(self, ref: ClaimRef, token: CallToken | None = None) -> list[dict[str, Any]]:
@@ -335,20 +337,16 @@ class DeviceState(GatedFeatures):
         # The claim's content is hostile input: it is read and decoded before the claim's lock is
         # taken, so however long that takes it holds up no other claim sharing the lock stripe.
         with self.journal.lock:
-            entry = self.journal.data["claims"].get(ref.uid)
-            completed = entry is not None and entry["state"] == PREPARE_COMPLETED
+            entry = self.journal.claims.get(ref.uid)
+            completed = entry is not None and entry.completed
         if read is None and not completed:
             read = self._read_claim(ref)
         with self._claim_lock(ref.uid):
             with self.journal.lock:
-                entry = self.journal.data["claims"].get(ref.uid)
+                entry = self.journal.claims.get(ref.uid)
                 self._check_same_claim(ref, entry)
-                if entry is not None and entry["state"] == PREPARE_COMPLETED:
-                    devices = entry["devices"]
-                    done = True
-                else:
-                    done = False
-            if done:
+                devices = entry.devices if entry is not None and entry.completed else None
+            if devices is not None:
                 if not self._spec_exists(ref.uid):  # e.g. /var/run/cdi lost on reboot without a kubelet re-prepare
                     self._write_cdi(ref.uid, devices)
                 return self._response(devices)
@@ -386,9 +384,9 @@ class DeviceState(GatedFeatures):
         return claim, configs
 
     def _plan(self, ref: ClaimRef, claim: dict[str, Any], configs: list[DeviceConfig],
-              inventory: Inventory) -> list[dict[str, Any]]:
+              inventory: Inventory) -> list[PreparedDevice]:
         allocation = claim["status"]["allocation"]
-        planned: list[dict[str, Any]] = []
+        planned: list[PreparedDevice] = []
         for result in (allocation.get("devices") or {}).get("results") or []:
             if result.get("driver") != self.driver_name:
                 continue
@@ -396,10 +394,10 @@ class DeviceState(GatedFeatures):
             if pool != self.node_name:
                 raise PrepareError(f"claim {ref.namespace}/{ref.name}: device {pool}/{device} belongs to pool "
                                    f"{pool!r}, not to this node ({self.node_name})")
-            record = self._resolve_device(device, inventory)
             request = str(result.get("request", ""))
+            hardware = self._resolve_device(str(device), inventory)
             try:
-                config = config_for(configs, request, record["type"], device)
+                config = config_for(configs, request, hardware.type, device)
             except ConfigError as exc:
                 raise PrepareError(f"claim {ref.namespace}/{ref.name}: {exc}") from None
             if config and config.sharing and config.sharing.strategy not in self.sharing_strategies:
@@ -408,54 +406,59 @@ class DeviceState(GatedFeatures):
                     and (self.consumable_shares or result.get("shareID"))):
                 # one claim's MPS daemon would put a GPU other claims hold shares of in EXCLUSIVE_PROCESS mode
                 raise PrepareError(f"claim {ref.namespace}/{ref.name}: {MPS_REFUSED}")
-            record.update({
-                "request": request,
-                "requestNames": [request.split("/", 1)[0]] if request else [],
-                "pool": pool,
-                "device": device,
-                "adminAccess": bool(result.get("adminAccess")),
-                "sharing": config.sharing.to_dict() if config and config.sharing else None,
-                "cdiDeviceIDs": [cdispec.cdi_device_id(self.driver_name, ref.uid, device)],
-            })
-            if result.get("shareID"):
-                record["shareID"] = result["shareID"]
-            if record["type"] == VFIO_TYPE:  # NVIDIA's DefaultVfioDeviceConfig when the claim has none
+            share_id = result.get("shareID")
+            vfio = hardware.vfio
+            if vfio is not None:  # NVIDIA's DefaultVfioDeviceConfig when the claim has none
                 iommu = config.iommu if config and config.iommu else IommuConfig()
-                record["iommu"] = {"backendPolicy": iommu.backend_policy, "enableAPIDevice": iommu.enable_api_device}
-            planned.append(record)
+                vfio = replace(vfio, backend_policy=iommu.backend_policy, enable_api_device=iommu.enable_api_device)
+            planned.append(replace(
+                hardware, request=request, request_names=(request.split("/", 1)[0],) if request else (),
+                pool=str(pool), admin_access=bool(result.get("adminAccess")),
+                sharing=SharingRecord.from_json(config.sharing.to_dict(), str(device))
+                if config and config.sharing else None,
+                cdi_device_ids=(cdispec.cdi_device_id(self.driver_name, ref.uid, str(device)),),
+                share_id=str(share_id) if share_id else None, vfio=vfio))
         if self.metadata is not None:  # upstream's helper adds the metadata device to a request's first device
-            first: dict[str, dict[str, Any]] = {}
-            for record in planned:
-                first.setdefault(base_request(record["request"]), record)
-            for record in first.values():
-                record["cdiDeviceIDs"].append(metadata_cdi_id(self.driver_name, ref.uid, record["request"]))
-        if any(r["type"] == VFIO_TYPE for r in planned) and any(r["type"] != VFIO_TYPE for r in planned):
+            first: dict[str, int] = {}
+            for index, record in enumerate(planned):
+                first.setdefault(base_request(record.request), index)
+            for index in first.values():
+                record = planned[index]
+                planned[index] = replace(record, cdi_device_ids=record.cdi_device_ids + (
+                    metadata_cdi_id(self.driver_name, ref.uid, record.request),))
+        if any(r.type == VFIO_TYPE for r in planned) and any(r.type != VFIO_TYPE for r in planned):
             # NVIDIA's applyVfioDeviceConfig assumes it: the claim's edits are the VFIO devices' alone
             raise PrepareError(f"claim {ref.namespace}/{ref.name}: VFIO devices cannot share a claim with other "
                                "devices of this driver")
         return planned
 
-    def _resolve_device(self, name: str, inventory: Inventory) -> dict[str, Any]:
+    def _resolve_device(self, name: str, inventory: Inventory) -> PreparedDevice:
+        """The device's hardware facts; `_plan` fills in the allocation's (request, pool, ...)."""
+        def hardware(kind: str, gpu_minor: int, gpu_uuid: str, slices: tuple[int, int] | None = None,
+                     mig: MigPlacement | None = None, vfio: VfioBinding | None = None) -> PreparedDevice:
+            return PreparedDevice(type=kind, device=name, pool="", request="", request_names=(), admin_access=False,
+                                  cdi_device_ids=(), gpu_minor=gpu_minor, gpu_uuid=gpu_uuid, slices=slices, mig=mig,
+                                  vfio=vfio)
+
         function = self.passthrough.function(name) if self.passthrough is not None else None
         if function is not None:
             parent = inventory.gpu_by_minor(function.minor)
             if parent is None or parent.mig_devices:
                 raise PrepareError(f"device {name}: its GPU has MIG devices and cannot be passed through")
-            return {"type": VFIO_TYPE, "gpuMinor": function.minor, "gpuUUID": parent.uuid, "slices": None,
-                    "mig": None, "pciBusID": function.address}
+            return hardware(VFIO_TYPE, function.minor, parent.uuid, vfio=VfioBinding(pci_bus_id=function.address))
         for gpu in inventory.gpus:
             if gpu.name == name:
                 if gpu.mig_enabled and gpu.mig_devices and not self.dynamic_mig:
                     raise PrepareError(f"device {name} is in MIG mode; only its MIG devices can be allocated")
-                return {"type": "gpu", "gpuMinor": gpu.minor, "gpuUUID": gpu.uuid, "slices": None, "mig": None}
+                return hardware(GPU_TYPE, gpu.minor, gpu.uuid)
             if not self.dynamic_mig:
                 for mig in gpu.mig_devices:
                     if mig.name == name:
-                        return {"type": "mig", "gpuMinor": gpu.minor, "gpuUUID": gpu.uuid,
-                                "slices": [mig.placement_start, mig.placement_start + mig.placement_size],
-                                "mig": {"giId": mig.gi_id, "ciId": mig.ci_id, "uuid": mig.uuid,
-                                        "giProfileId": mig.gi_profile_id, "start": mig.placement_start,
-                                        "size": mig.placement_size, "dynamic": False}}
+                        return hardware(MIG_TYPE, gpu.minor, gpu.uuid,
+                                        (mig.placement_start, mig.placement_start + mig.placement_size),
+                                        MigPlacement(gi_profile_id=mig.gi_profile_id, start=mig.placement_start,
+                                                     size=mig.placement_size, dynamic=False, gi_id=mig.gi_id,
+                                                     ci_id=mig.ci_id, uuid=mig.uuid))
         parsed = parse_mig_canonical_name(name)
         if self.dynamic_mig and parsed is not None:
             minor, token, profile_id, start = parsed
@@ -464,10 +467,9 @@ class DeviceState(GatedFeatures):
                 for profile in self.backend.mig_profiles(minor):
                     if (profile.gi_profile_id == profile_id and start in profile.placement_starts
                             and rfc1123_compliant(profile.name.replace(".", "")) == token):
-                        return {"type": "mig", "gpuMinor": minor, "gpuUUID": parent.uuid,
-                                "slices": [start, start + profile.memory_slices],
-                                "mig": {"giId": None, "ciId": None, "uuid": None, "giProfileId": profile_id,
-                                        "start": start, "size": profile.memory_slices, "dynamic": True}}
+                        return hardware(MIG_TYPE, minor, parent.uuid, (start, start + profile.memory_slices),
+                                        MigPlacement(gi_profile_id=profile_id, start=start,
+                                                     size=profile.memory_slices, dynamic=True))
         raise PrepareError(f"device {name} does not exist on node {self.node_name}")
 
     def _prepare_new(self, ref: ClaimRef, read: tuple[dict[str, Any], list[DeviceConfig]],
@@ -481,36 +483,37 @@ class DeviceState(GatedFeatures):
         with self.journal.lock:
             if token is not None and token.abandoned:
                 raise PrepareError(f"prepare of claim {ref.namespace}/{ref.name} was abandoned after its deadline")
-            for other_uid, other in self.journal.data["claims"].items():
+            for other_uid, other in self.journal.claims.items():
                 for mine in planned:
-                    for theirs in other["devices"]:
-                        if _conflicts(mine, theirs):
-                            raise PrepareError(f"device {mine['device']} is already allocated to a different claim "
-                                               f"({other.get('namespace')}/{other.get('name')}, {other_uid})"
-                                               + (f" holding {theirs['device']}" if theirs['device'] != mine['device'] else ""))
-                        if _shares_of_one_device(mine, theirs) and conflicting_configuration(mine, theirs):
-                            raise PrepareError(conflict_message(mine["device"], other_uid))
+                    for theirs in other.devices:
+                        if conflicts(mine, theirs):
+                            raise PrepareError(f"device {mine.device} is already allocated to a different claim "
+                                               f"({other.namespace}/{other.name}, {other_uid})"
+                                               + (f" holding {theirs.device}" if theirs.device != mine.device else ""))
+                        if shares_of_one_device(mine, theirs) and conflicting_configuration(mine, theirs):
+                            raise PrepareError(conflict_message(mine.device, other_uid))
             for mine in planned:
                 for reserved in self._reserved:
-                    if _conflicts(mine, reserved):
-                        raise PrepareError(f"device {mine['device']} is reserved by a quarantined checkpoint entry "
+                    if conflicts(mine, reserved):
+                        raise PrepareError(f"device {mine.device} is reserved by a quarantined checkpoint entry "
                                            f"(see {self.paths.quarantine})")
-            entry = {"state": PREPARE_STARTED, "namespace": ref.namespace, "name": ref.name, "devices": planned}
-            self.journal.data["claims"][ref.uid] = entry
+            entry = ClaimEntry(state=PREPARE_STARTED, namespace=ref.namespace, name=ref.name, devices=tuple(planned))
+            self.journal.claims[ref.uid] = entry
             version = self.journal.changed()
         # The in-memory entry already reserves the devices. It must reach the disk before hardware
         # changes; without them a crash leaves at most a CDI spec, which reconcile removes.
         # metadata files live outside the CDI directory reconcile sweeps: only a recorded entry finds them again
-        if self.metadata is not None or any(_changes_hardware(d, self.sharing is not None, self.fabric is not None)
-                                            for d in planned):
+        if self.metadata is not None or self._changes_hardware(entry):
             self.journal.persist(version)
         try:
-            self._activate_partition(planned)
-            self._create_hardware(ref, planned)
-            self._apply_sharing(ref.uid, entry)
-            if planned:
-                self._write_cdi(ref.uid, planned)
-                self._write_metadata(ref, claim, planned)
+            self._activate_partition(entry.devices)
+            devices = self._create_hardware(ref, entry.devices)
+            if devices != entry.devices:  # dynamic MIG devices now have their instance IDs
+                self._update_entry(ref.uid, lambda entry: replace(entry, devices=devices))
+            self._apply_sharing(ref.uid, devices)
+            if devices:
+                self._write_cdi(ref.uid, devices)
+                self._write_metadata(ref, claim, devices)
         except Exception as exc:  # whatever failed, a failed prepare keeps no reservation
             self._roll_back(ref.uid, entry)
             if not isinstance(exc, (PrepareError, MigError, DiscoveryError, OSError, SharingError, PassthroughError,
@@ -520,58 +523,68 @@ class DeviceState(GatedFeatures):
         if token is not None and not token.commit():
             self._roll_back(ref.uid, entry)
             raise PrepareError(f"prepare of claim {ref.namespace}/{ref.name} was abandoned after its deadline")
-        with self.journal.lock:
-            entry["state"] = PREPARE_COMPLETED
-            version = self.journal.changed()
-        self.journal.persist(version)
-        self._siblings_changed(planned)
-        return self._response(planned)
+        self.journal.persist(self._update_entry(ref.uid, lambda entry: replace(entry, state=PREPARE_COMPLETED)))
+        self._siblings_changed(devices)
+        return self._response(devices)
 
-    def _roll_back(self, uid: str, entry: dict[str, Any]) -> None:
+    def _changes_hardware(self, entry: ClaimEntry) -> bool:
+        """Whether preparing (or unpreparing) the entry changes the node, so the checkpoint must say so first:
+        dynamic MIG devices, applied sharing, a GPU bound to vfio-pci, a Fabric Manager partition."""
+        return any(d.dynamic_mig is not None or (d.sharing is not None and self.sharing is not None)
+                   or d.vfio is not None or (self.fabric is not None and d.type in PARTITIONED_TYPES)
+                   for d in entry.devices)
+
+    def _roll_back(self, uid: str, started: ClaimEntry) -> None:
+        with self.journal.lock:
+            entry = self.journal.claims.get(uid, started)  # with what the prepare recorded since (MPS daemon)
         self._release(uid, entry, lenient=True)  # the prepare's own error is the one to report
         with self.journal.lock:
             version = self.journal.changed()
         self.journal.persist(version)
 
-    def _release(self, uid: str, entry: dict[str, Any], lenient: bool = False) -> None:
+    def _release(self, uid: str, entry: ClaimEntry, lenient: bool = False) -> None:
         """Undo `uid` and drop its entry; while that runs, other releases do not count it as a holder."""
         with self.journal.lock:
             self._releasing.add(uid)
         try:
             self._undo(uid, entry, lenient)
             with self.journal.lock:
-                self.journal.data["claims"].pop(uid, None)
+                self.journal.claims.pop(uid, None)
         finally:
             with self.journal.lock:
                 self._releasing.discard(uid)
 
-    def _create_hardware(self, ref: ClaimRef, planned: list[dict[str, Any]]) -> None:
+    def _create_hardware(self, ref: ClaimRef, planned: tuple[PreparedDevice, ...]) -> tuple[PreparedDevice, ...]:
+        """Create what the devices need; returns them as created (a dynamic MIG device with its IDs)."""
+        created = []
         for record in planned:
-            mig = record.get("mig")
-            if mig and mig.get("dynamic"):
+            mig = record.dynamic_mig
+            if mig is not None and record.gpu_minor is not None:
                 with self._mig_lock:
-                    device = self.backend.find_mig_device(record["gpuMinor"], mig["giProfileId"], mig["start"])
+                    device = self.backend.find_mig_device(record.gpu_minor, mig.gi_profile_id, mig.start)
                     if device is None:
-                        device = self.backend.create_mig_device(record["gpuMinor"], mig["giProfileId"], mig["start"])
-                mig.update({"giId": device.gi_id, "ciId": device.ci_id, "uuid": device.uuid})
-            elif record["type"] == "gpu" and self.dynamic_mig:
-                gpu = self.backend.inventory().gpu_by_minor(record["gpuMinor"])
+                        device = self.backend.create_mig_device(record.gpu_minor, mig.gi_profile_id, mig.start)
+                record = replace(record, mig=replace(mig, gi_id=device.gi_id, ci_id=device.ci_id, uuid=device.uuid))
+            elif record.type == GPU_TYPE and self.dynamic_mig and record.gpu_minor is not None:
+                gpu = self.backend.inventory().gpu_by_minor(record.gpu_minor)
                 if gpu is not None and gpu.mig_enabled and not gpu.mig_devices:
                     with self._mig_lock:
                         self.backend.set_mig_mode(gpu.minor, False)
-            if record["type"] == VFIO_TYPE and self.passthrough is not None:
-                self.passthrough.bus.bind(record["pciBusID"], VFIO_DRIVER)  # NVIDIA's VfioPciManager.Configure
-            if (record.get("sharing") or {}).get("strategy") == "MPS":
+            if record.vfio is not None and self.passthrough is not None:
+                self.passthrough.bus.bind(record.vfio.pci_bus_id, VFIO_DRIVER)  # NVIDIA's VfioPciManager.Configure
+            if record.sharing is not None and record.sharing.is_mps:
                 for sub in ("pipe", "shm", "log"):
                     os.makedirs(os.path.join(self._mps_dir(ref.uid), sub), exist_ok=True)
+            created.append(record)
+        return tuple(created)
 
-    def _write_cdi(self, uid: str, devices: list[dict[str, Any]]) -> None:
-        unique: dict[str, dict[str, Any]] = {}
+    def _write_cdi(self, uid: str, devices: tuple[PreparedDevice, ...]) -> None:
+        unique: dict[str, PreparedDevice] = {}
         for device in devices:
-            unique.setdefault(device["device"], device)
+            unique.setdefault(device.device, device)
         if not unique:
             return
-        vfio = [d for d in unique.values() if d["type"] == VFIO_TYPE]
+        vfio = [d for d in unique.values() if d.type == VFIO_TYPE]
         if vfio and self.passthrough is not None:  # _plan lets no other device into a VFIO claim
             write_spec(self.passthrough.claim_spec(self.driver_name, uid, vfio), self.paths.cdi_spec_dir,
                        self._spec_name(uid), fsync=False)
@@ -583,13 +596,14 @@ class DeviceState(GatedFeatures):
         write_spec(spec, self.paths.cdi_spec_dir, self._spec_name(uid), fsync=False)
 
     @staticmethod
-    def _response(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _response(devices: tuple[PreparedDevice, ...]) -> list[dict[str, Any]]:
+        """The prepare's answer, in the shape the gRPC layer (plugin.py) turns into the kubelet's message."""
         out = []
         for d in devices:
-            item = {"requestNames": list(d["requestNames"]), "poolName": d["pool"], "deviceName": d["device"],
-                    "cdiDeviceIDs": list(d["cdiDeviceIDs"])}
-            if d.get("shareID"):
-                item["shareID"] = d["shareID"]
+            item: dict[str, Any] = {"requestNames": list(d.request_names), "poolName": d.pool,
+                                    "deviceName": d.device, "cdiDeviceIDs": list(d.cdi_device_ids)}
+            if d.share_id:
+                item["shareID"] = d.share_id
             out.append(item)
         return out
 
@@ -602,23 +616,18 @@ class DeviceState(GatedFeatures):
     def _unprepare(self, ref: ClaimRef) -> None:
         with self._claim_lock(ref.uid):
             with self.journal.lock:
-                entry = self.journal.data["claims"].get(ref.uid)
+                entry = self.journal.claims.get(ref.uid)
                 self._check_same_claim(ref, entry)  # a forged reference frees no other claim's devices
-                if entry is None:
-                    done = True
-                else:
-                    done = False
-                    has_hardware = any(_changes_hardware(d, self.sharing is not None, self.fabric is not None)
-                                       for d in entry["devices"])
-                    version = 0
-                    if has_hardware and entry["state"] != UNPREPARE_STARTED:
-                        entry["state"] = UNPREPARE_STARTED
-                        version = self.journal.changed()
-            if not done and version:
-                self.journal.persist(version)
-            if done:
+                version = 0
+                if entry is not None and self._changes_hardware(entry) and entry.state != UNPREPARE_STARTED:
+                    entry = replace(entry, state=UNPREPARE_STARTED)
+                    self.journal.claims[ref.uid] = entry
+                    version = self.journal.changed()
+            if entry is None:
                 remove_spec(self.paths.cdi_spec_dir, self._spec_name(ref.uid))  # stray file from an old crash
                 return
+            if version:
+                self.journal.persist(version)
             try:
                 self._release(ref.uid, entry)
             except (MigError, DiscoveryError, OSError, SharingError, PassthroughError, FabricManagerError) as exc:
@@ -626,4 +635,4 @@ class DeviceState(GatedFeatures):
             with self.journal.lock:
                 version = self.journal.changed()
             self.journal.persist(version)
-            self._siblings_changed(entry["devices"])
+            self._siblings_changed(entry.devices)

@@ -50,7 +50,7 @@ def desired_rules(devices: list[dict[str, Any]], *, node_name: str, driver_name:
     return rules
 
 
-def _comparable(rule: dict[str, Any]) -> tuple:
+def _comparable(rule: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
     """What the driver sets (the API server adds timeAdded to the taint)."""
     spec = rule.get("spec") or {}
     taint = spec.get("taint") or {}

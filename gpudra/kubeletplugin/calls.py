@@ -106,7 +106,7 @@ class ClaimCalls:
     def __init__(self, deadline_s: float = DEFAULT_DEADLINE_S, max_running: int = MAX_RUNNING):
         self.deadline_s = deadline_s
         self.max_running = max_running
-        self._running: dict[tuple[str, str], Future] = {}
+        self._running: dict[tuple[str, str], Future[Any]] = {}
         self._lock = threading.Lock()
         self._workers = _Workers()
 
@@ -128,14 +128,14 @@ class ClaimCalls:
                 except FutureTimeout:
                     return False
 
-    def _start(self, key: tuple[str, str], call: Callable[[CallToken], Any]) -> tuple[Future, CallToken] | Exception:
+    def _start(self, key: tuple[str, str], call: Callable[[CallToken], Any]) -> tuple[Future[Any], CallToken] | Exception:
         with self._lock:
             if key in self._running:
                 return CallAbandoned(f"an earlier {key[0]} of this claim outlived its deadline and is still running; "
                                      "retry later")
             if len(self._running) >= self.max_running:
                 return CallAbandoned(f"{len(self._running)} claim calls are running; retry later")
-            future: Future = Future()
+            future: Future[Any] = Future()
             self._running[key] = future
         token = CallToken()
 
@@ -159,7 +159,7 @@ class ClaimCalls:
         if time_remaining is not None:
             budget = min(budget, max(0.0, time_remaining - KUBELET_MARGIN_S))
         end = time.monotonic() + budget
-        started: dict[tuple[str, str], tuple[Future, CallToken] | Exception] = {}
+        started: dict[tuple[str, str], tuple[Future[Any], CallToken] | Exception] = {}
         for key, call in calls:
             if key not in started:
                 started[key] = self._start(key, call)

@@ -7,9 +7,12 @@ from /proc/devices when present (simulation uses typical values).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Sequence
 
 from gpudra.cdi import ContainerEdits, Device, DeviceNode, Mount, Spec
+
+if TYPE_CHECKING:  # prepared.py checks claim identities with claimpaths, which names spec files from here
+    from .prepared import PreparedDevice
 
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
@@ -82,27 +85,31 @@ def _char(path: str, major: int, minor: int, *, host: bool = True, mode: int | N
     return DeviceNode(path=path, host_path=path if host else "", type="c", major=major, minor=minor, file_mode=mode)
 
 
-def device_edits(prepared: dict[str, Any], majors: dict[str, int], mps_dir: str | None,
+def device_edits(prepared: PreparedDevice, majors: dict[str, int], mps_dir: str | None,
                  mig_minors: dict[str, int] | None = None) -> ContainerEdits:
-    """Edits for one prepared device record (see `state.py` for its shape)."""
-    gpu_minor = prepared["gpuMinor"]
+    """Edits for one prepared GPU or MIG device."""
+    gpu_minor = prepared.gpu_minor
+    if gpu_minor is None:
+        raise ValueError(f"device {prepared.device} is not a GPU")
     edits = ContainerEdits(device_nodes=[_char(f"/dev/nvidia{gpu_minor}", NVIDIA_MAJOR, gpu_minor)])
-    mig = prepared.get("mig")
-    if mig:
+    mig = prepared.mig
+    if mig is not None:
+        if mig.gi_id is None or mig.ci_id is None:
+            raise ValueError(f"MIG device {prepared.device} has no instance IDs yet")
         caps_major = majors.get("nvidia-caps", SIMULATED_MAJORS["nvidia-caps"])
-        gi_minor, ci_minor = mig_cap_minors(gpu_minor, mig["giId"], mig["ciId"], mig_minors)
+        gi_minor, ci_minor = mig_cap_minors(gpu_minor, mig.gi_id, mig.ci_id, mig_minors)
         for minor in (gi_minor, ci_minor):
             edits.device_nodes.append(_char(f"/dev/nvidia-caps/nvidia-cap{minor}", caps_major, minor, host=False,
                                             mode=CAPS_FILE_MODE))
-    sharing = prepared.get("sharing") or {}
-    if sharing.get("strategy") == "MPS" and mps_dir:
+    sharing = prepared.sharing
+    if sharing is not None and sharing.is_mps and mps_dir:
         edits.env.append(f"CUDA_MPS_PIPE_DIRECTORY={MPS_PIPE_IN_CONTAINER}")
-        if sharing.get("mpsActiveThreadPercentage") is not None:
-            edits.env.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={sharing['mpsActiveThreadPercentage']}")
+        if sharing.mps_active_thread_percentage is not None:
+            edits.env.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={sharing.mps_active_thread_percentage}")
         # gpudra's, not NVIDIA's (its CDI edits set only the pipe directory): the client-side limit names CUDA
         # ordinal 0, so it is set only when no per-device limit could make device 0's differ from the default
-        if sharing.get("mpsPinnedMemoryLimitMiB") is not None and not sharing.get("mpsPerDevicePinnedMemoryMiB"):
-            edits.env.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={sharing['mpsPinnedMemoryLimitMiB']}M")
+        if sharing.mps_pinned_memory_limit_mib is not None and not sharing.mps_per_device_pinned_memory_mib:
+            edits.env.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={sharing.mps_pinned_memory_limit_mib}M")
         edits.mounts.append(Mount(host_path=f"{mps_dir}/pipe", container_path=MPS_PIPE_IN_CONTAINER,
                                   options=["rw", "nosuid", "nodev", "bind"]))
         edits.mounts.append(Mount(host_path=f"{mps_dir}/shm", container_path="/dev/shm",
@@ -124,14 +131,14 @@ def common_edits(majors: dict[str, int]) -> ContainerEdits:
     )
 
 
-def claim_spec(driver_name: str, claim_uid: str, prepared_devices: list[dict[str, Any]], *,
+def claim_spec(driver_name: str, claim_uid: str, prepared_devices: Sequence[PreparedDevice], *,
                majors: dict[str, int] | None = None, mps_dir: str | None = None,
                mig_minors: dict[str, int] | None = None, host_edits: ContainerEdits | None = None) -> Spec:
     """`host_edits` (driver libraries, binaries, hooks: see `hostdriver.py`) join the spec-level
     edits, as in the NVIDIA driver's per-claim specs: each claim spec stays self-contained."""
     majors = majors or {}
     vendor, cls = vendor_and_class(driver_name)
-    devices = [Device(name=cdi_device_name(claim_uid, p["device"]),
+    devices = [Device(name=cdi_device_name(claim_uid, p.device),
                       container_edits=device_edits(p, majors, mps_dir, mig_minors))
                for p in prepared_devices]
     common = common_edits(majors)

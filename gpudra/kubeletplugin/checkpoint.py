@@ -3,32 +3,56 @@
 Written atomically (`gpudra.atomicfile`: temp file in the same directory, fsync, rename,
 fsync of the directory) and protected by a SHA-256 checksum of its canonical JSON, so a reader sees
 either the old or the new state, and silent damage is detected instead of trusted.
+
+The data carries a `version` (inside the checksummed data, so a damaged version is caught like any damage).
+Version 0 is every file written before the field existed: the same entries, no `version` key; it is read as
+version 1 and rewritten with `version: 1` at the next write. A version this driver does not know (a newer
+driver wrote it, then the node was downgraded) is refused with `CheckpointVersionError`: its entries are not
+guessed at. Upstream NVIDIA's driver versions its checkpoint too (`cmd/gpu-kubelet-plugin/checkpoint.go`:
+`Version`, a V1 and a V2 view, `ToLatestVersion`); unlike it, gpudra keeps one view, since an older gpudra reads
+the versioned file unchanged (it ignores the `version` key), so nothing else is needed for a downgrade by one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from gpudra import regularfile
 from gpudra.atomicfile import write_atomic
 
 from gpudra.errors import GpudraError
 
-from .claimpaths import identity_problems
+from .prepared import PREPARE_COMPLETED as PREPARE_COMPLETED
+from .prepared import PREPARE_STARTED as PREPARE_STARTED
+from .prepared import STATES as STATES
+from .prepared import UNPREPARE_STARTED as UNPREPARE_STARTED
+from .prepared import ClaimEntry, EntryError
+from .prepared import entry_problem as entry_problem
 
 API_VERSION = "gpudra.io/v1"
 KIND = "DriverCheckpoint"
+CHECKPOINT_VERSION = 1  # what this driver writes; it reads 0 (no version key) and 1
+JOINS_KEY = "domainJoins"  # {claim UID: domain UID}: channel claims that labelled the node (compute-domain plugin)
 
-PREPARE_STARTED = "PrepareStarted"
-PREPARE_COMPLETED = "PrepareCompleted"
-UNPREPARE_STARTED = "UnprepareStarted"
-STATES = (PREPARE_STARTED, PREPARE_COMPLETED, UNPREPARE_STARTED)
+log = logging.getLogger("gpudra.driver")
 
 
 class CheckpointError(GpudraError):
     """The checkpoint exists but cannot be trusted (bad JSON, wrong checksum, unknown format)."""
+
+
+class CheckpointVersionError(CheckpointError):
+    """The checkpoint was written by a driver with a newer checkpoint format. `data` is what the file holds (its
+    checksum verified): start-up sets its entries aside (quarantine) instead of guessing at them."""
+
+    def __init__(self, message: str, version: int, data: dict[str, Any]):
+        super().__init__(message)
+        self.version = version
+        self.data = data
 
 
 def _canonical(data: Any) -> bytes:
@@ -48,7 +72,75 @@ def current_boot_id() -> str:
 
 
 def empty_checkpoint(boot_id: str | None = None) -> dict[str, Any]:
-    return {"nodeBootID": current_boot_id() if boot_id is None else boot_id, "claims": {}}
+    """An empty checkpoint's data, as JSON (tests and tools write these)."""
+    return {"version": CHECKPOINT_VERSION, "nodeBootID": current_boot_id() if boot_id is None else boot_id,
+            "claims": {}}
+
+
+@dataclass(frozen=True)
+class UnusableEntry:
+    """A checkpoint entry that passed the checksum but cannot be acted on: start-up quarantines it."""
+
+    uid: str
+    entry: Any  # as it was in the file: the operator reads it in quarantine.json
+    reason: str
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The checkpoint's data, typed. `claims` holds the usable entries, `unusable` the others."""
+
+    node_boot_id: str
+    claims: Mapping[str, ClaimEntry] = field(default_factory=dict)
+    domain_joins: Mapping[str, str] = field(default_factory=dict)
+    unusable: tuple[UnusableEntry, ...] = ()
+    version: int = CHECKPOINT_VERSION  # the version the file had (what `to_json` writes is always the current)
+
+    def to_json(self) -> dict[str, Any]:
+        """The data to write: the current version; unusable entries are not written (they go to quarantine)."""
+        data: dict[str, Any] = {"version": CHECKPOINT_VERSION, "nodeBootID": self.node_boot_id,
+                                "claims": {uid: entry.to_json() for uid, entry in self.claims.items()}}
+        if self.domain_joins:
+            data[JOINS_KEY] = dict(self.domain_joins)
+        return data
+
+    @classmethod
+    def newer(cls, error: CheckpointVersionError) -> Checkpoint:
+        """A checkpoint of a newer format as this driver can hold it: every entry unusable (to be quarantined,
+        its devices reserved as far as they can be read), nothing acted on."""
+        boot_id = error.data.get("nodeBootID")
+        reason = f"written by a newer driver (checkpoint version {error.version}; this driver reads up to " \
+                 f"{CHECKPOINT_VERSION})"
+        return cls(node_boot_id=boot_id if isinstance(boot_id, str) else "", version=error.version,
+                   unusable=tuple(UnusableEntry(uid, raw, reason) for uid, raw in error.data["claims"].items()))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], path: str = "checkpoint") -> Checkpoint:
+        """`data` as `load_checkpoint` returns it. Version 0 (no key) migrates: its entries have today's shape."""
+        version = data.get("version", 0)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise CheckpointError(f"checkpoint {path} has an invalid version {version!r}")
+        if version > CHECKPOINT_VERSION:
+            raise CheckpointVersionError(
+                f"checkpoint {path} has version {version}, newer than this driver reads (up to "
+                f"{CHECKPOINT_VERSION}): it was written by a newer driver", version, data)
+        if version < CHECKPOINT_VERSION:
+            log.info("checkpoint %s has version %d: read as version %d, rewritten at the next write", path, version,
+                     CHECKPOINT_VERSION)
+        claims: dict[str, ClaimEntry] = {}
+        unusable = []
+        for uid, raw in data["claims"].items():
+            try:
+                claims[uid] = ClaimEntry.from_json(uid, raw)
+            except EntryError as exc:
+                unusable.append(UnusableEntry(uid, raw, str(exc)))
+        joins = data.get(JOINS_KEY) or {}
+        if not isinstance(joins, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                  for k, v in joins.items()):
+            raise CheckpointError(f"checkpoint {path}: {JOINS_KEY} is not a map of claim UIDs to domain UIDs")
+        boot_id = data.get("nodeBootID")
+        return cls(node_boot_id=boot_id if isinstance(boot_id, str) else "", claims=claims, domain_joins=joins,
+                   unusable=tuple(unusable), version=version)
 
 
 MAX_CHECKPOINT_BYTES = 64 << 20  # ~100,000 claims; anything bigger is not ours
@@ -86,156 +178,50 @@ def load_checkpoint(path: str) -> dict[str, Any] | None:
     return data
 
 
-# -- entries ---------------------------------------------------------------------------------------------
-# An entry's shape (written by state.py): {"state", "namespace", "name", "devices": [record]}, a record
-# {"type", "gpuMinor", "gpuUUID", "slices": [start, end] | None, "mig": {...} | None, "request",
-#  "requestNames", "pool", "device", "adminAccess", "sharing": {...} | None, "cdiDeviceIDs", ["shareID"]}.
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31
-
-
-def _is_str_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
-# A compute-domain driver record (cdstate.py) has "type" channel or daemon, "gpuMinor" None, "domainID" (a UID:
-# it names a directory) and, for a channel, "imexChannels" [first, end): the channel device nodes it injects.
-DOMAIN_RECORD_TYPES = ("channel", "daemon")
-
-
-def _domain_record_problem(record: dict[str, Any], name: str) -> str | None:
-    from gpudra.api.schema import names
-
-    if record.get("gpuMinor") is not None or record.get("mig") is not None or record.get("slices") is not None:
-        return f"device {name}: a {record['type']} record names a GPU"
-    if names.field_problems("domainID", record.get("domainID"), names.kubernetes_uid, 36):
-        return f"device {name}: domainID is not a UID"
-    channels = record.get("imexChannels")
-    if record["type"] == "channel" and not (isinstance(channels, list) and len(channels) == 2
-                                            and all(map(_is_int, channels)) and channels[0] <= channels[1]):
-        return f"device {name}: imexChannels is not [first, end]"
-    return None
-
-
-def _record_problem(record: Any, completed: bool) -> str | None:
-    if not isinstance(record, dict):
-        return "a device record is not an object"
-    if not isinstance(record.get("device"), str) or not record["device"]:
-        return "a device record has no device name"
-    name = record["device"]
-    if record.get("type") in DOMAIN_RECORD_TYPES:
-        problem = _domain_record_problem(record, name)
-        if problem:
-            return problem
-    elif not _is_int(record.get("gpuMinor")):
-        return f"device {name}: gpuMinor is not a small non-negative integer"
-    slices = record.get("slices")
-    if slices is not None and not (isinstance(slices, list) and len(slices) == 2 and all(map(_is_int, slices))
-                                   and slices[0] < slices[1]):
-        return f"device {name}: slices is not [start, end]"
-    mig = record.get("mig")
-    if mig is not None:
-        if not isinstance(mig, dict) or not _is_int(mig.get("giProfileId")) or not _is_int(mig.get("start")):
-            return f"device {name}: mig has no giProfileId/start"
-        ids_known = _is_int(mig.get("giId")) and _is_int(mig.get("ciId"))
-        if not isinstance(mig.get("dynamic"), bool) or (completed or not mig["dynamic"]) and not ids_known:
-            return f"device {name}: mig has no GPU/compute instance IDs"
-    for key in ("pool", "request"):
-        if not isinstance(record.get(key), str):
-            return f"device {name}: {key} is not a string"
-    for key in ("requestNames", "cdiDeviceIDs"):
-        if not _is_str_list(record.get(key)):
-            return f"device {name}: {key} is not a list of strings"
-    if not isinstance(record.get("adminAccess"), bool):
-        return f"device {name}: adminAccess is not a boolean"
-    sharing = record.get("sharing")
-    if sharing is not None and not (isinstance(sharing, dict) and all(
-            isinstance(v, (str, int, float, bool, type(None))) for v in sharing.values())):
-        return f"device {name}: sharing is not a flat object"
-    if "shareID" in record and not isinstance(record["shareID"], str):
-        return f"device {name}: shareID is not a string"
-    return None
-
-
-def entry_problem(uid: str, entry: Any) -> str | None:
-    """Why the checkpoint entry of `uid` cannot be used (None when it can). The checksum only says
-    the file is what some writer wrote; this says the entry is one the driver can act on."""
-    if not isinstance(entry, dict):
-        return "the entry is not an object"
-    problems = identity_problems(entry.get("namespace"), entry.get("name"), uid)  # file names derive from them
-    if problems:
-        return problems[0]
-    if entry.get("state") not in STATES:
-        return f"state {entry.get('state')!r} is not one of {', '.join(STATES)}"
-    devices = entry.get("devices")
-    if not isinstance(devices, list):
-        return "devices is not a list"
-    for record in devices:
-        problem = _record_problem(record, entry["state"] == PREPARE_COMPLETED)
-        if problem:
-            return problem
-    return None
-
-
-def reserved_records(entry: Any) -> list[dict[str, Any]]:
-    """What a bad entry may still hold, as conservative device records: every device it names
-    (and, where its GPU is known, its slices or the whole GPU) stays unavailable to other claims."""
-    devices = entry.get("devices") if isinstance(entry, dict) else None
-    reserved = []
-    for record in devices if isinstance(devices, list) else ():
-        if not isinstance(record, dict):
-            continue
-        device = record.get("device") if isinstance(record.get("device"), str) else None
-        minor = record.get("gpuMinor") if _is_int(record.get("gpuMinor")) else None
-        slices = record.get("slices")
-        if not (isinstance(slices, list) and len(slices) == 2 and all(map(_is_int, slices)) and slices[0] < slices[1]):
-            slices = None  # unknown: the whole GPU
-        mig = record.get("mig")
-        mig = ({"giProfileId": mig["giProfileId"], "start": mig["start"]}
-               if isinstance(mig, dict) and _is_int(mig.get("giProfileId")) and _is_int(mig.get("start")) else None)
-        if device is None and minor is None:
-            continue
-        reserved.append({"device": device, "gpuMinor": minor, "slices": slices, "mig": mig, "adminAccess": False})
-    return reserved
+def read_checkpoint(path: str) -> Checkpoint | None:
+    """The typed checkpoint, or None when there is none yet. CheckpointVersionError for a newer format."""
+    data = load_checkpoint(path)
+    return None if data is None else Checkpoint.from_json(data, path)
 
 
 class CompletedEntryCache:
     """The canonical JSON of `PrepareCompleted` entries, kept between checkpoint writes.
 
-    Sound only because the driver never edits a completed entry in place except to change its
-    state: an entry is reused only while it is the very same object and still completed."""
+    Sound because entries are frozen `ClaimEntry` records: a change is a new object, and an entry is reused
+    only while it is the very same object. Entries given as JSON (tests, tools) are encoded each time."""
 
     def __init__(self) -> None:
-        self._by_uid: dict[str, tuple[dict[str, Any], bytes]] = {}
+        self._by_uid: dict[str, tuple[ClaimEntry, bytes]] = {}
 
-    def claims_json(self, claims: dict[str, Any]) -> bytes:
-        fresh: dict[str, tuple[dict[str, Any], bytes]] = {}
+    def claims_json(self, claims: Mapping[str, ClaimEntry | Any]) -> bytes:
+        fresh: dict[str, tuple[ClaimEntry, bytes]] = {}
         parts = []
         for uid in sorted(claims):
             entry = claims[uid]
+            if not isinstance(entry, ClaimEntry):
+                parts.append(_canonical(uid) + b":" + _canonical(entry))
+                continue
             cached = self._by_uid.get(uid)
-            if cached is not None and cached[0] is entry and entry.get("state") == PREPARE_COMPLETED:
-                raw = cached[1]
-            else:
-                raw = _canonical(entry)
-            if entry.get("state") == PREPARE_COMPLETED:
+            raw = cached[1] if cached is not None and cached[0] is entry else _canonical(entry.to_json())
+            if entry.completed:
                 fresh[uid] = (entry, raw)
             parts.append(_canonical(uid) + b":" + raw)
         self._by_uid = fresh
         return b"{" + b",".join(parts) + b"}"
 
 
-def _canonical_data(data: dict[str, Any], cache: CompletedEntryCache | None) -> bytes:
+def _canonical_data(data: Mapping[str, Any], cache: CompletedEntryCache | None) -> bytes:
+    """`data` whose claims map may hold `ClaimEntry` records (the journal's), encoded as their JSON."""
     claims = data.get("claims")
+    if isinstance(claims, dict) and any(isinstance(e, ClaimEntry) for e in claims.values()):
+        cache = cache or CompletedEntryCache()
     if cache is None or not isinstance(claims, dict) or not all(isinstance(k, str) for k in data):
         return _canonical(data)
     return b"{" + b",".join(_canonical(key) + b":" + (cache.claims_json(claims) if key == "claims" else _canonical(data[key]))
                             for key in sorted(data)) + b"}"
 
 
-def encode_checkpoint(data: dict[str, Any], cache: CompletedEntryCache | None = None) -> bytes:
+def encode_checkpoint(data: Mapping[str, Any], cache: CompletedEntryCache | None = None) -> bytes:
     """The same bytes as `json.dumps(doc, sort_keys=True, separators=(",", ":"))` of
     {apiVersion, checksum, data, kind}, with `data` serialized once instead of twice (and its
     unchanged completed entries not at all, given a cache)."""
@@ -253,5 +239,5 @@ def write_checkpoint_bytes(path: str, raw: bytes, *, fsync: bool = True) -> None
     write_atomic(path, raw, mode=CHECKPOINT_MODE, label="checkpoint", fsync=fsync)
 
 
-def save_checkpoint(path: str, data: dict[str, Any], *, fsync: bool = True) -> None:
+def save_checkpoint(path: str, data: Mapping[str, Any], *, fsync: bool = True) -> None:
     write_checkpoint_bytes(path, encode_checkpoint(data), fsync=fsync)

@@ -178,8 +178,9 @@ def to_plain_dict(api: Any, obj: Any) -> dict[str, Any]:
     if isinstance(obj, dict):
         return obj
     client = getattr(api, "api_client", None)
-    if client is not None:
-        return client.sanitize_for_serialization(obj)
-    from kubernetes.client import ApiClient
+    if client is None:
+        from kubernetes.client import ApiClient
 
-    return ApiClient().sanitize_for_serialization(obj)
+        client = ApiClient()
+    plain: dict[str, Any] = client.sanitize_for_serialization(obj)  # the client's JSON form of a model object
+    return plain

@@ -7,16 +7,17 @@ rolling-update lock under which a second driver pod's writes are picked up first
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from gpudra.copying import copy_object
+from .checkpoint import (CHECKPOINT_VERSION, JOINS_KEY, MAX_CHECKPOINT_BYTES, Checkpoint, CompletedEntryCache,
+                         encode_checkpoint, read_checkpoint, read_regular_file, write_checkpoint_bytes)
+from .prepared import ClaimEntry
 
-from .checkpoint import (MAX_CHECKPOINT_BYTES, CompletedEntryCache, empty_checkpoint, encode_checkpoint, load_checkpoint,
-                         read_regular_file,
-                         write_checkpoint_bytes)
+log = logging.getLogger("gpudra.driver")
 
 
 class CheckpointJournal:
@@ -27,8 +28,10 @@ class CheckpointJournal:
         # Rolling updates: two driver pods serve the kubelet at once. Each prepare/unprepare (and start-up) then
         # runs under this file lock and first rereads the checkpoint the other pod may have written.
         self.serialize_lock = serialize_lock
-        self.lock = threading.RLock()  # guards `data` and `entry_cache`
-        self.data: dict[str, Any] = empty_checkpoint(boot_id)
+        self.lock = threading.RLock()  # guards `claims`, `domain_joins` and `entry_cache`
+        # The checkpoint in memory: frozen entries, replaced (never edited) under `lock`.
+        self.claims: dict[str, ClaimEntry] = {}
+        self.domain_joins: dict[str, str] = {}  # compute-domain plugin: claim UID -> the domain it joined
         self.entry_cache = CompletedEntryCache()
         self._disk_raw: bytes | None = None  # the checkpoint bytes this process last wrote or read
         # group commit: concurrent claims share checkpoint writes (each write is fsync + rename)
@@ -37,14 +40,23 @@ class CheckpointJournal:
         self._saving = False
         self._save_cond = threading.Condition()
 
-    def replace(self, data: dict[str, Any]) -> None:
-        """Start over from `data` (start-up, or what another driver pod wrote). Hold `lock`."""
-        self.data = data
+    def replace(self, checkpoint: Checkpoint | None) -> None:
+        """Start over from `checkpoint` (start-up, or what another driver pod wrote); None: empty. Its unusable
+        entries are the caller's to quarantine. Hold `lock`."""
+        self.claims = dict(checkpoint.claims) if checkpoint is not None else {}
+        self.domain_joins = dict(checkpoint.domain_joins) if checkpoint is not None else {}
         self.entry_cache = CompletedEntryCache()
+
+    def _data(self) -> dict[str, Any]:
+        """The data to encode, its claims as records (the encoder caches completed ones). Hold `lock`."""
+        data: dict[str, Any] = {"version": CHECKPOINT_VERSION, "nodeBootID": self.boot_id, "claims": self.claims}
+        if self.domain_joins:
+            data[JOINS_KEY] = self.domain_joins
+        return data
 
     def save_now(self) -> None:
         """Write now (start-up only, when nothing runs concurrently)."""
-        raw = encode_checkpoint(self.data)
+        raw = encode_checkpoint(self._data())
         write_checkpoint_bytes(self.path, raw, fsync=self.fsync)
         self._disk_raw = raw
 
@@ -67,9 +79,12 @@ class CheckpointJournal:
         raw = read_regular_file(self.path, MAX_CHECKPOINT_BYTES)  # CheckpointError for a planted FIFO or link
         if raw == self._disk_raw or raw is None:
             return
-        loaded = load_checkpoint(self.path)
+        loaded = read_checkpoint(self.path)  # written by the other pod, whose start-up quarantined bad entries
+        if loaded is not None and loaded.unusable:
+            log.error("checkpoint %s written by the other driver pod has %d unusable entries: ignored until the next "
+                      "start-up quarantines them", self.path, len(loaded.unusable))
         with self.lock:
-            self.replace(loaded or empty_checkpoint(self.boot_id))
+            self.replace(loaded)
             self._disk_raw = raw
 
     def changed(self) -> int:
@@ -91,7 +106,7 @@ class CheckpointJournal:
         written = None
         try:
             with self.lock:
-                raw = encode_checkpoint(self.data, self.entry_cache)
+                raw = encode_checkpoint(self._data(), self.entry_cache)
                 target = self._version
             write_checkpoint_bytes(self.path, raw, fsync=self.fsync)
             self._disk_raw = raw
@@ -103,6 +118,11 @@ class CheckpointJournal:
                     self._saved_version = max(self._saved_version, written)
                 self._save_cond.notify_all()
 
-    def snapshot(self) -> dict[str, Any]:
+    def checkpoint(self) -> Checkpoint:
+        """The checkpoint as it stands (its records are frozen: a copy of the maps is a snapshot)."""
         with self.lock:
-            return copy_object(self.data)
+            return Checkpoint(node_boot_id=self.boot_id, claims=dict(self.claims), domain_joins=dict(self.domain_joins))
+
+    def snapshot(self) -> dict[str, Any]:
+        """The checkpoint's data as JSON, as the file holds it."""
+        return self.checkpoint().to_json()

@@ -112,6 +112,10 @@ class DriverPaths:
     def checkpoint(self) -> str:
         return os.path.join(self.plugin_dir, "checkpoint.json")
 
+    def newer_checkpoint(self, version: int) -> str:
+        """Where start-up keeps a checkpoint of a newer format, byte for byte, before starting a fresh one."""
+        return os.path.join(self.plugin_dir, f"checkpoint-version-{version}.json")
+
     @property
     def quarantine(self) -> str:
         """Checkpoint entries set aside for the operator (see quarantine.py)."""

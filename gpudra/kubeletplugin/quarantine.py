@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from gpudra.atomicfile import write_atomic
 
-from .checkpoint import API_VERSION, CHECKPOINT_MODE, CheckpointError, read_regular_file, reserved_records
+from .checkpoint import API_VERSION, CHECKPOINT_MODE, CheckpointError, read_regular_file
+from .prepared import ReservedDevice, reserved_devices
 
 log = logging.getLogger("gpudra.driver")
 
@@ -25,8 +27,32 @@ KIND = "DriverQuarantine"
 MAX_QUARANTINE_BYTES = 16 << 20
 
 
-def load_quarantine(path: str) -> list[dict[str, Any]]:
-    """The quarantined entries ({uid, reason, entry, reserved, nodeBootID}); [] without a file."""
+@dataclass(frozen=True)
+class QuarantinedEntry:
+    """One entry set aside: the operator's file holds it as it was in the checkpoint, with the reason."""
+
+    uid: Any  # as the file says: an operator may have edited it
+    reason: Any
+    entry: Any  # the checkpoint entry as it was (it could not be read as a record)
+    node_boot_id: Any
+    reserved: tuple[ReservedDevice, ...]  # recomputed from `entry` at each read
+
+    def reserves_now(self, boot_id: str) -> bool:
+        """Whether its devices are still reserved: only entries of this boot (or of an unknown one) hold any."""
+        return self.node_boot_id in (None, "", boot_id)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"uid": self.uid, "reason": self.reason, "entry": self.entry,
+                "reserved": [r.to_json() for r in self.reserved], "nodeBootID": self.node_boot_id}
+
+    @classmethod
+    def from_json(cls, item: dict[str, Any]) -> QuarantinedEntry:
+        return cls(uid=item.get("uid"), reason=item.get("reason"), entry=item.get("entry"),
+                   node_boot_id=item.get("nodeBootID"), reserved=reserved_devices(item.get("entry")))
+
+
+def load_quarantine(path: str) -> list[QuarantinedEntry]:
+    """The quarantined entries; [] without a file."""
     raw = read_regular_file(path, MAX_QUARANTINE_BYTES, what="quarantine file")
     if raw is None:
         return []
@@ -37,23 +63,22 @@ def load_quarantine(path: str) -> list[dict[str, Any]]:
     entries = doc.get("entries") if isinstance(doc, dict) and doc.get("kind") == KIND else None
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise CheckpointError(f"quarantine file {path} is not a {API_VERSION} {KIND}: fix or remove it")
-    for item in entries:  # an operator may have edited it: recompute what stays reserved
-        item["reserved"] = reserved_records(item.get("entry"))
-    return entries
+    # an operator may have edited it: what stays reserved is recomputed from the entries
+    return [QuarantinedEntry.from_json(item) for item in entries]
 
 
-def save_quarantine(path: str, entries: list[dict[str, Any]], *, fsync: bool = True) -> None:
-    doc = {"apiVersion": API_VERSION, "kind": KIND, "entries": entries}
+def save_quarantine(path: str, entries: list[QuarantinedEntry], *, fsync: bool = True) -> None:
+    doc = {"apiVersion": API_VERSION, "kind": KIND, "entries": [e.to_json() for e in entries]}
     write_atomic(path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), mode=CHECKPOINT_MODE,
                  label="quarantine", fsync=fsync)
 
 
-def quarantine_entry(entries: list[dict[str, Any]], uid: str, entry: Any, reason: str, boot_id: str) -> None:
+def quarantine_entry(entries: list[QuarantinedEntry], uid: str, entry: Any, reason: str, boot_id: str) -> None:
     """Add one bad entry (once: start-up may be interrupted between writing this file and the checkpoint)."""
-    if any(item.get("uid") == uid and item.get("entry") == entry for item in entries):
+    if any(item.uid == uid and item.entry == entry for item in entries):
         return
-    reserved = reserved_records(entry)
-    entries.append({"uid": uid, "reason": reason, "entry": entry, "reserved": reserved, "nodeBootID": boot_id})
+    reserved = reserved_devices(entry)
+    entries.append(QuarantinedEntry(uid=uid, reason=reason, entry=entry, node_boot_id=boot_id, reserved=reserved))
     log.error("checkpoint entry %r quarantined: %s; %s", uid[:100], reason,
               f"{len(reserved)} devices stay reserved until the operator releases them"
               if reserved else "it names no device that can be reserved")

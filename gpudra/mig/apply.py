@@ -18,6 +18,8 @@ from typing import Any, Iterable, Mapping
 from gpudra.catalog import GpuModel, UnknownMigProfile, find_gpu_model
 from gpudra.discovery import GpuBackend, Inventory, MigError
 from gpudra.errors import GpudraError
+from gpudra.kubeletplugin.checkpoint import Checkpoint
+from gpudra.kubeletplugin.prepared import reserved_devices
 from gpudra.mig.config import DEVICE_FILTER_FORMAT, configs_in_document, validate_config
 from gpudra.mig.placement import describe_layout, find_placement
 
@@ -135,15 +137,23 @@ def plan_changes(entries: list[dict[str, Any]], inventory: Inventory) -> list[Gp
     return out
 
 
-def busy_gpus(checkpoint: Mapping[str, Any] | None) -> dict[int, list[str]]:
-    """GPU minor -> the prepared (or being prepared) claims holding devices on it, from the driver's checkpoint."""
+def busy_gpus(checkpoint: Checkpoint | None) -> dict[int, list[str]]:
+    """GPU minor -> the prepared (or being prepared) claims holding devices on it, from the driver's checkpoint.
+    Entries the driver cannot use count too, as far as they can be read: the driver keeps their devices reserved."""
     busy: dict[int, list[str]] = {}
-    for uid, entry in ((checkpoint or {}).get("claims") or {}).items():
-        for device in entry.get("devices") or []:
-            minor = device.get("gpuMinor")
-            if isinstance(minor, int):
-                busy.setdefault(minor, []).append(
-                    f"claim {entry.get('namespace')}/{entry.get('name')} ({uid}) holds {device.get('device')}")
+    if checkpoint is None:
+        return busy
+    for uid, entry in checkpoint.claims.items():
+        for device in entry.devices:
+            if device.gpu_minor is not None:
+                busy.setdefault(device.gpu_minor, []).append(
+                    f"claim {entry.namespace}/{entry.name} ({uid}) holds {device.device}")
+    for bad in checkpoint.unusable:
+        raw = bad.entry if isinstance(bad.entry, dict) else {}
+        for reserved in reserved_devices(bad.entry):
+            if reserved.gpu_minor is not None:
+                busy.setdefault(reserved.gpu_minor, []).append(
+                    f"claim {raw.get('namespace')}/{raw.get('name')} ({bad.uid}) holds {reserved.device}")
     return busy
 
 
@@ -176,7 +186,7 @@ class ApplyResult:
 
 
 def apply_config(backend: GpuBackend, document: Any, name: str,
-                 checkpoint: Mapping[str, Any] | None = None) -> ApplyResult:
+                 checkpoint: Checkpoint | None = None) -> ApplyResult:
     """Apply config `name` of `document`; `checkpoint` is the driver's (its claims block changing GPUs)."""
     changes = plan_changes(config_entries(document, name), backend.inventory())
     try:

@@ -71,9 +71,9 @@ def test_a_malformed_entry_is_quarantined_and_its_devices_stay_reserved(tmp_path
     assert report["quarantined"] == [bad_uid]
     assert set(restarted.checkpoint_snapshot()["claims"]) == {keep.uid}
     [item] = load_quarantine(env.paths.quarantine)
-    assert item["uid"] == bad_uid and item["entry"] == bad_entry and item["reason"]
+    assert item.uid == bad_uid and item.entry == bad_entry and item.reason
     other = env.claim("other", ["gpu-3"])
-    if any(r["device"] == "gpu-3" or r["gpuMinor"] == 3 for r in item["reserved"]):
+    if any(r.device == "gpu-3" or r.gpu_minor == 3 for r in item.reserved):
         with pytest.raises(PrepareError, match="reserved by a quarantined checkpoint entry"):
             restarted.prepare(other)
     else:  # nothing readable names a device: nothing can be reserved (the reason says so in the log)
@@ -188,4 +188,4 @@ def test_after_a_reboot_quarantined_entries_reserve_nothing(tmp_path):
     rebooted = env.new_state(boot_id="boot-2")
     rebooted.reconcile()
     rebooted.prepare(other)  # the file stays for the record, but nothing of an earlier boot is in use
-    assert load_quarantine(env.paths.quarantine)[0]["uid"] == "../x"
+    assert load_quarantine(env.paths.quarantine)[0].uid == "../x"

@@ -38,6 +38,7 @@ from gpudra.kubeletplugin.kubelet_client import KubeletClient
 from tests.support.builders import allocated_claim
 from gpudra.kubeletplugin.paths import DriverPaths
 from gpudra.gpuplugin.state import _conflicts
+from gpudra.kubeletplugin.prepared import PreparedDevice
 
 NODE = "crash-node"
 PROFILE = "dgx-h100"
@@ -152,7 +153,7 @@ def _check_agreement(root: str, claims: dict, believed: dict) -> None:
     for i, (uid_a, a) in enumerate(records):
         for uid_b, b in records[i + 1:]:
             if uid_a != uid_b:
-                assert not _conflicts(a, b), f"{a['device']} ({uid_a}) conflicts with {b['device']} ({uid_b})"
+                assert not _conflicts(PreparedDevice.from_json(a), PreparedDevice.from_json(b)), f"{a['device']} ({uid_a}) conflicts with {b['device']} ({uid_b})"
     # nothing the kubelet was told is lost, nothing it released lingers
     for uid, state in believed.items():
         if state == "prepared":

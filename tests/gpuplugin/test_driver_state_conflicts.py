@@ -8,17 +8,21 @@ for a full GPU.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpudra.gpuplugin.state import _conflicts
+from gpudra.kubeletplugin.prepared import ReservedDevice
 
 
-def _mig(minor: int, start: int, size: int, name: str = "") -> dict:
-    return {"device": name or f"gpu-{minor}-mig-{start}-{size}", "gpuMinor": minor, "slices": [start, start + size]}
+def _mig(minor: int, start: int, size: int, name: str = "") -> ReservedDevice:
+    return ReservedDevice(device=name or f"gpu-{minor}-mig-{start}-{size}", gpu_minor=minor,
+                          slices=(start, start + size), mig=None)
 
 
-def _gpu(minor: int) -> dict:
-    return {"device": f"gpu-{minor}", "gpuMinor": minor, "slices": None}
+def _gpu(minor: int) -> ReservedDevice:
+    return ReservedDevice(device=f"gpu-{minor}", gpu_minor=minor, slices=None, mig=None)
 
 
 @pytest.mark.parametrize("a, b, collide", [
@@ -43,7 +47,7 @@ def test_two_devices_collide_exactly_when_their_memory_slices_overlap(a, b, coll
 
 def test_the_same_device_collides_unless_shared_by_admin_access_or_share_ids():
     gpu = _gpu(0)
-    assert _conflicts(gpu, dict(gpu))
-    assert not _conflicts({**gpu, "adminAccess": True}, gpu)
-    assert not _conflicts({**gpu, "shareID": "a"}, {**gpu, "shareID": "b"})  # consumable capacity
-    assert _conflicts({**gpu, "shareID": "a"}, {**gpu, "shareID": "a"})
+    assert _conflicts(gpu, replace(gpu))
+    assert not _conflicts(replace(gpu, admin_access=True), gpu)
+    assert not _conflicts(replace(gpu, share_id="a"), replace(gpu, share_id="b"))  # consumable capacity
+    assert _conflicts(replace(gpu, share_id="a"), replace(gpu, share_id="a"))

@@ -22,6 +22,7 @@ from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
 from gpudra.gpuplugin.sharing import (NvidiaSmiSharing, SharingError, mps_daemon_id, multi_user_problem,
                                       pinned_limits, read_sharing_log)
 from gpudra.kubeletplugin.kubelet_client import KubeletClient
+from gpudra.kubeletplugin.prepared import SharingRecord
 from tests.support.builders import allocated_claim
 
 MIB_1G, MIB_2G = 1024, 2048
@@ -45,9 +46,8 @@ NORMALIZE = [
 
 @pytest.mark.parametrize("name, uuids, default, per_device, expected", NORMALIZE, ids=[r[0] for r in NORMALIZE])
 def test_pinned_limits_normalize_as_nvidia(name, uuids, default, per_device, expected):
-    sharing = {"strategy": "MPS", "mpsPerDevicePinnedMemoryMiB": per_device}
-    if default is not None:
-        sharing["mpsPinnedMemoryLimitMiB"] = default
+    sharing = SharingRecord(strategy="MPS", mps_pinned_memory_limit_mib=default,
+                            mps_per_device_pinned_memory_mib=tuple(per_device.items()))
     if isinstance(expected, str):
         with pytest.raises(SharingError) as err:
             pinned_limits(sharing, uuids)
@@ -60,7 +60,8 @@ def test_unit_conversion_m_to_m_is_nvidias():
     """NVIDIA's row "unit conversion M to M": 10M is 9 MiB once whole MiB are counted (9M)."""
     config = decode_config({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": {
         "strategy": "MPS", "mpsConfig": {"defaultPinnedDeviceMemoryLimit": "10M"}}}, "config")
-    assert pinned_limits(config.sharing.to_dict(), ["UUID0"]) == {"UUID0": 9}
+    sharing = SharingRecord.from_json(config.sharing.to_dict(), "gpu-0")  # as prepare records it
+    assert pinned_limits(sharing, ["UUID0"]) == {"UUID0": 9}
 
 
 # TestEnsureCapability's GPUs and cases

@@ -106,7 +106,7 @@ def test_apply_refuses_while_claims_hold_a_gpu_that_would_change(node):
     assert _layout(paths) == [[]] * 8  # nothing was touched, not even the free GPUs
     document = {"version": "v1", "mig-configs": {"others": [
         {"devices": [0, 1], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]}}
-    assert len(apply_config(_sim(paths), document, "others", json.loads(json.dumps(_checkpoint(paths)))).changed) == 2
+    assert len(apply_config(_sim(paths), document, "others", _checkpoint(paths)).changed) == 2
 
 
 def test_apply_reads_the_checkpoint_where_the_driver_keeps_it(node):
@@ -131,10 +131,10 @@ def test_apply_reads_the_checkpoint_where_the_driver_keeps_it(node):
     assert os.path.exists(paths.republish_request) and not os.path.exists(default.republish_request)
 
 
-def _checkpoint(paths: DriverPaths) -> dict:
-    from gpudra.kubeletplugin.checkpoint import load_checkpoint
+def _checkpoint(paths: DriverPaths):
+    from gpudra.kubeletplugin.checkpoint import read_checkpoint
 
-    return load_checkpoint(paths.checkpoint)
+    return read_checkpoint(paths.checkpoint)
 
 
 @pytest.mark.parametrize("name, message", [
