@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 # utilrand.String's alphabet: no vowels (no accidental words) and no confusable characters.
@@ -153,3 +154,15 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 
 def is_terminal(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+
+def parse_time(text: Any) -> datetime | None:
+    """A metav1.Time as the API server writes it (RFC 3339, `2026-01-02T03:04:05Z`, fractions allowed); None if
+    absent or not one. A time without a zone is read as UTC."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)

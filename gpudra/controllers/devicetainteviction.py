@@ -34,6 +34,7 @@ from gpudra.allocator.claims import tolerates
 from gpudra.allocator.taintrules import apply_device_taint_rules
 from gpudra.api.objectmeta import key_of
 from gpudra.versions import gate_state
+from gpudra.api.objectmeta import parse_time
 
 NO_EXECUTE = "NoExecute"
 CONDITION_TYPE = "DisruptionTarget"
@@ -81,17 +82,6 @@ def taint_rules_enabled(features: Any, version: str) -> bool:
     """DeviceTaintRules count when their gate is on: DRADeviceTaintRules from 1.35, DRADeviceTaints in 1.34."""
     gate = "DRADeviceTaintRules" if gate_state("DRADeviceTaintRules", version).stage else "DRADeviceTaints"
     return _gate_on(gate, features, version)
-
-
-def parse_time(text: Any) -> datetime | None:
-    """An RFC 3339 timestamp as the API server writes it (`2026-01-02T03:04:05Z`, fractions allowed)."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 def _pool_of(slice_obj: dict[str, Any]) -> tuple[str, str, int]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
+from gpudra.device_config import Sharing
+
 from .claimpaths import identity_problems
 
 PREPARE_STARTED = "PrepareStarted"
@@ -114,18 +116,12 @@ class SharingRecord:
         return self.strategy == "TimeSlicing"
 
     def to_json(self) -> dict[str, JSON]:
-        out: dict[str, JSON] = {"strategy": self.strategy}
-        if self.time_slice_interval is not None:
-            out["timeSliceInterval"] = self.time_slice_interval
-        if self.mps_active_thread_percentage is not None:
-            out["mpsActiveThreadPercentage"] = self.mps_active_thread_percentage
-        if self.mps_pinned_memory_limit_mib is not None:
-            out["mpsPinnedMemoryLimitMiB"] = self.mps_pinned_memory_limit_mib
-        if self.mps_per_device_pinned_memory_mib:
-            out["mpsPerDevicePinnedMemoryMiB"] = dict(self.mps_per_device_pinned_memory_mib)
-        if self.mps_multi_user is not None:
-            out["mpsMultiUser"] = self.mps_multi_user
-        return out
+        """The checkpoint's form: the opaque config's own JSON (`device_config.Sharing`, one copy of the names)."""
+        spec = Sharing(self.strategy, self.time_slice_interval, self.mps_active_thread_percentage,
+                       self.mps_pinned_memory_limit_mib, dict(self.mps_per_device_pinned_memory_mib),
+                       self.mps_multi_user)
+        json_form: dict[str, JSON] = spec.to_dict()
+        return json_form
 
     def normalized(self) -> SharingRecord:
         """As NVIDIA's Normalize leaves a config: TimeSlicing without an interval means the Default interval

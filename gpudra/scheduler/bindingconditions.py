@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from gpudra.api.objectmeta import parse_time
 
 BINDING_TIMEOUT_S = 600.0  # DynamicResourcesBindingTimeoutDefault (1.35+), BindingTimeoutDefaultSeconds (1.34)
 MIN_BINDING_TIMEOUT_S = 1.0  # ValidateDynamicResourcesArgs: "must be at least 1 second"
@@ -80,17 +81,6 @@ def _minor(version: str) -> int:
 def _go_quote(text: str) -> str:
     """Go's %q for the printable ASCII and common escapes a condition message holds (json.dumps agrees there)."""
     return json.dumps(text, ensure_ascii=False)
-
-
-def parse_time(text: Any) -> datetime | None:
-    """An RFC 3339 metav1.Time as the API server writes it ('2026-01-02T03:04:05Z'); None if absent or not one."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
 
 
 def format_time(moment: datetime) -> str:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Iterable
 
 from gpudra.allocator.nodematch import requirement_matches
@@ -45,6 +44,7 @@ from gpudra.api.objectmeta import is_terminal, name_of, namespace_of
 
 from . import framework as fw
 from .state import ClusterState, claim_allocation, reserved_for
+from gpudra.api.objectmeta import parse_time
 
 MIN_CANDIDATE_NODES_PERCENTAGE = 10  # DefaultPreemptionArgs defaults (pkg/scheduler/apis/config/v1/defaults.go)
 MIN_CANDIDATE_NODES_ABSOLUTE = 100
@@ -80,13 +80,8 @@ class Candidate:
 
 
 def _start_time(pod: dict[str, Any]) -> float:
-    text = (pod.get("status") or {}).get("startTime")
-    if not isinstance(text, str) or not text:
-        return math.inf
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return math.inf
+    started = parse_time((pod.get("status") or {}).get("startTime"))
+    return math.inf if started is None else started.timestamp()
 
 
 def victim_of(cluster: ClusterState, key: str) -> Victim:

@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 
 import pytest
 import yaml
 
 from support.realkube import BUILD_TIMEOUT_S, built, gpudra, short_dir
+from support.realkube import Kubectl, cluster_state  # noqa: F401
 
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S)
 
@@ -63,8 +63,6 @@ SCENARIO = [
 ]
 
 
-
-
 def objects(name: str, requests: list, constraints: list) -> list[dict]:
     if name == EXTENDED:
         return [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
@@ -81,20 +79,6 @@ def objects(name: str, requests: list, constraints: list) -> list[dict]:
                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
                                "resources": {"claims": [{"name": "c"}]}}]}}
     return [template, pod]
-
-
-class Kubectl:
-    def __init__(self, binary: str, kubeconfig: str):
-        self.binary, self.kubeconfig = binary, kubeconfig
-
-    def __call__(self, *args: str, stdin: str | None = None) -> str:
-        result = subprocess.run([self.binary, "--kubeconfig", self.kubeconfig, *args], capture_output=True,
-                                text=True, input=stdin, timeout=120)
-        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-        return result.stdout
-
-    def json(self, *args: str) -> dict:
-        return json.loads(self(*args, "-o", "json"))
 
 
 def results_of(claim: dict) -> list[tuple]:
@@ -119,15 +103,6 @@ def claim_of(pod: dict) -> str | None:
     status = pod.get("status", {})
     extended = (status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
     return extended or next((s["resourceClaimName"] for s in status.get("resourceClaimStatuses", [])), None)
-
-
-def cluster_state(kubectl: Kubectl) -> list[dict]:
-    items = []
-    for kind in ("nodes", "deviceclasses", "resourceslices", "resourceclaimtemplates", "resourceclaims", "pods"):
-        for obj in kubectl.json("get", kind, "-A")["items"]:
-            obj["metadata"].pop("managedFields", None)
-            items.append(obj)
-    return items
 
 
 def offline(state: list[dict], pod_name: str, pin: str | None, tmp: str,

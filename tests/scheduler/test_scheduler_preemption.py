@@ -369,7 +369,7 @@ def test_victims_as_the_real_kube_scheduler():
     the node it nominated; gpudra, given the state before, names the same victim and node."""
     binary = built()
     directory = short_dir("pe")
-    from test_kube_scheduling import Kubectl, cluster_state  # one copy of the real cluster's reader
+    from support.realkube import Kubectl, cluster_state  # one copy of the real cluster's reader
 
     def wait(what: str, check: Any, timeout: float = 90) -> Any:
         deadline = time.monotonic() + timeout

@@ -6,6 +6,8 @@ GPUDRA_REQUIRE_REAL_KUBERNETES=1 on a machine that has Go, so there a missing bu
 
 from __future__ import annotations
 
+import json
+
 import os
 import shutil
 import subprocess
@@ -128,3 +130,26 @@ class _RealClaims:
         created["status"] = claim.get("status") or {}
         written = self.rest.call("PUT", f"{path}/{name}/status", created)
         claim["metadata"]["uid"] = written["metadata"]["uid"]
+
+
+class Kubectl:
+    def __init__(self, binary: str, kubeconfig: str):
+        self.binary, self.kubeconfig = binary, kubeconfig
+
+    def __call__(self, *args: str, stdin: str | None = None) -> str:
+        result = subprocess.run([self.binary, "--kubeconfig", self.kubeconfig, *args], capture_output=True,
+                                text=True, input=stdin, timeout=120)
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+        return result.stdout
+
+    def json(self, *args: str) -> dict:
+        return json.loads(self(*args, "-o", "json"))
+
+
+def cluster_state(kubectl: Kubectl) -> list[dict]:
+    items = []
+    for kind in ("nodes", "deviceclasses", "resourceslices", "resourceclaimtemplates", "resourceclaims", "pods"):
+        for obj in kubectl.json("get", kind, "-A")["items"]:
+            obj["metadata"].pop("managedFields", None)
+            items.append(obj)
+    return items
