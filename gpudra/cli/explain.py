@@ -14,7 +14,7 @@ from gpudra.cli.options import (cluster_options, features_option, filename_optio
                                 namespace_option, no_validate_option, node_option)
 from gpudra.cli.output import output_option
 from gpudra.cli.progress import progress
-from gpudra.scheduler.scoring import POLICIES
+from gpudra.scheduler.policies import POLICIES
 
 
 def _target(args: tuple[str, ...]) -> str:
