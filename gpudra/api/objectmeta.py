@@ -109,7 +109,8 @@ def ensure_uid_of(obj: dict[str, Any]) -> str:
     meta = metadata(obj)
     if not meta.get("uid"):
         meta["uid"] = stable_uid(obj.get("kind", ""), namespace_of(obj), name_of(obj))
-    return meta["uid"]
+    uid: str = meta["uid"]
+    return uid
 
 
 # ----- ownership: controllers and the scheduler alike create objects owned by others ------------------------------

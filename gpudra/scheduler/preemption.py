@@ -120,7 +120,7 @@ def _terminating_by_preemption(pod: dict[str, Any]) -> bool:
         return False
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == DISRUPTION_TARGET:
-            return condition.get("status") == "True" and condition.get("reason") == PREEMPTION_BY_SCHEDULER
+            return bool(condition.get("status") == "True" and condition.get("reason") == PREEMPTION_BY_SCHEDULER)
     return False
 
 
