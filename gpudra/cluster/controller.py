@@ -272,7 +272,7 @@ class ControlLoop:
                 cluster.deallocate_claim(claim)
                 del cluster.claims[key]
 
-    def _persist_claims(self, cluster: ManagedCluster, before: dict[str, str], skip_owners: set | None = None) -> bool:
+    def _persist_claims(self, cluster: ManagedCluster, before: dict[str, str], skip_owners: set[str] | None = None) -> bool:
         changed = False
         for key, claim in cluster.claims.items():
             owners = {r.get("uid") for r in (claim.get("metadata") or {}).get("ownerReferences") or []}

@@ -40,7 +40,8 @@ class StoreSliceClient:
         node = self.store.get("Node", None, node_name)
         if node is None:
             raise StoreError(f'nodes "{node_name}" not found', 404)
-        return node["metadata"].get("uid")
+        uid: str | None = node["metadata"].get("uid")  # the store checked it is a Kubernetes uid
+        return uid
 
 
 class StoreClaimSource:

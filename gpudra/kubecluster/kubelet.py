@@ -98,7 +98,7 @@ class NodeStandIn:
 
     # ----- nodes --------------------------------------------------------------------------------
     def node_status(self, spec: NodeSpec) -> dict[str, Any]:
-        status = node_object(spec, self.config.kubernetes_version)["status"]
+        status: dict[str, Any] = node_object(spec, self.config.kubernetes_version)["status"]
         stamp = now()
         for condition in status["conditions"]:
             condition.update(lastHeartbeatTime=stamp, lastTransitionTime=condition.get("lastTransitionTime", stamp))
