@@ -12,9 +12,12 @@ import html
 import http.server
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .layout import ClusterDir
+
+if TYPE_CHECKING:
+    from .kubelet import PodRecord  # the page imports the kubelet (and gRPC) only when it is drawn
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1d2430;background:#f6f7f9}
@@ -52,7 +55,7 @@ Holders = dict[tuple[str, str], Holder]  # by (pool, device)
 @dataclass(frozen=True)
 class _PageData:
     holders: Holders
-    records: list[dict[str, Any]]  # the kubelet stand-in's records of started pods
+    records: list[PodRecord]  # the kubelet stand-in's records of started pods
     nodes: list[dict[str, Any]]
     slices: list[dict[str, Any]]
     pods: list[dict[str, Any]]
