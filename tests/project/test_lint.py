@@ -1,7 +1,7 @@
 """ruff and mypy, configured in pyproject.toml, run with the suite (and so in CI): both are in the test extra.
 
-mypy checks the core's pure packages and the CLI spine strictly and every other module for the errors it reports
-by default; no module is exempt."""
+mypy checks the core's pure packages, the cluster, discovery, MIG and CDI packages and the CLI spine strictly and
+every other module for the errors it reports by default; no module is exempt."""
 
 from __future__ import annotations
 
