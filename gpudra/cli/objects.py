@@ -83,7 +83,7 @@ def _reconcile(cluster, verbose: bool) -> None:
 
 
 def _kind(word: str):
-    from gpudra.cluster.store import resolve_kind
+    from gpudra.cluster.kinds import resolve_kind
 
     info = resolve_kind(word)
     if info is None:
@@ -122,7 +122,7 @@ def _namespace(namespace: str | None) -> str | None:
 def _identity_problem(doc, namespace: str | None) -> tuple[Any, str | None, str] | str:
     """(kind, namespace, name) of the document, checked as the store will (known kind, its apiVersion, the kind's
     name rule, a DNS-label namespace), or why the store refuses it."""
-    from gpudra.cluster.store import StoreError, check_api_version, check_identity, kind_info
+    from gpudra.cluster.kinds import StoreError, check_api_version, check_identity, kind_info
 
     try:
         info = kind_info(doc.obj.get("kind") if isinstance(doc.obj, dict) else None)
@@ -183,7 +183,8 @@ def apply_command(paths: tuple[str, ...], directory: str | None, namespace: str 
                   output: str | None) -> None:
     """Create or update objects in the local cluster, then let the control loop act on them."""
     from gpudra.cluster.apply import apply_document
-    from gpudra.cluster.store import StoreError, kind_info, public_view
+    from gpudra.cluster.kinds import StoreError, kind_info
+    from gpudra.cluster.store import public_view
 
     cluster = _cluster(directory)
     _on_the_real_control_plane(cluster, "apply", *_flags("-f", paths), *_flags("-n", namespace),
@@ -291,7 +292,7 @@ def get_command(resources: tuple[str, ...], directory: str | None, namespace: st
 
 
 def kind_info_of(obj: dict[str, Any]):
-    from gpudra.cluster.store import kind_info
+    from gpudra.cluster.kinds import kind_info
 
     return kind_info(str(obj.get("kind", "")))
 

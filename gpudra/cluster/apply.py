@@ -16,7 +16,8 @@ from typing import Any
 from gpudra.api.load import Document
 from gpudra.api.schema import computedomain
 
-from .store import LAST_APPLIED, PRIVATE_ANNOTATIONS, Store, StoreError, kind_info, stored_form
+from .kinds import kind_info
+from .store import LAST_APPLIED, PRIVATE_ANNOTATIONS, Store, StoreError, stored_form
 
 _NOT_CONFIGURATION = ("apiVersion", "kind", "metadata", "status")
 # k8s.io/kubernetes pkg/apis/core/validation ValidatePodSpecUpdate's message, as kubectl prints it

@@ -37,8 +37,8 @@ from gpudra.controllers.deployments import current_replica_set
 from gpudra.controllers import devicetainteviction
 
 from .deployments import reconcile_deployments
-from .kubelet import (Kubelet, allocated_resources_status, extended_claim_name, resource_health_enabled,
-                      running_status, waiting_status, with_resource_health)
+from .kubelet import (Kubelet, PodRecord, allocated_resources_status, extended_claim_name, prepared_claims,
+                      resource_health_enabled, running_status, waiting_status, with_resource_health)
 from .layout import ClusterDir
 from .store import StoreError, created_serial, open_private
 
@@ -248,7 +248,7 @@ class ControlLoop:
             node = (pod.get("spec") or {}).get("nodeName")
             if node in self.nodes and not pod["metadata"].get("deletionTimestamp"):
                 record = self.kubelet.record(node, pod)
-                for claim in (record or {}).get("claims", []):
+                for claim in prepared_claims(record):
                     started_claims.setdefault(node, set()).add(claim["uid"])
         for pod in pods:
             if not pod["metadata"].get("deletionTimestamp"):
@@ -287,7 +287,7 @@ class ControlLoop:
                 cluster.deallocate_claim(claim)
                 del cluster.claims[key]
 
-    def _persist_claims(self, cluster: ManagedCluster, before: dict[str, str], skip_owners: set | None = None) -> bool:
+    def _persist_claims(self, cluster: ManagedCluster, before: dict[str, str], skip_owners: set[str] | None = None) -> bool:
         changed = False
         for key, claim in cluster.claims.items():
             owners = {r.get("uid") for r in (claim.get("metadata") or {}).get("ownerReferences") or []}
@@ -436,7 +436,7 @@ class ControlLoop:
                 out.append(claim)
         return out, names
 
-    def _prepared_steps(self, record: dict[str, Any]) -> None:
+    def _prepared_steps(self, record: PodRecord) -> None:
         for claim in record["claims"]:
             ids = [i for d in claim["devices"] for i in d["cdiDeviceIDs"]]
             self.step("prepared", f"claim {claim['namespace']}/{claim['name']} prepared on {record['node']}: "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NotRequired, TypedDict, cast
 
 import grpc
 
@@ -27,12 +27,54 @@ from gpudra.scheduler.resources import container_requests
 from .layout import ClusterDir
 from .store import FILE_MODE, now_rfc3339, private_dirs
 
+if TYPE_CHECKING:
+    from gpudra.allocator.features import Features
+
 COMPONENT = "kubelet"
 MAX_RECORD_BYTES = 16 << 20  # a pod's record: its claims' CDI edits and each container's view, far below this
 # the pod API's ResourceHealthStatus values (k8s.io/api core/v1 types.go: ResourceHealthStatusHealthy, …)
 HEALTHY, UNHEALTHY, UNKNOWN = "Healthy", "Unhealthy", "Unknown"
 HEALTH_GATE = "ResourceHealthStatus"
 Emit = Callable[[dict[str, Any], str, str, str, str], None]  # (object, type, reason, message, component)
+
+
+# A started pod's record, one JSON file per pod in the node's kubelet directory: what it is stands in for the
+# kubelet's own state (its claim-info cache and the containers' CDI edits). Readers use .get() for the fields
+# records written before them lack.
+class PreparedDevice(TypedDict):
+    """One device NodePrepareResources returned for a claim."""
+    driver: NotRequired[str]  # absent before drivers were recorded: the claim's only driver
+    requestNames: list[str]
+    pool: str
+    device: str
+    cdiDeviceIDs: list[str]
+
+
+class PreparedClaim(TypedDict):
+    namespace: str
+    name: str
+    uid: str
+    devices: list[PreparedDevice]
+    drivers: NotRequired[list[str]]  # the drivers that prepared it (absent in older records: the cluster's driver)
+
+
+class ContainerView(TypedDict):
+    """What a started container sees once its CDI devices are applied to the OCI spec."""
+    name: str
+    cdiDevices: list[str]
+    deviceNodes: list[str]
+    env: list[str]
+    mounts: list[str]
+    oci: dict[str, Any]  # the OCI runtime spec (JSON)
+
+
+class PodRecord(TypedDict):
+    pod: str  # namespace/name
+    uid: str
+    node: str
+    startedAt: str
+    claims: list[PreparedClaim]
+    containers: list[ContainerView]
 
 
 class Kubelet:
@@ -46,10 +88,10 @@ class Kubelet:
     def record_path(self, node: str, pod: dict[str, Any]) -> str:
         return record_path(self.cluster, node, pod)
 
-    def record(self, node: str, pod: dict[str, Any]) -> dict[str, Any] | None:
+    def record(self, node: str, pod: dict[str, Any]) -> PodRecord | None:
         return read_record(self.cluster, node, pod)
 
-    def records(self, node: str) -> list[dict[str, Any]]:
+    def records(self, node: str) -> list[PodRecord]:
         directory = self.cluster.kubelet_dir(node)
         out = []
         for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
@@ -59,7 +101,7 @@ class Kubelet:
                     out.append(record)
         return out
 
-    def _write_record(self, node: str, pod: dict[str, Any], record: dict[str, Any]) -> None:
+    def _write_record(self, node: str, pod: dict[str, Any], record: PodRecord) -> None:
         # atomic: the record is what says "started", so it is there whole or not at all
         path = self.record_path(node, pod)
         private_dirs(os.path.dirname(path))
@@ -112,7 +154,7 @@ class Kubelet:
         names = {dra_health_v1alpha1_pb2.HEALTHY: HEALTHY, dra_health_v1alpha1_pb2.UNHEALTHY: UNHEALTHY}
         return {(d.device.pool_name, d.device.device_name): names.get(d.health, UNKNOWN) for d in reply.devices}
 
-    def record_health(self, record: dict[str, Any], seen: dict[tuple[str, str], dict[tuple[str, str], str]]
+    def record_health(self, record: PodRecord, seen: dict[tuple[str, str], dict[tuple[str, str], str]]
                       ) -> dict[tuple[str, str, str], str]:
         """(driver, pool, device) -> health for the devices of a started pod's claims, each driver's stream read
         once per `seen` (one round of the caller's)."""
@@ -137,7 +179,7 @@ class Kubelet:
         node = pod["spec"]["nodeName"]
         refs = [(c["metadata"]["namespace"], c["metadata"]["name"], c["metadata"]["uid"]) for c in claims]
         drivers = {c["metadata"]["uid"]: self._drivers(c) for c in claims}
-        prepared: dict[str, list[dict[str, Any]]] = {}
+        prepared: dict[str, list[PreparedDevice]] = {}
         if refs:
             failures = []
             for driver in sorted({d for names in drivers.values() for d in names}):
@@ -150,13 +192,14 @@ class Kubelet:
                                         f"{answer.error if answer is not None else error}")
                         continue
                     prepared.setdefault(name, []).extend(
-                        {"driver": driver, "requestNames": list(d.request_names), "pool": d.pool_name,
-                         "device": d.device_name, "cdiDeviceIDs": list(d.cdi_device_ids)} for d in answer.devices)
+                        PreparedDevice(driver=driver, requestNames=list(d.request_names), pool=d.pool_name,
+                                       device=d.device_name, cdiDeviceIDs=list(d.cdi_device_ids))
+                        for d in answer.devices)
             if failures:
                 self.emit(pod, "Warning", "FailedPrepareDynamicResources",
                           "Failed to prepare dynamic resources: " + "; ".join(failures), COMPONENT)
                 return False
-        containers = []
+        containers: list[ContainerView] = []
         paths = self.cluster.driver_paths(node, self.driver_name)
         for container in (pod.get("spec") or {}).get("containers") or []:
             ids: list[str] = []
@@ -167,22 +210,22 @@ class Kubelet:
                     if request and request not in device["requestNames"]:
                         continue
                     ids.extend(i for i in device["cdiDeviceIDs"] if i not in ids)
-            view: dict[str, Any] = {"name": container.get("name"), "cdiDevices": ids}
             try:
                 oci = apply_devices(default_oci_spec(), ids, paths.cdi_spec_dirs)
             except CdiError as exc:
                 self.emit(pod, "Warning", "Failed", f"Error: failed to inject CDI devices: {exc}", COMPONENT)
                 return False
-            view["deviceNodes"] = [d["path"] for d in (oci.get("linux") or {}).get("devices", [])]
-            view["env"] = [e for e in oci["process"]["env"] if not e.startswith("PATH=")]
-            view["mounts"] = [m["destination"] for m in oci.get("mounts", []) if m["destination"] not in ("/proc", "/dev")]
-            view["oci"] = oci
-            containers.append(view)
-        record = {"pod": f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", "uid": pod["metadata"]["uid"],
-                  "node": node, "startedAt": now_rfc3339(),
-                  "claims": [{"namespace": ns, "name": name, "uid": uid, "devices": prepared.get(name, []),
-                              "drivers": drivers[uid]} for ns, name, uid in refs],
-                  "containers": containers}
+            containers.append(ContainerView(
+                name=container.get("name"), cdiDevices=ids,
+                deviceNodes=[d["path"] for d in (oci.get("linux") or {}).get("devices", [])],
+                env=[e for e in oci["process"]["env"] if not e.startswith("PATH=")],
+                mounts=[m["destination"] for m in oci.get("mounts", []) if m["destination"] not in ("/proc", "/dev")],
+                oci=oci))
+        record = PodRecord(pod=f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", uid=pod["metadata"]["uid"],
+                           node=node, startedAt=now_rfc3339(),
+                           claims=[PreparedClaim(namespace=ns, name=name, uid=uid, devices=prepared.get(name, []),
+                                                 drivers=drivers[uid]) for ns, name, uid in refs],
+                           containers=containers)
         self._write_record(node, pod, record)
         for view in containers:
             self.emit(pod, "Normal", "Started", f"Started container {view['name']}", COMPONENT)
@@ -235,7 +278,12 @@ def extended_uses(pod: dict[str, Any], container: dict[str, Any]) -> list[tuple[
             and m.get("containerName") == container.get("name") and m.get("resourceName") in requested]
 
 
-def running_status(pod: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+def prepared_claims(record: PodRecord | None) -> list[PreparedClaim]:
+    """The claims a started pod's record says were prepared (none without a record)."""
+    return (record.get("claims") or []) if record is not None else []
+
+
+def running_status(pod: dict[str, Any], record: PodRecord) -> dict[str, Any]:
     """The pod status the kubelet reports once the containers run."""
     status = dict(pod.get("status") or {})
     started = record["startedAt"]
@@ -253,12 +301,12 @@ def running_status(pod: dict[str, Any], record: dict[str, Any]) -> dict[str, Any
     return status
 
 
-def device_driver(claim: dict[str, Any], device: dict[str, Any], default: str) -> str:
+def device_driver(claim: PreparedClaim, device: PreparedDevice, default: str) -> str:
     """The driver that prepared a recorded device (records before drivers were kept: the claim's only driver)."""
     return str(device.get("driver") or next(iter(claim.get("drivers") or []), default))
 
 
-def allocated_resources_status(pod: dict[str, Any], record: dict[str, Any],
+def allocated_resources_status(pod: dict[str, Any], record: PodRecord,
                                health: dict[tuple[str, str, str], str], default_driver: str
                                ) -> dict[str, list[dict[str, Any]]]:
     """Container name -> its `allocatedResourcesStatus` (KEP-4680), as the kubelet's DRA manager writes it
@@ -281,7 +329,7 @@ def allocated_resources_status(pod: dict[str, Any], record: dict[str, Any],
                 continue
             name = f"claim:{use.get('name')}" + (f"/{use['request']}" if use.get("request") else "")
             entries[name] = [
-                {"resourceID": (device.get("cdiDeviceIDs") or [None])[0]
+                {"resourceID": next(iter(device.get("cdiDeviceIDs") or []), None)
                  or f"{device_driver(claim, device, default_driver)}/{device.get('pool')}/{device.get('device')}",
                  "health": health.get((device_driver(claim, device, default_driver), str(device.get("pool")),
                                        str(device.get("device"))), UNKNOWN)}
@@ -306,7 +354,7 @@ def with_resource_health(status: dict[str, Any], by_container: dict[str, list[di
     return status
 
 
-def resource_health_enabled(features: Any, version: str) -> bool:
+def resource_health_enabled(features: Features | None, version: str) -> bool:
     """Whether the cluster's ResourceHealthStatus gate is on (`--features` names it, else the release's default):
     the kubelet fills allocatedResourcesStatus, and the API server keeps it, only then."""
     from gpudra.versions import gate_state
@@ -331,16 +379,17 @@ def record_path(cluster: ClusterDir, node: str, pod: dict[str, Any]) -> str:
     return uid_path(cluster.kubelet_dir(node), str((pod.get("metadata") or {}).get("uid")), suffix=".json")
 
 
-def _load_record(path: str) -> dict[str, Any] | None:
+def _load_record(path: str) -> PodRecord | None:
     try:
         raw = read_regular_file(path, MAX_RECORD_BYTES)
         record = None if raw is None else json.loads(raw)
     except (OSError, ValueError, RecursionError):  # a symlink, a FIFO, half a crash: as if the pod had not started
         return None
-    return record if isinstance(record, dict) else None
+    # the parsing edge: a JSON object in the kubelet's own directory is taken as the record it wrote
+    return cast(PodRecord, record) if isinstance(record, dict) else None
 
 
-def read_record(cluster: ClusterDir, node: str, pod: dict[str, Any]) -> dict[str, Any] | None:
+def read_record(cluster: ClusterDir, node: str, pod: dict[str, Any]) -> PodRecord | None:
     try:
         return _load_record(record_path(cluster, node, pod))
     except ClaimPathError:

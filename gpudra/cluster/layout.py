@@ -7,7 +7,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 from gpudra.api.dump import dump_yaml_data
@@ -21,6 +21,9 @@ from gpudra.regularfile import read_regular_file
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
 
 from .store import FILE_MODE, Store, private_dirs
+
+if TYPE_CHECKING:
+    from gpudra.allocator.features import Features  # imported where the gates are parsed
 
 CONFIG_FILE = "cluster.yaml"
 DEFAULT_NODES = "dgx-h100:2,hgx-a100-mig+dynamic-mig,l4-node"
@@ -70,7 +73,7 @@ class ClusterConfig:
     # the effect of the drivers' taint on a failed GPU: NVIDIA's NoSchedule, or NoExecute (its pods are evicted)
     health_taint_effect: str = "NoSchedule"
 
-    def feature_gates(self) -> Any:
+    def feature_gates(self) -> Features:
         """These gates as gpudra.allocator.Features (ValueError for a name gpudra does not know)."""
         from gpudra.allocator.features import Features
 
@@ -164,7 +167,7 @@ class ClusterDir:
         config = self._current_config()
         return None if config is None else config.kubernetes_version
 
-    def feature_gates(self) -> Any:
+    def feature_gates(self) -> Features | None:
         """The cluster's feature gates (gpudra.allocator.Features); None before `up`."""
         config = self._current_config()
         return None if config is None else config.feature_gates()

@@ -11,10 +11,13 @@ import logging
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .layout import CDI_DIR, PLUGINS_DIR, REGISTRY_DIR, ClusterDir
 from .store import Store, StoreError
+
+if TYPE_CHECKING:
+    from gpudra.computedomain.domains import DomainInfo
 
 
 class StoreSliceClient:
@@ -40,7 +43,8 @@ class StoreSliceClient:
         node = self.store.get("Node", None, node_name)
         if node is None:
             raise StoreError(f'nodes "{node_name}" not found', 404)
-        return node["metadata"].get("uid")
+        uid: str | None = node["metadata"].get("uid")  # the store checked it is a Kubernetes uid
+        return uid
 
 
 class StoreClaimSource:
@@ -66,7 +70,7 @@ class StoreDomainSource:
     def __init__(self, store: Store):
         self.store = store
 
-    def domain(self, uid: str) -> Any:
+    def domain(self, uid: str) -> DomainInfo | None:
         from gpudra.computedomain.domains import domain_from_object
 
         for obj in self.store.list("ComputeDomain"):

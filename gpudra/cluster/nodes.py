@@ -7,7 +7,7 @@ import shutil
 import signal
 import subprocess
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from gpudra.computedomain.controller import CLIQUE_NODE_LABEL
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
@@ -25,7 +25,7 @@ START_TIMEOUT_S = 60.0
 REGISTER_TIMEOUT_S = 10.0
 
 
-def node_object(node: NodeSpec, kubernetes_version: str) -> dict:
+def node_object(node: NodeSpec, kubernetes_version: str) -> dict[str, Any]:
     labels = {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
               "gpudra.local/profile": os.path.basename(node.profile)}
     clique = node_clique(node)
@@ -64,7 +64,7 @@ def driver_alive(cluster: ClusterDir, node: str) -> int | None:
     return process_alive(cluster.pid_file(node), AGENT_MODULE, node)
 
 
-def _spawn(cluster: ClusterDir, node: NodeSpec) -> subprocess.Popen:
+def _spawn(cluster: ClusterDir, node: NodeSpec) -> subprocess.Popen[bytes]:
     return spawn(cluster, [AGENT_MODULE, cluster.path, node.name], cluster.pid_file(node.name),
                  cluster.log_file(node.name))
 
@@ -77,7 +77,7 @@ def _tail(path: str, lines: int = 5) -> str:
     return "" if raw is None else "\n".join(raw.decode("utf-8", "replace").splitlines()[-lines:]).strip()
 
 
-def _wait_ready(cluster: ClusterDir, nodes: list[NodeSpec], processes: dict[str, subprocess.Popen],
+def _wait_ready(cluster: ClusterDir, nodes: list[NodeSpec], processes: dict[str, subprocess.Popen[bytes]],
                 driver_name: str) -> None:
     drivers = {n.name: node_drivers(n, driver_name) for n in nodes}
     waiting = {n.name for n in nodes if n.name in processes}
@@ -120,7 +120,7 @@ def register_plugin(cluster: ClusterDir, node: str, driver_name: str) -> str:
                 raise ClusterSetupError(f"node {node}: the kubelet could not register the driver: {exc}") from None
     finally:
         client.close()
-    return info.endpoint
+    return str(info.endpoint)  # the kubelet registration reply (a protobuf message) names it
 
 
 def planned_config(cluster: ClusterDir, nodes: str | None, policy: str | None, kubernetes_version: str | None,
@@ -245,7 +245,7 @@ def up(cluster: ClusterDir, config: ClusterConfig | None, say: Callable[[str], N
             cluster.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}})
         except StoreError:
             pass  # created by a concurrent `up`
-    processes: dict[str, subprocess.Popen] = {}
+    processes: dict[str, subprocess.Popen[bytes]] = {}
     for node in config.nodes:
         if driver_alive(cluster, node.name) is None:
             for driver in node_drivers(node, config.driver_name):

@@ -48,7 +48,7 @@ def process_alive(pid_file: str, *markers: str) -> int | None:
     return pid
 
 
-def spawn(cluster: ClusterDir, args: list[str], pid_file: str, log_file: str) -> subprocess.Popen:
+def spawn(cluster: ClusterDir, args: list[str], pid_file: str, log_file: str) -> subprocess.Popen[bytes]:
     """A background process of the cluster: own session (a terminal's Ctrl-C does not reach it), log file, pid file."""
     private_dirs(os.path.dirname(pid_file))
     log = open_private(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)

@@ -39,10 +39,8 @@ from gpudra.copying import copy_object
 from gpudra.kubeletplugin.claimpaths import ClaimPathError, path_inside
 from gpudra.regularfile import read_regular_file, read_regular_file_stat
 
-from .kinds import (  # noqa: F401 - re-exported: the store's callers import them from here
-    KINDS, KindInfo, StoreError, check_api_version, check_identity, check_served, identity_problems, kind_info,
-    resolve_kind,
-)
+from .kinds import (KINDS, KindInfo, check_api_version, check_identity, check_served, identity_problems, kind_info)
+from .kinds import StoreError as StoreError  # the error every Store method raises: its callers may catch it from here
 
 FILE_MODE = 0o600
 # An object file's bound, written and read: the API server's request-body limit (3 MiB, apiserver's
@@ -74,7 +72,8 @@ def stored_form(obj: dict[str, Any]) -> dict[str, Any]:
     everything else as given. A copy."""
     if str(obj.get("apiVersion", "")).startswith(("resource.k8s.io/", "resource.nvidia.com/")):
         return apply_defaults(obj, now=now_rfc3339())
-    return json.loads(json.dumps(obj))  # the JSON form the store writes (a copy, and what JSON cannot hold fails)
+    copied: dict[str, Any] = json.loads(json.dumps(obj))  # the JSON form the store writes (a copy; what JSON
+    return copied                                          # cannot hold fails)
 
 
 def private_dirs(path: str) -> str:
@@ -242,6 +241,9 @@ class Store:
             return None
         except (ValueError, RecursionError) as exc:  # JSON, UTF-8, or nested past Python's stack
             _report_once(path, f"not a JSON object ({exc})")
+            return None
+        if not isinstance(obj, dict):
+            _report_once(path, "not a JSON object")
             return None
         malformed = _malformed(obj, info, namespace, os.path.basename(path), name) or _invalid(
             path, stamp, obj, self._release())
@@ -469,11 +471,10 @@ def object_file_name(name: str) -> str:
     return f"{HASHED_FILE_PREFIX}{hashlib.sha256(os.fsencode(name)).hexdigest()}.json"
 
 
-def _malformed(obj: Any, info: KindInfo, namespace: str | None, file_name: str, name: str | None) -> str | None:
-    """Why a stored file is not the object its place says it is (None when it is). `name`: the one asked for
-    (None: any, as listing reads the folder)."""
-    if not isinstance(obj, dict):
-        return "not a JSON object"
+def _malformed(obj: dict[str, Any], info: KindInfo, namespace: str | None, file_name: str, name: str | None
+               ) -> str | None:
+    """Why a stored JSON object is not the object its place says it is (None when it is). `name`: the one asked
+    for (None: any, as listing reads the folder)."""
     meta = obj.get("metadata")
     if obj.get("kind") != info.kind or not isinstance(meta, dict):
         return f"not a {info.kind} with metadata"

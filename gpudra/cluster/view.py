@@ -11,9 +11,13 @@ from __future__ import annotations
 import html
 import http.server
 import json
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
 from .layout import ClusterDir
+
+if TYPE_CHECKING:
+    from .kubelet import PodRecord  # the page imports the kubelet (and gRPC) only when it is drawn
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1d2430;background:#f6f7f9}
@@ -38,7 +42,26 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _collect(cluster: ClusterDir, list_kind: Callable[[str], list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Holder:
+    """Who holds an allocated device: the claim (namespace/name) and the pods it is reserved for."""
+    claim: str
+    pods: tuple[str, ...]
+
+
+Holders = dict[tuple[str, str], Holder]  # by (pool, device)
+
+
+@dataclass(frozen=True)
+class _PageData:
+    holders: Holders
+    records: list[PodRecord]  # the kubelet stand-in's records of started pods
+    nodes: list[dict[str, Any]]
+    slices: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+
+
+def _collect(cluster: ClusterDir, list_kind: Callable[[str], list[dict[str, Any]]] | None = None) -> _PageData:
     """What the page draws: the objects from the store, or from `list_kind` (a cluster on the real API server),
     and the kubelet stand-in's records of started pods."""
     from gpudra.scheduler.state import claim_allocation, reserved_for
@@ -46,17 +69,17 @@ def _collect(cluster: ClusterDir, list_kind: Callable[[str], list[dict[str, Any]
     from .kubelet import Kubelet
 
     listed = list_kind or cluster.store.list
-    holders: dict[tuple[str, str], dict[str, Any]] = {}
+    holders: Holders = {}
     for claim in listed("ResourceClaim"):
         for result in ((claim_allocation(claim) or {}).get("devices") or {}).get("results") or []:
-            holders[(result.get("pool", ""), result.get("device", ""))] = {
-                "claim": f"{claim['metadata']['namespace']}/{claim['metadata']['name']}",
-                "pods": [e.get("name", "") for e in reserved_for(claim)]}
+            holders[(result.get("pool", ""), result.get("device", ""))] = Holder(
+                claim=f"{claim['metadata']['namespace']}/{claim['metadata']['name']}",
+                pods=tuple(e.get("name", "") for e in reserved_for(claim)))
     config = cluster.load_config()
     kubelet = Kubelet(cluster, config.driver_name, lambda *_: None)
     records = [r for node in config.nodes for r in kubelet.records(node.name)]
-    return {"holders": holders, "records": records, "nodes": listed("Node"),
-            "slices": listed("ResourceSlice"), "pods": listed("Pod")}
+    return _PageData(holders=holders, records=records, nodes=listed("Node"), slices=listed("ResourceSlice"),
+                     pods=listed("Pod"))
 
 
 def _taints(device: dict[str, Any]) -> list[str]:
@@ -64,7 +87,7 @@ def _taints(device: dict[str, Any]) -> list[str]:
             for t in device.get("taints") or []]
 
 
-def _device_box(device: dict[str, Any], pool: str, holders: dict) -> str:
+def _device_box(device: dict[str, Any], pool: str, holders: Holders) -> str:
     """One device: who holds it, free, or tainted (a GPU the driver took out after a health event: the
     scheduler only hands it to claims that tolerate the taint, so it is not free)."""
     holder = holders.get((pool, device.get("name", "")))
@@ -74,7 +97,7 @@ def _device_box(device: dict[str, Any], pool: str, holders: dict) -> str:
     taints = _taints(device)
     state = ""
     if holder:
-        state += f'<div>claim <b>{_e(holder["claim"])}</b></div><div>pod {_e(", ".join(holder["pods"]) or "—")}</div>'
+        state += f'<div>claim <b>{_e(holder.claim)}</b></div><div>pod {_e(", ".join(holder.pods) or "—")}</div>'
     if taints:
         state += f'<div class="taint">tainted {_e(", ".join(taints))}</div>'
     if not state:
@@ -95,7 +118,7 @@ def _counter_value(counter: Any) -> float:
 
 
 def _partition_usage(devices: list[dict[str, Any]], counter_sets: dict[str, dict[str, Any]], pool: str,
-                     holders: dict) -> str:
+                     holders: Holders) -> str:
     """A dynamic-MIG GPU's capacity and what its allocated partitions use of it: memory slices and
     multiprocessors out of the GPU's counter set (every partition it could still be cut into is not a box)."""
     names = {c.get("counterSet") for d in devices for c in d.get("consumesCounters") or []}
@@ -129,7 +152,7 @@ def _partition_usage(devices: list[dict[str, Any]], counter_sets: dict[str, dict
             f'<div class="muted">{len(devices)} partitions it can be cut into: {_e(possible)}</div>')
 
 
-def _gpu_box(devices: list[dict[str, Any]], pool: str, holders: dict, counter_sets: dict[str, dict[str, Any]]) -> str:
+def _gpu_box(devices: list[dict[str, Any]], pool: str, holders: Holders, counter_sets: dict[str, dict[str, Any]]) -> str:
     first = devices[0]
     title = (first.get("attributes") or {}).get("productName", {}).get("string", "")
     if any(d.get("consumesCounters") for d in devices):  # dynamic MIG: capacity and the partitions in use
@@ -143,7 +166,7 @@ def _gpu_box(devices: list[dict[str, Any]], pool: str, holders: dict, counter_se
             f'{f"<div class=name>{_e(title)} (MIG)</div>" if partitioned else ""}{inner}</div>')
 
 
-def _node_box(node: dict[str, Any], slices: list[dict[str, Any]], holders: dict) -> str:
+def _node_box(node: dict[str, Any], slices: list[dict[str, Any]], holders: Holders) -> str:
     name = node["metadata"]["name"]
     pool = [s for s in slices if (s.get("spec") or {}).get("nodeName") == name]
     counter_sets = {c.get("name"): c for item in pool for c in item["spec"].get("sharedCounters") or []}
@@ -161,9 +184,9 @@ def _node_box(node: dict[str, Any], slices: list[dict[str, Any]], holders: dict)
 
 def render_page(cluster: ClusterDir, list_kind: Callable[[str], list[dict[str, Any]]] | None = None) -> str:
     data = _collect(cluster, list_kind)
-    nodes = "".join(_node_box(n, data["slices"], data["holders"]) for n in data["nodes"])
+    nodes = "".join(_node_box(n, data.slices, data.holders) for n in data.nodes)
     pending = []
-    for pod in data["pods"]:
+    for pod in data.pods:
         if (pod.get("spec") or {}).get("nodeName"):
             continue
         reason = next((c.get("message", "") for c in (pod.get("status") or {}).get("conditions") or []
@@ -171,7 +194,7 @@ def render_page(cluster: ClusterDir, list_kind: Callable[[str], list[dict[str, A
         pending.append(f'<tr class="pending"><td>{_e(pod["metadata"]["namespace"])}/{_e(pod["metadata"]["name"])}</td>'
                        f"<td>{_e(reason) or 'waiting for the scheduler'}</td></tr>")
     containers = []
-    for record in data["records"]:
+    for record in data.records:
         for view in record["containers"]:
             containers.append(
                 f'<tr class="container"><td>{_e(record["pod"])}<br><span class="muted">{_e(view["name"])} on '
@@ -179,8 +202,8 @@ def render_page(cluster: ClusterDir, list_kind: Callable[[str], list[dict[str, A
                 f'<td><code>{"<br>".join(_e(d) for d in view["deviceNodes"]) or "—"}</code></td>'
                 f'<td><code>{"<br>".join(_e(e) for e in view["env"]) or "—"}</code></td>'
                 f'<td><code>{"<br>".join(_e(m) for m in view["mounts"]) or "—"}</code></td></tr>')
-    summary = {"nodes": len(data["nodes"]), "pods": len(data["pods"]), "pending": len(pending),
-               "allocatedDevices": len(data["holders"])}
+    summary = {"nodes": len(data.nodes), "pods": len(data.pods), "pending": len(pending),
+               "allocatedDevices": len(data.holders)}
     summary_json = json.dumps(summary).replace("</", "<\\/")  # JSON inside <script> is not entity-decoded
     return (
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>gpudra local cluster</title>"

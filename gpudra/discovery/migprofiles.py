@@ -13,7 +13,7 @@ from gpudra import catalog as gpu_catalog
 from .model import MigProfileInfo
 
 
-def _info(profile) -> MigProfileInfo:
+def _info(profile: gpu_catalog.MigProfile) -> MigProfileInfo:
     return MigProfileInfo(
         name=profile.name,
         gi_profile_id=profile.profile_id,

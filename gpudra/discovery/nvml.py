@@ -13,7 +13,7 @@ import ctypes
 import math
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 
@@ -23,6 +23,9 @@ from .backend import GpuBackend, MigError
 from .migprofiles import mig_profiles as catalog_mig_profiles
 from .model import DiscoveryError, Gpu, Inventory, MigDevice, MigProfileInfo
 from .topology import nvlink_domains
+
+if TYPE_CHECKING:
+    from .nvml_events import NvmlHealthMonitor
 
 # nvmlDeviceArchitecture_t (nvml.h NVML_DEVICE_ARCH_*): 11 and 12 are DLA engines, 13 is Rubin.
 ARCHITECTURES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere", 8: "Ada Lovelace",
@@ -111,7 +114,7 @@ class NvmlBackend(GpuBackend):
         self._profiles: dict[str, tuple[MigProfileInfo, ...]] = {}
         self._profile_index: dict[tuple[str, int], int] = {}  # (GPU UUID, gi profile id) -> NVML index constant
 
-    def open_health_monitor(self):  # -> NvmlHealthMonitor
+    def open_health_monitor(self) -> NvmlHealthMonitor:
         from .nvml_events import NvmlHealthMonitor
 
         try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 from gpudra.catalog import GpuModel, UnknownGpuModel, catalog_model
@@ -60,7 +60,6 @@ class NodeProfile:
     # multi-node NVLink (GB200 NVL): the fabric clique every node of this profile joins, "<clusterUuid>.<cliqueId>"
     # as NVML's nvmlDeviceGetGpuFabricInfoV reports it once the fabric manager has set the rack up
     nvlink_clique: str | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def _hgx(model: str, migs: dict[int, tuple[tuple[str, int], ...]] | None = None) -> tuple[GpuSlot, ...]:

@@ -24,7 +24,7 @@ from .backend import GpuBackend, MigError
 from .health import HealthEventError, SpoolMonitor, spool_dir_for
 from .migprofiles import mig_profile, mig_profiles
 from .model import Gpu, Inventory, MigDevice, MigProfileInfo
-from .profiles import NodeProfile, gpu_model, node_profile
+from .profiles import GpuSlot, NodeProfile, gpu_model, node_profile
 
 _HOPPER_OR_LATER = ("Hopper", "Blackwell", "Rubin")
 STATE_FILE_MODE = 0o644  # "hardware" state: tests and tools on the node read it
@@ -59,7 +59,7 @@ class SimulatedBackend(GpuBackend):
         raise HealthEventError(f"no GPU {text!r} on this node (minors 0..{len(self._static) - 1})")
 
     # -- static description -------------------------------------------------------------------
-    def _static_gpu(self, index: int, slot) -> Gpu:
+    def _static_gpu(self, index: int, slot: GpuSlot) -> Gpu:
         model = gpu_model(slot.model)
         gpu_uuid = "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.node_name}/{self.profile.name}/{index}"))
         return Gpu(
@@ -143,7 +143,7 @@ class SimulatedBackend(GpuBackend):
         except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than Python's stack
             raise MigError(f"simulated GPU state {self.state_path} is unreadable: {exc}") from None
         profile = state.get("profile") if isinstance(state, dict) else None
-        if profile != self.profile.name:
+        if not isinstance(state, dict) or profile != self.profile.name:
             raise MigError(f"simulated GPU state {self.state_path} belongs to profile {profile!r}, "
                            f"not {self.profile.name!r}")
         return state

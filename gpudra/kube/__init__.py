@@ -7,7 +7,8 @@ a cluster exactly as on manifests. `load_inputs(paths, kubeconfig, context)` is 
 command needs: manifests when paths are given, else the cluster.
 """
 
-from gpudra.kube.inputs import InputError, default_namespace, kubernetes_version, load_inputs, load_manifests
+from gpudra.errors import InputError
+from gpudra.kube.inputs import default_namespace, kubernetes_version, load_inputs, load_manifests
 from gpudra.kube.reader import (
     CLUSTER_KINDS,
     ClusterReadError,

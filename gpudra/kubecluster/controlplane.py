@@ -202,7 +202,7 @@ def alive(paths: KubePaths, component: str) -> int | None:
         return None
 
 
-def _spawn(binary: str, component: str, args: list[str], paths: KubePaths) -> subprocess.Popen:
+def _spawn(binary: str, component: str, args: list[str], paths: KubePaths) -> subprocess.Popen[bytes]:
     log = open_private(paths.log(component), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         process = subprocess.Popen([binary, component, *args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -222,7 +222,7 @@ def _tail(path: str, lines: int = 8) -> str:
         return ""
 
 
-def _wait(check: Callable[[], bool], process: subprocess.Popen | None, component: str, paths: KubePaths) -> None:
+def _wait(check: Callable[[], bool], process: subprocess.Popen[bytes] | None, component: str, paths: KubePaths) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while not check():
         if process is not None and process.poll() is not None:
@@ -250,7 +250,8 @@ def tls_context(paths: KubePaths) -> ssl.SSLContext:
 def apiserver_ready(paths: KubePaths, ports: Endpoints) -> bool:
     try:
         with urllib.request.urlopen(f"{ports.server}/readyz", timeout=5, context=tls_context(paths)) as answer:
-            return answer.status == 200
+            status: int = answer.status  # urlopen's answer is untyped: an HTTPResponse here
+            return status == 200
     except (OSError, urllib.error.URLError, ssl.SSLError):
         return False
 

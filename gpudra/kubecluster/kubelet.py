@@ -26,8 +26,8 @@ import threading
 import time
 from typing import Any
 
-from gpudra.cluster.kubelet import (Kubelet, allocated_resources_status, extended_claim_name, resource_health_enabled,
-                                   running_status, with_resource_health)
+from gpudra.cluster.kubelet import (Kubelet, allocated_resources_status, extended_claim_name, prepared_claims,
+                                   resource_health_enabled, running_status, with_resource_health)
 from gpudra.cluster.layout import ClusterConfig, ClusterDir, NodeSpec
 from gpudra.cluster.nodes import node_object
 
@@ -98,7 +98,7 @@ class NodeStandIn:
 
     # ----- nodes --------------------------------------------------------------------------------
     def node_status(self, spec: NodeSpec) -> dict[str, Any]:
-        status = node_object(spec, self.config.kubernetes_version)["status"]
+        status: dict[str, Any] = node_object(spec, self.config.kubernetes_version)["status"]
         stamp = now()
         for condition in status["conditions"]:
             condition.update(lastHeartbeatTime=stamp, lastTransitionTime=condition.get("lastTransitionTime", stamp))
@@ -208,7 +208,7 @@ class NodeStandIn:
         for other in pods:
             if other["metadata"]["uid"] != pod["metadata"]["uid"] and other["spec"].get("nodeName") == node:
                 record = self.kubelet.record(node, other)
-                still_used |= {c["uid"] for c in (record or {}).get("claims") or []}
+                still_used |= {c["uid"] for c in prepared_claims(record)}
         pod.setdefault("kind", "Pod")
         if not self.kubelet.stop_pod(pod, still_used):
             return
@@ -268,7 +268,7 @@ class NodeStandIn:
         present = {p["metadata"]["uid"] for p in pods}
         for node in self.nodes:
             held = {c["uid"] for p in pods if p["spec"].get("nodeName") == node
-                    for c in (self.kubelet.record(node, p) or {}).get("claims") or []}
+                    for c in prepared_claims(self.kubelet.record(node, p))}
             for record in self.kubelet.records(node):
                 if record.get("uid") not in present:
                     namespace, _, name = str(record.get("pod", "/")).partition("/")

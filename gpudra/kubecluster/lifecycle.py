@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from gpudra.cluster.layout import ClusterConfig, ClusterDir, ClusterSetupError
 from gpudra.cluster.processes import process_alive, spawn, stop_process
@@ -66,13 +66,13 @@ def install_compute_domain_api(cluster: ClusterDir, say: Callable[[str], None]) 
     from .rest import ApiError, Rest
 
     here = os.path.join(os.path.dirname(os.path.dirname(__file__)), "computedomain")
-    crd: dict = read_yaml(os.path.join(here, "computedomains.crd.yaml"))
-    clique_crd: dict = read_yaml(os.path.join(here, "computedomaincliques.crd.yaml"))  # the daemons' (#34)
+    crd: dict[str, Any] = read_yaml(os.path.join(here, "computedomains.crd.yaml"))
+    clique_crd: dict[str, Any] = read_yaml(os.path.join(here, "computedomaincliques.crd.yaml"))  # the daemons' (#34)
     rest = Rest(controlplane.KubePaths(cluster).admin_kubeconfig)
     try:
-        namespace: dict = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}}
+        namespace: dict[str, Any] = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}}
         crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-        installs: list[tuple[str, dict]] = [(crds, crd), (crds, clique_crd), ("/api/v1/namespaces", namespace)]
+        installs: list[tuple[str, dict[str, Any]]] = [(crds, crd), (crds, clique_crd), ("/api/v1/namespaces", namespace)]
         for path, obj in installs:
             try:
                 rest.call("POST", path, obj)

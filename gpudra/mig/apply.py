@@ -46,7 +46,7 @@ class GpuChange:
     index: int
     model: GpuModel | None
     mig_enabled: bool
-    current: Counter = field(default_factory=Counter)  # profile name -> count of existing instances
+    current: Counter[str] = field(default_factory=Counter)  # profile name -> count of existing instances
     want_enabled: bool = False
     want: dict[str, int] = field(default_factory=dict)
 
@@ -76,7 +76,8 @@ def config_entries(document: Any, name: str) -> list[dict[str, Any]]:
                              + "; ".join(f"{f.where}: {f.message}" for f in report.findings if f.severity == "error"))
         table = config.get("mig-configs") or {}
         if name in table:
-            return table[name]
+            entries: list[dict[str, Any]] = table[name]  # a list of entries: validate_config checked it
+            return entries
         names.extend(table)
     raise ApplyError(f"no mig-parted config named {name!r}; the file has: {', '.join(names) or 'none'}")
 

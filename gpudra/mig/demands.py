@@ -145,7 +145,8 @@ def demands_from_objects(objects: Iterable[dict[str, Any]], model: GpuModel) -> 
     return demands
 
 
-def _request_demands(model, devices, classes, claim: str, request: dict[str, Any]) -> list[Demand]:
+def _request_demands(model: GpuModel, devices: list[dict[str, Any]], classes: dict[str, dict[str, Any]], claim: str,
+                     request: dict[str, Any]) -> list[Demand]:
     name = request.get("name", "?")
     where = f"{claim} request {name}"
     if "exactly" in request:

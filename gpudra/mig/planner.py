@@ -23,7 +23,7 @@ import itertools
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpudra.quantity import Quantity
 from gpudra.catalog import GpuModel, MigProfile
@@ -176,7 +176,7 @@ def plan_static(model: GpuModel, gpu_count: int, demands: list[Demand]) -> tuple
     """Best of several claim orders by: claims served, requests served, stranded slices, slices
     used, GPUs used."""
     groups = _claim_groups(demands)
-    best: tuple | None = None
+    best: tuple[Score, list[GpuPlan], dict[int, str]] | None = None
     for order in _claim_orders(model, demands, groups):
         gpus, chosen = _pack(model, gpu_count, demands, order)
         score = _score(_static_usage(model, demands, gpus, chosen))
@@ -186,7 +186,10 @@ def plan_static(model: GpuModel, gpu_count: int, demands: list[Demand]) -> tuple
     return best[1], best[2]
 
 
-def _score(usage: Usage) -> tuple:
+Score = tuple[int, int, int, int, int, int]  # compared as a tuple: the larger, the better plan
+
+
+def _score(usage: Usage) -> Score:
     return (usage.claims_served, usage.served, -usage.memory_slices_stranded, -usage.compute_slices_stranded,
             -usage.memory_slices_used, -usage.gpus_used)
 
@@ -272,9 +275,16 @@ def _counter_values(counters: dict[str, dict[str, str]]) -> dict[str, int]:
     return {name: Quantity.parse(value["value"]).as_int() or 0 for name, value in counters.items()}
 
 
-def _candidates(model: GpuModel, devices: list[list[dict[str, Any]]], demand: Demand
-                ) -> list[tuple[int, dict[str, Any], dict[str, int], str]]:
-    """(gpu, device, counters it consumes, profile) in the order the allocator tries them."""
+class Candidate(NamedTuple):
+    """A device a demand could take."""
+    gpu_index: int
+    device: dict[str, Any]  # the ResourceSlice device (gpudra.mig.dynamic.gpu_devices)
+    need: dict[str, int]  # the counters it consumes
+    profile: str  # its MIG profile, or FULL_GPU
+
+
+def _candidates(model: GpuModel, devices: list[list[dict[str, Any]]], demand: Demand) -> list[Candidate]:
+    """The demand's candidates in the order the allocator tries them."""
     out = []
     for option in demand.options:
         names = {p.name for p in option.profiles}
@@ -283,7 +293,7 @@ def _candidates(model: GpuModel, devices: list[list[dict[str, Any]]], demand: De
                 ref = resolve_mig_device(device["name"], {gpu_index: model})
                 if (ref is None and option.full_gpu) or (ref is not None and ref.profile.name in names):
                     need = _counter_values(device["consumesCounters"][0]["counters"])
-                    out.append((gpu_index, device, need, FULL_GPU if ref is None else ref.profile.name))
+                    out.append(Candidate(gpu_index, device, need, FULL_GPU if ref is None else ref.profile.name))
     return out
 
 
@@ -316,9 +326,11 @@ def simulate_dynamic(model: GpuModel, gpu_count: int, demands: list[Demand]
     return placed, chosen
 
 
-def _search_claim(candidates, remaining):
+def _search_claim(candidates: list[list[Candidate]], remaining: list[dict[str, int]]) -> list[Candidate] | None:
+    """One candidate for each of a claim's demands, all fitting the counters left together (None: none found
+    within SEARCH_STEP_LIMIT steps)."""
     steps = 0
-    taken: list = []
+    taken: list[Candidate] = []
     used_names: set[tuple[int, str]] = set()
     have = [dict(r) for r in remaining]
 

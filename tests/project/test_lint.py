@@ -1,7 +1,7 @@
 """ruff and mypy, configured in pyproject.toml, run with the suite (and so in CI): both are in the test extra.
 
-mypy checks the core's pure packages and the CLI spine strictly and every other module for the errors it reports
-by default; no module is exempt."""
+mypy checks the core's pure packages, the cluster, discovery, MIG and CDI packages and the CLI spine strictly and
+every other module for the errors it reports by default; no module is exempt."""
 
 from __future__ import annotations
 
@@ -51,7 +51,10 @@ STRICT_FLAGS = ("disallow_untyped_defs", "disallow_incomplete_defs", "disallow_u
 # the packages held to them, and the top-level modules they import
 STRICT_MODULES = ("gpudra.allocator.*", "gpudra.api.*", "gpudra.cel.*", "gpudra.copying", "gpudra.device_config", "gpudra.errors", "gpudra.gostrconv",
                   "gpudra.plain", "gpudra.quantity", "gpudra.resourcelimits", "gpudra.semver", "gpudra.versions",
-                  "gpudra.vocabulary")
+                  "gpudra.vocabulary",
+                  # the local cluster, the real-control-plane cluster, the live reader, discovery, MIG and CDI
+                  "gpudra.cluster.*", "gpudra.kubecluster.*", "gpudra.kube.*", "gpudra.discovery.*", "gpudra.mig.*",
+                  "gpudra.cdi.*")
 
 
 def test_the_core_packages_stay_strict() -> None:

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # tests/support/ -> the checkout
 
 
 def sh_block(path: Path, heading: str) -> list[str]:
