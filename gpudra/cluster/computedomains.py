@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from gpudra.computedomain.controller import (DOMAIN_LABEL, FINALIZER, FROM_DAEMON_PODS, DomainPlan, StatusSource,
-                                             World, orphans, plan, stale_labels)
+from gpudra.computedomain.controller import (DEFAULT_DAEMON_POD, DOMAIN_LABEL, FINALIZER, FROM_DAEMON_PODS, DaemonPod,
+                                             DomainPlan, StatusSource, World, orphans, plan, stale_labels)
 from gpudra.computedomain.daemonstatus import CLIQUE_KIND
 from gpudra.api.schema.computedomain import KIND
 
@@ -33,12 +33,12 @@ def world_of(store: Store, source: StatusSource = FROM_DAEMON_PODS) -> World:
 
 
 def reconcile_compute_domains(store: Store, event: Event, step: Step,
-                              source: StatusSource = FROM_DAEMON_PODS) -> bool:
+                              source: StatusSource = FROM_DAEMON_PODS, daemon: DaemonPod = DEFAULT_DAEMON_POD) -> bool:
     """One pass over every ComputeDomain; True when it changed the store."""
     domains = store.list(KIND)
     changed = False
     for domain in domains:
-        result = plan(domain, world_of(store, source), source)  # re-read: an earlier domain's writes count
+        result = plan(domain, world_of(store, source), source, daemon)  # re-read: an earlier domain's writes count
         changed |= _apply(store, domain, result, event, step)
     uids = {str(d["metadata"].get("uid")) for d in domains}
     for node in stale_labels(uids, store.list("Node")):
