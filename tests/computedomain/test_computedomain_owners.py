@@ -152,6 +152,81 @@ def test_the_controller_command_reconciles_a_real_api_server(tmp_path):
 
 
 @pytest.mark.timeout(BUILD_TIMEOUT_S)
+def test_the_deployed_rbac_carries_the_clique_path_on_a_real_api_server(tmp_path):
+    """deploy/kubernetes/compute-domains.yaml's RBAC (NVIDIA's verbs) on the real kube-apiserver with RBAC on: the
+    controller (its service account, the manifest's args: --status-from-daemons) and an IMEX daemon (the daemons'
+    service account, the environment the controller's DaemonSet gives it plus its claim's CDI environment) carry
+    the ComputeDomainClique path: the daemon writes its clique, the controller turns it into status.nodes and the
+    domain Ready once the daemon's pod is Ready."""
+    import yaml
+
+    from gpudra.computedomain.controller import DAEMON_SERVICE_ACCOUNT
+    from gpudra.computedomain.devices import DRIVER_NAMESPACE
+    from gpudra.kubecluster.lifecycle import install_compute_domain_api
+
+    from support.realkube import ROOT, RealApiServer
+
+    manifest = ROOT / "deploy" / "kubernetes" / "compute-domains.yaml"
+    with open(manifest, encoding="utf-8") as fh:
+        deployment = next(d for d in yaml.safe_load_all(fh) if d and d["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:3] == ["driver", "compute-domain-controller", "--in-cluster"]
+    with RealApiServer() as server:
+        install_compute_domain_api(server.cluster, lambda _line: None)
+        rest = server.rest
+        rest.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": "team-a"}})
+        domains = "/apis/resource.nvidia.com/v1beta1/namespaces/team-a/computedomains"
+        uid = rest.call("POST", domains, DOMAIN)["metadata"]["uid"]
+        controller_config = _service_account_kubeconfig(server, manifest, "gpudra-compute-domain-controller",
+                                                        str(tmp_path / "controller"))
+        daemon_config = _service_account_kubeconfig(server, manifest, DAEMON_SERVICE_ACCOUNT,
+                                                    str(tmp_path / "daemon"), namespace=DRIVER_NAMESPACE)
+        pod = rest.call("POST", f"/api/v1/namespaces/{DRIVER_NAMESPACE}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "daemon-tray-0"},
+            "spec": {"nodeName": "tray-0", "automountServiceAccountToken": False,
+                     "serviceAccountName": DAEMON_SERVICE_ACCOUNT,
+                     "containers": [{"name": "compute-domain-daemon", "image": "gpudra"}]}})
+        base = dict(os.environ, PYTHONPATH=str(ROOT))
+        base.pop("FEATURE_GATES", None)
+        controller = subprocess.Popen([sys.executable, "-m", "gpudra", *args[:2], "--kubeconfig", controller_config,
+                                       *args[3:], "--interval", "0.3", "-v"],
+                                      env=base, stderr=subprocess.PIPE, text=True)
+        daemon_env = dict(base, COMPUTE_DOMAIN_UUID=uid, COMPUTE_DOMAIN_NAME="train", COMPUTE_DOMAIN_NAMESPACE="team-a",
+                          CLIQUE_ID="c0ffee00-0000-4000-8000-000000000001.1", NODE_NAME="tray-0", POD_IP="10.0.0.1",
+                          POD_NAME="daemon-tray-0", POD_UID=pod["metadata"]["uid"], POD_NAMESPACE=DRIVER_NAMESPACE,
+                          MAX_NODES_PER_IMEX_DOMAIN="18")
+        daemon = subprocess.Popen([sys.executable, "-m", "gpudra", "driver", "compute-domain-daemon", "--kubeconfig",
+                                   daemon_config, "--interval", "0.3", "-v"],
+                                  env=daemon_env, stderr=subprocess.PIPE, text=True)
+        try:
+            def nodes() -> list[tuple]:
+                status = rest.get(f"{domains}/train").get("status") or {}
+                return [(n["name"], n["ipAddress"], n["status"]) for n in status.get("nodes") or []] + [
+                    status.get("status")]
+
+            _wait("the daemon in status.nodes", lambda: nodes() == [("tray-0", "10.0.0.1", "NotReady"), "NotReady"])
+            live = rest.get(f"/api/v1/namespaces/{DRIVER_NAMESPACE}/pods/daemon-tray-0")
+            live["status"] = {"phase": "Running", "podIP": "10.0.0.1",
+                              "conditions": [{"type": "Ready", "status": "True"}]}
+            rest.call("PUT", f"/api/v1/namespaces/{DRIVER_NAMESPACE}/pods/daemon-tray-0/status", live)
+            _wait("the domain Ready", lambda: nodes() == [("tray-0", "10.0.0.1", "Ready"), "Ready"])
+        except AssertionError as exc:
+            logs = []
+            for name, proc in (("controller", controller), ("daemon", daemon)):
+                proc.terminate()
+                logs.append(f"{name} log:\n{proc.communicate(timeout=60)[1][-2000:]}")
+            raise AssertionError(f"{exc}; " + "\n".join(logs)) from None
+        finally:
+            for proc in (daemon, controller):
+                if proc.returncode is None:
+                    proc.terminate()
+                errors = proc.communicate(timeout=60)[1]
+                assert proc.returncode == 0, errors[-2000:]
+                assert "403" not in errors and "forbidden" not in errors.lower(), errors[-2000:]
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT_S)
 def test_the_real_garbage_collector_takes_the_workload_template_and_the_controller_the_rest(tmp_path):
     """The real kube-controller-manager's garbage collector alone (gpudra's controller stopped): a domain deleted
     with its finalizer taken off by hand has its workload template marked for deletion through the owner
@@ -211,9 +286,10 @@ RBAC_PATHS = {"ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts", "Name
               "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"}
 
 
-def _service_account_kubeconfig(server, manifest, account: str, path: str) -> str:  # type: ignore[no-untyped-def]
-    """The manifest's namespaces, service accounts and RBAC applied; a kubeconfig holding a token of `account`
-    (TokenRequest), for the API server's address and CA."""
+def _service_account_kubeconfig(server, manifest, account: str, path: str,  # type: ignore[no-untyped-def]
+                                namespace: str = "gpudra-system") -> str:
+    """The manifest's namespaces, service accounts and RBAC applied (again: a 409 is taken as there already); a
+    kubeconfig holding a token of `account` in `namespace` (TokenRequest), for the API server's address and CA."""
     import yaml
 
     from gpudra.kubecluster.rest import ApiError
@@ -221,15 +297,18 @@ def _service_account_kubeconfig(server, manifest, account: str, path: str) -> st
     rest = server.rest
     with open(manifest, encoding="utf-8") as fh:
         docs = [d for d in yaml.safe_load_all(fh) if d]
-    rest.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                             "metadata": {"name": "gpudra-system"}})
+    try:
+        rest.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                 "metadata": {"name": "gpudra-system"}})
+    except ApiError as exc:
+        assert exc.status == 409, exc
     for doc in docs:
         if doc["kind"] in RBAC_PATHS:
             try:
                 rest.call("POST", RBAC_PATHS[doc["kind"]].format(ns=doc["metadata"].get("namespace")), doc)
             except ApiError as exc:
-                assert exc.status == 409, exc  # the driver's namespace: there already
-    token = rest.call("POST", f"/api/v1/namespaces/gpudra-system/serviceaccounts/{account}/token",
+                assert exc.status == 409, exc  # the driver's namespace (or a second account's call): there already
+    token = rest.call("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
                       {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})
     with open(server.kubeconfig(path), encoding="utf-8") as fh:
         config = yaml.safe_load(fh)
