@@ -324,3 +324,80 @@ def _wait(what: str, predicate, timeout: float = 30.0):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.3)
     return value
+
+
+def test_the_daemons_cliques_give_status_on_the_local_cluster(cluster_state):
+    """The local cluster's store serves ComputeDomainClique (NVIDIA's CRD kind): daemons write their cliques there
+    as on an API server (daemonstatus.py's writes), and the controller with the ComputeDomainCliques gate builds
+    status.nodes from them, one entry per daemon in its clique; a daemon whose pod is gone is taken off its clique
+    (cleanupClique) and the domain is NotReady again. A clique in another namespace does not count."""
+    from gpudra.cluster.store import StoreError
+    from gpudra.computedomain.controller import StatusSource, daemon_name
+    from gpudra.computedomain.daemonstatus import (DaemonIdentity, new_clique, set_daemon_status_in_clique,
+                                                   sync_daemon_into_clique)
+    from gpudra.computedomain.devices import DRIVER_NAMESPACE
+
+    cluster = ClusterDir(cluster_state)
+    config = ClusterConfig(nodes=parse_nodes("l4-node:2"))
+    cluster.save_config(config)
+    store = cluster.store
+    for node in config.nodes:
+        store.create(node_object(node, config.kubernetes_version))
+    for namespace in ("team-a", DRIVER_NAMESPACE):
+        store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    domain = json.loads(json.dumps(DOMAIN))
+    domain["spec"]["numNodes"] = 2
+    uid = store.create(domain)["metadata"]["uid"]
+    source = StatusSource(daemons_write=True, cliques_gate=True)
+
+    def reconcile() -> dict:
+        reconcile_compute_domains(store, lambda *a: None, lambda *a: None, source)
+        return store.get("ComputeDomain", "team-a", "train")["status"]
+
+    assert reconcile() == {"status": "NotReady"}
+    daemonset = store.get("DaemonSet", DRIVER_NAMESPACE, daemon_name(uid))
+    clique_id = "c0ffee00-0000-4000-8000-000000000001.1"
+    names = [n.name for n in config.nodes]
+    for i, node in enumerate(names):  # each daemon pod, as the DaemonSet controller makes it, and its writes
+        labelled = store.get("Node", None, node)  # the channel's prepare labelled the node for the domain
+        labelled["metadata"].setdefault("labels", {})[DOMAIN_LABEL] = uid
+        store.replace(labelled)
+        pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": f"daemon-{node}", "namespace": DRIVER_NAMESPACE, "labels": {DOMAIN_LABEL: uid},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": daemonset["metadata"]["name"],
+                                 "uid": daemonset["metadata"]["uid"], "controller": True}]},
+            "spec": {"nodeName": node, "containers": [{"name": "compute-domain-daemon", "image": "gpudra"}]},
+            "status": {"phase": "Running", "podIP": f"10.0.0.{i + 1}",
+                       "conditions": [{"type": "Ready", "status": "True"}]}})
+        me = DaemonIdentity(domain_uid=uid, domain_name="train", domain_namespace="team-a", node_name=node,
+                            pod_ip=f"10.0.0.{i + 1}", clique_id=clique_id, pod_name=pod["metadata"]["name"],
+                            pod_uid=pod["metadata"]["uid"], pod_namespace=DRIVER_NAMESPACE)
+        clique = store.get("ComputeDomainClique", DRIVER_NAMESPACE, f"{uid}.{clique_id}")
+        if clique is None:
+            clique = store.create(new_clique(me))
+        clique = store.replace(sync_daemon_into_clique(clique, me))
+        store.replace(set_daemon_status_in_clique(clique, me, True))
+    # a tenant's clique of the same domain outside the driver's namespace: not read
+    tenant = dict(new_clique(me), daemons=[{"nodeName": "elsewhere", "ipAddress": "10.9.9.9", "cliqueID": clique_id,
+                                            "index": 5, "status": "Ready"}])
+    tenant["metadata"] = dict(tenant["metadata"], namespace="team-a", ownerReferences=[])
+    store.create(tenant)
+    status = reconcile()
+    assert status["status"] == "Ready"
+    assert [(n["name"], n["ipAddress"], n["index"], n["status"]) for n in status["nodes"]] == [
+        (names[0], "10.0.0.1", 0, "Ready"), (names[1], "10.0.0.2", 1, "Ready")]
+    store.delete("Pod", DRIVER_NAMESPACE, f"daemon-{names[1]}", graceful=False)  # its kubelet confirmed it gone
+    assert store.get("Pod", DRIVER_NAMESPACE, f"daemon-{names[1]}") is None
+    status = reconcile()  # the round that takes the daemon off its clique still reads the clique as it was
+    assert status["status"] == "Ready"
+    status = reconcile()
+    assert status["status"] == "NotReady" and [n["name"] for n in status["nodes"]] == [names[0]]
+    clique = store.get("ComputeDomainClique", DRIVER_NAMESPACE, f"{uid}.{clique_id}")
+    assert [d["nodeName"] for d in clique["daemons"]] == [names[0]]  # cleanupClique wrote it back
+    try:
+        store.create({"apiVersion": "resource.k8s.io/v1", "kind": "ComputeDomainClique",
+                      "metadata": {"name": "x", "namespace": DRIVER_NAMESPACE}})
+    except StoreError as exc:
+        assert exc.status == 404  # only NVIDIA's group serves the kind
+    else:
+        raise AssertionError("a ComputeDomainClique of another API group was stored")
