@@ -45,7 +45,8 @@ def command() -> None:
                    "commands run the control loop.")
 @click.option("--device-classes/--no-device-classes", "device_classes", default=True, show_default=True,
               help="Create the drivers' DeviceClasses (`gpudra driver deviceclasses`: gpu.nvidia.com, "
-                   "mig.nvidia.com), as NVIDIA's Helm chart installs them; existing ones are left as they are.")
+                   "mig.nvidia.com, vfio.gpu.nvidia.com), as NVIDIA's Helm chart installs them; existing ones are "
+                   "left as they are.")
 @click.option("--api-server", "api_server", type=click.Choice(["embedded", "kubernetes"]), default=None,
               help="embedded (the default): gpudra's own store and control loop, no Go needed. kubernetes: the real "
                    "etcd, kube-apiserver, kube-controller-manager and kube-scheduler, built from Go modules "

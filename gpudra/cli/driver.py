@@ -15,6 +15,7 @@ import click
 from gpudra.cli.errors import InputError, warn
 from gpudra.cli.inputs import require_generated_valid
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME, DRIVER_NAME
+from gpudra.computedomain.daemonstatus import MAX_NODES_PER_IMEX_DOMAIN
 from gpudra.cli.options import BACKEND_HELP, backend_option, dns_subdomain_value, node_option
 from gpudra.cli.output import output_option, render_data, render_objects, render_table
 from gpudra.cli.options import features_option, kubernetes_version_option
@@ -516,18 +517,25 @@ def webhook_cmd(tls_cert_file: str, tls_private_key_file: str, port: int, bind_a
               help="status.nodes from what the IMEX daemons write (`driver compute-domain-daemon`): their "
                    "ComputeDomainCliques, or with ComputeDomainCliques=false their status.nodes entries; "
                    "default: from the daemon pods")
-@click.option("--feature-gates", "feature_gates", default="", metavar="NAME=BOOL,...",
-              help="NVIDIA's gates (ComputeDomainCliques: where the daemons write)")
+@click.option("--feature-gates", "feature_gates", default="", envvar="FEATURE_GATES", metavar="NAME=BOOL,...",
+              help="NVIDIA's gates (ComputeDomainCliques: where the daemons write); the daemons get the same")
+@click.option("--image-name", default=None, envvar="IMAGE_NAME", metavar="IMAGE",
+              help="the image of the IMEX daemons' pods (NVIDIA's IMAGE_NAME: the controller's own)  "
+                   "[default: ghcr.io/gpudra/gpudra:<version>]")
+@click.option("--max-nodes-per-imex-domain", "max_nodes", type=click.IntRange(min=1), default=MAX_NODES_PER_IMEX_DOMAIN,
+              show_default=True,
+              envvar="MAX_NODES_PER_IMEX_DOMAIN", help="passed to the IMEX daemons (their clique's size limit)")
 @click.option("-v", "--verbose", is_flag=True, help="log every object created, deleted or released")
 def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, interval_s: float,
-                                  status_from_daemons: bool, feature_gates: str, verbose: bool) -> None:
+                                  status_from_daemons: bool, feature_gates: str, image_name: str | None,
+                                  max_nodes: int, verbose: bool) -> None:
     """Run the ComputeDomain controller against an API server (NVIDIA's CRD installed): per domain the IMEX
     daemons' DaemonSet and claim templates, status from the daemons, teardown on deletion. Runs until SIGTERM."""
     if not (kubeconfig or in_cluster):
         _fail("give --kubeconfig or --in-cluster: the controller reconciles a cluster's ComputeDomains")
     from kubernetes.config import ConfigException
 
-    from gpudra.computedomain.controller import StatusSource
+    from gpudra.computedomain.controller import DEFAULT_IMAGE, DaemonPod, StatusSource
     from gpudra.gpuplugin.featuregates import FeatureGateError, parse_feature_gates
     from gpudra.kubecluster.cdcontroller import run_controller
     from gpudra.kubecluster.rest import Rest
@@ -537,6 +545,9 @@ def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, inte
     except FeatureGateError as exc:
         _fail(f"--feature-gates: {exc}")
     source = StatusSource(daemons_write=status_from_daemons, cliques_gate=gates.enabled("ComputeDomainCliques"))
+    daemon = DaemonPod(image=image_name or DEFAULT_IMAGE, max_nodes=max_nodes,
+                       feature_gates=tuple(sorted(gates.set.items())),
+                       dns_names=gates.enabled("IMEXDaemonsWithDNSNames"))
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -547,7 +558,7 @@ def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, inte
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        run_controller(rest, stop, interval_s, source)
+        run_controller(rest, stop, interval_s, source, daemon)
     except KeyboardInterrupt:
         pass
     finally:
@@ -557,7 +568,7 @@ def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, inte
 @command.command("compute-domain-daemon")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), envvar="KUBECONFIG", help="the cluster to write to")
 @click.option("--in-cluster", is_flag=True, help="use the pod's service account")
-@click.option("--feature-gates", "feature_gates", default="", metavar="NAME=BOOL,...",
+@click.option("--feature-gates", "feature_gates", default="", envvar="FEATURE_GATES", metavar="NAME=BOOL,...",
               help="NVIDIA's gates; ComputeDomainCliques picks where the daemon writes")
 @click.option("--hosts-file", default=None, type=click.Path(dir_okay=False),
               help="keep the clique's IP -> compute-domain-daemon-NNNN lines here (NVIDIA writes /etc/hosts); "

@@ -8,9 +8,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from gpudra.computedomain.controller import (DOMAIN_LABEL, FINALIZER, FROM_DAEMON_PODS, DomainPlan, StatusSource,
-                                             World, orphans, plan, stale_labels)
+from gpudra.computedomain.controller import (DEFAULT_DAEMON_POD, DOMAIN_LABEL, FINALIZER, FROM_DAEMON_PODS, DaemonPod,
+                                             DomainPlan, StatusSource, World, orphans, plan, stale_labels)
 from gpudra.computedomain.daemonstatus import CLIQUE_KIND
+from gpudra.computedomain.devices import DRIVER_NAMESPACE
 from gpudra.api.schema.computedomain import KIND
 
 from .store import Store, StoreError
@@ -26,19 +27,20 @@ Step = Callable[[str, str], None]
 def world_of(store: Store, source: StatusSource = FROM_DAEMON_PODS) -> World:
     """The objects the controller reads; the ComputeDomainCliques only where the daemons write them (the local
     cluster's store has no such kind: its daemons are pods on paper)."""
-    cliques = store.list(CLIQUE_KIND) if source.daemons_write and source.cliques_gate else []
+    # the driver's namespace only, as NVIDIA's namespaced informer (and its controller Role) reads them
+    cliques = store.list(CLIQUE_KIND, DRIVER_NAMESPACE) if source.daemons_write and source.cliques_gate else []
     return World(nodes=store.list("Node"), templates=store.list("ResourceClaimTemplate"),
                  daemonsets=store.list("DaemonSet"), pods=store.list("Pod"), claims=store.list("ResourceClaim"),
                  cliques=cliques)
 
 
 def reconcile_compute_domains(store: Store, event: Event, step: Step,
-                              source: StatusSource = FROM_DAEMON_PODS) -> bool:
+                              source: StatusSource = FROM_DAEMON_PODS, daemon: DaemonPod = DEFAULT_DAEMON_POD) -> bool:
     """One pass over every ComputeDomain; True when it changed the store."""
     domains = store.list(KIND)
     changed = False
     for domain in domains:
-        result = plan(domain, world_of(store, source), source)  # re-read: an earlier domain's writes count
+        result = plan(domain, world_of(store, source), source, daemon)  # re-read: an earlier domain's writes count
         changed |= _apply(store, domain, result, event, step)
     uids = {str(d["metadata"].get("uid")) for d in domains}
     for node in stale_labels(uids, store.list("Node")):

@@ -54,6 +54,9 @@ KINDS: tuple[KindInfo, ...] = (
     KindInfo("CronJob", "cronjobs", "batch/v1", True, ("cj",), True),
     # NVIDIA's CRD (resource.nvidia.com_computedomains.yaml): no short names
     KindInfo("ComputeDomain", "computedomains", "resource.nvidia.com/v1beta1", True),
+    # NVIDIA's CRD (resource.nvidia.com_computedomaincliques.yaml): what the IMEX daemons write under the
+    # ComputeDomainCliques gate (gpudra.computedomain.daemonstatus), read by the controller with --status-from-daemons
+    KindInfo("ComputeDomainClique", "computedomaincliques", "resource.nvidia.com/v1beta1", True),
     # the Workload API (KEP-4671): 1.36 serves v1alpha2, 1.35 v1alpha1 (Workload only); `check_served` says which
     KindInfo("Workload", "workloads", "scheduling.k8s.io/v1alpha2", True),
     KindInfo("PodGroup", "podgroups", "scheduling.k8s.io/v1alpha2", True),

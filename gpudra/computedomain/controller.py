@@ -56,7 +56,8 @@ from typing import Any
 from gpudra.api.schema.computedomain import API_VERSION, KIND, NOT_READY, READY, apply_defaults
 from gpudra.device_config import CHANNEL_CONFIG, DAEMON_CONFIG
 from gpudra.computedomain.devices import CHANNEL_CLASS, DAEMON_CLASS, DRIVER_NAMESPACE, NODE_LABEL
-from gpudra.computedomain.daemonstatus import cleanup_clique, controller_status_nodes
+from gpudra.computedomain.daemonstatus import MAX_NODES_PER_IMEX_DOMAIN, cleanup_clique, controller_status_nodes
+from gpudra import __version__
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME
 
 DRIVER_NAME = COMPUTE_DOMAIN_DRIVER_NAME
@@ -67,6 +68,9 @@ TARGET_WORKLOAD, TARGET_DAEMON = "Workload", "Daemon"
 # GPU feature discovery's node label for the NVLink clique (docs/install.md), `<clusterUuid>.<cliqueId>`
 CLIQUE_NODE_LABEL = "nvidia.com/gpu.clique"
 DAEMON_CONTAINER = "compute-domain-daemon"
+# NVIDIA's rbac-compute-domain-daemon.yaml ServiceAccount, in the driver's namespace (deploy/ creates it)
+DAEMON_SERVICE_ACCOUNT = "compute-domain-daemon-service-account"
+DEFAULT_IMAGE = f"ghcr.io/gpudra/gpudra:{__version__}"
 
 Ref = tuple[str, str | None, str]  # (kind, namespace, name)
 
@@ -95,6 +99,27 @@ class StatusSource:
 
 
 FROM_DAEMON_PODS = StatusSource()
+
+
+@dataclass(frozen=True)
+class DaemonPod:
+    """What the daemons' pod template carries besides the domain (NVIDIA's controller flags image-name/IMAGE_NAME,
+    MAX_NODES_PER_IMEX_DOMAIN and its own feature gates, rendered into templates/compute-domain-daemon.tmpl.yaml).
+    `feature_gates` are the gates the controller was given explicitly: NVIDIA passes every gate's value
+    (featuregates.ToMap), gpudra only the set ones, so the daemon's defaults stay its own (gpudra refuses an
+    explicit true for a gate it does not implement)."""
+
+    image: str = DEFAULT_IMAGE
+    max_nodes: int = MAX_NODES_PER_IMEX_DOMAIN
+    feature_gates: tuple[tuple[str, bool], ...] = ()
+    dns_names: bool = True  # IMEXDaemonsWithDNSNames (default on): the daemon keeps /etc/hosts' clique lines
+
+    def feature_gates_env(self) -> str:
+        """FEATURE_GATES as NVIDIA's template writes it: `name=value,` per gate, by name (Go ranges a map sorted)."""
+        return "".join(f"{name}={'true' if value else 'false'}," for name, value in sorted(self.feature_gates))
+
+
+DEFAULT_DAEMON_POD = DaemonPod()
 
 @dataclass
 class DomainPlan:
@@ -199,11 +224,30 @@ def daemon_template(domain: dict[str, Any]) -> dict[str, Any]:
                            _opaque_config(DAEMON_CONFIG, uid))
 
 
-def daemonset(domain: dict[str, Any]) -> dict[str, Any]:
+def daemonset(domain: dict[str, Any], daemon: DaemonPod = DEFAULT_DAEMON_POD) -> dict[str, Any]:
     """The IMEX daemons (templates/compute-domain-daemon.tmpl.yaml): a pod on every node labelled for the domain,
-    each with a claim from the daemon template; every taint tolerated."""
+    each with a claim from the daemon template, running `gpudra driver compute-domain-daemon` with the environment
+    NVIDIA's daemon gets (who it is; the domain and clique come from its claim's CDI edits); every taint tolerated.
+    NVIDIA's exec probes (`compute-domain-daemon check`, the IMEX process's state) are left out: gpudra runs no IMEX
+    process to check."""
     uid = _meta(domain)["uid"]
     selector = {DOMAIN_LABEL: uid}
+    command = ["gpudra", "driver", "compute-domain-daemon", "--in-cluster"]
+    if daemon.dns_names:  # dnsnames.go: the daemon keeps its clique's names in the pod's /etc/hosts
+        command.append("--hosts-file=/etc/hosts")
+
+    def field_ref(name: str, path: str) -> dict[str, Any]:
+        return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+    env: list[dict[str, Any]] = [
+        {"name": "MAX_NODES_PER_IMEX_DOMAIN", "value": str(daemon.max_nodes)},
+        field_ref("NODE_NAME", "spec.nodeName"), field_ref("POD_IP", "status.podIP"),
+        field_ref("POD_UID", "metadata.uid"), field_ref("POD_NAME", "metadata.name"),
+        field_ref("POD_NAMESPACE", "metadata.namespace"),
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},  # runc: no GPU for the daemon itself
+    ]
+    if daemon.feature_gates:
+        env.append({"name": "FEATURE_GATES", "value": daemon.feature_gates_env()})
     return {
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"namespace": DRIVER_NAMESPACE, "name": daemon_name(uid), "finalizers": [FINALIZER],
@@ -213,8 +257,9 @@ def daemonset(domain: dict[str, Any]) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": dict(selector)},
                 "spec": {
+                    "serviceAccountName": DAEMON_SERVICE_ACCOUNT,
                     "nodeSelector": dict(selector),
-                    "containers": [{"name": DAEMON_CONTAINER, "image": "compute-domain-daemon",
+                    "containers": [{"name": DAEMON_CONTAINER, "image": daemon.image, "command": command, "env": env,
                                     "resources": {"claims": [{"name": DAEMON_CONTAINER}]}}],
                     "tolerations": [{"operator": "Exists", "effect": effect}
                                     for effect in ("NoSchedule", "NoExecute", "PreferNoSchedule")],
@@ -278,7 +323,8 @@ def global_status(num_nodes: int, nodes: list[dict[str, Any]]) -> str:
     return READY
 
 
-def plan(domain: dict[str, Any], world: World, source: StatusSource = FROM_DAEMON_PODS) -> DomainPlan:
+def plan(domain: dict[str, Any], world: World, source: StatusSource = FROM_DAEMON_PODS,
+         daemon: DaemonPod = DEFAULT_DAEMON_POD) -> DomainPlan:
     """One reconcile of one stored ComputeDomain (it has its uid)."""
     domain = apply_defaults(domain)
     meta = _meta(domain)
@@ -297,7 +343,7 @@ def plan(domain: dict[str, Any], world: World, source: StatusSource = FROM_DAEMO
     spec = stored.get("spec")
     if isinstance(spec, dict) and isinstance(spec.get("channel"), dict):
         existing = {_ref(o) for o in owned}
-        for desired in (daemon_template(stored), daemonset(stored), workload_template(stored)):
+        for desired in (daemon_template(stored), daemonset(stored, daemon), workload_template(stored)):
             if _ref(desired) in existing:
                 continue
             clash = next((o for o in world.templates if _ref(o) == _ref(desired)), None)

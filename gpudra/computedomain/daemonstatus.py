@@ -33,14 +33,14 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from gpudra.api.schema.computedomain import API_VERSION, NOT_READY, READY
+from gpudra.api.schema.computedomain import API_VERSION, CLIQUE_KIND, NOT_READY, READY
+from gpudra.api.schema.computedomain import CLIQUE_PLURAL as CLIQUE_PLURAL  # re-exported: the daemons' REST path
 from gpudra.errors import GpudraError
 
 from .devices import DRIVER_NAMESPACE, NODE_LABEL
 
 # cmd/compute-domain-controller/main.go defaultMaxNodesPerIMEXDomain (env MAX_NODES_PER_IMEX_DOMAIN)
 MAX_NODES_PER_IMEX_DOMAIN = 18
-CLIQUE_KIND, CLIQUE_PLURAL = "ComputeDomainClique", "computedomaincliques"
 CLIQUE_LABEL = "resource.nvidia.com/computeDomain.cliqueID"  # common.go computeDomainCliqueLabelKey
 NO_FABRIC_INDEX = -1  # controller cdstatus.go buildNodesFromPods
 

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from gpudra.catalog import MIG_ENGINE_CAPACITIES
 from gpudra.discovery.model import Gpu, Inventory, MigDevice
+from .passthrough import VFIO_TYPE
 from .consumableshares import DISABLED, apply_consumable_shares, enabled as consumable_enabled
 from gpudra.vocabulary import (DRIVER_NAME, GPU_EXTENDED_RESOURCE, NUMA_NODE_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE,
                                NVLINK_DOMAIN_ATTRIBUTE, PARENT_UUID_ATTRIBUTE, PCI_BUS_ID_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE)
@@ -285,7 +286,10 @@ def resource_slices(bodies: list[dict[str, Any]], node_name: str, *, driver_name
 
 def device_classes(driver_name: str = DEFAULT_DRIVER_NAME, *,
                    extended_resource_name: str | None = GPU_EXTENDED_RESOURCE) -> list[dict[str, Any]]:
-    """DeviceClasses `gpu.nvidia.com` (full GPUs) and `mig.nvidia.com` (MIG devices)."""
+    """DeviceClasses `gpu.nvidia.com` (full GPUs), `mig.nvidia.com` (MIG devices) and `vfio.gpu.nvidia.com` (GPUs
+    bound to vfio-pci, the `PassthroughSupport` gate's `gpu-vfio-<i>` devices): NVIDIA's chart templates
+    deviceclass-{gpu,mig,vfio-gpu}.yaml (kubernetes-sigs/dra-driver-nvidia-gpu 95932046), which install all three
+    whenever GPUs are enabled, the vfio class whether or not the gate is on (it then selects nothing)."""
     prefix = driver_name.split(".", 1)[1] if "." in driver_name else driver_name
 
     def device_class(name: str, device_type: str, extra: dict[str, Any]) -> dict[str, Any]:
@@ -301,6 +305,7 @@ def device_classes(driver_name: str = DEFAULT_DRIVER_NAME, *,
     return [
         device_class(driver_name, "gpu", gpu_extra),
         device_class(f"mig.{prefix}", "mig", {}),
+        device_class(f"vfio.{driver_name}", VFIO_TYPE, {}),
     ]
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpudra.cluster.computedomains import CONTROLLER, reconcile_compute_domains
 from gpudra.cluster.store import StoreError
-from gpudra.computedomain.controller import FROM_DAEMON_PODS, StatusSource
+from gpudra.computedomain.controller import DEFAULT_DAEMON_POD, FROM_DAEMON_PODS, DaemonPod, StatusSource
 
 from .kubestore import KubeStore
 from .rest import ApiError, Rest, namespaced
@@ -47,14 +47,14 @@ def post_event(rest: Rest, obj: dict[str, Any], type_: str, reason: str, message
 
 
 def run_controller(rest: Rest, stop: threading.Event, interval_s: float,
-                   source: StatusSource = FROM_DAEMON_PODS) -> int:
+                   source: StatusSource = FROM_DAEMON_PODS, daemon: DaemonPod = DEFAULT_DAEMON_POD) -> int:
     """Reconcile every ComputeDomain each `interval_s` seconds until `stop` is set; the number of rounds run."""
     store = KubeStore(rest)
     rounds = 0
     while not stop.is_set():
         try:
             reconcile_compute_domains(store, lambda *event: post_event(rest, *event),  # type: ignore[arg-type]
-                                      lambda _kind, text: log.info("%s", text), source)
+                                      lambda _kind, text: log.info("%s", text), source, daemon)
         except (StoreError, ApiError, OSError) as exc:  # OSError: urllib3's connection errors
             log.warning("%s: round failed, retrying in %ss: %s", CONTROLLER, interval_s, exc)
         rounds += 1

@@ -287,3 +287,61 @@ def test_an_index_once_given_is_kept_and_a_moved_node_gets_a_new_one() -> None:
         {"name": "t4", "cliqueID": "a.1", "index": 2}]}
     assert _indices(cd, {"t1": "a.1", "t5": "a.1", "t2": "b.1", "t3": "a.1", "t4": "b.1"}) == {
         "t1": ("a.1", 1), "t2": ("b.1", 0), "t3": ("a.1", 0), "t4": ("b.1", 1), "t5": ("a.1", 2)}
+
+
+def _nvidias_daemonset(feature_gates: str, max_nodes: int) -> dict[str, Any]:
+    """NVIDIA's DaemonSet template rendered as its controller renders it (daemonset.go Create): no image pull
+    secrets, FEATURE_GATES only when gates are passed."""
+    with open(os.path.join(DATA, "compute-domain-daemon.tmpl.yaml"), encoding="utf-8") as fh:
+        text = fh.read()
+    # `{{-` trims the whitespace before it, the newline included (Go text/template)
+    text = re.sub(r"\n *\{\{- if \.ImagePullSecretNames \}\}.*?\{\{- end \}\}.*?\{\{- end \}\} *", "", text, flags=re.S)
+    gates = r"\1" if feature_gates else ""
+    text = re.sub(r"\n *\{\{- if \.FeatureGates \}\}(\n.*?)\n *\{\{- end \}\}", gates, text, flags=re.S)
+    text = re.sub(r'"\{\{ range .*? \}\}"', f'"{feature_gates}"', text)
+    values = {**COMMON, "Namespace": "nvidia-dra-driver-gpu", "Name": f"computedomain-daemon-{UID}",
+              "ResourceClaimTemplateName": f"computedomain-daemon-{UID}", "ImageName": "registry/gpudra:9",
+              "LogVerbosity": "4", "MaxNodesPerIMEXDomain": str(max_nodes)}
+    return yaml.safe_load(re.sub(r"\{\{\s*\.([\w.]+)\s*\}\}", lambda m: values[m.group(1)], text))
+
+
+def test_daemonset_is_nvidias_but_runs_gpudras_daemon() -> None:
+    """The DaemonSet equals NVIDIA's rendered template but for the container's command (gpudra's daemon, which
+    keeps /etc/hosts with IMEXDaemonsWithDNSNames), NVIDIA's LOG_VERBOSITY (klog's) and its exec probes (the IMEX
+    process's state, which gpudra does not run); the command parses as `gpudra driver compute-domain-daemon`, and
+    the daemon reads its identity from the pod's environment plus its claim's CDI environment."""
+    from gpudra.cli.driver import compute_domain_daemon_cmd
+    from gpudra.computedomain.controller import DaemonPod
+    from gpudra.computedomain.devices import NodeDevices, daemon_edits
+    from gpudra.gpuplugin.featuregates import parse_feature_gates
+    from gpudra.kubecluster.cddaemon import identity_from_env
+
+    for gates, dns_names in (((), True), ((("ComputeDomainCliques", False), ("IMEXDaemonsWithDNSNames", False)), False)):
+        pod = DaemonPod(image="registry/gpudra:9", max_nodes=7, feature_gates=gates, dns_names=dns_names)
+        ours = daemonset(domain(), pod)
+        gates_env = pod.feature_gates_env()
+        expected = _nvidias_daemonset(gates_env, 7)
+        container, = ours["spec"]["template"]["spec"]["containers"]
+        nvidia, = expected["spec"]["template"]["spec"]["containers"]
+        command = container.pop("command")
+        assert command[:3] == ["gpudra", "driver", "compute-domain-daemon"]
+        params = compute_domain_daemon_cmd.make_context("compute-domain-daemon", command[3:]).params
+        assert params["in_cluster"] and params["hosts_file"] == ("/etc/hosts" if dns_names else None)
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            nvidia.pop(probe)
+        nvidia.pop("command")
+        nvidia["env"] = [e for e in nvidia["env"] if e["name"] != "LOG_VERBOSITY"]
+        assert ours == expected
+        # the effective gates the daemon parses are the controller's
+        if gates:
+            assert parse_feature_gates(gates_env).set == dict(gates)
+        fields = {"spec.nodeName": "tray-1", "status.podIP": "10.0.0.7", "metadata.uid": "p-uid",
+                  "metadata.name": "daemon-x", "metadata.namespace": "nvidia-dra-driver-gpu"}
+        env = {e["name"]: e["value"] if "value" in e else fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+               for e in container["env"]}
+        cdi = daemon_edits({"domainID": UID, "clique": "c.1", "domainName": "train", "domainNamespace": "team-a"},
+                           "/tmp/d", NodeDevices(0, 0, None))
+        env.update(kv.split("=", 1) for kv in cdi.env)
+        me = identity_from_env(env)
+        assert (me.domain_uid, me.node_name, me.pod_ip, me.pod_name, me.clique_id, me.max_nodes) == (
+            UID, "tray-1", "10.0.0.7", "daemon-x", "c.1", 7)

@@ -216,7 +216,7 @@ def test_deviceclasses_command_prints_both_drivers_classes():
     out = CliRunner().invoke(cli, ["driver", "deviceclasses", "-o", "yaml"])
     assert out.exit_code == 0, out.output
     names = [d["metadata"]["name"] for d in yaml.safe_load_all(out.stdout)]
-    assert names == ["gpu.nvidia.com", "mig.nvidia.com", *UPSTREAM_CLASSES]
+    assert names == ["gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com", *UPSTREAM_CLASSES]
     only = CliRunner().invoke(cli, ["driver", "deviceclasses", "--driver", "compute-domain", "-o", "json"])
     assert [d["metadata"]["name"] for d in json.loads(only.stdout)["items"]] == list(UPSTREAM_CLASSES)
     slices = CliRunner().invoke(cli, ["driver", "slices", "--driver", "compute-domain", "--profile", "gb200-nvl72",

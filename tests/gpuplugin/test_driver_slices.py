@@ -105,13 +105,16 @@ def test_versions_and_names():
 
 
 def test_device_classes():
-    gpu_class, mig_class = device_classes()
+    gpu_class, mig_class, vfio_class = device_classes()
     assert gpu_class["metadata"]["name"] == "gpu.nvidia.com" and mig_class["metadata"]["name"] == "mig.nvidia.com"
     assert gpu_class["spec"]["selectors"][0]["cel"]["expression"] == (
         "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'")
     assert gpu_class["spec"]["extendedResourceName"] == "nvidia.com/gpu"
     assert "'mig'" in mig_class["spec"]["selectors"][0]["cel"]["expression"]
-    assert not has_errors(_api_problems([gpu_class, mig_class]))
+    # NVIDIA's deviceclass-vfio-gpu.yaml, name and selector as its chart writes them
+    assert vfio_class["metadata"]["name"] == "vfio.gpu.nvidia.com" and vfio_class["spec"] == {"selectors": [{"cel": {
+        "expression": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'vfio'"}}]}
+    assert not has_errors(_api_problems([gpu_class, mig_class, vfio_class]))
 
 
 def test_slices_cli():
@@ -121,7 +124,8 @@ def test_slices_cli():
     docs = list(yaml.safe_load_all(out.output))
     assert docs[0]["spec"]["pool"] == {"name": "n9", "generation": 4, "resourceSliceCount": 1}
     classes = CliRunner().invoke(cli, ["driver", "deviceclasses", "--driver", "gpu"])
-    assert [d["metadata"]["name"] for d in yaml.safe_load_all(classes.output)] == ["gpu.nvidia.com", "mig.nvidia.com"]
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(classes.output)] == ["gpu.nvidia.com", "mig.nvidia.com",
+                                                                              "vfio.gpu.nvidia.com"]
 
 
 # -- publishing ------------------------------------------------------------------------------------------

@@ -219,3 +219,26 @@ def test_validate_and_the_webhook_refuse_a_bad_vfio_config():
     assert opaque_config_problems(claim) == [("spec.devices.config[0].opaque.parameters",
                                               "iommu.backendPolicy: unknown IOMMU backend policy: X, supported IOMMU "
                                               "backend policies: LegacyOnly, PreferIommuFD")]
+
+
+def test_the_vfio_device_class_selects_the_vfio_siblings_only(driver_root):
+    """`gpudra driver deviceclasses`'s vfio.gpu.nvidia.com (NVIDIA's deviceclass-vfio-gpu.yaml selector) takes every
+    gpu-vfio-<i> device the gate publishes and none of the GPUs beside them."""
+    from gpudra.allocator import Allocator, Features
+    from gpudra.gpuplugin.slices import device_classes
+
+    agent = _agent(driver_root)
+    try:
+        path = os.path.join(driver_root, "var/lib/kubelet/plugins/gpu.nvidia.com/resourceslices.yaml")
+        with open(path, encoding="utf-8") as fh:
+            slices = [s for s in yaml.safe_load_all(fh) if s]
+    finally:
+        agent.stop()
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "vm", "namespace": "default", "uid": str(uuid.uuid4())},
+             "spec": {"devices": {"requests": [{"name": "vm", "exactly": {"deviceClassName": "vfio.gpu.nvidia.com",
+                                                                           "allocationMode": "All"}}]}}}
+    outcome = Allocator(device_classes(), slices, [], Features.parse("default")).allocate(NODE, [claim])
+    assert outcome.outcome == "allocated"
+    picked = sorted(r["device"] for r in outcome.allocations[0]["devices"]["results"])
+    assert picked == sorted(n for n in _published(driver_root) if n.startswith("gpu-vfio-")) and len(picked) == 8

@@ -121,6 +121,9 @@ def test_helm_lint_finds_nothing_wrong_with_the_chart():
 
 
 COMPUTE_DOMAIN_KINDS = {("apps/v1", "Deployment", "gpudra-compute-domain-controller"),
+                        ("v1", "ServiceAccount", "compute-domain-daemon-service-account"),
+                        ("rbac.authorization.k8s.io/v1", "ClusterRole", "gpudra-compute-domain-daemon"),
+                        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "gpudra-compute-domain-daemon"),
                         ("apps/v1", "DaemonSet", "gpudra-compute-domain-kubelet-plugin"),
                         ("rbac.authorization.k8s.io/v1", "ClusterRole", "gpudra-compute-domain-controller"),
                         ("rbac.authorization.k8s.io/v1", "Role", "gpudra-compute-domain-controller"),
@@ -130,8 +133,9 @@ COMPUTE_DOMAIN_KINDS = {("apps/v1", "Deployment", "gpudra-compute-domain-control
 @needs_helm
 def test_real_helm_installs_the_compute_domain_plugin_controller_and_rbac_and_the_crd():
     """Helm's engine renders the compute-domain objects in the release's namespace (the daemons' Role in the
-    driver's), leaves them out with computeDomains.enabled=false, and the chart's crds/ holds NVIDIA's CRD: the
-    same bytes as gpudra/computedomain/computedomains.crd.yaml (a link to it, followed by Helm)."""
+    driver's), leaves them out with computeDomains.enabled=false, and the chart's crds/ holds NVIDIA's two CRDs
+    (ComputeDomain, ComputeDomainClique): the same bytes as gpudra/computedomain/*.crd.yaml (links to them,
+    followed by Helm)."""
     from gpudra.computedomain.devices import DRIVER_NAMESPACE
 
     rendered = _real_helm("gpu", {})
@@ -143,9 +147,83 @@ def test_real_helm_installs_the_compute_domain_plugin_controller_and_rbac_and_th
     assert ("v1", "Namespace", DRIVER_NAMESPACE) in found
     off = {(o["apiVersion"], o["kind"], o["metadata"]["name"]) for o in _real_helm("gpu", VALUE_SETS["no-compute-domains"])}
     assert not COMPUTE_DOMAIN_KINDS & off
-    source = os.path.join(os.path.dirname(DEPLOY), "gpudra", "computedomain", "computedomains.crd.yaml")
-    with open(source, encoding="utf-8") as fh:
-        crd = yaml.safe_load(fh)
+    sources = []
+    for name in ("computedomaincliques.crd.yaml", "computedomains.crd.yaml"):
+        with open(os.path.join(os.path.dirname(DEPLOY), "gpudra", "computedomain", name), encoding="utf-8") as fh:
+            sources.append(yaml.safe_load(fh))
     with helm_python.Chart.load(CHART) as chart:
         crds = chart.crds
-    assert [yaml.safe_load(c["data"]) for c in crds] == [crd]
+    rendered_crds = sorted((yaml.safe_load(c["data"]) for c in crds), key=lambda c: c["metadata"]["name"])
+    assert rendered_crds == sources
+    assert [c["spec"]["names"]["kind"] for c in rendered_crds] == ["ComputeDomainClique", "ComputeDomain"]
+
+
+def test_plain_manifests_install_both_crds_as_links_to_the_package_files():
+    """deploy/kubernetes and the chart's crds/ link to the one copy of each CRD in gpudra/computedomain."""
+    package = os.path.join(os.path.dirname(DEPLOY), "gpudra", "computedomain")
+    for folder in (os.path.join(DEPLOY, "kubernetes"), os.path.join(CHART, "crds")):
+        for name in ("computedomains.crd.yaml", "computedomaincliques.crd.yaml"):
+            path = os.path.join(folder, name)
+            assert os.path.islink(path) and os.path.samefile(path, os.path.join(package, name)), path
+
+
+def _triples(rules: list[dict]) -> set[tuple[str, str, str]]:
+    return {(group, resource, verb) for rule in rules for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def _nvidia_rbac(name: str) -> dict[str, set[tuple[str, str, str]]]:
+    """The rules of NVIDIA's chart template tests/data/computedomain/nvidia-chart-<name>.yaml by kind (its rules are
+    plain YAML; the lines with template actions, names and subjects, are left out)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "computedomain",
+                        f"nvidia-chart-{name}.yaml")
+    with open(path, encoding="utf-8") as fh:
+        text = "\n".join(line for line in fh.read().splitlines() if "{{" not in line)
+    return {d["kind"]: _triples(d["rules"]) for d in yaml.safe_load_all(text) if d and d.get("rules")}
+
+
+def test_compute_domain_rbac_verbs_are_nvidias():
+    """The controller's and the IMEX daemons' RBAC in deploy/kubernetes (and so the chart's: the default-values
+    test) grant NVIDIA's rules verb for verb (rbac-controller.yaml, rbac-compute-domain-daemon.yaml at 95932046),
+    the controller's plus gpudra's additions only, each named in the manifest; the daemons' service account is
+    the one the controller's DaemonSets name, bound in the driver's namespace."""
+    from gpudra.computedomain.controller import DAEMON_SERVICE_ACCOUNT, daemonset
+    from gpudra.computedomain.devices import DRIVER_NAMESPACE
+
+    plain = {(o["kind"], o["metadata"]["name"]): o for o in _plain()}
+    controller, daemon = _nvidia_rbac("rbac-controller"), _nvidia_rbac("rbac-compute-domain-daemon")
+    ours = _triples(plain[("ClusterRole", "gpudra-compute-domain-controller")]["rules"])
+    assert controller["ClusterRole"] <= ours
+    assert ours - controller["ClusterRole"] == {
+        ("resource.nvidia.com", "computedomains/finalizers", "update"), ("", "events", "list"),
+        ("", "events", "create"), *{("resource.k8s.io", "resourceclaims", v) for v in ("get", "list", "watch")}}
+    role = plain[("Role", "gpudra-compute-domain-controller")]
+    assert role["metadata"]["namespace"] == DRIVER_NAMESPACE
+    assert _triples(role["rules"]) - {("", "pods", "delete")} == controller["Role"]
+    assert ("resource.nvidia.com", "computedomaincliques", "update") in controller["Role"]  # cleanupClique
+    assert _triples(plain[("ClusterRole", "gpudra-compute-domain-daemon")]["rules"]) == daemon["ClusterRole"]
+    account = plain[("ServiceAccount", DAEMON_SERVICE_ACCOUNT)]
+    assert account["metadata"]["namespace"] == DRIVER_NAMESPACE
+    binding = plain[("ClusterRoleBinding", "gpudra-compute-domain-daemon")]
+    assert binding["roleRef"]["name"] == "gpudra-compute-domain-daemon"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": DAEMON_SERVICE_ACCOUNT,
+                                    "namespace": DRIVER_NAMESPACE}]
+    domain = {"metadata": {"name": "d", "namespace": "a", "uid": "u"}}
+    assert daemonset(domain)["spec"]["template"]["spec"]["serviceAccountName"] == DAEMON_SERVICE_ACCOUNT
+
+
+def test_the_deployed_controller_reads_status_from_the_daemons_it_starts(monkeypatch):
+    """The controller runs with --status-from-daemons (the daemons it starts write the status; with NVIDIA's
+    default ComputeDomainCliques=true their cliques) and gives the daemons its own image (IMAGE_NAME)."""
+    from gpudra.cli.driver import compute_domain_controller_cmd
+
+    plain = {(o["kind"], o["metadata"]["name"]): o for o in _plain()}
+    container, = plain[("Deployment", "gpudra-compute-domain-controller")]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["IMAGE_NAME"] == container["image"]
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("FEATURE_GATES", raising=False)
+    params = compute_domain_controller_cmd.make_context("compute-domain-controller", container["args"][2:]).params
+    assert params["status_from_daemons"] and params["in_cluster"] and params["image_name"] == container["image"]
+    assert params["feature_gates"] == ""  # NVIDIA's defaults: ComputeDomainCliques and IMEXDaemonsWithDNSNames on

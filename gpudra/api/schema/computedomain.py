@@ -83,7 +83,22 @@ def _spec_present(value: dict[str, Any], path: str, ctx: Context) -> None:
 
 COMPUTE_DOMAIN = top_level(KIND, object_meta(), SPEC, STATUS, spec_required=False, checks=(_spec_present,))
 
-KINDS: dict[tuple[str, str], Struct] = {(API_VERSION, KIND): COMPUTE_DOMAIN}
+# The ComputeDomainClique CRD (resource.nvidia.com_computedomaincliques.yaml, from computedomainclique.go): what
+# the IMEX daemons write under the ComputeDomainCliques gate. No spec or status: `daemons` at the top level, a map
+# list keyed by nodeName, each daemon's status defaulted NotReady.
+CLIQUE_KIND, CLIQUE_PLURAL = "ComputeDomainClique", "computedomaincliques"
+CLIQUE_DAEMON = Struct("ComputeDomainDaemonInfo", {
+    "nodeName": F(Str(), required=True),
+    "ipAddress": F(Str(), required=True),
+    "cliqueID": F(Str(), required=True),
+    "index": F(Int()),
+    "status": F(Str(enum=STATUSES)),
+})
+COMPUTE_DOMAIN_CLIQUE = top_level(CLIQUE_KIND, object_meta(), None, None,
+                                  extra={"daemons": F(ListOf(CLIQUE_DAEMON, unique_by="nodeName"))})
+
+KINDS: dict[tuple[str, str], Struct] = {(API_VERSION, KIND): COMPUTE_DOMAIN,
+                                        (API_VERSION, CLIQUE_KIND): COMPUTE_DOMAIN_CLIQUE}
 
 
 def is_compute_domain(obj: Any) -> bool:
