@@ -100,6 +100,8 @@ class ClusterState(Topology):
         self.allocated_devices: Counter[DeviceId] = Counter()
         # bumped when nodes, slices or classes change: every cached verdict is void
         self.generation = 0
+        # bumped when a pod is added or deleted: lets the scheduler keep its list of pods with pod (anti-)affinity
+        self.pod_revision = 0
         self._allocator: Any = None
         self._reset_topology()
         self._allocatable: dict[str, dict[str, int] | None] = {}
@@ -162,6 +164,7 @@ class ClusterState(Topology):
         ensure_uid_of(pod)
         pod.setdefault("spec", {})
         self.pods[key_of(pod)] = pod
+        self.pod_revision += 1
 
     def _topology_changed(self) -> None:
         self.generation += 1
@@ -588,6 +591,7 @@ class ClusterState(Topology):
         if not is_terminal(pod):
             self._release(pod_key, pod)
         del self.pods[pod_key]
+        self.pod_revision += 1
 
     def _unaccount(self, pod_key: str, pod: dict[str, Any]) -> None:
         """Take the pod's requests off its node's usage, if they are on it (a pod waiting at PreBind counts on the
