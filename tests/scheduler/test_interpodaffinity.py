@@ -7,6 +7,7 @@ gpudra's "default" (both sides of every comparison)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -51,8 +52,8 @@ def t_exists(key: str, topology: str) -> dict[str, Any]:
     return term(sel((key, "Exists", None)), topology)
 
 
-def affinity(required: list[Any] = (), anti: list[Any] = (), preferred: list[Any] = (),
-             preferred_anti: list[Any] = ()) -> dict[str, Any]:
+def affinity(required: Sequence[Any] = (), anti: Sequence[Any] = (), preferred: Sequence[Any] = (),
+             preferred_anti: Sequence[Any] = ()) -> dict[str, Any]:
     found: dict[str, Any] = {}
     if required or preferred:
         found["podAffinity"] = {k: v for k, v in (
@@ -105,7 +106,7 @@ EXISTING_POD = pod(POD_LABEL, node="node1")
 TEAM1 = sel(("team", "In", ["team1"]))
 
 # (upstream name, incoming pod, existing pods, nodes, expected Filter message per node; "skip": PreFilter skips)
-SINGLE_NODE = [
+SINGLE_NODE: list[tuple[str, dict[str, Any], list[dict[str, Any]], dict[str, dict[str, str]], Any]] = [
     ("A pod that has no required pod affinity scheduling rules can schedule onto a node with no existing pods",
      pod(), [], NODE1, "skip"),
     ("satisfies with requiredDuringSchedulingIgnoredDuringExecution in PodAffinity using In operator that matches the existing pod",
@@ -180,7 +181,7 @@ AB_NODES = {"nodeA": {"region": "r1", "zone": "z1", "hostname": "nodeA"},
             "nodeB": {"region": "r1", "zone": "z2", "hostname": "nodeB"}}
 AB_SAME_ZONE = {"nodeA": {"region": "r1", "zone": "z1", "hostname": "nodeA"},
                 "nodeB": {"region": "r1", "zone": "z1", "hostname": "nodeB"}}
-MULTIPLE_NODES = [
+MULTIPLE_NODES: list[tuple[str, dict[str, Any], list[dict[str, Any]], dict[str, dict[str, str]], Any]] = [
     ("A pod can be scheduled onto all the nodes that have the same topology key & label value with one of them has an existing pod that matches the affinity rules",
      pod(aff=affinity([t_in("foo", "region", ["bar"])])), [pod({"foo": "bar"}, node="node1")],
      {"node1": CHINA, "node2": CHINA_AZ1, "node3": INDIA}, [None, None, AFF]),
@@ -235,3 +236,179 @@ def test_filter_as_upstream(name: str, incoming: dict[str, Any], existing: list[
         return
     assert info.affinity is not None
     assert filter_statuses(scheduler, info, nodes) == want
+
+
+S1, S2 = {"security": "S1"}, {"security": "S2"}
+AZ1, AZ2 = {"az": "az1"}, {"az": "az2"}
+STAY_WITH_S1_IN_REGION = affinity(preferred=[(5, t_in("security", "region", ["S1"]))])
+STAY_WITH_S2_IN_REGION = affinity(preferred=[(6, t_in("security", "region", ["S2"]))])
+AFFINITY3 = affinity(preferred=[(8, term(sel(("security", "NotIn", ["S1"]), ("security", "In", ["S2"])), "region")),
+                                (2, term(sel(("security", "Exists", None), ("wrongkey", "DoesNotExist", None)), "region"))])
+HARD_AFFINITY = affinity([t_in("security", "region", ["S1", "value2"]),
+                          term(sel(("security", "Exists", None), ("wrongkey", "DoesNotExist", None)), "region")])
+AWAY_FROM_S1_IN_AZ = affinity(preferred_anti=[(5, t_in("security", "az", ["S1"]))])
+AWAY_FROM_S2_IN_AZ = affinity(preferred_anti=[(5, t_in("security", "az", ["S2"]))])
+STAY_S1_AWAY_S2 = affinity(preferred=[(8, t_in("security", "region", ["S1"]))],
+                           preferred_anti=[(5, t_in("security", "az", ["S2"]))])
+NS_SELECTOR_TERM = term(sel(("security", "In", ["S1"])), "region", ["subteam2.team2"], TEAM1)
+AFFINITY_NS_SELECTOR = affinity(preferred=[(5, NS_SELECTOR_TERM)])
+ANTI_AFFINITY_NS_SELECTOR = affinity(preferred_anti=[(5, NS_SELECTOR_TERM)])
+THREE = {"node1": CHINA, "node2": INDIA, "node3": AZ1}
+
+# (upstream name, incoming pod, existing pods, nodes, expected normalised score per node; "skip": PreScore skips)
+SCORES = [
+    ("all nodes are same priority as Affinity is nil", pod(S1), [], THREE, "skip"),
+    ("Affinity: pod that matches topology key & pods in nodes will get high score comparing to others"
+     "which doesn't match either pods in nodes or in topology key",
+     pod(S1, aff=STAY_WITH_S1_IN_REGION), [pod(S1, node="node1"), pod(S2, node="node2"), pod(S1, node="node3")],
+     THREE, [100, 0, 0]),
+    ("All the nodes that have the same topology key & label value with one of them has an existing pod that match the affinity rules, have the same score",
+     pod(aff=STAY_WITH_S1_IN_REGION), [pod(S1, node="node1")], {"node1": CHINA, "node2": CHINA_AZ1, "node3": INDIA},
+     [100, 100, 0]),
+    ("Affinity: nodes in one region has more matching pods comparing to other region, so the region which has more matches will get high score",
+     pod(S1, aff=STAY_WITH_S2_IN_REGION), [pod(S2, node=n) for n in ("node1", "node1", "node2", "node3", "node4", "node5")],
+     {"node1": CHINA, "node2": INDIA, "node3": CHINA, "node4": CHINA, "node5": INDIA}, [100, 0, 100, 100, 0]),
+    ("Affinity: different Label operators and values for pod affinity scheduling preference, including some match failures ",
+     pod(S1, aff=AFFINITY3), [pod(S1, node="node1"), pod(S2, node="node2"), pod(S1, node="node3")], THREE, [20, 100, 0]),
+    ("Affinity symmetry: considered only the preferredDuringSchedulingIgnoredDuringExecution in pod affinity symmetry",
+     pod(S2), [pod(S1, node="node1", aff=STAY_WITH_S1_IN_REGION), pod(S2, node="node2", aff=STAY_WITH_S2_IN_REGION)],
+     THREE, [0, 100, 0]),
+    ("Affinity symmetry with namespace selector",
+     pod(S1, "subteam1.team1"), [pod(S1, node="node1", aff=AFFINITY_NS_SELECTOR), pod(S2, node="node2", aff=STAY_WITH_S2_IN_REGION)],
+     THREE, [100, 0, 0]),
+    ("AntiAffinity symmetry with namespace selector",
+     pod(S1, "subteam1.team1"), [pod(S1, node="node1", aff=ANTI_AFFINITY_NS_SELECTOR), pod(S2, node="node2", aff=STAY_WITH_S2_IN_REGION)],
+     THREE, [0, 100, 100]),
+    ("Affinity symmetry: considered RequiredDuringSchedulingIgnoredDuringExecution in pod affinity symmetry",
+     pod(S1), [pod(S1, node="node1", aff=HARD_AFFINITY), pod(S2, node="node2", aff=HARD_AFFINITY)], THREE, [100, 100, 0]),
+    ("Anti Affinity: pod that does not match existing pods in node will get high score ",
+     pod(S1, aff=AWAY_FROM_S1_IN_AZ), [pod(S1, node="node1"), pod(S2, node="node2")], {"node1": AZ1, "node2": CHINA}, [0, 100]),
+    ("Anti Affinity: pod that does not match topology key & match the pods in nodes will get higher score comparing to others ",
+     pod(S1, aff=AWAY_FROM_S1_IN_AZ), [pod(S1, node="node1"), pod(S1, node="node2")], {"node1": AZ1, "node2": CHINA}, [0, 100]),
+    ("Anti Affinity: one node has more matching pods comparing to other node, so the node which has more unmatches will get high score",
+     pod(S1, aff=AWAY_FROM_S1_IN_AZ), [pod(S1, node="node1"), pod(S1, node="node1"), pod(S2, node="node2")],
+     {"node1": AZ1, "node2": INDIA}, [0, 100]),
+    ("Anti Affinity symmetry: the existing pods in node which has anti affinity match will get high score",
+     pod(S2), [pod(S1, node="node1", aff=AWAY_FROM_S2_IN_AZ), pod(S2, node="node2", aff=AWAY_FROM_S1_IN_AZ)],
+     {"node1": AZ1, "node2": AZ2}, [0, 100]),
+    ("Affinity and Anti Affinity: considered only preferredDuringSchedulingIgnoredDuringExecution in both pod affinity & anti affinity",
+     pod(S1, aff=STAY_S1_AWAY_S2), [pod(S1, node="node1"), pod(S1, node="node2")], {"node1": CHINA, "node2": AZ1}, [100, 0]),
+    ("Affinity and Anti Affinity: considering both affinity and anti-affinity, the pod to schedule and existing pods have the same labels",
+     pod(S1, aff=STAY_S1_AWAY_S2), [pod(S1, node=n) for n in ("node1", "node1", "node2", "node3", "node3", "node4", "node5")],
+     {"node1": CHINA_AZ1, "node2": INDIA, "node3": CHINA, "node4": CHINA, "node5": INDIA}, [100, 0, 100, 100, 0]),
+    ("Affinity and Anti Affinity and symmetry: considered only preferredDuringSchedulingIgnoredDuringExecution in both pod affinity & anti affinity & symmetry",
+     pod(S1, aff=STAY_S1_AWAY_S2),
+     [pod(S1, node="node1"), pod(S2, node="node2"), pod(node="node3", aff=STAY_S1_AWAY_S2), pod(node="node4", aff=AWAY_FROM_S1_IN_AZ)],
+     {"node1": CHINA, "node2": AZ1, "node3": INDIA, "node4": AZ2}, [100, 0, 100, 0]),
+    ("Affinity with pods matching NamespaceSelector",
+     pod(S1, "subteam1.team1", aff=AFFINITY_NS_SELECTOR),
+     [pod(S1, "subteam1.team1", "node1"), pod(S1, "subteam1.team1", "node1"), pod(S1, "subteam1.team2", "node1"),
+      pod(S1, "subteam2.team1", "node2")], {"node1": CHINA, "node2": INDIA}, [100, 0]),
+    ("Affinity with pods matching both NamespaceSelector and Namespaces fields",
+     pod(S1, "subteam1.team1", aff=AFFINITY_NS_SELECTOR),
+     [pod(S1, "subteam1.team1", "node1"), pod(S1, "subteam1.team1", "node1"), pod(S1, "subteam2.team2", "node1"),
+      pod(S1, "subteam2.team1", "node2")], {"node1": CHINA, "node2": INDIA}, [100, 0]),
+    ("Affinity with pods matching NamespaceSelector (anti-affinity)",
+     pod(S1, "subteam1.team1", aff=ANTI_AFFINITY_NS_SELECTOR),
+     [pod(S1, "subteam1.team1", "node1"), pod(S1, "subteam1.team1", "node1"), pod(S1, "subteam1.team2", "node1"),
+      pod(S1, "subteam2.team1", "node2")], {"node1": CHINA, "node2": INDIA}, [0, 100]),
+]
+
+
+@pytest.mark.parametrize("name,incoming,existing,nodes,want", SCORES, ids=[case[0][:100] for case in SCORES])
+def test_score_as_upstream(name: str, incoming: dict[str, Any], existing: list[dict[str, Any]],
+                           nodes: dict[str, dict[str, str]], want: Any) -> None:
+    scheduler, info = run(incoming, existing, nodes)
+    if want == "skip":
+        assert info.affinity_scores is None
+        return
+    assert info.affinity_scores is not None
+    raw = {node: info.affinity_scores.score(labels) for node, labels in nodes.items()}
+    assert [ipa.normalize(raw)[node] for node in nodes] == want
+
+
+# ----- through the whole cycle: the per-shape caches, the summary line, explain --------------------------------
+def node(name: str, **labels: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
+            "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}}
+
+
+def worker(name: str, labels: dict[str, str], aff: dict[str, Any] | None = None) -> dict[str, Any]:
+    found = pod(labels, aff=aff)
+    found["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    return {"apiVersion": "v1", "kind": "Pod", **found, "metadata": {**found["metadata"], "name": name}}
+
+
+ONE_PER_HOST = affinity(anti=[t_in("app", "kubernetes.io/hostname", ["trainer"])])
+
+
+def test_pods_of_one_template_spread_by_zone_anti_affinity_despite_the_shape_cache() -> None:
+    """Three pods of one shape (one template), anti-affine per zone, on two zones of two nodes: one pod per zone,
+    the third fits nowhere. A verdict cached per shape and node epoch would let the second pod onto the first
+    one's zone neighbour (binding on node-a changes no other node's epoch)."""
+    objects = [node("node-a", zone="z1"), node("node-b", zone="z1"), node("node-c", zone="z2"), node("node-d", zone="z2")]
+    one_per_zone = affinity(anti=[t_in("app", "zone", ["trainer"])])
+    objects += [worker(f"w{i}", {"app": "trainer"}, one_per_zone) for i in range(3)]
+    scheduler = Scheduler(ClusterState(objects))
+    results = {r.pod: r for r in scheduler.run()}
+    zones = [scheduler.cluster.nodes[results[f"default/w{i}"].node or ""]["metadata"]["labels"]["zone"] for i in range(2)]
+    assert sorted(zones) == ["z1", "z2"]
+    last = results["default/w2"]
+    assert last.node is None
+    assert last.message() == "0/4 nodes are available: 4 node(s) didn't match pod anti-affinity rules."
+
+
+def test_a_pod_without_terms_is_kept_off_by_an_existing_pods_anti_affinity() -> None:
+    """The symmetric check: a plain pod of a shape seen before (cached verdicts) that an existing pod's required
+    anti-affinity matches is kept off that pod's zone, with upstream's message."""
+    objects = [node("node-a", zone="z1"), node("node-b", zone="z1"), node("node-c", zone="z2")]
+    objects += [worker("plain-0", {"app": "web"}), worker("loner", {"app": "db"},
+                affinity(anti=[t_in("app", "zone", ["web"])]))]
+    scheduler = Scheduler(ClusterState(objects))
+    scheduler.run()
+    loner = scheduler.cluster.pods["default/loner"]["spec"]["nodeName"]
+    plain = scheduler.cluster.pods["default/plain-0"]["spec"]["nodeName"]
+    assert scheduler.cluster.nodes[loner]["metadata"]["labels"]["zone"] != scheduler.cluster.nodes[plain]["metadata"]["labels"]["zone"]
+    scheduler.cluster.apply([worker("plain-1", {"app": "web"})])
+    zone_of_loner = scheduler.cluster.nodes[loner]["metadata"]["labels"]["zone"]
+    info = scheduler.pod_info("default/plain-1")
+    reasons = {n: [r.message for r in scheduler.filter_node(info, n, all_reasons=True).result.reasons]
+               for n in scheduler.cluster.node_names()}
+    assert [n for n, found in reasons.items() if found == [ipa.EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH]] == [
+        n for n in scheduler.cluster.node_names()
+        if scheduler.cluster.nodes[n]["metadata"]["labels"]["zone"] == zone_of_loner]
+    result = scheduler.schedule_pod("default/plain-1")
+    assert scheduler.cluster.nodes[result.node or ""]["metadata"]["labels"]["zone"] != zone_of_loner
+
+
+def test_preferred_affinity_moves_the_pod_next_to_its_peer() -> None:
+    """kube policy: NodeResourcesFit prefers the emptier node-b (LeastAllocated); InterPodAffinity (weight 2 x
+    100) outweighs it and puts the pod in the zone of the pod it prefers."""
+    objects = [node("node-a", zone="z1"), node("node-b", zone="z2")]
+    peer = worker("peer", {"app": "db"})
+    peer["spec"]["nodeName"] = "node-a"
+    peer["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "32"}}
+    objects += [peer, worker("client", {"app": "client"}, affinity(preferred=[(100, t_in("app", "zone", ["db"]))]))]
+    scheduler = Scheduler(ClusterState(objects))
+    result = scheduler.schedule_pod("default/client")
+    assert result.node == "node-a"
+    assert result.scores["node-a"] > result.scores["node-b"]
+
+
+def test_explain_names_the_affinity_reason_per_node() -> None:
+    from gpudra.explain.analyze import explain
+
+    objects = [node("node-a"), node("node-b")]
+    first = worker("w0", {"app": "trainer"}, ONE_PER_HOST)
+    first["spec"]["nodeName"] = "node-a"
+    objects += [first, worker("w1", {"app": "trainer"}, ONE_PER_HOST),
+                worker("w2", {"app": "trainer"}, affinity([t_in("app", "zone", ["trainer"])]))]
+    explanation = explain(objects, "pod/w1")
+    assert explanation.fits
+    explanation = explain(objects, "pod/w2")
+    assert not explanation.fits
+    assert "didn't match pod affinity rules" in explanation.summary
+    for name in ("node-a", "node-b"):
+        found = explanation.node(name)
+        assert found is not None and "node(s) didn't match pod affinity rules" in str(found)
