@@ -182,8 +182,6 @@ class Scheduler:
         self._node_generation = -1
         # gang members of the running queue pass -> (claims their bind allocated, extended claim it created)
         self._gang_bindings: dict[str, Any] = {}
-        self._affinity_pods: list[str] = []  # keys of the pods with a pod (anti-)affinity section
-        self._affinity_pods_at: tuple[int, int] = (-1, -1)  # (generation, pod_revision) it was listed at
 
     # ----- PreFilter ----------------------------------------------------------------------------
     def extended_classes(self) -> dict[str, str]:
@@ -263,12 +261,8 @@ class Scheduler:
         """NodeInfo.PodsWithAffinity over all nodes: pods with a pod (anti-)affinity section counted on a node
         (bound, or assumed while waiting at PreBind)."""
         cluster = self.cluster
-        at = (cluster.generation, cluster.pod_revision)
-        if self._affinity_pods_at != at:  # pod specs change only with a new generation (ClusterState.invalidate)
-            self._affinity_pods = [key for key, pod in cluster.pods.items() if ipa.has_pod_affinity(pod)]
-            self._affinity_pods_at = at
         found = []
-        for key in self._affinity_pods:
+        for key in cluster.pods_with_pod_affinity:
             pod = cluster.pods.get(key)
             if pod is None:
                 continue
