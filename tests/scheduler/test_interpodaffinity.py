@@ -412,3 +412,18 @@ def test_explain_names_the_affinity_reason_per_node() -> None:
     for name in ("node-a", "node-b"):
         found = explanation.node(name)
         assert found is not None and "node(s) didn't match pod affinity rules" in str(found)
+
+
+def test_preemption_frees_a_node_from_an_existing_pods_anti_affinity() -> None:
+    """DefaultPreemption with InterPodAffinity's RemovePod (upstream's SelectVictimsOnNode asks the Filter again
+    after taking victims off): the only node is barred by a lower-priority pod's anti-affinity; evicting that pod
+    is what lets the preemptor in, though it frees no resources the preemptor lacked."""
+    guard = worker("guard", {"app": "guard"}, affinity(anti=[t_in("app", "kubernetes.io/hostname", ["web"])]))
+    guard["spec"]["nodeName"] = "node-a"
+    guard["spec"]["priority"] = 0
+    urgent = worker("urgent", {"app": "web"})
+    urgent["spec"]["priority"] = 1000
+    scheduler = Scheduler(ClusterState([node("node-a"), guard, urgent]))
+    result = scheduler.schedule_pod("default/urgent")
+    assert result.preempted == ("default/guard",)
+    assert result.node == "node-a"
