@@ -1,9 +1,10 @@
 """The scheduling cycle: queue order, filters, scoring, binding — kube-scheduler's default profile for the
 plugins that matter on GPU nodes.
 
-Per pod: PreFilter (claims exist, classes exist, shared-claim limit) → Filter on each node in the order
-NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodeResourcesFit, DynamicResources → Score with the
-chosen policy → bind (allocate claims, reserve them, set spec.nodeName).
+Per pod: PreFilter (claims exist, classes exist, shared-claim limit; InterPodAffinity's topology counts) → Filter
+on each node in the order NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodeResourcesFit,
+InterPodAffinity, DynamicResources → Score with the chosen policy (plus InterPodAffinity's) → bind (allocate claims,
+reserve them, set spec.nodeName).
 
 Like kube-scheduler, with many nodes only the first `num_feasible_nodes_to_find` feasible nodes (searching
 round-robin from where the previous pod stopped) are scored (`percentageOfNodesToScore`, adaptive by default:
@@ -12,7 +13,9 @@ round-robin from where the previous pod stopped) are scored (`percentageOfNodesT
 Per-node verdicts are cached per "pod shape" (everything that decides a verdict: node name, selectors,
 affinity, tolerations, requests, claim specs) and node epoch (see `ClusterState.epoch`). Pods created from one
 template share a shape, so a verdict is recomputed only for nodes whose state changed since the last pod — this
-is what makes thousands of pods per second possible without changing a single answer.
+is what makes thousands of pods per second possible without changing a single answer. A pod whose InterPodAffinity
+verdicts or scores depend on other pods' placement (`PodInfo.placement_dependent`) is judged afresh on every node:
+a bind changes one node's epoch but another node's topology domain.
 """
 
 from __future__ import annotations
