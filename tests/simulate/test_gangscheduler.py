@@ -5,6 +5,8 @@ GPUs) stays in step with the scheduler's devices over a whole replay."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from gpudra.simulate.gangreplay import GangSimulationError, run_gangs
@@ -43,3 +45,18 @@ def test_only_the_blind_policy_goes_through_the_scheduler() -> None:
     trace = synthetic_gangs(topology, seed=1, jobs=5)
     with pytest.raises(GangSimulationError, match="the scheduler places only clique-blind"):
         run_gangs(topology, trace, "clique-aware", 1, "events", via_scheduler=True)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_scheduler_places_as_the_replay_does_with_ties_to_the_first_tray(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The only difference between the two: the replay breaks equal scores at random (as kube-scheduler's selectHost
+    does), gpudra's scheduler to the first node name (tray order here). With the replay's ties sent to the first
+    candidate too, every number of the report is the same, placement by placement."""
+    topology = nvl72_racks(2, trays_per_rack=6, gpus=4)
+    trace = synthetic_gangs(topology, seed=seed, jobs=60)
+    scheduled = run_gangs(topology, trace, "clique-blind", seed, "events", via_scheduler=True)
+    monkeypatch.setattr(random.Random, "choice", lambda self, candidates: candidates[0])
+    replay = run_gangs(topology, trace, "clique-blind", seed, "events")
+    for key in ("seconds", "cpu_seconds", "placement"):
+        scheduled.pop(key, None), replay.pop(key, None)
+    assert scheduled == replay
