@@ -6,6 +6,7 @@ GPUs) stays in step with the scheduler's devices over a whole replay."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,24 @@ def test_the_scheduler_places_as_the_replay_does_with_ties_to_the_first_tray(see
     for key in ("seconds", "cpu_seconds", "placement"):
         scheduled.pop(key, None), replay.pop(key, None)
     assert scheduled == replay
+
+
+def test_simulate_gang_placement_scheduler_on_the_command_line(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from gpudra.cli import cli
+    from gpudra.simulate.nvl72 import gangs_csv
+
+    gangs = tmp_path / "gangs.csv"
+    gangs.write_text(gangs_csv(synthetic_gangs(nvl72_racks(1), 3, jobs=20)))
+    args = ["simulate", "--workload", "nvl72", "--racks", "1", "--gangs", str(gangs), "-o", "json"]
+    result = CliRunner().invoke(cli, [*args, "--gang-placement", "scheduler"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines()]
+    assert [(r["policy"], r["placement"]) for r in rows] == [("clique-blind", "scheduler")]
+    refused = CliRunner().invoke(cli, [*args, "--gang-placement", "scheduler", "--policy", "clique-aware"])
+    assert refused.exit_code == 2 and "error: --gang-placement scheduler places only clique-blind" in refused.output
+    elsewhere = CliRunner().invoke(cli, ["simulate", "--gang-placement", "scheduler"])
+    assert elsewhere.exit_code == 2 and "apply to --workload nvl72" in elsewhere.output
