@@ -86,6 +86,9 @@ def _split(values: tuple[str, ...]) -> list[str]:
                    "synthetic one.")
 @click.option("--patience", type=click.IntRange(0, None), default=3600, show_default=True,
               help="nvl72 --method events: seconds a job waits for room before it gives up (not started).")
+@click.option("--gang-placement", type=click.Choice(["replay", "scheduler"]), default="replay", show_default=True,
+              help="nvl72: who places clique-blind gangs: the replay's rule (ties at random), or gpudra's scheduler "
+                   "and allocator on the trays as Nodes and ResourceSlices (one pod per tray by pod anti-affinity).")
 @kubernetes_version_option("Schedule and allocate as this release (1.33-1.36; default 1.36): its default feature "
                            "gates. DRA mode shares GPUs through consumable capacity (DRAConsumableCapacity: alpha, "
                            "off by default in 1.34 and 1.35), which it then needs in --features.")
@@ -98,15 +101,15 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
             fail_requests_greater_than_one: bool, tune: float, method: str, path: str, levels: str,
             jobs: int | None,
             dask_scheduler: str | None, out_dir: str | None, workload: str, racks: int, gangs_csv: str | None,
-            patience: int, kubernetes_version: str | None, features: str, output: str) -> None:
+            patience: int, gang_placement: str, kubernetes_version: str | None, features: str, output: str) -> None:
     """Replay a trace of a GPU cluster: every task becomes a Pod (with a ResourceClaim in DRA mode), every node
     a Node with the ResourceSlices gpudra's driver publishes, and every placement goes through gpudra's scheduler
     and allocator (the paper's policies on a trace of its simple task shapes: an exact fast path on the same node
     model, tested pod by pod against them). Reports the GPU allocation ratio and the unallocated GPUs at 100% arrived GPU demand, the
     FGD paper's measure. Same seed, same result."""
-    if workload == "nvl72" or _given("racks", "gangs_csv", "patience"):
+    if workload == "nvl72" or _given("racks", "gangs_csv", "patience", "gang_placement"):
         _nvl72(traces, nodes_csv, manifests, policies, seed, seeds, mode, method, tune, out_dir, workload, racks,
-               gangs_csv, patience, output)
+               gangs_csv, patience, gang_placement, output)
         return
     from gpudra.simulate.distributed import DistributedError
     from gpudra.simulate.engine import SimulationError
@@ -258,12 +261,12 @@ def _given(*names: str) -> bool:
 
 def _nvl72(traces: tuple[str, ...], nodes_csv: str | None, manifests: tuple[str, ...], policies: tuple[str, ...],
            seed: int, seeds: int, mode: str, method: str, tune: float, out_dir: str | None, workload: str,
-           racks: int, gangs_csv: str | None, patience: int, output: str) -> None:
+           racks: int, gangs_csv: str | None, patience: int, gang_placement: str, output: str) -> None:
     """`--workload nvl72` (gpudra/cli/simulate_gangs.py); the trace options do not apply."""
     from gpudra.cli.simulate_gangs import run_nvl72
 
     if workload != "nvl72":
-        raise UsageError("--racks, --gangs and --patience apply to --workload nvl72")
+        raise UsageError("--racks, --gangs, --patience and --gang-placement apply to --workload nvl72")
     if traces or nodes_csv or manifests:
         raise UsageError("--workload nvl72 replays gang jobs (--gangs or the synthetic trace), not --trace, "
                          "--nodes or -f")
@@ -280,7 +283,8 @@ def _nvl72(traces: tuple[str, ...], nodes_csv: str | None, manifests: tuple[str,
     if out_dir:
         _writable_directory(out_dir)
     run_nvl72(racks=racks, gangs_csv=gangs_csv, policies=_split(policies), seed=seed, seeds=seeds, method=method,
-              tune=tune, patience=patience, out_dir=out_dir, output=output)
+              tune=tune, patience=patience, out_dir=out_dir, output=output,
+              via_scheduler=gang_placement == "scheduler")
 
 
 WIDE_LEVELS = (70, 80, 90)  # the levels -o wide shows without --levels

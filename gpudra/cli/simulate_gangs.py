@@ -10,14 +10,15 @@ from gpudra.cli.errors import UsageError
 
 
 def run_nvl72(*, racks: int, gangs_csv: str | None, policies: list[str], seed: int, seeds: int, method: str,
-              tune: float, patience: int, out_dir: str | None, output: str) -> None:
+              tune: float, patience: int, out_dir: str | None, output: str, via_scheduler: bool = False) -> None:
     """Every (policy, seed) experiment on one gang trace; printed and written like the trace experiments."""
-    from gpudra.simulate.gangreplay import GangSimulationError, run_gangs
+    from gpudra.simulate.gangreplay import SCHEDULER_POLICIES, GangSimulationError, run_gangs
     from gpudra.simulate.gangs import GANG_POLICIES
     from gpudra.simulate.nvl72 import load_gangs, nvl72_racks, synthetic_gangs
     from gpudra.simulate.trace import TraceError
 
-    chosen = list(GANG_POLICIES) if "all" in policies else policies or ["clique-aware", "clique-blind"]
+    default = list(SCHEDULER_POLICIES) if via_scheduler else ["clique-aware", "clique-blind"]
+    chosen = list(GANG_POLICIES) if "all" in policies else policies or default
     unknown = [p for p in chosen if p not in GANG_POLICIES]
     if unknown:
         raise UsageError(f"unknown policy {unknown[0]!r} for --workload nvl72; choose from "
@@ -27,6 +28,8 @@ def run_nvl72(*, racks: int, gangs_csv: str | None, policies: list[str], seed: i
         fixed = load_gangs(gangs_csv) if gangs_csv else None
     except TraceError as exc:
         raise UsageError(str(exc)) from None
+    if via_scheduler and any(p not in SCHEDULER_POLICIES for p in chosen):
+        raise UsageError(f"--gang-placement scheduler places only {', '.join(SCHEDULER_POLICIES)} gangs")
     results = []
     generated = {}
     try:
@@ -36,7 +39,7 @@ def run_nvl72(*, racks: int, gangs_csv: str | None, policies: list[str], seed: i
             if fixed is None:
                 generated[f"gangs-seed{s}"] = trace
             for policy in chosen:
-                results.append(run_gangs(topology, trace, policy, s, method, tune, patience))
+                results.append(run_gangs(topology, trace, policy, s, method, tune, patience, via_scheduler))
     except GangSimulationError as exc:
         raise UsageError(str(exc)) from None
     if out_dir:

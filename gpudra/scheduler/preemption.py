@@ -242,6 +242,8 @@ class _DryRun:
         self.released: dict[str, list[tuple[str, dict[str, Any]]]] = {}  # victim -> claims it deallocated
 
     def fits(self) -> bool:
+        # InterPodAffinity's AddPod/RemovePod: its counts follow the victims taken off and put back
+        self.scheduler.refresh_affinity(self.info)
         evaluation = self.scheduler.filter_node(self.info, self.node)
         return evaluation.fatal is None and not evaluation.result.reasons
 

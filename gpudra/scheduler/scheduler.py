@@ -1,9 +1,10 @@
 """The scheduling cycle: queue order, filters, scoring, binding — kube-scheduler's default profile for the
 plugins that matter on GPU nodes.
 
-Per pod: PreFilter (claims exist, classes exist, shared-claim limit) → Filter on each node in the order
-NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodeResourcesFit, DynamicResources → Score with the
-chosen policy → bind (allocate claims, reserve them, set spec.nodeName).
+Per pod: PreFilter (claims exist, classes exist, shared-claim limit; InterPodAffinity's topology counts) → Filter
+on each node in the order NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodeResourcesFit,
+InterPodAffinity, DynamicResources → Score with the chosen policy (plus InterPodAffinity's) → bind (allocate claims,
+reserve them, set spec.nodeName).
 
 Like kube-scheduler, with many nodes only the first `num_feasible_nodes_to_find` feasible nodes (searching
 round-robin from where the previous pod stopped) are scored (`percentageOfNodesToScore`, adaptive by default:
@@ -12,7 +13,9 @@ round-robin from where the previous pod stopped) are scored (`percentageOfNodesT
 Per-node verdicts are cached per "pod shape" (everything that decides a verdict: node name, selectors,
 affinity, tolerations, requests, claim specs) and node epoch (see `ClusterState.epoch`). Pods created from one
 template share a shape, so a verdict is recomputed only for nodes whose state changed since the last pod — this
-is what makes thousands of pods per second possible without changing a single answer.
+is what makes thousands of pods per second possible without changing a single answer. A pod whose InterPodAffinity
+verdicts or scores depend on other pods' placement (`PodInfo.placement_dependent`) is judged afresh on every node:
+a bind changes one node's epoch but another node's topology domain.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from gpudra import schedulinghelpers as nodematch
 from . import resources as res
 from .state import ClusterState, claim_allocation, reserved_for
 from . import preemption
+from . import interpodaffinity as ipa
 from . import bindingconditions as binding
 from .dra import (
     DraPodState,
@@ -47,7 +51,7 @@ from .dra import (
     prefilter,
 )
 from .dra import filter_node as dra_filter_node
-from gpudra.api.objectmeta import canonical_json, key_of
+from gpudra.api.objectmeta import canonical_json, key_of, name_of
 from .shapeindex import PlainScores, ShapeIndex
 from .policies import get_policy
 
@@ -95,6 +99,14 @@ class PodInfo:
     node_shape: str = ""  # the part of `shape` that the Node-object plugins read
     fit_order: tuple[str, ...] = ()  # requests in NodeResourcesFit's reporting order
     non_zero: dict[str, int] = field(default_factory=dict)  # requests with the scoring defaults for cpu/memory
+    # InterPodAffinity's PreFilter and PreScore states (None: skipped). Either makes the pod's verdicts or scores
+    # depend on where other pods are, which no node epoch tracks: such a pod bypasses the per-shape caches.
+    affinity: ipa.FilterState | None = None
+    affinity_scores: ipa.ScoreState | None = None
+
+    @property
+    def placement_dependent(self) -> bool:
+        return self.affinity is not None or self.affinity_scores is not None
 
 
 @dataclass
@@ -207,7 +219,7 @@ class Scheduler:
         fit_order += sorted(r for r in requests if r not in (res.CPU, res.MEMORY, res.EPHEMERAL_STORAGE))
         shape = (node_shape, tuple(sorted(requests.items())), non_zero.get(res.CPU, 0), non_zero.get(res.MEMORY, 0),
                  dra.signature)
-        return PodInfo(
+        info = PodInfo(
             pod_key,
             pod,
             requests,
@@ -221,6 +233,65 @@ class Scheduler:
             tuple(fit_order),
             non_zero,
         )
+        self.refresh_affinity(info)
+        return info
+
+    # ----- InterPodAffinity (gpudra.scheduler.interpodaffinity) -----------------------------------
+    def refresh_affinity(self, info: PodInfo) -> None:
+        """InterPodAffinity's PreFilter and PreScore for the pods counted on nodes now."""
+        pod = info.pod
+        with_affinity = self._existing_with_affinity()
+        own = ipa.has_pod_affinity(pod)
+        if not own and not with_affinity:
+            info.affinity = info.affinity_scores = None
+            return
+        everyone = self._existing_pods() if own else []
+        namespaces = {name_of(obj): dict((obj.get("metadata") or {}).get("labels") or {})
+                      for obj in self.cluster.other_objects if obj.get("kind") == "Namespace"}
+        info.affinity = ipa.prefilter(pod, everyone, with_affinity, namespaces)
+        info.affinity_scores = ipa.prescore(pod, everyone, with_affinity, namespaces)
+
+    def _existing_pods(self) -> list[ipa.ExistingPod]:
+        cluster = self.cluster
+        return [ipa.ExistingPod(cluster.pods[key], self._node_labels(node))
+                for node, usage in cluster.usage.items() if node in cluster.nodes
+                for key in usage.pods if key in cluster.pods]
+
+    def _node_labels(self, node: str) -> dict[str, str]:
+        return (self.cluster.nodes[node].get("metadata") or {}).get("labels") or {}
+
+    def _existing_with_affinity(self) -> list[ipa.ExistingPod]:
+        """NodeInfo.PodsWithAffinity over all nodes: pods with a pod (anti-)affinity section counted on a node
+        (bound, or assumed while waiting at PreBind)."""
+        cluster = self.cluster
+        found = []
+        for key in cluster.pods_with_pod_affinity:
+            pod = cluster.pods.get(key)
+            if pod is None:
+                continue
+            node = (pod.get("spec") or {}).get("nodeName") or cluster.binding_waits.get(key)
+            usage = cluster.usage.get(node or "")
+            if node in cluster.nodes and usage is not None and key in usage.pods:
+                found.append(ipa.ExistingPod(pod, self._node_labels(node)))
+        return found
+
+    def _affinity_reason(self, info: PodInfo, node: dict[str, Any]) -> fw.Reason | None:
+        if info.affinity is None:
+            return None
+        found = info.affinity.reason((node.get("metadata") or {}).get("labels") or {})
+        if found is None:
+            return None
+        return fw.Reason(fw.INTER_POD_AFFINITY, found[0], {}, resolvable=found[1])
+
+    def _combine(self, info: PodInfo, feasible: list[NodeEval]) -> Mapping[str, float]:
+        """The policy's scores plus InterPodAffinity's, normalised over the feasible nodes (weight 2)."""
+        scores = self.policy.combine(self, info, feasible)
+        if info.affinity_scores is None:
+            return scores
+        state = info.affinity_scores
+        raw = {e.result.node: state.score(self._node_labels(e.result.node)) for e in feasible}
+        normalized = ipa.normalize(raw)
+        return {node: score + ipa.SCORE_WEIGHT * normalized[node] for node, score in scores.items()}
 
     def _unbindable_check(self) -> Callable[[dict[str, Any]], str | None] | None:
         """The Filter's binding check on allocated claims (gates DRADeviceBindingConditions and
@@ -282,6 +353,11 @@ class Scheduler:
         reasons.extend(self._fit_reasons(info, node_name, allocatable, {r.resource for r in served}))
         if reasons and not all_reasons:
             return evaluation
+        affinity = self._affinity_reason(info, node)
+        if affinity is not None:
+            reasons.append(affinity)
+            if not all_reasons:
+                return evaluation
         if info.dra.relevant:
             verdict: DraVerdict = self._dra_verdict(info, node_name, node, served, defer)
             reasons.extend(verdict.reasons)
@@ -423,7 +499,7 @@ class Scheduler:
         if evaluation.fatal is not None or evaluation.result.reasons:
             return None
         result = fw.PodResult(pod_key, num_nodes=len(cluster.node_names()))
-        return self._finish(info, result, evaluation, self.policy.combine(self, info, [evaluation]))
+        return self._finish(info, result, evaluation, self._combine(info, [evaluation]))
 
     def _preempt(self, pod_key: str, result: fw.PodResult) -> fw.PodResult:
         """DefaultPreemption's PostFilter: evict the chosen node's victims, nominate it, and try the pod again
@@ -471,14 +547,14 @@ class Scheduler:
             self._shape_uses.clear()
             self._cache_generation = cluster.generation
         policy = self.policy
-        if self.indexed and policy.indexable:
+        if self.indexed and policy.indexable and not info.placement_dependent:
             uses = self._shape_uses.get(info.shape, 0) + 1
             self._shape_uses[info.shape] = uses
             if uses >= 2:  # a shape seen before: worth indexing every node's verdict
                 return self._attempt_indexed(info, result, start, to_find)
         feasible: list[NodeEval] = []
         processed = 0
-        cache = self._cache.get(info.shape)
+        cache = {} if info.placement_dependent else self._cache.get(info.shape)
         if cache is None:
             if len(self._cache) >= MAX_CACHED_SHAPES:  # bounded memory when every pod has its own shape
                 del self._cache[next(iter(self._cache))]
@@ -508,7 +584,7 @@ class Scheduler:
         self._next_start_node_index = (start + processed) % len(nodes)
         if not feasible:
             return result
-        scores = policy.combine(self, info, feasible)  # parts were computed with each verdict
+        scores = self._combine(info, feasible)  # parts were computed with each verdict
         best = self._best(feasible, scores)
         return self._finish(info, result, best, scores)
 
@@ -609,7 +685,7 @@ class Scheduler:
             scores = PlainScores(index.nodes, plain, chosen)
         else:
             feasible = cast(list[NodeEval], [index.evals[i] for i in chosen])  # chosen positions hold verdicts
-            scores = self.policy.combine(self, info, feasible)
+            scores = self._combine(info, feasible)
             best = self._best(feasible, scores)
         assert best is not None
         return self._finish(info, result, best, scores)

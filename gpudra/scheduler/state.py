@@ -20,6 +20,7 @@ from gpudra.errors import GpudraError
 
 from . import resources as res
 from gpudra.api.objectmeta import WORKLOAD_KINDS, is_terminal, ensure_uid, ensure_uid_of, key_of, metadata, name_of, namespace_of, owned_by
+from .interpodaffinity import has_pod_affinity
 from .topology import DeviceId, Topology
 
 DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
@@ -100,6 +101,9 @@ class ClusterState(Topology):
         self.allocated_devices: Counter[DeviceId] = Counter()
         # bumped when nodes, slices or classes change: every cached verdict is void
         self.generation = 0
+        # keys of the pods with a pod (anti-)affinity section (InterPodAffinity reads only these of the pods that
+        # it does not match against its own terms): kept on add/delete, recounted by `sync` after in-place edits
+        self.pods_with_pod_affinity: dict[str, None] = {}
         self._allocator: Any = None
         self._reset_topology()
         self._allocatable: dict[str, dict[str, int] | None] = {}
@@ -162,6 +166,8 @@ class ClusterState(Topology):
         ensure_uid_of(pod)
         pod.setdefault("spec", {})
         self.pods[key_of(pod)] = pod
+        if has_pod_affinity(pod):
+            self.pods_with_pod_affinity[key_of(pod)] = None
 
     def _topology_changed(self) -> None:
         self.generation += 1
@@ -189,6 +195,7 @@ class ClusterState(Topology):
         for name in self.nodes:
             self.epoch.setdefault(name, 0)
         self.binding_waits = {}
+        self.pods_with_pod_affinity = {key: None for key, pod in self.pods.items() if has_pod_affinity(pod)}
         for key, pod in self.pods.items():
             if is_terminal(pod):
                 self._release(key, pod)  # the resourceclaim controller unreserves claims of finished pods
@@ -352,6 +359,7 @@ class ClusterState(Topology):
         twin = copy.copy(self)
         twin.pods = dict(self.pods)
         twin.claims = dict(self.claims)
+        twin.pods_with_pod_affinity = dict(self.pods_with_pod_affinity)
         for key in pods:
             if key in twin.pods:
                 twin.pods[key] = copy_object(twin.pods[key])
@@ -588,6 +596,7 @@ class ClusterState(Topology):
         if not is_terminal(pod):
             self._release(pod_key, pod)
         del self.pods[pod_key]
+        self.pods_with_pod_affinity.pop(pod_key, None)
 
     def _unaccount(self, pod_key: str, pod: dict[str, Any]) -> None:
         """Take the pod's requests off its node's usage, if they are on it (a pod waiting at PreBind counts on the

@@ -32,6 +32,9 @@ from .engine import per_percent
 from .gangs import GANG_POLICIES, RackState, Size, fragmented_gpus, place
 from .nvl72 import GangJob, GangTrace, Topology
 
+# the policies whose placements gpudra's scheduler can decide (`via_scheduler`, gpudra.simulate.gangscheduler)
+SCHEDULER_POLICIES = ("clique-blind",)
+
 DEFAULT_PATIENCE_S = 3600
 GANG_METHODS = ("tune", "events")
 
@@ -65,19 +68,45 @@ def _base(topology: Topology, trace: GangTrace, policy: str, seed: int, method: 
 
 
 def run_gangs(topology: Topology, trace: GangTrace, policy: str, seed: int = 42, method: str = "events",
-              tune: float = 1.3, patience: int = DEFAULT_PATIENCE_S) -> dict[str, Any]:
+              tune: float = 1.3, patience: int = DEFAULT_PATIENCE_S, via_scheduler: bool = False) -> dict[str, Any]:
+    """`via_scheduler`: placements decided by gpudra's scheduler over the racks as Nodes, ResourceSlices and
+    pods (gpudra.simulate.gangscheduler), for the policies in SCHEDULER_POLICIES."""
     if policy not in GANG_POLICIES:
         raise GangSimulationError(f"unknown policy {policy!r}; choose from {', '.join(GANG_POLICIES)}")
     if method not in GANG_METHODS:
         raise GangSimulationError(f"unknown method {method!r}; choose one of {', '.join(GANG_METHODS)}")
     if not trace.jobs:
         raise GangSimulationError(f"trace {trace.name}: no jobs")
+    if via_scheduler and policy not in SCHEDULER_POLICIES:
+        raise GangSimulationError(f"policy {policy!r}: the scheduler places only {', '.join(SCHEDULER_POLICIES)}")
     started, cpu_started = time.perf_counter(), time.process_time()
-    result = (_tuned(topology, trace, policy, seed, tune) if method == "tune"
-              else _events(topology, trace, policy, seed, patience))
+    placer = _Placer(topology, policy, via_scheduler)
+    result = (_tuned(topology, trace, placer, seed, tune) if method == "tune"
+              else _events(topology, trace, placer, seed, patience))
+    if via_scheduler:
+        result["placement"] = "scheduler"  # the report's other keys are the replay's
     result["seconds"] = round(time.perf_counter() - started, 3)
     result["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
     return result
+
+
+class _Placer:
+    """The replay's own placement rule (`gangs.place`), or gpudra's scheduler (kept in step on release)."""
+
+    def __init__(self, topology: Topology, policy: str, via_scheduler: bool):
+        from .gangscheduler import SchedulerPlacer
+
+        self.policy = policy
+        self.scheduler = SchedulerPlacer(topology) if via_scheduler else None
+
+    def place(self, state: RackState, job: GangJob, rng: random.Random) -> tuple[int, ...] | None:
+        if self.scheduler is not None:
+            return self.scheduler.place(job)
+        return place(self.policy, state, job.pods, job.gpus_per_pod, rng)
+
+    def release(self, job_name: str) -> None:
+        if self.scheduler is not None:
+            self.scheduler.release(job_name)
 
 
 def tuned_jobs(jobs: tuple[GangJob, ...], capacity: int, tune: float, rng: random.Random) -> list[GangJob]:
@@ -98,7 +127,8 @@ def tuned_jobs(jobs: tuple[GangJob, ...], capacity: int, tune: float, rng: rando
         index += 1
 
 
-def _tuned(topology: Topology, trace: GangTrace, policy: str, seed: int, tune: float) -> dict[str, Any]:
+def _tuned(topology: Topology, trace: GangTrace, placer: _Placer, seed: int, tune: float) -> dict[str, Any]:
+    policy = placer.policy
     if not 0 < tune <= 10:
         raise GangSimulationError(f"tune: must be above 0 and at most 10, not {tune:g}")
     rng = random.Random(seed)
@@ -115,7 +145,7 @@ def _tuned(topology: Topology, trace: GangTrace, policy: str, seed: int, tune: f
     for job in workload:
         arrived += job.gpus
         # a job no clique can hold never starts, whatever the policy (as in `events`): it would have no NVLink
-        trays = place(policy, state, job.pods, job.gpus_per_pod, rng) if _fits(room, job) else None
+        trays = placer.place(state, job, rng) if _fits(room, job) else None
         if trays is None:
             counts["not_started"] += 1
             counts["never_fits"] += not _fits(room, job)
@@ -151,7 +181,8 @@ def _counts(jobs: int, counts: Counter[str]) -> dict[str, int]:
             "degraded": counts["degraded"], "not_started": counts["not_started"], "never_fits": counts["never_fits"]}
 
 
-def _events(topology: Topology, trace: GangTrace, policy: str, seed: int, patience: int) -> dict[str, Any]:
+def _events(topology: Topology, trace: GangTrace, placer: _Placer, seed: int, patience: int) -> dict[str, Any]:
+    policy = placer.policy
     if patience < 0:
         raise GangSimulationError(f"patience: must not be negative, not {patience}")
     rng = random.Random(seed)
@@ -173,7 +204,7 @@ def _events(topology: Topology, trace: GangTrace, policy: str, seed: int, patien
 
     def start(job: GangJob, now: int) -> bool:
         nonlocal held_gpu_seconds, nvlink_gpu_seconds
-        trays = place(policy, state, job.pods, job.gpus_per_pod, rng)
+        trays = placer.place(state, job, rng)
         if trays is None:
             return False
         state.bind(job.name, trays, job.gpus_per_pod)
@@ -204,6 +235,7 @@ def _events(topology: Topology, trace: GangTrace, policy: str, seed: int, patien
         if departures and (upcoming is None or departures[0][0] <= upcoming.arrival):
             now, name = heapq.heappop(departures)  # departures first at a tie: the arriving job sees their room
             state.release(name)
+            placer.release(name)
             give_up(now)
             for job in list(waiting):
                 if start(job, now):

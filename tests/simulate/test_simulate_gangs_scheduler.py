@@ -6,7 +6,8 @@ GangScheduling Permit (kubernetes v1.36.0 pkg/scheduler/framework/plugins/gangsc
 the pods all together or none.
 
 Where the two can be compared: pods that need more than half a tray's GPUs (so two never share a tray, as the
-replay lays a gang out one pod per tray; the scheduler models no pod anti-affinity to say so otherwise), and the
+replay lays a gang out one pod per tray; gpudra.simulate.gangscheduler says so with a pod anti-affinity instead,
+tests/simulate/test_gangscheduler.py), and the
 clique given to the scheduler by a nodeSelector (kube-scheduler picks no clique by itself: without the 1.36
 TopologyAwareWorkloadScheduling placement, which gpudra does not model, `clique-aware` is the replay's choice).
 """
