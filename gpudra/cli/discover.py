@@ -7,7 +7,7 @@ import json
 import click
 
 from gpudra.api.dump import dump_yaml_data
-from gpudra.cli.driver import profile_named
+from gpudra.cli.driver_options import profile_named
 from gpudra.cli.errors import InputError, warn
 from gpudra.cli.options import backend_option, node_option
 from gpudra.cli.output import output_option

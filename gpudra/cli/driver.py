@@ -1,183 +1,25 @@
-"""`gpudra driver`: ResourceSlices, DeviceClasses and the node agent (kubelet plugin)."""
-
+"""`gpudra driver`: ResourceSlices, DeviceClasses and the node agent (kubelet plugin); the cluster-side processes
+(driver_services.py) and the node tools (driver_tools.py) join the group here."""
 from __future__ import annotations
 
-import json
 import logging
-import os
 import signal
 import sys
-import threading
-from typing import NoReturn
 
 import click
 
-from gpudra.cli.errors import InputError, warn
+from gpudra.cli.errors import warn
 from gpudra.cli.inputs import require_generated_valid
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME, DRIVER_NAME
-from gpudra.computedomain.daemonstatus import MAX_NODES_PER_IMEX_DOMAIN
 from gpudra.cli.options import BACKEND_HELP, backend_option, dns_subdomain_value, node_option
-from gpudra.cli.output import output_option, render_data, render_objects, render_table
+from gpudra.cli.output import output_option, render_data, render_table
 from gpudra.cli.options import features_option, kubernetes_version_option
-from gpudra.discovery import BACKEND_CHOICES, DiscoveryError, read_inventory, resolve_backend
-
-
-
-def profile_named() -> bool:
-    """Whether the user typed --profile (as opposed to its default)."""
-    ctx = click.get_current_context(silent=True)
-    source = ctx.get_parameter_source("profile") if ctx is not None else None
-    return source in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
-
-
-DRIVER_NAME_HELP = ("The DRA driver's name (ResourceSlices' spec.driver, the DeviceClasses' selectors); default "
-                    f"{DRIVER_NAME}, or {COMPUTE_DOMAIN_DRIVER_NAME} with --driver compute-domain.")
-RUNNING_DRIVER_HELP = f"The running driver's name ({COMPUTE_DOMAIN_DRIVER_NAME} for the compute-domain plugin)."
-DRIVERS = ("gpu", "compute-domain")
-
-
-def driver_option(help_text: str, default: str = "gpu", choices: tuple[str, ...] = DRIVERS):
-    """--driver: which of gpudra's two kubelet plugins (NVIDIA runs them as two containers of one DaemonSet pod)."""
-    return click.option("--driver", "driver_kind", type=click.Choice(choices), default=default, show_default=True,
-                        help=help_text)
-
-
-def _driver_name(driver_kind: str, driver_name: str | None) -> str:
-    return driver_name or (COMPUTE_DOMAIN_DRIVER_NAME if driver_kind == "compute-domain" else DRIVER_NAME)
-REGISTRAR_HELP = "the kubelet's plugin registration directory (the driver's registration socket, under --root)"
-
-
-def _fail(message: str) -> NoReturn:
-    raise InputError(message)
-
-
-def _backend(backend: str, profile: str | None) -> str:
-    chosen, warning = resolve_backend(backend, profile, profile_named())
-    if warning:
-        warn(warning)
-    return chosen
-
-
-def _published_backend(backend: str, profile: str | None, kubeconfig: str | None, in_cluster: bool) -> str:
-    """The backend `driver run` uses. Publishing to an API server (--kubeconfig, KUBECONFIG, --in-cluster), simulated
-    GPUs must be asked for by name (`--backend simulated`): `auto` falling back to them (no NVML, or a --profile)
-    would have the scheduler place pods on GPUs that do not exist (issue 20), so that is refused."""
-    if backend != "auto" or not (kubeconfig or in_cluster):
-        return _backend(backend, profile)
-    chosen, _ = resolve_backend(backend, profile, profile_named())
-    if chosen == "simulated":
-        ctx = click.get_current_context(silent=True)
-        from_env = ctx is not None and ctx.get_parameter_source("kubeconfig") == click.core.ParameterSource.ENVIRONMENT
-        target = "--in-cluster" if in_cluster else "KUBECONFIG" if from_env else "--kubeconfig"
-        why = "--profile names a simulated node" if profile_named() else "no NVIDIA driver (NVML) on this machine"
-        _fail(f"--backend auto would publish SIMULATED GPUs to the cluster of {target} ({why}), and the scheduler "
-              "would place pods on GPUs that do not exist: pass --backend simulated to publish simulated GPUs on "
-              "purpose, or --backend nvml for this node's real GPUs")
-    return chosen
-
-
-KUBERNETES_VERSION_HELP = ("Kubernetes release of the cluster (1.33-1.36; default: the API server's /version with "
-                           "a kubeconfig, else 1.36): decides whether --dynamic-mig's layout can be allocated there.")
-
-
-def _slice_layout(dynamic_mig: bool, kubernetes_version: str | None, features: str,
-                  kubeconfig: str | None = None, live: bool = False) -> tuple[bool, str]:
-    """(--dynamic-mig when the release allows it, else False with a warning that says why; where the release
-    wants counter sets: gpudra.versions.partitionable_layout)."""
-    from gpudra.allocator.features import Features
-    from gpudra.gpuplugin.slices import dynamic_mig_layout
-    from gpudra.kube.inputs import kubernetes_version as cluster_version
-    from gpudra.versions import VersionError, parse_version, partitionable_layout
-
-    try:
-        if not dynamic_mig:  # the flags decide nothing then, but a typo in them is still an error
-            Features.parse(features, parse_version(kubernetes_version))
-            return False, partitionable_layout(kubernetes_version)
-        version = cluster_version(kubernetes_version, (), kubeconfig) if live else parse_version(kubernetes_version)
-        dynamic, note = dynamic_mig_layout(version, features)
-    except VersionError as exc:
-        _fail(f"--kubernetes-version: {exc}")
-    except (InputError, ValueError) as exc:
-        _fail(str(exc))
-    if note:
-        click.echo(f"warning: Kubernetes {version}: {note}", err=True)
-    return dynamic, partitionable_layout(version)
-
-
-def _warn_unless_consumable(kubernetes_version: str | None, features: str) -> None:
-    """Consumable sharing's fields (allowMultipleAllocations, requestPolicy) are dropped by an API server whose
-    DRAConsumableCapacity gate is off: the GPUs would then be handed out whole, one claim each."""
-    from gpudra.allocator.features import Features
-    from gpudra.versions import gate_state, parse_version
-
-    version = parse_version(kubernetes_version)  # both flags were checked by _slice_layout
-    if not Features.parse(features, version).consumable_capacity:
-        click.echo(f"warning: Kubernetes {version}: consumable sharing needs the DRAConsumableCapacity feature gate "
-                   f"({gate_state('DRAConsumableCapacity', version).describe()}); without it the API server drops "
-                   f"allowMultipleAllocations and each GPU goes to one claim", err=True)
-
-
-def _driver_gates(text: str, kubernetes_version: str | None, features: str):
-    """--feature-gates (NVIDIA's gates: gpudra.gpuplugin.featuregates), with the one gate that needs the cluster's
-    own: DRAListTypeAttributes publishes list attributes, which an API server without Kubernetes' gate of that
-    name refuses (NVIDIA's featuregates.go says to enable the cluster's first)."""
-    from gpudra.allocator.features import Features
-    from gpudra.gpuplugin.featuregates import FeatureGateError, parse_feature_gates
-    from gpudra.versions import VersionError, gate_state, parse_version
-
-    try:
-        gates = parse_feature_gates(text)
-        version = parse_version(kubernetes_version)
-        cluster_has = (gate_state("DRAListTypeAttributes", version).stage is not None
-                       and Features.parse(features, version).list_type_attributes)
-        if gates.enabled("DRAListTypeAttributes") and not cluster_has:
-            _fail(f"--feature-gates DRAListTypeAttributes=true: Kubernetes {version} needs its DRAListTypeAttributes "
-                  f"feature gate ({gate_state('DRAListTypeAttributes', version).describe()}) for list attributes; "
-                  "turn it on there (--features +DRAListTypeAttributes) or leave the driver's gate off")
-    except FeatureGateError as exc:
-        _fail(f"--feature-gates: {exc}")
-    except (VersionError, ValueError) as exc:
-        _fail(str(exc))
-    return gates
-
-
-def _gated_flag(flag: str, param: str, value: bool, gates, gate: str) -> bool:
-    """A gpudra flag that a NVIDIA gate also switches: the gate, when named, decides; both named must agree."""
-    if not gates.named(gate):
-        return value
-    ctx = click.get_current_context(silent=True)
-    typed = ctx is not None and ctx.get_parameter_source(param) == click.core.ParameterSource.COMMANDLINE
-    if typed and value != gates.enabled(gate):
-        _fail(f"{flag} says {str(value).lower()} but --feature-gates {gate}={str(gates.enabled(gate)).lower()}")
-    return gates.enabled(gate)
-
-
-def _dump(objs: list, output: str) -> None:
-    if output in ("table", "wide"):
-        click.echo(slices_table(objs, output == "wide"), nl=False)
-    else:
-        click.echo(render_objects(objs, output), nl=False)
-
-
-def slices_table(objs: list, wide: bool) -> str:
-    """ResourceSlices: NAME, NODE, POOL, DEVICES (wide: driver and generation); DeviceClasses: NAME and the
-    selectors (wide: every selector in full)."""
-    if objs and objs[0].get("kind") == "DeviceClass":
-        rows = []
-        for obj in objs:
-            selectors = [((s or {}).get("cel") or {}).get("expression", "") for s in
-                         (obj.get("spec") or {}).get("selectors") or []]
-            text = " && ".join(selectors)
-            rows.append([obj["metadata"]["name"], text if wide or len(text) <= 60 else text[:59] + "…"])
-        return render_table(["NAME", "SELECTORS"], rows)
-    rows = []
-    for obj in objs:
-        spec = obj.get("spec") or {}
-        pool = spec.get("pool") or {}
-        row = [obj["metadata"]["name"], spec.get("nodeName", "-"), pool.get("name", ""),
-               str(len(spec.get("devices") or []))]
-        rows.append([*row, spec.get("driver", ""), str(pool.get("generation", ""))] if wide else row)
-    return render_table(["NAME", "NODE", "POOL", "DEVICES", *(["DRIVER", "GENERATION"] if wide else [])], rows)
+from gpudra.discovery import BACKEND_CHOICES, DiscoveryError, read_inventory
+from gpudra.cli.driver_options import (
+    DRIVER_NAME_HELP, DRIVERS, KUBERNETES_VERSION_HELP, REGISTRAR_HELP, chosen_backend, driver_gates, driver_name_for,
+    driver_option, dump_objects, fail, gated_flag, published_backend, slice_layout, warn_unless_consumable,
+)
+from gpudra.cli import driver_services, driver_tools
 
 
 @click.group(name="driver")
@@ -210,29 +52,29 @@ def slices_cmd(backend: str, profile: str, node_name: str, driver_kind: str, dri
     from gpudra.gpuplugin.slices import build_resource_slices
     from gpudra.versions import parse_version
 
-    driver_name = _driver_name(driver_kind, driver_name)
+    driver_name = driver_name_for(driver_kind, driver_name)
     if driver_kind == "compute-domain":
         if dynamic_mig or sharing != "none":
-            _fail("--dynamic-mig and --sharing are GPU driver options; the compute-domain driver has neither")
-        _dump(_compute_domain_slices(backend, profile, node_name, driver_name, generation,
+            fail("--dynamic-mig and --sharing are GPU driver options; the compute-domain driver has neither")
+        dump_objects(_compute_domain_slices(backend, profile, node_name, driver_name, generation,
                                      parse_version(kubernetes_version)), output)
         return
-    dynamic_mig, layout = _slice_layout(dynamic_mig, kubernetes_version, features)
+    dynamic_mig, layout = slice_layout(dynamic_mig, kubernetes_version, features)
     if sharing == "consumable":
-        _warn_unless_consumable(kubernetes_version, features)
+        warn_unless_consumable(kubernetes_version, features)
     try:
-        inventory = read_inventory(_backend(backend, profile), profile=profile, node_name=node_name)
+        inventory = read_inventory(chosen_backend(backend, profile), profile=profile, node_name=node_name)
     except DiscoveryError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     for problem in inventory.problems:
         warn(str(problem))
     try:
         slices = build_resource_slices(inventory, node_name, driver_name=driver_name, generation=generation,
                                        dynamic_mig=dynamic_mig, sharing=sharing, slice_layout=layout)
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     require_generated_valid(slices, "driver slices", parse_version(kubernetes_version))
-    _dump(slices, output)
+    dump_objects(slices, output)
 
 
 def _compute_domain_slices(backend: str, profile: str, node_name: str, driver_name: str, generation: int,
@@ -240,9 +82,9 @@ def _compute_domain_slices(backend: str, profile: str, node_name: str, driver_na
     from gpudra.computedomain.devices import compute_domain_slices, node_clique
 
     try:
-        clique = node_clique(read_inventory(_backend(backend, profile), profile=profile, node_name=node_name))
+        clique = node_clique(read_inventory(chosen_backend(backend, profile), profile=profile, node_name=node_name))
     except DiscoveryError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     slices = compute_domain_slices(node_name, clique, driver_name=driver_name, generation=generation)
     require_generated_valid(slices, "driver slices", version)
     return slices
@@ -277,7 +119,7 @@ def deviceclasses_cmd(driver_kind: str, driver_name: str, compute_domain_driver_
     if driver_kind in ("all", "compute-domain"):
         classes += compute_domain_device_classes(compute_domain_driver_name)
     require_generated_valid(classes, "driver deviceclasses", version)
-    _dump(classes, output)
+    dump_objects(classes, output)
 
 
 @command.command("host-driver")
@@ -398,30 +240,30 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
             rolling_update_uid: str | None, kubernetes_version: str | None, features: str, feature_gates: str,
             consumable_shares: str, no_fsync: bool, verbose: bool) -> None:
     """Run the node agent: reconcile, publish ResourceSlices, serve the kubelet plugin until SIGTERM."""
-    driver_name = _driver_name(driver_kind, driver_name)
-    gates = _driver_gates(feature_gates, kubernetes_version, features)
+    driver_name = driver_name_for(driver_kind, driver_name)
+    gates = driver_gates(feature_gates, kubernetes_version, features)
     from gpudra.gpuplugin.consumableshares import check_option, enabled as consumable_enabled
     try:
         consumable_shares = check_option(consumable_shares, gates.enabled("ConsumableShares"))
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if consumable_enabled(consumable_shares):
         if driver_kind == "compute-domain":
-            _fail("--consumable-shares is a GPU driver option; the compute-domain driver shares no device")
-        _warn_unless_consumable(kubernetes_version, features)
-    dynamic_mig = _gated_flag("--dynamic-mig", "dynamic_mig", dynamic_mig, gates, "DynamicMIG")
-    device_health = _gated_flag("--device-health", "device_health", device_health, gates, "NVMLDeviceHealthCheck")
+            fail("--consumable-shares is a GPU driver option; the compute-domain driver shares no device")
+        warn_unless_consumable(kubernetes_version, features)
+    dynamic_mig = gated_flag("--dynamic-mig", "dynamic_mig", dynamic_mig, gates, "DynamicMIG")
+    device_health = gated_flag("--device-health", "device_health", device_health, gates, "NVMLDeviceHealthCheck")
     passthrough = gates.enabled("PassthroughSupport")
     if passthrough and device_health:  # NVIDIA's gates exclude each other: NVML cannot watch a vfio-bound GPU
         ctx = click.get_current_context(silent=True)
         if ctx is not None and ctx.get_parameter_source("device_health") == click.core.ParameterSource.COMMANDLINE:
-            _fail("--device-health cannot be on with --feature-gates PassthroughSupport=true (NVIDIA's gates "
+            fail("--device-health cannot be on with --feature-gates PassthroughSupport=true (NVIDIA's gates "
                   "PassthroughSupport and NVMLDeviceHealthCheck are mutually exclusive)")
         device_health = False
     if driver_kind == "compute-domain" and dynamic_mig:
-        _fail("--dynamic-mig is a GPU driver option; the compute-domain driver has no MIG devices")
-    chosen_backend = _published_backend(backend, profile, kubeconfig, in_cluster)
-    dynamic_mig, layout = _slice_layout(dynamic_mig, kubernetes_version, features, kubeconfig,
+        fail("--dynamic-mig is a GPU driver option; the compute-domain driver has no MIG devices")
+    chosen_backend = published_backend(backend, profile, kubeconfig, in_cluster)
+    dynamic_mig, layout = slice_layout(dynamic_mig, kubernetes_version, features, kubeconfig,
                                         live=bool(kubeconfig or in_cluster))
     from gpudra.gpuplugin.agent import AgentError, AgentOptions, DriverAgent
     from gpudra.computedomain.agent import ComputeDomainAgent
@@ -463,382 +305,16 @@ def run_cmd(backend: str, profile: str, node_name: str, driver_kind: str, driver
             agent = DriverAgent(options)
         agent.start()
     except (AgentError, DiscoveryError, CheckpointError, PublishError, ValueError, OSError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     signal.signal(signal.SIGINT, lambda *_: agent.stop())
     click.echo(f"ready: {agent.paths.dra_socket}", err=True)
     agent.wait()
 
 
-@command.command("webhook")
-@click.option("--tls-cert-file", required=True, type=click.Path(dir_okay=False), metavar="PATH",
-              help="x509 certificate for HTTPS (PEM; a CA certificate, if any, concatenated after it)")
-@click.option("--tls-private-key-file", required=True, type=click.Path(dir_okay=False), metavar="PATH",
-              help="the private key matching --tls-cert-file (PEM)")
-@click.option("--port", type=click.IntRange(0, 65535), default=443, show_default=True,
-              help="HTTPS port (0: any free port, printed on stderr)")
-@click.option("--bind-address", default="", metavar="ADDRESS", help="address to listen on (default: all)")
-@click.option("--driver-name", default=DRIVER_NAME, show_default=True, callback=dns_subdomain_value(63),
-              help="check the opaque configs of this driver; other drivers' configs are let through")
-@click.option("-v", "--verbose", is_flag=True, help="Log every admission review at debug level.")
-def webhook_cmd(tls_cert_file: str, tls_private_key_file: str, port: int, bind_address: str, driver_name: str,
-                verbose: bool) -> None:
-    """Serve the validating admission webhook: refuse ResourceClaims, ResourceClaimTemplates and DeviceClasses whose
-    GpuConfig / MigDeviceConfig the driver would refuse at prepare time: `gpudra validate`'s checks of those opaque configs only
-    (the rest of the object, its selectors included, is the API server's to check; `gpudra validate` does both).
-
-    POST /validate-resource-claim-parameters takes an admission.k8s.io/v1 AdmissionReview; GET /readyz answers
-    ok. deploy/kubernetes/webhook.yaml registers it (the chart: --set webhook.enabled=true)."""
-    from gpudra.webhook.server import WebhookError, WebhookServer
-
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        server = WebhookServer((bind_address, port), tls_cert_file, tls_private_key_file, driver_name)
-    except WebhookError as exc:
-        _fail(str(exc))
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
-    click.echo(f"ready: https://{bind_address or '0.0.0.0'}:{server.port}", err=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-
-
-@command.command("compute-domain-controller")
-@click.option("--kubeconfig", type=click.Path(dir_okay=False), envvar="KUBECONFIG",
-              help="the cluster whose ComputeDomains to reconcile")
-@click.option("--in-cluster", is_flag=True, help="use the pod's service account")
-@click.option("--interval", "interval_s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
-              metavar="SECONDS", help="seconds between reconcile rounds over every ComputeDomain")
-@click.option("--status-from-daemons", is_flag=True,
-              help="status.nodes from what the IMEX daemons write (`driver compute-domain-daemon`): their "
-                   "ComputeDomainCliques, or with ComputeDomainCliques=false their status.nodes entries; "
-                   "default: from the daemon pods")
-@click.option("--feature-gates", "feature_gates", default="", envvar="FEATURE_GATES", metavar="NAME=BOOL,...",
-              help="NVIDIA's gates (ComputeDomainCliques: where the daemons write); the daemons get the same")
-@click.option("--image-name", default=None, envvar="IMAGE_NAME", metavar="IMAGE",
-              help="the image of the IMEX daemons' pods (NVIDIA's IMAGE_NAME: the controller's own)  "
-                   "[default: ghcr.io/gpudra/gpudra:<version>]")
-@click.option("--max-nodes-per-imex-domain", "max_nodes", type=click.IntRange(min=1), default=MAX_NODES_PER_IMEX_DOMAIN,
-              show_default=True,
-              envvar="MAX_NODES_PER_IMEX_DOMAIN", help="passed to the IMEX daemons (their clique's size limit)")
-@click.option("-v", "--verbose", is_flag=True, help="log every object created, deleted or released")
-def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, interval_s: float,
-                                  status_from_daemons: bool, feature_gates: str, image_name: str | None,
-                                  max_nodes: int, verbose: bool) -> None:
-    """Run the ComputeDomain controller against an API server (NVIDIA's CRD installed): per domain the IMEX
-    daemons' DaemonSet and claim templates, status from the daemons, teardown on deletion. Runs until SIGTERM."""
-    if not (kubeconfig or in_cluster):
-        _fail("give --kubeconfig or --in-cluster: the controller reconciles a cluster's ComputeDomains")
-    from kubernetes.config import ConfigException
-
-    from gpudra.computedomain.controller import DEFAULT_IMAGE, DaemonPod, StatusSource
-    from gpudra.gpuplugin.featuregates import FeatureGateError, parse_feature_gates
-    from gpudra.kubecluster.cdcontroller import run_controller
-    from gpudra.kubecluster.rest import Rest
-
-    try:
-        gates = parse_feature_gates(feature_gates)
-    except FeatureGateError as exc:
-        _fail(f"--feature-gates: {exc}")
-    source = StatusSource(daemons_write=status_from_daemons, cliques_gate=gates.enabled("ComputeDomainCliques"))
-    daemon = DaemonPod(image=image_name or DEFAULT_IMAGE, max_nodes=max_nodes,
-                       feature_gates=tuple(sorted(gates.set.items())),
-                       dns_names=gates.enabled("IMEXDaemonsWithDNSNames"))
-
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        rest = Rest(kubeconfig, in_cluster=in_cluster)
-    except (ConfigException, OSError, ValueError, TypeError) as exc:
-        _fail(f"cannot load the cluster configuration: {exc}")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        run_controller(rest, stop, interval_s, source, daemon)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        rest.close()
-
-
-@command.command("compute-domain-daemon")
-@click.option("--kubeconfig", type=click.Path(dir_okay=False), envvar="KUBECONFIG", help="the cluster to write to")
-@click.option("--in-cluster", is_flag=True, help="use the pod's service account")
-@click.option("--feature-gates", "feature_gates", default="", envvar="FEATURE_GATES", metavar="NAME=BOOL,...",
-              help="NVIDIA's gates; ComputeDomainCliques picks where the daemon writes")
-@click.option("--hosts-file", default=None, type=click.Path(dir_okay=False),
-              help="keep the clique's IP -> compute-domain-daemon-NNNN lines here (NVIDIA writes /etc/hosts); "
-                   "with IMEXDaemonsWithDNSNames only")
-@click.option("--interval", "interval_s", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
-              metavar="SECONDS", help="seconds between rounds")
-@click.option("-v", "--verbose", is_flag=True, help="log every write")
-def compute_domain_daemon_cmd(kubeconfig: str | None, in_cluster: bool, feature_gates: str, hosts_file: str | None,
-                              interval_s: float, verbose: bool) -> None:
-    """The IMEX daemon's bookkeeping (NVIDIA's cmd/compute-domain-daemon, without the IMEX process): lists this
-    node in its own ComputeDomain's status.nodes, or in its ComputeDomainClique, follows its pod's readiness,
-    and takes itself off at SIGTERM. Who it is comes from NVIDIA's environment (COMPUTE_DOMAIN_UUID/NAME/
-    NAMESPACE, CLIQUE_ID, NODE_NAME, POD_IP, POD_NAME, POD_UID, POD_NAMESPACE, MAX_NODES_PER_IMEX_DOMAIN)."""
-    if not (kubeconfig or in_cluster):
-        _fail("give --kubeconfig or --in-cluster: the daemon writes to a cluster's API server")
-    from kubernetes.config import ConfigException
-
-    from gpudra.gpuplugin.featuregates import FeatureGateError, parse_feature_gates
-    from gpudra.kubecluster.cddaemon import DaemonWriter, identity_from_env, run_daemon
-    from gpudra.kubecluster.rest import Rest
-
-    try:
-        gates = parse_feature_gates(feature_gates)
-        me = identity_from_env(os.environ)
-    except FeatureGateError as exc:
-        _fail(f"--feature-gates: {exc}")
-    except ValueError as exc:
-        _fail(str(exc))
-    if hosts_file and not gates.enabled("IMEXDaemonsWithDNSNames"):
-        _fail("--hosts-file needs the IMEXDaemonsWithDNSNames feature gate")
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        rest = Rest(kubeconfig, in_cluster=in_cluster)
-    except (ConfigException, OSError, ValueError, TypeError) as exc:
-        _fail(f"cannot load the cluster configuration: {exc}")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        run_daemon(DaemonWriter(rest, me, cliques=gates.enabled("ComputeDomainCliques")), stop, interval_s,
-                   hosts_path=hosts_file)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        rest.close()
-
-
-@command.command("inject-event")
-@click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
-@click.option("--gpu", "gpu", default=None, help="GPU minor number or UUID (default: every GPU, for --gpu-lost)")
-@click.option("--xid", type=click.IntRange(min=0), default=None, help="an XID critical error with this number")
-@click.option("--ecc", is_flag=True, help="an uncorrectable (double-bit) ECC error")
-@click.option("--gpu-lost", is_flag=True, help="the GPU fell off the bus")
-@click.option("--clear", is_flag=True, help="the error cleared (with --xid N: that XID): removes the taints of "
-                                            "errors that clear on their own (NVIDIA's XID catalog: IGNORE, RESTART_APP)")
-@click.option("--reset", is_flag=True, help="the GPU was reset: removes every taint but those needing a reboot "
-                                            "(XID 79, a lost or unmonitored GPU)")
-@click.option("--gi", "gi_id", type=click.IntRange(min=0), default=None, help="GPU instance ID (one MIG device)")
-@click.option("--ci", "ci_id", type=click.IntRange(min=0), default=None, help="compute instance ID (with --gi)")
-def inject_event_cmd(root: str, gpu: str | None, xid: int | None, ecc: bool,
-                     gpu_lost: bool, clear: bool, reset: bool, gi_id: int | None, ci_id: int | None) -> None:
-    """Inject a GPU health event into a driver running with the simulated backend: it taints the device
-    (or, with --clear/--reset, removes the taints that recovery removes) and republishes its ResourceSlices
-    (a GPU it does not have is logged and ignored)."""
-    from gpudra.discovery.health import HealthEvent, HealthEventError, spool_dir_for, write_spooled_event
-    from gpudra.kubeletplugin.paths import DriverPaths
-
-    if clear or reset:
-        kinds = [k for k, on in (("recovered", clear), ("gpu-reset", reset), ("ecc", ecc), ("gpu-lost", gpu_lost))
-                 if on]
-        if len(kinds) != 1 or (reset and xid is not None):
-            _fail("give one of --clear [--xid N] or --reset (not with --ecc or --gpu-lost)")
-    else:
-        kinds = [k for k, on in (("xid", xid is not None), ("ecc", ecc), ("gpu-lost", gpu_lost)) if on]
-        if len(kinds) != 1:
-            _fail("give exactly one of --xid N, --ecc, --gpu-lost, --clear, --reset")
-    if gpu is None and kinds[0] != "gpu-lost":
-        _fail("--gpu is required for --clear and --reset" if clear or reset else "--gpu is required for --xid and --ecc")
-    if ci_id is not None and gi_id is None:
-        _fail("--ci needs --gi")
-    state = DriverPaths(root=root).simulated_state
-    if not os.path.exists(state):  # most likely a mistyped --root: nothing would ever read the event
-        _fail(f"no simulated GPUs under {root} ({state} does not exist): give the --root of a driver started "
-              f"with --backend simulated (a local cluster's node: DIR/nodes/NODE, DIR as `gpudra cluster up` "
-              f"printed it); nothing was written")
-    try:
-        event = HealthEvent(kinds[0], gpu=gpu, gi_id=gi_id, ci_id=ci_id, xid=xid)
-        path = write_spooled_event(spool_dir_for(state), event)
-    except (HealthEventError, OSError) as exc:
-        _fail(str(exc))
-    click.echo(json.dumps({"event": event.to_dict(), "spooled": path}))
-
-
-def _claim_refs(claim_files: tuple[str, ...]) -> list[tuple[str, str, str]]:
-    from gpudra.cli.inputs import read_documents
-
-    refs = []
-    # the one loader: files, directories, stdin, `List`s (what `gpudra allocate` prints), JSON and YAML
-    for document in read_documents(claim_files):
-        doc = document.obj
-        if isinstance(doc, dict) and doc.get("kind") == "ResourceClaim":
-            meta = doc.get("metadata") or {}
-            refs.append((meta.get("namespace") or "default", meta.get("name", ""), meta.get("uid", "")))
-    if not refs:
-        _fail("no ResourceClaim in the given files")
-    missing = [f"{ns}/{name}" for ns, name, uid in refs if not uid]
-    if missing:  # the driver would refuse each one ("uid: must not be empty"): say how to give them one
-        import uuid
-
-        _fail(f"ResourceClaim {', '.join(missing)} has no metadata.uid: the kubelet names a claim by the UID the "
-              f"API server gave it, and the driver prepares it only when its copy (--claims DIR) has the same UID. "
-              f"A claim printed by `gpudra allocate` has none: add one under metadata in both, e.g. "
-              f"`uid: {uuid.uuid4()}` (any RFC 4122 UUID, as `uuidgen` prints)")
-    return refs
-
-
-def _kubelet(root: str, driver_name: str, registry_dir: str):
-    import grpc
-
-    from gpudra.kubeletplugin.kubelet_client import KubeletClient
-    from gpudra.kubeletplugin.paths import DriverPaths
-
-    paths = DriverPaths(driver_name=driver_name, root=root, registry_dir=registry_dir)
-    sockets = paths.registration_sockets()  # rolling updates: one per driver pod; the kubelet takes the newest
-    client = KubeletClient(sockets[0] if sockets else paths.registration_socket)
-    try:
-        client.register()
-    except (grpc.RpcError, RuntimeError) as exc:
-        _fail(f"cannot register with the plugin at {client.registration_socket}: "
-              f"{exc.details() if isinstance(exc, grpc.RpcError) else exc}")
-    return client, paths
-
-
-@command.command("prepare")
-@click.argument("claim_files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
-@click.option("--driver-name", default=DRIVER_NAME, show_default=True, help=RUNNING_DRIVER_HELP)
-@click.option("--kubelet-registrar-directory-path", "registry_dir", default="/var/lib/kubelet/plugins_registry",
-              show_default=True, help=REGISTRAR_HELP)
-@click.option("--unprepare", is_flag=True, help="call NodeUnprepareResources instead")
-@click.option("--show-container", is_flag=True, help="also print the OCI spec a container would get")
-@output_option(pipe_default="yaml", help="table: one row per claim (wide: with its CDI device IDs); yaml/json: the "
-                                         "kubelet's answer per claim as data.")
-def prepare_cmd(claim_files: tuple[str, ...], root: str, driver_name: str, registry_dir: str, unprepare: bool,
-                show_container: bool, output: str) -> None:
-    """Act as the kubelet: register with a running driver and (un)prepare the claims in CLAIM_FILES."""
-    refs = _claim_refs(claim_files)
-    client, paths = _kubelet(root, driver_name, registry_dir)
-    try:
-        reply = client.unprepare(refs) if unprepare else client.prepare(refs)
-    finally:
-        client.close()
-    failed = False
-    out = []
-    for ns, name, uid in refs:
-        answer = reply.claims[uid]
-        entry: dict = {"claim": f"{ns}/{name}", "uid": uid}
-        if answer.error:
-            entry["error"] = answer.error
-            failed = True
-        elif not unprepare:
-            entry["devices"] = [{"requestNames": list(d.request_names), "pool": d.pool_name, "device": d.device_name,
-                                 "cdiDeviceIDs": list(d.cdi_device_ids)} for d in answer.devices]
-            if show_container:
-                from gpudra.cdi import CdiError, apply_devices, default_oci_spec
-
-                ids = [i for d in answer.devices for i in d.cdi_device_ids]
-                try:
-                    oci = apply_devices(default_oci_spec(), ids, paths.cdi_spec_dirs)
-                    entry["container"] = {"env": oci["process"]["env"],
-                                          "devices": [d["path"] for d in oci["linux"].get("devices", [])],
-                                          "mounts": [m["destination"] for m in oci.get("mounts", [])]}
-                except CdiError as exc:
-                    entry["container"] = {"error": str(exc)}
-        out.append(entry)
-    if output in ("yaml", "json"):
-        click.echo(render_data(out, output), nl=False)
-    else:
-        _prepare_table(out, output == "wide", show_container, "Unprepared" if unprepare else "Prepared")
-    if failed:
-        sys.exit(1)
-
-
-def _prepare_table(entries: list[dict], wide: bool, show_container: bool, done: str) -> None:
-    """CLAIM, UID, DEVICES (wide: CDI-DEVICE-IDS; --show-container: CONTAINER-DEVICES), then STATUS last: `Prepared`
-    or the driver's error, which can be long and wraps."""
-    rows = []
-    for entry in entries:
-        devices = entry.get("devices") or []
-        row = [entry["claim"], entry["uid"], ",".join(d["device"] for d in devices) or "-"]
-        if wide:
-            row.append(",".join(i for d in devices for i in d["cdiDeviceIDs"]) or "-")
-        if show_container:
-            container = entry.get("container") or {}
-            row.append(",".join(container.get("devices") or []) or container.get("error", "-"))
-        rows.append([*row, f"error: {entry['error']}" if "error" in entry else done])
-    headers = ["CLAIM", "UID", "DEVICES", *(["CDI-DEVICE-IDS"] if wide else []),
-               *(["CONTAINER-DEVICES"] if show_container else []), "STATUS"]
-    click.echo(render_table(headers, rows), nl=False)
-
-
-@command.command("status")
-@click.option("--root", default="/", show_default=True, help="the --root the driver runs with")
-@click.option("--driver-name", default=DRIVER_NAME, show_default=True, help=RUNNING_DRIVER_HELP)
-@click.option("--kubelet-plugins-directory-path", "plugins_dir", default="/var/lib/kubelet/plugins",
-              show_default=True, help="the driver's --kubelet-plugins-directory-path, where its checkpoint is (a "
-                                      "local cluster's nodes: /plugins)")
-@output_option(pipe_default="yaml", help="table: one row per prepared claim (wide: with its CDI device IDs and "
-                                         "spec file); yaml/json: the checkpoint's report.")
-def status_cmd(root: str, driver_name: str, plugins_dir: str, output: str) -> None:
-    """Show the prepared claims recorded in the driver's checkpoint and their CDI specs. A --root where no driver
-    ever ran (no plugin directory) is an error, exit 2."""
-    from gpudra.kubeletplugin.checkpoint import CheckpointError, read_checkpoint
-    from gpudra.kubeletplugin.claimpaths import ClaimPathError, cdi_spec_path
-    from gpudra.kubeletplugin.paths import DriverPaths
-    from gpudra.kubeletplugin.quarantine import load_quarantine
-
-    paths = DriverPaths(driver_name=driver_name, root=root, plugins_dir=plugins_dir)
-    if not os.path.isdir(paths.plugin_dir):  # a mistyped --root: "no prepared claims" would be a wrong answer
-        _fail(f"no {driver_name} driver under {root} ({paths.plugin_dir} does not exist): give the --root (and "
-              f"--kubelet-plugins-directory-path) the driver runs with; a local cluster's node: --root "
-              f"DIR/nodes/NODE --kubelet-plugins-directory-path /plugins")
-    try:
-        data = read_checkpoint(paths.checkpoint)
-        quarantined = load_quarantine(paths.quarantine)
-    except CheckpointError as exc:
-        _fail(str(exc))
-    claims = []
-    # the driver quarantines unusable entries at its next start
-    invalid = sorted(({"uid": bad.uid, "reason": bad.reason} for bad in data.unusable), key=lambda i: i["uid"]) \
-        if data is not None else []
-    for uid, entry in sorted((data.claims if data is not None else {}).items()):
-        try:
-            spec: str | None = cdi_spec_path(paths.cdi_spec_dir, driver_name, uid)
-        except ClaimPathError:  # not a UID the driver would write a file for
-            spec = None
-        claims.append({"uid": uid, "claim": f"{entry.namespace}/{entry.name}", "state": entry.state,
-                       "devices": [d.device for d in entry.devices],
-                       "cdiDeviceIDs": [i for d in entry.devices for i in d.cdi_device_ids],
-                       "cdiSpec": spec if spec and os.path.exists(spec) else None})
-    result: dict = {"checkpoint": paths.checkpoint, "exists": data is not None, "claims": claims}
-    if invalid:
-        result["invalid"] = invalid
-    if quarantined:
-        result["quarantine"] = paths.quarantine
-        result["quarantined"] = [{"uid": q.uid, "reason": q.reason,
-                                  "reservedDevices": [r.device or f"gpu minor {r.gpu_minor}" for r in q.reserved]}
-                                 for q in quarantined]
-    if output in ("yaml", "json"):
-        click.echo(render_data(result, output), nl=False)
-    else:
-        _status_table(result, output == "wide")
-
-
-def _status_table(result: dict, wide: bool) -> None:
-    """The report's rows: prepared claims, then entries the driver cannot use (Invalid: quarantined at its next
-    start; Quarantined: set aside, their devices still reserved), whose reasons are warnings on stderr."""
-    rows = []
-    for claim in result["claims"]:
-        row = [claim["claim"], claim["uid"], claim["state"], ",".join(claim["devices"]) or "-"]
-        rows.append([*row, ",".join(claim["cdiDeviceIDs"]) or "-", claim["cdiSpec"] or "-"] if wide else row)
-    for state, entries in (("Invalid", result.get("invalid", [])), ("Quarantined", result.get("quarantined", []))):
-        for entry in entries:
-            warn(f"checkpoint entry {entry['uid']}: {entry['reason']}"
-                 + (" (quarantined: its devices stay reserved)" if state == "Quarantined" else ""))
-            row = ["-", str(entry["uid"]), state, ",".join(entry.get("reservedDevices") or []) or "-"]
-            rows.append([*row, "-", "-"] if wide else row)
-    if not rows:
-        where = result["checkpoint"] if result["exists"] else f"{result['checkpoint']} (it does not exist)"
-        click.echo(f"no prepared claims in {where}", err=True)
-        return
-    headers = ["CLAIM", "UID", "STATE", "DEVICES", *(["CDI-DEVICE-IDS", "CDI-SPEC"] if wide else [])]
-    click.echo(render_table(headers, rows), nl=False)
+command.add_command(driver_services.webhook_cmd)
+command.add_command(driver_services.compute_domain_controller_cmd)
+command.add_command(driver_services.compute_domain_daemon_cmd)
+command.add_command(driver_tools.inject_event_cmd)
+command.add_command(driver_tools.prepare_cmd)
+command.add_command(driver_tools.status_cmd)

@@ -178,7 +178,7 @@ def _read_config(path: str) -> Any:
 
 
 def _node_backend(backend: str, profile: str, node_name: str, root: str | None, plugins_dir: str):
-    from gpudra.cli.driver import profile_named
+    from gpudra.cli.driver_options import profile_named
     from gpudra.discovery import DiscoveryError, open_backend, resolve_backend
     from gpudra.kubeletplugin.paths import DriverPaths
 
@@ -369,7 +369,7 @@ def slices_command(gpu: str, count: int, node_name: str, kubernetes_version: str
     slices = resource_slices(node_name, gpus) if split else combined_resource_slices(node_name, gpus)
     require_generated_valid(slices, "mig slices", version)
     if output in ("table", "wide"):
-        from gpudra.cli.driver import slices_table
+        from gpudra.cli.driver_options import slices_table
 
         click.echo(slices_table(slices, output == "wide"), nl=False)
     else:

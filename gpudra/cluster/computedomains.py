@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from gpudra.computedomain.controller import (DEFAULT_DAEMON_POD, DOMAIN_LABEL, FINALIZER, FROM_DAEMON_PODS, DaemonPod,
                                              DomainPlan, StatusSource, World, orphans, plan, stale_labels)
-from gpudra.computedomain.daemonstatus import CLIQUE_KIND
+from gpudra.api.schema.computedomain import CLIQUE_KIND
 from gpudra.computedomain.devices import DRIVER_NAMESPACE
 from gpudra.api.schema.computedomain import KIND
 

@@ -48,6 +48,9 @@ def run_main(monkeypatch, args: list[str]) -> int | None:
                                         (["validate", "-q", "-f", "examples/article"], 1),
                                         (["validate", "-q", "-f", "tests/data/does-not-exist.yaml"], 2)])
 def test_answer_commands_exit_quickly_with_their_code_after_exit_handlers(monkeypatch, exits, args, code):
+    # the process is alone, as a command's is: a thread another test of this worker left running would make the
+    # command exit normally (the other test below checks that rule)
+    monkeypatch.setattr(cli_module.threading, "active_count", lambda: 1)
     assert run_main(monkeypatch, args) == code
     assert exits == ["atexit", f"exit {code}"]
 

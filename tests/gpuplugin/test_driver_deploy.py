@@ -12,7 +12,8 @@ from kubernetes import client as k8s
 
 from gpudra.api.load import load_text
 from gpudra.api.validate import has_errors, validate_documents
-from gpudra.cli.driver import compute_domain_controller_cmd, run_cmd
+from gpudra.cli.driver import run_cmd
+from gpudra.cli.driver_services import compute_domain_controller_cmd
 from gpudra.gpuplugin.slices import device_classes
 
 DEPLOY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "deploy")
