@@ -310,7 +310,8 @@ def test_daemonset_is_nvidias_but_runs_gpudras_daemon() -> None:
     keeps /etc/hosts with IMEXDaemonsWithDNSNames), NVIDIA's LOG_VERBOSITY (klog's) and its exec probes (the IMEX
     process's state, which gpudra does not run); the command parses as `gpudra driver compute-domain-daemon`, and
     the daemon reads its identity from the pod's environment plus its claim's CDI environment."""
-    from gpudra.cli.driver import compute_domain_daemon_cmd
+    from gpudra.cli.driver_services import compute_domain_daemon_cmd
+    from gpudra.kubeletplugin.prepared import DomainBinding
     from gpudra.computedomain.controller import DaemonPod
     from gpudra.computedomain.devices import NodeDevices, daemon_edits
     from gpudra.gpuplugin.featuregates import parse_feature_gates
@@ -339,7 +340,7 @@ def test_daemonset_is_nvidias_but_runs_gpudras_daemon() -> None:
                   "metadata.name": "daemon-x", "metadata.namespace": "nvidia-dra-driver-gpu"}
         env = {e["name"]: e["value"] if "value" in e else fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
                for e in container["env"]}
-        cdi = daemon_edits({"domainID": UID, "clique": "c.1", "domainName": "train", "domainNamespace": "team-a"},
+        cdi = daemon_edits(DomainBinding(domain_id=UID, clique="c.1", domain_name="train", domain_namespace="team-a"),
                            "/tmp/d", NodeDevices(0, 0, None))
         env.update(kv.split("=", 1) for kv in cdi.env)
         me = identity_from_env(env)

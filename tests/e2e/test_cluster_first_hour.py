@@ -30,6 +30,8 @@ NVIDIA_CHART_CLASSES = [
      "nvidia.com/gpu"),
     ("mig.nvidia.com", "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'",
      None),
+    ("vfio.gpu.nvidia.com", "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'vfio'",
+     None),
 ]
 
 
@@ -50,13 +52,13 @@ def test_first_hour_on_the_default_cluster(cluster_state, monkeypatch, tmp_path)
         first = run("cluster", "up", "--nodes", "l4-node", "--no-control-plane")
         assert first.stdout.strip() == default
         assert f"creating a local cluster in {default}: Kubernetes 1.36, 1 node (l4-0)" in first.stderr
-        assert ("DeviceClasses gpu.nvidia.com, mig.nvidia.com, compute-domain-daemon.nvidia.com, "
+        assert ("DeviceClasses gpu.nvidia.com, mig.nvidia.com, vfio.gpu.nvidia.com, compute-domain-daemon.nvidia.com, "
                 "compute-domain-default-channel.nvidia.com created") in first.stderr
         assert other.load_config().kubernetes_version == "1.34" and not os.path.exists(other.store.root)
         assert open(current_pointer()).read().strip() == default  # later commands follow the new cluster
 
         # the classes NVIDIA's Helm chart installs with its driver (NVIDIA/k8s-dra-driver-gpu,
-        # deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-gpu.yaml, deviceclass-mig.yaml and
+        # deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-{gpu,mig,vfio}.yaml and
         # deviceclass-compute-domain-{daemon,default-channel}.yaml: computeDomains are enabled by default)
         classes = json.loads(run("get", "deviceclasses", "-o", "json").stdout)["items"]
         assert [(c["metadata"]["name"], c["spec"]["selectors"][0]["cel"]["expression"],

@@ -215,7 +215,7 @@ def test_compute_domain_rbac_verbs_are_nvidias():
 def test_the_deployed_controller_reads_status_from_the_daemons_it_starts(monkeypatch):
     """The controller runs with --status-from-daemons (the daemons it starts write the status; with NVIDIA's
     default ComputeDomainCliques=true their cliques) and gives the daemons its own image (IMAGE_NAME)."""
-    from gpudra.cli.driver import compute_domain_controller_cmd
+    from gpudra.cli.driver_services import compute_domain_controller_cmd
 
     plain = {(o["kind"], o["metadata"]["name"]): o for o in _plain()}
     container, = plain[("Deployment", "gpudra-compute-domain-controller")]["spec"]["template"]["spec"]["containers"]
