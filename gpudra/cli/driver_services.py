@@ -7,15 +7,17 @@ import os
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 import click
 
 from gpudra.vocabulary import DRIVER_NAME
 from gpudra.cli.options import dns_subdomain_value
-from gpudra.cli.driver_options import (
-    fail,
-)
+from gpudra.cli.driver_options import fail
 from gpudra.computedomain.daemonstatus import MAX_NODES_PER_IMEX_DOMAIN
+
+if TYPE_CHECKING:
+    from gpudra.kubecluster.rest import Rest
 
 
 @click.command("webhook")
@@ -55,6 +57,24 @@ def webhook_cmd(tls_cert_file: str, tls_private_key_file: str, port: int, bind_a
         server.server_close()
 
 
+def _cluster_process(kubeconfig: str | None, in_cluster: bool, verbose: bool) -> tuple["Rest", threading.Event]:
+    """What a compute-domain process (controller or daemon) starts with: logging on stderr, the API server's
+    client, and an event SIGTERM sets."""
+    from kubernetes.config import ConfigException
+
+    from gpudra.kubecluster.rest import Rest
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        rest = Rest(kubeconfig, in_cluster=in_cluster)
+    except (ConfigException, OSError, ValueError, TypeError) as exc:
+        fail(f"cannot load the cluster configuration: {exc}")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    return rest, stop
+
+
 @click.command("compute-domain-controller")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), envvar="KUBECONFIG",
               help="the cluster whose ComputeDomains to reconcile")
@@ -81,12 +101,10 @@ def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, inte
     daemons' DaemonSet and claim templates, status from the daemons, teardown on deletion. Runs until SIGTERM."""
     if not (kubeconfig or in_cluster):
         fail("give --kubeconfig or --in-cluster: the controller reconciles a cluster's ComputeDomains")
-    from kubernetes.config import ConfigException
 
     from gpudra.computedomain.controller import DEFAULT_IMAGE, DaemonPod, StatusSource
     from gpudra.gpuplugin.featuregates import FeatureGateError, parse_feature_gates
     from gpudra.kubecluster.cdcontroller import run_controller
-    from gpudra.kubecluster.rest import Rest
 
     try:
         gates = parse_feature_gates(feature_gates)
@@ -97,14 +115,7 @@ def compute_domain_controller_cmd(kubeconfig: str | None, in_cluster: bool, inte
                        feature_gates=tuple(sorted(gates.set.items())),
                        dns_names=gates.enabled("IMEXDaemonsWithDNSNames"))
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        rest = Rest(kubeconfig, in_cluster=in_cluster)
-    except (ConfigException, OSError, ValueError, TypeError) as exc:
-        fail(f"cannot load the cluster configuration: {exc}")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    rest, stop = _cluster_process(kubeconfig, in_cluster, verbose)
     try:
         run_controller(rest, stop, interval_s, source, daemon)
     except KeyboardInterrupt:
@@ -132,11 +143,9 @@ def compute_domain_daemon_cmd(kubeconfig: str | None, in_cluster: bool, feature_
     NAMESPACE, CLIQUE_ID, NODE_NAME, POD_IP, POD_NAME, POD_UID, POD_NAMESPACE, MAX_NODES_PER_IMEX_DOMAIN)."""
     if not (kubeconfig or in_cluster):
         fail("give --kubeconfig or --in-cluster: the daemon writes to a cluster's API server")
-    from kubernetes.config import ConfigException
 
     from gpudra.gpuplugin.featuregates import FeatureGateError, parse_feature_gates
     from gpudra.kubecluster.cddaemon import DaemonWriter, identity_from_env, run_daemon
-    from gpudra.kubecluster.rest import Rest
 
     try:
         gates = parse_feature_gates(feature_gates)
@@ -147,14 +156,7 @@ def compute_domain_daemon_cmd(kubeconfig: str | None, in_cluster: bool, feature_
         fail(str(exc))
     if hosts_file and not gates.enabled("IMEXDaemonsWithDNSNames"):
         fail("--hosts-file needs the IMEXDaemonsWithDNSNames feature gate")
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        rest = Rest(kubeconfig, in_cluster=in_cluster)
-    except (ConfigException, OSError, ValueError, TypeError) as exc:
-        fail(f"cannot load the cluster configuration: {exc}")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    rest, stop = _cluster_process(kubeconfig, in_cluster, verbose)
     try:
         run_daemon(DaemonWriter(rest, me, cliques=gates.enabled("ComputeDomainCliques")), stop, interval_s,
                    hosts_path=hosts_file)

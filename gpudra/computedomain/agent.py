@@ -14,15 +14,15 @@ import logging
 import threading
 from typing import Any
 
-from gpudra.discovery import GpuBackend, open_backend
+from gpudra.discovery import GpuBackend
 
-from gpudra.gpuplugin.agent import AgentError, AgentOptions, api_sources, group_id, save_published_slices
+from gpudra.gpuplugin.agent import (AgentError, AgentOptions, api_sources, group_id, node_paths_and_backend,
+                                    save_published_slices)
 from gpudra.kubeletplugin.cdispec import read_char_majors
 from .state import ComputeDomainState
 from gpudra.kubeletplugin.claims import ClaimSource
 from .devices import NodeDevices, compute_domain_slices, node_clique, read_node_devices
 from .domains import DirectoryDomainSource, DomainSource, KubeDomainSource
-from gpudra.kubeletplugin.paths import DriverPaths
 from gpudra.kubeletplugin.plugin import KubeletPlugin
 from gpudra.kubeletplugin.publisher import SliceClient, SlicePublisher
 
@@ -34,11 +34,7 @@ class ComputeDomainAgent:
                  claims: ClaimSource | None = None, slice_client: SliceClient | None = None,
                  domains: DomainSource | None = None):
         self.options = options
-        self.paths = DriverPaths(driver_name=options.driver_name, root=options.root, registry_dir=options.registry_dir,
-                                 plugins_dir=options.plugins_dir, cdi_dir=options.cdi_dir,
-                                 instance_uid=options.rolling_update_uid or None)
-        self.backend = backend or open_backend(options.backend, profile=options.profile, node_name=options.node_name,
-                                               state_path=self.paths.simulated_state)
+        self.paths, self.backend = node_paths_and_backend(options, backend)
         self.clique = node_clique(self.backend.inventory())
         self.slice_client, claims = api_sources(options, slice_client, claims)
         if domains is None:

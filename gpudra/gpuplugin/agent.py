@@ -43,6 +43,17 @@ class AgentError(GpudraError):
     """Bad configuration the user can fix (printed without a traceback)."""
 
 
+def node_paths_and_backend(options: "AgentOptions",
+                           backend: GpuBackend | None) -> tuple[DriverPaths, GpuBackend]:
+    """A kubelet plugin's directories on this node (either driver's agent) and its GPUs: the backend given, else
+    the one the options name (simulated GPUs keep their state under the plugin's directory)."""
+    paths = DriverPaths(driver_name=options.driver_name, root=options.root, registry_dir=options.registry_dir,
+                        plugins_dir=options.plugins_dir, cdi_dir=options.cdi_dir,
+                        instance_uid=options.rolling_update_uid or None)
+    return paths, backend or open_backend(options.backend, profile=options.profile, node_name=options.node_name,
+                                          state_path=paths.simulated_state)
+
+
 def api_sources(options: "AgentOptions", slice_client: SliceClient | None,
                 claims: ClaimSource | None) -> tuple[SliceClient | None, ClaimSource]:
     """The slice client and claim source a kubelet plugin works with (either driver's agent): those given, else
@@ -131,11 +142,7 @@ class DriverAgent:
     def __init__(self, options: AgentOptions, *, backend: GpuBackend | None = None,
                  claims: ClaimSource | None = None, slice_client: SliceClient | None = None):
         self.options = options
-        self.paths = DriverPaths(driver_name=options.driver_name, root=options.root, registry_dir=options.registry_dir,
-                                 plugins_dir=options.plugins_dir, cdi_dir=options.cdi_dir,
-                                 instance_uid=options.rolling_update_uid or None)
-        self.backend = backend or open_backend(options.backend, profile=options.profile, node_name=options.node_name,
-                                               state_path=self.paths.simulated_state)
+        self.paths, self.backend = node_paths_and_backend(options, backend)
         self.slice_client, claims = api_sources(options, slice_client, claims)
         self.host_driver: HostDriverFiles | None = None
         host_edits = None
