@@ -160,14 +160,23 @@ def component_feature_gates(version: str, features: dict[str, bool]) -> dict[str
     return gates
 
 
+def non_allocator_gates() -> list[str]:
+    """The gates gpudra knows that no allocator feature stands for (DRAExtendedResource, GenericWorkload, …);
+    DynamicResourceAllocation itself is GA and locked on."""
+    covered = {gate for gates in ALLOCATOR_FEATURE_GATES.values() for gate in gates}
+    return sorted(gate for gate in GATE_HISTORY if gate not in covered and gate != "DynamicResourceAllocation")
+
+
 def features_from_gates(gates: dict[str, bool]) -> str:
     """The `--features` text (over the release's defaults) for a server's gates, gate -> on (its /metrics): an
-    allocator feature is on when all its gates are; a feature whose gate the server does not list keeps the
+    allocator feature is on when all its gates are; the other gates gpudra knows (the Workload API's,
+    DRAExtendedResource, ...) as the server has them; a feature whose gate the server does not list keeps the
     default."""
     tokens = ["default"]
     for name, needed in ALLOCATOR_FEATURE_GATES.items():
         if all(gate in gates for gate in needed):
             tokens.append(("+" if all(gates[g] for g in needed) else "-") + name)
+    tokens += [("+" if gates[gate] else "-") + gate for gate in non_allocator_gates() if gate in gates]
     return ",".join(tokens)
 
 

@@ -1,14 +1,19 @@
 // The real Kubernetes control plane for gpudra's tests and `gpudra kube build`, built from the release's Go
 // modules alone. Projects that import k8s.io/kubernetes pin every staging module to the release (k8s.io/kubernetes'
-// own go.mod points them at ./staging): the replace block below does that for v1.34.4 (gpudra's release; >= 1.34.2
-// as the article advises). Moving the release: python -m gpudra.kubecluster.gomod VERSION (rewrites this file).
+// own go.mod points them at ./staging): the replace block below does that for v1.34.4. Written by
+// tools/kube_release.py v1.34.4 --default; the module's own release (gpudra's default).
+
 module gpudra.local/k8s
 
 go 1.24.0
 
 require (
 	go.etcd.io/etcd/server/v3 v3.6.4
+	k8s.io/api v0.34.4
+	k8s.io/apimachinery v0.34.4
+	k8s.io/apiserver v0.34.4
 	k8s.io/component-base v0.34.4
+	k8s.io/dynamic-resource-allocation v0.0.0
 	k8s.io/kubectl v0.34.4
 	k8s.io/kubernetes v1.34.4
 )
@@ -157,10 +162,7 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/api v0.34.4 // indirect
 	k8s.io/apiextensions-apiserver v0.0.0 // indirect
-	k8s.io/apimachinery v0.34.4 // indirect
-	k8s.io/apiserver v0.34.4 // indirect
 	k8s.io/cli-runtime v0.34.4 // indirect
 	k8s.io/client-go v0.34.4 // indirect
 	k8s.io/cloud-provider v0.34.4 // indirect
@@ -170,7 +172,6 @@ require (
 	k8s.io/cri-api v0.34.4 // indirect
 	k8s.io/cri-client v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.0.0 // indirect
-	k8s.io/dynamic-resource-allocation v0.0.0 // indirect
 	k8s.io/endpointslice v0.0.0 // indirect
 	k8s.io/externaljwt v0.0.0 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect

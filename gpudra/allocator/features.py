@@ -185,10 +185,9 @@ class Features:
 
 def _other_gate_names() -> list[str]:
     """The DRA gates gpudra.versions knows that no allocator feature stands for (DRAExtendedResource, …)."""
-    from gpudra.versions import ALLOCATOR_FEATURE_GATES, GATE_HISTORY
+    from gpudra.versions import non_allocator_gates
 
-    covered = {gate for gates in ALLOCATOR_FEATURE_GATES.values() for gate in gates}
-    return sorted(gate for gate in GATE_HISTORY if gate not in covered and gate != "DynamicResourceAllocation")
+    return non_allocator_gates()
 
 
 def _other_gate(name: str) -> str | None:

@@ -7,6 +7,7 @@ import dataclasses
 import click
 
 from gpudra.cli.objects import _fail
+from gpudra.cli.options import kubernetes_version_option
 from gpudra.cli.output import output_option, render_data, render_table
 
 
@@ -19,14 +20,16 @@ def command() -> None:
 @command.command("build")
 @click.option("--module", default=None, metavar="DIR",
               help="The Go module (default: k8s/ of the checkout gpudra runs from, or of the working directory).")
+@kubernetes_version_option("The release to build: the module's own (k8s/go.mod, 1.34) or another it pins "
+                           "(k8s/releases/v1.36.mod: 1.36).")
 @output_option(pipe_default="yaml", help="table: the binary, its release, whether it was built now; yaml/json: the same.")
-def build_cmd(module: str | None, output: str) -> None:
+def build_cmd(module: str | None, kubernetes_version: str | None, output: str) -> None:
     """Build the control plane's one binary (or reuse it from the cache, keyed on the Go sources, go.sum, the Go
     version and the flags) and print where it is. Cold: minutes; warm: no Go run at all."""
     from gpudra.kubecluster.build import BuildError, build
 
     try:
-        built = build(module, say=lambda text: click.echo(text, err=True))
+        built = build(module, say=lambda text: click.echo(text, err=True), release=kubernetes_version)
     except BuildError as exc:
         _fail(str(exc))
     data = dataclasses.asdict(built)

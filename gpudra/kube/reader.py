@@ -54,6 +54,11 @@ CLUSTER_KINDS: tuple[ResourceKind, ...] = (
     ResourceKind("DeviceTaintRule", "resource.k8s.io", "v1alpha3", "devicetaintrules", namespaced=False,
                  optional=True),
     ResourceKind("Pod", "", "v1", "pods", namespaced=True),
+    # The Workload API (alpha, --runtime-config): 1.36 serves Workload and PodGroup in v1alpha2, 1.35 Workload in
+    # v1alpha1; gangs are explained from them.
+    ResourceKind("Workload", "scheduling.k8s.io", "v1alpha2", "workloads", namespaced=True, optional=True),
+    ResourceKind("Workload", "scheduling.k8s.io", "v1alpha1", "workloads", namespaced=True, optional=True),
+    ResourceKind("PodGroup", "scheduling.k8s.io", "v1alpha2", "podgroups", namespaced=True, optional=True),
 )
 
 

@@ -70,13 +70,41 @@ def _is_our_module(path: str) -> bool:
         return False
 
 
-def kubernetes_release(module: str) -> str:
-    """The k8s.io/kubernetes version go.mod requires ("v1.34.4"): the release the binary is."""
-    with open(os.path.join(module, "go.mod"), encoding="utf-8") as f:
+# Other releases than go.mod's: releases/v<minor>.mod and .sum beside it, the same module's sources built with
+# `go build -modfile` (Go reads that file instead of go.mod, and the .sum of the same stem instead of go.sum).
+RELEASES_DIR = "releases"
+
+
+def mod_file(module: str, release: str | None = None) -> str:
+    """The go.mod that pins `release` ("1.36"; None: the module's own go.mod), relative to the module."""
+    if release is None or _minor(_required_release(os.path.join(module, "go.mod"))) == _minor(release):
+        return "go.mod"
+    relative = os.path.join(RELEASES_DIR, f"v{_minor(release)}.mod")
+    if not os.path.exists(os.path.join(module, relative)):
+        known = sorted([_minor(_required_release(os.path.join(module, "go.mod")))] + [
+            name[1:-4] for name in os.listdir(os.path.join(module, RELEASES_DIR)) if name.endswith(".mod")]
+            if os.path.isdir(os.path.join(module, RELEASES_DIR)) else [])
+        raise BuildError(f"gpudra's Go module pins no Kubernetes {_minor(release)} (it has {', '.join(known)}): "
+                         f"{module}/{relative} is missing")
+    return relative
+
+
+def _minor(release: str) -> str:
+    return ".".join(release.lstrip("v").split(".")[:2])
+
+
+def _required_release(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
         found = re.search(r"^\s*k8s\.io/kubernetes (v\d+\.\d+\.\d+)\s*$", f.read(), re.MULTILINE)
     if not found:
-        raise BuildError(f"{module}/go.mod requires no k8s.io/kubernetes version")
+        raise BuildError(f"{path} requires no k8s.io/kubernetes version")
     return found.group(1)
+
+
+def kubernetes_release(module: str, release: str | None = None) -> str:
+    """The k8s.io/kubernetes version ("v1.34.4") the module's go.mod (or the one pinning `release`) requires:
+    the release the binary is."""
+    return _required_release(os.path.join(module, mod_file(module, release)))
 
 
 def go_binary() -> str:
@@ -101,11 +129,15 @@ def _go_version(go: str) -> str:
     return subprocess.run([go, "env", "GOVERSION"], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def cache_key(module: str, go_version: str, flags: list[str], package: str) -> str:
-    """A hash of what decides the binary: go.mod, go.sum, the package's own .go files and the module's shared
-    packages (not the other commands under cmd/), the toolchain and the flags."""
+def cache_key(module: str, go_version: str, flags: list[str], package: str, modfile: str = "go.mod") -> str:
+    """A hash of what decides the binary: go.mod, go.sum (or the release's .mod and .sum), the package's own .go
+    files and the module's shared packages (not the other commands under cmd/), the toolchain and the flags."""
     digest = hashlib.sha256()
     digest.update(f"{go_version}\0{' '.join(flags)}\0{package}\0".encode())
+    if modfile != "go.mod":
+        for path in (modfile, modfile[:-len(".mod")] + ".sum"):
+            with open(os.path.join(module, path), "rb") as f:
+                digest.update(path.encode() + b"\0" + f.read())
     commands = os.path.join(module, "cmd")
     own = os.path.normpath(os.path.join(module, package))
     for root, dirs, files in os.walk(module):
@@ -127,21 +159,24 @@ def cache_root() -> str:
 
 
 def build_command(command: str, module: str | None = None, say: Callable[[str], None] = lambda _: None,
-                  cache: str | None = None, ldflags: str | None = None) -> Built:
+                  cache: str | None = None, ldflags: str | None = None, release: str | None = None) -> Built:
     """The module's `cmd/<command>` built once into the cache and reused (`kube`, the control plane; the Go
-    harnesses the tests and benchmarks run beside gpudra: `allocate-bench`, `cel-oracle`)."""
+    harnesses the tests and benchmarks run beside gpudra: `allocate-bench`, `cel-oracle`), against the module's
+    own release or another one it pins (`release`, "1.36": releases/v1.36.mod)."""
     module = module_dir(module)
-    release = kubernetes_release(module)
+    modfile = mod_file(module, release)
+    resolved = kubernetes_release(module, release)
     go = go_binary()
     package = f"./cmd/{command}"
-    flags = ["-trimpath"] + (["-ldflags", ldflags] if ldflags else [])
-    key = cache_key(module, _go_version(go), flags, package)
-    target_dir = os.path.join(cache or cache_root(), f"{command}-{release}-{key}")
+    flags = ["-trimpath"] + ([f"-modfile={modfile}"] if modfile != "go.mod" else []) + (
+        ["-ldflags", ldflags] if ldflags else [])
+    key = cache_key(module, _go_version(go), flags, package, modfile)
+    target_dir = os.path.join(cache or cache_root(), f"{command}-{resolved}-{key}")
     binary = os.path.join(target_dir, command)
     start = time.monotonic()
     built = not os.path.exists(binary)
     if built:
-        say(f"building {command} ({release}) from Go modules into {target_dir}")
+        say(f"building {command} ({resolved}) from Go modules into {target_dir}")
         os.makedirs(target_dir, exist_ok=True)
         partial = f"{binary}.tmp{os.getpid()}"
         result = subprocess.run([go, "build", *flags, "-o", partial, package], check=False, cwd=module,
@@ -151,18 +186,19 @@ def build_command(command: str, module: str | None = None, say: Callable[[str], 
                 os.unlink(partial)
             raise BuildError(f"go build of {package} in {module} failed:\n{result.stderr.strip()[-4000:]}")
         os.replace(partial, binary)  # whole or not at all: a concurrent run sees the old state or this binary
-    return Built(binary=binary, kubectl="", release=release, built=built,
+    return Built(binary=binary, kubectl="", release=resolved, built=built,
                  seconds=time.monotonic() - start, size_bytes=os.path.getsize(binary))
 
 
 def build(module: str | None = None, say: Callable[[str], None] = lambda _: None,
-          cache: str | None = None) -> Built:
-    """The control plane's binary for the module's release: from the cache, or built now (minutes cold; Go's own
-    build cache makes a rebuild after a small change quick), with a `kubectl` link beside it."""
-    release = kubernetes_release(module_dir(module))
-    say(f"Kubernetes {release} (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl): "
+          cache: str | None = None, release: str | None = None) -> Built:
+    """The control plane's binary for the module's release (or `release`, "1.36", where the module pins it): from
+    the cache, or built now (minutes cold; Go's own build cache makes a rebuild after a small change quick), with a
+    `kubectl` link beside it."""
+    version = kubernetes_release(module_dir(module), release)
+    say(f"Kubernetes {version} (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl): "
         "from the cache, or built from Go modules (minutes on a cold Go cache)")
-    built = build_command(BINARY, module, say, cache, ldflags=_ldflags(release))
+    built = build_command(BINARY, module, say, cache, ldflags=_ldflags(version), release=release)
     kubectl = os.path.join(os.path.dirname(built.binary), "kubectl")
     if not os.path.lexists(kubectl):
         os.symlink(BINARY, kubectl)

@@ -140,14 +140,18 @@ def feature_gates_flag(config: ClusterConfig) -> str:
 
 def runtime_config(config: ClusterConfig) -> str:
     """API versions to serve beyond the release's defaults: DeviceTaintRule (resource.k8s.io/v1alpha3 in 1.34,
-    v1beta2 from 1.36) where DRADeviceTaints is on but its API is opt-in."""
+    v1beta2 from 1.36) where DRADeviceTaints is on but its API is opt-in; the Workload API (scheduling.k8s.io
+    v1alpha1 in 1.35, v1alpha2 in 1.36: alpha, off by default) where GenericWorkload is on."""
+    from gpudra.api.schema.workload import SERVED_IN
     from gpudra.versions import gate_state
 
-    if "DeviceTaints" not in config.feature_gates().enabled():
-        return ""
-    if gate_state("DRADeviceTaints", config.kubernetes_version).stage == "alpha":
-        return "resource.k8s.io/v1alpha3=true"
-    return ""
+    features = config.feature_gates()
+    versions = []
+    if "DeviceTaints" in features.enabled() and gate_state("DRADeviceTaints", config.kubernetes_version).stage == "alpha":
+        versions.append("resource.k8s.io/v1alpha3=true")
+    if features.gate_enabled("GenericWorkload"):
+        versions += [f"{api}=true" for api, release in SERVED_IN.items() if release == config.kubernetes_version]
+    return ",".join(versions)
 
 
 def with_flags(args: list[str], extra: Sequence[str]) -> list[str]:

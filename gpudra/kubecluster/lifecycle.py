@@ -124,11 +124,7 @@ def up(cluster: ClusterDir, config: ClusterConfig, say: Callable[[str], None] = 
        module: str | None = None) -> Built:
     from gpudra.cluster import nodes
 
-    built = build(module, say)
-    minor = ".".join(built.release.lstrip("v").split(".")[:2])
-    if minor != config.kubernetes_version:
-        raise ClusterSetupError(f"the real control plane is Kubernetes {built.release} (k8s/go.mod), not "
-                                f"{config.kubernetes_version}: leave out --kubernetes-version or give {minor}")
+    built = build(module, say, release=config.kubernetes_version)  # an unpinned release: BuildError names those pinned
     cluster.save_config(config)
     cluster.make_private()
     controlplane.start(cluster, config, built, say)

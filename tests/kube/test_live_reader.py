@@ -55,8 +55,8 @@ def test_missing_optional_kind_is_skipped_and_reported(tmp_path):
     skipped = []
     with FakeApiServer(CLUSTER) as server:
         read_cluster(kubeconfig=server.kubeconfig(str(tmp_path / "kc")), on_skip=lambda kind, why: skipped.append(kind.kind))
-    # The fake server does not serve DeviceTaintRules (an alpha API).
-    assert skipped == ["DeviceTaintRule"] * 3
+    # The fake server serves neither DeviceTaintRules nor the Workload API (alpha APIs), in any version.
+    assert skipped == ["DeviceTaintRule"] * 3 + ["Workload"] * 2 + ["PodGroup"]
 
 
 def test_context_selection(tmp_path):

@@ -8,15 +8,18 @@ import subprocess
 
 import pytest
 
-from support.realkube import BUILD_TIMEOUT_S, ROOT, built, gpudra
+from support.realkube import BUILD_TIMEOUT_S, ROOT, built, gpudra, require_go
 
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S)
 
 
-def test_the_binary_is_the_release_go_mod_names_and_every_component_runs():
-    binary = built()
+@pytest.mark.parametrize("minor", ["1.34", "1.36"])
+def test_the_binary_is_the_release_its_mod_file_names_and_every_component_runs(minor):
+    binary = built(None if minor == "1.34" else minor)  # 1.34: k8s/go.mod; 1.36: k8s/releases/v1.36.mod
     release = binary.release
-    assert release.startswith("v1.34.") and int(release.split(".")[2]) >= 2  # the article's advice: >= 1.34.2
+    assert release.startswith(f"v{minor}.")
+    if minor == "1.34":
+        assert int(release.split(".")[2]) >= 2  # the article's advice: >= 1.34.2
     for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
         result = subprocess.run([binary.binary, component, "--version"], capture_output=True, text=True, timeout=60)
         assert result.stdout.strip() == f"Kubernetes {release}", (component, result.stderr)
@@ -33,6 +36,29 @@ def test_a_second_build_reuses_the_cached_binary():
     first = built()
     again = gpudra("kube", "build", "--module", str(ROOT / "k8s"), "-o", "json")
     assert '"built": false' in again.stdout and first.binary in again.stdout
+
+
+def test_a_release_the_module_does_not_pin_is_refused_naming_those_it_pins():
+    require_go()
+    result = gpudra("kube", "build", "--module", str(ROOT / "k8s"), "--kubernetes-version", "1.35", check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "pins no Kubernetes 1.35 (it has 1.34, 1.36)" in result.stderr
+
+
+def test_each_release_has_its_own_binary_and_the_release_file_is_in_the_key(tmp_path):
+    from gpudra.kubecluster.build import cache_key, kubernetes_release, mod_file
+
+    module = str(ROOT / "k8s")
+    assert mod_file(module, "1.34") == mod_file(module, None) == "go.mod"
+    assert mod_file(module, "1.36.1") == "releases/v1.36.mod"  # a patch release: its minor's pin
+    assert kubernetes_release(module, "1.36").startswith("v1.36.")
+    copy = tmp_path / "k8s"
+    shutil.copytree(ROOT / "k8s", copy, ignore=shutil.ignore_patterns("*_test.go"))
+    flags = ["-trimpath", "-modfile=releases/v1.36.mod"]
+    key = cache_key(str(copy), "go1.26", flags, "./cmd/kube", "releases/v1.36.mod")
+    with open(copy / "releases" / "v1.36.sum", "a", encoding="utf-8") as f:
+        f.write("example.com/m v1.0.0 h1:x=\n")
+    assert cache_key(str(copy), "go1.26", flags, "./cmd/kube", "releases/v1.36.mod") != key
 
 
 def test_the_cache_key_follows_the_binarys_sources_only(tmp_path):

@@ -1,5 +1,5 @@
-"""gpudra's scheduler and allocator against the real kube-scheduler 1.34 (DynamicResources plugin), on the devices
-gpudra's drivers publish to the real API server.
+"""gpudra's scheduler and allocator against the real kube-scheduler 1.34 and 1.36 (DynamicResources plugin), on the
+devices gpudra's drivers publish to the real API server.
 
 Pods are created behind a scheduling gate; one at a time, the cluster's state is read, the gate is lifted, and the
 real kube-scheduler places the pod and allocates its claim. `gpudra schedule` then places the same pod offline on
@@ -105,7 +105,7 @@ def claim_of(pod: dict) -> str | None:
     return extended or next((s["resourceClaimName"] for s in status.get("resourceClaimStatuses", [])), None)
 
 
-def offline(state: list[dict], pod_name: str, pin: str | None, tmp: str,
+def offline(state: list[dict], pod_name: str, pin: str | None, tmp: str, release: str,
             only: list[tuple] | None = None) -> tuple[str | None, list[tuple]]:
     """gpudra's placement of `pod_name` (its gate lifted) on `state`; `pin` restricts it to one node, `only` its
     claim's requests to those devices (results_of's tuples)."""
@@ -130,7 +130,7 @@ def offline(state: list[dict], pod_name: str, pin: str | None, tmp: str,
     path = os.path.join(tmp, f"{pod_name}-{pin or 'any'}{'-only' if only else ''}.yaml")
     with open(path, "w", encoding="utf-8") as f:
         yaml.safe_dump_all(state, f)
-    result = gpudra("schedule", "-f", path, "-o", "json", "--kubernetes-version", "1.34", "--features", FEATURES,
+    result = gpudra("schedule", "-f", path, "-o", "json", "--kubernetes-version", release, "--features", FEATURES,
                     "--no-validate", check=False)
     assert result.returncode in (0, 1), result.stderr[-3000:]
     after = json.loads(result.stdout)["items"]
@@ -141,13 +141,14 @@ def offline(state: list[dict], pod_name: str, pin: str | None, tmp: str,
     return node, results_of(claim)
 
 
-def test_gpudra_places_as_the_real_kube_scheduler(tmp_path):
-    binary = built()
+@pytest.mark.parametrize("release", ["1.34", "1.36"])
+def test_gpudra_places_as_the_real_kube_scheduler(release, tmp_path):
+    binary = built(None if release == "1.34" else release)
     directory = short_dir("gs")
     decided = []
     try:
-        gpudra("cluster", "up", "--dir", directory, "--api-server", "kubernetes", "--nodes", NODES,
-               "--features", FEATURES)
+        gpudra("cluster", "up", "--dir", directory, "--api-server", "kubernetes", "--kubernetes-version", release,
+               "--nodes", NODES, "--features", FEATURES)
         kubectl = Kubectl(binary.kubectl, os.path.join(directory, "kubeconfig"))
         manifests = [obj for name, requests, constraints, _ in SCENARIO for obj in objects(name, requests, constraints)]
         kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(manifests))
@@ -171,12 +172,12 @@ def test_gpudra_places_as_the_real_kube_scheduler(tmp_path):
                 time.sleep(0.3)
             claim = kubectl.json("get", "resourceclaim", claim_of(pod))
             real_node, real_results = pod["spec"]["nodeName"], results_of(claim)
-            ours_node, ours_results = offline(json.loads(json.dumps(state)), name, None, str(tmp_path))
+            ours_node, ours_results = offline(json.loads(json.dumps(state)), name, None, str(tmp_path), release)
             if forced:
                 assert ours_node == real_node, name
                 rule = f"{name}: the node is forced, {real_node}"
             else:
-                pinned_node, ours_results = offline(json.loads(json.dumps(state)), name, real_node, str(tmp_path))
+                pinned_node, ours_results = offline(json.loads(json.dumps(state)), name, real_node, str(tmp_path), release)
                 assert pinned_node == real_node, f"{name}: gpudra finds {real_node} infeasible"
                 rule = (f"{name}: kube-scheduler chose {real_node}, gpudra {ours_node} (equal scores, a random pick "
                         "in selectHost)")
@@ -187,7 +188,7 @@ def test_gpudra_places_as_the_real_kube_scheduler(tmp_path):
                 assert [(r, d, p) for r, d, p, _ in ours_results] == [(r, d, p) for r, d, p, _ in real_results], name
                 if name != EXTENDED:  # the extended claim does not exist before scheduling: nothing to restrict
                     _, restricted = offline(json.loads(json.dumps(state)), name, real_node, str(tmp_path),
-                                            only=real_results)
+                                            release, only=real_results)
                     assert [identity(state, p, d) for _, _, p, d in restricted] == [
                         identity(state, p, d) for _, _, p, d in real_results], f"{name}: {real_results} not valid"
                 rule += f"; devices: another of the pool's slices first (real {real_results}, gpudra {ours_results})"

@@ -1,6 +1,7 @@
-"""`gpudra validate` against the real kube-apiserver (1.34, built from Go modules): a server-side dry-run create of
-every manifest in the test corpora, hostile variants included, accepts what gpudra accepts and rejects what gpudra
-rejects, naming a field gpudra names. Run with the release's default gates and with the DRA gates toggled."""
+"""`gpudra validate` against the real kube-apiserver (1.34 and 1.36, built from Go modules): a server-side dry-run
+create of every manifest in the test corpora, hostile variants included, accepts what gpudra accepts and rejects
+what gpudra rejects, naming a field gpudra names. Run with the release's default gates, with the DRA gates toggled,
+and on 1.36 with the Workload API's gates on (its alpha scheduling.k8s.io/v1alpha2 served by --runtime-config)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ from support.realkube import BUILD_TIMEOUT_S, ROOT, built, gpudra, short_dir
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S)
 
 CORPORA = [ROOT / "examples", ROOT / "gpudra" / "demo" / "data", ROOT / "tests" / "data" / "api",
-           ROOT / "tests" / "data" / "explain"]
+           ROOT / "tests" / "data" / "explain", ROOT / "tests" / "data" / "gang"]
 RESOURCES = {  # kind -> (resource, namespaced); the path's group/version is the document's own apiVersion
     "DeviceClass": ("deviceclasses", False), "ResourceSlice": ("resourceslices", False),
     "ResourceClaim": ("resourceclaims", True), "ResourceClaimTemplate": ("resourceclaimtemplates", True),
     "Pod": ("pods", True), "ConfigMap": ("configmaps", True), "Deployment": ("deployments", True),
+    "Workload": ("workloads", True), "PodGroup": ("podgroups", True),
 }
+WORKLOAD_GATES = "default,+GenericWorkload,+GangScheduling,+TopologyAwareWorkloadScheduling"
 DRA_KINDS = {"DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate"}
 
 
@@ -101,6 +104,16 @@ def hostile_variants(docs: list[dict]) -> list[dict]:
                 variant(doc, lambda d: d["spec"]["devices"][0].setdefault("capacity", {}).__setitem__(
                     "memory", {"value": "16 Gi"}))
                 del d_devices
+        elif kind == "PodGroup":
+            variant(doc, lambda d: d["spec"]["schedulingPolicy"].__setitem__("gang", {"minCount": 0}))
+            variant(doc, lambda d: d["spec"]["schedulingPolicy"].__setitem__("basic", {}))  # two policies
+            variant(doc, lambda d: d["spec"].__setitem__("schedulingConstraints", {"topology": [
+                {"key": "nvidia.com/gpu.clique"}, {"key": "topology.kubernetes.io/zone"}]}))
+            variant(doc, lambda d: d["spec"].__setitem__("schedulingConstraints", {"topology": [{"key": "Bad Key"}]}))
+            variant(doc, lambda d: d["spec"].__setitem__("schedulingConstraints", {"topology": [
+                {"key": "nvidia.com/gpu.clique"}]}))
+        elif kind == "Pod" and doc["spec"].get("schedulingGroup"):
+            variant(doc, lambda d: d["spec"]["schedulingGroup"].__setitem__("podGroupName", "Not_A_Name"))
         elif kind == "DeviceClass":
             variant(doc, lambda d: d["spec"].__setitem__("selectors", [{"cel": {"expression": "1 +"}}]))
             variant(doc, lambda d: d["spec"].__setitem__("extendedResourceName", "gpu"))
@@ -128,11 +141,13 @@ def server_verdict(rest, doc: dict) -> tuple[bool, set[str], str]:
         return False, fields, text
 
 
-def gpudra_verdicts(docs: list[dict], directory: Path, gates: str) -> list[tuple[bool, set[str], str]]:
+def gpudra_verdicts(docs: list[dict], directory: Path, gates: str, release: str,
+                    runtime_config: str) -> list[tuple[bool, set[str], str]]:
     for i, doc in enumerate(docs):
         (directory / f"{i:05d}.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
-    result = gpudra("validate", "-f", str(directory), "-o", "json", "--kubernetes-version", "1.34",
-                    *(["--features", gates] if gates != "default" else []), check=False)
+    result = gpudra("validate", "-f", str(directory), "-o", "json", "--kubernetes-version", release,
+                    *(["--features", gates] if gates != "default" else []),
+                    *(["--runtime-config", runtime_config] if runtime_config else []), check=False)
     assert result.returncode in (0, 1), result.stderr[-2000:]
     problems = json.loads(result.stdout or "[]")
     verdicts: list[tuple[bool, set[str], str]] = [(True, set(), "") for _ in docs]
@@ -156,16 +171,17 @@ def _related(server_fields: set[str], ours: set[str]) -> bool:
     return any(norm(s).startswith(norm(o)) or norm(o).startswith(norm(s)) for s in server_fields for o in ours)
 
 
-@pytest.mark.parametrize("gates", ["default", "all,-ListTypeAttributes", "none"])
-def test_validate_agrees_with_a_server_side_dry_run(gates, tmp_path):
+@pytest.mark.parametrize("release, gates", [("1.34", "default"), ("1.34", "all,-ListTypeAttributes"), ("1.34", "none"),
+                                           ("1.36", "default"), ("1.36", WORKLOAD_GATES)])
+def test_validate_agrees_with_a_server_side_dry_run(release, gates, tmp_path):
     from gpudra.cluster.layout import ClusterConfig, ClusterDir
     from gpudra.kubecluster import controlplane
     from gpudra.kubecluster.rest import Rest
 
-    binary = built()
+    binary = built(None if release == "1.34" else release)
     directory = short_dir("gv")
     cluster = ClusterDir(directory)
-    config = ClusterConfig(nodes=[], kubernetes_version="1.34", features=gates)
+    config = ClusterConfig(nodes=[], kubernetes_version=release, features=gates)
     try:
         cluster.save_config(config)
         controlplane.start(cluster, config, binary, components=("etcd", "kube-apiserver"))
@@ -178,7 +194,7 @@ def test_validate_agrees_with_a_server_side_dry_run(gates, tmp_path):
                                                          "metadata": {"name": namespace}})
             except Exception:  # noqa: BLE001 - exists, or a hostile namespace name the server refuses
                 pass
-        ours = gpudra_verdicts(docs, tmp_path, gates)
+        ours = gpudra_verdicts(docs, tmp_path, gates, release, controlplane.runtime_config(config))
         differences = []
         for doc, (accepted, paths, messages) in zip(docs, ours):
             server_ok, fields, text = server_verdict(rest, doc)

@@ -33,11 +33,12 @@ def require_go() -> str:
     return go
 
 
-def built():
+def built(release: str | None = None):
+    """The control plane's binary: the module's own release (1.34), or `release` ("1.36", k8s/releases/)."""
     require_go()
     from gpudra.kubecluster.build import build
 
-    return build(str(ROOT / "k8s"), say=lambda text: print(text, file=sys.stderr))
+    return build(str(ROOT / "k8s"), say=lambda text: print(text, file=sys.stderr), release=release)
 
 
 def short_dir(prefix: str) -> str:
@@ -62,13 +63,13 @@ class RealApiServer:
     read them back: the same surface as tests/gpuplugin/test_driver_apiserver.py's loopback fake (`kubeconfig(path)`,
     `slices`, `claims[...] = claim`, `nodes`), answered by the real thing."""
 
-    def __init__(self, features: str = "default"):
+    def __init__(self, features: str = "default", release: str = "1.34"):
         from gpudra.cluster.layout import ClusterConfig, ClusterDir
 
-        self.binary = built()
+        self.binary = built(release)
         self.directory = short_dir("ga")
         self.cluster = ClusterDir(self.directory)
-        self.config = ClusterConfig(nodes=[], kubernetes_version="1.34", features=features)
+        self.config = ClusterConfig(nodes=[], kubernetes_version=release, features=features)
         self.fail_next: list[int] = []  # a real server fails on its own terms: nothing to inject
 
     def __enter__(self) -> "RealApiServer":
