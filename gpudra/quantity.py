@@ -381,8 +381,6 @@ def _parse_text(text: str) -> Quantity:
         nanos = min(nanos, MAX_VALUE * NANO)  # ParseQuantity caps only binary amounts
     if sign == "-":
         nanos = -nanos
-    if text == "0":  # ParseQuantity's shortcut: the zero Quantity, an int64Amount
-        return Quantity(0, fmt, Int64Amount(0, 0))
     return Quantity(nanos, fmt, _parsed_form(sign == "-", whole, fraction, base, exponent))
 
 
