@@ -6,6 +6,13 @@ finer can ever be observed, and caps binary-suffixed amounts at 2^63-1.
 The canonical string form follows `Quantity.String()`: the suffix family of the
 original (binary, decimal or exponent) is kept where it can represent the value
 exactly, mantissas are integers, and decimal exponents are multiples of three.
+
+Beside the value, a quantity carries the internal form Kubernetes gives it
+(k8s.io/apimachinery v0.34.4 pkg/api/resource quantity.go, amount.go): an
+`int64Amount` (an int64 times a power of ten) where ParseQuantity's fast path
+or an overflow-free Add/Sub produced one, otherwise an exact `inf.Dec`. Only
+AsInt64, and so CEL's isInteger/asInteger, read it: "1000m" is {1000, -3} and no
+integer to Kubernetes, "1Pi" or "9223372036854775807" are inf.Dec and no integer either.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from functools import lru_cache
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from gpudra.errors import GpudraError
@@ -22,6 +29,7 @@ Format = Literal["BinarySI", "DecimalSI", "DecimalExponent"]
 
 NANO = 10**9
 MAX_VALUE = 2**63 - 1  # resource.Quantity caps at the largest int64
+MIN_INT64 = -(2**63)
 
 _BINARY_SUFFIXES = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 _DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
@@ -111,11 +119,106 @@ def _nanos(whole: str, fraction: str, base: int, exponent: int, fmt: Format, tex
         return 1  # below one nano: rounded up to the smallest amount
     return int(digits[:kept]) + (1 if digits[kept:].strip("0") else 0)
 
+def _wrap_int32(value: int) -> int:
+    return (value + 2**31) % 2**32 - 2**31
+
+
+def _wrap_int64(value: int) -> int:
+    return (value + 2**63) % 2**64 - 2**63
+
+
+def _fits_int64(value: int) -> bool:
+    return MIN_INT64 <= value <= MAX_VALUE
+
+
+def _positive_scale(base: int, scale: int) -> int | None:
+    """math.go positiveScaleInt64: base * 10^scale, None on overflow. The scale is an int32 there; a
+    negative one (a wrapped difference) runs its loop zero times and returns base unchanged."""
+    if scale <= 0 or base == 0:
+        return base
+    if base == MIN_INT64 or scale > 19:
+        return None
+    product = base * 10**scale
+    return product if _fits_int64(product) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Int64Amount:
+    """amount.go int64Amount: value * 10^scale, value an int64 and scale an int32."""
+
+    value: int
+    scale: int
+
+    def as_int64(self) -> int | None:
+        """int64Amount.AsInt64: only a scale >= 0 converts (a negative one is never reduced: 1000m is not 1)."""
+        if self.scale < 0:
+            return None
+        return _positive_scale(self.value, self.scale)
+
+    def add(self, other: "Int64Amount") -> "Int64Amount | None":
+        """int64Amount.Add: the sum at the smaller scale, or None where an int64 overflows (Kubernetes then
+        continues in inf.Dec)."""
+        if other.value == 0:
+            return self
+        if self.value == 0:
+            return other
+        if self.scale == other.scale:
+            left, right, scale = self.value, other.value, self.scale
+        elif self.scale > other.scale:
+            scaled = _positive_scale(self.value, _wrap_int32(self.scale - other.scale))
+            if scaled is None:
+                return None
+            left, right, scale = scaled, other.value, other.scale
+        else:
+            scaled = _positive_scale(other.value, _wrap_int32(other.scale - self.scale))
+            if scaled is None:
+                return None
+            left, right, scale = self.value, scaled, self.scale
+        total = left + right
+        return Int64Amount(total, scale) if _fits_int64(total) else None
+
+    def sub(self, other: "Int64Amount") -> "Int64Amount | None":
+        """int64Amount.Sub: Add of the negated value (Go's negation of the smallest int64 is itself)."""
+        return self.add(Int64Amount(_wrap_int64(-other.value), other.scale))
+
+
+# The form of a quantity known only by its value: what ParseQuantity gives its canonical text, i.e. what a
+# stored object reads back as. Resolved on demand (Quantity.int64_amount).
+_CANONICAL: Literal["canonical"] = "canonical"
+_MAX_FAST_DIGITS = 18  # quantity.go maxInt64Factors
+
+
+def _parsed_form(negative: bool, whole: str, fraction: str, base: int, exponent: int) -> Int64Amount | None:
+    """ParseQuantity's fast path (quantity.go): an int64Amount, or None where it goes on in inf.Dec."""
+    num = whole.lstrip("0") or "0"
+    if base == 10:
+        scale, multiplier = exponent, 1
+        precision = _MAX_FAST_DIGITS - (len(num) + len(fraction))
+    elif not fraction:
+        # binary suffixes only take the fast path without a fraction; int32(float32(exponent)*3/10) is exact
+        # for the suffixes' exponents 10..60
+        scale, multiplier = 0, 1 << exponent
+        precision = 15 - len(num) - exponent * 3 // 10 - 1
+    else:
+        return None
+    if precision < 0:
+        return None
+    scale = _wrap_int32(scale - len(fraction))
+    if scale < -9:  # below Nano: inf.Dec, which rounds to nano-units
+        return None
+    product = int(num + fraction) * multiplier
+    if not _fits_int64(product):  # int64Multiply fails
+        return None
+    return Int64Amount(-product if negative else product, scale)
+
 
 @dataclass(frozen=True, slots=True)
 class Quantity:
     nanos: int
     format: Format = "DecimalSI"
+    # Kubernetes' internal form (module docstring): an Int64Amount, None for inf.Dec, or _CANONICAL for the
+    # form of the canonical text. Not part of the value: equality, order and the canonical text ignore it.
+    form: "Int64Amount | None | Literal['canonical']" = field(default=_CANONICAL, compare=False, repr=False)
 
     # ----- construction -------------------------------------------------------------------------
     @classmethod
@@ -147,7 +250,9 @@ class Quantity:
             digits = int(abs(value).bit_length() * 0.30103) + 1  # str() of a huge int is itself refused
             raise QuantityError(f"quantity of about {digits} digits: too large: more than {MAX_DIGITS} digits "
                                 "in nano-units (gpudra's limit)")
-        return cls(value * NANO, fmt)
+        # ParseQuantity of the decimal digits: the fast path takes up to 18 of them
+        form = Int64Amount(value, 0) if abs(value) < 10**_MAX_FAST_DIGITS else None
+        return cls(value * NANO, fmt, form)
 
     # ----- comparisons ---------------------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -175,12 +280,18 @@ class Quantity:
 
     # ----- arithmetic (keeps the receiver's format, like Quantity.Add) ---------------------------
     def add(self, other: "Quantity | int") -> "Quantity":
-        other_nanos = other * NANO if isinstance(other, int) else other.nanos
-        return Quantity(self.nanos + other_nanos, self.format)
+        """Quantity.Add; an int is resource.NewQuantity(int, ...) (CEL's add(int)): an int64Amount of scale 0."""
+        other_nanos, other_form = _operand(other)
+        left, right = self.int64_amount(), other_form
+        form = left.add(right) if left is not None and right is not None else None
+        return Quantity(self.nanos + other_nanos, self.format, form)
 
     def sub(self, other: "Quantity | int") -> "Quantity":
-        other_nanos = other * NANO if isinstance(other, int) else other.nanos
-        return Quantity(self.nanos - other_nanos, self.format)
+        """Quantity.Sub: stays an int64Amount where both are one and nothing overflows, else inf.Dec."""
+        other_nanos, other_form = _operand(other)
+        left, right = self.int64_amount(), other_form
+        form = left.sub(right) if left is not None and right is not None else None
+        return Quantity(self.nanos - other_nanos, self.format, form)
 
     def sign(self) -> int:
         return (self.nanos > 0) - (self.nanos < 0)
@@ -188,8 +299,20 @@ class Quantity:
     def is_integer(self) -> bool:
         return self.nanos % NANO == 0
 
+    def int64_amount(self) -> Int64Amount | None:
+        """Kubernetes' internal form: the int64Amount, or None where it holds an inf.Dec."""
+        if isinstance(self.form, str):  # _CANONICAL
+            return _parse_text(self.canonical()).int64_amount()
+        return self.form
+
+    def as_int64(self) -> int | None:
+        """Quantity.AsInt64, what CEL's isInteger/asInteger answer from: an int64 only where the internal
+        form is an int64Amount of scale >= 0 that fits (quantity("1000m") has none, though its value is 1)."""
+        amount = self.int64_amount()
+        return None if amount is None else amount.as_int64()
+
     def as_int(self) -> int | None:
-        """The value as an int64, or None when it has a fraction or does not fit (like AsInt64)."""
+        """The value as an int64, or None when it has a fraction or does not fit (the value, not AsInt64)."""
         if self.nanos % NANO:
             return None
         value = self.nanos // NANO
@@ -232,6 +355,12 @@ class Quantity:
         return f"{mantissa}" if exponent == 0 else f"{mantissa}e{exponent}"
 
 
+def _operand(other: "Quantity | int") -> tuple[int, Int64Amount | None]:
+    if isinstance(other, int):
+        return other * NANO, Int64Amount(other, 0)
+    return other.nanos, other.int64_amount()
+
+
 _CACHED_LENGTH = 64
 
 
@@ -252,7 +381,7 @@ def _parse_text(text: str) -> Quantity:
         nanos = min(nanos, MAX_VALUE * NANO)  # ParseQuantity caps only binary amounts
     if sign == "-":
         nanos = -nanos
-    return Quantity(nanos, fmt)
+    return Quantity(nanos, fmt, _parsed_form(sign == "-", whole, fraction, base, exponent))
 
 
 def parse_quantity(value: "str | int | Quantity") -> Quantity:

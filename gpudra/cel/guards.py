@@ -16,8 +16,12 @@ cost and reads are unchanged):
                          <L tagged> ? __gpudra_tagged_equals(__gpudra_l, __gpudra_r) : __gpudra_l == __gpudra_r))
     X.sort()     ->  __gpudra_sortable(X).sort()
 
-`in` needs no guard: cel-go's list Contains (common/types/list.go) is true at the first element Equal calls
-equal and false otherwise, errors included, which is what comparing tagged strings gives.
+    Q in L       ->  __gpudra_quantity_in(Q, L)      (Q or L's elements typed kubernetes.Quantity)
+
+A quantity's tagged text carries its internal form as well as its value (values.py: "1000m" and "1" differ),
+so `==` with quantities anywhere in the left operand's type, and `in` over a list of them, go to Python:
+cel-go's list Contains (common/types/list.go) is true at the first element Equal calls equal, false
+otherwise, errors included; list and map Equal are false only where an element or value compares False.
 
 The tag test (`type(v) == string && v.startsWith("\\x1f")`) runs in cel-cpp; Python is called only for a tagged
 value. Operand spans are found on the tokens around the checker's position of the call (its '(' or operator).
@@ -31,6 +35,7 @@ from gpudra.cel.source import Rewritten, Token, tokenize, top_level_arguments
 
 UNTAGGED = "__gpudra_untagged"
 TAGGED_EQUALS = "__gpudra_tagged_equals"
+QUANTITY_IN = "__gpudra_quantity_in"
 SORTABLE = "__gpudra_sortable"
 
 _TAGGED = 'type({v}) == string && {v}.startsWith("\\x1f")'
@@ -51,7 +56,8 @@ GO_CONVERSIONS = {
     "int": ("string", "dyn", "any"), "uint": ("string", "dyn", "any"), "double": ("string", "dyn", "any"),
     "bool": ("string", "dyn", "any"), "string": ("double", "dyn", "any"),
 }
-_KUBERNETES_VALUES = ("kubernetes.Semver", "kubernetes.Quantity")
+_QUANTITY = "kubernetes.Quantity"
+_KUBERNETES_VALUES = ("kubernetes.Semver", _QUANTITY)
 _RELATION_STOPS = frozenset({"&&", "||", "?", ":", ",", "==", "!=", "<", "<=", ">", ">=", "in"})
 _OPENERS, _CLOSERS = frozenset({"(", "[", "[?", "{"}), frozenset({")", "]", "}"})
 
@@ -169,7 +175,11 @@ def guard_operations(expression: str, rewritten: Rewritten, serialized: bytes) -
                 and operand_types[0] in GO_CONVERSIONS[name] and tokens[at].text == "(" and at > 0
                 and tokens[at - 1].text == name and not _constant(node)):
             ops.found.append((tokens[at - 1].start, tokens[at - 1].end, GO_CONVERSION_PREFIX + name))
-        left_guarded = bool(untyped) and (untyped[0] or operand_types[0] == "kubernetes.Quantity" or (
+        # a quantity's runtime text carries its internal form (values.py), so a list or map holding quantities
+        # is compared element by element too
+        holds_quantity = bool(untyped) and operand_types[0].startswith(("list(", "map(")) and (
+            _QUANTITY in operand_types[0])
+        left_guarded = bool(untyped) and (untyped[0] or operand_types[0] == _QUANTITY or holds_quantity or (
             operand_types[0] in _KUBERNETES_VALUES and len(untyped) > 1 and untyped[1]))
         if name in ("_==_", "_!=_") and left_guarded and tokens[at].text in ("==", "!="):
             first, last = _relation_left(tokens, at), _relation_right(tokens, at)
@@ -178,9 +188,18 @@ def guard_operations(expression: str, rewritten: Rewritten, serialized: bytes) -
             negate = "!" if name == "_!=_" else ""
             ops.found.append((tokens[first].start, tokens[first].start, f"{negate}cel.bind(__gpudra_l, "))
             ops.found.append((tokens[at].start, tokens[at].end, ", cel.bind(__gpudra_r, "))
-            tagged = f'({_TAGGED.format(v="__gpudra_l")} || type(__gpudra_l) == list)'
+            # (a statically typed list or map has no startsWith: it always goes to Python)
+            tagged = "true" if holds_quantity else f'({_TAGGED.format(v="__gpudra_l")} || type(__gpudra_l) == list)'
             ops.found.append((tokens[last].end, tokens[last].end,
                               f", {tagged} ? {TAGGED_EQUALS}(__gpudra_l, __gpudra_r) : __gpudra_l == __gpudra_r))"))
+        elif (name == "@in" and len(operand_types) == 2 and operand_types[1].startswith("list(")
+              and _QUANTITY in operand_types[0] + operand_types[1] and tokens[at].text == "in"):
+            first, last = _relation_left(tokens, at), _relation_right(tokens, at)
+            if first >= at or last <= at:
+                continue
+            ops.found.append((tokens[first].start, tokens[first].start, f"{QUANTITY_IN}("))
+            ops.found.append((tokens[at].start, tokens[at].end, ", "))
+            ops.found.append((tokens[last].end, tokens[last].end, ")"))
         elif name in ("_<_", "_<=_", "_>_", "_>=_") and any(untyped) and tokens[at].text in ("<", "<=", ">", ">="):
             if untyped[0]:
                 ops.wrap(_relation_left(tokens, at), at - 1)

@@ -35,6 +35,11 @@ def _go_equal(left: Any, right: Any) -> bool | None:
         if not isinstance(right, (list, tuple)) or len(left) != len(right):
             return False
         return all(_go_equal(a, b) is not False for a, b in zip(left, right))
+    if isinstance(left, dict):
+        # baseMap.Equal (common/types/map.go): the same keys, and no value found False
+        if not isinstance(right, dict) or len(left) != len(right) or any(key not in right for key in left):
+            return False
+        return all(_go_equal(value, right[key]) is not False for key, value in left.items())
     if V.is_runtime_semver(right) or V.is_runtime_quantity(right):
         return False  # a string, number, … Equal of another type
     return cel_equal(left, right)
@@ -48,6 +53,11 @@ def _tagged_equals(left: Any, right: Any) -> bool:
     if equal is None:
         raise ValueError("no such overload")
     return equal
+
+
+def _quantity_in(element: Any, values: list[Any]) -> bool:
+    """`element in values` as cel-go's list Contains: true at the first element Equal calls equal."""
+    return any(_go_equal(element, value) is True for value in values)
 
 
 def _go_conversion(function: str) -> Callable[[Any], Any]:
@@ -97,5 +107,7 @@ def declarations() -> list[cel.FunctionDecl]:
         cel.FunctionDecl(guards.UNTAGGED, [binding.overload("gpudra_untagged", T.DYN, [T.DYN], _untagged, False)]),
         cel.FunctionDecl(guards.TAGGED_EQUALS, [
             binding.overload("gpudra_tagged_equals", T.BOOL, [T.DYN, T.DYN], _tagged_equals, False)]),
+        cel.FunctionDecl(guards.QUANTITY_IN, [
+            binding.overload("gpudra_quantity_in", T.BOOL, [T.DYN, LIST_DYN], _quantity_in, False)]),
         cel.FunctionDecl(guards.SORTABLE, [binding.overload("gpudra_sortable", LIST_DYN, [LIST_DYN], _sortable, False)]),
     ]

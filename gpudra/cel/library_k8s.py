@@ -63,7 +63,8 @@ def _is_quantity(text: str) -> bool:
 
 
 def _as_integer(message: Any) -> int:
-    value = V.quantity_of(message).as_int()
+    # Quantity.AsInt64 (k8s.io/apiserver v0.34.4 pkg/cel/library/quantity.go): the internal form, not the value
+    value = V.quantity_of(message).as_int64()
     if value is None:
         raise ValueError("cannot convert value to integer")
     return value
@@ -408,7 +409,7 @@ def declarations(runtime: bool = False, features: CelEnvironment = CelEnvironmen
         cel.FunctionDecl(
             "sign", [_overload("quantity_sign", int_, [quantity], lambda q: V.quantity_of(q).sign(), member=False)]
         ),
-        cel.FunctionDecl("isInteger", [_overload("quantity_is_integer", bool_, [quantity], lambda q: V.quantity_of(q).as_int() is not None)]),
+        cel.FunctionDecl("isInteger", [_overload("quantity_is_integer", bool_, [quantity], lambda q: V.quantity_of(q).as_int64() is not None)]),
         cel.FunctionDecl("asInteger", [_overload("quantity_get_integer", int_, [quantity], _as_integer)]),
         cel.FunctionDecl(
             "asApproximateFloat",

@@ -20,7 +20,7 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf import struct_pb2  # noqa: F401 - registers google.protobuf.Struct in the default pool
 
-from gpudra.quantity import Quantity
+from gpudra.quantity import Int64Amount, Quantity
 from gpudra.semver import Semver, parse_semver
 
 _Field = descriptor_pb2.FieldDescriptorProto
@@ -100,14 +100,31 @@ CIDRMessage = _message_class(CIDR_TYPE)
 FormatMessage = _message_class(FORMAT_TYPE)
 
 
-# ----- Quantity: the canonical text is the exact value in nano-units --------------------------------
+# ----- Quantity: the exact value in nano-units, then Kubernetes' internal form ----------------------
+# "<nanos>" where Kubernetes holds an inf.Dec, "<nanos>:<value>e<scale>" where it holds an int64Amount
+# (gpudra.quantity.Int64Amount): isInteger/asInteger answer from the form, so "1000m" and "1" differ in
+# text though equal in value; every comparison of two quantities goes through Quantity.cmp (guards.py).
+_FORM_MARK = ":"
+
+
+def quantity_text(quantity: Quantity) -> str:
+    amount = quantity.int64_amount()
+    if amount is None:
+        return str(quantity.nanos)
+    return f"{quantity.nanos}{_FORM_MARK}{amount.value}e{amount.scale}"
+
+
 def quantity_message(quantity: Quantity) -> Any:
-    return QuantityMessage(s=str(quantity.nanos))
+    return QuantityMessage(s=quantity_text(quantity))
 
 
 @lru_cache(maxsize=4096)
-def _quantity_from_nanos(text: str) -> Quantity:
-    return Quantity(int(text))
+def _quantity_from_text(text: str) -> Quantity:
+    nanos, mark, form = text.partition(_FORM_MARK)
+    if not mark:
+        return Quantity(int(nanos), form=None)
+    value, _, scale = form.partition("e")
+    return Quantity(int(nanos), form=Int64Amount(int(value), int(scale)))
 
 
 def quantity_of(value: Any) -> Quantity:
@@ -115,8 +132,8 @@ def quantity_of(value: Any) -> Quantity:
     if isinstance(value, str):
         if not value.startswith(QUANTITY_TAG):
             raise ValueError("no such overload")
-        return _quantity_from_nanos(value[len(QUANTITY_TAG):].lstrip(POINTER_MARK))
-    return _quantity_from_nanos(value.s)
+        return _quantity_from_text(value[len(QUANTITY_TAG):].lstrip(POINTER_MARK))
+    return _quantity_from_text(value.s)
 
 
 # ----- Semver: canonical text without build metadata (which never takes part in comparisons) ------
@@ -145,7 +162,8 @@ def semver_of(value: Any) -> Semver:
 # cel-expr-python converts a message argument of a Python function into a new protobuf object on
 # every call (about 10 µs) and never frees it (about 1 KiB); a string costs a fraction of both.
 # Only the checking environment sees the message types, so typing is unaffected; equality of the
-# canonical strings is semantic equality, and the tag keeps them apart from ordinary strings.
+# canonical strings is semantic equality for versions (quantities also carry their internal form, so
+# guards.py sends their comparisons to Quantity.cmp), and the tag keeps them apart from ordinary strings.
 QUANTITY_TAG = "\x1fquantity:"
 SEMVER_TAG = "\x1fsemver:"
 
@@ -157,7 +175,7 @@ POINTER_MARK = "*"
 
 
 def runtime_quantity(quantity: Quantity, pointer: bool = False) -> str:
-    return QUANTITY_TAG + (POINTER_MARK if pointer else "") + str(quantity.nanos)
+    return QUANTITY_TAG + (POINTER_MARK if pointer else "") + quantity_text(quantity)
 
 
 def is_quantity_pointer(value: Any) -> bool:

@@ -11,9 +11,11 @@ k8s/cmd/cel-oracle (k8s.io/dynamic-resource-allocation v0.34.4's `cel` package, 
 
 Classes: `reference` cases state the reference's answer (`compareTo(...) == -1`, `add(...) == quantity("…n")`,
 `sign(...) == 1`, semver precedence), so cel-go answering true for all of them shows the reference is Kubernetes'
-on these inputs; `int64-form` cases (isInteger, asInteger) have no reference: Kubernetes answers from the internal
-form a quantity takes (quantity.go AsInt64: an int64Amount with a scale >= 0; "1000m", "1.0", "0.5Ki" and every
-value past the fast path are not integers to it), so only cel-go's answer counts.
+on these inputs; `int64-form` cases (isInteger, asInteger, equality of equal values in different forms) have no
+reference: Kubernetes answers isInteger from the internal form a quantity takes (quantity.go AsInt64: an
+int64Amount with a scale >= 0; "1000m", "1.0", "0.5Ki", "1Pi" and every value past ParseQuantity's fast path are not
+integers to it), so only cel-go's answer counts; `in-place` cases show Kubernetes mutating a shared Quantity, which
+gpudra does not copy.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ DATA = REPO / "tests" / "data" / "conformance" / "cel-oracle-quantity"
 CASES = json.loads((DATA / "cases.json").read_text())["cases"]
 ANSWERS = {answer["id"]: answer for answer in map(json.loads, (DATA / "expected.jsonl").read_text().splitlines())}
 INT64_FORM = [case for case in CASES if case["class"] == "int64-form"]
+IN_PLACE = [case for case in CASES if case["class"] == "in-place"]
 
 
 def cel_go_outcome(answer: dict):
@@ -49,7 +52,7 @@ def gpudra_outcome(case: dict):
     except CELCompileError:
         return "compile error"
     try:
-        return selector.evaluate(device_input(case["driver"], {"name": case["id"]}))
+        return selector.evaluate(device_input(case["driver"], {"name": case["id"], **case["device"]}))
     except CELRuntimeError:
         return "runtime error"
 
@@ -72,19 +75,29 @@ def test_gpudra_answers_as_cel_go(case):
     assert gpudra_outcome(case) == cel_go_outcome(ANSWERS[case["id"]])
 
 
-def test_gpudra_is_integer_wherever_cel_go_is():
-    """Kubernetes' integers (an int64Amount with scale >= 0) are whole values within int64, so gpudra's
-    value-based reading says yes to each of them too."""
-    for case in INT64_FORM:
-        if cel_go_outcome(ANSWERS[case["id"]]) is True:
-            assert gpudra_outcome(case) is True, case["expression"]
+@pytest.mark.parametrize("case", INT64_FORM, ids=lambda case: case["id"])
+def test_gpudra_answers_int64_form_cases_as_cel_go(case):
+    assert gpudra_outcome(case) == cel_go_outcome(ANSWERS[case["id"]])
 
 
-@pytest.mark.xfail(strict=True, reason="gpudra's isInteger/asInteger read the value (whole and within int64); "
-                   "Kubernetes reads the internal form (quantity.go AsInt64: int64Amount with scale >= 0), so "
-                   "\"1000m\", \"1.0\", \"0.5Ki\" and values parsed past the fast path are not integers to it")
-def test_gpudra_is_integer_and_as_integer_answer_as_cel_go():
-    assert [c["expression"] for c in INT64_FORM if gpudra_outcome(c) != cel_go_outcome(ANSWERS[c["id"]])] == []
+def test_the_int64_form_cases_kill_a_value_reading_is_integer(monkeypatch):
+    """The mutant gpudra had before: isInteger/asInteger reading the value (whole and within int64) instead of
+    the internal form. The cases must tell it apart from cel-go, or they prove nothing about the form."""
+    from gpudra.quantity import Quantity
+
+    monkeypatch.setattr(Quantity, "as_int64", Quantity.as_int)
+    wrong = [c["expression"] for c in INT64_FORM if gpudra_outcome(c) != cel_go_outcome(ANSWERS[c["id"]])]
+    assert len(wrong) >= 80, wrong
+    assert 'quantity("1000m").isInteger()' in wrong
+
+
+@pytest.mark.xfail(strict=True, reason="Kubernetes mutates shared Quantity values in place: Cmp turns its receiver "
+                   "into an inf.Dec (quantity.go AsDec), the CEL library's add copies a Quantity shallowly and "
+                   "writes an inf.Dec receiver's sum into the shared inf.Dec (apiserver pkg/cel/library/"
+                   "quantity.go); gpudra's quantities are values")
+@pytest.mark.parametrize("case", IN_PLACE, ids=lambda case: case["id"])
+def test_gpudra_mutates_quantities_in_place_as_kubernetes(case):
+    assert gpudra_outcome(case) == cel_go_outcome(ANSWERS[case["id"]])
 
 
 @pytest.mark.timeout(3600)  # the harness may need a cold build (minutes on 2 cores)
