@@ -103,7 +103,7 @@ class NvmlBackend(GpuBackend):
     name = "nvml"
 
     def __init__(self, *, node_name: str = "node"):
-        self.nvml = pynvml  # the real binding; tests put a fake C library under it (tests/fake_libnvml.py)
+        self.nvml = pynvml  # the real binding; tests put a fake C library under it (tests/support/fake_libnvml.py)
         self.node_name = node_name
         self._lock = threading.RLock()
         try:

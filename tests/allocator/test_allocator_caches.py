@@ -5,7 +5,7 @@ A changed ResourceSlice, DeviceClass or ResourceClaim arrives either as a new ob
 it) or edited in place with a new generation or resourceVersion. Either way the next allocation must see it:
 on a ready Allocator that answered before the change, and on an Allocator built per pod (sharing the caches
 of the one before). Each is compared with an Allocator built from deep copies (which shares nothing) and with
-the independent reference port (tests/reference_allocator.py), and the change must alter the answer (else the
+the independent reference port (tests/support/reference_allocator.py), and the change must alter the answer (else the
 test could not fail on a stale cache).
 """
 
@@ -17,7 +17,7 @@ import pytest
 
 from gpudra.allocator import Allocator, Features, forget_cached_objects
 from gpudra.copying import copy_object
-from reference_allocator import Reference
+from support.reference_allocator import Reference
 
 DRIVER = "gpu.example.com"
 FEATURES = Features.parse("default")

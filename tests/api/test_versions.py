@@ -13,7 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from fake_http import JsonHandler, write_kubeconfig
+from support.fake_http import JsonHandler, write_kubeconfig
 from gpudra.allocator import Allocator, Features
 from gpudra.api.gates import gate_warnings
 from gpudra.cli import cli

@@ -5,7 +5,7 @@ device_state.go, computedomain.go; deployments/helm templates deviceclass-comput
 written out here as the upstream text says them (device names and attributes, the DeviceClass CEL expressions
 verbatim, the channel device node path and mode) and compared with what the plugin publishes and prepares
 through its real gRPC socket. No GB200 hardware was used: the clique comes from the simulated gb200-nvl72 profile
-and from a fake libnvidia-ml (tests/fake_libnvml.py) behind the real pynvml.
+and from a fake libnvidia-ml (tests/support/fake_libnvml.py) behind the real pynvml.
 """
 
 from __future__ import annotations
@@ -398,7 +398,7 @@ def test_clique_from_nvml_fabric_info(monkeypatch):
     """nvlib.go getCliqueIDLegacy: the clusterUuid and cliqueId of nvmlDeviceGetGpuFabricInfo, one per node; GPUs
     whose fabric is not attached are skipped; none attached: no clique; two cliques: an error."""
     import pynvml
-    from fake_libnvml import from_simulated, install
+    from support.fake_libnvml import from_simulated, install
 
     from gpudra.discovery.nvml import NvmlBackend
 
@@ -453,7 +453,7 @@ def test_kube_domain_source_through_the_official_client(tmp_path):
     import threading
     from http.server import ThreadingHTTPServer
 
-    from fake_http import JsonHandler, write_kubeconfig
+    from support.fake_http import JsonHandler, write_kubeconfig
 
     from gpudra.computedomain.domains import DomainError, KubeDomainSource
 

@@ -14,7 +14,7 @@ import json
 import pynvml
 import pytest
 from click.testing import CliRunner
-from fake_libnvml import FakeGpu, FakeLibNvml, from_simulated, install
+from support.fake_libnvml import FakeGpu, FakeLibNvml, from_simulated, install
 
 from gpudra.cli import cli
 from gpudra.discovery import DiscoveryError, MigError, open_backend

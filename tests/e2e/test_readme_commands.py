@@ -266,7 +266,7 @@ def _run_in_process(args: list[str], redirect: str | None, monkeypatch: pytest.M
             context = args[args.index("--context") + 1]
             monkeypatch.setenv("KUBECONFIG", server.kubeconfig(str(tmp / "kubeconfig"), context=context))
         if "nvml" in args:  # an NVIDIA driver: the real pynvml on a fake libnvidia-ml with simulated GPUs
-            from fake_libnvml import from_simulated, install
+            from support.fake_libnvml import from_simulated, install
 
             install(monkeypatch, from_simulated("dgx-h100"))
             if args[:2] == ["mig", "apply"]:

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from fake_http import JsonHandler, write_kubeconfig
+from support.fake_http import JsonHandler, write_kubeconfig
 
 from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
 from gpudra.kubeletplugin.kubelet_client import KubeletClient

@@ -65,14 +65,14 @@ def _claim_devices(rng: random.Random) -> list[dict]:
 
 
 class Zygote:
-    """tests/driver_zygote.py: forks drivers from an interpreter that has imported them once."""
+    """tests/support/driver_zygote.py: forks drivers from an interpreter that has imported them once."""
 
     def __init__(self, stderr: str):
         env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
         env.pop(KILL_ENV, None)
         self.stderr = stderr
         with open(stderr, "a") as log:
-            self.proc = subprocess.Popen([sys.executable, os.path.join(REPO, "tests", "driver_zygote.py")], env=env,
+            self.proc = subprocess.Popen([sys.executable, os.path.join(REPO, "tests", "support", "driver_zygote.py")], env=env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO)
 
     def _ask(self, request: dict) -> dict:

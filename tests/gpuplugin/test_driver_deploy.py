@@ -158,7 +158,7 @@ def test_mig_parted_configmap_is_what_gpudra_generates():
 
 
 def test_helm_values_turn_the_mig_manager_off_or_bring_a_configmap():
-    from helm_template import helm_template
+    from support.helm_template import helm_template
 
     chart = os.path.join(DEPLOY, "helm", "gpudra")
     kinds = lambda objects: {(o["kind"], o["metadata"]["name"]) for o in objects}  # noqa: E731
@@ -174,7 +174,7 @@ def test_helm_values_turn_the_mig_manager_off_or_bring_a_configmap():
 
 
 def test_helm_values_for_device_health_become_driver_arguments():
-    from helm_template import helm_template
+    from support.helm_template import helm_template
 
     objects = helm_template(os.path.join(DEPLOY, "helm", "gpudra"), namespace="g",
                             values={"deviceTaintRules": True, "additionalXidsToIgnore": "48,63"})

@@ -13,7 +13,7 @@ import grpc
 import pynvml
 import pytest
 from click.testing import CliRunner
-from fake_libnvml import from_simulated, install
+from support.fake_libnvml import from_simulated, install
 from prometheus_client.parser import text_string_to_metric_families
 from test_driver_slices import FakeSliceApi
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 import yaml
-from helm_template import helm_template, render
+from support.helm_template import helm_template, render
 
 try:  # Helm v4's own engine (helm-python-sdk, in the test extra on Linux x86_64)
     import helm_python

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from fake_http import write_kubeconfig
+from support.fake_http import write_kubeconfig
 from gpudra.kube.reader import ClusterReadError, read_cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from fake_http import JsonHandler, write_kubeconfig
+from support.fake_http import JsonHandler, write_kubeconfig
 
 from gpudra.cli import cli
 from gpudra.discovery import open_backend

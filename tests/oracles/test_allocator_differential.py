@@ -17,7 +17,7 @@ that CI runs the same examples every time within its budget. A scenario whose li
 more than MAX_REFERENCE_STEPS steps is skipped (exponential unallocatable searches say nothing about
 order and would eat the budget).
 
-Deliberate bugs this test catches (tests/differential_mutants.py patches each into the production
+Deliberate bugs this test catches (tests/support/differential_mutants.py patches each into the production
 allocator and reruns these exact examples; example numbers count across the three variant tests,
 stable first, measured 2026-12-02):
   stable-combinations          stable takes the combination shortcut where rejected devices leak
@@ -48,7 +48,7 @@ from hypothesis import strategies as st
 from gpudra.allocator import Allocator, Features
 from gpudra.allocator.features import FEATURE_NAMES, VARIANT_SUPPORT
 from gpudra.api.quantity import Quantity
-from reference_allocator import Reference, TooBig
+from support.reference_allocator import Reference, TooBig
 
 EXAMPLES_PER_VARIANT = int(os.environ.get("GPUDRA_DIFFERENTIAL_EXAMPLES", "1000"))  # × 3 variants = 3,000 examples per run
 MAX_REFERENCE_STEPS = 20_000

@@ -24,7 +24,7 @@ from gpudra.simulate.fgd import Fragmentation, NodeRes, TypicalTask, fgd_choice,
 from gpudra.simulate.objects import node_inventory, pod_objects
 from gpudra.simulate.report import write_outputs
 from gpudra.simulate.trace import Task, Trace, TraceError, TraceNode, load_trace, read_nodes, read_tasks
-from sim_direct_model import experiment as artifact_experiment
+from support.sim_direct_model import experiment as artifact_experiment
 from support.traces import NODES_CSV, PODS_CSV, small_trace  # noqa: F401
 
 

@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from fake_http import JsonHandler
+from support.fake_http import JsonHandler
 
 
 class FakeApiServer:

@@ -267,7 +267,7 @@ def test_webhook_manifest_matches_the_kubernetes_schemas_and_the_chart():
     import pydantic
     from kubernetes import client as k8s
 
-    from helm_template import helm_template
+    from support.helm_template import helm_template
 
     models = {"Deployment": k8s.V1Deployment, "Service": k8s.V1Service,
               "ValidatingWebhookConfiguration": k8s.V1ValidatingWebhookConfiguration}

@@ -9,7 +9,7 @@ order: `tuned_workload`) and the tie order drawn after it (`node_ranks`), so bot
 experiment. Every decision (filters, typical tasks, scores, ties, GPU choice) and the 100%-demand figure are the
 oracle's. RandomScore is not covered (its picks come from Go's random stream), nor gpudra's own policies.
 
-    python tests/sim_direct_model.py [--trace default | --pods FILE,...] [--policies fgd,...] [--seeds 10]
+    python tests/support/sim_direct_model.py [--trace default | --pods FILE,...] [--policies fgd,...] [--seeds 10]
         [--seed 42] [--tune 1.3] [--json] [--compare]
 
 `--compare` also runs the experiment through gpudra's scheduler and allocator (`gpudra simulate`'s path) and
@@ -27,8 +27,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent / "oracles"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: gpudra
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
 
 import fgd_artifact  # noqa: E402
 

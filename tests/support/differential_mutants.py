@@ -1,6 +1,6 @@
 """Deliberate bugs in the production allocator, and whether the differential test catches them.
 
-    PYTHONPATH=. python tests/differential_mutants.py [NAME …]
+    PYTHONPATH=. python tests/support/differential_mutants.py [NAME …]
 
 Each mutant patches one behaviour of gpudra.allocator that a search shortcut or a variant mix-up
 would get wrong, then runs the CI differential test (tests/oracles/test_allocator_differential.py, the same
@@ -14,7 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "oracles"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the support package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracles"))
 
 from hypothesis import Phase  # noqa: E402
 
