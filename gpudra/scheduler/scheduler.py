@@ -54,6 +54,8 @@ from .dra import filter_node as dra_filter_node
 from gpudra.api.objectmeta import canonical_json, key_of, name_of
 from .shapeindex import PlainScores, ShapeIndex
 from .policies import get_policy
+from .ties import BY_NAME, TieRule, pick
+from .ties import check as check_ties
 
 if TYPE_CHECKING:
     from .scoring import Policy
@@ -147,16 +149,22 @@ class Scheduler:
         dra_preemption: bool = False,
         clock: Callable[[], datetime] | None = None,
         binding_timeout: float = binding.BINDING_TIMEOUT_S,
+        ties: TieRule = BY_NAME,
     ):
         """`filter_timeout`: seconds of device search one pod may spend over all nodes (None: no limit).
         `preempt`: DefaultPreemption runs for a pod that fits nowhere (gpudra.scheduler.preemption);
         `dra_preemption`: victims' claims are freed by it as KEP-5690 proposes (in no release up to 1.36).
         `clock`: the time binding conditions are judged at (allocationTimestamp, the binding timeout);
-        `binding_timeout`: DynamicResourcesArgs.bindingTimeout in seconds (at least 1; default 600)."""
+        `binding_timeout`: DynamicResourcesArgs.bindingTimeout in seconds (at least 1; default 600);
+        `ties`: how equal top scores are broken (gpudra.scheduler.ties: the first node name, or a seeded
+        random.Random drawing as kube-scheduler's selectHost)."""
         if binding_timeout < binding.MIN_BINDING_TIMEOUT_S:
             raise ValueError(f"binding timeout {binding_timeout:g}s: must be at least 1 second")
         self.clock = clock or (lambda: datetime.now(timezone.utc))
         self.binding_timeout = binding_timeout
+        self.ties = check_ties(ties)
+        # the nodes a pod group's placement leaves (gpudra.scheduler.workloadplacement); None: every node
+        self.placement_nodes: list[str] | None = None
         self.cluster = cluster
         self.policy = get_policy(policy)
         if percentage_of_nodes_to_score is None:
@@ -524,7 +532,7 @@ class Scheduler:
     def _attempt(self, pod_key: str) -> fw.PodResult:
         cluster = self.cluster
         info = self.pod_info(pod_key)
-        nodes = cluster.node_names()
+        nodes = cluster.node_names() if self.placement_nodes is None else self.placement_nodes
         result = fw.PodResult(pod_key, num_nodes=len(nodes))
         gates = (info.pod.get("spec") or {}).get("schedulingGates")
         if gates:
@@ -547,7 +555,7 @@ class Scheduler:
             self._shape_uses.clear()
             self._cache_generation = cluster.generation
         policy = self.policy
-        if self.indexed and policy.indexable and not info.placement_dependent:
+        if self.indexed and policy.indexable and not info.placement_dependent and self.placement_nodes is None:
             uses = self._shape_uses.get(info.shape, 0) + 1
             self._shape_uses[info.shape] = uses
             if uses >= 2:  # a shape seen before: worth indexing every node's verdict
@@ -596,15 +604,9 @@ class Scheduler:
             evaluation.parts = self.policy.node_parts(self, info, evaluation)
         return evaluation
 
-    @staticmethod
-    def _best(feasible: list[NodeEval], scores: Mapping[str, float]) -> NodeEval:
-        best = feasible[0]
-        best_score = scores[best.result.node]
-        for evaluation in feasible:  # highest score; ties go to the first node name
-            score = scores[evaluation.result.node]
-            if score > best_score or (score == best_score and evaluation.result.node < best.result.node):
-                best, best_score = evaluation, score
-        return best
+    def _best(self, feasible: list[NodeEval], scores: Mapping[str, float]) -> NodeEval:
+        """The highest score; ties as `self.ties` breaks them (feasible: in evaluation order)."""
+        return pick(feasible, lambda e: scores[e.result.node], lambda e: e.result.node, self.ties)
 
     def _finish(self, info: PodInfo, result: fw.PodResult, best: NodeEval,
                 scores: Mapping[str, float]) -> fw.PodResult:
@@ -681,7 +683,11 @@ class Scheduler:
         if index.nonplain == 0:
             plain = cast(list[int], keys)  # no feasible node's score is other than plain: every key is an int
             count = len(index.nodes)
-            best = index.evals[count - 1 - max(plain) % count]  # plain_key: ties to the first name
+            if self.ties == BY_NAME:
+                best = index.evals[count - 1 - max(plain) % count]  # plain_key: ties to the first name
+            else:  # the score is key // count; `chosen` is in scan order, as the linear scan evaluates
+                at = pick(range(len(chosen)), lambda n: plain[n] // count, str, self.ties)
+                best = index.evals[chosen[at]]
             scores = PlainScores(index.nodes, plain, chosen)
         else:
             feasible = cast(list[NodeEval], [index.evals[i] for i in chosen])  # chosen positions hold verdicts
