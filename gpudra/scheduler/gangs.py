@@ -34,6 +34,9 @@ class Gang:
     label: str  # how messages name it: pod group "pg1" (of workload "w")
     min_count: int
     members: tuple[str, ...]  # pod keys, in the cluster's creation order
+    # spec.schedulingConstraints.topology[0].key of a 1.36 PodGroup while TopologyAwareWorkloadScheduling is on:
+    # the gang is placed in one domain of that node label (gpudra.scheduler.workloadplacement); None: anywhere
+    topology_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,16 @@ def gangs_enabled(cluster: Any) -> bool:
         if not (gate_state(gate, release).default if chosen is None else chosen):
             return False
     return release in ("1.35", "1.36")
+
+
+def topology_aware(cluster: Any) -> bool:
+    """TopologyAwareWorkloadScheduling (1.36 alpha; it needs GenericWorkload, which gangs_enabled checks)."""
+    from gpudra.versions import gate_state
+
+    release = cluster.kubernetes_version
+    chosen = cluster.features.gate_enabled("TopologyAwareWorkloadScheduling")
+    return release == "1.36" and bool(gate_state("TopologyAwareWorkloadScheduling", release).default
+                                      if chosen is None else chosen)
 
 
 def plan(cluster: Any) -> GangPlan:
@@ -76,7 +89,9 @@ def plan(cluster: Any) -> GangPlan:
             continue  # basic policy: no gang
         groups.setdefault(key, []).append(pod_key)
         labels[key], minimum[key] = label, min_count
-    gangs = {key: Gang(key, labels[key], minimum[key], tuple(members)) for key, members in groups.items()}
+    keys = _topology_keys(cluster.other_objects) if topology_aware(cluster) else {}
+    gangs = {key: Gang(key, labels[key], minimum[key], tuple(members), keys.get(key))
+             for key, members in groups.items()}
     member_of: dict[str, str] = {}
     for gang in gangs.values():
         for pod_key in gang.members:
@@ -106,6 +121,22 @@ def _policies(objects: list[dict[str, Any]], release: str) -> dict[GroupKey, int
             for group in spec.get("podGroups") or []:
                 if isinstance(group, dict):
                     found[(namespace, name_of(obj), group.get("name"))] = _min_count(group.get("policy"))
+    return found
+
+
+def _topology_keys(objects: list[dict[str, Any]]) -> dict[str, str]:
+    """1.36 gang key (namespace/name) -> the first topology constraint's key of its PodGroup (v1alpha2), as
+    kube-scheduler's TopologyPlacementGenerator reads it (kubernetes v1.36.0
+    pkg/scheduler/framework/plugins/topologyaware/topology_placement.go getTopologyKey)."""
+    found: dict[str, str] = {}
+    for obj in objects:
+        if obj.get("kind") != "PodGroup" or obj.get("apiVersion") != "scheduling.k8s.io/v1alpha2":
+            continue
+        constraints = (obj.get("spec") or {}).get("schedulingConstraints")
+        topology = constraints.get("topology") if isinstance(constraints, dict) else None
+        first = topology[0] if isinstance(topology, list) and topology else None
+        if isinstance(first, dict) and isinstance(first.get("key"), str):
+            found[f"{namespace_of(obj) or 'default'}/{name_of(obj)}"] = first["key"]
     return found
 
 

@@ -500,6 +500,8 @@ class Scheduler:
         nominated = (pod.get("status") or {}).get("nominatedNodeName")
         if not nominated or nominated not in cluster.nodes or (pod.get("spec") or {}).get("schedulingGates"):
             return None
+        if self.placement_nodes is not None and nominated not in self.placement_nodes:
+            return None  # a pod group's placement leaves the nominated node out
         info = self.pod_info(pod_key)
         if info.reasons:
             return None
@@ -756,13 +758,24 @@ class Scheduler:
         with queue_run():  # the gang plan (and its first import) too: what the run allocates is collected after it
             from . import gangs
 
+            from .workloadplacement import place_group
+
             plan = gangs.plan(self.cluster)
-            for pod_key in self.cluster.pending_pods():
+            pending = self.cluster.pending_pods()
+            unplaced: set[str] = set()  # gangs no placement of their topology domain could hold: decided already
+            for pod_key in pending:
                 if pod_key in plan.waiting:
                     result = self._wait_before_queue(pod_key, plan.waiting[pod_key])
                 elif pod_key in plan.member_of:
-                    self._gang_bindings[pod_key] = []
-                    held.setdefault(plan.member_of[pod_key], []).append(self.schedule_pod(pod_key))
+                    gang = plan.gangs[plan.member_of[pod_key]]
+                    if gang.topology_key is None:
+                        self._gang_bindings[pod_key] = []
+                        held.setdefault(gang.key, []).append(self.schedule_pod(pod_key))
+                    elif gang.key not in held:  # the whole group at its first pod, as the pod group cycle does
+                        members = [key for key in pending if plan.member_of.get(key) == gang.key]
+                        held[gang.key], placed = place_group(self, gang, members)
+                        if not placed:
+                            unplaced.add(gang.key)
                     continue
                 else:
                     result = self.schedule_pod(pod_key)
@@ -770,7 +783,8 @@ class Scheduler:
                 if on_result is not None:
                     on_result(result)
             for gang_key, gang_results in held.items():
-                for result in self._permit(plan.gangs[gang_key], gang_results):
+                decided = gang_results if gang_key in unplaced else self._permit(plan.gangs[gang_key], gang_results)
+                for result in decided:
                     results.append(result)
                     if on_result is not None:
                         on_result(result)
@@ -785,6 +799,12 @@ class Scheduler:
         self.cluster.mark_unschedulable(pod_key, result.message())
         return result
 
+    def unreserve(self, result: fw.PodResult) -> None:
+        """Unreserve for a gang pod this queue pass placed: its bind, and the claims that bind allocated, undone."""
+        allocated, extended = self._gang_bindings.get(result.pod) or ([], None)
+        self.cluster.unbind(result.pod, allocated, extended)
+        result.node, result.claims, result.binding = None, [], None
+
     def _permit(self, gang: Any, gang_results: list[fw.PodResult]) -> list[fw.PodResult]:
         """The gang's quorum: all its placed pods stay bound when at least minCount are, else Unreserve frees
         every one and each pod says why."""
@@ -793,14 +813,14 @@ class Scheduler:
         # a pod waiting at PreBind has passed Permit's quorum count: it is placed on the node it waits for
         placed = {result.pod: result.node if result.binding is None else result.binding.node
                   for result in gang_results if result.node is not None or result.binding is not None}
-        if len(placed) >= gang.min_count:
+        # ScheduledPodsCount: pods of the group bound before this pass count toward the quorum too
+        bound = sum(1 for key in gang.members if key not in placed and (self.cluster.pods.get(key, {}).get("spec") or {}).get("nodeName"))
+        if len(placed) + bound >= gang.min_count:
             return gang_results
         message = rejection(gang, cast(dict[str, str], placed), self.cluster.kubernetes_version)
         for result in reversed(gang_results):
             if result.node is not None or result.binding is not None:
-                allocated, extended = self._gang_bindings.get(result.pod) or ([], None)
-                self.cluster.unbind(result.pod, allocated, extended)
-                result.node, result.claims, result.binding = None, [], None
+                self.unreserve(result)
                 result.prefilter = [fw.Reason(fw.GANG_SCHEDULING, message, {"placed": dict(placed)}, resolvable=True)]
             else:
                 result.gang = message
