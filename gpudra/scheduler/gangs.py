@@ -19,9 +19,14 @@ workload, pod group and replica key); 1.36 by `spec.schedulingGroup.podGroupName
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudra.api.objectmeta import name_of, namespace_of
+
+from . import framework as fw
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .scheduler import Scheduler
 
 PERMIT_WAIT = {"1.35": "waiting for minCount pods from a gang to be waiting on permit",
                "1.36": "waiting for minCount pods from a gang to be scheduled"}
@@ -177,3 +182,36 @@ def rejection(gang: Gang, placed: dict[str, str], release: str) -> str:
     where = ", ".join(f"{pod.split('/', 1)[-1]} on {node}" for pod, node in placed.items()) or "none"
     return (f"{PERMIT_WAIT[release]}: {gang.label} needs {gang.min_count} of its {len(gang.members)} pods placed "
             f"together (minCount {gang.min_count}); {len(placed)} could be placed ({where}), so none is bound")
+
+
+def wait_before_queue(scheduler: "Scheduler", pod_key: str, message: str) -> fw.PodResult:
+    """PreEnqueue rejected the pod (GangScheduling): it is not attempted."""
+    result = fw.PodResult(pod_key, num_nodes=len(scheduler.cluster.node_names()))
+    result.prefilter = [fw.Reason(fw.GANG_SCHEDULING, message, {}, resolvable=False)]
+    scheduler.results[pod_key] = result
+    scheduler.cluster.mark_unschedulable(pod_key, result.message())
+    return result
+
+
+def permit(scheduler: "Scheduler", gang: Gang, gang_results: list[fw.PodResult]) -> list[fw.PodResult]:
+    """The gang's quorum: all its placed pods stay bound when at least minCount are, else Unreserve frees
+    every one and each pod says why."""
+    cluster = scheduler.cluster
+    # a pod waiting at PreBind has passed Permit's quorum count: it is placed on the node it waits for
+    placed = {result.pod: str(result.node if result.binding is None else result.binding.node)
+              for result in gang_results if result.node is not None or result.binding is not None}
+    # ScheduledPodsCount: pods of the group bound before this pass count toward the quorum too
+    bound = sum(1 for key in gang.members
+                if key not in placed and (cluster.pods.get(key, {}).get("spec") or {}).get("nodeName"))
+    if len(placed) + bound >= gang.min_count:
+        return gang_results
+    message = rejection(gang, placed, cluster.kubernetes_version)
+    for result in reversed(gang_results):
+        if result.node is not None or result.binding is not None:
+            scheduler.unreserve(result)
+            result.prefilter = [fw.Reason(fw.GANG_SCHEDULING, message, {"placed": dict(placed)}, resolvable=True)]
+        else:
+            result.gang = message
+        scheduler.results[result.pod] = result
+        cluster.mark_unschedulable(result.pod, result.message())
+    return gang_results

@@ -757,7 +757,6 @@ class Scheduler:
         held: dict[str, list[fw.PodResult]] = {}  # gang key -> its pods' results, waiting at Permit
         with queue_run():  # the gang plan (and its first import) too: what the run allocates is collected after it
             from . import gangs
-
             from .workloadplacement import place_group
 
             plan = gangs.plan(self.cluster)
@@ -765,7 +764,7 @@ class Scheduler:
             unplaced: set[str] = set()  # gangs no placement of their topology domain could hold: decided already
             for pod_key in pending:
                 if pod_key in plan.waiting:
-                    result = self._wait_before_queue(pod_key, plan.waiting[pod_key])
+                    result = gangs.wait_before_queue(self, pod_key, plan.waiting[pod_key])
                 elif pod_key in plan.member_of:
                     gang = plan.gangs[plan.member_of[pod_key]]
                     if gang.topology_key is None:
@@ -783,7 +782,7 @@ class Scheduler:
                 if on_result is not None:
                     on_result(result)
             for gang_key, gang_results in held.items():
-                decided = gang_results if gang_key in unplaced else self._permit(plan.gangs[gang_key], gang_results)
+                decided = gang_results if gang_key in unplaced else gangs.permit(self, plan.gangs[gang_key], gang_results)
                 for result in decided:
                     results.append(result)
                     if on_result is not None:
@@ -791,39 +790,8 @@ class Scheduler:
         self._gang_bindings.clear()
         return results
 
-    def _wait_before_queue(self, pod_key: str, message: str) -> fw.PodResult:
-        """PreEnqueue rejected the pod (GangScheduling): it is not attempted."""
-        result = fw.PodResult(pod_key, num_nodes=len(self.cluster.node_names()))
-        result.prefilter = [fw.Reason(fw.GANG_SCHEDULING, message, {}, resolvable=False)]
-        self.results[pod_key] = result
-        self.cluster.mark_unschedulable(pod_key, result.message())
-        return result
-
     def unreserve(self, result: fw.PodResult) -> None:
         """Unreserve for a gang pod this queue pass placed: its bind, and the claims that bind allocated, undone."""
         allocated, extended = self._gang_bindings.get(result.pod) or ([], None)
         self.cluster.unbind(result.pod, allocated, extended)
         result.node, result.claims, result.binding = None, [], None
-
-    def _permit(self, gang: Any, gang_results: list[fw.PodResult]) -> list[fw.PodResult]:
-        """The gang's quorum: all its placed pods stay bound when at least minCount are, else Unreserve frees
-        every one and each pod says why."""
-        from .gangs import rejection
-
-        # a pod waiting at PreBind has passed Permit's quorum count: it is placed on the node it waits for
-        placed = {result.pod: result.node if result.binding is None else result.binding.node
-                  for result in gang_results if result.node is not None or result.binding is not None}
-        # ScheduledPodsCount: pods of the group bound before this pass count toward the quorum too
-        bound = sum(1 for key in gang.members if key not in placed and (self.cluster.pods.get(key, {}).get("spec") or {}).get("nodeName"))
-        if len(placed) + bound >= gang.min_count:
-            return gang_results
-        message = rejection(gang, cast(dict[str, str], placed), self.cluster.kubernetes_version)
-        for result in reversed(gang_results):
-            if result.node is not None or result.binding is not None:
-                self.unreserve(result)
-                result.prefilter = [fw.Reason(fw.GANG_SCHEDULING, message, {"placed": dict(placed)}, resolvable=True)]
-            else:
-                result.gang = message
-            self.results[result.pod] = result
-            self.cluster.mark_unschedulable(result.pod, result.message())
-        return gang_results
