@@ -64,6 +64,7 @@ class Trial:
 
     placement: Placement
     assigned: dict[str, str]  # pod key -> node, in scheduling order
+    fit: int = 0  # NodeResourcesFit's placement score of this assignment
 
     def succeeded(self, min_count: int, scheduled: int) -> bool:
         return scheduled + len(self.assigned) >= min_count
@@ -160,9 +161,16 @@ def place_group(scheduler: "Scheduler", gang: "Gang", members: list[str]) -> tup
         return [_failed(scheduler, key, str(exc), {"placements": []}, resolvable=False) for key in members], False
     if not placements:
         return [_failed(scheduler, key, NO_PLACEMENTS, {"placements": []}) for key in members], False
-    trials = [_trial(scheduler, placement, members) for placement in placements]
+    # each placement's pods are reverted before the next is tried, but the last one's stay bound until the choice
+    trials: list[Trial] = []
+    last: list[fw.PodResult] = []
+    for placement in placements:
+        _unreserve(scheduler, last)
+        trial, last = _trial(scheduler, placement, members)
+        trials.append(trial)
     successful = [t for t in trials if t.succeeded(gang.min_count, len(scheduled_on))]
     if not successful:
+        _unreserve(scheduler, last)
         tried = [(t.placement.name, len(t.assigned)) for t in trials]
         message = f"0/{len(placements)} placements are available, first placement status: {GROUP_UNSCHEDULABLE}"
         details = {"placements": tried, "placed": {}}
@@ -172,21 +180,36 @@ def place_group(scheduler: "Scheduler", gang: "Gang", members: list[str]) -> tup
     else:
         proposed = [len(t.assigned) for t in successful]
         counts = pods_count_scores(len(scheduled_on), proposed)
-        fits = [_fit_score(scheduler, t) for t in successful]
-        totals = [PODS_COUNT_WEIGHT * c + FIT_WEIGHT * f for c, f in zip(counts, fits)]
+        totals = [PODS_COUNT_WEIGHT * c + FIT_WEIGHT * t.fit for c, t in zip(counts, successful)]
         chosen = best(successful, totals, scheduler)
+    if chosen is trials[-1]:
+        return last, True  # bound as its trial left it
+    _unreserve(scheduler, last)
     return _replay(scheduler, chosen, members), True
 
 
-def _trial(scheduler: "Scheduler", placement: Placement, members: list[str]) -> Trial:
-    """The pods scheduled one by one with only the placement's nodes, then reverted (assume, then forget)."""
+def _trial(scheduler: "Scheduler", placement: Placement, members: list[str]) -> tuple[Trial, list[fw.PodResult]]:
+    """The pods scheduled one by one with only the placement's nodes (assumed: still bound), and the placement's
+    fit score, read from its nodes as they were before."""
+    cluster = scheduler.cluster
+    nodes = []
+    for name in placement.nodes:
+        usage = cluster.usage[name]
+        requested = dict(usage.requested)
+        requested[res.CPU], requested[res.MEMORY] = usage.non_zero_cpu, usage.non_zero_memory
+        nodes.append((cluster.allocatable(name) or {}, requested))
     results = _schedule(scheduler, members, lambda key: list(placement.nodes))
-    assigned = {r.pod: (r.node if r.binding is None else r.binding.node) for r in results
+    assigned = {r.pod: str(r.node if r.binding is None else r.binding.node) for r in results
                 if r.node is not None or r.binding is not None}
+    fit = fit_placement_score([res.pod_request_totals(cluster.pods[key])[1] for key in assigned], nodes)
+    return Trial(placement, assigned, fit), results
+
+
+def _unreserve(scheduler: "Scheduler", results: list[fw.PodResult]) -> None:
+    """Forget a trial: its placed pods unbound, their claims' allocations undone (last placed first)."""
     for result in reversed(results):
         if result.node is not None or result.binding is not None:
             scheduler.unreserve(result)
-    return Trial(placement, {key: node for key, node in assigned.items() if node is not None})
 
 
 def _replay(scheduler: "Scheduler", chosen: Trial, members: list[str]) -> list[fw.PodResult]:
@@ -210,18 +233,6 @@ def _schedule(scheduler: "Scheduler", members: list[str], nodes_for: Any) -> lis
     finally:
         scheduler.placement_nodes = None
         scheduler.preempt = preempt
-
-
-def _fit_score(scheduler: "Scheduler", trial: Trial) -> int:
-    cluster = scheduler.cluster
-    group = [scheduler.pod_info(key).non_zero for key in trial.assigned]
-    nodes = []
-    for name in trial.placement.nodes:
-        usage = cluster.usage[name]
-        requested = dict(usage.requested)
-        requested[res.CPU], requested[res.MEMORY] = usage.non_zero_cpu, usage.non_zero_memory
-        nodes.append((cluster.allocatable(name) or {}, requested))
-    return fit_placement_score(group, nodes)
 
 
 def _failed(scheduler: "Scheduler", key: str, message: str, details: dict[str, Any],
