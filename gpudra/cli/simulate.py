@@ -86,9 +86,11 @@ def _split(values: tuple[str, ...]) -> list[str]:
                    "synthetic one.")
 @click.option("--patience", type=click.IntRange(0, None), default=3600, show_default=True,
               help="nvl72 --method events: seconds a job waits for room before it gives up (not started).")
-@click.option("--gang-placement", type=click.Choice(["replay", "scheduler"]), default="replay", show_default=True,
-              help="nvl72: who places clique-blind gangs: the replay's rule (ties at random), or gpudra's scheduler "
-                   "and allocator on the trays as Nodes and ResourceSlices (one pod per tray by pod anti-affinity).")
+@click.option("--gang-placement", type=click.Choice(["replay", "scheduler"]), default=None,
+              help="nvl72: who places the gangs: gpudra's scheduler and allocator on the trays as Nodes and "
+                   "ResourceSlices (clique-aware, clique-blind, clique-affinity; ties drawn from the seed), or the "
+                   "replay's own rules (every policy; fast). Default: the scheduler where it has the policy, the "
+                   "replay's rule for clique-blind-binpack.")
 @kubernetes_version_option("Schedule and allocate as this release (1.33-1.36; default 1.36): its default feature "
                            "gates. DRA mode shares GPUs through consumable capacity (DRAConsumableCapacity: alpha, "
                            "off by default in 1.34 and 1.35), which it then needs in --features.")
@@ -101,7 +103,7 @@ def command(traces: tuple[str, ...], nodes_csv: str | None, pods_csv: str | None
             fail_requests_greater_than_one: bool, tune: float, method: str, path: str, levels: str,
             jobs: int | None,
             dask_scheduler: str | None, out_dir: str | None, workload: str, racks: int, gangs_csv: str | None,
-            patience: int, gang_placement: str, kubernetes_version: str | None, features: str, output: str) -> None:
+            patience: int, gang_placement: str | None, kubernetes_version: str | None, features: str, output: str) -> None:
     """Replay a trace of a GPU cluster: every task becomes a Pod (with a ResourceClaim in DRA mode), every node
     a Node with the ResourceSlices gpudra's driver publishes, and every placement goes through gpudra's scheduler
     and allocator (the paper's policies on a trace of its simple task shapes: an exact fast path on the same node
@@ -261,7 +263,7 @@ def _given(*names: str) -> bool:
 
 def _nvl72(traces: tuple[str, ...], nodes_csv: str | None, manifests: tuple[str, ...], policies: tuple[str, ...],
            seed: int, seeds: int, mode: str, method: str, tune: float, out_dir: str | None, workload: str,
-           racks: int, gangs_csv: str | None, patience: int, gang_placement: str, output: str) -> None:
+           racks: int, gangs_csv: str | None, patience: int, gang_placement: str | None, output: str) -> None:
     """`--workload nvl72` (gpudra/cli/simulate_gangs.py); the trace options do not apply."""
     from gpudra.cli.simulate_gangs import run_nvl72
 
@@ -284,7 +286,7 @@ def _nvl72(traces: tuple[str, ...], nodes_csv: str | None, manifests: tuple[str,
         _writable_directory(out_dir)
     run_nvl72(racks=racks, gangs_csv=gangs_csv, policies=_split(policies), seed=seed, seeds=seeds, method=method,
               tune=tune, patience=patience, out_dir=out_dir, output=output,
-              via_scheduler=gang_placement == "scheduler")
+              via_scheduler=None if gang_placement is None else gang_placement == "scheduler")
 
 
 WIDE_LEVELS = (70, 80, 90)  # the levels -o wide shows without --levels

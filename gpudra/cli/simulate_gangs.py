@@ -10,14 +10,16 @@ from gpudra.cli.errors import UsageError
 
 
 def run_nvl72(*, racks: int, gangs_csv: str | None, policies: list[str], seed: int, seeds: int, method: str,
-              tune: float, patience: int, out_dir: str | None, output: str, via_scheduler: bool = False) -> None:
-    """Every (policy, seed) experiment on one gang trace; printed and written like the trace experiments."""
-    from gpudra.simulate.gangreplay import SCHEDULER_POLICIES, GangSimulationError, run_gangs
-    from gpudra.simulate.gangs import GANG_POLICIES
+              tune: float, patience: int, out_dir: str | None, output: str, via_scheduler: bool | None = None) -> None:
+    """Every (policy, seed) experiment on one gang trace; printed and written like the trace experiments.
+    `via_scheduler`: True every policy through gpudra's scheduler, False through the replay's rules, None each
+    policy through the scheduler where it has it."""
+    from gpudra.simulate.gangreplay import GangSimulationError, run_gangs
+    from gpudra.simulate.gangs import GANG_POLICIES, REPLAY_POLICIES, SCHEDULER_POLICIES
     from gpudra.simulate.nvl72 import load_gangs, nvl72_racks, synthetic_gangs
     from gpudra.simulate.trace import TraceError
 
-    default = list(SCHEDULER_POLICIES) if via_scheduler else ["clique-aware", "clique-blind"]
+    default = ["clique-aware", "clique-blind"]
     chosen = list(GANG_POLICIES) if "all" in policies else policies or default
     unknown = [p for p in chosen if p not in GANG_POLICIES]
     if unknown:
@@ -30,6 +32,9 @@ def run_nvl72(*, racks: int, gangs_csv: str | None, policies: list[str], seed: i
         raise UsageError(str(exc)) from None
     if via_scheduler and any(p not in SCHEDULER_POLICIES for p in chosen):
         raise UsageError(f"--gang-placement scheduler places only {', '.join(SCHEDULER_POLICIES)} gangs")
+    if via_scheduler is False and any(p not in REPLAY_POLICIES for p in chosen):
+        raise UsageError(f"--gang-placement replay places only {', '.join(REPLAY_POLICIES)} gangs (gpudra's "
+                         f"scheduler places the others)")
     results = []
     generated = {}
     try:

@@ -32,8 +32,12 @@ class GangShortfall:
     fitting: tuple[str, ...]  # nodes one pod of the group fits on, with the group's pods unbound
     one_clique: str | None = None  # why the pods must share a clique, None when they need not
     cliques: tuple[tuple[str, int], ...] = ()  # (clique, nodes free in it), largest first
+    topology_key: str | None = None  # the PodGroup's topology constraint (gpudra.scheduler.workloadplacement)
+    domains: tuple[tuple[str, int], ...] = ()  # (domain tried, pods of the group it could hold), in trial order
 
     def line(self) -> str:
+        if self.topology_key is not None:
+            return self._placement_line(self.topology_key)
         if self.one_clique is not None:
             head = (f"group {self.group} needs {self.min_count} pods on one NVLink clique ({self.one_clique}); "
                     f"{self.placed} could be placed; ")
@@ -47,6 +51,15 @@ class GangShortfall:
         return (f"group {self.group} needs {self.min_count} of its {self.members} pods placed at once; "
                 f"{self.placed} could be placed: each needs a node with {self.devices or 'room for it'}, and "
                 + have + (f" ({shown})" if self.fitting else ""))
+
+
+    def _placement_line(self, key: str) -> str:
+        head = f"group {self.group} needs {self.min_count} of its {self.members} pods placed in one {key} domain; "
+        if not self.domains:
+            return head + f"no node it may use has the label {key}, so there is no domain to try"
+        tried = ", ".join(f"{key}={domain} ({placed} of {self.members} pods placed)"
+                          for domain, placed in self.domains[:8]) + (" …" if len(self.domains) > 8 else "")
+        return head + f"0/{len(self.domains)} placements are available: " + tried
 
 
 def shortfall(scheduler: Any, pod_key: str, gang: Any) -> GangShortfall:
@@ -70,7 +83,7 @@ def shortfall(scheduler: Any, pod_key: str, gang: Any) -> GangShortfall:
                 free[of_node[node]] = free.get(of_node[node], 0) + 1
         cliques = tuple(sorted(free.items(), key=lambda item: (-item[1], item[0])))
     return GangShortfall(group, gang.min_count, len(gang.members), placed, _devices_wanted(cluster, pod), fitting,
-                         why, cliques)
+                         why, cliques, getattr(gang, "topology_key", None), _domains(scheduler, gang))
 
 
 def _placed(scheduler: Any, gang: Any) -> int:
@@ -81,6 +94,17 @@ def _placed(scheduler: Any, gang: Any) -> int:
             if isinstance(reason.details, dict) and "placed" in reason.details:
                 return len(reason.details["placed"])
     return 0
+
+
+def _domains(scheduler: Any, gang: Any) -> tuple[tuple[str, int], ...]:
+    """The placements the pass tried for a gang with a topology constraint, and how many pods each held
+    (gpudra.scheduler.workloadplacement records them with each pod's rejection)."""
+    for key in gang.members:
+        result = scheduler.results.get(key)
+        for reason in (result.prefilter if result is not None else []):
+            if isinstance(reason.details, dict) and "placements" in reason.details:
+                return tuple((str(domain), int(count)) for domain, count in reason.details["placements"])
+    return ()
 
 
 def _objects(cluster: Any) -> list[dict[str, Any]]:

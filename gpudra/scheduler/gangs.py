@@ -19,9 +19,14 @@ workload, pod group and replica key); 1.36 by `spec.schedulingGroup.podGroupName
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudra.api.objectmeta import name_of, namespace_of
+
+from . import framework as fw
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .scheduler import Scheduler
 
 PERMIT_WAIT = {"1.35": "waiting for minCount pods from a gang to be waiting on permit",
                "1.36": "waiting for minCount pods from a gang to be scheduled"}
@@ -34,6 +39,9 @@ class Gang:
     label: str  # how messages name it: pod group "pg1" (of workload "w")
     min_count: int
     members: tuple[str, ...]  # pod keys, in the cluster's creation order
+    # spec.schedulingConstraints.topology[0].key of a 1.36 PodGroup while TopologyAwareWorkloadScheduling is on:
+    # the gang is placed in one domain of that node label (gpudra.scheduler.workloadplacement); None: anywhere
+    topology_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,16 @@ def gangs_enabled(cluster: Any) -> bool:
         if not (gate_state(gate, release).default if chosen is None else chosen):
             return False
     return release in ("1.35", "1.36")
+
+
+def topology_aware(cluster: Any) -> bool:
+    """TopologyAwareWorkloadScheduling (1.36 alpha; it needs GenericWorkload, which gangs_enabled checks)."""
+    from gpudra.versions import gate_state
+
+    release = cluster.kubernetes_version
+    chosen = cluster.features.gate_enabled("TopologyAwareWorkloadScheduling")
+    return release == "1.36" and bool(gate_state("TopologyAwareWorkloadScheduling", release).default
+                                      if chosen is None else chosen)
 
 
 def plan(cluster: Any) -> GangPlan:
@@ -76,7 +94,9 @@ def plan(cluster: Any) -> GangPlan:
             continue  # basic policy: no gang
         groups.setdefault(key, []).append(pod_key)
         labels[key], minimum[key] = label, min_count
-    gangs = {key: Gang(key, labels[key], minimum[key], tuple(members)) for key, members in groups.items()}
+    keys = _topology_keys(cluster.other_objects) if topology_aware(cluster) else {}
+    gangs = {key: Gang(key, labels[key], minimum[key], tuple(members), keys.get(key))
+             for key, members in groups.items()}
     member_of: dict[str, str] = {}
     for gang in gangs.values():
         for pod_key in gang.members:
@@ -106,6 +126,22 @@ def _policies(objects: list[dict[str, Any]], release: str) -> dict[GroupKey, int
             for group in spec.get("podGroups") or []:
                 if isinstance(group, dict):
                     found[(namespace, name_of(obj), group.get("name"))] = _min_count(group.get("policy"))
+    return found
+
+
+def _topology_keys(objects: list[dict[str, Any]]) -> dict[str, str]:
+    """1.36 gang key (namespace/name) -> the first topology constraint's key of its PodGroup (v1alpha2), as
+    kube-scheduler's TopologyPlacementGenerator reads it (kubernetes v1.36.0
+    pkg/scheduler/framework/plugins/topologyaware/topology_placement.go getTopologyKey)."""
+    found: dict[str, str] = {}
+    for obj in objects:
+        if obj.get("kind") != "PodGroup" or obj.get("apiVersion") != "scheduling.k8s.io/v1alpha2":
+            continue
+        constraints = (obj.get("spec") or {}).get("schedulingConstraints")
+        topology = constraints.get("topology") if isinstance(constraints, dict) else None
+        first = topology[0] if isinstance(topology, list) and topology else None
+        if isinstance(first, dict) and isinstance(first.get("key"), str):
+            found[f"{namespace_of(obj) or 'default'}/{name_of(obj)}"] = first["key"]
     return found
 
 
@@ -146,3 +182,36 @@ def rejection(gang: Gang, placed: dict[str, str], release: str) -> str:
     where = ", ".join(f"{pod.split('/', 1)[-1]} on {node}" for pod, node in placed.items()) or "none"
     return (f"{PERMIT_WAIT[release]}: {gang.label} needs {gang.min_count} of its {len(gang.members)} pods placed "
             f"together (minCount {gang.min_count}); {len(placed)} could be placed ({where}), so none is bound")
+
+
+def wait_before_queue(scheduler: "Scheduler", pod_key: str, message: str) -> fw.PodResult:
+    """PreEnqueue rejected the pod (GangScheduling): it is not attempted."""
+    result = fw.PodResult(pod_key, num_nodes=len(scheduler.cluster.node_names()))
+    result.prefilter = [fw.Reason(fw.GANG_SCHEDULING, message, {}, resolvable=False)]
+    scheduler.results[pod_key] = result
+    scheduler.cluster.mark_unschedulable(pod_key, result.message())
+    return result
+
+
+def permit(scheduler: "Scheduler", gang: Gang, gang_results: list[fw.PodResult]) -> list[fw.PodResult]:
+    """The gang's quorum: all its placed pods stay bound when at least minCount are, else Unreserve frees
+    every one and each pod says why."""
+    cluster = scheduler.cluster
+    # a pod waiting at PreBind has passed Permit's quorum count: it is placed on the node it waits for
+    placed = {result.pod: str(result.node if result.binding is None else result.binding.node)
+              for result in gang_results if result.node is not None or result.binding is not None}
+    # ScheduledPodsCount: pods of the group bound before this pass count toward the quorum too
+    bound = sum(1 for key in gang.members
+                if key not in placed and (cluster.pods.get(key, {}).get("spec") or {}).get("nodeName"))
+    if len(placed) + bound >= gang.min_count:
+        return gang_results
+    message = rejection(gang, placed, cluster.kubernetes_version)
+    for result in reversed(gang_results):
+        if result.node is not None or result.binding is not None:
+            scheduler.unreserve(result)
+            result.prefilter = [fw.Reason(fw.GANG_SCHEDULING, message, {"placed": dict(placed)}, resolvable=True)]
+        else:
+            result.gang = message
+        scheduler.results[result.pod] = result
+        cluster.mark_unschedulable(result.pod, result.message())
+    return gang_results

@@ -54,6 +54,8 @@ from .dra import filter_node as dra_filter_node
 from gpudra.api.objectmeta import canonical_json, key_of, name_of
 from .shapeindex import PlainScores, ShapeIndex
 from .policies import get_policy
+from .ties import BY_NAME, TieRule, pick
+from .ties import check as check_ties
 
 if TYPE_CHECKING:
     from .scoring import Policy
@@ -147,16 +149,22 @@ class Scheduler:
         dra_preemption: bool = False,
         clock: Callable[[], datetime] | None = None,
         binding_timeout: float = binding.BINDING_TIMEOUT_S,
+        ties: TieRule = BY_NAME,
     ):
         """`filter_timeout`: seconds of device search one pod may spend over all nodes (None: no limit).
         `preempt`: DefaultPreemption runs for a pod that fits nowhere (gpudra.scheduler.preemption);
         `dra_preemption`: victims' claims are freed by it as KEP-5690 proposes (in no release up to 1.36).
         `clock`: the time binding conditions are judged at (allocationTimestamp, the binding timeout);
-        `binding_timeout`: DynamicResourcesArgs.bindingTimeout in seconds (at least 1; default 600)."""
+        `binding_timeout`: DynamicResourcesArgs.bindingTimeout in seconds (at least 1; default 600);
+        `ties`: how equal top scores are broken (gpudra.scheduler.ties: the first node name, or a seeded
+        random.Random drawing as kube-scheduler's selectHost)."""
         if binding_timeout < binding.MIN_BINDING_TIMEOUT_S:
             raise ValueError(f"binding timeout {binding_timeout:g}s: must be at least 1 second")
         self.clock = clock or (lambda: datetime.now(timezone.utc))
         self.binding_timeout = binding_timeout
+        self.ties = check_ties(ties)
+        # the nodes a pod group's placement leaves (gpudra.scheduler.workloadplacement); None: every node
+        self.placement_nodes: list[str] | None = None
         self.cluster = cluster
         self.policy = get_policy(policy)
         if percentage_of_nodes_to_score is None:
@@ -492,6 +500,8 @@ class Scheduler:
         nominated = (pod.get("status") or {}).get("nominatedNodeName")
         if not nominated or nominated not in cluster.nodes or (pod.get("spec") or {}).get("schedulingGates"):
             return None
+        if self.placement_nodes is not None and nominated not in self.placement_nodes:
+            return None  # a pod group's placement leaves the nominated node out
         info = self.pod_info(pod_key)
         if info.reasons:
             return None
@@ -524,7 +534,7 @@ class Scheduler:
     def _attempt(self, pod_key: str) -> fw.PodResult:
         cluster = self.cluster
         info = self.pod_info(pod_key)
-        nodes = cluster.node_names()
+        nodes = cluster.node_names() if self.placement_nodes is None else self.placement_nodes
         result = fw.PodResult(pod_key, num_nodes=len(nodes))
         gates = (info.pod.get("spec") or {}).get("schedulingGates")
         if gates:
@@ -547,7 +557,7 @@ class Scheduler:
             self._shape_uses.clear()
             self._cache_generation = cluster.generation
         policy = self.policy
-        if self.indexed and policy.indexable and not info.placement_dependent:
+        if self.indexed and policy.indexable and not info.placement_dependent and self.placement_nodes is None:
             uses = self._shape_uses.get(info.shape, 0) + 1
             self._shape_uses[info.shape] = uses
             if uses >= 2:  # a shape seen before: worth indexing every node's verdict
@@ -596,15 +606,9 @@ class Scheduler:
             evaluation.parts = self.policy.node_parts(self, info, evaluation)
         return evaluation
 
-    @staticmethod
-    def _best(feasible: list[NodeEval], scores: Mapping[str, float]) -> NodeEval:
-        best = feasible[0]
-        best_score = scores[best.result.node]
-        for evaluation in feasible:  # highest score; ties go to the first node name
-            score = scores[evaluation.result.node]
-            if score > best_score or (score == best_score and evaluation.result.node < best.result.node):
-                best, best_score = evaluation, score
-        return best
+    def _best(self, feasible: list[NodeEval], scores: Mapping[str, float]) -> NodeEval:
+        """The highest score; ties as `self.ties` breaks them (feasible: in evaluation order)."""
+        return pick(feasible, lambda e: scores[e.result.node], lambda e: e.result.node, self.ties)
 
     def _finish(self, info: PodInfo, result: fw.PodResult, best: NodeEval,
                 scores: Mapping[str, float]) -> fw.PodResult:
@@ -681,7 +685,11 @@ class Scheduler:
         if index.nonplain == 0:
             plain = cast(list[int], keys)  # no feasible node's score is other than plain: every key is an int
             count = len(index.nodes)
-            best = index.evals[count - 1 - max(plain) % count]  # plain_key: ties to the first name
+            if self.ties == BY_NAME:
+                best = index.evals[count - 1 - max(plain) % count]  # plain_key: ties to the first name
+            else:  # the score is key // count; `chosen` is in scan order, as the linear scan evaluates
+                at = pick(range(len(chosen)), lambda n: plain[n] // count, str, self.ties)
+                best = index.evals[chosen[at]]
             scores = PlainScores(index.nodes, plain, chosen)
         else:
             feasible = cast(list[NodeEval], [index.evals[i] for i in chosen])  # chosen positions hold verdicts
@@ -749,14 +757,24 @@ class Scheduler:
         held: dict[str, list[fw.PodResult]] = {}  # gang key -> its pods' results, waiting at Permit
         with queue_run():  # the gang plan (and its first import) too: what the run allocates is collected after it
             from . import gangs
+            from .workloadplacement import place_group
 
             plan = gangs.plan(self.cluster)
-            for pod_key in self.cluster.pending_pods():
+            pending = self.cluster.pending_pods()
+            unplaced: set[str] = set()  # gangs no placement of their topology domain could hold: decided already
+            for pod_key in pending:
                 if pod_key in plan.waiting:
-                    result = self._wait_before_queue(pod_key, plan.waiting[pod_key])
+                    result = gangs.wait_before_queue(self, pod_key, plan.waiting[pod_key])
                 elif pod_key in plan.member_of:
-                    self._gang_bindings[pod_key] = []
-                    held.setdefault(plan.member_of[pod_key], []).append(self.schedule_pod(pod_key))
+                    gang = plan.gangs[plan.member_of[pod_key]]
+                    if gang.topology_key is None:
+                        self._gang_bindings[pod_key] = []
+                        held.setdefault(gang.key, []).append(self.schedule_pod(pod_key))
+                    elif gang.key not in held:  # the whole group at its first pod, as the pod group cycle does
+                        members = [key for key in pending if plan.member_of.get(key) == gang.key]
+                        held[gang.key], placed = place_group(self, gang, members)
+                        if not placed:
+                            unplaced.add(gang.key)
                     continue
                 else:
                     result = self.schedule_pod(pod_key)
@@ -764,40 +782,16 @@ class Scheduler:
                 if on_result is not None:
                     on_result(result)
             for gang_key, gang_results in held.items():
-                for result in self._permit(plan.gangs[gang_key], gang_results):
+                decided = gang_results if gang_key in unplaced else gangs.permit(self, plan.gangs[gang_key], gang_results)
+                for result in decided:
                     results.append(result)
                     if on_result is not None:
                         on_result(result)
         self._gang_bindings.clear()
         return results
 
-    def _wait_before_queue(self, pod_key: str, message: str) -> fw.PodResult:
-        """PreEnqueue rejected the pod (GangScheduling): it is not attempted."""
-        result = fw.PodResult(pod_key, num_nodes=len(self.cluster.node_names()))
-        result.prefilter = [fw.Reason(fw.GANG_SCHEDULING, message, {}, resolvable=False)]
-        self.results[pod_key] = result
-        self.cluster.mark_unschedulable(pod_key, result.message())
-        return result
-
-    def _permit(self, gang: Any, gang_results: list[fw.PodResult]) -> list[fw.PodResult]:
-        """The gang's quorum: all its placed pods stay bound when at least minCount are, else Unreserve frees
-        every one and each pod says why."""
-        from .gangs import rejection
-
-        # a pod waiting at PreBind has passed Permit's quorum count: it is placed on the node it waits for
-        placed = {result.pod: result.node if result.binding is None else result.binding.node
-                  for result in gang_results if result.node is not None or result.binding is not None}
-        if len(placed) >= gang.min_count:
-            return gang_results
-        message = rejection(gang, cast(dict[str, str], placed), self.cluster.kubernetes_version)
-        for result in reversed(gang_results):
-            if result.node is not None or result.binding is not None:
-                allocated, extended = self._gang_bindings.get(result.pod) or ([], None)
-                self.cluster.unbind(result.pod, allocated, extended)
-                result.node, result.claims, result.binding = None, [], None
-                result.prefilter = [fw.Reason(fw.GANG_SCHEDULING, message, {"placed": dict(placed)}, resolvable=True)]
-            else:
-                result.gang = message
-            self.results[result.pod] = result
-            self.cluster.mark_unschedulable(result.pod, result.message())
-        return gang_results
+    def unreserve(self, result: fw.PodResult) -> None:
+        """Unreserve for a gang pod this queue pass placed: its bind, and the claims that bind allocated, undone."""
+        allocated, extended = self._gang_bindings.get(result.pod) or ([], None)
+        self.cluster.unbind(result.pod, allocated, extended)
+        result.node, result.claims, result.binding = None, [], None

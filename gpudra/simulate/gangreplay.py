@@ -29,11 +29,8 @@ from collections import Counter
 from typing import Any
 
 from .engine import per_percent
-from .gangs import GANG_POLICIES, RackState, Size, fragmented_gpus, place
+from .gangs import GANG_POLICIES, REPLAY_POLICIES, SCHEDULER_POLICIES, RackState, Size, fragmented_gpus, place
 from .nvl72 import GangJob, GangTrace, Topology
-
-# the policies whose placements gpudra's scheduler can decide (`via_scheduler`, gpudra.simulate.gangscheduler)
-SCHEDULER_POLICIES = ("clique-blind",)
 
 DEFAULT_PATIENCE_S = 3600
 GANG_METHODS = ("tune", "events")
@@ -68,9 +65,10 @@ def _base(topology: Topology, trace: GangTrace, policy: str, seed: int, method: 
 
 
 def run_gangs(topology: Topology, trace: GangTrace, policy: str, seed: int = 42, method: str = "events",
-              tune: float = 1.3, patience: int = DEFAULT_PATIENCE_S, via_scheduler: bool = False) -> dict[str, Any]:
+              tune: float = 1.3, patience: int = DEFAULT_PATIENCE_S, via_scheduler: bool | None = None) -> dict[str, Any]:
     """`via_scheduler`: placements decided by gpudra's scheduler over the racks as Nodes, ResourceSlices and
-    pods (gpudra.simulate.gangscheduler), for the policies in SCHEDULER_POLICIES."""
+    pods (gpudra.simulate.gangscheduler), for the policies in SCHEDULER_POLICIES; False: by the replay's own rule
+    (`gangs.place`); None (the default): the scheduler where it can decide the policy."""
     if policy not in GANG_POLICIES:
         raise GangSimulationError(f"unknown policy {policy!r}; choose from {', '.join(GANG_POLICIES)}")
     if method not in GANG_METHODS:
@@ -79,12 +77,16 @@ def run_gangs(topology: Topology, trace: GangTrace, policy: str, seed: int = 42,
         raise GangSimulationError(f"trace {trace.name}: no jobs")
     if via_scheduler and policy not in SCHEDULER_POLICIES:
         raise GangSimulationError(f"policy {policy!r}: the scheduler places only {', '.join(SCHEDULER_POLICIES)}")
+    if via_scheduler is False and policy not in REPLAY_POLICIES:
+        raise GangSimulationError(f"policy {policy!r}: the replay's own rules place only {', '.join(REPLAY_POLICIES)}; "
+                                  f"gpudra's scheduler places {policy}")
+    if via_scheduler is None:
+        via_scheduler = policy in SCHEDULER_POLICIES
     started, cpu_started = time.perf_counter(), time.process_time()
     placer = _Placer(topology, policy, via_scheduler)
     result = (_tuned(topology, trace, placer, seed, tune) if method == "tune"
               else _events(topology, trace, placer, seed, patience))
-    if via_scheduler:
-        result["placement"] = "scheduler"  # the report's other keys are the replay's
+    result["placement"] = "scheduler" if via_scheduler else "replay"  # who decided where each gang went
     result["seconds"] = round(time.perf_counter() - started, 3)
     result["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
     return result
@@ -97,11 +99,11 @@ class _Placer:
         from .gangscheduler import SchedulerPlacer
 
         self.policy = policy
-        self.scheduler = SchedulerPlacer(topology) if via_scheduler else None
+        self.scheduler = SchedulerPlacer(topology, policy) if via_scheduler else None
 
     def place(self, state: RackState, job: GangJob, rng: random.Random) -> tuple[int, ...] | None:
         if self.scheduler is not None:
-            return self.scheduler.place(job)
+            return self.scheduler.place(job, rng)  # ties from the replay's seeded generator
         return place(self.policy, state, job.pods, job.gpus_per_pod, rng)
 
     def release(self, job_name: str) -> None:

@@ -1,19 +1,21 @@
 """Placing gang jobs (all pods or none, one pod per tray) on NVLink cliques, and the cliques' fragmentation.
 
-Policies (`GANG_POLICIES`):
-- `clique-aware`: all pods in one clique. Inside a clique, the trays with the fewest free GPUs that still fit a
-  pod (ties to the earlier tray); among the cliques with enough such trays, the one left with the fewest free
-  GPUs (best fit: big holes stay whole for big jobs), then the one whose chosen trays had the fewest free GPUs
-  (full trays stay full), then the earlier clique. This is the rule a gang-aware scheduler applies when the
-  ComputeDomain's pods must share a clique.
+Policies (`GANG_POLICIES`); the ones kube-scheduler has (`SCHEDULER_POLICIES`) are placed by gpudra's scheduler
+(gpudra.simulate.gangscheduler), the rules here are the replay's own (`REPLAY_POLICIES`):
+- `clique-aware`: all pods in one clique. Scheduler: kube-scheduler 1.36's topology-aware workload scheduling on
+  the clique label. Replay rule (gpudra's own best fit, no upstream counterpart): inside a clique, the trays with
+  the fewest free GPUs that still fit a pod (ties to the earlier tray); among the cliques with enough such trays,
+  the one left with the fewest free GPUs (big holes stay whole for big jobs), then the one whose chosen trays had
+  the fewest free GPUs (full trays stay full), then the earlier clique.
 - `clique-blind`: each pod placed on its own by kube-scheduler's default scoring (LeastAllocated: the tray with
   the most free GPUs, as pods asking CPU and memory in proportion to their GPUs make it), ties at random as
-  kube-scheduler's selectHost breaks them; cliques are not looked at.
-- `clique-blind-binpack`: the same, each pod on the tray with the fewest free GPUs that fit (a bin-packing
-  scoring profile), ties at random.
+  kube-scheduler's selectHost breaks them; cliques are not looked at. Scheduler only.
+- `clique-blind-binpack`: each pod on the tray with the fewest free GPUs that fit (a bin-packing scoring
+  profile, which kube-scheduler's default profile is not), ties at random. Replay rule only.
 - `clique-affinity`: what users configure today (dra-driver-nvidia-gpu issue 804): a required pod affinity
   with topologyKey `nvidia.com/gpu.clique`. The first pod goes where the default scoring puts it; the others
   only to trays of its clique. Nothing looks ahead, so a first pod in a clique too small fails the gang.
+  Scheduler only.
 
 Every policy is all or nothing: a gang that cannot place every pod places none. A blind policy's gang whose
 pods land in more than one clique starts but gets no multi-node NVLink (its IMEX domain cannot span cliques):
@@ -29,6 +31,9 @@ from typing import Callable, Sequence
 from .nvl72 import Topology
 
 GANG_POLICIES = ("clique-aware", "clique-blind", "clique-blind-binpack", "clique-affinity")
+# the policies kube-scheduler has a counterpart for, placed by gpudra's scheduler by default
+# (gpudra.simulate.gangscheduler); `clique-blind-binpack` (a bin-packing scoring profile) stays with the rule here
+SCHEDULER_POLICIES = ("clique-aware", "clique-blind", "clique-affinity")
 Size = tuple[int, int]  # (pods, GPUs per pod)
 
 
@@ -123,38 +128,16 @@ def _clique_aware(state: RackState, pods: int, gpus: int, rng: random.Random) ->
     return chosen
 
 
-def _from_buckets(state: RackState, gpus: int, taken: list[int], rng: random.Random, most_free: bool) -> int | None:
-    """A tray with room for `gpus` not in `taken`, with the most (or fewest) free GPUs; ties uniformly at
-    random, as kube-scheduler's selectHost picks among equal scores (the candidates in tray order)."""
-    levels = range(state.most, gpus - 1, -1) if most_free else range(gpus, state.most + 1)
-    for level in levels:
-        bucket = state.by_free[level]
-        if not bucket:
-            continue
-        inside = [t for t in taken if (i := bisect_left(bucket, t)) < len(bucket) and bucket[i] == t]
-        candidates = bucket if not inside else [t for t in bucket if t not in inside]
-        if candidates:
-            return rng.choice(candidates)
-    return None
-
-
-def _one_by_one(state: RackState, pods: int, gpus: int, rng: random.Random, most_free: bool,
-                same_clique_as_first: bool = False) -> tuple[int, ...] | None:
-    """Each pod on its own, scored as the default (most free) or bin-packing (fewest free) profile would. The
-    pods chosen so far hold their GPUs while the next pod is scored (as bound pods do) and are handed back at
-    the end: nothing is bound here."""
+def _binpack(state: RackState, pods: int, gpus: int, rng: random.Random) -> tuple[int, ...] | None:
+    """Each pod on the tray with the fewest free GPUs that still fit it (not one of the gang's so far), as a
+    bin-packing scoring profile would score it; ties uniformly at random, as kube-scheduler's selectHost picks
+    among equal scores (the candidates in tray order). The pods chosen so far hold their GPUs while the next pod
+    is scored (as bound pods do) and are handed back at the end: nothing is bound here."""
     chosen: list[int] = []
     try:
         for _ in range(pods):
-            if chosen and same_clique_as_first:
-                room = [t for t in state.members[state.clique_of[chosen[0]]]
-                        if state.free[t] >= gpus and t not in chosen]
-                if not room:
-                    return None
-                top = max(state.free[t] for t in room) if most_free else min(state.free[t] for t in room)
-                tray: int | None = rng.choice([t for t in room if state.free[t] == top])
-            else:
-                tray = _from_buckets(state, gpus, chosen, rng, most_free)
+            tray = next((rng.choice(candidates) for level in range(gpus, state.most + 1)
+                         if (candidates := [t for t in state.by_free[level] if t not in chosen])), None)
             if tray is None:
                 return None  # all or nothing
             chosen.append(tray)
@@ -165,24 +148,14 @@ def _one_by_one(state: RackState, pods: int, gpus: int, rng: random.Random, most
             state._set(tray, state.free[tray] + gpus)
 
 
-def _spread(state: RackState, pods: int, gpus: int, rng: random.Random) -> tuple[int, ...] | None:
-    return _one_by_one(state, pods, gpus, rng, most_free=True)
-
-
-def _binpack(state: RackState, pods: int, gpus: int, rng: random.Random) -> tuple[int, ...] | None:
-    return _one_by_one(state, pods, gpus, rng, most_free=False)
-
-
-def _affinity(state: RackState, pods: int, gpus: int, rng: random.Random) -> tuple[int, ...] | None:
-    return _one_by_one(state, pods, gpus, rng, most_free=True, same_clique_as_first=True)
-
-
-PLACERS: dict[str, Placer] = {"clique-aware": _clique_aware, "clique-blind": _spread,
-                              "clique-blind-binpack": _binpack, "clique-affinity": _affinity}
+# the policies with a rule of the replay's own; the others are placed by gpudra's scheduler only
+PLACERS: dict[str, Placer] = {"clique-aware": _clique_aware, "clique-blind-binpack": _binpack}
+REPLAY_POLICIES = tuple(PLACERS)
 
 
 def place(policy: str, state: RackState, pods: int, gpus: int, rng: random.Random) -> tuple[int, ...] | None:
-    """The trays (one per pod) `policy` would give a gang of `pods` x `gpus` GPUs, or None; binds nothing."""
+    """The trays (one per pod) the replay's rule for `policy` would give a gang of `pods` x `gpus` GPUs, or None;
+    binds nothing."""
     return PLACERS[policy](state, pods, gpus, rng)
 
 

@@ -164,8 +164,10 @@ def test_every_documented_negative_answer_exits_1(tmp_path: Path) -> None:
 
 
 # Run only with GPUDRA_README_FULL=1: full-scale trace replays (minutes to hours); the suite checks their options.
+# (The NVL72 gang replay goes through gpudra's scheduler: about two CPU minutes for 4 racks; its tests use small racks.)
 FULL_SCALE = {
     "gpudra simulate",
+    "gpudra simulate --workload nvl72 --racks 4 --policy all",
     "gpudra simulate --policies fgd,bestfit,fgd-reserve --seeds 2 --out-dir out",
     "gpudra simulate --mode both --policies fgd,bestfit --out-dir out",
 }

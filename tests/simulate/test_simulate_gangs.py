@@ -4,19 +4,18 @@ lose jobs that clique-aware placement starts, the trace format and `gpudra simul
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import random
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpudra.cli import cli
 from gpudra.simulate.gangreplay import run_gangs, size_mix, stranded_for
-from gpudra.simulate.gangs import GANG_POLICIES, RackState, fragmented_gpus, place
+from gpudra.simulate.gangs import GANG_POLICIES, REPLAY_POLICIES, RackState, fragmented_gpus, place
 from gpudra.simulate.nvl72 import (GangJob, GangTrace, TRAYS_PER_NVL72_RACK, gangs_csv, load_gangs, nvl72_racks,
                                    synthetic_gangs)
 from gpudra.simulate.trace import TraceError
@@ -85,17 +84,17 @@ def test_clique_aware_is_the_brute_force_best_fit(case, seed):
 def test_every_policy_places_all_pods_or_none_on_distinct_trays_with_room(case, seed):
     topology, free, pods, gpus = case
     clique = [topology.cliques.index(t.clique) for t in topology.trays]
-    for policy in GANG_POLICIES:
+    for policy in REPLAY_POLICIES:  # the replay's own rules (gpudra's scheduler: tests/simulate/test_gangscheduler.py)
         got = place(policy, _state(topology, free), pods, gpus, random.Random(seed))
         if got is None:
-            if policy in ("clique-blind", "clique-blind-binpack"):  # they fail only when no trays at all fit
+            if policy == "clique-blind-binpack":  # it fails only when no trays at all fit
                 assert not reference_any(free, pods, gpus)
-            if policy == "clique-aware":  # (affinity may fail where another clique had room: no look-ahead)
+            if policy == "clique-aware":
                 assert reference_aware(free, clique, pods, gpus) is None
             continue
         assert len(got) == pods and len(set(got)) == pods, policy
         assert all(free[t] >= gpus for t in got), policy
-        if policy in ("clique-aware", "clique-affinity"):
+        if policy == "clique-aware":
             assert len({clique[t] for t in got}) == 1, policy
 
 
@@ -134,8 +133,8 @@ def gang_traces(draw):
 @given(gang_traces(), st.integers(0, 1000), st.sampled_from(("events", "tune")), st.integers(0, 40))
 def test_replays_account_for_every_job_and_free_everything(case, seed, method, patience):
     topology, trace = case
-    for policy in GANG_POLICIES:
-        r = run_gangs(topology, trace, policy, seed, method, tune=2.0, patience=patience)
+    for policy in REPLAY_POLICIES:  # through gpudra's scheduler: tests/simulate/test_gangscheduler.py
+        r = run_gangs(topology, trace, policy, seed, method, tune=2.0, patience=patience, via_scheduler=False)
         assert r["started"] + r["not_started"] == r["jobs"]
         assert r["started_nvlink"] + r["degraded"] == r["started"]
         assert all(0 <= a <= 100 for a in r["series"]["allocation_ratio"])
@@ -156,7 +155,7 @@ def test_the_index_after_any_binds_and_releases_is_the_index_built_from_scratch(
     rng = random.Random(seed)
     state = RackState.empty(topology)
     for job in trace.jobs:
-        trays = place("clique-blind", state, job.pods, job.gpus_per_pod, rng)
+        trays = place("clique-blind-binpack", state, job.pods, job.gpus_per_pod, rng)
         if trays is not None:
             state.bind(job.name, trays, job.gpus_per_pod)
         if state.held and rng.random() < 0.4:
@@ -190,19 +189,21 @@ def test_clique_blind_spreads_small_jobs_and_strands_the_gang_clique_aware_start
     jobs = tuple(GangJob(f"small-{i}", 1, 2) for i in range(4)) + (GangJob("gang", 2, 4),)
     trace = GangTrace("constructed", jobs, "by hand")
     for seed in range(20):
-        aware = _in_order(topology, trace, "clique-aware", seed)
+        aware = _in_order(topology, trace, "clique-aware", seed, via_scheduler=False)
+        upstream_aware = _in_order(topology, trace, "clique-aware", seed)
         spread = _in_order(topology, trace, "clique-blind", seed)
         binpack = _in_order(topology, trace, "clique-blind-binpack", seed)
         assert (aware["started_nvlink"], aware["not_started"]) == (5, 0)
+        assert (upstream_aware["started_nvlink"], upstream_aware["not_started"]) == (5, 0)
         assert (spread["started_nvlink"], spread["not_started"]) == (4, 1)
         assert binpack["started_nvlink"] <= aware["started_nvlink"]
 
 
-def _in_order(topology, trace, policy, seed):
+def _in_order(topology, trace, policy, seed, via_scheduler=None):
     """Submit the jobs in trace order, never leaving (events with one arrival each and endless durations)."""
     timed = GangTrace(trace.name, tuple(GangJob(j.name, j.pods, j.gpus_per_pod, i, 10**6)
                                         for i, j in enumerate(trace.jobs)), trace.source)
-    return run_gangs(topology, timed, policy, seed, "events", patience=0)
+    return run_gangs(topology, timed, policy, seed, "events", patience=0, via_scheduler=via_scheduler)
 
 
 # -- the trace and the racks ----------------------------------------------------------------------------------
@@ -264,9 +265,11 @@ def test_size_mix_weights_sizes_by_their_share_of_the_jobs():
 
 # -- the command ----------------------------------------------------------------------------------------------
 
-def test_simulate_workload_nvl72_prints_one_json_object_per_experiment():
+def test_simulate_workload_nvl72_prints_one_json_object_per_experiment(tmp_path):
+    gangs = tmp_path / "gangs.csv"  # 60 jobs: the scheduler places them (seconds per experiment, not 0.05)
+    gangs.write_text(gangs_csv(synthetic_gangs(nvl72_racks(2), 5, jobs=60)))
     result = CliRunner().invoke(cli, ["simulate", "--workload", "nvl72", "--racks", "2", "--seeds", "2",
-                                      "--policy", "clique-aware,clique-blind", "-o", "json"])
+                                      "--gangs", str(gangs), "--policy", "clique-aware,clique-blind", "-o", "json"])
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.output.splitlines()]
     assert [(r["policy"], r["seed"]) for r in rows] == [("clique-aware", 42), ("clique-blind", 42),
@@ -314,58 +317,3 @@ def test_simulate_workload_nvl72_usage_errors(args, message):
     result = CliRunner().invoke(cli, ["simulate", *args])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
-
-
-# -- clique-blind is what gpudra's own scheduler does with the trays' ResourceSlices ---------------------------
-
-class _FirstOfTies(random.Random):
-    """Ties to the first candidate (the lowest tray, by name), as gpudra's scheduler breaks them."""
-
-    def choice(self, seq):  # type: ignore[override]
-        return seq[0]
-
-
-@settings(max_examples=25, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.integers(1, 3), st.integers(1, 4)), min_size=1, max_size=8))
-@example([(1, 3), (1, 3), (1, 3), (2, 2)])  # without the anti-affinity both pods of the gang would share a tray
-def test_clique_blind_places_pods_where_gpudras_kube_scheduler_does(jobs):
-    """The blind model says kube-scheduler's default scoring puts each pod on the tray with the most free GPUs
-    when pods ask CPU and memory in proportion to their GPUs. Checked against gpudra's scheduler and allocator
-    (`kube` policy, DRA claims on the ResourceSlices gpudra's driver publishes for each tray), one pod at a time,
-    a gang's pods deleted again when one of them does not fit. One pod per tray is a required node affinity
-    (hostname NotIn the gang's trays so far: what a pod anti-affinity on the hostname amounts to, which gpudra's
-    scheduler does not model)."""
-    from gpudra.simulate.engine import start
-    from gpudra.simulate.objects import NAMESPACE
-    from gpudra.simulate.trace import Task, Trace, TraceNode
-
-    topology = nvl72_racks(2, trays_per_rack=2, gpus=4)
-    cpu, memory = 8000, 65536  # per GPU
-    nodes = [TraceNode(t.name, cpu * t.gpus, memory * t.gpus, t.gpus, "GB200") for t in topology.trays]
-    workload = [(f"job{j}-pod{p}", Task(f"job{j}-pod{p}", cpu * g, memory * g, g, 1000))
-                for j, (pods, g) in enumerate(jobs) for p in range(pods)]
-    run = start(Trace("trays", nodes, [t for _, t in workload]), workload, "kube", 1, "dra")
-    state = RackState.empty(topology)
-    index = {t.name: i for i, t in enumerate(topology.trays)}
-    for j, (pods, g) in enumerate(jobs):
-        expected = place("clique-blind", state, pods, g, _FirstOfTies())
-        placed: list[str] = []
-        for p in range(pods):
-            if placed:
-                pod = copy.deepcopy(run.cluster.pods[f"{NAMESPACE}/job{j}-pod{p}"])
-                pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [{"matchExpressions": [
-                        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": placed}]}]}}}
-                run.cluster.apply([pod])
-            node = run.schedule(f"job{j}-pod{p}").node
-            if node is None:
-                break
-            placed.append(node)
-        if len(placed) < pods:  # all or nothing
-            for p, node in enumerate(placed):
-                run.delete(f"job{j}-pod{p}", node)
-            assert expected is None
-            continue
-        assert expected == tuple(index[n] for n in placed)
-        state.bind(f"job{j}", expected, g)
