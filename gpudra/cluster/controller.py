@@ -32,6 +32,7 @@ from gpudra.controllers.workloads import POD_CLAIM_NAME_ANNOTATION
 from gpudra.scheduler.dra import EXTENDED_RESOURCE_CLAIM_ANNOTATION
 from gpudra.versions import parse_version
 
+from . import preemption
 from .computedomains import reconcile_compute_domains
 from gpudra.controllers.deployments import current_replica_set
 from gpudra.controllers import devicetainteviction
@@ -161,14 +162,17 @@ class ControlLoop:
             for key in new_pods:
                 self._create_pod(cluster.pods[key])
             return True
-        # no preemption in the local cluster yet: its store would have to stop and delete the victims (kubelet)
-        # the loop's clock judges binding conditions: allocationTimestamp and the binding timeout (PreBind's wait
-        # goes on across rounds, as the scheduler's binding cycle polls the claims)
-        scheduler = Scheduler(cluster, policy=self.config.policy, preempt=False, clock=self.clock)
+        # the loop's clock judges binding conditions (allocationTimestamp and the binding timeout: PreBind's wait
+        # goes on across rounds, as the scheduler's binding cycle polls the claims) and victims' grace periods;
+        # preemption marks its victims, and the store deletes them gracefully (gpudra.cluster.preemption)
+        scheduler = Scheduler(cluster, policy=self.config.policy, graceful_preemption=True, clock=self.clock)
         results = scheduler.run()
 
         changed |= self._persist_claims(cluster, claims_before)
-        changed |= self._persist_pods(cluster, pods_before)
+        victims = preemption.delete_victims(self.store, cluster, results, self.clock(), self.event, self.step)
+        changed |= bool(victims)
+        preemption.clear_nominations_of_bound(cluster, results, self.config.kubernetes_version)
+        changed |= self._persist_pods(cluster, pods_before, skip=victims)
         changed |= self._record_pod_groups(cluster, results)
         for result in results:
             pod = cluster.pods[result.pod]
@@ -250,9 +254,10 @@ class ControlLoop:
                 record = self.kubelet.record(node, pod)
                 for claim in prepared_claims(record):
                     started_claims.setdefault(node, set()).add(claim["uid"])
+        now = self.clock()
         for pod in pods:
-            if not pod["metadata"].get("deletionTimestamp"):
-                continue
+            if not pod["metadata"].get("deletionTimestamp") or preemption.in_grace_period(pod, now):
+                continue  # not deleted, or its containers still have their grace period (SIGTERM sent)
             node = (pod.get("spec") or {}).get("nodeName")
             if node in self.nodes:
                 record = self.kubelet.record(node, pod)
@@ -337,10 +342,10 @@ class ControlLoop:
         created = self.store.create(pod)
         self.step("pod", f"pod {key_of(created)} created by {owner.get('kind', '?')} {owner.get('name', '?')}")
 
-    def _persist_pods(self, cluster: ManagedCluster, before: dict[str, str]) -> bool:
+    def _persist_pods(self, cluster: ManagedCluster, before: dict[str, str], skip: set[str] | None = None) -> bool:
         changed = False
         for key, pod in cluster.pods.items():
-            if key in before and _snapshot(pod) != before[key]:
+            if key in before and _snapshot(pod) != before[key] and key not in (skip or ()):
                 self._replace(pod)
                 changed = True
         return changed
