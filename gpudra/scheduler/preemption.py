@@ -28,9 +28,13 @@ their devices.
 
 Where gpudra differs, deterministically: candidate nodes are dry-run from the first in name order (upstream
 starts at a random offset), ties in `pick_one_node` go to the first node in that order (upstream: Go map order),
-a pod without status.startTime counts as started now (as upstream), and a victim's grace period is zero: its
+a pod without status.startTime counts as started now (as upstream). Offline a victim's grace period is zero: its
 pod is deleted at once, its claims released as the resourceclaim controller would, and the preemptor is
-retried right away on its nominated node (kube-scheduler retries it once the victims are gone).
+retried right away on its nominated node (kube-scheduler retries it once the victims are gone). With
+`Scheduler(graceful_preemption=True)` (the local cluster, gpudra.cluster.preemption) the victims are only marked
+and the caller deletes them through its API server; the pod waits, nominated, and PostFilter's status message
+("preemption: ...", FitError's PostFilterMsg) is kept: `decide` builds it from the dry run's node statuses as
+`Preempt` does (nodes not tried: "Preemption is not helpful for scheduling").
 """
 
 from __future__ import annotations
@@ -473,5 +477,20 @@ def post_filter(scheduler: Any, pod_key: str, result: fw.PodResult) -> fw.PodRes
     return retry
 
 
-__all__ = ["Candidate", "Decision", "Victim", "decide", "evict", "find_candidate", "mark_for_deletion", "pick_one_node",
-           "post_filter", "select_victims_on_node"]
+def hold_nominated(scheduler: Any, result: fw.PodResult) -> None:
+    """RunFilterPluginsWithNominatedPods (pkg/scheduler/framework/runtime/framework.go, addGENominatedPods): a pod
+    nominated to a node and still waiting counts there for every pod of equal or lower priority, which the queue
+    orders after it, until the queue pass ends (`ClusterState.release_nominated`). As upstream, its claims are not
+    counted (DynamicResources has no PreFilterExtensions). Only where victims leave gracefully: offline the pod
+    is bound or its nomination cleared in the same attempt."""
+    if not scheduler.graceful_preemption or result.scheduled or result.at_prebind:
+        return
+    cluster: ClusterState = scheduler.cluster
+    pod = cluster.pods.get(result.pod)
+    nominated = ((pod or {}).get("status") or {}).get("nominatedNodeName")
+    if pod is not None and nominated:
+        cluster.hold_nominated(result.pod, str(nominated))
+
+
+__all__ = ["Candidate", "Decision", "Victim", "decide", "evict", "find_candidate", "hold_nominated",
+           "mark_for_deletion", "pick_one_node", "post_filter", "select_victims_on_node"]

@@ -748,6 +748,7 @@ class Scheduler:
                     continue
                 else:
                     result = self.schedule_pod(pod_key)
+                    preemption.hold_nominated(self, result)
                 results.append(result)
                 if on_result is not None:
                     on_result(result)
@@ -757,6 +758,7 @@ class Scheduler:
                     if on_result is not None:
                         on_result(result)
         self._gang_bindings.clear()
+        self.cluster.release_nominated()
         return results
 
     def _wait_before_queue(self, pod_key: str, message: str) -> fw.PodResult:

@@ -203,6 +203,38 @@ def test_a_custom_grace_period_and_equal_priority(cluster_state: str, tmp_path: 
     assert get(cluster_state, "Pod", "trainer") is None and urgent is not None and urgent["spec"].get("nodeName")
 
 
+def test_the_nominated_node_is_held_for_the_preemptor(cluster_state: str, tmp_path: Any) -> None:
+    """Two victims, one gone at once (grace 0), one terminating for 30 s: a lower-priority pod that would fit in
+    the first one's room does not take it, because the preemptor nominated there counts on the node for pods of
+    equal or lower priority (RunFilterPluginsWithNominatedPods, addGENominatedPods in
+    pkg/scheduler/framework/runtime/framework.go). Without that the filler is bound there, and once the second
+    victim is gone the preemptor finds no room and preempts the filler too."""
+    up(cluster_state, "1.36")
+    apply(cluster_state, tmp_path, CLASSES + pod("quick", "low", "30", grace=0) + pod("slow", "low", "30"))
+    start = datetime.now(timezone.utc).replace(microsecond=0)
+    reconcile(ClusterDir(cluster_state), clock=lambda: start)
+    create(cluster_state, pod("urgent", "high", "60"))
+    reconcile(ClusterDir(cluster_state), clock=lambda: start)
+    assert get(cluster_state, "Pod", "quick") is None  # its grace period was 0
+    slow = get(cluster_state, "Pod", "slow")
+    assert slow is not None and slow["metadata"]["deletionGracePeriodSeconds"] == 30
+
+    create(cluster_state, pod("filler", "low", "30"))
+    steps: list[str] = []
+    reconcile(ClusterDir(cluster_state), lambda kind, text: steps.append(kind), clock=lambda: start)
+    filler = get(cluster_state, "Pod", "filler")
+    assert filler is not None and not filler["spec"].get("nodeName")  # 34 cpu free, but 60 held for urgent
+    assert scheduled_condition(filler)["message"] == (
+        "0/1 nodes are available: 1 Insufficient cpu. "
+        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.")
+
+    reconcile(ClusterDir(cluster_state), lambda kind, text: steps.append(kind), clock=lambda: start
+              + timedelta(seconds=30))
+    urgent = get(cluster_state, "Pod", "urgent")
+    assert urgent is not None and urgent["spec"].get("nodeName")
+    assert steps.count("preempted") == 0  # the filler was never bound, so never preempted
+
+
 @pytest.mark.parametrize("version", ["1.34", "1.35", "1.36"])
 def test_claimed_devices_are_not_freed_by_preemption(cluster_state: str, tmp_path: Any, version: str) -> None:
     """A high-priority pod that needs the 8 GPUs a low-priority pod holds through a claim: kube-scheduler 1.34 to
