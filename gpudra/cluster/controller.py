@@ -35,7 +35,7 @@ from gpudra.versions import parse_version
 from . import preemption
 from .computedomains import reconcile_compute_domains
 from gpudra.controllers.deployments import current_replica_set
-from gpudra.controllers import devicetainteviction
+from gpudra.controllers import devicetainteviction, disruption
 
 from .deployments import reconcile_deployments
 from .kubelet import (Kubelet, PodRecord, allocated_resources_status, extended_claim_name, prepared_claims,
@@ -45,7 +45,8 @@ from .store import StoreError, created_serial, open_private
 
 MODEL_KINDS = ("Node", "DeviceClass", "ResourceSlice", "DeviceTaintRule", "PriorityClass", "ResourceClaimTemplate",
                "ResourceClaim", "Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet", "Pod", "ComputeDomain",
-               "Workload", "PodGroup")  # the scheduler's gangs (gpudra.scheduler.gangs)
+               "Workload", "PodGroup",  # the scheduler's gangs (gpudra.scheduler.gangs)
+               "PodDisruptionBudget")  # preemption's victims (gpudra.scheduler.preemption)
 MAX_ROUNDS = 8
 SCHEDULER = "default-scheduler"
 CLAIM_CONTROLLER = "resource-claim-controller"
@@ -142,6 +143,7 @@ class ControlLoop:
         if self._evict_tainted_pods(objects):
             return True  # the device taint eviction controller deleted pods: the next round finishes them
         pods = [o for o in objects if o.get("kind") == "Pod"]
+        self._sync_disruption_budgets(objects, pods)
         claims_before = {key_of(o): _snapshot(o) for o in objects if o.get("kind") == "ResourceClaim"}
         pods_before = {key_of(o): _snapshot(o) for o in pods}
         changed = domains_changed
@@ -243,6 +245,24 @@ class ControlLoop:
             self.step("evicted", f"pod {eviction.pod} evicted: NoExecute device taint ({'; '.join(eviction.reasons)})")
             changed = True
         return changed
+
+    def _sync_disruption_budgets(self, objects: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
+        """The disruption controller: each PodDisruptionBudget's status, written to the store and into `objects`
+        (in place) so that this round's preemption reads it."""
+        budgets = [obj for obj in objects if obj.get("kind") == "PodDisruptionBudget"]
+        if not budgets:
+            return
+        owners = {(str(o.get("kind")), o["metadata"].get("namespace") or "default", o["metadata"].get("name")): o
+                  for o in objects if o.get("kind") in ("ReplicaSet", "Deployment", "StatefulSet")}
+        now = self.clock().astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for budget in budgets:
+            status = disruption.pdb_status(budget, pods, owners, now)
+            if status is None or status == budget.get("status"):
+                continue
+            budget["status"] = status
+            self._replace(budget)
+            self.step("disruption", f"poddisruptionbudget {key_of(budget)}: "
+                                    f"{status['disruptionsAllowed']} disruption(s) allowed")
 
     def _finish_deleted_pods(self, pods: list[dict[str, Any]]) -> list[str]:
         """Deleted pods: stop containers and unprepare claims (kubelet), then remove them. Returns their keys."""

@@ -235,6 +235,53 @@ def test_the_nominated_node_is_held_for_the_preemptor(cluster_state: str, tmp_pa
     assert steps.count("preempted") == 0  # the filler was never bound, so never preempted
 
 
+def test_a_pod_disruption_budget_steers_preemption_but_does_not_block_it(cluster_state: str, tmp_path: Any) -> None:
+    """The disruption controller keeps the PDB's status (pkg/controller/disruption: minAvailable 1 of 1 healthy
+    pod allows no disruption); preemption prefers the node whose victims violate no PDB (pickOneNodeForPreemption's
+    first criterion, TestSelectBestCandidate and TestDryRunPreemption's PDB cases in default_preemption_test.go),
+    and preempts a guarded pod when that is the only way (PDBs are best effort for preemption)."""
+    run("cluster", "up", "--dir", cluster_state, "--nodes", "dgx-h100:2", "--kubernetes-version", "1.36",
+        "--no-control-plane")
+    first, second = sorted(n.name for n in ClusterDir(cluster_state).load_config().nodes)
+    guarded = pod("guarded", "low", "60").replace("metadata: {name: guarded}",
+                                                  "metadata: {name: guarded, labels: {app: guarded}}")
+    guarded = guarded.replace("  priorityClassName: low\n", f"  priorityClassName: low\n  nodeName: {first}\n")
+    free = pod("free", "low", "60").replace("  priorityClassName: low\n",
+                                            f"  priorityClassName: low\n  nodeName: {second}\n")
+    apply(cluster_state, tmp_path, CLASSES + guarded + free + """apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: keep-one}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: guarded}}
+""")
+    start = datetime.now(timezone.utc).replace(microsecond=0)
+    reconcile(ClusterDir(cluster_state), clock=lambda: start)
+    budget = get(cluster_state, "PodDisruptionBudget", "keep-one")
+    assert budget is not None
+    status = budget["status"]
+    assert (status["expectedPods"], status["currentHealthy"], status["desiredHealthy"],
+            status["disruptionsAllowed"]) == (1, 1, 1, 0)
+    assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
+        ("DisruptionAllowed", "False", "InsufficientPods")]
+
+    create(cluster_state, pod("urgent", "high", "60"))
+    reconcile(ClusterDir(cluster_state), clock=lambda: start)
+    urgent = get(cluster_state, "Pod", "urgent")
+    assert urgent is not None and urgent["status"]["nominatedNodeName"] == second  # not the first node's guarded
+    guarded_now = get(cluster_state, "Pod", "guarded")
+    assert guarded_now is not None and not guarded_now["metadata"].get("deletionTimestamp")
+    reconcile(ClusterDir(cluster_state), clock=lambda: start + timedelta(seconds=30))
+    assert get(cluster_state, "Pod", "free") is None
+
+    create(cluster_state, pod("urgent-too", "high", "60"))  # only the guarded pod can make room now
+    reconcile(ClusterDir(cluster_state), clock=lambda: start + timedelta(seconds=30))
+    guarded_now = get(cluster_state, "Pod", "guarded")
+    assert guarded_now is not None and guarded_now["metadata"].get("deletionTimestamp")
+    too = get(cluster_state, "Pod", "urgent-too")
+    assert too is not None and too["status"]["nominatedNodeName"] == first
+
+
 @pytest.mark.parametrize("version", ["1.34", "1.35", "1.36"])
 def test_claimed_devices_are_not_freed_by_preemption(cluster_state: str, tmp_path: Any, version: str) -> None:
     """A high-priority pod that needs the 8 GPUs a low-priority pod holds through a claim: kube-scheduler 1.34 to
