@@ -3,9 +3,11 @@ objects in the store, run until nothing changes.
 
 One round: the ComputeDomain controller writes what each domain needs (gpudra.cluster.computedomains), the kubelet
 stand-in finishes deleted pods (unprepare), the workload and resourceclaim controllers
-create pods and claims (gpudra.controllers holds those rules), the garbage collector releases claims of
-pods that are gone, the scheduler places pending pods (allocation, reservedFor, binding, FailedScheduling
-events with kube-scheduler's messages), then the kubelet stand-in prepares and starts newly bound pods. Every
+create pods and claims (gpudra.controllers holds those rules), the disruption controller keeps PDB statuses, the
+garbage collector releases claims of pods that are gone, the scheduler places pending pods (allocation,
+reservedFor, binding, FailedScheduling events with kube-scheduler's messages) and preempts (victims deleted
+gracefully: gpudra.cluster.preemption), then the kubelet stand-in prepares and starts newly bound pods and
+stops deleted ones whose grace period is over. Every
 `gpudra` command that changes the store runs it, and the cluster's control-plane process
 (`gpudra.cluster.controlplane`, started by `gpudra cluster up`) runs it whenever anything else changes the store
 (a driver republishing its slices, an object written by another tool) and every few seconds, as the real

@@ -57,10 +57,10 @@ NOT_ELIGIBLE_NEVER = "not eligible due to preemptionPolicy=Never."
 NOT_ELIGIBLE_TERMINATING = "not eligible due to a terminating pod on the nominated node."
 DISRUPTION_TARGET = "DisruptionTarget"
 PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
-DRA_DEVICE_REJECTIONS = ("cannot allocate all claims",)
+DRA_DEVICE_REJECTIONS = ("cannot allocate all claims",)  # what KEP-5690 makes resolvable by preemption
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
-POST_FILTER_PREFIX = "preemption: "  # DefaultPreemption.PostFilter prefixes its status message  # what KEP-5690 makes resolvable by preemption
+POST_FILTER_PREFIX = "preemption: "  # DefaultPreemption.PostFilter prefixes its status message
 
 
 @dataclass(frozen=True)
@@ -466,6 +466,7 @@ def post_filter(scheduler: Any, pod_key: str, result: fw.PodResult) -> fw.PodRes
             result.post_filter = decision.message
         return result
     if graceful:
+        # in memory only, so that this pass sees the victims as terminating; the API server sets the real one
         deletion = scheduler.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
         result.preempted = mark_for_deletion(cluster, candidate, pod_key, deletion)
         result.nominated_node = candidate.node
