@@ -264,6 +264,9 @@ spec:
             status["disruptionsAllowed"]) == (1, 1, 1, 0)
     assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
         ("DisruptionAllowed", "False", "InsufficientPods")]
+    table = run("get", "pdb", "--dir", cluster_state).splitlines()  # kubectl's columns (printers.go)
+    assert table[0].split() == ["NAME", "MIN", "AVAILABLE", "MAX", "UNAVAILABLE", "ALLOWED", "DISRUPTIONS", "AGE"]
+    assert table[1].split()[:4] == ["keep-one", "1", "N/A", "0"]
 
     create(cluster_state, pod("urgent", "high", "60"))
     reconcile(ClusterDir(cluster_state), clock=lambda: start)
