@@ -19,6 +19,9 @@ On the old code the loop ran the scheduler with preempt=False: the high-priority
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -31,6 +34,7 @@ from gpudra.cli import cli
 from gpudra.cluster.controller import reconcile
 from gpudra.cluster.layout import ClusterDir
 from gpudra.cluster.store import StoreError
+from support.realkube import BUILD_TIMEOUT_S, Kubectl, built, gpudra, short_dir
 
 CLASSES = """apiVersion: scheduling.k8s.io/v1
 kind: PriorityClass
@@ -350,3 +354,110 @@ globalDefault: true
     with pytest.raises(StoreError, match=r"the integer value of priority \(7\) must not be provided in pod spec; "
                                          r"priority admission controller computed 1000 from the given PriorityClass"):
         store.create(wrong)
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT_S)
+def test_the_same_answers_as_the_real_control_plane() -> None:
+    """The facts the tests above assert, read from the real kube-apiserver, kube-scheduler and
+    kube-controller-manager 1.34 (`cluster up --api-server kubernetes`; gpudra's node stand-in removes a
+    terminating pod at once, so only the control plane's part is compared): the Priority admission plugin's
+    answers, the victim's DisruptionTarget condition and graceful deletion (deletionGracePeriodSeconds 30,
+    deletionTimestamp 30 s on), the Preempted event, the preemptor's FailedScheduling messages, and on 1.34 the
+    nomination kept after binding."""
+    binary = built()
+    directory = short_dir("pr")
+    kubectl = Kubectl(binary.kubectl, os.path.join(directory, "kubeconfig"))
+
+    def wait(what: str, check: Any, timeout: float = 120) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = check()
+            if found:
+                return found
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.3)
+
+    def pod_now(name: str) -> dict[str, Any] | None:
+        items = kubectl.json("get", "pods", "--field-selector", f"metadata.name={name}")["items"]
+        return items[0] if items else None
+
+    def running(name: str) -> bool:
+        found = pod_now(name)
+        return bool(found and found["spec"].get("nodeName") and found["status"].get("phase") == "Running")
+
+    def events(name: str, reason: str) -> list[dict[str, Any]]:
+        return kubectl.json("get", "events", "--field-selector",
+                            f"involvedObject.name={name},reason={reason}")["items"]
+
+    try:
+        gpudra("cluster", "up", "--dir", directory, "--api-server", "kubernetes", "--nodes", "dgx-h100:1",
+               "--kubernetes-version", "1.34")
+        node = kubectl.json("get", "nodes")["items"][0]["metadata"]["name"]
+        kubectl("apply", "-f", "-", stdin=CLASSES)
+        wait("the node's ResourceSlice", lambda: kubectl.json("get", "resourceslices")["items"])
+
+        # the Priority admission plugin
+        refused = subprocess.run([binary.kubectl, "--kubeconfig", kubectl.kubeconfig, "apply", "-f", "-"],
+                                 input=pod("orphan", "no-such-class", "1"), capture_output=True, text=True)
+        assert refused.returncode != 0
+        assert 'pods "orphan" is forbidden: no PriorityClass with name no-such-class was found' in refused.stderr
+        kubectl("apply", "-f", "-", stdin=pod("critical", "system-node-critical", "1").replace(
+            "  containers:", "  nodeSelector: {nowhere: none}\n  containers:"))
+        critical = pod_now("critical")
+        assert critical is not None
+        assert (critical["spec"]["priority"], critical["spec"]["preemptionPolicy"]) == (2000001000,
+                                                                                         "PreemptLowerPriority")
+        kubectl("delete", "pod", "critical", "--wait=true")
+
+        # preemption: watch the victim so that its terminating version is seen before the stand-in removes it
+        kubectl("apply", "-f", "-", stdin=pod("trainer", "low", "60", gpus=True))
+        wait("trainer running", lambda: running("trainer"))
+        watch = subprocess.Popen([binary.kubectl, "--kubeconfig", kubectl.kubeconfig, "get", "pod", "trainer",
+                                  "-w", "-o", "json"], stdout=subprocess.PIPE, text=True)
+        try:
+            kubectl("apply", "-f", "-", stdin=pod("urgent", "high", "10"))
+            terminating = _first_terminating(watch)
+        finally:
+            watch.kill()
+            watch.wait()
+        urgent = wait("urgent running", lambda: running("urgent") and pod_now("urgent"))
+        assert terminating["metadata"]["deletionGracePeriodSeconds"] == 30
+        [condition] = [c for c in terminating["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+        assert (condition["status"], condition["reason"], condition["message"]) == (
+            "True", "PreemptionByScheduler", "default-scheduler: preempting to accommodate a higher priority pod")
+        marked = datetime.fromisoformat(condition["lastTransitionTime"].replace("Z", "+00:00"))
+        deadline = datetime.fromisoformat(terminating["metadata"]["deletionTimestamp"].replace("Z", "+00:00"))
+        assert 29 <= (deadline - marked).total_seconds() <= 31
+        preempted = wait("the Preempted event", lambda: events("trainer", "Preempted"))
+        assert [(e["type"], e["message"]) for e in preempted] == [
+            ("Normal", f"Preempted by pod {urgent['metadata']['uid']} on node {node}")]
+        failed = {e["message"] for e in events("urgent", "FailedScheduling")}
+        assert "0/1 nodes are available: 1 Insufficient cpu." in failed and failed <= {
+            "0/1 nodes are available: 1 Insufficient cpu.", WAITING}
+        assert urgent["spec"]["nodeName"] == node
+        assert urgent["status"].get("nominatedNodeName") == node  # 1.34: ClearingNominatedNodeNameAfterBinding off
+    finally:
+        gpudra("cluster", "down", "--dir", directory, check=False)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _first_terminating(watch: subprocess.Popen[str], timeout: float = 120) -> dict[str, Any]:
+    """The first version of the watched pod with a deletionTimestamp, from `kubectl get -w -o json`'s stream of
+    JSON documents."""
+    assert watch.stdout is not None
+    decoder = json.JSONDecoder()
+    buffer = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = watch.stdout.readline()
+        if not line:
+            break
+        buffer += line
+        try:
+            document, end = decoder.raw_decode(buffer.lstrip())
+        except ValueError:
+            continue
+        buffer = buffer.lstrip()[end:]
+        if document.get("metadata", {}).get("deletionTimestamp"):
+            return dict(document)
+    raise AssertionError("the victim was never seen terminating")
