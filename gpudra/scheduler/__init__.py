@@ -29,7 +29,7 @@ Result types (`framework.py`):
 - `PodResult(pod, node, scores, filtered, prefilter, error, num_nodes, claims, …, preempted, nominated_node)`:
   `preempted` names the pods DefaultPreemption deleted to make room (`preemption.py`; `Scheduler(preempt=False)`
   turns it off, `dra_preemption=True` frees claimed devices as KEP-5690 proposes, `graceful_preemption=True`
-  only marks them for a caller that deletes them gracefully and keeps PostFilter's `post_filter` message,
+  only marks the victims for a caller that deletes them gracefully and keeps PostFilter's `post_filter` message,
   as the local cluster does); for an unschedulable pod
   `filtered` holds every node's FilterResult (for a scheduled pod it may be partial or empty); `scores` maps
   the feasible nodes that were scored to their total; `message()` is the one-line "0/N nodes are available: …"
