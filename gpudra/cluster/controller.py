@@ -3,9 +3,11 @@ objects in the store, run until nothing changes.
 
 One round: the ComputeDomain controller writes what each domain needs (gpudra.cluster.computedomains), the kubelet
 stand-in finishes deleted pods (unprepare), the workload and resourceclaim controllers
-create pods and claims (gpudra.controllers holds those rules), the garbage collector releases claims of
-pods that are gone, the scheduler places pending pods (allocation, reservedFor, binding, FailedScheduling
-events with kube-scheduler's messages), then the kubelet stand-in prepares and starts newly bound pods. Every
+create pods and claims (gpudra.controllers holds those rules), the disruption controller keeps PDB statuses, the
+garbage collector releases claims of pods that are gone, the scheduler places pending pods (allocation,
+reservedFor, binding, FailedScheduling events with kube-scheduler's messages) and preempts (victims deleted
+gracefully: gpudra.cluster.preemption), then the kubelet stand-in prepares and starts newly bound pods and
+stops deleted ones whose grace period is over. Every
 `gpudra` command that changes the store runs it, and the cluster's control-plane process
 (`gpudra.cluster.controlplane`, started by `gpudra cluster up`) runs it whenever anything else changes the store
 (a driver republishing its slices, an object written by another tool) and every few seconds, as the real
@@ -32,9 +34,10 @@ from gpudra.controllers.workloads import POD_CLAIM_NAME_ANNOTATION
 from gpudra.scheduler.dra import EXTENDED_RESOURCE_CLAIM_ANNOTATION
 from gpudra.versions import parse_version
 
+from . import preemption
 from .computedomains import reconcile_compute_domains
 from gpudra.controllers.deployments import current_replica_set
-from gpudra.controllers import devicetainteviction
+from gpudra.controllers import devicetainteviction, disruption
 
 from .deployments import reconcile_deployments
 from .kubelet import (Kubelet, PodRecord, allocated_resources_status, extended_claim_name, prepared_claims,
@@ -44,7 +47,8 @@ from .store import StoreError, created_serial, open_private
 
 MODEL_KINDS = ("Node", "DeviceClass", "ResourceSlice", "DeviceTaintRule", "PriorityClass", "ResourceClaimTemplate",
                "ResourceClaim", "Deployment", "ReplicaSet", "StatefulSet", "Job", "DaemonSet", "Pod", "ComputeDomain",
-               "Workload", "PodGroup")  # the scheduler's gangs (gpudra.scheduler.gangs)
+               "Workload", "PodGroup",  # the scheduler's gangs (gpudra.scheduler.gangs)
+               "PodDisruptionBudget")  # preemption's victims (gpudra.scheduler.preemption)
 MAX_ROUNDS = 8
 SCHEDULER = "default-scheduler"
 CLAIM_CONTROLLER = "resource-claim-controller"
@@ -141,6 +145,7 @@ class ControlLoop:
         if self._evict_tainted_pods(objects):
             return True  # the device taint eviction controller deleted pods: the next round finishes them
         pods = [o for o in objects if o.get("kind") == "Pod"]
+        self._sync_disruption_budgets(objects, pods)
         claims_before = {key_of(o): _snapshot(o) for o in objects if o.get("kind") == "ResourceClaim"}
         pods_before = {key_of(o): _snapshot(o) for o in pods}
         changed = domains_changed
@@ -161,14 +166,17 @@ class ControlLoop:
             for key in new_pods:
                 self._create_pod(cluster.pods[key])
             return True
-        # no preemption in the local cluster yet: its store would have to stop and delete the victims (kubelet)
-        # the loop's clock judges binding conditions: allocationTimestamp and the binding timeout (PreBind's wait
-        # goes on across rounds, as the scheduler's binding cycle polls the claims)
-        scheduler = Scheduler(cluster, policy=self.config.policy, preempt=False, clock=self.clock)
+        # the loop's clock judges binding conditions (allocationTimestamp and the binding timeout: PreBind's wait
+        # goes on across rounds, as the scheduler's binding cycle polls the claims) and victims' grace periods;
+        # preemption marks its victims, and the store deletes them gracefully (gpudra.cluster.preemption)
+        scheduler = Scheduler(cluster, policy=self.config.policy, graceful_preemption=True, clock=self.clock)
         results = scheduler.run()
 
         changed |= self._persist_claims(cluster, claims_before)
-        changed |= self._persist_pods(cluster, pods_before)
+        victims = preemption.delete_victims(self.store, cluster, results, self.clock(), self.event, self.step)
+        changed |= bool(victims)
+        preemption.clear_nominations_of_bound(cluster, results, self.config.kubernetes_version)
+        changed |= self._persist_pods(cluster, pods_before, skip=victims)
         changed |= self._record_pod_groups(cluster, results)
         for result in results:
             pod = cluster.pods[result.pod]
@@ -240,6 +248,24 @@ class ControlLoop:
             changed = True
         return changed
 
+    def _sync_disruption_budgets(self, objects: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
+        """The disruption controller: each PodDisruptionBudget's status, written to the store and into `objects`
+        (in place) so that this round's preemption reads it."""
+        budgets = [obj for obj in objects if obj.get("kind") == "PodDisruptionBudget"]
+        if not budgets:
+            return
+        owners = {(str(o.get("kind")), o["metadata"].get("namespace") or "default", o["metadata"].get("name")): o
+                  for o in objects if o.get("kind") in ("ReplicaSet", "Deployment", "StatefulSet")}
+        now = self.clock().astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for budget in budgets:
+            status = disruption.pdb_status(budget, pods, owners, now)
+            if status is None or status == budget.get("status"):
+                continue
+            budget["status"] = status
+            self._replace(budget)
+            self.step("disruption", f"poddisruptionbudget {key_of(budget)}: "
+                                    f"{status['disruptionsAllowed']} disruption(s) allowed")
+
     def _finish_deleted_pods(self, pods: list[dict[str, Any]]) -> list[str]:
         """Deleted pods: stop containers and unprepare claims (kubelet), then remove them. Returns their keys."""
         finished = []
@@ -250,9 +276,10 @@ class ControlLoop:
                 record = self.kubelet.record(node, pod)
                 for claim in prepared_claims(record):
                     started_claims.setdefault(node, set()).add(claim["uid"])
+        now = self.clock()
         for pod in pods:
-            if not pod["metadata"].get("deletionTimestamp"):
-                continue
+            if not pod["metadata"].get("deletionTimestamp") or preemption.in_grace_period(pod, now):
+                continue  # not deleted, or its containers still have their grace period (SIGTERM sent)
             node = (pod.get("spec") or {}).get("nodeName")
             if node in self.nodes:
                 record = self.kubelet.record(node, pod)
@@ -337,10 +364,10 @@ class ControlLoop:
         created = self.store.create(pod)
         self.step("pod", f"pod {key_of(created)} created by {owner.get('kind', '?')} {owner.get('name', '?')}")
 
-    def _persist_pods(self, cluster: ManagedCluster, before: dict[str, str]) -> bool:
+    def _persist_pods(self, cluster: ManagedCluster, before: dict[str, str], skip: set[str] | None = None) -> bool:
         changed = False
         for key, pod in cluster.pods.items():
-            if key in before and _snapshot(pod) != before[key]:
+            if key in before and _snapshot(pod) != before[key] and key not in (skip or ()):
                 self._replace(pod)
                 changed = True
         return changed

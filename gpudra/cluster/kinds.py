@@ -50,6 +50,7 @@ KINDS: tuple[KindInfo, ...] = (
     KindInfo("DaemonSet", "daemonsets", "apps/v1", True, ("ds",), True),
     KindInfo("Job", "jobs", "batch/v1", True, spec_generation=True),
     KindInfo("PriorityClass", "priorityclasses", "scheduling.k8s.io/v1", False, ("pc",)),
+    KindInfo("PodDisruptionBudget", "poddisruptionbudgets", "policy/v1", True, ("pdb",), True),
     KindInfo("ConfigMap", "configmaps", "v1", True, ("cm",)),
     KindInfo("CronJob", "cronjobs", "batch/v1", True, ("cj",), True),
     # NVIDIA's CRD (resource.nvidia.com_computedomains.yaml): no short names

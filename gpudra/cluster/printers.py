@@ -118,6 +118,22 @@ def _event_row(event: dict[str, Any], wide: bool) -> list[str]:
             f"{(ref.get('kind') or '').lower()}/{ref.get('name', '')}", event.get("message", "")]
 
 
+def _budget_row(obj: dict[str, Any], wide: bool) -> list[str]:
+    spec = obj.get("spec") or {}
+
+    def shown(value: Any) -> str:
+        return "N/A" if value is None else str(value)
+
+    return [_meta(obj).get("name", ""), shown(spec.get("minAvailable")), shown(spec.get("maxUnavailable")),
+            str((obj.get("status") or {}).get("disruptionsAllowed", 0)), age(_meta(obj).get("creationTimestamp"))]
+
+
+def _priority_class_row(obj: dict[str, Any], wide: bool) -> list[str]:
+    # preemptionPolicy's API default is PreemptLowerPriority (pkg/apis/scheduling/v1/defaults.go)
+    return [_meta(obj).get("name", ""), str(obj.get("value", 0)), str(bool(obj.get("globalDefault"))).lower(),
+            age(_meta(obj).get("creationTimestamp")), obj.get("preemptionPolicy") or "PreemptLowerPriority"]
+
+
 def _plain_row(obj: dict[str, Any], wide: bool) -> list[str]:
     return [_meta(obj).get("name", ""), age(_meta(obj).get("creationTimestamp"))]
 
@@ -130,6 +146,10 @@ COLUMNS: dict[str, tuple[list[str], list[str], Callable[[dict[str, Any], bool], 
     "Deployment": (["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"], [], _deployment_row),
     "ReplicaSet": (["NAME", "DESIRED", "CURRENT", "READY", "AGE"], [], _replica_set_row),
     "Event": (["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], [], _event_row),
+    # pkg/printers/internalversion/printers.go (v1.36.0)
+    "PodDisruptionBudget": (["NAME", "MIN AVAILABLE", "MAX UNAVAILABLE", "ALLOWED DISRUPTIONS", "AGE"], [],
+                            _budget_row),
+    "PriorityClass": (["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"], [], _priority_class_row),
 }
 
 

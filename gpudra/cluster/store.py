@@ -27,7 +27,7 @@ import random
 import secrets
 import uuid
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterator
 
 from gpudra.api.defaults import apply_defaults
@@ -40,6 +40,7 @@ from gpudra.kubeletplugin.claimpaths import ClaimPathError, path_inside
 from gpudra.regularfile import read_regular_file, read_regular_file_stat
 
 from .kinds import (KINDS, KindInfo, check_api_version, check_identity, check_served, identity_problems, kind_info)
+from . import priority
 from .kinds import StoreError as StoreError  # the error every Store method raises: its callers may catch it from here
 
 FILE_MODE = 0o600
@@ -313,6 +314,9 @@ class Store:
                 raise StoreError(f'namespaces "{meta["namespace"]}" not found', 404)
             if os.path.lexists(path):
                 raise StoreError(f'{info.plural} "{meta["name"]}" already exists', 409)
+            if info.kind == "Pod":  # the Priority admission plugin
+                priority.admit_pod(obj, lambda name: self.get("PriorityClass", None, name),
+                                   self.list("PriorityClass"))
             # The API server's FillObjectMetaSystemFields and BeforeCreate: a new uid and creationTimestamp whatever
             # the client sent (a uid names files on the nodes and identifies claims to drivers; the timestamp orders
             # the scheduling queue, which a client must not jump), and nothing deleted yet.
@@ -369,9 +373,12 @@ class Store:
             self._write_object(path, obj)
         return obj
 
-    def delete(self, kind: str, namespace: str | None, name: str, *, graceful: bool = True) -> str:
+    def delete(self, kind: str, namespace: str | None, name: str, *, graceful: bool = True,
+               grace_period_seconds: int | None = None, now: datetime | None = None) -> str:
         """'deleted', or 'terminating' for an object the control loop must finish (pods with a node,
-        objects with finalizers). Raises 404."""
+        objects with finalizers). Raises 404. `grace_period_seconds` (a bound pod's): the API server's graceful
+        deletion, deletionTimestamp = `now` + the grace period and deletionGracePeriodSeconds; without it the
+        pod is stopped at once (deletionTimestamp = now)."""
         info = kind_info(kind)
         namespace = (namespace or "default") if info.namespaced else None
         with self.locked():
@@ -384,6 +391,10 @@ class Store:
             if graceful and (bound_pod or meta.get("finalizers")):
                 if not meta.get("deletionTimestamp"):
                     meta["deletionTimestamp"] = now_rfc3339()
+                    if bound_pod and grace_period_seconds is not None:
+                        end = (now or datetime.now(timezone.utc)) + timedelta(seconds=grace_period_seconds)
+                        meta["deletionTimestamp"] = end.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                        meta["deletionGracePeriodSeconds"] = grace_period_seconds
                     meta["resourceVersion"] = self._next_version()
                     self._write(path, json.dumps(current, indent=1))
                 return "terminating"

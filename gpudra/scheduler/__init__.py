@@ -28,7 +28,9 @@ Result types (`framework.py`):
   per claim to allocate (the DRA-served extended-resource claim last).
 - `PodResult(pod, node, scores, filtered, prefilter, error, num_nodes, claims, …, preempted, nominated_node)`:
   `preempted` names the pods DefaultPreemption deleted to make room (`preemption.py`; `Scheduler(preempt=False)`
-  turns it off, `dra_preemption=True` frees claimed devices as KEP-5690 proposes); for an unschedulable pod
+  turns it off, `dra_preemption=True` frees claimed devices as KEP-5690 proposes, `graceful_preemption=True`
+  only marks the victims for a caller that deletes them gracefully and keeps PostFilter's `post_filter` message,
+  as the local cluster does); for an unschedulable pod
   `filtered` holds every node's FilterResult (for a scheduled pod it may be partial or empty); `scores` maps
   the feasible nodes that were scored to their total; `message()` is the one-line "0/N nodes are available: …"
   summary (`prefilter` reasons and `error` — a fatal allocator error such as a CEL error — come first).

@@ -24,6 +24,7 @@ INTER_POD_AFFINITY = "InterPodAffinity"
 DYNAMIC_RESOURCES = "DynamicResources"
 SCHEDULING_GATES = "SchedulingGates"
 GANG_SCHEDULING = "GangScheduling"
+DEFAULT_PREEMPTION = "DefaultPreemption"
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class PodResult:
     gang: str | None = None  # why the pod's gang (gpudra.scheduler.gangs) was not bound, where it was not
     preempted: tuple[str, ...] = ()  # pods evicted for this one (DefaultPreemption), most important first
     nominated_node: str | None = None  # the node its preemption nominated (status.nominatedNodeName)
+    post_filter: str = ""  # PostFilterMsg ("preemption: ..."), kept only by a Scheduler(graceful_preemption=True)
     binding: BindingWait | None = None  # assumed on a node, waiting at PreBind for binding conditions (not bound)
     binding_error: str | None = None  # PreBind failed: a binding failure condition or the binding timeout
 
@@ -134,6 +136,7 @@ class PodResult:
             reasons = sorted({reason.message for reason in self.prefilter})
             return f"0/{self.num_nodes} nodes are available: {'; '.join(reasons)}."
         fit = fit_error_message(self.num_nodes, self.filtered.values())
+        fit = f"{fit} {self.post_filter}" if self.post_filter else fit
         return f"{fit} {self.gang}" if self.gang else fit
 
 

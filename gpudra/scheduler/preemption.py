@@ -28,9 +28,13 @@ their devices.
 
 Where gpudra differs, deterministically: candidate nodes are dry-run from the first in name order (upstream
 starts at a random offset), ties in `pick_one_node` go to the first node in that order (upstream: Go map order),
-a pod without status.startTime counts as started now (as upstream), and a victim's grace period is zero: its
+a pod without status.startTime counts as started now (as upstream). Offline a victim's grace period is zero: its
 pod is deleted at once, its claims released as the resourceclaim controller would, and the preemptor is
-retried right away on its nominated node (kube-scheduler retries it once the victims are gone).
+retried right away on its nominated node (kube-scheduler retries it once the victims are gone). With
+`Scheduler(graceful_preemption=True)` (the local cluster, gpudra.cluster.preemption) the victims are only marked
+and the caller deletes them through its API server; the pod waits, nominated, and PostFilter's status message
+("preemption: ...", FitError's PostFilterMsg) is kept: `decide` builds it from the dry run's node statuses as
+`Preempt` does (nodes not tried: "Preemption is not helpful for scheduling").
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ NOT_ELIGIBLE_TERMINATING = "not eligible due to a terminating pod on the nominat
 DISRUPTION_TARGET = "DisruptionTarget"
 PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
 DRA_DEVICE_REJECTIONS = ("cannot allocate all claims",)  # what KEP-5690 makes resolvable by preemption
+NO_VICTIMS = "No preemption victims found for incoming pod"
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+POST_FILTER_PREFIX = "preemption: "  # DefaultPreemption.PostFilter prefixes its status message
 
 
 @dataclass(frozen=True)
@@ -242,10 +249,16 @@ class _DryRun:
         self.released: dict[str, list[tuple[str, dict[str, Any]]]] = {}  # victim -> claims it deallocated
 
     def fits(self) -> bool:
+        return not self.rejections()
+
+    def rejections(self) -> list[str]:
+        """The preemptor's Filter messages on the node as it now stands (none: it fits)."""
         # InterPodAffinity's AddPod/RemovePod: its counts follow the victims taken off and put back
         self.scheduler.refresh_affinity(self.info)
         evaluation = self.scheduler.filter_node(self.info, self.node)
-        return evaluation.fatal is None and not evaluation.result.reasons
+        if evaluation.fatal is not None:
+            return [str(evaluation.fatal)]
+        return [reason.message for reason in evaluation.result.reasons]
 
     def remove(self, victim: str) -> None:
         fork = self.fork
@@ -271,6 +284,12 @@ def select_victims_on_node(scheduler: Any, pod_key: str, node: str, pdbs: list[d
                            dra: bool = False, exclude: Iterable[str] = ()) -> Candidate | None:
     """SelectVictimsOnNode: None when no lower-priority pod is there or the pod does not fit without all of them;
     else the victims that must go (most important first) after reprieving every pod the node can keep."""
+    return _dry_run_node(scheduler, pod_key, node, pdbs, dra, exclude)[0]
+
+
+def _dry_run_node(scheduler: Any, pod_key: str, node: str, pdbs: list[dict[str, Any]], dra: bool,
+                  exclude: Iterable[str]) -> tuple[Candidate | None, list[str]]:
+    """SelectVictimsOnNode with the node's status when it gives no candidate (what DryRunPreemption records)."""
     cluster: ClusterState = scheduler.cluster
     preemptor = cluster.pods[pod_key]
     priority = cluster.pod_priority(preemptor)
@@ -279,12 +298,13 @@ def select_victims_on_node(scheduler: Any, pod_key: str, node: str, pdbs: list[d
                  if key in cluster.pods and key not in skipped and not is_terminal(cluster.pods[key])
                  and cluster.pod_priority(cluster.pods[key]) < priority]
     if not potential:
-        return None  # "No preemption victims found for incoming pod"
+        return None, [NO_VICTIMS]
     run = _DryRun(scheduler, pod_key, node, potential, dra)
     for victim in potential:
         run.remove(victim.pod)
-    if not run.fits():
-        return None
+    rejections = run.rejections()
+    if rejections:
+        return None, rejections
     potential.sort(key=more_important)
     violating, others = split_by_pdb_violation(cluster, potential, pdbs)
     victims: list[Victim] = []
@@ -307,7 +327,7 @@ def select_victims_on_node(scheduler: Any, pod_key: str, node: str, pdbs: list[d
         reprieve(victim)
     if violating and others:
         victims.sort(key=more_important)
-    return Candidate(node, tuple(victims), violations, tuple(released))
+    return Candidate(node, tuple(victims), violations, tuple(released)), []
 
 
 class _NoUsage:
@@ -321,46 +341,157 @@ def find_candidate(scheduler: Any, pod_key: str, result: fw.PodResult, dra: bool
                    exclude: Iterable[str] = ()) -> tuple[Candidate | None, str]:
     """Preempt's steps 1, 2 and 4: (the chosen candidate, or None and why not). `exclude`: pods that are no
     victims (a gang's pods waiting at Permit in gpudra's queue pass)."""
+    decision = decide(scheduler, pod_key, result, dra, exclude)
+    return decision.candidate, decision.why
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What DefaultPreemption's PostFilter answers for one pod."""
+
+    candidate: Candidate | None
+    why: str = ""  # why there is no candidate (Preempt's status message without the "preemption: " prefix)
+    # PostFilterResult: None keeps status.nominatedNodeName (not eligible), else the node to nominate ("": clear)
+    nominate: str | None = ""
+
+    @property
+    def message(self) -> str:
+        """PostFilterMsg as FitError.Error() appends it; empty when preemption found a candidate."""
+        return f"{POST_FILTER_PREFIX}{self.why}" if self.why else ""
+
+
+def decide(scheduler: Any, pod_key: str, result: fw.PodResult, dra: bool = False, exclude: Iterable[str] = (),
+           any_lower: bool = True) -> Decision:
+    """Preempt's steps 1, 2 and 4. `any_lower`: whether any bound pod has a lower priority than the pod (when
+    not, no node is dry-run: each potential node has no victims)."""
     cluster: ClusterState = scheduler.cluster
     ok, why = eligible(cluster, cluster.pods[pod_key])
     if not ok:
-        return None, why
+        return Decision(None, why, nominate=None)
     nodes = potential_nodes(result, dra)
-    if not nodes:
-        return None, "Preemption is not helpful for scheduling"
-    pdbs = pdbs_of(cluster)
-    wanted = num_candidates(len(nodes))
-    skipped = list(exclude)
-    non_violating: list[Candidate] = []
-    violating: list[Candidate] = []
-    for node in nodes:  # DryRunPreemption, from offset 0
-        candidate = select_victims_on_node(scheduler, pod_key, node, pdbs, dra, skipped)
-        if candidate is None or not candidate.victims:
-            continue
-        (violating if candidate.pdb_violations else non_violating).append(candidate)
-        if non_violating and len(non_violating) + len(violating) >= wanted:
-            break
-    chosen = pick_one_node(non_violating + violating)
-    if chosen is None:
-        return None, "Preemption is not helpful for scheduling"
-    return chosen, ""
+    statuses: dict[str, list[str]] = {}
+    chosen = None
+    if nodes and any_lower:
+        pdbs = pdbs_of(cluster)
+        wanted = num_candidates(len(nodes))
+        skipped = list(exclude)
+        non_violating: list[Candidate] = []
+        violating: list[Candidate] = []
+        for node in nodes:  # DryRunPreemption, from offset 0
+            candidate, rejections = _dry_run_node(scheduler, pod_key, node, pdbs, dra, skipped)
+            if candidate is None or not candidate.victims:
+                statuses[node] = rejections or [f'expected at least one victim pod on node "{node}"']
+                continue
+            (violating if candidate.pdb_violations else non_violating).append(candidate)
+            if non_violating and len(non_violating) + len(violating) >= wanted:
+                break
+        chosen = pick_one_node(non_violating + violating)
+    else:
+        statuses = {node: [NO_VICTIMS] for node in nodes}
+    if chosen is not None:
+        return Decision(chosen, nominate=chosen.node)
+    # a FitError over every node: the dry run's statuses, "Preemption is not helpful" for the nodes not tried
+    results = [fw.FilterResult(node, [fw.Reason(fw.DEFAULT_PREEMPTION, message, resolvable=False)
+                                      for message in statuses.get(node, [NOT_HELPFUL])])
+               for node in cluster.node_names()]
+    return Decision(None, fw.fit_error_message(len(results), results))
+
+
+def disruption_condition(preemptor: dict[str, Any]) -> dict[str, Any]:
+    """The victim's DisruptionTarget condition (prepareCandidate / Executor.PreemptPod)."""
+    scheduler_name = (preemptor.get("spec") or {}).get("schedulerName") or "default-scheduler"
+    return {"type": DISRUPTION_TARGET, "status": "True", "reason": PREEMPTION_BY_SCHEDULER,
+            "message": f"{scheduler_name}: preempting to accommodate a higher priority pod"}
+
+
+def with_condition(status: dict[str, Any], condition: dict[str, Any]) -> dict[str, Any]:
+    """`status` with `condition` in place of any condition of its type."""
+    kept = [c for c in status.get("conditions") or [] if c.get("type") != condition.get("type")]
+    return {**status, "conditions": kept + [condition]}
 
 
 def evict(cluster: ClusterState, candidate: Candidate, preemptor_key: str) -> None:
     """prepareCandidate with a zero grace period: each victim gets the DisruptionTarget condition and is deleted
     (its claims released as the resourceclaim controller does), and the preemptor is nominated to the node."""
     preemptor = cluster.pods[preemptor_key]
-    scheduler_name = (preemptor.get("spec") or {}).get("schedulerName") or "default-scheduler"
     for victim in candidate.victim_pods:
         pod = cluster.pods.get(victim)
         if pod is None:
             continue
-        status = pod.setdefault("status", {})
-        status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != DISRUPTION_TARGET] + [
-            {"type": DISRUPTION_TARGET, "status": "True", "reason": PREEMPTION_BY_SCHEDULER,
-             "message": f"{scheduler_name}: preempting to accommodate a higher priority pod"}]
+        pod["status"] = with_condition(pod.get("status") or {}, disruption_condition(preemptor))
         cluster.delete_pod(victim)
     preemptor.setdefault("status", {})["nominatedNodeName"] = candidate.node
 
 
-__all__ = ["Candidate", "Victim", "evict", "find_candidate", "pick_one_node", "select_victims_on_node"]
+def mark_for_deletion(cluster: ClusterState, candidate: Candidate, preemptor_key: str,
+                      deletion_timestamp: str) -> tuple[str, ...]:
+    """prepareCandidate where an API server deletes the victims gracefully: each victim not terminating yet
+    gets the DisruptionTarget condition and `deletion_timestamp`, and stays on its node (with its claims) until
+    its grace period is over; the preemptor is nominated to the node. Returns the victims the caller must
+    delete (a victim already terminating is skipped, as upstream makes no second call for it)."""
+    preemptor = cluster.pods[preemptor_key]
+    to_delete = []
+    for victim in candidate.victim_pods:
+        pod = cluster.pods.get(victim)
+        if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        pod["status"] = with_condition(pod.get("status") or {}, disruption_condition(preemptor))
+        pod.setdefault("metadata", {})["deletionTimestamp"] = deletion_timestamp
+        to_delete.append(victim)
+    preemptor.setdefault("status", {})["nominatedNodeName"] = candidate.node
+    return tuple(to_delete)
+
+
+def post_filter(scheduler: Any, pod_key: str, result: fw.PodResult) -> fw.PodResult:
+    """DefaultPreemption's PostFilter for a pod that fit nowhere: evict the chosen node's victims, nominate it,
+    and try the pod again there. With `scheduler.graceful_preemption` the victims are only marked (the caller
+    deletes them; they go when their grace period is over), the pod waits for a later run, and its message
+    carries the PostFilter's "preemption: ..." part."""
+    if result.prefilter or result.error or not result.filtered:
+        return result
+    cluster: ClusterState = scheduler.cluster
+    graceful = bool(scheduler.graceful_preemption)
+    pod = cluster.pods[pod_key]
+    priority = cluster.pod_priority(pod)
+    any_lower = any(other < priority for other in cluster.bound_priorities)  # else nothing anywhere to preempt
+    if not any_lower and not graceful:
+        decision = Decision(None, NOT_HELPFUL)
+    else:
+        decision = decide(scheduler, pod_key, result, scheduler.dra_preemption, scheduler._gang_bindings, any_lower)
+    candidate = decision.candidate
+    if candidate is None:
+        if decision.nominate is not None:
+            (pod.get("status") or {}).pop("nominatedNodeName", None)  # NewPostFilterResultWithNominatedNode("")
+        if graceful:
+            result.post_filter = decision.message
+        return result
+    if graceful:
+        # in memory only, so that this pass sees the victims as terminating; the API server sets the real one
+        deletion = scheduler.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        result.preempted = mark_for_deletion(cluster, candidate, pod_key, deletion)
+        result.nominated_node = candidate.node
+        return result
+    evict(cluster, candidate, pod_key)
+    retry: fw.PodResult = scheduler._attempt_nominated(pod_key) or scheduler._attempt(pod_key)
+    retry.preempted = candidate.victim_pods
+    retry.nominated_node = candidate.node
+    return retry
+
+
+def hold_nominated(scheduler: Any, result: fw.PodResult) -> None:
+    """RunFilterPluginsWithNominatedPods (pkg/scheduler/framework/runtime/framework.go, addGENominatedPods): a pod
+    nominated to a node and still waiting counts there for every pod of equal or lower priority, which the queue
+    orders after it, until the queue pass ends (`ClusterState.release_nominated`). As upstream, its claims are not
+    counted (DynamicResources has no PreFilterExtensions). Only where victims leave gracefully: offline the pod
+    is bound or its nomination cleared in the same attempt."""
+    if not scheduler.graceful_preemption or result.scheduled or result.at_prebind:
+        return
+    cluster: ClusterState = scheduler.cluster
+    pod = cluster.pods.get(result.pod)
+    nominated = ((pod or {}).get("status") or {}).get("nominatedNodeName")
+    if pod is not None and nominated:
+        cluster.hold_nominated(result.pod, str(nominated))
+
+
+__all__ = ["Candidate", "Decision", "Victim", "decide", "evict", "find_candidate", "hold_nominated",
+           "mark_for_deletion", "pick_one_node", "post_filter", "select_victims_on_node"]

@@ -147,13 +147,16 @@ class Scheduler:
         filter_timeout: float | None = FILTER_TIMEOUT_S,
         preempt: bool = True,
         dra_preemption: bool = False,
+        graceful_preemption: bool = False,
         clock: Callable[[], datetime] | None = None,
         binding_timeout: float = binding.BINDING_TIMEOUT_S,
         ties: TieRule = BY_NAME,
     ):
         """`filter_timeout`: seconds of device search one pod may spend over all nodes (None: no limit).
         `preempt`: DefaultPreemption runs for a pod that fits nowhere (gpudra.scheduler.preemption);
-        `dra_preemption`: victims' claims are freed by it as KEP-5690 proposes (in no release up to 1.36).
+        `dra_preemption`: victims' claims are freed by it as KEP-5690 proposes (in no release up to 1.36);
+        `graceful_preemption`: victims are marked, not removed (`PodResult.preempted`: the caller deletes them),
+        and an unschedulable pod's message carries PostFilter's "preemption: ..." part (the local cluster).
         `clock`: the time binding conditions are judged at (allocationTimestamp, the binding timeout);
         `binding_timeout`: DynamicResourcesArgs.bindingTimeout in seconds (at least 1; default 600);
         `ties`: how equal top scores are broken (gpudra.scheduler.ties: the first node name, or a seeded
@@ -174,6 +177,7 @@ class Scheduler:
         self.filter_timeout = filter_timeout
         self.preempt = preempt
         self.dra_preemption = dra_preemption
+        self.graceful_preemption = graceful_preemption
         self._next_start_node_index = 0
         self._cache: dict[PodShape, dict[str, NodeEval]] = {}
         self.indexed = indexed  # False: always the plain linear scan (same answers; for tests)
@@ -512,24 +516,8 @@ class Scheduler:
         return self._finish(info, result, evaluation, self._combine(info, [evaluation]))
 
     def _preempt(self, pod_key: str, result: fw.PodResult) -> fw.PodResult:
-        """DefaultPreemption's PostFilter: evict the chosen node's victims, nominate it, and try the pod again
-        there (see gpudra.scheduler.preemption for where gpudra's timing differs)."""
-        if result.prefilter or result.error or not result.filtered:
-            return result
-        pod = self.cluster.pods[pod_key]
-        priority = self.cluster.pod_priority(pod)
-        candidate = None
-        if any(other < priority for other in self.cluster.bound_priorities):  # else no pod anywhere to preempt
-            candidate, _ = preemption.find_candidate(self, pod_key, result, self.dra_preemption,
-                                                     exclude=self._gang_bindings)
-        if candidate is None:
-            (pod.get("status") or {}).pop("nominatedNodeName", None)  # NewPostFilterResultWithNominatedNode("")
-            return result
-        preemption.evict(self.cluster, candidate, pod_key)
-        retry = self._attempt_nominated(pod_key) or self._attempt(pod_key)
-        retry.preempted = candidate.victim_pods
-        retry.nominated_node = candidate.node
-        return retry
+        """DefaultPreemption's PostFilter (gpudra.scheduler.preemption.post_filter)."""
+        return preemption.post_filter(self, pod_key, result)
 
     def _attempt(self, pod_key: str) -> fw.PodResult:
         cluster = self.cluster
@@ -778,6 +766,7 @@ class Scheduler:
                     continue
                 else:
                     result = self.schedule_pod(pod_key)
+                    preemption.hold_nominated(self, result)
                 results.append(result)
                 if on_result is not None:
                     on_result(result)
@@ -788,6 +777,7 @@ class Scheduler:
                     if on_result is not None:
                         on_result(result)
         self._gang_bindings.clear()
+        self.cluster.release_nominated()
         return results
 
     def unreserve(self, result: fw.PodResult) -> None:

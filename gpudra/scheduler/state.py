@@ -87,6 +87,9 @@ class ClusterState(Topology):
         # pods waiting at PreBind for their devices' binding conditions (gpudra.scheduler.bindingconditions): pod
         # key -> the node they are assumed on (counted there, claims reserved, status.nominatedNodeName), not bound
         self.binding_waits: dict[str, str] = {}
+        # pods nominated to a node by preemption, counted there while the rest of a queue pass is filtered
+        # (gpudra.scheduler.preemption.hold_nominated): pod key -> node
+        self.nominated_holds: dict[str, str] = {}
         self.other_objects: list[dict[str, Any]] = []
         self.problems: list[str] = []
         self.usage: dict[str, NodeUsage] = {}
@@ -531,6 +534,20 @@ class ClusterState(Topology):
         self.binding_waits[pod_key] = node
         self._account(pod_key, pod, node, totals=request_totals)
         return claim_keys
+
+    def hold_nominated(self, pod_key: str, node: str) -> None:
+        """Count an unbound pod on the node it is nominated to (its requests and pod slot, no claim) until
+        `release_nominated`."""
+        if pod_key in self.nominated_holds or node not in self.nodes:
+            return
+        self._account(pod_key, self.pods[pod_key], node)
+        self.nominated_holds[pod_key] = node
+
+    def release_nominated(self) -> None:
+        for pod_key, node in self.nominated_holds.items():
+            if pod_key in self.pods:
+                self._account(pod_key, self.pods[pod_key], node, sign=-1)
+        self.nominated_holds.clear()
 
     def finish_binding(self, pod_key: str) -> str:
         """Every binding condition is True: the waiting pod is bound to its node (nominatedNodeName cleared, as

@@ -309,7 +309,9 @@ def test_the_store_writes_no_object_the_api_server_would_refuse(env):
     good["spec"]["nodeName"] = 7
     with pytest.raises(StoreError, match="is invalid: spec.nodeName"):
         store.replace(good)
-    assert store.get("Pod", "default", "p")["spec"] == {"containers": [{"name": "c", "image": "x"}]}
+    # the spec as created, with what the Priority admission plugin added (no PriorityClass: 0, PreemptLowerPriority)
+    assert store.get("Pod", "default", "p")["spec"] == {"containers": [{"name": "c", "image": "x"}], "priority": 0,
+                                                        "preemptionPolicy": "PreemptLowerPriority"}
 
 
 def test_an_unwritable_store_is_an_error_message_not_an_internal_error(env):

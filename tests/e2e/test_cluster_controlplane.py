@@ -231,8 +231,9 @@ def test_the_store_keeps_objects_as_the_api_server_does_converted_and_defaulted(
                          "spec": {"taint": {"key": "gpu.nvidia.com/xid", "effect": "NoSchedule"}}})
     assert rule["spec"]["taint"]["timeAdded"]
     spec = {"containers": [{"name": "c", "image": "x"}]}
-    pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec})
-    assert pod["spec"] == spec
+    pod = store.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": dict(spec)})
+    # as given, plus what the Priority admission plugin sets (no PriorityClass: 0, PreemptLowerPriority)
+    assert pod["spec"] == {**spec, "priority": 0, "preemptionPolicy": "PreemptLowerPriority"}
 
 
 def test_reapplying_an_undefaulted_manifest_is_unchanged(state):

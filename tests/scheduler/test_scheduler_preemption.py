@@ -203,6 +203,65 @@ def test_pod_eligible_to_preempt_others_as_upstream(name, nominated, policy, by_
     assert preemption.eligible(cluster, cluster.pods["default/p"])[0] is expected
 
 
+# ----- TestPostFilter (v1.36.0 default_preemption_test.go) ---------------------------------------------
+# Upstream hands PostFilter the nodes' Filter statuses; here the filters give them: `onePod` (pods 1) rejects as
+# "Too many pods" and `nodeRes` (200m cpu, 400 memory) a largeRes pod as "Insufficient cpu", both Unschedulable;
+# a NoSchedule taint stands for an UnschedulableAndUnresolvable status (or an absent entry).
+# (name, nodes (name, kind), bound pods (name, node, priority), preemptor (requests largeRes, priority),
+#  nominated node or "", the status message)
+POST_FILTER = [
+    ("pod with higher priority can be made schedulable", [("node1", "onePod")], [("p1", "node1", 0)],
+     (False, HIGH), "node1", ""),
+    ("pod with tied priority is still unschedulable", [("node1", "onePod")], [("p1", "node1", 0)],
+     (False, 0), "", "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."),
+    ("preemption should respect filteredNodesStatuses", [("node1", "onePod tainted")], [("p1", "node1", 0)],
+     (False, HIGH), "", "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."),
+    ("pod can be made schedulable on one node", [("node1", "onePod"), ("node2", "onePod")],
+     [("p1", "node1", HIGH), ("p2", "node2", 0)], (False, MID), "node2", ""),
+    ("no candidate nodes found, no enough resource after removing low priority pods",
+     [("node1", "nodeRes"), ("node2", "nodeRes")], [("p1", "node1", 0), ("p2", "node2", 0)], (True, HIGH), "",
+     "preemption: 0/2 nodes are available: 2 Insufficient cpu."),
+    ("no candidate nodes found with mixed reasons, no lower priority pod and no enough CPU resource",
+     [("node1", "onePod"), ("node2", "nodeRes"), ("node3", "onePod")],
+     [("p1", "node1", HIGH), ("p2", "node2", 0), ("p3", "node3", HIGH)], (True, HIGH), "",
+     "preemption: 0/3 nodes are available: 1 Insufficient cpu, 2 No preemption victims found for incoming pod."),
+    ("no candidate nodes found with mixed reason, 2 UnschedulableAndUnresolvable nodes and 2 nodes don't have "
+     "enough CPU resource",
+     [("node1", "nodeRes"), ("node2", "nodeRes"), ("node3", "nodeRes tainted"), ("node4", "nodeRes tainted")],
+     [("p1", "node1", 0), ("p2", "node2", 0)], (True, HIGH), "",
+     "preemption: 0/4 nodes are available: 2 Insufficient cpu, 2 Preemption is not helpful for scheduling."),
+]
+
+
+@pytest.mark.parametrize("name, nodes, bound, preemptor, nominated, message", POST_FILTER,
+                         ids=[c[0] for c in POST_FILTER])
+def test_post_filter_as_upstream(name, nodes, bound, preemptor, nominated, message):
+    """The PostFilter's answer as the local cluster keeps it (graceful_preemption): the nominated node, the
+    victims marked and left on it, and the status message a FailedScheduling event carries."""
+    objects = []
+    for node_name, kind in nodes:
+        if kind.startswith("onePod"):
+            obj = node(node_name, cpu=None, memory=None, pods="1")
+        else:
+            obj = node(node_name, cpu="200m", memory="400", pods="32")
+        if kind.endswith("tainted"):
+            obj["spec"] = {"taints": [{"key": "unresolvable", "effect": "NoSchedule"}]}
+        objects.append(obj)
+    for pod_name, on, priority in bound:
+        objects.append(pod(pod_name, priority=priority, nodeName=on))
+    large, priority = preemptor
+    objects.append(pod("p", priority=priority, **({"cpu": "300m", "memory": "300"} if large else {})))
+    cluster = _cluster(objects)
+    result = Scheduler(cluster, graceful_preemption=True).schedule_pod("default/p")
+    assert result.node is None and result.post_filter == message
+    assert cluster.pods["default/p"].get("status", {}).get("nominatedNodeName", "") == nominated
+    if nominated:  # the victims are marked and stay until the API server's graceful deletion is over
+        assert result.preempted and all(cluster.pods[key]["metadata"]["deletionTimestamp"] for key in result.preempted)
+        assert result.message().endswith("Too many pods.")
+    else:
+        assert result.message().endswith(" " + message)
+
+
 # ----- GPUs -------------------------------------------------------------------------------------------
 def _gpu_pod(name: str, gpus: int, priority: int, on: str | None = None, **spec: Any) -> dict[str, Any]:
     obj = pod(name, extended={"nvidia.com/gpu": str(gpus)}, priority=priority, **spec)
