@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from gpudra.cli import cli
 
-from tests.fake_http import write_kubeconfig
+from support.fake_http import write_kubeconfig
 from tests.support.builders import claim, pod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -342,7 +342,7 @@ def test_driver_run_says_so_too(monkeypatch, tmp_path) -> None:
 
 
 def test_with_nvml_the_default_reads_the_real_gpus(monkeypatch) -> None:
-    from tests.fake_libnvml import from_simulated, install
+    from support.fake_libnvml import from_simulated, install
 
     install(monkeypatch, from_simulated("l4-node"))
     result = gpudra("discover", "-o", "json")
