@@ -44,20 +44,20 @@ def can_fork() -> bool:
 
 
 def error_lines(documents: list[Document], progress: Any = None, render: bool = True,
-                release: str | None = None) -> list[str]:
-    """The errors of `gpudra validate --kubernetes-version RELEASE` for the documents (gate warnings left out):
-    each as its line and the suggested fragment (`render`), or the line alone."""
+                release: str | None = None, features: Any = None) -> list[str]:
+    """The errors of `gpudra validate --kubernetes-version RELEASE [--features …]` for the documents (gate
+    warnings left out): each as its line and the suggested fragment (`render`), or the line alone."""
     from gpudra.api.problems import errors
     from gpudra.api.validate import validate_documents
 
-    found = errors(validate_documents(documents, release, progress=progress, gates=False))
+    found = errors(validate_documents(documents, release, progress=progress, gates=False, features=features))
     return [problem.render() if render else str(problem) for problem in found]
 
 
 class _Child:
     """A forked child that validates the documents and writes the problem lines to a pipe as one JSON list."""
 
-    def __init__(self, documents: list[Document], release: str | None = None):
+    def __init__(self, documents: list[Document], release: str | None = None, features: Any = None):
         read_end, write_end = os.pipe()
         try:
             pid = os.fork()
@@ -70,7 +70,7 @@ class _Child:
             try:
                 os.close(read_end)
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-                payload = json.dumps(error_lines(documents, release=release)).encode()
+                payload = json.dumps(error_lines(documents, release=release, features=features)).encode()
                 with os.fdopen(write_end, "wb") as pipe:
                     pipe.write(payload)
                 status = 0
@@ -131,9 +131,11 @@ class Alongside:
     progress callback: it costs a select())."""
 
     def __init__(self, documents: list[Document],
-                 validate_here: Callable[[list[Document]], list[str]] = error_lines, release: str | None = None):
+                 validate_here: Callable[[list[Document]], list[str]] = error_lines, release: str | None = None,
+                 features: Any = None):
         self.documents = documents
         self.release = release  # the Kubernetes release whose rules the child validates by (validate_here's own)
+        self.features = features  # and the gates (--features) over its defaults
         self.validate_here = validate_here  # error_lines, or a version of it that shows progress
         self.child: _Child | None = None
 
@@ -144,7 +146,7 @@ class Alongside:
             self._raise_if_any(self.validate_here(self.documents))
             return _nothing
         try:
-            self.child = _Child(self.documents, self.release)
+            self.child = _Child(self.documents, self.release, self.features)
         except OSError:  # no process or pipe to spare: validate here
             self._raise_if_any(self.validate_here(self.documents))
             return _nothing

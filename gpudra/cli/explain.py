@@ -115,7 +115,7 @@ def command(target: tuple[str, ...], paths: tuple[str, ...], namespace: str | No
         documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=False, command="explain")
         namespace = namespace or _default_namespace(paths, kubeconfig, context)
     policy = policy or "kube"
-    with validated_alongside(documents, "explain", validate, release=version) as check:
+    with validated_alongside(documents, "explain", validate, release=version, features=gates) as check:
         warnings = gate_warnings(documents, version, gates)  # before the work, which fills in fields of the objects
         try:
             objects = v1_objects(documents)

@@ -46,14 +46,14 @@ def read_documents(paths: Iterable[str]) -> list[Document]:
     return documents
 
 
-def validation_errors(documents: list[Document], release: str | None = None) -> list[str]:
+def validation_errors(documents: list[Document], release: str | None = None, features: Any = None) -> list[str]:
     """`gpudra validate --kubernetes-version RELEASE`'s errors for the documents, rendered (the gate warnings,
     for the command's release, are gate_warnings)."""
     from gpudra.cli.background import error_lines
     from gpudra.cli.progress import progress
 
     with progress() as bar:  # thousands of slices take seconds
-        return error_lines(documents, bar, release=release)
+        return error_lines(documents, bar, release=release, features=features)
 
 
 def require_valid(documents: list[Document], command: str, no_validate: bool = True,
@@ -68,7 +68,8 @@ def require_valid(documents: list[Document], command: str, no_validate: bool = T
 
 @contextmanager
 def validated_alongside(documents: list[Document], command: str, validate: bool = True,
-                        no_validate: bool = True, release: str | None = None) -> Iterator[Callable[[], None]]:
+                        no_validate: bool = True, release: str | None = None,
+                        features: Any = None) -> Iterator[Callable[[], None]]:
     """`with validated_alongside(documents, "schedule") as check:` around the command's work, before it prints
     anything: require_valid's refusal, but validation runs during the work where a second core can take it
     (gpudra.cli.background). `check()` stops the work early once the input is known to be invalid; call it
@@ -78,7 +79,7 @@ def validated_alongside(documents: list[Document], command: str, validate: bool 
 
     manifests = [document for document in documents if document.source != CLUSTER_SOURCE] if validate else []
     try:
-        with Alongside(manifests, lambda docs: validation_errors(docs, release), release) as check:
+        with Alongside(manifests, lambda docs: validation_errors(docs, release, features), release, features) as check:
             yield check
     except ValidationFailed as failed:
         raise invalid_input(failed.lines, command, no_validate) from None

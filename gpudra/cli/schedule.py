@@ -54,7 +54,7 @@ def command(paths: tuple[str, ...], kubeconfig: str | None, context: str | None,
 
     version, gates = release_and_features(kubernetes_version, features, paths, kubeconfig, context, request_timeout)
     documents = read_inputs(paths, kubeconfig, context, request_timeout, validate=False, command="schedule")
-    with validated_alongside(documents, "schedule", validate, release=version) as check:
+    with validated_alongside(documents, "schedule", validate, release=version, features=gates) as check:
         warnings = gate_warnings(documents, version, gates)  # before the scheduler fills in fields of the objects
         try:
             cluster = ManagedCluster(v1_objects(documents), gates, version)

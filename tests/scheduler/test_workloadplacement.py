@@ -252,6 +252,10 @@ def test_explain_names_the_domains_tried(tmp_path):
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump_all(_racks() + _group(3, cpu="6")))
     result = CliRunner().invoke(cli, ["explain", "pod/w-0", "-n", "default", "-f", str(path), "--kubernetes-version", "1.36",
-                                      "--features", GATES, "--no-validate"])
+                                      "--features", GATES])  # validated with the gates --features names
     assert "0/2 placements are available" in result.output, result.output
     assert "rack=a (2 of 3 pods placed)" in result.output and "rack=b (2 of 3" in result.output, result.output
+    without = CliRunner().invoke(cli, ["explain", "pod/w-0", "-n", "default", "-f", str(path), "--kubernetes-version",
+                                       "1.36", "--features", GATES.replace(",+TopologyAwareWorkloadScheduling", "")])
+    assert without.exit_code == 1, without.output  # the API server forbids the field while its gate is off
+    assert "schedulingConstraints: Forbidden" in without.output, without.output
