@@ -19,9 +19,9 @@ timing process, each the median of 5 timing windows; the ×Go columns are gpudra
 (above 1: gpudra is faster), which moves least when other work shares the machine.
 
 The Go side is k8s/cmd/allocate-bench over k8s.io/dynamic-resource-allocation/structured at the version k8s/go.mod
-pins (built with `go build -trimpath` on first use into $XDG_CACHE_HOME/gpudra/allocate-bench/, then reused; see
-benchmarks/go_allocator.py). Both allocators run with that Kubernetes release's default gates unless --features
-says otherwise, and must give the same answer on every scenario: a difference is printed and the exit code is 1.
+pins, or with --kubernetes-version 1.N the one k8s/releases/v1.N.mod pins (built with `go build -trimpath` on
+first use into $XDG_CACHE_HOME/gpudra/kube/, then reused; see benchmarks/go_allocator.py). Both allocators run
+with that Kubernetes release's default gates unless --features says otherwise, and must give the same answer on every scenario: a difference is printed and the exit code is 1.
 Without Go on PATH (or with --no-go) gpudra is timed alone and stderr says so. Generate clusters with
 benchmarks/gen_cluster.py. With --json the last line is one JSON object {"allocate_per_s": …, "per_pod_per_s": …}
 for gpudra on the first scenario, with every scenario (Go's rates and the ratios included) under "scenarios".
@@ -203,15 +203,17 @@ def print_table(node_name: str, rows: list[dict[str, Any]]) -> None:
         )
 
 
-def prepare_harness(wanted: bool) -> tuple[go_allocator.Harness | None, str | None]:
-    """The Go harness, or None and why not (no Go on PATH, --no-go); a failed build raises HarnessError."""
+def prepare_harness(wanted: bool, kubernetes_version: str | None = None
+                    ) -> tuple[go_allocator.Harness | None, str | None]:
+    """The Go harness built against `kubernetes_version` (None: k8s/go.mod's release), or None and why not (no Go
+    on PATH, --no-go); a failed build raises HarnessError."""
     if not wanted:
         return None, "--no-go: timing gpudra alone"
     go = go_allocator.find_go()
     if go is None:
         return None, "go is not on PATH: timing gpudra alone (install Go to time the upstream allocator beside it)"
     started = time.perf_counter()
-    harness = go_allocator.build_harness(go)
+    harness = go_allocator.build_harness(go, kubernetes_version)
     how = f"built in {time.perf_counter() - started:.1f} s" if harness.built else "reused"
     return harness, f"Go allocator: {go_allocator.ALLOCATOR_MODULE} {harness.release} ({harness.binary}, {how})"
 
@@ -221,8 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("file", help="cluster manifests (DeviceClasses, ResourceSlices, Nodes, claims)")
     parser.add_argument("--node", required=True, help="node to allocate on")
     parser.add_argument("--scenario", choices=["one-gpu", "nvlink-8", "file", "builtin"], default=None)
+    parser.add_argument("--kubernetes-version", default=None, metavar="1.N",
+                        help="the release both allocators follow: gpudra's gates and the Go allocator of that "
+                             "release (k8s/releases/v1.N.mod; default: the release k8s/go.mod pins)")
     parser.add_argument("--features", default="default",
-                        help="allocator gates, `default` being those of the release k8s/go.mod pins (default)")
+                        help="allocator gates, `default` being those of the Kubernetes release (default)")
     parser.add_argument("--seconds", type=float, default=1.0, help="timing per measurement (default 1)")
     parser.add_argument("--no-go", action="store_true", help="time gpudra alone")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
@@ -232,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         objects = [apply_defaults(obj) for obj in load_objects([args.file])]
-        release = go_allocator.kubernetes_release()
+        release = go_allocator.kubernetes_release(args.kubernetes_version)
         features = Features.parse(args.features, version=release)
     except LoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -259,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         plans.append((f"{len(pending)} claim(s) from file", pending))
 
     try:
-        harness, note = prepare_harness(not args.no_go)
+        harness, note = prepare_harness(not args.no_go, args.kubernetes_version)
     except go_allocator.HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

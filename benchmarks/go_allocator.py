@@ -43,32 +43,47 @@ def find_go() -> str | None:
     return shutil.which(named) if named else shutil.which("go")
 
 
-def allocator_release() -> str:
-    """The version k8s/go.mod pins the upstream allocator module to (its replace directive)."""
-    text = (GO_MODULE / "go.mod").read_text(encoding="utf-8")
+def _mod_file(kubernetes_version: str | None) -> Path:
+    """The go.mod that pins `kubernetes_version` ("1.36"; None: k8s/go.mod, the module's own release)."""
+    from gpudra.errors import GpudraError
+    from gpudra.kubecluster.build import mod_file
+
+    try:
+        return GO_MODULE / mod_file(str(GO_MODULE), kubernetes_version)
+    except GpudraError as exc:
+        raise HarnessError(str(exc)) from exc
+
+
+def allocator_release(kubernetes_version: str | None = None) -> str:
+    """The version the release's go.mod (k8s/go.mod, or k8s/releases/v1.36.mod for "1.36") pins the upstream
+    allocator module to (its replace directive)."""
+    path = _mod_file(kubernetes_version)
+    text = path.read_text(encoding="utf-8")
     match = re.search(rf"^\s*{re.escape(ALLOCATOR_MODULE)}\s*=>\s*{re.escape(ALLOCATOR_MODULE)}\s+(v\S+)", text, re.M)
     if not match:
-        raise HarnessError(f"k8s/go.mod has no replace directive for {ALLOCATOR_MODULE}")
+        raise HarnessError(f"{path.relative_to(ROOT)} has no replace directive for {ALLOCATOR_MODULE}")
     return match.group(1)
 
 
-def kubernetes_release() -> str:
+def kubernetes_release(kubernetes_version: str | None = None) -> str:
     """The Kubernetes minor release of the pinned allocator (staging v0.34.4 ships with Kubernetes 1.34.4)."""
-    major_minor = re.match(r"v0\.(\d+)\.", allocator_release())
+    release = allocator_release(kubernetes_version)
+    major_minor = re.match(r"v0\.(\d+)\.", release)
     if not major_minor:
-        raise HarnessError(f"{ALLOCATOR_MODULE} {allocator_release()} is not a staging release v0.N.P")
+        raise HarnessError(f"{ALLOCATOR_MODULE} {release} is not a staging release v0.N.P")
     return f"1.{major_minor.group(1)}"
 
 
-def build_harness(go: str) -> Harness:
-    """The cached harness binary for these sources and this toolchain, built first when missing (the one cached
-    Go build of the repository, gpudra.kubecluster.build)."""
+def build_harness(go: str, kubernetes_version: str | None = None) -> Harness:
+    """The cached harness binary for these sources, this toolchain and the release (None: k8s/go.mod's; "1.36":
+    k8s/releases/v1.36.mod), built first when missing (the one cached Go build of the repository,
+    gpudra.kubecluster.build)."""
     from gpudra.errors import GpudraError
     from gpudra.kubecluster.build import build_command
 
-    release = allocator_release()
+    release = allocator_release(kubernetes_version)
     try:
-        built = build_command(HARNESS_PACKAGE.rsplit("/", 1)[1], str(GO_MODULE))
+        built = build_command(HARNESS_PACKAGE.rsplit("/", 1)[1], str(GO_MODULE), release=kubernetes_version)
     except GpudraError as exc:
         raise HarnessError(str(exc)) from exc
     return Harness(Path(built.binary), built=built.built, release=release)
@@ -124,3 +139,75 @@ def same_answer(gpudra_outcome: str, gpudra_allocations: list[Any] | None, go_an
     if go_results is None:
         return gpudra_outcome == "unallocatable"
     return gpudra_outcome == "allocated" and comparable(gpudra_allocations or []) == comparable(go_results)
+
+
+class GoAllocator:
+    """The upstream allocator answering call by call through `allocate-bench -serve`, with the part of gpudra's
+    Allocator that gpudra.allocator.report.build_report uses (allocate, fits, add_allocated_claim): the report's
+    modes then run over the live Go answers. One harness process serves many clusters (`state` replaces the last);
+    upstream's Allocate has no deadline here, as the conformance oracle's had none."""
+
+    def __init__(self, harness: Harness):
+        self.harness = harness
+        self.process = subprocess.Popen([str(harness.binary), "-serve"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+
+    def close(self) -> None:
+        if self.process.stdin:
+            self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+    def _call(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()
+        except OSError as exc:
+            raise HarnessError(f"{self.harness.binary} -serve: {exc}") from exc
+        if not line:
+            stderr = self.process.stderr.read() if self.process.stderr else ""
+            raise HarnessError(f"{self.harness.binary} -serve stopped: {stderr.strip()}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def cluster(self, device_classes: list[dict[str, Any]], slices: list[dict[str, Any]],
+                allocated_claims: list[dict[str, Any]] | None = None, features: Any = None,
+                device_taint_rules: list[dict[str, Any]] | None = None) -> "GoAllocator":
+        """Load a cluster (gpudra's Allocator's arguments, `features` a gpudra Features); returns self, so that
+        `lambda *a, **k: go.cluster(*a, **k)` stands where build_report makes gpudra's Allocator."""
+        from gpudra.allocator import FEATURE_NAMES
+        from gpudra.api.defaults import apply_defaults
+
+        if device_taint_rules:
+            raise HarnessError("DeviceTaintRules: the scheduler applies them to the slices before the allocator; "
+                               "allocate-bench takes the slices as they are")
+        # the objects as the API server stores them, defaulted (upstream's allocator reads e.g. allocationMode
+        # unset as an unsupported mode; gpudra's reads it as the default)
+        self._call({"op": "state", "deviceClasses": [apply_defaults(c) for c in device_classes],
+                    "resourceSlices": [apply_defaults(s) for s in slices],
+                    "allocatedClaims": [apply_defaults(c) for c in allocated_claims or []],
+                    "features": feature_names(features, FEATURE_NAMES),
+                    "allocators": [features.variant] if features.variant else []})
+        return self
+
+    def allocate(self, node: Any, claims: list[dict[str, Any]], timeout: float | None = None) -> Any:
+        from gpudra.allocator.outcome import AllocationOutcome
+
+        if isinstance(node, str):
+            node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
+        from gpudra.api.defaults import apply_defaults
+
+        answer = self._call({"op": "allocate", "node": node, "claims": [apply_defaults(c) for c in claims]})
+        if answer.get("error"):
+            return AllocationOutcome("error", error=answer["error"], error_node_local=bool(answer.get("errorNodeLocal")))
+        if answer.get("results") is None:
+            return AllocationOutcome("unallocatable")
+        return AllocationOutcome("allocated", allocations=answer["results"])
+
+    fits = allocate
+
+    def add_allocated_claim(self, claim: dict[str, Any]) -> None:
+        from gpudra.api.defaults import apply_defaults
+
+        self._call({"op": "allocated", "claim": apply_defaults(claim)})

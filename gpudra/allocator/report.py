@@ -114,6 +114,7 @@ def build_report(
     timeout: float | None = FILTER_TIMEOUT_S,
     progress: Callable[[str, int, int], None] | None = None,
     summary: bool = False,
+    allocator_factory: Callable[..., Any] | None = None,
 ) -> AllocationReport:
     """The brief report; `timeout` (seconds) bounds each allocate() call like the scheduler's
     Filter timeout (10 s by default, as upstream): a longer search is a node-local error; None: no limit.
@@ -121,7 +122,10 @@ def build_report(
 
     `summary` (mode each): per claim only the entry of the first node where it fits (else of the first error),
     and `nodesThatFit` counts the others: what a reader of the claims needs, without one entry per claim and node
-    (1,000 claims on 2,000 nodes are two million entries)."""
+    (1,000 claims on 2,000 nodes are two million entries).
+
+    `allocator_factory` stands for gpudra's Allocator (same arguments; allocate, fits and add_allocated_claim as it
+    has them): the tests run these modes over the upstream Go allocator (benchmarks/go_allocator.py GoAllocator)."""
     report_progress = progress or (lambda what, done, total: None)
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
@@ -140,8 +144,8 @@ def build_report(
     node_objects = {_object_name(n): n for n in kinds["Node"]}
     node_refs = [node_objects.get(name, name) for name in node_names]
 
-    allocator = Allocator(kinds["DeviceClass"], kinds["ResourceSlice"], allocated, features,
-                          device_taint_rules=kinds["DeviceTaintRule"])
+    allocator = (allocator_factory or Allocator)(kinds["DeviceClass"], kinds["ResourceSlice"], allocated, features,
+                                                 device_taint_rules=kinds["DeviceTaintRule"])
     results: list[ReportEntry] = []
     report: AllocationReport = {}
     if mode == "together":

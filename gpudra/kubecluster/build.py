@@ -158,18 +158,27 @@ def cache_root() -> str:
     return os.path.join(base, "gpudra", "kube")
 
 
+def release_tag(release: str) -> str:
+    """The build tag a build against `release` ("v1.36.3") carries: k8s_1_36. A harness keeps what differs between
+    the releases' APIs in files of their own (k8s/cmd/allocate-bench/release_1_36.go: `//go:build k8s_1_36`; the
+    module's own release's file is the untagged default, so a plain `go build` works)."""
+    return "k8s_" + _minor(release).replace(".", "_")
+
+
 def build_command(command: str, module: str | None = None, say: Callable[[str], None] = lambda _: None,
-                  cache: str | None = None, ldflags: str | None = None, release: str | None = None) -> Built:
+                  cache: str | None = None, ldflags: str | None = None, release: str | None = None,
+                  tagged: bool = True) -> Built:
     """The module's `cmd/<command>` built once into the cache and reused (`kube`, the control plane; the Go
     harnesses the tests and benchmarks run beside gpudra: `allocate-bench`, `cel-oracle`), against the module's
-    own release or another one it pins (`release`, "1.36": releases/v1.36.mod)."""
+    own release or another one it pins (`release`, "1.36": releases/v1.36.mod), with the release's build tag
+    (`tagged`; release_tag)."""
     module = module_dir(module)
     modfile = mod_file(module, release)
     resolved = kubernetes_release(module, release)
     go = go_binary()
     package = f"./cmd/{command}"
     flags = ["-trimpath"] + ([f"-modfile={modfile}"] if modfile != "go.mod" else []) + (
-        ["-ldflags", ldflags] if ldflags else [])
+        [f"-tags={release_tag(resolved)}"] if tagged else []) + (["-ldflags", ldflags] if ldflags else [])
     key = cache_key(module, _go_version(go), flags, package, modfile)
     target_dir = os.path.join(cache or cache_root(), f"{command}-{resolved}-{key}")
     binary = os.path.join(target_dir, command)
@@ -198,7 +207,8 @@ def build(module: str | None = None, say: Callable[[str], None] = lambda _: None
     version = kubernetes_release(module_dir(module), release)
     say(f"Kubernetes {version} (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl): "
         "from the cache, or built from Go modules (minutes on a cold Go cache)")
-    built = build_command(BINARY, module, say, cache, ldflags=_ldflags(version), release=release)
+    # the control plane has no per-release files: untagged, its flags (and so its cached binary) stay as they were
+    built = build_command(BINARY, module, say, cache, ldflags=_ldflags(version), release=release, tagged=False)
     kubectl = os.path.join(os.path.dirname(built.binary), "kubectl")
     if not os.path.lexists(kubectl):
         os.symlink(BINARY, kubectl)

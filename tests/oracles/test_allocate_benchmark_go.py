@@ -1,6 +1,8 @@
 """benchmarks/allocate.py beside the real Go allocator: the harness (k8s/cmd/allocate-bench over
-k8s.io/dynamic-resource-allocation/structured at the release k8s/go.mod pins) builds, answers exactly as gpudra's
-allocator on a generated cluster, and without Go the benchmark times gpudra alone and says so. No verdict on speed."""
+k8s.io/dynamic-resource-allocation/structured at each release gpudra's Go module pins: k8s/go.mod's 1.34 and
+k8s/releases/v1.36.mod's, --kubernetes-version 1.36) builds, answers exactly as gpudra's allocator with that
+release's gates on a generated cluster, and without Go the benchmark times gpudra alone and says so. No verdict on
+speed."""
 
 from __future__ import annotations
 
@@ -43,6 +45,10 @@ def allocated_claim(node: str, devices: list[str]) -> dict[str, Any]:
     return claim
 
 
+# each release gpudra's Go module pins: None is k8s/go.mod's own (1.34), "1.36" is k8s/releases/v1.36.mod
+RELEASES = [None, "1.36"]
+
+
 def run_benchmark(path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(BENCHMARKS / "allocate.py"), str(path), "--seconds", "0.01", "--json", *args],
@@ -61,15 +67,20 @@ def cluster_file(tmp_path: Path, extra: list[dict[str, Any]]) -> Path:
 
 @needs_go
 @pytest.mark.timeout(go_allocator.BUILD_TIMEOUT_S + 300)  # a cold build compiles client-go and CEL: minutes on 2 cores
-def test_the_go_harness_builds_and_gives_gpudras_answers(tmp_path):
+@pytest.mark.parametrize("release", RELEASES, ids=["go.mod", "1.36"])
+def test_the_go_harness_builds_and_gives_gpudras_answers(tmp_path, release):
+    """Each release's Go allocator beside gpudra's allocator with that release's gates (--kubernetes-version)."""
     node = gen_cluster.node_name(1)
     held = allocated_claim(node, ["gpu-0", "gpu-1", "gpu-2", "gpu-3"])
     pending = [gen_cluster.gpu_claim("train", 3, match_nvlink=True), gen_cluster.gpu_claim("serve", 1)]
-    completed = run_benchmark(cluster_file(tmp_path, [held, *pending]), "--node", node)
+    version = ("--kubernetes-version", release) if release else ()
+    completed = run_benchmark(cluster_file(tmp_path, [held, *pending]), "--node", node, *version)
     assert completed.returncode == 0, completed.stderr
     summary = json.loads(completed.stdout.strip().splitlines()[-1])
     assert summary["go_allocator"]["module"] == "k8s.io/dynamic-resource-allocation"
-    assert summary["go_allocator"]["version"] == go_allocator.allocator_release()
+    assert summary["go_allocator"]["version"] == go_allocator.allocator_release(release)
+    assert summary["go_allocator"]["version"].startswith("v0.36." if release == "1.36" else "v0.34.")
+    assert summary["kubernetes"] == (release or "1.34")
     (row,) = summary["scenarios"]
     assert row["same_answer"] is True and row["outcome"] == row["go_outcome"] == "allocated"
     # upstream's own answer, not only agreement: the three GPUs of the free NVLink domain, then the fourth
@@ -79,7 +90,7 @@ def test_the_go_harness_builds_and_gives_gpudras_answers(tmp_path):
         assert row[measure] > 0
 
     # the built-in scenarios on the same node: 1 GPU fits, 8 on one NVLink domain cannot (four are held)
-    completed = run_benchmark(cluster_file(tmp_path, [held]), "--node", node, "--scenario", "builtin")
+    completed = run_benchmark(cluster_file(tmp_path, [held]), "--node", node, "--scenario", "builtin", *version)
     assert completed.returncode == 0, completed.stderr
     assert "reused" in completed.stderr  # the first run's build is in the cache
     rows = json.loads(completed.stdout.strip().splitlines()[-1])["scenarios"]

@@ -155,3 +155,63 @@ def test_cost_estimates_are_cel_go_s(reading):
             differences.append(f"{case['id']} {case['expression']}: cel-go {answer['estimatedCost']}, "
                                f"gpudra {selector.estimated_cost}")
     assert compared > 150 and not differences, "\n".join(differences)
+
+
+# ----- the recorded answers re-derived from the live CEL environment of the release -----
+
+# Go ranges over a map in random order: an `exists` over the attribute map stops at the match, so its actual cost
+# differs from run to run (the outcome does not)
+MAP_ORDER_COSTS = {"035", "163"}
+
+
+def live_answers(cases: list[dict], release: str | None) -> dict[str, dict]:
+    """k8s/cmd/cel-oracle built against `release` ("1.36": k8s/releases/v1.36.mod; None: k8s/go.mod's 1.34)."""
+    import subprocess
+
+    from support.realkube import require_go
+
+    from gpudra.kubecluster.build import build_command
+
+    require_go()  # skipped without Go, naming it; where Go is, .ci/run makes a skip a failure
+    binary = build_command("cel-oracle", str(Path(__file__).resolve().parents[2] / "k8s"), release=release).binary
+    run = subprocess.run([str(binary)], input=json.dumps({"cases": cases}), capture_output=True, text=True,
+                         timeout=600, check=True)
+    return {answer["id"]: answer for answer in map(json.loads, run.stdout.splitlines())}
+
+
+@pytest.mark.timeout(3600)  # the harness may need a build (a minute with the 1.36 control plane's Go cache)
+@pytest.mark.parametrize("reading", sorted(READINGS))
+def test_the_recorded_answers_are_the_live_1_36_environment_s(reading):
+    """cases-*.json through the real 1.36 CEL environment now: outcome, actual cost and (API server's reading)
+    estimated cost as recorded from v0.36.2."""
+    pairs = READINGS[reading]
+    fresh = live_answers([case for case, _ in pairs], "1.36")
+    differences = []
+    for case, answer in pairs:
+        live = fresh[case["id"]]
+        if upstream_outcome(live, reading) != upstream_outcome(answer, reading):
+            differences.append(f"{case['id']}: live {upstream_outcome(live, reading)}, "
+                               f"recorded {upstream_outcome(answer, reading)}")
+        if case["id"] not in MAP_ORDER_COSTS and live.get("actualCost") != answer.get("actualCost"):
+            differences.append(f"{case['id']}: actual cost live {live.get('actualCost')}, "
+                               f"recorded {answer.get('actualCost')}")
+        if live.get("estimatedCost") is not None and live["estimatedCost"] != answer.get("estimatedCost"):
+            differences.append(f"{case['id']}: estimate live {live['estimatedCost']}, "
+                               f"recorded {answer.get('estimatedCost')}")
+    assert not differences, "\n".join(differences)
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("reading", sorted(DERIVED_READINGS))
+@pytest.mark.parametrize("release", ["1.36", "1.34"])
+def test_the_derived_answers_are_the_live_environment_s(reading, release):
+    """The hand-derived answers of cel-derived for a release gpudra's Go module pins (1.36, 1.34), asked of that
+    release's real CEL environment: the same outcome in every case (1.33 and 1.35 have no harness here)."""
+    pairs = [(case, answer) for case, answer in DERIVED_READINGS[reading]
+             if case.get("kubernetesVersion", "1.36") == release]
+    fresh = live_answers([case for case, _ in pairs], None if release == "1.34" else release)
+    differences = [f"{case['id']} [{case['class']}] {case['expression']}: "
+                   f"live {upstream_outcome(fresh[case['id']], reading)}, derived {upstream_outcome(answer, reading)}"
+                   for case, answer in pairs
+                   if upstream_outcome(fresh[case["id"]], reading) != upstream_outcome(answer, reading)]
+    assert len(pairs) >= 3 and not differences, "\n".join(differences)

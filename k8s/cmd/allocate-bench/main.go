@@ -3,6 +3,7 @@
 // allocator, so that both are measured in the same run on the same objects.
 //
 //	allocate-bench INPUT.json
+//	allocate-bench -serve      (allocation answers only, no timing: serve.go)
 //
 // INPUT is one JSON object (the k8s.io/api types decode its objects):
 //
@@ -19,6 +20,10 @@
 //	           `claims` with their own name and uid, as the resourceclaim controller makes them from a template).
 //
 // The claim copies are made before a window starts, outside the timing, as the informer hands them out decoded.
+// The same sources build against every release gpudra's module pins (go.mod: 1.34; releases/v1.36.mod, with the
+// build tag k8s_1_36 that gpudra.kubecluster.build passes): release_1_34.go and release_1_36.go hold the few names
+// that differ between the releases' allocator APIs.
+//
 // How the plugin calls the allocator: k8s.io/kubernetes v1.34.4 pkg/scheduler/framework/plugins/dynamicresources/
 // dynamicresources.go (PreFilter: ListAllAllocatedDevices, NewAllocator with a cel.NewCache(10) kept by the plugin).
 package main
@@ -40,6 +45,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
 )
 
 type input struct {
@@ -49,6 +55,7 @@ type input struct {
 	Node            v1.Node                     `json:"node"`
 	Claims          []resourceapi.ResourceClaim `json:"claims"`
 	Features        map[string]bool             `json:"features"`
+	Allocators      []string                    `json:"allocators"` // upstream variants allowed (--allocator); none: all
 	Seconds         float64                     `json:"seconds"`
 	Windows         int                         `json:"windows"`
 	MinRuns         int                         `json:"minRuns"`
@@ -81,45 +88,67 @@ func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
 }
 
-// features maps gpudra's allocator feature names onto upstream's (one gpudra name covers DeviceBinding and
-// DeviceStatus); a name upstream does not have at this release is an error, not silently dropped.
+// features maps gpudra's allocator feature names onto upstream's Features (setFeature, per release: release_*.go);
+// a name upstream does not have at this release is an error, not silently dropped.
 func features(named map[string]bool) (structured.Features, error) {
 	var f structured.Features
 	for name, on := range named {
-		switch name {
-		case "AdminAccess":
-			f.AdminAccess = on
-		case "ConsumableCapacity":
-			f.ConsumableCapacity = on
-		case "DeviceBindingAndStatus":
-			f.DeviceBinding, f.DeviceStatus = on, on
-		case "DeviceTaints":
-			f.DeviceTaints = on
-		case "PartitionableDevices":
-			f.PartitionableDevices = on
-		case "PrioritizedList":
-			f.PrioritizedList = on
-		default:
-			if on {
-				return f, fmt.Errorf("feature %s does not exist in this release's allocator", name)
-			}
+		if !setFeature(&f, name, on) && on {
+			return f, fmt.Errorf("feature %s does not exist in this release's allocator", name)
 		}
 	}
 	return f, nil
 }
 
-// allocatedDevices is what the claim tracker's ListAllAllocatedDevices returns for these claims.
-func allocatedDevices(claims []*resourceapi.ResourceClaim) sets.Set[structured.DeviceID] {
-	devices := sets.New[structured.DeviceID]()
+// setCommonFeature sets the features both releases name alike; false for a name it does not know.
+func setCommonFeature(f *structured.Features, name string, on bool) bool {
+	switch name {
+	case "AdminAccess":
+		f.AdminAccess = on
+	case "ConsumableCapacity":
+		f.ConsumableCapacity = on
+	case "DeviceTaints":
+		f.DeviceTaints = on
+	case "PartitionableDevices":
+		f.PartitionableDevices = on
+	case "PrioritizedList":
+		f.PrioritizedList = on
+	default:
+		return false
+	}
+	return true
+}
+
+// allocatedState is what the scheduler's claim tracker hands NewAllocator for these claims (k8s.io/kubernetes
+// v1.36.0 and v1.34.4 pkg/scheduler/framework/plugins/dynamicresources/allocateddevices.go foreachAllocatedDevice):
+// a device allocated with admin access is not allocated; with consumable capacity on, a result with a shareID is
+// a shared device whose consumed capacity adds up, every other one is taken whole.
+func allocatedState(claims []*resourceapi.ResourceClaim, f structured.Features) structured.AllocatedState {
+	state := structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
 	for _, claim := range claims {
 		if claim.Status.Allocation == nil {
 			continue
 		}
 		for _, result := range claim.Status.Allocation.Devices.Results {
-			devices.Insert(structured.MakeDeviceID(result.Driver, result.Pool, result.Device))
+			if ptr.Deref(result.AdminAccess, false) {
+				continue
+			}
+			device := structured.MakeDeviceID(result.Driver, result.Pool, result.Device)
+			if f.ConsumableCapacity && result.ShareID != nil {
+				state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(device, result.ShareID))
+				if result.ConsumedCapacity != nil {
+					state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(device, result.ConsumedCapacity))
+				}
+				continue
+			}
+			state.AllocatedDevices.Insert(device)
 		}
 	}
-	return devices
+	return state
 }
 
 func cpuSeconds() float64 {
@@ -187,6 +216,9 @@ func pointers[T any](objects []T) []*T {
 
 func run(in *input) (*output, error) {
 	ctx := context.Background()
+	if err := enableAllocators(in.Allocators); err != nil {
+		return nil, err
+	}
 	f, err := features(in.Features)
 	if err != nil {
 		return nil, err
@@ -198,14 +230,9 @@ func run(in *input) (*output, error) {
 	slices := pointers(in.ResourceSlices)
 	allocated := pointers(in.AllocatedClaims)
 	claims := pointers(in.Claims)
-	celCache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: f.ConsumableCapacity})
+	celCache := cel.NewCache(10, celFeatures(f))
 	newAllocator := func() (structured.Allocator, error) {
-		state := structured.AllocatedState{
-			AllocatedDevices:         allocatedDevices(allocated),
-			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-		}
-		return structured.NewAllocator(ctx, f, state, classes, slices, celCache)
+		return structured.NewAllocator(ctx, f, allocatedState(allocated, f), classes, slices, celCache)
 	}
 
 	out := &output{}
@@ -253,8 +280,15 @@ func run(in *input) (*output, error) {
 }
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == "-serve" {
+		if err := serve(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "error: %v\n", err)
+			os.Exit(2)
+		}
+		return
+	}
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: allocate-bench INPUT.json")
+		fmt.Fprintln(os.Stderr, "usage: allocate-bench INPUT.json | allocate-bench -serve")
 		os.Exit(2)
 	}
 	data, err := os.ReadFile(os.Args[1])

@@ -12,7 +12,8 @@
 // Each answer is one JSON line: id, expression, compileError, estimatedCost, result or runtimeError, actualCost,
 // and with -timing the seconds spent compiling and evaluating. Nothing here re-implements Kubernetes: the
 // compiler, environment, cost limit and device conversion are the package's own (k8s.io/dynamic-resource-allocation
-// v0.34.4, cel-go v0.26.0, pinned by ../../go.mod).
+// v0.34.4 pinned by ../../go.mod, or v0.36.3 by ../../releases/v1.36.mod with the build tag k8s_1_36; cel-go
+// v0.26.0 in both). The features each release's compiler knows: release_1_34.go, release_1_36.go.
 package main
 
 import (
@@ -37,6 +38,7 @@ type device struct {
 
 type features struct {
 	ConsumableCapacity bool `json:"consumableCapacity"`
+	ListTypeAttributes bool `json:"listTypeAttributes"` // 1.36 on (release_1_36.go)
 }
 
 type testCase struct {
@@ -80,9 +82,13 @@ func seconds(d time.Duration) *float64 {
 	return &s
 }
 
-func run(c testCase, timing bool) answer {
+func run(c testCase, timing bool) (answer, error) {
 	a := answer{ID: c.ID, Expression: c.Expression}
-	compiler := dracel.GetCompiler(dracel.Features{EnableConsumableCapacity: c.Features.ConsumableCapacity})
+	celFeatures, err := compilerFeatures(c.Features)
+	if err != nil {
+		return a, fmt.Errorf("case %s: %w", c.ID, err)
+	}
+	compiler := dracel.GetCompiler(celFeatures)
 	options := dracel.Options{DisableCostEstimation: true} // cache.go: the scheduler's GetOrCompile
 	switch c.EnvType {
 	case "", "stored":
@@ -90,8 +96,7 @@ func run(c testCase, timing bool) answer {
 		newExpressions := environment.NewExpressions
 		options = dracel.Options{EnvType: &newExpressions}
 	default:
-		a.CompileError = fmt.Sprintf("cel-oracle: unknown envType %q", c.EnvType)
-		return a
+		return a, fmt.Errorf("case %s: unknown envType %q", c.ID, c.EnvType)
 	}
 	start := time.Now()
 	compiled := compiler.CompileCELExpression(c.Expression, options)
@@ -100,7 +105,7 @@ func run(c testCase, timing bool) answer {
 	}
 	if compiled.Error != nil {
 		a.CompileError = compiled.Error.Error()
-		return a
+		return a, nil
 	}
 	if !options.DisableCostEstimation {
 		estimate := compiled.MaxCost
@@ -126,7 +131,7 @@ func run(c testCase, timing bool) answer {
 	} else {
 		a.Result = &matches
 	}
-	return a
+	return a, nil
 }
 
 func main() {
@@ -145,7 +150,12 @@ func main() {
 	out := json.NewEncoder(os.Stdout)
 	out.SetEscapeHTML(false)
 	for _, c := range cases {
-		if err := out.Encode(run(c, *timing)); err != nil {
+		a, err := run(c, *timing)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "error: %v\n", err)
+			os.Exit(2)
+		}
+		if err := out.Encode(a); err != nil {
 			fmt.Fprintf(os.Stderr, "error: writing: %v\n", err)
 			os.Exit(2)
 		}
