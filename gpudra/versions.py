@@ -303,6 +303,10 @@ KNOWN_PATCH_ISSUES: tuple[PatchIssue, ...] = (
     PatchIssue("1.34", 2, "a DeviceClass's config in a ResourceClaim's status (source FromClass) does not name "
                           "the requests it applies to",
                "kubernetes/kubernetes#135098, CHANGELOG-1.34 v1.34.2"),
+    # gpudra's allocator answers as 1.36.2 (the release of its conformance cases): see docs/known-limits.md
+    PatchIssue("1.36", 3, "a device that a taint, a constraint or capacity rejects keeps the shared counters it "
+                          "reserved, so a claim that fits the node's partitionable devices can be refused",
+               "kubernetes/kubernetes#140663, CHANGELOG-1.36 v1.36.3"),
 )
 
 

@@ -1,6 +1,6 @@
 """Pin a Kubernetes release in gpudra's Go module (k8s/): write its go.mod (or releases/v<minor>.mod) and go.sum.
 
-    python tools/kube_release.py v1.36.3            # k8s/releases/v1.36.mod + .sum (`gpudra kube build --kubernetes-version 1.36`)
+    python tools/kube_release.py v1.36.2            # k8s/releases/v1.36.mod + .sum (`gpudra kube build --kubernetes-version 1.36`)
     python tools/kube_release.py v1.34.4 --default  # k8s/go.mod + go.sum: the module's own release
 
 A program that imports k8s.io/kubernetes must pin every staging module (k8s.io/api, k8s.io/client-go, ...) to the
@@ -53,7 +53,7 @@ def pinned_module_text(version: str, upstream: str, default: bool) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("version", help="k8s.io/kubernetes version, e.g. v1.36.3")
+    parser.add_argument("version", help="k8s.io/kubernetes version, e.g. v1.36.2")
     parser.add_argument("--default", action="store_true", help="rewrite k8s/go.mod (the module's own release)")
     args = parser.parse_args()
     version = "v" + args.version.lstrip("v")

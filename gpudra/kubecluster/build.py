@@ -159,7 +159,7 @@ def cache_root() -> str:
 
 
 def release_tag(release: str) -> str:
-    """The build tag a build against `release` ("v1.36.3") carries: k8s_1_36. A harness keeps what differs between
+    """The build tag a build against `release` ("v1.36.2") carries: k8s_1_36. A harness keeps what differs between
     the releases' APIs in files of their own (k8s/cmd/allocate-bench/release_1_36.go: `//go:build k8s_1_36`; the
     module's own release's file is the untagged default, so a plain `go build` works)."""
     return "k8s_" + _minor(release).replace(".", "_")

@@ -351,6 +351,13 @@ def test_patch_releases_with_known_dra_issues_are_warned_about(tmp_path, version
         assert "fixed in 1.34.2" in result.output
 
 
+@pytest.mark.parametrize("version, warned", [("1.36.2", True), ("1.36.0", True), ("1.36.3", False), ("1.36", False)])
+def test_the_136_counter_leak_is_named_to_its_patch_releases(tmp_path, version, warned):
+    result = _validate(tmp_path, [_claim("resource.k8s.io/v1")], "--kubernetes-version", version)
+    assert result.exit_code == 0, result.output
+    assert ("kubernetes/kubernetes#140663" in result.output) == warned
+
+
 def test_every_known_issue_cites_its_upstream_fix():
     assert KNOWN_PATCH_ISSUES
     for issue in KNOWN_PATCH_ISSUES:

@@ -1,6 +1,6 @@
 //go:build k8s_1_36
 
-// Kubernetes 1.36's allocator API (k8s.io/dynamic-resource-allocation v0.36.3 structured/internal/types.go Features,
+// Kubernetes 1.36's allocator API (k8s.io/dynamic-resource-allocation v0.36.2 structured/internal/types.go Features,
 // cel/compile.go Features, structured/allocator.go ErrFailedAllocationOnNode), built with releases/v1.36.mod and
 // the tag k8s_1_36.
 

@@ -12,7 +12,7 @@
 // Each answer is one JSON line: id, expression, compileError, estimatedCost, result or runtimeError, actualCost,
 // and with -timing the seconds spent compiling and evaluating. Nothing here re-implements Kubernetes: the
 // compiler, environment, cost limit and device conversion are the package's own (k8s.io/dynamic-resource-allocation
-// v0.34.4 pinned by ../../go.mod, or v0.36.3 by ../../releases/v1.36.mod with the build tag k8s_1_36; cel-go
+// v0.34.4 pinned by ../../go.mod, or v0.36.2 by ../../releases/v1.36.mod with the build tag k8s_1_36; cel-go
 // v0.26.0 in both). The features each release's compiler knows: release_1_34.go, release_1_36.go.
 package main
 
