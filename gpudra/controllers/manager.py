@@ -78,10 +78,6 @@ class ManagedCluster(ClusterState):
                     self.add_pod(pod)
             elif is_domain(obj):
                 self._add_domain_template(obj)
-        if self.workload_claims():
-            for obj in objects:
-                if is_pod_group(obj):
-                    self.claims_for_pod_group(obj)  # before any pod of the group asks for them
         nodes = [self.nodes[name] for name in self.node_names()]
         for daemonset in daemonsets:
             try:
@@ -91,7 +87,11 @@ class ManagedCluster(ClusterState):
                 continue
             for pod in pods:
                 self.add_pod(pod)
-        self.sync()
+        self.sync()  # runs claims_for_pod, which makes the claims of a pod's group as it needs them
+        if self.workload_claims():
+            for obj in objects:
+                if is_pod_group(obj):
+                    self.claims_for_pod_group(obj)  # a group whose pods are not there yet
 
     def _add_domain_template(self, domain: dict[str, Any]) -> None:
         """A ComputeDomain's channel template, as its controller creates it (gpudra.computedomain), where the input

@@ -8,12 +8,15 @@ resourceclaim.go do. Two simulated GB200 NVL72 racks of two trays each; no GB200
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from gpudra.cli import cli
-from gpudra.cluster.controller import reconcile
+from gpudra.cluster.controller import ControlLoop, reconcile
+from gpudra.controllers import ManagedCluster
 from gpudra.cluster.layout import ClusterConfig, ClusterDir, parse_racks
 from gpudra.cluster.nodes import install_device_classes, up
 
@@ -110,3 +113,30 @@ def test_without_the_gate_each_pod_gets_its_own_claim(cluster_state, tmp_path):
     claims = cluster.store.list("ResourceClaim")
     assert sorted(c["metadata"]["generateName"] for c in claims) == ["worker-0-gpus-", "worker-1-gpus-"]
     assert all(p["status"]["phase"] == "Running" for p in cluster.store.list("Pod"))
+
+
+# kubernetes v1.36.0 pkg/controller/resourceclaim/controller_test.go TestSyncHandler: clear-reserved-podgroup and
+# dont-clear-reserved-podgroup-feature-disabled (testClaimReservedForPodGroup with the allocator's finalizer, no
+# PodGroup left): the local cluster's garbage collection step stands for that claim's sync
+@pytest.mark.parametrize("case, features, cleared", [
+    ("clear-reserved-podgroup", "default,+GenericWorkload,+DRAWorkloadResourceClaims", True),
+    ("dont-clear-reserved-podgroup-feature-disabled", "default,+GenericWorkload", False),
+])
+def test_a_reservation_for_a_pod_group_that_is_gone(case, features, cleared):
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "test-pod-acme-resource", "namespace": "my-namespace",
+                          "finalizers": ["resource.kubernetes.io/delete-protection"],
+                          "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "test-pod", "uid": "uidpod1",
+                                               "controller": True}]},
+             "spec": {},
+             "status": {"allocation": {"devices": {"results": []}},
+                        "reservedFor": [{"apiGroup": "scheduling.k8s.io", "resource": "podgroups",
+                                         "name": "test-podgroup", "uid": "uidpodgroup1"}]}}
+    cluster = ManagedCluster([copy.deepcopy(claim)], features=features, kubernetes_version="1.36")
+    ControlLoop._collect_garbage(None, cluster)  # type: ignore[arg-type]  # it reads nothing of the loop
+    left = cluster.claims.get("my-namespace/test-pod-acme-resource")
+    if cleared:  # unreserved and deallocated (the owning pod is gone too: the garbage collector then deletes it)
+        assert left is None or not (left.get("status") or {}).get("allocation")
+    else:
+        assert left is not None
+        assert left["status"] == claim["status"] and left["metadata"]["finalizers"] == claim["metadata"]["finalizers"]
