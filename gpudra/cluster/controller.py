@@ -230,7 +230,8 @@ class ControlLoop:
         evictions = devicetainteviction.pod_evictions(
             by_kind.get("Pod", []), by_kind.get("ResourceClaim", []), by_kind.get("ResourceSlice", []), rules,
             by_kind.get("DeviceClass", []) if rules else [],
-            rules_by_allocation=devicetainteviction.rules_match_allocations(version))
+            rules_by_allocation=devicetainteviction.rules_match_allocations(version),
+            group_claims=workload_claims_enabled(version, gates))
         changed = False
         for eviction in evictions:
             if not eviction.due(now):
