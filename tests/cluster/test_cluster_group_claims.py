@@ -112,6 +112,10 @@ def test_without_the_gate_each_pod_gets_its_own_claim(cluster_state, tmp_path):
     apply(cluster, tmp_path)
     claims = cluster.store.list("ResourceClaim")
     assert sorted(c["metadata"]["generateName"] for c in claims) == ["worker-0-gpus-", "worker-1-gpus-"]
+    # the API server drops the field while the gate is off (podgroup/strategy.go
+    # dropDisabledDRAWorkloadResourceClaimsFields, v1.36.0)
+    (group,) = cluster.store.list("PodGroup")
+    assert "resourceClaims" not in group["spec"]
     assert all(p["status"]["phase"] == "Running" for p in cluster.store.list("Pod"))
 
 
