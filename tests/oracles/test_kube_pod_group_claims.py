@@ -51,7 +51,7 @@ def objects() -> list[dict]:
     return [group, *pods]
 
 
-def wait_running(kubectl: Kubectl, names: list[str], timeout: float = 120) -> dict[str, dict]:
+def wait_running(kubectl: Kubectl, names: list[str], timeout: float = 240) -> dict[str, dict]:
     deadline = time.monotonic() + timeout
     while True:
         pods = {p["metadata"]["name"]: p for p in kubectl.json("get", "pods", "-n", NAMESPACE)["items"]}
@@ -60,7 +60,11 @@ def wait_running(kubectl: Kubectl, names: list[str], timeout: float = 120) -> di
         phases = {n: (pods.get(n, {}).get("status") or {}).get("phase") for n in names}
         if time.monotonic() > deadline:
             claims = kubectl.json("get", "resourceclaims", "-n", NAMESPACE)["items"]
-            raise AssertionError(f"pods not Running: {phases}; claims: {json.dumps(claims)[:3000]}")
+            events = [(e["involvedObject"]["name"], e["reason"], e.get("message", ""))
+                      for e in kubectl.json("get", "events", "-n", NAMESPACE)["items"]]
+            conditions = {n: (pods.get(n, {}).get("status") or {}).get("conditions") for n in names}
+            raise AssertionError(f"pods not Running: {phases}; conditions {conditions}; events {events}; "
+                                 f"claims: {json.dumps(claims)[:3000]}")
         time.sleep(0.5)
 
 
