@@ -17,6 +17,7 @@ Every function works on the objects as dicts and is pure.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from gpudra.errors import GpudraError
@@ -40,6 +41,7 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     return _dict(obj.get("metadata"))
 
 
+@functools.lru_cache(maxsize=64)  # asked for every claim the scheduler looks at; Features is frozen (hashable)
 def workload_claims_enabled(version: str, features: Any = None) -> bool:
     """DRAWorkloadResourceClaims and GenericWorkload both on for `version` (features: gpudra.allocator.Features,
     else the release's defaults). Before 1.36 the gate does not exist: off."""
