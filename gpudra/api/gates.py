@@ -69,6 +69,17 @@ def gated_keys(obj: dict[str, Any]) -> Iterator[tuple[Path, str]]:
         for name in ("workloadRef", "schedulingGroup"):
             if _set(spec.get(name)):
                 yield ("spec", name), "GenericWorkload"
+    elif kind == "PodGroup" and str(obj.get("apiVersion")) == "scheduling.k8s.io/v1alpha2":
+        # pkg/registry/scheduling/podgroup/strategy.go (v1.36.0): dropDisabledDRAWorkloadResourceClaimsFields
+        if _set(spec.get("resourceClaims")):
+            yield ("spec", "resourceClaims"), "DRAWorkloadResourceClaims"
+        if _set(as_dict(obj.get("status")).get("resourceClaimStatuses")):
+            yield ("status", "resourceClaimStatuses"), "DRAWorkloadResourceClaims"
+    elif kind == "Workload" and str(obj.get("apiVersion")) == "scheduling.k8s.io/v1alpha2":
+        # pkg/registry/scheduling/workload/strategy.go (v1.36.0): the same for each pod group template
+        for i, template in enumerate(as_list(spec.get("podGroupTemplates"))):
+            if _set(as_dict(template).get("resourceClaims")):
+                yield ("spec", "podGroupTemplates", i, "resourceClaims"), "DRAWorkloadResourceClaims"
     elif kind == "DeviceClass":
         if _set(spec.get("extendedResourceName")):
             yield ("spec", "extendedResourceName"), "DRAExtendedResource"

@@ -30,6 +30,7 @@ from gpudra.scheduler import Scheduler
 from gpudra.controllers import ManagedCluster
 from gpudra.scheduler.state import claim_allocation, reserved_for
 from gpudra.api.objectmeta import is_terminal, key_of
+from gpudra.api.podgroupclaims import is_group_consumer, is_pod_group, is_reserved_for_pod, workload_claims_enabled
 from gpudra.controllers.workloads import POD_CLAIM_NAME_ANNOTATION
 from gpudra.scheduler.dra import EXTENDED_RESOURCE_CLAIM_ANNOTATION
 from gpudra.versions import parse_version
@@ -148,6 +149,7 @@ class ControlLoop:
         self._sync_disruption_budgets(objects, pods)
         claims_before = {key_of(o): _snapshot(o) for o in objects if o.get("kind") == "ResourceClaim"}
         pods_before = {key_of(o): _snapshot(o) for o in pods}
+        groups_before = {key_of(o): _snapshot(o) for o in objects if is_pod_group(o)}
         changed = domains_changed
 
         finished = self._finish_deleted_pods(pods)
@@ -173,6 +175,7 @@ class ControlLoop:
         results = scheduler.run()
 
         changed |= self._persist_claims(cluster, claims_before)
+        changed |= self._persist_pod_groups(cluster, groups_before)
         victims = preemption.delete_victims(self.store, cluster, results, self.clock(), self.event, self.step)
         changed |= bool(victims)
         preemption.clear_nominations_of_bound(cluster, results, self.config.kubernetes_version)
@@ -227,7 +230,8 @@ class ControlLoop:
         evictions = devicetainteviction.pod_evictions(
             by_kind.get("Pod", []), by_kind.get("ResourceClaim", []), by_kind.get("ResourceSlice", []), rules,
             by_kind.get("DeviceClass", []) if rules else [],
-            rules_by_allocation=devicetainteviction.rules_match_allocations(version))
+            rules_by_allocation=devicetainteviction.rules_match_allocations(version),
+            group_claims=workload_claims_enabled(version, gates))
         changed = False
         for eviction in evictions:
             if not eviction.due(now):
@@ -299,9 +303,13 @@ class ControlLoop:
         """Reservations for pods that no longer exist are removed (then the claim is deallocated), and claims
         owned by such pods are deleted: the resourceclaim controller's and garbage collector's cleanup."""
         live = {pod["metadata"].get("uid") for pod in cluster.pods.values() if not is_terminal(pod)}
+        groups = {(obj.get("metadata") or {}).get("uid") for obj in cluster.other_objects if is_pod_group(obj)}
+        # a PodGroup's reservation lasts while the PodGroup does (syncClaim; kept untouched with the gate off)
+        group_gate = cluster.workload_claims()
         for key, claim in list(cluster.claims.items()):
             entries = reserved_for(claim)
-            remaining = [e for e in entries if e.get("uid") in live]
+            remaining = [e for e in entries if e.get("uid") in live
+                         or is_group_consumer(e) and (e.get("uid") in groups or not group_gate)]
             if len(remaining) != len(entries):
                 if remaining:
                     claim["status"]["reservedFor"] = remaining
@@ -309,8 +317,8 @@ class ControlLoop:
                     claim["status"].pop("reservedFor", None)
                     cluster.deallocate_claim(claim)
             owners = [r for r in (claim.get("metadata") or {}).get("ownerReferences") or []
-                      if r.get("kind") == "Pod" and r.get("controller")]
-            if owners and not any(r.get("uid") in live for r in owners) and not reserved_for(claim):
+                      if r.get("kind") in ("Pod", "PodGroup") and r.get("controller")]
+            if owners and not any(r.get("uid") in live | groups for r in owners) and not reserved_for(claim):
                 cluster.deallocate_claim(claim)
                 del cluster.claims[key]
 
@@ -322,16 +330,18 @@ class ControlLoop:
                 continue
             if key not in before:
                 annotations = (claim.get("metadata") or {}).get("annotations") or {}
-                owner = next((r["name"] for r in claim["metadata"].get("ownerReferences") or []), "?")
+                owner_ref = next(iter(claim["metadata"].get("ownerReferences") or []), {"name": "?"})
+                owner = owner_ref["name"]
+                owner_kind = "PodGroup" if owner_ref.get("kind") == "PodGroup" else "pod"
                 claim = self.store.create(claim)  # with the uid the store gave it
                 namespace = claim["metadata"]["namespace"]
                 if annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true":  # the scheduler's, KEP-5004
                     self.step("claim", f"claim {key} created for the extended resources of pod {namespace}/{owner}")
                     changed = True
                     continue
-                self.event(claim, "Normal", "Created", f"created from template for pod {owner} "
+                self.event(claim, "Normal", "Created", f"created from template for {owner_kind} {owner} "
                            f"(pod claim {annotations.get(POD_CLAIM_NAME_ANNOTATION)})", CLAIM_CONTROLLER)
-                self.step("claim", f"claim {key} created from template for pod {namespace}/{owner}")
+                self.step("claim", f"claim {key} created from template for {owner_kind} {namespace}/{owner}")
                 changed = True
             elif _snapshot(claim) != before[key]:
                 self._replace(claim)
@@ -346,6 +356,16 @@ class ControlLoop:
                 except StoreError:
                     pass
                 self.step("deleted", f"claim {key} deallocated and deleted with its pod")
+                changed = True
+        return changed
+
+    def _persist_pod_groups(self, cluster: ManagedCluster, before: dict[str, str]) -> bool:
+        """The resourceclaim controller's `status.resourceClaimStatuses` of the PodGroups it made claims for."""
+        changed = False
+        for group in cluster.other_objects:
+            key = key_of(group)
+            if is_pod_group(group) and key in before and _snapshot(group) != before[key]:
+                self._replace(group)
                 changed = True
         return changed
 
@@ -440,13 +460,14 @@ class ControlLoop:
         statuses = {s.get("name"): s.get("resourceClaimName")
                     for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
         out, names = [], {}
+        # the kubelet prepares a claim reserved for the pod, or for its PodGroup (IsReservedForPod, 1.36)
+        group_gate = workload_claims_enabled(parse_version(self.config.kubernetes_version), self.config.feature_gates())
         for pod_claim in (pod.get("spec") or {}).get("resourceClaims") or []:
             name = pod_claim.get("resourceClaimName") or statuses.get(pod_claim.get("name"))
             if name is None:
                 continue
             claim = claims.get(f"{namespace}/{name}")
-            if claim is None or claim_allocation(claim) is None or not any(
-                    e.get("uid") == pod["metadata"]["uid"] for e in reserved_for(claim)):
+            if claim is None or claim_allocation(claim) is None or not is_reserved_for_pod(pod, claim, group_gate):
                 return None, {}
             names[pod_claim["name"]] = name
             if claim not in out:

@@ -129,7 +129,7 @@ class Store:
     def drop_disabled_fields(self, obj: dict[str, Any], old: dict[str, Any] | None) -> list[str]:
         """In place, what this release's API server drops (gated fields, unless `old` uses them); their paths."""
         release = self._release()
-        if release and str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
+        if release and str(obj.get("apiVersion", "")).startswith(("resource.k8s.io/", "scheduling.k8s.io/")):
             return drop_disabled_fields(obj, release, old, self._features())
         return []
 

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Sequence
 from gpudra.allocator.claims import tolerates
 from gpudra.allocator.taintrules import apply_device_taint_rules
 from gpudra.api.objectmeta import key_of
+from gpudra.api.podgroupclaims import is_for_pod, is_reserved_for_pod
 from gpudra.versions import gate_state
 from gpudra.api.objectmeta import parse_time
 
@@ -166,15 +167,6 @@ def _pod_claim_name(pod: dict[str, Any], pod_claim: dict[str, Any]) -> tuple[str
     return None, False
 
 
-def _controlled_by(claim: dict[str, Any], uid: str) -> bool:
-    return any(_dict(ref).get("controller") is True and _dict(ref).get("uid") == uid
-               for ref in _list(_dict(claim.get("metadata")).get("ownerReferences")))
-
-
-def _reserved_for(claim: dict[str, Any], uid: str) -> bool:
-    return any(_dict(entry).get("uid") == uid for entry in _list(_dict(claim.get("status")).get("reservedFor")))
-
-
 def rules_match_allocations(version: str) -> bool:
     """Whether this release's controller matches DeviceTaintRules to allocated devices itself (1.35+), rather than
     seeing them as slice taints (1.34)."""
@@ -192,10 +184,11 @@ def rule_matches(rule: dict[str, Any], device: DeviceKey) -> bool:
 
 def pod_evictions(pods: Iterable[dict[str, Any]], claims: Iterable[dict[str, Any]], slices: Sequence[dict[str, Any]],
                   rules: Sequence[dict[str, Any]] = (), device_classes: Sequence[dict[str, Any]] = (), *,
-                  rules_by_allocation: bool = True) -> list[PodEviction]:
+                  rules_by_allocation: bool = True, group_claims: bool = False) -> list[PodEviction]:
     """Every scheduled, not yet deleted or finished pod that a NoExecute device taint evicts, earliest first.
     `rules` are the DeviceTaintRules to apply (empty where their gate is off); `rules_by_allocation` says how
-    (`rules_match_allocations` of the release)."""
+    (`rules_match_allocations` of the release). `group_claims` (DRAWorkloadResourceClaims on): a claim of the pod's
+    PodGroup, owned by and reserved for the group, counts for each of its pods (IsForPod, IsReservedForPod)."""
     if not any(_dict(_dict(r.get("spec")).get("taint")).get("effect") == NO_EXECUTE for r in rules) and not any(
             _dict(t).get("effect") == NO_EXECUTE for s in slices for d in _list(_dict(s.get("spec")).get("devices"))
             for t in _list(_dict(d).get("taints"))):
@@ -219,7 +212,8 @@ def pod_evictions(pods: Iterable[dict[str, Any]], claims: Iterable[dict[str, Any
         for pod_claim in _list(spec.get("resourceClaims")):
             name, must_own = _pod_claim_name(pod, _dict(pod_claim))
             claim = by_key.get(f"{namespace}/{name}") if name else None
-            if claim is None or (must_own and not _controlled_by(claim, uid)) or not _reserved_for(claim, uid):
+            if (claim is None or (must_own and is_for_pod(pod, claim, group_claims) is not None)
+                    or not is_reserved_for_pod(pod, claim, group_claims)):
                 continue
             key = f"{namespace}/{name}"
             if key not in claim_times:

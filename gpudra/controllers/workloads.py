@@ -306,7 +306,8 @@ def _required_terms(pod_spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def claim_generate_name(pod_name: str, pod_claim_name: str) -> str:
-    """The resourceclaim controller's generateName, shortened proportionally when too long."""
+    """The resourceclaim controller's generateName (`<pod or PodGroup>-<claim>-`), shortened proportionally when
+    too long."""
     generate_name = f"{pod_name}-{pod_claim_name}-"
     if len(generate_name) > CLAIM_GENERATE_NAME_LIMIT:
         total = len(generate_name)
@@ -317,9 +318,12 @@ def claim_generate_name(pod_name: str, pod_claim_name: str) -> str:
 
 
 def claim_from_template(
-    pod: dict[str, Any], pod_claim_name: str, template: dict[str, Any], taken: Callable[[str], bool]
+    pod: dict[str, Any], pod_claim_name: str, template: dict[str, Any], taken: Callable[[str], bool],
+    owner_api: tuple[str, str] = ("v1", "Pod"),
 ) -> dict[str, Any]:
-    """A ResourceClaim as the resourceclaim controller creates it for `pod.spec.resourceClaims[pod_claim_name]`."""
+    """A ResourceClaim as the resourceclaim controller creates it for `pod.spec.resourceClaims[pod_claim_name]`;
+    with `owner_api` ("scheduling.k8s.io/v1alpha2", "PodGroup"), for a PodGroup's `spec.resourceClaims` entry
+    (handlePodGroupClaim, 1.36: the same generateName, annotation and copy of the template, owned by the group)."""
     namespace = namespace_of(pod)
     generate_name = claim_generate_name(name_of(pod), pod_claim_name)
     name = unique_generated_name(
@@ -335,7 +339,7 @@ def claim_from_template(
         "namespace": namespace,
         "uid": stable_uid("ResourceClaim", namespace, name),
         "annotations": annotations,
-        "ownerReferences": [owner_reference(pod, "v1", "Pod")],
+        "ownerReferences": [owner_reference(pod, *owner_api)],
     }
     if template_meta.get("labels"):
         meta["labels"] = dict(template_meta["labels"])

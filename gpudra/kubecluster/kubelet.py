@@ -30,6 +30,8 @@ from gpudra.cluster.kubelet import (Kubelet, allocated_resources_status, extende
                                    resource_health_enabled, running_status, with_resource_health)
 from gpudra.cluster.layout import ClusterConfig, ClusterDir, NodeSpec
 from gpudra.cluster.nodes import node_object
+from gpudra.api.podgroupclaims import is_reserved_for_pod, workload_claims_enabled
+from gpudra.versions import parse_version
 
 from .cdcontroller import post_event
 from .kubestore import KubeStore
@@ -92,6 +94,7 @@ class NodeStandIn:
         self.kubelet = Kubelet(cluster, config.driver_name, self.emit)
         self.store = KubeStore(rest)
         self.health_on = resource_health_enabled(config.feature_gates(), config.kubernetes_version)
+        self.group_claims = workload_claims_enabled(parse_version(config.kubernetes_version), config.feature_gates())
         self._serials: dict[str, int] = {}
         # the nodes report the control plane's own patch release, as kubelets built with it would
         self.release = str((rest.get("/version") or {}).get("gitVersion") or f"v{config.kubernetes_version}.0")
@@ -166,8 +169,8 @@ class NodeStandIn:
             claim = self.rest.get_or_none(namespaced("resource.k8s.io/v1", "resourceclaims",
                                                      pod["metadata"]["namespace"], claim_name))
             status = (claim or {}).get("status") or {}
-            reserved = {r.get("uid") for r in status.get("reservedFor") or []}
-            if claim is None or not status.get("allocation") or pod["metadata"]["uid"] not in reserved:
+            # reserved for the pod, or for its PodGroup (pkg/kubelet/cm/dra/manager.go: IsReservedForPod, 1.36)
+            if claim is None or not status.get("allocation") or not is_reserved_for_pod(pod, claim, self.group_claims):
                 return None  # the kubelet waits for the scheduler's reservation before it prepares
             claims.append(claim)
         return claims

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from . import framework as fw
 from .allocation import TIMED_OUT, AllocationOutcome, allocate, fits
+from . import groupclaims
 from .state import MAX_RESERVED_FOR, ClusterState, claim_allocation, reserved_for
 from gpudra.api.objectmeta import canonical_json, ensure_uid_of, name_of, namespace_of, stable_uid, truncate_generate_name
 from gpudra.schedulinghelpers import node_selector_matches
@@ -128,7 +129,8 @@ def prefilter(cluster: ClusterState, pod: dict[str, Any], extended_classes: dict
             )
             continue
         refs = [c for c in pod.get("spec", {}).get("resourceClaims") or [] if c.get("name") == pod_claim]
-        if refs and refs[0].get("resourceClaimTemplateName") and not owned_by(claim, pod):
+        if (refs and refs[0].get("resourceClaimTemplateName") and not owned_by(claim, pod)
+                and not groupclaims.owned_by_pod_group(cluster, pod, claim)):
             state.reasons.append(
                 fw.Reason(
                     fw.DYNAMIC_RESOURCES,
@@ -142,7 +144,7 @@ def prefilter(cluster: ClusterState, pod: dict[str, Any], extended_classes: dict
         allocation = claim_allocation(claim)
         if allocation is not None:
             entries = reserved_for(claim)
-            if not any(entry.get("uid") == pod_uid for entry in entries) and len(entries) >= MAX_RESERVED_FOR:
+            if not groupclaims.reserved_for_pod(cluster, pod, claim) and len(entries) >= MAX_RESERVED_FOR:
                 state.reasons.append(
                     fw.Reason(
                         fw.DYNAMIC_RESOURCES,

@@ -36,7 +36,7 @@ from . import framework as fw
 from gpudra import schedulinghelpers as nodematch
 from . import resources as res
 from .state import ClusterState, claim_allocation, reserved_for
-from . import preemption
+from . import groupclaims, preemption
 from . import interpodaffinity as ipa
 from . import bindingconditions as binding
 from .dra import (
@@ -717,7 +717,8 @@ class Scheduler:
 
     def _post_filter(self, pod_key: str, result: fw.PodResult) -> bool:
         """DynamicResources PostFilter: an allocated claim that is usable on no node and reserved for nobody
-        else is deallocated so the next attempt can allocate it afresh."""
+        else (a PodGroup's claim: once no pod of the group is scheduled) is deallocated so the next attempt can
+        allocate it afresh."""
         if result.scheduled or result.prefilter or result.error or not result.filtered:
             return False
         pod = self.cluster.pods[pod_key]
@@ -731,6 +732,9 @@ class Scheduler:
                 claim = self.cluster.claims.get(reason.details.get("claim", ""))
                 if claim is None or claim_allocation(claim) is None:
                     continue
+                # unreservePodGroupClaims ("ResourceClaim unreserved for PodGroup") and the deallocation of the
+                # PostFilter after it, in one step as gpudra's retry stands for the pod's next attempts
+                groupclaims.unreserve_for_group(self.cluster, pod, claim)
                 others = [e for e in reserved_for(claim) if e.get("uid") != uid]
                 if not others:
                     self.cluster.deallocate_claim(claim)

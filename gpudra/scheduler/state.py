@@ -20,6 +20,7 @@ from gpudra.errors import GpudraError
 
 from . import resources as res
 from gpudra.api.objectmeta import WORKLOAD_KINDS, is_terminal, ensure_uid, ensure_uid_of, key_of, metadata, name_of, namespace_of, owned_by
+from . import groupclaims
 from .interpodaffinity import has_pod_affinity
 from .topology import DeviceId, Topology
 
@@ -414,11 +415,13 @@ class ClusterState(Topology):
             self._bump(node)
 
     def _reserve(self, claim: dict[str, Any], pod: dict[str, Any]) -> None:
+        """Reserve the claim for the pod, or for its PodGroup where it is the group's claim (groupclaims)."""
         status = claim.setdefault("status", {})
         entries = status.setdefault("reservedFor", [])
-        uid = ensure_uid(pod)
-        if not any(entry.get("uid") == uid for entry in entries):
-            entries.append({"resource": "pods", "name": name_of(pod), "uid": uid})
+        ensure_uid(pod)
+        entry = groupclaims.consumer(self, pod, claim)
+        if not any(existing.get("uid") == entry["uid"] for existing in entries):
+            entries.append(entry)
 
     def _touch_pools(self, device_ids: Iterable[DeviceId]) -> None:
         pool_nodes = self.pool_nodes()
@@ -580,18 +583,20 @@ class ClusterState(Topology):
         if pod_key in self.binding_waits:
             (pod.get("status") or {}).pop("nominatedNodeName", None)
         self._unaccount(pod_key, pod)
+        pod["spec"].pop("nodeName", None)  # before the group counts its scheduled pods
         uid = ensure_uid(pod)
         for claim_key in self.pod_claim_keys(pod):
             claim = self.claims.get(claim_key)
             if claim is not None and reserved_for(claim):
                 _unreserve(claim, uid)
+                if groupclaims.unreserve_for_group(self, pod, claim) and not reserved_for(claim):
+                    self.deallocate_claim(claim)  # PostFilter's next step: allocated, reserved for nobody
         for claim_key in allocated:
             claim = self.claims.get(claim_key)
             if claim is not None and not reserved_for(claim):
                 self.deallocate_claim(claim)
         if extended_claim is not None:
             self.claims.pop(extended_claim, None)
-        pod["spec"].pop("nodeName", None)
 
     def mark_unschedulable(self, pod_key: str, message: str, reason: str = "Unschedulable") -> None:
         status = self.pods[pod_key].setdefault("status", {})

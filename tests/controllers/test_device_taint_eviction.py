@@ -368,3 +368,27 @@ def test_negative_or_malformed_toleration_seconds_count_as_zero() -> None:
         claim_["status"]["allocation"]["devices"]["results"][0]["tolerations"][0]["tolerationSeconds"] = seconds
         (eviction,) = pod_evictions([podWithClaimName], [claim_], [sliceTainted])
         assert eviction.when == TAINT_TIME, seconds
+
+
+# kubernetes v1.36.0 device_taint_eviction_test.go TestHandlers: evict-pod-resourceclaim-podgroup and
+# no-evict-pod-in-podgroup-without-claim (workloadResourceClaimsEnabled), the PodGroup's claim owned by and
+# reserved for my-podgroup (uid 5678); with the gate off a group's reservation is no pod's
+inUseClaimByPodGroup = copy.deepcopy(inUseClaim)
+inUseClaimByPodGroup["metadata"]["ownerReferences"] = [{"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+                                                        "name": "my-podgroup", "uid": "5678", "controller": True}]
+inUseClaimByPodGroup["status"]["reservedFor"] = [{"apiGroup": "scheduling.k8s.io", "resource": "podgroups",
+                                                  "name": "my-podgroup", "uid": "5678"}]
+podWithPodGroupClaim = pod()
+podWithPodGroupClaim["spec"]["schedulingGroup"] = {"podGroupName": "my-podgroup"}
+podWithPodGroup = copy.deepcopy(podWithPodGroupClaim)
+podWithPodGroup["spec"].pop("resourceClaims")
+
+
+@pytest.mark.parametrize("case, pods, group_claims, expected", [
+    ("evict-pod-resourceclaim-podgroup", [podWithPodGroupClaim], True, [(POD_UID, TAINT_TIME)]),
+    ("no-evict-pod-in-podgroup-without-claim", [podWithPodGroup], True, []),
+    ("evict-pod-resourceclaim-podgroup, gate off", [podWithPodGroupClaim], False, []),
+])
+def test_pod_group_claims(case: str, pods: Objects, group_claims: bool, expected: list[Any]) -> None:
+    evictions = pod_evictions(pods, [inUseClaimByPodGroup], [sliceTainted, slice2], group_claims=group_claims)
+    assert [(e.uid, e.when) for e in evictions] == expected
