@@ -25,7 +25,7 @@ import time
 import pytest
 import yaml
 
-from support.realkube import BUILD_TIMEOUT_S, Kubectl, built, cluster_state, gpudra, short_dir
+from support.realkube import BUILD_TIMEOUT_S, Kubectl, built, cluster_state, gpudra, short_dir, wait_nodes_schedulable
 
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S)
 
@@ -89,7 +89,7 @@ def test_a_pod_groups_claim_as_the_real_controller_and_scheduler_make_and_reserv
                "--nodes", "dgx-h100:2", "--features", FEATURES)
         kubectl = Kubectl(binary.kubectl, os.path.join(directory, "kubeconfig"))
         kubectl("create", "namespace", NAMESPACE)
-        nodes = {n["metadata"]["name"] for n in kubectl.json("get", "nodes")["items"]}
+        nodes = wait_nodes_schedulable(kubectl)
         deadline = time.monotonic() + 90
         while {s["spec"].get("nodeName") for s in kubectl.json("get", "resourceslices")["items"]} < nodes:
             assert time.monotonic() < deadline, "not every node's driver published its devices"

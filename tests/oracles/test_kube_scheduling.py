@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from support.realkube import BUILD_TIMEOUT_S, built, gpudra, short_dir
-from support.realkube import Kubectl, cluster_state  # noqa: F401
+from support.realkube import Kubectl, cluster_state, wait_nodes_schedulable  # noqa: F401
 
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S)
 
@@ -150,6 +150,7 @@ def test_gpudra_places_as_the_real_kube_scheduler(release, tmp_path):
         gpudra("cluster", "up", "--dir", directory, "--api-server", "kubernetes", "--kubernetes-version", release,
                "--nodes", NODES, "--features", FEATURES)
         kubectl = Kubectl(binary.kubectl, os.path.join(directory, "kubeconfig"))
+        wait_nodes_schedulable(kubectl)
         manifests = [obj for name, requests, constraints, _ in SCENARIO for obj in objects(name, requests, constraints)]
         kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(manifests))
         deadline = time.monotonic() + 60

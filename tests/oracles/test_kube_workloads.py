@@ -23,7 +23,7 @@ import time
 import pytest
 import yaml
 
-from support.realkube import BUILD_TIMEOUT_S, Kubectl, built, cluster_state, gpudra, short_dir
+from support.realkube import BUILD_TIMEOUT_S, Kubectl, built, cluster_state, gpudra, short_dir, wait_nodes_schedulable
 
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S)
 
@@ -120,6 +120,7 @@ def test_gangs_placed_as_the_real_kube_scheduler_places_them(tmp_path):
         kubeconfig = os.path.join(directory, "kubeconfig")
         kubectl = Kubectl(binary.kubectl, kubeconfig)
         kubectl("create", "namespace", NAMESPACE)
+        wait_nodes_schedulable(kubectl)
         nodes = {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in kubectl.json("get", "nodes")["items"]}
         h100 = sorted(n for n in nodes if CLIQUE_LABEL not in nodes[n])
         trays = sorted(n for n in nodes if CLIQUE_LABEL in nodes[n])

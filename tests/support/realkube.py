@@ -147,6 +147,24 @@ class Kubectl:
         return json.loads(self(*args, "-o", "json"))
 
 
+def wait_nodes_schedulable(kubectl: Kubectl, timeout: float = 120) -> set[str]:
+    """The node names once every node is Ready and carries no node.kubernetes.io/ taint (the node lifecycle
+    controller taints a fresh node not-ready until its Ready status is seen): a scheduling comparison that reads the
+    state earlier compares against nodes the real scheduler skips, and its pods wait out a backoff."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = kubectl.json("get", "nodes")["items"]
+        waiting = [n["metadata"]["name"] for n in nodes
+                   if not any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions") or [])
+                   or any(t["key"].startswith("node.kubernetes.io/") for t in n.get("spec", {}).get("taints") or [])]
+        if nodes and not waiting:
+            return {n["metadata"]["name"] for n in nodes}
+        assert time.monotonic() < deadline, f"nodes not schedulable after {timeout} s: {waiting}"
+        time.sleep(0.5)
+
+
 def cluster_state(kubectl: Kubectl) -> list[dict]:
     items = []
     for kind in ("nodes", "deviceclasses", "resourceslices", "resourceclaimtemplates", "resourceclaims", "pods"):
