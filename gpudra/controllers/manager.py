@@ -142,7 +142,8 @@ class ManagedCluster(ClusterState):
                 template = self.templates.get(f"{namespace}/{template_name}")
                 if template is None:
                     continue  # reported by the scheduler: the claim cannot be created
-                existing = claim_from_template(pod, pod_claim.get("name", ""), template, lambda k: k in self.claims)
+                existing = claim_from_template(pod, pod_claim.get("name", ""), template, lambda k: k in self.claims,
+                                               release=self.kubernetes_version)
                 self.claims[key_of(existing)] = existing
                 self._claims_by_owner.setdefault(ensure_uid(pod), []).append(existing)
             statuses[pod_claim.get("name")] = {"name": pod_claim.get("name"), "resourceClaimName": name_of(existing)}
@@ -178,8 +179,8 @@ class ManagedCluster(ClusterState):
                 if template is None:
                     continue  # upstream's controller errs and retries; the pods wait for the claim
                 claim = claim_from_template(pod_group, group_claim.get("name", ""), template,
-                                            lambda k: k in self.claims, owner_api=POD_GROUP_OWNER)
-                claim["metadata"]["ownerReferences"][0].pop("blockOwnerDeletion", None)  # handlePodGroupClaim
+                                            lambda k: k in self.claims, owner_api=POD_GROUP_OWNER,
+                                            release=self.kubernetes_version)
                 self.claims[key_of(claim)] = claim
                 self._claims_by_owner.setdefault(ensure_uid(pod_group), []).append(claim)
             statuses[group_claim.get("name")] = {"name": group_claim.get("name"), "resourceClaimName": name_of(claim)}

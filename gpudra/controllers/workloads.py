@@ -11,7 +11,7 @@ same manifests always give the same pods and claims. Shapes follow the upstream 
   tolerates (with the controller's own tolerations), pinned by a `metadata.name` node affinity.
 - Pods that already belong to a workload (a dump of a live cluster) count as its replicas.
 - Template claims (resourceclaim controller): generateName `<pod>-<podClaim>-` shortened proportionally to 57
-  characters, owned by the pod (controller, blockOwnerDeletion), annotated `resource.kubernetes.io/pod-claim-name`.
+  characters, owned by the pod (controller; blockOwnerDeletion up to 1.34), annotated `resource.kubernetes.io/pod-claim-name`.
 """
 
 from __future__ import annotations
@@ -317,13 +317,20 @@ def claim_generate_name(pod_name: str, pod_claim_name: str) -> str:
     return generate_name
 
 
+# The resourceclaim controller's owner reference on a claim it makes from a template blocks the owner's deletion
+# (blockOwnerDeletion) up to 1.34 only: pkg/controller/resourceclaim/controller.go of v1.34.4 sets it, v1.35.0 and
+# v1.36.0 (pods and PodGroups alike) do not.
+OWNER_BLOCKS_DELETION_UNTIL = (1, 34)
+
+
 def claim_from_template(
     pod: dict[str, Any], pod_claim_name: str, template: dict[str, Any], taken: Callable[[str], bool],
-    owner_api: tuple[str, str] = ("v1", "Pod"),
+    owner_api: tuple[str, str] = ("v1", "Pod"), release: str | None = None,
 ) -> dict[str, Any]:
-    """A ResourceClaim as the resourceclaim controller creates it for `pod.spec.resourceClaims[pod_claim_name]`;
-    with `owner_api` ("scheduling.k8s.io/v1alpha2", "PodGroup"), for a PodGroup's `spec.resourceClaims` entry
-    (handlePodGroupClaim, 1.36: the same generateName, annotation and copy of the template, owned by the group)."""
+    """A ResourceClaim as the resourceclaim controller of `release` (default: the newest gpudra knows) creates it
+    for `pod.spec.resourceClaims[pod_claim_name]`; with `owner_api` ("scheduling.k8s.io/v1alpha2", "PodGroup"), for
+    a PodGroup's `spec.resourceClaims` entry (handlePodGroupClaim, 1.36: the same generateName, annotation and copy
+    of the template, owned by the group)."""
     namespace = namespace_of(pod)
     generate_name = claim_generate_name(name_of(pod), pod_claim_name)
     name = unique_generated_name(
@@ -341,6 +348,8 @@ def claim_from_template(
         "annotations": annotations,
         "ownerReferences": [owner_reference(pod, *owner_api)],
     }
+    if _release_key(release) > OWNER_BLOCKS_DELETION_UNTIL:
+        del meta["ownerReferences"][0]["blockOwnerDeletion"]
     if template_meta.get("labels"):
         meta["labels"] = dict(template_meta["labels"])
     return {
@@ -349,3 +358,10 @@ def claim_from_template(
         "metadata": meta,
         "spec": copy_object(template_spec.get("spec") or {}),
     }
+
+
+def _release_key(release: str | None) -> tuple[int, int]:
+    from gpudra.versions import parse_version
+
+    major, minor = parse_version(release).split(".")[:2]
+    return int(major), int(minor)

@@ -82,10 +82,10 @@ POD_RESERVATION = {"resource": "pods", "name": "test-pod", "uid": "uidpod1"}
 
 
 def shape(claim: dict[str, Any]) -> tuple[Any, ...]:
-    """A claim as the table compares it: generateName (the suffix differs), namespace, annotation, owner (gpudra
-    adds blockOwnerDeletion to a pod's own claim, as 1.34's controller did), reservations."""
+    """A claim as the table compares it: generateName (the suffix differs), namespace, annotation, owner,
+    reservations."""
     meta = claim["metadata"]
-    owners = [{k: v for k, v in ref.items() if k != "blockOwnerDeletion"} for ref in meta.get("ownerReferences") or []]
+    owners = meta.get("ownerReferences") or []
     return (meta.get("generateName") or meta["name"], meta["namespace"], meta.get("annotations"), owners,
             (claim.get("status") or {}).get("reservedFor"))
 

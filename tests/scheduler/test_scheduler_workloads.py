@@ -102,10 +102,14 @@ def test_template_claim_shape():
     assert meta["annotations"] == {"note": "x", POD_CLAIM_NAME_ANNOTATION: "gpu"}
     assert meta["labels"] == {"team": "a"}
     the_pod = cluster.pods["ml/p"]
+    # v1.35.0 and v1.36.0 pkg/controller/resourceclaim/controller.go: controller, no blockOwnerDeletion (1.34's set it)
     assert meta["ownerReferences"] == [
-        {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": the_pod["metadata"]["uid"], "controller": True,
-         "blockOwnerDeletion": True}
+        {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": the_pod["metadata"]["uid"], "controller": True}
     ]
+    on_134 = ManagedCluster([*gpu_cluster({"n1": 2}), tmpl, pod("p", namespace="ml", templates={"gpu": "one-gpu"})],
+                            kubernetes_version="1.34")
+    (claim_134,) = on_134.claims.values()
+    assert claim_134["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] is True
     assert generated["spec"] == tmpl["spec"]["spec"]
     assert the_pod["status"]["resourceClaimStatuses"] == [{"name": "gpu", "resourceClaimName": meta["name"]}]
 
