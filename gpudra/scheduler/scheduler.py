@@ -35,7 +35,8 @@ from gpudra.copying import copy_object
 from . import framework as fw
 from gpudra import schedulinghelpers as nodematch
 from . import resources as res
-from .state import ClusterState, claim_allocation, reserved_for
+from .claimstatus import claim_allocation, reserved_for
+from .state import ClusterState
 from . import groupclaims, preemption
 from . import interpodaffinity as ipa
 from . import bindingconditions as binding
