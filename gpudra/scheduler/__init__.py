@@ -50,7 +50,8 @@ nodes without status.allocatable/capacity are unlimited for cpu/memory/pods; tie
 from .state import ClusterState
 from .transitions import ClusterError
 from .framework import FilterResult, PodResult, Reason, fit_error_message
-from .scheduler import NodeEval, PodInfo, Scheduler, num_feasible_nodes_to_find
+from .cyclestate import NodeEval, PodInfo
+from .scheduler import Scheduler, num_feasible_nodes_to_find
 from .policies import POLICIES
 
 __all__ = [
