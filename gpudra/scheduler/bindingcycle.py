@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 def finish(scheduler: Scheduler, info: PodInfo, result: fw.PodResult, best: NodeEval,
            scores: Mapping[str, float]) -> fw.PodResult:
+    """The chosen node `best` (`scores`: every scored node's): its deferred allocations searched, the policy's
+    choice of devices, Reserve and Bind, and PreBind at once for a pod that waits there."""
     result.scores = scores
     if best.deferred:
         best = with_allocations(scheduler, info, best)
@@ -60,9 +62,9 @@ def with_allocations(scheduler: Scheduler, info: PodInfo, deferred: NodeEval) ->
     """The chosen node's evaluation with the allocations its deferred verdict left out: the node's devices
     are as they were when it was judged (its epoch is current), so the search finds what it would have."""
     node_name = deferred.result.node
+    cluster = scheduler.cluster
     # one search on one node: it gets a Filter timeout of its own rather than what is left of the pod's
-    verdict = dra_filter_node(scheduler.cluster, info.pod, info.dra, scheduler.cluster.nodes[node_name], deferred.served,
-                              own_budget=True)
+    verdict = dra_filter_node(cluster, info.pod, info.dra, cluster.nodes[node_name], deferred.served, own_budget=True)
     if verdict.reasons or verdict.fatal or verdict.allocations is None:
         raise RuntimeError(f"internal error: node {node_name} was judged to fit pod {info.key}, but its search "
                            f"now says: {verdict.fatal or '; '.join(r.message for r in verdict.reasons)}")
@@ -89,7 +91,7 @@ def bind(scheduler: Scheduler, info: PodInfo, chosen: NodeEval, allocations: lis
         scheduler._gang_bindings[info.key] = ([key for key, _ in pairs], key_of(special) if special else None)
     if waits_at_prebind(scheduler, info, [allocation for _, allocation in pairs]):
         return scheduler.cluster.assume(info.key, chosen.result.node, pairs, special, totals,
-                                   binding.format_time(scheduler.clock()))
+                                        binding.format_time(scheduler.clock()))
     return scheduler.cluster.bind(info.key, chosen.result.node, pairs, special, totals)
 
 

@@ -16,6 +16,10 @@ template share a shape, so a verdict is recomputed only for nodes whose state ch
 is what makes thousands of pods per second possible without changing a single answer. A pod whose InterPodAffinity
 verdicts or scores depend on other pods' placement (`PodInfo.placement_dependent`) is judged afresh on every node:
 a bind changes one node's epoch but another node's topology domain.
+
+This module is the cycle of one pod (kube-scheduler's schedulingCycle, pkg/scheduler/schedule_one.go). Around it:
+the queue pass (gpudra.scheduler.queue), the cycle's records (cyclestate), the Node-object and NodeResourcesFit
+filters (nodefilters), Reserve/Bind/PreBind (bindingcycle), the caches' bounds (verdictcache).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from .shapeindex import PlainScores, ShapeIndex
 from .policies import get_policy
 from .ties import BY_NAME, TieRule, pick
 from .ties import check as check_ties
+from .verdictcache import MAX_INDEXED_SHAPES, make_room, per_node_slot
 
 if TYPE_CHECKING:
     from .scoring import Policy
@@ -62,8 +67,6 @@ if TYPE_CHECKING:
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE = 0  # 0 = adaptive, as kube-scheduler's default
-MAX_CACHED_SHAPES = 256  # per-node verdict caches kept (oldest dropped first)
-MAX_INDEXED_SHAPES = 256  # as many as verdict caches: re-indexing a shape walks every node
 # PodInfo.node_shape of a pod without nodeName, nodeSelector, node affinity or tolerations (what the Node-object
 # plugins read): the JSON text of the four values, so that no other pod's shape can equal it
 UNCONSTRAINED_NODE_SHAPE = "[null,null,null,[]]"
@@ -264,8 +267,7 @@ class Scheduler:
         and the shareIDs of built allocations (so searches that build them use the pod's own claims)."""
         shared = self._claim_copies.get(dra.signature)
         if shared is None:
-            if len(self._claim_copies) >= MAX_CACHED_SHAPES:
-                del self._claim_copies[next(iter(self._claim_copies))]
+            make_room(self._claim_copies)
             claims = self.cluster.claims
             shared = self._claim_copies[dra.signature] = [
                 {key: copy_object(value) for key, value in claims[claim_key].items() if key != "status"}
@@ -290,11 +292,7 @@ class Scheduler:
             if self._node_generation != cluster.generation:
                 self._node_verdicts.clear()
                 self._node_generation = cluster.generation
-            per_node = self._node_verdicts.get(info.node_shape)
-            if per_node is None:
-                if len(self._node_verdicts) >= MAX_CACHED_SHAPES:
-                    del self._node_verdicts[next(iter(self._node_verdicts))]
-                per_node = self._node_verdicts[info.node_shape] = {}
+            per_node = per_node_slot(self._node_verdicts, info.node_shape)
             found = per_node.get(node_name)
             if found is None:
                 found = per_node[node_name] = tuple(node_reasons(info, node_name, node, False))
@@ -338,11 +336,7 @@ class Scheduler:
             self._dra_cache.clear()
             self._dra_generation = cluster.generation
         key = (info.dra.signature, tuple(r.resource for r in served), defer)
-        per_node = self._dra_cache.get(key)
-        if per_node is None:
-            if len(self._dra_cache) >= MAX_CACHED_SHAPES:
-                del self._dra_cache[next(iter(self._dra_cache))]
-            per_node = self._dra_cache[key] = {}
+        per_node = per_node_slot(self._dra_cache, key)
         device_epoch = cluster.device_epoch.get(node_name, 0)
         cached = per_node.get(node_name)
         if cached is not None and cached[0] == device_epoch:
@@ -428,11 +422,7 @@ class Scheduler:
                 return self._attempt_indexed(info, result, start, to_find)
         feasible: list[NodeEval] = []
         processed = 0
-        cache = {} if info.placement_dependent else self._cache.get(info.shape)
-        if cache is None:
-            if len(self._cache) >= MAX_CACHED_SHAPES:  # bounded memory when every pod has its own shape
-                del self._cache[next(iter(self._cache))]
-            cache = self._cache[info.shape] = {}
+        cache = {} if info.placement_dependent else per_node_slot(self._cache, info.shape)
         epochs = cluster.epoch
         filtered = cast(dict[str, fw.FilterResult], result.filtered)  # a fresh result's: the empty dict default
         for node_name in nodes[start:] + nodes[:start] if start else nodes:
@@ -474,7 +464,8 @@ class Scheduler:
         """The highest score; ties as `self.ties` breaks them (feasible: in evaluation order)."""
         return pick(feasible, lambda e: scores[e.result.node], lambda e: e.result.node, self.ties)
 
-    def _attempt_indexed(self, info: PodInfo, result: fw.PodResult, start: int, to_find: int) -> fw.PodResult:
+    def _shape_index(self, info: PodInfo) -> ShapeIndex:
+        """The pod shape's index, brought up to date and made the most recently used one."""
         index = self._indexes.pop(info.shape, None)
         if index is None:
             if len(self._indexes) >= MAX_INDEXED_SHAPES:
@@ -482,13 +473,16 @@ class Scheduler:
                 # again re-evaluates only the nodes that changed since
                 evicted = next(iter(self._indexes))
                 old = self._indexes.pop(evicted)
-                if len(self._cache) >= MAX_CACHED_SHAPES:
-                    del self._cache[next(iter(self._cache))]
+                make_room(self._cache)
                 self._cache[evicted] = {old.nodes[i]: e for i, e in enumerate(old.evals) if e is not None}
             index = ShapeIndex(self, info, self._cache.pop(info.shape, {}))
         else:
             index.refresh(self, info)
         self._indexes[info.shape] = index  # most recently used last
+        return index
+
+    def _attempt_indexed(self, info: PodInfo, result: fw.PodResult, start: int, to_find: int) -> fw.PodResult:
+        index = self._shape_index(info)
         chosen, keys, processed, fatal = index.select(start, to_find)
         self._next_start_node_index = (start + processed) % len(index.nodes)  # on an error too, as upstream
         if fatal is not None:  # re-run for this pod's own error message (it names the pod's claims)
