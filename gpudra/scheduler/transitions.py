@@ -5,8 +5,8 @@ ends or goes. Every transition keeps the per-node accounting (`usage`, the prior
 the node epochs that the scheduler's verdict caches key on.
 
 Apart from the loading and the queries of `ClusterState` so that the writes to the cluster view sit in one place
-(kube-scheduler separates them likewise: pkg/scheduler/backend/cache/cache.go holds AssumePod, FinishBinding,
-ForgetPod; pkg/controller/resourceclaim/controller.go the claim cleanup).
+(kube-scheduler keeps them apart likewise: its cache's AssumePod, ForgetPod, AddPod and RemovePod in
+pkg/scheduler/backend/cache/cache.go, v1.36.0; the claim cleanup in pkg/controller/resourceclaim/controller.go).
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ if TYPE_CHECKING:
 
 
 class ClusterError(GpudraError, ValueError):
-    pass
+    """A transition the cluster view refuses (a claim allocated twice)."""
 
 
 @dataclass
 class NodeUsage:
+    """What is counted on one node: the requests of its pods, their scoring totals, the pods (bound or assumed)."""
+
     requested: dict[str, int] = field(default_factory=dict)
     non_zero_cpu: int = 0
     non_zero_memory: int = 0
@@ -41,7 +43,8 @@ class NodeUsage:
 
 
 class Transitions(Topology):
-    """The transitions of `ClusterState` (see the module's docstring); it holds the state they change."""
+    """The transitions of `ClusterState` (see the module's docstring); the state they change is declared here
+    and set up by `ClusterState.__init__`."""
 
     pods: dict[str, dict[str, Any]]
     claims: dict[str, dict[str, Any]]
