@@ -47,7 +47,7 @@ import kube_scheduler  # noqa: E402
 from gpudra.scheduler import Scheduler  # noqa: E402
 
 from gpudra.controllers import ManagedCluster
-from gpudra.scheduler.scheduler import queue_run  # noqa: E402
+from gpudra.scheduler.queue import queue_run  # noqa: E402
 
 DRIVER = "test-driver.cdi.k8s.io"
 

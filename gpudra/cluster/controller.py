@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 from gpudra.copying import copy_object
 from gpudra.scheduler import Scheduler
 from gpudra.controllers import ManagedCluster
-from gpudra.scheduler.state import claim_allocation, reserved_for
+from gpudra.scheduler.claimstatus import claim_allocation, reserved_for
 from gpudra.api.objectmeta import is_terminal, key_of
 from gpudra.api.podgroupclaims import is_group_consumer, is_pod_group, is_reserved_for_pod, workload_claims_enabled
 from gpudra.controllers.workloads import POD_CLAIM_NAME_ANNOTATION

@@ -64,7 +64,7 @@ class _PageData:
 def _collect(cluster: ClusterDir, list_kind: Callable[[str], list[dict[str, Any]]] | None = None) -> _PageData:
     """What the page draws: the objects from the store, or from `list_kind` (a cluster on the real API server),
     and the kubelet stand-in's records of started pods."""
-    from gpudra.scheduler.state import claim_allocation, reserved_for
+    from gpudra.scheduler.claimstatus import claim_allocation, reserved_for
 
     from .kubelet import Kubelet
 

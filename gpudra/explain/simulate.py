@@ -62,7 +62,7 @@ def run_on(cluster: Any, pod_key: str, policy: str = "kube", progress: Progress 
     node = (pod.get("spec") or {}).get("nodeName")
     if node:
         return Run(cluster, pod, bound_node=node, was_bound=True)
-    from gpudra.scheduler.scheduler import queue_run
+    from gpudra.scheduler.queue import queue_run
 
     scheduler = _scheduler(cluster, policy)
     from gpudra.scheduler import gangs
@@ -92,7 +92,7 @@ def _run_gang(scheduler: Any, pod_key: str, plan: Any) -> Run:
     """A pod of a gang is decided with its whole group (Permit): the queue runs through, and a gang that missed
     its quorum is described in its own numbers (gpudra.explain.gangs), with the group's pods all unbound. A pod
     left over by a group that met its quorum is explained as any other pod, node by node."""
-    from gpudra.scheduler.scheduler import queue_run
+    from gpudra.scheduler.queue import queue_run
 
     cluster = scheduler.cluster
     scheduler.run()

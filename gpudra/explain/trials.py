@@ -129,7 +129,7 @@ def release_on_fork(explanation: Explanation, change: dict[str, Any]) -> Any | N
     transitions on a fork (Cluster.fork): what the release candidate's `mutate` does to the objects, without
     building a cluster of thousands of objects again. None where the two could differ: a deleted pod that uses
     other claims too, or a claim that pods other than the deleted ones reserve."""
-    from gpudra.scheduler.state import reserved_for
+    from gpudra.scheduler.claimstatus import reserved_for
 
     cluster = getattr(explanation.context, "cluster", None)
     if cluster is None:

@@ -47,9 +47,11 @@ creationTimestamp (pods without one last), then input order; pods with spec.node
 nodes without status.allocatable/capacity are unlimited for cpu/memory/pods; ties go to the first node name.
 """
 
-from .state import ClusterError, ClusterState
+from .state import ClusterState
+from .transitions import ClusterError
 from .framework import FilterResult, PodResult, Reason, fit_error_message
-from .scheduler import NodeEval, PodInfo, Scheduler, num_feasible_nodes_to_find
+from .cyclestate import NodeEval, PodInfo
+from .scheduler import Scheduler, num_feasible_nodes_to_find
 from .policies import POLICIES
 
 __all__ = [

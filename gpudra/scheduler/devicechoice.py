@@ -15,7 +15,8 @@ from .allocation import allocate
 from .topology import DeviceId
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .scheduler import NodeEval, PodInfo, Scheduler
+    from .cyclestate import NodeEval, PodInfo
+    from .scheduler import Scheduler
 
 PROBE_CLAIM_NAMESPACE = "gpudra-probe"
 

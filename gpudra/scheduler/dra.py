@@ -11,7 +11,8 @@ from typing import Any, Callable
 from . import framework as fw
 from .allocation import TIMED_OUT, AllocationOutcome, allocate, fits
 from . import groupclaims
-from .state import MAX_RESERVED_FOR, ClusterState, claim_allocation, reserved_for
+from .claimstatus import MAX_RESERVED_FOR, claim_allocation, reserved_for
+from .state import ClusterState
 from gpudra.api.objectmeta import canonical_json, ensure_uid_of, name_of, namespace_of, stable_uid, truncate_generate_name
 from gpudra.schedulinghelpers import node_selector_matches
 from .resources import container_requests, is_extended

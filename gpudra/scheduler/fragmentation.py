@@ -33,7 +33,8 @@ from .dra import dra_served_extended, extended_claim, extended_resource_classes,
 from .scoring import MAX_NODE_SCORE, Policy
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .scheduler import NodeEval, PodInfo, Scheduler
+    from .cyclestate import NodeEval, PodInfo
+    from .scheduler import Scheduler
     from .state import ClusterState
 
 

@@ -47,7 +47,8 @@ from gpudra.allocator.nodematch import requirement_matches
 from gpudra.api.objectmeta import is_terminal, name_of, namespace_of
 
 from . import framework as fw
-from .state import ClusterState, claim_allocation, reserved_for
+from .claimstatus import claim_allocation, reserved_for
+from .state import ClusterState
 from gpudra.api.objectmeta import parse_time
 
 MIN_CANDIDATE_NODES_PERCENTAGE = 10  # DefaultPreemptionArgs defaults (pkg/scheduler/apis/config/v1/defaults.go)

@@ -7,7 +7,8 @@ from typing import Any
 
 from gpudra.api.dump import dump_yaml_data
 
-from .state import ClusterState, claim_allocation
+from .claimstatus import claim_allocation
+from .state import ClusterState
 from .framework import PodResult
 from gpudra.api.objectmeta import key_of
 

@@ -16,26 +16,31 @@ template share a shape, so a verdict is recomputed only for nodes whose state ch
 is what makes thousands of pods per second possible without changing a single answer. A pod whose InterPodAffinity
 verdicts or scores depend on other pods' placement (`PodInfo.placement_dependent`) is judged afresh on every node:
 a bind changes one node's epoch but another node's topology domain.
+
+This module is the cycle of one pod (kube-scheduler's schedulingCycle, pkg/scheduler/schedule_one.go). Around it:
+the queue pass (gpudra.scheduler.queue), the cycle's records (cyclestate), the Node-object and NodeResourcesFit
+filters (nodefilters), Reserve/Bind/PreBind (bindingcycle), the caches' bounds (verdictcache).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from contextlib import AbstractContextManager
 from datetime import datetime, timezone
-from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, cast
 
-from gpudra.allocator import FILTER_TIMEOUT_S, TIMED_OUT
-from gpudra.api.load import cycle_collection_paused
+from gpudra.allocator import FILTER_TIMEOUT_S
 from gpudra.copying import copy_object
 
 from . import framework as fw
-from gpudra import schedulinghelpers as nodematch
 from . import resources as res
-from .state import ClusterState, claim_allocation, reserved_for
+from .bindingcycle import finish, prebind
+from .claimstatus import claim_allocation, reserved_for
+from .cyclestate import NodeEval, PodInfo, PodShape, timed_out
+from .nodefilters import fit_reasons, node_reasons
+from .queue import run_queue
+from .state import ClusterState
 from . import groupclaims, preemption
 from . import interpodaffinity as ipa
 from . import bindingconditions as binding
@@ -44,18 +49,17 @@ from .dra import (
     DraVerdict,
     ExtendedRequest,
     dra_served_extended,
-    extended_claim,
-    extended_claim_status,
     extended_resource_classes,
     first_available_score,
     prefilter,
 )
 from .dra import filter_node as dra_filter_node
-from gpudra.api.objectmeta import canonical_json, key_of, name_of
+from gpudra.api.objectmeta import canonical_json, name_of
 from .shapeindex import PlainScores, ShapeIndex
 from .policies import get_policy
 from .ties import BY_NAME, TieRule, pick
 from .ties import check as check_ties
+from .verdictcache import MAX_INDEXED_SHAPES, make_room, per_node_slot
 
 if TYPE_CHECKING:
     from .scoring import Policy
@@ -63,8 +67,6 @@ if TYPE_CHECKING:
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE = 0  # 0 = adaptive, as kube-scheduler's default
-MAX_CACHED_SHAPES = 256  # per-node verdict caches kept (oldest dropped first)
-MAX_INDEXED_SHAPES = 256  # as many as verdict caches: re-indexing a shape walks every node
 # PodInfo.node_shape of a pod without nodeName, nodeSelector, node affinity or tolerations (what the Node-object
 # plugins read): the JSON text of the four values, so that no other pod's shape can equal it
 UNCONSTRAINED_NODE_SHAPE = "[null,null,null,[]]"
@@ -78,63 +80,6 @@ def num_feasible_nodes_to_find(num_all_nodes: int, percentage: int = DEFAULT_PER
         adaptive = max(50 - num_all_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
     count = num_all_nodes * adaptive // 100
     return max(count, MIN_FEASIBLE_NODES_TO_FIND)
-
-
-# What the Filter verdicts of a pod depend on: its Node-object constraints (`node_shape`), its requests, their
-# scoring defaults for cpu and memory, and its claims (`DraPodState.signature`)
-PodShape = tuple[str, tuple[tuple[str, int], ...], int, int, str]
-
-
-@dataclass
-class PodInfo:
-    """What the cycle precomputes once per pod attempt (PreFilter)."""
-
-    key: str
-    pod: dict[str, Any]
-    requests: dict[str, int]
-    non_zero_cpu: int
-    non_zero_memory: int
-    tolerations: list[dict[str, Any]]
-    dra: DraPodState
-    reasons: list[fw.Reason]  # PreFilter rejections for the whole pod
-    shape: PodShape  # cache key: pods with equal shapes get equal verdicts on equal node states
-    node_shape: str = ""  # the part of `shape` that the Node-object plugins read
-    fit_order: tuple[str, ...] = ()  # requests in NodeResourcesFit's reporting order
-    non_zero: dict[str, int] = field(default_factory=dict)  # requests with the scoring defaults for cpu/memory
-    # InterPodAffinity's PreFilter and PreScore states (None: skipped). Either makes the pod's verdicts or scores
-    # depend on where other pods are, which no node epoch tracks: such a pod bypasses the per-shape caches.
-    affinity: ipa.FilterState | None = None
-    affinity_scores: ipa.ScoreState | None = None
-
-    @property
-    def placement_dependent(self) -> bool:
-        return self.affinity is not None or self.affinity_scores is not None
-
-
-@dataclass
-class NodeEval:
-    """One node's Filter verdict for a pod shape, plus the raw inputs of the scoring plugins."""
-
-    result: fw.FilterResult
-    epoch: int = 0
-    served: list[ExtendedRequest] = field(default_factory=list)
-    extended_claim: dict[str, Any] | None = None
-    first_available: int = 0
-    fatal: str | None = None
-    parts: Any = None  # the policy's per-node scoring inputs, cached with the verdict
-    deferred: bool = False  # feasible, but `result.allocations` are computed only if the node is chosen
-
-
-def _timed_out(evaluation: NodeEval) -> bool:
-    return any(reason.plugin == fw.DYNAMIC_RESOURCES and reason.message == TIMED_OUT
-               for reason in evaluation.result.reasons)
-
-
-def queue_run() -> AbstractContextManager[None]:
-    """Around a run of many pods: the scheduler builds a few hundred thousand small containers (verdicts, node
-    views, allocations), none of them cyclic garbage (~15% of 1,000 pods on 2,000 nodes went to the cycle
-    collector walking them), and what it built joins a frozen input."""
-    return cycle_collection_paused(join_frozen=True)
 
 
 class Scheduler:
@@ -322,8 +267,7 @@ class Scheduler:
         and the shareIDs of built allocations (so searches that build them use the pod's own claims)."""
         shared = self._claim_copies.get(dra.signature)
         if shared is None:
-            if len(self._claim_copies) >= MAX_CACHED_SHAPES:
-                del self._claim_copies[next(iter(self._claim_copies))]
+            make_room(self._claim_copies)
             claims = self.cluster.claims
             shared = self._claim_copies[dra.signature] = [
                 {key: copy_object(value) for key, value in claims[claim_key].items() if key != "status"}
@@ -335,34 +279,30 @@ class Scheduler:
     def filter_node(self, info: PodInfo, node_name: str, all_reasons: bool = False, defer: bool = False) -> NodeEval:
         """Run every filter for one node. Like kube-scheduler, the first failing plugin ends the evaluation
         unless `all_reasons` is set (then every plugin reports, for explanations). `defer`: a feasible node's
-        allocations may be left to `_finish` (`NodeEval.deferred`)."""
+        allocations may be left to `bindingcycle.finish` (`NodeEval.deferred`)."""
         cluster = self.cluster
         node = cluster.nodes[node_name]
         reasons: list[fw.Reason] = []
         evaluation = NodeEval(fw.FilterResult(node_name, reasons), epoch=cluster.epoch.get(node_name, 0))
 
         if all_reasons:
-            reasons.extend(self._node_reasons(info, node_name, node, True))
+            reasons.extend(node_reasons(info, node_name, node, True))
         else:
             # these plugins read only the Node object and the pod's spec: one verdict per node and generation
             if self._node_generation != cluster.generation:
                 self._node_verdicts.clear()
                 self._node_generation = cluster.generation
-            per_node = self._node_verdicts.get(info.node_shape)
-            if per_node is None:
-                if len(self._node_verdicts) >= MAX_CACHED_SHAPES:
-                    del self._node_verdicts[next(iter(self._node_verdicts))]
-                per_node = self._node_verdicts[info.node_shape] = {}
+            per_node = per_node_slot(self._node_verdicts, info.node_shape)
             found = per_node.get(node_name)
             if found is None:
-                found = per_node[node_name] = tuple(self._node_reasons(info, node_name, node, False))
+                found = per_node[node_name] = tuple(node_reasons(info, node_name, node, False))
             if found:
                 reasons.extend(found)
                 return evaluation
         allocatable = cluster.allocatable(node_name)
         served = dra_served_extended(info.dra, allocatable) if info.dra.extended else []
         evaluation.served = served
-        reasons.extend(self._fit_reasons(info, node_name, allocatable, {r.resource for r in served}))
+        reasons.extend(fit_reasons(info, cluster.usage[node_name], allocatable, {r.resource for r in served}))
         if reasons and not all_reasons:
             return evaluation
         affinity = self._affinity_reason(info, node)
@@ -385,40 +325,6 @@ class Scheduler:
                 evaluation.first_available = verdict.first_available
         return evaluation
 
-    def _node_reasons(self, info: PodInfo, node_name: str, node: dict[str, Any], all_reasons: bool) -> list[fw.Reason]:
-        """NodeUnschedulable, NodeName, TaintToleration and NodeAffinity, in that order; the first failing plugin
-        ends the list unless `all_reasons`."""
-        pod = info.pod
-        reasons: list[fw.Reason] = []
-        if nodematch.node_is_unschedulable_for(node, pod):
-            reasons.append(fw.Reason(fw.NODE_UNSCHEDULABLE, "node(s) were unschedulable", resolvable=False))
-            if not all_reasons:
-                return reasons
-        wanted = (pod.get("spec") or {}).get("nodeName")
-        if wanted and wanted != node_name:
-            reasons.append(
-                fw.Reason(fw.NODE_NAME, "node(s) didn't match the requested node name", {"nodeName": wanted}, False)
-            )
-            if not all_reasons:
-                return reasons
-        taint = nodematch.first_untolerated_taint(nodematch.node_taints(node), info.tolerations)
-        if taint is not None:
-            reasons.append(
-                fw.Reason(
-                    fw.TAINT_TOLERATION,
-                    f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}",
-                    {"taint": taint},
-                    resolvable=False,
-                )
-            )
-            if not all_reasons:
-                return reasons
-        if not nodematch.pod_matches_node_selector_and_affinity(pod, node):
-            reasons.append(
-                fw.Reason(fw.NODE_AFFINITY, "node(s) didn't match Pod's node affinity/selector", resolvable=False)
-            )
-        return reasons
-
     def _dra_verdict(self, info: PodInfo, node_name: str, node: dict[str, Any],
                      served: list[ExtendedRequest], defer: bool = False) -> DraVerdict:
         """The DynamicResources verdict, shared by every pod with the same claims (`dra.signature`) while no
@@ -430,11 +336,7 @@ class Scheduler:
             self._dra_cache.clear()
             self._dra_generation = cluster.generation
         key = (info.dra.signature, tuple(r.resource for r in served), defer)
-        per_node = self._dra_cache.get(key)
-        if per_node is None:
-            if len(self._dra_cache) >= MAX_CACHED_SHAPES:
-                del self._dra_cache[next(iter(self._dra_cache))]
-            per_node = self._dra_cache[key] = {}
+        per_node = per_node_slot(self._dra_cache, key)
         device_epoch = cluster.device_epoch.get(node_name, 0)
         cached = per_node.get(node_name)
         if cached is not None and cached[0] == device_epoch:
@@ -444,44 +346,12 @@ class Scheduler:
             per_node[node_name] = (device_epoch, verdict)
         return verdict
 
-    def _fit_reasons(
-        self, info: PodInfo, node_name: str, allocatable: dict[str, int] | None, dra_served: set[str]
-    ) -> list[fw.Reason]:
-        usage = self.cluster.usage[node_name]
-        reasons: list[fw.Reason] = []
-        if allocatable is not None and len(usage.pods) + 1 > allocatable.get(res.PODS, 0):
-            reasons.append(
-                fw.Reason(
-                    fw.NODE_RESOURCES_FIT,
-                    "Too many pods",
-                    {"resource": res.PODS, "requested": 1, "used": len(usage.pods), "capacity": allocatable[res.PODS]},
-                )
-            )
-        for resource in info.fit_order:
-            wanted = info.requests[resource]
-            if wanted <= 0 or resource in dra_served or resource == res.PODS:
-                continue
-            extended = res.is_extended(resource)
-            if allocatable is None and not extended:
-                continue
-            capacity = (allocatable or {}).get(resource, 0)
-            used = usage.requested.get(resource, 0)
-            if wanted > capacity - used:
-                reasons.append(
-                    fw.Reason(
-                        fw.NODE_RESOURCES_FIT,
-                        f"Insufficient {resource}",
-                        {"resource": resource, "requested": wanted, "used": used, "capacity": capacity},
-                    )
-                )
-        return reasons
-
     # ----- one pod ------------------------------------------------------------------------------
     def schedule_pod(self, pod_key: str) -> fw.PodResult:
         if pod_key in self.cluster.binding_waits:  # its binding cycle goes on: PreBind polls its claims again
             result = fw.PodResult(pod_key, num_nodes=len(self.cluster.node_names()))
             result.claims = self.cluster.pod_claim_keys(self.cluster.pods[pod_key])
-            result = self._prebind(result)
+            result = prebind(self, result)
         else:
             result = self._attempt_nominated(pod_key) or self._attempt(pod_key)
         if not result.scheduled and not result.at_prebind and self._post_filter(pod_key, result):
@@ -513,7 +383,7 @@ class Scheduler:
         if evaluation.fatal is not None or evaluation.result.reasons:
             return None
         result = fw.PodResult(pod_key, num_nodes=len(cluster.node_names()))
-        return self._finish(info, result, evaluation, self._combine(info, [evaluation]))
+        return finish(self, info, result, evaluation, self._combine(info, [evaluation]))
 
     def _preempt(self, pod_key: str, result: fw.PodResult) -> fw.PodResult:
         """DefaultPreemption's PostFilter (gpudra.scheduler.preemption.post_filter)."""
@@ -552,11 +422,7 @@ class Scheduler:
                 return self._attempt_indexed(info, result, start, to_find)
         feasible: list[NodeEval] = []
         processed = 0
-        cache = {} if info.placement_dependent else self._cache.get(info.shape)
-        if cache is None:
-            if len(self._cache) >= MAX_CACHED_SHAPES:  # bounded memory when every pod has its own shape
-                del self._cache[next(iter(self._cache))]
-            cache = self._cache[info.shape] = {}
+        cache = {} if info.placement_dependent else per_node_slot(self._cache, info.shape)
         epochs = cluster.epoch
         filtered = cast(dict[str, fw.FilterResult], result.filtered)  # a fresh result's: the empty dict default
         for node_name in nodes[start:] + nodes[:start] if start else nodes:
@@ -570,7 +436,7 @@ class Scheduler:
                     # findNodesThatFit moves nextStartNodeIndex "regardless of whether an error has occurred"
                     self._next_start_node_index = (start + processed) % len(nodes)
                     return result
-                if not _timed_out(evaluation):  # another attempt gets a budget of its own
+                if not timed_out(evaluation):  # another attempt gets a budget of its own
                     cache[node_name] = evaluation
             processed += 1
             if evaluation.result.reasons:
@@ -584,7 +450,7 @@ class Scheduler:
             return result
         scores = self._combine(info, feasible)  # parts were computed with each verdict
         best = self._best(feasible, scores)
-        return self._finish(info, result, best, scores)
+        return finish(self, info, result, best, scores)
 
     def evaluate_fresh(self, info: PodInfo, node_name: str) -> NodeEval:
         """filter_node plus the policy's scoring inputs for a feasible node (what the caches hold)."""
@@ -598,52 +464,8 @@ class Scheduler:
         """The highest score; ties as `self.ties` breaks them (feasible: in evaluation order)."""
         return pick(feasible, lambda e: scores[e.result.node], lambda e: e.result.node, self.ties)
 
-    def _finish(self, info: PodInfo, result: fw.PodResult, best: NodeEval,
-                scores: Mapping[str, float]) -> fw.PodResult:
-        result.scores = scores
-        if best.deferred:
-            best = self._with_allocations(info, best)
-        allocations = self.policy.choose_allocations(self, info, best)
-        result.claims = self._bind(info, best, allocations)
-        result.node = best.result.node
-        if info.key in self.cluster.binding_waits:
-            return self._prebind(result)
-        return result
-
-    def _prebind(self, result: fw.PodResult) -> fw.PodResult:
-        """DynamicResources PreBind for a pod assumed on its node: every binding condition True binds it; a True
-        failure condition or the binding timeout is an error (Unreserve: `abandon_binding`); else it waits."""
-        cluster = self.cluster
-        pod_key = result.pod
-        node = cluster.binding_waits[pod_key]
-        claims = [cluster.claims[key] for key in cluster.pod_claim_keys(cluster.pods[pod_key]) if key in cluster.claims]
-        state = binding.pod_binding_state(claims, self.clock(), self.binding_timeout)
-        result.node, result.binding, result.binding_error = None, None, None
-        if state.state == binding.READY:
-            result.node = cluster.finish_binding(pod_key)
-        elif state.state == binding.WAITING:
-            result.binding = fw.BindingWait(node, state.pending)
-        else:
-            cluster.abandon_binding(pod_key)
-            result.binding_error = state.error(cluster.kubernetes_version)
-        return result
-
-    def _with_allocations(self, info: PodInfo, deferred: NodeEval) -> NodeEval:
-        """The chosen node's evaluation with the allocations its deferred verdict left out: the node's devices
-        are as they were when it was judged (its epoch is current), so the search finds what it would have."""
-        node_name = deferred.result.node
-        # one search on one node: it gets a Filter timeout of its own rather than what is left of the pod's
-        verdict = dra_filter_node(self.cluster, info.pod, info.dra, self.cluster.nodes[node_name], deferred.served,
-                                  own_budget=True)
-        if verdict.reasons or verdict.fatal or verdict.allocations is None:
-            raise RuntimeError(f"internal error: node {node_name} was judged to fit pod {info.key}, but its search "
-                               f"now says: {verdict.fatal or '; '.join(r.message for r in verdict.reasons)}")
-        evaluation = NodeEval(fw.FilterResult(node_name, deferred.result.reasons, verdict.allocations),
-                              deferred.epoch, deferred.served, verdict.extended_claim, deferred.first_available,
-                              None, deferred.parts)
-        return evaluation
-
-    def _attempt_indexed(self, info: PodInfo, result: fw.PodResult, start: int, to_find: int) -> fw.PodResult:
+    def _shape_index(self, info: PodInfo) -> ShapeIndex:
+        """The pod shape's index, brought up to date and made the most recently used one."""
         index = self._indexes.pop(info.shape, None)
         if index is None:
             if len(self._indexes) >= MAX_INDEXED_SHAPES:
@@ -651,13 +473,16 @@ class Scheduler:
                 # again re-evaluates only the nodes that changed since
                 evicted = next(iter(self._indexes))
                 old = self._indexes.pop(evicted)
-                if len(self._cache) >= MAX_CACHED_SHAPES:
-                    del self._cache[next(iter(self._cache))]
+                make_room(self._cache)
                 self._cache[evicted] = {old.nodes[i]: e for i, e in enumerate(old.evals) if e is not None}
             index = ShapeIndex(self, info, self._cache.pop(info.shape, {}))
         else:
             index.refresh(self, info)
         self._indexes[info.shape] = index  # most recently used last
+        return index
+
+    def _attempt_indexed(self, info: PodInfo, result: fw.PodResult, start: int, to_find: int) -> fw.PodResult:
+        index = self._shape_index(info)
         chosen, keys, processed, fatal = index.select(start, to_find)
         self._next_start_node_index = (start + processed) % len(index.nodes)  # on an error too, as upstream
         if fatal is not None:  # re-run for this pod's own error message (it names the pod's claims)
@@ -684,36 +509,7 @@ class Scheduler:
             scores = self._combine(info, feasible)
             best = self._best(feasible, scores)
         assert best is not None
-        return self._finish(info, result, best, scores)
-
-    def _bind(self, info: PodInfo, chosen: NodeEval, allocations: list[dict[str, Any]] | None) -> list[str]:
-        """Bind the pod to the chosen node; returns its claim keys."""
-        allocations = list(allocations or [])
-        pairs = [(key, allocations[i]) for i, key in enumerate(info.dra.to_allocate)]  # bind copies
-        special = None
-        if chosen.extended_claim is not None:
-            # the cached verdict may come from another pod of the same shape: name and owner are this pod's
-            special = extended_claim(info.pod, info.dra, chosen.served)
-            pairs.append((key_of(special), allocations[len(info.dra.to_allocate)]))
-            info.pod.setdefault("status", {})["extendedResourceClaimStatus"] = extended_claim_status(
-                info.dra, chosen.served
-            )
-        totals = None if info.reasons else (info.requests, info.non_zero)
-        if info.key in self._gang_bindings:  # what Unreserve must undo if the gang misses its quorum
-            self._gang_bindings[info.key] = ([key for key, _ in pairs], key_of(special) if special else None)
-        if self._waits_at_prebind(info, [allocation for _, allocation in pairs]):
-            return self.cluster.assume(info.key, chosen.result.node, pairs, special, totals,
-                                       binding.format_time(self.clock()))
-        return self.cluster.bind(info.key, chosen.result.node, pairs, special, totals)
-
-    def _waits_at_prebind(self, info: PodInfo, allocations: list[dict[str, Any]]) -> bool:
-        """hasBindingConditions over the pod's claims as PreBind sees them: the new allocations and the claims
-        allocated before (gates DRADeviceBindingConditions and DRAResourceClaimDeviceStatus)."""
-        if not self.cluster.features.device_binding_and_status:
-            return False
-        allocated = [self.cluster.claims[key] for key in info.dra.allocated]
-        return (any(r.get("bindingConditions") for a in allocations for r in (a.get("devices") or {}).get("results") or [])
-                or any(binding.has_binding_conditions(claim) for claim in allocated))
+        return finish(self, info, result, best, scores)
 
     def _post_filter(self, pod_key: str, result: fw.PodResult) -> bool:
         """DynamicResources PostFilter: an allocated claim that is usable on no node and reserved for nobody
@@ -743,46 +539,8 @@ class Scheduler:
 
     # ----- the whole queue ----------------------------------------------------------------------
     def run(self, on_result: Callable[[fw.PodResult], None] | None = None) -> list[fw.PodResult]:
-        """Schedule every pending pod once, in queue order. The pods of a gang (gpudra.scheduler.gangs) wait at
-        Permit: their results come once the pass has decided the whole gang."""
-        results: list[fw.PodResult] = []
-        held: dict[str, list[fw.PodResult]] = {}  # gang key -> its pods' results, waiting at Permit
-        with queue_run():  # the gang plan (and its first import) too: what the run allocates is collected after it
-            from . import gangs
-            from .workloadplacement import place_group
-
-            plan = gangs.plan(self.cluster)
-            pending = self.cluster.pending_pods()
-            unplaced: set[str] = set()  # gangs no placement of their topology domain could hold: decided already
-            for pod_key in pending:
-                if pod_key in plan.waiting:
-                    result = gangs.wait_before_queue(self, pod_key, plan.waiting[pod_key])
-                elif pod_key in plan.member_of:
-                    gang = plan.gangs[plan.member_of[pod_key]]
-                    if gang.topology_key is None:
-                        self._gang_bindings[pod_key] = []
-                        held.setdefault(gang.key, []).append(self.schedule_pod(pod_key))
-                    elif gang.key not in held:  # the whole group at its first pod, as the pod group cycle does
-                        members = [key for key in pending if plan.member_of.get(key) == gang.key]
-                        held[gang.key], placed = place_group(self, gang, members)
-                        if not placed:
-                            unplaced.add(gang.key)
-                    continue
-                else:
-                    result = self.schedule_pod(pod_key)
-                    preemption.hold_nominated(self, result)
-                results.append(result)
-                if on_result is not None:
-                    on_result(result)
-            for gang_key, gang_results in held.items():
-                decided = gang_results if gang_key in unplaced else gangs.permit(self, plan.gangs[gang_key], gang_results)
-                for result in decided:
-                    results.append(result)
-                    if on_result is not None:
-                        on_result(result)
-        self._gang_bindings.clear()
-        self.cluster.release_nominated()
-        return results
+        """Schedule every pending pod once, in queue order (gpudra.scheduler.queue)."""
+        return run_queue(self, on_result)
 
     def unreserve(self, result: fw.PodResult) -> None:
         """Unreserve for a gang pod this queue pass placed: its bind, and the claims that bind allocated, undone."""

@@ -33,7 +33,8 @@ from gpudra import schedulinghelpers as nodematch
 from . import resources as res
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .scheduler import NodeEval, PodInfo, Scheduler
+    from .cyclestate import NodeEval, PodInfo
+    from .scheduler import Scheduler
 
 MAX_NODE_SCORE = 100
 

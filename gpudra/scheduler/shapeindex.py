@@ -15,7 +15,8 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .scheduler import NodeEval, PodInfo, Scheduler
+    from .cyclestate import NodeEval, PodInfo
+    from .scheduler import Scheduler
 
 
 class ShapeIndex:

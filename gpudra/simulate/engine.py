@@ -21,7 +21,7 @@ from typing import Callable
 from gpudra.errors import GpudraError
 from gpudra.scheduler import Scheduler
 from gpudra.controllers import ManagedCluster
-from gpudra.scheduler.state import allocated_device_ids
+from gpudra.scheduler.claimstatus import allocated_device_ids
 from gpudra.scheduler.policies import POLICIES as GPUDRA_POLICIES
 
 from .fgd import Fragmentation, NodeRes, typical_tasks

@@ -38,7 +38,8 @@ from .trace import MILLI, Task
 
 if TYPE_CHECKING:  # pragma: no cover
     from gpudra.controllers import ManagedCluster
-    from gpudra.scheduler.scheduler import NodeEval, PodInfo, Scheduler
+    from gpudra.scheduler.cyclestate import NodeEval, PodInfo
+    from gpudra.scheduler.scheduler import Scheduler
 
 MAX_SPEC_CPU = 128_000  # the artifact's normalisers (open-gpu-share/utils/const.go)
 MAX_SPEC_GPU = 8_000

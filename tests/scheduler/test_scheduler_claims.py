@@ -7,7 +7,7 @@ import re
 from gpudra.scheduler import Scheduler
 
 from gpudra.controllers import ManagedCluster
-from gpudra.scheduler.state import DELETE_PROTECTION_FINALIZER
+from gpudra.scheduler.claimstatus import DELETE_PROTECTION_FINALIZER
 from tests.support.builders import claim, device_class, devices, gpu_cluster, node, pod, resource_slice, template
 from tests.support.scheduling import devices_of, placed, schedule
 

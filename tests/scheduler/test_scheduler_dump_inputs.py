@@ -6,7 +6,7 @@ from __future__ import annotations
 from tests.support.builders import claim, gpu_cluster, pod
 from tests.support.scheduling import devices_of, placed, schedule
 
-from gpudra.scheduler.state import DELETE_PROTECTION_FINALIZER
+from gpudra.scheduler.claimstatus import DELETE_PROTECTION_FINALIZER
 
 
 def _allocated_claim(name: str, node: str, device_names: list[str], consumer: dict) -> dict:
