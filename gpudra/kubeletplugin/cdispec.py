@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from gpudra.cdi import ContainerEdits, Device, DeviceNode, Mount, Spec
 
-if TYPE_CHECKING:  # prepared.py checks claim identities with claimpaths, which names spec files from here
-    from .prepared import PreparedDevice
+if TYPE_CHECKING:  # the GPU edits below are still here (read only by the GPU plugin), not imported at run time
+    from gpudra.gpuplugin.records import GpuDevice as PreparedDevice
 
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255

@@ -20,7 +20,7 @@ from gpudra.kubeletplugin.claims import ClaimSourceError, KubeClaimSource, Local
 from gpudra.device_config import ConfigError, claim_configs, config_for, decode_opaque
 from tests.support.builders import allocated_claim
 from gpudra.kubeletplugin.paths import DriverPaths
-from gpudra.kubeletplugin.prepared import MigPlacement, PreparedDevice
+from gpudra.gpuplugin.records import GpuDevice, MigPlacement
 from gpudra.gpuplugin.state import ClaimRef, DeviceState, PrepareError
 
 NODE = "n1"
@@ -398,9 +398,9 @@ def test_device_numbers_from_proc_files(tmp_path):
     assert cdispec.mig_cap_minors(1, 2, 0, table) == (156, 157)
     assert cdispec.mig_cap_minors(0, 0, 0) == (3, 4)  # the driver's numbering without a table
     assert cdispec.mig_cap_minors(1, 2, 0) == (156, 157)
-    mig = PreparedDevice(type="mig", device="gpu-1-mig-1g10gb-19-0", pool="n", request="r", request_names=("r",),
-                         admin_access=False, cdi_device_ids=(), gpu_minor=1,
-                         mig=MigPlacement(gi_profile_id=19, start=0, size=1, dynamic=False, gi_id=2, ci_id=0))
+    mig = GpuDevice(type="mig", device="gpu-1-mig-1g10gb-19-0", pool="n", request="r", request_names=("r",),
+                    admin_access=False, cdi_device_ids=(), gpu_minor=1,
+                    mig=MigPlacement(gi_profile_id=19, start=0, size=1, dynamic=False, gi_id=2, ci_id=0))
     spec = cdispec.claim_spec("gpu.nvidia.com", "u", [mig],
                               majors=cdispec.read_char_majors(str(devices)), mig_minors=table)
     nodes = spec.devices[0].container_edits.device_nodes

@@ -226,7 +226,7 @@ def test_a_checkpoint_with_a_nonsense_version_is_refused(tmp_path):
 
 def test_entries_parse_strictly():
     good = load_checkpoint(os.path.join(V0, "gpu-dynamic-mig", "checkpoint.json"))["claims"][uid(5)]
-    assert ClaimEntry.from_json(uid(5), good).mps_daemon is not None
+    assert ClaimEntry.from_json(uid(5), good).payload is not None  # the GPU plugin's MpsDaemon
     broken = {**good, "mpsDaemon": {"id": 7}}
     with pytest.raises(ValueError, match="mpsDaemon"):
         ClaimEntry.from_json(uid(5), broken)
