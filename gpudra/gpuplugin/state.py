@@ -10,8 +10,8 @@ unprepare: [checkpoint `UnprepareStarted` when hardware must be undone] -> destr
 `reconcile()` (run at start) rolls back `PrepareStarted` entries (the kubelet never got an
 answer and will retry), finishes `UnprepareStarted` ones, rewrites missing CDI specs of
 completed claims (/var/run/cdi is a tmpfs), deletes CDI specs nobody owns and, in dynamic
-MIG mode, destroys MIG devices that no completed claim owns. So a crash at any point loses
-nothing the kubelet was told and leaks nothing it was not.
+MIG mode, destroys MIG devices that no completed claim owns (those clean-ups and the quarantine are in
+leftovers.py). So a crash at any point loses nothing the kubelet was told and leaks nothing it was not.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from gpudra.kubeletplugin import claimpaths
 from gpudra.kubeletplugin.calls import CallToken
 from gpudra.kubeletplugin.claimref import ClaimRef as ClaimRef  # the plugins' shared names, re-exported
 from gpudra.kubeletplugin.claimref import PrepareError as PrepareError
-from gpudra.kubeletplugin.checkpoint import (MAX_CHECKPOINT_BYTES, Checkpoint, CheckpointVersionError, current_boot_id,
-                                             read_checkpoint, read_regular_file, write_checkpoint_bytes)
+from gpudra.kubeletplugin.checkpoint import (Checkpoint, CheckpointVersionError, current_boot_id,
+                                             read_checkpoint)
 from gpudra.kubeletplugin.prepared import PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, ReservedDevice
 from .records import (GPU_TYPE, MIG_TYPE, VFIO_TYPE, GpuClaimEntry, GpuDevice, MigPlacement, MpsDaemon, SharingRecord,
                       VfioBinding, conflicts)
@@ -46,10 +46,10 @@ from gpudra.device_config import GPU_FAMILY, ConfigError, DeviceConfig, IommuCon
 from gpudra.kubeletplugin.devicemetadata import base_request, cdi_device_id as metadata_cdi_id
 from gpudra.kubeletplugin.journal import CheckpointJournal
 from gpudra.kubeletplugin.paths import DriverPaths
-from gpudra.kubeletplugin.quarantine import QuarantinedEntry, load_quarantine, quarantine_entry, save_quarantine
 from .consumableshares import MPS_REFUSED, conflict_message, conflicting_configuration, shares_of_one_device
 from .fabricpartitions import FabricManagerError
 from .gatedfeatures import PARTITIONED_TYPES, GatedFeatures
+from .leftovers import StartupLeftovers
 from .featuregates import sharing_gate_error
 from .passthrough import NVIDIA_DRIVER, VFIO_DRIVER, Passthrough, PassthroughError
 from .sharing import SharingControl, SharingError, apply_claim_sharing, undo_claim_sharing
@@ -63,7 +63,7 @@ _LOCK_STRIPES = 256
 _conflicts = conflicts  # tests name it here, where the driver refuses conflicting claims
 
 
-class DeviceState(GatedFeatures):
+class DeviceState(GatedFeatures, StartupLeftovers):
     config_family = GPU_FAMILY  # which opaque config kinds this driver decodes (device_config.FAMILY_KINDS)
 
     def __init__(self, *, driver_name: str, node_name: str, backend: GpuBackend, paths: DriverPaths,
@@ -179,67 +179,8 @@ class DeviceState(GatedFeatures):
             if not self._spec_exists(uid):
                 self._write_cdi(uid, entry.devices)
                 report["cdiRewritten"].append(uid)
-        prefix = self._spec_name_prefix()
-        try:
-            names = os.listdir(self.paths.cdi_spec_dir)
-        except FileNotFoundError:
-            names = []
-        for name in names:
-            # directory entries: one path component each, whatever the (possibly foreign) UID in them
-            if name.startswith(prefix) and name.endswith((".yaml", ".json")):
-                uid = name[len(prefix):].rsplit(".", 1)[0]
-                if uid not in completed and uid not in self._quarantined_uids:
-                    try:
-                        os.unlink(os.path.join(self.paths.cdi_spec_dir, name))
-                    except FileNotFoundError:
-                        pass
-                    if uid not in report["cdiRemoved"]:
-                        report["cdiRemoved"].append(uid)
-        if self.dynamic_mig:
-            owned = {(d.gpu_minor, *d.mig.key) for e in completed.values() for d in e.devices if d.mig is not None}
-            owned |= {(r.gpu_minor, *r.mig) for r in self._reserved if r.mig is not None and r.gpu_minor is not None}
-            for gpu in self.backend.inventory().gpus:
-                for mig in gpu.mig_devices:
-                    if (gpu.minor, mig.gi_profile_id, mig.placement_start) not in owned:
-                        with self._mig_lock:
-                            self.backend.destroy_mig_device(gpu.minor, mig.gi_id)
-                        report["migDestroyed"].append(mig.name)
-        mps_root = os.path.join(self.paths.plugin_dir, "mps")
-        if os.path.isdir(mps_root):
-            for uid in os.listdir(mps_root):
-                if uid not in completed and uid not in self._quarantined_uids:
-                    shutil.rmtree(os.path.join(mps_root, uid), ignore_errors=True)
+        self._remove_leftovers(completed, report)
         return report
-
-    def _set_aside_newer_checkpoint(self, error: CheckpointVersionError) -> Checkpoint:
-        """A newer driver's checkpoint (the node was downgraded): keep the file byte for byte beside it (a re-upgrade
-        can restore it), quarantine its entries with their devices reserved, and go on with none of them."""
-        raw = read_regular_file(self.paths.checkpoint, MAX_CHECKPOINT_BYTES)
-        aside = self.paths.newer_checkpoint(error.version)
-        if raw is not None:
-            write_checkpoint_bytes(aside, raw, fsync=self.fsync)
-        log.error("%s: kept as %s; its %d claims are quarantined (%s)", error, aside, len(error.data["claims"]),
-                  self.paths.quarantine)
-        return Checkpoint.newer(error)
-
-    def _quarantine_bad_entries(self, loaded: Checkpoint | None, report: dict[str, list[str]]) -> None:
-        """Move the checkpoint's entries that cannot be acted on to the quarantine file (written before the
-        checkpoint drops them), and reserve what they and earlier quarantined entries hold. `journal.lock` held."""
-        path = self.paths.quarantine
-        entries: list[QuarantinedEntry] = load_quarantine(path)
-        known = len(entries)
-        for bad in loaded.unusable if loaded is not None else ():
-            quarantine_entry(entries, bad.uid, bad.entry, bad.reason, self.boot_id)
-            report["quarantined"].append(bad.uid)
-        if len(entries) != known:
-            save_quarantine(path, entries, fsync=self.fsync)
-        current = [item for item in entries if item.reserves_now(self.boot_id)]
-        self._reserved = [record for item in current for record in item.reserved]
-        self._quarantined_uids = {item.uid for item in current if isinstance(item.uid, str)}
-
-    def _spec_exists(self, uid: str) -> bool:
-        base = os.path.join(self.paths.cdi_spec_dir, self._spec_name(uid))
-        return os.path.exists(base + ".yaml") or os.path.exists(base + ".json")
 
     def _undo(self, uid: str, entry: GpuClaimEntry, lenient: bool = False) -> None:
         """Release whatever a (possibly half-done) prepare of `uid` created. Idempotent. `lenient` (start-up):
