@@ -8,7 +8,7 @@ mps-control-daemon.tmpl.yaml`, v0.4.0), and so what `NvidiaSmiSharing` runs:
   CUDA_VISIBLE_DEVICES=<the claim's device UUIDs>, CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY set to the
   claim's directories, then `set_default_active_thread_percentage N` and `set_default_device_pinned_mem_limit
   <uuid> <N>M` sent to the control daemon; containers get the pipe directory (CUDA_MPS_PIPE_DIRECTORY) and the
-  shm directory mounted (`cdispec.py`). NVIDIA runs the daemon as a Deployment; gpudra runs it from the plugin
+  shm directory mounted (`cdiedits.py`). NVIDIA runs the daemon as a Deployment; gpudra runs it from the plugin
   itself (the daemon forks and detaches), stops it with `quit` on unprepare and sets the compute mode back to
   DEFAULT. The checkpoint records each started daemon so an unprepare after a plugin restart still stops it.
 

@@ -31,6 +31,7 @@ from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 
 
 from gpudra.kubeletplugin import cdispec
+from . import cdiedits
 
 from gpudra.kubeletplugin import claimpaths
 from gpudra.kubeletplugin.calls import CallToken
@@ -530,8 +531,8 @@ class DeviceState(GatedFeatures, StartupLeftovers):
             write_spec(self.passthrough.claim_spec(self.driver_name, uid, vfio), self.paths.cdi_spec_dir,
                        self._spec_name(uid), fsync=False)
             return
-        mig_minors = cdispec.read_mig_minors() if self.backend.name == "nvml" else None
-        spec = cdispec.claim_spec(self.driver_name, uid, list(unique.values()), majors=self.majors,
+        mig_minors = cdiedits.read_mig_minors() if self.backend.name == "nvml" else None
+        spec = cdiedits.claim_spec(self.driver_name, uid, list(unique.values()), majors=self.majors,
                                   mps_dir=self._mps_dir(uid), mig_minors=mig_minors, host_edits=self.host_edits)
         # /var/run/cdi is a tmpfs and reconcile rewrites lost specs from the checkpoint: atomic, no fsync
         write_spec(spec, self.paths.cdi_spec_dir, self._spec_name(uid), fsync=False)
