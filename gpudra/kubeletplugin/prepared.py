@@ -207,6 +207,9 @@ def entry_problem(uid: str, entry: JSON) -> str | None:
 
 
 # -- what a quarantined entry keeps reserved -----------------------------------------------------------------
+# Still GPU-shaped (gpuMinor, slices, MIG placement): quarantine.py reserves what an unparseable entry names, and
+# `gpudra mig apply` (gpudra.mig, below the GPU plugin) reads the same reservations; moving them to the GPU plugin
+# needs a registered reservation reader that both can reach.
 @dataclass(frozen=True)
 class ReservedDevice:
     """A device a quarantined entry may still hold: what could be read of it, conservatively."""
