@@ -181,6 +181,7 @@ def _prepare_table(entries: list[dict], wide: bool, show_container: bool, done: 
 def status_cmd(root: str, driver_name: str, plugins_dir: str, output: str) -> None:
     """Show the prepared claims recorded in the driver's checkpoint and their CDI specs. A --root where no driver
     ever ran (no plugin directory) is an error, exit 2."""
+    from gpudra.computedomain import records as _  # noqa: F401 - registers the plugins' records (and the GPU's)
     from gpudra.kubeletplugin.checkpoint import CheckpointError, read_checkpoint
     from gpudra.kubeletplugin.claimpaths import ClaimPathError, cdi_spec_path
     from gpudra.kubeletplugin.paths import DriverPaths

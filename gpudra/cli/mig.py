@@ -158,6 +158,7 @@ def configs_command(gpus: tuple[str, ...], backend: str | None, profile: str | N
 def read_driver_checkpoint(path: str) -> Checkpoint | None:
     """The node driver's checkpoint (its prepared claims), for `apply_config` and the MIG manager; None when the
     driver has not written one. Read here, above both packages: gpudra.gpuplugin builds on gpudra.mig."""
+    from gpudra.gpuplugin import records as _  # noqa: F401 - registers the GPU plugin's records, read here
     from gpudra.kubeletplugin.checkpoint import CheckpointError, read_checkpoint
     from gpudra.mig.apply import ApplyError
 

@@ -35,7 +35,7 @@ from gpudra.discovery import DiscoveryError, Inventory
 from gpudra.vocabulary import COMPUTE_DOMAIN_DRIVER_NAME, NVLINK_CLIQUE_ATTRIBUTE
 
 from gpudra.gpuplugin.slices import resource_slices
-from gpudra.kubeletplugin.prepared import DomainBinding
+from .records import DomainBinding
 
 CHANNEL_TYPE = "channel"
 DAEMON_TYPE = "daemon"

@@ -40,7 +40,8 @@ from gpudra.kubeletplugin import cdispec
 from gpudra.kubeletplugin.calls import CallToken
 from gpudra.kubeletplugin.checkpoint import JOINS_KEY as JOINS_KEY  # tests read the joins under this key
 from gpudra.kubeletplugin.claimref import ClaimRef, PrepareError
-from gpudra.kubeletplugin.prepared import ClaimEntry, DomainBinding, PreparedDevice
+from gpudra.gpuplugin.records import GpuClaimEntry, GpuDevice
+from .records import DomainBinding, DomainDevice, domain_of
 from .devices import (CHANNEL_TYPE, DAEMON_TYPE, DOMAINS_DIR, DRIVER_NAMESPACE, IMEX_CHANNEL_COUNT,
                             IMEX_CONFIG_TEMPLATE,
                             IMEX_CONFIG_TEMPLATE_FILE, NODES_CONFIG_FILE, NodeDevices, channel_edits, daemon_edits,
@@ -90,8 +91,8 @@ class ComputeDomainState(DeviceState):
 
     # -- plan: what each allocated device is, and whether it can be prepared now ------------------------------
     def _plan(self, ref: ClaimRef, claim: dict[str, Any], configs: list[DeviceConfig],
-              inventory: Inventory) -> list[PreparedDevice]:
-        planned: list[tuple[PreparedDevice, DomainConfig]] = []
+              inventory: Inventory) -> list[GpuDevice]:
+        planned: list[tuple[DomainDevice, DomainConfig]] = []
         results = (claim["status"]["allocation"].get("devices") or {}).get("results") or []
         for result in results:
             if result.get("driver") != self.driver_name:
@@ -125,12 +126,12 @@ class ComputeDomainState(DeviceState):
                 if not self.clique:  # no IMEX here: nothing to inject, no CDI device (cdi.go GetClaimDevice)
                     cdi_device_ids = ()
             share_id = result.get("shareID")
-            record = PreparedDevice(type=kind, device=device, pool=str(pool), request=request,
+            record = DomainDevice(type=kind, device=device, pool=str(pool), request=request,
                                     request_names=(request.split("/", 1)[0],) if request else (),
                                     admin_access=bool(result.get("adminAccess")), cdi_device_ids=cdi_device_ids,
                                     share_id=str(share_id) if share_id else None, domain=binding)
             planned.append((record, config.domain))
-        prepared = []
+        prepared: list[GpuDevice] = []
         for record, _ in planned:  # lookups and the node label last: nothing is labelled for a claim refused above
             # a channel's claim lives in its domain's namespace (device_state.go applyComputeDomainChannelConfig); a
             # daemon's in the driver's namespace, where the controller's template puts it (or the domain's own)
@@ -192,10 +193,11 @@ class ComputeDomainState(DeviceState):
         return super().prepare(ref, token)
 
     # -- hardware: the daemon's directory ----------------------------------------------------------------------
-    def _create_hardware(self, ref: ClaimRef, planned: tuple[PreparedDevice, ...]) -> tuple[PreparedDevice, ...]:
+    def _create_hardware(self, ref: ClaimRef, planned: tuple[GpuDevice, ...]) -> tuple[GpuDevice, ...]:
         for record in planned:
-            if record.type == DAEMON_TYPE and record.domain is not None:
-                self._write_domain_files(record.domain.domain_id)
+            binding = domain_of(record)
+            if record.type == DAEMON_TYPE and binding is not None:
+                self._write_domain_files(binding.domain_id)
         return planned
 
     def _write_domain_files(self, domain_id: str) -> None:
@@ -212,12 +214,12 @@ class ComputeDomainState(DeviceState):
             write_atomic(os.path.join(directory, name), text.encode(), mode=0o644, label="imex-nodes", fsync=False)
 
     # -- CDI ---------------------------------------------------------------------------------------------------
-    def _write_cdi(self, uid: str, devices: tuple[PreparedDevice, ...]) -> None:
+    def _write_cdi(self, uid: str, devices: tuple[GpuDevice, ...]) -> None:
         if not devices:
             return
         cdi_devices = []
         for record in devices:
-            binding = record.domain
+            binding = domain_of(record)
             if not record.cdi_device_ids or binding is None:
                 continue
             edits: ContainerEdits
@@ -241,17 +243,17 @@ class ComputeDomainState(DeviceState):
         return super()._spec_exists(uid) if needs_spec else True
 
     # -- release ---------------------------------------------------------------------------------------------
-    def _undo(self, uid: str, entry: ClaimEntry, lenient: bool = False) -> None:
+    def _undo(self, uid: str, entry: GpuClaimEntry, lenient: bool = False) -> None:
         super()._undo(uid, entry, lenient)
         for record in entry.devices:
-            if record.type == DAEMON_TYPE and record.domain is not None and not self._domain_held(
-                    uid, record.domain.domain_id):
-                shutil.rmtree(domain_dir(self.paths.plugin_dir, record.domain.domain_id), ignore_errors=True)
+            binding = domain_of(record)
+            if record.type == DAEMON_TYPE and binding is not None and not self._domain_held(uid, binding.domain_id):
+                shutil.rmtree(domain_dir(self.paths.plugin_dir, binding.domain_id), ignore_errors=True)
 
     def _domain_held(self, uid: str, domain_id: str) -> bool:
         """Whether a daemon claim other than `uid` (and not being released) still uses the domain's directory."""
         with self.journal.lock:
-            return any(d.type == DAEMON_TYPE and d.domain is not None and d.domain.domain_id == domain_id
+            return any(d.type == DAEMON_TYPE and (binding := domain_of(d)) is not None and binding.domain_id == domain_id
                        for other, e in self.journal.claims.items()
                        if other != uid and other not in self._releasing for d in e.devices)
 
@@ -283,8 +285,8 @@ class ComputeDomainState(DeviceState):
     def _reconcile(self) -> dict[str, list[str]]:
         report = super()._reconcile()
         with self.journal.lock:
-            daemons = [d.domain.domain_id for e in self.journal.claims.values() if e.completed
-                       for d in e.devices if d.type == DAEMON_TYPE and d.domain is not None]
+            daemons = [binding.domain_id for e in self.journal.claims.values() if e.completed
+                       for d in e.devices if d.type == DAEMON_TYPE and (binding := domain_of(d)) is not None]
         owned = set(daemons)
         report["domainDirsRewritten"] = []
         for domain_id in daemons:  # a crash inside an unprepare may have removed it before the entry went

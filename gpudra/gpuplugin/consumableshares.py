@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gpudra.kubeletplugin.prepared import PreparedDevice, SharingRecord
+from .records import GpuDevice, SharingRecord
 from gpudra.quantity import Quantity, parse_quantity
 
 DISABLED, MEMORY, UNLIMITED = "disabled", "memory", "unlimited"
@@ -81,17 +81,17 @@ def apply_consumable_shares(device: dict[str, Any], option: str) -> dict[str, An
     return out
 
 
-def _normalized_sharing(device: PreparedDevice) -> SharingRecord | None:
+def _normalized_sharing(device: GpuDevice) -> SharingRecord | None:
     return device.sharing.normalized() if device.sharing is not None else None
 
 
-def shares_of_one_device(a: PreparedDevice, b: PreparedDevice) -> bool:
+def shares_of_one_device(a: GpuDevice, b: GpuDevice) -> bool:
     """Two consumable-capacity shares of the same device (not admin access, which changes nothing there)."""
     return (bool(a.share_id) and bool(b.share_id) and a.device == b.device
             and not a.admin_access and not b.admin_access)
 
 
-def conflicting_configuration(mine: PreparedDevice, theirs: PreparedDevice) -> bool:
+def conflicting_configuration(mine: GpuDevice, theirs: GpuDevice) -> bool:
     """Two shares of one device whose configs differ (NVIDIA's validateNoOverlappingPreparedDevices)."""
     return _normalized_sharing(mine) != _normalized_sharing(theirs)
 

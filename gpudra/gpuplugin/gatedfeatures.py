@@ -14,7 +14,7 @@ from gpudra.errors import GpudraError
 from gpudra.kubeletplugin.claimref import ClaimRef, PrepareError
 from gpudra.kubeletplugin.devicemetadata import POD_CLAIM_NAME_ANNOTATION, MetadataDevice, MetadataWriter
 from gpudra.kubeletplugin.journal import CheckpointJournal
-from gpudra.kubeletplugin.prepared import GPU_TYPE, VFIO_TYPE, PreparedDevice
+from .records import GPU_TYPE, VFIO_TYPE, GpuDevice
 
 from .fabricpartitions import FabricManagerError, FabricPartitioning
 from .passthrough import Passthrough
@@ -39,11 +39,11 @@ class GatedFeatures:
 
     # -- Fabric Manager partitions (fabricpartitions.py) ------------------------------------------------
     @staticmethod
-    def _partitioned_minors(records: Sequence[PreparedDevice]) -> list[int]:
+    def _partitioned_minors(records: Sequence[GpuDevice]) -> list[int]:
         """The physical GPUs behind a claim's full-GPU and VFIO devices (NVIDIA's gpuInfosFromPreparedClaim)."""
         return sorted({r.gpu_minor for r in records if r.type in PARTITIONED_TYPES and r.gpu_minor is not None})
 
-    def _activate_partition(self, planned: Sequence[PreparedDevice]) -> None:
+    def _activate_partition(self, planned: Sequence[GpuDevice]) -> None:
         """NVIDIA's activateFabricPartition: the partition of exactly the claim's GPUs, or the claim is refused."""
         minors = self._partitioned_minors(planned)
         if self.fabric is None or not minors:
@@ -54,7 +54,7 @@ class GatedFeatures:
             raise PrepareError(f"{exc}; refusing partition activation") from None
         self.fabric.manager.activate(partition)
 
-    def _deactivate_partition(self, uid: str, records: Sequence[PreparedDevice]) -> None:
+    def _deactivate_partition(self, uid: str, records: Sequence[GpuDevice]) -> None:
         """NVIDIA's deactivateFabricPartition: not while another claim holds one of the GPUs (a consumable share),
         nor for GPUs that form no partition (a refused prepare activated none)."""
         minors = self._partitioned_minors(records)
@@ -71,7 +71,7 @@ class GatedFeatures:
         except FabricManagerError as exc:
             log.warning("claim %s: %s; skipping partition deactivation", uid, exc)
 
-    def _write_metadata(self, ref: ClaimRef, claim: dict[str, Any], planned: Sequence[PreparedDevice]) -> None:
+    def _write_metadata(self, ref: ClaimRef, claim: dict[str, Any], planned: Sequence[GpuDevice]) -> None:
         """The claim's device metadata files (NVIDIA attaches attributes to VFIO devices only)."""
         if self.metadata is None:
             return
@@ -83,7 +83,7 @@ class GatedFeatures:
         self.metadata.write_claim(ref.namespace, ref.name, ref.uid,
                                   pod_claim_name if isinstance(pod_claim_name, str) else None, devices)
 
-    def _siblings_changed(self, records: Sequence[PreparedDevice]) -> None:
+    def _siblings_changed(self, records: Sequence[GpuDevice]) -> None:
         """With passthrough, a GPU prepared as `gpu` hides its `vfio` sibling and the other way round (NVIDIA's
         RemoveSiblingDevices / discoverSiblingAllocatables): the slices are republished."""
         if self.passthrough is None or self.on_devices_changed is None:

@@ -33,7 +33,7 @@ from gpudra.cdi import ContainerEdits, Device, DeviceNode, Spec
 from gpudra.discovery.model import Gpu, Inventory
 from gpudra.errors import GpudraError
 from gpudra.kubeletplugin.cdispec import cdi_device_name, vendor_and_class
-from gpudra.kubeletplugin.prepared import GPU_TYPE, VFIO_TYPE, PreparedDevice
+from .records import GPU_TYPE, VFIO_TYPE, GpuDevice
 from gpudra.quantity import Quantity
 from gpudra.vocabulary import NUMA_NODE_ATTRIBUTE, PCI_BUS_ID_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE
 
@@ -186,7 +186,7 @@ class Passthrough:
     def function(self, name: str) -> VfioFunction | None:
         return self.functions.get(name)
 
-    def sibling(self, record: PreparedDevice) -> str | None:
+    def sibling(self, record: GpuDevice) -> str | None:
         """The name of a prepared gpu/vfio record's sibling, which is not published meanwhile."""
         for function in self.functions.values():
             if function.minor == record.gpu_minor:
@@ -196,7 +196,7 @@ class Passthrough:
                     return function.name
         return None
 
-    def claim_spec(self, driver_name: str, claim_uid: str, records: Sequence[PreparedDevice]) -> Spec:
+    def claim_spec(self, driver_name: str, claim_uid: str, records: Sequence[GpuDevice]) -> Spec:
         """The claim's CDI spec: one CDI device per VFIO device with its /dev/vfio node, the claim-wide node and
         variable in the spec's edits (NVIDIA: one VfioDeviceConfig applies to all of a claim's VFIO devices)."""
         binding = records[0].vfio

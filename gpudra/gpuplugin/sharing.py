@@ -8,7 +8,7 @@ mps-control-daemon.tmpl.yaml`, v0.4.0), and so what `NvidiaSmiSharing` runs:
   CUDA_VISIBLE_DEVICES=<the claim's device UUIDs>, CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY set to the
   claim's directories, then `set_default_active_thread_percentage N` and `set_default_device_pinned_mem_limit
   <uuid> <N>M` sent to the control daemon; containers get the pipe directory (CUDA_MPS_PIPE_DIRECTORY) and the
-  shm directory mounted (`cdispec.py`). NVIDIA runs the daemon as a Deployment; gpudra runs it from the plugin
+  shm directory mounted (`cdiedits.py`). NVIDIA runs the daemon as a Deployment; gpudra runs it from the plugin
   itself (the daemon forks and detaches), stops it with `quit` on unprepare and sets the compute mode back to
   DEFAULT. The checkpoint records each started daemon so an unprepare after a plugin restart still stops it.
 
@@ -33,7 +33,7 @@ from gpudra.regularfile import read_regular_file
 from gpudra.errors import GpudraError
 
 from gpudra.device_config import TIME_SLICE_INTERVALS
-from gpudra.kubeletplugin.prepared import GPU_TYPE, ClaimEntry, MpsDaemon, PreparedDevice, SharingRecord
+from .records import GPU_TYPE, GpuClaimEntry, GpuDevice, MpsDaemon, SharingRecord, mps_daemon_of
 
 log = logging.getLogger("gpudra.driver.sharing")
 COMMAND_TIMEOUT_S = 30.0
@@ -243,7 +243,7 @@ def multi_user_problem(capabilities: dict[str, str], gpus: Sequence[str]) -> str
     return "\n".join(problems) or None
 
 
-def _mps_devices(devices: Sequence[PreparedDevice]) -> list[PreparedDevice]:
+def _mps_devices(devices: Sequence[GpuDevice]) -> list[GpuDevice]:
     return [r for r in devices if r.sharing is not None and r.sharing.is_mps]
 
 
@@ -253,7 +253,7 @@ def mps_daemon_id(uid: str, device_uuids: Sequence[str]) -> str:
     return f"{uid}-{hashlib.sha256(','.join(device_uuids).encode()).hexdigest()[:5]}"
 
 
-def mps_daemon(uid: str, devices: Sequence[PreparedDevice], mps_dir: str) -> MpsDaemon | None:
+def mps_daemon(uid: str, devices: Sequence[GpuDevice], mps_dir: str) -> MpsDaemon | None:
     """The claim's MPS control daemon (one per claim, for all its MPS devices), or None. Its devices are sorted by
     UUID, as NVIDIA's CUDA_VISIBLE_DEVICES and per-device indices are."""
     mps = _mps_devices(devices)
@@ -265,7 +265,7 @@ def mps_daemon(uid: str, devices: Sequence[PreparedDevice], mps_dir: str) -> Mps
                      gpus=tuple(sorted({r.gpu_uuid for r in mps if r.gpu_uuid is not None})), devices=uuids)
 
 
-def apply_claim_sharing(control: SharingControl, uid: str, devices: Sequence[PreparedDevice], mps_dir: str,
+def apply_claim_sharing(control: SharingControl, uid: str, devices: Sequence[GpuDevice], mps_dir: str,
                         record: Callable[[MpsDaemon], None],
                         capabilities: Callable[[], dict[str, str]] = dict) -> None:
     """Time-slicing intervals on full GPUs, then the claim's MPS daemon with its limits (the first MPS config's).
@@ -299,11 +299,11 @@ def apply_claim_sharing(control: SharingControl, uid: str, devices: Sequence[Pre
         control.mps_command(daemon.id, daemon.pipe, f"set_default_device_pinned_mem_limit {device_uuid} {mib}M")
 
 
-def undo_claim_sharing(control: SharingControl, uid: str, entry: ClaimEntry, mps_dir: str,
+def undo_claim_sharing(control: SharingControl, uid: str, entry: GpuClaimEntry, mps_dir: str,
                        held_gpus: set[str]) -> None:
     """Stop the claim's MPS daemon (recorded in the checkpoint, or implied by its MPS devices after a crash before
     it was recorded), then compute mode DEFAULT; time slices back to Default on GPUs no other claim holds."""
-    daemon = entry.mps_daemon or mps_daemon(uid, entry.devices, mps_dir)
+    daemon = mps_daemon_of(entry) or mps_daemon(uid, entry.devices, mps_dir)
     if daemon is not None:
         control.stop_mps(daemon.id, daemon.pipe)  # the recorded ID: an older driver's daemon was named by the UID
         for gpu in daemon.gpus:

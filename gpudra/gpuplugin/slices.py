@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from gpudra.catalog import MIG_ENGINE_CAPACITIES
 from gpudra.discovery.model import Gpu, Inventory, MigDevice
-from gpudra.kubeletplugin.prepared import VFIO_TYPE
+from .records import VFIO_TYPE
 from .consumableshares import DISABLED, apply_consumable_shares, enabled as consumable_enabled
 from gpudra.vocabulary import (DRIVER_NAME, GPU_EXTENDED_RESOURCE, NUMA_NODE_ATTRIBUTE, NVLINK_CLIQUE_ATTRIBUTE,
                                NVLINK_DOMAIN_ATTRIBUTE, PARENT_UUID_ATTRIBUTE, PCI_BUS_ID_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE)

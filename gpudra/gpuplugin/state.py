@@ -10,8 +10,8 @@ unprepare: [checkpoint `UnprepareStarted` when hardware must be undone] -> destr
 `reconcile()` (run at start) rolls back `PrepareStarted` entries (the kubelet never got an
 answer and will retry), finishes `UnprepareStarted` ones, rewrites missing CDI specs of
 completed claims (/var/run/cdi is a tmpfs), deletes CDI specs nobody owns and, in dynamic
-MIG mode, destroys MIG devices that no completed claim owns. So a crash at any point loses
-nothing the kubelet was told and leaks nothing it was not.
+MIG mode, destroys MIG devices that no completed claim owns (those clean-ups and the quarantine are in
+leftovers.py). So a crash at any point loses nothing the kubelet was told and leaks nothing it was not.
 """
 
 from __future__ import annotations
@@ -31,25 +31,26 @@ from gpudra.discovery.model import DiscoveryError, rfc1123_compliant
 
 
 from gpudra.kubeletplugin import cdispec
+from . import cdiedits
 
 from gpudra.kubeletplugin import claimpaths
 from gpudra.kubeletplugin.calls import CallToken
 from gpudra.kubeletplugin.claimref import ClaimRef as ClaimRef  # the plugins' shared names, re-exported
 from gpudra.kubeletplugin.claimref import PrepareError as PrepareError
-from gpudra.kubeletplugin.checkpoint import (MAX_CHECKPOINT_BYTES, Checkpoint, CheckpointVersionError, current_boot_id,
-                                             read_checkpoint, read_regular_file, write_checkpoint_bytes)
-from gpudra.kubeletplugin.prepared import (GPU_TYPE, MIG_TYPE, PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED,
-                                           VFIO_TYPE, ClaimEntry, MigPlacement, MpsDaemon, PreparedDevice,
-                                           ReservedDevice, SharingRecord, VfioBinding, conflicts)
+from gpudra.kubeletplugin.checkpoint import (Checkpoint, CheckpointVersionError, current_boot_id,
+                                             read_checkpoint)
+from gpudra.kubeletplugin.prepared import PREPARE_COMPLETED, PREPARE_STARTED, UNPREPARE_STARTED, ReservedDevice
+from .records import (GPU_TYPE, MIG_TYPE, VFIO_TYPE, GpuClaimEntry, GpuDevice, MigPlacement, MpsDaemon, SharingRecord,
+                      VfioBinding, conflicts)
 from gpudra.kubeletplugin.claims import ClaimSource, ClaimSourceError
 from gpudra.device_config import GPU_FAMILY, ConfigError, DeviceConfig, IommuConfig, claim_configs, config_for
 from gpudra.kubeletplugin.devicemetadata import base_request, cdi_device_id as metadata_cdi_id
 from gpudra.kubeletplugin.journal import CheckpointJournal
 from gpudra.kubeletplugin.paths import DriverPaths
-from gpudra.kubeletplugin.quarantine import QuarantinedEntry, load_quarantine, quarantine_entry, save_quarantine
 from .consumableshares import MPS_REFUSED, conflict_message, conflicting_configuration, shares_of_one_device
 from .fabricpartitions import FabricManagerError
 from .gatedfeatures import PARTITIONED_TYPES, GatedFeatures
+from .leftovers import StartupLeftovers
 from .featuregates import sharing_gate_error
 from .passthrough import NVIDIA_DRIVER, VFIO_DRIVER, Passthrough, PassthroughError
 from .sharing import SharingControl, SharingError, apply_claim_sharing, undo_claim_sharing
@@ -63,7 +64,7 @@ _LOCK_STRIPES = 256
 _conflicts = conflicts  # tests name it here, where the driver refuses conflicting claims
 
 
-class DeviceState(GatedFeatures):
+class DeviceState(GatedFeatures, StartupLeftovers):
     config_family = GPU_FAMILY  # which opaque config kinds this driver decodes (device_config.FAMILY_KINDS)
 
     def __init__(self, *, driver_name: str, node_name: str, backend: GpuBackend, paths: DriverPaths,
@@ -131,7 +132,7 @@ class DeviceState(GatedFeatures):
             raise PrepareError(f"invalid claim reference: {exc}") from None
 
     @staticmethod
-    def _check_same_claim(ref: ClaimRef, entry: ClaimEntry | None) -> None:
+    def _check_same_claim(ref: ClaimRef, entry: GpuClaimEntry | None) -> None:
         """A UID the checkpoint holds for another claim is refused: answering with that claim's devices would hand
         one pod another pod's GPU (UIDs are unique in a real cluster; a forged or reused one is an attack)."""
         if entry is None:
@@ -179,69 +180,10 @@ class DeviceState(GatedFeatures):
             if not self._spec_exists(uid):
                 self._write_cdi(uid, entry.devices)
                 report["cdiRewritten"].append(uid)
-        prefix = self._spec_name_prefix()
-        try:
-            names = os.listdir(self.paths.cdi_spec_dir)
-        except FileNotFoundError:
-            names = []
-        for name in names:
-            # directory entries: one path component each, whatever the (possibly foreign) UID in them
-            if name.startswith(prefix) and name.endswith((".yaml", ".json")):
-                uid = name[len(prefix):].rsplit(".", 1)[0]
-                if uid not in completed and uid not in self._quarantined_uids:
-                    try:
-                        os.unlink(os.path.join(self.paths.cdi_spec_dir, name))
-                    except FileNotFoundError:
-                        pass
-                    if uid not in report["cdiRemoved"]:
-                        report["cdiRemoved"].append(uid)
-        if self.dynamic_mig:
-            owned = {(d.gpu_minor, *d.mig.key) for e in completed.values() for d in e.devices if d.mig is not None}
-            owned |= {(r.gpu_minor, *r.mig) for r in self._reserved if r.mig is not None and r.gpu_minor is not None}
-            for gpu in self.backend.inventory().gpus:
-                for mig in gpu.mig_devices:
-                    if (gpu.minor, mig.gi_profile_id, mig.placement_start) not in owned:
-                        with self._mig_lock:
-                            self.backend.destroy_mig_device(gpu.minor, mig.gi_id)
-                        report["migDestroyed"].append(mig.name)
-        mps_root = os.path.join(self.paths.plugin_dir, "mps")
-        if os.path.isdir(mps_root):
-            for uid in os.listdir(mps_root):
-                if uid not in completed and uid not in self._quarantined_uids:
-                    shutil.rmtree(os.path.join(mps_root, uid), ignore_errors=True)
+        self._remove_leftovers(completed, report)
         return report
 
-    def _set_aside_newer_checkpoint(self, error: CheckpointVersionError) -> Checkpoint:
-        """A newer driver's checkpoint (the node was downgraded): keep the file byte for byte beside it (a re-upgrade
-        can restore it), quarantine its entries with their devices reserved, and go on with none of them."""
-        raw = read_regular_file(self.paths.checkpoint, MAX_CHECKPOINT_BYTES)
-        aside = self.paths.newer_checkpoint(error.version)
-        if raw is not None:
-            write_checkpoint_bytes(aside, raw, fsync=self.fsync)
-        log.error("%s: kept as %s; its %d claims are quarantined (%s)", error, aside, len(error.data["claims"]),
-                  self.paths.quarantine)
-        return Checkpoint.newer(error)
-
-    def _quarantine_bad_entries(self, loaded: Checkpoint | None, report: dict[str, list[str]]) -> None:
-        """Move the checkpoint's entries that cannot be acted on to the quarantine file (written before the
-        checkpoint drops them), and reserve what they and earlier quarantined entries hold. `journal.lock` held."""
-        path = self.paths.quarantine
-        entries: list[QuarantinedEntry] = load_quarantine(path)
-        known = len(entries)
-        for bad in loaded.unusable if loaded is not None else ():
-            quarantine_entry(entries, bad.uid, bad.entry, bad.reason, self.boot_id)
-            report["quarantined"].append(bad.uid)
-        if len(entries) != known:
-            save_quarantine(path, entries, fsync=self.fsync)
-        current = [item for item in entries if item.reserves_now(self.boot_id)]
-        self._reserved = [record for item in current for record in item.reserved]
-        self._quarantined_uids = {item.uid for item in current if isinstance(item.uid, str)}
-
-    def _spec_exists(self, uid: str) -> bool:
-        base = os.path.join(self.paths.cdi_spec_dir, self._spec_name(uid))
-        return os.path.exists(base + ".yaml") or os.path.exists(base + ".json")
-
-    def _undo(self, uid: str, entry: ClaimEntry, lenient: bool = False) -> None:
+    def _undo(self, uid: str, entry: GpuClaimEntry, lenient: bool = False) -> None:
         """Release whatever a (possibly half-done) prepare of `uid` created. Idempotent. `lenient` (start-up):
         a sharing step that fails is logged instead of raised, so one broken GPU tool does not stop the driver."""
         try:
@@ -280,25 +222,25 @@ class DeviceState(GatedFeatures):
             shutil.rmtree(self._mps_dir(uid), ignore_errors=True)
 
     # -- sharing (time-slicing, MPS: sharing.py) --------------------------------------------------------
-    def _update_entry(self, uid: str, change: Callable[[ClaimEntry], ClaimEntry]) -> int:
+    def _update_entry(self, uid: str, change: Callable[[GpuClaimEntry], GpuClaimEntry]) -> int:
         """Replace the claim's entry by `change(entry)` (entries are frozen); returns the checkpoint version to
         persist."""
         with self.journal.lock:
             self.journal.claims[uid] = change(self.journal.claims[uid])
             return self.journal.changed()
 
-    def _apply_sharing(self, uid: str, devices: tuple[PreparedDevice, ...]) -> None:
+    def _apply_sharing(self, uid: str, devices: tuple[GpuDevice, ...]) -> None:
         if self.sharing is None:
             return
 
         def record(daemon: MpsDaemon) -> None:  # persisted with PrepareCompleted
-            self._update_entry(uid, lambda entry: replace(entry, mps_daemon=daemon))
+            self._update_entry(uid, lambda entry: replace(entry, payload=daemon))
 
         def capabilities() -> dict[str, str]:  # for multi-user MPS (Volta or newer)
             return {gpu.uuid: gpu.cuda_compute_capability for gpu in self.backend.inventory().gpus}
         apply_claim_sharing(self.sharing, uid, devices, self._mps_dir(uid), record, capabilities)
 
-    def _undo_sharing(self, uid: str, entry: ClaimEntry) -> None:
+    def _undo_sharing(self, uid: str, entry: GpuClaimEntry) -> None:
         if self.sharing is None:
             return
         with self.journal.lock:
@@ -306,7 +248,7 @@ class DeviceState(GatedFeatures):
                     and other not in self._releasing for d in e.devices if d.gpu_uuid is not None}
         undo_claim_sharing(self.sharing, uid, entry, self._mps_dir(uid), held)
 
-    def _mig_shared(self, uid: str, device: PreparedDevice) -> bool:
+    def _mig_shared(self, uid: str, device: GpuDevice) -> bool:
         """Another claim (admin access) still uses this MIG device: keep it. Claims being
         released at the same time do not count, or two concurrent unprepares would each keep it."""
         if device.mig is None:
@@ -384,9 +326,9 @@ class DeviceState(GatedFeatures):
         return claim, configs
 
     def _plan(self, ref: ClaimRef, claim: dict[str, Any], configs: list[DeviceConfig],
-              inventory: Inventory) -> list[PreparedDevice]:
+              inventory: Inventory) -> list[GpuDevice]:
         allocation = claim["status"]["allocation"]
-        planned: list[PreparedDevice] = []
+        planned: list[GpuDevice] = []
         for result in (allocation.get("devices") or {}).get("results") or []:
             if result.get("driver") != self.driver_name:
                 continue
@@ -432,11 +374,11 @@ class DeviceState(GatedFeatures):
                                "devices of this driver")
         return planned
 
-    def _resolve_device(self, name: str, inventory: Inventory) -> PreparedDevice:
+    def _resolve_device(self, name: str, inventory: Inventory) -> GpuDevice:
         """The device's hardware facts; `_plan` fills in the allocation's (request, pool, ...)."""
         def hardware(kind: str, gpu_minor: int, gpu_uuid: str, slices: tuple[int, int] | None = None,
-                     mig: MigPlacement | None = None, vfio: VfioBinding | None = None) -> PreparedDevice:
-            return PreparedDevice(type=kind, device=name, pool="", request="", request_names=(), admin_access=False,
+                     mig: MigPlacement | None = None, vfio: VfioBinding | None = None) -> GpuDevice:
+            return GpuDevice(type=kind, device=name, pool="", request="", request_names=(), admin_access=False,
                                   cdi_device_ids=(), gpu_minor=gpu_minor, gpu_uuid=gpu_uuid, slices=slices, mig=mig,
                                   vfio=vfio)
 
@@ -497,7 +439,7 @@ class DeviceState(GatedFeatures):
                     if conflicts(mine, reserved):
                         raise PrepareError(f"device {mine.device} is reserved by a quarantined checkpoint entry "
                                            f"(see {self.paths.quarantine})")
-            entry = ClaimEntry(state=PREPARE_STARTED, namespace=ref.namespace, name=ref.name, devices=tuple(planned))
+            entry = GpuClaimEntry(state=PREPARE_STARTED, namespace=ref.namespace, name=ref.name, devices=tuple(planned))
             self.journal.claims[ref.uid] = entry
             version = self.journal.changed()
         # The in-memory entry already reserves the devices. It must reach the disk before hardware
@@ -527,14 +469,14 @@ class DeviceState(GatedFeatures):
         self._siblings_changed(devices)
         return self._response(devices)
 
-    def _changes_hardware(self, entry: ClaimEntry) -> bool:
+    def _changes_hardware(self, entry: GpuClaimEntry) -> bool:
         """Whether preparing (or unpreparing) the entry changes the node, so the checkpoint must say so first:
         dynamic MIG devices, applied sharing, a GPU bound to vfio-pci, a Fabric Manager partition."""
         return any(d.dynamic_mig is not None or (d.sharing is not None and self.sharing is not None)
                    or d.vfio is not None or (self.fabric is not None and d.type in PARTITIONED_TYPES)
                    for d in entry.devices)
 
-    def _roll_back(self, uid: str, started: ClaimEntry) -> None:
+    def _roll_back(self, uid: str, started: GpuClaimEntry) -> None:
         with self.journal.lock:
             entry = self.journal.claims.get(uid, started)  # with what the prepare recorded since (MPS daemon)
         self._release(uid, entry, lenient=True)  # the prepare's own error is the one to report
@@ -542,7 +484,7 @@ class DeviceState(GatedFeatures):
             version = self.journal.changed()
         self.journal.persist(version)
 
-    def _release(self, uid: str, entry: ClaimEntry, lenient: bool = False) -> None:
+    def _release(self, uid: str, entry: GpuClaimEntry, lenient: bool = False) -> None:
         """Undo `uid` and drop its entry; while that runs, other releases do not count it as a holder."""
         with self.journal.lock:
             self._releasing.add(uid)
@@ -554,7 +496,7 @@ class DeviceState(GatedFeatures):
             with self.journal.lock:
                 self._releasing.discard(uid)
 
-    def _create_hardware(self, ref: ClaimRef, planned: tuple[PreparedDevice, ...]) -> tuple[PreparedDevice, ...]:
+    def _create_hardware(self, ref: ClaimRef, planned: tuple[GpuDevice, ...]) -> tuple[GpuDevice, ...]:
         """Create what the devices need; returns them as created (a dynamic MIG device with its IDs)."""
         created = []
         for record in planned:
@@ -578,8 +520,8 @@ class DeviceState(GatedFeatures):
             created.append(record)
         return tuple(created)
 
-    def _write_cdi(self, uid: str, devices: tuple[PreparedDevice, ...]) -> None:
-        unique: dict[str, PreparedDevice] = {}
+    def _write_cdi(self, uid: str, devices: tuple[GpuDevice, ...]) -> None:
+        unique: dict[str, GpuDevice] = {}
         for device in devices:
             unique.setdefault(device.device, device)
         if not unique:
@@ -589,14 +531,14 @@ class DeviceState(GatedFeatures):
             write_spec(self.passthrough.claim_spec(self.driver_name, uid, vfio), self.paths.cdi_spec_dir,
                        self._spec_name(uid), fsync=False)
             return
-        mig_minors = cdispec.read_mig_minors() if self.backend.name == "nvml" else None
-        spec = cdispec.claim_spec(self.driver_name, uid, list(unique.values()), majors=self.majors,
+        mig_minors = cdiedits.read_mig_minors() if self.backend.name == "nvml" else None
+        spec = cdiedits.claim_spec(self.driver_name, uid, list(unique.values()), majors=self.majors,
                                   mps_dir=self._mps_dir(uid), mig_minors=mig_minors, host_edits=self.host_edits)
         # /var/run/cdi is a tmpfs and reconcile rewrites lost specs from the checkpoint: atomic, no fsync
         write_spec(spec, self.paths.cdi_spec_dir, self._spec_name(uid), fsync=False)
 
     @staticmethod
-    def _response(devices: tuple[PreparedDevice, ...]) -> list[dict[str, Any]]:
+    def _response(devices: tuple[GpuDevice, ...]) -> list[dict[str, Any]]:
         """The prepare's answer, in the shape the gRPC layer (plugin.py) turns into the kubelet's message."""
         out = []
         for d in devices:

@@ -91,7 +91,7 @@ class Checkpoint:
     """The checkpoint's data, typed. `claims` holds the usable entries, `unusable` the others."""
 
     node_boot_id: str
-    claims: Mapping[str, ClaimEntry] = field(default_factory=dict)
+    claims: Mapping[str, ClaimEntry[Any]] = field(default_factory=dict)
     domain_joins: Mapping[str, str] = field(default_factory=dict)
     unusable: tuple[UnusableEntry, ...] = ()
     version: int = CHECKPOINT_VERSION  # the version the file had (what `to_json` writes is always the current)
@@ -127,7 +127,7 @@ class Checkpoint:
         if version < CHECKPOINT_VERSION:
             log.info("checkpoint %s has version %d: read as version %d, rewritten at the next write", path, version,
                      CHECKPOINT_VERSION)
-        claims: dict[str, ClaimEntry] = {}
+        claims: dict[str, ClaimEntry[Any]] = {}
         unusable = []
         for uid, raw in data["claims"].items():
             try:
@@ -191,10 +191,10 @@ class CompletedEntryCache:
     only while it is the very same object. Entries given as JSON (tests, tools) are encoded each time."""
 
     def __init__(self) -> None:
-        self._by_uid: dict[str, tuple[ClaimEntry, bytes]] = {}
+        self._by_uid: dict[str, tuple[ClaimEntry[Any], bytes]] = {}
 
-    def claims_json(self, claims: Mapping[str, ClaimEntry | Any]) -> bytes:
-        fresh: dict[str, tuple[ClaimEntry, bytes]] = {}
+    def claims_json(self, claims: Mapping[str, ClaimEntry[Any] | Any]) -> bytes:
+        fresh: dict[str, tuple[ClaimEntry[Any], bytes]] = {}
         parts = []
         for uid in sorted(claims):
             entry = claims[uid]

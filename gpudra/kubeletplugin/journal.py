@@ -30,7 +30,7 @@ class CheckpointJournal:
         self.serialize_lock = serialize_lock
         self.lock = threading.RLock()  # guards `claims`, `domain_joins` and `entry_cache`
         # The checkpoint in memory: frozen entries, replaced (never edited) under `lock`.
-        self.claims: dict[str, ClaimEntry] = {}
+        self.claims: dict[str, ClaimEntry[Any]] = {}
         self.domain_joins: dict[str, str] = {}  # compute-domain plugin: claim UID -> the domain it joined
         self.entry_cache = CompletedEntryCache()
         self._disk_raw: bytes | None = None  # the checkpoint bytes this process last wrote or read

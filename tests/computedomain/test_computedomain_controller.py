@@ -311,7 +311,7 @@ def test_daemonset_is_nvidias_but_runs_gpudras_daemon() -> None:
     process's state, which gpudra does not run); the command parses as `gpudra driver compute-domain-daemon`, and
     the daemon reads its identity from the pod's environment plus its claim's CDI environment."""
     from gpudra.cli.driver_services import compute_domain_daemon_cmd
-    from gpudra.kubeletplugin.prepared import DomainBinding
+    from gpudra.computedomain.records import DomainBinding
     from gpudra.computedomain.controller import DaemonPod
     from gpudra.computedomain.devices import NodeDevices, daemon_edits
     from gpudra.gpuplugin.featuregates import parse_feature_gates

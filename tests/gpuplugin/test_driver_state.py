@@ -20,7 +20,7 @@ from gpudra.kubeletplugin.claims import ClaimSourceError, KubeClaimSource, Local
 from gpudra.device_config import ConfigError, claim_configs, config_for, decode_opaque
 from tests.support.builders import allocated_claim
 from gpudra.kubeletplugin.paths import DriverPaths
-from gpudra.kubeletplugin.prepared import MigPlacement, PreparedDevice
+from gpudra.gpuplugin.records import GpuDevice, MigPlacement
 from gpudra.gpuplugin.state import ClaimRef, DeviceState, PrepareError
 
 NODE = "n1"
@@ -385,6 +385,7 @@ def test_kube_claim_source(monkeypatch):
 
 
 def test_device_numbers_from_proc_files(tmp_path):
+    from gpudra.gpuplugin import cdiedits
     from gpudra.kubeletplugin import cdispec
 
     devices = tmp_path / "devices"
@@ -394,14 +395,14 @@ def test_device_numbers_from_proc_files(tmp_path):
     minors = tmp_path / "mig-minors"
     minors.write_text("config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\ngpu1/gi2/access 156\n"
                       "gpu1/gi2/ci0/access 157\n")
-    table = cdispec.read_mig_minors(str(minors))
-    assert cdispec.mig_cap_minors(1, 2, 0, table) == (156, 157)
-    assert cdispec.mig_cap_minors(0, 0, 0) == (3, 4)  # the driver's numbering without a table
-    assert cdispec.mig_cap_minors(1, 2, 0) == (156, 157)
-    mig = PreparedDevice(type="mig", device="gpu-1-mig-1g10gb-19-0", pool="n", request="r", request_names=("r",),
-                         admin_access=False, cdi_device_ids=(), gpu_minor=1,
-                         mig=MigPlacement(gi_profile_id=19, start=0, size=1, dynamic=False, gi_id=2, ci_id=0))
-    spec = cdispec.claim_spec("gpu.nvidia.com", "u", [mig],
+    table = cdiedits.read_mig_minors(str(minors))
+    assert cdiedits.mig_cap_minors(1, 2, 0, table) == (156, 157)
+    assert cdiedits.mig_cap_minors(0, 0, 0) == (3, 4)  # the driver's numbering without a table
+    assert cdiedits.mig_cap_minors(1, 2, 0) == (156, 157)
+    mig = GpuDevice(type="mig", device="gpu-1-mig-1g10gb-19-0", pool="n", request="r", request_names=("r",),
+                    admin_access=False, cdi_device_ids=(), gpu_minor=1,
+                    mig=MigPlacement(gi_profile_id=19, start=0, size=1, dynamic=False, gi_id=2, ci_id=0))
+    spec = cdiedits.claim_spec("gpu.nvidia.com", "u", [mig],
                               majors=cdispec.read_char_majors(str(devices)), mig_minors=table)
     nodes = spec.devices[0].container_edits.device_nodes
     assert [(n.path, n.major, n.minor) for n in nodes] == [

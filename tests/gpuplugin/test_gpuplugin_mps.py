@@ -22,7 +22,7 @@ from gpudra.gpuplugin.agent import AgentOptions, DriverAgent
 from gpudra.gpuplugin.sharing import (NvidiaSmiSharing, SharingError, mps_daemon_id, multi_user_problem,
                                       pinned_limits, read_sharing_log)
 from gpudra.kubeletplugin.kubelet_client import KubeletClient
-from gpudra.kubeletplugin.prepared import SharingRecord
+from gpudra.gpuplugin.records import SharingRecord
 from tests.support.builders import allocated_claim
 
 MIB_1G, MIB_2G = 1024, 2048

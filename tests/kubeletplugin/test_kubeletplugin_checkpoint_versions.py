@@ -30,6 +30,10 @@ from gpudra.kubeletplugin.prepared import ClaimEntry
 from gpudra.kubeletplugin.quarantine import load_quarantine
 
 V0 = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "checkpoints", "v0")
+# version 1 as the driver wrote it while one module held every plugin's record types (see the README there): the
+# records split by plugin must read these back key for key and act on them as before
+V1 = os.path.join(os.path.dirname(V0), "v1")
+GENERATIONS = pytest.mark.parametrize("base", [V0, V1], ids=["v0", "v1"])
 NODE, BOOT = "n1", "boot-v0"
 GPU_DRIVER, CD_DRIVER = "gpu.nvidia.com", "compute-domain.nvidia.com"
 
@@ -46,8 +50,8 @@ def _raw(path: str) -> dict:
 class Node:
     """A node's disk as the old driver left it (copied from a fixture), and a driver of today started on it."""
 
-    def __init__(self, tmp_path, scenario: str, profile: str, driver: str = GPU_DRIVER):
-        self.source = os.path.join(V0, scenario)
+    def __init__(self, tmp_path, scenario: str, profile: str, driver: str = GPU_DRIVER, base: str = V0):
+        self.source = os.path.join(base, scenario)
         self.root = str(tmp_path)
         self.paths = DriverPaths(driver_name=driver, root=self.root)
         self.paths.make_dirs()
@@ -97,8 +101,9 @@ def test_version_0_entries_read_as_records_without_loss(scenario):
     assert migrated["version"] == CHECKPOINT_VERSION and migrated["claims"] == data["claims"]
 
 
-def test_gpu_claims_stay_prepared_across_the_upgrade_and_unprepare(tmp_path):
-    node = Node(tmp_path, "gpu-dynamic-mig", "dgx-h100")
+@GENERATIONS
+def test_gpu_claims_stay_prepared_across_the_upgrade_and_unprepare(tmp_path, base):
+    node = Node(tmp_path, "gpu-dynamic-mig", "dgx-h100", base=base)
     mig_before = node.mig_devices()
     assert mig_before == ["gpu-1-mig-1g10gb-19-0", "gpu-1-mig-3g40gb-9-4"]
     state = node.gpu_state(dynamic_mig=True)
@@ -125,11 +130,22 @@ def test_gpu_claims_stay_prepared_across_the_upgrade_and_unprepare(tmp_path):
     assert state.checkpoint_snapshot()["claims"] == {}
     assert node.mig_devices() == [] and node.cdi_specs() == []
     steps = read_sharing_log(node.paths.simulated_sharing_log)
-    assert {"op": "mps-stop", "id": uid(5)} in steps  # the daemon the old driver recorded is stopped
+    assert mps_daemon["id"].startswith(uid(5))  # v0: the claim UID; v1: UID and a hash of the device UUIDs
+    assert {"op": "mps-stop", "id": mps_daemon["id"]} in steps  # the daemon the old driver recorded is stopped
     assert {"op": "compute-mode", "gpu": mps_daemon["gpus"][0], "mode": "DEFAULT"} in steps
     gpu2 = node.v0["claims"][uid(4)]["devices"][0]["gpuUUID"]
     assert {"op": "time-slice", "gpu": gpu2, "interval": 0} in steps  # time-slicing back to Default
     assert _raw(node.paths.checkpoint)["data"] == {"version": CHECKPOINT_VERSION, "nodeBootID": BOOT, "claims": {}}
+
+
+@pytest.mark.parametrize("scenario", ["gpu-dynamic-mig", "gpu-static-mig", "compute-domain"])
+def test_version_1_files_of_the_unsplit_records_read_back_key_for_key(scenario):
+    path = os.path.join(V1, scenario, "checkpoint.json")
+    doc = _raw(path)
+    assert doc["data"]["version"] == 1 == CHECKPOINT_VERSION and doc["checksum"] == checksum(doc["data"])
+    checkpoint = read_checkpoint(path)
+    assert checkpoint is not None and checkpoint.version == 1 and checkpoint.unusable == ()
+    assert checkpoint.to_json() == doc["data"]  # every record, every key (GPU keys of domain records included)
 
 
 def _new_claim(node: Node, name: str, n: int, device: str) -> ClaimRef:
@@ -143,8 +159,9 @@ def _new_claim(node: Node, name: str, n: int, device: str) -> ClaimRef:
     return ClaimRef("default", name, uid(n))
 
 
-def test_static_mig_claims_and_the_old_quarantine_survive_the_upgrade(tmp_path):
-    node = Node(tmp_path, "gpu-static-mig", "dgx-h100")
+@GENERATIONS
+def test_static_mig_claims_and_the_old_quarantine_survive_the_upgrade(tmp_path, base):
+    node = Node(tmp_path, "gpu-static-mig", "dgx-h100", base=base)
     state = node.gpu_state(dynamic_mig=False)
     report = state.reconcile()
     assert report["quarantined"] == [] and sorted(report["cdiRewritten"]) == [uid(11), uid(12)]
@@ -159,8 +176,9 @@ def test_static_mig_claims_and_the_old_quarantine_survive_the_upgrade(tmp_path):
     assert state.checkpoint_snapshot()["claims"] == {}
 
 
-def test_compute_domain_claims_and_joins_survive_the_upgrade(tmp_path):
-    node = Node(tmp_path, "compute-domain", "gb200-nvl72", driver=CD_DRIVER)
+@GENERATIONS
+def test_compute_domain_claims_and_joins_survive_the_upgrade(tmp_path, base):
+    node = Node(tmp_path, "compute-domain", "gb200-nvl72", driver=CD_DRIVER, base=base)
     domains_dir = os.path.join(node.root, "domains")
     shutil.copytree(os.path.join(node.source, "domains"), domains_dir)
     domains = DirectoryDomainSource(domains_dir)
@@ -226,7 +244,7 @@ def test_a_checkpoint_with_a_nonsense_version_is_refused(tmp_path):
 
 def test_entries_parse_strictly():
     good = load_checkpoint(os.path.join(V0, "gpu-dynamic-mig", "checkpoint.json"))["claims"][uid(5)]
-    assert ClaimEntry.from_json(uid(5), good).mps_daemon is not None
+    assert ClaimEntry.from_json(uid(5), good).payload is not None  # the GPU plugin's MpsDaemon
     broken = {**good, "mpsDaemon": {"id": 7}}
     with pytest.raises(ValueError, match="mpsDaemon"):
         ClaimEntry.from_json(uid(5), broken)

@@ -14,6 +14,7 @@ import yaml
 
 from gpudra.cdi import load_spec_file
 from gpudra.discovery import open_backend
+from gpudra.gpuplugin import cdiedits
 from gpudra.kubeletplugin import cdispec
 from gpudra.kubeletplugin.claims import LocalClaimStore
 from gpudra.kubeletplugin.paths import DriverPaths
@@ -90,7 +91,7 @@ def host_proc_files(tmp_path, monkeypatch):
     minors = tmp_path / "mig-minors"
     minors.write_text("config 1\nmonitor 2\ngpu1/gi3/access 30\ngpu1/gi3/ci0/access 31\n")
     monkeypatch.setattr(cdispec, "read_char_majors", functools.partial(cdispec.read_char_majors, str(devices)))
-    monkeypatch.setattr(cdispec, "read_mig_minors", functools.partial(cdispec.read_mig_minors, str(minors)))
+    monkeypatch.setattr(cdiedits, "read_mig_minors", functools.partial(cdiedits.read_mig_minors, str(minors)))
 
 
 def test_a_real_node_takes_the_mig_device_numbers_from_the_hosts_proc_files(tmp_path, host_proc_files):

@@ -56,6 +56,8 @@ def _targets(statement: ast.Import | ast.ImportFrom, parts: list[str], is_packag
     if isinstance(statement, ast.Import):
         return [alias.name for alias in statement.names]
     if not statement.level:
+        if statement.module == parts[0]:  # `from gpudra import atomicfile`: the top-level modules it names
+            return [f"{statement.module}.{alias.name}" for alias in statement.names]
         return [statement.module or ""]
     package = parts if is_package else parts[:-1]
     base = package[:len(package) - (statement.level - 1)]
@@ -241,3 +243,42 @@ def test_the_scheduler_places_pods_without_drivers_controllers_or_compute_domain
                 frontier.append(target)
     forbidden = {"controllers", "computedomain", "gpuplugin", "kubeletplugin", "webhook", "cluster", "kubecluster"}
     assert not reached & forbidden, {name: edges["scheduler"].get(name) for name in reached & forbidden}
+
+
+def reachable(edges: dict[str, dict[str, list[str]]], start: str) -> dict[str, list[str]]:
+    """Every node `start` imports, directly or through others -> the import chain (lines) that reaches it first."""
+    found: dict[str, list[str]] = {}
+    frontier = [(start, [])]
+    while frontier:
+        node, chain = frontier.pop(0)
+        for target, lines in sorted(edges.get(node, {}).items()):
+            if target != start and target not in found:
+                found[target] = [*chain, lines[0]]
+                frontier.append((target, found[target]))
+    return found
+
+
+# The kubelet-plugin helper is generic, as upstream's k8s.io/dynamic-resource-allocation/kubeletplugin: the plugins
+# (GPU, compute domain) build on it and register what they keep in its checkpoint; it knows none of them.
+PLUGINS_ABOVE_THE_HELPER = ("gpuplugin", "computedomain")
+
+
+def test_the_kubelet_plugin_helper_imports_no_plugin_even_indirectly() -> None:
+    reached = reachable(package_graph(ROOT), "kubeletplugin")
+    assert "errors" in reached  # the graph was read at all
+    bad = {plugin: reached[plugin] for plugin in PLUGINS_ABOVE_THE_HELPER if plugin in reached}
+    assert not bad, "gpudra.kubeletplugin reaches a plugin:\n" + "\n".join(
+        f"{plugin}: " + " ; ".join(chain) for plugin, chain in bad.items())
+
+
+def test_the_helper_check_sees_an_indirect_import(tmp_path: Path) -> None:
+    """A helper module importing a plugin through a third package, inside a function: the check must see it."""
+    files = {"pkg/__init__.py": "", "pkg/kubeletplugin/__init__.py": "", "pkg/gpuplugin/__init__.py": "",
+             "pkg/mid.py": "from pkg.gpuplugin import x\n",
+             "pkg/kubeletplugin/a.py": "def f():\n    from pkg import mid\n    return mid\n"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    reached = reachable(package_graph(tmp_path, "pkg"), "kubeletplugin")
+    assert set(reached) == {"mid", "gpuplugin"}
+    assert reached["gpuplugin"] == ["pkg.kubeletplugin.a -> pkg.mid", "pkg.mid -> pkg.gpuplugin"]

@@ -14,8 +14,8 @@ import hashlib
 import pytest
 
 from gpudra.gpuplugin.sharing import RecordingSharing, apply_claim_sharing, mps_daemon, undo_claim_sharing
-from gpudra.kubeletplugin.prepared import (PREPARE_COMPLETED, ClaimEntry, EntryError, MpsDaemon, PreparedDevice,
-                                           SharingRecord)
+from gpudra.gpuplugin.records import MpsDaemon, SharingRecord
+from gpudra.kubeletplugin.prepared import PREPARE_COMPLETED, ClaimEntry, EntryError, PreparedDevice
 
 UID = "00000000-0000-4000-8000-000000000042"
 
@@ -79,7 +79,7 @@ def test_unprepare_stops_the_daemon_under_its_recorded_id(tmp_path):
     devices = (PreparedDevice.from_json(_mps_record("gpu-0", 0, "GPU-a", {"strategy": "MPS"})),)
     old = MpsDaemon(id=UID, pipe=str(tmp_path / "pipe"), log=str(tmp_path / "log"), gpus=("GPU-a",),
                     devices=("GPU-a",))
-    entry = ClaimEntry(state=PREPARE_COMPLETED, namespace="default", name="c", devices=devices, mps_daemon=old)
+    entry = ClaimEntry(state=PREPARE_COMPLETED, namespace="default", name="c", devices=devices, payload=old)
     control = RecordingSharing(str(tmp_path / "sharing.log"))
     undo_claim_sharing(control, UID, entry, str(tmp_path), set())
     assert [c for c in control.calls if c["op"] == "mps-stop"] == [{"op": "mps-stop", "id": UID}]
