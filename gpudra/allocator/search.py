@@ -443,9 +443,12 @@ class Search:
         if features.consumable_capacity:
             if consumed is None:
                 consumed = self._capacity_ok(device, rd)
-            if consumed is None:
-                for done in reversed(added):
-                    done.remove(rd.base_name, rd.full_name, device)
+            if consumed is None:  # only for allocationMode All: the candidate loop checked before
+                # 1.36.2 and older also keep the device in the constraints here (v0.36.2's allocateDevice returns
+                # without removing them), so a later device of the claim must match it too.
+                if features.rollback_rejected_devices:
+                    for done in reversed(added):
+                        done.remove(rd.base_name, rd.full_name, device)
                 if give_back:
                     self._give_counters(device)
                 return None
