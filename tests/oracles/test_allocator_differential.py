@@ -31,9 +31,10 @@ stable first, measured 2026-12-02):
   stable-binding-pools-last    stable moves pools with binding conditions last    stable, example 7
   subrequests-reversed         firstAvailable subrequests tried last to first      stable, example 2
   taint-returns-counters       a taint-rejected device gives its counters back    stable, example 11
-The 1.36.3 runs (test_allocator_agrees_with_the_reference_port_as_1_36_3, the reference following v0.36.3's
-allocateDevice) catch, measured 2026-12-07 by hand: a taint- or constraint-rejected device keeping its counters
-(all three variants) and an undone multi-allocatable device keeping them (incubating or experimental).
+  rollback-keeps-taint-counters  as 1.36.3, a taint-rejected device keeps its counters   stable, example 17
+  rollback-keeps-shared-counters as 1.36.3, an undone multi-allocatable device keeps them
+                                                                                    incubating, example 1067
+(the last two run against test_allocator_agrees_with_the_reference_port_as_1_36_3's rollback; measured 2026-12-07).
 Before the partitioned shape and the reference step budget, stable-combinations, permutations-
 everywhere and taint-returns-counters went unnoticed in 2,100 examples.
 """
