@@ -292,6 +292,9 @@ class PatchIssue:
     fixed_in: int  # the first patch release with the fix: 1.34.0 and 1.34.1 are affected when 2
     what: str
     source: str  # upstream PR and the CHANGELOG entry that lists the fix
+    # The allocator behaviour the fix turns on (a Features field, gpudra.allocator.features) when gpudra models
+    # both sides of it; "" when the fix is outside what gpudra models.
+    allocator_fix: str = ""
 
 
 # The article (Kubernetes 1.34 DRA GPU guide) says: use v1.34.2 or later with a DRA driver; 1.34.0/1.34.1 have
@@ -303,10 +306,13 @@ KNOWN_PATCH_ISSUES: tuple[PatchIssue, ...] = (
     PatchIssue("1.34", 2, "a DeviceClass's config in a ResourceClaim's status (source FromClass) does not name "
                           "the requests it applies to",
                "kubernetes/kubernetes#135098, CHANGELOG-1.34 v1.34.2"),
-    # gpudra's allocator answers as 1.36.2 (the release of its conformance cases): see docs/known-limits.md
+    # gpudra models both sides: "1.36" and 1.36.0-1.36.2 keep the leak (the release of the conformance cases is
+    # 1.36.2), 1.36.3 and later roll back (k8s.io/dynamic-resource-allocation v0.36.3, allocateDevice's
+    # rollbackDevice in structured/internal/{stable,incubating,experimental}). Not backported: v0.35.10,
+    # v0.34.13 and v0.33.13 (the newest patches of 1.35, 1.34, 1.33 on the module proxy) still leak.
     PatchIssue("1.36", 3, "a device that a taint, a constraint or capacity rejects keeps the shared counters it "
                           "reserved, so a claim that fits the node's partitionable devices can be refused",
-               "kubernetes/kubernetes#140663, CHANGELOG-1.36 v1.36.3"),
+               "kubernetes/kubernetes#140663, CHANGELOG-1.36 v1.36.3", allocator_fix="rollback_rejected_devices"),
 )
 
 
@@ -318,6 +324,18 @@ def patch_release(text: str | None) -> tuple[str, int] | None:
     if not match:
         return None
     return f"{int(match.group(1))}.{int(match.group(2))}", int(match.group(3))
+
+
+def allocator_fixes(text: str | None) -> frozenset[str]:
+    """The allocator fixes (PatchIssue.allocator_fix) that the patch release `text` names has: '1.36.3' has
+    rollback_rejected_devices. A release without a patch ('1.36', None) answers as the patch release of the
+    conformance cases, which has none of them."""
+    found = patch_release(text)
+    if found is None:
+        return frozenset()
+    release, patch = found
+    return frozenset(issue.allocator_fix for issue in KNOWN_PATCH_ISSUES
+                     if issue.allocator_fix and issue.release == release and patch >= issue.fixed_in)
 
 
 def patch_warnings(text: str | None) -> list[str]:

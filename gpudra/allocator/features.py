@@ -69,16 +69,29 @@ class Features:
     # Kubernetes feature gates outside the allocator's features that `--features` named (gate, on), such as
     # DRAExtendedResource: the API server and scheduler follow them (gate_enabled), the allocator does not
     other_gates: tuple[tuple[str, bool], ...] = ()
+    # Whether a device that a taint, a constraint or capacity rejects gives back the shared counters it reserved,
+    # and undoing a multi-allocatable device gives back its counters: Kubernetes 1.36.3 on
+    # (gpudra.versions.allocator_fixes, kubernetes/kubernetes#140663). Off: 1.36.2 and older keep them for the
+    # rest of the allocate() call. A property of the patch release, not a gate: `none`/`all` keep it.
+    rollback_rejected_devices: bool = False
 
     @classmethod
     def default(cls, version: str | None = None) -> "Features":
-        """The release's default gates (gpudra.versions); the field defaults above are 1.36's."""
+        """The release's default gates (gpudra.versions); the field defaults above are 1.36's (1.36.2's for the
+        patch-release fixes). `version` may name a patch release ('1.36.3'), whose allocator fixes it turns on."""
         if version is None:
             return cls()
-        from gpudra.versions import allocator_feature_defaults, partitionable_layout
+        from gpudra.versions import allocator_feature_defaults, allocator_fixes, parse_version, partitionable_layout
 
-        gates: dict[str, Any] = {_attr(n): on for n, on in allocator_feature_defaults(version).items()}
-        return cls(**gates, slice_layout=partitionable_layout(version))
+        release = parse_version(version)
+        gates: dict[str, Any] = {_attr(n): on for n, on in allocator_feature_defaults(release).items()}
+        fixes: dict[str, Any] = {name: True for name in allocator_fixes(version)}
+        return cls(**gates, **fixes, slice_layout=partitionable_layout(release))
+
+    def _with_release_facts_of(self, other: "Features") -> "Features":
+        """These gates with `other`'s release facts (counter layout, patch-release fixes), which `all` and `none`
+        keep."""
+        return replace(self, slice_layout=other.slice_layout, rollback_rejected_devices=other.rollback_rejected_devices)
 
     @classmethod
     def all(cls) -> "Features":
@@ -108,10 +121,10 @@ class Features:
                 features = cls.default(version)
                 continue
             if lowered == "all":
-                features = replace(cls.all(), slice_layout=features.slice_layout)
+                features = cls.all()._with_release_facts_of(features)
                 continue
             if lowered == "none":
-                features = replace(cls.none(), slice_layout=features.slice_layout)
+                features = cls.none()._with_release_facts_of(features)
                 continue
             enable = True
             name = token

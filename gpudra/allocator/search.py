@@ -151,14 +151,16 @@ class Search:
         incubating and experimental try combinations: the next device of the same request is only
         looked for after the previous one (upstream's startLocation). stable tries permutations,
         which find the same first solution when the picked devices matter only as a set, so the
-        cheaper combinations are used there too, except where a quirk makes order matter: a device
-        rejected by taints or constraints leaks its counter consumption for the rest of the call
-        (any such risk anywhere disables the shortcut everywhere).
+        cheaper combinations are used there too, except where 1.36.2's quirk makes order matter: a
+        device rejected by taints or constraints leaks its counter consumption for the rest of the call
+        (any such risk anywhere disables the shortcut everywhere). From 1.36.3 nothing leaks
+        (Features.rollback_rejected_devices), so the shortcut always holds.
         """
         if not self.features.stable_variant:
             return  # requests start out ordered there (_request_data)
         taints = self.features.device_taints
-        for claim in self.claims:
+        leaks = not self.features.rollback_rejected_devices
+        for claim in self.claims if leaks else ():
             for rd in self._all_request_data(claim):
                 any_counters, tainted_counters = rd.counter_flags
                 if any_counters and (claim.constraints or (taints and tainted_counters)):
@@ -415,15 +417,21 @@ class Search:
                 if not self._take_counters(device):
                     return None
                 took_counters = True
-        # Upstream quirk kept on purpose: a device rejected below keeps its counter consumption
-        # for the rest of this allocate() call.
+        # Rejected below: 1.36.3 on gives the reserved counters back; 1.36.2 and older keep them for the rest of
+        # this allocate() call (k8s.io/dynamic-resource-allocation v0.36.3 vs v0.36.2, allocateDevice in
+        # structured/internal/*/allocator_*.go: rollbackDevice).
+        give_back = took_counters and features.rollback_rejected_devices
         if features.device_taints and device.taints and taint_prevents_allocation(device.taints, rd.tolerations):
+            if give_back:
+                self._give_counters(device)
             return None
         added: list[MatchAttribute | DistinctAttribute] = []
         for constraint in claim.constraints:
             if not constraint.add(rd.base_name, rd.full_name, device):
                 for done in reversed(added):
                     done.remove(rd.base_name, rd.full_name, device)
+                if give_back:
+                    self._give_counters(device)
                 if must:
                     raise AllocationError(
                         f"claim {claim.label}, request {rd.full_name}: cannot add device "
@@ -435,9 +443,14 @@ class Search:
         if features.consumable_capacity:
             if consumed is None:
                 consumed = self._capacity_ok(device, rd)
-            if consumed is None:
-                for done in reversed(added):
-                    done.remove(rd.base_name, rd.full_name, device)
+            if consumed is None:  # only for allocationMode All: the candidate loop checked before
+                # 1.36.2 and older also keep the device in the constraints here (v0.36.2's allocateDevice returns
+                # without removing them), so a later device of the claim must match it too.
+                if features.rollback_rejected_devices:
+                    for done in reversed(added):
+                        done.remove(rd.base_name, rd.full_name, device)
+                if give_back:
+                    self._give_counters(device)
                 return None
         shared_use: dict[str, int] = {}  # what this result consumes of a shared device's capacity
         if multi:
@@ -470,9 +483,9 @@ class Search:
                     del self.allocating[key]
             for done in reversed(added):
                 done.remove(rd.base_name, rd.full_name, device)
-            # Upstream quirk kept on purpose: undoing a multi-allocatable device does not give its
-            # counters back (only dedicated devices release them).
-            if took_counters and not multi:
+            # 1.36.2 and older: undoing a multi-allocatable device does not give its counters back (only
+            # dedicated devices release them); 1.36.3 on, every device gives back what it took.
+            if took_counters and (not multi or features.rollback_rejected_devices):
                 self._give_counters(device)
 
         return undo

@@ -159,7 +159,8 @@ def release_and_features(kubernetes_version: str | None, features: Any = "defaul
                          kubeconfig: str | None = None, context: str | None = None,
                          request_timeout: float | None = None, allocator_name: str | None = None) -> tuple[str, Any]:
     """(release, allocator Features) of `--kubernetes-version` and `--features`: the flag, else a live
-    cluster's /version, else 1.36 (gpudra.versions); `--features` over that release's defaults."""
+    cluster's /version, else 1.36 (gpudra.versions); `--features` over that release's defaults. The flag's own
+    spelling picks the patch release's allocator fixes ('1.36.3'; gpudra.versions.allocator_fixes)."""
     from gpudra.allocator.features import Features
     from gpudra.kube.inputs import kubernetes_version as release_of
 
@@ -170,7 +171,8 @@ def release_and_features(kubernetes_version: str | None, features: Any = "defaul
     if features == "default" and not list(paths):  # a live cluster: the gates its API server runs with
         features = _live_features(kubeconfig, context, request_timeout)
     try:
-        return version, Features.parse(features, version).with_variant(allocator_name)
+        release = kubernetes_version if kubernetes_version is not None else version
+        return version, Features.parse(features, release).with_variant(allocator_name)
     except ValueError as exc:
         raise UsageError(f"--features: {exc}") from None
 

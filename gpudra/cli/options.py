@@ -106,7 +106,8 @@ def kubernetes_version_option(help: str | None = None) -> Decorator:
                         help=(help or "Behave as this Kubernetes release's components do (1.33-1.36: its default "
                                       "feature gates and API validation; default: a live cluster's /version, "
                                       "else 1.36, the newest gpudra knows).")
-                        + " A patch release (1.34.1) with a known DRA issue is named in a note.")
+                        + " A patch release (1.34.1) with a known DRA issue is named in a note; 1.36.3 and later "
+                          "1.36 patches also allocate as 1.36.3 does (counters of rejected devices rolled back).")
 
 
 def _runtime_config(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, bool]:

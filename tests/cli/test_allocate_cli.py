@@ -403,3 +403,19 @@ def test_the_default_mode_allocates_the_bundled_workloads_one_claim_after_anothe
     assert default.exit_code == 0, default.output
     assert default.stdout == sequential.stdout
     assert invoke([*args, "--mode", "together"]).exit_code == 1
+
+
+@pytest.mark.parametrize("version, code, devices", [
+    ("1.36", 1, None), ("1.36.2", 1, None),
+    ("1.36.3", 0, ["gpu-1", "gpu-2", "gpu-3", "gpu-0"]),  # the live v0.36.3 allocator's answer
+])
+def test_the_patch_release_of_kubernetes_version_selects_the_counter_rollback(version, code, devices):
+    """--kubernetes-version keeps the user's spelling down to the allocator: 1.36.3 rolls back the counters of a
+    device a constraint rejects (kubernetes/kubernetes#140663), "1.36" answers as 1.36.2 (conformance random/each-0165)."""
+    result = invoke(["-f", str(CONFORMANCE / "random" / "each-0165" / "input.yaml"), "--mode", "each",
+                     "--claims", "ml-infer/train-0", "--node", "gpu-node-02", "--kubernetes-version", version,
+                     "-o", "json"])
+    assert result.exit_code == code, result.output
+    if devices is not None:
+        [claim] = json.loads(result.stdout)["items"]
+        assert [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]] == devices

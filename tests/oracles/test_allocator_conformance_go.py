@@ -36,10 +36,11 @@ finally:
 # release-1.36) makes allocateDevice roll back the shared counters it reserved for a device that a taint, a
 # constraint or capacity then rejects. On random/each-0165's gpu-node-02 the search tries gpu-0 (own counter set,
 # numaNode 0) after gpu-7 (numaNode 1); the matchAttribute on numaNode rejects it and 1.36.2 keeps gpu-0's counters,
-# so the claim is unallocatable, where 1.36.3 allocates gpu-1..3 + gpu-0. gpudra answers as 1.36.2, the release of
-# the conformance cases, so the control plane and the harnesses pin v1.36.2 (k8s/releases/v1.36.mod), and every case
-# must agree; versions.KNOWN_PATCH_ISSUES names the leak to users of 1.36.0-1.36.2, docs/known-limits.md the
-# difference to users of 1.36.3 and later. (Run against v0.36.3, this case was the one of 462 to differ.)
+# so the claim is unallocatable, where 1.36.3 allocates gpu-1..3 + gpu-0. gpudra answers "1.36" as 1.36.2, the release
+# of the conformance cases, so the control plane and the harnesses pin v1.36.2 (k8s/releases/v1.36.mod), and every
+# case must agree; versions.KNOWN_PATCH_ISSUES names the leak to users of 1.36.0-1.36.2, and selects 1.36.3's
+# rollback for `--kubernetes-version 1.36.3` on (tests/allocator/test_allocator_rollback.py has each-0165 both ways).
+# (Run against v0.36.3, this case was the one of 462 to differ.)
 
 
 def case_id(case: Path) -> str:

@@ -31,6 +31,10 @@ stable first, measured 2026-12-02):
   stable-binding-pools-last    stable moves pools with binding conditions last    stable, example 7
   subrequests-reversed         firstAvailable subrequests tried last to first      stable, example 2
   taint-returns-counters       a taint-rejected device gives its counters back    stable, example 11
+  rollback-keeps-taint-counters  as 1.36.3, a taint-rejected device keeps its counters   stable, example 17
+  rollback-keeps-shared-counters as 1.36.3, an undone multi-allocatable device keeps them
+                                                                                    incubating, example 1067
+(the last two run against test_allocator_agrees_with_the_reference_port_as_1_36_3's rollback; measured 2026-12-07).
 Before the partitioned shape and the reference step budget, stable-combinations, permutations-
 everywhere and taint-returns-counters went unnoticed in 2,100 examples.
 """
@@ -285,14 +289,19 @@ def check(features, slices, claims, allocated):
 VARIANTS = ("stable", "incubating", "experimental")
 
 
-def _run(variant, **overrides):
+def _run(variant, rollback=False, examples=EXAMPLES_PER_VARIANT, **overrides):
+    """`rollback`: as Kubernetes 1.36.3, which rolls back a rejected device's counters (the reference port follows
+    v0.36.3's allocateDevice there)."""
     # Hypothesis draws one seed per example and plain `random` builds the scenario from it: drawing
     # each of the scenario's ~150 choices through hypothesis would cost ten times more per example.
-    @settings(max_examples=EXAMPLES_PER_VARIANT, derandomize=True, database=None, deadline=None,
+    @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much], **overrides)
     @given(st.integers(min_value=0, max_value=2**63 - 1))
     def run(seed):
-        check(*scenario(random.Random(seed), variant))
+        features, *rest = scenario(random.Random(seed), variant)
+        if rollback:
+            features = dataclasses.replace(features, rollback_rejected_devices=True)
+        check(features, *rest)
 
     run()
 
@@ -300,6 +309,13 @@ def _run(variant, **overrides):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_allocator_agrees_with_the_reference_port(variant):
     _run(variant)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_allocator_agrees_with_the_reference_port_as_1_36_3(variant):
+    """1.36.3's rollback, with stable's combination shortcut on everywhere (nothing leaks): a third of the
+    examples, the same seeds as above."""
+    _run(variant, rollback=True, examples=max(1, EXAMPLES_PER_VARIANT // 3))
 
 
 def test_the_generator_covers_every_variant_and_feature():

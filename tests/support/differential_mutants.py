@@ -123,6 +123,33 @@ def _taint_returns_counters():
     search_module.Search._allocate_device = allocate_device
 
 
+def _rollback_keeps_taint_counters():
+    """1.36.3: a device rejected by a taint keeps its counters (1.36.2's leak)."""
+    original = search_module.Search._allocate_device
+
+    def allocate_device(self, ci, rd, device, must, **rest):
+        if (self.features.device_taints and self.features.partitionable_devices and device.taints
+                and device.consumes_counters and not device.allow_multiple and not self._in_use(ci, rd, device)
+                and search_module.taint_prevents_allocation(device.taints, rd.tolerations)):
+            self._take_counters(device)  # and never given back
+            return None
+        return original(self, ci, rd, device, must, **rest)
+    search_module.Search._allocate_device = allocate_device
+
+
+def _rollback_keeps_shared_counters():
+    """1.36.3: undoing a multi-allocatable device keeps its counters (1.36.2's leak)."""
+    original = search_module.Search._give_counters
+
+    def give_counters(self, device):
+        if not (device.allow_multiple and self.features.consumable_capacity):
+            original(self, device)
+    search_module.Search._give_counters = give_counters
+
+
+# Run as Kubernetes 1.36.3 (differential._run(rollback=True)): they break its rollback.
+ROLLBACK_MUTANTS = frozenset({"rollback-keeps-taint-counters", "rollback-keeps-shared-counters"})
+
 MUTANTS = {
     "stable-combinations": _stable_combinations,
     "permutations-everywhere": _permutations_everywhere,
@@ -134,6 +161,8 @@ MUTANTS = {
     "stable-binding-pools-last": _stable_binding_pools_last,
     "subrequests-reversed": _subrequests_reversed,
     "taint-returns-counters": _taint_returns_counters,
+    "rollback-keeps-taint-counters": _rollback_keeps_taint_counters,
+    "rollback-keeps-shared-counters": _rollback_keeps_shared_counters,
 }
 
 
@@ -153,7 +182,7 @@ def run_mutant(name: str) -> tuple[str | None, int, float]:
     try:
         for variant in differential.VARIANTS:
             try:
-                differential._run(variant, phases=[Phase.explicit, Phase.generate])
+                differential._run(variant, rollback=name in ROLLBACK_MUTANTS, phases=[Phase.explicit, Phase.generate])
             except Exception:  # noqa: BLE001 - any failure means the mutant was caught
                 return variant, count, time.monotonic() - started
         return None, count, time.monotonic() - started

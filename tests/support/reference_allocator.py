@@ -552,17 +552,17 @@ class Reference:
         if not f.partitionable_devices and d.get("consumesCounters"):
             return False, None
         skip_counters = multi and (key in self.aggregated or key in self.allocating_capacity)
+        took_counters = False
         if not skip_counters and d.get("consumesCounters"):
             if not self._take_counters(pool, d):
                 return False, None
+            took_counters = True
+        if f.rollback_rejected_devices:
+            return self._allocate_device_v0_36_3(ci, data, pool, s, d, must, key, multi, took_counters)
         base = data["parent"]["name"] if data["parent"] is not None else data["name"]
         sub = data["request"]["name"] if data["parent"] is not None else ""
-        if f.device_taints:
-            for taint in d.get("taints") or []:
-                if taint.get("effect") in ("NoSchedule", "NoExecute") and not any(
-                    tolerates(t, taint) for t in data["request"].get("tolerations") or []
-                ):
-                    return False, None
+        if f.device_taints and self._taint_rejects(data, d):
+            return False, None
         constraints = self.constraints[ci]
         for i, constraint in enumerate(constraints):
             if not constraint.add(base, sub, d, driver):
@@ -608,6 +608,70 @@ class Reference:
             del self.results[ci][count:]
 
         return True, undo
+
+    def _taint_rejects(self, data, d):
+        return any(taint.get("effect") in ("NoSchedule", "NoExecute") and not any(
+            tolerates(t, taint) for t in data["request"].get("tolerations") or []) for taint in d.get("taints") or [])
+
+    def _allocate_device_v0_36_3(self, ci, data, pool, s, d, must, key, multi, took_counters):
+        """allocateDevice from the counter check on as v0.36.3 has it: every rejection and the undo go through one
+        rollback of what this call did (rollbackDevice, deviceRollbackState)."""
+        f = self.features
+        base = data["parent"]["name"] if data["parent"] is not None else data["name"]
+        sub = data["request"]["name"] if data["parent"] is not None else ""
+        driver = s["spec"]["driver"]
+        constraints = self.constraints[ci]
+        state = {"constraints": 0, "marked": False, "capacity": None, "existed": False, "result": None}
+
+        def rollback():
+            if state["result"] is not None:
+                del self.results[ci][state["result"]:]
+            if state["capacity"] is not None:
+                used = self.allocating_capacity[key]
+                for n, v in state["capacity"].items():
+                    used[n] -= v
+                if not any(used.values()):
+                    del self.allocating_capacity[key]
+                if state["existed"] and key not in self.allocating_capacity:
+                    self.allocating_capacity[key] = {}
+            if state["marked"]:
+                self.allocating[key].discard(ci)
+            for e in reversed(range(state["constraints"])):
+                constraints[e].remove(base, sub, d, driver)
+            if took_counters:
+                self._give_counters(pool, d)
+
+        if f.device_taints and self._taint_rejects(data, d):
+            rollback()
+            return False, None
+        for constraint in constraints:
+            if not constraint.add(base, sub, d, driver):
+                rollback()
+                if must:
+                    raise Fatal("cannot add device because a claim constraint would not be satisfied")
+                return False, None
+            state["constraints"] += 1
+        if not multi:
+            self.allocating.setdefault(key, set()).add(ci)
+            state["marked"] = True
+        consumed, share = None, None
+        if f.consumable_capacity:
+            if not self._capacity_ok(data, s, d):
+                rollback()
+                return False, None
+            if multi:
+                requests = ((data["request"].get("capacity") or {}).get("requests")) or {}
+                consumed = consumed_capacity(requests, d.get("capacity") or {})
+                share = str(uuid.uuid4())
+                state["existed"] = key in self.allocating_capacity
+                used = self.allocating_capacity.setdefault(key, {})
+                for n, v in consumed.items():
+                    used[n] = used.get(n, 0) + v
+                state["capacity"] = consumed
+        self.results[ci].append({"request": data["name"], "driver": key[0], "pool": key[1], "device": key[2],
+                                 "data": data, "device_obj": d, "slice": s, "share": share, "consumed": consumed or None})
+        state["result"] = len(self.results[ci]) - 1
+        return True, rollback
 
     def _take_counters(self, pool, d):
         name = pool["id"][1]
