@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from support.cel_oracle import cel_go_outcome
+
 from gpudra.cel import CELCompileError, CELRuntimeError, compile_selector, device_input
 from gpudra.cel.source import collapse_unary_runs
 
@@ -32,14 +34,6 @@ DATA = REPO / "tests" / "data" / "conformance" / "cel-oracle"
 CASES = json.loads((DATA / "cases.json").read_text())["cases"]
 ANSWERS = {answer["id"]: answer for answer in map(json.loads, (DATA / "expected.jsonl").read_text().splitlines())}
 VERSION = "1.34"  # the harness's k8s.io modules (k8s/go.mod)
-
-
-def cel_go_outcome(answer: dict):
-    if answer.get("compileError"):
-        return "compile error"
-    if answer.get("runtimeError"):
-        return "runtime error"
-    return answer["result"]
 
 
 def gpudra_outcome(case: dict):

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from support.cel_oracle import cel_go_outcome
 from support.cel_quantity_cases import generate_cases
 
 from gpudra.cel import CELCompileError, CELRuntimeError, compile_selector, device_input
@@ -36,14 +37,6 @@ CASES = json.loads((DATA / "cases.json").read_text())["cases"]
 ANSWERS = {answer["id"]: answer for answer in map(json.loads, (DATA / "expected.jsonl").read_text().splitlines())}
 INT64_FORM = [case for case in CASES if case["class"] == "int64-form"]
 IN_PLACE = [case for case in CASES if case["class"] == "in-place"]
-
-
-def cel_go_outcome(answer: dict):
-    if answer.get("compileError"):
-        return "compile error"
-    if answer.get("runtimeError"):
-        return "runtime error"
-    return answer["result"]
 
 
 def gpudra_outcome(case: dict):
