@@ -189,6 +189,13 @@ def test_files_inside_a_folder_import_each_other_without_a_cycle() -> None:
     assert not found, "file cycles:\n" + _report(found, edges)
 
 
+def _write_tree(root: Path, files: dict[str, str]) -> None:
+    """A made-up package for the graph reader: path -> source."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text, encoding="utf-8")
+
+
 def test_the_file_graph_finds_a_circle_through_a_function_import_and_a_package_import(tmp_path: Path) -> None:
     """`a` imports `b` at module level; `b` imports `a` inside a function as `from pkg.sub import a` (a submodule
     named through its folder); `c` imports `a` only under TYPE_CHECKING; `pkg.other` imports `pkg.sub.d`: in its own
@@ -202,9 +209,7 @@ def test_the_file_graph_finds_a_circle_through_a_function_import_and_a_package_i
         "pkg/sub/d.py": "from pkg.other import x\n",
         "pkg/other.py": "from pkg.sub.d import y\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text, encoding="utf-8")
+    _write_tree(tmp_path, files)
     edges = file_graph(tmp_path, "pkg")
     assert edges == {"pkg.sub.a": {"pkg.sub.b": ["pkg.sub.a:1 -> pkg.sub.b"]},
                      "pkg.sub.b": {"pkg.sub.a": ["pkg.sub.b:2 -> pkg.sub.a"]},
@@ -222,9 +227,7 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path: Path) -> Non
         "pkg/b/tool.py": "def helper():\n    return 1\n",
         "pkg/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import thing\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text, encoding="utf-8")
+    _write_tree(tmp_path, files)
     edges = package_graph(tmp_path, "pkg")
     assert edges == {"a": {"b": ["pkg.a -> pkg.b.tool"]}, "b": {"a": ["pkg.b -> pkg.a"]}}
     assert cycles(edges) == [["a", "b"]]
@@ -276,9 +279,7 @@ def test_the_helper_check_sees_an_indirect_import(tmp_path: Path) -> None:
     files = {"pkg/__init__.py": "", "pkg/kubeletplugin/__init__.py": "", "pkg/gpuplugin/__init__.py": "",
              "pkg/mid.py": "from pkg.gpuplugin import x\n",
              "pkg/kubeletplugin/a.py": "def f():\n    from pkg import mid\n    return mid\n"}
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text, encoding="utf-8")
+    _write_tree(tmp_path, files)
     reached = reachable(package_graph(tmp_path, "pkg"), "kubeletplugin")
     assert set(reached) == {"mid", "gpuplugin"}
     assert reached["gpuplugin"] == ["pkg.kubeletplugin.a -> pkg.mid", "pkg.mid -> pkg.gpuplugin"]
